@@ -1,0 +1,1 @@
+"""Chunk backends, one module per array type; chosen by dask_compact.dispatch."""

@@ -1,0 +1,51 @@
+"""Chunk-type dispatch: which backend compacts a NumPy chunk, which a CuPy one.
+
+Follows dask-image's pattern (``dask.utils.Dispatch`` with ``register_lazy``): the CuPy backend
+is registered lazily, so importing dask_compact never imports CuPy, and the graph code never
+asks what kind of chunk it holds.
+
+Backend contract (both functions, every backend):
+
+``compact_chunk(a, pred, output, stable, algorithm, index_base) -> out``
+    ``a`` any shape (flattened in C order); ``pred`` a :class:`~dask_compact.predicate.Predicate`;
+    ``output`` in {"values", "indices", "both"}; ``index_base`` an int added to every index
+    (the chunk's global start), so indices come out global without another pass.
+    Returns a 1-D array of exact length (``a.dtype`` values or int64 indices), or the tuple
+    ``(values, indices)`` for "both".
+
+``compact_masked(a, mask, output, index_base) -> out``
+    Same, selecting where the boolean array ``mask`` (``a``'s shape) is true.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from dask.utils import Dispatch
+
+compact_chunk = Dispatch("compact_chunk")
+compact_masked = Dispatch("compact_masked")
+
+
+@compact_chunk.register(np.ndarray)
+def _compact_chunk_numpy(a, pred, output, stable, algorithm, index_base):
+    from .backends.numpy_backend import compact
+
+    return compact(a, pred, output, stable, algorithm, index_base)
+
+
+@compact_masked.register(np.ndarray)
+def _compact_masked_numpy(a, mask, output, index_base):
+    from .backends.numpy_backend import compact_masked as impl
+
+    return impl(a, mask, output, index_base)
+
+
+@compact_chunk.register_lazy("cupy")
+@compact_masked.register_lazy("cupy")
+def _register_cupy() -> None:
+    import cupy
+
+    from .backends import cupy_backend
+
+    compact_chunk.register(cupy.ndarray, cupy_backend.compact)
+    compact_masked.register(cupy.ndarray, cupy_backend.compact_masked)

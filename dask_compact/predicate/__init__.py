@@ -1,0 +1,13 @@
+"""Predicates: traced callables and parsed strings become expression trees (see expr.py)."""
+
+from .core import Predicate, PredicateLike, TypedPredicate, as_predicate, check_mask
+from .expr import ParamOverflow
+
+__all__ = [
+    "Predicate",
+    "PredicateLike",
+    "TypedPredicate",
+    "ParamOverflow",
+    "as_predicate",
+    "check_mask",
+]

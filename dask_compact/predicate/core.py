@@ -1,0 +1,160 @@
+"""The :class:`Predicate` every backend receives, and :func:`as_predicate` that makes one."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Callable, Union
+
+import numpy as np
+
+from .expr import (
+    Node,
+    ParamOverflow,
+    Typed,
+    bind_params,
+    evaluate,
+    infer_types,
+    result_dtype,
+    structure_key,
+    to_source,
+)
+
+logger = logging.getLogger("dask_compact")
+
+PredicateLike = Union[Callable[[Any], Any], str, "Predicate"]
+
+
+@dataclass(frozen=True)
+class TypedPredicate:
+    """A fused predicate typed for one input dtype: what a code generator compiles."""
+
+    expr: Node
+    dtype: np.dtype
+    types: dict[Node, Typed] = field(hash=False, compare=False)
+    key: str  # structure key + dtype: one compiled loop/kernel per key (and output, algorithm)
+
+    def bind(self, params: tuple) -> tuple:
+        """Parameter values as NumPy scalars of their loop dtypes (may raise ParamOverflow)."""
+        return bind_params(self.expr, self.types, params)
+
+
+@dataclass(frozen=True, eq=False)
+class Predicate:
+    """An elementwise predicate, either fused (an expression tree) or evaluated as a mask.
+
+    ``path`` is ``"fused"`` when the predicate was traced or parsed into :attr:`expr`; the
+    compiled loop (CPU) or kernel (GPU) evaluates it while compacting, with no mask array.
+    ``path`` is ``"mask"`` when it could not be traced (:attr:`reason` says why): the callable
+    is evaluated on each chunk to get a boolean mask, which is then compacted.
+    """
+
+    expr: Node | None
+    params: tuple
+    func: Callable[[Any], Any] | None
+    source: str
+    reason: str | None = None
+
+    @property
+    def path(self) -> str:
+        return "fused" if self.expr is not None else "mask"
+
+    def __repr__(self) -> str:
+        if self.expr is not None:
+            ps = ", ".join(f"p{i}={v!r}" for i, v in enumerate(self.params))
+            return f"<Predicate fused: {to_source(self.expr)}{' where ' + ps if ps else ''}>"
+        return f"<Predicate mask: {self.source} ({self.reason})>"
+
+    def __dask_tokenize__(self) -> Any:
+        from dask.base import tokenize
+
+        if self.expr is not None:
+            return ("dask_compact.Predicate", repr(self.expr), tokenize(self.params))
+        return ("dask_compact.Predicate", tokenize(self.func))
+
+    def mask(self, a: Any, xp: Any = None) -> Any:
+        """The boolean mask of ``a`` (same shape), computed with ``a``'s array module."""
+        if xp is None:
+            xp = _array_module(a)
+        if self.expr is not None:
+            m = evaluate(self.expr, a, self.params, xp)
+        else:
+            assert self.func is not None
+            m = self.func(a)
+        return check_mask(m, a, self.source, xp)
+
+    def typed(self, dtype: Any) -> TypedPredicate:
+        """Type the fused tree for ``dtype``; TypeError if NumPy would refuse or not give bools."""
+        if self.expr is None:
+            raise ValueError("a mask-path predicate has no expression to type")
+        dtype = np.dtype(dtype)
+        types = infer_types(self.expr, dtype)
+        out = result_dtype(self.expr, types, dtype)
+        if out != np.dtype(bool):
+            raise TypeError(
+                f"predicate {self.source} gives {out} values for {dtype} input; it must give "
+                "booleans (a comparison, isnan, ...), e.g. `x > 0` rather than `x`"
+            )
+        return TypedPredicate(self.expr, dtype, types, f"{structure_key(self.expr)}-{dtype.str}")
+
+    def check(self, dtype: Any) -> None:
+        """Raise now, at graph-build time, what would otherwise fail inside every chunk task."""
+        if self.expr is not None:
+            self.typed(dtype)
+
+
+def _array_module(a: Any) -> Any:
+    mod = type(a).__module__.split(".")[0]
+    if mod == "cupy":
+        import cupy
+
+        return cupy
+    return np
+
+
+def check_mask(m: Any, a: Any, source: str, xp: Any = np) -> Any:
+    """Validate what a predicate returned: booleans of ``a``'s shape (a scalar broadcasts)."""
+    if isinstance(m, (bool, np.bool_)) or (getattr(m, "ndim", None) == 0 and m.dtype == bool):
+        return xp.full(a.shape, bool(m), dtype=bool)
+    dt = getattr(m, "dtype", None)
+    if dt is None or dt != np.dtype(bool):
+        raise TypeError(
+            f"predicate {source} must return a boolean array, got "
+            f"{type(m).__name__}{'' if dt is None else ' of dtype ' + str(dt)}"
+        )
+    if m.shape != a.shape:
+        raise ValueError(
+            f"predicate {source} is not elementwise: it returned shape {m.shape} for a chunk of "
+            f"shape {a.shape}; a predicate must give one boolean per element"
+        )
+    return m
+
+
+def as_predicate(pred: PredicateLike) -> Predicate:
+    """Make a :class:`Predicate` from a callable (traced), a string (parsed) or a Predicate."""
+    if isinstance(pred, Predicate):
+        return pred
+    if isinstance(pred, str):
+        from .parse import parse
+
+        p = parse(pred)
+    elif callable(pred):
+        from .trace import trace
+
+        p = trace(pred)
+    else:
+        raise TypeError(
+            f"pred must be a callable or a string expression in `x`, not {type(pred).__name__}"
+        )
+    logger.debug("predicate %s runs on the %s path", p, p.path)
+    return p
+
+
+__all__ = [
+    "Predicate",
+    "TypedPredicate",
+    "PredicateLike",
+    "ParamOverflow",
+    "as_predicate",
+    "check_mask",
+]

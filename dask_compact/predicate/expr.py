@@ -1,0 +1,308 @@
+"""The expression tree of a traced predicate, its NumPy typing and parameter binding.
+
+A predicate is a tree of :class:`Call` nodes (NumPy ufunc names, plus ``where``, ``real`` and
+``imag``) over one :class:`Var` (the array element) and :class:`Param` leaves (the literal
+constants, numbered in the order they were met). Values of the parameters are kept apart from
+the tree, so the tree's :func:`structure_key` names one compiled kernel or loop whatever the
+thresholds are.
+
+Typing follows NumPy exactly (NEP 50): Python ``int``/``float``/``complex`` literals are *weak*
+and take the dtype of the array operand, NumPy scalars are *strong*. Each call is typed with
+``ufunc.resolve_dtypes``, which gives the dtypes NumPy casts the inputs to (the loop dtypes) and
+the output dtype; code generators cast every argument to its loop dtype and every result to its
+output dtype, so compiled code computes what ``pred(numpy_array)`` computes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "Node",
+    "Var",
+    "Param",
+    "Call",
+    "Typed",
+    "UFUNCS",
+    "SPECIAL",
+    "REDUCTIONS",
+    "param_kind",
+    "walk",
+    "params_of",
+    "evaluate",
+    "infer_types",
+    "bind_params",
+    "structure_key",
+    "to_source",
+    "ParamOverflow",
+]
+
+# Elementwise NumPy ufuncs a predicate may use and that both code generators implement.
+# Cheap ones only: each is one or a few instructions in C, CUDA and numba.
+UFUNCS: frozenset[str] = frozenset(
+    {
+        # comparisons
+        "less", "less_equal", "greater", "greater_equal", "equal", "not_equal",
+        # logic and bits
+        "logical_and", "logical_or", "logical_xor", "logical_not",
+        "bitwise_and", "bitwise_or", "bitwise_xor", "invert", "left_shift", "right_shift",
+        # arithmetic
+        "add", "subtract", "multiply", "true_divide", "floor_divide", "remainder",
+        "negative", "positive", "absolute", "square", "power",
+        "minimum", "maximum", "fmin", "fmax",
+        # floating point
+        "sqrt", "exp", "log", "log2", "log10", "sin", "cos", "tan",
+        "floor", "ceil", "trunc", "rint", "sign",
+        "isnan", "isfinite", "isinf", "signbit",
+    }
+)
+# Elementwise functions that are not ufuncs: np.where(cond, a, b), the .real / .imag attributes.
+SPECIAL: frozenset[str] = frozenset({"where", "real", "imag"})
+
+# Reductions: inside a predicate they would reduce one *chunk*, not the array, which is almost
+# never what the user meant (``v > v.mean()`` would compare each chunk with its own mean).
+REDUCTIONS: frozenset[str] = frozenset(
+    {
+        "sum", "mean", "std", "var", "min", "max", "amin", "amax", "median", "percentile",
+        "quantile", "any", "all", "prod", "argmin", "argmax", "ptp", "average", "count_nonzero",
+        "nansum", "nanmean", "nanstd", "nanvar", "nanmin", "nanmax", "nanmedian",
+        "nanpercentile", "nanquantile", "nanprod", "nanargmin", "nanargmax", "cumsum", "cumprod",
+    }
+)
+
+
+class Node:
+    """Base class of expression nodes. Nodes are immutable and hashable (structural equality)."""
+
+    __slots__ = ()
+
+
+@dataclass(frozen=True)
+class Var(Node):
+    """The array element the predicate is evaluated on."""
+
+
+@dataclass(frozen=True)
+class Param(Node):
+    """A literal constant, passed to the compiled code as an argument.
+
+    ``kind`` is ``"int"``, ``"float"`` or ``"complex"`` for a weak Python scalar (NEP 50), or
+    a NumPy dtype name (``"float32"``, ``"bool"``, ...) for a strong NumPy scalar or a Python bool.
+    """
+
+    index: int
+    kind: str
+
+
+@dataclass(frozen=True)
+class Call(Node):
+    """``fn(*args)`` with ``fn`` a name in :data:`UFUNCS` or :data:`SPECIAL`."""
+
+    fn: str
+    args: tuple[Node, ...]
+
+    def __post_init__(self) -> None:
+        if self.fn not in UFUNCS and self.fn not in SPECIAL:
+            raise ValueError(f"{self.fn!r} is not an elementwise function dask_compact compiles")
+
+
+@dataclass(frozen=True)
+class Typed:
+    """NumPy's typing of one call: the dtypes its arguments are cast to, and its result dtype."""
+
+    loop: tuple[np.dtype, ...]
+    out: np.dtype
+
+
+class ParamOverflow(ValueError):
+    """A literal does not fit the dtype NumPy computes in (e.g. ``int8_array + 1000``).
+
+    The compiled path cannot reproduce NumPy's value-dependent behaviour there, so the caller
+    falls back to evaluating the predicate with NumPy (which may itself raise, as NumPy does).
+    """
+
+
+_WEAK_TYPES = {"int": int, "float": float, "complex": complex}
+
+
+def param_kind(value: Any) -> str:
+    """The :attr:`Param.kind` of a literal, or raise TypeError if it is not a scalar number."""
+    if isinstance(value, (np.generic, np.ndarray)) and np.ndim(value) == 0:
+        dt = np.asarray(value).dtype
+        if dt.kind not in "biufc":
+            raise TypeError(f"unsupported constant {value!r} of dtype {dt}")
+        return dt.name
+    # bool before int (bool is an int); Python bool is not weak under NEP 50.
+    for t, kind in ((bool, "bool"), (int, "int"), (float, "float"), (complex, "complex")):
+        if isinstance(value, t):
+            return kind
+    raise TypeError(f"unsupported constant {value!r} of type {type(value).__name__}")
+
+
+def walk(node: Node):
+    """Yield the nodes of a tree, children before parents."""
+    if isinstance(node, Call):
+        for a in node.args:
+            yield from walk(a)
+    yield node
+
+
+def params_of(node: Node) -> list[Param]:
+    """The tree's parameters sorted by index."""
+    return sorted({n for n in walk(node) if isinstance(n, Param)}, key=lambda p: p.index)
+
+
+def _scalar(kind: str, value: Any) -> Any:
+    """A literal as NumPy should see it: weak Python scalars stay Python scalars."""
+    if kind in _WEAK_TYPES:
+        return _WEAK_TYPES[kind](value)
+    return np.dtype(kind).type(value)
+
+
+def evaluate(node: Node, x: Any, params: tuple, xp: Any = np) -> Any:
+    """Evaluate the tree on array ``x`` with the array module ``xp`` (numpy or cupy).
+
+    This is the reference semantics every compiled path must match, and the fallback for
+    dtypes a compiled path does not handle.
+    """
+    if isinstance(node, Var):
+        return x
+    if isinstance(node, Param):
+        return _scalar(node.kind, params[node.index])
+    assert isinstance(node, Call)
+    args = [evaluate(a, x, params, xp) for a in node.args]
+    if node.fn == "real":
+        return xp.real(args[0])
+    if node.fn == "imag":
+        return xp.imag(args[0])
+    if node.fn == "where":
+        return xp.where(*args)
+    return getattr(xp, node.fn)(*args)
+
+
+def _operand_type(node: Node, types: dict[Node, Typed], dtype: np.dtype) -> Any:
+    """What ``resolve_dtypes`` takes for an operand: a dtype, or a weak Python type."""
+    if isinstance(node, Var):
+        return dtype
+    if isinstance(node, Param):
+        return _WEAK_TYPES.get(node.kind) or np.dtype(node.kind)
+    return types[node].out
+
+
+def _strong(t: Any) -> np.dtype:
+    """The dtype a weak operand takes when nothing else fixes it (NumPy's defaults)."""
+    if isinstance(t, np.dtype):
+        return t
+    return np.result_type(t(0))
+
+
+def infer_types(root: Node, dtype: np.dtype | str) -> dict[Node, Typed]:
+    """Type every call of the tree for input dtype ``dtype``, exactly as NumPy would.
+
+    Raises TypeError (with the function and dtypes named) where NumPy has no loop, e.g.
+    ``bitwise_and`` on floats.
+    """
+    dtype = np.dtype(dtype)
+    types: dict[Node, Typed] = {}
+    for node in walk(root):
+        if not isinstance(node, Call) or node in types:
+            continue
+        ops = [_operand_type(a, types, dtype) for a in node.args]
+        try:
+            if node.fn in ("real", "imag"):
+                t = _strong(ops[0])
+                out = getattr(np, node.fn)(np.empty(0, t)).dtype
+                types[node] = Typed((t,), out)
+            elif node.fn == "where":
+                cond = _strong(ops[0])
+                if cond != np.dtype(bool):
+                    raise TypeError(f"where() needs a boolean condition, got {cond}")
+                # np.result_type applies NEP 50 to Python scalars it is given as values.
+                out = np.result_type(*[o(0) if not isinstance(o, np.dtype) else o for o in ops[1:]])
+                types[node] = Typed((cond, out, out), out)
+            else:
+                ufunc = getattr(np, node.fn)
+                resolved = ufunc.resolve_dtypes(tuple(ops) + (None,) * ufunc.nout)
+                types[node] = Typed(tuple(resolved[: ufunc.nin]), resolved[ufunc.nin])
+        except TypeError:
+            raise
+        except Exception as e:  # NumPy raises its own _UFuncNoLoopError etc.
+            names = ", ".join(str(o) if isinstance(o, np.dtype) else f"Python {o.__name__}" for o in ops)
+            raise TypeError(f"np.{node.fn} is not defined for ({names}): {e}") from None
+    return types
+
+
+def result_dtype(root: Node, types: dict[Node, Typed], dtype: np.dtype | str) -> np.dtype:
+    """The dtype of the whole predicate's value (must be bool for a usable predicate)."""
+    if isinstance(root, Var):
+        return np.dtype(dtype)
+    if isinstance(root, Param):
+        return _strong(_WEAK_TYPES.get(root.kind) or np.dtype(root.kind))
+    return types[root].out
+
+
+__all__.append("result_dtype")
+
+
+def param_dtypes(root: Node, types: dict[Node, Typed]) -> list[np.dtype]:
+    """The dtype each parameter is converted to before the compiled code sees it.
+
+    A parameter takes the loop dtype of the argument slot it fills (each literal fills one slot).
+    A parameter that is the whole predicate takes its own dtype.
+    """
+    out: dict[int, np.dtype] = {}
+    for node in walk(root):
+        if isinstance(node, Call):
+            for slot, a in enumerate(node.args):
+                if isinstance(a, Param):
+                    out[a.index] = types[node].loop[slot]
+    for p in params_of(root):
+        out.setdefault(p.index, _strong(_WEAK_TYPES.get(p.kind) or np.dtype(p.kind)))
+    return [out[p.index] for p in params_of(root)]
+
+
+__all__.append("param_dtypes")
+
+
+def bind_params(root: Node, types: dict[Node, Typed], params: tuple) -> tuple:
+    """Convert the parameter values to NumPy scalars of their loop dtypes.
+
+    Raises :class:`ParamOverflow` when a value cannot be represented in its dtype the way NumPy
+    would convert it (an integer out of range, a float literal in an integer loop), so the caller
+    can fall back to NumPy's own, value-dependent, semantics.
+    """
+    bound = []
+    for p, dt in zip(params_of(root), param_dtypes(root, types)):
+        v = params[p.index]
+        try:
+            with np.errstate(over="ignore"):  # 1e300 -> float16 is inf, as NumPy computes it
+                s = dt.type(_scalar(p.kind, v))
+        except (OverflowError, ValueError, TypeError) as e:
+            raise ParamOverflow(f"constant {v!r} does not fit {dt}: {e}") from None
+        if dt.kind in "iub" and p.kind in ("int", "bool") and int(s) != int(v):
+            raise ParamOverflow(f"constant {v!r} does not fit {dt}")
+        bound.append(s)
+    return tuple(bound)
+
+
+def to_source(node: Node) -> str:
+    """A readable NumPy-like rendering of the tree, with parameters as ``p0, p1, ...``."""
+    if isinstance(node, Var):
+        return "x"
+    if isinstance(node, Param):
+        return f"p{node.index}"
+    assert isinstance(node, Call)
+    return f"{node.fn}({', '.join(to_source(a) for a in node.args)})"
+
+
+def structure_key(node: Node) -> str:
+    """A short stable hash of the tree's structure and parameter kinds (not their values).
+
+    Compiled kernels and loops are cached under (structure_key, dtype, output, algorithm).
+    """
+    text = repr(node)
+    return hashlib.sha1(text.encode()).hexdigest()[:16]
