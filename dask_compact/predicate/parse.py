@@ -1,0 +1,223 @@
+"""Parse a predicate written as a string in the variable ``x``, e.g. ``"(x > 0.2) & (x < 0.3)"``.
+
+The text is parsed with :mod:`ast` and checked against a whitelist before anything is computed:
+the only name is ``x`` (plus the constants ``True``, ``False``, ``nan``, ``inf``, ``pi``), calls
+go only to bare names of the elementwise functions dask_compact compiles, and there is no
+attribute access, subscript, keyword, starred argument, lambda, comprehension or string. Nothing
+is ever ``eval``'d: the checked tree is interpreted node by node over the tracer's symbolic array
+(:class:`~.trace.Sym`), so ``"x > 0.2"`` gives exactly the tree ``lambda v: v > 0.2`` gives.
+
+Beyond Python operator semantics, ``and``/``or``/``not`` mean ``np.logical_and``/``logical_or``/
+``logical_not`` and a chained comparison ``a < x < b`` means ``(a < x) & (x < b)``, as a user
+writing a filter expects (in a traced lambda they would ask for the truth value of the data).
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import math
+import numbers
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from .core import Predicate
+from .expr import UFUNCS
+from .trace import BINARY_OPERATORS, COMPARE_OPERATORS, NotElementwise, Sym, Tracer, run_traced
+
+__all__ = ["CONSTANTS", "FUNCTIONS", "MAX_DEPTH", "MAX_LENGTH", "parse"]
+
+MAX_LENGTH = 2000  # characters: a filter expression, not a program
+MAX_DEPTH = 60  # nesting of the syntax tree (Python's own parser recurses on it)
+_MAX_INT_BITS = 256  # constant integer arithmetic beyond this is refused (2 ** 10 ** 9 ...)
+
+# Callable names: every compiled ufunc by its NumPy name, some common aliases, and the
+# non-ufunc elementwise functions. Values are the NumPy functions applied to a Sym or constants.
+FUNCTIONS: dict[str, Callable[..., Any]] = {name: getattr(np, name) for name in sorted(UFUNCS)}
+FUNCTIONS.update(
+    {
+        "abs": np.absolute,
+        "divide": np.true_divide,
+        "mod": np.remainder,
+        "pow": np.power,
+        "bitwise_not": np.invert,
+        "where": np.where,
+        "real": np.real,
+        "imag": np.imag,
+    }
+)
+CONSTANTS: dict[str, float] = {"nan": math.nan, "inf": math.inf, "pi": math.pi}
+_VARIABLE = "x"
+
+_UNARY: dict[type, Callable[[Any], Any]] = {
+    ast.USub: lambda v: -v,
+    ast.UAdd: lambda v: +v,
+    ast.Invert: lambda v: ~v,
+    ast.Not: np.logical_not,
+}
+_BOOL: dict[type, Callable[[Any, Any], Any]] = {ast.And: np.logical_and, ast.Or: np.logical_or}
+_ALLOWED = (
+    ast.Expression, ast.BoolOp, ast.BinOp, ast.UnaryOp, ast.Compare, ast.Call, ast.Name,
+    ast.Constant, ast.Load,
+    *BINARY_OPERATORS, *COMPARE_OPERATORS, *_UNARY, *_BOOL,
+)  # fmt: skip
+_NAMES_OF_NODES = {
+    ast.Attribute: "attribute access", ast.Subscript: "subscripting", ast.Lambda: "a lambda",
+    ast.ListComp: "a comprehension", ast.SetComp: "a comprehension",
+    ast.DictComp: "a comprehension", ast.GeneratorExp: "a generator expression",
+    ast.JoinedStr: "an f-string", ast.Starred: "a starred argument",
+    ast.IfExp: "a conditional expression (use where(cond, a, b))", ast.NamedExpr: "assignment",
+    ast.List: "a list", ast.Tuple: "a tuple", ast.Dict: "a dict", ast.Set: "a set",
+    ast.Await: "await", ast.Yield: "yield", ast.YieldFrom: "yield", ast.Slice: "a slice",
+    ast.keyword: "a keyword argument", ast.MatMult: "the @ operator",
+    ast.Is: "`is` (use ==)", ast.IsNot: "`is not` (use !=)", ast.In: "`in`", ast.NotIn: "`not in`",
+}  # fmt: skip
+
+
+def _refuse(text: str, what: str, hint: str = "") -> ValueError:
+    shown = text if len(text) <= 80 else text[:77] + "..."
+    return ValueError(f"predicate expression {shown!r}: {what} is not allowed{hint}")
+
+
+def _check(text: str, tree: ast.AST) -> None:
+    """Reject every node outside the whitelist before anything is computed."""
+    stack: list[tuple[ast.AST, int]] = [(tree, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise _refuse(text, f"nesting deeper than {MAX_DEPTH}")
+        if not isinstance(node, _ALLOWED):
+            what = _NAMES_OF_NODES.get(type(node), f"{type(node).__name__} syntax")
+            raise _refuse(text, what)
+        if isinstance(node, ast.Name):
+            if node.id != _VARIABLE and node.id not in CONSTANTS:
+                raise _refuse(
+                    text,
+                    f"the name {node.id!r}",
+                    f" (the variable is `x`; constants: {', '.join(CONSTANTS)}; functions are "
+                    "called by bare name, e.g. `isnan(x)`)",
+                )
+        elif isinstance(node, ast.Constant):
+            if not isinstance(node.value, (bool, int, float, complex)):
+                raise _refuse(text, f"the non-numeric constant {node.value!r}")
+        elif isinstance(node, ast.Compare):
+            for op in node.ops:  # before the operands, so `x in (1, 2)` names `in`
+                if not isinstance(op, _ALLOWED):
+                    raise _refuse(text, _NAMES_OF_NODES.get(type(op), type(op).__name__))
+        elif isinstance(node, ast.Call):
+            if node.keywords:
+                raise _refuse(text, "a keyword argument")
+            if isinstance(node.func, ast.Attribute):
+                raise _refuse(text, "attribute access")
+            if not isinstance(node.func, ast.Name):
+                raise _refuse(text, "calling anything but a function name")
+            if node.func.id not in FUNCTIONS:
+                called = node.func.id
+                raise _refuse(
+                    text, f"calling {called!r}", f" (functions: {', '.join(sorted(FUNCTIONS))})"
+                )
+            # the function's Name is checked here, not as a value
+            stack.extend((a, depth + 1) for a in node.args)
+            continue
+        stack.extend((child, depth + 1) for child in ast.iter_child_nodes(node))
+
+
+def _is_constant(v: Any) -> bool:
+    return not isinstance(v, Sym)
+
+
+def _guard_constant_op(text: str, op: type, a: Any, b: Any) -> None:
+    """Refuse constant integer arithmetic that would take unbounded time or memory."""
+    if not (isinstance(a, numbers.Integral) and isinstance(b, numbers.Integral)):
+        return
+    if isinstance(a, np.integer) or isinstance(b, np.integer):
+        return  # fixed-width NumPy arithmetic is bounded
+    a, b = int(a), int(b)
+    if op is ast.Pow and b > 0 and abs(a) > 1 and a.bit_length() * b > _MAX_INT_BITS:
+        raise _refuse(text, f"the constant {a} ** {b} (over {_MAX_INT_BITS} bits)")
+    if op is ast.LShift and b > _MAX_INT_BITS:
+        raise _refuse(text, f"the constant {a} << {b} (over {_MAX_INT_BITS} bits)")
+
+
+class _Interpreter:
+    """Evaluate a checked tree over a Sym, with Python's operator semantics."""
+
+    def __init__(self, text: str, tree: ast.Expression) -> None:
+        self.text = text
+        self.tree = tree
+        self.refused: ValueError | None = None  # kept even if the tracer swallows it
+
+    def __call__(self, x: Sym) -> Any:
+        self.x = x
+        with np.errstate(all="ignore"):
+            return self.eval(self.tree.body)
+
+    def eval(self, node: ast.AST) -> Any:
+        if isinstance(node, ast.Name):
+            return self.x if node.id == _VARIABLE else CONSTANTS[node.id]
+        if isinstance(node, ast.Constant):
+            return node.value
+        if isinstance(node, ast.UnaryOp):
+            return _UNARY[type(node.op)](self.eval(node.operand))
+        if isinstance(node, ast.BinOp):
+            a, b = self.eval(node.left), self.eval(node.right)
+            if _is_constant(a) and _is_constant(b):
+                try:
+                    _guard_constant_op(self.text, type(node.op), a, b)
+                except ValueError as e:
+                    self.refused = e
+                    raise
+            return BINARY_OPERATORS[type(node.op)](a, b)
+        if isinstance(node, ast.BoolOp):
+            values = [self.eval(v) for v in node.values]
+            return functools.reduce(_BOOL[type(node.op)], values)
+        if isinstance(node, ast.Compare):
+            operands = [self.eval(node.left)] + [self.eval(c) for c in node.comparators]
+            parts = [
+                COMPARE_OPERATORS[type(op)](operands[i], operands[i + 1])
+                for i, op in enumerate(node.ops)
+            ]
+            return functools.reduce(np.logical_and, parts)
+        if isinstance(node, ast.Call):
+            assert isinstance(node.func, ast.Name)
+            return FUNCTIONS[node.func.id](*[self.eval(a) for a in node.args])
+        raise _refuse(self.text, type(node).__name__)  # _check let nothing else by
+
+
+def parse(text: str) -> Predicate:
+    """Parse a predicate string in ``x`` into a fused :class:`Predicate`.
+
+    Raises ValueError naming what is not allowed, for anything outside the whitelist, for
+    operations that are not elementwise, and for constants that cannot be computed.
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"a predicate expression must be a str, not {type(text).__name__}")
+    if len(text) > MAX_LENGTH:
+        raise ValueError(
+            f"predicate expression of {len(text)} characters: over {MAX_LENGTH} is not allowed"
+        )
+    if "\x00" in text:
+        raise _refuse(text, "a NUL character")
+    try:
+        tree = ast.parse(text.strip(), mode="eval")
+    except SyntaxError as e:
+        raise ValueError(f"predicate expression {text!r} is not valid syntax: {e.msg}") from None
+    except (RecursionError, MemoryError):
+        raise _refuse(text, "nesting this deep") from None
+    _check(text, tree)
+    tracer = Tracer()
+    try:
+        interpreter = _Interpreter(text, tree)
+        node, reason = run_traced(interpreter, tracer)
+    except NotElementwise:
+        raise
+    except RecursionError:
+        raise _refuse(text, "nesting this deep") from None
+    if interpreter.refused is not None:
+        raise interpreter.refused
+    if node is None:
+        raise ValueError(f"predicate expression {text!r} cannot be compiled: {reason}")
+    # A constant expression ("True") selects all or nothing, like a lambda returning True.
+    return Predicate(expr=node, params=tuple(tracer.params), func=None, source=text.strip())

@@ -1,0 +1,490 @@
+"""Trace a Python predicate into an expression tree by calling it once on a symbolic array.
+
+The symbolic array (:class:`Sym`) records every operation as a :class:`~.expr.Call` node:
+Python operators, NumPy ufuncs (``__array_ufunc__``) and ``np.where``/``np.real``/``np.imag``
+(``__array_function__``). Literal numbers become :class:`~.expr.Param` leaves, numbered in the
+order they are met, so ``lambda v: v > 0.3`` and ``lambda v: v > 0.7`` give the same tree and
+share one compiled loop or kernel.
+
+What the tracer meets decides the path (DESIGN.md section 4):
+
+* elementwise operations it knows -> a fused tree;
+* reductions (``v.mean()``, ``np.median(v)``) and other non-elementwise operations
+  (``v[1:]``, ``np.sort(v)``, ``len(v)``) -> :class:`NotElementwise` (a ValueError): inside a
+  predicate they would see one chunk, not the array, so the result would silently differ;
+* anything else that may well be elementwise but cannot be recorded (``if v > 0:``,
+  ``np.isin``, ``np.arctan2``, an exception from the function) -> the mask path: the callable
+  is run on each chunk and its boolean result compacted. The reason is kept for the repr/log.
+
+:mod:`.parse` evaluates a whitelisted string expression over the same :class:`Sym`, so a string
+and the equivalent lambda give identical trees.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import operator
+import textwrap
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from .core import Predicate
+from .expr import REDUCTIONS, UFUNCS, Call, Node, Param, Var, param_kind
+
+__all__ = ["NotElementwise", "Sym", "Tracer", "Untraceable", "trace"]
+
+# ufunc object -> the name the tree uses (np.divide is np.true_divide, np.abs is np.absolute...).
+_UFUNC_NAMES: dict[np.ufunc, str] = {getattr(np, name): name for name in sorted(UFUNCS)}
+
+# Cumulative and reordering operations: not reductions, but just as chunk-dependent.
+_NOT_ELEMENTWISE: frozenset[str] = frozenset(
+    {
+        "sort",
+        "argsort",
+        "partition",
+        "argpartition",
+        "lexsort",
+        "diff",
+        "ediff1d",
+        "gradient",
+        "roll",
+        "rollaxis",
+        "cumsum",
+        "cumprod",
+        "nancumsum",
+        "nancumprod",
+        "convolve",
+        "correlate",
+        "reshape",
+        "ravel",
+        "flatten",
+        "transpose",
+        "swapaxes",
+        "moveaxis",
+        "flip",
+        "fliplr",
+        "flipud",
+        "rot90",
+        "squeeze",
+        "expand_dims",
+        "broadcast_to",
+        "tile",
+        "repeat",
+        "pad",
+        "take",
+        "take_along_axis",
+        "compress",
+        "extract",
+        "choose",
+        "nonzero",
+        "flatnonzero",
+        "argwhere",
+        "unique",
+        "concatenate",
+        "stack",
+        "hstack",
+        "vstack",
+        "dstack",
+        "append",
+        "insert",
+        "delete",
+        "resize",
+        "trim_zeros",
+        "histogram",
+        "bincount",
+        "trapezoid",
+        "trapz",
+        "dot",
+        "vdot",
+        "matmul",
+        "inner",
+        "outer",
+        "tensordot",
+        "einsum",
+        "kron",
+        "cross",
+        "diagonal",
+        "trace",
+        "T",
+        "mT",
+        "flat",
+        "item",
+        "tolist",
+        "fill",
+    }
+)
+
+_CUMULATIVE = frozenset({"cumsum", "cumprod", "nancumsum", "nancumprod"})
+
+
+class NotElementwise(ValueError):
+    """The predicate does something that is not elementwise; refused, never run per chunk."""
+
+
+class Untraceable(Exception):
+    """Raised inside the traced function when it does something the tracer cannot record.
+
+    Not a ValueError/TypeError on purpose, so that ``except ValueError`` in user code does not
+    swallow it; the tracer also remembers it, so swallowing it does not hide it either.
+    """
+
+
+def _reduction_error(name: str) -> NotElementwise:
+    if name in _CUMULATIVE:
+        return NotElementwise(
+            f"`{name}` is not elementwise: inside a predicate it would run over each chunk "
+            "separately, not over the array. Compute it on the dask array first and filter with "
+            "`mask=` (a boolean dask array) instead."
+        )
+    return NotElementwise(
+        f"`{name}` is a reduction: inside a predicate it would reduce each chunk separately, "
+        "not the array, so every chunk would be filtered against its own statistic. Compute the "
+        "statistic first, e.g. `m = float(x.mean().compute())` then `lambda v: v > m`."
+    )
+
+
+def _not_elementwise(what: str) -> NotElementwise:
+    return NotElementwise(
+        f"{what} is not elementwise: a predicate gets one chunk at a time and must give one "
+        "boolean per element from that element alone (comparisons, &, |, ~, np.isnan, ...)."
+    )
+
+
+class Tracer:
+    """The state of one trace: the parameter values met so far and what stopped the trace."""
+
+    def __init__(self) -> None:
+        self.params: list[Any] = []
+        self.untraceable: str | None = None
+        self.refused: NotElementwise | None = None
+
+    def param(self, value: Any) -> Param:
+        """A new parameter leaf for a literal (one per occurrence: each fills one typed slot)."""
+        kind = param_kind(value)  # TypeError for non-numbers, handled by the caller
+        if isinstance(value, np.ndarray):
+            value = value[()]  # a 0-d array (NumPy passes scalars to __array_ufunc__ this way)
+        p = Param(len(self.params), kind)
+        self.params.append(value)
+        return p
+
+    def stop(self, reason: str) -> Untraceable:
+        """Record why the trace cannot be fused and return the exception to raise."""
+        if self.untraceable is None:
+            self.untraceable = reason
+        return Untraceable(reason)
+
+    def refuse(self, err: NotElementwise) -> NotElementwise:
+        if self.refused is None:
+            self.refused = err
+        return err
+
+    def operand(self, value: Any, where: str) -> Node:
+        """The tree node for an operand: a symbolic value's node or a new parameter."""
+        if isinstance(value, Sym):
+            if value._tracer is not self:
+                raise self.stop(f"{where}: a symbolic value from another trace")
+            return value._node
+        _refuse_dask(self, value)
+        if isinstance(value, np.ndarray) and value.ndim > 0:
+            raise self.stop(
+                f"{where}: an operand is an array of shape {value.shape}; only scalar constants "
+                "can be compiled into the predicate"
+            )
+        try:
+            return self.param(value)
+        except TypeError as e:
+            raise self.stop(f"{where}: {e}") from None
+
+    def call(self, fn: str, *args: Any) -> Sym:
+        nodes = tuple(self.operand(a, fn) for a in args)
+        return Sym(Call(fn, nodes), self)
+
+
+def _refuse_dask(tracer: Tracer, value: Any) -> None:
+    if type(value).__module__.startswith("dask."):
+        from dask.base import is_dask_collection
+
+        if is_dask_collection(value):
+            raise tracer.refuse(
+                NotElementwise(
+                    "a dask collection is used inside the predicate; each chunk task would "
+                    "compute or embed it. Compute a scalar first (e.g. `m = float(m.compute())`), "
+                    "or pass a boolean dask array of the same chunks as `mask=`."
+                )
+            )
+
+
+def _binary(fn: str, reflected: bool = False) -> Callable[[Any, Any], Any]:
+    def op(self: Sym, other: Any) -> Any:
+        if reflected:
+            return self._tracer.call(fn, other, self)
+        return self._tracer.call(fn, self, other)
+
+    op.__name__ = f"__{'r' if reflected else ''}{fn}__"
+    return op
+
+
+def _unary(fn: str) -> Callable[[Any], Any]:
+    def op(self: Sym) -> Any:
+        return self._tracer.call(fn, self)
+
+    op.__name__ = f"__{fn}__"
+    return op
+
+
+class Sym:
+    """A symbolic array: every operation on it builds a node of the expression tree."""
+
+    __slots__ = ("_node", "_tracer")
+    __hash__ = None  # type: ignore[assignment]  # == is elementwise, as for ndarray
+
+    def __init__(self, node: Node, tracer: Tracer) -> None:
+        self._node = node
+        self._tracer = tracer
+
+    def __repr__(self) -> str:
+        from .expr import to_source
+
+        return f"<symbolic array {to_source(self._node)}>"
+
+    # comparisons (Python reflects them itself: 0.2 < v calls v.__gt__(0.2))
+    __lt__ = _binary("less")
+    __le__ = _binary("less_equal")
+    __gt__ = _binary("greater")
+    __ge__ = _binary("greater_equal")
+    __eq__ = _binary("equal")  # type: ignore[assignment]
+    __ne__ = _binary("not_equal")  # type: ignore[assignment]
+
+    # arithmetic and bits, as ndarray maps them to ufuncs
+    __add__, __radd__ = _binary("add"), _binary("add", True)
+    __sub__, __rsub__ = _binary("subtract"), _binary("subtract", True)
+    __mul__, __rmul__ = _binary("multiply"), _binary("multiply", True)
+    __truediv__, __rtruediv__ = _binary("true_divide"), _binary("true_divide", True)
+    __floordiv__, __rfloordiv__ = _binary("floor_divide"), _binary("floor_divide", True)
+    __mod__, __rmod__ = _binary("remainder"), _binary("remainder", True)
+    __rpow__ = _binary("power", True)
+    __and__, __rand__ = _binary("bitwise_and"), _binary("bitwise_and", True)
+    __or__, __ror__ = _binary("bitwise_or"), _binary("bitwise_or", True)
+    __xor__, __rxor__ = _binary("bitwise_xor"), _binary("bitwise_xor", True)
+    __lshift__, __rlshift__ = _binary("left_shift"), _binary("left_shift", True)
+    __rshift__, __rrshift__ = _binary("right_shift"), _binary("right_shift", True)
+    __neg__ = _unary("negative")
+    __pos__ = _unary("positive")
+    __abs__ = _unary("absolute")
+    __invert__ = _unary("invert")
+
+    def __pow__(self, other: Any) -> Any:
+        # ndarray.__pow__ takes shortcuts for some exact Python scalars (numpy's
+        # fast_scalar_power): ``** 2`` is np.square for every dtype; ``** 0.5`` and ``** -1``
+        # are sqrt/reciprocal for float arrays but np.power for integer ones, which differ
+        # (sqrt(-inf) is nan, -inf ** 0.5 is inf); the dtype is unknown while tracing.
+        if type(other) is int and other == 2:
+            return self._tracer.call("square", self)
+        if (type(other) is float and other == 0.5) or (type(other) is int and other == -1):
+            raise self._tracer.stop(
+                f"`v ** {other}` means a different function for float and integer arrays in "
+                f"NumPy; write {'np.sqrt(v)' if other == 0.5 else '1 / v'} to have it compiled"
+            )
+        return self._tracer.call("power", self, other)
+
+    # .real / .imag are elementwise; everything else on the object is looked at here
+    @property
+    def real(self) -> Sym:
+        return self._tracer.call("real", self)
+
+    @property
+    def imag(self) -> Sym:
+        return self._tracer.call("imag", self)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") and name.endswith("__"):
+            raise AttributeError(name)  # protocol probes (__array__, __len__, ...) stay normal
+        tracer = object.__getattribute__(self, "_tracer")
+        if name in REDUCTIONS or name in ("nanmin", "nanmax", "ptp"):
+            raise tracer.refuse(_reduction_error(name))
+        if name in _NOT_ELEMENTWISE:
+            raise tracer.refuse(_not_elementwise(f"`v.{name}`"))
+        raise tracer.stop(f"the attribute `v.{name}` cannot be traced")
+
+    def __getitem__(self, key: Any) -> Any:
+        raise self._tracer.refuse(_not_elementwise("indexing (`v[...]`)"))
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        raise self._tracer.refuse(_not_elementwise("assigning into the chunk (`v[...] = ...`)"))
+
+    def __len__(self) -> int:
+        raise self._tracer.refuse(_not_elementwise("`len(v)`"))
+
+    def __iter__(self) -> Any:
+        raise self._tracer.refuse(_not_elementwise("iterating over the chunk"))
+
+    def __contains__(self, item: Any) -> bool:
+        raise self._tracer.refuse(_not_elementwise("`... in v`"))
+
+    def __bool__(self) -> bool:
+        raise self._tracer.stop(
+            "the truth value of the data is asked for (Python `if`, `and`, `or`, `not`, or a "
+            "chained comparison `a < v < b`); use `&`, `|`, `~` and np.where to have it compiled"
+        )
+
+    def _scalar_conversion(self, kind: str) -> Any:
+        raise self._tracer.stop(f"the data is converted to a Python {kind}")
+
+    def __float__(self) -> float:
+        return self._scalar_conversion("float")
+
+    def __int__(self) -> int:
+        return self._scalar_conversion("int")
+
+    def __index__(self) -> int:
+        return self._scalar_conversion("int")
+
+    def __complex__(self) -> complex:
+        return self._scalar_conversion("complex")
+
+    def __divmod__(self, other: Any) -> Any:
+        raise self._tracer.stop("divmod() gives two arrays")
+
+    def __matmul__(self, other: Any) -> Any:
+        raise self._tracer.refuse(_not_elementwise("matrix multiplication (`@`)"))
+
+    __rmatmul__ = __matmul__
+
+    def __array__(self, *args: Any, **kwargs: Any) -> Any:
+        raise self._tracer.stop("the symbolic array is converted to a NumPy array")
+
+    def __array_ufunc__(self, ufunc: np.ufunc, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        tracer = self._tracer
+        name = ufunc.__name__
+        if method == "reduce":
+            raise tracer.refuse(_reduction_error(f"np.{name}.reduce"))
+        if method == "accumulate":
+            raise tracer.refuse(_reduction_error("cumsum" if name == "add" else "cumprod"))
+        if method != "__call__":
+            raise tracer.refuse(_not_elementwise(f"`np.{name}.{method}`"))
+        if ufunc.signature is not None:  # a gufunc (np.matmul, np.vecdot): works on rows
+            raise tracer.refuse(_not_elementwise(f"`np.{name}`"))
+        if kwargs:
+            raise tracer.stop(f"np.{name} is called with {', '.join(sorted(kwargs))}=")
+        tree_name = _UFUNC_NAMES.get(ufunc)
+        if tree_name is None:
+            raise tracer.stop(f"np.{name} is not among the ufuncs dask_compact compiles")
+        return tracer.call(tree_name, *inputs)
+
+    def __array_function__(self, func: Any, types: Any, args: tuple, kwargs: dict) -> Any:
+        tracer = self._tracer
+        name = func.__name__
+        if name in REDUCTIONS or name in ("nanmin", "nanmax", "ptp"):
+            raise tracer.refuse(_reduction_error(name))
+        if name in _NOT_ELEMENTWISE or name in ("shape", "size", "ndim"):
+            raise tracer.refuse(_not_elementwise(f"`np.{name}`"))
+        if name == "where":
+            if len(args) + len(kwargs) != 3 or kwargs:
+                raise tracer.refuse(_not_elementwise("`np.where(cond)` (one argument: indices)"))
+            return tracer.call("where", *args)
+        if name in ("real", "imag") and len(args) == 1 and not kwargs:
+            return tracer.call(name, *args)
+        raise tracer.stop(f"np.{name} is not among the functions dask_compact compiles")
+
+
+def _describe(func: Callable[..., Any]) -> str:
+    """A readable name for the predicate: the lambda's own text when it can be found."""
+    try:
+        src = textwrap.dedent(inspect.getsource(func)).strip()
+    except (OSError, TypeError):
+        src = None
+    if src is not None and getattr(func, "__name__", None) == "<lambda>":
+        try:
+            tree = ast.parse(src)
+        except SyntaxError:  # a lambda in the middle of a multi-line expression
+            try:
+                tree = ast.parse("(\n" + src.rstrip(",") + "\n)")
+                src = "(\n" + src.rstrip(",") + "\n)"
+            except SyntaxError:
+                tree = None
+        lambdas = [n for n in ast.walk(tree) if isinstance(n, ast.Lambda)] if tree else []
+        if len(lambdas) == 1:
+            seg = ast.get_source_segment(src, lambdas[0])
+            if seg:
+                return " ".join(seg.split())
+    name = getattr(func, "__qualname__", None) or getattr(func, "__name__", None)
+    if name and name != "<lambda>":
+        return name
+    return repr(func)
+
+
+def run_traced(fn: Callable[[Sym], Any], tracer: Tracer) -> tuple[Node | None, str | None]:
+    """Run ``fn`` on the symbolic variable: (tree, None), or (None, reason) for the mask path.
+
+    Raises :class:`NotElementwise` if anything refused the trace, even if ``fn`` caught it.
+    """
+    x = Sym(Var(), tracer)
+    try:
+        out = fn(x)
+    except NotElementwise:
+        raise
+    except Untraceable:
+        out = None
+    except RecursionError:
+        raise
+    except Exception as e:  # noqa: BLE001 - the function failed on a symbolic array: let NumPy run it
+        if tracer.refused is None and tracer.untraceable is None:
+            tracer.untraceable = f"calling it on a symbolic array raised {type(e).__name__}: {e}"
+        out = None
+    if tracer.refused is not None:
+        raise tracer.refused
+    if tracer.untraceable is not None:
+        return None, tracer.untraceable
+    if isinstance(out, Sym):
+        return out._node, None
+    try:
+        _refuse_dask(tracer, out)
+        if isinstance(out, np.ndarray) and out.ndim > 0:
+            raise TypeError("an array")
+        return tracer.param(out), None  # a constant: every element or none
+    except TypeError:
+        return None, f"it returned {type(out).__name__}, not an expression of its argument"
+    except NotElementwise:
+        raise
+
+
+def trace(func: Callable[[Any], Any]) -> Predicate:
+    """Trace ``func`` into a fused :class:`Predicate`, or a mask-path one saying why not.
+
+    Raises :class:`NotElementwise` (a ValueError) for reductions and other operations that
+    would make the result depend on how the array is chunked.
+    """
+    source = _describe(func)
+    tracer = Tracer()
+    node, reason = run_traced(func, tracer)
+    if node is None:
+        return Predicate(expr=None, params=(), func=func, source=source, reason=reason)
+    return Predicate(expr=node, params=tuple(tracer.params), func=func, source=source)
+
+
+# Operators the string parser maps its AST nodes to: the same objects Python applies to a Sym.
+BINARY_OPERATORS: dict[type, Callable[[Any, Any], Any]] = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+    ast.Pow: operator.pow,
+    ast.BitAnd: operator.and_,
+    ast.BitOr: operator.or_,
+    ast.BitXor: operator.xor,
+    ast.LShift: operator.lshift,
+    ast.RShift: operator.rshift,
+}
+COMPARE_OPERATORS: dict[type, Callable[[Any, Any], Any]] = {
+    ast.Lt: operator.lt,
+    ast.LtE: operator.le,
+    ast.Gt: operator.gt,
+    ast.GtE: operator.ge,
+    ast.Eq: operator.eq,
+    ast.NotEq: operator.ne,
+}

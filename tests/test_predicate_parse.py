@@ -1,0 +1,126 @@
+"""String predicates: parsed with ast against a whitelist, never eval'd, same trees as tracing."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dask_compact.predicate import as_predicate
+from dask_compact.predicate.expr import evaluate
+from dask_compact.predicate.parse import parse
+from dask_compact.predicate.trace import trace
+
+RNG = np.random.default_rng(5)
+A = np.concatenate([RNG.normal(scale=3, size=300), [np.nan, np.inf, -np.inf, -0.0]])
+
+
+@pytest.mark.parametrize(
+    "text, f",
+    [
+        ("(x > 0.2) & (x < 0.3)", lambda v: (v > 0.2) & (v < 0.3)),
+        ("0.2 < x", lambda v: 0.2 < v),
+        ("isnan(x) | (abs(x) > 5)", lambda v: np.isnan(v) | (np.abs(v) > 5)),
+        ("~(x >= -1)", lambda v: ~(v >= -1)),
+        ("where(x > 0, x, -x) < 2*pi", lambda v: np.where(v > 0, v, -v) < 2 * np.pi),
+        ("x > sqrt(2)", lambda v: v > np.sqrt(2)),
+        ("x ** 2 > 4", lambda v: v**2 > 4),
+        ("minimum(x, 1) == 1", lambda v: np.minimum(v, 1) == 1),
+        ("real(x) != inf", lambda v: np.real(v) != np.inf),
+    ],
+)
+def test_same_tree_as_traced_lambda(text, f):
+    p, q = parse(text), trace(f)
+    assert p.path == "fused"
+    assert p.expr == q.expr
+    assert p.params == q.params
+    assert np.array_equal(evaluate(p.expr, A, p.params), f(A))
+
+
+@pytest.mark.parametrize(
+    "text, f",
+    [
+        ("0.2 < x < 0.3", lambda v: (0.2 < v) & (v < 0.3)),
+        ("-1 <= x < 1 != x", lambda v: (-1 <= v) & (v < 1) & (v != 1)),
+        ("not (x > 1)", lambda v: ~(v > 1)),
+        ("x > 1 and x < 3", lambda v: (v > 1) & (v < 3)),
+        ("x < -1 or x > 1 or isnan(x)", lambda v: (v < -1) | (v > 1) | np.isnan(v)),
+        ("not isfinite(x)", lambda v: ~np.isfinite(v)),
+    ],
+)
+def test_chains_and_boolean_keywords_mean_elementwise_logic(text, f):
+    p = parse(text)
+    assert p.path == "fused"
+    assert np.array_equal(p.mask(A), f(A))
+
+
+def test_as_predicate_parses_strings_and_source_is_text():
+    p = as_predicate("  x > 0.5 ")
+    assert p.path == "fused" and p.source == "x > 0.5" and p.func is None
+
+
+@pytest.mark.parametrize(
+    "text, what",
+    [
+        ("x.__class__", "attribute"),
+        ("x.real > 1", "attribute"),
+        ("__import__('os').system('echo hi')", "__import__"),
+        ("open('/etc/passwd')", "open"),
+        ("eval('1') > x", "eval"),
+        ("y > 1", "name 'y'"),
+        ("np.sin(x) > 0", "attribute"),
+        ("x[0] > 1", "subscript"),
+        ("(lambda: x)() > 1", "lambda"),
+        ("[c for c in x]", "comprehension"),
+        ("'a' == x", "non-numeric"),
+        ("b'a' == x", "non-numeric"),
+        ("f'{x}' == x", "f-string"),
+        ("isnan(x=x)", "keyword"),
+        ("isnan(*x)", "starred"),
+        ("x if x > 0 else 0", "conditional"),
+        ("(x := 1) > 0", "assignment"),
+        ("x is None", "`is`"),
+        ("x in (1, 2)", "`in`"),
+        ("sum(x) > 1", "'sum'"),
+        ("mean(x) > 1", "'mean'"),
+        ("x @ x", "@"),
+        ("None == x", "non-numeric"),
+        ("__builtins__", "__builtins__"),
+        ("isnan.__call__(x)", "attribute"),
+        ("2 ** 2 ** 2 ** 30 > x", "bits"),
+        ("1 << 10 ** 6 > x", "bits"),
+        ("-" * 500 + "x > 0", "nesting"),
+        ("x" + " + x" * 1000, "characters"),
+        ("(" * 5000 + "x" + ")" * 5000, "characters"),
+        ("x > 1; import os", "syntax"),
+        ("import os", "syntax"),
+        ("x > ", "syntax"),
+    ],
+)
+def test_attacks_and_unsupported_syntax_are_refused(text, what):
+    with pytest.raises(ValueError, match="not allowed|not valid syntax|characters") as e:
+        parse(text)
+    assert what in str(e.value)
+
+
+def test_nesting_limit_is_checked_before_evaluating():
+    deep = "abs(" * 100 + "x" + ")" * 100
+    with pytest.raises(ValueError, match="nesting"):
+        parse(deep)
+    ok = "abs(" * 20 + "x" + ")" * 20 + " > 1"
+    assert parse(ok).path == "fused"
+
+
+def test_not_a_string():
+    with pytest.raises(TypeError):
+        parse(3)  # type: ignore[arg-type]
+
+
+def test_constant_expression_and_constant_errors():
+    assert parse("True").params == (True,)
+    with pytest.raises(ValueError, match="ZeroDivisionError"):
+        parse("x > 1 / 0")
+
+
+def test_threshold_change_same_structure():
+    a, b = parse("(x > 0.1) & (x < 0.2)"), parse("(x > 5.5) & (x < 7.25)")
+    assert a.expr == b.expr and a.params != b.params

@@ -1,0 +1,217 @@
+"""Tracing callables into expression trees: operators, ufuncs, parameters, refusals, fallbacks."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dask_compact.predicate import as_predicate
+from dask_compact.predicate.expr import Call, Param, Var, evaluate, structure_key
+from dask_compact.predicate.trace import NotElementwise, trace
+
+X = Var()
+RNG = np.random.default_rng(11)
+DATA = {
+    "float64": np.concatenate([RNG.normal(size=200), [np.nan, np.inf, -np.inf, -0.0, 0.0]]),
+    "float32": RNG.normal(size=205).astype(np.float32),
+    "int16": RNG.integers(-300, 300, 205).astype(np.int16),
+    "uint8": RNG.integers(0, 256, 205).astype(np.uint8),
+    "complex128": RNG.normal(size=205) + 1j * RNG.normal(size=205),
+}
+
+
+def test_operators_map_to_numpy_ufuncs():
+    p = trace(lambda v: (v > 0.2) & (v < 0.3))
+    assert p.path == "fused"
+    assert p.expr == Call(
+        "bitwise_and",
+        (Call("greater", (X, Param(0, "float"))), Call("less", (X, Param(1, "float")))),
+    )
+    assert p.params == (0.2, 0.3)
+
+
+@pytest.mark.parametrize(
+    "f, fn",
+    [
+        (lambda v: v + 1 > 0, "add"), (lambda v: 1 - v > 0, "subtract"),
+        (lambda v: v * 2 > 0, "multiply"), (lambda v: 1 / v > 0, "true_divide"),
+        (lambda v: v // 2 > 0, "floor_divide"), (lambda v: v % 2 > 0, "remainder"),
+        (lambda v: 2 ** v > 0, "power"), (lambda v: v ** 3 > 0, "power"),
+        (lambda v: v ** 2 > 0, "square"), (lambda v: -v > 0, "negative"),
+        (lambda v: +v > 0, "positive"), (lambda v: abs(v) > 0, "absolute"),
+        (lambda v: (v << 1) > 0, "left_shift"), (lambda v: (v >> 1) > 0, "right_shift"),
+        (lambda v: (v | 1) > 0, "bitwise_or"), (lambda v: (v ^ 1) > 0, "bitwise_xor"),
+        (lambda v: ~v > 0, "invert"), (lambda v: np.sqrt(v) > 0, "sqrt"),
+        (lambda v: np.minimum(v, 1) > 0, "minimum"), (lambda v: np.divide(v, 3) > 0, "true_divide"),
+        (lambda v: np.mod(v, 3) > 0, "remainder"), (lambda v: np.abs(v) > 0, "absolute"),
+        (lambda v: np.real(v) > 0, "real"), (lambda v: v.imag > 0, "imag"),
+    ],
+)  # fmt: skip
+def test_each_operation_traces(f, fn):
+    p = trace(f)
+    assert p.path == "fused", p.reason
+    assert p.expr.fn == "greater"
+    assert p.expr.args[0].fn == fn
+
+
+def test_reflected_comparison_and_numpy_scalar_constants():
+    p = trace(lambda v: 0.2 < v)
+    assert p.expr == Call("greater", (X, Param(0, "float")))
+    q = trace(lambda v: np.float32(0.2) < v)  # NumPy scalars dispatch through __array_ufunc__
+    assert q.expr == Call("less", (Param(0, "float32"), X))
+    assert q.params == (np.float32(0.2),)
+    r = trace(lambda v: v == True)
+    assert r.expr == Call("equal", (X, Param(0, "bool")))
+
+
+def test_new_threshold_same_structure():
+    a, b = trace(lambda v: (v > 0.1) & (v < 0.9)), trace(lambda v: (v > 0.4) & (v < 0.5))
+    assert structure_key(a.expr) == structure_key(b.expr)
+    assert a.params != b.params
+    c = trace(lambda v: v > 1)  # int literal: another kind, another structure
+    assert structure_key(c.expr) != structure_key(trace(lambda v: v > 1.0).expr)
+
+
+def test_where_real_imag_and_ufuncs():
+    f = lambda v: np.where(np.isnan(v), 0.0, np.abs(v)) > np.float64(1.5)
+    p = trace(f)
+    assert p.path == "fused"
+    assert p.expr.args[0].fn == "where"
+    a = DATA["float64"]
+    assert np.array_equal(evaluate(p.expr, a, p.params), f(a))
+
+
+@pytest.mark.parametrize("dtype", sorted(DATA))
+@pytest.mark.parametrize(
+    "f",
+    [
+        lambda v: (v.real > 0.2) & (v.real < 1),
+        lambda v: np.isfinite(v) | (v == 0),
+        lambda v: np.logical_not(v.real >= 3) ^ (v.real < -1),
+        lambda v: np.maximum(v.real, 0.5) > 0.7,
+        lambda v: np.where(v.real > 0, v.real, -v.real) * 3 - 1 <= 2,
+        lambda v: np.sign(v.real) == np.float32(-1),
+    ],
+)
+def test_evaluate_equals_callable(dtype, f):
+    a = DATA[dtype]
+    p = trace(f)
+    assert p.path == "fused", p.reason
+    with np.errstate(all="ignore"):
+        assert np.array_equal(evaluate(p.expr, a, p.params), f(a))
+        assert np.array_equal(p.mask(a), f(a))
+
+
+@pytest.mark.parametrize(
+    "f",
+    [
+        lambda v: v > v.mean(), lambda v: v > np.median(v), lambda v: v < v.max(),
+        lambda v: v > np.percentile(v, 90), lambda v: v > np.add.reduce(v),
+        lambda v: v > v.std() * 2, lambda v: v.sum() > 0, lambda v: v > np.nanmean(v),
+    ],
+)  # fmt: skip
+def test_reductions_are_refused(f):
+    with pytest.raises(ValueError, match="reduc.*each chunk separately.*compute"):
+        trace(f)
+    with pytest.raises(ValueError):
+        as_predicate(f)
+
+
+@pytest.mark.parametrize(
+    "f",
+    [
+        lambda v: v[1:] > 0, lambda v: v[...] > 0, lambda v: v.reshape(-1) > 0, lambda v: v.T > 0,
+        lambda v: np.sort(v) > 0, lambda v: np.diff(v) > 0, lambda v: np.roll(v, 1) > 0,
+        lambda v: np.cumsum(v) > 0, lambda v: np.convolve(v, [1, 1]) > 0, lambda v: len(v) > 3,
+        lambda v: [e > 0 for e in v], lambda v: np.add.accumulate(v) > 0, lambda v: v @ v > 0,
+    ],
+)  # fmt: skip
+def test_non_elementwise_is_refused(f):
+    with pytest.raises(ValueError, match="not elementwise"):
+        trace(f)
+
+
+def test_refusal_survives_user_except():
+    def f(v):
+        try:
+            m = v.mean()
+        except Exception:  # noqa: BLE001 - user code that swallows errors
+            m = 0
+        return v > m
+
+    with pytest.raises(NotElementwise):
+        trace(f)
+
+
+@pytest.mark.parametrize(
+    "f, reason",
+    [
+        (lambda v: v > 1 and v < 3, "truth value"),
+        (lambda v: (v > 0) if v else (v < 0), "truth value"),
+        (lambda v: 0.2 < v < 0.3, "truth value"),
+        (lambda v: np.isin(v, [1.0, 2.0]), "np.isin"),
+        (lambda v: np.arctan2(v, 1.0) > 0, "np.arctan2"),
+        (lambda v: np.add(v, 1, where=True) > 0, "where="),
+        (lambda v: v.astype(int) > 0, "astype"),
+        (lambda v: v**0.5 > 1, "np.sqrt"),
+        (lambda v: v > None, "None"),
+        (lambda v: v > np.ones(3), "array of shape"),
+        (lambda v: float(v) > 1, "Python float"),
+        (lambda v: 1 / 0 > v, "ZeroDivisionError"),
+    ],
+)
+def test_untraceable_falls_back_to_mask_path(f, reason):
+    p = trace(f)
+    assert p.path == "mask"
+    assert p.expr is None and p.func is f
+    assert reason in p.reason
+    assert reason in repr(p)
+
+
+def test_mask_path_is_correct():
+    a = DATA["float64"]
+    f = lambda v: np.isin(np.round(v), [0.0, 1.0])
+    p = trace(f)
+    assert p.path == "mask"
+    assert np.array_equal(p.mask(a), f(a))
+
+
+def test_swallowed_untraceable_still_mask_path():
+    def f(v):
+        try:
+            if v > 0:
+                return v > 1
+        except Exception:  # noqa: BLE001, S110 - user code that swallows errors
+            pass
+        return v > 2
+
+    assert trace(f).path == "mask"
+
+
+def test_constant_results_select_all_or_nothing():
+    for value in (True, False, np.True_):
+        p = trace(lambda v, value=value: value)
+        assert p.path == "fused"
+        a = DATA["float32"]
+        assert np.array_equal(p.mask(a), np.full(a.shape, bool(value)))
+    assert trace(lambda v: "yes").path == "mask"
+
+
+def test_ufunc_as_predicate_and_source():
+    p = trace(np.isnan)
+    assert p.expr == Call("isnan", (X,))
+    assert p.source == "isnan"
+    q = trace(lambda v: v > 0.5)
+    assert q.source == "lambda v: v > 0.5"
+
+    def named(v):
+        return v > 1
+
+    assert trace(named).source.endswith("named")
+
+
+def test_dask_array_inside_predicate_is_refused():
+    da = pytest.importorskip("dask.array")
+    m = da.ones(10, chunks=5).mean()
+    with pytest.raises(ValueError, match="compute"):
+        trace(lambda v: v > m)
