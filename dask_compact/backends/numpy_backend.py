@@ -1,0 +1,121 @@
+"""Compact NumPy chunks on the CPU: the fused numba loop, or NumPy with a boolean mask.
+
+See :mod:`dask_compact.dispatch` for the contract. The fused path (one pass, no mask array)
+runs when the predicate was traced or parsed, its dtypes are ones the loop computes exactly,
+and its constants fit their dtypes; otherwise the predicate is evaluated with NumPy into a mask
+(the mask path), which gives NumPy's own results and errors. The path taken and why is logged
+at DEBUG on the ``dask_compact`` logger.
+
+``stable`` and ``algorithm`` choose between GPU kernels; the CPU loop is always stable and has
+one algorithm, so they are accepted and ignored here.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+
+from ..codegen.numba_loop import OUTPUTS, UnsupportedPredicate, fused_loop
+from ..predicate.core import Predicate
+from ..predicate.expr import ParamOverflow
+
+__all__ = ["compact", "compact_masked"]
+
+logger = logging.getLogger("dask_compact")
+
+# Keep a view of the full-length output buffer only when it is at least this full; below it,
+# copy the kept part so a tiny result does not pin a chunk-sized allocation.
+_KEEP_VIEW_FRACTION = 0.5
+
+
+def _check_output(output: str) -> None:
+    if output not in OUTPUTS:
+        raise ValueError(f"output must be one of {', '.join(OUTPUTS)}; got {output!r}")
+
+
+def _trim(buf: np.ndarray, k: int) -> np.ndarray:
+    if k == buf.shape[0]:
+        return buf
+    if k >= _KEEP_VIEW_FRACTION * buf.shape[0]:
+        return buf[:k]
+    return buf[:k].copy()
+
+
+def _flat(a: np.ndarray) -> np.ndarray:
+    # C order, contiguous (a view when possible); the loop is compiled for C-contiguous 1-D.
+    return np.ascontiguousarray(np.ravel(a, order="C"))
+
+
+def _result(values: np.ndarray | None, indices: np.ndarray | None, output: str) -> Any:
+    if output == "values":
+        return values
+    if output == "indices":
+        return indices
+    return values, indices
+
+
+def _run_fused(a: np.ndarray, pred: Predicate, output: str, index_base: int) -> Any:
+    """The fused loop's result, or raise UnsupportedPredicate/ParamOverflow/TypeError."""
+    tp = pred.typed(a.dtype)  # TypeError where NumPy's typing refuses or gives non-bools
+    loop = fused_loop(tp, output)
+    params = tp.bind(pred.params)
+    flat = _flat(a)
+    n = flat.shape[0]
+    out = np.empty(n, dtype=a.dtype) if output != "indices" else None
+    idx = np.empty(n, dtype=np.int64) if output != "values" else None
+    k = loop(flat, out, idx, int(index_base), params)
+    return _result(
+        None if out is None else _trim(out, k), None if idx is None else _trim(idx, k), output
+    )
+
+
+def compact(
+    a: np.ndarray,
+    pred: Predicate,
+    output: str = "values",
+    stable: bool = True,
+    algorithm: str | None = None,
+    index_base: int = 0,
+) -> Any:
+    """Select the elements of ``a`` (flattened in C order) where ``pred`` holds.
+
+    Returns the values (``a.dtype``), the int64 indices ``index_base + flat index``, or both as
+    a tuple, each 1-D of exact length.
+    """
+    _check_output(output)
+    a = np.asarray(a)
+    if pred.path == "fused":
+        try:
+            result = _run_fused(a, pred, output, index_base)
+        except (UnsupportedPredicate, ParamOverflow, TypeError) as e:
+            reason = str(e)
+        else:
+            logger.debug("compact %s %s chunk %s: fused loop", a.dtype, a.shape, pred)
+            return result
+    else:
+        reason = pred.reason or "not traced"
+    logger.debug("compact %s %s chunk %s: mask path (%s)", a.dtype, a.shape, pred, reason)
+    return compact_masked(a, pred.mask(a), output, index_base)
+
+
+def compact_masked(
+    a: np.ndarray, mask: np.ndarray, output: str = "values", index_base: int = 0
+) -> Any:
+    """Select the elements of ``a`` where the boolean array ``mask`` (``a``'s shape) is true."""
+    _check_output(output)
+    a = np.asarray(a)
+    mask = np.asarray(mask)
+    if mask.dtype != np.dtype(bool):
+        raise TypeError(f"mask must be a boolean array, got dtype {mask.dtype}")
+    if mask.shape != a.shape:
+        raise ValueError(f"mask shape {mask.shape} does not match the chunk's shape {a.shape}")
+    m = np.ravel(mask, order="C")
+    values = np.ravel(a, order="C")[m] if output != "indices" else None
+    indices = None
+    if output != "values":
+        indices = np.flatnonzero(m).astype(np.int64, copy=False)
+        if index_base:
+            indices += np.int64(index_base)
+    return _result(values, indices, output)

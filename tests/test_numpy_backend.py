@@ -1,0 +1,251 @@
+"""The NumPy chunk backend: fused loop and mask path against NumPy's own boolean indexing."""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+
+os.environ.setdefault("DASK_COMPACT_CACHE_DIR", tempfile.mkdtemp(prefix="dask_compact_test_"))
+
+import numpy as np
+import pytest
+
+from dask_compact import dispatch
+from dask_compact.backends.numpy_backend import compact, compact_masked
+from dask_compact.codegen import numba_loop
+from dask_compact.codegen.numba_loop import cache_info, fused_loop
+from dask_compact.predicate import as_predicate
+
+DTYPES = [
+    "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+    "float16", "float32", "float64", "complex64", "complex128",
+]  # fmt: skip
+SIZES = [0, 1, 31, 33, 63, 64, 65, 1023, 1025, 4099]  # 4099 is prime
+PS = [0, 0.05, 0.5, 0.95, 1]
+
+
+def random_array(dtype: str, shape, seed: int = 0) -> np.ndarray:
+    """Random data of every dtype (never all zeros), with NaN/inf/-0.0 among floats."""
+    rng = np.random.default_rng(seed)
+    dt = np.dtype(dtype)
+    n = int(np.prod(shape))
+    if dt.kind == "b":
+        a = rng.random(n) < 0.5
+    elif dt.kind in "iu":
+        info = np.iinfo(dt)
+        a = rng.integers(info.min, info.max, n, dtype=dt, endpoint=True)
+    elif dt.kind == "f":
+        a = rng.random(n).astype(dt)
+        if n > 10:
+            a[rng.integers(0, n, 3)] = [np.nan, -0.0, np.inf]
+    else:
+        a = (rng.random(n) + 1j * rng.random(n)).astype(dt)
+    return a.reshape(shape)
+
+
+def selector(a: np.ndarray, p: float):
+    """A traceable predicate true for about a fraction p of ``a`` (exactly none at p=0, all
+    finite/real-part values at p=1)."""
+    if a.dtype.kind == "b":
+        return (lambda v: v) if p >= 0.5 else (lambda v: ~v)
+    key = a.real if a.dtype.kind == "c" else a
+    finite = key[np.isfinite(key)] if key.dtype.kind == "f" else key
+    if finite.size == 0 or p == 0:
+        return lambda v: v.real < v.real  # all false, NaN included
+    t = key.dtype.type(np.quantile(finite.astype(np.float64), p, method="lower"))
+    if a.dtype.kind == "c":
+        return lambda v: (v.real <= t) | (v == 0)
+    return lambda v: v <= t
+
+
+def reference(a: np.ndarray, mask: np.ndarray, output: str, base: int = 0):
+    values = a.ravel()[mask.ravel()]
+    indices = np.flatnonzero(mask).astype(np.int64) + base
+    return {"values": values, "indices": indices, "both": (values, indices)}[output]
+
+
+def assert_same(got, want):
+    if isinstance(want, tuple):
+        assert isinstance(got, tuple) and len(got) == 2
+        for g, w in zip(got, want):
+            assert_same(g, w)
+        return
+    assert got.ndim == 1 and got.dtype == want.dtype and got.shape == want.shape
+    assert np.ascontiguousarray(got).tobytes() == np.ascontiguousarray(want).tobytes()
+
+
+@pytest.mark.parametrize("size", SIZES)
+@pytest.mark.parametrize("output", ["values", "indices", "both"])
+def test_float32_sizes_and_fractions(size, output):
+    a = random_array("float32", (size,), seed=size)
+    for p in PS:
+        f = selector(a, p)
+        pred = as_predicate(f)
+        assert_same(compact(a, pred, output, True, None, 10), reference(a, f(a), output, 10))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("size", [0, 1, 33, 1025])
+def test_every_dtype(dtype, size, caplog):
+    caplog.set_level(logging.DEBUG, logger="dask_compact")
+    a = random_array(dtype, (size,), seed=size + 1)
+    for p in PS:
+        f = selector(a, p)
+        pred = as_predicate(f)
+        for output in ("values", "indices", "both"):
+            assert_same(compact(a, pred, output, True, None, 3), reference(a, f(a), output, 3))
+    # every dtype but float16 (no numba CPU half type) runs the fused loop
+    assert ("mask path" in caplog.text) == (dtype == "float16")
+    assert ("fused loop" in caplog.text) == (dtype != "float16")
+
+
+@pytest.mark.parametrize("dtype", ["float64", "int32", "complex64", "bool"])
+def test_nd_and_non_contiguous_input(dtype):
+    base = random_array(dtype, (6, 50, 7), seed=4)
+    f = {
+        "bool": lambda v: v,
+        "complex64": lambda v: v.real > 0.3,
+        "float64": lambda v: v > 0.3,
+        "int32": lambda v: (v % 3) == 1,
+    }[dtype]
+    pred = as_predicate(f)
+    views = [
+        base,
+        base[:, ::3, :],
+        base.transpose(2, 0, 1),
+        np.asfortranarray(base),
+        base[::-1, 1, ::2],
+    ]
+    for v in views:
+        for output in ("values", "indices", "both"):
+            assert_same(compact(v, pred, output, True, None, 0), reference(v, f(v), output))
+
+
+def test_zero_d_and_empty_nd():
+    pred = as_predicate(lambda v: v > 0.5)
+    assert_same(
+        compact(np.array(0.7), pred, "both", True, None, 5), (np.array([0.7]), np.array([5]))
+    )
+    assert_same(compact(np.array(0.2), pred, "values", True, None, 0), np.array([], float))
+    e = np.empty((3, 0, 2), np.float32)
+    assert_same(compact(e, pred, "both", True, None, 0), (e.ravel(), np.array([], np.int64)))
+
+
+def test_readonly_input():
+    a = random_array("float64", (500,))
+    a.setflags(write=False)
+    pred = as_predicate(lambda v: v < 0.25)
+    assert_same(compact(a, pred, "values", True, None, 0), a[a < 0.25])
+
+
+def test_fused_path_runs_and_is_logged(caplog):
+    a = random_array("float32", (100,))
+    with caplog.at_level(logging.DEBUG, logger="dask_compact"):
+        compact(a, as_predicate(lambda v: v > 0.5), "values", True, None, 0)
+    assert "fused loop" in caplog.text
+
+
+@pytest.mark.parametrize(
+    "dtype, f, why",
+    [
+        ("float16", lambda v: v > 0.5, "float16"),
+        ("float32", lambda v: np.exp(v) > 1.5, "bit-reproducible"),
+        ("complex128", lambda v: v * v == 0, "complex"),
+        ("int8", lambda v: v + 1000 > 0, "does not fit"),
+    ],
+)
+def test_unsupported_in_loop_takes_mask_path(dtype, f, why, caplog):
+    a = random_array(dtype, (300,))
+    pred = as_predicate(f)
+    assert pred.path == "fused"
+    with caplog.at_level(logging.DEBUG, logger="dask_compact"):
+        try:
+            want = reference(a, f(a), "both")
+        except OverflowError:  # NumPy refuses int8 + 1000; so must we
+            with pytest.raises(OverflowError):
+                compact(a, pred, "both", True, None, 0)
+        else:
+            assert_same(compact(a, pred, "both", True, None, 0), want)
+    assert "mask path" in caplog.text and why in caplog.text
+
+
+def test_untraceable_predicate_mask_path_still_correct(caplog):
+    a = random_array("float64", (1000,))
+    f = lambda v: np.isin(np.round(v * 10), [1.0, 3.0, 7.0])
+    pred = as_predicate(f)
+    assert pred.path == "mask"
+    with caplog.at_level(logging.DEBUG, logger="dask_compact"):
+        assert_same(compact(a, pred, "both", True, None, 2), reference(a, f(a), "both", 2))
+    assert "np.isin" in caplog.text
+
+
+def test_uint8_compared_with_negative_python_int_follows_numpy():
+    a = random_array("uint8", (100,))
+    pred = as_predicate(lambda v: v > -1)  # -1 does not fit uint8: NumPy still answers
+    assert_same(compact(a, pred, "indices", True, None, 0), np.arange(100))
+
+
+def test_threshold_change_reuses_compiled_loop():
+    a = random_array("float64", (2000,), seed=9)
+    compact(a, as_predicate(lambda v: (v > 0.1) & (v < 0.3)), "values", True, None, 0)
+    before = cache_info()
+    for lo, hi in [(0.2, 0.4), (0.0, 1.0), (0.5, 0.51)]:
+        got = compact(
+            a, as_predicate(lambda v, lo=lo, hi=hi: (v > lo) & (v < hi)), "values", True, None, 0
+        )
+        assert_same(got, a[(a > lo) & (a < hi)])
+        got = compact(a, as_predicate(f"(x > {lo}) & (x < {hi})"), "values", True, None, 0)
+        assert_same(got, a[(a > lo) & (a < hi)])
+    after = cache_info()
+    assert after["builds"] == before["builds"]
+    assert after["specializations"] == before["specializations"]
+    assert after["hits"] >= before["hits"] + 6
+
+
+def test_disk_cache_file_and_unwritable_dir(tmp_path, monkeypatch):
+    pred = as_predicate(lambda v: v != 3)
+    tp = pred.typed(np.dtype("int16"))
+    loop = fused_loop(tp, "indices")
+    assert loop.path is not None and os.path.exists(loop.path)
+    assert loop.path.startswith(os.environ["DASK_COMPACT_CACHE_DIR"])
+    # a cache dir that cannot be created: compiled in memory, no disk cache, still correct
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    monkeypatch.setenv("DASK_COMPACT_CACHE_DIR", str(blocker / "sub"))
+    with numba_loop._lock:
+        numba_loop._loops.pop((tp.key, "values"), None)
+    loop2 = fused_loop(tp, "values")
+    assert loop2.path is None and "cache=False" in loop2.source
+    a = random_array("int16", (100,))
+    assert_same(compact(a, pred, "values", True, None, 0), a[a != 3])
+
+
+def test_small_result_does_not_pin_the_buffer():
+    a = random_array("float64", (100_000,))
+    small = compact(a, as_predicate(lambda v: v < 0.001), "values", True, None, 0)
+    assert small.base is None or small.base.size == small.size
+    big = compact(a, as_predicate(lambda v: v < 0.9), "values", True, None, 0)
+    assert_same(big, a[a < 0.9])
+
+
+def test_compact_masked_and_dispatch():
+    a = random_array("int32", (7, 9), seed=3)
+    m = random_array("bool", (7, 9), seed=4)
+    for output in ("values", "indices", "both"):
+        assert_same(compact_masked(a, m, output, 100), reference(a, m, output, 100))
+        assert_same(dispatch.compact_masked(a, m, output, 100), reference(a, m, output, 100))
+    pred = as_predicate("x > 0")
+    assert_same(dispatch.compact_chunk(a, pred, "values", False, "hybrid", 0), a[a > 0])
+    with pytest.raises(ValueError):
+        compact_masked(a, m[:3], "values", 0)
+    with pytest.raises(TypeError):
+        compact_masked(a, m.astype(int), "values", 0)
+    with pytest.raises(ValueError):
+        compact(a, pred, "mask", True, None, 0)
+
+
+def test_non_boolean_predicate_is_an_error():
+    a = random_array("float32", (10,))
+    with pytest.raises(TypeError, match="boolean"):
+        compact(a, as_predicate(lambda v: v + 1), "values", True, None, 0)

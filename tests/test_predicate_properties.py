@@ -1,0 +1,246 @@
+"""Property tests: random predicates, dtypes and arrays; the fused loop == expr.evaluate ==
+the original callable on NumPy arrays, bit for bit (NaN, inf, -0.0 and edge integers included).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import warnings
+
+os.environ.setdefault("DASK_COMPACT_CACHE_DIR", tempfile.mkdtemp(prefix="dask_compact_test_"))
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from dask_compact.backends.numpy_backend import compact
+from dask_compact.codegen.numba_loop import UnsupportedPredicate, fused_loop
+from dask_compact.predicate.expr import ParamOverflow, evaluate
+from dask_compact.predicate.parse import parse
+from dask_compact.predicate.trace import trace
+
+DTYPES = [
+    "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+    "float32", "float64", "complex64", "complex128",
+]  # fmt: skip
+UNARY = [
+    "negative", "positive", "absolute", "square", "sqrt", "floor", "ceil", "trunc", "rint",
+    "sign", "invert", "isnan", "isfinite", "isinf", "signbit", "logical_not", "real", "imag",
+]  # fmt: skip
+BINARY = [
+    "add", "subtract", "multiply", "true_divide", "floor_divide", "remainder", "minimum",
+    "maximum", "fmin", "fmax", "bitwise_and", "bitwise_or", "bitwise_xor", "left_shift",
+    "right_shift", "power", "logical_and", "logical_or", "logical_xor",
+]  # fmt: skip
+COMPARE = ["less", "less_equal", "greater", "greater_equal", "equal", "not_equal"]
+SETTINGS = settings(max_examples=35, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+weak_constants = st.one_of(
+    st.integers(-5, 5),
+    st.sampled_from([0.0, -0.0, 0.5, -1.5, 2.0, float("nan"), float("inf"), -float("inf")]),
+)
+
+
+def strong_constant(dtype: str) -> st.SearchStrategy:
+    return hnp.from_dtype(np.dtype(dtype)).map(lambda v: np.dtype(dtype).type(v))
+
+
+def recipes(dtype: str) -> st.SearchStrategy:
+    """Random expression recipes: ("x",), ("c", value) or (fn, *children)."""
+    leaf = st.one_of(
+        st.just(("x",)),
+        st.just(("x",)),
+        weak_constants.map(lambda v: ("c", v)),
+        strong_constant(dtype).map(lambda v: ("c", v)),
+    )
+
+    def extend(children: st.SearchStrategy) -> st.SearchStrategy:
+        return st.one_of(
+            st.tuples(st.sampled_from(UNARY), children),
+            st.tuples(st.sampled_from(BINARY + COMPARE), children, children),
+            st.tuples(
+                st.just("where"),
+                st.tuples(st.sampled_from(COMPARE), children, children),
+                children,
+                children,
+            ),
+        )
+
+    inner = st.recursive(leaf, extend, max_leaves=5)
+    top = st.one_of(
+        st.tuples(st.sampled_from(COMPARE), inner, leaf),
+        st.tuples(st.sampled_from(["isnan", "isfinite", "signbit"]), inner),
+        st.tuples(st.sampled_from(["logical_and", "logical_or"]),
+                  st.tuples(st.sampled_from(COMPARE), inner, leaf), st.tuples(st.just("isinf"), inner)),
+    )  # fmt: skip
+    return top
+
+
+def build(recipe: tuple):
+    """A plain NumPy callable computing the recipe (what a user would write)."""
+
+    def f(v):
+        def ev(r):
+            if r[0] == "x":
+                return v
+            if r[0] == "c":
+                return r[1]
+            args = [ev(c) for c in r[1:]]
+            if r[0] in ("real", "imag", "where"):
+                return getattr(np, r[0])(*args)
+            return getattr(np, r[0])(*args)
+
+        return ev(recipe)
+
+    return f
+
+
+def _bits(a: np.ndarray) -> bytes:
+    return np.ascontiguousarray(a).tobytes()
+
+
+@st.composite
+def cases(draw):
+    dtype = draw(st.sampled_from(DTYPES))
+    recipe = draw(recipes(dtype))
+    elements = hnp.from_dtype(np.dtype(dtype))
+    a = draw(hnp.arrays(np.dtype(dtype), st.integers(0, 140), elements=elements))
+    return dtype, recipe, a
+
+
+@SETTINGS
+@given(cases())
+def test_loop_equals_evaluate_equals_callable(case):
+    _dtype, recipe, a = case
+    f = build(recipe)
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        try:
+            expected = f(a)
+        except (TypeError, ValueError, OverflowError, ZeroDivisionError):
+            assume(False)
+        assume(getattr(expected, "dtype", None) == np.dtype(bool) and expected.shape == a.shape)
+        pred = trace(f)
+        assert pred.path == "fused", pred.reason
+        via_tree = evaluate(pred.expr, a, pred.params)
+        assert np.array_equal(via_tree, expected)
+        try:
+            tp = pred.typed(a.dtype)
+            params = tp.bind(pred.params)
+            loop = fused_loop(tp, "both")
+        except (UnsupportedPredicate, ParamOverflow):
+            loop = None
+        if loop is not None:
+            out = np.empty(a.size, a.dtype)
+            idx = np.empty(a.size, np.int64)
+            k = loop(a, out, idx, 7, params)
+            assert np.array_equal(idx[:k], np.flatnonzero(expected) + 7)
+            assert _bits(out[:k]) == _bits(a[expected])
+        # the backend, whichever path it takes, gives NumPy's answer
+        values, indices = compact(a, pred, "both", True, None, 0)
+        assert _bits(values) == _bits(a[expected])
+        assert np.array_equal(indices, np.flatnonzero(expected))
+
+
+SIMPLE = st.sampled_from(
+    [
+        ("(x > {0}) & (x < {1})", lambda v, s, t: (v > s) & (v < t)),
+        ("{0} < x", lambda v, s, t: s < v),
+        ("(abs(x - {0}) <= {1}) | isnan(x)", lambda v, s, t: (np.abs(v - s) <= t) | np.isnan(v)),
+        ("~(x >= {0}) ^ (x == {1})", lambda v, s, t: ~(v >= s) ^ (v == t)),
+        ("where(x > {0}, x, -x) < {1}", lambda v, s, t: np.where(v > s, v, -v) < t),
+        ("(x * 2 + {0}) // 3 != {1}", lambda v, s, t: (v * 2 + s) // 3 != t),
+    ]
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    SIMPLE,
+    st.floats(-3, 3, allow_nan=False).map(lambda f: round(f, 2)),
+    st.floats(-3, 3, allow_nan=False).map(lambda f: round(f, 2)),
+)
+def test_parse_and_trace_build_the_same_tree(case, s, t):
+    text, fn = case
+    traced = trace(lambda v: fn(v, s, t))
+    parsed = parse(text.format(repr(s), repr(t)))
+    assert parsed.expr == traced.expr
+    assert parsed.params == traced.params
+
+
+@pytest.mark.parametrize("dtype", ["int8", "int16", "int32", "int64", "uint8", "uint64"])
+def test_integer_edges_division_shifts_power(dtype):
+    info = np.iinfo(dtype)
+    edge = [info.min, info.min + 1, -1, 0, 1, 2, 7, info.max - 1, info.max]
+    a = np.array([e for e in edge if info.min <= e <= info.max] * 3, dtype=dtype)
+    b = a[::-1].copy()
+    rng = np.random.default_rng(3)
+    a = np.concatenate([a, rng.integers(info.min, info.max, 200, dtype=dtype, endpoint=True)])
+    preds = [
+        lambda v: v // 3 > 1,
+        lambda v: v // -1 < 0 if np.dtype(dtype).kind == "i" else v // 7 < 3,
+        lambda v: np.floor_divide(7, v) > 0,
+        lambda v: np.remainder(5, v) == 0,
+        lambda v: (v << 3) > 5,
+        lambda v: np.left_shift(1, v) > 2,
+        lambda v: np.right_shift(-64 if np.dtype(dtype).kind == "i" else 64, v) == 0,
+        lambda v: v * v > 3,
+        lambda v: np.power(v, 3) < 0,
+        lambda v: -v > 1,
+        lambda v: np.abs(v) > 2,
+        lambda v: (v + 100) < v,
+    ]
+    del b
+    with np.errstate(all="ignore"):
+        for f in preds:
+            pred = trace(f)
+            assert pred.path == "fused", pred.reason
+            expected = f(a)
+            vals, idx = compact(a, pred, "both", True, None, 0)
+            assert np.array_equal(idx, np.flatnonzero(expected)), pred
+            assert np.array_equal(vals, a[expected])
+            tp = pred.typed(a.dtype)
+            fused_loop(tp, "both")  # compiled, not refused, for every one of these
+
+
+def test_mixed_int64_uint64_comparison_is_exact():
+    a = np.array([-1, 0, 2**62, -(2**63), 2**63 - 1], dtype=np.int64)
+    big = np.uint64(2**64 - 1)
+    for f in (lambda v: v < big, lambda v: v >= np.uint64(2**63), lambda v: v != big):
+        pred = trace(f)
+        assert np.array_equal(compact(a, pred, "indices", True, None, 0), np.flatnonzero(f(a)))
+        fused_loop(pred.typed(a.dtype), "indices")
+
+
+def test_float_special_values_division_and_minmax():
+    specials = [0.0, -0.0, 1.0, -1.0, 0.5, -2.5, np.inf, -np.inf, np.nan, -np.nan, 1e-310, 3.0]
+    for dt in ("float32", "float64"):
+        a = np.array(specials, dt)
+        grid = np.repeat(a, len(a)), np.tile(a, len(a))
+        x = grid[0]
+        ys = grid[1]
+        for y in specials:
+            ycast = np.dtype(dt).type(y)
+            preds = [
+                lambda v, ycast=ycast: np.signbit(v // ycast),
+                lambda v, ycast=ycast: np.isnan(v // ycast),
+                lambda v, ycast=ycast: np.signbit(v % ycast),
+                lambda v, ycast=ycast: (v % ycast) > 0.5,
+                lambda v, ycast=ycast: np.signbit(np.maximum(v, ycast)),
+                lambda v, ycast=ycast: np.signbit(np.minimum(ycast, v)),
+                lambda v, ycast=ycast: np.signbit(np.fmax(v, ycast)),
+                lambda v, ycast=ycast: np.isnan(np.fmin(v, ycast)),
+                lambda v, ycast=ycast: np.signbit(np.sign(v)),
+                lambda v, ycast=ycast: np.signbit(v / ycast),
+                lambda v, ycast=ycast: np.signbit(np.sqrt(v)),
+                lambda v, ycast=ycast: np.signbit(np.rint(v * ycast)),
+            ]
+            with np.errstate(all="ignore"):
+                for f in preds:
+                    pred = trace(f)
+                    got = compact(x, pred, "indices", True, None, 0)
+                    assert np.array_equal(got, np.flatnonzero(f(x))), (dt, y, pred)
+        assert ys.size == x.size
