@@ -1,0 +1,253 @@
+"""The Dask-level public API: :func:`map_compact`, :func:`compact`, :func:`flatnonzero`."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Union
+
+import dask.array as da
+import numpy as np
+from dask.array.utils import meta_from_array
+from dask.base import tokenize
+
+from .graph import Plan, build
+from .predicate import Predicate, PredicateLike, as_predicate
+from .predicate.expr import Call, Param, Var
+from .validate import check_algorithm, check_dtype, check_output
+
+Result = Union[da.Array, tuple[da.Array, da.Array]]
+ChunksArg = Union[None, int, str]
+
+
+def map_compact(
+    x: da.Array,
+    pred: PredicateLike,
+    *,
+    output: str = "values",
+    lazy: bool = False,
+    stable: bool = True,
+    algorithm: str = "auto",
+    chunks: ChunksArg = None,
+) -> Result:
+    """Select the elements of a dask array where an elementwise predicate holds.
+
+    Each chunk is compacted on the worker (and GPU) that holds it; only the chunk counts come
+    back to the client, where their exclusive scan gives the global offsets. The result is a
+    1-D dask array with **known chunk sizes** (unless ``lazy=True``), persisted where it was
+    computed, ready to slice, rechunk or store; nothing is recomputed from ``x``'s graph.
+
+    Parameters
+    ----------
+    x : dask.array.Array
+        Input of any shape and chunking, with NumPy or CuPy chunks. N-D input is taken in
+        NumPy's C order (as ``x.ravel()``; dask rechunks first where the trailing axes are
+        split into several chunks).
+    pred : callable or str
+        Elementwise predicate. A callable (``lambda v: (v > 0.2) & (v < 0.3)``) is traced once
+        into an expression that is compiled into the CPU loop or the GPU kernel; its literal
+        constants are parameters, so a new threshold does not recompile. A callable that cannot
+        be traced (``np.isin``, Python ``if`` on the data) is evaluated per chunk as a mask.
+        A string is an expression in ``x`` (``"(x > 0.2) & (x < 0.3)"``), parsed against a
+        whitelist and never evaluated. Reductions (``v > v.mean()``) are refused: they would
+        reduce each chunk, not the array.
+    output : {"values", "indices", "both"}
+        ``"values"``: ``np.asarray(x)[pred(np.asarray(x))]``. ``"indices"``: int64 global flat
+        indices, ``np.flatnonzero(pred(np.asarray(x)))``. ``"both"``: ``(values, indices)``
+        with identical chunks.
+    lazy : bool
+        Compute nothing now: phase 2 (the scan of the counts) stays in the graph, and the
+        result's chunk sizes are unknown (nan) until computed.
+    stable : bool
+        Keep the original order. ``False`` lets the GPU reorder within a chunk (faster hybrid
+        kernel); the CPU keeps the order either way.
+    algorithm : {"auto", "single-pass", "three-pass", "hybrid"}
+        GPU kernel variant (ignored for NumPy chunks).
+    chunks : int or "auto", optional
+        Rebalance the result into uniform chunks of this size, using the global offsets.
+
+    Returns
+    -------
+    dask.array.Array, or a tuple ``(values, indices)`` for ``output="both"``.
+
+    Raises
+    ------
+    TypeError
+        ``x`` is not a dask array, its dtype is not supported, or the predicate does not give
+        booleans for it.
+    ValueError
+        Unknown ``output``/``algorithm``, a predicate that is not elementwise or contains a
+        reduction, a string predicate outside the whitelist, ``chunks`` with ``lazy=True``, or
+        N-D input of unknown chunk sizes.
+
+    Examples
+    --------
+    >>> import dask.array as da
+    >>> import dask_compact
+    >>> x = da.arange(10, chunks=4)
+    >>> y = x.map_compact(lambda v: (v % 3) == 0)
+    >>> y.chunks
+    ((2, 1, 1),)
+    >>> y.compute()
+    array([0, 3, 6, 9])
+    >>> x.map_compact("x > 6", output="indices").compute()
+    array([7, 8, 9])
+    >>> v, i = x.map_compact("x < 2", output="both")
+    >>> v.compute(), i.compute()
+    (array([0, 1]), array([0, 1]))
+    >>> x.map_compact("x >= 0", chunks=5).chunks
+    ((5, 5),)
+    >>> z = x.map_compact("x > 6", lazy=True)
+    >>> z.chunks
+    ((nan, nan, nan),)
+    >>> z.compute()
+    array([7, 8, 9])
+    """
+    x = _check_dask_array(x, "map_compact")
+    check_output(output)
+    check_algorithm(algorithm, stable)
+    check_dtype(x.dtype)
+    out_chunks = _check_chunks(chunks, lazy)
+    p = as_predicate(pred)
+    _check_predicate(p, x)
+    x1 = _ravel(x)
+    token = tokenize("map_compact", x1.name, p, output, stable, algorithm)
+    plan = Plan(x1, None, p, output, stable, algorithm, token)
+    return _result(build(plan, lazy, out_chunks), output)
+
+
+def compact(
+    x: da.Array,
+    mask: Any,
+    *,
+    output: str = "values",
+    lazy: bool = False,
+    chunks: ChunksArg = None,
+) -> Result:
+    """Select the elements of ``x`` where the boolean array ``mask`` is true.
+
+    ``mask`` is a boolean dask or NumPy array of ``x``'s shape (it is rechunked to ``x``'s
+    chunks where they differ). Same result and phases as :func:`map_compact`.
+
+    Examples
+    --------
+    >>> import dask.array as da, numpy as np
+    >>> from dask_compact import compact
+    >>> x = da.arange(6, chunks=4)
+    >>> compact(x, np.array([True, False, False, True, True, False])).compute()
+    array([0, 3, 4])
+    """
+    x = _check_dask_array(x, "compact")
+    check_output(output)
+    check_dtype(x.dtype)
+    out_chunks = _check_chunks(chunks, lazy)
+    if not isinstance(mask, da.Array):
+        mask = np.asarray(mask)
+        if mask.shape != x.shape:
+            raise ValueError(f"mask has shape {mask.shape}, x has shape {x.shape}")
+        mask = da.from_array(mask, chunks=x.chunks) if not _unknown(x) else None
+        if mask is None:
+            raise ValueError("a NumPy mask needs x with known chunk sizes; call x.compute_chunk_sizes()")
+    if mask.dtype != np.dtype(bool):
+        raise TypeError(f"mask must be boolean, not {mask.dtype}")
+    if not _unknown(x) and not _unknown(mask) and mask.shape != x.shape:
+        raise ValueError(f"mask has shape {mask.shape}, x has shape {x.shape}")
+    x1 = _ravel(x)
+    m1 = _ravel(mask)
+    if m1.numblocks != x1.numblocks or (not _unknown(x1) and m1.chunks != x1.chunks):
+        if _unknown(x1) or _unknown(m1):
+            raise ValueError(
+                "mask and x have unknown chunk sizes and different chunk structures; call "
+                "compute_chunk_sizes() on them first"
+            )
+        m1 = m1.rechunk(x1.chunks)
+    token = tokenize("compact", x1.name, m1.name, output)
+    plan = Plan(x1, m1, None, output, True, "auto", token)
+    return _result(build(plan, lazy, out_chunks), output)
+
+
+def flatnonzero(
+    a: da.Array, *, lazy: bool = False, chunks: ChunksArg = None
+) -> da.Array:
+    """Global flat indices of the non-zero elements of ``a``, with known chunk sizes.
+
+    Equals ``np.flatnonzero(np.asarray(a))``.
+
+    Examples
+    --------
+    >>> import dask.array as da
+    >>> from dask_compact import flatnonzero
+    >>> flatnonzero(da.from_array([0, 3, 0, 1, 2], chunks=2)).compute()
+    array([1, 3, 4])
+    """
+    a = _check_dask_array(a, "flatnonzero")
+    check_dtype(a.dtype)
+    if a.dtype == np.dtype(bool):
+        pred = Predicate(Var(), (), None, "x")
+    else:
+        zero = a.dtype.type(0)
+        pred = Predicate(Call("not_equal", (Var(), Param(0, a.dtype.name))), (zero,), None, "x != 0")
+    return map_compact(a, pred, output="indices", lazy=lazy, chunks=chunks)
+
+
+def _check_dask_array(x: Any, fn: str) -> da.Array:
+    if not isinstance(x, da.Array):
+        raise TypeError(
+            f"{fn} needs a dask array, not {type(x).__name__}; wrap it with "
+            "dask.array.from_array(...), or use dask_compact.compact_array for an in-memory array"
+        )
+    return x
+
+
+def _unknown(x: da.Array) -> bool:
+    return any(math.isnan(c) for cs in x.chunks for c in cs)
+
+
+def _check_chunks(chunks: ChunksArg, lazy: bool) -> ChunksArg:
+    if chunks is None:
+        return None
+    if lazy:
+        raise ValueError(
+            "chunks= rebalances with the global offsets, which lazy=True does not compute; "
+            "use lazy=False, or rechunk after compute_chunk_sizes()"
+        )
+    if chunks == "auto":
+        return chunks
+    if isinstance(chunks, (int, np.integer)) and not isinstance(chunks, bool) and chunks > 0:
+        return int(chunks)
+    raise ValueError(f'chunks must be a positive int or "auto", not {chunks!r}')
+
+
+def _check_predicate(p: Predicate, x: da.Array) -> None:
+    """Fail now, not inside every chunk task: type the fused tree, or try the mask callable
+    on an empty chunk of x's type."""
+    p.check(x.dtype)
+    if p.path == "mask":
+        empty = meta_from_array(x._meta, ndim=1, dtype=x.dtype)[:0]
+        try:
+            p.mask(empty)
+        except Exception as e:
+            e.add_note(f"dask_compact: the predicate {p.source} failed on an empty {x.dtype} chunk")
+            raise
+
+
+def _ravel(x: da.Array) -> da.Array:
+    """1-D view in C order whose chunks are contiguous runs of x's C order."""
+    if x.ndim == 1:
+        return x
+    if _unknown(x):
+        raise ValueError(
+            f"{x.ndim}-D input with unknown chunk sizes cannot be put in C order; call "
+            "x.compute_chunk_sizes() first (or pass a 1-D array)"
+        )
+    try:
+        return x.reshape(-1)
+    except NotImplementedError:
+        # Dask's reshape cannot always find contiguous chunks in one pass (e.g. empty arrays):
+        # make the trailing axes single chunks, then every chunk is a run of C order.
+        return x.rechunk({ax: -1 for ax in range(1, x.ndim)}).reshape(-1)
+
+
+def _result(arrays: dict[str, da.Array], output: str) -> Result:
+    if output == "both":
+        return arrays["values"], arrays["indices"]
+    return arrays[output]

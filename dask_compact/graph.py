@@ -1,0 +1,190 @@
+"""The three phases of compaction at cluster scale, as Dask graphs.
+
+Phase 1 (count): one task per input chunk compacts it where it lives (:mod:`dask_compact.chunk`)
+and yields ``(values, indices, n_in)``; a tiny count task per chunk reduces that to
+``(n_out, n_in)``. Phase 2 (scan): an exclusive scan of the counts gives every chunk's global
+output offset (the output's chunk boundaries) and, for input of unknown chunk sizes, every
+chunk's global input offset. Phase 3 (scatter): chunk boundaries of the result, global indices,
+and on request rebalancing into uniform output chunks.
+
+Eager mode (the default) persists the phase-1 outputs where they were computed and brings back
+only the counts, so the result has known chunk sizes and nothing is ever recomputed from the
+source graph. Lazy mode keeps phase 2 inside the graph (one small task over all counts).
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass
+from typing import Any
+
+import dask
+import dask.array as da
+import numpy as np
+from dask.base import tokenize
+from dask.highlevelgraph import HighLevelGraph
+
+from .chunk import compact_block, compact_block_masked
+
+@dataclass(frozen=True)
+class Plan:
+    """What one map_compact call builds; shared by the eager and the lazy mode."""
+
+    x: da.Array  # 1-D input (the raveled original)
+    mask: da.Array | None  # 1-D boolean mask aligned with x, or None
+    pred: Any  # Predicate, or None when mask is given
+    output: str
+    stable: bool
+    algorithm: str
+    token: str
+
+    @property
+    def path(self) -> str:
+        return "masked" if self.mask is not None else self.pred.path
+
+    @property
+    def known_input(self) -> bool:
+        return not any(np.isnan(c) for c in self.x.chunks[0])
+
+    @property
+    def nblocks(self) -> int:
+        return self.x.numblocks[0]
+
+    def name(self, what: str) -> str:
+        return f"compact-{what}-{self.token}"
+
+
+def _phase1_layer(plan: Plan) -> tuple[HighLevelGraph, str]:
+    """One task per input chunk: (values | None, indices | None, n_in)."""
+    name = plan.name(plan.path)
+    starts = None
+    if plan.known_input:
+        starts = np.concatenate([[0], np.cumsum(plan.x.chunks[0])[:-1]]).astype(np.int64)
+    layer = {}
+    for i in range(plan.nblocks):
+        # Known input: indices come out global from the chunk task (no later pass over them).
+        base = int(starts[i]) if starts is not None else 0
+        if plan.mask is not None:
+            layer[(name, i)] = (
+                compact_block_masked, (plan.x.name, i), (plan.mask.name, i), plan.output, base
+            )
+        else:
+            layer[(name, i)] = (
+                compact_block, (plan.x.name, i), plan.pred, plan.output, plan.stable,
+                plan.algorithm, base,
+            )
+    deps = [plan.x] if plan.mask is None else [plan.x, plan.mask]
+    return HighLevelGraph.from_collections(name, layer, dependencies=deps), name
+
+
+def _meta(x: da.Array, dtype: np.dtype) -> Any:
+    """An empty 1-D array of x's chunk type (NumPy, CuPy, ...) and ``dtype``."""
+    return np.empty_like(x._meta, shape=(0,), dtype=dtype)
+
+
+def _count(part: tuple) -> np.ndarray:
+    values, indices, n_in = part
+    out = values if values is not None else indices
+    return np.array([[len(out), n_in]], dtype=np.int64)
+
+
+def _exclusive_scan(counts: np.ndarray) -> np.ndarray:
+    """Phase 2: global offsets (rows: chunks; columns: output, input) of every chunk."""
+    return np.concatenate([np.zeros((1, 2), np.int64), np.cumsum(counts, axis=0)[:-1]])
+
+
+def _offsets_of(*counts: np.ndarray) -> np.ndarray:
+    return _exclusive_scan(np.concatenate(counts) if counts else np.zeros((0, 2), np.int64))
+
+
+def _add_offset(indices: Any, offsets: np.ndarray, i: int) -> Any:
+    return indices + offsets[i, 1]
+
+
+def _extend(graph: HighLevelGraph, name: str, layer: dict, on: set[str]) -> HighLevelGraph:
+    """``graph`` plus one layer ``name`` that depends on the layers ``on``."""
+    layers = dict(graph.layers)
+    layers[name] = layer
+    deps = dict(graph.dependencies)
+    deps[name] = set(on)
+    return HighLevelGraph(layers, deps)
+
+
+def _collections(plan: Plan, graph: HighLevelGraph, p1: str, lazy: bool) -> dict[str, da.Array]:
+    """The arrays of one plan: 'values'/'indices' outputs (nan chunks) and 'counts'."""
+    n = plan.nblocks
+    out: dict[str, da.Array] = {}
+
+    cname = plan.name("count")
+    cgraph = _extend(graph, cname, {(cname, i, 0): (_count, (p1, i)) for i in range(n)}, {p1})
+    counts = da.Array(cgraph, cname, chunks=((1,) * n, (2,)), dtype=np.int64)
+
+    wants = ("values", "indices") if plan.output == "both" else (plan.output,)
+    for slot, what in ((0, "values"), (1, "indices")):
+        if what not in wants:
+            continue
+        name = plan.name(f"{what}-{plan.path}")
+        g = _extend(graph, name, {(name, i): (operator.getitem, (p1, i), slot) for i in range(n)}, {p1})
+        dtype = plan.x.dtype if what == "values" else np.dtype(np.int64)
+        arr = da.Array(g, name, chunks=((np.nan,) * n,), meta=_meta(plan.x, dtype))
+        if what == "indices" and not plan.known_input and lazy:
+            arr = _lazy_global_indices(plan, arr, counts)
+        out[what] = arr
+    out["counts"] = counts
+    return out
+
+
+def _lazy_global_indices(plan: Plan, local: da.Array, counts: da.Array) -> da.Array:
+    """Lazy phases 2 and 3 for input of unknown chunk sizes: the offsets are one graph task
+    over all counts, and each chunk's indices are shifted by its chunk's input offset."""
+    n = plan.nblocks
+    graph = HighLevelGraph.merge(local.dask, counts.dask)
+    oname = plan.name("offsets")
+    graph = _extend(graph, oname, {oname: (_offsets_of, *[(counts.name, i, 0) for i in range(n)])}, {counts.name})
+    name = plan.name("indices-global")
+    layer = {(name, i): (_add_offset, (local.name, i), oname, i) for i in range(n)}
+    graph = _extend(graph, name, layer, {local.name, oname})
+    return da.Array(graph, name, chunks=local.chunks, meta=local._meta)
+
+
+def _with_chunks(arr: da.Array, chunks: tuple[int, ...]) -> da.Array:
+    """The same persisted blocks, with the chunk sizes that phase 2 found."""
+    return da.Array(arr.dask, arr.name, chunks=(chunks,), meta=arr._meta)
+
+
+def _shift(arr: da.Array, starts: np.ndarray, name: str) -> da.Array:
+    """Phase 3 for indices of input whose chunk starts were unknown until phase 2."""
+    layer = {(name, i): (operator.add, (arr.name, i), np.int64(s)) for i, s in enumerate(starts)}
+    graph = _extend(arr.dask, name, layer, {arr.name})
+    return da.Array(graph, name, chunks=arr.chunks, meta=arr._meta)
+
+
+def build(plan: Plan, lazy: bool, out_chunks: Any) -> dict[str, da.Array]:
+    """Run (eager) or describe (lazy) the three phases; return {'values'|'indices': Array}."""
+    graph, p1 = _phase1_layer(plan)
+    cols = _collections(plan, graph, p1, lazy)
+    counts = cols.pop("counts")
+    if lazy:
+        return cols
+
+    # Phase 1 for every chunk in ONE execution: outputs persisted where they were computed,
+    # counts persisted too (one small array per chunk), then only the counts are fetched.
+    names = list(cols)
+    persisted = dask.persist(*[cols[k] for k in names], counts)
+    arrays = dict(zip(names, persisted[:-1]))
+    count_rows = np.asarray(persisted[-1].compute(), dtype=np.int64).reshape(-1, 2)
+
+    # Phase 2 on the client: the exclusive scan gives every chunk's global offsets.
+    offsets = _exclusive_scan(count_rows)
+    sizes = tuple(int(c) for c in count_rows[:, 0])
+    result = {k: _with_chunks(a, sizes) for k, a in arrays.items()}
+
+    # Phase 3: output boundaries are `sizes`; indices get their chunk's input start if it was
+    # unknown before; on request the output is rebalanced into uniform chunks.
+    if "indices" in result and not plan.known_input:
+        shifted = _shift(result["indices"], offsets[:, 1], plan.name("indices-global"))
+        (result["indices"],) = dask.persist(shifted)
+    if out_chunks is not None:
+        rebalanced = dask.persist(*[result[k].rechunk(out_chunks) for k in names])
+        result = dict(zip(names, rebalanced))
+    return result

@@ -1,0 +1,80 @@
+"""Shared test set-up: a private numba cache, the `gpu` marker, random data helpers."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+import numpy as np
+import pytest
+
+# Compiled loops go to a fresh cache per test session (also for worker processes, which
+# inherit the environment), so a stale cache from another checkout can never hide a bug.
+os.environ.setdefault("DASK_COMPACT_CACHE_DIR", tempfile.mkdtemp(prefix="dask-compact-cache-"))
+
+DTYPES = [
+    "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+    "float16", "float32", "float64", "complex64", "complex128",
+]
+
+
+def _gpu_available() -> str | None:
+    """None if a CUDA device and CuPy are usable, else the reason to skip."""
+    try:
+        import cupy
+    except Exception as e:  # ImportError, or a CUDA library that fails to load
+        return f"cupy not importable ({type(e).__name__})"
+    try:
+        if cupy.cuda.runtime.getDeviceCount() < 1:
+            return "no CUDA device"
+    except Exception as e:
+        return f"no CUDA device ({e})"
+    return None
+
+
+def pytest_collection_modifyitems(config, items):
+    reason = _gpu_available()
+    if reason is None:
+        return
+    skip = pytest.mark.skip(reason=f"gpu test: {reason}")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+def random_array(rng: np.random.Generator, shape, dtype) -> np.ndarray:
+    """Random data of any supported dtype, never all zeros, with repeated values for ints."""
+    dtype = np.dtype(dtype)
+    if dtype == bool:
+        return rng.random(shape) < 0.5
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        lo, hi = max(info.min, -1000), min(info.max, 1000)
+        return rng.integers(lo, hi, size=shape, endpoint=True).astype(dtype)
+    if dtype.kind == "f":
+        return (rng.standard_normal(shape) * 10).astype(dtype)
+    real = rng.standard_normal(shape) * 10
+    imag = rng.standard_normal(shape) * 10
+    return (real + 1j * imag).astype(dtype)
+
+
+def threshold_predicate(a: np.ndarray, p: float):
+    """A predicate selecting about a fraction p of `a` (exactly none at p=0, all at p=1)."""
+    dtype = a.dtype
+    if dtype == bool:
+        if p == 0:
+            return lambda v: v & ~v
+        if p == 1:
+            return lambda v: v | ~v
+        return lambda v: v if p < 0.5 else ~v
+    key = a.real if dtype.kind == "c" else a
+    flat = np.sort(np.asarray(key, dtype=np.float64).ravel())
+    if p == 0 or p == 1 or flat.size == 0:
+        # Out of every dtype's range: ints take the NumPy fallback for out-of-bound literals.
+        t = (-np.inf if p == 0 else np.inf) if dtype.kind in "fc" else (-(2**70) if p == 0 else 2**70)
+    else:
+        t = flat[min(int(p * flat.size), flat.size - 1)]
+        t = int(t) if dtype.kind in "iu" else float(t)
+    if dtype.kind == "c":
+        return lambda v: v.real < t
+    return lambda v: v < t

@@ -1,0 +1,77 @@
+"""map_compact on a real distributed.LocalCluster of several worker processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import dask.array as da
+import numpy as np
+import pytest
+from distributed import Client, LocalCluster, futures_of
+
+import dask_compact  # noqa: F401  (registers Array.map_compact)
+
+
+@pytest.fixture(scope="module")
+def client():
+    with LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+        worker_dashboard_address=None,
+    ) as cluster, Client(cluster) as c:
+        yield c
+
+
+def test_values_indices_both_on_cluster(client):
+    a = np.random.default_rng(0).random(20_000).astype(np.float32)
+    x = da.from_array(a, chunks=1500)
+    v, i = x.map_compact(lambda q: (q > 0.2) & (q < 0.3), output="both")
+    m = (a > 0.2) & (a < 0.3)
+    assert v.shape == (int(m.sum()),) and v.chunks == i.chunks
+    np.testing.assert_array_equal(v.compute(), a[m])
+    np.testing.assert_array_equal(i.compute(), np.flatnonzero(m))
+    r = x.map_compact("x > 0.9", chunks=512)
+    assert set(r.chunks[0][:-1]) == {512}
+    np.testing.assert_array_equal(r.compute(), a[a > 0.9])
+    lz = x.map_compact("x > 0.9", lazy=True)
+    np.testing.assert_array_equal(lz.compute(), a[a > 0.9])
+
+
+def test_result_stays_on_workers_and_only_counts_come_back(client):
+    """The persisted result is futures held by the workers, spread over both of them."""
+    x = da.random.RandomState(1).random(40_000, chunks=2_000)
+    y = x.map_compact("x < 0.5")
+    futures = futures_of(y)
+    # The result's graph is nothing but futures: using it never reruns the source graph.
+    assert len(futures) == len(dict(y.dask)) == y.numblocks[0]
+    who = client.who_has(futures)
+    holders = {w for ws in who.values() for w in ws}
+    assert len(who) == len(futures) and all(who.values())
+    assert len(holders) == 2
+    assert abs(len(y) - 20_000) < 1_000
+
+
+def test_worker_killed_mid_compaction_loses_nothing(client):
+    a = np.random.default_rng(2).random(60_000)
+
+    def slow(b):
+        time.sleep(0.15)
+        return b
+
+    x = da.from_array(a, chunks=2_000).map_blocks(slow, dtype=a.dtype)  # 30 chunks, ~2.3 s
+    pids = client.run(os.getpid)
+    victim = sorted(pids)[0]
+    killer = threading.Timer(0.8, os.kill, args=(pids[victim], signal.SIGKILL))
+    killer.start()
+    try:
+        v, i = x.map_compact(lambda q: q > 0.5, output="both")
+    finally:
+        killer.join()
+    assert victim not in client.run(os.getpid) or client.run(os.getpid)[victim] != pids[victim]
+    m = a > 0.5
+    assert v.shape == (int(m.sum()),)
+    np.testing.assert_array_equal(v.compute(), a[m])
+    np.testing.assert_array_equal(i.compute(), np.flatnonzero(m))
+    client.wait_for_workers(2, timeout=60)

@@ -1,0 +1,109 @@
+"""Bad input gets a clear error at call time, before anything is computed."""
+
+from __future__ import annotations
+
+import warnings
+
+import dask.array as da
+import numpy as np
+import pytest
+
+import dask_compact
+
+
+@pytest.fixture
+def x():
+    return da.from_array(np.random.default_rng(0).random(100), chunks=30)
+
+
+def test_not_a_dask_array():
+    with pytest.raises(TypeError, match="dask array"):
+        dask_compact.map_compact(np.arange(5), "x > 1")
+
+
+def test_unsupported_dtypes():
+    for a in (np.array(["a", "b"]), np.array([object(), 1], dtype=object),
+              np.arange(3).astype("datetime64[s]"), np.ones(3, np.longdouble)):
+        with pytest.raises(TypeError, match="compacts arrays of"):
+            da.from_array(a, chunks=2).map_compact("x > 0")
+
+
+def test_bad_output_algorithm_stable(x):
+    with pytest.raises(ValueError, match="output must be"):
+        x.map_compact("x > 0", output="mask")
+    with pytest.raises(ValueError, match="algorithm must be"):
+        x.map_compact("x > 0", algorithm="fastest")
+    with pytest.raises(ValueError, match="stable=False"):
+        x.map_compact("x > 0", algorithm="hybrid")
+    assert len(x.map_compact("x > 0.5", algorithm="hybrid", stable=False).compute()) == int(
+        (x.compute() > 0.5).sum()
+    )
+
+
+def test_bad_chunks(x):
+    for bad in (0, -3, 2.5, "big", True):
+        with pytest.raises(ValueError, match="chunks must be"):
+            x.map_compact("x > 0", chunks=bad)
+    with pytest.raises(ValueError, match="lazy"):
+        x.map_compact("x > 0", chunks=10, lazy=True)
+
+
+def test_reduction_in_predicate(x):
+    for pred in (lambda v: v > v.mean(), lambda v: v > np.median(v), lambda v: v < np.max(v)):
+        with pytest.raises(ValueError, match="reduc"):
+            x.map_compact(pred)
+
+
+def test_non_boolean_predicate(x):
+    with pytest.raises(TypeError, match="boolean"):
+        x.map_compact(lambda v: v + 1)
+    with pytest.raises(TypeError, match="boolean"):
+        x.map_compact("x * 2")
+
+
+def test_predicate_not_defined_for_dtype(x):
+    with pytest.raises(TypeError):
+        x.map_compact(lambda v: (v & 1) == 1)  # bitwise_and on floats
+
+
+def test_string_predicates_refused(x):
+    for bad in ("__import__('os').system('true')", "x.__class__", "y > 1", "open('f')",
+                "x[0] > 1", "lambda: 1", "[x for x in x]", "x > 'a'"):
+        with pytest.raises(ValueError):
+            x.map_compact(bad)
+
+
+def test_pred_of_wrong_type(x):
+    with pytest.raises(TypeError, match="callable or a string"):
+        x.map_compact(42)
+
+
+def test_mask_errors(x):
+    with pytest.raises(ValueError, match="shape"):
+        dask_compact.compact(x, np.ones(99, bool))
+    with pytest.raises(TypeError, match="boolean"):
+        dask_compact.compact(x, da.ones(100, chunks=30))
+
+
+def test_compact_array_errors():
+    with pytest.raises(TypeError, match="NumPy or CuPy"):
+        dask_compact.compact_array([1, 2, 3], "x > 1")
+    with pytest.raises(ValueError, match="output must be"):
+        dask_compact.compact_array(np.arange(3), "x > 1", output="nope")
+
+
+def test_registration_does_not_clobber(monkeypatch):
+    from dask_compact import accessor
+
+    def other(self, *a, **k):
+        return "theirs"
+
+    monkeypatch.setattr(da.Array, "map_compact", other)
+    with pytest.warns(RuntimeWarning, match="already defined"):
+        accessor.register()
+    assert da.Array.map_compact is other
+    monkeypatch.undo()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        accessor.register()  # our own method again: quiet
+    assert getattr(da.Array.map_compact, "_dask_compact", False)

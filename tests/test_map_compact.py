@@ -1,0 +1,226 @@
+"""map_compact against NumPy: chunkings, sizes, selectivities, dtypes, N-D, outputs, modes."""
+
+from __future__ import annotations
+
+import math
+import threading
+
+import dask
+import dask.array as da
+import numpy as np
+import pytest
+
+import dask_compact
+from conftest import DTYPES, random_array, threshold_predicate
+
+SIZES = [0, 1, 31, 33, 1023, 1025, 7919]
+PS = [0, 0.05, 0.5, 0.95, 1]
+
+
+def expected(a: np.ndarray, pred, output: str):
+    m = np.asarray(pred(a))
+    v, i = a[m], np.flatnonzero(m)
+    return {"values": (v,), "indices": (i,), "both": (v, i)}[output]
+
+
+def check(x: da.Array, a: np.ndarray, pred, output="values", **kw):
+    got = x.map_compact(pred, output=output, **kw)
+    got = got if output == "both" else (got,)
+    for g, e in zip(got, expected(a, pred, output)):
+        assert g.ndim == 1
+        if not kw.get("lazy"):
+            assert not any(math.isnan(c) for c in g.chunks[0]), "eager result must have known chunks"
+            assert g.shape == e.shape
+        r = g.compute()
+        assert r.dtype == e.dtype
+        np.testing.assert_array_equal(r, e)
+    if output == "both":
+        assert got[0].chunks == got[1].chunks
+    return got
+
+
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("p", PS)
+def test_sizes_and_selectivity(n, p):
+    rng = np.random.default_rng(n * 7 + int(p * 100))
+    a = rng.random(n).astype(np.float32)
+    pred = threshold_predicate(a, p)
+    for chunks in (max(n // 3, 1), 16, n or 1):
+        check(da.from_array(a, chunks=chunks), a, pred)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("output", ["values", "indices", "both"])
+def test_dtypes_and_outputs(dtype, output):
+    rng = np.random.default_rng(abs(hash((dtype, output))) % 2**32)
+    a = random_array(rng, 1025, dtype)
+    for p in (0.05, 0.5):
+        check(da.from_array(a, chunks=(100,)), a, threshold_predicate(a, p), output)
+
+
+@pytest.mark.parametrize("p", [0, 1])
+@pytest.mark.parametrize("output", ["values", "indices", "both"])
+def test_empty_and_full_selection(p, output):
+    a = np.random.default_rng(1).random(333)
+    check(da.from_array(a, chunks=50), a, threshold_predicate(a, p), output)
+
+
+@pytest.mark.parametrize(
+    "chunks", [(1,) * 9, (2, 7), (9,), (3, 0, 6), (4, 1, 1, 3)], ids=lambda c: "-".join(map(str, c))
+)
+def test_uneven_and_tiny_chunks(chunks):
+    a = np.random.default_rng(2).random(9)
+    for output in ("values", "indices", "both"):
+        check(da.from_array(a, chunks=(chunks,)), a, lambda v: v > 0.4, output)
+
+
+@pytest.mark.parametrize(
+    "shape,chunks",
+    [((7, 11), (3, 4)), ((7, 11), (2, 11)), ((4, 5, 6), (2, 3, 4)), ((1, 1), (1, 1)), ((0, 5), (1, 2))],
+)
+@pytest.mark.parametrize("output", ["values", "indices", "both"])
+def test_nd_c_order(shape, chunks, output):
+    a = np.random.default_rng(3).standard_normal(shape)
+    check(da.from_array(a, chunks=chunks), a, lambda v: v > 0.1, output)
+
+
+def test_zero_d():
+    a = np.array(3.5)
+    check(da.from_array(a), a, lambda v: v > 1, "both")
+
+
+@pytest.mark.parametrize("output", ["values", "indices", "both"])
+def test_lazy_equals_eager(output):
+    a = np.random.default_rng(4).random(1000)
+    x = da.from_array(a, chunks=128)
+    got = check(x, a, lambda v: v < 0.3, output, lazy=True)
+    for g in got:
+        assert all(math.isnan(c) for c in g.chunks[0])
+
+
+def test_lazy_computes_nothing_at_call_time():
+    calls = []
+
+    def source(b):
+        calls.append(1)
+        return b
+
+    x = da.from_array(np.arange(100.0), chunks=10).map_blocks(source, meta=np.empty(0))
+    y = x.map_compact("x > 50", lazy=True)
+    assert calls == []
+    np.testing.assert_array_equal(y.compute(), np.arange(51.0, 100.0))
+
+
+@pytest.mark.parametrize("chunks", [1, 7, 100, 10_000, "auto"])
+@pytest.mark.parametrize("output", ["values", "both"])
+def test_rebalanced_output_chunks(chunks, output):
+    a = np.random.default_rng(5).random(2000)
+    got = check(da.from_array(a, chunks=(300, 1, 900, 799)), a, lambda v: v > 0.25, output, chunks=chunks)
+    sizes = got[0].chunks[0]
+    if chunks != "auto":
+        assert all(s == chunks for s in sizes[:-1]) and 0 < sizes[-1] <= chunks
+
+
+def test_unknown_chunk_input_works_for_all_outputs():
+    a = np.random.default_rng(6).random(3000)
+    x = da.from_array(a, chunks=250)
+    u = x[x > 0.2]  # nan chunk sizes
+    au = a[a > 0.2]
+    for output in ("values", "indices", "both"):
+        for lazy in (False, True):
+            check(u, au, lambda v: v < 0.6, output, lazy=lazy)
+
+
+def test_unknown_chunk_nd_input_raises_clear_error():
+    x = da.ones((4, 4), chunks=2)
+    u = x[x > 0].reshape((-1,))  # 1-D unknown is fine ...
+    u2 = da.stack([u, u])  # ... but 2-D unknown cannot be put in C order
+    with pytest.raises(ValueError, match="compute_chunk_sizes"):
+        u2.map_compact("x > 0")
+
+
+def test_no_chunk_computed_twice_and_no_recompute():
+    lock = threading.Lock()
+    runs: dict[int, int] = {}
+
+    def source(b, block_info=None):
+        with lock:
+            i = block_info[0]["chunk-location"][0]
+            runs[i] = runs.get(i, 0) + 1
+        return b
+
+    a = np.random.default_rng(7).random(10_000)
+    x = da.from_array(a, chunks=1000).map_blocks(source, dtype=a.dtype)
+    with dask.config.set(scheduler="threads"):
+        v, i = x.map_compact(lambda q: q > 0.5, output="both", chunks=700)
+        assert runs == {k: 1 for k in range(10)}
+        # Using the result in every way a user would does not run the source again.
+        np.testing.assert_array_equal(v.compute(), a[a > 0.5])
+        np.testing.assert_array_equal(i.compute(), np.flatnonzero(a > 0.5))
+        assert len(v) == (a > 0.5).sum()
+        float(v[10:2000].sum().compute())
+        v.rechunk(333).compute()
+        assert runs == {k: 1 for k in range(10)}
+
+
+def test_same_result_under_sync_threads_and_processes():
+    a = np.random.default_rng(8).random(5000)
+    x = da.from_array(a, chunks=600)
+    for scheduler in ("sync", "threads", "processes"):
+        with dask.config.set(scheduler=scheduler):
+            v, i = x.map_compact("(x > 0.2) & (x < 0.7)", output="both")
+            np.testing.assert_array_equal(v.compute(), a[(a > 0.2) & (a < 0.7)])
+            np.testing.assert_array_equal(i.compute(), np.flatnonzero((a > 0.2) & (a < 0.7)))
+
+
+def test_function_form_and_method_agree():
+    a = np.random.default_rng(9).random(100)
+    x = da.from_array(a, chunks=30)
+    f = dask_compact.map_compact(x, "x > 0.5")
+    m = x.map_compact("x > 0.5")
+    assert f.name == m.name
+    np.testing.assert_array_equal(f.compute(), m.compute())
+
+
+def test_meta_and_names():
+    x = da.from_array(np.arange(10, dtype=np.int16), chunks=4)
+    v, i = x.map_compact("x > 3", output="both")
+    assert isinstance(v._meta, np.ndarray) and v.dtype == np.int16
+    assert i.dtype == np.int64
+    assert v.name.startswith("compact-values-fused-")
+    assert any(k.startswith("compact-") for k in map(str, x.map_compact("x > 3", lazy=True).dask.layers))
+
+
+def test_untraceable_predicate_takes_mask_path_and_says_so():
+    a = np.arange(20)
+    x = da.from_array(a, chunks=6)
+    pred = lambda v: np.isin(v, [3, 5, 17])  # noqa: E731
+    assert dask_compact.trace(pred).path == "mask"
+    y = x.map_compact(pred)
+    assert "mask" in y.name
+    np.testing.assert_array_equal(y.compute(), [3, 5, 17])
+
+
+def test_new_threshold_gives_new_keys():
+    x = da.from_array(np.arange(100), chunks=10)
+    a, b = x.map_compact(lambda v: v > 10), x.map_compact(lambda v: v > 20)
+    assert a.name != b.name
+    assert len(a) == 89 and len(b) == 79
+
+
+def test_compact_with_mask():
+    a = np.random.default_rng(10).random((30, 7))
+    x = da.from_array(a, chunks=(8, 3))
+    m = a > 0.6
+    for mask in (m, da.from_array(m, chunks=(5, 7)), x > 0.6):
+        v, i = dask_compact.compact(x, mask, output="both")
+        np.testing.assert_array_equal(v.compute(), a[m])
+        np.testing.assert_array_equal(i.compute(), np.flatnonzero(m))
+
+
+def test_flatnonzero():
+    for a in (np.array([0, 3, 0, 0, -2, 7]), np.array([True, False, True]), np.zeros(5), np.arange(9.0) - 4):
+        x = da.from_array(a, chunks=2)
+        r = dask_compact.flatnonzero(x)
+        assert r.chunks != ((),)
+        np.testing.assert_array_equal(r.compute(), np.flatnonzero(a))
