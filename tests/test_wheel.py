@@ -1,0 +1,34 @@
+"""The kernels ship inside the wheel, as resources of the installed package."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow
+def test_wheel_contains_kernels(tmp_path):
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(ROOT)],
+        check=True,
+    )
+    (wheel,) = tmp_path.glob("dask_compact-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    sources = sorted(p.name for p in (ROOT / "kernels").iterdir() if p.suffix in (".cuh", ".cu"))
+    assert sources, "kernels/ holds no CUDA sources"
+    for s in sources:
+        assert f"dask_compact/kernels/{s}" in names, f"{s} missing from the wheel"
+    assert "dask_compact/api.py" in names
+
+
+def test_kernels_are_package_resources():
+    from importlib.resources import files
+
+    found = [p.name for p in files("dask_compact.kernels").iterdir() if p.name.endswith((".cuh", ".cu"))]
+    assert found
