@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass, field
 from typing import Any, Callable, Union
@@ -15,6 +16,7 @@ from .expr import (
     bind_params,
     evaluate,
     infer_types,
+    param_dtypes,
     result_dtype,
     structure_key,
     to_source,
@@ -33,10 +35,26 @@ class TypedPredicate:
     dtype: np.dtype
     types: dict[Node, Typed] = field(hash=False, compare=False)
     key: str  # structure key + dtype: one compiled loop/kernel per key (and output, algorithm)
+    param_dtypes: tuple[np.dtype, ...] = ()
 
     def bind(self, params: tuple) -> tuple:
         """Parameter values as NumPy scalars of their loop dtypes (may raise ParamOverflow)."""
-        return bind_params(self.expr, self.types, params)
+        return bind_params(self.expr, self.types, params, list(self.param_dtypes))
+
+
+@functools.lru_cache(maxsize=1024)
+def _typed(expr: Node, dtype: np.dtype, source: str) -> TypedPredicate:
+    # Typing walks the tree and asks NumPy for every call's loop: once per (tree, dtype), not
+    # once per chunk. Nodes are frozen dataclasses, so equal trees share the entry.
+    types = infer_types(expr, dtype)
+    out = result_dtype(expr, types, dtype)
+    if out != np.dtype(bool):
+        raise TypeError(
+            f"predicate {source} gives {out} values for {dtype} input; it must give "
+            "booleans (a comparison, isnan, ...), e.g. `x > 0` rather than `x`"
+        )
+    key = f"{structure_key(expr)}-{dtype.str}"
+    return TypedPredicate(expr, dtype, types, key, tuple(param_dtypes(expr, types)))
 
 
 @dataclass(frozen=True, eq=False)
@@ -87,15 +105,7 @@ class Predicate:
         """Type the fused tree for ``dtype``; TypeError if NumPy would refuse or not give bools."""
         if self.expr is None:
             raise ValueError("a mask-path predicate has no expression to type")
-        dtype = np.dtype(dtype)
-        types = infer_types(self.expr, dtype)
-        out = result_dtype(self.expr, types, dtype)
-        if out != np.dtype(bool):
-            raise TypeError(
-                f"predicate {self.source} gives {out} values for {dtype} input; it must give "
-                "booleans (a comparison, isnan, ...), e.g. `x > 0` rather than `x`"
-            )
-        return TypedPredicate(self.expr, dtype, types, f"{structure_key(self.expr)}-{dtype.str}")
+        return _typed(self.expr, np.dtype(dtype), self.source)
 
     def check(self, dtype: Any) -> None:
         """Raise now, at graph-build time, what would otherwise fail inside every chunk task."""

@@ -268,15 +268,20 @@ def param_dtypes(root: Node, types: dict[Node, Typed]) -> list[np.dtype]:
 __all__.append("param_dtypes")
 
 
-def bind_params(root: Node, types: dict[Node, Typed], params: tuple) -> tuple:
+def bind_params(
+    root: Node, types: dict[Node, Typed], params: tuple, dtypes: list[np.dtype] | None = None
+) -> tuple:
     """Convert the parameter values to NumPy scalars of their loop dtypes.
 
+    ``dtypes`` are :func:`param_dtypes`, when the caller has them already.
     Raises :class:`ParamOverflow` when a value cannot be represented in its dtype the way NumPy
     would convert it (an integer out of range, a float literal in an integer loop), so the caller
     can fall back to NumPy's own, value-dependent, semantics.
     """
     bound = []
-    for p, dt in zip(params_of(root), param_dtypes(root, types)):
+    if dtypes is None:
+        dtypes = param_dtypes(root, types)
+    for p, dt in zip(params_of(root), dtypes):
         v = params[p.index]
         try:
             with np.errstate(over="ignore"):  # 1e300 -> float16 is inf, as NumPy computes it

@@ -23,6 +23,7 @@ and the equivalent lambda give identical trees.
 from __future__ import annotations
 
 import ast
+import functools
 import inspect
 import operator
 import textwrap
@@ -392,28 +393,41 @@ class Sym:
 
 def _describe(func: Callable[..., Any]) -> str:
     """A readable name for the predicate: the lambda's own text when it can be found."""
-    try:
-        src = textwrap.dedent(inspect.getsource(func)).strip()
-    except (OSError, TypeError):
-        src = None
-    if src is not None and getattr(func, "__name__", None) == "<lambda>":
-        try:
-            tree = ast.parse(src)
-        except SyntaxError:  # a lambda in the middle of a multi-line expression
-            try:
-                tree = ast.parse("(\n" + src.rstrip(",") + "\n)")
-                src = "(\n" + src.rstrip(",") + "\n)"
-            except SyntaxError:
-                tree = None
-        lambdas = [n for n in ast.walk(tree) if isinstance(n, ast.Lambda)] if tree else []
-        if len(lambdas) == 1:
-            seg = ast.get_source_segment(src, lambdas[0])
-            if seg:
-                return " ".join(seg.split())
+    code = getattr(func, "__code__", None)
     name = getattr(func, "__qualname__", None) or getattr(func, "__name__", None)
+    if code is not None:
+        # Reading and parsing the source costs far more than tracing: do it once per code object
+        # (a predicate is often a fresh lambda at the same place in a loop).
+        described = _describe_code(code, getattr(func, "__name__", None) == "<lambda>")
+        if described:
+            return described
     if name and name != "<lambda>":
         return name
     return repr(func)
+
+
+@functools.lru_cache(maxsize=512)
+def _describe_code(code: Any, is_lambda: bool) -> str | None:
+    try:
+        src = textwrap.dedent(inspect.getsource(code)).strip()
+    except (OSError, TypeError):
+        return None
+    if not is_lambda:
+        return None
+    try:
+        tree = ast.parse(src)
+    except SyntaxError:  # a lambda in the middle of a multi-line expression
+        try:
+            src = "(\n" + src.rstrip(",") + "\n)"
+            tree = ast.parse(src)
+        except SyntaxError:
+            return None
+    lambdas = [n for n in ast.walk(tree) if isinstance(n, ast.Lambda)]
+    if len(lambdas) == 1:
+        seg = ast.get_source_segment(src, lambdas[0])
+        if seg:
+            return " ".join(seg.split())
+    return None
 
 
 def run_traced(fn: Callable[[Sym], Any], tracer: Tracer) -> tuple[Node | None, str | None]:
