@@ -1,0 +1,516 @@
+"""CuPy chunk backend: the thin launch layer over the CUDA kernels in ``kernels/``.
+
+The kernels are templates (element type, generated predicate functor, output, tuning); this
+module picks the instantiation, compiles it once per (device, predicate structure + dtype,
+output, algorithm, tuning) with ``cupy.RawModule(code=..., name_expressions=[...])``, and
+launches it on CuPy's current stream. Nothing is compiled at import time, and importing this
+module does not import CuPy (the CI machine has none; the source builders here are used by the
+compile tests).
+
+Chunk flow (exact-size result, as the dispatch contract and DESIGN.md's memory rule demand:
+extra device memory per chunk at most the output plus O(n/1024)):
+
+* ``single-pass``: count kernel (tile aggregates + total) -> read the one count -> allocate
+  the output -> the single-pass kernel (decoupled look-back, staged coalesced writes).
+* ``hybrid``: count kernel -> read the count -> allocate -> atomic-offset kernel (unordered).
+* ``three-pass`` (the published algorithm): predicate bitmask + group counts -> scan (total)
+  -> read the count -> allocate -> scatter from the bitmask.
+
+:func:`compact_into` is the internal entry that writes into preallocated outputs of capacity
+``n`` and returns the device count without any host synchronisation (benchmarks, tests with
+poisoned buffers). Only ``compact``/``compact_masked`` read a count (one per chunk).
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+import re
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..codegen.cuda_functor import CodegenUnsupported, CudaFunctor, ctype, generate_functor
+from ..predicate.core import Predicate
+from ..predicate.expr import ParamOverflow
+
+__all__ = [
+    "ALGORITHMS",
+    "Tuning",
+    "TUNING",
+    "ModuleSpec",
+    "module_source",
+    "compact",
+    "compact_masked",
+    "compact_into",
+    "resolve_algorithm",
+]
+
+ALGORITHMS = ("single-pass", "three-pass", "hybrid")
+OUTPUT_CODES = {"values": 1, "indices": 2, "both": 3}
+
+# Kernel files of each algorithm (one module = generated functor + these, includes inlined).
+_FILES = {
+    "single-pass": ("count.cu", "single_pass.cu"),
+    "hybrid": ("count.cu", "hybrid.cu"),
+    "three-pass": ("three_pass.cu",),
+}
+# NVRTC options (C++17 is the default of NVRTC and nvcc 13). CuPy appends -ftz=true;
+# kernels/dcx_types.cuh keeps float32 predicates exact regardless. --fmad=false: NumPy rounds every operation, so a*b+c must not become one FMA.
+NVRTC_OPTIONS = ("--fmad=false",)
+
+# Three-pass constants, as in kernels/three_pass.cu.
+TP_GROUP = 1024
+TP_BLOCK = 256
+TP_SCAN_BLOCK = 256
+TP_SCAN_ITEMS = 16
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """Tile shape of the single-pass and hybrid kernels: BLOCK threads x ITEMS elements each."""
+
+    block: int
+    items: int
+
+    @property
+    def tile(self) -> int:
+        return self.block * self.items
+
+
+# Per itemsize: 8 vectors of 16 bytes per thread for 4-byte and wider types (128 bytes in flight
+# per thread), 2 or 4 vectors for the narrow ones (ITEMS <= 32: one 32-bit flag word per thread).
+# Measured on an H100 (benchmarks/results/NOTES-gpu.md); benchmarks may override entries.
+TUNING: dict[int, Tuning] = {
+    1: Tuning(256, 32),
+    2: Tuning(256, 32),
+    4: Tuning(256, 32),
+    8: Tuning(256, 16),
+    16: Tuning(256, 8),
+}
+
+
+def resolve_algorithm(algorithm: str, stable: bool) -> str:
+    """``auto`` -> single-pass (stable) or hybrid (unstable); hybrid with stable=True is refused."""
+    if algorithm == "auto":
+        return "single-pass" if stable else "hybrid"
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"algorithm must be one of auto, {', '.join(ALGORITHMS)}; got {algorithm!r}")
+    if algorithm == "hybrid" and stable:
+        raise ValueError("algorithm='hybrid' does not keep the order; pass stable=False to use it")
+    return algorithm
+
+
+# ----------------------------------------------------------------------------- sources --------
+
+
+_INCLUDE = re.compile(r'^\s*#\s*include\s+"([A-Za-z0-9_.]+)"\s*$', re.M)
+_text_cache: dict[str, str] = {}
+
+
+def _kernel_text(name: str) -> str:
+    """A file of the installed ``dask_compact.kernels`` package (never found through __file__)."""
+    if name not in _text_cache:
+        _text_cache[name] = (
+            importlib.resources.files("dask_compact.kernels").joinpath(name).read_text("utf-8")
+        )
+    return _text_cache[name]
+
+
+def _inline(name: str, seen: set[str]) -> str:
+    """``name`` with its local #includes inlined once each (so the source alone is the cache key
+    of CuPy's on-disk kernel cache, and no include path is needed)."""
+    if name in seen:
+        return ""
+    seen.add(name)
+    text = _kernel_text(name)
+    return _INCLUDE.sub(lambda m: _inline(m.group(1), seen), text).replace("#pragma once", "")
+
+
+@dataclass(frozen=True)
+class ModuleSpec:
+    """Everything that selects one compiled module: one per (predicate structure + dtype,
+    algorithm, tuning), holding the kernels of all three outputs."""
+
+    dtype: np.dtype
+    algorithm: str  # single-pass | three-pass | hybrid
+    functor: CudaFunctor | None  # None: mask path (flags from a bool array)
+    tuning: Tuning
+
+    @property
+    def src(self) -> int:
+        return 0 if self.functor is not None else 1
+
+    @property
+    def pred_name(self) -> str:
+        return self.functor.name if self.functor is not None else "dcx::MaskPred"
+
+    def _targs(self) -> str:
+        return "".join(", " + c for c in (self.functor.param_ctypes if self.functor else ()))
+
+    def names(self, output: str) -> dict[str, str]:
+        """Kernel role -> name expression (template instantiation) for one output."""
+        t = ctype(self.dtype)
+        out = OUTPUT_CODES[output]
+        b, i = self.tuning.block, self.tuning.items
+        p, s, pa = self.pred_name, self.src, self._targs()
+        if self.algorithm == "three-pass":
+            return {
+                "flags": f"dcx_tp_flags<{t}, {p}, {s}{pa}>",
+                "scan": f"dcx_tp_scan<{TP_SCAN_BLOCK}, {TP_SCAN_ITEMS}>",
+                "scatter": f"dcx_tp_scatter<{t}, {out}>",
+            }
+        main = "dcx_single_pass" if self.algorithm == "single-pass" else "dcx_hybrid"
+        return {
+            "count": f"dcx_count<{t}, {p}, {s}, {b}, {i}{pa}>",
+            "main": f"{main}<{t}, {p}, {out}, {s}, {b}, {i}{pa}>",
+        }
+
+    def all_names(self) -> list[str]:
+        """Every instantiation of the module (all outputs), without repeats."""
+        names: list[str] = []
+        for output in OUTPUT_CODES:
+            names += [n for n in self.names(output).values() if n not in names]
+        return names
+
+    def smem_bytes(self, output: str) -> int:
+        out = OUTPUT_CODES[output]
+        tile = self.tuning.tile
+        return (tile * self.dtype.itemsize if out & 1 else 0) + (tile * 2 if out & 2 else 0)
+
+
+def module_source(spec: ModuleSpec) -> str:
+    """The complete CUDA source of one module: headers, the generated functor, the kernels."""
+    seen: set[str] = set()
+    parts = ["// dask_compact: generated module source\n", _inline("npy_ops.cuh", seen)]
+    parts.append(_inline("compact_warp.cuh", seen))
+    if spec.functor is not None:
+        parts.append(spec.functor.source)
+    for f in _FILES[spec.algorithm]:
+        parts.append(_inline(f, seen))
+    return "\n".join(parts)
+
+
+# ----------------------------------------------------------------------------- modules --------
+
+
+class _Compiled:
+    """One RawModule and its kernels, on one device."""
+
+    def __init__(self, spec: ModuleSpec) -> None:
+        import cupy
+
+        self.spec = spec
+        self.module = cupy.RawModule(
+            code=module_source(spec), options=NVRTC_OPTIONS, name_expressions=spec.all_names()
+        )
+        self._kernels: dict[str, Any] = {}
+
+    def kernels(self, output: str) -> dict[str, Any]:
+        """role -> RawKernel for one output (shared-memory limit raised where needed)."""
+        out = {}
+        for role, expr in self.spec.names(output).items():
+            k = self._kernels.get(expr)
+            if k is None:
+                k = self.module.get_function(expr)
+                smem = self.spec.smem_bytes(output)
+                if role == "main" and smem > 0:
+                    # static shared memory counts against the same 48 KB default limit
+                    k.max_dynamic_shared_size_bytes = smem
+                self._kernels[expr] = k
+            out[role] = k
+        return out
+
+
+_modules: dict[tuple, _Compiled] = {}
+_lock = threading.Lock()
+
+
+def _compiled(spec: ModuleSpec) -> _Compiled:
+    import cupy
+
+    key = (cupy.cuda.Device().id, spec)
+    mod = _modules.get(key)
+    if mod is None:
+        with _lock:  # dask's threaded scheduler may ask for the same module from many threads
+            mod = _modules.get(key)
+            if mod is None:
+                mod = _modules[key] = _Compiled(spec)
+    return mod
+
+
+# ----------------------------------------------------------------------------- launches -------
+
+_NULL = np.uint64(0)
+
+
+def _memset0(arr: Any) -> None:
+    import cupy
+
+    cupy.cuda.runtime.memsetAsync(arr.data.ptr, 0, arr.nbytes, cupy.cuda.get_current_stream().ptr)
+
+
+def _ptr(a: Any) -> Any:
+    return _NULL if a is None else a
+
+
+@dataclass
+class _Plan:
+    """A flattened chunk and the compiled module that compacts it."""
+
+    flat: Any  # 1-D contiguous cupy array (the values)
+    mask: Any  # 1-D contiguous cupy bool array, or None (fused predicate)
+    params: tuple  # NumPy scalars, kernel arguments of the functor
+    spec: ModuleSpec
+    output: str
+
+    @property
+    def n(self) -> int:
+        return int(self.flat.size)
+
+
+_functors: dict[tuple, tuple] = {}
+
+
+def _typed_functor(expr: Any, dtype: np.dtype, pred: Predicate) -> tuple:
+    """Typing and code generation once per (tree, dtype): both cost more than a launch."""
+    key = (expr, dtype)
+    hit = _functors.get(key)
+    if hit is None:
+        tp = pred.typed(dtype)
+        hit = _functors[key] = (tp, generate_functor(tp))
+    return hit
+
+
+_grid_cache: dict[tuple, int] = {}
+
+
+def _resident_blocks(kernel: Any, block: int, smem: int) -> int:
+    """Blocks of the persistent tile kernels to launch: as many as fit on the device at once.
+
+    More would only wait (tiles are taken from a counter, so any grid is correct); fewer would
+    leave SMs idle.
+    """
+    import cupy
+
+    dev = cupy.cuda.Device()
+    key = (dev.id, id(kernel), block, smem)
+    g = _grid_cache.get(key)
+    if g is None:
+        try:
+            attrs = dev.attributes
+            regs = max(32, int(getattr(kernel, "num_regs", 64)))
+            per_sm = min(
+                attrs["MaxThreadsPerMultiProcessor"] // block,
+                attrs["MaxRegistersPerMultiprocessor"] // (block * ((regs + 7) // 8 * 8)),
+                attrs["MaxSharedMemoryPerMultiprocessor"] // (smem + 1024 + 64),
+                32,
+            )
+            g = max(1, per_sm) * attrs["MultiProcessorCount"]
+        except Exception:  # unknown attributes: one block per tile (correct, less overlap)
+            g = 1 << 30
+        _grid_cache[key] = g
+    return g
+
+
+def _flatten(a: Any) -> Any:
+    import cupy
+
+    return cupy.ascontiguousarray(a).reshape(-1)
+
+
+def _plan(a: Any, pred: Predicate | None, mask: Any, output: str, algorithm: str) -> _Plan:
+    """Choose the fused kernel or, failing that, the mask path (logged on the predicate path)."""
+    import cupy
+
+    flat = _flatten(a)
+    dtype = np.dtype(flat.dtype)
+    ctype(dtype)  # raises for dtypes without a device type
+    tuning = TUNING[dtype.itemsize]
+    if mask is None:
+        assert pred is not None
+        if pred.path == "fused":
+            try:
+                tp, functor = _typed_functor(pred.expr, dtype, pred)
+                params = tp.bind(pred.params)
+                spec = ModuleSpec(dtype, algorithm, functor, tuning)
+                return _Plan(flat, None, params, spec, output)
+            except (CodegenUnsupported, ParamOverflow):
+                pass  # evaluate the predicate as a mask (NumPy semantics through CuPy)
+        mask = pred.mask(a, cupy)
+    m = _flatten(cupy.asarray(mask))
+    if m.dtype != np.bool_:
+        m = m.astype(np.bool_)
+    if m.size != flat.size:
+        raise ValueError(f"mask of {m.size} elements for a chunk of {flat.size}")
+    return _Plan(flat, m, (), ModuleSpec(dtype, algorithm, None, tuning), output)
+
+
+def _launch_main(plan: _Plan, index_base: int, out_vals: Any, out_idx: Any, ws: dict[str, Any]) -> None:
+    """The compaction kernel(s) proper, after the count (exact path) or alone (compact_into)."""
+    spec, n = plan.spec, plan.n
+    k = _compiled(spec).kernels(plan.output)
+    nb = np.int64(n)
+    base = np.int64(index_base)
+    if spec.algorithm == "three-pass":
+        ngroups = -(-n // TP_GROUP)
+        k["scatter"](
+            (-(-ngroups // (TP_BLOCK // 32)),), (TP_BLOCK,),
+            (plan.flat, nb, base, ws["bitmask"], ws["offsets"], _ptr(out_vals), _ptr(out_idx)),
+        )
+        return
+    tiles = -(-n // spec.tuning.tile)
+    smem = spec.smem_bytes(plan.output)
+    grid = min(tiles, _resident_blocks(k["main"], spec.tuning.block, smem))
+    args: tuple = (plan.flat, _ptr(plan.mask), nb, base, _ptr(out_vals), _ptr(out_idx))
+    if spec.algorithm == "single-pass":
+        args += (ws["status"], ws["count"])
+    else:
+        args += (ws["counter"],)
+    args += (ws["tiles"],)
+    k["main"]((grid,), (spec.tuning.block,), args + plan.params, shared_mem=smem)
+
+
+def _launch_count(plan: _Plan) -> dict[str, Any]:
+    """Everything up to the device count: returns the workspace, ws["count"] holds the total.
+
+    Workspace: O(n / tile) status words (single-pass), or the bitmask (n/8 bytes) and
+    O(n/1024) group counts and offsets (three-pass).
+    """
+    import cupy
+
+    spec, n = plan.spec, plan.n
+    k = _compiled(spec).kernels(plan.output)
+    nb = np.int64(n)
+    if spec.algorithm == "three-pass":
+        ngroups = -(-n // TP_GROUP)
+        scan_tiles = -(-ngroups // (TP_SCAN_BLOCK * TP_SCAN_ITEMS))
+        words = cupy.empty(scan_tiles + 1, dtype=np.uint64)
+        _memset0(words)
+        ws = {
+            "bitmask": cupy.empty(ngroups * 32, dtype=np.uint32),
+            "group_counts": cupy.empty(ngroups, dtype=np.uint32),
+            "offsets": cupy.empty(ngroups, dtype=np.uint64),
+            "status": words[:scan_tiles],
+            "count": words[scan_tiles:],
+        }
+        k["flags"](
+            (-(-ngroups // (TP_BLOCK // 32)),), (TP_BLOCK,),
+            (plan.flat, _ptr(plan.mask), nb, ws["bitmask"], ws["group_counts"]) + plan.params,
+        )
+        k["scan"](
+            (scan_tiles,), (TP_SCAN_BLOCK,),
+            (ws["group_counts"], np.int64(ngroups), ws["offsets"], ws["status"], ws["count"]),
+        )
+        return ws
+    tiles = -(-n // spec.tuning.tile)
+    ws = _tile_workspace(spec.algorithm, tiles, exact=True)
+    status = ws["status"] if spec.algorithm == "single-pass" else _NULL
+    k["count"](
+        (tiles,), (spec.tuning.block,),
+        (plan.flat, _ptr(plan.mask), nb, status, ws["count"]) + plan.params,
+    )
+    return ws
+
+
+def _tile_workspace(algorithm: str, tiles: int, exact: bool) -> dict[str, Any]:
+    """Zeroed words of the tile kernels: look-back status (single-pass), the device count, the
+    hybrid's atomic output counter, and the counter that hands out tiles (one memset)."""
+    import cupy
+
+    if algorithm == "single-pass":
+        words = cupy.empty(tiles + 2, dtype=np.uint64)
+        _memset0(words)
+        return {"status": words[:tiles], "count": words[tiles:tiles + 1], "tiles": words[tiles + 1:]}
+    words = cupy.empty(3, dtype=np.uint64)
+    _memset0(words)
+    # exact path: the count kernel totals into "count", the hybrid kernel claims from "counter"
+    counter = words[1:2] if exact else words[0:1]
+    return {"count": words[0:1], "counter": counter, "tiles": words[2:3]}
+
+
+def _run_exact(plan: _Plan, output: str, index_base: int) -> Any:
+    import cupy
+
+    n = plan.n
+    if n == 0:
+        vals = cupy.empty(0, dtype=plan.flat.dtype)
+        idx = cupy.empty(0, dtype=np.int64)
+        return {"values": vals, "indices": idx, "both": (vals, idx)}[output]
+    with plan.flat.device:
+        ws = _launch_count(plan)
+        total = int(ws["count"].get()[0])  # the one host synchronisation of the chunk
+        vals = cupy.empty(total, dtype=plan.flat.dtype) if output in ("values", "both") else None
+        idx = cupy.empty(total, dtype=np.int64) if output in ("indices", "both") else None
+        if total:
+            _launch_main(plan, index_base, vals, idx, ws)
+    if output == "values":
+        return vals
+    if output == "indices":
+        return idx
+    return vals, idx
+
+
+# ----------------------------------------------------------------------------- public ---------
+
+
+def compact(
+    a: Any, pred: Predicate, output: str, stable: bool, algorithm: str, index_base: int
+) -> Any:
+    """Dispatch entry for CuPy chunks (see dask_compact.dispatch): exact-length 1-D results."""
+    alg = resolve_algorithm(algorithm, stable)
+    if output not in OUTPUT_CODES:
+        raise ValueError(f"output must be values, indices or both; got {output!r}")
+    return _run_exact(_plan(a, pred, None, output, alg), output, int(index_base))
+
+
+def compact_masked(a: Any, mask: Any, output: str, index_base: int, algorithm: str = "auto") -> Any:
+    """Dispatch entry: compact ``a`` where the boolean ``mask`` (same shape) is true."""
+    import cupy
+
+    if output not in OUTPUT_CODES:
+        raise ValueError(f"output must be values, indices or both; got {output!r}")
+    if tuple(mask.shape) != tuple(a.shape):
+        raise ValueError(f"mask of shape {mask.shape} does not match the chunk's {a.shape}")
+    alg = resolve_algorithm(algorithm, True)
+    return _run_exact(_plan(a, None, cupy.asarray(mask), output, alg), output, int(index_base))
+
+
+def compact_into(
+    a: Any,
+    pred: Predicate | None,
+    out_values: Any = None,
+    out_indices: Any = None,
+    *,
+    mask: Any = None,
+    algorithm: str = "single-pass",
+    index_base: int = 0,
+) -> Any:
+    """Compact into preallocated outputs of capacity >= a.size; returns the device count.
+
+    No host synchronisation: the count stays on the device (a 1-element uint64 CuPy array),
+    as CUB's ``DeviceSelect`` leaves it. Entries past the count are left untouched, which the
+    tests check with poisoned buffers; the benchmarks time this path against CUB.
+    """
+    if out_values is None and out_indices is None:
+        raise ValueError("give out_values, out_indices or both")
+    output = "both" if (out_values is not None and out_indices is not None) else (
+        "values" if out_values is not None else "indices"
+    )
+    alg = resolve_algorithm(algorithm, algorithm != "hybrid")
+    plan = _plan(a, pred, mask, output, alg)
+    for o in (out_values, out_indices):
+        if o is not None and (o.size < plan.n or not o.flags.c_contiguous):
+            raise ValueError("outputs must be contiguous with capacity >= a.size")
+    import cupy
+
+    if plan.n == 0:
+        return cupy.zeros(1, dtype=np.uint64)
+    with plan.flat.device:
+        if alg == "three-pass":
+            ws = _launch_count(plan)
+        else:
+            ws = _tile_workspace(alg, -(-plan.n // plan.spec.tuning.tile), exact=False)
+        _launch_main(plan, index_base, out_values, out_indices, ws)
+    return ws["count"]

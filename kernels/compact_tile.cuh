@@ -1,0 +1,173 @@
+// Block (tile) level: BLOCK threads = BLOCK/32 warps, each owning one segment of 32*ITEMS
+// elements; a tile is BLOCK*ITEMS consecutive elements. Blocks are persistent: each takes tiles
+// in order from a global counter (so every tile a look-back waits on is owned by a running
+// block, whatever the residency) and, per tile:
+//   1. ranks its selected elements inside each warp segment with ballot/popc
+//      (compact_warp.cuh) from the values already in registers;
+//   2. scans the warp counts through shared memory: each warp's offset in the tile and the
+//      tile's count (its aggregate), published at once for the look-back;
+//   3. writes every selected element to shared memory at its rank (values, and/or its 16-bit
+//      position in the tile for indices), in input order;
+//   4. issues the 16-byte loads of its NEXT tile (the registers are free once staged), so they
+//      are in flight while
+//   5. warp 0 gets the tile's place in the output from its prefix policy (decoupled look-back,
+//      or one atomic for the hybrid) -- this latency was a quarter of the time without 4.;
+//   6. copies the staged run out, consecutive threads on consecutive outputs (coalesced).
+// Shared memory (dynamic): TILE*sizeof(T) for values, TILE*2 bytes for indices.
+#pragma once
+#include "lookback.cuh"
+
+namespace dcx {
+
+constexpr int OUT_VALUES = 1;
+constexpr int OUT_INDICES = 2;
+constexpr int OUT_BOTH = 3;
+
+template <class T>
+__device__ __forceinline__ bool fast_ok(const T* in, const bool* mask, int src) {
+  // Vector loads need 16-byte aligned values and VEC-byte aligned mask bytes.
+  const unsigned long long a = reinterpret_cast<unsigned long long>(in);
+  const unsigned long long m = reinterpret_cast<unsigned long long>(mask);
+  return (a % 16 == 0) && (src != SRC_MASK || m % vec_traits<T>::VEC == 0);
+}
+
+template <class T, int BLOCK, int ITEMS>
+struct TileShape {
+  static constexpr int WARPS = BLOCK / 32;
+  static constexpr int SEG = 32 * ITEMS;
+  static constexpr int TILE = BLOCK * ITEMS;
+  static constexpr int VEC = vec_traits<T>::VEC;
+  static constexpr int NV = ITEMS / VEC;
+  static_assert(BLOCK % 32 == 0 && BLOCK <= 1024, "BLOCK must be a multiple of 32");
+  static_assert(TILE <= 65536, "tile positions are staged as 16-bit numbers");
+};
+
+// Shared-memory bytes a tile kernel needs (the launch layer computes the same number).
+template <class T, int OUT, int BLOCK, int ITEMS>
+constexpr int tile_smem_bytes() {
+  return ((OUT & OUT_VALUES) ? BLOCK * ITEMS * int(sizeof(T)) : 0) +
+         ((OUT & OUT_INDICES) ? BLOCK * ITEMS * 2 : 0);
+}
+
+template <class T, class Pred, int OUT, int SRC, int BLOCK, int ITEMS, class Prefix>
+__device__ __forceinline__ void compact_tiles(const T* __restrict__ in, const bool* __restrict__ mask,
+                                              long long n, long long index_base,
+                                              T* __restrict__ out_vals, long long* __restrict__ out_idx,
+                                              const Pred& pred, const Prefix& prefix_policy,
+                                              unsigned long long* tile_counter, unsigned char* smem) {
+  typedef TileShape<T, BLOCK, ITEMS> S;
+  typedef WarpLoad<T, Pred, SRC, ITEMS, (SRC == SRC_FUSED) || (OUT & OUT_VALUES)> Load;
+  __shared__ unsigned s_warp[S::WARPS];
+  __shared__ unsigned long long s_prefix;
+  __shared__ long long s_first;  // the first tile (read once), apart from s_next so that thread 0
+  __shared__ long long s_next;   // can claim the next tile before the others have read the first
+
+  const long long num_tiles = (n + S::TILE - 1) / S::TILE;
+  const int warp = int(threadIdx.x >> 5), lane = int(lane_id());
+  const bool aligned = fast_ok(in, mask, SRC);
+  T* s_vals = reinterpret_cast<T*>(smem);
+  u16* s_pos = reinterpret_cast<u16*>(smem + ((OUT & OUT_VALUES) ? S::TILE * sizeof(T) : 0));
+
+  if (threadIdx.x == 0) s_first = (long long)atomicAdd(tile_counter, 1ull);
+  __syncthreads();
+  long long tile = s_first;
+  if (tile >= num_tiles) return;  // uniform over the block
+
+  Vec<T> vals[S::NV];
+  unsigned mbits[S::NV];
+  bool fast = aligned && (tile + 1) * S::TILE <= n;
+  if (fast) Load::issue(in, mask, tile * S::TILE + (long long)warp * S::SEG, vals, mbits);
+
+  while (true) {
+    const long long tile_start = tile * S::TILE;
+    // the next tile's number, read by everyone after the staging barrier below (the previous
+    // value was read before the look-back barrier of the last iteration)
+    if (threadIdx.x == 0) s_next = (long long)atomicAdd(tile_counter, 1ull);
+
+    // 1. flags and ranks inside the warp's segment
+    const unsigned bits = fast ? Load::flags(pred, vals, mbits)
+                               : Load::guarded(in, mask, tile_start + (long long)warp * S::SEG, n, pred, vals);
+    unsigned base[S::NV];
+    const unsigned wcount = warp_ranks<S::VEC, S::NV>(bits, base);
+
+    // 2. warp offsets and the tile aggregate
+    if (lane == 0) s_warp[warp] = wcount;
+    __syncthreads();
+    unsigned woff = 0, agg = 0;
+#pragma unroll
+    for (int w = 0; w < S::WARPS; ++w) {
+      const unsigned c = s_warp[w];
+      woff += (w < warp) ? c : 0u;
+      agg += c;
+    }
+    if (threadIdx.x == 0) prefix_policy.publish_aggregate(tile, agg);
+
+    // 3. stage the selected elements in input order
+#pragma unroll
+    for (int v = 0; v < S::NV; ++v) {
+      unsigned r = woff + base[v];
+#pragma unroll
+      for (int j = 0; j < S::VEC; ++j) {
+        if ((bits >> (v * S::VEC + j)) & 1u) {
+          if (OUT & OUT_VALUES) s_vals[r] = vals[v].v[j];
+          if (OUT & OUT_INDICES) s_pos[r] = u16(warp * S::SEG + v * 32 * S::VEC + lane * S::VEC + j);
+          ++r;
+        }
+      }
+    }
+    __syncthreads();  // staging done (vals free), s_next holds the next tile
+
+    // 4. put the next tile's loads in flight
+    const long long next = s_next;
+    const bool more = next < num_tiles;
+    fast = more && aligned && (next + 1) * S::TILE <= n;
+    if (fast) Load::issue(in, mask, next * S::TILE + (long long)warp * S::SEG, vals, mbits);
+
+    // 5. the tile's place in the output
+    if (warp == 0) {
+      const unsigned long long p = prefix_policy.exclusive_prefix(tile, num_tiles, agg);
+      if (lane == 0) s_prefix = p;
+    }
+    __syncthreads();
+    const unsigned long long prefix = s_prefix;
+
+    // 6. coalesced copy-out
+    for (unsigned i = threadIdx.x; i < agg; i += BLOCK) {
+      if (OUT & OUT_VALUES) out_vals[prefix + i] = s_vals[i];
+      if (OUT & OUT_INDICES) out_idx[prefix + i] = index_base + tile_start + (long long)s_pos[i];
+    }
+    if (!more) break;
+    tile = next;
+    __syncthreads();  // shared memory is restaged by the next tile
+  }
+}
+
+// Count only (the first pass of the exact-size path): the tile's count goes to its status word
+// as an AGGREGATE (if status is given) and into the chunk total.
+template <class T, class Pred, int SRC, int BLOCK, int ITEMS>
+__device__ __forceinline__ void count_tile(const T* __restrict__ in, const bool* __restrict__ mask,
+                                           long long n, const Pred& pred,
+                                           unsigned long long* status, unsigned long long* d_count) {
+  typedef TileShape<T, BLOCK, ITEMS> S;
+  constexpr bool LOAD_VALUES = (SRC == SRC_FUSED);
+  __shared__ unsigned s_warp[S::WARPS];
+  const long long tile = blockIdx.x;
+  const long long tile_start = tile * S::TILE;
+  const int warp = int(threadIdx.x >> 5), lane = int(lane_id());
+  const bool fast = (tile_start + S::TILE <= n) && fast_ok(in, mask, SRC);
+  Vec<T> vals[S::NV];
+  const unsigned bits = WarpLoad<T, Pred, SRC, ITEMS, LOAD_VALUES>::run(
+      in, mask, tile_start + (long long)warp * S::SEG, n, fast, pred, vals);
+  const unsigned c = warp_sum_u32(__popc(bits));
+  if (lane == 0) s_warp[warp] = c;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    unsigned agg = 0;
+#pragma unroll
+    for (int w = 0; w < S::WARPS; ++w) agg += s_warp[w];
+    if (status) status_store(status + tile, (tile == 0 ? STATUS_INC : STATUS_AGG) | agg);
+    if (agg) atomicAdd(d_count, (unsigned long long)agg);
+  }
+}
+
+}  // namespace dcx

@@ -1,0 +1,15 @@
+// Count pass of the exact-size path (single-pass and hybrid): a chunk's result must be
+// allocated at its exact length before anything is written (DESIGN.md: extra device memory at
+// most the output plus O(n/1024)), so the host reads this one count first. Each tile's count
+// also goes to its look-back status word as an AGGREGATE (when `status` is given), so the
+// single-pass kernel that follows never waits on a predecessor.
+// Same template parameters as dcx_single_pass (single_pass.cu), without OUT.
+#include "compact_tile.cuh"
+
+template <class T, class Pred, int SRC, int BLOCK, int ITEMS, class... P>
+__global__ void __launch_bounds__(BLOCK)
+dcx_count(const T* __restrict__ in, const bool* __restrict__ mask, long long n,
+          unsigned long long* status, unsigned long long* d_count, P... p) {
+  const Pred pred{p...};
+  dcx::count_tile<T, Pred, SRC, BLOCK, ITEMS>(in, mask, n, pred, status, d_count);
+}

@@ -1,0 +1,488 @@
+// NumPy's elementwise semantics on the device: what generated predicate functors call.
+//
+// The code generator (dask_compact/codegen/cuda_functor.py) casts every argument to the loop
+// dtype NumPy picks (ufunc.resolve_dtypes, NEP 50) before calling one of these, so each function
+// sees its loop's types only. What NumPy does, we do:
+//  - integer arithmetic wraps (computed in unsigned, so no C undefined behaviour); division and
+//    remainder by zero give 0; floor_divide rounds to -inf, remainder takes the divisor's sign;
+//    shifts by the bit width or more give 0 (or -1 for a right shift of a negative number);
+//  - bool add/multiply/maximum/minimum are or/and;
+//  - float16 is computed in float32 and rounded to float16 after every operation;
+//  - minimum/maximum propagate NaN, fmin/fmax ignore it; ordered comparisons are false on NaN;
+//  - complex numbers order lexicographically (NumPy's CLT/CLE... macros).
+// Transcendentals of float32/float16 are evaluated in float64 and rounded once, which is the
+// correctly rounded value in all but astronomically rare cases; NumPy's own float32 SIMD
+// versions are within 1-4 ulp of that, so such predicates can differ from NumPy only for inputs
+// whose function value lies within a few ulp of the threshold.
+#pragma once
+#include "dcx_types.cuh"
+
+namespace dcx {
+namespace np {
+
+// ---------------------------------------------------------------- float building blocks ------
+__device__ __forceinline__ float fadd(float a, float b) { return f32_add(a, b); }
+__device__ __forceinline__ double fadd(double a, double b) { return __dadd_rn(a, b); }
+__device__ __forceinline__ float fsub(float a, float b) { return f32_sub(a, b); }
+__device__ __forceinline__ double fsub(double a, double b) { return __dsub_rn(a, b); }
+__device__ __forceinline__ float fmul(float a, float b) { return f32_mul(a, b); }
+__device__ __forceinline__ double fmul(double a, double b) { return __dmul_rn(a, b); }
+__device__ __forceinline__ float fdiv(float a, float b) { return f32_div(a, b); }
+__device__ __forceinline__ double fdiv(double a, double b) { return __ddiv_rn(a, b); }
+__device__ __forceinline__ bool flt(float a, float b) { return f32_lt(a, b); }
+__device__ __forceinline__ bool flt(double a, double b) { return a < b; }
+__device__ __forceinline__ bool fle(float a, float b) { return f32_le(a, b); }
+__device__ __forceinline__ bool fle(double a, double b) { return a <= b; }
+__device__ __forceinline__ bool fgt(float a, float b) { return f32_gt(a, b); }
+__device__ __forceinline__ bool fgt(double a, double b) { return a > b; }
+__device__ __forceinline__ bool fge(float a, float b) { return f32_ge(a, b); }
+__device__ __forceinline__ bool fge(double a, double b) { return a >= b; }
+__device__ __forceinline__ bool feq(float a, float b) { return f32_eq(a, b); }
+__device__ __forceinline__ bool feq(double a, double b) { return a == b; }
+__device__ __forceinline__ bool fne(float a, float b) { return f32_ne(a, b); }
+__device__ __forceinline__ bool fne(double a, double b) { return a != b; }
+__device__ __forceinline__ bool fisnan(float a) { return f32_isnan(a); }
+__device__ __forceinline__ bool fisnan(double a) { return f64_isnan(a); }
+__device__ __forceinline__ bool fisinf(float a) { return f32_isinf(a); }
+__device__ __forceinline__ bool fisinf(double a) { return f64_isinf(a); }
+__device__ __forceinline__ bool fisfinite(float a) { return f32_isfinite(a); }
+__device__ __forceinline__ bool fisfinite(double a) { return f64_isfinite(a); }
+__device__ __forceinline__ float fneg(float a) { return f32_neg(a); }
+__device__ __forceinline__ double fneg(double a) { return -a; }
+__device__ __forceinline__ float fabs_(float a) { return f32_abs(a); }
+__device__ __forceinline__ double fabs_(double a) { return fabs(a); }
+__device__ __forceinline__ float fzero(float) { return 0.0f; }
+__device__ __forceinline__ double fzero(double) { return 0.0; }
+__device__ __forceinline__ float fcopysign(float a, float b) {
+  return f32_from_bits((f32_bits(a) & 0x7fffffffu) | (f32_bits(b) & 0x80000000u));
+}
+__device__ __forceinline__ double fcopysign(double a, double b) { return copysign(a, b); }
+#define DCX_F32_ROUND(NAME, MODE)                                  \
+  __device__ __forceinline__ float NAME(float a) {                 \
+    float r;                                                       \
+    asm("cvt." MODE ".f32.f32 %0, %1;" : "=f"(r) : "f"(a));        \
+    return r;                                                      \
+  }
+DCX_F32_ROUND(ffloor, "rmi")
+DCX_F32_ROUND(fceil, "rpi")
+DCX_F32_ROUND(ftrunc, "rzi")
+DCX_F32_ROUND(frint, "rni")
+#undef DCX_F32_ROUND
+__device__ __forceinline__ double ffloor(double a) { return floor(a); }
+__device__ __forceinline__ double fceil(double a) { return ceil(a); }
+__device__ __forceinline__ double ftrunc(double a) { return trunc(a); }
+__device__ __forceinline__ double frint(double a) { return rint(a); }
+__device__ __forceinline__ float ffmod(float a, float b) { return double_to_float(fmod(float_to_double(a), float_to_double(b))); }
+__device__ __forceinline__ double ffmod(double a, double b) { return fmod(a, b); }
+
+// NumPy's npy_divmod: floor division and remainder of floats, with its corner cases.
+template <class F>
+__device__ __forceinline__ F fdivmod(F a, F b, F* mod_out) {
+  F mod = ffmod(a, b);
+  if (feq(b, F(0))) {  // exact compare: a subnormal divisor is not zero
+    *mod_out = mod;
+    return fdiv(a, b);
+  }
+  F div = fdiv(fsub(a, mod), b);
+  if (fne(mod, F(0))) {
+    if (flt(b, F(0)) != flt(mod, F(0))) {
+      mod = fadd(mod, b);
+      div = fsub(div, F(1));
+    }
+  } else {
+    mod = fcopysign(F(0), b);
+  }
+  F floordiv;
+  if (fne(div, F(0))) {
+    floordiv = ffloor(div);
+    if (fgt(fsub(div, floordiv), F(0.5))) floordiv = fadd(floordiv, F(1));
+  } else {
+    floordiv = fcopysign(F(0), fdiv(a, b));
+  }
+  *mod_out = mod;
+  return floordiv;
+}
+
+// float32 transcendentals through float64, rounded once.
+#define DCX_UNARY_VIA_DOUBLE(NAME, FN)                                                  \
+  __device__ __forceinline__ float NAME(float a) { return double_to_float(FN(float_to_double(a))); } \
+  __device__ __forceinline__ double NAME(double a) { return FN(a); }
+DCX_UNARY_VIA_DOUBLE(fexp, exp)
+DCX_UNARY_VIA_DOUBLE(flog, log)
+DCX_UNARY_VIA_DOUBLE(flog2, log2)
+DCX_UNARY_VIA_DOUBLE(flog10, log10)
+DCX_UNARY_VIA_DOUBLE(fsin, sin)
+DCX_UNARY_VIA_DOUBLE(fcos, cos)
+DCX_UNARY_VIA_DOUBLE(ftan, tan)
+#undef DCX_UNARY_VIA_DOUBLE
+__device__ __forceinline__ float fsqrt(float a) { return f32_sqrt(a); }
+__device__ __forceinline__ double fsqrt(double a) { return __dsqrt_rn(a); }
+__device__ __forceinline__ float fpow(float a, float b) {
+  return double_to_float(pow(float_to_double(a), float_to_double(b)));
+}
+__device__ __forceinline__ double fpow(double a, double b) { return pow(a, b); }
+
+// ---------------------------------------------------------------- type plumbing ---------------
+template <class T>
+struct is_int {
+  static constexpr bool v = kind<T>::v == 0;
+};
+template <class T>
+struct is_bool {
+  static constexpr bool v = is_same<T, bool>::value;
+};
+template <class T>
+struct unsigned_of {
+  typedef T type;
+};
+template <>
+struct unsigned_of<signed char> {
+  typedef unsigned char type;
+};
+template <>
+struct unsigned_of<char> {
+  typedef unsigned char type;
+};
+template <>
+struct unsigned_of<short> {
+  typedef unsigned short type;
+};
+template <>
+struct unsigned_of<int> {
+  typedef unsigned int type;
+};
+template <>
+struct unsigned_of<long long> {
+  typedef unsigned long long type;
+};
+template <>
+struct unsigned_of<long> {
+  typedef unsigned long type;
+};
+template <class T>
+__device__ __forceinline__ bool is_negative(T x) {
+  return x < T(0);
+}
+
+// Apply a float function to float16 through float32 and round back (NumPy's half loops).
+#define DCX_HALF1(EXPR) float_to_half(EXPR)
+__device__ __forceinline__ float hf(half_t h) { return half_to_float(h); }
+
+// ---------------------------------------------------------------- comparisons ------------------
+// Complex ordering of NumPy (loops.c.src CLT/CLE/CGT/CGE/CEQ/CNE).
+template <class C>
+__device__ __forceinline__ bool c_lt(C x, C y) {
+  return (flt(x.re, y.re) && !fisnan(x.im) && !fisnan(y.im)) || (feq(x.re, y.re) && flt(x.im, y.im));
+}
+template <class C>
+__device__ __forceinline__ bool c_le(C x, C y) {
+  return (flt(x.re, y.re) && !fisnan(x.im) && !fisnan(y.im)) || (feq(x.re, y.re) && fle(x.im, y.im));
+}
+template <class C>
+__device__ __forceinline__ bool c_gt(C x, C y) {
+  return (fgt(x.re, y.re) && !fisnan(x.im) && !fisnan(y.im)) || (feq(x.re, y.re) && fgt(x.im, y.im));
+}
+template <class C>
+__device__ __forceinline__ bool c_ge(C x, C y) {
+  return (fgt(x.re, y.re) && !fisnan(x.im) && !fisnan(y.im)) || (feq(x.re, y.re) && fge(x.im, y.im));
+}
+
+#define DCX_CMP(NAME, OP, FOP, COP)                                             \
+  template <class T>                                                            \
+  __device__ __forceinline__ bool NAME(T a, T b) {                              \
+    if constexpr (kind<T>::v == 0) return a OP b;                               \
+    else if constexpr (kind<T>::v == 1) return FOP(hf(a), hf(b));               \
+    else if constexpr (kind<T>::v <= 3) return FOP(a, b);                       \
+    else return COP;                                                            \
+  }
+DCX_CMP(less, <, flt, c_lt(a, b))
+DCX_CMP(less_equal, <=, fle, c_le(a, b))
+DCX_CMP(greater, >, fgt, c_gt(a, b))
+DCX_CMP(greater_equal, >=, fge, c_ge(a, b))
+DCX_CMP(equal, ==, feq, feq(a.re, b.re) && feq(a.im, b.im))
+DCX_CMP(not_equal, !=, fne, fne(a.re, b.re) || fne(a.im, b.im))
+#undef DCX_CMP
+
+// ---------------------------------------------------------------- logic and bits ---------------
+template <class T>
+__device__ __forceinline__ bool logical_and(T a, T b) { return truth(a) && truth(b); }
+template <class T>
+__device__ __forceinline__ bool logical_or(T a, T b) { return truth(a) || truth(b); }
+template <class T>
+__device__ __forceinline__ bool logical_xor(T a, T b) { return truth(a) != truth(b); }
+template <class T>
+__device__ __forceinline__ bool logical_not(T a) { return !truth(a); }
+
+template <class T>
+__device__ __forceinline__ T bitwise_and(T a, T b) { return (T)(a & b); }
+template <class T>
+__device__ __forceinline__ T bitwise_or(T a, T b) { return (T)(a | b); }
+template <class T>
+__device__ __forceinline__ T bitwise_xor(T a, T b) { return (T)(a ^ b); }
+template <class T>
+__device__ __forceinline__ T invert(T a) {
+  if constexpr (is_bool<T>::v) return !a;
+  else return (T)(~a);
+}
+// npy_lshift / npy_rshift: the shift count is taken as unsigned, so a negative one is "too big".
+template <class T>
+__device__ __forceinline__ T left_shift(T a, T b) {
+  typedef typename unsigned_of<T>::type U;
+  if ((unsigned long long)(long long)b < sizeof(T) * 8) return (T)((U)a << (U)b);
+  return T(0);
+}
+template <class T>
+__device__ __forceinline__ T right_shift(T a, T b) {
+  if ((unsigned long long)(long long)b < sizeof(T) * 8) return (T)(a >> b);
+  return is_negative(a) ? T(-1) : T(0);
+}
+
+// ---------------------------------------------------------------- arithmetic -------------------
+template <class T>
+__device__ __forceinline__ T add(T a, T b) {
+  if constexpr (is_bool<T>::v) return a || b;
+  else if constexpr (kind<T>::v == 0) {
+    typedef typename unsigned_of<T>::type U;
+    return (T)((U)a + (U)b);
+  } else if constexpr (kind<T>::v == 1) return DCX_HALF1(fadd(hf(a), hf(b)));
+  else if constexpr (kind<T>::v <= 3) return fadd(a, b);
+  else return T{fadd(a.re, b.re), fadd(a.im, b.im)};
+}
+template <class T>
+__device__ __forceinline__ T subtract(T a, T b) {
+  if constexpr (kind<T>::v == 0) {
+    typedef typename unsigned_of<T>::type U;
+    return (T)((U)a - (U)b);
+  } else if constexpr (kind<T>::v == 1) return DCX_HALF1(fsub(hf(a), hf(b)));
+  else if constexpr (kind<T>::v <= 3) return fsub(a, b);
+  else return T{fsub(a.re, b.re), fsub(a.im, b.im)};
+}
+template <class T>
+__device__ __forceinline__ T multiply(T a, T b) {
+  if constexpr (is_bool<T>::v) return a && b;
+  else if constexpr (kind<T>::v == 0) {
+    typedef typename unsigned_of<T>::type U;
+    return (T)((U)a * (U)b);
+  } else if constexpr (kind<T>::v == 1) return DCX_HALF1(fmul(hf(a), hf(b)));
+  else if constexpr (kind<T>::v <= 3) return fmul(a, b);
+  else return T{fsub(fmul(a.re, b.re), fmul(a.im, b.im)), fadd(fmul(a.re, b.im), fmul(a.im, b.re))};
+}
+template <class T>
+__device__ __forceinline__ T true_divide(T a, T b) {
+  // Integer inputs never get here: NumPy's loop for them is float64 (the caller casts).
+  if constexpr (kind<T>::v == 1) return DCX_HALF1(fdiv(hf(a), hf(b)));
+  else if constexpr (kind<T>::v <= 3) return fdiv(a, b);
+  else {
+    // NumPy's complex division (Smith's method, loops.c.src).
+    auto in1r = a.re, in1i = a.im, in2r = b.re, in2i = b.im;
+    auto ar = fabs_(in2r), ai = fabs_(in2i);
+    if (fge(ar, ai)) {
+      if (feq(ar, decltype(ar)(0)) && feq(ai, decltype(ai)(0))) return T{fdiv(in1r, ar), fdiv(in1i, ai)};
+      auto rat = fdiv(in2i, in2r);
+      auto scl = fdiv(decltype(rat)(1), fadd(in2r, fmul(in2i, rat)));
+      return T{fmul(fadd(in1r, fmul(in1i, rat)), scl), fmul(fsub(in1i, fmul(in1r, rat)), scl)};
+    }
+    auto rat = fdiv(in2r, in2i);
+    auto scl = fdiv(decltype(rat)(1), fadd(in2i, fmul(in2r, rat)));
+    return T{fmul(fadd(fmul(in1r, rat), in1i), scl), fmul(fsub(fmul(in1i, rat), in1r), scl)};
+  }
+}
+template <class T>
+__device__ __forceinline__ T floor_divide(T a, T b) {
+  if constexpr (kind<T>::v == 0) {
+    if (b == T(0)) return T(0);
+    if constexpr (T(-1) < T(0)) {
+      // most negative // -1 overflows: NumPy returns the most negative value (two's complement)
+      if (b == T(-1)) return subtract(T(0), a);
+      T q = a / b;
+      if ((a % b != 0) && ((a < 0) != (b < 0))) q = q - 1;
+      return q;
+    } else {
+      return a / b;
+    }
+  } else if constexpr (kind<T>::v == 1) {
+    float m;
+    return float_to_half(fdivmod(hf(a), hf(b), &m));
+  } else {
+    T m;
+    return fdivmod(a, b, &m);
+  }
+}
+template <class T>
+__device__ __forceinline__ T remainder(T a, T b) {
+  if constexpr (kind<T>::v == 0) {
+    if (b == T(0)) return T(0);
+    if constexpr (T(-1) < T(0)) {
+      if (b == T(-1)) return T(0);
+      T r = a % b;
+      if (r != 0 && ((r < 0) != (b < 0))) r = r + b;
+      return r;
+    } else {
+      return a % b;
+    }
+  } else if constexpr (kind<T>::v == 1) {
+    float m, fa = hf(a), fb = hf(b);
+    if (feq(fb, 0.0f)) return float_to_half(ffmod(fa, fb));
+    fdivmod(fa, fb, &m);
+    return float_to_half(m);
+  } else {
+    if (feq(b, T(0))) return ffmod(a, b);
+    T m;
+    fdivmod(a, b, &m);
+    return m;
+  }
+}
+template <class T>
+__device__ __forceinline__ T negative(T a) {
+  if constexpr (kind<T>::v == 0) {
+    typedef typename unsigned_of<T>::type U;
+    return (T)((U)0 - (U)a);
+  } else if constexpr (kind<T>::v == 1) return half_t{(u16)(a.bits ^ 0x8000u)};
+  else if constexpr (kind<T>::v <= 3) return fneg(a);
+  else return T{fneg(a.re), fneg(a.im)};
+}
+template <class T>
+__device__ __forceinline__ T positive(T a) { return a; }
+template <class T>
+__device__ __forceinline__ auto absolute(T a) {
+  if constexpr (is_bool<T>::v) return a;
+  else if constexpr (kind<T>::v == 0) return is_negative(a) ? negative(a) : a;
+  else if constexpr (kind<T>::v == 1) return half_t{(u16)(a.bits & 0x7fffu)};
+  else if constexpr (kind<T>::v <= 3) return fabs_(a);
+  else if constexpr (kind<T>::v == 4)
+    return double_to_float(hypot(float_to_double(a.re), float_to_double(a.im)));
+  else return hypot(a.re, a.im);
+}
+template <class T>
+__device__ __forceinline__ T square(T a) { return multiply(a, a); }
+template <class T>
+__device__ __forceinline__ T power(T a, T b) {
+  if constexpr (kind<T>::v == 0) {
+    // NumPy raises for a negative integer exponent; a kernel cannot, so it gives 0 as CuPy does.
+    if (is_negative(b)) return T(0);
+    typedef typename unsigned_of<T>::type U;
+    U base = (U)a, e = (U)b, r = 1;
+    while (e) {
+      if (e & 1) r = (U)(r * base);
+      base = (U)(base * base);
+      e >>= 1;
+    }
+    return (T)r;
+  } else if constexpr (kind<T>::v == 1) return DCX_HALF1(fpow(hf(a), hf(b)));
+  else return fpow(a, b);
+}
+
+// minimum/maximum propagate NaN; fmin/fmax ignore it (NumPy's scalar_min_f / fminf).
+template <class T>
+__device__ __forceinline__ T minimum(T a, T b) {
+  if constexpr (is_bool<T>::v) return a && b;
+  else if constexpr (kind<T>::v == 0) return a < b ? a : b;
+  else if constexpr (kind<T>::v == 1) return (fle(hf(a), hf(b)) || fisnan(hf(a))) ? a : b;
+  else if constexpr (kind<T>::v <= 3) return (fle(a, b) || fisnan(a)) ? a : b;
+  else return (fisnan(a.re) || fisnan(a.im) || c_le(a, b)) ? a : b;
+}
+template <class T>
+__device__ __forceinline__ T maximum(T a, T b) {
+  if constexpr (is_bool<T>::v) return a || b;
+  else if constexpr (kind<T>::v == 0) return a > b ? a : b;
+  else if constexpr (kind<T>::v == 1) return (fge(hf(a), hf(b)) || fisnan(hf(a))) ? a : b;
+  else if constexpr (kind<T>::v <= 3) return (fge(a, b) || fisnan(a)) ? a : b;
+  else return (fisnan(a.re) || fisnan(a.im) || c_ge(a, b)) ? a : b;
+}
+template <class T>
+__device__ __forceinline__ T fmin(T a, T b) {
+  if constexpr (kind<T>::v == 0) return minimum(a, b);
+  else if constexpr (kind<T>::v == 1) return (fle(hf(a), hf(b)) || fisnan(hf(b))) ? a : b;
+  else if constexpr (kind<T>::v <= 3) return (fle(a, b) || fisnan(b)) ? a : b;
+  else return (fisnan(b.re) || fisnan(b.im) || c_le(a, b)) ? a : b;
+}
+template <class T>
+__device__ __forceinline__ T fmax(T a, T b) {
+  if constexpr (kind<T>::v == 0) return maximum(a, b);
+  else if constexpr (kind<T>::v == 1) return (fge(hf(a), hf(b)) || fisnan(hf(b))) ? a : b;
+  else if constexpr (kind<T>::v <= 3) return (fge(a, b) || fisnan(b)) ? a : b;
+  else return (fisnan(b.re) || fisnan(b.im) || c_ge(a, b)) ? a : b;
+}
+
+// ---------------------------------------------------------------- floating point ---------------
+#define DCX_FLOAT_UNARY(NAME, FN, INT_RESULT)                                 \
+  template <class T>                                                          \
+  __device__ __forceinline__ T NAME(T a) {                                    \
+    if constexpr (kind<T>::v == 0) return INT_RESULT;                         \
+    else if constexpr (kind<T>::v == 1) return DCX_HALF1(FN(hf(a)));          \
+    else return FN(a);                                                        \
+  }
+// Integer floor/ceil/trunc are the identity (NumPy >= 2.1 has integer loops for them); the
+// others have float loops only, so integers never reach them.
+DCX_FLOAT_UNARY(floor, ffloor, a)
+DCX_FLOAT_UNARY(ceil, fceil, a)
+DCX_FLOAT_UNARY(trunc, ftrunc, a)
+DCX_FLOAT_UNARY(rint, frint, a)
+DCX_FLOAT_UNARY(sqrt, fsqrt, a)
+DCX_FLOAT_UNARY(exp, fexp, a)
+DCX_FLOAT_UNARY(log, flog, a)
+DCX_FLOAT_UNARY(log2, flog2, a)
+DCX_FLOAT_UNARY(log10, flog10, a)
+DCX_FLOAT_UNARY(sin, fsin, a)
+DCX_FLOAT_UNARY(cos, fcos, a)
+DCX_FLOAT_UNARY(tan, ftan, a)
+#undef DCX_FLOAT_UNARY
+
+template <class T>
+__device__ __forceinline__ T sign(T a) {
+  if constexpr (kind<T>::v == 0) {
+    if constexpr (T(-1) < T(0)) return (T)((a > 0) - (a < 0));
+    else return (T)(a > 0);
+  } else if constexpr (kind<T>::v == 1) {
+    float f = hf(a);
+    return fisnan(f) ? a : float_to_half(fgt(f, 0.0f) ? 1.0f : (flt(f, 0.0f) ? -1.0f : 0.0f));
+  } else {
+    return fisnan(a) ? a : (fgt(a, T(0)) ? T(1) : (flt(a, T(0)) ? T(-1) : T(0)));
+  }
+}
+template <class T>
+__device__ __forceinline__ bool isnan(T a) {
+  if constexpr (kind<T>::v == 0) return false;
+  else if constexpr (kind<T>::v == 1) return (a.bits & 0x7fffu) > 0x7c00u;
+  else if constexpr (kind<T>::v <= 3) return fisnan(a);
+  else return fisnan(a.re) || fisnan(a.im);
+}
+template <class T>
+__device__ __forceinline__ bool isinf(T a) {
+  if constexpr (kind<T>::v == 0) return false;
+  else if constexpr (kind<T>::v == 1) return (a.bits & 0x7fffu) == 0x7c00u;
+  else if constexpr (kind<T>::v <= 3) return fisinf(a);
+  else return fisinf(a.re) || fisinf(a.im);
+}
+template <class T>
+__device__ __forceinline__ bool isfinite(T a) {
+  if constexpr (kind<T>::v == 0) return true;
+  else if constexpr (kind<T>::v == 1) return (a.bits & 0x7c00u) != 0x7c00u;
+  else if constexpr (kind<T>::v <= 3) return fisfinite(a);
+  else return fisfinite(a.re) && fisfinite(a.im);
+}
+template <class T>
+__device__ __forceinline__ bool signbit(T a) {
+  if constexpr (kind<T>::v == 1) return (a.bits & 0x8000u) != 0;
+  else if constexpr (kind<T>::v == 2) return (f32_bits(a) & 0x80000000u) != 0;
+  else return __double_as_longlong(a) < 0;
+}
+
+// ---------------------------------------------------------------- special ----------------------
+template <class T>
+__device__ __forceinline__ T where(bool c, T a, T b) { return c ? a : b; }
+template <class T>
+__device__ __forceinline__ auto real(T a) {
+  if constexpr (kind<T>::v >= 4) return a.re;
+  else return a;
+}
+template <class T>
+__device__ __forceinline__ auto imag(T a) {
+  if constexpr (kind<T>::v >= 4) return a.im;
+  else if constexpr (kind<T>::v == 1) return half_t{0};
+  else return T(0);
+}
+
+#undef DCX_HALF1
+}  // namespace np
+}  // namespace dcx

@@ -1,0 +1,27 @@
+// algorithm="single-pass" (the default): one read of the input, decoupled look-back between
+// tiles, selected items staged in shared memory and written out coalesced; order preserved.
+//
+// Entry point (a template; the launch layer in dask_compact/backends/cupy_backend.py names the
+// instantiations it needs through cupy.RawModule's name_expressions): dcx_single_pass. The
+// exact-size path first runs dcx_count (count.cu, same module), which fills the tile status
+// words with aggregates and the chunk total, so the host can size the output exactly.
+// Template parameters:
+//   T      element storage type (dcx_types.cuh)       Pred   generated predicate functor
+//   OUT    1 values, 2 indices, 3 both                SRC    0 fused predicate, 1 bool mask
+//   BLOCK, ITEMS   tuning (threads per block, elements per thread)
+//   P...   the predicate's constants, passed by value as kernel arguments, so a new threshold
+//          reuses the compiled kernel; the functor is built from them as Pred{p...}.
+#include "compact_tile.cuh"
+
+template <class T, class Pred, int OUT, int SRC, int BLOCK, int ITEMS, class... P>
+__global__ void __launch_bounds__(BLOCK)
+dcx_single_pass(const T* __restrict__ in, const bool* __restrict__ mask, long long n,
+                long long index_base, T* __restrict__ out_vals, long long* __restrict__ out_idx,
+                unsigned long long* status, unsigned long long* d_count,
+                unsigned long long* tile_counter, P... p) {
+  extern __shared__ __align__(16) unsigned char dcx_smem[];
+  const Pred pred{p...};
+  const dcx::LookbackPrefix policy{status, d_count};
+  dcx::compact_tiles<T, Pred, OUT, SRC, BLOCK, ITEMS>(in, mask, n, index_base, out_vals, out_idx,
+                                                      pred, policy, tile_counter, dcx_smem);
+}

@@ -1,0 +1,158 @@
+// algorithm="three-pass": the seed algorithm as published (Bakunas-Milanowski et al.,
+// multi-level ballot/popc compaction), generalised to any length, dtype and output.
+//
+//   dcx_tp_flags    pass 1: each warp evaluates the predicate on its 1024-element group (32
+//                   subgroups of 32), stores the 32 subgroup ballots (the group's predicate
+//                   bitmask, n/8 bytes in all) and the group's count (n/1024 words);
+//   dcx_tp_scan     pass 2: exclusive scan of the group counts -> each group's output offset,
+//                   and the total (the one number the host reads to size the output);
+//   dcx_tp_scatter  pass 3: each warp re-derives every selected element's rank from the stored
+//                   ballots (__shfl_sync broadcasts, __popc counts) and writes it straight to
+//                   its place; for values it reads only the input vectors that hold a selected
+//                   element, for indices it does not read the input at all.
+// The input is read once for the predicate; the bitmask is what pass 3 reads instead of
+// re-evaluating it (what made the published version strong for output="indices").
+#include "compact_tile.cuh"
+
+namespace dcx {
+constexpr int TP_BLOCK = 256;  // threads of the flags and scatter kernels: 8 groups per block
+constexpr int TP_GROUP = 1024;  // elements per warp group (32 subgroups x 32 lanes)
+constexpr int TP_SCAN_BLOCK = 256;
+constexpr int TP_SCAN_ITEMS = 16;  // group counts per thread of the scan
+}  // namespace dcx
+
+template <class T, class Pred, int SRC, class... P>
+__global__ void __launch_bounds__(dcx::TP_BLOCK)
+dcx_tp_flags(const T* __restrict__ in, const bool* __restrict__ mask, long long n,
+             unsigned* __restrict__ bitmask, unsigned* __restrict__ group_counts, P... p) {
+  using namespace dcx;
+  constexpr int VEC = vec_traits<T>::VEC;
+  constexpr int NV = 32 / VEC;                 // vectors per lane for the whole group
+  constexpr int NB = NV < 8 ? NV : 8;          // vectors held in registers at a time
+  constexpr int BATCH = 32 * NB * VEC;         // elements per batch
+  const Pred pred{p...};
+  const long long group = (long long)blockIdx.x * (TP_BLOCK / 32) + (threadIdx.x >> 5);
+  const long long seg = group * TP_GROUP;
+  if (seg >= n) return;  // whole warp leaves together
+  const int lane = int(lane_id());
+  const bool aligned = fast_ok(in, mask, SRC);
+  unsigned myword = 0, count = 0;
+#pragma unroll
+  for (int b = 0; b < NV / NB; ++b) {
+    const long long start = seg + (long long)b * BATCH;
+    Vec<T> vals[NB];
+    const unsigned bits = WarpLoad<T, Pred, SRC, NB * VEC, SRC == SRC_FUSED>::run(
+        in, mask, start, n, aligned && start + BATCH <= n, pred, vals);
+#pragma unroll
+    for (int k = 0; k < NB * VEC; ++k) {
+      const unsigned w = __ballot_sync(FULL_MASK, (bits >> k) & 1u);  // subgroup b*NB*VEC + k
+      if (lane == b * NB * VEC + k) myword = w;
+      count += __popc(w);
+    }
+  }
+  bitmask[group * 32 + lane] = myword;
+  if (lane == 0) group_counts[group] = count;
+}
+
+template <int BLOCK, int ITEMS>
+__global__ void __launch_bounds__(BLOCK)
+dcx_tp_scan(const unsigned* __restrict__ counts, long long ngroups,
+            unsigned long long* __restrict__ offsets, unsigned long long* status,
+            unsigned long long* d_total) {
+  using namespace dcx;
+  constexpr int WARPS = BLOCK / 32;
+  constexpr long long TILE = (long long)BLOCK * ITEMS;
+  __shared__ unsigned long long s_warp[WARPS];
+  __shared__ unsigned long long s_prefix;
+  const long long tile = blockIdx.x;
+  const int warp = int(threadIdx.x >> 5), lane = int(lane_id());
+  const long long first = tile * TILE + (long long)threadIdx.x * ITEMS;  // blocked: consecutive
+  unsigned c[ITEMS];
+  unsigned long long mine = 0;
+#pragma unroll
+  for (int k = 0; k < ITEMS; ++k) {
+    c[k] = first + k < ngroups ? counts[first + k] : 0u;
+    mine += c[k];
+  }
+  // warp inclusive scan of the thread sums, then the warps' totals through shared memory
+  unsigned long long inc = mine;
+#pragma unroll
+  for (int d = 1; d < 32; d <<= 1) {
+    const unsigned long long o = __shfl_up_sync(FULL_MASK, inc, d);
+    if (lane >= d) inc += o;
+  }
+  if (lane == 31) s_warp[warp] = inc;
+  __syncthreads();
+  unsigned long long woff = 0, agg = 0;
+#pragma unroll
+  for (int w = 0; w < WARPS; ++w) {
+    const unsigned long long t = s_warp[w];
+    woff += (w < warp) ? t : 0ull;
+    agg += t;
+  }
+  const LookbackPrefix policy{status, d_total};
+  if (threadIdx.x == 0) policy.publish_aggregate(tile, agg);
+  if (warp == 0) {
+    const unsigned long long p = policy.exclusive_prefix(tile, gridDim.x, agg);
+    if (lane == 0) s_prefix = p;
+  }
+  __syncthreads();
+  unsigned long long run = s_prefix + woff + (inc - mine);
+#pragma unroll
+  for (int k = 0; k < ITEMS; ++k) {
+    if (first + k < ngroups) offsets[first + k] = run;
+    run += c[k];
+  }
+}
+
+template <class T, int OUT>
+__global__ void __launch_bounds__(dcx::TP_BLOCK)
+dcx_tp_scatter(const T* __restrict__ in, long long n, long long index_base,
+               const unsigned* __restrict__ bitmask, const unsigned long long* __restrict__ offsets,
+               T* __restrict__ out_vals, long long* __restrict__ out_idx) {
+  using namespace dcx;
+  constexpr int VEC = vec_traits<T>::VEC;
+  constexpr int NV = 32 / VEC;
+  const long long group = (long long)blockIdx.x * (TP_BLOCK / 32) + (threadIdx.x >> 5);
+  const long long seg = group * TP_GROUP;
+  if (seg >= n) return;
+  const int lane = int(lane_id());
+  const unsigned lt = lanemask_lt();
+  const unsigned myword = bitmask[group * 32 + lane];
+  const bool fast = (seg + TP_GROUP <= n) && (reinterpret_cast<unsigned long long>(in) % 16 == 0);
+  unsigned long long run = offsets[group];
+#pragma unroll 4
+  for (int v = 0; v < NV; ++v) {
+    unsigned lane_bits = 0, pre = 0, tot = 0;
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) {
+      const unsigned w = __shfl_sync(FULL_MASK, myword, v * VEC + j);  // subgroup (v, j)
+      lane_bits |= ((w >> lane) & 1u) << j;
+      pre += __popc(w & lt);
+      tot += __popc(w);
+    }
+    if (lane_bits) {
+      const long long first = seg + (long long)v * 32 * VEC + (long long)lane * VEC;
+      Vec<T> x;
+      if (OUT & OUT_VALUES) {
+        if (fast) {
+          x.raw = load_stream16(in + first);
+        } else {
+#pragma unroll
+          for (int j = 0; j < VEC; ++j)
+            if ((lane_bits >> j) & 1u) x.v[j] = in[first + j];
+        }
+      }
+      unsigned long long r = run + pre;
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) {
+        if ((lane_bits >> j) & 1u) {
+          if (OUT & OUT_VALUES) out_vals[r] = x.v[j];
+          if (OUT & OUT_INDICES) out_idx[r] = index_base + first + j;
+          ++r;
+        }
+      }
+    }
+    run += tot;
+  }
+}

@@ -1,0 +1,177 @@
+"""Every CUDA kernel, and the functors generated for a set of predicates, compile with nvcc.
+
+Runs in CI without a GPU (skipped only where nvcc is missing). Sources are built by the same
+functions the CuPy backend hands to NVRTC (``module_source``, ``ModuleSpec.names``); the name
+expressions CuPy would instantiate are instantiated here by taking their addresses. Targets:
+sm_90 (Hopper, what we tune for) and sm_80 (an older architecture the kernels must still support).
+For sm_90 the ptxas resource report is checked for spills in the compaction kernels.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dask_compact.backends.cupy_backend import (
+    _FILES,
+    ALGORITHMS,
+    NVRTC_OPTIONS,
+    TUNING,
+    ModuleSpec,
+    _inline,
+    module_source,
+)
+from dask_compact.codegen.cuda_functor import CodegenUnsupported, generate_functor
+from dask_compact.predicate.core import Predicate
+from dask_compact.predicate.expr import UFUNCS, Call, Param, Var
+
+NVCC = shutil.which("nvcc")
+pytestmark = pytest.mark.skipif(NVCC is None, reason="nvcc not on PATH")
+
+ARCHS = ("sm_90", "sm_80")
+DTYPES = [
+    "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+    "float16", "float32", "float64", "complex64", "complex128",
+]
+OUTPUTS = ("values", "indices", "both")
+
+
+def _threshold(dtype: str) -> Predicate:
+    """``x > p0`` (``x`` itself for bool): the simplest fused predicate of each dtype."""
+    if dtype == "bool":
+        return Predicate(Var(), (), None, "x")
+    return Predicate(Call("greater", (Var(), Param(0, "float"))), (0.5,), None, "x > 0.5")
+
+
+def _nvcc(src: str, arch: str, tmp: Path, name: str) -> str:
+    cu = tmp / f"{name}_{arch}.cu"
+    cu.write_text(src)
+    opts = ["-std=c++17", *NVRTC_OPTIONS]
+    cmd = [NVCC, f"-arch={arch}", *opts, "-Xptxas", "-v", "-c", str(cu), "-o", str(cu.with_suffix(".o"))]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    assert r.returncode == 0, f"nvcc failed for {name} ({arch}):\n{r.stderr[-6000:]}"
+    return r.stderr
+
+
+def _force(names: list[str]) -> str:
+    """Instantiate the kernels CuPy would ask NVRTC for (host code takes their addresses)."""
+    body = ",\n  ".join(f"(void*)&{n}" for n in names)
+    return f"\nvoid* dcx_instantiate_for_test[] = {{\n  {body}\n}};\n"
+
+
+def _spills(ptxas_log: str) -> dict[str, str]:
+    """Entry function -> its 'spill' line, for functions that spill."""
+    out, fn = {}, None
+    for line in ptxas_log.splitlines():
+        m = re.search(r"Function properties for (\S+)", line)
+        if m:
+            fn = m.group(1)
+        m = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", line)
+        if m and fn and (int(m.group(1)) or int(m.group(2))):
+            out[fn] = line.strip()
+    return out
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_every_kernel_every_dtype_compiles(arch: str, algorithm: str, tmp_path: Path) -> None:
+    """Every dtype x {fused, mask path} of one algorithm in one translation unit: all outputs on
+    sm_90 (checked for spills), values+indices ("both") and the mask path on sm_80."""
+    seen: set[str] = set()
+    parts = [_inline("npy_ops.cuh", seen), _inline("compact_warp.cuh", seen)]
+    names: list[str] = []
+    outputs = OUTPUTS if arch == "sm_90" else ("both",)
+    for dt in DTYPES:
+        functor = generate_functor(_threshold(dt).typed(dt))
+        parts.append(functor.source)
+        for f in (functor, None):
+            spec = ModuleSpec(np.dtype(dt), algorithm, f, TUNING[np.dtype(dt).itemsize])
+            for output in outputs:
+                names += [n for n in spec.names(output).values() if n not in names]
+    for f in _FILES[algorithm]:
+        parts.append(_inline(f, seen))
+    log = _nvcc("\n".join(parts) + _force(names), arch, tmp_path, algorithm)
+    if arch == "sm_90":
+        spills = _spills(log)
+        assert not spills, f"register spills: {spills}"
+
+
+def _unary_or_binary(fn: str) -> int:
+    return getattr(np, fn).nin
+
+
+def _predicates() -> list[tuple[str, Predicate]]:
+    """One predicate per whitelisted ufunc (plus where/real/imag and a compound one)."""
+    out = []
+    for fn in sorted(UFUNCS):
+        nin = _unary_or_binary(fn)
+        inner = Call(fn, (Var(),) if nin == 1 else (Var(), Param(0, "int" if "shift" in fn else "float")))
+        if fn.startswith(("bitwise", "invert", "left", "right")):
+            inner = Call(fn, (Var(),) if nin == 1 else (Var(), Param(0, "int")))
+        expr = Call("not_equal", (inner, Param(1, "int")))
+        out.append((fn, Predicate(expr, (0.5 if nin == 2 and "shift" not in fn else 3, 0), None, fn)))
+    band = Call("logical_and", (Call("greater", (Var(), Param(0, "float"))),
+                                Call("less", (Var(), Param(1, "float")))))
+    out.append(("band", Predicate(band, (0.2, 0.3), None, "band")))
+    w = Call("where", (Call("isnan", (Var(),)), Param(0, "float"), Call("real", (Var(),))))
+    out.append(("where", Predicate(Call("less", (w, Param(1, "float"))), (0.0, 0.5), None, "where")))
+    im = Call("greater_equal", (Call("imag", (Var(),)), Param(0, "float")))
+    out.append(("imag", Predicate(im, (0.0,), None, "imag")))
+    return out
+
+
+# One thread, one element: the functor alone (the tile kernels around it are compiled above).
+_EVAL_KERNEL = """
+template <class T, class Pred, class... P>
+__global__ void dcx_eval(const T* in, bool* out, long long n, P... p) {
+  const Pred pred{p...};
+  long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = pred(in[i]);
+}
+"""
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_generated_functors_compile(arch: str, tmp_path: Path) -> None:
+    """Every whitelisted ufunc at every dtype NumPy types it for (plus where/real/imag and a
+    compound predicate): the generated functor compiles."""
+    seen: set[str] = set()
+    parts = [_inline("npy_ops.cuh", seen), _EVAL_KERNEL]
+    names: list[str] = []
+    done: set[str] = set()
+    unsupported = 0
+    for label, pred in _predicates():
+        for dt in DTYPES:
+            try:
+                tp = pred.typed(dt)
+            except TypeError:
+                continue  # NumPy has no loop (e.g. bitwise_and of floats), nor do we
+            try:
+                f = generate_functor(tp)
+            except CodegenUnsupported:
+                unsupported += 1
+                continue
+            if f.name in done:
+                continue
+            done.add(f.name)
+            parts.append(f.source)
+            targs = "".join(", " + c for c in f.param_ctypes)
+            names.append(f"dcx_eval<{f.input_ctype}, {f.name}{targs}>")
+    _nvcc("\n".join(parts) + _force(names), arch, tmp_path, "functors")
+    assert len(done) > 300, (len(done), unsupported)
+
+
+def test_module_source_is_self_contained() -> None:
+    """A module's source has no #include left: NVRTC needs no include path, and the source
+    alone keys CuPy's on-disk kernel cache (a changed header changes the key)."""
+    pred = _threshold("float32")
+    f = generate_functor(pred.typed("float32"))
+    for alg in ALGORITHMS:
+        src = module_source(ModuleSpec(np.dtype("float32"), alg, f, TUNING[4]))
+        assert not re.search(r"^\s*#\s*include", src, re.M)
+        assert f.name in src
