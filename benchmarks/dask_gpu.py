@@ -1,0 +1,117 @@
+"""Dask-level GPU benchmark: one GPU (dask_cuda.LocalCUDACluster), 2^30 float32 in 4 CuPy chunks.
+
+Three ways to get a filtered, persisted dask array of ``x < p``:
+  map_compact            known chunk sizes, persisted (dask_compact)
+  boolindex+ccs+persist  x[x < p].compute_chunk_sizes().persist()
+  map_blocks persist     x.map_blocks(lambda b: b[b < p]).persist() (unknown sizes)
+Every repetition uses a new threshold, so no key is reused (DESIGN.md section 6 pitfalls).
+
+    python benchmarks/dask_gpu.py --out results/ [--log2n 30 --chunks 4 --reps 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--log2n", type=int, default=30)
+    ap.add_argument("--chunks", type=int, default=4)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--ps", default="0.05,0.5,0.95")
+    ap.add_argument("--out", default="benchmarks/results")
+    args = ap.parse_args()
+
+    import cupy
+    import dask
+    import dask.array as da
+    from dask_cuda import LocalCUDACluster
+    from distributed import Client, wait
+
+    import dask_compact  # noqa: F401
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    n = 2**args.log2n
+    rows = []
+    with LocalCUDACluster(n_workers=1, threads_per_worker=args.chunks) as cluster, Client(cluster) as client:
+        rs = da.random.RandomState(RandomState=cupy.random.RandomState)
+        x = rs.random_sample(size=n, chunks=n // args.chunks, dtype=np.float32)
+        x = x.persist()
+        wait(x)
+        def _devname():
+            name = cupy.cuda.runtime.getDeviceProperties(0)["name"]
+            return name.decode() if isinstance(name, bytes) else name
+
+        dev = client.run(_devname)
+        meta = dict(device=list(dev.values())[0], date=datetime.date.today().isoformat(),
+                    git=subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                                       text=True).stdout.strip() or "uncommitted",
+                    n=f"2^{args.log2n}", chunks=args.chunks, dask=dask.__version__)
+        print(json.dumps(meta), flush=True)
+
+        def timed(fn):
+            t0 = time.perf_counter()
+            r = fn()
+            wait(r)
+            return time.perf_counter() - t0, r
+
+        def map_compact(p):
+            y = x.map_compact(lambda v: v < p)  # eager: known sizes, persisted
+            return y.persist()
+
+        def boolindex(p):
+            z = x[x < p]
+            z.compute_chunk_sizes()
+            return z.persist()
+
+        def map_blocks(p):
+            w = x.map_blocks(lambda b: b[b < p], chunks=((np.nan,) * x.numblocks[0],), dtype=x.dtype,
+                             meta=cupy.empty(0, dtype=x.dtype))
+            return w.persist()
+
+        impls = {"map_compact_known_sizes_persist": map_compact,
+                 "dask_boolindex+compute_chunk_sizes+persist": boolindex,
+                 "dask_map_blocks_mask_persist_unknown_sizes": map_blocks}
+        for p0 in map(float, args.ps.split(",")):
+            times: dict[str, list[float]] = {k: [] for k in impls}
+            sizes = {}
+            for rep in range(args.reps + 1):  # first repetition: warm-up (compiles, pools)
+                p = p0 + (rep + 1) * 1e-7  # a new threshold: new keys every repetition
+                for name, fn in impls.items():
+                    dt, r = timed(lambda: fn(p))
+                    if rep:
+                        times[name].append(dt)
+                    if name.startswith("map_compact"):
+                        sizes[name] = sum(r.chunks[0])
+                    del r
+            for name, ts in times.items():
+                ms = 1e3 * float(np.median(ts))
+                rows.append(dict(impl=name, log2n=args.log2n, p=p0, ms=round(ms, 2),
+                                 GBps=round(n * 4 * (1 + p0) / (ms * 1e-3) / 1e9, 1),
+                                 selected=sizes.get(name, ""), chunks=args.chunks))
+                print(rows[-1], flush=True)
+    lines = ["# Dask on one GPU: persisted filtered array of x < p", "", "```", json.dumps(meta, indent=1), "```", "",
+             "| impl | p | ms (median) | effective GB/s | vs map_compact |", "|---|---|---|---|---|"]
+    for r in rows:
+        ref = next(q["ms"] for q in rows if q["p"] == r["p"] and q["impl"].startswith("map_compact"))
+        lines.append(f"| {r['impl']} | {r['p']} | {r['ms']} | {r['GBps']} | {r['ms'] / ref:.2f}x |")
+    (out / "dask_gpu.md").write_text("\n".join(lines) + "\n")
+    with open(out / "dask_gpu.csv", "w") as f:
+        f.write("# " + json.dumps(meta) + "\n")
+        f.write(",".join(rows[0]) + "\n")
+        for r in rows:
+            f.write(",".join(str(v) for v in r.values()) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,58 @@
+"""Small compactions for compute-sanitizer (memcheck, racecheck, initcheck, synccheck).
+
+Run as ``compute-sanitizer --tool memcheck --error-exitcode 99 python sanitize_driver.py``
+(tests/gpu/test_sanitizer.py does). CuPy's memory pool is switched off, so every array is its
+own cudaMalloc and an access one element past an array's end is reported. Exits non-zero if a
+result is wrong.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import cupy
+import numpy as np
+
+from dask_compact.backends import cupy_backend as cb
+from dask_compact.predicate.core import Predicate
+from dask_compact.predicate.expr import Call, Param, Var
+
+
+def main() -> int:
+    cupy.cuda.set_allocator(None)  # exact-size cudaMalloc per array: memcheck sees every overrun
+    rng = np.random.default_rng(0)
+    bad = 0
+    sizes = [1, 33, 1025, 8193, 3 * 8192 + 17] if "--quick" not in sys.argv else [1, 1025, 8193]
+    for dtype in ("float32", "int8", "complex128", "float16"):
+        for n in sizes:
+            a_np = (rng.random(n) * 100).astype(dtype)
+            a = cupy.asarray(a_np)
+            pred = Predicate(Call("less", (Var(), Param(0, "float"))), (50.0,), None, "x < 50")
+            want_i = np.flatnonzero(a_np < 50)
+            for alg in ("single-pass", "three-pass", "hybrid"):
+                for output in ("values", "indices", "both"):
+                    got = cb.compact(a, pred, output, alg != "hybrid", alg, 0)
+                    idx = got[1] if output == "both" else (got if output == "indices" else None)
+                    if idx is not None:
+                        i = np.sort(cupy.asnumpy(idx))
+                        if not np.array_equal(i, want_i):
+                            print("WRONG", dtype, n, alg, output, flush=True)
+                            bad += 1
+                # the misaligned (element-wise) path and the mask path
+                v = a[1:]
+                got = cb.compact(v, pred, "indices", alg != "hybrid", alg, 0)
+                if not np.array_equal(np.sort(cupy.asnumpy(got)), np.flatnonzero(a_np[1:] < 50)):
+                    print("WRONG view", dtype, n, alg, flush=True)
+                    bad += 1
+                m = cupy.asarray(a_np < 50)
+                got = cb.compact_masked(a, m, "both", 0, algorithm=alg if alg != "hybrid" else "auto")
+                if not np.array_equal(cupy.asnumpy(got[1]), want_i):
+                    print("WRONG mask", dtype, n, alg, flush=True)
+                    bad += 1
+    cupy.cuda.runtime.deviceSynchronize()
+    print(f"sanitize_driver: {bad} wrong results", flush=True)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
