@@ -21,7 +21,7 @@ from typing import Any
 import dask
 import dask.array as da
 import numpy as np
-from dask.base import tokenize
+from dask.core import flatten
 from dask.highlevelgraph import HighLevelGraph
 
 from .chunk import compact_block, compact_block_masked
@@ -159,6 +159,23 @@ def _shift(arr: da.Array, starts: np.ndarray, name: str) -> da.Array:
     return da.Array(graph, name, chunks=arr.chunks, meta=arr._meta)
 
 
+def _fetch_counts(counts: da.Array) -> np.ndarray:
+    """The persisted (n_out, n_in) rows, fetched with as little as possible in between.
+
+    On a distributed cluster the persisted blocks are futures: gather them directly (16 bytes
+    each) instead of submitting a graph that concatenates them on a worker first.
+    """
+    blocks = [counts.dask[k] for k in flatten(counts.__dask_keys__())]
+    client = getattr(blocks[0], "client", None) if blocks else None
+    if client is not None and hasattr(client, "gather"):
+        rows = client.gather(blocks)
+    else:
+        rows = [counts.compute()]
+    if not rows:
+        return np.zeros((0, 2), np.int64)
+    return np.concatenate([np.asarray(r, dtype=np.int64).reshape(-1, 2) for r in rows])
+
+
 def build(plan: Plan, lazy: bool, out_chunks: Any) -> dict[str, da.Array]:
     """Run (eager) or describe (lazy) the three phases; return {'values'|'indices': Array}."""
     graph, p1 = _phase1_layer(plan)
@@ -172,7 +189,7 @@ def build(plan: Plan, lazy: bool, out_chunks: Any) -> dict[str, da.Array]:
     names = list(cols)
     persisted = dask.persist(*[cols[k] for k in names], counts)
     arrays = dict(zip(names, persisted[:-1]))
-    count_rows = np.asarray(persisted[-1].compute(), dtype=np.int64).reshape(-1, 2)
+    count_rows = _fetch_counts(persisted[-1])
 
     # Phase 2 on the client: the exclusive scan gives every chunk's global offsets.
     offsets = _exclusive_scan(count_rows)
