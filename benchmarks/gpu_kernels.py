@@ -38,6 +38,24 @@ except Exception:  # torch is optional
     torch = None
 
 OURS = ("single-pass", "three-pass", "hybrid")
+# compact_into runs: impl name stem -> (algorithm, single-pass look-back schedule)
+INTO = {
+    "single-pass": ("single-pass", "early"),
+    "single-pass-classic": ("single-pass", "classic"),
+    "three-pass": ("three-pass", None),
+    "hybrid": ("hybrid", None),
+}
+# exact-size path (compact(): count, read it, allocate, compact): name -> (algorithm, output,
+# single-pass exact mode, look-back schedule)
+EXACT = {
+    "ours_exact_single-pass_values": ("single-pass", "values", "prefix", None),
+    "ours_exact_single-pass-lookback-classic_values": ("single-pass", "values", "lookback", "classic"),
+    "ours_exact_single-pass-lookback-early_values": ("single-pass", "values", "lookback", "early"),
+    "ours_exact_hybrid_values": ("hybrid", "values", "prefix", None),
+    "ours_exact_single-pass_indices": ("single-pass", "indices", "prefix", None),
+    "ours_exact_three-pass_values": ("three-pass", "values", "prefix", None),
+    "ours_exact_three-pass_indices": ("three-pass", "indices", "prefix", None),
+}
 
 
 def threshold(dtype: np.dtype, p: float) -> float:
@@ -157,17 +175,17 @@ def bench_config(dtype: np.dtype, log2n: int, ps, peer: CubPeer | None, timer_re
         sels = [int(cupy.count_nonzero(b < dtype.type(tval))) for b in bufs]
         sel = sels[0]
         ref_sum = float(cupy.sum(bufs[0][bufs[0] < dtype.type(tval)], dtype=np.float64)) if check else None
-        for alg in OURS:
+        for stem, (alg, var) in INTO.items():
             for output in ("values", "indices"):
-                name = f"ours_{alg}_{output}"
+                name = f"ours_{stem}_{output}"
                 if name not in impls and f"ours_{output}" not in impls:
                     continue
                 ov = out_v if output == "values" else None
                 oi = out_i if output == "indices" else None
-                ms = timer(lambda k: cb.compact_into(bufs[k], pred, ov, oi, algorithm=alg), nbuf)
+                ms = timer(lambda k: cb.compact_into(bufs[k], pred, ov, oi, algorithm=alg, variant=var), nbuf)
                 chk = ""
                 if check:
-                    c = int(cb.compact_into(bufs[0], pred, ov, oi, algorithm=alg).get()[0])
+                    c = int(cb.compact_into(bufs[0], pred, ov, oi, algorithm=alg, variant=var).get()[0])
                     ok = c == sel
                     if ok and output == "values":
                         ok = abs(float(cupy.sum(out_v[:c], dtype=np.float64)) - ref_sum) <= 1e-6 * max(1.0, abs(ref_sum))
@@ -175,14 +193,23 @@ def bench_config(dtype: np.dtype, log2n: int, ps, peer: CubPeer | None, timer_re
                         ok = bool(cupy.all(bufs[0][out_i[:c]] < dtype.type(tval))) and bool(cupy.all(cupy.diff(out_i[:c]) > 0))
                     chk = "ok" if ok else "WRONG"
                 record(name, p, ms, sel, sel * (isz if output == "values" else 8), chk)
-        if "ours_exact" in impls:
+        for name, (alg, output, mode, var) in EXACT.items():
             # the exact-size chunk path of map_compact: count, read it, allocate, compact
-            ms = timer(lambda k: cb.compact(bufs[k], pred, "values", True, "single-pass", 0), nbuf)
-            record("ours_exact_single-pass_values", p, ms, sel, sel * isz)
-            ms = timer(lambda k: cb.compact(bufs[k], pred, "values", True, "three-pass", 0), nbuf)
-            record("ours_exact_three-pass_values", p, ms, sel, sel * isz)
-            ms = timer(lambda k: cb.compact(bufs[k], pred, "indices", True, "three-pass", 0), nbuf)
-            record("ours_exact_three-pass_indices", p, ms, sel, sel * 8)
+            if "ours_exact" not in impls and name not in impls:
+                continue
+            ms = timer(lambda k: cb.compact(bufs[k], pred, output, alg != "hybrid", alg, 0,
+                                            variant=var, exact_mode=mode), nbuf)
+            chk = ""
+            if check:
+                got = cb.compact(bufs[0], pred, output, alg != "hybrid", alg, 0, variant=var, exact_mode=mode)
+                ok = got.size == sel
+                if ok and output == "values":
+                    ok = abs(float(cupy.sum(got, dtype=np.float64)) - ref_sum) <= 1e-6 * max(1.0, abs(ref_sum))
+                    if alg != "hybrid":
+                        ok = ok and bool(cupy.array_equal(got, bufs[0][bufs[0] < dtype.type(tval)]))
+                chk = "ok" if ok else "WRONG"
+                del got
+            record(name, p, ms, sel, sel * (isz if output == "values" else 8), chk)
         if peer is not None and "cub" in impls:
             ms = timer(lambda k: peer.select_if(dtype.name, bufs[k], out_v, count, t, temp), nbuf)
             peer.select_if(dtype.name, bufs[0], out_v, count, t, temp)

@@ -3,12 +3,13 @@
 # together). Run from the repository root on the GPU host, with the wheels in .whl/ (carried):
 #   bash benchmarks/gpu_session.sh first   # tests (not slow), sanitizers, SASS, quick timings + tuning
 #   bash benchmarks/gpu_session.sh final   # slow tests (2^31 chunk), full benchmark, Dask benchmark
+#   bash benchmarks/gpu_session.sh perf    # 2^28 variants side by side, kernel tests, int8/float64
 # Prepare here: bash shared/gpu-host/wheels.sh (dask stack) and pip wheel --no-deps -w .whl .
 # Everything lands in $OUT (bundle.tgz with all logs, plus the key summaries as plain files).
 set -u -o pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/dcx_out}
-W=$OUT/work
+W=${DCX_WORK:-$OUT/work}   # perf mode: keep it outside $OUT (at most 8 files come back)
 mkdir -p "$W"
 MODE=${1:-first}
 BUDGET_END=$(( $(date +%s) + ${BUDGET_S:-480} ))   # stop starting new steps after this
@@ -28,7 +29,9 @@ import importlib.resources as r; print('kernels', sorted(p.name for p in r.files
 cat "$W/env.txt" | tail -8
 
 log "build CUB peer (background)"
-( nvcc -O3 -arch=sm_90 -std=c++17 -shared -Xcompiler -fPIC -o /tmp/cub_peer.so benchmarks/peers/cub_peer.cu \
+# a peer built on the CPU host and carried in .whl/ (static cudart) saves the device minute
+[ "$MODE" = perf ] && [ -f .whl/cub_peer.so ] && cp .whl/cub_peer.so /tmp/cub_peer.so
+[ -f /tmp/cub_peer.so ] || ( nvcc -O3 -arch=sm_90 -std=c++17 -shared -Xcompiler -fPIC -o /tmp/cub_peer.so benchmarks/peers/cub_peer.cu \
   > "$W/peer_build.log" 2>&1 || echo "peer build FAILED" >> "$W/peer_build.log" ) &
 PEER_PID=$!
 
@@ -120,7 +123,29 @@ if [ "$MODE" = verify ]; then
   grep -E "^\| ours_(single|hybrid)" "$W/bench_verify_512x32.log" | sed 's/^/[512x32] /' | head -6
 fi
 
+if [ "$MODE" = perf ]; then
+  # look-back schedules and exact-size paths side by side: float32 2^28 first (the numbers the
+  # targets are about), then the kernel tests (every variant), then int8/float64 2^28 if time
+  wait $PEER_PID 2>/dev/null; PEER=""; [ -f /tmp/cub_peer.so ] && PEER="--peer-lib /tmp/cub_peer.so"
+  log "float32 2^28: CUB, single-pass early/classic, exact prefix/lookback, hybrid"
+  timeout ${BENCH_S:-80} $PY benchmarks/gpu_kernels.py $PEER --out "$W" --dtypes float32 --sizes 28 \
+    --impls copy,ours_values,ours_indices,ours_exact,cub --tag perf_float32 > "$W/bench_perf_float32.log" 2>&1
+  echo "bench rc=$?"; grep -E "^\| (ours|cub|memcpy)" "$W/bench_perf_float32.log" | cut -d'|' -f2-6,7 | head -60
+  log "GPU kernel tests (not slow)"
+  timeout ${TEST_S:-150} $PY -m pytest tests/gpu/test_cupy_kernels.py -m "gpu and not slow" -n 8 -q -p no:cacheprovider \
+    -o addopts="" --durations=8 > "$W/pytest_perf.log" 2>&1; echo "pytest rc=$?"
+  grep -E "FAILED|ERROR|passed|failed|Timeout" "$W/pytest_perf.log" | tail -15
+  if [ "$(left)" -gt 30 ]; then
+    log "int8, float64 2^28"
+    timeout $(( $(left) - 12 )) $PY benchmarks/gpu_kernels.py $PEER --out "$W" --dtypes int8,float64 --sizes 28 \
+      --impls copy,ours_values,ours_exact_single-pass_values,ours_exact_single-pass-lookback-classic_values,cub \
+      --tag perf_other > "$W/bench_perf_other.log" 2>&1
+    grep -E "ms .*GB/s" "$W/bench_perf_other.log" | awk '{print $1, $2, $4, $5}' | head -40
+  fi
+fi
+
 log "bundle"
 tar czf "$OUT/bundle.tgz" -C "$W" . && ls -la "$OUT"
-for f in summary_quick.md summary_float32.md summary_other.md dask_gpu.md summary_verify.md; do [ -f "$W/$f" ] && cp "$W/$f" "$OUT/"; done
+for f in summary_quick.md summary_float32.md summary_other.md dask_gpu.md summary_verify.md summary_perf_float32.md \
+  summary_perf_other.md gpu_kernels_perf_float32.csv gpu_kernels_perf_other.csv pytest_perf.log; do [ -f "$W/$f" ] && cp "$W/$f" "$OUT/"; done
 true

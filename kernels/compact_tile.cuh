@@ -42,6 +42,14 @@ struct TileShape {
   static_assert(TILE <= 65536, "tile positions are staged as 16-bit numbers");
 };
 
+// Second __launch_bounds__ argument of the newer tile kernels (0: none). Left alone, ptxas
+// (CUDA 13) gives the 1-byte kernels ~32 registers and spills a few bytes; 4 blocks of 256
+// threads per SM lets them have 64, without a spill.
+template <class T>
+constexpr int tile_min_blocks() {
+  return sizeof(T) == 1 ? 4 : 0;
+}
+
 // Shared-memory bytes a tile kernel needs (the launch layer computes the same number).
 template <class T, int OUT, int BLOCK, int ITEMS>
 constexpr int tile_smem_bytes() {
@@ -101,6 +109,11 @@ __device__ __forceinline__ void compact_tiles(const T* __restrict__ in, const bo
       agg += c;
     }
     if (threadIdx.x == 0) prefix_policy.publish_aggregate(tile, agg);
+    // known prefixes (exact-size scatter): the tile's place, read now and seen by all after the
+    // staging barrier (the last reader of the previous value passed the loop's final barrier)
+    if constexpr (Prefix::KNOWN) {
+      if (threadIdx.x == 0) s_prefix = prefix_policy.known(tile);
+    }
 
     // 3. stage the selected elements in input order
 #pragma unroll
@@ -124,11 +137,13 @@ __device__ __forceinline__ void compact_tiles(const T* __restrict__ in, const bo
     if (fast) Load::issue(in, mask, next * S::TILE + (long long)warp * S::SEG, vals, mbits);
 
     // 5. the tile's place in the output
-    if (warp == 0) {
-      const unsigned long long p = prefix_policy.exclusive_prefix(tile, num_tiles, agg);
-      if (lane == 0) s_prefix = p;
+    if constexpr (!Prefix::KNOWN) {
+      if (warp == 0) {
+        const unsigned long long p = prefix_policy.exclusive_prefix(tile, num_tiles, agg);
+        if (lane == 0) s_prefix = p;
+      }
+      __syncthreads();
     }
-    __syncthreads();
     const unsigned long long prefix = s_prefix;
 
     // 6. coalesced copy-out
@@ -139,6 +154,124 @@ __device__ __forceinline__ void compact_tiles(const T* __restrict__ in, const bo
     if (!more) break;
     tile = next;
     __syncthreads();  // shared memory is restaged by the next tile
+  }
+}
+
+// Single-pass, "early" schedule (VARIANT 1 of dcx_single_pass): the same tile work as
+// compact_tiles, reordered so that a tile's aggregate is published as soon as its loads have
+// arrived, before its block copies out the previous tile, and the look-back of the current tile
+// runs while the next tile's loads are in flight. Per iteration (tile t, next tile u):
+//   a. ranks of t (its flags are already in registers), stage t in shared memory; barrier
+//   b. issue u's 16-byte loads;  warp 0: look-back of t  |  all warps: flags of u, warp counts
+//   c. barrier; thread 0 publishes u's aggregate;  d. copy-out of t; barrier.
+// In compact_tiles a claimed tile's aggregate waited for the block's look-back AND copy-out of
+// the previous tile (several us at high p), so successors' look-backs waited on that chain;
+// here it waits only for the loads. Shared memory as compact_tiles (one staged tile).
+template <class T, class Pred, int OUT, int SRC, int BLOCK, int ITEMS>
+__device__ __forceinline__ void compact_tiles_early(const T* __restrict__ in, const bool* __restrict__ mask,
+                                                    long long n, long long index_base,
+                                                    T* __restrict__ out_vals, long long* __restrict__ out_idx,
+                                                    const Pred& pred, const LookbackPrefix& lb,
+                                                    unsigned long long* tile_counter, unsigned char* smem) {
+  typedef TileShape<T, BLOCK, ITEMS> S;
+  typedef WarpLoad<T, Pred, SRC, ITEMS, (SRC == SRC_FUSED) || (OUT & OUT_VALUES)> Load;
+  __shared__ unsigned s_warp[S::WARPS];
+  __shared__ unsigned long long s_prefix;
+  __shared__ long long s_first;
+  __shared__ long long s_next;
+
+  const long long num_tiles = (n + S::TILE - 1) / S::TILE;
+  const int warp = int(threadIdx.x >> 5), lane = int(lane_id());
+  const bool aligned = fast_ok(in, mask, SRC);
+  T* s_vals = reinterpret_cast<T*>(smem);
+  u16* s_pos = reinterpret_cast<u16*>(smem + ((OUT & OUT_VALUES) ? S::TILE * sizeof(T) : 0));
+
+  if (threadIdx.x == 0) s_first = (long long)atomicAdd(tile_counter, 1ull);
+  __syncthreads();
+  long long tile = s_first;
+  if (tile >= num_tiles) return;  // uniform over the block
+
+  Vec<T> vals[S::NV];
+  unsigned mbits[S::NV];
+  unsigned bits, woff = 0, agg = 0;
+  {  // prologue: flags, warp offsets and aggregate of the first tile (published at once)
+    const long long seg = tile * S::TILE + (long long)warp * S::SEG;
+    bits = Load::run(in, mask, seg, n, aligned && (tile + 1) * S::TILE <= n, pred, vals);
+    const unsigned c = warp_sum_u32(__popc(bits));
+    if (lane == 0) s_warp[warp] = c;
+    __syncthreads();
+#pragma unroll
+    for (int w = 0; w < S::WARPS; ++w) {
+      const unsigned cw = s_warp[w];
+      woff += (w < warp) ? cw : 0u;
+      agg += cw;
+    }
+    if (threadIdx.x == 0) lb.publish_aggregate(tile, agg);
+  }
+
+  while (true) {
+    const long long tile_start = tile * S::TILE;
+    if (threadIdx.x == 0) s_next = (long long)atomicAdd(tile_counter, 1ull);
+
+    // a. ranks inside the warp's segment, staging in input order
+    unsigned base[S::NV];
+    warp_ranks<S::VEC, S::NV>(bits, base);
+#pragma unroll
+    for (int v = 0; v < S::NV; ++v) {
+      unsigned r = woff + base[v];
+#pragma unroll
+      for (int j = 0; j < S::VEC; ++j) {
+        if ((bits >> (v * S::VEC + j)) & 1u) {
+          if (OUT & OUT_VALUES) s_vals[r] = vals[v].v[j];
+          if (OUT & OUT_INDICES) s_pos[r] = u16(warp * S::SEG + v * 32 * S::VEC + lane * S::VEC + j);
+          ++r;
+        }
+      }
+    }
+    __syncthreads();  // staged (vals free, s_warp read by all), s_next visible
+
+    // b. next tile's loads in flight; look-back of this tile; flags of the next tile
+    const long long next = s_next;
+    const bool more = next < num_tiles;
+    const bool fast = more && aligned && (next + 1) * S::TILE <= n;
+    const long long nseg = next * S::TILE + (long long)warp * S::SEG;
+    if (fast) Load::issue(in, mask, nseg, vals, mbits);
+    if (warp == 0) {
+      const unsigned long long p = lb.exclusive_prefix(tile, num_tiles, agg);
+      if (lane == 0) s_prefix = p;
+    }
+    unsigned nbits = 0;
+    if (more) {
+      nbits = fast ? Load::flags(pred, vals, mbits) : Load::guarded(in, mask, nseg, n, pred, vals);
+      const unsigned c = warp_sum_u32(__popc(nbits));
+      if (lane == 0) s_warp[warp] = c;
+    }
+    __syncthreads();
+
+    // c. the next tile's offsets and aggregate, published before this tile's copy-out
+    const unsigned long long prefix = s_prefix;
+    unsigned nwoff = 0, nagg = 0;
+    if (more) {
+#pragma unroll
+      for (int w = 0; w < S::WARPS; ++w) {
+        const unsigned cw = s_warp[w];
+        nwoff += (w < warp) ? cw : 0u;
+        nagg += cw;
+      }
+      if (threadIdx.x == 0) lb.publish_aggregate(next, nagg);
+    }
+
+    // d. coalesced copy-out
+    for (unsigned i = threadIdx.x; i < agg; i += BLOCK) {
+      if (OUT & OUT_VALUES) out_vals[prefix + i] = s_vals[i];
+      if (OUT & OUT_INDICES) out_idx[prefix + i] = index_base + tile_start + (long long)s_pos[i];
+    }
+    if (!more) break;
+    tile = next;
+    bits = nbits;
+    woff = nwoff;
+    agg = nagg;
+    __syncthreads();  // shared memory (staging, s_warp, s_prefix, s_next) is reused
   }
 }
 
@@ -166,8 +299,53 @@ __device__ __forceinline__ void count_tile(const T* __restrict__ in, const bool*
 #pragma unroll
     for (int w = 0; w < S::WARPS; ++w) agg += s_warp[w];
     if (status) status_store(status + tile, (tile == 0 ? STATUS_INC : STATUS_AGG) | agg);
-    if (agg) atomicAdd(d_count, (unsigned long long)agg);
+    if (d_count && agg) atomicAdd(d_count, (unsigned long long)agg);
   }
+}
+
+// Exclusive scan of the tile counts the count kernel left in the status words (one block; the
+// exact-size path without look-back): words[t] becomes the exclusive prefix of tile t (a plain
+// number), *d_count the total. n/TILE values (32768 for 2^28 float32): a few microseconds.
+template <int BLOCK, int ITEMS>
+__device__ __forceinline__ void scan_tile_counts(unsigned long long* words, long long num_tiles,
+                                                 unsigned long long* d_count) {
+  constexpr int WARPS = BLOCK / 32;
+  __shared__ unsigned long long s_warp[WARPS];
+  const int warp = int(threadIdx.x >> 5), lane = int(lane_id());
+  unsigned long long carry = 0;
+  for (long long base = 0; base < num_tiles; base += (long long)BLOCK * ITEMS) {
+    const long long first = base + (long long)threadIdx.x * ITEMS;
+    unsigned long long v[ITEMS];
+    unsigned long long sum = 0;
+#pragma unroll
+    for (int j = 0; j < ITEMS; ++j) {
+      v[j] = (first + j < num_tiles) ? (words[first + j] & STATUS_VALUE) : 0ull;
+      sum += v[j];
+    }
+    unsigned long long inc = sum;
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+      const unsigned long long o = __shfl_up_sync(FULL_MASK, inc, d);
+      if (lane >= d) inc += o;
+    }
+    if (lane == 31) s_warp[warp] = inc;
+    __syncthreads();
+    unsigned long long run = carry + inc - sum, tot = 0;
+#pragma unroll
+    for (int w = 0; w < WARPS; ++w) {
+      const unsigned long long c = s_warp[w];
+      run += (w < warp) ? c : 0ull;
+      tot += c;
+    }
+#pragma unroll
+    for (int j = 0; j < ITEMS; ++j) {
+      if (first + j < num_tiles) words[first + j] = run;
+      run += v[j];
+    }
+    carry += tot;
+    __syncthreads();  // s_warp is rewritten by the next round
+  }
+  if (threadIdx.x == 0) *d_count = carry;
 }
 
 }  // namespace dcx

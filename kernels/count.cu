@@ -4,6 +4,11 @@
 // also goes to its look-back status word as an AGGREGATE (when `status` is given), so the
 // single-pass kernel that follows never waits on a predecessor.
 // Same template parameters as dcx_single_pass (single_pass.cu), without OUT.
+//
+// The single-pass exact path without look-back (cupy_backend.EXACT_MODE == "prefix") calls it
+// with d_count = NULL, then dcx_tile_scan turns the status words into exclusive tile prefixes
+// and writes the total; the host reads that one number, allocates, and dcx_scatter
+// (scatter.cu) writes every tile at its known place.
 #include "compact_tile.cuh"
 
 template <class T, class Pred, int SRC, int BLOCK, int ITEMS, class... P>
@@ -12,4 +17,11 @@ dcx_count(const T* __restrict__ in, const bool* __restrict__ mask, long long n,
           unsigned long long* status, unsigned long long* d_count, P... p) {
   const Pred pred{p...};
   dcx::count_tile<T, Pred, SRC, BLOCK, ITEMS>(in, mask, n, pred, status, d_count);
+}
+
+// One block: exclusive scan of the tile counts left by dcx_count (see scan_tile_counts).
+template <int BLOCK, int ITEMS>
+__global__ void __launch_bounds__(BLOCK)
+dcx_tile_scan(unsigned long long* words, long long num_tiles, unsigned long long* d_count) {
+  dcx::scan_tile_counts<BLOCK, ITEMS>(words, num_tiles, d_count);
 }

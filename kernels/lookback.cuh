@@ -30,6 +30,7 @@ __device__ __forceinline__ unsigned long long status_load(const unsigned long lo
 // aggregates until it meets an inclusive prefix. Blocks start in blockIdx order, so every
 // predecessor a tile waits for is resident or finished: no deadlock (CUB relies on the same).
 struct LookbackPrefix {
+  static constexpr bool KNOWN = false;
   unsigned long long* status;  // one word per tile
   unsigned long long* d_count;  // the last tile writes the total here
 
@@ -73,6 +74,7 @@ struct LookbackPrefix {
 // in the order they finish counting; inside a tile the order is kept. The counter ends as the
 // total count.
 struct AtomicPrefix {
+  static constexpr bool KNOWN = false;
   unsigned long long* d_count;  // zeroed before the launch
 
   __device__ __forceinline__ void publish_aggregate(long long, unsigned long long) const {}
@@ -82,6 +84,21 @@ struct AtomicPrefix {
     unsigned long long p = 0;
     if (lane_id() == 0 && agg) p = atomicAdd(d_count, agg);
     return __shfl_sync(FULL_MASK, p, 0);
+  }
+};
+
+// Tile prefixes known before the launch (the exact-size path: count kernel -> dcx_tile_scan):
+// thread 0 reads the tile's exclusive prefix at the top of its iteration, nobody waits on
+// another tile, and tiles land in input order.
+struct KnownPrefix {
+  static constexpr bool KNOWN = true;
+  const unsigned long long* prefixes;  // exclusive prefix of every tile (dcx_tile_scan)
+
+  __device__ __forceinline__ unsigned long long known(long long tile) const { return prefixes[tile]; }
+  __device__ __forceinline__ void publish_aggregate(long long, unsigned long long) const {}
+  __device__ __forceinline__ unsigned long long exclusive_prefix(long long tile, long long,
+                                                                 unsigned long long) const {
+    return prefixes[tile];  // not called (KNOWN)
   }
 };
 

@@ -9,12 +9,15 @@
 //   T      element storage type (dcx_types.cuh)       Pred   generated predicate functor
 //   OUT    1 values, 2 indices, 3 both                SRC    0 fused predicate, 1 bool mask
 //   BLOCK, ITEMS   tuning (threads per block, elements per thread)
+//   VARIANT 0 "classic": compact_tiles (aggregate published after the previous tile's copy-out)
+//           1 "early": compact_tiles_early (aggregate published as soon as the loads arrive,
+//             look-back overlapped with the next tile's loads); see compact_tile.cuh
 //   P...   the predicate's constants, passed by value as kernel arguments, so a new threshold
 //          reuses the compiled kernel; the functor is built from them as Pred{p...}.
 #include "compact_tile.cuh"
 
-template <class T, class Pred, int OUT, int SRC, int BLOCK, int ITEMS, class... P>
-__global__ void __launch_bounds__(BLOCK)
+template <class T, class Pred, int OUT, int SRC, int BLOCK, int ITEMS, int VARIANT, class... P>
+__global__ void __launch_bounds__(BLOCK, VARIANT == 1 ? dcx::tile_min_blocks<T>() : 0)
 dcx_single_pass(const T* __restrict__ in, const bool* __restrict__ mask, long long n,
                 long long index_base, T* __restrict__ out_vals, long long* __restrict__ out_idx,
                 unsigned long long* status, unsigned long long* d_count,
@@ -22,6 +25,11 @@ dcx_single_pass(const T* __restrict__ in, const bool* __restrict__ mask, long lo
   extern __shared__ __align__(16) unsigned char dcx_smem[];
   const Pred pred{p...};
   const dcx::LookbackPrefix policy{status, d_count};
-  dcx::compact_tiles<T, Pred, OUT, SRC, BLOCK, ITEMS>(in, mask, n, index_base, out_vals, out_idx,
-                                                      pred, policy, tile_counter, dcx_smem);
+  if constexpr (VARIANT == 1) {
+    dcx::compact_tiles_early<T, Pred, OUT, SRC, BLOCK, ITEMS>(in, mask, n, index_base, out_vals, out_idx,
+                                                              pred, policy, tile_counter, dcx_smem);
+  } else {
+    dcx::compact_tiles<T, Pred, OUT, SRC, BLOCK, ITEMS>(in, mask, n, index_base, out_vals, out_idx,
+                                                        pred, policy, tile_counter, dcx_smem);
+  }
 }

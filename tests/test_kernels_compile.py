@@ -21,6 +21,7 @@ from dask_compact.backends.cupy_backend import (
     _FILES,
     ALGORITHMS,
     NVRTC_OPTIONS,
+    SINGLE_PASS_VARIANTS,
     TUNING,
     ModuleSpec,
     _inline,
@@ -89,10 +90,14 @@ def test_every_kernel_every_dtype_compiles(arch: str, algorithm: str, tmp_path: 
     for dt in DTYPES:
         functor = generate_functor(_threshold(dt).typed(dt))
         parts.append(functor.source)
+        # single-pass: both look-back schedules (the count, tile-scan and scatter kernels of
+        # the exact path are in every spec's names)
+        variants = SINGLE_PASS_VARIANTS if algorithm == "single-pass" else ("classic",)
         for f in (functor, None):
-            spec = ModuleSpec(np.dtype(dt), algorithm, f, TUNING[np.dtype(dt).itemsize])
-            for output in outputs:
-                names += [n for n in spec.names(output).values() if n not in names]
+            for variant in variants:
+                spec = ModuleSpec(np.dtype(dt), algorithm, f, TUNING[np.dtype(dt).itemsize], variant)
+                for output in outputs:
+                    names += [n for n in spec.names(output).values() if n not in names]
     for f in _FILES[algorithm]:
         parts.append(_inline(f, seen))
     log = _nvcc("\n".join(parts) + _force(names), arch, tmp_path, algorithm)

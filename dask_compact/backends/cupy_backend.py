@@ -10,8 +10,13 @@ compile tests).
 Chunk flow (exact-size result, as the dispatch contract and DESIGN.md's memory rule demand:
 extra device memory per chunk at most the output plus O(n/1024)):
 
-* ``single-pass``: count kernel (tile aggregates + total) -> read the one count -> allocate
-  the output -> the single-pass kernel (decoupled look-back, staged coalesced writes).
+* ``single-pass``, ``EXACT_MODE == "lookback"`` (the default, with the look-back schedule of
+  ``SINGLE_PASS_VARIANT``): count kernel (tile aggregates + total) -> read the count ->
+  allocate -> the single-pass look-back kernel, which finds every aggregate already published.
+  ``EXACT_MODE == "prefix"``: count kernel (tile counts) -> one-block scan of
+  the tile counts (exclusive tile prefixes + total) -> read the one count -> allocate the output
+  -> the scatter kernel (tile code of the hybrid, each tile's place read from its prefix: order
+  kept, no look-back).
 * ``hybrid``: count kernel -> read the count -> allocate -> atomic-offset kernel (unordered).
 * ``three-pass`` (the published algorithm): predicate bitmask + group counts -> scan (total)
   -> read the count -> allocate -> scatter from the bitmask.
@@ -52,7 +57,7 @@ OUTPUT_CODES = {"values": 1, "indices": 2, "both": 3}
 
 # Kernel files of each algorithm (one module = generated functor + these, includes inlined).
 _FILES = {
-    "single-pass": ("count.cu", "single_pass.cu"),
+    "single-pass": ("count.cu", "single_pass.cu", "scatter.cu"),
     "hybrid": ("count.cu", "hybrid.cu"),
     "three-pass": ("three_pass.cu",),
 }
@@ -65,6 +70,27 @@ TP_GROUP = 1024
 TP_BLOCK = 256
 TP_SCAN_BLOCK = 256
 TP_SCAN_ITEMS = 16
+
+# Single-pass look-back schedule of compact_into (and of the "lookback" exact path), the
+# VARIANT of dcx_single_pass: "classic" (compact_tiles) or "early" (compact_tiles_early:
+# aggregate published as soon as a tile's loads arrive, look-back overlapped with the next
+# tile's loads). Both stay selectable (variant=...) so one benchmark compares them.
+SINGLE_PASS_VARIANTS = {"classic": 0, "early": 1}
+# Default schedule per itemsize, as measured on the H100 at 2^28 (benchmarks/results/NOTES-gpu.md,
+# run 2026-11-21_h100_5971f72-perf): "early" is 18-23% faster for float32 and float64 at every p;
+# for int8 it is 13% slower at p=0.05 (ptxas register cap, fewer blocks per SM) and 13% faster
+# at p=0.95, so 1-byte types keep "classic"; 2- and 16-byte types were not measured (classic).
+SINGLE_PASS_VARIANT: dict[int, str] = {1: "classic", 2: "classic", 4: "early", 8: "early", 16: "classic"}
+# Exact-size path of algorithm="single-pass" (compact / compact_masked): "prefix" (count ->
+# tile-prefix scan -> read the total -> allocate -> scatter at known prefixes) or "lookback"
+# (count -> read the total -> allocate -> single-pass look-back kernel). "prefix" measured
+# faster only at p=0.95 (float32 1.230 vs 1.343 ms) and 1-8% slower at p <= 0.5, so the
+# default stays "lookback" (see NOTES-gpu.md for the suspected cost of the one-block scan).
+EXACT_MODES = ("prefix", "lookback")
+EXACT_MODE = "lookback"
+# dcx_tile_scan: one block of SCAN_BLOCK threads, SCAN_ITEMS tile counts per thread per round.
+SCAN_BLOCK = 1024
+SCAN_ITEMS = 8
 
 
 @dataclass(frozen=True)
@@ -137,6 +163,7 @@ class ModuleSpec:
     algorithm: str  # single-pass | three-pass | hybrid
     functor: CudaFunctor | None  # None: mask path (flags from a bool array)
     tuning: Tuning
+    variant: str = "classic"  # single-pass look-back schedule (SINGLE_PASS_VARIANTS)
 
     @property
     def src(self) -> int:
@@ -161,10 +188,17 @@ class ModuleSpec:
                 "scan": f"dcx_tp_scan<{TP_SCAN_BLOCK}, {TP_SCAN_ITEMS}>",
                 "scatter": f"dcx_tp_scatter<{t}, {out}>",
             }
-        main = "dcx_single_pass" if self.algorithm == "single-pass" else "dcx_hybrid"
+        if self.algorithm == "single-pass":
+            v = SINGLE_PASS_VARIANTS[self.variant]
+            return {
+                "count": f"dcx_count<{t}, {p}, {s}, {b}, {i}{pa}>",
+                "scan": f"dcx_tile_scan<{SCAN_BLOCK}, {SCAN_ITEMS}>",
+                "main": f"dcx_single_pass<{t}, {p}, {out}, {s}, {b}, {i}, {v}{pa}>",
+                "scatter": f"dcx_scatter<{t}, {p}, {out}, {s}, {b}, {i}{pa}>",
+            }
         return {
             "count": f"dcx_count<{t}, {p}, {s}, {b}, {i}{pa}>",
-            "main": f"{main}<{t}, {p}, {out}, {s}, {b}, {i}{pa}>",
+            "main": f"dcx_hybrid<{t}, {p}, {out}, {s}, {b}, {i}{pa}>",
         }
 
     def all_names(self) -> list[str]:
@@ -215,7 +249,7 @@ class _Compiled:
             if k is None:
                 k = self.module.get_function(expr)
                 smem = self.spec.smem_bytes(output)
-                if role == "main" and smem > 0:
+                if role in ("main", "scatter") and smem > 0:
                     # static shared memory counts against the same 48 KB default limit
                     k.max_dynamic_shared_size_bytes = smem
                 self._kernels[expr] = k
@@ -264,6 +298,7 @@ class _Plan:
     params: tuple  # NumPy scalars, kernel arguments of the functor
     spec: ModuleSpec
     output: str
+    exact_mode: str = "prefix"  # single-pass exact path (EXACT_MODES)
 
     @property
     def n(self) -> int:
@@ -320,12 +355,25 @@ def _flatten(a: Any) -> Any:
     return cupy.ascontiguousarray(a).reshape(-1)
 
 
-def _plan(a: Any, pred: Predicate | None, mask: Any, output: str, algorithm: str) -> _Plan:
+def _plan(
+    a: Any, pred: Predicate | None, mask: Any, output: str, algorithm: str,
+    variant: str | None = None, exact_mode: str | None = None,
+) -> _Plan:
     """Choose the fused kernel or, failing that, the mask path (logged on the predicate path)."""
     import cupy
 
+    exact_mode = EXACT_MODE if exact_mode is None else exact_mode
+    if variant is not None and variant not in SINGLE_PASS_VARIANTS:
+        raise ValueError(f"variant must be one of {', '.join(SINGLE_PASS_VARIANTS)}; got {variant!r}")
+    if exact_mode not in EXACT_MODES:
+        raise ValueError(f"exact_mode must be one of {', '.join(EXACT_MODES)}; got {exact_mode!r}")
+
     flat = _flatten(a)
     dtype = np.dtype(flat.dtype)
+    if algorithm != "single-pass":
+        variant = "classic"  # one module per (predicate, dtype, algorithm, tuning) elsewhere
+    elif variant is None:
+        variant = SINGLE_PASS_VARIANT.get(dtype.itemsize, "classic")
     ctype(dtype)  # raises for dtypes without a device type
     tuning = TUNING[dtype.itemsize]
     if mask is None:
@@ -334,8 +382,8 @@ def _plan(a: Any, pred: Predicate | None, mask: Any, output: str, algorithm: str
             try:
                 tp, functor = _typed_functor(pred.expr, dtype, pred)
                 params = tp.bind(pred.params)
-                spec = ModuleSpec(dtype, algorithm, functor, tuning)
-                return _Plan(flat, None, params, spec, output)
+                spec = ModuleSpec(dtype, algorithm, functor, tuning, variant)
+                return _Plan(flat, None, params, spec, output, exact_mode)
             except (CodegenUnsupported, ParamOverflow):
                 pass  # evaluate the predicate as a mask (NumPy semantics through CuPy)
         mask = pred.mask(a, cupy)
@@ -344,10 +392,12 @@ def _plan(a: Any, pred: Predicate | None, mask: Any, output: str, algorithm: str
         m = m.astype(np.bool_)
     if m.size != flat.size:
         raise ValueError(f"mask of {m.size} elements for a chunk of {flat.size}")
-    return _Plan(flat, m, (), ModuleSpec(dtype, algorithm, None, tuning), output)
+    return _Plan(flat, m, (), ModuleSpec(dtype, algorithm, None, tuning, variant), output, exact_mode)
 
 
-def _launch_main(plan: _Plan, index_base: int, out_vals: Any, out_idx: Any, ws: dict[str, Any]) -> None:
+def _launch_main(
+    plan: _Plan, index_base: int, out_vals: Any, out_idx: Any, ws: dict[str, Any], exact: bool = False
+) -> None:
     """The compaction kernel(s) proper, after the count (exact path) or alone (compact_into)."""
     spec, n = plan.spec, plan.n
     k = _compiled(spec).kernels(plan.output)
@@ -364,6 +414,12 @@ def _launch_main(plan: _Plan, index_base: int, out_vals: Any, out_idx: Any, ws: 
     smem = spec.smem_bytes(plan.output)
     grid = min(tiles, _resident_blocks(k["main"], spec.tuning.block, smem))
     args: tuple = (plan.flat, _ptr(plan.mask), nb, base, _ptr(out_vals), _ptr(out_idx))
+    if spec.algorithm == "single-pass" and exact and plan.exact_mode == "prefix":
+        # tile prefixes known (dcx_tile_scan): scatter without look-back
+        grid = min(tiles, _resident_blocks(k["scatter"], spec.tuning.block, smem))
+        args += (ws["status"], ws["tiles"])
+        k["scatter"]((grid,), (spec.tuning.block,), args + plan.params, shared_mem=smem)
+        return
     if spec.algorithm == "single-pass":
         args += (ws["status"], ws["count"])
     else:
@@ -406,6 +462,14 @@ def _launch_count(plan: _Plan) -> dict[str, Any]:
         return ws
     tiles = -(-n // spec.tuning.tile)
     ws = _tile_workspace(spec.algorithm, tiles, exact=True)
+    if spec.algorithm == "single-pass" and plan.exact_mode == "prefix":
+        # tile counts -> exclusive tile prefixes (in place) + the total
+        k["count"](
+            (tiles,), (spec.tuning.block,),
+            (plan.flat, _ptr(plan.mask), nb, ws["status"], _NULL) + plan.params,
+        )
+        k["scan"]((1,), (SCAN_BLOCK,), (ws["status"], np.int64(tiles), ws["count"]))
+        return ws
     status = ws["status"] if spec.algorithm == "single-pass" else _NULL
     k["count"](
         (tiles,), (spec.tuning.block,),
@@ -444,7 +508,7 @@ def _run_exact(plan: _Plan, output: str, index_base: int) -> Any:
         vals = cupy.empty(total, dtype=plan.flat.dtype) if output in ("values", "both") else None
         idx = cupy.empty(total, dtype=np.int64) if output in ("indices", "both") else None
         if total:
-            _launch_main(plan, index_base, vals, idx, ws)
+            _launch_main(plan, index_base, vals, idx, ws, exact=True)
     if output == "values":
         return vals
     if output == "indices":
@@ -456,13 +520,17 @@ def _run_exact(plan: _Plan, output: str, index_base: int) -> Any:
 
 
 def compact(
-    a: Any, pred: Predicate, output: str, stable: bool, algorithm: str, index_base: int
+    a: Any, pred: Predicate, output: str, stable: bool, algorithm: str, index_base: int,
+    *, variant: str | None = None, exact_mode: str | None = None,
 ) -> Any:
-    """Dispatch entry for CuPy chunks (see dask_compact.dispatch): exact-length 1-D results."""
+    """Dispatch entry for CuPy chunks (see dask_compact.dispatch): exact-length 1-D results.
+
+    ``variant`` / ``exact_mode`` (benchmarks, tests) override SINGLE_PASS_VARIANT / EXACT_MODE.
+    """
     alg = resolve_algorithm(algorithm, stable)
     if output not in OUTPUT_CODES:
         raise ValueError(f"output must be values, indices or both; got {output!r}")
-    return _run_exact(_plan(a, pred, None, output, alg), output, int(index_base))
+    return _run_exact(_plan(a, pred, None, output, alg, variant, exact_mode), output, int(index_base))
 
 
 def compact_masked(a: Any, mask: Any, output: str, index_base: int, algorithm: str = "auto") -> Any:
@@ -486,12 +554,14 @@ def compact_into(
     mask: Any = None,
     algorithm: str = "single-pass",
     index_base: int = 0,
+    variant: str | None = None,
 ) -> Any:
     """Compact into preallocated outputs of capacity >= a.size; returns the device count.
 
     No host synchronisation: the count stays on the device (a 1-element uint64 CuPy array),
     as CUB's ``DeviceSelect`` leaves it. Entries past the count are left untouched, which the
     tests check with poisoned buffers; the benchmarks time this path against CUB.
+    ``variant`` overrides SINGLE_PASS_VARIANT (the look-back schedule).
     """
     if out_values is None and out_indices is None:
         raise ValueError("give out_values, out_indices or both")
@@ -499,7 +569,7 @@ def compact_into(
         "values" if out_values is not None else "indices"
     )
     alg = resolve_algorithm(algorithm, algorithm != "hybrid")
-    plan = _plan(a, pred, mask, output, alg)
+    plan = _plan(a, pred, mask, output, alg, variant)
     for o in (out_values, out_indices):
         if o is not None and (o.size < plan.n or not o.flags.c_contiguous):
             raise ValueError("outputs must be contiguous with capacity >= a.size")

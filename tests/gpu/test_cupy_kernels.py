@@ -22,6 +22,22 @@ DTYPES = [
     "float16", "float32", "float64", "complex64", "complex128",
 ]
 ALGORITHMS = ["single-pass", "three-pass", "hybrid"]
+# Test id -> (algorithm, keyword overrides). compact() (exact-size path): the single-pass exact
+# modes x look-back schedules that can run; compact_into(): the look-back schedules. The
+# module defaults (cb.EXACT_MODE, cb.SINGLE_PASS_VARIANT) are one of these combinations.
+EXACT_CONFIGS = {
+    "single-pass:prefix": ("single-pass", {"exact_mode": "prefix"}),
+    "single-pass:lookback-early": ("single-pass", {"exact_mode": "lookback", "variant": "early"}),
+    "single-pass:lookback-classic": ("single-pass", {"exact_mode": "lookback", "variant": "classic"}),
+    "three-pass": ("three-pass", {}),
+    "hybrid": ("hybrid", {}),
+}
+INTO_CONFIGS = {
+    "single-pass:early": ("single-pass", {"variant": "early"}),
+    "single-pass:classic": ("single-pass", {"variant": "classic"}),
+    "three-pass": ("three-pass", {}),
+    "hybrid": ("hybrid", {}),
+}
 OUTPUTS = ["values", "indices", "both"]
 SMALL_SIZES = [0, 1, 31, 32, 33, 1023, 1024, 1025, 8191, 8192, 8193, 65537, 1000003]
 PS = [0.0, 0.001, 0.05, 0.5, 0.95, 1.0]
@@ -91,10 +107,11 @@ def check(a_np, pred, output, got, stable: bool, index_base: int = 0) -> None:
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("algorithm", ALGORITHMS)
-def test_exact_path_small_sizes(dtype: str, algorithm: str) -> None:
+@pytest.mark.parametrize("config", list(EXACT_CONFIGS))
+def test_exact_path_small_sizes(dtype: str, config: str) -> None:
     """compact(): exact-length results, all outputs, sizes around every boundary, every p."""
-    rng = np.random.default_rng(abs(hash((dtype, algorithm))) % 2**32)
+    algorithm, kw = EXACT_CONFIGS[config]
+    rng = np.random.default_rng(abs(hash((dtype, config))) % 2**32)
     stable = algorithm != "hybrid"
     for n in SMALL_SIZES:
         a_np = make_data(rng, n, dtype)
@@ -102,24 +119,25 @@ def test_exact_path_small_sizes(dtype: str, algorithm: str) -> None:
         for p in PS:
             pred = threshold(dtype, p)
             for output in OUTPUTS:
-                got = cb.compact(a, pred, output, stable, algorithm, 7)
+                got = cb.compact(a, pred, output, stable, algorithm, 7, **kw)
                 check(a_np, pred, output, got, stable, index_base=7)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("algorithm", ALGORITHMS)
-def test_preallocated_outputs_are_poison_checked(dtype: str, algorithm: str) -> None:
+@pytest.mark.parametrize("config", list(INTO_CONFIGS))
+def test_preallocated_outputs_are_poison_checked(dtype: str, config: str) -> None:
     """compact_into(): the device count, the first `count` entries right, the rest untouched."""
-    rng = np.random.default_rng(1 + abs(hash((dtype, algorithm))) % 2**32)
+    algorithm, kw = INTO_CONFIGS[config]
+    rng = np.random.default_rng(1 + abs(hash((dtype, config))) % 2**32)
     stable = algorithm != "hybrid"
-    for n in (1, 33, 1025, 8193, 2**20 + 7):
+    for n in (1, 31, 33, 1023, 1025, 8191, 8193, 2**20 + 7):
         a_np = make_data(rng, n, dtype)
         a = cupy.asarray(a_np)
-        for p in (0.0, 0.05, 0.5, 1.0):
+        for p in (0.0, 0.001, 0.05, 0.5, 1.0):
             pred = threshold(dtype, p)
             vals, idx = poison(n, a_np.dtype), poison(n, np.int64)
             ref_v, ref_i = cupy.asnumpy(vals), cupy.asnumpy(idx)
-            d = cb.compact_into(a, pred, vals, idx, algorithm=algorithm)
+            d = cb.compact_into(a, pred, vals, idx, algorithm=algorithm, **kw)
             c = int(d.get()[0])
             m = pred.mask(a_np).ravel()
             assert c == int(m.sum())
@@ -129,21 +147,60 @@ def test_preallocated_outputs_are_poison_checked(dtype: str, algorithm: str) -> 
 
 
 @pytest.mark.parametrize("dtype", ["int8", "float16", "float32", "float64", "complex128"])
-@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@pytest.mark.parametrize("config", ["single-pass:prefix", "single-pass:lookback-early", "three-pass", "hybrid"])
 @pytest.mark.parametrize("n", [2**20 + 7, 2**26])
-def test_large_sizes(dtype: str, algorithm: str, n: int) -> None:
+def test_large_sizes(dtype: str, config: str, n: int) -> None:
+    algorithm, kw = EXACT_CONFIGS[config]
     rng = np.random.default_rng(n)
     a_np = make_data(rng, n, dtype)
     a = cupy.asarray(a_np)
     stable = algorithm != "hybrid"
     for p in (0.001, 0.5, 0.95):
         pred = threshold(dtype, p)
-        check(a_np, pred, "both", cb.compact(a, pred, "both", stable, algorithm, 0), stable)
+        check(a_np, pred, "both", cb.compact(a, pred, "both", stable, algorithm, 0, **kw), stable)
+    if algorithm == "single-pass":  # compact_into, both look-back schedules, same input
+        pred = threshold(dtype, 0.5)
+        want = int(pred.mask(a_np).sum())
+        for variant in ("early", "classic"):
+            vals, idx = poison(n, a_np.dtype), poison(n, np.int64)
+            c = int(cb.compact_into(a, pred, vals, idx, variant=variant).get()[0])
+            assert c == want
+            check(a_np, pred, "both", (vals[:c], idx[:c]), True)
 
 
-@pytest.mark.parametrize("algorithm", ALGORITHMS)
-def test_mask_path_and_fallbacks(algorithm: str) -> None:
+def test_tile_scan_many_rounds() -> None:
+    """The exact path's one-block tile scan over more tiles than one round (1024 x 8 = 8192
+    tiles; int8 tiles are 8192 elements, so 2^26 + 2^20 + 3 elements are 8321 tiles)."""
+    n = 2**26 + 2**20 + 3
+    rng = np.random.default_rng(11)
+    a_np = make_data(rng, n, "int8")
+    a = cupy.asarray(a_np)
+    for p in (0.001, 0.5):
+        pred = threshold("int8", p)
+        got = cb.compact(a, pred, "both", True, "single-pass", 5, exact_mode="prefix")
+        check(a_np, pred, "both", got, True, index_base=5)
+
+
+def test_variant_and_mode_are_checked() -> None:
+    a = cupy.asarray(make_data(np.random.default_rng(2), 100, "float32"))
+    pred = threshold("float32", 0.5)
+    with pytest.raises(ValueError):
+        cb.compact(a, pred, "values", True, "single-pass", 0, variant="bogus")
+    with pytest.raises(ValueError):
+        cb.compact(a, pred, "values", True, "single-pass", 0, exact_mode="bogus")
+    assert set(cb.SINGLE_PASS_VARIANT.values()) <= set(cb.SINGLE_PASS_VARIANTS)
+    assert cb.EXACT_MODE in cb.EXACT_MODES
+
+
+@pytest.mark.parametrize("config", list(EXACT_CONFIGS))
+def test_mask_path_and_fallbacks(config: str, monkeypatch) -> None:
     """Mask-path predicates, literals that overflow the loop dtype, and compact_masked."""
+    algorithm, kw = EXACT_CONFIGS[config]
+    # the mask path and compact_masked take the module defaults
+    if kw.get("variant") is not None:
+        monkeypatch.setattr(cb, "SINGLE_PASS_VARIANT", dict.fromkeys((1, 2, 4, 8, 16), kw["variant"]))
+    if kw.get("exact_mode") is not None:
+        monkeypatch.setattr(cb, "EXACT_MODE", kw["exact_mode"])
     rng = np.random.default_rng(3)
     stable = algorithm != "hybrid"
     a_np = make_data(rng, 100003, "float32")
@@ -173,20 +230,26 @@ def test_mask_path_and_fallbacks(algorithm: str) -> None:
     np.testing.assert_array_equal(np.sort(cupy.asnumpy(got)), np.flatnonzero(np.sqrt(c_np).real < 0.5))
     # compact_masked with a separate boolean array
     m = cupy.asarray(rng.random(a_np.shape) < 0.4)
-    v = cb.compact_masked(a, m, "values", 0)
+    v = cb.compact_masked(a, m, "values", 0, algorithm=algorithm if stable else "auto")
     np.testing.assert_array_equal(cupy.asnumpy(v), a_np[cupy.asnumpy(m)])
 
 
-@pytest.mark.parametrize("algorithm", ALGORITHMS)
-def test_views_and_shapes(algorithm: str) -> None:
+@pytest.mark.parametrize("config", list(EXACT_CONFIGS))
+def test_views_and_shapes(config: str) -> None:
     """Misaligned views (element-wise path), non-contiguous and N-D chunks (C order)."""
+    algorithm, kw = EXACT_CONFIGS[config]
     rng = np.random.default_rng(5)
     stable = algorithm != "hybrid"
     base = make_data(rng, 3 * 8192 + 5, "float32")
     for a_np in (base[1:], base[3:-2], base[: 3 * 8192].reshape(96, 256).T, base[::3]):
         pred = threshold("float32", 0.5)
-        got = cb.compact(_same_view(base, a_np), pred, "both", stable, algorithm, 11)
+        got = cb.compact(_same_view(base, a_np), pred, "both", stable, algorithm, 11, **kw)
         check(np.ascontiguousarray(a_np), pred, "both", got, stable, index_base=11)
+        if algorithm == "single-pass":  # misaligned views through compact_into too
+            view = _same_view(base, a_np)  # compact_into flattens it as compact does
+            vals, idx = poison(view.size, np.float32), poison(view.size, np.int64)
+            c = int(cb.compact_into(view, pred, vals, idx, variant=kw.get("variant"), index_base=11).get()[0])
+            check(np.ascontiguousarray(a_np), pred, "both", (vals[:c], idx[:c]), True, index_base=11)
 
 
 def _same_view(base_np: np.ndarray, view_np: np.ndarray) -> "cupy.ndarray":
