@@ -1,0 +1,308 @@
+"""The batch CLI (`dask compact`, `python -m dask_compact`): results against NumPy, the
+output's all-or-nothing contract, and short errors with a non-zero exit code."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import dask
+import numpy as np
+import pytest
+
+zarr = pytest.importorskip("zarr")
+from click.testing import CliRunner
+
+import dask_compact
+from dask_compact import cli
+
+BIN = Path(sys.executable).parent
+
+
+def run(*args: str, code: int = 0):
+    result = CliRunner().invoke(cli.main, [str(a) for a in args], catch_exceptions=False)
+    assert result.exit_code == code, result.output
+    assert "Traceback" not in result.output
+    return result
+
+
+def read_group(path: Path) -> tuple[dict, dict]:
+    g = zarr.open_group(store=str(path), mode="r")
+    return dict(g.attrs), {name: a[:] for name, a in g.arrays()}
+
+
+def leftovers(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir() if "dask-compact-tmp" in p.name)
+
+
+@pytest.fixture
+def npy(tmp_path: Path) -> tuple[Path, np.ndarray]:
+    a = np.random.default_rng(42).random(10_000)
+    path = tmp_path / "in.npy"
+    np.save(path, a)
+    return path, a
+
+
+@pytest.fixture
+def zarr2d(tmp_path: Path) -> tuple[Path, np.ndarray]:
+    # Chunks split along both axes: the CLI must still give C-order values and indices.
+    a = np.random.default_rng(7).standard_normal((60, 50)).astype(np.float32)
+    path = tmp_path / "in2d.zarr"
+    z = zarr.create_array(store=str(path), shape=a.shape, dtype=a.dtype, chunks=(16, 20))
+    z[:] = a
+    return path, a
+
+
+def test_npy_both_matches_numpy(npy, tmp_path):
+    path, a = npy
+    out = tmp_path / "out.zarr"
+    res = run(path, out, "--where", "x > 0.7", "--output", "both", "--chunks", "3000")
+    attrs, arrays = read_group(out)
+    m = a > 0.7
+    np.testing.assert_array_equal(arrays["values"], a[m])
+    np.testing.assert_array_equal(arrays["indices"], np.flatnonzero(m))
+    assert arrays["indices"].dtype == np.int64
+    assert attrs["dask_compact"]["complete"] is True
+    assert attrs["dask_compact"]["selected"] == m.sum()
+    assert f"selected  {m.sum():,}" in res.stdout
+    assert "GB/s" in res.stdout
+    assert leftovers(tmp_path) == []
+
+
+def test_zarr_nd_in_c_order(zarr2d, tmp_path):
+    path, a = zarr2d
+    out = tmp_path / "out.zarr"
+    run(path, out, "-w", "(x > 0.5) | (x < -1.5)", "-o", "both", "--output-chunks", "100")
+    _, arrays = read_group(out)
+    m = (a > 0.5) | (a < -1.5)
+    np.testing.assert_array_equal(arrays["values"], a[m])
+    np.testing.assert_array_equal(arrays["indices"], np.flatnonzero(m))
+    assert zarr.open_array(store=str(out / "values"), mode="r").chunks == (100,)
+
+
+def test_indices_only_and_json_summary(npy, tmp_path):
+    path, a = npy
+    out = tmp_path / "idx.zarr"
+    res = run(path, out, "--where", "x < 0.1", "--output", "indices", "--json")
+    summary = json.loads(res.stdout)
+    _, arrays = read_group(out)
+    assert list(arrays) == ["indices"]
+    np.testing.assert_array_equal(arrays["indices"], np.flatnonzero(a < 0.1))
+    assert summary["selected"] == int((a < 0.1).sum())
+    assert summary["elements"] == a.size and summary["bytes"] == a.nbytes
+
+
+def test_nothing_selected_writes_empty_arrays(npy, tmp_path):
+    path, a = npy
+    out = tmp_path / "empty.zarr"
+    run(path, out, "--where", "x > 2", "--output", "both")
+    attrs, arrays = read_group(out)
+    assert arrays["values"].shape == (0,) and arrays["values"].dtype == a.dtype
+    assert arrays["indices"].shape == (0,)
+    assert attrs["dask_compact"]["complete"] is True
+
+
+def test_nd_npy_integer(tmp_path):
+    a = np.random.default_rng(3).integers(-100, 100, size=(40, 7, 3), dtype=np.int16)
+    np.save(tmp_path / "cube.npy", a)
+    run(tmp_path / "cube.npy", tmp_path / "o.zarr", "-w", "x >= 50", "--chunks", "9", "-o", "both")
+    _, arrays = read_group(tmp_path / "o.zarr")
+    np.testing.assert_array_equal(arrays["values"], a[a >= 50])
+    np.testing.assert_array_equal(arrays["indices"], np.flatnonzero(a >= 50))
+
+
+def test_existing_output_needs_overwrite(npy, tmp_path):
+    path, a = npy
+    out = tmp_path / "out.zarr"
+    run(path, out, "--where", "x > 0.5")
+    res = run(path, out, "--where", "x > 0.9", code=2)
+    assert "exists" in res.output and "--overwrite" in res.output
+    np.testing.assert_array_equal(read_group(out)[1]["values"], a[a > 0.5])  # untouched
+    run(path, out, "--where", "x > 0.9", "--overwrite")
+    attrs, arrays = read_group(out)
+    np.testing.assert_array_equal(arrays["values"], a[a > 0.9])
+    assert attrs["dask_compact"]["where"] == "x > 0.9"
+    assert leftovers(tmp_path) == []
+
+
+def _fail_in_write_phase(monkeypatch, exc: type[BaseException]) -> None:
+    """map_compact's result fails in the last block, i.e. while the group is being written."""
+    real = dask_compact.map_compact
+
+    def boom(block):
+        raise exc("disk full (simulated)")
+
+    def failing(x, pred, **kw):
+        out = real(x, pred, **kw)
+        arrays = out if isinstance(out, tuple) else (out,)
+        bad = []
+        for y in arrays:
+            last = y.numblocks[0] - 1
+
+            def maybe_fail(b, block_info=None, last=last):
+                if block_info[0]["chunk-location"][0] == last:
+                    boom(b)
+                return b
+
+            bad.append(y.map_blocks(maybe_fail, dtype=y.dtype))
+        return tuple(bad) if isinstance(out, tuple) else bad[0]
+
+    monkeypatch.setattr(dask_compact, "map_compact", failing)
+
+
+@pytest.mark.parametrize(
+    "where_run", [[], ["--local", "processes", "--workers", "2", "--progress"]],
+    ids=["threads", "local-cluster"],
+)
+def test_failure_mid_write_leaves_no_output(npy, tmp_path, monkeypatch, where_run):
+    path, _ = npy
+    out = tmp_path / "out.zarr"
+    _fail_in_write_phase(monkeypatch, OSError)
+    res = run(path, out, "--where", "x > 0.1", "-o", "both", "--output-chunks", "500", *where_run,
+              code=1)
+    assert "job failed" in res.output and "disk full" in res.output
+    assert not out.exists()
+    assert leftovers(tmp_path) == []
+
+
+def test_failure_keeps_previous_output(npy, tmp_path, monkeypatch):
+    path, a = npy
+    out = tmp_path / "out.zarr"
+    run(path, out, "--where", "x > 0.5")
+    _fail_in_write_phase(monkeypatch, OSError)
+    run(path, out, "--where", "x > 0.1", "--overwrite", "--output-chunks", "500", code=1)
+    attrs, arrays = read_group(out)
+    assert attrs["dask_compact"]["where"] == "x > 0.5"
+    np.testing.assert_array_equal(arrays["values"], a[a > 0.5])
+    assert leftovers(tmp_path) == []
+
+
+def test_interrupt_mid_write_cleans_up(npy, tmp_path, monkeypatch):
+    path, _ = npy
+    out = tmp_path / "out.zarr"
+    _fail_in_write_phase(monkeypatch, KeyboardInterrupt)
+    result = CliRunner().invoke(cli.main, [str(path), str(out), "-w", "x > 0.1",
+                                           "--output-chunks", "500"])
+    assert result.exit_code != 0
+    assert not out.exists()
+    assert leftovers(tmp_path) == []
+
+
+def test_url_output_marked_complete_after_move(npy):
+    # fsspec's in-memory file system stands in for an object store (no atomic rename).
+    import fsspec
+
+    path, a = npy
+    fs = fsspec.filesystem("memory")
+    url = "memory://cli-test/out.zarr"
+    try:
+        run(path, url, "--where", "x > 0.3", "-o", "both")
+        g = zarr.open_group(store=url, mode="r")
+        assert g.attrs["dask_compact"]["complete"] is True
+        np.testing.assert_array_equal(g["values"][:], a[a > 0.3])
+        assert [p for p in fs.ls("/cli-test", detail=False) if "tmp" in p] == []
+        res = run(path, url, "--where", "x > 0.3", code=2)
+        assert "--overwrite" in res.output
+    finally:
+        fs.rm("/cli-test", recursive=True)
+
+
+@pytest.mark.parametrize(
+    "where, message",
+    [
+        ("y > 0.5", "--where"),  # a name other than x
+        ("x >", "--where"),  # not an expression
+        ("x + 1", "--where"),  # not boolean
+        ("__import__('os').system('true')", "--where"),  # never evaluated
+    ],
+)
+def test_bad_predicate(npy, tmp_path, where, message):
+    path, _ = npy
+    res = run(path, tmp_path / "o.zarr", "--where", where, code=2)
+    assert message in res.output
+    assert not (tmp_path / "o.zarr").exists()
+
+
+def test_input_errors(tmp_path, zarr2d):
+    out = tmp_path / "o.zarr"
+    assert "does not exist" in run(tmp_path / "missing.zarr", out, "-w", "x > 0", code=2).output
+    (tmp_path / "notes.txt").write_text("hello")
+    assert "not a .npy" in run(tmp_path / "notes.txt", out, "-w", "x > 0", code=2).output
+    np.save(tmp_path / "dates.npy", np.arange(5).astype("datetime64[s]"))
+    assert "dtype" in run(tmp_path / "dates.npy", out, "-w", "x > 0", code=2).output
+    np.save(tmp_path / "words.npy", np.array(["a", "b"]))
+    assert "dtype" in run(tmp_path / "words.npy", out, "-w", "x > 0", code=2).output
+    np.save(tmp_path / "objects.npy", np.array([{}, 1], dtype=object))
+    assert "memory-map" in run(tmp_path / "objects.npy", out, "-w", "x > 0", code=2).output
+    np.save(tmp_path / "scalar.npy", np.float64(1.0))
+    assert "0-d" in run(tmp_path / "scalar.npy", out, "-w", "x > 0", code=2).output
+    group = tmp_path / "group.zarr"
+    zarr.open_group(store=str(group), mode="w").create_array("data", shape=(4,), dtype="f8")
+    res = run(group, out, "-w", "x > 0", code=2)
+    assert "group" in res.output and "data" in res.output
+    path, _ = zarr2d
+    assert "must not be INPUT" in run(path, path, "-w", "x > 0", "--overwrite", code=2).output
+    assert not out.exists()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_scheduler_errors(npy, tmp_path):
+    path, _ = npy
+    out = tmp_path / "o.zarr"
+    res = run(path, out, "-w", "x > 0", "--scheduler", f"tcp://127.0.0.1:{free_port()}",
+              "--timeout", "0.5", code=1)
+    assert "cannot connect to the scheduler" in res.output
+    res = run(path, out, "-w", "x > 0", "--scheduler", "nope://127.0.0.1:1", code=1)
+    assert "unknown address scheme" in res.output
+    assert not out.exists()
+    # The failed connections left no half-made default scheduler behind in this process.
+    assert dask.config.get("scheduler", None) is None
+
+
+def test_local_processes_cluster(npy, tmp_path):
+    path, a = npy
+    out = tmp_path / "o.zarr"
+    res = run(path, out, "-w", "x > 0.25", "--local", "processes", "--workers", "2",
+              "--chunks", "2500", "--progress")
+    assert "LocalCluster (2 worker processes)" in res.stdout
+    np.testing.assert_array_equal(read_group(out)[1]["values"], a[a > 0.25])
+
+
+@pytest.mark.parametrize("command", [["-m", "dask_compact"], ["dask", "compact"]])
+def test_subprocess(npy, tmp_path, command):
+    path, a = npy
+    out = tmp_path / "o.zarr"
+    argv = ([sys.executable, *command] if command[0] == "-m"
+            else [str(BIN / "dask") if (BIN / "dask").exists() else shutil.which("dask"),
+                  command[1]])
+    proc = subprocess.run([*argv, str(path), str(out), "-w", "x <= 0.05", "-o", "both", "--json"],
+                          check=False, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["selected"] == int((a <= 0.05).sum())
+    _, arrays = read_group(out)
+    np.testing.assert_array_equal(arrays["indices"], np.flatnonzero(a <= 0.05))
+    # A usage error: short message, exit code 2, no traceback.
+    proc = subprocess.run([*argv, str(path), str(out), "-w", "x <= 0.05"],
+                          check=False, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert "--overwrite" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_terminate_handler_restored():
+    import signal
+
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(SystemExit) as info, cli.terminate_as_exit():
+        os.kill(os.getpid(), signal.SIGTERM)
+    assert info.value.code == 128 + signal.SIGTERM
+    assert signal.getsignal(signal.SIGTERM) == before
