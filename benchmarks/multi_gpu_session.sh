@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# One device call on a multi-GPU host (nvidia-h200-x4): the whole GPU test suite, then the
+# multi-GPU pieces of the scale-out work: the example, the batch CLI on a GPU cluster, and the
+# 1/2/4-GPU scaling benchmark. Run from the repository root with the wheels in .whl/ (carried).
+# Key results are copied to $OUT (at most 8 files come back); everything else is in bundle.tgz.
+set -u -o pipefail
+export PYTHONUNBUFFERED=1
+# NVLink multicast stays off (the device README: it can take the shared host's GPUs down).
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+OUT=${OUT:-/tmp/dcx_out}
+REPO=$PWD
+W=/tmp/dcx_work
+mkdir -p "$W"
+log() { echo "== $(date +%T) $*" | tee -a "$W/session.log"; }
+
+log "install wheels"
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+  --target /tmp/site .whl/*.whl >> "$W/session.log" 2>&1 || log "pip install FAILED"
+export PYTHONPATH=/tmp/site
+{ nvidia-smi -L; git rev-parse --short HEAD 2>/dev/null; python3 -P -c "import cupy, dask, dask_cuda, dask_compact; \
+print('cupy', cupy.__version__, 'dask', dask.__version__, 'dask_cuda', dask_cuda.__version__, \
+'gpus', cupy.cuda.runtime.getDeviceCount())"; } > "$W/env.txt" 2>&1
+cat "$W/env.txt"
+
+log "GPU test suite (all, slow ones included)"
+timeout 240 python3 -P -m pytest tests/gpu -m gpu -n 8 -q -p no:cacheprovider -o addopts="" \
+  --junitxml="$W/junit.xml" > "$W/pytest_gpu.log" 2>&1
+echo "pytest rc=$?" >> "$W/pytest_gpu.log"
+grep -E "FAILED|ERROR|passed|failed|rc=" "$W/pytest_gpu.log" | tail -15
+
+cd /tmp   # run the scripts away from the source tree: the installed wheel is what is tested
+log "multi-GPU example (one worker per GPU, data born on the GPUs)"
+timeout 120 python3 "$REPO/examples/multi_gpu.py" --size $((2**30)) --chunk $((2**26)) --check \
+  > "$W/example_multi_gpu.log" 2>&1; echo "example rc=$?" | tee -a "$W/example_multi_gpu.log"
+tail -12 "$W/example_multi_gpu.log"
+
+log "batch CLI on the local GPU cluster (auto)"
+python3 -c "import numpy as np; np.save('/tmp/cli_in.npy', np.random.default_rng(3).random(2**24, dtype=np.float32))"
+timeout 120 python3 -m dask_compact /tmp/cli_in.npy /tmp/cli_out.zarr --where "(x > 0.2) & (x < 0.3)" \
+  --output both --chunks $((2**22)) > "$W/cli_gpu.log" 2>&1; echo "cli rc=$?" >> "$W/cli_gpu.log"
+python3 -c "
+import numpy as np, zarr
+a = np.load('/tmp/cli_in.npy'); g = zarr.open_group('/tmp/cli_out.zarr', mode='r'); m = (a > 0.2) & (a < 0.3)
+print('cli check values', np.array_equal(g['values'][:], a[m]), 'indices', np.array_equal(g['indices'][:], np.flatnonzero(m)), 'complete', dict(g.attrs).get('dask_compact'))
+" >> "$W/cli_gpu.log" 2>&1
+tail -10 "$W/cli_gpu.log"
+
+log "scaling benchmark 1/2/4 GPUs"
+timeout 300 python3 "$REPO/benchmarks/multi_gpu_scaling.py" --log2n ${LOG2N:-33} --chunk-log2 28 \
+  --gpus 1 2 4 --reps 3 --out "$W" > "$W/scaling.log" 2>&1; echo "scaling rc=$?" | tee -a "$W/scaling.log"
+tail -12 "$W/scaling.log"
+
+log "collect"
+cd "$W" && tar czf "$OUT/bundle.tgz" . 2>/dev/null
+cp "$W/pytest_gpu.log" "$W/example_multi_gpu.log" "$W/cli_gpu.log" "$W/scaling.log" "$OUT/" 2>/dev/null
+for f in "$W"/multi-gpu-*.md "$W"/multi-gpu-*.png "$W"/multi-gpu-*.csv; do [ -f "$f" ] && cp "$f" "$OUT/"; done
+ls "$OUT"
