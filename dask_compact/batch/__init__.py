@@ -1,0 +1,1 @@
+"""The batch job behind ``dask compact``: input, where it runs, and the all-or-nothing output."""

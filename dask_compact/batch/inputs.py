@@ -1,0 +1,149 @@
+"""Batch job input: a Zarr array (local or fsspec URL) or a memory-mapped .npy file, as a dask array."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import click
+import dask.array as da
+import numpy as np
+from dask.base import tokenize
+
+SEPARATOR = "://"
+
+
+
+# ---------------------------------------------------------------------------------------------
+# Input
+
+
+class NpyBlocks:
+    """A ``.npy`` file that dask slices block by block.
+
+    Each process that reads a block memory-maps the file itself; the object pickles as its
+    path, shape and dtype only, so a distributed graph never carries the data (a plain
+    ``np.memmap`` handed to ``da.from_array`` would be pickled whole into every task).
+    """
+
+    def __init__(self, path: str) -> None:
+        mm = np.load(path, mmap_mode="r")
+        self.path = path
+        self.shape: tuple[int, ...] = tuple(mm.shape)
+        self.dtype = mm.dtype
+        self.ndim = mm.ndim
+        self._mm: np.memmap | None = None
+
+    def __getitem__(self, index: Any) -> np.ndarray:
+        if self._mm is None:
+            self._mm = np.load(self.path, mmap_mode="r")
+        # A copy: a memmap slice would keep the file open inside the chunk (and pickle badly).
+        return np.array(self._mm[index])
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"path": self.path, "shape": self.shape, "dtype": self.dtype, "ndim": self.ndim}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._mm = None
+
+
+@dataclass
+class Source:
+    array: da.Array
+    kind: str  # "npy" or "zarr"
+    local_path: str | None  # for the INPUT/OUTPUT overlap check
+
+
+def is_url(path: str) -> bool:
+    return SEPARATOR in path and not path.startswith("file://")
+
+
+def local(path: str) -> str:
+    return os.path.abspath(path.removeprefix("file://"))
+
+
+def leading_axis_chunks(ndim: int, n: int | str) -> tuple[Any, ...]:
+    """Chunks split along axis 0 only: each chunk is then a contiguous run of the C order."""
+    return (n,) + (-1,) * (ndim - 1)
+
+
+def open_input(path: str, chunks: int | None) -> Source:
+    if not is_url(path) and not os.path.exists(local(path)):
+        raise click.BadParameter(f"{path!r} does not exist", param_hint="INPUT")
+    if path.endswith(".npy"):
+        return open_npy(path, chunks)
+    if not is_url(path) and os.path.isfile(local(path)):
+        raise click.BadParameter(
+            f"{path!r} is a file but not a .npy file; INPUT must be a Zarr array or a .npy file",
+            param_hint="INPUT",
+        )
+    return open_zarr(path, chunks)
+
+
+def open_npy(path: str, chunks: int | None) -> Source:
+    if is_url(path):
+        raise click.BadParameter(
+            ".npy input must be a local file (it is memory-mapped); convert it to Zarr for "
+            "remote storage",
+            param_hint="INPUT",
+        )
+    p = local(path)
+    try:
+        blocks = NpyBlocks(p)
+    except ValueError as e:  # object dtype: "Array can't be memory-mapped"; a bad header
+        raise click.BadParameter(f"cannot memory-map {path!r}: {e}", param_hint="INPUT") from None
+    check_shape_dtype(blocks.shape, blocks.dtype, path)
+    st = os.stat(p)
+    name = "npy-" + tokenize(p, st.st_mtime_ns, st.st_size)
+    x = da.from_array(
+        blocks,
+        chunks=leading_axis_chunks(blocks.ndim, chunks or "auto"),
+        name=name,
+        meta=np.empty((0,) * blocks.ndim, dtype=blocks.dtype),
+        inline_array=True,
+    )
+    return Source(x, "npy", p)
+
+
+def open_zarr(path: str, chunks: int | None) -> Source:
+    import zarr
+
+    try:
+        node = zarr.open(store=path, mode="r")
+    except Exception as e:  # noqa: BLE001 -- zarr raises several types for "missing", "not zarr"
+        raise click.BadParameter(
+            f"cannot open {path!r} as a Zarr array: {type(e).__name__}: {e}", param_hint="INPUT"
+        ) from None
+    if isinstance(node, zarr.Group):
+        names = sorted(name for name, _ in node.arrays())
+        hint = f"; it holds the arrays {', '.join(names)}" if names else " with no arrays"
+        raise click.BadParameter(
+            f"{path!r} is a Zarr group, not an array: name the array, e.g. {path.rstrip('/')}/"
+            f"{names[0] if names else 'NAME'}{hint}",
+            param_hint="INPUT",
+        )
+    check_shape_dtype(node.shape, node.dtype, path)
+    x = da.from_zarr(node)
+    if chunks is not None:
+        x = x.rechunk(leading_axis_chunks(x.ndim, chunks))
+    return Source(x, "zarr", None if is_url(path) else local(path))
+
+
+def check_shape_dtype(shape: tuple[int, ...], dtype: Any, path: str) -> None:
+    from ..validate import DTYPES
+
+    if len(shape) == 0:
+        raise click.BadParameter(
+            f"{path!r} holds a 0-d array (a scalar): nothing to compact", param_hint="INPUT"
+        )
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:  # zarr v3 data types without a NumPy equivalent
+        dt = None
+    if dt not in DTYPES:
+        raise click.BadParameter(
+            f"{path!r} has dtype {dtype}; supported: {', '.join(d.name for d in DTYPES)}",
+            param_hint="INPUT",
+        )

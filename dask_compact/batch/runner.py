@@ -1,0 +1,237 @@
+"""Where a batch job runs: a remote scheduler, a local GPU or CPU cluster, or threads; progress and
+clean shutdown of running writes."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import click
+import dask
+import dask.array as da
+import numpy as np
+
+# ---------------------------------------------------------------------------------------------
+# Where the work runs
+
+
+@dataclass
+class Runner:
+    """The scheduler the job runs on; closing it stops what this command started."""
+
+    description: str
+    client: Any = None  # distributed.Client, or None for the threaded scheduler
+    gpu: bool = False
+    _stack: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
+
+    def close(self) -> None:
+        self._stack.close()
+
+
+def gpu_present() -> bool:
+    """CuPy, dask-cuda and at least one CUDA device: what LocalCUDACluster needs."""
+    try:
+        import cupy
+        import dask_cuda  # noqa: F401 -- only whether it imports
+
+        return cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:  # noqa: BLE001 -- ImportError, or CUDARuntimeError without a driver
+        return False
+
+
+def client_has_cupy() -> bool:
+    """CuPy chunks need CuPy here too: the graph's chunk metadata are CuPy arrays."""
+    try:
+        import cupy  # noqa: F401 -- only whether it imports
+    except ImportError:
+        return False
+    return True
+
+
+def worker_has_gpu() -> bool:
+    """Run on each worker (``client.run``) to decide whether chunks should become CuPy."""
+    try:
+        import cupy
+
+        return cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:  # noqa: BLE001 -- no CuPy, or no driver: not a GPU worker
+        return False
+
+
+def connect(address: str | None, scheduler_file: str | None, timeout: float) -> Any:
+    from distributed import Client
+
+    target = address or scheduler_file
+    previous = dask.config.get("scheduler", None)
+    try:
+        if scheduler_file is not None:
+            client = Client(scheduler_file=scheduler_file, timeout=timeout)
+        else:
+            client = Client(address, timeout=timeout)
+    except (OSError, ValueError, TypeError, TimeoutError) as e:
+        # A Client that fails in __init__ has already made itself the default scheduler in the
+        # dask config and never undoes it; later computations in this process would look for it.
+        if previous is None:
+            dask.config.config.pop("scheduler", None)
+        else:
+            dask.config.set(scheduler=previous)
+        # OSError: refused / timed out / TLS handshake failed; ValueError: unknown scheme or a
+        # tls:// address without certificates in the dask config.
+        raise click.ClickException(
+            f"cannot connect to the scheduler at {target}: {type(e).__name__}: {e}"
+        ) from None
+    try:
+        client.wait_for_workers(1, timeout=timeout)
+    except (TimeoutError, OSError):
+        client.close()
+        raise click.ClickException(
+            f"the scheduler at {target} has no workers (waited {timeout:g} s)"
+        ) from None
+    return client
+
+
+def start(
+    address: str | None,
+    scheduler_file: str | None,
+    local_cluster: str,
+    device: str,
+    timeout: float,
+    n_workers: int | None,
+) -> Runner:
+    if address or scheduler_file:
+        client = connect(address, scheduler_file, timeout)
+        if device == "auto":
+            # A remote cluster decides by its workers: CuPy chunks only if every worker has a GPU.
+            gpu = client_has_cupy() and all(client.run(worker_has_gpu).values())
+        else:
+            gpu = device == "gpu"
+        runner = Runner(f"distributed scheduler {client.scheduler.address}", client, gpu)
+        runner._stack.callback(client.close)
+        return runner
+
+    kind = local_cluster
+    if kind == "auto":
+        # Where the GPU stack is present the job runs there; on a CPU the threaded scheduler
+        # compacts the chunks with no serialisation between processes (the CPU loop releases
+        # the GIL), so it is the fastest local choice. `--local processes` starts a
+        # distributed.LocalCluster instead (dashboard, spilling, one process per worker).
+        kind = "cuda" if device != "cpu" and gpu_present() else "threads"
+    if device == "gpu" and kind != "cuda":
+        raise click.UsageError("--device gpu needs --local cuda (or auto) or a --scheduler")
+    if kind == "cuda" and not gpu_present():
+        raise click.UsageError("--local cuda needs cupy, dask-cuda and a CUDA device")
+
+    runner = Runner("threaded scheduler", gpu=False)
+    if kind == "threads":
+        runner._stack.enter_context(dask.config.set(scheduler="threads"))
+        return runner
+
+    try:
+        start_local_cluster(runner, kind, device, n_workers)
+    except BaseException:
+        runner.close()  # a cluster that started but whose client failed must not linger
+        raise
+    return runner
+
+
+def start_local_cluster(runner: Runner, kind: str, device: str, n_workers: int | None) -> None:
+    from distributed import Client
+
+    if kind == "cuda":
+        from dask_cuda import LocalCUDACluster
+
+        cluster = runner._stack.enter_context(LocalCUDACluster(n_workers=n_workers))
+        runner.description = f"LocalCUDACluster ({len(cluster.workers)} GPU workers)"
+        runner.gpu = device != "cpu"
+    else:
+        from distributed import LocalCluster
+
+        cluster = runner._stack.enter_context(
+            LocalCluster(n_workers=n_workers, dashboard_address=":0")
+        )
+        runner.description = f"LocalCluster ({len(cluster.workers)} worker processes)"
+    runner.client = runner._stack.enter_context(Client(cluster))
+
+
+def on_gpu(x: da.Array) -> da.Array:
+    import cupy
+
+    return x.map_blocks(cupy.asarray, dtype=x.dtype, meta=cupy.empty((0,) * x.ndim, x.dtype))
+
+
+def to_host(block: Any) -> np.ndarray:
+    """CuPy chunk back to NumPy for the Zarr writer (no-op for NumPy chunks)."""
+    return block.get() if hasattr(block, "get") else np.asarray(block)
+
+
+@contextlib.contextmanager
+def progress(runner: Runner, enabled: bool) -> Iterator[None]:
+    """Progress of computations run by the local scheduler (both phases)."""
+    if enabled and runner.client is None:
+        from dask.diagnostics import ProgressBar
+
+        with ProgressBar(out=sys.stderr, dt=0.2):
+            yield
+    else:
+        yield
+
+
+def compute(runner: Runner, work: Any, enabled: bool, drain_timeout: float = 60.0) -> None:
+    """Compute the write graph; if it fails, return only once no task of it still runs.
+
+    A failed task makes the compute raise while other chunk writes are still in flight; were
+    the temporary group removed then, a late write would recreate part of it. So the threaded
+    scheduler gets its own pool, shut down (waiting) before we return, and on a cluster the
+    remaining tasks are cancelled and awaited.
+    """
+    if runner.client is None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        from dask.system import CPU_COUNT
+
+        with ThreadPoolExecutor(max_workers=CPU_COUNT) as pool, progress(runner, enabled):
+            dask.compute(work, pool=pool)
+        return
+    from distributed import futures_of, wait
+
+    client = runner.client
+    # da.store(compute=False) gives one array per source (a tuple for several) whose blocks
+    # are the chunk writes; persisting it gives one future per chunk write.
+    works = list(work) if isinstance(work, (tuple, list)) else [work]
+    futures = futures_of(client.persist(works))
+    try:
+        if enabled:
+            from distributed import progress as dprogress
+
+            with contextlib.redirect_stdout(sys.stderr):  # keep stdout for the summary
+                dprogress(futures)
+        # The writes do not depend on each other: a failed one leaves the others running, so
+        # wait for all of them to end (finished or failed) before reporting the first error.
+        wait(futures)
+        for f in futures:
+            if f.status == "error":
+                f.result()  # raises the task's exception here
+    except BaseException:
+        client.cancel(futures)
+        drain(client, {f.key for f in futures}, drain_timeout)
+        raise
+
+
+def running_keys(dask_worker: Any) -> list[Any]:
+    """Run on each worker: keys of the tasks still executing, cancelled ones included."""
+    return [ts.key for ts in dask_worker.state.all_running_tasks]
+
+
+def drain(client: Any, keys: set[Any], timeout: float) -> None:
+    """Wait until no worker still executes one of ``keys`` (bounded). A cancelled task is
+    forgotten by the scheduler at once, but its thread runs on until the write returns."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        running = client.run(running_keys)
+        if not any(k in keys for ks in running.values() for k in ks):
+            return
+        time.sleep(0.1)
