@@ -26,6 +26,7 @@ from dask.highlevelgraph import HighLevelGraph
 
 from .chunk import compact_block, compact_block_masked
 
+
 @dataclass(frozen=True)
 class Plan:
     """What one map_compact call builds; shared by the eager and the lazy mode."""
