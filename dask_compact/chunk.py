@@ -66,20 +66,26 @@ def _split(out: Any, output: str) -> tuple[Any, Any]:
 
 
 def compact_block(
-    block: Any, pred: Any, output: str, stable: bool, algorithm: str, index_base: int
-) -> tuple[Any, Any, int]:
-    """Phase 1 for one dask chunk: ``(values | None, indices | None, input length)``."""
+    block: Any, pred: Any, output: str, stable: bool, algorithm: str, index_base: int,
+    direct: bool = False,
+) -> Any:
+    """Phase 1 for one dask chunk: the output chunk itself when ``direct`` (one output),
+    else ``(values | None, indices | None, input length)``."""
     out = compact_chunk(block, pred, output, stable, algorithm, index_base)
+    if direct:
+        return out
     values, indices = _split(out, output)
     return values, indices, int(np.prod(block.shape))
 
 
 def compact_block_masked(
-    block: Any, mask: Any, output: str, index_base: int
-) -> tuple[Any, Any, int]:
-    """Phase 1 for one dask chunk selected by a boolean mask chunk."""
+    block: Any, mask: Any, output: str, index_base: int, direct: bool = False
+) -> Any:
+    """Phase 1 for one dask chunk selected by a boolean mask chunk (see :func:`compact_block`)."""
     if mask.shape != block.shape:
         raise ValueError(f"mask chunk of shape {mask.shape} does not match data chunk {block.shape}")
     out = compact_masked(block, mask, output, index_base)
+    if direct:
+        return out
     values, indices = _split(out, output)
     return values, indices, int(np.prod(block.shape))

@@ -51,13 +51,24 @@ class Plan:
     def nblocks(self) -> int:
         return self.x.numblocks[0]
 
+    @property
+    def direct(self) -> bool:
+        """Phase 1 yields the output chunk itself (one output, input chunk starts known)."""
+        return self.output != "both" and self.known_input
+
     def name(self, what: str) -> str:
         return f"compact-{what}-{self.token}"
 
 
 def _phase1_layer(plan: Plan) -> tuple[HighLevelGraph, str]:
-    """One task per input chunk: (values | None, indices | None, n_in)."""
-    name = plan.name(plan.path)
+    """One task per input chunk.
+
+    With one output and known input chunks (the common case) the task's result IS the output
+    chunk, so no task per chunk is spent taking it out of a tuple; otherwise the result is
+    ``(values | None, indices | None, n_in)``.
+    """
+    direct = plan.direct
+    name = plan.name(f"{plan.output}-{plan.path}" if direct else plan.path)
     starts = None
     if plan.known_input:
         starts = np.concatenate([[0], np.cumsum(plan.x.chunks[0])[:-1]]).astype(np.int64)
@@ -67,12 +78,13 @@ def _phase1_layer(plan: Plan) -> tuple[HighLevelGraph, str]:
         base = int(starts[i]) if starts is not None else 0
         if plan.mask is not None:
             layer[(name, i)] = (
-                compact_block_masked, (plan.x.name, i), (plan.mask.name, i), plan.output, base
+                compact_block_masked, (plan.x.name, i), (plan.mask.name, i), plan.output, base,
+                direct,
             )
         else:
             layer[(name, i)] = (
                 compact_block, (plan.x.name, i), plan.pred, plan.output, plan.stable,
-                plan.algorithm, base,
+                plan.algorithm, base, direct,
             )
     deps = [plan.x] if plan.mask is None else [plan.x, plan.mask]
     return HighLevelGraph.from_collections(name, layer, dependencies=deps), name
@@ -83,9 +95,13 @@ def _meta(x: da.Array, dtype: np.dtype) -> Any:
     return np.empty_like(x._meta, shape=(0,), dtype=dtype)
 
 
-def _count(part: tuple) -> np.ndarray:
-    values, indices, n_in = part
-    out = values if values is not None else indices
+def _count(part: Any) -> np.ndarray:
+    """(n_out, n_in) of one chunk; n_in is only carried where the input sizes were unknown."""
+    if isinstance(part, tuple):
+        values, indices, n_in = part
+        out = values if values is not None else indices
+    else:
+        out, n_in = part, 0
     return np.array([[len(out), n_in]], dtype=np.int64)
 
 
@@ -124,9 +140,13 @@ def _collections(plan: Plan, graph: HighLevelGraph, p1: str, lazy: bool) -> dict
     for slot, what in ((0, "values"), (1, "indices")):
         if what not in wants:
             continue
-        name = plan.name(f"{what}-{plan.path}")
-        g = _extend(graph, name, {(name, i): (operator.getitem, (p1, i), slot) for i in range(n)}, {p1})
         dtype = plan.x.dtype if what == "values" else np.dtype(np.int64)
+        if plan.direct:
+            name, g = p1, graph
+        else:
+            name = plan.name(f"{what}-{plan.path}")
+            layer = {(name, i): (operator.getitem, (p1, i), slot) for i in range(n)}
+            g = _extend(graph, name, layer, {p1})
         arr = da.Array(g, name, chunks=((np.nan,) * n,), meta=_meta(plan.x, dtype))
         if what == "indices" and not plan.known_input and lazy:
             arr = _lazy_global_indices(plan, arr, counts)
