@@ -309,6 +309,7 @@ def main() -> None:
     if args.tuning:
         for k, (b, i) in json.loads(args.tuning).items():
             cb.TUNING[int(k)] = cb.Tuning(b, i)
+            cb.SINGLE_PASS_TUNING[int(k)] = cb.Tuning(b, i)  # one shape for every algorithm
     impls = set(args.impls.split(","))
     peer = CubPeer(args.peer_lib) if args.peer_lib else None
     timer_reps = (lambda n: args.reps) if args.reps else (lambda n: 25 if n < 2**26 else 10)
@@ -320,7 +321,8 @@ def main() -> None:
         sha = ""
     meta = dict(device=dev, date=datetime.date.today().isoformat(), git=sha or "uncommitted",
                 cupy=cupy.__version__, torch=getattr(torch, "__version__", None),
-                tuning={k: [v.block, v.items] for k, v in cb.TUNING.items()}, tag=args.tag)
+                tuning={k: [v.block, v.items] for k, v in cb.TUNING.items()},
+                single_pass_tuning={k: [v.block, v.items] for k, v in cb.SINGLE_PASS_TUNING.items()}, tag=args.tag)
     print(json.dumps(meta), flush=True)
     rows: list[dict] = []
     t0 = time.time()

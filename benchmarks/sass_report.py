@@ -17,11 +17,10 @@ from pathlib import Path
 
 import numpy as np
 
-from dask_compact.backends.cupy_backend import NVRTC_OPTIONS, TUNING, ModuleSpec, module_source
+from dask_compact.backends.cupy_backend import NVRTC_OPTIONS, ModuleSpec, module_source, tuning_for
 from dask_compact.codegen.cuda_functor import generate_functor
 from dask_compact.predicate.core import Predicate
 from dask_compact.predicate.expr import Call, Param, Var
-
 
 
 def main() -> None:
@@ -34,7 +33,7 @@ def main() -> None:
     for dt in args.dtypes.split(","):
         f = generate_functor(pred.typed(dt))
         for alg in ("single-pass", "hybrid", "three-pass"):
-            spec = ModuleSpec(np.dtype(dt), alg, f, TUNING[np.dtype(dt).itemsize])
+            spec = ModuleSpec(np.dtype(dt), alg, f, tuning_for(alg, np.dtype(dt).itemsize))
             names = spec.all_names()
             src = module_source(spec) + "\nvoid* dcx_force[] = {" + ", ".join(f"(void*)&{n}" for n in names) + "};\n"
             cu = tmp / f"{dt}_{alg}.cu"

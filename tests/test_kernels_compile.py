@@ -26,6 +26,7 @@ from dask_compact.backends.cupy_backend import (
     ModuleSpec,
     _inline,
     module_source,
+    tuning_for,
 )
 from dask_compact.codegen.cuda_functor import CodegenUnsupported, generate_functor
 from dask_compact.predicate.core import Predicate
@@ -95,7 +96,7 @@ def test_every_kernel_every_dtype_compiles(arch: str, algorithm: str, tmp_path: 
         variants = SINGLE_PASS_VARIANTS if algorithm == "single-pass" else ("classic",)
         for f in (functor, None):
             for variant in variants:
-                spec = ModuleSpec(np.dtype(dt), algorithm, f, TUNING[np.dtype(dt).itemsize], variant)
+                spec = ModuleSpec(np.dtype(dt), algorithm, f, tuning_for(algorithm, np.dtype(dt).itemsize), variant)
                 for output in outputs:
                     names += [n for n in spec.names(output).values() if n not in names]
     for f in _FILES[algorithm]:

@@ -44,6 +44,8 @@ __all__ = [
     "ALGORITHMS",
     "Tuning",
     "TUNING",
+    "SINGLE_PASS_TUNING",
+    "tuning_for",
     "ModuleSpec",
     "module_source",
     "compact",
@@ -115,6 +117,18 @@ TUNING: dict[int, Tuning] = {
     8: Tuning(256, 16),
     16: Tuning(256, 8),
 }
+# The stable single-pass kernel pays one look-back per tile, so it likes larger tiles than the
+# hybrid (H100 sweep, 2^28, NOTES-gpu.md): float32 512x32 was 8% / 4% faster than 256x32 at
+# p=0.05 / 0.5 (2% slower at 0.95); float64 256x32 was 10-13% faster than 256x16 at every p.
+# The hybrid stays at 256x32 / 256x16, where it measured fastest.
+SINGLE_PASS_TUNING: dict[int, Tuning] = {4: Tuning(512, 32), 8: Tuning(256, 32)}
+
+
+def tuning_for(algorithm: str, itemsize: int) -> Tuning:
+    """Tile shape of an algorithm for an element size (one module per shape)."""
+    if algorithm == "single-pass" and itemsize in SINGLE_PASS_TUNING:
+        return SINGLE_PASS_TUNING[itemsize]
+    return TUNING[itemsize]
 
 
 def resolve_algorithm(algorithm: str, stable: bool) -> str:
@@ -375,7 +389,7 @@ def _plan(
     elif variant is None:
         variant = SINGLE_PASS_VARIANT.get(dtype.itemsize, "classic")
     ctype(dtype)  # raises for dtypes without a device type
-    tuning = TUNING[dtype.itemsize]
+    tuning = tuning_for(algorithm, dtype.itemsize)
     if mask is None:
         assert pred is not None
         if pred.path == "fused":
