@@ -1,11 +1,14 @@
 """The three phases of compaction at cluster scale, as Dask graphs.
 
-Phase 1 (count): one task per input chunk compacts it where it lives (:mod:`dask_compact.chunk`)
-and yields ``(values, indices, n_in)``; a tiny count task per chunk reduces that to
-``(n_out, n_in)``. Phase 2 (scan): an exclusive scan of the counts gives every chunk's global
-output offset (the output's chunk boundaries) and, for input of unknown chunk sizes, every
-chunk's global input offset. Phase 3 (scatter): chunk boundaries of the result, global indices,
-and on request rebalancing into uniform output chunks.
+Phase 1 (count): one task per input chunk compacts it where it lives (:mod:`dask_compact.chunk`);
+its result is the output chunk itself (one output, known input chunk sizes) or
+``(values, indices, n_in)``. Each chunk's count is then read where the chunk is held: the
+length of the persisted output chunk (one ``client.run`` per worker on a cluster, no task per
+chunk), or a tiny count task per chunk where the input length is needed too (input of unknown
+chunk sizes) or the length cannot be read. Phase 2 (scan): an exclusive scan of the counts gives
+every chunk's global output offset (the output's chunk boundaries) and, for input of unknown
+chunk sizes, every chunk's global input offset. Phase 3 (scatter): chunk boundaries of the
+result, global indices, and on request rebalancing into uniform output chunks.
 
 Eager mode (the default) persists the phase-1 outputs where they were computed and brings back
 only the counts, so the result has known chunk sizes and nothing is ever recomputed from the
@@ -197,6 +200,58 @@ def _fetch_counts(counts: da.Array) -> np.ndarray:
     return np.concatenate([np.asarray(r, dtype=np.int64).reshape(-1, 2) for r in rows])
 
 
+def _held_lengths(keys: list, dask_worker: Any = None) -> dict:
+    """On a worker: the lengths of the chunks among ``keys`` that it holds in memory."""
+    out = {}
+    for k in keys:
+        try:
+            out[k] = len(dask_worker.data[k])
+        except KeyError:
+            pass
+    return out
+
+
+def _held_counts(arr: da.Array) -> np.ndarray | None:
+    """(n_out, 0) rows of a persisted 1-D array, read without running a task per chunk.
+
+    In-process schedulers hand back the chunks themselves; on a distributed cluster each worker
+    is asked once (``client.run``) for the lengths of the chunks it holds. None when some chunk
+    cannot be found that way (e.g. its worker died meanwhile): the caller counts with tasks.
+    """
+    keys = list(flatten(arr.__dask_keys__()))
+    blocks = [arr.dask[k] for k in keys]
+    if all(hasattr(b, "shape") for b in blocks):
+        lengths = [int(b.shape[0]) for b in blocks]
+    else:
+        client = getattr(blocks[0], "client", None)
+        if client is None or not hasattr(client, "run"):
+            return None
+        from distributed import wait
+
+        wait(blocks)  # raises here if a chunk's task failed, as gathering it would
+        found: dict = {}
+        try:
+            for held in client.run(_held_lengths, keys).values():
+                found.update(held)
+        except Exception:  # a worker that left between wait and run: count with tasks instead
+            return None
+        if len(found) < len(keys):
+            return None
+        lengths = [int(found[k]) for k in keys]
+    rows = np.zeros((len(keys), 2), np.int64)
+    rows[:, 0] = lengths
+    return rows
+
+
+def _counts_of(arr: da.Array, plan: Plan) -> da.Array:
+    """Count tasks over the chunks of a persisted output (the fallback of _held_counts)."""
+    n = arr.numblocks[0]
+    cname = plan.name("count")
+    layer = {(cname, i, 0): (_count, (arr.name, i)) for i in range(n)}
+    graph = _extend(arr.dask, cname, layer, {arr.name})
+    return da.Array(graph, cname, chunks=((1,) * n, (2,)), dtype=np.int64)
+
+
 def build(plan: Plan, lazy: bool, out_chunks: Any) -> dict[str, da.Array]:
     """Run (eager) or describe (lazy) the three phases; return {'values'|'indices': Array}."""
     graph, p1 = _phase1_layer(plan)
@@ -205,12 +260,20 @@ def build(plan: Plan, lazy: bool, out_chunks: Any) -> dict[str, da.Array]:
     if lazy:
         return cols
 
-    # Phase 1 for every chunk in ONE execution: outputs persisted where they were computed,
-    # counts persisted too (one small array per chunk), then only the counts are fetched.
     names = list(cols)
-    persisted = dask.persist(*[cols[k] for k in names], counts)
-    arrays = dict(zip(names, persisted[:-1]))
-    count_rows = _fetch_counts(persisted[-1])
+    if plan.known_input:
+        # Phase 1 persists the output chunks only; their lengths are read where they are held
+        # (no task per chunk), with count tasks over the persisted chunks as the fallback.
+        # (Input of unknown chunk sizes also needs each chunk's input length: count tasks.)
+        arrays = dict(zip(names, dask.persist(*[cols[k] for k in names])))
+        count_rows = _held_counts(arrays[names[0]])
+        if count_rows is None:
+            count_rows = _fetch_counts(dask.persist(_counts_of(arrays[names[0]], plan))[0])
+    else:
+        # Outputs and per-chunk counts persisted in ONE execution, then only the counts fetched.
+        persisted = dask.persist(*[cols[k] for k in names], counts)
+        arrays = dict(zip(names, persisted[:-1]))
+        count_rows = _fetch_counts(persisted[-1])
 
     # Phase 2 on the client: the exclusive scan gives every chunk's global offsets.
     offsets = _exclusive_scan(count_rows)
