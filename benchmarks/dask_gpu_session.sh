@@ -18,7 +18,7 @@ echo "== dask scheduler + dask cuda worker (separate processes), CLI with --sche
 cd /tmp
 python3 -m distributed.cli.dask_scheduler --host 127.0.0.1 --port 8786 --no-dashboard > "$W/scheduler.log" 2>&1 &
 sleep 4
-python3 -m dask_cuda.cli worker tcp://127.0.0.1:8786 --no-dashboard > "$W/cuda_worker.log" 2>&1 &
+python3 -m dask cuda worker tcp://127.0.0.1:8786 --no-dashboard > "$W/cuda_worker.log" 2>&1 &
 sleep 12
 python3 -c "import numpy as np; np.save('/tmp/in.npy', np.random.default_rng(5).random(2**25, dtype=np.float32))"
 timeout 90 python3 -m dask_compact /tmp/in.npy /tmp/out.zarr --where "(x > 0.2) & (x < 0.3)" --output both \
