@@ -1,13 +1,25 @@
 """Multi-GPU scaling: map_compact on 1, 2, 4 GPUs of one host (dask-cuda, one worker per GPU).
 
-CuPy-backed random data is generated ON the workers and persisted; each repetition then runs
-``map_compact`` (known sizes, persisted) with a new threshold (new keys), and, as the peer,
-``x[x < p]`` + ``compute_chunk_sizes()`` + persist on the same cluster. Reported: throughput
-(input bytes per second), scaling efficiency (throughput_k / (k * throughput_1)), and the Dask
-overhead per chunk (wall time per chunk of a run over many tiny chunks, where the kernels take
-microseconds). Results: CSV, markdown and a PNG plot.
+Random float32 data is generated ON the workers and persisted, in one of two layouts:
 
-    python benchmarks/multi_gpu_scaling.py --log2n 32 --chunk-log2 28 --gpus 1 2 4 --out DIR
+* ``slabs``: one contiguous slab per worker, as data born on the GPUs by domain decomposition
+  (rank k owns the k-th part). Each worker's chunks form one run: one task per GPU.
+* ``interleaved``: Dask's own placement of a generated array (chunks handed to whichever worker
+  is free), so a run is a chunk or two and there is about one task per chunk.
+
+Cases: strong scaling (a fixed total of 2^S elements on 1, 2, 4 GPUs) and weak scaling (2^W
+elements per GPU). Every repetition runs ``map_compact`` with a new threshold (new keys) and
+ends when every GPU has finished (a device synchronisation on each worker is part of the time,
+so asynchronous kernels are not left out); the peer, ``x[x < p]`` + ``compute_chunk_sizes()`` +
+persist, runs on the same cluster and data, timed the same way. Also reported: the GPU floor
+(the same chunk function called directly on each worker, no Dask, slowest worker) and the Dask
+overhead of one call (wall time minus that floor).
+
+    python benchmarks/multi_gpu_scaling.py --strong-log2n 33 34 --weak-log2n 32 --gpus 1 2 4
+    python benchmarks/multi_gpu_scaling.py --cpu --strong-log2n 22 --weak-log2n 21 --gpus 1 2
+
+``--cpu`` runs the same protocol on a LocalCluster with NumPy chunks (a smoke test of the
+script on machines without a GPU; its numbers say nothing about GPUs).
 """
 
 from __future__ import annotations
@@ -20,139 +32,251 @@ import statistics
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 
-def _gen(block_info=None, *, seed: int):
-    import cupy
-
+def _gen(block_info=None, *, seed: int, gpu: bool):
     info = block_info[None]
     (start, stop), = info["array-location"]
     i = info["chunk-location"][0]
-    return cupy.random.default_rng(seed + i).random(stop - start, dtype=cupy.float32)
+    if gpu:
+        import cupy
+
+        return cupy.random.default_rng(seed + i).random(stop - start, dtype=cupy.float32)
+    return np.random.default_rng(seed + i).random(stop - start, dtype=np.float32)
 
 
-def random_gpu_array(n: int, chunk: int, seed: int):
-    import cupy
+def random_array(n: int, chunk: int, seed: int, gpu: bool):
     import dask.array as da
 
-    nb = -(-n // chunk)
     chunks = ((chunk,) * (n // chunk) + ((n % chunk,) if n % chunk else ()),)
-    assert len(chunks[0]) == nb
-    return da.map_blocks(_gen, chunks=chunks, dtype=np.float32, meta=cupy.empty(0, np.float32),
-                         seed=seed, name=f"gpu-random-{n}-{chunk}-{seed}")
+    meta = np.empty(0, np.float32)
+    if gpu:
+        import cupy
+
+        meta = cupy.empty(0, np.float32)
+    return da.map_blocks(_gen, chunks=chunks, dtype=np.float32, meta=meta, seed=seed, gpu=gpu,
+                         name=f"random-{n}-{chunk}-{seed}-{gpu}")
 
 
-def run_k(k: int, n: int, chunk: int, reps: int, p: float) -> dict:
-    import dask_compact  # noqa: F401
-    from dask_cuda import LocalCUDACluster
-    from distributed import Client, futures_of, wait
+def generate(client, n: int, chunk: int, layout: str, seed: int, gpu: bool):
+    """``n`` float32 born on the workers, persisted in ``layout`` (see the module docstring)."""
+    import dask.array as da
+    from distributed import wait
 
-    with LocalCUDACluster(CUDA_VISIBLE_DEVICES=list(range(k)), dashboard_address=None,
-                          threads_per_worker=1) as cluster, Client(cluster) as client:
-        x = random_gpu_array(n, chunk, seed=7).persist()
-        wait(x)
-        holders = {w for ws in client.who_has(futures_of(x)).values() for w in ws}
-        ours, peer = [], []
-        for r in range(reps + 1):
-            t = p + r * 1e-7  # a new threshold each time: new keys, nothing reused
-            t0 = time.perf_counter()
-            y = x.map_compact(lambda v: v < t)
-            wait(y)
-            t1 = time.perf_counter()
-            z = x[x < t]
-            z.compute_chunk_sizes()
-            z = z.persist()
-            wait(z)
-            t2 = time.perf_counter()
-            assert y.shape == z.shape
-            if r:  # round 0 compiles the kernel on every worker
-                ours.append(t1 - t0)
-                peer.append(t2 - t1)
-            del y, z
-        # Dask overhead per chunk: many tiny chunks, so the kernels take microseconds.
-        tiny = random_gpu_array(256 * 4096, 4096, seed=9).persist()
-        wait(tiny)
-        tiny.map_compact(lambda v: v < 0.5)  # warm-up
-        t0 = time.perf_counter()
-        for r in range(3):
-            s = 0.5 + (r + 1) * 1e-7
-            wait(tiny.map_compact(lambda v: v < s))
-        per_chunk = (time.perf_counter() - t0) / 3 / tiny.numblocks[0]
-        selected = int(float(p) * n)
-    t_ours, t_peer = statistics.median(ours), statistics.median(peer)
-    return dict(gpus=k, n=n, chunk=chunk, chunks=-(-n // chunk), p=p, workers_holding=len(holders),
-                map_compact_s=t_ours, peer_s=t_peer, speedup_vs_peer=t_peer / t_ours,
-                GBps_input=n * 4 / t_ours / 1e9, overhead_per_chunk_ms=per_chunk * 1e3,
-                approx_selected=selected)
+    if layout == "interleaved":
+        x = random_array(n, chunk, seed, gpu).persist()
+    else:
+        workers = sorted(client.nthreads())
+        per = -(-n // len(workers) // chunk) * chunk  # whole chunks per slab
+        parts = []
+        for k, w in enumerate(workers):
+            lo, hi = k * per, min(n, (k + 1) * per)
+            if hi > lo:
+                parts.append(client.persist(random_array(hi - lo, chunk, seed + 1000 * k, gpu),
+                                            workers=[w]))
+        x = da.concatenate(parts).persist()
+    wait(x)
+    return x
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--log2n", type=int, default=32)
-    ap.add_argument("--chunk-log2", type=int, default=28)
-    ap.add_argument("--gpus", type=int, nargs="+", default=[1, 2, 4])
-    ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--p", type=float, default=0.5)
-    ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
-    args = ap.parse_args()
-    import cupy
-
-    ngpu = cupy.cuda.runtime.getDeviceCount()
-    name = cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()
-    rows = []
-    for k in args.gpus:
-        if k > ngpu:
-            print(f"skip {k} GPUs: only {ngpu} present", flush=True)
-            continue
-        row = run_k(k, 2**args.log2n, 2**args.chunk_log2, args.reps, args.p)
-        rows.append(row)
-        print(row, flush=True)
-    base = rows[0]["GBps_input"] / rows[0]["gpus"] if rows else 1
-    for r in rows:
-        r["efficiency"] = r["GBps_input"] / (r["gpus"] * base)
+def _sync_device() -> None:
     try:
-        sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                             text=True).stdout.strip() or os.environ.get("GIT_SHA", "unknown")
-    except Exception:
-        sha = os.environ.get("GIT_SHA", "unknown")
-    sha = os.environ.get("GIT_SHA", sha)
-    stamp = f"{dt.date.today().isoformat()}-{ngpu}x{name.replace(' ', '_')}-{sha}"
-    args.out.mkdir(parents=True, exist_ok=True)
-    with open(args.out / f"multi-gpu-{stamp}.csv", "w", newline="") as f:
+        import cupy
+    except ImportError:
+        return
+    cupy.cuda.runtime.deviceSynchronize()
+
+
+def _floor_on_worker(keys: list, threshold: float, reps: int, dask_worker=None) -> float:
+    """On a worker: seconds to compact the chunks it holds among ``keys`` by calling the
+    phase-1 chunk function directly (no Dask), synchronised; median of ``reps``."""
+    from dask_compact.chunk import compact_blocks
+    from dask_compact.predicate import as_predicate
+
+    blocks = [dask_worker.data[k] for k in keys if k in dask_worker.data]
+    if not blocks:
+        return 0.0
+    times = []
+    for r in range(reps + 1):
+        pred = as_predicate(lambda v, t=threshold + r * 1e-7: v < t)
+        _sync_device()
+        t0 = time.perf_counter()
+        out = compact_blocks(blocks, pred, "values", True, "auto", [0] * len(blocks), True)
+        _sync_device()
+        if r:
+            times.append(time.perf_counter() - t0)
+        del out
+    return statistics.median(times)
+
+
+def measure(client, x, p: float, reps: int) -> dict[str, Any]:
+    from dask.core import flatten
+    from distributed import wait
+
+    ours, peer, tasks = [], [], 0
+    for r in range(reps + 1):
+        t = p + r * 1e-7  # a new threshold each time: new keys, nothing reused
+        t0 = time.perf_counter()
+        y = x.map_compact(lambda v, t=t: v < t)
+        client.run(_sync_device)
+        t1 = time.perf_counter()
+        tasks, size = y.numblocks[0], y.shape[0]
+        del y  # free the GPUs before the peer runs
+        z = x[x < t]
+        z.compute_chunk_sizes()
+        z = z.persist()
+        wait(z)
+        client.run(_sync_device)
+        t2 = time.perf_counter()
+        assert z.shape[0] == size, (z.shape, size)
+        del z
+        if r:  # round 0 compiles the kernels on every worker
+            ours.append(t1 - t0)
+            peer.append(t2 - t1)
+    keys = list(flatten(x.__dask_keys__()))
+    floors = client.run(_floor_on_worker, keys, p, 3)
+    return dict(map_compact_s=statistics.median(ours), peer_s=statistics.median(peer),
+                floor_s=max(floors.values()), phase1_tasks=tasks)
+
+
+def run_k(k: int, cases: list[tuple[str, int]], chunk: int, layouts: list[str], reps: int,
+          p: float, gpu: bool) -> list[dict]:
+    import dask_compact  # noqa: F401
+    from distributed import Client
+
+    if gpu:
+        from dask_cuda import LocalCUDACluster
+
+        # Spilling off: the peer's temporaries must not be timed as device-to-host copies.
+        cluster = LocalCUDACluster(CUDA_VISIBLE_DEVICES=list(range(k)), dashboard_address=None,
+                                   threads_per_worker=1, device_memory_limit=None)
+    else:
+        from distributed import LocalCluster
+
+        cluster = LocalCluster(n_workers=k, threads_per_worker=1, dashboard_address=None)
+    rows = []
+    with cluster, Client(cluster) as client:
+        for case, n in cases:
+            for layout in layouts:
+                x = generate(client, n, chunk, layout, seed=7, gpu=gpu)
+                row = dict(case=case, layout=layout, gpus=k, n=n, chunk=chunk,
+                           chunks=x.numblocks[0], p=p)
+                row.update(measure(client, x, p, reps))
+                row["GBps_input"] = n * 4 / row["map_compact_s"] / 1e9
+                row["overhead_ms"] = 1e3 * (row["map_compact_s"] - row["floor_s"])
+                row["speedup_vs_peer"] = row["peer_s"] / row["map_compact_s"]
+                rows.append(row)
+                print(row, flush=True)
+                del x
+    return rows
+
+
+def _efficiency(rows: list[dict]) -> None:
+    """throughput_k / (k * throughput_1) within each (case, layout); weak cases grow n with k."""
+    base = {(r["case"], r["layout"]): r["GBps_input"] for r in rows if r["gpus"] == 1}
+    for r in rows:
+        b = base.get((r["case"], r["layout"]))
+        r["efficiency"] = r["GBps_input"] / (r["gpus"] * b) if b else float("nan")
+
+
+def _sha() -> str:
+    if os.environ.get("GIT_SHA"):
+        return os.environ["GIT_SHA"]
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, check=False).stdout.strip() or "unknown"
+    except OSError:
+        return "unknown"
+
+
+def report(rows: list[dict], out: Path, device: str, ngpu: int, chunk_log2: int, p: float) -> None:
+    sha = _sha()
+    stamp = f"{dt.date.today().isoformat()}-{ngpu}x{device.replace(' ', '_')}-{sha}"
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / f"multi-gpu-{stamp}.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
-    lines = [f"# map_compact scaling, {name}, {dt.date.today()}, git {sha}, 2^{args.log2n} "
-             f"float32 in chunks of 2^{args.chunk_log2}, p={args.p}", "",
-             "| GPUs | map_compact s | GB/s (input) | efficiency | x[x<p]+ccs+persist s | "
-             "speed-up | Dask overhead / chunk ms |", "|---|---|---|---|---|---|---|"]
+    lines = [f"# map_compact scaling, {device}, {dt.date.today()}, git {sha}, float32 in chunks "
+             f"of 2^{chunk_log2}, p={p}", "",
+             "Time = call until every GPU is done (device sync on each worker included). Floor = "
+             "the chunk function called on each worker without Dask (slowest worker).", "",
+             "| case | layout | GPUs | elements | phase-1 tasks | map_compact ms | input GB/s | "
+             "efficiency | GPU floor ms | Dask overhead ms | x[x<p]+ccs+persist ms | speed-up |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r['gpus']} | {r['map_compact_s']:.4f} | {r['GBps_input']:.0f} | "
-                     f"{100 * r['efficiency']:.0f}% | {r['peer_s']:.4f} | "
-                     f"{r['speedup_vs_peer']:.2f}x | {r['overhead_per_chunk_ms']:.2f} |")
-    (args.out / f"multi-gpu-{stamp}.md").write_text("\n".join(lines) + "\n")
+        lines.append(
+            f"| {r['case']} | {r['layout']} | {r['gpus']} | 2^{int(np.log2(r['n']))} | "
+            f"{r['phase1_tasks']} | {1e3 * r['map_compact_s']:.1f} | {r['GBps_input']:.3g} | "
+            f"{100 * r['efficiency']:.0f}% | {1e3 * r['floor_s']:.1f} | {r['overhead_ms']:.1f} | "
+            f"{1e3 * r['peer_s']:.1f} | {r['speedup_vs_peer']:.2f}x |")
+    (out / f"multi-gpu-{stamp}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
+
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6, 4))
-    ks = [r["gpus"] for r in rows]
-    ax.plot(ks, [r["GBps_input"] for r in rows], "-o", label="map_compact")
-    ax.plot(ks, [base * k for k in ks], ":", color="gray", label="ideal (linear)")
-    ax.plot(ks, [r["n"] * 4 / r["peer_s"] / 1e9 for r in rows], "--x",
-            label="x[x<p] + compute_chunk_sizes + persist")
-    ax.set_xlabel("GPUs (one dask-cuda worker each)")
-    ax.set_ylabel("input GB/s")
-    ax.set_xticks(ks)
-    ax.legend()
-    ax.grid(alpha=0.3)
-    ax.set_title(f"2^{args.log2n} float32, p={args.p}, {name}")
+    cases = sorted({r["case"] for r in rows})
+    fig, axes = plt.subplots(1, len(cases), figsize=(5.5 * len(cases), 4), squeeze=False)
+    for ax, case in zip(axes[0], cases):
+        for layout, style in (("slabs", "-o"), ("interleaved", "-s")):
+            rs = sorted((r for r in rows if r["case"] == case and r["layout"] == layout),
+                        key=lambda r: r["gpus"])
+            if not rs:
+                continue
+            ks = [r["gpus"] for r in rs]
+            ax.plot(ks, [r["GBps_input"] for r in rs], style, label=f"map_compact, {layout}")
+            ax.plot(ks, [r["n"] * 4 / r["peer_s"] / 1e9 for r in rs], "--x", alpha=0.6,
+                    label=f"x[x<p]+ccs+persist, {layout}")
+            if layout == "slabs":
+                ax.plot(ks, [rs[0]["GBps_input"] * k for k in ks], ":", color="gray",
+                        label="linear from 1 GPU (slabs)")
+        ax.set_xlabel("GPUs (one dask-cuda worker each)")
+        ax.set_ylabel("input GB/s")
+        ax.set_xticks(sorted({r["gpus"] for r in rows}))
+        ax.grid(alpha=0.3)
+        ax.set_title(case)
+        ax.legend(fontsize=7)
+    fig.suptitle(f"map_compact scaling, float32, p={p}, {device}", fontsize=10)
     fig.tight_layout()
-    fig.savefig(args.out / f"multi-gpu-{stamp}.png", dpi=120)
+    fig.savefig(out / f"multi-gpu-{stamp}.png", dpi=120)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--strong-log2n", type=int, nargs="*", default=[33])
+    ap.add_argument("--weak-log2n", type=int, nargs="*", default=[32], help="per GPU")
+    ap.add_argument("--chunk-log2", type=int, default=28)
+    ap.add_argument("--gpus", type=int, nargs="+", default=[1, 2, 4])
+    ap.add_argument("--layouts", nargs="+", default=["slabs", "interleaved"],
+                    choices=["slabs", "interleaved"])
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--p", type=float, default=0.5)
+    ap.add_argument("--cpu", action="store_true", help="LocalCluster + NumPy (script smoke test)")
+    ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
+    args = ap.parse_args()
+    if args.cpu:
+        ngpu, device = max(args.gpus), "CPU-LocalCluster"
+    else:
+        import cupy
+
+        ngpu = cupy.cuda.runtime.getDeviceCount()
+        device = cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()
+    rows: list[dict] = []
+    for k in args.gpus:
+        if k > ngpu:
+            print(f"skip {k} GPUs: only {ngpu} present", flush=True)
+            continue
+        cases = [(f"strong 2^{s}", 2**s) for s in args.strong_log2n]
+        cases += [(f"weak 2^{w}/GPU", k * 2**w) for w in args.weak_log2n]
+        rows += run_k(k, cases, 2**args.chunk_log2, args.layouts, args.reps, args.p, not args.cpu)
+    _efficiency(rows)
+    report(rows, args.out, device, ngpu, args.chunk_log2, args.p)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One device call on a multi-GPU host (nvidia-h200-x4): the whole GPU test suite, then the
-# multi-GPU pieces of the scale-out work: the example, the batch CLI on a GPU cluster, and the
-# 1/2/4-GPU scaling benchmark. Run from the repository root with the wheels in .whl/ (carried).
+# multi-GPU pieces of the scale-out work: the example, the batch CLI on a GPU cluster, a
+# scheduler with two `dask cuda worker` processes of two GPUs each (two "nodes" on one host),
+# and the 1/2/4-GPU scaling benchmark. Run from the repository root with the wheels in .whl/ (carried).
 # Key results are copied to $OUT (at most 8 files come back); everything else is in bundle.tgz.
 set -u -o pipefail
 export PYTHONUNBUFFERED=1
@@ -45,13 +46,38 @@ print('cli check values', np.array_equal(g['values'][:], a[m]), 'indices', np.ar
 " >> "$W/cli_gpu.log" 2>&1
 tail -10 "$W/cli_gpu.log"
 
+log "two 'nodes': dask scheduler + two dask cuda worker processes of 2 GPUs each, on the host address"
+IP=$(hostname -I 2>/dev/null | awk '{print $1}'); IP=${IP:-127.0.0.1}
+python3 -m distributed.cli.dask_scheduler --host "$IP" --port 8786 --no-dashboard > "$W/scheduler.log" 2>&1 &
+SCHED=$!
+sleep 4
+CUDA_VISIBLE_DEVICES=0,1 python3 -m dask cuda worker "tcp://$IP:8786" --no-dashboard > "$W/node_a.log" 2>&1 &
+NODE_A=$!
+CUDA_VISIBLE_DEVICES=2,3 python3 -m dask cuda worker "tcp://$IP:8786" --no-dashboard > "$W/node_b.log" 2>&1 &
+NODE_B=$!
+timeout 90 python3 -c "from distributed import Client; c = Client('tcp://$IP:8786'); c.wait_for_workers(4, timeout=80); print('workers', sorted(c.nthreads()))" \
+  > "$W/multinode.log" 2>&1
+timeout 120 python3 "$REPO/examples/multi_gpu.py" --scheduler "tcp://$IP:8786" --size $((2**30)) \
+  --chunk $((2**26)) --check >> "$W/multinode.log" 2>&1; echo "example rc=$?" >> "$W/multinode.log"
+timeout 120 python3 -m dask_compact /tmp/cli_in.npy /tmp/cli_out2.zarr --where "(x > 0.2) & (x < 0.3)" \
+  --output both --chunks $((2**22)) --scheduler "tcp://$IP:8786" >> "$W/multinode.log" 2>&1
+echo "cli rc=$?" >> "$W/multinode.log"
+python3 -c "
+import numpy as np, zarr
+a = np.load('/tmp/cli_in.npy'); g = zarr.open_group('/tmp/cli_out2.zarr', mode='r'); m = (a > 0.2) & (a < 0.3)
+print('cli check values', np.array_equal(g['values'][:], a[m]), 'indices', np.array_equal(g['indices'][:], np.flatnonzero(m)))
+" >> "$W/multinode.log" 2>&1
+kill $NODE_A $NODE_B $SCHED 2>/dev/null; sleep 3
+cat "$W/multinode.log"
+
 log "scaling benchmark 1/2/4 GPUs"
-timeout 300 python3 "$REPO/benchmarks/multi_gpu_scaling.py" --log2n ${LOG2N:-33} --chunk-log2 28 \
-  --gpus 1 2 4 --reps 3 --out "$W" > "$W/scaling.log" 2>&1; echo "scaling rc=$?" | tee -a "$W/scaling.log"
-tail -12 "$W/scaling.log"
+timeout ${SCALING_TIMEOUT:-420} python3 "$REPO/benchmarks/multi_gpu_scaling.py" \
+  --strong-log2n ${STRONG:-33 34} --weak-log2n ${WEAK:-32} --chunk-log2 28 \
+  --gpus 1 2 4 --reps 5 --out "$W" > "$W/scaling.log" 2>&1; echo "scaling rc=$?" | tee -a "$W/scaling.log"
+grep "^|" "$W/scaling.log"
 
 log "collect"
 cd "$W" && tar czf "$OUT/bundle.tgz" . 2>/dev/null
-cp "$W/pytest_gpu.log" "$W/example_multi_gpu.log" "$W/cli_gpu.log" "$W/scaling.log" "$OUT/" 2>/dev/null
+cp "$W/pytest_gpu.log" "$W/example_multi_gpu.log" "$W/multinode.log" "$W/scaling.log" "$OUT/" 2>/dev/null
 for f in "$W"/multi-gpu-*.md "$W"/multi-gpu-*.png "$W"/multi-gpu-*.csv; do [ -f "$f" ] && cp "$f" "$OUT/"; done
 ls "$OUT"

@@ -28,6 +28,7 @@ def map_compact(
     stable: bool = True,
     algorithm: str = "auto",
     chunks: ChunksArg = None,
+    by_worker: bool = True,
 ) -> Result:
     """Select the elements of a dask array where an elementwise predicate holds.
 
@@ -64,6 +65,13 @@ def map_compact(
         GPU kernel variant (ignored for NumPy chunks).
     chunks : int or "auto", optional
         Rebalance the result into uniform chunks of this size, using the global offsets.
+    by_worker : bool
+        When ``x`` is persisted on a distributed cluster, compact each run of consecutive
+        chunks held by one worker in one task (a worker's chunks are split into as many runs
+        as it has threads), so the result has one chunk per run. This keeps Dask's per-task
+        cost (about a millisecond) from dominating chunks that a GPU compacts in less.
+        ``False``: one task and one output chunk per input chunk. Other schedulers and
+        inputs always take one task per chunk.
 
     Returns
     -------
@@ -111,7 +119,7 @@ def map_compact(
     _check_predicate(p, x)
     x1 = _ravel(x)
     token = tokenize("map_compact", x1.name, p, output, stable, algorithm)
-    plan = Plan(x1, None, p, output, stable, algorithm, token)
+    plan = Plan(x1, None, p, output, stable, algorithm, token, bool(by_worker))
     return _result(build(plan, lazy, out_chunks), output)
 
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from .dispatch import compact_chunk, compact_masked
+from .dispatch import compact_chunk, compact_many, compact_masked
 from .predicate import PredicateLike, as_predicate
 from .validate import check_algorithm, check_dtype, check_output
 
@@ -76,6 +76,22 @@ def compact_block(
         return out
     values, indices = _split(out, output)
     return values, indices, int(np.prod(block.shape))
+
+
+def compact_blocks(
+    blocks: list[Any], pred: Any, output: str, stable: bool, algorithm: str, bases: list[int],
+    direct: bool = False,
+) -> Any:
+    """Phase 1 for a run of consecutive dask chunks held by one worker, in ONE task: the
+    concatenation of their outputs (``direct``), else ``(values | None, indices | None, n_in)``.
+
+    ``bases[i]`` is chunk i's global input start, so indices come out global."""
+    impl = compact_many.dispatch(type(blocks[0]))
+    out = impl(blocks, pred, output, stable, algorithm, bases)
+    if direct:
+        return out
+    values, indices = _split(out, output)
+    return values, indices, int(sum(np.prod(b.shape) for b in blocks))
 
 
 def compact_block_masked(

@@ -15,6 +15,11 @@ Backend contract (both functions, every backend):
 
 ``compact_masked(a, mask, output, index_base) -> out``
     Same, selecting where the boolean array ``mask`` (``a``'s shape) is true.
+
+``compact_many(blocks, pred, output, stable, algorithm, bases) -> out``
+    A run of chunks compacted by one task (dispatched on the first chunk's type): the
+    concatenation of ``compact_chunk(blocks[i], ..., bases[i])`` over i, built without
+    compacting twice (the GPU counts the whole run with one host synchronisation).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from dask.utils import Dispatch
 
 compact_chunk = Dispatch("compact_chunk")
 compact_masked = Dispatch("compact_masked")
+compact_many = Dispatch("compact_many")
 
 
 @compact_chunk.register(np.ndarray)
@@ -40,8 +46,16 @@ def _compact_masked_numpy(a, mask, output, index_base):
     return impl(a, mask, output, index_base)
 
 
+@compact_many.register(np.ndarray)
+def _compact_many_numpy(blocks, pred, output, stable, algorithm, bases):
+    from .backends.numpy_backend import compact_many as impl
+
+    return impl(blocks, pred, output, stable, algorithm, bases)
+
+
 @compact_chunk.register_lazy("cupy")
 @compact_masked.register_lazy("cupy")
+@compact_many.register_lazy("cupy")
 def _register_cupy() -> None:
     import cupy
 
@@ -49,3 +63,4 @@ def _register_cupy() -> None:
 
     compact_chunk.register(cupy.ndarray, cupy_backend.compact)
     compact_masked.register(cupy.ndarray, cupy_backend.compact_masked)
+    compact_many.register(cupy.ndarray, cupy_backend.compact_many)

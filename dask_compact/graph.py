@@ -17,17 +17,20 @@ source graph. Lazy mode keeps phase 2 inside the graph (one small task over all 
 
 from __future__ import annotations
 
+import math
 import operator
-from dataclasses import dataclass
+import sys
+from dataclasses import dataclass, replace
 from typing import Any
 
 import dask
 import dask.array as da
 import numpy as np
+from dask.base import tokenize
 from dask.core import flatten
 from dask.highlevelgraph import HighLevelGraph
 
-from .chunk import compact_block, compact_block_masked
+from .chunk import compact_block, compact_block_masked, compact_blocks
 
 
 @dataclass(frozen=True)
@@ -41,6 +44,7 @@ class Plan:
     stable: bool
     algorithm: str
     token: str
+    by_worker: bool = True  # one phase-1 task per run of chunks held by one worker
 
     @property
     def path(self) -> str:
@@ -63,8 +67,9 @@ class Plan:
         return f"compact-{what}-{self.token}"
 
 
-def _phase1_layer(plan: Plan) -> tuple[HighLevelGraph, str]:
-    """One task per input chunk.
+def _phase1_layer(plan: Plan, runs: list[list[int]] | None) -> tuple[HighLevelGraph, str, int]:
+    """Phase 1 tasks: one per input chunk, or one per run of chunks (``runs``); also returns
+    the task count, which is the output's block count.
 
     With one output and known input chunks (the common case) the task's result IS the output
     chunk, so no task per chunk is spent taking it out of a tuple; otherwise the result is
@@ -76,6 +81,14 @@ def _phase1_layer(plan: Plan) -> tuple[HighLevelGraph, str]:
     if plan.known_input:
         starts = np.concatenate([[0], np.cumsum(plan.x.chunks[0])[:-1]]).astype(np.int64)
     layer = {}
+    if runs is not None:
+        assert starts is not None and plan.mask is None
+        for j, run in enumerate(runs):
+            layer[(name, j)] = (
+                compact_blocks, [(plan.x.name, i) for i in run], plan.pred, plan.output,
+                plan.stable, plan.algorithm, [int(starts[i]) for i in run], direct,
+            )
+        return HighLevelGraph.from_collections(name, layer, dependencies=[plan.x]), name, len(runs)
     for i in range(plan.nblocks):
         # Known input: indices come out global from the chunk task (no later pass over them).
         base = int(starts[i]) if starts is not None else 0
@@ -90,7 +103,65 @@ def _phase1_layer(plan: Plan) -> tuple[HighLevelGraph, str]:
                 plan.algorithm, base, direct,
             )
     deps = [plan.x] if plan.mask is None else [plan.x, plan.mask]
-    return HighLevelGraph.from_collections(name, layer, dependencies=deps), name
+    return HighLevelGraph.from_collections(name, layer, dependencies=deps), name, plan.nblocks
+
+
+def _placement(keys: list, dask_scheduler: Any = None) -> tuple[list, dict]:
+    """On the scheduler: the first worker holding each key (None if none) and every worker's
+    thread count; ``client.who_has`` and ``client.nthreads`` in one round trip."""
+    holders = []
+    for k in keys:
+        ts = dask_scheduler.tasks.get(k)
+        ws = min((w.address for w in ts.who_has), default=None) if ts is not None and ts.who_has else None
+        holders.append(ws)
+    return holders, {w.address: w.nthreads for w in dask_scheduler.workers.values()}
+
+
+def _runs_by_worker(plan: Plan) -> list[list[int]] | None:
+    """Runs of consecutive input chunks held by one worker, for one phase-1 task each.
+
+    Only for a persisted input on a distributed cluster (its chunks are futures, so where each
+    lives is known): a run ends where the holder changes, and a worker's chunks are split into
+    as many runs as it has threads, so a CPU worker still compacts in parallel and a dask-cuda
+    worker (one thread per GPU) gets one task per run. Why: Dask costs about a millisecond per
+    task, while a GPU compacts a 1 GiB chunk in under one, so per-chunk tasks would make the
+    scheduler, not the GPUs, the limit. None where this does not apply or gains nothing.
+    """
+    if not plan.by_worker or plan.mask is not None or not plan.known_input or plan.nblocks < 2:
+        return None
+    distributed = sys.modules.get("distributed")
+    if distributed is None:
+        return None
+    keys = list(flatten(plan.x.__dask_keys__()))
+    blocks = [plan.x.dask[k] for k in keys]
+    if not all(isinstance(b, distributed.Future) for b in blocks):
+        return None
+    client = blocks[0].client
+    distributed.wait(blocks)  # where a chunk lives is known once it is computed
+    holders, nthreads = client.run_on_scheduler(_placement, keys)  # one round trip
+    runs = group_runs(holders, nthreads)
+    return runs if len(runs) < len(keys) else None
+
+
+def group_runs(holders: list, nthreads: dict) -> list[list[int]]:
+    """Chunk positions grouped into runs: consecutive, one holder each (None: unknown, always
+    alone), and a worker's chunks cut into at most ``nthreads[worker]`` runs of equal length.
+
+    >>> group_runs(["a", "a", "a", "a", "b", "b", "a"], {"a": 2, "b": 1})
+    [[0, 1, 2], [3], [4, 5], [6]]
+    """
+    held: dict[Any, int] = {}
+    for h in holders:
+        held[h] = held.get(h, 0) + 1
+    cap = {h: math.ceil(c / max(1, nthreads.get(h, 1))) for h, c in held.items()}
+    runs: list[list[int]] = []
+    for i, h in enumerate(holders):
+        last = runs[-1] if runs else None
+        if last is not None and h is not None and holders[last[-1]] == h and len(last) < cap[h]:
+            last.append(i)
+        else:
+            runs.append([i])
+    return runs
 
 
 def _meta(x: da.Array, dtype: np.dtype) -> Any:
@@ -130,9 +201,10 @@ def _extend(graph: HighLevelGraph, name: str, layer: dict, on: set[str]) -> High
     return HighLevelGraph(layers, deps)
 
 
-def _collections(plan: Plan, graph: HighLevelGraph, p1: str, lazy: bool) -> dict[str, da.Array]:
-    """The arrays of one plan: 'values'/'indices' outputs (nan chunks) and 'counts'."""
-    n = plan.nblocks
+def _collections(
+    plan: Plan, graph: HighLevelGraph, p1: str, n: int, lazy: bool
+) -> dict[str, da.Array]:
+    """The arrays of one plan (``n`` phase-1 tasks): 'values'/'indices' (nan chunks), 'counts'."""
     out: dict[str, da.Array] = {}
 
     cname = plan.name("count")
@@ -254,8 +326,11 @@ def _counts_of(arr: da.Array, plan: Plan) -> da.Array:
 
 def build(plan: Plan, lazy: bool, out_chunks: Any) -> dict[str, da.Array]:
     """Run (eager) or describe (lazy) the three phases; return {'values'|'indices': Array}."""
-    graph, p1 = _phase1_layer(plan)
-    cols = _collections(plan, graph, p1, lazy)
+    runs = None if lazy else _runs_by_worker(plan)
+    if runs is not None:  # keys that say which runs, so another placement never shares them
+        plan = replace(plan, token=tokenize(plan.token, runs))
+    graph, p1, n = _phase1_layer(plan, runs)
+    cols = _collections(plan, graph, p1, n, lazy)
     counts = cols.pop("counts")
     if lazy:
         return cols

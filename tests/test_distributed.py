@@ -90,3 +90,73 @@ def test_counts_fall_back_to_tasks_when_lengths_cannot_be_read(client, monkeypat
         v = got[0] if output == "both" else got
         assert v.shape == (int((a > 0.7).sum()),)
         np.testing.assert_array_equal(v.compute(), a[a > 0.7])
+
+
+def _slabs(client, a: np.ndarray, chunk: int):
+    """``a`` persisted as one contiguous slab per worker (the layout of data born on the
+    workers by domain decomposition), as one dask array."""
+    workers = sorted(client.nthreads())
+    cut = -(-len(a) // len(workers))
+    parts = [client.persist(da.from_array(a[k * cut:(k + 1) * cut], chunks=chunk), workers=[w])
+             for k, w in enumerate(workers)]
+    x = da.concatenate(parts).persist()
+    from distributed import wait
+
+    wait(x)
+    return x
+
+
+def _transfers(ts) -> int:
+    return sum(s["action"] == "transfer" for t in ts.data for s in t["startstops"])
+
+
+@pytest.mark.parametrize("output", ["values", "indices", "both"])
+def test_one_task_per_worker_run_on_slabs(client, output):
+    """Chunks held by one worker in a row are compacted by one task: one output chunk per
+    worker, in the original order, nothing moved between workers."""
+    from distributed import get_task_stream
+
+    a = np.random.default_rng(6).random(30_011).astype(np.float32)
+    x = _slabs(client, a, 997)
+    assert x.numblocks[0] > 20
+    with get_task_stream() as ts:
+        got = x.map_compact(lambda q: (q < 0.25) | (q > 0.9), output=output)
+    m = (a < 0.25) | (a > 0.9)
+    want = {"values": (a[m],), "indices": (np.flatnonzero(m),), "both": (a[m], np.flatnonzero(m))}[output]
+    got = got if isinstance(got, tuple) else (got,)
+    for g, w in zip(got, want):
+        assert g.numblocks == (2,) and not any(np.isnan(g.chunks[0]))
+        np.testing.assert_array_equal(g.compute(), w)
+    assert _transfers(ts) == 0
+    # one task per worker; "both" also takes its two outputs out of each task's tuple
+    assert len([t for t in ts.data if "compact" in str(t["key"])]) == (6 if output == "both" else 2)
+    r = x.map_compact("x > 0.5", chunks=4096)
+    np.testing.assert_array_equal(r.compute(), a[a > 0.5])
+    per_chunk = x.map_compact("x > 0.5", by_worker=False)
+    assert per_chunk.numblocks == x.numblocks
+    np.testing.assert_array_equal(per_chunk.compute(), a[a > 0.5])
+
+
+def test_interleaved_placement_keeps_order(client):
+    """Chunks spread over the workers by the scheduler (runs of any length): same result as
+    NumPy, and a run never spans two workers."""
+    from distributed import get_task_stream
+
+    a = np.random.default_rng(7).random(40_009)
+    x = da.from_array(a, chunks=1_001).persist()
+    with get_task_stream() as ts:
+        y = x.map_compact("x < 0.4", output="indices")
+    np.testing.assert_array_equal(y.compute(), np.flatnonzero(a < 0.4))
+    assert _transfers(ts) == 0 and y.numblocks[0] <= x.numblocks[0]
+
+
+def test_threads_split_a_workers_run():
+    """A worker with several threads gets as many runs, so its chunks still run in parallel."""
+    with LocalCluster(n_workers=1, threads_per_worker=2, processes=True, dashboard_address=None,
+                      worker_dashboard_address=None) as cluster, Client(cluster) as c:
+        a = np.random.default_rng(8).random(10_007)
+        x = da.from_array(a, chunks=1_000).persist()
+        y = x.map_compact("x < 0.5")
+        assert y.numblocks == (2,)
+        np.testing.assert_array_equal(y.compute(), a[a < 0.5])
+        assert c is not None

@@ -249,3 +249,52 @@ def test_non_boolean_predicate_is_an_error():
     a = random_array("float32", (10,))
     with pytest.raises(TypeError, match="boolean"):
         compact(a, as_predicate(lambda v: v + 1), "values", True, None, 0)
+
+
+RUNS = [[1], [0, 33, 0, 1025], [31, 1, 4099, 1023], [0, 0]]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("output", ["values", "indices", "both"])
+def test_compact_many_is_the_concatenation(dtype, output):
+    """One task over a run of chunks: the chunks' outputs concatenated, indices global."""
+    from dask_compact.backends.numpy_backend import compact_many
+
+    for k, sizes in enumerate(RUNS):
+        parts = [random_array(dtype, (n,), seed=k * 7 + j) for j, n in enumerate(sizes)]
+        a = np.concatenate(parts)
+        bases = [int(b) + 3 for b in np.concatenate([[0], np.cumsum(sizes)[:-1]])]
+        for p in PS:
+            f = selector(a, p)
+            pred = as_predicate(f)
+            got = compact_many(parts, pred, output, True, "auto", bases)
+            assert_same(got, reference(a, np.asarray(f(a), dtype=bool), output, base=3))
+
+
+def test_compact_many_mask_path_and_nd_chunks():
+    """An untraceable predicate takes the mask path per chunk and is concatenated; N-D chunks
+    are taken in C order, each from its own base."""
+    from dask_compact.chunk import compact_blocks
+
+    rng = np.random.default_rng(5)
+    parts = [rng.random((3, 5)), rng.random((0, 5)), rng.random((7, 5))]
+    flat = np.concatenate([q.ravel() for q in parts])
+    pred = as_predicate(lambda v: np.isin(np.round(v * 10), [1, 4]))
+    assert pred.path == "mask"
+    m = np.isin(np.round(flat * 10), [1, 4])
+    v, i = compact_blocks(parts, pred, "both", True, "auto", [0, 15, 15], True)
+    assert_same((v, i), (flat[m], np.flatnonzero(m)))
+    v, i, n_in = compact_blocks(parts, as_predicate("x < 0.5"), "values", True, "auto", [0, 15, 15], False)
+    assert i is None and n_in == flat.size
+    assert_same(v, flat[flat < 0.5])
+
+
+def test_group_runs():
+    from dask_compact.graph import group_runs
+
+    assert group_runs([], {}) == []
+    assert group_runs(["a"] * 6, {"a": 1}) == [[0, 1, 2, 3, 4, 5]]
+    assert group_runs(["a"] * 6, {"a": 4}) == [[0, 1], [2, 3], [4, 5]]
+    assert group_runs(["a", "b", "a", "b"], {"a": 1, "b": 1}) == [[0], [1], [2], [3]]
+    assert group_runs(["a", None, None, "a"], {"a": 1}) == [[0], [1], [2], [3]]
+    assert group_runs(["b", "b", "a", "a", "a"], {"a": 1, "b": 2}) == [[0], [1], [2, 3, 4]]

@@ -508,26 +508,53 @@ def _tile_workspace(algorithm: str, tiles: int, exact: bool) -> dict[str, Any]:
     return {"count": words[0:1], "counter": counter, "tiles": words[2:3]}
 
 
-def _run_exact(plan: _Plan, output: str, index_base: int) -> Any:
+def _run_exact(plans: list[_Plan], output: str, bases: list[int]) -> Any:
+    """Count, allocate exactly, compact: for one chunk or a run of chunks of one task.
+
+    A run is counted first (every chunk's count kernels queued), its counts come back in ONE
+    host synchronisation, and then every chunk is compacted into its slice of one exact-size
+    output: the output of a run is the concatenation of its chunks' outputs, without a copy.
+    """
     import cupy
 
-    n = plan.n
-    if n == 0:
-        vals = cupy.empty(0, dtype=plan.flat.dtype)
-        idx = cupy.empty(0, dtype=np.int64)
-        return {"values": vals, "indices": idx, "both": (vals, idx)}[output]
-    with plan.flat.device:
-        ws = _launch_count(plan)
-        total = int(ws["count"].get()[0])  # the one host synchronisation of the chunk
-        vals = cupy.empty(total, dtype=plan.flat.dtype) if output in ("values", "both") else None
+    dtype = plans[0].flat.dtype
+    live = [(p, b) for p, b in zip(plans, bases) if p.n]
+    if live and len({p.flat.device.id for p, _ in live}) > 1:
+        # Not one device: each chunk on its own device, then one concatenation (rare: a task
+        # on a dask-cuda worker sees one GPU).
+        parts = [_run_exact([p], output, [b]) for p, b in live]
+        return _concat_outputs(parts, output)
+    vals = idx = None
+    with (live[0][0].flat.device if live else cupy.cuda.Device()):
+        workspaces = [_launch_count(p) for p, _ in live]
+        counts = (  # the one host synchronisation of the task
+            [int(c) for c in cupy.concatenate([ws["count"] for ws in workspaces]).get()]
+            if workspaces else []
+        )
+        total = sum(counts)
+        vals = cupy.empty(total, dtype=dtype) if output in ("values", "both") else None
         idx = cupy.empty(total, dtype=np.int64) if output in ("indices", "both") else None
-        if total:
-            _launch_main(plan, index_base, vals, idx, ws, exact=True)
+        off = 0
+        for (p, base), ws, c in zip(live, workspaces, counts):
+            if c:
+                _launch_main(
+                    p, int(base), None if vals is None else vals[off:off + c],
+                    None if idx is None else idx[off:off + c], ws, exact=True,
+                )
+            off += c
     if output == "values":
         return vals
     if output == "indices":
         return idx
     return vals, idx
+
+
+def _concat_outputs(parts: list[Any], output: str) -> Any:
+    import cupy
+
+    if output == "both":
+        return (cupy.concatenate([v for v, _ in parts]), cupy.concatenate([i for _, i in parts]))
+    return cupy.concatenate(parts)
 
 
 # ----------------------------------------------------------------------------- public ---------
@@ -544,7 +571,18 @@ def compact(
     alg = resolve_algorithm(algorithm, stable)
     if output not in OUTPUT_CODES:
         raise ValueError(f"output must be values, indices or both; got {output!r}")
-    return _run_exact(_plan(a, pred, None, output, alg, variant, exact_mode), output, int(index_base))
+    return _run_exact([_plan(a, pred, None, output, alg, variant, exact_mode)], output, [index_base])
+
+
+def compact_many(
+    blocks: list[Any], pred: Predicate, output: str, stable: bool, algorithm: str, bases: list[int],
+) -> Any:
+    """Dispatch entry for a run of CuPy chunks compacted by one task: the concatenation of
+    their outputs (``bases[i]`` is chunk i's global index start), with one host sync."""
+    alg = resolve_algorithm(algorithm, stable)
+    if output not in OUTPUT_CODES:
+        raise ValueError(f"output must be values, indices or both; got {output!r}")
+    return _run_exact([_plan(b, pred, None, output, alg) for b in blocks], output, list(bases))
 
 
 def compact_masked(a: Any, mask: Any, output: str, index_base: int, algorithm: str = "auto") -> Any:
@@ -556,7 +594,7 @@ def compact_masked(a: Any, mask: Any, output: str, index_base: int, algorithm: s
     if tuple(mask.shape) != tuple(a.shape):
         raise ValueError(f"mask of shape {mask.shape} does not match the chunk's {a.shape}")
     alg = resolve_algorithm(algorithm, True)
-    return _run_exact(_plan(a, None, cupy.asarray(mask), output, alg), output, int(index_base))
+    return _run_exact([_plan(a, None, cupy.asarray(mask), output, alg)], output, [index_base])
 
 
 def compact_into(

@@ -21,7 +21,7 @@ from ..codegen.numba_loop import OUTPUTS, UnsupportedPredicate, fused_loop
 from ..predicate.core import Predicate
 from ..predicate.expr import ParamOverflow
 
-__all__ = ["compact", "compact_masked"]
+__all__ = ["compact", "compact_many", "compact_masked"]
 
 logger = logging.getLogger("dask_compact")
 
@@ -101,6 +101,50 @@ def compact(
         reason = pred.reason or "not traced"
     logger.debug("compact %s %s chunk %s: mask path (%s)", a.dtype, a.shape, pred, reason)
     return compact_masked(a, pred.mask(a), output, index_base)
+
+
+def compact_many(
+    blocks: list[np.ndarray], pred: Predicate, output: str = "values", stable: bool = True,
+    algorithm: str | None = None, bases: list[int] | None = None,
+) -> Any:
+    """A run of chunks compacted by one task: the concatenation of their outputs.
+
+    ``bases[i]`` is chunk i's global index start. The fused loop writes every chunk straight
+    into its place in one buffer (no concatenation copy); the mask path concatenates.
+    """
+    _check_output(output)
+    bases = [0] * len(blocks) if bases is None else list(bases)
+    blocks = [np.asarray(b) for b in blocks]
+    if len(blocks) == 1:
+        return compact(blocks[0], pred, output, stable, algorithm, bases[0])
+    if pred.path == "fused" and len({b.dtype for b in blocks}) == 1:
+        try:
+            return _run_fused_many(blocks, pred, output, bases)
+        except (UnsupportedPredicate, ParamOverflow, TypeError):
+            pass  # each chunk takes the mask path below, which logs why
+    parts = [compact(b, pred, output, stable, algorithm, base) for b, base in zip(blocks, bases)]
+    if output == "both":
+        return np.concatenate([v for v, _ in parts]), np.concatenate([i for _, i in parts])
+    return np.concatenate(parts)
+
+
+def _run_fused_many(blocks: list[np.ndarray], pred: Predicate, output: str, bases: list[int]) -> Any:
+    dtype = blocks[0].dtype
+    tp = pred.typed(dtype)
+    loop = fused_loop(tp, output)
+    params = tp.bind(pred.params)
+    n = sum(b.size for b in blocks)
+    out = np.empty(n, dtype=dtype) if output != "indices" else None
+    idx = np.empty(n, dtype=np.int64) if output != "values" else None
+    k = 0
+    for b, base in zip(blocks, bases):
+        k += loop(
+            _flat(b), None if out is None else out[k:], None if idx is None else idx[k:],
+            int(base), params,
+        )
+    return _result(
+        None if out is None else _trim(out, k), None if idx is None else _trim(idx, k), output
+    )
 
 
 def compact_masked(

@@ -331,3 +331,54 @@ def test_threads_share_modules() -> None:
     with ThreadPoolExecutor(8) as ex:
         for a_np, got in zip(arrays, ex.map(run, arrays)):
             np.testing.assert_array_equal(got, a_np[a_np < 0.25])
+
+
+# --------------------------------------------------------------------------- runs of chunks ---
+
+RUN_SIZES = [[1], [0, 33, 0, 1025], [31, 1, 65537, 1023], [8192, 8193, 1000003, 0, 7]]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("algorithm,stable", [("auto", True), ("three-pass", True), ("hybrid", False)])
+@pytest.mark.parametrize("output", OUTPUTS)
+def test_compact_many_is_the_concatenation(dtype: str, algorithm: str, stable: bool, output: str) -> None:
+    """A run of chunks (one task) gives the chunks' outputs concatenated, indices global."""
+    rng = np.random.default_rng(len(dtype))
+    for sizes in RUN_SIZES:
+        for p in (0.0, 0.5, 1.0):
+            parts = [make_data(rng, n, dtype) for n in sizes]
+            a = np.concatenate(parts)
+            bases = list(np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(int) + 5)
+            pred = threshold(dtype, p)
+            got = cb.compact_many([cupy.asarray(q) for q in parts], pred, output, stable, algorithm, bases)
+            if stable:
+                check(a, pred, output, got, True, index_base=5)
+            else:  # unordered within a chunk only: compare each chunk's segment
+                vals, idx = got if output == "both" else ((got, None) if output == "values" else (None, got))
+                off = 0
+                for q, base in zip(parts, bases):
+                    k = int(pred.mask(q).sum())
+                    seg = lambda z: None if z is None else z[off:off + k]  # noqa: E731
+                    sub = (seg(vals), seg(idx)) if output == "both" else seg(got)
+                    check(q, pred, output, sub, False, index_base=base)
+                    off += k
+
+
+def test_compact_many_mask_path_and_dispatch() -> None:
+    """An untraceable predicate (mask path) and the dispatch entry used by the graph."""
+    from dask_compact.chunk import compact_blocks
+    from dask_compact.predicate import as_predicate
+
+    rng = np.random.default_rng(9)
+    parts = [rng.random(n) for n in (100, 0, 4099)]
+    a = np.concatenate(parts)
+    pred = as_predicate(lambda v: np.isin(np.round(v * 10), [2, 7]))
+    assert pred.path == "mask"
+    got = compact_blocks([cupy.asarray(q) for q in parts], pred, "both", True, "auto", [0, 100, 100], True)
+    m = np.isin(np.round(a * 10), [2, 7])
+    np.testing.assert_array_equal(cupy.asnumpy(got[0]), a[m])
+    np.testing.assert_array_equal(cupy.asnumpy(got[1]), np.flatnonzero(m))
+    v, i, n_in = compact_blocks([cupy.asarray(q) for q in parts], as_predicate("x > 0.5"), "values",
+                                True, "auto", [0, 100, 100], False)
+    assert i is None and n_in == a.size
+    np.testing.assert_array_equal(cupy.asnumpy(v), a[a > 0.5])

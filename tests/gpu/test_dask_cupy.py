@@ -59,3 +59,32 @@ def test_local_cuda_cluster() -> None:
         assert isinstance(vv, cupy.ndarray)
         np.testing.assert_array_equal(cupy.asnumpy(vv), x_np[x_np < 0.125])
         np.testing.assert_array_equal(cupy.asnumpy(ii), np.flatnonzero(x_np < 0.125))
+
+
+def test_local_cuda_cluster_one_task_per_worker_run() -> None:
+    """A persisted CuPy input: each worker compacts its run of chunks in one task, the result
+    is in order with known chunks, and no chunk moves between workers."""
+    dask_cuda = pytest.importorskip("dask_cuda")
+    distributed = pytest.importorskip("distributed")
+    ngpu = cupy.cuda.runtime.getDeviceCount()
+    with dask_cuda.LocalCUDACluster(n_workers=min(2, ngpu), threads_per_worker=1) as cluster, \
+            distributed.Client(cluster) as client:
+        workers = sorted(client.nthreads())
+        x_np = np.random.default_rng(4).random(2**22 + 5).astype(np.float32)
+        cut = len(x_np) // len(workers)
+        bounds = [(i * cut, len(x_np) if i == len(workers) - 1 else (i + 1) * cut) for i in range(len(workers))]
+        slabs = [client.persist(da.from_array(x_np[a:b], chunks=2**18).map_blocks(cupy.asarray), workers=[w])
+                 for (a, b), w in zip(bounds, workers)]
+        x = da.concatenate(slabs).persist()
+        distributed.wait(x)
+        with distributed.get_task_stream() as ts:
+            v, i = x.map_compact("x < 0.3", output="both")
+        assert v.numblocks == (len(workers),) and v.chunks == i.chunks
+        moved = [s for t in ts.data for s in t["startstops"] if s["action"] == "transfer"]
+        assert moved == []
+        m = x_np < 0.3
+        np.testing.assert_array_equal(cupy.asnumpy(v.compute()), x_np[m])
+        np.testing.assert_array_equal(cupy.asnumpy(i.compute()), np.flatnonzero(m))
+        w = x.map_compact("x < 0.3", by_worker=False)
+        assert w.numblocks == x.numblocks
+        np.testing.assert_array_equal(cupy.asnumpy(w.compute()), x_np[m])
