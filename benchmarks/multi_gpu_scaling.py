@@ -124,29 +124,86 @@ def _settle(client, nkeys: int, timeout: float = 30.0) -> None:
         time.sleep(0.05)
 
 
+def breakdown(client, x, p: float, reps: int) -> dict[str, float]:
+    """Where one map_compact call's wall time goes (median ms over ``reps``), by timing the
+    steps of dask_compact.graph in place: the placement query, building and submitting the
+    graph, waiting for the phase-1 tasks, reading the counts, and the device sync after."""
+    import distributed
+    from dask_compact import graph
+
+    spans: dict[str, list[float]] = {}
+    saved = {n: getattr(graph, n) for n in ("_runs_by_worker", "_held_counts")}
+    saved_persist, saved_wait = graph.dask.persist, distributed.wait
+
+    def timed(name, f):
+        def run(*a, **k):
+            t0 = time.perf_counter()
+            try:
+                return f(*a, **k)
+            finally:
+                cur[name] = cur.get(name, 0.0) + time.perf_counter() - t0
+        return run
+
+    graph._runs_by_worker = timed("placement query", saved["_runs_by_worker"])
+    graph.dask.persist = timed("build+submit", saved_persist)
+    graph._held_counts = timed("wait + read counts", saved["_held_counts"])
+    distributed.wait = timed("wait for tasks", saved_wait)
+    try:
+        for r in range(reps + 1):
+            cur: dict[str, float] = {}
+            t = p + 0.01 + r * 1e-7
+            t0 = time.perf_counter()
+            y = x.map_compact(lambda v, t=t: v < t)
+            t1 = time.perf_counter()
+            client.run(_sync_device)
+            t2 = time.perf_counter()
+            cur.setdefault("wait for tasks", 0.0)  # (includes the instant wait on the input)
+            cur["read counts (client.run)"] = cur.pop("wait + read counts") - cur["wait for tasks"]
+            cur["device sync (client.run)"] = t2 - t1
+            cur["total"] = t2 - t0
+            cur["rest (client-side graph code)"] = cur["total"] - sum(
+                v for k, v in cur.items() if k != "total")
+            del y
+            if r:
+                for k, v in cur.items():
+                    spans.setdefault(k, []).append(v)
+    finally:
+        for n, f in saved.items():
+            setattr(graph, n, f)
+        graph.dask.persist, distributed.wait = saved_persist, saved_wait
+    return {k: 1e3 * statistics.median(v) for k, v in spans.items()}
+
+
 def measure(client, x, p: float, reps: int) -> dict[str, Any]:
     from dask.core import flatten
     from distributed import wait
 
-    ours, peer, tasks = [], [], 0
+    ours, peer, tasks, sizes = [], [], 0, {}
+    # All of ours first, then all of the peer's: interleaving them would make each one's
+    # allocations fight the other's cached blocks in the CuPy pool near full memory.
     for r in range(reps + 1):
         t = p + r * 1e-7  # a new threshold each time: new keys, nothing reused
         t0 = time.perf_counter()
         y = x.map_compact(lambda v, t=t: v < t)
         client.run(_sync_device)
         t1 = time.perf_counter()
-        tasks, size = y.numblocks[0], y.shape[0]
-        del y  # free the GPUs before the peer runs
+        tasks, sizes[r] = y.numblocks[0], y.shape[0]
+        del y
+        if r:  # round 0 compiles the kernels on every worker
+            ours.append(t1 - t0)
+    _settle(client, x.numblocks[0])
+    for r in range(reps + 1):
+        t = p + r * 1e-7  # ours' thresholds again (new keys each time), sizes compared
+        t1 = time.perf_counter()
         z = x[x < t]
         z.compute_chunk_sizes()
         z = z.persist()
         wait(z)
         client.run(_sync_device)
         t2 = time.perf_counter()
-        assert z.shape[0] == size, (z.shape, size)
+        assert z.shape[0] == sizes[r], (z.shape, sizes[r])
         del z
-        if r:  # round 0 compiles the kernels on every worker
-            ours.append(t1 - t0)
+        if r:
             peer.append(t2 - t1)
     keys = list(flatten(x.__dask_keys__()))
     _settle(client, len(keys))
@@ -160,7 +217,7 @@ def measure(client, x, p: float, reps: int) -> dict[str, Any]:
 
 
 def run_k(k: int, cases: list[tuple[str, int]], chunk: int, layouts: list[str], reps: int,
-          p: float, gpu: bool) -> list[dict]:
+          p: float, gpu: bool, breakdowns: list[dict] | None = None) -> list[dict]:
     import dask_compact  # noqa: F401
     from distributed import Client
 
@@ -187,6 +244,10 @@ def run_k(k: int, cases: list[tuple[str, int]], chunk: int, layouts: list[str], 
                     print(f"{case} {layout} on {k} GPUs failed: {type(e).__name__}: {e}", flush=True)
                     del x
                     continue
+                if layout == "slabs" and case.startswith("strong") and breakdowns is not None:
+                    parts = breakdown(client, x, p, reps)
+                    breakdowns.append(dict(case=case, layout=layout, gpus=k, **parts))
+                    print("breakdown", breakdowns[-1], flush=True)
                 row["GBps_input"] = n * 4 / row["map_compact_s"] / 1e9
                 row["overhead_ms"] = 1e3 * (row["map_compact_s"] - row["floor_s"])
                 row["speedup_vs_peer"] = row["peer_s"] / row["map_compact_s"]
@@ -214,7 +275,8 @@ def _sha() -> str:
         return "unknown"
 
 
-def report(rows: list[dict], out: Path, device: str, ngpu: int, chunk_log2: int, p: float) -> None:
+def report(rows: list[dict], out: Path, device: str, ngpu: int, chunk_log2: int, p: float,
+           breakdowns: list[dict]) -> None:
     sha = _sha()
     stamp = f"{dt.date.today().isoformat()}-{ngpu}x{device.replace(' ', '_')}-{sha}"
     out.mkdir(parents=True, exist_ok=True)
@@ -235,6 +297,14 @@ def report(rows: list[dict], out: Path, device: str, ngpu: int, chunk_log2: int,
             f"{r['phase1_tasks']} | {1e3 * r['map_compact_s']:.1f} | {r['GBps_input']:.3g} | "
             f"{100 * r['efficiency']:.0f}% | {1e3 * r['floor_s']:.1f} | {r['overhead_ms']:.1f} | "
             f"{1e3 * r['peer_s']:.1f} | {r['speedup_vs_peer']:.2f}x |")
+    if breakdowns:
+        cols = [c for c in breakdowns[0] if c not in ("case", "layout", "gpus")]
+        lines += ["", "Where one call's time goes (slabs, median ms; `wait for tasks` is the "
+                  "phase-1 tasks from submission to the client hearing they finished):", "",
+                  "| case | GPUs | " + " | ".join(cols) + " |", "|---|---|" + "---|" * len(cols)]
+        for b in breakdowns:
+            lines.append(f"| {b['case']} | {b['gpus']} | "
+                         + " | ".join(f"{b[c]:.1f}" for c in cols) + " |")
     (out / f"multi-gpu-{stamp}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
@@ -290,15 +360,17 @@ def main() -> None:
         ngpu = cupy.cuda.runtime.getDeviceCount()
         device = cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()
     rows: list[dict] = []
+    breakdowns: list[dict] = []
     for k in args.gpus:
         if k > ngpu:
             print(f"skip {k} GPUs: only {ngpu} present", flush=True)
             continue
         cases = [(f"strong 2^{s}", 2**s) for s in args.strong_log2n]
         cases += [(f"weak 2^{w}/GPU", k * 2**w) for w in args.weak_log2n]
-        rows += run_k(k, cases, 2**args.chunk_log2, args.layouts, args.reps, args.p, not args.cpu)
+        rows += run_k(k, cases, 2**args.chunk_log2, args.layouts, args.reps, args.p, not args.cpu,
+                      breakdowns)
     _efficiency(rows)
-    report(rows, args.out, device, ngpu, args.chunk_log2, args.p)
+    report(rows, args.out, device, ngpu, args.chunk_log2, args.p, breakdowns)
 
 
 if __name__ == "__main__":
