@@ -23,11 +23,11 @@ print('cupy', cupy.__version__, 'dask', dask.__version__, 'dask_cuda', dask_cuda
 'gpus', cupy.cuda.runtime.getDeviceCount())"; } > "$W/env.txt" 2>&1
 cat "$W/env.txt"
 
-want() { [[ " ${PARTS:-tests example cli multinode scaling} " == *" $1 "* ]]; }
+want() { [[ " ${PARTS:-tests example cli multinode gpudemo scaling} " == *" $1 "* ]]; }
 
 if want tests; then
 log "GPU test suite (all, slow ones included)"
-timeout 240 python3 -P -m pytest tests/gpu -m gpu -n 8 -q -p no:cacheprovider -o addopts="" \
+timeout 240 python3 -P -m pytest ${PYTEST_SELECT:-tests/gpu} -m gpu -n 8 -q -p no:cacheprovider -o addopts="" \
   --junitxml="$W/junit.xml" > "$W/pytest_gpu.log" 2>&1
 echo "pytest rc=$?" >> "$W/pytest_gpu.log"
 grep -E "FAILED|ERROR|passed|failed|rc=" "$W/pytest_gpu.log" | tail -15
@@ -80,6 +80,15 @@ kill $NODE_A $NODE_B $SCHED 2>/dev/null; sleep 3
 cat "$W/multinode.log"
 
 fi
+if want gpudemo; then
+log "the docker demo's gpu profile as processes (no container engine here), TLS, one GPU per worker"
+# certificates made with docker/make-certs.sh beforehand and carried (docker/certs is ignored)
+( cd "$REPO" && timeout 240 python3 docker/compose_as_processes.py --profile gpu \
+    --env-file docker/gpu.env --copy docker/demo_job.py:/opt/dask-compact/demo_job.py \
+    --logs "$W/gpu-demo" ) > "$W/gpu_demo.log" 2>&1; echo "gpu demo rc=$?" >> "$W/gpu_demo.log"
+for f in "$W"/gpu-demo/*.log; do echo "--- $(basename "$f")"; tail -25 "$f"; done >> "$W/gpu_demo.log"
+grep -E "compose-as-processes|demo job|ran on|rc=" "$W/gpu_demo.log"
+fi
 if want scaling; then
 log "scaling benchmark 1/2/4 GPUs"
 timeout ${SCALING_TIMEOUT:-420} python3 "$REPO/benchmarks/multi_gpu_scaling.py" \
@@ -90,6 +99,6 @@ fi
 
 log "collect"
 cd "$W" && tar czf "$OUT/bundle.tgz" . 2>/dev/null
-cp "$W/pytest_gpu.log" "$W/example_multi_gpu.log" "$W/multinode.log" "$W/scaling.log" "$OUT/" 2>/dev/null
+cp "$W/pytest_gpu.log" "$W/multinode.log" "$W/scaling.log" "$W/gpu_demo.log" "$OUT/" 2>/dev/null
 for f in "$W"/multi-gpu-*.md "$W"/multi-gpu-*.png "$W"/multi-gpu-*.csv; do [ -f "$f" ] && cp "$f" "$OUT/"; done
 ls "$OUT"

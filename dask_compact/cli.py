@@ -176,7 +176,8 @@ def compact_command(
         f"wrote     {', '.join(summary['arrays'])} to {output_path}\n"
         f"time      {summary['seconds']:.2f} s (compact {summary['compact_seconds']:.2f} s, "
         f"write {summary['write_seconds']:.2f} s), {summary['gb_per_s']:.3f} GB/s of input\n"
-        f"ran on    {summary['scheduler']}"
+        f"ran on    {summary['scheduler']}, "
+        f"{'CuPy chunks on GPUs' if summary['gpu'] else 'NumPy chunks on CPUs'}"
     )
 
 
