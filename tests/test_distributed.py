@@ -148,15 +148,3 @@ def test_interleaved_placement_keeps_order(client):
         y = x.map_compact("x < 0.4", output="indices")
     np.testing.assert_array_equal(y.compute(), np.flatnonzero(a < 0.4))
     assert _transfers(ts) == 0 and y.numblocks[0] <= x.numblocks[0]
-
-
-def test_threads_split_a_workers_run():
-    """A worker with several threads gets as many runs, so its chunks still run in parallel."""
-    with LocalCluster(n_workers=1, threads_per_worker=2, processes=True, dashboard_address=None,
-                      worker_dashboard_address=None) as cluster, Client(cluster) as c:
-        a = np.random.default_rng(8).random(10_007)
-        x = da.from_array(a, chunks=1_000).persist()
-        y = x.map_compact("x < 0.5")
-        assert y.numblocks == (2,)
-        np.testing.assert_array_equal(y.compute(), a[a < 0.5])
-        assert c is not None
