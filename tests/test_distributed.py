@@ -148,3 +148,21 @@ def test_interleaved_placement_keeps_order(client):
         y = x.map_compact("x < 0.4", output="indices")
     np.testing.assert_array_equal(y.compute(), np.flatnonzero(a < 0.4))
     assert _transfers(ts) == 0 and y.numblocks[0] <= x.numblocks[0]
+
+
+def test_persisted_input_with_a_failed_chunk_raises_its_error(client):
+    """A persisted input whose chunk failed: map_compact raises that chunk's error, and
+    presents no partial result."""
+
+    def boom(b, block_info=None):
+        if block_info[0]["chunk-location"][0] == 3:
+            raise ZeroDivisionError("chunk 3 could not be made")
+        return b
+
+    a = np.random.default_rng(9).random(8_000)
+    x = da.from_array(a, chunks=1_000).map_blocks(boom, dtype=a.dtype).persist()
+    from distributed import wait
+
+    wait(x)
+    with pytest.raises(ZeroDivisionError, match="chunk 3"):
+        x.map_compact("x > 0.5")
