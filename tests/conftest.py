@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import tempfile
+import warnings
 
 import numpy as np
 import pytest
@@ -16,6 +18,37 @@ DTYPES = [
     "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
     "float16", "float32", "float64", "complex64", "complex128",
 ]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _dask_scheduler_setting_restored():
+    """Each test module leaves dask's global ``scheduler`` setting as it found it.
+
+    distributed sets it when a Client starts and puts it back when that client closes with no
+    other client around; a client closed late (by its ``__del__`` at a garbage collection)
+    puts back its own snapshot at that moment. In a fresh CI run that left
+    ``scheduler="dask.distributed"`` with no client after tests/test_distributed.py, and every
+    later module's threaded computation failed. The modules are meant to be independent.
+    """
+    before = dask_config_scheduler()
+    yield
+    gc.collect()  # late closes happen here, inside the module that made the client
+    after = dask_config_scheduler()
+    if after != before:
+        import dask
+
+        warnings.warn(f"dask scheduler setting left as {after!r} (was {before!r}); restored",
+                      stacklevel=1)
+        if before is None:
+            dask.config.config.pop("scheduler", None)
+        else:
+            dask.config.set(scheduler=before)
+
+
+def dask_config_scheduler():
+    import dask
+
+    return dask.config.get("scheduler", None)
 
 
 def _gpu_available() -> str | None:
