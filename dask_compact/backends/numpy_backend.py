@@ -61,17 +61,7 @@ def _result(values: np.ndarray | None, indices: np.ndarray | None, output: str) 
 
 def _run_fused(a: np.ndarray, pred: Predicate, output: str, index_base: int) -> Any:
     """The fused loop's result, or raise UnsupportedPredicate/ParamOverflow/TypeError."""
-    tp = pred.typed(a.dtype)  # TypeError where NumPy's typing refuses or gives non-bools
-    loop = fused_loop(tp, output)
-    params = tp.bind(pred.params)
-    flat = _flat(a)
-    n = flat.shape[0]
-    out = np.empty(n, dtype=a.dtype) if output != "indices" else None
-    idx = np.empty(n, dtype=np.int64) if output != "values" else None
-    k = loop(flat, out, idx, int(index_base), params)
-    return _result(
-        None if out is None else _trim(out, k), None if idx is None else _trim(idx, k), output
-    )
+    return _run_fused_many([a], pred, output, [index_base])
 
 
 def compact(
@@ -129,8 +119,9 @@ def compact_many(
 
 
 def _run_fused_many(blocks: list[np.ndarray], pred: Predicate, output: str, bases: list[int]) -> Any:
+    """Every chunk through the fused loop into one buffer (chunk i's indices from bases[i])."""
     dtype = blocks[0].dtype
-    tp = pred.typed(dtype)
+    tp = pred.typed(dtype)  # TypeError where NumPy's typing refuses or gives non-bools
     loop = fused_loop(tp, output)
     params = tp.bind(pred.params)
     n = sum(b.size for b in blocks)
