@@ -111,7 +111,7 @@ cleanup() {
     if ((rc != 0)); then
         log "logs of the cluster (failure)"
         for c in scheduler worker-cpu-1 worker-cpu-2; do
-            podman logs --tail 40 "${project}_${c}_1" 2>&1 | sed "s/^/[$c] /" || true
+            podman logs --tail 200 "${project}_${c}_1" 2>&1 | sed "s/^/[$c] /" || true
         done
     fi
     log "tear down"
