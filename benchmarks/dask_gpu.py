@@ -42,20 +42,31 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     n = 2**args.log2n
     rows = []
-    with LocalCUDACluster(n_workers=1, threads_per_worker=args.chunks) as cluster, Client(cluster) as client:
+    with (
+        LocalCUDACluster(n_workers=1, threads_per_worker=args.chunks) as cluster,
+        Client(cluster) as client,
+    ):
         rs = da.random.RandomState(RandomState=cupy.random.RandomState)
         x = rs.random_sample(size=n, chunks=n // args.chunks, dtype=np.float32)
         x = x.persist()
         wait(x)
+
         def _devname():
             name = cupy.cuda.runtime.getDeviceProperties(0)["name"]
             return name.decode() if isinstance(name, bytes) else name
 
         dev = client.run(_devname)
-        meta = dict(device=list(dev.values())[0], date=datetime.date.today().isoformat(),
-                    git=subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                                       text=True).stdout.strip() or "uncommitted",
-                    n=f"2^{args.log2n}", chunks=args.chunks, dask=dask.__version__)
+        meta = dict(
+            device=list(dev.values())[0],
+            date=datetime.date.today().isoformat(),
+            git=subprocess.run(
+                ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+            ).stdout.strip()
+            or "uncommitted",
+            n=f"2^{args.log2n}",
+            chunks=args.chunks,
+            dask=dask.__version__,
+        )
         print(json.dumps(meta), flush=True)
 
         def timed(fn):
@@ -74,13 +85,19 @@ def main() -> None:
             return z.persist()
 
         def map_blocks(p):
-            w = x.map_blocks(lambda b: b[b < p], chunks=((np.nan,) * x.numblocks[0],), dtype=x.dtype,
-                             meta=cupy.empty(0, dtype=x.dtype))
+            w = x.map_blocks(
+                lambda b: b[b < p],
+                chunks=((np.nan,) * x.numblocks[0],),
+                dtype=x.dtype,
+                meta=cupy.empty(0, dtype=x.dtype),
+            )
             return w.persist()
 
-        impls = {"map_compact_known_sizes_persist": map_compact,
-                 "dask_boolindex+compute_chunk_sizes+persist": boolindex,
-                 "dask_map_blocks_mask_persist_unknown_sizes": map_blocks}
+        impls = {
+            "map_compact_known_sizes_persist": map_compact,
+            "dask_boolindex+compute_chunk_sizes+persist": boolindex,
+            "dask_map_blocks_mask_persist_unknown_sizes": map_blocks,
+        }
         for p0 in map(float, args.ps.split(",")):
             times: dict[str, list[float]] = {k: [] for k in impls}
             sizes = {}
@@ -95,14 +112,32 @@ def main() -> None:
                     del r
             for name, ts in times.items():
                 ms = 1e3 * float(np.median(ts))
-                rows.append(dict(impl=name, log2n=args.log2n, p=p0, ms=round(ms, 2),
-                                 GBps=round(n * 4 * (1 + p0) / (ms * 1e-3) / 1e9, 1),
-                                 selected=sizes.get(name, ""), chunks=args.chunks))
+                rows.append(
+                    dict(
+                        impl=name,
+                        log2n=args.log2n,
+                        p=p0,
+                        ms=round(ms, 2),
+                        GBps=round(n * 4 * (1 + p0) / (ms * 1e-3) / 1e9, 1),
+                        selected=sizes.get(name, ""),
+                        chunks=args.chunks,
+                    )
+                )
                 print(rows[-1], flush=True)
-    lines = ["# Dask on one GPU: persisted filtered array of x < p", "", "```", json.dumps(meta, indent=1), "```", "",
-             "| impl | p | ms (median) | effective GB/s | vs map_compact |", "|---|---|---|---|---|"]
+    lines = [
+        "# Dask on one GPU: persisted filtered array of x < p",
+        "",
+        "```",
+        json.dumps(meta, indent=1),
+        "```",
+        "",
+        "| impl | p | ms (median) | effective GB/s | vs map_compact |",
+        "|---|---|---|---|---|",
+    ]
     for r in rows:
-        ref = next(q["ms"] for q in rows if q["p"] == r["p"] and q["impl"].startswith("map_compact"))
+        ref = next(
+            q["ms"] for q in rows if q["p"] == r["p"] and q["impl"].startswith("map_compact")
+        )
         lines.append(f"| {r['impl']} | {r['p']} | {r['ms']} | {r['GBps']} | {r['ms'] / ref:.2f}x |")
     (out / "dask_gpu.md").write_text("\n".join(lines) + "\n")
     with open(out / "dask_gpu.csv", "w") as f:

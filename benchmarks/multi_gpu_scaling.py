@@ -39,7 +39,7 @@ import numpy as np
 
 def _gen(block_info=None, *, seed: int, gpu: bool):
     info = block_info[None]
-    (start, stop), = info["array-location"]
+    ((start, stop),) = info["array-location"]
     i = info["chunk-location"][0]
     if gpu:
         import cupy
@@ -57,8 +57,15 @@ def random_array(n: int, chunk: int, seed: int, gpu: bool):
         import cupy
 
         meta = cupy.empty(0, np.float32)
-    return da.map_blocks(_gen, chunks=chunks, dtype=np.float32, meta=meta, seed=seed, gpu=gpu,
-                         name=f"random-{n}-{chunk}-{seed}-{gpu}")
+    return da.map_blocks(
+        _gen,
+        chunks=chunks,
+        dtype=np.float32,
+        meta=meta,
+        seed=seed,
+        gpu=gpu,
+        name=f"random-{n}-{chunk}-{seed}-{gpu}",
+    )
 
 
 def generate(client, n: int, chunk: int, layout: str, seed: int, gpu: bool):
@@ -75,8 +82,9 @@ def generate(client, n: int, chunk: int, layout: str, seed: int, gpu: bool):
         for k, w in enumerate(workers):
             lo, hi = k * per, min(n, (k + 1) * per)
             if hi > lo:
-                parts.append(client.persist(random_array(hi - lo, chunk, seed + 1000 * k, gpu),
-                                            workers=[w]))
+                parts.append(
+                    client.persist(random_array(hi - lo, chunk, seed + 1000 * k, gpu), workers=[w])
+                )
         x = da.concatenate(parts).persist()
     wait(x)
     return x
@@ -129,6 +137,7 @@ def breakdown(client, x, p: float, reps: int) -> dict[str, float]:
     steps of dask_compact.graph in place: the placement query, building and submitting the
     graph, waiting for the phase-1 tasks, reading the counts, and the device sync after."""
     import distributed
+
     from dask_compact import graph
 
     spans: dict[str, list[float]] = {}
@@ -142,6 +151,7 @@ def breakdown(client, x, p: float, reps: int) -> dict[str, float]:
                 return f(*a, **k)
             finally:
                 cur[name] = cur.get(name, 0.0) + time.perf_counter() - t0
+
         return run
 
     graph._runs_by_worker = timed("placement query", saved["_runs_by_worker"])
@@ -162,7 +172,8 @@ def breakdown(client, x, p: float, reps: int) -> dict[str, float]:
             cur["device sync (client.run)"] = t2 - t1
             cur["total"] = t2 - t0
             cur["rest (client-side graph code)"] = cur["total"] - sum(
-                v for k, v in cur.items() if k != "total")
+                v for k, v in cur.items() if k != "total"
+            )
             del y
             if r:
                 for k, v in cur.items():
@@ -212,21 +223,38 @@ def measure(client, x, p: float, reps: int) -> dict[str, Any]:
     except Exception as e:  # noqa: BLE001 -- e.g. out of memory: report the floor as unknown
         print(f"floor not measured: {type(e).__name__}: {str(e)[:200]}", flush=True)
         floors = {"-": float("nan")}
-    return dict(map_compact_s=statistics.median(ours), peer_s=statistics.median(peer),
-                floor_s=max(floors.values()), phase1_tasks=tasks)
+    return dict(
+        map_compact_s=statistics.median(ours),
+        peer_s=statistics.median(peer),
+        floor_s=max(floors.values()),
+        phase1_tasks=tasks,
+    )
 
 
-def run_k(k: int, cases: list[tuple[str, int]], chunk: int, layouts: list[str], reps: int,
-          p: float, gpu: bool, breakdowns: list[dict] | None = None) -> list[dict]:
-    import dask_compact  # noqa: F401
+def run_k(
+    k: int,
+    cases: list[tuple[str, int]],
+    chunk: int,
+    layouts: list[str],
+    reps: int,
+    p: float,
+    gpu: bool,
+    breakdowns: list[dict] | None = None,
+) -> list[dict]:
     from distributed import Client
+
+    import dask_compact  # noqa: F401
 
     if gpu:
         from dask_cuda import LocalCUDACluster
 
         # Spilling off: the peer's temporaries must not be timed as device-to-host copies.
-        cluster = LocalCUDACluster(CUDA_VISIBLE_DEVICES=list(range(k)), dashboard_address=None,
-                                   threads_per_worker=1, device_memory_limit=None)
+        cluster = LocalCUDACluster(
+            CUDA_VISIBLE_DEVICES=list(range(k)),
+            dashboard_address=None,
+            threads_per_worker=1,
+            device_memory_limit=None,
+        )
     else:
         from distributed import LocalCluster
 
@@ -236,12 +264,15 @@ def run_k(k: int, cases: list[tuple[str, int]], chunk: int, layouts: list[str], 
         for case, n in cases:
             for layout in layouts:
                 x = generate(client, n, chunk, layout, seed=7, gpu=gpu)
-                row = dict(case=case, layout=layout, gpus=k, n=n, chunk=chunk,
-                           chunks=x.numblocks[0], p=p)
+                row = dict(
+                    case=case, layout=layout, gpus=k, n=n, chunk=chunk, chunks=x.numblocks[0], p=p
+                )
                 try:
                     row.update(measure(client, x, p, reps))
                 except Exception as e:  # noqa: BLE001 -- one case failing must not lose the rest
-                    print(f"{case} {layout} on {k} GPUs failed: {type(e).__name__}: {e}", flush=True)
+                    print(
+                        f"{case} {layout} on {k} GPUs failed: {type(e).__name__}: {e}", flush=True
+                    )
                     del x
                     continue
                 if layout == "slabs" and case.startswith("strong") and breakdowns is not None:
@@ -269,14 +300,25 @@ def _sha() -> str:
     if os.environ.get("GIT_SHA"):
         return os.environ["GIT_SHA"]
     try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, check=False).stdout.strip() or "unknown"
+        return (
+            subprocess.run(
+                ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
+            ).stdout.strip()
+            or "unknown"
+        )
     except OSError:
         return "unknown"
 
 
-def report(rows: list[dict], out: Path, device: str, ngpu: int, chunk_log2: int, p: float,
-           breakdowns: list[dict]) -> None:
+def report(
+    rows: list[dict],
+    out: Path,
+    device: str,
+    ngpu: int,
+    chunk_log2: int,
+    p: float,
+    breakdowns: list[dict],
+) -> None:
     sha = _sha()
     stamp = f"{dt.date.today().isoformat()}-{ngpu}x{device.replace(' ', '_')}-{sha}"
     out.mkdir(parents=True, exist_ok=True)
@@ -284,27 +326,38 @@ def report(rows: list[dict], out: Path, device: str, ngpu: int, chunk_log2: int,
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
-    lines = [f"# map_compact scaling, {device}, {dt.date.today()}, git {sha}, float32 in chunks "
-             f"of 2^{chunk_log2}, p={p}", "",
-             "Time = call until every GPU is done (device sync on each worker included). Floor = "
-             "the chunk function called on each worker without Dask (slowest worker).", "",
-             "| case | layout | GPUs | elements | phase-1 tasks | map_compact ms | input GB/s | "
-             "efficiency | GPU floor ms | Dask overhead ms | x[x<p]+ccs+persist ms | speed-up |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"# map_compact scaling, {device}, {dt.date.today()}, git {sha}, float32 in chunks "
+        f"of 2^{chunk_log2}, p={p}",
+        "",
+        "Time = call until every GPU is done (device sync on each worker included). Floor = "
+        "the chunk function called on each worker without Dask (slowest worker).",
+        "",
+        "| case | layout | GPUs | elements | phase-1 tasks | map_compact ms | input GB/s | "
+        "efficiency | GPU floor ms | Dask overhead ms | x[x<p]+ccs+persist ms | speed-up |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         lines.append(
             f"| {r['case']} | {r['layout']} | {r['gpus']} | 2^{int(np.log2(r['n']))} | "
             f"{r['phase1_tasks']} | {1e3 * r['map_compact_s']:.1f} | {r['GBps_input']:.3g} | "
             f"{100 * r['efficiency']:.0f}% | {1e3 * r['floor_s']:.1f} | {r['overhead_ms']:.1f} | "
-            f"{1e3 * r['peer_s']:.1f} | {r['speedup_vs_peer']:.2f}x |")
+            f"{1e3 * r['peer_s']:.1f} | {r['speedup_vs_peer']:.2f}x |"
+        )
     if breakdowns:
         cols = [c for c in breakdowns[0] if c not in ("case", "layout", "gpus")]
-        lines += ["", "Where one call's time goes (slabs, median ms; `wait for tasks` is the "
-                  "phase-1 tasks from submission to the client hearing they finished):", "",
-                  "| case | GPUs | " + " | ".join(cols) + " |", "|---|---|" + "---|" * len(cols)]
+        lines += [
+            "",
+            "Where one call's time goes (slabs, median ms; `wait for tasks` is the "
+            "phase-1 tasks from submission to the client hearing they finished):",
+            "",
+            "| case | GPUs | " + " | ".join(cols) + " |",
+            "|---|---|" + "---|" * len(cols),
+        ]
         for b in breakdowns:
-            lines.append(f"| {b['case']} | {b['gpus']} | "
-                         + " | ".join(f"{b[c]:.1f}" for c in cols) + " |")
+            lines.append(
+                f"| {b['case']} | {b['gpus']} | " + " | ".join(f"{b[c]:.1f}" for c in cols) + " |"
+            )
     (out / f"multi-gpu-{stamp}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
@@ -317,17 +370,29 @@ def report(rows: list[dict], out: Path, device: str, ngpu: int, chunk_log2: int,
     fig, axes = plt.subplots(1, len(cases), figsize=(5.5 * len(cases), 4), squeeze=False)
     for ax, case in zip(axes[0], cases):
         for layout, style in (("slabs", "-o"), ("interleaved", "-s")):
-            rs = sorted((r for r in rows if r["case"] == case and r["layout"] == layout),
-                        key=lambda r: r["gpus"])
+            rs = sorted(
+                (r for r in rows if r["case"] == case and r["layout"] == layout),
+                key=lambda r: r["gpus"],
+            )
             if not rs:
                 continue
             ks = [r["gpus"] for r in rs]
             ax.plot(ks, [r["GBps_input"] for r in rs], style, label=f"map_compact, {layout}")
-            ax.plot(ks, [r["n"] * 4 / r["peer_s"] / 1e9 for r in rs], "--x", alpha=0.6,
-                    label=f"x[x<p]+ccs+persist, {layout}")
+            ax.plot(
+                ks,
+                [r["n"] * 4 / r["peer_s"] / 1e9 for r in rs],
+                "--x",
+                alpha=0.6,
+                label=f"x[x<p]+ccs+persist, {layout}",
+            )
             if layout == "slabs":
-                ax.plot(ks, [rs[0]["GBps_input"] * k for k in ks], ":", color="gray",
-                        label="linear from 1 GPU (slabs)")
+                ax.plot(
+                    ks,
+                    [rs[0]["GBps_input"] * k for k in ks],
+                    ":",
+                    color="gray",
+                    label="linear from 1 GPU (slabs)",
+                )
         ax.set_xlabel("GPUs (one dask-cuda worker each)")
         ax.set_ylabel("input GB/s")
         ax.set_xticks(sorted({r["gpus"] for r in rows}))
@@ -345,8 +410,9 @@ def main() -> None:
     ap.add_argument("--weak-log2n", type=int, nargs="*", default=[32], help="per GPU")
     ap.add_argument("--chunk-log2", type=int, default=28)
     ap.add_argument("--gpus", type=int, nargs="+", default=[1, 2, 4])
-    ap.add_argument("--layouts", nargs="+", default=["slabs", "interleaved"],
-                    choices=["slabs", "interleaved"])
+    ap.add_argument(
+        "--layouts", nargs="+", default=["slabs", "interleaved"], choices=["slabs", "interleaved"]
+    )
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--p", type=float, default=0.5)
     ap.add_argument("--cpu", action="store_true", help="LocalCluster + NumPy (script smoke test)")
@@ -367,8 +433,9 @@ def main() -> None:
             continue
         cases = [(f"strong 2^{s}", 2**s) for s in args.strong_log2n]
         cases += [(f"weak 2^{w}/GPU", k * 2**w) for w in args.weak_log2n]
-        rows += run_k(k, cases, 2**args.chunk_log2, args.layouts, args.reps, args.p, not args.cpu,
-                      breakdowns)
+        rows += run_k(
+            k, cases, 2**args.chunk_log2, args.layouts, args.reps, args.p, not args.cpu, breakdowns
+        )
     _efficiency(rows)
     report(rows, args.out, device, ngpu, args.chunk_log2, args.p, breakdowns)
 

@@ -35,13 +35,31 @@ def main() -> None:
         for alg in ("single-pass", "hybrid", "three-pass"):
             spec = ModuleSpec(np.dtype(dt), alg, f, tuning_for(alg, np.dtype(dt).itemsize))
             names = spec.all_names()
-            src = module_source(spec) + "\nvoid* dcx_force[] = {" + ", ".join(f"(void*)&{n}" for n in names) + "};\n"
+            src = (
+                module_source(spec)
+                + "\nvoid* dcx_force[] = {"
+                + ", ".join(f"(void*)&{n}" for n in names)
+                + "};\n"
+            )
             cu = tmp / f"{dt}_{alg}.cu"
             cu.write_text(src)
             cubin = cu.with_suffix(".cubin")
             opts = ["-std=c++17", *NVRTC_OPTIONS]
-            r = subprocess.run(["nvcc", f"-arch={args.arch}", *opts, "-cubin", "-Xptxas", "-v", "-o", str(cubin), str(cu)],
-                               capture_output=True, text=True)
+            r = subprocess.run(
+                [
+                    "nvcc",
+                    f"-arch={args.arch}",
+                    *opts,
+                    "-cubin",
+                    "-Xptxas",
+                    "-v",
+                    "-o",
+                    str(cubin),
+                    str(cu),
+                ],
+                capture_output=True,
+                text=True,
+            )
             print(f"## {dt} {alg} (tuning {spec.tuning})")
             fn = None
             for line in r.stderr.splitlines():
@@ -54,15 +72,23 @@ def main() -> None:
                 print(r.stderr[-3000:])
                 continue
             if shutil.which("cuobjdump"):
-                sass = subprocess.run(["cuobjdump", "-sass", str(cubin)], capture_output=True, text=True).stdout
+                sass = subprocess.run(
+                    ["cuobjdump", "-sass", str(cubin)], capture_output=True, text=True
+                ).stdout
                 for chunk in sass.split("Function : ")[1:]:
                     name = chunk.split("\n", 1)[0].strip()
                     c = Counter()
                     for line in chunk.splitlines():
-                        m = re.search(r"\b((?:LDG|STG|LDS|STS|ATOMG|RED|VOTE|POPC|SHFL|BAR|NANOSLEEP)[.\w]*)", line)
+                        m = re.search(
+                            r"\b((?:LDG|STG|LDS|STS|ATOMG|RED|VOTE|POPC|SHFL|BAR|NANOSLEEP)[.\w]*)",
+                            line,
+                        )
                         if m:
                             c[m.group(1)] += 1
-                    print(f"  SASS {name[:70]}: " + ", ".join(f"{k}={v}" for k, v in sorted(c.items())))
+                    print(
+                        f"  SASS {name[:70]}: "
+                        + ", ".join(f"{k}={v}" for k, v in sorted(c.items()))
+                    )
 
 
 if __name__ == "__main__":

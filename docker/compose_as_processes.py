@@ -38,7 +38,7 @@ def substitute(value: str, env: dict[str, str]) -> str:
 
 def read_env_file(path: Path | None) -> dict[str, str]:
     out: dict[str, str] = {}
-    for line in (path.read_text().splitlines() if path else []):
+    for line in path.read_text().splitlines() if path else []:
         line = line.strip()
         if line and not line.startswith("#") and "=" in line:
             k, v = line.split("=", 1)
@@ -73,8 +73,9 @@ def mount(spec: str, compose_dir: Path, env: dict[str, str], volumes_root: Path)
 
 
 def gpus_of(service: dict) -> str | None:
-    devices = (service.get("deploy", {}).get("resources", {}).get("reservations", {})
-               .get("devices", []))
+    devices = (
+        service.get("deploy", {}).get("resources", {}).get("reservations", {}).get("devices", [])
+    )
     ids = [str(i) for d in devices for i in d.get("device_ids", [])]
     return ",".join(ids) if ids else None
 
@@ -91,8 +92,11 @@ def main() -> int:
 
     env = {**read_env_file(args.env_file), **os.environ}
     spec = yaml.safe_load(args.compose.read_text())  # merge keys (<<) resolved by PyYAML
-    services = {n: s for n, s in spec["services"].items()
-                if not s.get("profiles") or args.profile in s["profiles"]}
+    services = {
+        n: s
+        for n, s in spec["services"].items()
+        if not s.get("profiles") or args.profile in s["profiles"]
+    }
     names = " ".join(services)
     with open("/etc/hosts", "a") as hosts:  # service names resolve, as on a compose network
         hosts.write(f"\n127.0.0.1 {names}\n")
@@ -112,15 +116,25 @@ def main() -> int:
             for v in svc.get("volumes", []):
                 mount(v, args.compose.parent, env, volumes_root)
             penv = dict(os.environ)
-            penv.update({k: substitute(str(v), env) for k, v in (svc.get("environment") or {}).items()})
+            penv.update(
+                {k: substitute(str(v), env) for k, v in (svc.get("environment") or {}).items()}
+            )
             if (gpus := gpus_of(svc)) is not None:
                 penv["CUDA_VISIBLE_DEVICES"] = gpus
             cmd = argv_of([substitute(str(c), env) for c in svc["command"]])
-            print(f"[compose-as-processes] {name}: {' '.join(cmd)}"
-                  + (f" (GPUs {gpus})" if gpus else ""), flush=True)
+            print(
+                f"[compose-as-processes] {name}: {' '.join(cmd)}"
+                + (f" (GPUs {gpus})" if gpus else ""),
+                flush=True,
+            )
             log = open(args.logs / f"{name}.log", "w")  # noqa: SIM115 -- kept open while it runs
-            procs[name] = subprocess.Popen(cmd, env=penv, stdout=log, stderr=subprocess.STDOUT,
-                                           cwd=svc.get("working_dir", "/tmp"))
+            procs[name] = subprocess.Popen(
+                cmd,
+                env=penv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=svc.get("working_dir", "/tmp"),
+            )
             time.sleep(3 if name == "scheduler" else 0.5)
         rc = procs["job"].wait(timeout=args.timeout)
         print(f"[compose-as-processes] job exited {rc}", flush=True)

@@ -70,8 +70,9 @@ def start_cluster(cpu: bool, workers: int | None) -> tuple[Any, str]:
         return cluster, f"LocalCUDACluster, {len(cluster.workers)} GPU workers"
     from distributed import LocalCluster
 
-    cluster = LocalCluster(n_workers=workers or 2, threads_per_worker=1, processes=True,
-                           dashboard_address=":0")
+    cluster = LocalCluster(
+        n_workers=workers or 2, threads_per_worker=1, processes=True, dashboard_address=":0"
+    )
     return cluster, f"LocalCluster, {len(cluster.workers)} worker processes (NumPy chunks)"
 
 
@@ -116,8 +117,10 @@ def main(argv: list[str] | None = None) -> int:
             what += f", {len(client.nthreads())} workers"
         x = born_on_workers(client, size, chunk, args.seed, gpu=not cpu)
         print(f"cluster:   {what}")
-        print(f"input:     {size:,} float32 ({x.nbytes / 1e9:.3f} GB) in {x.npartitions} chunks "
-              f"of {chunk:,}, generated on the workers, one slab each")
+        print(
+            f"input:     {size:,} float32 ({x.nbytes / 1e9:.3f} GB) in {x.npartitions} chunks "
+            f"of {chunk:,}, generated on the workers, one slab each"
+        )
 
         t0 = time.perf_counter()
         x = x.persist()
@@ -133,13 +136,19 @@ def main(argv: list[str] | None = None) -> int:
         n = int(y.shape[0])
         moved = sum(s["action"] == "transfer" for t in stream.data for s in t["startstops"])
         tasks = sum(t["key"][0].startswith("compact") for t in stream.data)
-        print(f"selected:  {n:,} of {size:,} ({n / size:.2%}) where x < {args.threshold}; "
-              f"{y.npartitions} output chunks of known sizes {min(y.chunks[0]):,}.."
-              f"{max(y.chunks[0]):,}")
-        print(f"timing:    generate {t1 - t0:.3f} s, compact {t2 - t1:.3f} s "
-              f"({x.nbytes / 1e9 / (t2 - t1):.2f} GB/s of input)")
-        print(f"tasks:     {tasks} compaction tasks for {x.npartitions} chunks on "
-              f"{len(client.nthreads())} workers")
+        print(
+            f"selected:  {n:,} of {size:,} ({n / size:.2%}) where x < {args.threshold}; "
+            f"{y.npartitions} output chunks of known sizes {min(y.chunks[0]):,}.."
+            f"{max(y.chunks[0]):,}"
+        )
+        print(
+            f"timing:    generate {t1 - t0:.3f} s, compact {t2 - t1:.3f} s "
+            f"({x.nbytes / 1e9 / (t2 - t1):.2f} GB/s of input)"
+        )
+        print(
+            f"tasks:     {tasks} compaction tasks for {x.npartitions} chunks on "
+            f"{len(client.nthreads())} workers"
+        )
         print(f"locality:  {moved} chunk transfers between workers")
 
         ok = moved == 0
@@ -149,7 +158,9 @@ def main(argv: list[str] | None = None) -> int:
                 xs, ys = xs.get(), ys.get()
             expected = xs[xs < args.threshold]
             good = ys.shape == expected.shape and bool(np.array_equal(ys, expected))
-            print(f"check:     {'OK' if good else 'MISMATCH'} against NumPy x[x < {args.threshold}]")
+            print(
+                f"check:     {'OK' if good else 'MISMATCH'} against NumPy x[x < {args.threshold}]"
+            )
             ok = ok and good
     return 0 if ok else 1
 

@@ -13,7 +13,9 @@ DOCKER = Path(__file__).resolve().parents[1] / "docker"
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("compose_as_processes", DOCKER / "compose_as_processes.py")
+    spec = importlib.util.spec_from_file_location(
+        "compose_as_processes", DOCKER / "compose_as_processes.py"
+    )
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -31,7 +33,9 @@ def test_interpolation_and_env_file(tmp_path):
 def test_gpu_profile_services_commands_and_devices():
     m = _module()
     spec = yaml.safe_load((DOCKER / "compose.yaml").read_text())
-    gpu = {n: s for n, s in spec["services"].items() if not s.get("profiles") or "gpu" in s["profiles"]}
+    gpu = {
+        n: s for n, s in spec["services"].items() if not s.get("profiles") or "gpu" in s["profiles"]
+    }
     assert set(gpu) == {"scheduler", "worker-gpu-0", "worker-gpu-1", "job"}
     assert [m.gpus_of(gpu[w]) for w in ("worker-gpu-0", "worker-gpu-1")] == ["0", "1"]
     assert m.gpus_of(gpu["scheduler"]) is None

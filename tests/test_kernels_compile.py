@@ -37,8 +37,20 @@ pytestmark = pytest.mark.skipif(NVCC is None, reason="nvcc not on PATH")
 
 ARCHS = ("sm_90", "sm_80")
 DTYPES = [
-    "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-    "float16", "float32", "float64", "complex64", "complex128",
+    "bool",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "float16",
+    "float32",
+    "float64",
+    "complex64",
+    "complex128",
 ]
 OUTPUTS = ("values", "indices", "both")
 
@@ -54,7 +66,17 @@ def _nvcc(src: str, arch: str, tmp: Path, name: str) -> str:
     cu = tmp / f"{name}_{arch}.cu"
     cu.write_text(src)
     opts = ["-std=c++17", *NVRTC_OPTIONS]
-    cmd = [NVCC, f"-arch={arch}", *opts, "-Xptxas", "-v", "-c", str(cu), "-o", str(cu.with_suffix(".o"))]
+    cmd = [
+        NVCC,
+        f"-arch={arch}",
+        *opts,
+        "-Xptxas",
+        "-v",
+        "-c",
+        str(cu),
+        "-o",
+        str(cu.with_suffix(".o")),
+    ]
     r = subprocess.run(cmd, capture_output=True, text=True)
     assert r.returncode == 0, f"nvcc failed for {name} ({arch}):\n{r.stderr[-6000:]}"
     return r.stderr
@@ -96,7 +118,13 @@ def test_every_kernel_every_dtype_compiles(arch: str, algorithm: str, tmp_path: 
         variants = SINGLE_PASS_VARIANTS if algorithm == "single-pass" else ("classic",)
         for f in (functor, None):
             for variant in variants:
-                spec = ModuleSpec(np.dtype(dt), algorithm, f, tuning_for(algorithm, np.dtype(dt).itemsize), variant)
+                spec = ModuleSpec(
+                    np.dtype(dt),
+                    algorithm,
+                    f,
+                    tuning_for(algorithm, np.dtype(dt).itemsize),
+                    variant,
+                )
                 for output in outputs:
                     names += [n for n in spec.names(output).values() if n not in names]
     for f in _FILES[algorithm]:
@@ -116,16 +144,24 @@ def _predicates() -> list[tuple[str, Predicate]]:
     out = []
     for fn in sorted(UFUNCS):
         nin = _unary_or_binary(fn)
-        inner = Call(fn, (Var(),) if nin == 1 else (Var(), Param(0, "int" if "shift" in fn else "float")))
+        inner = Call(
+            fn, (Var(),) if nin == 1 else (Var(), Param(0, "int" if "shift" in fn else "float"))
+        )
         if fn.startswith(("bitwise", "invert", "left", "right")):
             inner = Call(fn, (Var(),) if nin == 1 else (Var(), Param(0, "int")))
         expr = Call("not_equal", (inner, Param(1, "int")))
-        out.append((fn, Predicate(expr, (0.5 if nin == 2 and "shift" not in fn else 3, 0), None, fn)))
-    band = Call("logical_and", (Call("greater", (Var(), Param(0, "float"))),
-                                Call("less", (Var(), Param(1, "float")))))
+        out.append(
+            (fn, Predicate(expr, (0.5 if nin == 2 and "shift" not in fn else 3, 0), None, fn))
+        )
+    band = Call(
+        "logical_and",
+        (Call("greater", (Var(), Param(0, "float"))), Call("less", (Var(), Param(1, "float")))),
+    )
     out.append(("band", Predicate(band, (0.2, 0.3), None, "band")))
     w = Call("where", (Call("isnan", (Var(),)), Param(0, "float"), Call("real", (Var(),))))
-    out.append(("where", Predicate(Call("less", (w, Param(1, "float"))), (0.0, 0.5), None, "where")))
+    out.append(
+        ("where", Predicate(Call("less", (w, Param(1, "float"))), (0.0, 0.5), None, "where"))
+    )
     im = Call("greater_equal", (Call("imag", (Var(),)), Param(0, "float")))
     out.append(("imag", Predicate(im, (0.0,), None, "imag")))
     return out
@@ -151,7 +187,7 @@ def test_generated_functors_compile(arch: str, tmp_path: Path) -> None:
     names: list[str] = []
     done: set[str] = set()
     unsupported = 0
-    for label, pred in _predicates():
+    for _label, pred in _predicates():
         for dt in DTYPES:
             try:
                 tp = pred.typed(dt)

@@ -30,5 +30,7 @@ def test_wheel_contains_kernels(tmp_path):
 def test_kernels_are_package_resources():
     from importlib.resources import files
 
-    found = [p.name for p in files("dask_compact.kernels").iterdir() if p.name.endswith((".cuh", ".cu"))]
+    found = [
+        p.name for p in files("dask_compact.kernels").iterdir() if p.name.endswith((".cuh", ".cu"))
+    ]
     assert found

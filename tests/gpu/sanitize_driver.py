@@ -45,7 +45,9 @@ def main() -> int:
                     print("WRONG view", dtype, n, alg, flush=True)
                     bad += 1
                 m = cupy.asarray(a_np < 50)
-                got = cb.compact_masked(a, m, "both", 0, algorithm=alg if alg != "hybrid" else "auto")
+                got = cb.compact_masked(
+                    a, m, "both", 0, algorithm=alg if alg != "hybrid" else "auto"
+                )
                 if not np.array_equal(cupy.asnumpy(got[1]), want_i):
                     print("WRONG mask", dtype, n, alg, flush=True)
                     bad += 1

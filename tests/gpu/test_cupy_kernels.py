@@ -18,8 +18,20 @@ from dask_compact.predicate.expr import Call, Param, Var  # noqa: E402
 pytestmark = pytest.mark.gpu
 
 DTYPES = [
-    "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-    "float16", "float32", "float64", "complex64", "complex128",
+    "bool",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "float16",
+    "float32",
+    "float64",
+    "complex64",
+    "complex128",
 ]
 ALGORITHMS = ["single-pass", "three-pass", "hybrid"]
 # Test id -> (algorithm, keyword overrides). compact() (exact-size path): the single-pass exact
@@ -28,7 +40,10 @@ ALGORITHMS = ["single-pass", "three-pass", "hybrid"]
 EXACT_CONFIGS = {
     "single-pass:prefix": ("single-pass", {"exact_mode": "prefix"}),
     "single-pass:lookback-early": ("single-pass", {"exact_mode": "lookback", "variant": "early"}),
-    "single-pass:lookback-classic": ("single-pass", {"exact_mode": "lookback", "variant": "classic"}),
+    "single-pass:lookback-classic": (
+        "single-pass",
+        {"exact_mode": "lookback", "variant": "classic"},
+    ),
     "three-pass": ("three-pass", {}),
     "hybrid": ("hybrid", {}),
 }
@@ -47,7 +62,7 @@ def make_data(rng: np.random.Generator, n: int, dtype: str) -> np.ndarray:
     """Uniform keys in [0, 1) mapped to the dtype: a threshold p selects a fraction ~p."""
     u = rng.random(n)
     dt = np.dtype(dtype)
-    if dt == bool:
+    if dt == np.dtype(bool):
         return u < 0.5
     if dt.kind in "iu":
         return np.floor(u * 100).astype(dt)  # 0..99, repeated values
@@ -59,13 +74,20 @@ def make_data(rng: np.random.Generator, n: int, dtype: str) -> np.ndarray:
 def threshold(dtype: str, p: float) -> Predicate:
     """``x < t`` selecting a fraction ~p of make_data's values (``x`` / ``~x`` for bool)."""
     dt = np.dtype(dtype)
-    if dt == bool:
+    if dt == np.dtype(bool):
         if p == 0.0:
-            return Predicate(Call("logical_and", (Var(), Call("logical_not", (Var(),)))), (), None, "none")
+            return Predicate(
+                Call("logical_and", (Var(), Call("logical_not", (Var(),)))), (), None, "none"
+            )
         if p == 1.0:
-            return Predicate(Call("logical_or", (Var(), Call("logical_not", (Var(),)))), (), None, "all")
-        return Predicate(Var(), (), None, "x") if p <= 0.5 else Predicate(
-            Call("logical_not", (Var(),)), (), None, "~x")
+            return Predicate(
+                Call("logical_or", (Var(), Call("logical_not", (Var(),)))), (), None, "all"
+            )
+        return (
+            Predicate(Var(), (), None, "x")
+            if p <= 0.5
+            else Predicate(Call("logical_not", (Var(),)), (), None, "~x")
+        )
     if dt.kind in "iu":
         t: float = int(round(p * 100))
         return Predicate(Call("less", (Var(), Param(0, "int"))), (t,), None, "x < t")
@@ -73,7 +95,7 @@ def threshold(dtype: str, p: float) -> Predicate:
     return Predicate(Call("less", (Var(), Param(0, "float"))), (t,), None, "x < t")
 
 
-def poison(shape: int, dtype) -> "cupy.ndarray":
+def poison(shape: int, dtype) -> cupy.ndarray:
     out = cupy.empty(max(shape, 1), dtype=dtype)
     out.view(np.uint8).fill(0xA5)
     return out
@@ -83,7 +105,7 @@ def check(a_np, pred, output, got, stable: bool, index_base: int = 0) -> None:
     mask = pred.mask(a_np)
     want_v = a_np.ravel()[mask.ravel()]
     want_i = np.flatnonzero(mask) + index_base
-    vals, idx = (got if output == "both" else ((got, None) if output == "values" else (None, got)))
+    vals, idx = got if output == "both" else ((got, None) if output == "values" else (None, got))
     if vals is not None:
         v = cupy.asnumpy(vals)
         assert v.dtype == a_np.dtype and v.shape == want_v.shape
@@ -142,12 +164,16 @@ def test_preallocated_outputs_are_poison_checked(dtype: str, config: str) -> Non
             m = pred.mask(a_np).ravel()
             assert c == int(m.sum())
             check(a_np, pred, "both", (vals[:c], idx[:c]), stable)
-            np.testing.assert_array_equal(cupy.asnumpy(vals[c:]).view(np.uint8), ref_v[c:].view(np.uint8))
+            np.testing.assert_array_equal(
+                cupy.asnumpy(vals[c:]).view(np.uint8), ref_v[c:].view(np.uint8)
+            )
             np.testing.assert_array_equal(cupy.asnumpy(idx[c:]), ref_i[c:])
 
 
 @pytest.mark.parametrize("dtype", ["int8", "float16", "float32", "float64", "complex128"])
-@pytest.mark.parametrize("config", ["single-pass:prefix", "single-pass:lookback-early", "three-pass", "hybrid"])
+@pytest.mark.parametrize(
+    "config", ["single-pass:prefix", "single-pass:lookback-early", "three-pass", "hybrid"]
+)
 @pytest.mark.parametrize("n", [2**20 + 7, 2**26])
 def test_large_sizes(dtype: str, config: str, n: int) -> None:
     algorithm, kw = EXACT_CONFIGS[config]
@@ -198,7 +224,9 @@ def test_mask_path_and_fallbacks(config: str, monkeypatch) -> None:
     algorithm, kw = EXACT_CONFIGS[config]
     # the mask path and compact_masked take the module defaults
     if kw.get("variant") is not None:
-        monkeypatch.setattr(cb, "SINGLE_PASS_VARIANT", dict.fromkeys((1, 2, 4, 8, 16), kw["variant"]))
+        monkeypatch.setattr(
+            cb, "SINGLE_PASS_VARIANT", dict.fromkeys((1, 2, 4, 8, 16), kw["variant"])
+        )
     if kw.get("exact_mode") is not None:
         monkeypatch.setattr(cb, "EXACT_MODE", kw["exact_mode"])
     rng = np.random.default_rng(3)
@@ -225,9 +253,16 @@ def test_mask_path_and_fallbacks(config: str, monkeypatch) -> None:
         np.testing.assert_array_equal(np.sort(got), want)
     # complex sqrt has no compiled form: mask path
     c_np = make_data(rng, 4099, "complex64")
-    sq = Predicate(Call("less", (Call("real", (Call("sqrt", (Var(),)),)), Param(0, "float"))), (0.5,), None, "s")
+    sq = Predicate(
+        Call("less", (Call("real", (Call("sqrt", (Var(),)),)), Param(0, "float"))),
+        (0.5,),
+        None,
+        "s",
+    )
     got = cb.compact(cupy.asarray(c_np), sq, "indices", stable, algorithm, 0)
-    np.testing.assert_array_equal(np.sort(cupy.asnumpy(got)), np.flatnonzero(np.sqrt(c_np).real < 0.5))
+    np.testing.assert_array_equal(
+        np.sort(cupy.asnumpy(got)), np.flatnonzero(np.sqrt(c_np).real < 0.5)
+    )
     # compact_masked with a separate boolean array
     m = cupy.asarray(rng.random(a_np.shape) < 0.4)
     v = cb.compact_masked(a, m, "values", 0, algorithm=algorithm if stable else "auto")
@@ -248,11 +283,17 @@ def test_views_and_shapes(config: str) -> None:
         if algorithm == "single-pass":  # misaligned views through compact_into too
             view = _same_view(base, a_np)  # compact_into flattens it as compact does
             vals, idx = poison(view.size, np.float32), poison(view.size, np.int64)
-            c = int(cb.compact_into(view, pred, vals, idx, variant=kw.get("variant"), index_base=11).get()[0])
-            check(np.ascontiguousarray(a_np), pred, "both", (vals[:c], idx[:c]), True, index_base=11)
+            c = int(
+                cb.compact_into(
+                    view, pred, vals, idx, variant=kw.get("variant"), index_base=11
+                ).get()[0]
+            )
+            check(
+                np.ascontiguousarray(a_np), pred, "both", (vals[:c], idx[:c]), True, index_base=11
+            )
 
 
-def _same_view(base_np: np.ndarray, view_np: np.ndarray) -> "cupy.ndarray":
+def _same_view(base_np: np.ndarray, view_np: np.ndarray) -> cupy.ndarray:
     """The CuPy view of a device copy of ``base_np`` matching ``view_np``'s offset and strides."""
     base = cupy.asarray(base_np)
     offset = view_np.__array_interface__["data"][0] - base_np.__array_interface__["data"][0]
@@ -296,8 +337,10 @@ def test_chunk_larger_than_2_pow_31(algorithm: str) -> None:
     a = cupy.empty(n, dtype=cupy.int8)
     # cheap pseudo-random bytes without a 64-bit temporary: a hash of the index
     cupy.ElementwiseKernel(
-        "", "int8 y",
-        "unsigned long long h = (unsigned long long)i * 0x9E3779B97F4A7C15ull; y = (signed char)(h >> 56);",
+        "",
+        "int8 y",
+        "unsigned long long h = (unsigned long long)i * 0x9E3779B97F4A7C15ull; "
+        "y = (signed char)(h >> 56);",
         "dcx_test_fill",
     )(a)
     a[-5] = 7  # a selected element past 2^31
@@ -339,9 +382,13 @@ RUN_SIZES = [[1], [0, 33, 0, 1025], [31, 1, 65537, 1023], [8192, 8193, 1000003, 
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("algorithm,stable", [("auto", True), ("three-pass", True), ("hybrid", False)])
+@pytest.mark.parametrize(
+    "algorithm,stable", [("auto", True), ("three-pass", True), ("hybrid", False)]
+)
 @pytest.mark.parametrize("output", OUTPUTS)
-def test_compact_many_is_the_concatenation(dtype: str, algorithm: str, stable: bool, output: str) -> None:
+def test_compact_many_is_the_concatenation(
+    dtype: str, algorithm: str, stable: bool, output: str
+) -> None:
     """A run of chunks (one task) gives the chunks' outputs concatenated, indices global."""
     rng = np.random.default_rng(len(dtype))
     for sizes in RUN_SIZES:
@@ -350,15 +397,21 @@ def test_compact_many_is_the_concatenation(dtype: str, algorithm: str, stable: b
             a = np.concatenate(parts)
             bases = list(np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(int) + 5)
             pred = threshold(dtype, p)
-            got = cb.compact_many([cupy.asarray(q) for q in parts], pred, output, stable, algorithm, bases)
+            got = cb.compact_many(
+                [cupy.asarray(q) for q in parts], pred, output, stable, algorithm, bases
+            )
             if stable:
                 check(a, pred, output, got, True, index_base=5)
             else:  # unordered within a chunk only: compare each chunk's segment
-                vals, idx = got if output == "both" else ((got, None) if output == "values" else (None, got))
+                vals, idx = (
+                    got
+                    if output == "both"
+                    else ((got, None) if output == "values" else (None, got))
+                )
                 off = 0
                 for q, base in zip(parts, bases):
                     k = int(pred.mask(q).sum())
-                    seg = lambda z: None if z is None else z[off:off + k]  # noqa: E731
+                    seg = lambda z, o=off, k=k: None if z is None else z[o : o + k]  # noqa: E731
                     sub = (seg(vals), seg(idx)) if output == "both" else seg(got)
                     check(q, pred, output, sub, False, index_base=base)
                     off += k
@@ -375,11 +428,20 @@ def test_compact_many_mask_path_and_dispatch() -> None:
     fn = lambda v: (v * 7 % 1) < 0.3  # noqa: E731
     pred = Predicate(None, (), fn, "untraceable", "test")  # the mask path, as an untraced callable
     assert pred.path == "mask"
-    got = compact_blocks([cupy.asarray(q) for q in parts], pred, "both", True, "auto", [0, 100, 100], True)
+    got = compact_blocks(
+        [cupy.asarray(q) for q in parts], pred, "both", True, "auto", [0, 100, 100], True
+    )
     m = fn(a)
     np.testing.assert_array_equal(cupy.asnumpy(got[0]), a[m])
     np.testing.assert_array_equal(cupy.asnumpy(got[1]), np.flatnonzero(m))
-    v, i, n_in = compact_blocks([cupy.asarray(q) for q in parts], as_predicate("x > 0.5"), "values",
-                                True, "auto", [0, 100, 100], False)
+    v, i, n_in = compact_blocks(
+        [cupy.asarray(q) for q in parts],
+        as_predicate("x > 0.5"),
+        "values",
+        True,
+        "auto",
+        [0, 100, 100],
+        False,
+    )
     assert i is None and n_in == a.size
     np.testing.assert_array_equal(cupy.asnumpy(v), a[a > 0.5])

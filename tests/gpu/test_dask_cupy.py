@@ -23,12 +23,15 @@ def _input(n: int = 2**20 + 11, chunks: int = 2**18):
 
 
 @pytest.mark.parametrize("output", ["values", "indices", "both"])
-@pytest.mark.parametrize("algorithm,stable", [("auto", True), ("three-pass", True), ("hybrid", False)])
+@pytest.mark.parametrize(
+    "algorithm,stable", [("auto", True), ("three-pass", True), ("hybrid", False)]
+)
 def test_threaded_scheduler(output: str, algorithm: str, stable: bool) -> None:
     x_np, x = _input()
     with dask.config.set(scheduler="threads"):
-        r = x.map_compact(lambda v: (v > 0.2) & (v < 0.3), output=output, stable=stable,
-                          algorithm=algorithm)
+        r = x.map_compact(
+            lambda v: (v > 0.2) & (v < 0.3), output=output, stable=stable, algorithm=algorithm
+        )
         parts = r if output == "both" else (r,)
         for part in parts:
             assert isinstance(part._meta, cupy.ndarray)
@@ -37,7 +40,11 @@ def test_threaded_scheduler(output: str, algorithm: str, stable: bool) -> None:
     for g in got:
         assert isinstance(g, cupy.ndarray)
     m = (x_np > 0.2) & (x_np < 0.3)
-    want = {"values": [x_np[m]], "indices": [np.flatnonzero(m)], "both": [x_np[m], np.flatnonzero(m)]}[output]
+    want = {
+        "values": [x_np[m]],
+        "indices": [np.flatnonzero(m)],
+        "both": [x_np[m], np.flatnonzero(m)],
+    }[output]
     for g, w in zip(got, want):
         g = cupy.asnumpy(g)
         if not stable:
@@ -49,8 +56,10 @@ def test_local_cuda_cluster() -> None:
     dask_cuda = pytest.importorskip("dask_cuda")
     distributed = pytest.importorskip("distributed")
     x_np, x = _input(2**22 + 3, 2**20)
-    with dask_cuda.LocalCUDACluster(n_workers=1, threads_per_worker=2) as cluster, \
-            distributed.Client(cluster) as client:
+    with (
+        dask_cuda.LocalCUDACluster(n_workers=1, threads_per_worker=2) as cluster,
+        distributed.Client(cluster) as client,
+    ):
         y = x.map_compact("x < 0.125", output="both")
         v, i = y
         assert isinstance(v._meta, cupy.ndarray) and isinstance(i._meta, cupy.ndarray)
@@ -67,14 +76,23 @@ def test_local_cuda_cluster_one_task_per_worker_run() -> None:
     dask_cuda = pytest.importorskip("dask_cuda")
     distributed = pytest.importorskip("distributed")
     ngpu = cupy.cuda.runtime.getDeviceCount()
-    with dask_cuda.LocalCUDACluster(n_workers=min(2, ngpu), threads_per_worker=1) as cluster, \
-            distributed.Client(cluster) as client:
+    with (
+        dask_cuda.LocalCUDACluster(n_workers=min(2, ngpu), threads_per_worker=1) as cluster,
+        distributed.Client(cluster) as client,
+    ):
         workers = sorted(client.nthreads())
         x_np = np.random.default_rng(4).random(2**22 + 5).astype(np.float32)
         cut = len(x_np) // len(workers)
-        bounds = [(i * cut, len(x_np) if i == len(workers) - 1 else (i + 1) * cut) for i in range(len(workers))]
-        slabs = [client.persist(da.from_array(x_np[a:b], chunks=2**18).map_blocks(cupy.asarray), workers=[w])
-                 for (a, b), w in zip(bounds, workers)]
+        bounds = [
+            (i * cut, len(x_np) if i == len(workers) - 1 else (i + 1) * cut)
+            for i in range(len(workers))
+        ]
+        slabs = [
+            client.persist(
+                da.from_array(x_np[a:b], chunks=2**18).map_blocks(cupy.asarray), workers=[w]
+            )
+            for (a, b), w in zip(bounds, workers)
+        ]
         x = da.concatenate(slabs).persist()
         distributed.wait(x)
         with distributed.get_task_stream() as ts:
