@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import math
+import warnings
 from typing import Any, Union
 
 import dask.array as da
@@ -12,8 +14,11 @@ from dask.base import tokenize
 
 from .graph import Plan, build
 from .predicate import Predicate, PredicateLike, as_predicate
+from .predicate.core import NotElementwise, array_module
 from .predicate.expr import Call, Param, Var
 from .validate import check_algorithm, check_dtype, check_output
+
+logger = logging.getLogger("dask_compact")
 
 Result = Union[da.Array, tuple[da.Array, da.Array]]
 ChunksArg = Union[None, int, str]
@@ -226,16 +231,43 @@ def _check_chunks(chunks: ChunksArg, lazy: bool) -> ChunksArg:
 
 
 def _check_predicate(p: Predicate, x: da.Array) -> None:
-    """Fail now, not inside every chunk task: type the fused tree, or try the mask callable
-    on an empty chunk of x's type."""
+    """Fail now, not inside every chunk task: type the fused tree (and its constants), or try
+    the mask-path callable on an empty chunk and on a small sample of x's type and dtype, which
+    also runs the mask path's slice check (a callable that reduces its chunk is refused)."""
     p.check(x.dtype)
-    if p.path == "mask":
-        empty = meta_from_array(x._meta, ndim=1, dtype=x.dtype)[:0]
-        try:
+    if p.path == "fused":
+        return
+    empty = meta_from_array(x._meta, ndim=1, dtype=x.dtype)[:0]
+    try:
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # the mean of an empty chunk...
             p.mask(empty)
-        except Exception as e:
-            e.add_note(f"dask_compact: the predicate {p.source} failed on an empty {x.dtype} chunk")
-            raise
+    except Exception as e:
+        e.add_note(f"dask_compact: the predicate {p.source} failed on an empty {x.dtype} chunk")
+        raise
+    sample = _sample(empty, x.dtype)
+    try:
+        with np.errstate(all="ignore"):
+            p.mask(sample)
+    except NotElementwise:
+        raise
+    except Exception as e:  # noqa: BLE001 - it may fail on made-up values only; the tasks tell
+        logger.debug("predicate %s failed on a sample chunk: %r", p.source, e)
+
+
+def _sample(like: Any, dtype: np.dtype, n: int = 64) -> Any:
+    """A ramp of ``n`` values of ``dtype`` in ``like``'s array type, for the slice check.
+
+    A ramp makes the statistics of a slice (its mean, maximum, length) differ most from the
+    whole sample's, so a callable that uses them gives the slice other values."""
+    ramp = np.arange(n)  # 0..63: fits every integer dtype
+    if dtype.kind == "b":
+        a = ramp >= n // 2
+    elif dtype.kind == "c":
+        a = (ramp + 1j * ramp[::-1]).astype(dtype)
+    else:
+        a = ramp.astype(dtype)
+    return a if isinstance(like, np.ndarray) else array_module(like).asarray(a)
 
 
 def _ravel(x: da.Array) -> da.Array:

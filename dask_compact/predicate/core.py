@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Union
 
@@ -18,6 +19,7 @@ from .expr import (
     infer_types,
     param_dtypes,
     result_dtype,
+    shorten,
     structure_key,
     to_source,
 )
@@ -25,6 +27,13 @@ from .expr import (
 logger = logging.getLogger("dask_compact")
 
 PredicateLike = Union[Callable[[Any], Any], str, "Predicate"]
+
+# Elements of each of the two slices a mask-path evaluation is checked on (see Predicate.mask).
+SLICE_CHECK = 32
+
+
+class NotElementwise(ValueError):
+    """The predicate does something that is not elementwise; refused, never run per chunk."""
 
 
 @dataclass(frozen=True)
@@ -93,13 +102,39 @@ class Predicate:
     def mask(self, a: Any, xp: Any = None) -> Any:
         """The boolean mask of ``a`` (same shape), computed with ``a``'s array module."""
         if xp is None:
-            xp = _array_module(a)
+            xp = array_module(a)
         if self.expr is not None:
-            m = evaluate(self.expr, a, self.params, xp)
-        else:
-            assert self.func is not None
-            m = self.func(a)
-        return check_mask(m, a, self.source, xp)
+            return check_mask(evaluate(self.expr, a, self.params, xp), a, self.source, xp)
+        assert self.func is not None
+        m = check_mask(self.func(a), a, self.source, xp)
+        self._check_slices(a, m, xp)
+        return m
+
+    def _check_slices(self, a: Any, m: Any, xp: Any) -> None:
+        """Raise if the callable gives a slice of the chunk other values than the chunk.
+
+        The tracer refuses what it can see (reductions, sizes, conversions), but a callable on
+        the mask path runs unseen code, e.g. a statistic computed after ``v.astype(...)``.
+        An elementwise callable gives ``pred(a[:k]) == pred(a)[:k]``; one that looks at the
+        whole chunk almost never does. Two slices of at most :data:`SLICE_CHECK` elements
+        keep the cost small next to the chunk, and one host sync on a GPU.
+        """
+        if a.ndim == 0 or a.shape[0] < 2:
+            return
+        n = a.shape[0]
+        k = min(SLICE_CHECK, n // 2)
+        assert self.func is not None
+        head = check_mask(self.func(a[:k]), a[:k], self.source, xp)
+        tail = check_mask(self.func(a[n - k :]), a[n - k :], self.source, xp)
+        if not bool(xp.array_equal(head, m[:k]) & xp.array_equal(tail, m[n - k :])):
+            raise NotElementwise(
+                f"predicate {self.source} is not elementwise: it gives a slice of a chunk other "
+                "values than the same elements in the whole chunk, so it depends on how the "
+                "array is chunked (a statistic of the chunk, its size, random numbers...). Use "
+                "elementwise operations only; compute statistics on the dask array first, and "
+                "for a random sample pass a boolean dask array (da.random) to "
+                "dask_compact.compact(x, mask)."
+            )
 
     def typed(self, dtype: Any) -> TypedPredicate:
         """Type the fused tree for ``dtype``; TypeError if NumPy would refuse or not give bools."""
@@ -108,12 +143,34 @@ class Predicate:
         return _typed(self.expr, np.dtype(dtype), self.source)
 
     def check(self, dtype: Any) -> None:
-        """Raise now, at graph-build time, what would otherwise fail inside every chunk task."""
-        if self.expr is not None:
-            self.typed(dtype)
+        """Raise now, at graph-build time, what would otherwise fail inside every chunk task.
+
+        Types the fused tree, then binds its constants: a constant that does not fit its loop
+        dtype makes the chunks evaluate the predicate with NumPy (whose answer is exact for
+        comparisons such as ``int64_array > 10**30``), so NumPy is asked now, on one element,
+        whether it has an answer; where it raises (``float64_array > 10**400``,
+        ``int8_array + 1000``), so does this, before anything runs.
+        """
+        if self.expr is None:
+            return
+        tp = self.typed(dtype)
+        try:
+            tp.bind(self.params)
+        except ParamOverflow as e:
+            one = np.zeros(1, dtype=tp.dtype)
+            try:
+                with np.errstate(all="ignore"), warnings.catch_warnings():
+                    warnings.simplefilter("ignore", RuntimeWarning)
+                    evaluate(self.expr, one, self.params, np)
+            except (OverflowError, ValueError, TypeError) as numpy_error:
+                raise ValueError(
+                    f"predicate {shorten(self.source)}: {e}, and NumPy refuses it for {tp.dtype} "
+                    f"data ({type(numpy_error).__name__}: {numpy_error}); use a constant that fits"
+                ) from None
 
 
-def _array_module(a: Any) -> Any:
+def array_module(a: Any) -> Any:
+    """numpy, or cupy for a CuPy array (imported only then)."""
     mod = type(a).__module__.split(".")[0]
     if mod == "cupy":
         import cupy

@@ -287,11 +287,16 @@ def bind_params(
             with np.errstate(over="ignore"):  # 1e300 -> float16 is inf, as NumPy computes it
                 s = dt.type(_scalar(p.kind, v))
         except (OverflowError, ValueError, TypeError) as e:
-            raise ParamOverflow(f"constant {v!r} does not fit {dt}: {e}") from None
+            raise ParamOverflow(f"constant {shorten(repr(v))} does not fit {dt}: {e}") from None
         if dt.kind in "iub" and p.kind in ("int", "bool") and int(s) != int(v):
-            raise ParamOverflow(f"constant {v!r} does not fit {dt}")
+            raise ParamOverflow(f"constant {shorten(repr(v))} does not fit {dt}")
         bound.append(s)
     return tuple(bound)
+
+
+def shorten(text: str, limit: int = 80) -> str:
+    """``text`` cut to ``limit`` characters for an error message (a constant may be long)."""
+    return text if len(text) <= limit else f"{text[: limit - 25]}...({len(text)} characters)"
 
 
 def to_source(node: Node) -> str:

@@ -30,8 +30,8 @@ from .trace import BINARY_OPERATORS, COMPARE_OPERATORS, NotElementwise, Sym, Tra
 __all__ = ["CONSTANTS", "FUNCTIONS", "MAX_DEPTH", "MAX_LENGTH", "parse"]
 
 MAX_LENGTH = 2000  # characters: a filter expression, not a program
-MAX_DEPTH = 60  # nesting of the syntax tree (Python's own parser recurses on it)
-_MAX_INT_BITS = 256  # constant integer arithmetic beyond this is refused (2 ** 10 ** 9 ...)
+MAX_DEPTH = 250  # nesting of the syntax tree (the parser and the interpreter below recurse on it)
+_MAX_INT_BITS = 4096  # constant integer arithmetic beyond this is refused (2 ** 10 ** 9 ...)
 
 # Callable names: every compiled ufunc by its NumPy name, some common aliases, and the
 # non-ufunc elementwise functions. Values are the NumPy functions applied to a Sym or constants.
@@ -135,8 +135,11 @@ def _guard_constant_op(text: str, op: type, a: Any, b: Any) -> None:
     if isinstance(a, np.integer) or isinstance(b, np.integer):
         return  # fixed-width NumPy arithmetic is bounded
     a, b = int(a), int(b)
-    if op is ast.Pow and b > 0 and abs(a) > 1 and a.bit_length() * b > _MAX_INT_BITS:
-        raise _refuse(text, f"the constant {a} ** {b} (over {_MAX_INT_BITS} bits)")
+    if op is ast.Pow and b > 0 and abs(a) > 1:
+        # |a| ** b has at least (bit_length - 1) * b + 1 bits: past the limit, refuse without
+        # computing it; under it, b <= _MAX_INT_BITS, so computing it exactly is cheap.
+        if (abs(a).bit_length() - 1) * b + 1 > _MAX_INT_BITS or (a**b).bit_length() > _MAX_INT_BITS:
+            raise _refuse(text, f"the constant {a} ** {b} (over {_MAX_INT_BITS} bits)")
     if op is ast.LShift and b > _MAX_INT_BITS:
         raise _refuse(text, f"the constant {a} << {b} (over {_MAX_INT_BITS} bits)")
 

@@ -6,15 +6,20 @@ Python operators, NumPy ufuncs (``__array_ufunc__``) and ``np.where``/``np.real`
 order they are met, so ``lambda v: v > 0.3`` and ``lambda v: v > 0.7`` give the same tree and
 share one compiled loop or kernel.
 
-What the tracer meets decides the path (DESIGN.md section 4):
+What the tracer meets decides the path (docs/design.md, Predicates):
 
 * elementwise operations it knows -> a fused tree;
-* reductions (``v.mean()``, ``np.median(v)``) and other non-elementwise operations
-  (``v[1:]``, ``np.sort(v)``, ``len(v)``) -> :class:`NotElementwise` (a ValueError): inside a
-  predicate they would see one chunk, not the array, so the result would silently differ;
-* anything else that may well be elementwise but cannot be recorded (``if v > 0:``,
-  ``np.isin``, ``np.arctan2``, an exception from the function) -> the mask path: the callable
-  is run on each chunk and its boolean result compacted. The reason is kept for the repr/log.
+* reductions (``v.mean()``, ``np.median(v)``, ``np.linalg.norm(v)``), other non-elementwise
+  operations (``v[1:]``, ``np.sort(v)``, ``len(v)``), anything that turns the chunk into data
+  (``np.asarray(v)``, ``float(v)``, ``v.size``, ``v.shape``, the truth value ``if v > 0:``) and
+  trees past :data:`MAX_TREE_DEPTH` / :data:`MAX_TREE_NODES` -> a ValueError
+  (:class:`NotElementwise`, :class:`TooLarge`): inside a predicate they would see one chunk,
+  not the array, so the result would silently depend on the chunking;
+* anything else that may well be elementwise but cannot be recorded (``np.isin``,
+  ``np.arctan2``, ``v.astype(...)``, an exception from the function) -> the mask path: the
+  callable is run on each chunk and its boolean result compacted. The reason is kept for the
+  repr/log, and every mask evaluation is checked on slices of the chunk
+  (:meth:`.core.Predicate.mask`), so a chunk-dependent callable that slipped through raises.
 
 :mod:`.parse` evaluates a whitelisted string expression over the same :class:`Sym`, so a string
 and the equivalent lambda give identical trees.
@@ -32,10 +37,34 @@ from typing import Any
 
 import numpy as np
 
-from .core import Predicate
+from .core import NotElementwise, Predicate
 from .expr import REDUCTIONS, UFUNCS, Call, Node, Param, Var, param_kind
 
-__all__ = ["NotElementwise", "Sym", "Tracer", "Untraceable", "trace"]
+__all__ = [
+    "MAX_TREE_DEPTH", "MAX_TREE_NODES", "NotElementwise", "Sym", "TooLarge", "Tracer",
+    "Untraceable", "trace",
+]  # fmt: skip
+
+# Bounds on the traced tree. Node hashing, printing and the reference evaluator recurse on the
+# depth, and evaluation and typing walk every path, so a shared subtree counts once per use
+# (``y = v + v`` repeated 40 times is 2**40 paths). Real filters are far below both: a chain of
+# 100 ``(v == c) |`` terms has depth 101 and 301 nodes.
+MAX_TREE_DEPTH = 200
+MAX_TREE_NODES = 4000
+
+# Reductions that NumPy spells outside the ndarray methods (np.linalg.norm is "norm").
+_MORE_REDUCTIONS: frozenset[str] = frozenset(
+    {
+        "norm", "vector_norm", "matrix_norm", "det", "slogdet", "cond", "matrix_rank",
+        "nanargmin", "nanargmax", "nancumsum", "nancumprod", "cov", "corrcoef",
+        "histogram_bin_edges", "histogram2d", "histogramdd", "polyfit", "allclose",
+        "array_equal", "array_equiv",
+    }
+)
+# Attributes that read the chunk's size or layout: per chunk, not per element.
+_CHUNK_ATTRIBUTES: frozenset[str] = frozenset(
+    {"size", "shape", "ndim", "nbytes", "strides", "data", "base", "ctypes", "flags"}
+)
 
 # ufunc object -> the name the tree uses (np.divide is np.true_divide, np.abs is np.absolute...).
 _UFUNC_NAMES: dict[np.ufunc, str] = {getattr(np, name): name for name in sorted(UFUNCS)}
@@ -121,8 +150,8 @@ _NOT_ELEMENTWISE: frozenset[str] = frozenset(
 _CUMULATIVE = frozenset({"cumsum", "cumprod", "nancumsum", "nancumprod"})
 
 
-class NotElementwise(ValueError):
-    """The predicate does something that is not elementwise; refused, never run per chunk."""
+class TooLarge(NotElementwise):
+    """The traced tree is deeper or larger than :data:`MAX_TREE_DEPTH` / :data:`MAX_TREE_NODES`."""
 
 
 class Untraceable(Exception):
@@ -154,6 +183,15 @@ def _not_elementwise(what: str) -> NotElementwise:
     )
 
 
+def _per_chunk(what: str) -> NotElementwise:
+    return NotElementwise(
+        f"{what} is refused: a predicate gets one chunk at a time, so whatever is computed from "
+        "the chunk as a whole (its size, shape, a statistic of its values) would differ from "
+        "chunk to chunk and silently change the result. Use only elementwise operations on the "
+        "argument; compute statistics on the dask array first (`m = float(x.mean().compute())`)."
+    )
+
+
 class Tracer:
     """The state of one trace: the parameter values met so far and what stopped the trace."""
 
@@ -161,6 +199,9 @@ class Tracer:
         self.params: list[Any] = []
         self.untraceable: str | None = None
         self.refused: NotElementwise | None = None
+        # (depth, nodes counted per path) of every Call made here, by id; the node is kept
+        # beside its numbers so its id stays unique for the tracer's life.
+        self._extent: dict[int, tuple[Node, int, int]] = {}
 
     def param(self, value: Any) -> Param:
         """A new parameter leaf for a literal (one per occurrence: each fills one typed slot)."""
@@ -201,7 +242,22 @@ class Tracer:
 
     def call(self, fn: str, *args: Any) -> Sym:
         nodes = tuple(self.operand(a, fn) for a in args)
-        return Sym(Call(fn, nodes), self)
+        depth, size = 1, 1
+        for n in nodes:
+            _, d, k = self._extent.get(id(n), (n, 1, 1))
+            depth, size = max(depth, d + 1), size + k
+        if depth > MAX_TREE_DEPTH or size > MAX_TREE_NODES:
+            raise self.refuse(
+                TooLarge(
+                    f"the predicate's expression is too large to compile (nested over "
+                    f"{MAX_TREE_DEPTH} deep, or over {MAX_TREE_NODES} operations counted along "
+                    "every path); write it with fewer operations, e.g. a boolean dask array "
+                    "passed to dask_compact.compact(x, mask)"
+                )
+            )
+        node = Call(fn, nodes)
+        self._extent[id(node)] = (node, depth, size)
+        return Sym(node, self)
 
 
 def _refuse_dask(tracer: Tracer, value: Any) -> None:
@@ -308,6 +364,8 @@ class Sym:
             raise tracer.refuse(_reduction_error(name))
         if name in _NOT_ELEMENTWISE:
             raise tracer.refuse(_not_elementwise(f"`v.{name}`"))
+        if name in _CHUNK_ATTRIBUTES:
+            raise tracer.refuse(_per_chunk(f"`v.{name}`"))
         raise tracer.stop(f"the attribute `v.{name}` cannot be traced")
 
     def __getitem__(self, key: Any) -> Any:
@@ -326,13 +384,18 @@ class Sym:
         raise self._tracer.refuse(_not_elementwise("`... in v`"))
 
     def __bool__(self) -> bool:
-        raise self._tracer.stop(
-            "the truth value of the data is asked for (Python `if`, `and`, `or`, `not`, or a "
-            "chained comparison `a < v < b`); use `&`, `|`, `~` and np.where to have it compiled"
+        # On a real chunk NumPy refuses the truth value of more than one element, so the mask
+        # path could only fail in every task: refuse now, with the way to write it.
+        raise self._tracer.refuse(
+            NotElementwise(
+                "the truth value of the data is asked for (Python `if`, `and`, `or`, `not`, or "
+                "a chained comparison `a < v < b`): a chunk has many values. Write it "
+                "elementwise with `&`, `|`, `~` and np.where, e.g. `(a < v) & (v < b)`"
+            )
         )
 
     def _scalar_conversion(self, kind: str) -> Any:
-        raise self._tracer.stop(f"the data is converted to a Python {kind}")
+        raise self._tracer.refuse(_per_chunk(f"converting the data to a Python {kind}"))
 
     def __float__(self) -> float:
         return self._scalar_conversion("float")
@@ -355,7 +418,9 @@ class Sym:
     __rmatmul__ = __matmul__
 
     def __array__(self, *args: Any, **kwargs: Any) -> Any:
-        raise self._tracer.stop("the symbolic array is converted to a NumPy array")
+        raise self._tracer.refuse(
+            _per_chunk("converting the argument to an array (np.asarray, np.array, __array__)")
+        )
 
     def __array_ufunc__(self, ufunc: np.ufunc, method: str, *inputs: Any, **kwargs: Any) -> Any:
         tracer = self._tracer
@@ -378,10 +443,12 @@ class Sym:
     def __array_function__(self, func: Any, types: Any, args: tuple, kwargs: dict) -> Any:
         tracer = self._tracer
         name = func.__name__
-        if name in REDUCTIONS or name in ("nanmin", "nanmax", "ptp"):
+        if name in REDUCTIONS or name in _MORE_REDUCTIONS or name in ("nanmin", "nanmax", "ptp"):
             raise tracer.refuse(_reduction_error(name))
-        if name in _NOT_ELEMENTWISE or name in ("shape", "size", "ndim"):
+        if name in _NOT_ELEMENTWISE:
             raise tracer.refuse(_not_elementwise(f"`np.{name}`"))
+        if name in ("shape", "size", "ndim"):
+            raise tracer.refuse(_per_chunk(f"`np.{name}`"))
         if name == "where":
             if len(args) + len(kwargs) != 3 or kwargs:
                 raise tracer.refuse(_not_elementwise("`np.where(cond)` (one argument: indices)"))
