@@ -16,7 +16,7 @@ from .graph import Plan, build
 from .predicate import Predicate, PredicateLike, as_predicate
 from .predicate.core import NotElementwise, array_module
 from .predicate.expr import Call, Param, Var
-from .validate import check_algorithm, check_dtype, check_output
+from .validate import check_algorithm, check_chunk_type, check_dtype, check_output, native
 
 logger = logging.getLogger("dask_compact")
 
@@ -121,6 +121,7 @@ def map_compact(
     check_dtype(x.dtype)
     out_chunks = _check_chunks(chunks, lazy)
     p = as_predicate(pred)
+    x = _native(x)
     _check_predicate(p, x)
     x1 = _ravel(x)
     token = tokenize("map_compact", x1.name, p, output, stable, algorithm)
@@ -149,10 +150,12 @@ def compact(
     >>> compact(x, np.array([True, False, False, True, True, False])).compute()
     array([0, 3, 4])
     """
-    x = _check_dask_array(x, "compact")
+    x = _native(_check_dask_array(x, "compact"))
     check_output(output)
     check_dtype(x.dtype)
     out_chunks = _check_chunks(chunks, lazy)
+    if isinstance(mask, np.ma.MaskedArray):
+        check_chunk_type(mask, "compact")
     if not isinstance(mask, da.Array):
         mask = np.asarray(mask)
         if mask.shape != x.shape:
@@ -160,6 +163,7 @@ def compact(
         mask = da.from_array(mask, chunks=x.chunks) if not _unknown(x) else None
         if mask is None:
             raise ValueError("a NumPy mask needs x with known chunk sizes; call x.compute_chunk_sizes()")
+    check_chunk_type(mask._meta, "compact")
     if mask.dtype != np.dtype(bool):
         raise TypeError(f"mask must be boolean, not {mask.dtype}")
     if not _unknown(x) and not _unknown(mask) and mask.shape != x.shape:
@@ -208,7 +212,17 @@ def _check_dask_array(x: Any, fn: str) -> da.Array:
             f"{fn} needs a dask array, not {type(x).__name__}; wrap it with "
             "dask.array.from_array(...), or use dask_compact.compact_array for an in-memory array"
         )
+    check_chunk_type(x._meta, fn)
     return x
+
+
+def _native(x: da.Array) -> da.Array:
+    """x in native byte order (converted chunk by chunk as it is read; see validate.native)."""
+    dt = native(x.dtype)
+    return x if dt == x.dtype else x.astype(dt)
+
+
+_MAX_CHUNK = np.iinfo(np.int64).max  # dask keeps chunk sizes in int64 arrays
 
 
 def _unknown(x: da.Array) -> bool:
@@ -225,9 +239,15 @@ def _check_chunks(chunks: ChunksArg, lazy: bool) -> ChunksArg:
         )
     if chunks == "auto":
         return chunks
-    if isinstance(chunks, (int, np.integer)) and not isinstance(chunks, bool) and chunks > 0:
+    if (
+        isinstance(chunks, (int, np.integer))
+        and not isinstance(chunks, (bool, np.bool_))
+        and 0 < chunks <= _MAX_CHUNK
+    ):
         return int(chunks)
-    raise ValueError(f'chunks must be a positive int or "auto", not {chunks!r}')
+    raise ValueError(
+        f'chunks must be a positive int (at most 2**63 - 1) or "auto", not {chunks!r}'
+    )
 
 
 def _check_predicate(p: Predicate, x: da.Array) -> None:
@@ -274,6 +294,11 @@ def _ravel(x: da.Array) -> da.Array:
     """1-D view in C order whose chunks are contiguous runs of x's C order."""
     if x.ndim == 1:
         return x
+    if not _unknown(x) and x.size == 0:
+        # Dask's reshape has no plan for a zero-length axis (and none is needed): one empty
+        # chunk of x's array type.
+        empty = meta_from_array(x._meta, ndim=1, dtype=x.dtype)[:0]
+        return da.from_array(empty, chunks=(0,), meta=empty)
     if _unknown(x):
         raise ValueError(
             f"{x.ndim}-D input with unknown chunk sizes cannot be put in C order; call "

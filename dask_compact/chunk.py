@@ -8,7 +8,7 @@ import numpy as np
 
 from .dispatch import compact_chunk, compact_many, compact_masked
 from .predicate import PredicateLike, as_predicate
-from .validate import check_algorithm, check_dtype, check_output
+from .validate import check_algorithm, check_chunk_type, check_dtype, check_output, native
 
 
 def compact_array(
@@ -53,8 +53,11 @@ def compact_array(
     check_algorithm(algorithm, stable)
     if not hasattr(a, "dtype") or not hasattr(a, "shape"):
         raise TypeError(f"compact_array needs a NumPy or CuPy array, not {type(a).__name__}")
+    check_chunk_type(a, "compact_array")
     check_dtype(a.dtype)
     p = as_predicate(pred)
+    if not a.dtype.isnative:
+        a = a.astype(native(a.dtype))  # big-endian data: see validate.native
     p.check(a.dtype)
     return compact_chunk(a, p, output, stable, algorithm, 0)
 

@@ -34,8 +34,39 @@ def check_algorithm(algorithm: Any, stable: bool) -> None:
 
 
 def check_dtype(dtype: Any) -> None:
-    dtype = np.dtype(dtype)
+    """TypeError unless ``dtype`` is one of :data:`DTYPES` in either byte order."""
+    dtype = native(np.dtype(dtype))
     if dtype not in DTYPES:
         raise TypeError(
             f"dask_compact compacts arrays of {', '.join(d.name for d in DTYPES)}; not {dtype}"
         )
+
+
+def native(dtype: np.dtype) -> np.dtype:
+    """``dtype`` in the machine's byte order: what the kernels and the CPU loop compute in.
+
+    Big-endian data (``>f8`` from a Zarr v2 store or a ``.npy`` file) is float64 all the same;
+    it is converted as it is read, and the results come back in native order."""
+    return dtype if dtype.isnative else dtype.newbyteorder("=")
+
+
+def check_chunk_type(a: Any, fn: str) -> None:
+    """TypeError for chunk types whose selection would silently lose information.
+
+    ``a`` is a chunk or a dask array's ``_meta``. NumPy and CuPy arrays are compacted; a masked
+    array's mask would be dropped (and NumPy evaluates a predicate on masked data with its own
+    rules), so it is refused with the way to say what is meant; other array types (sparse...)
+    have no backend."""
+    if isinstance(a, np.ma.MaskedArray):
+        raise TypeError(
+            f"{fn} does not take masked arrays: their mask would be lost. Say what masked "
+            "elements mean, e.g. never selected: `d = da.ma.getdata(x); "
+            "dask_compact.compact(d, (d > 0.5) & ~da.ma.getmaskarray(x))`, or filled: "
+            "`da.ma.filled(x, np.nan).map_compact(...)`"
+        )
+    if type(a) is np.ndarray or type(a).__module__.split(".")[0] == "cupy":
+        return
+    raise TypeError(
+        f"{fn} compacts NumPy or CuPy chunks, not {type(a).__module__}.{type(a).__name__}; "
+        "convert the chunks first, e.g. x.map_blocks(np.asarray)"
+    )

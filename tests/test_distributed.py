@@ -166,3 +166,20 @@ def test_persisted_input_with_a_failed_chunk_raises_its_error(client):
     wait(x)
     with pytest.raises(ZeroDivisionError, match="chunk 3"):
         x.map_compact("x > 0.5")
+
+
+def test_edge_inputs_on_cluster(client):
+    """Empty N-D, big-endian and persisted (by_worker) inputs on worker processes."""
+    for shape, chunks in (((10, 0), 5), ((3, 0, 4), (2, 1, 2))):
+        x = da.zeros(shape, chunks=chunks)
+        for output in ("values", "indices"):
+            r = x.map_compact("x > 0", output=output)
+            assert r.shape == (0,) and r.compute().shape == (0,)
+        assert x.persist().map_compact("x > 0", chunks=3).compute().shape == (0,)
+    a = np.random.default_rng(5).standard_normal(10_007).astype(">f4")
+    x = da.from_array(a, chunks=1000).persist()
+    v, i = x.map_compact("x > 0.5", output="both")
+    np.testing.assert_array_equal(v.compute(), a[a > 0.5])
+    np.testing.assert_array_equal(i.compute(), np.flatnonzero(a > 0.5))
+    with pytest.raises(ValueError, match="not elementwise"):
+        x.map_compact(lambda q: q.astype(float) > q.astype(float).mean())

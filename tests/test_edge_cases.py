@@ -1,0 +1,146 @@
+"""Edge-case inputs of the Dask-level API: empty N-D arrays, big-endian data, masked and other
+chunk types, odd ``chunks=`` values. Each gives NumPy's answer or a clear error up front."""
+
+from __future__ import annotations
+
+import dask.array as da
+import numpy as np
+import pytest
+
+import dask_compact
+from dask_compact import compact, compact_array, flatnonzero, map_compact
+
+from conftest import DTYPES, random_array
+
+EMPTY_SHAPES = [((10, 0), 5), ((0, 10), 5), ((3, 0, 4), (2, 1, 2)), ((0,), 5), ((2, 3, 0), 1)]
+
+
+@pytest.mark.parametrize("shape, chunks", EMPTY_SHAPES)
+@pytest.mark.parametrize("output", ["values", "indices", "both"])
+@pytest.mark.parametrize("kw", [{}, {"lazy": True}, {"chunks": 4}, {"by_worker": False}])
+def test_empty_nd_input_gives_empty_result(shape, chunks, output, kw):
+    x = da.zeros(shape, chunks=chunks, dtype=np.float32)
+    r = map_compact(x, "x > 0", output=output, **kw)
+    got = r if output == "both" else (r,)
+    for arr, dt in zip(got, ("float32", "int64") if output == "both" else
+                       (("float32",) if output == "values" else ("int64",))):
+        assert arr.shape[0] == 0 or (kw.get("lazy") and np.isnan(arr.shape[0]))
+        out = arr.compute()
+        assert out.shape == (0,) and out.dtype == np.dtype(dt)
+
+
+@pytest.mark.parametrize("shape, chunks", EMPTY_SHAPES)
+def test_empty_nd_flatnonzero_and_compact(shape, chunks):
+    x = da.zeros(shape, chunks=chunks, dtype=np.int16)
+    f = flatnonzero(x)
+    assert f.shape == (0,) and f.compute().dtype == np.int64
+    c = compact(x, np.zeros(shape, dtype=bool))
+    assert c.shape == (0,) and c.compute().dtype == np.int16
+    c2 = compact(x, da.zeros(shape, chunks=chunks, dtype=bool), output="both")
+    assert c2[0].shape == (0,) and c2[1].compute().dtype == np.int64
+
+
+@pytest.mark.parametrize(
+    "chunks",
+    [10**20, 2**63, 0, -1, True, False, 1.5, "big", np.int64(0), [3], (3,), np.float64(3)],
+)
+def test_bad_chunks_is_the_documented_value_error(chunks):
+    x = da.arange(10, chunks=5)
+    with pytest.raises(ValueError, match="chunks must be a positive int"):
+        x.map_compact("x > 3", chunks=chunks)
+
+
+@pytest.mark.parametrize("chunks", [2**63 - 1, 10**15, np.int32(3), np.uint64(4), 1, "auto"])
+def test_large_and_numpy_int_chunks_work(chunks):
+    a = np.arange(10)
+    r = da.from_array(a, chunks=5).map_compact("x > 3", chunks=chunks)
+    np.testing.assert_array_equal(r.compute(), a[a > 3])
+
+
+@pytest.mark.parametrize("dtype", [d for d in DTYPES if np.dtype(d).itemsize > 1])
+@pytest.mark.parametrize("output", ["values", "indices", "both"])
+def test_big_endian_input_follows_numpy(dtype, output):
+    rng = np.random.default_rng(3)
+    a = random_array(rng, (1025,), dtype).astype(np.dtype(dtype).newbyteorder(">"))
+    pred = (lambda v: v.real > 0) if a.dtype.kind == "c" else (
+        (lambda v: v) if a.dtype.kind == "b" else (lambda v: v > 0))
+    m = pred(a)
+    x = da.from_array(a, chunks=100)
+    r = x.map_compact(pred, output=output)
+    got = r if output == "both" else ((r, None) if output == "values" else (None, r))
+    if got[0] is not None:
+        v = got[0].compute()
+        assert v.dtype == np.dtype(dtype) and v.dtype.isnative  # native order (documented)
+        np.testing.assert_array_equal(v, a[m])
+    if got[1] is not None:
+        np.testing.assert_array_equal(got[1].compute(), np.flatnonzero(m))
+    np.testing.assert_array_equal(compact_array(a, pred), a[m])
+    np.testing.assert_array_equal(compact(x, da.from_array(m, chunks=100)).compute(), a[m])
+
+
+def test_big_endian_mask_path_and_nd():
+    a = np.arange(60.0).reshape(6, 10).astype(">f8")
+    x = da.from_array(a, chunks=(4, 3))
+    got = x.map_compact(lambda v: np.isin(v, [3.0, 59.0, 17.0])).compute()
+    np.testing.assert_array_equal(got, a[np.isin(a, [3.0, 59.0, 17.0])])
+
+
+def test_masked_arrays_are_refused_with_the_way_out():
+    a = np.linspace(0, 1, 10)
+    xm = da.ma.masked_greater(da.from_array(a, chunks=5), 0.9)
+    for call in (
+        lambda: xm.map_compact("x > .5"),
+        lambda: flatnonzero(xm),
+        lambda: compact(xm, np.ones(10, bool)),
+        lambda: compact(da.from_array(a, chunks=5), da.ma.masked_less(da.ones(10, chunks=5) > 0, 0)),
+        lambda: compact_array(np.ma.masked_greater(a, 0.9), "x > .5"),
+    ):
+        with pytest.raises(TypeError, match="masked arrays"):
+            call()
+    # the way out the message gives works and means "masked elements are never selected"
+    d = da.ma.getdata(xm)
+    got = compact(d, (d > 0.5) & ~da.ma.getmaskarray(xm)).compute()
+    np.testing.assert_array_equal(got, a[(a > 0.5) & (a <= 0.9)])
+
+
+def test_other_chunk_types_are_refused():
+    class Weird(np.ndarray):
+        pass
+
+    w = np.arange(10.0).view(Weird)
+    with pytest.raises(TypeError, match="NumPy or CuPy"):
+        compact_array(w, "x > 3")
+    x = da.from_array(np.arange(10.0), chunks=5).map_blocks(lambda b: b.view(Weird),
+                                                            meta=np.empty(0).view(Weird))
+    with pytest.raises(TypeError, match="NumPy or CuPy"):
+        x.map_compact("x > 3")
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [np.arange(3), [1, 2, 3], 3.0, None, "x"],
+)
+def test_non_dask_input_is_a_type_error(bad):
+    with pytest.raises(TypeError, match="needs a dask array"):
+        map_compact(bad, "x > 0")
+
+
+@pytest.mark.parametrize("dtype", ["object", "U3", "M8[s]", "m8[s]", "V4", "longdouble"])
+def test_unsupported_dtypes_are_type_errors(dtype):
+    if dtype == "longdouble" and np.dtype(np.longdouble) == np.dtype(np.float64):
+        pytest.skip("longdouble is float64 here")
+    x = da.from_array(np.zeros(4, dtype=dtype), chunks=2)
+    with pytest.raises(TypeError, match="compacts arrays of"):
+        x.map_compact(lambda v: v == v)
+
+
+def test_zero_d_input():
+    x = da.from_array(np.array(3.0))
+    np.testing.assert_array_equal(x.map_compact("x > 1").compute(), np.array([3.0]))
+    np.testing.assert_array_equal(x.map_compact("x > 5", output="indices").compute(),
+                                  np.array([], dtype=np.int64))
+    np.testing.assert_array_equal(compact_array(np.array(3.0), "x > 1"), np.array([3.0]))
+
+
+def test_version_is_exported():
+    assert isinstance(dask_compact.__version__, str)
