@@ -7,9 +7,12 @@ the Zarr group OUTPUT. N-D input is taken in C order, exactly like ``x.ravel()``
 is ``x[mask]`` and ``indices`` is ``np.flatnonzero(mask)``.
 
 The output is complete or absent: everything is written to a hidden sibling of OUTPUT, and the
-group is moved into place (one ``rename`` on a local file system) only once the last chunk has
-been written and the group attribute ``dask_compact.complete`` is true.  A failed or interrupted
-job removes its temporary group; an existing OUTPUT is replaced only with ``--overwrite``.
+group is moved into place (an atomic rename on a local file system) only once the last chunk
+has been written and the group attribute ``dask_compact.complete`` is true. A failed or
+interrupted job removes its temporary group (one killed outright leaves it to the next job on
+that OUTPUT); an existing OUTPUT is replaced only with ``--overwrite``, and only if this tool
+wrote it; two jobs never write one OUTPUT at once (see :mod:`.batch.output`). Ctrl-C exits
+130 and SIGTERM 143, each after the cleanup, with one line on stderr.
 
 Registered as a ``dask`` subcommand through the ``dask_cli`` entry point, which ``dask``'s CLI
 loads by adding the click command named ``compact`` (see ``dask.cli.run_cli``).
@@ -17,12 +20,9 @@ loads by adding the click command named ``compact`` (see ``dask.cli.run_cli``).
 
 from __future__ import annotations
 
-import contextlib
 import json
-import signal
 import sys
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import click
@@ -32,27 +32,10 @@ import numpy as np
 from .batch.inputs import Source, open_input
 from .batch.output import Target, check_overlap, marker, write_group
 from .batch.runner import Runner, compute, on_gpu, progress, start, to_host
+from .batch.signals import EXIT_SIGINT, EXIT_SIGTERM, terminate_as_exit
 
 # ---------------------------------------------------------------------------------------------
 # The command
-
-
-@contextlib.contextmanager
-def terminate_as_exit() -> Iterator[None]:
-    """SIGTERM (``docker stop``, a batch system's kill) unwinds like Ctrl-C: cleanup runs."""
-
-    def handler(signum: int, frame: Any) -> None:
-        raise SystemExit(128 + signum)
-
-    try:
-        previous = signal.signal(signal.SIGTERM, handler)
-    except ValueError:  # not the main thread: leave signals alone
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def fmt_bytes(n: float) -> str:
@@ -100,13 +83,18 @@ def fmt_bytes(n: float) -> str:
               "about 128 MiB for .npy).")
 @click.option("--output-chunks", type=click.IntRange(min=1), metavar="N",
               help="Zarr chunk length of the output arrays (default: the input chunk size).")
-@click.option("--overwrite", is_flag=True, help="Replace an existing OUTPUT.")
+@click.option("--overwrite", is_flag=True,
+              help="Replace an existing OUTPUT, if it is a complete output of dask compact.")
+@click.option("--allow-missing-chunks", is_flag=True,
+              help="Accept a Zarr INPUT with chunks missing from its store (they read as the "
+              "fill value). Without it such an input is refused as possibly incomplete.")
 @click.option("--timeout", type=click.FloatRange(min=0.1), default=10.0, show_default=True,
               help="Seconds to wait for the scheduler and its first worker.")
 @click.option("--progress/--no-progress", default=None,
               help="Progress bar on stderr (default: when stderr is a terminal).")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object.")
 @click.option("--debug", is_flag=True, help="Show tracebacks instead of short error messages.")
+@click.version_option(package_name="dask-compact", prog_name="dask compact")
 def compact_command(
     input_path: str,
     output_path: str,
@@ -120,6 +108,7 @@ def compact_command(
     chunks: int | None,
     output_chunks: int | None,
     overwrite: bool,
+    allow_missing_chunks: bool,
     timeout: float,
     progress: bool | None,
     as_json: bool,
@@ -136,11 +125,17 @@ def compact_command(
     """
     if address and scheduler_file:
         raise click.UsageError("give --scheduler or --scheduler-file, not both")
+    try:
+        import zarr  # noqa: F401 -- the output is always a Zarr group: fail before any work
+    except ImportError as e:
+        raise click.ClickException(
+            f"dask compact writes Zarr and needs the zarr package ({e}); pip install zarr"
+        ) from None
     show = sys.stderr.isatty() if progress is None else progress
+    # The cheap checks first, each naming the argument at fault: INPUT, then --where against
+    # its dtype, then what is at OUTPUT (under its lock, so no other job can change that).
+    src = open_input(input_path, chunks, allow_missing_chunks)
     target = Target(output_path)
-    if target.exists() and not overwrite:
-        raise click.UsageError(f"OUTPUT {output_path!r} exists; pass --overwrite to replace it")
-    src = open_input(input_path, chunks)
     check_overlap(src, target)
 
     import dask_compact
@@ -151,18 +146,25 @@ def compact_command(
     except (ValueError, TypeError, SyntaxError) as e:
         raise click.BadParameter(str(e), param_hint="--where") from None
 
-    with terminate_as_exit():
-        runner = start(address, scheduler_file, local_cluster, device, timeout, n_workers)
-        try:
-            summary = run_job(runner, src, target, where, mode, output_chunks, show, input_path)
-        except (click.ClickException, click.Abort):
-            raise
-        except Exception as e:
-            if debug:
-                raise
-            raise click.ClickException(f"job failed: {type(e).__name__}: {e}") from None
-        finally:
-            runner.close()
+    try:
+        with terminate_as_exit():
+            target.acquire()
+            try:
+                target.clean_stale(lambda line: click.echo(f"dask compact: {line}", err=True))
+                target.check_replaceable(overwrite)
+                summary = run(
+                    target, src, where, mode, output_chunks, show, input_path, overwrite, debug,
+                    (address, scheduler_file, local_cluster, device, timeout, n_workers),
+                )
+            finally:
+                target.release()
+    except KeyboardInterrupt:
+        click.echo(f"dask compact: interrupted; {_left(target)}", err=True)
+        sys.exit(EXIT_SIGINT)
+    except SystemExit as e:
+        if e.code == EXIT_SIGTERM:
+            click.echo(f"dask compact: terminated; {_left(target)}", err=True)
+        raise
 
     if as_json:
         click.echo(json.dumps(summary))
@@ -181,6 +183,43 @@ def compact_command(
     )
 
 
+def _left(target: Target) -> str:
+    if target.committed:
+        return f"{target.output} had been written completely"
+    return f"{target.output} was not written"
+
+
+def run(
+    target: Target,
+    src: Source,
+    where: str,
+    mode: str,
+    output_chunks: int | None,
+    show: bool,
+    input_path: str,
+    overwrite: bool,
+    debug: bool,
+    where_to_run: tuple[Any, ...],
+) -> dict[str, Any]:
+    """Start the scheduler, run the job, stop what was started; short messages for failures."""
+    if src.array.size == 0:
+        # Nothing to read or compact: no cluster, just the empty arrays.
+        return run_job(Runner("no scheduler (empty input)"), src, target, where, mode,
+                       output_chunks, False, input_path, overwrite)
+    runner = start(*where_to_run)
+    try:
+        return run_job(runner, src, target, where, mode, output_chunks, show, input_path,
+                       overwrite)
+    except (click.ClickException, click.Abort, KeyboardInterrupt, SystemExit):
+        raise
+    except Exception as e:
+        if debug:
+            raise
+        raise click.ClickException(f"job failed: {type(e).__name__}: {e}") from None
+    finally:
+        runner.close()
+
+
 def run_job(
     runner: Runner,
     src: Source,
@@ -190,11 +229,12 @@ def run_job(
     output_chunks: int | None,
     show: bool,
     input_path: str,
+    overwrite: bool = False,
 ) -> dict[str, Any]:
     import dask_compact
 
     x = src.array
-    flat_chunk = int(max(x.chunks[0]) * np.prod(x.shape[1:], dtype=np.int64))
+    flat_chunk = int(max(x.chunks[0], default=0) * np.prod(x.shape[1:], dtype=np.int64))
     chunk = output_chunks or max(1, flat_chunk)
     xin = on_gpu(x) if runner.gpu else x
 
@@ -228,7 +268,7 @@ def run_job(
         _, sources, targets = write_group(target.tmp, arrays, attrs, chunk)
         if sources:
             compute(runner, da.store(sources, targets, lock=False, compute=False), show)
-        target.commit(marker(attrs))
+        target.commit(marker(attrs), overwrite)
     except BaseException:
         target.discard()
         raise

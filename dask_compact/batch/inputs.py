@@ -14,7 +14,6 @@ from dask.base import tokenize
 SEPARATOR = "://"
 
 
-
 # ---------------------------------------------------------------------------------------------
 # Input
 
@@ -69,7 +68,7 @@ def leading_axis_chunks(ndim: int, n: int | str) -> tuple[Any, ...]:
     return (n,) + (-1,) * (ndim - 1)
 
 
-def open_input(path: str, chunks: int | None) -> Source:
+def open_input(path: str, chunks: int | None, allow_missing_chunks: bool = False) -> Source:
     if not is_url(path) and not os.path.exists(local(path)):
         raise click.BadParameter(f"{path!r} does not exist", param_hint="INPUT")
     if path.endswith(".npy"):
@@ -79,7 +78,7 @@ def open_input(path: str, chunks: int | None) -> Source:
             f"{path!r} is a file but not a .npy file; INPUT must be a Zarr array or a .npy file",
             param_hint="INPUT",
         )
-    return open_zarr(path, chunks)
+    return open_zarr(path, chunks, allow_missing_chunks)
 
 
 def open_npy(path: str, chunks: int | None) -> Source:
@@ -97,17 +96,19 @@ def open_npy(path: str, chunks: int | None) -> Source:
     check_shape_dtype(blocks.shape, blocks.dtype, path)
     st = os.stat(p)
     name = "npy-" + tokenize(p, st.st_mtime_ns, st.st_size)
+    # dask's "auto" chunking divides by the block size, which is 0 for an empty array
+    rows = chunks or ("auto" if 0 not in blocks.shape else max(1, blocks.shape[0]))
     x = da.from_array(
         blocks,
-        chunks=leading_axis_chunks(blocks.ndim, chunks or "auto"),
+        chunks=leading_axis_chunks(blocks.ndim, rows),
         name=name,
         meta=np.empty((0,) * blocks.ndim, dtype=blocks.dtype),
         inline_array=True,
     )
-    return Source(x, "npy", p)
+    return Source(native_order(x), "npy", p)
 
 
-def open_zarr(path: str, chunks: int | None) -> Source:
+def open_zarr(path: str, chunks: int | None, allow_missing_chunks: bool = False) -> Source:
     import zarr
 
     try:
@@ -125,21 +126,51 @@ def open_zarr(path: str, chunks: int | None) -> Source:
             param_hint="INPUT",
         )
     check_shape_dtype(node.shape, node.dtype, path)
+    if not allow_missing_chunks:
+        check_chunks_stored(node, path)
     x = da.from_zarr(node)
     if chunks is not None:
         x = x.rechunk(leading_axis_chunks(x.ndim, chunks))
-    return Source(x, "zarr", None if is_url(path) else local(path))
+    return Source(native_order(x), "zarr", None if is_url(path) else local(path))
+
+
+def check_chunks_stored(node: Any, path: str) -> None:
+    """Refuse an array with chunks missing from its store: they would read as the fill value.
+
+    One listing of the store (what ``nchunks_initialized`` does), never a chunk read. Zarr
+    itself skips chunks that equal the fill value when ``write_empty_chunks`` is off, so a
+    missing chunk may be intended: ``--allow-missing-chunks`` says so.
+    """
+    total = int(node.nchunks)
+    stored = int(node.nchunks_initialized)
+    if stored < total:
+        raise click.BadParameter(
+            f"{path!r}: {total - stored} of its {total} chunks are not in the store, and a "
+            f"missing chunk reads as the fill value ({node.fill_value}): the input may be "
+            "incomplete (an interrupted write, a lost object). If the missing chunks are meant "
+            "to be fill values (Zarr skips writing chunks that equal the fill value), pass "
+            "--allow-missing-chunks",
+            param_hint="INPUT",
+        )
+
+
+def native_order(x: da.Array) -> da.Array:
+    """Big-endian input (a ``>f8`` Zarr v2 array or ``.npy`` file) converted as it is read."""
+    from ..validate import native
+
+    dt = native(x.dtype)
+    return x if dt == x.dtype else x.astype(dt)
 
 
 def check_shape_dtype(shape: tuple[int, ...], dtype: Any, path: str) -> None:
-    from ..validate import DTYPES
+    from ..validate import DTYPES, native
 
     if len(shape) == 0:
         raise click.BadParameter(
             f"{path!r} holds a 0-d array (a scalar): nothing to compact", param_hint="INPUT"
         )
     try:
-        dt = np.dtype(dtype)
+        dt = native(np.dtype(dtype))
     except TypeError:  # zarr v3 data types without a NumPy equivalent
         dt = None
     if dt not in DTYPES:

@@ -1,29 +1,104 @@
 """Batch job output: a Zarr group written under a hidden sibling name and moved into place only
-when complete."""
+when complete, under a lock that keeps two jobs off one OUTPUT.
+
+Guarantees for a local OUTPUT (see :class:`Target`):
+
+* OUTPUT is at every moment absent, the old complete group, or the new complete group. A new
+  group is moved in with ``renameat2(RENAME_NOREPLACE)``, a replaced one swapped with
+  ``renameat2(RENAME_EXCHANGE)`` (Linux); elsewhere the old group is moved aside first and a
+  later run puts it back if the job died between the two renames.
+* One job at a time per OUTPUT: an ``flock`` on ``.OUTPUT.dask-compact.lock`` beside it, held
+  for the whole job and released by the kernel if the process dies. A second job refuses.
+* ``--overwrite`` replaces only a complete output of this tool (its completion marker);
+  anything else at OUTPUT is refused.
+* Temporary groups left by a killed job are removed by the next job on the same OUTPUT.
+
+For an fsspec URL (object stores) there is no lock nor atomic rename: the group is moved, then
+marked complete, so a group without the marker is never taken for finished; concurrent jobs on
+one URL are not detected.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import errno
 import os
 import shutil
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import click
 import dask.array as da
 
 from .inputs import Source, is_url, local
+from .signals import sigint_ignored
+
+TMP_MARK = ".dask-compact-tmp-"
+OLD_SUFFIX = "-old"
+LOCK_SUFFIX = ".dask-compact.lock"
+
+# ---------------------------------------------------------------------------------------------
+# Atomic renames (Linux renameat2; None elsewhere)
+
+_AT_FDCWD = -100
+_RENAME_NOREPLACE = 1
+_RENAME_EXCHANGE = 2
+
+
+def _load_renameat2() -> Any:
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):  # not glibc >= 2.28 / not Linux
+        return None
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+_renameat2 = _load_renameat2()
+
+
+def rename2(src: str, dst: str, flags: int) -> bool:
+    """``renameat2(src, dst, flags)``: True if done, False if this system or file system lacks
+    it (the caller falls back); OSError for a real failure (EEXIST for RENAME_NOREPLACE)."""
+    if _renameat2 is None:
+        return False
+    if _renameat2(_AT_FDCWD, os.fsencode(src), _AT_FDCWD, os.fsencode(dst), flags) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EOPNOTSUPP):
+        return False
+    raise OSError(err, os.strerror(err), src, None, dst)
+
+
+def complete_marker(store: Any) -> bool:
+    """Whether ``store`` is a Zarr group this tool finished writing."""
+    import zarr
+
+    try:
+        group = zarr.open_group(store=store, mode="r")
+        attrs = group.attrs.get("dask_compact")
+    except Exception:  # noqa: BLE001 -- not a group, unreadable, not Zarr: not ours
+        return False
+    return isinstance(attrs, dict) and attrs.get("complete") is True
+
 
 # ---------------------------------------------------------------------------------------------
 # Output: a temporary sibling, moved into place when complete
 
 
 class Target:
-    """OUTPUT and its temporary sibling; local paths are renamed, URLs moved with fsspec."""
+    """OUTPUT, its lock and its temporary sibling; local paths are renamed, URLs moved with
+    fsspec."""
 
     def __init__(self, output: str) -> None:
         self.output = output
         self.url = is_url(output)
-        tag = f".dask-compact-tmp-{uuid.uuid4().hex[:12]}"
+        self._lock_fd: int | None = None
+        self.committed = False  # the new group is at OUTPUT (what an interrupt leaves)
+        tag = f"{TMP_MARK}{uuid.uuid4().hex[:12]}"
         if self.url:
             import fsspec
 
@@ -35,10 +110,94 @@ class Target:
         else:
             self.path = local(output)
             parent, base = os.path.split(self.path)
+            self.parent, self.base = parent, base
             self.tmp_path = self.tmp = os.path.join(parent, f".{base}{tag}")
+            self.lock_path = os.path.join(parent, f".{base}{LOCK_SUFFIX}")
 
     def exists(self) -> bool:
         return self.fs.exists(self.path) if self.url else os.path.lexists(self.path)
+
+    # -- the job's lock ------------------------------------------------------------------------
+
+    def acquire(self) -> None:
+        """Take OUTPUT's lock for the rest of the job, or refuse if another job holds it."""
+        if self.url:
+            return
+        import fcntl
+
+        os.makedirs(self.parent, exist_ok=True)
+        while True:
+            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = _read_small(fd)
+                os.close(fd)
+                raise click.ClickException(
+                    f"another dask compact job is writing {self.output!r}"
+                    f"{' (' + holder + ')' if holder else ''}; wait for it to end, or choose "
+                    "another OUTPUT"
+                ) from None
+            # The holder removes the file as it lets go: a lock on a removed file is no lock.
+            try:
+                same = os.fstat(fd).st_ino == os.stat(self.lock_path).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(fd)
+        os.ftruncate(fd, 0)
+        os.write(fd, f"pid {os.getpid()} on {os.uname().nodename}".encode())
+        self._lock_fd = fd
+
+    def release(self) -> None:
+        if self._lock_fd is None:
+            return
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.lock_path)  # while still held: see acquire()
+        os.close(self._lock_fd)
+        self._lock_fd = None
+
+    # -- what is at OUTPUT and beside it ---------------------------------------------------------
+
+    def check_replaceable(self, overwrite: bool) -> None:
+        """Refuse to touch OUTPUT unless it is absent, or ours and complete with --overwrite."""
+        if not self.exists():
+            return
+        if not overwrite:
+            raise click.UsageError(
+                f"OUTPUT {self.output!r} exists; pass --overwrite to replace it"
+            )
+        if not self.url and (os.path.islink(self.path) or not os.path.isdir(self.path)):
+            what = "a symbolic link" if os.path.islink(self.path) else "a file"
+            raise click.UsageError(self._not_ours(what))
+        if not complete_marker(self.output if self.url else self.path):
+            raise click.UsageError(self._not_ours("not a complete output of dask compact"))
+
+    def _not_ours(self, what: str) -> str:
+        return (
+            f"OUTPUT {self.output!r} is {what}: --overwrite replaces only a complete output "
+            "written by dask compact (its group attribute dask_compact.complete). Remove it "
+            "yourself, or choose another OUTPUT"
+        )
+
+    def clean_stale(self, say: Callable[[str], None]) -> None:
+        """Remove temporary groups of jobs that died on this OUTPUT (none can be alive: we hold
+        the lock), and put back an old output a job died swapping out."""
+        if self.url or not os.path.isdir(self.parent):
+            return
+        prefix = f".{self.base}{TMP_MARK}"
+        stale = sorted(n for n in os.listdir(self.parent) if n.startswith(prefix))
+        for name in stale:
+            path = os.path.join(self.parent, name)
+            if name.endswith(OLD_SUFFIX) and not os.path.lexists(self.path) and complete_marker(path):
+                os.rename(path, self.path)
+                say(f"restored {self.output} from an interrupted replacement ({name})")
+                continue
+            _remove(path)
+            say(f"removed {path}: the temporary output of an interrupted job")
+
+    # -- writing -------------------------------------------------------------------------------
 
     def prepare(self) -> None:
         if not self.url:
@@ -46,35 +205,79 @@ class Target:
 
     def discard(self) -> None:
         """Remove the temporary group (a failed or interrupted job)."""
-        if self.url:
-            if self.fs.exists(self.tmp_path):
-                self.fs.rm(self.tmp_path, recursive=True)
-        else:
-            shutil.rmtree(self.tmp_path, ignore_errors=True)
+        with sigint_ignored():
+            if self.url:
+                if self.fs.exists(self.tmp_path):
+                    self.fs.rm(self.tmp_path, recursive=True)
+            else:
+                shutil.rmtree(self.tmp_path, ignore_errors=True)
 
-    def commit(self, mark_complete: Any) -> None:
-        """Put the finished group at OUTPUT (replacing an existing one: --overwrite checked)."""
+    def commit(self, mark_complete: Any, overwrite: bool) -> None:
+        """Put the finished group at OUTPUT: a new one, or in place of our own old one."""
         if self.url:
             # Object stores have no atomic rename: move first, and only then mark the group
             # complete, so a move cut short leaves a group that does not say it is finished.
             if self.fs.exists(self.path):
+                self.check_replaceable(overwrite)
                 self.fs.rm(self.path, recursive=True)
             self.fs.mv(self.tmp_path, self.path, recursive=True)
             mark_complete(self.output)
+            self.committed = True
             return
         mark_complete(self.tmp)
-        if not os.path.lexists(self.path):
+        with sigint_ignored():
+            if os.path.lexists(self.path):
+                if not overwrite:  # it was absent at the start: another program made it
+                    raise click.ClickException(self._appeared())
+                self.check_replaceable(overwrite)  # it may have changed since the start
+                self._swap_in()
+            else:
+                self._move_in()
+            self.committed = True
+
+    def _move_in(self) -> None:
+        try:
+            done = rename2(self.tmp, self.path, _RENAME_NOREPLACE)
+        except FileExistsError:
+            raise click.ClickException(self._appeared()) from None
+        if not done:
+            # No renameat2: rename() would silently replace an empty directory, so look first;
+            # every dask compact job holds the lock, so only another program could race here.
+            if os.path.lexists(self.path):
+                raise click.ClickException(self._appeared())
             os.rename(self.tmp, self.path)
+
+    def _appeared(self) -> str:
+        return (
+            f"OUTPUT {self.output!r} appeared while the job ran (made by another program: "
+            "dask compact jobs take its lock); it was left as it is, and this job's result "
+            "was not written"
+        )
+
+    def _swap_in(self) -> None:
+        if rename2(self.tmp, self.path, _RENAME_EXCHANGE):
+            _remove(self.tmp)  # the old group, now under the temporary name
             return
-        # rename() cannot replace a non-empty directory: move the old one aside first, so
-        # OUTPUT is at every moment either the old complete group or the new one.
-        old = self.tmp + "-old"
+        # Two renames: a job killed between them leaves the old group aside under the name
+        # clean_stale() looks for, and the next job on OUTPUT puts it back.
+        old = self.tmp + OLD_SUFFIX
         os.rename(self.path, old)
         os.rename(self.tmp, self.path)
-        if os.path.isdir(old) and not os.path.islink(old):
-            shutil.rmtree(old)
-        else:
-            os.remove(old)
+        _remove(old)
+
+
+def _remove(path: str) -> None:
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path)
+    else:
+        os.remove(path)
+
+
+def _read_small(fd: int) -> str:
+    try:
+        return os.pread(fd, 200, 0).decode(errors="replace").strip()
+    except OSError:
+        return ""
 
 
 def check_overlap(src: Source, target: Target) -> None:

@@ -1,0 +1,60 @@
+"""Signals in a batch job: SIGTERM unwinds like Ctrl-C, Ctrl-C waits during file-system
+clean-up, and local worker processes are started deaf to the terminal's Ctrl-C."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+from collections.abc import Iterator
+from typing import Any
+
+EXIT_SIGINT = 128 + signal.SIGINT  # the shell's convention: 130
+EXIT_SIGTERM = 128 + signal.SIGTERM  # 143
+
+
+@contextlib.contextmanager
+def terminate_as_exit() -> Iterator[None]:
+    """SIGTERM (``docker stop``, a batch system's kill) unwinds like Ctrl-C: cleanup runs."""
+
+    def handler(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread: leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@contextlib.contextmanager
+def ignored(*signums: int) -> Iterator[None]:
+    """The given signals ignored for the duration (main thread only; elsewhere a no-op).
+
+    Two uses: a clean-up of the file system that Ctrl-C must not cut short, and starting
+    local worker processes: a spawned process inherits an ignored disposition (CPython keeps
+    an inherited SIG_IGN for SIGINT), so Ctrl-C in the terminal, or a batch system's SIGTERM,
+    which signal the whole process group, reach only the job, which then stops the workers
+    itself (distributed closes them, or kills them past a timeout) instead of each of them
+    dying with a traceback mid-write. (Blocking the signals instead does not reach the
+    workers: they are spawned with a fresh signal mask.) The price: a Ctrl-C during the few
+    seconds a local cluster takes to start is not seen.
+    """
+    try:
+        previous = [(s, signal.signal(s, signal.SIG_IGN)) for s in signums]
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        for s, handler in reversed(previous):
+            signal.signal(s, handler)
+
+
+def sigint_ignored() -> contextlib.AbstractContextManager[None]:
+    """Ctrl-C waits while the file system is being put in order."""
+    return ignored(signal.SIGINT)

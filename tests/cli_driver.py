@@ -1,0 +1,69 @@
+"""Run ``dask compact`` in a subprocess with a fault hook, for the signal and crash tests.
+
+``python tests/cli_driver.py HOOK READY_FILE -- CLI ARGS...``. HOOK:
+
+* ``slow-write``: every output chunk write sleeps 0.5 s on the worker that runs it, and READY
+  is created once the writes have started: a signal then lands mid-write.
+* ``pause-swap``: no renameat2 (the two-rename fallback), and READY is created between moving
+  the old OUTPUT aside and moving the new one in, where the job then sleeps: SIGKILL there.
+* ``pause-write``: READY is created as the writes start, then the job sleeps (SIGKILL there
+  leaves a temporary group behind).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+
+def main() -> None:
+    hook, ready = sys.argv[1], Path(sys.argv[2])
+    argv = sys.argv[sys.argv.index("--") + 1 :]
+    from dask_compact import cli
+    from dask_compact.batch import output
+
+    real_compute = cli.compute
+
+    if hook == "slow-write":
+
+        def slow(block):
+            time.sleep(0.5)
+            return block
+
+        def compute(runner, work, enabled, *a, **k):
+            works = list(work) if isinstance(work, (tuple, list)) else [work]
+            works = [w.map_blocks(slow, dtype=w.dtype) for w in works]
+            ready.touch()
+            return real_compute(runner, works, enabled, *a, **k)
+
+        cli.compute = compute
+    elif hook == "pause-write":
+
+        def compute(runner, work, enabled, *a, **k):
+            ready.touch()
+            time.sleep(120)
+            return real_compute(runner, work, enabled, *a, **k)
+
+        cli.compute = compute
+    elif hook == "pause-swap":
+        output.rename2 = lambda src, dst, flags: False
+        real_rename = os.rename
+        calls = []
+
+        def rename(src, dst):
+            real_rename(src, dst)
+            calls.append(dst)
+            if str(dst).endswith(output.OLD_SUFFIX):
+                ready.touch()
+                time.sleep(120)
+
+        output.os.rename = rename
+    else:
+        raise SystemExit(f"unknown hook {hook}")
+    cli.main(argv, prog_name="dask compact")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,315 @@
+"""The batch CLI never destroys or silently replaces data, never takes an incomplete input for a
+complete one, and leaves no litter once the next job on the same OUTPUT has run.
+
+Signals and kills use real subprocesses (tests/cli_driver.py pauses them at the moment
+under test); everything else runs in-process through click's runner.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+zarr = pytest.importorskip("zarr")
+from click.testing import CliRunner
+
+import dask_compact
+from dask_compact import cli
+from dask_compact.batch import output
+
+DRIVER = Path(__file__).with_name("cli_driver.py")
+
+
+def run(*args, code: int = 0):
+    result = CliRunner().invoke(cli.main, [str(a) for a in args], catch_exceptions=False)
+    assert result.exit_code == code, result.output
+    assert "Traceback" not in result.output
+    return result
+
+
+def values(path: Path) -> np.ndarray:
+    return zarr.open_group(store=str(path), mode="r")["values"][:]
+
+
+def where_of(path: Path) -> str:
+    return zarr.open_group(store=str(path), mode="r").attrs["dask_compact"]["where"]
+
+
+def litter(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir()
+                  if "dask-compact-tmp" in p.name or p.name.endswith(output.LOCK_SUFFIX))
+
+
+@pytest.fixture
+def npy(tmp_path: Path):
+    a = np.random.default_rng(11).random(20_000)
+    path = tmp_path / "in.npy"
+    np.save(path, a)
+    return path, a
+
+
+# -- inputs ---------------------------------------------------------------------------------------
+
+
+def test_missing_zarr_chunk_is_refused_unless_allowed(tmp_path):
+    a = np.random.default_rng(1).random(100)
+    store = tmp_path / "in.zarr"
+    z = zarr.create_array(store=str(store), shape=(100,), dtype="f8", chunks=(10,), fill_value=0.5)
+    z[:] = a
+    (store / "c" / "3").unlink()  # a lost chunk: it reads as the fill value 0.5
+    out = tmp_path / "out.zarr"
+    res = run(store, out, "--where", "x > 0.25", code=2)
+    assert "1 of its 10 chunks are not in the store" in res.output
+    assert "--allow-missing-chunks" in res.output
+    assert not out.exists() and litter(tmp_path) == []
+    run(store, out, "--where", "x > 0.25", "--allow-missing-chunks")
+    b = a.copy()
+    b[30:40] = 0.5
+    np.testing.assert_array_equal(values(out), b[b > 0.25])
+
+
+@pytest.mark.parametrize("shape", [(10, 0), (0,), (0, 3), (4, 0, 2)])
+@pytest.mark.parametrize("kind", ["npy", "zarr"])
+def test_empty_input_gives_complete_empty_output(tmp_path, shape, kind):
+    if kind == "npy":
+        src = tmp_path / "e.npy"
+        np.save(src, np.zeros(shape, dtype=np.float32))
+    else:
+        src = tmp_path / "e.zarr"
+        zarr.create_array(store=str(src), shape=shape, dtype="f4",
+                          chunks=tuple(max(1, s) for s in shape))
+    out = tmp_path / "o.zarr"
+    res = run(src, out, "--where", "x > 0", "-o", "both")
+    assert "selected  0" in res.output
+    g = zarr.open_group(store=str(out), mode="r")
+    assert g.attrs["dask_compact"]["complete"] is True
+    assert g["values"].shape == (0,) and g["values"].dtype == np.float32
+    assert g["indices"].shape == (0,) and g["indices"].dtype == np.int64
+
+
+@pytest.mark.parametrize("dtype", [">f8", ">i4", ">u2", ">c8"])
+@pytest.mark.parametrize("kind", ["npy", "zarr-v2"])
+def test_big_endian_input(tmp_path, dtype, kind):
+    a = (np.random.default_rng(2).random(1001) * 100).astype(dtype)
+    if kind == "npy":
+        src = tmp_path / "be.npy"
+        np.save(src, a)
+    else:
+        src = tmp_path / "be.zarr"
+        z = zarr.create_array(store=str(src), shape=a.shape, dtype=dtype, chunks=(100,),
+                              zarr_format=2)
+        z[:] = a
+    out = tmp_path / "o.zarr"
+    pred = "real(x) > 50" if a.dtype.kind == "c" else "x > 50"
+    run(src, out, "--where", pred, "-o", "both")
+    m = (a.real if a.dtype.kind == "c" else a) > 50
+    g = zarr.open_group(store=str(out), mode="r")
+    np.testing.assert_array_equal(g["values"][:], a[m])
+    np.testing.assert_array_equal(g["indices"][:], np.flatnonzero(m))
+
+
+# -- what is at OUTPUT ----------------------------------------------------------------------------
+
+
+def test_overwrite_never_replaces_what_this_tool_did_not_write(npy, tmp_path):
+    path, a = npy
+    thesis = tmp_path / "thesis"
+    thesis.mkdir()
+    (thesis / "thesis.txt").write_text("four years of work")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    afile = tmp_path / "notes.txt"
+    afile.write_text("notes")
+    link = tmp_path / "link"
+    link.symlink_to(thesis)
+    foreign = tmp_path / "foreign.zarr"
+    zarr.open_group(store=str(foreign), mode="w", attributes={"owner": "someone"})
+    unfinished = tmp_path / "unfinished.zarr"
+    zarr.open_group(store=str(unfinished), mode="w",
+                    attributes={"dask_compact": {"complete": False}})
+    for target in (thesis, empty, afile, link, foreign, unfinished):
+        res = run(path, target, "--where", "x > 0.5", "--overwrite", code=2)
+        assert "replaces only a complete output written by dask compact" in res.output
+    assert (thesis / "thesis.txt").read_text() == "four years of work"
+    assert empty.is_dir() and not any(empty.iterdir())
+    assert afile.read_text() == "notes" and link.is_symlink()
+    assert zarr.open_group(store=str(foreign), mode="r").attrs["owner"] == "someone"
+    assert litter(tmp_path) == []
+    # our own complete output is replaced, atomically, and leaves nothing beside it
+    out = tmp_path / "out.zarr"
+    run(path, out, "--where", "x > 0.5")
+    run(path, out, "--where", "x > 0.9", "--overwrite")
+    np.testing.assert_array_equal(values(out), a[a > 0.9])
+    assert litter(tmp_path) == []
+
+
+def test_a_second_job_on_a_locked_output_refuses(npy, tmp_path):
+    path, _ = npy
+    out = tmp_path / "out.zarr"
+    lock = tmp_path / f".out.zarr{output.LOCK_SUFFIX}"
+    with open(lock, "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)  # as a running job holds it
+        res = run(path, out, "--where", "x > 0.5", code=1)
+        assert "another dask compact job is writing" in res.output
+    assert not out.exists()
+
+
+def test_concurrent_jobs_on_one_output_leave_exactly_one_result(npy, tmp_path):
+    path, a = npy
+    out = tmp_path / "out.zarr"
+    thresholds = [0.1, 0.3, 0.5, 0.7]
+    procs = [
+        subprocess.Popen([sys.executable, "-m", "dask_compact", str(path), str(out), "--where",
+                          f"x > {t}"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for t in thresholds
+    ]
+    results = [(p.wait(timeout=120), p.stdout.read(), p.stderr.read()) for p in procs]
+    winners = [t for t, (rc, _, _) in zip(thresholds, results) if rc == 0]
+    assert len(winners) == 1, results
+    for rc, _, err in results:
+        assert rc == 0 or "another dask compact job" in err or "exists" in err, err
+        assert "Traceback" not in err
+    assert where_of(out) == f"x > {winners[0]}"
+    np.testing.assert_array_equal(values(out), a[a > winners[0]])
+    assert litter(tmp_path) == []
+
+
+def test_output_appearing_during_the_job_is_left_alone(npy, tmp_path, monkeypatch):
+    """Another program makes OUTPUT (an empty directory) while the job runs: rename() would
+    silently replace it; the job refuses instead and leaves it as it is."""
+    path, _ = npy
+    out = tmp_path / "out.zarr"
+    real = output.write_group
+
+    def write_group(*args, **kw):
+        out.mkdir()
+        return real(*args, **kw)
+
+    monkeypatch.setattr(cli, "write_group", write_group)
+    res = run(path, out, "--where", "x > 0.5", code=1)
+    assert "appeared while the job ran" in res.output
+    assert out.is_dir() and not any(out.iterdir())
+    assert litter(tmp_path) == []
+
+
+# -- kills and signals ----------------------------------------------------------------------------
+
+
+def _start(hook: str, ready: Path, *args) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, str(DRIVER), hook, str(ready), "--", *map(str, args)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )
+
+
+def _wait_for(ready: Path, proc: subprocess.Popen, timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    while not ready.exists():
+        if proc.poll() is not None:
+            raise AssertionError(f"job ended early: {proc.stdout.read()} {proc.stderr.read()}")
+        assert time.monotonic() < deadline, "job never reached the point under test"
+        time.sleep(0.05)
+
+
+def test_kill_between_the_renames_of_a_replacement_is_repaired(npy, tmp_path):
+    """Without renameat2 a replacement takes two renames; a job SIGKILLed between them leaves
+    OUTPUT missing and the old group aside: the next job puts it back, then goes on."""
+    path, a = npy
+    out = tmp_path / "out.zarr"
+    run(path, out, "--where", "x > 0.5")
+    ready = tmp_path / "ready"
+    proc = _start("pause-swap", ready, path, out, "--where", "x > 0.9", "--overwrite")
+    _wait_for(ready, proc)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    assert not out.exists()  # the window: only the old group, aside
+    res = run(path, out, "--where", "x > 0.8", "--overwrite")
+    assert "restored" in res.output
+    np.testing.assert_array_equal(values(out), a[a > 0.8])
+    assert litter(tmp_path) == []
+    # and a job that does not replace it just restores the old group and refuses to go on
+    ready2 = tmp_path / "ready2"
+    proc = _start("pause-swap", ready2, path, out, "--where", "x > 0.9", "--overwrite")
+    _wait_for(ready2, proc)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    res = run(path, out, "--where", "x > 0.1", code=2)
+    assert "restored" in res.output and "exists" in res.output
+    np.testing.assert_array_equal(values(out), a[a > 0.8])
+    assert litter(tmp_path) == []
+
+
+def test_sigkill_leftovers_are_removed_by_the_next_job(npy, tmp_path):
+    path, a = npy
+    out = tmp_path / "out.zarr"
+    ready = tmp_path / "ready"
+    proc = _start("pause-write", ready, path, out, "--where", "x > 0.5")
+    _wait_for(ready, proc)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    assert [n for n in litter(tmp_path) if "tmp" in n]  # what a kill leaves
+    res = run(path, out, "--where", "x > 0.5")
+    assert "interrupted job" in res.output
+    np.testing.assert_array_equal(values(out), a[a > 0.5])
+    assert litter(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    "sig, code, where_run",
+    [
+        (signal.SIGINT, 130, ["--local", "processes", "--workers", "2"]),
+        (signal.SIGTERM, 143, ["--local", "processes", "--workers", "2"]),
+        (signal.SIGINT, 130, ["--local", "threads"]),
+    ],
+    ids=["sigint-processes", "sigterm-processes", "sigint-threads"],
+)
+def test_signal_mid_write_one_line_exit_code_no_litter(npy, tmp_path, sig, code, where_run):
+    """As a terminal does, the signal goes to the whole process group (workers included)."""
+    path, _ = npy
+    out = tmp_path / "out.zarr"
+    ready = tmp_path / "ready"
+    proc = _start("slow-write", ready, path, out, "--where", "x > 0.5", "--chunks", "1000",
+                  "--output-chunks", "1000", *where_run)
+    _wait_for(ready, proc)
+    time.sleep(0.5)  # tasks running on the workers
+    os.killpg(proc.pid, sig)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == code, stderr
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "was not written" in lines[0], stderr
+    assert not out.exists()
+    time.sleep(1.0)  # nothing recreates the temporary group afterwards
+    assert litter(tmp_path) == []
+
+
+# -- installation and arguments -------------------------------------------------------------------
+
+
+def test_zarr_is_a_dependency_and_its_absence_is_a_short_error(npy, tmp_path, monkeypatch):
+    import tomllib
+
+    project = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    assert any(d.startswith("zarr") for d in project["project"]["dependencies"])
+    monkeypatch.setitem(sys.modules, "zarr", None)  # import zarr -> ImportError
+    path, _ = npy
+    res = run(path, tmp_path / "o.zarr", "--where", "x > 0.5", code=1)
+    assert "needs the zarr package" in res.output
+    assert not (tmp_path / "o.zarr").exists()
+
+
+def test_version_and_where_errors_come_before_output_errors(npy, tmp_path):
+    res = run("--version")
+    assert dask_compact.__version__ in res.output
+    path, _ = npy
+    out = tmp_path / "out.zarr"
+    run(path, out, "--where", "x > 0.5")
+    res = run(path, out, "--where", "y > 0.5", code=2)  # OUTPUT exists, but --where is wrong
+    assert "--where" in res.output and "'y'" in res.output
