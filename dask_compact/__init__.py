@@ -9,7 +9,9 @@ from .chunk import compact_array
 from .predicate import Predicate, as_predicate
 
 __version__ = "0.1.0"
-__all__ = ["map_compact", "compact", "flatnonzero", "compact_array", "Predicate", "as_predicate", "trace"]
+__all__ = [
+    "map_compact", "compact", "flatnonzero", "compact_array", "Predicate", "as_predicate", "trace",
+]  # fmt: skip
 
 
 def trace(pred) -> Predicate:

@@ -16,7 +16,7 @@ def _map_compact(self: da.Array, pred, **kwargs):
 
 functools.update_wrapper(_map_compact, api.map_compact)
 _map_compact.__name__ = "map_compact"
-_map_compact._dask_compact = True  # marks our own method, so re-registration is quiet
+setattr(_map_compact, "_dask_compact", True)  # noqa: B010 - mark of our own method
 
 
 def register() -> None:
@@ -30,4 +30,4 @@ def register() -> None:
             stacklevel=3,
         )
         return
-    da.Array.map_compact = _map_compact
+    setattr(da.Array, "map_compact", _map_compact)  # noqa: B010 - a new attribute of a class

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import math
 import warnings
-from typing import Any, Union
+from typing import Any
 
 import dask.array as da
 import numpy as np
@@ -20,8 +20,8 @@ from .validate import check_algorithm, check_chunk_type, check_dtype, check_outp
 
 logger = logging.getLogger("dask_compact")
 
-Result = Union[da.Array, tuple[da.Array, da.Array]]
-ChunksArg = Union[None, int, str]
+Result = da.Array | tuple[da.Array, da.Array]
+ChunksArg = None | int | str
 
 
 def map_compact(
@@ -162,7 +162,9 @@ def compact(
             raise ValueError(f"mask has shape {mask.shape}, x has shape {x.shape}")
         mask = da.from_array(mask, chunks=x.chunks) if not _unknown(x) else None
         if mask is None:
-            raise ValueError("a NumPy mask needs x with known chunk sizes; call x.compute_chunk_sizes()")
+            raise ValueError(
+                "a NumPy mask needs x with known chunk sizes; call x.compute_chunk_sizes()"
+            )
     check_chunk_type(mask._meta, "compact")
     if mask.dtype != np.dtype(bool):
         raise TypeError(f"mask must be boolean, not {mask.dtype}")
@@ -202,8 +204,11 @@ def flatnonzero(
         pred = Predicate(Var(), (), None, "x")
     else:
         zero = a.dtype.type(0)
-        pred = Predicate(Call("not_equal", (Var(), Param(0, a.dtype.name))), (zero,), None, "x != 0")
-    return map_compact(a, pred, output="indices", lazy=lazy, chunks=chunks)
+        expr = Call("not_equal", (Var(), Param(0, a.dtype.name)))
+        pred = Predicate(expr, (zero,), None, "x != 0")
+    out = map_compact(a, pred, output="indices", lazy=lazy, chunks=chunks)
+    assert isinstance(out, da.Array)  # one output: never the ("both") tuple
+    return out
 
 
 def _check_dask_array(x: Any, fn: str) -> da.Array:

@@ -102,7 +102,9 @@ def compact_block_masked(
 ) -> Any:
     """Phase 1 for one dask chunk selected by a boolean mask chunk (see :func:`compact_block`)."""
     if mask.shape != block.shape:
-        raise ValueError(f"mask chunk of shape {mask.shape} does not match data chunk {block.shape}")
+        raise ValueError(
+            f"mask chunk of shape {mask.shape} does not match data chunk {block.shape}"
+        )
     out = compact_masked(block, mask, output, index_base)
     if direct:
         return out

@@ -244,10 +244,14 @@ def run_job(
     with progress(runner, show):
         # chunks=: uniform output chunks, aligned with the Zarr chunks, so that concurrent
         # chunk writes never share a Zarr chunk.
-        result = dask_compact.map_compact(xin, where, output=mode, chunks=chunk)
-    arrays = dict(zip(("values", "indices"), result)) if mode == "both" else {mode: result}
+        result: Any = dask_compact.map_compact(xin, where, output=mode, chunks=chunk)
+    arrays: dict[str, da.Array] = (
+        dict(zip(("values", "indices"), result)) if mode == "both" else {mode: result}
+    )
     arrays = {
-        k: a.map_blocks(to_host, dtype=a.dtype, meta=np.empty((0,), a.dtype)) if runner.gpu else a
+        k: da.map_blocks(to_host, a, dtype=a.dtype, meta=np.empty((0,), a.dtype))
+        if runner.gpu
+        else a
         for k, a in arrays.items()
     }
     selected = int(next(iter(arrays.values())).shape[0])

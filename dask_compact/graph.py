@@ -80,7 +80,7 @@ def _phase1_layer(plan: Plan, runs: list[list[int]] | None) -> tuple[HighLevelGr
     starts = None
     if plan.known_input:
         starts = np.concatenate([[0], np.cumsum(plan.x.chunks[0])[:-1]]).astype(np.int64)
-    layer = {}
+    layer: dict[Any, Any] = {}
     if runs is not None:
         assert starts is not None and plan.mask is None
         for j, run in enumerate(runs):
@@ -88,7 +88,8 @@ def _phase1_layer(plan: Plan, runs: list[list[int]] | None) -> tuple[HighLevelGr
                 compact_blocks, [(plan.x.name, i) for i in run], plan.pred, plan.output,
                 plan.stable, plan.algorithm, [int(starts[i]) for i in run], direct,
             )
-        return HighLevelGraph.from_collections(name, layer, dependencies=[plan.x]), name, len(runs)
+        deps: list[Any] = [plan.x]  # dask's typing does not count its Array as a DaskCollection
+        return HighLevelGraph.from_collections(name, layer, dependencies=deps), name, len(runs)
     for i in range(plan.nblocks):
         # Known input: indices come out global from the chunk task (no later pass over them).
         base = int(starts[i]) if starts is not None else 0
@@ -112,7 +113,8 @@ def _placement(keys: list, dask_scheduler: Any = None) -> tuple[list, dict]:
     holders = []
     for k in keys:
         ts = dask_scheduler.tasks.get(k)
-        ws = min((w.address for w in ts.who_has), default=None) if ts is not None and ts.who_has else None
+        held = ts is not None and ts.who_has
+        ws = min((w.address for w in ts.who_has), default=None) if held else None
         holders.append(ws)
     return holders, {w.address: w.nthreads for w in dask_scheduler.workers.values()}
 
@@ -194,7 +196,7 @@ def _add_offset(indices: Any, offsets: np.ndarray, i: int) -> Any:
 
 def _extend(graph: HighLevelGraph, name: str, layer: dict, on: set[str]) -> HighLevelGraph:
     """``graph`` plus one layer ``name`` that depends on the layers ``on``."""
-    layers = dict(graph.layers)
+    layers: dict[str, Any] = dict(graph.layers)
     layers[name] = layer
     deps = dict(graph.dependencies)
     deps[name] = set(on)
@@ -236,7 +238,8 @@ def _lazy_global_indices(plan: Plan, local: da.Array, counts: da.Array) -> da.Ar
     n = plan.nblocks
     graph = HighLevelGraph.merge(local.dask, counts.dask)
     oname = plan.name("offsets")
-    graph = _extend(graph, oname, {oname: (_offsets_of, *[(counts.name, i, 0) for i in range(n)])}, {counts.name})
+    offsets = {oname: (_offsets_of, *[(counts.name, i, 0) for i in range(n)])}
+    graph = _extend(graph, oname, offsets, {counts.name})
     name = plan.name("indices-global")
     layer = {(name, i): (_add_offset, (local.name, i), oname, i) for i in range(n)}
     graph = _extend(graph, name, layer, {local.name, oname})

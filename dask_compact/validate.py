@@ -1,4 +1,5 @@
-"""Argument checks shared by the array-level and the Dask-level API, with errors that say what to do."""
+"""Argument checks shared by the array-level and the Dask-level API, with errors that say what
+to do."""
 
 from __future__ import annotations
 

@@ -17,10 +17,16 @@ import dask_compact  # noqa: F401  (registers Array.map_compact)
 
 @pytest.fixture(scope="module")
 def client():
-    with LocalCluster(
-        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
-        worker_dashboard_address=None,
-    ) as cluster, Client(cluster) as c:
+    with (
+        LocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=None,
+            worker_dashboard_address=None,
+        ) as cluster,
+        Client(cluster) as c,
+    ):
         yield c
 
 
@@ -97,8 +103,10 @@ def _slabs(client, a: np.ndarray, chunk: int):
     workers by domain decomposition), as one dask array."""
     workers = sorted(client.nthreads())
     cut = -(-len(a) // len(workers))
-    parts = [client.persist(da.from_array(a[k * cut:(k + 1) * cut], chunks=chunk), workers=[w])
-             for k, w in enumerate(workers)]
+    parts = [
+        client.persist(da.from_array(a[k * cut : (k + 1) * cut], chunks=chunk), workers=[w])
+        for k, w in enumerate(workers)
+    ]
     x = da.concatenate(parts).persist()
     from distributed import wait
 
@@ -122,7 +130,9 @@ def test_one_task_per_worker_run_on_slabs(client, output):
     with get_task_stream() as ts:
         got = x.map_compact(lambda q: (q < 0.25) | (q > 0.9), output=output)
     m = (a < 0.25) | (a > 0.9)
-    want = {"values": (a[m],), "indices": (np.flatnonzero(m),), "both": (a[m], np.flatnonzero(m))}[output]
+    want = {"values": (a[m],), "indices": (np.flatnonzero(m),), "both": (a[m], np.flatnonzero(m))}[
+        output
+    ]
     got = got if isinstance(got, tuple) else (got,)
     for g, w in zip(got, want):
         assert g.numblocks == (2,) and not any(np.isnan(g.chunks[0]))

@@ -6,11 +6,10 @@ from __future__ import annotations
 import dask.array as da
 import numpy as np
 import pytest
+from conftest import DTYPES, random_array
 
 import dask_compact
 from dask_compact import compact, compact_array, flatnonzero, map_compact
-
-from conftest import DTYPES, random_array
 
 EMPTY_SHAPES = [((10, 0), 5), ((0, 10), 5), ((3, 0, 4), (2, 1, 2)), ((0,), 5), ((2, 3, 0), 1)]
 
@@ -22,8 +21,12 @@ def test_empty_nd_input_gives_empty_result(shape, chunks, output, kw):
     x = da.zeros(shape, chunks=chunks, dtype=np.float32)
     r = map_compact(x, "x > 0", output=output, **kw)
     got = r if output == "both" else (r,)
-    for arr, dt in zip(got, ("float32", "int64") if output == "both" else
-                       (("float32",) if output == "values" else ("int64",))):
+    for arr, dt in zip(
+        got,
+        ("float32", "int64")
+        if output == "both"
+        else (("float32",) if output == "values" else ("int64",)),
+    ):
         assert arr.shape[0] == 0 or (kw.get("lazy") and np.isnan(arr.shape[0]))
         out = arr.compute()
         assert out.shape == (0,) and out.dtype == np.dtype(dt)
@@ -62,8 +65,11 @@ def test_large_and_numpy_int_chunks_work(chunks):
 def test_big_endian_input_follows_numpy(dtype, output):
     rng = np.random.default_rng(3)
     a = random_array(rng, (1025,), dtype).astype(np.dtype(dtype).newbyteorder(">"))
-    pred = (lambda v: v.real > 0) if a.dtype.kind == "c" else (
-        (lambda v: v) if a.dtype.kind == "b" else (lambda v: v > 0))
+    pred = (
+        (lambda v: v.real > 0)
+        if a.dtype.kind == "c"
+        else ((lambda v: v) if a.dtype.kind == "b" else (lambda v: v > 0))
+    )
     m = pred(a)
     x = da.from_array(a, chunks=100)
     r = x.map_compact(pred, output=output)
@@ -92,7 +98,9 @@ def test_masked_arrays_are_refused_with_the_way_out():
         lambda: xm.map_compact("x > .5"),
         lambda: flatnonzero(xm),
         lambda: compact(xm, np.ones(10, bool)),
-        lambda: compact(da.from_array(a, chunks=5), da.ma.masked_less(da.ones(10, chunks=5) > 0, 0)),
+        lambda: compact(
+            da.from_array(a, chunks=5), da.ma.masked_less(da.ones(10, chunks=5) > 0, 0)
+        ),
         lambda: compact_array(np.ma.masked_greater(a, 0.9), "x > .5"),
     ):
         with pytest.raises(TypeError, match="masked arrays"):
@@ -110,8 +118,9 @@ def test_other_chunk_types_are_refused():
     w = np.arange(10.0).view(Weird)
     with pytest.raises(TypeError, match="NumPy or CuPy"):
         compact_array(w, "x > 3")
-    x = da.from_array(np.arange(10.0), chunks=5).map_blocks(lambda b: b.view(Weird),
-                                                            meta=np.empty(0).view(Weird))
+    x = da.from_array(np.arange(10.0), chunks=5).map_blocks(
+        lambda b: b.view(Weird), meta=np.empty(0).view(Weird)
+    )
     with pytest.raises(TypeError, match="NumPy or CuPy"):
         x.map_compact("x > 3")
 
@@ -137,8 +146,9 @@ def test_unsupported_dtypes_are_type_errors(dtype):
 def test_zero_d_input():
     x = da.from_array(np.array(3.0))
     np.testing.assert_array_equal(x.map_compact("x > 1").compute(), np.array([3.0]))
-    np.testing.assert_array_equal(x.map_compact("x > 5", output="indices").compute(),
-                                  np.array([], dtype=np.int64))
+    np.testing.assert_array_equal(
+        x.map_compact("x > 5", output="indices").compute(), np.array([], dtype=np.int64)
+    )
     np.testing.assert_array_equal(compact_array(np.array(3.0), "x > 1"), np.array([3.0]))
 
 

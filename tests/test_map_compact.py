@@ -9,9 +9,9 @@ import dask
 import dask.array as da
 import numpy as np
 import pytest
+from conftest import DTYPES, random_array, threshold_predicate
 
 import dask_compact
-from conftest import DTYPES, random_array, threshold_predicate
 
 SIZES = [0, 1, 31, 33, 1023, 1025, 7919]
 PS = [0, 0.05, 0.5, 0.95, 1]
@@ -29,7 +29,9 @@ def check(x: da.Array, a: np.ndarray, pred, output="values", **kw):
     for g, e in zip(got, expected(a, pred, output)):
         assert g.ndim == 1
         if not kw.get("lazy"):
-            assert not any(math.isnan(c) for c in g.chunks[0]), "eager result must have known chunks"
+            assert not any(math.isnan(c) for c in g.chunks[0]), (
+                "eager result must have known chunks"
+            )
             assert g.shape == e.shape
         r = g.compute()
         assert r.dtype == e.dtype
@@ -76,7 +78,13 @@ def test_uneven_and_tiny_chunks(chunks):
 
 @pytest.mark.parametrize(
     "shape,chunks",
-    [((7, 11), (3, 4)), ((7, 11), (2, 11)), ((4, 5, 6), (2, 3, 4)), ((1, 1), (1, 1)), ((0, 5), (1, 2))],
+    [
+        ((7, 11), (3, 4)),
+        ((7, 11), (2, 11)),
+        ((4, 5, 6), (2, 3, 4)),
+        ((1, 1), (1, 1)),
+        ((0, 5), (1, 2)),
+    ],
 )
 @pytest.mark.parametrize("output", ["values", "indices", "both"])
 def test_nd_c_order(shape, chunks, output):
@@ -115,7 +123,9 @@ def test_lazy_computes_nothing_at_call_time():
 @pytest.mark.parametrize("output", ["values", "both"])
 def test_rebalanced_output_chunks(chunks, output):
     a = np.random.default_rng(5).random(2000)
-    got = check(da.from_array(a, chunks=(300, 1, 900, 799)), a, lambda v: v > 0.25, output, chunks=chunks)
+    got = check(
+        da.from_array(a, chunks=(300, 1, 900, 799)), a, lambda v: v > 0.25, output, chunks=chunks
+    )
     sizes = got[0].chunks[0]
     if chunks != "auto":
         assert all(s == chunks for s in sizes[:-1]) and 0 < sizes[-1] <= chunks
@@ -188,7 +198,9 @@ def test_meta_and_names():
     assert isinstance(v._meta, np.ndarray) and v.dtype == np.int16
     assert i.dtype == np.int64
     assert v.name.startswith("compact-values-fused-")
-    assert any(k.startswith("compact-") for k in map(str, x.map_compact("x > 3", lazy=True).dask.layers))
+    assert any(
+        k.startswith("compact-") for k in map(str, x.map_compact("x > 3", lazy=True).dask.layers)
+    )
 
 
 def test_untraceable_predicate_takes_mask_path_and_says_so():
@@ -219,7 +231,12 @@ def test_compact_with_mask():
 
 
 def test_flatnonzero():
-    for a in (np.array([0, 3, 0, 0, -2, 7]), np.array([True, False, True]), np.zeros(5), np.arange(9.0) - 4):
+    for a in (
+        np.array([0, 3, 0, 0, -2, 7]),
+        np.array([True, False, True]),
+        np.zeros(5),
+        np.arange(9.0) - 4,
+    ):
         x = da.from_array(a, chunks=2)
         r = dask_compact.flatnonzero(x)
         assert r.chunks != ((),)

@@ -284,7 +284,9 @@ def test_compact_many_mask_path_and_nd_chunks():
     m = np.isin(np.round(flat * 10), [1, 4])
     v, i = compact_blocks(parts, pred, "both", True, "auto", [0, 15, 15], True)
     assert_same((v, i), (flat[m], np.flatnonzero(m)))
-    v, i, n_in = compact_blocks(parts, as_predicate("x < 0.5"), "values", True, "auto", [0, 15, 15], False)
+    v, i, n_in = compact_blocks(
+        parts, as_predicate("x < 0.5"), "values", True, "auto", [0, 15, 15], False
+    )
     assert i is None and n_in == flat.size
     assert_same(v, flat[flat < 0.5])
 

@@ -74,7 +74,8 @@ def recipes(dtype: str) -> st.SearchStrategy:
         st.tuples(st.sampled_from(COMPARE), inner, leaf),
         st.tuples(st.sampled_from(["isnan", "isfinite", "signbit"]), inner),
         st.tuples(st.sampled_from(["logical_and", "logical_or"]),
-                  st.tuples(st.sampled_from(COMPARE), inner, leaf), st.tuples(st.just("isinf"), inner)),
+                  st.tuples(st.sampled_from(COMPARE), inner, leaf),
+                  st.tuples(st.just("isinf"), inner)),
     )  # fmt: skip
     return top
 

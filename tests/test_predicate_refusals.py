@@ -111,7 +111,9 @@ def test_large_but_reasonable_predicates_still_compile_and_match_numpy():
     assert p.path == "fused"
     x = da.from_array(a, chunks=1000)
     assert np.array_equal(x.map_compact(text).compute(), a[np.isin(a, codes)])
-    deep = lambda v: functools.reduce(lambda acc, i: acc + (v > i), range(MAX_TREE_DEPTH - 3), v) > 50  # noqa: E731
+    deep = lambda v: (
+        functools.reduce(lambda acc, i: acc + (v > i), range(MAX_TREE_DEPTH - 3), v) > 50
+    )  # noqa: E731
     assert dask_compact.trace(deep).path == "fused"
     assert MAX_TREE_NODES >= 10 * MAX_TREE_DEPTH
 

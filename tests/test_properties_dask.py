@@ -15,10 +15,10 @@ DTYPES = st.sampled_from(["int8", "int32", "uint16", "float32", "float64"])
 
 # Predicate templates: (string form, callable form) with one or two thresholds.
 TEMPLATES = [
-    ("x > {a}", lambda a, b: (lambda v: v > a)),
-    ("(x >= {a}) & (x < {b})", lambda a, b: (lambda v: (v >= a) & (v < b))),
-    ("~(x == {a}) | (x > {b})", lambda a, b: (lambda v: ~(v == a) | (v > b))),
-    ("abs(x) <= {a}", lambda a, b: (lambda v: abs(v) <= a)),
+    ("x > {a}", lambda a, b: lambda v: v > a),
+    ("(x >= {a}) & (x < {b})", lambda a, b: lambda v: (v >= a) & (v < b)),
+    ("~(x == {a}) | (x > {b})", lambda a, b: lambda v: ~(v == a) | (v > b)),
+    ("abs(x) <= {a}", lambda a, b: lambda v: abs(v) <= a),
 ]
 
 
@@ -61,7 +61,11 @@ def test_map_compact_equals_numpy(data, template, a, b, output, lazy, as_string)
     with dask.config.set(scheduler="sync"):
         got = x.map_compact(pred, output=output, lazy=lazy)
         got = got if output == "both" else (got,)
-        want = {"values": (arr[m],), "indices": (np.flatnonzero(m),), "both": (arr[m], np.flatnonzero(m))}
+        want = {
+            "values": (arr[m],),
+            "indices": (np.flatnonzero(m),),
+            "both": (arr[m], np.flatnonzero(m)),
+        }
         for g, w in zip(got, want[output]):
             np.testing.assert_array_equal(g.compute(), w)
             if not lazy:

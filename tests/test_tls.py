@@ -36,8 +36,10 @@ def make_certs(directory: Path) -> Path:
 
 def tls_env(certs: Path) -> dict[str, str]:
     """What compose.yaml gives every container (paths adapted)."""
-    env = {"DASK_DISTRIBUTED__COMM__REQUIRE_ENCRYPTION": "True",
-           "DASK_DISTRIBUTED__COMM__TLS__CA_FILE": str(certs / "ca.pem")}
+    env = {
+        "DASK_DISTRIBUTED__COMM__REQUIRE_ENCRYPTION": "True",
+        "DASK_DISTRIBUTED__COMM__TLS__CA_FILE": str(certs / "ca.pem"),
+    }
     for role in ("SCHEDULER", "WORKER", "CLIENT"):
         env[f"DASK_DISTRIBUTED__COMM__TLS__{role}__CERT"] = str(certs / "cluster.pem")
         env[f"DASK_DISTRIBUTED__COMM__TLS__{role}__KEY"] = str(certs / "cluster-key.pem")
@@ -54,10 +56,26 @@ def cluster(tmp_path_factory):
     certs = make_certs(tmp / "certs")
     env = {**os.environ, **tls_env(certs)}
     sched_file = tmp / "scheduler.json"
-    procs = [subprocess.Popen(
-        [dask_bin(), "scheduler", "--protocol", "tls", "--host", "127.0.0.1", "--port", "0",
-         "--no-dashboard", "--scheduler-file", str(sched_file)],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+    procs = [
+        subprocess.Popen(
+            [
+                dask_bin(),
+                "scheduler",
+                "--protocol",
+                "tls",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "0",
+                "--no-dashboard",
+                "--scheduler-file",
+                str(sched_file),
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+    ]
     try:
         deadline = time.monotonic() + 30
         while not sched_file.exists() and time.monotonic() < deadline:
@@ -65,10 +83,24 @@ def cluster(tmp_path_factory):
         time.sleep(0.2)  # the file is written in one go, but be safe against a partial read
         address = json.loads(sched_file.read_text())["address"]
         assert address.startswith("tls://")
-        procs.append(subprocess.Popen(
-            [dask_bin(), "worker", address, "--nthreads", "2", "--no-dashboard", "--no-nanny",
-             "--memory-limit", "1GiB"],
-            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        procs.append(
+            subprocess.Popen(
+                [
+                    dask_bin(),
+                    "worker",
+                    address,
+                    "--nthreads",
+                    "2",
+                    "--no-dashboard",
+                    "--no-nanny",
+                    "--memory-limit",
+                    "1GiB",
+                ],
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        )
         yield address, certs, tmp
     finally:
         # Nothing to keep: no graceful shutdown (a worker closing politely can take 10 s).
@@ -79,8 +111,12 @@ def cluster(tmp_path_factory):
 
 def test_client_with_certificate_works(cluster):
     address, certs, _ = cluster
-    sec = Security(tls_ca_file=str(certs / "ca.pem"), tls_client_cert=str(certs / "cluster.pem"),
-                   tls_client_key=str(certs / "cluster-key.pem"), require_encryption=True)
+    sec = Security(
+        tls_ca_file=str(certs / "ca.pem"),
+        tls_client_cert=str(certs / "cluster.pem"),
+        tls_client_key=str(certs / "cluster-key.pem"),
+        require_encryption=True,
+    )
     with Client(address, security=sec, timeout=10) as client:
         client.wait_for_workers(1, timeout=20)
         assert client.submit(sum, [1, 2, 3]).result(timeout=10) == 6
@@ -93,7 +129,7 @@ def first_byte(address: str, ctx: ssl.SSLContext) -> bytes:
     "certificate required" alert (TLS 1.3 sends it after the client's side of the handshake,
     so it surfaces on the first read) or a closed connection.
     """
-    host, port = address[len("tls://"):].rsplit(":", 1)
+    host, port = address[len("tls://") :].rsplit(":", 1)
     with socket.create_connection((host, int(port)), timeout=5) as raw:
         try:
             with ctx.wrap_socket(raw) as conn:
@@ -118,9 +154,15 @@ def test_client_with_wrong_or_no_tls_is_refused(cluster, tmp_path, how):
     address, certs, _ = cluster
     if how == "other-ca":  # a certificate that the cluster's CA did not sign
         other = make_certs(tmp_path / "other")
-        target, sec = address, Security(
-            tls_ca_file=str(certs / "ca.pem"), tls_client_cert=str(other / "cluster.pem"),
-            tls_client_key=str(other / "cluster-key.pem"), require_encryption=True)
+        target, sec = (
+            address,
+            Security(
+                tls_ca_file=str(certs / "ca.pem"),
+                tls_client_cert=str(other / "cluster.pem"),
+                tls_client_key=str(other / "cluster-key.pem"),
+                require_encryption=True,
+            ),
+        )
     else:
         target, sec = address.replace("tls://", "tcp://"), Security()
     with pytest.raises((OSError, TimeoutError)):
@@ -131,10 +173,28 @@ def test_cli_uses_tls_config_from_environment(cluster):
     address, certs, tmp = cluster
     a = np.random.default_rng(1).random(5000)
     np.save(tmp / "a.npy", a)
-    argv = [sys.executable, "-m", "dask_compact", str(tmp / "a.npy"), str(tmp / "o.zarr"),
-            "--where", "x > 0.8", "--scheduler", address, "--json", "--timeout", "20"]
-    proc = subprocess.run(argv, env={**os.environ, **tls_env(certs)}, check=False, capture_output=True,
-                          text=True, timeout=120)
+    argv = [
+        sys.executable,
+        "-m",
+        "dask_compact",
+        str(tmp / "a.npy"),
+        str(tmp / "o.zarr"),
+        "--where",
+        "x > 0.8",
+        "--scheduler",
+        address,
+        "--json",
+        "--timeout",
+        "20",
+    ]
+    proc = subprocess.run(
+        argv,
+        env={**os.environ, **tls_env(certs)},
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(proc.stdout)
     assert summary["selected"] == int((a > 0.8).sum())
@@ -144,8 +204,14 @@ def test_cli_uses_tls_config_from_environment(cluster):
 
     # Without the certificate settings the same command fails cleanly.
     env = {k: v for k, v in os.environ.items() if not k.startswith("DASK_DISTRIBUTED__COMM")}
-    proc = subprocess.run([*argv[:4], str(tmp / "o2.zarr"), *argv[5:-2], "--timeout", "3"],
-                          env=env, check=False, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [*argv[:4], str(tmp / "o2.zarr"), *argv[5:-2], "--timeout", "3"],
+        env=env,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 1
     assert "cannot connect to the scheduler" in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp / "o2.zarr").exists()

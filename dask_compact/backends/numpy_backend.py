@@ -118,7 +118,9 @@ def compact_many(
     return np.concatenate(parts)
 
 
-def _run_fused_many(blocks: list[np.ndarray], pred: Predicate, output: str, bases: list[int]) -> Any:
+def _run_fused_many(
+    blocks: list[np.ndarray], pred: Predicate, output: str, bases: list[int]
+) -> Any:
     """Every chunk through the fused loop into one buffer (chunk i's indices from bases[i])."""
     dtype = blocks[0].dtype
     tp = pred.typed(dtype)  # TypeError where NumPy's typing refuses or gives non-bools

@@ -1,4 +1,5 @@
-"""Batch job input: a Zarr array (local or fsspec URL) or a memory-mapped .npy file, as a dask array."""
+"""Batch job input: a Zarr array (local or fsspec URL) or a memory-mapped .npy file, as a dask
+array."""
 
 from __future__ import annotations
 

@@ -190,7 +190,8 @@ class Target:
         stale = sorted(n for n in os.listdir(self.parent) if n.startswith(prefix))
         for name in stale:
             path = os.path.join(self.parent, name)
-            if name.endswith(OLD_SUFFIX) and not os.path.lexists(self.path) and complete_marker(path):
+            swapped_out = name.endswith(OLD_SUFFIX) and not os.path.lexists(self.path)
+            if swapped_out and complete_marker(path):
                 os.rename(path, self.path)
                 say(f"restored {self.output} from an interrupted replacement ({name})")
                 continue

@@ -186,7 +186,7 @@ def _start_retrying_once(make: Callable[[], Any]) -> Any:
 def on_gpu(x: da.Array) -> da.Array:
     import cupy
 
-    return x.map_blocks(cupy.asarray, dtype=x.dtype, meta=cupy.empty((0,) * x.ndim, x.dtype))
+    return da.map_blocks(cupy.asarray, x, dtype=x.dtype, meta=cupy.empty((0,) * x.ndim, x.dtype))
 
 
 def to_host(block: Any) -> np.ndarray:

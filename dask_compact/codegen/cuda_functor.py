@@ -3,11 +3,12 @@
 The functor is the only CUDA text built in Python, and it is small: one ``struct`` whose data
 members are the predicate's constants (kernel arguments, so a new threshold reuses the compiled
 kernel) and whose ``operator()`` evaluates the tree on one element in SSA form. Every argument is
-cast to the loop dtype NumPy resolves for its call (:func:`~dask_compact.predicate.expr.infer_types`)
-and every call is one function of ``kernels/npy_ops.cuh``, which implements NumPy's semantics for
-that loop (integer wrap-around and division by zero, float16 rounded per operation, NaN rules of
-comparisons and minimum/maximum, complex ordering). Nothing a user wrote reaches the source: only
-node kinds from a whitelist, dtype names from a fixed table, and integers.
+cast to the loop dtype NumPy resolves for its call
+(:func:`~dask_compact.predicate.expr.infer_types`) and every call is one function of
+``kernels/npy_ops.cuh``, which implements NumPy's semantics for that loop (integer wrap-around
+and division by zero, float16 rounded per operation, NaN rules of comparisons and
+minimum/maximum, complex ordering). Nothing a user wrote reaches the source: only node kinds
+from a whitelist, dtype names from a fixed table, and integers.
 
 Calls the CUDA side has no NumPy-exact version of (complex transcendentals, complex sign/power,
 ...) raise :class:`CodegenUnsupported`; the backend then evaluates the predicate as a mask.
@@ -57,7 +58,9 @@ _NO_COMPLEX = frozenset(
     }
 )
 # Calls that exist only on integer/bool loops in NumPy; guard against surprises in typing.
-_INT_ONLY = frozenset({"bitwise_and", "bitwise_or", "bitwise_xor", "invert", "left_shift", "right_shift"})
+_INT_ONLY = frozenset(
+    {"bitwise_and", "bitwise_or", "bitwise_xor", "invert", "left_shift", "right_shift"}
+)
 
 
 def ctype(dtype: np.dtype | str) -> str:
@@ -118,13 +121,15 @@ def generate_functor(tp: TypedPredicate) -> CudaFunctor:
         args = []
         for a, loop_dt in zip(node.args, typed.loop):
             expr, dt = ref(a)
-            args.append(expr if np.dtype(dt) == np.dtype(loop_dt) else f"dcx::cast<{ctype(loop_dt)}>({expr})")
+            same = np.dtype(dt) == np.dtype(loop_dt)
+            args.append(expr if same else f"dcx::cast<{ctype(loop_dt)}>({expr})")
         fn = str(node.fn)
         if not fn.isidentifier():  # Call validates fn against the whitelist; belt and braces
             raise CodegenUnsupported(f"bad function name {fn!r}")
         out_c = ctype(typed.out)
         tmp = f"t{len(names)}"
-        lines.append(f"    const {out_c} {tmp} = dcx::cast<{out_c}>(dcx::np::{fn}({', '.join(args)}));")
+        call = f"dcx::np::{fn}({', '.join(args)})"
+        lines.append(f"    const {out_c} {tmp} = dcx::cast<{out_c}>({call});")
         names[node] = (tmp, np.dtype(typed.out))
 
     result, rdt = ref(tp.expr)

@@ -5,8 +5,9 @@ from __future__ import annotations
 import functools
 import logging
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Union
+from typing import Any, Union
 
 import numpy as np
 

@@ -231,7 +231,9 @@ def infer_types(root: Node, dtype: np.dtype | str) -> dict[Node, Typed]:
         except TypeError:
             raise
         except Exception as e:  # NumPy raises its own _UFuncNoLoopError etc.
-            names = ", ".join(str(o) if isinstance(o, np.dtype) else f"Python {o.__name__}" for o in ops)
+            names = ", ".join(
+                str(o) if isinstance(o, np.dtype) else f"Python {o.__name__}" for o in ops
+            )
             raise TypeError(f"np.{node.fn} is not defined for ({names}): {e}") from None
     return types
 

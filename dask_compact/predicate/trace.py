@@ -312,8 +312,8 @@ class Sym:
     __le__ = _binary("less_equal")
     __gt__ = _binary("greater")
     __ge__ = _binary("greater_equal")
-    __eq__ = _binary("equal")  # type: ignore[assignment]
-    __ne__ = _binary("not_equal")  # type: ignore[assignment]
+    __eq__ = _binary("equal")
+    __ne__ = _binary("not_equal")
 
     # arithmetic and bits, as ndarray maps them to ufuncs
     __add__, __radd__ = _binary("add"), _binary("add", True)
