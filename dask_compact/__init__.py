@@ -5,12 +5,14 @@
 
 from .accessor import register as _register
 from .api import compact, flatnonzero, map_compact
+from .cache import cache_dir, clear_cache
 from .chunk import compact_array
 from .predicate import Predicate, as_predicate
 
 __version__ = "0.1.0"
 __all__ = [
     "map_compact", "compact", "flatnonzero", "compact_array", "Predicate", "as_predicate", "trace",
+    "cache_dir", "clear_cache",
 ]  # fmt: skip
 
 

@@ -78,7 +78,7 @@ def pytest_collection_modifyitems(config, items):
 def random_array(rng: np.random.Generator, shape, dtype) -> np.ndarray:
     """Random data of any supported dtype, never all zeros, with repeated values for ints."""
     dtype = np.dtype(dtype)
-    if dtype == bool:
+    if dtype == np.dtype(bool):
         return rng.random(shape) < 0.5
     if dtype.kind in "iu":
         info = np.iinfo(dtype)
@@ -94,7 +94,7 @@ def random_array(rng: np.random.Generator, shape, dtype) -> np.ndarray:
 def threshold_predicate(a: np.ndarray, p: float):
     """A predicate selecting about a fraction p of `a` (exactly none at p=0, all at p=1)."""
     dtype = a.dtype
-    if dtype == bool:
+    if dtype == np.dtype(bool):
         if p == 0:
             return lambda v: v & ~v
         if p == 1:
@@ -104,7 +104,8 @@ def threshold_predicate(a: np.ndarray, p: float):
     flat = np.sort(np.asarray(key, dtype=np.float64).ravel())
     if p == 0 or p == 1 or flat.size == 0:
         # Out of every dtype's range: ints take the NumPy fallback for out-of-bound literals.
-        t = (-np.inf if p == 0 else np.inf) if dtype.kind in "fc" else (-(2**70) if p == 0 else 2**70)
+        inf = -np.inf if p == 0 else np.inf
+        t = inf if dtype.kind in "fc" else (-(2**70) if p == 0 else 2**70)
     else:
         t = flat[min(int(p * flat.size), flat.size - 1)]
         t = int(t) if dtype.kind in "iu" else float(t)

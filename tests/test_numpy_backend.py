@@ -213,8 +213,7 @@ def test_disk_cache_file_and_unwritable_dir(tmp_path, monkeypatch):
     blocker = tmp_path / "file"
     blocker.write_text("")
     monkeypatch.setenv("DASK_COMPACT_CACHE_DIR", str(blocker / "sub"))
-    with numba_loop._lock:
-        numba_loop._loops.pop((tp.key, "values"), None)
+    numba_loop.clear_cache()
     loop2 = fused_loop(tp, "values")
     assert loop2.path is None and "cache=False" in loop2.source
     a = random_array("int16", (100,))

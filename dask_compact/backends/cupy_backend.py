@@ -7,8 +7,8 @@ launches it on CuPy's current stream. Nothing is compiled at import time, and im
 module does not import CuPy (the CI machine has none; the source builders here are used by the
 compile tests).
 
-Chunk flow (exact-size result, as the dispatch contract and DESIGN.md's memory rule demand:
-extra device memory per chunk at most the output plus O(n/1024)):
+Chunk flow (exact-size result, as the dispatch contract and the memory rule of docs/design.md,
+Memory, demand: extra device memory per chunk at most the output plus O(n/1024)):
 
 * ``single-pass``, ``EXACT_MODE == "lookback"`` (the default, with the look-back schedule of
   ``SINGLE_PASS_VARIANT``): count kernel (tile aggregates + total) -> read the count ->
@@ -30,12 +30,12 @@ from __future__ import annotations
 
 import importlib.resources
 import re
-import threading
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from ..cache import BoundedCache
 from ..codegen.cuda_functor import CodegenUnsupported, CudaFunctor, ctype, generate_functor
 from ..predicate.core import Predicate
 from ..predicate.expr import ParamOverflow
@@ -64,7 +64,8 @@ _FILES = {
     "three-pass": ("three_pass.cu",),
 }
 # NVRTC options (C++17 is the default of NVRTC and nvcc 13). CuPy appends -ftz=true;
-# kernels/dcx_types.cuh keeps float32 predicates exact regardless. --fmad=false: NumPy rounds every operation, so a*b+c must not become one FMA.
+# kernels/dcx_types.cuh keeps float32 predicates exact regardless. --fmad=false: NumPy rounds
+# every operation, so a*b+c must not become one FMA.
 NVRTC_OPTIONS = ("--fmad=false",)
 
 # Three-pass constants, as in kernels/three_pass.cu.
@@ -82,7 +83,9 @@ SINGLE_PASS_VARIANTS = {"classic": 0, "early": 1}
 # run 2026-11-21_h100_5971f72-perf): "early" is 18-23% faster for float32 and float64 at every p;
 # for int8 it is 13% slower at p=0.05 (ptxas register cap, fewer blocks per SM) and 13% faster
 # at p=0.95, so 1-byte types keep "classic"; 2- and 16-byte types were not measured (classic).
-SINGLE_PASS_VARIANT: dict[int, str] = {1: "classic", 2: "classic", 4: "early", 8: "early", 16: "classic"}
+SINGLE_PASS_VARIANT: dict[int, str] = {
+    1: "classic", 2: "classic", 4: "early", 8: "early", 16: "classic",
+}  # fmt: skip
 # Exact-size path of algorithm="single-pass" (compact / compact_masked): "prefix" (count ->
 # tile-prefix scan -> read the total -> allocate -> scatter at known prefixes) or "lookback"
 # (count -> read the total -> allocate -> single-pass look-back kernel). "prefix" measured
@@ -136,7 +139,9 @@ def resolve_algorithm(algorithm: str, stable: bool) -> str:
     if algorithm == "auto":
         return "single-pass" if stable else "hybrid"
     if algorithm not in ALGORITHMS:
-        raise ValueError(f"algorithm must be one of auto, {', '.join(ALGORITHMS)}; got {algorithm!r}")
+        raise ValueError(
+            f"algorithm must be one of auto, {', '.join(ALGORITHMS)}; got {algorithm!r}"
+        )
     if algorithm == "hybrid" and stable:
         raise ValueError("algorithm='hybrid' does not keep the order; pass stable=False to use it")
     return algorithm
@@ -271,21 +276,15 @@ class _Compiled:
         return out
 
 
-_modules: dict[tuple, _Compiled] = {}
-_lock = threading.Lock()
+# (device, spec) -> its module; bounded (dask_compact.cache): each holds compiled kernels.
+_modules: BoundedCache[tuple, _Compiled] = BoundedCache("cupy modules")
 
 
 def _compiled(spec: ModuleSpec) -> _Compiled:
     import cupy
 
-    key = (cupy.cuda.Device().id, spec)
-    mod = _modules.get(key)
-    if mod is None:
-        with _lock:  # dask's threaded scheduler may ask for the same module from many threads
-            mod = _modules.get(key)
-            if mod is None:
-                mod = _modules[key] = _Compiled(spec)
-    return mod
+    # dask's threaded scheduler may ask for the same module from many threads: built once
+    return _modules.get_or_build((cupy.cuda.Device().id, spec), lambda: _Compiled(spec))
 
 
 # ----------------------------------------------------------------------------- launches -------
@@ -319,20 +318,22 @@ class _Plan:
         return int(self.flat.size)
 
 
-_functors: dict[tuple, tuple] = {}
+_functors: BoundedCache[tuple, tuple] = BoundedCache("cuda functors")
 
 
 def _typed_functor(expr: Any, dtype: np.dtype, pred: Predicate) -> tuple:
     """Typing and code generation once per (tree, dtype): both cost more than a launch."""
-    key = (expr, dtype)
-    hit = _functors.get(key)
-    if hit is None:
+
+    def build() -> tuple:
         tp = pred.typed(dtype)
-        hit = _functors[key] = (tp, generate_functor(tp))
-    return hit
+        return tp, generate_functor(tp)
+
+    return _functors.get_or_build((expr, dtype), build)
 
 
-_grid_cache: dict[tuple, int] = {}
+# Keyed by the kernel object's id: a module evicted and a new kernel at the same address may
+# get an old entry, which is harmless (any grid is correct, see below); bounded all the same.
+_grid_cache: BoundedCache[tuple, int] = BoundedCache("grid sizes")
 
 
 def _resident_blocks(kernel: Any, block: int, smem: int) -> int:
@@ -359,7 +360,7 @@ def _resident_blocks(kernel: Any, block: int, smem: int) -> int:
             g = max(1, per_sm) * attrs["MultiProcessorCount"]
         except Exception:  # unknown attributes: one block per tile (correct, less overlap)
             g = 1 << 30
-        _grid_cache[key] = g
+        _grid_cache.put(key, g)
     return g
 
 
@@ -378,7 +379,9 @@ def _plan(
 
     exact_mode = EXACT_MODE if exact_mode is None else exact_mode
     if variant is not None and variant not in SINGLE_PASS_VARIANTS:
-        raise ValueError(f"variant must be one of {', '.join(SINGLE_PASS_VARIANTS)}; got {variant!r}")
+        raise ValueError(
+            f"variant must be one of {', '.join(SINGLE_PASS_VARIANTS)}; got {variant!r}"
+        )
     if exact_mode not in EXACT_MODES:
         raise ValueError(f"exact_mode must be one of {', '.join(EXACT_MODES)}; got {exact_mode!r}")
 
@@ -406,11 +409,13 @@ def _plan(
         m = m.astype(np.bool_)
     if m.size != flat.size:
         raise ValueError(f"mask of {m.size} elements for a chunk of {flat.size}")
-    return _Plan(flat, m, (), ModuleSpec(dtype, algorithm, None, tuning, variant), output, exact_mode)
+    spec = ModuleSpec(dtype, algorithm, None, tuning, variant)
+    return _Plan(flat, m, (), spec, output, exact_mode)
 
 
 def _launch_main(
-    plan: _Plan, index_base: int, out_vals: Any, out_idx: Any, ws: dict[str, Any], exact: bool = False
+    plan: _Plan, index_base: int, out_vals: Any, out_idx: Any, ws: dict[str, Any],
+    exact: bool = False,
 ) -> None:
     """The compaction kernel(s) proper, after the count (exact path) or alone (compact_into)."""
     spec, n = plan.spec, plan.n
@@ -500,7 +505,9 @@ def _tile_workspace(algorithm: str, tiles: int, exact: bool) -> dict[str, Any]:
     if algorithm == "single-pass":
         words = cupy.empty(tiles + 2, dtype=np.uint64)
         _memset0(words)
-        return {"status": words[:tiles], "count": words[tiles:tiles + 1], "tiles": words[tiles + 1:]}
+        return {
+            "status": words[:tiles], "count": words[tiles : tiles + 1], "tiles": words[tiles + 1 :]
+        }
     words = cupy.empty(3, dtype=np.uint64)
     _memset0(words)
     # exact path: the count kernel totals into "count", the hybrid kernel claims from "counter"
@@ -571,7 +578,8 @@ def compact(
     alg = resolve_algorithm(algorithm, stable)
     if output not in OUTPUT_CODES:
         raise ValueError(f"output must be values, indices or both; got {output!r}")
-    return _run_exact([_plan(a, pred, None, output, alg, variant, exact_mode)], output, [index_base])
+    plan = _plan(a, pred, None, output, alg, variant, exact_mode)
+    return _run_exact([plan], output, [index_base])
 
 
 def compact_many(

@@ -25,9 +25,10 @@ own SIMD implementations, not libm), complex multiplication, division, absolute 
 friends -- the loop is reported unsupported and the backend takes the mask path.
 
 Parameters are arguments of the compiled function, so a new threshold reuses the loop; the
-in-process cache is keyed by (TypedPredicate.key, output). Numba's disk cache needs a source
-file, so the generated source is written to a cache directory (``DASK_COMPACT_CACHE_DIR``,
-default ``~/.cache/dask_compact``) under a name that hashes its text, and imported from there.
+in-process cache is keyed by (TypedPredicate.key, output) and bounded (:mod:`dask_compact.cache`).
+Numba's disk cache needs a source file, so the generated source is written to a cache directory
+(``DASK_COMPACT_CACHE_DIR``, default ``~/.cache/dask_compact``) under a name that hashes its
+text, and imported from there; the directory is trimmed to its size cap as it grows.
 """
 
 from __future__ import annotations
@@ -38,7 +39,6 @@ import logging
 import os
 import sys
 import tempfile
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +46,7 @@ from typing import Any
 
 import numpy as np
 
+from ..cache import BoundedCache, cache_dir, disk_bytes, trim
 from ..predicate.core import TypedPredicate
 from ..predicate.expr import Call, Node, Var, param_dtypes, params_of, to_source, walk
 
@@ -162,7 +163,7 @@ class _Emitter:
         if "c" in kinds and fn not in _COMPLEX_OK:
             raise UnsupportedPredicate(f"np.{fn} on complex numbers is not compiled exactly")
         a = args[0]
-        b = args[1] if len(args) > 1 else None
+        b = args[1] if len(args) > 1 else ""  # binary ufuncs below always have two arguments
         if fn in _COMPARISONS:
             return self.compare(fn, a, b, loop)
         if fn in ("logical_and", "logical_or", "logical_xor"):
@@ -511,6 +512,7 @@ class CompiledLoop:
     source: str
     path: str | None  # the file numba caches it under, or None (compiled without disk cache)
     specializations: list = field(default_factory=list)
+    module: str | None = None  # its entry in sys.modules, dropped with it from the cache
 
     def __call__(
         self, flat: np.ndarray, out: np.ndarray | None, idx: np.ndarray | None, base: int,
@@ -523,38 +525,53 @@ class CompiledLoop:
         return self.func(flat, out, idx, np.int64(base), *params)
 
 
-_lock = threading.Lock()
-_loops: dict[tuple[str, str], CompiledLoop | UnsupportedPredicate] = {}
+def _forget(key: tuple[str, str], loop: CompiledLoop | UnsupportedPredicate) -> None:
+    """An evicted loop's module goes too. Its namespace is emptied: the dispatchers and the
+    namespace refer to each other through ``__globals__``, a cycle the garbage collector does
+    not free (numba's dispatcher type does not take part in it). A task still running the loop
+    is not affected: compiled code does not look its globals up."""
+    if isinstance(loop, CompiledLoop) and loop.module is not None:
+        module = sys.modules.pop(loop.module, None)
+        if module is not None:
+            module.__dict__.clear()
+
+
+# (TypedPredicate.key, output) -> the loop, or the reason there is none (also worth keeping).
+_loops: BoundedCache[tuple[str, str], CompiledLoop | UnsupportedPredicate] = BoundedCache(
+    "numba loops", _forget
+)
 _stats = {"builds": 0, "hits": 0, "unsupported": 0}
-
-
-def cache_dir() -> Path:
-    """Where generated sources (and numba's cache of them) live."""
-    env = os.environ.get("DASK_COMPACT_CACHE_DIR")
-    if env:
-        return Path(env)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "dask_compact"
 
 
 def cache_info() -> dict[str, int]:
     """Counters of the in-process loop cache: builds (code generations), hits, unsupported,
-    loops held, and numba specializations compiled (a new one means numba recompiled)."""
-    with _lock:
+    loops held, evictions, and numba specializations compiled (a new one means numba
+    recompiled)."""
+    with _loops.lock:
         compiled = [v for v in _loops.values() if isinstance(v, CompiledLoop)]
         return {
             **_stats,
             "loops": len(compiled),
+            "evictions": _loops.evictions,
             "specializations": sum(len(getattr(v.func, "signatures", ())) for v in compiled),
         }
 
 
-def _load_from_file(source: str, directory: Path) -> tuple[Callable[..., int], str]:
-    """Write ``source`` (once; numba's cache checks the file's mtime) and import it."""
+def _group(file_name: str) -> str:
+    """A loop's files on disk share its name's stem: ``loop_<digest>.py`` and numba's
+    ``__pycache__/loop_<digest>.compact_loop-*.nbi/.nbc``."""
+    return file_name.split(".", 1)[0]
+
+
+def _load_from_file(source: str, directory: Path) -> tuple[Callable[..., int], str, str, bool]:
+    """Write ``source`` (once; numba's cache checks the file's mtime) and import it.
+
+    Returns the function, the file, the module name and whether the file was new."""
     digest = hashlib.sha1(source.encode()).hexdigest()[:24]
     path = directory / f"loop_{digest}.py"
     directory.mkdir(parents=True, exist_ok=True)
-    if not path.exists() or path.read_text() != source:
+    new = not path.exists() or path.read_text() != source
+    if new:
         # Atomic: other processes (dask workers) may import the same file concurrently.
         fd, tmp = tempfile.mkstemp(dir=directory, suffix=".tmp")
         with os.fdopen(fd, "w") as f:
@@ -568,12 +585,13 @@ def _load_from_file(source: str, directory: Path) -> tuple[Callable[..., int], s
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         sys.modules[name] = module
-    return module.compact_loop, str(path)
+    return module.compact_loop, str(path), name, new
 
 
 def _load_in_memory(source: str, key: str) -> Callable[..., int]:
     namespace: dict[str, Any] = {}
-    exec(compile(source, f"<dask_compact loop {key}>", "exec"), namespace)  # noqa: S102 - our generated code
+    code = compile(source, f"<dask_compact loop {key}>", "exec")
+    exec(code, namespace)  # noqa: S102 - our generated code
     return namespace["compact_loop"]
 
 
@@ -593,8 +611,11 @@ def _numba_signature(tp: TypedPredicate, output: str) -> tuple:
 def _build(tp: TypedPredicate, output: str) -> CompiledLoop:
     source = generate_source(tp, output, cache=True)
     path: str | None = None
+    module: str | None = None
+    new_file = False
+    func: Any
     try:
-        func, path = _load_from_file(source, cache_dir())
+        func, path, module, new_file = _load_from_file(source, cache_dir())
     except OSError as e:  # read-only home, full disk...: compile without numba's disk cache
         logger.debug("dask_compact cache dir %s not usable (%s); no disk cache", cache_dir(), e)
         source = generate_source(tp, output, cache=False)
@@ -606,28 +627,38 @@ def _build(tp: TypedPredicate, output: str) -> CompiledLoop:
         # here (and falls back to the mask path) rather than inside a running task.
         func.compile(_numba_signature(tp, output))
     except NumbaError as e:
-        raise UnsupportedPredicate(f"numba could not compile the loop: {str(e).splitlines()[0]}")
-    return CompiledLoop(func, output, source, path)
+        first = str(e).splitlines()[0]
+        raise UnsupportedPredicate(f"numba could not compile the loop: {first}") from None
+    if new_file:  # the directory grew: keep it under its cap (this loop is the newest)
+        try:
+            trim(cache_dir(), disk_bytes(), _group)
+        except OSError as e:
+            logger.debug("dask_compact cache dir %s not trimmed: %s", cache_dir(), e)
+    return CompiledLoop(func, output, source, path, module=module)
 
 
 def fused_loop(tp: TypedPredicate, output: str) -> CompiledLoop:
-    """The compiled loop for ``tp`` and ``output``, built once per process and key.
+    """The compiled loop for ``tp`` and ``output``, built once per process and key (while
+    the bounded cache keeps it).
 
     Raises :class:`UnsupportedPredicate` (also cached) when the loop cannot match NumPy.
     """
     key = (tp.key, output)
-    with _lock:
-        hit = _loops.get(key)
-        if hit is None:
-            try:
-                hit = _build(tp, output)
-                _stats["builds"] += 1
-                logger.debug("compiled fused loop %s for %s", key, to_source(tp.expr))
-            except UnsupportedPredicate as e:
-                hit = e
-                _stats["unsupported"] += 1
-            _loops[key] = hit
-        else:
+    hit = _loops.get(key)
+    if hit is None:
+        with _loops.lock:
+            hit = _loops.get(key)
+            if hit is None:
+                try:
+                    hit = _build(tp, output)
+                    _stats["builds"] += 1
+                    logger.debug("compiled fused loop %s for %s", key, to_source(tp.expr))
+                except UnsupportedPredicate as e:
+                    hit = e
+                    _stats["unsupported"] += 1
+                _loops.put(key, hit)
+    else:
+        with _loops.lock:
             _stats["hits"] += 1
     if isinstance(hit, UnsupportedPredicate):
         raise hit
@@ -635,8 +666,8 @@ def fused_loop(tp: TypedPredicate, output: str) -> CompiledLoop:
 
 
 def clear_cache() -> None:
-    """Forget the in-process loops (the disk cache stays); for tests."""
-    with _lock:
+    """Forget the in-process loops and counters (the disk cache stays); for tests."""
+    with _loops.lock:
         _loops.clear()
         for k in _stats:
             _stats[k] = 0

@@ -1,0 +1,107 @@
+"""Compiled code is cached in bounded LRUs in memory and under a size cap on disk."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import dask
+import numpy as np
+import pytest
+
+import dask_compact
+from dask_compact.cache import BoundedCache, trim
+from dask_compact.codegen import numba_loop
+from dask_compact.predicate import as_predicate
+
+
+def structures(n: int) -> list:
+    """n predicates of different structure (a new constant would reuse the loop)."""
+    out = []
+    for k in range(n):
+        text = " | ".join(["(x > 0.5)"] + [f"(x < -{j + 1})" for j in range(k)])
+        out.append(as_predicate(text))
+    return out
+
+
+def dir_bytes(path) -> int:
+    return sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(path) for f in fs)
+
+
+def test_lru_keeps_the_most_recently_used():
+    evicted = []
+    cache: BoundedCache[int, str] = BoundedCache("test", lambda k, v: evicted.append(k))
+    with dask.config.set({"dask-compact.cache.memory-entries": 3}):
+        for k in range(3):
+            cache.put(k, str(k))
+        assert cache.get(0) == "0"  # 0 is now the most recent
+        cache.put(3, "3")
+        assert evicted == [1] and cache.get(1) is None and len(cache) == 3
+        assert cache.get_or_build(1, lambda: "again") == "again"
+        assert evicted == [1, 2]
+    cache.clear()
+    assert len(cache) == 0 and sorted(evicted) == [0, 1, 1, 2, 3]
+
+
+def test_numba_loops_are_bounded_and_recompiled_after_eviction(tmp_path, monkeypatch):
+    monkeypatch.setenv("DASK_COMPACT_CACHE_DIR", str(tmp_path / "cache"))
+    numba_loop.clear_cache()
+    a = np.random.default_rng(0).standard_normal(1000) * 5
+    preds = structures(10)
+    with dask.config.set({"dask-compact.cache.memory-entries": 4}):
+        loops = [numba_loop.fused_loop(p.typed(a.dtype), "values") for p in preds]
+        info = numba_loop.cache_info()
+        assert info["loops"] == 4 and info["evictions"] == 6 and info["builds"] == 10
+        # the evicted loops' modules went with them: nothing else keeps their code alive
+        assert sum(m.startswith("_dask_compact_loop_") and m in sys.modules
+                   for m in {loop.module for loop in loops}) == 4
+        for p in preds:  # evicted ones are rebuilt (from numba's disk cache), results exact
+            got = dask_compact.compact_array(a, p)
+            np.testing.assert_array_equal(got, a[p.mask(a)])
+        assert numba_loop.cache_info()["loops"] == 4
+    numba_loop.clear_cache()
+
+
+def test_disk_cache_is_trimmed_to_its_cap(tmp_path, monkeypatch):
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("DASK_COMPACT_CACHE_DIR", str(cache))
+    numba_loop.clear_cache()
+    a = np.random.default_rng(1).standard_normal(100)
+    preds = structures(6)
+    numba_loop.fused_loop(preds[0].typed(a.dtype), "indices")
+    one = dir_bytes(cache)  # one loop's source and numba's files
+    assert one > 0
+    cap = 3 * one
+    with dask.config.set({"dask-compact.cache.disk-bytes": cap}):
+        for p in preds[1:]:
+            numba_loop.fused_loop(p.typed(a.dtype), "indices")
+        assert dir_bytes(cache) <= cap + one  # trimmed as each loop is added
+        sources = sorted(cache.glob("loop_*.py"))
+        assert 1 <= len(sources) <= 4
+    # the newest loop is never the one trimmed away
+    newest = numba_loop.fused_loop(preds[-1].typed(a.dtype), "indices")
+    assert newest.path is not None and os.path.exists(newest.path)
+    dask_compact.clear_cache(disk=True)
+    assert not cache.exists() and numba_loop.cache_info()["loops"] == 0
+
+
+def test_trim_removes_whole_groups_oldest_first(tmp_path):
+    for i, stem in enumerate(["a", "b", "c"]):
+        (tmp_path / f"{stem}.py").write_bytes(b"x" * 100)
+        (tmp_path / f"{stem}.nbi").write_bytes(b"x" * 50)
+        for f in (f"{stem}.py", f"{stem}.nbi"):
+            os.utime(tmp_path / f, (1000 + i, 1000 + i))
+    removed = trim(tmp_path, 200, lambda name: name.split(".")[0])
+    assert removed == 300  # a and b, both files of each
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.nbi", "c.py"]
+
+
+def test_clear_cache_is_public_and_cache_dir_follows_the_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("DASK_COMPACT_CACHE_DIR", str(tmp_path / "x"))
+    assert dask_compact.cache_dir() == tmp_path / "x"
+    dask_compact.clear_cache()
+
+
+@pytest.mark.parametrize("key", ["memory-entries", "disk-bytes"])
+def test_limits_have_defaults_in_dask_config(key):
+    assert int(dask.config.get(f"dask-compact.cache.{key}")) > 0
