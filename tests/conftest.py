@@ -1,18 +1,44 @@
-"""Shared test set-up: a private numba cache, the `gpu` marker, random data helpers."""
+"""Shared test set-up: a private numba cache and dask scratch space removed at the end, a check
+that nothing else was left in the temporary directory, the `gpu` marker, random data helpers."""
 
 from __future__ import annotations
 
 import gc
 import os
+import shutil
 import tempfile
 import warnings
 
 import numpy as np
 import pytest
 
-# Compiled loops go to a fresh cache per test session (also for worker processes, which
-# inherit the environment), so a stale cache from another checkout can never hide a bug.
-os.environ.setdefault("DASK_COMPACT_CACHE_DIR", tempfile.mkdtemp(prefix="dask-compact-cache-"))
+# What the package, dask and these tests may leave in the temporary directory.
+_LITTER = ("dask-compact", "dask_compact", ".dask-compact", "dask-scratch-space", "dask-worker")
+
+
+def _ours_in_tmp() -> set[str]:
+    return {n for n in os.listdir(tempfile.gettempdir()) if n.startswith(_LITTER)}
+
+
+_BEFORE = _ours_in_tmp()
+# Compiled loops go to a fresh cache per test session, and distributed's workers put their
+# scratch space beside it (both also for worker processes and CLI subprocesses, which inherit
+# the environment): a stale cache from another checkout can never hide a bug, and the whole
+# folder goes at the end of the session.
+_SESSION_DIR = tempfile.mkdtemp(prefix="dask-compact-tests-")
+os.environ.setdefault("DASK_COMPACT_CACHE_DIR", os.path.join(_SESSION_DIR, "cache"))
+os.environ.setdefault("DASK_TEMPORARY_DIRECTORY", os.path.join(_SESSION_DIR, "dask"))
+
+
+def pytest_sessionfinish(session, exitstatus):
+    shutil.rmtree(_SESSION_DIR, ignore_errors=True)
+    if hasattr(session.config, "workerinput"):
+        return  # a pytest-xdist worker: the controller checks once all are done
+    left = sorted(_ours_in_tmp() - _BEFORE)
+    if left:
+        tmp = tempfile.gettempdir()
+        print(f"\ntests left {len(left)} entries in {tmp}: {', '.join(left)}")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 DTYPES = [
     "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",

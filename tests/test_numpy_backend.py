@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import tempfile
-
-os.environ.setdefault("DASK_COMPACT_CACHE_DIR", tempfile.mkdtemp(prefix="dask_compact_test_"))
 
 import numpy as np
 import pytest

@@ -4,11 +4,7 @@ the original callable on NumPy arrays, bit for bit (NaN, inf, -0.0 and edge inte
 
 from __future__ import annotations
 
-import os
-import tempfile
 import warnings
-
-os.environ.setdefault("DASK_COMPACT_CACHE_DIR", tempfile.mkdtemp(prefix="dask_compact_test_"))
 
 import numpy as np
 import pytest
