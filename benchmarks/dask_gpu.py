@@ -4,7 +4,7 @@ Three ways to get a filtered, persisted dask array of ``x < p``:
   map_compact            known chunk sizes, persisted (dask_compact)
   boolindex+ccs+persist  x[x < p].compute_chunk_sizes().persist()
   map_blocks persist     x.map_blocks(lambda b: b[b < p]).persist() (unknown sizes)
-Every repetition uses a new threshold, so no key is reused (DESIGN.md section 6 pitfalls).
+Every repetition uses a new threshold, so no key is reused (docs/design.md, Measuring pitfalls).
 
     python benchmarks/dask_gpu.py --out results/ [--log2n 30 --chunks 4 --reps 5]
 """

@@ -13,9 +13,9 @@
 # (python3 for the tools venv), DEBIAN_MIRROR, DEMO_REBUILD_BASE=1 (redo the debootstrap),
 # DASHBOARD_PORT (default 18787).
 #
-# Podman settings that work on these hosts (DESIGN.md section 8): runc (crun fails on hybrid
-# cgroups), ulimits within the host's hard limits, --network host and the host's CA bundle for
-# pip inside the build.
+# Podman settings that work on these hosts (docs/design.md, Where things run): runc (crun
+# fails on hybrid cgroups), ulimits within the host's hard limits, --network host and the
+# host's CA bundle for pip inside the build.
 set -euo pipefail
 
 here="$(cd "$(dirname "$0")" && pwd)"

@@ -1,5 +1,5 @@
 // Count pass of the exact-size path (single-pass and hybrid): a chunk's result must be
-// allocated at its exact length before anything is written (DESIGN.md: extra device memory at
+// allocated at its exact length before anything is written (docs/design.md, Memory: extra memory at
 // most the output plus O(n/1024)), so the host reads this one count first. Each tile's count
 // also goes to its look-back status word as an AGGREGATE (when `status` is given), so the
 // single-pass kernel that follows never waits on a predecessor.
