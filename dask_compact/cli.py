@@ -22,16 +22,14 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from typing import Any
 
 import click
-import dask.array as da
-import numpy as np
 
 from .batch.inputs import Source, open_input
-from .batch.output import Target, check_overlap, marker, write_group
-from .batch.runner import Runner, compute, on_gpu, progress, start, to_host
+from .batch.job import describe, run_job
+from .batch.output import Target, check_overlap
+from .batch.runner import Runner, start
 from .batch.signals import EXIT_SIGINT, EXIT_SIGTERM, terminate_as_exit
 
 # ---------------------------------------------------------------------------------------------
@@ -88,6 +86,13 @@ def fmt_bytes(n: float) -> str:
 @click.option("--allow-missing-chunks", is_flag=True,
               help="Accept a Zarr INPUT with chunks missing from its store (they read as the "
               "fill value). Without it such an input is refused as possibly incomplete.")
+@click.option("--memory-budget", "memory_budget", metavar="SIZE",
+              help="Bytes of input chunks and selections in flight at once, over all workers "
+              "(e.g. 2GiB). Default: half of each worker's memory limit less what it holds "
+              "(threads: half of the available memory).")
+@click.option("--resume", is_flag=True,
+              help="Continue an interrupted job on OUTPUT (same arguments) from its manifest "
+              "of written chunks; starts afresh if there is none.")
 @click.option("--timeout", type=click.FloatRange(min=0.1), default=10.0, show_default=True,
               help="Seconds to wait for the scheduler and its first worker.")
 @click.option("--progress/--no-progress", default=None,
@@ -109,6 +114,8 @@ def compact_command(
     output_chunks: int | None,
     overwrite: bool,
     allow_missing_chunks: bool,
+    memory_budget: str | None,
+    resume: bool,
     timeout: float,
     progress: bool | None,
     as_json: bool,
@@ -125,6 +132,7 @@ def compact_command(
     """
     if address and scheduler_file:
         raise click.UsageError("give --scheduler or --scheduler-file, not both")
+    budget = _parse_budget(memory_budget)
     try:
         import zarr  # noqa: F401 -- the output is always a Zarr group: fail before any work
     except ImportError as e:
@@ -150,11 +158,17 @@ def compact_command(
         with terminate_as_exit():
             target.acquire()
             try:
+                continued = (target.resumable(describe(src, where, mode, output_chunks))
+                             if resume else None)
                 target.clean_stale(lambda line: click.echo(f"dask compact: {line}", err=True))
                 target.check_replaceable(overwrite)
+                if resume and continued is None:
+                    click.echo(f"dask compact: no interrupted job on {output_path} to resume; "
+                               "starting afresh", err=True)
                 summary = run(
                     target, src, where, mode, output_chunks, show, input_path, overwrite, debug,
                     (address, scheduler_file, local_cluster, device, timeout, n_workers),
+                    budget, continued,
                 )
             finally:
                 target.release()
@@ -176,11 +190,43 @@ def compact_command(
         f"where     {where}\n"
         f"selected  {summary['selected']:,} ({summary['fraction']:.2%})\n"
         f"wrote     {', '.join(summary['arrays'])} to {output_path}\n"
-        f"time      {summary['seconds']:.2f} s (compact {summary['compact_seconds']:.2f} s, "
-        f"write {summary['write_seconds']:.2f} s), {summary['gb_per_s']:.3f} GB/s of input\n"
-        f"ran on    {summary['scheduler']}, "
-        f"{'CuPy chunks on GPUs' if summary['gpu'] else 'NumPy chunks on CPUs'}"
+        f"time      {summary['seconds']:.2f} s, {summary['gb_per_s']:.3f} GB/s of input; "
+        f"task time {_split_line(summary)}\n"
+        f"memory    budget {fmt_bytes(summary['memory_budget'])}, at most "
+        f"{fmt_bytes(summary['peak_reserved'])} in flight; peak per process "
+        f"{_peaks(summary['peak_memory'])}\n"
+        f"ran on    {summary['scheduler']}, {summary['threads']} threads, "
+        f"{'compacted on GPUs' if summary['gpu'] else 'compacted on CPUs'}, "
+        f"{'GPU' if summary['gpu_decode'] else 'CPU'} decode"
+        + (f"\nresumed   from input chunk {summary['resumed_from_chunk']}"
+           if summary["resumed_from_chunk"] is not None else "")
     )
+
+
+def _split_line(summary: dict[str, Any]) -> str:
+    t = summary["task_seconds"]
+    return ", ".join(f"{k} {v:.2f} s" for k, v in t.items())
+
+
+def _peaks(peaks: dict[str, int]) -> str:
+    if not peaks:
+        return "unknown"
+    return ", ".join(fmt_bytes(v) for v in peaks.values())
+
+
+def _parse_budget(text: str | None) -> int | None:
+    if text is None:
+        return None
+    from dask.utils import parse_bytes
+
+    try:
+        n = parse_bytes(text)
+    except (ValueError, TypeError) as e:
+        raise click.BadParameter(f"{text!r} is not a size ({e})",
+                                 param_hint="--memory-budget") from None
+    if n <= 0:
+        raise click.BadParameter("must be positive", param_hint="--memory-budget")
+    return int(n)
 
 
 def _left(target: Target) -> str:
@@ -200,16 +246,18 @@ def run(
     overwrite: bool,
     debug: bool,
     where_to_run: tuple[Any, ...],
+    budget: int | None = None,
+    continued: Any = None,
 ) -> dict[str, Any]:
     """Start the scheduler, run the job, stop what was started; short messages for failures."""
     if src.array.size == 0:
         # Nothing to read or compact: no cluster, just the empty arrays.
         return run_job(Runner("no scheduler (empty input)"), src, target, where, mode,
-                       output_chunks, False, input_path, overwrite)
+                       output_chunks, False, input_path, overwrite, budget, continued)
     runner = start(*where_to_run)
     try:
         return run_job(runner, src, target, where, mode, output_chunks, show, input_path,
-                       overwrite)
+                       overwrite, budget, continued)
     except (click.ClickException, click.Abort, KeyboardInterrupt, SystemExit):
         raise
     except Exception as e:
@@ -218,86 +266,6 @@ def run(
         raise click.ClickException(f"job failed: {type(e).__name__}: {e}") from None
     finally:
         runner.close()
-
-
-def run_job(
-    runner: Runner,
-    src: Source,
-    target: Target,
-    where: str,
-    mode: str,
-    output_chunks: int | None,
-    show: bool,
-    input_path: str,
-    overwrite: bool = False,
-) -> dict[str, Any]:
-    import dask_compact
-
-    x = src.array
-    flat_chunk = int(max(x.chunks[0], default=0) * np.prod(x.shape[1:], dtype=np.int64))
-    chunk = output_chunks or max(1, flat_chunk)
-    xin = on_gpu(x) if runner.gpu else x
-
-    t0 = time.perf_counter()
-    if show and runner.client is not None:
-        click.echo(f"compacting {x.npartitions} chunks on {runner.description} ...", err=True)
-    with progress(runner, show):
-        # chunks=: uniform output chunks, aligned with the Zarr chunks, so that concurrent
-        # chunk writes never share a Zarr chunk.
-        result: Any = dask_compact.map_compact(xin, where, output=mode, chunks=chunk)
-    arrays: dict[str, da.Array] = (
-        dict(zip(("values", "indices"), result)) if mode == "both" else {mode: result}
-    )
-    arrays = {
-        k: da.map_blocks(to_host, a, dtype=a.dtype, meta=np.empty((0,), a.dtype))
-        if runner.gpu
-        else a
-        for k, a in arrays.items()
-    }
-    selected = int(next(iter(arrays.values())).shape[0])
-    t1 = time.perf_counter()
-
-    attrs = {
-        "complete": False,
-        "input": input_path,
-        "where": where,
-        "output": mode,
-        "input_shape": list(x.shape),
-        "input_dtype": str(x.dtype),
-        "selected": selected,
-        "version": dask_compact.__version__,
-    }
-    target.prepare()
-    try:
-        _, sources, targets = write_group(target.tmp, arrays, attrs, chunk)
-        if sources:
-            compute(runner, da.store(sources, targets, lock=False, compute=False), show)
-        target.commit(marker(attrs), overwrite)
-    except BaseException:
-        target.discard()
-        raise
-    t2 = time.perf_counter()
-
-    seconds = t2 - t0
-    return {
-        "input": input_path,
-        "output": target.output,
-        "where": where,
-        "shape": list(x.shape),
-        "dtype": str(x.dtype),
-        "elements": int(x.size),
-        "bytes": int(x.nbytes),
-        "input_chunks": int(x.npartitions),
-        "selected": selected,
-        "fraction": selected / x.size if x.size else 0.0,
-        "arrays": list(arrays),
-        "seconds": seconds,
-        "compact_seconds": t1 - t0,
-        "write_seconds": t2 - t1,
-        "gb_per_s": x.nbytes / 1e9 / seconds if seconds > 0 else 0.0,
-        "scheduler": runner.description,
-        "gpu": runner.gpu,
-    }
 
 
 main = compact_command

@@ -22,31 +22,32 @@ def main() -> None:
     hook, ready = sys.argv[1], Path(sys.argv[2])
     argv = sys.argv[sys.argv.index("--") + 1 :]
     from dask_compact import cli
-    from dask_compact.batch import output
+    from dask_compact.batch import output, stream, tasks
 
-    real_compute = cli.compute
+    real_submit = stream._Stream.submit_write
 
     if hook == "slow-write":
+        real_write = tasks.write_chunk
 
-        def slow(block):
+        def slow(*args):  # a closure: distributed workers get it by value
             time.sleep(0.5)
-            return block
+            return real_write(*args)
 
-        def compute(runner, work, enabled, *a, **k):
-            works = list(work) if isinstance(work, (tuple, list)) else [work]
-            works = [w.map_blocks(slow, dtype=w.dtype) for w in works]
+        tasks.write_chunk = slow
+
+        def submit_write(self, j, parts):
             ready.touch()
-            return real_compute(runner, works, enabled, *a, **k)
+            return real_submit(self, j, parts)
 
-        cli.compute = compute
+        stream._Stream.submit_write = submit_write
     elif hook == "pause-write":
 
-        def compute(runner, work, enabled, *a, **k):
+        def submit_write(self, j, parts):
             ready.touch()
             time.sleep(120)
-            return real_compute(runner, work, enabled, *a, **k)
+            return real_submit(self, j, parts)
 
-        cli.compute = compute
+        stream._Stream.submit_write = submit_write
     elif hook == "pause-swap":
         output.rename2 = lambda src, dst, flags: False
         real_rename = os.rename

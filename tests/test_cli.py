@@ -131,28 +131,20 @@ def test_existing_output_needs_overwrite(npy, tmp_path):
 
 
 def _fail_in_write_phase(monkeypatch, exc: type[BaseException]) -> None:
-    """map_compact's result fails in the last block, i.e. while the group is being written."""
-    real = dask_compact.map_compact
+    """The write of output chunk 1 fails (chunk 0 is written): the group is half written.
 
-    def boom(block):
-        raise exc("disk full (simulated)")
+    The wrapper is a closure, so a distributed worker gets it by value (the patched module
+    attribute alone would be looked up afresh there)."""
+    from dask_compact.batch import stream, tasks
 
-    def failing(x, pred, **kw):
-        out = real(x, pred, **kw)
-        arrays = out if isinstance(out, tuple) else (out,)
-        bad = []
-        for y in arrays:
-            last = y.numblocks[0] - 1
+    real = tasks.write_chunk
 
-            def maybe_fail(b, block_info=None, last=last):
-                if block_info[0]["chunk-location"][0] == last:
-                    boom(b)
-                return b
+    def failing(dest, j, *args):
+        if j == 1:
+            raise exc("disk full (simulated)")
+        return real(dest, j, *args)
 
-            bad.append(y.map_blocks(maybe_fail, dtype=y.dtype))
-        return tuple(bad) if isinstance(out, tuple) else bad[0]
-
-    monkeypatch.setattr(dask_compact, "map_compact", failing)
+    monkeypatch.setattr(stream.tasks, "write_chunk", failing)
 
 
 @pytest.mark.parametrize(

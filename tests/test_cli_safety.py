@@ -187,13 +187,15 @@ def test_output_appearing_during_the_job_is_left_alone(npy, tmp_path, monkeypatc
     silently replace it; the job refuses instead and leaves it as it is."""
     path, _ = npy
     out = tmp_path / "out.zarr"
-    real = output.write_group
+    from dask_compact.batch import job
 
-    def write_group(*args, **kw):
+    real = job.create_group
+
+    def create_group(*args, **kw):
         out.mkdir()
         return real(*args, **kw)
 
-    monkeypatch.setattr(cli, "write_group", write_group)
+    monkeypatch.setattr(job, "create_group", create_group)
     res = run(path, out, "--where", "x > 0.5", code=1)
     assert "appeared while the job ran" in res.output
     assert out.is_dir() and not any(out.iterdir())

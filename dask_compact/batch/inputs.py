@@ -12,6 +12,10 @@ import dask.array as da
 import numpy as np
 from dask.base import tokenize
 
+from .reader import NpyRows, Reader, ZarrRows, npy_fingerprint, zarr_fingerprint
+
+AUTO_CHUNK_BYTES = 128 * 2**20  # .npy input: about this much per input chunk
+
 SEPARATOR = "://"
 
 
@@ -51,9 +55,19 @@ class NpyBlocks:
 
 @dataclass
 class Source:
-    array: da.Array
+    array: da.Array  # the input as a dask array (metadata, and the empty-input path)
     kind: str  # "npy" or "zarr"
     local_path: str | None  # for the INPUT/OUTPUT overlap check
+    reader: Reader  # reads blocks of rows where a streaming task runs
+    row_chunk: int  # rows per input chunk of the streaming job
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.array.shape)
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.array.dtype
 
 
 def is_url(path: str) -> bool:
@@ -106,7 +120,10 @@ def open_npy(path: str, chunks: int | None) -> Source:
         meta=np.empty((0,) * blocks.ndim, dtype=blocks.dtype),
         inline_array=True,
     )
-    return Source(native_order(x), "npy", p)
+    row_bytes = max(1, int(np.prod(blocks.shape[1:], dtype=np.int64)) * blocks.dtype.itemsize)
+    row_chunk = chunks or max(1, AUTO_CHUNK_BYTES // row_bytes)
+    reader = NpyRows(p, blocks.shape, blocks.dtype, npy_fingerprint(p))
+    return Source(native_order(x), "npy", p, reader, row_chunk)
 
 
 def open_zarr(path: str, chunks: int | None, allow_missing_chunks: bool = False) -> Source:
@@ -132,7 +149,13 @@ def open_zarr(path: str, chunks: int | None, allow_missing_chunks: bool = False)
     x = da.from_zarr(node)
     if chunks is not None:
         x = x.rechunk(leading_axis_chunks(x.ndim, chunks))
-    return Source(native_order(x), "zarr", None if is_url(path) else local(path))
+    url = path if is_url(path) else local(path)
+    reader = ZarrRows(url, node.shape, node.dtype, zarr_fingerprint(node, url))
+    # Blocks of whole Zarr chunks along axis 0 (all trailing axes): each read decodes every
+    # chunk it touches exactly once.
+    row_chunk = chunks or max(1, int(node.chunks[0]))
+    return Source(native_order(x), "zarr", None if is_url(path) else local(path), reader,
+                  row_chunk)
 
 
 def check_chunks_stored(node: Any, path: str) -> None:

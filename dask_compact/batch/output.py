@@ -30,9 +30,10 @@ from collections.abc import Callable
 from typing import Any
 
 import click
-import dask.array as da
 
+from . import manifest as manifest_io
 from .inputs import Source, is_url, local
+from .manifest import Manifest
 from .signals import sigint_ignored
 
 TMP_MARK = ".dask-compact-tmp-"
@@ -181,22 +182,59 @@ class Target:
             "yourself, or choose another OUTPUT"
         )
 
+    def _stale(self) -> list[str]:
+        if self.url or not os.path.isdir(self.parent):
+            return []
+        prefix = f".{self.base}{TMP_MARK}"
+        return sorted(n for n in os.listdir(self.parent) if n.startswith(prefix))
+
+    def resumable(self, job: dict[str, Any]) -> Manifest | None:
+        """The manifest of an interrupted job on this OUTPUT identical to ``job``, whose group
+        this job then continues (``self.tmp`` names it); None if there is none. An interrupted
+        job that differs is refused, naming what differs: it is left for a run without
+        ``--resume`` to remove."""
+        if self.url:
+            raise click.UsageError("--resume needs a local OUTPUT (an fsspec URL has no "
+                                   "manifest of finished chunks)")
+        found: list[tuple[float, str, Manifest]] = []
+        for name in self._stale():
+            path = os.path.join(self.parent, name)
+            if name.endswith(OLD_SUFFIX):
+                continue
+            m = manifest_io.load(path)
+            if m is not None:
+                found.append((os.stat(manifest_io.path_in(path)).st_mtime, path, m))
+        if not found:
+            return None
+        found.sort(key=lambda t: t[0])
+        for _, path, m in reversed(found):
+            if m.job == job:
+                self.tmp = self.tmp_path = path
+                return m
+        _, path, m = found[-1]
+        diff = ", ".join(f"{k} ({m.job.get(k)!r} then, {job.get(k)!r} now)"
+                         for k in sorted(set(job) | set(m.job)) if m.job.get(k) != job.get(k))
+        raise click.UsageError(
+            f"--resume: the interrupted job on {self.output!r} ({path}) differs in {diff}; "
+            "run it with the same arguments, or without --resume to start over"
+        )
+
     def clean_stale(self, say: Callable[[str], None]) -> None:
         """Remove temporary groups of jobs that died on this OUTPUT (none can be alive: we hold
-        the lock), and put back an old output a job died swapping out."""
-        if self.url or not os.path.isdir(self.parent):
-            return
-        prefix = f".{self.base}{TMP_MARK}"
-        stale = sorted(n for n in os.listdir(self.parent) if n.startswith(prefix))
-        for name in stale:
+        the lock), except the one a resumed job continues, and put back an old output a job
+        died swapping out."""
+        for name in self._stale():
             path = os.path.join(self.parent, name)
+            if path == self.tmp:
+                continue
             swapped_out = name.endswith(OLD_SUFFIX) and not os.path.lexists(self.path)
             if swapped_out and complete_marker(path):
                 os.rename(path, self.path)
                 say(f"restored {self.output} from an interrupted replacement ({name})")
                 continue
+            resumable = "; --resume would have continued it" if manifest_io.load(path) else ""
             _remove(path)
-            say(f"removed {path}: the temporary output of an interrupted job")
+            say(f"removed {path}: the temporary output of an interrupted job{resumable}")
 
     # -- writing -------------------------------------------------------------------------------
 
@@ -287,22 +325,6 @@ def check_overlap(src: Source, target: Target) -> None:
     a, b = os.path.realpath(src.local_path), os.path.realpath(target.path)
     if a == b or a.startswith(b + os.sep) or b.startswith(a + os.sep):
         raise click.BadParameter("OUTPUT must not be INPUT or contain it", param_hint="OUTPUT")
-
-
-def write_group(
-    store: str, arrays: dict[str, da.Array], attrs: dict[str, Any], chunk: int
-) -> tuple[Any, list[da.Array], list[Any]]:
-    """Create the group and its (empty) arrays; return the sources and targets to store."""
-    import zarr
-
-    group = zarr.open_group(store=store, mode="w-", attributes={"dask_compact": attrs})
-    sources, targets = [], []
-    for name, a in arrays.items():
-        z = group.create_array(name, shape=a.shape, dtype=a.dtype, chunks=(max(1, chunk),))
-        if a.size:
-            sources.append(a)
-            targets.append(z)
-    return group, sources, targets
 
 
 def marker(attrs: dict[str, Any]) -> Any:

@@ -145,10 +145,18 @@ def start_local_cluster(runner: Runner, kind: str, device: str, n_workers: int |
     from distributed import Client
 
     if kind == "cuda":
+        from dask.system import CPU_COUNT
         from dask_cuda import LocalCUDACluster
 
+        # dask-cuda gives each GPU worker one thread; a batch job's chunk tasks mostly read,
+        # decode and write (CPU work that releases the GIL), so each worker gets its share of
+        # the cores, and reads proceed in parallel while the GPU compacts.
+        n_gpus = n_workers or _device_count()
+        threads = max(1, CPU_COUNT // max(1, n_gpus))
         cluster = runner._stack.enter_context(
-            _start_retrying_once(lambda: LocalCUDACluster(n_workers=n_workers))
+            _start_retrying_once(
+                lambda: LocalCUDACluster(n_workers=n_workers, threads_per_worker=threads)
+            )
         )
         runner.description = f"LocalCUDACluster ({len(cluster.workers)} GPU workers)"
         runner.gpu = device != "cpu"
@@ -160,6 +168,34 @@ def start_local_cluster(runner: Runner, kind: str, device: str, n_workers: int |
         )
         runner.description = f"LocalCluster ({len(cluster.workers)} worker processes)"
     runner.client = runner._stack.enter_context(Client(cluster))
+
+
+def _device_count() -> int:
+    import cupy
+
+    return int(cupy.cuda.runtime.getDeviceCount())
+
+
+MIN_BUDGET = 32 * 2**20
+
+
+def memory_budget(runner: Runner) -> int:
+    """The default memory budget of a streaming job (bytes of chunks and pieces in flight,
+    over all workers): half of each worker's memory limit less what it already holds, so a
+    worker stays below distributed's spill (70 %) and pause (80 %) thresholds; without a
+    cluster, half of the memory available on this machine."""
+    import psutil
+
+    if runner.client is None:
+        return max(MIN_BUDGET, int(psutil.virtual_memory().available * 0.5))
+    workers = runner.client.scheduler_info()["workers"].values()
+    fallback = psutil.virtual_memory().total / max(1, len(workers))
+    total = 0
+    for w in workers:
+        limit = w.get("memory_limit") or fallback
+        held = w.get("metrics", {}).get("memory", 0) or 0
+        total += max(MIN_BUDGET // 4, int(0.5 * limit - held))
+    return max(MIN_BUDGET, total)
 
 
 def _start_retrying_once(make: Callable[[], Any]) -> Any:

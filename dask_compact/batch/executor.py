@@ -1,0 +1,179 @@
+"""One interface over the two places a streaming job's tasks run: a local thread pool, or a
+distributed cluster through its client. ``submit(fn, *args)`` takes futures of the same
+executor as arguments (a task runs once they are done, with their results); ``on_done``
+reports each finished future to the scheduling loop; ``stop`` cancels what has not run and
+returns only once nothing started still runs (a late write must not recreate a removed
+temporary group)."""
+
+from __future__ import annotations
+
+import itertools
+import queue
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any
+
+
+class ThreadExecutor:
+    """Tasks in a pool of threads in this process; results stay in memory, nothing pickled.
+
+    A task whose arguments are futures is queued only once they are done (callbacks, not a
+    blocked pool thread), so no thread waits on another. Queued tasks run by priority, then in
+    order: writes (priority 1) go before reads, so memory is freed before more is taken.
+    """
+
+    def __init__(self, threads: int) -> None:
+        self.threads = threads
+        self._queue: queue.PriorityQueue[tuple[int, int, Any]] = queue.PriorityQueue()
+        self._order = itertools.count()
+        self._lock = threading.Lock()
+        self._stopped = False
+        self._workers = [
+            threading.Thread(target=self._work, name=f"dask-compact-{k}", daemon=True)
+            for k in range(threads)
+        ]
+        for t in self._workers:
+            t.start()
+
+    def _work(self) -> None:
+        while True:
+            _, _, item = self._queue.get()
+            if item is None:
+                return
+            fut, fn, args = item
+            if self._stopped or not fut.set_running_or_notify_cancel():
+                if not fut.done():
+                    fut.cancel()
+                continue
+            try:
+                result = fn(*args)
+            except BaseException as e:  # noqa: BLE001 -- handed to whoever waits on it
+                fut.set_exception(e)
+            else:
+                fut.set_result(result)
+
+    def submit(self, fn: Callable[..., Any], *args: Any, priority: int = 0) -> Future:
+        out: Future = Future()
+        deps = [a for a in args if isinstance(a, Future)]
+        remaining = [len(deps)]
+
+        def start() -> None:
+            for d in deps:
+                if d.cancelled() or d.exception() is not None:
+                    exc = d.exception() if not d.cancelled() else RuntimeError("cancelled")
+                    out.set_exception(exc)
+                    return
+            if self._stopped:
+                out.cancel()
+                return
+            real = tuple(a.result() if isinstance(a, Future) else a for a in args)
+            self._queue.put((-priority, next(self._order), (out, fn, real)))
+
+        def dep_done(_: Future) -> None:
+            with self._lock:
+                remaining[0] -= 1
+                ready = remaining[0] == 0
+            if ready:
+                start()
+
+        if not deps:
+            start()
+        for d in deps:
+            d.add_done_callback(dep_done)
+        return out
+
+    def derive(self, fn: Callable[[Any], Any], fut: Future) -> Future:
+        """``fn(result)`` for a cheap ``fn``, run as ``fut`` completes (never queued)."""
+        out: Future = Future()
+
+        def done(f: Future) -> None:
+            if f.cancelled():
+                out.cancel()
+            elif f.exception() is not None:
+                out.set_exception(f.exception())
+            else:
+                out.set_result(fn(f.result()))
+
+        fut.add_done_callback(done)
+        return out
+
+    @staticmethod
+    def result(fut: Future) -> Any:
+        return fut.result()
+
+    @staticmethod
+    def failed(fut: Future) -> bool:
+        return fut.cancelled() or fut.exception() is not None
+
+    @staticmethod
+    def on_done(fut: Future, callback: Callable[[Any], None]) -> None:
+        fut.add_done_callback(callback)
+
+    def release(self, fut: Future) -> None:
+        """Nothing to do: a result nobody references is freed."""
+
+    def stop(self, timeout: float = 60.0) -> None:
+        """Cancel what is queued; return once the running tasks have ended."""
+        self._stopped = True
+        self.close()
+
+    def close(self) -> None:
+        for _ in self._workers:
+            self._queue.put((1 << 30, next(self._order), None))  # after everything queued
+        for t in self._workers:
+            t.join()
+
+
+class ClientExecutor:
+    """Tasks on a distributed cluster; a task that takes a future runs where its data is."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        # Futures that may still run (for stop()); a done one is dropped at once, since holding
+        # it would keep its result (a piece) in the cluster's memory.
+        self._live: set[Any] = set()
+        self._keys: set[Any] = set()
+        self.threads = sum(w["nthreads"] for w in client.scheduler_info()["workers"].values())
+
+    def submit(self, fn: Callable[..., Any], *args: Any, priority: int = 0) -> Any:
+        fut = self.client.submit(fn, *args, pure=False, priority=priority)
+        self._live.add(fut)
+        self._keys.add(fut.key)
+        fut.add_done_callback(self._live.discard)
+        return fut
+
+    def derive(self, fn: Callable[[Any], Any], fut: Any) -> Any:
+        """``fn(result)`` as a task where ``fut``'s result is (only ``fn``'s result travels)."""
+        return self.submit(fn, fut, priority=1)
+
+    @staticmethod
+    def result(fut: Any) -> Any:
+        return fut.result()
+
+    @staticmethod
+    def failed(fut: Any) -> bool:
+        return fut.status in ("error", "cancelled")
+
+    @staticmethod
+    def on_done(fut: Any, callback: Callable[[Any], None]) -> None:
+        fut.add_done_callback(callback)
+
+    def release(self, fut: Any) -> None:
+        fut.release()
+
+    def stop(self, timeout: float = 60.0) -> None:
+        from .runner import drain
+
+        futures = [f for f in list(self._live) if not f.done()]
+        if futures:
+            self.client.cancel(futures)
+        deadline = time.monotonic() + timeout
+        drain(self.client, self._keys, max(0.0, deadline - time.monotonic()))
+
+    def close(self) -> None:
+        self._live.clear()
+
+
+Executor = ThreadExecutor | ClientExecutor

@@ -1,0 +1,200 @@
+"""One batch job from start to commit: the output group, the streaming run, the summary.
+
+The CLI (:mod:`dask_compact.cli`) parses arguments and maps failures to exit codes; this
+module owns what happens between the lock being taken and released.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import Any
+
+import numpy as np
+
+from .executor import ClientExecutor, Executor, ThreadExecutor
+from .inputs import Source
+from .manifest import Manifest
+from .output import Target, marker
+from .plan import Layout
+from .runner import Runner
+from .stream import Job, run_stream
+from .tasks import OutputArrays, peak_rss
+
+NAMES = {"values": ("values",), "indices": ("indices",), "both": ("values", "indices")}
+
+
+def describe(src: Source, where: str, mode: str, output_chunks: int | None) -> dict[str, Any]:
+    """What a resumed job must share with the interrupted one (see :mod:`.manifest`)."""
+    import dask_compact
+
+    layout = layout_of(src, output_chunks)
+    return {
+        "input": src.reader.fingerprint,
+        "shape": list(src.shape),
+        "dtype": str(src.dtype),
+        "rows": src.row_chunk,
+        "where": where,
+        "output": mode,
+        "out_chunk": layout.out_chunk,
+        "version": dask_compact.__version__,
+    }
+
+
+def layout_of(src: Source, output_chunks: int | None) -> Layout:
+    return Layout.make(src.shape, src.dtype.itemsize, src.row_chunk, output_chunks)
+
+
+def executor_for(runner: Runner) -> Executor:
+    if runner.client is not None:
+        return ClientExecutor(runner.client)
+    from dask.system import CPU_COUNT
+
+    return ThreadExecutor(CPU_COUNT)
+
+
+def create_group(store: str, layout: Layout, src: Source, mode: str,
+                 attrs: dict[str, Any]) -> None:
+    """The output group with its arrays at the input's length (cut to the result at the end)."""
+    import zarr
+
+    group = zarr.open_group(store=store, mode="w-", attributes={"dask_compact": attrs})
+    dtypes = {"values": src.dtype, "indices": np.dtype(np.int64)}
+    for name in NAMES[mode]:
+        group.create_array(name, shape=(layout.n,), dtype=dtypes[name],
+                           chunks=(max(1, layout.out_chunk),))
+
+
+def cut(store: str, mode: str, total: int) -> None:
+    """Set the arrays' length to the selection's: a metadata write; the chunks beyond it were
+    never written, so none needs deleting."""
+    import zarr
+    from zarr.core.sync import sync
+
+    for name in NAMES[mode]:
+        a = zarr.open_array(store=store, path=name, mode="r+")
+        sync(a.async_array.resize((total,), delete_outside_chunks=False))
+
+
+def run_job(
+    runner: Runner,
+    src: Source,
+    target: Target,
+    where: str,
+    mode: str,
+    output_chunks: int | None,
+    show: bool,
+    input_path: str,
+    overwrite: bool = False,
+    budget: int | None = None,
+    resume: Manifest | None = None,
+) -> dict[str, Any]:
+    """Run the job into ``target``'s temporary group and commit it; the summary dict.
+
+    ``resume``: the manifest of the interrupted job whose group ``target.tmp`` now names.
+    """
+    import dask_compact
+
+    from .runner import memory_budget
+
+    layout = layout_of(src, output_chunks)
+    job_desc = describe(src, where, mode, output_chunks)
+    attrs = {
+        "complete": False,
+        "input": input_path,
+        "where": where,
+        "output": mode,
+        "input_shape": list(src.shape),
+        "input_dtype": str(src.dtype),
+        "version": dask_compact.__version__,
+    }
+    budget = budget or memory_budget(runner)
+    t0 = time.perf_counter()
+    target.prepare()
+    if resume is None:
+        create_group(target.tmp, layout, src, mode, attrs)
+        manifest = Manifest(job_desc)
+    else:
+        manifest = resume
+    device = "cpu"
+    if runner.gpu:
+        device = "gpu" if runner.client is not None else "gpu-all"
+    job = Job(
+        reader=src.reader, layout=layout, where=where, mode=mode, device=device,
+        dest=OutputArrays(target.tmp, NAMES[mode], layout.out_chunk), budget=budget,
+        manifest=manifest, manifest_dir=None if target.url else target.tmp,
+    )
+    ex = executor_for(runner)
+    try:
+        with progress_bar(show, src, job) as bar:
+            total = run_stream(ex, job, bar)
+        ex.close()
+        cut(target.tmp, mode, total)
+        if job.manifest_dir is not None:
+            os.remove(os.path.join(job.manifest_dir, "dask-compact-manifest.json"))
+        target.commit(marker({**attrs, "selected": total}), overwrite)
+    except BaseException:
+        ex.stop()
+        target.discard()
+        raise
+    seconds = time.perf_counter() - t0
+    st = job.stats
+    peaks = peak_memory(runner)
+    return {
+        "input": input_path,
+        "output": target.output,
+        "where": where,
+        "shape": list(src.shape),
+        "dtype": str(src.dtype),
+        "elements": int(layout.n),
+        "bytes": int(layout.n * layout.itemsize),
+        "input_chunks": layout.nchunks,
+        "selected": total,
+        "fraction": total / layout.n if layout.n else 0.0,
+        "arrays": list(NAMES[mode]),
+        "seconds": seconds,
+        "gb_per_s": layout.n * layout.itemsize / 1e9 / seconds if seconds > 0 else 0.0,
+        "task_seconds": {"read": st.read_s, "compact": st.compact_s, "write": st.write_s},
+        "threads": ex.threads,
+        "memory_budget": budget,
+        "peak_reserved": st.peak_reserved,
+        "peak_memory": peaks,
+        "gpu_chunks": st.gpu_chunks,
+        "gpu_decode": False,
+        "resumed_from_chunk": st.resumed_from_chunk if resume is not None else None,
+        "scheduler": runner.description,
+        "gpu": runner.gpu,
+    }
+
+
+def peak_memory(runner: Runner) -> dict[str, int]:
+    """Peak resident memory of each process that ran tasks (the workers, or this one)."""
+    if runner.client is None:
+        return {"local": peak_rss()}
+    try:
+        return {str(k): int(v) for k, v in runner.client.run(peak_rss).items()}
+    except Exception:  # noqa: BLE001 -- a summary field is not worth failing a finished job
+        return {}
+
+
+class progress_bar:
+    """A tqdm bar over the input bytes on stderr (a no-op when not shown)."""
+
+    def __init__(self, show: bool, src: Source, job: Job) -> None:
+        self.show = show
+        self.total = int(np.prod(src.shape, dtype=np.int64)) * src.dtype.itemsize
+        self.bar: Any = None
+
+    def __enter__(self) -> Any:
+        if not self.show:
+            return None
+        from tqdm import tqdm
+
+        self.bar = tqdm(total=self.total, unit="B", unit_scale=True, file=sys.stderr,
+                        desc="dask compact", leave=False, dynamic_ncols=True)
+        return self.bar.update
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.bar is not None:
+            self.bar.close()

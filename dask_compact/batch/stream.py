@@ -1,0 +1,234 @@
+"""The streaming job: the three phases run over a sliding window of input chunks whose memory
+fits a budget, each output chunk written at its global offset as soon as the pieces that fill
+it are known.
+
+The loop runs on the client. It keeps as many input chunks in flight as the budget allows
+(a chunk is charged its decoded size plus a full selection until its count is known, then its
+actual output until that is written), so reading the next chunks overlaps compacting and
+writing earlier ones, and memory does not grow with the input. Counts arrive in any order; the
+exclusive scan advances over the contiguous prefix of known counts (the running offset), and
+every output chunk that prefix fills is written by one task from the slices of the pieces that
+make it up: no two tasks ever write one Zarr chunk, and a piece is dropped as soon as the writes
+that use it are done. The output arrays are created at the input's length and cut to the
+selected length at the end (a metadata change).
+"""
+
+from __future__ import annotations
+
+import queue
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import manifest as manifest_io
+from .executor import ClientExecutor, Executor
+from .manifest import Manifest
+from .plan import Layout, Part, chunk_cost, out_chunks_total, parts_of
+from .reader import Reader
+from . import tasks
+from .tasks import OutputArrays, info, take
+
+MANIFEST_EVERY_S = 1.0  # a manifest a second behind only means a little recomputation
+
+
+@dataclass
+class Stats:
+    """What the summary reports of the tasks (seconds summed over all tasks)."""
+
+    read_s: float = 0.0
+    compact_s: float = 0.0
+    write_s: float = 0.0
+    chunks: int = 0
+    bytes_read: int = 0
+    writes: int = 0
+    gpu_chunks: int = 0
+    peak_reserved: int = 0
+    resumed_from_chunk: int = 0
+    skipped_bytes: int = 0
+
+
+@dataclass
+class Job:
+    reader: Reader
+    layout: Layout
+    where: str
+    mode: str
+    device: str  # "cpu" or "gpu": where the chunk tasks compact
+    dest: OutputArrays
+    budget: int
+    manifest: Manifest
+    manifest_dir: str | None  # None: no resume (an fsspec URL output)
+    stats: Stats = field(default_factory=Stats)
+
+
+def run_stream(ex: Executor, job: Job, progress: Callable[[int], None] | None = None) -> int:
+    """Run the job on ``ex``; return the number of selected elements. Raises the first task's
+    error (the caller stops the executor and removes the temporary group)."""
+    return _Stream(ex, job, progress).run()
+
+
+class _Stream:
+    def __init__(self, ex: Executor, job: Job, progress: Callable[[int], None] | None) -> None:
+        self.ex, self.job, self.progress = ex, job, progress
+        self.layout = job.layout
+        self.C = job.layout.out_chunk
+        self.events: queue.Queue[tuple[str, int, Any, Any]] = queue.Queue()
+        m = job.manifest
+        first, offset = m.resume_point(self.C) if m.written else (0, 0)
+        first = min(first, self.layout.nchunks)
+        self.counts: dict[int, int] = {k: m.counts[k] for k in range(first)}
+        self.offsets: dict[int, int] = {}
+        self.next_submit = first  # the next input chunk to read
+        self.next_scan = first  # offsets are known below it
+        self.running = offset  # the offset of chunk next_scan
+        self.lo_chunk = first  # pieces below it are no longer needed
+        self.next_out = offset // self.C  # output chunks below it are scheduled or written
+        self.pieces: dict[int, Any] = {}
+        self.piece_bytes: dict[int, int] = {}
+        self.users: dict[int, int] = {}  # input chunk -> writes in flight that read its piece
+        self.reserved = 0
+        self.charged: dict[int, int] = {}
+        self.held = 0  # input chunks read or being read whose pieces some write may still need
+        self.writes = 0  # writes in flight
+        self.last_save = 0.0
+        job.stats.resumed_from_chunk = first
+        job.stats.skipped_bytes = sum(self.layout.in_bytes(k) for k in range(first))
+
+    # -- the loop --------------------------------------------------------------------------------
+
+    def run(self) -> int:
+        nchunks = self.layout.nchunks
+        if self.progress and self.job.stats.skipped_bytes:
+            self.progress(self.job.stats.skipped_bytes)
+        while True:
+            self.admit()
+            if self.held == 0 and self.writes == 0 and self.next_submit >= nchunks:
+                break
+            try:
+                kind, key, fut, extra = self.events.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            if self.ex.failed(fut):
+                self.ex.result(fut)  # raises the task's exception
+                raise RuntimeError(f"a task of the job was cancelled ({kind} {key})")
+            if kind == "piece":
+                self.piece_done(key, self.ex.result(fut))
+            else:
+                self.write_done(key, self.ex.result(fut), extra)
+        self.save_manifest(force=True)
+        return self.running
+
+    def admit(self) -> None:
+        """Start reading input chunks while the budget allows (always one, if none runs)."""
+        while self.next_submit < self.layout.nchunks:
+            i = self.next_submit
+            cost = chunk_cost(self.layout, i, self.job.mode)
+            if self.held and self.reserved + cost > self.job.budget:
+                return
+            r0, r1 = self.layout.rows[i], self.layout.rows[i + 1]
+            piece = self.ex.submit(tasks.read_compact, self.job.reader, i, r0, r1,
+                                   self.layout.start(i), self.job.where, self.job.mode,
+                                   self.job.device)
+            summary = self.ex.derive(info, piece)
+            self.pieces[i] = piece
+            self.charged[i] = cost
+            self.reserved += cost
+            self.job.stats.peak_reserved = max(self.job.stats.peak_reserved, self.reserved)
+            self.held += 1
+            self.next_submit += 1
+            self.ex.on_done(summary, self._event("piece", i))
+
+    def _event(self, kind: str, key: int, extra: Any = None) -> Callable[[Any], None]:
+        return lambda fut: self.events.put((kind, key, fut, extra))
+
+    # -- a chunk was read and compacted ---------------------------------------------------------
+
+    def piece_done(self, i: int, pinfo: Any) -> None:
+        st = self.job.stats
+        st.read_s += pinfo.read_s
+        st.compact_s += pinfo.compact_s
+        st.chunks += 1
+        st.bytes_read += self.layout.in_bytes(i)
+        st.gpu_chunks += pinfo.device == "gpu"
+        if self.progress:
+            self.progress(self.layout.in_bytes(i))
+        self.counts[i] = pinfo.count
+        self.piece_bytes[i] = pinfo.nbytes
+        # The decoded chunk is gone; only its output is held until written.
+        self.reserved -= self.charged[i] - pinfo.nbytes
+        self.charged[i] = pinfo.nbytes
+        self.users.setdefault(i, 0)
+        while self.next_scan in self.counts:
+            k = self.next_scan
+            self.offsets[k] = self.running
+            self.running += self.counts[k]
+            self.next_scan += 1
+        self.schedule_writes()
+
+    def schedule_writes(self) -> None:
+        done_reading = self.next_scan >= self.layout.nchunks
+        limit = (out_chunks_total(self.running, self.C) if done_reading
+                 else self.running // self.C)
+        last = self.next_scan - 1
+        for j in range(self.next_out, limit):
+            parts = parts_of(j, self.C, self.offsets, self.counts, self.lo_chunk, last)
+            if j in self.job.manifest.written or not parts:
+                continue
+            self.submit_write(j, parts)
+        self.next_out = max(self.next_out, limit)
+        # Pieces wholly inside scheduled output chunks are needed by no later write.
+        edge = self.next_out * self.C
+        while self.lo_chunk < self.next_scan and (
+            self.offsets[self.lo_chunk] + self.counts[self.lo_chunk] <= edge or done_reading
+        ):
+            k = self.lo_chunk
+            self.lo_chunk += 1
+            self.held -= 1
+            if self.users.get(k, 0) == 0:
+                self.drop(k)
+
+    def submit_write(self, j: int, parts: list[Part]) -> None:
+        pieces = [self.pieces[p.chunk] for p in parts]
+        los, his = [p.lo for p in parts], [p.hi for p in parts]
+        if isinstance(self.ex, ClientExecutor) and len(parts) > 1:
+            # Move only the slices to the writer, not whole pieces (each slice is cut on the
+            # worker that holds its piece).
+            pieces = [self.ex.submit(take, f, lo, hi, priority=1)
+                      for f, lo, hi in zip(pieces, los, his)]
+            los, his = [0] * len(parts), [p.hi - p.lo for p in parts]
+        fut = self.ex.submit(tasks.write_chunk, self.job.dest, j, los, his, *pieces, priority=1)
+        for p in parts:
+            self.users[p.chunk] = self.users.get(p.chunk, 0) + 1
+        self.writes += 1
+        self.ex.on_done(fut, self._event("write", j, [p.chunk for p in parts]))
+
+    def drop(self, k: int) -> None:
+        piece = self.pieces.pop(k, None)
+        if piece is not None:
+            self.ex.release(piece)
+        self.reserved -= self.charged.pop(k, 0)
+
+    # -- an output chunk was written --------------------------------------------------------------
+
+    def write_done(self, j: int, seconds: float, chunks: list[int]) -> None:
+        self.job.stats.write_s += seconds
+        self.job.stats.writes += 1
+        self.writes -= 1
+        self.job.manifest.written.add(j)
+        for k in chunks:
+            self.users[k] -= 1
+            if self.users[k] == 0 and k < self.lo_chunk:
+                self.drop(k)
+        self.save_manifest()
+
+    def save_manifest(self, force: bool = False) -> None:
+        if self.job.manifest_dir is None:
+            return
+        now = time.monotonic()
+        if not force and now - self.last_save < MANIFEST_EVERY_S:
+            return
+        m = self.job.manifest
+        m.counts = [self.counts[k] for k in range(self.next_scan)]
+        manifest_io.save(self.job.manifest_dir, m)
+        self.last_save = now
