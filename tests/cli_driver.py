@@ -8,6 +8,8 @@
   the old OUTPUT aside and moving the new one in, where the job then sleeps: SIGKILL there.
 * ``pause-write``: READY is created as the writes start, then the job sleeps (SIGKILL there
   leaves a temporary group behind).
+* ``pause-after-writes``: READY once ``$DRIVER_WRITES`` output chunks are written and in the
+  resume manifest, then the job sleeps (SIGKILL there: a job to ``--resume``).
 """
 
 from __future__ import annotations
@@ -48,6 +50,20 @@ def main() -> None:
             return real_submit(self, j, parts)
 
         stream._Stream.submit_write = submit_write
+    elif hook == "pause-after-writes":
+        # READY once DRIVER_WRITES output chunks are written and the manifest says so; then the
+        # job sleeps (SIGKILL there: an interrupted job to resume).
+        real_done = stream._Stream.write_done
+        wanted = int(os.environ["DRIVER_WRITES"])
+
+        def write_done(self, j, seconds, chunks):
+            real_done(self, j, seconds, chunks)
+            if len(self.job.manifest.written) >= wanted:
+                self.save_manifest(force=True)
+                ready.touch()
+                time.sleep(120)
+
+        stream._Stream.write_done = write_done
     elif hook == "pause-swap":
         output.rename2 = lambda src, dst, flags: False
         real_rename = os.rename

@@ -150,6 +150,7 @@ def run_job(
         "elements": int(layout.n),
         "bytes": int(layout.n * layout.itemsize),
         "input_chunks": layout.nchunks,
+        "chunks_read": st.chunks,
         "selected": total,
         "fraction": total / layout.n if layout.n else 0.0,
         "arrays": list(NAMES[mode]),

@@ -90,6 +90,7 @@ class _Stream:
         self.reserved = 0
         self.charged: dict[int, int] = {}
         self.held = 0  # input chunks read or being read whose pieces some write may still need
+        self.reading = 0  # input chunks being read and compacted (count not yet known)
         self.writes = 0  # writes in flight
         self.last_save = 0.0
         job.stats.resumed_from_chunk = first
@@ -120,11 +121,13 @@ class _Stream:
         return self.running
 
     def admit(self) -> None:
-        """Start reading input chunks while the budget allows (always one, if none runs)."""
+        """Start reading input chunks while the budget allows, and always one if nothing runs
+        (no read, no write): pieces waiting for the rest of their output chunk must not stall
+        the job. So a budget below one chunk plus one output chunk runs one task at a time."""
         while self.next_submit < self.layout.nchunks:
             i = self.next_submit
             cost = chunk_cost(self.layout, i, self.job.mode)
-            if self.held and self.reserved + cost > self.job.budget:
+            if (self.reading or self.writes) and self.reserved + cost > self.job.budget:
                 return
             r0, r1 = self.layout.rows[i], self.layout.rows[i + 1]
             piece = self.ex.submit(tasks.read_compact, self.job.reader, i, r0, r1,
@@ -136,6 +139,7 @@ class _Stream:
             self.reserved += cost
             self.job.stats.peak_reserved = max(self.job.stats.peak_reserved, self.reserved)
             self.held += 1
+            self.reading += 1
             self.next_submit += 1
             self.ex.on_done(summary, self._event("piece", i))
 
@@ -153,6 +157,7 @@ class _Stream:
         st.gpu_chunks += pinfo.device == "gpu"
         if self.progress:
             self.progress(self.layout.in_bytes(i))
+        self.reading -= 1
         self.counts[i] = pinfo.count
         self.piece_bytes[i] = pinfo.nbytes
         # The decoded chunk is gone; only its output is held until written.

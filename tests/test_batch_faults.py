@@ -1,0 +1,230 @@
+"""The streaming batch job under faults: a job SIGKILLed halfway and resumed, a corrupted input
+chunk, a worker killed mid-job, and an input four times larger than the workers' memory.
+
+Kills use real subprocesses (tests/cli_driver.py pauses the job at the moment under test);
+the rest runs in-process through click's runner, on the threaded scheduler or a real
+distributed LocalCluster of worker processes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+zarr = pytest.importorskip("zarr")
+from click.testing import CliRunner
+
+from dask_compact import cli
+from dask_compact.batch import output
+
+DRIVER = Path(__file__).with_name("cli_driver.py")
+
+
+def run(*args, code: int = 0):
+    result = CliRunner().invoke(cli.main, [str(a) for a in args], catch_exceptions=False)
+    assert result.exit_code == code, result.output
+    assert "Traceback" not in result.output
+    return result
+
+
+def group(path: Path) -> tuple[dict, dict]:
+    g = zarr.open_group(store=str(path), mode="r")
+    return dict(g.attrs), {name: a[:] for name, a in g.arrays()}
+
+
+def litter(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir()
+                  if "dask-compact-tmp" in p.name or p.name.endswith(output.LOCK_SUFFIX))
+
+
+@pytest.fixture
+def zin(tmp_path: Path) -> tuple[Path, np.ndarray]:
+    a = np.random.default_rng(23).random(200_000).astype(np.float32)
+    path = tmp_path / "in.zarr"
+    z = zarr.create_array(store=str(path), shape=a.shape, dtype=a.dtype, chunks=(5000,))
+    z[:] = a
+    return path, a
+
+
+def _start(hook: str, ready: Path, *args, env: dict | None = None) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, str(DRIVER), hook, str(ready), "--", *map(str, args)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def _wait_for(ready: Path, proc: subprocess.Popen, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not ready.exists():
+        if proc.poll() is not None:
+            raise AssertionError(f"job ended early: {proc.stdout.read()} {proc.stderr.read()}")
+        assert time.monotonic() < deadline, "job never reached the point under test"
+        time.sleep(0.05)
+
+
+def _kill_halfway(tmp_path, path, out, *args, writes: int) -> None:
+    ready = tmp_path / f"ready-{time.monotonic_ns()}"
+    proc = _start("pause-after-writes", ready, path, out, *args,
+                  env={"DRIVER_WRITES": str(writes)})
+    _wait_for(ready, proc)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("where_run", [[], ["--local", "processes", "--workers", "2"]],
+                         ids=["threads", "local-cluster"])
+def test_resume_after_sigkill_is_bit_identical(zin, tmp_path, where_run):
+    path, a = zin
+    args = ["--where", "x < 0.5", "--output", "both", "--output-chunks", "3000", *where_run]
+    ref = tmp_path / "ref.zarr"
+    full = json.loads(run(path, ref, *args, "--json").stdout)
+    out = tmp_path / "out.zarr"
+    n_out = -(-full["selected"] // 3000)
+    _kill_halfway(tmp_path, path, out, *args, writes=n_out // 2)
+    assert [n for n in litter(tmp_path) if "tmp" in n]  # the interrupted job's group
+
+    res = run(path, out, *args, "--resume", "--json")
+    resumed = json.loads(res.stdout)
+    assert resumed["resumed_from_chunk"] > 0
+    # it recomputed about the half that was not written, not the whole input
+    assert resumed["chunks_read"] <= 0.7 * full["chunks_read"], (resumed, full)
+    ref_attrs, ref_arrays = group(ref)
+    attrs, arrays = group(out)
+    assert attrs == ref_attrs
+    assert arrays.keys() == ref_arrays.keys()
+    for k in arrays:
+        assert arrays[k].dtype == ref_arrays[k].dtype
+        np.testing.assert_array_equal(arrays[k], ref_arrays[k])
+    np.testing.assert_array_equal(arrays["values"], a[a < 0.5])
+    assert sorted(os.listdir(out)) == ["indices", "values", "zarr.json"]  # no manifest left
+    assert litter(tmp_path) == []
+
+
+def test_resume_refuses_a_different_job_and_a_plain_run_starts_over(zin, tmp_path):
+    path, a = zin
+    out = tmp_path / "out.zarr"
+    _kill_halfway(tmp_path, path, out, "--where", "x < 0.5", "--output-chunks", "3000",
+                  writes=5)
+    res = run(path, out, "--where", "x < 0.25", "--output-chunks", "3000", "--resume", code=2)
+    assert "differs in where" in res.output and "'x < 0.5' then" in res.output
+    assert [n for n in litter(tmp_path) if "tmp" in n]  # left for a run without --resume
+    res = run(path, out, "--where", "x < 0.25", "--output-chunks", "3000")
+    assert "--resume would have continued it" in res.output
+    np.testing.assert_array_equal(group(out)[1]["values"], a[a < 0.25])
+    assert litter(tmp_path) == []
+    # --resume with nothing to resume runs the job afresh and says so
+    out2 = tmp_path / "out2.zarr"
+    res = run(path, out2, "--where", "x < 0.25", "--resume")
+    assert "no interrupted job" in res.output
+    np.testing.assert_array_equal(group(out2)[1]["values"], a[a < 0.25])
+
+
+def test_corrupted_chunk_is_named_and_resume_after_the_fix_works(zin, tmp_path):
+    path, a = zin
+    chunk_file = path / "c" / "7"
+    good = chunk_file.read_bytes()
+    chunk_file.write_bytes(b"\x28\xb5\x2f\xfd" + os.urandom(200))  # a zstd magic, then junk
+    out = tmp_path / "out.zarr"
+    res = run(path, out, "--where", "x > 0.3", "--output-chunks", "2000", code=1)
+    assert "input chunk 7 (rows 35000:40000)" in res.output
+    assert not out.exists() and litter(tmp_path) == []
+    chunk_file.write_bytes(good)
+    run(path, out, "--where", "x > 0.3", "--output-chunks", "2000", "--resume")
+    np.testing.assert_array_equal(group(out)[1]["values"], a[a > 0.3])
+
+
+def test_worker_killed_mid_job_gives_the_exact_result(zin, tmp_path, monkeypatch):
+    """A worker process dies while reading a chunk (the nanny restarts it, the scheduler reruns
+    its tasks); the job still gives exactly NumPy's answer."""
+    from dask_compact.batch import stream, tasks
+
+    path, a = zin
+    marker = tmp_path / "killed-once"
+    real = tasks.read_compact
+
+    def dying(reader, i, *args):  # a closure: the workers get it by value
+        if i == 9 and not marker.exists():
+            marker.touch()
+            os.kill(os.getpid(), signal.SIGKILL)
+        return real(reader, i, *args)
+
+    monkeypatch.setattr(stream.tasks, "read_compact", dying)
+    out = tmp_path / "out.zarr"
+    run(path, out, "--where", "x > 0.6", "-o", "both", "--output-chunks", "2500",
+        "--local", "processes", "--workers", "2")
+    assert marker.exists()
+    _, arrays = group(out)
+    m = a > 0.6
+    np.testing.assert_array_equal(arrays["values"], a[m])
+    np.testing.assert_array_equal(arrays["indices"], np.flatnonzero(m))
+    assert litter(tmp_path) == []
+
+
+# -- bounded memory ---------------------------------------------------------------------------------
+
+WORKER_LIMIT = 1 << 30  # distributed's memory limit of each of the two workers
+CHUNK = 1 << 22  # float32 elements per input chunk (16 MiB)
+DISTINCT = 8  # distinct chunks; the others are hard links to them (no disk, no write time)
+
+
+def _large_input(path: Path, nbytes: int) -> list[np.ndarray]:
+    """A Zarr float32 array of ``nbytes`` whose chunks repeat DISTINCT random ones (hard-linked
+    chunk files): as large as wanted on a small disk, still random data to compact."""
+    n_chunks = nbytes // (CHUNK * 4)
+    z = zarr.create_array(store=str(path), shape=(n_chunks * CHUNK,), dtype=np.float32,
+                          chunks=(CHUNK,))
+    rng = np.random.default_rng(31)
+    blocks = [(rng.integers(0, 4096, CHUNK) / 4096).astype(np.float32) for _ in range(DISTINCT)]
+    for k, b in enumerate(blocks):
+        z[k * CHUNK : (k + 1) * CHUNK] = b
+    for k in range(DISTINCT, n_chunks):
+        os.link(path / "c" / str(k % DISTINCT), path / "c" / str(k))
+    return blocks
+
+
+@pytest.mark.slow
+def test_input_four_times_the_cluster_memory_streams_within_the_budget(tmp_path):
+    from distributed import Client, LocalCluster
+
+    total_limit = 2 * WORKER_LIMIT
+    path = tmp_path / "big.zarr"
+    blocks = _large_input(path, 4 * total_limit)
+    n_chunks = 4 * total_limit // (CHUNK * 4)
+    with LocalCluster(n_workers=2, threads_per_worker=1, memory_limit=WORKER_LIMIT,
+                      dashboard_address=":0", processes=True) as cluster, Client(cluster) as c:
+        workers_before = set(c.scheduler_info()["workers"])
+        out = tmp_path / "out.zarr"
+        summary = json.loads(run(path, out, "--where", "x < 0.002", "--scheduler",
+                                 cluster.scheduler_address, "--json").stdout)
+        workers_after = set(c.scheduler_info()["workers"])
+        spilled = c.run(lambda dask_worker: sum(
+            v for (label, unit), v in dask_worker.data.cumulative_metrics.items()
+            if label == "disk-write" and unit == "count"))
+        logs = c.get_worker_logs()
+    print(json.dumps(summary))  # the measured numbers, in the test log
+    assert summary["bytes"] >= 4 * total_limit
+    assert workers_after == workers_before  # none restarted by the memory monitor
+    assert set(spilled.values()) == {0}, spilled  # nothing spilled to disk
+    assert not [line for w in logs.values() for _, line in w
+                if "paus" in line.lower() or "spill" in line.lower()], logs
+    peaks = summary["peak_memory"]
+    assert len(peaks) == 2
+    for peak in peaks.values():
+        # below distributed's spill (70 %) and pause (80 %) thresholds of process memory
+        assert peak < 0.7 * WORKER_LIMIT, peaks
+    assert summary["peak_reserved"] <= summary["memory_budget"] <= total_limit
+    # exact result
+    expect = np.concatenate([blocks[k % DISTINCT][blocks[k % DISTINCT] < 0.002]
+                             for k in range(n_chunks)])
+    got = zarr.open_group(store=str(out), mode="r")["values"][:]
+    np.testing.assert_array_equal(got, expect)

@@ -1,0 +1,222 @@
+"""The streaming batch engine below the CLI: the window arithmetic, the resume point, the
+executors, and whole streaming runs against NumPy under budgets from one chunk at a time to
+everything at once."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+zarr = pytest.importorskip("zarr")
+pytestmark = pytest.mark.timeout(120)  # a stalled stream fails fast
+
+from dask_compact.batch.executor import ThreadExecutor
+from dask_compact.batch.job import NAMES, create_group, cut
+from dask_compact.batch.manifest import Manifest
+from dask_compact.batch.plan import Layout, chunk_cost, out_chunks_total, parts_of
+from dask_compact.batch.stream import Job, run_stream
+from dask_compact.batch.tasks import OutputArrays
+
+# -- the arithmetic -------------------------------------------------------------------------------
+
+
+@settings(max_examples=200, deadline=None)
+@given(counts=st.lists(st.integers(0, 40), min_size=0, max_size=30), out_chunk=st.integers(1, 50))
+def test_parts_tile_the_output_exactly(counts, out_chunk):
+    """Every selected element lands in exactly one output chunk, in order, and every output
+    chunk but the last is full."""
+    offsets, o = {}, 0
+    for k, c in enumerate(counts):
+        offsets[k] = o
+        o += c
+    total = o
+    pieces = {k: np.arange(offsets[k], offsets[k] + c) for k, c in enumerate(counts)}
+    got = []
+    n_out = out_chunks_total(total, out_chunk)
+    for j in range(n_out):
+        parts = parts_of(j, out_chunk, offsets, dict(enumerate(counts)), 0, len(counts) - 1)
+        data = np.concatenate([pieces[p.chunk][p.lo : p.hi] for p in parts])
+        assert len(data) == (out_chunk if j < n_out - 1 else total - j * out_chunk)
+        assert all(p.hi > p.lo for p in parts)
+        got.append(data)
+    flat = np.concatenate(got) if got else np.empty(0, int)
+    np.testing.assert_array_equal(flat, np.arange(total))
+
+
+@settings(max_examples=200, deadline=None)
+@given(counts=st.lists(st.integers(0, 30), min_size=1, max_size=20), out_chunk=st.integers(1, 40),
+       data=st.data())
+def test_resume_point_needs_nothing_that_is_not_on_disk(counts, out_chunk, data):
+    total = sum(counts)
+    n_out = out_chunks_total(total, out_chunk)
+    written = data.draw(st.sets(st.integers(0, max(0, n_out - 1)))) if n_out else set()
+    first, offset = Manifest({}, counts, written).resume_point(out_chunk)
+    assert offset == sum(counts[:first])
+    done = 0
+    while done in written:
+        done += 1
+    # every element below the resume offset belongs to a written output chunk ...
+    assert offset <= done * out_chunk or first == len(counts)
+    # ... and every chunk before `first` lies wholly in written output chunks
+    assert sum(counts[:first]) <= max(done * out_chunk, 0) or first == len(counts)
+
+
+def test_layout_rows_and_cost():
+    lay = Layout.make((10, 3), 4, 4, None)
+    assert lay.rows == (0, 4, 8, 10) and lay.out_chunk == 12
+    assert [lay.size(i) for i in range(3)] == [12, 12, 6]
+    assert [lay.start(i) for i in range(3)] == [0, 12, 24]
+    assert chunk_cost(lay, 0, "both") == 12 * 4 + 12 * (4 + 8)
+    assert Layout.make((0,), 8, 5, None).nchunks == 0
+
+
+# -- the thread executor ---------------------------------------------------------------------------
+
+
+def test_thread_executor_dependencies_priority_and_errors():
+    ex = ThreadExecutor(1)
+    gate = threading.Event()
+    order = []
+    blocker = ex.submit(gate.wait)
+    a = ex.submit(lambda: order.append("read") or 1)
+    b = ex.submit(lambda: order.append("write") or 2, priority=1)
+    c = ex.submit(lambda x, y: x + y, a, b)
+    gate.set()
+    assert c.result(timeout=10) == 3 and blocker.result(timeout=10)
+    assert order == ["write", "read"]  # the write was queued later but runs first
+    bad = ex.submit(lambda: 1 / 0)
+    dependent = ex.submit(lambda x: x, bad)
+    with pytest.raises(ZeroDivisionError):
+        dependent.result(timeout=10)
+    assert ex.derive(lambda v: v * 10, c).result(timeout=10) == 30
+    ex.close()
+
+
+def test_thread_executor_stop_cancels_queued_and_waits_for_running():
+    ex = ThreadExecutor(1)
+    started, running_done = threading.Event(), []
+
+    def slow():
+        started.set()
+        time.sleep(0.3)
+        running_done.append(True)
+
+    first = ex.submit(slow)
+    queued = ex.submit(lambda: 1)
+    started.wait(5)
+    ex.stop()
+    assert running_done == [True] and first.done()
+    assert queued.cancelled()
+
+
+# -- whole streaming runs --------------------------------------------------------------------------
+
+
+class ArrayRows:
+    """An in-memory reader (what ZarrRows does, without a store)."""
+
+    kind = "memory"
+    fingerprint = "memory"
+
+    def __init__(self, a: np.ndarray) -> None:
+        self.a = a
+        self.shape, self.dtype = a.shape, a.dtype
+        self.reads = 0
+
+    def read(self, r0: int, r1: int) -> np.ndarray:
+        self.reads += 1
+        return self.a[r0:r1].copy()
+
+
+def stream_once(tmp_path, a, where, mode, rows, out_chunk, budget, threads=2):
+    class Src:  # what create_group needs of a Source
+        dtype = a.dtype
+
+    lay = Layout.make(a.shape, a.dtype.itemsize, rows, out_chunk)
+    store = str(tmp_path / f"g-{mode}-{rows}-{out_chunk}-{budget}.zarr")
+    create_group(store, lay, Src, mode, {"complete": False})
+    reader = ArrayRows(a)
+    job = Job(reader, lay, where, mode, "cpu", OutputArrays(store, NAMES[mode], lay.out_chunk),
+              budget, Manifest({}), store)
+    ex = ThreadExecutor(threads)
+    try:
+        total = run_stream(ex, job)
+    finally:
+        ex.close()
+    cut(store, mode, total)
+    g = zarr.open_group(store=store, mode="r")
+    return total, {k: g[k][:] for k in NAMES[mode]}, job
+
+
+@pytest.mark.parametrize("budget", [1, 10**4, 10**9], ids=["one-chunk", "small", "all"])
+@pytest.mark.parametrize("n, rows, out_chunk", [(0, 5, None), (1, 1, 1), (31, 4, 7),
+                                                (1025, 33, 100), (1023, 1023, 31),
+                                                (997, 10, 1000)])
+def test_stream_matches_numpy(tmp_path, n, rows, out_chunk, budget):
+    a = np.random.default_rng(n).random(n)
+    for where in ("x > 0.6", "x > 2", "x >= 0"):  # some, none, all
+        m = a > 0.6 if where == "x > 0.6" else (a > 2 if where == "x > 2" else a >= 0)
+        total, arrays, job = stream_once(tmp_path / where.replace(" ", ""), a, where, "both",
+                                         rows, out_chunk, budget)
+        assert total == m.sum()
+        np.testing.assert_array_equal(arrays["values"], a[m])
+        np.testing.assert_array_equal(arrays["indices"], np.flatnonzero(m))
+        assert job.stats.chunks == job.layout.nchunks
+        if budget == 1 and n:
+            # one task at a time: the chunk being read, a piece partly written, and the pieces
+            # waiting for the rest of one output chunk
+            lay = job.layout
+            biggest = max(chunk_cost(lay, i, "both") for i in range(lay.nchunks))
+            piece = max(lay.size(i) for i in range(lay.nchunks)) * 16
+            assert job.stats.peak_reserved <= biggest + piece + lay.out_chunk * 16
+
+
+@pytest.mark.parametrize("dtype", ["int8", "uint16", "int32", "uint64", "float32", "float64",
+                                   "bool"])
+def test_stream_dtypes_and_nd(tmp_path, dtype):
+    rng = np.random.default_rng(3)
+    a = (rng.random((67, 5)) * 100).astype(dtype)
+    where = "x" if dtype == "bool" else "x > 40"
+    m = a.astype(bool) if dtype == "bool" else a > 40
+    for mode in ("values", "indices"):
+        total, arrays, _ = stream_once(tmp_path, a, where, mode, 6, 13, 4000)
+        expect = a[m] if mode == "values" else np.flatnonzero(m)
+        np.testing.assert_array_equal(arrays[mode], expect)
+        assert arrays[mode].dtype == expect.dtype
+
+
+def test_budget_bounds_what_is_in_flight(tmp_path):
+    a = np.random.default_rng(5).random(20_000)
+    budget = 3 * (1000 * 8 + 1000 * 16)  # three chunks of 1000 at their worst case
+    _, arrays, job = stream_once(tmp_path, a, "x < 0.5", "both", 1000, 700, budget, threads=2)
+    assert job.stats.peak_reserved <= budget
+    np.testing.assert_array_equal(arrays["values"], a[a < 0.5])
+
+
+def test_a_failed_read_names_the_chunk(tmp_path):
+    a = np.arange(100.0)
+
+    class Broken(ArrayRows):
+        def read(self, r0, r1):
+            if r0 == 40:
+                raise OSError("bad bytes")
+            return super().read(r0, r1)
+
+    lay = Layout.make(a.shape, 8, 20, 10)
+    store = str(tmp_path / "g.zarr")
+
+    class Src:
+        dtype = a.dtype
+
+    create_group(store, lay, Src, "values", {})
+    job = Job(Broken(a), lay, "x > 1", "values", "cpu",
+              OutputArrays(store, ("values",), 10), 10**9, Manifest({}), store)
+    ex = ThreadExecutor(2)
+    with pytest.raises(Exception, match=r"input chunk 2 \(rows 40:60\).*bad bytes"):
+        run_stream(ex, job)
+    ex.stop()
