@@ -18,7 +18,6 @@ import pytest
 zarr = pytest.importorskip("zarr")
 from click.testing import CliRunner
 
-import dask_compact
 from dask_compact import cli
 
 BIN = Path(sys.executable).parent

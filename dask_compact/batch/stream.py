@@ -22,11 +22,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import manifest as manifest_io
+from . import tasks
 from .executor import ClientExecutor, Executor
 from .manifest import Manifest
 from .plan import Layout, Part, chunk_cost, out_chunks_total, parts_of
 from .reader import Reader
-from . import tasks
 from .tasks import OutputArrays, info, take
 
 MANIFEST_EVERY_S = 1.0  # a manifest a second behind only means a little recomputation
