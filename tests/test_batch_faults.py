@@ -170,7 +170,7 @@ def test_worker_killed_mid_job_gives_the_exact_result(zin, tmp_path, monkeypatch
     assert litter(tmp_path) == []
 
 
-# -- bounded memory --------------------------------------------------------------------------
+# -- bounded memory -----------------------------------------------------------------------------
 
 WORKER_LIMIT = 1 << 30  # distributed's memory limit of each of the two workers
 CHUNK = 1 << 22  # float32 elements per input chunk (16 MiB)
