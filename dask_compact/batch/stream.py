@@ -27,7 +27,7 @@ from .executor import ClientExecutor, Executor
 from .manifest import Manifest
 from .plan import Layout, Part, chunk_cost, out_chunks_total, parts_of
 from .reader import Reader
-from .tasks import OutputArrays, info, take
+from .tasks import OutputArrays, PieceInfo, info, take
 
 MANIFEST_EVERY_S = 1.0  # a manifest a second behind only means a little recomputation
 
@@ -78,6 +78,9 @@ class _Stream:
         first, offset = m.resume_point(self.C) if m.written else (0, 0)
         first = min(first, self.layout.nchunks)
         self.counts: dict[int, int] = {k: m.counts[k] for k in range(first)}
+        # Beyond the resume point, a chunk whose output chunks are all on disk is not read
+        # again (writes finish out of order, so the written chunks need not be contiguous).
+        self.skippable = self._skippable(m, first)
         self.offsets: dict[int, int] = {}
         self.next_submit = first  # the next input chunk to read
         self.next_scan = first  # offsets are known below it
@@ -120,12 +123,31 @@ class _Stream:
         self.save_manifest(force=True)
         return self.running
 
+    def _skippable(self, m: Manifest, first: int) -> dict[int, int]:
+        if not m.written:
+            return {}
+        out, offset = {}, sum(m.counts[:first])
+        for i in range(first, len(m.counts)):
+            c = m.counts[i]
+            lo, hi = offset // self.C, (offset + c - 1) // self.C
+            if c == 0 or all(j in m.written for j in range(lo, hi + 1)):
+                out[i] = c
+            offset += c
+        return out
+
     def admit(self) -> None:
         """Start reading input chunks while the budget allows, and always one if nothing runs
         (no read, no write): pieces waiting for the rest of their output chunk must not stall
         the job. So a budget below one chunk plus one output chunk runs one task at a time."""
         while self.next_submit < self.layout.nchunks:
             i = self.next_submit
+            if i in self.skippable:
+                self.held += 1
+                self.reading += 1
+                self.next_submit += 1
+                self.charged[i] = 0
+                self.piece_done(i, PieceInfo(self.skippable[i], 0, 0.0, 0.0, "skipped"))
+                continue
             cost = chunk_cost(self.layout, i, self.job.mode)
             if (self.reading or self.writes) and self.reserved + cost > self.job.budget:
                 return
@@ -150,10 +172,13 @@ class _Stream:
 
     def piece_done(self, i: int, pinfo: Any) -> None:
         st = self.job.stats
+        skipped = pinfo.device == "skipped"
+        if skipped:
+            st.skipped_bytes += self.layout.in_bytes(i)
         st.read_s += pinfo.read_s
         st.compact_s += pinfo.compact_s
-        st.chunks += 1
-        st.bytes_read += self.layout.in_bytes(i)
+        st.chunks += not skipped
+        st.bytes_read += 0 if skipped else self.layout.in_bytes(i)
         st.gpu_chunks += pinfo.device == "gpu"
         if self.progress:
             self.progress(self.layout.in_bytes(i))
