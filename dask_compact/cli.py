@@ -90,6 +90,11 @@ def fmt_bytes(n: float) -> str:
               help="Bytes of input chunks and selections in flight at once, over all workers "
               "(e.g. 2GiB). Default: half of each worker's memory limit less what it holds "
               "(threads: half of the available memory).")
+@click.option(
+    "--decode", type=click.Choice(["auto", "cpu", "gpu"]), default="auto", show_default=True,
+    help="Where zstd chunks are decoded: auto is gpu (nvCOMP) where the chunks are compacted "
+    "on GPUs and nvCOMP is installed, else cpu (with a line saying why).",
+)
 @click.option("--resume", is_flag=True,
               help="Continue an interrupted job on OUTPUT (same arguments) from its manifest "
               "of written chunks; starts afresh if there is none.")
@@ -115,6 +120,7 @@ def compact_command(
     overwrite: bool,
     allow_missing_chunks: bool,
     memory_budget: str | None,
+    decode: str,
     resume: bool,
     timeout: float,
     progress: bool | None,
@@ -168,7 +174,7 @@ def compact_command(
                 summary = run(
                     target, src, where, mode, output_chunks, show, input_path, overwrite, debug,
                     (address, scheduler_file, local_cluster, device, timeout, n_workers),
-                    budget, continued,
+                    budget, continued, decode,
                 )
             finally:
                 target.release()
@@ -248,16 +254,17 @@ def run(
     where_to_run: tuple[Any, ...],
     budget: int | None = None,
     continued: Any = None,
+    decode: str = "auto",
 ) -> dict[str, Any]:
     """Start the scheduler, run the job, stop what was started; short messages for failures."""
     if src.array.size == 0:
         # Nothing to read or compact: no cluster, just the empty arrays.
         return run_job(Runner("no scheduler (empty input)"), src, target, where, mode,
-                       output_chunks, False, input_path, overwrite, budget, continued)
+                       output_chunks, False, input_path, overwrite, budget, continued, "cpu")
     runner = start(*where_to_run)
     try:
         return run_job(runner, src, target, where, mode, output_chunks, show, input_path,
-                       overwrite, budget, continued)
+                       overwrite, budget, continued, decode)
     except (click.ClickException, click.Abort, KeyboardInterrupt, SystemExit):
         raise
     except Exception as e:

@@ -12,7 +12,14 @@ import dask.array as da
 import numpy as np
 from dask.base import tokenize
 
-from .reader import NpyRows, Reader, ZarrRows, npy_fingerprint, zarr_fingerprint
+from .reader import (
+    NpyRows,
+    Reader,
+    ZarrRows,
+    chunk_files_reader,
+    npy_fingerprint,
+    zarr_fingerprint,
+)
 
 AUTO_CHUNK_BYTES = 128 * 2**20  # .npy input: about this much per input chunk
 
@@ -60,6 +67,7 @@ class Source:
     local_path: str | None  # for the INPUT/OUTPUT overlap check
     reader: Reader  # reads blocks of rows where a streaming task runs
     row_chunk: int  # rows per input chunk of the streaming job
+    no_gpu_decode: str = ""  # why the reader cannot decode on a GPU ("" if it can)
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -123,7 +131,8 @@ def open_npy(path: str, chunks: int | None) -> Source:
     row_bytes = max(1, int(np.prod(blocks.shape[1:], dtype=np.int64)) * blocks.dtype.itemsize)
     row_chunk = chunks or max(1, AUTO_CHUNK_BYTES // row_bytes)
     reader = NpyRows(p, blocks.shape, blocks.dtype, npy_fingerprint(p))
-    return Source(native_order(x), "npy", p, reader, row_chunk)
+    return Source(native_order(x), "npy", p, reader, row_chunk,
+                  "the input is a .npy file (not compressed)")
 
 
 def open_zarr(path: str, chunks: int | None, allow_missing_chunks: bool = False) -> Source:
@@ -150,12 +159,14 @@ def open_zarr(path: str, chunks: int | None, allow_missing_chunks: bool = False)
     if chunks is not None:
         x = x.rechunk(leading_axis_chunks(x.ndim, chunks))
     url = path if is_url(path) else local(path)
-    reader = ZarrRows(url, node.shape, node.dtype, zarr_fingerprint(node, url))
+    fingerprint = zarr_fingerprint(node, url)
+    fast, why_not = chunk_files_reader(node, url, fingerprint, allow_missing_chunks)
+    reader: Reader = fast or ZarrRows(url, node.shape, node.dtype, fingerprint)
     # Blocks of whole Zarr chunks along axis 0 (all trailing axes): each read decodes every
     # chunk it touches exactly once.
     row_chunk = chunks or max(1, int(node.chunks[0]))
     return Source(native_order(x), "zarr", None if is_url(path) else local(path), reader,
-                  row_chunk)
+                  row_chunk, why_not)
 
 
 def check_chunks_stored(node: Any, path: str) -> None:

@@ -89,6 +89,7 @@ def run_job(
     overwrite: bool = False,
     budget: int | None = None,
     resume: Manifest | None = None,
+    decode: str = "auto",
 ) -> dict[str, Any]:
     """Run the job into ``target``'s temporary group and commit it; the summary dict.
 
@@ -120,10 +121,11 @@ def run_job(
     device = "cpu"
     if runner.gpu:
         device = "gpu" if runner.client is not None else "gpu-all"
+    decode = choose_decode(runner, src, decode)
     job = Job(
         reader=src.reader, layout=layout, where=where, mode=mode, device=device,
         dest=OutputArrays(target.tmp, NAMES[mode], layout.out_chunk), budget=budget,
-        manifest=manifest, manifest_dir=None if target.url else target.tmp,
+        manifest=manifest, manifest_dir=None if target.url else target.tmp, decode=decode,
     )
     ex = executor_for(runner)
     try:
@@ -162,11 +164,41 @@ def run_job(
         "peak_reserved": st.peak_reserved,
         "peak_memory": peaks,
         "gpu_chunks": st.gpu_chunks,
-        "gpu_decode": False,
+        "gpu_decode": st.gpu_decoded > 0,
+        "decode": decode,
         "resumed_from_chunk": st.resumed_from_chunk if resume is not None else None,
         "scheduler": runner.description,
         "gpu": runner.gpu,
     }
+
+
+def choose_decode(runner: Runner, src: Source, requested: str) -> str:
+    """Where the chunks are decoded: "gpu" (nvCOMP) where the chunks go to GPUs, the input is
+    zstd chunk files and every worker has nvCOMP; else "cpu", with a line on stderr saying why
+    when GPU compaction was on (``requested="gpu"``: an error instead)."""
+    import click
+
+    from . import gpu_decode
+
+    if requested == "cpu":
+        return "cpu"
+    why = ""
+    if not runner.gpu:
+        why = "the chunks are compacted on CPUs"
+    elif src.no_gpu_decode:
+        why = src.no_gpu_decode
+    elif runner.client is not None:
+        reasons = {r for r in runner.client.run(gpu_decode.unavailable).values() if r}
+        why = "; ".join(sorted(reasons))
+    else:
+        why = gpu_decode.unavailable()
+    if not why:
+        return "gpu"
+    if requested == "gpu":
+        raise click.UsageError(f"--decode gpu is not possible: {why}")
+    if runner.gpu:
+        click.echo(f"dask compact: decoding on the CPU: {why}", err=True)
+    return "cpu"
 
 
 def peak_memory(runner: Runner) -> dict[str, int]:

@@ -123,13 +123,20 @@ def start(
         # the GIL), so it is the fastest local choice. `--local processes` starts a
         # distributed.LocalCluster instead (dashboard, spilling, one process per worker).
         kind = "cuda" if device != "cpu" and gpu_present() else "threads"
-    if device == "gpu" and kind != "cuda":
-        raise click.UsageError("--device gpu needs --local cuda (or auto) or a --scheduler")
+    if device == "gpu" and kind == "processes":
+        raise click.UsageError("--device gpu needs --local cuda, threads or auto, or a "
+                               "--scheduler")
     if kind == "cuda" and not gpu_present():
         raise click.UsageError("--local cuda needs cupy, dask-cuda and a CUDA device")
 
     runner = Runner("threaded scheduler", gpu=False)
     if kind == "threads":
+        if device == "gpu":
+            # One process drives every GPU of the host: chunk i on device i % n.
+            if not worker_has_gpu():
+                raise click.UsageError("--device gpu needs cupy and a CUDA device")
+            runner.gpu = True
+            runner.description = "threaded scheduler (GPUs of this host)"
         runner._stack.enter_context(dask.config.set(scheduler="threads"))
         return runner
 

@@ -43,6 +43,7 @@ class Stats:
     bytes_read: int = 0
     writes: int = 0
     gpu_chunks: int = 0
+    gpu_decoded: int = 0
     peak_reserved: int = 0
     resumed_from_chunk: int = 0
     skipped_bytes: int = 0
@@ -54,11 +55,12 @@ class Job:
     layout: Layout
     where: str
     mode: str
-    device: str  # "cpu" or "gpu": where the chunk tasks compact
+    device: str  # "cpu", "gpu" or "gpu-all": where the chunk tasks compact (tasks.read_compact)
     dest: OutputArrays
     budget: int
     manifest: Manifest
     manifest_dir: str | None  # None: no resume (an fsspec URL output)
+    decode: str = "cpu"  # "gpu": nvCOMP decodes the chunks on the device
     stats: Stats = field(default_factory=Stats)
 
 
@@ -154,7 +156,7 @@ class _Stream:
             r0, r1 = self.layout.rows[i], self.layout.rows[i + 1]
             piece = self.ex.submit(tasks.read_compact, self.job.reader, i, r0, r1,
                                    self.layout.start(i), self.job.where, self.job.mode,
-                                   self.job.device)
+                                   self.job.device, self.job.decode)
             summary = self.ex.derive(info, piece)
             self.pieces[i] = piece
             self.charged[i] = cost
@@ -180,6 +182,7 @@ class _Stream:
         st.chunks += not skipped
         st.bytes_read += 0 if skipped else self.layout.in_bytes(i)
         st.gpu_chunks += pinfo.device == "gpu"
+        st.gpu_decoded += pinfo.decode == "gpu"
         if self.progress:
             self.progress(self.layout.in_bytes(i))
         self.reading -= 1

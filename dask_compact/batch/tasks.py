@@ -29,6 +29,7 @@ class Piece:
     read_s: float = 0.0
     compact_s: float = 0.0
     device: str = "cpu"
+    decode: str = "cpu"
 
     @property
     def nbytes(self) -> int:
@@ -43,7 +44,8 @@ class PieceInfo:
     nbytes: int
     read_s: float
     compact_s: float
-    device: str
+    device: str  # "cpu", "gpu", or "skipped" (a resumed job's chunk already on disk)
+    decode: str = "cpu"
 
 
 @functools.lru_cache(maxsize=32)
@@ -55,40 +57,68 @@ def _predicate(where: str) -> Any:
 
 def read_compact(
     reader: Reader, i: int, r0: int, r1: int, base: int, where: str, mode: str, device: str,
+    decode: str = "cpu",
 ) -> Piece:
     """Read rows ``r0:r1`` (input chunk ``i``, first flat index ``base``) and compact them.
 
-    ``device="gpu"``: the chunk is moved to the current CUDA device (a dask-cuda worker's
-    own), compacted by the kernels, and the selection copied back (the output is written from
-    host memory). ``"gpu-all"``: the same on device ``i % n`` of the n visible devices (one
-    process driving every GPU of the host, the threaded scheduler).
+    ``device="gpu"``: the chunk is compacted on the current CUDA device (a dask-cuda worker's
+    own) and the selection copied back (the output is written from host memory); ``"gpu-all"``:
+    the same on device ``i % n`` of the n visible devices (one process driving every GPU of
+    the host: the threaded scheduler). ``decode="gpu"``: the chunk's compressed bytes go to the
+    device and nvCOMP decodes them there (the reader's ``read_device``).
     """
-    from ..dispatch import compact_chunk
+    where_from = f"input chunk {i} (rows {r0}:{r1})"
+    pred = _predicate(where)
+    if not device.startswith("gpu"):
+        t0 = time.perf_counter()
+        block = _read(reader, r0, r1, where_from)
+        t1 = time.perf_counter()
+        values, indices = _compact(block, pred, mode, base, where_from)
+        return _piece(values, indices, t1 - t0, time.perf_counter() - t1, "cpu", "cpu")
+
+    import cupy
+
+    ndev = cupy.cuda.runtime.getDeviceCount()
+    dev = i % ndev if device == "gpu-all" else cupy.cuda.runtime.getDevice()
+    with cupy.cuda.Device(dev):
+        t0 = time.perf_counter()
+        if decode == "gpu":
+            try:
+                block = reader.read_device(r0, r1)  # type: ignore[union-attr]
+            except Exception as e:
+                raise ChunkError(f"cannot read {where_from}: {type(e).__name__}: {e}") from e
+        else:
+            block = cupy.asarray(_read(reader, r0, r1, where_from))
+        t1 = time.perf_counter()
+        values, indices = _compact(block, pred, mode, base, where_from)
+        values = None if values is None else values.get()
+        indices = None if indices is None else indices.get()
+    return _piece(values, indices, t1 - t0, time.perf_counter() - t1, "gpu", decode)
+
+
+def _read(reader: Reader, r0: int, r1: int, where_from: str) -> np.ndarray:
     from ..validate import native
 
-    where_from = f"input chunk {i} (rows {r0}:{r1})"
-    t0 = time.perf_counter()
     try:
         block = reader.read(r0, r1)
     except Exception as e:  # a corrupted or missing chunk: say which one
         raise ChunkError(f"cannot read {where_from}: {type(e).__name__}: {e}") from e
-    if not block.dtype.isnative:
-        block = block.astype(native(block.dtype))
-    t1 = time.perf_counter()
-    pred = _predicate(where)
+    return block if block.dtype.isnative else block.astype(native(block.dtype))
+
+
+def _compact(block: Any, pred: Any, mode: str, base: int, where_from: str) -> tuple[Any, Any]:
+    from ..dispatch import compact_chunk
+
     try:
-        if device in ("gpu", "gpu-all"):
-            values, indices = _compact_on_gpu(block, pred, mode, base, i if device == "gpu-all"
-                                              else None)
-        else:
-            out = compact_chunk(block, pred, mode, True, "auto", base)
-            values, indices = _split(out, mode)
+        return _split(compact_chunk(block, pred, mode, True, "auto", base), mode)
     except Exception as e:
         raise ChunkError(f"cannot compact {where_from}: {type(e).__name__}: {e}") from e
-    t2 = time.perf_counter()
+
+
+def _piece(values: Any, indices: Any, read_s: float, compact_s: float, device: str,
+           decode: str) -> Piece:
     count = len(values) if values is not None else len(indices)
-    return Piece(values, indices, int(count), t1 - t0, t2 - t1,
-                 "gpu" if device.startswith("gpu") else "cpu")
+    return Piece(values, indices, int(count), read_s, compact_s, device, decode)
 
 
 def _split(out: Any, mode: str) -> tuple[Any, Any]:
@@ -97,25 +127,9 @@ def _split(out: Any, mode: str) -> tuple[Any, Any]:
     return (out, None) if mode == "values" else (None, out)
 
 
-def _compact_on_gpu(block: np.ndarray, pred: Any, mode: str, base: int, i: int | None
-                    ) -> tuple:
-    import cupy
-
-    from ..dispatch import compact_chunk
-
-    dev = cupy.cuda.runtime.getDevice() if i is None else i % cupy.cuda.runtime.getDeviceCount()
-    with cupy.cuda.Device(dev):
-        d = cupy.asarray(block)
-        out = compact_chunk(d, pred, mode, True, "auto", base)
-        values, indices = _split(out, mode)
-        return (
-            None if values is None else values.get(),
-            None if indices is None else indices.get(),
-        )
-
-
 def info(piece: Piece) -> PieceInfo:
-    return PieceInfo(piece.count, piece.nbytes, piece.read_s, piece.compact_s, piece.device)
+    return PieceInfo(piece.count, piece.nbytes, piece.read_s, piece.compact_s, piece.device,
+                     piece.decode)
 
 
 def take(piece: Piece, lo: int, hi: int) -> Piece:

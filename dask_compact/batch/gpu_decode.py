@@ -1,0 +1,86 @@
+"""Batch zstd decode on the GPU with nvCOMP (``nvidia-nvcomp-cu13``, in the ``gpu`` extra).
+
+zarr 3.1 can hand out device buffers but decodes on the CPU; nvCOMP decodes a batch of zstd
+frames on the device. The chunk files' bytes are read into one pinned host buffer, copied to
+the device in one transfer, and decoded as one batch on the current stream. An nvCOMP codec
+holds mutable state and must not be shared between threads (nvCOMP's thread-safety rules), so
+each thread keeps its own, per device.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+
+import numpy as np
+
+_local = threading.local()
+
+
+def unavailable() -> str:
+    """Why GPU decode cannot run in this process ("" if it can)."""
+    try:
+        import cupy
+    except ImportError as e:
+        return f"CuPy is not importable ({e})"
+    try:
+        from nvidia import nvcomp  # noqa: F401 -- only whether it imports
+    except ImportError as e:
+        return f"nvCOMP is not installed ({e}; pip install nvidia-nvcomp-cu13)"
+    try:
+        if cupy.cuda.runtime.getDeviceCount() == 0:
+            return "no CUDA device"
+    except Exception as e:  # noqa: BLE001 -- no driver
+        return f"no CUDA device ({e})"
+    return ""
+
+
+def _codec() -> Any:
+    import cupy
+    from nvidia import nvcomp
+
+    dev = cupy.cuda.runtime.getDevice()
+    stream = cupy.cuda.get_current_stream()
+    codecs = getattr(_local, "codecs", None)
+    if codecs is None:
+        codecs = _local.codecs = {}
+    key = (dev, stream.ptr)
+    if key not in codecs:
+        codecs[key] = nvcomp.Codec(algorithm="Zstd", bitstream_kind=nvcomp.BitstreamKind.RAW,
+                                   device_id=dev, cuda_stream=stream.ptr)
+    return codecs[key]
+
+
+def read_pinned(paths: list[str]) -> tuple[Any, list[int], list[int]]:
+    """The files' bytes in one pinned host buffer: (buffer, offsets, sizes)."""
+    import cupyx
+
+    sizes = [os.path.getsize(p) for p in paths]
+    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64).tolist()
+    host = cupyx.empty_pinned(max(1, offsets[-1]), dtype=np.uint8)
+    view = memoryview(host)
+    for p, o, n in zip(paths, offsets, sizes):
+        with open(p, "rb", buffering=0) as f:
+            got = f.readinto(view[o : o + n])
+        if got != n:
+            raise OSError(f"{p}: read {got} of {n} bytes")
+    return host, offsets[:-1], sizes
+
+
+def decode_files(paths: list[str]) -> list[Any]:
+    """Decode zstd frames stored in ``paths`` on the current device; one uint8 CuPy array per
+    file, in order. Synchronises the stream before returning (the pinned buffer is then free
+    to reuse, and the caller's kernels see finished data)."""
+    import cupy
+    from nvidia import nvcomp
+
+    host, offsets, sizes = read_pinned(paths)
+    stream = cupy.cuda.get_current_stream()
+    dev = cupy.empty(host.size, dtype=np.uint8)
+    dev.set(host, stream=stream)
+    views = [dev[o : o + n] for o, n in zip(offsets, sizes)]
+    decoded = _codec().decode(nvcomp.as_arrays(views))
+    out = [cupy.asarray(d).view(np.uint8).reshape(-1) for d in decoded]
+    stream.synchronize()
+    return out

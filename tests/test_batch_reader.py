@@ -1,0 +1,71 @@
+"""The batch job's chunk-file reader against zarr's own reads: every layout it accepts gives
+zarr's values, the ones it refuses fall back to zarr, and a missing chunk is an error unless
+allowed (then the fill value)."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+zarr = pytest.importorskip("zarr")
+
+from dask_compact.batch.inputs import open_zarr
+from dask_compact.batch.reader import ZarrChunkFiles, ZarrRows, chunk_files_reader
+
+
+@pytest.mark.parametrize("dtype", ["bool", "int8", "uint16", "int32", "int64", "float32",
+                                   "float64"])
+@pytest.mark.parametrize("shape, chunks", [((1,), (1,)), ((1025,), (100,)), ((997,), (997,)),
+                                           ((61, 5), (8, 5)), ((33, 2, 3), (7, 2, 3))])
+def test_chunk_files_read_what_zarr_reads(tmp_path, dtype, shape, chunks):
+    rng = np.random.default_rng(sum(shape))
+    a = (rng.random(shape) * 200 - 50).astype(dtype)
+    path = tmp_path / "a.zarr"
+    z = zarr.create_array(store=str(path), shape=shape, dtype=dtype, chunks=chunks)
+    z[...] = a
+    reader, why = chunk_files_reader(zarr.open_array(str(path)), str(path), "fp", False)
+    assert isinstance(reader, ZarrChunkFiles), why
+    n = shape[0]
+    # blocks aligned with the chunks, straddling them, single rows, the whole array
+    for r0, r1 in [(0, n), (0, min(n, chunks[0])), (n // 3, n - n // 4), (n - 1, n), (0, 1)]:
+        if r0 >= r1:
+            continue
+        got = reader.read(r0, r1)
+        assert got.dtype == a.dtype and got.shape == a[r0:r1].shape
+        np.testing.assert_array_equal(got, a[r0:r1])
+
+
+def test_layouts_it_refuses_fall_back_to_zarr(tmp_path):
+    a = np.arange(60.0).reshape(12, 5)
+    cases = {
+        "trailing split": dict(chunks=(4, 2)),
+        "not zstd": dict(chunks=(4, 5), compressors=None),
+        "zarr v2": dict(chunks=(4, 5), zarr_format=2),
+    }
+    for name, kw in cases.items():
+        path = tmp_path / name.replace(" ", "_")
+        z = zarr.create_array(store=str(path), shape=a.shape, dtype=a.dtype, **kw)
+        z[...] = a
+        src = open_zarr(str(path), None)
+        assert isinstance(src.reader, ZarrRows), name
+        assert src.no_gpu_decode
+        np.testing.assert_array_equal(src.reader.read(3, 9), a[3:9])
+
+
+def test_missing_chunk_is_an_error_unless_allowed(tmp_path):
+    a = np.arange(1, 101, dtype=np.float32)
+    path = tmp_path / "a.zarr"
+    z = zarr.create_array(store=str(path), shape=a.shape, dtype=a.dtype, chunks=(10,),
+                          fill_value=-1)
+    z[:] = a
+    os.remove(path / "c" / "3")
+    node = zarr.open_array(str(path))
+    strict, _ = chunk_files_reader(node, str(path), "fp", False)
+    with pytest.raises(FileNotFoundError, match="c/3 is missing"):
+        strict.read(25, 45)
+    lenient, _ = chunk_files_reader(node, str(path), "fp", True)
+    expect = a.copy()
+    expect[30:40] = -1
+    np.testing.assert_array_equal(lenient.read(25, 45), expect[25:45])
