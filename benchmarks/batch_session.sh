@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The batch job on the GPU host in one command: install the carried wheels, run the batch
+# tests (GPU and CPU) and benchmarks/batch_io.py. Run from the repository root with the wheels
+# in .whl/ (bash shared/gpu-host/wheels.sh tqdm nvidia-nvcomp-cu13; pip wheel --no-deps -w .whl .)
+#   bash benchmarks/batch_session.sh [LOG2N] [CHUNK_LOG2]
+set -u -o pipefail
+export PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/batch_out}
+mkdir -p "$OUT"
+LOG2N=${1:-31}
+CHUNK=${2:-25}
+log() { echo "== $(date +%T) $*" | tee -a "$OUT/session.log"; }
+log "install wheels"
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+  --target /tmp/site .whl/*.whl >> "$OUT/session.log" 2>&1 || log "pip install FAILED"
+export PYTHONPATH=/tmp/site
+{ nvidia-smi --query-gpu=name,memory.total --format=csv; nproc; free -g | head -2;
+  python3 -P -c "import cupy, zarr, dask, dask_compact; from nvidia import nvcomp; \
+print('cupy', cupy.__version__, 'zarr', zarr.__version__, 'dask', dask.__version__, \
+'nvcomp', nvcomp.__version__)"; } > "$OUT/env.txt" 2>&1
+cat "$OUT/env.txt"
+log "batch tests"
+timeout 300 python3 -P -m pytest tests/gpu/test_batch_gpu.py tests/test_batch_stream.py \
+  tests/test_batch_reader.py tests/test_batch_faults.py tests/test_cli.py -q -p no:cacheprovider \
+  -o addopts="" -x -k "not four_times" > "$OUT/pytest.txt" 2>&1
+tail -5 "$OUT/pytest.txt"
+log "benchmark 2^$LOG2N"
+timeout ${BENCH_S:-420} python3 -P benchmarks/batch_io.py --log2n "$LOG2N" --chunk-log2 "$CHUNK" \
+  --work /tmp/batch_work --out "$OUT" 2>&1 | tee "$OUT/bench.txt" | tail -30
+log "done"

@@ -1,0 +1,113 @@
+"""The streaming batch job on GPUs: chunks compacted by the kernels, decoded on the CPU or by
+nvCOMP on the device, on the threaded scheduler driving the GPUs and on a LocalCUDACluster,
+always against NumPy. Needs CuPy and a CUDA device (nvCOMP and dask_cuda for some tests)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+cupy = pytest.importorskip("cupy")
+zarr = pytest.importorskip("zarr")
+
+from click.testing import CliRunner  # noqa: E402
+
+from dask_compact import cli  # noqa: E402
+from dask_compact.batch import gpu_decode  # noqa: E402
+from dask_compact.batch.reader import chunk_files_reader  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+needs_nvcomp = pytest.mark.skipif(bool(gpu_decode.unavailable()),
+                                  reason=f"no GPU decode: {gpu_decode.unavailable()}")
+
+
+def run(*args, code: int = 0):
+    result = CliRunner().invoke(cli.main, [str(a) for a in args], catch_exceptions=False)
+    assert result.exit_code == code, result.output
+    return result
+
+
+def make(tmp_path, a, chunks, name="in.zarr"):
+    path = tmp_path / name
+    z = zarr.create_array(store=str(path), shape=a.shape, dtype=a.dtype, chunks=chunks)
+    z[...] = a
+    return path
+
+
+@needs_nvcomp
+@pytest.mark.parametrize("dtype", ["int8", "uint16", "int32", "float32", "float64", "int64"])
+@pytest.mark.parametrize("shape, chunks", [((1,), (1,)), ((100_003,), (4096,)),
+                                           ((1023, 7), (100, 7))])
+def test_gpu_decode_reads_what_zarr_reads(tmp_path, dtype, shape, chunks):
+    a = (np.random.default_rng(1).random(shape) * 250 - 100).astype(dtype)
+    path = make(tmp_path, a, chunks)
+    reader, why = chunk_files_reader(zarr.open_array(str(path)), str(path), "fp", False)
+    assert reader is not None, why
+    n = shape[0]
+    for r0, r1 in [(0, n), (n // 3, n - n // 5), (n - 1, n)]:
+        if r0 < r1:
+            got = reader.read_device(r0, r1)
+            assert isinstance(got, cupy.ndarray) and got.dtype == a.dtype
+            np.testing.assert_array_equal(got.get(), a[r0:r1])
+
+
+@pytest.mark.parametrize("decode", ["cpu", pytest.param("gpu", marks=needs_nvcomp)])
+@pytest.mark.parametrize("mode", ["values", "indices", "both"])
+def test_cli_threads_on_gpus_matches_numpy(tmp_path, decode, mode):
+    a = np.random.default_rng(2).random(1_000_003).astype(np.float32)
+    path = make(tmp_path, a, (65536,))
+    out = tmp_path / "out.zarr"
+    res = run(path, out, "-w", "(x > 0.2) & (x < 0.7)", "-o", mode, "--local", "threads",
+              "--device", "gpu", "--decode", decode, "--output-chunks", "50000", "--json")
+    summary = json.loads(res.stdout)
+    assert summary["gpu"] and summary["gpu_chunks"] == summary["chunks_read"]
+    assert summary["gpu_decode"] is (decode == "gpu")
+    g = zarr.open_group(str(out), mode="r")
+    m = (a > 0.2) & (a < 0.7)
+    if mode in ("values", "both"):
+        np.testing.assert_array_equal(g["values"][:], a[m])
+    if mode in ("indices", "both"):
+        np.testing.assert_array_equal(g["indices"][:], np.flatnonzero(m))
+
+
+@pytest.mark.parametrize("decode", ["cpu", pytest.param("gpu", marks=needs_nvcomp)])
+def test_cli_cuda_cluster_matches_numpy(tmp_path, decode):
+    pytest.importorskip("dask_cuda")
+    a = (np.random.default_rng(3).random((40_001, 3)) * 1000).astype(np.int32)
+    path = make(tmp_path, a, (2048, 3))
+    out = tmp_path / "out.zarr"
+    res = run(path, out, "-w", "x % 7 == 3", "-o", "both", "--local", "cuda", "--decode",
+              decode, "--json")
+    summary = json.loads(res.stdout)
+    assert summary["gpu"] and summary["gpu_decode"] is (decode == "gpu")
+    g = zarr.open_group(str(out), mode="r")
+    m = a % 7 == 3
+    np.testing.assert_array_equal(g["values"][:], a[m])
+    np.testing.assert_array_equal(g["indices"][:], np.flatnonzero(m))
+
+
+@needs_nvcomp
+def test_corrupted_chunk_decoded_on_gpu_is_named(tmp_path):
+    a = np.random.default_rng(4).random(100_000).astype(np.float32)
+    path = make(tmp_path, a, (10_000,))
+    (path / "c" / "4").write_bytes(b"\x28\xb5\x2f\xfd" + bytes(range(256)) * 4)
+    out = tmp_path / "out.zarr"
+    res = run(path, out, "-w", "x > 0.5", "--local", "threads", "--device", "gpu", "--decode",
+              "gpu", code=1)
+    assert "input chunk 4 (rows 40000:50000)" in res.output
+    assert not out.exists()
+
+
+def test_decode_auto_falls_back_with_a_reason(tmp_path):
+    a = np.random.default_rng(5).random(10_000)
+    path = tmp_path / "in.npy"
+    np.save(path, a)
+    out = tmp_path / "out.zarr"
+    res = run(path, out, "-w", "x > 0.5", "--local", "threads", "--device", "gpu")
+    assert "decoding on the CPU: the input is a .npy file" in res.output
+    np.testing.assert_array_equal(zarr.open_group(str(out))["values"][:], a[a > 0.5])
+    res = run(path, tmp_path / "o2.zarr", "-w", "x > 0.5", "--local", "threads", "--device",
+              "gpu", "--decode", "gpu", code=2)
+    assert "--decode gpu is not possible" in res.output
