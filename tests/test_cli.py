@@ -192,12 +192,13 @@ def test_url_output_marked_complete_after_move(npy):
     fs = fsspec.filesystem("memory")
     url = "memory://cli-test/out.zarr"
     try:
-        run(path, url, "--where", "x > 0.3", "-o", "both")
+        # threads: an in-memory file system exists only in this process, not on workers
+        run(path, url, "--where", "x > 0.3", "-o", "both", "--local", "threads")
         g = zarr.open_group(store=url, mode="r")
         assert g.attrs["dask_compact"]["complete"] is True
         np.testing.assert_array_equal(g["values"][:], a[a > 0.3])
         assert [p for p in fs.ls("/cli-test", detail=False) if "tmp" in p] == []
-        res = run(path, url, "--where", "x > 0.3", code=2)
+        res = run(path, url, "--where", "x > 0.3", "--local", "threads", code=2)
         assert "--overwrite" in res.output
     finally:
         fs.rm("/cli-test", recursive=True)

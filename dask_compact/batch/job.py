@@ -142,6 +142,9 @@ def run_job(
         raise
     seconds = time.perf_counter() - t0
     st = job.stats
+    import psutil
+
+    process_seconds = time.time() - psutil.Process().create_time()
     peaks = peak_memory(runner)
     return {
         "input": input_path,
@@ -157,6 +160,8 @@ def run_job(
         "fraction": total / layout.n if layout.n else 0.0,
         "arrays": list(NAMES[mode]),
         "seconds": seconds,
+        # the whole command so far: interpreter start, imports, cluster start, the job
+        "process_seconds": process_seconds,
         "gb_per_s": layout.n * layout.itemsize / 1e9 / seconds if seconds > 0 else 0.0,
         "task_seconds": {"read": st.read_s, "compact": st.compact_s, "write": st.write_s},
         "threads": ex.threads,
