@@ -66,8 +66,9 @@ def fmt_bytes(n: float) -> str:
 @click.option(
     "--local", "local_cluster", type=click.Choice(["auto", "threads", "processes", "cuda"]),
     default="auto", show_default=True,
-    help="Local cluster without --scheduler: auto is cuda (LocalCUDACluster) where CuPy, "
-    "dask-cuda and a GPU are present, else the threaded scheduler.",
+    help="Local cluster without --scheduler: auto is the threaded scheduler (with the GPUs of "
+    "this host where CuPy and a device are present: the fastest measured); cuda starts a "
+    "LocalCUDACluster, processes a LocalCluster.",
 )
 @click.option("--workers", "n_workers", type=click.IntRange(min=1),
               help="Workers of a local processes/cuda cluster (default: per core / per GPU).")
@@ -91,9 +92,9 @@ def fmt_bytes(n: float) -> str:
               "(e.g. 2GiB). Default: half of each worker's memory limit less what it holds "
               "(threads: half of the available memory).")
 @click.option(
-    "--decode", type=click.Choice(["auto", "cpu", "gpu"]), default="auto", show_default=True,
-    help="Where zstd chunks are decoded: auto is gpu (nvCOMP) where the chunks are compacted "
-    "on GPUs and nvCOMP is installed, else cpu (with a line saying why).",
+    "--decode", type=click.Choice(["cpu", "gpu"]), default="cpu", show_default=True,
+    help="Where zstd chunks are decoded. gpu: nvCOMP on the device, for chunks compacted on "
+    "GPUs (slower than cpu on the hosts measured; see the README).",
 )
 @click.option("--resume", is_flag=True,
               help="Continue an interrupted job on OUTPUT (same arguments) from its manifest "
@@ -254,7 +255,7 @@ def run(
     where_to_run: tuple[Any, ...],
     budget: int | None = None,
     continued: Any = None,
-    decode: str = "auto",
+    decode: str = "cpu",
 ) -> dict[str, Any]:
     """Start the scheduler, run the job, stop what was started; short messages for failures."""
     if src.array.size == 0:

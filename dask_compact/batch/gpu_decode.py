@@ -68,7 +68,27 @@ def read_pinned(paths: list[str]) -> tuple[Any, list[int], list[int]]:
     return host, offsets[:-1], sizes
 
 
-def decode_files(paths: list[str]) -> list[Any]:
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+
+
+def frame_content_size(frame: bytes | memoryview) -> int | None:
+    """The decompressed size a zstd frame header declares (RFC 8878, 3.1.1.1), or None when
+    the header declares none or is not a zstd frame header."""
+    b = bytes(frame[:18])
+    if len(b) < 5 or b[:4] != ZSTD_MAGIC:
+        return None
+    fhd = b[4]
+    fcs_flag, single = fhd >> 6, (fhd >> 5) & 1
+    dict_size = (0, 1, 2, 4)[fhd & 3]
+    at = 5 + (0 if single else 1) + dict_size
+    size = (1 if single else 0, 2, 4, 8)[fcs_flag]
+    if size == 0 or len(b) < at + size:
+        return None
+    value = int.from_bytes(b[at : at + size], "little")
+    return value + 256 if size == 2 else value
+
+
+def decode_files(paths: list[str], expected: list[int] | None = None) -> list[Any]:
     """Decode zstd frames stored in ``paths`` on the current device; one uint8 CuPy array per
     file, in order. Synchronises the stream before returning (the pinned buffer is then free
     to reuse, and the caller's kernels see finished data)."""
@@ -76,6 +96,15 @@ def decode_files(paths: list[str]) -> list[Any]:
     from nvidia import nvcomp
 
     host, offsets, sizes = read_pinned(paths)
+    if expected is not None:
+        # nvCOMP trusts its input: a frame that is not what the chunk must hold can make the
+        # device fault (an illegal address, which ends the CUDA context). Check each header
+        # on the CPU first. Corruption inside a well-formed frame is not caught here.
+        for p, o, n, want in zip(paths, offsets, sizes, expected):
+            got = frame_content_size(memoryview(host)[o : o + min(n, 18)])
+            if got != want:
+                raise ValueError(f"{p} is not a zstd frame of {want} bytes "
+                                 f"(its header says {got})")
     stream = cupy.cuda.get_current_stream()
     dev = cupy.empty(host.size, dtype=np.uint8)
     dev.set(host, stream=stream)

@@ -89,7 +89,7 @@ def run_job(
     overwrite: bool = False,
     budget: int | None = None,
     resume: Manifest | None = None,
-    decode: str = "auto",
+    decode: str = "cpu",
 ) -> dict[str, Any]:
     """Run the job into ``target``'s temporary group and commit it; the summary dict.
 
@@ -178,9 +178,10 @@ def run_job(
 
 
 def choose_decode(runner: Runner, src: Source, requested: str) -> str:
-    """Where the chunks are decoded: "gpu" (nvCOMP) where the chunks go to GPUs, the input is
-    zstd chunk files and every worker has nvCOMP; else "cpu", with a line on stderr saying why
-    when GPU compaction was on (``requested="gpu"``: an error instead)."""
+    """Where the chunks are decoded: ``requested="gpu"`` is nvCOMP on the device, possible
+    where the chunks go to GPUs, the input is zstd chunk files and every worker has nvCOMP
+    (else a usage error saying why); "auto" the same but falling back to "cpu" with a line on
+    stderr saying why."""
     import click
 
     from . import gpu_decode

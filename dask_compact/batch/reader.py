@@ -122,8 +122,10 @@ class ZarrChunkFiles:
         if not all(present) and not self.allow_missing:
             missing = next(p for p, ok in zip(paths, present) if not ok)
             raise FileNotFoundError(f"Zarr chunk {missing} is missing from the store")
-        decoded = iter(decode_files([p for p, ok in zip(paths, present) if ok]))
         row = int(np.prod(self.shape[1:], dtype=np.int64)) if len(self.shape) > 1 else 1
+        chunk_bytes = self.chunk_rows * row * self.dtype.itemsize
+        kept = [p for p, ok in zip(paths, present) if ok]
+        decoded = iter(decode_files(kept, [chunk_bytes] * len(kept)))
         parts = []
         for (_, first, rows), ok in zip(spans, present):
             if not ok:

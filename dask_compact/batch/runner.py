@@ -118,11 +118,14 @@ def start(
 
     kind = local_cluster
     if kind == "auto":
-        # Where the GPU stack is present the job runs there; on a CPU the threaded scheduler
-        # compacts the chunks with no serialisation between processes (the CPU loop releases
-        # the GIL), so it is the fastest local choice. `--local processes` starts a
-        # distributed.LocalCluster instead (dashboard, spilling, one process per worker).
-        kind = "cuda" if device != "cpu" and gpu_present() else "threads"
+        # The threaded scheduler: a batch job's tasks read, decode and write (work that
+        # releases the GIL) and nothing is serialised between processes. It was the fastest
+        # mode measured on the GPU host too, compacting on the host's GPUs from one process
+        # (benchmarks/batch_io.py; see the README). `--local processes|cuda` start a
+        # LocalCluster / LocalCUDACluster instead (dashboard, one process per worker or GPU).
+        kind = "threads"
+        if device == "auto" and worker_has_gpu():
+            device = "gpu"
     if device == "gpu" and kind == "processes":
         raise click.UsageError("--device gpu needs --local cuda, threads or auto, or a "
                                "--scheduler")

@@ -100,14 +100,19 @@ def test_corrupted_chunk_decoded_on_gpu_is_named(tmp_path):
     assert not out.exists()
 
 
-def test_decode_auto_falls_back_with_a_reason(tmp_path):
+def test_gpu_decode_refused_with_the_reason(tmp_path):
     a = np.random.default_rng(5).random(10_000)
     path = tmp_path / "in.npy"
     np.save(path, a)
-    out = tmp_path / "out.zarr"
-    res = run(path, out, "-w", "x > 0.5", "--local", "threads", "--device", "gpu")
-    assert "decoding on the CPU: the input is a .npy file" in res.output
-    np.testing.assert_array_equal(zarr.open_group(str(out))["values"][:], a[a > 0.5])
-    res = run(path, tmp_path / "o2.zarr", "-w", "x > 0.5", "--local", "threads", "--device",
+    res = run(path, tmp_path / "o.zarr", "-w", "x > 0.5", "--local", "threads", "--device",
               "gpu", "--decode", "gpu", code=2)
-    assert "--decode gpu is not possible" in res.output
+    assert "--decode gpu is not possible: the input is a .npy file" in res.output
+
+
+def test_default_run_compacts_on_the_gpu(tmp_path):
+    a = np.random.default_rng(6).random(300_001).astype(np.float32)
+    path = make(tmp_path, a, (30_000,))
+    out = tmp_path / "out.zarr"
+    summary = json.loads(run(path, out, "-w", "x > 0.5", "--json").stdout)
+    assert summary["gpu"] and summary["scheduler"].startswith("threaded scheduler")
+    np.testing.assert_array_equal(zarr.open_group(str(out))["values"][:], a[a > 0.5])
