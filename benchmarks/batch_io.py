@@ -192,6 +192,7 @@ def main() -> None:
     ap.add_argument("--work", help="directory for the data (default: a temporary one)")
     ap.add_argument("--out", default="benchmarks/results")
     ap.add_argument("--tag", default="")
+    ap.add_argument("--sha", help="the commit measured (default: git rev-parse HEAD)")
     args = ap.parse_args()
 
     n, chunk, p = 1 << args.log2n, 1 << args.chunk_log2, args.p
@@ -199,8 +200,8 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     src = work / "in.zarr"
     gpu = gpu_host()
-    sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                         text=True).stdout.strip() or "unknown"
+    sha = args.sha or subprocess.run(["git", "rev-parse", "--short", "HEAD"],
+                                     capture_output=True, text=True).stdout.strip() or "unknown"
     device = "cpu"
     if gpu:
         import cupy
