@@ -125,18 +125,35 @@ def _read_block(src: str, b: tuple[int, int]) -> float:
     return float(zarr.open_array(src, mode="r")[b[0] : b[1]][:1].sum())
 
 
-def write_floor(dst: Path, values: np.ndarray, chunk: int, codec: str) -> float:
+def write_floor(dst: Path, values: np.ndarray, chunk: int, codec: str) -> dict[str, float]:
+    """Encode and write ``values`` as a Zarr array: zarr's writes from a thread pool, and (zstd)
+    the chunk files encoded by numcodecs and written directly, the same bytes."""
     import zarr
 
     kw = {} if codec == "zstd" else {"compressors": None}
+    out = {}
+    blocks = range(0, len(values), chunk)
     t = time.perf_counter()
     z = zarr.create_array(store=str(dst), shape=values.shape, dtype=values.dtype,
                           chunks=(chunk,), **kw)
-    blocks = range(0, len(values), chunk)
     with ThreadPoolExecutor(os.cpu_count()) as pool:
         list(pool.map(lambda lo: z.__setitem__(slice(lo, lo + chunk), values[lo : lo + chunk]),
                       blocks))
-    return time.perf_counter() - t
+    out["zarr threads"] = time.perf_counter() - t
+    shutil.rmtree(dst)
+    if codec == "zstd":
+        from dask_compact.batch.tasks import write_chunk_file
+
+        t = time.perf_counter()
+        zarr.create_array(store=str(dst), shape=values.shape, dtype=values.dtype,
+                          chunks=(chunk,))
+        os.makedirs(dst / "c", exist_ok=True)
+        with ThreadPoolExecutor(os.cpu_count()) as pool:
+            list(pool.map(lambda lo: write_chunk_file(str(dst), lo // chunk,
+                                                      values[lo : lo + chunk], chunk), blocks))
+        out["chunk files threads"] = time.perf_counter() - t
+        shutil.rmtree(dst)
+    return out
 
 
 def expected_values(src: Path, p: float) -> np.ndarray:
@@ -227,9 +244,10 @@ def main() -> None:
     floors = read_floor(src, n, chunk)
     for k, v in floors.items():
         record(f"read floor ({k})", v, "floor")
-    wf = write_floor(work / "floor_out.zarr", expect, chunk, args.codec)
-    shutil.rmtree(work / "floor_out.zarr")
-    record("write floor (threads)", wf, "floor")
+    writes = write_floor(work / "floor_out.zarr", expect, chunk, args.codec)
+    for k, v in writes.items():
+        record(f"write floor ({k})", v, "floor")
+    wf = min(writes.values())
 
     # plain Dask
     for where in ("threads", "cluster"):
@@ -300,7 +318,7 @@ def main() -> None:
         split = " / ".join(f"{v:.1f}" for v in ts.values())
         lines.append(f"| {r['run']} | {r['seconds']:.2f} | {vs_dask} | {vs_floor} | {job} | "
                      f"{split} |")
-    lines += ["", f"Floor used: best read {read_best:.2f} s + write {wf:.2f} s = "
+    lines += ["", f"Floor used: best read {read_best:.2f} s + best write {wf:.2f} s = "
               f"{floor_sum:.2f} s. 'vs plain Dask' > 1 is faster than plain Dask; 'vs floor' "
               "is the command's time over the floor (1.0 = at the floor)."]
     table = "\n".join(lines)

@@ -266,3 +266,67 @@ def test_resume_from_any_written_subset(tmp_path, seed):
     needed = {i for i in range(lay.nchunks) if counts[i] and any(
         j not in written for j in range(offsets[i] // C, (offsets[i + 1] - 1) // C + 1))}
     assert reader.reads == len(needed) == resumed.stats.chunks
+
+
+@pytest.mark.parametrize("dtype", ["bool", "int8", "uint16", "int32", "int64", "float32",
+                                   "float64"])
+def test_chunk_files_written_directly_are_the_bytes_zarr_writes(tmp_path, dtype):
+    """The direct writer and zarr's own write give byte-identical chunk files (whole chunks
+    and the padded last one), so the output is an ordinary Zarr array."""
+    import os
+
+    from dask_compact.batch.job import writes_chunk_files
+    from dask_compact.batch.tasks import write_chunk_file
+
+    rng = np.random.default_rng(7)
+    data = (rng.random(1000) * 300 - 100).astype(dtype)
+    lay = Layout.make((1000,), data.dtype.itemsize, 1000, 300)
+
+    class Src:
+        dtype = data.dtype
+
+    stores = {}
+    for how in ("zarr", "direct"):
+        store = str(tmp_path / f"{how}.zarr")
+        create_group(store, lay, Src, "values", {})
+        assert writes_chunk_files(store, "values")
+        for j in range(4):
+            part = data[j * 300 : (j + 1) * 300]
+            if how == "zarr":
+                zarr.open_array(store=store, path="values", mode="r+")[j * 300 :
+                                                                      j * 300 + len(part)] = part
+            else:
+                write_chunk_file(os.path.join(store, "values"), j, part, 300)
+        cut(store, "values", 1000)
+        stores[how] = store
+    for j in range(4):
+        a, b = (open(os.path.join(stores[h], "values", "c", str(j)), "rb").read()
+                for h in ("zarr", "direct"))
+        assert a == b, j
+    got = zarr.open_array(store=stores["direct"], path="values", mode="r")[:]
+    np.testing.assert_array_equal(got, data)
+
+
+def test_stream_with_direct_writes_matches_numpy(tmp_path):
+    from dask_compact.batch.job import writes_chunk_files
+
+    a = np.random.default_rng(9).random(5003)
+
+    class Src:
+        dtype = a.dtype
+
+    lay = Layout.make(a.shape, 8, 400, 333)
+    store = str(tmp_path / "g.zarr")
+    create_group(store, lay, Src, "both", {})
+    dest = OutputArrays(store, NAMES["both"], lay.out_chunk, writes_chunk_files(store, "both"))
+    assert dest.direct
+    job = Job(ArrayRows(a), lay, "x < 0.3", "both", "cpu", dest, 20_000, Manifest({}), store)
+    ex = ThreadExecutor(2)
+    try:
+        total = run_stream(ex, job)
+    finally:
+        ex.close()
+    cut(store, "both", total)
+    g = zarr.open_group(store=store, mode="r")
+    np.testing.assert_array_equal(g["values"][:], a[a < 0.3])
+    np.testing.assert_array_equal(g["indices"][:], np.flatnonzero(a < 0.3))

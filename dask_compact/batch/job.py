@@ -66,6 +66,36 @@ def create_group(store: str, layout: Layout, src: Source, mode: str,
                            chunks=(max(1, layout.out_chunk),))
 
 
+def writes_chunk_files(store: str, mode: str) -> bool:
+    """Whether the output's chunks can be written as files (see :class:`.tasks.OutputArrays`):
+    a local group whose arrays have exactly the codecs and chunk keys that direct writes
+    produce (zarr's defaults, checked rather than assumed)."""
+    import zarr
+    from zarr.codecs import BytesCodec, ZstdCodec
+
+    if "://" in store:
+        return False
+    for name in NAMES[mode]:
+        z = zarr.open_array(store=store, path=name, mode="r")
+        meta = z.metadata
+        codecs = tuple(getattr(meta, "codecs", ()))
+        ok = (
+            getattr(meta, "zarr_format", None) == 3
+            and len(codecs) == 2
+            and isinstance(codecs[0], BytesCodec)
+            and (z.dtype.itemsize == 1 or getattr(codecs[0].endian, "value", "") == "little")
+            and isinstance(codecs[1], ZstdCodec)
+            and codecs[1].level == 0
+            and not codecs[1].checksum
+            and meta.encode_chunk_key((7,)) == "c/7"
+            and not z.fill_value
+        )
+        if not ok:
+            return False
+        os.makedirs(os.path.join(store, name, "c"), exist_ok=True)
+    return True
+
+
 def cut(store: str, mode: str, total: int) -> None:
     """Set the arrays' length to the selection's: a metadata write; the chunks beyond it were
     never written, so none needs deleting."""
@@ -124,7 +154,8 @@ def run_job(
     decode = choose_decode(runner, src, decode)
     job = Job(
         reader=src.reader, layout=layout, where=where, mode=mode, device=device,
-        dest=OutputArrays(target.tmp, NAMES[mode], layout.out_chunk), budget=budget,
+        dest=OutputArrays(target.tmp, NAMES[mode], layout.out_chunk,
+                          writes_chunk_files(target.tmp, mode)), budget=budget,
         manifest=manifest, manifest_dir=None if target.url else target.tmp, decode=decode,
     )
     ex = executor_for(runner)

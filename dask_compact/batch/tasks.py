@@ -6,6 +6,8 @@ runs in a thread pool and on distributed workers."""
 from __future__ import annotations
 
 import functools
+import os
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -80,7 +82,7 @@ def read_compact(
 
     ndev = cupy.cuda.runtime.getDeviceCount()
     dev = i % ndev if device == "gpu-all" else cupy.cuda.runtime.getDevice()
-    with cupy.cuda.Device(dev):
+    with cupy.cuda.Device(dev), _thread_stream(dev):
         t0 = time.perf_counter()
         if decode == "gpu":
             try:
@@ -94,6 +96,23 @@ def read_compact(
         values = None if values is None else values.get()
         indices = None if indices is None else indices.get()
     return _piece(values, indices, t1 - t0, time.perf_counter() - t1, "gpu", decode)
+
+
+_streams = threading.local()
+
+
+def _thread_stream(dev: int) -> Any:
+    """This thread's own non-blocking stream on device ``dev``: the copies and kernels of
+    chunks handled by different threads overlap instead of queueing on the legacy default
+    stream, and a stream (and the nvCOMP codec keyed by it) is made once per thread."""
+    import cupy
+
+    per_dev = getattr(_streams, "by_device", None)
+    if per_dev is None:
+        per_dev = _streams.by_device = {}
+    if dev not in per_dev:
+        per_dev[dev] = cupy.cuda.Stream(non_blocking=True)
+    return per_dev[dev]
 
 
 def _read(reader: Reader, r0: int, r1: int, where_from: str) -> np.ndarray:
@@ -142,12 +161,20 @@ def take(piece: Piece, lo: int, hi: int) -> Piece:
 
 
 class OutputArrays:
-    """The output group's arrays, opened once per process by the tasks that write them."""
+    """The output group's arrays, opened once per process by the tasks that write them.
 
-    def __init__(self, store: str, names: tuple[str, ...], out_chunk: int) -> None:
+    ``direct``: the arrays are local Zarr v3 arrays with zarr's default codecs (bytes, then
+    zstd level 0 without checksum) and chunk keys ``c/<j>``, as :func:`.job.create_group`
+    makes them; a chunk is then encoded by numcodecs and written as its file here, the bytes
+    zarr itself would write, without zarr's per-call machinery.
+    """
+
+    def __init__(self, store: str, names: tuple[str, ...], out_chunk: int,
+                 direct: bool = False) -> None:
         self.store = store
         self.names = names
         self.out_chunk = out_chunk
+        self.direct = direct
 
     def array(self, name: str) -> Any:
         return _open_out(self.store, name)
@@ -171,8 +198,25 @@ def write_chunk(dest: OutputArrays, j: int, los: list[int], his: list[int], *pie
     for name in dest.names:
         parts = [getattr(p, name)[lo:hi] for p, lo, hi in zip(pieces, los, his)]
         data = parts[0] if len(parts) == 1 else np.concatenate(parts)
-        dest.array(name)[start : start + len(data)] = data
+        if dest.direct:
+            write_chunk_file(os.path.join(dest.store, name), j, data, dest.out_chunk)
+        else:
+            dest.array(name)[start : start + len(data)] = data
     return time.perf_counter() - t0
+
+
+def write_chunk_file(array_dir: str, j: int, data: np.ndarray, chunk: int) -> None:
+    """Chunk ``j`` of a 1-D Zarr v3 array with the default codecs, as zarr writes it: padded
+    to the chunk length with the fill value 0, zstd level 0 without checksum, at ``c/<j>``."""
+    from numcodecs import Zstd
+
+    if len(data) < chunk:
+        full = np.zeros(chunk, data.dtype)
+        full[: len(data)] = data
+        data = full
+    encoded = Zstd(level=0).encode(np.ascontiguousarray(data))
+    with open(os.path.join(array_dir, "c", str(j)), "wb") as f:
+        f.write(encoded)
 
 
 def peak_rss() -> int:
