@@ -5,6 +5,7 @@ runs in a thread pool and on distributed workers."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import threading
@@ -82,7 +83,10 @@ def read_compact(
 
     ndev = cupy.cuda.runtime.getDeviceCount()
     dev = i % ndev if device == "gpu-all" else cupy.cuda.runtime.getDevice()
-    with cupy.cuda.Device(dev), _thread_stream(dev):
+    # nvCOMP decode stays on the legacy default stream: on a thread's non-blocking stream it
+    # crashed (SIGSEGV) on the H100 host, with 16 threads decoding at once.
+    stream = _thread_stream(dev) if decode != "gpu" else contextlib.nullcontext()
+    with cupy.cuda.Device(dev), stream:
         t0 = time.perf_counter()
         if decode == "gpu":
             try:
