@@ -205,7 +205,8 @@ def main() -> None:
     ap.add_argument("--p", type=float, default=0.5, help="selected fraction (x < P)")
     ap.add_argument("--codec", choices=["zstd", "none"], default="zstd")
     ap.add_argument("--workers", type=int, help="workers of the local processes cluster")
-    ap.add_argument("--skip", default="", help="comma-separated run names to skip")
+    ap.add_argument("--skip", action="append", default=[],
+                    help="a run name to skip (repeat the option for several)")
     ap.add_argument("--work", help="directory for the data (default: a temporary one)")
     ap.add_argument("--out", default="benchmarks/results")
     ap.add_argument("--tag", default="")
@@ -233,7 +234,7 @@ def main() -> None:
     make_input(src, n, chunk, args.codec)
     print(f"input written in {time.perf_counter() - t:.1f} s", flush=True)
     expect = expected_values(src, p)
-    skip = {s.strip() for s in args.skip.split(",") if s.strip()}
+    skip = set(args.skip)
     rows: list[dict] = []
 
     def record(name: str, seconds: float, kind: str, extra: dict | None = None) -> None:
