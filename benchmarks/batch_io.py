@@ -160,10 +160,13 @@ def expected_values(src: Path, p: float) -> np.ndarray:
     import zarr
 
     z = zarr.open_array(str(src), mode="r")
-    parts = []
-    for lo in range(0, z.shape[0], z.chunks[0]):
+
+    def select(lo: int) -> np.ndarray:
         b = z[lo : lo + z.chunks[0]]
-        parts.append(b[b < p])
+        return b[b < p]
+
+    with ThreadPoolExecutor(os.cpu_count()) as pool:
+        parts = list(pool.map(select, range(0, z.shape[0], z.chunks[0])))
     return np.concatenate(parts) if parts else np.empty(0, np.float32)
 
 

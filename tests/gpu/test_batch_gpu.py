@@ -116,3 +116,17 @@ def test_default_run_compacts_on_the_gpu(tmp_path):
     summary = json.loads(run(path, out, "-w", "x > 0.5", "--json").stdout)
     assert summary["gpu"] and summary["scheduler"].startswith("threaded scheduler")
     np.testing.assert_array_equal(zarr.open_group(str(out))["values"][:], a[a > 0.5])
+
+
+def test_threads_spread_chunks_over_every_gpu(tmp_path):
+    """The threaded scheduler drives every GPU of the host (chunk i on device i % n)."""
+    if cupy.cuda.runtime.getDeviceCount() < 2:
+        pytest.skip("one GPU")
+    a = np.random.default_rng(8).random(2_000_003).astype(np.float32)
+    path = make(tmp_path, a, (100_000,))
+    out = tmp_path / "out.zarr"
+    summary = json.loads(run(path, out, "-w", "x < 0.3", "-o", "both", "--json").stdout)
+    assert summary["gpu"] and summary["gpu_chunks"] == summary["chunks_read"] == 21
+    g = zarr.open_group(str(out), mode="r")
+    np.testing.assert_array_equal(g["values"][:], a[a < 0.3])
+    np.testing.assert_array_equal(g["indices"][:], np.flatnonzero(a < 0.3))
