@@ -115,7 +115,8 @@ def _thread_stream(dev: int) -> Any:
     if per_dev is None:
         per_dev = _streams.by_device = {}
     if dev not in per_dev:
-        per_dev[dev] = cupy.cuda.Stream(non_blocking=True)
+        with cupy.cuda.Device(dev):  # a stream belongs to the device current at its creation
+            per_dev[dev] = cupy.cuda.Stream(non_blocking=True)
     return per_dev[dev]
 
 
