@@ -1,10 +1,11 @@
 """Batch job: ``dask compact INPUT OUTPUT --where EXPR`` (also ``python -m dask_compact``).
 
-Reads a Zarr array (local path or fsspec URL) or a ``.npy`` file (memory-mapped, read block by
-block on the workers), compacts it with :func:`dask_compact.map_compact`, and writes the
-selected values and/or their global int64 flat indices as arrays ``values`` / ``indices`` of
-the Zarr group OUTPUT. N-D input is taken in C order, exactly like ``x.ravel()``: ``values``
-is ``x[mask]`` and ``indices`` is ``np.flatnonzero(mask)``.
+Reads a Zarr array (local path or fsspec URL) or a ``.npy`` file (memory-mapped), block of rows
+by block of rows where the tasks run, and writes the selected values and/or their global int64
+flat indices as arrays ``values`` / ``indices`` of the Zarr group OUTPUT, streaming under a
+memory budget (:mod:`.batch.stream`; :mod:`.batch.job` runs one job). N-D input is taken in C
+order, exactly like ``x.ravel()``: ``values`` is ``x[mask]`` and ``indices`` is
+``np.flatnonzero(mask)``. A killed job can be continued with ``--resume``.
 
 The output is complete or absent: everything is written to a hidden sibling of OUTPUT, and the
 group is moved into place (an atomic rename on a local file system) only once the last chunk

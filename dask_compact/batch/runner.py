@@ -1,20 +1,17 @@
-"""Where a batch job runs: a remote scheduler, a local GPU or CPU cluster, or threads; progress and
-clean shutdown of running writes."""
+"""Where a batch job runs: a remote scheduler, a local GPU or CPU cluster, or threads; the
+default memory budget; waiting for cancelled tasks to end."""
 
 from __future__ import annotations
 
 import contextlib
 import signal
-import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import click
 import dask
-import dask.array as da
-import numpy as np
 
 from .signals import ignored
 
@@ -227,70 +224,6 @@ def _start_retrying_once(make: Callable[[], Any]) -> Any:
             click.echo(f"dask compact: the local cluster did not start in time ({e!r}); "
                        "trying once more", err=True)
     raise AssertionError("unreachable")
-
-
-def on_gpu(x: da.Array) -> da.Array:
-    import cupy
-
-    return da.map_blocks(cupy.asarray, x, dtype=x.dtype, meta=cupy.empty((0,) * x.ndim, x.dtype))
-
-
-def to_host(block: Any) -> np.ndarray:
-    """CuPy chunk back to NumPy for the Zarr writer (no-op for NumPy chunks)."""
-    return block.get() if hasattr(block, "get") else np.asarray(block)
-
-
-@contextlib.contextmanager
-def progress(runner: Runner, enabled: bool) -> Iterator[None]:
-    """Progress of computations run by the local scheduler (both phases)."""
-    if enabled and runner.client is None:
-        from dask.diagnostics import ProgressBar
-
-        with ProgressBar(out=sys.stderr, dt=0.2):
-            yield
-    else:
-        yield
-
-
-def compute(runner: Runner, work: Any, enabled: bool, drain_timeout: float = 60.0) -> None:
-    """Compute the write graph; if it fails, return only once no task of it still runs.
-
-    A failed task makes the compute raise while other chunk writes are still in flight; were
-    the temporary group removed then, a late write would recreate part of it. So the threaded
-    scheduler gets its own pool, shut down (waiting) before we return, and on a cluster the
-    remaining tasks are cancelled and awaited.
-    """
-    if runner.client is None:
-        from concurrent.futures import ThreadPoolExecutor
-
-        from dask.system import CPU_COUNT
-
-        with ThreadPoolExecutor(max_workers=CPU_COUNT) as pool, progress(runner, enabled):
-            dask.compute(work, pool=pool)
-        return
-    from distributed import futures_of, wait
-
-    client = runner.client
-    # da.store(compute=False) gives one array per source (a tuple for several) whose blocks
-    # are the chunk writes; persisting it gives one future per chunk write.
-    works = list(work) if isinstance(work, (tuple, list)) else [work]
-    futures = futures_of(client.persist(works))
-    try:
-        if enabled:
-            from distributed import progress as dprogress
-
-            with contextlib.redirect_stdout(sys.stderr):  # keep stdout for the summary
-                dprogress(futures)
-        # The writes do not depend on each other: a failed one leaves the others running, so
-        # wait for all of them to end (finished or failed) before reporting the first error.
-        wait(futures)
-        for f in futures:
-            if f.status == "error":
-                f.result()  # raises the task's exception here
-    except BaseException:
-        client.cancel(futures)
-        drain(client, {f.key for f in futures}, drain_timeout)
-        raise
 
 
 def running_keys(dask_worker: Any) -> list[Any]:
