@@ -228,3 +228,24 @@ def test_input_four_times_the_cluster_memory_streams_within_the_budget(tmp_path)
                              for k in range(n_chunks)])
     got = zarr.open_group(store=str(out), mode="r")["values"][:]
     np.testing.assert_array_equal(got, expect)
+
+
+def test_progress_bar_and_summary_report_the_job(zin, tmp_path):
+    """The progress bar counts input bytes on stderr; the summary gives GB/s, the task-time
+    split, the budget, the peak memory per process and where decoding ran."""
+    path, a = zin
+    res = run(path, tmp_path / "o.zarr", "-w", "x > 0.5", "--progress", "--memory-budget",
+              "3MB")
+    assert "dask compact:" in res.stderr and "/800k [" in res.stderr  # bytes of input
+    out = res.stdout
+    assert "GB/s of input; task time read" in out and "compact" in out and "write" in out
+    assert "budget 3.0 MB" in out and "peak per process" in out and "CPU decode" in out
+    summary = json.loads(run(path, tmp_path / "o2.zarr", "-w", "x > 0.5", "--json",
+                             "--memory-budget", "3MB").stdout)
+    assert summary["memory_budget"] == 3_000_000
+    assert 0 < summary["peak_reserved"] <= 3_000_000
+    assert set(summary["task_seconds"]) == {"read", "compact", "write"}
+    assert summary["chunks_read"] == 40 and summary["gpu_decode"] is False
+    assert all(v > 50e6 for v in summary["peak_memory"].values())
+    res = run(path, tmp_path / "o3.zarr", "-w", "x > 0.5", "--memory-budget", "lots", code=2)
+    assert "--memory-budget" in res.output
