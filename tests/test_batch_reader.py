@@ -102,3 +102,4 @@ def test_gpu_decode_without_a_gpu_is_a_usage_error(tmp_path):
                                         "--local", "threads", "--decode", "gpu"])
     assert res.exit_code == 2
     assert "--decode gpu is not possible" in res.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.zarr"]  # no temporary group

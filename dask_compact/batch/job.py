@@ -141,25 +141,27 @@ def run_job(
         "version": dask_compact.__version__,
     }
     budget = budget or memory_budget(runner)
+    # Every refusal before the temporary group exists: nothing to remove afterwards.
+    decode = choose_decode(runner, src, decode)
     t0 = time.perf_counter()
-    target.prepare()
-    if resume is None:
-        create_group(target.tmp, layout, src, mode, attrs)
-        manifest = Manifest(job_desc)
-    else:
-        manifest = resume
     device = "cpu"
     if runner.gpu:
         device = "gpu" if runner.client is not None else "gpu-all"
-    decode = choose_decode(runner, src, decode)
-    job = Job(
-        reader=src.reader, layout=layout, where=where, mode=mode, device=device,
-        dest=OutputArrays(target.tmp, NAMES[mode], layout.out_chunk,
-                          writes_chunk_files(target.tmp, mode)), budget=budget,
-        manifest=manifest, manifest_dir=None if target.url else target.tmp, decode=decode,
-    )
-    ex = executor_for(runner)
-    try:
+    target.prepare()
+    ex: Executor | None = None
+    try:  # from here on, a failure removes the temporary group (and drains running tasks)
+        if resume is None:
+            create_group(target.tmp, layout, src, mode, attrs)
+            manifest = Manifest(job_desc)
+        else:
+            manifest = resume
+        job = Job(
+            reader=src.reader, layout=layout, where=where, mode=mode, device=device,
+            dest=OutputArrays(target.tmp, NAMES[mode], layout.out_chunk,
+                              writes_chunk_files(target.tmp, mode)), budget=budget,
+            manifest=manifest, manifest_dir=None if target.url else target.tmp, decode=decode,
+        )
+        ex = executor_for(runner)
         with progress_bar(show, src, job) as bar:
             total = run_stream(ex, job, bar)
         ex.close()
@@ -168,7 +170,8 @@ def run_job(
             os.remove(os.path.join(job.manifest_dir, "dask-compact-manifest.json"))
         target.commit(marker({**attrs, "selected": total}), overwrite)
     except BaseException:
-        ex.stop()
+        if ex is not None:
+            ex.stop()
         target.discard()
         raise
     seconds = time.perf_counter() - t0
@@ -209,10 +212,9 @@ def run_job(
 
 
 def choose_decode(runner: Runner, src: Source, requested: str) -> str:
-    """Where the chunks are decoded: ``requested="gpu"`` is nvCOMP on the device, possible
-    where the chunks go to GPUs, the input is zstd chunk files and every worker has nvCOMP
-    (else a usage error saying why); "auto" the same but falling back to "cpu" with a line on
-    stderr saying why."""
+    """Where the chunks are decoded: "cpu", or "gpu" (nvCOMP on the device) where that is
+    possible: the chunks go to GPUs, the input is zstd chunk files and every worker has
+    nvCOMP; else a usage error saying why."""
     import click
 
     from . import gpu_decode
@@ -229,13 +231,9 @@ def choose_decode(runner: Runner, src: Source, requested: str) -> str:
         why = "; ".join(sorted(reasons))
     else:
         why = gpu_decode.unavailable()
-    if not why:
-        return "gpu"
-    if requested == "gpu":
+    if why:
         raise click.UsageError(f"--decode gpu is not possible: {why}")
-    if runner.gpu:
-        click.echo(f"dask compact: decoding on the CPU: {why}", err=True)
-    return "cpu"
+    return "gpu"
 
 
 def peak_memory(runner: Runner) -> dict[str, int]:
