@@ -249,3 +249,28 @@ def test_progress_bar_and_summary_report_the_job(zin, tmp_path):
     assert all(v > 50e6 for v in summary["peak_memory"].values())
     res = run(path, tmp_path / "o3.zarr", "-w", "x > 0.5", "--memory-budget", "lots", code=2)
     assert "--memory-budget" in res.output
+
+
+def test_a_real_failed_write_leaves_no_output(zin, tmp_path):
+    """The output side fails for real: the job runs under a file-size limit (RLIMIT_FSIZE),
+    so writing an output chunk file larger than it fails with EFBIG, as a full disk fails with
+    ENOSPC. The job exits 1 naming the error; no OUTPUT, no temporary group."""
+    import resource
+
+    path, _ = zin
+
+    def limited() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG instead of a signal
+        resource.setrlimit(resource.RLIMIT_FSIZE, (60_000, 60_000))
+
+    out = tmp_path / "out.zarr"
+    proc = subprocess.run(
+        [sys.executable, "-m", "dask_compact", str(path), str(out), "-w", "x > 0.1",
+         "--output-chunks", "40000", "--local", "threads"],
+        capture_output=True, text=True, preexec_fn=limited, timeout=120,
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert "job failed" in proc.stderr and "File too large" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not out.exists()
+    assert litter(tmp_path) == []
