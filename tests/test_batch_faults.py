@@ -274,3 +274,10 @@ def test_a_real_failed_write_leaves_no_output(zin, tmp_path):
     assert "Traceback" not in proc.stderr
     assert not out.exists()
     assert litter(tmp_path) == []
+
+
+def test_resume_needs_a_local_output(zin):
+    path, _ = zin
+    res = run(path, "memory://resume-test/out.zarr", "-w", "x > 0.5", "--local", "threads",
+              "--resume", code=2)
+    assert "--resume needs a local OUTPUT" in res.output
