@@ -88,12 +88,15 @@ class ZarrChunkFiles:
             raise FileNotFoundError(
                 f"Zarr chunk {self.keys[c]} is missing from the store") from None
 
-    def read(self, r0: int, r1: int) -> np.ndarray:
+    def read(self, r0: int, r1: int, out: np.ndarray | None = None) -> np.ndarray:
+        """The rows, decoded into ``out`` if given (e.g. pinned host memory for a copy to a
+        GPU; C-contiguous, of the rows' shape and dtype)."""
         from numcodecs import Zstd
 
         zstd = Zstd()
         row = int(np.prod(self.shape[1:], dtype=np.int64)) if len(self.shape) > 1 else 1
-        out = np.empty((r1 - r0,) + self.shape[1:], self.dtype)
+        if out is None:
+            out = np.empty((r1 - r0,) + self.shape[1:], self.dtype)
         flat = out.reshape(-1)
         at = 0
         for c, first, rows in self._chunks(r0, r1):

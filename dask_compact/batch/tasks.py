@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from .reader import Reader
+from .reader import Reader, ZarrChunkFiles
 
 
 class ChunkError(RuntimeError):
@@ -93,6 +93,14 @@ def read_compact(
                 block = reader.read_device(r0, r1)  # type: ignore[union-attr]
             except Exception as e:
                 raise ChunkError(f"cannot read {where_from}: {type(e).__name__}: {e}") from e
+        elif isinstance(reader, ZarrChunkFiles):
+            # Decoded straight into this thread's pinned buffer, then one asynchronous copy:
+            # twice the bandwidth of a copy from pageable memory, and no staging copy.
+            shape = (r1 - r0,) + reader.shape[1:]
+            host = _pinned(shape, reader.dtype)
+            _read_into(reader, r0, r1, host, where_from)
+            block = cupy.empty(shape, reader.dtype)
+            block.set(host, stream=cupy.cuda.get_current_stream())
         else:
             block = cupy.asarray(_read(reader, r0, r1, where_from))
         t1 = time.perf_counter()
@@ -118,6 +126,28 @@ def _thread_stream(dev: int) -> Any:
         with cupy.cuda.Device(dev):  # a stream belongs to the device current at its creation
             per_dev[dev] = cupy.cuda.Stream(non_blocking=True)
     return per_dev[dev]
+
+
+def _pinned(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """This thread's pinned host buffer, viewed as ``shape``/``dtype`` (grown when too small).
+
+    Reused by the thread's next chunk only after this one's copy is done: the compaction
+    reads its count back to the host, which waits for everything queued before it on the
+    thread's stream, the copy included."""
+    import cupyx
+
+    n = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+    buf = getattr(_streams, "pinned", None)
+    if buf is None or buf.nbytes < n:
+        buf = _streams.pinned = cupyx.empty_pinned(max(n, 1), dtype=np.uint8)
+    return buf[:n].view(dtype).reshape(shape)
+
+
+def _read_into(reader: Any, r0: int, r1: int, out: np.ndarray, where_from: str) -> None:
+    try:
+        reader.read(r0, r1, out=out)
+    except Exception as e:  # a corrupted or missing chunk: say which one
+        raise ChunkError(f"cannot read {where_from}: {type(e).__name__}: {e}") from e
 
 
 def _read(reader: Reader, r0: int, r1: int, where_from: str) -> np.ndarray:
