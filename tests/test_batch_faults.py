@@ -20,29 +20,12 @@ import numpy as np
 import pytest
 
 zarr = pytest.importorskip("zarr")
-from click.testing import CliRunner
-
-from dask_compact import cli
-from dask_compact.batch import output
-
-DRIVER = Path(__file__).with_name("cli_driver.py")
-
-
-def run(*args, code: int = 0):
-    result = CliRunner().invoke(cli.main, [str(a) for a in args], catch_exceptions=False)
-    assert result.exit_code == code, result.output
-    assert "Traceback" not in result.output
-    return result
+from cli_helpers import litter, run, start, wait_for
 
 
 def group(path: Path) -> tuple[dict, dict]:
     g = zarr.open_group(store=str(path), mode="r")
     return dict(g.attrs), {name: a[:] for name, a in g.arrays()}
-
-
-def litter(directory: Path) -> list[str]:
-    return sorted(p.name for p in directory.iterdir()
-                  if "dask-compact-tmp" in p.name or p.name.endswith(output.LOCK_SUFFIX))
 
 
 @pytest.fixture
@@ -54,28 +37,11 @@ def zin(tmp_path: Path) -> tuple[Path, np.ndarray]:
     return path, a
 
 
-def _start(hook: str, ready: Path, *args, env: dict | None = None) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, str(DRIVER), hook, str(ready), "--", *map(str, args)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-        env={**os.environ, **(env or {})},
-    )
-
-
-def _wait_for(ready: Path, proc: subprocess.Popen, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while not ready.exists():
-        if proc.poll() is not None:
-            raise AssertionError(f"job ended early: {proc.stdout.read()} {proc.stderr.read()}")
-        assert time.monotonic() < deadline, "job never reached the point under test"
-        time.sleep(0.05)
-
-
 def _kill_halfway(tmp_path, path, out, *args, writes: int) -> None:
     ready = tmp_path / f"ready-{time.monotonic_ns()}"
-    proc = _start("pause-after-writes", ready, path, out, *args,
+    proc = start("pause-after-writes", ready, path, out, *args,
                   env={"DRIVER_WRITES": str(writes)})
-    _wait_for(ready, proc)
+    wait_for(ready, proc)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(timeout=30)
     assert not out.exists()

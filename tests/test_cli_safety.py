@@ -19,20 +19,11 @@ import numpy as np
 import pytest
 
 zarr = pytest.importorskip("zarr")
-from click.testing import CliRunner
+
+from cli_helpers import litter, run, start, wait_for
 
 import dask_compact
-from dask_compact import cli
 from dask_compact.batch import output
-
-DRIVER = Path(__file__).with_name("cli_driver.py")
-
-
-def run(*args, code: int = 0):
-    result = CliRunner().invoke(cli.main, [str(a) for a in args], catch_exceptions=False)
-    assert result.exit_code == code, result.output
-    assert "Traceback" not in result.output
-    return result
 
 
 def values(path: Path) -> np.ndarray:
@@ -41,11 +32,6 @@ def values(path: Path) -> np.ndarray:
 
 def where_of(path: Path) -> str:
     return zarr.open_group(store=str(path), mode="r").attrs["dask_compact"]["where"]
-
-
-def litter(directory: Path) -> list[str]:
-    return sorted(p.name for p in directory.iterdir()
-                  if "dask-compact-tmp" in p.name or p.name.endswith(output.LOCK_SUFFIX))
 
 
 @pytest.fixture
@@ -205,22 +191,6 @@ def test_output_appearing_during_the_job_is_left_alone(npy, tmp_path, monkeypatc
 # -- kills and signals ----------------------------------------------------------------------------
 
 
-def _start(hook: str, ready: Path, *args) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, str(DRIVER), hook, str(ready), "--", *map(str, args)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-    )
-
-
-def _wait_for(ready: Path, proc: subprocess.Popen, timeout: float = 90) -> None:
-    deadline = time.monotonic() + timeout
-    while not ready.exists():
-        if proc.poll() is not None:
-            raise AssertionError(f"job ended early: {proc.stdout.read()} {proc.stderr.read()}")
-        assert time.monotonic() < deadline, "job never reached the point under test"
-        time.sleep(0.05)
-
-
 def test_kill_between_the_renames_of_a_replacement_is_repaired(npy, tmp_path):
     """Without renameat2 a replacement takes two renames; a job SIGKILLed between them leaves
     OUTPUT missing and the old group aside: the next job puts it back, then goes on."""
@@ -228,8 +198,8 @@ def test_kill_between_the_renames_of_a_replacement_is_repaired(npy, tmp_path):
     out = tmp_path / "out.zarr"
     run(path, out, "--where", "x > 0.5")
     ready = tmp_path / "ready"
-    proc = _start("pause-swap", ready, path, out, "--where", "x > 0.9", "--overwrite")
-    _wait_for(ready, proc)
+    proc = start("pause-swap", ready, path, out, "--where", "x > 0.9", "--overwrite")
+    wait_for(ready, proc)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(timeout=30)
     assert not out.exists()  # the window: only the old group, aside
@@ -239,8 +209,8 @@ def test_kill_between_the_renames_of_a_replacement_is_repaired(npy, tmp_path):
     assert litter(tmp_path) == []
     # and a job that does not replace it just restores the old group and refuses to go on
     ready2 = tmp_path / "ready2"
-    proc = _start("pause-swap", ready2, path, out, "--where", "x > 0.9", "--overwrite")
-    _wait_for(ready2, proc)
+    proc = start("pause-swap", ready2, path, out, "--where", "x > 0.9", "--overwrite")
+    wait_for(ready2, proc)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(timeout=30)
     res = run(path, out, "--where", "x > 0.1", code=2)
@@ -253,8 +223,8 @@ def test_sigkill_leftovers_are_removed_by_the_next_job(npy, tmp_path):
     path, a = npy
     out = tmp_path / "out.zarr"
     ready = tmp_path / "ready"
-    proc = _start("pause-write", ready, path, out, "--where", "x > 0.5")
-    _wait_for(ready, proc)
+    proc = start("pause-write", ready, path, out, "--where", "x > 0.5")
+    wait_for(ready, proc)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(timeout=30)
     assert [n for n in litter(tmp_path) if "tmp" in n]  # what a kill leaves
@@ -278,9 +248,9 @@ def test_signal_mid_write_one_line_exit_code_no_litter(npy, tmp_path, sig, code,
     path, _ = npy
     out = tmp_path / "out.zarr"
     ready = tmp_path / "ready"
-    proc = _start("slow-write", ready, path, out, "--where", "x > 0.5", "--chunks", "1000",
+    proc = start("slow-write", ready, path, out, "--where", "x > 0.5", "--chunks", "1000",
                   "--output-chunks", "1000", *where_run)
-    _wait_for(ready, proc)
+    wait_for(ready, proc)
     time.sleep(0.5)  # tasks running on the workers
     os.killpg(proc.pid, sig)
     stdout, stderr = proc.communicate(timeout=120)

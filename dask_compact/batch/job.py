@@ -162,7 +162,7 @@ def run_job(
             manifest=manifest, manifest_dir=None if target.url else target.tmp, decode=decode,
         )
         ex = executor_for(runner)
-        with progress_bar(show, src, job) as bar:
+        with progress_bar(show, src) as bar:
             total = run_stream(ex, job, bar)
         ex.close()
         cut(target.tmp, mode, total)
@@ -249,7 +249,7 @@ def peak_memory(runner: Runner) -> dict[str, int]:
 class progress_bar:
     """A tqdm bar over the input bytes on stderr (a no-op when not shown)."""
 
-    def __init__(self, show: bool, src: Source, job: Job) -> None:
+    def __init__(self, show: bool, src: Source) -> None:
         self.show = show
         self.total = int(np.prod(src.shape, dtype=np.int64)) * src.dtype.itemsize
         self.bar: Any = None

@@ -40,8 +40,6 @@ class Stats:
     compact_s: float = 0.0
     write_s: float = 0.0
     chunks: int = 0
-    bytes_read: int = 0
-    writes: int = 0
     gpu_chunks: int = 0
     gpu_decoded: int = 0
     peak_reserved: int = 0
@@ -90,7 +88,6 @@ class _Stream:
         self.lo_chunk = first  # pieces below it are no longer needed
         self.next_out = offset // self.C  # output chunks below it are scheduled or written
         self.pieces: dict[int, Any] = {}
-        self.piece_bytes: dict[int, int] = {}
         self.users: dict[int, int] = {}  # input chunk -> writes in flight that read its piece
         self.reserved = 0
         self.charged: dict[int, int] = {}
@@ -180,14 +177,12 @@ class _Stream:
         st.read_s += pinfo.read_s
         st.compact_s += pinfo.compact_s
         st.chunks += not skipped
-        st.bytes_read += 0 if skipped else self.layout.in_bytes(i)
         st.gpu_chunks += pinfo.device == "gpu"
         st.gpu_decoded += pinfo.decode == "gpu"
         if self.progress:
             self.progress(self.layout.in_bytes(i))
         self.reading -= 1
         self.counts[i] = pinfo.count
-        self.piece_bytes[i] = pinfo.nbytes
         # The decoded chunk is gone; only its output is held until written.
         self.reserved -= self.charged[i] - pinfo.nbytes
         self.charged[i] = pinfo.nbytes
@@ -246,7 +241,6 @@ class _Stream:
 
     def write_done(self, j: int, seconds: float, chunks: list[int]) -> None:
         self.job.stats.write_s += seconds
-        self.job.stats.writes += 1
         self.writes -= 1
         self.job.manifest.written.add(j)
         for k in chunks:
