@@ -1,26 +1,48 @@
-"""Registers ``dask.array.Array.map_compact`` (an accessor-style method, like xarray's)."""
+"""Registers ``dask.array.Array.map_compact`` (an accessor-style method, like xarray's).
+
+:func:`register_when_imported` adds the method at once if ``dask.array`` is imported, and
+otherwise as soon as it is: a finder on ``sys.meta_path`` wraps the loading of
+``dask.array`` and registers right after the module has run. ``import dask_compact`` thus
+costs no import of ``dask.array`` (see the package docstring), and the method is there for
+every dask array all the same, whichever of the two imports comes first.
+"""
 
 from __future__ import annotations
 
 import functools
+import importlib.abc
+import importlib.machinery
+import sys
+import threading
 import warnings
+from collections.abc import Sequence
+from types import ModuleType
+from typing import Any
 
-import dask.array as da
-
-from . import api
+TARGET = "dask.array"
 
 
-def _map_compact(self: da.Array, pred, **kwargs):
+def _map_compact(self: Any, pred: Any, **kwargs: Any) -> Any:
+    from . import api
+
     return api.map_compact(self, pred, **kwargs)
 
 
-functools.update_wrapper(_map_compact, api.map_compact)
-_map_compact.__name__ = "map_compact"
 setattr(_map_compact, "_dask_compact", True)  # noqa: B010 - mark of our own method
+_wrapped = False
 
 
 def register() -> None:
     """Add ``map_compact`` to dask arrays; warn and leave it if something else defined it."""
+    global _wrapped
+    import dask.array as da
+
+    from . import api
+
+    if not _wrapped:  # the docstring and signature of the function (needs dask.array)
+        functools.update_wrapper(_map_compact, api.map_compact)
+        _map_compact.__name__ = "map_compact"
+        _wrapped = True
     existing = getattr(da.Array, "map_compact", None)
     if existing is not None and not getattr(existing, "_dask_compact", False):
         warnings.warn(
@@ -31,3 +53,66 @@ def register() -> None:
         )
         return
     setattr(da.Array, "map_compact", _map_compact)  # noqa: B010 - a new attribute of a class
+
+
+class _RegisterOnImport(importlib.abc.MetaPathFinder):
+    """Finds nothing itself: asks the finders after it for ``dask.array`` and wraps the spec's
+    loader so that :func:`register` runs once the module has been executed."""
+
+    def __init__(self) -> None:
+        self._busy = threading.local()
+
+    def find_spec(self, fullname: str, path: Sequence[str] | None,
+                  target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
+        if fullname != TARGET or getattr(self._busy, "on", False):
+            return None
+        self._busy.on = True  # the lookup below must not come back here
+        try:
+            spec = None
+            for finder in sys.meta_path:
+                if finder is not self and hasattr(finder, "find_spec"):
+                    spec = finder.find_spec(fullname, path, target)
+                    if spec is not None:
+                        break
+        finally:
+            self._busy.on = False
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return None
+        spec.loader = _Loader(spec.loader, self)
+        return spec
+
+
+class _Loader(importlib.abc.Loader):
+    def __init__(self, inner: Any, finder: _RegisterOnImport) -> None:
+        self.inner, self.finder = inner, finder
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+        return self.inner.create_module(spec)
+
+    def exec_module(self, module: ModuleType) -> None:
+        # the module's own loader, as if we had never been there (pickle, inspect, reload)
+        module.__loader__ = self.inner
+        if module.__spec__ is not None:
+            module.__spec__.loader = self.inner
+        self.inner.exec_module(module)
+        _remove(self.finder)
+        register()
+
+    def __getattr__(self, name: str) -> Any:  # get_source, get_filename, is_package, ...
+        return getattr(self.inner, name)
+
+
+def _remove(finder: _RegisterOnImport) -> None:
+    try:
+        sys.meta_path.remove(finder)
+    except ValueError:
+        pass
+
+
+def register_when_imported() -> None:
+    """Register now if ``dask.array`` is imported, else when it is (once)."""
+    if TARGET in sys.modules:
+        register()
+        return
+    if not any(isinstance(f, _RegisterOnImport) for f in sys.meta_path):
+        sys.meta_path.insert(0, _RegisterOnImport())

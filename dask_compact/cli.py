@@ -95,7 +95,8 @@ def fmt_bytes(n: float) -> str:
 @click.option(
     "--decode", type=click.Choice(["cpu", "gpu"]), default="cpu", show_default=True,
     help="Where zstd chunks are decoded. gpu: nvCOMP on the device, for chunks compacted on "
-    "GPUs (slower than cpu on the hosts measured; see the README).",
+    "GPUs (slower than cpu on the hosts measured; see the README); where it is not possible, "
+    "a line on stderr says why and the CPU decodes.",
 )
 @click.option("--resume", is_flag=True,
               help="Continue an interrupted job on OUTPUT (same arguments) from its manifest "
@@ -158,7 +159,7 @@ def compact_command(
 
     # Parse and type the predicate before any cluster starts: a bad --where costs nothing.
     try:
-        dask_compact.trace(where).check(src.array.dtype)
+        dask_compact.trace(where).check(src.dtype)
     except (ValueError, TypeError, SyntaxError) as e:
         raise click.BadParameter(str(e), param_hint="--where") from None
 
@@ -259,7 +260,7 @@ def run(
     decode: str = "cpu",
 ) -> dict[str, Any]:
     """Start the scheduler, run the job, stop what was started; short messages for failures."""
-    if src.array.size == 0:
+    if src.size == 0:
         # Nothing to read or compact: no cluster, just the empty arrays.
         return run_job(Runner("no scheduler (empty input)"), src, target, where, mode,
                        output_chunks, False, input_path, overwrite, budget, continued, "cpu")

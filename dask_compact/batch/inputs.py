@@ -1,5 +1,6 @@
-"""Batch job input: a Zarr array (local or fsspec URL) or a memory-mapped .npy file, as a dask
-array."""
+"""Batch job input: a Zarr array (local or fsspec URL) or a memory-mapped .npy file: its shape,
+dtype and a reader of row blocks (no dask array: the streaming job reads blocks itself, and
+``dask.array`` costs a second of start-up on a host with CuPy, SciPy and xarray installed)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import click
-import dask.array as da
 import numpy as np
-from dask.base import tokenize
 
 from .reader import (
     NpyRows,
@@ -30,39 +29,10 @@ SEPARATOR = "://"
 # Input
 
 
-class NpyBlocks:
-    """A ``.npy`` file that dask slices block by block.
-
-    Each process that reads a block memory-maps the file itself; the object pickles as its
-    path, shape and dtype only, so a distributed graph never carries the data (a plain
-    ``np.memmap`` handed to ``da.from_array`` would be pickled whole into every task).
-    """
-
-    def __init__(self, path: str) -> None:
-        mm = np.load(path, mmap_mode="r")
-        self.path = path
-        self.shape: tuple[int, ...] = tuple(mm.shape)
-        self.dtype = mm.dtype
-        self.ndim = mm.ndim
-        self._mm: np.memmap | None = None
-
-    def __getitem__(self, index: Any) -> np.ndarray:
-        if self._mm is None:
-            self._mm = np.load(self.path, mmap_mode="r")
-        # A copy: a memmap slice would keep the file open inside the chunk (and pickle badly).
-        return np.array(self._mm[index])
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {"path": self.path, "shape": self.shape, "dtype": self.dtype, "ndim": self.ndim}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._mm = None
-
-
 @dataclass
 class Source:
-    array: da.Array  # the input as a dask array (metadata, and the empty-input path)
+    shape: tuple[int, ...]
+    dtype: np.dtype  # native byte order: big-endian input is converted as it is read
     kind: str  # "npy" or "zarr"
     local_path: str | None  # for the INPUT/OUTPUT overlap check
     reader: Reader  # reads blocks of rows where a streaming task runs
@@ -70,12 +40,8 @@ class Source:
     no_gpu_decode: str = ""  # why the reader cannot decode on a GPU ("" if it can)
 
     @property
-    def shape(self) -> tuple[int, ...]:
-        return tuple(self.array.shape)
-
-    @property
-    def dtype(self) -> np.dtype:
-        return self.array.dtype
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
 
 
 def is_url(path: str) -> bool:
@@ -84,11 +50,6 @@ def is_url(path: str) -> bool:
 
 def local(path: str) -> str:
     return os.path.abspath(path.removeprefix("file://"))
-
-
-def leading_axis_chunks(ndim: int, n: int | str) -> tuple[Any, ...]:
-    """Chunks split along axis 0 only: each chunk is then a contiguous run of the C order."""
-    return (n,) + (-1,) * (ndim - 1)
 
 
 def open_input(path: str, chunks: int | None, allow_missing_chunks: bool = False) -> Source:
@@ -113,25 +74,18 @@ def open_npy(path: str, chunks: int | None) -> Source:
         )
     p = local(path)
     try:
-        blocks = NpyBlocks(p)
+        mm = np.load(p, mmap_mode="r")
     except ValueError as e:  # object dtype: "Array can't be memory-mapped"; a bad header
         raise click.BadParameter(f"cannot memory-map {path!r}: {e}", param_hint="INPUT") from None
-    check_shape_dtype(blocks.shape, blocks.dtype, path)
-    st = os.stat(p)
-    name = "npy-" + tokenize(p, st.st_mtime_ns, st.st_size)
-    # dask's "auto" chunking divides by the block size, which is 0 for an empty array
-    rows = chunks or ("auto" if 0 not in blocks.shape else max(1, blocks.shape[0]))
-    x = da.from_array(
-        blocks,
-        chunks=leading_axis_chunks(blocks.ndim, rows),
-        name=name,
-        meta=np.empty((0,) * blocks.ndim, dtype=blocks.dtype),
-        inline_array=True,
-    )
-    row_bytes = max(1, int(np.prod(blocks.shape[1:], dtype=np.int64)) * blocks.dtype.itemsize)
+    shape, dtype = tuple(mm.shape), mm.dtype
+    del mm
+    check_shape_dtype(shape, dtype, path)
+    # Blocks of rows along axis 0 (each a contiguous run of the C order) of about
+    # AUTO_CHUNK_BYTES, or --chunks rows.
+    row_bytes = max(1, int(np.prod(shape[1:], dtype=np.int64)) * dtype.itemsize)
     row_chunk = chunks or max(1, AUTO_CHUNK_BYTES // row_bytes)
-    reader = NpyRows(p, blocks.shape, blocks.dtype, npy_fingerprint(p))
-    return Source(native_order(x), "npy", p, reader, row_chunk,
+    reader = NpyRows(p, shape, dtype, npy_fingerprint(p))
+    return Source(shape, native_dtype(dtype), "npy", p, reader, row_chunk,
                   "the input is a .npy file (not compressed)")
 
 
@@ -155,9 +109,6 @@ def open_zarr(path: str, chunks: int | None, allow_missing_chunks: bool = False)
     check_shape_dtype(node.shape, node.dtype, path)
     if not allow_missing_chunks:
         check_chunks_stored(node, path)
-    x = da.from_zarr(node)
-    if chunks is not None:
-        x = x.rechunk(leading_axis_chunks(x.ndim, chunks))
     url = path if is_url(path) else local(path)
     fingerprint = zarr_fingerprint(node, url)
     fast, why_not = chunk_files_reader(node, url, fingerprint, allow_missing_chunks)
@@ -165,8 +116,8 @@ def open_zarr(path: str, chunks: int | None, allow_missing_chunks: bool = False)
     # Blocks of whole Zarr chunks along axis 0 (all trailing axes): each read decodes every
     # chunk it touches exactly once.
     row_chunk = chunks or max(1, int(node.chunks[0]))
-    return Source(native_order(x), "zarr", None if is_url(path) else local(path), reader,
-                  row_chunk, why_not)
+    return Source(tuple(node.shape), native_dtype(node.dtype), "zarr",
+                  None if is_url(path) else local(path), reader, row_chunk, why_not)
 
 
 def check_chunks_stored(node: Any, path: str) -> None:
@@ -189,12 +140,12 @@ def check_chunks_stored(node: Any, path: str) -> None:
         )
 
 
-def native_order(x: da.Array) -> da.Array:
-    """Big-endian input (a ``>f8`` Zarr v2 array or ``.npy`` file) converted as it is read."""
+def native_dtype(dtype: Any) -> np.dtype:
+    """The dtype of the blocks as the job sees them: big-endian input (a ``>f8`` Zarr v2 array
+    or ``.npy`` file) is converted to native order as it is read."""
     from ..validate import native
 
-    dt = native(x.dtype)
-    return x if dt == x.dtype else x.astype(dt)
+    return native(np.dtype(dtype))
 
 
 def check_shape_dtype(shape: tuple[int, ...], dtype: Any, path: str) -> None:
