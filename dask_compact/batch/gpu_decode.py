@@ -54,12 +54,12 @@ def _codec() -> Any:
 
 def read_pinned(paths: list[str]) -> tuple[Any, list[int], list[int]]:
     """The files' bytes in one pinned host buffer: (buffer, offsets, sizes)."""
-    import cupyx
+    from .host_buffers import pinned
 
     sizes = [os.path.getsize(p) for p in paths]
     offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64).tolist()
-    host = cupyx.empty_pinned(max(1, offsets[-1]), dtype=np.uint8)
-    view = memoryview(host)
+    host = pinned(offsets[-1])
+    view = memoryview(host.data)
     for p, o, n in zip(paths, offsets, sizes):
         with open(p, "rb", buffering=0) as f:
             got = f.readinto(view[o : o + n])

@@ -8,10 +8,14 @@ cache), so a distributed graph never carries data and a task reads only the rows
 from __future__ import annotations
 
 import functools
+import mmap
 import os
 from typing import Any
 
 import numpy as np
+
+# Linux: fill the page tables of a new mapping at once (0 where the flag does not exist).
+_MAP_POPULATE = getattr(mmap, "MAP_POPULATE", 0)
 
 
 class ZarrRows:
@@ -78,15 +82,26 @@ class ZarrChunkFiles:
             c += 1
         return out
 
-    def _raw(self, c: int) -> bytes | None:
+    def _raw(self, c: int) -> Any:
+        """Chunk ``c``'s compressed bytes, memory-mapped (None: missing and allowed to be).
+
+        Mapped rather than read: zstd then decodes straight from the page cache, with no copy
+        into a fresh ``bytes`` per chunk (that copy and its page faults halved the decode rate
+        of 16 threads on the H100 host, see :mod:`.host_buffers`). ``MAP_POPULATE`` maps every
+        page in one system call instead of one fault per page. The caller closes the map."""
+        path = os.path.join(self.url, self.keys[c])
         try:
-            with open(os.path.join(self.url, self.keys[c]), "rb") as f:
-                return f.read()
+            f = open(path, "rb")
         except FileNotFoundError:
             if self.allow_missing:
                 return None
             raise FileNotFoundError(
                 f"Zarr chunk {self.keys[c]} is missing from the store") from None
+        with f:
+            if os.fstat(f.fileno()).st_size == 0:
+                return b""  # mmap refuses empty files; zstd refuses the empty frame
+            return mmap.mmap(f.fileno(), 0, flags=mmap.MAP_PRIVATE | _MAP_POPULATE,
+                             prot=mmap.PROT_READ)
 
     def read(self, r0: int, r1: int, out: np.ndarray | None = None) -> np.ndarray:
         """The rows, decoded into ``out`` if given (e.g. pinned host memory for a copy to a
@@ -102,13 +117,17 @@ class ZarrChunkFiles:
         for c, first, rows in self._chunks(r0, r1):
             raw = self._raw(c)
             n = rows * row
-            if raw is None:
-                flat[at : at + n] = self.fill_value
-            elif first == 0 and rows == self.chunk_rows:
-                zstd.decode(raw, out=flat[at : at + n])  # the whole chunk: decode in place
-            else:  # an edge chunk (stored at full size) or a block boundary inside a chunk
-                whole = np.frombuffer(zstd.decode(raw), self.dtype)
-                flat[at : at + n] = whole[first * row : first * row + n]
+            try:
+                if raw is None:
+                    flat[at : at + n] = self.fill_value
+                elif first == 0 and rows == self.chunk_rows:
+                    zstd.decode(raw, out=flat[at : at + n])  # the whole chunk, in place
+                else:  # an edge chunk (stored at full size) or a block boundary inside one
+                    whole = np.frombuffer(zstd.decode(raw), self.dtype)
+                    flat[at : at + n] = whole[first * row : first * row + n]
+            finally:
+                if isinstance(raw, mmap.mmap):
+                    raw.close()
             at += n
         return out
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from .host_buffers import thread_host, thread_pinned
 from .reader import Reader, ZarrChunkFiles
 
 
@@ -74,7 +75,13 @@ def read_compact(
     pred = _predicate(where)
     if not device.startswith("gpu"):
         t0 = time.perf_counter()
-        block = _read(reader, r0, r1, where_from)
+        if isinstance(reader, ZarrChunkFiles):
+            # Decoded into this thread's reused buffer (see .host_buffers); the compaction
+            # writes its selection into new arrays, so nothing keeps a view of the buffer.
+            block = thread_host((r1 - r0,) + reader.shape[1:], reader.dtype)
+            _read_into(reader, r0, r1, block, where_from)
+        else:
+            block = _read(reader, r0, r1, where_from)
         t1 = time.perf_counter()
         values, indices = _compact(block, pred, mode, base, where_from)
         return _piece(values, indices, t1 - t0, time.perf_counter() - t1, "cpu", "cpu")
@@ -97,7 +104,7 @@ def read_compact(
             # Decoded straight into this thread's pinned buffer, then one asynchronous copy:
             # twice the bandwidth of a copy from pageable memory, and no staging copy.
             shape = (r1 - r0,) + reader.shape[1:]
-            host = _pinned(shape, reader.dtype)
+            host = thread_pinned(shape, reader.dtype)
             _read_into(reader, r0, r1, host, where_from)
             block = cupy.empty(shape, reader.dtype)
             block.set(host, stream=cupy.cuda.get_current_stream())
@@ -126,21 +133,6 @@ def _thread_stream(dev: int) -> Any:
         with cupy.cuda.Device(dev):  # a stream belongs to the device current at its creation
             per_dev[dev] = cupy.cuda.Stream(non_blocking=True)
     return per_dev[dev]
-
-
-def _pinned(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
-    """This thread's pinned host buffer, viewed as ``shape``/``dtype`` (grown when too small).
-
-    Reused by the thread's next chunk only after this one's copy is done: the compaction
-    reads its count back to the host, which waits for everything queued before it on the
-    thread's stream, the copy included."""
-    import cupyx
-
-    n = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
-    buf = getattr(_streams, "pinned", None)
-    if buf is None or buf.nbytes < n:
-        buf = _streams.pinned = cupyx.empty_pinned(max(n, 1), dtype=np.uint8)
-    return buf[:n].view(dtype).reshape(shape)
 
 
 def _read_into(reader: Any, r0: int, r1: int, out: np.ndarray, where_from: str) -> None:
