@@ -4,6 +4,7 @@ allowed (then the fill value)."""
 
 from __future__ import annotations
 
+import json
 import os
 
 import numpy as np
@@ -87,7 +88,7 @@ def test_zstd_frame_header_size():
     assert frame_content_size(b"") is None
 
 
-def test_gpu_decode_without_a_gpu_is_a_usage_error(tmp_path):
+def test_gpu_decode_without_a_gpu_falls_back_to_the_cpu(tmp_path):
     from click.testing import CliRunner
 
     from dask_compact import cli
@@ -98,8 +99,12 @@ def test_gpu_decode_without_a_gpu_is_a_usage_error(tmp_path):
     a = np.random.default_rng(1).random(1000)
     path = tmp_path / "a.zarr"
     zarr.create_array(store=str(path), shape=a.shape, dtype=a.dtype, chunks=(100,))[:] = a
-    res = CliRunner().invoke(cli.main, [str(path), str(tmp_path / "o.zarr"), "-w", "x > 1",
-                                        "--local", "threads", "--decode", "gpu"])
-    assert res.exit_code == 2
-    assert "--decode gpu is not possible" in res.output
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.zarr"]  # no temporary group
+    res = CliRunner().invoke(cli.main, [str(path), str(tmp_path / "o.zarr"), "-w", "x > 0.5",
+                                        "--local", "threads", "--decode", "gpu", "--json"])
+    assert res.exit_code == 0, res.output
+    assert ("GPU decode is not possible (the chunks are compacted on CPUs); decoding on the CPU"
+            in res.stderr)
+    summary = json.loads(res.stdout)
+    assert summary["decode"] == "cpu" and summary["gpu_decode"] is False
+    np.testing.assert_array_equal(zarr.open_group(str(tmp_path / "o.zarr"))["values"][:],
+                                  a[a > 0.5])

@@ -214,7 +214,8 @@ def run_job(
 def choose_decode(runner: Runner, src: Source, requested: str) -> str:
     """Where the chunks are decoded: "cpu", or "gpu" (nvCOMP on the device) where that is
     possible: the chunks go to GPUs, the input is zstd chunk files and every worker has
-    nvCOMP; else a usage error saying why."""
+    nvCOMP. A ``--decode gpu`` that is not possible falls back to the CPU with one line on
+    stderr saying why (the summary's ``decode`` says where decoding ran)."""
     import click
 
     from . import gpu_decode
@@ -232,7 +233,9 @@ def choose_decode(runner: Runner, src: Source, requested: str) -> str:
     else:
         why = gpu_decode.unavailable()
     if why:
-        raise click.UsageError(f"--decode gpu is not possible: {why}")
+        click.echo(f"dask compact: GPU decode is not possible ({why}); decoding on the CPU",
+                   err=True)
+        return "cpu"
     return "gpu"
 
 

@@ -100,13 +100,18 @@ def test_corrupted_chunk_decoded_on_gpu_is_named(tmp_path):
     assert not out.exists()
 
 
-def test_gpu_decode_refused_with_the_reason(tmp_path):
+def test_gpu_decode_falls_back_with_the_reason(tmp_path):
     a = np.random.default_rng(5).random(10_000)
     path = tmp_path / "in.npy"
     np.save(path, a)
     res = run(path, tmp_path / "o.zarr", "-w", "x > 0.5", "--local", "threads", "--device",
-              "gpu", "--decode", "gpu", code=2)
-    assert "--decode gpu is not possible: the input is a .npy file" in res.output
+              "gpu", "--decode", "gpu", "--json")
+    assert ("GPU decode is not possible (the input is a .npy file (not compressed)); decoding "
+            "on the CPU") in res.stderr
+    summary = json.loads(res.stdout)
+    assert summary["gpu"] and summary["decode"] == "cpu"
+    np.testing.assert_array_equal(zarr.open_group(str(tmp_path / "o.zarr"))["values"][:],
+                                  a[a > 0.5])
 
 
 def test_default_run_compacts_on_the_gpu(tmp_path):
