@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# The batch job on the GPU host in one command: install the carried wheels, run the batch
-# tests (GPU and CPU) and benchmarks/batch_io.py. Run from the repository root with the wheels
-# in .whl/ (bash shared/gpu-host/wheels.sh tqdm nvidia-nvcomp-cu13; pip wheel --no-deps -w .whl .)
+# The batch job on the GPU host in one command: install the carried wheels and this checkout,
+# run the batch tests (GPU and CPU) and benchmarks/batch_io.py. Run from the repository root
+# with the wheels in .whl/ (wheels.sh of the GPU-host notes, plus nvidia-nvcomp-cu13).
+# Installed as pip installs for a user, with bytecode compiled: the host's image sets no .pyc
+# for the carried packages otherwise, and every command would compile them again (over a
+# second of each CLI run's start was compile() before this).
 #   bash benchmarks/batch_session.sh [LOG2N] [CHUNK_LOG2]
 set -u -o pipefail
 export PYTHONUNBUFFERED=1
@@ -11,9 +14,12 @@ LOG2N=${1:-31}
 CHUNK=${2:-25}
 log() { echo "== $(date +%T) $*" | tee -a "$OUT/session.log"; }
 log "install wheels"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+python3 -m pip install -q --no-index --no-deps --no-cache-dir --upgrade \
   --target /tmp/site .whl/*.whl >> "$OUT/session.log" 2>&1 || log "pip install FAILED"
+python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-cache-dir --upgrade \
+  --target /tmp/site . >> "$OUT/session.log" 2>&1 || log "pip install . FAILED"
 export PYTHONPATH=/tmp/site
+env | grep '^PYTHON' >> "$OUT/session.log"
 { nvidia-smi --query-gpu=name,memory.total --format=csv; nproc; free -g | head -2;
   python3 -P -c "import cupy, zarr, dask, dask_compact; from nvidia import nvcomp; \
 print('cupy', cupy.__version__, 'zarr', zarr.__version__, 'dask', dask.__version__, \
