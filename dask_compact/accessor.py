@@ -29,20 +29,28 @@ def _map_compact(self: Any, pred: Any, **kwargs: Any) -> Any:
 
 
 setattr(_map_compact, "_dask_compact", True)  # noqa: B010 - mark of our own method
-_wrapped = False
+_map_compact.__name__ = _map_compact.__qualname__ = "map_compact"
+
+
+def adopt_docs(fn: Any) -> None:
+    """Give the method the docstring and signature of :func:`dask_compact.map_compact`; called
+    by :mod:`.api` once it is imported (the registration itself may run in the middle of an
+    import of ``dask.array`` made by :mod:`.api`'s own imports, when it cannot import it)."""
+    functools.update_wrapper(_map_compact, fn)
+    _map_compact.__name__ = _map_compact.__qualname__ = "map_compact"
 
 
 def register() -> None:
     """Add ``map_compact`` to dask arrays; warn and leave it if something else defined it."""
-    global _wrapped
     import dask.array as da
 
-    from . import api
-
-    if not _wrapped:  # the docstring and signature of the function (needs dask.array)
-        functools.update_wrapper(_map_compact, api.map_compact)
-        _map_compact.__name__ = "map_compact"
-        _wrapped = True
+    api = sys.modules.get("dask_compact.api")
+    if api is None and "dask_compact.graph" not in sys.modules:
+        # dask.array was imported from outside this package: the docs can be had now. (From
+        # inside, by graph.py or api.py, api.py adopts them when it has run.)
+        from . import api
+    if api is not None and hasattr(api, "map_compact"):
+        adopt_docs(api.map_compact)
     existing = getattr(da.Array, "map_compact", None)
     if existing is not None and not getattr(existing, "_dask_compact", False):
         warnings.warn(

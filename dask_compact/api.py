@@ -321,3 +321,8 @@ def _result(arrays: dict[str, da.Array], output: str) -> Result:
     if output == "both":
         return arrays["values"], arrays["indices"]
     return arrays[output]
+
+
+from .accessor import adopt_docs  # noqa: E402 -- the method's docstring is this function's
+
+adopt_docs(map_compact)

@@ -169,11 +169,12 @@ def test_stream_matches_numpy(tmp_path, n, rows, out_chunk, budget):
         assert job.stats.chunks == job.layout.nchunks
         if budget == 1 and n:
             # one task at a time: the chunk being read, a piece partly written, and the pieces
-            # waiting for the rest of one output chunk
+            # waiting for the rest of one output chunk (a piece is charged the buffer it holds:
+            # up to 4x its selection, see numpy_backend._trim)
             lay = job.layout
             biggest = max(chunk_cost(lay, i, "both") for i in range(lay.nchunks))
             piece = max(lay.size(i) for i in range(lay.nchunks)) * 16
-            assert job.stats.peak_reserved <= biggest + piece + lay.out_chunk * 16
+            assert job.stats.peak_reserved <= biggest + piece + 4 * lay.out_chunk * 16
 
 
 @pytest.mark.parametrize("dtype", ["int8", "uint16", "int32", "uint64", "float32", "float64",

@@ -278,14 +278,16 @@ def test_subprocess(npy, tmp_path, command):
             else [str(BIN / "dask") if (BIN / "dask").exists() else shutil.which("dask"),
                   command[1]])
     proc = subprocess.run([*argv, str(path), str(out), "-w", "x <= 0.05", "-o", "both", "--json"],
-                          check=False, capture_output=True, text=True, timeout=60)
+                          check=False, capture_output=True, text=True, timeout=60,
+                          cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["selected"] == int((a <= 0.05).sum())
     _, arrays = read_group(out)
     np.testing.assert_array_equal(arrays["indices"], np.flatnonzero(a <= 0.05))
     # A usage error: short message, exit code 2, no traceback.
     proc = subprocess.run([*argv, str(path), str(out), "-w", "x <= 0.05"],
-                          check=False, capture_output=True, text=True, timeout=60)
+                          check=False, capture_output=True, text=True, timeout=60,
+                          cwd=tmp_path)
     assert proc.returncode == 2
     assert "--overwrite" in proc.stderr and "Traceback" not in proc.stderr
 

@@ -13,6 +13,7 @@ one algorithm, so they are accepted and ignored here.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -59,9 +60,13 @@ def _result(values: np.ndarray | None, indices: np.ndarray | None, output: str) 
     return values, indices
 
 
-def _run_fused(a: np.ndarray, pred: Predicate, output: str, index_base: int) -> Any:
+Alloc = Callable[[int, np.dtype], np.ndarray]
+
+
+def _run_fused(a: np.ndarray, pred: Predicate, output: str, index_base: int,
+               alloc: Alloc | None = None) -> Any:
     """The fused loop's result, or raise UnsupportedPredicate/ParamOverflow/TypeError."""
-    return _run_fused_many([a], pred, output, [index_base])
+    return _run_fused_many([a], pred, output, [index_base], alloc)
 
 
 def compact(
@@ -71,17 +76,23 @@ def compact(
     stable: bool = True,
     algorithm: str | None = None,
     index_base: int = 0,
+    alloc: Alloc | None = None,
 ) -> Any:
     """Select the elements of ``a`` (flattened in C order) where ``pred`` holds.
 
     Returns the values (``a.dtype``), the int64 indices ``index_base + flat index``, or both as
     a tuple, each 1-D of exact length.
+
+    ``alloc(n, dtype)``: where the fused loop's output buffers (``a.size`` elements, of which
+    the result is a view of the first ``count``) come from, e.g. a pool of buffers already
+    paged in (the batch job's, see :mod:`dask_compact.batch.host_buffers`); default
+    ``np.empty``, and a small result is then copied out of the large buffer.
     """
     _check_output(output)
     a = np.asarray(a)
     if pred.path == "fused":
         try:
-            result = _run_fused(a, pred, output, index_base)
+            result = _run_fused(a, pred, output, index_base, alloc)
         except (UnsupportedPredicate, ParamOverflow, TypeError) as e:
             reason = str(e)
         else:
@@ -119,7 +130,8 @@ def compact_many(
 
 
 def _run_fused_many(
-    blocks: list[np.ndarray], pred: Predicate, output: str, bases: list[int]
+    blocks: list[np.ndarray], pred: Predicate, output: str, bases: list[int],
+    alloc: Alloc | None = None,
 ) -> Any:
     """Every chunk through the fused loop into one buffer (chunk i's indices from bases[i])."""
     dtype = blocks[0].dtype
@@ -127,8 +139,19 @@ def _run_fused_many(
     loop = fused_loop(tp, output)
     params = tp.bind(pred.params)
     n = sum(b.size for b in blocks)
-    out = np.empty(n, dtype=dtype) if output != "indices" else None
-    idx = np.empty(n, dtype=np.int64) if output != "values" else None
+    make = alloc or (lambda m, dt: np.empty(m, dtype=dt))
+
+    def trim(buf: np.ndarray, m: int) -> np.ndarray:
+        if alloc is None:
+            return _trim(buf, m)
+        if m >= _KEEP_VIEW_FRACTION * buf.shape[0]:
+            return buf[:m]
+        small = alloc(m, buf.dtype)  # the large buffer goes back to the caller's pool
+        small[:] = buf[:m]
+        return small
+
+    out = make(n, dtype) if output != "indices" else None
+    idx = make(n, np.dtype(np.int64)) if output != "values" else None
     k = 0
     for b, base in zip(blocks, bases):
         k += loop(
@@ -136,7 +159,7 @@ def _run_fused_many(
             int(base), params,
         )
     return _result(
-        None if out is None else _trim(out, k), None if idx is None else _trim(idx, k), output
+        None if out is None else trim(out, k), None if idx is None else trim(idx, k), output
     )
 
 

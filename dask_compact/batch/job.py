@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from .executor import ClientExecutor, Executor, ThreadExecutor
+from .host_buffers import pool_for_job
 from .inputs import Source
 from .manifest import Manifest
 from .output import Target, marker
@@ -162,7 +163,10 @@ def run_job(
             manifest=manifest, manifest_dir=None if target.url else target.tmp, decode=decode,
         )
         ex = executor_for(runner)
-        with progress_bar(show, src) as bar:
+        # Selections in this process reuse pooled buffers (.host_buffers); worker processes
+        # of a cluster allocate theirs.
+        with progress_bar(show, src) as bar, pool_for_job(budget if runner.client is None
+                                                          else 0):
             total = run_stream(ex, job, bar)
         ex.close()
         cut(target.tmp, mode, total)

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from .host_buffers import thread_host, thread_pinned
+from .host_buffers import piece_alloc, thread_host, thread_pinned
 from .reader import Reader, ZarrChunkFiles
 
 
@@ -37,7 +37,16 @@ class Piece:
 
     @property
     def nbytes(self) -> int:
-        return sum(a.nbytes for a in (self.values, self.indices) if a is not None)
+        """The memory it holds: a selection may be a view of a larger buffer (at most 4x, see
+        the CPU backend's ``_trim``), which it keeps whole."""
+        return sum(_held(a) for a in (self.values, self.indices) if a is not None)
+
+
+def _held(a: np.ndarray) -> int:
+    root = a
+    while isinstance(root.base, np.ndarray):
+        root = root.base
+    return int(root.nbytes)
 
 
 @dataclass(frozen=True)
@@ -83,7 +92,7 @@ def read_compact(
         else:
             block = _read(reader, r0, r1, where_from)
         t1 = time.perf_counter()
-        values, indices = _compact(block, pred, mode, base, where_from)
+        values, indices = _compact(block, pred, mode, base, where_from, piece_alloc)
         return _piece(values, indices, t1 - t0, time.perf_counter() - t1, "cpu", "cpu")
 
     import cupy
@@ -112,9 +121,25 @@ def read_compact(
             block = cupy.asarray(_read(reader, r0, r1, where_from))
         t1 = time.perf_counter()
         values, indices = _compact(block, pred, mode, base, where_from)
-        values = None if values is None else values.get()
-        indices = None if indices is None else indices.get()
+        del block
+        values, indices = _to_host(values), _to_host(indices)
     return _piece(values, indices, t1 - t0, time.perf_counter() - t1, "gpu", decode)
+
+
+def _to_host(a: Any) -> np.ndarray | None:
+    """A device array copied to a new host array through this thread's pinned buffer.
+
+    ``a.get()`` copies into pageable memory, which CUDA stages through its own pinned buffers
+    with the CPU copying out of them; 16 threads doing that at once queue on the driver. A copy
+    into pinned memory is a plain DMA on the thread's stream. The pinned buffer is free here:
+    the chunk's copy to the device ended before the compaction's count came back."""
+    if a is None:
+        return None
+    staging = thread_pinned((a.nbytes,), np.dtype(np.uint8))[: a.nbytes].view(a.dtype)
+    a.get(out=staging, blocking=True)  # on the current (the thread's) stream
+    out = piece_alloc(a.size, a.dtype)
+    np.copyto(out, staging)
+    return out
 
 
 _streams = threading.local()
@@ -152,10 +177,16 @@ def _read(reader: Reader, r0: int, r1: int, where_from: str) -> np.ndarray:
     return block if block.dtype.isnative else block.astype(native(block.dtype))
 
 
-def _compact(block: Any, pred: Any, mode: str, base: int, where_from: str) -> tuple[Any, Any]:
+def _compact(block: Any, pred: Any, mode: str, base: int, where_from: str,
+             alloc: Any = None) -> tuple[Any, Any]:
+    """``alloc``: where a NumPy block's selection buffers come from (see .host_buffers)."""
     from ..dispatch import compact_chunk
 
     try:
+        if alloc is not None and isinstance(block, np.ndarray):
+            from ..backends.numpy_backend import compact
+
+            return _split(compact(block, pred, mode, True, "auto", base, alloc), mode)
         return _split(compact_chunk(block, pred, mode, True, "auto", base), mode)
     except Exception as e:
         raise ChunkError(f"cannot compact {where_from}: {type(e).__name__}: {e}") from e
@@ -224,7 +255,11 @@ def write_chunk(dest: OutputArrays, j: int, los: list[int], his: list[int], *pie
     start = j * dest.out_chunk
     for name in dest.names:
         parts = [getattr(p, name)[lo:hi] for p, lo, hi in zip(pieces, los, his)]
-        data = parts[0] if len(parts) == 1 else np.concatenate(parts)
+        if len(parts) == 1:
+            data = parts[0]
+        else:  # put together in this thread's scratch buffer (see .host_buffers)
+            total = sum(len(q) for q in parts)
+            data = np.concatenate(parts, out=thread_host((total,), parts[0].dtype))
         if dest.direct:
             write_chunk_file(os.path.join(dest.store, name), j, data, dest.out_chunk)
         else:
@@ -238,8 +273,9 @@ def write_chunk_file(array_dir: str, j: int, data: np.ndarray, chunk: int) -> No
     from numcodecs import Zstd
 
     if len(data) < chunk:
-        full = np.zeros(chunk, data.dtype)
+        full = thread_host((chunk,), data.dtype)  # may be data's own buffer: then a no-op copy
         full[: len(data)] = data
+        full[len(data) :] = 0
         data = full
     encoded = Zstd(level=0).encode(np.ascontiguousarray(data))
     with open(os.path.join(array_dir, "c", str(j)), "wb") as f:
