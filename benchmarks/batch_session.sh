@@ -5,7 +5,8 @@
 # Installed as pip installs for a user, with bytecode compiled: the host's image sets no .pyc
 # for the carried packages otherwise, and every command would compile them again (over a
 # second of each CLI run's start was compile() before this).
-#   bash benchmarks/batch_session.sh [LOG2N] [CHUNK_LOG2]
+#   SHA=$(git rev-parse --short HEAD) bash benchmarks/batch_session.sh [LOG2N] [CHUNK_LOG2]
+# (SHA names the commit measured: the copy of the tree on the host may carry another HEAD)
 set -u -o pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/batch_out}
@@ -32,5 +33,5 @@ timeout 300 python3 -P -m pytest tests/gpu/test_batch_gpu.py tests/test_batch_st
 tail -5 "$OUT/pytest.txt"
 log "benchmark 2^$LOG2N"
 timeout ${BENCH_S:-420} python3 -P benchmarks/batch_io.py --log2n "$LOG2N" --chunk-log2 "$CHUNK" \
-  --work /tmp/batch_work --out "$OUT" 2>&1 | tee "$OUT/bench.txt" | tail -30
+  --work /tmp/batch_work --out "$OUT" ${SHA:+--sha "$SHA"} 2>&1 | tee "$OUT/bench.txt" | tail -30
 log "done"
