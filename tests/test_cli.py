@@ -274,9 +274,10 @@ def test_local_processes_cluster(npy, tmp_path):
 def test_subprocess(npy, tmp_path, command):
     path, a = npy
     out = tmp_path / "o.zarr"
-    argv = ([sys.executable, *command] if command[0] == "-m"
-            else [str(BIN / "dask") if (BIN / "dask").exists() else shutil.which("dask"),
-                  command[1]])
+    dask_exe = str(BIN / "dask") if (BIN / "dask").exists() else shutil.which("dask")
+    if command[0] != "-m" and dask_exe is None:
+        pytest.skip("no 'dask' executable (packages installed without their scripts)")
+    argv = [sys.executable, *command] if command[0] == "-m" else [dask_exe, command[1]]
     proc = subprocess.run([*argv, str(path), str(out), "-w", "x <= 0.05", "-o", "both", "--json"],
                           check=False, capture_output=True, text=True, timeout=60,
                           cwd=tmp_path)
