@@ -138,8 +138,11 @@ def test_one_task_per_worker_run_on_slabs(client, output):
         assert g.numblocks == (2,) and not any(np.isnan(g.chunks[0]))
         np.testing.assert_array_equal(g.compute(), w)
     assert _transfers(ts) == 0
-    # one task per worker; "both" also takes its two outputs out of each task's tuple
-    assert len([t for t in ts.data if "compact" in str(t["key"])]) == (6 if output == "both" else 2)
+    # One phase-1 task per worker. (Only those are counted: the task stream collected at the
+    # block's end can miss one of the cheap getitem tasks that "both" adds, seen once in CI.)
+    phase1 = "compact-fused-" if output == "both" else f"compact-{output}-fused-"
+    keys = {str(t["key"]) for t in ts.data}
+    assert len([k for k in keys if k.startswith(f"('{phase1}")]) == 2, sorted(keys)
     r = x.map_compact("x > 0.5", chunks=4096)
     np.testing.assert_array_equal(r.compute(), a[a > 0.5])
     per_chunk = x.map_compact("x > 0.5", by_worker=False)
