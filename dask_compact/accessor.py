@@ -13,7 +13,6 @@ import functools
 import importlib.abc
 import importlib.machinery
 import sys
-import threading
 import warnings
 from collections.abc import Sequence
 from types import ModuleType
@@ -67,23 +66,16 @@ class _RegisterOnImport(importlib.abc.MetaPathFinder):
     """Finds nothing itself: asks the finders after it for ``dask.array`` and wraps the spec's
     loader so that :func:`register` runs once the module has been executed."""
 
-    def __init__(self) -> None:
-        self._busy = threading.local()
-
     def find_spec(self, fullname: str, path: Sequence[str] | None,
                   target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
-        if fullname != TARGET or getattr(self._busy, "on", False):
+        if fullname != TARGET:
             return None
-        self._busy.on = True  # the lookup below must not come back here
-        try:
-            spec = None
-            for finder in sys.meta_path:
-                if finder is not self and hasattr(finder, "find_spec"):
-                    spec = finder.find_spec(fullname, path, target)
-                    if spec is not None:
-                        break
-        finally:
-            self._busy.on = False
+        spec = None
+        for finder in sys.meta_path:
+            if finder is not self and hasattr(finder, "find_spec"):
+                spec = finder.find_spec(fullname, path, target)
+                if spec is not None:
+                    break
         if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
             return None
         spec.loader = _Loader(spec.loader, self)

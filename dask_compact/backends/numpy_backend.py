@@ -39,12 +39,19 @@ def _check_output(output: str) -> None:
         raise ValueError(f"output must be one of {', '.join(OUTPUTS)}; got {output!r}")
 
 
-def _trim(buf: np.ndarray, k: int) -> np.ndarray:
-    if k == buf.shape[0]:
-        return buf
-    if k >= _KEEP_VIEW_FRACTION * buf.shape[0]:
+Alloc = Callable[[int, np.dtype], np.ndarray]
+
+
+def _trim(buf: np.ndarray, k: int, alloc: Alloc | None = None) -> np.ndarray:
+    """The first ``k`` elements of a loop's output buffer: a view when they fill enough of it,
+    else a copy (into ``alloc``'s memory when given, so the large buffer can be reused)."""
+    if k == buf.shape[0] or k >= _KEEP_VIEW_FRACTION * buf.shape[0]:
         return buf[:k]
-    return buf[:k].copy()
+    if alloc is None:
+        return buf[:k].copy()
+    small = alloc(k, buf.dtype)
+    small[:] = buf[:k]
+    return small
 
 
 def _flat(a: np.ndarray) -> np.ndarray:
@@ -58,9 +65,6 @@ def _result(values: np.ndarray | None, indices: np.ndarray | None, output: str) 
     if output == "indices":
         return indices
     return values, indices
-
-
-Alloc = Callable[[int, np.dtype], np.ndarray]
 
 
 def _run_fused(a: np.ndarray, pred: Predicate, output: str, index_base: int,
@@ -140,16 +144,6 @@ def _run_fused_many(
     params = tp.bind(pred.params)
     n = sum(b.size for b in blocks)
     make = alloc or (lambda m, dt: np.empty(m, dtype=dt))
-
-    def trim(buf: np.ndarray, m: int) -> np.ndarray:
-        if alloc is None:
-            return _trim(buf, m)
-        if m >= _KEEP_VIEW_FRACTION * buf.shape[0]:
-            return buf[:m]
-        small = alloc(m, buf.dtype)  # the large buffer goes back to the caller's pool
-        small[:] = buf[:m]
-        return small
-
     out = make(n, dtype) if output != "indices" else None
     idx = make(n, np.dtype(np.int64)) if output != "values" else None
     k = 0
@@ -159,7 +153,8 @@ def _run_fused_many(
             int(base), params,
         )
     return _result(
-        None if out is None else trim(out, k), None if idx is None else trim(idx, k), output
+        None if out is None else _trim(out, k, alloc),
+        None if idx is None else _trim(idx, k, alloc), output
     )
 
 

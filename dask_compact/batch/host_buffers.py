@@ -29,33 +29,31 @@ the H100 host), which a batch job never uses.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
 
 import numpy as np
 
 _local = threading.local()
 
 
-def _view(buf: Any, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+def _thread_buffer(slot: str, shape: tuple[int, ...], dtype: np.dtype,
+                   make: Callable[[int], np.ndarray]) -> np.ndarray:
+    """This thread's buffer ``slot`` (uint8, from ``make(nbytes)``, grown when too small),
+    viewed as ``shape``/``dtype``."""
     n = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+    buf = getattr(_local, slot, None)
+    if buf is None or buf.nbytes < max(1, n):
+        setattr(_local, slot, None)  # let the old buffer go before the new one is taken
+        buf = make(max(1, n))
+        setattr(_local, slot, buf)
     return buf[:n].view(dtype).reshape(shape)
-
-
-def _nbytes(shape: tuple[int, ...], dtype: np.dtype) -> int:
-    return max(1, int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize)
 
 
 def thread_host(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     """This thread's reusable host buffer viewed as ``shape``/``dtype``: valid until the
     thread's next call, so nothing that outlives the task may keep a view of it."""
-    n = _nbytes(shape, dtype)
-    buf = getattr(_local, "host", None)
-    if buf is None or buf.nbytes < n:
-        _local.host = None  # let the old buffer go before the new one is taken
-        buf = _local.host = np.empty(n, dtype=np.uint8)
-    return _view(buf, shape, dtype)
+    return _thread_buffer("host", shape, dtype, lambda n: np.empty(n, dtype=np.uint8))
 
 
 def pinned(nbytes: int) -> np.ndarray:
@@ -73,12 +71,7 @@ def thread_pinned(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     Reused by the thread's next chunk only after this one's copy is done: the compaction
     reads its count back to the host, which waits for everything queued before it on the
     thread's stream, the copy included."""
-    n = _nbytes(shape, dtype)
-    buf = getattr(_local, "pinned", None)
-    if buf is None or buf.nbytes < n:
-        _local.pinned = None
-        buf = _local.pinned = pinned(n)
-    return _view(buf, shape, dtype)
+    return _thread_buffer("pinned", shape, dtype, pinned)
 
 
 class _Lease:
@@ -106,20 +99,14 @@ class HostPool:
         self.keep = keep
         self._idle: list[np.ndarray] = []
         self._lock = threading.Lock()
-        self.reused = 0
-        self.fresh = 0
 
     def alloc(self, n: int, dtype: np.dtype) -> np.ndarray:
         dtype = np.dtype(dtype)
         nbytes = max(1, n * dtype.itemsize)
         with self._lock:
             fits = [i for i, m in enumerate(self._idle) if nbytes <= m.nbytes <= 2 * nbytes]
-            mem = None
-            if fits:  # by position: list.remove would compare the arrays elementwise
-                mem = self._idle.pop(min(fits, key=lambda i: self._idle[i].nbytes))
-                self.reused += 1
-            else:
-                self.fresh += 1
+            # by position: list.remove would compare the arrays elementwise
+            mem = self._idle.pop(min(fits, key=lambda i: self._idle[i].nbytes)) if fits else None
         if mem is None:
             mem = np.empty(nbytes, dtype=np.uint8)
         return np.asarray(_Lease(self, mem))[: n * dtype.itemsize].view(dtype)
