@@ -7,13 +7,15 @@ commit), as a user's shell would see it. The input is generated first (float32 u
 
 * ``cli <mode>``: ``python -m dask_compact IN OUT --where "x < P"`` in each mode this machine
   has: threads, local processes, and on a GPU host the LocalCUDACluster and the threaded
-  scheduler driving the GPUs, each with GPU (nvCOMP) and CPU decode. ``cli default`` is the
-  command with no mode flag.
+  scheduler driving the GPUs, each with GPU (nvCOMP) and CPU decode, and GPU (nvCOMP, the
+  default there) and CPU encode. ``cli default`` is the command with no mode flag.
 * ``plain dask threads|cluster``: ``y = x[x < P]; y.compute_chunk_sizes();
   y.rechunk(C).to_zarr(OUT)`` on the threaded scheduler and on a LocalCluster.
 * floors: ``read`` decodes every input chunk once (zarr's reads in a thread pool and in a
-  process pool, and our chunk-file reader in a thread pool: the fastest counts); ``write``
-  encodes and writes the expected output bytes as a Zarr array (thread pool).
+  process pool, and our chunk-file reader in a thread pool, on the CPU and on a GPU host with
+  nvCOMP: the fastest counts); ``write`` encodes and writes the expected output bytes as a
+  Zarr array (thread pool; on a GPU host also encoded by nvCOMP from device memory: the
+  fastest counts).
 
     python benchmarks/batch_io.py --log2n 31 --chunk-log2 25 --p 0.5 --out DIR
 
@@ -124,6 +126,13 @@ def read_floor(src: Path, n: int, chunk: int) -> dict[str, float]:
             list(pool.map(lambda b: reader.read(
                 *b, out=thread_host((b[1] - b[0],), z.dtype)).sum(dtype=np.float64) * 0, blocks))
         out["chunk files threads, reused buffers"] = time.perf_counter() - t
+        if gpu_host() and not gpu_zstd_unavailable():
+            # nvCOMP decoding each chunk on the device (the reader's GPU path, as the job's
+            # tasks call it), from a thread pool
+            t = time.perf_counter()
+            with ThreadPoolExecutor(os.cpu_count()) as pool:
+                list(pool.map(lambda b: reader.read_device(*b)[:1].get(), blocks))
+            out["chunk files threads, GPU decode"] = time.perf_counter() - t
     return out
 
 
@@ -161,7 +170,32 @@ def write_floor(dst: Path, values: np.ndarray, chunk: int, codec: str) -> dict[s
                                                       values[lo : lo + chunk], chunk), blocks))
         out["chunk files threads"] = time.perf_counter() - t
         shutil.rmtree(dst)
+        if gpu_host() and not gpu_zstd_unavailable():
+            # The same chunks from device memory (where a GPU compaction leaves them), encoded
+            # by nvCOMP and only the frames copied back: the floor of the GPU-encode path.
+            import cupy
+
+            from dask_compact.batch.tasks import write_chunk_file_gpu
+
+            dev = cupy.asarray(values)
+            cupy.cuda.Device().synchronize()
+            zarr.create_array(store=str(dst), shape=values.shape, dtype=values.dtype,
+                              chunks=(chunk,))
+            os.makedirs(dst / "c", exist_ok=True)
+            t = time.perf_counter()
+            with ThreadPoolExecutor(os.cpu_count()) as pool:
+                list(pool.map(lambda lo: write_chunk_file_gpu(
+                    str(dst), lo // chunk, [dev[lo : lo + chunk]], chunk), blocks))
+            out["chunk files threads, GPU encode from device memory"] = time.perf_counter() - t
+            del dev
+            shutil.rmtree(dst)
     return out
+
+
+def gpu_zstd_unavailable() -> str:
+    from dask_compact.batch.gpu_zstd import unavailable
+
+    return unavailable()
 
 
 def expected_values(src: Path, p: float) -> np.ndarray:
@@ -206,6 +240,11 @@ def cli_modes(gpu: bool, workers: int | None) -> dict[str, list[str]]:
                                                "--decode", "gpu"]
         modes["cli threads+gpu, cpu decode"] = ["--local", "threads", "--device", "gpu",
                                                "--decode", "cpu"]
+        modes["cli threads+gpu, cpu decode, cpu encode"] = [
+            "--local", "threads", "--device", "gpu", "--decode", "cpu", "--encode", "cpu"]
+        if has("dask_cuda"):
+            modes["cli cuda cluster, cpu decode, cpu encode"] = [
+                "--local", "cuda", "--decode", "cpu", "--encode", "cpu"]
     return modes
 
 
@@ -303,10 +342,12 @@ def main() -> None:
         ts = summary.get("task_seconds", {})
         print(f"    job {summary['seconds']:.2f} s of {summary.get('process_seconds', 0):.2f} s "
               f"in the process; task s: " + ", ".join(f"{k} {v:.2f}" for k, v in ts.items())
-              + f"; {summary.get('threads')} threads, decode {summary.get('decode')}", flush=True)
+              + f"; {summary.get('threads')} threads, decode {summary.get('decode')}, encode "
+              f"{summary.get('encode')}", flush=True)
         record(name, sec, "cli", {"scheduler": summary["scheduler"],
                                   "job_seconds": summary["seconds"],
                                   "decode": summary.get("decode"),
+                                  "encode": summary.get("encode"),
                                   "task_seconds": summary.get("task_seconds"),
                                   "peak_memory": summary.get("peak_memory"),
                                   "memory_budget": summary.get("memory_budget")})

@@ -98,6 +98,12 @@ def fmt_bytes(n: float) -> str:
     "GPUs (slower than cpu on the hosts measured; see the README); where it is not possible, "
     "a line on stderr says why and the CPU decodes.",
 )
+@click.option(
+    "--encode", type=click.Choice(["auto", "cpu", "gpu"]), default="auto", show_default=True,
+    help="Where output chunks are zstd-encoded. auto: on the GPU (nvCOMP) when the chunks "
+    "are compacted on GPUs and nvCOMP is installed (the faster on the hosts measured; see the "
+    "README), else on the CPU; gpu: the same, with a line on stderr when it is not possible.",
+)
 @click.option("--resume", is_flag=True,
               help="Continue an interrupted job on OUTPUT (same arguments) from its manifest "
               "of written chunks; starts afresh if there is none.")
@@ -124,6 +130,7 @@ def compact_command(
     allow_missing_chunks: bool,
     memory_budget: str | None,
     decode: str,
+    encode: str,
     resume: bool,
     timeout: float,
     progress: bool | None,
@@ -177,7 +184,7 @@ def compact_command(
                 summary = run(
                     target, src, where, mode, output_chunks, show, input_path, overwrite, debug,
                     (address, scheduler_file, local_cluster, device, timeout, n_workers),
-                    budget, continued, decode,
+                    budget, continued, decode, encode,
                 )
             finally:
                 target.release()
@@ -206,7 +213,8 @@ def compact_command(
         f"{_peaks(summary['peak_memory'])}\n"
         f"ran on    {summary['scheduler']}, {summary['threads']} threads, "
         f"{'compacted on GPUs' if summary['gpu'] else 'compacted on CPUs'}, "
-        f"{'GPU' if summary['gpu_decode'] else 'CPU'} decode"
+        f"{'GPU' if summary['gpu_decode'] else 'CPU'} decode, "
+        f"{'GPU' if summary['encode'] == 'gpu' else 'CPU'} encode"
         + (f"\nresumed   from input chunk {summary['resumed_from_chunk']}"
            if summary["resumed_from_chunk"] is not None else "")
     )
@@ -258,16 +266,18 @@ def run(
     budget: int | None = None,
     continued: Any = None,
     decode: str = "cpu",
+    encode: str = "auto",
 ) -> dict[str, Any]:
     """Start the scheduler, run the job, stop what was started; short messages for failures."""
     if src.size == 0:
         # Nothing to read or compact: no cluster, just the empty arrays.
         return run_job(Runner("no scheduler (empty input)"), src, target, where, mode,
-                       output_chunks, False, input_path, overwrite, budget, continued, "cpu")
+                       output_chunks, False, input_path, overwrite, budget, continued, "cpu",
+                       "cpu")
     runner = start(*where_to_run)
     try:
         return run_job(runner, src, target, where, mode, output_chunks, show, input_path,
-                       overwrite, budget, continued, decode)
+                       overwrite, budget, continued, decode, encode)
     except (click.ClickException, click.Abort, KeyboardInterrupt, SystemExit):
         raise
     except Exception as e:

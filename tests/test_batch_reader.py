@@ -77,7 +77,7 @@ def test_zstd_frame_header_size():
     frame that is not what it expects)."""
     from numcodecs import Zstd
 
-    from dask_compact.batch.gpu_decode import frame_content_size
+    from dask_compact.batch.gpu_zstd import frame_content_size
 
     for n in (0, 1, 255, 256, 257, 65_791, 70_000, 5_000_000):
         data = np.random.default_rng(n).integers(0, 9, n, dtype=np.uint8).tobytes()
@@ -92,9 +92,9 @@ def test_gpu_decode_without_a_gpu_falls_back_to_the_cpu(tmp_path):
     from click.testing import CliRunner
 
     from dask_compact import cli
-    from dask_compact.batch import gpu_decode
+    from dask_compact.batch import gpu_zstd
 
-    if not gpu_decode.unavailable():
+    if not gpu_zstd.unavailable():
         pytest.skip("GPU decode is possible here")
     a = np.random.default_rng(1).random(1000)
     path = tmp_path / "a.zarr"
@@ -108,3 +108,27 @@ def test_gpu_decode_without_a_gpu_falls_back_to_the_cpu(tmp_path):
     assert summary["decode"] == "cpu" and summary["gpu_decode"] is False
     np.testing.assert_array_equal(zarr.open_group(str(tmp_path / "o.zarr"))["values"][:],
                                   a[a > 0.5])
+
+
+def test_gpu_encode_on_cpus_falls_back_with_the_reason(tmp_path):
+    """``--encode gpu`` where the chunks are compacted on CPUs: one stderr line, CPU encode,
+    the output exact; ``auto`` says nothing."""
+    from click.testing import CliRunner
+
+    from dask_compact import cli
+
+    a = np.random.default_rng(2).random(1001)
+    path = tmp_path / "a.zarr"
+    zarr.create_array(store=str(path), shape=a.shape, dtype=a.dtype, chunks=(100,))[:] = a
+    for encode, says in (("gpu", True), ("auto", False)):
+        out = tmp_path / f"o-{encode}.zarr"
+        res = CliRunner().invoke(cli.main, [str(path), str(out), "-w", "x > 0.5", "--local",
+                                            "threads", "--device", "cpu", "--encode", encode,
+                                            "--output-chunks", "64", "--json"])
+        assert res.exit_code == 0, res.output
+        line = ("GPU encode is not possible (the chunks are compacted on CPUs); encoding on "
+                "the CPU")
+        assert (line in res.stderr) is says
+        summary = json.loads(res.stdout)
+        assert summary["encode"] == "cpu" and summary["gpu_encoded"] == 0
+        np.testing.assert_array_equal(zarr.open_group(str(out))["values"][:], a[a > 0.5])

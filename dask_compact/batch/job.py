@@ -121,6 +121,7 @@ def run_job(
     budget: int | None = None,
     resume: Manifest | None = None,
     decode: str = "cpu",
+    encode: str = "auto",
 ) -> dict[str, Any]:
     """Run the job into ``target``'s temporary group and commit it; the summary dict.
 
@@ -141,9 +142,13 @@ def run_job(
         "input_dtype": str(src.dtype),
         "version": dask_compact.__version__,
     }
-    budget = budget or memory_budget(runner)
     # Every refusal before the temporary group exists: nothing to remove afterwards.
     decode = choose_decode(runner, src, decode)
+    encode = choose_encode(runner, target, encode)
+    if not budget:
+        budget = memory_budget(runner)
+        if encode == "gpu":  # the selections wait for their writes in device memory
+            budget = min(budget, device_budget(runner))
     t0 = time.perf_counter()
     device = "cpu"
     if runner.gpu:
@@ -156,11 +161,14 @@ def run_job(
             manifest = Manifest(job_desc)
         else:
             manifest = resume
+        direct = writes_chunk_files(target.tmp, mode)
+        if not direct:  # zarr writes the chunks: it encodes them on the CPU
+            encode = "cpu"
         job = Job(
             reader=src.reader, layout=layout, where=where, mode=mode, device=device,
-            dest=OutputArrays(target.tmp, NAMES[mode], layout.out_chunk,
-                              writes_chunk_files(target.tmp, mode)), budget=budget,
+            dest=OutputArrays(target.tmp, NAMES[mode], layout.out_chunk, direct), budget=budget,
             manifest=manifest, manifest_dir=None if target.url else target.tmp, decode=decode,
+            encode=encode,
         )
         ex = executor_for(runner)
         # Selections in this process reuse pooled buffers (.host_buffers); worker processes
@@ -209,6 +217,8 @@ def run_job(
         "gpu_chunks": st.gpu_chunks,
         "gpu_decode": st.gpu_decoded > 0,
         "decode": decode,
+        "encode": encode,
+        "gpu_encoded": st.gpu_encoded,
         "resumed_from_chunk": st.resumed_from_chunk if resume is not None else None,
         "scheduler": runner.description,
         "gpu": runner.gpu,
@@ -222,7 +232,7 @@ def choose_decode(runner: Runner, src: Source, requested: str) -> str:
     stderr saying why (the summary's ``decode`` says where decoding ran)."""
     import click
 
-    from . import gpu_decode
+    from . import gpu_zstd
 
     if requested == "cpu":
         return "cpu"
@@ -232,15 +242,55 @@ def choose_decode(runner: Runner, src: Source, requested: str) -> str:
     elif src.no_gpu_decode:
         why = src.no_gpu_decode
     elif runner.client is not None:
-        reasons = {r for r in runner.client.run(gpu_decode.unavailable).values() if r}
+        reasons = {r for r in runner.client.run(gpu_zstd.unavailable).values() if r}
         why = "; ".join(sorted(reasons))
     else:
-        why = gpu_decode.unavailable()
+        why = gpu_zstd.unavailable()
     if why:
         click.echo(f"dask compact: GPU decode is not possible ({why}); decoding on the CPU",
                    err=True)
         return "cpu"
     return "gpu"
+
+
+def choose_encode(runner: Runner, target: Target, requested: str) -> str:
+    """Where output chunks are encoded: "gpu" (nvCOMP, the selections never leave the device
+    but as compressed bytes) wherever the chunks are compacted on GPUs, the output is a local
+    group and every worker has nvCOMP; else "cpu". ``auto`` chooses GPU where possible (it was
+    the faster on the hosts measured; see the README); ``gpu`` says on stderr why not where
+    it is not possible."""
+    import click
+
+    from . import gpu_zstd
+
+    if requested == "cpu":
+        return "cpu"
+    why = ""
+    if not runner.gpu:
+        why = "the chunks are compacted on CPUs"
+    elif target.url:
+        why = "the output is not a local directory"
+    elif runner.client is not None:
+        reasons = {r for r in runner.client.run(gpu_zstd.unavailable).values() if r}
+        why = "; ".join(sorted(reasons))
+    else:
+        why = gpu_zstd.unavailable()
+    if why:
+        if requested == "gpu":
+            click.echo(f"dask compact: GPU encode is not possible ({why}); encoding on the CPU",
+                       err=True)
+        return "cpu"
+    return "gpu"
+
+
+def device_budget(runner: Runner) -> int:
+    """Half of the free memory of the GPUs that hold the selections (of each worker's own
+    device on a cluster)."""
+    from .gpu_zstd import free_device_memory
+
+    if runner.client is None:
+        return sum(free_device_memory(all_devices=True)) // 2
+    return sum(sum(v) for v in runner.client.run(free_device_memory).values()) // 2
 
 
 def peak_memory(runner: Runner) -> dict[str, int]:

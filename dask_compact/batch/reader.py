@@ -133,10 +133,10 @@ class ZarrChunkFiles:
 
     def read_device(self, r0: int, r1: int) -> Any:
         """The same rows as a CuPy array on the current device, decoded there by nvCOMP (see
-        :mod:`.gpu_decode`): one pinned read, one copy, one batch decode."""
+        :mod:`.gpu_zstd`): one pinned read, one copy, one batch decode."""
         import cupy
 
-        from .gpu_decode import decode_files
+        from .gpu_zstd import decode_files
 
         spans = self._chunks(r0, r1)
         paths = [os.path.join(self.url, self.keys[c]) for c, _, _ in spans]

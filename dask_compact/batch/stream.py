@@ -42,6 +42,7 @@ class Stats:
     chunks: int = 0
     gpu_chunks: int = 0
     gpu_decoded: int = 0
+    gpu_encoded: int = 0  # output chunks (of each array) encoded on a GPU
     peak_reserved: int = 0
     resumed_from_chunk: int = 0
     skipped_bytes: int = 0
@@ -59,6 +60,7 @@ class Job:
     manifest: Manifest
     manifest_dir: str | None  # None: no resume (an fsspec URL output)
     decode: str = "cpu"  # "gpu": nvCOMP decodes the chunks on the device
+    encode: str = "cpu"  # "gpu": selections stay on the device, nvCOMP encodes output chunks
     stats: Stats = field(default_factory=Stats)
 
 
@@ -153,7 +155,7 @@ class _Stream:
             r0, r1 = self.layout.rows[i], self.layout.rows[i + 1]
             piece = self.ex.submit(tasks.read_compact, self.job.reader, i, r0, r1,
                                    self.layout.start(i), self.job.where, self.job.mode,
-                                   self.job.device, self.job.decode)
+                                   self.job.device, self.job.decode, self.job.encode)
             summary = self.ex.derive(info, piece)
             self.pieces[i] = piece
             self.charged[i] = cost
@@ -239,8 +241,10 @@ class _Stream:
 
     # -- an output chunk was written --------------------------------------------------------------
 
-    def write_done(self, j: int, seconds: float, chunks: list[int]) -> None:
+    def write_done(self, j: int, done: tuple[float, int], chunks: list[int]) -> None:
+        seconds, on_gpu = done
         self.job.stats.write_s += seconds
+        self.job.stats.gpu_encoded += on_gpu
         self.writes -= 1
         self.job.manifest.written.add(j)
         for k in chunks:

@@ -25,7 +25,8 @@ class ChunkError(RuntimeError):
 
 @dataclass
 class Piece:
-    """One input chunk's selected values and/or global indices, in host memory."""
+    """One input chunk's selected values and/or global indices: NumPy arrays in host memory,
+    or CuPy arrays on the device that compacted them (a job that encodes on the GPU)."""
 
     values: np.ndarray | None
     indices: np.ndarray | None
@@ -42,9 +43,9 @@ class Piece:
         return sum(_held(a) for a in (self.values, self.indices) if a is not None)
 
 
-def _held(a: np.ndarray) -> int:
+def _held(a: Any) -> int:
     root = a
-    while isinstance(root.base, np.ndarray):
+    while isinstance(root.base, type(a)):  # NumPy or CuPy: a view keeps its base whole
         root = root.base
     return int(root.nbytes)
 
@@ -70,7 +71,7 @@ def _predicate(where: str) -> Any:
 
 def read_compact(
     reader: Reader, i: int, r0: int, r1: int, base: int, where: str, mode: str, device: str,
-    decode: str = "cpu",
+    decode: str = "cpu", encode: str = "cpu",
 ) -> Piece:
     """Read rows ``r0:r1`` (input chunk ``i``, first flat index ``base``) and compact them.
 
@@ -78,7 +79,8 @@ def read_compact(
     own) and the selection copied back (the output is written from host memory); ``"gpu-all"``:
     the same on device ``i % n`` of the n visible devices (one process driving every GPU of
     the host: the threaded scheduler). ``decode="gpu"``: the chunk's compressed bytes go to the
-    device and nvCOMP decodes them there (the reader's ``read_device``).
+    device and nvCOMP decodes them there (the reader's ``read_device``). ``encode="gpu"``: the
+    selection stays on the device, where :func:`write_chunk` encodes it.
     """
     where_from = f"input chunk {i} (rows {r0}:{r1})"
     pred = _predicate(where)
@@ -122,7 +124,11 @@ def read_compact(
         t1 = time.perf_counter()
         values, indices = _compact(block, pred, mode, base, where_from)
         del block
-        values, indices = _to_host(values), _to_host(indices)
+        if encode == "gpu":
+            # Another thread's stream encodes it: the selection must be complete first.
+            cupy.cuda.get_current_stream().synchronize()
+        else:
+            values, indices = _to_host(values), _to_host(indices)
     return _piece(values, indices, t1 - t0, time.perf_counter() - t1, "gpu", decode)
 
 
@@ -246,15 +252,24 @@ def _open_out(store: str, name: str) -> Any:
 
 
 def write_chunk(dest: OutputArrays, j: int, los: list[int], his: list[int], *pieces: Piece
-                ) -> float:
-    """Write output chunk ``j`` from parts ``los[k]:his[k]`` of ``pieces[k]``; its seconds.
+                ) -> tuple[float, int]:
+    """Write output chunk ``j`` from parts ``los[k]:his[k]`` of ``pieces[k]``; its seconds and
+    how many of its arrays' chunks were encoded on a GPU.
 
     Every output chunk has exactly one writer, so no two tasks ever write one Zarr chunk.
     """
     t0 = time.perf_counter()
     start = j * dest.out_chunk
+    on_gpu = 0
     for name in dest.names:
         parts = [getattr(p, name)[lo:hi] for p, lo, hi in zip(pieces, los, his)]
+        if any(_on_device(q) for q in parts):
+            on_one = _gather_device(parts)
+            if on_one and dest.direct:
+                write_chunk_file_gpu(os.path.join(dest.store, name), j, on_one, dest.out_chunk)
+                on_gpu += 1
+                continue
+            parts = [q if isinstance(q, np.ndarray) else q.get() for q in parts]
         if len(parts) == 1:
             data = parts[0]
         else:  # put together in this thread's scratch buffer (see .host_buffers)
@@ -264,7 +279,7 @@ def write_chunk(dest: OutputArrays, j: int, los: list[int], his: list[int], *pie
             write_chunk_file(os.path.join(dest.store, name), j, data, dest.out_chunk)
         else:
             dest.array(name)[start : start + len(data)] = data
-    return time.perf_counter() - t0
+    return time.perf_counter() - t0, on_gpu
 
 
 def write_chunk_file(array_dir: str, j: int, data: np.ndarray, chunk: int) -> None:
@@ -280,6 +295,40 @@ def write_chunk_file(array_dir: str, j: int, data: np.ndarray, chunk: int) -> No
     encoded = Zstd(level=0).encode(np.ascontiguousarray(data))
     with open(os.path.join(array_dir, "c", str(j)), "wb") as f:
         f.write(encoded)
+
+
+def _on_device(a: Any) -> bool:
+    return not isinstance(a, np.ndarray) and hasattr(a, "__cuda_array_interface__")
+
+
+def _gather_device(parts: list[Any]) -> list[Any]:
+    """``parts`` as CuPy arrays on one device, or [] when they lie on several (only one process
+    driving several GPUs: its output chunks are then put together on the host)."""
+    devices = {q.device.id for q in parts if _on_device(q)}
+    if len(devices) > 1 or any(isinstance(q, np.ndarray) and len(q) for q in parts):
+        return []
+    return [q for q in parts if _on_device(q)]
+
+
+def write_chunk_file_gpu(array_dir: str, j: int, parts: list[Any], chunk: int) -> None:
+    """Chunk ``j`` of the same array as :func:`write_chunk_file`, from CuPy parts: put together
+    and padded on their device, encoded there by nvCOMP as one zstd frame, and only that frame
+    copied back. The file's bytes differ from numcodecs' but decode to the same chunk."""
+    import cupy
+
+    from .gpu_zstd import encode
+
+    dev = parts[0].device.id
+    with cupy.cuda.Device(dev), _thread_stream(dev):
+        full = cupy.empty(chunk, dtype=parts[0].dtype)
+        at = 0
+        for q in parts:
+            full[at : at + len(q)] = q
+            at += len(q)
+        full[at:] = 0
+        frame = encode(full)
+        with open(os.path.join(array_dir, "c", str(j)), "wb") as f:
+            f.write(frame.data)
 
 
 def peak_rss() -> int:

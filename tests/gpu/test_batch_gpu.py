@@ -1,6 +1,7 @@
-"""The streaming batch job on GPUs: chunks compacted by the kernels, decoded on the CPU or by
-nvCOMP on the device, on the threaded scheduler driving the GPUs and on a LocalCUDACluster,
-always against NumPy. Needs CuPy and a CUDA device (nvCOMP and dask_cuda for some tests)."""
+"""The streaming batch job on GPUs: chunks compacted by the kernels, decoded and encoded on the
+CPU or by nvCOMP on the device, on the threaded scheduler driving the GPUs and on a
+LocalCUDACluster, always against NumPy. Needs CuPy and a CUDA device (nvCOMP and dask_cuda
+for some tests)."""
 
 from __future__ import annotations
 
@@ -15,12 +16,12 @@ zarr = pytest.importorskip("zarr")
 from click.testing import CliRunner  # noqa: E402
 
 from dask_compact import cli  # noqa: E402
-from dask_compact.batch import gpu_decode  # noqa: E402
+from dask_compact.batch import gpu_zstd  # noqa: E402
 from dask_compact.batch.reader import chunk_files_reader  # noqa: E402
 
 pytestmark = pytest.mark.gpu
-needs_nvcomp = pytest.mark.skipif(bool(gpu_decode.unavailable()),
-                                  reason=f"no GPU decode: {gpu_decode.unavailable()}")
+needs_nvcomp = pytest.mark.skipif(bool(gpu_zstd.unavailable()),
+                                  reason=f"no GPU decode: {gpu_zstd.unavailable()}")
 
 
 def run(*args, code: int = 0):
@@ -53,35 +54,97 @@ def test_gpu_decode_reads_what_zarr_reads(tmp_path, dtype, shape, chunks):
             np.testing.assert_array_equal(got.get(), a[r0:r1])
 
 
+@pytest.mark.parametrize("encode", ["cpu", pytest.param("gpu", marks=needs_nvcomp)])
 @pytest.mark.parametrize("decode", ["cpu", pytest.param("gpu", marks=needs_nvcomp)])
 @pytest.mark.parametrize("mode", ["values", "indices", "both"])
-def test_cli_threads_on_gpus_matches_numpy(tmp_path, decode, mode):
+def test_cli_threads_on_gpus_matches_numpy(tmp_path, decode, encode, mode):
     a = np.random.default_rng(2).random(1_000_003).astype(np.float32)
     path = make(tmp_path, a, (65536,))
     out = tmp_path / "out.zarr"
     res = run(path, out, "-w", "(x > 0.2) & (x < 0.7)", "-o", mode, "--local", "threads",
-              "--device", "gpu", "--decode", decode, "--output-chunks", "50000", "--json")
+              "--device", "gpu", "--decode", decode, "--encode", encode, "--output-chunks",
+              "50000", "--json")
     summary = json.loads(res.stdout)
     assert summary["gpu"] and summary["gpu_chunks"] == summary["chunks_read"]
     assert summary["gpu_decode"] is (decode == "gpu")
-    g = zarr.open_group(str(out), mode="r")
     m = (a > 0.2) & (a < 0.7)
+    n_arrays = 2 if mode == "both" else 1
+    assert summary["encode"] == encode
+    assert summary["gpu_encoded"] == (-(-int(m.sum()) // 50000) * n_arrays
+                                      if encode == "gpu" else 0)
+    g = zarr.open_group(str(out), mode="r")
     if mode in ("values", "both"):
         np.testing.assert_array_equal(g["values"][:], a[m])
     if mode in ("indices", "both"):
         np.testing.assert_array_equal(g["indices"][:], np.flatnonzero(m))
 
 
-@pytest.mark.parametrize("decode", ["cpu", pytest.param("gpu", marks=needs_nvcomp)])
-def test_cli_cuda_cluster_matches_numpy(tmp_path, decode):
+ENCODE_CASES = [(dtype, n, out_chunk, 0.5)
+                for dtype in ["int8", "uint16", "int32", "float32", "float64", "int64"]
+                for n, out_chunk in [(1, 1), (31, 7), (1025, 33), (100_003, 4099)]]
+ENCODE_CASES += [("float32", 1025, 33, -1.0), ("float64", 100_003, 4099, 2.0)]  # none, all
+
+
+@needs_nvcomp
+@pytest.mark.parametrize("dtype, n, out_chunk, threshold", ENCODE_CASES)
+def test_gpu_encoded_chunks_are_frames_any_zstd_reader_decodes(tmp_path, dtype, n, out_chunk,
+                                                               threshold):
+    """Every chunk file of a GPU-encoded output is one zstd frame that declares its content
+    size (as numcodecs' frames do) and decodes with numcodecs to the chunk zarr reads."""
+    from numcodecs import Zstd
+
+    a = (np.random.default_rng(n).random(n) * 2).astype(dtype)
+    path = make(tmp_path, a, (max(1, n // 3),))
+    out = tmp_path / "out.zarr"
+    res = run(path, out, "-w", f"x < {threshold}", "-o", "both", "--local", "threads",
+              "--device", "gpu", "--encode", "gpu", "--output-chunks", out_chunk, "--json")
+    summary = json.loads(res.stdout)
+    m = a < threshold
+    assert summary["encode"] == "gpu" and summary["selected"] == int(m.sum())
+    g = zarr.open_group(str(out), mode="r")
+    np.testing.assert_array_equal(g["values"][:], a[m])
+    np.testing.assert_array_equal(g["indices"][:], np.flatnonzero(m))
+    for name, want in (("values", a[m]), ("indices", np.flatnonzero(m))):
+        files = sorted((out / name / "c").iterdir(), key=lambda f: int(f.name))
+        assert len(files) == -(-len(want) // out_chunk)
+        for f in files:
+            frame = f.read_bytes()
+            assert gpu_zstd.frame_content_size(frame) == out_chunk * want.dtype.itemsize
+            got = np.frombuffer(Zstd().decode(frame), dtype=want.dtype)
+            j = int(f.name)
+            part = want[j * out_chunk : (j + 1) * out_chunk]
+            np.testing.assert_array_equal(got[: len(part)], part)
+            assert not got[len(part) :].any()  # padded with the fill value
+
+
+@needs_nvcomp
+def test_gpu_encode_with_sixteen_threads_at_once(tmp_path):
+    """Many writer threads encoding on their own streams at once (nvCOMP crashed decoding that
+    way; encoding must not)."""
+    a = np.random.default_rng(9).random(4_000_037).astype(np.float32)
+    path = make(tmp_path, a, (65_536,))
+    out = tmp_path / "out.zarr"
+    res = run(path, out, "-w", "x < 0.6", "--local", "threads", "--device", "gpu", "--encode",
+              "gpu", "--output-chunks", "20000", "--json")
+    summary = json.loads(res.stdout)
+    assert summary["encode"] == "gpu" and summary["gpu_encoded"] == -(-int((a < .6).sum())
+                                                                     // 20000)
+    np.testing.assert_array_equal(zarr.open_group(str(out))["values"][:], a[a < 0.6])
+
+
+@pytest.mark.parametrize("decode, encode", [("cpu", "cpu"),
+                                            pytest.param("gpu", "gpu", marks=needs_nvcomp),
+                                            pytest.param("cpu", "gpu", marks=needs_nvcomp)])
+def test_cli_cuda_cluster_matches_numpy(tmp_path, decode, encode):
     pytest.importorskip("dask_cuda")
     a = (np.random.default_rng(3).random((40_001, 3)) * 1000).astype(np.int32)
     path = make(tmp_path, a, (2048, 3))
     out = tmp_path / "out.zarr"
     res = run(path, out, "-w", "x % 7 == 3", "-o", "both", "--local", "cuda", "--decode",
-              decode, "--json")
+              decode, "--encode", encode, "--output-chunks", "5000", "--json")
     summary = json.loads(res.stdout)
     assert summary["gpu"] and summary["gpu_decode"] is (decode == "gpu")
+    assert summary["encode"] == encode and (summary["gpu_encoded"] > 0) is (encode == "gpu")
     g = zarr.open_group(str(out), mode="r")
     m = a % 7 == 3
     np.testing.assert_array_equal(g["values"][:], a[m])

@@ -1,10 +1,20 @@
-"""Batch zstd decode on the GPU with nvCOMP (``nvidia-nvcomp-cu13``, in the ``gpu`` extra).
+"""zstd frames decoded and encoded on the GPU with nvCOMP (``nvidia-nvcomp-cu13``, in the
+``gpu`` extra).
 
-zarr 3.1 can hand out device buffers but decodes on the CPU; nvCOMP decodes a batch of zstd
-frames on the device. The chunk files' bytes are read into one pinned host buffer, copied to
-the device in one transfer, and decoded as one batch on the current stream. An nvCOMP codec
-holds mutable state and must not be shared between threads (nvCOMP's thread-safety rules), so
-each thread keeps its own, per device.
+Decode: zarr 3.1 can hand out device buffers but decodes on the CPU; nvCOMP decodes a batch of
+zstd frames on the device. The chunk files' bytes are read into one pinned host buffer, copied
+to the device in one transfer, and decoded as one batch on the current stream. It pays for
+frames of up to a few MiB; frames of 128 MiB (zarr's chunk of 2^25 float32) decode far slower
+than 16 CPU threads do (see the README).
+
+Encode: an output chunk compacted on the GPU is encoded there as one zstd frame (its header
+declares the content size, like numcodecs' frames, so every zstd reader decodes it), and only
+the compressed bytes come back to the host. Measured on the H100 host: 6.1 GB/s for frames of
+128 MiB, where numcodecs on 16 threads reached 2.1-4.5 GB/s, which then also leaves the CPUs
+to decode the input.
+
+An nvCOMP codec holds mutable state and must not be shared between threads (nvCOMP's
+thread-safety rules), so each thread keeps its own, per device and stream.
 """
 
 from __future__ import annotations
@@ -36,6 +46,19 @@ def unavailable() -> str:
     return ""
 
 
+def free_device_memory(all_devices: bool = False) -> list[int]:
+    """Free bytes of the current device, or of every visible device."""
+    import cupy
+
+    if not all_devices:
+        return [int(cupy.cuda.runtime.memGetInfo()[0])]
+    out = []
+    for d in range(cupy.cuda.runtime.getDeviceCount()):
+        with cupy.cuda.Device(d):
+            out.append(int(cupy.cuda.runtime.memGetInfo()[0]))
+    return out
+
+
 def _codec() -> Any:
     import cupy
     from nvidia import nvcomp
@@ -50,6 +73,23 @@ def _codec() -> Any:
         codecs[key] = nvcomp.Codec(algorithm="Zstd", bitstream_kind=nvcomp.BitstreamKind.RAW,
                                    device_id=dev, cuda_stream=stream.ptr)
     return codecs[key]
+
+
+def encode(data: Any) -> np.ndarray:
+    """``data`` (a contiguous CuPy array on the current device) as one zstd frame: a uint8
+    view of this thread's pinned buffer, valid until the thread's next use of that buffer.
+    Runs on the current stream and synchronises it (the bytes are on the host on return)."""
+    import cupy
+    from nvidia import nvcomp
+
+    from .host_buffers import thread_pinned
+
+    flat = cupy.ascontiguousarray(data).reshape(-1).view(np.uint8)
+    encoded = _codec().encode(nvcomp.as_array(flat))
+    frame = cupy.asarray(encoded).view(np.uint8).reshape(-1)
+    host = thread_pinned((frame.size,), np.dtype(np.uint8))
+    frame.get(out=host, blocking=True)
+    return host
 
 
 def read_pinned(paths: list[str]) -> tuple[Any, list[int], list[int]]:
