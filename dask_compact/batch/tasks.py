@@ -320,12 +320,16 @@ def write_chunk_file_gpu(array_dir: str, j: int, parts: list[Any], chunk: int) -
 
     dev = parts[0].device.id
     with cupy.cuda.Device(dev), _thread_stream(dev):
-        full = cupy.empty(chunk, dtype=parts[0].dtype)
-        at = 0
-        for q in parts:
-            full[at : at + len(q)] = q
-            at += len(q)
-        full[at:] = 0
+        if len(parts) == 1 and len(parts[0]) == chunk:
+            full = parts[0]  # a slice of one piece: complete since its task ended
+        else:
+            full = cupy.empty(chunk, dtype=parts[0].dtype)
+            at = 0
+            for q in parts:
+                full[at : at + len(q)] = q
+                at += len(q)
+            full[at:] = 0
+            cupy.cuda.get_current_stream().synchronize()  # the encoder runs on another stream
         frame = encode(full)
         with open(os.path.join(array_dir, "c", str(j)), "wb") as f:
             f.write(frame.data)
