@@ -144,7 +144,7 @@ class _Encoder:
             while True:
                 batch = self._batch()
                 try:
-                    encoded = codec.encode([nvcomp.as_array(flat) for flat, _ in batch])
+                    encoded = codec.encode(nvcomp.as_arrays([flat for flat, _ in batch]))
                     # Copied out of nvCOMP's buffers here, so that nvCOMP's arrays are made
                     # and freed in this thread only.
                     frames = [cupy.asarray(e).view(np.uint8).reshape(-1).copy()
