@@ -320,8 +320,10 @@ def write_chunk_file_gpu(array_dir: str, j: int, parts: list[Any], chunk: int) -
 
     dev = parts[0].device.id
     with cupy.cuda.Device(dev), _thread_stream(dev):
-        if len(parts) == 1 and len(parts[0]) == chunk:
-            full = parts[0]  # a slice of one piece: complete since its task ended
+        if len(parts) == 1 and len(parts[0]) == chunk and parts[0].data.ptr % 8 == 0:
+            # A slice of one piece, complete since its task ended. (nvCOMP's zstd wants its
+            # input 4-byte aligned: a slice of 1- or 2-byte items may not be.)
+            full = parts[0]
         else:
             full = cupy.empty(chunk, dtype=parts[0].dtype)
             at = 0
