@@ -7,8 +7,8 @@ commit), as a user's shell would see it. The input is generated first (float32 u
 
 * ``cli <mode>``: ``python -m dask_compact IN OUT --where "x < P"`` in each mode this machine
   has: threads, local processes, and on a GPU host the LocalCUDACluster and the threaded
-  scheduler driving the GPUs, each with GPU (nvCOMP) and CPU decode, and GPU (nvCOMP, the
-  default there) and CPU encode. ``cli default`` is the command with no mode flag.
+  scheduler driving the GPUs, each with GPU (nvCOMP) and CPU decode, and CPU (the default)
+  and GPU (nvCOMP) encode. ``cli default`` is the command with no mode flag.
 * ``plain dask threads|cluster``: ``y = x[x < P]; y.compute_chunk_sizes();
   y.rechunk(C).to_zarr(OUT)`` on the threaded scheduler and on a LocalCluster.
 * floors: ``read`` decodes every input chunk once (zarr's reads in a thread pool and in a
@@ -240,11 +240,11 @@ def cli_modes(gpu: bool, workers: int | None) -> dict[str, list[str]]:
                                                "--decode", "gpu"]
         modes["cli threads+gpu, cpu decode"] = ["--local", "threads", "--device", "gpu",
                                                "--decode", "cpu"]
-        modes["cli threads+gpu, cpu decode, cpu encode"] = [
-            "--local", "threads", "--device", "gpu", "--decode", "cpu", "--encode", "cpu"]
+        modes["cli threads+gpu, cpu decode, gpu encode"] = [
+            "--local", "threads", "--device", "gpu", "--decode", "cpu", "--encode", "gpu"]
         if has("dask_cuda"):
-            modes["cli cuda cluster, cpu decode, cpu encode"] = [
-                "--local", "cuda", "--decode", "cpu", "--encode", "cpu"]
+            modes["cli cuda cluster, cpu decode, gpu encode"] = [
+                "--local", "cuda", "--decode", "cpu", "--encode", "gpu"]
     return modes
 
 

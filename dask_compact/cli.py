@@ -99,10 +99,10 @@ def fmt_bytes(n: float) -> str:
     "a line on stderr says why and the CPU decodes.",
 )
 @click.option(
-    "--encode", type=click.Choice(["auto", "cpu", "gpu"]), default="auto", show_default=True,
-    help="Where output chunks are zstd-encoded. auto: on the GPU (nvCOMP) when the chunks "
-    "are compacted on GPUs and nvCOMP is installed (the faster on the hosts measured; see the "
-    "README), else on the CPU; gpu: the same, with a line on stderr when it is not possible.",
+    "--encode", type=click.Choice(["cpu", "gpu"]), default="cpu", show_default=True,
+    help="Where output chunks are zstd-encoded. gpu: nvCOMP on the device, for chunks "
+    "compacted on GPUs (no faster than cpu on the hosts measured; see the README); where it "
+    "is not possible, a line on stderr says why and the CPU encodes.",
 )
 @click.option("--resume", is_flag=True,
               help="Continue an interrupted job on OUTPUT (same arguments) from its manifest "
@@ -266,7 +266,7 @@ def run(
     budget: int | None = None,
     continued: Any = None,
     decode: str = "cpu",
-    encode: str = "auto",
+    encode: str = "cpu",
 ) -> dict[str, Any]:
     """Start the scheduler, run the job, stop what was started; short messages for failures."""
     if src.size == 0:

@@ -112,7 +112,7 @@ def test_gpu_decode_without_a_gpu_falls_back_to_the_cpu(tmp_path):
 
 def test_gpu_encode_on_cpus_falls_back_with_the_reason(tmp_path):
     """``--encode gpu`` where the chunks are compacted on CPUs: one stderr line, CPU encode,
-    the output exact; ``auto`` says nothing."""
+    the output exact; ``cpu`` says nothing."""
     from click.testing import CliRunner
 
     from dask_compact import cli
@@ -120,7 +120,7 @@ def test_gpu_encode_on_cpus_falls_back_with_the_reason(tmp_path):
     a = np.random.default_rng(2).random(1001)
     path = tmp_path / "a.zarr"
     zarr.create_array(store=str(path), shape=a.shape, dtype=a.dtype, chunks=(100,))[:] = a
-    for encode, says in (("gpu", True), ("auto", False)):
+    for encode, says in (("gpu", True), ("cpu", False)):
         out = tmp_path / f"o-{encode}.zarr"
         res = CliRunner().invoke(cli.main, [str(path), str(out), "-w", "x > 0.5", "--local",
                                             "threads", "--device", "cpu", "--encode", encode,

@@ -121,7 +121,7 @@ def run_job(
     budget: int | None = None,
     resume: Manifest | None = None,
     decode: str = "cpu",
-    encode: str = "auto",
+    encode: str = "cpu",
 ) -> dict[str, Any]:
     """Run the job into ``target``'s temporary group and commit it; the summary dict.
 
@@ -254,11 +254,10 @@ def choose_decode(runner: Runner, src: Source, requested: str) -> str:
 
 
 def choose_encode(runner: Runner, target: Target, requested: str) -> str:
-    """Where output chunks are encoded: "gpu" (nvCOMP, the selections never leave the device
-    but as compressed bytes) wherever the chunks are compacted on GPUs, the output is a local
-    group and every worker has nvCOMP; else "cpu". ``auto`` chooses GPU where possible (it was
-    the faster on the hosts measured; see the README); ``gpu`` says on stderr why not where
-    it is not possible."""
+    """Where output chunks are encoded: "cpu", or "gpu" (nvCOMP; the selections then leave
+    the device only as compressed bytes) where that is possible: the chunks are compacted on
+    GPUs, the output is a local group and every worker has nvCOMP. A ``--encode gpu`` that is
+    not possible falls back to the CPU with one line on stderr saying why."""
     import click
 
     from . import gpu_zstd
@@ -276,9 +275,8 @@ def choose_encode(runner: Runner, target: Target, requested: str) -> str:
     else:
         why = gpu_zstd.unavailable()
     if why:
-        if requested == "gpu":
-            click.echo(f"dask compact: GPU encode is not possible ({why}); encoding on the CPU",
-                       err=True)
+        click.echo(f"dask compact: GPU encode is not possible ({why}); encoding on the CPU",
+                   err=True)
         return "cpu"
     return "gpu"
 
