@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import importlib.resources
 import re
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -184,6 +185,14 @@ class ModuleSpec:
     tuning: Tuning
     variant: str = "classic"  # single-pass look-back schedule (SINGLE_PASS_VARIANTS)
 
+    def __hash__(self) -> int:
+        # Looked up on every launch: hashing the functor (its source text) once is enough.
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash((self.dtype, self.algorithm, self.functor, self.tuning, self.variant))
+            object.__setattr__(self, "_hash", h)
+        return h
+
     @property
     def src(self) -> int:
         return 0 if self.functor is not None else 1
@@ -312,10 +321,18 @@ class _Plan:
     spec: ModuleSpec
     output: str
     exact_mode: str = "prefix"  # single-pass exact path (EXACT_MODES)
+    _kernels: dict[str, Any] | None = None
 
     @property
     def n(self) -> int:
         return int(self.flat.size)
+
+    @property
+    def kernels(self) -> dict[str, Any]:
+        """role -> kernel on the current device (looked up once per plan)."""
+        if self._kernels is None:
+            self._kernels = _compiled(self.spec).kernels(self.output)
+        return self._kernels
 
 
 _functors: BoundedCache[tuple, tuple] = BoundedCache("cuda functors")
@@ -396,13 +413,20 @@ def _plan(
     if mask is None:
         assert pred is not None
         if pred.path == "fused":
-            try:
-                tp, functor = _typed_functor(pred.expr, dtype, pred)
-                params = tp.bind(pred.params)
-                spec = ModuleSpec(dtype, algorithm, functor, tuning, variant)
-                return _Plan(flat, None, params, spec, output, exact_mode)
-            except (CodegenUnsupported, ParamOverflow):
-                pass  # evaluate the predicate as a mask (NumPy semantics through CuPy)
+            # What the plan takes from the predicate, kept on it (see Predicate.memo): a
+            # repeated call with the same predicate object skips typing, binding and the
+            # module spec. None: the fused kernel cannot run it (the mask path below).
+            key = ("cupy", dtype, algorithm, variant, tuning)
+            if key not in pred.memo:
+                try:
+                    tp, functor = _typed_functor(pred.expr, dtype, pred)
+                    pred.memo[key] = (tp.bind(pred.params),
+                                      ModuleSpec(dtype, algorithm, functor, tuning, variant))
+                except (CodegenUnsupported, ParamOverflow):
+                    pred.memo[key] = None
+            fused = pred.memo[key]
+            if fused is not None:
+                return _Plan(flat, None, fused[0], fused[1], output, exact_mode)
         mask = pred.mask(a, cupy)
     m = _flatten(cupy.asarray(mask))
     if m.dtype != np.bool_:
@@ -419,7 +443,7 @@ def _launch_main(
 ) -> None:
     """The compaction kernel(s) proper, after the count (exact path) or alone (compact_into)."""
     spec, n = plan.spec, plan.n
-    k = _compiled(spec).kernels(plan.output)
+    k = plan.kernels
     nb = np.int64(n)
     base = np.int64(index_base)
     if spec.algorithm == "three-pass":
@@ -456,7 +480,7 @@ def _launch_count(plan: _Plan) -> dict[str, Any]:
     import cupy
 
     spec, n = plan.spec, plan.n
-    k = _compiled(spec).kernels(plan.output)
+    k = plan.kernels
     nb = np.int64(n)
     if spec.algorithm == "three-pass":
         ngroups = -(-n // TP_GROUP)
@@ -534,10 +558,7 @@ def _run_exact(plans: list[_Plan], output: str, bases: list[int]) -> Any:
     vals = idx = None
     with (live[0][0].flat.device if live else cupy.cuda.Device()):
         workspaces = [_launch_count(p) for p, _ in live]
-        counts = (  # the one host synchronisation of the task
-            [int(c) for c in cupy.concatenate([ws["count"] for ws in workspaces]).get()]
-            if workspaces else []
-        )
+        counts = _read_counts([ws["count"] for ws in workspaces])  # the one host sync
         total = sum(counts)
         vals = cupy.empty(total, dtype=dtype) if output in ("values", "both") else None
         idx = cupy.empty(total, dtype=np.int64) if output in ("indices", "both") else None
@@ -554,6 +575,33 @@ def _run_exact(plans: list[_Plan], output: str, bases: list[int]) -> Any:
     if output == "indices":
         return idx
     return vals, idx
+
+
+_count_buffers = threading.local()
+
+
+def _read_counts(words: list[Any]) -> list[int]:
+    """The device count words on the host, with one synchronisation of the current stream.
+
+    Each word is copied into this thread's pinned buffer by ``cudaMemcpyAsync``: a
+    ``concatenate`` then ``get()`` cost two allocations, a kernel and a pageable copy, which
+    at 2^20 elements took longer than the compaction."""
+    import cupy
+
+    if not words:
+        return []
+    need = 8 * len(words)
+    host = getattr(_count_buffers, "host", None)
+    if host is None or host.size < need:
+        mem = cupy.cuda.alloc_pinned_memory(max(need, 512))
+        host = np.frombuffer(mem, dtype=np.uint8, count=max(need, 512))
+        _count_buffers.host, _count_buffers.mem = host, mem
+    stream = cupy.cuda.get_current_stream()
+    for i, w in enumerate(words):
+        cupy.cuda.runtime.memcpyAsync(host.ctypes.data + 8 * i, w.data.ptr, 8,
+                                      cupy.cuda.runtime.memcpyDeviceToHost, stream.ptr)
+    stream.synchronize()
+    return [int(c) for c in host[:need].view(np.uint64)]
 
 
 def _concat_outputs(parts: list[Any], output: str) -> Any:

@@ -46,10 +46,24 @@ class TypedPredicate:
     types: dict[Node, Typed] = field(hash=False, compare=False)
     key: str  # structure key + dtype: one compiled loop/kernel per key (and output, algorithm)
     param_dtypes: tuple[np.dtype, ...] = ()
+    _bound: dict = field(default_factory=dict, hash=False, compare=False, repr=False)
 
     def bind(self, params: tuple) -> tuple:
-        """Parameter values as NumPy scalars of their loop dtypes (may raise ParamOverflow)."""
-        return bind_params(self.expr, self.types, params, list(self.param_dtypes))
+        """Parameter values as NumPy scalars of their loop dtypes (may raise ParamOverflow).
+
+        Remembered per parameter values (by type and value: ``1`` and ``1.0`` bind apart), as
+        repeated small calls bind the same constants every time."""
+        try:
+            key = tuple((type(v), v) for v in params)
+            hit = self._bound.get(key)
+        except TypeError:  # an unhashable constant
+            return bind_params(self.expr, self.types, params, list(self.param_dtypes))
+        if hit is None:
+            hit = bind_params(self.expr, self.types, params, list(self.param_dtypes))
+            if len(self._bound) >= 256:
+                self._bound.clear()
+            self._bound[key] = hit
+        return hit
 
 
 @functools.lru_cache(maxsize=1024)
@@ -82,6 +96,13 @@ class Predicate:
     func: Callable[[Any], Any] | None
     source: str
     reason: str | None = None
+    # What backends derive from this predicate per dtype (its typing, a CuPy launch plan):
+    # kept on the object, which repeated calls get back from as_predicate's caches. Not
+    # pickled: a worker derives its own.
+    memo: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "memo": {}}
 
     @property
     def path(self) -> str:
@@ -141,7 +162,11 @@ class Predicate:
         """Type the fused tree for ``dtype``; TypeError if NumPy would refuse or not give bools."""
         if self.expr is None:
             raise ValueError("a mask-path predicate has no expression to type")
-        return _typed(self.expr, np.dtype(dtype), self.source)
+        dtype = np.dtype(dtype)
+        tp = self.memo.get(("typed", dtype))
+        if tp is None:
+            tp = self.memo[("typed", dtype)] = _typed(self.expr, dtype, self.source)
+        return tp
 
     def check(self, dtype: Any) -> None:
         """Raise now, at graph-build time, what would otherwise fail inside every chunk task.
@@ -198,18 +223,45 @@ def check_mask(m: Any, a: Any, source: str, xp: Any = np) -> Any:
     return m
 
 
+@functools.lru_cache(maxsize=256)
+def _parsed(text: str) -> Predicate:
+    from .parse import parse
+
+    return parse(text)
+
+
+_traced_memo: Any = None  # a BoundedCache of trace_key -> Predicate, made on first use
+
+
+def _traced() -> Any:
+    global _traced_memo
+    if _traced_memo is None:
+        from ..cache import BoundedCache
+
+        _traced_memo = BoundedCache("traced predicates")
+    return _traced_memo
+
+
 def as_predicate(pred: PredicateLike) -> Predicate:
     """Make a :class:`Predicate` from a callable (traced), a string (parsed) or a Predicate."""
     if isinstance(pred, Predicate):
         return pred
     if isinstance(pred, str):
-        from .parse import parse
-
-        p = parse(pred)
+        p = _parsed(pred)
     elif callable(pred):
+        from .memo import trace_key
         from .trace import trace
 
+        key = trace_key(pred)
+        hit = None if key is None else _traced().get(key)
+        if hit is not None:
+            # The same predicate object: its per-dtype typing and bound constants are kept on
+            # it, so a repeated small call does no per-predicate Python work.
+            return hit if hit.expr is not None else Predicate(
+                expr=None, params=(), func=pred, source=hit.source, reason=hit.reason)
         p = trace(pred)
+        if key is not None:
+            _traced().put(key, p)
     else:
         raise TypeError(
             f"pred must be a callable or a string expression in `x`, not {type(pred).__name__}"

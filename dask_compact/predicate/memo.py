@@ -1,0 +1,100 @@
+"""Reusing an earlier trace of a callable whose behaviour cannot have changed.
+
+A user compacting many small arrays writes ``compact_array(a, lambda v: v < p)`` in a loop: a
+new function object each time, with the same code. Tracing it again costs more than the GPU
+work at 2^20 elements, so :func:`trace_key` gives such a callable a key that holds everything
+its trace can depend on, and :func:`.core.as_predicate` reuses the predicate traced under an
+equal key. The key is None (trace every time) unless everything the code can read is a value
+whose equality means equal behaviour:
+
+* its code object (the bytecode, constants included);
+* the contents of its closure cells and its defaults;
+* the globals its code names, and the attributes its code names of modules and classes among
+  them (one and two levels down: ``np.sin``, ``np.random.rand``, ``Cfg.T``): scalars and
+  strings by type and value; modules, NumPy ufuncs, builtins and classes by identity.
+
+Anything else (another Python function, an array, an object with state) makes the key None:
+its behaviour could change between calls with nothing in the key changing.
+"""
+
+from __future__ import annotations
+
+import functools
+import types
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+_VALUES = (bool, int, float, complex, str, bytes, type(None), np.generic)
+_BY_IDENTITY = (types.ModuleType, np.ufunc, types.BuiltinFunctionType, type)
+
+
+@functools.lru_cache(maxsize=1024)
+def _names(code: types.CodeType) -> tuple[str, ...]:
+    names = set(code.co_names)
+    for const in code.co_consts:  # nested code: comprehensions, inner lambdas
+        if isinstance(const, types.CodeType):
+            names |= set(_names(const))
+    return tuple(sorted(names))
+
+
+def _part(value: Any) -> tuple | None:
+    if isinstance(value, _VALUES):
+        return (type(value), value)
+    if isinstance(value, _BY_IDENTITY):
+        return (type(value), id(value))
+    return None
+
+
+def trace_key(func: Callable[..., Any]) -> tuple | None:
+    """A key equal for two callables only if tracing them gives the same predicate; None if
+    this one's trace must not be reused (see the module docstring)."""
+    code = getattr(func, "__code__", None)
+    if not isinstance(func, types.FunctionType) or code is None:
+        return None
+    parts: list[Any] = [code]
+    try:
+        cells = [c.cell_contents for c in func.__closure__ or ()]
+    except ValueError:  # an empty cell: a name not yet bound
+        return None
+    kwdefaults = sorted((func.__kwdefaults__ or {}).items())
+    for v in [*cells, *(func.__defaults__ or ()), *(v for _, v in kwdefaults)]:
+        part = _part(v)
+        if part is None:
+            return None
+        parts.append(part)
+    names = _names(code)
+    g = func.__globals__
+    owners = []
+    for name in names:
+        if name not in g:
+            continue  # an attribute name, or a builtin
+        part = _part(g[name])
+        if part is None:
+            return None
+        parts.append((name, part))
+        if isinstance(g[name], (types.ModuleType, type)):
+            owners.append(g[name])
+    # Attributes the code may read off modules and classes (np.sin, np.random.rand, Cfg.T):
+    # their current values, so that rebinding one changes the key.
+    for depth in (1, 2):
+        nested = []
+        for owner in owners:
+            for name in names:
+                value = getattr(owner, name, None)
+                if value is None:
+                    continue
+                part = _part(value)
+                if part is None:
+                    return None
+                parts.append((id(owner), name, part))
+                if depth == 1 and isinstance(value, (types.ModuleType, type)):
+                    nested.append(value)
+        owners = nested
+    try:
+        key = tuple(parts)
+        hash(key)
+    except TypeError:
+        return None
+    return key

@@ -1,0 +1,130 @@
+"""Reused traces (predicate.memo): a callable gets an earlier trace back only when nothing its
+code can read has changed; every result is checked against NumPy."""
+
+from __future__ import annotations
+
+import pickle
+import types
+
+import cloudpickle
+import numpy as np
+import pytest
+
+from dask_compact import compact_array
+from dask_compact.predicate import as_predicate
+from dask_compact.predicate.memo import trace_key
+
+A = (np.random.default_rng(0).random(1031) * 10).astype(np.float64)
+T = 3.0
+
+
+class Cfg:
+    T = 4.0
+
+
+def check(pred, want_mask) -> None:
+    np.testing.assert_array_equal(compact_array(A, pred), A[want_mask])
+
+
+def test_a_lambda_in_a_loop_is_traced_once_per_closure_value():
+    got = []
+    for t in (2.0, 2.0, 5.0):
+        p = as_predicate(lambda v: v < t)  # noqa: B023 -- the point: a new lambda each time
+        got.append(p)
+        check(lambda v: v < t, A < t)  # noqa: B023
+    assert got[0] is got[1] and got[1] is not got[2]
+    assert got[0].params == (2.0,) and got[2].params == (5.0,)
+
+
+def test_rebinding_a_global_or_a_class_attribute_changes_the_predicate():
+    global T
+    old, old_cfg = T, Cfg.T
+    try:
+        first = [as_predicate(lambda v: v > T) for _ in range(2)]
+        T = 7.0
+        second = as_predicate(lambda v: v > T)
+        check(lambda v: v > T, A > 7.0)
+        Cfg.T = 4.0
+        c1 = as_predicate(lambda v: v > Cfg.T)
+        Cfg.T = 6.0
+        c2 = as_predicate(lambda v: v > Cfg.T)
+        check(lambda v: v > Cfg.T, A > 6.0)
+    finally:
+        T, Cfg.T = old, old_cfg
+    assert first[0] is first[1] and second is not first[0] and second.params == (7.0,)
+    assert c1 is not c2 and c2.params == (6.0,)
+
+
+def test_a_module_attribute_read_by_the_code_is_in_the_key():
+    mod = types.ModuleType("settings")
+    mod.limit = 2.5
+    f = eval("lambda v: v < settings.limit", {"settings": mod})
+    k1 = trace_key(f)
+    mod.limit = 8.5
+    k2 = trace_key(f)
+    assert k1 is not None and k1 != k2
+    np.testing.assert_array_equal(compact_array(A, f), A[A < 8.5])
+
+
+def test_a_numpy_function_is_keyed_by_identity():
+    ps = [as_predicate(lambda v: np.sin(v) > 0.2) for _ in range(2)]
+    assert ps[0] is ps[1]
+    check(lambda v: np.sin(v) > 0.2, np.sin(A) > 0.2)
+
+
+def helper(v):
+    return v > 5
+
+
+@pytest.mark.parametrize("make", [
+    lambda: (lambda v: helper(v)),  # another Python function: its globals could change
+    lambda: (lambda v: v > ARRAY[0]),  # an array: its contents could change
+])
+def test_what_could_change_unseen_is_traced_every_time(make):
+    assert trace_key(make()) is None
+    assert as_predicate(make()) is not as_predicate(make())
+
+
+ARRAY = np.array([5.0])
+
+
+def test_int_and_float_constants_are_different_predicates():
+    ps = [as_predicate(lambda v, t=t: v > t) for t in (3, 3.0)]
+    assert ps[0] is not ps[1]
+    assert type(ps[0].params[0]) is int and type(ps[1].params[0]) is float
+    ints = np.arange(-5, 10, dtype=np.int8)
+    np.testing.assert_array_equal(compact_array(ints, lambda v: v > 3), ints[ints > 3])
+
+
+def test_a_mask_path_hit_runs_the_callable_of_this_call():
+    """An untraceable callable's reason is reused, but the mask comes from the new object."""
+    fs = [lambda v, k=k: np.isin(v.astype(np.int64), [k]) for k in (1, 1)]
+    ps = [as_predicate(f) for f in fs]
+    assert ps[0].path == ps[1].path == "mask"
+    assert ps[0].func is fs[0] and ps[1].func is fs[1]
+    ints = np.arange(20) % 4
+    np.testing.assert_array_equal(compact_array(ints, fs[1]), ints[ints == 1])
+
+
+def test_strings_are_parsed_once():
+    assert as_predicate("x < 0.5") is as_predicate("x < 0.5")
+    check("x < 0.5", A < 0.5)
+
+
+def test_what_a_predicate_remembers_is_not_pickled():
+    p = as_predicate(lambda v: v < 4.5)
+    compact_array(A, p)
+    p.typed(np.float64)
+    assert p.memo
+    q = pickle.loads(cloudpickle.dumps(p))  # as dask sends it to a worker
+    assert q.memo == {} and q.params == p.params
+    np.testing.assert_array_equal(compact_array(A, q), A[A < 4.5])
+
+
+def test_bound_constants_are_remembered_per_type_and_value():
+    p = as_predicate("x > 1")
+    tp = p.typed(np.int8)
+    assert tp.bind((1,)) is tp.bind((1,))
+    with pytest.raises(ValueError, match="does not fit"):
+        tp.bind((1000,))
+    assert tp.bind((2,)) == (np.int8(2),)
