@@ -128,3 +128,18 @@ def test_bound_constants_are_remembered_per_type_and_value():
     with pytest.raises(ValueError, match="does not fit"):
         tp.bind((1000,))
     assert tp.bind((2,)) == (np.int8(2),)
+
+
+def test_signed_zeros_and_nans_are_different_constants():
+    """-0.0 == 0.0, and NaNs of either sign, but signbit tells them apart: neither trace nor
+    binding may mix them."""
+    a = np.array([-1.0, -0.0, 0.0, 2.0, np.nan], dtype=np.float32)
+    for z in (0.0, -0.0, np.float32(0.0), np.float32(-0.0), np.nan, -np.nan,
+              np.float64(np.nan), np.float64(-np.nan)):
+        want = np.signbit(np.maximum(a, z))
+        np.testing.assert_array_equal(compact_array(a, lambda v: np.signbit(np.maximum(v, z))),
+                                      a[want])
+    p = as_predicate("signbit(x)")
+    tp = as_predicate(lambda v, z=0.0: v > z).typed(np.float64)
+    assert np.signbit(tp.bind((-0.0,))[0]) and not np.signbit(tp.bind((0.0,))[0])
+    assert p is as_predicate("signbit(x)")

@@ -51,10 +51,12 @@ class TypedPredicate:
     def bind(self, params: tuple) -> tuple:
         """Parameter values as NumPy scalars of their loop dtypes (may raise ParamOverflow).
 
-        Remembered per parameter values (by type and value: ``1`` and ``1.0`` bind apart), as
-        repeated small calls bind the same constants every time."""
+        Remembered per parameter values (by type and exact value, see
+        :func:`.memo.value_key`), as repeated small calls bind the same constants every time."""
+        from .memo import value_key
+
         try:
-            key = tuple((type(v), v) for v in params)
+            key = tuple(value_key(v) for v in params)
             hit = self._bound.get(key)
         except TypeError:  # an unhashable constant
             return bind_params(self.expr, self.types, params, list(self.param_dtypes))

@@ -11,7 +11,8 @@ whose equality means equal behaviour:
 * the contents of its closure cells and its defaults;
 * the globals its code names, and the attributes its code names of modules and classes among
   them (one and two levels down: ``np.sin``, ``np.random.rand``, ``Cfg.T``): scalars and
-  strings by type and value; modules, NumPy ufuncs, builtins and classes by identity.
+  strings by type and exact value (:func:`value_key`); modules, NumPy ufuncs, builtins and
+  classes by identity.
 
 Anything else (another Python function, an array, an object with state) makes the key None:
 its behaviour could change between calls with nothing in the key changing.
@@ -20,6 +21,7 @@ its behaviour could change between calls with nothing in the key changing.
 from __future__ import annotations
 
 import functools
+import struct
 import types
 from collections.abc import Callable
 from typing import Any
@@ -39,9 +41,21 @@ def _names(code: types.CodeType) -> tuple[str, ...]:
     return tuple(sorted(names))
 
 
+def value_key(value: Any) -> tuple:
+    """``value`` by type and exact value: ``-0.0`` and ``0.0`` are equal but differ to
+    ``signbit`` (and ``1 == 1.0 == True`` to NumPy's typing), so floats go by their bits."""
+    if isinstance(value, np.generic):  # before float: np.float64 is a float
+        return (type(value), value.tobytes())
+    if isinstance(value, float):  # the bits: float.hex() gives "nan" for either sign
+        return (type(value), struct.pack("<d", value))
+    if isinstance(value, complex):
+        return (type(value), struct.pack("<dd", value.real, value.imag))
+    return (type(value), value)
+
+
 def _part(value: Any) -> tuple | None:
     if isinstance(value, _VALUES):
-        return (type(value), value)
+        return value_key(value)
     if isinstance(value, _BY_IDENTITY):
         return (type(value), id(value))
     return None
