@@ -471,7 +471,7 @@ def _launch_main(
     k["main"]((grid,), (spec.tuning.block,), args + plan.params, shared_mem=smem)
 
 
-def _launch_count(plan: _Plan) -> dict[str, Any]:
+def _launch_count(plan: _Plan, reuse: bool = False) -> dict[str, Any]:
     """Everything up to the device count: returns the workspace, ws["count"] holds the total.
 
     Workspace: O(n / tile) status words (single-pass), or the bitmask (n/8 bytes) and
@@ -504,7 +504,7 @@ def _launch_count(plan: _Plan) -> dict[str, Any]:
         )
         return ws
     tiles = -(-n // spec.tuning.tile)
-    ws = _tile_workspace(spec.algorithm, tiles, exact=True)
+    ws = _tile_workspace(spec.algorithm, tiles, exact=True, reuse=reuse)
     if spec.algorithm == "single-pass" and plan.exact_mode == "prefix":
         # tile counts -> exclusive tile prefixes (in place) + the total
         k["count"](
@@ -521,22 +521,46 @@ def _launch_count(plan: _Plan) -> dict[str, Any]:
     return ws
 
 
-def _tile_workspace(algorithm: str, tiles: int, exact: bool) -> dict[str, Any]:
+_workspaces = threading.local()
+
+
+def _tile_workspace(algorithm: str, tiles: int, exact: bool, reuse: bool = False
+                    ) -> dict[str, Any]:
     """Zeroed words of the tile kernels: look-back status (single-pass), the device count, the
-    hybrid's atomic output counter, and the counter that hands out tiles (one memset)."""
+    hybrid's atomic output counter, and the counter that hands out tiles (one memset).
+
+    ``reuse``: this thread's words for (device, stream, algorithm, tiles), zeroed again: for
+    a call whose workspace dies with it (one chunk, exact size). Stream order keeps a call's
+    memset after the previous call's kernels; an allocation and three slices cost more than
+    the kernels at 2^20 elements."""
     import cupy
 
+    if reuse:
+        key = (cupy.cuda.Device().id, cupy.cuda.get_current_stream().ptr, algorithm, tiles,
+               exact)
+        cache = getattr(_workspaces, "by_key", None)
+        if cache is None:
+            cache = _workspaces.by_key = {}
+        ws = cache.get(key)
+        if ws is None:
+            if len(cache) >= 16:
+                cache.clear()
+            ws = cache[key] = _tile_workspace(algorithm, tiles, exact)
+        else:
+            _memset0(ws["words"])
+        return ws
     if algorithm == "single-pass":
         words = cupy.empty(tiles + 2, dtype=np.uint64)
         _memset0(words)
         return {
-            "status": words[:tiles], "count": words[tiles : tiles + 1], "tiles": words[tiles + 1 :]
+            "status": words[:tiles], "count": words[tiles : tiles + 1],
+            "tiles": words[tiles + 1 :], "words": words,
         }
     words = cupy.empty(3, dtype=np.uint64)
     _memset0(words)
     # exact path: the count kernel totals into "count", the hybrid kernel claims from "counter"
     counter = words[1:2] if exact else words[0:1]
-    return {"count": words[0:1], "counter": counter, "tiles": words[2:3]}
+    return {"count": words[0:1], "counter": counter, "tiles": words[2:3], "words": words}
 
 
 def _run_exact(plans: list[_Plan], output: str, bases: list[int]) -> Any:
@@ -557,7 +581,8 @@ def _run_exact(plans: list[_Plan], output: str, bases: list[int]) -> Any:
         return _concat_outputs(parts, output)
     vals = idx = None
     with (live[0][0].flat.device if live else cupy.cuda.Device()):
-        workspaces = [_launch_count(p) for p, _ in live]
+        # one chunk: its workspace is dead once its output is made, so the thread's is reused
+        workspaces = [_launch_count(p, reuse=len(live) == 1) for p, _ in live]
         counts = _read_counts([ws["count"] for ws in workspaces])  # the one host sync
         total = sum(counts)
         vals = cupy.empty(total, dtype=dtype) if output in ("values", "both") else None
