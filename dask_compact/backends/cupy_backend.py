@@ -322,6 +322,7 @@ class _Plan:
     output: str
     exact_mode: str = "prefix"  # single-pass exact path (EXACT_MODES)
     _kernels: dict[str, Any] | None = None
+    memo: dict | None = None  # the predicate's memo (fused path): what earlier calls saw
 
     @property
     def n(self) -> int:
@@ -426,7 +427,8 @@ def _plan(
                     pred.memo[key] = None
             fused = pred.memo[key]
             if fused is not None:
-                return _Plan(flat, None, fused[0], fused[1], output, exact_mode)
+                return _Plan(flat, None, fused[0], fused[1], output, exact_mode,
+                             memo=pred.memo)
         mask = pred.mask(a, cupy)
     m = _flatten(cupy.asarray(mask))
     if m.dtype != np.bool_:
@@ -579,12 +581,16 @@ def _run_exact(plans: list[_Plan], output: str, bases: list[int]) -> Any:
         # on a dask-cuda worker sees one GPU).
         parts = [_run_exact([p], output, [b]) for p, b in live]
         return _concat_outputs(parts, output)
+    if len(live) == 1 and _one_read(live[0][0], output):
+        return _run_one_read(live[0][0], output, live[0][1])
     vals = idx = None
     with (live[0][0].flat.device if live else cupy.cuda.Device()):
         # one chunk: its workspace is dead once its output is made, so the thread's is reused
         workspaces = [_launch_count(p, reuse=len(live) == 1) for p, _ in live]
         counts = _read_counts([ws["count"] for ws in workspaces])  # the one host sync
         total = sum(counts)
+        if len(live) == 1:
+            _learn(live[0][0], output, total)
         vals = cupy.empty(total, dtype=dtype) if output in ("values", "both") else None
         idx = cupy.empty(total, dtype=np.int64) if output in ("indices", "both") else None
         off = 0
@@ -595,6 +601,60 @@ def _run_exact(plans: list[_Plan], output: str, bases: list[int]) -> Any:
                     None if idx is None else idx[off:off + c], ws, exact=True,
                 )
             off += c
+    if output == "values":
+        return vals
+    if output == "indices":
+        return idx
+    return vals, idx
+
+
+# The one-read exact path (below) is taken when the bytes it moves, n*s + 3*k*o (read the
+# input, write the selection to scratch, copy it out), are under ONE_READ_MARGIN times those
+# of counting first, 2*n*s + k*o (s: input itemsize, o: output bytes per selected element):
+# when the selected fraction is under ONE_READ_MARGIN * s / (2*o) (0.4 for values of any
+# dtype, 0.1 for float32 indices). The margin leaves room for the copy's launch.
+ONE_READ_MARGIN = 0.8
+
+
+def _out_bytes(plan: _Plan, output: str) -> int:
+    s = plan.spec.dtype.itemsize
+    return {"values": s, "indices": 8, "both": s + 8}[output]
+
+
+def _one_read(plan: _Plan, output: str) -> bool:
+    """Whether this call compacts in one read of its input: the predicate's previous call on
+    this dtype and output selected a small enough fraction (its first call counts first)."""
+    if plan.memo is None or plan.spec.algorithm == "three-pass":
+        return False
+    frac = plan.memo.get(("fraction", plan.spec.dtype, output))
+    if frac is None:
+        return False
+    return frac < ONE_READ_MARGIN * plan.spec.dtype.itemsize / (2 * _out_bytes(plan, output))
+
+
+def _learn(plan: _Plan, output: str, total: int) -> None:
+    if plan.memo is not None and plan.n:
+        plan.memo[("fraction", plan.spec.dtype, output)] = total / plan.n
+
+
+def _run_one_read(plan: _Plan, output: str, base: int) -> Any:
+    """Exact-size output with one read of the input: the single-pass kernel compacts into
+    n-sized scratch (as ``compact_into`` does), the count comes back, and the selection is
+    copied into an exact-size array. Peak transient memory: the scratch (n values and/or n
+    int64 indices) plus the result."""
+    import cupy
+
+    n, dtype = plan.n, plan.flat.dtype
+    with plan.flat.device:
+        vals = cupy.empty(n, dtype=dtype) if output in ("values", "both") else None
+        idx = cupy.empty(n, dtype=np.int64) if output in ("indices", "both") else None
+        ws = _tile_workspace(plan.spec.algorithm, -(-n // plan.spec.tuning.tile), exact=False,
+                             reuse=True)
+        _launch_main(plan, base, vals, idx, ws)
+        (total,) = _read_counts([ws["count"]])
+        _learn(plan, output, total)
+        vals = None if vals is None else vals[:total].copy()
+        idx = None if idx is None else idx[:total].copy()
     if output == "values":
         return vals
     if output == "indices":

@@ -1,0 +1,89 @@
+"""The one-read exact-size path of the public GPU call: after a call of a predicate selected a
+small fraction, the next call of that predicate compacts into scratch and copies the selection
+out instead of counting first. Against NumPy, whichever path runs, including a call whose data
+selects far more than the previous call's did.
+
+Needs CuPy and a CUDA device (marked ``gpu``; skipped elsewhere).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+cupy = pytest.importorskip("cupy")
+
+from dask_compact import compact_array  # noqa: E402
+from dask_compact.backends import cupy_backend as cb  # noqa: E402
+from dask_compact.predicate import as_predicate  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+
+def expect(a: np.ndarray, m: np.ndarray, output: str):
+    v, i = a.ravel()[m.ravel()], np.flatnonzero(m)
+    return {"values": v, "indices": i, "both": (v, i)}[output]
+
+
+def check(got, want, output: str, stable: bool) -> None:
+    pairs = zip(got, want) if output == "both" else [(got, want)]
+    for g, w in pairs:
+        g = cupy.asnumpy(g)
+        assert g.size == w.size
+        if stable:
+            np.testing.assert_array_equal(g, w)
+        else:  # the unordered kernel: the same multiset
+            np.testing.assert_array_equal(np.sort(g), np.sort(w))
+
+
+@pytest.mark.parametrize("dtype", ["int8", "int32", "float32", "float64", "uint64"])
+@pytest.mark.parametrize("n", [1, 31, 1025, 65_537, (1 << 20) + 7])
+@pytest.mark.parametrize("output", ["values", "indices", "both"])
+@pytest.mark.parametrize("stable", [True, False])
+def test_second_call_takes_one_read_and_matches_numpy(dtype, n, output, stable, monkeypatch):
+    taken = []
+    real = cb._run_one_read
+    monkeypatch.setattr(cb, "_run_one_read", lambda *a: taken.append(1) or real(*a))
+    rng = np.random.default_rng(n)
+    pred = as_predicate("x < 3")  # about 3% of 0..99
+    for call in range(3):
+        a_host = (rng.random(n) * 100).astype(dtype)
+        got = compact_array(cupy.asarray(a_host), pred, output=output, stable=stable)
+        check(got, expect(a_host, a_host < 3, output), output, stable)
+        if call == 0:
+            assert not taken  # nothing learned yet: count first
+    assert len(taken) == 2  # both later calls: the learned fraction is under the threshold
+
+
+@pytest.mark.parametrize("output", ["values", "indices", "both"])
+def test_dense_data_after_sparse_data_is_still_exact(output):
+    """The path is chosen from the previous call; data that selects everything this time is
+    compacted exactly all the same (the scratch has room for n)."""
+    pred = as_predicate("x > 0.5")
+    sparse = np.zeros(100_003, dtype=np.float32)
+    sparse[::97] = 1
+    dense = np.ones(100_003, dtype=np.float32)
+    dense[::89] = 0
+    for a_host in (sparse, dense, sparse, np.zeros(10, np.float32), dense):
+        got = compact_array(cupy.asarray(a_host), pred, output=output)
+        check(got, expect(a_host, a_host > 0.5, output), output, True)
+
+
+def test_one_read_result_is_an_exact_size_allocation():
+    """The result is a new exact-size array, not a view of the n-sized scratch."""
+    pred = as_predicate("x < 0.01")
+    a = cupy.random.default_rng(1).random(1 << 20, dtype=np.float32)
+    compact_array(a, pred)
+    got = compact_array(a, pred)
+    assert got.base is None and got.data.mem.size < a.nbytes // 10
+    np.testing.assert_array_equal(cupy.asnumpy(got), cupy.asnumpy(a)[cupy.asnumpy(a) < 0.01])
+
+
+def test_threshold_follows_the_bytes_moved():
+    """Values of any dtype: under 0.4 of the input selected; float32 indices: under 0.1."""
+    plan = cb._plan(cupy.zeros(8, np.float32), as_predicate("x < 1"), None, "values",
+                    "single-pass")
+    for output, frac, want in (("values", 0.39, True), ("values", 0.41, False),
+                               ("indices", 0.09, True), ("indices", 0.11, False)):
+        plan.memo[("fraction", plan.spec.dtype, output)] = frac
+        assert cb._one_read(plan, output) is want
