@@ -612,7 +612,7 @@ def _run_exact(plans: list[_Plan], output: str, bases: list[int]) -> Any:
 # input, write the selection to scratch, copy it out), are under ONE_READ_MARGIN times those
 # of counting first, 2*n*s + k*o (s: input itemsize, o: output bytes per selected element):
 # when the selected fraction is under ONE_READ_MARGIN * s / (2*o) (0.4 for values of any
-# dtype, 0.1 for float32 indices). The margin leaves room for the copy's launch.
+# dtype, 0.2 for float32 indices). The margin leaves room for the copy's launch.
 ONE_READ_MARGIN = 0.8
 
 
