@@ -16,6 +16,7 @@ cupy = pytest.importorskip("cupy")
 from dask_compact import compact_array  # noqa: E402
 from dask_compact.backends import cupy_backend as cb  # noqa: E402
 from dask_compact.predicate import as_predicate  # noqa: E402
+from dask_compact.predicate.parse import parse  # noqa: E402 -- a fresh predicate: no memo yet
 
 pytestmark = pytest.mark.gpu
 
@@ -45,7 +46,7 @@ def test_second_call_takes_one_read_and_matches_numpy(dtype, n, output, stable, 
     real = cb._run_one_read
     monkeypatch.setattr(cb, "_run_one_read", lambda *a: taken.append(1) or real(*a))
     rng = np.random.default_rng(n)
-    pred = as_predicate("x < 3")  # about 3% of 0..99
+    pred = parse("x < 3")  # about 3% of 0..99
     s = np.dtype(dtype).itemsize
     o = {"values": s, "indices": 8, "both": s + 8}[output]
     previous = None
@@ -67,7 +68,7 @@ def test_second_call_takes_one_read_and_matches_numpy(dtype, n, output, stable, 
 def test_dense_data_after_sparse_data_is_still_exact(output):
     """The path is chosen from the previous call; data that selects everything this time is
     compacted exactly all the same (the scratch has room for n)."""
-    pred = as_predicate("x > 0.5")
+    pred = parse("x > 0.5")
     sparse = np.zeros(100_003, dtype=np.float32)
     sparse[::97] = 1
     dense = np.ones(100_003, dtype=np.float32)
@@ -79,7 +80,7 @@ def test_dense_data_after_sparse_data_is_still_exact(output):
 
 def test_one_read_result_is_an_exact_size_allocation():
     """The result is a new exact-size array, not a view of the n-sized scratch."""
-    pred = as_predicate("x < 0.01")
+    pred = parse("x < 0.01")
     a = cupy.random.default_rng(1).random(1 << 20, dtype=np.float32)
     compact_array(a, pred)
     got = compact_array(a, pred)
