@@ -601,6 +601,10 @@ def _run_exact(plans: list[_Plan], output: str, bases: list[int]) -> Any:
                     None if idx is None else idx[off:off + c], ws, exact=True,
                 )
             off += c
+    return _by_output(vals, idx, output)
+
+
+def _by_output(vals: Any, idx: Any, output: str) -> Any:
     if output == "values":
         return vals
     if output == "indices":
@@ -655,11 +659,7 @@ def _run_one_read(plan: _Plan, output: str, base: int) -> Any:
         _learn(plan, output, total)
         vals = None if vals is None else vals[:total].copy()
         idx = None if idx is None else idx[:total].copy()
-    if output == "values":
-        return vals
-    if output == "indices":
-        return idx
-    return vals, idx
+    return _by_output(vals, idx, output)
 
 
 _count_buffers = threading.local()

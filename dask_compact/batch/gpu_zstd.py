@@ -31,7 +31,7 @@ _local = threading.local()
 
 
 def unavailable() -> str:
-    """Why GPU decode cannot run in this process ("" if it can)."""
+    """Why nvCOMP cannot decode or encode in this process ("" if it can)."""
     try:
         import cupy
     except ImportError as e:

@@ -230,27 +230,7 @@ def choose_decode(runner: Runner, src: Source, requested: str) -> str:
     possible: the chunks go to GPUs, the input is zstd chunk files and every worker has
     nvCOMP. A ``--decode gpu`` that is not possible falls back to the CPU with one line on
     stderr saying why (the summary's ``decode`` says where decoding ran)."""
-    import click
-
-    from . import gpu_zstd
-
-    if requested == "cpu":
-        return "cpu"
-    why = ""
-    if not runner.gpu:
-        why = "the chunks are compacted on CPUs"
-    elif src.no_gpu_decode:
-        why = src.no_gpu_decode
-    elif runner.client is not None:
-        reasons = {r for r in runner.client.run(gpu_zstd.unavailable).values() if r}
-        why = "; ".join(sorted(reasons))
-    else:
-        why = gpu_zstd.unavailable()
-    if why:
-        click.echo(f"dask compact: GPU decode is not possible ({why}); decoding on the CPU",
-                   err=True)
-        return "cpu"
-    return "gpu"
+    return _on_gpu_if_possible(runner, requested, "decode", src.no_gpu_decode)
 
 
 def choose_encode(runner: Runner, target: Target, requested: str) -> str:
@@ -258,6 +238,14 @@ def choose_encode(runner: Runner, target: Target, requested: str) -> str:
     the device only as compressed bytes) where that is possible: the chunks are compacted on
     GPUs, the output is a local group and every worker has nvCOMP. A ``--encode gpu`` that is
     not possible falls back to the CPU with one line on stderr saying why."""
+    return _on_gpu_if_possible(runner, requested, "encode",
+                               "the output is not a local directory" if target.url else "")
+
+
+def _on_gpu_if_possible(runner: Runner, requested: str, what: str, why_not: str) -> str:
+    """"gpu" if requested and possible (GPU compaction, no ``why_not`` of the caller's, nvCOMP
+    in this process or on every worker), else "cpu", saying why on stderr when "gpu" was
+    requested."""
     import click
 
     from . import gpu_zstd
@@ -267,15 +255,16 @@ def choose_encode(runner: Runner, target: Target, requested: str) -> str:
     why = ""
     if not runner.gpu:
         why = "the chunks are compacted on CPUs"
-    elif target.url:
-        why = "the output is not a local directory"
+    elif why_not:
+        why = why_not
     elif runner.client is not None:
         reasons = {r for r in runner.client.run(gpu_zstd.unavailable).values() if r}
         why = "; ".join(sorted(reasons))
     else:
         why = gpu_zstd.unavailable()
     if why:
-        click.echo(f"dask compact: GPU encode is not possible ({why}); encoding on the CPU",
+        doing = {"decode": "decoding", "encode": "encoding"}[what]
+        click.echo(f"dask compact: GPU {what} is not possible ({why}); {doing} on the CPU",
                    err=True)
         return "cpu"
     return "gpu"

@@ -55,16 +55,17 @@ class TypedPredicate:
         :func:`.memo.value_key`), as repeated small calls bind the same constants every time."""
         from .memo import value_key
 
+        key: tuple | None = tuple(value_key(v) for v in params)
         try:
-            key = tuple(value_key(v) for v in params)
             hit = self._bound.get(key)
-        except TypeError:  # an unhashable constant
-            return bind_params(self.expr, self.types, params, list(self.param_dtypes))
+        except TypeError:  # an unhashable constant: not remembered
+            hit, key = None, None
         if hit is None:
             hit = bind_params(self.expr, self.types, params, list(self.param_dtypes))
-            if len(self._bound) >= 256:
-                self._bound.clear()
-            self._bound[key] = hit
+            if key is not None:
+                if len(self._bound) >= 256:
+                    self._bound.clear()
+                self._bound[key] = hit
         return hit
 
 
