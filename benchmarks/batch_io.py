@@ -5,10 +5,11 @@ Every command is timed whole (a subprocess: imports, cluster start, read, compac
 commit), as a user's shell would see it. The input is generated first (float32 uniform in
 [0, 1), zarr's default zstd unless --codec none), so every run reads it from the page cache.
 
-* ``cli <mode>``: ``python -m dask_compact IN OUT --where "x < P"`` in each mode this machine
-  has: threads, local processes, and on a GPU host the LocalCUDACluster and the threaded
-  scheduler driving the GPUs, each with GPU (nvCOMP) and CPU decode, and CPU (the default)
-  and GPU (nvCOMP) encode. ``cli default`` is the command with no mode flag.
+* ``cli <mode>``: ``dask compact IN OUT --where "x < P"`` (as ``python -m dask compact``:
+  dask's CLI, finding the command by its entry point as the ``dask`` script does) in each
+  mode this machine has: threads, local processes, and on a GPU host the LocalCUDACluster
+  and the threaded scheduler driving the GPUs, each with GPU (nvCOMP) and CPU decode, and
+  CPU (the default) and GPU (nvCOMP) encode. ``cli default`` is the command with no mode flag.
 * ``plain dask threads|cluster``: ``y = x[x < P]; y.compute_chunk_sizes();
   y.rechunk(C).to_zarr(OUT)`` on the threaded scheduler and on a LocalCluster.
 * floors: ``read`` decodes every input chunk once (zarr's reads in a thread pool and in a
@@ -41,6 +42,8 @@ from pathlib import Path
 import numpy as np
 
 PY = [sys.executable, "-P"] if sys.version_info >= (3, 11) else [sys.executable]
+# The command users type, `dask compact`, through dask's own CLI (its plugin discovery included)
+CLI = [*PY, "-m", "dask", "compact"]
 
 PLAIN_DASK = """
 import sys, dask, dask.array as da
@@ -316,12 +319,12 @@ def main() -> None:
     small = work / "warm.zarr"
     make_input(small, 1 << 16, 1 << 14, args.codec)
     for flags in ([], ["--local", "threads", "--device", "gpu"]) if gpu else ([],):
-        timed([*PY, "-m", "dask_compact", str(small), str(work / "warm_out.zarr"), "--where",
+        timed([*CLI, str(small), str(work / "warm_out.zarr"), "--where",
                f"x < {p}", "--overwrite", *flags])
     # The fixed cost of a command (interpreter, imports, CUDA's start, the output group and its
     # commit) on an input of 2^16 elements, where reading and writing take nothing.
     shutil.rmtree(work / "warm_out.zarr", ignore_errors=True)
-    sec, _ = timed([*PY, "-m", "dask_compact", str(small), str(work / "warm_out.zarr"),
+    sec, _ = timed([*CLI, str(small), str(work / "warm_out.zarr"),
                     "--where", f"x < {p}"])
     record("cli default, 2^16 elements (start-up)", sec, "start-up")
     for name, flags in cli_modes(gpu, args.workers).items():
@@ -329,7 +332,7 @@ def main() -> None:
             continue
         out = work / "cli_out.zarr"
         try:
-            sec, stdout = timed([*PY, "-m", "dask_compact", str(src), str(out), "--where",
+            sec, stdout = timed([*CLI, str(src), str(out), "--where",
                                  f"x < {p}", "--json", *flags])
         except RuntimeError as e:  # report the mode as failed, go on with the others
             print(f"{name}: FAILED\n{e}", flush=True)

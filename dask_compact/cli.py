@@ -32,6 +32,7 @@ from .batch.job import describe, run_job
 from .batch.output import Target, check_overlap
 from .batch.runner import Runner, start
 from .batch.signals import EXIT_SIGINT, EXIT_SIGTERM, terminate_as_exit
+from .batch.warmup import GpuWarmup
 
 # ---------------------------------------------------------------------------------------------
 # The command
@@ -149,6 +150,13 @@ def compact_command(
     if address and scheduler_file:
         raise click.UsageError("give --scheduler or --scheduler-file, not both")
     budget = _parse_budget(memory_budget)
+    # Where the job may compact on this process's GPUs, their contexts start now, in the
+    # background, while the imports and the input's opening go on (see .batch.warmup).
+    warmup = None
+    if (address is None and scheduler_file is None and local_cluster in ("auto", "threads")
+            and device in ("auto", "gpu")):
+        warmup = GpuWarmup()
+        click.get_current_context().call_on_close(lambda: warmup.close(timeout=10.0))
     try:
         import zarr  # noqa: F401 -- the output is always a Zarr group: fail before any work
     except ImportError as e:
@@ -169,6 +177,8 @@ def compact_command(
         dask_compact.trace(where).check(src.dtype)
     except (ValueError, TypeError, SyntaxError) as e:
         raise click.BadParameter(str(e), param_hint="--where") from None
+    if warmup is not None and src.size:
+        warmup.prepare(where, src.dtype, mode)
 
     try:
         with terminate_as_exit():

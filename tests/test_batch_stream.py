@@ -331,3 +331,18 @@ def test_stream_with_direct_writes_matches_numpy(tmp_path):
     g = zarr.open_group(store=store, mode="r")
     np.testing.assert_array_equal(g["values"][:], a[a < 0.3])
     np.testing.assert_array_equal(g["indices"][:], np.flatnonzero(a < 0.3))
+
+
+def test_gpu_warmup_without_a_gpu_ends_quietly():
+    """Without CuPy or a device the warm-up thread ends at once, having prepared nothing; the
+    job decides where to run (and says why) as before."""
+    import importlib.util
+
+    from dask_compact.batch.warmup import GpuWarmup
+
+    if importlib.util.find_spec("cupy") is not None:
+        pytest.skip("CuPy is installed here (the GPU tests cover the warm-up)")
+    w = GpuWarmup()
+    w.prepare("x < 0.5", np.dtype("float32"), "values")
+    w.close(timeout=30)
+    assert w.devices == 0 and not w.prepared

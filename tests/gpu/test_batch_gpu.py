@@ -199,3 +199,51 @@ def test_threads_spread_chunks_over_every_gpu(tmp_path):
     g = zarr.open_group(str(out), mode="r")
     np.testing.assert_array_equal(g["values"][:], a[a < 0.3])
     np.testing.assert_array_equal(g["indices"][:], np.flatnonzero(a < 0.3))
+
+
+def test_pinned_buffers_are_page_locked_and_released():
+    """Registered in place (cudaHostRegister): the pointer is host memory CUDA knows, a copy
+    from it is exact, and dropping it unregisters it (a new buffer over freed pages, many
+    times over, never meets CUDA's 'already registered')."""
+    from dask_compact.batch.host_buffers import pinned, thread_pinned
+
+    for n in (1, 4095, 4096, 4097, 3 << 20):
+        h = pinned(n)
+        assert h.nbytes == n and h.dtype == np.uint8
+        attrs = cupy.cuda.runtime.pointerGetAttributes(h.ctypes.data)
+        assert attrs.type == cupy.cuda.runtime.memoryTypeHost
+        h[:] = np.random.default_rng(n).integers(0, 256, n, dtype=np.uint8)
+        d = cupy.empty(n, dtype=np.uint8)
+        d.set(h)
+        np.testing.assert_array_equal(d.get(), h)
+        del h
+    for _ in range(50):
+        pinned(1 << 20)[:1] = 1
+    a = thread_pinned((1000, 3), np.dtype(np.float64))
+    b = thread_pinned((10, 3), np.dtype(np.float64))  # the same thread's buffer, reused
+    assert a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
+
+
+def test_prepare_builds_the_kernels_and_teaches_the_memo_nothing():
+    from dask_compact.backends.cupy_backend import compact, prepare
+    from dask_compact.predicate import as_predicate
+
+    pred = as_predicate("x < 0.25")
+    for dtype in ("float32", "int16", "float64"):
+        for output in ("values", "indices", "both"):
+            prepare(pred, np.dtype(dtype), output)
+            assert not any(isinstance(k, tuple) and k[0] == "fraction" for k in pred.memo)
+    x = (np.random.default_rng(5).random(100_003) * 4 - 1).astype(np.float32)
+    got = compact(cupy.asarray(x), pred, "both", True, "auto", 7)
+    np.testing.assert_array_equal(got[0].get(), x[x < 0.25])
+    np.testing.assert_array_equal(got[1].get(), np.flatnonzero(x < 0.25) + 7)
+
+
+def test_gpu_warmup_prepares_every_device():
+    from dask_compact.batch.warmup import GpuWarmup
+
+    w = GpuWarmup()
+    w.prepare("(x > 0.2) & (x < 0.3)", np.dtype("float32"), "values")
+    w.close(timeout=120)
+    assert w.devices == cupy.cuda.runtime.getDeviceCount()
+    assert w.prepared
