@@ -173,6 +173,21 @@ def write_floor(dst: Path, values: np.ndarray, chunk: int, codec: str) -> dict[s
                                                       values[lo : lo + chunk], chunk), blocks))
         out["chunk files threads"] = time.perf_counter() - t
         shutil.rmtree(dst)
+        # The same through the job's own pool, where the threads left idle by the last chunks
+        # help encode them (zstd's multi-threaded encoder, see tasks.zstd_encode)
+        from dask_compact.batch.executor import ThreadExecutor
+
+        zarr.create_array(store=str(dst), shape=values.shape, dtype=values.dtype,
+                          chunks=(chunk,))
+        os.makedirs(dst / "c", exist_ok=True)
+        t = time.perf_counter()
+        ex = ThreadExecutor(os.cpu_count() or 1)
+        futures = [ex.submit(write_chunk_file, str(dst), lo // chunk, values[lo : lo + chunk],
+                             chunk) for lo in blocks]
+        [f.result() for f in futures]
+        out["chunk files, job's pool"] = time.perf_counter() - t
+        ex.close()
+        shutil.rmtree(dst)
         if gpu_host() and not gpu_zstd_unavailable():
             # The same chunks from device memory (where a GPU compaction leaves them), encoded
             # by nvCOMP and only the frames copied back: the floor of the GPU-encode path.

@@ -28,7 +28,7 @@ SITE=$(python3 -P -c "import numpy, os; print(os.path.dirname(os.path.dirname(nu
 t0=$(date +%s.%N)
 python3 -P -c "import numpy, cupy, jinja2" 2>/dev/null
 t1=$(date +%s.%N)
-python3 -m compileall -q -j 16 -x '/(torch|triton|nvidia|sympy|networkx|functorch)/' \
+python3 -m compileall -q -j 16 -x 'site-packages/(torch|triton|nvidia|sympy|networkx|functorch)/' \
   "$SITE" /tmp/site > /dev/null 2>&1
 python3 -P -c "import numpy, cupy, jinja2" 2>/dev/null
 t2=$(date +%s.%N)

@@ -346,3 +346,78 @@ def test_gpu_warmup_without_a_gpu_ends_quietly():
     w.prepare("x < 0.5", np.dtype("float32"), "values")
     w.close(timeout=30)
     assert w.devices == 0 and not w.prepared
+
+
+def test_spare_threads_counts_the_idle_threads_of_the_pool():
+    from dask_compact.batch.executor import spare_threads
+
+    assert spare_threads() == 0  # not a pool thread
+    ex = ThreadExecutor(4)
+    release = threading.Event()
+    started = threading.Semaphore(0)
+
+    def hold() -> int:
+        started.release()
+        release.wait(30)
+        return spare_threads()
+
+    try:
+        held = [ex.submit(hold) for _ in range(2)]
+        for _ in held:
+            assert started.acquire(timeout=30)
+        assert ex.submit(spare_threads).result(timeout=30) == 1  # 3 of 4 run: it and the two
+        release.set()
+        assert [f.result(timeout=30) for f in held] in ([2, 2], [2, 3], [3, 2], [3, 3])
+        release.clear()
+        busy = [ex.submit(hold) for _ in range(6)]  # 4 run, 2 wait in the queue
+        for _ in range(4):
+            assert started.acquire(timeout=30)
+        assert ex.spare() == 0
+        release.set()
+        [f.result(timeout=30) for f in busy]
+    finally:
+        release.set()
+        ex.close()
+
+
+@pytest.mark.parametrize("dtype", ["bool", "int8", "uint16", "float32", "int64", "float64"])
+@pytest.mark.parametrize("n", [1, 31, 33, 1025, 65_537, 1_000_003])
+def test_zstd_encode_on_spare_threads_is_a_frame_zarr_reads(dtype, n):
+    """The multi-threaded encoder's frame differs from numcodecs' bytes, never from its data."""
+    from numcodecs import Zstd
+
+    from dask_compact.batch.tasks import zstd_encode
+
+    a = (np.random.default_rng(n).random(n) * 200 - 50).astype(dtype)
+    for spare in (0, 1, 3, 15):
+        frame = zstd_encode(a, spare)
+        np.testing.assert_array_equal(np.frombuffer(Zstd().decode(frame), dtype), a)
+
+
+@pytest.mark.parametrize("zstandard_present", [True, False])
+def test_job_writing_every_chunk_on_spare_threads_matches_numpy(tmp_path, monkeypatch,
+                                                               zstandard_present):
+    """Every output chunk encoded as if threads were idle (zstd's multi-threaded encoder, or
+    numcodecs where zstandard is missing): zarr reads back exactly NumPy's selection."""
+    import sys
+
+    import zarr
+    from click.testing import CliRunner
+
+    from dask_compact import cli
+    from dask_compact.batch import tasks
+
+    monkeypatch.setattr(tasks, "spare_threads", lambda: 3)
+    if not zstandard_present:
+        monkeypatch.setitem(sys.modules, "zstandard", None)  # import raises ImportError
+    x = (np.random.default_rng(9).random(300_007) * 4 - 2).astype(np.float32)
+    src = tmp_path / "in.zarr"
+    zarr.create_array(store=str(src), shape=x.shape, dtype=x.dtype, chunks=(65_536,))[:] = x
+    out = tmp_path / "out.zarr"
+    r = CliRunner().invoke(cli.main, [str(src), str(out), "--where", "x > 0.5", "--output",
+                                      "both", "--local", "threads", "--device", "cpu",
+                                      "--output-chunks", "9999"], catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    g = zarr.open_group(str(out), mode="r")
+    np.testing.assert_array_equal(g["values"][:], x[x > 0.5])
+    np.testing.assert_array_equal(g["indices"][:], np.flatnonzero(x > 0.5))

@@ -15,6 +15,17 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
+_worker = threading.local()
+
+
+def spare_threads() -> int:
+    """Threads of the pool running this task that have nothing to do (nothing queued, nothing
+    running): a task may use that many more threads of its own (see
+    :func:`.tasks.write_chunk_file`). 0 outside a :class:`ThreadExecutor` (a distributed
+    worker's other threads are not known to be idle)."""
+    ex = getattr(_worker, "executor", None)
+    return 0 if ex is None else ex.spare()
+
 
 class ThreadExecutor:
     """Tasks in a pool of threads in this process; results stay in memory, nothing pickled.
@@ -30,6 +41,7 @@ class ThreadExecutor:
         self._order = itertools.count()
         self._lock = threading.Lock()
         self._stopped = False
+        self._running = 0
         self._workers = [
             threading.Thread(target=self._work, name=f"dask-compact-{k}", daemon=True)
             for k in range(threads)
@@ -38,6 +50,7 @@ class ThreadExecutor:
             t.start()
 
     def _work(self) -> None:
+        _worker.executor = self
         while True:
             _, _, item = self._queue.get()
             if item is None:
@@ -47,12 +60,23 @@ class ThreadExecutor:
                 if not fut.done():
                     fut.cancel()
                 continue
+            with self._lock:
+                self._running += 1
             try:
                 result = fn(*args)
             except BaseException as e:  # noqa: BLE001 -- handed to whoever waits on it
                 fut.set_exception(e)
             else:
                 fut.set_result(result)
+            finally:
+                with self._lock:
+                    self._running -= 1
+
+    def spare(self) -> int:
+        """Threads with nothing to run now (none while anything is queued)."""
+        with self._lock:
+            running = self._running
+        return 0 if self._queue.qsize() else max(0, self.threads - running)
 
     def submit(self, fn: Callable[..., Any], *args: Any, priority: int = 0) -> Future:
         out: Future = Future()
