@@ -572,7 +572,6 @@ def _run_exact(plans: list[_Plan], output: str, bases: list[int]) -> Any:
     host synchronisation, and then every chunk is compacted into its slice of one exact-size
     output: the output of a run is the concatenation of its chunks' outputs, without a copy.
     """
-    import cupy
 
     dtype = plans[0].flat.dtype
     live = [(p, b) for p, b in zip(plans, bases) if p.n]
@@ -583,6 +582,14 @@ def _run_exact(plans: list[_Plan], output: str, bases: list[int]) -> Any:
         return _concat_outputs(parts, output)
     if len(live) == 1 and _one_read(live[0][0], output):
         return _run_one_read(live[0][0], output, live[0][1])
+    return _run_count_first(live, output, dtype)
+
+
+def _run_count_first(live: list[tuple[_Plan, int]], output: str, dtype: np.dtype) -> Any:
+    """The exact path that counts first: every chunk's count kernels, one host sync for all
+    counts, one exact-size allocation, then the chunks' compactions into their slices."""
+    import cupy
+
     vals = idx = None
     with (live[0][0].flat.device if live else cupy.cuda.Device()):
         # one chunk: its workspace is dead once its output is made, so the thread's is reused
@@ -618,6 +625,12 @@ def _by_output(vals: Any, idx: Any, output: str) -> Any:
 # when the selected fraction is under ONE_READ_MARGIN * s / (2*o) (0.4 for values of any
 # dtype, 0.2 for float32 indices). The margin leaves room for the copy's launch.
 ONE_READ_MARGIN = 0.8
+# Up to this many elements every call takes the one-read path, whatever the fraction: such a
+# call is bound by its launches and its one host sync, not by bytes (on the H100, 2^20 float32:
+# a kernel launch costs ~10 us of host time, the input's extra read ~1.5 us of the device's),
+# and one read means one launch fewer before the count comes back. At 2^22 float32 the bytes
+# the scratch adds (~15 MB at p = 0.95) cost about what the count launch did.
+ONE_READ_ALWAYS = 1 << 22
 
 
 def _out_bytes(plan: _Plan, output: str) -> int:
@@ -626,10 +639,13 @@ def _out_bytes(plan: _Plan, output: str) -> int:
 
 
 def _one_read(plan: _Plan, output: str) -> bool:
-    """Whether this call compacts in one read of its input: the predicate's previous call on
-    this dtype and output selected a small enough fraction (its first call counts first)."""
+    """Whether this call compacts in one read of its input: a small call always, a larger one
+    when the predicate's previous call on this dtype and output selected a small enough
+    fraction (its first call counts first)."""
     if plan.memo is None or plan.spec.algorithm == "three-pass":
         return False
+    if plan.n <= ONE_READ_ALWAYS:
+        return True
     frac = plan.memo.get(("fraction", plan.spec.dtype, output))
     if frac is None:
         return False
@@ -657,9 +673,23 @@ def _run_one_read(plan: _Plan, output: str, base: int) -> Any:
         _launch_main(plan, base, vals, idx, ws)
         (total,) = _read_counts([ws["count"]])
         _learn(plan, output, total)
-        vals = None if vals is None else vals[:total].copy()
-        idx = None if idx is None else idx[:total].copy()
+        vals = None if vals is None else _head_copy(vals, total)
+        idx = None if idx is None else _head_copy(idx, total)
     return _by_output(vals, idx, output)
+
+
+def _head_copy(scratch: Any, k: int) -> Any:
+    """The first ``k`` elements of ``scratch`` in a new exact-size array: one ``cudaMemcpyAsync``
+    on the current stream (a slice's ``copy()`` launches an elementwise kernel, 17 us of host
+    time at 2^19 elements on the H100, against ~3 us)."""
+    import cupy
+
+    out = cupy.empty(k, dtype=scratch.dtype)
+    if k:
+        cupy.cuda.runtime.memcpyAsync(out.data.ptr, scratch.data.ptr, k * scratch.itemsize,
+                                      cupy.cuda.runtime.memcpyDeviceToDevice,
+                                      cupy.cuda.get_current_stream().ptr)
+    return out
 
 
 _count_buffers = threading.local()
@@ -734,7 +764,7 @@ def prepare(pred: Predicate, dtype: np.dtype, output: str, stable: bool = True,
     plan = _plan(sample, pred, None, output, alg)
     key = ("fraction", plan.spec.dtype, output)
     had = plan.memo is not None and key in plan.memo
-    _run_exact([plan], output, [0])  # counts first
+    _run_count_first([(plan, 0)], output, plan.flat.dtype)
     if plan.memo is not None and plan.spec.algorithm != "three-pass":  # as _one_read allows
         _run_one_read(plan, output, 0)
     cupy.cuda.get_current_stream().synchronize()

@@ -46,7 +46,11 @@ EXACT_CONFIGS = {
     ),
     "three-pass": ("three-pass", {}),
     "hybrid": ("hybrid", {}),
+    # the module defaults, where calls up to cb.ONE_READ_ALWAYS elements read their input once
+    "single-pass:one-read": ("single-pass", {}),
+    "hybrid:one-read": ("hybrid", {}),
 }
+ONE_READ_CONFIGS = {"single-pass:one-read", "hybrid:one-read"}
 INTO_CONFIGS = {
     "single-pass:early": ("single-pass", {"variant": "early"}),
     "single-pass:classic": ("single-pass", {"variant": "classic"}),
@@ -54,6 +58,17 @@ INTO_CONFIGS = {
     "hybrid": ("hybrid", {}),
 }
 OUTPUTS = ["values", "indices", "both"]
+
+
+@pytest.fixture(autouse=True)
+def _count_first_unless_one_read(request, monkeypatch):
+    """Calls up to cb.ONE_READ_ALWAYS elements read their input once; every other exact
+    configuration counts first at every size, so that both paths are tested at every size."""
+    callspec = getattr(request.node, "callspec", None)
+    config = callspec.params.get("config") if callspec is not None else None
+    if config in EXACT_CONFIGS and config not in ONE_READ_CONFIGS:
+        monkeypatch.setattr(cb, "ONE_READ_ALWAYS", 0)
+
 SMALL_SIZES = [0, 1, 31, 32, 33, 1023, 1024, 1025, 8191, 8192, 8193, 65537, 1000003]
 PS = [0.0, 0.001, 0.05, 0.5, 0.95, 1.0]
 

@@ -55,13 +55,33 @@ def test_second_call_takes_one_read_and_matches_numpy(dtype, n, output, stable, 
         before = len(taken)
         got = compact_array(cupy.asarray(a_host), pred, output=output, stable=stable)
         check(got, expect(a_host, a_host < 3, output), output, stable)
-        # counted first on the first call; after that, one read iff the previous call's
-        # fraction was under the threshold
-        one_read = previous is not None and previous < cb.ONE_READ_MARGIN * s / (2 * o)
+        # a small call always reads once; a larger one counts first on the first call, and
+        # after that reads once iff the previous call's fraction was under the threshold
+        one_read = n <= cb.ONE_READ_ALWAYS or (
+            previous is not None and previous < cb.ONE_READ_MARGIN * s / (2 * o))
         assert (len(taken) > before) is one_read, (previous, s, o)
         previous = float((a_host < 3).mean())
-    if n > 1000:
+    if n > cb.ONE_READ_ALWAYS:
         assert len(taken) == 2
+    else:
+        assert len(taken) == 3
+
+
+@pytest.mark.parametrize("output", ["values", "indices", "both"])
+@pytest.mark.parametrize("stable", [True, False])
+def test_large_calls_count_first_then_follow_the_fraction(output, stable, monkeypatch):
+    """Above ONE_READ_ALWAYS the path follows the previous call's fraction."""
+    monkeypatch.setattr(cb, "ONE_READ_ALWAYS", 1000)
+    taken = []
+    real = cb._run_one_read
+    monkeypatch.setattr(cb, "_run_one_read", lambda *a: taken.append(1) or real(*a))
+    pred = parse("x < 3")
+    rng = np.random.default_rng(3)
+    for k in range(3):
+        a_host = (rng.random(65_537) * 100).astype(np.float32)
+        got = compact_array(cupy.asarray(a_host), pred, output=output, stable=stable)
+        check(got, expect(a_host, a_host < 3, output), output, stable)
+        assert len(taken) == (0 if k == 0 else k)
 
 
 @pytest.mark.parametrize("output", ["values", "indices", "both"])
@@ -90,8 +110,8 @@ def test_one_read_result_is_an_exact_size_allocation():
 
 def test_threshold_follows_the_bytes_moved():
     """Values of any dtype: under 0.4 of the input selected; float32 indices: under 0.2."""
-    plan = cb._plan(cupy.zeros(8, np.float32), as_predicate("x < 1"), None, "values",
-                    "single-pass")
+    plan = cb._plan(cupy.zeros(cb.ONE_READ_ALWAYS + 1, np.float32), as_predicate("x < 1"),
+                    None, "values", "single-pass")
     for output, frac, want in (("values", 0.39, True), ("values", 0.41, False),
                                ("indices", 0.19, True), ("indices", 0.21, False)):
         plan.memo[("fraction", plan.spec.dtype, output)] = frac
