@@ -631,6 +631,9 @@ ONE_READ_MARGIN = 0.8
 # and one read means one launch fewer before the count comes back. At 2^22 float32 the bytes
 # the scratch adds (~15 MB at p = 0.95) cost about what the count launch did.
 ONE_READ_ALWAYS = 1 << 22
+# Such calls run through a cached _OneReadCall (packed launch, no plan); False: the general
+# path (the tests compare both).
+FAST_SMALL_CALLS = True
 
 
 def _out_bytes(plan: _Plan, output: str) -> int:
@@ -676,6 +679,95 @@ def _run_one_read(plan: _Plan, output: str, base: int) -> Any:
         vals = None if vals is None else _head_copy(vals, total)
         idx = None if idx is None else _head_copy(idx, total)
     return _by_output(vals, idx, output)
+
+
+class _OneReadCall:
+    """A repeated small one-read call with everything but its input and outputs ready: the
+    kernel and its packed arguments (``cupy_launch.PackedLaunch``: the workspace words, the
+    size, the predicate's constants), the grid, the shared memory. Per call it zeroes the
+    words, writes four argument slots, launches once, reads the count back (the one host
+    sync) and copies the selection out. One per (thread, predicate object, dtype, output,
+    algorithm, n, device, stream): see :func:`_one_read_call`."""
+
+    def __init__(self, plan: _Plan, output: str) -> None:
+        import cupy
+
+        from .cupy_launch import PackedLaunch
+
+        spec, n = plan.spec, plan.n
+        self.n, self.dtype, self.output, self.memo = n, plan.flat.dtype, output, plan.memo
+        self.module = _compiled(spec)  # held: an evicted module stays loaded while this lives
+        kernel = plan.kernels["main"]
+        tiles = -(-n // spec.tuning.tile)
+        self.block, self.smem = spec.tuning.block, spec.smem_bytes(output)
+        self.grid = min(tiles, _resident_blocks(kernel, self.block, self.smem))
+        ws = _tile_workspace(spec.algorithm, tiles, exact=False)  # its own words
+        self.words = ws["words"]
+        self.count = ws["count"]
+        fixed = [ws["status"], ws["count"]] if spec.algorithm == "single-pass" else [
+            ws["counter"]]
+        fixed.append(ws["tiles"])
+        self.launch = PackedLaunch(kernel, 6 + len(fixed) + len(plan.params))
+        self.launch.pointer(1, 0)  # no mask: the fused predicate
+        self.launch.int64(2, n)
+        for i, w in enumerate(fixed):
+            self.launch.pointer(6 + i, w.data.ptr)
+        for i, v in enumerate(plan.params):
+            self.launch.scalar(6 + len(fixed) + i, v)
+        self.stream = cupy.cuda.get_current_stream()
+
+    def __call__(self, a: Any, base: int) -> Any:
+        import cupy
+
+        n, output, stream = self.n, self.output, self.stream
+        vals = cupy.empty(n, dtype=self.dtype) if output != "indices" else None
+        idx = cupy.empty(n, dtype=np.int64) if output != "values" else None
+        cupy.cuda.runtime.memsetAsync(self.words.data.ptr, 0, self.words.nbytes, stream.ptr)
+        launch = self.launch
+        launch.pointer(0, a.data.ptr)
+        launch.int64(3, base)
+        launch.pointer(4, 0 if vals is None else vals.data.ptr)
+        launch.pointer(5, 0 if idx is None else idx.data.ptr)
+        launch(self.grid, self.block, self.smem, stream.ptr)
+        (total,) = _read_counts([self.count])
+        if self.memo is not None:
+            self.memo[("fraction", self.dtype, output)] = total / n
+        return _by_output(None if vals is None else _head_copy(vals, total),
+                          None if idx is None else _head_copy(idx, total), output)
+
+
+# (thread, id(predicate), dtype, output, algorithm, n, device, stream) -> its _OneReadCall
+_one_read_calls: BoundedCache[tuple, tuple] = BoundedCache("one-read calls")
+
+
+def _one_read_call(a: Any, pred: Predicate, output: str, algorithm: str) -> Any:
+    """The ready call for ``a`` (C-contiguous, on the current device, at most
+    ONE_READ_ALWAYS elements) and a fused predicate, or None where the general path runs."""
+    import cupy
+
+    n = a.size
+    if not (0 < n <= ONE_READ_ALWAYS) or algorithm == "three-pass" or pred.path != "fused":
+        return None
+    if not a.flags.c_contiguous:
+        return None
+    dev = a.data.device_id
+    if dev != cupy.cuda.runtime.getDevice():
+        return None
+    stream = cupy.cuda.get_current_stream().ptr
+    key = (threading.get_ident(), id(pred), a.dtype, output, algorithm, n, dev, stream)
+    hit = _one_read_calls.get(key)
+    if hit is not None and hit[0] is pred:
+        return hit[1]  # None: this predicate runs on the general path
+    plan = _plan(a, pred, None, output, algorithm)
+    call = None
+    if plan.memo is not None and plan.mask is None:
+        try:
+            call = _OneReadCall(plan, output)
+        except AttributeError:  # a CuPy without RawKernel.kernel or the driver's launch
+            call = None
+    # the predicate held: its id is not reused while the entry lives; None: the general path
+    _one_read_calls.put(key, (pred, call))
+    return call
 
 
 def _head_copy(scratch: Any, k: int) -> Any:
@@ -741,6 +833,10 @@ def compact(
     alg = resolve_algorithm(algorithm, stable)
     if output not in OUTPUT_CODES:
         raise ValueError(f"output must be values, indices or both; got {output!r}")
+    if variant is None and exact_mode is None and FAST_SMALL_CALLS:
+        call = _one_read_call(a, pred, output, alg)
+        if call is not None:
+            return call(a, index_base)
     plan = _plan(a, pred, None, output, alg, variant, exact_mode)
     return _run_exact([plan], output, [index_base])
 

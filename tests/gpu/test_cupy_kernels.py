@@ -47,10 +47,14 @@ EXACT_CONFIGS = {
     "three-pass": ("three-pass", {}),
     "hybrid": ("hybrid", {}),
     # the module defaults, where calls up to cb.ONE_READ_ALWAYS elements read their input once
+    # (through the cached packed launch, cb._OneReadCall, and without it)
     "single-pass:one-read": ("single-pass", {}),
     "hybrid:one-read": ("hybrid", {}),
+    "single-pass:one-read-general": ("single-pass", {}),
+    "hybrid:one-read-general": ("hybrid", {}),
 }
-ONE_READ_CONFIGS = {"single-pass:one-read", "hybrid:one-read"}
+ONE_READ_CONFIGS = {"single-pass:one-read", "hybrid:one-read", "single-pass:one-read-general",
+                    "hybrid:one-read-general"}
 INTO_CONFIGS = {
     "single-pass:early": ("single-pass", {"variant": "early"}),
     "single-pass:classic": ("single-pass", {"variant": "classic"}),
@@ -68,6 +72,8 @@ def _count_first_unless_one_read(request, monkeypatch):
     config = callspec.params.get("config") if callspec is not None else None
     if config in EXACT_CONFIGS and config not in ONE_READ_CONFIGS:
         monkeypatch.setattr(cb, "ONE_READ_ALWAYS", 0)
+    if config is not None and config.endswith("one-read-general"):
+        monkeypatch.setattr(cb, "FAST_SMALL_CALLS", False)
 
 SMALL_SIZES = [0, 1, 31, 32, 33, 1023, 1024, 1025, 8191, 8192, 8193, 65537, 1000003]
 PS = [0.0, 0.001, 0.05, 0.5, 0.95, 1.0]

@@ -116,3 +116,40 @@ def test_threshold_follows_the_bytes_moved():
                                ("indices", 0.19, True), ("indices", 0.21, False)):
         plan.memo[("fraction", plan.spec.dtype, output)] = frac
         assert cb._one_read(plan, output) is want
+
+
+def test_small_calls_run_the_cached_launch_and_match_the_general_path(monkeypatch):
+    """Repeated small calls go through one cached _OneReadCall per (predicate, dtype, output,
+    size, stream); inputs change between calls, results match NumPy and the general path, on
+    the default stream and on another one, for every output and an index base."""
+    pred = parse("(x > 0.2) & (x < 0.7)")
+    rng = np.random.default_rng(8)
+    built = []
+    real = cb._OneReadCall
+    monkeypatch.setattr(cb, "_OneReadCall", lambda *a: built.append(1) or real(*a))
+    for stream in (None, cupy.cuda.Stream(non_blocking=True)):
+        with stream if stream is not None else cupy.cuda.Stream.null:
+            for n in (1, 33, 1025, 65_521, 1 << 20):
+                for output in ("values", "indices", "both"):
+                    for _ in range(3):
+                        a_host = rng.random(n).astype(np.float32)
+                        a = cupy.asarray(a_host)
+                        got = cb.compact(a, pred, output, True, "auto", 11)
+                        v, i = a_host[(a_host > 0.2) & (a_host < 0.7)], np.flatnonzero(
+                            (a_host > 0.2) & (a_host < 0.7)) + 11
+                        check(got, {"values": v, "indices": i, "both": (v, i)}[output],
+                              output, True)
+                        monkeypatch.setattr(cb, "FAST_SMALL_CALLS", False)
+                        check(cb.compact(a, pred, output, True, "auto", 11),
+                              {"values": v, "indices": i, "both": (v, i)}[output], output, True)
+                        monkeypatch.setattr(cb, "FAST_SMALL_CALLS", True)
+    assert len(built) == 2 * 5 * 3  # one per (stream, size, output), reused by the repeats
+
+
+def test_small_calls_on_views_nd_and_other_devices_are_exact():
+    """Non-contiguous views take the general path; C-contiguous N-D input the cached one."""
+    pred = parse("x < 0.5")
+    base = cupy.random.default_rng(2).random(3 * 4099, dtype=np.float32)
+    for a in (base[::3], base[1:].reshape(2, -1)[:, 1:], base.reshape(3, 4099)):
+        h = cupy.asnumpy(a)
+        np.testing.assert_array_equal(cupy.asnumpy(compact_array(a, pred)), h[h < 0.5])
