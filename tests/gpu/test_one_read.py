@@ -42,6 +42,7 @@ def check(got, want, output: str, stable: bool) -> None:
 @pytest.mark.parametrize("output", ["values", "indices", "both"])
 @pytest.mark.parametrize("stable", [True, False])
 def test_second_call_takes_one_read_and_matches_numpy(dtype, n, output, stable, monkeypatch):
+    monkeypatch.setattr(cb, "FAST_SMALL_CALLS", False)  # the general path's choice, counted
     taken = []
     real = cb._run_one_read
     monkeypatch.setattr(cb, "_run_one_read", lambda *a: taken.append(1) or real(*a))
