@@ -299,3 +299,33 @@ def run(
 
 
 main = compact_command
+
+
+def script(prog_name: str = "dask-compact") -> None:
+    """The process entry of the ``dask-compact`` script and of ``python -m dask_compact``: the
+    command, then the process ends at once with its exit code (``os._exit``), its output
+    flushed.
+
+    Everything the command does is finished by then: the output committed or removed, the
+    cluster or thread pool stopped, the files closed. What an ordinary exit would add is the
+    interpreter's teardown of every module and object (numba's and llvmlite's among them),
+    which measured 0.22-0.25 s of a 2 s command on the 2-core CI machine. ``dask compact``
+    (dask's CLI, which runs other commands too) exits the ordinary way."""
+    import multiprocessing
+    import os
+
+    try:
+        main(prog_name=prog_name)  # click's standalone mode: ends by raising SystemExit
+        code: Any = 0
+    except SystemExit as e:
+        code = e.code
+    if multiprocessing.active_children():
+        sys.exit(code)  # a local cluster's processes still ending: the ordinary exit joins them
+    if code is None:
+        code = 0
+    elif not isinstance(code, int):
+        print(code, file=sys.stderr)
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -293,6 +293,29 @@ def test_subprocess(npy, tmp_path, command):
     assert "--overwrite" in proc.stderr and "Traceback" not in proc.stderr
 
 
+@pytest.mark.parametrize("flags", [[], ["--local", "processes", "--workers", "2"]])
+def test_script_exit_codes_and_output(npy, tmp_path, flags):
+    """``python -m dask_compact`` ends the process at once after the command (os._exit): the
+    summary is flushed, the output complete, and each outcome keeps its exit code."""
+    path, a = npy
+    out = tmp_path / "o.zarr"
+    base = [sys.executable, "-m", "dask_compact"]
+
+    def call(*args):
+        return subprocess.run([*base, *map(str, args)], check=False, capture_output=True,
+                              text=True, timeout=120, cwd=tmp_path)
+
+    proc = call(path, out, "-w", "x > 0.5", "--json", *flags)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["selected"] == int((a > 0.5).sum())
+    np.testing.assert_array_equal(read_group(out)[1]["values"], a[a > 0.5])
+    assert call(path, out, "-w", "x > 0.5").returncode == 2  # exists: needs --overwrite
+    bad = call(path, tmp_path / "p.zarr", "-w", "y > 1")  # not a predicate in x
+    assert bad.returncode == 2 and "--where" in bad.stderr
+    missing = call(tmp_path / "nothing.zarr", tmp_path / "q.zarr", "-w", "x > 1")
+    assert missing.returncode == 2 and not (tmp_path / "q.zarr").exists()
+
+
 def test_terminate_handler_restored():
     import signal
 
