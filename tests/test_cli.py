@@ -324,3 +324,18 @@ def test_terminate_handler_restored():
         os.kill(os.getpid(), signal.SIGTERM)
     assert info.value.code == 128 + signal.SIGTERM
     assert signal.getsignal(signal.SIGTERM) == before
+
+
+def test_local_cluster_leaves_the_callers_logging_as_it_was(npy, tmp_path):
+    """The cluster's loggers are silenced while it closes; the caller's level comes back."""
+    import logging
+
+    path, a = npy
+    log = logging.getLogger("distributed")
+    before = log.level
+    log.setLevel(logging.INFO)
+    try:
+        run(path, tmp_path / "o.zarr", "-w", "x > 0.5", "--local", "processes", "--workers", "1")
+        assert log.level == logging.INFO
+    finally:
+        log.setLevel(before)

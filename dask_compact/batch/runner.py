@@ -149,7 +149,14 @@ def start(
 
 
 def start_local_cluster(runner: Runner, kind: str, device: str, n_workers: int | None) -> None:
+    import logging
+
     from distributed import Client
+
+    # Unwound last, once the cluster is closed: this process's level as it was before
+    # quiet_shutdown (a command run in-process leaves its caller's logging as it found it).
+    log = logging.getLogger("distributed")
+    runner._stack.callback(log.setLevel, log.level)
 
     if kind == "cuda":
         from dask.system import CPU_COUNT
@@ -189,7 +196,7 @@ def quiet_shutdown(client: Any) -> None:
     """Before this command's local cluster closes: silence distributed's loggers in its worker
     processes and here. A worker whose heartbeat is in flight as the scheduler goes logs
     "Failed to communicate with scheduler during heartbeat" with a traceback on the shared
-    stderr (seen on the CI machine after a SIGTERM, 1 run in 2): noise of our own shutdown
+    stderr (seen once in three CI runs, after a SIGTERM): noise of our own shutdown
     after the command's one line. Best effort: a cluster that cannot be reached is closed
     all the same."""
     try:
