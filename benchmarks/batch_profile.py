@@ -1,0 +1,144 @@
+"""Where a batch job's time goes, in one process: cold and warm runs of the same job, each
+task's interval and its thread and CPU time per phase, and the pool's busy threads over time.
+
+The measurements behind the batch job's design notes (docs/design.md: the warm-up, the
+registered pinned buffers, the idle threads' encode of the last chunks) come from this script
+on the GPU host. It is a diagnostic, not a peer comparison: `batch_io.py` is the benchmark.
+
+    python benchmarks/batch_profile.py --log2n 31 --chunk-log2 25 [--mode default|cpu]
+        [--threads N] [--output-chunks N] [--runs 2]
+
+The first run in the process is the cold one (what every command pays: CUDA's start, kernel
+loading, pinned buffers); the next ones are warm. For each run: wall time, process CPU time,
+per phase (decode, compaction, copy back, zstd encode, whole read and write tasks) the summed
+wall and CPU seconds of the pool's threads and the longest single call, and the pool's busy
+threads per 50 ms (reads and writes / reads only), where a tail of idle threads shows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import resource
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parent))
+from batch_io import make_input  # noqa: E402 -- the same generated input as the benchmark
+
+
+class Recorder:
+    """Wraps functions to record each call's interval, thread wall and thread CPU time."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, float, float, float]] = []  # label, start, end, cpu
+        self.lock = threading.Lock()
+
+    def wrap(self, owner: Any, name: str, label: str) -> None:
+        real = getattr(owner, name)
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            t0, c0 = time.perf_counter(), time.thread_time()
+            try:
+                return real(*args, **kwargs)
+            finally:
+                end, cpu = time.perf_counter(), time.thread_time() - c0
+                with self.lock:
+                    self.calls.append((label, t0, end, cpu))
+
+        setattr(owner, name, timed)
+
+    def report(self) -> list[str]:
+        phases: dict[str, list[float]] = collections.defaultdict(lambda: [0.0, 0.0, 0, 0.0])
+        for label, t0, t1, cpu in self.calls:
+            p = phases[label]
+            p[0] += t1 - t0
+            p[1] += cpu
+            p[2] += 1
+            p[3] = max(p[3], t1 - t0)
+        lines = [f"   {k:24s} n={int(n):4d}  thread wall {w:7.2f} s  cpu {c:7.2f} s  "
+                 f"longest {m:.3f} s" for k, (w, c, n, m) in sorted(phases.items())]
+        tasks = [(k, a, b) for k, a, b, _ in self.calls if k in ("read task", "write task")]
+        if tasks:
+            s0 = min(a for _, a, _ in tasks)
+            e1 = max(b for _, _, b in tasks)
+            nb = int((e1 - s0) / 0.05) + 1
+            both, reads = np.zeros(nb), np.zeros(nb)
+            for k, a, b in tasks:
+                for i in range(int((a - s0) / 0.05), int((b - s0) / 0.05) + 1):
+                    lo, hi = s0 + i * 0.05, s0 + (i + 1) * 0.05
+                    share = max(0.0, min(b, hi) - max(a, lo)) / 0.05
+                    both[i] += share
+                    reads[i] += share if k == "read task" else 0.0
+            lines.append("   busy threads per 50 ms, reads and writes / reads only:")
+            lines.append("   " + " ".join(f"{x:.0f}" for x in both))
+            lines.append("   " + " ".join(f"{x:.0f}" for x in reads))
+        return lines
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--log2n", type=int, default=26)
+    ap.add_argument("--chunk-log2", type=int, default=22)
+    ap.add_argument("--p", type=float, default=0.5)
+    ap.add_argument("--mode", choices=["default", "cpu"], default="default")
+    ap.add_argument("--threads", type=int, help="threads of the job's pool (default: cores)")
+    ap.add_argument("--output-chunks", type=int)
+    ap.add_argument("--runs", type=int, default=2)
+    ap.add_argument("--work", help="directory for the data (default: a temporary one)")
+    args = ap.parse_args()
+
+    import numcodecs
+
+    from dask_compact.batch import executor, job, reader, tasks
+    from dask_compact.cli import main as cli
+
+    work = Path(args.work or tempfile.mkdtemp(prefix="batch_profile_"))
+    work.mkdir(parents=True, exist_ok=True)
+    src = work / "in.zarr"
+    if not src.exists():
+        make_input(src, 1 << args.log2n, 1 << args.chunk_log2, "zstd")
+    rec = Recorder()
+    rec.wrap(reader.ZarrChunkFiles, "read", "decode")
+    rec.wrap(tasks, "_compact", "compaction")
+    rec.wrap(tasks, "_to_host", "copy back to host")
+    rec.wrap(tasks, "zstd_encode", "zstd encode")
+    rec.wrap(tasks, "read_compact", "read task")
+    rec.wrap(tasks, "write_chunk", "write task")
+    rec.wrap(numcodecs.Zstd, "encode", "numcodecs encode")
+    if args.threads:
+        job.executor_for = lambda runner: executor.ThreadExecutor(args.threads)
+    flags = ["--local", "threads", "--device", "cpu"] if args.mode == "cpu" else []
+    if args.output_chunks:
+        flags += ["--output-chunks", str(args.output_chunks)]
+    for k in range(args.runs):
+        out = work / "out.zarr"
+        shutil.rmtree(out, ignore_errors=True)
+        rec.calls.clear()
+        r0 = resource.getrusage(resource.RUSAGE_SELF)
+        t = time.perf_counter()
+        try:
+            cli([str(src), str(out), "--where", f"x < {args.p}", "--no-progress", *flags],
+                standalone_mode=False)
+        except SystemExit:
+            pass
+        wall = time.perf_counter() - t
+        r1 = resource.getrusage(resource.RUSAGE_SELF)
+        cpu = r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime
+        print(f"## run {k} ({'cold' if k == 0 else 'warm'}), mode {args.mode}: wall {wall:.2f} s,"
+              f" process CPU {cpu:.1f} s (system {r1.ru_stime - r0.ru_stime:.1f} s)")
+        print("\n".join(rec.report()), flush=True)
+    if not args.work:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
