@@ -25,6 +25,9 @@ from .expr import (
     to_source,
 )
 
+# at the top: a function-level import costs a small call ~1 us, three times per call
+from .memo import trace_key, value_key
+
 logger = logging.getLogger("dask_compact")
 
 PredicateLike = Union[Callable[[Any], Any], str, "Predicate"]
@@ -53,8 +56,6 @@ class TypedPredicate:
 
         Remembered per parameter values (by type and exact value, see
         :func:`.memo.value_key`), as repeated small calls bind the same constants every time."""
-        from .memo import value_key
-
         key: tuple | None = tuple(value_key(v) for v in params)
         try:
             hit = self._bound.get(key)
@@ -252,9 +253,6 @@ def as_predicate(pred: PredicateLike) -> Predicate:
     if isinstance(pred, str):
         p = _parsed(pred)
     elif callable(pred):
-        from .memo import trace_key
-        from .trace import trace
-
         key = trace_key(pred)
         hit = None if key is None else _traced().get(key)
         if hit is not None:
@@ -262,6 +260,8 @@ def as_predicate(pred: PredicateLike) -> Predicate:
             # it, so a repeated small call does no per-predicate Python work.
             return hit if hit.expr is not None else Predicate(
                 expr=None, params=(), func=pred, source=hit.source, reason=hit.reason)
+        from .trace import trace  # imports this module: here, not at the top
+
         p = trace(pred)
         if key is not None:
             _traced().put(key, p)
