@@ -19,20 +19,20 @@ from .accessor import register_when_imported as _register_when_imported
 if TYPE_CHECKING:
     from .api import compact, flatnonzero, map_compact
     from .cache import cache_dir, clear_cache
-    from .chunk import compact_array
+    from .chunk import compact_array, compact_into
     from .predicate import Predicate, as_predicate
 
 __version__ = "0.1.0"
 __all__ = [
-    "map_compact", "compact", "flatnonzero", "compact_array", "Predicate", "as_predicate", "trace",
-    "cache_dir", "clear_cache",
+    "map_compact", "compact", "flatnonzero", "compact_array", "compact_into", "Predicate",
+    "as_predicate", "trace", "cache_dir", "clear_cache",
 ]  # fmt: skip
 
 # public name -> the module that defines it
 _LAZY = {
     "map_compact": "api", "compact": "api", "flatnonzero": "api",
     "cache_dir": "cache", "clear_cache": "cache",
-    "compact_array": "chunk",
+    "compact_array": "chunk", "compact_into": "chunk",
     "Predicate": "predicate", "as_predicate": "predicate",
 }  # fmt: skip
 

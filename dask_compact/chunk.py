@@ -1,14 +1,24 @@
-"""Chunk-level compaction: what one Dask task runs, and the public :func:`compact_array`."""
+"""Chunk-level compaction: what one Dask task runs, and the public array-level calls
+:func:`compact_array` (exact-size result) and :func:`compact_into` (caller buffers, no sync)."""
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import numpy as np
 
 from .dispatch import compact_chunk, compact_many, compact_masked
-from .predicate import PredicateLike, as_predicate
-from .validate import check_algorithm, check_chunk_type, check_dtype, check_output, native
+from .dispatch import compact_into as compact_into_chunk
+from .predicate import Predicate, PredicateLike, as_predicate
+from .validate import (
+    check_algorithm,
+    check_chunk_type,
+    check_dtype,
+    check_into_buffer,
+    check_output,
+    native,
+)
 
 
 def compact_array(
@@ -49,17 +59,24 @@ def compact_array(
     >>> compact_array(np.array([[1, 5], [7, 2]]), lambda v: v > 4, output="indices")
     array([1, 2])
     """
+    a, p = _checked("compact_array", a, pred, output, stable, algorithm)
+    return compact_chunk(a, p, output, stable, algorithm, 0)
+
+
+def _checked(fn: str, a: Any, pred: PredicateLike, output: str, stable: bool, algorithm: str
+             ) -> tuple[Any, Predicate]:
+    """The array-level calls' argument checks: ``a`` in native byte order and the predicate."""
     check_output(output)
     check_algorithm(algorithm, stable)
     if not hasattr(a, "dtype") or not hasattr(a, "shape"):
-        raise TypeError(f"compact_array needs a NumPy or CuPy array, not {type(a).__name__}")
-    check_chunk_type(a, "compact_array")
+        raise TypeError(f"{fn} needs a NumPy or CuPy array, not {type(a).__name__}")
+    check_chunk_type(a, fn)
     check_dtype(a.dtype)
     p = as_predicate(pred)
     if not a.dtype.isnative:
         a = a.astype(native(a.dtype))  # big-endian data: see validate.native
     p.check(a.dtype)
-    return compact_chunk(a, p, output, stable, algorithm, 0)
+    return a, p
 
 
 def _split(out: Any, output: str) -> tuple[Any, Any]:
@@ -110,3 +127,103 @@ def compact_block_masked(
         return out
     values, indices = _split(out, output)
     return values, indices, int(np.prod(block.shape))
+
+
+def compact_into(
+    a: Any,
+    pred: PredicateLike,
+    out: Any,
+    *,
+    output: str = "values",
+    count: Any = None,
+    stream: Any = None,
+    stable: bool = True,
+    algorithm: str = "auto",
+) -> Any:
+    """Compact ``a`` into buffers you own; return the selected count as a 1-element array.
+
+    The array-level call without allocations or host synchronisation, like CUB's
+    ``DeviceSelect``: on the GPU the work is queued on ``stream`` and the count stays on the
+    device until you read it, so calls can be queued back to back, overlapped on several
+    streams, or captured into a CUDA graph (``stream.begin_capture()`` ...
+    ``stream.end_capture()``) and replayed on new data in the same buffers.
+
+    Parameters
+    ----------
+    a : numpy.ndarray or cupy.ndarray
+        Any shape; flattened in C order (a C-contiguous CuPy array avoids a copy, which
+        matters under graph capture: the copy is taken when captured, not when replayed).
+    pred : callable or str
+        Elementwise predicate, as for :func:`compact_array`.
+    out : array, or tuple ``(values, indices)`` for ``output="both"``
+        1-D contiguous arrays of ``a``'s type (and device) with room for ``a.size``
+        elements: ``a``'s dtype for values, int64 for indices (flat indices into ``a``). The
+        first ``count`` elements receive the selection; those after it are unspecified.
+    output : {"values", "indices", "both"}
+        What ``out`` receives.
+    count : array, optional
+        A 1-element int64 or uint64 array of ``a``'s type (and device) that receives the
+        count; by default a new int64 one. Pass one to keep a graph's or a loop's count in a
+        buffer you hold.
+    stream : cupy.cuda.Stream, optional
+        The stream the GPU work is queued on (default: the current stream). NumPy input takes
+        none.
+    stable : bool
+        Keep the input order (``False`` lets the GPU use the unordered kernel).
+    algorithm : {"auto", "single-pass", "three-pass", "hybrid"}
+        GPU kernel variant, as for :func:`compact_array`; ignored on the CPU.
+
+    Returns
+    -------
+    count : array
+        ``count`` (or the new one): a 1-element array; on the GPU its value is ready once the
+        stream has reached this call (``stream.synchronize()``, or ``int(count[0])``, which
+        waits).
+
+    Notes
+    -----
+    Memory: nothing beyond ``out`` and ``count`` except O(a.size / 1024) bytes of tile
+    state. The tile state of a call made while its stream captures a graph is kept for the
+    life of the process, since the graph may be replayed at any time.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from dask_compact import compact_into
+    >>> a = np.array([0.1, 0.7, 0.3, 0.9])
+    >>> out = np.empty_like(a)
+    >>> n = compact_into(a, "x > 0.5", out)
+    >>> out[: n[0]]
+    array([0.7, 0.9])
+    >>> idx = np.empty(a.size, dtype=np.int64)
+    >>> count = np.zeros(1, dtype=np.int64)
+    >>> _ = compact_into(a, lambda v: v < 0.5, idx, output="indices", count=count)
+    >>> idx[: count[0]]
+    array([0, 2])
+    """
+    a, p = _checked("compact_into", a, pred, output, stable, algorithm)
+    if output == "both":
+        if not isinstance(out, (tuple, list)) or len(out) != 2:
+            raise TypeError('output="both" needs out=(values, indices)')
+        values, indices = out
+    elif output == "values":
+        values, indices = out, None
+    else:
+        values, indices = None, out
+    n = int(np.prod(a.shape))
+    if values is not None:
+        check_into_buffer(a, values, "out (values)", a.dtype, n)
+    if indices is not None:
+        check_into_buffer(a, indices, "out (indices)", np.dtype(np.int64), n)
+    xp = np if isinstance(a, np.ndarray) else sys.modules["cupy"]
+    if stream is not None and xp is np:
+        raise TypeError("stream is for CuPy input; NumPy input is compacted on this thread")
+    if count is None:
+        count = xp.zeros(1, dtype=np.int64) if xp is np else xp.empty(1, dtype=np.int64)
+    else:
+        if getattr(count, "dtype", None) not in (np.dtype(np.int64), np.dtype(np.uint64)):
+            raise TypeError("count must be a 1-element int64 or uint64 array")
+        check_into_buffer(a, count, "count", count.dtype, 1)
+        if count.size != 1:
+            raise ValueError(f"count must have 1 element; got {count.size}")
+    return compact_into_chunk(a, p, values, indices, count, stable, algorithm, stream)

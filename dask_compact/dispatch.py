@@ -16,6 +16,13 @@ Backend contract (both functions, every backend):
 ``compact_masked(a, mask, output, index_base) -> out``
     Same, selecting where the boolean array ``mask`` (``a``'s shape) is true.
 
+``compact_into(a, pred, out_values, out_indices, count, stable, algorithm, stream) -> count``
+    Writes the selection into caller buffers of capacity >= ``a.size`` (``None`` for the
+    output not asked for) and its length into ``count`` (a 1-element int64 or uint64 array
+    of ``a``'s type), and returns ``count``. On the GPU nothing waits for the device: the
+    work is queued on ``stream`` (None: the current stream) and may be captured into a CUDA
+    graph. Arguments are checked by the caller (:func:`dask_compact.compact_into`).
+
 ``compact_many(blocks, pred, output, stable, algorithm, bases) -> out``
     A run of chunks compacted by one task (dispatched on the first chunk's type): the
     concatenation of ``compact_chunk(blocks[i], ..., bases[i])`` over i, built without
@@ -30,6 +37,7 @@ from dask.utils import Dispatch
 compact_chunk = Dispatch("compact_chunk")
 compact_masked = Dispatch("compact_masked")
 compact_many = Dispatch("compact_many")
+compact_into = Dispatch("compact_into")
 
 
 @compact_chunk.register(np.ndarray)
@@ -53,9 +61,17 @@ def _compact_many_numpy(blocks, pred, output, stable, algorithm, bases):
     return impl(blocks, pred, output, stable, algorithm, bases)
 
 
+@compact_into.register(np.ndarray)
+def _compact_into_numpy(a, pred, out_values, out_indices, count, stable, algorithm, stream):
+    from .backends.numpy_backend import compact_into as impl
+
+    return impl(a, pred, out_values, out_indices, count)
+
+
 @compact_chunk.register_lazy("cupy")
 @compact_masked.register_lazy("cupy")
 @compact_many.register_lazy("cupy")
+@compact_into.register_lazy("cupy")
 def _register_cupy() -> None:
     import cupy
 
@@ -64,3 +80,4 @@ def _register_cupy() -> None:
     compact_chunk.register(cupy.ndarray, cupy_backend.compact)
     compact_masked.register(cupy.ndarray, cupy_backend.compact_masked)
     compact_many.register(cupy.ndarray, cupy_backend.compact_many)
+    compact_into.register(cupy.ndarray, cupy_backend.compact_into_public)

@@ -71,3 +71,43 @@ def check_chunk_type(a: Any, fn: str) -> None:
         f"{fn} compacts NumPy or CuPy chunks, not {type(a).__module__}.{type(a).__name__}; "
         "convert the chunks first, e.g. x.map_blocks(np.asarray)"
     )
+
+
+def _module_of(a: Any) -> str:
+    return "cupy" if type(a).__module__.split(".")[0] == "cupy" else "numpy"
+
+
+def _span(a: Any) -> tuple[int, int]:
+    """The bytes ``[start, end)`` an array's elements may occupy (its data pointer onward)."""
+    if _module_of(a) == "cupy":
+        start = int(a.data.ptr)
+    else:
+        start = int(a.__array_interface__["data"][0])
+    return start, start + int(a.nbytes)
+
+
+def check_into_buffer(a: Any, buf: Any, role: str, dtype: np.dtype, size: int) -> None:
+    """``buf`` can receive ``size`` elements of ``dtype`` for input ``a``: the same array type
+    (and device), 1-D, C-contiguous, writeable, the exact dtype, the capacity, no overlap."""
+    kind = _module_of(a)
+    if not hasattr(buf, "dtype") or _module_of(buf) != kind or not hasattr(buf, "flags"):
+        raise TypeError(
+            f"{role} must be a {kind} array like the input, not {type(buf).__module__}."
+            f"{type(buf).__name__}"
+        )
+    if kind == "cupy" and buf.device.id != a.device.id:
+        raise ValueError(f"{role} is on device {buf.device.id}, the input on {a.device.id}")
+    if buf.ndim != 1 or not buf.flags.c_contiguous:
+        raise ValueError(f"{role} must be a 1-D contiguous array; got shape {buf.shape}"
+                         + ("" if buf.flags.c_contiguous else ", not contiguous"))
+    if kind == "numpy" and not buf.flags.writeable:
+        raise ValueError(f"{role} is read-only")
+    if buf.dtype != dtype:
+        raise TypeError(f"{role} must have dtype {dtype}; got {buf.dtype}")
+    if buf.size < size:
+        raise ValueError(f"{role} holds {buf.size} elements; the input has {size}, and every "
+                         "element may be selected")
+    if buf.nbytes and a.nbytes:
+        (a0, a1), (b0, b1) = _span(a), _span(buf)
+        if a0 < b1 and b0 < a1:
+            raise ValueError(f"{role} overlaps the input; compaction is not done in place")

@@ -52,6 +52,7 @@ __all__ = [
     "compact",
     "compact_masked",
     "compact_into",
+    "compact_into_public",
     "resolve_algorithm",
 ]
 
@@ -580,8 +581,8 @@ def _run_exact(plans: list[_Plan], output: str, bases: list[int]) -> Any:
         # on a dask-cuda worker sees one GPU).
         parts = [_run_exact([p], output, [b]) for p, b in live]
         return _concat_outputs(parts, output)
-    if len(live) == 1 and _one_read(live[0][0], output):
-        return _run_one_read(live[0][0], output, live[0][1])
+    if live and all(_one_read(p, output) for p, _ in live):
+        return _run_one_read(live, output)
     return _run_count_first(live, output, dtype)
 
 
@@ -597,7 +598,7 @@ def _run_count_first(live: list[tuple[_Plan, int]], output: str, dtype: np.dtype
         counts = _read_counts([ws["count"] for ws in workspaces])  # the one host sync
         total = sum(counts)
         if len(live) == 1:
-            _learn(live[0][0], output, total)
+            _learn(live[0][0].memo, dtype, output, total, live[0][0].n)
         vals = cupy.empty(total, dtype=dtype) if output in ("values", "both") else None
         idx = cupy.empty(total, dtype=np.int64) if output in ("indices", "both") else None
         off = 0
@@ -655,58 +656,97 @@ def _one_read(plan: _Plan, output: str) -> bool:
     return frac < ONE_READ_MARGIN * plan.spec.dtype.itemsize / (2 * _out_bytes(plan, output))
 
 
-def _learn(plan: _Plan, output: str, total: int) -> None:
-    if plan.memo is not None and plan.n:
-        plan.memo[("fraction", plan.spec.dtype, output)] = total / plan.n
+def _learn(memo: dict | None, dtype: np.dtype, output: str, total: int, n: int) -> None:
+    """What the next call of this predicate on ``dtype`` chooses its path by (_one_read)."""
+    if memo is not None and n:
+        memo[("fraction", dtype, output)] = total / n
 
 
-def _run_one_read(plan: _Plan, output: str, base: int) -> Any:
-    """Exact-size output with one read of the input: the single-pass kernel compacts into
-    n-sized scratch (as ``compact_into`` does), the count comes back, and the selection is
-    copied into an exact-size array. Peak transient memory: the scratch (n values and/or n
-    int64 indices) plus the result."""
+def _run_one_read(live: list[tuple[_Plan, int]], output: str) -> Any:
+    """Exact-size output with one read of the input: each chunk of the run is queued into its
+    slice of n-sized scratch with the single-pass (or hybrid) kernel, as ``compact_into``
+    does, the counts come back in one host synchronisation, and each chunk's selection is
+    copied into its place in one exact-size array. Peak transient memory: the scratch (the
+    run's n values and/or n int64 indices) plus the result."""
     import cupy
 
-    n, dtype = plan.n, plan.flat.dtype
-    with plan.flat.device:
-        vals = cupy.empty(n, dtype=dtype) if output in ("values", "both") else None
-        idx = cupy.empty(n, dtype=np.int64) if output in ("indices", "both") else None
-        ws = _tile_workspace(plan.spec.algorithm, -(-n // plan.spec.tuning.tile), exact=False,
-                             reuse=True)
-        _launch_main(plan, base, vals, idx, ws)
-        (total,) = _read_counts([ws["count"]])
-        _learn(plan, output, total)
-        vals = None if vals is None else _head_copy(vals, total)
-        idx = None if idx is None else _head_copy(idx, total)
-    return _by_output(vals, idx, output)
+    plan0 = live[0][0]
+    dtype, alg = plan0.flat.dtype, plan0.spec.algorithm
+    total_n = sum(p.n for p, _ in live)
+    with plan0.flat.device:
+        vals = cupy.empty(total_n, dtype=dtype) if output in ("values", "both") else None
+        idx = cupy.empty(total_n, dtype=np.int64) if output in ("indices", "both") else None
+        counts = cupy.empty(len(live), dtype=np.uint64)
+        if alg == "hybrid":
+            _memset0(counts)  # the hybrid's tiles claim their places from it
+        off = 0
+        for j, (p, base) in enumerate(live):
+            # this thread's words for the stream: zeroed again in stream order per chunk
+            ws = dict(_tile_workspace(alg, -(-p.n // p.spec.tuning.tile), exact=False,
+                                      reuse=True))
+            ws["count" if alg == "single-pass" else "counter"] = counts[j:j + 1]
+            _launch_main(p, int(base), None if vals is None else vals[off:off + p.n],
+                         None if idx is None else idx[off:off + p.n], ws)
+            off += p.n
+        got = _read_words(counts)  # the one host sync
+        total = sum(got)
+        _learn(plan0.memo, plan0.spec.dtype, output, total, total_n)
+        out_v = None if vals is None else cupy.empty(total, dtype=dtype)
+        out_i = None if idx is None else cupy.empty(total, dtype=np.int64)
+        src = dst = 0
+        for (p, _), k in zip(live, got):
+            for out, scratch in ((out_v, vals), (out_i, idx)):
+                if out is not None and k:
+                    _device_copy(out, dst, scratch, src, k)
+            src += p.n
+            dst += k
+    return _by_output(out_v, out_i, output)
 
 
-class _OneReadCall:
-    """A repeated small one-read call with everything but its input and outputs ready: the
-    kernel and its packed arguments (``cupy_launch.PackedLaunch``: the workspace words, the
-    size, the predicate's constants), the grid, the shared memory. Per call it zeroes the
-    words, writes four argument slots, launches once, reads the count back (the one host
-    sync) and copies the selection out. One per (thread, predicate object, dtype, output,
-    algorithm, n, device, stream): see :func:`_one_read_call`."""
+def _device_copy(dst: Any, dst_at: int, src: Any, src_at: int, k: int) -> None:
+    """``dst[dst_at:dst_at+k] = src[src_at:src_at+k]`` as one ``cudaMemcpyAsync`` on the current
+    stream (a slice assignment launches an elementwise kernel: several times the host time)."""
+    import cupy
+
+    s = src.itemsize
+    cupy.cuda.runtime.memcpyAsync(dst.data.ptr + dst_at * s, src.data.ptr + src_at * s, k * s,
+                                  cupy.cuda.runtime.memcpyDeviceToDevice,
+                                  cupy.cuda.get_current_stream().ptr)
+
+
+# Scratch of a cached small call is kept with it up to this many bytes (2^20 float32 values),
+# saving an allocation per call; larger calls take theirs from CuPy's pool each time.
+KEEP_SCRATCH_BYTES = 4 << 20
+# Iterations of the host's wait for a mapped count before it falls back to a stream sync.
+_SPIN = 4000
+_NOT_YET = np.uint64(2**64 - 1)
+
+
+class _PackedKernel:
+    """The compaction kernel of one plan with its arguments packed once
+    (``cupy_launch.PackedLaunch``: its own workspace words, the size, the predicate's
+    constants), the grid and the shared memory; a call queues a memset of the words and one
+    launch with the input, outputs and count pointers written into their slots. For repeated
+    calls of one predicate on one size (see _OneReadCall, _IntoCall); not thread-safe (the
+    slots are state): each thread keeps its own."""
 
     def __init__(self, plan: _Plan, output: str) -> None:
-        import cupy
-
         from .cupy_launch import PackedLaunch
 
         spec, n = plan.spec, plan.n
-        self.n, self.dtype, self.output, self.memo = n, plan.flat.dtype, output, plan.memo
         self.module = _compiled(spec)  # held: an evicted module stays loaded while this lives
         kernel = plan.kernels["main"]
         tiles = -(-n // spec.tuning.tile)
         self.block, self.smem = spec.tuning.block, spec.smem_bytes(output)
         self.grid = min(tiles, _resident_blocks(kernel, self.block, self.smem))
         ws = _tile_workspace(spec.algorithm, tiles, exact=False)  # its own words
-        self.words = ws["words"]
-        self.count = ws["count"]
-        fixed = [ws["status"], ws["count"]] if spec.algorithm == "single-pass" else [
-            ws["counter"]]
+        self.words, self.count = ws["words"], ws["count"]
+        self.hybrid = spec.algorithm == "hybrid"
+        # single-pass: (status, count, tiles); hybrid: (counter, tiles); the counter is the
+        # count, zeroed with the words when it is the workspace's own
+        fixed = [ws["counter"]] if self.hybrid else [ws["status"], ws["count"]]
         fixed.append(ws["tiles"])
+        self.count_slot = 6 if self.hybrid else 7
         self.launch = PackedLaunch(kernel, 6 + len(fixed) + len(plan.params))
         self.launch.pointer(1, 0)  # no mask: the fused predicate
         self.launch.int64(2, n)
@@ -714,60 +754,162 @@ class _OneReadCall:
             self.launch.pointer(6 + i, w.data.ptr)
         for i, v in enumerate(plan.params):
             self.launch.scalar(6 + len(fixed) + i, v)
-        self.stream = cupy.cuda.get_current_stream()
 
-    def __call__(self, a: Any, base: int) -> Any:
+    def queue(self, a_ptr: int, base: int, vals_ptr: int, idx_ptr: int, count_ptr: int,
+              stream_ptr: int) -> None:
         import cupy
 
-        n, output, stream = self.n, self.output, self.stream
-        vals = cupy.empty(n, dtype=self.dtype) if output != "indices" else None
-        idx = cupy.empty(n, dtype=np.int64) if output != "values" else None
-        cupy.cuda.runtime.memsetAsync(self.words.data.ptr, 0, self.words.nbytes, stream.ptr)
+        words = self.words
+        cupy.cuda.runtime.memsetAsync(words.data.ptr, 0, words.nbytes, stream_ptr)
         launch = self.launch
-        launch.pointer(0, a.data.ptr)
+        launch.pointer(0, a_ptr)
         launch.int64(3, base)
-        launch.pointer(4, 0 if vals is None else vals.data.ptr)
-        launch.pointer(5, 0 if idx is None else idx.data.ptr)
-        launch(self.grid, self.block, self.smem, stream.ptr)
-        (total,) = _read_counts([self.count])
-        if self.memo is not None:
-            self.memo[("fraction", self.dtype, output)] = total / n
+        launch.pointer(4, vals_ptr)
+        launch.pointer(5, idx_ptr)
+        launch.pointer(self.count_slot, count_ptr)
+        launch(self.grid, self.block, self.smem, stream_ptr)
+
+
+# Scratch of a cached small call is kept with it up to this many bytes (2^20 float32 values),
+# saving an allocation per call; larger calls take theirs from CuPy's pool each time.
+KEEP_SCRATCH_BYTES = 4 << 20
+# Iterations of the host's wait for a mapped count before it falls back to a stream sync.
+_SPIN = 4000
+_NOT_YET = np.uint64(2**64 - 1)
+
+
+class _OneReadCall:
+    """A repeated small one-read call with everything but its input and outputs ready: the
+    packed kernel, the scratch (up to KEEP_SCRATCH_BYTES; stream order makes its reuse safe:
+    a call's kernel runs after the previous call's copy out of it). Per call it queues the
+    kernel, waits for the count and copies the selection out. One per (thread, predicate
+    object, dtype, output, algorithm, n, device, stream): see :func:`_one_read_call`.
+
+    The count: the single-pass kernel's last tile stores the total with one plain store, so
+    it is stored straight into pinned host memory (mapped: with unified addressing the host
+    pointer is the device's too) and the host watches that word, instead of a device-to-host
+    copy queued after the kernel and a stream synchronisation (10.6 us of the H100 host's
+    time for 8 bytes, the copy engine's latency). The copy out is queued on the stream, so it
+    starts after the kernel ends whatever the moment the count arrived. A word not written
+    after _SPIN looks falls back to synchronising the stream (which raises a kernel's error).
+    The hybrid's count is an atomic counter, final only at the end: it is read back as
+    before."""
+
+    def __init__(self, plan: _Plan, output: str) -> None:
+        import cupy
+
+        n = plan.n
+        self.n, self.dtype, self.output, self.memo = n, plan.flat.dtype, output, plan.memo
+        self.kernel = _PackedKernel(plan, output)
+        self.mapped = not self.kernel.hybrid
+        if self.mapped:
+            self.host_mem = cupy.cuda.alloc_pinned_memory(8)
+            self.host_count = np.frombuffer(self.host_mem, dtype=np.uint64, count=1)
+        self.stream = cupy.cuda.get_current_stream()
+        scratch = n * ((self.dtype.itemsize if output != "indices" else 0)
+                       + (8 if output != "values" else 0))
+        self.keep = scratch <= KEEP_SCRATCH_BYTES
+        self.vals: Any = None
+        self.idx: Any = None
+
+    def _scratch(self) -> tuple[Any, Any]:
+        import cupy
+
+        vals, idx = self.vals, self.idx
+        if vals is None and idx is None:
+            n, output = self.n, self.output
+            vals = cupy.empty(n, dtype=self.dtype) if output != "indices" else None
+            idx = cupy.empty(n, dtype=np.int64) if output != "values" else None
+            if self.keep:
+                self.vals, self.idx = vals, idx
+        return vals, idx
+
+    def __call__(self, a: Any, base: int) -> Any:
+        output, stream, kernel = self.output, self.stream, self.kernel
+        vals, idx = self._scratch()
+        vp = 0 if vals is None else vals.data.ptr
+        ip = 0 if idx is None else idx.data.ptr
+        if self.mapped:
+            word = self.host_count
+            word[0] = _NOT_YET  # the previous call's count was read: nothing writes it now
+            kernel.queue(a.data.ptr, base, vp, ip, self.host_mem.ptr, stream.ptr)
+            for _ in range(_SPIN):
+                if word[0] != _NOT_YET:
+                    break
+            else:
+                stream.synchronize()
+                if word[0] == _NOT_YET:
+                    raise RuntimeError("the compaction kernel ended without storing its count")
+            total = int(word[0])
+        else:
+            kernel.queue(a.data.ptr, base, vp, ip, kernel.count.data.ptr, stream.ptr)
+            (total,) = _read_counts([kernel.count])
+        _learn(self.memo, self.dtype, output, total, self.n)
         return _by_output(None if vals is None else _head_copy(vals, total),
                           None if idx is None else _head_copy(idx, total), output)
 
 
-# (thread, id(predicate), dtype, output, algorithm, n, device, stream) -> its _OneReadCall
-_one_read_calls: BoundedCache[tuple, tuple] = BoundedCache("one-read calls")
+class _IntoCall:
+    """``compact_into``'s repeated call of one predicate on one size: the packed kernel, with
+    the caller's outputs and count written into its slots per call; nothing waits. The
+    hybrid's count is its atomic counter, zeroed in stream order first."""
+
+    def __init__(self, plan: _Plan, output: str) -> None:
+        self.kernel = _PackedKernel(plan, output)
+
+    def __call__(self, a: Any, vals: Any, idx: Any, count: Any, stream_ptr: int) -> Any:
+        import cupy
+
+        if self.kernel.hybrid:
+            cupy.cuda.runtime.memsetAsync(count.data.ptr, 0, 8, stream_ptr)
+        self.kernel.queue(a.data.ptr, 0, 0 if vals is None else vals.data.ptr,
+                          0 if idx is None else idx.data.ptr, count.data.ptr, stream_ptr)
+        return count
 
 
-def _one_read_call(a: Any, pred: Predicate, output: str, algorithm: str) -> Any:
-    """The ready call for ``a`` (C-contiguous, on the current device, at most
-    ONE_READ_ALWAYS elements) and a fused predicate, or None where the general path runs."""
+# (kind, thread, id(predicate), dtype, output, algorithm, n, device, stream) -> (predicate,
+# its _OneReadCall or _IntoCall, or None where the general path runs)
+_ready_calls: BoundedCache[tuple, tuple] = BoundedCache("ready calls")
+
+
+def _ready_call(kind: type, a: Any, pred: Predicate, output: str, algorithm: str,
+                stream_ptr: int) -> Any:
+    """The ready call of ``kind`` for ``a`` (C-contiguous, on the current device, not empty)
+    and a fused predicate, or None where the general path runs."""
     import cupy
 
-    n = a.size
-    if not (0 < n <= ONE_READ_ALWAYS) or algorithm == "three-pass" or pred.path != "fused":
+    if a.size == 0 or algorithm == "three-pass" or pred.path != "fused":
         return None
     if not a.flags.c_contiguous:
         return None
     dev = a.data.device_id
     if dev != cupy.cuda.runtime.getDevice():
         return None
-    stream = cupy.cuda.get_current_stream().ptr
-    key = (threading.get_ident(), id(pred), a.dtype, output, algorithm, n, dev, stream)
-    hit = _one_read_calls.get(key)
+    key = (kind, threading.get_ident(), id(pred), a.dtype, output, algorithm, a.size, dev,
+           stream_ptr)
+    hit = _ready_calls.get(key)
     if hit is not None and hit[0] is pred:
-        return hit[1]  # None: this predicate runs on the general path
+        return hit[1]
     plan = _plan(a, pred, None, output, algorithm)
     call = None
     if plan.memo is not None and plan.mask is None:
         try:
-            call = _OneReadCall(plan, output)
+            call = kind(plan, output)
         except AttributeError:  # a CuPy without RawKernel.kernel or the driver's launch
             call = None
     # the predicate held: its id is not reused while the entry lives; None: the general path
-    _one_read_calls.put(key, (pred, call))
+    _ready_calls.put(key, (pred, call))
     return call
+
+
+def _one_read_call(a: Any, pred: Predicate, output: str, algorithm: str) -> Any:
+    """The ready one-read call for ``a`` (at most ONE_READ_ALWAYS elements), or None."""
+    import cupy
+
+    if a.size > ONE_READ_ALWAYS:
+        return None
+    return _ready_call(_OneReadCall, a, pred, output, algorithm,
+                       cupy.cuda.get_current_stream().ptr)
 
 
 def _head_copy(scratch: Any, k: int) -> Any:
@@ -778,13 +920,36 @@ def _head_copy(scratch: Any, k: int) -> Any:
 
     out = cupy.empty(k, dtype=scratch.dtype)
     if k:
-        cupy.cuda.runtime.memcpyAsync(out.data.ptr, scratch.data.ptr, k * scratch.itemsize,
-                                      cupy.cuda.runtime.memcpyDeviceToDevice,
-                                      cupy.cuda.get_current_stream().ptr)
+        _device_copy(out, 0, scratch, 0, k)
     return out
 
 
 _count_buffers = threading.local()
+
+
+def _read_words(words: Any) -> list[int]:
+    """A uint64 device array on the host (one copy, one synchronisation of the stream)."""
+    import cupy
+
+    need = 8 * words.size
+    host = _pinned_host(need)
+    stream = cupy.cuda.get_current_stream()
+    cupy.cuda.runtime.memcpyAsync(host.ctypes.data, words.data.ptr, need,
+                                  cupy.cuda.runtime.memcpyDeviceToHost, stream.ptr)
+    stream.synchronize()
+    return [int(c) for c in host[:need].view(np.uint64)]
+
+
+def _pinned_host(need: int) -> np.ndarray:
+    """This thread's pinned buffer of at least ``need`` bytes (grown as needed)."""
+    import cupy
+
+    host = getattr(_count_buffers, "host", None)
+    if host is None or host.size < need:
+        mem = cupy.cuda.alloc_pinned_memory(max(need, 512))
+        host = np.frombuffer(mem, dtype=np.uint8, count=max(need, 512))
+        _count_buffers.host, _count_buffers.mem = host, mem
+    return host
 
 
 def _read_counts(words: list[Any]) -> list[int]:
@@ -798,11 +963,7 @@ def _read_counts(words: list[Any]) -> list[int]:
     if not words:
         return []
     need = 8 * len(words)
-    host = getattr(_count_buffers, "host", None)
-    if host is None or host.size < need:
-        mem = cupy.cuda.alloc_pinned_memory(max(need, 512))
-        host = np.frombuffer(mem, dtype=np.uint8, count=max(need, 512))
-        _count_buffers.host, _count_buffers.mem = host, mem
+    host = _pinned_host(need)
     stream = cupy.cuda.get_current_stream()
     for i, w in enumerate(words):
         cupy.cuda.runtime.memcpyAsync(host.ctypes.data + 8 * i, w.data.ptr, 8,
@@ -862,7 +1023,7 @@ def prepare(pred: Predicate, dtype: np.dtype, output: str, stable: bool = True,
     had = plan.memo is not None and key in plan.memo
     _run_count_first([(plan, 0)], output, plan.flat.dtype)
     if plan.memo is not None and plan.spec.algorithm != "three-pass":  # as _one_read allows
-        _run_one_read(plan, output, 0)
+        _run_one_read([(plan, 0)], output)
     cupy.cuda.get_current_stream().synchronize()
     if plan.memo is not None and not had:
         plan.memo.pop(key, None)
@@ -901,32 +1062,84 @@ def compact_into(
     algorithm: str = "single-pass",
     index_base: int = 0,
     variant: str | None = None,
+    count: Any = None,
+    stream: Any = None,
 ) -> Any:
     """Compact into preallocated outputs of capacity >= a.size; returns the device count.
 
-    No host synchronisation: the count stays on the device (a 1-element uint64 CuPy array),
-    as CUB's ``DeviceSelect`` leaves it. Entries past the count are left untouched, which the
-    tests check with poisoned buffers; the benchmarks time this path against CUB.
-    ``variant`` overrides SINGLE_PASS_VARIANT (the look-back schedule).
+    No host synchronisation: the count stays on the device (``count``, a 1-element 64-bit
+    CuPy array, or a new uint64 one), as CUB's ``DeviceSelect`` leaves it. Entries past the
+    count are left untouched, which the tests check with poisoned buffers; the benchmarks time
+    this path against CUB. ``variant`` overrides SINGLE_PASS_VARIANT (the look-back schedule).
+    Everything is queued on ``stream`` (default: the current one); while that stream captures
+    a CUDA graph, the call's tile state (and any copy of the input or mask it made) is kept
+    for the life of the process, since the graph may be replayed at any time.
     """
+    import cupy
+
     if out_values is None and out_indices is None:
         raise ValueError("give out_values, out_indices or both")
     output = "both" if (out_values is not None and out_indices is not None) else (
         "values" if out_values is not None else "indices"
     )
     alg = resolve_algorithm(algorithm, algorithm != "hybrid")
-    plan = _plan(a, pred, mask, output, alg, variant)
-    for o in (out_values, out_indices):
-        if o is not None and (o.size < plan.n or not o.flags.c_contiguous):
-            raise ValueError("outputs must be contiguous with capacity >= a.size")
+    stream = cupy.cuda.get_current_stream() if stream is None else stream
+    with stream:
+        plan = _plan(a, pred, mask, output, alg, variant)
+        for o in (out_values, out_indices):
+            if o is not None and (o.size < plan.n or not o.flags.c_contiguous):
+                raise ValueError("outputs must be contiguous with capacity >= a.size")
+        with plan.flat.device:
+            if count is None:
+                count = cupy.empty(1, dtype=np.uint64)
+            if plan.n == 0:
+                _memset0(count)
+                return count
+            capturing = stream.ptr not in (0, 1) and stream.is_capturing()
+            if alg == "three-pass":
+                ws = _launch_count(plan)
+                _launch_main(plan, index_base, out_values, out_indices, ws)
+                cupy.cuda.runtime.memcpyAsync(count.data.ptr, ws["count"].data.ptr, 8,
+                                              cupy.cuda.runtime.memcpyDeviceToDevice,
+                                              stream.ptr)
+            else:
+                # Graph capture: words of its own that the graph keeps using; otherwise this
+                # thread's words for the stream, zeroed in stream order (a call's memset runs
+                # after the previous call's kernel).
+                ws = dict(_tile_workspace(alg, -(-plan.n // plan.spec.tuning.tile),
+                                          exact=False, reuse=not capturing))
+                if alg == "single-pass":
+                    ws["count"] = count  # the last tile stores the total there
+                else:
+                    _memset0(count)  # the hybrid's tiles claim their places from it
+                    ws["counter"] = count
+                _launch_main(plan, index_base, out_values, out_indices, ws)
+            if capturing:
+                _kept_for_graphs.append((ws, plan.flat, plan.mask))
+    return count
+
+
+# What calls captured into CUDA graphs use (tile state, copies of inputs): never freed, since
+# a graph may be replayed at any time; O(n/1024) bytes per captured call on contiguous input.
+_kept_for_graphs: list[tuple] = []
+
+
+def compact_into_public(
+    a: Any, pred: Predicate, out_values: Any, out_indices: Any, count: Any, stable: bool,
+    algorithm: str, stream: Any,
+) -> Any:
+    """Dispatch entry of :func:`dask_compact.compact_into` (arguments already checked)."""
     import cupy
 
-    if plan.n == 0:
-        return cupy.zeros(1, dtype=np.uint64)
-    with plan.flat.device:
-        if alg == "three-pass":
-            ws = _launch_count(plan)
-        else:
-            ws = _tile_workspace(alg, -(-plan.n // plan.spec.tuning.tile), exact=False)
-        _launch_main(plan, index_base, out_values, out_indices, ws)
-    return ws["count"]
+    alg = resolve_algorithm(algorithm, stable)
+    if FAST_SMALL_CALLS:
+        s = cupy.cuda.get_current_stream() if stream is None else stream
+        # a call captured into a graph takes the general path: its words must be its own
+        if s.ptr in (0, 1) or not s.is_capturing():
+            output = "both" if (out_values is not None and out_indices is not None) else (
+                "values" if out_values is not None else "indices")
+            call = _ready_call(_IntoCall, a, pred, output, alg, s.ptr)
+            if call is not None:
+                return call(a, out_values, out_indices, count, s.ptr)
+    return compact_into(a, pred, out_values, out_indices, algorithm=alg, count=count,
+                        stream=stream)

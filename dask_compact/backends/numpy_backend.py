@@ -22,7 +22,7 @@ from ..codegen.numba_loop import OUTPUTS, UnsupportedPredicate, fused_loop
 from ..predicate.core import Predicate
 from ..predicate.expr import ParamOverflow
 
-__all__ = ["compact", "compact_many", "compact_masked"]
+__all__ = ["compact", "compact_into", "compact_many", "compact_masked"]
 
 logger = logging.getLogger("dask_compact")
 
@@ -177,3 +177,41 @@ def compact_masked(
         if index_base:
             indices += np.int64(index_base)
     return _result(values, indices, output)
+
+
+def compact_into(
+    a: np.ndarray, pred: Predicate, out_values: np.ndarray | None,
+    out_indices: np.ndarray | None, count: np.ndarray,
+) -> np.ndarray:
+    """The selection of ``a`` written into the caller's buffers (capacity >= ``a.size``, the
+    arguments checked by :func:`dask_compact.compact_into`), its length into ``count[0]``.
+
+    The fused loop writes straight into the buffers; it stores every element at the running
+    count before deciding whether to keep it, so the element just past the count may hold
+    scratch. The mask path writes the selection only.
+    """
+    flat = _flat(a)
+    if pred.path == "fused":
+        try:
+            tp = pred.typed(flat.dtype)
+            output = _output_of(out_values, out_indices)
+            k = fused_loop(tp, output)(flat, out_values, out_indices, 0, tp.bind(pred.params))
+        except (UnsupportedPredicate, ParamOverflow, TypeError) as e:
+            logger.debug("compact_into %s chunk %s: mask path (%s)", a.dtype, pred, e)
+        else:
+            count[0] = k
+            return count
+    m = np.ravel(np.asarray(pred.mask(a)), order="C")
+    k = int(np.count_nonzero(m))
+    if out_values is not None:
+        np.compress(m, flat, out=out_values[:k])
+    if out_indices is not None:
+        out_indices[:k] = np.flatnonzero(m)
+    count[0] = k
+    return count
+
+
+def _output_of(out_values: Any, out_indices: Any) -> str:
+    if out_values is not None and out_indices is not None:
+        return "both"
+    return "values" if out_values is not None else "indices"

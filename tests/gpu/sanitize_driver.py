@@ -13,6 +13,7 @@ import sys
 import cupy
 import numpy as np
 
+from dask_compact import compact_into
 from dask_compact.backends import cupy_backend as cb
 from dask_compact.predicate.core import Predicate
 from dask_compact.predicate.expr import Call, Param, Var
@@ -38,6 +39,15 @@ def main() -> int:
                         if not np.array_equal(i, want_i):
                             print("WRONG", dtype, n, alg, output, flush=True)
                             bad += 1
+                # the public compact_into: caller buffers of exactly n, a caller count
+                out_v, out_i = cupy.empty(n, a.dtype), cupy.empty(n, np.int64)
+                count = cupy.empty(1, np.int64)
+                compact_into(a, pred, (out_v, out_i), output="both", count=count,
+                             stable=alg != "hybrid", algorithm=alg if alg != "hybrid" else "auto")
+                k = int(count.get()[0])
+                if not np.array_equal(np.sort(cupy.asnumpy(out_i[:k])), want_i):
+                    print("WRONG compact_into", dtype, n, alg, flush=True)
+                    bad += 1
                 # the misaligned (element-wise) path and the mask path
                 v = a[1:]
                 got = cb.compact(v, pred, "indices", alg != "hybrid", alg, 0)

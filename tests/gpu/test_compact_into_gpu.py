@@ -1,0 +1,175 @@
+"""The public ``compact_into`` on CuPy arrays: caller buffers and a device count, no host
+synchronisation, work queued on a given stream, and calls captured into a CUDA graph and
+replayed on new data. Against NumPy. (The kernels themselves, every dtype and algorithm with
+poisoned buffers, are tested through the internal entry in test_cupy_kernels.py.)
+
+Needs CuPy and a CUDA device (marked ``gpu``; skipped elsewhere).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+cupy = pytest.importorskip("cupy")
+
+from dask_compact import compact_into  # noqa: E402
+from dask_compact.backends import cupy_backend as cb  # noqa: E402
+from dask_compact.predicate.parse import parse  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+DTYPES = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+          "float16", "float32", "float64", "complex64", "complex128"]
+SIZES = [0, 1, 31, 33, 1023, 1025, 65_537, (1 << 20) + 7]
+KERNELS = {  # id -> (stable, algorithm)
+    "single-pass": (True, "auto"), "hybrid": (False, "auto"), "three-pass": (True, "three-pass"),
+}
+POISON = 0x5A
+
+
+def data(n: int, dtype: str, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    if dtype == "bool":
+        return rng.random(n) < 0.5
+    if np.dtype(dtype).kind == "c":
+        return (rng.random(n) * 100 + 1j).astype(dtype)
+    return (rng.random(n) * 100).astype(dtype)
+
+
+def pred_for(dtype: str, t: float):
+    if dtype == "bool":
+        return lambda v: v
+    if np.dtype(dtype).kind == "c":
+        return lambda v: v.real < t
+    return lambda v: v < t
+
+
+def poisoned(n: int, dtype) -> cupy.ndarray:
+    buf = cupy.empty(n, dtype=dtype)
+    buf.view(np.uint8).fill(POISON)
+    return buf
+
+
+def same_set(got: np.ndarray, want: np.ndarray, stable: bool) -> None:
+    if stable:
+        np.testing.assert_array_equal(got, want)
+    else:
+        np.testing.assert_array_equal(np.sort(got), np.sort(want))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("kernel", list(KERNELS))
+@pytest.mark.parametrize("ready", [True, False], ids=["ready-call", "general"])
+def test_matches_numpy_tail_untouched(dtype, kernel, ready, monkeypatch):
+    """Both the cached ready call (packed launch) and the general path; each size twice with
+    new data, so the ready call is reused."""
+    monkeypatch.setattr(cb, "FAST_SMALL_CALLS", ready)
+    stable, algorithm = KERNELS[kernel]
+    for n, seed in [(n, n + r) for n in SIZES for r in (0, 1)]:
+        for t in (-1.0, 5.0, 50.0, 101.0):  # none, few, half, all
+            a_np = data(n, dtype, seed=seed)
+            pred = pred_for(dtype, t)
+            m = np.asarray(pred(a_np))
+            v, i = poisoned(n, a_np.dtype), poisoned(n, np.int64)
+            count = compact_into(cupy.asarray(a_np), pred, (v, i), output="both",
+                                 stable=stable, algorithm=algorithm)
+            assert isinstance(count, cupy.ndarray) and count.dtype == np.int64
+            k = int(count[0])
+            assert k == int(m.sum())
+            same_set(cupy.asnumpy(v[:k]), a_np[m], stable)
+            same_set(cupy.asnumpy(i[:k]), np.flatnonzero(m), stable)
+            assert (cupy.asnumpy(v[k:]).view(np.uint8) == POISON).all()
+            assert (cupy.asnumpy(i[k:]).view(np.uint8) == POISON).all()
+
+
+@pytest.mark.parametrize("output", ["values", "indices"])
+@pytest.mark.parametrize("count_dtype", [np.int64, np.uint64])
+def test_given_count_and_stream_no_sync_needed_between_calls(output, count_dtype):
+    """Calls queued back to back on a non-blocking stream, each into its own buffers and
+    count, read once at the end."""
+    s = cupy.cuda.Stream(non_blocking=True)
+    inputs = [data((1 << 18) + 3 * j, "float32", seed=j) for j in range(4)]
+    with s:
+        dev = [cupy.asarray(a) for a in inputs]
+    outs, counts = [], []
+    for a in dev:
+        out = cupy.empty(a.size, dtype=a.dtype if output == "values" else np.int64)
+        count = cupy.zeros(1, dtype=count_dtype)
+        assert compact_into(a, "x < 30", out, output=output, count=count, stream=s) is count
+        outs.append(out)
+        counts.append(count)
+    s.synchronize()
+    for a, out, count in zip(inputs, outs, counts):
+        k = int(count.get()[0])
+        want = a[a < 30] if output == "values" else np.flatnonzero(a < 30)
+        np.testing.assert_array_equal(cupy.asnumpy(out[:k]), want)
+
+
+@pytest.mark.parametrize("kernel", list(KERNELS))
+@pytest.mark.parametrize("warm", [True, False], ids=["warm", "first-call-in-capture"])
+def test_graph_capture_replays_on_new_data(kernel, warm):
+    """Captured once, replayed three times on new data written into the same input buffer:
+    each replay gives that data's selection and count. Capture refuses a synchronisation, so
+    this also shows the call never waits for the device."""
+    stable, algorithm = KERNELS[kernel]
+    n = (1 << 20) + 7
+    # a structure of its own per case, so "first call in capture" really builds its module then
+    pred = parse(f"(x < 40) & (x != {3.25 + 1000 * (list(KERNELS).index(kernel) + 10 * warm)})")
+    a = cupy.asarray(data(n, "float64", seed=1))
+    v, i = cupy.empty(n, np.float64), cupy.empty(n, np.int64)
+    count = cupy.zeros(1, dtype=np.int64)
+    s = cupy.cuda.Stream(non_blocking=True)
+    if warm:
+        compact_into(a, pred, (v, i), output="both", count=count, stream=s,
+                     stable=stable, algorithm=algorithm)
+        s.synchronize()
+    with s:
+        s.begin_capture()
+        compact_into(a, pred, (v, i), output="both", count=count, stream=s,
+                     stable=stable, algorithm=algorithm)
+        graph = s.end_capture()
+    for seed in (2, 3, 4):
+        host = data(n, "float64", seed=seed)
+        a.set(host)
+        count.fill(-1)
+        cupy.cuda.Device().synchronize()
+        graph.launch(stream=s)
+        s.synchronize()
+        m = pred.mask(host)
+        k = int(count.get()[0])
+        assert k == int(m.sum())
+        same_set(cupy.asnumpy(v[:k]), host[m], stable)
+        same_set(cupy.asnumpy(i[:k]), np.flatnonzero(m), stable)
+
+
+def test_default_count_is_new_each_call():
+    a = cupy.asarray(data(1025, "int32", seed=9))
+    out = cupy.empty(1025, np.int32)
+    c1 = compact_into(a, "x < 10", out)
+    c2 = compact_into(a, "x < 90", out)
+    assert c1 is not c2
+    assert int(c1[0]) == int((cupy.asnumpy(a) < 10).sum())
+    assert int(c2[0]) == int((cupy.asnumpy(a) < 90).sum())
+
+
+@pytest.mark.parametrize(
+    "make, kwargs, err, match",
+    [
+        (lambda a: np.empty(a.size, a.dtype), {}, TypeError, "must be a cupy array"),
+        (lambda a: cupy.empty(a.size - 1, a.dtype), {}, ValueError, "every element"),
+        (lambda a: cupy.empty(a.size, np.float64), {}, TypeError, "dtype float32"),
+        (lambda a: a, {}, ValueError, "overlaps the input"),
+        (lambda a: cupy.empty(2 * a.size, a.dtype)[::2], {}, ValueError, "contiguous"),
+        (lambda a: cupy.empty(a.size, a.dtype), {"count": np.zeros(1, np.int64)}, TypeError,
+         "count must be a cupy array"),
+        (lambda a: cupy.empty(a.size, a.dtype), {"count": cupy.zeros(1, np.float64)},
+         TypeError, "int64 or uint64"),
+    ],
+)
+def test_bad_buffers_refused(make, kwargs, err, match):
+    a = cupy.asarray(data(33, "float32", seed=5))
+    before = a.copy()
+    with pytest.raises(err, match=match):
+        compact_into(a, "x > 50", make(a), **kwargs)
+    cupy.testing.assert_array_equal(a, before)

@@ -1,0 +1,139 @@
+"""The public ``compact_into`` on NumPy arrays: the selection written into the caller's
+buffers and its count, against NumPy's boolean indexing, for every dtype, output, odd sizes
+and empty and full selections; and the errors for buffers that cannot receive it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from dask_compact import compact_into
+from tests.test_numpy_backend import DTYPES, PS, SIZES, random_array, selector
+
+OUT_DTYPES = {"values": None, "indices": np.dtype(np.int64)}
+
+
+def buffers(a: np.ndarray, output: str, n: int | None = None):
+    n = a.size if n is None else n
+    v = np.empty(n, dtype=a.dtype) if output != "indices" else None
+    i = np.full(n, -7, dtype=np.int64) if output != "values" else None
+    out = {"values": v, "indices": i, "both": (v, i)}[output]
+    return out, v, i
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("p", PS)
+def test_matches_numpy_every_dtype(dtype, n, p):
+    a = random_array(dtype, (n,), seed=n)
+    pred = selector(a, p)
+    m = np.asarray(pred(a))
+    out, v, i = buffers(a, "both")
+    count = compact_into(a, pred, out, output="both")
+    assert count.dtype == np.int64 and count.shape == (1,)
+    k = int(count[0])
+    assert k == int(m.sum())
+    np.testing.assert_array_equal(v[:k], a[m])
+    np.testing.assert_array_equal(i[:k], np.flatnonzero(m))
+
+
+@pytest.mark.parametrize("output", ["values", "indices", "both"])
+@pytest.mark.parametrize("count_dtype", [np.int64, np.uint64])
+def test_outputs_and_given_count(output, count_dtype):
+    a = random_array("float32", (7, 149), seed=3)  # 2-D: flattened in C order
+    out, v, i = buffers(a, output, n=a.size + 5)  # more room than needed is fine
+    count = np.full(1, 99, dtype=count_dtype)
+    got = compact_into(a, "x < 0.3", out, output=output, count=count)
+    assert got is count
+    m = (a < 0.3).ravel()
+    k = int(count[0])
+    assert k == m.sum()
+    if v is not None:
+        np.testing.assert_array_equal(v[:k], a.ravel()[m])
+    if i is not None:
+        np.testing.assert_array_equal(i[:k], np.flatnonzero(m))
+
+
+@pytest.mark.parametrize("output", ["values", "indices", "both"])
+@pytest.mark.parametrize(
+    "fn",
+    [lambda v: np.isin(np.round(v * 10), [1.0, 3.0, 7.0]),  # untraceable: the mask path
+     lambda v: np.exp(v) > 1.5],  # traced, but the loop cannot run it bit-exactly
+)
+def test_mask_path_predicates(fn, output):
+    a = random_array("float32", (1025,), seed=4)
+    out, v, i = buffers(a, output)
+    k = int(compact_into(a, fn, out, output=output)[0])
+    m = np.asarray(fn(a))
+    assert k == m.sum()
+    if v is not None:
+        np.testing.assert_array_equal(v[:k], a[m])
+    if i is not None:
+        np.testing.assert_array_equal(i[:k], np.flatnonzero(m))
+
+
+def test_reuses_buffers_in_a_loop():
+    """The point of the call: one pair of buffers for a stream of inputs."""
+    out = np.empty(4099, dtype=np.float32)
+    count = np.zeros(1, dtype=np.int64)
+    for seed in range(4):
+        a = random_array("float32", (4099 - seed,), seed=seed)
+        compact_into(a, lambda v: v > 0.25, out, count=count)
+        np.testing.assert_array_equal(out[: count[0]], a[a > 0.25])
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    a=hnp.arrays(np.dtype(np.int16), hnp.array_shapes(max_dims=2, max_side=40)),
+    t=st.integers(-2**15, 2**15 - 1),
+)
+def test_property_matches_numpy(a, t):
+    out, v, i = buffers(a, "both")
+    k = int(compact_into(a, lambda x: x >= t, out, output="both")[0])
+    m = (a >= t).ravel()
+    np.testing.assert_array_equal(v[:k], a.ravel()[m])
+    np.testing.assert_array_equal(i[:k], np.flatnonzero(m))
+
+
+@pytest.mark.parametrize(
+    "make, kwargs, err, match",
+    [
+        (lambda a: np.empty(a.size - 1, a.dtype), {}, ValueError, "every element may be selected"),
+        (lambda a: np.empty(a.size, np.float64), {}, TypeError, "dtype float32"),
+        (lambda a: np.empty((a.size, 1), a.dtype), {}, ValueError, "1-D contiguous"),
+        (lambda a: np.empty(2 * a.size, a.dtype)[::2], {}, ValueError, "not contiguous"),
+        (lambda a: a, {}, ValueError, "overlaps the input"),
+        (lambda a: [1.0] * a.size, {}, TypeError, "must be a numpy array"),
+        (lambda a: np.empty(a.size, np.int32), {"output": "indices"}, TypeError, "int64"),
+        (lambda a: np.empty(a.size, a.dtype), {"output": "both"}, TypeError, "out=.values"),
+        (lambda a: np.empty(a.size, a.dtype), {"count": np.zeros(1, np.int32)}, TypeError,
+         "int64 or uint64"),
+        (lambda a: np.empty(a.size, a.dtype), {"count": np.zeros(2, np.int64)}, ValueError,
+         "1 element"),
+        (lambda a: np.empty(a.size, a.dtype), {"stream": object()}, TypeError, "stream is for"),
+        (lambda a: np.empty(a.size, a.dtype), {"output": "mask"}, ValueError, "output"),
+    ],
+)
+def test_bad_buffers_refused_and_untouched(make, kwargs, err, match):
+    a = random_array("float32", (33,), seed=5)
+    before = a.copy()
+    out = make(a)
+    with pytest.raises(err, match=match):
+        compact_into(a, "x > 0.5", out, **kwargs)
+    np.testing.assert_array_equal(a, before)
+
+
+def test_read_only_output_refused():
+    a = random_array("int32", (31,), seed=6)
+    out = np.empty(31, np.int32)
+    out.flags.writeable = False
+    with pytest.raises(ValueError, match="read-only"):
+        compact_into(a, "x > 0", out)
+
+
+def test_not_an_array_refused():
+    with pytest.raises(TypeError, match="NumPy or CuPy array"):
+        compact_into([1, 2, 3], "x > 1", np.empty(3))
