@@ -7,6 +7,8 @@ from L2 alone. Selection ``x < p`` for a fraction p.
 
 * ``compact_array``: ``dask_compact.compact_array(a, lambda v: v < p)`` (exact size), also
   with ``stable=False`` and ``output="indices"``, and with the string predicate ``"x < p"``.
+* ``compact_into``: the same selection into the caller's n-sized buffer and count (what CUB
+  does), values and indices.
 * peers, in the same process on the same buffers: CUB ``DeviceSelect::If`` into a
   preallocated n-sized buffer (and ``Flagged`` for indices), ``torch.masked_select``, CuPy
   ``a[a < p]``, and a device copy of the bytes a compaction must move (the floor).
@@ -33,7 +35,7 @@ import cupy
 import numpy as np
 
 import dask_compact
-from dask_compact import compact_array
+from dask_compact import compact_array, compact_into
 
 sys.path.insert(0, str(Path(__file__).parent))
 from gpu_kernels import CubPeer  # noqa: E402 -- the same ctypes wrapper as the kernel benchmark
@@ -71,6 +73,7 @@ def bench(log2n: int, dtype: np.dtype, ps: list[float], peer: CubPeer | None, ro
     out_i = cupy.empty(n, dtype=np.int64)
     flags = cupy.empty(n, dtype=np.uint8)
     count = cupy.zeros(1, dtype=np.uint64)
+    into_count = cupy.zeros(1, dtype=np.int64)
     temp = cupy.empty(peer.temp_bytes(dtype.name, n), dtype=np.uint8) if peer else None
     tbufs = [torch.as_tensor(b, device="cuda") for b in bufs] if torch is not None else None
     for p in ps:
@@ -85,6 +88,10 @@ def bench(log2n: int, dtype: np.dtype, ps: list[float], peer: CubPeer | None, ro
             "compact_array indices": lambda k: compact_array(bufs[k], lambda v: v < p,
                                                              output="indices"),
             "compact_array string": lambda k: compact_array(bufs[k], f"x < {p!r}"),
+            "compact_into (caller buffers)": lambda k: compact_into(
+                bufs[k], lambda v: v < p, out_v, count=into_count),
+            "compact_into indices (caller buffers)": lambda k: compact_into(
+                bufs[k], lambda v: v < p, out_i, output="indices", count=into_count),
             "cupy a[a < p]": lambda k: bufs[k][bufs[k] < p],
             "copy floor (n read + k written)": lambda k: cupy.cuda.runtime.memcpyAsync(
                 out_v.data.ptr, bufs[k].data.ptr, (nbytes + k_bytes) // 2,
