@@ -28,6 +28,7 @@ import cupy
 import numpy as np
 
 from dask_compact.backends import cupy_backend as cb
+from dask_compact.backends import cupy_tuning
 from dask_compact.predicate.core import Predicate
 from dask_compact.predicate.expr import Call, Param, Var
 
@@ -426,15 +427,15 @@ def main() -> None:
     ap.add_argument(
         "--reps", type=int, default=0, help="batches of 4 calls; 0: 25 below 2^26, 10 above"
     )
-    ap.add_argument("--tuning", default="", help='JSON {"4": [256, 32], ...} overriding cb.TUNING')
+    ap.add_argument("--tuning", default="",
+                    help='JSON {"4": [256, 32], ...}: tile shapes for every algorithm')
     ap.add_argument("--tag", default="")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if args.tuning:
         for k, (b, i) in json.loads(args.tuning).items():
-            cb.TUNING[int(k)] = cb.Tuning(b, i)
-            cb.SINGLE_PASS_TUNING[int(k)] = cb.Tuning(b, i)  # one shape for every algorithm
+            cupy_tuning.override_tuning(int(k), cupy_tuning.Tuning(b, i))
     impls = set(args.impls.split(","))
     peer = CubPeer(args.peer_lib) if args.peer_lib else None
     timer_reps = (lambda n: args.reps) if args.reps else (lambda n: 25 if n < 2**26 else 10)
@@ -452,8 +453,9 @@ def main() -> None:
         git=sha or "uncommitted",
         cupy=cupy.__version__,
         torch=getattr(torch, "__version__", None),
-        tuning={k: [v.block, v.items] for k, v in cb.TUNING.items()},
-        single_pass_tuning={k: [v.block, v.items] for k, v in cb.SINGLE_PASS_TUNING.items()},
+        tuning={f"{alg}:{s}": [t.block, t.items]
+                for alg in ("single-pass", "hybrid") for s in (1, 2, 4, 8, 16)
+                for t in [cupy_tuning.tuning_for(alg, s)]},
         tag=args.tag,
     )
     print(json.dumps(meta), flush=True)

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from dask_compact.backends.cupy_backend import NVRTC_OPTIONS, ModuleSpec, module_source, tuning_for
+from dask_compact.backends.cupy_source import NVRTC_OPTIONS, ModuleSpec, module_source
+from dask_compact.backends.cupy_tuning import tuning_for
 from dask_compact.codegen.cuda_functor import generate_functor
 from dask_compact.predicate.core import Predicate
 from dask_compact.predicate.expr import Call, Param, Var

@@ -21,6 +21,7 @@ import numpy as np
 
 from dask_compact import compact_array, compact_into
 from dask_compact.backends import cupy_backend as cb
+from dask_compact.backends.cupy_device import head_copy, read_counts
 from dask_compact.dispatch import compact_chunk
 from dask_compact.predicate import as_predicate
 from dask_compact.validate import check_algorithm, check_chunk_type, check_dtype, check_output
@@ -93,9 +94,9 @@ def main() -> None:
         lambda: pk.queue(a.data.ptr, 0, scratch.data.ptr, 0, pk.count.data.ptr, stream.ptr))
     row("packed launch + sync", lambda: (
         pk.queue(a.data.ptr, 0, scratch.data.ptr, 0, pk.count.data.ptr, stream.ptr), sync()))
-    row("_read_counts (8-byte D2H + sync)", lambda: cb._read_counts([pk.count]))
+    row("_read_counts (8-byte D2H + sync)", lambda: read_counts([pk.count]))
     row("stream.synchronize() idle", sync)
-    row("_head_copy(scratch, k) (alloc + D2D memcpy)", lambda: cb._head_copy(scratch, k))
+    row("_head_copy(scratch, k) (alloc + D2D memcpy)", lambda: head_copy(scratch, k))
     row("cupy a[a < 0.5]", lambda: a[a < 0.5])
     try:
         import torch

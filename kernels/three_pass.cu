@@ -14,15 +14,16 @@
 // re-evaluating it (what made the published version strong for output="indices").
 #include "compact_tile.cuh"
 
+// Tuning comes from the launch layer as template parameters (dask_compact/backends/
+// cupy_tuning.py: BLOCK threads per block of the flags and scatter kernels, the scan's BLOCK
+// and ITEMS); TP_GROUP is the algorithm's structure (a warp's 32 lanes x 32 subgroups), which
+// the launch layer mirrors (a compile test compares them).
 namespace dcx {
-constexpr int TP_BLOCK = 256;  // threads of the flags and scatter kernels: 8 groups per block
 constexpr int TP_GROUP = 1024;  // elements per warp group (32 subgroups x 32 lanes)
-constexpr int TP_SCAN_BLOCK = 256;
-constexpr int TP_SCAN_ITEMS = 16;  // group counts per thread of the scan
 }  // namespace dcx
 
-template <class T, class Pred, int SRC, class... P>
-__global__ void __launch_bounds__(dcx::TP_BLOCK)
+template <class T, class Pred, int SRC, int BLOCK, class... P>
+__global__ void __launch_bounds__(BLOCK)
 dcx_tp_flags(const T* __restrict__ in, const bool* __restrict__ mask, long long n,
              unsigned* __restrict__ bitmask, unsigned* __restrict__ group_counts, P... p) {
   using namespace dcx;
@@ -31,7 +32,7 @@ dcx_tp_flags(const T* __restrict__ in, const bool* __restrict__ mask, long long 
   constexpr int NB = NV < 8 ? NV : 8;          // vectors held in registers at a time
   constexpr int BATCH = 32 * NB * VEC;         // elements per batch
   const Pred pred{p...};
-  const long long group = (long long)blockIdx.x * (TP_BLOCK / 32) + (threadIdx.x >> 5);
+  const long long group = (long long)blockIdx.x * (BLOCK / 32) + (threadIdx.x >> 5);
   const long long seg = group * TP_GROUP;
   if (seg >= n) return;  // whole warp leaves together
   const int lane = int(lane_id());
@@ -105,15 +106,15 @@ dcx_tp_scan(const unsigned* __restrict__ counts, long long ngroups,
   }
 }
 
-template <class T, int OUT>
-__global__ void __launch_bounds__(dcx::TP_BLOCK)
+template <class T, int OUT, int BLOCK>
+__global__ void __launch_bounds__(BLOCK)
 dcx_tp_scatter(const T* __restrict__ in, long long n, long long index_base,
                const unsigned* __restrict__ bitmask, const unsigned long long* __restrict__ offsets,
                T* __restrict__ out_vals, long long* __restrict__ out_idx) {
   using namespace dcx;
   constexpr int VEC = vec_traits<T>::VEC;
   constexpr int NV = 32 / VEC;
-  const long long group = (long long)blockIdx.x * (TP_BLOCK / 32) + (threadIdx.x >> 5);
+  const long long group = (long long)blockIdx.x * (BLOCK / 32) + (threadIdx.x >> 5);
   const long long seg = group * TP_GROUP;
   if (seg >= n) return;
   const int lane = int(lane_id());

@@ -17,17 +17,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dask_compact.backends.cupy_backend import (
-    _FILES,
-    ALGORITHMS,
+from dask_compact.backends import cupy_tuning
+from dask_compact.backends.cupy_source import (
+    FILES,
     NVRTC_OPTIONS,
-    SINGLE_PASS_VARIANTS,
-    TUNING,
     ModuleSpec,
-    _inline,
+    inline,
     module_source,
-    tuning_for,
 )
+from dask_compact.backends.cupy_tuning import ALGORITHMS, SINGLE_PASS_VARIANTS, tuning_for
 from dask_compact.codegen.cuda_functor import CodegenUnsupported, generate_functor
 from dask_compact.predicate.core import Predicate
 from dask_compact.predicate.expr import UFUNCS, Call, Param, Var
@@ -107,7 +105,7 @@ def test_every_kernel_every_dtype_compiles(arch: str, algorithm: str, tmp_path: 
     """Every dtype x {fused, mask path} of one algorithm in one translation unit: all outputs on
     sm_90 (checked for spills), values+indices ("both") and the mask path on sm_80."""
     seen: set[str] = set()
-    parts = [_inline("npy_ops.cuh", seen), _inline("compact_warp.cuh", seen)]
+    parts = [inline("npy_ops.cuh", seen), inline("compact_warp.cuh", seen)]
     names: list[str] = []
     outputs = OUTPUTS if arch == "sm_90" else ("both",)
     for dt in DTYPES:
@@ -127,8 +125,8 @@ def test_every_kernel_every_dtype_compiles(arch: str, algorithm: str, tmp_path: 
                 )
                 for output in outputs:
                     names += [n for n in spec.names(output).values() if n not in names]
-    for f in _FILES[algorithm]:
-        parts.append(_inline(f, seen))
+    for f in FILES[algorithm]:
+        parts.append(inline(f, seen))
     log = _nvcc("\n".join(parts) + _force(names), arch, tmp_path, algorithm)
     if arch == "sm_90":
         spills = _spills(log)
@@ -183,7 +181,7 @@ def test_generated_functors_compile(arch: str, tmp_path: Path) -> None:
     """Every whitelisted ufunc at every dtype NumPy types it for (plus where/real/imag and a
     compound predicate): the generated functor compiles."""
     seen: set[str] = set()
-    parts = [_inline("npy_ops.cuh", seen), _EVAL_KERNEL]
+    parts = [inline("npy_ops.cuh", seen), _EVAL_KERNEL]
     names: list[str] = []
     done: set[str] = set()
     unsupported = 0
@@ -214,6 +212,31 @@ def test_module_source_is_self_contained() -> None:
     pred = _threshold("float32")
     f = generate_functor(pred.typed("float32"))
     for alg in ALGORITHMS:
-        src = module_source(ModuleSpec(np.dtype("float32"), alg, f, TUNING[4]))
+        src = module_source(ModuleSpec(np.dtype("float32"), alg, f, tuning_for("hybrid", 4)))
         assert not re.search(r"^\s*#\s*include", src, re.M)
         assert f.name in src
+
+
+def test_tuning_table_and_kernel_constants() -> None:
+    """Every (algorithm, dtype size) has a measured entry with its reason and a valid
+    schedule; the three-pass group size the launch layer computes grids with is the kernel's;
+    an override for a sweep applies and is undone."""
+    for alg in ("single-pass", "hybrid"):
+        for size in (1, 2, 4, 8, 16):
+            entry = cupy_tuning.TABLE[(cupy_tuning.MEASURED_ON, alg, size)]
+            assert entry.why and entry.variant in SINGLE_PASS_VARIANTS
+            assert entry.tuning.items <= 32 or size >= 4  # one flag word per thread
+    src = inline("three_pass.cu", set())
+    m = re.search(r"constexpr int TP_GROUP = (\d+);", src)
+    assert m and int(m.group(1)) == cupy_tuning.TP_GROUP
+    with pytest.raises(TypeError):
+        cupy_tuning.TABLE[("90", "hybrid", 4)] = None  # type: ignore[index]
+    before = tuning_for("single-pass", 4)
+    cupy_tuning.override_tuning(4, cupy_tuning.Tuning(128, 16))
+    try:
+        assert tuning_for("single-pass", 4) == cupy_tuning.Tuning(128, 16)
+        assert tuning_for("three-pass", 4) == cupy_tuning.Tuning(128, 16)
+    finally:
+        cupy_tuning.override_tuning(4, None)
+    assert tuning_for("single-pass", 4) == before
+    assert tuning_for("single-pass", 4, cc="80") == before  # unmeasured: sm_90's entry

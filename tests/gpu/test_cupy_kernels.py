@@ -12,6 +12,7 @@ import pytest
 cupy = pytest.importorskip("cupy")
 
 from dask_compact.backends import cupy_backend as cb  # noqa: E402
+from dask_compact.backends import cupy_tuning  # noqa: E402
 from dask_compact.predicate.core import Predicate  # noqa: E402
 from dask_compact.predicate.expr import Call, Param, Var  # noqa: E402
 
@@ -36,7 +37,7 @@ DTYPES = [
 ALGORITHMS = ["single-pass", "three-pass", "hybrid"]
 # Test id -> (algorithm, keyword overrides). compact() (exact-size path): the single-pass exact
 # modes x look-back schedules that can run; compact_into(): the look-back schedules. The
-# module defaults (cb.EXACT_MODE, cb.SINGLE_PASS_VARIANT) are one of these combinations.
+# module defaults (cb.EXACT_MODE, cupy_tuning.variant_for) are one of these combinations.
 EXACT_CONFIGS = {
     "single-pass:prefix": ("single-pass", {"exact_mode": "prefix"}),
     "single-pass:lookback-early": ("single-pass", {"exact_mode": "lookback", "variant": "early"}),
@@ -47,7 +48,7 @@ EXACT_CONFIGS = {
     "three-pass": ("three-pass", {}),
     "hybrid": ("hybrid", {}),
     # the module defaults, where calls up to cb.ONE_READ_ALWAYS elements read their input once
-    # (through the cached packed launch, cb._OneReadCall, and without it)
+    # (through the cached packed launch, cupy_ready.OneReadCall, and without it)
     "single-pass:one-read": ("single-pass", {}),
     "hybrid:one-read": ("hybrid", {}),
     "single-pass:one-read-general": ("single-pass", {}),
@@ -235,8 +236,8 @@ def test_variant_and_mode_are_checked() -> None:
         cb.compact(a, pred, "values", True, "single-pass", 0, variant="bogus")
     with pytest.raises(ValueError):
         cb.compact(a, pred, "values", True, "single-pass", 0, exact_mode="bogus")
-    assert set(cb.SINGLE_PASS_VARIANT.values()) <= set(cb.SINGLE_PASS_VARIANTS)
-    assert cb.EXACT_MODE in cb.EXACT_MODES
+    assert {e.variant for e in cupy_tuning.TABLE.values()} <= set(cupy_tuning.SINGLE_PASS_VARIANTS)
+    assert cb.EXACT_MODE in cupy_tuning.EXACT_MODES
 
 
 @pytest.mark.parametrize("config", list(EXACT_CONFIGS))

@@ -126,8 +126,8 @@ def test_small_calls_run_the_cached_launch_and_match_the_general_path(monkeypatc
     pred = parse("(x > 0.2) & (x < 0.7)")
     rng = np.random.default_rng(8)
     built = []
-    real = cb._OneReadCall
-    monkeypatch.setattr(cb, "_OneReadCall", lambda *a: built.append(1) or real(*a))
+    real = cb.OneReadCall
+    monkeypatch.setattr(cb, "OneReadCall", lambda *a: built.append(1) or real(*a))
     for stream in (None, cupy.cuda.Stream(non_blocking=True)):
         with stream if stream is not None else cupy.cuda.Stream.null:
             for n in (1, 33, 1025, 65_521, 1 << 20):

@@ -13,7 +13,7 @@ da = pytest.importorskip("dask.array")
 import dask  # noqa: E402
 
 import dask_compact  # noqa: E402
-from dask_compact.backends import cupy_backend  # noqa: E402
+from dask_compact.backends import cupy_modules  # noqa: E402
 from dask_compact.predicate import as_predicate  # noqa: E402
 
 pytestmark = pytest.mark.gpu
@@ -63,6 +63,6 @@ def test_cupy_modules_are_bounded_and_rebuilt():
                 got = dask_compact.compact_array(a, t)
                 m = as_predicate(t).mask(a)
                 cupy.testing.assert_array_equal(got, a[m])
-        assert len(cupy_backend._modules) <= 2
-        assert cupy_backend._modules.evictions >= 8
+        assert len(cupy_modules.modules) <= 2
+        assert cupy_modules.modules.evictions >= 8
     dask_compact.clear_cache()

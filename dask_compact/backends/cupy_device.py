@@ -1,0 +1,111 @@
+"""Device memory chores of the CuPy layer: zeroing, copies by ``cudaMemcpyAsync``, the count
+words read back into pinned host memory with one synchronisation, joining outputs."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import numpy as np
+
+__all__ = ["NULL", "memset0", "ptr_or_null", "by_output", "device_copy", "head_copy",
+           "read_words", "read_counts", "concat_outputs"]
+
+NULL = np.uint64(0)
+
+
+def memset0(arr: Any) -> None:
+    import cupy
+
+    cupy.cuda.runtime.memsetAsync(arr.data.ptr, 0, arr.nbytes, cupy.cuda.get_current_stream().ptr)
+
+
+def ptr_or_null(a: Any) -> Any:
+    return NULL if a is None else a
+
+
+def by_output(vals: Any, idx: Any, output: str) -> Any:
+    if output == "values":
+        return vals
+    if output == "indices":
+        return idx
+    return vals, idx
+
+
+def device_copy(dst: Any, dst_at: int, src: Any, src_at: int, k: int) -> None:
+    """``dst[dst_at:dst_at+k] = src[src_at:src_at+k]`` as one ``cudaMemcpyAsync`` on the current
+    stream (a slice assignment launches an elementwise kernel: several times the host time)."""
+    import cupy
+
+    s = src.itemsize
+    cupy.cuda.runtime.memcpyAsync(dst.data.ptr + dst_at * s, src.data.ptr + src_at * s, k * s,
+                                  cupy.cuda.runtime.memcpyDeviceToDevice,
+                                  cupy.cuda.get_current_stream().ptr)
+
+
+def head_copy(scratch: Any, k: int) -> Any:
+    """The first ``k`` elements of ``scratch`` in a new exact-size array: one ``cudaMemcpyAsync``
+    on the current stream (a slice's ``copy()`` launches an elementwise kernel, 17 us of host
+    time at 2^19 elements on the H100, against ~3 us)."""
+    import cupy
+
+    out = cupy.empty(k, dtype=scratch.dtype)
+    if k:
+        device_copy(out, 0, scratch, 0, k)
+    return out
+
+
+_count_buffers = threading.local()
+
+
+def read_words(words: Any) -> list[int]:
+    """A uint64 device array on the host (one copy, one synchronisation of the stream)."""
+    import cupy
+
+    need = 8 * words.size
+    host = _pinned_host(need)
+    stream = cupy.cuda.get_current_stream()
+    cupy.cuda.runtime.memcpyAsync(host.ctypes.data, words.data.ptr, need,
+                                  cupy.cuda.runtime.memcpyDeviceToHost, stream.ptr)
+    stream.synchronize()
+    return [int(c) for c in host[:need].view(np.uint64)]
+
+
+def _pinned_host(need: int) -> np.ndarray:
+    """This thread's pinned buffer of at least ``need`` bytes (grown as needed)."""
+    import cupy
+
+    host = getattr(_count_buffers, "host", None)
+    if host is None or host.size < need:
+        mem = cupy.cuda.alloc_pinned_memory(max(need, 512))
+        host = np.frombuffer(mem, dtype=np.uint8, count=max(need, 512))
+        _count_buffers.host, _count_buffers.mem = host, mem
+    return host
+
+
+def read_counts(words: list[Any]) -> list[int]:
+    """The device count words on the host, with one synchronisation of the current stream.
+
+    Each word is copied into this thread's pinned buffer by ``cudaMemcpyAsync``: a
+    ``concatenate`` then ``get()`` cost two allocations, a kernel and a pageable copy, which
+    at 2^20 elements took longer than the compaction."""
+    import cupy
+
+    if not words:
+        return []
+    need = 8 * len(words)
+    host = _pinned_host(need)
+    stream = cupy.cuda.get_current_stream()
+    for i, w in enumerate(words):
+        cupy.cuda.runtime.memcpyAsync(host.ctypes.data + 8 * i, w.data.ptr, 8,
+                                      cupy.cuda.runtime.memcpyDeviceToHost, stream.ptr)
+    stream.synchronize()
+    return [int(c) for c in host[:need].view(np.uint64)]
+
+
+def concat_outputs(parts: list[Any], output: str) -> Any:
+    import cupy
+
+    if output == "both":
+        return (cupy.concatenate([v for v, _ in parts]), cupy.concatenate([i for _, i in parts]))
+    return cupy.concatenate(parts)

@@ -1,0 +1,115 @@
+"""Per-device caches of the CuPy layer: compiled modules (one per device and module spec),
+typed predicate functors (one per tree and dtype), the resident grid of each kernel, each
+device's compute capability. All bounded (``dask_compact.cache``) except the last."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..cache import BoundedCache
+from ..codegen.cuda_functor import generate_functor
+from ..predicate.core import Predicate
+from .cupy_source import NVRTC_OPTIONS, ModuleSpec, module_source
+
+__all__ = ["compiled", "typed_functor", "resident_blocks", "device_cc", "modules"]
+
+
+class _Compiled:
+    """One RawModule and its kernels, on one device."""
+
+    def __init__(self, spec: ModuleSpec) -> None:
+        import cupy
+
+        self.spec = spec
+        self.module = cupy.RawModule(
+            code=module_source(spec), options=NVRTC_OPTIONS, name_expressions=spec.all_names()
+        )
+        self._kernels: dict[str, Any] = {}
+
+    def kernels(self, output: str) -> dict[str, Any]:
+        """role -> RawKernel for one output (shared-memory limit raised where needed)."""
+        out = {}
+        for role, expr in self.spec.names(output).items():
+            k = self._kernels.get(expr)
+            if k is None:
+                k = self.module.get_function(expr)
+                smem = self.spec.smem_bytes(output)
+                if role in ("main", "scatter") and smem > 0:
+                    # static shared memory counts against the same 48 KB default limit
+                    k.max_dynamic_shared_size_bytes = smem
+                self._kernels[expr] = k
+            out[role] = k
+        return out
+
+
+# (device, spec) -> its module; bounded (dask_compact.cache): each holds compiled kernels.
+modules: BoundedCache[tuple, _Compiled] = BoundedCache("cupy modules")
+
+
+def compiled(spec: ModuleSpec) -> _Compiled:
+    import cupy
+
+    # dask's threaded scheduler may ask for the same module from many threads: built once
+    return modules.get_or_build((cupy.cuda.Device().id, spec), lambda: _Compiled(spec))
+
+
+_functors: BoundedCache[tuple, tuple] = BoundedCache("cuda functors")
+
+
+def typed_functor(expr: Any, dtype: np.dtype, pred: Predicate) -> tuple:
+    """Typing and code generation once per (tree, dtype): both cost more than a launch."""
+
+    def build() -> tuple:
+        tp = pred.typed(dtype)
+        return tp, generate_functor(tp)
+
+    return _functors.get_or_build((expr, dtype), build)
+
+
+# Keyed by the kernel object's id: a module evicted and a new kernel at the same address may
+# get an old entry, which is harmless (any grid is correct, see below); bounded all the same.
+_grid_cache: BoundedCache[tuple, int] = BoundedCache("grid sizes")
+
+
+def resident_blocks(kernel: Any, block: int, smem: int) -> int:
+    """Blocks of the persistent tile kernels to launch: as many as fit on the device at once.
+
+    More would only wait (tiles are taken from a counter, so any grid is correct); fewer would
+    leave SMs idle.
+    """
+    import cupy
+
+    dev = cupy.cuda.Device()
+    key = (dev.id, id(kernel), block, smem)
+    g = _grid_cache.get(key)
+    if g is None:
+        try:
+            attrs = dev.attributes
+            regs = max(32, int(getattr(kernel, "num_regs", 64)))
+            per_sm = min(
+                attrs["MaxThreadsPerMultiProcessor"] // block,
+                attrs["MaxRegistersPerMultiprocessor"] // (block * ((regs + 7) // 8 * 8)),
+                attrs["MaxSharedMemoryPerMultiprocessor"] // (smem + 1024 + 64),
+                32,
+            )
+            g = max(1, per_sm) * attrs["MultiProcessorCount"]
+        except Exception:  # unknown attributes: one block per tile (correct, less overlap)
+            g = 1 << 30
+        _grid_cache.put(key, g)
+    return g
+
+
+_cc: dict[int, str] = {}
+
+
+def device_cc() -> str:
+    """The current device's compute capability ("90" for an H100): the tuning table's key."""
+    import cupy
+
+    dev = cupy.cuda.Device()
+    cc = _cc.get(dev.id)
+    if cc is None:
+        cc = _cc[dev.id] = str(dev.compute_capability)
+    return cc

@@ -1,0 +1,172 @@
+"""Ready calls: a repeated call of one predicate on one size with everything but its input,
+outputs and count prepared (the kernel, its arguments packed once, the grid, its own words),
+so that a small call costs a few launches of host time, not CuPy's per-argument boxing.
+Two kinds: :class:`OneReadCall` (``compact_array``'s exact-size small call: one read into
+scratch, the count watched in mapped host memory, the selection copied out) and
+:class:`IntoCall` (``compact_into``: the caller's buffers and count, nothing waits).
+``cupy_backend`` caches them per (thread, predicate, dtype, output, algorithm, n, device,
+stream); each is used by one thread only (the packed slots are state).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .cupy_device import by_output, head_copy, read_counts
+from .cupy_launchers import Plan, tile_words
+from .cupy_modules import compiled, resident_blocks
+
+__all__ = ["PackedKernel", "OneReadCall", "IntoCall", "learn", "KEEP_SCRATCH_BYTES"]
+
+# Scratch of a cached small call is kept with it up to this many bytes (2^20 float32 values),
+# saving an allocation per call; larger calls take theirs from CuPy's pool each time.
+KEEP_SCRATCH_BYTES = 4 << 20
+# Iterations of the host's wait for a mapped count before it falls back to a stream sync.
+_SPIN = 4000
+_NOT_YET = np.uint64(2**64 - 1)
+
+
+def learn(memo: dict | None, dtype: np.dtype, output: str, total: int, n: int) -> None:
+    """What the next call of this predicate on ``dtype`` chooses its exact path by: the
+    fraction this call selected (cupy_backend._one_read)."""
+    if memo is not None and n:
+        memo[("fraction", dtype, output)] = total / n
+
+
+class PackedKernel:
+    """The compaction kernel of one plan with its arguments packed once
+    (``cupy_launch.PackedLaunch``: its own workspace words, the size, the predicate's
+    constants), the grid and the shared memory; a call queues a memset of the words and one
+    launch with the input, outputs and count pointers written into their slots. For repeated
+    calls of one predicate on one size (see OneReadCall, IntoCall); not thread-safe (the
+    slots are state): each thread keeps its own."""
+
+    def __init__(self, plan: Plan, output: str) -> None:
+        from .cupy_launch import PackedLaunch
+
+        spec, n = plan.spec, plan.n
+        self.module = compiled(spec)  # held: an evicted module stays loaded while this lives
+        kernel = plan.kernels["main"]
+        tiles = -(-n // spec.tuning.tile)
+        self.block, self.smem = spec.tuning.block, spec.smem_bytes(output)
+        self.grid = min(tiles, resident_blocks(kernel, self.block, self.smem))
+        ws = tile_words(spec.algorithm, tiles, exact=False)  # its own words
+        self.words, self.count = ws.words, ws.count
+        self.hybrid = spec.algorithm == "hybrid"
+        # single-pass: (status, count, tiles); hybrid: (counter, tiles); the counter is the
+        # count, zeroed with the words when it is the workspace's own
+        fixed = [ws.counter] if self.hybrid else [ws.status, ws.count]
+        fixed.append(ws.tiles)
+        self.count_slot = 6 if self.hybrid else 7
+        self.launch = PackedLaunch(kernel, 6 + len(fixed) + len(plan.params))
+        self.launch.pointer(1, 0)  # no mask: the fused predicate
+        self.launch.int64(2, n)
+        for i, w in enumerate(fixed):
+            self.launch.pointer(6 + i, w.data.ptr)
+        for i, v in enumerate(plan.params):
+            self.launch.scalar(6 + len(fixed) + i, v)
+
+    def queue(self, a_ptr: int, base: int, vals_ptr: int, idx_ptr: int, count_ptr: int,
+              stream_ptr: int) -> None:
+        import cupy
+
+        words = self.words
+        cupy.cuda.runtime.memsetAsync(words.data.ptr, 0, words.nbytes, stream_ptr)
+        launch = self.launch
+        launch.pointer(0, a_ptr)
+        launch.int64(3, base)
+        launch.pointer(4, vals_ptr)
+        launch.pointer(5, idx_ptr)
+        launch.pointer(self.count_slot, count_ptr)
+        launch(self.grid, self.block, self.smem, stream_ptr)
+
+
+class OneReadCall:
+    """A repeated small one-read call with everything but its input and outputs ready: the
+    packed kernel, the scratch (up to KEEP_SCRATCH_BYTES; stream order makes its reuse safe:
+    a call's kernel runs after the previous call's copy out of it). Per call it queues the
+    kernel, waits for the count and copies the selection out. One per (thread, predicate
+    object, dtype, output, algorithm, n, device, stream): see ``cupy_backend._one_read_call``.
+
+    The count: the single-pass kernel's last tile stores the total with one plain store, so
+    it is stored straight into pinned host memory (mapped: with unified addressing the host
+    pointer is the device's too) and the host watches that word, instead of a device-to-host
+    copy queued after the kernel and a stream synchronisation (10.6 us of the H100 host's
+    time for 8 bytes, the copy engine's latency). The copy out is queued on the stream, so it
+    starts after the kernel ends whatever the moment the count arrived. A word not written
+    after _SPIN looks falls back to synchronising the stream (which raises a kernel's error).
+    The hybrid's count is an atomic counter, final only at the end: it is read back as
+    before."""
+
+    def __init__(self, plan: Plan, output: str) -> None:
+        import cupy
+
+        n = plan.n
+        self.n, self.dtype, self.output, self.memo = n, plan.flat.dtype, output, plan.memo
+        self.kernel = PackedKernel(plan, output)
+        self.mapped = not self.kernel.hybrid
+        if self.mapped:
+            self.host_mem = cupy.cuda.alloc_pinned_memory(8)
+            self.host_count = np.frombuffer(self.host_mem, dtype=np.uint64, count=1)
+        self.stream = cupy.cuda.get_current_stream()
+        scratch = n * ((self.dtype.itemsize if output != "indices" else 0)
+                       + (8 if output != "values" else 0))
+        self.keep = scratch <= KEEP_SCRATCH_BYTES
+        self.vals: Any = None
+        self.idx: Any = None
+
+    def _scratch(self) -> tuple[Any, Any]:
+        import cupy
+
+        vals, idx = self.vals, self.idx
+        if vals is None and idx is None:
+            n, output = self.n, self.output
+            vals = cupy.empty(n, dtype=self.dtype) if output != "indices" else None
+            idx = cupy.empty(n, dtype=np.int64) if output != "values" else None
+            if self.keep:
+                self.vals, self.idx = vals, idx
+        return vals, idx
+
+    def __call__(self, a: Any, base: int) -> Any:
+        output, stream, kernel = self.output, self.stream, self.kernel
+        vals, idx = self._scratch()
+        vp = 0 if vals is None else vals.data.ptr
+        ip = 0 if idx is None else idx.data.ptr
+        if self.mapped:
+            word = self.host_count
+            word[0] = _NOT_YET  # the previous call's count was read: nothing writes it now
+            kernel.queue(a.data.ptr, base, vp, ip, self.host_mem.ptr, stream.ptr)
+            for _ in range(_SPIN):
+                if word[0] != _NOT_YET:
+                    break
+            else:
+                stream.synchronize()
+                if word[0] == _NOT_YET:
+                    raise RuntimeError("the compaction kernel ended without storing its count")
+            total = int(word[0])
+        else:
+            kernel.queue(a.data.ptr, base, vp, ip, kernel.count.data.ptr, stream.ptr)
+            (total,) = read_counts([kernel.count])
+        learn(self.memo, self.dtype, output, total, self.n)
+        return by_output(None if vals is None else head_copy(vals, total),
+                         None if idx is None else head_copy(idx, total), output)
+
+
+class IntoCall:
+    """``compact_into``'s repeated call of one predicate on one size: the packed kernel, with
+    the caller's outputs and count written into its slots per call; nothing waits. The
+    hybrid's count is its atomic counter, zeroed in stream order first."""
+
+    def __init__(self, plan: Plan, output: str) -> None:
+        self.kernel = PackedKernel(plan, output)
+
+    def __call__(self, a: Any, vals: Any, idx: Any, count: Any, stream_ptr: int) -> Any:
+        import cupy
+
+        if self.kernel.hybrid:
+            cupy.cuda.runtime.memsetAsync(count.data.ptr, 0, 8, stream_ptr)
+        self.kernel.queue(a.data.ptr, 0, 0 if vals is None else vals.data.ptr,
+                          0 if idx is None else idx.data.ptr, count.data.ptr, stream_ptr)
+        return count

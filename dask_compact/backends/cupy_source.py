@@ -1,0 +1,140 @@
+"""Source assembly of the CuPy modules: which kernel files and template instantiations one
+module holds, and its complete source text (headers, the generated predicate functor, the
+kernels, local includes inlined). Pure text: importing it imports no CuPy (the compile tests
+build every module's source with nvcc on a machine without a GPU).
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..codegen.cuda_functor import CudaFunctor, ctype
+from .cupy_tuning import (
+    OUTPUT_CODES,
+    SCAN_BLOCK,
+    SCAN_ITEMS,
+    SINGLE_PASS_VARIANTS,
+    TP_BLOCK,
+    TP_SCAN_BLOCK,
+    TP_SCAN_ITEMS,
+    Tuning,
+)
+
+__all__ = ["FILES", "NVRTC_OPTIONS", "ModuleSpec", "module_source", "inline"]
+
+# Kernel files of each algorithm (one module = generated functor + these, includes inlined).
+FILES = {
+    "single-pass": ("count.cu", "single_pass.cu", "scatter.cu"),
+    "hybrid": ("count.cu", "hybrid.cu"),
+    "three-pass": ("three_pass.cu",),
+}
+# NVRTC options (C++17 is the default of NVRTC and nvcc 13). CuPy appends -ftz=true;
+# kernels/dcx_types.cuh keeps float32 predicates exact regardless. --fmad=false: NumPy rounds
+# every operation, so a*b+c must not become one FMA.
+NVRTC_OPTIONS = ("--fmad=false",)
+
+_INCLUDE = re.compile(r'^\s*#\s*include\s+"([A-Za-z0-9_.]+)"\s*$', re.M)
+_text_cache: dict[str, str] = {}
+
+
+def _kernel_text(name: str) -> str:
+    """A file of the installed ``dask_compact.kernels`` package (never found through __file__)."""
+    if name not in _text_cache:
+        _text_cache[name] = (
+            importlib.resources.files("dask_compact.kernels").joinpath(name).read_text("utf-8")
+        )
+    return _text_cache[name]
+
+
+def inline(name: str, seen: set[str]) -> str:
+    """``name`` with its local #includes inlined once each (so the source alone is the cache key
+    of CuPy's on-disk kernel cache, and no include path is needed)."""
+    if name in seen:
+        return ""
+    seen.add(name)
+    text = _kernel_text(name)
+    return _INCLUDE.sub(lambda m: inline(m.group(1), seen), text).replace("#pragma once", "")
+
+
+@dataclass(frozen=True)
+class ModuleSpec:
+    """Everything that selects one compiled module: one per (predicate structure + dtype,
+    algorithm, tuning), holding the kernels of all three outputs."""
+
+    dtype: np.dtype
+    algorithm: str  # single-pass | three-pass | hybrid
+    functor: CudaFunctor | None  # None: mask path (flags from a bool array)
+    tuning: Tuning
+    variant: str = "classic"  # single-pass look-back schedule (SINGLE_PASS_VARIANTS)
+
+    def __hash__(self) -> int:
+        # Looked up on every launch: hashing the functor (its source text) once is enough.
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash((self.dtype, self.algorithm, self.functor, self.tuning, self.variant))
+            object.__setattr__(self, "_hash", h)
+        return h
+
+    @property
+    def src(self) -> int:
+        return 0 if self.functor is not None else 1
+
+    @property
+    def pred_name(self) -> str:
+        return self.functor.name if self.functor is not None else "dcx::MaskPred"
+
+    def _targs(self) -> str:
+        return "".join(", " + c for c in (self.functor.param_ctypes if self.functor else ()))
+
+    def names(self, output: str) -> dict[str, str]:
+        """Kernel role -> name expression (template instantiation) for one output."""
+        t = ctype(self.dtype)
+        out = OUTPUT_CODES[output]
+        b, i = self.tuning.block, self.tuning.items
+        p, s, pa = self.pred_name, self.src, self._targs()
+        if self.algorithm == "three-pass":
+            return {
+                "flags": f"dcx_tp_flags<{t}, {p}, {s}, {TP_BLOCK}{pa}>",
+                "scan": f"dcx_tp_scan<{TP_SCAN_BLOCK}, {TP_SCAN_ITEMS}>",
+                "scatter": f"dcx_tp_scatter<{t}, {out}, {TP_BLOCK}>",
+            }
+        if self.algorithm == "single-pass":
+            v = SINGLE_PASS_VARIANTS[self.variant]
+            return {
+                "count": f"dcx_count<{t}, {p}, {s}, {b}, {i}{pa}>",
+                "scan": f"dcx_tile_scan<{SCAN_BLOCK}, {SCAN_ITEMS}>",
+                "main": f"dcx_single_pass<{t}, {p}, {out}, {s}, {b}, {i}, {v}{pa}>",
+                "scatter": f"dcx_scatter<{t}, {p}, {out}, {s}, {b}, {i}{pa}>",
+            }
+        return {
+            "count": f"dcx_count<{t}, {p}, {s}, {b}, {i}{pa}>",
+            "main": f"dcx_hybrid<{t}, {p}, {out}, {s}, {b}, {i}{pa}>",
+        }
+
+    def all_names(self) -> list[str]:
+        """Every instantiation of the module (all outputs), without repeats."""
+        names: list[str] = []
+        for output in OUTPUT_CODES:
+            names += [n for n in self.names(output).values() if n not in names]
+        return names
+
+    def smem_bytes(self, output: str) -> int:
+        out = OUTPUT_CODES[output]
+        tile = self.tuning.tile
+        return (tile * self.dtype.itemsize if out & 1 else 0) + (tile * 2 if out & 2 else 0)
+
+
+def module_source(spec: ModuleSpec) -> str:
+    """The complete CUDA source of one module: headers, the generated functor, the kernels."""
+    seen: set[str] = set()
+    parts = ["// dask_compact: generated module source\n", inline("npy_ops.cuh", seen)]
+    parts.append(inline("compact_warp.cuh", seen))
+    if spec.functor is not None:
+        parts.append(spec.functor.source)
+    for f in FILES[spec.algorithm]:
+        parts.append(inline(f, seen))
+    return "\n".join(parts)

@@ -1,0 +1,135 @@
+"""What the CUDA kernels are launched with: the algorithms, the tile shapes and look-back
+schedules per (compute capability, algorithm, element size) with the measurement behind each,
+and the constants the kernels take as template parameters.
+
+One home for every number the launch layer and the kernels share: the kernels take them as
+template parameters (``kernels/three_pass.cu``'s block, the scan's shape, the tile shape), so
+nothing is written twice. ``TP_GROUP`` (1024 elements: 32 subgroups of a warp's 32 lanes) is
+the three-pass algorithm's structure, not a tuning; a compile test checks it against the
+kernel source.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import MappingProxyType
+
+__all__ = [
+    "ALGORITHMS", "OUTPUT_CODES", "Tuning", "Entry", "TABLE", "MEASURED_ON", "tuning_for",
+    "variant_for", "override_tuning", "resolve_algorithm", "SINGLE_PASS_VARIANTS",
+    "EXACT_MODES", "TP_GROUP", "TP_BLOCK", "TP_SCAN_BLOCK", "TP_SCAN_ITEMS", "SCAN_BLOCK",
+    "SCAN_ITEMS",
+]  # fmt: skip
+
+ALGORITHMS = ("single-pass", "three-pass", "hybrid")
+OUTPUT_CODES = {"values": 1, "indices": 2, "both": 3}
+
+# Three-pass (kernels/three_pass.cu): warp groups of TP_GROUP elements, TP_BLOCK threads per
+# block of the flags and scatter kernels (8 groups), the group-count scan's shape.
+TP_GROUP = 1024
+TP_BLOCK = 256
+TP_SCAN_BLOCK = 256
+TP_SCAN_ITEMS = 16
+# dcx_tile_scan (the single-pass "prefix" exact path): one block of SCAN_BLOCK threads,
+# SCAN_ITEMS tile counts per thread per round.
+SCAN_BLOCK = 1024
+SCAN_ITEMS = 8
+
+# Single-pass look-back schedules, the VARIANT of dcx_single_pass: "classic" (compact_tiles)
+# or "early" (compact_tiles_early: aggregate published as soon as a tile's loads arrive,
+# look-back overlapped with the next tile's loads).
+SINGLE_PASS_VARIANTS = {"classic": 0, "early": 1}
+# Exact-size paths of algorithm="single-pass": "prefix" (count -> tile-prefix scan -> read the
+# total -> allocate -> scatter at known prefixes) or "lookback" (count -> read the total ->
+# allocate -> the look-back kernel). "prefix" measured faster only at p=0.95 (float32 1.230 vs
+# 1.343 ms) and 1-8% slower at p <= 0.5, so the default (cupy_backend.EXACT_MODE) is
+# "lookback" (benchmarks/results/NOTES-gpu.md).
+EXACT_MODES = ("prefix", "lookback")
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """Tile shape of the single-pass and hybrid kernels: BLOCK threads x ITEMS elements each."""
+
+    block: int
+    items: int
+
+    @property
+    def tile(self) -> int:
+        return self.block * self.items
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One row of the table: the tile shape, the single-pass look-back schedule, and why."""
+
+    tuning: Tuning
+    variant: str = "classic"
+    why: str = ""
+
+
+# The compute capability every entry was measured on (one H100, sm_90; the sweeps are in
+# benchmarks/results/NOTES-gpu.md). Other devices use these entries until measured there.
+MEASURED_ON = "90"
+_V = "8 vectors of 16 bytes per thread (128 bytes in flight)"
+_N = "ITEMS <= 32: one 32-bit flag word per thread"
+TABLE = MappingProxyType({
+    # (compute capability, algorithm, itemsize) -> Entry
+    ("90", "single-pass", 1): Entry(Tuning(256, 32), "classic",
+        f"{_N}; early was 13% slower at p=0.05 (ptxas register cap, fewer blocks per SM)"),
+    ("90", "single-pass", 2): Entry(Tuning(256, 32), "classic", f"{_N}; not swept"),
+    ("90", "single-pass", 4): Entry(Tuning(512, 32), "early",
+        "512x32 8%/4% faster than 256x32 at p=0.05/0.5 (2% slower at 0.95); early 18-23% "
+        "faster than classic at 2^28"),
+    ("90", "single-pass", 8): Entry(Tuning(256, 32), "early",
+        "256x32 10-13% faster than 256x16 at every p; early 18-23% faster"),
+    ("90", "single-pass", 16): Entry(Tuning(256, 8), "classic", f"{_V}; not swept"),
+    ("90", "hybrid", 1): Entry(Tuning(256, 32), why=_N),
+    ("90", "hybrid", 2): Entry(Tuning(256, 32), why=_N),
+    ("90", "hybrid", 4): Entry(Tuning(256, 32), why=f"{_V}; fastest of the hybrid sweep"),
+    ("90", "hybrid", 8): Entry(Tuning(256, 16), why=f"{_V}; fastest of the hybrid sweep"),
+    ("90", "hybrid", 16): Entry(Tuning(256, 8), why=_V),
+})  # fmt: skip
+
+# Benchmarks that sweep tile shapes override entries here (override_tuning), never the table.
+_overrides: dict[tuple[str, int], Tuning] = {}
+
+
+def _entry(algorithm: str, itemsize: int, cc: str) -> Entry:
+    # three-pass has no tile shape of its own; its module is keyed by the hybrid's
+    alg = "hybrid" if algorithm == "three-pass" else algorithm
+    return TABLE.get((cc, alg, itemsize)) or TABLE[(MEASURED_ON, alg, itemsize)]
+
+
+def tuning_for(algorithm: str, itemsize: int, cc: str = MEASURED_ON) -> Tuning:
+    """Tile shape of an algorithm for an element size on a compute capability."""
+    hit = _overrides.get((algorithm, itemsize))
+    return hit if hit is not None else _entry(algorithm, itemsize, cc).tuning
+
+
+def variant_for(itemsize: int, cc: str = MEASURED_ON) -> str:
+    """The single-pass look-back schedule for an element size."""
+    return _entry("single-pass", itemsize, cc).variant
+
+
+def override_tuning(itemsize: int, tuning: Tuning | None,
+                    algorithms: tuple[str, ...] = ("single-pass", "hybrid", "three-pass")) -> None:
+    """Use ``tuning`` for ``itemsize`` (None: the table's again); for tile-shape sweeps."""
+    for alg in algorithms:
+        if tuning is None:
+            _overrides.pop((alg, itemsize), None)
+        else:
+            _overrides[(alg, itemsize)] = tuning
+
+
+def resolve_algorithm(algorithm: str, stable: bool) -> str:
+    """``auto`` -> single-pass (stable) or hybrid (unstable); hybrid with stable=True is refused."""
+    if algorithm == "auto":
+        return "single-pass" if stable else "hybrid"
+    if algorithm not in ALGORITHMS:
+        raise ValueError(
+            f"algorithm must be one of auto, {', '.join(ALGORITHMS)}; got {algorithm!r}"
+        )
+    if algorithm == "hybrid" and stable:
+        raise ValueError("algorithm='hybrid' does not keep the order; pass stable=False to use it")
+    return algorithm
