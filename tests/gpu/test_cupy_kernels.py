@@ -246,9 +246,7 @@ def test_mask_path_and_fallbacks(config: str, monkeypatch) -> None:
     algorithm, kw = EXACT_CONFIGS[config]
     # the mask path and compact_masked take the module defaults
     if kw.get("variant") is not None:
-        monkeypatch.setattr(
-            cb, "SINGLE_PASS_VARIANT", dict.fromkeys((1, 2, 4, 8, 16), kw["variant"])
-        )
+        monkeypatch.setattr(cb, "variant_for", lambda itemsize, cc=None: kw["variant"])
     if kw.get("exact_mode") is not None:
         monkeypatch.setattr(cb, "EXACT_MODE", kw["exact_mode"])
     rng = np.random.default_rng(3)
