@@ -15,6 +15,7 @@
 //   6. copies the staged run out, consecutive threads on consecutive outputs (coalesced).
 // Shared memory (dynamic): TILE*sizeof(T) for values, TILE*2 bytes for indices.
 #pragma once
+#include "block_scan.cuh"
 #include "lookback.cuh"
 
 namespace dcx {
@@ -57,6 +58,46 @@ constexpr int tile_smem_bytes() {
          ((OUT & OUT_INDICES) ? BLOCK * ITEMS * 2 : 0);
 }
 
+// The steps of a tile that both schedules below take, in their own orders (the shape of CUB's
+// agents; stateless: the schedules keep the registers, since an agent object holding the loaded
+// vectors cost ptxas 8-17 more registers and spills on the 512-thread kernels). The other
+// steps are shared too: loading and flagging (WarpLoad), ranks (warp_ranks), the warp offsets
+// and the tile's count (block_warp_offsets), the tile's place (the prefix policies).
+template <class T, int OUT, int BLOCK, int ITEMS>
+struct TileSteps {
+  typedef TileShape<T, BLOCK, ITEMS> S;
+
+  // The warp segment's selected elements into shared memory at their ranks, in input order.
+  __device__ __forceinline__ static void stage(unsigned bits, const unsigned (&base)[S::NV],
+                                               unsigned woff, const Vec<T> (&vals)[S::NV],
+                                               T* s_vals, u16* s_pos, int warp, int lane) {
+#pragma unroll
+    for (int v = 0; v < S::NV; ++v) {
+      unsigned r = woff + base[v];
+#pragma unroll
+      for (int j = 0; j < S::VEC; ++j) {
+        if ((bits >> (v * S::VEC + j)) & 1u) {
+          if (OUT & OUT_VALUES) s_vals[r] = vals[v].v[j];
+          if (OUT & OUT_INDICES) s_pos[r] = u16(warp * S::SEG + v * 32 * S::VEC + lane * S::VEC + j);
+          ++r;
+        }
+      }
+    }
+  }
+
+  // The staged run out, consecutive threads on consecutive outputs (coalesced).
+  __device__ __forceinline__ static void copy_out(unsigned long long prefix, unsigned agg,
+                                                  long long tile_start, long long index_base,
+                                                  const T* s_vals, const u16* s_pos,
+                                                  T* __restrict__ out_vals,
+                                                  long long* __restrict__ out_idx) {
+    for (unsigned i = threadIdx.x; i < agg; i += BLOCK) {
+      if (OUT & OUT_VALUES) out_vals[prefix + i] = s_vals[i];
+      if (OUT & OUT_INDICES) out_idx[prefix + i] = index_base + tile_start + (long long)s_pos[i];
+    }
+  }
+};
+
 template <class T, class Pred, int OUT, int SRC, int BLOCK, int ITEMS, class Prefix>
 __device__ __forceinline__ void compact_tiles(const T* __restrict__ in, const bool* __restrict__ mask,
                                               long long n, long long index_base,
@@ -65,6 +106,7 @@ __device__ __forceinline__ void compact_tiles(const T* __restrict__ in, const bo
                                               unsigned long long* tile_counter, unsigned char* smem) {
   typedef TileShape<T, BLOCK, ITEMS> S;
   typedef WarpLoad<T, Pred, SRC, ITEMS, (SRC == SRC_FUSED) || (OUT & OUT_VALUES)> Load;
+  typedef TileSteps<T, OUT, BLOCK, ITEMS> Steps;
   __shared__ unsigned s_warp[S::WARPS];
   __shared__ unsigned long long s_prefix;
   __shared__ long long s_first;  // the first tile (read once), apart from s_next so that thread 0
@@ -99,15 +141,8 @@ __device__ __forceinline__ void compact_tiles(const T* __restrict__ in, const bo
     const unsigned wcount = warp_ranks<S::VEC, S::NV>(bits, base);
 
     // 2. warp offsets and the tile aggregate
-    if (lane == 0) s_warp[warp] = wcount;
-    __syncthreads();
-    unsigned woff = 0, agg = 0;
-#pragma unroll
-    for (int w = 0; w < S::WARPS; ++w) {
-      const unsigned c = s_warp[w];
-      woff += (w < warp) ? c : 0u;
-      agg += c;
-    }
+    unsigned woff, agg;
+    block_warp_offsets<unsigned, S::WARPS>(lane == 0, wcount, s_warp, woff, agg);
     if (threadIdx.x == 0) prefix_policy.publish_aggregate(tile, agg);
     // known prefixes (exact-size scatter): the tile's place, read now and seen by all after the
     // staging barrier (the last reader of the previous value passed the loop's final barrier)
@@ -116,18 +151,7 @@ __device__ __forceinline__ void compact_tiles(const T* __restrict__ in, const bo
     }
 
     // 3. stage the selected elements in input order
-#pragma unroll
-    for (int v = 0; v < S::NV; ++v) {
-      unsigned r = woff + base[v];
-#pragma unroll
-      for (int j = 0; j < S::VEC; ++j) {
-        if ((bits >> (v * S::VEC + j)) & 1u) {
-          if (OUT & OUT_VALUES) s_vals[r] = vals[v].v[j];
-          if (OUT & OUT_INDICES) s_pos[r] = u16(warp * S::SEG + v * 32 * S::VEC + lane * S::VEC + j);
-          ++r;
-        }
-      }
-    }
+    Steps::stage(bits, base, woff, vals, s_vals, s_pos, warp, lane);
     __syncthreads();  // staging done (vals free), s_next holds the next tile
 
     // 4. put the next tile's loads in flight
@@ -147,10 +171,7 @@ __device__ __forceinline__ void compact_tiles(const T* __restrict__ in, const bo
     const unsigned long long prefix = s_prefix;
 
     // 6. coalesced copy-out
-    for (unsigned i = threadIdx.x; i < agg; i += BLOCK) {
-      if (OUT & OUT_VALUES) out_vals[prefix + i] = s_vals[i];
-      if (OUT & OUT_INDICES) out_idx[prefix + i] = index_base + tile_start + (long long)s_pos[i];
-    }
+    Steps::copy_out(prefix, agg, tile_start, index_base, s_vals, s_pos, out_vals, out_idx);
     if (!more) break;
     tile = next;
     __syncthreads();  // shared memory is restaged by the next tile
@@ -175,6 +196,7 @@ __device__ __forceinline__ void compact_tiles_early(const T* __restrict__ in, co
                                                     unsigned long long* tile_counter, unsigned char* smem) {
   typedef TileShape<T, BLOCK, ITEMS> S;
   typedef WarpLoad<T, Pred, SRC, ITEMS, (SRC == SRC_FUSED) || (OUT & OUT_VALUES)> Load;
+  typedef TileSteps<T, OUT, BLOCK, ITEMS> Steps;
   __shared__ unsigned s_warp[S::WARPS];
   __shared__ unsigned long long s_prefix;
   __shared__ long long s_first;
@@ -193,19 +215,12 @@ __device__ __forceinline__ void compact_tiles_early(const T* __restrict__ in, co
 
   Vec<T> vals[S::NV];
   unsigned mbits[S::NV];
-  unsigned bits, woff = 0, agg = 0;
+  unsigned bits, woff, agg;
   {  // prologue: flags, warp offsets and aggregate of the first tile (published at once)
     const long long seg = tile * S::TILE + (long long)warp * S::SEG;
     bits = Load::run(in, mask, seg, n, aligned && (tile + 1) * S::TILE <= n, pred, vals);
-    const unsigned c = warp_sum_u32(__popc(bits));
-    if (lane == 0) s_warp[warp] = c;
-    __syncthreads();
-#pragma unroll
-    for (int w = 0; w < S::WARPS; ++w) {
-      const unsigned cw = s_warp[w];
-      woff += (w < warp) ? cw : 0u;
-      agg += cw;
-    }
+    block_warp_offsets<unsigned, S::WARPS>(lane == 0, warp_sum_u32(__popc(bits)), s_warp, woff,
+                                           agg);
     if (threadIdx.x == 0) lb.publish_aggregate(tile, agg);
   }
 
@@ -216,18 +231,7 @@ __device__ __forceinline__ void compact_tiles_early(const T* __restrict__ in, co
     // a. ranks inside the warp's segment, staging in input order
     unsigned base[S::NV];
     warp_ranks<S::VEC, S::NV>(bits, base);
-#pragma unroll
-    for (int v = 0; v < S::NV; ++v) {
-      unsigned r = woff + base[v];
-#pragma unroll
-      for (int j = 0; j < S::VEC; ++j) {
-        if ((bits >> (v * S::VEC + j)) & 1u) {
-          if (OUT & OUT_VALUES) s_vals[r] = vals[v].v[j];
-          if (OUT & OUT_INDICES) s_pos[r] = u16(warp * S::SEG + v * 32 * S::VEC + lane * S::VEC + j);
-          ++r;
-        }
-      }
-    }
+    Steps::stage(bits, base, woff, vals, s_vals, s_pos, warp, lane);
     __syncthreads();  // staged (vals free, s_warp read by all), s_next visible
 
     // b. next tile's loads in flight; look-back of this tile; flags of the next tile
@@ -248,7 +252,9 @@ __device__ __forceinline__ void compact_tiles_early(const T* __restrict__ in, co
     }
     __syncthreads();
 
-    // c. the next tile's offsets and aggregate, published before this tile's copy-out
+    // c. the next tile's offsets and aggregate, published before this tile's copy-out (written
+    //    out rather than through block_warp_offsets: only when there is a next tile, behind the
+    //    barrier the look-back shares; the unconditional primitive cost ptxas 10-18 registers)
     const unsigned long long prefix = s_prefix;
     unsigned nwoff = 0, nagg = 0;
     if (more) {
@@ -262,10 +268,7 @@ __device__ __forceinline__ void compact_tiles_early(const T* __restrict__ in, co
     }
 
     // d. coalesced copy-out
-    for (unsigned i = threadIdx.x; i < agg; i += BLOCK) {
-      if (OUT & OUT_VALUES) out_vals[prefix + i] = s_vals[i];
-      if (OUT & OUT_INDICES) out_idx[prefix + i] = index_base + tile_start + (long long)s_pos[i];
-    }
+    Steps::copy_out(prefix, agg, tile_start, index_base, s_vals, s_pos, out_vals, out_idx);
     if (!more) break;
     tile = next;
     bits = nbits;
@@ -286,18 +289,15 @@ __device__ __forceinline__ void count_tile(const T* __restrict__ in, const bool*
   __shared__ unsigned s_warp[S::WARPS];
   const long long tile = blockIdx.x;
   const long long tile_start = tile * S::TILE;
-  const int warp = int(threadIdx.x >> 5), lane = int(lane_id());
+  const int warp = int(threadIdx.x >> 5);
   const bool fast = (tile_start + S::TILE <= n) && fast_ok(in, mask, SRC);
   Vec<T> vals[S::NV];
   const unsigned bits = WarpLoad<T, Pred, SRC, ITEMS, LOAD_VALUES>::run(
       in, mask, tile_start + (long long)warp * S::SEG, n, fast, pred, vals);
-  const unsigned c = warp_sum_u32(__popc(bits));
-  if (lane == 0) s_warp[warp] = c;
-  __syncthreads();
+  unsigned woff, agg;
+  block_warp_offsets<unsigned, S::WARPS>(lane_id() == 0, warp_sum_u32(__popc(bits)), s_warp,
+                                         woff, agg);
   if (threadIdx.x == 0) {
-    unsigned agg = 0;
-#pragma unroll
-    for (int w = 0; w < S::WARPS; ++w) agg += s_warp[w];
     if (status) status_store(status + tile, (tile == 0 ? STATUS_INC : STATUS_AGG) | agg);
     if (d_count && agg) atomicAdd(d_count, (unsigned long long)agg);
   }
@@ -309,9 +309,7 @@ __device__ __forceinline__ void count_tile(const T* __restrict__ in, const bool*
 template <int BLOCK, int ITEMS>
 __device__ __forceinline__ void scan_tile_counts(unsigned long long* words, long long num_tiles,
                                                  unsigned long long* d_count) {
-  constexpr int WARPS = BLOCK / 32;
-  __shared__ unsigned long long s_warp[WARPS];
-  const int warp = int(threadIdx.x >> 5), lane = int(lane_id());
+  __shared__ unsigned long long s_warp[BLOCK / 32];
   unsigned long long carry = 0;
   for (long long base = 0; base < num_tiles; base += (long long)BLOCK * ITEMS) {
     const long long first = base + (long long)threadIdx.x * ITEMS;
@@ -322,21 +320,8 @@ __device__ __forceinline__ void scan_tile_counts(unsigned long long* words, long
       v[j] = (first + j < num_tiles) ? (words[first + j] & STATUS_VALUE) : 0ull;
       sum += v[j];
     }
-    unsigned long long inc = sum;
-#pragma unroll
-    for (int d = 1; d < 32; d <<= 1) {
-      const unsigned long long o = __shfl_up_sync(FULL_MASK, inc, d);
-      if (lane >= d) inc += o;
-    }
-    if (lane == 31) s_warp[warp] = inc;
-    __syncthreads();
-    unsigned long long run = carry + inc - sum, tot = 0;
-#pragma unroll
-    for (int w = 0; w < WARPS; ++w) {
-      const unsigned long long c = s_warp[w];
-      run += (w < warp) ? c : 0ull;
-      tot += c;
-    }
+    unsigned long long tot;
+    unsigned long long run = carry + block_exclusive_scan<unsigned long long, BLOCK>(sum, s_warp, tot);
 #pragma unroll
     for (int j = 0; j < ITEMS; ++j) {
       if (first + j < num_tiles) words[first + j] = run;

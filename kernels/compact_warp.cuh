@@ -175,6 +175,18 @@ struct WarpLoad {
   }
 };
 
+// Inclusive scan over the warp's lanes (Kogge-Stone with __shfl_up_sync), for any integer type.
+template <class U>
+__device__ __forceinline__ U warp_inclusive_scan(U x) {
+  const unsigned lane = lane_id();
+#pragma unroll
+  for (int d = 1; d < 32; d <<= 1) {
+    const U o = __shfl_up_sync(FULL_MASK, x, d);
+    if (lane >= unsigned(d)) x += o;
+  }
+  return x;
+}
+
 // Exclusive rank, inside the warp's segment, of the first element of each of the lane's
 // vectors (base[v]), and the segment's count. The in-lane rank of element (v, j) is then
 // base[v] + popc(bits of vector v below j).
@@ -203,18 +215,12 @@ __device__ __forceinline__ unsigned warp_ranks(unsigned bits, unsigned (&base)[N
       run += tot;
     }
   } else {
-    const int lane = int(lane_id());
 #pragma unroll
     for (int v = 0; v < NV; v += 2) {
       // counts of vectors v (low half) and v+1 (high half); a warp total is <= 32*16 = 512
       unsigned c = __popc((bits >> (v * VEC)) & VMASK);
       if (v + 1 < NV) c |= unsigned(__popc((bits >> ((v + 1) * VEC)) & VMASK)) << 16;
-      unsigned inc = c;
-#pragma unroll
-      for (int d = 1; d < 32; d <<= 1) {
-        const unsigned o = __shfl_up_sync(FULL_MASK, inc, d);
-        if (lane >= d) inc += o;
-      }
+      const unsigned inc = warp_inclusive_scan(c);
       const unsigned tot = __shfl_sync(FULL_MASK, inc, 31);
       const unsigned exc = inc - c;
       base[v] = run + (exc & 0xffffu);

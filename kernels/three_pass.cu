@@ -12,6 +12,7 @@
 //                   element, for indices it does not read the input at all.
 // The input is read once for the predicate; the bitmask is what pass 3 reads instead of
 // re-evaluating it (what made the published version strong for output="indices").
+#include "block_scan.cuh"
 #include "compact_tile.cuh"
 
 // Tuning comes from the launch layer as template parameters (dask_compact/backends/
@@ -61,9 +62,8 @@ dcx_tp_scan(const unsigned* __restrict__ counts, long long ngroups,
             unsigned long long* __restrict__ offsets, unsigned long long* status,
             unsigned long long* d_total) {
   using namespace dcx;
-  constexpr int WARPS = BLOCK / 32;
   constexpr long long TILE = (long long)BLOCK * ITEMS;
-  __shared__ unsigned long long s_warp[WARPS];
+  __shared__ unsigned long long s_warp[BLOCK / 32];
   __shared__ unsigned long long s_prefix;
   const long long tile = blockIdx.x;
   const int warp = int(threadIdx.x >> 5), lane = int(lane_id());
@@ -75,22 +75,9 @@ dcx_tp_scan(const unsigned* __restrict__ counts, long long ngroups,
     c[k] = first + k < ngroups ? counts[first + k] : 0u;
     mine += c[k];
   }
-  // warp inclusive scan of the thread sums, then the warps' totals through shared memory
-  unsigned long long inc = mine;
-#pragma unroll
-  for (int d = 1; d < 32; d <<= 1) {
-    const unsigned long long o = __shfl_up_sync(FULL_MASK, inc, d);
-    if (lane >= d) inc += o;
-  }
-  if (lane == 31) s_warp[warp] = inc;
-  __syncthreads();
-  unsigned long long woff = 0, agg = 0;
-#pragma unroll
-  for (int w = 0; w < WARPS; ++w) {
-    const unsigned long long t = s_warp[w];
-    woff += (w < warp) ? t : 0ull;
-    agg += t;
-  }
+  // the thread sums' exclusive prefix in the block and the block's total
+  unsigned long long agg;
+  const unsigned long long exc = block_exclusive_scan<unsigned long long, BLOCK>(mine, s_warp, agg);
   const LookbackPrefix policy{status, d_total};
   if (threadIdx.x == 0) policy.publish_aggregate(tile, agg);
   if (warp == 0) {
@@ -98,7 +85,7 @@ dcx_tp_scan(const unsigned* __restrict__ counts, long long ngroups,
     if (lane == 0) s_prefix = p;
   }
   __syncthreads();
-  unsigned long long run = s_prefix + woff + (inc - mine);
+  unsigned long long run = s_prefix + exc;
 #pragma unroll
   for (int k = 0; k < ITEMS; ++k) {
     if (first + k < ngroups) offsets[first + k] = run;
