@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import numpy as np
@@ -183,8 +182,9 @@ def compact_into(
     Notes
     -----
     Memory: nothing beyond ``out`` and ``count`` except O(a.size / 1024) bytes of tile
-    state. The tile state of a call made while its stream captures a graph is kept for the
-    life of the process, since the graph may be replayed at any time.
+    state (``algorithm="three-pass"``: also its a.size / 8-byte predicate bitmask). The
+    state of a call made while its stream captures a graph is kept for the life of the
+    process, since the graph may be replayed at any time.
 
     Examples
     --------
@@ -215,15 +215,12 @@ def compact_into(
         check_into_buffer(a, values, "out (values)", a.dtype, n)
     if indices is not None:
         check_into_buffer(a, indices, "out (indices)", np.dtype(np.int64), n)
-    xp = np if isinstance(a, np.ndarray) else sys.modules["cupy"]
-    if stream is not None and xp is np:
+    if stream is not None and isinstance(a, np.ndarray):
         raise TypeError("stream is for CuPy input; NumPy input is compacted on this thread")
-    if count is None:
-        count = xp.zeros(1, dtype=np.int64) if xp is np else xp.empty(1, dtype=np.int64)
-    else:
+    if count is not None:  # else the backend makes one, on a's device
         if getattr(count, "dtype", None) not in (np.dtype(np.int64), np.dtype(np.uint64)):
             raise TypeError("count must be a 1-element int64 or uint64 array")
         check_into_buffer(a, count, "count", count.dtype, 1)
         if count.size != 1:
             raise ValueError(f"count must have 1 element; got {count.size}")
-    return compact_into_chunk(a, p, values, indices, count, stable, algorithm, stream)
+    return compact_into_chunk(a, p, output, values, indices, count, stable, algorithm, stream)

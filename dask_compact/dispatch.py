@@ -16,12 +16,14 @@ Backend contract (both functions, every backend):
 ``compact_masked(a, mask, output, index_base) -> out``
     Same, selecting where the boolean array ``mask`` (``a``'s shape) is true.
 
-``compact_into(a, pred, out_values, out_indices, count, stable, algorithm, stream) -> count``
+``compact_into(a, pred, output, out_values, out_indices, count, stable, algorithm, stream)
+-> count``
     Writes the selection into caller buffers of capacity >= ``a.size`` (``None`` for the
     output not asked for) and its length into ``count`` (a 1-element int64 or uint64 array
-    of ``a``'s type), and returns ``count``. On the GPU nothing waits for the device: the
-    work is queued on ``stream`` (None: the current stream) and may be captured into a CUDA
-    graph. Arguments are checked by the caller (:func:`dask_compact.compact_into`).
+    of ``a``'s type and device; None: a new int64 one), and returns ``count``. On the GPU
+    nothing waits for the device: the work is queued on ``stream`` (None: the current
+    stream) and may be captured into a CUDA graph. Arguments are checked by the caller
+    (:func:`dask_compact.compact_into`).
 
 ``compact_many(blocks, pred, output, stable, algorithm, bases) -> out``
     A run of chunks compacted by one task (dispatched on the first chunk's type): the
@@ -62,10 +64,11 @@ def _compact_many_numpy(blocks, pred, output, stable, algorithm, bases):
 
 
 @compact_into.register(np.ndarray)
-def _compact_into_numpy(a, pred, out_values, out_indices, count, stable, algorithm, stream):
+def _compact_into_numpy(a, pred, output, out_values, out_indices, count, stable, algorithm,
+                        stream):
     from .backends.numpy_backend import compact_into as impl
 
-    return impl(a, pred, out_values, out_indices, count)
+    return impl(a, pred, output, out_values, out_indices, count)
 
 
 @compact_chunk.register_lazy("cupy")

@@ -65,7 +65,7 @@ def check_chunk_type(a: Any, fn: str) -> None:
             "dask_compact.compact(d, (d > 0.5) & ~da.ma.getmaskarray(x))`, or filled: "
             "`da.ma.filled(x, np.nan).map_compact(...)`"
         )
-    if type(a) is np.ndarray or type(a).__module__.split(".")[0] == "cupy":
+    if type(a) is np.ndarray or _module_of(a) == "cupy":
         return
     raise TypeError(
         f"{fn} compacts NumPy or CuPy chunks, not {type(a).__module__}.{type(a).__name__}; "

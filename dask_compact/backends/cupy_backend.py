@@ -33,7 +33,6 @@ poisoned buffers). Only ``compact``/``compact_masked`` read a count (one per chu
 from __future__ import annotations
 
 import threading
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -182,8 +181,9 @@ ONE_READ_MARGIN = 0.8
 # and one read means one launch fewer before the count comes back. At 2^22 float32 the bytes
 # the scratch adds (~15 MB at p = 0.95) cost about what the count launch did.
 ONE_READ_ALWAYS = 1 << 22
-# Such calls run through a cached _OneReadCall (packed launch, no plan); False: the general
-# path (the tests compare both).
+# Such calls (and repeated compact_into calls) run through a cached ready call
+# (cupy_ready.OneReadCall / IntoCall: packed launch, no plan); False: the general path (the
+# tests compare both).
 FAST_SMALL_CALLS = True
 
 
@@ -221,14 +221,12 @@ def _run_one_read(live: list[tuple[Plan, int]], output: str) -> Any:
         vals = cupy.empty(total_n, dtype=dtype) if output in ("values", "both") else None
         idx = cupy.empty(total_n, dtype=np.int64) if output in ("indices", "both") else None
         counts = cupy.empty(len(live), dtype=np.uint64)
-        if alg == "hybrid":
-            memset0(counts)  # the hybrid's tiles claim their places from it
         off = 0
         for j, (p, base) in enumerate(live):
-            # this thread's words for the stream: zeroed again in stream order per chunk
-            ws = tile_words(alg, p.tiles, exact=False, reuse=True)
-            c = counts[j:j + 1]  # (zeroed above for the hybrid)
-            ws = replace(ws, count=c) if alg == "single-pass" else replace(ws, count=c, counter=c)
+            # this thread's words for the stream, zeroed again in stream order per chunk; the
+            # chunk's total lands in counts[j]
+            ws = with_count(alg, tile_words(alg, p.tiles, exact=False, reuse=True),
+                            counts[j:j + 1])
             LAUNCHERS[alg].main(p, int(base), None if vals is None else vals[off:off + p.n],
                          None if idx is None else idx[off:off + p.n], ws)
             off += p.n
@@ -301,7 +299,8 @@ def compact(
 ) -> Any:
     """Dispatch entry for CuPy chunks (see dask_compact.dispatch): exact-length 1-D results.
 
-    ``variant`` / ``exact_mode`` (benchmarks, tests) override SINGLE_PASS_VARIANT / EXACT_MODE.
+    ``variant`` / ``exact_mode`` (benchmarks, tests) override the tuning table's look-back
+    schedule / EXACT_MODE.
     """
     alg = resolve_algorithm(algorithm, stable)
     if output not in OUTPUT_CODES:
@@ -380,9 +379,9 @@ def compact_into(
     """Compact into preallocated outputs of capacity >= a.size; returns the device count.
 
     No host synchronisation: the count stays on the device (``count``, a 1-element 64-bit
-    CuPy array, or a new uint64 one), as CUB's ``DeviceSelect`` leaves it. Entries past the
+    CuPy array, or a new int64 one), as CUB's ``DeviceSelect`` leaves it. Entries past the
     count are left untouched, which the tests check with poisoned buffers; the benchmarks time
-    this path against CUB. ``variant`` overrides SINGLE_PASS_VARIANT (the look-back schedule).
+    this path against CUB. ``variant`` overrides the tuning table's look-back schedule.
     Everything is queued on ``stream`` (default: the current one); while that stream captures
     a CUDA graph, the call's tile state (and any copy of the input or mask it made) is kept
     for the life of the process, since the graph may be replayed at any time.
@@ -403,11 +402,11 @@ def compact_into(
                 raise ValueError("outputs must be contiguous with capacity >= a.size")
         with plan.flat.device:
             if count is None:
-                count = cupy.empty(1, dtype=np.uint64)
+                count = cupy.empty(1, dtype=np.int64)
             if plan.n == 0:
                 memset0(count)
                 return count
-            capturing = stream.ptr not in (0, 1) and stream.is_capturing()
+            capturing = _capturing(stream)
             launcher = LAUNCHERS[alg]
             if alg == "three-pass":
                 ws = launcher.count(plan)
@@ -433,21 +432,27 @@ _kept_for_graphs: list[tuple] = []
 
 
 def compact_into_public(
-    a: Any, pred: Predicate, out_values: Any, out_indices: Any, count: Any, stable: bool,
-    algorithm: str, stream: Any,
+    a: Any, pred: Predicate, output: str, out_values: Any, out_indices: Any, count: Any,
+    stable: bool, algorithm: str, stream: Any,
 ) -> Any:
     """Dispatch entry of :func:`dask_compact.compact_into` (arguments already checked)."""
     import cupy
 
     alg = resolve_algorithm(algorithm, stable)
+    if count is None:
+        with a.device:
+            count = cupy.empty(1, dtype=np.int64)
     if FAST_SMALL_CALLS:
         s = cupy.cuda.get_current_stream() if stream is None else stream
         # a call captured into a graph takes the general path: its words must be its own
-        if s.ptr in (0, 1) or not s.is_capturing():
-            output = "both" if (out_values is not None and out_indices is not None) else (
-                "values" if out_values is not None else "indices")
+        if not _capturing(s):
             call = _ready_call(IntoCall, a, pred, output, alg, s.ptr)
             if call is not None:
                 return call(a, out_values, out_indices, count, s.ptr)
     return compact_into(a, pred, out_values, out_indices, algorithm=alg, count=count,
                         stream=stream)
+
+
+def _capturing(stream: Any) -> bool:
+    """Whether ``stream`` is capturing a CUDA graph (the legacy default stream never is)."""
+    return stream.ptr not in (0, 1) and stream.is_capturing()

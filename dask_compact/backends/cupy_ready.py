@@ -46,10 +46,9 @@ class PackedKernel:
     def __init__(self, plan: Plan, output: str) -> None:
         from .cupy_launch import PackedLaunch
 
-        spec, n = plan.spec, plan.n
+        spec, n, tiles = plan.spec, plan.n, plan.tiles
         self.module = compiled(spec)  # held: an evicted module stays loaded while this lives
         kernel = plan.kernels["main"]
-        tiles = -(-n // spec.tuning.tile)
         self.block, self.smem = spec.tuning.block, spec.smem_bytes(output)
         self.grid = min(tiles, resident_blocks(kernel, self.block, self.smem))
         ws = tile_words(spec.algorithm, tiles, exact=False)  # its own words

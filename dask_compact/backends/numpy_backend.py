@@ -180,21 +180,23 @@ def compact_masked(
 
 
 def compact_into(
-    a: np.ndarray, pred: Predicate, out_values: np.ndarray | None,
-    out_indices: np.ndarray | None, count: np.ndarray,
+    a: np.ndarray, pred: Predicate, output: str, out_values: np.ndarray | None,
+    out_indices: np.ndarray | None, count: np.ndarray | None = None,
 ) -> np.ndarray:
     """The selection of ``a`` written into the caller's buffers (capacity >= ``a.size``, the
-    arguments checked by :func:`dask_compact.compact_into`), its length into ``count[0]``.
+    arguments checked by :func:`dask_compact.compact_into`), its length into ``count[0]``
+    (None: a new int64 array).
 
     The fused loop writes straight into the buffers; it stores every element at the running
     count before deciding whether to keep it, so the element just past the count may hold
     scratch. The mask path writes the selection only.
     """
     flat = _flat(a)
+    if count is None:
+        count = np.empty(1, dtype=np.int64)
     if pred.path == "fused":
         try:
             tp = pred.typed(flat.dtype)
-            output = _output_of(out_values, out_indices)
             k = fused_loop(tp, output)(flat, out_values, out_indices, 0, tp.bind(pred.params))
         except (UnsupportedPredicate, ParamOverflow, TypeError) as e:
             logger.debug("compact_into %s chunk %s: mask path (%s)", a.dtype, pred, e)
@@ -209,9 +211,3 @@ def compact_into(
         out_indices[:k] = np.flatnonzero(m)
     count[0] = k
     return count
-
-
-def _output_of(out_values: Any, out_indices: Any) -> str:
-    if out_values is not None and out_indices is not None:
-        return "both"
-    return "values" if out_values is not None else "indices"
