@@ -15,29 +15,46 @@ import pytest
 # What the package, dask and these tests may leave in the temporary directory.
 _LITTER = ("dask-compact", "dask_compact", ".dask-compact", "dask-scratch-space", "dask-worker")
 
+# Set when the session starts (pytest_configure), not at import: a worker process of a local
+# cluster that unpickles a function of a test module imports this file as a plain module too,
+# and made a session folder there that nothing removed.
+_SESSION_DIR = ""
+_TMP = ""
 
-def _ours_in_tmp() -> set[str]:
-    return {n for n in os.listdir(tempfile.gettempdir()) if n.startswith(_LITTER)}
+
+def pytest_configure(config):
+    """Compiled loops go to a fresh cache per test session, and distributed's workers put
+    their scratch space beside it (both also for worker processes and CLI subprocesses, which
+    inherit the environment): a stale cache from another checkout can never hide a bug, and
+    the whole folder goes at the end of the session.
+
+    The session's temporary directory is a folder of its own too (for this process and
+    everything it starts), so what the tests leave there is this session's alone, whatever
+    other sessions run on the machine at the same time (a shared /tmp counted theirs as ours).
+    A pytest-xdist worker keeps its controller's, which checks it once all workers are done."""
+    global _SESSION_DIR, _TMP
+    _SESSION_DIR = tempfile.mkdtemp(prefix="dask-compact-tests-")
+    os.environ.setdefault("DASK_COMPACT_CACHE_DIR", os.path.join(_SESSION_DIR, "cache"))
+    os.environ.setdefault("DASK_TEMPORARY_DIRECTORY", os.path.join(_SESSION_DIR, "dask"))
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        _TMP = tempfile.gettempdir()
+        return
+    _TMP = os.path.join(_SESSION_DIR, "tmp")
+    os.mkdir(_TMP)
+    os.environ["TMPDIR"] = _TMP
+    tempfile.tempdir = _TMP
 
 
-_BEFORE = _ours_in_tmp()
-# Compiled loops go to a fresh cache per test session, and distributed's workers put their
-# scratch space beside it (both also for worker processes and CLI subprocesses, which inherit
-# the environment): a stale cache from another checkout can never hide a bug, and the whole
-# folder goes at the end of the session.
-_SESSION_DIR = tempfile.mkdtemp(prefix="dask-compact-tests-")
-os.environ.setdefault("DASK_COMPACT_CACHE_DIR", os.path.join(_SESSION_DIR, "cache"))
-os.environ.setdefault("DASK_TEMPORARY_DIRECTORY", os.path.join(_SESSION_DIR, "dask"))
+def _ours_in_tmp() -> list[str]:
+    return sorted(n for n in os.listdir(_TMP) if n.startswith(_LITTER))
 
 
 def pytest_sessionfinish(session, exitstatus):
-    shutil.rmtree(_SESSION_DIR, ignore_errors=True)
-    if hasattr(session.config, "workerinput"):
-        return  # a pytest-xdist worker: the controller checks once all are done
-    left = sorted(_ours_in_tmp() - _BEFORE)
+    # a pytest-xdist worker: the controller checks once all are done
+    left = [] if hasattr(session.config, "workerinput") else _ours_in_tmp()
+    shutil.rmtree(_SESSION_DIR, ignore_errors=True)  # _TMP with it, unless a worker's
     if left:
-        tmp = tempfile.gettempdir()
-        print(f"\ntests left {len(left)} entries in {tmp}: {', '.join(left)}")
+        print(f"\ntests left {len(left)} entries in {_TMP}: {', '.join(left)}")
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 DTYPES = [
