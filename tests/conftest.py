@@ -36,7 +36,7 @@ def pytest_configure(config):
     _SESSION_DIR = tempfile.mkdtemp(prefix="dask-compact-tests-")
     os.environ.setdefault("DASK_COMPACT_CACHE_DIR", os.path.join(_SESSION_DIR, "cache"))
     os.environ.setdefault("DASK_TEMPORARY_DIRECTORY", os.path.join(_SESSION_DIR, "dask"))
-    if os.environ.get("PYTEST_XDIST_WORKER"):
+    if hasattr(config, "workerinput"):
         _TMP = tempfile.gettempdir()
         return
     _TMP = os.path.join(_SESSION_DIR, "tmp")
