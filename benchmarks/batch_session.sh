@@ -43,8 +43,7 @@ print('cupy', cupy.__version__, 'zarr', zarr.__version__, 'dask', dask.__version
 cat "$OUT/env.txt"
 log "batch tests"
 timeout 300 python3 -P -m pytest tests/gpu/test_batch_gpu.py tests/test_batch_stream.py \
-  tests/test_batch_reader.py tests/test_batch_prefetch.py tests/test_batch_faults.py tests/test_cli.py \
-  -q -p no:cacheprovider \
+  tests/test_batch_reader.py tests/test_batch_faults.py tests/test_cli.py -q -p no:cacheprovider \
   -o addopts="" -x -k "not four_times" > "$OUT/pytest.txt" 2>&1
 tail -5 "$OUT/pytest.txt"
 log "benchmark 2^$LOG2N"

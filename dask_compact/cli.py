@@ -22,24 +22,17 @@ loads by adding the click command named ``compact`` (see ``dask.cli.run_cli``).
 from __future__ import annotations
 
 import json
-import os
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
 
-from .batch import prefetch
-from .batch.inputs import is_url, local, open_input
+from .batch.inputs import Source, open_input
+from .batch.job import describe, run_job
 from .batch.output import Target, check_overlap
-from .batch.plan import local_memory_budget
+from .batch.runner import Runner, start
 from .batch.signals import EXIT_SIGINT, EXIT_SIGTERM, terminate_as_exit
 from .batch.warmup import GpuWarmup
-
-if TYPE_CHECKING:
-    from .batch.inputs import Source
-
-# The job's own modules (.batch.job, .batch.runner: dask, the scheduler) are imported once the
-# command has started what can run at once: the first chunks' decode, the GPUs' start.
 
 # ---------------------------------------------------------------------------------------------
 # The command
@@ -164,16 +157,6 @@ def compact_command(
             and device in ("auto", "gpu")):
         warmup = GpuWarmup()
         click.get_current_context().call_on_close(lambda: warmup.close(timeout=10.0))
-    # A job on this process's threads starts decoding the input's first chunks now, while the
-    # rest of the command starts (see .batch.prefetch); they are charged to its memory budget.
-    early = None
-    if (address is None and scheduler_file is None and local_cluster in ("auto", "threads")
-            and decode == "cpu" and not resume and not is_url(input_path)):
-        whole = budget or local_memory_budget()
-        early = prefetch.start(local(input_path), whole // 4, os.cpu_count() or 1, chunks)
-        if early is not None:
-            click.get_current_context().call_on_close(prefetch.stop)
-            budget = whole
     try:
         import zarr  # noqa: F401 -- the output is always a Zarr group: fail before any work
     except ImportError as e:
@@ -188,8 +171,6 @@ def compact_command(
     check_overlap(src, target)
 
     import dask_compact
-
-    from .batch.job import describe
 
     # Parse and type the predicate before any cluster starts: a bad --where costs nothing.
     try:
@@ -213,7 +194,7 @@ def compact_command(
                 summary = run(
                     target, src, where, mode, output_chunks, show, input_path, overwrite, debug,
                     (address, scheduler_file, local_cluster, device, timeout, n_workers),
-                    budget, continued, decode, encode, early.size if early else 0,
+                    budget, continued, decode, encode,
                 )
             finally:
                 target.release()
@@ -296,13 +277,8 @@ def run(
     continued: Any = None,
     decode: str = "cpu",
     encode: str = "cpu",
-    prefetched: int = 0,
 ) -> dict[str, Any]:
-    """Start the scheduler, run the job, stop what was started; short messages for failures.
-    ``prefetched``: bytes of the budget the first chunks' early decode holds."""
-    from .batch.job import run_job
-    from .batch.runner import Runner, start
-
+    """Start the scheduler, run the job, stop what was started; short messages for failures."""
     if src.size == 0:
         # Nothing to read or compact: no cluster, just the empty arrays.
         return run_job(Runner("no scheduler (empty input)"), src, target, where, mode,
@@ -311,7 +287,7 @@ def run(
     runner = start(*where_to_run)
     try:
         return run_job(runner, src, target, where, mode, output_chunks, show, input_path,
-                       overwrite, budget, continued, decode, encode, prefetched)
+                       overwrite, budget, continued, decode, encode)
     except (click.ClickException, click.Abort, KeyboardInterrupt, SystemExit):
         raise
     except Exception as e:

@@ -13,7 +13,6 @@ from typing import Any
 
 import numpy as np
 
-from . import prefetch
 from .executor import ClientExecutor, Executor, ThreadExecutor
 from .host_buffers import pool_for_job
 from .inputs import Source
@@ -123,13 +122,10 @@ def run_job(
     resume: Manifest | None = None,
     decode: str = "cpu",
     encode: str = "cpu",
-    prefetched: int = 0,
 ) -> dict[str, Any]:
     """Run the job into ``target``'s temporary group and commit it; the summary dict.
 
     ``resume``: the manifest of the interrupted job whose group ``target.tmp`` now names.
-    ``prefetched``: bytes of ``budget`` held by the first chunks decoded early (see
-    :mod:`.prefetch`); the streaming window gets the rest.
     """
     import dask_compact
 
@@ -170,8 +166,7 @@ def run_job(
             encode = "cpu"
         job = Job(
             reader=src.reader, layout=layout, where=where, mode=mode, device=device,
-            dest=OutputArrays(target.tmp, NAMES[mode], layout.out_chunk, direct),
-            budget=budget - prefetched,
+            dest=OutputArrays(target.tmp, NAMES[mode], layout.out_chunk, direct), budget=budget,
             manifest=manifest, manifest_dir=None if target.url else target.tmp, decode=decode,
             encode=encode,
         )
@@ -217,9 +212,7 @@ def run_job(
         "task_seconds": {"read": st.read_s, "compact": st.compact_s, "write": st.write_s},
         "threads": ex.threads,
         "memory_budget": budget,
-        # the early decode's chunks (.prefetch) are in flight beside the window's
-        "peak_reserved": st.peak_reserved + prefetched,
-        "prefetched_chunks": prefetch.taken(),
+        "peak_reserved": st.peak_reserved,
         "peak_memory": peaks,
         "gpu_chunks": st.gpu_chunks,
         "gpu_decode": st.gpu_decoded > 0,

@@ -13,15 +13,6 @@ from dataclasses import dataclass
 import numpy as np
 
 INDEX_BYTES = 8  # the int64 global indices of --output indices|both
-MIN_BUDGET = 32 * 2**20  # the smallest memory budget a job is given
-
-
-def local_memory_budget() -> int:
-    """The default memory budget of a job on this process's threads: half of the memory
-    available on this machine (bytes of chunks and pieces in flight)."""
-    import psutil
-
-    return max(MIN_BUDGET, int(psutil.virtual_memory().available * 0.5))
 
 
 @dataclass(frozen=True)

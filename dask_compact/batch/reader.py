@@ -14,8 +14,6 @@ from typing import Any
 
 import numpy as np
 
-from . import prefetch
-
 # Linux: fill the page tables of a new mapping at once (0 where the flag does not exist).
 _MAP_POPULATE = getattr(mmap, "MAP_POPULATE", 0)
 
@@ -117,17 +115,12 @@ class ZarrChunkFiles:
         flat = out.reshape(-1)
         at = 0
         for c, first, rows in self._chunks(r0, r1):
-            n = rows * row
-            whole_chunk = first == 0 and rows == self.chunk_rows
-            if whole_chunk and prefetch.take(self.url, self.keys[c], n * self.dtype.itemsize,
-                                             flat[at : at + n]):
-                at += n  # decoded while the command was starting (see .prefetch)
-                continue
             raw = self._raw(c)
+            n = rows * row
             try:
                 if raw is None:
                     flat[at : at + n] = self.fill_value
-                elif whole_chunk:
+                elif first == 0 and rows == self.chunk_rows:
                     zstd.decode(raw, out=flat[at : at + n])  # the whole chunk, in place
                 else:  # an edge chunk (stored at full size) or a block boundary inside one
                     whole = np.frombuffer(zstd.decode(raw), self.dtype)

@@ -13,7 +13,6 @@ from typing import Any
 import click
 import dask
 
-from .plan import MIN_BUDGET, local_memory_budget
 from .signals import ignored
 
 # ---------------------------------------------------------------------------------------------
@@ -213,6 +212,9 @@ def _device_count() -> int:
     return int(cupy.cuda.runtime.getDeviceCount())
 
 
+MIN_BUDGET = 32 * 2**20
+
+
 def memory_budget(runner: Runner) -> int:
     """The default memory budget of a streaming job (bytes of chunks and pieces in flight,
     over all workers): half of each worker's memory limit less what it already holds, so a
@@ -221,7 +223,7 @@ def memory_budget(runner: Runner) -> int:
     import psutil
 
     if runner.client is None:
-        return local_memory_budget()
+        return max(MIN_BUDGET, int(psutil.virtual_memory().available * 0.5))
     workers = runner.client.scheduler_info()["workers"].values()
     fallback = psutil.virtual_memory().total / max(1, len(workers))
     total = 0
