@@ -57,7 +57,7 @@ from .cupy_tuning import (
 
 __all__ = [
     "compact", "compact_many", "compact_masked", "compact_into", "compact_into_public",
-    "prepare", "EXACT_MODE", "ONE_READ_ALWAYS", "ONE_READ_MARGIN", "FAST_SMALL_CALLS",
+    "prepare", "EXACT_MODE", "ONE_READ_ALWAYS_BYTES", "ONE_READ_MARGIN", "FAST_SMALL_CALLS",
 ]
 
 # Exact-size path of algorithm="single-pass" (cupy_tuning.EXACT_MODES; tests switch it).
@@ -175,35 +175,53 @@ def _run_count_first(live: list[tuple[Plan, int]], output: str, dtype: np.dtype)
 # when the selected fraction is under ONE_READ_MARGIN * s / (2*o) (0.4 for values of any
 # dtype, 0.2 for float32 indices). The margin leaves room for the copy's launch.
 ONE_READ_MARGIN = 0.8
-# Up to this many elements every call takes the one-read path, whatever the fraction: such a
-# call is bound by its launches and its one host sync, not by bytes (on the H100, 2^20 float32:
-# a kernel launch costs ~10 us of host time, the input's extra read ~1.5 us of the device's),
-# and one read means one launch fewer before the count comes back. At 2^22 float32 the bytes
-# the scratch adds (~15 MB at p = 0.95) cost about what the count launch did.
-ONE_READ_ALWAYS = 1 << 22
+# Every call takes the one-read path, whatever the fraction, while the most it can cost over
+# counting first is small: n*(2*o - s) bytes (everything selected: written to scratch and
+# copied out, less the second read of the input it saves) at most ONE_READ_ALWAYS_BYTES.
+# Counting first costs launches, a plan and a host round trip (~100 us of host time on the
+# H100), one read a launch and a copy (a cached ready call, cupy_ready.OneReadCall). Measured
+# there (2026-11-25, compact_array per call, 2^22-2^26, p = .05/.5/.95, float32/float64
+# values/indices, benchmarks/results/2026-11-25_h100_1862e9a_one_read_ab.txt; the bound
+# swept by benchmarks/one_read_threshold.py): up to
+# this bound one read was faster at every p (float32 values 2^24: 84/116/151 us against
+# 180/177/187 us; 2^26: 169/310/498 against 243/375/532 us), past it slower at p = .95
+# (float32 indices 2^25: 415 against 374 us).
+ONE_READ_ALWAYS_BYTES = 1 << 28
 # Such calls (and repeated compact_into calls) run through a cached ready call
 # (cupy_ready.OneReadCall / IntoCall: packed launch, no plan); False: the general path (the
 # tests compare both).
 FAST_SMALL_CALLS = True
 
 
-def _out_bytes(plan: Plan, output: str) -> int:
-    s = plan.spec.dtype.itemsize
+def _out_bytes(dtype: np.dtype, output: str) -> int:
+    s = dtype.itemsize
     return {"values": s, "indices": 8, "both": s + 8}[output]
 
 
-def _one_read(plan: Plan, output: str) -> bool:
-    """Whether this call compacts in one read of its input: a small call always, a larger one
-    when the predicate's previous call on this dtype and output selected a small enough
-    fraction (its first call counts first)."""
-    if plan.memo is None or plan.spec.algorithm == "three-pass":
+def always_reads_once(n: int, dtype: np.dtype, output: str) -> bool:
+    """Whether a call on ``n`` elements reads once whatever it selects (see
+    ONE_READ_ALWAYS_BYTES)."""
+    return n * (2 * _out_bytes(dtype, output) - dtype.itemsize) <= ONE_READ_ALWAYS_BYTES
+
+
+def _reads_once(memo: dict | None, dtype: np.dtype, output: str, n: int) -> bool:
+    """Whether a call on ``n`` elements of ``dtype`` compacts in one read of its input:
+    always while that costs little (always_reads_once), else when the predicate's previous
+    call on this dtype and output selected a small enough fraction (its first call counts
+    first)."""
+    if memo is None:
         return False
-    if plan.n <= ONE_READ_ALWAYS:
+    if always_reads_once(n, dtype, output):
         return True
-    frac = plan.memo.get(("fraction", plan.spec.dtype, output))
+    frac = memo.get(("fraction", dtype, output))
     if frac is None:
         return False
-    return frac < ONE_READ_MARGIN * plan.spec.dtype.itemsize / (2 * _out_bytes(plan, output))
+    return frac < ONE_READ_MARGIN * dtype.itemsize / (2 * _out_bytes(dtype, output))
+
+
+def _one_read(plan: Plan, output: str) -> bool:
+    return plan.spec.algorithm != "three-pass" and _reads_once(plan.memo, plan.spec.dtype,
+                                                                output, plan.n)
 
 
 def _run_one_read(live: list[tuple[Plan, int]], output: str) -> Any:
@@ -281,10 +299,13 @@ def _ready_call(kind: type, a: Any, pred: Predicate, output: str, algorithm: str
 
 
 def _one_read_call(a: Any, pred: Predicate, output: str, algorithm: str) -> Any:
-    """The ready one-read call for ``a`` (at most ONE_READ_ALWAYS elements), or None."""
+    """The ready one-read call for ``a`` where this call reads once (see _reads_once: small,
+    or after a call that selected little), or None (the general path). A larger call gains
+    as much from it as a small one: the general path's plan and launches cost ~85 us of host
+    time at 2^24 on the H100 (154 us a call against 69 us for compact_into's ready call)."""
     import cupy
 
-    if a.size > ONE_READ_ALWAYS:
+    if not _reads_once(getattr(pred, "memo", None), np.dtype(a.dtype), output, a.size):
         return None
     return _ready_call(OneReadCall, a, pred, output, algorithm,
                        cupy.cuda.get_current_stream().ptr)

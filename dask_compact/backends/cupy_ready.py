@@ -25,6 +25,10 @@ __all__ = ["PackedKernel", "OneReadCall", "IntoCall", "learn", "KEEP_SCRATCH_BYT
 KEEP_SCRATCH_BYTES = 4 << 20
 # Iterations of the host's wait for a mapped count before it falls back to a stream sync.
 _SPIN = 4000
+# Calls of up to this many elements watch the mapped count; larger ones (whose kernel runs
+# longer than the spin would last, and whose callers may be many threads of a batch job)
+# wait in a stream synchronisation, which releases the GIL, and read the same word after it.
+SPIN_MAX_N = 1 << 22
 _NOT_YET = np.uint64(2**64 - 1)
 
 
@@ -95,7 +99,8 @@ class OneReadCall:
     copy queued after the kernel and a stream synchronisation (10.6 us of the H100 host's
     time for 8 bytes, the copy engine's latency). The copy out is queued on the stream, so it
     starts after the kernel ends whatever the moment the count arrived. A word not written
-    after _SPIN looks falls back to synchronising the stream (which raises a kernel's error).
+    after _SPIN looks falls back to synchronising the stream (which raises a kernel's error);
+    a call of more than SPIN_MAX_N elements synchronises at once.
     The hybrid's count is an atomic counter, final only at the end: it is read back as
     before."""
 
@@ -137,7 +142,7 @@ class OneReadCall:
             word = self.host_count
             word[0] = _NOT_YET  # the previous call's count was read: nothing writes it now
             kernel.queue(a.data.ptr, base, vp, ip, self.host_mem.ptr, stream.ptr)
-            for _ in range(_SPIN):
+            for _ in range(_SPIN if self.n <= SPIN_MAX_N else 0):
                 if word[0] != _NOT_YET:
                     break
             else:

@@ -47,7 +47,7 @@ EXACT_CONFIGS = {
     ),
     "three-pass": ("three-pass", {}),
     "hybrid": ("hybrid", {}),
-    # the module defaults, where calls up to cb.ONE_READ_ALWAYS elements read their input once
+    # the module defaults, where calls within cb.ONE_READ_ALWAYS_BYTES read their input once
     # (through the cached packed launch, cupy_ready.OneReadCall, and without it)
     "single-pass:one-read": ("single-pass", {}),
     "hybrid:one-read": ("hybrid", {}),
@@ -67,12 +67,12 @@ OUTPUTS = ["values", "indices", "both"]
 
 @pytest.fixture(autouse=True)
 def _count_first_unless_one_read(request, monkeypatch):
-    """Calls up to cb.ONE_READ_ALWAYS elements read their input once; every other exact
+    """Calls within cb.ONE_READ_ALWAYS_BYTES read their input once; every other exact
     configuration counts first at every size, so that both paths are tested at every size."""
     callspec = getattr(request.node, "callspec", None)
     config = callspec.params.get("config") if callspec is not None else None
     if config in EXACT_CONFIGS and config not in ONE_READ_CONFIGS:
-        monkeypatch.setattr(cb, "ONE_READ_ALWAYS", 0)
+        monkeypatch.setattr(cb, "ONE_READ_ALWAYS_BYTES", 0)
     if config is not None and config.endswith("one-read-general"):
         monkeypatch.setattr(cb, "FAST_SMALL_CALLS", False)
 

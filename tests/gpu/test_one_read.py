@@ -58,11 +58,11 @@ def test_second_call_takes_one_read_and_matches_numpy(dtype, n, output, stable, 
         check(got, expect(a_host, a_host < 3, output), output, stable)
         # a small call always reads once; a larger one counts first on the first call, and
         # after that reads once iff the previous call's fraction was under the threshold
-        one_read = n <= cb.ONE_READ_ALWAYS or (
+        one_read = cb.always_reads_once(n, np.dtype(dtype), output) or (
             previous is not None and previous < cb.ONE_READ_MARGIN * s / (2 * o))
         assert (len(taken) > before) is one_read, (previous, s, o)
         previous = float((a_host < 3).mean())
-    if n > cb.ONE_READ_ALWAYS:
+    if not cb.always_reads_once(n, np.dtype(dtype), output):
         assert len(taken) == 2
     else:
         assert len(taken) == 3
@@ -71,11 +71,14 @@ def test_second_call_takes_one_read_and_matches_numpy(dtype, n, output, stable, 
 @pytest.mark.parametrize("output", ["values", "indices", "both"])
 @pytest.mark.parametrize("stable", [True, False])
 def test_large_calls_count_first_then_follow_the_fraction(output, stable, monkeypatch):
-    """Above ONE_READ_ALWAYS the path follows the previous call's fraction."""
-    monkeypatch.setattr(cb, "ONE_READ_ALWAYS", 1000)
+    """Above ONE_READ_ALWAYS_BYTES the path follows the previous call's fraction."""
+    monkeypatch.setattr(cb, "ONE_READ_ALWAYS_BYTES", 1000)
     taken = []
     real = cb._run_one_read
     monkeypatch.setattr(cb, "_run_one_read", lambda *a: taken.append(1) or real(*a))
+    real_ready = cb.OneReadCall.__call__  # the cached ready call, where it applies
+    monkeypatch.setattr(cb.OneReadCall, "__call__",
+                        lambda self, *a: taken.append(1) or real_ready(self, *a))
     pred = parse("x < 3")
     rng = np.random.default_rng(3)
     for k in range(3):
@@ -99,6 +102,31 @@ def test_dense_data_after_sparse_data_is_still_exact(output):
         check(got, expect(a_host, a_host > 0.5, output), output, True)
 
 
+@pytest.mark.parametrize("output", ["values", "indices", "both"])
+def test_large_one_read_calls_take_the_ready_call_and_stay_exact(output, monkeypatch):
+    """Past the always-one-read bound, a call after one that selected little reads once
+    through the cached ready call (not the general path), exact even when this call's data
+    selects nearly everything; after a dense call the next counts first."""
+    monkeypatch.setattr(cb, "ONE_READ_ALWAYS_BYTES", 1000)
+    ready, general = [], []
+    real_ready, real_general = cb.OneReadCall.__call__, cb._run_one_read
+    monkeypatch.setattr(cb.OneReadCall, "__call__",
+                        lambda self, *a: ready.append(1) or real_ready(self, *a))
+    monkeypatch.setattr(cb, "_run_one_read", lambda *a: general.append(1) or real_general(*a))
+    pred = parse("x > 0.5")
+    sparse = np.zeros(100_003, dtype=np.float32)
+    sparse[::97] = 1
+    dense = np.ones(100_003, dtype=np.float32)
+    dense[::89] = 0
+    took = []
+    for a_host in (sparse, sparse, dense, dense, sparse, sparse):
+        before = len(ready)
+        got = compact_array(cupy.asarray(a_host), pred, output=output)
+        check(got, expect(a_host, a_host > 0.5, output), output, True)
+        took.append(len(ready) > before)
+    assert took == [False, True, True, False, False, True] and not general
+
+
 def test_one_read_result_is_an_exact_size_allocation():
     """The result is a new exact-size array, not a view of the n-sized scratch."""
     pred = parse("x < 0.01")
@@ -109,9 +137,10 @@ def test_one_read_result_is_an_exact_size_allocation():
     np.testing.assert_array_equal(cupy.asnumpy(got), cupy.asnumpy(a)[cupy.asnumpy(a) < 0.01])
 
 
-def test_threshold_follows_the_bytes_moved():
+def test_threshold_follows_the_bytes_moved(monkeypatch):
     """Values of any dtype: under 0.4 of the input selected; float32 indices: under 0.2."""
-    plan = cb._plan(cupy.zeros(cb.ONE_READ_ALWAYS + 1, np.float32), as_predicate("x < 1"),
+    monkeypatch.setattr(cb, "ONE_READ_ALWAYS_BYTES", 1000)
+    plan = cb._plan(cupy.zeros(1001, np.float32), as_predicate("x < 1"),
                     None, "values", "single-pass")
     for output, frac, want in (("values", 0.39, True), ("values", 0.41, False),
                                ("indices", 0.19, True), ("indices", 0.21, False)):
