@@ -339,3 +339,15 @@ def test_local_cluster_leaves_the_callers_logging_as_it_was(npy, tmp_path):
         assert log.level == logging.INFO
     finally:
         log.setLevel(before)
+
+
+def test_summary_process_age_counts_from_the_process_start():
+    """The summary's process_seconds: the process's age to within the clocks' 10 ms (psutil's
+    create_time counts from a boot time cut to whole seconds: up to a second too long)."""
+    code = ("import time; t0 = time.time(); from dask_compact.batch.job import process_age; "
+            "a = process_age(); print(a - (time.time() - t0))")
+    for _ in range(3):
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           check=True)
+        before_t0 = float(r.stdout)  # the interpreter's own start, before the code's first line
+        assert -0.02 <= before_t0 < 0.75, before_t0
