@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 import operator
 import sys
+import weakref
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -30,6 +31,7 @@ from dask.base import tokenize
 from dask.core import flatten
 from dask.highlevelgraph import HighLevelGraph
 
+from .cache import BoundedCache
 from .chunk import compact_block, compact_block_masked, compact_blocks
 
 
@@ -139,10 +141,27 @@ def _runs_by_worker(plan: Plan) -> list[list[int]] | None:
     if not all(isinstance(b, distributed.Future) for b in blocks):
         return None
     client = blocks[0].client
-    distributed.wait(blocks)  # where a chunk lives is known once it is computed
-    holders, nthreads = client.run_on_scheduler(_placement, keys)  # one round trip
+    cache_key = (id(client), tuple(keys))
+    hit = _placements.get(cache_key)
+    if (hit is not None and hit[0]() is blocks[0]
+            and all(b.status == "finished" for b in blocks)):
+        holders, nthreads = hit[1], hit[2]
+    else:
+        distributed.wait(blocks)  # where a chunk lives is known once it is computed
+        holders, nthreads = client.run_on_scheduler(_placement, keys)  # one round trip
+        _placements.put(cache_key, (weakref.ref(blocks[0]), holders, nthreads))
     runs = group_runs(holders, nthreads)
     return runs if len(runs) < len(keys) else None
+
+
+# The placement of a persisted input already seen: (id(client), its keys) -> (a weak reference
+# to its first chunk's future, the holders, the workers' threads). A later call on the same
+# persisted array (the same future objects, all finished) skips the scheduler round trip
+# (3 ms of a 12-18 ms call on the 2-core CI machine's LocalCluster). Re-persisting makes new
+# futures, so a new placement; a placement gone stale since (a worker lost and its chunks
+# recomputed elsewhere) costs transfers into the run's task, never a wrong result: the task
+# reads its chunks wherever they are.
+_placements: BoundedCache[tuple, tuple] = BoundedCache("input placements")
 
 
 def group_runs(holders: list, nthreads: dict) -> list[list[int]]:

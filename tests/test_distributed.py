@@ -150,6 +150,31 @@ def test_one_task_per_worker_run_on_slabs(client, output):
     np.testing.assert_array_equal(per_chunk.compute(), a[a > 0.5])
 
 
+def test_placement_of_a_persisted_input_is_asked_once(client, monkeypatch):
+    """A later call on the same persisted input reuses its placement (no scheduler round
+    trip) and still compacts run by run where the data is; a newly persisted array is asked
+    again. Results exact every time."""
+    from distributed import get_task_stream
+
+    asked = []
+    real = client.run_on_scheduler
+    monkeypatch.setattr(client, "run_on_scheduler",
+                        lambda *a, **k: asked.append(a[0]) or real(*a, **k))
+    a = np.random.default_rng(8).random(30_011).astype(np.float32)
+    x = _slabs(client, a, 997)
+    for output in ("values", "indices", "values"):
+        with get_task_stream() as ts:
+            got = x.map_compact("x < 0.3", output=output)
+        want = a[a < 0.3] if output == "values" else np.flatnonzero(a < 0.3)
+        assert got.numblocks == (2,)
+        np.testing.assert_array_equal(got.compute(), want)
+        assert _transfers(ts) == 0
+    assert len([f for f in asked if f.__name__ == "_placement"]) == 1
+    y = _slabs(client, a * 2, 997)  # new futures
+    np.testing.assert_array_equal(y.map_compact("x < 0.6").compute(), (a * 2)[a * 2 < 0.6])
+    assert len([f for f in asked if f.__name__ == "_placement"]) == 2
+
+
 def test_interleaved_placement_keeps_order(client):
     """Chunks spread over the workers by the scheduler (runs of any length): same result as
     NumPy, and a run never spans two workers."""
