@@ -2,13 +2,14 @@
 
 Phase 1 (count): one task per input chunk compacts it where it lives (:mod:`dask_compact.chunk`);
 its result is the output chunk itself (one output, known input chunk sizes) or
-``(values, indices, n_in)``. Each chunk's count is then read where the chunk is held: the
-length of the persisted output chunk (one ``client.run`` per worker on a cluster, no task per
-chunk), or a tiny count task per chunk where the input length is needed too (input of unknown
-chunk sizes) or the length cannot be read. Phase 2 (scan): an exclusive scan of the counts gives
-every chunk's global output offset (the output's chunk boundaries) and, for input of unknown
-chunk sizes, every chunk's global input offset. Phase 3 (scatter): chunk boundaries of the
-result, global indices, and on request rebalancing into uniform output chunks.
+``(values, indices, n_in)``. Each chunk's count is then the length of the persisted output
+chunk, from the size its worker reported to the scheduler (one question to the scheduler, no
+task per chunk), or a tiny count task per chunk where the input length is needed too (input of
+unknown chunk sizes) or the size cannot be read. Phase 2 (scan): an exclusive scan of the
+counts gives every chunk's global output offset (the output's chunk boundaries) and, for input
+of unknown chunk sizes, every chunk's global input offset. Phase 3 (scatter): chunk
+boundaries of the result, global indices, and on request rebalancing into uniform output
+chunks.
 
 Eager mode (the default) persists the phase-1 outputs where they were computed and brings back
 only the counts, so the result has known chunk sizes and nothing is ever recomputed from the
@@ -294,23 +295,28 @@ def _fetch_counts(counts: da.Array) -> np.ndarray:
     return np.concatenate([np.asarray(r, dtype=np.int64).reshape(-1, 2) for r in rows])
 
 
-def _held_lengths(keys: list, dask_worker: Any = None) -> dict:
-    """On a worker: the lengths of the chunks among ``keys`` that it holds in memory."""
-    out = {}
+def _held_nbytes(keys: list, dask_scheduler: Any = None) -> list:
+    """On the scheduler: the size in bytes its workers reported for each of ``keys`` when the
+    task ended (``sizeof`` of the result: a NumPy or CuPy array's ``nbytes``), None for a key
+    not in memory or of unknown size."""
+    out = []
     for k in keys:
-        try:
-            out[k] = len(dask_worker.data[k])
-        except KeyError:
-            pass
+        ts = dask_scheduler.tasks.get(k)
+        ok = ts is not None and ts.state == "memory" and ts.nbytes >= 0
+        out.append(ts.nbytes if ok else None)
     return out
 
 
 def _held_counts(arr: da.Array) -> np.ndarray | None:
     """(n_out, 0) rows of a persisted 1-D array, read without running a task per chunk.
 
-    In-process schedulers hand back the chunks themselves; on a distributed cluster each worker
-    is asked once (``client.run``) for the lengths of the chunks it holds. None when some chunk
-    cannot be found that way (e.g. its worker died meanwhile): the caller counts with tasks.
+    In-process schedulers hand back the chunks themselves; on a distributed cluster the
+    scheduler is asked once for the sizes the workers reported as each chunk's task ended
+    (``sizeof``: ``nbytes`` for the NumPy and CuPy chunks phase 1 makes; 1.7-4.1 ms on the
+    2-core machine's LocalCluster, where asking every worker with ``client.run`` took 4.7-5.8
+    ms, and a chunk spilled to disk is not read back). None when some chunk's size is not
+    known that way (e.g. its worker died meanwhile) or is not a whole number of items: the
+    caller counts with tasks.
     """
     keys = list(flatten(arr.__dask_keys__()))
     blocks = [arr.dask[k] for k in keys]
@@ -318,20 +324,19 @@ def _held_counts(arr: da.Array) -> np.ndarray | None:
         lengths = [int(b.shape[0]) for b in blocks]
     else:
         client = getattr(blocks[0], "client", None)
-        if client is None or not hasattr(client, "run"):
+        if client is None or not hasattr(client, "run_on_scheduler"):
             return None
         from distributed import wait
 
         wait(blocks)  # raises here if a chunk's task failed, as gathering it would
-        found: dict = {}
         try:
-            for held in client.run(_held_lengths, keys).values():
-                found.update(held)
-        except Exception:  # a worker that left between wait and run: count with tasks instead
+            sizes = client.run_on_scheduler(_held_nbytes, keys)
+        except Exception:  # noqa: BLE001 -- the scheduler could not say: count with tasks
             return None
-        if len(found) < len(keys):
+        item = arr.dtype.itemsize
+        if any(b is None or b % item for b in sizes):
             return None
-        lengths = [int(found[k]) for k in keys]
+        lengths = [int(b) // item for b in sizes]
     rows = np.zeros((len(keys), 2), np.int64)
     rows[:, 0] = lengths
     return rows

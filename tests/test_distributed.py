@@ -83,6 +83,36 @@ def test_worker_killed_mid_compaction_loses_nothing(client):
     client.wait_for_workers(2, timeout=60)
 
 
+@pytest.mark.parametrize("output", ["values", "indices", "both"])
+def test_counts_come_from_the_sizes_the_scheduler_knows(client, monkeypatch, output):
+    """Eager counts on a cluster: one question to the scheduler, no count task, no worker
+    asked; sizes that are not whole items fall back to count tasks. Exact either way."""
+    from dask_compact import graph
+
+    asked, counted = [], []
+    real_ask, real_count = client.run_on_scheduler, graph._counts_of
+    monkeypatch.setattr(client, "run_on_scheduler",
+                        lambda f, *a, **k: asked.append(f.__name__) or real_ask(f, *a, **k))
+    monkeypatch.setattr(client, "run", lambda *a, **k: pytest.fail("a worker was asked"))
+    monkeypatch.setattr(graph, "_counts_of", lambda *a: counted.append(1) or real_count(*a))
+    a = np.random.default_rng(4).random(12_345).astype(np.float32)
+    x = da.from_array(a, chunks=1_000)
+    m = a > 0.3
+    want = {"values": a[m], "indices": np.flatnonzero(m)}
+    got = x.map_compact("x > 0.3", output=output)
+    for name, g in zip(("values", "indices") if output == "both" else (output,),
+                       got if output == "both" else (got,)):
+        assert g.chunks[0] == tuple(int(c) for c in g.map_blocks(
+            lambda b: np.array([len(b)]), chunks=(1,), dtype=int).compute())
+        np.testing.assert_array_equal(g.compute(), want[name])
+    assert asked.count("_held_nbytes") == 1 and not counted
+    # a size the scheduler reports that is no whole number of items: counted with tasks
+    monkeypatch.setattr(graph, "_held_nbytes", lambda keys, dask_scheduler=None: [3] * len(keys))
+    got = x.map_compact("x > 0.3")
+    np.testing.assert_array_equal(got.compute(), a[m])
+    assert counted
+
+
 def test_counts_fall_back_to_tasks_when_lengths_cannot_be_read(client, monkeypatch):
     """If a chunk's length cannot be read where it is held (its worker left, say), count tasks
     over the persisted chunks give the sizes instead; the result is the same."""
