@@ -5,8 +5,10 @@ Three ways to get a filtered, persisted dask array of ``x < p``:
   boolindex+ccs+persist  x[x < p].compute_chunk_sizes().persist()
   map_blocks persist     x.map_blocks(lambda b: b[b < p]).persist() (unknown sizes)
 Every repetition uses a new threshold, so no key is reused (docs/design.md, Measuring pitfalls).
+Dask's own floor on the same cluster, in the same run: a bare ``client.submit(f).result()`` and
+one trivial task per chunk of ``x`` persisted and waited (what any call over the chunks pays).
 
-    python benchmarks/dask_gpu.py --out results/ [--log2n 30 --chunks 4 --reps 5]
+    python benchmarks/dask_gpu.py --out results/ [--log2n 30 --chunks 4 --reps 5] [--sha SHA]
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--ps", default="0.05,0.5,0.95")
     ap.add_argument("--out", default="benchmarks/results")
+    ap.add_argument("--sha", default="", help="the commit measured (default: git's HEAD here)")
     args = ap.parse_args()
 
     import cupy
@@ -59,7 +62,7 @@ def main() -> None:
         meta = dict(
             device=list(dev.values())[0],
             date=datetime.date.today().isoformat(),
-            git=subprocess.run(
+            git=args.sha or subprocess.run(
                 ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
             ).stdout.strip()
             or "uncommitted",
@@ -124,6 +127,7 @@ def main() -> None:
                     )
                 )
                 print(rows[-1], flush=True)
+        floors = dask_floors(client, x, args.reps)
     lines = [
         "# Dask on one GPU: persisted filtered array of x < p",
         "",
@@ -139,6 +143,9 @@ def main() -> None:
             q["ms"] for q in rows if q["p"] == r["p"] and q["impl"].startswith("map_compact")
         )
         lines.append(f"| {r['impl']} | {r['p']} | {r['ms']} | {r['GBps']} | {r['ms'] / ref:.2f}x |")
+    lines += ["", "Dask's own floor on this cluster (same run, median ms):", "",
+              "| floor | ms |", "|---|---|"]
+    lines += [f"| {k} | {v:.2f} |" for k, v in floors.items()]
     (out / "dask_gpu.md").write_text("\n".join(lines) + "\n")
     with open(out / "dask_gpu.csv", "w") as f:
         f.write("# " + json.dumps(meta) + "\n")
@@ -146,6 +153,35 @@ def main() -> None:
         for r in rows:
             f.write(",".join(str(v) for v in r.values()) + "\n")
     print("\n".join(lines))
+
+
+def _one() -> int:
+    return 1
+
+
+def dask_floors(client, x, reps: int) -> dict[str, float]:
+    """Median ms of what any Dask call pays on this cluster: a bare task's round trip, and one
+    trivial task per chunk of ``x`` persisted and waited (new keys every time)."""
+    from distributed import wait
+
+    def per_chunk(k: int) -> None:
+        y = x.map_blocks(lambda b, k=k: b[:1], chunks=((1,) * x.numblocks[0],),
+                         dtype=x.dtype, meta=x._meta).persist()
+        wait(y)
+
+    out = {}
+    for name, fn in (("client.submit(f).result()",
+                      lambda k: client.submit(_one, pure=False).result()),
+                     ("one trivial task per chunk, persisted and waited", per_chunk)):
+        ts = []
+        for k in range(max(5, 4 * reps) + 2):
+            t0 = time.perf_counter()
+            fn(k)
+            if k >= 2:  # two warm-up calls
+                ts.append(time.perf_counter() - t0)
+        out[name] = 1e3 * float(np.median(ts))
+        print(f"floor {name}: {out[name]:.2f} ms", flush=True)
+    return out
 
 
 if __name__ == "__main__":
