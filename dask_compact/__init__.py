@@ -21,10 +21,12 @@ if TYPE_CHECKING:
     from .cache import cache_dir, clear_cache
     from .chunk import compact_array, compact_into
     from .predicate import Predicate, as_predicate
+    from .records import compact_records
 
 __version__ = "0.1.0"
 __all__ = [
-    "map_compact", "compact", "flatnonzero", "compact_array", "compact_into", "Predicate",
+    "map_compact", "compact", "flatnonzero", "compact_array", "compact_into", "compact_records",
+    "Predicate",
     "as_predicate", "trace", "cache_dir", "clear_cache",
 ]  # fmt: skip
 
@@ -32,7 +34,7 @@ __all__ = [
 _LAZY = {
     "map_compact": "api", "compact": "api", "flatnonzero": "api",
     "cache_dir": "cache", "clear_cache": "cache",
-    "compact_array": "chunk", "compact_into": "chunk",
+    "compact_array": "chunk", "compact_into": "chunk", "compact_records": "records",
     "Predicate": "predicate", "as_predicate": "predicate",
 }  # fmt: skip
 

@@ -29,6 +29,13 @@ Backend contract (both functions, every backend):
     A run of chunks compacted by one task (dispatched on the first chunk's type): the
     concatenation of ``compact_chunk(blocks[i], ..., bases[i])`` over i, built without
     compacting twice (the GPU counts the whole run with one host synchronisation).
+
+``compact_records(like, fields, pred, indices, stable, index_base, threads=1) -> dict``
+    A record (dict name -> array, rows along axis 0; ``like``, one of them, is what the call
+    is dispatched on)
+    compacted by a record predicate (:mod:`.predicate.fields`): every field's selected rows at
+    exact length, plus ``"indices"`` (int64, ``index_base`` + row) when asked. ``threads``:
+    CPU threads one call may use (1 inside Dask tasks).
 """
 
 from __future__ import annotations
@@ -40,6 +47,7 @@ compact_chunk = Dispatch("compact_chunk")
 compact_masked = Dispatch("compact_masked")
 compact_many = Dispatch("compact_many")
 compact_into = Dispatch("compact_into")
+compact_records = Dispatch("compact_records")
 
 
 @compact_chunk.register(np.ndarray)
@@ -71,10 +79,18 @@ def _compact_into_numpy(a, pred, output, out_values, out_indices, count, stable,
     return impl(a, pred, output, out_values, out_indices, count)
 
 
+@compact_records.register(np.ndarray)
+def _compact_records_numpy(like, fields, pred, indices, stable, index_base, threads=1):
+    from .backends.numpy_records import compact_records as impl
+
+    return impl(fields, pred, indices, stable, index_base, threads)
+
+
 @compact_chunk.register_lazy("cupy")
 @compact_masked.register_lazy("cupy")
 @compact_many.register_lazy("cupy")
 @compact_into.register_lazy("cupy")
+@compact_records.register_lazy("cupy")
 def _register_cupy() -> None:
     import cupy
 
@@ -84,3 +100,10 @@ def _register_cupy() -> None:
     compact_masked.register(cupy.ndarray, cupy_backend.compact_masked)
     compact_many.register(cupy.ndarray, cupy_backend.compact_many)
     compact_into.register(cupy.ndarray, cupy_backend.compact_into_public)
+    compact_records.register(cupy.ndarray, _compact_records_cupy)
+
+
+def _compact_records_cupy(like, fields, pred, indices, stable, index_base, threads=1):
+    from .backends.cupy_records import compact_records as impl
+
+    return impl(fields, pred, indices, stable, index_base)

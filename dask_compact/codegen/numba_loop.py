@@ -102,7 +102,11 @@ class _Emitter:
         for p, dt in zip(params_of(tp.expr), pdts):
             self.names[p] = (f"p{p.index}", dt)
         self.param_dtypes = pdts
-        self.names[Var()] = ("x", tp.dtype)
+        if isinstance(tp.dtype, tuple):  # a record's fields: v0, v1, ... in sorted name order
+            for j, (name, dt) in enumerate(tp.dtype):
+                self.names[Var(name)] = (f"v{j}", dt)
+        else:
+            self.names[Var()] = ("x", tp.dtype)
 
     # -- casts -----------------------------------------------------------------------------
     def cast(self, expr: str, src: np.dtype, dst: np.dtype) -> str:

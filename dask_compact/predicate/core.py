@@ -45,7 +45,7 @@ class TypedPredicate:
     """A fused predicate typed for one input dtype: what a code generator compiles."""
 
     expr: Node
-    dtype: np.dtype
+    dtype: Any  # np.dtype (one array), or the FieldDtypes of a record's predicate fields
     types: dict[Node, Typed] = field(hash=False, compare=False)
     key: str  # structure key + dtype: one compiled loop/kernel per key (and output, algorithm)
     param_dtypes: tuple[np.dtype, ...] = ()
@@ -70,19 +70,37 @@ class TypedPredicate:
         return hit
 
 
+def dtype_tag(dtype: Any) -> str:
+    """The dtype part of a TypedPredicate key: ``<f4``, or ``energy:<f4,eta:<f8`` for fields."""
+    if isinstance(dtype, tuple):
+        return ",".join(f"{name}:{dt.str}" for name, dt in dtype)
+    return str(dtype.str)
+
+
+def field_dtypes(dtypes: Any) -> tuple:
+    """A mapping name -> dtype as the sorted (name, dtype) pairs typing takes."""
+    return tuple(sorted((str(k), np.dtype(v)) for k, v in dict(dtypes).items()))
+
+
 @functools.lru_cache(maxsize=1024)
-def _typed(expr: Node, dtype: np.dtype, source: str) -> TypedPredicate:
+def _typed(expr: Node, dtype: Any, source: str) -> TypedPredicate:
     # Typing walks the tree and asks NumPy for every call's loop: once per (tree, dtype), not
     # once per chunk. Nodes are frozen dataclasses, so equal trees share the entry.
     types = infer_types(expr, dtype)
     out = result_dtype(expr, types, dtype)
     if out != np.dtype(bool):
         raise TypeError(
-            f"predicate {source} gives {out} values for {dtype} input; it must give "
-            "booleans (a comparison, isnan, ...), e.g. `x > 0` rather than `x`"
+            f"predicate {source} gives {out} values for {_describe_dtype(dtype)} input; it "
+            "must give booleans (a comparison, isnan, ...), e.g. `x > 0` rather than `x`"
         )
-    key = f"{structure_key(expr)}-{dtype.str}"
+    key = f"{structure_key(expr)}-{dtype_tag(dtype)}"
     return TypedPredicate(expr, dtype, types, key, tuple(param_dtypes(expr, types)))
+
+
+def _describe_dtype(dtype: Any) -> str:
+    if isinstance(dtype, tuple):
+        return "(" + ", ".join(f"{name}: {dt}" for name, dt in dtype) + ")"
+    return str(dtype)
 
 
 @dataclass(frozen=True, eq=False)
@@ -100,6 +118,9 @@ class Predicate:
     func: Callable[[Any], Any] | None
     source: str
     reason: str | None = None
+    # A record predicate (dask_compact.compact_records): the fields it reads, sorted. Empty
+    # for a predicate of one array (the variable `x`).
+    fields: tuple[str, ...] = ()
     # What backends derive from this predicate per dtype (its typing, a CuPy launch plan):
     # kept on the object, which repeated calls get back from as_predicate's caches. Not
     # pickled: a worker derives its own.
@@ -163,10 +184,11 @@ class Predicate:
             )
 
     def typed(self, dtype: Any) -> TypedPredicate:
-        """Type the fused tree for ``dtype``; TypeError if NumPy would refuse or not give bools."""
+        """Type the fused tree for ``dtype`` (a record's predicate: a mapping field -> dtype, or
+        its sorted pairs); TypeError if NumPy would refuse or not give bools."""
         if self.expr is None:
             raise ValueError("a mask-path predicate has no expression to type")
-        dtype = np.dtype(dtype)
+        dtype = field_dtypes(dtype) if isinstance(dtype, (dict, tuple)) else np.dtype(dtype)
         tp = self.memo.get(("typed", dtype))
         if tp is None:
             tp = self.memo[("typed", dtype)] = _typed(self.expr, dtype, self.source)
@@ -187,7 +209,10 @@ class Predicate:
         try:
             tp.bind(self.params)
         except ParamOverflow as e:
-            one = np.zeros(1, dtype=tp.dtype)
+            one: Any = (
+                {name: np.zeros(1, dt) for name, dt in tp.dtype}
+                if isinstance(tp.dtype, tuple) else np.zeros(1, dtype=tp.dtype)
+            )
             try:
                 with np.errstate(all="ignore"), warnings.catch_warnings():
                     warnings.simplefilter("ignore", RuntimeWarning)

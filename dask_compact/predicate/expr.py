@@ -24,6 +24,9 @@ import numpy as np
 __all__ = [
     "Node",
     "Var",
+    "FieldDtypes",
+    "var_dtype",
+    "variables",
     "Param",
     "Call",
     "Typed",
@@ -81,9 +84,37 @@ class Node:
     __slots__ = ()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Var(Node):
-    """The array element the predicate is evaluated on."""
+    """The array element the predicate is evaluated on: ``x`` for one array, or one field of a
+    record (``Var("energy")``) for :func:`dask_compact.compact_records`."""
+
+    name: str = "x"
+
+    def __repr__(self) -> str:
+        # `Var()` for the one-array variable, as before fields existed: structure keys (and so
+        # compiled-kernel and loop caches) of one-array predicates do not change.
+        return "Var()" if self.name == "x" else f"Var({self.name!r})"
+
+
+# The dtype argument of typing: one dtype (one array), or the dtypes of a record's fields as
+# sorted (name, dtype) pairs (hashable, so typed trees are cached per field dtypes too).
+FieldDtypes = tuple[tuple[str, np.dtype], ...]
+
+
+def var_dtype(node: Var, dtype: Any) -> np.dtype:
+    """The dtype of a variable: ``dtype`` itself, or its field's entry in a FieldDtypes."""
+    if isinstance(dtype, tuple):
+        for name, dt in dtype:
+            if name == node.name:
+                return dt
+        raise KeyError(f"no dtype for the field {node.name!r}")
+    return dtype
+
+
+def variables(node: Node) -> tuple[str, ...]:
+    """The names of the variables a tree reads, sorted."""
+    return tuple(sorted({n.name for n in walk(node) if isinstance(n, Var)}))
 
 
 @dataclass(frozen=True)
@@ -164,13 +195,13 @@ def _scalar(kind: str, value: Any) -> Any:
 
 
 def evaluate(node: Node, x: Any, params: tuple, xp: Any = np) -> Any:
-    """Evaluate the tree on array ``x`` with the array module ``xp`` (numpy or cupy).
+    """Evaluate the tree on array ``x`` (or a dict of field arrays) with ``xp`` (numpy or cupy).
 
     This is the reference semantics every compiled path must match, and the fallback for
     dtypes a compiled path does not handle.
     """
     if isinstance(node, Var):
-        return x
+        return x[node.name] if isinstance(x, dict) else x
     if isinstance(node, Param):
         return _scalar(node.kind, params[node.index])
     assert isinstance(node, Call)
@@ -187,7 +218,7 @@ def evaluate(node: Node, x: Any, params: tuple, xp: Any = np) -> Any:
 def _operand_type(node: Node, types: dict[Node, Typed], dtype: np.dtype) -> Any:
     """What ``resolve_dtypes`` takes for an operand: a dtype, or a weak Python type."""
     if isinstance(node, Var):
-        return dtype
+        return var_dtype(node, dtype)
     if isinstance(node, Param):
         return _WEAK_TYPES.get(node.kind) or np.dtype(node.kind)
     return types[node].out
@@ -200,13 +231,15 @@ def _strong(t: Any) -> np.dtype:
     return np.result_type(t(0))
 
 
-def infer_types(root: Node, dtype: np.dtype | str) -> dict[Node, Typed]:
-    """Type every call of the tree for input dtype ``dtype``, exactly as NumPy would.
+def infer_types(root: Node, dtype: Any) -> dict[Node, Typed]:
+    """Type every call of the tree for input dtype ``dtype`` (or the FieldDtypes of a record),
+    exactly as NumPy would.
 
     Raises TypeError (with the function and dtypes named) where NumPy has no loop, e.g.
     ``bitwise_and`` on floats.
     """
-    dtype = np.dtype(dtype)
+    if not isinstance(dtype, tuple):
+        dtype = np.dtype(dtype)
     types: dict[Node, Typed] = {}
     for node in walk(root):
         if not isinstance(node, Call) or node in types:
@@ -238,10 +271,10 @@ def infer_types(root: Node, dtype: np.dtype | str) -> dict[Node, Typed]:
     return types
 
 
-def result_dtype(root: Node, types: dict[Node, Typed], dtype: np.dtype | str) -> np.dtype:
+def result_dtype(root: Node, types: dict[Node, Typed], dtype: Any) -> np.dtype:
     """The dtype of the whole predicate's value (must be bool for a usable predicate)."""
     if isinstance(root, Var):
-        return np.dtype(dtype)
+        return np.dtype(var_dtype(root, dtype))
     if isinstance(root, Param):
         return _strong(_WEAK_TYPES.get(root.kind) or np.dtype(root.kind))
     return types[root].out
@@ -304,7 +337,7 @@ def shorten(text: str, limit: int = 80) -> str:
 def to_source(node: Node) -> str:
     """A readable NumPy-like rendering of the tree, with parameters as ``p0, p1, ...``."""
     if isinstance(node, Var):
-        return "x"
+        return node.name
     if isinstance(node, Param):
         return f"p{node.index}"
     assert isinstance(node, Call)

@@ -81,8 +81,9 @@ def _refuse(text: str, what: str, hint: str = "") -> ValueError:
     return ValueError(f"predicate expression {shown!r}: {what} is not allowed{hint}")
 
 
-def _check(text: str, tree: ast.AST) -> None:
-    """Reject every node outside the whitelist before anything is computed."""
+def _check(text: str, tree: ast.AST, names: tuple[str, ...] = (_VARIABLE,)) -> None:
+    """Reject every node outside the whitelist before anything is computed. ``names``: the
+    variables (``x``, or a record's field names)."""
     stack: list[tuple[ast.AST, int]] = [(tree, 0)]
     while stack:
         node, depth = stack.pop()
@@ -92,11 +93,15 @@ def _check(text: str, tree: ast.AST) -> None:
             what = _NAMES_OF_NODES.get(type(node), f"{type(node).__name__} syntax")
             raise _refuse(text, what)
         if isinstance(node, ast.Name):
-            if node.id != _VARIABLE and node.id not in CONSTANTS:
+            if node.id not in names and node.id not in CONSTANTS:
+                which = (
+                    "the variable is `x`" if names == (_VARIABLE,)
+                    else f"the fields are {', '.join(names)}"
+                )
                 raise _refuse(
                     text,
                     f"the name {node.id!r}",
-                    f" (the variable is `x`; constants: {', '.join(CONSTANTS)}; functions are "
+                    f" ({which}; constants: {', '.join(CONSTANTS)}; functions are "
                     "called by bare name, e.g. `isnan(x)`)",
                 )
         elif isinstance(node, ast.Constant):
@@ -152,14 +157,16 @@ class _Interpreter:
         self.tree = tree
         self.refused: ValueError | None = None  # kept even if the tracer swallows it
 
-    def __call__(self, x: Sym) -> Any:
-        self.x = x
+    def __call__(self, x: Sym | None = None, **fields: Sym) -> Any:
+        # one variable `x`, or a record's fields by name (which shadow the constants' names)
+        self.vars = fields if x is None else {_VARIABLE: x}
         with np.errstate(all="ignore"):
             return self.eval(self.tree.body)
 
     def eval(self, node: ast.AST) -> Any:
         if isinstance(node, ast.Name):
-            return self.x if node.id == _VARIABLE else CONSTANTS[node.id]
+            hit = self.vars.get(node.id)
+            return hit if hit is not None else CONSTANTS[node.id]
         if isinstance(node, ast.Constant):
             return node.value
         if isinstance(node, ast.UnaryOp):
@@ -189,8 +196,9 @@ class _Interpreter:
         raise _refuse(self.text, type(node).__name__)  # _check let nothing else by
 
 
-def parse(text: str) -> Predicate:
-    """Parse a predicate string in ``x`` into a fused :class:`Predicate`.
+def parse(text: str, names: tuple[str, ...] | None = None) -> Predicate:
+    """Parse a predicate string in ``x`` (or in the record fields ``names``) into a fused
+    :class:`Predicate`.
 
     Raises ValueError naming what is not allowed, for anything outside the whitelist, for
     operations that are not elementwise, and for constants that cannot be computed.
@@ -209,11 +217,11 @@ def parse(text: str) -> Predicate:
         raise ValueError(f"predicate expression {text!r} is not valid syntax: {e.msg}") from None
     except (RecursionError, MemoryError):
         raise _refuse(text, "nesting this deep") from None
-    _check(text, tree)
+    _check(text, tree, (_VARIABLE,) if names is None else names)
     tracer = Tracer()
     try:
         interpreter = _Interpreter(text, tree)
-        node, reason = run_traced(interpreter, tracer)
+        node, reason = run_traced(interpreter, tracer, names)
     except NotElementwise:
         raise
     except RecursionError:

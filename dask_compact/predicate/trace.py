@@ -497,14 +497,19 @@ def _describe_code(code: Any, is_lambda: bool) -> str | None:
     return None
 
 
-def run_traced(fn: Callable[[Sym], Any], tracer: Tracer) -> tuple[Node | None, str | None]:
-    """Run ``fn`` on the symbolic variable: (tree, None), or (None, reason) for the mask path.
+def run_traced(
+    fn: Callable[..., Any], tracer: Tracer, names: tuple[str, ...] | None = None
+) -> tuple[Node | None, str | None]:
+    """Run ``fn`` on the symbolic variable (or, given ``names``, on one symbolic variable per
+    field, passed by keyword): (tree, None), or (None, reason) for the mask path.
 
     Raises :class:`NotElementwise` if anything refused the trace, even if ``fn`` caught it.
     """
-    x = Sym(Var(), tracer)
     try:
-        out = fn(x)
+        if names is None:
+            out = fn(Sym(Var(), tracer))
+        else:
+            out = fn(**{name: Sym(Var(name), tracer) for name in names})
     except NotElementwise:
         raise
     except Untraceable:
@@ -532,15 +537,18 @@ def run_traced(fn: Callable[[Sym], Any], tracer: Tracer) -> tuple[Node | None, s
         raise
 
 
-def trace(func: Callable[[Any], Any]) -> Predicate:
+def trace(func: Callable[..., Any], names: tuple[str, ...] | None = None) -> Predicate:
     """Trace ``func`` into a fused :class:`Predicate`, or a mask-path one saying why not.
+
+    ``names``: the record fields ``func`` takes by keyword (see :mod:`.fields`); None for the
+    one-array predicate ``func(x)``.
 
     Raises :class:`NotElementwise` (a ValueError) for reductions and other operations that
     would make the result depend on how the array is chunked.
     """
     source = _describe(func)
     tracer = Tracer()
-    node, reason = run_traced(func, tracer)
+    node, reason = run_traced(func, tracer, names)
     if node is None:
         return Predicate(expr=None, params=(), func=func, source=source, reason=reason)
     return Predicate(expr=node, params=tuple(tracer.params), func=func, source=source)

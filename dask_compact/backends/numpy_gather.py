@@ -1,0 +1,116 @@
+"""Gathers of the rows a bitmask selects (one bit per row, 64 rows per word), compiled once
+per row layout and shared by every predicate: a record's fields are copied by these after the
+predicate pass (:mod:`..codegen.numba_records`) has counted and written the bits.
+
+Rows are moved as unsigned integers of the widest width that divides the row (a float32 field
+is a uint32 column, a float32 ``(n, 3)`` field three uint32 columns, a complex128 one two
+uint64 columns): a copy of bits, whatever the dtype, so six compiled gathers serve every field.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+from numba.cpython.unsafe.numbers import trailing_zeros
+
+__all__ = ["as_rows", "gather_rows", "gather_indices"]
+
+# Below this many selected rows in a word of 64, visiting the set bits beats writing every row.
+_SPARSE = 24
+_UNITS = {8: np.uint64, 4: np.uint32, 2: np.uint16, 1: np.uint8}
+
+
+def as_rows(a: np.ndarray) -> np.ndarray:
+    """``a`` (C-contiguous, any dtype, rows along axis 0) as a 2-D unsigned-integer view
+    (rows, units): the same bytes, in the widest unit that divides the row."""
+    a = np.ascontiguousarray(a)
+    n = a.shape[0]
+    row = a.dtype.itemsize * (int(np.prod(a.shape[1:])) if a.ndim > 1 else 1)
+    unit = next(u for u in _UNITS if row % u == 0) if row else 1
+    flat = a.reshape(n, -1) if a.ndim != 1 else a.reshape(n, 1)
+    if row == 0:
+        return np.empty((n, 0), np.uint8)
+    return flat.view(np.uint8).reshape(n, row).view(_UNITS[unit])
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
+def _popcount(w):  # pragma: no cover - compiled
+    w = w - ((w >> np.uint64(1)) & np.uint64(0x5555555555555555))
+    w = (w & np.uint64(0x3333333333333333)) + ((w >> np.uint64(2)) & np.uint64(0x3333333333333333))
+    w = (w + (w >> np.uint64(4))) & np.uint64(0x0F0F0F0F0F0F0F0F)
+    return np.int64((w * np.uint64(0x0101010101010101)) >> np.uint64(56))
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
+def _gather1(bits, n, src, dst):  # pragma: no cover - compiled
+    k = 0
+    cap = dst.shape[0]
+    for w in range(bits.shape[0]):
+        word = bits[w]
+        if word == 0:
+            continue
+        s = w * 64
+        c = _popcount(word)
+        if c == 64:
+            dst[k : k + 64] = src[s : s + 64]
+        elif c < _SPARSE or k + 64 > cap:
+            # few rows (or the last ones): visit only the set bits
+            r = k
+            while word:
+                dst[r] = src[s + trailing_zeros(word)]
+                word &= word - np.uint64(1)
+                r += 1
+        else:
+            # many rows: every row written and kept by advancing r, no branch to mispredict
+            # (the capacity test above makes the writes past the last kept row safe)
+            r = k
+            m = min(64, n - s)
+            for j in range(m):
+                dst[r] = src[s + j]
+                r += np.int64((word >> np.uint64(j)) & np.uint64(1))
+        k += c
+    return k
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
+def _gather2(bits, n, src, dst):  # pragma: no cover - compiled
+    # rows of several units: visit the set bits, copy each row
+    k = 0
+    width = src.shape[1]
+    for w in range(bits.shape[0]):
+        word = bits[w]
+        while word:
+            row = w * 64 + trailing_zeros(word)
+            for c in range(width):
+                dst[k, c] = src[row, c]
+            word &= word - np.uint64(1)
+            k += 1
+    return k
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
+def _indices(bits, n, base, dst):  # pragma: no cover - compiled
+    k = 0
+    for w in range(bits.shape[0]):
+        word = bits[w]
+        s = base + w * 64
+        while word:
+            dst[k] = s + trailing_zeros(word)
+            word &= word - np.uint64(1)
+            k += 1
+    return k
+
+
+def gather_rows(bits: np.ndarray, n: int, src: np.ndarray, dst: np.ndarray) -> int:
+    """Copy the selected rows of ``src`` into ``dst`` (both from :func:`as_rows`, ``dst`` of
+    exactly the selected count); returns the count copied."""
+    if src.shape[1] == 1:
+        return int(_gather1(bits, n, src.reshape(-1), dst.reshape(-1)))
+    if src.shape[1] == 0:
+        return dst.shape[0]
+    return int(_gather2(bits, n, src, dst))
+
+
+def gather_indices(bits: np.ndarray, n: int, base: int, dst: np.ndarray) -> int:
+    """The global int64 index (``base`` + row) of every selected row into ``dst``."""
+    return int(_indices(bits, n, np.int64(base), dst))

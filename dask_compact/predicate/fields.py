@@ -1,0 +1,154 @@
+"""Predicates over the fields of a record (:func:`dask_compact.compact_records`).
+
+The same tracer and parser as one-array predicates, with one variable per field: a string
+names the fields (``"(energy > 5) & (abs(eta) < 2.5)"``), a callable takes them by parameter
+name (``lambda energy, eta: ...``, called with one symbolic array per field). The tree's
+variables are ``Var(name)``; typing takes the fields' dtypes (sorted ``(name, dtype)`` pairs),
+so one compiled loop or kernel serves every call with the same predicate and field dtypes.
+
+Only the fields a predicate reads are evaluated; the others are gathered. A callable the
+tracer cannot record takes the mask path: it is called per chunk with the fields it names,
+and its result is checked as a one-array mask is (one boolean per row, slices agree).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+from .core import NotElementwise, Predicate, array_module, check_mask
+from .expr import variables
+from .memo import trace_key
+
+__all__ = ["record_predicate", "record_mask", "callable_fields"]
+
+
+@functools.lru_cache(maxsize=256)
+def _parsed(text: str, names: tuple[str, ...]) -> Predicate:
+    from .parse import parse
+
+    p = parse(text, names)
+    return _with_fields(p, variables(p.expr) if p.expr is not None else ())
+
+
+def _with_fields(p: Predicate, fields: tuple[str, ...]) -> Predicate:
+    return Predicate(
+        expr=p.expr, params=p.params, func=p.func, source=p.source, reason=p.reason,
+        fields=tuple(sorted(fields)),
+    )  # fmt: skip
+
+
+def callable_fields(func: Callable[..., Any], names: tuple[str, ...]) -> tuple[str, ...]:
+    """The fields ``func`` takes, by its parameter names; ValueError for a parameter that is
+    not a field and has no default, or a function that takes no field at all."""
+    try:
+        sig = inspect.signature(func)
+    except (TypeError, ValueError):
+        raise TypeError(
+            f"the record predicate {func!r} has no signature to read field names from; "
+            "use a function whose parameters are field names, or a string expression"
+        ) from None
+    taken: list[str] = []
+    for prm in sig.parameters.values():
+        if prm.kind is inspect.Parameter.VAR_KEYWORD:
+            taken = list(names)
+            break
+        if prm.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.POSITIONAL_ONLY):
+            raise ValueError(
+                f"the record predicate takes *{prm.name}" if prm.kind is prm.VAR_POSITIONAL
+                else f"the record predicate's parameter {prm.name!r} is positional-only"
+                "; fields are passed by name (lambda energy, eta: ...)"
+            )
+        if prm.name in names:
+            taken.append(prm.name)
+        elif prm.default is inspect.Parameter.empty:
+            raise ValueError(
+                f"the record predicate takes {prm.name!r}, which is not a field "
+                f"(fields: {', '.join(names)})"
+            )
+    if not taken:
+        raise ValueError(
+            f"the record predicate takes none of the fields ({', '.join(names)}); name the "
+            "fields it reads as its parameters, e.g. lambda energy, eta: (energy > 5)"
+        )
+    return tuple(sorted(set(taken)))
+
+
+_traced: dict[tuple, Predicate] = {}
+
+
+def record_predicate(pred: Any, names: tuple[str, ...]) -> Predicate:
+    """The Predicate of ``pred`` (string, callable or Predicate) over the fields ``names``."""
+    names = tuple(names)
+    if isinstance(pred, Predicate):
+        if pred.expr is not None:
+            fields = variables(pred.expr)
+        else:
+            fields = pred.fields
+        missing = [f for f in fields if f not in names]
+        if missing:
+            raise ValueError(
+                f"the predicate reads {', '.join(missing)}, which "
+                f"{'is not a field' if len(missing) == 1 else 'are not fields'} "
+                f"(fields: {', '.join(names)})"
+            )
+        return pred if pred.fields == fields else _with_fields(pred, fields)
+    if isinstance(pred, str):
+        return _parsed(pred, names)
+    if not callable(pred):
+        raise TypeError(
+            "pred must be a string over the field names or a callable taking fields by name, "
+            f"not {type(pred).__name__}"
+        )
+    fields = callable_fields(pred, names)
+    key = trace_key(pred)
+    memo_key = None if key is None else (key, fields)
+    hit = None if memo_key is None else _traced.get(memo_key)
+    if hit is not None:
+        if hit.expr is not None:
+            return hit
+        return Predicate(
+            expr=None, params=(), func=pred, source=hit.source, reason=hit.reason,
+            fields=hit.fields,
+        )  # fmt: skip
+    from .trace import trace
+
+    p = trace(pred, fields)
+    p = _with_fields(p, variables(p.expr) if p.expr is not None else fields)
+    if memo_key is not None:
+        if len(_traced) >= 256:
+            _traced.clear()
+        _traced[memo_key] = p
+    return p
+
+
+def record_mask(p: Predicate, fields: dict[str, Any], n: int, xp: Any = None) -> Any:
+    """The boolean mask (``n`` rows) of a record predicate over in-memory fields.
+
+    The mask path's callable is checked as a one-array one is: one boolean per row, and the
+    same values for the first and last rows (at most 32) computed alone as within the chunk.
+    """
+    read = {name: fields[name] for name in p.fields}
+    if xp is None:
+        xp = array_module(next(iter(fields.values())))
+    like = xp.empty(n, dtype=bool)
+    if p.expr is not None:
+        from .expr import evaluate
+
+        return check_mask(evaluate(p.expr, read, p.params, xp), like, p.source, xp)
+    func: Any = p.func  # a record predicate's callable takes the fields by keyword
+    assert func is not None
+    m = check_mask(func(**read), like, p.source, xp)
+    if n >= 2:
+        k = min(32, n // 2)
+        for sl in (slice(0, k), slice(n - k, n)):
+            part = check_mask(func(**{f: v[sl] for f, v in read.items()}), like[sl], p.source, xp)
+            if not bool(xp.array_equal(part, m[sl])):
+                raise NotElementwise(
+                    f"predicate {p.source} is not elementwise: it gives a slice of a chunk "
+                    "other values than the same rows in the whole chunk, so it depends on how "
+                    "the fields are chunked; use elementwise operations only"
+                )
+    return m

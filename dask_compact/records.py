@@ -1,0 +1,118 @@
+"""The public call for records: :func:`compact_records`, several aligned arrays (the fields
+of a record: rays, particles, events) compacted by one predicate, on dask arrays or in memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from .records_check import INDICES, check_record_predicate, checked_fields
+
+__all__ = ["compact_records"]
+
+
+def compact_records(
+    fields: Mapping[str, Any],
+    pred: Any,
+    *,
+    indices: bool = False,
+    lazy: bool = False,
+    stable: bool = True,
+    chunks: None | int | str = None,
+) -> dict[str, Any]:
+    """Select the rows of several aligned arrays where one predicate over some of them holds.
+
+    One pass per chunk: the predicate is evaluated on the fields it reads, and every field's
+    selected rows are written out; fields the predicate does not read are only gathered. On
+    dask arrays the result is a dict of dask arrays with identical, **known** chunk sizes
+    (like :func:`dask_compact.map_compact`: each chunk is compacted where it lives, only the
+    counts come back); on NumPy or CuPy arrays it is a dict of arrays of that type.
+
+    Parameters
+    ----------
+    fields : mapping of str -> array
+        The record's fields: dask arrays, or all NumPy, or all CuPy arrays (one device), with
+        the same number of rows (axis 0). Fields may have trailing axes (positions of shape
+        ``(n, 3)``) and any non-object dtype; the fields the predicate reads are 1-D of a
+        dtype :func:`map_compact` supports. Dask fields must have known chunk sizes; their
+        rows are aligned by rechunking every field along axis 0 to the chunks of the first
+        field (in the mapping's order) the predicate reads, and trailing axes to one chunk.
+    pred : str or callable
+        A string over the field names, ``"(energy > 5) & (abs(eta) < 2.5)"`` (the same safe
+        parser as map_compact's strings, with the field names as the variables), or a callable
+        taking the fields it reads by name, ``lambda energy, eta: (energy > 5) & (abs(eta) <
+        2.5)``, traced once and compiled (or, if it cannot be traced, evaluated per chunk).
+    indices : bool
+        Also return the selected rows' global int64 indices under ``"indices"``.
+    lazy : bool
+        Dask fields only: compute nothing now; the result's chunk sizes are unknown (nan).
+    stable : bool
+        Keep the row order (the CPU always does; so does the GPU, whose record kernel knows
+        every tile's place before it writes, so ``False`` gains nothing there and is accepted).
+    chunks : int or "auto", optional
+        Dask fields only: rebalance every result field into uniform chunks of this many rows.
+
+    Returns
+    -------
+    dict
+        name -> the field's selected rows, in the mapping's order, plus ``"indices"``.
+
+    Raises
+    ------
+    TypeError
+        ``fields`` is not a mapping of arrays, mixes dask and in-memory arrays or NumPy and
+        CuPy, a field has an object dtype, the predicate reads a field of an unsupported dtype
+        or does not give booleans.
+    ValueError
+        No fields, rows of different lengths, unknown chunk sizes, a predicate naming a field
+        that does not exist, reading a field with trailing axes, or not elementwise;
+        ``lazy``/``chunks`` with in-memory fields.
+
+    Examples
+    --------
+    >>> import numpy as np, dask.array as da
+    >>> import dask_compact
+    >>> energy = da.from_array(np.array([1.0, 7.0, 9.0, 3.0, 6.0]), chunks=2)
+    >>> eta = da.from_array(np.array([0.1, 3.0, -1.0, 0.0, 2.0]), chunks=2)
+    >>> run = da.arange(5, chunks=2)
+    >>> out = dask_compact.compact_records(
+    ...     {"energy": energy, "eta": eta, "run": run}, "(energy > 5) & (abs(eta) < 2.5)")
+    >>> out["energy"].chunks
+    ((0, 1, 1),)
+    >>> out["run"].compute()
+    array([2, 4])
+    >>> pos = np.arange(12.0).reshape(4, 3)
+    >>> r = dask_compact.compact_records(
+    ...     {"mass": np.array([1, 9, 9, 1]), "pos": pos}, lambda mass: mass > 5, indices=True)
+    >>> r["pos"], r["indices"]
+    (array([[3., 4., 5.],
+           [6., 7., 8.]]), array([1, 2]))
+    """
+    fs, on_dask = checked_fields(fields, bool(indices))
+    if not on_dask and (lazy or chunks is not None):
+        raise ValueError(
+            "lazy= and chunks= apply to dask fields; in-memory fields are compacted at once"
+        )
+    p = check_record_predicate(pred, fs)
+    if on_dask:
+        from .records_graph import build_records
+
+        return build_records(fs, p, bool(indices), bool(lazy), bool(stable), chunks)
+    return compact_records_in_memory(fs, p, bool(indices), bool(stable))
+
+
+def compact_records_in_memory(
+    fields: dict[str, Any], p: Any, indices: bool, stable: bool, index_base: int = 0
+) -> dict[str, Any]:
+    """The in-memory call: the backend of the fields' array type (dispatch.compact_records),
+    using the machine's cores on the CPU."""
+    import os
+
+    from .dispatch import compact_records as backend
+
+    first = next(iter(fields.values()))
+    threads = min(4, os.cpu_count() or 1)
+    out = backend(first, fields, p, indices, stable, index_base, threads)
+    assert not indices or INDICES in out
+    return out

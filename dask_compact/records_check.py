@@ -1,0 +1,139 @@
+"""Argument checks of :func:`dask_compact.compact_records`: the fields, their alignment, and
+the predicate over them, all before anything runs (docs/design.md, Records)."""
+
+from __future__ import annotations
+
+import logging
+import math
+import warnings
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from .predicate.core import NotElementwise, Predicate
+from .predicate.fields import record_mask, record_predicate
+from .validate import _module_of, check_chunk_type, check_dtype, native
+
+__all__ = ["checked_fields", "check_record_predicate", "INDICES"]
+
+logger = logging.getLogger("dask_compact")
+
+INDICES = "indices"  # the key of the global row indices in the result
+
+
+def _is_dask(a: Any) -> bool:
+    return type(a).__module__.split(".")[0] == "dask" and hasattr(a, "chunks")
+
+
+def checked_fields(fields: Any, indices: bool) -> tuple[dict[str, Any], bool]:
+    """The fields as a dict (mapping order kept) and whether they are dask arrays.
+
+    TypeError: not a mapping, names that are not strings, values that are not arrays, dask
+    arrays mixed with in-memory ones, NumPy with CuPy, object dtypes, masked arrays.
+    ValueError: no fields, 0-d fields, rows (axis 0) of different lengths, a field named
+    ``indices`` when indices are asked for.
+    """
+    if not isinstance(fields, Mapping):
+        raise TypeError(
+            "fields must be a mapping of name -> array (e.g. a dict), not "
+            f"{type(fields).__name__}"
+        )
+    out = dict(fields)
+    if not out:
+        raise ValueError("compact_records needs at least one field")
+    for name in out:
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"field names must be non-empty strings, not {name!r}")
+    if indices and INDICES in out:
+        raise ValueError(
+            f"a field is named {INDICES!r}, the key the row indices are returned under; "
+            "rename the field or pass indices=False"
+        )
+    kinds = {_is_dask(a) for a in out.values()}
+    if len(kinds) > 1:
+        raise TypeError(
+            "fields mix dask arrays and in-memory arrays; wrap the in-memory ones with "
+            "dask.array.from_array(...) (or compute the dask ones)"
+        )
+    lazy = kinds.pop()
+    modules = set()
+    for name, a in out.items():
+        if not hasattr(a, "dtype") or not hasattr(a, "shape"):
+            raise TypeError(f"field {name!r} is a {type(a).__name__}, not an array")
+        like = a._meta if lazy else a
+        check_chunk_type(like, f"compact_records (field {name!r})")
+        modules.add(_module_of(like))
+        if a.dtype.hasobject:
+            raise TypeError(f"field {name!r} has dtype {a.dtype}: objects cannot be compacted")
+        if a.ndim == 0:
+            raise ValueError(f"field {name!r} is 0-d; every field has rows along axis 0")
+    if len(modules) > 1:
+        raise TypeError(
+            "fields mix NumPy and CuPy arrays (or chunks); use one array type for a record"
+        )
+    lengths = {name: a.shape[0] for name, a in out.items()}
+    known = [v for v in lengths.values() if not (isinstance(v, float) and math.isnan(v))]
+    if lazy and len(known) < len(lengths):
+        unknown = [k for k, v in lengths.items() if isinstance(v, float) and math.isnan(v)]
+        raise ValueError(
+            f"field(s) {', '.join(unknown)} have unknown chunk sizes; call "
+            "compute_chunk_sizes() on them first (the fields' rows must be checked to align)"
+        )
+    if len(set(lengths.values())) > 1:
+        listed = ", ".join(f"{k}: {v}" for k, v in lengths.items())
+        raise ValueError(f"fields must have the same number of rows (axis 0); got {listed}")
+    if not lazy and len(modules) == 1 and modules.pop() == "cupy":
+        devices = {a.device.id for a in out.values()}
+        if len(devices) > 1:
+            raise ValueError(f"fields are on several devices ({sorted(devices)}); use one")
+    return out, lazy
+
+
+def check_record_predicate(pred: Any, fields: dict[str, Any]) -> Predicate:
+    """The record predicate over ``fields``, checked: it reads 1-D fields of supported dtypes,
+    NumPy types it to booleans with its constants, and a mask-path callable is elementwise
+    (tried on 64 rows of a ramp, as map_compact tries a one-array callable)."""
+    p = record_predicate(pred, tuple(fields))
+    for name in p.fields:
+        a = fields[name]
+        if a.ndim != 1:
+            raise ValueError(
+                f"the predicate reads {name!r}, of shape {a.shape}: a field the predicate "
+                "reads must be 1-D (one value per row); pass a column as its own field, e.g. "
+                f"fields['{name}_0'] = {name}[:, 0]"
+            )
+        try:
+            check_dtype(a.dtype)
+        except TypeError as e:
+            raise TypeError(f"the predicate reads {name!r}: {e}") from None
+    dtypes = {name: native(fields[name].dtype) for name in p.fields}
+    if p.expr is not None:
+        p.check(dtypes)
+        return p
+    empty = {name: np.empty(0, dt) for name, dt in dtypes.items()}
+    try:
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # the mean of an empty chunk...
+            record_mask(p, empty, 0, np)
+    except Exception as e:
+        e.add_note(f"dask_compact: the record predicate {p.source} failed on empty fields")
+        raise
+    sample = {name: _ramp(dt) for name, dt in dtypes.items()}
+    try:
+        with np.errstate(all="ignore"):
+            record_mask(p, sample, 64, np)
+    except NotElementwise:
+        raise
+    except Exception as e:  # noqa: BLE001 - it may fail on made-up values only; the chunks tell
+        logger.debug("record predicate %s failed on sample rows: %r", p.source, e)
+    return p
+
+
+def _ramp(dtype: np.dtype, n: int = 64) -> np.ndarray:
+    ramp = np.arange(n)
+    if dtype.kind == "b":
+        return ramp >= n // 2
+    if dtype.kind == "c":
+        return (ramp + 1j * ramp[::-1]).astype(dtype)
+    return ramp.astype(dtype)

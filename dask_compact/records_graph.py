@@ -1,0 +1,122 @@
+"""The three phases for records (:func:`dask_compact.compact_records` on dask arrays).
+
+The same phases as :mod:`.graph`, with a record in place of one array: phase 1 is one task per
+row chunk that compacts every field of that chunk (:func:`records_block`, a dict of arrays),
+and one cheap getitem task per field and chunk exposes each field's piece as a dask array
+chunk. Eager mode persists them and reads each chunk's count from the size its worker reported
+(:func:`.graph._held_counts`), so every field of the result has the same known chunks;
+nothing is recomputed. Lazy mode leaves the sizes unknown. Input chunk sizes are always known
+here (checked before), so global indices come out of the chunk tasks directly.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from typing import Any
+
+import dask
+import dask.array as da
+import numpy as np
+from dask.base import tokenize
+from dask.highlevelgraph import HighLevelGraph
+
+from .dispatch import compact_records as compact_records_chunk
+from .graph import _extend, _fetch_counts, _held_counts
+from .predicate.core import Predicate
+from .records_check import INDICES
+
+__all__ = ["build_records", "records_block", "aligned"]
+
+
+def records_block(
+    names: tuple[str, ...], blocks: list[Any], pred: Predicate, indices: bool, stable: bool,
+    index_base: int,
+) -> dict[str, Any]:  # fmt: skip
+    """Phase 1 for one row chunk of a record: every field's selected rows (+ indices)."""
+    fields = dict(zip(names, blocks))
+    rows = {name: b.shape[0] for name, b in fields.items()}
+    if len(set(rows.values())) > 1:  # aligned() makes this impossible; a guard all the same
+        raise ValueError(f"record chunk with rows of different lengths: {rows}")
+    return compact_records_chunk(blocks[0], fields, pred, indices, stable, index_base, 1)
+
+
+def aligned(fields: dict[str, da.Array], pred: Predicate) -> dict[str, da.Array]:
+    """Every field chunked like the first field the predicate reads (mapping order; the first
+    field if it reads none) along axis 0, and in one chunk along its trailing axes."""
+    lead = next((n for n in fields if n in pred.fields), next(iter(fields)))
+    rows = fields[lead].chunks[0]
+    out = {}
+    for name, a in fields.items():
+        want = (rows, *[(s,) for s in a.shape[1:]])
+        out[name] = a if a.chunks == want else a.rechunk(want)
+    return out
+
+
+def _meta(a: da.Array, shape_tail: tuple, dtype: Any) -> Any:
+    return np.empty_like(a._meta, shape=(0, *shape_tail), dtype=dtype)
+
+
+def _row_count(piece: Any) -> np.ndarray:
+    return np.array([[len(piece), 0]], dtype=np.int64)
+
+
+def build_records(
+    fields: dict[str, da.Array], pred: Predicate, indices: bool, lazy: bool, stable: bool,
+    out_chunks: Any,
+) -> dict[str, da.Array]:  # fmt: skip
+    from .api import _check_chunks
+
+    out_chunks = _check_chunks(out_chunks, lazy)
+    fields = aligned(fields, pred)
+    names = tuple(fields)
+    first = fields[names[0]]
+    rows = first.chunks[0]
+    nb = len(rows)
+    starts = np.concatenate([[0], np.cumsum(rows)[:-1]]).astype(np.int64) if nb else np.zeros(0)
+    token = tokenize("compact_records", [fields[n].name for n in names], names, pred, indices,
+                     stable)
+    p1 = f"compact-records-{token}"
+    layer: dict[Any, Any] = {}
+    for i in range(nb):
+        keys = [(fields[n].name, i, *([0] * (fields[n].ndim - 1))) for n in names]
+        layer[(p1, i)] = (records_block, names, keys, pred, indices, stable, int(starts[i]))
+    deps: list[Any] = list(fields.values())  # dask's typing does not count Array
+    graph = HighLevelGraph.from_collections(p1, layer, dependencies=deps)
+
+    outs = list(names) + ([INDICES] if indices else [])
+    arrays: dict[str, da.Array] = {}
+    for j, name in enumerate(outs):
+        src = fields.get(name)
+        tail = src.shape[1:] if src is not None else ()
+        dtype = src.dtype if src is not None else np.dtype(np.int64)
+        oname = f"compact-records-{j}-{token}"
+        zeros = (0,) * len(tail)
+        g = _extend(graph, oname, {(oname, i, *zeros): (operator.getitem, (p1, i), name)
+                                   for i in range(nb)}, {p1})
+        arrays[name] = da.Array(g, oname, chunks=((math.nan,) * nb, *[(s,) for s in tail]),
+                                meta=_meta(first, tail, dtype))
+    if lazy:
+        return arrays
+
+    persisted = dict(zip(outs, dask.persist(*[arrays[k] for k in outs])))
+    # counts: from a 1-D output's held sizes (a whole item per row), else count tasks
+    one_d = next((k for k in outs if persisted[k].ndim == 1), None)
+    rows_out = _held_counts(persisted[one_d]) if one_d is not None else None
+    if rows_out is None:
+        a = persisted[outs[0]]
+        cname = f"compact-records-count-{token}"
+        keys = [(a.name, i, *([0] * (a.ndim - 1))) for i in range(nb)]
+        cg = _extend(a.dask, cname, {(cname, i, 0): (_row_count, k) for i, k in enumerate(keys)},
+                     {a.name})
+        counts = da.Array(cg, cname, chunks=((1,) * nb, (2,)), dtype=np.int64)
+        rows_out = _fetch_counts(dask.persist(counts)[0])
+    sizes = tuple(int(c) for c in rows_out[:, 0])
+    result = {
+        k: da.Array(a.dask, a.name, chunks=(sizes, *a.chunks[1:]), meta=a._meta)
+        for k, a in persisted.items()
+    }
+    if out_chunks is not None:
+        rebalanced = dask.persist(*[result[k].rechunk({0: out_chunks}) for k in outs])
+        result = dict(zip(outs, rebalanced))
+    return result

@@ -1,0 +1,255 @@
+"""compact_records: several aligned arrays compacted by one predicate, against NumPy
+(``{k: v[mask] for k, v in fields.items()}``), in memory, under the threaded scheduler and on a
+LocalCluster of worker processes."""
+
+from __future__ import annotations
+
+import dask.array as da
+import numpy as np
+import pytest
+from conftest import random_array
+from distributed import Client, LocalCluster
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import dask_compact
+from dask_compact import compact_records
+from dask_compact.predicate.core import NotElementwise
+from dask_compact.validate import DTYPES
+
+SIZES = [0, 1, 31, 33, 64, 65, 1023, 1025, 4099]
+
+
+def reference(fields: dict, mask: np.ndarray, indices: bool = False) -> dict:
+    out = {k: np.asarray(v)[mask] for k, v in fields.items()}
+    if indices:
+        out["indices"] = np.flatnonzero(mask)
+    return out
+
+
+def assert_same(got: dict, want: dict) -> None:
+    assert list(got) == list(want)
+    for k in want:
+        g = got[k].compute() if isinstance(got[k], da.Array) else got[k]
+        assert g.dtype == want[k].dtype, k
+        assert g.shape == want[k].shape, k
+        np.testing.assert_array_equal(g, want[k], err_msg=k)
+
+
+def particles(n: int, seed: int = 0) -> dict:
+    rng = np.random.default_rng(seed)
+    return {
+        "mass": rng.random(n).astype(np.float32) * 10,
+        "r": rng.random(n),
+        "pos": rng.random((n, 3)).astype(np.float32),
+        "vel": rng.standard_normal((n, 3)),
+        "id": np.arange(n, dtype=np.int64) * 7,
+        "flag": rng.random(n) < 0.5,
+        "pixel": rng.integers(0, 2**16, size=(n, 2), dtype=np.uint16),
+    }
+
+
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("p", [0.0, 0.05, 0.5, 1.0])
+def test_in_memory_string_predicate(n, p):
+    f = particles(n, n)
+    mask = (f["mass"] > 10 * (1 - p) - (1e-3 if p == 1 else 0)) & (f["r"] < 2)
+    pred = f"(mass > {10 * (1 - p) - (1e-3 if p == 1 else 0)!r}) & (r < 2)"
+    got = compact_records(f, pred, indices=True)
+    assert_same(got, reference(f, mask, indices=True))
+    if p == 0.0:
+        assert all(len(v) == 0 for v in got.values())
+    if p == 1.0:
+        assert len(got["id"]) == n
+
+
+@pytest.mark.parametrize("n", [0, 1, 33, 1025, 4099])
+def test_in_memory_callable_over_two_fields(n):
+    f = particles(n, 1)
+    got = compact_records(f, lambda mass, r: (mass > 3) & (r < 0.5))
+    assert_same(got, reference(f, (f["mass"] > 3) & (f["r"] < 0.5)))
+
+
+def test_constant_and_bool_predicates():
+    f = particles(100, 2)
+    assert_same(compact_records(f, "True"), reference(f, np.ones(100, bool)))
+    assert_same(compact_records(f, "flag"), reference(f, f["flag"]))
+    assert_same(compact_records(f, lambda flag: ~flag), reference(f, ~f["flag"]))
+
+
+@pytest.mark.parametrize("pdt", DTYPES, ids=str)
+def test_every_dtype_pair(pdt):
+    """A predicate on each supported dtype, carrying a field of every supported dtype (and a
+    structured and a datetime one, which are only gathered)."""
+    rng = np.random.default_rng(3)
+    n = 1031
+    key = random_array(rng, n, pdt)
+    f = {"key": key}
+    for dt in DTYPES:
+        f[f"g_{dt.name}"] = random_array(rng, (n,), dt)
+    f["when"] = np.arange(n).astype("datetime64[s]")
+    f["rec"] = np.zeros(n, dtype=[("a", "i4"), ("b", "f8")])
+    f["rec"]["a"] = np.arange(n)
+    if pdt == np.dtype(bool):
+        pred, mask = "key", key
+    elif pdt.kind == "c":
+        pred, mask = "real(key) < 0.5", key.real < 0.5
+    else:
+        pred, mask = "key < 3", key < 3
+    assert 0 < mask.sum() < n
+    assert_same(compact_records(f, pred, indices=True), reference(f, mask, indices=True))
+
+
+def test_mask_path_callable_and_big_endian():
+    f = particles(500, 4)
+    f["be"] = f["r"].astype(">f8")
+    got = compact_records(f, lambda id, be: np.isin(id % 3, [0]) & (be < 0.7))
+    assert_same(got, reference(f, ((f["id"] % 3) == 0) & (f["r"] < 0.7)))
+    assert got["be"].dtype == np.dtype(">f8")
+    p = dask_compact.trace(lambda v: v > 0)  # a one-array predicate's repr is unchanged
+    assert repr(p) == "<Predicate fused: greater(x, p0) where p0=0>"
+
+
+def test_fused_and_numpy_fallbacks_agree():
+    f = particles(777, 5)
+    f["h"] = f["r"].astype(np.float16)
+    for pred, mask in [
+        ("h < 0.5", f["h"] < 0.5),  # float16: NumPy evaluates it
+        ("sin(r) < 0.5", np.sin(f["r"]) < 0.5),  # transcendental: NumPy evaluates it
+        ("id > 10**30", f["id"] > 10**30),  # constant beyond int64: NumPy's exact answer
+        ("(mass * 2 > r) | (id % 5 == 0)", (f["mass"] * 2 > f["r"]) | (f["id"] % 5 == 0)),
+    ]:
+        assert_same(compact_records(f, pred), reference(f, mask))
+
+
+def test_errors_before_anything_runs():
+    f = particles(10)
+    with pytest.raises(ValueError, match="same number of rows"):
+        compact_records({"a": np.zeros(3), "b": np.zeros(4)}, "a > 0")
+    with pytest.raises(ValueError, match="the name 'nope'"):
+        compact_records(f, "nope > 1")
+    with pytest.raises(ValueError, match="not a field"):
+        compact_records(f, lambda mass, nope: mass > 1)
+    with pytest.raises(ValueError, match="1-D"):
+        compact_records(f, "pos > 0")
+    with pytest.raises(NotElementwise):
+        compact_records(f, lambda mass: mass > mass.mean())
+    with pytest.raises(NotElementwise):
+        compact_records(f, lambda mass: np.asarray(mass) > np.asarray(mass).mean())
+    with pytest.raises(TypeError, match="booleans"):
+        compact_records(f, "mass + 1")
+    with pytest.raises(ValueError, match="named 'indices'"):
+        compact_records({"indices": np.arange(3)}, "indices > 0", indices=True)
+    with pytest.raises(TypeError, match="mix dask"):
+        compact_records({"a": np.arange(3), "b": da.arange(3, chunks=2)}, "a > 0")
+    with pytest.raises(TypeError, match="objects"):
+        compact_records({"a": np.arange(3), "o": np.array([1, "x", None], dtype=object)}, "a > 0")
+    with pytest.raises(TypeError, match="mapping"):
+        compact_records([np.arange(3)], "x > 0")
+    with pytest.raises(ValueError, match="at least one"):
+        compact_records({}, "True")
+    with pytest.raises(ValueError, match="lazy= and chunks="):
+        compact_records(f, "mass > 1", lazy=True)
+    with pytest.raises(TypeError, match="masked"):
+        compact_records({"a": np.ma.masked_array([1, 2])}, "a > 0")
+    with pytest.raises(ValueError, match="takes none of the fields"):
+        compact_records(f, lambda: True)
+    x = da.from_array(np.arange(10.0), chunks=5)
+    y = x[x > 3]
+    with pytest.raises(ValueError, match="unknown chunk sizes"):
+        compact_records({"y": y}, "y > 5")
+
+
+@pytest.mark.parametrize("lazy", [False, True])
+def test_dask_threaded_misaligned_chunks(lazy):
+    f = particles(3001, 6)
+    d = {
+        "mass": da.from_array(f["mass"], chunks=700),
+        "r": da.from_array(f["r"], chunks=1000),
+        "pos": da.from_array(f["pos"], chunks=(300, 2)),
+        "vel": da.from_array(f["vel"], chunks=(3001, 1)),
+        "id": da.from_array(f["id"], chunks=250),
+    }
+    out = compact_records(d, "(mass > 4) & (r < 0.6)", indices=True, lazy=lazy)
+    sub = {k: f[k] for k in d}
+    want = reference(sub, (f["mass"] > 4) & (f["r"] < 0.6), indices=True)
+    chunks = {v.chunks[0] for v in out.values()}
+    assert len(chunks) == 1  # identical chunks for every field
+    (c,) = chunks
+    assert len(c) == 5  # the predicate's first field's (mass) chunking
+    if lazy:
+        assert all(np.isnan(s) for s in c)
+    else:
+        assert sum(c) == len(want["id"])
+        assert out["pos"].chunks[1] == (3,)
+    assert_same(out, want)
+
+
+def test_dask_rebalanced_and_cupy_like_meta():
+    f = particles(2000, 7)
+    d = {k: da.from_array(v, chunks=(300,) + v.shape[1:]) for k, v in f.items()}
+    out = compact_records(d, lambda mass: mass < 5, chunks=256)
+    want = reference(f, f["mass"] < 5)
+    assert set(out["vel"].chunks[0][:-1]) == {256}
+    assert all(type(v._meta) is np.ndarray for v in out.values())
+    assert_same(out, want)
+
+
+_names = st.sampled_from(["a", "b", "c", "d"])
+_ops = st.sampled_from(["<", ">", "<=", ">=", "==", "!="])
+
+
+@st.composite
+def record_cases(draw):
+    n = draw(st.integers(0, 300))
+    names = draw(st.lists(_names, min_size=1, max_size=4, unique=True))
+    dtypes = {k: draw(st.sampled_from(["int8", "int32", "uint16", "float32", "float64"]))
+              for k in names}
+    rng = np.random.default_rng(draw(st.integers(0, 2**16)))
+    fields = {k: random_array(rng, (n,), dtypes[k]) for k in names}
+    terms = draw(st.lists(st.tuples(st.sampled_from(names), _ops, st.integers(-20, 20)),
+                          min_size=1, max_size=3))
+    joins = draw(st.lists(st.sampled_from(["&", "|"]), min_size=len(terms) - 1,
+                          max_size=len(terms) - 1))
+    text = f"({terms[0][0]} {terms[0][1]} {terms[0][2]})"
+    for j, (name, op, c) in zip(joins, terms[1:]):
+        text += f" {j} ({name} {op} {c})"
+    chunk = draw(st.integers(1, 128))
+    return fields, text, chunk
+
+
+@settings(max_examples=40, deadline=None)
+@given(record_cases())
+def test_property_against_numpy(case):
+    fields, text, chunk = case
+    n = len(next(iter(fields.values())))
+    oracle = eval(text, {"__builtins__": {}}, dict(fields))  # noqa: S307 - generated text
+    mask = np.broadcast_to(np.asarray(oracle), (n,))
+    want = reference(fields, mask, indices=True)
+    assert_same(compact_records(fields, text, indices=True), want)
+    d = {k: da.from_array(v, chunks=chunk) for k, v in fields.items()}
+    assert_same(compact_records(d, text, indices=True), want)
+
+
+# last: the cluster stays up (and is the default scheduler) until the module ends
+@pytest.fixture(scope="module")
+def client():
+    with (
+        LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                     dashboard_address=None, worker_dashboard_address=None) as cluster,
+        Client(cluster) as c,
+    ):  # fmt: skip
+        yield c
+
+
+def test_local_cluster_of_processes(client):
+    f = particles(20_011, 8)
+    d = {k: da.from_array(v, chunks=(1_500,) + v.shape[1:]) for k, v in f.items()}
+    out = compact_records(d, "(mass > 2) & (r > 0.3)", indices=True)
+    want = reference(f, (f["mass"] > 2) & (f["r"] > 0.3), indices=True)
+    assert all(not any(np.isnan(out[k].chunks[0])) for k in out)
+    assert_same(out, want)
+    # a mask-path callable and persisted input on the cluster
+    pd = {k: v.persist() for k, v in d.items()}
+    out = compact_records(pd, lambda id, flag: np.isin(id % 4, [1, 2]) & flag, chunks=4096)
+    assert_same(out, reference(f, np.isin(f["id"] % 4, [1, 2]) & f["flag"]))
