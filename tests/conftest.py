@@ -134,6 +134,16 @@ def random_array(rng: np.random.Generator, shape, dtype) -> np.ndarray:
     return (real + 1j * imag).astype(dtype)
 
 
+def key_predicate(key: np.ndarray) -> tuple[str, np.ndarray]:
+    """A record predicate string over the field ``key`` (random_array data of any dtype) that
+    selects some rows but not all, and its NumPy mask."""
+    if key.dtype == np.dtype(bool):
+        return "key", key
+    if key.dtype.kind == "c":
+        return "real(key) < 0.5", key.real < 0.5
+    return "key < 3", key < 3
+
+
 def threshold_predicate(a: np.ndarray, p: float):
     """A predicate selecting about a fraction p of `a` (exactly none at p=0, all at p=1)."""
     dtype = a.dtype

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dask.array as da
 import numpy as np
 import pytest
-from conftest import random_array
+from conftest import key_predicate, random_array
 from distributed import Client, LocalCluster
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -90,12 +90,7 @@ def test_every_dtype_pair(pdt):
     f["when"] = np.arange(n).astype("datetime64[s]")
     f["rec"] = np.zeros(n, dtype=[("a", "i4"), ("b", "f8")])
     f["rec"]["a"] = np.arange(n)
-    if pdt == np.dtype(bool):
-        pred, mask = "key", key
-    elif pdt.kind == "c":
-        pred, mask = "real(key) < 0.5", key.real < 0.5
-    else:
-        pred, mask = "key < 3", key < 3
+    pred, mask = key_predicate(key)
     assert 0 < mask.sum() < n
     assert_same(compact_records(f, pred, indices=True), reference(f, mask, indices=True))
 

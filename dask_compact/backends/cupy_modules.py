@@ -11,7 +11,7 @@ import numpy as np
 from ..cache import BoundedCache
 from ..codegen.cuda_functor import generate_functor
 from ..predicate.core import Predicate
-from .cupy_source import NVRTC_OPTIONS, ModuleSpec, module_source
+from .cupy_source import NVRTC_OPTIONS, ModuleSpec, RecordSpec
 
 __all__ = ["compiled", "typed_functor", "resident_blocks", "device_cc", "modules"]
 
@@ -19,17 +19,18 @@ __all__ = ["compiled", "typed_functor", "resident_blocks", "device_cc", "modules
 class _Compiled:
     """One RawModule and its kernels, on one device."""
 
-    def __init__(self, spec: ModuleSpec) -> None:
+    def __init__(self, spec: ModuleSpec | RecordSpec) -> None:
         import cupy
 
         self.spec = spec
         self.module = cupy.RawModule(
-            code=module_source(spec), options=NVRTC_OPTIONS, name_expressions=spec.all_names()
+            code=spec.source(), options=NVRTC_OPTIONS, name_expressions=spec.all_names()
         )
         self._kernels: dict[str, Any] = {}
 
     def kernels(self, output: str) -> dict[str, Any]:
         """role -> RawKernel for one output (shared-memory limit raised where needed)."""
+        assert isinstance(self.spec, ModuleSpec)
         out = {}
         for role, expr in self.spec.names(output).items():
             k = self._kernels.get(expr)
@@ -48,7 +49,7 @@ class _Compiled:
 modules: BoundedCache[tuple, _Compiled] = BoundedCache("cupy modules")
 
 
-def compiled(spec: ModuleSpec) -> _Compiled:
+def compiled(spec: ModuleSpec | RecordSpec) -> _Compiled:
     import cupy
 
     # dask's threaded scheduler may ask for the same module from many threads: built once

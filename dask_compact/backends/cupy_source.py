@@ -15,6 +15,8 @@ import numpy as np
 from ..codegen.cuda_functor import CudaFunctor, ctype
 from .cupy_tuning import (
     OUTPUT_CODES,
+    REC_BLOCK,
+    REC_ITEMS,
     SCAN_BLOCK,
     SCAN_ITEMS,
     SINGLE_PASS_VARIANTS,
@@ -24,7 +26,9 @@ from .cupy_tuning import (
     Tuning,
 )
 
-__all__ = ["FILES", "NVRTC_OPTIONS", "ModuleSpec", "module_source", "inline"]
+__all__ = [
+    "FILES", "NVRTC_OPTIONS", "ModuleSpec", "RecordSpec", "module_source", "inline",
+]  # fmt: skip
 
 # Kernel files of each algorithm (one module = generated functor + these, includes inlined).
 FILES = {
@@ -122,6 +126,9 @@ class ModuleSpec:
             names += [n for n in self.names(output).values() if n not in names]
         return names
 
+    def source(self) -> str:
+        return module_source(self)
+
     def smem_bytes(self, output: str) -> int:
         out = OUTPUT_CODES[output]
         tile = self.tuning.tile
@@ -138,3 +145,42 @@ def module_source(spec: ModuleSpec) -> str:
     for f in FILES[spec.algorithm]:
         parts.append(inline(f, seen))
     return "\n".join(parts)
+
+
+@dataclass(frozen=True)
+class RecordSpec:
+    """One compiled record module: the flags kernel of one record predicate (its generated
+    functor; None: the mask path's dcx::RecMaskPred), the tile-count scan and the scatter."""
+
+    functor: CudaFunctor | None
+    block: int = REC_BLOCK
+    items: int = REC_ITEMS
+
+    @property
+    def tile(self) -> int:
+        return self.block * self.items
+
+    def names(self) -> dict[str, str]:
+        """Kernel role -> name expression."""
+        if self.functor is not None:
+            pred = self.functor.name
+            args = "".join(", " + c for c in self.functor.param_ctypes)
+        else:
+            pred, args = "dcx::RecMaskPred", ", const bool*"
+        return {
+            "flags": f"dcx_rec_flags<{pred}, {self.block}, {self.items}{args}>",
+            "scan": f"dcx_tile_scan<{SCAN_BLOCK}, {SCAN_ITEMS}>",
+            "scatter": f"dcx_rec_scatter<{self.block}, {self.items}>",
+        }
+
+    def all_names(self) -> list[str]:
+        return list(self.names().values())
+
+    def source(self) -> str:
+        seen: set[str] = set()
+        parts = ["// dask_compact: generated record module source\n", inline("npy_ops.cuh", seen)]
+        parts.append(inline("compact_warp.cuh", seen))
+        if self.functor is not None:
+            parts.append(self.functor.source)
+        parts += [inline("count.cu", seen), inline("records.cu", seen)]
+        return "\n".join(parts)

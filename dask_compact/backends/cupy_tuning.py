@@ -18,7 +18,7 @@ __all__ = [
     "ALGORITHMS", "OUTPUT_CODES", "Tuning", "Entry", "TABLE", "MEASURED_ON", "tuning_for",
     "variant_for", "override_tuning", "resolve_algorithm", "SINGLE_PASS_VARIANTS",
     "EXACT_MODES", "TP_GROUP", "TP_BLOCK", "TP_SCAN_BLOCK", "TP_SCAN_ITEMS", "SCAN_BLOCK",
-    "SCAN_ITEMS",
+    "SCAN_ITEMS", "REC_BLOCK", "REC_ITEMS",
 ]  # fmt: skip
 
 ALGORITHMS = ("single-pass", "three-pass", "hybrid")
@@ -34,6 +34,13 @@ TP_SCAN_ITEMS = 16
 # SCAN_ITEMS tile counts per thread per round.
 SCAN_BLOCK = 1024
 SCAN_ITEMS = 8
+
+# Tile shape of the record kernels (kernels/records.cu): BLOCK threads x ITEMS rows; a warp's
+# ITEMS ballot words are one segment. 256 x 8 keeps 8 independent loads per thread in flight
+# in the flags pass (the one-array tuning of 4-byte types on sm_90 is 256 x 16 with 16-byte
+# vectors; rows are loaded one by one here, by a functor that reads several fields).
+REC_BLOCK = 256
+REC_ITEMS = 8
 
 # Single-pass look-back schedules, the VARIANT of dcx_single_pass: "classic" (compact_tiles)
 # or "early" (compact_tiles_early: aggregate published as soon as a tile's loads arrive,

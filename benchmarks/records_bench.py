@@ -1,0 +1,279 @@
+"""compact_records as a user times it, beside what that user would write instead.
+
+The shape of issue 11: N rows of 4 float32 fields (a, b, c, d), the predicate on one field
+(``a < p``) or on two (``(a < q) & (b < q)`` with q*q = p), p = .05 / .5 / .95, uniform random
+data. Every call is timed whole on the host (call, then a device synchronisation), median of
+several repetitions after warm-up, peers in the same process on the same data.
+
+GPU (``--device gpu``, N = 2^28 by default):
+
+* ours: ``compact_records(fields, pred)`` on CuPy arrays (exact-size outputs, known count);
+* CuPy boolean indexing per field (``m = a < p; {k: v[m]}``), ``torch.masked_select`` per
+  field (same mask), the two-step recipe (``compact_array(a, pred, output="indices")`` then
+  ``cupy.take`` per field);
+* the bytes floor: a device copy moving the bytes the selection must move at least (read the
+  predicate's fields, read the selected rows of the others, write every selected row);
+* Dask, one GPU, threaded scheduler, chunks of N/4: ours on dask arrays of CuPy chunks
+  against ``m = pred(...); {k: v[m]}`` + ``compute_chunk_sizes()`` per field, persisted.
+
+CPU (``--device cpu``, N = 2^24): ours against NumPy ``m = pred(...); {k: v[m]}``, and on
+dask arrays (threaded, chunks of N/8) against the same with ``compute_chunk_sizes()``.
+
+    python benchmarks/records_bench.py --device gpu --out DIR --sha SHA
+
+Prints a table (ms, ratios), saves it (markdown, CSV) and a chart (PNG) under --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime as dt
+import math
+import platform
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import dask
+import dask.array as da
+import numpy as np
+
+from dask_compact import compact_array, compact_records
+
+FIELDS = ("a", "b", "c", "d")
+
+
+def timed_ms(fn, sync, reps: int, warm: int = 2) -> float:
+    for _ in range(warm):
+        fn()
+    sync()
+    times = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        fn()
+        sync()
+        times.append(time.perf_counter() - t)
+    return float(np.median(times)) * 1e3
+
+
+def predicates(p: float, two: bool) -> tuple[str, Any]:
+    """(our string, the mask function a user writes) selecting about a fraction p."""
+    if not two:
+        return f"a < {p!r}", lambda f: f["a"] < p
+    q = math.sqrt(p)
+    return f"(a < {q!r}) & (b < {q!r})", lambda f: (f["a"] < q) & (f["b"] < q)
+
+
+def dask_recipe(d: dict, mask_of: Any) -> dict:
+    """What a dask user writes today: a mask, boolean indexing per field, chunk sizes computed
+    (one pass each), the result persisted."""
+    m = mask_of(d)
+    out = {}
+    for k, v in d.items():
+        y = v[m]
+        y.compute_chunk_sizes()
+        out[k] = y.persist()
+    return out
+
+
+def gpu_rows(n: int, ps: list[float], reps: int) -> list[dict]:
+    import cupy
+
+    import dask_compact.backends.cupy_backend  # noqa: F401 -- the dispatch registers it
+
+    try:
+        import torch
+    except Exception:  # noqa: BLE001 -- an optional peer
+        torch = None
+    sync = cupy.cuda.Device().synchronize
+    rng = cupy.random.default_rng(0)
+    f = {k: rng.random(n, dtype=np.float32) for k in FIELDS}
+    t = {k: torch.as_tensor(v, device="cuda") for k, v in f.items()} if torch else None
+    rows = []
+    for two in (False, True):
+        for p in ps:
+            text, mask_of = predicates(p, two)
+            m = mask_of(f)
+            k = int(cupy.count_nonzero(m))
+            del m
+            row: dict = {"n": n, "p": p, "pred_fields": 2 if two else 1, "selected": k}
+            row["ours"] = timed_ms(lambda: compact_records(f, text), sync, reps)
+            row["cupy bool index"] = timed_ms(
+                lambda: {kk: v[mask_of(f)] for kk, v in f.items()}, sync, reps)
+            if torch is not None:
+                def tmask():
+                    tm = mask_of(t)
+                    return {kk: torch.masked_select(v, tm) for kk, v in t.items()}
+                row["torch masked_select"] = timed_ms(tmask, sync, reps)
+
+            def two_step():
+                # the recipe before records: our indices, then a take per field (a predicate
+                # over two fields is a mask first, whose set positions are the indices)
+                if two:
+                    idx = compact_array(mask_of(f), "x", output="indices")
+                else:
+                    idx = compact_array(f["a"], f"x < {p!r}", output="indices")
+                return {kk: cupy.take(v, idx) for kk, v in f.items()}
+
+            row["two-step recipe"] = timed_ms(two_step, sync, reps)
+            pred_bytes = n * 4 * (2 if two else 1)
+            moved = pred_bytes + k * 4 * (len(FIELDS) - (2 if two else 1)) + k * 4 * len(FIELDS)
+            src = cupy.empty(moved // 2 + 16, dtype=np.uint8)
+            dst = cupy.empty_like(src)
+            row["bytes floor"] = timed_ms(lambda: dst.__setitem__(slice(None), src), sync, reps)
+            del src, dst
+            rows.append(row)
+    return rows
+
+
+def gpu_dask_rows(n: int, ps: list[float], reps: int) -> list[dict]:
+    import cupy
+
+    sync = cupy.cuda.Device().synchronize
+    rng = np.random.default_rng(1)
+    chunk = n // 4
+    host = {k: rng.random(n, dtype=np.float32) for k in FIELDS}
+    d = {k: da.from_array(v, chunks=chunk).map_blocks(cupy.asarray).persist()
+         for k, v in host.items()}  # fmt: skip
+    del host
+    rows = []
+    with dask.config.set(scheduler="threads"):
+        for p in ps:
+            text, mask_of = predicates(p, False)
+
+            def ours():
+                return compact_records(d, text)
+
+            def naive():
+                return dask_recipe(d, mask_of)
+
+            rows.append({"n": n, "p": p, "pred_fields": 1, "chunks": 4,
+                         "dask ours": timed_ms(ours, sync, reps, 1),
+                         "dask mask + ccs + persist": timed_ms(naive, sync, reps, 1)})
+    return rows
+
+
+def cpu_rows(n: int, ps: list[float], reps: int) -> list[dict]:
+    rng = np.random.default_rng(0)
+    f = {k: rng.random(n, dtype=np.float32) for k in FIELDS}
+    rows = []
+    for two in (False, True):
+        for p in ps:
+            text, mask_of = predicates(p, two)
+            row: dict = {"n": n, "p": p, "pred_fields": 2 if two else 1}
+            row["ours"] = timed_ms(lambda: compact_records(f, text), lambda: None, reps)
+            row["numpy mask + index"] = timed_ms(
+                lambda: {kk: v[mask_of(f)] for kk, v in f.items()}, lambda: None, reps)
+            rows.append(row)
+    d = {k: da.from_array(v, chunks=n // 8) for k, v in f.items()}
+    with dask.config.set(scheduler="threads"):
+        for p in ps:
+            text, mask_of = predicates(p, False)
+
+            def naive():
+                return dask_recipe(d, mask_of)
+
+            rows.append({"n": n, "p": p, "pred_fields": 1, "chunks": 8,
+                         "dask ours": timed_ms(lambda: compact_records(d, text), lambda: None,
+                                               max(3, reps // 2), 1),
+                         "dask mask + ccs + persist": timed_ms(naive, lambda: None,
+                                                               max(3, reps // 2), 1)})
+    return rows
+
+
+def table(rows: list[dict]) -> list[str]:
+    lines = []
+    cols = [c for c in rows[0] if c not in ("n", "p", "pred_fields", "selected", "chunks")]
+    lines.append("| n | p | predicate fields | " + " | ".join(f"{c} ms" for c in cols)
+                 + " | " + " | ".join(f"ours vs {c}" for c in cols[1:]) + " |")
+    lines.append("|" + "---|" * (3 + 2 * len(cols) - 1))
+    for r in rows:
+        ours = r[cols[0]]
+        ratios = []
+        for c in cols[1:]:
+            if c == "bytes floor":
+                ratios.append(f"**{r[c] / ours:.0%}** of floor")
+            else:
+                ratios.append(f"**{r[c] / ours:.2f}x**")
+        lines.append(f"| 2^{int(math.log2(r['n']))} | {r['p']} | {r['pred_fields']} | "
+                     + " | ".join(f"{r[c]:.3f}" for c in cols) + " | " + " | ".join(ratios)
+                     + " |")
+    return lines
+
+
+def plot(rows: list[dict], path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    cols = [c for c in rows[0] if c not in ("n", "p", "pred_fields", "selected", "chunks")]
+    for pf in sorted({r["pred_fields"] for r in rows}):
+        sub = [r for r in rows if r["pred_fields"] == pf]
+        for c in cols:
+            ax.plot([r["p"] for r in sub], [r["n"] / r[c] / 1e6 for r in sub], marker="o",
+                    label=f"{c} ({pf} predicate field{'s' if pf > 1 else ''})")
+    ax.set_xlabel("selected fraction p")
+    ax.set_ylabel("rows per second (G rows/s)")
+    ax.set_yscale("log")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=6)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", choices=("gpu", "cpu"), default="gpu")
+    ap.add_argument("--log2n", type=int, default=None)
+    ap.add_argument("--reps", type=int, default=None)
+    ap.add_argument("--no-dask", action="store_true")
+    ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--sha", default=None, help="the commit measured (default: git HEAD)")
+    args = ap.parse_args()
+    ps = [0.05, 0.5, 0.95]
+    sha = args.sha or subprocess.run(["git", "rev-parse", "--short", "HEAD"],
+                                     capture_output=True, text=True).stdout.strip() or "unknown"
+    today = dt.date.today().isoformat()
+    if args.device == "gpu":
+        import cupy
+
+        device = cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()
+        n = 1 << (args.log2n or 28)
+        reps = args.reps or 10
+        tables = [("in memory", gpu_rows(n, ps, reps))]
+        if not args.no_dask:
+            tables.append(("dask, one GPU", gpu_dask_rows(max(n, 1 << 28), ps, max(3, reps // 2))))
+    else:
+        device = f"cpu ({platform.machine()}, {len(__import__('os').sched_getaffinity(0))} cores)"
+        n = 1 << (args.log2n or 24)
+        rows = cpu_rows(n, ps, args.reps or 5)
+        tables = [("in memory", [r for r in rows if "ours" in r]),
+                  ("dask", [r for r in rows if "dask ours" in r])]
+    head = [f"# compact_records benchmark, {today}, {device}, git {sha}",
+            "", "4 float32 fields; median ms of whole calls (host wall, device synced); ratios "
+            "are peer time / our time (floor: floor time / our time).", ""]
+    text = list(head)
+    for name, rows in tables:
+        text += [f"## {name}", "", *table(rows), ""]
+    print("\n".join(text))
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        tag = "gpu" if args.device == "gpu" else "cpu"
+        safe = device.replace(" ", "_").replace("(", "").replace(")", "").replace(",", "")
+        stem = f"records-{today}-{safe if tag == 'gpu' else 'cpu'}-{sha}"
+        (args.out / f"{stem}.md").write_text("\n".join(text) + "\n")
+        with open(args.out / f"{stem}.csv", "w", newline="") as fh:
+            allrows = [dict(r, table=name) for name, rows in tables for r in rows]
+            keys = sorted({k for r in allrows for k in r})
+            w = csv.DictWriter(fh, fieldnames=keys)
+            w.writeheader()
+            w.writerows(allrows)
+        plot(tables[0][1], args.out / f"{stem}.png", f"compact_records, {device}, git {sha}")
+
+
+if __name__ == "__main__":
+    main()

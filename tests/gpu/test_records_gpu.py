@@ -1,0 +1,113 @@
+"""compact_records on CuPy fields (the record kernels of kernels/records.cu), against NumPy:
+odd sizes, empty and full selections, every dtype as the predicate's field with every dtype
+gathered, trailing axes and row widths of every copy unit, unaligned views, the mask path,
+dask arrays of CuPy chunks, and more than 2^31 rows."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+cupy = pytest.importorskip("cupy")
+da = pytest.importorskip("dask.array")
+
+from conftest import key_predicate, random_array  # noqa: E402
+
+from dask_compact import compact_records  # noqa: E402
+from dask_compact.validate import DTYPES  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+SIZES = [0, 1, 31, 32, 33, 1023, 1025, 2047, 2048, 2049, 65_537, 1_000_003]
+
+
+def check(got: dict, f_np: dict, mask: np.ndarray, indices: bool = False) -> None:
+    want = {k: v[mask] for k, v in f_np.items()}
+    if indices:
+        want["indices"] = np.flatnonzero(mask)
+    assert list(got) == list(want)
+    for k, w in want.items():
+        g = got[k]
+        assert isinstance(g, cupy.ndarray), k
+        assert g.dtype == w.dtype and g.shape == w.shape, k
+        np.testing.assert_array_equal(cupy.asnumpy(g), w, err_msg=k)
+
+
+def fields(n: int, seed: int = 0) -> dict:
+    rng = np.random.default_rng(seed)
+    return {
+        "mass": (rng.random(n) * 10).astype(np.float32),
+        "r": rng.random(n),
+        "pos": rng.random((n, 3)).astype(np.float32),  # 12-byte rows: 4-byte units
+        "vel": rng.standard_normal((n, 2)),  # 16-byte rows
+        "id": np.arange(n, dtype=np.int64),
+        "tag": rng.integers(0, 255, n).astype(np.uint8),  # 1-byte rows
+        "pix": rng.integers(0, 2**16, (n, 3)).astype(np.uint16),  # 6-byte rows: 2-byte units
+        "z": (rng.random(n) + 1j * rng.random(n)).astype(np.complex128),
+    }
+
+
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("p", [0.0, 0.05, 0.5, 0.95, 1.0])
+def test_against_numpy(n: int, p: float) -> None:
+    f_np = fields(n, n)
+    f = {k: cupy.asarray(v) for k, v in f_np.items()}
+    t = 10 * (1 - p) - (1e-3 if p == 1 else 0)
+    mask = (f_np["mass"] > t) & (f_np["r"] < 2)
+    check(compact_records(f, f"(mass > {t!r}) & (r < 2)", indices=True), f_np, mask, True)
+
+
+@pytest.mark.parametrize("pdt", DTYPES, ids=str)
+def test_every_dtype_pair(pdt: np.dtype) -> None:
+    rng = np.random.default_rng(1)
+    n = 4099
+    key = random_array(rng, n, pdt)
+    f_np = {"key": key, **{f"g_{d.name}": random_array(rng, (n,), d) for d in DTYPES}}
+    pred, mask = key_predicate(key)
+    f = {k: cupy.asarray(v) for k, v in f_np.items()}
+    check(compact_records(f, pred, indices=True), f_np, mask, True)
+
+
+def test_unaligned_views_and_mask_path() -> None:
+    n = 50_001
+    rng = np.random.default_rng(2)
+    base = {k: rng.random(n + 1) for k in ("a", "b")}
+    f = {k: cupy.asarray(v)[1:] for k, v in base.items()}  # 8-byte, not 16-byte aligned
+    f["c"] = cupy.asarray(rng.integers(0, 9, n + 3).astype(np.uint8))[3:]
+    f_np = {k: cupy.asnumpy(v) for k, v in f.items()}
+    check(compact_records(f, "(a < 0.3) | (c == 4)"), f_np, (f_np["a"] < 0.3) | (f_np["c"] == 4))
+    got = compact_records(f, lambda a, c: cupy.isin(c, cupy.asarray([1, 2])) & (a < 0.9))
+    check(got, f_np, np.isin(f_np["c"], [1, 2]) & (f_np["a"] < 0.9))
+    # a constant beyond the field's dtype: evaluated by CuPy, as NumPy would
+    check(compact_records(f, "c < 10**30"), f_np, f_np["c"] < 10**30)
+    # float16 and a transcendental function compile on the GPU
+    f["h"] = f["a"].astype(np.float16)
+    f_np["h"] = cupy.asnumpy(f["h"])
+    check(compact_records(f, "sin(h) < 0.5"), f_np, np.sin(f_np["h"]) < 0.5)
+
+
+def test_dask_cupy_chunks() -> None:
+    n = 300_007
+    f_np = fields(n, 3)
+    d = {k: da.from_array(v, chunks=(40_000,) + v.shape[1:]).map_blocks(cupy.asarray)
+         for k, v in f_np.items()}  # fmt: skip
+    d["r"] = da.from_array(f_np["r"], chunks=70_000).map_blocks(cupy.asarray)  # misaligned
+    out = compact_records(d, lambda mass, r: (mass > 5) & (r < 0.5), indices=True)
+    assert all(isinstance(v._meta, cupy.ndarray) for v in out.values())
+    assert len({v.chunks[0] for v in out.values()}) == 1
+    assert not any(np.isnan(out["id"].chunks[0]))
+    got = {k: v.compute() for k, v in out.items()}
+    check(got, f_np, (f_np["mass"] > 5) & (f_np["r"] < 0.5), True)
+
+
+@pytest.mark.slow
+def test_more_than_2_31_rows() -> None:
+    n = 2**31 + 2**20 + 5
+    key = cupy.arange(n, dtype=cupy.int64) % 1000 == 3
+    pay = cupy.ones(n, dtype=cupy.uint8)
+    out = compact_records({"key": key, "pay": pay}, "key", indices=True)
+    want = int(cupy.count_nonzero(key))
+    assert out["pay"].shape == (want,) and int(out["pay"].sum()) == want
+    idx = out["indices"]
+    assert int(idx[-1]) == n - 1 - ((n - 1 - 3) % 1000)
+    assert bool(cupy.all(idx % 1000 == 3)) and bool(cupy.all(cupy.diff(idx) == 1000))
