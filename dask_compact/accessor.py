@@ -5,20 +5,25 @@ otherwise as soon as it is: a finder on ``sys.meta_path`` wraps the loading of
 ``dask.array`` and registers right after the module has run. ``import dask_compact`` thus
 costs no import of ``dask.array`` (see the package docstring), and the method is there for
 every dask array all the same, whichever of the two imports comes first.
+
+xarray's ``compact`` accessor (``ds.compact.where``, :mod:`.xarray_accessor`) is registered
+the same way when xarray is imported (``dask.array`` imports it too, where it is installed).
 """
 
 from __future__ import annotations
 
 import functools
+import importlib
 import importlib.abc
 import importlib.machinery
 import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
 
 TARGET = "dask.array"
+XARRAY = "xarray"
 
 
 def _map_compact(self: Any, pred: Any, **kwargs: Any) -> Any:
@@ -62,13 +67,35 @@ def register() -> None:
     setattr(da.Array, "map_compact", _map_compact)  # noqa: B010 - a new attribute of a class
 
 
+def register_xarray() -> None:
+    """Add the ``compact`` accessor to xarray's Dataset and DataArray (importing
+    :mod:`.xarray_accessor` registers it). A failure warns: it runs inside ``import xarray``
+    (and ``import dask.array``), which must not fail because of it."""
+    try:
+        importlib.import_module("dask_compact.xarray_accessor")
+    except Exception as e:  # noqa: BLE001 - any failure: the imports go on without the accessor
+        warnings.warn(
+            f"dask_compact could not register the xarray accessor ds.compact: {e!r}",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+
+
+# module imported -> what registers on it
+HOOKS: dict[str, Callable[[], None]] = {TARGET: register, XARRAY: register_xarray}
+
+
 class _RegisterOnImport(importlib.abc.MetaPathFinder):
-    """Finds nothing itself: asks the finders after it for ``dask.array`` and wraps the spec's
-    loader so that :func:`register` runs once the module has been executed."""
+    """Finds nothing itself: asks the finders after it for a module of :data:`HOOKS` not yet
+    imported and wraps the spec's loader so that its hook runs once the module has been
+    executed."""
+
+    def __init__(self, pending: Sequence[str]) -> None:
+        self.pending = set(pending)
 
     def find_spec(self, fullname: str, path: Sequence[str] | None,
                   target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
-        if fullname != TARGET:
+        if fullname not in self.pending:
             return None
         spec = None
         for finder in sys.meta_path:
@@ -78,13 +105,13 @@ class _RegisterOnImport(importlib.abc.MetaPathFinder):
                     break
         if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
             return None
-        spec.loader = _Loader(spec.loader, self)
+        spec.loader = _Loader(spec.loader, self, fullname)
         return spec
 
 
 class _Loader(importlib.abc.Loader):
-    def __init__(self, inner: Any, finder: _RegisterOnImport) -> None:
-        self.inner, self.finder = inner, finder
+    def __init__(self, inner: Any, finder: _RegisterOnImport, name: str) -> None:
+        self.inner, self.finder, self.name = inner, finder, name
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
         return self.inner.create_module(spec)
@@ -95,14 +122,18 @@ class _Loader(importlib.abc.Loader):
         if module.__spec__ is not None:
             module.__spec__.loader = self.inner
         self.inner.exec_module(module)
-        _remove(self.finder)
-        register()
+        _done(self.finder, self.name)
+        HOOKS[self.name]()
 
     def __getattr__(self, name: str) -> Any:  # get_source, get_filename, is_package, ...
         return getattr(self.inner, name)
 
 
-def _remove(finder: _RegisterOnImport) -> None:
+def _done(finder: _RegisterOnImport, name: str) -> None:
+    """``name`` is imported: the finder stops looking for it, and leaves once it has none."""
+    finder.pending.discard(name)
+    if finder.pending:
+        return
     try:
         sys.meta_path.remove(finder)
     except ValueError:
@@ -110,9 +141,12 @@ def _remove(finder: _RegisterOnImport) -> None:
 
 
 def register_when_imported() -> None:
-    """Register now if ``dask.array`` is imported, else when it is (once)."""
-    if TARGET in sys.modules:
-        register()
-        return
-    if not any(isinstance(f, _RegisterOnImport) for f in sys.meta_path):
-        sys.meta_path.insert(0, _RegisterOnImport())
+    """Run each hook now if its module is imported, else when it is (once)."""
+    pending = []
+    for name, hook in HOOKS.items():
+        if name in sys.modules:
+            hook()
+        else:
+            pending.append(name)
+    if pending and not any(isinstance(f, _RegisterOnImport) for f in sys.meta_path):
+        sys.meta_path.insert(0, _RegisterOnImport(pending))

@@ -15,6 +15,13 @@ that OUTPUT); an existing OUTPUT is replaced only with ``--overwrite``, and only
 wrote it; two jobs never write one OUTPUT at once (see :mod:`.batch.output`). Ctrl-C exits
 130 and SIGTERM 143, each after the cleanup, with one line on stderr.
 
+INPUT may also be a Zarr group: its arrays that share the number of rows are the fields of a
+record, ``--where`` is an expression over their names, and OUTPUT holds each field chosen with
+``--fields`` (default: all), compacted to the selected rows, plus ``indices`` with ``--output
+both`` (:mod:`.batch.records_job`, on :func:`dask_compact.compact_records`). That job does not
+stream: the selected rows are held in the cluster's memory until they are written. Its output
+is complete or absent in the same way.
+
 Registered as a ``dask`` subcommand through the ``dask_cli`` entry point, which ``dask``'s CLI
 loads by adding the click command named ``compact`` (see ``dask.cli.run_cli``).
 """
@@ -23,6 +30,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -30,6 +38,7 @@ import click
 from .batch.inputs import Source, open_input
 from .batch.job import describe, run_job
 from .batch.output import Target, check_overlap
+from .batch.records_job import GroupInput, open_group_input, prepare, run_records_job
 from .batch.runner import Runner, start
 from .batch.signals import EXIT_SIGINT, EXIT_SIGTERM, terminate_as_exit
 from .batch.warmup import GpuWarmup
@@ -51,12 +60,20 @@ def fmt_bytes(n: float) -> str:
 @click.argument("output_path", metavar="OUTPUT")
 @click.option(
     "--where", "-w", "where", required=True, metavar="EXPR",
-    help='Predicate, an expression in x, e.g. "x > 0.5" or "(x > 0.2) & ~isnan(x)".',
+    help='Predicate, an expression in x, e.g. "x > 0.5" or "(x > 0.2) & ~isnan(x)"; for a '
+    'Zarr group INPUT, in the names of its arrays, e.g. "(mass > 5) & (r < 2)".',
 )
 @click.option(
     "--output", "-o", "mode", type=click.Choice(["values", "indices", "both"]),
     default="values", show_default=True,
-    help="Write the selected values, their global int64 flat indices (C order), or both.",
+    help="Write the selected values, their global int64 flat indices (C order), or both. "
+    "Zarr group INPUT: values writes the selected rows of the fields, both adds their int64 "
+    "row indices as the array indices, indices writes only those.",
+)
+@click.option(
+    "--fields", "field_list", metavar="A,B,...",
+    help="Zarr group INPUT only: the fields to write, comma-separated (default: every array "
+    "with the record's number of rows). The fields --where reads need not be written.",
 )
 @click.option(
     "--scheduler", "address", metavar="ADDRESS",
@@ -120,6 +137,7 @@ def compact_command(
     output_path: str,
     where: str,
     mode: str,
+    field_list: str | None,
     address: str | None,
     scheduler_file: str | None,
     local_cluster: str,
@@ -138,14 +156,23 @@ def compact_command(
     as_json: bool,
     debug: bool,
 ) -> None:
-    """Compact INPUT (a Zarr array or a .npy file) into the Zarr group OUTPUT.
+    """Compact INPUT (a Zarr array, a .npy file or a Zarr group) into the Zarr group OUTPUT.
 
     Writes the arrays `values` and/or `indices` (known length, int64 global flat indices
     in C order: N-D input is taken as x.ravel()). OUTPUT appears only when complete.
 
+    INPUT may be a Zarr group: its arrays that share the number of rows (axis 0) are the
+    fields of a record, --where is over their names, and OUTPUT gets the selected rows of
+    each field (--fields picks which) plus `indices` with --output both. Arrays with another
+    number of rows are left out (the summary lists them). The selected rows are held in the
+    cluster's memory (this process's, threaded) until written: no streaming, and --resume,
+    --memory-budget, --progress and the GPU options are refused.
+
     \b
-    Example:
+    Examples:
       dask compact data.zarr selected.zarr --where "x > 0.5" --output both
+      dask compact particles.zarr sel.zarr --where "(mass > 5) & (x < 0.3)" \\
+          --fields x,y,z,id --output both
     """
     if address and scheduler_file:
         raise click.UsageError("give --scheduler or --scheduler-file, not both")
@@ -163,10 +190,25 @@ def compact_command(
         raise click.ClickException(
             f"dask compact writes Zarr and needs the zarr package ({e}); pip install zarr"
         ) from None
+    group = open_group_input(input_path)
+    if group is not None:
+        _refuse_for_groups(device, decode, encode, resume, memory_budget, progress)
+        inp = prepare(group, input_path, where, field_list, mode, chunks, allow_missing_chunks)
+        target = Target(output_path)
+        check_overlap(inp, target)
+        # --device auto or cpu: the fields are compacted on CPUs (NumPy chunks) wherever it runs
+        on_cpus = (address, scheduler_file, local_cluster, "cpu", timeout, n_workers)
+        summary = _locked(target, overwrite, lambda: run_group(
+            target, inp, where, mode, output_chunks, input_path, overwrite, debug, on_cpus))
+        click.echo(json.dumps(summary) if as_json else _group_text(summary))
+        return
     show = sys.stderr.isatty() if progress is None else progress
     # The cheap checks first, each naming the argument at fault: INPUT, then --where against
     # its dtype, then what is at OUTPUT (under its lock, so no other job can change that).
     src = open_input(input_path, chunks, allow_missing_chunks)
+    if field_list is not None:
+        raise click.UsageError("--fields applies to a Zarr group INPUT (the fields to write); "
+                               f"{input_path!r} is an array")
     target = Target(output_path)
     check_overlap(src, target)
 
@@ -180,31 +222,19 @@ def compact_command(
     if warmup is not None and src.size:
         warmup.prepare(where, src.dtype, mode)
 
-    try:
-        with terminate_as_exit():
-            target.acquire()
-            try:
-                continued = (target.resumable(describe(src, where, mode, output_chunks))
-                             if resume else None)
-                target.clean_stale(lambda line: click.echo(f"dask compact: {line}", err=True))
-                target.check_replaceable(overwrite)
-                if resume and continued is None:
-                    click.echo(f"dask compact: no interrupted job on {output_path} to resume; "
-                               "starting afresh", err=True)
-                summary = run(
-                    target, src, where, mode, output_chunks, show, input_path, overwrite, debug,
-                    (address, scheduler_file, local_cluster, device, timeout, n_workers),
-                    budget, continued, decode, encode,
-                )
-            finally:
-                target.release()
-    except KeyboardInterrupt:
-        click.echo(f"dask compact: interrupted; {_left(target)}", err=True)
-        sys.exit(EXIT_SIGINT)
-    except SystemExit as e:
-        if e.code == EXIT_SIGTERM:
-            click.echo(f"dask compact: terminated; {_left(target)}", err=True)
-        raise
+    where_to_run = (address, scheduler_file, local_cluster, device, timeout, n_workers)
+
+    def job() -> dict[str, Any]:
+        continued = (target.resumable(describe(src, where, mode, output_chunks))
+                     if resume else None)
+        _clean_and_check(target, overwrite)
+        if resume and continued is None:
+            click.echo(f"dask compact: no interrupted job on {output_path} to resume; "
+                       "starting afresh", err=True)
+        return run(target, src, where, mode, output_chunks, show, input_path, overwrite, debug,
+                   where_to_run, budget, continued, decode, encode)
+
+    summary = _locked(target, overwrite, job)
 
     if as_json:
         click.echo(json.dumps(summary))
@@ -227,6 +257,68 @@ def compact_command(
         f"{'GPU' if summary['encode'] == 'gpu' else 'CPU'} encode"
         + (f"\nresumed   from input chunk {summary['resumed_from_chunk']}"
            if summary["resumed_from_chunk"] is not None else "")
+    )
+
+
+def _locked(target: Target, overwrite: bool, job: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """``job()`` under OUTPUT's lock, SIGTERM unwinding like Ctrl-C; an interrupt exits 130
+    (143 for SIGTERM) with one line on stderr saying what was left at OUTPUT."""
+    try:
+        with terminate_as_exit():
+            target.acquire()
+            try:
+                return job()
+            finally:
+                target.release()
+    except KeyboardInterrupt:
+        click.echo(f"dask compact: interrupted; {_left(target)}", err=True)
+        sys.exit(EXIT_SIGINT)
+    except SystemExit as e:
+        if e.code == EXIT_SIGTERM:
+            click.echo(f"dask compact: terminated; {_left(target)}", err=True)
+        raise
+
+
+def _clean_and_check(target: Target, overwrite: bool) -> None:
+    """Under the lock: remove what killed jobs left beside OUTPUT, refuse an OUTPUT that may
+    not be replaced."""
+    target.clean_stale(lambda line: click.echo(f"dask compact: {line}", err=True))
+    target.check_replaceable(overwrite)
+
+
+def _refuse_for_groups(device: str, decode: str, encode: str, resume: bool,
+                       memory_budget: str | None, progress: bool | None) -> None:
+    """The options of the streaming one-array job that a Zarr group INPUT cannot honour."""
+    why = {
+        "--resume": resume,
+        "--memory-budget": memory_budget is not None,
+        "--device gpu": device == "gpu",
+        "--decode gpu": decode == "gpu",
+        "--encode gpu": encode == "gpu",
+        "--progress": progress is True,
+    }
+    refused = [option for option, given in why.items() if given]
+    if refused:
+        raise click.UsageError(
+            f"{', '.join(refused)}: not supported for a Zarr group INPUT (its fields are "
+            "compacted on CPUs by compact_records and held in memory until written, without "
+            "the streaming of a one-array job); leave "
+            f"{'it' if len(refused) == 1 else 'them'} out")
+
+
+def _group_text(summary: dict[str, Any]) -> str:
+    used = len(set(summary["fields"]) | set(summary["read"]))
+    ignored = ", ".join(f"{n} ({why})" for n, why in summary["ignored"].items())
+    return (
+        f"read      {summary['rows']:,} rows of {used} fields ({fmt_bytes(summary['bytes'])}) "
+        f"from the Zarr group {summary['input']}\n"
+        + (f"ignored   {ignored}: not fields of the record\n" if ignored else "")
+        + f"where     {summary['where']}\n"
+        f"selected  {summary['selected']:,} ({summary['fraction']:.2%})\n"
+        f"wrote     {', '.join(summary['arrays'])} to {summary['output']}\n"
+        f"time      {summary['seconds']:.2f} s, {summary['gb_per_s']:.3f} GB/s of input\n"
+        f"ran on    {summary['scheduler']}, {summary['threads']} threads, compacted on CPUs; "
+        "the selected rows were held in memory until written"
     )
 
 
@@ -284,10 +376,34 @@ def run(
         return run_job(Runner("no scheduler (empty input)"), src, target, where, mode,
                        output_chunks, False, input_path, overwrite, budget, continued, "cpu",
                        "cpu")
-    runner = start(*where_to_run)
+    return _on(start(*where_to_run), debug, lambda runner: run_job(
+        runner, src, target, where, mode, output_chunks, show, input_path, overwrite, budget,
+        continued, decode, encode))
+
+
+def run_group(
+    target: Target,
+    inp: GroupInput,
+    where: str,
+    mode: str,
+    output_chunks: int | None,
+    input_path: str,
+    overwrite: bool,
+    debug: bool,
+    where_to_run: tuple[Any, ...],
+) -> dict[str, Any]:
+    """The job on a Zarr group INPUT (:mod:`.batch.records_job`), as :func:`run` runs one on
+    an array."""
+    _clean_and_check(target, overwrite)
+    runner = Runner("no scheduler (empty input)") if inp.rows == 0 else start(*where_to_run)
+    return _on(runner, debug, lambda r: run_records_job(r, inp, target, where, mode,
+                                                        output_chunks, input_path, overwrite))
+
+
+def _on(runner: Runner, debug: bool, job: Callable[[Runner], dict[str, Any]]) -> dict[str, Any]:
+    """``job(runner)``, then stop what the runner started; short messages for failures."""
     try:
-        return run_job(runner, src, target, where, mode, output_chunks, show, input_path,
-                       overwrite, budget, continued, decode, encode)
+        return job(runner)
     except (click.ClickException, click.Abort, KeyboardInterrupt, SystemExit):
         raise
     except Exception as e:

@@ -4,7 +4,8 @@
 #   compose file (compose-spec schema, podman-compose config); debootstrap a Debian bookworm
 #   base with python3 and import it (no registry for base images here); build the image;
 #   make TLS certificates; start scheduler + 2 workers; run the job (dataset -> `dask compact`
-#   over TLS -> check against NumPy, and refusal of clients without a certificate); check the
+#   over TLS -> check against NumPy, the same for a particle-like Zarr group compacted as one
+#   record, and refusal of clients without a certificate); check the
 #   published dashboard; tear everything down. Exit status 0 only if all of it passed.
 #
 #   docker/ci-demo.sh     (as root; about 2 minutes on a fresh 2-core machine, 40 s cached)

@@ -1,8 +1,11 @@
 """The demo cluster's job: make a Zarr dataset, compact it with the batch CLI on the TLS
-cluster, and check the output against NumPy. Exit status 0 only if everything matched.
+cluster, and check the output against NumPy; then the same for a particle-like Zarr group
+(fields x, y, z, vx, vy, vz, mass, id, pos), compacted as one record. Exit status 0 only if
+everything matched.
 
 Settings come from the environment (see compose.yaml): DEMO_SIZE, DEMO_CHUNK, DEMO_LOW,
-DEMO_HIGH (select LOW < x < HIGH), DEMO_WORKERS (workers to wait for), DEMO_DATA (/data).
+DEMO_HIGH (select LOW < x < HIGH), DEMO_PARTICLES (rows of the group), DEMO_WORKERS (workers
+to wait for), DEMO_DATA (/data).
 """
 
 from __future__ import annotations
@@ -29,6 +32,56 @@ def make_dataset(path: str, size: int, chunk: int, seed: int) -> np.ndarray:
                           overwrite=True)
     z[:] = a
     return a
+
+
+PARTICLE_WHERE = "(mass > 5) & (x < 0.3)"
+PARTICLE_FIELDS = ["x", "y", "z", "id", "pos"]  # written; mass is read, not written
+
+
+def make_particles(path: str, n: int, chunk: int, seed: int) -> dict[str, np.ndarray]:
+    """A particle-like Zarr group: positions and velocities, mass, id, and pos (n, 3); the
+    fields chunked differently (the job aligns them)."""
+    rng = np.random.default_rng(seed)
+    group = zarr.open_group(store=path, mode="w")
+    data: dict[str, np.ndarray] = {}
+    for k, name in enumerate(["x", "y", "z", "vx", "vy", "vz"]):
+        data[name] = rng.random(n, dtype=np.float32 if k < 3 else np.float64)
+    data["mass"] = (rng.random(n) * 10).astype(np.float32)
+    data["id"] = np.arange(n, dtype=np.int64)
+    data["pos"] = np.stack([data["x"], data["y"], data["z"]], axis=1)
+    for k, (name, v) in enumerate(data.items()):
+        rows = max(1, chunk // (1 + k % 3))
+        a = group.create_array(name, shape=v.shape, dtype=v.dtype, chunks=(rows, *v.shape[1:]))
+        a[:] = v
+    return data
+
+
+def compact_particles(scheduler: str, data_dir: str, n: int, chunk: int) -> bool:
+    """The second step: `dask compact` on the group, the output checked against NumPy."""
+    src, out = f"{data_dir}/particles.zarr", f"{data_dir}/selected-particles.zarr"
+    data = make_particles(src, n, chunk, seed=20240902)
+    log(f"wrote {src}: {n:,} particles, fields {', '.join(data)}")
+    cmd = [sys.executable, "-m", "dask_compact", src, out, "--where", PARTICLE_WHERE,
+           "--fields", ",".join(PARTICLE_FIELDS), "--output", "both",
+           "--scheduler", scheduler, "--overwrite", "--timeout", "60"]
+    log("running: " + " ".join(cmd))
+    if subprocess.run(cmd, check=False).returncode != 0:
+        log("FAILED: the batch job on the group exited with an error")
+        return False
+    group = zarr.open_group(store=out, mode="r")
+    m = (data["mass"] > 5) & (data["x"] < np.float32(0.3))
+    checks = {
+        "group marked complete": group.attrs["dask_compact"]["complete"] is True,
+        "group holds the fields and indices": sorted(k for k, _ in group.arrays())
+        == sorted([*PARTICLE_FIELDS, "indices"]),
+        "indices == flatnonzero(mask)": np.array_equal(group["indices"][:], np.flatnonzero(m)),
+    }
+    for name in PARTICLE_FIELDS:
+        checks[f"{name} == {name}[mask]"] = np.array_equal(group[name][:], data[name][m])
+    for name, good in checks.items():
+        log(f"check {name}: {'ok' if good else 'FAILED'}")
+    log(f"particles: {int(m.sum()):,} of {n:,} selected")
+    return all(checks.values())
 
 
 def wait_for_workers(address: str, n: int, timeout: float) -> None:
@@ -113,6 +166,8 @@ def main() -> int:
     for name, good in checks.items():
         log(f"check {name}: {'ok' if good else 'FAILED'}")
     ok &= all(checks.values())
+    ok &= compact_particles(args.scheduler, data, int(env.get("DEMO_PARTICLES", 2**20)),
+                            chunk // 8)
     log(f"{'OK' if ok else 'FAILED'}: {int(m.sum()):,} of {size:,} selected, "
         f"{time.perf_counter() - t0:.1f} s in all")
     return 0 if ok else 1

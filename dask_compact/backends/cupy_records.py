@@ -82,6 +82,21 @@ def _flags_launch(pred: Predicate, read: dict[str, Any], n: int) -> tuple[Record
     return RecordSpec(None), [cupy.ascontiguousarray(mask, dtype=cupy.bool_)]
 
 
+def _columns(src: dict[str, Any], out: dict[str, Any]) -> np.ndarray:
+    """The scatter's table: per field, one (src, dst, unit, stride) column per unit of its row
+    (a float32 (n, 3) field: three 4-byte columns, stride 3). Zero-width rows copy nothing."""
+    rows = []
+    for name, a in src.items():
+        o = out[name]
+        row = a.dtype.itemsize * int(np.prod(a.shape[1:], dtype=np.int64))
+        if row == 0:
+            continue
+        unit = copy_unit(row, a.data.ptr, o.data.ptr)
+        rows += [(a.data.ptr + u * unit, o.data.ptr + u * unit, unit, row // unit)
+                 for u in range(row // unit)]  # fmt: skip
+    return np.array(rows, dtype=np.int64).reshape(-1, 4)
+
+
 def compact_records(
     fields: dict[str, Any], pred: Predicate, indices: bool, stable: bool, index_base: int,
     threads: int = 1,
@@ -117,17 +132,13 @@ def compact_records(
         idx = cupy.empty(total, dtype=cupy.int64) if indices else None
         if total:
             src = {name: cupy.ascontiguousarray(a) for name, a in fields.items()}
-            table = np.zeros((len(src), 4), dtype=np.int64)
-            for j, name in enumerate(src):
-                a, o = src[name], out[name]
-                row = a.dtype.itemsize * int(np.prod(a.shape[1:], dtype=np.int64))
-                unit = copy_unit(row, a.data.ptr, o.data.ptr) if row else 1
-                table[j] = (a.data.ptr, o.data.ptr, unit, row // unit)
+            table = _columns(src, out)
             d_table = cupy.asarray(table)
             scatter = k.module.get_function(names["scatter"])
-            scatter((tiles,), (spec.block,), (np.int64(n), words, counts, d_table,
-                                              np.int32(len(src)), ptr_or_null(idx),
-                                              np.int64(index_base)))
+            grid = (tiles, len(table) + (1 if indices else 0))  # a block per tile and column
+            scatter(grid, (spec.block,), (np.int64(n), words, counts, d_table,
+                                          np.int32(len(table)), ptr_or_null(idx),
+                                          np.int64(index_base)))
             # the sources (contiguous copies, the table) must live until the scatter has run
             cupy.cuda.get_current_stream().synchronize()
         if indices:

@@ -36,11 +36,11 @@ SCAN_BLOCK = 1024
 SCAN_ITEMS = 8
 
 # Tile shape of the record kernels (kernels/records.cu): BLOCK threads x ITEMS rows; a warp's
-# ITEMS ballot words are one segment. 256 x 8 keeps 8 independent loads per thread in flight
+# ITEMS ballot words are one segment. 256 x 16 keeps 16 independent loads per thread in flight
 # in the flags pass (the one-array tuning of 4-byte types on sm_90 is 256 x 16 with 16-byte
 # vectors; rows are loaded one by one here, by a functor that reads several fields).
 REC_BLOCK = 256
-REC_ITEMS = 8
+REC_ITEMS = 16
 
 # Single-pass look-back schedules, the VARIANT of dcx_single_pass: "classic" (compact_tiles)
 # or "early" (compact_tiles_early: aggregate published as soon as a tile's loads arrive,

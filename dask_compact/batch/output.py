@@ -27,12 +27,12 @@ import os
 import shutil
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import click
 
 from . import manifest as manifest_io
-from .inputs import Source, is_url, local
+from .inputs import is_url, local
 from .manifest import Manifest
 from .signals import sigint_ignored
 
@@ -319,7 +319,13 @@ def _read_small(fd: int) -> str:
         return ""
 
 
-def check_overlap(src: Source, target: Target) -> None:
+class _Input(Protocol):
+    local_path: str | None
+
+
+def check_overlap(src: _Input, target: Target) -> None:
+    """OUTPUT must be neither INPUT (a :class:`.inputs.Source` or a Zarr group's
+    :class:`.records_job.GroupInput`) nor inside it, nor contain it."""
     if src.local_path is None or target.url:
         return
     a, b = os.path.realpath(src.local_path), os.path.realpath(target.path)

@@ -157,9 +157,10 @@ class _Interpreter:
         self.tree = tree
         self.refused: ValueError | None = None  # kept even if the tracer swallows it
 
-    def __call__(self, x: Sym | None = None, **fields: Sym) -> Any:
-        # one variable `x`, or a record's fields by name (which shadow the constants' names)
-        self.vars = fields if x is None else {_VARIABLE: x}
+    def __call__(self, *args: Sym, **fields: Sym) -> Any:
+        # one variable `x` (positional), or a record's fields by name, which shadow the
+        # constants' names (a field may itself be named `x`)
+        self.vars = {_VARIABLE: args[0]} if args else fields
         with np.errstate(all="ignore"):
             return self.eval(self.tree.body)
 

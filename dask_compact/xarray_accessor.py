@@ -1,0 +1,386 @@
+"""The ``compact`` accessor of xarray Datasets and DataArrays: ``ds.compact.where(cond, dim)``.
+
+:func:`dask_compact.compact_records` on the variables of a Dataset: every variable along the
+dimension is a field, so one pass per chunk evaluates the condition and writes out every
+variable's selected rows, and the result's dimension has a **known** length (what xarray needs
+of every dimension). ``import dask_compact`` registers the accessor when xarray is imported,
+in either order (:mod:`.accessor`); ``import dask_compact.xarray_accessor`` registers it at once.
+
+This module imports only xarray at the top: it may be imported while ``dask.array`` itself is
+being imported (``dask.array`` imports xarray, whose import registers the accessor).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Hashable
+from typing import Any
+
+import xarray as xr
+
+__all__ = ["CompactDatasetAccessor", "CompactDataArrayAccessor", "register"]
+
+NAME = "compact"  # ds.compact, da.compact
+
+
+class CompactDatasetAccessor:
+    """``ds.compact``: stream compaction of a Dataset along one dimension."""
+
+    def __init__(self, ds: xr.Dataset) -> None:
+        self._ds = ds
+
+    def where(
+        self,
+        cond: Any,
+        dim: Hashable | None = None,
+        *,
+        indices: str | None = None,
+        chunks: None | int | str = None,
+    ) -> xr.Dataset:
+        """The Dataset's rows along ``dim`` where ``cond`` holds; ``dim`` gets a known length.
+
+        What ``ds.where(cond, drop=True)`` (or ``ds.isel({dim: np.flatnonzero(cond)})``) gives,
+        in one pass over the data on dask-backed Datasets (NumPy or CuPy chunks): the condition
+        is evaluated chunk by chunk, every variable along ``dim`` is compacted where its chunk
+        lives, and only the counts come back, so the result's chunk sizes along ``dim`` are
+        known and identical across variables. Unlike ``ds.where(cond, drop=True)``, integer and
+        boolean variables keep their dtype (no NaN fill is needed: only whole rows are
+        dropped), variables without ``dim`` are kept as they are (not broadcast against the
+        condition), and nothing is computed twice.
+
+        Parameters
+        ----------
+        cond : str or callable
+            A string over the Dataset's variable names, ``"(energy > 5) & (abs(eta) < 2.5)"``,
+            or a callable taking variables by parameter name, ``lambda energy, eta: ...``, as in
+            :func:`dask_compact.compact_records`. The variables it reads (data variables or
+            coordinates) must be 1-D along ``dim``.
+        dim : hashable, optional
+            The dimension to compact. Default: the one dimension the variables ``cond`` reads
+            share (an error if they share none or several).
+        indices : str, optional
+            Also add the selected rows' positions along ``dim`` in ``ds`` (int64) as a
+            coordinate of this name.
+        chunks : int or "auto", optional
+            Dask-backed Datasets only: rebalance the result into uniform chunks of this many
+            rows along ``dim``.
+
+        Returns
+        -------
+        xarray.Dataset
+            The same variables, coordinates and attributes (encodings dropped): every
+            variable along ``dim`` holds its selected rows, dimension order unchanged; the
+            others are kept. Dask-backed variables come back as dask arrays, persisted, with
+            known chunks along ``dim``; an in-memory Dataset comes back in memory.
+
+        Raises
+        ------
+        ValueError
+            ``dim`` not a dimension of the Dataset, ``cond`` naming no variable, or reading one
+            that is not 1-D along ``dim``, no ``dim`` given where the variables read share
+            several dimensions or none, ``indices`` naming an existing variable, ``chunks``
+            with an in-memory Dataset.
+        TypeError
+            ``cond`` does not give booleans, reads a variable of an unsupported dtype, or the
+            Dataset mixes NumPy and CuPy variables along ``dim`` (index coordinates aside).
+
+        Notes
+        -----
+        Which variable takes which route:
+
+        * Variables along ``dim`` (data variables and non-index coordinates; ``dim`` need not
+          come first, variables are transposed for the call and back after) are fields of
+          one :func:`~dask_compact.compact_records` call. In-memory ones in a dask-backed
+          Dataset (a NumPy coordinate) are wrapped with ``dask.array.from_array``, chunked
+          along ``dim`` like the first dask variable the condition reads, so they are
+          compacted in the same pass.
+        * Index coordinates (which xarray holds in memory, as pandas indexes), variables of
+          object dtype and other non-NumPy data (pandas extension arrays) are indexed with
+          the selected positions (``isel``), so xarray rebuilds the indexes (string, datetime
+          and multi-indexes included).
+        * Variables without ``dim`` are kept unchanged.
+
+        Examples
+        --------
+        >>> import numpy as np, xarray as xr, dask_compact
+        >>> ds = xr.Dataset(
+        ...     {"energy": ("event", np.array([1.0, 7.0, 9.0, 3.0, 6.0])),
+        ...      "eta": ("event", np.array([0.1, 3.0, -1.0, 0.0, 2.0])),
+        ...      "hits": (("layer", "event"), np.arange(10).reshape(2, 5))},
+        ...     coords={"event": [10, 11, 12, 13, 14]}, attrs={"run": 7}).chunk(event=2)
+        >>> out = ds.compact.where("(energy > 5) & (abs(eta) < 2.5)", dim="event")
+        >>> out.sizes["event"], out.energy.chunks
+        (2, ((0, 1, 1),))
+        >>> out.event.values, out.hits.values, out.attrs
+        (array([12, 14]), array([[2, 4],
+               [7, 9]]), {'run': 7})
+
+        What xarray users write today (xarray refuses a dask condition with ``drop=True``, so
+        it is computed first; the integers come back as floats):
+
+        >>> cond = ((ds.energy > 5) & (abs(ds.eta) < 2.5)).compute()
+        >>> ds.where(cond, drop=True).hits.values
+        array([[2., 4.],
+               [7., 9.]])
+        """
+        return compact_dataset(self._ds, cond, dim, indices, chunks)
+
+
+class CompactDataArrayAccessor:
+    """``arr.compact``: stream compaction of a DataArray along one dimension."""
+
+    def __init__(self, arr: xr.DataArray) -> None:
+        self._arr = arr
+
+    def where(
+        self,
+        cond: Any,
+        dim: Hashable | None = None,
+        *,
+        indices: str | None = None,
+        chunks: None | int | str = None,
+    ) -> xr.DataArray:
+        """The DataArray's rows along ``dim`` where ``cond`` holds (see
+        :meth:`CompactDatasetAccessor.where`); ``cond`` reads the array as ``x`` or by its
+        name, and its coordinates by theirs.
+
+        Examples
+        --------
+        >>> import numpy as np, xarray as xr, dask_compact
+        >>> arr = xr.DataArray(np.array([3.0, 8.0, 1.0, 9.0]), dims="t", name="v",
+        ...                    coords={"t": [0.0, 0.5, 1.0, 1.5]}).chunk(t=2)
+        >>> arr.compact.where("x > 2").values
+        array([3., 8., 9.])
+        >>> arr.compact.where(lambda v, t: (v > 2) & (t > 0)).t.values
+        array([0.5, 1.5])
+        """
+        return compact_dataarray(self._arr, cond, dim, indices, chunks)
+
+
+def compact_dataset(
+    ds: xr.Dataset, cond: Any, dim: Hashable | None, indices: str | None,
+    chunks: None | int | str,
+) -> xr.Dataset:  # fmt: skip
+    """:meth:`CompactDatasetAccessor.where`: the routes of its Notes, then one Dataset."""
+    from .records import compact_records
+    from .records_check import INDICES
+
+    # parsed (or traced) once; the Predicate goes on to compact_records as it is
+    p = _predicate(cond, tuple(n for n in ds.variables if isinstance(n, str) and n))
+    dim = _the_dim(ds, p.fields, dim)
+    for f in p.fields:
+        dims = ds.variables[f].dims
+        if dims != (dim,):
+            raise ValueError(
+                f"cond reads {f!r}, of dimensions {dims}: the variables cond reads must be "
+                f"1-D along {dim!r} (one value per row)"
+            )
+    if indices is not None and (not isinstance(indices, str) or indices in ds.variables):
+        raise ValueError(
+            f"indices= names the coordinate the row positions are added as: a new name, not "
+            f"{indices!r}"
+        )
+    along = [n for n, v in ds.variables.items() if dim in v.dims]
+    # xarray rebuilds an index from its coordinates' rows: those take the isel route
+    indexed = {n for n in ds.xindexes if n in along}
+    read = [n for n in along if n in p.fields]  # the Dataset's order, not the predicate's
+    chunked = [n for n in along if ds.variables[n].chunks is not None]
+    lead = next((n for n in read if n in chunked), chunked[0] if chunked else None)
+    if lead is not None:
+        first = _rows_first(ds.variables[lead], dim)
+        if not _is_dask(first):
+            raise TypeError(
+                f"variable {lead!r} is a chunked array of type {type(first).__name__}; "
+                "ds.compact.where takes dask-backed (or in-memory) Datasets"
+            )
+        like: Any = first
+    else:
+        like = _rows_first(ds.variables[read[0]], dim) if read else None
+
+    fields: dict[str, Any] = {}
+    keys: dict[Hashable, str] = {}
+    gathered: list[Hashable] = []  # variables whose rows compact_records writes out
+    order = ([lead] if lead is not None else []) + [n for n in along if n != lead]
+    for name in order:  # the lead first: compact_records aligns every field on it
+        v = ds.variables[name]
+        if name not in p.fields and (name in indexed or not _fieldable(v, like)):
+            continue
+        key = _key(name, along.index(name), name in p.fields, INDICES)
+        data = _rows_first(v, dim)
+        if lead is not None and not _is_dask(data):
+            data = _from_array(data, like)
+        fields[key] = data
+        keys[name] = key
+        if name not in indexed:
+            gathered.append(name)
+    isel = [n for n in along if n not in gathered]
+    want_indices = indices is not None or bool(isel)
+    if want_indices and INDICES in p.fields:
+        raise ValueError(
+            f"cond reads a variable named {INDICES!r}, the name the selected rows' positions "
+            "come back under from compact_records; rename it (ds.rename(...)) first"
+        )
+    out = compact_records(fields, p, indices=want_indices, chunks=chunks)
+
+    new: dict[Hashable, xr.Variable] = {}
+    for name in gathered:
+        v = ds.variables[name]
+        rows_first = (dim, *[d for d in v.dims if d != dim])
+        new[name] = xr.Variable(rows_first, out[keys[name]], attrs=v.attrs).transpose(*v.dims)
+    rest = ds.drop_vars(gathered)
+    if isel:
+        rest = rest.isel({dim: _host(out[INDICES])})
+    variables = {n: new[n] if n in new else rest.variables[n] for n in ds.variables}
+    if lead is not None:
+        # a dask variable of the isel route (objects) comes back with dask's own chunks
+        sizes = out[next(iter(fields))].chunks[0]
+        for n in isel:
+            v = variables[n]
+            if v.chunks is not None and v.chunks[v.dims.index(dim)] != sizes:
+                variables[n] = v.chunk({dim: sizes})
+    coords = xr.Coordinates({n: variables[n] for n in ds.coords}, indexes=dict(rest.xindexes))
+    result = xr.Dataset({n: variables[n] for n in ds.data_vars}, coords=coords, attrs=ds.attrs)
+    if indices is not None:
+        result = result.assign_coords({indices: xr.Variable((dim,), out[INDICES])})
+    return result.drop_encoding()
+
+
+def compact_dataarray(
+    arr: xr.DataArray, cond: Any, dim: Hashable | None, indices: str | None,
+    chunks: None | int | str,
+) -> xr.DataArray:  # fmt: skip
+    """:meth:`CompactDataArrayAccessor.where`: the array as a one-variable Dataset, named
+    as ``cond`` reads it (``x`` or its own name)."""
+    coord_names = tuple(n for n in arr.coords if isinstance(n, str) and n)
+    own = arr.name if isinstance(arr.name, str) and arr.name else None
+    aliases = [a for a in (own, "x") if a is not None and a not in coord_names]
+    aliases = list(dict.fromkeys(aliases))
+    p = _predicate(cond, (*aliases, *coord_names))
+    used = [a for a in aliases if a in p.fields]
+    if len(used) > 1:
+        raise ValueError(f"cond reads the array both as 'x' and as {own!r}; use one name")
+    # a name cond does not read needs only not to clash with a coordinate
+    key = used[0] if used else next((a for a in aliases), "<the DataArray>")
+    out = compact_dataset(arr.to_dataset(name=key), p, dim, indices, chunks)
+    res = out[key]
+    res.name = arr.name
+    return res
+
+
+def _predicate(cond: Any, names: tuple[str, ...]) -> Any:
+    """The record Predicate of ``cond`` over the variables ``names``."""
+    from .predicate.fields import record_predicate
+
+    return record_predicate(cond, names)
+
+
+def _the_dim(ds: xr.Dataset, read: tuple[str, ...], dim: Hashable | None) -> Hashable:
+    if dim is not None:
+        if dim not in ds.dims:
+            raise ValueError(
+                f"dim={dim!r} is not a dimension of the Dataset (dimensions: "
+                f"{', '.join(map(repr, ds.dims))})"
+            )
+        return dim
+    shared = set(ds.dims)
+    for name in read:
+        shared &= set(ds.variables[name].dims)
+    if len(shared) != 1:
+        which = f"{', '.join(map(repr, sorted(shared, key=str)))}" if shared else "no dimension"
+        raise ValueError(
+            f"the variables cond reads ({', '.join(read)}) share {which}; pass dim= to say "
+            "which dimension to compact"
+        )
+    return shared.pop()
+
+
+def _rows_first(v: xr.Variable, dim: Hashable) -> Any:
+    """The variable's data with ``dim`` as axis 0 (a view or a lazy transpose)."""
+    return v.data if v.dims[0] == dim else v.transpose(dim, ...).data
+
+
+def _is_dask(a: Any) -> bool:
+    return type(a).__module__.split(".")[0] == "dask" and hasattr(a, "chunks")
+
+
+def _module(a: Any) -> str:
+    if _is_dask(a):
+        a = a._meta
+    return type(a).__module__.split(".")[0]
+
+
+def _fieldable(v: xr.Variable, like: Any) -> bool:
+    """Whether compact_records can take the variable as a field next to ``like`` (the lead
+    variable's rows): an array of a NumPy dtype other than object, dask or in memory, with
+    chunks (or, in memory, an array type) like the lead's."""
+    import numpy as np
+
+    if not isinstance(v.dtype, np.dtype) or v.dtype.hasobject:
+        return False
+    if v.chunks is not None:
+        return _is_dask(v.data) and (like is None or _module(v.data) == _module(like))
+    data = v.data
+    if not (isinstance(data, np.ndarray) or _module(data) == "cupy"):
+        return False  # pandas extension arrays and other duck arrays: isel
+    return like is None or _module(data) == _module(like)
+
+
+def _key(name: Hashable, i: int, read: bool, reserved: str) -> str:
+    """The field key of a variable: its name (what cond calls it), or for a name that is not
+    a string or is ``reserved``, one cond cannot write (only a variable it reads needs its
+    own name)."""
+    if read or (isinstance(name, str) and name and name != reserved):
+        return str(name)
+    return f"<variable {i}>"
+
+
+def _from_array(data: Any, like: Any) -> Any:
+    """In-memory rows as a dask array chunked along axis 0 like ``like`` (the lead dask
+    variable), on the lead's array type, so that one compact_records pass takes them."""
+    import dask.array as da
+
+    a = da.from_array(data, chunks=(like.chunks[0], *((s,) for s in data.shape[1:])))
+    if _module(like) == "cupy" and _module(data) != "cupy":
+        import cupy
+
+        a = a.map_blocks(cupy.asarray, dtype=a.dtype, meta=cupy.empty((0,) * a.ndim, a.dtype))
+    return a
+
+
+def _host(a: Any) -> Any:
+    """Row positions as a NumPy array (computed, and copied from the GPU where they are)."""
+    import numpy as np
+
+    if _is_dask(a):
+        a = a.compute()
+    return a.get() if _module(a) == "cupy" else np.asarray(a)
+
+
+def register() -> None:
+    """Register ``compact`` on Dataset and DataArray; warn and leave an accessor of that name
+    that another package registered (as :func:`dask_compact.accessor.register` does)."""
+    for cls, accessor, reg in (
+        (xr.Dataset, CompactDatasetAccessor, xr.register_dataset_accessor),
+        (xr.DataArray, CompactDataArrayAccessor, xr.register_dataarray_accessor),
+    ):
+        existing = getattr(cls, NAME, None)
+        if existing is accessor:
+            continue
+        if existing is not None and not getattr(existing, "_dask_compact", False):
+            warnings.warn(
+                f"xarray.{cls.__name__}.{NAME} is already defined by another package; "
+                "dask_compact leaves it as it is: call dask_compact.compact_records instead",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            continue
+        with warnings.catch_warnings():
+            # xarray warns of any accessor it replaces; our own (a reloaded module's) is no news
+            warnings.simplefilter("ignore")
+            reg(NAME)(accessor)
+
+
+for _cls in (CompactDatasetAccessor, CompactDataArrayAccessor):
+    setattr(_cls, "_dask_compact", True)  # noqa: B010 - the mark register() looks for
+
+register()

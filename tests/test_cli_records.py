@@ -1,0 +1,339 @@
+"""The batch CLI on a Zarr group (``dask compact GROUP OUT --where EXPR --fields ...``): every
+output array against NumPy's ``v[mask]``, the choice of fields, refusals with short messages,
+and the same all-or-nothing output as the one-array job."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+zarr = pytest.importorskip("zarr")
+
+from cli_helpers import litter, run
+
+from dask_compact.batch import records_job
+
+WHERE = "(mass > 5) & (x < 0.3)"
+
+# name -> (dtype, trailing shape, Zarr chunk rows): every field chunked its own way
+PARTICLES = {
+    "x": ("f4", (), 100),
+    "y": ("f4", (), 333),
+    "z": ("f4", (), 64),
+    "vx": ("f8", (), 250),
+    "vy": ("f8", (), 1000),
+    "vz": ("f8", (), 77),
+    "mass": ("f4", (), 128),
+    "id": ("i8", (), 500),
+    "pos": ("f4", (3,), 90),
+}
+
+
+def make_particles(path: Path, n: int, seed: int = 5, zarr_format: int = 3,
+                   endian: str = "<") -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    group = zarr.open_group(store=str(path), mode="w", zarr_format=zarr_format)
+    data = {}
+    for name, (dt, tail, rows) in PARTICLES.items():
+        dtype = np.dtype(dt).newbyteorder(endian)
+        if name == "id":
+            v = np.arange(n, dtype=np.int64) * 7 + 3
+        elif name == "mass":
+            v = rng.random(n) * 10
+        else:
+            v = rng.random((n, *tail))
+        v = v.astype(dtype)
+        a = group.create_array(name, shape=v.shape, dtype=dtype, chunks=(rows, *tail))
+        if n:
+            a[:] = v
+        data[name] = v
+    return data
+
+
+def read(path: Path) -> tuple[dict, dict[str, np.ndarray], dict[str, tuple]]:
+    g = zarr.open_group(store=str(path), mode="r")
+    arrays = dict(g.arrays())
+    return (dict(g.attrs), {k: a[:] for k, a in arrays.items()},
+            {k: a.chunks for k, a in arrays.items()})
+
+
+def mask_of(data: dict[str, np.ndarray]) -> np.ndarray:
+    return (data["mass"] > 5) & (data["x"] < np.float32(0.3))
+
+
+@pytest.fixture
+def particles(tmp_path):
+    path = tmp_path / "particles.zarr"
+    return path, make_particles(path, 1025)
+
+
+# -- results --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n", [0, 1, 1025])
+def test_every_field_and_the_indices_match_numpy(tmp_path, n):
+    src = tmp_path / "p.zarr"
+    data = make_particles(src, n, seed=n)
+    out = tmp_path / "out.zarr"
+    res = run(src, out, "--where", WHERE, "--output", "both", "--local", "threads")
+    m = mask_of(data)
+    attrs, arrays, _ = read(out)
+    assert sorted(arrays) == sorted([*PARTICLES, "indices"])
+    for name, v in data.items():
+        np.testing.assert_array_equal(arrays[name], v[m])
+        assert arrays[name].dtype == v.dtype and arrays[name].shape[1:] == v.shape[1:]
+    np.testing.assert_array_equal(arrays["indices"], np.flatnonzero(m))
+    assert arrays["indices"].dtype == np.int64
+    info = attrs["dask_compact"]
+    assert info["complete"] is True and info["selected"] == m.sum() and info["where"] == WHERE
+    assert info["fields"] == sorted(PARTICLES) and info["input_rows"] == n
+    assert f"selected  {m.sum():,}" in res.output and "indices" in res.output
+    assert litter(tmp_path) == []
+
+
+def test_fields_picks_what_is_written_and_json_summary(particles, tmp_path):
+    src, data = particles
+    out = tmp_path / "out.zarr"
+    res = run(src, out, "--where", WHERE, "--fields", "pos,id,vz", "--json",
+              "--chunks", "200", "--output-chunks", "50")
+    summary = json.loads(res.output)
+    m = mask_of(data)
+    _, arrays, chunks = read(out)
+    assert sorted(arrays) == ["id", "pos", "vz"]  # mass and x are read, not written
+    for name in ("pos", "id", "vz"):
+        np.testing.assert_array_equal(arrays[name], data[name][m])
+    assert chunks["pos"] == (50, 3) and chunks["id"] == (50,)
+    assert summary["fields"] == ["pos", "id", "vz"] and summary["arrays"] == ["pos", "id", "vz"]
+    assert summary["read"] == ["mass", "x"] and summary["ignored"] == {}
+    assert summary["rows"] == 1025 and summary["selected"] == m.sum()
+    assert summary["input_kind"] == "zarr group" and summary["seconds"] > 0
+
+
+def test_indices_only_and_output_chunks_follow_the_input(particles, tmp_path):
+    src, data = particles
+    out = tmp_path / "out.zarr"
+    run(src, out, "--where", "(vx < 0.5) | (id == 10)", "--output", "indices")
+    _, arrays, chunks = read(out)
+    assert list(arrays) == ["indices"]
+    np.testing.assert_array_equal(arrays["indices"],
+                                  np.flatnonzero((data["vx"] < 0.5) | (data["id"] == 10)))
+    assert chunks["indices"] == (PARTICLES["id"][2],)  # the rows of the first field it reads
+    run(src, tmp_path / "o2.zarr", "--where", "id > 100", "--fields", "y")
+    assert read(tmp_path / "o2.zarr")[2]["y"] == (PARTICLES["y"][2],)
+
+
+@pytest.mark.parametrize("where, selected", [("mass > 100", 0), ("mass >= 0", 1025)])
+def test_empty_and_full_selections(particles, tmp_path, where, selected):
+    src, data = particles
+    out = tmp_path / "out.zarr"
+    run(src, out, "--where", where, "-o", "both")
+    attrs, arrays, _ = read(out)
+    assert attrs["dask_compact"]["complete"] is True
+    for name, v in data.items():
+        assert arrays[name].shape == (selected, *v.shape[1:]) and arrays[name].dtype == v.dtype
+        np.testing.assert_array_equal(arrays[name], v[:selected])
+    np.testing.assert_array_equal(arrays["indices"], np.arange(selected))
+
+
+def test_big_endian_v2_group(tmp_path):
+    src = tmp_path / "be.zarr"
+    data = make_particles(src, 300, zarr_format=2, endian=">")
+    out = tmp_path / "out.zarr"
+    run(src, out, "--where", WHERE, "--fields", "vx,id,pos")
+    m = mask_of(data)
+    _, arrays, _ = read(out)
+    for name in ("vx", "id", "pos"):
+        np.testing.assert_array_equal(arrays[name], data[name][m])
+        assert arrays[name].dtype.isnative
+
+
+def test_arrays_with_another_length_are_left_out_and_listed(particles, tmp_path):
+    src, data = particles
+    g = zarr.open_group(store=str(src), mode="r+")
+    g.create_array("run_info", shape=(7,), dtype="i4")[:] = 1
+    g.create_array("scale", shape=(), dtype="f8")
+    g.create_array("label", shape=(1025,), dtype=str, chunks=(1025,))
+    g.create_group("meta")
+    out = tmp_path / "out.zarr"
+    res = run(src, out, "--where", WHERE)
+    assert "run_info (7 rows, not 1,025)" in res.output and "scale (0-d)" in res.output
+    assert "label (dtype" in res.output
+    assert sorted(read(out)[1]) == sorted(PARTICLES)
+    for option, args in [("--fields", ["--where", WHERE, "--fields", "x,run_info"]),
+                         ("--where", ["--where", "(run_info > 0) & (mass > 5)"]),
+                         ("--where", ["--where", "scale > 0"]),
+                         ("--fields", ["--where", WHERE, "--fields", "label"])]:
+        res = run(src, tmp_path / "o2.zarr", *args, code=2)
+        assert option in res.output, res.output
+        assert "run_info" in res.output or "scale" in res.output or "label" in res.output
+    assert not (tmp_path / "o2.zarr").exists() and litter(tmp_path) == []
+
+
+# -- refusals -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--where", "(mass > 5) & (energy < 2)"], "'energy' is not allowed"),
+        (["--where", "mass +"], "not valid syntax"),
+        (["--where", "mass + 1"], "booleans"),
+        (["--where", "pos > 1"], "must be 1-D"),
+        (["--where", WHERE, "--fields", "x,charge"], "'charge' is not an array"),
+        (["--where", WHERE, "--fields", "x,,y"], "empty field name"),
+        (["--where", WHERE, "--fields", "x,y,x"], "x named twice"),
+        (["--where", WHERE, "--fields", "x", "-o", "indices"], "--output indices"),
+        (["--where", WHERE, "--resume"], "--resume: not supported for a Zarr group"),
+        (["--where", WHERE, "--memory-budget", "1GiB"], "--memory-budget: not supported"),
+        (["--where", WHERE, "--device", "gpu", "--progress"], "--device gpu, --progress"),
+        (["--where", WHERE, "--decode", "gpu"], "--decode gpu"),
+    ],
+)
+def test_refusals_leave_nothing(particles, tmp_path, args, message):
+    src, _ = particles
+    out = tmp_path / "out.zarr"
+    res = run(src, out, *args, code=2)
+    assert message in res.output
+    assert not out.exists() and litter(tmp_path) == []
+
+
+def test_unknown_field_message_names_the_group_arrays(particles, tmp_path):
+    src, _ = particles
+    res = run(src, tmp_path / "o.zarr", "--where", "energy > 1", code=2)
+    assert "--where" in res.output and "Zarr group" in res.output
+    assert "mass" in res.output and "vz" in res.output
+
+
+def test_arrays_of_different_lengths_named_together(tmp_path):
+    src = tmp_path / "g.zarr"
+    g = zarr.open_group(store=str(src), mode="w")
+    g.create_array("a", shape=(10,), dtype="f8")[:] = np.arange(10.0)
+    g.create_array("b", shape=(12,), dtype="f8")[:] = np.arange(12.0)
+    g.create_array("c", shape=(12,), dtype="f8")[:] = np.arange(12.0)
+    out = tmp_path / "o.zarr"
+    res = run(src, out, "--where", "(a > 1) & (b > 1)", code=2)
+    assert "same number of rows" in res.output and "a (--where): 10" in res.output
+    res = run(src, out, "--where", "a > 1", "--fields", "c", code=2)
+    assert "c (--fields): 12" in res.output
+    g.create_array("d", shape=(10,), dtype="f8")
+    res = run(src, out, "--where", "1 > 0", code=2)  # 2 arrays of 10 rows, 2 of 12: which?
+    assert "--fields" in res.output
+    assert not out.exists() and litter(tmp_path) == []
+    run(src, out, "--where", "b > 5", "-o", "both")  # the arrays of 10 rows are left out
+    _, arrays, _ = read(out)
+    np.testing.assert_array_equal(arrays["c"], np.arange(6.0, 12.0))
+    assert sorted(arrays) == ["b", "c", "indices"]
+
+
+def test_a_field_named_indices(tmp_path):
+    src = tmp_path / "g.zarr"
+    g = zarr.open_group(store=str(src), mode="w")
+    g.create_array("e", shape=(5,), dtype="f8")[:] = np.arange(5.0)
+    g.create_array("indices", shape=(5,), dtype="i8")[:] = np.arange(5) * 2
+    res = run(src, tmp_path / "o.zarr", "--where", "e > 2", "-o", "both", code=2)
+    assert "'indices'" in res.output and "--fields" in res.output
+    run(src, tmp_path / "o.zarr", "--where", "e > 2")  # the field, compacted like any other
+    np.testing.assert_array_equal(read(tmp_path / "o.zarr")[1]["indices"], [6, 8])
+
+
+def test_missing_chunk_of_a_field_is_refused_unless_allowed(particles, tmp_path):
+    src, data = particles
+    (src / "id" / "c" / "1").unlink()  # rows 500..999 of id read as the fill value 0
+    out = tmp_path / "out.zarr"
+    res = run(src, out, "--where", WHERE, "--fields", "id", code=2)
+    assert "id': 1 of its 3 chunks are not in the store" in res.output
+    assert not out.exists() and litter(tmp_path) == []
+    run(src, out, "--where", WHERE, "--fields", "x")  # id is not read: its chunks not checked
+    run(src, out, "--where", WHERE, "--fields", "id", "--allow-missing-chunks", "--overwrite")
+    ids = data["id"].copy()
+    ids[500:1000] = 0
+    np.testing.assert_array_equal(read(out)[1]["id"], ids[mask_of(data)])
+
+
+def test_fields_needs_a_group(tmp_path):
+    path = tmp_path / "a.npy"
+    np.save(path, np.arange(10.0))
+    res = run(path, tmp_path / "o.zarr", "--where", "x > 1", "--fields", "x", code=2)
+    assert "--fields applies to a Zarr group INPUT" in res.output
+
+
+def test_existing_output_needs_overwrite(particles, tmp_path):
+    src, data = particles
+    out = tmp_path / "out.zarr"
+    run(src, out, "--where", WHERE, "--fields", "id")
+    res = run(src, out, "--where", "mass > 9", "--fields", "id", code=2)
+    assert "exists" in res.output and "--overwrite" in res.output
+    np.testing.assert_array_equal(read(out)[1]["id"], data["id"][mask_of(data)])
+    run(src, out, "--where", "mass > 9", "--fields", "id", "--overwrite")
+    np.testing.assert_array_equal(read(out)[1]["id"], data["id"][data["mass"] > 9])
+    assert "must not be INPUT" in run(src, src / "sub", "--where", WHERE, code=2).output
+    assert litter(tmp_path) == []
+
+
+# -- failures mid-job -----------------------------------------------------------------------------
+
+
+def _fail_after_first_chunk(monkeypatch) -> None:
+    """Writes of output rows past the first chunk fail (the first are written): the temporary
+    group is half written. The wrapper class is defined here, so that cloudpickle sends it to
+    worker processes by value."""
+    real = records_job.store
+
+    def store(runner, sources, targets):
+        class Failing:
+            def __init__(self, z):
+                self.z, self.shape, self.dtype = z, z.shape, z.dtype
+
+            def __setitem__(self, key, value):
+                if key[0].start:
+                    raise OSError("disk full (simulated)")
+                self.z[key] = value
+
+        return real(runner, sources, [Failing(t) for t in targets])
+
+    monkeypatch.setattr(records_job, "store", store)
+
+
+@pytest.mark.parametrize(
+    "where_run", [["--local", "threads"], ["--local", "processes", "--workers", "2"]],
+    ids=["threads", "processes"],
+)
+def test_failure_mid_write_leaves_no_output(particles, tmp_path, monkeypatch, where_run):
+    src, data = particles
+    out = tmp_path / "out.zarr"
+    if where_run[1] == "processes":  # the same result on a local cluster, before the failure
+        res = run(src, out, "--where", WHERE, "-o", "both", *where_run)
+        assert "LocalCluster (2 worker processes)" in res.output
+        _, arrays, _ = read(out)
+        m = mask_of(data)
+        for name, v in data.items():
+            np.testing.assert_array_equal(arrays[name], v[m])
+    _fail_after_first_chunk(monkeypatch)
+    res = run(src, out, "--where", "mass > 1", "-o", "both", "--output-chunks", "100",
+              "--overwrite", *where_run, code=1)
+    assert "job failed" in res.output and "disk full" in res.output
+    if where_run[1] == "processes":  # the previous output, untouched
+        attrs, arrays, _ = read(out)
+        assert attrs["dask_compact"]["where"] == WHERE
+        np.testing.assert_array_equal(arrays["x"], data["x"][mask_of(data)])
+    else:
+        assert not out.exists()
+    assert litter(tmp_path) == []
+
+
+def test_interrupt_mid_write_cleans_up(particles, tmp_path, monkeypatch):
+    src, _ = particles
+    out = tmp_path / "out.zarr"
+    real = records_job.store
+
+    def store(runner, sources, targets):
+        real(runner, sources[:1], targets[:1])
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(records_job, "store", store)
+    res = run(src, out, "--where", WHERE, code=130)
+    assert "interrupted" in res.output and "was not written" in res.output
+    assert not out.exists() and litter(tmp_path) == []

@@ -1,0 +1,276 @@
+"""``ds.compact.where(cond, dim)``: the xarray accessor over compact_records, checked against
+``ds.isel({dim: np.flatnonzero(mask)})`` with the mask computed by NumPy."""
+
+from __future__ import annotations
+
+import doctest
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pytest
+
+xr = pytest.importorskip("xarray")
+
+import dask.array as da
+
+import dask_compact
+from dask_compact import xarray_accessor
+
+COND = "(energy > 5) & (abs(eta) < 2.5)"
+
+
+def events(n: int, seed: int = 0, *, string_index: bool = False) -> xr.Dataset:
+    """An in-memory Dataset of n events: several dtypes, a 2-D variable with ``event`` first
+    and one with it second, a variable without ``event``, index and non-index coordinates."""
+    rng = np.random.default_rng(seed)
+    index = (np.array([f"ev{i}" for i in range(n)], dtype=object) if string_index
+             else 1000 + np.arange(n))
+    ds = xr.Dataset(
+        {
+            "energy": ("event", rng.random(n) * 10, {"units": "GeV"}),
+            "eta": ("event", (rng.random(n) * 6 - 3).astype(np.float32)),
+            "nhit": ("event", rng.integers(0, 100, n).astype(np.int32)),
+            "flag": ("event", rng.random(n) > 0.5),
+            "hits": (("event", "layer"), rng.integers(0, 9, (n, 3))),
+            "img": (("layer", "event"), rng.random((3, n)).astype(np.float32)),
+            "calib": ("layer", np.arange(3.0), {"note": "no event dim"}),
+        },
+        coords={
+            "event": index,
+            "run": ("event", np.arange(n) // 10),
+            "label": ("event", np.array([f"l{i}" for i in range(n)])),
+            "layer": ["a", "b", "c"],
+        },
+        attrs={"title": "events", "version": 2},
+    )
+    return ds
+
+
+def reference(ds: xr.Dataset, mask: np.ndarray) -> xr.Dataset:
+    return ds.compute().isel(event=np.flatnonzero(mask))
+
+
+def mask_of(ds: xr.Dataset, threshold: float = 5.0) -> np.ndarray:
+    e, eta = ds.energy.values, ds.eta.values
+    return (e > threshold) & (np.abs(eta) < 2.5)
+
+
+def check_same(out: xr.Dataset, ref: xr.Dataset) -> None:
+    """Same variables, values, dtypes, dimension order, attributes; dask variables along
+    ``event`` with known and identical chunks."""
+    got = out.compute()
+    xr.testing.assert_identical(got, ref)
+    assert list(out.data_vars) == list(ref.data_vars)
+    for name, v in got.variables.items():
+        assert v.dtype == ref.variables[name].dtype, name
+        assert v.dims == ref.variables[name].dims, name
+    assert out.sizes["event"] == ref.sizes["event"]
+    sizes = {v.chunks[v.dims.index("event")] for v in out.variables.values()
+             if v.chunks is not None and "event" in v.dims}
+    assert len(sizes) <= 1, sizes
+    for s in sizes:
+        assert not any(np.isnan(c) for c in s) and sum(s) == ref.sizes["event"]
+
+
+@pytest.mark.parametrize("n", [0, 1, 33, 1025])
+@pytest.mark.parametrize("threshold", [-1.0, 5.0, 11.0], ids=["all", "some", "none"])
+def test_dask_dataset_matches_isel(n, threshold):
+    ds = events(n, seed=n)
+    if threshold < 0:  # every row: energy > -1 and |eta| < 2.5 made true
+        ds["eta"] = ds.eta * 0
+    mask = mask_of(ds, threshold)
+    d = ds.chunk(event=max(7, n // 8))  # odd chunk sizes, few enough tasks
+    out = d.compact.where(f"(energy > {threshold}) & (abs(eta) < 2.5)", dim="event")
+    check_same(out, reference(d, mask))
+    assert isinstance(out.energy.data, da.Array)
+    assert out.chunks["event"] == out.energy.chunks[0]  # one chunking for the whole Dataset
+    assert out.calib.identical(ds.calib)  # no event dim: kept as it was
+    assert out.encoding == {} and out.energy.encoding == {}
+
+
+def test_full_and_empty_selection():
+    d = events(100).chunk(event=16)
+    full = d.compact.where("energy >= 0", dim="event")
+    check_same(full, d.compute())
+    empty = d.compact.where("energy < 0", dim="event")
+    assert empty.sizes["event"] == 0
+    check_same(empty, reference(d, np.zeros(100, bool)))
+
+
+def test_default_dim_callable_and_indices():
+    ds = events(257, seed=3)
+    d = ds.chunk(event=50)
+    mask = mask_of(ds)
+    out = d.compact.where(lambda energy, eta: (energy > 5) & (abs(eta) < 2.5), indices="row")
+    np.testing.assert_array_equal(out.row.values, np.flatnonzero(mask))
+    assert out.row.dtype == np.int64 and "row" in out.coords
+    assert out.row.chunks == out.energy.chunks
+    check_same(out.drop_vars("row"), reference(d, mask))
+
+
+def test_string_index_and_object_coordinates():
+    ds = events(120, string_index=True)
+    ds = ds.assign_coords(tag=("event", np.array([f"t{i}" for i in range(120)], dtype=object)))
+    mask = mask_of(ds)
+    for d in (ds.chunk(event=25), ds.chunk(event=25).assign_coords(tag=ds.tag)):
+        out = d.compact.where(COND, dim="event")  # object tag chunked (dask) or in memory
+        check_same(out, reference(d, mask))
+        assert out.indexes["event"].equals(ds.indexes["event"][mask])
+
+
+def test_in_memory_coordinates_of_a_dask_dataset():
+    ds = events(99)
+    mem = np.arange(99) * 0.5
+    when = np.datetime64("2026-01-01") + np.arange(99).astype("timedelta64[h]")
+    d = ds.chunk(event=10).assign_coords(mem=("event", mem), when=("event", when))
+    d = d.assign_coords(stamp=("event", when)).set_xindex("stamp")  # a second index along event
+    assert not isinstance(d.mem.data, da.Array)
+    out = d.compact.where(COND, dim="event")
+    check_same(out, reference(d, mask_of(ds)))
+    assert isinstance(out.mem.data, da.Array)  # compacted in the same pass, chunked like all
+    assert set(out.xindexes) == {"event", "layer", "stamp"}
+
+
+def test_cond_reads_coordinates():
+    ds = events(64)
+    d = ds.chunk(event=9)
+    mask = (ds.run.values % 2 == 0) & (ds.event.values > 1010)
+    out = d.compact.where("(run % 2 == 0) & (event > 1010)")  # non-index and index coordinate
+    check_same(out, reference(d, mask))
+
+
+def test_multi_index_and_a_variable_named_x():
+    ds = xr.Dataset({"v": (("a", "b"), np.arange(12.0).reshape(3, 4))},
+                    coords={"a": [1, 2, 3], "b": list("wxyz")})
+    st = ds.stack(event=("a", "b")).chunk(event=5)
+    for cond, mask in (("v > 4.5", st.v.values > 4.5), ("(a > 1) & (v < 10)",
+                                                         (st.a.values > 1) & (st.v.values < 10))):
+        out = st.compact.where(cond)
+        xr.testing.assert_identical(out.compute(), st.compute().isel(event=np.flatnonzero(mask)))
+    # a coordinate named x (the one-array predicates' variable) beside the variables read
+    d = xr.Dataset({"energy": ("event", np.arange(6.0)), "img": (("x", "event"), np.ones((2, 6)))},
+                   coords={"x": [0, 1]}).chunk(event=4)
+    assert d.compact.where("energy > 2").sizes == {"event": 3, "x": 2}
+
+
+def test_in_memory_dataset():
+    ds = events(1025, seed=5)
+    mask = mask_of(ds)
+    out = ds.compact.where(COND, indices="i")
+    xr.testing.assert_identical(out.drop_vars("i"), reference(ds, mask))
+    assert all(not isinstance(v.data, da.Array) for v in out.variables.values())
+    np.testing.assert_array_equal(out.i.values, np.flatnonzero(mask))
+    with pytest.raises(ValueError, match="chunks="):
+        ds.compact.where(COND, chunks=10)
+
+
+def test_chunks_rebalance():
+    ds = events(1000)
+    out = ds.chunk(event=100).compact.where(COND, dim="event", chunks=64)
+    assert set(out.chunks["event"][:-1]) == {64}
+    check_same(out, reference(ds, mask_of(ds)))
+
+
+def test_matches_xarray_where_drop():
+    """What xarray users write: ds.where(cond, drop=True), with the condition computed first
+    (xarray refuses a dask one). It turns integers and booleans into floats and broadcasts
+    variables without the dimension against the condition; the values agree elsewhere."""
+    ds = events(500, seed=9)
+    d = ds.chunk(event=64)
+    cond = ((d.energy > 5) & (abs(d.eta) < 2.5)).compute()
+    theirs = d.where(cond, drop=True).compute()
+    ours = d.compact.where(COND).compute()
+    assert ours.sizes["event"] == theirs.sizes["event"] == int(cond.sum())
+    for name in ("energy", "eta", "nhit", "flag", "hits", "img"):
+        np.testing.assert_array_equal(ours[name].values.astype(float),
+                                      theirs[name].transpose(*ours[name].dims).values)
+    assert theirs.nhit.dtype == np.float64 and ours.nhit.dtype == np.int32
+    assert "event" in theirs.calib.dims and "event" not in ours.calib.dims
+    xr.testing.assert_identical(ours.coords.to_dataset(), theirs.coords.to_dataset())
+
+
+def test_dataarray():
+    ds = events(77)
+    arr = ds.energy.chunk(event=10)
+    mask = ds.energy.values > 5
+    ref = ds.energy.isel(event=np.flatnonzero(mask))
+    for cond in ("x > 5", "energy > 5", lambda x: x > 5, lambda energy: energy > 5):
+        out = arr.compact.where(cond)
+        xr.testing.assert_identical(out.compute(), ref)
+        assert out.chunks is not None and not np.isnan(out.shape[0])
+    two_d = ds.img.chunk(event=10)  # (layer, event); cond on the coordinate along event
+    out = two_d.compact.where("run < 3", dim="event", indices="row")
+    xr.testing.assert_identical(out.compute().drop_vars("row"),
+                                ds.img.isel(event=np.flatnonzero(ds.run.values < 3)))
+    unnamed = xr.DataArray(np.arange(10.0), dims="x").chunk(x=3)
+    np.testing.assert_array_equal(unnamed.compact.where("x > 6").values, [7.0, 8.0, 9.0])
+
+
+def test_errors():
+    d = events(50).chunk(event=10)
+    with pytest.raises(ValueError, match="not a dimension"):
+        d.compact.where(COND, dim="nope")
+    with pytest.raises(ValueError, match="1-D along 'event'"):
+        d.compact.where("(energy > 5) & (calib > 0)", dim="event")  # calib has no event dim
+    with pytest.raises(ValueError, match="share no dimension"):
+        d.compact.where("(energy > 5) & (calib > 0)")
+    with pytest.raises(ValueError, match="1-D along 'event'"):
+        d.compact.where("hits > 3", dim="event")  # 2-D
+    with pytest.raises(ValueError, match="share 'event', 'layer'"):
+        d.compact.where("hits > 3")
+    with pytest.raises(ValueError):
+        d.compact.where("energy > missing", dim="event")
+    with pytest.raises(ValueError):
+        d.compact.where(lambda energy, missing: energy > 1, dim="event")
+    with pytest.raises(TypeError, match="boolean"):
+        d.compact.where("energy * 2", dim="event")
+    with pytest.raises(ValueError, match="indices="):
+        d.compact.where(COND, indices="energy")
+    with pytest.raises(TypeError):
+        d.compact.where(COND, dim="event", lazy=True)  # xarray cannot hold unknown lengths
+
+
+def test_import_order_and_no_eager_xarray_import():
+    """import dask_compact imports neither xarray nor the accessor; the accessor is there
+    whichever of dask_compact and xarray is imported first."""
+    code = (
+        "import sys, dask_compact\n"
+        "assert 'xarray' not in sys.modules and 'dask_compact.xarray_accessor' not in "
+        "sys.modules\n"
+        "import xarray as xr\n"
+        "assert xr.Dataset.compact.__name__ == 'CompactDatasetAccessor'\n"
+        "assert xr.DataArray.compact.__name__ == 'CompactDataArrayAccessor'\n"
+        "import xarray, dask.array as da; assert hasattr(da.Array, 'map_compact')\n"
+    )
+    other_order = (
+        "import xarray as xr, dask_compact\n"
+        "assert xr.Dataset.compact.__name__ == 'CompactDatasetAccessor'\n"
+        "import dask.array as da; assert hasattr(da.Array, 'map_compact')\n"
+    )
+    for c in (code, other_order):
+        subprocess.run([sys.executable, "-W", "error", "-c", c], check=True)
+
+
+def test_registration_does_not_clobber(monkeypatch):
+    class Theirs:
+        def __init__(self, obj):
+            self.obj = obj
+
+    monkeypatch.setattr(xr.Dataset, "compact", Theirs)
+    with pytest.warns(RuntimeWarning, match="already defined"):
+        xarray_accessor.register()
+    assert xr.Dataset.compact is Theirs
+    monkeypatch.undo()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        xarray_accessor.register()  # our own accessor again: quiet
+    assert xr.Dataset.compact is xarray_accessor.CompactDatasetAccessor
+    assert dask_compact.compact_records  # the function the accessor calls
+
+
+def test_docstring_examples():
+    failures, tried = doctest.testmod(xarray_accessor, optionflags=doctest.NORMALIZE_WHITESPACE)
+    assert tried > 0
+    assert failures == 0
