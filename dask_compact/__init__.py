@@ -21,12 +21,12 @@ if TYPE_CHECKING:
     from .cache import cache_dir, clear_cache
     from .chunk import compact_array, compact_into
     from .predicate import Predicate, as_predicate
-    from .records import compact_records
+    from .records import compact_records, compact_records_into
 
 __version__ = "0.1.0"
 __all__ = [
     "map_compact", "compact", "flatnonzero", "compact_array", "compact_into", "compact_records",
-    "Predicate",
+    "compact_records_into", "Predicate",
     "as_predicate", "trace", "cache_dir", "clear_cache",
 ]  # fmt: skip
 
@@ -35,6 +35,7 @@ _LAZY = {
     "map_compact": "api", "compact": "api", "flatnonzero": "api",
     "cache_dir": "cache", "clear_cache": "cache",
     "compact_array": "chunk", "compact_into": "chunk", "compact_records": "records",
+    "compact_records_into": "records",
     "Predicate": "predicate", "as_predicate": "predicate",
 }  # fmt: skip
 

@@ -36,6 +36,11 @@ Backend contract (both functions, every backend):
     compacted by a record predicate (:mod:`.predicate.fields`): every field's selected rows at
     exact length, plus ``"indices"`` (int64, ``index_base`` + row) when asked. ``threads``:
     CPU threads one call may use (1 inside Dask tasks).
+
+``compact_records_into(like, fields, pred, out, count, stream) -> count``
+    The same into caller buffers (``out``: name -> buffer of capacity ``n`` rows, for the
+    fields to write and optionally ``"indices"``), the count into ``count``; on the GPU
+    queued on ``stream`` with no host synchronisation. Arguments are checked by the caller.
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ compact_masked = Dispatch("compact_masked")
 compact_many = Dispatch("compact_many")
 compact_into = Dispatch("compact_into")
 compact_records = Dispatch("compact_records")
+compact_records_into = Dispatch("compact_records_into")
 
 
 @compact_chunk.register(np.ndarray)
@@ -86,11 +92,19 @@ def _compact_records_numpy(like, fields, pred, indices, stable, index_base, thre
     return impl(fields, pred, indices, stable, index_base, threads)
 
 
+@compact_records_into.register(np.ndarray)
+def _compact_records_into_numpy(like, fields, pred, out, count, stream):
+    from .backends.numpy_records import compact_records_into as impl
+
+    return impl(fields, pred, out, count)
+
+
 @compact_chunk.register_lazy("cupy")
 @compact_masked.register_lazy("cupy")
 @compact_many.register_lazy("cupy")
 @compact_into.register_lazy("cupy")
 @compact_records.register_lazy("cupy")
+@compact_records_into.register_lazy("cupy")
 def _register_cupy() -> None:
     import cupy
 
@@ -101,6 +115,13 @@ def _register_cupy() -> None:
     compact_many.register(cupy.ndarray, cupy_backend.compact_many)
     compact_into.register(cupy.ndarray, cupy_backend.compact_into_public)
     compact_records.register(cupy.ndarray, _compact_records_cupy)
+    compact_records_into.register(cupy.ndarray, _compact_records_into_cupy)
+
+
+def _compact_records_into_cupy(like, fields, pred, out, count, stream):
+    from .backends.cupy_records import compact_records_into as impl
+
+    return impl(fields, pred, out, count, stream)
 
 
 def _compact_records_cupy(like, fields, pred, indices, stable, index_base, threads=1):

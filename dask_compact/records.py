@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .records_check import INDICES, check_record_predicate, checked_fields
+from .records_check import INDICES, check_into, check_record_predicate, checked_fields
 
-__all__ = ["compact_records"]
+__all__ = ["compact_records", "compact_records_into"]
 
 
 def compact_records(
@@ -116,3 +116,65 @@ def compact_records_in_memory(
     out = backend(first, fields, p, indices, stable, index_base, threads)
     assert not indices or INDICES in out
     return out
+
+
+def compact_records_into(
+    fields: Mapping[str, Any],
+    pred: Any,
+    out: Mapping[str, Any],
+    *,
+    count: Any = None,
+    stream: Any = None,
+) -> Any:
+    """Compact a record into buffers you own; return the selected count as a 1-element array.
+
+    The record form of :func:`dask_compact.compact_into`: no allocation of the results and no
+    host synchronisation. On the GPU the three kernels are queued on ``stream`` and the count
+    stays on the device until you read it, so calls can be queued back to back or captured
+    into a CUDA graph and replayed on new data in the same buffers.
+
+    Parameters
+    ----------
+    fields : mapping of str -> array
+        In-memory NumPy or CuPy arrays (one device), as for :func:`compact_records`.
+    pred : str or callable
+        The record predicate, as for :func:`compact_records`.
+    out : mapping of str -> array
+        A buffer for each field to write (fields not named here are not written; a field
+        the predicate reads need not be written), and optionally ``"indices"`` (int64, 1-D)
+        for the selected rows' numbers: arrays of the fields' type and device, C-contiguous,
+        with room for every row (``shape[0] >= n``), the field's dtype and trailing shape.
+        The first ``count`` rows receive the selection; the rows after it are unspecified.
+    count : array, optional
+        A 1-element int64 or uint64 array of the fields' type (and device) receiving the
+        count; by default a new int64 one.
+    stream : cupy.cuda.Stream, optional
+        The stream the GPU work is queued on (default: the current one). NumPy takes none.
+
+    Returns
+    -------
+    count : array
+        On the GPU its value is ready once the stream has reached this call.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from dask_compact import compact_records_into
+    >>> f = {"mass": np.array([1.0, 9.0, 7.0, 2.0]), "id": np.array([10, 11, 12, 13])}
+    >>> out = {"id": np.empty(4, np.int64), "indices": np.empty(4, np.int64)}
+    >>> k = compact_records_into(f, "mass > 5", out)
+    >>> out["id"][: k[0]], out["indices"][: k[0]]
+    (array([11, 12]), array([1, 2]))
+    """
+    from .dispatch import compact_records_into as backend
+
+    fs, on_dask = checked_fields(fields, False)
+    if on_dask:
+        raise TypeError(
+            "compact_records_into takes in-memory NumPy or CuPy fields; for dask arrays use "
+            "compact_records"
+        )
+    buffers = check_into(fs, out, count, stream)
+    p = check_record_predicate(pred, fs)
+    first = next(iter(fs.values()))
+    return backend(first, fs, p, buffers, count, stream)

@@ -13,9 +13,9 @@ import numpy as np
 
 from .predicate.core import NotElementwise, Predicate
 from .predicate.fields import record_mask, record_predicate
-from .validate import _module_of, check_chunk_type, check_dtype, native
+from .validate import _module_of, _span, check_chunk_type, check_dtype, native
 
-__all__ = ["checked_fields", "check_record_predicate", "INDICES"]
+__all__ = ["checked_fields", "check_record_predicate", "check_into", "INDICES"]
 
 logger = logging.getLogger("dask_compact")
 
@@ -137,3 +137,56 @@ def _ramp(dtype: np.dtype, n: int = 64) -> np.ndarray:
     if dtype.kind == "c":
         return (ramp + 1j * ramp[::-1]).astype(dtype)
     return ramp.astype(dtype)
+
+
+def check_into(fields: dict[str, Any], out: Any, count: Any, stream: Any) -> dict[str, Any]:
+    """The caller's buffers of :func:`dask_compact.compact_records_into`, checked: a mapping
+    of field names (and ``indices``, the row numbers, unless a field has that name) to arrays
+    of the fields' type and device, C-contiguous, writeable, with room for every row, the
+    field's dtype and trailing shape (int64 and 1-D for indices), overlapping no field; a
+    1-element int64 or uint64 ``count``; ``stream`` only for CuPy."""
+    if not isinstance(out, Mapping) or not out:
+        raise TypeError("out must be a non-empty mapping of field name -> buffer")
+    first = next(iter(fields.values()))
+    n = first.shape[0]
+    kind = _module_of(first)
+    checked = {}
+    for name, buf in out.items():
+        if name in fields:
+            dtype, tail = fields[name].dtype, fields[name].shape[1:]
+        elif name == INDICES:
+            dtype, tail = np.dtype(np.int64), ()
+        else:
+            raise ValueError(
+                f"out names {name!r}, which is not a field (fields: {', '.join(fields)}; "
+                f"{INDICES!r} receives the row numbers)"
+            )
+        if not hasattr(buf, "dtype") or _module_of(buf) != kind or not hasattr(buf, "flags"):
+            raise TypeError(f"out[{name!r}] must be a {kind} array like the fields")
+        if kind == "cupy" and buf.device.id != first.device.id:
+            raise ValueError(f"out[{name!r}] is on device {buf.device.id}, the fields on "
+                             f"{first.device.id}")
+        if buf.dtype != dtype:
+            raise TypeError(f"out[{name!r}] must have dtype {dtype}; got {buf.dtype}")
+        if buf.shape[1:] != tail or buf.ndim < 1 or buf.shape[0] < n:
+            raise ValueError(f"out[{name!r}] must have shape (>= {n}, *{tail}) (every row may "
+                             f"be selected); got {buf.shape}")
+        if not buf.flags.c_contiguous or (kind == "numpy" and not buf.flags.writeable):
+            raise ValueError(f"out[{name!r}] must be C-contiguous and writeable")
+        for fname, a in fields.items():
+            if buf.nbytes and a.nbytes and _overlap(buf, a):
+                raise ValueError(f"out[{name!r}] overlaps the field {fname!r}")
+        checked[name] = buf
+    if count is not None:
+        if getattr(count, "dtype", None) not in (np.dtype(np.int64), np.dtype(np.uint64)):
+            raise TypeError("count must be a 1-element int64 or uint64 array")
+        if _module_of(count) != kind or getattr(count, "size", 0) != 1:
+            raise ValueError(f"count must be a 1-element {kind} array like the fields")
+    if stream is not None and kind != "cupy":
+        raise TypeError("stream is for CuPy fields; NumPy fields are compacted on this thread")
+    return checked
+
+
+def _overlap(a: Any, b: Any) -> bool:
+    (a0, a1), (b0, b1) = _span(a), _span(b)
+    return a0 < b1 and b0 < a1

@@ -190,6 +190,51 @@ def test_dask_rebalanced_and_cupy_like_meta():
     assert_same(out, want)
 
 
+@pytest.mark.parametrize("n", [0, 1, 33, 1025, 4099])
+def test_into_caller_buffers(n):
+    f = particles(n, 9)
+    mask = (f["mass"] > 4) & (f["r"] < 0.7)
+    k = int(mask.sum())
+    out = {"pos": np.full((n + 3, 3), -7, np.float32), "id": np.full(n, -7, np.int64),
+           "indices": np.full(n + 1, -7, np.int64)}  # fmt: skip
+    count = np.full(1, 2**63, np.uint64)
+    got = dask_compact.compact_records_into(f, "(mass > 4) & (r < 0.7)", out, count=count)
+    assert got is count and int(count[0]) == k
+    np.testing.assert_array_equal(out["pos"][:k], f["pos"][mask])
+    np.testing.assert_array_equal(out["id"][:k], f["id"][mask])
+    np.testing.assert_array_equal(out["indices"][:k], np.flatnonzero(mask))
+    assert (out["id"][k:] == -7).all()  # rows past the count are not written here
+    r = np.empty_like(f["r"])
+    c = dask_compact.compact_records_into(f, lambda id: np.isin(id % 3, [1]), {"r": r})
+    m = np.isin(f["id"] % 3, [1])
+    np.testing.assert_array_equal(r[: int(c[0])], f["r"][m])
+
+
+def test_into_errors():
+    f = particles(10)
+    cri = dask_compact.compact_records_into
+    with pytest.raises(TypeError, match="dtype float64"):
+        cri(f, "mass > 1", {"r": np.empty(10, np.float32)})
+    with pytest.raises(ValueError, match="every row"):
+        cri(f, "mass > 1", {"r": np.empty(9)})
+    with pytest.raises(ValueError, match="every row"):
+        cri(f, "mass > 1", {"pos": np.empty((10, 2), np.float32)})
+    with pytest.raises(ValueError, match="not a field"):
+        cri(f, "mass > 1", {"nope": np.empty(10)})
+    with pytest.raises(ValueError, match="overlaps"):
+        cri(f, "mass > 1", {"r": f["r"]})
+    with pytest.raises(TypeError, match="non-empty mapping"):
+        cri(f, "mass > 1", {})
+    with pytest.raises(TypeError, match="in-memory"):
+        cri({"a": da.arange(4, chunks=2)}, "a > 1", {"a": np.empty(4, np.int64)})
+    with pytest.raises(TypeError, match="stream is for CuPy"):
+        cri(f, "mass > 1", {"r": np.empty(10)}, stream=object())
+    with pytest.raises(TypeError, match="int64 or uint64"):
+        cri(f, "mass > 1", {"r": np.empty(10)}, count=np.empty(1, np.float64))
+    with pytest.raises(ValueError, match="C-contiguous"):
+        cri(f, "mass > 1", {"r": np.empty(20)[::2]})
+
+
 _names = st.sampled_from(["a", "b", "c", "d"])
 _ops = st.sampled_from(["<", ">", "<=", ">=", "==", "!="])
 

@@ -30,7 +30,7 @@ from .cupy_modules import compiled
 from .cupy_source import RecordSpec
 from .cupy_tuning import SCAN_BLOCK
 
-__all__ = ["compact_records", "copy_unit"]
+__all__ = ["compact_records", "compact_records_into", "copy_unit"]
 
 logger = logging.getLogger("dask_compact")
 
@@ -97,6 +97,102 @@ def _columns(src: dict[str, Any], out: dict[str, Any]) -> np.ndarray:
     return np.array(rows, dtype=np.int64).reshape(-1, 4)
 
 
+class _Pass:
+    """Passes 1 and 2 queued on the current stream: the ballot words, the tile prefixes and,
+    in ``counts[tiles]``, the total; what the scatter needs, kept together (a capture keeps
+    it for the graph's life)."""
+
+    def __init__(self, fields: dict[str, Any], pred: Predicate, n: int) -> None:
+        import cupy
+
+        read = {}
+        for name in pred.fields:
+            a = fields[name]
+            a = a.astype(native(a.dtype)) if not a.dtype.isnative else a
+            read[name] = cupy.ascontiguousarray(a)
+        spec, args = _flags_launch(pred, read, n)
+        self.n, self.spec, self.read, self.args = n, spec, read, args
+        self.tiles = (n + spec.tile - 1) // spec.tile
+        self.counts = cupy.empty(self.tiles + 1, dtype=cupy.uint64)
+        self.words = cupy.empty((n + 31) // 32, dtype=cupy.uint32)
+        self.module = compiled(spec).module
+        self.names = spec.names()
+        if n:
+            flags = self.module.get_function(self.names["flags"])
+            scan = self.module.get_function(self.names["scan"])
+            flags((self.tiles,), (spec.block,), (np.int64(n), self.words, self.counts, *args))
+            scan((1,), (SCAN_BLOCK,), (self.counts, np.int64(self.tiles),
+                                       self.counts[self.tiles:]))
+        else:
+            self.counts.fill(0)
+
+    @property
+    def total(self) -> Any:
+        """The selected count, on the device (a 1-element uint64 view)."""
+        return self.counts[self.tiles:]
+
+    def scatter(self, src: dict[str, Any], out: dict[str, Any], idx: Any, index_base: int,
+                stream: Any) -> list:
+        """Pass 3 into ``out`` (and ``idx``); returns what must live until it has run."""
+        import cupy
+
+        src = {name: cupy.ascontiguousarray(a) for name, a in src.items()}
+        table = _columns(src, out)
+        if not self.n or (not len(table) and idx is None):
+            return [src]
+        d_table = _upload(table, stream)
+        kernel = self.module.get_function(self.names["scatter"])
+        grid = (self.tiles, len(table) + (1 if idx is not None else 0))  # tile x column
+        kernel(grid, (self.spec.block,), (np.int64(self.n), self.words, self.counts, d_table,
+                                          np.int32(len(table)), ptr_or_null(idx),
+                                          np.int64(index_base)))
+        return [src, d_table]
+
+
+# (device, table bytes) -> the table on the device: a call repeated on the same buffers (a
+# loop over batches, or the warm-up before a graph capture) uploads nothing, so a captured
+# call allocates no pinned memory.
+_tables: BoundedCache[tuple, Any] = BoundedCache("record column tables")
+
+
+def _upload(table: np.ndarray, stream: Any) -> Any:
+    """The column table on the device (cached per content), copied in stream order from
+    pinned memory (no host wait; a pageable copy would make the host wait and cannot be
+    captured). The pinned buffer stays referenced until an event after the copy has run."""
+    import cupy
+
+    key = (cupy.cuda.Device().id, table.tobytes())
+    hit = _tables.get(key)
+    if hit is not None:
+        if _capturing(stream):
+            _kept_for_graphs.append(hit)
+        return hit
+    mem = cupy.cuda.alloc_pinned_memory(max(table.nbytes, 8))
+    host = np.frombuffer(mem, dtype=np.int64, count=table.size).reshape(table.shape)
+    host[...] = table
+    d = cupy.empty(table.shape, dtype=np.int64)
+    cupy.cuda.runtime.memcpyAsync(d.data.ptr, host.ctypes.data, table.nbytes,
+                                  cupy.cuda.runtime.memcpyHostToDevice, stream.ptr)
+    if _capturing(stream):
+        _kept_for_graphs.append(mem)  # the graph copies from it at every replay
+    else:
+        event = cupy.cuda.Event(disable_timing=True)
+        event.record(stream)
+        _pinned.append((event, mem))
+        while _pinned and _pinned[0][0].done:
+            _pinned.pop(0)
+    _tables.put(key, d)
+    return d
+
+
+_pinned: list[tuple] = []  # (event after the copy, pinned table) until the copy has run
+_kept_for_graphs: list = []  # what captured calls use: never freed (a graph may be replayed)
+
+
+def _capturing(stream: Any) -> bool:
+    return stream.ptr not in (0, 1) and stream.is_capturing()
+
+
 def compact_records(
     fields: dict[str, Any], pred: Predicate, indices: bool, stable: bool, index_base: int,
     threads: int = 1,
@@ -108,39 +204,47 @@ def compact_records(
     first = next(iter(fields.values()))
     n = int(first.shape[0])
     with cupy.cuda.Device(first.device.id):
-        read = {}
-        for name in pred.fields:
-            a = fields[name]
-            a = a.astype(native(a.dtype)) if not a.dtype.isnative else a
-            read[name] = cupy.ascontiguousarray(a)
-        spec, args = _flags_launch(pred, read, n)
-        words_n = (n + 31) // 32
-        tiles = (n + spec.tile - 1) // spec.tile
-        total = 0
-        if n:
-            k = compiled(spec)
-            names = spec.names()
-            flags = k.module.get_function(names["flags"])
-            scan = k.module.get_function(names["scan"])
-            words = cupy.empty(words_n, dtype=cupy.uint32)
-            counts = cupy.empty(tiles + 1, dtype=cupy.uint64)
-            flags((tiles,), (spec.block,), (np.int64(n), words, counts, *args))
-            scan((1,), (SCAN_BLOCK,), (counts, np.int64(tiles), counts[tiles:]))
-            total = int(counts[tiles].get())  # the one host sync
+        stream = cupy.cuda.get_current_stream()
+        passes = _Pass(fields, pred, n)
+        total = int(passes.total.get()[0]) if n else 0  # the one host sync
         out = {name: cupy.empty((total, *a.shape[1:]), dtype=a.dtype)
                for name, a in fields.items()}  # fmt: skip
         idx = cupy.empty(total, dtype=cupy.int64) if indices else None
         if total:
-            src = {name: cupy.ascontiguousarray(a) for name, a in fields.items()}
-            table = _columns(src, out)
-            d_table = cupy.asarray(table)
-            scatter = k.module.get_function(names["scatter"])
-            grid = (tiles, len(table) + (1 if indices else 0))  # a block per tile and column
-            scatter(grid, (spec.block,), (np.int64(n), words, counts, d_table,
-                                          np.int32(len(table)), ptr_or_null(idx),
-                                          np.int64(index_base)))
+            keep = passes.scatter(fields, out, idx, index_base, stream)
             # the sources (contiguous copies, the table) must live until the scatter has run
-            cupy.cuda.get_current_stream().synchronize()
+            stream.synchronize()
+            del keep
         if indices:
             out["indices"] = idx
         return out
+
+
+def compact_records_into(
+    fields: dict[str, Any], pred: Predicate, out: dict[str, Any], count: Any, stream: Any,
+    index_base: int = 0,
+) -> Any:
+    """Dispatch entry of :func:`dask_compact.compact_records_into` (arguments checked): the
+    selected rows into the caller's buffers (capacity n rows), the count into ``count``, all
+    queued on ``stream`` with no host synchronisation (capturable into a CUDA graph)."""
+    import cupy
+
+    first = next(iter(fields.values()))
+    n = int(first.shape[0])
+    stream = cupy.cuda.get_current_stream() if stream is None else stream
+    with cupy.cuda.Device(first.device.id), stream:
+        if count is None:
+            count = cupy.empty(1, dtype=np.int64)
+        passes = _Pass(fields, pred, n)
+        src = {name: fields[name] for name in out if name in fields}
+        dst = {name: out[name] for name in src}
+        idx = out["indices"] if "indices" in out and "indices" not in fields else None
+        keep = passes.scatter(src, dst, idx, index_base, stream)
+        cupy.cuda.runtime.memcpyAsync(count.data.ptr, passes.total.data.ptr, 8,
+                                      cupy.cuda.runtime.memcpyDeviceToDevice, stream.ptr)
+        # the work is queued, not done: what it reads must outlive this call. CuPy's pool
+        # frees in stream order (a block freed here is reused only by later work on this
+        # stream), so the arrays may go; a capture keeps them for the graph's life.
+        if _capturing(stream):
+            _kept_for_graphs.append((passes, keep))
+        return count

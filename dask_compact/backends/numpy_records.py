@@ -23,7 +23,7 @@ from ..predicate.fields import record_mask
 from ..validate import native
 from .numpy_gather import as_rows, gather_indices, gather_rows
 
-__all__ = ["compact_records", "predicate_bits"]
+__all__ = ["compact_records", "compact_records_into", "predicate_bits"]
 
 logger = logging.getLogger("dask_compact")
 
@@ -109,3 +109,25 @@ def compact_records(
             for name in names:
                 gather(name)
     return out
+
+
+def compact_records_into(
+    fields: dict[str, np.ndarray], pred: Predicate, out: dict[str, np.ndarray], count: Any
+) -> Any:
+    """The selected rows into the caller's buffers ``out`` (capacity n rows; the fields to
+    write and optionally ``"indices"``, the row numbers), the count into ``count`` (a new
+    1-element int64 array if None); returns ``count``."""
+    first = next(iter(fields.values()))
+    n = int(first.shape[0])
+    bits, k = predicate_bits(pred, fields, n)
+    if count is None:
+        count = np.empty(1, dtype=np.int64)
+    for name, buf in out.items():
+        if not k:
+            continue
+        if name == "indices" and name not in fields:
+            gather_indices(bits, n, 0, buf[:k])
+        else:
+            gather_rows(bits, n, as_rows(fields[name]), as_rows(buf[:k]))
+    count[0] = k
+    return count
