@@ -186,9 +186,10 @@ def group_runs(holders: list, nthreads: dict) -> list[list[int]]:
     return runs
 
 
-def _meta(x: da.Array, dtype: np.dtype) -> Any:
-    """An empty 1-D array of x's chunk type (NumPy, CuPy, ...) and ``dtype``."""
-    return np.empty_like(x._meta, shape=(0,), dtype=dtype)
+def _meta(x: da.Array, dtype: np.dtype, tail: tuple = ()) -> Any:
+    """An empty array of x's chunk type (NumPy, CuPy, ...) and ``dtype``: 1-D, or with the
+    trailing shape ``tail`` (a record's field)."""
+    return np.empty_like(x._meta, shape=(0, *tail), dtype=dtype)
 
 
 def _count(part: Any) -> np.ndarray:

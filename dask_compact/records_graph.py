@@ -22,7 +22,7 @@ from dask.base import tokenize
 from dask.highlevelgraph import HighLevelGraph
 
 from .dispatch import compact_records as compact_records_chunk
-from .graph import _extend, _fetch_counts, _held_counts
+from .graph import _count, _extend, _fetch_counts, _held_counts, _meta
 from .predicate.core import Predicate
 from .records_check import INDICES
 
@@ -51,14 +51,6 @@ def aligned(fields: dict[str, da.Array], pred: Predicate) -> dict[str, da.Array]
         want = (rows, *[(s,) for s in a.shape[1:]])
         out[name] = a if a.chunks == want else a.rechunk(want)
     return out
-
-
-def _meta(a: da.Array, shape_tail: tuple, dtype: Any) -> Any:
-    return np.empty_like(a._meta, shape=(0, *shape_tail), dtype=dtype)
-
-
-def _row_count(piece: Any) -> np.ndarray:
-    return np.array([[len(piece), 0]], dtype=np.int64)
 
 
 def build_records(
@@ -95,7 +87,7 @@ def build_records(
         g = _extend(graph, oname, {(oname, i, *zeros): (operator.getitem, (p1, i), name)
                                    for i in range(nb)}, {p1})
         arrays[name] = da.Array(g, oname, chunks=((math.nan,) * nb, *[(s,) for s in tail]),
-                                meta=_meta(first, tail, dtype))
+                                meta=_meta(first, dtype, tail))
     if lazy:
         return arrays
 
@@ -107,7 +99,7 @@ def build_records(
         a = persisted[outs[0]]
         cname = f"compact-records-count-{token}"
         keys = [(a.name, i, *([0] * (a.ndim - 1))) for i in range(nb)]
-        cg = _extend(a.dask, cname, {(cname, i, 0): (_row_count, k) for i, k in enumerate(keys)},
+        cg = _extend(a.dask, cname, {(cname, i, 0): (_count, k) for i, k in enumerate(keys)},
                      {a.name})
         counts = da.Array(cg, cname, chunks=((1,) * nb, (2,)), dtype=np.int64)
         rows_out = _fetch_counts(dask.persist(counts)[0])

@@ -4,9 +4,8 @@ device's compute capability. All bounded (``dask_compact.cache``) except the las
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
-
-import numpy as np
 
 from ..cache import BoundedCache
 from ..codegen.cuda_functor import generate_functor
@@ -59,14 +58,17 @@ def compiled(spec: ModuleSpec | RecordSpec) -> _Compiled:
 _functors: BoundedCache[tuple, tuple] = BoundedCache("cuda functors")
 
 
-def typed_functor(expr: Any, dtype: np.dtype, pred: Predicate) -> tuple:
-    """Typing and code generation once per (tree, dtype): both cost more than a launch."""
+def typed_functor(
+    expr: Any, dtype: Any, pred: Predicate, generate: Callable[[Any], Any] = generate_functor
+) -> tuple:
+    """Typing and code generation once per (tree, dtype, generator): both cost more than a
+    launch. ``dtype``: one dtype, or a record's FieldDtypes with generate_record_functor."""
 
     def build() -> tuple:
         tp = pred.typed(dtype)
-        return tp, generate_functor(tp)
+        return tp, generate(tp)
 
-    return _functors.get_or_build((expr, dtype), build)
+    return _functors.get_or_build((expr, dtype, generate), build)
 
 
 # Keyed by the kernel object's id: a module evicted and a new kernel at the same address may

@@ -21,12 +21,13 @@ import numpy as np
 
 from ..cache import BoundedCache
 from ..codegen.cuda_functor import CodegenUnsupported, generate_record_functor
-from ..predicate.core import Predicate
+from ..predicate.core import Predicate, field_dtypes
 from ..predicate.expr import ParamOverflow
 from ..predicate.fields import record_mask
 from ..validate import native
+from .cupy_backend import _capturing, _kept_for_graphs
 from .cupy_device import ptr_or_null
-from .cupy_modules import compiled
+from .cupy_modules import compiled, typed_functor
 from .cupy_source import RecordSpec
 from .cupy_tuning import SCAN_BLOCK
 
@@ -42,41 +43,21 @@ def copy_unit(row_bytes: int, *addresses: int) -> int:
     return next(u for u in _UNITS if row_bytes % u == 0 and all(a % u == 0 for a in addresses))
 
 
-# (tree, field dtypes) -> (TypedPredicate, functor) or the reason there is none: typing and
-# code generation cost more than a launch.
-_functors: BoundedCache[tuple, Any] = BoundedCache("cuda record functors")
-
-
-def _functor(pred: Predicate, dtypes: dict[str, np.dtype]) -> Any:
-    def build() -> Any:
-        tp = pred.typed(dtypes)
-        try:
-            return tp, generate_record_functor(tp)
-        except CodegenUnsupported as e:
-            return e
-
-    assert pred.expr is not None
-    return _functors.get_or_build((pred.expr, tuple(sorted(dtypes.items()))), build)
-
-
 def _flags_launch(pred: Predicate, read: dict[str, Any], n: int) -> tuple[RecordSpec, list]:
     """The module and the flags kernel's predicate arguments (field pointers and constants,
     or the mask)."""
     import cupy
 
     if pred.expr is not None:
-        hit = _functor(pred, {k: v.dtype for k, v in read.items()})
-        if isinstance(hit, CodegenUnsupported):
-            logger.debug("record predicate %s takes the mask path: %s", pred.source, hit)
+        dtypes = field_dtypes({k: v.dtype for k, v in read.items()})
+        try:
+            tp, functor = typed_functor(pred.expr, dtypes, pred, generate_record_functor)
+            params = list(tp.bind(pred.params))
+        except (CodegenUnsupported, ParamOverflow) as e:
+            logger.debug("record predicate %s takes the mask path: %s", pred.source, e)
         else:
-            tp, functor = hit
-            try:
-                params = list(tp.bind(pred.params))
-            except ParamOverflow as e:
-                logger.debug("record predicate %s takes the mask path: %s", pred.source, e)
-            else:
-                arrays = [read[name] for name, _ in tp.dtype]
-                return RecordSpec(functor), [*arrays, *params]
+            arrays = [read[name] for name, _ in tp.dtype]
+            return RecordSpec(functor), [*arrays, *params]
     with np.errstate(all="ignore"):
         mask = record_mask(pred, read, n, cupy)
     return RecordSpec(None), [cupy.ascontiguousarray(mask, dtype=cupy.bool_)]
@@ -115,9 +96,9 @@ class _Pass:
         self.tiles = (n + spec.tile - 1) // spec.tile
         self.counts = cupy.empty(self.tiles + 1, dtype=cupy.uint64)
         self.words = cupy.empty((n + 31) // 32, dtype=cupy.uint32)
-        self.module = compiled(spec).module
         self.names = spec.names()
-        if n:
+        if n:  # no rows: no module to build
+            self.module = compiled(spec).module
             flags = self.module.get_function(self.names["flags"])
             scan = self.module.get_function(self.names["scan"])
             flags((self.tiles,), (spec.block,), (np.int64(n), self.words, self.counts, *args))
@@ -186,11 +167,6 @@ def _upload(table: np.ndarray, stream: Any) -> Any:
 
 
 _pinned: list[tuple] = []  # (event after the copy, pinned table) until the copy has run
-_kept_for_graphs: list = []  # what captured calls use: never freed (a graph may be replayed)
-
-
-def _capturing(stream: Any) -> bool:
-    return stream.ptr not in (0, 1) and stream.is_capturing()
 
 
 def compact_records(
@@ -211,10 +187,9 @@ def compact_records(
                for name, a in fields.items()}  # fmt: skip
         idx = cupy.empty(total, dtype=cupy.int64) if indices else None
         if total:
-            keep = passes.scatter(fields, out, idx, index_base, stream)
-            # the sources (contiguous copies, the table) must live until the scatter has run
-            stream.synchronize()
-            del keep
+            # what the scatter reads may be freed on return: CuPy's pool reuses a block only
+            # for later work on its stream, and the table stays cached (or pinned until copied)
+            passes.scatter(fields, out, idx, index_base, stream)
         if indices:
             out["indices"] = idx
         return out

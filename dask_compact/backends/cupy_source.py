@@ -137,13 +137,17 @@ class ModuleSpec:
 
 def module_source(spec: ModuleSpec) -> str:
     """The complete CUDA source of one module: headers, the generated functor, the kernels."""
+    return _assemble(spec.functor, FILES[spec.algorithm])
+
+
+def _assemble(functor: CudaFunctor | None, files: tuple[str, ...]) -> str:
+    """Headers, the generated functor (if any), then the kernel files, includes inlined."""
     seen: set[str] = set()
     parts = ["// dask_compact: generated module source\n", inline("npy_ops.cuh", seen)]
     parts.append(inline("compact_warp.cuh", seen))
-    if spec.functor is not None:
-        parts.append(spec.functor.source)
-    for f in FILES[spec.algorithm]:
-        parts.append(inline(f, seen))
+    if functor is not None:
+        parts.append(functor.source)
+    parts += [inline(f, seen) for f in files]
     return "\n".join(parts)
 
 
@@ -177,10 +181,4 @@ class RecordSpec:
         return list(self.names().values())
 
     def source(self) -> str:
-        seen: set[str] = set()
-        parts = ["// dask_compact: generated record module source\n", inline("npy_ops.cuh", seen)]
-        parts.append(inline("compact_warp.cuh", seen))
-        if self.functor is not None:
-            parts.append(self.functor.source)
-        parts += [inline("count.cu", seen), inline("records.cu", seen)]
-        return "\n".join(parts)
+        return _assemble(self.functor, ("count.cu", "records.cu"))

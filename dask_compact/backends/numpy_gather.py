@@ -13,7 +13,7 @@ import numpy as np
 from numba import njit
 from numba.cpython.unsafe.numbers import trailing_zeros
 
-__all__ = ["as_rows", "gather_rows", "gather_indices"]
+__all__ = ["as_rows", "gather_rows", "gather_indices", "popcount"]
 
 # Below this many selected rows in a word of 64, visiting the set bits beats writing every row.
 _SPARSE = 24
@@ -26,15 +26,15 @@ def as_rows(a: np.ndarray) -> np.ndarray:
     a = np.ascontiguousarray(a)
     n = a.shape[0]
     row = a.dtype.itemsize * (int(np.prod(a.shape[1:])) if a.ndim > 1 else 1)
-    unit = next(u for u in _UNITS if row % u == 0) if row else 1
-    flat = a.reshape(n, -1) if a.ndim != 1 else a.reshape(n, 1)
     if row == 0:
         return np.empty((n, 0), np.uint8)
-    return flat.view(np.uint8).reshape(n, row).view(_UNITS[unit])
+    unit = next(u for u in _UNITS if row % u == 0)
+    return a.reshape(n, -1).view(np.uint8).reshape(n, row).view(_UNITS[unit])
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
-def _popcount(w):  # pragma: no cover - compiled
+def popcount(w):  # pragma: no cover - compiled
+    # set bits of a uint64 (also called by the generated record loops)
     w = w - ((w >> np.uint64(1)) & np.uint64(0x5555555555555555))
     w = (w & np.uint64(0x3333333333333333)) + ((w >> np.uint64(2)) & np.uint64(0x3333333333333333))
     w = (w + (w >> np.uint64(4))) & np.uint64(0x0F0F0F0F0F0F0F0F)
@@ -50,7 +50,7 @@ def _gather1(bits, n, src, dst):  # pragma: no cover - compiled
         if word == 0:
             continue
         s = w * 64
-        c = _popcount(word)
+        c = popcount(word)
         if c == 64:
             dst[k : k + 64] = src[s : s + 64]
         elif c < _SPARSE or k + 64 > cap:
@@ -73,7 +73,7 @@ def _gather1(bits, n, src, dst):  # pragma: no cover - compiled
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
-def _gather2(bits, n, src, dst):  # pragma: no cover - compiled
+def _gather2(bits, src, dst):  # pragma: no cover - compiled
     # rows of several units: visit the set bits, copy each row
     k = 0
     width = src.shape[1]
@@ -89,7 +89,7 @@ def _gather2(bits, n, src, dst):  # pragma: no cover - compiled
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
-def _indices(bits, n, base, dst):  # pragma: no cover - compiled
+def _indices(bits, base, dst):  # pragma: no cover - compiled
     k = 0
     for w in range(bits.shape[0]):
         word = bits[w]
@@ -108,9 +108,9 @@ def gather_rows(bits: np.ndarray, n: int, src: np.ndarray, dst: np.ndarray) -> i
         return int(_gather1(bits, n, src.reshape(-1), dst.reshape(-1)))
     if src.shape[1] == 0:
         return dst.shape[0]
-    return int(_gather2(bits, n, src, dst))
+    return int(_gather2(bits, src, dst))
 
 
-def gather_indices(bits: np.ndarray, n: int, base: int, dst: np.ndarray) -> int:
+def gather_indices(bits: np.ndarray, base: int, dst: np.ndarray) -> int:
     """The global int64 index (``base`` + row) of every selected row into ``dst``."""
-    return int(_indices(bits, n, np.int64(base), dst))
+    return int(_indices(bits, np.int64(base), dst))

@@ -96,7 +96,7 @@ def compact_records(
 
     def gather(name: str) -> None:
         if name == "indices" and indices:
-            gather_indices(bits, n, int(index_base), out[name])
+            gather_indices(bits, int(index_base), out[name])
         else:
             gather_rows(bits, n, as_rows(fields[name]), as_rows(out[name]))
 
@@ -126,7 +126,7 @@ def compact_records_into(
         if not k:
             continue
         if name == "indices" and name not in fields:
-            gather_indices(bits, n, 0, buf[:k])
+            gather_indices(bits, 0, buf[:k])
         else:
             gather_rows(bits, n, as_rows(fields[name]), as_rows(buf[:k]))
     count[0] = k

@@ -73,15 +73,9 @@ import math
 
 import numpy as np
 from numba import njit
+
+from dask_compact.backends.numpy_gather import popcount
 {helpers}
-
-@njit(nogil=True, cache={cache}, error_model="numpy", boundscheck=False)
-def _popcount(w):
-    w = w - ((w >> np.uint64(1)) & np.uint64(0x5555555555555555))
-    w = (w & np.uint64(0x3333333333333333)) + ((w >> np.uint64(2)) & np.uint64(0x3333333333333333))
-    w = (w + (w >> np.uint64(4))) & np.uint64(0x0F0F0F0F0F0F0F0F)
-    return np.int64((w * np.uint64(0x0101010101010101)) >> np.uint64(56))
-
 
 @njit(nogil=True, cache={cache}, error_model="numpy", boundscheck=False)
 def compact_loop({args}):
@@ -93,7 +87,7 @@ def compact_loop({args}):
         for j in range(m):
 {body}
         bits[w] = word
-        count += _popcount(word)
+        count += popcount(word)
     return count
 """
 

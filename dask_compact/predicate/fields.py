@@ -18,6 +18,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
+from ..cache import BoundedCache
 from .core import NotElementwise, Predicate, array_module, check_mask
 from .expr import variables
 from .memo import trace_key
@@ -76,7 +77,8 @@ def callable_fields(func: Callable[..., Any], names: tuple[str, ...]) -> tuple[s
     return tuple(sorted(set(taken)))
 
 
-_traced: dict[tuple, Predicate] = {}
+# (trace_key, fields) -> the traced Predicate, as core.as_predicate keeps one-array traces
+_traced: BoundedCache[tuple, Predicate] = BoundedCache("traced record predicates")
 
 
 def record_predicate(pred: Any, names: tuple[str, ...]) -> Predicate:
@@ -118,9 +120,7 @@ def record_predicate(pred: Any, names: tuple[str, ...]) -> Predicate:
     p = trace(pred, fields)
     p = _with_fields(p, variables(p.expr) if p.expr is not None else fields)
     if memo_key is not None:
-        if len(_traced) >= 256:
-            _traced.clear()
-        _traced[memo_key] = p
+        _traced.put(memo_key, p)
     return p
 
 
