@@ -1,11 +1,13 @@
 """Compact a record (several aligned CuPy arrays, one device) by one predicate on the GPU.
 
-Three launches of ``kernels/records.cu`` and one host sync: the flags pass (the generated
+Four launches of ``kernels/records.cu`` and one host sync: the flags pass (the generated
 record functor reads the predicate's fields by row; one ballot word per 32 rows, a count per
 tile), the tile-count scan (exclusive tile prefixes and the total), the total read to allocate
-every output at its exact length, then the scatter, which copies every field's selected rows
-(and writes their global indices) from the ballot words. Extra device memory: n/8 bytes of
-words, 8 bytes per tile of 2048 rows, and the field table.
+every output at its exact length, then the copy, which writes every field's selected rows (and
+their global indices) from the ballot words in two forms, each taking the spans of rows the
+other leaves: a list in shared memory where a span is sparse, a per-lane scatter where it is
+dense. Extra device memory: n/8 bytes of words, 8 bytes per tile of 4096 rows, and the field
+table.
 
 A predicate with no exact device form (:class:`CodegenUnsupported`: complex transcendentals,
 ...), a constant that does not fit its dtype, or a callable the tracer could not record is
@@ -15,6 +17,7 @@ evaluated by CuPy into a mask, which the same flags kernel reads (``dcx::RecMask
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any
 
 import numpy as np
@@ -25,6 +28,7 @@ from ..predicate.core import Predicate, field_dtypes
 from ..predicate.expr import ParamOverflow
 from ..predicate.fields import record_mask
 from ..validate import native
+from . import cupy_tuning as tuning
 from .cupy_backend import _capturing, _kept_for_graphs
 from .cupy_device import ptr_or_null
 from .cupy_modules import compiled, typed_functor
@@ -114,7 +118,9 @@ class _Pass:
 
     def scatter(self, src: dict[str, Any], out: dict[str, Any], idx: Any, index_base: int,
                 stream: Any) -> list:
-        """Pass 3 into ``out`` (and ``idx``); returns what must live until it has run."""
+        """Pass 3 into ``out`` (and ``idx``); returns what must live until it has run.
+        A span goes to the per-lane scatter from ``cupy_tuning.REC_DENSE_FROM`` of its rows
+        selected (read at the call: 0 sends every span there, above 1 none)."""
         import cupy
 
         src = {name: cupy.ascontiguousarray(a) for name, a in src.items()}
@@ -122,11 +128,16 @@ class _Pass:
         if not self.n or (not len(table) and idx is None):
             return [src]
         d_table = _upload(table, stream)
-        kernel = self.module.get_function(self.names["scatter"])
+        args = (np.int64(self.n), self.words, self.counts, d_table, np.int32(len(table)),
+                ptr_or_null(idx), np.int64(index_base),
+                np.uint32(min(math.ceil(self.spec.span * tuning.REC_DENSE_FROM),
+                              self.spec.span + 1)))  # fmt: skip
+        # both forms, each copying the spans the other leaves (kernels/records.cu)
+        gather = self.module.get_function(self.names["gather"])
+        gather(((self.n + self.spec.span - 1) // self.spec.span,), (self.spec.block,), args)
+        scatter = self.module.get_function(self.names["scatter"])
         grid = (self.tiles, len(table) + (1 if idx is not None else 0))  # tile x column
-        kernel(grid, (self.spec.block,), (np.int64(self.n), self.words, self.counts, d_table,
-                                          np.int32(len(table)), ptr_or_null(idx),
-                                          np.int64(index_base)))
+        scatter(grid, (self.spec.block,), args)
         return [src, d_table]
 
 

@@ -16,6 +16,7 @@ from ..codegen.cuda_functor import CudaFunctor, ctype
 from .cupy_tuning import (
     OUTPUT_CODES,
     REC_BLOCK,
+    REC_GATHER_WORDS,
     REC_ITEMS,
     SCAN_BLOCK,
     SCAN_ITEMS,
@@ -159,6 +160,12 @@ class RecordSpec:
     functor: CudaFunctor | None
     block: int = REC_BLOCK
     items: int = REC_ITEMS
+    gather_words: int = REC_GATHER_WORDS
+
+    @property
+    def span(self) -> int:
+        """Rows per block of the list-form scatter (dcx_rec_gather)."""
+        return self.block * self.gather_words * 32
 
     @property
     def tile(self) -> int:
@@ -174,7 +181,8 @@ class RecordSpec:
         return {
             "flags": f"dcx_rec_flags<{pred}, {self.block}, {self.items}{args}>",
             "scan": f"dcx_tile_scan<{SCAN_BLOCK}, {SCAN_ITEMS}>",
-            "scatter": f"dcx_rec_scatter<{self.block}, {self.items}>",
+            "scatter": f"dcx_rec_scatter<{self.block}, {self.items}, {self.span}>",
+            "gather": f"dcx_rec_gather<{self.block}, {self.gather_words}, {self.tile}>",
         }
 
     def all_names(self) -> list[str]:

@@ -18,7 +18,8 @@ __all__ = [
     "ALGORITHMS", "OUTPUT_CODES", "Tuning", "Entry", "TABLE", "MEASURED_ON", "tuning_for",
     "variant_for", "override_tuning", "resolve_algorithm", "SINGLE_PASS_VARIANTS",
     "EXACT_MODES", "TP_GROUP", "TP_BLOCK", "TP_SCAN_BLOCK", "TP_SCAN_ITEMS", "SCAN_BLOCK",
-    "SCAN_ITEMS", "REC_BLOCK", "REC_ITEMS",
+    "SCAN_ITEMS", "REC_BLOCK", "REC_ITEMS", "REC_GATHER_WORDS",
+    "REC_DENSE_FROM",
 ]  # fmt: skip
 
 ALGORITHMS = ("single-pass", "three-pass", "hybrid")
@@ -41,6 +42,14 @@ SCAN_ITEMS = 8
 # vectors; rows are loaded one by one here, by a functor that reads several fields).
 REC_BLOCK = 256
 REC_ITEMS = 16
+# The copy pass's two forms (kernels/records.cu): a span of REC_BLOCK * 32 * REC_GATHER_WORDS
+# rows goes to the list form (dcx_rec_gather) when under REC_DENSE_FROM of its rows are
+# selected, else to the per-lane scatter. Measured on the H100, 2^28 rows x 4 float32 (whole
+# call, ms): words 1 / 2 at p = .05: 1.61 / 1.55, p = .5: 3.00 / 3.28, p = .95: 4.14 / 4.64
+# (the scatter alone: 2.24 / 3.10 / 3.67), so one word (8192-row spans, 16 KiB of list) and the
+# crossover near one half.
+REC_GATHER_WORDS = 1
+REC_DENSE_FROM = 0.5
 
 # Single-pass look-back schedules, the VARIANT of dcx_single_pass: "classic" (compact_tiles)
 # or "early" (compact_tiles_early: aggregate published as soon as a tile's loads arrive,

@@ -61,7 +61,11 @@ def main() -> int:
                 if not np.array_equal(cupy.asnumpy(got[1]), want_i):
                     print("WRONG mask", dtype, n, alg, flush=True)
                     bad += 1
-    bad += records(rng, sizes)
+    from dask_compact.backends import cupy_tuning
+
+    for dense_from in (0.0, 2.0, cupy_tuning.REC_DENSE_FROM):  # each copy form, then both
+        cupy_tuning.REC_DENSE_FROM = dense_from
+        bad += records(rng, sizes)
     cupy.cuda.runtime.deviceSynchronize()
     print(f"sanitize_driver: {bad} wrong results", flush=True)
     return 1 if bad else 0

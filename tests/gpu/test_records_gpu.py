@@ -108,8 +108,47 @@ def test_dask_cupy_chunks() -> None:
     check(got, f_np, (f_np["mass"] > 5) & (f_np["r"] < 0.5), True)
 
 
+@pytest.mark.parametrize("dense_from", [0.0, 2.0], ids=["scatter-only", "list-only"])
+@pytest.mark.parametrize("n", [1, 33, 8191, 8192, 8193, 65_537, 1_000_003])
+@pytest.mark.parametrize("p", [0.05, 0.5, 1.0])
+def test_each_copy_form(monkeypatch, dense_from: float, n: int, p: float) -> None:
+    """Every span through one form of the copy pass (the per-lane scatter, or the list in
+    shared memory), every row width and unit, in memory and into buffers."""
+    from dask_compact import compact_records_into
+    from dask_compact.backends import cupy_tuning
+
+    monkeypatch.setattr(cupy_tuning, "REC_DENSE_FROM", dense_from)
+    f_np = fields(n, n + 5)
+    f = {k: cupy.asarray(v) for k, v in f_np.items()}
+    t = 10 * (1 - p) - (1e-3 if p == 1 else 0)
+    mask = f_np["mass"] > t
+    check(compact_records(f, f"mass > {t!r}", indices=True), f_np, mask, True)
+    out = {"vel": cupy.empty((n, 2)), "indices": cupy.empty(n, np.int64)}
+    k = int(compact_records_into(f, f"mass > {t!r}", out).get()[0])
+    assert k == int(mask.sum())
+    np.testing.assert_array_equal(cupy.asnumpy(out["vel"][:k]), f_np["vel"][mask])
+    np.testing.assert_array_equal(cupy.asnumpy(out["indices"][:k]), np.flatnonzero(mask))
+
+
+def test_mixed_density_takes_both_forms() -> None:
+    """Stretches of every density, not aligned to the 8192-row spans: sparse spans go to the
+    list form, dense ones to the scatter, in one call, and the rows still land in order."""
+    n = 400_009
+    f_np = fields(n, 21)
+    rng = np.random.default_rng(22)
+    stretch = np.repeat(rng.random(n // 5_000 + 1), 5_000)[:n]  # a density per 5000 rows
+    mask = rng.random(n) < stretch
+    f_np["keep"] = mask
+    f = {k: cupy.asarray(v) for k, v in f_np.items()}
+    check(compact_records(f, "keep", indices=True), f_np, mask, True)
+
+
 @pytest.mark.slow
-def test_more_than_2_31_rows() -> None:
+@pytest.mark.parametrize("dense_from", [0.0, 0.5], ids=["scatter-only", "default"])
+def test_more_than_2_31_rows(monkeypatch, dense_from: float) -> None:
+    from dask_compact.backends import cupy_tuning
+
+    monkeypatch.setattr(cupy_tuning, "REC_DENSE_FROM", dense_from)
     n = 2**31 + 2**20 + 5
     key = cupy.arange(n, dtype=cupy.int64) % 1000 == 3
     pay = cupy.ones(n, dtype=cupy.uint8)
