@@ -131,7 +131,7 @@ __device__ __forceinline__ unsigned span_count(long long n, const unsigned long 
 template <class Pred, int BLOCK, int ITEMS, class... A>
 __global__ void __launch_bounds__(BLOCK)
 dcx_rec_flags(long long n, unsigned* __restrict__ words, unsigned long long* __restrict__ counts,
-              A... a) {
+              unsigned* __restrict__ warp_offsets, A... a) {
   static_assert(BLOCK % 32 == 0 && ITEMS <= 32, "tile shape");
   const Pred pred{a...};
   __shared__ unsigned s_warp[BLOCK / 32];
@@ -160,34 +160,35 @@ dcx_rec_flags(long long n, unsigned* __restrict__ words, unsigned long long* __r
   unsigned woff, agg;
   dcx::block_warp_offsets<unsigned, BLOCK / 32>(lane == 0, count, s_warp, woff, agg);
   if (threadIdx.x == 0) counts[tile] = agg;
+  if (lane == 0) warp_offsets[tile * (BLOCK / 32) + warp] = woff;
 }
 
-// Pass 3. Grid (tiles, columns + 1): blockIdx.y is the column (fields: nfields FieldCopy
-// entries in device memory), and blockIdx.y == nfields writes the global int64 index of every
-// selected row into out_idx (when given). prefixes: the exclusive prefix of every tile
-// (dcx_tile_scan). Warps are independent (no barrier): a warp finds its place in the tile by
-// counting the words of the tile's warps before it (at most (BLOCK/32 - 1) * ITEMS words, read
-// by its lanes), so its loads (its words, the tile's prefix, those words) go out together, and
-// one memory latency later its rows' loads. (With a block scan of the warp counts first, two
-// dependent loads and a barrier per block, the scatter took 2.3 ms for four float32 columns of
-// 2^28 rows at p = 0.05 on the H100; this 1.6 ms. A warp walking several segments held more
+// Pass 3, scatter form. Grid (tiles, columns + 1): blockIdx.y is the column (fields: nfields
+// FieldCopy entries in device memory), and blockIdx.y == nfields writes the global int64 index
+// of every selected row into out_idx (when given). prefixes: the exclusive prefix of every tile
+// (dcx_tile_scan); warp_offsets: every warp segment's offset in its tile (pass 1). Warps are
+// independent (no barrier): a warp's loads (its words, its tile's prefix and its offset) go
+// out together, and one memory latency later its rows' loads. (With a block scan of the warp
+// counts first, two dependent loads and a barrier per block, the scatter took 2.3 ms for four
+// float32 columns of 2^28 rows at p = 0.05 on the H100, and 1.6 ms with each warp counting
+// the words of the warps before it instead; a warp walking several segments held more
 // registers than it saved latency: 127-255.)
 template <int BLOCK, int ITEMS, int SPAN>
 __global__ void __launch_bounds__(BLOCK)
 dcx_rec_scatter(long long n, const unsigned* __restrict__ words,
-                const unsigned long long* __restrict__ prefixes, const dcx::FieldCopy* fields,
+                const unsigned long long* __restrict__ prefixes,
+                const unsigned* __restrict__ warp_offsets, const dcx::FieldCopy* fields,
                 int nfields, long long* __restrict__ out_idx, long long index_base,
                 unsigned dense_from) {
   const long long tile = blockIdx.x;
-  if (dcx::span_count<BLOCK * ITEMS, SPAN>(n, prefixes, (tile * BLOCK * ITEMS) / SPAN) <
-      dense_from)
-    return;  // a sparse span: dcx_rec_gather's
+  // read with the words below, tested with them: a test first would put one more memory
+  // latency before every block's loads
+  const unsigned span_selected =
+      dcx::span_count<BLOCK * ITEMS, SPAN>(n, prefixes, (tile * BLOCK * ITEMS) / SPAN);
   const int field = int(blockIdx.y);
   const int warp = int(threadIdx.x >> 5), lane = int(dcx::lane_id());
   const long long seg = tile * (long long)(BLOCK * ITEMS) + (long long)warp * 32 * ITEMS;
-  const long long nwords = (n + 31) >> 5;
-  const long long tile_word = (tile * (long long)(BLOCK * ITEMS)) >> 5;
-  const unsigned long long prefix = prefixes[tile];
+  const unsigned long long base = prefixes[tile] + warp_offsets[tile * (BLOCK / 32) + warp];
   unsigned w[ITEMS];
   unsigned any = 0;
 #pragma unroll
@@ -195,11 +196,8 @@ dcx_rec_scatter(long long n, const unsigned* __restrict__ words,
     w[j] = (seg + (long long)j * 32 < n) ? words[(seg >> 5) + j] : 0u;
     any |= w[j];
   }
-  unsigned before = 0;
-  for (int k = lane; k < warp * ITEMS && tile_word + k < nwords; k += 32)
-    before += __popc(words[tile_word + k]);
-  if (__all_sync(dcx::FULL_MASK, any == 0u)) return;  // nothing selected in the segment
-  const unsigned long long base = prefix + dcx::warp_sum_u32(before);
+  // a sparse span is dcx_rec_gather's; a segment with nothing selected has nothing to copy
+  if (span_selected < dense_from || __all_sync(dcx::FULL_MASK, any == 0u)) return;
   if (field == nfields) {
     const unsigned lt = dcx::lanemask_lt();
     unsigned done = 0;
@@ -259,15 +257,16 @@ __device__ __forceinline__ void gather_column(const FieldCopy& f, const unsigned
 template <int BLOCK, int WORDS, int TILE>
 __global__ void __launch_bounds__(BLOCK)
 dcx_rec_gather(long long n, const unsigned* __restrict__ words,
-               const unsigned long long* __restrict__ prefixes, const dcx::FieldCopy* fields,
+               const unsigned long long* __restrict__ prefixes,
+               const unsigned* __restrict__ warp_offsets, const dcx::FieldCopy* fields,
                int nfields, long long* __restrict__ out_idx, long long index_base,
                unsigned dense_from) {
   constexpr int SPAN = BLOCK * WORDS * 32;
   static_assert(SPAN % TILE == 0 && SPAN <= 65536, "a span is whole tiles, offsets in 16 bits");
   __shared__ unsigned short s_list[SPAN];
   __shared__ unsigned s_warp[BLOCK / 32];
+  // read with the words below, checked after them (one memory latency before the list, not two)
   const unsigned selected = dcx::span_count<TILE, SPAN>(n, prefixes, blockIdx.x);
-  if (selected == 0 || selected >= dense_from) return;  // empty, or dcx_rec_scatter's
   const long long row0 = (long long)blockIdx.x * SPAN;
   const long long nwords = (n + 31) >> 5;
   const int first = int(threadIdx.x) * WORDS;  // the thread's first word in the span
@@ -280,6 +279,7 @@ dcx_rec_gather(long long n, const unsigned* __restrict__ words,
     w[j] = (w0 + j < nwords) ? words[w0 + j] : 0u;
     count += __popc(w[j]);
   }
+  if (selected == 0 || selected >= dense_from) return;  // empty, or dcx_rec_scatter's
   unsigned total;  // == selected
   unsigned at = dcx::block_exclusive_scan<unsigned, BLOCK>(count, s_warp, total);
 #pragma unroll

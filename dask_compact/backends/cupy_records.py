@@ -6,8 +6,8 @@ tile), the tile-count scan (exclusive tile prefixes and the total), the total re
 every output at its exact length, then the copy, which writes every field's selected rows (and
 their global indices) from the ballot words in two forms, each taking the spans of rows the
 other leaves: a list in shared memory where a span is sparse, a per-lane scatter where it is
-dense. Extra device memory: n/8 bytes of words, 8 bytes per tile of 4096 rows, and the field
-table.
+dense. Extra device memory: n/8 bytes of words, 8 bytes per tile of 4096 rows and 4 per warp
+segment of 512, and the field table.
 
 A predicate with no exact device form (:class:`CodegenUnsupported`: complex transcendentals,
 ...), a constant that does not fit its dtype, or a callable the tracer could not record is
@@ -100,12 +100,14 @@ class _Pass:
         self.tiles = (n + spec.tile - 1) // spec.tile
         self.counts = cupy.empty(self.tiles + 1, dtype=cupy.uint64)
         self.words = cupy.empty((n + 31) // 32, dtype=cupy.uint32)
+        self.warp_offsets = cupy.empty(self.tiles * (spec.block // 32), dtype=cupy.uint32)
         self.names = spec.names()
         if n:  # no rows: no module to build
             self.module = compiled(spec).module
             flags = self.module.get_function(self.names["flags"])
             scan = self.module.get_function(self.names["scan"])
-            flags((self.tiles,), (spec.block,), (np.int64(n), self.words, self.counts, *args))
+            flags((self.tiles,), (spec.block,),
+                  (np.int64(n), self.words, self.counts, self.warp_offsets, *args))
             scan((1,), (SCAN_BLOCK,), (self.counts, np.int64(self.tiles),
                                        self.counts[self.tiles:]))
         else:
@@ -128,10 +130,10 @@ class _Pass:
         if not self.n or (not len(table) and idx is None):
             return [src]
         d_table = _upload(table, stream)
-        args = (np.int64(self.n), self.words, self.counts, d_table, np.int32(len(table)),
-                ptr_or_null(idx), np.int64(index_base),
-                np.uint32(min(math.ceil(self.spec.span * tuning.REC_DENSE_FROM),
-                              self.spec.span + 1)))  # fmt: skip
+        dense_from = min(math.ceil(self.spec.span * tuning.REC_DENSE_FROM), self.spec.span + 1)
+        args = (np.int64(self.n), self.words, self.counts, self.warp_offsets, d_table,
+                np.int32(len(table)), ptr_or_null(idx), np.int64(index_base),
+                np.uint32(dense_from))  # fmt: skip
         # both forms, each copying the spans the other leaves (kernels/records.cu)
         gather = self.module.get_function(self.names["gather"])
         gather(((self.n + self.spec.span - 1) // self.spec.span,), (self.spec.block,), args)
