@@ -66,8 +66,9 @@ def map_compact(
     stable : bool
         Keep the original order. ``False`` lets the GPU reorder within a chunk (faster hybrid
         kernel); the CPU keeps the order either way.
-    algorithm : {"auto", "single-pass", "three-pass", "hybrid"}
-        GPU kernel variant (ignored for NumPy chunks).
+    algorithm : {"auto", "single-pass", "three-pass", "hybrid", "scan"}
+        GPU kernel variant (ignored for NumPy chunks, except ``"scan"``: the textbook map ->
+        scan -> scatter compaction on either device, see :func:`compact_array`).
     chunks : int or "auto", optional
         Rebalance the result into uniform chunks of this size, using the global offsets.
     by_worker : bool

@@ -41,8 +41,11 @@ def compact_array(
         (``np.flatnonzero(pred(a))``, int64), or the tuple ``(values, indices)``.
     stable : bool
         Keep the input order. ``False`` lets the GPU use the faster unordered kernel.
-    algorithm : {"auto", "single-pass", "three-pass", "hybrid"}
-        GPU kernel variant; ignored on the CPU, which has one fused loop.
+    algorithm : {"auto", "single-pass", "three-pass", "hybrid", "scan"}
+        GPU kernel variant; ignored on the CPU, which has one fused loop, except ``"scan"``:
+        the textbook map -> scan -> scatter compaction (predicate flags, their exclusive
+        scan, a scatter; on the GPU the look-back scan of :func:`dask_compact.scan_array`),
+        on either device, kept for comparison with the fused kernels.
 
     Returns
     -------
@@ -201,6 +204,9 @@ def compact_into(
     >>> idx[: count[0]]
     array([0, 2])
     """
+    if algorithm == "scan":
+        raise ValueError('compact_into does not run algorithm="scan" (a comparison path of '
+                         "compact_array and map_compact); use the default")
     a, p = _checked("compact_into", a, pred, output, stable, algorithm)
     if output == "both":
         if not isinstance(out, (tuple, list)) or len(out) != 2:

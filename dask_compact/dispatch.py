@@ -41,6 +41,15 @@ Backend contract (both functions, every backend):
     The same into caller buffers (``out``: name -> buffer of capacity ``n`` rows, for the
     fields to write and optionally ``"indices"``), the count into ``count``; on the GPU
     queued on ``stream`` with no host synchronisation. Arguments are checked by the caller.
+
+``scan_chunk(a, exclusive, algorithm, acc, base) -> out``
+    The scan (prefix sum) of ``a`` flattened in C order, into a new 1-D array of dtype ``acc``
+    and ``a``'s type, ``base`` (the chunk's global offset) added to every element
+    (:mod:`dask_compact.scan`). ``scan_total(a, acc)``: the sum of ``a`` in ``acc`` as a NumPy
+    scalar on the host.
+
+``compact_chunk``/``compact_many`` with ``algorithm="scan"`` run the textbook map -> scan ->
+scatter compaction of the backend's ``compact_scan`` instead of the fused kernels.
 """
 
 from __future__ import annotations
@@ -54,10 +63,16 @@ compact_many = Dispatch("compact_many")
 compact_into = Dispatch("compact_into")
 compact_records = Dispatch("compact_records")
 compact_records_into = Dispatch("compact_records_into")
+scan_chunk = Dispatch("scan_chunk")
+scan_total = Dispatch("scan_total")
 
 
 @compact_chunk.register(np.ndarray)
 def _compact_chunk_numpy(a, pred, output, stable, algorithm, index_base):
+    if algorithm == "scan":
+        from .backends.numpy_scan import compact_scan
+
+        return compact_scan(a, pred, output, index_base)
     from .backends.numpy_backend import compact
 
     return compact(a, pred, output, stable, algorithm, index_base)
@@ -72,6 +87,10 @@ def _compact_masked_numpy(a, mask, output, index_base):
 
 @compact_many.register(np.ndarray)
 def _compact_many_numpy(blocks, pred, output, stable, algorithm, bases):
+    if algorithm == "scan":
+        from .backends.numpy_scan import compact_scan
+
+        return _concat_scan_compactions(compact_scan, blocks, pred, output, bases, np)
     from .backends.numpy_backend import compact_many as impl
 
     return impl(blocks, pred, output, stable, algorithm, bases)
@@ -99,23 +118,71 @@ def _compact_records_into_numpy(like, fields, pred, out, count, stream):
     return impl(fields, pred, out, count)
 
 
+@scan_chunk.register(np.ndarray)
+def _scan_chunk_numpy(a, exclusive, algorithm, acc, base):
+    from .backends.numpy_scan import scan
+
+    return scan(a, exclusive, algorithm, acc, base)
+
+
+@scan_total.register(np.ndarray)
+def _scan_total_numpy(a, acc):
+    from .backends.numpy_scan import total
+
+    return total(a, acc)
+
+
+def _concat_scan_compactions(impl, blocks, pred, output, bases, xp):
+    """compact_many with algorithm="scan": each chunk's scan compaction, concatenated."""
+    parts = [impl(b, pred, output, base) for b, base in zip(blocks, bases)]
+    if output != "both":
+        return xp.concatenate(parts)
+    return xp.concatenate([p[0] for p in parts]), xp.concatenate([p[1] for p in parts])
+
+
 @compact_chunk.register_lazy("cupy")
 @compact_masked.register_lazy("cupy")
 @compact_many.register_lazy("cupy")
 @compact_into.register_lazy("cupy")
 @compact_records.register_lazy("cupy")
 @compact_records_into.register_lazy("cupy")
+@scan_chunk.register_lazy("cupy")
+@scan_total.register_lazy("cupy")
 def _register_cupy() -> None:
     import cupy
 
-    from .backends import cupy_backend
+    from .backends import cupy_backend, cupy_scan
 
-    compact_chunk.register(cupy.ndarray, cupy_backend.compact)
+    compact_chunk.register(cupy.ndarray, _compact_chunk_cupy)
     compact_masked.register(cupy.ndarray, cupy_backend.compact_masked)
-    compact_many.register(cupy.ndarray, cupy_backend.compact_many)
+    compact_many.register(cupy.ndarray, _compact_many_cupy)
     compact_into.register(cupy.ndarray, cupy_backend.compact_into_public)
     compact_records.register(cupy.ndarray, _compact_records_cupy)
     compact_records_into.register(cupy.ndarray, _compact_records_into_cupy)
+    scan_chunk.register(cupy.ndarray, cupy_scan.scan)
+    scan_total.register(cupy.ndarray, cupy_scan.total)
+
+
+def _compact_chunk_cupy(a, pred, output, stable, algorithm, index_base):
+    if algorithm == "scan":
+        from .backends.cupy_scan import compact_scan
+
+        return compact_scan(a, pred, output, index_base)
+    from .backends.cupy_backend import compact
+
+    return compact(a, pred, output, stable, algorithm, index_base)
+
+
+def _compact_many_cupy(blocks, pred, output, stable, algorithm, bases):
+    if algorithm == "scan":
+        import cupy
+
+        from .backends.cupy_scan import compact_scan
+
+        return _concat_scan_compactions(compact_scan, blocks, pred, output, bases, cupy)
+    from .backends.cupy_backend import compact_many
+
+    return compact_many(blocks, pred, output, stable, algorithm, bases)
 
 
 def _compact_records_into_cupy(like, fields, pred, out, count, stream):

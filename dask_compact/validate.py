@@ -8,7 +8,9 @@ from typing import Any
 import numpy as np
 
 OUTPUTS = ("values", "indices", "both")
-ALGORITHMS = ("auto", "single-pass", "three-pass", "hybrid")
+# "scan": the textbook map -> scan -> scatter compaction (dask_compact.scan), for comparison;
+# not for compact_into (chunk.compact_into says so).
+ALGORITHMS = ("auto", "single-pass", "three-pass", "hybrid", "scan")
 # What the GPU kernels and the CPU loop are built for (no longdouble, no datetime/object/str).
 DTYPES = tuple(
     np.dtype(t)

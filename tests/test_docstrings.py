@@ -7,10 +7,11 @@ import doctest
 import pytest
 
 import dask_compact
-from dask_compact import api, chunk
+from dask_compact import api, chunk, scan
 
 
-@pytest.mark.parametrize("module", [api, chunk, dask_compact], ids=lambda m: m.__name__)
+@pytest.mark.parametrize("module", [api, chunk, scan, dask_compact],
+                         ids=lambda m: m.__name__)
 def test_docstring_examples(module):
     failures, tried = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)
     assert tried > 0

@@ -279,3 +279,66 @@ def test_tuning_table_and_kernel_constants() -> None:
         cupy_tuning.override_tuning(4, None)
     assert tuning_for("single-pass", 4) == before
     assert tuning_for("single-pass", 4, cc="80") == before  # unmeasured: sm_90's entry
+
+
+def _scan_specs(algorithms: tuple[str, ...]) -> list:
+    """Every scan module the launch layer can build for ``algorithms``: each input dtype the
+    public calls take x each accumulator it may be scanned into (np.cumsum's choice and every
+    explicit ``dtype=``), the current look-back tuning."""
+    from dask_compact.backends.cupy_scan_source import ACC_DTYPES, ScanSpec, scan_tuning
+    from dask_compact.scan import scan_dtype
+
+    specs = []
+    for dt in DTYPES:
+        for out in (None, *ACC_DTYPES):
+            try:
+                acc = scan_dtype(dt, out)
+            except TypeError:
+                continue  # float16, complex; floats into integers
+            for alg in algorithms:
+                specs.append(ScanSpec(np.dtype(dt), acc, alg, scan_tuning(acc)))
+    return specs
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_scan_modules_compile(arch: str, tmp_path: Path) -> None:
+    """kernels/scan.cu with every instantiation the scan launch layer names (cupy_scan.py): on
+    sm_90 every algorithm x input dtype x accumulator, both look-back vector widths, and no
+    spills; on sm_80 the look-back kernels (acquire/release, nanosleep). The compaction module of
+    algorithm="scan" (kernels/scan_compact.cu): the flags kernel of a functor of every dtype
+    and the scatter of every dtype and position type."""
+    from dask_compact.backends.cupy_scan_source import GPU_ALGORITHMS, ScanCompactSpec
+    from dask_compact.scan import GPU_ALGORITHMS as PUBLIC_GPU
+
+    assert set(PUBLIC_GPU) == {"auto", *GPU_ALGORITHMS}
+    algs = GPU_ALGORITHMS if arch == "sm_90" else ("lookback",)
+    specs = _scan_specs(algs)
+    names: list[str] = []
+    for spec in specs:
+        names += [n for n in spec.all_names() if n not in names]
+    assert any(", 1>" in n for n in names) and any(", 4>" in n for n in names)
+    assert not re.search(r"^\s*#\s*include", specs[0].source(), re.M)
+    log = _nvcc(specs[0].source() + _force(names), arch, tmp_path, "scan")
+    if arch == "sm_90":
+        assert not _spills(log), f"register spills: {_spills(log)}"
+        # one module per spec compiles alone too (what NVRTC gets)
+        one = specs[-1]
+        _nvcc(one.source() + _force(one.all_names()), arch, tmp_path, "scan_one")
+    seen: set[str] = set()
+    parts = [inline("npy_ops.cuh", seen), inline("compact_warp.cuh", seen)]
+    cnames: list[str] = []
+    for dt in DTYPES:
+        functor = generate_functor(_threshold(dt).typed(dt))
+        parts.append(functor.source)
+        for pos in ("int32", "int64"):
+            for f in (functor, None):
+                spec = ScanCompactSpec(np.dtype(dt), np.dtype(pos), f)
+                cnames += [n for n in spec.all_names() if n not in cnames]
+    parts.append(inline("scan_compact.cu", seen))
+    log = _nvcc("\n".join(parts) + _force(cnames), arch, tmp_path, "scan_compact")
+    assert any(n.startswith("dcx_scan_flags") for n in cnames)
+    one = ScanCompactSpec(np.dtype("float32"), np.dtype("int64"),
+                          generate_functor(_threshold("float32").typed("float32")))
+    assert not re.search(r"^\s*#\s*include", one.source(), re.M)
+    if arch == "sm_90":
+        _nvcc(one.source() + _force(one.all_names()), arch, tmp_path, "scan_compact_one")

@@ -4,9 +4,15 @@
 //   cub_select_if_<T>      values: cub::DeviceSelect::If with `x < t` (single pass, look-back)
 //   cub_flagged_idx_<T>    indices, PyTorch's nonzero recipe: a flags kernel writes `x < t` as
 //                          bytes, then cub::DeviceSelect::Flagged over a counting iterator
+//   cub_exclusive_sum_<T>_<A>  scan (benchmarks/scan_bench.py): cub::DeviceScan::ExclusiveSum where
+//                          input and output types are the same (it adds in the input type), else
+//                          cub::DeviceScan::ExclusiveScan with plus and an initial value of the
+//                          output type (so int32 input is added in int64, as np.cumsum adds it)
 // Each returns the cudaError_t of its last call; temp_bytes == 0 asks for the size (written to
 // *temp_bytes_out) and launches nothing. Build: nvcc -O3 -arch=sm_90 -shared -Xcompiler -fPIC.
+#include <cub/device/device_scan.cuh>
 #include <cub/device/device_select.cuh>
+#include <cuda/std/functional>
 #include <thrust/iterator/counting_iterator.h>
 #include <cuda_runtime.h>
 
@@ -52,7 +58,35 @@ int flagged_idx(const void* in, unsigned char* flags, long long* out, unsigned l
   return int(e);
 }
 
+template <class T, class A>
+int exclusive_sum(const void* in, void* out, long long n, void* temp, size_t temp_bytes,
+                  size_t* temp_bytes_out, cudaStream_t s) {
+  size_t bytes = temp_bytes;
+  void* t = temp_bytes ? temp : nullptr;
+  cudaError_t e;
+  if constexpr (cuda::std::is_same_v<T, A>) {
+    e = cub::DeviceScan::ExclusiveSum(t, bytes, static_cast<const T*>(in), static_cast<A*>(out), n, s);
+  } else {
+    e = cub::DeviceScan::ExclusiveScan(t, bytes, static_cast<const T*>(in), static_cast<A*>(out),
+                                       cuda::std::plus<>{}, A(0), n, s);
+  }
+  if (temp_bytes_out) *temp_bytes_out = bytes;
+  return int(e);
+}
+
 }  // namespace
+
+#define DCX_SCAN_PEER(T, A, NAME)                                                                \
+  extern "C" int cub_exclusive_sum_##NAME(const void* in, void* out, long long n, void* tmp,      \
+                                          size_t tb, size_t* tbo, cudaStream_t s) {              \
+    return exclusive_sum<T, A>(in, out, n, tmp, tb, tbo, s);                                     \
+  }
+
+DCX_SCAN_PEER(float, float, float32_float32)
+DCX_SCAN_PEER(double, double, float64_float64)
+DCX_SCAN_PEER(int, int, int32_int32)
+DCX_SCAN_PEER(int, long long, int32_int64)
+DCX_SCAN_PEER(long long, long long, int64_int64)
 
 #define DCX_PEER(T, NAME)                                                                        \
   extern "C" int cub_select_if_##NAME(const void* in, void* out, unsigned long long* c, long long n, \

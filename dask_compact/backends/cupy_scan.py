@@ -1,0 +1,275 @@
+"""Launch layer of the GPU scans (``kernels/scan.cu``) and of the scan compaction
+(``kernels/scan_compact.cu``): one launcher per algorithm, the per-device module cache, the
+look-back workspace. Modules are compiled on first use (never at import: importing this module
+imports no CuPy) and kept per (device, spec) in a bounded cache, as the compaction modules.
+
+Entry points (what :mod:`dask_compact.dispatch` registers for CuPy arrays):
+
+``scan(a, exclusive, algorithm, acc, base)``  the scan of ``a`` (flattened in C order) into a
+    new 1-D array of dtype ``acc``; ``base`` (a host number) is added to every element.
+``total(a, acc)``  the sum of ``a`` in ``acc`` as a NumPy scalar (the dask path's chunk totals).
+``compact_scan(a, pred, output, index_base)``  map -> scan -> scatter compaction.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..cache import BoundedCache
+from ..predicate.core import Predicate
+from .cupy_device import NULL, memset0
+from .cupy_scan_source import (
+    SHARED_BLOCK,
+    SIMPLE_BLOCK,
+    ScanCompactSpec,
+    ScanSpec,
+    full_vec,
+    scan_tuning,
+)
+from .cupy_source import NVRTC_OPTIONS
+
+__all__ = ["scan", "total", "compact_scan", "module_for"]
+
+_MAX_GRID = 2**31 - 1
+
+
+class _Module:
+    """One RawModule of scan kernels on one device; ``kernel(role)`` its RawKernel."""
+
+    def __init__(self, spec: ScanSpec | ScanCompactSpec) -> None:
+        import cupy
+
+        self.spec = spec
+        self._names = spec.names()
+        self.module = cupy.RawModule(code=spec.source(), options=NVRTC_OPTIONS,
+                                     name_expressions=spec.all_names())
+        self._kernels: dict[str, Any] = {}
+
+    def kernel(self, role: str) -> Any:
+        k = self._kernels.get(role)
+        if k is None:
+            k = self._kernels[role] = self.module.get_function(self._names[role])
+        return k
+
+
+_modules: BoundedCache[tuple, _Module] = BoundedCache("cupy scan modules")
+
+
+def module_for(spec: ScanSpec | ScanCompactSpec) -> _Module:
+    """The spec's module on the current device, built once (NVRTC, or CuPy's disk cache)."""
+    import cupy
+
+    return _modules.get_or_build((cupy.cuda.Device().id, spec), lambda: _Module(spec))
+
+
+def _grid(n: int, block: int = SIMPLE_BLOCK) -> int:
+    return max(1, min(-(-n // block), _MAX_GRID))
+
+
+def _flat(a: Any) -> Any:
+    import cupy
+
+    return cupy.ascontiguousarray(a).reshape(-1)
+
+
+def scan(a: Any, exclusive: bool, algorithm: str, acc: np.dtype, base: Any = 0,
+         d_total: Any = None) -> Any:
+    """``a``'s scan in a new 1-D CuPy array of dtype ``acc`` (see the module docstring).
+
+    ``algorithm``: "auto"/"lookback", "shared", "thread-efficient", "work-efficient", "naive"
+    (checked by the caller). ``d_total`` (lookback only): a 1-element ``acc`` array that
+    receives ``base`` + the sum of ``a``.
+    """
+    import cupy
+
+    acc = np.dtype(acc)
+    flat = _flat(a)
+    n = int(flat.size)
+    out = cupy.empty(n, dtype=acc)
+    alg = "lookback" if algorithm == "auto" else algorithm
+    b = acc.type(base)
+    if n == 0:
+        if d_total is not None:
+            d_total.fill(b)
+        return out
+    spec = ScanSpec(np.dtype(flat.dtype), acc, alg, scan_tuning(acc))
+    mod = module_for(spec)
+    ex = np.int32(1 if exclusive else 0)
+    if alg == "lookback":
+        _lookback(mod, spec, flat, out, n, b, ex, d_total)
+    elif d_total is not None:
+        raise ValueError("d_total is written by the lookback scan only")
+    elif alg == "naive":
+        _naive(mod, flat, out, n, b, ex)
+    elif alg in ("work-efficient", "thread-efficient"):
+        _blelloch(mod, alg == "thread-efficient", flat, out, n, b, ex)
+    elif alg == "shared":
+        _shared(mod, flat, out, n, b, ex, top=True)
+    else:  # pragma: no cover - checked by the caller
+        raise ValueError(f"unknown GPU scan algorithm {algorithm!r}")
+    return out
+
+
+def _lookback(mod: _Module, spec: ScanSpec, flat: Any, out: Any, n: int, base: Any, ex: Any,
+              d_total: Any) -> None:
+    import cupy
+
+    acc = spec.acc
+    vec = full_vec(spec.dtype, acc)
+    aligned = (flat.data.ptr % (vec * flat.itemsize) == 0
+               and out.data.ptr % (vec * acc.itemsize) == 0)
+    if not aligned:
+        vec = 1
+    tile = spec.tuning.block * spec.tuning.rows * vec
+    tiles = -(-n // tile)
+    if tiles > _MAX_GRID:
+        raise ValueError(f"{n} elements are more than the scan's grid can hold")
+    if acc.itemsize == 4:  # one status word per tile (flag + value)
+        ws = cupy.empty(tiles, dtype=np.uint64)
+        memset0(ws)
+        words, flags, agg, inc = ws, NULL, NULL, NULL
+    else:  # value slots, then the flags (zeroed)
+        ws = cupy.empty(tiles * (2 * acc.itemsize + 4), dtype=np.uint8)
+        vals = ws[: 2 * tiles * acc.itemsize].view(acc)
+        fl = ws[2 * tiles * acc.itemsize :].view(np.uint32)
+        memset0(fl)
+        words, flags, agg, inc = NULL, fl, vals[:tiles], vals[tiles:]
+    k = mod.kernel("vector" if vec > 1 else "scalar")
+    k((tiles,), (spec.tuning.block,),
+      (flat, out, np.int64(n), base, ex, words, flags, agg, inc,
+       NULL if d_total is None else d_total))
+
+
+def _naive(mod: _Module, flat: Any, out: Any, n: int, base: Any, ex: Any) -> None:
+    """Hillis-Steele: a level per power of two below n, ping-pong between two buffers."""
+    import cupy
+
+    g, blk = _grid(n), (SIMPLE_BLOCK,)
+    if n == 1:
+        mod.kernel("finish_in")((g,), blk, (flat, out, np.int64(n), base, ex))
+        return
+    bufs = [cupy.empty(n, dtype=out.dtype), cupy.empty(n, dtype=out.dtype)]
+    mod.kernel("first")((g,), blk, (flat, bufs[0], np.int64(n), np.int64(1)))
+    src, d = 0, 2
+    while d < n:
+        mod.kernel("step")((g,), blk, (bufs[src], bufs[1 - src], np.int64(n), np.int64(d)))
+        src, d = 1 - src, 2 * d
+    mod.kernel("finish")((g,), blk, (bufs[src], out, np.int64(n), base, ex))
+
+
+def _blelloch(mod: _Module, active: bool, flat: Any, out: Any, n: int, base: Any,
+              ex: Any) -> None:
+    """Blelloch's up-sweep and down-sweep over the input padded to the next power of two."""
+    import cupy
+
+    m = 1 << max(0, (n - 1).bit_length())
+    buf = cupy.empty(m, dtype=out.dtype)
+    blk = (SIMPLE_BLOCK,)
+    mod.kernel("pad")((_grid(m),), blk, (flat, buf, np.int64(n), np.int64(m)))
+    up, down = mod.kernel("up"), mod.kernel("down")
+    stride = 1
+    while stride < m:  # up-sweep: levels of 2*stride-element blocks
+        count = m // (2 * stride)
+        if active:
+            up((_grid(count),), blk, (buf, np.int64(count), np.int64(stride)))
+        else:
+            up((_grid(m),), blk, (buf, np.int64(m), np.int64(stride)))
+        stride *= 2
+    # the root (the total) becomes the identity, then the down-sweep
+    cupy.cuda.runtime.memsetAsync(buf.data.ptr + (m - 1) * buf.itemsize, 0, buf.itemsize,
+                                  cupy.cuda.get_current_stream().ptr)
+    stride = m // 2
+    while stride >= 1:
+        count = m // (2 * stride)
+        if active:
+            down((_grid(count),), blk, (buf, np.int64(count), np.int64(stride)))
+        else:
+            down((_grid(m),), blk, (buf, np.int64(m), np.int64(stride)))
+        stride //= 2
+    mod.kernel("finish")((_grid(n),), blk, (flat, buf, out, np.int64(n), base, ex))
+
+
+def _shared(mod: _Module, src: Any, dst: Any, n: int, base: Any, ex: Any, top: bool) -> None:
+    """Block scans of 2 * SHARED_BLOCK elements; their sums scanned (exclusive, with the base)
+    by the same kernel, recursively, in place; then each block adds its sum's prefix."""
+    import cupy
+
+    tile = 2 * SHARED_BLOCK
+    nb = -(-n // tile)
+    block = mod.kernel("block" if top else "block_acc")
+    blk = (SHARED_BLOCK,)
+    if nb == 1:
+        block((1,), blk, (src, dst, NULL, np.int64(n), base, ex))
+        return
+    if nb > _MAX_GRID:
+        raise ValueError(f"{n} elements are more than the scan's grid can hold")
+    sums = cupy.empty(nb, dtype=dst.dtype)
+    block((nb,), blk, (src, dst, sums, np.int64(n), dst.dtype.type(0), ex))
+    _shared(mod, sums, sums, nb, base, np.int32(1), top=False)
+    mod.kernel("add")((nb,), blk, (dst, sums, np.int64(n)))
+
+
+def total(a: Any, acc: np.dtype) -> np.generic:
+    """The sum of ``a`` in ``acc`` as a NumPy scalar on the host (one device synchronisation):
+    CuPy's reduction (the totals' order of addition does not matter for integers; for floats
+    it is a tree, as the look-back scan's tile sums)."""
+    import cupy
+
+    flat = _flat(a)
+    acc = np.dtype(acc)
+    if flat.size == 0:
+        return acc.type(0)
+    return acc.type(cupy.sum(flat, dtype=acc).get())
+
+
+# ------------------------------------------------------------------ scan compaction ----------
+
+
+def compact_scan(a: Any, pred: Predicate, output: str, index_base: int) -> Any:
+    """``compact_array(..., algorithm="scan")`` on a CuPy array: flags (the fused predicate's
+    kernel, or the mask path's mask), the look-back exclusive scan of the flags with the total,
+    one read of the total, the exact-size output, the scatter."""
+    import cupy
+
+    from ..codegen.cuda_functor import CodegenUnsupported
+    from ..predicate.expr import ParamOverflow
+    from .cupy_modules import typed_functor
+
+    flat = _flat(a)
+    dtype = np.dtype(flat.dtype)
+    n = int(flat.size)
+    pos_dtype = np.dtype(np.int32 if n < 2**31 else np.int64)
+    functor, args = None, ()
+    if pred.path == "fused":
+        try:
+            tp, functor = typed_functor(pred.expr, dtype, pred)
+            args = tuple(tp.bind(pred.params))
+        except (CodegenUnsupported, ParamOverflow):
+            functor = None
+    if functor is not None:
+        mod = module_for(ScanCompactSpec(dtype, pos_dtype, functor))
+        flags = cupy.empty(n, dtype=np.bool_)
+        if n:
+            mod.kernel("flags")((_grid(n),), (SIMPLE_BLOCK,), (flat, flags, np.int64(n), *args))
+    else:
+        mod = module_for(ScanCompactSpec(dtype, pos_dtype, None))
+        flags = _flat(cupy.asarray(pred.mask(a, cupy)))
+        if flags.dtype != np.bool_:
+            flags = flags.astype(np.bool_)
+    d_total = cupy.zeros(1, dtype=pos_dtype)
+    pos = scan(flags, True, "lookback", pos_dtype, 0, d_total)
+    k = int(d_total.get()[0])
+    vals = cupy.empty(k, dtype=dtype) if output in ("values", "both") else None
+    idx = cupy.empty(k, dtype=np.int64) if output in ("indices", "both") else None
+    if k:
+        mod.kernel(f"scatter_{output}")(
+            (_grid(n),), (SIMPLE_BLOCK,),
+            (flat, flags, pos, np.int64(n), np.int64(index_base),
+             NULL if vals is None else vals, NULL if idx is None else idx))
+    if output == "values":
+        return vals
+    if output == "indices":
+        return idx
+    return vals, idx

@@ -1,0 +1,177 @@
+"""Source assembly and tuning of the scan modules (``kernels/scan.cu``, ``scan_compact.cu``):
+which template instantiations one module holds, and its complete source. Pure text: importing
+it imports no CuPy, so the compile tests build every module here with nvcc.
+
+One scan module per (input dtype, accumulator dtype, algorithm, tuning): a first call compiles
+only the algorithm it runs. One scan-compaction module per (predicate functor, dtype): the
+``map`` (flags) and ``scatter`` kernels of ``compact_array(..., algorithm="scan")``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import MappingProxyType
+
+import numpy as np
+
+from ..codegen.cuda_functor import CudaFunctor, ctype
+from .cupy_source import inline
+from .cupy_tuning import OUTPUT_CODES
+
+__all__ = [
+    "GPU_ALGORITHMS", "ACC_DTYPES", "ScanTuning", "ScanEntry", "TABLE", "SIMPLE_BLOCK",
+    "SHARED_BLOCK", "scan_tuning", "override_scan_tuning", "scan_ctype", "full_vec", "ScanSpec",
+    "ScanCompactSpec",
+]  # fmt: skip
+
+# algorithm= values of a CuPy scan ("auto" is "lookback").
+GPU_ALGORITHMS = ("lookback", "shared", "thread-efficient", "work-efficient", "naive")
+# Accumulator (output) dtypes the kernels are built for: NumPy's cumsum gives int64, uint64,
+# float32 or float64; int32 and uint32 are there for an explicit ``dtype=``.
+ACC_DTYPES = tuple(np.dtype(t) for t in ("int32", "int64", "uint32", "uint64", "float32",
+                                         "float64"))
+# Threads per block of the one-element-per-thread kernels (naive, work- and thread-efficient,
+# the finishing passes, the compaction's flags and scatter), grid-stride beyond 2^31 blocks.
+SIMPLE_BLOCK = 256
+# "shared": threads per block; each block scans 2 * SHARED_BLOCK elements (GPU Gems 3, ch. 39).
+SHARED_BLOCK = 256
+
+
+@dataclass(frozen=True)
+class ScanTuning:
+    """Tile shape of ``dcx_scan_lookback``: ``block`` threads, ``rows`` rows of one vector
+    per lane (a tile holds block * rows * VEC elements, VEC from :func:`full_vec`)."""
+
+    block: int
+    rows: int
+
+
+@dataclass(frozen=True)
+class ScanEntry:
+    tuning: ScanTuning
+    why: str
+
+
+# Keyed by the accumulator's itemsize.
+TABLE = MappingProxyType({
+    4: ScanEntry(ScanTuning(256, 4), "not measured yet: 256 threads x 4 rows of 16-byte vectors "
+                 "keep 64 B of loads in flight per thread (128 KiB per SM at full occupancy), "
+                 "the bytes-in-flight the compaction kernels needed on sm_90 for copy bandwidth; "
+                 "a tile of 4096 float32"),
+    8: ScanEntry(ScanTuning(256, 4), "not measured yet: as for 4 bytes (16-byte vectors of 2 "
+                 "elements, a tile of 2048)"),
+})  # fmt: skip
+_override: dict[int, ScanTuning] = {}
+
+
+def scan_tuning(acc: np.dtype) -> ScanTuning:
+    """The look-back tile shape for accumulator ``acc`` (a sweep's override, else the table)."""
+    size = np.dtype(acc).itemsize
+    return _override.get(size) or TABLE[size].tuning
+
+
+def override_scan_tuning(acc_itemsize: int, tuning: ScanTuning | None) -> None:
+    """Benchmarks' tile-shape sweeps: use ``tuning`` for this accumulator size (None: undo)."""
+    if tuning is None:
+        _override.pop(acc_itemsize, None)
+    else:
+        if tuning.block % 32 or not 32 <= tuning.block <= 1024 or tuning.rows < 1:
+            raise ValueError(f"bad scan tuning {tuning}")
+        _override[acc_itemsize] = tuning
+
+
+def scan_ctype(dtype: np.dtype) -> str:
+    """The device type of a scan's input or accumulator (NumPy bool: ``dcx::b8``, a byte)."""
+    dt = np.dtype(dtype)
+    return "dcx::b8" if dt == np.dtype(bool) else ctype(dt)
+
+
+def full_vec(dtype: np.dtype, acc: np.dtype) -> int:
+    """Elements per lane and row of the look-back tile when input and output are aligned: one
+    16-byte vector of the wider of the two types (float32 -> float32: 4; int8 -> int64: 2)."""
+    return max(1, 16 // max(np.dtype(dtype).itemsize, np.dtype(acc).itemsize))
+
+
+@dataclass(frozen=True)
+class ScanSpec:
+    """One compiled scan module: ``dtype`` (input) scanned into ``acc`` by ``algorithm``."""
+
+    dtype: np.dtype
+    acc: np.dtype
+    algorithm: str
+    tuning: ScanTuning
+
+    def names(self) -> dict[str, str]:
+        """Kernel role -> name expression (template instantiation)."""
+        t, a = scan_ctype(self.dtype), scan_ctype(self.acc)
+        if self.algorithm == "lookback":
+            b, r = self.tuning.block, self.tuning.rows
+            v = full_vec(self.dtype, self.acc)
+            names = {"vector": f"dcx_scan_lookback<{t}, {a}, {b}, {r}, {v}>"}
+            # misaligned views (a[1:]) take the element-wise tile (VEC = 1)
+            names["scalar"] = f"dcx_scan_lookback<{t}, {a}, {b}, {r}, 1>"
+            return names
+        if self.algorithm == "naive":
+            return {
+                "first": f"dcx_scan_hs_step<{t}, {a}>",
+                "step": f"dcx_scan_hs_step<{a}, {a}>",
+                "finish_in": f"dcx_scan_finish_inclusive<{t}, {a}>",  # n == 1: no level
+                "finish": f"dcx_scan_finish_inclusive<{a}, {a}>",
+            }
+        if self.algorithm in ("work-efficient", "thread-efficient"):
+            kind = "all" if self.algorithm == "work-efficient" else "active"
+            return {
+                "pad": f"dcx_scan_pad<{t}, {a}>",
+                "up": f"dcx_scan_up_{kind}<{a}>",
+                "down": f"dcx_scan_down_{kind}<{a}>",
+                "finish": f"dcx_scan_finish_exclusive<{t}, {a}>",
+            }
+        if self.algorithm == "shared":
+            s = SHARED_BLOCK
+            return {
+                "block": f"dcx_scan_shared_block<{t}, {a}, {s}>",
+                "block_acc": f"dcx_scan_shared_block<{a}, {a}, {s}>",  # the block sums
+                "add": f"dcx_scan_shared_add<{a}, {s}>",
+            }
+        raise ValueError(f"unknown scan algorithm {self.algorithm!r}")
+
+    def all_names(self) -> list[str]:
+        out: list[str] = []
+        for n in self.names().values():
+            if n not in out:
+                out.append(n)
+        return out
+
+    def source(self) -> str:
+        return "// dask_compact: scan module\n" + inline("scan.cu", set())
+
+
+@dataclass(frozen=True)
+class ScanCompactSpec:
+    """One compiled module of the scan compaction: the flags kernel of a fused predicate
+    (``functor``; None: the mask path, which has its flags already) and the scatter kernels
+    of ``dtype`` with positions of type ``pos`` (int32 or int64)."""
+
+    dtype: np.dtype
+    pos: np.dtype
+    functor: CudaFunctor | None
+
+    def names(self) -> dict[str, str]:
+        t, a = ctype(self.dtype), scan_ctype(self.pos)
+        out = {f"scatter_{o}": f"dcx_scan_scatter<{t}, {a}, {c}>" for o, c in OUTPUT_CODES.items()}
+        if self.functor is not None:
+            pa = "".join(", " + c for c in self.functor.param_ctypes)
+            out["flags"] = f"dcx_scan_flags<{t}, {self.functor.name}{pa}>"
+        return out
+
+    def all_names(self) -> list[str]:
+        return list(self.names().values())
+
+    def source(self) -> str:
+        seen: set[str] = set()
+        parts = ["// dask_compact: scan compaction module\n", inline("npy_ops.cuh", seen),
+                 inline("compact_warp.cuh", seen)]
+        if self.functor is not None:
+            parts.append(self.functor.source)
+        parts.append(inline("scan_compact.cu", seen))
+        return "\n".join(parts)

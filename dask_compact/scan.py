@@ -1,0 +1,241 @@
+"""Prefix sums: :func:`scan_array` on one NumPy or CuPy array, :func:`cumsum` on a dask array.
+
+The dask graph (docs/design.md, Scan) has the three phases of compaction: one task per chunk
+computes the chunk's total, one small task scans the totals (exclusive, in the output dtype)
+into every chunk's global offset, and one task per chunk scans the chunk with its offset
+folded in (one pass over the chunk's data). The output's chunks are the input's.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from .dispatch import scan_chunk, scan_total
+from .validate import check_chunk_type, native
+
+__all__ = ["scan_array", "cumsum", "scan_dtype", "CPU_ALGORITHMS", "GPU_ALGORITHMS"]
+
+CPU_ALGORITHMS = ("auto", "sequential")
+# kept in step with backends/cupy_scan_source.GPU_ALGORITHMS (a test checks)
+GPU_ALGORITHMS = ("auto", "lookback", "shared", "thread-efficient", "work-efficient", "naive")
+# Input dtypes (NumPy's cumsum of float16 adds in float16 and complex is not a scan we build).
+_INPUT_KINDS = "biuf"
+_ACC = tuple(np.dtype(t) for t in ("int32", "int64", "uint32", "uint64", "float32", "float64"))
+
+
+def scan_dtype(dtype: Any, out_dtype: Any = None) -> np.dtype:
+    """The output (and accumulator) dtype of a scan of ``dtype``: NumPy's ``cumsum`` choice
+    (bool and signed integers -> the platform integer, int64 on Linux; unsigned -> uint64;
+    floats keep theirs), or ``out_dtype`` where given. TypeError for what is not built."""
+    dt = native(np.dtype(dtype))
+    if dt.kind not in _INPUT_KINDS or dt == np.dtype(np.float16):
+        raise TypeError(
+            f"scan takes bool, integer, float32 or float64 arrays, not {dt}"
+            + ("; cast float16 to float32 first" if dt == np.dtype(np.float16) else "")
+        )
+    if out_dtype is None:
+        return np.dtype(np.cumsum(np.zeros(0, dtype=dt)).dtype)
+    acc = np.dtype(out_dtype)
+    if acc not in _ACC:
+        raise TypeError(
+            f"dtype must be one of {', '.join(d.name for d in _ACC)} (the accumulator), not {acc}"
+        )
+    if dt.kind == "f" and acc.kind != "f":
+        raise TypeError(
+            f"a {dt} array is not summed into {acc}: cast it first (a.astype(...)) if truncation "
+            "is meant"
+        )
+    return acc
+
+
+def _check_algorithm(algorithm: Any, gpu: bool, fn: str) -> str:
+    if algorithm in (GPU_ALGORITHMS if gpu else CPU_ALGORITHMS):
+        return str(algorithm)
+    if algorithm in GPU_ALGORITHMS or algorithm in CPU_ALGORITHMS:
+        where, ok = ("CuPy", GPU_ALGORITHMS) if gpu else ("NumPy", CPU_ALGORITHMS)
+        other = "NumPy" if gpu else "CuPy"
+        raise ValueError(
+            f'{fn}: algorithm="{algorithm}" runs on {other} data; {where} data takes '
+            f"{', '.join(repr(a) for a in ok)}"
+        )
+    raise ValueError(
+        f"{fn}: algorithm must be one of {', '.join(repr(a) for a in GPU_ALGORITHMS)} (CuPy) "
+        f"or {', '.join(repr(a) for a in CPU_ALGORITHMS)} (NumPy), not {algorithm!r}"
+    )
+
+
+def _is_gpu(a: Any) -> bool:
+    return type(a).__module__.split(".")[0] == "cupy"
+
+
+def scan_array(a: Any, *, exclusive: bool = True, algorithm: str = "auto",
+               dtype: Any = None) -> Any:
+    """Prefix sums of one in-memory NumPy or CuPy array, without Dask.
+
+    Parameters
+    ----------
+    a : numpy.ndarray or cupy.ndarray
+        bool, integer, float32 or float64 data of any shape, flattened in C order as
+        ``np.cumsum(a)`` flattens it.
+    exclusive : bool
+        ``True`` (the default): element i is the sum of the elements before i, so the result
+        starts with 0 and has ``a.size`` elements (the offsets of a scatter). ``False``: the
+        sum up to and including i, ``np.cumsum(a)``.
+    algorithm : str
+        NumPy input: ``"auto"`` or ``"sequential"`` (one compiled loop, NumPy's order of
+        additions). CuPy input: ``"auto"``/``"lookback"`` (single pass with decoupled
+        look-back: one read and one write), or the textbook algorithms, for comparison:
+        ``"shared"`` (block scans in shared memory, then the block sums, recursively),
+        ``"thread-efficient"`` and ``"work-efficient"`` (Blelloch's up-sweep and down-sweep
+        over the input padded to a power of two; one thread per active node of each level,
+        or one per element), ``"naive"`` (Hillis-Steele: a launch per level).
+    dtype : dtype, optional
+        The accumulator and output dtype (int32, int64, uint32, uint64, float32, float64).
+        Default: what ``np.cumsum(a)`` gives (int64 for bool and signed integers, uint64 for
+        unsigned, float32/float64 kept). Integer sums wrap around, as NumPy's do.
+
+    Returns
+    -------
+    array
+        1-D, ``a.size`` elements, of ``a``'s array type (and device).
+
+    Raises
+    ------
+    TypeError
+        Not a NumPy/CuPy array, a masked array, or an unsupported dtype.
+    ValueError
+        An unknown algorithm, or a GPU algorithm for NumPy data (and vice versa).
+
+    Notes
+    -----
+    Float sums on the GPU are added in another order than NumPy's sequential loop (tile sums
+    first, then their prefixes), so they agree with ``np.cumsum`` to rounding, not bit for bit,
+    and the look-back scan may round differently from run to run.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from dask_compact import scan_array
+    >>> scan_array(np.array([3, 1, 4, 1, 5]))
+    array([0, 3, 4, 8, 9])
+    >>> scan_array(np.array([3, 1, 4, 1, 5]), exclusive=False)
+    array([ 3,  4,  8,  9, 14])
+    >>> scan_array(np.array([True, False, True]), exclusive=False)
+    array([1, 1, 2])
+    >>> scan_array(np.array([[1, 2], [3, 4]], dtype=np.uint8)).dtype
+    dtype('uint64')
+    """
+    if isinstance(a, np.generic):
+        a = np.asarray(a)  # a NumPy scalar, as np.cumsum takes it
+    if isinstance(a, np.ma.MaskedArray):
+        check_chunk_type(a, "scan_array")  # refused, with what to do instead
+    if type(a) is not np.ndarray and not _is_gpu(a):
+        raise TypeError(
+            f"scan_array needs a NumPy or CuPy array, not {type(a).__module__}."
+            f"{type(a).__name__}; convert it first (np.asarray)"
+        )
+    acc = scan_dtype(a.dtype, dtype)
+    alg = _check_algorithm(algorithm, _is_gpu(a), "scan_array")
+    if not a.dtype.isnative:
+        a = a.astype(native(a.dtype))
+    return scan_chunk(a, bool(exclusive), alg, acc, 0)
+
+
+def cumsum(x: Any, *, exclusive: bool = False, algorithm: str = "auto",
+           dtype: Any = None) -> Any:
+    """Prefix sums of a dask array (NumPy or CuPy chunks), with the input's known chunks.
+
+    Phase 1, one task per chunk: the chunk's total. Phase 2, one small task: the exclusive
+    scan of the totals (in the output dtype), every chunk's global offset; only these numbers
+    travel. Phase 3, one task per chunk: the chunk's scan with its offset folded in (one pass
+    over the chunk on its worker and device). The result is lazy; nothing is computed here.
+
+    Parameters
+    ----------
+    x : dask.array.Array
+        bool, integer, float32 or float64 chunks of NumPy or CuPy arrays; N-D input is taken
+        in C order (``x.ravel()``), as ``np.cumsum`` without ``axis``. Chunk sizes must be
+        known.
+    exclusive : bool
+        ``False`` (the default): ``np.cumsum``. ``True``: element i is the sum of the elements
+        before i (0 first).
+    algorithm : str
+        The per-chunk scan, as for :func:`scan_array`: ``"auto"``/``"sequential"`` for NumPy
+        chunks, ``"auto"``/``"lookback"`` and the other GPU algorithms for CuPy chunks (each
+        adds the chunk's offset in its last pass).
+    dtype : dtype, optional
+        The accumulator and output dtype, as for :func:`scan_array` (default: ``np.cumsum``'s).
+
+    Returns
+    -------
+    dask.array.Array
+        1-D, ``x.size`` elements, the chunks of ``x.ravel()``, chunks of ``x``'s array type.
+
+    Raises
+    ------
+    TypeError
+        ``x`` is not a dask array, or of an unsupported chunk type or dtype.
+    ValueError
+        Unknown chunk sizes, an unknown algorithm, or one for the other device.
+
+    Examples
+    --------
+    >>> import dask.array as da
+    >>> import dask_compact
+    >>> x = da.arange(1, 8, chunks=3)
+    >>> y = dask_compact.cumsum(x)
+    >>> y.chunks
+    ((3, 3, 1),)
+    >>> y.compute()
+    array([ 1,  3,  6, 10, 15, 21, 28])
+    >>> dask_compact.cumsum(x, exclusive=True).compute()
+    array([ 0,  1,  3,  6, 10, 15, 21])
+    """
+    import dask.array as da
+    from dask.array.utils import meta_from_array
+    from dask.base import tokenize
+    from dask.highlevelgraph import HighLevelGraph
+
+    from .api import _check_dask_array, _ravel
+
+    x = _check_dask_array(x, "cumsum")
+    acc = scan_dtype(x.dtype, dtype)
+    alg = _check_algorithm(algorithm, _is_gpu(x._meta), "cumsum")
+    if any(math.isnan(c) for cs in x.chunks for c in cs):
+        raise ValueError(
+            "cumsum needs known chunk sizes (each chunk's place in the result); call "
+            "x.compute_chunk_sizes() first"
+        )
+    if not x.dtype.isnative:
+        x = x.astype(native(x.dtype))
+    x1 = _ravel(x)
+    token = tokenize("dask_compact.cumsum", x1.name, bool(exclusive), alg, acc.str)
+    totals, offsets, name = f"cumsum-total-{token}", f"cumsum-offsets-{token}", f"cumsum-{token}"
+    nb = x1.numblocks[0]
+    dsk: dict = {(totals, i): (scan_total, (x1.name, i), acc) for i in range(nb)}
+    dsk[(offsets, 0)] = (_offsets, [(totals, i) for i in range(nb)], acc)
+    for i in range(nb):
+        dsk[(name, i)] = (_scan_block, (x1.name, i), (offsets, 0), i, bool(exclusive), alg, acc)
+    deps: list[Any] = [x1]  # dask's typing does not count its Array as a DaskCollection
+    graph = HighLevelGraph.from_collections(name, dsk, dependencies=deps)
+    meta = meta_from_array(x1._meta, ndim=1, dtype=acc)
+    return da.Array(graph, name, chunks=x1.chunks, meta=meta)
+
+
+def _offsets(totals: list[Any], acc: np.dtype) -> np.ndarray:
+    """Every chunk's global offset: the exclusive scan of the chunk totals, in ``acc``, in
+    order (integers wrap as NumPy's cumsum does)."""
+    t = np.asarray(totals, dtype=acc)
+    out = np.zeros(t.size, dtype=acc)
+    if t.size > 1:
+        with np.errstate(over="ignore"):
+            np.cumsum(t[:-1], dtype=acc, out=out[1:])
+    return out
+
+
+def _scan_block(block: Any, offsets: np.ndarray, i: int, exclusive: bool, algorithm: str,
+                acc: np.dtype) -> Any:
+    return scan_chunk(block, exclusive, algorithm, acc, offsets[i])

@@ -1,0 +1,405 @@
+// Prefix sums (scans) of one array: the tile and warp logic shared by the scan kernels of
+// scan.cu (docs/design.md, Scan). Entry points and their launch order are in scan.cu; the
+// launch layer is dask_compact/backends/cupy_scan.py.
+//
+// Types: T is the input's storage type (b8 for NumPy bool, then the integer and float types of
+// dcx_types.cuh), A the accumulator and output type (int, long long, unsigned, unsigned long
+// long, float, double), chosen by the host as NumPy's cumsum chooses it. Integer sums wrap
+// modulo 2^bits as NumPy's do (signed ones are added through their unsigned type, so nothing
+// here relies on signed overflow).
+#pragma once
+#include "lookback.cuh"
+
+namespace dcx {
+
+// NumPy bool as a scan input: one byte, any non-zero byte counts as 1 (as compaction's masks).
+struct __align__(1) b8 {
+  u8 v;
+};
+
+// Input element -> accumulator: NumPy's cast (bool as 0/1, integers widened or wrapped).
+template <class A, class T>
+struct to_acc_t {
+  __device__ __forceinline__ static A f(T x) { return A(x); }
+};
+template <class A>
+struct to_acc_t<A, b8> {
+  __device__ __forceinline__ static A f(b8 x) { return A(x.v != 0); }
+};
+template <class A, class T>
+__device__ __forceinline__ A to_acc(T x) {
+  return to_acc_t<A, T>::f(x);
+}
+
+// a + b; integers wrap (signed through unsigned: defined behaviour, the same bits).
+template <class A>
+struct add_t {
+  __device__ __forceinline__ static A f(A a, A b) { return a + b; }
+};
+template <>
+struct add_t<int> {
+  __device__ __forceinline__ static int f(int a, int b) { return int(u32(a) + u32(b)); }
+};
+template <>
+struct add_t<long long> {
+  __device__ __forceinline__ static long long f(long long a, long long b) {
+    return (long long)(u64(a) + u64(b));
+  }
+};
+template <class A>
+__device__ __forceinline__ A sadd(A a, A b) {
+  return add_t<A>::f(a, b);
+}
+
+// Bits of a 4- or 8-byte accumulator, for the status words.
+template <class A>
+__device__ __forceinline__ u64 acc_bits(A v) {
+  static_assert(sizeof(A) == 4 || sizeof(A) == 8, "4- or 8-byte accumulators");
+  if constexpr (sizeof(A) == 4) {
+    union {
+      A a;
+      u32 u;
+    } c;
+    c.a = v;
+    return u64(c.u);
+  } else {
+    union {
+      A a;
+      u64 u;
+    } c;
+    c.a = v;
+    return c.u;
+  }
+}
+template <class A>
+__device__ __forceinline__ A acc_from_bits(u64 b) {
+  if constexpr (sizeof(A) == 4) {
+    union {
+      A a;
+      u32 u;
+    } c;
+    c.u = u32(b);
+    return c.a;
+  } else {
+    union {
+      A a;
+      u64 u;
+    } c;
+    c.u = b;
+    return c.a;
+  }
+}
+
+// Inclusive scan over the warp's lanes (Kogge-Stone, __shfl_up_sync), any accumulator type.
+template <class A>
+__device__ __forceinline__ A warp_scan_incl(A x) {
+  const unsigned lane = lane_id();
+#pragma unroll
+  for (int d = 1; d < 32; d <<= 1) {
+    const A o = __shfl_up_sync(FULL_MASK, x, d);
+    if (lane >= unsigned(d)) x = sadd(x, o);
+  }
+  return x;
+}
+
+// Sum over the warp (butterfly: every lane adds the same pairs, so every lane gets the same
+// bits, floats included).
+template <class A>
+__device__ __forceinline__ A warp_reduce(A x) {
+#pragma unroll
+  for (int d = 16; d > 0; d >>= 1) x = sadd(x, __shfl_xor_sync(FULL_MASK, x, d));
+  return x;
+}
+
+// A word of BYTES bytes (the raw type of one vector load or store).
+template <int BYTES>
+struct raw_word;
+template <>
+struct raw_word<16> {
+  typedef uint4 type;
+};
+template <>
+struct raw_word<8> {
+  typedef uint2 type;
+};
+template <>
+struct raw_word<4> {
+  typedef unsigned type;
+};
+template <>
+struct raw_word<2> {
+  typedef unsigned short type;
+};
+template <>
+struct raw_word<1> {
+  typedef unsigned char type;
+};
+
+// N consecutive elements of T moved as one word (N * sizeof(T) <= 16 bytes).
+template <class T, int N>
+union Pack {
+  typename raw_word<int(N * sizeof(T))>::type raw;
+  T v[N];
+};
+
+// ---------------------------------------------------------------------------------------------
+// Look-back status of the tiles of one launch (decoupled look-back, Merrill & Garland), for any
+// 4- or 8-byte accumulator. Flag: 0 nothing yet, 1 AGGREGATE (the tile's own sum), 2 INCLUSIVE
+// (the sum of every tile up to and including it, plus the launch's base).
+//
+// 4-byte A: one 64-bit word per tile, flag in the high half and the value's bits in the low
+//   half, written and read whole (st/ld.relaxed.gpu.u64, lookback.cuh): no fence orders them.
+// 8-byte A: flag and value do not fit one word, so each tile has a flag word and two value
+//   slots (its aggregate and its inclusive prefix, each written once, so a reader never sees
+//   a slot being overwritten); the value is stored first, then the flag with st.release.gpu;
+//   a reader loads the flag with ld.acquire.gpu, then the slot it names (message passing
+//   under the PTX memory model). CUB does the same for values wider than its packed word.
+// The launch layer zeroes the words (4-byte) or flags (8-byte) before each launch.
+constexpr unsigned SCAN_NONE = 0u, SCAN_AGG = 1u, SCAN_INC = 2u;
+
+__device__ __forceinline__ void flag_release(unsigned* p, unsigned v) {
+  asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ unsigned flag_acquire(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+template <class A>
+struct ScanStatus {
+  static constexpr bool PACKED = sizeof(A) == 4;
+  unsigned long long* words;  // PACKED: one per tile
+  unsigned* flags;            // !PACKED: one per tile
+  A* agg;                     // !PACKED: the tile's aggregate
+  A* inc;                     // !PACKED: the tile's inclusive prefix
+
+  __device__ __forceinline__ void publish(long long tile, unsigned flag, A v) const {
+    if constexpr (PACKED) {
+      status_store(words + tile, (u64(flag) << 32) | acc_bits(v));
+    } else {
+      A* slot = (flag == SCAN_AGG ? agg : inc) + tile;
+      status_store(reinterpret_cast<unsigned long long*>(slot), acc_bits(v));
+      flag_release(flags + tile, flag);
+    }
+  }
+
+  // The tile's flag; its value in v when the flag is not SCAN_NONE.
+  __device__ __forceinline__ unsigned read(long long tile, A& v) const {
+    if constexpr (PACKED) {
+      const u64 w = status_load(words + tile);
+      v = acc_from_bits<A>(w);
+      return unsigned(w >> 32);
+    } else {
+      const unsigned f = flag_acquire(flags + tile);
+      if (f != SCAN_NONE) {
+        const A* slot = (f == SCAN_AGG ? agg : inc) + tile;
+        v = acc_from_bits<A>(status_load(reinterpret_cast<const unsigned long long*>(slot)));
+      }
+      return f;
+    }
+  }
+};
+
+// Whole warp: the exclusive prefix of `tile` (> 0), including the launch's base (tile 0 folds
+// it into its inclusive word). Lane l looks at predecessor tile - 1 - l, 32 at a time, waits
+// until all 32 have published something, and adds the values up to the nearest INCLUSIVE
+// word. Tiles are blockIdx.x, and blocks start in blockIdx order, so every predecessor a tile
+// waits for is running or done: no deadlock (CUB relies on the same).
+template <class A>
+__device__ __forceinline__ A scan_lookback(const ScanStatus<A>& st, long long tile) {
+  const int lane = int(lane_id());
+  A prefix = A(0);
+  long long pred = tile - 1;
+  while (true) {
+    const long long idx = pred - lane;
+    A v = A(0);
+    unsigned f = idx >= 0 ? st.read(idx, v) : SCAN_INC;
+    while (__any_sync(FULL_MASK, f == SCAN_NONE)) {
+      if (f == SCAN_NONE) {
+        __nanosleep(20);
+        f = st.read(idx, v);
+      }
+    }
+    const unsigned incl = __ballot_sync(FULL_MASK, f == SCAN_INC);
+    const int stop = incl ? __ffs(incl) - 1 : 31;  // lowest lane = nearest tile
+    prefix = sadd(prefix, warp_reduce(lane <= stop ? v : A(0)));
+    if (incl) break;
+    pred -= 32;
+  }
+  return prefix;
+}
+
+// ---------------------------------------------------------------------------------------------
+// One tile of the single-pass scan: BLOCK threads, each warp owning a segment of ROWS rows of
+// 32 * VEC consecutive elements. Lane l holds elements  row * 32 * VEC + l * VEC + j  (j < VEC)
+// of its warp's segment: every load and store instruction of the warp covers 32 * VEC
+// consecutive elements, as one vector per lane (VEC * sizeof(A) = 16 bytes where aligned), so
+// memory is read and written fully coalesced with no shared-memory transpose. The scan inside
+// a row is the lane's own VEC elements in order, then a warp scan of the lanes' sums; rows are
+// chained by a warp-uniform carry. Then one block-wide pass over the warp totals, the
+// look-back for the tile's prefix, and the stores.
+template <class T, class A, int BLOCK, int ROWS, int VEC>
+struct ScanTile {
+  static constexpr int WARPS = BLOCK / 32;
+  static constexpr int SEG = ROWS * 32 * VEC;  // elements per warp
+  static constexpr long long TILE = (long long)SEG * WARPS;
+  static_assert(BLOCK % 32 == 0 && BLOCK <= 1024, "BLOCK: whole warps");
+  static_assert(VEC * sizeof(A) <= 16 && VEC * sizeof(T) <= 16, "one vector per lane and row");
+
+  // Load the lane's elements (vector loads on a full, aligned tile; else guarded, 0 past n).
+  __device__ __forceinline__ static void load(const T* __restrict__ in, long long seg, long long n,
+                                              bool full, A (&x)[ROWS][VEC]) {
+    const int lane = int(lane_id());
+    if (full) {
+      typedef typename raw_word<int(VEC * sizeof(T))>::type raw_t;
+#pragma unroll
+      for (int r = 0; r < ROWS; ++r) {
+        Pack<T, VEC> p;
+        p.raw = __ldg(reinterpret_cast<const raw_t*>(in + seg + (long long)(r * 32 + lane) * VEC));
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) x[r][j] = to_acc<A>(p.v[j]);
+      }
+    } else {
+#pragma unroll
+      for (int r = 0; r < ROWS; ++r)
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) {
+          const long long i = seg + (long long)(r * 32 + lane) * VEC + j;
+          x[r][j] = i < n ? to_acc<A>(in[i]) : A(0);
+        }
+    }
+  }
+
+  // In place: x becomes each element's prefix inside the warp's segment (exclusive or
+  // inclusive). Returns the segment's sum (the same in every lane).
+  __device__ __forceinline__ static A warp_prefixes(A (&x)[ROWS][VEC], bool exclusive) {
+    const int lane = int(lane_id());
+    A run = A(0);
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r) {
+      A s = A(0);
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) {
+        const A t = sadd(s, x[r][j]);
+        x[r][j] = exclusive ? s : t;
+        s = t;
+      }
+      const A incl = warp_scan_incl(s);
+      A before = __shfl_up_sync(FULL_MASK, incl, 1);
+      if (lane == 0) before = A(0);
+      const A off = sadd(run, before);
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) x[r][j] = sadd(off, x[r][j]);
+      run = sadd(run, __shfl_sync(FULL_MASK, incl, 31));
+    }
+    return run;
+  }
+
+  __device__ __forceinline__ static void store(A* __restrict__ out, long long seg, long long n,
+                                               bool full, A add, const A (&x)[ROWS][VEC]) {
+    const int lane = int(lane_id());
+    if (full) {
+      typedef typename raw_word<int(VEC * sizeof(A))>::type raw_t;
+#pragma unroll
+      for (int r = 0; r < ROWS; ++r) {
+        Pack<A, VEC> p;
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) p.v[j] = sadd(add, x[r][j]);
+        *reinterpret_cast<raw_t*>(out + seg + (long long)(r * 32 + lane) * VEC) = p.raw;
+      }
+    } else {
+#pragma unroll
+      for (int r = 0; r < ROWS; ++r)
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) {
+          const long long i = seg + (long long)(r * 32 + lane) * VEC + j;
+          if (i < n) out[i] = sadd(add, x[r][j]);
+        }
+    }
+  }
+
+  // The whole tile `tile` (blockIdx.x): every thread of the block calls it once.
+  __device__ __forceinline__ static void run(const T* __restrict__ in, A* __restrict__ out,
+                                             long long n, A base, bool exclusive,
+                                             const ScanStatus<A>& st, A* d_total, long long tile,
+                                             long long num_tiles, A* s_warp, A* s_prefix) {
+    const int lane = int(lane_id());
+    const int warp = int(threadIdx.x >> 5);
+    const long long seg = tile * TILE + (long long)warp * SEG;
+    const bool full = tile * TILE + TILE <= n;  // the same for the whole block
+    A x[ROWS][VEC];
+    load(in, seg, n, full, x);
+    const A wsum = warp_prefixes(x, exclusive);
+    if (lane == 0) s_warp[warp] = wsum;
+    __syncthreads();
+    A woff = A(0), agg = A(0);
+#pragma unroll
+    for (int w = 0; w < WARPS; ++w) {
+      const A c = s_warp[w];
+      if (w < warp) woff = sadd(woff, c);
+      agg = sadd(agg, c);
+    }
+    if (warp == 0) {
+      A prefix = base;
+      if (tile == 0) {
+        if (lane == 0) st.publish(0, SCAN_INC, sadd(base, agg));
+      } else {
+        if (lane == 0) st.publish(tile, SCAN_AGG, agg);
+        prefix = scan_lookback(st, tile);
+        if (lane == 0) st.publish(tile, SCAN_INC, sadd(prefix, agg));
+      }
+      if (lane == 0) {
+        *s_prefix = prefix;
+        if (d_total != nullptr && tile == num_tiles - 1) *d_total = sadd(prefix, agg);
+      }
+    }
+    __syncthreads();
+    store(out, seg, n, full, sadd(*s_prefix, woff), x);
+  }
+};
+
+// ---------------------------------------------------------------------------------------------
+// The textbook block scan of GPU Gems 3, ch. 39 (Harris, Sengupta, Owens): BLOCK threads scan
+// 2 * BLOCK elements in shared memory with Blelloch's up-sweep and down-sweep, each index
+// padded by one word per 32 (CONFLICT_FREE_OFFSET) so the strided tree accesses of one warp
+// fall into different banks.
+constexpr int SCAN_LOG_BANKS = 5;
+__device__ __forceinline__ int conflict_free(int i) { return i + (i >> SCAN_LOG_BANKS); }
+
+template <class A, int BLOCK>
+__device__ __forceinline__ A shared_block_exclusive(A* temp) {
+  constexpr int TILE = 2 * BLOCK;
+  const int t = int(threadIdx.x);
+  int offset = 1;
+#pragma unroll 1
+  for (int d = TILE >> 1; d > 0; d >>= 1) {  // up-sweep (reduce)
+    __syncthreads();
+    if (t < d) {
+      const int ai = conflict_free(offset * (2 * t + 1) - 1);
+      const int bi = conflict_free(offset * (2 * t + 2) - 1);
+      temp[bi] = sadd(temp[bi], temp[ai]);
+    }
+    offset <<= 1;
+  }
+  __syncthreads();
+  const A total = temp[conflict_free(TILE - 1)];
+  __syncthreads();  // every thread has read the total before thread 0 clears it
+  if (t == 0) temp[conflict_free(TILE - 1)] = A(0);
+#pragma unroll 1
+  for (int d = 1; d < TILE; d <<= 1) {  // down-sweep
+    offset >>= 1;
+    __syncthreads();
+    if (t < d) {
+      const int ai = conflict_free(offset * (2 * t + 1) - 1);
+      const int bi = conflict_free(offset * (2 * t + 2) - 1);
+      const A u = temp[ai];
+      temp[ai] = temp[bi];
+      temp[bi] = sadd(temp[bi], u);
+    }
+  }
+  __syncthreads();
+  return total;
+}
+
+}  // namespace dcx

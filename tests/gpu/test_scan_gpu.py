@@ -1,0 +1,223 @@
+"""GPU scans against NumPy: every algorithm x dtype x odd size, both forms, explicit output
+dtypes, misaligned views, offsets, > 2^31 elements (look-back), CuPy chunks in dask, and
+compact_array(..., algorithm="scan") on CuPy arrays.
+
+Needs CuPy and a CUDA device (marked ``gpu``; skipped elsewhere).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+cupy = pytest.importorskip("cupy")
+da = pytest.importorskip("dask.array")
+
+import dask  # noqa: E402
+
+from dask_compact import compact_array, cumsum, scan_array  # noqa: E402
+from dask_compact.backends import cupy_scan  # noqa: E402
+from dask_compact.backends.cupy_scan_source import GPU_ALGORITHMS  # noqa: E402
+from dask_compact.dispatch import scan_chunk  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+DTYPES = [
+    "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+    "float32", "float64",
+]  # fmt: skip
+# around the warp (32), the shared block (512), look-back tiles (2048 / 4096 elements) and
+# primes; 2^17 + 1 crosses several recursion levels of "shared" and many look-back windows
+SIZES = [0, 1, 2, 31, 33, 511, 513, 1023, 1025, 2047, 2049, 4095, 4097, 7919, 65537, 2**17 + 1]
+
+
+def data(dtype: str, n: int, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    dt = np.dtype(dtype)
+    if dt.kind == "b":
+        return rng.random(n) < 0.5
+    if dt.kind in "iu":
+        info = np.iinfo(dt)
+        return rng.integers(info.min, info.max, n, dtype=dt, endpoint=True)
+    return (rng.standard_normal(n) * 100).astype(dt)
+
+
+def reference(a: np.ndarray, exclusive: bool, dtype=None) -> np.ndarray:
+    with np.errstate(over="ignore"):
+        inc = np.cumsum(a, dtype=dtype)
+    if not exclusive:
+        return inc
+    return np.concatenate([np.zeros(1, inc.dtype), inc[:-1]]) if inc.size else inc
+
+
+def assert_scan(got, a: np.ndarray, exclusive: bool, dtype=None) -> None:
+    """``got`` (a CuPy array) is the scan of ``a``: integers exactly as NumPy's; floats against
+    the float64 sums to a tolerance proportional to the running sum of magnitudes (the GPU
+    adds in another order than NumPy's sequential loop)."""
+    assert isinstance(got, cupy.ndarray)
+    want = reference(a, exclusive, dtype)
+    g = cupy.asnumpy(got)
+    assert g.dtype == want.dtype and g.shape == want.shape, (g.dtype, want.dtype)
+    if want.dtype.kind != "f":
+        np.testing.assert_array_equal(g, want)
+        return
+    a64 = a.ravel().astype(want.dtype).astype(np.float64)
+    exact = reference(a64, exclusive)
+    scale = np.cumsum(np.abs(a64)) + 1
+    rtol = 2e-5 if want.dtype == np.float32 else 1e-13
+    err = np.abs(g.astype(np.float64) - exact) / scale
+    assert not err.size or err.max() <= rtol, (err.max(), a.dtype, a.size, exclusive)
+
+
+def _check(a: np.ndarray, alg: str, exclusive: bool, dtype=None) -> None:
+    got = scan_array(cupy.asarray(a), exclusive=exclusive, algorithm=alg, dtype=dtype)
+    assert_scan(got, a, exclusive, dtype)
+
+
+@pytest.mark.parametrize("alg", ["auto", *GPU_ALGORITHMS])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_every_algorithm_dtype_size(alg: str, dtype: str) -> None:
+    for n in SIZES:
+        a = data(dtype, n, seed=n)
+        for exclusive in (True, False):
+            _check(a, alg, exclusive)
+
+
+@pytest.mark.parametrize("alg", GPU_ALGORITHMS)
+@pytest.mark.parametrize(
+    "dtype,out",
+    [("int32", "int32"), ("int8", "uint64"), ("uint64", "int64"), ("int64", "int32"),
+     ("int16", "float32"), ("bool", "float64"), ("float64", "float32"), ("uint32", "uint32"),
+     ("uint8", "int32"), ("bool", "uint32")],
+)  # fmt: skip
+def test_explicit_output_dtypes(alg: str, dtype: str, out: str) -> None:
+    for n in (1, 1025, 4097, 65537):
+        a = data(dtype, n, seed=n + 1)
+        for exclusive in (True, False):
+            _check(a, alg, exclusive, dtype=out)
+
+
+@pytest.mark.parametrize("alg", GPU_ALGORITHMS)
+def test_views_nd_and_offsets(alg: str) -> None:
+    """Misaligned and strided views (the look-back's element-wise tile), N-D input in C order,
+    and a base offset (the dask path's) added to every element."""
+    a = data("int32", 3 * 4099, seed=4)
+    d = cupy.asarray(a)
+    for view, ref in ((d[1:], a[1:]), (d[3::3], a[3::3]), (d.reshape(3, 4099)[:, 1:],
+                                                          a.reshape(3, 4099)[:, 1:])):
+        for exclusive in (True, False):
+            got = scan_array(view, exclusive=exclusive, algorithm=alg)
+            np.testing.assert_array_equal(cupy.asnumpy(got), reference(ref, exclusive))
+    f = data("float32", 4099 * 3, seed=5)
+    got = scan_array(cupy.asarray(f)[1:], exclusive=False, algorithm=alg)
+    assert_scan(got, f[1:], False)
+    acc = np.dtype(np.int64)
+    for exclusive in (True, False):
+        out = scan_chunk(d, exclusive, alg, acc, np.int64(-(10**12)))
+        np.testing.assert_array_equal(cupy.asnumpy(out), reference(a, exclusive) - 10**12)
+    u = cupy.asarray(data("uint8", 5000, seed=6))
+    out = scan_chunk(u, False, alg, np.dtype(np.uint64), np.uint64(2**64 - 3))  # wraps
+    want = (np.cumsum(cupy.asnumpy(u), dtype=np.uint64) + np.uint64(2**64 - 3))
+    np.testing.assert_array_equal(cupy.asnumpy(out), want)
+    assert scan_array(cupy.asarray(np.float64(2.5)), algorithm=alg).tolist() == [0.0]
+
+
+def test_lookback_total_word_and_module_cache() -> None:
+    a = cupy.asarray(data("int32", 100_003, seed=7))
+    tot = cupy.zeros(1, dtype=np.int64)
+    out = cupy_scan.scan(a, True, "lookback", np.dtype(np.int64), 5, tot)
+    assert int(tot[0]) == int(a.sum(dtype=np.int64)) + 5
+    assert int(out[0]) == 5
+    before = len(cupy_scan._modules.values())
+    scan_array(a, algorithm="lookback")
+    assert len(cupy_scan._modules.values()) == before  # built once per (device, spec)
+    assert cupy_scan.total(a, np.dtype(np.int64)) == a.get().sum(dtype=np.int64)
+
+
+def test_errors_on_cupy() -> None:
+    a = cupy.arange(10)
+    with pytest.raises(ValueError, match="runs on NumPy data"):
+        scan_array(a, algorithm="sequential")
+    x = da.from_array(np.arange(10), chunks=3).map_blocks(cupy.asarray)
+    with pytest.raises(ValueError, match="runs on NumPy data"):
+        cumsum(x, algorithm="sequential")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("exclusive", [True, False])
+def test_lookback_beyond_2_pow_31(exclusive: bool) -> None:
+    """One int8 array of 2^31 + 2^20 + 3 elements into int64: 64-bit tiles and indices."""
+    n = 2**31 + 2**20 + 3
+    free = cupy.cuda.runtime.memGetInfo()[0]
+    if free < 24 * 2**30:
+        pytest.skip("needs ~24 GiB of free device memory")
+    a = cupy.empty(n, dtype=cupy.int8)
+    cupy.ElementwiseKernel(
+        "", "int8 y",
+        "unsigned long long h = (unsigned long long)i * 0x9E3779B97F4A7C15ull; "
+        "y = (signed char)(h >> 56);",
+        "dcx_test_scan_fill",
+    )(a)
+    out = scan_array(a, exclusive=exclusive, algorithm="lookback")
+    assert out.dtype == np.int64 and out.size == n
+    step = 2**28
+    carry = 0
+    for s in range(0, n, step):
+        blk = a[s : s + step].astype(np.int64)
+        inc = cupy.cumsum(blk) + carry
+        want = inc if not exclusive else inc - blk
+        assert bool(cupy.all(out[s : s + step] == want)), s
+        carry = int(inc[-1])
+        del blk, inc, want
+    del a, out
+    cupy.get_default_memory_pool().free_all_blocks()
+
+
+# ---------------------------------------------------------------------------- dask -----------
+
+
+@pytest.mark.parametrize("alg", ["auto", *GPU_ALGORITHMS])
+def test_cupy_chunks_in_dask(alg: str) -> None:
+    chunks = (1, 7, 0, 4097, 3, 65537, 2, 1000)
+    for dtype in ("int32", "float32", "uint8", "bool"):
+        a = data(dtype, sum(chunks), seed=9)
+        x = da.from_array(a, chunks=(chunks,)).map_blocks(cupy.asarray)
+        for exclusive in (False, True):
+            y = cumsum(x, exclusive=exclusive, algorithm=alg)
+            assert isinstance(y._meta, cupy.ndarray) and y.chunks == x.chunks
+            with dask.config.set(scheduler="threads"):
+                got = y.compute()
+            assert_scan(got, a, exclusive)
+
+
+# ------------------------------------------------------------- compaction on the scan -------
+
+
+@pytest.mark.parametrize("dtype", DTYPES + ["float16", "complex64"])
+def test_compact_array_scan(dtype: str) -> None:
+    for n in (0, 1, 33, 4097, 65537):
+        a = data("float32" if dtype in ("float16", "complex64") else dtype, n, seed=n)
+        a = a.astype(dtype)
+        pred = "x" if dtype == "bool" else "x > 0"
+        m = a if dtype == "bool" else (a.real if a.dtype.kind == "c" else a) > 0
+        d = cupy.asarray(a)
+        v = compact_array(d, pred, algorithm="scan")
+        assert isinstance(v, cupy.ndarray) and v.dtype == a.dtype
+        np.testing.assert_array_equal(cupy.asnumpy(v), a[m])
+        v2, i2 = compact_array(d, pred, output="both", algorithm="scan")
+        np.testing.assert_array_equal(cupy.asnumpy(v2), a[m])
+        np.testing.assert_array_equal(cupy.asnumpy(i2), np.flatnonzero(m))
+        i = compact_array(d, pred, output="indices", algorithm="scan")
+        np.testing.assert_array_equal(cupy.asnumpy(i), np.flatnonzero(m))
+
+
+def test_compact_scan_mask_path_and_map_compact() -> None:
+    a = data("int32", 10_007, seed=3) % 10
+    d = cupy.asarray(a)
+    got = compact_array(d, lambda v: cupy.isin(v, cupy.asarray([2, 3])), algorithm="scan")
+    np.testing.assert_array_equal(cupy.asnumpy(got), a[np.isin(a, [2, 3])])
+    x = da.from_array(a, chunks=1_001).map_blocks(cupy.asarray)
+    with dask.config.set(scheduler="threads"):
+        v, i = x.map_compact("x > 6", output="both", algorithm="scan")
+        np.testing.assert_array_equal(cupy.asnumpy(v.compute()), a[a > 6])
+        np.testing.assert_array_equal(cupy.asnumpy(i.compute()), np.flatnonzero(a > 6))

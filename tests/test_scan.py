@@ -1,0 +1,298 @@
+"""Scans on the CPU: scan_array and cumsum (NumPy chunks) against np.cumsum, the dask graph's
+shape, a distributed LocalCluster, a property test, compact_array(..., algorithm="scan"), and
+the errors. The GPU side is tests/gpu/test_scan_gpu.py."""
+
+from __future__ import annotations
+
+import dask
+import dask.array as da
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import dask_compact
+from dask_compact import compact_array, compact_into, cumsum, scan_array
+from dask_compact.scan import GPU_ALGORITHMS, scan_dtype
+
+DTYPES = [
+    "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+    "float32", "float64",
+]  # fmt: skip
+SIZES = [0, 1, 2, 31, 33, 1023, 1025, 4099, 65537]  # 4099 and 65537 are prime
+
+
+def data(dtype: str, n: int, seed: int = 0) -> np.ndarray:
+    """Random data over the dtype's whole range for integers (so sums wrap), signed normals
+    for floats."""
+    rng = np.random.default_rng(seed)
+    dt = np.dtype(dtype)
+    if dt.kind == "b":
+        return rng.random(n) < 0.5
+    if dt.kind in "iu":
+        info = np.iinfo(dt)
+        return rng.integers(info.min, info.max, n, dtype=dt, endpoint=True)
+    return (rng.standard_normal(n) * 100).astype(dt)
+
+
+def reference(a: np.ndarray, exclusive: bool, dtype=None) -> np.ndarray:
+    with np.errstate(over="ignore"):
+        inc = np.cumsum(a, dtype=dtype)
+    if not exclusive:
+        return inc
+    return np.concatenate([np.zeros(1, inc.dtype), inc[:-1]]) if inc.size else inc
+
+
+def assert_scan(got: np.ndarray, want: np.ndarray, a: np.ndarray) -> None:
+    """Integers exactly; floats to rounding relative to the running sum of magnitudes (the
+    order of additions may differ from NumPy's, e.g. across dask chunks)."""
+    assert type(got) is np.ndarray
+    assert got.dtype == want.dtype and got.shape == want.shape
+    if want.dtype.kind != "f":
+        np.testing.assert_array_equal(got, want)
+        return
+    scale = np.cumsum(np.abs(a.ravel().astype(np.float64)))
+    scale = np.concatenate([[0.0], scale])[: want.size] + scale[: want.size]  # both forms
+    tol = 8 * np.finfo(want.dtype).eps * (scale + 1)
+    assert np.all(np.abs(got.astype(np.float64) - want.astype(np.float64)) <= tol)
+
+
+# ------------------------------------------------------------------------- scan_array --------
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("exclusive", [True, False])
+def test_scan_array_every_dtype_and_size(dtype: str, exclusive: bool) -> None:
+    for n in SIZES:
+        a = data(dtype, n, seed=n)
+        want = reference(a, exclusive)
+        got = scan_array(a, exclusive=exclusive)
+        assert got.dtype == np.cumsum(a).dtype
+        assert_scan(got, want, a)
+        if want.dtype.kind == "f":
+            # the CPU adds in NumPy's order: the same bits
+            np.testing.assert_array_equal(got, want)
+
+
+def test_output_dtype_is_numpys() -> None:
+    for dt in DTYPES:
+        assert scan_dtype(dt) == np.cumsum(np.zeros(3, dt)).dtype
+    assert scan_dtype("int8") == np.dtype(np.int64)
+    assert scan_dtype("uint16") == np.dtype(np.uint64)
+    assert scan_dtype("bool") == np.dtype(np.int64)
+    assert scan_dtype("float32") == np.dtype(np.float32)
+    assert scan_dtype(">i4") == np.dtype(np.int64)
+
+
+@pytest.mark.parametrize(
+    "dtype,out",
+    [("int32", "int32"), ("int8", "uint64"), ("uint64", "int64"), ("int64", "int32"),
+     ("int16", "float32"), ("bool", "float64"), ("float64", "float32"), ("uint32", "uint32"),
+     ("int32", "float64")],
+)  # fmt: skip
+def test_explicit_dtype(dtype: str, out: str) -> None:
+    a = data(dtype, 1025, seed=3)
+    for exclusive in (True, False):
+        want = reference(a, exclusive, dtype=out)
+        got = scan_array(a, exclusive=exclusive, dtype=out)
+        assert got.dtype == np.dtype(out)
+        assert_scan(got, want, a.astype(out))
+
+
+def test_integer_sums_wrap_as_numpys() -> None:
+    a = np.array([2**62, 2**62, 2**62, -5, 2**63 - 1], dtype=np.int64)
+    np.testing.assert_array_equal(scan_array(a, exclusive=False), reference(a, False))
+    u = np.full(7, np.iinfo(np.uint64).max, dtype=np.uint64)
+    np.testing.assert_array_equal(scan_array(u, exclusive=True), reference(u, True))
+
+
+def test_nd_input_is_flattened_in_c_order() -> None:
+    a = data("int16", 6 * 7 * 5, seed=1).reshape(6, 7, 5)
+    np.testing.assert_array_equal(scan_array(a, exclusive=False), np.cumsum(a))
+    f = np.asfortranarray(a)
+    np.testing.assert_array_equal(scan_array(f, exclusive=False), np.cumsum(a))
+    np.testing.assert_array_equal(scan_array(a[:, ::2], exclusive=True),
+                                  reference(a[:, ::2], True))
+    assert scan_array(np.float32(2.5), exclusive=False).tolist() == [2.5]
+    assert scan_array(np.zeros((3, 0)), exclusive=True).shape == (0,)
+
+
+def test_big_endian_and_views() -> None:
+    a = data("int32", 333, seed=2)
+    np.testing.assert_array_equal(scan_array(a.astype(">i4"), exclusive=False), np.cumsum(a))
+    np.testing.assert_array_equal(scan_array(a[1::3], exclusive=False), np.cumsum(a[1::3]))
+    f = data("float64", 333, seed=2).astype(">f8")
+    np.testing.assert_array_equal(scan_array(f, exclusive=False), np.cumsum(f.astype("<f8")))
+
+
+def test_sequential_is_auto() -> None:
+    a = data("uint8", 1000, seed=5)
+    np.testing.assert_array_equal(scan_array(a, algorithm="sequential"), scan_array(a))
+
+
+def test_errors() -> None:
+    a = np.arange(10)
+    with pytest.raises(TypeError, match="NumPy or CuPy"):
+        scan_array([1, 2, 3])
+    with pytest.raises(TypeError, match="masked"):
+        scan_array(np.ma.masked_array(a, a > 3))
+    with pytest.raises(TypeError, match="float16"):
+        scan_array(a.astype(np.float16))
+    with pytest.raises(TypeError, match="complex128"):
+        scan_array(a.astype(np.complex128))
+    with pytest.raises(TypeError, match="cast it first"):
+        scan_array(a.astype(np.float32), dtype=np.int64)
+    with pytest.raises(TypeError, match="dtype must be one of"):
+        scan_array(a, dtype=np.int8)
+    for alg in GPU_ALGORITHMS[1:]:
+        with pytest.raises(ValueError, match="runs on CuPy data"):
+            scan_array(a, algorithm=alg)
+    with pytest.raises(ValueError, match="algorithm must be one of"):
+        scan_array(a, algorithm="blelloch")
+    x = da.arange(10, chunks=3)
+    with pytest.raises(TypeError, match="dask array"):
+        cumsum(a)
+    with pytest.raises(ValueError, match="runs on CuPy data"):
+        cumsum(x, algorithm="lookback")
+    with pytest.raises(ValueError, match="known chunk sizes"):
+        cumsum(x[x > 3])
+    with pytest.raises(TypeError, match="float16"):
+        cumsum(x.astype(np.float16))
+
+
+def test_public_names() -> None:
+    assert {"scan_array", "cumsum"} <= set(dask_compact.__all__)
+    assert dask_compact.scan_array is scan_array and dask_compact.cumsum is cumsum
+
+
+# ----------------------------------------------------------------------------- cumsum --------
+
+ODD_CHUNKS = (1, 7, 0, 64, 3, 1025, 2, 400)  # 1502 elements, an empty chunk among them
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cumsum_odd_chunks(dtype: str) -> None:
+    a = data(dtype, sum(ODD_CHUNKS), seed=7)
+    x = da.from_array(a, chunks=(ODD_CHUNKS,))
+    for exclusive in (False, True):
+        y = cumsum(x, exclusive=exclusive)
+        assert y.chunks == x.chunks and y.dtype == np.cumsum(a).dtype
+        got = y.compute(scheduler="threads")
+        assert_scan(got, reference(a, exclusive), a)
+
+
+def test_cumsum_graph_is_three_phases_and_lazy() -> None:
+    calls = []
+
+    def source(b):
+        calls.append(b.size)
+        return b
+
+    a = data("int32", 1000, seed=8)
+    x = da.from_array(a, chunks=128).map_blocks(source, dtype=a.dtype)
+    calls.clear()  # dask may have called it on a 0-size meta
+    y = cumsum(x)
+    assert calls == []  # nothing computed at call time
+    layer = dict(y.dask.layers[y.name])
+    names = {k[0].rsplit("-", 1)[0] for k in layer}
+    assert names == {"cumsum-total", "cumsum-offsets", "cumsum"}
+    assert len(layer) == 2 * x.numblocks[0] + 1
+    np.testing.assert_array_equal(y.compute(scheduler="sync"), np.cumsum(a))
+    # each chunk computed once for both of its readers
+    assert sorted(calls) == sorted([128] * 7 + [1000 - 7 * 128])
+
+
+def test_cumsum_nd_dtype_and_empty() -> None:
+    a = data("uint8", 12 * 10, seed=9).reshape(12, 10)
+    x = da.from_array(a, chunks=(5, 10))
+    y = cumsum(x, dtype=np.uint32)
+    assert y.dtype == np.uint32 and y.shape == (120,)
+    np.testing.assert_array_equal(y.compute(), np.cumsum(a, dtype=np.uint32))
+    e = cumsum(da.zeros(0, chunks=1, dtype=np.float32), exclusive=True)
+    assert e.compute().shape == (0,) and e.dtype == np.float32
+    # exclusive output has the input's length and starts with 0
+    z = cumsum(da.ones(10, chunks=4, dtype=bool), exclusive=True).compute()
+    np.testing.assert_array_equal(z, np.arange(10))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    values=st.lists(st.integers(-(2**31), 2**31 - 1), max_size=300),
+    cuts=st.lists(st.integers(0, 300), max_size=6),
+    exclusive=st.booleans(),
+    dtype=st.sampled_from(["int32", "int64", "float64"]),
+)
+def test_cumsum_property(values, cuts, exclusive, dtype) -> None:
+    """Any data, any chunking (empty chunks too): cumsum == np.cumsum, scan_array the same."""
+    a = np.array(values, dtype=np.int64).astype(dtype)
+    bounds = sorted({min(c, a.size) for c in cuts} | {0, a.size})
+    chunks = tuple(b - c for c, b in zip(bounds, bounds[1:])) or (0,)
+    x = da.from_array(a, chunks=(chunks,))
+    want = reference(a, exclusive)
+    with dask.config.set(scheduler="sync"):
+        got = cumsum(x, exclusive=exclusive).compute()
+    assert_scan(got, want, a)
+    np.testing.assert_array_equal(scan_array(a, exclusive=exclusive), want)
+
+
+# ------------------------------------------------------------ compaction on the scan --------
+
+
+@pytest.mark.parametrize("dtype", DTYPES + ["float16", "complex64"])
+def test_compact_array_scan_algorithm(dtype: str) -> None:
+    for n in (0, 1, 33, 1025):
+        a = data(dtype if dtype not in ("float16", "complex64") else "float32", n, seed=n)
+        a = a.astype(dtype)
+        pred = "x" if dtype == "bool" else "x > 0"
+        m = a if dtype == "bool" else (a.real if a.dtype.kind == "c" else a) > 0
+        v = compact_array(a, pred, algorithm="scan")
+        np.testing.assert_array_equal(v, a[m])
+        assert v.dtype == a.dtype
+        i = compact_array(a, pred, output="indices", algorithm="scan")
+        np.testing.assert_array_equal(i, np.flatnonzero(m))
+        v2, i2 = compact_array(a, pred, output="both", algorithm="scan")
+        np.testing.assert_array_equal(v2, a[m])
+        np.testing.assert_array_equal(i2, np.flatnonzero(m))
+
+
+def test_compact_scan_mask_path_nd_and_dask() -> None:
+    a = data("int32", 2000, seed=11).reshape(40, 50) % 10
+    got = compact_array(a, lambda v: np.isin(v, [2, 3]), algorithm="scan")  # mask path
+    np.testing.assert_array_equal(got, a[np.isin(a, [2, 3])])
+    x = da.from_array(a, chunks=(7, 50))
+    with dask.config.set(scheduler="threads"):
+        v, i = x.map_compact("x > 6", output="both", algorithm="scan")
+        np.testing.assert_array_equal(v.compute(), a[a > 6])
+        np.testing.assert_array_equal(i.compute(), np.flatnonzero(a > 6))
+    with pytest.raises(ValueError, match="compact_into"):
+        compact_into(a, "x > 1", np.empty(a.size, a.dtype), algorithm="scan")
+
+
+# --------------------------------------------------------------------- distributed ----------
+
+
+@pytest.fixture(scope="module")
+def client():
+    from distributed import Client, LocalCluster
+
+    with (
+        LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+                     worker_dashboard_address=None) as cluster,
+        Client(cluster) as c,
+    ):
+        yield c
+
+
+def test_cumsum_on_local_cluster(client) -> None:
+    a = data("int32", 30_011, seed=12)
+    x = da.from_array(a, chunks=2_001)
+    y = cumsum(x)
+    np.testing.assert_array_equal(y.compute(), np.cumsum(a))
+    f = data("float32", 30_011, seed=13)
+    fx = da.from_array(f, chunks=(1, 5_000, 0, 25_010))
+    got = cumsum(fx, exclusive=True).compute()
+    assert_scan(got, reference(f, True), f)
+    # the scan compaction through a run of persisted chunks per worker (compact_many)
+    p = x.persist()
+    v = p.map_compact("x > 0", algorithm="scan")
+    np.testing.assert_array_equal(v.compute(), a[a > 0])
