@@ -23,12 +23,14 @@ if TYPE_CHECKING:
     from .predicate import Predicate, as_predicate
     from .records import compact_records, compact_records_into
     from .scan import cumsum, scan_array
+    from .sorting import argsort, sort
 
 __version__ = "0.1.0"
 __all__ = [
     "map_compact", "compact", "flatnonzero", "compact_array", "compact_into", "compact_records",
     "compact_records_into", "Predicate",
-    "as_predicate", "trace", "cache_dir", "clear_cache", "scan_array", "cumsum",
+    "as_predicate", "trace", "cache_dir", "clear_cache", "sort", "argsort", "scan_array",
+    "cumsum",
 ]  # fmt: skip
 
 # public name -> the module that defines it
@@ -38,6 +40,7 @@ _LAZY = {
     "compact_array": "chunk", "compact_into": "chunk", "compact_records": "records",
     "compact_records_into": "records",
     "Predicate": "predicate", "as_predicate": "predicate",
+    "sort": "sorting", "argsort": "sorting",
     "scan_array": "scan", "cumsum": "scan",
 }  # fmt: skip
 

@@ -195,3 +195,32 @@ def _compact_records_cupy(like, fields, pred, indices, stable, index_base, threa
     from .backends.cupy_records import compact_records as impl
 
     return impl(fields, pred, indices, stable, index_base)
+
+
+# dask_compact.sort and argsort: the chunk steps (contract in backends/numpy_sort.py).
+sort_chunk = Dispatch("sort_chunk")
+sort_bounds = Dispatch("sort_bounds")
+sort_merge = Dispatch("sort_merge")
+_SORT_STEPS = (sort_chunk, sort_bounds, sort_merge)
+
+
+@sort_chunk.register_lazy("numpy")
+@sort_bounds.register_lazy("numpy")
+@sort_merge.register_lazy("numpy")
+def _register_numpy_sort() -> None:
+    from .backends import numpy_sort
+
+    for step in _SORT_STEPS:
+        step.register(np.ndarray, getattr(numpy_sort, step.__name__))
+
+
+@sort_chunk.register_lazy("cupy")
+@sort_bounds.register_lazy("cupy")
+@sort_merge.register_lazy("cupy")
+def _register_cupy_sort() -> None:
+    import cupy
+
+    from .backends import cupy_sort
+
+    for step in _SORT_STEPS:
+        step.register(cupy.ndarray, getattr(cupy_sort, step.__name__))

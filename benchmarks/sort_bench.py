@@ -1,0 +1,320 @@
+"""Distributed sort: dask_compact.sort (and argsort) on a cluster vs the only way Dask offers.
+
+CPU (default): a LocalCluster of ``--workers`` processes (one thread each), 2^``--log2n``
+float32 born on the workers and persisted; timed: ``dask_compact.sort(x)`` until its output
+is in memory, and the peer ``np.sort(x.compute())`` (gather everything to the client, sort
+there), then argsort vs ``np.argsort(x.compute(), kind="stable")``. The output is checked
+against the peer's.
+
+GPU (``--gpu``): a dask_cuda.LocalCUDACluster of 1, 2, 4 GPUs (``--gpus``), 2^``--log2n``
+float32 PER GPU (weak scaling: 2^32 by default), generated on each GPU in chunks of
+2^``--chunk-log2`` and persisted. Timed: ``dask_compact.sort`` until every output chunk is
+in memory and every GPU has synchronised. Reported: time, GB/s of input, weak-scaling
+efficiency (time on 1 GPU / time on k GPUs), and the peer ``cupy.sort`` of one chunk on one
+worker (and the same times the chunks per GPU: the local sort alone, no exchange). The
+output is checked on the workers: each chunk sorted, chunk boundaries in order, total size.
+``x.compute()`` + sort is not a peer here: 2^32 float32 per GPU does not fit one GPU.
+
+    python benchmarks/sort_bench.py --out benchmarks/results --sha SHA
+    python benchmarks/sort_bench.py --gpu --gpus 1 2 4 --log2n 32 --out benchmarks/results
+
+Writes ``sort-DATE-DEVICE-SHA.{md,csv,png}`` under ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime as dt
+import platform
+import statistics
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+def git_sha() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, check=True).stdout.strip()
+    except Exception:  # noqa: BLE001 - not a git checkout
+        return "unknown"
+
+
+def _gen(block_info=None, *, seed: int, gpu: bool):
+    info = block_info[None]
+    ((start, stop),) = info["array-location"]
+    i = info["chunk-location"][0]
+    if gpu:
+        import cupy
+
+        return cupy.random.default_rng(seed + i).random(stop - start, dtype=cupy.float32)
+    return np.random.default_rng(seed + i).random(stop - start, dtype=np.float32)
+
+
+def random_array(n: int, chunk: int, seed: int, gpu: bool):
+    """``n`` float32 generated on the workers (each chunk where its task runs), persisted."""
+    import dask.array as da
+    from distributed import wait
+
+    chunks = ((chunk,) * (n // chunk) + ((n % chunk,) if n % chunk else ()),)
+    meta = np.empty(0, np.float32)
+    if gpu:
+        import cupy
+
+        meta = cupy.empty(0, np.float32)
+    x = da.map_blocks(_gen, chunks=chunks, dtype=np.float32, meta=meta, seed=seed, gpu=gpu,
+                      name=f"sort-bench-input-{n}-{chunk}-{seed}").persist()  # fmt: skip
+    wait(x)
+    return x
+
+
+def _sync_device() -> None:
+    try:
+        import cupy
+    except ImportError:
+        return
+    cupy.cuda.runtime.deviceSynchronize()
+
+
+def _summary(b) -> Any:
+    """(length, sorted?, first, last) of one output chunk (NumPy or CuPy), as a tiny NumPy
+    array (the benchmark's data has no NaNs)."""
+    if len(b) == 0:
+        return np.array([[0, 1, np.nan, np.nan]])
+    ok = len(b) < 2 or bool((b[1:] >= b[:-1]).all())
+    return np.array([[len(b), float(ok), float(b[0]), float(b[-1])]])
+
+
+def check_sorted(y, n: int) -> None:
+    """On the workers: every chunk sorted, in order across chunks, n elements in all."""
+    s = y.map_blocks(_summary, new_axis=1, chunks=((1,) * y.numblocks[0], (4,)), dtype=float,
+                     meta=np.empty((0, 4))).compute()  # fmt: skip
+    assert int(s[:, 0].sum()) == n, (s[:, 0].sum(), n)
+    assert s[:, 1].all(), "a chunk is not sorted"
+    assert np.all(s[1:, 2] >= s[:-1, 3]), "chunks out of order"
+
+
+def _held(dask_worker=None) -> int:
+    return len(dask_worker.data)
+
+
+def _settle(client, nkeys: int, timeout: float = 30.0) -> None:
+    """Wait until the workers hold only the input's chunks: released results are freed
+    asynchronously, and the next repetition must not run short of memory beside them."""
+    t0 = time.perf_counter()
+    while sum(client.run(_held).values()) > nkeys and time.perf_counter() - t0 < timeout:
+        time.sleep(0.05)
+
+
+def _time(f, reps: int, client, nkeys: int) -> tuple[float, Any]:
+    times, out = [], None
+    for r in range(reps + 1):
+        out = None
+        _settle(client, nkeys)
+        t0 = time.perf_counter()
+        out = f()
+        client.run(_sync_device)
+        if r:  # round 0 warms up (imports, CuPy kernels, NumPy's threads)
+            times.append(time.perf_counter() - t0)
+    return statistics.median(times), out
+
+
+def _sorted_and_held(fn, x):
+    from distributed import wait
+
+    y = fn(x)
+    wait(y)
+    return y
+
+
+def run_cpu(log2n: int, chunk_log2: int, workers: int, reps: int) -> list[dict]:
+    from distributed import Client, LocalCluster
+
+    import dask_compact
+
+    n = 2**log2n
+    rows = []
+    with (
+        LocalCluster(n_workers=workers, threads_per_worker=1, dashboard_address=None) as cluster,
+        Client(cluster) as client,
+    ):
+        x = random_array(n, 2**chunk_log2, 7, False)
+        for name, fn, peer, label in (
+            ("sort", dask_compact.sort, lambda: np.sort(x.compute()), "np.sort(x.compute())"),
+            ("argsort", dask_compact.argsort, lambda: np.argsort(x.compute(), kind="stable"),
+             'np.argsort(x.compute(), kind="stable")'),
+        ):  # fmt: skip
+            nk = x.numblocks[0]
+            t_ours, y = _time(lambda fn=fn: _sorted_and_held(fn, x), reps, client, nk)
+            if name == "sort":
+                check_sorted(y, n)
+            got, nout = y.compute(), y.numblocks[0]
+            del y
+            t_peer, want = _time(peer, reps, client, nk)
+            np.testing.assert_array_equal(got, want)
+            rows.append(dict(op=name, gpus=0, workers=workers, n=n, chunk=2**chunk_log2,
+                             chunks_in=x.numblocks[0], chunks_out=nout,
+                             ours_s=t_ours, peer=label, peer_s=t_peer,
+                             speedup=t_peer / t_ours, GBps=n * 4 / t_ours / 1e9))  # fmt: skip
+            print(rows[-1], flush=True)
+            del got, want
+    return rows
+
+
+def _cupy_sort_chunk(key, reps: int, dask_worker=None) -> float:
+    """On a worker: median seconds of cupy.sort of one chunk it holds (synchronised)."""
+    import cupy
+
+    a = dask_worker.data[key]
+    times = []
+    for r in range(reps + 1):
+        cupy.cuda.runtime.deviceSynchronize()
+        t0 = time.perf_counter()
+        out = cupy.sort(a)
+        cupy.cuda.runtime.deviceSynchronize()
+        if r:
+            times.append(time.perf_counter() - t0)
+        del out
+    return statistics.median(times)
+
+
+def run_gpu(k: int, log2n: int, chunk_log2: int, reps: int) -> dict:
+    from dask_cuda import LocalCUDACluster
+    from distributed import Client, futures_of
+
+    import dask_compact
+
+    n = k * 2**log2n
+    cluster = LocalCUDACluster(CUDA_VISIBLE_DEVICES=list(range(k)), threads_per_worker=1,
+                               dashboard_address=None, device_memory_limit=None)  # fmt: skip
+    with cluster, Client(cluster) as client:
+        x = random_array(n, 2**chunk_log2, 7, True)
+        nk = x.numblocks[0]
+        t_ours, y = _time(lambda: _sorted_and_held(dask_compact.sort, x), reps, client, nk)
+        check_sorted(y, n)
+        nout = y.numblocks[0]
+        del y
+        _settle(client, nk)
+        first = futures_of(x)[0]
+        holder = client.who_has([first])[first.key][0]
+        t_peer = client.run(_cupy_sort_chunk, first.key, reps, workers=[holder])[holder]
+    per_gpu_chunks = x.numblocks[0] / k
+    return dict(op="sort", gpus=k, workers=k, n=n, chunk=2**chunk_log2,
+                chunks_in=x.numblocks[0], chunks_out=nout, ours_s=t_ours,
+                peer="cupy.sort(one chunk)", peer_s=t_peer,
+                local_floor_s=t_peer * per_gpu_chunks, GBps=n * 4 / t_ours / 1e9)  # fmt: skip
+
+
+def report(rows: list[dict], out: Path, device: str, sha: str, gpu: bool) -> None:
+    stamp = f"{dt.date.today().isoformat()}-{device}-{sha}"
+    out.mkdir(parents=True, exist_ok=True)
+    if gpu:
+        base = {r["op"]: r["ours_s"] for r in rows if r["gpus"] == 1}
+        for r in rows:
+            b = base.get(r["op"])
+            r["weak_efficiency"] = b / r["ours_s"] if b else float("nan")
+    fields = list(dict.fromkeys(k for r in rows for k in r))
+    with open(out / f"sort-{stamp}.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fields)
+        w.writeheader()
+        w.writerows(rows)
+    lines = [f"# dask_compact.sort, {device}, {dt.date.today()}, git {sha}, "
+             f"{platform.machine()}, float32 random", ""]  # fmt: skip
+    if gpu:
+        lines += [
+            "Weak scaling: 2^log2n float32 per GPU; time = call until every output chunk is in "
+            "memory and every GPU synchronised. Floor = cupy.sort of one chunk x chunks per "
+            "GPU (the local sort alone, no exchange).", "",
+            "| GPUs | elements | chunks in/out | sort s | GB/s | weak efficiency | "
+            "cupy.sort one chunk ms | local floor s |",
+            "|---|---|---|---|---|---|---|---|",
+        ]  # fmt: skip
+        for r in rows:
+            lines.append(
+                f"| {r['gpus']} | 2^{int(np.log2(r['n']))} | {r['chunks_in']}/{r['chunks_out']}"
+                f" | {r['ours_s']:.2f} | {r['GBps']:.2f} | {100 * r['weak_efficiency']:.0f}% | "
+                f"{1e3 * r['peer_s']:.1f} | {r['local_floor_s']:.2f} |"
+            )
+    else:
+        lines += [
+            "Time = call until the output is in the workers' memory (ours); the peer gathers "
+            "the array to the client and sorts it there. Median of the repetitions.", "",
+            "| op | workers | elements | chunks in/out | ours s | peer | peer s | speed-up |",
+            "|---|---|---|---|---|---|---|---|",
+        ]  # fmt: skip
+        for r in rows:
+            lines.append(
+                f"| {r['op']} | {r['workers']} | 2^{int(np.log2(r['n']))} | "
+                f"{r['chunks_in']}/{r['chunks_out']} | {r['ours_s']:.3f} | `{r['peer']}` | "
+                f"{r['peer_s']:.3f} | {r['speedup']:.2f}x |"
+            )
+    (out / f"sort-{stamp}.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    if gpu:
+        ks = [r["gpus"] for r in rows]
+        ax.plot(ks, [r["ours_s"] for r in rows], "-o", label="dask_compact.sort")
+        ax.plot(ks, [r["local_floor_s"] for r in rows], "--x", label="local sort floor")
+        ax.plot(ks, [rows[0]["ours_s"]] * len(ks), ":", color="gray", label="ideal weak scaling")
+        per = int(np.log2(rows[0]["n"] // rows[0]["gpus"]))
+        ax.set_xlabel(f"GPUs (2^{per} float32 each)")
+        ax.set_xticks(ks)
+    else:
+        ops = [r["op"] for r in rows]
+        pos = np.arange(len(ops))
+        ax.bar(pos - 0.2, [r["ours_s"] for r in rows], 0.4, label="dask_compact")
+        ax.bar(pos + 0.2, [r["peer_s"] for r in rows], 0.4, label="NumPy after x.compute()")
+        ax.set_xticks(pos, ops)
+    ax.set_ylabel("seconds")
+    ax.set_title(f"distributed sort, float32, {device}", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out / f"sort-{stamp}.png", dpi=120)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--gpu", action="store_true", help="dask-cuda, CuPy chunks")
+    ap.add_argument("--gpus", type=int, nargs="+", default=[1, 2, 4])
+    ap.add_argument("--log2n", type=int, default=None,
+                    help="elements: 2^log2n (CPU: in all, default 24; GPU: per GPU, default 32)")
+    ap.add_argument("--chunk-log2", type=int, default=None,
+                    help="chunk size 2^k (default 21 on the CPU, 28 on the GPU)")
+    ap.add_argument("--workers", type=int, default=4, help="CPU worker processes")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
+    ap.add_argument("--sha", default=None, help="the commit measured (default: git HEAD)")
+    args = ap.parse_args()
+    sha = args.sha or git_sha()
+    if args.gpu:
+        import cupy
+
+        ngpu = cupy.cuda.runtime.getDeviceCount()
+        name = cupy.cuda.runtime.getDeviceProperties(0)["name"].decode().replace(" ", "_")
+        device = f"{ngpu}x{name}"
+        rows = []
+        for k in args.gpus:
+            if k > ngpu:
+                print(f"skip {k} GPUs: only {ngpu} present", flush=True)
+                continue
+            rows.append(run_gpu(k, args.log2n or 32, args.chunk_log2 or 28, args.reps))
+            print(rows[-1], flush=True)
+    else:
+        device = "cpu"
+        rows = run_cpu(args.log2n or 24, args.chunk_log2 or 21, args.workers, args.reps)
+    report(rows, args.out, device, sha, args.gpu)
+
+
+if __name__ == "__main__":
+    main()

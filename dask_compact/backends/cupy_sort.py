@@ -1,0 +1,77 @@
+"""Sort CuPy chunks on their GPU: the chunk-level steps of :func:`dask_compact.sort` and
+``argsort`` (the contract is in :mod:`.numpy_sort`).
+
+``cupy.sort`` and ``cupy.argsort`` are stable, and CuPy documents NaNs last; but Thrust may
+take a radix sort over the float's bits for them, which puts NaNs with the sign bit set (what
+x86 arithmetic makes, e.g. ``inf - inf``) first and -0.0 before 0.0. So, whichever route CuPy
+takes: a sort of values moves any leading NaNs to the end (the values are equal to each other
+otherwise, so nothing else changes), and an argsort sorts keys in which -0.0 is 0.0 and every
+NaN is the positive quiet NaN, so equal values keep their index order as NumPy's stable
+argsort does. ``cupy.searchsorted`` walks a run of NaNs one by one for a NaN query, so a NaN
+splitter is answered from the count of non-NaN values instead.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import cupy
+import numpy as np
+
+__all__ = ["sort_chunk", "sort_bounds", "sort_merge"]
+
+
+def _keys(a: Any) -> Any:
+    """``a`` where NumPy's sort order has ties that a sort over bits does not: -0.0 as 0.0,
+    every NaN as one positive NaN."""
+    if a.dtype.kind != "f":
+        return a
+    return cupy.where(cupy.isnan(a), a.dtype.type(np.nan), a + a.dtype.type(0))
+
+
+def _nans_last(v: Any) -> Any:
+    """A sorted float array with any NaNs the sort put first moved to the end (in order)."""
+    if v.dtype.kind != "f" or v.size == 0 or not bool(cupy.isnan(v[0])):
+        return v
+    nan = cupy.isnan(v)
+    return cupy.concatenate([v[~nan], v[nan]])
+
+
+def sort_chunk(
+    a: Any, indices: bool, base: int, positions: np.ndarray
+) -> tuple[Any, Any, np.ndarray]:
+    pos = cupy.asarray(positions)
+    if indices:
+        keys = _keys(a)
+        order = cupy.argsort(keys).astype(cupy.int64, copy=False)
+        values = keys[order]
+        order += base
+        return values, order, cupy.asnumpy(values[pos])
+    values = _nans_last(cupy.sort(a))
+    return values, None, cupy.asnumpy(values[pos])
+
+
+def sort_bounds(values: Any, split_values: np.ndarray, split_index: np.ndarray,
+                base: int) -> np.ndarray:  # fmt: skip
+    q = cupy.asarray(split_values)
+    nan = None
+    if values.dtype.kind == "f":
+        nan = cupy.isnan(q)
+        q = cupy.where(nan, q.dtype.type(np.inf), q)
+    lo = cupy.searchsorted(values, q, side="left")
+    hi = cupy.searchsorted(values, q, side="right")
+    if nan is not None:  # a NaN splitter: its run is from the last non-NaN value to the end
+        lo = cupy.where(nan, hi, lo)
+        hi = cupy.where(nan, values.size, hi)
+    lo_h, hi_h = cupy.asnumpy(lo).astype(np.int64), cupy.asnumpy(hi).astype(np.int64)
+    return np.clip(split_index - np.int64(base), lo_h, hi_h)
+
+
+def sort_merge(like: Any, values: list, orders: list | None) -> Any:
+    if orders is None:
+        if len(values) == 1:
+            return values[0].copy()
+        return _nans_last(cupy.sort(cupy.concatenate(values)))
+    if len(values) == 1:
+        return orders[0].copy()
+    return cupy.concatenate(orders)[cupy.argsort(cupy.concatenate(values))]

@@ -1,0 +1,108 @@
+"""Sort NumPy chunks: the chunk-level steps of :func:`dask_compact.sort` and ``argsort``.
+
+Backend contract (this module and :mod:`.cupy_sort`; chosen by :mod:`dask_compact.dispatch`):
+
+``sort_chunk(a, indices, base, positions) -> (values, order, sample)``
+    ``values``: ``a`` sorted as NumPy sorts (NaNs last; equal values in their input order when
+    ``indices``). ``order``: int64 global indices (``base`` + position in ``a``) of ``values``
+    when ``indices``, else None. ``sample``: ``values[positions]`` as a NumPy array (the
+    splitter sample, sent to the client). With ``indices`` the values may be *keys* that order
+    exactly as the values do (the GPU folds -0.0 into 0.0 and every NaN into one); they are
+    only split and merged, never returned.
+
+``sort_bounds(values, split_values, split_index, base) -> np.ndarray``
+    For each splitter pair ``(v, i)`` (v of ``values``' dtype, i a global index), how many of
+    the sorted chunk's elements come before it in the order (value, then global index) where
+    the element at sorted position r has index ``base + r``: ``clip(i - base, lo, hi)`` with
+    ``[lo, hi)`` the run of elements equal to ``v``. int64 on the host.
+
+``sort_merge(like, values, orders) -> out``
+    Output bucket from its pieces (one per input chunk, in chunk order; each sorted): with
+    ``orders`` None the merged values, else the global indices ``orders`` in the merged order
+    (ties keep piece order, so equal values come out by global index).
+
+What measured fastest on the CPU (2^22 elements, 2 to 64 sorted runs): the merge is a
+concatenation sorted again (NumPy's sort beat a compiled two-way merge tree from 16 runs on
+for float32 values); a stable argsort of a 1, 2 or 4-byte dtype sorts one uint64 per element
+(order-preserving key << 32 | position: positions are unique, so any sort is stable), 6x
+faster than ``np.argsort(kind="stable")`` on float32 and int32 (NumPy's timsort); 1 and 2-byte
+integers take NumPy's stable radix sort, and 8-byte types NumPy's stable sort.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import numpy as np
+
+__all__ = ["sort_chunk", "sort_bounds", "sort_merge", "stable_argsort", "sort_kind"]
+
+_UINT: dict[int, Any] = {1: np.uint8, 2: np.uint16, 4: np.uint32}
+_MAX_PACKED = 2**32  # positions must fit the low 32 bits of the packed key
+
+
+def sort_kind(dtype: np.dtype) -> Literal["stable"] | None:
+    """NumPy's radix sort (``kind="stable"``) for 1 and 2-byte integers and bools, which it
+    sorts in O(n) (5-15x faster than the default there), else the default introsort."""
+    return "stable" if dtype.kind in "biu" and dtype.itemsize <= 2 else None
+
+
+def order_key(a: np.ndarray) -> np.ndarray:
+    """Unsigned integers of ``a``'s width that order exactly as NumPy sorts ``a``: -0.0 equals
+    0.0, every NaN equals every other and comes after +inf."""
+    u = _UINT[a.dtype.itemsize]
+    sign = u(1) << u(8 * a.dtype.itemsize - 1)
+    if a.dtype.kind == "f":
+        bits = (a + a.dtype.type(0)).view(u)  # -0.0 + 0.0 is +0.0
+        key = np.where(bits & sign, ~bits, bits | sign)
+        key[np.isnan(a)] = np.iinfo(u).max
+        return key
+    if a.dtype.kind == "i":
+        return a.view(u) ^ sign
+    return a.view(u)
+
+
+def stable_argsort(a: np.ndarray) -> np.ndarray:
+    """``np.argsort(a, kind="stable")`` as int64, by the fastest route measured (module doc)."""
+    if (a.dtype.kind in "biu" and a.dtype.itemsize <= 2) or a.dtype.itemsize > 4 \
+            or a.size >= _MAX_PACKED:  # fmt: skip
+        return np.argsort(a, kind="stable").astype(np.int64, copy=False)
+    packed = order_key(a).astype(np.uint64)
+    packed <<= np.uint64(32)
+    packed |= np.arange(a.size, dtype=np.uint64)
+    packed.sort()
+    packed &= np.uint64(_MAX_PACKED - 1)
+    return packed.view(np.int64)
+
+
+def sort_chunk(
+    a: np.ndarray, indices: bool, base: int, positions: np.ndarray
+) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+    if indices:
+        order = stable_argsort(a)
+        values = a[order]
+        order += np.int64(base)
+        return values, order, values[positions]
+    values = np.sort(a, kind=sort_kind(a.dtype))
+    return values, None, values[positions]
+
+
+def sort_bounds(
+    values: np.ndarray, split_values: np.ndarray, split_index: np.ndarray, base: int
+) -> np.ndarray:
+    # NumPy's searchsorted orders NaNs last, as its sort does
+    lo = np.searchsorted(values, split_values, side="left")
+    hi = np.searchsorted(values, split_values, side="right")
+    return np.clip(split_index - np.int64(base), lo, hi).astype(np.int64)
+
+
+def sort_merge(like: Any, values: list, orders: list | None) -> np.ndarray:
+    if orders is None:
+        if len(values) == 1:
+            return values[0].copy()  # a slice would keep its whole input chunk alive
+        out = np.concatenate(values)
+        out.sort(kind=sort_kind(out.dtype))
+        return out
+    if len(values) == 1:
+        return orders[0].copy()
+    return np.concatenate(orders)[stable_argsort(np.concatenate(values))]

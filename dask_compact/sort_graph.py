@@ -1,0 +1,179 @@
+"""Sample sort with known sizes, as Dask graphs (:func:`dask_compact.sort` and ``argsort``).
+
+The order is (value, global index), NaNs last: a total order in which no two elements tie, so
+buckets stay balanced when values repeat (all-equal input included), and equal values come
+out by index. Inside a sorted chunk the element at sorted position r stands for the index
+``start + r``: chunks cover disjoint, increasing index ranges and the local sort keeps equal
+values in their input order, so this orders exactly as the true indices do, and sorting values
+alone (no argsort) needs no indices at all.
+
+1. Local sort (one task per input chunk, persisted where it ran): the sorted chunk, for argsort
+   its global indices, and a regular sample of the sorted chunk (a few hundred values).
+2. Splitters (client): the samples, weighted by the share of their chunk each stands for, give
+   ``buckets - 1`` splitter pairs (value, index) at evenly spaced estimated ranks.
+3. Histogram (one small task per chunk, on the persisted chunk): a binary search of every
+   splitter, i.e. where each bucket starts in the chunk. The client scans the chunks x buckets
+   counts: bucket totals are the output chunk sizes (known), and each piece's offset inside its
+   output chunk is the sum of the same bucket's pieces in earlier chunks.
+4. Exchange and merge: one slicing task per non-empty piece (it runs where its chunk is held,
+   so only the piece travels) and one merge task per non-empty bucket over its pieces in chunk
+   order; the output is persisted, and the sorted chunks are released.
+
+Two round trips to the client, each of small arrays (the sample, then the histogram); nothing
+gathers more than one bucket in one place. Every task is an ordinary getitem or function task,
+so the graph runs under any scheduler (distributed's P2P shuffle would batch the exchange
+into O(chunks + buckets) tasks, but only on a distributed cluster).
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+import dask
+import dask.array as da
+import numpy as np
+from dask.base import tokenize
+from dask.highlevelgraph import HighLevelGraph
+
+from .dispatch import sort_bounds, sort_chunk, sort_merge
+from .graph import _extend, _meta
+
+__all__ = ["build_sort", "splitters", "sample_positions"]
+
+# At most this many sample values in all (the client sorts them; 2^20 take ~0.2 s).
+MAX_SAMPLE = 2**20
+MIN_PER_CHUNK = 256
+
+
+def sample_positions(size: int, per_chunk: int) -> np.ndarray:
+    """Evenly spaced positions (the middles of ``s`` equal parts) of a sorted chunk."""
+    s = min(size, per_chunk)
+    if s == 0:
+        return np.zeros(0, np.int64)
+    return ((2 * np.arange(s, dtype=np.int64) + 1) * size) // (2 * s)
+
+
+def per_chunk_sample(nchunks: int, buckets: int) -> int:
+    """Sample values per chunk: 8 per bucket (a boundary estimated from regular samples is off
+    by at most the chunk size over the sample size per chunk, summed over the chunks: n/s, an
+    eighth of a bucket), at least 256, and at most MAX_SAMPLE in all."""
+    return max(16, min(max(MIN_PER_CHUNK, 8 * buckets), MAX_SAMPLE // max(1, nchunks)))
+
+
+def splitters(
+    values: np.ndarray, sizes: tuple[int, ...], per_chunk: int, buckets: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """``buckets - 1`` splitter pairs (values, global indices) from the chunks' samples.
+
+    ``values``: the samples of every chunk concatenated, chunk c's at ``sample_positions``."""
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+    index, weight = [], []
+    for start, size in zip(starts, sizes):
+        pos = sample_positions(size, per_chunk)
+        index.append(start + pos)
+        weight.append(np.full(pos.size, size / max(pos.size, 1)))
+    idx = np.concatenate(index) if index else np.zeros(0, np.int64)
+    w = np.concatenate(weight) if weight else np.zeros(0)
+    if buckets <= 1 or values.size == 0:
+        return values[:0], idx[:0]
+    order = np.lexsort((idx, values))  # NaNs last, as np.sort
+    w = w[order]
+    rank = np.cumsum(w) - w / 2  # estimated global rank of each sample element
+    targets = np.arange(1, buckets) * (float(sum(sizes)) / buckets)
+    at = np.minimum(np.searchsorted(rank, targets), values.size - 1)
+    return values[order[at]], idx[order[at]]
+
+
+# Tasks call these module functions, never a Dispatch object: one pickled into a task would be
+# a copy, and the lazy registration on the worker would fill in the module's, not the copy.
+def _local_sort(a: Any, indices: bool, base: int, positions: np.ndarray) -> tuple:
+    return sort_chunk(a, indices, base, positions)
+
+
+def _pair(values: np.ndarray, index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    return values, index
+
+
+def _bounds(values: Any, split: tuple[np.ndarray, np.ndarray], base: int) -> Any:
+    return sort_bounds(values, split[0], split[1], base).reshape(1, -1)
+
+
+def _merge(values: list, orders: list | None) -> Any:
+    return sort_merge(values[0], values, orders)
+
+
+def build_sort(x: da.Array, indices: bool, buckets: int) -> da.Array:
+    """Sorted values (``indices=False``) or the stable argsort of 1-D ``x`` (known chunks,
+    at least one element): a persisted array with one chunk per non-empty bucket."""
+    sizes = tuple(int(c) for c in x.chunks[0])
+    nin = len(sizes)
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+    per = per_chunk_sample(nin, buckets)
+    token = tokenize("dask-compact-sort", x.name, indices, buckets, per)
+
+    # 1. local sort + sample, persisted
+    p1 = f"sort-local-{token}"
+    layer: dict[Any, Any] = {
+        (p1, c): (_local_sort, (x.name, c), indices, int(starts[c]), sample_positions(m, per))
+        for c, m in enumerate(sizes)
+    }
+    deps: list[Any] = [x]  # dask's typing does not count Array
+    graph = HighLevelGraph.from_collections(p1, layer, dependencies=deps)
+    parts = {}
+    for slot, what, dtype, chunks in (
+        (0, "values", x.dtype, x.chunks),
+        (1, "indices", np.dtype(np.int64), x.chunks),
+        (2, "sample", x.dtype, (tuple(min(m, per) for m in sizes),)),
+    ):
+        if what == "indices" and not indices:
+            continue
+        name = f"sort-{what}-{token}"
+        g = _extend(graph, name, {(name, c): (operator.getitem, (p1, c), slot)
+                                  for c in range(nin)}, {p1})  # fmt: skip
+        meta = np.empty(0, dtype) if what == "sample" else _meta(x, dtype)
+        parts[what] = da.Array(g, name, chunks=chunks, meta=meta)
+    held = dict(zip(parts, dask.persist(*parts.values())))
+    sample = np.asarray(held.pop("sample").compute())
+
+    # 2. splitters, 3. histogram: where each bucket starts in each chunk
+    split_v, split_i = splitters(sample, sizes, per, buckets)
+    values = held["values"]
+    if split_v.size:
+        bname, sname = f"sort-bounds-{token}", f"sort-splitters-{token}"
+        blayer: dict[Any, Any] = {sname: (_pair, split_v, split_i)}  # once, not in every task
+        blayer.update({(bname, c, 0): (_bounds, (values.name, c), sname, int(starts[c]))
+                       for c in range(nin)})
+        bg = _extend(values.dask, bname, blayer, {values.name})
+        inner = da.Array(bg, bname, chunks=((1,) * nin, (split_v.size,)), dtype=np.int64)
+        inner_np = np.asarray(inner.compute(), dtype=np.int64).reshape(nin, split_v.size)
+    else:
+        inner_np = np.zeros((nin, 0), np.int64)
+    bounds = np.column_stack([np.zeros(nin, np.int64), inner_np, np.asarray(sizes, np.int64)])
+    counts = np.diff(bounds, axis=1)  # chunks x buckets
+    totals = counts.sum(axis=0)
+
+    # 4. one slicing task per non-empty piece, one merge per non-empty bucket
+    sources = {"values": values, **({"indices": held["indices"]} if indices else {})}
+    pieces: dict[str, dict] = {f"sort-piece-{k}-{token}": {} for k in sources}
+    out = f"sort-{'indices' if indices else 'values'}-out-{token}"
+    merges: dict[Any, Any] = {}
+    chunks = []
+    for j in map(int, np.flatnonzero(totals)):
+        keys: dict[str, list] = {name: [] for name in pieces}
+        for c in map(int, np.flatnonzero(counts[:, j])):
+            cut = slice(int(bounds[c, j]), int(bounds[c, j + 1]))
+            for (name, tasks), arr in zip(pieces.items(), sources.values()):
+                tasks[(name, c, j)] = (operator.getitem, (arr.name, c), cut)
+                keys[name].append((name, c, j))
+        vkeys, *ikeys = keys.values()
+        merges[(out, len(chunks))] = (_merge, vkeys, ikeys[0] if ikeys else None)
+        chunks.append(int(totals[j]))
+    graph = HighLevelGraph.merge(*[a.dask for a in sources.values()])
+    for (name, tasks), arr in zip(pieces.items(), sources.values()):
+        graph = _extend(graph, name, tasks, {arr.name})
+    graph = _extend(graph, out, merges, set(pieces))
+    dtype = np.dtype(np.int64) if indices else x.dtype
+    result = da.Array(graph, out, chunks=(tuple(chunks),), meta=_meta(x, dtype))
+    (result,) = dask.persist(result)
+    return result

@@ -1,0 +1,137 @@
+"""Distributed sort of 1-D dask arrays: :func:`sort` and :func:`argsort` (sample sort with
+known output chunk sizes; the graphs are in :mod:`.sort_graph`).
+
+The module is not called ``sort``: importing a submodule binds its name on the package, and
+``dask_compact.sort`` must stay the function.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import dask.array as da
+import numpy as np
+
+from .sort_graph import build_sort
+from .validate import check_chunk_type, native
+
+__all__ = ["sort", "argsort", "LOCAL_SORTS", "SORT_DTYPES"]
+
+# What sorts each chunk (``local=``): "auto" is NumPy's sort on NumPy chunks (its stable
+# argsort, or a sort of packed keys where that measured faster) and CuPy's on CuPy chunks.
+LOCAL_SORTS = ("auto",)
+SORT_DTYPES = tuple(
+    np.dtype(t)
+    for t in (
+        "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+        "float16", "float32", "float64",
+    )
+)  # fmt: skip
+
+
+def sort(x: da.Array, *, local: str = "auto", buckets: int | None = None) -> da.Array:
+    """Sort a 1-D dask array across the cluster; the result has **known chunk sizes**.
+
+    A sample sort: each chunk is sorted where it lives and persisted there; a small sample of
+    every sorted chunk comes to the client, which picks splitters; one small task per chunk
+    counts its elements per bucket; the client scans those counts (the output chunk sizes),
+    and each output chunk is merged from its piece of every chunk. No step holds more than one
+    bucket in one place. The result is persisted (nothing is recomputed from ``x``).
+
+    Parameters
+    ----------
+    x : dask.array.Array
+        1-D, known chunk sizes, NumPy or CuPy chunks of bool, (u)int8..64 or float16/32/64.
+    local : {"auto"}
+        The sort of each chunk and bucket: ``np.sort`` for NumPy chunks, ``cupy.sort`` for
+        CuPy chunks.
+    buckets : int, optional
+        How many output chunks to aim for (default: as many as ``x`` has). Splitting is by
+        (value, index), so repeated values do not unbalance the buckets; empty buckets are
+        left out.
+
+    Returns
+    -------
+    dask.array.Array
+        ``np.sort(np.asarray(x))``: NaNs last, same dtype and chunk type.
+
+    Raises
+    ------
+    TypeError
+        ``x`` is not a dask array, or its dtype or chunk type is not supported.
+    ValueError
+        ``x`` is not 1-D or has unknown chunk sizes, or ``local``/``buckets`` is invalid.
+
+    Examples
+    --------
+    >>> import dask.array as da, numpy as np
+    >>> import dask_compact
+    >>> x = da.from_array(np.array([5., np.nan, -1., 3., 3., 0.]), chunks=2)
+    >>> y = dask_compact.sort(x)
+    >>> y.compute()
+    array([-1.,  0.,  3.,  3.,  5., nan])
+    >>> sum(y.chunks[0])
+    6
+    """
+    return _sorted(x, local, buckets, indices=False, fn="sort")
+
+
+def argsort(x: da.Array, *, local: str = "auto", buckets: int | None = None) -> da.Array:
+    """Global int64 indices that sort a 1-D dask array, stably; **known chunk sizes**.
+
+    Equals ``np.argsort(np.asarray(x), kind="stable")``: equal values (all NaNs are equal, and
+    -0.0 equals 0.0) come out in index order. Same algorithm and arguments as :func:`sort`.
+
+    Examples
+    --------
+    >>> import dask.array as da
+    >>> import dask_compact
+    >>> x = da.from_array([3, 1, 2, 1, 3], chunks=2)
+    >>> dask_compact.argsort(x).compute()
+    array([1, 3, 2, 0, 4])
+    """
+    return _sorted(x, local, buckets, indices=True, fn="argsort")
+
+
+def _sorted(x: Any, local: Any, buckets: Any, indices: bool, fn: str) -> da.Array:
+    x = _check(x, local, fn)
+    nchunks = _check_buckets(buckets, x.numblocks[0])
+    if x.shape[0] == 0:
+        dtype = np.dtype(np.int64) if indices else x.dtype
+        empty = np.empty_like(x._meta, shape=(0,), dtype=dtype)
+        return da.from_array(empty, chunks=(0,), meta=empty)
+    return build_sort(x, indices, nchunks)
+
+
+def _check(x: Any, local: Any, fn: str) -> da.Array:
+    """Everything that can be refused, refused before anything runs."""
+    if not isinstance(x, da.Array):
+        raise TypeError(
+            f"{fn} needs a dask array, not {type(x).__name__}; wrap it with "
+            "dask.array.from_array(...), or sort an in-memory array with NumPy or CuPy"
+        )
+    check_chunk_type(x._meta, fn)
+    if x.ndim != 1:
+        raise ValueError(f"{fn} sorts 1-D arrays; x has shape {x.shape}: pass x.ravel() to sort "
+                         "every element, or sort each row with map_blocks")
+    dtype = native(x.dtype)
+    if dtype not in SORT_DTYPES:
+        raise TypeError(
+            f"{fn} sorts {', '.join(d.name for d in SORT_DTYPES)}; not {x.dtype}"
+        )
+    if any(math.isnan(c) for c in x.chunks[0]):
+        raise ValueError(f"{fn} needs known chunk sizes; call x.compute_chunk_sizes() first "
+                         "(or dask_compact.map_compact, whose results have them)")
+    if local not in LOCAL_SORTS:
+        raise ValueError(f"local must be one of {LOCAL_SORTS}, not {local!r}")
+    return x if dtype == x.dtype else x.astype(dtype)
+
+
+def _check_buckets(buckets: Any, nchunks: int) -> int:
+    if buckets is None:
+        return max(1, nchunks)
+    if isinstance(buckets, (int, np.integer)) and not isinstance(buckets, (bool, np.bool_)) \
+            and buckets >= 1:  # fmt: skip
+        return int(buckets)
+    raise ValueError(f"buckets must be a positive int or None, not {buckets!r}")

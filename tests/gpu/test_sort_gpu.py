@@ -1,0 +1,137 @@
+"""dask_compact.sort and argsort on CuPy chunks (backends/cupy_sort.py), against np.sort and
+np.argsort(kind="stable"): every dtype, NaNs of both signs and -0.0 (where a sort over the
+bits of a float differs from NumPy), repeated and ordered input, the chunk steps against the
+NumPy backend's, and a dask_cuda.LocalCUDACluster. Needs CuPy and a CUDA device."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+cupy = pytest.importorskip("cupy")
+da = pytest.importorskip("dask.array")
+
+import dask  # noqa: E402
+
+import dask_compact  # noqa: E402
+from dask_compact.backends import cupy_sort, numpy_sort  # noqa: E402
+from dask_compact.sorting import SORT_DTYPES  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+
+def _gpu(a: np.ndarray, chunks) -> da.Array:
+    return da.from_array(a, chunks=chunks).map_blocks(cupy.asarray)
+
+
+def _neg_nan(dtype) -> np.ndarray:
+    """A NaN with the sign bit set (what x86 makes of inf - inf)."""
+    nan = np.array(np.nan, dtype)
+    return np.copysign(nan, np.array(-1, dtype))
+
+
+def check(a: np.ndarray, x: da.Array, **kw) -> None:
+    for fn, want in ((dask_compact.sort, np.sort(a)),
+                     (dask_compact.argsort, np.argsort(a, kind="stable"))):  # fmt: skip
+        with dask.config.set(scheduler="threads"):
+            got = fn(x, **kw)
+            assert isinstance(got._meta, cupy.ndarray)
+            assert all(isinstance(c, int) for c in got.chunks[0]) and sum(got.chunks[0]) == a.size
+            blocks = dask.compute(*got.to_delayed().ravel())
+        assert all(isinstance(b, cupy.ndarray) for b in blocks)
+        assert [len(b) for b in blocks] == list(got.chunks[0])
+        out = cupy.asnumpy(cupy.concatenate(blocks)) if blocks else np.zeros(0, want.dtype)
+        assert out.dtype == want.dtype
+        np.testing.assert_array_equal(out, want)
+
+
+@pytest.mark.parametrize("n", [0, 1, 31, 33, 1023, 1025, 65_537, 1_000_003])
+def test_sizes(n):
+    a = np.random.default_rng(n).standard_normal(n).astype(np.float32).round(2)
+    check(a, _gpu(a, max(1, n // 7)))
+
+
+@pytest.mark.parametrize("dtype", [d.name for d in SORT_DTYPES])
+def test_every_dtype(dtype):
+    rng = np.random.default_rng(1)
+    dt = np.dtype(dtype)
+    if dt.kind == "b":
+        a = rng.random(50_000) < 0.4
+    elif dt.kind in "iu":
+        info = np.iinfo(dt)
+        a = rng.integers(info.min, info.max, 50_000, dtype=dt, endpoint=True)
+        a[:100], a[100:200] = info.min, info.max
+        a[200:5000] = rng.integers(0, 4, 4800)
+        rng.shuffle(a)
+    else:
+        a = (rng.standard_normal(50_000) * 50).astype(dt)
+        a[::11] = np.nan
+    check(a, _gpu(a, 6_000))
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+def test_nans_of_both_signs_and_signed_zeros(dtype):
+    rng = np.random.default_rng(2)
+    a = rng.choice(np.array([0.0, -0.0, np.inf, -np.inf, 1.0, -1.0], dtype), 100_000)
+    a[::5] = np.nan
+    a[2::7] = _neg_nan(dtype)
+    check(a, _gpu(a, 9_999))
+    check(a, _gpu(a, 9_999), buckets=3)
+    b = np.full(20_000, _neg_nan(dtype))
+    b[::2] = np.nan
+    check(b, _gpu(b, 3_000))
+
+
+@pytest.mark.parametrize("kind", ["all-equal", "sorted", "reversed"])
+def test_patterns(kind):
+    n = 200_003
+    a = {"all-equal": np.full(n, 3.0, np.float32),
+         "sorted": np.arange(n, dtype=np.float32),
+         "reversed": np.arange(n, dtype=np.float32)[::-1].copy()}[kind]  # fmt: skip
+    check(a, _gpu(a, 20_000))
+
+
+def test_chunk_steps_match_the_numpy_backend():
+    """sort_chunk, sort_bounds (NaN splitters included) and sort_merge give on the GPU what
+    they give on the CPU."""
+    rng = np.random.default_rng(3)
+    a = rng.integers(0, 20, 10_007).astype(np.float64)
+    a[::9] = np.nan
+    a[4::13] = _neg_nan(np.float64)
+    pos = np.array([0, 17, 5000, 10_006])
+    for indices in (False, True):
+        v_np, g_np, s_np = numpy_sort.sort_chunk(a, indices, 100, pos)
+        v_cp, g_cp, s_cp = cupy_sort.sort_chunk(cupy.asarray(a), indices, 100, pos)
+        np.testing.assert_array_equal(cupy.asnumpy(v_cp), v_np)
+        np.testing.assert_array_equal(s_cp, s_np)
+        if indices:
+            np.testing.assert_array_equal(cupy.asnumpy(g_cp), g_np)
+    sv = np.array([-1.0, 3.0, 3.0, 19.0, np.nan, np.nan, np.nan])
+    si = np.array([0, 50, 5_000, 20_000, 0, 3_000, 20_000], np.int64)
+    v = np.sort(a)
+    want = numpy_sort.sort_bounds(v, sv, si, 100)
+    got = cupy_sort.sort_bounds(cupy.asarray(v), sv, si, 100)
+    np.testing.assert_array_equal(got, want)
+    parts = [np.sort(p) for p in np.array_split(a, 3)]
+    got_m = cupy_sort.sort_merge(None, [cupy.asarray(p) for p in parts], None)
+    np.testing.assert_array_equal(cupy.asnumpy(got_m), np.sort(a))
+
+
+def test_local_cuda_cluster():
+    dask_cuda = pytest.importorskip("dask_cuda")
+    distributed = pytest.importorskip("distributed")
+    ngpu = cupy.cuda.runtime.getDeviceCount()
+    a = np.random.default_rng(4).random(2**24).astype(np.float32)
+    a[::1000] = np.nan
+    with (
+        dask_cuda.LocalCUDACluster(n_workers=min(2, ngpu), threads_per_worker=1) as cluster,
+        distributed.Client(cluster) as client,
+    ):
+        x = _gpu(a, 2**21).persist()
+        y = dask_compact.sort(x)
+        i = dask_compact.argsort(x)
+        assert isinstance(y._meta, cupy.ndarray) and len(y.chunks[0]) == 8
+        yy, ii = client.compute([y, i], sync=True)
+        assert isinstance(yy, cupy.ndarray)
+        np.testing.assert_array_equal(cupy.asnumpy(yy), np.sort(a))
+        np.testing.assert_array_equal(cupy.asnumpy(ii), np.argsort(a, kind="stable"))

@@ -1,0 +1,270 @@
+"""dask_compact.sort and argsort against np.sort and np.argsort(kind="stable"): sizes, chunkings,
+duplicates, NaN/inf/-0.0, every dtype, errors, and a LocalCluster of 4 worker processes."""
+
+from __future__ import annotations
+
+import doctest
+
+import dask
+import dask.array as da
+import numpy as np
+import pytest
+from distributed import futures_of, wait
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+import dask_compact
+from dask_compact import sorting
+from dask_compact.backends import numpy_sort
+from dask_compact.sort_graph import sample_positions, splitters
+from dask_compact.sorting import SORT_DTYPES
+
+SIZES = [0, 1, 2, 31, 33, 1023, 1025, 4099, 7919]
+
+
+def check(a: np.ndarray, x: da.Array, **kw) -> None:
+    """sort and argsort of ``x`` (holding ``a``) equal NumPy's, in non-empty chunks whose
+    lengths are the known chunk sizes."""
+    for fn, want in ((dask_compact.sort, np.sort(a)),
+                     (dask_compact.argsort, np.argsort(a, kind="stable"))):
+        got = fn(x, **kw)
+        sizes = got.chunks[0]
+        assert all(isinstance(c, int) for c in sizes) and sum(sizes) == a.size
+        assert a.size == 0 or 0 not in sizes
+        blocks = dask.compute(*got.to_delayed().ravel())
+        assert [len(b) for b in blocks] == list(sizes)
+        out = np.concatenate(blocks)
+        assert out.dtype == want.dtype and type(out) is np.ndarray
+        np.testing.assert_array_equal(out, want)
+
+
+@pytest.mark.parametrize(
+    "n,chunk",
+    [(n, c) for n in SIZES for c in (128, 10_000)]
+    + [(n, 7) for n in SIZES if n <= 1025] + [(n, 1) for n in SIZES if n <= 100],
+)
+def test_sizes_and_chunkings(n, chunk):
+    a = np.random.default_rng(n).standard_normal(n).round(1)  # repeated values
+    check(a, da.from_array(a, chunks=chunk))
+
+
+@pytest.mark.parametrize(
+    "chunks", [(0, 5, 1, 0, 30, 3, 0), (1, 38), (38, 1), (13, 13, 13), (0, 39, 0)]
+)
+def test_uneven_and_empty_chunks(chunks):
+    a = np.random.default_rng(1).integers(0, 9, sum(chunks)).astype(np.int32)
+    check(a, da.from_array(a, chunks=(chunks,)))
+
+
+@pytest.mark.parametrize("kind", ["all-equal", "sorted", "reversed", "two-values", "sawtooth"])
+def test_patterns(kind):
+    n = 5003
+    a = {
+        "all-equal": np.full(n, 7.5),
+        "sorted": np.arange(n, dtype=np.float64),
+        "reversed": np.arange(n, dtype=np.float64)[::-1].copy(),
+        "two-values": np.where(np.arange(n) % 3 == 0, 1.0, -1.0),
+        "sawtooth": (np.arange(n) % 97).astype(np.float64),
+    }[kind]
+    check(a, da.from_array(a, chunks=500))
+
+
+def test_all_equal_input_stays_balanced():
+    """Splitting on (value, index) cuts a run of equal values anywhere: every bucket gets its
+    share, as for distinct values."""
+    a = np.zeros(80_000, np.float32)
+    y = dask_compact.argsort(da.from_array(a, chunks=10_000))
+    assert len(y.chunks[0]) == 8 and max(y.chunks[0]) <= 12_500
+    np.testing.assert_array_equal(y.compute(), np.arange(a.size))
+
+
+def test_nan_inf_and_signed_zeros():
+    rng = np.random.default_rng(3)
+    specials = np.array([np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0])
+    for dtype in ("float16", "float32", "float64"):
+        a = rng.choice(specials, 3001).astype(dtype)
+        a[::7] = rng.standard_normal(a[::7].size)
+        with np.errstate(invalid="ignore"):  # x86 makes this NaN with the sign bit set
+            neg_nan = np.array(np.inf, dtype) - np.array(np.inf, dtype)
+        a[5::11] = neg_nan
+        check(a, da.from_array(a, chunks=256))
+        check(a, da.from_array(a, chunks=256), buckets=3)
+
+
+def test_all_nan():
+    a = np.full(1000, np.nan)
+    a[::2] = -np.nan
+    check(a, da.from_array(a, chunks=99))
+
+
+@pytest.mark.parametrize("dtype", [d.name for d in SORT_DTYPES])
+def test_every_dtype(dtype):
+    rng = np.random.default_rng(4)
+    dt = np.dtype(dtype)
+    if dt.kind == "b":
+        a = rng.random(2000) < 0.3
+    elif dt.kind in "iu":
+        info = np.iinfo(dt)
+        a = rng.integers(info.min, info.max, 2000, dtype=dt, endpoint=True)
+        a[:50] = info.min
+        a[50:100] = info.max
+        a[100:600] = rng.integers(0, 5, 500)  # repeats
+        rng.shuffle(a)
+    else:
+        a = (rng.standard_normal(2000) * 100).astype(dt)
+        a[::13] = np.nan
+    check(a, da.from_array(a, chunks=333))
+
+
+def test_big_endian_input():
+    a = np.random.default_rng(5).standard_normal(1000).astype(">f8")
+    y = dask_compact.sort(da.from_array(a, chunks=100))
+    assert y.dtype == np.dtype("float64")
+    np.testing.assert_array_equal(y.compute(), np.sort(a))
+    np.testing.assert_array_equal(dask_compact.argsort(da.from_array(a, chunks=100)).compute(),
+                                  np.argsort(a, kind="stable"))
+
+
+@pytest.mark.parametrize("buckets", [1, 2, 3, 50, 10_000])
+def test_buckets(buckets):
+    a = np.random.default_rng(6).random(3000 if buckets <= 50 else 300)
+    x = da.from_array(a, chunks=700 if buckets <= 50 else 70)
+    check(a, x, buckets=buckets)
+    y = dask_compact.sort(x, buckets=buckets)
+    assert len(y.chunks[0]) <= min(buckets, a.size)
+    if buckets <= 50:  # about n / buckets each
+        assert len(y.chunks[0]) == buckets and max(y.chunks[0]) <= 2 * a.size / buckets
+
+
+def test_default_output_chunks_are_about_the_input_chunks():
+    a = np.random.default_rng(7).random(100_000).astype(np.float32)
+    y = dask_compact.sort(da.from_array(a, chunks=10_000))
+    assert len(y.chunks[0]) == 10
+    assert 9_000 <= min(y.chunks[0]) and max(y.chunks[0]) <= 11_000
+
+
+def test_input_is_computed_once_and_the_result_is_persisted():
+    a = np.random.default_rng(8).random(20_000)
+    calls = []
+
+    def seen(b):
+        calls.append(1)
+        return b
+
+    x = da.from_array(a, chunks=2_000).map_blocks(seen, dtype=a.dtype)
+    for fn in (dask_compact.sort, dask_compact.argsort):
+        calls.clear()
+        y = fn(x)
+        assert len(calls) == 10
+        y.compute(), y[:5].compute(), y.sum().compute()
+        assert len(calls) == 10
+
+
+def test_unsorted_chunks_are_not_required_to_be_numpy_contiguous():
+    a = np.random.default_rng(9).integers(-5, 5, 4000).astype(np.int32)
+    x = da.from_array(a, chunks=500)[::-3]  # strided chunk views
+    check(a[::-3].copy(), x)
+
+
+def test_errors_before_anything_runs():
+    a = np.arange(10.0)
+    with pytest.raises(TypeError, match="dask array"):
+        dask_compact.sort(a)
+    with pytest.raises(ValueError, match="1-D"):
+        dask_compact.sort(da.ones((4, 4), chunks=2))
+    for dt in ("complex64", "complex128", "object", "datetime64[ns]", "U3",
+               [("a", "f8"), ("b", "i4")]):
+        x = da.from_array(np.zeros(4, dtype=dt), chunks=2)
+        with pytest.raises(TypeError, match="sorts bool"):
+            dask_compact.argsort(x)
+    y = da.from_array(a, chunks=3)
+    with pytest.raises(ValueError, match="known chunk sizes"):
+        dask_compact.sort(y[y > 2])
+    with pytest.raises(ValueError, match="local must be one of"):
+        dask_compact.sort(y, local="radix")
+    for bad in (0, -1, 2.5, True, "auto"):
+        with pytest.raises(ValueError, match="buckets"):
+            dask_compact.sort(y, buckets=bad)
+    with pytest.raises(TypeError, match="masked"):
+        dask_compact.sort(da.ma.masked_greater(y, 5))
+
+
+def test_empty_input_keeps_type_and_dtype():
+    x = da.from_array(np.zeros(0, np.float32), chunks=1)
+    assert dask_compact.sort(x).dtype == np.float32
+    assert dask_compact.argsort(x).dtype == np.int64
+    assert dask_compact.sort(x).compute().shape == (0,)
+
+
+def test_docstring_examples():
+    failures, tried = doctest.testmod(sorting, optionflags=doctest.NORMALIZE_WHITESPACE)
+    assert tried > 0 and failures == 0
+
+
+def test_stable_argsort_helper_matches_numpy():
+    """The packed-key argsort (1, 2 and 4-byte dtypes) orders as NumPy's stable argsort."""
+    rng = np.random.default_rng(10)
+    for dt in ("float16", "float32", "int32", "uint32", "int8", "uint16", "bool", "int64"):
+        a = rng.integers(-3, 3, 5000).astype(dt)
+        if np.dtype(dt).kind == "f":
+            a[::5] = np.nan
+            a[1::5] = -0.0
+            with np.errstate(invalid="ignore"):
+                a[2::9] = np.array(np.inf, dt) - np.array(np.inf, dt)
+        np.testing.assert_array_equal(numpy_sort.stable_argsort(a), np.argsort(a, kind="stable"))
+
+
+def test_splitters_are_weighted_by_chunk_size():
+    """A chunk 9x the size of another gets 9x the weight in its samples' estimated ranks."""
+    big, small = np.arange(900.0), np.arange(900.0, 1000.0)
+    per = 50
+    sample = np.concatenate([big[sample_positions(900, per)], small[sample_positions(100, per)]])
+    sv, si = splitters(sample, (900, 100), per, 2)
+    assert sv.size == 1 and abs(sv[0] - 500) <= 20 and si.dtype == np.int64
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    a=hnp.arrays(
+        st.sampled_from([np.float64, np.float32, np.int16, np.uint64]),
+        st.integers(0, 200),
+    ),
+    chunk=st.integers(2, 120),
+    buckets=st.one_of(st.none(), st.integers(1, 20)),
+)
+def test_property_matches_numpy(a, chunk, buckets):
+    check(a, da.from_array(a, chunks=chunk), buckets=buckets)
+
+
+@pytest.fixture(scope="module")
+def client():
+    from distributed import Client, LocalCluster
+
+    with (
+        LocalCluster(n_workers=4, threads_per_worker=1, processes=True, dashboard_address=None,
+                     worker_dashboard_address=None) as cluster,
+        Client(cluster) as c,
+    ):
+        yield c
+
+
+def test_local_cluster_four_processes_2_24_float32(client):
+    n = 2**24
+    x = da.random.default_rng(11).random(n, chunks=2**21, dtype=np.float32).persist()
+    y = dask_compact.sort(x)
+    assert len(y.chunks[0]) == 8 and sum(y.chunks[0]) == n
+    assert max(y.chunks[0]) < 1.1 * 2**21
+    wait(y)  # like persist, sort returns while the last merges may still run
+    holders = {w for ws in client.who_has(futures_of(y)).values() for w in ws}
+    assert len(holders) > 1  # the buckets are merged on several workers, not gathered
+    np.testing.assert_array_equal(y.compute(), np.sort(x.compute()))
+
+
+def test_local_cluster_argsort_with_duplicates_and_nans(client):
+    a = np.random.default_rng(12).integers(0, 50, 2**19).astype(np.float64)
+    a[::17] = np.nan
+    x = da.from_array(a, chunks=2**16)
+    i = dask_compact.argsort(x)
+    np.testing.assert_array_equal(i.compute(), np.argsort(a, kind="stable"))
+    np.testing.assert_array_equal(dask_compact.sort(x).compute(), np.sort(a))
