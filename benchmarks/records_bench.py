@@ -28,35 +28,18 @@ Prints a table (ms, ratios), saves it (markdown, CSV) and a chart (PNG) under --
 from __future__ import annotations
 
 import argparse
-import csv
-import datetime as dt
 import math
-import platform
-import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
 import dask
 import dask.array as da
 import numpy as np
+from bench_common import file_stem, label, plot_vs_p, save, timed_ms
 
 from dask_compact import compact_array, compact_records
 
 FIELDS = ("a", "b", "c", "d")
-
-
-def timed_ms(fn, sync, reps: int, warm: int = 2) -> float:
-    for _ in range(warm):
-        fn()
-    sync()
-    times = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        fn()
-        sync()
-        times.append(time.perf_counter() - t)
-    return float(np.median(times)) * 1e3
 
 
 def predicates(p: float, two: bool) -> tuple[str, Any]:
@@ -210,25 +193,14 @@ def table(rows: list[dict]) -> list[str]:
 
 
 def plot(rows: list[dict], path: Path, title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4))
     cols = [c for c in rows[0] if c not in ("n", "p", "pred_fields", "selected", "chunks")]
+    series = {}
     for pf in sorted({r["pred_fields"] for r in rows}):
         sub = [r for r in rows if r["pred_fields"] == pf]
         for c in cols:
-            ax.plot([r["p"] for r in sub], [r["n"] / r[c] / 1e6 for r in sub], marker="o",
-                    label=f"{c} ({pf} predicate field{'s' if pf > 1 else ''})")
-    ax.set_xlabel("selected fraction p")
-    ax.set_ylabel("rows per second (G rows/s)")
-    ax.set_yscale("log")
-    ax.set_title(title, fontsize=9)
-    ax.legend(fontsize=6)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+            series[f"{c} ({pf} predicate field{'s' if pf > 1 else ''})"] = (
+                [r["p"] for r in sub], [r["n"] / r[c] / 1e6 for r in sub])
+    plot_vs_p(series, path, title, "rows")
 
 
 def main() -> None:
@@ -241,20 +213,15 @@ def main() -> None:
     ap.add_argument("--sha", default=None, help="the commit measured (default: git HEAD)")
     args = ap.parse_args()
     ps = [0.05, 0.5, 0.95]
-    sha = args.sha or subprocess.run(["git", "rev-parse", "--short", "HEAD"],
-                                     capture_output=True, text=True).stdout.strip() or "unknown"
-    today = dt.date.today().isoformat()
-    if args.device == "gpu":
-        import cupy
-
-        device = cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()
+    gpu = args.device == "gpu"
+    today, device, sha = label(gpu, args.sha)
+    if gpu:
         n = 1 << (args.log2n or 28)
         reps = args.reps or 10
         tables = [("in memory", gpu_rows(n, ps, reps))]
         if not args.no_dask:
             tables.append(("dask, one GPU", gpu_dask_rows(max(n, 1 << 28), ps, max(3, reps // 2))))
     else:
-        device = f"cpu ({platform.machine()}, {len(__import__('os').sched_getaffinity(0))} cores)"
         n = 1 << (args.log2n or 24)
         rows = cpu_rows(n, ps, args.reps or 5)
         tables = [("in memory", [r for r in rows if "ours" in r]),
@@ -267,19 +234,9 @@ def main() -> None:
         text += [f"## {name}", "", *table(rows), ""]
     print("\n".join(text))
     if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        tag = "gpu" if args.device == "gpu" else "cpu"
-        safe = device.replace(" ", "_").replace("(", "").replace(")", "").replace(",", "")
-        stem = f"records-{today}-{safe if tag == 'gpu' else 'cpu'}-{sha}"
-        (args.out / f"{stem}.md").write_text("\n".join(text) + "\n")
-        with open(args.out / f"{stem}.csv", "w", newline="") as fh:
-            allrows = [dict(r, table=name) for name, rows in tables for r in rows]
-            keys = sorted({k for r in allrows for k in r})
-            w = csv.DictWriter(fh, fieldnames=keys)
-            w.writeheader()
-            w.writerows(allrows)
+        stem = file_stem("records", today, device, sha, gpu)
+        save(args.out, stem, text, [dict(r, table=name) for name, rows in tables for r in rows])
         plot(tables[0][1], args.out / f"{stem}.png", f"compact_records, {device}, git {sha}")
-
 
 if __name__ == "__main__":
     main()

@@ -24,13 +24,14 @@ if TYPE_CHECKING:
     from .records import compact_records, compact_records_into
     from .scan import cumsum, scan_array
     from .sorting import argsort, sort
+    from .stable_split import partition, partition_array
 
 __version__ = "0.1.0"
 __all__ = [
     "map_compact", "compact", "flatnonzero", "compact_array", "compact_into", "compact_records",
     "compact_records_into", "Predicate",
     "as_predicate", "trace", "cache_dir", "clear_cache", "sort", "argsort", "scan_array",
-    "cumsum",
+    "cumsum", "partition", "partition_array",
 ]  # fmt: skip
 
 # public name -> the module that defines it
@@ -42,6 +43,7 @@ _LAZY = {
     "Predicate": "predicate", "as_predicate": "predicate",
     "sort": "sorting", "argsort": "sorting",
     "scan_array": "scan", "cumsum": "scan",
+    "partition": "stable_split", "partition_array": "stable_split",
 }  # fmt: skip
 
 

@@ -224,3 +224,26 @@ def _register_cupy_sort() -> None:
 
     for step in _SORT_STEPS:
         step.register(cupy.ndarray, getattr(cupy_sort, step.__name__))
+
+
+# dask_compact.partition: the stable split of one chunk.
+# ``split_chunk(a, pred, output, index_base) -> (out, k)``: ``out`` of ``a.size`` elements,
+# the selected ones first then the others, each in order (values, int64 global indices, or
+# the tuple of both), and ``k`` the selected count.
+split_chunk = Dispatch("split_chunk")
+
+
+@split_chunk.register_lazy("numpy")
+def _register_numpy_split() -> None:
+    from .backends import numpy_split
+
+    split_chunk.register(np.ndarray, numpy_split.split_chunk)
+
+
+@split_chunk.register_lazy("cupy")
+def _register_cupy_split() -> None:
+    import cupy
+
+    from .backends import cupy_split
+
+    split_chunk.register(cupy.ndarray, cupy_split.split_chunk)

@@ -88,6 +88,20 @@ def _dask_scheduler_setting_restored():
             dask.config.set(scheduler=before)
 
 
+@pytest.fixture(scope="module")
+def process_client():
+    """A distributed LocalCluster of 2 single-threaded worker processes and its Client, the
+    default scheduler until the module ends: request it in a module's last tests."""
+    from distributed import Client, LocalCluster
+
+    with (
+        LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                     dashboard_address=None, worker_dashboard_address=None) as cluster,
+        Client(cluster) as c,
+    ):  # fmt: skip
+        yield c
+
+
 def dask_config_scheduler():
     import dask
 

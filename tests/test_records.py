@@ -8,7 +8,6 @@ import dask.array as da
 import numpy as np
 import pytest
 from conftest import key_predicate, random_array
-from distributed import Client, LocalCluster
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -271,18 +270,7 @@ def test_property_against_numpy(case):
     assert_same(compact_records(d, text, indices=True), want)
 
 
-# last: the cluster stays up (and is the default scheduler) until the module ends
-@pytest.fixture(scope="module")
-def client():
-    with (
-        LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                     dashboard_address=None, worker_dashboard_address=None) as cluster,
-        Client(cluster) as c,
-    ):  # fmt: skip
-        yield c
-
-
-def test_local_cluster_of_processes(client):
+def test_local_cluster_of_processes(process_client):
     f = particles(20_011, 8)
     d = {k: da.from_array(v, chunks=(1_500,) + v.shape[1:]) for k, v in f.items()}
     out = compact_records(d, "(mass > 2) & (r > 0.3)", indices=True)

@@ -13,7 +13,13 @@ import sys
 import cupy
 import numpy as np
 
-from dask_compact import compact_into, compact_records, compact_records_into
+from dask_compact import (
+    compact_array,
+    compact_into,
+    compact_records,
+    compact_records_into,
+    partition_array,
+)
 from dask_compact.backends import cupy_backend as cb
 from dask_compact.predicate.core import Predicate
 from dask_compact.predicate.expr import Call, Param, Var
@@ -66,6 +72,8 @@ def main() -> int:
     for dense_from in (0.0, 2.0, cupy_tuning.REC_DENSE_FROM):  # each copy form, then both
         cupy_tuning.REC_DENSE_FROM = dense_from
         bad += records(rng, sizes)
+    bad += splits(rng, sizes)
+    bad += scans(rng, sizes)
     cupy.cuda.runtime.deviceSynchronize()
     print(f"sanitize_driver: {bad} wrong results", flush=True)
     return 1 if bad else 0
@@ -107,6 +115,46 @@ def records(rng: np.random.Generator, sizes: list[int]) -> int:
                 if not np.array_equal(cupy.asnumpy(out[name][:k]), want[mask]):
                     print("WRONG records_into", name, n, flush=True)
                     bad += 1
+    return bad
+
+
+def splits(rng: np.random.Generator, sizes: list[int]) -> int:
+    """partition_array (dcx_rec_split): fused and mask-path predicates, values and indices."""
+    bad = 0
+    for n in sizes:
+        a_np = (rng.random(n) * 10).astype(np.float32)
+        a = cupy.asarray(a_np)
+        for pred, m in [("x > 3", a_np > 3), (lambda v: v.astype(np.float64) > 5, a_np > 5)]:
+            v, i, k = partition_array(a, pred, output="both")
+            order = np.concatenate([np.flatnonzero(m), np.flatnonzero(~m)])
+            if k != int(m.sum()) or not np.array_equal(cupy.asnumpy(i), order) or not (
+                np.array_equal(cupy.asnumpy(v), a_np[order])
+            ):
+                print("WRONG partition", n, flush=True)
+                bad += 1
+    return bad
+
+
+def scans(rng: np.random.Generator, sizes: list[int]) -> int:
+    """scan_array, every GPU algorithm, a 4-byte and an 8-byte accumulator, and the scan
+    compaction (kernels/scan.cu, scan_compact.cu)."""
+    from dask_compact import scan_array
+    from dask_compact.backends.cupy_scan_source import GPU_ALGORITHMS
+
+    bad = 0
+    for n in sizes:
+        a_np = rng.integers(-50, 50, n).astype(np.int32)
+        a = cupy.asarray(a_np)
+        for alg in GPU_ALGORITHMS:
+            for dtype in (np.int32, np.int64):
+                got = cupy.asnumpy(scan_array(a, exclusive=False, algorithm=alg, dtype=dtype))
+                if not np.array_equal(got, np.cumsum(a_np, dtype=dtype)):
+                    print("WRONG scan", alg, np.dtype(dtype), n, flush=True)
+                    bad += 1
+        got = cupy.asnumpy(compact_array(a, "x > 10", output="indices", algorithm="scan"))
+        if not np.array_equal(got, np.flatnonzero(a_np > 10)):
+            print("WRONG scan compaction", n, flush=True)
+            bad += 1
     return bad
 
 

@@ -1,0 +1,73 @@
+"""dask_compact.partition / partition_array on CuPy (the records' flags pass and
+dcx_rec_split of kernels/records.cu) against NumPy's stable split."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+cupy = pytest.importorskip("cupy")
+da = pytest.importorskip("dask.array")
+
+from conftest import random_array, threshold_predicate  # noqa: E402
+
+from dask_compact import partition, partition_array  # noqa: E402
+from dask_compact.validate import DTYPES  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+SIZES = [0, 1, 31, 33, 511, 513, 1023, 1025, 4095, 4097, 65_537, 1_000_003]
+
+
+def want(a: np.ndarray, m: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    a, m = a.ravel(), np.asarray(m).ravel()
+    order = np.concatenate([np.flatnonzero(m), np.flatnonzero(~m)])
+    return a[order], order, int(m.sum())
+
+
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("p", [0.0, 0.05, 0.5, 1.0])
+def test_against_numpy(n: int, p: float) -> None:
+    a = random_array(np.random.default_rng(n), n, np.float32)
+    pred = threshold_predicate(a, p)
+    wv, wi, wk = want(a, pred(a))
+    v, i, k = partition_array(cupy.asarray(a), pred, output="both")
+    assert isinstance(v, cupy.ndarray) and isinstance(i, cupy.ndarray) and k == wk
+    np.testing.assert_array_equal(cupy.asnumpy(v), wv)
+    np.testing.assert_array_equal(cupy.asnumpy(i), wi)
+    i2, k2 = partition_array(cupy.asarray(a), pred, output="indices")
+    np.testing.assert_array_equal(cupy.asnumpy(i2), wi)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_every_dtype(dtype: np.dtype) -> None:
+    a = random_array(np.random.default_rng(4), 10_007, dtype)
+    pred = threshold_predicate(a, 0.4)
+    wv, wi, wk = want(a, pred(a))
+    v, i, k = partition_array(cupy.asarray(a), pred, output="both")
+    assert v.dtype == a.dtype and k == wk
+    np.testing.assert_array_equal(cupy.asnumpy(v), wv)
+    np.testing.assert_array_equal(cupy.asnumpy(i), wi)
+
+
+def test_mask_path_views_and_nd() -> None:
+    rng = np.random.default_rng(6)
+    a = cupy.asarray(rng.integers(0, 9, 20_001))[1:]  # an offset view
+    v, k = partition_array(a, lambda x: x.astype(np.float64) % 3 == 1)  # not traced: a mask
+    h = cupy.asnumpy(a)
+    np.testing.assert_array_equal(cupy.asnumpy(v), want(h, h % 3 == 1)[0])
+    b = cupy.asarray(rng.random((301, 7)))
+    v, k = partition_array(b, "x < 0.5")
+    hb = cupy.asnumpy(b)
+    np.testing.assert_array_equal(cupy.asnumpy(v), want(hb, hb < 0.5)[0])
+
+
+def test_dask_cupy_chunks() -> None:
+    a = np.random.default_rng(7).random(300_007)
+    x = da.from_array(a, chunks=40_000).map_blocks(cupy.asarray)
+    v, i, k = partition(x, "x > 0.8", output="both")
+    wv, wi, wk = want(a, a > 0.8)
+    assert k == wk and isinstance(v._meta, cupy.ndarray)
+    assert not any(np.isnan(v.chunks[0]))
+    np.testing.assert_array_equal(cupy.asnumpy(v.compute()), wv)
+    np.testing.assert_array_equal(cupy.asnumpy(i.compute()), wi)

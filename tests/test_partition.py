@@ -1,0 +1,114 @@
+"""dask_compact.partition / partition_array (the stable split) against NumPy:
+``np.concatenate([a[m], a[~m]])`` and the permutation ``concatenate([flatnonzero(m),
+flatnonzero(~m)])``, for random data of every dtype, odd sizes and chunkings, empty and full
+selections, N-D input, mask-path callables, a LocalCluster of worker processes, errors."""
+
+from __future__ import annotations
+
+import dask.array as da
+import numpy as np
+import pytest
+from conftest import random_array, threshold_predicate
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dask_compact import partition, partition_array
+from dask_compact.validate import DTYPES
+
+SIZES = [0, 1, 31, 33, 1023, 1025, 4099]
+
+
+def want(a: np.ndarray, m: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    a, m = a.ravel(), m.ravel()
+    order = np.concatenate([np.flatnonzero(m), np.flatnonzero(~m)])
+    return a[order], order, int(m.sum())
+
+
+def check_dask(x: da.Array, pred, a: np.ndarray, m: np.ndarray) -> None:
+    wv, wi, wk = want(a, m)
+    v, i, k = partition(x, pred, output="both")
+    assert k == wk
+    for got, w in ((v, wv), (i, wi)):
+        assert not any(np.isnan(got.chunks[0])) and sum(got.chunks[0]) == a.size
+        c = got.compute()
+        assert c.dtype == w.dtype
+        np.testing.assert_array_equal(c, w)
+    # the chunks are every chunk's selected piece, then every chunk's other piece
+    assert sum(v.chunks[0][: len(v.chunks[0]) // 2]) == wk
+
+
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("p", [0.0, 0.3, 1.0])
+def test_in_memory_against_numpy(n: int, p: float) -> None:
+    a = random_array(np.random.default_rng(n), n, np.float64)
+    pred = threshold_predicate(a, p)
+    wv, wi, wk = want(a, pred(a))
+    v, k = partition_array(a, pred)
+    np.testing.assert_array_equal(v, wv)
+    assert k == wk
+    i, k = partition_array(a, pred, output="indices")
+    np.testing.assert_array_equal(i, wi)
+    v, i, k = partition_array(a, pred, output="both")
+    np.testing.assert_array_equal(v, wv)
+    np.testing.assert_array_equal(i, wi)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_every_dtype(dtype: np.dtype) -> None:
+    a = random_array(np.random.default_rng(3), 2_003, dtype)
+    pred = threshold_predicate(a, 0.4)
+    m = np.asarray(pred(a))
+    check_dask(da.from_array(a, chunks=301), pred, a, m)
+    v, k = partition_array(a, pred)
+    np.testing.assert_array_equal(v, want(a, m)[0])
+
+
+@pytest.mark.parametrize("chunks", [1, 7, 1000, 1025])
+def test_dask_chunkings_and_nd(chunks: int) -> None:
+    rng = np.random.default_rng(chunks)
+    a = rng.random(1025)
+    check_dask(da.from_array(a, chunks=chunks), "x < 0.3", a, a < 0.3)
+    b = rng.integers(0, 10, (33, 31))
+    check_dask(da.from_array(b, chunks=(7, 31)), lambda v: v % 3 == 1, b, b % 3 == 1)
+
+
+def test_mask_path_and_string() -> None:
+    a = np.random.default_rng(5).integers(0, 9, 999)
+    # np.isin is not traced: evaluated per chunk as a mask
+    check_dask(da.from_array(a, chunks=100), lambda v: np.isin(v, [1, 4]), a, np.isin(a, [1, 4]))
+    v, k = partition_array(a, "(x == 2) | (x > 6)")
+    np.testing.assert_array_equal(v, want(a, (a == 2) | (a > 6))[0])
+
+
+def test_errors() -> None:
+    x = da.arange(10, chunks=3)
+    with pytest.raises(TypeError, match="dask array"):
+        partition(np.arange(3), "x > 1")
+    with pytest.raises(TypeError, match="NumPy or CuPy"):
+        partition_array([1, 2], "x > 1")
+    with pytest.raises(ValueError, match="output"):
+        partition(x, "x > 1", output="mask")
+    with pytest.raises(TypeError):
+        partition(da.from_array(np.array(["a", "b"])), "x > 1")
+    y = x[x > 3]
+    with pytest.raises(ValueError, match="known chunk sizes"):
+        partition(y, "x > 5")
+    with pytest.raises(ValueError):
+        partition(x, lambda v: v > v.mean())  # not elementwise
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    st.lists(st.integers(-5, 5), max_size=300),
+    st.integers(1, 50),
+    st.integers(-6, 6),
+)
+def test_property(values: list, chunk: int, t: int) -> None:
+    a = np.array(values, dtype=np.int32)
+    check_dask(da.from_array(a, chunks=chunk), lambda v: v < t, a, a < t)
+
+
+def test_local_cluster_of_processes(process_client) -> None:
+    a = np.random.default_rng(9).random(50_001).astype(np.float32)
+    x = da.from_array(a, chunks=6_000).persist()
+    check_dask(x, "x > 0.7", a, a > 0.7)
