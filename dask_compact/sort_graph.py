@@ -87,8 +87,8 @@ def splitters(
 
 # Tasks call these module functions, never a Dispatch object: one pickled into a task would be
 # a copy, and the lazy registration on the worker would fill in the module's, not the copy.
-def _local_sort(a: Any, indices: bool, base: int, positions: np.ndarray) -> tuple:
-    return sort_chunk(a, indices, base, positions)
+def _local_sort(a: Any, indices: bool, base: int, positions: np.ndarray, local: str) -> tuple:
+    return sort_chunk(a, indices, base, positions, local)
 
 
 def _pair(values: np.ndarray, index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -99,23 +99,25 @@ def _bounds(values: Any, split: tuple[np.ndarray, np.ndarray], base: int) -> Any
     return sort_bounds(values, split[0], split[1], base).reshape(1, -1)
 
 
-def _merge(values: list, orders: list | None) -> Any:
-    return sort_merge(values[0], values, orders)
+def _merge(values: list, orders: list | None, local: str) -> Any:
+    return sort_merge(values[0], values, orders, local)
 
 
-def build_sort(x: da.Array, indices: bool, buckets: int) -> da.Array:
+def build_sort(x: da.Array, indices: bool, buckets: int, local: str = "auto") -> da.Array:
     """Sorted values (``indices=False``) or the stable argsort of 1-D ``x`` (known chunks,
-    at least one element): a persisted array with one chunk per non-empty bucket."""
+    at least one element): a persisted array with one chunk per non-empty bucket. ``local``:
+    what sorts and merges within a chunk or bucket (``sorting.LOCAL_SORTS``)."""
     sizes = tuple(int(c) for c in x.chunks[0])
     nin = len(sizes)
     starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
     per = per_chunk_sample(nin, buckets)
-    token = tokenize("dask-compact-sort", x.name, indices, buckets, per)
+    token = tokenize("dask-compact-sort", x.name, indices, buckets, per, local)
 
     # 1. local sort + sample, persisted
     p1 = f"sort-local-{token}"
     layer: dict[Any, Any] = {
-        (p1, c): (_local_sort, (x.name, c), indices, int(starts[c]), sample_positions(m, per))
+        (p1, c): (_local_sort, (x.name, c), indices, int(starts[c]), sample_positions(m, per),
+                  local)
         for c, m in enumerate(sizes)
     }
     deps: list[Any] = [x]  # dask's typing does not count Array
@@ -167,7 +169,7 @@ def build_sort(x: da.Array, indices: bool, buckets: int) -> da.Array:
                 tasks[(name, c, j)] = (operator.getitem, (arr.name, c), cut)
                 keys[name].append((name, c, j))
         vkeys, *ikeys = keys.values()
-        merges[(out, len(chunks))] = (_merge, vkeys, ikeys[0] if ikeys else None)
+        merges[(out, len(chunks))] = (_merge, vkeys, ikeys[0] if ikeys else None, local)
         chunks.append(int(totals[j]))
     graph = HighLevelGraph.merge(*[a.dask for a in sources.values()])
     for (name, tasks), arr in zip(pieces.items(), sources.values()):

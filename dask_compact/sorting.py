@@ -18,9 +18,11 @@ from .validate import check_chunk_type, native
 
 __all__ = ["sort", "argsort", "LOCAL_SORTS", "SORT_DTYPES"]
 
-# What sorts each chunk (``local=``): "auto" is NumPy's sort on NumPy chunks (its stable
-# argsort, or a sort of packed keys where that measured faster) and CuPy's on CuPy chunks.
-LOCAL_SORTS = ("auto",)
+# What sorts each chunk and merges each bucket (``local=``): "auto" is NumPy's sort on NumPy
+# chunks (its stable argsort, or a sort of packed keys where that measured faster) and CuPy's
+# on CuPy chunks; "radix" the seed's LSD radix sort built from our stable split
+# (backends/split_radix.py), on either.
+LOCAL_SORTS = ("auto", "radix")
 SORT_DTYPES = tuple(
     np.dtype(t)
     for t in (
@@ -43,9 +45,11 @@ def sort(x: da.Array, *, local: str = "auto", buckets: int | None = None) -> da.
     ----------
     x : dask.array.Array
         1-D, known chunk sizes, NumPy or CuPy chunks of bool, (u)int8..64 or float16/32/64.
-    local : {"auto"}
-        The sort of each chunk and bucket: ``np.sort`` for NumPy chunks, ``cupy.sort`` for
-        CuPy chunks.
+    local : {"auto", "radix"}
+        The sort of each chunk and bucket: ``"auto"``, ``np.sort`` for NumPy chunks,
+        ``cupy.sort`` for CuPy chunks; ``"radix"``, the LSD radix sort built from
+        :func:`dask_compact.partition_array` (one stable split per key bit: the textbook
+        construction, slower than either, kept for comparison).
     buckets : int, optional
         How many output chunks to aim for (default: as many as ``x`` has). Splitting is by
         (value, index), so repeated values do not unbalance the buckets; empty buckets are
@@ -101,7 +105,7 @@ def _sorted(x: Any, local: Any, buckets: Any, indices: bool, fn: str) -> da.Arra
         dtype = np.dtype(np.int64) if indices else x.dtype
         empty = np.empty_like(x._meta, shape=(0,), dtype=dtype)
         return da.from_array(empty, chunks=(0,), meta=empty)
-    return build_sort(x, indices, nchunks)
+    return build_sort(x, indices, nchunks, local)
 
 
 def _check(x: Any, local: Any, fn: str) -> da.Array:

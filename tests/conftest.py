@@ -148,6 +148,27 @@ def random_array(rng: np.random.Generator, shape, dtype) -> np.ndarray:
     return (real + 1j * imag).astype(dtype)
 
 
+def sort_input(rng: np.random.Generator, n: int, dtype) -> np.ndarray:
+    """Data that sorting gets wrong first, of any sortable dtype: integers over their whole
+    range with both extremes and a run of small repeated values, shuffled; floats with repeats
+    (rounded), NaNs of both signs, -0.0 beside 0.0, -inf; bools mostly False."""
+    dt = np.dtype(dtype)
+    if dt.kind == "b":
+        return rng.random(n) < 0.4
+    if dt.kind in "iu":
+        info = np.iinfo(dt)
+        a = rng.integers(info.min, info.max, n, dtype=dt, endpoint=True)
+        k = n // 20
+        a[:k], a[k : 2 * k], a[2 * k : 8 * k] = info.min, info.max, rng.integers(0, 5, 6 * k)
+        rng.shuffle(a)
+        return a
+    a = (rng.standard_normal(n) * 50).round(0).astype(dt)
+    a[::13] = np.nan
+    a[::41] = np.copysign(np.array(np.nan, dt), np.array(-1, dt))  # what inf - inf gives
+    a[3:6] = [-0.0, 0.0, -np.inf][: max(0, min(3, n - 3))]
+    return a
+
+
 def key_predicate(key: np.ndarray) -> tuple[str, np.ndarray]:
     """A record predicate string over the field ``key`` (random_array data of any dtype) that
     selects some rows but not all, and its NumPy mask."""

@@ -9,6 +9,7 @@ import dask
 import dask.array as da
 import numpy as np
 import pytest
+from conftest import sort_input
 from distributed import futures_of, wait
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -100,20 +101,7 @@ def test_all_nan():
 
 @pytest.mark.parametrize("dtype", [d.name for d in SORT_DTYPES])
 def test_every_dtype(dtype):
-    rng = np.random.default_rng(4)
-    dt = np.dtype(dtype)
-    if dt.kind == "b":
-        a = rng.random(2000) < 0.3
-    elif dt.kind in "iu":
-        info = np.iinfo(dt)
-        a = rng.integers(info.min, info.max, 2000, dtype=dt, endpoint=True)
-        a[:50] = info.min
-        a[50:100] = info.max
-        a[100:600] = rng.integers(0, 5, 500)  # repeats
-        rng.shuffle(a)
-    else:
-        a = (rng.standard_normal(2000) * 100).astype(dt)
-        a[::13] = np.nan
+    a = sort_input(np.random.default_rng(4), 2000, dtype)
     check(a, da.from_array(a, chunks=333))
 
 
@@ -167,6 +155,22 @@ def test_unsorted_chunks_are_not_required_to_be_numpy_contiguous():
     check(a[::-3].copy(), x)
 
 
+@pytest.mark.parametrize("dtype", [d.name for d in SORT_DTYPES])
+def test_local_radix_every_dtype(dtype):
+    """local="radix": the LSD radix sort from the stable split, every dtype with its extremes,
+    NaNs of both signs, signed zeros and repeated values, in odd chunks."""
+    a = sort_input(np.random.default_rng(7), 1_031, dtype)
+    check(a, da.from_array(a, chunks=97), local="radix")
+
+
+def test_radix_order_is_the_stable_argsort():
+    from dask_compact.backends.split_radix import order_key, radix_order
+
+    a = np.random.default_rng(8).integers(-3, 3, 999).astype(np.int64)
+    np.testing.assert_array_equal(radix_order(order_key(a)), np.argsort(a, kind="stable"))
+    assert radix_order(order_key(a[:1])).tolist() == [0]
+
+
 def test_errors_before_anything_runs():
     a = np.arange(10.0)
     with pytest.raises(TypeError, match="dask array"):
@@ -182,7 +186,7 @@ def test_errors_before_anything_runs():
     with pytest.raises(ValueError, match="known chunk sizes"):
         dask_compact.sort(y[y > 2])
     with pytest.raises(ValueError, match="local must be one of"):
-        dask_compact.sort(y, local="radix")
+        dask_compact.sort(y, local="merge")
     for bad in (0, -1, 2.5, True, "auto"):
         with pytest.raises(ValueError, match="buckets"):
             dask_compact.sort(y, buckets=bad)

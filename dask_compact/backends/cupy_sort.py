@@ -18,6 +18,8 @@ from typing import Any
 import cupy
 import numpy as np
 
+from . import split_radix
+
 __all__ = ["sort_chunk", "sort_bounds", "sort_merge"]
 
 
@@ -38,8 +40,10 @@ def _nans_last(v: Any) -> Any:
 
 
 def sort_chunk(
-    a: Any, indices: bool, base: int, positions: np.ndarray
+    a: Any, indices: bool, base: int, positions: np.ndarray, local: str = "auto"
 ) -> tuple[Any, Any, np.ndarray]:
+    if local == "radix":
+        return split_radix.sort_chunk(a, indices, base, positions, cupy)
     pos = cupy.asarray(positions)
     if indices:
         keys = _keys(a)
@@ -67,7 +71,9 @@ def sort_bounds(values: Any, split_values: np.ndarray, split_index: np.ndarray,
     return np.clip(split_index - np.int64(base), lo_h, hi_h)
 
 
-def sort_merge(like: Any, values: list, orders: list | None) -> Any:
+def sort_merge(like: Any, values: list, orders: list | None, local: str = "auto") -> Any:
+    if local == "radix":
+        return split_radix.sort_merge(values, orders, cupy)
     if orders is None:
         if len(values) == 1:
             return values[0].copy()

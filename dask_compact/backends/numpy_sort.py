@@ -2,7 +2,7 @@
 
 Backend contract (this module and :mod:`.cupy_sort`; chosen by :mod:`dask_compact.dispatch`):
 
-``sort_chunk(a, indices, base, positions) -> (values, order, sample)``
+``sort_chunk(a, indices, base, positions, local="auto") -> (values, order, sample)``
     ``values``: ``a`` sorted as NumPy sorts (NaNs last; equal values in their input order when
     ``indices``). ``order``: int64 global indices (``base`` + position in ``a``) of ``values``
     when ``indices``, else None. ``sample``: ``values[positions]`` as a NumPy array (the
@@ -16,7 +16,7 @@ Backend contract (this module and :mod:`.cupy_sort`; chosen by :mod:`dask_compac
     the element at sorted position r has index ``base + r``: ``clip(i - base, lo, hi)`` with
     ``[lo, hi)`` the run of elements equal to ``v``. int64 on the host.
 
-``sort_merge(like, values, orders) -> out``
+``sort_merge(like, values, orders, local="auto") -> out``
     Output bucket from its pieces (one per input chunk, in chunk order; each sorted): with
     ``orders`` None the merged values, else the global indices ``orders`` in the merged order
     (ties keep piece order, so equal values come out by global index).
@@ -27,6 +27,9 @@ for float32 values); a stable argsort of a 1, 2 or 4-byte dtype sorts one uint64
 (order-preserving key << 32 | position: positions are unique, so any sort is stable), 6x
 faster than ``np.argsort(kind="stable")`` on float32 and int32 (NumPy's timsort); 1 and 2-byte
 integers take NumPy's stable radix sort, and 8-byte types NumPy's stable sort.
+
+``local="radix"`` (both steps, both backends): the seed's LSD radix sort from the stable split
+(:mod:`.split_radix`).
 """
 
 from __future__ import annotations
@@ -35,9 +38,13 @@ from typing import Any, Literal
 
 import numpy as np
 
-__all__ = ["sort_chunk", "sort_bounds", "sort_merge", "stable_argsort", "sort_kind"]
+from . import split_radix
+from .split_radix import order_key
 
-_UINT: dict[int, Any] = {1: np.uint8, 2: np.uint16, 4: np.uint32}
+__all__ = [
+    "sort_chunk", "sort_bounds", "sort_merge", "stable_argsort", "sort_kind", "order_key",
+]
+
 _MAX_PACKED = 2**32  # positions must fit the low 32 bits of the packed key
 
 
@@ -45,21 +52,6 @@ def sort_kind(dtype: np.dtype) -> Literal["stable"] | None:
     """NumPy's radix sort (``kind="stable"``) for 1 and 2-byte integers and bools, which it
     sorts in O(n) (5-15x faster than the default there), else the default introsort."""
     return "stable" if dtype.kind in "biu" and dtype.itemsize <= 2 else None
-
-
-def order_key(a: np.ndarray) -> np.ndarray:
-    """Unsigned integers of ``a``'s width that order exactly as NumPy sorts ``a``: -0.0 equals
-    0.0, every NaN equals every other and comes after +inf."""
-    u = _UINT[a.dtype.itemsize]
-    sign = u(1) << u(8 * a.dtype.itemsize - 1)
-    if a.dtype.kind == "f":
-        bits = (a + a.dtype.type(0)).view(u)  # -0.0 + 0.0 is +0.0
-        key = np.where(bits & sign, ~bits, bits | sign)
-        key[np.isnan(a)] = np.iinfo(u).max
-        return key
-    if a.dtype.kind == "i":
-        return a.view(u) ^ sign
-    return a.view(u)
 
 
 def stable_argsort(a: np.ndarray) -> np.ndarray:
@@ -76,8 +68,10 @@ def stable_argsort(a: np.ndarray) -> np.ndarray:
 
 
 def sort_chunk(
-    a: np.ndarray, indices: bool, base: int, positions: np.ndarray
+    a: np.ndarray, indices: bool, base: int, positions: np.ndarray, local: str = "auto"
 ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+    if local == "radix":
+        return split_radix.sort_chunk(a, indices, base, positions, np)
     if indices:
         order = stable_argsort(a)
         values = a[order]
@@ -96,7 +90,10 @@ def sort_bounds(
     return np.clip(split_index - np.int64(base), lo, hi).astype(np.int64)
 
 
-def sort_merge(like: Any, values: list, orders: list | None) -> np.ndarray:
+def sort_merge(like: Any, values: list, orders: list | None, local: str = "auto"
+               ) -> np.ndarray:
+    if local == "radix":
+        return split_radix.sort_merge(values, orders, np)
     if orders is None:
         if len(values) == 1:
             return values[0].copy()  # a slice would keep its whole input chunk alive

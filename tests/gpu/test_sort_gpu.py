@@ -12,6 +12,7 @@ cupy = pytest.importorskip("cupy")
 da = pytest.importorskip("dask.array")
 
 import dask  # noqa: E402
+from conftest import sort_input  # noqa: E402
 
 import dask_compact  # noqa: E402
 from dask_compact.backends import cupy_sort, numpy_sort  # noqa: E402
@@ -53,20 +54,16 @@ def test_sizes(n):
 
 @pytest.mark.parametrize("dtype", [d.name for d in SORT_DTYPES])
 def test_every_dtype(dtype):
-    rng = np.random.default_rng(1)
-    dt = np.dtype(dtype)
-    if dt.kind == "b":
-        a = rng.random(50_000) < 0.4
-    elif dt.kind in "iu":
-        info = np.iinfo(dt)
-        a = rng.integers(info.min, info.max, 50_000, dtype=dt, endpoint=True)
-        a[:100], a[100:200] = info.min, info.max
-        a[200:5000] = rng.integers(0, 4, 4800)
-        rng.shuffle(a)
-    else:
-        a = (rng.standard_normal(50_000) * 50).astype(dt)
-        a[::11] = np.nan
+    a = sort_input(np.random.default_rng(1), 50_000, dtype)
     check(a, _gpu(a, 6_000))
+
+
+@pytest.mark.parametrize("dtype", ["bool", "int8", "int64", "uint32", "float16", "float32",
+                                   "float64"])
+def test_local_radix(dtype):
+    """local="radix" on CuPy chunks: the radix sort from partition_array on the GPU."""
+    a = sort_input(np.random.default_rng(9), 20_011, dtype)
+    check(a, _gpu(a, 3_001), local="radix")
 
 
 @pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
