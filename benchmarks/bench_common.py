@@ -1,6 +1,6 @@
-"""What the per-call benchmarks (records_bench.py, partition_bench.py) share: whole-call
-timing, the run's label (date, device, commit) and the files a run leaves (markdown, CSV,
-throughput-vs-p chart)."""
+"""What the benchmark scripts share: whole-call timing, CUDA-event timing of batches, the
+run's label (date, device, commit), random input generated on a cluster's workers, and the
+files a run leaves (markdown, CSV, throughput-vs-p chart)."""
 
 from __future__ import annotations
 
@@ -30,10 +30,79 @@ def timed_ms(fn, sync, reps: int, warm: int = 2) -> float:
     return float(np.median(times)) * 1e3
 
 
+class EventTimer:
+    """Median over ``reps`` batches of ``batch`` calls (CUDA events), per call, after
+    ``warmup`` calls; ``fn(k)`` uses input buffer k % nbuf. Batches let the host enqueue ahead
+    of the GPU, so a call's time is its device time wherever it does not synchronise itself
+    (ours, CUB, a copy); CuPy's and PyTorch's calls that synchronise pay that in every call."""
+
+    def __init__(self, reps: int, warmup: int = 3, batch: int = 4) -> None:
+        self.reps, self.warmup, self.batch = reps, warmup, batch
+
+    def __call__(self, fn, nbuf: int) -> float:
+        import cupy
+
+        for k in range(self.warmup):
+            fn(k % nbuf)
+        cupy.cuda.get_current_stream().synchronize()
+        start, end = cupy.cuda.Event(), cupy.cuda.Event()
+        times, k = [], 0
+        for _ in range(self.reps):
+            start.record()
+            for _ in range(self.batch):
+                fn(k % nbuf)
+                k += 1
+            end.record()
+            end.synchronize()
+            times.append(cupy.cuda.get_elapsed_time(start, end) / self.batch)
+        return float(np.median(times))
+
+
+def sync_device() -> None:
+    """Wait for this process's GPU work (nothing where CuPy is not installed); run on each
+    worker of a GPU cluster before a timer stops."""
+    try:
+        import cupy
+    except ImportError:
+        return
+    cupy.cuda.runtime.deviceSynchronize()
+
+
+def git_sha() -> str:
+    """The checkout's short commit ("unknown" outside a git checkout)."""
+    r = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return r.stdout.strip() or "unknown"
+
+
+def _gen(block_info=None, *, seed: int, gpu: bool):
+    info = block_info[None]
+    ((start, stop),) = info["array-location"]
+    i = info["chunk-location"][0]
+    if gpu:
+        import cupy
+
+        return cupy.random.default_rng(seed + i).random(stop - start, dtype=cupy.float32)
+    return np.random.default_rng(seed + i).random(stop - start, dtype=np.float32)
+
+
+def random_array(n: int, chunk: int, seed: int, gpu: bool, name: str):
+    """``n`` uniform float32 in chunks of ``chunk``, each generated where its task runs (CuPy
+    chunks when ``gpu``), not persisted; ``name`` is the dask key prefix."""
+    import dask.array as da
+
+    chunks = ((chunk,) * (n // chunk) + ((n % chunk,) if n % chunk else ()),)
+    meta = np.empty(0, np.float32)
+    if gpu:
+        import cupy
+
+        meta = cupy.empty(0, np.float32)
+    return da.map_blocks(_gen, chunks=chunks, dtype=np.float32, meta=meta, seed=seed, gpu=gpu,
+                         name=name)
+
+
 def label(gpu: bool, sha: str | None) -> tuple[str, str, str]:
     """(today, device in words, commit) of this run."""
-    sha = sha or subprocess.run(["git", "rev-parse", "--short", "HEAD"],
-                                capture_output=True, text=True).stdout.strip() or "unknown"
+    sha = sha or git_sha()
     if gpu:
         import cupy
 

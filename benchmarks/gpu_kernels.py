@@ -26,6 +26,7 @@ from pathlib import Path
 
 import cupy
 import numpy as np
+from bench_common import EventTimer
 
 from dask_compact.backends import cupy_backend as cb
 from dask_compact.backends import cupy_tuning
@@ -79,33 +80,6 @@ def make_input(n: int, dtype: np.dtype, rs: cupy.random.RandomState) -> cupy.nda
     if dtype == np.int8:
         return rs.randint(-128, 128, size=n, dtype=np.int8)
     return rs.randint(0, 2**31 - 1, size=n, dtype=np.int32)
-
-
-class Timer:
-    """Median over reps of the event time of a batch of calls, per call; warm-up first; input
-    buffers rotate per call. Batches of several calls let the host enqueue ahead of the GPU, so
-    an implementation's time is its device time wherever it does not synchronise itself (ours,
-    CUB, the copy); CuPy's and PyTorch's calls synchronise inside and pay that in every call."""
-
-    def __init__(self, reps: int, warmup: int = 3, batch: int = 4) -> None:
-        self.reps, self.warmup, self.batch = reps, warmup, batch
-
-    def __call__(self, fn, nbuf: int) -> float:
-        for k in range(self.warmup):
-            fn(k % nbuf)
-        cupy.cuda.get_current_stream().synchronize()
-        times = []
-        start, end = cupy.cuda.Event(), cupy.cuda.Event()
-        k = 0
-        for _ in range(self.reps):
-            start.record()
-            for _ in range(self.batch):
-                fn(k % nbuf)
-                k += 1
-            end.record()
-            end.synchronize()
-            times.append(cupy.cuda.get_elapsed_time(start, end) / self.batch)
-        return float(np.median(times))
 
 
 class CubPeer:
@@ -196,7 +170,7 @@ def bench_config(
     temp = cupy.empty(peer.temp_bytes(dtype.name, n), dtype=np.uint8) if peer else None
     tbufs = [torch.as_tensor(b, device="cuda") for b in bufs] if torch is not None else None
     reps = timer_reps(n)
-    timer = Timer(reps)
+    timer = EventTimer(reps)
 
     def record(impl, p, ms, sel, out_bytes, chk=""):
         read = n * isz

@@ -35,37 +35,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-
-def _gen(block_info=None, *, seed: int, gpu: bool):
-    info = block_info[None]
-    ((start, stop),) = info["array-location"]
-    i = info["chunk-location"][0]
-    if gpu:
-        import cupy
-
-        return cupy.random.default_rng(seed + i).random(stop - start, dtype=cupy.float32)
-    return np.random.default_rng(seed + i).random(stop - start, dtype=np.float32)
+from bench_common import random_array as generated
+from bench_common import sync_device as _sync_device
 
 
 def random_array(n: int, chunk: int, seed: int, gpu: bool):
-    import dask.array as da
-
-    chunks = ((chunk,) * (n // chunk) + ((n % chunk,) if n % chunk else ()),)
-    meta = np.empty(0, np.float32)
-    if gpu:
-        import cupy
-
-        meta = cupy.empty(0, np.float32)
-    return da.map_blocks(
-        _gen,
-        chunks=chunks,
-        dtype=np.float32,
-        meta=meta,
-        seed=seed,
-        gpu=gpu,
-        name=f"random-{n}-{chunk}-{seed}-{gpu}",
-    )
+    return generated(n, chunk, seed, gpu, f"random-{n}-{chunk}-{seed}-{gpu}")
 
 
 def generate(client, n: int, chunk: int, layout: str, seed: int, gpu: bool):
@@ -88,14 +63,6 @@ def generate(client, n: int, chunk: int, layout: str, seed: int, gpu: bool):
         x = da.concatenate(parts).persist()
     wait(x)
     return x
-
-
-def _sync_device() -> None:
-    try:
-        import cupy
-    except ImportError:
-        return
-    cupy.cuda.runtime.deviceSynchronize()
 
 
 def _floor_on_worker(keys: list, threshold: float, reps: int, dask_worker=None) -> float:

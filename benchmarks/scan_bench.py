@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from bench_common import EventTimer
 
 from dask_compact import scan_array
 
@@ -83,32 +84,6 @@ def sizes_default() -> list[int]:
 
 
 # ------------------------------------------------------------------------------ GPU ---------
-
-
-class Timer:
-    """Median over ``reps`` batches of ``batch`` calls (CUDA events), per call, after warm-up;
-    ``fn(k)`` uses input buffer k % nbuf."""
-
-    def __init__(self, reps: int, batch: int = 4, warmup: int = 3) -> None:
-        self.reps, self.batch, self.warmup = reps, batch, warmup
-
-    def __call__(self, fn, nbuf: int) -> float:
-        import cupy
-
-        for k in range(self.warmup):
-            fn(k % nbuf)
-        cupy.cuda.get_current_stream().synchronize()
-        start, end = cupy.cuda.Event(), cupy.cuda.Event()
-        times, k = [], 0
-        for _ in range(self.reps):
-            start.record()
-            for _ in range(self.batch):
-                fn(k % nbuf)
-                k += 1
-            end.record()
-            end.synchronize()
-            times.append(cupy.cuda.get_elapsed_time(start, end) / self.batch)
-        return float(np.median(times))
 
 
 class CubScan:
@@ -194,13 +169,13 @@ def gpu_rows(cases: list[tuple[np.dtype, np.dtype, list[int]]], peer: CubScan | 
                 print(f"{impl:26s} {row['case']:16s} n={n:>10d} {ms:9.4f} ms "
                       f"{row['GBps']:8.1f} GB/s {chk}", flush=True)
 
-            ms = Timer(r)(lambda k: cupy.cuda.runtime.memcpyAsync(
+            ms = EventTimer(r)(lambda k: cupy.cuda.runtime.memcpyAsync(
                 out.data.ptr, bufs[k].data.ptr, n * isz, cupy.cuda.runtime.memcpyDeviceToDevice,
                 cupy.cuda.get_current_stream().ptr), nbuf)
             rec("copy", ms, 2 * n * isz)
             for alg in algs:
                 reps_a = r if alg in ("lookback", "shared") or n <= 2**22 else max(3, r // 3)
-                ms = Timer(reps_a)(lambda k, alg=alg: scan_array(
+                ms = EventTimer(reps_a)(lambda k, alg=alg: scan_array(
                     bufs[k], exclusive=True, algorithm=alg, dtype=odt), nbuf)
                 got = scan_array(bufs[0], exclusive=True, algorithm=alg, dtype=odt)
                 rec(f"ours_{alg}", ms, n * (isz + osz), _gpu_check(got, ref, True),
@@ -208,17 +183,17 @@ def gpu_rows(cases: list[tuple[np.dtype, np.dtype, list[int]]], peer: CubScan | 
                 del got
             if peer is not None and peer.available(idt, odt):
                 temp = cupy.empty(peer.temp_bytes(idt, odt, n), dtype=np.uint8)
-                ms = Timer(r)(lambda k: peer(bufs[k], out, temp), nbuf)
+                ms = EventTimer(r)(lambda k: peer(bufs[k], out, temp), nbuf)
                 peer(bufs[0], out, temp)
                 rec("cub_exclusive_sum", ms, n * (isz + osz), _gpu_check(out, ref, True))
                 del temp
-            ms = Timer(r)(lambda k: cupy.cumsum(bufs[k], dtype=odt), nbuf)
+            ms = EventTimer(r)(lambda k: cupy.cumsum(bufs[k], dtype=odt), nbuf)
             rec("cupy_cumsum", ms, n * (isz + osz),
                 _gpu_check(cupy.cumsum(bufs[0], dtype=odt), ref, False))
             if torch is not None:
                 tb = [torch.as_tensor(b, device="cuda") for b in bufs]
                 tdt = getattr(torch, odt.name)
-                ms = Timer(r)(lambda k: torch.cumsum(tb[k], 0, dtype=tdt), nbuf)
+                ms = EventTimer(r)(lambda k: torch.cumsum(tb[k], 0, dtype=tdt), nbuf)
                 got = cupy.asarray(torch.cumsum(tb[0], 0, dtype=tdt))
                 rec("torch_cumsum", ms, n * (isz + osz), _gpu_check(got, ref, False))
                 del tb, got

@@ -28,56 +28,23 @@ import csv
 import datetime as dt
 import platform
 import statistics
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-
-def git_sha() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, check=True).stdout.strip()
-    except Exception:  # noqa: BLE001 - not a git checkout
-        return "unknown"
-
-
-def _gen(block_info=None, *, seed: int, gpu: bool):
-    info = block_info[None]
-    ((start, stop),) = info["array-location"]
-    i = info["chunk-location"][0]
-    if gpu:
-        import cupy
-
-        return cupy.random.default_rng(seed + i).random(stop - start, dtype=cupy.float32)
-    return np.random.default_rng(seed + i).random(stop - start, dtype=np.float32)
+from bench_common import git_sha
+from bench_common import random_array as generated
+from bench_common import sync_device as _sync_device
 
 
 def random_array(n: int, chunk: int, seed: int, gpu: bool):
     """``n`` float32 generated on the workers (each chunk where its task runs), persisted."""
-    import dask.array as da
     from distributed import wait
 
-    chunks = ((chunk,) * (n // chunk) + ((n % chunk,) if n % chunk else ()),)
-    meta = np.empty(0, np.float32)
-    if gpu:
-        import cupy
-
-        meta = cupy.empty(0, np.float32)
-    x = da.map_blocks(_gen, chunks=chunks, dtype=np.float32, meta=meta, seed=seed, gpu=gpu,
-                      name=f"sort-bench-input-{n}-{chunk}-{seed}").persist()  # fmt: skip
+    x = generated(n, chunk, seed, gpu, f"sort-bench-input-{n}-{chunk}-{seed}").persist()
     wait(x)
     return x
-
-
-def _sync_device() -> None:
-    try:
-        import cupy
-    except ImportError:
-        return
-    cupy.cuda.runtime.deviceSynchronize()
 
 
 def _summary(b) -> Any:

@@ -3,6 +3,7 @@ that nothing else was left in the temporary directory, the `gpu` marker, random 
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import shutil
@@ -88,17 +89,24 @@ def _dask_scheduler_setting_restored():
             dask.config.set(scheduler=before)
 
 
-@pytest.fixture(scope="module")
-def process_client():
-    """A distributed LocalCluster of 2 single-threaded worker processes and its Client, the
-    default scheduler until the module ends: request it in a module's last tests."""
+@contextlib.contextmanager
+def local_process_cluster(n_workers: int):
+    """A distributed LocalCluster of ``n_workers`` single-threaded worker processes (no
+    dashboards) and its Client, the default scheduler while it is open."""
     from distributed import Client, LocalCluster
 
     with (
-        LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+        LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True,
                      dashboard_address=None, worker_dashboard_address=None) as cluster,
         Client(cluster) as c,
     ):  # fmt: skip
+        yield c
+
+
+@pytest.fixture(scope="module")
+def process_client():
+    """local_process_cluster(2) for a module: request it in a module's last tests."""
+    with local_process_cluster(2) as c:
         yield c
 
 
@@ -146,6 +154,28 @@ def random_array(rng: np.random.Generator, shape, dtype) -> np.ndarray:
     real = rng.standard_normal(shape) * 10
     imag = rng.standard_normal(shape) * 10
     return (real + 1j * imag).astype(dtype)
+
+
+def scan_data(dtype: str, n: int, seed: int = 0) -> np.ndarray:
+    """Scan input: integers over the dtype's whole range (so sums wrap), signed normals for
+    floats, bools."""
+    rng = np.random.default_rng(seed)
+    dt = np.dtype(dtype)
+    if dt.kind == "b":
+        return rng.random(n) < 0.5
+    if dt.kind in "iu":
+        info = np.iinfo(dt)
+        return rng.integers(info.min, info.max, n, dtype=dt, endpoint=True)
+    return (rng.standard_normal(n) * 100).astype(dt)
+
+
+def scan_reference(a: np.ndarray, exclusive: bool, dtype=None) -> np.ndarray:
+    """NumPy's cumsum, shifted right by one (a leading 0) for the exclusive scan."""
+    with np.errstate(over="ignore"):
+        inc = np.cumsum(a, dtype=dtype)
+    if not exclusive:
+        return inc
+    return np.concatenate([np.zeros(1, inc.dtype), inc[:-1]]) if inc.size else inc
 
 
 def sort_input(rng: np.random.Generator, n: int, dtype) -> np.ndarray:

@@ -8,6 +8,8 @@ import dask
 import dask.array as da
 import numpy as np
 import pytest
+from conftest import scan_data as data
+from conftest import scan_reference as reference
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -20,27 +22,6 @@ DTYPES = [
     "float32", "float64",
 ]  # fmt: skip
 SIZES = [0, 1, 2, 31, 33, 1023, 1025, 4099, 65537]  # 4099 and 65537 are prime
-
-
-def data(dtype: str, n: int, seed: int = 0) -> np.ndarray:
-    """Random data over the dtype's whole range for integers (so sums wrap), signed normals
-    for floats."""
-    rng = np.random.default_rng(seed)
-    dt = np.dtype(dtype)
-    if dt.kind == "b":
-        return rng.random(n) < 0.5
-    if dt.kind in "iu":
-        info = np.iinfo(dt)
-        return rng.integers(info.min, info.max, n, dtype=dt, endpoint=True)
-    return (rng.standard_normal(n) * 100).astype(dt)
-
-
-def reference(a: np.ndarray, exclusive: bool, dtype=None) -> np.ndarray:
-    with np.errstate(over="ignore"):
-        inc = np.cumsum(a, dtype=dtype)
-    if not exclusive:
-        return inc
-    return np.concatenate([np.zeros(1, inc.dtype), inc[:-1]]) if inc.size else inc
 
 
 def assert_scan(got: np.ndarray, want: np.ndarray, a: np.ndarray) -> None:
@@ -271,19 +252,7 @@ def test_compact_scan_mask_path_nd_and_dask() -> None:
 # --------------------------------------------------------------------- distributed ----------
 
 
-@pytest.fixture(scope="module")
-def client():
-    from distributed import Client, LocalCluster
-
-    with (
-        LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
-                     worker_dashboard_address=None) as cluster,
-        Client(cluster) as c,
-    ):
-        yield c
-
-
-def test_cumsum_on_local_cluster(client) -> None:
+def test_cumsum_on_local_cluster(process_client) -> None:
     a = data("int32", 30_011, seed=12)
     x = da.from_array(a, chunks=2_001)
     y = cumsum(x)

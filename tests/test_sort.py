@@ -9,7 +9,7 @@ import dask
 import dask.array as da
 import numpy as np
 import pytest
-from conftest import sort_input
+from conftest import local_process_cluster, sort_input
 from distributed import futures_of, wait
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -243,13 +243,7 @@ def test_property_matches_numpy(a, chunk, buckets):
 
 @pytest.fixture(scope="module")
 def client():
-    from distributed import Client, LocalCluster
-
-    with (
-        LocalCluster(n_workers=4, threads_per_worker=1, processes=True, dashboard_address=None,
-                     worker_dashboard_address=None) as cluster,
-        Client(cluster) as c,
-    ):
+    with local_process_cluster(4) as c:
         yield c
 
 

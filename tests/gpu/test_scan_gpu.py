@@ -14,6 +14,8 @@ cupy = pytest.importorskip("cupy")
 da = pytest.importorskip("dask.array")
 
 import dask  # noqa: E402
+from conftest import scan_data as data  # noqa: E402
+from conftest import scan_reference as reference  # noqa: E402
 
 from dask_compact import compact_array, cumsum, scan_array  # noqa: E402
 from dask_compact.backends import cupy_scan  # noqa: E402
@@ -29,25 +31,6 @@ DTYPES = [
 # around the warp (32), the shared block (512), look-back tiles (2048 / 4096 elements) and
 # primes; 2^17 + 1 crosses several recursion levels of "shared" and many look-back windows
 SIZES = [0, 1, 2, 31, 33, 511, 513, 1023, 1025, 2047, 2049, 4095, 4097, 7919, 65537, 2**17 + 1]
-
-
-def data(dtype: str, n: int, seed: int = 0) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    dt = np.dtype(dtype)
-    if dt.kind == "b":
-        return rng.random(n) < 0.5
-    if dt.kind in "iu":
-        info = np.iinfo(dt)
-        return rng.integers(info.min, info.max, n, dtype=dt, endpoint=True)
-    return (rng.standard_normal(n) * 100).astype(dt)
-
-
-def reference(a: np.ndarray, exclusive: bool, dtype=None) -> np.ndarray:
-    with np.errstate(over="ignore"):
-        inc = np.cumsum(a, dtype=dtype)
-    if not exclusive:
-        return inc
-    return np.concatenate([np.zeros(1, inc.dtype), inc[:-1]]) if inc.size else inc
 
 
 def assert_scan(got, a: np.ndarray, exclusive: bool, dtype=None) -> None:
