@@ -32,6 +32,7 @@ import datetime as dt
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -94,16 +95,25 @@ def make_input(path: Path, n: int, chunk: int, codec: str) -> None:
         list(pool.map(fill, range(-(-n // chunk))))
 
 
+CMD_TIMEOUT: float | None = None  # --cmd-timeout
+
+
 def timed(cmd: list[str], env: dict | None = None) -> tuple[float, str]:
     t = time.perf_counter()
-    r = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **(env or {})})
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=CMD_TIMEOUT,
+                           env={**os.environ, **(env or {})})
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"{' '.join(cmd)} gave up after {CMD_TIMEOUT} s") from None
     wall = time.perf_counter() - t
     if r.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed ({r.returncode}):\n{r.stderr[-3000:]}")
     return wall, r.stdout
 
 
-def read_floor(src: Path, n: int, chunk: int) -> dict[str, float]:
+def read_floor(src: Path, n: int, chunk: int, skip: set[str]) -> dict[str, float]:
+    """Seconds to read and decode every chunk, each way this machine has (a way whose row name
+    is in ``skip`` is not run: the GPU decode of a large input takes minutes)."""
     import zarr
 
     from dask_compact.batch.reader import chunk_files_reader
@@ -133,7 +143,8 @@ def read_floor(src: Path, n: int, chunk: int) -> dict[str, float]:
             list(pool.map(lambda b: reader.read(
                 *b, out=thread_host((b[1] - b[0],), z.dtype)).sum(dtype=np.float64) * 0, blocks))
         out["chunk files threads, reused buffers"] = time.perf_counter() - t
-        if gpu_host() and not gpu_zstd_unavailable():
+        if (gpu_host() and not gpu_zstd_unavailable()
+                and "read floor (chunk files threads, GPU decode)" not in skip):
             # nvCOMP decoding each chunk on the device (the reader's GPU path, as the job's
             # tasks call it), from a thread pool
             t = time.perf_counter()
@@ -149,7 +160,8 @@ def _read_block(src: str, b: tuple[int, int]) -> float:
     return float(zarr.open_array(src, mode="r")[b[0] : b[1]][:1].sum())
 
 
-def write_floor(dst: Path, values: np.ndarray, chunk: int, codec: str) -> dict[str, float]:
+def write_floor(dst: Path, values: np.ndarray, chunk: int, codec: str,
+                skip: set[str]) -> dict[str, float]:
     """Encode and write ``values`` as a Zarr array: zarr's writes from a thread pool, and (zstd)
     the chunk files encoded by numcodecs and written directly, the same bytes."""
     import zarr
@@ -192,7 +204,8 @@ def write_floor(dst: Path, values: np.ndarray, chunk: int, codec: str) -> dict[s
         out["chunk files, job's pool"] = time.perf_counter() - t
         ex.close()
         shutil.rmtree(dst)
-        if gpu_host() and not gpu_zstd_unavailable():
+        if (gpu_host() and not gpu_zstd_unavailable() and
+                "write floor (chunk files threads, GPU encode from device memory)" not in skip):
             # The same chunks from device memory (where a GPU compaction leaves them), encoded
             # by nvCOMP and only the frames copied back: the floor of the GPU-encode path.
             import cupy
@@ -280,6 +293,10 @@ def main() -> None:
     ap.add_argument("--workers", type=int, help="workers of the local processes cluster")
     ap.add_argument("--skip", action="append", default=[],
                     help="a run name to skip (repeat the option for several)")
+    ap.add_argument("--skip-re", metavar="REGEX",
+                    help="skip every run whose name matches (case-insensitive), e.g. gpu.decode")
+    ap.add_argument("--cmd-timeout", type=float, default=None, metavar="S",
+                    help="give up a timed command after S seconds (reported as failed)")
     ap.add_argument("--work", help="directory for the data (default: a temporary one)")
     ap.add_argument("--out", default="benchmarks/results")
     ap.add_argument("--tag", default="")
@@ -307,7 +324,13 @@ def main() -> None:
     make_input(src, n, chunk, args.codec)
     print(f"input written in {time.perf_counter() - t:.1f} s", flush=True)
     expect = expected_values(src, p)
-    skip = set(args.skip)
+    names = [*cli_modes(gpu, args.workers), "plain dask threads", "plain dask cluster",
+             "read floor (chunk files threads, GPU decode)",
+             "write floor (chunk files threads, GPU encode from device memory)"]
+    skip = set(args.skip) | {m for m in names
+                             if args.skip_re and re.search(args.skip_re, m, re.IGNORECASE)}
+    global CMD_TIMEOUT
+    CMD_TIMEOUT = args.cmd_timeout
     rows: list[dict] = []
 
     def record(name: str, seconds: float, kind: str, extra: dict | None = None) -> None:
@@ -315,10 +338,10 @@ def main() -> None:
         print(f"{name:34s} {seconds:8.2f} s", flush=True)
 
     # floors
-    floors = read_floor(src, n, chunk)
+    floors = read_floor(src, n, chunk, skip)
     for k, v in floors.items():
         record(f"read floor ({k})", v, "floor")
-    writes = write_floor(work / "floor_out.zarr", expect, chunk, args.codec)
+    writes = write_floor(work / "floor_out.zarr", expect, chunk, args.codec, skip)
     for k, v in writes.items():
         record(f"write floor ({k})", v, "floor")
     wf = min(writes.values())
@@ -329,7 +352,15 @@ def main() -> None:
         if name in skip:
             continue
         out = work / f"dask_{where}.zarr"
-        sec, _ = timed([*PY, "-c", PLAIN_DASK, str(src), str(out), str(p), str(chunk), where])
+        try:
+            sec, _ = timed([*PY, "-c", PLAIN_DASK, str(src), str(out), str(p), str(chunk),
+                            where])
+        except RuntimeError as e:  # reported as failed; the runs after it still run
+            print(f"{name}: FAILED\n{e}", flush=True)
+            rows.append({"run": name, "seconds": float("nan"), "kind": "plain dask",
+                         "error": str(e)})
+            shutil.rmtree(out, ignore_errors=True)
+            continue
         check_output(out, expect)
         shutil.rmtree(out)
         record(name, sec, "plain dask")

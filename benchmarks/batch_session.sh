@@ -6,7 +6,8 @@
 # for the carried packages otherwise, and every command would compile them again (over a
 # second of each CLI run's start was compile() before this).
 #   SHA=$(git rev-parse --short HEAD) bash benchmarks/batch_session.sh [LOG2N] [CHUNK_LOG2]
-# (SHA names the commit measured: the copy of the tree on the host may carry another HEAD)
+# (SHA names the commit measured: the copy of the tree on the host may carry another HEAD;
+# TESTS=0 skips the tests; BENCH_ARGS adds options to batch_io.py, e.g. --skip NAME)
 set -u -o pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/batch_out}
@@ -41,12 +42,14 @@ $(awk "BEGIN{print $t3-$t2}") s after compileall of $SITE"
 print('cupy', cupy.__version__, 'zarr', zarr.__version__, 'dask', dask.__version__, \
 'nvcomp', nvcomp.__version__)"; } > "$OUT/env.txt" 2>&1
 cat "$OUT/env.txt"
+if [ "${TESTS:-1}" != 0 ]; then
 log "batch tests"
 timeout 300 python3 -P -m pytest tests/gpu/test_batch_gpu.py tests/test_batch_stream.py \
   tests/test_batch_reader.py tests/test_batch_faults.py tests/test_cli.py -q -p no:cacheprovider \
   -o addopts="" -x -k "not four_times" > "$OUT/pytest.txt" 2>&1
 tail -5 "$OUT/pytest.txt"
+fi
 log "benchmark 2^$LOG2N"
 timeout ${BENCH_S:-420} python3 -P benchmarks/batch_io.py --log2n "$LOG2N" --chunk-log2 "$CHUNK" \
-  --work /tmp/batch_work --out "$OUT" ${SHA:+--sha "$SHA"} 2>&1 | tee "$OUT/bench.txt" | tail -30
+  --work /tmp/batch_work --out "$OUT" ${SHA:+--sha "$SHA"} ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.txt" | tail -30
 log "done"
