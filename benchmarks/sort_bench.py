@@ -14,6 +14,8 @@ efficiency (time on 1 GPU / time on k GPUs), and the peer ``cupy.sort`` of one c
 worker (and the same times the chunks per GPU: the local sort alone, no exchange). The
 output is checked on the workers: each chunk sorted, chunk boundaries in order, total size.
 ``x.compute()`` + sort is not a peer here: 2^32 float32 per GPU does not fit one GPU.
+``--protocol tcp ucx`` measures the cluster over each protocol in turn (UCX through
+distributed-ucxx, the ``ucx`` extra: GPU-to-GPU transfers of the exchanged pieces).
 
     python benchmarks/sort_bench.py --out benchmarks/results --sha SHA
     python benchmarks/sort_bench.py --gpu --gpus 1 2 4 --log2n 32 --out benchmarks/results
@@ -149,15 +151,18 @@ def _cupy_sort_chunk(key, reps: int, dask_worker=None) -> float:
     return statistics.median(times)
 
 
-def run_gpu(k: int, log2n: int, chunk_log2: int, reps: int) -> dict:
+def run_gpu(k: int, log2n: int, chunk_log2: int, reps: int, protocol: str = "tcp") -> dict:
     from dask_cuda import LocalCUDACluster
     from distributed import Client, futures_of
 
     import dask_compact
 
     n = k * 2**log2n
+    # protocol "ucx": distributed-ucxx moves the exchanged pieces GPU to GPU (NVLink where the
+    # GPUs have it); "tcp" (dask-cuda's default) stages them through host memory and sockets
     cluster = LocalCUDACluster(CUDA_VISIBLE_DEVICES=list(range(k)), threads_per_worker=1,
-                               dashboard_address=None, device_memory_limit=None)  # fmt: skip
+                               dashboard_address=None, device_memory_limit=None,
+                               protocol=protocol)  # fmt: skip
     with cluster, Client(cluster) as client:
         x = random_array(n, 2**chunk_log2, 7, True)
         nk = x.numblocks[0]
@@ -170,7 +175,7 @@ def run_gpu(k: int, log2n: int, chunk_log2: int, reps: int) -> dict:
         holder = client.who_has([first])[first.key][0]
         t_peer = client.run(_cupy_sort_chunk, first.key, reps, workers=[holder])[holder]
     per_gpu_chunks = x.numblocks[0] / k
-    return dict(op="sort", gpus=k, workers=k, n=n, chunk=2**chunk_log2,
+    return dict(op="sort", protocol=protocol, gpus=k, workers=k, n=n, chunk=2**chunk_log2,
                 chunks_in=x.numblocks[0], chunks_out=nout, ours_s=t_ours,
                 peer="cupy.sort(one chunk)", peer_s=t_peer,
                 local_floor_s=t_peer * per_gpu_chunks, GBps=n * 4 / t_ours / 1e9)  # fmt: skip
@@ -180,9 +185,9 @@ def report(rows: list[dict], out: Path, device: str, sha: str, gpu: bool) -> Non
     stamp = f"{dt.date.today().isoformat()}-{device}-{sha}"
     out.mkdir(parents=True, exist_ok=True)
     if gpu:
-        base = {r["op"]: r["ours_s"] for r in rows if r["gpus"] == 1}
+        base = {(r["op"], r["protocol"]): r["ours_s"] for r in rows if r["gpus"] == 1}
         for r in rows:
-            b = base.get(r["op"])
+            b = base.get((r["op"], r["protocol"]))
             r["weak_efficiency"] = b / r["ours_s"] if b else float("nan")
     fields = list(dict.fromkeys(k for r in rows for k in r))
     with open(out / f"sort-{stamp}.csv", "w", newline="") as f:
@@ -196,13 +201,14 @@ def report(rows: list[dict], out: Path, device: str, sha: str, gpu: bool) -> Non
             "Weak scaling: 2^log2n float32 per GPU; time = call until every output chunk is in "
             "memory and every GPU synchronised. Floor = cupy.sort of one chunk x chunks per "
             "GPU (the local sort alone, no exchange).", "",
-            "| GPUs | elements | chunks in/out | sort s | GB/s | weak efficiency | "
+            "| protocol | GPUs | elements | chunks in/out | sort s | GB/s | weak efficiency | "
             "cupy.sort one chunk ms | local floor s |",
-            "|---|---|---|---|---|---|---|---|",
+            "|---|---|---|---|---|---|---|---|---|",
         ]  # fmt: skip
         for r in rows:
             lines.append(
-                f"| {r['gpus']} | 2^{int(np.log2(r['n']))} | {r['chunks_in']}/{r['chunks_out']}"
+                f"| {r['protocol']} | {r['gpus']} | 2^{int(np.log2(r['n']))} | "
+                f"{r['chunks_in']}/{r['chunks_out']}"
                 f" | {r['ours_s']:.2f} | {r['GBps']:.2f} | {100 * r['weak_efficiency']:.0f}% | "
                 f"{1e3 * r['peer_s']:.1f} | {r['local_floor_s']:.2f} |"
             )
@@ -229,10 +235,15 @@ def report(rows: list[dict], out: Path, device: str, sha: str, gpu: bool) -> Non
 
     fig, ax = plt.subplots(figsize=(6, 4))
     if gpu:
-        ks = [r["gpus"] for r in rows]
-        ax.plot(ks, [r["ours_s"] for r in rows], "-o", label="dask_compact.sort")
-        ax.plot(ks, [r["local_floor_s"] for r in rows], "--x", label="local sort floor")
-        ax.plot(ks, [rows[0]["ours_s"]] * len(ks), ":", color="gray", label="ideal weak scaling")
+        for proto in dict.fromkeys(r["protocol"] for r in rows):
+            mine = [r for r in rows if r["protocol"] == proto]
+            ax.plot([r["gpus"] for r in mine], [r["ours_s"] for r in mine], "-o",
+                    label=f"dask_compact.sort ({proto})")
+        ks = sorted({r["gpus"] for r in rows})
+        floor = {r["gpus"]: r["local_floor_s"] for r in rows}
+        ax.plot(ks, [floor[k] for k in ks], "--x", label="local sort floor")
+        ax.plot(ks, [min(r["ours_s"] for r in rows if r["gpus"] == ks[0])] * len(ks), ":",
+                color="gray", label="ideal weak scaling")
         per = int(np.log2(rows[0]["n"] // rows[0]["gpus"]))
         ax.set_xlabel(f"GPUs (2^{per} float32 each)")
         ax.set_xticks(ks)
@@ -259,6 +270,9 @@ def main() -> None:
     ap.add_argument("--chunk-log2", type=int, default=None,
                     help="chunk size 2^k (default 21 on the CPU, 28 on the GPU)")
     ap.add_argument("--workers", type=int, default=4, help="CPU worker processes")
+    ap.add_argument("--protocol", nargs="+", default=["tcp"], choices=["tcp", "ucx"],
+                    help="GPU: the LocalCUDACluster's protocol(s), each measured in turn "
+                    "(ucx needs distributed-ucxx: the ucx extra)")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     ap.add_argument("--sha", default=None, help="the commit measured (default: git HEAD)")
@@ -271,12 +285,18 @@ def main() -> None:
         name = cupy.cuda.runtime.getDeviceProperties(0)["name"].decode().replace(" ", "_")
         device = f"{ngpu}x{name}"
         rows = []
-        for k in args.gpus:
-            if k > ngpu:
-                print(f"skip {k} GPUs: only {ngpu} present", flush=True)
-                continue
-            rows.append(run_gpu(k, args.log2n or 32, args.chunk_log2 or 28, args.reps))
-            print(rows[-1], flush=True)
+        for protocol in args.protocol:
+            for k in args.gpus:
+                if k > ngpu:
+                    print(f"skip {k} GPUs: only {ngpu} present", flush=True)
+                    continue
+                try:
+                    rows.append(run_gpu(k, args.log2n or 32, args.chunk_log2 or 28, args.reps,
+                                        protocol))
+                except Exception as e:  # noqa: BLE001 -- e.g. UCX not usable: keep the rest
+                    print(f"{protocol} on {k} GPUs failed: {type(e).__name__}: {e}", flush=True)
+                    continue
+                print(rows[-1], flush=True)
     else:
         device = "cpu"
         rows = run_cpu(args.log2n or 24, args.chunk_log2 or 21, args.workers, args.reps)
