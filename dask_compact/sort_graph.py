@@ -15,12 +15,16 @@ alone (no argsort) needs no indices at all.
    splitter, i.e. where each bucket starts in the chunk. The client scans the chunks x buckets
    counts: bucket totals are the output chunk sizes (known), and each piece's offset inside its
    output chunk is the sum of the same bucket's pieces in earlier chunks.
-4. Exchange and merge: one slicing task per non-empty piece (it runs where its chunk is held,
-   so only the piece travels) and one merge task per non-empty bucket over its pieces in chunk
-   order; the output is persisted, and the sorted chunks are released.
+4. Exchange and merge: the buckets are cut into groups of consecutive buckets, one group per
+   worker on a distributed cluster (:func:`exchange_groups`); one slicing task per chunk and
+   group (it runs where its chunk is held, so only the slice travels, once, to the group's
+   worker) and one merge task per non-empty bucket, on its group's worker, over its pieces of
+   those slices in chunk order (on one worker or without a cluster the merges cut their pieces
+   from the chunks themselves); the output is persisted, and the sorted chunks are released.
 
-Two round trips to the client, each of small arrays (the sample, then the histogram); nothing
-gathers more than one bucket in one place. Every task is an ordinary getitem or function task,
+Two round trips to the client, each of small arrays (the sample, then the histogram), and on a
+cluster one question to the scheduler (where the chunks are); nothing gathers more than one
+group's share in one place. Every task is an ordinary getitem or function task,
 so the graph runs under any scheduler (distributed's P2P shuffle would batch the exchange
 into O(chunks + buckets) tasks, but only on a distributed cluster).
 """
@@ -28,18 +32,19 @@ into O(chunks + buckets) tasks, but only on a distributed cluster).
 from __future__ import annotations
 
 import operator
+import sys
 from typing import Any
 
 import dask
 import dask.array as da
 import numpy as np
 from dask.base import tokenize
-from dask.highlevelgraph import HighLevelGraph
+from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 
 from .dispatch import sort_bounds, sort_chunk, sort_merge
-from .graph import _extend, _meta
+from .graph import _extend, _meta, _placement
 
-__all__ = ["build_sort", "splitters", "sample_positions"]
+__all__ = ["build_sort", "splitters", "sample_positions", "exchange_groups", "bucket_groups"]
 
 # At most this many sample values in all (the client sorts them; 2^20 take ~0.2 s).
 MAX_SAMPLE = 2**20
@@ -99,8 +104,65 @@ def _bounds(values: Any, split: tuple[np.ndarray, np.ndarray], base: int) -> Any
     return sort_bounds(values, split[0], split[1], base).reshape(1, -1)
 
 
-def _merge(values: list, orders: list | None, local: str) -> Any:
+def _merge(values: list, orders: list | None, cuts: list, local: str) -> Any:
+    """Bucket ``j``'s output from its piece of every chunk: ``cuts[k]`` is where that piece lies
+    in the k-th array (a chunk, or the chunk's slice for the bucket's group)."""
+    values = [v[lo:hi] for v, (lo, hi) in zip(values, cuts)]
+    if orders is not None:
+        orders = [o[lo:hi] for o, (lo, hi) in zip(orders, cuts)]
     return sort_merge(values[0], values, orders, local)
+
+
+def bucket_groups(totals: np.ndarray, groups: int) -> np.ndarray:
+    """The group of each bucket: ``groups`` runs of consecutive buckets holding about equal
+    numbers of elements (each bucket goes to the group its middle element falls in).
+
+    >>> bucket_groups(np.array([5, 5, 5, 5]), 2).tolist()
+    [0, 0, 1, 1]
+    >>> bucket_groups(np.array([9, 0, 1, 1, 1]), 2).tolist()
+    [0, 1, 1, 1, 1]
+    """
+    n = int(totals.sum())
+    if groups <= 1 or n == 0:
+        return np.zeros(totals.size, np.int64)
+    middle = np.cumsum(totals) - totals / 2
+    return np.minimum((middle * groups / n).astype(np.int64), groups - 1)
+
+
+def exchange_groups(values: da.Array, counts: np.ndarray,
+                    totals: np.ndarray) -> tuple[np.ndarray, list]:  # fmt: skip
+    """How the exchange is cut: the group of each bucket and the worker each group's merges
+    run on (``[None]``: one group, no placement).
+
+    On a distributed cluster (the sorted chunks are futures), one group per worker holding
+    chunks, each group given to the worker that holds most of its elements. Each chunk then
+    sends one slice per group (chunks x workers transfers, not chunks x buckets tasks: 4096
+    tasks for 64 chunks into 64 buckets measured 4-7 % weak scaling on 2-4 GPUs, see
+    docs/design.md). Elsewhere one group: the merges read their pieces from the chunks.
+    """
+    one = (np.zeros(totals.size, np.int64), [None])
+    distributed = sys.modules.get("distributed")
+    blocks = [values.dask[k] for k in values.__dask_keys__()]
+    if distributed is None or not all(isinstance(b, distributed.Future) for b in blocks):
+        return one
+    holders, _ = blocks[0].client.run_on_scheduler(_placement, [b.key for b in blocks])
+    workers = sorted({h for h in holders if h is not None})
+    if len(workers) < 2:
+        return one
+    group = bucket_groups(totals, min(len(workers), int(np.count_nonzero(totals))))
+    ngroups = int(group.max()) + 1
+    held = np.zeros((ngroups, len(workers)))  # elements of each group on each worker
+    col = {w: i for i, w in enumerate(workers)}
+    for c, h in enumerate(holders):
+        if h is not None:
+            np.add.at(held[:, col[h]], group, counts[c])
+    where: list = [None] * ngroups
+    free = set(range(len(workers)))
+    for g in np.argsort(-held.max(axis=1), kind="stable"):  # the most decided groups first
+        w = max(free, key=lambda i: (held[g, i], -i))
+        where[int(g)] = workers[w]
+        free.discard(w)
+    return group, where
 
 
 def build_sort(x: da.Array, indices: bool, buckets: int, local: str = "auto") -> da.Array:
@@ -155,27 +217,50 @@ def build_sort(x: da.Array, indices: bool, buckets: int, local: str = "auto") ->
     counts = np.diff(bounds, axis=1)  # chunks x buckets
     totals = counts.sum(axis=0)
 
-    # 4. one slicing task per non-empty piece, one merge per non-empty bucket
+    # 4. one slicing task per chunk and group of buckets, one merge per non-empty bucket
     sources = {"values": values, **({"indices": held["indices"]} if indices else {})}
+    group, where = exchange_groups(values, counts, totals)
     pieces: dict[str, dict] = {f"sort-piece-{k}-{token}": {} for k in sources}
     out = f"sort-{'indices' if indices else 'values'}-out-{token}"
     merges: dict[Any, Any] = {}
+    merge_worker: dict[Any, str] = {}
     chunks = []
+    single = len(where) == 1  # one group: the merges read their pieces from the chunks
     for j in map(int, np.flatnonzero(totals)):
+        g = int(group[j])
+        first = int(np.searchsorted(group, g))  # the group's buckets: where its slices lie
+        last = int(np.searchsorted(group, g, side="right"))
         keys: dict[str, list] = {name: [] for name in pieces}
+        cuts = []
         for c in map(int, np.flatnonzero(counts[:, j])):
-            cut = slice(int(bounds[c, j]), int(bounds[c, j + 1]))
+            lo = 0 if single else int(bounds[c, first])
+            cuts.append((int(bounds[c, j]) - lo, int(bounds[c, j + 1]) - lo))
             for (name, tasks), arr in zip(pieces.items(), sources.values()):
-                tasks[(name, c, j)] = (operator.getitem, (arr.name, c), cut)
-                keys[name].append((name, c, j))
+                if single:
+                    keys[name].append((arr.name, c))
+                    continue
+                tasks[(name, c, g)] = (operator.getitem, (arr.name, c),
+                                       slice(lo, int(bounds[c, last])))
+                keys[name].append((name, c, g))
         vkeys, *ikeys = keys.values()
-        merges[(out, len(chunks))] = (_merge, vkeys, ikeys[0] if ikeys else None, local)
+        key = (out, len(chunks))
+        merges[key] = (_merge, vkeys, ikeys[0] if ikeys else None, cuts, local)
+        if where[g] is not None:
+            merge_worker[key] = where[g]
         chunks.append(int(totals[j]))
     graph = HighLevelGraph.merge(*[a.dask for a in sources.values()])
     for (name, tasks), arr in zip(pieces.items(), sources.values()):
-        graph = _extend(graph, name, tasks, {arr.name})
-    graph = _extend(graph, out, merges, set(pieces))
+        if not single:
+            graph = _extend(graph, name, tasks, {arr.name})
+    # A group's merges run on its worker (loosely: another may take them if it is gone), so
+    # each chunk's slice for the group travels once and every merge finds its pieces there.
+    annotations = ({"workers": lambda k: [merge_worker[k]], "allow_other_workers": True}
+                   if merge_worker else None)
+    on = {a.name for a in sources.values()} if single else set(pieces)
+    graph = _extend(graph, out, MaterializedLayer(merges, annotations=annotations), on)
     dtype = np.dtype(np.int64) if indices else x.dtype
     result = da.Array(graph, out, chunks=(tuple(chunks),), meta=_meta(x, dtype))
-    (result,) = dask.persist(result)
+    # Not optimized: dask.array's low-level fusion makes a plain dict of the graph and drops the
+    # merges' worker annotations (the graph holds only these layers over persisted chunks).
+    (result,) = dask.persist(result, optimize_graph=False)
     return result

@@ -266,3 +266,39 @@ def test_local_cluster_argsort_with_duplicates_and_nans(client):
     i = dask_compact.argsort(x)
     np.testing.assert_array_equal(i.compute(), np.argsort(a, kind="stable"))
     np.testing.assert_array_equal(dask_compact.sort(x).compute(), np.sort(a))
+
+
+def test_local_cluster_exchange_is_one_slice_per_chunk_and_worker(client):
+    """The exchange sends each chunk's slice for a group of buckets once to the group's
+    worker (chunks x workers slicing tasks, not chunks x buckets), and each worker merges one
+    run of consecutive buckets."""
+    from distributed import get_task_stream
+
+    a = np.random.default_rng(13).random(2**20)
+    x = da.from_array(a, chunks=2**16).persist()  # 16 chunks into 16 buckets, on 4 workers
+    wait(x)
+    with get_task_stream(client) as stream:
+        y = dask_compact.sort(x)
+        wait(y)
+    names = [t["key"][0] for t in stream.data if isinstance(t["key"], tuple)]
+    pieces = sum(n.startswith("sort-piece-values") for n in names)
+    assert 16 <= pieces <= 16 * 4, pieces  # 256 with one piece per chunk and bucket
+    holders = [client.who_has([f])[f.key][0] for f in futures_of(y)]  # in output order
+    assert len(set(holders)) == 4
+    assert sum(h != k for h, k in zip(holders, holders[1:])) == 3  # one run per worker
+    np.testing.assert_array_equal(y.compute(), np.sort(a))
+
+
+def test_bucket_groups_are_runs_of_about_equal_size():
+    from dask_compact.sort_graph import bucket_groups
+
+    rng = np.random.default_rng(14)
+    for _ in range(50):
+        totals = rng.integers(0, 1000, rng.integers(1, 40))
+        groups = int(rng.integers(1, 9))
+        g = bucket_groups(totals, groups)
+        assert g.shape == totals.shape and g.min() >= 0 and g.max() < groups
+        assert np.all(np.diff(g) >= 0)  # consecutive buckets
+        if totals.sum() and groups > 1:  # no group holds much more than its share
+            share = np.bincount(g, weights=totals, minlength=groups)
+            assert share.max() <= totals.sum() / groups + totals.max()
