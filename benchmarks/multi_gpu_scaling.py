@@ -207,6 +207,7 @@ def run_k(
     p: float,
     gpu: bool,
     breakdowns: list[dict] | None = None,
+    protocol: str = "tcp",
 ) -> list[dict]:
     from distributed import Client
 
@@ -221,6 +222,7 @@ def run_k(
             dashboard_address=None,
             threads_per_worker=1,
             device_memory_limit=None,
+            protocol=protocol,
         )
     else:
         from distributed import LocalCluster
@@ -285,9 +287,12 @@ def report(
     chunk_log2: int,
     p: float,
     breakdowns: list[dict],
+    protocol: str = "tcp",
 ) -> None:
     sha = _sha()
     stamp = f"{dt.date.today().isoformat()}-{ngpu}x{device.replace(' ', '_')}-{sha}"
+    if protocol != "tcp":
+        stamp += f"-{protocol}"
     out.mkdir(parents=True, exist_ok=True)
     with open(out / f"multi-gpu-{stamp}.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
@@ -295,7 +300,7 @@ def report(
         w.writerows(rows)
     lines = [
         f"# map_compact scaling, {device}, {dt.date.today()}, git {sha}, float32 in chunks "
-        f"of 2^{chunk_log2}, p={p}",
+        f"of 2^{chunk_log2}, p={p}, protocol {protocol}",
         "",
         "Time = call until every GPU is done (device sync on each worker included). Floor = "
         "the chunk function called on each worker without Dask (slowest worker).",
@@ -384,6 +389,8 @@ def main() -> None:
     ap.add_argument("--p", type=float, default=0.5)
     ap.add_argument("--cpu", action="store_true", help="LocalCluster + NumPy (script smoke test)")
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
+    ap.add_argument("--protocol", choices=["tcp", "ucx"], default="tcp",
+                    help="the LocalCUDACluster's protocol (ucx: distributed-ucxx, the ucx extra)")
     args = ap.parse_args()
     if args.cpu:
         ngpu, device = max(args.gpus), "CPU-LocalCluster"
@@ -401,10 +408,11 @@ def main() -> None:
         cases = [(f"strong 2^{s}", 2**s) for s in args.strong_log2n]
         cases += [(f"weak 2^{w}/GPU", k * 2**w) for w in args.weak_log2n]
         rows += run_k(
-            k, cases, 2**args.chunk_log2, args.layouts, args.reps, args.p, not args.cpu, breakdowns
+            k, cases, 2**args.chunk_log2, args.layouts, args.reps, args.p, not args.cpu, breakdowns,
+            args.protocol,
         )
     _efficiency(rows)
-    report(rows, args.out, device, ngpu, args.chunk_log2, args.p, breakdowns)
+    report(rows, args.out, device, ngpu, args.chunk_log2, args.p, breakdowns, args.protocol)
 
 
 if __name__ == "__main__":
