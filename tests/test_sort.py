@@ -277,16 +277,29 @@ def test_local_cluster_exchange_is_one_slice_per_chunk_and_worker(client):
     a = np.random.default_rng(13).random(2**20)
     x = da.from_array(a, chunks=2**16).persist()  # 16 chunks into 16 buckets, on 4 workers
     wait(x)
-    with get_task_stream(client) as stream:
-        y = dask_compact.sort(x)
-        wait(y)
-    names = [t["key"][0] for t in stream.data if isinstance(t["key"], tuple)]
-    pieces = sum(n.startswith("sort-piece-values") for n in names)
-    assert 16 <= pieces <= 16 * 4, pieces  # 256 with one piece per chunk and bucket
-    holders = [client.who_has([f])[f.key][0] for f in futures_of(y)]  # in output order
-    assert len(set(holders)) == 4
-    assert sum(h != k for h, k in zip(holders, holders[1:])) == 3  # one run per worker
-    np.testing.assert_array_equal(y.compute(), np.sort(a))
+    for exchange in ("worker", "bucket", "auto"):  # auto: "bucket" over TCP
+        with dask.config.set({"dask-compact.sort.exchange": exchange}), \
+                get_task_stream(client) as stream:  # fmt: skip
+            y = dask_compact.sort(x)
+            wait(y)
+        names = [t["key"][0] for t in stream.data if isinstance(t["key"], tuple)]
+        pieces = sum(n.startswith("sort-piece-values") for n in names)
+        holders = [client.who_has([f])[f.key][0] for f in futures_of(y)]  # in output order
+        if exchange == "worker":
+            assert 16 <= pieces <= 16 * 4, pieces  # one slice per chunk and worker
+            assert len(set(holders)) == 4
+            assert sum(h != k for h, k in zip(holders, holders[1:])) == 3  # a run per worker
+        else:
+            assert pieces > 16 * 4, pieces  # one piece per chunk and bucket (most not empty)
+        np.testing.assert_array_equal(y.compute(), np.sort(a))
+        del y
+
+
+def test_unknown_exchange_config_is_refused_before_anything_runs():
+    x = da.from_array(np.arange(10.0), chunks=3)
+    with dask.config.set({"dask-compact.sort.exchange": "nvlink"}), \
+            pytest.raises(ValueError, match="dask-compact.sort.exchange"):  # fmt: skip
+        dask_compact.sort(x)
 
 
 def test_bucket_groups_are_runs_of_about_equal_size():
