@@ -92,11 +92,34 @@ def _time(f, reps: int, client, nkeys: int) -> tuple[float, Any]:
     return statistics.median(times), out
 
 
-def _sorted_and_held(fn, x):
+def _sorted_and_held(fn, x, phases: list | None = None):
+    """``fn(x)`` until its output is held; with ``phases``, appends the seconds of its three
+    steps as the client sees them: local sorts and the sample back (until the splitters are
+    computed), the histogram back (until the exchange is planned), exchange and merges."""
     from distributed import wait
 
-    y = fn(x)
-    wait(y)
+    from dask_compact import sort_graph
+
+    marks = [time.perf_counter()]
+    saved = sort_graph.splitters, sort_graph.exchange_groups
+
+    def mark(f):
+        def call(*a, **k):
+            marks.append(time.perf_counter())
+            return f(*a, **k)
+
+        return call
+
+    if phases is not None:
+        sort_graph.splitters, sort_graph.exchange_groups = map(mark, saved)
+    try:
+        y = fn(x)
+        wait(y)
+    finally:
+        sort_graph.splitters, sort_graph.exchange_groups = saved
+    if phases is not None and len(marks) == 3:
+        marks.append(time.perf_counter())
+        phases.append(np.diff(marks))
     return y
 
 
@@ -166,7 +189,10 @@ def run_gpu(k: int, log2n: int, chunk_log2: int, reps: int, protocol: str = "tcp
     with cluster, Client(cluster) as client:
         x = random_array(n, 2**chunk_log2, 7, True)
         nk = x.numblocks[0]
-        t_ours, y = _time(lambda: _sorted_and_held(dask_compact.sort, x), reps, client, nk)
+        phases: list = []
+        t_ours, y = _time(lambda: _sorted_and_held(dask_compact.sort, x, phases), reps, client,
+                          nk)
+        steps = np.median(phases[1:], axis=0) if len(phases) > 1 else [float("nan")] * 3
         check_sorted(y, n)
         nout = y.numblocks[0]
         del y
@@ -178,7 +204,8 @@ def run_gpu(k: int, log2n: int, chunk_log2: int, reps: int, protocol: str = "tcp
     return dict(op="sort", protocol=protocol, gpus=k, workers=k, n=n, chunk=2**chunk_log2,
                 chunks_in=x.numblocks[0], chunks_out=nout, ours_s=t_ours,
                 peer="cupy.sort(one chunk)", peer_s=t_peer,
-                local_floor_s=t_peer * per_gpu_chunks, GBps=n * 4 / t_ours / 1e9)  # fmt: skip
+                local_floor_s=t_peer * per_gpu_chunks, GBps=n * 4 / t_ours / 1e9,
+                local_s=steps[0], histogram_s=steps[1], exchange_s=steps[2])  # fmt: skip
 
 
 def report(rows: list[dict], out: Path, device: str, sha: str, gpu: bool) -> None:
@@ -201,16 +228,19 @@ def report(rows: list[dict], out: Path, device: str, sha: str, gpu: bool) -> Non
             "Weak scaling: 2^log2n float32 per GPU; time = call until every output chunk is in "
             "memory and every GPU synchronised. Floor = cupy.sort of one chunk x chunks per "
             "GPU (the local sort alone, no exchange).", "",
+            "Steps (median s, as the client sees them): local sorts until the sample is back; "
+            "splitters and the histogram back; exchange and merges until held.", "",
             "| protocol | GPUs | elements | chunks in/out | sort s | GB/s | weak efficiency | "
-            "cupy.sort one chunk ms | local floor s |",
-            "|---|---|---|---|---|---|---|---|---|",
+            "cupy.sort one chunk ms | local floor s | steps: local / histogram / exchange s |",
+            "|---|---|---|---|---|---|---|---|---|---|",
         ]  # fmt: skip
         for r in rows:
             lines.append(
                 f"| {r['protocol']} | {r['gpus']} | 2^{int(np.log2(r['n']))} | "
                 f"{r['chunks_in']}/{r['chunks_out']}"
                 f" | {r['ours_s']:.2f} | {r['GBps']:.2f} | {100 * r['weak_efficiency']:.0f}% | "
-                f"{1e3 * r['peer_s']:.1f} | {r['local_floor_s']:.2f} |"
+                f"{1e3 * r['peer_s']:.1f} | {r['local_floor_s']:.2f} | "
+                f"{r['local_s']:.2f} / {r['histogram_s']:.2f} / {r['exchange_s']:.2f} |"
             )
     else:
         lines += [

@@ -22,6 +22,7 @@ import math
 import operator
 import sys
 import weakref
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -215,7 +216,7 @@ def _add_offset(indices: Any, offsets: np.ndarray, i: int) -> Any:
     return indices + offsets[i, 1]
 
 
-def _extend(graph: HighLevelGraph, name: str, layer: dict, on: set[str]) -> HighLevelGraph:
+def _extend(graph: HighLevelGraph, name: str, layer: Mapping, on: set[str]) -> HighLevelGraph:
     """``graph`` plus one layer ``name`` that depends on the layers ``on``."""
     layers: dict[str, Any] = dict(graph.layers)
     layers[name] = layer

@@ -245,9 +245,9 @@ def build_sort(x: da.Array, indices: bool, buckets: int, local: str = "auto") ->
     chunks = []
     single = len(where) == 1  # one group: the merges read their pieces from the chunks
     for j in map(int, np.flatnonzero(totals)):
-        g = int(group[j])
-        first = int(np.searchsorted(group, g))  # the group's buckets: where its slices lie
-        last = int(np.searchsorted(group, g, side="right"))
+        grp = int(group[j])
+        first = int(np.searchsorted(group, grp))  # the group's buckets: where its slices lie
+        last = int(np.searchsorted(group, grp, side="right"))
         keys: dict[str, list] = {name: [] for name in pieces}
         cuts = []
         for c in map(int, np.flatnonzero(counts[:, j])):
@@ -257,14 +257,14 @@ def build_sort(x: da.Array, indices: bool, buckets: int, local: str = "auto") ->
                 if single:
                     keys[name].append((arr.name, c))
                     continue
-                tasks[(name, c, g)] = (operator.getitem, (arr.name, c),
+                tasks[(name, c, grp)] = (operator.getitem, (arr.name, c),
                                        slice(lo, int(bounds[c, last])))
-                keys[name].append((name, c, g))
+                keys[name].append((name, c, grp))
         vkeys, *ikeys = keys.values()
         key = (out, len(chunks))
         merges[key] = (_merge, vkeys, ikeys[0] if ikeys else None, cuts, local)
-        if where[g] is not None:
-            merge_worker[key] = where[g]
+        if where[grp] is not None:
+            merge_worker[key] = where[grp]
         chunks.append(int(totals[j]))
     graph = HighLevelGraph.merge(*[a.dask for a in sources.values()])
     for (name, tasks), arr in zip(pieces.items(), sources.values()):
