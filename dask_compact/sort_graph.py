@@ -149,9 +149,9 @@ def exchange_groups(values: da.Array, counts: np.ndarray,
       per bucket (chunks x buckets transfers);
     * ``"auto"`` (default): ``"worker"`` over UCX, ``"bucket"`` otherwise. Measured on H200s
       (dask-cuda, 2^32 float32 per GPU, 16 chunks per GPU, docs/design.md): over UCX, 2 GPUs
-      sorted in 0.98-1.11 s by workers against 1.68 s by buckets; over TCP, which stages every
-      transfer through host memory, the few large slices took 15.6 s against 3.0 s for the
-      many pieces.
+      sorted in 0.92-1.11 s by workers against 1.68 s by buckets; over TCP, which stages every
+      transfer through host memory, the few large slices took 15.6 s against 3.0-8.6 s for
+      the many pieces.
     """
     mode = dask.config.get("dask-compact.sort.exchange")
     one = (np.zeros(totals.size, np.int64), [None])
@@ -279,7 +279,7 @@ def build_sort(x: da.Array, indices: bool, buckets: int, local: str = "auto") ->
     dtype = np.dtype(np.int64) if indices else x.dtype
     result = da.Array(graph, out, chunks=(tuple(chunks),), meta=_meta(x, dtype))
     # Not optimized: dask.array's low-level optimization makes a plain dict of the graph, which
-    # drops the merges' worker annotations, and it made the exchange slower (2 GPUs over TCP:
-    # 8.15 s optimized, 3.01 s not); the graph holds only these layers over persisted chunks.
+    # drops the merges' worker annotations (the graph holds only these layers over persisted
+    # chunks, so there is nothing to cull or fuse).
     (result,) = dask.persist(result, optimize_graph=False)
     return result
