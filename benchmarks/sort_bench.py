@@ -174,7 +174,8 @@ def _cupy_sort_chunk(key, reps: int, dask_worker=None) -> float:
     return statistics.median(times)
 
 
-def run_gpu(k: int, log2n: int, chunk_log2: int, reps: int, protocol: str = "tcp") -> dict:
+def run_gpu(k: int, log2n: int, chunk_log2: int, reps: int, protocol: str = "tcp",
+            rmm_pool: str | None = None) -> dict:
     from dask_cuda import LocalCUDACluster
     from distributed import Client, futures_of
 
@@ -185,7 +186,7 @@ def run_gpu(k: int, log2n: int, chunk_log2: int, reps: int, protocol: str = "tcp
     # GPUs have it); "tcp" (dask-cuda's default) stages them through host memory and sockets
     cluster = LocalCUDACluster(CUDA_VISIBLE_DEVICES=list(range(k)), threads_per_worker=1,
                                dashboard_address=None, device_memory_limit=None,
-                               protocol=protocol)  # fmt: skip
+                               protocol=protocol, rmm_pool_size=rmm_pool)  # fmt: skip
     with cluster, Client(cluster) as client:
         x = random_array(n, 2**chunk_log2, 7, True)
         nk = x.numblocks[0]
@@ -201,7 +202,8 @@ def run_gpu(k: int, log2n: int, chunk_log2: int, reps: int, protocol: str = "tcp
         holder = client.who_has([first])[first.key][0]
         t_peer = client.run(_cupy_sort_chunk, first.key, reps, workers=[holder])[holder]
     per_gpu_chunks = x.numblocks[0] / k
-    return dict(op="sort", protocol=protocol, gpus=k, workers=k, n=n, chunk=2**chunk_log2,
+    return dict(op="sort", protocol=protocol + (f", RMM pool {rmm_pool}" if rmm_pool else ""),
+                gpus=k, workers=k, n=n, chunk=2**chunk_log2,
                 chunks_in=x.numblocks[0], chunks_out=nout, ours_s=t_ours,
                 peer="cupy.sort(one chunk)", peer_s=t_peer,
                 local_floor_s=t_peer * per_gpu_chunks, GBps=n * 4 / t_ours / 1e9,
@@ -303,6 +305,9 @@ def main() -> None:
     ap.add_argument("--protocol", nargs="+", default=["tcp"], choices=["tcp", "ucx"],
                     help="GPU: the LocalCUDACluster's protocol(s), each measured in turn "
                     "(ucx needs distributed-ucxx: the ucx extra)")
+    ap.add_argument("--rmm-pool", nargs="+", default=["none"], metavar="SIZE",
+                    help="GPU: the workers' RMM pool size(s), each measured in turn ('none': "
+                    "no pool; UCX allocates every received buffer with RMM)")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     ap.add_argument("--sha", default=None, help="the commit measured (default: git HEAD)")
@@ -315,14 +320,14 @@ def main() -> None:
         name = cupy.cuda.runtime.getDeviceProperties(0)["name"].decode().replace(" ", "_")
         device = f"{ngpu}x{name}"
         rows = []
-        for protocol in args.protocol:
+        for protocol, pool in [(p, r) for p in args.protocol for r in args.rmm_pool]:
             for k in args.gpus:
                 if k > ngpu:
                     print(f"skip {k} GPUs: only {ngpu} present", flush=True)
                     continue
                 try:
                     rows.append(run_gpu(k, args.log2n or 32, args.chunk_log2 or 28, args.reps,
-                                        protocol))
+                                        protocol, None if pool == "none" else pool))
                 except Exception as e:  # noqa: BLE001 -- e.g. UCX not usable: keep the rest
                     print(f"{protocol} on {k} GPUs failed: {type(e).__name__}: {e}", flush=True)
                     continue
