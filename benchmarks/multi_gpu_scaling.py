@@ -12,8 +12,9 @@ elements per GPU). Every repetition runs ``map_compact`` with a new threshold (n
 ends when every GPU has finished (a device synchronisation on each worker is part of the time,
 so asynchronous kernels are not left out); the peer, ``x[x < p]`` + ``compute_chunk_sizes()`` +
 persist, runs on the same cluster and data, timed the same way. Also reported: the GPU floor
-(the same chunk function called directly on each worker, no Dask, slowest worker) and the Dask
-overhead of one call (wall time minus that floor).
+(the same chunk function called directly on each worker, no Dask, slowest worker), the Dask
+overhead of one call (wall time minus that floor), and Dask's own floor on the same cluster (a
+bare ``client.submit(f).result()`` and one trivial task per worker persisted and waited).
 
     python benchmarks/multi_gpu_scaling.py --strong-log2n 33 34 --weak-log2n 32 --gpus 1 2 4
     python benchmarks/multi_gpu_scaling.py --cpu --strong-log2n 22 --weak-log2n 21 --gpus 1 2
@@ -152,6 +153,35 @@ def breakdown(client, x, p: float, reps: int) -> dict[str, float]:
     return {k: 1e3 * statistics.median(v) for k, v in spans.items()}
 
 
+def _noop(i: int) -> int:
+    return i
+
+
+def dask_floor(client, reps: int) -> dict[str, float]:
+    """Dask's own cost on this cluster, timed like our calls (each ends with the same device
+    sync on every worker): a bare ``client.submit(f).result()``, and a trivial graph of one
+    task per worker persisted and waited (median ms of ``reps``)."""
+    from distributed import wait
+
+    workers = sorted(client.nthreads())
+    bare, per_worker = [], []
+    for r in range(reps + 1):
+        t0 = time.perf_counter()
+        client.submit(_noop, r, pure=False).result()
+        client.run(_sync_device)
+        t1 = time.perf_counter()
+        futures = [client.submit(_noop, r, workers=[w], pure=False) for w in workers]
+        wait(futures)
+        client.run(_sync_device)
+        t2 = time.perf_counter()
+        del futures
+        if r:
+            bare.append(t1 - t0)
+            per_worker.append(t2 - t1)
+    return dict(dask_submit_ms=1e3 * statistics.median(bare),
+                dask_per_worker_ms=1e3 * statistics.median(per_worker))
+
+
 def measure(client, x, p: float, reps: int) -> dict[str, Any]:
     from dask.core import flatten
     from distributed import wait
@@ -230,11 +260,14 @@ def run_k(
         cluster = LocalCluster(n_workers=k, threads_per_worker=1, dashboard_address=None)
     rows = []
     with cluster, Client(cluster) as client:
+        floor = dask_floor(client, max(reps, 5))
+        print(f"Dask's floor on {k} workers: {floor}", flush=True)
         for case, n in cases:
             for layout in layouts:
                 x = generate(client, n, chunk, layout, seed=7, gpu=gpu)
                 row = dict(
-                    case=case, layout=layout, gpus=k, n=n, chunk=chunk, chunks=x.numblocks[0], p=p
+                    case=case, layout=layout, gpus=k, n=n, chunk=chunk, chunks=x.numblocks[0], p=p,
+                    **floor,
                 )
                 try:
                     row.update(measure(client, x, p, reps))
@@ -305,15 +338,22 @@ def report(
         "Time = call until every GPU is done (device sync on each worker included). Floor = "
         "the chunk function called on each worker without Dask (slowest worker).",
         "",
+        "Dask's floor (same cluster, same run, each ending with the same device sync on every "
+        "worker): a bare `client.submit(f).result()`, and one trivial task per worker persisted "
+        "and waited; 'overhead / floor' is our Dask overhead over the latter.",
+        "",
         "| case | layout | GPUs | elements | phase-1 tasks | map_compact ms | input GB/s | "
-        "efficiency | GPU floor ms | Dask overhead ms | x[x<p]+ccs+persist ms | speed-up |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "efficiency | GPU floor ms | Dask overhead ms | Dask floor ms: submit / per worker | "
+        "overhead / floor | x[x<p]+ccs+persist ms | speed-up |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
             f"| {r['case']} | {r['layout']} | {r['gpus']} | 2^{int(np.log2(r['n']))} | "
             f"{r['phase1_tasks']} | {1e3 * r['map_compact_s']:.1f} | {r['GBps_input']:.3g} | "
             f"{100 * r['efficiency']:.0f}% | {1e3 * r['floor_s']:.1f} | {r['overhead_ms']:.1f} | "
+            f"{r['dask_submit_ms']:.1f} / {r['dask_per_worker_ms']:.1f} | "
+            f"{r['overhead_ms'] / r['dask_per_worker_ms']:.2f}x | "
             f"{1e3 * r['peer_s']:.1f} | {r['speedup_vs_peer']:.2f}x |"
         )
     if breakdowns:
