@@ -251,3 +251,37 @@ def test_edge_inputs_on_cluster(client):
     np.testing.assert_array_equal(i.compute(), np.flatnonzero(a > 0.5))
     with pytest.raises(ValueError, match="not elementwise"):
         x.map_compact(lambda q: q.astype(float) > q.astype(float).mean())
+
+
+def _held_keys(dask_worker=None) -> list:
+    return [str(k) for k in dask_worker.data]
+
+
+@pytest.mark.parametrize("source", ["random", "from-zarr"])
+def test_an_input_not_persisted_is_read_and_compacted_in_one_task(client, source, tmp_path):
+    """A graph input (not persisted: generated, or read from Zarr): each chunk is made and
+    compacted by one task (dask's linear fusion of the producing task with phase 1), so no
+    worker keeps a copy of the input chunk once its selection exists. Exact."""
+    from distributed import get_task_stream
+
+    want = np.random.default_rng(21).random(2**20)
+    if source == "random":
+        x = da.random.default_rng(21).random(2**20, chunks=2**17)  # 8 chunks, nowhere yet
+        want = x.compute()
+    else:
+        zarr = pytest.importorskip("zarr")
+        path = str(tmp_path / "in.zarr")
+        zarr.create_array(store=path, shape=want.shape, dtype=want.dtype,
+                          chunks=(2**17,))[:] = want
+        x = da.from_zarr(path)
+    with get_task_stream(client) as stream:
+        y = x.map_compact("x < 0.5")
+    names = [k[0] if isinstance(k, tuple) else str(k) for k in (t["key"] for t in stream.data)]
+    alone = [n for n in names if n.startswith(source) and "compact" not in n]
+    assert not alone, alone  # no task made an input chunk by itself
+    assert sum(n.startswith(source) and "compact" in n for n in names) == 8
+    held = [k for ks in client.run(_held_keys).values() for k in ks]
+    # ("original-from-zarr" would be the zarr array's handle, not a chunk)
+    assert not [k for k in held if source in k and "compact" not in k
+                and "original" not in k], held
+    np.testing.assert_array_equal(y.compute(), want[want < 0.5])
