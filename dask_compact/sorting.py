@@ -39,12 +39,13 @@ def sort(x: da.Array, *, local: str = "auto", buckets: int | None = None) -> da.
     A sample sort: each chunk is sorted where it lives and persisted there; a small sample of
     every sorted chunk comes to the client, which picks splitters; one small task per chunk
     counts its elements per bucket; the client scans those counts (the output chunk sizes),
-    and each output chunk is merged from its piece of every chunk. No step holds more than one
-    bucket in one place. The result is persisted (nothing is recomputed from ``x``).
+    and each output chunk is merged from its piece of every chunk. No step gathers more than
+    one worker's share in one place. The result is persisted (nothing is recomputed from ``x``).
 
     On a cluster the pieces travel between workers: on GPUs, start the dask-cuda cluster with
     ``protocol="ucx"`` (the ``ucx`` extra) so they go GPU to GPU; over TCP they are staged
-    through host memory and sockets (on 4x H200, 2^34 float32: 1.2 s over UCX, 15 s over TCP).
+    through host memory and sockets (on 4x H200, 2^34 float32: 0.9-1.2 s over UCX, 12-15 s
+    over TCP).
     The config ``dask-compact.sort.exchange`` (``"auto"``, ``"worker"``, ``"bucket"``) sets
     how the exchange is cut; ``"auto"`` chooses by the protocol (see ``docs/design.md``).
 
