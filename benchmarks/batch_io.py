@@ -96,6 +96,10 @@ def make_input(path: Path, n: int, chunk: int, codec: str) -> None:
 
 
 CMD_TIMEOUT: float | None = None  # --cmd-timeout
+# The floors that run on a GPU host, by their keys in read_floor / write_floor (their rows are
+# "read floor (KEY)" and "write floor (KEY)"; --skip and --skip-re name the rows)
+GPU_DECODE = "chunk files threads, GPU decode"
+GPU_ENCODE = "chunk files threads, GPU encode from device memory"
 
 
 def timed(cmd: list[str], env: dict | None = None) -> tuple[float, str]:
@@ -143,14 +147,13 @@ def read_floor(src: Path, n: int, chunk: int, skip: set[str]) -> dict[str, float
             list(pool.map(lambda b: reader.read(
                 *b, out=thread_host((b[1] - b[0],), z.dtype)).sum(dtype=np.float64) * 0, blocks))
         out["chunk files threads, reused buffers"] = time.perf_counter() - t
-        if (gpu_host() and not gpu_zstd_unavailable()
-                and "read floor (chunk files threads, GPU decode)" not in skip):
+        if gpu_host() and not gpu_zstd_unavailable() and f"read floor ({GPU_DECODE})" not in skip:
             # nvCOMP decoding each chunk on the device (the reader's GPU path, as the job's
             # tasks call it), from a thread pool
             t = time.perf_counter()
             with ThreadPoolExecutor(os.cpu_count()) as pool:
                 list(pool.map(lambda b: reader.read_device(*b)[:1].get(), blocks))
-            out["chunk files threads, GPU decode"] = time.perf_counter() - t
+            out[GPU_DECODE] = time.perf_counter() - t
     return out
 
 
@@ -204,8 +207,7 @@ def write_floor(dst: Path, values: np.ndarray, chunk: int, codec: str,
         out["chunk files, job's pool"] = time.perf_counter() - t
         ex.close()
         shutil.rmtree(dst)
-        if (gpu_host() and not gpu_zstd_unavailable() and
-                "write floor (chunk files threads, GPU encode from device memory)" not in skip):
+        if gpu_host() and not gpu_zstd_unavailable() and f"write floor ({GPU_ENCODE})" not in skip:
             # The same chunks from device memory (where a GPU compaction leaves them), encoded
             # by nvCOMP and only the frames copied back: the floor of the GPU-encode path.
             import cupy
@@ -221,7 +223,7 @@ def write_floor(dst: Path, values: np.ndarray, chunk: int, codec: str,
             with ThreadPoolExecutor(os.cpu_count()) as pool:
                 list(pool.map(lambda lo: write_chunk_file_gpu(
                     str(dst), lo // chunk, [dev[lo : lo + chunk]], chunk), blocks))
-            out["chunk files threads, GPU encode from device memory"] = time.perf_counter() - t
+            out[GPU_ENCODE] = time.perf_counter() - t
             del dev
             shutil.rmtree(dst)
     return out
@@ -325,8 +327,7 @@ def main() -> None:
     print(f"input written in {time.perf_counter() - t:.1f} s", flush=True)
     expect = expected_values(src, p)
     names = [*cli_modes(gpu, args.workers), "plain dask threads", "plain dask cluster",
-             "read floor (chunk files threads, GPU decode)",
-             "write floor (chunk files threads, GPU encode from device memory)"]
+             f"read floor ({GPU_DECODE})", f"write floor ({GPU_ENCODE})"]
     skip = set(args.skip) | {m for m in names
                              if args.skip_re and re.search(args.skip_re, m, re.IGNORECASE)}
     global CMD_TIMEOUT

@@ -30,12 +30,12 @@ import csv
 import datetime as dt
 import os
 import statistics
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from bench_common import git_sha
 from bench_common import random_array as generated
 from bench_common import sync_device as _sync_device
 
@@ -299,17 +299,9 @@ def _efficiency(rows: list[dict]) -> None:
 
 
 def _sha() -> str:
-    if os.environ.get("GIT_SHA"):
-        return os.environ["GIT_SHA"]
-    try:
-        return (
-            subprocess.run(
-                ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
-            ).stdout.strip()
-            or "unknown"
-        )
-    except OSError:
-        return "unknown"
+    """The commit measured: GIT_SHA (the GPU host's copy of the tree may carry a stale HEAD),
+    else the checkout's."""
+    return os.environ.get("GIT_SHA") or git_sha()
 
 
 def report(
