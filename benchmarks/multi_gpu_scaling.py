@@ -109,7 +109,8 @@ def breakdown(client, x, p: float, reps: int) -> dict[str, float]:
     from dask_compact import graph
 
     spans: dict[str, list[float]] = {}
-    saved = {n: getattr(graph, n) for n in ("_runs_by_worker", "_held_counts")}
+    names = ("_groups_by_worker", "_held_counts", "_reported_counts")
+    saved = {n: getattr(graph, n) for n in names}
     saved_persist, saved_wait = graph.dask.persist, distributed.wait
 
     def timed(name, f):
@@ -122,9 +123,10 @@ def breakdown(client, x, p: float, reps: int) -> dict[str, float]:
 
         return run
 
-    graph._runs_by_worker = timed("placement query", saved["_runs_by_worker"])
+    graph._groups_by_worker = timed("placement query", saved["_groups_by_worker"])
     graph.dask.persist = timed("build+submit", saved_persist)
     graph._held_counts = timed("wait + read counts", saved["_held_counts"])
+    graph._reported_counts = timed("wait + read counts", saved["_reported_counts"])
     distributed.wait = timed("wait for tasks", saved_wait)
     try:
         for r in range(reps + 1):
@@ -182,6 +184,47 @@ def dask_floor(client, reps: int) -> dict[str, float]:
                 dask_per_worker_ms=1e3 * statistics.median(per_worker))
 
 
+def phase1_tasks(y) -> int:
+    """Phase-1 tasks behind a map_compact result: its own blocks, or, where one task
+    compacted several runs (Dask's placement), the group tasks its blocks are taken from."""
+    deps = y.dask.dependencies.get(y.name, set())
+    return len(y.dask.layers[next(iter(deps))]) if deps else y.numblocks[0]
+
+
+def rebalanced(client, x, p: float, reps: int, out_chunk: int) -> dict[str, float]:
+    """The rebalanced-output case: ``map_compact(..., chunks=out_chunk)`` (the selection moved
+    into uniform chunks, so between workers: where the protocol matters) against
+    ``x[x < p]`` + ``compute_chunk_sizes()`` + ``rechunk(out_chunk)`` + persist; median s."""
+    from distributed import futures_of, wait
+
+    ours, peer = [], []
+    for r in range(reps + 1):
+        t = p + 0.02 + r * 1e-7  # thresholds of their own: new keys
+        t0 = time.perf_counter()
+        y = x.map_compact(lambda v, t=t: v < t, chunks=out_chunk)
+        wait(futures_of(y))
+        client.run(_sync_device)
+        t1 = time.perf_counter()
+        del y
+        if r:
+            ours.append(t1 - t0)
+    _settle(client, x.numblocks[0])
+    for r in range(reps + 1):
+        t = p + 0.02 + r * 1e-7
+        t1 = time.perf_counter()
+        z = x[x < t]
+        z.compute_chunk_sizes()
+        z = z.rechunk(out_chunk).persist()
+        wait(z)
+        client.run(_sync_device)
+        t2 = time.perf_counter()
+        del z
+        if r:
+            peer.append(t2 - t1)
+    _settle(client, x.numblocks[0])
+    return dict(rebalanced_s=statistics.median(ours), peer_rebalanced_s=statistics.median(peer))
+
+
 def measure(client, x, p: float, reps: int) -> dict[str, Any]:
     from dask.core import flatten
     from distributed import wait
@@ -195,7 +238,7 @@ def measure(client, x, p: float, reps: int) -> dict[str, Any]:
         y = x.map_compact(lambda v, t=t: v < t)
         client.run(_sync_device)
         t1 = time.perf_counter()
-        tasks, sizes[r] = y.numblocks[0], y.shape[0]
+        tasks, sizes[r] = phase1_tasks(y), y.shape[0]
         del y
         if r:  # round 0 compiles the kernels on every worker
             ours.append(t1 - t0)
@@ -238,6 +281,7 @@ def run_k(
     gpu: bool,
     breakdowns: list[dict] | None = None,
     protocol: str = "tcp",
+    rebalance: bool = False,
 ) -> list[dict]:
     from distributed import Client
 
@@ -277,7 +321,11 @@ def run_k(
                     )
                     del x
                     continue
-                if layout == "slabs" and case.startswith("strong") and breakdowns is not None:
+                if rebalance:
+                    row.update(rebalanced(client, x, p, reps, chunk))
+                    print("rebalanced", {k: row[k] for k in ("rebalanced_s", "peer_rebalanced_s")},
+                          flush=True)
+                if case.startswith("strong") and breakdowns is not None:
                     parts = breakdown(client, x, p, reps)
                     breakdowns.append(dict(case=case, layout=layout, gpus=k, **parts))
                     print("breakdown", breakdowns[-1], flush=True)
@@ -348,19 +396,37 @@ def report(
             f"{r['overhead_ms'] / r['dask_per_worker_ms']:.2f}x | "
             f"{1e3 * r['peer_s']:.1f} | {r['speedup_vs_peer']:.2f}x |"
         )
+    if any("rebalanced_s" in r for r in rows):
+        lines += [
+            "",
+            "Rebalanced output (`map_compact(..., chunks=chunk)`: the selection moved into "
+            f"uniform chunks, between workers) against `x[x<p]` + `compute_chunk_sizes()` + "
+            f"`rechunk(chunk)` + persist, protocol {protocol}:",
+            "",
+            "| case | layout | GPUs | map_compact(chunks=) ms | peer ms | speed-up |",
+            "|---|---|---|---|---|---|",
+        ]
+        for r in rows:
+            if "rebalanced_s" in r:
+                lines.append(
+                    f"| {r['case']} | {r['layout']} | {r['gpus']} | {1e3 * r['rebalanced_s']:.1f} "
+                    f"| {1e3 * r['peer_rebalanced_s']:.1f} | "
+                    f"{r['peer_rebalanced_s'] / r['rebalanced_s']:.2f}x |"
+                )
     if breakdowns:
         cols = [c for c in breakdowns[0] if c not in ("case", "layout", "gpus")]
         lines += [
             "",
-            "Where one call's time goes (slabs, median ms; `wait for tasks` is the "
-            "phase-1 tasks from submission to the client hearing they finished):",
+            "Where one call's time goes (median ms; `wait for tasks` is the phase-1 tasks from "
+            "submission to the client hearing they finished):",
             "",
-            "| case | GPUs | " + " | ".join(cols) + " |",
-            "|---|---|" + "---|" * len(cols),
+            "| case | layout | GPUs | " + " | ".join(cols) + " |",
+            "|---|---|---|" + "---|" * len(cols),
         ]
         for b in breakdowns:
             lines.append(
-                f"| {b['case']} | {b['gpus']} | " + " | ".join(f"{b[c]:.1f}" for c in cols) + " |"
+                f"| {b['case']} | {b['layout']} | {b['gpus']} | "
+                + " | ".join(f"{b[c]:.1f}" for c in cols) + " |"
             )
     (out / f"multi-gpu-{stamp}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
@@ -423,6 +489,8 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     ap.add_argument("--protocol", choices=["tcp", "ucx"], default="tcp",
                     help="the LocalCUDACluster's protocol (ucx: distributed-ucxx, the ucx extra)")
+    ap.add_argument("--rebalance", action="store_true",
+                    help="also time the rebalanced output (chunks=2^chunk-log2) against its peer")
     args = ap.parse_args()
     if args.cpu:
         ngpu, device = max(args.gpus), "CPU-LocalCluster"
@@ -441,7 +509,7 @@ def main() -> None:
         cases += [(f"weak 2^{w}/GPU", k * 2**w) for w in args.weak_log2n]
         rows += run_k(
             k, cases, 2**args.chunk_log2, args.layouts, args.reps, args.p, not args.cpu, breakdowns,
-            args.protocol,
+            args.protocol, args.rebalance,
         )
     _efficiency(rows)
     report(rows, args.out, device, ngpu, args.chunk_log2, args.p, breakdowns, args.protocol)

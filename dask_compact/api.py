@@ -72,12 +72,15 @@ def map_compact(
     chunks : int or "auto", optional
         Rebalance the result into uniform chunks of this size, using the global offsets.
     by_worker : bool
-        When ``x`` is persisted on a distributed cluster, compact each run of consecutive
-        chunks held by one worker in one task (a worker's chunks are split into as many runs
-        as it has threads), so the result has one chunk per run. This keeps Dask's per-task
-        cost (about a millisecond) from dominating chunks that a GPU compacts in less.
-        ``False``: one task and one output chunk per input chunk. Other schedulers and
-        inputs always take one task per chunk.
+        When ``x`` is persisted on a distributed cluster, compact all the chunks one worker
+        holds in one task per worker thread, wherever Dask placed them (consecutive or not);
+        the result has one chunk per run of consecutive chunks a task compacted, in the input's
+        order, and no chunk moves between workers. Where a task compacted several runs, each
+        output chunk is taken from that task's result by a getitem left in the result's graph
+        (run where the data is, when the result is used). This keeps Dask's per-task cost
+        (about a millisecond) from dominating chunks that a GPU compacts in less. ``False``:
+        one task and one output chunk per input chunk. Other schedulers and inputs always take
+        one task per chunk.
 
     Returns
     -------

@@ -10,6 +10,7 @@ import numpy as np
 from .dispatch import compact_chunk, compact_many, compact_masked
 from .dispatch import compact_into as compact_into_chunk
 from .predicate import Predicate, PredicateLike, as_predicate
+from .task_report import report
 from .validate import (
     check_algorithm,
     check_chunk_type,
@@ -114,6 +115,19 @@ def compact_blocks(
         return out
     values, indices = _split(out, output)
     return values, indices, int(sum(np.prod(b.shape) for b in blocks))
+
+
+def compact_group(
+    runs: list[list[Any]], pred: Any, output: str, stable: bool, algorithm: str,
+    bases: list[list[int]],
+) -> tuple:
+    """Phase 1 for every chunk one worker thread holds, in ONE task: a tuple with one output
+    per run of consecutive chunks (see :func:`compact_blocks`; for ``output="both"`` each is
+    ``(values, indices)``). ``bases[r][i]`` is the global input start of run r's chunk i."""
+    impl = compact_many.dispatch(type(runs[0][0]))
+    out = tuple(impl(blocks, pred, output, stable, algorithm, b) for blocks, b in zip(runs, bases))
+    report([len(o[0] if output == "both" else o) for o in out])  # the counts, with completion
+    return out
 
 
 def compact_block_masked(

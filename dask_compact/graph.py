@@ -34,7 +34,8 @@ from dask.core import flatten
 from dask.highlevelgraph import HighLevelGraph
 
 from .cache import BoundedCache
-from .chunk import compact_block, compact_block_masked, compact_blocks
+from .chunk import compact_block, compact_block_masked, compact_blocks, compact_group
+from .task_report import reported
 
 
 @dataclass(frozen=True)
@@ -123,15 +124,16 @@ def _placement(keys: list, dask_scheduler: Any = None) -> tuple[list, dict]:
     return holders, {w.address: w.nthreads for w in dask_scheduler.workers.values()}
 
 
-def _runs_by_worker(plan: Plan) -> list[list[int]] | None:
-    """Runs of consecutive input chunks held by one worker, for one phase-1 task each.
+def _groups_by_worker(plan: Plan) -> list[list[list[int]]] | None:
+    """Phase-1 tasks over the chunks each worker holds: groups (one task each) of runs
+    (consecutive chunks, one output chunk each), see :func:`group_tasks`.
 
     Only for a persisted input on a distributed cluster (its chunks are futures, so where each
-    lives is known): a run ends where the holder changes, and a worker's chunks are split into
-    as many runs as it has threads, so a CPU worker still compacts in parallel and a dask-cuda
-    worker (one thread per GPU) gets one task per run. Why: Dask costs about a millisecond per
-    task, while a GPU compacts a 1 GiB chunk in under one, so per-chunk tasks would make the
-    scheduler, not the GPUs, the limit. None where this does not apply or gains nothing.
+    lives is known). Why: Dask costs about a millisecond per task, while a GPU compacts a 1 GiB
+    chunk in under one, so per-chunk tasks would make the scheduler, not the GPUs, the limit;
+    and Dask's own placement of a generated or loaded array scatters a worker's chunks, so
+    grouping only consecutive chunks left about one task per chunk there. None where this
+    does not apply or gains nothing.
     """
     if not plan.by_worker or plan.mask is not None or not plan.known_input or plan.nblocks < 2:
         return None
@@ -152,8 +154,8 @@ def _runs_by_worker(plan: Plan) -> list[list[int]] | None:
         distributed.wait(blocks)  # where a chunk lives is known once it is computed
         holders, nthreads = client.run_on_scheduler(_placement, keys)  # one round trip
         _placements.put(cache_key, (weakref.ref(blocks[0]), holders, nthreads))
-    runs = group_runs(holders, nthreads)
-    return runs if len(runs) < len(keys) else None
+    groups = group_tasks(holders, nthreads)
+    return groups if len(groups) < len(keys) else None
 
 
 # The placement of a persisted input already seen: (id(client), its keys) -> (a weak reference
@@ -161,30 +163,54 @@ def _runs_by_worker(plan: Plan) -> list[list[int]] | None:
 # persisted array (the same future objects, all finished) skips the scheduler round trip
 # (3 ms of a 12-18 ms call on the 2-core CI machine's LocalCluster). Re-persisting makes new
 # futures, so a new placement; a placement gone stale since (a worker lost and its chunks
-# recomputed elsewhere) costs transfers into the run's task, never a wrong result: the task
+# recomputed elsewhere) costs transfers into the group's task, never a wrong result: the task
 # reads its chunks wherever they are.
 _placements: BoundedCache[tuple, tuple] = BoundedCache("input placements")
 
 
+def group_tasks(holders: list, nthreads: dict) -> list[list[list[int]]]:
+    """Chunk positions grouped for phase 1: one group (task) per worker thread, each a list
+    of runs (consecutive chunks, one output chunk each).
+
+    A worker's chunks, in order, are cut into at most ``nthreads[worker]`` groups of equal
+    length (so a CPU worker still compacts in parallel, and a dask-cuda worker, one thread
+    per GPU, gets one task); a group's chunks are cut into runs where they stop being
+    consecutive. A chunk of unknown holder (None) is a group and a run of its own. Groups are
+    ordered by their first chunk.
+
+    >>> group_tasks(["a", "a", "a", "a", "b", "b", "a"], {"a": 2, "b": 1})
+    [[[0, 1, 2]], [[3], [6]], [[4, 5]]]
+    """
+    held: dict[Any, list[int]] = {}
+    for i, h in enumerate(holders):
+        held.setdefault(h, []).append(i)
+    groups: list[list[int]] = []
+    for h, chunks in held.items():
+        if h is None:
+            groups.extend([i] for i in chunks)
+            continue
+        cap = math.ceil(len(chunks) / max(1, nthreads.get(h, 1)))
+        groups.extend(chunks[j:j + cap] for j in range(0, len(chunks), cap))
+    groups.sort(key=lambda g: g[0])
+    out = []
+    for g in groups:
+        runs: list[list[int]] = []
+        for i in g:
+            if runs and runs[-1][-1] == i - 1:
+                runs[-1].append(i)
+            else:
+                runs.append([i])
+        out.append(runs)
+    return out
+
+
 def group_runs(holders: list, nthreads: dict) -> list[list[int]]:
-    """Chunk positions grouped into runs: consecutive, one holder each (None: unknown, always
-    alone), and a worker's chunks cut into at most ``nthreads[worker]`` runs of equal length.
+    """The runs of :func:`group_tasks` (its output chunks), in the input's order.
 
     >>> group_runs(["a", "a", "a", "a", "b", "b", "a"], {"a": 2, "b": 1})
     [[0, 1, 2], [3], [4, 5], [6]]
     """
-    held: dict[Any, int] = {}
-    for h in holders:
-        held[h] = held.get(h, 0) + 1
-    cap = {h: math.ceil(c / max(1, nthreads.get(h, 1))) for h, c in held.items()}
-    runs: list[list[int]] = []
-    for i, h in enumerate(holders):
-        last = runs[-1] if runs else None
-        if last is not None and h is not None and holders[last[-1]] == h and len(last) < cap[h]:
-            last.append(i)
-        else:
-            runs.append([i])
-    return runs
+    return sorted((r for g in group_tasks(holders, nthreads) for r in g), key=lambda r: r[0])
 
 
 def _meta(x: da.Array, dtype: np.dtype, tail: tuple = ()) -> Any:
@@ -353,11 +379,99 @@ def _counts_of(arr: da.Array, plan: Plan) -> da.Array:
     return da.Array(graph, cname, chunks=((1,) * n, (2,)), dtype=np.int64)
 
 
+def _group_counts(pieces: tuple, output: str) -> np.ndarray:
+    """(n_out, 0) rows of one group task's runs."""
+    rows = np.zeros((len(pieces), 2), np.int64)
+    rows[:, 0] = [len(p[0] if output == "both" else p) for p in pieces]
+    return rows
+
+
+def _reported_counts(tasks: da.Array, groups: list[list[list[int]]]) -> np.ndarray | None:
+    """(n_out, 0) rows of the group tasks' runs, from what each task reported as it ended
+    (:mod:`.task_report`): one question to the scheduler once they are done, no task."""
+    blocks = [tasks.dask[k] for k in flatten(tasks.__dask_keys__())]
+    client = getattr(blocks[0], "client", None)
+    if client is None or not hasattr(client, "run_on_scheduler"):
+        return None
+    from distributed import wait
+
+    wait(blocks)  # raises here if a group's task failed, as gathering it would
+    try:
+        got = client.run_on_scheduler(reported, [b.key for b in blocks])
+    except Exception:  # noqa: BLE001 -- the scheduler could not say: count with tasks
+        return None
+    if any(c is None or len(c) != len(g) for c, g in zip(got, groups)):
+        return None
+    rows = np.zeros((sum(len(g) for g in groups), 2), np.int64)
+    rows[:, 0] = [int(n) for c in got for n in c]
+    return rows
+
+
+def _run_grouped(plan: Plan, groups: list[list[list[int]]]) -> tuple[dict[str, da.Array], tuple]:
+    """Eager phase 1 with one task per group of runs: the persisted result arrays (one
+    output chunk per run, in the input's order) and their chunk sizes.
+
+    A group task returns a tuple of its runs' outputs; each output chunk of the result is a
+    getitem of it, left in the result's graph rather than run now: it costs no time where the
+    data lives when the result is used (dask fuses it into the consuming task), where a task
+    per output chunk now would cost what the grouping saves (a Dask task is ~1 ms of scheduler
+    and worker time). Each group task reports its runs' counts as it ends, and one question
+    to the scheduler reads them (:mod:`.task_report`): the sizes the workers report are of
+    the whole tuple. Count tasks over the groups are the fallback.
+    """
+    starts = np.concatenate([[0], np.cumsum(plan.x.chunks[0])[:-1]]).astype(np.int64)
+    gname, cname = plan.name(f"group-{plan.path}"), plan.name("group-count")
+    layer: dict[Any, Any] = {}
+    for g, runs in enumerate(groups):
+        layer[(gname, g)] = (
+            compact_group, [[(plan.x.name, i) for i in run] for run in runs], plan.pred,
+            plan.output, plan.stable, plan.algorithm,
+            [[int(starts[i]) for i in run] for run in runs],
+        )
+    deps: list[Any] = [plan.x]
+    graph = HighLevelGraph.from_collections(gname, layer, dependencies=deps)
+    ng = len(groups)
+    tasks = da.Array(graph, gname, chunks=((np.nan,) * ng,), meta=_meta(plan.x, plan.x.dtype))
+    (tasks,) = dask.persist(tasks)
+    rows = _reported_counts(tasks, groups)
+    if rows is None:  # counts not reported (e.g. a task re-run elsewhere): count with tasks
+        clayer = {(cname, g, 0): (_group_counts, (gname, g), plan.output) for g in range(ng)}
+        counts = da.Array(_extend(tasks.dask, cname, clayer, {gname}), cname,
+                          chunks=(tuple(len(r) for r in groups), (2,)), dtype=np.int64)
+        rows = _fetch_counts(dask.persist(counts)[0])  # raises a group task's error
+    # Output chunk j is run j in the input's order; rows come group by group.
+    where = sorted(((run[0], g, k) for g, runs in enumerate(groups) for k, run in enumerate(runs)))
+    order = {(g, k): j for j, (_, g, k) in enumerate(where)}
+    sizes = [0] * len(where)
+    r = 0
+    for g, runs in enumerate(groups):
+        for k in range(len(runs)):
+            sizes[order[(g, k)]] = int(rows[r, 0])
+            r += 1
+    wants = ("values", "indices") if plan.output == "both" else (plan.output,)
+    out = {}
+    for slot, what in enumerate(wants):
+        name = plan.name(f"{what}-grouped-{plan.path}")
+        olayer: dict[Any, Any] = {}
+        for j, (_, g, k) in enumerate(where):
+            piece = (operator.getitem, (gname, g), k)
+            olayer[(name, j)] = (operator.getitem, piece, slot) if plan.output == "both" else piece
+        dtype = plan.x.dtype if what == "values" else np.dtype(np.int64)
+        out[what] = da.Array(_extend(tasks.dask, name, olayer, {gname}), name,
+                             chunks=(tuple(sizes),), meta=_meta(plan.x, dtype))
+    return out, tuple(sizes)
+
+
 def build(plan: Plan, lazy: bool, out_chunks: Any) -> dict[str, da.Array]:
     """Run (eager) or describe (lazy) the three phases; return {'values'|'indices': Array}."""
-    runs = None if lazy else _runs_by_worker(plan)
-    if runs is not None:  # keys that say which runs, so another placement never shares them
-        plan = replace(plan, token=tokenize(plan.token, runs))
+    groups = None if lazy else _groups_by_worker(plan)
+    runs = None
+    if groups is not None:  # keys that say which groups, so another placement never shares them
+        plan = replace(plan, token=tokenize(plan.token, groups))
+        if any(len(g) > 1 for g in groups):
+            result, _ = _run_grouped(plan, groups)
+            return _rebalanced(result, out_chunks)
+        runs = [g[0] for g in groups]
     graph, p1, n = _phase1_layer(plan, runs)
     cols = _collections(plan, graph, p1, n, lazy)
     counts = cols.pop("counts")
@@ -389,7 +503,13 @@ def build(plan: Plan, lazy: bool, out_chunks: Any) -> dict[str, da.Array]:
     if "indices" in result and not plan.known_input:
         shifted = _shift(result["indices"], offsets[:, 1], plan.name("indices-global"))
         (result["indices"],) = dask.persist(shifted)
-    if out_chunks is not None:
-        rebalanced = dask.persist(*[result[k].rechunk(out_chunks) for k in names])
-        result = dict(zip(names, rebalanced))
-    return result
+    return _rebalanced(result, out_chunks)
+
+
+def _rebalanced(result: dict[str, da.Array], out_chunks: Any) -> dict[str, da.Array]:
+    """The result, rechunked into ``out_chunks`` and persisted when asked."""
+    if out_chunks is None:
+        return result
+    names = list(result)
+    rebalanced = dask.persist(*[result[k].rechunk(out_chunks) for k in names])
+    return dict(zip(names, rebalanced))

@@ -218,6 +218,99 @@ def test_interleaved_placement_keeps_order(client):
     assert _transfers(ts) == 0 and y.numblocks[0] <= x.numblocks[0]
 
 
+def _round_robin(client, a: np.ndarray, chunk: int):
+    """``a`` persisted with chunk i on worker i mod 2: the scattered placement Dask gives a
+    generated or loaded array, made deterministic."""
+    workers = sorted(client.nthreads())
+    parts = [
+        client.persist(da.from_array(a[s : s + chunk], chunks=chunk), workers=[workers[k % 2]],
+                       allow_other_workers=True)  # loose: a lost chunk is remade elsewhere
+        for k, s in enumerate(range(0, len(a), chunk))
+    ]
+    x = da.concatenate(parts).persist()
+    from distributed import wait
+
+    wait(x)
+    return x
+
+
+@pytest.mark.parametrize("output", ["values", "indices", "both"])
+def test_one_task_per_worker_whatever_the_placement(client, monkeypatch, output):
+    """Chunks scattered over the workers (no two consecutive on one worker): one phase-1 task
+    per worker over all its chunks, one known-size output chunk per run in the input's
+    order, nothing moved, the counts read from what the tasks reported (no count task)."""
+    from distributed import get_task_stream
+
+
+    asked = []
+    real_ask = client.run_on_scheduler
+    monkeypatch.setattr(client, "run_on_scheduler",
+                        lambda f, *a, **k: asked.append(f.__name__) or real_ask(f, *a, **k))
+    a = np.random.default_rng(12).random(31_013).astype(np.float32)
+    x = _round_robin(client, a, 1_009)
+    assert x.numblocks[0] == 31
+    with get_task_stream() as ts:
+        got = x.map_compact(lambda q: (q < 0.25) | (q > 0.9), output=output)
+    keys = {str(t["key"]) for t in ts.data}
+    m = (a < 0.25) | (a > 0.9)
+    want = {"values": (a[m],), "indices": (np.flatnonzero(m),), "both": (a[m], np.flatnonzero(m))}
+    got = got if isinstance(got, tuple) else (got,)
+    for g, w in zip(got, want[output]):
+        assert g.numblocks == (31,) and g.chunks[0] == tuple(
+            int(((b < 0.25) | (b > 0.9)).sum()) for b in np.array_split(a, range(1009, 31013, 1009))
+        )
+        np.testing.assert_array_equal(g.compute(), w)
+        np.testing.assert_array_equal(g[100:5000].compute(), w[100:5000])
+    assert len([k for k in keys if "compact-group-" in k and "count" not in k]) == 2, keys
+    assert not [k for k in keys if "count" in k] and _transfers(ts) == 0
+    assert asked == ["_placement", "reported"]
+    with pytest.raises(ZeroDivisionError):  # a failure in the group task reaches the caller
+        x.map_compact(lambda q: q > 1 / 0)
+
+
+def test_grouped_counts_fall_back_to_tasks(client, monkeypatch):
+    """Where the group tasks reported no counts (e.g. run somewhere that does not keep task
+    metadata), count tasks over the groups give them: the same result."""
+    from dask_compact import graph
+
+    monkeypatch.setattr(graph, "reported", lambda keys, dask_scheduler=None: [None] * len(keys))
+    a = np.random.default_rng(13).random(20_011)
+    x = _round_robin(client, a, 997)
+    for output in ("values", "both"):
+        got = x.map_compact("x > 0.6", output=output)
+        v = got[0] if output == "both" else got
+        np.testing.assert_array_equal(v.compute(), a[a > 0.6])
+        assert v.chunks[0] == tuple(len(b) for b in (
+            c[c > 0.6] for c in np.array_split(a, range(997, 20_011, 997))))
+
+
+def test_worker_killed_with_scattered_placement_loses_nothing(client, monkeypatch):
+    """A worker killed once the group tasks are submitted: Dask reruns what it held (the
+    input chunks from their graph, then the group tasks), and the result is exact."""
+    from dask_compact import graph
+
+    a = np.random.default_rng(14).random(24_001)
+    x = _round_robin(client, a, 1_000)
+    pids = client.run(os.getpid)
+    victim = sorted(pids)[0]
+    real = graph._reported_counts
+
+    def kill_then_read(*args):
+        os.kill(pids[victim], signal.SIGKILL)
+        return real(*args)
+
+    monkeypatch.setattr(graph, "_reported_counts", kill_then_read)
+    try:
+        v, i = x.map_compact("x > 0.5", output="both")
+        m = a > 0.5
+        np.testing.assert_array_equal(v.compute(), a[m])
+        np.testing.assert_array_equal(i.compute(), np.flatnonzero(m))
+        assert v.chunks == i.chunks and sum(v.chunks[0]) == int(m.sum())
+    finally:
+        client.wait_for_workers(2, timeout=60)
+    assert pids[victim] not in client.run(os.getpid).values()  # it did die
+
+
 def test_persisted_input_with_a_failed_chunk_raises_its_error(client):
     """A persisted input whose chunk failed: map_compact raises that chunk's error, and
     presents no partial result."""

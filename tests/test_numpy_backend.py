@@ -296,3 +296,30 @@ def test_group_runs():
     assert group_runs(["a", "b", "a", "b"], {"a": 1, "b": 1}) == [[0], [1], [2], [3]]
     assert group_runs(["a", None, None, "a"], {"a": 1}) == [[0], [1], [2], [3]]
     assert group_runs(["b", "b", "a", "a", "a"], {"a": 1, "b": 2}) == [[0], [1], [2, 3, 4]]
+
+
+def test_group_tasks():
+    """One task per worker thread over the chunks it holds, consecutive or not; its runs are
+    the output chunks."""
+    from dask_compact.graph import group_tasks
+
+    assert group_tasks([], {}) == []
+    assert group_tasks(["a", "b", "a", "b"], {"a": 1, "b": 1}) == [[[0], [2]], [[1], [3]]]
+    assert group_tasks(["a", "b", "a", "b", "b"], {"a": 1, "b": 1}) == [[[0], [2]], [[1], [3, 4]]]
+    assert group_tasks(["a", None, None, "a"], {"a": 1}) == [[[0], [3]], [[1]], [[2]]]
+    assert group_tasks(["a", "b"] * 4, {"a": 2, "b": 1}) == [
+        [[0], [2]], [[1], [3], [5], [7]], [[4], [6]]
+    ]
+    rng = np.random.default_rng(11)
+    for _ in range(200):
+        holders = list(rng.choice(["a", "b", "c", None], size=int(rng.integers(0, 40))))
+        threads = {"a": 1, "b": 2, "c": 3}
+        groups = group_tasks(holders, threads)
+        flat = [i for g in groups for r in g for i in r]
+        assert sorted(flat) == list(range(len(holders)))  # every chunk once
+        for g in groups:
+            assert len({holders[i] for r in g for i in r}) == 1  # one holder per task
+            assert all(b - a == 1 for r in g for a, b in zip(r, r[1:]))  # runs consecutive
+            assert all(r1[-1] + 1 < r2[0] for r1, r2 in zip(g, g[1:]))  # runs maximal, ordered
+        for h, t in threads.items():  # at most one task per thread of a worker
+            assert sum(holders[g[0][0]] == h for g in groups) <= t
