@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from .dispatch import compact_chunk, compact_many, compact_masked
+from .dispatch import compact_chunk, compact_many, compact_masked, compact_runs
 from .dispatch import compact_into as compact_into_chunk
 from .predicate import Predicate, PredicateLike, as_predicate
 from .task_report import report
@@ -124,8 +124,8 @@ def compact_group(
     """Phase 1 for every chunk one worker thread holds, in ONE task: a tuple with one output
     per run of consecutive chunks (see :func:`compact_blocks`; for ``output="both"`` each is
     ``(values, indices)``). ``bases[r][i]`` is the global input start of run r's chunk i."""
-    impl = compact_many.dispatch(type(runs[0][0]))
-    out = tuple(impl(blocks, pred, output, stable, algorithm, b) for blocks, b in zip(runs, bases))
+    impl = compact_runs.dispatch(type(runs[0][0]))
+    out = impl(runs, pred, output, stable, algorithm, bases)
     report([len(o[0] if output == "both" else o) for o in out])  # the counts, with completion
     return out
 

@@ -30,6 +30,11 @@ Backend contract (both functions, every backend):
     concatenation of ``compact_chunk(blocks[i], ..., bases[i])`` over i, built without
     compacting twice (the GPU counts the whole run with one host synchronisation).
 
+``compact_runs(runs, pred, output, stable, algorithm, bases) -> tuple``
+    Every run of chunks one task compacts (a list of runs, each a list of chunks): a tuple
+    of ``compact_many(runs[r], ..., bases[r])`` over r. NumPy: exactly that; CuPy: every
+    chunk counted with one host synchronisation, each run's output a view of one allocation.
+
 ``compact_records(like, fields, pred, indices, stable, index_base, threads=1) -> dict``
     A record (dict name -> array, rows along axis 0; ``like``, one of them, is what the call
     is dispatched on)
@@ -60,6 +65,7 @@ from dask.utils import Dispatch
 compact_chunk = Dispatch("compact_chunk")
 compact_masked = Dispatch("compact_masked")
 compact_many = Dispatch("compact_many")
+compact_runs = Dispatch("compact_runs")
 compact_into = Dispatch("compact_into")
 compact_records = Dispatch("compact_records")
 compact_records_into = Dispatch("compact_records_into")
@@ -94,6 +100,12 @@ def _compact_many_numpy(blocks, pred, output, stable, algorithm, bases):
     from .backends.numpy_backend import compact_many as impl
 
     return impl(blocks, pred, output, stable, algorithm, bases)
+
+
+@compact_runs.register(np.ndarray)
+def _compact_runs_numpy(runs, pred, output, stable, algorithm, bases):
+    return tuple(_compact_many_numpy(r, pred, output, stable, algorithm, b)
+                 for r, b in zip(runs, bases))
 
 
 @compact_into.register(np.ndarray)
@@ -143,6 +155,7 @@ def _concat_scan_compactions(impl, blocks, pred, output, bases, xp):
 @compact_chunk.register_lazy("cupy")
 @compact_masked.register_lazy("cupy")
 @compact_many.register_lazy("cupy")
+@compact_runs.register_lazy("cupy")
 @compact_into.register_lazy("cupy")
 @compact_records.register_lazy("cupy")
 @compact_records_into.register_lazy("cupy")
@@ -156,6 +169,7 @@ def _register_cupy() -> None:
     compact_chunk.register(cupy.ndarray, _compact_chunk_cupy)
     compact_masked.register(cupy.ndarray, cupy_backend.compact_masked)
     compact_many.register(cupy.ndarray, _compact_many_cupy)
+    compact_runs.register(cupy.ndarray, _compact_runs_cupy)
     compact_into.register(cupy.ndarray, cupy_backend.compact_into_public)
     compact_records.register(cupy.ndarray, _compact_records_cupy)
     compact_records_into.register(cupy.ndarray, _compact_records_into_cupy)
@@ -183,6 +197,15 @@ def _compact_many_cupy(blocks, pred, output, stable, algorithm, bases):
     from .backends.cupy_backend import compact_many
 
     return compact_many(blocks, pred, output, stable, algorithm, bases)
+
+
+def _compact_runs_cupy(runs, pred, output, stable, algorithm, bases):
+    if algorithm == "scan":
+        return tuple(_compact_many_cupy(r, pred, output, stable, algorithm, b)
+                     for r, b in zip(runs, bases))
+    from .backends.cupy_backend import compact_runs
+
+    return compact_runs(runs, pred, output, stable, algorithm, bases)
 
 
 def _compact_records_into_cupy(like, fields, pred, out, count, stream):

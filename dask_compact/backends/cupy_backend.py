@@ -122,27 +122,37 @@ def _plan(
     return Plan(flat, m, (), spec, output, exact_mode)
 
 
-def _run_exact(plans: list[Plan], output: str, bases: list[int]) -> Any:
+def _run_exact(plans: list[Plan], output: str, bases: list[int],
+               counts: list[int] | None = None) -> Any:
     """Count, allocate exactly, compact: for one chunk or a run of chunks of one task.
 
     A run is counted first (every chunk's count kernels queued), its counts come back in ONE
     host synchronisation, and then every chunk is compacted into its slice of one exact-size
     output: the output of a run is the concatenation of its chunks' outputs, without a copy.
+    ``counts``, if given, receives each plan's selected count.
     """
 
     dtype = plans[0].flat.dtype
     live = [(p, b) for p, b in zip(plans, bases) if p.n]
+    got: list[int] = []
     if live and len({p.flat.device.id for p, _ in live}) > 1:
         # Not one device: each chunk on its own device, then one concatenation (rare: a task
         # on a dask-cuda worker sees one GPU).
         parts = [_run_exact([p], output, [b]) for p, b in live]
-        return concat_outputs(parts, output)
-    if live and all(_one_read(p, output) for p, _ in live):
-        return _run_one_read(live, output)
-    return _run_count_first(live, output, dtype)
+        got = [len(q[0] if output == "both" else q) for q in parts]
+        out = concat_outputs(parts, output)
+    elif live and all(_one_read(p, output) for p, _ in live):
+        out = _run_one_read(live, output, got)
+    else:
+        out = _run_count_first(live, output, dtype, got)
+    if counts is not None:
+        it = iter(got)
+        counts.extend(next(it) if p.n else 0 for p in plans)
+    return out
 
 
-def _run_count_first(live: list[tuple[Plan, int]], output: str, dtype: np.dtype) -> Any:
+def _run_count_first(live: list[tuple[Plan, int]], output: str, dtype: np.dtype,
+                     sink: list[int] | None = None) -> Any:
     """The exact path that counts first: every chunk's count kernels, one host sync for all
     counts, one exact-size allocation, then the chunks' compactions into their slices."""
     import cupy
@@ -153,6 +163,8 @@ def _run_count_first(live: list[tuple[Plan, int]], output: str, dtype: np.dtype)
         workspaces = [LAUNCHERS[p.spec.algorithm].count(p, reuse=len(live) == 1)
                       for p, _ in live]
         counts = read_counts([ws.count for ws in workspaces])  # the one host sync
+        if sink is not None:
+            sink.extend(int(c) for c in counts)
         total = sum(counts)
         if len(live) == 1:
             learn(live[0][0].memo, dtype, output, total, live[0][0].n)
@@ -224,7 +236,8 @@ def _one_read(plan: Plan, output: str) -> bool:
                                                                 output, plan.n)
 
 
-def _run_one_read(live: list[tuple[Plan, int]], output: str) -> Any:
+def _run_one_read(live: list[tuple[Plan, int]], output: str,
+                  sink: list[int] | None = None) -> Any:
     """Exact-size output with one read of the input: each chunk of the run is queued into its
     slice of n-sized scratch with the single-pass (or hybrid) kernel, as ``compact_into``
     does, the counts come back in one host synchronisation, and each chunk's selection is
@@ -249,6 +262,8 @@ def _run_one_read(live: list[tuple[Plan, int]], output: str) -> Any:
                          None if idx is None else idx[off:off + p.n], ws)
             off += p.n
         got = read_words(counts)  # the one host sync
+        if sink is not None:
+            sink.extend(int(c) for c in got)
         total = sum(got)
         learn(plan0.memo, plan0.spec.dtype, output, total, total_n)
         out_v = None if vals is None else cupy.empty(total, dtype=dtype)
@@ -373,6 +388,32 @@ def compact_many(
     if output not in OUTPUT_CODES:
         raise ValueError(f"output must be values, indices or both; got {output!r}")
     return _run_exact([_plan(b, pred, None, output, alg) for b in blocks], output, list(bases))
+
+
+def compact_runs(
+    runs: list[list[Any]], pred: Predicate, output: str, stable: bool, algorithm: str,
+    bases: list[list[int]],
+) -> tuple:
+    """Dispatch entry for every run of chunks one worker thread holds (one task): one output
+    per run, all chunks counted with ONE host sync and compacted into one exact-size
+    allocation, of which each run's output is a view (a sync per run cost a round trip each
+    where Dask's placement leaves runs of one chunk)."""
+    alg = resolve_algorithm(algorithm, stable)
+    if output not in OUTPUT_CODES:
+        raise ValueError(f"output must be values, indices or both; got {output!r}")
+    plans = [_plan(b, pred, None, output, alg) for r in runs for b in r]
+    counts: list[int] = []
+    out = _run_exact(plans, output, [int(b) for bs in bases for b in bs], counts)
+    pieces, at, j = [], 0, 0
+    for r in runs:
+        k = sum(counts[j:j + len(r)])
+        j += len(r)
+        if output == "both":
+            pieces.append((out[0][at:at + k], out[1][at:at + k]))
+        else:
+            pieces.append(out[at:at + k])
+        at += k
+    return tuple(pieces)
 
 
 def compact_masked(a: Any, mask: Any, output: str, index_base: int, algorithm: str = "auto") -> Any:

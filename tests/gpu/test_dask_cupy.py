@@ -106,3 +106,76 @@ def test_local_cuda_cluster_one_task_per_worker_run() -> None:
         w = x.map_compact("x < 0.3", by_worker=False)
         assert w.numblocks == x.numblocks
         np.testing.assert_array_equal(cupy.asnumpy(w.compute()), x_np[m])
+
+
+@pytest.mark.parametrize("output", ["values", "indices", "both"])
+@pytest.mark.parametrize(
+    "algorithm,stable", [("auto", True), ("three-pass", True), ("hybrid", False), ("scan", True)]
+)
+def test_compact_runs_one_output_per_run(output: str, algorithm: str, stable: bool) -> None:
+    """The CuPy compact_runs (every chunk of a worker's task, one host sync): one output per
+    run, each its chunks' selections in order, empty chunks and runs included."""
+    from dask_compact.dispatch import compact_runs
+    from dask_compact.predicate import as_predicate
+
+    rng = np.random.default_rng(21)
+    sizes = [[1025, 0, 31], [2**16 + 7], [0], [33, 2**12, 1]]
+    runs_np = [[rng.random(n).astype(np.float32) for n in run] for run in sizes]
+    bases, at = [], 0
+    for run in runs_np:
+        bases.append([])
+        for b in run:
+            bases[-1].append(at)
+            at += b.size + 1000  # gaps: the runs are not consecutive in the input
+    pred = as_predicate(lambda v: (v < 0.3) | (v > 0.95))
+    got = compact_runs.dispatch(cupy.ndarray)(
+        [[cupy.asarray(b) for b in r] for r in runs_np], pred, output, stable, algorithm, bases
+    )
+    assert len(got) == len(runs_np)
+    for g, run, bs in zip(got, runs_np, bases):
+        m = [(b < 0.3) | (b > 0.95) for b in run]
+        want_v = np.concatenate([b[k] for b, k in zip(run, m)])
+        want_i = np.concatenate([np.flatnonzero(k) + base for k, base in zip(m, bs)])
+        parts = g if output == "both" else (g,)
+        wants = {"values": (want_v,), "indices": (want_i,), "both": (want_v, want_i)}[output]
+        for p, w in zip(parts, wants):
+            assert isinstance(p, cupy.ndarray)
+            p = cupy.asnumpy(p)
+            if not stable:
+                p, w = np.sort(p), np.sort(w)
+            np.testing.assert_array_equal(p, w)
+
+
+def test_cluster_scattered_placement_one_task_per_worker() -> None:
+    """CuPy chunks placed on two worker processes in turn (Dask's placement of a generated
+    array, made deterministic; both may share one GPU): one phase-1 task per worker, one
+    output chunk per input chunk in order, nothing moved, exact."""
+    distributed = pytest.importorskip("distributed")
+    x_np = np.random.default_rng(22).random(2**21 + 13).astype(np.float32)
+    step = 2**17
+    with (
+        distributed.LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None) as lc,
+        distributed.Client(lc) as client,
+    ):
+        workers = sorted(client.nthreads())
+        parts = [
+            client.persist(
+                da.from_array(x_np[s : s + step], chunks=step).map_blocks(cupy.asarray),
+                workers=[workers[k % 2]],
+                allow_other_workers=True,
+            )
+            for k, s in enumerate(range(0, len(x_np), step))
+        ]
+        x = da.concatenate(parts).persist()
+        distributed.wait(x)
+        with distributed.get_task_stream() as ts:
+            v, i = x.map_compact("x < 0.3", output="both")
+        keys = {str(t["key"]) for t in ts.data}
+        assert len([k for k in keys if "compact-group-" in k]) == 2, keys
+        assert not [s for t in ts.data for s in t["startstops"] if s["action"] == "transfer"]
+        assert v.numblocks == x.numblocks and v.chunks == i.chunks
+        assert isinstance(v._meta, cupy.ndarray)
+        m = x_np < 0.3
+        np.testing.assert_array_equal(cupy.asnumpy(v.compute()), x_np[m])
+        np.testing.assert_array_equal(cupy.asnumpy(i.compute()), np.flatnonzero(m))
+        np.testing.assert_array_equal(cupy.asnumpy(v[1000:300000].compute()), x_np[m][1000:300000])
