@@ -237,10 +237,11 @@ def _round_robin(client, a: np.ndarray, chunk: int):
 @pytest.mark.parametrize("output", ["values", "indices", "both"])
 def test_one_task_per_worker_whatever_the_placement(client, monkeypatch, output):
     """Chunks scattered over the workers (no two consecutive on one worker): one phase-1 task
-    per worker over all its chunks, one known-size output chunk per run in the input's
-    order, nothing moved, the counts read from what the tasks reported (no count task)."""
-    from distributed import get_task_stream
-
+    per worker over all its chunks (halved up to the scheduler's root-ish threshold), one
+    known-size output chunk per run in the input's order, nothing moved, the counts read from
+    what the tasks reported (no count task); used downstream, every output chunk is taken
+    where its group lives."""
+    from distributed import get_task_stream, wait
 
     asked = []
     real_ask = client.run_on_scheduler
@@ -252,19 +253,28 @@ def test_one_task_per_worker_whatever_the_placement(client, monkeypatch, output)
     with get_task_stream() as ts:
         got = x.map_compact(lambda q: (q < 0.25) | (q > 0.9), output=output)
     keys = {str(t["key"]) for t in ts.data}
+    assert len([k for k in keys if "compact-group-" in k]) == 5, keys  # 2 workers, threshold 5
+    assert not [k for k in keys if "count" in k] and _transfers(ts) == 0
+    assert asked == ["_placement", "reported"]
+    got = got if isinstance(got, tuple) else (got,)
+    # A rebalance right after (the scheduler has seen no other use of the result) moves only
+    # the pieces its merged chunks need, never a group (over 2 groups it moved them).
+    with get_task_stream() as ts:
+        r = got[0].rechunk(1009).persist()
+        wait(r)
+    moved = {str(t["key"]).split("-")[1] for t in ts.data
+             for s in t["startstops"] if s["action"] == "transfer"}
+    assert moved <= {"merge"}, moved
     m = (a < 0.25) | (a > 0.9)
     want = {"values": (a[m],), "indices": (np.flatnonzero(m),), "both": (a[m], np.flatnonzero(m))}
-    got = got if isinstance(got, tuple) else (got,)
+    np.testing.assert_array_equal(r.compute(), want[output][0])
     for g, w in zip(got, want[output]):
         assert g.numblocks == (31,) and g.chunks[0] == tuple(
             int(((b < 0.25) | (b > 0.9)).sum()) for b in np.array_split(a, range(1009, 31013, 1009))
         )
         np.testing.assert_array_equal(g.compute(), w)
         np.testing.assert_array_equal(g[100:5000].compute(), w[100:5000])
-    assert len([k for k in keys if "compact-group-" in k and "count" not in k]) == 2, keys
-    assert not [k for k in keys if "count" in k] and _transfers(ts) == 0
-    assert asked == ["_placement", "reported"]
-    with pytest.raises(ZeroDivisionError):  # a failure in the group task reaches the caller
+    with pytest.raises(ZeroDivisionError):  # a failure in a group task reaches the caller
         x.map_compact(lambda q: q > 1 / 0)
 
 
