@@ -159,7 +159,7 @@ def exchange_groups(values: da.Array, counts: np.ndarray,
     blocks = [values.dask[k] for k in values.__dask_keys__()]
     if distributed is None or not all(isinstance(b, distributed.Future) for b in blocks):
         return one
-    holders, _ = blocks[0].client.run_on_scheduler(_placement, [b.key for b in blocks])
+    holders, *_ = blocks[0].client.run_on_scheduler(_placement, [b.key for b in blocks])
     workers = sorted({h for h in holders if h is not None})
     if len(workers) < 2:
         return one
