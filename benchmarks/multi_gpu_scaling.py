@@ -197,32 +197,36 @@ def rebalanced(client, x, p: float, reps: int, out_chunk: int) -> dict[str, floa
     ``x[x < p]`` + ``compute_chunk_sizes()`` + ``rechunk(out_chunk)`` + persist; median s."""
     from distributed import futures_of, wait
 
-    ours, peer = [], []
-    for r in range(reps + 1):
-        t = p + 0.02 + r * 1e-7  # thresholds of their own: new keys
-        t0 = time.perf_counter()
+    def ours(t: float):
         y = x.map_compact(lambda v, t=t: v < t, chunks=out_chunk)
         wait(futures_of(y))
-        client.run(_sync_device)
-        t1 = time.perf_counter()
-        del y
-        if r:
-            ours.append(t1 - t0)
-    _settle(client, x.numblocks[0])
-    for r in range(reps + 1):
-        t = p + 0.02 + r * 1e-7
-        t1 = time.perf_counter()
+        return y
+
+    def peer(t: float):
         z = x[x < t]
         z.compute_chunk_sizes()
         z = z.rechunk(out_chunk).persist()
         wait(z)
+        return z
+
+    return dict(rebalanced_s=_median_s(client, x, p, reps, ours),
+                peer_rebalanced_s=_median_s(client, x, p, reps, peer))
+
+
+def _median_s(client, x, p: float, reps: int, call) -> float:
+    """Median seconds of ``call(threshold)`` until every GPU is done, over ``reps`` after one
+    warm-up, each with a threshold of its own (new keys); the cluster settles after."""
+    times = []
+    for r in range(reps + 1):
+        t0 = time.perf_counter()
+        out = call(p + 0.02 + r * 1e-7)
         client.run(_sync_device)
-        t2 = time.perf_counter()
-        del z
+        t1 = time.perf_counter()
+        del out
         if r:
-            peer.append(t2 - t1)
+            times.append(t1 - t0)
     _settle(client, x.numblocks[0])
-    return dict(rebalanced_s=statistics.median(ours), peer_rebalanced_s=statistics.median(peer))
+    return statistics.median(times)
 
 
 def measure(client, x, p: float, reps: int) -> dict[str, Any]:
