@@ -164,10 +164,9 @@ def _groups_by_worker(plan: Plan) -> list[list[list[int]]] | None:
 # to its first chunk's future, the holders, the workers' threads, the root-ish threshold). A
 # later call on the same persisted array (the same future objects, all finished) skips the
 # scheduler round trip (3 ms of a 12-18 ms call on the 2-core CI machine's LocalCluster).
-# Re-persisting makes new
-# futures, so a new placement; a placement gone stale since (a worker lost and its chunks
-# recomputed elsewhere) costs transfers into the group's task, never a wrong result: the task
-# reads its chunks wherever they are.
+# Re-persisting makes new futures, so a new placement; a placement gone stale since (a worker
+# lost and its chunks recomputed elsewhere) costs transfers into the group's task, never a
+# wrong result: the task reads its chunks wherever they are.
 _placements: BoundedCache[tuple, tuple] = BoundedCache("input placements")
 
 
@@ -416,9 +415,9 @@ def _reported_counts(tasks: da.Array, groups: list[list[list[int]]]) -> np.ndarr
     return rows
 
 
-def _run_grouped(plan: Plan, groups: list[list[list[int]]]) -> tuple[dict[str, da.Array], tuple]:
-    """Eager phase 1 with one task per group of runs: the persisted result arrays (one
-    output chunk per run, in the input's order) and their chunk sizes.
+def _run_grouped(plan: Plan, groups: list[list[list[int]]]) -> dict[str, da.Array]:
+    """Eager phase 1 with one task per group of runs: the result arrays, with one output chunk
+    per run in the input's order, of known sizes.
 
     A group task returns a tuple of its runs' outputs; each output chunk of the result is a
     getitem of it, left in the result's graph rather than run now: it costs no time where the
@@ -475,7 +474,7 @@ def _run_grouped(plan: Plan, groups: list[list[list[int]]]) -> tuple[dict[str, d
         dtype = plan.x.dtype if what == "values" else np.dtype(np.int64)
         out[what] = da.Array(_extend(tasks.dask, name, olayer, {gname}), name,
                              chunks=(tuple(sizes),), meta=_meta(plan.x, dtype))
-    return out, tuple(sizes)
+    return out
 
 
 def build(plan: Plan, lazy: bool, out_chunks: Any) -> dict[str, da.Array]:
@@ -485,8 +484,7 @@ def build(plan: Plan, lazy: bool, out_chunks: Any) -> dict[str, da.Array]:
     if groups is not None:  # keys that say which groups, so another placement never shares them
         plan = replace(plan, token=tokenize(plan.token, groups))
         if any(len(g) > 1 for g in groups):
-            result, _ = _run_grouped(plan, groups)
-            return _rebalanced(result, out_chunks)
+            return _rebalanced(_run_grouped(plan, groups), out_chunks)
         runs = [g[0] for g in groups]
     graph, p1, n = _phase1_layer(plan, runs)
     cols = _collections(plan, graph, p1, n, lazy)
