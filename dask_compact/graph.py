@@ -454,15 +454,11 @@ def _run_grouped(plan: Plan, groups: list[list[list[int]]]) -> dict[str, da.Arra
         counts = da.Array(_extend(tasks.dask, cname, clayer, {gname}), cname,
                           chunks=(tuple(len(r) for r in groups), (2,)), dtype=np.int64)
         rows = _fetch_counts(dask.persist(counts)[0])  # raises a group task's error
-    # Output chunk j is run j in the input's order; rows come group by group.
-    where = sorted(((run[0], g, k) for g, runs in enumerate(groups) for k, run in enumerate(runs)))
-    order = {(g, k): j for j, (_, g, k) in enumerate(where)}
-    sizes = [0] * len(where)
-    r = 0
-    for g, runs in enumerate(groups):
-        for k in range(len(runs)):
-            sizes[order[(g, k)]] = int(rows[r, 0])
-            r += 1
+    # Rows come group by group; output chunk j is run j in the input's order.
+    count = dict(zip(((g, k) for g, runs in enumerate(groups) for k in range(len(runs))),
+                     (int(c) for c in rows[:, 0])))
+    where = sorted((run[0], g, k) for g, runs in enumerate(groups) for k, run in enumerate(runs))
+    sizes = tuple(count[(g, k)] for _, g, k in where)
     wants = ("values", "indices") if plan.output == "both" else (plan.output,)
     out = {}
     for slot, what in enumerate(wants):
@@ -473,7 +469,7 @@ def _run_grouped(plan: Plan, groups: list[list[list[int]]]) -> dict[str, da.Arra
             olayer[(name, j)] = (operator.getitem, piece, slot) if plan.output == "both" else piece
         dtype = plan.x.dtype if what == "values" else np.dtype(np.int64)
         out[what] = da.Array(_extend(tasks.dask, name, olayer, {gname}), name,
-                             chunks=(tuple(sizes),), meta=_meta(plan.x, dtype))
+                             chunks=(sizes,), meta=_meta(plan.x, dtype))
     return out
 
 
