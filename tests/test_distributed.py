@@ -278,6 +278,37 @@ def test_one_task_per_worker_whatever_the_placement(client, monkeypatch, output)
         x.map_compact(lambda q: q > 1 / 0)
 
 
+def test_scattered_placement_with_every_option(client, monkeypatch):
+    """The grouped phase 1 under the other options: rebalanced output (both outputs, same
+    chunks), a predicate evaluated as a mask (not traceable), stable=False, indices through
+    flatnonzero; and N-D input. Every result against NumPy."""
+    import dask_compact as dc
+    from dask_compact import graph
+
+    grouped = []
+    real = graph._run_grouped
+    monkeypatch.setattr(graph, "_run_grouped", lambda *a: grouped.append(1) or real(*a))
+
+    a = np.random.default_rng(15).random(25_013)
+    x = _round_robin(client, a, 1_000)
+    v, i = x.map_compact("(x < 0.2) | (x > 0.7)", output="both", chunks=3_001)
+    m = (a < 0.2) | (a > 0.7)
+    assert v.chunks == i.chunks and set(v.chunks[0][:-1]) == {3_001}
+    np.testing.assert_array_equal(v.compute(), a[m])
+    np.testing.assert_array_equal(i.compute(), np.flatnonzero(m))
+    keep = a[::97]
+    got = x.map_compact(lambda q: np.isin(q, keep))  # untraceable: the mask path per chunk
+    np.testing.assert_array_equal(got.compute(), a[np.isin(a, keep)])
+    np.testing.assert_array_equal(x.map_compact("x > 0.5", stable=False).compute(), a[a > 0.5])
+    ints = _round_robin(client, (a * 10).astype(np.int64), 1_000)
+    np.testing.assert_array_equal(dc.flatnonzero(ints).compute(), np.flatnonzero(a * 10 >= 1))
+    grid = x.reshape(25_013, 1).rechunk((1_000, 1)).persist()
+    np.testing.assert_array_equal(grid.map_compact("x < 0.5").compute(), a[a < 0.5])
+    # every 1-D call above took the grouped path; the N-D one compacts its raveled chunks
+    # (new tasks over the persisted ones, so not held anywhere yet) one task per chunk
+    assert len(grouped) == 4
+
+
 def test_grouped_counts_fall_back_to_tasks(client, monkeypatch):
     """Where the group tasks reported no counts (e.g. run somewhere that does not keep task
     metadata), count tasks over the groups give them: the same result."""
