@@ -108,7 +108,9 @@ def compact_blocks(
     """Phase 1 for a run of consecutive dask chunks held by one worker, in ONE task: the
     concatenation of their outputs (``direct``), else ``(values | None, indices | None, n_in)``.
 
-    ``bases[i]`` is chunk i's global input start, so indices come out global."""
+    ``bases[i]`` is chunk i's global input start, so indices come out global. Blocks of any
+    shape are taken in C order."""
+    blocks = [b.reshape(-1) for b in blocks]  # a view of a contiguous block
     impl = compact_many.dispatch(type(blocks[0]))
     out = impl(blocks, pred, output, stable, algorithm, bases)
     if direct:
@@ -124,6 +126,7 @@ def compact_group(
     """Phase 1 for every chunk one worker thread holds, in ONE task: a tuple with one output
     per run of consecutive chunks (see :func:`compact_blocks`; for ``output="both"`` each is
     ``(values, indices)``). ``bases[r][i]`` is the global input start of run r's chunk i."""
+    runs = [[b.reshape(-1) for b in run] for run in runs]  # blocks of any shape, in C order
     impl = compact_runs.dispatch(type(runs[0][0]))
     out = impl(runs, pred, output, stable, algorithm, bases)
     report([len(o[0] if output == "both" else o) for o in out])  # the counts, with completion

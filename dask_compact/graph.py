@@ -49,7 +49,23 @@ class Plan:
     stable: bool
     algorithm: str
     token: str
-    by_worker: bool = True  # one phase-1 task per run of chunks held by one worker
+    by_worker: bool = True  # one phase-1 task per worker thread over the chunks it holds
+    # N-D input whose trailing axes are whole chunks: x is its ravel, and chunk i of x is its
+    # block (i, 0, ..., 0) flattened, so tasks over several chunks read those blocks directly
+    # (persisted, they are held somewhere; x's raveled chunks would be new tasks)
+    source: da.Array | None = None
+
+    @property
+    def held(self) -> da.Array:
+        """The array whose blocks phase-1 tasks over several chunks read."""
+        return self.source if self.source is not None else self.x
+
+    def block_keys(self) -> list:
+        """The key of chunk i's block in :attr:`held`, for every i."""
+        if self.source is None:
+            return [(self.x.name, i) for i in range(self.nblocks)]
+        tail = (0,) * (self.source.ndim - 1)
+        return [(self.source.name, i, *tail) for i in range(self.nblocks)]
 
     @property
     def path(self) -> str:
@@ -88,12 +104,13 @@ def _phase1_layer(plan: Plan, runs: list[list[int]] | None) -> tuple[HighLevelGr
     layer: dict[Any, Any] = {}
     if runs is not None:
         assert starts is not None and plan.mask is None
+        keys = plan.block_keys()
         for j, run in enumerate(runs):
             layer[(name, j)] = (
-                compact_blocks, [(plan.x.name, i) for i in run], plan.pred, plan.output,
+                compact_blocks, [keys[i] for i in run], plan.pred, plan.output,
                 plan.stable, plan.algorithm, [int(starts[i]) for i in run], direct,
             )
-        deps: list[Any] = [plan.x]  # dask's typing does not count its Array as a DaskCollection
+        deps: list[Any] = [plan.held]  # dask's typing does not count its Array as a DaskCollection
         return HighLevelGraph.from_collections(name, layer, dependencies=deps), name, len(runs)
     for i in range(plan.nblocks):
         # Known input: indices come out global from the chunk task (no later pass over them).
@@ -142,8 +159,8 @@ def _groups_by_worker(plan: Plan) -> list[list[list[int]]] | None:
     distributed = sys.modules.get("distributed")
     if distributed is None:
         return None
-    keys = list(flatten(plan.x.__dask_keys__()))
-    blocks = [plan.x.dask[k] for k in keys]
+    keys = plan.block_keys()
+    blocks = [plan.held.dask.get(k) for k in keys]
     if not all(isinstance(b, distributed.Future) for b in blocks):
         return None
     client = blocks[0].client
@@ -437,13 +454,14 @@ def _run_grouped(plan: Plan, groups: list[list[list[int]]]) -> dict[str, da.Arra
     starts = np.concatenate([[0], np.cumsum(plan.x.chunks[0])[:-1]]).astype(np.int64)
     gname, cname = plan.name(f"group-{plan.path}"), plan.name("group-count")
     layer: dict[Any, Any] = {}
+    keys = plan.block_keys()
     for g, runs in enumerate(groups):
         layer[(gname, g)] = (
-            compact_group, [[(plan.x.name, i) for i in run] for run in runs], plan.pred,
+            compact_group, [[keys[i] for i in run] for run in runs], plan.pred,
             plan.output, plan.stable, plan.algorithm,
             [[int(starts[i]) for i in run] for run in runs],
         )
-    deps: list[Any] = [plan.x]
+    deps: list[Any] = [plan.held]
     graph = HighLevelGraph.from_collections(gname, layer, dependencies=deps)
     ng = len(groups)
     tasks = da.Array(graph, gname, chunks=((np.nan,) * ng,), meta=_meta(plan.x, plan.x.dtype))

@@ -281,7 +281,8 @@ def test_one_task_per_worker_whatever_the_placement(client, monkeypatch, output)
 def test_scattered_placement_with_every_option(client, monkeypatch):
     """The grouped phase 1 under the other options: rebalanced output (both outputs, same
     chunks), a predicate evaluated as a mask (not traceable), stable=False, indices through
-    flatnonzero; and N-D input. Every result against NumPy."""
+    flatnonzero, and N-D input (its blocks read as they are held when the trailing axes are
+    whole). Every result against NumPy."""
     import dask_compact as dc
     from dask_compact import graph
 
@@ -302,11 +303,21 @@ def test_scattered_placement_with_every_option(client, monkeypatch):
     np.testing.assert_array_equal(x.map_compact("x > 0.5", stable=False).compute(), a[a > 0.5])
     ints = _round_robin(client, (a * 10).astype(np.int64), 1_000)
     np.testing.assert_array_equal(dc.flatnonzero(ints).compute(), np.flatnonzero(a * 10 >= 1))
-    grid = x.reshape(25_013, 1).rechunk((1_000, 1)).persist()
-    np.testing.assert_array_equal(grid.map_compact("x < 0.5").compute(), a[a < 0.5])
-    # every 1-D call above took the grouped path; the N-D one compacts its raveled chunks
-    # (new tasks over the persisted ones, so not held anywhere yet) one task per chunk
-    assert len(grouped) == 4
+    # N-D, rows of whole trailing axes: the tasks read the persisted blocks themselves
+    rows = x.reshape(25_013, 1).rechunk((1_000, 1)).persist()
+    v, i = rows.map_compact("x < 0.5", output="both")
+    np.testing.assert_array_equal(v.compute(), a[a < 0.5])
+    np.testing.assert_array_equal(i.compute(), np.flatnonzero(a < 0.5))
+    assert len(grouped) == 5  # every call above took the grouped path
+    b = np.random.default_rng(16).random((4_001, 3, 2)).astype(np.float32)
+    cube = _round_robin(client, b, 250)
+    assert cube.numblocks == (17, 1, 1)
+    got = cube.map_compact(lambda q: q > 0.8, output="indices")
+    np.testing.assert_array_equal(got.compute(), np.flatnonzero(b > 0.8))
+    assert len(grouped) == 6
+    split = _round_robin(client, b, 250).rechunk((250, 1, 2)).persist()  # trailing axis cut
+    np.testing.assert_array_equal(split.map_compact("x > 0.8").compute(), b[b > 0.8])
+    assert len(grouped) == 6  # per chunk: the ravel needs the rows whole
 
 
 def test_grouped_counts_fall_back_to_tasks(client, monkeypatch):

@@ -181,3 +181,33 @@ def test_cluster_scattered_placement_one_task_per_worker() -> None:
         np.testing.assert_array_equal(cupy.asnumpy(v.compute()), x_np[m])
         np.testing.assert_array_equal(cupy.asnumpy(i.compute()), np.flatnonzero(m))
         np.testing.assert_array_equal(cupy.asnumpy(v[1000:300000].compute()), x_np[m][1000:300000])
+
+
+def test_cluster_scattered_nd_blocks_read_as_held() -> None:
+    """N-D CuPy blocks of whole trailing axes, placed on two worker processes in turn: the
+    group tasks read the persisted blocks themselves (flattened in C order); exact."""
+    distributed = pytest.importorskip("distributed")
+    b = np.random.default_rng(23).random((2**15 + 3, 3, 4)).astype(np.float32)
+    step = 2**12
+    with (
+        distributed.LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None) as lc,
+        distributed.Client(lc) as client,
+    ):
+        workers = sorted(client.nthreads())
+        parts = [
+            client.persist(
+                da.from_array(b[s : s + step], chunks=(step, 3, 4)).map_blocks(cupy.asarray),
+                workers=[workers[k % 2]],
+                allow_other_workers=True,
+            )
+            for k, s in enumerate(range(0, len(b), step))
+        ]
+        x = da.concatenate(parts).persist()
+        distributed.wait(x)
+        with distributed.get_task_stream() as ts:
+            v, i = x.map_compact("x < 0.3", output="both")
+        keys = {str(t["key"]) for t in ts.data}
+        assert len([k for k in keys if "compact-group-" in k]) == 5, keys
+        m = b < 0.3
+        np.testing.assert_array_equal(cupy.asnumpy(v.compute()), b[m])
+        np.testing.assert_array_equal(cupy.asnumpy(i.compute()), np.flatnonzero(m))
