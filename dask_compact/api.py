@@ -129,8 +129,9 @@ def map_compact(
     _check_predicate(p, x)
     x1 = _ravel(x)
     token = tokenize("map_compact", x1.name, p, output, stable, algorithm)
-    whole_rows = x.ndim > 1 and x1.numblocks[0] == x.numblocks[0] and not _unknown(x) and all(
-        n == 1 for n in x.numblocks[1:])
+    # N-D rows of whole trailing axes: chunk i of x1 is block (i, 0, ...) of x, flattened
+    whole_rows = (x.ndim > 1 and not _unknown(x) and x1.numblocks[0] == x.numblocks[0]
+                  and all(n == 1 for n in x.numblocks[1:]))
     plan = Plan(x1, None, p, output, stable, algorithm, token, bool(by_worker),
                 source=x if whole_rows else None)
     return _result(build(plan, lazy, out_chunks), output)
