@@ -146,6 +146,25 @@ def test_compact_runs_one_output_per_run(output: str, algorithm: str, stable: bo
             np.testing.assert_array_equal(p, w)
 
 
+def _in_turn(client, a: np.ndarray, step: int):
+    """``a`` as persisted CuPy blocks of ``step`` rows (whole trailing axes), block k on
+    worker k mod 2 (loosely: a lost block is remade elsewhere)."""
+    import distributed
+
+    workers = sorted(client.nthreads())
+    parts = [
+        client.persist(
+            da.from_array(a[s : s + step], chunks=(step, *a.shape[1:])).map_blocks(cupy.asarray),
+            workers=[workers[k % 2]],
+            allow_other_workers=True,
+        )
+        for k, s in enumerate(range(0, len(a), step))
+    ]
+    x = da.concatenate(parts).persist()
+    distributed.wait(x)
+    return x
+
+
 def test_cluster_scattered_placement_one_task_per_worker() -> None:
     """CuPy chunks placed on two worker processes in turn (Dask's placement of a generated
     array, made deterministic; both may share one GPU): one phase-1 task per worker (halved
@@ -158,17 +177,7 @@ def test_cluster_scattered_placement_one_task_per_worker() -> None:
         distributed.LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None) as lc,
         distributed.Client(lc) as client,
     ):
-        workers = sorted(client.nthreads())
-        parts = [
-            client.persist(
-                da.from_array(x_np[s : s + step], chunks=step).map_blocks(cupy.asarray),
-                workers=[workers[k % 2]],
-                allow_other_workers=True,
-            )
-            for k, s in enumerate(range(0, len(x_np), step))
-        ]
-        x = da.concatenate(parts).persist()
-        distributed.wait(x)
+        x = _in_turn(client, x_np, step)
         with distributed.get_task_stream() as ts:
             v, i = x.map_compact("x < 0.3", output="both")
         keys = {str(t["key"]) for t in ts.data}
@@ -193,17 +202,7 @@ def test_cluster_scattered_nd_blocks_read_as_held() -> None:
         distributed.LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None) as lc,
         distributed.Client(lc) as client,
     ):
-        workers = sorted(client.nthreads())
-        parts = [
-            client.persist(
-                da.from_array(b[s : s + step], chunks=(step, 3, 4)).map_blocks(cupy.asarray),
-                workers=[workers[k % 2]],
-                allow_other_workers=True,
-            )
-            for k, s in enumerate(range(0, len(b), step))
-        ]
-        x = da.concatenate(parts).persist()
-        distributed.wait(x)
+        x = _in_turn(client, b, step)
         with distributed.get_task_stream() as ts:
             v, i = x.map_compact("x < 0.3", output="both")
         keys = {str(t["key"]) for t in ts.data}
