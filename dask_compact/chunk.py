@@ -129,8 +129,13 @@ def compact_group(
     runs = [[b.reshape(-1) for b in run] for run in runs]  # blocks of any shape, in C order
     impl = compact_runs.dispatch(type(runs[0][0]))
     out = impl(runs, pred, output, stable, algorithm, bases)
-    report([len(o[0] if output == "both" else o) for o in out])  # the counts, with completion
+    report(run_counts(out, output))  # the counts, with the task's completion
     return out
+
+
+def run_counts(pieces: tuple, output: str) -> list[int]:
+    """The selected count of each run in a :func:`compact_group` result."""
+    return [len(p[0] if output == "both" else p) for p in pieces]
 
 
 def compact_block_masked(

@@ -34,7 +34,13 @@ from dask.core import flatten
 from dask.highlevelgraph import HighLevelGraph
 
 from .cache import BoundedCache
-from .chunk import compact_block, compact_block_masked, compact_blocks, compact_group
+from .chunk import (
+    compact_block,
+    compact_block_masked,
+    compact_blocks,
+    compact_group,
+    run_counts,
+)
 from .task_report import reported
 
 
@@ -407,7 +413,7 @@ def _counts_of(arr: da.Array, plan: Plan) -> da.Array:
 def _group_counts(pieces: tuple, output: str) -> np.ndarray:
     """(n_out, 0) rows of one group task's runs."""
     rows = np.zeros((len(pieces), 2), np.int64)
-    rows[:, 0] = [len(p[0] if output == "both" else p) for p in pieces]
+    rows[:, 0] = run_counts(pieces, output)
     return rows
 
 
