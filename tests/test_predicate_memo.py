@@ -143,3 +143,19 @@ def test_signed_zeros_and_nans_are_different_constants():
     tp = as_predicate(lambda v, z=0.0: v > z).typed(np.float64)
     assert np.signbit(tp.bind((-0.0,))[0]) and not np.signbit(tp.bind((0.0,))[0])
     assert p is as_predicate("signbit(x)")
+
+
+def test_a_passed_check_is_remembered_per_dtype_and_a_refusal_never_is():
+    """``Predicate.check`` runs once per dtype for a repeated small call; a constant NumPy
+    refuses for the dtype is refused at every call, and another dtype is still checked."""
+    p = as_predicate("x + 1000 > 5")
+    p.check(np.dtype(np.float64))
+    assert ("checked", np.dtype(np.float64)) in p.memo
+    for _ in range(2):
+        with pytest.raises(ValueError, match="NumPy refuses"):
+            p.check(np.dtype(np.int8))
+        with pytest.raises(ValueError, match="NumPy refuses"):
+            compact_array(np.arange(-5, 10, dtype=np.int8), p)
+    assert ("checked", np.dtype(np.int8)) not in p.memo
+    f = np.array([-2000.0, 1.0, -990.0])
+    np.testing.assert_array_equal(compact_array(f, p), f[f + 1000 > 5])

@@ -205,6 +205,10 @@ class Predicate:
         """
         if self.expr is None:
             return
+        # a repeated small call checks once per dtype (a record's mapping is not remembered)
+        done = ("checked", dtype) if isinstance(dtype, np.dtype) else None
+        if done is not None and done in self.memo:
+            return
         tp = self.typed(dtype)
         try:
             tp.bind(self.params)
@@ -222,6 +226,8 @@ class Predicate:
                     f"predicate {shorten(self.source)}: {e}, and NumPy refuses it for {tp.dtype} "
                     f"data ({type(numpy_error).__name__}: {numpy_error}); use a constant that fits"
                 ) from None
+        if done is not None:
+            self.memo[done] = True
 
 
 def array_module(a: Any) -> Any:
