@@ -90,13 +90,23 @@ def main() -> None:
     row("memsetAsync 64 words", lambda: cupy.cuda.runtime.memsetAsync(
         words.data.ptr, 0, words.nbytes, stream.ptr))
     pk = call.kernel
-    row("packed launch of the kernel, memset included (no sync)",
-        lambda: pk.queue(a.data.ptr, 0, scratch.data.ptr, 0, pk.count.data.ptr, stream.ptr))
+    word = cupy.zeros(1, dtype=np.uint64)  # where the count lands (a device word here)
+    row("packed launch of the kernel, zeroing of its words included (no sync)",
+        lambda: pk.queue(a.data.ptr, 0, scratch.data.ptr, 0, word.data.ptr, stream.ptr))
     row("packed launch + sync", lambda: (
-        pk.queue(a.data.ptr, 0, scratch.data.ptr, 0, pk.count.data.ptr, stream.ptr), sync()))
-    row("_read_counts (8-byte D2H + sync)", lambda: read_counts([pk.count]))
+        pk.queue(a.data.ptr, 0, scratch.data.ptr, 0, word.data.ptr, stream.ptr), sync()))
+    row("_read_counts (8-byte D2H + sync)", lambda: read_counts([word]))
     row("stream.synchronize() idle", sync)
     row("_head_copy(scratch, k) (alloc + D2D memcpy)", lambda: head_copy(scratch, k))
+    dst = cupy.empty(k, dtype=np.float32)
+    d2d = cupy.cuda.runtime.memcpyDeviceToDevice
+    row("memcpyAsync D2D of k elements alone (no alloc, no sync)",
+        lambda: cupy.cuda.runtime.memcpyAsync(dst.data.ptr, scratch.data.ptr, 4 * k, d2d,
+                                              stream.ptr))
+    row("memcpyAsync D2D of k elements + sync",
+        lambda: (cupy.cuda.runtime.memcpyAsync(dst.data.ptr, scratch.data.ptr, 4 * k, d2d,
+                                               stream.ptr), sync()))
+    row("cupy.cuda.get_current_stream()", cupy.cuda.get_current_stream)
     row("cupy a[a < 0.5]", lambda: a[a < 0.5])
     try:
         import torch

@@ -30,6 +30,11 @@ _SPIN = 4000
 # wait in a stream synchronisation, which releases the GIL, and read the same word after it.
 SPIN_MAX_N = 1 << 22
 _NOT_YET = np.uint64(2**64 - 1)
+# Tile-word sets of a packed single-pass kernel, zeroed together once per round of calls:
+# at most this many, and at most this many bytes (2^20 float32 has 64 tiles: 16 sets in
+# 8.4 KiB; from 2^26 float32 up, one set, zeroed per call, where the memset is a small part).
+WORD_SETS = 16
+WORD_SETS_BYTES = 256 << 10
 
 
 def learn(memo: dict | None, dtype: np.dtype, output: str, total: int, n: int) -> None:
@@ -42,12 +47,21 @@ def learn(memo: dict | None, dtype: np.dtype, output: str, total: int, n: int) -
 class PackedKernel:
     """The compaction kernel of one plan with its arguments packed once
     (``cupy_launch.PackedLaunch``: its own workspace words, the size, the predicate's
-    constants), the grid and the shared memory; a call queues a memset of the words and one
-    launch with the input, outputs and count pointers written into their slots. For repeated
-    calls of one predicate on one size (see OneReadCall, IntoCall); not thread-safe (the
-    slots are state): each thread keeps its own."""
+    constants), the grid and the shared memory; a call queues one launch with the input,
+    outputs and count pointers written into their slots. For repeated calls of one predicate
+    on one size (see OneReadCall, IntoCall); not thread-safe (the slots are state): each
+    thread keeps its own.
+
+    A launch needs zeroed tile words (look-back status, tile dispenser). The single-pass
+    kernel gets one of up to ``WORD_SETS`` sets in turn, and the first call of each round
+    zeroes all of them with one memset (the sets were used by earlier calls, which stream
+    order has finished): a memset per call had cost 1.3 us of host time, and a step on the
+    stream before the kernel, out of ~40 us. The hybrid's counter is its count, read after
+    the call: its words are zeroed per call."""
 
     def __init__(self, plan: Plan, output: str) -> None:
+        import cupy
+
         from .cupy_launch import PackedLaunch
 
         spec, n, tiles = plan.spec, plan.n, plan.tiles
@@ -55,35 +69,56 @@ class PackedKernel:
         kernel = plan.kernels["main"]
         self.block, self.smem = spec.tuning.block, spec.smem_bytes(output)
         self.grid = min(tiles, resident_blocks(kernel, self.block, self.smem))
-        ws = tile_words(spec.algorithm, tiles, exact=False)  # its own words
-        self.words, self.count = ws.words, ws.count
         self.hybrid = spec.algorithm == "hybrid"
-        # single-pass: (status, count, tiles); hybrid: (counter, tiles); the counter is the
-        # count, zeroed with the words when it is the workspace's own
-        fixed = [ws.counter] if self.hybrid else [ws.status, ws.count]
-        fixed.append(ws.tiles)
-        self.count_slot = 6 if self.hybrid else 7
-        self.launch = PackedLaunch(kernel, 6 + len(fixed) + len(plan.params))
+        # arguments: 6 per call (input, mask, n, index base, the two outputs), then the words
+        # (hybrid: counter, dispenser; single-pass: status, count, dispenser), then constants
+        first_param = 8 if self.hybrid else 9
+        self.launch = PackedLaunch(kernel, first_param + len(plan.params))
         self.launch.pointer(1, 0)  # no mask: the fused predicate
         self.launch.int64(2, n)
-        for i, w in enumerate(fixed):
-            self.launch.pointer(6 + i, w.data.ptr)
+        if self.hybrid:
+            # (counter, tiles): the counter is the count, zeroed with the words
+            ws = tile_words(spec.algorithm, tiles, exact=False)
+            self.words, self.count = ws.words, ws.count
+            self.launch.pointer(6, ws.counter.data.ptr)
+            self.launch.pointer(7, ws.tiles.data.ptr)
+            self.count_slot, self.sets = 6, 1
+        else:
+            # (status, count, tiles) per set: tiles status words, the count word (unused: the
+            # caller's count goes in its slot), the dispenser
+            self.stride = tiles + 2
+            self.sets = max(1, min(WORD_SETS, WORD_SETS_BYTES // (8 * self.stride)))
+            self.words = cupy.zeros(self.sets * self.stride, dtype=np.uint64)
+            self.count = None
+            self.count_slot = 7
+        self.next_set = 0
         for i, v in enumerate(plan.params):
-            self.launch.scalar(6 + len(fixed) + i, v)
+            self.launch.scalar(first_param + i, v)
 
     def queue(self, a_ptr: int, base: int, vals_ptr: int, idx_ptr: int, count_ptr: int,
               stream_ptr: int) -> None:
         import cupy
 
-        words = self.words
-        cupy.cuda.runtime.memsetAsync(words.data.ptr, 0, words.nbytes, stream_ptr)
-        launch = self.launch
+        launch, words = self.launch, self.words
+        if self.hybrid:
+            cupy.cuda.runtime.memsetAsync(words.data.ptr, 0, words.nbytes, stream_ptr)
+        else:
+            j = self.next_set
+            if j == 0 and self.used:
+                cupy.cuda.runtime.memsetAsync(words.data.ptr, 0, words.nbytes, stream_ptr)
+            self.used = True
+            at = words.data.ptr + 8 * j * self.stride
+            launch.pointer(6, at)  # status words
+            launch.pointer(8, at + 8 * (self.stride - 1))  # the tile dispenser
+            self.next_set = j + 1 if j + 1 < self.sets else 0
         launch.pointer(0, a_ptr)
         launch.int64(3, base)
         launch.pointer(4, vals_ptr)
         launch.pointer(5, idx_ptr)
         launch.pointer(self.count_slot, count_ptr)
         launch(self.grid, self.block, self.smem, stream_ptr)
+
+    used = False  # a set has been launched on since the words were zeroed
 
 
 class OneReadCall:

@@ -67,6 +67,7 @@ def main() -> int:
                 if not np.array_equal(cupy.asnumpy(got[1]), want_i):
                     print("WRONG mask", dtype, n, alg, flush=True)
                     bad += 1
+    bad += repeated(rng, sizes)
     from dask_compact.backends import cupy_tuning
 
     for dense_from in (0.0, 2.0, cupy_tuning.REC_DENSE_FROM):  # each copy form, then both
@@ -77,6 +78,27 @@ def main() -> int:
     cupy.cuda.runtime.deviceSynchronize()
     print(f"sanitize_driver: {bad} wrong results", flush=True)
     return 1 if bad else 0
+
+
+def repeated(rng: np.random.Generator, sizes: list[int]) -> int:
+    """Ready calls (words zeroed once, kernels/lookback.cuh's epochs) repeated on new data."""
+    bad = 0
+    pred = Predicate(Call("less", (Var(), Param(0, "float"))), (50.0,), None, "x < 50")
+    for dtype in ("float32", "float64"):
+        for n in sizes + [40_009]:
+            out = cupy.empty(n, dtype)
+            count = cupy.empty(1, np.int64)
+            for _ in range(3):
+                a_np = (rng.random(n) * 100).astype(dtype)
+                a = cupy.asarray(a_np)
+                want = a_np[a_np < 50]
+                got = cupy.asnumpy(compact_array(a, pred))
+                compact_into(a, pred, out, count=count)
+                k = int(count.get()[0])
+                if not (np.array_equal(got, want) and np.array_equal(cupy.asnumpy(out[:k]), want)):
+                    print("WRONG repeated", dtype, n, flush=True)
+                    bad += 1
+    return bad
 
 
 def records(rng: np.random.Generator, sizes: list[int]) -> int:

@@ -183,3 +183,42 @@ def test_small_calls_on_views_nd_and_other_devices_are_exact():
     for a in (base[::3], base[1:].reshape(2, -1)[:, 1:], base.reshape(3, 4099)):
         h = cupy.asnumpy(a)
         np.testing.assert_array_equal(cupy.asnumpy(compact_array(a, pred)), h[h < 0.5])
+
+
+@pytest.mark.parametrize("sets,sets_bytes", [(16, 256 << 10), (3, 256 << 10), (16, 8)])
+def test_repeated_ready_calls_rotate_zeroed_word_sets_and_stay_exact(sets, sets_bytes,
+                                                                      monkeypatch):
+    """A ready call's single-pass kernel takes one of its tile-word sets in turn, and the
+    first call of each round zeroes them all (cupy_ready.PackedKernel). Several rounds of
+    calls of one predicate on one size of three tiles (so tiles look back at each other),
+    each on new data, match NumPy, through compact_array's and compact_into's ready calls
+    (each with its own sets): 16 sets, 3 sets, and one set (zeroed before every call but the
+    first) where the byte cap allows no more."""
+    from dask_compact import compact_into
+    from dask_compact.backends import cupy_ready
+
+    monkeypatch.setattr(cupy_ready, "WORD_SETS", sets)
+    monkeypatch.setattr(cupy_ready, "WORD_SETS_BYTES", sets_bytes)
+    made = []
+    real = cupy_ready.PackedKernel.__init__
+    monkeypatch.setattr(cupy_ready.PackedKernel, "__init__",
+                        lambda self, *a: real(self, *a) or made.append(self.sets))
+    n, calls = 40_009, 3 * sets + 5
+    host = np.random.default_rng(sets + sets_bytes).random(n + calls, dtype=np.float32)
+    dev = cupy.asarray(host)
+    pred = parse("x < 0.5")  # a new predicate object: new ready calls, made under the patch
+    out = cupy.empty(n, dtype=np.float32)
+    count = cupy.zeros(1, dtype=np.int64)
+    bad = []
+    for i in range(calls):
+        h = host[i : i + n]
+        want = h[h < 0.5]
+        a = dev[i : i + n]  # C-contiguous, new data at every call
+        got = cupy.asnumpy(compact_array(a, pred))
+        compact_into(a, pred, out, count=count)
+        k = int(count.get()[0])
+        if not (np.array_equal(got, want) and k == want.size
+                and np.array_equal(cupy.asnumpy(out[:k]), want)):
+            bad.append(i)
+    assert not bad, f"{len(bad)} wrong calls, first {bad[:5]}"
+    assert made == [sets if sets_bytes > 8 else 1] * 2  # compact_array's and compact_into's
