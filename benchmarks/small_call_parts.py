@@ -131,15 +131,17 @@ def main() -> None:
     import io
     import pstats
 
-    prof = cProfile.Profile()
-    prof.enable()
-    for _ in range(2000):
-        compact_into(a, pred_fn, out, count=cnt)
-    sync()
-    prof.disable()
-    text = io.StringIO()
-    pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(25)
-    print(text.getvalue())
+    for name, fn in [("compact_into", lambda: compact_into(a, pred_fn, out, count=cnt)),
+                     ("compact_array", lambda: compact_array(a, pred_fn))]:
+        prof = cProfile.Profile()
+        prof.enable()
+        for _ in range(2000):
+            fn()
+        sync()
+        prof.disable()
+        text = io.StringIO()
+        pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(25)
+        print(f"cProfile of 2000 {name} calls\n{text.getvalue()}")
     try:
         from cupyx.profiler import benchmark
 

@@ -41,7 +41,9 @@ def compact_array(
         The selected values (``a.ravel()[pred(a).ravel()]``), their flat indices
         (``np.flatnonzero(pred(a))``, int64), or the tuple ``(values, indices)``.
     stable : bool
-        Keep the input order. ``False`` lets the GPU use the faster unordered kernel.
+        Keep the input order. ``False`` lets the GPU use the unordered kernel where it is
+        faster (with ``algorithm="auto"``: calls of more than 2^22 elements; smaller ones
+        keep the order all the same).
     algorithm : {"auto", "single-pass", "three-pass", "hybrid", "scan"}
         GPU kernel variant; ignored on the CPU, which has one fused loop, except ``"scan"``:
         the textbook map -> scan -> scatter compaction (predicate flags, their exclusive
@@ -193,7 +195,8 @@ def compact_into(
         The stream the GPU work is queued on (default: the current stream). NumPy input takes
         none.
     stable : bool
-        Keep the input order (``False`` lets the GPU use the unordered kernel).
+        Keep the input order (``False`` lets the GPU use the unordered kernel, as for
+        :func:`compact_array`).
     algorithm : {"auto", "single-pass", "three-pass", "hybrid"}
         GPU kernel variant, as for :func:`compact_array`; ignored on the CPU.
 

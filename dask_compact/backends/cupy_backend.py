@@ -44,7 +44,7 @@ from ..predicate.expr import ParamOverflow
 from .cupy_device import by_output, concat_outputs, device_copy, memset0, read_counts, read_words
 from .cupy_launchers import LAUNCHERS, Plan, tile_words, with_count
 from .cupy_modules import device_cc, typed_functor
-from .cupy_ready import IntoCall, OneReadCall, learn
+from .cupy_ready import SPIN_MAX_N, IntoCall, OneReadCall, learn
 from .cupy_source import ModuleSpec
 from .cupy_tuning import (
     EXACT_MODES,
@@ -203,6 +203,21 @@ ONE_READ_ALWAYS_BYTES = 1 << 28
 # (cupy_ready.OneReadCall / IntoCall: packed launch, no plan); False: the general path (the
 # tests compare both).
 FAST_SMALL_CALLS = True
+# stable=False with algorithm="auto" lets the call choose its kernel. Up to this many elements
+# it takes the single-pass one (order kept all the same): its ready call watches the count in
+# mapped host memory, where the hybrid's count is an atomic total, final only at the kernel's
+# end, read back by a copy and a stream synchronisation, and its words need a memset per
+# call. Measured on one H100 (public_calls.py, float32, p = .05/.5/.95, one run, f561870):
+# at 2^20 47.6-60.0 us through the hybrid against 39.7-43.4 us through the single-pass
+# kernel; at 2^24 the two were equal (81/113/148 against 79/110/147 us).
+UNSTABLE_SINGLE_PASS_MAX_N = SPIN_MAX_N
+
+
+def _call_algorithm(algorithm: str, stable: bool, n: int) -> str:
+    """The kernel a public call runs (see UNSTABLE_SINGLE_PASS_MAX_N)."""
+    if algorithm == "auto" and not stable and n <= UNSTABLE_SINGLE_PASS_MAX_N:
+        return "single-pass"
+    return resolve_algorithm(algorithm, stable)
 
 
 def _out_bytes(dtype: np.dtype, output: str) -> int:
@@ -341,7 +356,7 @@ def compact(
     ``variant`` / ``exact_mode`` (benchmarks, tests) override the tuning table's look-back
     schedule / EXACT_MODE.
     """
-    alg = resolve_algorithm(algorithm, stable)
+    alg = _call_algorithm(algorithm, stable, a.size)
     if output not in OUTPUT_CODES:
         raise ValueError(f"output must be values, indices or both; got {output!r}")
     if variant is None and exact_mode is None and FAST_SMALL_CALLS:
@@ -503,7 +518,7 @@ def compact_into_public(
     """Dispatch entry of :func:`dask_compact.compact_into` (arguments already checked)."""
     import cupy
 
-    alg = resolve_algorithm(algorithm, stable)
+    alg = _call_algorithm(algorithm, stable, a.size)
     if count is None:
         with a.device:
             count = cupy.empty(1, dtype=np.int64)

@@ -189,8 +189,9 @@ class OneReadCall:
             kernel.queue(a.data.ptr, base, vp, ip, kernel.count.data.ptr, stream.ptr)
             (total,) = read_counts([kernel.count])
         learn(self.memo, self.dtype, output, total, self.n)
-        return by_output(None if vals is None else head_copy(vals, total),
-                         None if idx is None else head_copy(idx, total), output)
+        sp = stream.ptr
+        return by_output(None if vals is None else head_copy(vals, total, sp),
+                         None if idx is None else head_copy(idx, total, sp), output)
 
 
 class IntoCall:

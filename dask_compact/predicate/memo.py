@@ -30,6 +30,7 @@ import numpy as np
 
 _VALUES = (bool, int, float, complex, str, bytes, type(None), np.generic)
 _BY_IDENTITY = (types.ModuleType, np.ufunc, types.BuiltinFunctionType, type)
+_pack_d = struct.Struct("<d").pack
 
 
 @functools.lru_cache(maxsize=1024)
@@ -54,6 +55,8 @@ def value_key(value: Any) -> tuple:
 
 
 def _part(value: Any) -> tuple | None:
+    if type(value) is float:  # the common closure value (a threshold): value_key's answer
+        return (float, _pack_d(value))
     if isinstance(value, _VALUES):
         return value_key(value)
     if isinstance(value, _BY_IDENTITY):

@@ -22,8 +22,8 @@ pytestmark = pytest.mark.gpu
 DTYPES = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
           "float16", "float32", "float64", "complex64", "complex128"]
 SIZES = [0, 1, 31, 33, 1023, 1025, 65_537, (1 << 20) + 7]
-KERNELS = {  # id -> (stable, algorithm)
-    "single-pass": (True, "auto"), "hybrid": (False, "auto"), "three-pass": (True, "three-pass"),
+KERNELS = {  # id -> (stable, algorithm); "auto" with stable=False is single-pass up to 2^22
+    "single-pass": (True, "auto"), "hybrid": (False, "hybrid"), "three-pass": (True, "three-pass"),
 }
 POISON = 0x5A
 

@@ -222,3 +222,34 @@ def test_repeated_ready_calls_rotate_zeroed_word_sets_and_stay_exact(sets, sets_
             bad.append(i)
     assert not bad, f"{len(bad)} wrong calls, first {bad[:5]}"
     assert made == [sets if sets_bytes > 8 else 1] * 2  # compact_array's and compact_into's
+
+
+def test_small_unstable_auto_calls_take_the_single_pass_kernel(monkeypatch):
+    """stable=False with algorithm="auto" runs the single-pass kernel up to
+    UNSTABLE_SINGLE_PASS_MAX_N elements (its count is watched, the hybrid's is copied back),
+    the hybrid above it and whenever it is asked for by name; every result exact."""
+    from dask_compact import compact_into
+
+    from dask_compact.backends import cupy_ready
+
+    kernels = []
+    real = cupy_ready.PackedKernel.__init__
+    monkeypatch.setattr(cupy_ready.PackedKernel, "__init__",
+                        lambda self, plan, output: real(self, plan, output)
+                        or kernels.append(plan.spec.algorithm))
+    monkeypatch.setattr(cb, "UNSTABLE_SINGLE_PASS_MAX_N", 50_000)
+    rng = np.random.default_rng(5)
+    for n, algorithm, want_kernel in [(50_000, "auto", "single-pass"),
+                                      (50_001, "auto", "hybrid"),
+                                      (1_000, "hybrid", "hybrid")]:
+        pred = parse("x < 0.25")  # new ready calls for each case
+        h = rng.random(n).astype(np.float32)
+        a = cupy.asarray(h)
+        del kernels[:]
+        got = cupy.asnumpy(compact_array(a, pred, stable=False, algorithm=algorithm))
+        out, count = cupy.empty(n, np.float32), cupy.empty(1, np.int64)
+        compact_into(a, pred, out, count=count, stable=False, algorithm=algorithm)
+        k = int(count.get()[0])
+        np.testing.assert_array_equal(np.sort(got), h[h < 0.25])
+        np.testing.assert_array_equal(np.sort(cupy.asnumpy(out[:k])), h[h < 0.25])
+        assert kernels == [want_kernel] * 2, (n, algorithm, kernels)
