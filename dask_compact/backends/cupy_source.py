@@ -14,6 +14,7 @@ import numpy as np
 
 from ..codegen.cuda_functor import CudaFunctor, ctype
 from .cupy_tuning import (
+    COPY_BLOCK,
     OUTPUT_CODES,
     REC_BLOCK,
     REC_GATHER_WORDS,
@@ -33,8 +34,8 @@ __all__ = [
 
 # Kernel files of each algorithm (one module = generated functor + these, includes inlined).
 FILES = {
-    "single-pass": ("count.cu", "single_pass.cu", "scatter.cu"),
-    "hybrid": ("count.cu", "hybrid.cu"),
+    "single-pass": ("count.cu", "single_pass.cu", "scatter.cu", "copy_out.cu"),
+    "hybrid": ("count.cu", "hybrid.cu", "copy_out.cu"),
     "three-pass": ("three_pass.cu",),
 }
 # NVRTC options (C++17 is the default of NVRTC and nvcc 13). CuPy appends -ftz=true;
@@ -114,10 +115,12 @@ class ModuleSpec:
                 "scan": f"dcx_tile_scan<{SCAN_BLOCK}, {SCAN_ITEMS}>",
                 "main": f"dcx_single_pass<{t}, {p}, {out}, {s}, {b}, {i}, {v}{pa}>",
                 "scatter": f"dcx_scatter<{t}, {p}, {out}, {s}, {b}, {i}{pa}>",
+                "copy_out": f"dcx_copy_out<{COPY_BLOCK}>",
             }
         return {
             "count": f"dcx_count<{t}, {p}, {s}, {b}, {i}{pa}>",
             "main": f"dcx_hybrid<{t}, {p}, {out}, {s}, {b}, {i}{pa}>",
+            "copy_out": f"dcx_copy_out<{COPY_BLOCK}>",
         }
 
     def all_names(self) -> list[str]:

@@ -18,7 +18,7 @@ __all__ = [
     "ALGORITHMS", "OUTPUT_CODES", "Tuning", "Entry", "TABLE", "MEASURED_ON", "tuning_for",
     "variant_for", "override_tuning", "resolve_algorithm", "SINGLE_PASS_VARIANTS",
     "EXACT_MODES", "TP_GROUP", "TP_BLOCK", "TP_SCAN_BLOCK", "TP_SCAN_ITEMS", "SCAN_BLOCK",
-    "SCAN_ITEMS", "REC_BLOCK", "REC_ITEMS", "REC_GATHER_WORDS",
+    "SCAN_ITEMS", "REC_BLOCK", "REC_ITEMS", "REC_GATHER_WORDS", "COPY_BLOCK", "COPY_MAX_GRID",
     "REC_DENSE_FROM",
 ]  # fmt: skip
 
@@ -31,6 +31,11 @@ TP_GROUP = 1024
 TP_BLOCK = 256
 TP_SCAN_BLOCK = 256
 TP_SCAN_ITEMS = 16
+# dcx_copy_out (a ready call's copy of its selection out of scratch): threads per block, and
+# at most this many blocks (16 per SM of an H100: one 16-byte vector per thread up to 8.6 MB,
+# grid-stride beyond).
+COPY_BLOCK = 256
+COPY_MAX_GRID = 2112
 # dcx_tile_scan (the single-pass "prefix" exact path): one block of SCAN_BLOCK threads,
 # SCAN_ITEMS tile counts per thread per round.
 SCAN_BLOCK = 1024

@@ -250,6 +250,31 @@ def test_small_unstable_auto_calls_take_the_single_pass_kernel(monkeypatch):
         out, count = cupy.empty(n, np.float32), cupy.empty(1, np.int64)
         compact_into(a, pred, out, count=count, stable=False, algorithm=algorithm)
         k = int(count.get()[0])
-        np.testing.assert_array_equal(np.sort(got), h[h < 0.25])
-        np.testing.assert_array_equal(np.sort(cupy.asnumpy(out[:k])), h[h < 0.25])
+        want = np.sort(h[h < 0.25])  # the unordered kernel: compared as sets
+        np.testing.assert_array_equal(np.sort(got), want)
+        np.testing.assert_array_equal(np.sort(cupy.asnumpy(out[:k])), want)
         assert kernels == [want_kernel] * 2, (n, algorithm, kernels)
+
+
+@pytest.mark.parametrize("dtype", ["int8", "float16", "float32", "complex128"])
+def test_copy_out_kernel_copies_exactly_the_head(dtype):
+    """The ready call's copy out (kernels/copy_out.cu): k elements of any byte length (16-byte
+    vectors and a tail), nothing past them read into the result; a misaligned source (a view)
+    takes cudaMemcpyAsync. Also above one vector per thread of the capped grid."""
+    from dask_compact.backends import cupy_ready
+    from dask_compact.backends.cupy_tuning import COPY_BLOCK, COPY_MAX_GRID
+
+    plan = cb._plan(cupy.zeros(64, dtype=dtype), parse("x > 0"), None, "values", "single-pass")
+    copy_out = cupy_ready.CopyOut(plan.kernels["copy_out"])
+    itemsize = np.dtype(dtype).itemsize
+    big = COPY_MAX_GRID * COPY_BLOCK * 16 // itemsize + 5  # grid-stride past the capped grid
+    rng = np.random.default_rng(3)
+    for n in (1, 7, 15, 16, 17, 1025, 65_537, big):
+        h = (rng.random(n + 1) * 100).astype(dtype)
+        scratch = cupy.asarray(h)
+        for k in {0, 1, n // 3, n - 1, n}:
+            for src, want in ((scratch, h), (scratch[1:], h[1:])):
+                kk = min(k, src.size)
+                got = copy_out(src, kk, cupy.cuda.get_current_stream().ptr)
+                assert got.dtype == src.dtype and got.shape == (kk,)
+                np.testing.assert_array_equal(cupy.asnumpy(got), want[:kk])
