@@ -1,0 +1,108 @@
+"""Tile-shape sweep of the look-back scan (``scan_array(algorithm="lookback")``, the default):
+every (threads per block, rows per warp) of a grid, per case, beside CUB
+``DeviceScan::ExclusiveSum`` and a device copy of the input, in one process on the same data.
+
+The shape is read per accumulator size from ``cupy_scan_source.TABLE``; this script sets each
+candidate with ``override_scan_tuning`` (a new module per shape: NVRTC compiles it once) and
+times the public call (a new output per call) with CUDA events, as ``scan_bench.py`` does.
+Each shape's result is checked against the reference once.
+
+    python benchmarks/scan_sweep.py --peer-lib /tmp/cub_peer.so [--log2n 28] [--out DIR]
+
+Prints a table per case (ms, share of the copy's bandwidth for the bytes a scan moves, CUB's
+time over ours) and writes it as ``scan-sweep-DATE-DEVICE-SHA.md`` under --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import subprocess
+from pathlib import Path
+
+import numpy as np
+from bench_common import EventTimer
+from scan_bench import CubScan, _gpu_check, _gpu_input
+
+from dask_compact import scan_array
+from dask_compact.backends.cupy_scan_source import ScanTuning, override_scan_tuning, scan_tuning
+
+CASES = (("float32", "float32"), ("int32", "int32"), ("int32", "int64"))
+BLOCKS = (128, 256, 512)
+ROWS = (1, 2, 4, 8, 16)
+
+
+def main() -> None:
+    import cupy
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--peer-lib", default=None)
+    ap.add_argument("--log2n", type=int, default=28)
+    ap.add_argument("--reps", type=int, default=7)
+    ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--sha", default=None)
+    args = ap.parse_args()
+    n = 1 << args.log2n
+    peer = CubScan(args.peer_lib) if args.peer_lib else None
+    device = cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()
+    sha = args.sha or subprocess.run(["git", "rev-parse", "--short", "HEAD"],
+                                     capture_output=True, text=True).stdout.strip() or "nosha"
+    lines = [f"# Look-back scan tile sweep, {dt.date.today()}, {device}, git {sha}", "",
+             f"n = 2^{args.log2n}; ms per public call (CUDA events, median of {args.reps} "
+             "batches of 4); copy% = our bandwidth for the bytes a scan moves (input read, "
+             "output written) as a share of the device copy's; x CUB = CUB's time / ours. "
+             "The default shape is marked *.", ""]
+    for i, o in CASES:
+        idt, odt = np.dtype(i), np.dtype(o)
+        nbuf = max(1, min(8, -(-(256 * 2**20) // (n * idt.itemsize))))
+        bufs = [_gpu_input(n, idt, 17 * k + 5) for k in range(nbuf)]
+        ref = cupy.cumsum(bufs[0].astype(np.float64 if odt.kind == "f" else odt))
+        out = cupy.empty(n, dtype=odt)
+        timer = EventTimer(args.reps)
+        copy_ms = timer(lambda k: cupy.cuda.runtime.memcpyAsync(
+            out.data.ptr, bufs[k].data.ptr, n * idt.itemsize,
+            cupy.cuda.runtime.memcpyDeviceToDevice, cupy.cuda.get_current_stream().ptr), nbuf)
+        copy_gbps = 2 * n * idt.itemsize / copy_ms / 1e6
+        cub_ms = None
+        if peer is not None and peer.available(idt, odt):
+            temp = cupy.empty(peer.temp_bytes(idt, odt, n), dtype=np.uint8)
+            cub_ms = timer(lambda k: peer(bufs[k], out, temp), nbuf)
+            del temp
+        default = scan_tuning(odt)
+        lines += [f"## {i} -> {o}", "",
+                  f"copy {copy_ms:.4f} ms ({copy_gbps:.0f} GB/s); CUB "
+                  + (f"{cub_ms:.4f} ms" if cub_ms else "not available"), "",
+                  "| threads | rows | ms | copy% | x CUB | check |", "|---|---|---|---|---|---|"]
+        for block in BLOCKS:
+            for rows in ROWS:
+                t = ScanTuning(block, rows)
+                override_scan_tuning(odt.itemsize, t)
+                try:
+                    got = scan_array(bufs[0], exclusive=True, dtype=odt)
+                    chk = _gpu_check(got, ref, True)
+                    del got
+                    ms = timer(lambda k: scan_array(bufs[k], exclusive=True, dtype=odt), nbuf)
+                except Exception as e:  # noqa: BLE001 -- a shape that does not build is a row
+                    print(f"{i}->{o} {t}: {type(e).__name__}: {e}", flush=True)
+                    lines.append(f"| {block} | {rows} | - | - | - | {type(e).__name__} |")
+                    continue
+                finally:
+                    override_scan_tuning(odt.itemsize, None)
+                pct = n * (idt.itemsize + odt.itemsize) / ms / 1e6 / copy_gbps * 100
+                x = f"{cub_ms / ms:.2f}" if cub_ms else "-"
+                mark = "*" if t == default else ""
+                print(f"{i}->{o} {block:5d} x {rows:2d}{mark:1s} {ms:8.4f} ms {pct:5.1f}% "
+                      f"copy  {x} x CUB {chk}", flush=True)
+                lines.append(f"| {block}{mark} | {rows} | {ms:.4f} | {pct:.0f} | {x} | {chk} |")
+        lines.append("")
+        del bufs, ref, out
+    text = "\n".join(lines)
+    print(text)
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        name = f"scan-sweep-{dt.date.today()}-{device.replace(' ', '_')}-{sha}.md"
+        (args.out / name).write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
