@@ -7,7 +7,8 @@ candidate with ``override_scan_tuning`` (a new module per shape: NVRTC compiles 
 times the public call (a new output per call) with CUDA events, as ``scan_bench.py`` does.
 Each shape's result is checked against the reference once.
 
-    python benchmarks/scan_sweep.py --peer-lib /tmp/cub_peer.so [--log2n 28] [--out DIR]
+    python benchmarks/scan_sweep.py --peer-lib /tmp/cub_peer.so [--log2n 20,24,28]
+        [--blocks 128,256,512] [--rows 1,2,4,8,16] [--out DIR]
 
 Prints a table per case (ms, share of the copy's bandwidth for the bytes a scan moves, CUB's
 time over ours) and writes it as ``scan-sweep-DATE-DEVICE-SHA.md`` under --out.
@@ -37,22 +38,26 @@ def main() -> None:
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--peer-lib", default=None)
-    ap.add_argument("--log2n", type=int, default=28)
+    ap.add_argument("--log2n", default="28", help="comma-separated sizes, as powers of two")
+    ap.add_argument("--blocks", default=",".join(map(str, BLOCKS)))
+    ap.add_argument("--rows", default=",".join(map(str, ROWS)))
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--sha", default=None)
     args = ap.parse_args()
-    n = 1 << args.log2n
+    blocks = [int(b) for b in args.blocks.split(",")]
+    rows_all = [int(r) for r in args.rows.split(",")]
     peer = CubScan(args.peer_lib) if args.peer_lib else None
     device = cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()
     sha = args.sha or subprocess.run(["git", "rev-parse", "--short", "HEAD"],
                                      capture_output=True, text=True).stdout.strip() or "nosha"
     lines = [f"# Look-back scan tile sweep, {dt.date.today()}, {device}, git {sha}", "",
-             f"n = 2^{args.log2n}; ms per public call (CUDA events, median of {args.reps} "
+             "ms per public call (CUDA events, median of {args.reps} "
              "batches of 4); copy% = our bandwidth for the bytes a scan moves (input read, "
              "output written) as a share of the device copy's; x CUB = CUB's time / ours. "
              "The default shape is marked *.", ""]
-    for i, o in CASES:
+    for (i, o), log2n in [(c, int(k)) for k in args.log2n.split(",") for c in CASES]:
+        n = 1 << log2n
         idt, odt = np.dtype(i), np.dtype(o)
         nbuf = max(1, min(8, -(-(256 * 2**20) // (n * idt.itemsize))))
         bufs = [_gpu_input(n, idt, 17 * k + 5) for k in range(nbuf)]
@@ -69,12 +74,12 @@ def main() -> None:
             cub_ms = timer(lambda k: peer(bufs[k], out, temp), nbuf)
             del temp
         default = scan_tuning(odt)
-        lines += [f"## {i} -> {o}", "",
+        lines += [f"## {i} -> {o}, n = 2^{log2n}", "",
                   f"copy {copy_ms:.4f} ms ({copy_gbps:.0f} GB/s); CUB "
                   + (f"{cub_ms:.4f} ms" if cub_ms else "not available"), "",
                   "| threads | rows | ms | copy% | x CUB | check |", "|---|---|---|---|---|---|"]
-        for block in BLOCKS:
-            for rows in ROWS:
+        for block in blocks:
+            for rows in rows_all:
                 t = ScanTuning(block, rows)
                 override_scan_tuning(odt.itemsize, t)
                 try:
@@ -91,8 +96,8 @@ def main() -> None:
                 pct = n * (idt.itemsize + odt.itemsize) / ms / 1e6 / copy_gbps * 100
                 x = f"{cub_ms / ms:.2f}" if cub_ms else "-"
                 mark = "*" if t == default else ""
-                print(f"{i}->{o} {block:5d} x {rows:2d}{mark:1s} {ms:8.4f} ms {pct:5.1f}% "
-                      f"copy  {x} x CUB {chk}", flush=True)
+                print(f"{i}->{o} 2^{log2n} {block:5d} x {rows:2d}{mark:1s} {ms:8.4f} ms "
+                      f"{pct:5.1f}% copy  {x} x CUB {chk}", flush=True)
                 lines.append(f"| {block}{mark} | {rows} | {ms:.4f} | {pct:.0f} | {x} | {chk} |")
         lines.append("")
         del bufs, ref, out

@@ -229,7 +229,6 @@ def test_small_unstable_auto_calls_take_the_single_pass_kernel(monkeypatch):
     UNSTABLE_SINGLE_PASS_MAX_N elements (its count is watched, the hybrid's is copied back),
     the hybrid above it and whenever it is asked for by name; every result exact."""
     from dask_compact import compact_into
-
     from dask_compact.backends import cupy_ready
 
     kernels = []
