@@ -52,7 +52,7 @@ def main() -> None:
     sha = args.sha or subprocess.run(["git", "rev-parse", "--short", "HEAD"],
                                      capture_output=True, text=True).stdout.strip() or "nosha"
     lines = [f"# Look-back scan tile sweep, {dt.date.today()}, {device}, git {sha}", "",
-             "ms per public call (CUDA events, median of {args.reps} "
+             f"ms per public call (CUDA events, median of {args.reps} "
              "batches of 4); copy% = our bandwidth for the bytes a scan moves (input read, "
              "output written) as a share of the device copy's; x CUB = CUB's time / ours. "
              "The default shape is marked *.", ""]
