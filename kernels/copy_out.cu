@@ -1,6 +1,6 @@
 // The copy of a ready call's selection out of its scratch into the exact-size result
 // (dask_compact/backends/cupy_ready.py, OneReadCall): one launch through the packed-argument
-// path. Why not cudaMemcpyAsync: device to device it cost 6.5-7.2 us of host time per call for
+// path. Why not cudaMemcpyAsync: device to device it cost 6.5-7.8 us of host time per call for
 // 2 MiB on the H100 (benchmarks/small_call_parts.py), a fifth of a 2^20-element call, where a
 // packed launch costs about 3 us.
 //

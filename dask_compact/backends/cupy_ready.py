@@ -32,8 +32,9 @@ _SPIN = 4000
 SPIN_MAX_N = 1 << 22
 _NOT_YET = np.uint64(2**64 - 1)
 # Tile-word sets of a packed single-pass kernel, zeroed together once per round of calls:
-# at most this many, and at most this many bytes (2^20 float32 has 64 tiles: 16 sets in
-# 8.4 KiB; from 2^26 float32 up, one set, zeroed per call, where the memset is a small part).
+# at most this many, and at most this many bytes (float32 tiles of 16384: 2^20 has 64 tiles,
+# 16 sets in 8.4 KiB; 2^26, 7 sets; from 2^28 up one set, zeroed per call, where the memset
+# is a small part of the call).
 WORD_SETS = 16
 WORD_SETS_BYTES = 256 << 10
 
@@ -93,6 +94,7 @@ class PackedKernel:
             self.count = None
             self.count_slot = 7
         self.next_set = 0
+        self.used = False  # a set has been launched on since the words were zeroed
         for i, v in enumerate(plan.params):
             self.launch.scalar(first_param + i, v)
 
@@ -119,13 +121,11 @@ class PackedKernel:
         launch.pointer(self.count_slot, count_ptr)
         launch(self.grid, self.block, self.smem, stream_ptr)
 
-    used = False  # a set has been launched on since the words were zeroed
-
 
 class CopyOut:
     """The first ``k`` elements of a scratch array into a new exact-size array by one packed
     launch of ``dcx_copy_out`` (kernels/copy_out.cu): ``cudaMemcpyAsync`` device to device
-    cost 6.5-7.2 us of host time per call at 2 MiB on the H100, about twice a launch.
+    cost 6.5-7.8 us of host time per call at 2 MiB on the H100, about twice a launch.
     Pointers not 16-byte aligned (never from CuPy's allocator) take ``cudaMemcpyAsync``."""
 
     def __init__(self, kernel: Any) -> None:
