@@ -103,6 +103,27 @@ def local_process_cluster(n_workers: int):
         yield c
 
 
+@pytest.fixture
+def big_device_memory():
+    """One test at a time, across pytest-xdist's workers, of those that need tens of GiB of
+    device memory (arrays beyond 2^31 elements). Each checks its free memory, but two of them
+    at once with others on an 80 GB H100 ran out (12 workers: a 17 GB allocation failed).
+    The lock file is in the session's temporary folder, which every worker shares (removed
+    with the session)."""
+    import fcntl
+
+    with open(os.path.join(_TMP, "big-device-memory.lock"), "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            with contextlib.suppress(ImportError):
+                import cupy
+
+                cupy.get_default_memory_pool().free_all_blocks()  # this process's cached blocks
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 @pytest.fixture(scope="module")
 def process_client():
     """local_process_cluster(2) for a module: request it in a module's last tests."""

@@ -36,7 +36,7 @@ class _Compiled:
             if k is None:
                 k = self.module.get_function(expr)
                 smem = self.spec.smem_bytes(output)
-                if role in ("main", "scatter") and smem > 0:
+                if role in ("main", "scatter", "partition") and smem > 0:
                     # static shared memory counts against the same 48 KB default limit
                     k.max_dynamic_shared_size_bytes = smem
                 self._kernels[expr] = k

@@ -34,7 +34,7 @@ __all__ = [
 
 # Kernel files of each algorithm (one module = generated functor + these, includes inlined).
 FILES = {
-    "single-pass": ("count.cu", "single_pass.cu", "scatter.cu", "copy_out.cu"),
+    "single-pass": ("count.cu", "single_pass.cu", "scatter.cu", "copy_out.cu", "partition.cu"),
     "hybrid": ("count.cu", "hybrid.cu", "copy_out.cu"),
     "three-pass": ("three_pass.cu",),
 }
@@ -116,6 +116,7 @@ class ModuleSpec:
                 "main": f"dcx_single_pass<{t}, {p}, {out}, {s}, {b}, {i}, {v}{pa}>",
                 "scatter": f"dcx_scatter<{t}, {p}, {out}, {s}, {b}, {i}{pa}>",
                 "copy_out": f"dcx_copy_out<{COPY_BLOCK}>",
+                "partition": f"dcx_partition<{t}, {p}, {out}, {s}, {b}, {i}{pa}>",
             }
         return {
             "count": f"dcx_count<{t}, {p}, {s}, {b}, {i}{pa}>",
@@ -186,7 +187,6 @@ class RecordSpec:
             "scan": f"dcx_tile_scan<{SCAN_BLOCK}, {SCAN_ITEMS}>",
             "scatter": f"dcx_rec_scatter<{self.block}, {self.items}, {self.span}>",
             "gather": f"dcx_rec_gather<{self.block}, {self.gather_words}, {self.tile}>",
-            "split": f"dcx_rec_split<{self.block}, {self.items}>",
         }
 
     def all_names(self) -> list[str]:

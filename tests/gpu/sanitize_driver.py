@@ -141,7 +141,7 @@ def records(rng: np.random.Generator, sizes: list[int]) -> int:
 
 
 def splits(rng: np.random.Generator, sizes: list[int]) -> int:
-    """partition_array (dcx_rec_split): fused and mask-path predicates, values and indices."""
+    """partition_array (dcx_partition): fused and mask-path predicates, values and indices."""
     bad = 0
     for n in sizes:
         a_np = (rng.random(n) * 10).astype(np.float32)

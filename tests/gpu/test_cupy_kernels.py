@@ -346,6 +346,7 @@ def test_dispatch_and_compact_array_return_cupy() -> None:
     np.testing.assert_array_equal(cupy.asnumpy(v), cupy.asnumpy(a)[cupy.asnumpy(a) < 0.3])
 
 
+@pytest.mark.usefixtures("big_device_memory")
 @pytest.mark.slow
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_chunk_larger_than_2_pow_31(algorithm: str) -> None:

@@ -1,5 +1,5 @@
-"""dask_compact.partition / partition_array on CuPy (the records' flags pass and
-dcx_rec_split of kernels/records.cu) against NumPy's stable split."""
+"""dask_compact.partition / partition_array on CuPy (the compaction module's count and
+tile-scan kernels, then dcx_partition of kernels/partition.cu) against NumPy's stable split."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ def test_against_numpy(n: int, p: float) -> None:
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_every_dtype(dtype: np.dtype) -> None:
-    a = random_array(np.random.default_rng(4), 10_007, dtype)
+    a = random_array(np.random.default_rng(4), 70_001, dtype)  # several tiles of every dtype
     pred = threshold_predicate(a, 0.4)
     wv, wi, wk = want(a, pred(a))
     v, i, k = partition_array(cupy.asarray(a), pred, output="both")

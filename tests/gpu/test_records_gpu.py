@@ -143,6 +143,7 @@ def test_mixed_density_takes_both_forms() -> None:
     check(compact_records(f, "keep", indices=True), f_np, mask, True)
 
 
+@pytest.mark.usefixtures("big_device_memory")
 @pytest.mark.slow
 @pytest.mark.parametrize("dense_from", [0.0, 0.5], ids=["scatter-only", "default"])
 def test_more_than_2_31_rows(monkeypatch, dense_from: float) -> None:

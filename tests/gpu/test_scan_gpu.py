@@ -126,6 +126,7 @@ def test_errors_on_cupy() -> None:
         cumsum(x, algorithm="sequential")
 
 
+@pytest.mark.usefixtures("big_device_memory")
 @pytest.mark.slow
 @pytest.mark.parametrize("exclusive", [True, False])
 def test_lookback_beyond_2_pow_31(exclusive: bool) -> None:
