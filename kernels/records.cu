@@ -299,3 +299,89 @@ dcx_rec_gather(long long n, const unsigned* __restrict__ words,
     });
   }
 }
+
+namespace dcx {
+
+// One field's rows of the warp segment, all of them, for a stable split: a selected row goes
+// to base + (selected rows of the segment before it), another to `rest` + (its row - the
+// selected rows before it), where base is the segment's selected offset and rest the total
+// selected minus the rows before the segment. Loads batched as in copy_rows.
+template <class U, int ITEMS, bool ONE>
+__device__ __forceinline__ void split_rows(const FieldCopy& f, const unsigned (&words)[ITEMS],
+                                           unsigned long long base, long long rest, long long seg,
+                                           long long n, int lane) {
+  const long long stride = ONE ? 1 : f.stride;
+  const U* __restrict__ src = reinterpret_cast<const U*>(f.src) + (seg + lane) * stride;
+  U* __restrict__ dst = reinterpret_cast<U*>(f.dst);
+  const unsigned lt = lanemask_lt();
+  constexpr int WANT = sizeof(U) >= 16 ? 4 : 8;
+  constexpr int GROUP = ITEMS < WANT ? ITEMS : WANT;
+  static_assert(ITEMS % GROUP == 0, "ITEMS must be a multiple of 8 (or below it)");
+  unsigned before = 0;  // selected rows of the segment before row group g
+#pragma unroll
+  for (int g = 0; g < ITEMS; g += GROUP) {
+    U v[GROUP];
+#pragma unroll
+    for (int j = 0; j < GROUP; ++j) {
+      if (seg + (long long)(g + j) * 32 + lane < n) v[j] = src[(long long)(g + j) * 32 * stride];
+    }
+#pragma unroll
+    for (int j = 0; j < GROUP; ++j) {
+      const long long r = (long long)(g + j) * 32 + lane;  // row in the segment
+      const unsigned w = words[g + j];
+      const unsigned sel = before + __popc(w & lt);   // selected rows of the segment before r
+      if (seg + r < n) {
+        const long long at = ((w >> lane) & 1u) ? (long long)(base + sel) : rest + r - sel;
+        dst[at * stride] = v[j];
+      }
+      before += __popc(w);
+    }
+  }
+}
+
+}  // namespace dcx
+
+// Stable split (dask_compact.partition), pass 3 after the records' passes 1 and 2: every row
+// of every column (and its global index, blockIdx.y == nfields) written, the selected rows
+// first in order, then the others in order. Grid and places as dcx_rec_scatter; a row's place
+// is known from the words and the prefixes alone, so no tile waits on another and the input is
+// read once here (and once by the predicate in pass 1).
+template <int BLOCK, int ITEMS>
+__global__ void __launch_bounds__(BLOCK)
+dcx_rec_split(long long n, const unsigned* __restrict__ words,
+              const unsigned long long* __restrict__ prefixes,
+              const unsigned* __restrict__ warp_offsets, const dcx::FieldCopy* fields,
+              int nfields, long long* __restrict__ out_idx, long long index_base) {
+  constexpr long long TILE = (long long)BLOCK * ITEMS;
+  const long long tile = blockIdx.x;
+  const int field = int(blockIdx.y);
+  const int warp = int(threadIdx.x >> 5), lane = int(dcx::lane_id());
+  const long long seg = tile * TILE + (long long)warp * 32 * ITEMS;
+  if (seg >= n) return;
+  const unsigned long long total = prefixes[(n + TILE - 1) / TILE];
+  const unsigned long long base = prefixes[tile] + warp_offsets[tile * (BLOCK / 32) + warp];
+  // the segment's first unselected row goes after the total and the seg - base unselected
+  // rows before the segment
+  const long long rest = (long long)total + seg - (long long)base;
+  unsigned w[ITEMS];
+#pragma unroll
+  for (int j = 0; j < ITEMS; ++j) w[j] = (seg + (long long)j * 32 < n) ? words[(seg >> 5) + j] : 0u;
+  if (field == nfields) {
+    const unsigned lt = dcx::lanemask_lt();
+    unsigned done = 0;
+#pragma unroll
+    for (int j = 0; j < ITEMS; ++j) {
+      const long long r = (long long)j * 32 + lane;
+      const unsigned sel = done + __popc(w[j] & lt);
+      if (seg + r < n)
+        out_idx[((w[j] >> lane) & 1u) ? (long long)(base + sel) : rest + r - sel] =
+            index_base + seg + r;
+      done += __popc(w[j]);
+    }
+    return;
+  }
+  const dcx::FieldCopy f = fields[field];
+  dcx::by_unit(f, [&](auto u, auto one) {
+    dcx::split_rows<decltype(u), ITEMS, decltype(one)::value>(f, w, base, rest, seg, n, lane);
+  });
+}

@@ -187,6 +187,7 @@ class RecordSpec:
             "scan": f"dcx_tile_scan<{SCAN_BLOCK}, {SCAN_ITEMS}>",
             "scatter": f"dcx_rec_scatter<{self.block}, {self.items}, {self.span}>",
             "gather": f"dcx_rec_gather<{self.block}, {self.gather_words}, {self.tile}>",
+            "split": f"dcx_rec_split<{self.block}, {self.items}>",
         }
 
     def all_names(self) -> list[str]:
