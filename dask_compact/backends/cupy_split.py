@@ -1,7 +1,7 @@
 """Stable split of one CuPy array by a predicate (:func:`dask_compact.partition` on the GPU).
 
-Two routes, chosen by the output (measured on one H100, 2^28 float32, same run:
-``partition-2026-11-26-NVIDIA_H100_80GB_HBM3-*.md``):
+Two routes, chosen by the output (measured on one H100, 2^28 float32, alternating runs:
+``benchmarks/results/2026-11-26_h100_d008ed4_partition_ab.md``):
 
 * values (and both): the compaction module's exact-size passes without look-back
   (``cupy_launchers.SinglePass``'s "prefix" mode): ``dcx_count`` leaves every tile's count,
