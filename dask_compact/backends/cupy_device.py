@@ -32,15 +32,18 @@ def by_output(vals: Any, idx: Any, output: str) -> Any:
     return vals, idx
 
 
-def device_copy(dst: Any, dst_at: int, src: Any, src_at: int, k: int) -> None:
-    """``dst[dst_at:dst_at+k] = src[src_at:src_at+k]`` as one ``cudaMemcpyAsync`` on the current
-    stream (a slice assignment launches an elementwise kernel: several times the host time)."""
+def device_copy(dst: Any, dst_at: int, src: Any, src_at: int, k: int,
+                stream_ptr: int | None = None) -> None:
+    """``dst[dst_at:dst_at+k] = src[src_at:src_at+k]`` as one ``cudaMemcpyAsync`` on
+    ``stream_ptr`` (default: the current stream; a slice assignment launches an elementwise
+    kernel: several times the host time)."""
     import cupy
 
+    if stream_ptr is None:
+        stream_ptr = cupy.cuda.get_current_stream().ptr
     s = src.itemsize
     cupy.cuda.runtime.memcpyAsync(dst.data.ptr + dst_at * s, src.data.ptr + src_at * s, k * s,
-                                  cupy.cuda.runtime.memcpyDeviceToDevice,
-                                  cupy.cuda.get_current_stream().ptr)
+                                  cupy.cuda.runtime.memcpyDeviceToDevice, stream_ptr)
 
 
 def head_copy(scratch: Any, k: int, stream_ptr: int | None = None) -> Any:
@@ -51,10 +54,7 @@ def head_copy(scratch: Any, k: int, stream_ptr: int | None = None) -> Any:
 
     out = cupy.empty(k, dtype=scratch.dtype)
     if k:
-        if stream_ptr is None:
-            stream_ptr = cupy.cuda.get_current_stream().ptr
-        cupy.cuda.runtime.memcpyAsync(out.data.ptr, scratch.data.ptr, k * scratch.itemsize,
-                                      cupy.cuda.runtime.memcpyDeviceToDevice, stream_ptr)
+        device_copy(out, 0, scratch, 0, k, stream_ptr)
     return out
 
 
