@@ -18,9 +18,9 @@ wrote it; two jobs never write one OUTPUT at once (see :mod:`.batch.output`). Ct
 INPUT may also be a Zarr group: its arrays that share the number of rows are the fields of a
 record, ``--where`` is an expression over their names, and OUTPUT holds each field chosen with
 ``--fields`` (default: all), compacted to the selected rows, plus ``indices`` with ``--output
-both`` (:mod:`.batch.records_job`, on :func:`dask_compact.compact_records`). That job does not
-stream: the selected rows are held in the cluster's memory until they are written. Its output
-is complete or absent in the same way.
+both`` (:mod:`.batch.records_job`, on the backend of :func:`dask_compact.compact_records`).
+It streams under the memory budget as the one-array job does, resumes the same way, and its
+output is complete or absent in the same way.
 
 Registered as a ``dask`` subcommand through the ``dask_cli`` entry point, which ``dask``'s CLI
 loads by adding the click command named ``compact`` (see ``dask.cli.run_cli``).
@@ -39,6 +39,7 @@ from .batch.inputs import Source, open_input
 from .batch.job import describe, run_job
 from .batch.output import Target, check_overlap
 from .batch.records_job import GroupInput, open_group_input, prepare, run_records_job
+from .batch.records_job import describe as describe_records
 from .batch.runner import Runner, start
 from .batch.signals import EXIT_SIGINT, EXIT_SIGTERM, terminate_as_exit
 from .batch.warmup import GpuWarmup
@@ -164,9 +165,8 @@ def compact_command(
     INPUT may be a Zarr group: its arrays that share the number of rows (axis 0) are the
     fields of a record, --where is over their names, and OUTPUT gets the selected rows of
     each field (--fields picks which) plus `indices` with --output both. Arrays with another
-    number of rows are left out (the summary lists them). The selected rows are held in the
-    cluster's memory (this process's, threaded) until written: no streaming, and --resume,
-    --memory-budget, --progress and the GPU options are refused.
+    number of rows are left out (the summary lists them). It streams, resumes and compacts on
+    GPUs as an array's job does; its fields are decoded and encoded on CPUs.
 
     \b
     Examples:
@@ -190,19 +190,28 @@ def compact_command(
         raise click.ClickException(
             f"dask compact writes Zarr and needs the zarr package ({e}); pip install zarr"
         ) from None
+    show = sys.stderr.isatty() if progress is None else progress
+    where_to_run = (address, scheduler_file, local_cluster, device, timeout, n_workers)
     group = open_group_input(input_path)
     if group is not None:
-        _refuse_for_groups(device, decode, encode, resume, memory_budget, progress)
+        _refuse_for_groups(decode, encode)
         inp = prepare(group, input_path, where, field_list, mode, chunks, allow_missing_chunks)
         target = Target(output_path)
         check_overlap(inp, target)
-        # --device auto or cpu: the fields are compacted on CPUs (NumPy chunks) wherever it runs
-        on_cpus = (address, scheduler_file, local_cluster, "cpu", timeout, n_workers)
-        summary = _locked(target, overwrite, lambda: run_group(
-            target, inp, where, mode, output_chunks, input_path, overwrite, debug, on_cpus))
+
+        def group_job() -> dict[str, Any]:
+            continued = (target.resumable(describe_records(inp, where, mode, output_chunks))
+                         if resume else None)
+            _clean_and_check(target, overwrite)
+            if resume and continued is None:
+                click.echo(f"dask compact: no interrupted job on {output_path} to resume; "
+                           "starting afresh", err=True)
+            return run_group(target, inp, where, mode, output_chunks, show, input_path,
+                             overwrite, debug, where_to_run, budget, continued)
+
+        summary = _locked(target, overwrite, group_job)
         click.echo(json.dumps(summary) if as_json else _group_text(summary))
         return
-    show = sys.stderr.isatty() if progress is None else progress
     # The cheap checks first, each naming the argument at fault: INPUT, then --where against
     # its dtype, then what is at OUTPUT (under its lock, so no other job can change that).
     src = open_input(input_path, chunks, allow_missing_chunks)
@@ -221,8 +230,6 @@ def compact_command(
         raise click.BadParameter(str(e), param_hint="--where") from None
     if warmup is not None and src.size:
         warmup.prepare(where, src.dtype, mode)
-
-    where_to_run = (address, scheduler_file, local_cluster, device, timeout, n_workers)
 
     def job() -> dict[str, Any]:
         continued = (target.resumable(describe(src, where, mode, output_chunks))
@@ -286,23 +293,16 @@ def _clean_and_check(target: Target, overwrite: bool) -> None:
     target.check_replaceable(overwrite)
 
 
-def _refuse_for_groups(device: str, decode: str, encode: str, resume: bool,
-                       memory_budget: str | None, progress: bool | None) -> None:
-    """The options of the streaming one-array job that a Zarr group INPUT cannot honour."""
-    why = {
-        "--resume": resume,
-        "--memory-budget": memory_budget is not None,
-        "--device gpu": device == "gpu",
-        "--decode gpu": decode == "gpu",
-        "--encode gpu": encode == "gpu",
-        "--progress": progress is True,
-    }
-    refused = [option for option, given in why.items() if given]
+def _refuse_for_groups(decode: str, encode: str) -> None:
+    """The options of the one-array job that a Zarr group INPUT cannot honour: nvCOMP decodes
+    and encodes one array's chunks on the device; a record's fields are decoded and encoded on
+    CPUs (they may still be compacted on GPUs)."""
+    refused = [option for option, given in (("--decode gpu", decode == "gpu"),
+                                            ("--encode gpu", encode == "gpu")) if given]
     if refused:
         raise click.UsageError(
             f"{', '.join(refused)}: not supported for a Zarr group INPUT (its fields are "
-            "compacted on CPUs by compact_records and held in memory until written, without "
-            "the streaming of a one-array job); leave "
+            "decoded and encoded on CPUs); leave "
             f"{'it' if len(refused) == 1 else 'them'} out")
 
 
@@ -310,15 +310,21 @@ def _group_text(summary: dict[str, Any]) -> str:
     used = len(set(summary["fields"]) | set(summary["read"]))
     ignored = ", ".join(f"{n} ({why})" for n, why in summary["ignored"].items())
     return (
-        f"read      {summary['rows']:,} rows of {used} fields ({fmt_bytes(summary['bytes'])}) "
-        f"from the Zarr group {summary['input']}\n"
+        f"read      {summary['rows']:,} rows of {used} fields ({fmt_bytes(summary['bytes'])}), "
+        f"{summary['input_chunks']} chunks, from the Zarr group {summary['input']}\n"
         + (f"ignored   {ignored}: not fields of the record\n" if ignored else "")
         + f"where     {summary['where']}\n"
         f"selected  {summary['selected']:,} ({summary['fraction']:.2%})\n"
         f"wrote     {', '.join(summary['arrays'])} to {summary['output']}\n"
-        f"time      {summary['seconds']:.2f} s, {summary['gb_per_s']:.3f} GB/s of input\n"
-        f"ran on    {summary['scheduler']}, {summary['threads']} threads, compacted on CPUs; "
-        "the selected rows were held in memory until written"
+        f"time      {summary['seconds']:.2f} s, {summary['gb_per_s']:.3f} GB/s of input; "
+        f"task time {_split_line(summary)}\n"
+        f"memory    budget {fmt_bytes(summary['memory_budget'])}, at most "
+        f"{fmt_bytes(summary['peak_reserved'])} in flight; peak per process "
+        f"{_peaks(summary['peak_memory'])}\n"
+        f"ran on    {summary['scheduler']}, {summary['threads']} threads, "
+        f"{'compacted on GPUs' if summary['gpu'] else 'compacted on CPUs'}"
+        + (f"\nresumed   from input chunk {summary['resumed_from_chunk']}"
+           if summary["resumed_from_chunk"] is not None else "")
     )
 
 
@@ -387,17 +393,22 @@ def run_group(
     where: str,
     mode: str,
     output_chunks: int | None,
+    show: bool,
     input_path: str,
     overwrite: bool,
     debug: bool,
     where_to_run: tuple[Any, ...],
+    budget: int | None = None,
+    continued: Any = None,
 ) -> dict[str, Any]:
     """The job on a Zarr group INPUT (:mod:`.batch.records_job`), as :func:`run` runs one on
     an array."""
-    _clean_and_check(target, overwrite)
-    runner = Runner("no scheduler (empty input)") if inp.rows == 0 else start(*where_to_run)
-    return _on(runner, debug, lambda r: run_records_job(r, inp, target, where, mode,
-                                                        output_chunks, input_path, overwrite))
+    if inp.rows == 0:
+        return run_records_job(Runner("no scheduler (empty input)"), inp, target, where, mode,
+                               output_chunks, input_path, overwrite, False, budget, continued)
+    return _on(start(*where_to_run), debug, lambda r: run_records_job(
+        r, inp, target, where, mode, output_chunks, input_path, overwrite, show, budget,
+        continued))
 
 
 def _on(runner: Runner, debug: bool, job: Callable[[Runner], dict[str, Any]]) -> dict[str, Any]:

@@ -148,7 +148,7 @@ def stream_once(tmp_path, a, where, mode, rows, out_chunk, budget, threads=2):
         total = run_stream(ex, job)
     finally:
         ex.close()
-    cut(store, mode, total)
+    cut(store, NAMES[mode], total)
     g = zarr.open_group(store=store, mode="r")
     return total, {k: g[k][:] for k in NAMES[mode]}, job
 
@@ -257,7 +257,7 @@ def test_resume_from_any_written_subset(tmp_path, seed):
         assert run_stream(ex, resumed) == total
     finally:
         ex.close()
-    cut(str(part), "both", total)
+    cut(str(part), NAMES["both"], total)
     g = zarr.open_group(store=str(part), mode="r")
     np.testing.assert_array_equal(g["values"][:], a[a < 0.4])
     np.testing.assert_array_equal(g["indices"][:], np.flatnonzero(a < 0.4))
@@ -290,7 +290,7 @@ def test_chunk_files_written_directly_are_the_bytes_zarr_writes(tmp_path, dtype)
     for how in ("zarr", "direct"):
         store = str(tmp_path / f"{how}.zarr")
         create_group(store, lay, Src, "values", {})
-        assert writes_chunk_files(store, "values")
+        assert writes_chunk_files(store, ("values",))
         for j in range(4):
             part = data[j * 300 : (j + 1) * 300]
             if how == "zarr":
@@ -298,7 +298,7 @@ def test_chunk_files_written_directly_are_the_bytes_zarr_writes(tmp_path, dtype)
                                                                       j * 300 + len(part)] = part
             else:
                 write_chunk_file(os.path.join(store, "values"), j, part, 300)
-        cut(store, "values", 1000)
+        cut(store, ("values",), 1000)
         stores[how] = store
     for j in range(4):
         a, b = (open(os.path.join(stores[h], "values", "c", str(j)), "rb").read()
@@ -319,7 +319,8 @@ def test_stream_with_direct_writes_matches_numpy(tmp_path):
     lay = Layout.make(a.shape, 8, 400, 333)
     store = str(tmp_path / "g.zarr")
     create_group(store, lay, Src, "both", {})
-    dest = OutputArrays(store, NAMES["both"], lay.out_chunk, writes_chunk_files(store, "both"))
+    direct = writes_chunk_files(store, NAMES["both"])
+    dest = OutputArrays(store, NAMES["both"], lay.out_chunk, direct)
     assert dest.direct
     job = Job(ArrayRows(a), lay, "x < 0.3", "both", "cpu", dest, 20_000, Manifest({}), store)
     ex = ThreadExecutor(2)
@@ -327,7 +328,7 @@ def test_stream_with_direct_writes_matches_numpy(tmp_path):
         total = run_stream(ex, job)
     finally:
         ex.close()
-    cut(store, "both", total)
+    cut(store, NAMES["both"], total)
     g = zarr.open_group(store=store, mode="r")
     np.testing.assert_array_equal(g["values"][:], a[a < 0.3])
     np.testing.assert_array_equal(g["indices"][:], np.flatnonzero(a < 0.3))

@@ -5,6 +5,10 @@ and the same all-or-nothing output as the one-array job."""
 from __future__ import annotations
 
 import json
+import os
+import re
+import signal
+import time
 from pathlib import Path
 
 import numpy as np
@@ -12,9 +16,9 @@ import pytest
 
 zarr = pytest.importorskip("zarr")
 
-from cli_helpers import litter, run
+from cli_helpers import litter, run, start, wait_for
 
-from dask_compact.batch import records_job
+from dask_compact.batch import stream, tasks
 
 WHERE = "(mass > 5) & (x < 0.3)"
 
@@ -121,8 +125,10 @@ def test_indices_only_and_output_chunks_follow_the_input(particles, tmp_path):
     np.testing.assert_array_equal(arrays["indices"],
                                   np.flatnonzero((data["vx"] < 0.5) | (data["id"] == 10)))
     assert chunks["indices"] == (PARTICLES["id"][2],)  # the rows of the first field it reads
-    run(src, tmp_path / "o2.zarr", "--where", "id > 100", "--fields", "y")
-    assert read(tmp_path / "o2.zarr")[2]["y"] == (PARTICLES["y"][2],)
+    # every output array is chunked alike: the rows of the first field the predicate reads
+    run(src, tmp_path / "o2.zarr", "--where", "id > 100", "--fields", "y,pos", "-o", "both")
+    chunks = read(tmp_path / "o2.zarr")[2]
+    assert chunks == {"y": (500,), "pos": (500, 3), "indices": (500,)}
 
 
 @pytest.mark.parametrize("where, selected", [("mass > 100", 0), ("mass >= 0", 1025)])
@@ -186,10 +192,9 @@ def test_arrays_with_another_length_are_left_out_and_listed(particles, tmp_path)
         (["--where", WHERE, "--fields", "x,,y"], "empty field name"),
         (["--where", WHERE, "--fields", "x,y,x"], "x named twice"),
         (["--where", WHERE, "--fields", "x", "-o", "indices"], "--output indices"),
-        (["--where", WHERE, "--resume"], "--resume: not supported for a Zarr group"),
-        (["--where", WHERE, "--memory-budget", "1GiB"], "--memory-budget: not supported"),
-        (["--where", WHERE, "--device", "gpu", "--progress"], "--device gpu, --progress"),
-        (["--where", WHERE, "--decode", "gpu"], "--decode gpu"),
+        (["--where", WHERE, "--decode", "gpu"], "--decode gpu: not supported for a Zarr"),
+        (["--where", WHERE, "--decode", "gpu", "--encode", "gpu"], "--decode gpu, --encode gpu"),
+        (["--where", WHERE, "--memory-budget", "lots"], "--memory-budget"),
     ],
 )
 def test_refusals_leave_nothing(particles, tmp_path, args, message):
@@ -277,24 +282,17 @@ def test_existing_output_needs_overwrite(particles, tmp_path):
 
 
 def _fail_after_first_chunk(monkeypatch) -> None:
-    """Writes of output rows past the first chunk fail (the first are written): the temporary
-    group is half written. The wrapper class is defined here, so that cloudpickle sends it to
-    worker processes by value."""
-    real = records_job.store
+    """Writes of output chunks after the first fail (the first is written): the temporary
+    group is half written. The wrapper is a closure, so that cloudpickle sends it to worker
+    processes by value."""
+    real = tasks.write_chunk
 
-    def store(runner, sources, targets):
-        class Failing:
-            def __init__(self, z):
-                self.z, self.shape, self.dtype = z, z.shape, z.dtype
+    def write_chunk(dest, j, *args):
+        if j > 0:
+            raise OSError("disk full (simulated)")
+        return real(dest, j, *args)
 
-            def __setitem__(self, key, value):
-                if key[0].start:
-                    raise OSError("disk full (simulated)")
-                self.z[key] = value
-
-        return real(runner, sources, [Failing(t) for t in targets])
-
-    monkeypatch.setattr(records_job, "store", store)
+    monkeypatch.setattr(tasks, "write_chunk", write_chunk)
 
 
 @pytest.mark.parametrize(
@@ -327,13 +325,134 @@ def test_failure_mid_write_leaves_no_output(particles, tmp_path, monkeypatch, wh
 def test_interrupt_mid_write_cleans_up(particles, tmp_path, monkeypatch):
     src, _ = particles
     out = tmp_path / "out.zarr"
-    real = records_job.store
+    real = stream._Stream.write_done
 
-    def store(runner, sources, targets):
-        real(runner, sources[:1], targets[:1])
+    def write_done(self, j, done, chunks):  # Ctrl-C once the first output chunk is written
+        real(self, j, done, chunks)
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(records_job, "store", store)
-    res = run(src, out, "--where", WHERE, code=130)
+    monkeypatch.setattr(stream._Stream, "write_done", write_done)
+    res = run(src, out, "--where", WHERE, "--output-chunks", "50", code=130)
     assert "interrupted" in res.output and "was not written" in res.output
     assert not out.exists() and litter(tmp_path) == []
+
+
+# -- streaming: budget, progress, resume, faults --------------------------------------------------
+
+
+def test_streams_under_the_memory_budget_with_progress_and_summary(particles, tmp_path):
+    """Blocks of 100 rows (every field's chunks straddle them), a budget of about two blocks:
+    the job holds at most the budget in flight, reads each block once, and the result is
+    NumPy's."""
+    src, data = particles
+    out = tmp_path / "out.zarr"
+    res = run(src, out, "--where", WHERE, "-o", "both", "--chunks", "100", "--output-chunks",
+              "30", "--memory-budget", "40kB", "--progress")
+    assert "dask compact:" in res.stderr  # the progress bar, on stderr
+    assert "budget 40.0 kB" in res.stdout and "task time read" in res.stdout
+    m = mask_of(data)
+    _, arrays, chunks = read(out)
+    for name, v in data.items():
+        np.testing.assert_array_equal(arrays[name], v[m])
+        assert chunks[name] == (30, *v.shape[1:])
+    np.testing.assert_array_equal(arrays["indices"], np.flatnonzero(m))
+    summary = json.loads(run(src, tmp_path / "o2.zarr", "--where", WHERE, "-o", "both",
+                             "--chunks", "100", "--memory-budget", "40kB", "--json").stdout)
+    row_bytes = sum(np.dtype(dt).itemsize * int(np.prod(tail)) for dt, tail, _ in
+                    PARTICLES.values())
+    one_block = 100 * (2 * row_bytes + 8)  # its rows, and the worst case of its selection
+    assert one_block < 40_000 < 11 * one_block  # so the budget bounds what runs at once
+    assert summary["memory_budget"] == 40_000
+    assert one_block <= summary["peak_reserved"] <= 40_000
+    assert summary["input_chunks"] == summary["chunks_read"] == 11
+    assert set(summary["task_seconds"]) == {"read", "compact", "write"}
+    assert summary["gpu"] is False and summary["resumed_from_chunk"] is None
+
+
+def test_nd_fields_are_written_as_the_chunk_files_zarr_writes(tmp_path):
+    """A field with trailing axes goes through the direct chunk-file writer: the files are the
+    bytes zarr writes for the same rows (chunk keys ``c/<j>/0/0``)."""
+    src = tmp_path / "g.zarr"
+    g = zarr.open_group(store=str(src), mode="w")
+    rng = np.random.default_rng(9)
+    e = rng.random(777)
+    cube = rng.integers(-50, 50, (777, 2, 3)).astype(np.int16)
+    g.create_array("e", shape=e.shape, dtype=e.dtype, chunks=(100,))[:] = e
+    g.create_array("cube", shape=cube.shape, dtype=cube.dtype, chunks=(64, 2, 3))[:] = cube
+    out = tmp_path / "out.zarr"
+    run(src, out, "--where", "e < 0.6", "--output-chunks", "64")
+    m = e < 0.6
+    ref = zarr.open_group(store=str(tmp_path / "ref.zarr"), mode="w")
+    ref.create_array("cube", shape=(int(m.sum()), 2, 3), dtype=cube.dtype,
+                     chunks=(64, 2, 3))[:] = cube[m]
+    files = sorted(p.relative_to(out / "cube") for p in (out / "cube" / "c").rglob("*")
+                   if p.is_file())
+    assert files and all(len(f.parts) == 4 for f in files)  # c/<j>/0/0
+    for f in files:
+        assert (out / "cube" / f).read_bytes() == (tmp_path / "ref.zarr" / "cube" / f).read_bytes()
+    np.testing.assert_array_equal(read(out)[1]["cube"], cube[m])
+
+
+def _kill_halfway(tmp_path, src, out, *args, writes: int) -> None:
+    ready = tmp_path / f"ready-{time.monotonic_ns()}"
+    proc = start("pause-after-writes", ready, src, out, *args,
+                 env={"DRIVER_WRITES": str(writes)})
+    wait_for(ready, proc)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("where_run", [[], ["--local", "processes", "--workers", "2"]],
+                         ids=["threads", "local-cluster"])
+def test_resume_after_sigkill_is_bit_identical(particles, tmp_path, where_run):
+    src, data = particles
+    args = ["--where", "mass > 2", "-o", "both", "--chunks", "50", "--output-chunks", "40",
+            *where_run]
+    ref = tmp_path / "ref.zarr"
+    full = json.loads(run(src, ref, *args, "--json").stdout)
+    out = tmp_path / "out.zarr"
+    n_out = -(-full["selected"] // 40)
+    _kill_halfway(tmp_path, src, out, *args, writes=n_out // 2)
+    assert [n for n in litter(tmp_path) if "tmp" in n]  # the interrupted job's group
+    resumed = json.loads(run(src, out, *args, "--resume", "--json").stdout)
+    assert resumed["resumed_from_chunk"] > 0
+    assert resumed["chunks_read"] <= 0.7 * full["chunks_read"], (resumed, full)
+    ref_attrs, ref_arrays, _ = read(ref)
+    attrs, arrays, _ = read(out)
+    assert attrs == ref_attrs and arrays.keys() == ref_arrays.keys()
+    for k in arrays:
+        assert arrays[k].dtype == ref_arrays[k].dtype
+        np.testing.assert_array_equal(arrays[k], ref_arrays[k])
+    np.testing.assert_array_equal(arrays["pos"], data["pos"][data["mass"] > 2])
+    assert "dask-compact-manifest.json" not in os.listdir(out)
+    assert litter(tmp_path) == []
+
+
+def test_resume_refuses_a_different_record_job(particles, tmp_path):
+    src, data = particles
+    out = tmp_path / "out.zarr"
+    args = ["--where", "mass > 2", "--chunks", "50", "--output-chunks", "40"]
+    _kill_halfway(tmp_path, src, out, *args, "--fields", "x,id", writes=3)
+    res = run(src, out, *args, "--fields", "x,y", "--resume", code=2)
+    assert "differs in fields" in res.output
+    run(src, out, *args, "--fields", "x,y")  # a run without --resume starts over
+    _, arrays, _ = read(out)
+    np.testing.assert_array_equal(arrays["y"], data["y"][data["mass"] > 2])
+    assert litter(tmp_path) == []
+
+
+def test_corrupted_chunk_of_a_field_is_named(particles, tmp_path):
+    src, data = particles
+    chunk_file = src / "vx" / "c" / "2"  # rows 500:750 of vx
+    good = chunk_file.read_bytes()
+    chunk_file.write_bytes(b"\x28\xb5\x2f\xfd" + os.urandom(200))  # a zstd magic, then junk
+    out = tmp_path / "out.zarr"
+    res = run(src, out, "--where", WHERE, "--chunks", "300", code=1)
+    # input chunks 1 and 2 both read that chunk; either may fail first
+    assert re.search(r"field 'vx' of input chunk (1 \(rows 300:600|2 \(rows 600:900)\)",
+                     res.output), res.output
+    assert not out.exists() and litter(tmp_path) == []
+    chunk_file.write_bytes(good)
+    run(src, out, "--where", WHERE, "--chunks", "300")
+    np.testing.assert_array_equal(read(out)[1]["vx"], data["vx"][mask_of(data)])

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -67,19 +68,20 @@ def create_group(store: str, layout: Layout, src: Source, mode: str,
                            chunks=(max(1, layout.out_chunk),))
 
 
-def writes_chunk_files(store: str, mode: str) -> bool:
+def writes_chunk_files(store: str, names: tuple[str, ...]) -> bool:
     """Whether the output's chunks can be written as files (see :class:`.tasks.OutputArrays`):
     a local group whose arrays have exactly the codecs and chunk keys that direct writes
-    produce (zarr's defaults, checked rather than assumed)."""
+    produce (zarr's defaults, checked rather than assumed), chunked along axis 0 only."""
     import zarr
     from zarr.codecs import BytesCodec, ZstdCodec
 
     if "://" in store:
         return False
-    for name in NAMES[mode]:
+    for name in names:
         z = zarr.open_array(store=store, path=name, mode="r")
         meta = z.metadata
         codecs = tuple(getattr(meta, "codecs", ()))
+        tail = len(z.shape) - 1
         ok = (
             getattr(meta, "zarr_format", None) == 3
             and len(codecs) == 2
@@ -88,7 +90,8 @@ def writes_chunk_files(store: str, mode: str) -> bool:
             and isinstance(codecs[1], ZstdCodec)
             and codecs[1].level == 0
             and not codecs[1].checksum
-            and meta.encode_chunk_key((7,)) == "c/7"
+            and tuple(z.chunks[1:]) == tuple(z.shape[1:])
+            and meta.encode_chunk_key((7, *[0] * tail)) == "/".join(["c", "7", *"0" * tail])
             and not z.fill_value
         )
         if not ok:
@@ -97,15 +100,72 @@ def writes_chunk_files(store: str, mode: str) -> bool:
     return True
 
 
-def cut(store: str, mode: str, total: int) -> None:
-    """Set the arrays' length to the selection's: a metadata write; the chunks beyond it were
-    never written, so none needs deleting."""
+def cut(store: str, names: tuple[str, ...], total: int) -> None:
+    """Set the arrays' length (rows) to the selection's: a metadata write; the chunks beyond
+    it were never written, so none needs deleting."""
     import zarr
     from zarr.core.sync import sync
 
-    for name in NAMES[mode]:
+    for name in names:
         a = zarr.open_array(store=store, path=name, mode="r+")
-        sync(a.async_array.resize((total,), delete_outside_chunks=False))
+        resize = a.async_array.resize((total, *a.shape[1:]), delete_outside_chunks=False)
+        sync(resize)
+
+
+def task_device(runner: Runner) -> str:
+    """Where the chunk tasks compact (see :func:`.tasks.read_compact`): "cpu", "gpu" (a
+    cluster worker's own device) or "gpu-all" (this process's devices, chunk i on i mod n)."""
+    if not runner.gpu:
+        return "cpu"
+    return "gpu" if runner.client is not None else "gpu-all"
+
+
+def stream_and_commit(runner: Runner, target: Target, make_job: Callable[[], Job],
+                      names: tuple[str, ...], show: bool, total_bytes: int,
+                      attrs: dict[str, Any], overwrite: bool) -> tuple[Job, int, int]:
+    """Run a streaming job into ``target``'s temporary group and commit it: ``make_job()``
+    creates (or, resuming, reopens) the group and returns the job; the arrays ``names`` are
+    cut to the selection; ``(job, selected, threads)``. Any failure or interrupt stops the
+    tasks, removes the temporary group and raises."""
+    target.prepare()
+    ex: Executor | None = None
+    try:  # from here on, a failure removes the temporary group (and drains running tasks)
+        job = make_job()
+        ex = executor_for(runner)
+        # Selections in this process reuse pooled buffers (.host_buffers); worker processes
+        # of a cluster allocate theirs.
+        with progress_bar(show, total_bytes) as bar, pool_for_job(
+                job.budget if runner.client is None else 0):
+            total = run_stream(ex, job, bar)
+        ex.close()
+        threads = ex.threads
+        cut(target.tmp, names, total)
+        if job.manifest_dir is not None:
+            os.remove(os.path.join(job.manifest_dir, "dask-compact-manifest.json"))
+        target.commit(marker({**attrs, "selected": total}), overwrite)
+    except BaseException:
+        if ex is not None:
+            ex.stop()
+        target.discard()
+        raise
+    return job, total, threads
+
+
+def stream_summary(job: Job, runner: Runner, threads: int) -> dict[str, Any]:
+    """The summary's fields that every streaming job reports: task time, memory, where it
+    ran."""
+    st = job.stats
+    return {
+        "task_seconds": {"read": st.read_s, "compact": st.compact_s, "write": st.write_s},
+        "threads": threads,
+        "memory_budget": job.budget,
+        "peak_reserved": st.peak_reserved,
+        "peak_memory": peak_memory(runner),
+        "gpu_chunks": st.gpu_chunks,
+        "chunks_read": st.chunks,
+        "scheduler": runner.description,
+        "gpu": runner.gpu,
+    }
 
 
 def run_job(
@@ -150,46 +210,29 @@ def run_job(
         if encode == "gpu":  # the selections wait for their writes in device memory
             budget = min(budget, device_budget(runner))
     t0 = time.perf_counter()
-    device = "cpu"
-    if runner.gpu:
-        device = "gpu" if runner.client is not None else "gpu-all"
-    target.prepare()
-    ex: Executor | None = None
-    try:  # from here on, a failure removes the temporary group (and drains running tasks)
+    names = NAMES[mode]
+
+    def make_job() -> Job:
+        nonlocal encode
         if resume is None:
             create_group(target.tmp, layout, src, mode, attrs)
             manifest = Manifest(job_desc)
         else:
             manifest = resume
-        direct = writes_chunk_files(target.tmp, mode)
+        direct = writes_chunk_files(target.tmp, names)
         if not direct:  # zarr writes the chunks: it encodes them on the CPU
             encode = "cpu"
-        job = Job(
-            reader=src.reader, layout=layout, where=where, mode=mode, device=device,
-            dest=OutputArrays(target.tmp, NAMES[mode], layout.out_chunk, direct), budget=budget,
+        return Job(
+            reader=src.reader, layout=layout, where=where, mode=mode, device=task_device(runner),
+            dest=OutputArrays(target.tmp, names, layout.out_chunk, direct), budget=budget,
             manifest=manifest, manifest_dir=None if target.url else target.tmp, decode=decode,
             encode=encode,
         )
-        ex = executor_for(runner)
-        # Selections in this process reuse pooled buffers (.host_buffers); worker processes
-        # of a cluster allocate theirs.
-        with progress_bar(show, src) as bar, pool_for_job(budget if runner.client is None
-                                                          else 0):
-            total = run_stream(ex, job, bar)
-        ex.close()
-        cut(target.tmp, mode, total)
-        if job.manifest_dir is not None:
-            os.remove(os.path.join(job.manifest_dir, "dask-compact-manifest.json"))
-        target.commit(marker({**attrs, "selected": total}), overwrite)
-    except BaseException:
-        if ex is not None:
-            ex.stop()
-        target.discard()
-        raise
+
+    job, total, threads = stream_and_commit(runner, target, make_job, names, show,
+                                            int(layout.n * layout.itemsize), attrs, overwrite)
     seconds = time.perf_counter() - t0
     st = job.stats
-    process_seconds = process_age()
-    peaks = peak_memory(runner)
     return {
         "input": input_path,
         "output": target.output,
@@ -199,27 +242,19 @@ def run_job(
         "elements": int(layout.n),
         "bytes": int(layout.n * layout.itemsize),
         "input_chunks": layout.nchunks,
-        "chunks_read": st.chunks,
         "selected": total,
         "fraction": total / layout.n if layout.n else 0.0,
-        "arrays": list(NAMES[mode]),
+        "arrays": list(names),
         "seconds": seconds,
         # the whole command so far: interpreter start, imports, cluster start, the job
-        "process_seconds": process_seconds,
+        "process_seconds": process_age(),
         "gb_per_s": layout.n * layout.itemsize / 1e9 / seconds if seconds > 0 else 0.0,
-        "task_seconds": {"read": st.read_s, "compact": st.compact_s, "write": st.write_s},
-        "threads": ex.threads,
-        "memory_budget": budget,
-        "peak_reserved": st.peak_reserved,
-        "peak_memory": peaks,
-        "gpu_chunks": st.gpu_chunks,
+        **stream_summary(job, runner, threads),
         "gpu_decode": st.gpu_decoded > 0,
         "decode": decode,
         "encode": encode,
         "gpu_encoded": st.gpu_encoded,
         "resumed_from_chunk": st.resumed_from_chunk if resume is not None else None,
-        "scheduler": runner.description,
-        "gpu": runner.gpu,
     }
 
 
@@ -311,11 +346,11 @@ def peak_memory(runner: Runner) -> dict[str, int]:
 
 
 class progress_bar:
-    """A tqdm bar over the input bytes on stderr (a no-op when not shown)."""
+    """A tqdm bar over the input's ``total`` bytes on stderr (a no-op when not shown)."""
 
-    def __init__(self, show: bool, src: Source) -> None:
+    def __init__(self, show: bool, total: int) -> None:
         self.show = show
-        self.total = int(np.prod(src.shape, dtype=np.int64)) * src.dtype.itemsize
+        self.total = total
         self.bar: Any = None
 
     def __enter__(self) -> Any:

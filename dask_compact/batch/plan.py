@@ -18,16 +18,22 @@ INDEX_BYTES = 8  # the int64 global indices of --output indices|both
 @dataclass(frozen=True)
 class Layout:
     """Input chunks (blocks of whole rows, so each is a contiguous run of the C order) and the
-    output's chunk length."""
+    output's chunk length.
+
+    An element is one item of the input array; for a record (a Zarr group's fields, see
+    :mod:`.records_job`) it is one row: ``shape`` is ``(rows,)``, ``itemsize`` the bytes of
+    one row of every field read, and ``out_elem_bytes`` those of one selected row of every
+    field compacted (plus its index)."""
 
     shape: tuple[int, ...]
     itemsize: int
     rows: tuple[int, ...]  # row boundaries of the input chunks: rows[i]:rows[i + 1]
     out_chunk: int  # the output arrays' Zarr chunk length
+    out_elem_bytes: int = 0  # bytes per selected element; 0: from itemsize and the mode
 
     @classmethod
     def make(cls, shape: tuple[int, ...], itemsize: int, row_chunk: int,
-             out_chunk: int | None) -> Layout:
+             out_chunk: int | None, out_elem_bytes: int = 0) -> Layout:
         n_rows = shape[0]
         step = max(1, row_chunk)
         rows = tuple(range(0, n_rows, step)) + (n_rows,)
@@ -35,7 +41,7 @@ class Layout:
             rows = (0,)
         row_elems = int(np.prod(shape[1:], dtype=np.int64)) if len(shape) > 1 else 1
         default = max(1, step * row_elems)
-        return cls(tuple(shape), itemsize, rows, out_chunk or default)
+        return cls(tuple(shape), itemsize, rows, out_chunk or default, out_elem_bytes)
 
     @property
     def row_elems(self) -> int:
@@ -69,7 +75,8 @@ def chunk_cost(layout: Layout, i: int, mode: str) -> int:
     """Memory one input chunk may hold from its read until its output is written, before its
     count is known: the decoded chunk plus a full selection (the worst case)."""
     size = layout.size(i)
-    return size * layout.itemsize + size * out_bytes_per_element(layout.itemsize, mode)
+    out = layout.out_elem_bytes or out_bytes_per_element(layout.itemsize, mode)
+    return size * layout.itemsize + size * out
 
 
 @dataclass(frozen=True)

@@ -11,11 +11,13 @@ Which arrays are fields: the number of rows is that of the arrays ``--where`` an
 arrays. Arrays that do not fit (another number of rows, 0-d, a dtype without a fixed size)
 are left out and listed in the summary; naming one in ``--where`` or ``--fields`` is an error.
 
-Unlike the one-array job (:mod:`.job`), this job does not stream under a memory budget:
-compact_records persists the selected rows of every field it reads in the memory of the
-cluster (of this process, on the threaded scheduler), and the output is written from there.
-The output commits exactly as the one-array job's does (:class:`.output.Target`): a hidden
-temporary group, moved into place only when complete.
+The job streams as the one-array job does (:mod:`.stream`): blocks of rows are read, the
+rows selected by the record predicate (:func:`.record_tasks.read_compact_records`, the
+in-memory backend of :func:`dask_compact.compact_records`, on the CPU or the worker's GPU),
+and each output chunk written at its offset, with at most the memory budget in flight; the
+same resume manifest, progress bar and summary. An element of the streaming job is one row of
+the record. The output commits exactly as the one-array job's does (:class:`.output.Target`):
+a hidden temporary group, moved into place only when complete.
 """
 
 from __future__ import annotations
@@ -30,11 +32,15 @@ import click
 import numpy as np
 
 from .inputs import check_chunks_stored, is_url, local
-from .output import Target, marker
+from .job import writes_chunk_files
+from .manifest import Manifest
+from .output import Target
+from .plan import INDEX_BYTES, Layout
+from .reader import Reader, ZarrRows, chunk_files_reader, zarr_fingerprint
+from .record_tasks import INDICES, RecordReader, read_compact_records
 from .runner import Runner
-
-INDICES = "indices"
-
+from .stream import Job
+from .tasks import OutputArrays
 
 # ---------------------------------------------------------------------------------------------
 # The input
@@ -52,6 +58,7 @@ class GroupInput:
     read: list[str]  # the fields the predicate reads
     ignored: dict[str, str]  # arrays of the group that are not fields, and why
     row_chunk: int | None  # --chunks: rows per input chunk of every field
+    allow_missing: bool = False  # --allow-missing-chunks: a missing chunk reads as fill value
 
     @property
     def bytes(self) -> int:
@@ -122,7 +129,7 @@ def prepare(group: Any, path: str, where: str, field_list: str | None, mode: str
         for name, a in used.items():
             check_chunks_stored(a, f"{path.rstrip('/')}/{name}")
     return GroupInput(path, None if is_url(path) else local(path), rows, used, written,
-                      list(pred_fields), ignored, chunks)
+                      list(pred_fields), ignored, chunks, allow_missing_chunks)
 
 
 def parse_field_list(text: str | None) -> list[str] | None:
@@ -206,15 +213,91 @@ def _check_types(where: str, fields: dict[str, Any]) -> None:
 # The job
 
 
-def run_records_job(runner: Runner, inp: GroupInput, target: Target, where: str, mode: str,
-                    output_chunks: int | None, input_path: str,
-                    overwrite: bool = False) -> dict[str, Any]:
-    """Compact the fields, write them to ``target``'s temporary group and commit it; the
-    summary dict."""
+def record_reader(inp: GroupInput) -> RecordReader:
+    """A reader of every field the job uses: zstd chunk files read directly where the field's
+    layout allows (:func:`.reader.chunk_files_reader`), else through zarr."""
+    fields: dict[str, Reader] = {}
+    for name, z in inp.arrays.items():
+        url = (f"{inp.path.rstrip('/')}/{name}" if is_url(inp.path)
+               else os.path.join(local(inp.path), name))
+        fingerprint = zarr_fingerprint(z, url)
+        fast, _ = chunk_files_reader(z, url, fingerprint, inp.allow_missing)
+        fields[name] = fast or ZarrRows(url, z.shape, z.dtype, fingerprint)
+    return RecordReader(fields, tuple(inp.written))
+
+
+def row_chunk(inp: GroupInput) -> int:
+    """Rows per input chunk: ``--chunks``, else the longest Zarr chunk (along axis 0) of the
+    fields read, so that each chunk of every field is decoded once, or twice where it
+    straddles two input chunks (fields chunked alike, the usual case, are read chunk by
+    chunk)."""
+    if inp.row_chunk:
+        return inp.row_chunk
+    return max(1, max(int(z.chunks[0]) for z in inp.arrays.values()))
+
+
+def out_chunk_rows(inp: GroupInput, output_chunks: int | None) -> int:
+    """Rows per output chunk: ``--output-chunks``, else ``--chunks``, else the Zarr chunks of
+    the first field the predicate reads (as :func:`dask_compact.compact_records` aligns a
+    record), else of the first field."""
+    if output_chunks or inp.row_chunk:
+        return int(output_chunks or inp.row_chunk)  # type: ignore[arg-type]
+    lead = next((n for n in inp.arrays if n in inp.read), next(iter(inp.arrays)))
+    return max(1, int(inp.arrays[lead].chunks[0]))
+
+
+def output_names(inp: GroupInput, mode: str) -> tuple[str, ...]:
+    return tuple((inp.written if mode != "indices" else []) + ([INDICES] if mode != "values"
+                                                               else []))
+
+
+def row_bytes(a: Any) -> int:
+    return int(np.prod(a.shape[1:], dtype=np.int64)) * np.dtype(a.dtype).itemsize
+
+
+def layout_of(inp: GroupInput, mode: str, output_chunks: int | None) -> Layout:
+    """The job's geometry in rows: an element of :class:`.plan.Layout` is one row here. A
+    chunk's cost before its count is known is its rows of every field read, plus the selection
+    of every field at its worst (all rows; a field only the predicate reads is selected too,
+    then dropped), plus the indices."""
+    read = sum(row_bytes(a) for a in inp.arrays.values())
+    out = read + (INDEX_BYTES if mode != "values" else 0)
+    return Layout.make((inp.rows,), read, row_chunk(inp), out_chunk_rows(inp, output_chunks),
+                       out_elem_bytes=out)
+
+
+def describe(inp: GroupInput, where: str, mode: str, output_chunks: int | None
+             ) -> dict[str, Any]:
+    """What a resumed job must share with the interrupted one (see :mod:`.manifest`)."""
     import dask_compact
 
-    from .job import process_age
+    layout = layout_of(inp, mode, output_chunks)
+    return {
+        "input": record_reader(inp).fingerprint,
+        "rows": inp.rows,
+        "fields": list(inp.written),
+        "where": where,
+        "output": mode,
+        "row_chunk": layout.rows[1] - layout.rows[0] if layout.nchunks else 0,
+        "out_chunk": layout.out_chunk,
+        "version": dask_compact.__version__,
+    }
 
+
+def run_records_job(runner: Runner, inp: GroupInput, target: Target, where: str, mode: str,
+                    output_chunks: int | None, input_path: str, overwrite: bool = False,
+                    show: bool = False, budget: int | None = None,
+                    resume: Manifest | None = None) -> dict[str, Any]:
+    """Stream the record's rows through the job (:mod:`.stream`) into ``target``'s temporary
+    group and commit it; the summary dict. ``resume``: the manifest of the interrupted job
+    whose group ``target.tmp`` now names."""
+    import dask_compact
+
+    from .job import process_age, stream_and_commit, stream_summary, task_device
+    from .runner import memory_budget
+
+    layout = layout_of(inp, mode, output_chunks)
+    names = output_names(inp, mode)
     attrs = {
         "complete": False,
         "input": input_path,
@@ -224,17 +307,27 @@ def run_records_job(runner: Runner, inp: GroupInput, target: Target, where: str,
         "input_rows": inp.rows,
         "version": dask_compact.__version__,
     }
+    if not budget:
+        budget = memory_budget(runner)
+    reader = record_reader(inp)
     t0 = time.perf_counter()
-    selected, results = compact(inp, where, mode)
-    target.prepare()
-    try:  # from here on, a failure removes the temporary group
-        sources, targets = create_group(target.tmp, inp, results, selected, output_chunks, attrs)
-        if selected:
-            store(runner, sources, targets)
-        target.commit(marker({**attrs, "selected": selected}), overwrite)
-    except BaseException:
-        target.discard()
-        raise
+
+    def make_job() -> Job:
+        if resume is None:
+            create_group(target.tmp, inp, names, layout.out_chunk, attrs)
+            manifest = Manifest(describe(inp, where, mode, output_chunks))
+        else:
+            manifest = resume
+        direct = writes_chunk_files(target.tmp, names)
+        return Job(
+            reader=reader, layout=layout, where=where, mode=mode, device=task_device(runner),
+            dest=OutputArrays(target.tmp, names, layout.out_chunk, direct), budget=budget,
+            manifest=manifest, manifest_dir=None if target.url else target.tmp,
+            task=read_compact_records,
+        )
+
+    job, selected, threads = stream_and_commit(runner, target, make_job, names, show,
+                                               inp.bytes, attrs, overwrite)
     seconds = time.perf_counter() - t0
     return {
         "input": input_path,
@@ -243,109 +336,37 @@ def run_records_job(runner: Runner, inp: GroupInput, target: Target, where: str,
         "where": where,
         "rows": inp.rows,
         "bytes": inp.bytes,
+        "input_chunks": layout.nchunks,
         "selected": selected,
         "fraction": selected / inp.rows if inp.rows else 0.0,
         "fields": list(inp.written),
-        "arrays": list(results),
+        "arrays": list(names),
         "read": list(inp.read),
         "ignored": dict(inp.ignored),
         "seconds": seconds,
         "process_seconds": process_age(),
         "gb_per_s": inp.bytes / 1e9 / seconds if seconds > 0 else 0.0,
-        "threads": threads(runner),
-        "scheduler": runner.description,
-        "gpu": False,
+        **stream_summary(job, runner, threads),
+        "resumed_from_chunk": job.stats.resumed_from_chunk if resume is not None else None,
     }
 
 
-def compact(inp: GroupInput, where: str, mode: str) -> tuple[int, dict[str, Any]]:
-    """The selected rows of every field to write (+ indices) as dask arrays with known chunks,
-    persisted on the current scheduler; (number selected, name -> array in output order).
-    With no rows, nothing runs and the arrays are None."""
-    names = (inp.written if mode != "indices" else []) + ([INDICES] if mode != "values" else [])
-    if inp.rows == 0:
-        return 0, dict.fromkeys(names)
-    import dask.array as da
-
-    from ..records import compact_records
-    from ..validate import native
-
-    fields = {}
-    for name, z in inp.arrays.items():
-        chunks = z.chunks if inp.row_chunk is None else (inp.row_chunk, *z.shape[1:])
-        a = da.from_zarr(z, chunks=chunks)
-        if not a.dtype.isnative:  # big-endian (Zarr v2): the output is written in native order
-            a = a.astype(native(a.dtype))
-        fields[name] = a
-    out = compact_records(fields, where, indices=mode != "values")
-    result = {name: out[name] for name in names}
-    return int(next(iter(out.values())).shape[0]), result
-
-
-def create_group(store: str, inp: GroupInput, results: dict[str, Any], selected: int,
-                 output_chunks: int | None,
-                 attrs: dict[str, Any]) -> tuple[list[Any], list[Any]]:
-    """The temporary output group with its arrays at their final shapes (zarr's default codecs,
-    as the one-array job's); the dask arrays to store and the Zarr arrays they go to."""
+def create_group(store: str, inp: GroupInput, names: tuple[str, ...], out_chunk: int,
+                 attrs: dict[str, Any]) -> None:
+    """The temporary output group with its arrays at the input's rows (cut to the selection's
+    at the end), chunked ``out_chunk`` rows along axis 0 and whole along trailing axes, with
+    zarr's default codecs (as the one-array job's)."""
     import zarr
 
     from ..validate import native
 
     group = zarr.open_group(store=store, mode="w-", attributes={"dask_compact": attrs})
-    lead = next((n for n in inp.arrays if n in inp.read), next(iter(inp.arrays), None))
-    sources, targets = [], []
-    for name, a in results.items():
-        z = inp.arrays.get(name)
-        if z is None:  # the indices: chunked like the rows the predicate reads
+    for name in names:
+        if name == INDICES and name not in inp.written:
             tail: tuple[int, ...] = ()
             dtype = np.dtype(np.int64)
-            z = inp.arrays.get(lead) if lead is not None else None
         else:
+            z = inp.arrays[name]
             tail, dtype = tuple(z.shape[1:]), native(z.dtype)
-        rows = output_chunks or inp.row_chunk or (int(z.chunks[0]) if z is not None else 1)
-        target = group.create_array(name, shape=(selected, *tail), dtype=dtype,
-                                    chunks=(max(1, rows), *[max(1, s) for s in tail]))
-        if selected:
-            sources.append(a.rechunk({0: max(1, rows)}))
-            targets.append(target)
-    return sources, targets
-
-
-def store(runner: Runner, sources: list[Any], targets: list[Any]) -> None:
-    """Write the arrays; returns (or raises) only once no write of theirs still runs, so that
-    a failed job's late write cannot recreate its removed temporary group."""
-    import dask
-    import dask.array as da
-
-    stored = da.store(sources, targets, lock=False, compute=False)
-    if runner.client is None:
-        from concurrent.futures import ThreadPoolExecutor
-
-        from dask.system import CPU_COUNT
-
-        pool = ThreadPoolExecutor(CPU_COUNT)
-        try:
-            with dask.config.set(pool=pool):
-                dask.compute(stored, scheduler="threads")
-        finally:
-            pool.shutdown(wait=True, cancel_futures=True)
-        return
-    from .runner import drain
-
-    parts = list(stored) if isinstance(stored, (tuple, list)) else [stored]
-    futures = runner.client.compute(parts, optimize_graph=False)
-    try:
-        runner.client.gather(futures)
-    except BaseException:
-        runner.client.cancel(futures)
-        keys = {k for part in parts for k in part.__dask_graph__().keys()}
-        drain(runner.client, keys, 60.0)
-        raise
-
-
-def threads(runner: Runner) -> int:
-    if runner.client is None:
-        from dask.system import CPU_COUNT
-
-        return int(CPU_COUNT)
-    return sum(w["nthreads"] for w in runner.client.scheduler_info()["workers"].values())
+        group.create_array(name, shape=(inp.rows, *tail), dtype=dtype,
+                           chunks=(max(1, out_chunk), *[max(1, s) for s in tail]))

@@ -27,6 +27,7 @@ from .executor import ClientExecutor, Executor
 from .manifest import Manifest
 from .plan import Layout, Part, chunk_cost, out_chunks_total, parts_of
 from .reader import Reader
+from .record_tasks import RecordReader
 from .tasks import OutputArrays, PieceInfo, info, take
 
 MANIFEST_EVERY_S = 1.0  # a manifest a second behind only means a little recomputation
@@ -50,7 +51,7 @@ class Stats:
 
 @dataclass
 class Job:
-    reader: Reader
+    reader: Reader | RecordReader
     layout: Layout
     where: str
     mode: str
@@ -62,6 +63,9 @@ class Job:
     decode: str = "cpu"  # "gpu": nvCOMP decodes the chunks on the device
     encode: str = "cpu"  # "gpu": selections stay on the device, nvCOMP encodes output chunks
     stats: Stats = field(default_factory=Stats)
+    # The chunk task, called as tasks.read_compact is; None: tasks.read_compact (looked up
+    # when the job runs). A record's job reads several fields (.record_tasks).
+    task: Callable[..., Any] | None = None
 
 
 def run_stream(ex: Executor, job: Job, progress: Callable[[int], None] | None = None) -> int:
@@ -153,9 +157,10 @@ class _Stream:
             if (self.reading or self.writes) and self.reserved + cost > self.job.budget:
                 return
             r0, r1 = self.layout.rows[i], self.layout.rows[i + 1]
-            piece = self.ex.submit(tasks.read_compact, self.job.reader, i, r0, r1,
-                                   self.layout.start(i), self.job.where, self.job.mode,
-                                   self.job.device, self.job.decode, self.job.encode)
+            task = self.job.task or tasks.read_compact
+            piece = self.ex.submit(task, self.job.reader, i, r0, r1, self.layout.start(i),
+                                   self.job.where, self.job.mode, self.job.device,
+                                   self.job.decode, self.job.encode)
             summary = self.ex.derive(info, piece)
             self.pieces[i] = piece
             self.charged[i] = cost

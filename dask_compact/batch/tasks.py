@@ -43,6 +43,18 @@ class Piece:
         the CPU backend's ``_trim``), which it keeps whole."""
         return sum(_held(a) for a in (self.values, self.indices) if a is not None)
 
+    def part(self, name: str) -> Any:
+        """The output array ``name`` ("values" or "indices") of this piece."""
+        return self.values if name == "values" else self.indices
+
+    def slice(self, lo: int, hi: int) -> Piece:
+        """Elements ``lo:hi`` (copies: the slice travels to another worker)."""
+        return Piece(
+            None if self.values is None else self.values[lo:hi].copy(),
+            None if self.indices is None else self.indices[lo:hi].copy(),
+            hi - lo,
+        )
+
 
 def _held(a: Any) -> int:
     root = a
@@ -143,8 +155,9 @@ def _to_host(a: Any) -> np.ndarray | None:
     if a is None:
         return None
     staging = thread_pinned((a.nbytes,), np.dtype(np.uint8))[: a.nbytes].view(a.dtype)
+    staging = staging.reshape(a.shape)
     a.get(out=staging, blocking=True)  # on the current (the thread's) stream
-    out = piece_alloc(a.size, a.dtype)
+    out = piece_alloc(a.size, a.dtype).reshape(a.shape)
     np.copyto(out, staging)
     return out
 
@@ -216,13 +229,9 @@ def info(piece: Piece) -> PieceInfo:
                      piece.decode)
 
 
-def take(piece: Piece, lo: int, hi: int) -> Piece:
-    """Elements ``lo:hi`` of a piece (copies: the slice travels to another worker)."""
-    return Piece(
-        None if piece.values is None else piece.values[lo:hi].copy(),
-        None if piece.indices is None else piece.indices[lo:hi].copy(),
-        hi - lo,
-    )
+def take(piece: Any, lo: int, hi: int) -> Any:
+    """Elements ``lo:hi`` of a piece (a :class:`Piece` or a record's piece), copied."""
+    return piece.slice(lo, hi)
 
 
 class OutputArrays:
@@ -257,13 +266,14 @@ def write_chunk(dest: OutputArrays, j: int, los: list[int], his: list[int], *pie
     """Write output chunk ``j`` from parts ``los[k]:his[k]`` of ``pieces[k]``; its seconds and
     how many of its arrays' chunks were encoded on a GPU.
 
-    Every output chunk has exactly one writer, so no two tasks ever write one Zarr chunk.
+    Every output chunk has exactly one writer, so no two tasks ever write one Zarr chunk. The
+    arrays may have trailing axes (a record's fields): a chunk is then ``out_chunk`` rows.
     """
     t0 = time.perf_counter()
     start = j * dest.out_chunk
     on_gpu = 0
     for name in dest.names:
-        parts = [getattr(p, name)[lo:hi] for p, lo, hi in zip(pieces, los, his)]
+        parts = [p.part(name)[lo:hi] for p, lo, hi in zip(pieces, los, his)]
         if any(_on_device(q) for q in parts):
             on_one = _gather_device(parts)
             if on_one and dest.direct:
@@ -275,7 +285,8 @@ def write_chunk(dest: OutputArrays, j: int, los: list[int], his: list[int], *pie
             data = parts[0]
         else:  # put together in this thread's scratch buffer (see .host_buffers)
             total = sum(len(q) for q in parts)
-            data = np.concatenate(parts, out=thread_host((total,), parts[0].dtype))
+            shape = (total, *parts[0].shape[1:])
+            data = np.concatenate(parts, out=thread_host(shape, parts[0].dtype))
         if dest.direct:
             write_chunk_file(os.path.join(dest.store, name), j, data, dest.out_chunk)
         else:
@@ -284,15 +295,20 @@ def write_chunk(dest: OutputArrays, j: int, los: list[int], his: list[int], *pie
 
 
 def write_chunk_file(array_dir: str, j: int, data: np.ndarray, chunk: int) -> None:
-    """Chunk ``j`` of a 1-D Zarr v3 array with the default codecs, as zarr writes it: padded
-    to the chunk length with the fill value 0, zstd level 0 without checksum, at ``c/<j>``."""
+    """Chunk ``j`` of a Zarr v3 array with the default codecs, chunked along axis 0 only, as
+    zarr writes it: padded to the chunk's rows with the fill value 0, zstd level 0 without
+    checksum, at ``c/<j>`` (``c/<j>/0/...`` with trailing axes)."""
     if len(data) < chunk:
-        full = thread_host((chunk,), data.dtype)  # may be data's own buffer: then a no-op copy
+        # may be data's own buffer: then a no-op copy
+        full = thread_host((chunk, *data.shape[1:]), data.dtype)
         full[: len(data)] = data
         full[len(data) :] = 0
         data = full
     encoded = zstd_encode(np.ascontiguousarray(data), spare_threads())
-    with open(os.path.join(array_dir, "c", str(j)), "wb") as f:
+    path = os.path.join(array_dir, "c", str(j), *["0"] * (data.ndim - 1))
+    if data.ndim > 1:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
         f.write(encoded)
 
 
