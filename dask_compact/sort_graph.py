@@ -23,9 +23,10 @@ alone (no argsort) needs no indices at all.
    from the chunks themselves); the output is persisted, and the sorted chunks are released.
 
 Two round trips to the client, each of small arrays (the sample, then the histogram), and on a
-cluster one question to the scheduler (where the chunks are); nothing gathers more than one
-group's share in one place. Every task is an ordinary getitem or function task,
-so the graph runs under any scheduler (distributed's P2P shuffle would batch the exchange
+cluster one question to the scheduler (where the chunks are); an array of one chunk sorted into
+one bucket skips them all (its local sort is the whole sort: one task, persisted); nothing
+gathers more than one group's share in one place. Every task is an ordinary getitem or function
+task, so the graph runs under any scheduler (distributed's P2P shuffle would batch the exchange
 into O(chunks + buckets) tasks, but only on a distributed cluster).
 """
 
@@ -99,6 +100,26 @@ def splitters(
 # a copy, and the lazy registration on the worker would fill in the module's, not the copy.
 def _local_sort(a: Any, indices: bool, base: int, positions: np.ndarray, local: str) -> tuple:
     return sort_chunk(a, indices, base, positions, local)
+
+
+def _sort_whole(a: Any, indices: bool, local: str) -> Any:
+    """One chunk sorted (or its argsort): the local sort with no sample."""
+    values, order, _ = sort_chunk(a, indices, 0, np.zeros(0, np.int64), local)
+    return order if indices else values
+
+
+def _sort_one_chunk(x: da.Array, indices: bool, local: str) -> da.Array:
+    """An array of one chunk, sorted into one output chunk: the local sort is the whole sort,
+    so one task and one persist (no sample, splitters or merge: the general path's three
+    round trips to the client cost ~6 ms on a GPU worker, as much as sorting 2^28 float32)."""
+    token = tokenize("dask-compact-sort-one", x.name, indices, local)
+    out = f"sort-{'indices' if indices else 'values'}-out-{token}"
+    graph = _extend(x.dask, out, {(out, 0): (_sort_whole, (x.name, 0), indices, local)},
+                    {x.name})
+    dtype = np.dtype(np.int64) if indices else x.dtype
+    result = da.Array(graph, out, chunks=x.chunks, meta=_meta(x, dtype))
+    (result,) = dask.persist(result)
+    return result
 
 
 def _pair(values: np.ndarray, index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -189,6 +210,8 @@ def build_sort(x: da.Array, indices: bool, buckets: int, local: str = "auto") ->
     what sorts and merges within a chunk or bucket (``sorting.LOCAL_SORTS``)."""
     sizes = tuple(int(c) for c in x.chunks[0])
     nin = len(sizes)
+    if nin == 1 and buckets == 1:
+        return _sort_one_chunk(x, indices, local)
     starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
     per = per_chunk_sample(nin, buckets)
     token = tokenize("dask-compact-sort", x.name, indices, buckets, per, local)

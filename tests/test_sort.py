@@ -10,6 +10,7 @@ import dask.array as da
 import numpy as np
 import pytest
 from conftest import local_process_cluster, sort_input
+from dask.callbacks import Callback
 from distributed import futures_of, wait
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -147,6 +148,45 @@ def test_input_is_computed_once_and_the_result_is_persisted():
         assert len(calls) == 10
         y.compute(), y[:5].compute(), y.sum().compute()
         assert len(calls) == 10
+
+
+@pytest.mark.parametrize("local", ["auto", "radix"])
+def test_one_chunk_is_one_task_run_once_and_persisted(local):
+    """An array of one chunk (one bucket) is sorted by its local sort alone: one task over the
+    chunk, run once, the result persisted; NaNs last and equal values by index, as NumPy."""
+    a = np.random.default_rng(12).integers(0, 50, 5003).astype(np.float64)
+    a[::97] = np.nan
+    a[5::101] = -0.0
+    calls = []
+
+    def seen(b):
+        calls.append(1)
+        return b
+
+    class Counted(Callback):
+        def __init__(self):
+            super().__init__()
+            self.graphs = self.tasks = 0
+
+        def _start(self, dsk):
+            self.graphs += 1
+
+        def _pretask(self, key, dsk, state):
+            self.tasks += 1
+
+    x = da.from_array(a, chunks=-1).map_blocks(seen, dtype=a.dtype)
+    for fn, want in ((dask_compact.sort, np.sort(a)),
+                     (dask_compact.argsort, np.argsort(a, kind="stable"))):
+        calls.clear()
+        with Counted() as run:
+            y = fn(x, local=local)
+        # one graph (no sample or histogram round trips): the input chunk and its sort
+        assert (run.graphs, run.tasks) == (1, 2)
+        assert len(calls) == 1 and y.chunks == ((a.size,),)
+        assert len(dict(y.__dask_graph__())) == 1  # the persisted chunk, nothing to recompute
+        np.testing.assert_array_equal(y.compute(), want)
+        assert len(calls) == 1
+    check(a, da.from_array(a, chunks=-1), buckets=3)  # buckets asked for: the sample sort
 
 
 def test_unsorted_chunks_are_not_required_to_be_numpy_contiguous():
