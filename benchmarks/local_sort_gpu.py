@@ -1,5 +1,5 @@
 """Local GPU sort: the public ``dask_compact.sort`` of a one-chunk CuPy dask array (the
-threaded scheduler: the chunk's local sort and the sample sort's few tasks) with
+threaded scheduler; one chunk: one task, the chunk's local sort) with
 ``local="auto"`` (CuPy's sort per chunk) and ``local="radix"`` (the seed's LSD radix sort by
 one stable split per key bit), beside ``cupy.sort`` and ``torch.sort`` of the same data in the
 same process. Extra, labelled column: ``split_radix.radix_order`` alone (the radix argsort
