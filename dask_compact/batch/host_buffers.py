@@ -19,7 +19,8 @@ comes:
 * :func:`thread_host` -- the decoded chunk on the CPU path, or an output chunk put together
   from several pieces before it is encoded (either dropped by the end of the task);
 * :func:`thread_pinned` -- the decoded chunk on the GPU path, in page-locked memory, so the
-  copy to the device runs at full bandwidth and asynchronously.
+  copy to the device runs at full bandwidth and asynchronously;
+* :func:`thread_field` -- one of each per field of a record's block (a Zarr group's job).
 
 Pinned buffers are ordinary host memory page-locked in place (``cudaHostRegister``), not
 ``cudaHostAlloc``'d (CuPy's pinned memory pool, ``cupyx.empty_pinned``): measured on the H100
@@ -90,6 +91,16 @@ def pinned(nbytes: int) -> np.ndarray:
     """A page-locked uint8 host array of ``nbytes`` (unregistered and freed when the array and
     its views are garbage)."""
     return np.asarray(_Registered(nbytes))
+
+
+def thread_field(k: int, shape: tuple[int, ...], dtype: np.dtype, pinned_memory: bool
+                 ) -> np.ndarray:
+    """This thread's reusable buffer for field ``k`` of a record's block (one per field, since
+    a block's fields are decoded side by side; page-locked when ``pinned_memory``, for a copy
+    to the GPU), viewed as ``shape``/``dtype``; the same rules as :func:`thread_host`."""
+    if pinned_memory:
+        return _thread_buffer(f"pinned-field-{k}", shape, dtype, pinned)
+    return _thread_buffer(f"host-field-{k}", shape, dtype, lambda n: np.empty(n, dtype=np.uint8))
 
 
 def thread_pinned(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:

@@ -14,8 +14,11 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from .reader import Reader
-from .tasks import ChunkError, _held, _read, _thread_stream, _to_host
+import numpy as np
+
+from .host_buffers import piece_alloc, thread_field
+from .reader import Reader, ZarrChunkFiles
+from .tasks import ChunkError, _held, _read, _read_into, _thread_stream, _to_host
 
 INDICES = "indices"
 
@@ -85,36 +88,63 @@ def read_compact_records(
 
     ``device``: as for :func:`.tasks.read_compact` ("cpu", "gpu": this worker's device,
     "gpu-all": device ``i % n``). The fields are decoded on the CPU (``decode`` and
-    ``encode`` are always "cpu" for a record). A field the predicate reads but the job does
-    not write is dropped after the selection."""
-    from ..dispatch import compact_records
-
+    ``encode`` are always "cpu" for a record), each into this thread's reused buffer for it
+    (page-locked for a GPU), as the one-array task decodes its chunk (see
+    :mod:`.host_buffers`: fresh arrays cost their page faults, serialised across threads). A
+    field the predicate reads but the job does not write is never gathered."""
     where_from = f"input chunk {i} (rows {r0}:{r1})"
+    on_gpu = device.startswith("gpu")
     t0 = time.perf_counter()
-    blocks = {name: _read(rd, r0, r1, f"field {name!r} of {where_from}")
-              for name, rd in reader.fields.items()}
+    blocks = {}
+    for k, (name, rd) in enumerate(reader.fields.items()):
+        at = f"field {name!r} of {where_from}"
+        if isinstance(rd, ZarrChunkFiles):
+            block = thread_field(k, (r1 - r0, *rd.shape[1:]), rd.dtype, on_gpu)
+            _read_into(rd, r0, r1, block, at)
+        else:
+            block = _read(rd, r0, r1, at)
+        blocks[name] = block
     t1 = time.perf_counter()
     indices = mode != "values"
-    keep = [*reader.written, *([INDICES] if indices else [])]
     try:
         p = _predicate(where, blocks)
-        if not device.startswith("gpu"):
-            # One thread per task: the job's pool already runs a task per core.
-            first = next(iter(blocks.values()))
-            out = compact_records(first, blocks, p, indices, True, base, 1)
-            arrays = {name: out[name] for name in keep}
-            on = "cpu"
+        if on_gpu:
+            arrays = _on_gpu(blocks, p, indices, base, reader.written, i, device)
         else:
-            arrays = _on_gpu(blocks, p, indices, base, keep, i, device)
-            on = "gpu"
+            arrays = _on_cpu(blocks, p, indices, base, reader.written)
     except Exception as e:
         raise ChunkError(f"cannot compact {where_from}: {type(e).__name__}: {e}") from e
     count = int(len(next(iter(arrays.values())))) if arrays else 0
-    return RecordPiece(arrays, count, t1 - t0, time.perf_counter() - t1, on)
+    return RecordPiece(arrays, count, t1 - t0, time.perf_counter() - t1,
+                       "gpu" if on_gpu else "cpu")
 
 
-def _on_gpu(blocks: dict[str, Any], p: Any, indices: bool, base: int, keep: list[str], i: int,
-            device: str) -> dict[str, Any]:
+def _on_cpu(blocks: dict[str, Any], p: Any, indices: bool, base: int,
+            written: tuple[str, ...]) -> dict[str, Any]:
+    """The selection by the compiled record loop: the predicate's bits and count first, then
+    each written field gathered into an exact-size buffer of the job's pool (memory already
+    paged in, see :mod:`.host_buffers`)."""
+    from ..backends.numpy_gather import as_rows, gather_indices, gather_rows
+    from ..backends.numpy_records import predicate_bits
+
+    n = int(next(iter(blocks.values())).shape[0])
+    bits, k = predicate_bits(p, blocks, n)
+    out = {}
+    for name in written:
+        a = blocks[name]
+        buf = piece_alloc(k * int(np.prod(a.shape[1:], dtype=np.int64)), a.dtype)
+        out[name] = buf.reshape((k, *a.shape[1:]))
+        if k:
+            gather_rows(bits, n, as_rows(a), as_rows(out[name]))
+    if indices:
+        out[INDICES] = piece_alloc(k, np.dtype(np.int64))
+        if k:
+            gather_indices(bits, int(base), out[INDICES])
+    return out
+
+
+def _on_gpu(blocks: dict[str, Any], p: Any, indices: bool, base: int,
+            written: tuple[str, ...], i: int, device: str) -> dict[str, Any]:
     """The selection on a GPU (this worker's, or device ``i % n`` for "gpu-all"), copied back
     to host memory for the writes."""
     import cupy
@@ -123,8 +153,16 @@ def _on_gpu(blocks: dict[str, Any], p: Any, indices: bool, base: int, keep: list
 
     ndev = cupy.cuda.runtime.getDeviceCount()
     dev = i % ndev if device == "gpu-all" else cupy.cuda.runtime.getDevice()
+    keep = [*written, *([INDICES] if indices else [])]
     with cupy.cuda.Device(dev), _thread_stream(dev):
-        on_dev = {name: cupy.asarray(b) for name, b in blocks.items()}
+        stream = cupy.cuda.get_current_stream()
+        on_dev = {}
+        for name, b in blocks.items():
+            # from this thread's pinned buffers: asynchronous copies on the thread's stream,
+            # complete before the compaction's count comes back
+            d = cupy.empty(b.shape, b.dtype)
+            d.set(b, stream=stream)
+            on_dev[name] = d
         first = next(iter(on_dev.values()))
         out = compact_records(first, on_dev, p, indices, True, base, 1)
         del on_dev
