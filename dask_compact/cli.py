@@ -99,7 +99,7 @@ def fmt_bytes(n: float) -> str:
 )
 @click.option("--chunks", type=click.IntRange(min=1), metavar="N",
               help="Input chunk length along the first axis (default: the Zarr chunks; "
-              "about 128 MiB for .npy).")
+              "about 128 MiB for .npy; a Zarr group: its fields' longest).")
 @click.option("--output-chunks", type=click.IntRange(min=1), metavar="N",
               help="Zarr chunk length of the output arrays (default: the input chunk size).")
 @click.option("--overwrite", is_flag=True,
