@@ -74,6 +74,19 @@ def gpu_host() -> bool:
         return False
 
 
+def sha_and_device(sha: str | None) -> tuple[str, str]:
+    """The commit measured (``sha``, else git's HEAD) and the machine's GPUs ("cpu" if none),
+    as the tables and file names give them."""
+    sha = sha or subprocess.run(["git", "rev-parse", "--short", "HEAD"],
+                                capture_output=True, text=True).stdout.strip() or "unknown"
+    if not gpu_host():
+        return sha, "cpu"
+    import cupy
+
+    name = cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()
+    return sha, f"{cupy.cuda.runtime.getDeviceCount()}x {name}"
+
+
 def has(module: str) -> bool:
     import importlib.util
 
@@ -310,14 +323,7 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     src = work / "in.zarr"
     gpu = gpu_host()
-    sha = args.sha or subprocess.run(["git", "rev-parse", "--short", "HEAD"],
-                                     capture_output=True, text=True).stdout.strip() or "unknown"
-    device = "cpu"
-    if gpu:
-        import cupy
-
-        name = cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()
-        device = f"{cupy.cuda.runtime.getDeviceCount()}x {name}"
+    sha, device = sha_and_device(args.sha)
     print(f"# batch_io: 2^{args.log2n} float32 ({n * 4 / 2**30:.2f} GiB), chunks 2^"
           f"{args.chunk_log2}, codec {args.codec}, x < {p}; {os.cpu_count()} cores, {device}, "
           f"sha {sha}", flush=True)

@@ -30,7 +30,6 @@ import json
 import os
 import platform
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -38,6 +37,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
+from batch_io import sha_and_device, timed
 
 PY = [sys.executable, "-P"]
 CLI = [*PY, "-m", "dask_compact"]
@@ -61,15 +61,6 @@ targets = [o.create_array(k, shape=v.shape, dtype=v.dtype, chunks=(c, *v.shape[1
            for k, v in cols.items()]
 da.store([v.rechunk((c, *v.shape[1:])) for v in cols.values()], targets, lock=False)
 """
-
-
-def gpu_host() -> bool:
-    try:
-        import cupy
-
-        return cupy.cuda.runtime.getDeviceCount() > 0
-    except Exception:  # noqa: BLE001 -- no CuPy, no driver, no device
-        return False
 
 
 def make_group(path: Path, n: int, chunk: int) -> None:
@@ -111,15 +102,6 @@ def check(out: Path, expect: dict[str, np.ndarray]) -> None:
         got = g[k][:]
         if got.shape != v.shape or not np.array_equal(got, v):
             raise AssertionError(f"{out}: {k} differs from NumPy's")
-
-
-def timed(cmd: list[str]) -> tuple[float, str]:
-    t = time.perf_counter()
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    wall = time.perf_counter() - t
-    if r.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed ({r.returncode}):\n{r.stderr[-3000:]}")
-    return wall, r.stdout
 
 
 def read_floor(src: Path) -> float:
@@ -180,15 +162,7 @@ def main() -> None:
     work = Path(args.work or tempfile.mkdtemp(prefix="batch_records_"))
     work.mkdir(parents=True, exist_ok=True)
     src = work / "particles.zarr"
-    gpu = gpu_host()
-    sha = args.sha or subprocess.run(["git", "rev-parse", "--short", "HEAD"],
-                                     capture_output=True, text=True).stdout.strip() or "unknown"
-    device = "cpu"
-    if gpu:
-        import cupy
-
-        name = cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()
-        device = f"{cupy.cuda.runtime.getDeviceCount()}x {name}"
+    sha, device = sha_and_device(args.sha)
     row_bytes = sum(np.dtype(dt).itemsize * int(np.prod(tail)) for dt, tail in FIELDS.values())
     nbytes = n * row_bytes
     print(f"# batch_records: 2^{args.log2n} rows x {len(FIELDS)} fields ({nbytes / 2**30:.2f} "

@@ -8,7 +8,7 @@ times the public call (a new output per call) with CUDA events, as ``scan_bench.
 Each shape's result is checked against the reference once.
 
     python benchmarks/scan_sweep.py --peer-lib /tmp/cub_peer.so [--log2n 20,24,28]
-        [--blocks 128,256,512] [--rows 1,2,4,8,16] [--out DIR]
+        [--blocks 128,256,512] [--rows 1,2,4,8,16] [--cases int32:int64] [--out DIR]
 
 Prints a table per case (ms, share of the copy's bandwidth for the bytes a scan moves, CUB's
 time over ours) and writes it as ``scan-sweep-DATE-DEVICE-SHA.md`` under --out.
@@ -41,6 +41,8 @@ def main() -> None:
     ap.add_argument("--log2n", default="28", help="comma-separated sizes, as powers of two")
     ap.add_argument("--blocks", default=",".join(map(str, BLOCKS)))
     ap.add_argument("--rows", default=",".join(map(str, ROWS)))
+    ap.add_argument("--cases", default="", help='comma-separated "in:out" (default: '
+                    + ", ".join(f"{i}:{o}" for i, o in CASES) + ")")
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--sha", default=None)
@@ -56,7 +58,8 @@ def main() -> None:
              "batches of 4); copy% = our bandwidth for the bytes a scan moves (input read, "
              "output written) as a share of the device copy's; x CUB = CUB's time / ours. "
              "The default shape is marked *.", ""]
-    for (i, o), log2n in [(c, int(k)) for k in args.log2n.split(",") for c in CASES]:
+    cases = [tuple(c.split(":")) for c in args.cases.split(",") if c] or CASES
+    for (i, o), log2n in [(c, int(k)) for k in args.log2n.split(",") for c in cases]:
         n = 1 << log2n
         idt, odt = np.dtype(i), np.dtype(o)
         nbuf = max(1, min(8, -(-(256 * 2**20) // (n * idt.itemsize))))

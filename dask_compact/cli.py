@@ -200,12 +200,8 @@ def compact_command(
         check_overlap(inp, target)
 
         def group_job() -> dict[str, Any]:
-            continued = (target.resumable(describe_records(inp, where, mode, output_chunks))
-                         if resume else None)
-            _clean_and_check(target, overwrite)
-            if resume and continued is None:
-                click.echo(f"dask compact: no interrupted job on {output_path} to resume; "
-                           "starting afresh", err=True)
+            continued = _resumed(target, overwrite, resume, lambda: describe_records(
+                inp, where, mode, output_chunks))
             return run_group(target, inp, where, mode, output_chunks, show, input_path,
                              overwrite, debug, where_to_run, budget, continued)
 
@@ -232,12 +228,8 @@ def compact_command(
         warmup.prepare(where, src.dtype, mode)
 
     def job() -> dict[str, Any]:
-        continued = (target.resumable(describe(src, where, mode, output_chunks))
-                     if resume else None)
-        _clean_and_check(target, overwrite)
-        if resume and continued is None:
-            click.echo(f"dask compact: no interrupted job on {output_path} to resume; "
-                       "starting afresh", err=True)
+        continued = _resumed(target, overwrite, resume,
+                             lambda: describe(src, where, mode, output_chunks))
         return run(target, src, where, mode, output_chunks, show, input_path, overwrite, debug,
                    where_to_run, budget, continued, decode, encode)
 
@@ -284,6 +276,18 @@ def _locked(target: Target, overwrite: bool, job: Callable[[], dict[str, Any]]) 
         if e.code == EXIT_SIGTERM:
             click.echo(f"dask compact: terminated; {_left(target)}", err=True)
         raise
+
+
+def _resumed(target: Target, overwrite: bool, resume: bool,
+             describe_job: Callable[[], dict[str, Any]]) -> Any:
+    """Under the lock: the manifest of the interrupted job to continue (``--resume``; None if
+    there is none, said on stderr), then what killed jobs left cleaned and OUTPUT checked."""
+    continued = target.resumable(describe_job()) if resume else None
+    _clean_and_check(target, overwrite)
+    if resume and continued is None:
+        click.echo(f"dask compact: no interrupted job on {target.output} to resume; starting "
+                   "afresh", err=True)
+    return continued
 
 
 def _clean_and_check(target: Target, overwrite: bool) -> None:

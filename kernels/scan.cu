@@ -21,17 +21,17 @@
 #include "scan.cuh"
 
 // ---- lookback ---------------------------------------------------------------------------------
-// One block per tile (tile = blockIdx.x). Status: see dcx::ScanStatus (words for 4-byte A;
-// flags, agg and inc for 8-byte A; the others may be null). d_total (may be null): the last
-// tile stores base + the sum of everything there.
+// One block per tile (tile = blockIdx.x). Status: see dcx::ScanStatus (one word per tile for
+// 4-byte A, two for 8-byte A, zeroed). d_total (may be null): the last tile stores base + the
+// sum of everything there.
 template <class T, class A, int BLOCK, int ROWS, int VEC>
 __global__ void __launch_bounds__(BLOCK)
 dcx_scan_lookback(const T* __restrict__ in, A* __restrict__ out, long long n, A base, int exclusive,
-                  unsigned long long* words, unsigned* flags, A* agg, A* inc, A* d_total) {
+                  unsigned long long* words, A* d_total) {
   typedef dcx::ScanTile<T, A, BLOCK, ROWS, VEC> Tile;
   __shared__ A s_warp[Tile::WARPS];
   __shared__ A s_prefix;
-  const dcx::ScanStatus<A> st{words, flags, agg, inc};
+  const dcx::ScanStatus<A> st{words};
   Tile::run(in, out, n, base, exclusive != 0, st, d_total, (long long)blockIdx.x, (long long)gridDim.x,
             s_warp, &s_prefix);
 }

@@ -149,54 +149,60 @@ union Pack {
 //
 // 4-byte A: one 64-bit word per tile, flag in the high half and the value's bits in the low
 //   half, written and read whole (st/ld.relaxed.gpu.u64, lookback.cuh): no fence orders them.
-// 8-byte A: flag and value do not fit one word, so each tile has a flag word and two value
-//   slots (its aggregate and its inclusive prefix, each written once, so a reader never sees
-//   a slot being overwritten); the value is stored first, then the flag with st.release.gpu;
-//   a reader loads the flag with ld.acquire.gpu, then the slot it names (message passing
-//   under the PTX memory model). CUB does the same for values wider than its packed word.
-// The launch layer zeroes the words (4-byte) or flags (8-byte) before each launch.
+// 8-byte A: two 64-bit words per tile (16 bytes, 16-byte aligned): the value's bits, then the
+//   flag (high half) with a check of the value (low half), written and read by one 16-byte
+//   access each (st/ld.relaxed.gpu.v2.u64): one load per predecessor, as CUB's 16-byte tile
+//   descriptors. Until 2026-11-26 a flag word and two value slots per tile, the flag stored
+//   with st.release after the value and loaded with ld.acquire before it: two dependent loads
+//   per predecessor (int32 -> int64 at 2^28: 0.81x CUB). PTX does not promise that a vector
+//   access is one access, so a reader checks that the value matches its flag word's check and
+//   otherwise reads the tile as not yet published (a mixed read is retried, never summed).
+// The launch layer zeroes the words before each launch.
 constexpr unsigned SCAN_NONE = 0u, SCAN_AGG = 1u, SCAN_INC = 2u;
 
-__device__ __forceinline__ void flag_release(unsigned* p, unsigned v) {
-  asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+__device__ __forceinline__ void status_store2(unsigned long long* p, unsigned long long a,
+                                              unsigned long long b) {
+  asm volatile("st.relaxed.gpu.global.v2.u64 [%0], {%1, %2};" ::"l"(p), "l"(a), "l"(b)
+               : "memory");
 }
-__device__ __forceinline__ unsigned flag_acquire(const unsigned* p) {
-  unsigned v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
+__device__ __forceinline__ void status_load2(const unsigned long long* p, unsigned long long& a,
+                                             unsigned long long& b) {
+  asm volatile("ld.relaxed.gpu.global.v2.u64 {%0, %1}, [%2];" : "=l"(a), "=l"(b) : "l"(p)
+               : "memory");
+}
+// The check a wide status word carries of its value (any mix of two writes of different values
+// fails it but for a 2^-32 chance).
+__device__ __forceinline__ u32 status_check(u64 bits) {
+  return u32(bits) ^ u32(bits >> 32) ^ 0x9e3779b9u;
 }
 
 template <class A>
 struct ScanStatus {
-  static constexpr bool PACKED = sizeof(A) == 4;
-  unsigned long long* words;  // PACKED: one per tile
-  unsigned* flags;            // !PACKED: one per tile
-  A* agg;                     // !PACKED: the tile's aggregate
-  A* inc;                     // !PACKED: the tile's inclusive prefix
+  static constexpr bool WIDE = sizeof(A) == 8;
+  unsigned long long* words;  // one per tile (4-byte A), two per tile (8-byte A)
 
   __device__ __forceinline__ void publish(long long tile, unsigned flag, A v) const {
-    if constexpr (PACKED) {
-      status_store(words + tile, (u64(flag) << 32) | acc_bits(v));
+    const u64 bits = acc_bits(v);
+    if constexpr (WIDE) {
+      status_store2(words + 2 * tile, bits, (u64(flag) << 32) | status_check(bits));
     } else {
-      A* slot = (flag == SCAN_AGG ? agg : inc) + tile;
-      status_store(reinterpret_cast<unsigned long long*>(slot), acc_bits(v));
-      flag_release(flags + tile, flag);
+      status_store(words + tile, (u64(flag) << 32) | bits);
     }
   }
 
   // The tile's flag; its value in v when the flag is not SCAN_NONE.
   __device__ __forceinline__ unsigned read(long long tile, A& v) const {
-    if constexpr (PACKED) {
+    if constexpr (WIDE) {
+      u64 bits, w;
+      status_load2(words + 2 * tile, bits, w);
+      const unsigned f = unsigned(w >> 32);
+      if (f == SCAN_NONE || u32(w) != status_check(bits)) return SCAN_NONE;
+      v = acc_from_bits<A>(bits);
+      return f;
+    } else {
       const u64 w = status_load(words + tile);
       v = acc_from_bits<A>(w);
       return unsigned(w >> 32);
-    } else {
-      const unsigned f = flag_acquire(flags + tile);
-      if (f != SCAN_NONE) {
-        const A* slot = (f == SCAN_AGG ? agg : inc) + tile;
-        v = acc_from_bits<A>(status_load(reinterpret_cast<const unsigned long long*>(slot)));
-      }
-      return f;
     }
   }
 };

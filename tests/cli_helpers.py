@@ -4,6 +4,7 @@ beside OUTPUT, and start / wait for a subprocess paused by tests/cli_driver.py."
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -48,3 +49,15 @@ def wait_for(ready: Path, proc: subprocess.Popen, timeout: float = 120) -> None:
             raise AssertionError(f"job ended early: {proc.stdout.read()} {proc.stderr.read()}")
         assert time.monotonic() < deadline, "job never reached the point under test"
         time.sleep(0.05)
+
+
+def kill_halfway(tmp_path: Path, src, out: Path, *args, writes: int) -> None:
+    """``dask compact SRC OUT ARGS`` SIGKILLed once ``writes`` output chunks are written and in
+    its resume manifest: a temporary group for ``--resume`` is left, OUTPUT is not."""
+    ready = tmp_path / f"ready-{time.monotonic_ns()}"
+    proc = start("pause-after-writes", ready, src, out, *args,
+                 env={"DRIVER_WRITES": str(writes)})
+    wait_for(ready, proc)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    assert not out.exists()

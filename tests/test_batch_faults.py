@@ -13,14 +13,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 zarr = pytest.importorskip("zarr")
-from cli_helpers import litter, run, start, wait_for
+from cli_helpers import kill_halfway, litter, run
 
 
 def group(path: Path) -> tuple[dict, dict]:
@@ -37,16 +36,6 @@ def zin(tmp_path: Path) -> tuple[Path, np.ndarray]:
     return path, a
 
 
-def _kill_halfway(tmp_path, path, out, *args, writes: int) -> None:
-    ready = tmp_path / f"ready-{time.monotonic_ns()}"
-    proc = start("pause-after-writes", ready, path, out, *args,
-                  env={"DRIVER_WRITES": str(writes)})
-    wait_for(ready, proc)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait(timeout=30)
-    assert not out.exists()
-
-
 @pytest.mark.parametrize("where_run", [[], ["--local", "processes", "--workers", "2"]],
                          ids=["threads", "local-cluster"])
 def test_resume_after_sigkill_is_bit_identical(zin, tmp_path, where_run):
@@ -56,7 +45,7 @@ def test_resume_after_sigkill_is_bit_identical(zin, tmp_path, where_run):
     full = json.loads(run(path, ref, *args, "--json").stdout)
     out = tmp_path / "out.zarr"
     n_out = -(-full["selected"] // 3000)
-    _kill_halfway(tmp_path, path, out, *args, writes=n_out // 2)
+    kill_halfway(tmp_path, path, out, *args, writes=n_out // 2)
     assert [n for n in litter(tmp_path) if "tmp" in n]  # the interrupted job's group
 
     res = run(path, out, *args, "--resume", "--json")
@@ -79,7 +68,7 @@ def test_resume_after_sigkill_is_bit_identical(zin, tmp_path, where_run):
 def test_resume_refuses_a_different_job_and_a_plain_run_starts_over(zin, tmp_path):
     path, a = zin
     out = tmp_path / "out.zarr"
-    _kill_halfway(tmp_path, path, out, "--where", "x < 0.5", "--output-chunks", "3000",
+    kill_halfway(tmp_path, path, out, "--where", "x < 0.5", "--output-chunks", "3000",
                   writes=5)
     res = run(path, out, "--where", "x < 0.25", "--output-chunks", "3000", "--resume", code=2)
     assert "differs in where" in res.output and "'x < 0.5' then" in res.output

@@ -7,8 +7,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
-import time
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +14,7 @@ import pytest
 
 zarr = pytest.importorskip("zarr")
 
-from cli_helpers import litter, run, start, wait_for
+from cli_helpers import kill_halfway, litter, run
 
 from dask_compact.batch import stream, tasks
 
@@ -395,16 +393,6 @@ def test_nd_fields_are_written_as_the_chunk_files_zarr_writes(tmp_path):
     np.testing.assert_array_equal(read(out)[1]["cube"], cube[m])
 
 
-def _kill_halfway(tmp_path, src, out, *args, writes: int) -> None:
-    ready = tmp_path / f"ready-{time.monotonic_ns()}"
-    proc = start("pause-after-writes", ready, src, out, *args,
-                 env={"DRIVER_WRITES": str(writes)})
-    wait_for(ready, proc)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait(timeout=30)
-    assert not out.exists()
-
-
 @pytest.mark.parametrize("where_run", [[], ["--local", "processes", "--workers", "2"]],
                          ids=["threads", "local-cluster"])
 def test_resume_after_sigkill_is_bit_identical(particles, tmp_path, where_run):
@@ -415,7 +403,7 @@ def test_resume_after_sigkill_is_bit_identical(particles, tmp_path, where_run):
     full = json.loads(run(src, ref, *args, "--json").stdout)
     out = tmp_path / "out.zarr"
     n_out = -(-full["selected"] // 40)
-    _kill_halfway(tmp_path, src, out, *args, writes=n_out // 2)
+    kill_halfway(tmp_path, src, out, *args, writes=n_out // 2)
     assert [n for n in litter(tmp_path) if "tmp" in n]  # the interrupted job's group
     resumed = json.loads(run(src, out, *args, "--resume", "--json").stdout)
     assert resumed["resumed_from_chunk"] > 0
@@ -435,7 +423,7 @@ def test_resume_refuses_a_different_record_job(particles, tmp_path):
     src, data = particles
     out = tmp_path / "out.zarr"
     args = ["--where", "mass > 2", "--chunks", "50", "--output-chunks", "40"]
-    _kill_halfway(tmp_path, src, out, *args, "--fields", "x,id", writes=3)
+    kill_halfway(tmp_path, src, out, *args, "--fields", "x,id", writes=3)
     res = run(src, out, *args, "--fields", "x,y", "--resume", code=2)
     assert "differs in fields" in res.output
     run(src, out, *args, "--fields", "x,y")  # a run without --resume starts over

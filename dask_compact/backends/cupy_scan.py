@@ -126,20 +126,13 @@ def _lookback(mod: _Module, spec: ScanSpec, flat: Any, out: Any, n: int, base: A
     tiles = -(-n // tile)
     if tiles > _MAX_GRID:
         raise ValueError(f"{n} elements are more than the scan's grid can hold")
-    if acc.itemsize == 4:  # one status word per tile (flag + value)
-        ws = cupy.empty(tiles, dtype=np.uint64)
-        memset0(ws)
-        words, flags, agg, inc = ws, NULL, NULL, NULL
-    else:  # value slots, then the flags (zeroed)
-        ws = cupy.empty(tiles * (2 * acc.itemsize + 4), dtype=np.uint8)
-        vals = ws[: 2 * tiles * acc.itemsize].view(acc)
-        fl = ws[2 * tiles * acc.itemsize :].view(np.uint32)
-        memset0(fl)
-        words, flags, agg, inc = NULL, fl, vals[:tiles], vals[tiles:]
+    # The tiles' status words, zeroed: one per tile (flag + value), two for an 8-byte
+    # accumulator (value, flag + check; 16-byte aligned as every CuPy allocation is)
+    words = cupy.empty(tiles * (acc.itemsize // 4), dtype=np.uint64)
+    memset0(words)
     k = mod.kernel("vector" if vec > 1 else "scalar")
     k((tiles,), (spec.tuning.block,),
-      (flat, out, np.int64(n), base, ex, words, flags, agg, inc,
-       NULL if d_total is None else d_total))
+      (flat, out, np.int64(n), base, ex, words, NULL if d_total is None else d_total))
 
 
 def _naive(mod: _Module, flat: Any, out: Any, n: int, base: Any, ex: Any) -> None:
