@@ -62,10 +62,13 @@ TABLE = MappingProxyType({
                  "0.92x); int32 1.00x CUB; at 2^24 0.98x / 0.97x. Bigger tiles mean fewer "
                  "look-backs and 128 B of loads in flight per thread; 1024 threads x 16-32 rows "
                  "fell to 0.25-0.8x. At 2^20 every shape is launch-bound (29-77 us, no order)"),
-    8: ScanEntry(ScanTuning(128, 32), "measured: int32 -> int64 at 2^28 1.60 ms, 67% of the "
-                 "copy, 0.81x CUB (256 x 4: 2.29 ms, 0.57x); at 2^24 0.79x. 8-byte sums take "
-                 "the flag-and-slots status words (release/acquire), and a 16-byte vector holds "
-                 "two of them, so the int32 input is read 8 bytes a lane"),
+    8: ScanEntry(ScanTuning(128, 16), "measured with the 16-byte status words "
+                 "(scan-sweep-...-ed6fbb4.md): int32 -> int64 at 2^28 1.32 ms, 81% of the copy, "
+                 "0.98x CUB; at 2^24 0.94x (128 x 32: 1.50 ms, 0.86x; 256 x 8 and 512 x 8 "
+                 "0.92-0.94x). A 16-byte vector holds two 8-byte sums, so the int32 input is "
+                 "read 8 bytes a lane; 16 rows keep 64 B of loads in flight per thread. With "
+                 "the flag-and-slots status words before them, 128 x 32 was best: 1.60 ms, "
+                 "0.81x"),
 })  # fmt: skip
 _override: dict[int, ScanTuning] = {}
 
