@@ -238,8 +238,13 @@ def test_a_field_named_indices(tmp_path):
     g.create_array("indices", shape=(5,), dtype="i8")[:] = np.arange(5) * 2
     res = run(src, tmp_path / "o.zarr", "--where", "e > 2", "-o", "both", code=2)
     assert "'indices'" in res.output and "--fields" in res.output
+    res = run(src, tmp_path / "o.zarr", "--where", "indices > 2", "-o", "both", "--fields",
+              "e", code=2)  # read by the predicate: it would meet the row indices on a GPU
+    assert "--where reads the group's array 'indices'" in res.output
     run(src, tmp_path / "o.zarr", "--where", "e > 2")  # the field, compacted like any other
     np.testing.assert_array_equal(read(tmp_path / "o.zarr")[1]["indices"], [6, 8])
+    run(src, tmp_path / "o2.zarr", "--where", "indices > 5")  # read and written, values only
+    np.testing.assert_array_equal(read(tmp_path / "o2.zarr")[1]["e"], [3.0, 4.0])
 
 
 def test_missing_chunk_of_a_field_is_refused_unless_allowed(particles, tmp_path):

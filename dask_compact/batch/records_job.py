@@ -115,6 +115,11 @@ def prepare(group: Any, path: str, where: str, field_list: str | None, mode: str
         raise click.BadParameter(f"{path!r}: no array of the group can be a field ({why})",
                                  param_hint="INPUT")
     written = wanted if wanted is not None else ([] if mode == "indices" else fields)
+    if mode != "values" and INDICES in pred_fields:
+        raise click.BadParameter(
+            f"--where reads the group's array {INDICES!r}, the name of the row indices that "
+            f"--output {mode} writes; use --output values, or rename the array",
+            param_hint="--where")
     if mode != "values" and INDICES in written:
         raise click.BadParameter(
             f"the group has an array named {INDICES!r}, the name of the row indices that "
@@ -258,10 +263,10 @@ def row_bytes(a: Any) -> int:
 def layout_of(inp: GroupInput, mode: str, output_chunks: int | None) -> Layout:
     """The job's geometry in rows: an element of :class:`.plan.Layout` is one row here. A
     chunk's cost before its count is known is its rows of every field read, plus the selection
-    of every field at its worst (all rows; a field only the predicate reads is selected too,
-    then dropped), plus the indices."""
+    of every written field at its worst (all rows), plus the indices."""
     read = sum(row_bytes(a) for a in inp.arrays.values())
-    out = read + (INDEX_BYTES if mode != "values" else 0)
+    written = sum(row_bytes(inp.arrays[n]) for n in inp.written) if mode != "indices" else 0
+    out = written + (INDEX_BYTES if mode != "values" else 0)
     return Layout.make((inp.rows,), read, row_chunk(inp), out_chunk_rows(inp, output_chunks),
                        out_elem_bytes=out)
 
