@@ -243,19 +243,8 @@ def compact_command(
         f"({fmt_bytes(summary['bytes'])}), shape {tuple(summary['shape'])}, "
         f"{summary['input_chunks']} chunks, from {input_path}\n"
         f"where     {where}\n"
-        f"selected  {summary['selected']:,} ({summary['fraction']:.2%})\n"
-        f"wrote     {', '.join(summary['arrays'])} to {output_path}\n"
-        f"time      {summary['seconds']:.2f} s, {summary['gb_per_s']:.3f} GB/s of input; "
-        f"task time {_split_line(summary)}\n"
-        f"memory    budget {fmt_bytes(summary['memory_budget'])}, at most "
-        f"{fmt_bytes(summary['peak_reserved'])} in flight; peak per process "
-        f"{_peaks(summary['peak_memory'])}\n"
-        f"ran on    {summary['scheduler']}, {summary['threads']} threads, "
-        f"{'compacted on GPUs' if summary['gpu'] else 'compacted on CPUs'}, "
-        f"{'GPU' if summary['gpu_decode'] else 'CPU'} decode, "
-        f"{'GPU' if summary['encode'] == 'gpu' else 'CPU'} encode"
-        + (f"\nresumed   from input chunk {summary['resumed_from_chunk']}"
-           if summary["resumed_from_chunk"] is not None else "")
+        + _job_lines(summary, f", {'GPU' if summary['gpu_decode'] else 'CPU'} decode, "
+                     f"{'GPU' if summary['encode'] == 'gpu' else 'CPU'} encode")
     )
 
 
@@ -318,6 +307,14 @@ def _group_text(summary: dict[str, Any]) -> str:
         f"{summary['input_chunks']} chunks, from the Zarr group {summary['input']}\n"
         + (f"ignored   {ignored}: not fields of the record\n" if ignored else "")
         + f"where     {summary['where']}\n"
+        + _job_lines(summary, "")
+    )
+
+
+def _job_lines(summary: dict[str, Any], codecs: str) -> str:
+    """The summary's lines from "selected" on, shared by both jobs (``codecs``: what the
+    "ran on" line adds)."""
+    return (
         f"selected  {summary['selected']:,} ({summary['fraction']:.2%})\n"
         f"wrote     {', '.join(summary['arrays'])} to {summary['output']}\n"
         f"time      {summary['seconds']:.2f} s, {summary['gb_per_s']:.3f} GB/s of input; "
@@ -326,7 +323,7 @@ def _group_text(summary: dict[str, Any]) -> str:
         f"{fmt_bytes(summary['peak_reserved'])} in flight; peak per process "
         f"{_peaks(summary['peak_memory'])}\n"
         f"ran on    {summary['scheduler']}, {summary['threads']} threads, "
-        f"{'compacted on GPUs' if summary['gpu'] else 'compacted on CPUs'}"
+        f"{'compacted on GPUs' if summary['gpu'] else 'compacted on CPUs'}{codecs}"
         + (f"\nresumed   from input chunk {summary['resumed_from_chunk']}"
            if summary["resumed_from_chunk"] is not None else "")
     )
