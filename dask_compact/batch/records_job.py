@@ -271,20 +271,20 @@ def layout_of(inp: GroupInput, mode: str, output_chunks: int | None) -> Layout:
                        out_elem_bytes=out)
 
 
-def describe(inp: GroupInput, where: str, mode: str, output_chunks: int | None
-             ) -> dict[str, Any]:
-    """What a resumed job must share with the interrupted one (see :mod:`.manifest`)."""
+def describe(inp: GroupInput, where: str, mode: str, output_chunks: int | None,
+             reader: RecordReader | None = None) -> dict[str, Any]:
+    """What a resumed job must share with the interrupted one (see :mod:`.manifest`);
+    ``reader``: the job's, if made already (its fingerprints stat every field)."""
     import dask_compact
 
-    layout = layout_of(inp, mode, output_chunks)
     return {
-        "input": record_reader(inp).fingerprint,
+        "input": (reader or record_reader(inp)).fingerprint,
         "rows": inp.rows,
         "fields": list(inp.written),
         "where": where,
         "output": mode,
-        "row_chunk": layout.rows[1] - layout.rows[0] if layout.nchunks else 0,
-        "out_chunk": layout.out_chunk,
+        "row_chunk": row_chunk(inp),
+        "out_chunk": out_chunk_rows(inp, output_chunks),
         "version": dask_compact.__version__,
     }
 
@@ -320,7 +320,7 @@ def run_records_job(runner: Runner, inp: GroupInput, target: Target, where: str,
     def make_job() -> Job:
         if resume is None:
             create_group(target.tmp, inp, names, layout.out_chunk, attrs)
-            manifest = Manifest(describe(inp, where, mode, output_chunks))
+            manifest = Manifest(describe(inp, where, mode, output_chunks, reader))
         else:
             manifest = resume
         direct = writes_chunk_files(target.tmp, names)
