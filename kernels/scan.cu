@@ -23,16 +23,20 @@
 // ---- lookback ---------------------------------------------------------------------------------
 // One block per tile (tile = blockIdx.x). Status: see dcx::ScanStatus (one word per tile for
 // 4-byte A, two for 8-byte A, zeroed). d_total (may be null): the last tile stores base + the
-// sum of everything there.
-template <class T, class A, int BLOCK, int ROWS, int VEC>
-__global__ void __launch_bounds__(BLOCK)
-dcx_scan_lookback(const T* __restrict__ in, A* __restrict__ out, long long n, A base, int exclusive,
+// sum of everything there. MINB: at least that many blocks per SM (__launch_bounds__; 0: no
+// bound); EXCLUSIVE and CACHE are template parameters, not arguments: a run-time `exclusive`
+// cost the 4-byte tiles 21 registers in one instantiation and not in another (ptxas's
+// allocation moves with the select), which put int32 at 189 registers, two blocks per SM
+// against float32's three (docs/design.md, Scan). CACHE: see dcx::ScanTile.
+template <class T, class A, int BLOCK, int ROWS, int VEC, int MINB, bool EXCLUSIVE, int CACHE>
+__global__ void __launch_bounds__(BLOCK, MINB)
+dcx_scan_lookback(const T* __restrict__ in, A* __restrict__ out, long long n, A base,
                   unsigned long long* words, A* d_total) {
-  typedef dcx::ScanTile<T, A, BLOCK, ROWS, VEC> Tile;
+  typedef dcx::ScanTile<T, A, BLOCK, ROWS, VEC, CACHE> Tile;
   __shared__ A s_warp[Tile::WARPS];
   __shared__ A s_prefix;
   const dcx::ScanStatus<A> st{words};
-  Tile::run(in, out, n, base, exclusive != 0, st, d_total, (long long)blockIdx.x, (long long)gridDim.x,
+  Tile::run(in, out, n, base, EXCLUSIVE, st, d_total, (long long)blockIdx.x, (long long)gridDim.x,
             s_warp, &s_prefix);
 }
 

@@ -245,7 +245,10 @@ __device__ __forceinline__ A scan_lookback(const ScanStatus<A>& st, long long ti
 // a row is the lane's own VEC elements in order, then a warp scan of the lanes' sums; rows are
 // chained by a warp-uniform carry. Then one block-wide pass over the warp totals, the
 // look-back for the tile's prefix, and the stores.
-template <class T, class A, int BLOCK, int ROWS, int VEC>
+// CACHE (full tiles' vector accesses): bit 0 loads with ld.global.cs (evict first) instead of
+// the read-only path (ld.global.nc), bit 1 stores with st.global.cs: each byte is touched once,
+// so neither needs to stay in L1 or L2 (measured per accumulator size, cupy_scan_source.TABLE).
+template <class T, class A, int BLOCK, int ROWS, int VEC, int CACHE = 0>
 struct ScanTile {
   static constexpr int WARPS = BLOCK / 32;
   static constexpr int SEG = ROWS * 32 * VEC;  // elements per warp
@@ -262,7 +265,12 @@ struct ScanTile {
 #pragma unroll
       for (int r = 0; r < ROWS; ++r) {
         Pack<T, VEC> p;
-        p.raw = __ldg(reinterpret_cast<const raw_t*>(in + seg + (long long)(r * 32 + lane) * VEC));
+        const raw_t* src = reinterpret_cast<const raw_t*>(in + seg + (long long)(r * 32 + lane) * VEC);
+        if constexpr ((CACHE & 1) != 0) {
+          p.raw = __ldcs(src);
+        } else {
+          p.raw = __ldg(src);
+        }
 #pragma unroll
         for (int j = 0; j < VEC; ++j) x[r][j] = to_acc<A>(p.v[j]);
       }
@@ -312,7 +320,12 @@ struct ScanTile {
         Pack<A, VEC> p;
 #pragma unroll
         for (int j = 0; j < VEC; ++j) p.v[j] = sadd(add, x[r][j]);
-        *reinterpret_cast<raw_t*>(out + seg + (long long)(r * 32 + lane) * VEC) = p.raw;
+        raw_t* dst = reinterpret_cast<raw_t*>(out + seg + (long long)(r * 32 + lane) * VEC);
+        if constexpr ((CACHE & 2) != 0) {
+          __stcs(dst, p.raw);
+        } else {
+          *dst = p.raw;
+        }
       }
     } else {
 #pragma unroll

@@ -303,7 +303,7 @@ def _scan_specs(algorithms: tuple[str, ...]) -> list:
     """Every scan module the launch layer can build for ``algorithms``: each input dtype the
     public calls take x each accumulator it may be scanned into (np.cumsum's choice and every
     explicit ``dtype=``), the current look-back tuning."""
-    from dask_compact.backends.cupy_scan_source import ACC_DTYPES, ScanSpec, scan_tuning
+    from dask_compact.backends.cupy_scan_source import ACC_DTYPES, ScanSpec
     from dask_compact.scan import scan_dtype
 
     specs = []
@@ -314,7 +314,8 @@ def _scan_specs(algorithms: tuple[str, ...]) -> list:
             except TypeError:
                 continue  # float16, complex; floats into integers
             for alg in algorithms:
-                specs.append(ScanSpec(np.dtype(dt), acc, alg, scan_tuning(acc)))
+                for exclusive in (True, False) if alg == "lookback" else (True,):
+                    specs.append(ScanSpec.make(np.dtype(dt), acc, alg, exclusive))
     return specs
 
 
@@ -334,7 +335,11 @@ def test_scan_modules_compile(arch: str, tmp_path: Path) -> None:
     names: list[str] = []
     for spec in specs:
         names += [n for n in spec.all_names() if n not in names]
-    assert any(", 1>" in n for n in names) and any(", 4>" in n for n in names)
+    # the look-back's VEC (element-wise and 16-byte tiles) and both exclusive and inclusive
+    vecs = {m.group(1) for n in names
+            if (m := re.search(r", (\d+), \d+, (?:true|false), \d>$", n))}
+    assert {"1", "4"} <= vecs
+    assert any("true" in n for n in names) and any("false" in n for n in names)
     assert not re.search(r"^\s*#\s*include", specs[0].source(), re.M)
     jobs = [(specs[0].source() + _force(names), "scan")]
     if arch == "sm_90":  # one module per spec compiles alone too (what NVRTC gets)

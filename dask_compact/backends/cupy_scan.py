@@ -26,7 +26,6 @@ from .cupy_scan_source import (
     ScanCompactSpec,
     ScanSpec,
     full_vec,
-    scan_tuning,
 )
 from .cupy_source import NVRTC_OPTIONS
 
@@ -94,11 +93,11 @@ def scan(a: Any, exclusive: bool, algorithm: str, acc: np.dtype, base: Any = 0,
         if d_total is not None:
             d_total.fill(b)
         return out
-    spec = ScanSpec(np.dtype(flat.dtype), acc, alg, scan_tuning(acc))
+    spec = ScanSpec.make(np.dtype(flat.dtype), acc, alg, exclusive)
     mod = module_for(spec)
     ex = np.int32(1 if exclusive else 0)
     if alg == "lookback":
-        _lookback(mod, spec, flat, out, n, b, ex, d_total)
+        _lookback(mod, spec, flat, out, n, b, d_total)
     elif d_total is not None:
         raise ValueError("d_total is written by the lookback scan only")
     elif alg == "naive":
@@ -112,7 +111,7 @@ def scan(a: Any, exclusive: bool, algorithm: str, acc: np.dtype, base: Any = 0,
     return out
 
 
-def _lookback(mod: _Module, spec: ScanSpec, flat: Any, out: Any, n: int, base: Any, ex: Any,
+def _lookback(mod: _Module, spec: ScanSpec, flat: Any, out: Any, n: int, base: Any,
               d_total: Any) -> None:
     import cupy
 
@@ -132,7 +131,7 @@ def _lookback(mod: _Module, spec: ScanSpec, flat: Any, out: Any, n: int, base: A
     memset0(words)
     k = mod.kernel("vector" if vec > 1 else "scalar")
     k((tiles,), (spec.tuning.block,),
-      (flat, out, np.int64(n), base, ex, words, NULL if d_total is None else d_total))
+      (flat, out, np.int64(n), base, words, NULL if d_total is None else d_total))
 
 
 def _naive(mod: _Module, flat: Any, out: Any, n: int, base: Any, ex: Any) -> None:

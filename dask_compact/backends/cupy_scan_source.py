@@ -9,7 +9,7 @@ only the algorithm it runs. One scan-compaction module per (predicate functor, d
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 
 import numpy as np
@@ -40,10 +40,15 @@ SHARED_BLOCK = 256
 @dataclass(frozen=True)
 class ScanTuning:
     """Tile shape of ``dcx_scan_lookback``: ``block`` threads, ``rows`` rows of one vector
-    per lane (a tile holds block * rows * VEC elements, VEC from :func:`full_vec`)."""
+    per lane (a tile holds block * rows * VEC elements, VEC from :func:`full_vec`);
+    ``min_blocks`` per SM asked of ptxas through ``__launch_bounds__`` (0: none), which caps
+    the registers; ``cache``: bit 0 loads and bit 1 stores full tiles with the evict-first
+    ``.cs`` hint (``kernels/scan.cuh``, ScanTile)."""
 
     block: int
     rows: int
+    min_blocks: int = 0
+    cache: int = 0
 
 
 @dataclass(frozen=True)
@@ -57,7 +62,7 @@ class ScanEntry:
 # public call beside CUB's ExclusiveSum in the same process
 # (benchmarks/results/scan-sweep-2026-11-26-NVIDIA_H100_80GB_HBM3-7993dd8.md and -2d97d9f.md).
 TABLE = MappingProxyType({
-    4: ScanEntry(ScanTuning(128, 32), "measured: at 2^28 float32 0.823 ms = 87% of the copy's "
+    4: ScanEntry(ScanTuning(128, 32, 3), "measured: at 2^28 float32 0.823 ms = 87% of the copy's "
                  "bandwidth, 1.07x CUB (256 x 4, the reasoned first choice: 0.955 ms, 75%, "
                  "0.92x); int32 1.00x CUB; at 2^24 0.98x / 0.97x. Bigger tiles mean fewer "
                  "look-backs and 128 B of loads in flight per thread; 1024 threads x 16-32 rows "
@@ -84,7 +89,8 @@ def override_scan_tuning(acc_itemsize: int, tuning: ScanTuning | None) -> None:
     if tuning is None:
         _override.pop(acc_itemsize, None)
     else:
-        if tuning.block % 32 or not 32 <= tuning.block <= 1024 or tuning.rows < 1:
+        if (tuning.block % 32 or not 32 <= tuning.block <= 1024 or tuning.rows < 1
+                or tuning.min_blocks < 0 or tuning.cache not in (0, 1, 2, 3)):
             raise ValueError(f"bad scan tuning {tuning}")
         _override[acc_itemsize] = tuning
 
@@ -103,22 +109,39 @@ def full_vec(dtype: np.dtype, acc: np.dtype) -> int:
 
 @dataclass(frozen=True)
 class ScanSpec:
-    """One compiled scan module: ``dtype`` (input) scanned into ``acc`` by ``algorithm``."""
+    """One compiled scan module: ``dtype`` (input) scanned into ``acc`` by ``algorithm``;
+    ``exclusive`` is part of the look-back kernel's instantiation (the other algorithms take
+    it as an argument: use :meth:`make`, which sets it to True for them)."""
 
     dtype: np.dtype
     acc: np.dtype
     algorithm: str
     tuning: ScanTuning
+    exclusive: bool = True
+
+    @classmethod
+    def make(cls, dtype: np.dtype, acc: np.dtype, algorithm: str, exclusive: bool) -> ScanSpec:
+        """The spec of one call (one module per spec and device)."""
+        dtype, acc = np.dtype(dtype), np.dtype(acc)
+        tuning = scan_tuning(acc)
+        if dtype.kind != "f" and acc.kind == "f":
+            # integers summed as floats (an explicit dtype=): the conversions need registers
+            # that the table's bound leaves out (int32 -> float32 spilled 28-68 bytes under
+            # 168 registers, checked with ptxas by tests/test_kernels_compile.py)
+            tuning = replace(tuning, min_blocks=0)
+        return cls(dtype, acc, algorithm, tuning, exclusive or algorithm != "lookback")
 
     def names(self) -> dict[str, str]:
         """Kernel role -> name expression (template instantiation)."""
         t, a = scan_ctype(self.dtype), scan_ctype(self.acc)
         if self.algorithm == "lookback":
-            b, r = self.tuning.block, self.tuning.rows
+            tn = self.tuning
+            head = f"dcx_scan_lookback<{t}, {a}, {tn.block}, {tn.rows}"
+            tail = f"{tn.min_blocks}, {'true' if self.exclusive else 'false'}, {tn.cache}>"
             v = full_vec(self.dtype, self.acc)
-            names = {"vector": f"dcx_scan_lookback<{t}, {a}, {b}, {r}, {v}>"}
+            names = {"vector": f"{head}, {v}, {tail}"}
             # misaligned views (a[1:]) take the element-wise tile (VEC = 1)
-            names["scalar"] = f"dcx_scan_lookback<{t}, {a}, {b}, {r}, 1>"
+            names["scalar"] = f"{head}, 1, {tail}"
             return names
         if self.algorithm == "naive":
             return {
