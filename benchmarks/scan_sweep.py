@@ -95,7 +95,7 @@ def main() -> None:
             tdt = getattr(torch, odt.name)
             torch_ms = timer(lambda k: torch.cumsum(tb[k], 0, dtype=tdt), nbuf)
             del tb
-        default = scan_tuning(odt)
+        default = scan_tuning(odt, idt)
         lines += [f"## {i} -> {o}, n = 2^{log2n}", "",
                   f"copy {copy_ms:.4f} ms ({copy_gbps:.0f} GB/s); CUB "
                   + (f"{cub_ms:.4f} ms" if cub_ms else "not available") + "; torch.cumsum "

@@ -57,31 +57,44 @@ class ScanEntry:
     why: str
 
 
-# Keyed by the accumulator's itemsize. Measured on one H100 (sm_90) by
-# benchmarks/scan_sweep.py, 128-1024 threads x 1-32 rows, 2^20 / 2^24 / 2^28 elements, the
-# public call beside CUB's ExclusiveSum in the same process
-# (benchmarks/results/scan-sweep-2026-11-26-NVIDIA_H100_80GB_HBM3-7993dd8.md and -2d97d9f.md).
+# Keyed by (accumulator itemsize, whether the input is narrower: its vector holds fewer bytes
+# and its registers fewer words). Measured on one H100 (sm_90) by benchmarks/scan_sweep.py,
+# the public call beside CUB's ExclusiveSum and torch.cumsum in the same process
+# (benchmarks/results/scan-sweep-2026-11-26-NVIDIA_H100_80GB_HBM3-*.md: 7993dd8 and 2d97d9f
+# for the shapes, 9f2abeb for the blocks per SM and the cache hints).
+_SHAPE_4 = ("at 2^28 128 x 32 beat 256 x 4 (the reasoned first choice: 0.955 ms, 75% of the "
+            "copy, 0.92x CUB), 128 x 16 and 256 x 16; 1024 threads x 16-32 rows fell to "
+            "0.25-0.8x; at 2^20 every shape is launch-bound. Bigger tiles mean fewer look-backs "
+            "and 128 B of loads in flight per thread. ")
 TABLE = MappingProxyType({
-    4: ScanEntry(ScanTuning(128, 32, 3), "measured: at 2^28 float32 0.823 ms = 87% of the copy's "
-                 "bandwidth, 1.07x CUB (256 x 4, the reasoned first choice: 0.955 ms, 75%, "
-                 "0.92x); int32 1.00x CUB; at 2^24 0.98x / 0.97x. Bigger tiles mean fewer "
-                 "look-backs and 128 B of loads in flight per thread; 1024 threads x 16-32 rows "
-                 "fell to 0.25-0.8x. At 2^20 every shape is launch-bound (29-77 us, no order)"),
-    8: ScanEntry(ScanTuning(128, 16), "measured with the 16-byte status words "
-                 "(scan-sweep-...-ed6fbb4.md): int32 -> int64 at 2^28 1.32 ms, 81% of the copy, "
-                 "0.98x CUB; at 2^24 0.94x (128 x 32: 1.50 ms, 0.86x; 256 x 8 and 512 x 8 "
-                 "0.92-0.94x). A 16-byte vector holds two 8-byte sums, so the int32 input is "
-                 "read 8 bytes a lane; 16 rows keep 64 B of loads in flight per thread. With "
-                 "the flag-and-slots status words before them, 128 x 32 was best: 1.60 ms, "
-                 "0.81x"),
+    (4, False): ScanEntry(ScanTuning(128, 32, 3), _SHAPE_4 + "9f2abeb, 2^28: three blocks per "
+                          "SM asked (168 registers): float32 0.822 ms, 87% of the copy, 1.08x "
+                          "CUB, 1.25x torch.cumsum; int32 0.836 ms, 1.10x CUB (int32 had taken "
+                          "189 registers, two blocks per SM: 0.912 ms, 0.97x CUB at 1602d39). "
+                          ".cs stores, or loads and stores, were 0.3-2% faster, but under the "
+                          "bound some instantiations of each spilled (float32 inclusive, int32 "
+                          "exclusive; tests/test_kernels_compile.py refuses spills)"),
+    (4, True): ScanEntry(ScanTuning(128, 32, 3), "not measured: the 4-byte entry (bool, int8 "
+                         "and int16 inputs read 1-2 bytes a lane per row)"),
+    (8, False): ScanEntry(ScanTuning(128, 16, 0, 3), "9f2abeb, int64 at 2^28: 1.557 ms, 91% of "
+                          "the copy, 1.02x CUB, 1.19x torch.cumsum with .cs loads and stores "
+                          "(1.573 ms without); 128 x 32 1.657-1.775 ms (two blocks per SM), "
+                          "128 x 8 1.65 ms"),
+    (8, True): ScanEntry(ScanTuning(128, 32, 0, 3), "9f2abeb, int32 -> int64 at 2^28: 1.223 "
+                         "ms, 88% of the copy, 1.06x CUB, 2.46x torch.cumsum (128 x 16: 1.348 "
+                         "ms, 0.96x; with .cs loads and stores 1.242 ms). The int32 input "
+                         "leaves room for 32 rows in 168 registers (three blocks per SM). "
+                         "Before the 16-byte status words (ed6fbb4) 128 x 32 took 1.60 ms"),
 })  # fmt: skip
 _override: dict[int, ScanTuning] = {}
 
 
-def scan_tuning(acc: np.dtype) -> ScanTuning:
-    """The look-back tile shape for accumulator ``acc`` (a sweep's override, else the table)."""
+def scan_tuning(acc: np.dtype, dtype: np.dtype | None = None) -> ScanTuning:
+    """The look-back tile shape for input ``dtype`` (None: as wide as ``acc``) scanned into
+    accumulator ``acc``: a sweep's override, else the table."""
     size = np.dtype(acc).itemsize
-    return _override.get(size) or TABLE[size].tuning
+    narrower = dtype is not None and np.dtype(dtype).itemsize < size
+    return _override.get(size) or TABLE[(size, narrower)].tuning
 
 
 def override_scan_tuning(acc_itemsize: int, tuning: ScanTuning | None) -> None:
@@ -123,7 +136,7 @@ class ScanSpec:
     def make(cls, dtype: np.dtype, acc: np.dtype, algorithm: str, exclusive: bool) -> ScanSpec:
         """The spec of one call (one module per spec and device)."""
         dtype, acc = np.dtype(dtype), np.dtype(acc)
-        tuning = scan_tuning(acc)
+        tuning = scan_tuning(acc, dtype)
         if dtype.kind != "f" and acc.kind == "f":
             # integers summed as floats (an explicit dtype=): the conversions need registers
             # that the table's bound leaves out (int32 -> float32 spilled 28-68 bytes under
