@@ -19,7 +19,11 @@ from conftest import scan_reference as reference  # noqa: E402
 
 from dask_compact import compact_array, cumsum, scan_array  # noqa: E402
 from dask_compact.backends import cupy_scan  # noqa: E402
-from dask_compact.backends.cupy_scan_source import GPU_ALGORITHMS  # noqa: E402
+from dask_compact.backends.cupy_scan_source import (  # noqa: E402
+    GPU_ALGORITHMS,
+    ScanTuning,
+    override_scan_tuning,
+)
 from dask_compact.dispatch import scan_chunk  # noqa: E402
 
 pytestmark = pytest.mark.gpu
@@ -103,6 +107,40 @@ def test_views_nd_and_offsets(alg: str) -> None:
     want = (np.cumsum(cupy.asnumpy(u), dtype=np.uint64) + np.uint64(2**64 - 3))
     np.testing.assert_array_equal(cupy.asnumpy(out), want)
     assert scan_array(cupy.asarray(np.float64(2.5)), algorithm=alg).tolist() == [0.0]
+
+
+# Both look-back kernels whatever the table picks: one tile per block, and the pipelined one
+# with small tiles (so these sizes span many tiles, more than the grid, and a partial last
+# tile) at two and four stages; tiles of a whole block and several rows.
+LOOKBACK_SHAPES = [ScanTuning(64, 2), ScanTuning(64, 2, 0, 0, 2), ScanTuning(32, 1, 0, 3, 4),
+                   ScanTuning(128, 4, 0, 2, 3)]
+
+
+@pytest.mark.parametrize("tuning", LOOKBACK_SHAPES, ids=str)
+@pytest.mark.parametrize("dtype,out", [("float32", None), ("int32", None), ("int32", "int64"),
+                                       ("int64", None), ("float64", None), ("bool", None),
+                                       ("int16", "int32"), ("uint8", "float64")])
+def test_lookback_kernels(tuning: ScanTuning, dtype: str, out: str | None) -> None:
+    acc = np.dtype(out) if out else np.cumsum(np.zeros(1, dtype)).dtype
+    override_scan_tuning(acc.itemsize, tuning)
+    try:
+        for n in (1, 33, 4097, 65537, 2**20 + 3, 2**22 + 17):
+            a = data(dtype, n, seed=n + 11)
+            for exclusive in (True, False):
+                _check(a, "lookback", exclusive, dtype=out)
+        h = data(dtype, 2**16 + 5, seed=3)
+        tot = cupy.zeros(1, dtype=acc)
+        got = cupy_scan.scan(cupy.asarray(h), True, "lookback", acc, 7, tot)  # total, base
+        assert_scan(got - acc.type(7), h, True, acc)
+        with np.errstate(over="ignore"):
+            want = reference(h, False, acc)[-1] + acc.type(7)  # integers wrap as NumPy's
+        if acc.kind == "f":
+            h64 = h.astype(np.float64)
+            assert abs(float(tot[0]) - 7 - h64.sum()) <= 1e-5 * (np.abs(h64).sum() + 7)
+        else:
+            assert tot.get()[0] == want
+    finally:
+        override_scan_tuning(acc.itemsize, None)
 
 
 def test_lookback_total_word_and_module_cache() -> None:
