@@ -7,8 +7,7 @@
 // base + sum(in[0..i-1]) (exclusive), in the accumulator type A; `base` is a chunk's global
 // offset (the dask path) or 0. Sizes and indices are 64-bit: n may exceed 2^31.
 //
-//   "lookback"          dcx_scan_lookback: one read and one write, decoupled look-back (or
-//                       dcx_scan_lookback_pipe: the same, tiles staged through shared memory).
+//   "lookback"          dcx_scan_lookback: one read and one write, decoupled look-back.
 //   "naive"             dcx_scan_hs_step per level (Hillis-Steele, ping-pong buffers), then
 //                       dcx_scan_finish_inclusive.
 //   "work-efficient"    dcx_scan_pad, dcx_scan_up_all / dcx_scan_down_all per level (a thread per
@@ -39,70 +38,6 @@ dcx_scan_lookback(const T* __restrict__ in, A* __restrict__ out, long long n, A 
   const dcx::ScanStatus<A> st{words};
   Tile::run(in, out, n, base, EXCLUSIVE, st, d_total, (long long)blockIdx.x, (long long)gridDim.x,
             s_warp, &s_prefix);
-}
-
-// ---- lookback, pipelined -----------------------------------------------------------------------
-// The same tiles and status words, but a block works through several: it claims tiles in order
-// from a counter (the word after the status words, zeroed with them) and keeps STAGES - 1 of
-// them being copied into shared memory (cp.async) while it scans the oldest, so the block's
-// loads are in flight during its look-back and stores instead of only between tiles. Claims are
-// in order and a block finishes its tiles in claim order, so every predecessor a tile waits
-// for belongs to a block that is running or done (no deadlock, whatever the grid). Full tiles
-// only go through shared memory; the partial last tile is read directly. Dynamic shared memory:
-// STAGES * TILE * sizeof(T) bytes.
-template <class T, class A, int BLOCK, int ROWS, int VEC, int MINB, bool EXCLUSIVE, int CACHE,
-          int STAGES>
-__global__ void __launch_bounds__(BLOCK, MINB)
-dcx_scan_lookback_pipe(const T* __restrict__ in, A* __restrict__ out, long long n, A base,
-                       unsigned long long* words, A* d_total, long long num_tiles) {
-  typedef dcx::ScanTile<T, A, BLOCK, ROWS, VEC, CACHE> Tile;
-  static_assert(STAGES >= 2, "at least one tile in flight while another is scanned");
-  extern __shared__ __align__(16) unsigned char stages[];
-  __shared__ A s_warp[Tile::WARPS];
-  __shared__ A s_prefix;
-  __shared__ long long s_claim;
-  const dcx::ScanStatus<A> st{words};
-  unsigned long long* counter = words + num_tiles * (sizeof(A) == 8 ? 2 : 1);
-  long long q[STAGES];  // claimed tiles, oldest first (the same in every thread)
-  // prologue: claim and start STAGES - 1 tiles
-#pragma unroll
-  for (int k = 0; k < STAGES - 1; ++k) {
-    if (threadIdx.x == 0) s_claim = (long long)atomicAdd(counter, 1ull);
-    __syncthreads();
-    q[k] = s_claim;
-    __syncthreads();
-    if (q[k] < num_tiles && q[k] * Tile::TILE + Tile::TILE <= n)
-      Tile::stage_issue(in, q[k], stages + k * Tile::STAGE_BYTES);
-    dcx::cp_async_commit();
-  }
-  int slot = 0;  // stage of q[0]
-  while (q[0] < num_tiles) {
-    // claim one more and start it (a claim past the end starts nothing)
-    if (threadIdx.x == 0) s_claim = (long long)atomicAdd(counter, 1ull);
-    __syncthreads();
-    q[STAGES - 1] = s_claim;
-    const int last = (slot + STAGES - 1) % STAGES;
-    if (q[STAGES - 1] < num_tiles && q[STAGES - 1] * Tile::TILE + Tile::TILE <= n)
-      Tile::stage_issue(in, q[STAGES - 1], stages + last * Tile::STAGE_BYTES);
-    dcx::cp_async_commit();
-    dcx::cp_async_wait<STAGES - 1>();  // this thread's copies of q[0] have landed
-    const long long tile = q[0];
-    A x[ROWS][VEC];
-    if (tile * Tile::TILE + Tile::TILE <= n) {
-      Tile::stage_read(stages + slot * Tile::STAGE_BYTES, x);
-    } else {
-      const int warp = int(threadIdx.x >> 5);
-      Tile::load(in, tile * Tile::TILE + (long long)warp * Tile::SEG, n, false, x);
-    }
-    // finish() starts by writing s_warp: the barrier after the claim above has ordered it after
-    // every thread's reads of s_warp and s_prefix for the previous tile, and s_claim after
-    // every thread's read of the claim before it
-    Tile::finish(x, out, n, base, EXCLUSIVE, st, d_total, tile, num_tiles, s_warp, &s_prefix);
-#pragma unroll
-    for (int k = 0; k < STAGES - 1; ++k) q[k] = q[k + 1];
-    slot = (slot + 1) % STAGES;
-  }
-  dcx::cp_async_wait<0>();  // nothing in flight into shared memory when the block exits
 }
 
 // ---- naive (Hillis-Steele) ---------------------------------------------------------------------

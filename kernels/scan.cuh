@@ -343,26 +343,12 @@ struct ScanTile {
                                              long long n, A base, bool exclusive,
                                              const ScanStatus<A>& st, A* d_total, long long tile,
                                              long long num_tiles, A* s_warp, A* s_prefix) {
+    const int lane = int(lane_id());
     const int warp = int(threadIdx.x >> 5);
     const long long seg = tile * TILE + (long long)warp * SEG;
     const bool full = tile * TILE + TILE <= n;  // the same for the whole block
     A x[ROWS][VEC];
     load(in, seg, n, full, x);
-    finish(x, out, n, base, exclusive, st, d_total, tile, num_tiles, s_warp, s_prefix);
-  }
-
-  // The rest of a tile once its elements are in x: prefixes, the block pass, the look-back,
-  // the stores. Two __syncthreads; s_warp and s_prefix may be reused by the block's next tile
-  // once every thread has passed one more barrier.
-  __device__ __forceinline__ static void finish(A (&x)[ROWS][VEC], A* __restrict__ out,
-                                                long long n, A base, bool exclusive,
-                                                const ScanStatus<A>& st, A* d_total,
-                                                long long tile, long long num_tiles, A* s_warp,
-                                                A* s_prefix) {
-    const int lane = int(lane_id());
-    const int warp = int(threadIdx.x >> 5);
-    const long long seg = tile * TILE + (long long)warp * SEG;
-    const bool full = tile * TILE + TILE <= n;
     const A wsum = warp_prefixes(x, exclusive);
     if (lane == 0) s_warp[warp] = wsum;
     __syncthreads();
@@ -390,57 +376,7 @@ struct ScanTile {
     __syncthreads();
     store(out, seg, n, full, sadd(*s_prefix, woff), x);
   }
-
-  // ---- the pipelined form (dcx_scan_lookback_pipe): full tiles are copied into a shared-
-  // memory stage by cp.async while the block works on an earlier tile. Each thread copies
-  // exactly the bytes it later reads (its lane's vector of each row), so the copy needs no
-  // barrier, only the thread's own cp.async.wait_group.
-  static constexpr int LANE_BYTES = int(VEC * sizeof(T));  // bytes per lane and row
-  static constexpr int STAGE_BYTES = int(TILE * sizeof(T));
-
-  __device__ __forceinline__ static void stage_issue(const T* __restrict__ in, long long tile,
-                                                     unsigned char* stage) {
-    static_assert(LANE_BYTES == 4 || LANE_BYTES == 8 || LANE_BYTES == 16,
-                  "cp.async copies 4, 8 or 16 bytes");
-    const int lane = int(lane_id());
-    const int warp = int(threadIdx.x >> 5);
-    const long long seg = tile * TILE + (long long)warp * SEG;
-#pragma unroll
-    for (int r = 0; r < ROWS; ++r) {
-      const long long e = (long long)warp * SEG + (long long)(r * 32 + lane) * VEC;
-      const unsigned dst = unsigned(__cvta_generic_to_shared(stage + e * sizeof(T)));
-      const T* src = in + seg + (long long)(r * 32 + lane) * VEC;
-      if constexpr (LANE_BYTES == 16) {
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
-      } else {
-        asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" ::"r"(dst), "l"(src),
-                     "n"(LANE_BYTES) : "memory");
-      }
-    }
-  }
-
-  __device__ __forceinline__ static void stage_read(const unsigned char* stage, A (&x)[ROWS][VEC]) {
-    typedef typename raw_word<LANE_BYTES>::type raw_t;
-    const int lane = int(lane_id());
-    const int warp = int(threadIdx.x >> 5);
-#pragma unroll
-    for (int r = 0; r < ROWS; ++r) {
-      const long long e = (long long)warp * SEG + (long long)(r * 32 + lane) * VEC;
-      Pack<T, VEC> p;
-      p.raw = *reinterpret_cast<const raw_t*>(stage + e * sizeof(T));
-#pragma unroll
-      for (int j = 0; j < VEC; ++j) x[r][j] = to_acc<A>(p.v[j]);
-    }
-  }
 };
-
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;" ::: "memory");
-}
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-}
 
 // ---------------------------------------------------------------------------------------------
 // The textbook block scan of GPU Gems 3, ch. 39 (Harris, Sengupta, Owens): BLOCK threads scan

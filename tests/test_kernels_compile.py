@@ -14,7 +14,6 @@ import re
 import shutil
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -304,7 +303,7 @@ def _scan_specs(algorithms: tuple[str, ...]) -> list:
     """Every scan module the launch layer can build for ``algorithms``: each input dtype the
     public calls take x each accumulator it may be scanned into (np.cumsum's choice and every
     explicit ``dtype=``), the current look-back tuning."""
-    from dask_compact.backends.cupy_scan_source import ACC_DTYPES, ScanSpec, ScanTuning
+    from dask_compact.backends.cupy_scan_source import ACC_DTYPES, ScanSpec
     from dask_compact.scan import scan_dtype
 
     specs = []
@@ -317,9 +316,6 @@ def _scan_specs(algorithms: tuple[str, ...]) -> list:
             for alg in algorithms:
                 for exclusive in (True, False) if alg == "lookback" else (True,):
                     specs.append(ScanSpec.make(np.dtype(dt), acc, alg, exclusive))
-                if alg == "lookback":  # the pipelined kernel, whether or not the table uses it
-                    spec = ScanSpec.make(np.dtype(dt), acc, alg, True)
-                    specs.append(replace(spec, tuning=ScanTuning(128, 16, 0, 2, 3)))
     return specs
 
 
@@ -344,7 +340,6 @@ def test_scan_modules_compile(arch: str, tmp_path: Path) -> None:
             if (m := re.search(r", (\d+), \d+, (?:true|false), \d>$", n))}
     assert {"1", "4"} <= vecs
     assert any("true" in n for n in names) and any("false" in n for n in names)
-    assert any(n.startswith("dcx_scan_lookback_pipe<") for n in names)
     assert not re.search(r"^\s*#\s*include", specs[0].source(), re.M)
     jobs = [(specs[0].source() + _force(names), "scan")]
     if arch == "sm_90":  # one module per spec compiles alone too (what NVRTC gets)

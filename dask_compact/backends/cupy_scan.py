@@ -45,36 +45,12 @@ class _Module:
         self.module = cupy.RawModule(code=spec.source(), options=NVRTC_OPTIONS,
                                      name_expressions=spec.all_names())
         self._kernels: dict[str, Any] = {}
-        self._pipe: tuple[Any, int] | None = None
 
     def kernel(self, role: str) -> Any:
         k = self._kernels.get(role)
         if k is None:
             k = self._kernels[role] = self.module.get_function(self._names[role])
         return k
-
-    def pipe_kernel(self, spec: ScanSpec) -> tuple[Any, int]:
-        """The pipelined look-back kernel, its shared-memory limit raised, and the blocks that
-        fit on the device at once (its grid: each block works through tiles until none is
-        left; more blocks would only start when the others end)."""
-        if self._pipe is None:
-            import cupy
-
-            k = self.kernel("pipe")
-            smem = spec.pipe_smem_bytes()
-            k.max_dynamic_shared_size_bytes = smem
-            sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
-            try:
-                per_sm = cupy.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(
-                    k.kernel.ptr, spec.tuning.block, smem)
-            except AttributeError:  # a CuPy without the query: the registers' bound alone
-                regs = -(-int(k.num_regs) // 8) * 8
-                per_sm = 65536 // max(1, regs * spec.tuning.block)
-            if per_sm < 1:
-                raise RuntimeError(f"the pipelined scan kernel {spec.tuning} does not fit "
-                                   "on this device")
-            self._pipe = (k, int(per_sm) * int(sms))
-        return self._pipe
 
 
 _modules: BoundedCache[tuple, _Module] = BoundedCache("cupy scan modules")
@@ -150,20 +126,12 @@ def _lookback(mod: _Module, spec: ScanSpec, flat: Any, out: Any, n: int, base: A
     if tiles > _MAX_GRID:
         raise ValueError(f"{n} elements are more than the scan's grid can hold")
     # The tiles' status words, zeroed: one per tile (flag + value), two for an 8-byte
-    # accumulator (value, flag + check; 16-byte aligned as every CuPy allocation is); the
-    # pipelined kernel's tile counter after them
-    pipe = vec > 1 and spec.pipelined()
-    words = cupy.empty(tiles * (acc.itemsize // 4) + int(pipe), dtype=np.uint64)
+    # accumulator (value, flag + check; 16-byte aligned as every CuPy allocation is)
+    words = cupy.empty(tiles * (acc.itemsize // 4), dtype=np.uint64)
     memset0(words)
-    total = NULL if d_total is None else d_total
-    if pipe:
-        k, grid = mod.pipe_kernel(spec)
-        k((min(tiles, grid),), (spec.tuning.block,),
-          (flat, out, np.int64(n), base, words, total, np.int64(tiles)),
-          shared_mem=spec.pipe_smem_bytes())
-        return
     k = mod.kernel("vector" if vec > 1 else "scalar")
-    k((tiles,), (spec.tuning.block,), (flat, out, np.int64(n), base, words, total))
+    k((tiles,), (spec.tuning.block,),
+      (flat, out, np.int64(n), base, words, NULL if d_total is None else d_total))
 
 
 def _naive(mod: _Module, flat: Any, out: Any, n: int, base: Any, ex: Any) -> None:

@@ -43,15 +43,12 @@ class ScanTuning:
     per lane (a tile holds block * rows * VEC elements, VEC from :func:`full_vec`);
     ``min_blocks`` per SM asked of ptxas through ``__launch_bounds__`` (0: none), which caps
     the registers; ``cache``: bit 0 loads and bit 1 stores full tiles with the evict-first
-    ``.cs`` hint (``kernels/scan.cuh``, ScanTile); ``stages`` > 0: the pipelined kernel
-    (``dcx_scan_lookback_pipe``), each block keeping ``stages - 1`` tiles being copied into
-    shared memory while it scans another (0: one tile per block)."""
+    ``.cs`` hint (``kernels/scan.cuh``, ScanTile)."""
 
     block: int
     rows: int
     min_blocks: int = 0
     cache: int = 0
-    stages: int = 0
 
 
 @dataclass(frozen=True)
@@ -106,8 +103,7 @@ def override_scan_tuning(acc_itemsize: int, tuning: ScanTuning | None) -> None:
         _override.pop(acc_itemsize, None)
     else:
         if (tuning.block % 32 or not 32 <= tuning.block <= 1024 or tuning.rows < 1
-                or tuning.min_blocks < 0 or tuning.cache not in (0, 1, 2, 3)
-                or tuning.stages == 1 or tuning.stages < 0):
+                or tuning.min_blocks < 0 or tuning.cache not in (0, 1, 2, 3)):
             raise ValueError(f"bad scan tuning {tuning}")
         _override[acc_itemsize] = tuning
 
@@ -159,9 +155,6 @@ class ScanSpec:
             names = {"vector": f"{head}, {v}, {tail}"}
             # misaligned views (a[1:]) take the element-wise tile (VEC = 1)
             names["scalar"] = f"{head}, 1, {tail}"
-            if self.pipelined():
-                names["pipe"] = (f"dcx_scan_lookback_pipe<{t}, {a}, {tn.block}, {tn.rows}, {v}, "
-                                 f"{tail[:-1]}, {tn.stages}>")
             return names
         if self.algorithm == "naive":
             return {
@@ -186,17 +179,6 @@ class ScanSpec:
                 "add": f"dcx_scan_shared_add<{a}, {s}>",
             }
         raise ValueError(f"unknown scan algorithm {self.algorithm!r}")
-
-    def pipelined(self) -> bool:
-        """Whether aligned calls run the pipelined look-back kernel: asked by the tuning, and
-        the lane's vector is a size cp.async copies (4, 8 or 16 bytes)."""
-        lane = full_vec(self.dtype, self.acc) * self.dtype.itemsize
-        return self.algorithm == "lookback" and self.tuning.stages > 0 and lane in (4, 8, 16)
-
-    def pipe_smem_bytes(self) -> int:
-        """Dynamic shared memory of the pipelined kernel: its stages of full tiles."""
-        tn = self.tuning
-        return tn.stages * tn.block * tn.rows * full_vec(self.dtype, self.acc) * self.dtype.itemsize
 
     def all_names(self) -> list[str]:
         out: list[str] = []
