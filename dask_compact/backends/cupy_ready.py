@@ -21,9 +21,11 @@ from .cupy_tuning import COPY_BLOCK, COPY_MAX_GRID
 
 __all__ = ["PackedKernel", "CopyOut", "OneReadCall", "IntoCall", "learn", "KEEP_SCRATCH_BYTES"]
 
-# Scratch of a cached small call is kept with it up to this many bytes (2^20 float32 values),
-# saving an allocation per call; larger calls take theirs from CuPy's pool each time.
-KEEP_SCRATCH_BYTES = 4 << 20
+# Scratch of a cached small call is kept with it up to this many bytes (2^20 float64 values, or
+# 2^20 indices), saving an allocation from CuPy's pool and its return per call; larger calls
+# take theirs from the pool each time. At 4 MiB (until 2026-11-26) a 2^20 float64 call paid
+# them while float32 did not. At most memory-entries (64) calls keep one each.
+KEEP_SCRATCH_BYTES = 8 << 20
 # Iterations of the host's wait for a mapped count before it falls back to a stream sync.
 _SPIN = 4000
 # Calls of up to this many elements watch the mapped count; larger ones (whose kernel runs
