@@ -95,7 +95,8 @@ def test_given_count_and_stream_no_sync_needed_between_calls(output, count_dtype
     outs, counts = [], []
     for a in dev:
         out = cupy.empty(a.size, dtype=a.dtype if output == "values" else np.int64)
-        count = cupy.zeros(1, dtype=count_dtype)
+        with s:  # zeroed in the stream's order, not the default stream's (which s ignores)
+            count = cupy.zeros(1, dtype=count_dtype)
         assert compact_into(a, "x < 30", out, output=output, count=count, stream=s) is count
         outs.append(out)
         counts.append(count)
@@ -120,6 +121,7 @@ def test_graph_capture_replays_on_new_data(kernel, warm):
     v, i = cupy.empty(n, np.float64), cupy.empty(n, np.int64)
     count = cupy.zeros(1, dtype=np.int64)
     s = cupy.cuda.Stream(non_blocking=True)
+    s.wait_event(cupy.cuda.Stream.null.record())  # the input was written on the default one
     if warm:
         compact_into(a, pred, (v, i), output="both", count=count, stream=s,
                      stable=stable, algorithm=algorithm)

@@ -174,6 +174,10 @@ def test_into_on_a_stream(n: int) -> None:
            "indices": cupy.full(n, -7, np.int64)}  # fmt: skip
     count = cupy.full(1, -1, np.int64)
     s = cupy.cuda.Stream(non_blocking=True)
+    # the fields, buffers and count were written on the default stream, which a non-blocking
+    # stream does not wait for: order them as a user must (an event, no host wait). Without
+    # it the fill of count with -1 ran after the call's count once (H100, 2026-11-26).
+    s.wait_event(cupy.cuda.Stream.null.record())
     got = compact_records_into(f, "(mass > 3) & (r < 0.6)", out, count=count, stream=s)
     assert got is count
     s.synchronize()
@@ -195,6 +199,7 @@ def test_into_graph_capture_replays_on_new_data() -> None:
            "indices": cupy.empty(n, np.int64)}  # fmt: skip
     count = cupy.zeros(1, dtype=np.int64)
     s = cupy.cuda.Stream(non_blocking=True)
+    s.wait_event(cupy.cuda.Stream.null.record())  # the fields were written on the default one
     compact_records_into(f, "(mass > 5) & (r < 0.5)", out, count=count, stream=s)  # warm
     s.synchronize()
     with s:
