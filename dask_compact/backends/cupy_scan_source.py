@@ -73,7 +73,9 @@ TABLE = MappingProxyType({
                           "189 registers, two blocks per SM: 0.912 ms, 0.97x CUB at 1602d39). "
                           ".cs stores, or loads and stores, were 0.3-2% faster, but under the "
                           "bound some instantiations of each spilled (float32 inclusive, int32 "
-                          "exclusive; tests/test_kernels_compile.py refuses spills)"),
+                          "exclusive; tests/test_kernels_compile.py refuses spills). 00cdee4: "
+                          "128 x 20-28 rows at 3-4 blocks per SM, 96 x 32, 64 x 32 and 192 x 16 "
+                          "were 1-7% slower (0.830-0.878 ms against 0.818-0.821)"),
     (4, True): ScanEntry(ScanTuning(128, 32, 3), "not measured: the 4-byte entry (bool, int8 "
                          "and int16 inputs read 1-2 bytes a lane per row)"),
     (8, False): ScanEntry(ScanTuning(128, 16, 0, 3), "9f2abeb, int64 at 2^28: 1.557 ms, 91% of "
