@@ -18,9 +18,11 @@ alone (no argsort) needs no indices at all.
 4. Exchange and merge: the buckets are cut into groups of consecutive buckets
    (:func:`exchange_groups`: one per worker over UCX, one per bucket over TCP); one slicing
    task per chunk and group (it runs where its chunk is held, so only the slice travels, once,
-   to where the group is merged) and one merge task per non-empty bucket, over its pieces of
+   to where the group is merged; the slice is a copy, so a chunk's memory is freed once it
+   is cut, or once it is spilled) and one merge task per non-empty bucket, over its pieces of
    those slices in chunk order (on one worker or without a cluster the merges cut their pieces
-   from the chunks themselves); the output is persisted, and the sorted chunks are released.
+   from the chunks themselves); the output is persisted, and the sorted chunks are released
+   as soon as their slices are made (the client keeps no reference to them).
 
 Two round trips to the client, each of small arrays (the sample, then the histogram), and on a
 cluster one question to the scheduler (where the chunks are); an array of one chunk sorted into
@@ -120,6 +122,14 @@ def _sort_one_chunk(x: da.Array, indices: bool, local: str) -> da.Array:
     result = da.Array(graph, out, chunks=x.chunks, meta=_meta(x, dtype))
     (result,) = dask.persist(result)
     return result
+
+
+def _piece(a: Any, lo: int, hi: int) -> Any:
+    """A copy of ``a[lo:hi]``: a slice would keep its whole sorted chunk alive (on the device
+    too) while it waits for its merge, so a chunk that the worker spills (to the host, or to
+    disk) would free nothing, and an array larger than the workers' memory could not be
+    sorted. The copy costs one more pass over the exchanged bytes."""
+    return a[lo:hi].copy()
 
 
 def _pair(values: np.ndarray, index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -280,8 +290,7 @@ def build_sort(x: da.Array, indices: bool, buckets: int, local: str = "auto") ->
                 if single:
                     keys[name].append((arr.name, c))
                     continue
-                tasks[(name, c, grp)] = (operator.getitem, (arr.name, c),
-                                       slice(lo, int(bounds[c, last])))
+                tasks[(name, c, grp)] = (_piece, (arr.name, c), lo, int(bounds[c, last]))
                 keys[name].append((name, c, grp))
         vkeys, *ikeys = keys.values()
         key = (out, len(chunks))
