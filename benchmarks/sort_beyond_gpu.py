@@ -8,6 +8,14 @@ LocalCUDACluster of ``--gpus`` GPUs, one worker each, spilling device memory to 
 fail first: ``x.compute()`` + ``cupy.sort`` needs the whole array on one GPU, and one GPU
 cannot even allocate it (``cupy.empty`` raises OutOfMemoryError).
 
+One allocator on each GPU (``--rmm async``, the default): dask-cuda moves a spilled chunk back
+to the device through distributed's deserializer, which allocates with RMM where it is
+installed, else with numba's ``cuMemAlloc``; without RMM the first run (62d0e40, 2x H100)
+failed there with CUDA_ERROR_OUT_OF_MEMORY while the device's free memory sat in CuPy's own
+pool (cached blocks of the arrays just spilled). With ``rmm_async=True`` and
+``rmm_allocator_external_lib_list=["cupy"]`` CuPy and the deserializer share RMM's pool of
+``cudaMallocAsync``.
+
 Timed: ``dask_compact.sort(x)`` until every output chunk is held. Checked on the workers,
 chunk by chunk: every output chunk sorted, chunks in order across the array, the same number
 of elements as the input, and the same multiset (two order-independent sums of the elements'
@@ -112,6 +120,9 @@ def main() -> None:
     ap.add_argument("--device-limit", type=float, default=0.6,
                     help="dask-cuda's device_memory_limit, a fraction of a GPU's memory")
     ap.add_argument("--protocol", default="tcp", choices=["tcp", "ucx"])
+    ap.add_argument("--rmm", default="async", choices=["async", "none"],
+                    help="async: CuPy and dask's deserializer allocate from RMM's async pool; "
+                    "none: CuPy's own pool (spilled chunks come back through numba's allocator)")
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     ap.add_argument("--sha", default=None)
     args = ap.parse_args()
@@ -158,12 +169,16 @@ def main() -> None:
     limit = int(args.device_limit * gpu_bytes)
     lines.append(f"- cluster: LocalCUDACluster, {args.gpus} workers of one thread, protocol "
                  f"{args.protocol}, device_memory_limit {limit / 2**30:.1f} GiB per GPU "
-                 "(spilled to host memory beyond it), memory_limit auto")
+                 "(spilled to host memory beyond it), memory_limit auto, allocator: "
+                 + ("RMM async pool, CuPy's allocations included" if args.rmm == "async"
+                    else "CuPy's memory pool"))  # fmt: skip
     print(lines[-1], flush=True)
     t_start = time.perf_counter()
     cluster = LocalCUDACluster(CUDA_VISIBLE_DEVICES=list(range(args.gpus)), threads_per_worker=1,
                                dashboard_address=None, device_memory_limit=limit,
-                               protocol=args.protocol)  # fmt: skip
+                               protocol=args.protocol,
+                               **(dict(rmm_async=True, rmm_allocator_external_lib_list=["cupy"])
+                                  if args.rmm == "async" else {}))  # fmt: skip
     with cluster, Client(cluster) as client:
         workers = set(client.scheduler_info()["workers"])
         lines.append(f"- cluster start {time.perf_counter() - t_start:.1f} s")
