@@ -112,6 +112,27 @@ def _spilled(dask_worker=None) -> dict:
     return out
 
 
+def _marked(f, marks: list):
+    """``f``, noting the time it is called (the end of the step before it)."""
+
+    def call(*a, **k):
+        marks.append(time.perf_counter())
+        return f(*a, **k)
+
+    return call
+
+
+def _watch(client, done: threading.Event, t0: float, period: float = 15.0) -> None:
+    """Every ``period`` s until ``done``: what each worker holds, so a run cut short by a
+    time limit still tells how far it got."""
+    while not done.wait(period):
+        try:
+            held = client.run(_spilled)
+        except Exception as e:  # noqa: BLE001 -- progress only
+            held = repr(e)
+        print(f"[{time.perf_counter() - t0:.0f} s] {held}", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--gpus", type=int, default=2)
@@ -165,6 +186,7 @@ def main() -> None:
     from distributed import Client, wait
 
     import dask_compact
+    from dask_compact import sort_graph
 
     limit = int(args.device_limit * gpu_bytes)
     lines.append(f"- cluster: LocalCUDACluster, {args.gpus} workers of one thread, protocol "
@@ -190,15 +212,28 @@ def main() -> None:
         print(lines[-1], flush=True)
 
         mem = GpuMemory()
+        done = threading.Event()
         t = time.perf_counter()
-        y = dask_compact.sort(x)
-        wait(y)
-        t_sort = time.perf_counter() - t
+        watch = threading.Thread(target=_watch, args=(client, done, t), daemon=True)
+        watch.start()
+        marks = [t]
+        saved = sort_graph.splitters, sort_graph.exchange_groups
+        sort_graph.splitters, sort_graph.exchange_groups = (_marked(f, marks) for f in saved)
+        try:
+            y = dask_compact.sort(x)
+            wait(y)
+        finally:
+            sort_graph.splitters, sort_graph.exchange_groups = saved
+            done.set()
+        marks.append(time.perf_counter())
+        t_sort = marks[-1] - t
         peak = mem.stop()
+        steps = " / ".join(f"{d:.1f}" for d in np.diff(marks))
         held = client.run(_spilled)
         lines.append(f"- **sort: {t_sort:.1f} s** until every output chunk was held "
                      f"({4 * n / t_sort / 1e9:.2f} GB/s of input), {y.numblocks[0]} output "
-                     "chunks")
+                     f"chunks; steps (local sorts and sample / histogram / exchange and "
+                     f"merges): {steps} s")
         lines.append("- peak device memory used during the sort (nvidia-smi): "
                      + ", ".join(f"GPU {i} {v / 1024:.1f} GiB" for i, v in peak.items()))
         lines.append("- held after the sort, per worker (keys, bytes): " + "; ".join(

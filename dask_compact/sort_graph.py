@@ -301,7 +301,12 @@ def build_sort(x: da.Array, indices: bool, buckets: int, local: str = "auto") ->
     graph = HighLevelGraph.merge(*[a.dask for a in sources.values()])
     for (name, tasks), arr in zip(pieces.items(), sources.values()):
         if not single:
-            graph = _extend(graph, name, tasks, {arr.name})
+            # Chunk by chunk: every piece of chunk c before any of chunk c + 1. Left to
+            # itself the scheduler went bucket by bucket, touching every chunk once per bucket:
+            # where the chunks did not fit the workers' memory, each bucket brought every
+            # spilled chunk back (2x H100, 1.5x one GPU's memory: over 400 s, unfinished).
+            layer = MaterializedLayer(tasks, annotations={"priority": lambda k: nin - k[1]})
+            graph = _extend(graph, name, layer, {arr.name})
     # A group's merges run on its worker (loosely: another may take them if it is gone), so
     # each chunk's slice for the group travels once and every merge finds its pieces there.
     annotations = ({"workers": lambda k: [merge_worker[k]], "allow_other_workers": True}
