@@ -355,3 +355,41 @@ def test_bucket_groups_are_runs_of_about_equal_size():
         if totals.sum() and groups > 1:  # no group holds much more than its share
             share = np.bincount(g, weights=totals, minlength=groups)
             assert share.max() <= totals.sum() / groups + totals.max()
+
+
+def test_local_cluster_sorts_more_than_fits_in_memory_reading_each_spilled_chunk_once():
+    """Two workers whose memory target is a third of what the sort holds at once (sorted
+    chunks, then pieces and output): the workers spill to disk, the result is exact, and the
+    bytes read back from disk stay within a few times the array's size. The exchange cuts the
+    chunks one after the other (the piece tasks' priority), so a spilled chunk comes back
+    once; cut bucket by bucket, every spilled chunk came back once per bucket (measured with
+    the priority removed: 41x the array's bytes read back, against 2.7x with it). The pieces
+    are copies, so a spilled or cut chunk frees its memory."""
+    from distributed import Client, LocalCluster
+
+    n = 40_000_000  # 160 MB of float32 in 40 chunks; a worker's target: 54 MB
+    cfg = {"distributed.worker.memory.target": 0.1, "distributed.worker.memory.spill": False,
+           "distributed.worker.memory.pause": False, "distributed.worker.memory.terminate": False}
+    with dask.config.set(cfg), \
+            LocalCluster(n_workers=2, threads_per_worker=1, memory_limit="512MiB",
+                         dashboard_address=None, worker_dashboard_address=None) as cluster, \
+            Client(cluster) as c:  # fmt: skip
+        x = da.random.default_rng(15).random(n, dtype=np.float32, chunks=n // 40)
+        y = dask_compact.sort(x)
+        wait(y)
+        metrics = c.run(lambda dask_worker: dict(dask_worker.data.cumulative_metrics))
+        written = sum(m.get(("disk-write", "bytes"), 0) for m in metrics.values())
+        read = sum(m.get(("disk-read", "bytes"), 0) for m in metrics.values())
+        got = np.concatenate([c.gather(f) for f in futures_of(y)])
+    assert written > x.nbytes / 2, written  # out of core: much of the work went to disk
+    assert read < 6 * x.nbytes, (read, x.nbytes)
+    np.testing.assert_array_equal(got, np.sort(x.compute(scheduler="threads")))
+
+
+def test_exchange_pieces_are_copies():
+    from dask_compact.sort_graph import _piece
+
+    a = np.arange(10.0)
+    p = _piece(a, 2, 5)
+    np.testing.assert_array_equal(p, a[2:5])
+    assert not np.shares_memory(p, a)
