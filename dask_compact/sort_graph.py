@@ -259,9 +259,15 @@ def build_sort(x: da.Array, indices: bool, buckets: int, local: str = "auto") ->
         blayer: dict[Any, Any] = {sname: (_pair, split_v, split_i)}  # once, not in every task
         blayer.update({(bname, c, 0): (_bounds, (values.name, c), sname, int(starts[c]))
                        for c in range(nin)})
-        bg = _extend(values.dask, bname, blayer, {values.name})
+        # Last chunk first: the chunks sorted last are the ones still in memory where the
+        # workers spilled (least recently used first), so a pass in the same order would
+        # find every chunk spilled just before its turn.
+        priority = {"priority": lambda k: k[1] if isinstance(k, tuple) else nin}
+        bg = _extend(values.dask, bname, MaterializedLayer(blayer, annotations=priority),
+                     {values.name})
         inner = da.Array(bg, bname, chunks=((1,) * nin, (split_v.size,)), dtype=np.int64)
-        inner_np = np.asarray(inner.compute(), dtype=np.int64).reshape(nin, split_v.size)
+        inner_np = np.asarray(inner.compute(optimize_graph=False),  # keeps the priorities
+                              dtype=np.int64).reshape(nin, split_v.size)
     else:
         inner_np = np.zeros((nin, 0), np.int64)
     bounds = np.column_stack([np.zeros(nin, np.int64), inner_np, np.asarray(sizes, np.int64)])

@@ -372,7 +372,7 @@ def test_local_cluster_sorts_more_than_fits_in_memory_reading_each_spilled_chunk
            "distributed.worker.memory.pause": False, "distributed.worker.memory.terminate": False}
     with dask.config.set(cfg), \
             LocalCluster(n_workers=2, threads_per_worker=1, memory_limit="512MiB",
-                         dashboard_address=None, worker_dashboard_address=None) as cluster, \
+                         dashboard_address=":0", worker_dashboard_address=None) as cluster, \
             Client(cluster) as c:  # fmt: skip
         x = da.random.default_rng(15).random(n, dtype=np.float32, chunks=n // 40)
         y = dask_compact.sort(x)
