@@ -311,8 +311,8 @@ def build_sort(x: da.Array, indices: bool, buckets: int, local: str = "auto") ->
             # itself the scheduler went bucket by bucket, touching every chunk once per bucket:
             # where the chunks did not fit the workers' memory, each bucket brought every
             # spilled chunk back (2x H100, 1.5x one GPU's memory: over 400 s, unfinished).
-            layer = MaterializedLayer(tasks, annotations={"priority": lambda k: nin - k[1]})
-            graph = _extend(graph, name, layer, {arr.name})
+            cut = MaterializedLayer(tasks, annotations={"priority": lambda k: nin - k[1]})
+            graph = _extend(graph, name, cut, {arr.name})
     # A group's merges run on its worker (loosely: another may take them if it is gone), so
     # each chunk's slice for the group travels once and every merge finds its pieces there.
     annotations = ({"workers": lambda k: [merge_worker[k]], "allow_other_workers": True}
