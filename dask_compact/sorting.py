@@ -49,6 +49,14 @@ def sort(x: da.Array, *, local: str = "auto", buckets: int | None = None) -> da.
     The config ``dask-compact.sort.exchange`` (``"auto"``, ``"worker"``, ``"bucket"``) sets
     how the exchange is cut; ``"auto"`` chooses by the protocol (see ``docs/design.md``).
 
+    Arrays larger than the workers' memory sort where the workers spill: the cluster holds
+    about one copy of the data at a time (each chunk is released once cut into its pieces).
+    On GPUs that is dask-cuda's ``device_memory_limit``, with CuPy allocating from the same
+    RMM pool the workers use to bring spilled chunks back
+    (``LocalCUDACluster(device_memory_limit=..., rmm_async=True,
+    rmm_allocator_external_lib_list=["cupy"])``): 119 GiB, 1.5x one H100's memory, sorted on
+    two H100s in 157 s over TCP.
+
     Parameters
     ----------
     x : dask.array.Array
