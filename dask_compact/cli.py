@@ -196,9 +196,6 @@ def compact_command(
     if group is not None:
         _refuse_for_groups(decode, encode)
         inp = prepare(group, input_path, where, field_list, mode, chunks, allow_missing_chunks)
-        if warmup is not None and inp.rows:
-            warmup.prepare_records(where, {n: (a.dtype.newbyteorder("="), tuple(a.shape[1:]))
-                                           for n, a in inp.arrays.items()}, mode != "values")
         target = Target(output_path)
         check_overlap(inp, target)
 

@@ -29,7 +29,9 @@ class GpuWarmup:
     ``(where, dtype, mode)`` once :meth:`prepare` names them; :meth:`close` ends it."""
 
     def __init__(self) -> None:
-        self._requests: queue.SimpleQueue[tuple[Any, tuple] | None] = queue.SimpleQueue()
+        self._requests: queue.SimpleQueue[tuple[str, np.dtype, str] | None] = (
+            queue.SimpleQueue()
+        )
         self.devices = 0  # devices with a context, once the first step is done
         self.prepared = False  # whether the kernels were built and run on every device
         self._thread = threading.Thread(target=self._run, name="dask-compact-gpu-warmup",
@@ -38,13 +40,7 @@ class GpuWarmup:
 
     def prepare(self, where: str, dtype: np.dtype, mode: str) -> None:
         """Build the predicate's kernels for ``dtype`` and output ``mode`` on each device."""
-        self._requests.put((_prepare_all, (where, np.dtype(dtype), mode)))
-
-    def prepare_records(self, where: str, fields: dict[str, tuple[np.dtype, tuple[int, ...]]],
-                        indices: bool) -> None:
-        """Build and run the record kernels of ``where`` over ``fields`` (name -> dtype and
-        trailing shape: every field a chunk task reads) on each device."""
-        self._requests.put((_prepare_records, (where, dict(fields), indices)))
+        self._requests.put((where, np.dtype(dtype), mode))
 
     def close(self, timeout: float | None = None) -> None:
         """Drop what was not started and wait for the thread (bounded by ``timeout``)."""
@@ -65,9 +61,9 @@ class GpuWarmup:
         request = self._requests.get()
         if request is None:
             return
-        prepare, args = request
+        where, dtype, mode = request
         try:
-            prepare(cupy, n, *args)
+            _prepare_all(cupy, n, where, dtype, mode)
         except Exception:  # noqa: BLE001 -- the first chunk meets and reports it
             return
         self.prepared = True
@@ -84,35 +80,3 @@ def _prepare_all(cupy: Any, n: int, where: str, dtype: np.dtype, mode: str) -> N
     for d in range(n):
         with cupy.cuda.Device(d):
             prepare(pred, dtype, mode)
-
-
-def _prepare_records(cupy: Any, n: int, where: str,
-                     fields: dict[str, tuple[np.dtype, tuple[int, ...]]], indices: bool) -> None:
-    from ..dispatch import compact_records
-    from ..records_check import check_record_predicate
-
-    # A predicate object of its own, as for one array; a few tiles of rows of varied values,
-    # so that the predicate likely selects some and the copy's kernels run too (the copy is
-    # skipped when nothing is selected; CUDA loads a kernel at its first launch).
-    rows = 1 << 15
-    for d in range(n):
-        with cupy.cuda.Device(d):
-            blocks = {name: _varied(cupy, (rows, *tail), dtype)
-                      for name, (dtype, tail) in fields.items()}
-            p = check_record_predicate(where, blocks)
-            compact_records(next(iter(blocks.values())), blocks, p, indices, True, 0, 1)
-            cupy.cuda.get_current_stream().synchronize()
-
-
-def _varied(cupy: Any, shape: tuple[int, ...], dtype: np.dtype) -> Any:
-    """Values of ``dtype`` spread over a range: uniform [0, 1) for floats, 0..255 for
-    integers, alternating for booleans."""
-    dtype = np.dtype(dtype)
-    size = int(np.prod(shape))
-    if dtype.kind == "f":
-        return cupy.random.default_rng(0).random(size, dtype=np.float32).astype(dtype).reshape(
-            shape)
-    ramp = cupy.arange(size, dtype=np.int64)
-    if dtype.kind == "b":
-        return (ramp % 2 == 0).reshape(shape)
-    return (ramp % 256).astype(dtype).reshape(shape)

@@ -249,28 +249,6 @@ def test_gpu_warmup_prepares_every_device():
     assert w.prepared
 
 
-def test_gpu_warmup_prepares_record_kernels_every_device():
-    """The group job's warm-up: the record kernels of the predicate over the fields a chunk
-    reads (a trailing axis and big-endian dtypes among them, as the CLI passes them) built and
-    run on every device, and the module cached for the job's first chunk."""
-    from dask_compact.backends import cupy_modules
-    from dask_compact.backends.cupy_source import RecordSpec
-    from dask_compact.batch.warmup import GpuWarmup
-
-    fields = {"e": (np.dtype(">f4").newbyteorder("="), ()), "id": (np.dtype("int64"), ()),
-              "pos": (np.dtype("float32"), (3,)), "q": (np.dtype("int8"), ())}
-    def records_built() -> set:
-        return {k for k in list(cupy_modules.modules._items) if isinstance(k[1], RecordSpec)}
-
-    before = records_built()
-    w = GpuWarmup()
-    w.prepare_records("(e < 0.4375) & (q > 2)", fields, True)  # a predicate no other test has
-    w.close(timeout=120)
-    assert w.devices == cupy.cuda.runtime.getDeviceCount()
-    assert w.prepared
-    assert {dev for dev, _ in records_built() - before} == set(range(w.devices))
-
-
 def _record_group(tmp_path, n):
     """A Zarr group of particle-like fields, each chunked its own way."""
     rng = np.random.default_rng(11)
