@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 from bench_common import git_sha
 from bench_common import random_array as generated
+from sort_bench import _sorted_and_held, _summary
 
 MASK = (1 << 64) - 1
 
@@ -56,14 +57,6 @@ def _checksum(b) -> Any:
     s1 = int(u.sum(dtype=xp.uint64))
     s2 = int((mixed * mixed).sum(dtype=xp.uint64))
     return np.array([[len(b), s1 & MASK, s2 & MASK]], dtype=np.uint64)
-
-
-def _summary(b) -> Any:
-    """(length, sorted?, first, last) of one output chunk, as a (1, 4) float64 array."""
-    if len(b) == 0:
-        return np.array([[0, 1, np.nan, np.nan]])
-    ok = len(b) < 2 or bool((b[1:] >= b[:-1]).all())
-    return np.array([[len(b), float(ok), float(b[0]), float(b[-1])]])
 
 
 def checksums(x) -> tuple[int, int, int]:
@@ -110,16 +103,6 @@ def _spilled(dask_worker=None) -> dict:
         if d is not None:
             out[tier] = (len(d), None if tier == "disk" else sum(sizeof(v) for v in d.values()))
     return out
-
-
-def _marked(f, marks: list):
-    """``f``, noting the time it is called (the end of the step before it)."""
-
-    def call(*a, **k):
-        marks.append(time.perf_counter())
-        return f(*a, **k)
-
-    return call
 
 
 def _watch(client, done: threading.Event, t0: float, period: float = 15.0) -> None:
@@ -183,10 +166,9 @@ def main() -> None:
     print(lines[-1], flush=True)
 
     from dask_cuda import LocalCUDACluster
-    from distributed import Client, wait
+    from distributed import Client
 
     import dask_compact
-    from dask_compact import sort_graph
 
     limit = int(args.device_limit * gpu_bytes)
     lines.append(f"- cluster: LocalCUDACluster, {args.gpus} workers of one thread, protocol "
@@ -216,19 +198,14 @@ def main() -> None:
         t = time.perf_counter()
         watch = threading.Thread(target=_watch, args=(client, done, t), daemon=True)
         watch.start()
-        marks = [t]
-        saved = sort_graph.splitters, sort_graph.exchange_groups
-        sort_graph.splitters, sort_graph.exchange_groups = (_marked(f, marks) for f in saved)
+        phases: list = []
         try:
-            y = dask_compact.sort(x)
-            wait(y)
+            y = _sorted_and_held(dask_compact.sort, x, phases)
         finally:
-            sort_graph.splitters, sort_graph.exchange_groups = saved
             done.set()
-        marks.append(time.perf_counter())
-        t_sort = marks[-1] - t
+        t_sort = time.perf_counter() - t
         peak = mem.stop()
-        steps = " / ".join(f"{d:.1f}" for d in np.diff(marks))
+        steps = " / ".join(f"{d:.1f}" for d in phases[0]) if phases else "n/a"
         held = client.run(_spilled)
         lines.append(f"- **sort: {t_sort:.1f} s** until every output chunk was held "
                      f"({4 * n / t_sort / 1e9:.2f} GB/s of input), {y.numblocks[0]} output "
