@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import operator
 import sys
+import uuid
 from typing import Any
 
 import dask
@@ -50,8 +51,8 @@ from .graph import _extend, _meta, _placement
 __all__ = ["build_sort", "splitters", "sample_positions", "exchange_groups", "bucket_groups",
            "EXCHANGES"]
 
-# How the exchange is cut on a cluster (exchange_groups): "auto", "worker" or "bucket".
-EXCHANGES = ("auto", "worker", "bucket")
+# How the exchange is cut on a cluster (exchange_groups): "auto", "ipc", "worker" or "bucket".
+EXCHANGES = ("auto", "ipc", "worker", "bucket")
 dask.config.update_defaults({"dask-compact": {"sort": {"exchange": "auto"}}})
 
 # At most this many sample values in all (the client sorts them; 2^20 take ~0.2 s).
@@ -140,6 +141,24 @@ def _bounds(values: Any, split: tuple[np.ndarray, np.ndarray], base: int) -> Any
     return sort_bounds(values, split[0], split[1], base).reshape(1, -1)
 
 
+def _export(call: str, c: int, values: Any, orders: Any) -> Any:
+    """Chunk ``c``'s sorted arrays kept on its worker until the exchange ``call`` ends, and
+    the handles a merge on another worker of the host copies them by (CUDA IPC)."""
+    from .backends import cuda_ipc
+
+    return cuda_ipc.export(call, c, values, orders)
+
+
+def _merge_joined(sources: list, cuts: list, indices: bool, local: str) -> Any:
+    """Bucket ``j``'s output over CUDA IPC: its piece of every chunk (``cuts[k]`` of the k-th
+    exported chunk) copied into one buffer on this worker's GPU, then sorted."""
+    from .backends import cuda_ipc
+
+    values = cuda_ipc.join(sources, cuts, 0)
+    orders = cuda_ipc.join(sources, cuts, 1) if indices else None
+    return sort_merge(values, [values], None if orders is None else [orders], local, joined=True)
+
+
 def _merge(values: list, orders: list | None, cuts: list, local: str) -> Any:
     """Bucket ``j``'s output from its piece of every chunk: ``cuts[k]`` is where that piece lies
     in the k-th array (a chunk, or the chunk's slice for the bucket's group)."""
@@ -165,39 +184,64 @@ def bucket_groups(totals: np.ndarray, groups: int) -> np.ndarray:
     return np.minimum((middle * groups / n).astype(np.int64), groups - 1)
 
 
-def exchange_groups(values: da.Array, counts: np.ndarray,
-                    totals: np.ndarray) -> tuple[np.ndarray, list]:  # fmt: skip
-    """How the exchange is cut: the group of each bucket and the worker each group's merges
-    run on (``[None]``: one group, no placement).
+def _is_cupy(meta: Any) -> bool:
+    return type(meta).__module__.split(".")[0] == "cupy"
+
+
+def exchange_groups(values: da.Array, counts: np.ndarray, totals: np.ndarray,
+                    item_bytes: int = 0) -> tuple[np.ndarray, list, bool]:  # fmt: skip
+    """How the exchange is cut: the group of each bucket, the worker each group's merges run
+    on (``[None]``: one group, no placement), and whether the merges copy their pieces over
+    CUDA IPC (``item_bytes``: the bytes an element of the output and its sort need).
 
     Without a cluster, or on one worker: one group, the merges read their pieces from the
     chunks. On a cluster of several workers (the sorted chunks are futures), the config
     ``dask-compact.sort.exchange`` decides:
 
+    * ``"ipc"``: one group per worker (placed as ``"worker"``); every chunk is kept on its GPU
+      until the merges have run and each merge copies its pieces straight from the other
+      workers' GPUs (CUDA IPC, :mod:`.backends.cuda_ipc`): CuPy chunks, workers of one host
+      whose GPUs reach each other peer to peer, memory that can be exported (not RMM's
+      ``cudaMallocAsync`` pool), and room on each GPU for its merges;
     * ``"worker"``: one group per worker holding chunks, each given to the worker that holds
       most of its elements; each chunk sends one slice per group (chunks x workers transfers);
     * ``"bucket"``: one group per bucket, placed by the scheduler; each chunk sends one piece
       per bucket (chunks x buckets transfers);
-    * ``"auto"`` (default): ``"worker"`` over UCX, ``"bucket"`` otherwise. Measured on H200s
-      (dask-cuda, 2^32 float32 per GPU, 16 chunks per GPU, docs/design.md): over UCX, 2 GPUs
-      sorted in 0.92-1.11 s by workers against 1.68 s by buckets; over TCP, which stages every
-      transfer through host memory, the few large slices took 15.6 s against 3.0-8.6 s for
-      the many pieces.
+    * ``"auto"`` (default): ``"ipc"`` where it can run, else ``"worker"`` over UCX and
+      ``"bucket"`` otherwise. Measured on H200s (dask-cuda, 2^32 float32 per GPU, 16 chunks per
+      GPU, docs/design.md): over UCX, 2 GPUs sorted in 0.92-1.11 s by workers against 1.68 s
+      by buckets; over TCP, which stages every transfer through host memory, the few large
+      slices took 15.6 s against 3.0-8.6 s for the many pieces.
     """
     mode = dask.config.get("dask-compact.sort.exchange")
-    one = (np.zeros(totals.size, np.int64), [None])
+    one = (np.zeros(totals.size, np.int64), [None], False)
     distributed = sys.modules.get("distributed")
     blocks = [values.dask[k] for k in values.__dask_keys__()]
     if distributed is None or not all(isinstance(b, distributed.Future) for b in blocks):
         return one
-    holders, *_ = blocks[0].client.run_on_scheduler(_placement, [b.key for b in blocks])
+    client = blocks[0].client
+    holders, *_ = client.run_on_scheduler(_placement, [b.key for b in blocks])
     workers = sorted({h for h in holders if h is not None})
     if len(workers) < 2:
         return one
-    if mode == "auto":
+    group, where = _by_worker(holders, workers, counts, totals)
+    if mode in ("auto", "ipc"):
+        why = _ipc_refusal(client, values, group, where, totals, item_bytes)
+        if why is None:
+            return group, where, True
+        if mode == "ipc":
+            raise ValueError(f"dask-compact.sort.exchange is 'ipc', but CUDA IPC cannot run "
+                             f"here: {why}; set it to 'auto'")  # fmt: skip
         mode = "worker" if workers[0].startswith(("ucx://", "ucxx://")) else "bucket"
     if mode == "bucket":
-        return np.arange(totals.size, dtype=np.int64), [None] * totals.size
+        return np.arange(totals.size, dtype=np.int64), [None] * totals.size, False
+    return group, where, False
+
+
+def _by_worker(holders: list, workers: list, counts: np.ndarray,
+               totals: np.ndarray) -> tuple[np.ndarray, list]:  # fmt: skip
+    """One group of consecutive buckets per worker, each given to the worker that holds most
+    of its elements."""
     group = bucket_groups(totals, min(len(workers), int(np.count_nonzero(totals))))
     ngroups = int(group.max()) + 1
     held = np.zeros((ngroups, len(workers)))  # elements of each group on each worker
@@ -212,6 +256,25 @@ def exchange_groups(values: da.Array, counts: np.ndarray,
         where[int(g)] = workers[w]
         free.discard(w)
     return group, where
+
+
+def _ipc_refusal(client: Any, values: da.Array, group: np.ndarray, where: list,
+                 totals: np.ndarray, item_bytes: int) -> str | None:  # fmt: skip
+    """Why the merges cannot copy their pieces over CUDA IPC here (None: they can). Every
+    worker is asked (a merge may move to any), in one round trip."""
+    if not _is_cupy(values._meta):
+        return "the chunks are not CuPy arrays"
+    from .backends import cuda_ipc
+
+    answers = client.run(cuda_ipc.probe, on_error="return")
+    probes = {w: a if isinstance(a, dict) else None for w, a in answers.items()}
+    need: dict[str, int] = {}
+    for g, w in enumerate(where):
+        mine = totals[group == g]
+        if mine.size:  # the outputs it keeps, and the largest merge's buffers while it sorts
+            n = int(mine.sum()) + 3 * int(mine.max())
+            need[w] = need.get(w, 0) + n * item_bytes
+    return cuda_ipc.ipc_refusal(probes, need)
 
 
 def build_sort(x: da.Array, indices: bool, buckets: int, local: str = "auto") -> da.Array:
@@ -276,9 +339,13 @@ def build_sort(x: da.Array, indices: bool, buckets: int, local: str = "auto") ->
 
     # 4. one slicing task per chunk and group of buckets, one merge per non-empty bucket
     sources = {"values": values, **({"indices": held["indices"]} if indices else {})}
-    group, where = exchange_groups(values, counts, totals)
-    pieces: dict[str, dict] = {f"sort-piece-{k}-{token}": {} for k in sources}
+    item_bytes = x.dtype.itemsize + (16 if indices else 0)  # output, keys + indices, argsort
+    group, where, ipc = exchange_groups(values, counts, totals, item_bytes)
     out = f"sort-{'indices' if indices else 'values'}-out-{token}"
+    if ipc:
+        return _exchange_ipc(list(sources.values()), bounds, totals, group, where, out, token,
+                             local, _meta(x, np.dtype(np.int64) if indices else x.dtype))
+    pieces: dict[str, dict] = {f"sort-piece-{k}-{token}": {} for k in sources}
     merges: dict[Any, Any] = {}
     merge_worker: dict[Any, str] = {}
     chunks = []
@@ -325,4 +392,49 @@ def build_sort(x: da.Array, indices: bool, buckets: int, local: str = "auto") ->
     # drops the merges' worker annotations (the graph holds only these layers over persisted
     # chunks, so there is nothing to cull or fuse).
     (result,) = dask.persist(result, optimize_graph=False)
+    return result
+
+
+def _exchange_ipc(sources: list, bounds: np.ndarray, totals: np.ndarray, group: np.ndarray,
+                  where: list, out: str, token: str, local: str, meta: Any) -> da.Array:
+    """Step 4 over CUDA IPC: one export task per sorted chunk (where it is held: it keeps the
+    chunk on its GPU and returns handles), one merge per non-empty bucket on its group's
+    worker, copying its pieces from every chunk's GPU. Waits for the merges, then releases the
+    exported chunks (see :mod:`.backends.cuda_ipc` for why Dask's store cannot hold them)."""
+    import distributed
+
+    from .backends import cuda_ipc
+
+    # Each call exports under its own name: two calls that sort the same array (same keys
+    # otherwise) must not release each other's chunks.
+    call = f"{token}-{uuid.uuid4().hex[:12]}"
+    ename = f"sort-export-{call}"
+    nin = bounds.shape[0]
+    exports = {(ename, c): (_export, call, c, *[(a.name, c) for a in sources],
+                            *[None] * (2 - len(sources)))  # fmt: skip
+               for c in range(nin)}
+    merges: dict[Any, Any] = {}
+    placed: dict[Any, str] = {}
+    chunks: list[int] = []
+    for j in map(int, np.flatnonzero(totals)):
+        nz = np.flatnonzero(bounds[:, j + 1] > bounds[:, j])
+        key = (out, len(chunks))
+        merges[key] = (_merge_joined, [(ename, int(c)) for c in nz],
+                       [(int(bounds[c, j]), int(bounds[c, j + 1])) for c in nz],
+                       len(sources) == 2, local)  # fmt: skip
+        placed[key] = where[int(group[j])]
+        chunks.append(int(totals[j]))
+    graph = HighLevelGraph.merge(*[a.dask for a in sources])
+    graph = _extend(graph, ename, MaterializedLayer(exports), {a.name for a in sources})
+    annotations = {"workers": lambda k: [placed[k]], "allow_other_workers": True}
+    graph = _extend(graph, out, MaterializedLayer(merges, annotations=annotations), {ename})
+    result = da.Array(graph, out, chunks=(tuple(chunks),), meta=meta)
+    client = distributed.futures_of(sources[0])[0].client
+    try:
+        (result,) = dask.persist(result, optimize_graph=False)  # see build_sort
+        distributed.wait(distributed.futures_of(result))
+    finally:
+        # Every merge has finished (or failed, or this call was interrupted: then nobody
+        # keeps its output): no copy reads the exported chunks any more.
+        client.run(cuda_ipc.release, call, on_error="ignore")
     return result

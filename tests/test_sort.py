@@ -335,6 +335,19 @@ def test_local_cluster_exchange_is_one_slice_per_chunk_and_worker(client):
         del y
 
 
+def test_ipc_exchange_forced_where_it_cannot_run_says_why(client):
+    """CUDA IPC needs CuPy chunks: forced on NumPy chunks it is refused with the reason, and
+    nothing stays exported on the workers."""
+    from dask_compact.backends import cuda_ipc
+
+    x = da.from_array(np.random.default_rng(14).random(2**16), chunks=2**13).persist()
+    wait(x)
+    with dask.config.set({"dask-compact.sort.exchange": "ipc"}), \
+            pytest.raises(ValueError, match="CUDA IPC cannot run here: the chunks are not CuPy"):
+        dask_compact.sort(x)
+    assert not any(client.run(cuda_ipc.exported_tokens).values())
+
+
 def test_unknown_exchange_config_is_refused_before_anything_runs():
     x = da.from_array(np.arange(10.0), chunks=3)
     with dask.config.set({"dask-compact.sort.exchange": "nvlink"}), \

@@ -71,13 +71,16 @@ def sort_bounds(values: Any, split_values: np.ndarray, split_index: np.ndarray,
     return np.clip(split_index - np.int64(base), lo_h, hi_h)
 
 
-def sort_merge(like: Any, values: list, orders: list | None, local: str = "auto") -> Any:
+def sort_merge(like: Any, values: list, orders: list | None, local: str = "auto",
+               joined: bool = False) -> Any:
     if local == "radix":
-        return split_radix.sort_merge(values, orders, cupy)
+        return split_radix.sort_merge(values, orders, cupy, joined)
+    v = values[0] if len(values) == 1 else cupy.concatenate(values)
     if orders is None:
-        if len(values) == 1:
+        if len(values) == 1 and not joined:
             return values[0].copy()
-        return _nans_last(cupy.sort(cupy.concatenate(values)))
-    if len(values) == 1:
+        return _nans_last(cupy.sort(v))
+    if len(values) == 1 and not joined:
         return orders[0].copy()
-    return cupy.concatenate(orders)[cupy.argsort(cupy.concatenate(values))]
+    o = orders[0] if len(orders) == 1 else cupy.concatenate(orders)
+    return o[cupy.argsort(v)]

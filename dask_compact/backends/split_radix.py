@@ -66,10 +66,10 @@ def sort_chunk(a: Any, indices: bool, base: int, positions: np.ndarray, xp: Any
     return values, None, sample
 
 
-def sort_merge(values: list, orders: list | None, xp: Any) -> Any:
+def sort_merge(values: list, orders: list | None, xp: Any, joined: bool = False) -> Any:
     """The contract of numpy_sort.sort_merge, by the radix sort (stable: ties keep the
     pieces' order)."""
-    if len(values) == 1:
+    if len(values) == 1 and not joined:
         return (values[0] if orders is None else orders[0]).copy()
     v = xp.concatenate(values)
     perm = radix_order(order_key(v, xp), xp)

@@ -132,3 +132,66 @@ def test_local_cuda_cluster():
         assert isinstance(yy, cupy.ndarray)
         np.testing.assert_array_equal(cupy.asnumpy(yy), np.sort(a))
         np.testing.assert_array_equal(cupy.asnumpy(ii), np.argsort(a, kind="stable"))
+
+
+@pytest.mark.skipif(cupy.cuda.runtime.getDeviceCount() < 2, reason="needs 2 GPUs")
+def test_ipc_exchange_between_gpus_is_exact_and_releases_every_chunk():
+    """Over CUDA IPC (the default on one host, over TCP here) the merges copy their pieces from
+    the other workers' GPUs; sort and argsort stay exact (NaNs of both signs, -0.0, repeats,
+    uneven chunks), nothing stays exported, and the comm routes still run when asked."""
+    dask_cuda = pytest.importorskip("dask_cuda")
+    distributed = pytest.importorskip("distributed")
+    from dask_compact.backends import cuda_ipc
+
+    ngpu = min(4, cupy.cuda.runtime.getDeviceCount())
+    rng = np.random.default_rng(21)
+    a = rng.integers(0, 1000, 3_000_017).astype(np.float32)
+    a[::101] = np.nan
+    a[5::103] = _neg_nan(np.float32)
+    a[7::107] = -0.0
+    chunks = (1_000_003, 17, 999_997, 1_000_000)
+    with (
+        dask_cuda.LocalCUDACluster(n_workers=ngpu, threads_per_worker=1) as cluster,
+        distributed.Client(cluster) as client,
+    ):
+        x = _gpu(a, (chunks,)).persist()
+        distributed.wait(x)
+        for exchange, mapped in (("auto", True), ("ipc", True), ("worker", False),
+                                 ("bucket", False)):  # fmt: skip
+            before = sum(c["mapped_pieces"] for c in client.run(cuda_ipc.piece_counts).values())
+            with dask.config.set({"dask-compact.sort.exchange": exchange}):
+                y = dask_compact.sort(x)
+                i = dask_compact.argsort(x)
+            assert not any(client.run(cuda_ipc.exported_tokens).values())
+            after = sum(c["mapped_pieces"] for c in client.run(cuda_ipc.piece_counts).values())
+            assert (after > before) == mapped, (exchange, before, after)
+            yy, ii = client.compute([y, i], sync=True)
+            np.testing.assert_array_equal(cupy.asnumpy(yy), np.sort(a))
+            np.testing.assert_array_equal(cupy.asnumpy(ii), np.argsort(a, kind="stable"))
+            b = rng.integers(-2**40, 2**40, 2**20)
+            z = dask_compact.argsort(_gpu(b, 2**17).persist())
+            np.testing.assert_array_equal(cupy.asnumpy(z.compute()), np.argsort(b, kind="stable"))
+
+
+@pytest.mark.skipif(cupy.cuda.runtime.getDeviceCount() < 2, reason="needs 2 GPUs")
+def test_ipc_exchange_with_rmm_async_memory():
+    """RMM's cudaMallocAsync pool serving CuPy: "auto" sorts exactly by whichever route the
+    workers allow, and a forced "ipc" either runs exactly or is refused with the reason."""
+    dask_cuda = pytest.importorskip("dask_cuda")
+    distributed = pytest.importorskip("distributed")
+    pytest.importorskip("rmm")
+    a = np.random.default_rng(22).random(2**21).astype(np.float32)
+    with (
+        dask_cuda.LocalCUDACluster(n_workers=2, threads_per_worker=1, rmm_async=True,
+                                   rmm_allocator_external_lib_list=["cupy"]) as cluster,
+        distributed.Client(cluster),
+    ):
+        x = _gpu(a, 2**18).persist()
+        np.testing.assert_array_equal(cupy.asnumpy(dask_compact.sort(x).compute()), np.sort(a))
+        with dask.config.set({"dask-compact.sort.exchange": "ipc"}):
+            try:
+                y = dask_compact.sort(x)
+            except ValueError as e:
+                assert "cannot be shared over CUDA IPC" in str(e), e
+            else:
+                np.testing.assert_array_equal(cupy.asnumpy(y.compute()), np.sort(a))
