@@ -175,7 +175,10 @@ def _cupy_sort_chunk(key, reps: int, dask_worker=None) -> float:
 
 
 def run_gpu(k: int, log2n: int, chunk_log2: int, reps: int, protocol: str = "tcp",
-            rmm_pool: str | None = None) -> dict:
+            rmm_pool: str | None = None, exchanges: tuple[str, ...] = ("auto",)) -> list[dict]:
+    """One row per exchange (``dask-compact.sort.exchange``), each timed on the same cluster
+    and data; one worker has no exchange, so 1 GPU gives one row (exchange "-")."""
+    import dask
     from dask_cuda import LocalCUDACluster
     from distributed import Client, futures_of
 
@@ -187,27 +190,34 @@ def run_gpu(k: int, log2n: int, chunk_log2: int, reps: int, protocol: str = "tcp
     cluster = LocalCUDACluster(CUDA_VISIBLE_DEVICES=list(range(k)), threads_per_worker=1,
                                dashboard_address=None, device_memory_limit=None,
                                protocol=protocol, rmm_pool_size=rmm_pool)  # fmt: skip
+    rows = []
     with cluster, Client(cluster) as client:
         x = random_array(n, 2**chunk_log2, 7, True)
         nk = x.numblocks[0]
-        phases: list = []
-        t_ours, y = _time(lambda: _sorted_and_held(dask_compact.sort, x, phases), reps, client,
-                          nk)
-        steps = np.median(phases[1:], axis=0) if len(phases) > 1 else [float("nan")] * 3
-        check_sorted(y, n)
-        nout = y.numblocks[0]
-        del y
-        _settle(client, nk)
         first = futures_of(x)[0]
         holder = client.who_has([first])[first.key][0]
         t_peer = client.run(_cupy_sort_chunk, first.key, reps, workers=[holder])[holder]
-    per_gpu_chunks = x.numblocks[0] / k
-    return dict(op="sort", protocol=protocol + (f", RMM pool {rmm_pool}" if rmm_pool else ""),
-                gpus=k, workers=k, n=n, chunk=2**chunk_log2,
+        for exchange in exchanges if k > 1 else ("-",):
+            phases: list = []
+            with dask.config.set({"dask-compact.sort.exchange":
+                                  "auto" if exchange == "-" else exchange}):  # fmt: skip
+                t_ours, y = _time(lambda: _sorted_and_held(dask_compact.sort, x, phases), reps,
+                                  client, nk)  # fmt: skip
+            steps = np.median(phases[1:], axis=0) if len(phases) > 1 else [float("nan")] * 3
+            check_sorted(y, n)
+            nout = y.numblocks[0]
+            del y
+            _settle(client, nk)
+            per_gpu_chunks = x.numblocks[0] / k
+            rows.append(dict(
+                op="sort", protocol=protocol + (f", RMM pool {rmm_pool}" if rmm_pool else ""),
+                exchange=exchange, gpus=k, workers=k, n=n, chunk=2**chunk_log2,
                 chunks_in=x.numblocks[0], chunks_out=nout, ours_s=t_ours,
                 peer="cupy.sort(one chunk)", peer_s=t_peer,
                 local_floor_s=t_peer * per_gpu_chunks, GBps=n * 4 / t_ours / 1e9,
-                local_s=steps[0], histogram_s=steps[1], exchange_s=steps[2])  # fmt: skip
+                local_s=steps[0], histogram_s=steps[1], exchange_s=steps[2]))  # fmt: skip
+            print(rows[-1], flush=True)
+    return rows
 
 
 def report(rows: list[dict], out: Path, device: str, sha: str, gpu: bool) -> None:
@@ -232,13 +242,17 @@ def report(rows: list[dict], out: Path, device: str, sha: str, gpu: bool) -> Non
             "GPU (the local sort alone, no exchange).", "",
             "Steps (median s, as the client sees them): local sorts until the sample is back; "
             "splitters and the histogram back; exchange and merges until held.", "",
-            "| protocol | GPUs | elements | chunks in/out | sort s | GB/s | weak efficiency | "
-            "cupy.sort one chunk ms | local floor s | steps: local / histogram / exchange s |",
-            "|---|---|---|---|---|---|---|---|---|---|",
+            "Exchange: the config dask-compact.sort.exchange (ipc: merges copy their pieces "
+            "from the other GPUs over CUDA IPC; worker / bucket: pieces sent by Dask's comm; "
+            "auto: ipc where it can run); 1 GPU has none.", "",
+            "| protocol | exchange | GPUs | elements | chunks in/out | sort s | GB/s | "
+            "weak efficiency | cupy.sort one chunk ms | local floor s | "
+            "steps: local / histogram / exchange s |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
         ]  # fmt: skip
         for r in rows:
             lines.append(
-                f"| {r['protocol']} | {r['gpus']} | 2^{int(np.log2(r['n']))} | "
+                f"| {r['protocol']} | {r['exchange']} | {r['gpus']} | 2^{int(np.log2(r['n']))} | "
                 f"{r['chunks_in']}/{r['chunks_out']}"
                 f" | {r['ours_s']:.2f} | {r['GBps']:.2f} | {100 * r['weak_efficiency']:.0f}% | "
                 f"{1e3 * r['peer_s']:.1f} | {r['local_floor_s']:.2f} | "
@@ -268,9 +282,11 @@ def report(rows: list[dict], out: Path, device: str, sha: str, gpu: bool) -> Non
     fig, ax = plt.subplots(figsize=(6, 4))
     if gpu:
         for proto in dict.fromkeys(r["protocol"] for r in rows):
-            mine = [r for r in rows if r["protocol"] == proto]
-            ax.plot([r["gpus"] for r in mine], [r["ours_s"] for r in mine], "-o",
-                    label=f"dask_compact.sort ({proto})")
+            one = [r for r in rows if r["protocol"] == proto and r["gpus"] == 1]
+            for ex in dict.fromkeys(r["exchange"] for r in rows if r["gpus"] > 1):
+                mine = one + [r for r in rows if r["protocol"] == proto and r["exchange"] == ex]
+                ax.plot([r["gpus"] for r in mine], [r["ours_s"] for r in mine], "-o",
+                        label=f"dask_compact.sort ({proto}, {ex})")
         ks = sorted({r["gpus"] for r in rows})
         floor = {r["gpus"]: r["local_floor_s"] for r in rows}
         ax.plot(ks, [floor[k] for k in ks], "--x", label="local sort floor")
@@ -308,6 +324,9 @@ def main() -> None:
     ap.add_argument("--rmm-pool", nargs="+", default=["none"], metavar="SIZE",
                     help="GPU: the workers' RMM pool size(s), each measured in turn ('none': "
                     "no pool; UCX allocates every received buffer with RMM)")
+    ap.add_argument("--exchange", nargs="+", default=["auto"],
+                    choices=["auto", "ipc", "worker", "bucket"],
+                    help="GPU: the exchange(s) timed in turn on each cluster of 2 GPUs or more")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     ap.add_argument("--sha", default=None, help="the commit measured (default: git HEAD)")
@@ -326,12 +345,11 @@ def main() -> None:
                     print(f"skip {k} GPUs: only {ngpu} present", flush=True)
                     continue
                 try:
-                    rows.append(run_gpu(k, args.log2n or 32, args.chunk_log2 or 28, args.reps,
-                                        protocol, None if pool == "none" else pool))
+                    rows += run_gpu(k, args.log2n or 32, args.chunk_log2 or 28, args.reps,
+                                    protocol, None if pool == "none" else pool,
+                                    tuple(args.exchange))  # fmt: skip
                 except Exception as e:  # noqa: BLE001 -- e.g. UCX not usable: keep the rest
                     print(f"{protocol} on {k} GPUs failed: {type(e).__name__}: {e}", flush=True)
-                    continue
-                print(rows[-1], flush=True)
     else:
         device = "cpu"
         rows = run_cpu(args.log2n or 24, args.chunk_log2 or 21, args.workers, args.reps)
