@@ -174,6 +174,14 @@ def _cupy_sort_chunk(key, reps: int, dask_worker=None) -> float:
     return statistics.median(times)
 
 
+def _ipc_stats(client) -> dict:
+    """The CUDA IPC joins' counts and seconds, summed over the workers."""
+    from dask_compact.backends import cuda_ipc
+
+    per = client.run(cuda_ipc.piece_counts).values()
+    return {k: sum(p[k] for p in per) for k in next(iter(per))}
+
+
 def run_gpu(k: int, log2n: int, chunk_log2: int, reps: int, protocol: str = "tcp",
             rmm_pool: str | None = None, exchanges: tuple[str, ...] = ("auto",)) -> list[dict]:
     """One row per exchange (``dask-compact.sort.exchange``), each timed on the same cluster
@@ -199,11 +207,15 @@ def run_gpu(k: int, log2n: int, chunk_log2: int, reps: int, protocol: str = "tcp
         t_peer = client.run(_cupy_sort_chunk, first.key, reps, workers=[holder])[holder]
         for exchange in exchanges if k > 1 else ("-",):
             phases: list = []
+            ipc_before = _ipc_stats(client)
             with dask.config.set({"dask-compact.sort.exchange":
                                   "auto" if exchange == "-" else exchange}):  # fmt: skip
                 t_ours, y = _time(lambda: _sorted_and_held(dask_compact.sort, x, phases), reps,
                                   client, nk)  # fmt: skip
             steps = np.median(phases[1:], axis=0) if len(phases) > 1 else [float("nan")] * 3
+            ipc = {k: v - ipc_before[k] for k, v in _ipc_stats(client).items()}
+            print(f"{exchange} on {k} GPUs, CUDA IPC joins over all workers and repetitions: "
+                  + ", ".join(f"{name} {v:.3f}" for name, v in ipc.items()), flush=True)
             check_sorted(y, n)
             nout = y.numblocks[0]
             del y

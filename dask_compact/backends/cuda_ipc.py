@@ -28,6 +28,7 @@ import ctypes
 import os
 import socket
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,10 +40,12 @@ __all__ = ["Source", "export", "release", "join", "probe", "ipc_refusal", "expor
 _lock = threading.Lock()
 # token -> chunk -> the arrays exported for it (values, and for argsort the global indices)
 _kept: dict[str, dict[int, tuple]] = {}
-# an allocation mapped from another process: its IPC handle -> [mapped base pointer, users]
+# an allocation mapped from another process: its IPC handle -> [mapped base pointer, the
+# exchanges (tokens) using it]
 _maps: dict[bytes, list] = {}
 # what this process's joins did (the GPU tests read it to see which route ran)
-stats = {"local_pieces": 0, "mapped_pieces": 0}
+stats: dict[str, float] = {"local_pieces": 0, "mapped_pieces": 0, "open_s": 0.0,
+                           "copy_s": 0.0, "sync_s": 0.0, "release_s": 0.0}
 
 
 def _me() -> tuple[str, int]:
@@ -99,9 +102,14 @@ def export(token: str, chunk: int, *arrays: Any) -> Source:
 
 
 def release(token: str) -> int:
-    """Drop what was exported under ``token`` in this process; the number of chunks dropped."""
+    """End exchange ``token`` in this process: drop the chunks it exported and unmap the other
+    workers' chunks it mapped; the number of chunks dropped."""
+    t0 = time.perf_counter()
     with _lock:
-        return len(_kept.pop(token, {}))
+        _unmap(token)
+        n = len(_kept.pop(token, {}))
+        stats["release_s"] += time.perf_counter() - t0
+    return n
 
 
 def exported_tokens() -> list[str]:
@@ -109,32 +117,37 @@ def exported_tokens() -> list[str]:
         return sorted(_kept)
 
 
-def piece_counts() -> dict[str, int]:
+def piece_counts() -> dict[str, float]:
     """Pieces this process's joins copied from its own chunks and from mapped ones."""
     with _lock:
         return dict(stats)
 
 
-def _open(handle: bytes) -> int:
+def _open(handle: bytes, token: str) -> int:
+    """The allocation behind ``handle`` mapped into this process for exchange ``token``: once,
+    kept until every exchange that mapped it is released (a merge maps each other worker's
+    chunk; remapping per merge would repeat that for every bucket)."""
     import cupy
 
     rt = cupy.cuda.runtime
     with _lock:
         m = _maps.get(handle)
         if m is None:
-            m = _maps[handle] = [rt.ipcOpenMemHandle(handle, rt.cudaIpcMemLazyEnablePeerAccess), 0]
-        m[1] += 1
+            m = _maps[handle] = [rt.ipcOpenMemHandle(handle, rt.cudaIpcMemLazyEnablePeerAccess),
+                                 set()]  # fmt: skip
+        m[1].add(token)
         return int(m[0])
 
 
-def _close(handle: bytes) -> None:
-    import cupy
-
-    with _lock:
+def _unmap(token: str) -> None:
+    """Unmap what only exchange ``token`` still uses (under the lock)."""
+    for handle in [h for h, m in _maps.items() if token in m[1]]:
         m = _maps[handle]
-        m[1] -= 1
-        if m[1] == 0:
+        m[1].discard(token)
+        if not m[1]:
             del _maps[handle]
+            import cupy
+
             cupy.cuda.runtime.ipcCloseMemHandle(m[0])
 
 
@@ -149,8 +162,8 @@ def _local(s: Source, which: int) -> Any:
 
 def join(sources: list[Source], cuts: list[tuple[int, int]], which: int) -> Any:
     """Array ``which`` of each source, elements ``cuts[k]`` of the k-th, one after the other in
-    one new array on this worker's device: local sources copied in place, the others mapped,
-    copied over the interconnect and unmapped (after the copies finished)."""
+    one new array on this worker's device: local sources copied in place, the others mapped
+    (until the exchange is released) and copied over the interconnect."""
     dtype = np.dtype(sources[0].dtypes[which])
     total = sum(hi - lo for lo, hi in cuts)
     if all(s.here() for s in sources):
@@ -163,30 +176,38 @@ def join(sources: list[Source], cuts: list[tuple[int, int]], which: int) -> Any:
     rt = cupy.cuda.runtime
     out = cupy.empty(total, dtype)
     stream = cupy.cuda.get_current_stream()
-    mapped: list[bytes] = []
     at = 0
+    t = {"open_s": 0.0, "copy_s": 0.0, "sync_s": 0.0}
     try:
         for s, (lo, hi) in zip(sources, cuts):
             n = (hi - lo) * dtype.itemsize
             if n == 0:
                 continue
+            t0 = time.perf_counter()
             if s.here():
                 src = _local(s, which).data.ptr
             else:
                 handle, offset = s.handles[which]
-                src = _open(handle) + offset
-                mapped.append(handle)
-            with _lock:
-                stats["local_pieces" if s.here() else "mapped_pieces"] += 1
+                src = _open(handle, s.token) + offset
+            t1 = time.perf_counter()
             rt.memcpyAsync(out.data.ptr + at, src + lo * dtype.itemsize, n,
                            rt.memcpyDeviceToDevice, stream.ptr)  # fmt: skip
+            t["open_s"] += t1 - t0
+            t["copy_s"] += time.perf_counter() - t1
+            with _lock:
+                stats["local_pieces" if s.here() else "mapped_pieces"] += 1
             at += n
     finally:
+        t0 = time.perf_counter()
         try:
-            stream.synchronize()  # before unmapping what the copies read
+            # The merge's sort follows on this stream anyway; the task ends only once the
+            # copies are done, so the client's release never unmaps memory being read.
+            stream.synchronize()
         finally:
-            for handle in mapped:
-                _close(handle)
+            t["sync_s"] += time.perf_counter() - t0
+            with _lock:
+                for k, v in t.items():
+                    stats[k] += v
     return out
 
 
