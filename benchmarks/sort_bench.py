@@ -30,6 +30,7 @@ import csv
 import datetime as dt
 import platform
 import statistics
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -193,6 +194,9 @@ def run_gpu(k: int, log2n: int, chunk_log2: int, reps: int, protocol: str = "tcp
     import dask_compact
 
     n = k * 2**log2n
+    used = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader"],
+                          capture_output=True, text=True).stdout.split("\n")
+    print(f"GPU memory in use before the {k}-GPU cluster starts: {used}", flush=True)
     # protocol "ucx": distributed-ucxx moves the exchanged pieces GPU to GPU (NVLink where the
     # GPUs have it); "tcp" (dask-cuda's default) stages them through host memory and sockets
     cluster = LocalCUDACluster(CUDA_VISIBLE_DEVICES=list(range(k)), threads_per_worker=1,

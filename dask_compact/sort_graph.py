@@ -37,6 +37,7 @@ from __future__ import annotations
 import operator
 import sys
 import uuid
+import warnings
 from typing import Any
 
 import dask
@@ -141,21 +142,23 @@ def _bounds(values: Any, split: tuple[np.ndarray, np.ndarray], base: int) -> Any
     return sort_bounds(values, split[0], split[1], base).reshape(1, -1)
 
 
-def _export(call: str, c: int, values: Any, orders: Any) -> Any:
-    """Chunk ``c``'s sorted arrays kept on its worker until the exchange ``call`` ends, and
-    the handles a merge on another worker of the host copies them by (CUDA IPC)."""
+def _pack(call: str, part: int, values: list, orders: list | None, cuts: list) -> Any:
+    """This worker's slices ``cuts[i]`` of its sorted chunks ``values[i]`` (and ``orders[i]``)
+    for one group of buckets, packed into one array each and kept on its GPU until the
+    exchange ``call`` ends; returns the handles a merge on another worker copies them by."""
     from .backends import cuda_ipc
 
-    return cuda_ipc.export(call, c, values, orders)
+    return cuda_ipc.pack(call, part, [values] + ([orders] if orders else []), cuts)
 
 
-def _merge_joined(sources: list, cuts: list, indices: bool, local: str) -> Any:
-    """Bucket ``j``'s output over CUDA IPC: its piece of every chunk (``cuts[k]`` of the k-th
-    exported chunk) copied into one buffer on this worker's GPU, then sorted."""
+def _merge_joined(sources: list, pieces: list, indices: bool, local: str) -> Any:
+    """Bucket ``j``'s output over CUDA IPC: its piece of every chunk, in chunk order (``(k,
+    lo, hi)``: elements ``lo:hi`` of the k-th source's pack), copied into one buffer on this
+    worker's GPU, then sorted."""
     from .backends import cuda_ipc
 
-    values = cuda_ipc.join(sources, cuts, 0)
-    orders = cuda_ipc.join(sources, cuts, 1) if indices else None
+    values = cuda_ipc.join(sources, pieces, 0)
+    orders = cuda_ipc.join(sources, pieces, 1) if indices else None
     return sort_merge(values, [values], None if orders is None else [orders], local, joined=True)
 
 
@@ -189,20 +192,22 @@ def _is_cupy(meta: Any) -> bool:
 
 
 def exchange_groups(values: da.Array, counts: np.ndarray, totals: np.ndarray,
-                    item_bytes: int = 0) -> tuple[np.ndarray, list, bool]:  # fmt: skip
+                    item_bytes: int = 0) -> tuple[np.ndarray, list, list | None]:  # fmt: skip
     """How the exchange is cut: the group of each bucket, the worker each group's merges run
-    on (``[None]``: one group, no placement), and whether the merges copy their pieces over
-    CUDA IPC (``item_bytes``: the bytes an element of the output and its sort need).
+    on (``[None]``: one group, no placement), and, where the merges copy their pieces over
+    CUDA IPC, the worker holding each chunk (else None; ``item_bytes``: the bytes an element
+    of the output and its sort need).
 
     Without a cluster, or on one worker: one group, the merges read their pieces from the
     chunks. On a cluster of several workers (the sorted chunks are futures), the config
     ``dask-compact.sort.exchange`` decides:
 
-    * ``"ipc"``: one group per worker (placed as ``"worker"``); every chunk is kept on its GPU
-      until the merges have run and each merge copies its pieces straight from the other
-      workers' GPUs (CUDA IPC, :mod:`.backends.cuda_ipc`): CuPy chunks, workers of one host
-      whose GPUs reach each other peer to peer, memory that can be exported (not RMM's
-      ``cudaMallocAsync`` pool), and room on each GPU for its merges;
+    * ``"ipc"``: one group per worker (placed as ``"worker"``); each worker packs its slices
+      for each group into one array, kept on its GPU until the merges have run, and each
+      merge copies its pieces straight from the other workers' GPUs (CUDA IPC,
+      :mod:`.backends.cuda_ipc`): CuPy chunks, workers of one host whose GPUs reach each
+      other peer to peer, memory that can be exported (not RMM's ``cudaMallocAsync`` pool),
+      and room on each GPU for its packs and merges;
     * ``"worker"``: one group per worker holding chunks, each given to the worker that holds
       most of its elements; each chunk sends one slice per group (chunks x workers transfers);
     * ``"bucket"``: one group per bucket, placed by the scheduler; each chunk sends one piece
@@ -214,7 +219,7 @@ def exchange_groups(values: da.Array, counts: np.ndarray, totals: np.ndarray,
       slices took 15.6 s against 3.0-8.6 s for the many pieces.
     """
     mode = dask.config.get("dask-compact.sort.exchange")
-    one = (np.zeros(totals.size, np.int64), [None], False)
+    one = (np.zeros(totals.size, np.int64), [None], None)
     distributed = sys.modules.get("distributed")
     blocks = [values.dask[k] for k in values.__dask_keys__()]
     if distributed is None or not all(isinstance(b, distributed.Future) for b in blocks):
@@ -226,16 +231,16 @@ def exchange_groups(values: da.Array, counts: np.ndarray, totals: np.ndarray,
         return one
     group, where = _by_worker(holders, workers, counts, totals)
     if mode in ("auto", "ipc"):
-        why = _ipc_refusal(client, values, group, where, totals, item_bytes)
+        why = _ipc_refusal(client, values, group, where, holders, counts, item_bytes)
         if why is None:
-            return group, where, True
+            return group, where, holders
         if mode == "ipc":
             raise ValueError(f"dask-compact.sort.exchange is 'ipc', but CUDA IPC cannot run "
                              f"here: {why}; set it to 'auto'")  # fmt: skip
         mode = "worker" if workers[0].startswith(("ucx://", "ucxx://")) else "bucket"
     if mode == "bucket":
-        return np.arange(totals.size, dtype=np.int64), [None] * totals.size, False
-    return group, where, False
+        return np.arange(totals.size, dtype=np.int64), [None] * totals.size, None
+    return group, where, None
 
 
 def _by_worker(holders: list, workers: list, counts: np.ndarray,
@@ -258,8 +263,8 @@ def _by_worker(holders: list, workers: list, counts: np.ndarray,
     return group, where
 
 
-def _ipc_refusal(client: Any, values: da.Array, group: np.ndarray, where: list,
-                 totals: np.ndarray, item_bytes: int) -> str | None:  # fmt: skip
+def _ipc_refusal(client: Any, values: da.Array, group: np.ndarray, where: list, holders: list,
+                 counts: np.ndarray, item_bytes: int) -> str | None:  # fmt: skip
     """Why the merges cannot copy their pieces over CUDA IPC here (None: they can). Every
     worker is asked (a merge may move to any), in one round trip."""
     if not _is_cupy(values._meta):
@@ -268,7 +273,10 @@ def _ipc_refusal(client: Any, values: da.Array, group: np.ndarray, where: list,
 
     answers = client.run(cuda_ipc.probe, on_error="return")
     probes = {w: a if isinstance(a, dict) else None for w, a in answers.items()}
+    totals = counts.sum(axis=0)
     need: dict[str, int] = {}
+    for c, h in enumerate(holders):  # its packs (its sorted chunks are freed once packed)
+        need[h] = need.get(h, 0) + int(counts[c].sum()) * item_bytes
     for g, w in enumerate(where):
         mine = totals[group == g]
         if mine.size:  # the outputs it keeps, and the largest merge's buffers while it sorts
@@ -331,6 +339,7 @@ def build_sort(x: da.Array, indices: bool, buckets: int, local: str = "auto") ->
         inner = da.Array(bg, bname, chunks=((1,) * nin, (split_v.size,)), dtype=np.int64)
         inner_np = np.asarray(inner.compute(optimize_graph=False),  # keeps the priorities
                               dtype=np.int64).reshape(nin, split_v.size)
+        del inner, bg  # their graphs hold the sorted chunks' futures
     else:
         inner_np = np.zeros((nin, 0), np.int64)
     bounds = np.column_stack([np.zeros(nin, np.int64), inner_np, np.asarray(sizes, np.int64)])
@@ -340,11 +349,15 @@ def build_sort(x: da.Array, indices: bool, buckets: int, local: str = "auto") ->
     # 4. one slicing task per chunk and group of buckets, one merge per non-empty bucket
     sources = {"values": values, **({"indices": held["indices"]} if indices else {})}
     item_bytes = x.dtype.itemsize + (16 if indices else 0)  # output, keys + indices, argsort
-    group, where, ipc = exchange_groups(values, counts, totals, item_bytes)
+    group, where, holders = exchange_groups(values, counts, totals, item_bytes)
     out = f"sort-{'indices' if indices else 'values'}-out-{token}"
-    if ipc:
-        return _exchange_ipc(list(sources.values()), bounds, totals, group, where, out, token,
-                             local, _meta(x, np.dtype(np.int64) if indices else x.dtype))
+    if holders is not None:
+        result, finish = _exchange_ipc(list(sources.values()), bounds, group, where, holders,
+                                       out, token, local,
+                                       _meta(x, np.dtype(np.int64) if indices else x.dtype))
+        # Hold no sorted chunk while the exchange runs: each is freed once it is packed
+        del held, values, sources, parts
+        return finish(result)
     pieces: dict[str, dict] = {f"sort-piece-{k}-{token}": {} for k in sources}
     merges: dict[Any, Any] = {}
     merge_worker: dict[Any, str] = {}
@@ -395,46 +408,102 @@ def build_sort(x: da.Array, indices: bool, buckets: int, local: str = "auto") ->
     return result
 
 
-def _exchange_ipc(sources: list, bounds: np.ndarray, totals: np.ndarray, group: np.ndarray,
-                  where: list, out: str, token: str, local: str, meta: Any) -> da.Array:
-    """Step 4 over CUDA IPC: one export task per sorted chunk (where it is held: it keeps the
-    chunk on its GPU and returns handles), one merge per non-empty bucket on its group's
-    worker, copying its pieces from every chunk's GPU. Waits for the merges, then releases the
-    exported chunks (see :mod:`.backends.cuda_ipc` for why Dask's store cannot hold them)."""
+def _exchange_ipc(sources: list, bounds: np.ndarray, group: np.ndarray, where: list,
+                  holders: list, out: str, token: str, local: str,
+                  meta: Any) -> tuple[da.Array, Any]:  # fmt: skip
+    """Step 4 over CUDA IPC: one pack task per worker and group of buckets (on the worker
+    holding the chunks: their slices for the group in one array, kept on its GPU), one merge
+    per non-empty bucket on its group's worker, copying its pieces from the packs. Returns the
+    persisted output and ``finish``, which waits for the merges, then releases the packs (see
+    :mod:`.backends.cuda_ipc` for why Dask's store cannot hold them) and returns the output."""
     import distributed
 
     from .backends import cuda_ipc
 
     # Each call exports under its own name: two calls that sort the same array (same keys
-    # otherwise) must not release each other's chunks.
+    # otherwise) must not release each other's packs.
     call = f"{token}-{uuid.uuid4().hex[:12]}"
-    ename = f"sort-export-{call}"
-    nin = bounds.shape[0]
-    exports = {(ename, c): (_export, call, c, *[(a.name, c) for a in sources],
-                            *[None] * (2 - len(sources)))  # fmt: skip
-               for c in range(nin)}
+    pname = f"sort-pack-{call}"
+    workers = sorted(set(holders))
+    ngroups = len(where)
+    first = np.searchsorted(group, np.arange(ngroups))  # each group's buckets: first..last-1
+    last = np.searchsorted(group, np.arange(ngroups), side="right")
+    packs: dict[Any, Any] = {}
+    pack_worker: dict[Any, str] = {}
+    at: dict[tuple[int, int], int] = {}  # (chunk, group) -> where its slice starts in its pack
+    for wi, w in enumerate(workers):
+        mine = [c for c, h in enumerate(holders) if h == w]
+        for g in range(ngroups):
+            cuts, n = [], 0
+            for c in mine:
+                lo, hi = int(bounds[c, first[g]]), int(bounds[c, last[g]])
+                if hi > lo:
+                    at[c, g] = n
+                    cuts.append((c, lo, hi))
+                    n += hi - lo
+            if not cuts:
+                continue
+            key = (pname, wi, g)
+            packs[key] = (_pack, call, wi * ngroups + g,
+                          [(sources[0].name, c) for c, _, _ in cuts],
+                          [(sources[1].name, c) for c, _, _ in cuts] if len(sources) > 1
+                          else None, [(lo, hi) for _, lo, hi in cuts])  # fmt: skip
+            pack_worker[key] = w
     merges: dict[Any, Any] = {}
     placed: dict[Any, str] = {}
     chunks: list[int] = []
-    for j in map(int, np.flatnonzero(totals)):
-        nz = np.flatnonzero(bounds[:, j + 1] > bounds[:, j])
-        key = (out, len(chunks))
-        merges[key] = (_merge_joined, [(ename, int(c)) for c in nz],
-                       [(int(bounds[c, j]), int(bounds[c, j + 1])) for c in nz],
-                       len(sources) == 2, local)  # fmt: skip
-        placed[key] = where[int(group[j])]
-        chunks.append(int(totals[j]))
+    for j in _nonempty(bounds):
+        g = int(group[j])
+        keys: list = []
+        pieces = []
+        for c in map(int, np.flatnonzero(bounds[:, j + 1] > bounds[:, j])):
+            key = (pname, workers.index(holders[c]), g)
+            if key not in keys:
+                keys.append(key)
+            start = at[c, g] + int(bounds[c, j] - bounds[c, first[g]])
+            pieces.append((keys.index(key), start, start + int(bounds[c, j + 1] - bounds[c, j])))
+        mkey = (out, len(chunks))
+        merges[mkey] = (_merge_joined, keys, pieces, len(sources) == 2, local)
+        placed[mkey] = where[g]
+        chunks.append(int(bounds[:, j + 1].sum() - bounds[:, j].sum()))
     graph = HighLevelGraph.merge(*[a.dask for a in sources])
-    graph = _extend(graph, ename, MaterializedLayer(exports), {a.name for a in sources})
-    annotations = {"workers": lambda k: [placed[k]], "allow_other_workers": True}
-    graph = _extend(graph, out, MaterializedLayer(merges, annotations=annotations), {ename})
+    on_holder = {"workers": lambda k: [pack_worker[k]], "allow_other_workers": True}
+    graph = _extend(graph, pname, MaterializedLayer(packs, annotations=on_holder),
+                    {a.name for a in sources})  # fmt: skip
+    on_group = {"workers": lambda k: [placed[k]], "allow_other_workers": True}
+    graph = _extend(graph, out, MaterializedLayer(merges, annotations=on_group), {pname})
     result = da.Array(graph, out, chunks=(tuple(chunks),), meta=meta)
     client = distributed.futures_of(sources[0])[0].client
+    released = False
+
+    def release() -> None:
+        nonlocal released
+        if not released:
+            released = True
+            answers = client.run(cuda_ipc.release, call, on_error="return")
+            failed = {w: a for w, a in answers.items() if isinstance(a, BaseException)}
+            if failed:  # the result stands; what failed to free leaks device memory
+                warnings.warn(f"sort: releasing the exchange's packs failed on {failed}",
+                              RuntimeWarning, stacklevel=3)  # fmt: skip
+
     try:
         (result,) = dask.persist(result, optimize_graph=False)  # see build_sort
-        distributed.wait(distributed.futures_of(result))
-    finally:
-        # Every merge has finished (or failed, or this call was interrupted: then nobody
-        # keeps its output): no copy reads the exported chunks any more.
-        client.run(cuda_ipc.release, call, on_error="ignore")
-    return result
+    except BaseException:
+        release()
+        raise
+
+    def finish(result: da.Array) -> da.Array:
+        try:
+            distributed.wait(distributed.futures_of(result))
+        finally:
+            # Every merge has finished (or failed, or this call was interrupted: then nobody
+            # keeps its output): no copy reads the packs any more.
+            release()
+        return result
+
+    return result, finish
+
+
+def _nonempty(bounds: np.ndarray) -> list[int]:
+    """The buckets holding at least one element."""
+    return [int(j) for j in np.flatnonzero((bounds[:, 1:] - bounds[:, :-1]).sum(axis=0))]

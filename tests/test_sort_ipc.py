@@ -50,14 +50,26 @@ def test_exported_chunks_live_until_released():
     sb = pickle.loads(pickle.dumps(cuda_ipc.export("t1", 1, b, ib)))  # as a merge gets it
     assert "t1" in cuda_ipc.exported_tokens()
     del a, ia  # the table keeps them
-    got = cuda_ipc.join([sa, sb], [(10, 40), (0, 5)], 0)
+    got = cuda_ipc.join([sa, sb], [(0, 10, 40), (1, 0, 5)], 0)
     np.testing.assert_array_equal(got, want)
-    np.testing.assert_array_equal(cuda_ipc.join([sa, sb], [(10, 40), (0, 5)], 1),
+    np.testing.assert_array_equal(cuda_ipc.join([sa, sb], [(0, 10, 40), (1, 0, 5)], 1),
                                   np.r_[10:40, 100:105])
     assert cuda_ipc.release("t1") == 2 and cuda_ipc.release("t1") == 0
     assert "t1" not in cuda_ipc.exported_tokens()
     with pytest.raises(RuntimeError, match="released before its merges ran"):
-        cuda_ipc.join([sa], [(0, 1)], 0)
+        cuda_ipc.join([sa], [(0, 0, 1)], 0)
+
+
+def test_a_pack_is_the_slices_one_after_the_other():
+    a, b = np.arange(10.0), np.arange(100.0, 120.0)
+    s = cuda_ipc.pack("t3", 7, [[a, b], [a.astype(np.int64), b.astype(np.int64)]],
+                      [(2, 5), (10, 12)])  # fmt: skip
+    try:
+        assert s.part == 7 and s.dtypes == ("<f8", "<i8")
+        np.testing.assert_array_equal(cuda_ipc.join([s], [(0, 0, 5)], 0), [2, 3, 4, 110, 111])
+        np.testing.assert_array_equal(cuda_ipc.join([s], [(0, 3, 5)], 1), [110, 111])
+    finally:
+        assert cuda_ipc.release("t3") == 1
 
 
 @pytest.mark.parametrize("local", ["auto", "radix"])
@@ -73,8 +85,8 @@ def test_merge_over_joined_pieces_is_the_stable_sort(local, indices):
         v, o, _ = numpy_sort.sort_chunk(p, indices, s, np.zeros(0, np.int64), local)
         srcs.append(cuda_ipc.export("t2", c, v, o))
     try:
-        cuts = [(0, len(p)) for p in parts]
-        got = _merge_joined(srcs, cuts, indices, local)
+        pieces = [(k, 0, len(p)) for k, p in enumerate(parts)]
+        got = _merge_joined(srcs, pieces, indices, local)
     finally:
         cuda_ipc.release("t2")
     want = np.argsort(a, kind="stable") if indices else np.sort(a)
@@ -94,3 +106,38 @@ def test_joined_merge_sorts_one_array_that_a_plain_merge_would_copy():
 def test_docstring_examples():
     failures, tried = doctest.testmod(cuda_ipc)
     assert tried > 0 and failures == 0
+
+
+def test_the_ipc_graph_on_workers_of_one_process_is_exact_and_releases_its_packs(monkeypatch):
+    """The exchange's graph (packs per worker and group, merges placed by group, pieces in
+    chunk order, release after the merges) on NumPy chunks, where every worker lives in this
+    process so the joins read the packs from the table: CUDA IPC's own precondition (CuPy
+    chunks) is waived here; the copies between GPUs run in tests/gpu/test_sort_gpu.py."""
+    da = pytest.importorskip("dask.array")
+    distributed = pytest.importorskip("distributed")
+    import dask_compact
+    from dask_compact import sort_graph
+
+    monkeypatch.setattr(sort_graph, "_ipc_refusal", lambda *a, **k: None)
+    rng = np.random.default_rng(3)
+    a = rng.integers(0, 30, 20_011).astype(np.float64)
+    a[::13] = np.nan
+    chunks = ((3001, 17, 4000, 2993, 5000, 1, 4999),)
+    with distributed.LocalCluster(n_workers=3, threads_per_worker=1, processes=False,
+                                  dashboard_address=None) as cluster, \
+            distributed.Client(cluster) as client:  # fmt: skip
+        x = da.from_array(a, chunks=chunks).persist()
+        distributed.wait(x)
+        holders = {ws[0] for ws in client.who_has(distributed.futures_of(x)).values()}
+        assert len(holders) > 1  # else there is no exchange to test
+        with distributed.get_task_stream(client) as stream:
+            y = dask_compact.sort(x)
+            i = dask_compact.argsort(x)
+        assert all(f.status == "finished" for f in distributed.futures_of(y))  # waited for
+        assert cuda_ipc.exported_tokens() == []
+        names = [t["key"][0] for t in stream.data if isinstance(t["key"], tuple)]
+        packs = sum(n.startswith("sort-pack-") for n in names)
+        assert 0 < packs <= 2 * len(holders) ** 2, packs  # per worker and group, 2 calls
+        assert not any(n.startswith("sort-piece-") for n in names)
+        np.testing.assert_array_equal(y.compute(), np.sort(a))
+        np.testing.assert_array_equal(i.compute(), np.argsort(a, kind="stable"))

@@ -1,21 +1,24 @@
 """CUDA IPC between the GPU workers of one host: the sort's exchange without Dask's comm.
 
-A worker keeps its sorted chunks alive under a token (:func:`export`) and hands out a
-:class:`Source`, a few hundred bytes: the CUDA IPC handle of each array's allocation and the
-array's offset in it. A merge on another worker of the same host maps that allocation into its
-own address space (``cudaIpcOpenMemHandle``), copies its piece straight into the buffer it
-sorts with one ``cudaMemcpyAsync`` (NVLink, or PCIe peer to peer), and unmaps it
-(:func:`join`). Only the handles travel through Dask.
+Each worker packs, for each group of buckets, its sorted chunks' slices for that group into
+one new array (:func:`pack`), keeps it alive under a token and hands out a :class:`Source`, a
+few hundred bytes: the CUDA IPC handle of the pack's allocation and the pack's offset in it.
+A merge on another worker of the same host maps that allocation into its own address space
+(``cudaIpcOpenMemHandle``, once per exchange) and copies its pieces straight into the buffer
+it sorts, one ``cudaMemcpyAsync`` each (NVLink, or PCIe peer to peer) (:func:`join`). Only
+the handles travel through Dask.
 
 Why: measured on 4 H100s (``benchmarks/exchange_probe.py``), 48 arrays of 256 MiB from three
 workers into a fourth took 0.115-0.122 s through Dask over UCX (105-112 GB/s) and 33 ms of
-copies over IPC (387-391 GB/s), mapping and unmapping 0.1-0.3 ms in all once warm; over TCP
-Dask stages every byte through host memory and a socket.
+copies over IPC (387-391 GB/s); over TCP Dask stages every byte through host memory and a
+socket. Why packs: mapping each sorted chunk (1 GiB) took ~11 ms in the sort (2 H100s, 2^32
+float32 per GPU: 1.47 s of mapping over 2 workers and 4 calls), more than its copy; a pack
+per worker and group is one mapping per pair of workers, for one more on-device copy.
 
-Lifetime: Dask's own store cannot keep an exported chunk alive. Its active memory manager may
+Lifetime: Dask's own store cannot keep an exported pack alive. Its active memory manager may
 drop the exporting worker's replica of a handle while a copy of it lives elsewhere, and a
-worker may spill the handle; the chunk's memory would then go back to the allocator and be
-reused while merges still read it. So the chunks live in this module's table until the
+worker may spill the handle; the pack's memory would then go back to the allocator and be
+reused while merges still read it. So the packs live in this module's table until the
 client, once every merge has finished, calls :func:`release` with the token.
 
 Nothing here imports CuPy at import time: the table and :func:`ipc_refusal` serve the client
@@ -38,14 +41,14 @@ __all__ = ["Source", "export", "release", "join", "probe", "ipc_refusal", "expor
            "piece_counts"]
 
 _lock = threading.Lock()
-# token -> chunk -> the arrays exported for it (values, and for argsort the global indices)
+# token -> part -> the arrays exported for it (values, and for argsort the global indices)
 _kept: dict[str, dict[int, tuple]] = {}
 # an allocation mapped from another process: its IPC handle -> [mapped base pointer, the
 # exchanges (tokens) using it]
 _maps: dict[bytes, list] = {}
 # what this process's joins did (the GPU tests read it to see which route ran)
-stats: dict[str, float] = {"local_pieces": 0, "mapped_pieces": 0, "open_s": 0.0,
-                           "copy_s": 0.0, "sync_s": 0.0, "release_s": 0.0}
+stats: dict[str, float] = {"local_pieces": 0, "mapped_pieces": 0, "mappings": 0,
+                           "open_s": 0.0, "copy_s": 0.0, "sync_s": 0.0, "release_s": 0.0}
 
 
 def _me() -> tuple[str, int]:
@@ -54,11 +57,12 @@ def _me() -> tuple[str, int]:
 
 @dataclass(frozen=True)
 class Source:
-    """Where one sorted chunk's arrays can be copied from: ``handles[k]`` is the IPC handle of
-    array k's allocation and the array's byte offset in it."""
+    """Where one exported part's arrays (a pack of sorted slices) can be copied from:
+    ``handles[k]`` is the IPC handle of array k's allocation and the array's byte offset in
+    it."""
 
     token: str
-    chunk: int
+    part: int
     host: str
     pid: int
     handles: tuple[tuple[bytes, int], ...]
@@ -89,21 +93,39 @@ def _handle(a: Any) -> tuple[bytes, int]:
     return bytes(cupy.cuda.runtime.ipcGetMemHandle(ptr)), ptr - _base(ptr)
 
 
-def export(token: str, chunk: int, *arrays: Any) -> Source:
-    """Keep ``arrays`` (CuPy; ``None`` entries are skipped) alive under ``token`` until
-    :func:`release`, and say where they can be copied from."""
+def export(token: str, part: int, *arrays: Any) -> Source:
+    """Keep ``arrays`` (CuPy, or NumPy for this process alone; ``None`` entries are skipped)
+    alive under ``token`` until :func:`release`, and say where they can be copied from."""
     kept = tuple(a for a in arrays if a is not None)
     with _lock:
-        _kept.setdefault(token, {})[chunk] = kept
+        _kept.setdefault(token, {})[part] = kept
     host, pid = _me()
     handles = tuple(_handle(a) for a in kept) if not isinstance(kept[0], np.ndarray) else \
         tuple((b"", 0) for _ in kept)  # fmt: skip
-    return Source(token, chunk, host, pid, handles, tuple(a.dtype.str for a in kept))
+    return Source(token, part, host, pid, handles, tuple(a.dtype.str for a in kept))
+
+
+def pack(token: str, part: int, arrays: list[list], cuts: list[tuple[int, int]]) -> Source:
+    """Export, as part ``part``, one new array per kind: ``arrays[k][i][lo:hi]`` for each
+    ``(lo, hi) = cuts[i]``, one after the other. One allocation per kind, so another worker
+    maps one allocation for all of this worker's slices (mapping an allocation cost ~11 ms
+    on the H100s, a copy of 1 GiB under 1 ms)."""
+    joined = []
+    for kind in arrays:
+        xp = np if isinstance(kind[0], np.ndarray) else _cupy()
+        joined.append(xp.concatenate([a[lo:hi] for a, (lo, hi) in zip(kind, cuts)]))
+    return export(token, part, *joined)
+
+
+def _cupy() -> Any:
+    import cupy
+
+    return cupy
 
 
 def release(token: str) -> int:
-    """End exchange ``token`` in this process: drop the chunks it exported and unmap the other
-    workers' chunks it mapped; the number of chunks dropped."""
+    """End exchange ``token`` in this process: drop the parts it exported and unmap the other
+    workers' parts it mapped; the number of parts dropped."""
     t0 = time.perf_counter()
     with _lock:
         _unmap(token)
@@ -118,15 +140,16 @@ def exported_tokens() -> list[str]:
 
 
 def piece_counts() -> dict[str, float]:
-    """Pieces this process's joins copied from its own chunks and from mapped ones."""
+    """What this process's joins did: pieces copied from its own parts and from mapped ones,
+    allocations mapped, and the seconds spent mapping, queueing copies and waiting."""
     with _lock:
         return dict(stats)
 
 
 def _open(handle: bytes, token: str) -> int:
     """The allocation behind ``handle`` mapped into this process for exchange ``token``: once,
-    kept until every exchange that mapped it is released (a merge maps each other worker's
-    chunk; remapping per merge would repeat that for every bucket)."""
+    kept until every exchange that mapped it is released (each merge reads every other
+    worker's pack; remapping per merge would repeat that for every bucket)."""
     import cupy
 
     rt = cupy.cuda.runtime
@@ -135,6 +158,7 @@ def _open(handle: bytes, token: str) -> int:
         if m is None:
             m = _maps[handle] = [rt.ipcOpenMemHandle(handle, rt.cudaIpcMemLazyEnablePeerAccess),
                                  set()]  # fmt: skip
+            stats["mappings"] += 1
         m[1].add(token)
         return int(m[0])
 
@@ -153,61 +177,57 @@ def _unmap(token: str) -> None:
 
 def _local(s: Source, which: int) -> Any:
     with _lock:
-        arrays = _kept.get(s.token, {}).get(s.chunk)
+        arrays = _kept.get(s.token, {}).get(s.part)
     if arrays is None:
-        raise RuntimeError(f"sorted chunk {s.chunk} of exchange {s.token} was released before "
-                           "its merges ran")  # fmt: skip
+        raise RuntimeError(f"part {s.part} of exchange {s.token} was released before its "
+                           "merges ran")  # fmt: skip
     return arrays[which]
 
 
-def join(sources: list[Source], cuts: list[tuple[int, int]], which: int) -> Any:
-    """Array ``which`` of each source, elements ``cuts[k]`` of the k-th, one after the other in
-    one new array on this worker's device: local sources copied in place, the others mapped
-    (until the exchange is released) and copied over the interconnect."""
+def join(sources: list[Source], pieces: list[tuple[int, int, int]], which: int) -> Any:
+    """Array ``which`` of the sources, elements ``lo:hi`` of source ``k`` for each ``(k, lo,
+    hi)`` of ``pieces``, one after the other in one new array on this worker's device: local
+    sources copied in place, the others mapped (until the exchange is released) and copied
+    over the interconnect."""
     dtype = np.dtype(sources[0].dtypes[which])
-    total = sum(hi - lo for lo, hi in cuts)
+    total = sum(hi - lo for _, lo, hi in pieces)
     if all(s.here() for s in sources):
         first = _local(sources[0], which)
         if isinstance(first, np.ndarray):  # NumPy: the same-process table, no device
-            return np.concatenate([_local(s, which)[lo:hi] for s, (lo, hi) in zip(sources, cuts)]
-                                  ) if sources else np.empty(0, dtype)  # fmt: skip
+            parts = [_local(sources[k], which)[lo:hi] for k, lo, hi in pieces]
+            return np.concatenate(parts) if parts else np.empty(0, dtype)
     import cupy
 
     rt = cupy.cuda.runtime
     out = cupy.empty(total, dtype)
     stream = cupy.cuda.get_current_stream()
+    t0 = time.perf_counter()
+    ptrs = [_local(s, which).data.ptr if s.here() else
+            0 if not s.handles[which][0] else  # an empty array has no allocation
+            _open(s.handles[which][0], s.token) + s.handles[which][1]
+            for s in sources]  # fmt: skip
+    t1 = time.perf_counter()
     at = 0
-    t = {"open_s": 0.0, "copy_s": 0.0, "sync_s": 0.0}
     try:
-        for s, (lo, hi) in zip(sources, cuts):
+        for k, lo, hi in pieces:
             n = (hi - lo) * dtype.itemsize
-            if n == 0:
-                continue
-            t0 = time.perf_counter()
-            if s.here():
-                src = _local(s, which).data.ptr
-            else:
-                handle, offset = s.handles[which]
-                src = _open(handle, s.token) + offset
-            t1 = time.perf_counter()
-            rt.memcpyAsync(out.data.ptr + at, src + lo * dtype.itemsize, n,
-                           rt.memcpyDeviceToDevice, stream.ptr)  # fmt: skip
-            t["open_s"] += t1 - t0
-            t["copy_s"] += time.perf_counter() - t1
-            with _lock:
-                stats["local_pieces" if s.here() else "mapped_pieces"] += 1
+            if n:
+                rt.memcpyAsync(out.data.ptr + at, ptrs[k] + lo * dtype.itemsize, n,
+                               rt.memcpyDeviceToDevice, stream.ptr)  # fmt: skip
             at += n
     finally:
-        t0 = time.perf_counter()
+        t2 = time.perf_counter()
         try:
             # The merge's sort follows on this stream anyway; the task ends only once the
             # copies are done, so the client's release never unmaps memory being read.
             stream.synchronize()
         finally:
-            t["sync_s"] += time.perf_counter() - t0
             with _lock:
-                for k, v in t.items():
-                    stats[k] += v
+                stats["open_s"] += t1 - t0
+                stats["copy_s"] += t2 - t1
+                stats["sync_s"] += time.perf_counter() - t2
+                for k, _, _ in pieces:
+                    stats["local_pieces" if sources[k].here() else "mapped_pieces"] += 1
     return out
 
 
@@ -246,7 +266,7 @@ def ipc_refusal(probes: dict[str, dict | None], need: dict[str, int]) -> str | N
     """Why the workers in ``probes`` (worker -> :func:`probe`'s answer) cannot exchange over
     CUDA IPC with ``need[w]`` bytes to allocate on worker w, or None where they can: one host,
     every GPU reachable from every other one, exportable memory, room for the merges (the
-    exported chunks stay on the device until every merge has run, so nothing is spilled).
+    exported packs stay on the device until every merge has run, so nothing is spilled).
 
     >>> p = dict(host="h", bus="0:1", peers=["0:2"], exportable=True, why="", free=100)
     >>> q = dict(p, bus="0:2", peers=["0:1"])
