@@ -26,6 +26,7 @@ Writes ``sort-DATE-DEVICE-SHA.{md,csv,png}`` under ``--out``.
 from __future__ import annotations
 
 import argparse
+import collections
 import csv
 import datetime as dt
 import platform
@@ -184,12 +185,16 @@ def _ipc_stats(client) -> dict:
 
 
 def run_gpu(k: int, log2n: int, chunk_log2: int, reps: int, protocol: str = "tcp",
-            rmm_pool: str | None = None, exchanges: tuple[str, ...] = ("auto",)) -> list[dict]:
+            rmm_pool: str | None = None, exchanges: tuple[str, ...] = ("auto",),
+            layout: str = "dask") -> list[dict]:
     """One row per exchange (``dask-compact.sort.exchange``), each timed on the same cluster
-    and data; one worker has no exchange, so 1 GPU gives one row (exchange "-")."""
+    and data; one worker has no exchange, so 1 GPU gives one row (exchange "-"). ``layout``:
+    the input where Dask's own scheduling put it ("dask"), or one slab of 2^log2n per GPU
+    ("slabs")."""
     import dask
     from dask_cuda import LocalCUDACluster
     from distributed import Client, futures_of
+    from multi_gpu_scaling import generate
 
     import dask_compact
 
@@ -204,18 +209,29 @@ def run_gpu(k: int, log2n: int, chunk_log2: int, reps: int, protocol: str = "tcp
                                protocol=protocol, rmm_pool_size=rmm_pool)  # fmt: skip
     rows = []
     with cluster, Client(cluster) as client:
-        x = random_array(n, 2**chunk_log2, 7, True)
+        if layout == "dask":
+            x = random_array(n, 2**chunk_log2, 7, True)
+        else:
+            x = generate(client, n, 2**chunk_log2, "slabs", 7, True)
         nk = x.numblocks[0]
+        held = collections.Counter(ws[0] for ws in client.who_has(futures_of(x)).values())
+        print(f"{k} GPUs, layout {layout}: chunks per worker {sorted(held.values())}", flush=True)
         first = futures_of(x)[0]
         holder = client.who_has([first])[first.key][0]
         t_peer = client.run(_cupy_sort_chunk, first.key, reps, workers=[holder])[holder]
         for exchange in exchanges if k > 1 else ("-",):
             phases: list = []
             ipc_before = _ipc_stats(client)
-            with dask.config.set({"dask-compact.sort.exchange":
-                                  "auto" if exchange == "-" else exchange}):  # fmt: skip
-                t_ours, y = _time(lambda: _sorted_and_held(dask_compact.sort, x, phases), reps,
-                                  client, nk)  # fmt: skip
+            try:
+                with dask.config.set({"dask-compact.sort.exchange":
+                                      "auto" if exchange == "-" else exchange}):  # fmt: skip
+                    t_ours, y = _time(lambda: _sorted_and_held(dask_compact.sort, x, phases),
+                                      reps, client, nk)  # fmt: skip
+            except Exception as e:  # noqa: BLE001 -- e.g. "ipc" refused here: keep the rest
+                print(f"exchange {exchange} on {k} GPUs failed: {type(e).__name__}: {e}",
+                      flush=True)  # fmt: skip
+                _settle(client, nk)
+                continue
             steps = np.median(phases[1:], axis=0) if len(phases) > 1 else [float("nan")] * 3
             ipc = {k: v - ipc_before[k] for k, v in _ipc_stats(client).items()}
             print(f"{exchange} on {k} GPUs, CUDA IPC joins over all workers and repetitions: "
@@ -227,7 +243,7 @@ def run_gpu(k: int, log2n: int, chunk_log2: int, reps: int, protocol: str = "tcp
             per_gpu_chunks = x.numblocks[0] / k
             rows.append(dict(
                 op="sort", protocol=protocol + (f", RMM pool {rmm_pool}" if rmm_pool else ""),
-                exchange=exchange, gpus=k, workers=k, n=n, chunk=2**chunk_log2,
+                exchange=exchange, layout=layout, gpus=k, workers=k, n=n, chunk=2**chunk_log2,
                 chunks_in=x.numblocks[0], chunks_out=nout, ours_s=t_ours,
                 peer="cupy.sort(one chunk)", peer_s=t_peer,
                 local_floor_s=t_peer * per_gpu_chunks, GBps=n * 4 / t_ours / 1e9,
@@ -261,6 +277,8 @@ def report(rows: list[dict], out: Path, device: str, sha: str, gpu: bool) -> Non
             "Exchange: the config dask-compact.sort.exchange (ipc: merges copy their pieces "
             "from the other GPUs over CUDA IPC; worker / bucket: pieces sent by Dask's comm; "
             "auto: ipc where it can run); 1 GPU has none.", "",
+            f"Input layout: {rows[0].get('layout', 'dask') if rows else 'dask'} (dask: where "
+            "Dask's scheduling put the generated chunks; slabs: 2^log2n on each GPU).", "",
             "| protocol | exchange | GPUs | elements | chunks in/out | sort s | GB/s | "
             "weak efficiency | cupy.sort one chunk ms | local floor s | "
             "steps: local / histogram / exchange s |",
@@ -343,6 +361,8 @@ def main() -> None:
     ap.add_argument("--exchange", nargs="+", default=["auto"],
                     choices=["auto", "ipc", "worker", "bucket"],
                     help="GPU: the exchange(s) timed in turn on each cluster of 2 GPUs or more")
+    ap.add_argument("--layout", default="dask", choices=["dask", "slabs"],
+                    help="GPU: the input where Dask put it, or one slab per GPU (weak scaling)")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     ap.add_argument("--sha", default=None, help="the commit measured (default: git HEAD)")
@@ -363,7 +383,7 @@ def main() -> None:
                 try:
                     rows += run_gpu(k, args.log2n or 32, args.chunk_log2 or 28, args.reps,
                                     protocol, None if pool == "none" else pool,
-                                    tuple(args.exchange))  # fmt: skip
+                                    tuple(args.exchange), args.layout)  # fmt: skip
                 except Exception as e:  # noqa: BLE001 -- e.g. UCX not usable: keep the rest
                     print(f"{protocol} on {k} GPUs failed: {type(e).__name__}: {e}", flush=True)
     else:
