@@ -55,6 +55,15 @@ def _export(n_arrays: int, mib: int, seed: int) -> list:
     return out
 
 
+def _busy(ms: float) -> None:
+    """Queue about ``ms`` milliseconds of work on this worker's GPU and return at once."""
+    import cupy
+
+    a = _STORE.setdefault("busy", cupy.random.default_rng(0).random(2**28, dtype=cupy.float32))
+    for _ in range(max(1, int(ms / 7))):  # cupy.sort of 2^28 float32: ~7 ms on an H100
+        cupy.sort(a)
+
+
 def _drop(seed: int) -> None:
     _STORE.pop(seed, None)
 
@@ -99,7 +108,7 @@ def main() -> None:
 
     # By reference (this file run as __main__ would be pickled by value, each call with a
     # fresh _STORE, so the exported arrays would die as _export returns)
-    from exchange_probe import _drop, _export, _import, _make, _take
+    from exchange_probe import _busy, _drop, _export, _import, _make, _take
 
     cluster = LocalCUDACluster(CUDA_VISIBLE_DEVICES=list(range(args.gpus)),
                                threads_per_worker=1, dashboard_address=None,
@@ -140,6 +149,21 @@ def main() -> None:
                       f"close {r['close'] * 1e3:.2f} ms", flush=True)
                 for i, s in enumerate(srcs):
                     client.run(_drop, seed + 100 + i, workers=[s])
+        # What mapping costs: one allocation of each size, with both GPUs idle, with the
+        # exporting GPU busy, with the importing GPU busy
+        src = srcs[0]
+        for mib in (256, 1024, 4096):
+            for busy in ("idle", "exporter busy", "importer busy"):
+                seed = 7000 + mib + len(busy)
+                handles = client.run(_export, 1, mib, seed, workers=[src])[src]
+                if busy != "idle":
+                    client.run(_busy, 150, workers=[src if busy.startswith("exp") else dst])
+                r = client.run(_import, handles, workers=[dst])[dst]
+                print(f"map one {mib} MiB allocation, {busy}: open {r['open'] * 1e3:.2f} ms, "
+                      f"copy {r['copy'] * 1e3:.2f} ms, close {r['close'] * 1e3:.2f} ms",
+                      flush=True)  # fmt: skip
+                client.run(_drop, seed, workers=[src])
+                client.run(lambda: __import__("cupy").cuda.runtime.deviceSynchronize())
 
 
 if __name__ == "__main__":

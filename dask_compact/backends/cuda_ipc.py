@@ -114,6 +114,10 @@ def pack(token: str, part: int, arrays: list[list], cuts: list[tuple[int, int]])
     for kind in arrays:
         xp = np if isinstance(kind[0], np.ndarray) else _cupy()
         joined.append(xp.concatenate([a[lo:hi] for a, (lo, hi) in zip(kind, cuts)]))
+    if not isinstance(joined[0], np.ndarray):
+        # Another worker copies from the pack as soon as it has the handle, with nothing to
+        # order its copy after this device's: the pack must be written before it is handed out
+        _cupy().cuda.get_current_stream().synchronize()
     return export(token, part, *joined)
 
 
