@@ -72,6 +72,25 @@ def test_a_pack_is_the_slices_one_after_the_other():
         assert cuda_ipc.release("t3") == 1
 
 
+def test_pieces_straddling_segments_are_joined_in_order():
+    rng = np.random.default_rng(5)
+    chunks = [np.sort(rng.random(m)) for m in (37, 5, 64)]
+    orders = [np.arange(m, dtype=np.int64) + 100 * i for i, m in enumerate((37, 5, 64))]
+    cuts = [(3, 30), (0, 5), (10, 61)]
+    s = cuda_ipc.pack("t4", 0, [chunks, orders], cuts, segment_bytes=7 * 8)  # 7 per segment
+    try:
+        assert s.per_segment == (7, 7) and len(s.segments[0]) == -(-(27 + 5 + 51) // 7)
+        whole = np.concatenate([c[lo:hi] for c, (lo, hi) in zip(chunks, cuts)])
+        ids = np.concatenate([o[lo:hi] for o, (lo, hi) in zip(orders, cuts)])
+        for lo, hi in [(0, 83), (6, 8), (13, 14), (20, 70), (82, 83), (5, 5)]:
+            np.testing.assert_array_equal(cuda_ipc.join([s], [(0, lo, hi)], 0), whole[lo:hi])
+            np.testing.assert_array_equal(cuda_ipc.join([s], [(0, lo, hi)], 1), ids[lo:hi])
+        got = cuda_ipc.join([s, s], [(1, 50, 60), (0, 0, 9)], 0)
+        np.testing.assert_array_equal(got, np.r_[whole[50:60], whole[0:9]])
+    finally:
+        cuda_ipc.release("t4")
+
+
 @pytest.mark.parametrize("local", ["auto", "radix"])
 @pytest.mark.parametrize("indices", [False, True])
 def test_merge_over_joined_pieces_is_the_stable_sort(local, indices):
@@ -108,7 +127,9 @@ def test_docstring_examples():
     assert tried > 0 and failures == 0
 
 
-def test_the_ipc_graph_on_workers_of_one_process_is_exact_and_releases_its_packs(monkeypatch):
+@pytest.mark.parametrize("segment_bytes", [None, 4096])
+def test_the_ipc_graph_on_workers_of_one_process_is_exact_and_releases_its_packs(
+        monkeypatch, segment_bytes):  # fmt: skip
     """The exchange's graph (packs per worker and group, merges placed by group, pieces in
     chunk order, release after the merges) on NumPy chunks, where every worker lives in this
     process so the joins read the packs from the table: CUDA IPC's own precondition (CuPy
@@ -119,6 +140,8 @@ def test_the_ipc_graph_on_workers_of_one_process_is_exact_and_releases_its_packs
     from dask_compact import sort_graph
 
     monkeypatch.setattr(sort_graph, "_ipc_refusal", lambda *a, **k: None)
+    if segment_bytes:  # pieces that straddle the packs' segments
+        monkeypatch.setattr(cuda_ipc, "SEGMENT_BYTES", segment_bytes)
     rng = np.random.default_rng(3)
     a = rng.integers(0, 30, 20_011).astype(np.float64)
     a[::13] = np.nan

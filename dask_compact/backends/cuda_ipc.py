@@ -1,19 +1,21 @@
 """CUDA IPC between the GPU workers of one host: the sort's exchange without Dask's comm.
 
-Each worker packs, for each group of buckets, its sorted chunks' slices for that group into
-one new array (:func:`pack`), keeps it alive under a token and hands out a :class:`Source`, a
-few hundred bytes: the CUDA IPC handle of the pack's allocation and the pack's offset in it.
-A merge on another worker of the same host maps that allocation into its own address space
-(``cudaIpcOpenMemHandle``, once per exchange) and copies its pieces straight into the buffer
-it sorts, one ``cudaMemcpyAsync`` each (NVLink, or PCIe peer to peer) (:func:`join`). Only
-the handles travel through Dask.
+Each worker packs, for each group of buckets, its sorted chunks' slices for that group one
+after the other into segments of 256 MiB, each its own allocation (:func:`pack`), keeps them
+alive under a token and hands out a :class:`Source`, a few kilobytes: the CUDA IPC handle of
+each segment's allocation. A merge on another worker of the same host maps those allocations
+into its own address space (``cudaIpcOpenMemHandle``, once per exchange) and copies its
+pieces straight into the buffer it sorts, one ``cudaMemcpyAsync`` per segment a piece
+touches (NVLink, or PCIe peer to peer) (:func:`join`). Only the handles travel through Dask.
 
 Why: measured on 4 H100s (``benchmarks/exchange_probe.py``), 48 arrays of 256 MiB from three
 workers into a fourth took 0.115-0.122 s through Dask over UCX (105-112 GB/s) and 33 ms of
 copies over IPC (387-391 GB/s); over TCP Dask stages every byte through host memory and a
-socket. Why packs: mapping each sorted chunk (1 GiB) took ~11 ms in the sort (2 H100s, 2^32
-float32 per GPU: 1.47 s of mapping over 2 workers and 4 calls), more than its copy; a pack
-per worker and group is one mapping per pair of workers, for one more on-device copy.
+socket. Why packs of small segments: mapping each sorted chunk (1 GiB) took ~11 ms in the
+sort (2 H100s, 2^32 float32 per GPU: 1.47 s of mapping over 2 workers and 4 calls), more
+than its copy, and so did one pack of 4-8 GiB per worker and group (9-13 ms for any
+allocation of 1 GiB or more in the probe), while an allocation of 256 MiB mapped in 0.01 ms.
+A pack costs one more on-device copy of the exchanged bytes.
 
 Lifetime: Dask's own store cannot keep an exported pack alive. Its active memory manager may
 drop the exporting worker's replica of a handle while a copy of it lives elsewhere, and a
@@ -55,17 +57,25 @@ def _me() -> tuple[str, int]:
     return socket.gethostname(), os.getpid()
 
 
+# Exported arrays are cut into allocations of at most this many bytes, each a cudaMalloc of
+# its own (not a block of CuPy's pool, which may lie inside a larger one): mapping another
+# process's allocation took 0.01 ms at 256 MiB and 9-13 ms at 1 GiB and 4 GiB on 2 H100s
+# (benchmarks/exchange_probe.py), whether the GPUs were busy or idle.
+SEGMENT_BYTES = 256 * 2**20
+
+
 @dataclass(frozen=True)
 class Source:
-    """Where one exported part's arrays (a pack of sorted slices) can be copied from:
-    ``handles[k]`` is the IPC handle of array k's allocation and the array's byte offset in
-    it."""
+    """Where one exported part's arrays (a pack of sorted slices) can be copied from: array
+    ``k`` is cut into segments of ``per_segment[k]`` elements (the last may hold fewer), and
+    ``segments[k][s]`` is the IPC handle of segment s's allocation and its byte offset there."""
 
     token: str
     part: int
     host: str
     pid: int
-    handles: tuple[tuple[bytes, int], ...]
+    segments: tuple[tuple[tuple[bytes, int], ...], ...]
+    per_segment: tuple[int, ...]
     dtypes: tuple[str, ...]
 
     def here(self) -> bool:
@@ -85,7 +95,7 @@ def _base(ptr: int) -> int:
 
 
 def _handle(a: Any) -> tuple[bytes, int]:
-    if a.nbytes == 0:
+    if isinstance(a, np.ndarray) or a.nbytes == 0:
         return b"", 0
     import cupy
 
@@ -93,32 +103,75 @@ def _handle(a: Any) -> tuple[bytes, int]:
     return bytes(cupy.cuda.runtime.ipcGetMemHandle(ptr)), ptr - _base(ptr)
 
 
-def export(token: str, part: int, *arrays: Any) -> Source:
-    """Keep ``arrays`` (CuPy, or NumPy for this process alone; ``None`` entries are skipped)
-    alive under ``token`` until :func:`release`, and say where they can be copied from."""
-    kept = tuple(a for a in arrays if a is not None)
+def _keep(token: str, part: int, kinds: list[tuple[list, int, np.dtype]]) -> Source:
+    """Keep each kind's segments (uint8 arrays) under ``token`` until :func:`release`."""
     with _lock:
-        _kept.setdefault(token, {})[part] = kept
+        _kept.setdefault(token, {})[part] = tuple(segs for segs, _, _ in kinds)
     host, pid = _me()
-    handles = tuple(_handle(a) for a in kept) if not isinstance(kept[0], np.ndarray) else \
-        tuple((b"", 0) for _ in kept)  # fmt: skip
-    return Source(token, part, host, pid, handles, tuple(a.dtype.str for a in kept))
+    return Source(token, part, host, pid,
+                  tuple(tuple(_handle(g) for g in segs) for segs, _, _ in kinds),
+                  tuple(per for _, per, _ in kinds),
+                  tuple(dt.str for _, _, dt in kinds))  # fmt: skip
 
 
-def pack(token: str, part: int, arrays: list[list], cuts: list[tuple[int, int]]) -> Source:
-    """Export, as part ``part``, one new array per kind: ``arrays[k][i][lo:hi]`` for each
-    ``(lo, hi) = cuts[i]``, one after the other. One allocation per kind, so another worker
-    maps one allocation for all of this worker's slices (mapping an allocation cost ~11 ms
-    on the H100s, a copy of 1 GiB under 1 ms)."""
-    joined = []
+def export(token: str, part: int, *arrays: Any) -> Source:
+    """Keep ``arrays`` (contiguous; CuPy, or NumPy for this process alone; ``None`` entries
+    are skipped) alive under ``token`` until :func:`release`, each as one segment, and say
+    where they can be copied from."""
+    kept = [a for a in arrays if a is not None]
+    return _keep(token, part, [([a.view(np.uint8)], max(1, a.size), a.dtype) for a in kept])
+
+
+def _raw(nbytes: int, numpy: bool) -> Any:
+    """``nbytes`` of their own allocation (device: a ``cudaMalloc``, outside CuPy's pool)."""
+    if numpy:
+        return np.empty(nbytes, np.uint8)
+    import cupy
+
+    try:
+        mem = cupy.cuda.Memory(nbytes)
+    except cupy.cuda.runtime.CUDARuntimeError:  # the pool may hold what is free: give it back
+        cupy.get_default_memory_pool().free_all_blocks()
+        mem = cupy.cuda.Memory(nbytes)
+    return cupy.ndarray((nbytes,), cupy.uint8, cupy.cuda.MemoryPointer(mem, 0))
+
+
+def pack(token: str, part: int, arrays: list[list], cuts: list[tuple[int, int]],
+         segment_bytes: int | None = None) -> Source:  # fmt: skip
+    """Export, as part ``part``, per kind ``arrays[k]`` (contiguous 1-D arrays), the slices
+    ``arrays[k][i][lo:hi]`` for each ``(lo, hi) = cuts[i]``, one after the other, in segments
+    of at most ``segment_bytes`` (default :data:`SEGMENT_BYTES`): another worker maps a few
+    cheap allocations for all of this worker's slices, where mapping each sorted chunk
+    (1 GiB) cost ~11 ms."""
+    segment_bytes = segment_bytes or SEGMENT_BYTES
+    kinds = []
+    numpy = isinstance(arrays[0][0], np.ndarray)
+    cupy = None if numpy else _cupy()
     for kind in arrays:
-        xp = np if isinstance(kind[0], np.ndarray) else _cupy()
-        joined.append(xp.concatenate([a[lo:hi] for a, (lo, hi) in zip(kind, cuts)]))
-    if not isinstance(joined[0], np.ndarray):
+        dtype = kind[0].dtype
+        item = dtype.itemsize
+        per = max(1, segment_bytes // item)
+        n = sum(hi - lo for lo, hi in cuts)
+        segs = [_raw(min(per, n - i) * item, numpy) for i in range(0, n, per)]
+        pos = 0
+        for a, (lo, hi) in zip(kind, cuts):
+            while lo < hi:
+                seg, off = divmod(pos, per)
+                k = min(hi - lo, per - off)
+                if cupy is None:
+                    segs[seg][off * item:(off + k) * item] = a[lo:lo + k].view(np.uint8)
+                else:
+                    cupy.cuda.runtime.memcpyAsync(
+                        segs[seg].data.ptr + off * item, a.data.ptr + lo * item, k * item,
+                        cupy.cuda.runtime.memcpyDeviceToDevice,
+                        cupy.cuda.get_current_stream().ptr)  # fmt: skip
+                pos, lo = pos + k, lo + k
+        kinds.append((segs, per, dtype))
+    if cupy is not None:
         # Another worker copies from the pack as soon as it has the handle, with nothing to
         # order its copy after this device's: the pack must be written before it is handed out
-        _cupy().cuda.get_current_stream().synchronize()
-    return export(token, part, *joined)
+        cupy.cuda.get_current_stream().synchronize()
+    return _keep(token, part, kinds)
 
 
 def _cupy() -> Any:
@@ -179,13 +232,24 @@ def _unmap(token: str) -> None:
             cupy.cuda.runtime.ipcCloseMemHandle(m[0])
 
 
-def _local(s: Source, which: int) -> Any:
+def _local(s: Source, which: int) -> list:
     with _lock:
-        arrays = _kept.get(s.token, {}).get(s.part)
-    if arrays is None:
+        kinds = _kept.get(s.token, {}).get(s.part)
+    if kinds is None:
         raise RuntimeError(f"part {s.part} of exchange {s.token} was released before its "
                            "merges ran")  # fmt: skip
-    return arrays[which]
+    return kinds[which]
+
+
+def _spans(s: Source, which: int, lo: int, hi: int):
+    """(segment, first element in it, elements) covering elements ``lo:hi`` of array
+    ``which`` of ``s``."""
+    per = s.per_segment[which]
+    while lo < hi:
+        seg, off = divmod(lo, per)
+        k = min(hi - lo, per - off)
+        yield seg, off, k
+        lo += k
 
 
 def join(sources: list[Source], pieces: list[tuple[int, int, int]], which: int) -> Any:
@@ -194,42 +258,52 @@ def join(sources: list[Source], pieces: list[tuple[int, int, int]], which: int) 
     sources copied in place, the others mapped (until the exchange is released) and copied
     over the interconnect."""
     dtype = np.dtype(sources[0].dtypes[which])
+    item = dtype.itemsize
     total = sum(hi - lo for _, lo, hi in pieces)
     if all(s.here() for s in sources):
-        first = _local(sources[0], which)
-        if isinstance(first, np.ndarray):  # NumPy: the same-process table, no device
-            parts = [_local(sources[k], which)[lo:hi] for k, lo, hi in pieces]
-            return np.concatenate(parts) if parts else np.empty(0, dtype)
+        segs = [_local(s, which) for s in sources]
+        if isinstance(segs[0][0], np.ndarray):  # NumPy: the same-process table, no device
+            out = np.empty(total, dtype)
+            raw, at = out.view(np.uint8), 0
+            for k, lo, hi in pieces:
+                for seg, off, n in _spans(sources[k], which, lo, hi):
+                    raw[at:at + n * item] = segs[k][seg][off * item:(off + n) * item]
+                    at += n * item
+            return out
     import cupy
 
     rt = cupy.cuda.runtime
     out = cupy.empty(total, dtype)
     stream = cupy.cuda.get_current_stream()
-    t0 = time.perf_counter()
-    ptrs = [_local(s, which).data.ptr if s.here() else
-            0 if not s.handles[which][0] else  # an empty array has no allocation
-            _open(s.handles[which][0], s.token) + s.handles[which][1]
-            for s in sources]  # fmt: skip
-    t1 = time.perf_counter()
+    t_open = t_copy = 0.0
     at = 0
     try:
         for k, lo, hi in pieces:
-            n = (hi - lo) * dtype.itemsize
-            if n:
-                rt.memcpyAsync(out.data.ptr + at, ptrs[k] + lo * dtype.itemsize, n,
+            s = sources[k]
+            local = _local(s, which) if s.here() else None
+            for seg, off, n in _spans(s, which, lo, hi):
+                t0 = time.perf_counter()
+                if local is not None:
+                    src = local[seg].data.ptr
+                else:
+                    handle, offset = s.segments[which][seg]
+                    src = _open(handle, s.token) + offset
+                t1 = time.perf_counter()
+                rt.memcpyAsync(out.data.ptr + at, src + off * item, n * item,
                                rt.memcpyDeviceToDevice, stream.ptr)  # fmt: skip
-            at += n
+                t_open, t_copy = t_open + t1 - t0, t_copy + time.perf_counter() - t1
+                at += n * item
     finally:
-        t2 = time.perf_counter()
+        t0 = time.perf_counter()
         try:
             # The merge's sort follows on this stream anyway; the task ends only once the
             # copies are done, so the client's release never unmaps memory being read.
             stream.synchronize()
         finally:
             with _lock:
-                stats["open_s"] += t1 - t0
-                stats["copy_s"] += t2 - t1
-                stats["sync_s"] += time.perf_counter() - t2
+                stats["open_s"] += t_open
+                stats["copy_s"] += t_copy
+                stats["sync_s"] += time.perf_counter() - t0
                 for k, _, _ in pieces:
                     stats["local_pieces" if sources[k].here() else "mapped_pieces"] += 1
     return out

@@ -196,3 +196,23 @@ def test_ipc_exchange_with_rmm_async_memory():
                 assert "cannot be shared over CUDA IPC" in str(e), e
             else:
                 np.testing.assert_array_equal(cupy.asnumpy(y.compute()), np.sort(a))
+
+
+def test_ipc_pack_and_join_on_the_device_across_segments():
+    """A pack's segments are allocations of their own; pieces that straddle them come back
+    whole and in order (the same-process path; the mapped one runs in the cluster test)."""
+    from dask_compact.backends import cuda_ipc
+
+    rng = np.random.default_rng(6)
+    host = [np.sort(rng.random(m)) for m in (37, 5, 64)]
+    cuts = [(3, 30), (0, 5), (10, 61)]
+    s = cuda_ipc.pack("gpu-t1", 0, [[cupy.asarray(h) for h in host]], cuts, segment_bytes=56)
+    try:
+        assert len(s.segments[0]) == 12 and all(h for h, _ in s.segments[0])
+        whole = np.concatenate([h[lo:hi] for h, (lo, hi) in zip(host, cuts)])
+        for lo, hi in [(0, 83), (6, 8), (13, 14), (20, 70), (82, 83)]:
+            got = cuda_ipc.join([s], [(0, lo, hi)], 0)
+            assert isinstance(got, cupy.ndarray)
+            np.testing.assert_array_equal(cupy.asnumpy(got), whole[lo:hi])
+    finally:
+        assert cuda_ipc.release("gpu-t1") == 1
