@@ -16,13 +16,17 @@ alone (no argsort) needs no indices at all.
    counts: bucket totals are the output chunk sizes (known), and each piece's offset inside its
    output chunk is the sum of the same bucket's pieces in earlier chunks.
 4. Exchange and merge: the buckets are cut into groups of consecutive buckets
-   (:func:`exchange_groups`: one per worker over UCX, one per bucket over TCP); one slicing
-   task per chunk and group (it runs where its chunk is held, so only the slice travels, once,
-   to where the group is merged; the slice is a copy, so a chunk's memory is freed once it
-   is cut, or once it is spilled) and one merge task per non-empty bucket, over its pieces of
-   those slices in chunk order (on one worker or without a cluster the merges cut their pieces
-   from the chunks themselves); the output is persisted, and the sorted chunks are released
-   as soon as their slices are made (the client keeps no reference to them).
+   (:func:`exchange_groups`). On GPU workers of one host (the default where it can run),
+   one pack task per worker and group puts the worker's slices for the group into shared
+   device memory and each merge copies its pieces from the packs over CUDA IPC
+   (:func:`_exchange_ipc`, :mod:`.backends.cuda_ipc`). Otherwise one slicing task per chunk
+   and group (one group per worker over UCX, one per bucket over TCP; it runs where its chunk
+   is held, so only the slice travels, once, to where the group is merged; the slice is a
+   copy, so a chunk's memory is freed once it is cut, or once it is spilled) and one merge
+   task per non-empty bucket, over its pieces of those slices in chunk order (on one worker
+   or without a cluster the merges cut their pieces from the chunks themselves); the output
+   is persisted, and the sorted chunks are released as soon as their slices are made (the
+   client keeps no reference to them).
 
 Two round trips to the client, each of small arrays (the sample, then the histogram), and on a
 cluster one question to the scheduler (where the chunks are); an array of one chunk sorted into
