@@ -11,7 +11,6 @@ Prints one line per route and repetition: seconds, GB/s into B.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import time
 
 _STORE: dict = {}
@@ -33,18 +32,10 @@ def _take(*arrays) -> float:
     return float(sum(int(a.nbytes) for a in arrays))
 
 
-def _base(ptr: int) -> int:
-    cuda = ctypes.CDLL("libcuda.so.1")
-    base, size = ctypes.c_uint64(), ctypes.c_size_t()
-    rc = cuda.cuMemGetAddressRange_v2(ctypes.byref(base), ctypes.byref(size),
-                                      ctypes.c_uint64(ptr))  # fmt: skip
-    if rc:
-        raise RuntimeError(f"cuMemGetAddressRange failed: {rc}")
-    return base.value
-
-
 def _export(n_arrays: int, mib: int, seed: int) -> list:
     import cupy
+
+    from dask_compact.backends.cuda_ipc import _base
 
     arrays = _make(n_arrays, mib, seed)
     _STORE[seed] = arrays

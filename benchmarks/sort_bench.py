@@ -176,6 +176,34 @@ def _cupy_sort_chunk(key, reps: int, dask_worker=None) -> float:
     return statistics.median(times)
 
 
+def _task_breakdown(client, call) -> None:
+    """One more call under distributed's task stream: per kind of task (key prefix), how
+    many, their summed compute seconds, and when the first began and the last ended, in
+    seconds from the call's start (prints)."""
+    from distributed import get_task_stream
+
+    t0 = time.time()
+    with get_task_stream(client) as ts:
+        y = call()
+    t1 = time.time()
+    del y
+    kinds: dict[str, list] = {}
+    for t in ts.data:
+        key = t["key"][0] if isinstance(t["key"], tuple) else str(t["key"])
+        prefix = "-".join(p for p in key.split("-") if not (len(p) >= 12 and p.isalnum()))
+        for s in t["startstops"]:
+            if s["action"] != "compute":
+                continue
+            k = kinds.setdefault(prefix, [0, 0.0, float("inf"), 0.0])
+            k[0] += 1
+            k[1] += s["stop"] - s["start"]
+            k[2], k[3] = min(k[2], s["start"] - t0), max(k[3], s["stop"] - t0)
+    print(f"task stream of one call ({t1 - t0:.3f} s): "
+          + "; ".join(f"{p}: {n} tasks, {busy:.3f} s computing, {a:.3f}-{b:.3f} s"
+                      for p, (n, busy, a, b) in sorted(kinds.items(), key=lambda kv: kv[1][2])),
+          flush=True)  # fmt: skip
+
+
 def _ipc_stats(client) -> dict:
     """The CUDA IPC joins' counts and seconds, summed over the workers."""
     from dask_compact.backends import cuda_ipc
@@ -186,7 +214,7 @@ def _ipc_stats(client) -> dict:
 
 def run_gpu(k: int, log2n: int, chunk_log2: int, reps: int, protocol: str = "tcp",
             rmm_pool: str | None = None, exchanges: tuple[str, ...] = ("auto",),
-            layout: str = "dask") -> list[dict]:
+            layout: str = "dask", task_stream: bool = False) -> list[dict]:
     """One row per exchange (``dask-compact.sort.exchange``), each timed on the same cluster
     and data; one worker has no exchange, so 1 GPU gives one row (exchange "-"). ``layout``:
     the input where Dask's own scheduling put it ("dask"), or one slab of 2^log2n per GPU
@@ -240,6 +268,11 @@ def run_gpu(k: int, log2n: int, chunk_log2: int, reps: int, protocol: str = "tcp
             nout = y.numblocks[0]
             del y
             _settle(client, nk)
+            if task_stream:
+                with dask.config.set({"dask-compact.sort.exchange":
+                                      "auto" if exchange == "-" else exchange}):  # fmt: skip
+                    _task_breakdown(client, lambda: _sorted_and_held(dask_compact.sort, x))
+                _settle(client, nk)
             per_gpu_chunks = x.numblocks[0] / k
             rows.append(dict(
                 op="sort", protocol=protocol + (f", RMM pool {rmm_pool}" if rmm_pool else ""),
@@ -363,6 +396,9 @@ def main() -> None:
                     help="GPU: the exchange(s) timed in turn on each cluster of 2 GPUs or more")
     ap.add_argument("--layout", default="dask", choices=["dask", "slabs"],
                     help="GPU: the input where Dask put it, or one slab per GPU (weak scaling)")
+    ap.add_argument("--task-stream", action="store_true",
+                    help="GPU: one more call per exchange under the task stream, broken down "
+                    "by kind of task")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     ap.add_argument("--sha", default=None, help="the commit measured (default: git HEAD)")
@@ -383,7 +419,8 @@ def main() -> None:
                 try:
                     rows += run_gpu(k, args.log2n or 32, args.chunk_log2 or 28, args.reps,
                                     protocol, None if pool == "none" else pool,
-                                    tuple(args.exchange), args.layout)  # fmt: skip
+                                    tuple(args.exchange), args.layout,
+                                    args.task_stream)  # fmt: skip
                 except Exception as e:  # noqa: BLE001 -- e.g. UCX not usable: keep the rest
                     print(f"{protocol} on {k} GPUs failed: {type(e).__name__}: {e}", flush=True)
     else:
