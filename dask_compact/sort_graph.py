@@ -148,8 +148,9 @@ def _bounds(values: Any, split: tuple[np.ndarray, np.ndarray], base: int) -> Any
 
 def _pack(call: str, part: int, values: list, orders: list | None, cuts: list) -> Any:
     """This worker's slices ``cuts[i]`` of its sorted chunks ``values[i]`` (and ``orders[i]``)
-    for one group of buckets, packed into one array each and kept on its GPU until the
-    exchange ``call`` ends; returns the handles a merge on another worker copies them by."""
+    for one group of buckets, packed one after the other into allocations of their own and
+    kept on its GPU until the exchange ``call`` ends; returns the handles a merge on another
+    worker copies them by."""
     from .backends import cuda_ipc
 
     return cuda_ipc.pack(call, part, [values] + ([orders] if orders else []), cuts)
@@ -207,7 +208,8 @@ def exchange_groups(values: da.Array, counts: np.ndarray, totals: np.ndarray,
     ``dask-compact.sort.exchange`` decides:
 
     * ``"ipc"``: one group per worker (placed as ``"worker"``); each worker packs its slices
-      for each group into one array, kept on its GPU until the merges have run, and each
+      for each group into allocations of 256 MiB, kept on its GPU until the merges have run,
+      and each
       merge copies its pieces straight from the other workers' GPUs (CUDA IPC,
       :mod:`.backends.cuda_ipc`): CuPy chunks, workers of one host whose GPUs reach each
       other peer to peer, memory that can be exported (not RMM's ``cudaMallocAsync`` pool),
@@ -273,6 +275,8 @@ def _ipc_refusal(client: Any, values: da.Array, group: np.ndarray, where: list, 
     worker is asked (a merge may move to any), in one round trip."""
     if not _is_cupy(values._meta):
         return "the chunks are not CuPy arrays"
+    if any(h is None for h in holders):
+        return "a sorted chunk is held by no worker (lost, and being recomputed)"
     from .backends import cuda_ipc
 
     answers = client.run(cuda_ipc.probe, on_error="return")

@@ -164,3 +164,19 @@ def test_the_ipc_graph_on_workers_of_one_process_is_exact_and_releases_its_packs
         assert not any(n.startswith("sort-piece-") for n in names)
         np.testing.assert_array_equal(y.compute(), np.sort(a))
         np.testing.assert_array_equal(i.compute(), np.argsort(a, kind="stable"))
+
+
+def test_ipc_is_refused_while_a_sorted_chunk_has_no_holder():
+    """A chunk lost and being recomputed has no holder: the exchange cannot plan its packs,
+    so it takes Dask's comm (and the workers are not even asked)."""
+    from dask_compact.sort_graph import _ipc_refusal
+
+    class DeviceMeta:  # stands for a CuPy array's type, by its module
+        __module__ = "cupy._core.core"
+
+    class Values:
+        _meta = DeviceMeta()
+
+    counts = np.ones((2, 2), np.int64)
+    why = _ipc_refusal(None, Values(), np.zeros(2, np.int64), ["w"], [None, "w"], counts, 4)
+    assert why is not None and "held by no worker" in why

@@ -130,7 +130,8 @@ def _raw(nbytes: int, numpy: bool) -> Any:
 
     try:
         mem = cupy.cuda.Memory(nbytes)
-    except cupy.cuda.runtime.CUDARuntimeError:  # the pool may hold what is free: give it back
+    except (cupy.cuda.runtime.CUDARuntimeError, cupy.cuda.memory.OutOfMemoryError):
+        # CuPy's pool may hold what is free: give it back and try once more
         cupy.get_default_memory_pool().free_all_blocks()
         mem = cupy.cuda.Memory(nbytes)
     return cupy.ndarray((nbytes,), cupy.uint8, cupy.cuda.MemoryPointer(mem, 0))
