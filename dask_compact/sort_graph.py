@@ -433,6 +433,7 @@ def _exchange_ipc(sources: list, bounds: np.ndarray, group: np.ndarray, where: l
     call = f"{token}-{uuid.uuid4().hex[:12]}"
     pname = f"sort-pack-{call}"
     workers = sorted(set(holders))
+    windex = {w: i for i, w in enumerate(workers)}
     ngroups = len(where)
     first = np.searchsorted(group, np.arange(ngroups))  # each group's buckets: first..last-1
     last = np.searchsorted(group, np.arange(ngroups), side="right")
@@ -462,16 +463,14 @@ def _exchange_ipc(sources: list, bounds: np.ndarray, group: np.ndarray, where: l
     chunks: list[int] = []
     for j in _nonempty(bounds):
         g = int(group[j])
-        keys: list = []
+        keys: dict = {}  # the packs this merge reads -> their position in its argument list
         pieces = []
         for c in map(int, np.flatnonzero(bounds[:, j + 1] > bounds[:, j])):
-            key = (pname, workers.index(holders[c]), g)
-            if key not in keys:
-                keys.append(key)
+            k = keys.setdefault((pname, windex[holders[c]], g), len(keys))
             start = at[c, g] + int(bounds[c, j] - bounds[c, first[g]])
-            pieces.append((keys.index(key), start, start + int(bounds[c, j + 1] - bounds[c, j])))
+            pieces.append((k, start, start + int(bounds[c, j + 1] - bounds[c, j])))
         mkey = (out, len(chunks))
-        merges[mkey] = (_merge_joined, keys, pieces, len(sources) == 2, local)
+        merges[mkey] = (_merge_joined, list(keys), pieces, len(sources) == 2, local)
         placed[mkey] = where[g]
         chunks.append(int(bounds[:, j + 1].sum() - bounds[:, j].sum()))
     graph = HighLevelGraph.merge(*[a.dask for a in sources])

@@ -46,8 +46,9 @@ def test_exported_chunks_live_until_released():
     a, b = np.sort(rng.random(100)), np.sort(rng.random(50))
     ia, ib = np.arange(100), np.arange(100, 150)
     want = np.concatenate([a[10:40], b[:5]])
-    sa = cuda_ipc.export("t1", 0, a, ia)
-    sb = pickle.loads(pickle.dumps(cuda_ipc.export("t1", 1, b, ib)))  # as a merge gets it
+    sa = cuda_ipc.pack("t1", 0, [[a], [ia]], [(0, a.size)])
+    sb = cuda_ipc.pack("t1", 1, [[b], [ib]], [(0, b.size)])
+    sb = pickle.loads(pickle.dumps(sb))  # as a merge gets it
     assert "t1" in cuda_ipc.exported_tokens()
     del a, ia  # the table keeps them
     got = cuda_ipc.join([sa, sb], [(0, 10, 40), (1, 0, 5)], 0)
@@ -102,7 +103,7 @@ def test_merge_over_joined_pieces_is_the_stable_sort(local, indices):
     srcs = []
     for c, (p, s) in enumerate(zip(parts, starts)):
         v, o, _ = numpy_sort.sort_chunk(p, indices, s, np.zeros(0, np.int64), local)
-        srcs.append(cuda_ipc.export("t2", c, v, o))
+        srcs.append(cuda_ipc.pack("t2", c, [[v]] + ([[o]] if o is not None else []), [(0, v.size)]))
     try:
         pieces = [(k, 0, len(p)) for k, p in enumerate(parts)]
         got = _merge_joined(srcs, pieces, indices, local)

@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Source", "export", "release", "join", "probe", "ipc_refusal", "exported_tokens",
+__all__ = ["Source", "pack", "release", "join", "probe", "ipc_refusal", "exported_tokens",
            "piece_counts"]
 
 _lock = threading.Lock()
@@ -112,14 +112,6 @@ def _keep(token: str, part: int, kinds: list[tuple[list, int, np.dtype]]) -> Sou
                   tuple(tuple(_handle(g) for g in segs) for segs, _, _ in kinds),
                   tuple(per for _, per, _ in kinds),
                   tuple(dt.str for _, _, dt in kinds))  # fmt: skip
-
-
-def export(token: str, part: int, *arrays: Any) -> Source:
-    """Keep ``arrays`` (contiguous; CuPy, or NumPy for this process alone; ``None`` entries
-    are skipped) alive under ``token`` until :func:`release`, each as one segment, and say
-    where they can be copied from."""
-    kept = [a for a in arrays if a is not None]
-    return _keep(token, part, [([a.view(np.uint8)], max(1, a.size), a.dtype) for a in kept])
 
 
 def _raw(nbytes: int, numpy: bool) -> Any:
