@@ -280,6 +280,7 @@ def cli_modes(gpu: bool, workers: int | None) -> dict[str, list[str]]:
     modes = {
         "cli default": [],
         "cli default, dask-compact script": [],
+        "cli default, dask-compact script, no read-ahead": ["--no-read-ahead"],
         "cli threads (cpu)": ["--local", "threads", "--device", "cpu"],
         "cli processes (cpu)": ["--local", "processes", "--device", "cpu", *w],
     }
@@ -312,6 +313,9 @@ def main() -> None:
                     help="skip every run whose name matches (case-insensitive), e.g. gpu.decode")
     ap.add_argument("--cmd-timeout", type=float, default=None, metavar="S",
                     help="give up a timed command after S seconds (reported as failed)")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="run the CLI modes this many times, in turn (rows of later rounds "
+                    "are named '... (round K)'): same-run A/B of modes")
     ap.add_argument("--work", help="directory for the data (default: a temporary one)")
     ap.add_argument("--out", default="benchmarks/results")
     ap.add_argument("--tag", default="")
@@ -388,7 +392,10 @@ def main() -> None:
     shutil.rmtree(work / "warm_out.zarr", ignore_errors=True)
     sec, _ = timed([*SCRIPT, str(small), str(work / "warm_out.zarr"), "--where", f"x < {p}"])
     record("cli default, dask-compact script, 2^16 elements (start-up)", sec, "start-up")
-    for name, flags in cli_modes(gpu, args.workers).items():
+    modes = cli_modes(gpu, args.workers)
+    runs = [(name if k == 1 else f"{name} (round {k})", name, flags)
+            for k in range(1, args.rounds + 1) for name, flags in modes.items()]
+    for label, name, flags in runs:
         if name in skip:
             continue
         out = work / "cli_out.zarr"
@@ -397,8 +404,8 @@ def main() -> None:
             sec, stdout = timed([*entry, str(src), str(out), "--where",
                                  f"x < {p}", "--json", *flags])
         except RuntimeError as e:  # report the mode as failed, go on with the others
-            print(f"{name}: FAILED\n{e}", flush=True)
-            rows.append({"run": name, "seconds": float("nan"), "kind": "cli", "error": str(e)})
+            print(f"{label}: FAILED\n{e}", flush=True)
+            rows.append({"run": label, "seconds": float("nan"), "kind": "cli", "error": str(e)})
             shutil.rmtree(out, ignore_errors=True)
             continue
         summary = json.loads(stdout)
@@ -408,14 +415,15 @@ def main() -> None:
         print(f"    job {summary['seconds']:.2f} s of {summary.get('process_seconds', 0):.2f} s "
               f"in the process; task s: " + ", ".join(f"{k} {v:.2f}" for k, v in ts.items())
               + f"; {summary.get('threads')} threads, decode {summary.get('decode')}, encode "
-              f"{summary.get('encode')}", flush=True)
-        record(name, sec, "cli", {"scheduler": summary["scheduler"],
+              f"{summary.get('encode')}; read ahead {summary.get('read_ahead')}", flush=True)
+        record(label, sec, "cli", {"scheduler": summary["scheduler"],
                                   "job_seconds": summary["seconds"],
                                   "decode": summary.get("decode"),
                                   "encode": summary.get("encode"),
                                   "task_seconds": summary.get("task_seconds"),
                                   "peak_memory": summary.get("peak_memory"),
-                                  "memory_budget": summary.get("memory_budget")})
+                                  "memory_budget": summary.get("memory_budget"),
+                                  "read_ahead": summary.get("read_ahead")})
 
     read_best = min(floors.values())
     floor_sum = read_best + wf

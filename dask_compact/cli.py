@@ -31,18 +31,18 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from .batch.inputs import Source, open_input
-from .batch.job import describe, run_job
-from .batch.output import Target, check_overlap
-from .batch.records_job import GroupInput, open_group_input, prepare, run_records_job
-from .batch.records_job import describe as describe_records
-from .batch.runner import Runner, start
-from .batch.signals import EXIT_SIGINT, EXIT_SIGTERM, terminate_as_exit
-from .batch.warmup import GpuWarmup
+if TYPE_CHECKING:
+    from .batch.inputs import Source
+    from .batch.output import Target
+    from .batch.records_job import GroupInput
+    from .batch.runner import Runner
+
+# The job's modules (and through them zarr, dask, numba, CuPy) are imported inside the command,
+# once the early read and the GPU warm-up have started: those overlap the imports.
 
 # ---------------------------------------------------------------------------------------------
 # The command
@@ -123,6 +123,10 @@ def fmt_bytes(n: float) -> str:
     "compacted on GPUs (no faster than cpu on the hosts measured; see the README); where it "
     "is not possible, a line on stderr says why and the CPU encodes.",
 )
+@click.option("--read-ahead/--no-read-ahead", default=True, show_default=True,
+              help="Decode the input's first chunks while the command starts (a local Zarr "
+              "array of zarr's default codecs, chunks decoded and compacted in this process); "
+              "within the memory budget.")
 @click.option("--resume", is_flag=True,
               help="Continue an interrupted job on OUTPUT (same arguments) from its manifest "
               "of written chunks; starts afresh if there is none.")
@@ -151,6 +155,7 @@ def compact_command(
     memory_budget: str | None,
     decode: str,
     encode: str,
+    read_ahead: bool,
     resume: bool,
     timeout: float,
     progress: bool | None,
@@ -177,11 +182,22 @@ def compact_command(
     if address and scheduler_file:
         raise click.UsageError("give --scheduler or --scheduler-file, not both")
     budget = _parse_budget(memory_budget)
+    in_process = address is None and scheduler_file is None and local_cluster in ("auto",
+                                                                                   "threads")
+    # Where this process decodes the chunks, its cores start on the first ones now, while the
+    # imports and the set-up below go on (see .batch.early_read).
+    if (read_ahead and in_process and decode == "cpu" and encode == "cpu" and not resume
+            and chunks is None and field_list is None):
+        from .batch import early_read
+
+        early_read.begin(input_path, mode, budget)
+        click.get_current_context().call_on_close(early_read.end)
     # Where the job may compact on this process's GPUs, their contexts start now, in the
     # background, while the imports and the input's opening go on (see .batch.warmup).
     warmup = None
-    if (address is None and scheduler_file is None and local_cluster in ("auto", "threads")
-            and device in ("auto", "gpu")):
+    if in_process and device in ("auto", "gpu"):
+        from .batch.warmup import GpuWarmup
+
         warmup = GpuWarmup()
         click.get_current_context().call_on_close(lambda: warmup.close(timeout=10.0))
     try:
@@ -190,6 +206,12 @@ def compact_command(
         raise click.ClickException(
             f"dask compact writes Zarr and needs the zarr package ({e}); pip install zarr"
         ) from None
+    from .batch.inputs import open_input
+    from .batch.job import describe
+    from .batch.output import Target, check_overlap
+    from .batch.records_job import describe as describe_records
+    from .batch.records_job import open_group_input, prepare
+
     show = sys.stderr.isatty() if progress is None else progress
     where_to_run = (address, scheduler_file, local_cluster, device, timeout, n_workers)
     group = open_group_input(input_path)
@@ -245,12 +267,22 @@ def compact_command(
         f"where     {where}\n"
         + _job_lines(summary, f", {'GPU' if summary['gpu_decode'] else 'CPU'} decode, "
                      f"{'GPU' if summary['encode'] == 'gpu' else 'CPU'} encode")
+        + _ahead_line(summary.get("read_ahead"))
     )
+
+
+def _ahead_line(ahead: dict[str, Any] | None) -> str:
+    if not ahead or not ahead["chunks"]:
+        return ""
+    return (f"\nahead     {ahead['chunks']} chunks ({fmt_bytes(ahead['bytes'])}) decoded while "
+            "the command started")
 
 
 def _locked(target: Target, overwrite: bool, job: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     """``job()`` under OUTPUT's lock, SIGTERM unwinding like Ctrl-C; an interrupt exits 130
     (143 for SIGTERM) with one line on stderr saying what was left at OUTPUT."""
+    from .batch.signals import EXIT_SIGINT, EXIT_SIGTERM, terminate_as_exit
+
     try:
         with terminate_as_exit():
             target.acquire()
@@ -378,6 +410,9 @@ def run(
     encode: str = "cpu",
 ) -> dict[str, Any]:
     """Start the scheduler, run the job, stop what was started; short messages for failures."""
+    from .batch.job import run_job
+    from .batch.runner import Runner, start
+
     if src.size == 0:
         # Nothing to read or compact: no cluster, just the empty arrays.
         return run_job(Runner("no scheduler (empty input)"), src, target, where, mode,
@@ -404,6 +439,9 @@ def run_group(
 ) -> dict[str, Any]:
     """The job on a Zarr group INPUT (:mod:`.batch.records_job`), as :func:`run` runs one on
     an array."""
+    from .batch.records_job import run_records_job
+    from .batch.runner import Runner, start
+
     if inp.rows == 0:
         return run_records_job(Runner("no scheduler (empty input)"), inp, target, where, mode,
                                output_chunks, input_path, overwrite, False, budget, continued)

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from . import early_read
 from .executor import ClientExecutor, Executor, ThreadExecutor
 from .host_buffers import pool_for_job
 from .inputs import Source
@@ -232,6 +233,7 @@ def run_job(
     job, total, threads = stream_and_commit(runner, target, make_job, names, show,
                                             int(layout.n * layout.itemsize), attrs, overwrite)
     seconds = time.perf_counter() - t0
+    ahead = early_read.end()  # chunks the tasks took from the command's early read, if any
     st = job.stats
     return {
         "input": input_path,
@@ -255,6 +257,7 @@ def run_job(
         "encode": encode,
         "gpu_encoded": st.gpu_encoded,
         "resumed_from_chunk": st.resumed_from_chunk if resume is not None else None,
+        "read_ahead": ahead,
     }
 
 

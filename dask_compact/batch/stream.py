@@ -21,8 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import early_read, tasks
 from . import manifest as manifest_io
-from . import tasks
 from .executor import ClientExecutor, Executor
 from .manifest import Manifest
 from .plan import Layout, Part, chunk_cost, out_chunks_total, parts_of
@@ -110,8 +110,14 @@ class _Stream:
         nchunks = self.layout.nchunks
         if self.progress and self.job.stats.skipped_bytes:
             self.progress(self.job.stats.skipped_bytes)
+        first = True
         while True:
             self.admit()
+            if first:
+                # The first window is admitted: chunks read early outside it are dropped and
+                # no more are started (the tasks read the rest; see .early_read).
+                early_read.stop(keep_below=self.next_submit)
+                first = False
             if self.held == 0 and self.writes == 0 and self.next_submit >= nchunks:
                 break
             try:

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from . import early_read
 from .executor import spare_threads
 from .host_buffers import piece_alloc, thread_host, thread_pinned
 from .reader import Reader, ZarrChunkFiles
@@ -99,7 +100,10 @@ def read_compact(
     pred = _predicate(where)
     if not device.startswith("gpu"):
         t0 = time.perf_counter()
-        if isinstance(reader, ZarrChunkFiles):
+        early = early_read.take(reader, r0, r1)
+        if early is not None:  # read while the command started (see .early_read)
+            block, t0 = early[0], t0 - early[1]
+        elif isinstance(reader, ZarrChunkFiles):
             # Decoded into this thread's reused buffer (see .host_buffers); the compaction
             # writes its selection into new arrays, so nothing keeps a view of the buffer.
             block = thread_host((r1 - r0,) + reader.shape[1:], reader.dtype)
@@ -126,10 +130,17 @@ def read_compact(
                 raise ChunkError(f"cannot read {where_from}: {type(e).__name__}: {e}") from e
         elif isinstance(reader, ZarrChunkFiles):
             # Decoded straight into this thread's pinned buffer, then one asynchronous copy:
-            # twice the bandwidth of a copy from pageable memory, and no staging copy.
+            # twice the bandwidth of a copy from pageable memory, and no staging copy. A
+            # chunk read early (.early_read, pageable) is copied into that buffer first.
             shape = (r1 - r0,) + reader.shape[1:]
             host = thread_pinned(shape, reader.dtype)
-            _read_into(reader, r0, r1, host, where_from)
+            early = early_read.take(reader, r0, r1)
+            if early is not None:
+                np.copyto(host, early[0])
+                t0 -= early[1]
+                del early
+            else:
+                _read_into(reader, r0, r1, host, where_from)
             block = cupy.empty(shape, reader.dtype)
             block.set(host, stream=cupy.cuda.get_current_stream())
         else:
