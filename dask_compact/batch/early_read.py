@@ -26,7 +26,6 @@ error as it would have. A chunk is read by exactly one of the two: the first to 
 from __future__ import annotations
 
 import json
-import mmap
 import os
 import threading
 import time
@@ -34,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from .reader import _MAP_POPULATE, ZarrChunkFiles
+from .reader import ZarrChunkFiles
 
 _V3_TYPES = {
     "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
@@ -130,19 +129,6 @@ def _memory_cap(budget: int | None) -> int:
     return min(cap, budget) if budget else cap
 
 
-def _populated(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
-    """A new array whose pages are all mapped at once (``MAP_POPULATE``), not one fault per
-    page as the decoder first writes them: on the 2-core CI machine 16 chunks of 32 MiB
-    decoded in 0.57 s into such arrays, 1.02 s into ``np.empty`` ones (0.39-0.43 s into one
-    reused array, which the chunks held here cannot share)."""
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-    flags = mmap.MAP_PRIVATE | getattr(mmap, "MAP_ANONYMOUS", 0x20) | _MAP_POPULATE
-    if nbytes == 0:
-        return np.empty(shape, dtype)
-    mem = mmap.mmap(-1, nbytes, flags=flags)  # unmapped when the last array viewing it goes
-    return np.frombuffer(mem, dtype).reshape(shape)
-
-
 class EarlyRead:
     """Threads decoding chunks ``0..count-1`` of ``reader`` in order, until :meth:`stop`."""
 
@@ -180,7 +166,12 @@ class EarlyRead:
             r0, r1 = i * r.chunk_rows, min((i + 1) * r.chunk_rows, r.shape[0])
             t0 = time.perf_counter()
             try:
-                block = r.read(r0, r1, out=_populated((r1 - r0,) + r.shape[1:], r.dtype))
+                # A new array each: NumPy asks for transparent huge pages for it, so its
+                # first touch costs little (on the H100 host 15 threads decoded 64 chunks of
+                # 128 MiB at 8.2 GB/s so, 8.9 GB/s into one reused array per thread, and
+                # 2.9 GB/s into mappings populated up front with MAP_POPULATE:
+                # benchmarks/decode_buffers_probe.py).
+                block = r.read(r0, r1)
                 result: Any = (block, time.perf_counter() - t0)
             except Exception as e:  # noqa: BLE001 -- the task reads the chunk and reports it
                 result = e
