@@ -415,7 +415,9 @@ def main() -> None:
         print(f"    job {summary['seconds']:.2f} s of {summary.get('process_seconds', 0):.2f} s "
               f"in the process; task s: " + ", ".join(f"{k} {v:.2f}" for k, v in ts.items())
               + f"; {summary.get('threads')} threads, decode {summary.get('decode')}, encode "
-              f"{summary.get('encode')}; read ahead {summary.get('read_ahead')}", flush=True)
+              f"{summary.get('encode')}; read ahead {summary.get('read_ahead')}; timeline "
+              + ", ".join(f"{k} {v:.2f}" for k, v in (summary.get("timeline") or {}).items()),
+              flush=True)
         record(label, sec, "cli", {"scheduler": summary["scheduler"],
                                   "job_seconds": summary["seconds"],
                                   "decode": summary.get("decode"),

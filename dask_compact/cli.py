@@ -181,25 +181,34 @@ def compact_command(
     """
     if address and scheduler_file:
         raise click.UsageError("give --scheduler or --scheduler-file, not both")
+    from .batch.entry_points import shared_scan
+
+    # zarr and numcodecs each scan every installed package's entry points as they are
+    # imported: once is enough (see .batch.entry_points).
+    click.get_current_context().with_resource(shared_scan())
     budget = _parse_budget(memory_budget)
     in_process = address is None and scheduler_file is None and local_cluster in ("auto",
                                                                                    "threads")
     # Where this process decodes the chunks, its cores start on the first ones now, while the
     # imports and the set-up below go on (see .batch.early_read).
+    early = None
     if (read_ahead and in_process and decode == "cpu" and encode == "cpu" and not resume
             and chunks is None and field_list is None):
         from .batch import early_read
 
-        early_read.begin(input_path, mode, budget)
+        early = early_read.begin(input_path, mode, budget)
         click.get_current_context().call_on_close(early_read.end)
     # Where the job may compact on this process's GPUs, their contexts start now, in the
-    # background, while the imports and the input's opening go on (see .batch.warmup).
+    # background, while the imports and the input's opening go on (see .batch.warmup); the
+    # kernels too where the early read already knows the input's dtype.
     warmup = None
     if in_process and device in ("auto", "gpu"):
         from .batch.warmup import GpuWarmup
 
         warmup = GpuWarmup()
         click.get_current_context().call_on_close(lambda: warmup.close(timeout=10.0))
+        if early is not None:
+            warmup.prepare(where, early.reader.dtype, mode)
     try:
         import zarr  # noqa: F401 -- the output is always a Zarr group: fail before any work
     except ImportError as e:

@@ -87,6 +87,48 @@ class _Registered:
             pass
 
 
+class _RegisteredArray:
+    """An existing host array page-locked in place while any array views this object (the
+    array itself is kept alive by it); unregistered when the last view is garbage."""
+
+    def __init__(self, a: np.ndarray) -> None:
+        import cupy
+
+        self._a = a
+        self._runtime = cupy.cuda.runtime
+        self._runtime.hostRegister(a.ctypes.data, a.nbytes, 0)  # cudaHostRegisterDefault
+        self.__array_interface__ = a.reshape(-1).view(np.uint8).__array_interface__
+
+    def __del__(self) -> None:
+        try:
+            self._runtime.hostUnregister(self._a.ctypes.data)
+        except Exception:  # noqa: BLE001 -- at interpreter exit CUDA may already be torn down
+            pass
+
+
+def pin_in_place(a: np.ndarray) -> np.ndarray | None:
+    """``a`` (C-contiguous, its memory already written) page-locked in place, as a view of
+    the same shape and dtype; unregistered when the view and its views are garbage. It becomes
+    this thread's pinned buffer (:func:`thread_pinned`) if the thread has none or a smaller
+    one. None where CUDA refuses (e.g. a page of ``a`` shared with another registration: small
+    arrays from the heap); the caller then copies into :func:`thread_pinned`.
+
+    A chunk decoded early (:mod:`.early_read`) into its own array goes to the device this
+    way: registering written pages ran at 19.8 GB/s on the H100 host, against a copy into the
+    thread's buffer plus, for each thread's first chunk, that buffer's own allocation and
+    registration (2 GiB of fresh pages for 16 threads: the first chunks' 0.6-0.7 s)."""
+    if a.nbytes == 0 or not a.flags.c_contiguous:
+        return None
+    try:
+        mem = np.asarray(_RegisteredArray(a))
+    except Exception:  # noqa: BLE001 -- cudaErrorHostMemoryAlreadyRegistered and the like
+        return None
+    own = getattr(_local, "pinned", None)
+    if own is None or own.nbytes < mem.nbytes:
+        _local.pinned = mem
+    return mem.view(a.dtype).reshape(a.shape)
+
+
 def pinned(nbytes: int) -> np.ndarray:
     """A page-locked uint8 host array of ``nbytes`` (unregistered and freed when the array and
     its views are garbage)."""

@@ -211,6 +211,7 @@ def run_job(
         if encode == "gpu":  # the selections wait for their writes in device memory
             budget = min(budget, device_budget(runner))
     t0 = time.perf_counter()
+    started = process_age()
     names = NAMES[mode]
 
     def make_job() -> Job:
@@ -258,6 +259,9 @@ def run_job(
         "gpu_encoded": st.gpu_encoded,
         "resumed_from_chunk": st.resumed_from_chunk if resume is not None else None,
         "read_ahead": ahead,
+        # seconds since the process started: the job's start, then its loop's events
+        "timeline": {"job": started, **{k: started + v - t0 for k, v in st.marks.items()},
+                     "end": started + seconds, **st.durations},
     }
 
 

@@ -47,6 +47,15 @@ class Stats:
     peak_reserved: int = 0
     resumed_from_chunk: int = 0
     skipped_bytes: int = 0
+    # time.perf_counter() of the loop's start and of its first and last pieces and writes
+    # (the summary's timeline: where a job's wall time goes beside the tasks' own seconds)
+    marks: dict[str, float] = field(default_factory=dict)
+    durations: dict[str, float] = field(default_factory=dict)  # the first piece's read, compact
+
+    def mark(self, event: str) -> None:
+        now = time.perf_counter()
+        self.marks.setdefault(f"first_{event}", now)
+        self.marks[f"last_{event}"] = now
 
 
 @dataclass
@@ -110,6 +119,7 @@ class _Stream:
         nchunks = self.layout.nchunks
         if self.progress and self.job.stats.skipped_bytes:
             self.progress(self.job.stats.skipped_bytes)
+        self.job.stats.marks["loop"] = time.perf_counter()
         first = True
         while True:
             self.admit()
@@ -184,7 +194,11 @@ class _Stream:
 
     def piece_done(self, i: int, pinfo: Any) -> None:
         st = self.job.stats
+        st.mark("piece")
         skipped = pinfo.device == "skipped"
+        if not skipped and "first_piece_read_s" not in st.durations:
+            st.durations["first_piece_read_s"] = pinfo.read_s
+            st.durations["first_piece_compact_s"] = pinfo.compact_s
         if skipped:
             st.skipped_bytes += self.layout.in_bytes(i)
         st.read_s += pinfo.read_s
@@ -255,6 +269,7 @@ class _Stream:
     def write_done(self, j: int, done: tuple[float, int], chunks: list[int]) -> None:
         seconds, on_gpu = done
         self.job.stats.write_s += seconds
+        self.job.stats.mark("write")
         self.job.stats.gpu_encoded += on_gpu
         self.writes -= 1
         self.job.manifest.written.add(j)

@@ -17,7 +17,7 @@ import numpy as np
 
 from . import early_read
 from .executor import spare_threads
-from .host_buffers import piece_alloc, thread_host, thread_pinned
+from .host_buffers import piece_alloc, pin_in_place, thread_host, thread_pinned
 from .reader import Reader, ZarrChunkFiles
 
 
@@ -123,6 +123,7 @@ def read_compact(
     stream = _thread_stream(dev) if decode != "gpu" else contextlib.nullcontext()
     with cupy.cuda.Device(dev), stream:
         t0 = time.perf_counter()
+        keep: Any = None  # host memory the copy to the device reads until the count is back
         if decode == "gpu":
             try:
                 block = reader.read_device(r0, r1)  # type: ignore[union-attr]
@@ -131,23 +132,33 @@ def read_compact(
         elif isinstance(reader, ZarrChunkFiles):
             # Decoded straight into this thread's pinned buffer, then one asynchronous copy:
             # twice the bandwidth of a copy from pageable memory, and no staging copy. A
-            # chunk read early (.early_read, pageable) is copied into that buffer first.
+            # chunk read early (.early_read) is page-locked where it lies instead, or, where
+            # that is refused, copied into the thread's buffer.
             shape = (r1 - r0,) + reader.shape[1:]
-            host = thread_pinned(shape, reader.dtype)
             early = early_read.take(reader, r0, r1)
+            host = None
             if early is not None:
-                np.copyto(host, early[0])
                 t0 -= early[1]
+                host = pin_in_place(early[0])
+                if host is None:
+                    host = thread_pinned(shape, reader.dtype)
+                    np.copyto(host, early[0])
                 del early
             else:
+                host = thread_pinned(shape, reader.dtype)
                 _read_into(reader, r0, r1, host, where_from)
             block = cupy.empty(shape, reader.dtype)
             block.set(host, stream=cupy.cuda.get_current_stream())
+            # Dropped once the compaction has read its count back (which waits for the copy):
+            # a chunk registered for this task alone is then unregistered and freed.
+            keep = host
+            del host
         else:
             block = cupy.asarray(_read(reader, r0, r1, where_from))
         t1 = time.perf_counter()
         values, indices = _compact(block, pred, mode, base, where_from)
         del block
+        del keep  # the copy to the device has ended (see above)
         if encode == "gpu":
             # Another thread's stream encodes it: the selection must be complete first.
             cupy.cuda.get_current_stream().synchronize()

@@ -34,12 +34,17 @@ class GpuWarmup:
         )
         self.devices = 0  # devices with a context, once the first step is done
         self.prepared = False  # whether the kernels were built and run on every device
+        self._asked = False
         self._thread = threading.Thread(target=self._run, name="dask-compact-gpu-warmup",
                                         daemon=True)
         self._thread.start()
 
     def prepare(self, where: str, dtype: np.dtype, mode: str) -> None:
-        """Build the predicate's kernels for ``dtype`` and output ``mode`` on each device."""
+        """Build the predicate's kernels for ``dtype`` and output ``mode`` on each device
+        (the first call only: a job has one predicate, dtype and mode)."""
+        if self._asked:
+            return
+        self._asked = True
         self._requests.put((where, np.dtype(dtype), mode))
 
     def close(self, timeout: float | None = None) -> None:
