@@ -129,6 +129,18 @@ def _memory_cap(budget: int | None) -> int:
     return min(cap, budget) if budget else cap
 
 
+NICE = 10  # the early threads' niceness: the command's own thread (its imports) goes first
+
+
+def _lower_priority() -> None:
+    """This thread at niceness :data:`NICE` (Linux: per thread), where the command's thread,
+    whose start-up this overlaps, and the GPU warm-up's keep theirs."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), NICE)
+    except (AttributeError, OSError):  # not Linux, or not permitted: the default priority
+        pass
+
+
 class EarlyRead:
     """Threads decoding chunks ``0..count-1`` of ``reader`` in order, until :meth:`stop`."""
 
@@ -161,6 +173,7 @@ class EarlyRead:
             return None
 
     def _work(self) -> None:
+        _lower_priority()
         r = self.reader
         while (i := self._claim()) is not None:
             r0, r1 = i * r.chunk_rows, min((i + 1) * r.chunk_rows, r.shape[0])
@@ -224,6 +237,12 @@ class EarlyRead:
     def close(self) -> None:
         """Stop and drop every chunk not taken."""
         self.stop(keep_below=0)
+
+    def join(self, timeout: float | None = None) -> None:
+        """Wait until the threads have ended (every chunk read, or :meth:`stop` called and the
+        chunks in progress done)."""
+        for t in self._threads:
+            t.join(timeout)
 
     def summary(self) -> dict[str, Any]:
         return {"chunks": self.taken, "bytes": self.taken_bytes, "read_s": self.read_s}

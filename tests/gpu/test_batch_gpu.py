@@ -224,6 +224,70 @@ def test_pinned_buffers_are_page_locked_and_released():
     assert a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
 
 
+def test_pin_in_place_locks_an_array_where_it_lies_and_lets_it_go():
+    """A chunk read early is page-locked in place: same memory, a copy from it is exact, the
+    thread adopts it as its pinned buffer when it has none (and keeps its own otherwise),
+    and an array it does not keep is unregistered when dropped (registering the same memory
+    again then works)."""
+    import threading
+
+    from dask_compact.batch import host_buffers
+
+    out = {}
+
+    def in_a_new_thread():
+        a = (np.random.default_rng(4).random((1 << 18, 3)) * 100).astype(np.float32)
+        h = host_buffers.pin_in_place(a)
+        assert h is not None and h.shape == a.shape and h.dtype == a.dtype
+        assert h.ctypes.data == a.ctypes.data
+        attrs = cupy.cuda.runtime.pointerGetAttributes(h.ctypes.data)
+        assert attrs.type == cupy.cuda.runtime.memoryTypeHost
+        d = cupy.empty(a.shape, a.dtype)
+        d.set(h)
+        np.testing.assert_array_equal(d.get(), a)
+        own = host_buffers.thread_pinned(a.shape, a.dtype)
+        out["adopted"] = own.ctypes.data == a.ctypes.data
+        b = np.random.default_rng(5).random(1 << 16)
+        hb = host_buffers.pin_in_place(b)  # the thread's buffer is larger: not adopted
+        assert hb is not None
+        out["kept"] = host_buffers.thread_pinned(a.shape, a.dtype).ctypes.data == a.ctypes.data
+        del hb
+        again = host_buffers.pin_in_place(b)  # unregistered when dropped: registers again
+        out["again"] = again is not None
+        assert host_buffers.pin_in_place(np.empty(0)) is None
+
+    t = threading.Thread(target=in_a_new_thread)
+    t.start()
+    t.join()
+    assert out == {"adopted": True, "kept": True, "again": True}
+
+
+@pytest.mark.parametrize("mode", ["values", "indices", "both"])
+def test_cli_on_gpus_with_every_chunk_read_early_matches_numpy(tmp_path, mode, monkeypatch):
+    from dask_compact.batch import early_read
+
+    original = early_read.begin
+
+    def begin(path, mode, budget):  # every chunk read before the job: the tasks take them
+        early = original(path, mode, budget)
+        if early is not None:
+            early.join(timeout=60)
+        return early
+
+    monkeypatch.setattr(early_read, "begin", begin)
+    a = np.random.default_rng(8).standard_normal(300_007).astype(np.float32)
+    path = make(tmp_path, a, (65_536,))
+    out = tmp_path / "out.zarr"
+    summary = json.loads(run(path, out, "--where", "x > 0.2", "--output", mode, "--json",
+                             "--device", "gpu").output)
+    assert summary["gpu_chunks"] == 5 and summary["read_ahead"]["chunks"] == 5
+    g = zarr.open_group(str(out), mode="r")
+    if mode != "indices":
+        np.testing.assert_array_equal(g["values"][:], a[a > 0.2])
+    if mode != "values":
+        np.testing.assert_array_equal(g["indices"][:], np.flatnonzero(a > 0.2))
+
+
 def test_prepare_builds_the_kernels_and_teaches_the_memo_nothing():
     from dask_compact.backends.cupy_backend import compact, prepare
     from dask_compact.predicate import as_predicate

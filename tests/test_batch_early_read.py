@@ -1,0 +1,293 @@
+"""The batch command's early read (dask_compact/batch/early_read.py): which inputs it reads,
+how much, that a chunk is read by exactly one of it and the job's tasks, and that the job's
+output is exact whether its chunks came from it, from the tasks, or from both; failures fall
+back to the tasks' own reads and errors."""
+
+from __future__ import annotations
+
+import importlib.metadata as metadata
+import json
+import os
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+import zarr
+from click.testing import CliRunner
+
+from dask_compact import cli
+from dask_compact.batch import early_read
+from dask_compact.batch.entry_points import shared_scan
+from dask_compact.batch.inputs import open_input
+from dask_compact.batch.reader import ZarrChunkFiles, chunk_files_reader
+
+CHUNK = 1000
+
+
+def make(path: Path, a: np.ndarray, chunks: tuple[int, ...], **kw) -> Path:
+    z = zarr.create_array(store=str(path), shape=a.shape, dtype=a.dtype, chunks=chunks, **kw)
+    z[:] = a
+    return path
+
+
+@pytest.fixture
+def zin(tmp_path: Path) -> tuple[Path, np.ndarray]:
+    a = np.random.default_rng(3).random(10 * CHUNK + 123).astype(np.float32)
+    return make(tmp_path / "in.zarr", a, (CHUNK,)), a
+
+
+def invoke(*args: object, code: int = 0):
+    result = CliRunner().invoke(cli.main, [str(a) for a in args], catch_exceptions=False)
+    assert result.exit_code == code, result.output
+    return result
+
+
+@pytest.fixture
+def read_first(monkeypatch):
+    """The command's early read finishes every chunk it may read before the job starts (so
+    the tasks take each of them: deterministic, where a real command races)."""
+    begun: list[early_read.EarlyRead] = []
+    original = early_read.begin
+
+    def begin(path, mode, budget):
+        early = original(path, mode, budget)
+        if early is not None:
+            early.join(timeout=60)
+            begun.append(early)
+        return early
+
+    monkeypatch.setattr(early_read, "begin", begin)
+    return begun
+
+
+# -- which inputs, how many chunks ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int8", "uint16", "int64", "bool"])
+@pytest.mark.parametrize("shape,chunks", [((5000,), (999,)), ((300, 7), (64, 7)), ((1,), (1,))])
+def test_plan_reads_the_chunk_files_the_job_reads(tmp_path, dtype, shape, chunks):
+    a = (np.random.default_rng(1).random(shape) * 100).astype(dtype)
+    path = make(tmp_path / "a.zarr", a, chunks)
+    planned = early_read.plan(str(path), "values", None)
+    assert planned is not None
+    reader, count = planned
+    job_reader, why = chunk_files_reader(zarr.open_array(str(path)), str(path), "fp", False)
+    assert why == "" and job_reader is not None
+    assert reader.keys == job_reader.keys and reader.chunk_rows == job_reader.chunk_rows
+    nchunks = -(-shape[0] // chunks[0])
+    assert count == nchunks  # a few MB: all of it fits a quarter of the memory
+    early = early_read.EarlyRead(reader, count, 2)
+    try:
+        early.join(timeout=60)
+        assert early.matches(job_reader)
+        got = []
+        for i in range(nchunks):
+            r0, r1 = i * chunks[0], min((i + 1) * chunks[0], shape[0])
+            taken = early.take(job_reader, r0, r1)
+            assert taken is not None and taken[1] >= 0
+            got.append(taken[0])
+        np.testing.assert_array_equal(np.concatenate(got), a)
+    finally:
+        early.close()
+
+
+def test_plan_refuses_what_the_chunk_file_reader_does_not_read(tmp_path):
+    a = np.random.default_rng(2).random((40, 6)).astype(np.float32)
+    cases = {
+        "v2": make(tmp_path / "v2.zarr", a, (8, 6), zarr_format=2),
+        "blosc": make(tmp_path / "blosc.zarr", a, (8, 6),
+                      compressors=zarr.codecs.BloscCodec()),
+        "uncompressed": make(tmp_path / "raw.zarr", a, (8, 6), compressors=None),
+        "split trailing axis": make(tmp_path / "split.zarr", a, (8, 3)),
+        "sharded": make(tmp_path / "shard.zarr", a, (8, 6), shards=(16, 6)),
+        "big-endian": make(tmp_path / "be.zarr", a, (8, 6),
+                           serializer=zarr.codecs.BytesCodec(endian="big")),
+    }
+    g = zarr.open_group(str(tmp_path / "group.zarr"), mode="w")
+    g.create_array("x", shape=(10,), dtype="f4")
+    cases["group"] = tmp_path / "group.zarr"
+    cases["missing"] = tmp_path / "nothing.zarr"
+    for why, path in cases.items():
+        assert early_read.plan(str(path), "values", None) is None, why
+    assert early_read.plan("s3://bucket/a.zarr", "values", None) is None
+    npy = tmp_path / "a.npy"
+    np.save(npy, a)
+    assert early_read.plan(str(npy), "values", None) is None
+
+
+def test_plan_reads_only_what_the_first_window_admits(zin):
+    path, a = zin
+    one = CHUNK * (4 + 4)  # a float32 chunk decoded, plus its full selection of values
+    for budget, expect in [(one * 3 + 5, 3), (one, 1), (one - 1, None)]:
+        planned = early_read.plan(str(path), "values", budget)
+        assert (planned[1] if planned else None) == expect, budget
+    # indices cost 8 bytes per element on top of the decoded 4
+    planned = early_read.plan(str(path), "indices", CHUNK * 12 * 2)
+    assert planned is not None and planned[1] == 2
+
+
+# -- one reader per chunk --------------------------------------------------------------------------
+
+
+class GatedReader(ZarrChunkFiles):
+    """Chunk 0's read waits for a gate; every read is counted."""
+
+    def __init__(self, base: ZarrChunkFiles) -> None:
+        super().__init__(base.url, base.shape, base.dtype, "", base.chunk_rows, base.keys,
+                         base.fill_value, False)
+        self.gate = threading.Event()
+        self.reads: list[int] = []
+
+    def read(self, r0, r1, out=None):
+        self.reads.append(r0 // self.chunk_rows)
+        if r0 == 0:
+            assert self.gate.wait(30)
+        return super().read(r0, r1, out)
+
+
+def test_a_chunk_is_read_by_whoever_claims_it_first(zin):
+    path, a = zin
+    reader, count = early_read.plan(str(path), "values", None)
+    gated = GatedReader(reader)
+    early = early_read.EarlyRead(gated, 6, 1)  # one thread: it claims 0 and waits there
+    try:
+        while 0 not in gated.reads:
+            threading.Event().wait(0.01)
+        assert early.take(reader, 2 * CHUNK, 3 * CHUNK) is None  # the task claims chunk 2
+        gated.gate.set()
+        early.join(timeout=60)
+        assert sorted(gated.reads) == [0, 1, 3, 4, 5]  # 2 left to the task
+        for i in (0, 1, 3, 4, 5):
+            block, _ = early.take(reader, i * CHUNK, (i + 1) * CHUNK)
+            np.testing.assert_array_equal(block, a[i * CHUNK : (i + 1) * CHUNK])
+        assert early.take(reader, 0, CHUNK) is None  # taken once only
+        assert early.take(reader, 7 * CHUNK, 8 * CHUNK) is None  # past its count
+        assert early.take(reader, 10, CHUNK + 10) is None  # not a chunk's rows
+        assert early.summary()["chunks"] == 5
+    finally:
+        early.close()
+
+
+def test_stop_drops_chunks_outside_the_window_and_close_drops_the_rest(zin):
+    path, _ = zin
+    reader, count = early_read.plan(str(path), "values", None)
+    early = early_read.EarlyRead(reader, count, 2)
+    early.join(timeout=60)
+    early.stop(keep_below=4)
+    assert early.take(reader, 5 * CHUNK, 6 * CHUNK) is None
+    assert early.take(reader, 3 * CHUNK, 4 * CHUNK) is not None
+    early.close()
+    assert early.take(reader, 0, CHUNK) is None
+    assert early.summary()["chunks"] == 1
+
+
+def test_a_chunk_that_fails_early_is_left_to_the_task(zin):
+    path, _ = zin
+    with open(os.path.join(path, "c", "2"), "wb") as f:
+        f.write(b"not zstd")
+    reader, count = early_read.plan(str(path), "values", None)
+    early = early_read.EarlyRead(reader, count, 2)
+    try:
+        early.join(timeout=60)
+        assert early.take(reader, 2 * CHUNK, 3 * CHUNK) is None
+        assert early.take(reader, 3 * CHUNK, 4 * CHUNK) is not None
+    finally:
+        early.close()
+
+
+# -- the command ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["values", "indices", "both"])
+@pytest.mark.parametrize("where", ["x < 0.3", "x < 2", "x > 2"])  # some, all, none selected
+def test_command_with_chunks_read_early_matches_numpy(zin, tmp_path, read_first, mode, where):
+    path, a = zin
+    out = tmp_path / "out.zarr"
+    summary = json.loads(invoke(path, out, "--where", where, "--output", mode, "--json",
+                                "--device", "cpu").output)
+    mask = eval(where, {"x": a})  # noqa: S307 -- the test's own expressions
+    g = zarr.open_group(str(out), mode="r")
+    if mode != "indices":
+        np.testing.assert_array_equal(g["values"][:], a[mask])
+    if mode != "values":
+        np.testing.assert_array_equal(g["indices"][:], np.flatnonzero(mask))
+    assert summary["read_ahead"]["chunks"] == 11  # every chunk, taken by the tasks
+    assert summary["read_ahead"]["bytes"] == a.nbytes
+    assert summary["task_seconds"]["read"] >= summary["read_ahead"]["read_s"]
+    t = summary["timeline"]
+    assert t["job"] <= t["loop"] <= t["first_piece"] <= t["last_piece"] <= t["end"]
+    assert early_read.active() is None  # ended with the job
+
+
+def test_command_under_a_budget_reads_early_only_its_first_window(zin, tmp_path, read_first):
+    path, a = zin
+    out = tmp_path / "out.zarr"
+    budget = CHUNK * 8 * 3  # three chunks of float32 values in flight
+    summary = json.loads(invoke(path, out, "--where", "x < 0.5", "--json", "--device", "cpu",
+                                "--memory-budget", str(budget)).output)
+    assert read_first[0].count == 3
+    assert summary["read_ahead"]["chunks"] == 3
+    assert summary["peak_reserved"] <= budget
+    np.testing.assert_array_equal(zarr.open_group(str(out))["values"][:], a[a < 0.5])
+
+
+def test_corrupted_chunk_read_early_is_named_by_the_task(zin, tmp_path, read_first):
+    path, _ = zin
+    with open(os.path.join(path, "c", "4"), "wb") as f:
+        f.write(b"\x28\xb5\x2f\xfd garbage")
+    out = tmp_path / "out.zarr"
+    result = invoke(path, out, "--where", "x < 0.5", "--device", "cpu", code=1)
+    assert "input chunk 4" in result.output
+    assert not out.exists()
+    assert not [p for p in tmp_path.iterdir() if "dask-compact-tmp" in p.name]
+
+
+@pytest.mark.parametrize("flags", [["--no-read-ahead"], ["--chunks", "500"],
+                                   ["--local", "processes"], ["--resume"]])
+def test_no_early_read_where_the_job_reads_otherwise(zin, tmp_path, flags, monkeypatch):
+    path, a = zin
+    monkeypatch.setattr(early_read, "begin",
+                        lambda *args: pytest.fail("early read started"))
+    extra = ["--workers", "1"] if "processes" in flags else []
+    output = invoke(path, tmp_path / "o.zarr", "--where", "x < 0.5", "--json",
+                    "--device", "cpu", *flags, *extra).output
+    summary = json.loads(output.strip().splitlines()[-1])  # after --resume's line on stderr
+    assert summary["read_ahead"] is None
+    np.testing.assert_array_equal(zarr.open_group(str(tmp_path / "o.zarr"))["values"][:],
+                                  a[a < 0.5])
+
+
+def test_the_job_reads_what_the_early_read_did_not(zin, tmp_path):
+    """A real command (no joining): whatever the race gives, the output is exact and every
+    chunk is read exactly once."""
+    path, a = zin
+    src = open_input(str(path), None)
+    summary = json.loads(invoke(path, tmp_path / "o.zarr", "--where", "x >= 0.25", "--json",
+                                "--device", "cpu").output)
+    assert summary["chunks_read"] == 11
+    assert 0 <= summary["read_ahead"]["chunks"] <= 11
+    np.testing.assert_array_equal(zarr.open_group(str(tmp_path / "o.zarr"))["values"][:],
+                                  a[a >= 0.25])
+    assert src.reader.keys == early_read.plan(str(path), "values", None)[0].keys
+
+
+# -- one entry-point scan ------------------------------------------------------------------------
+
+
+def test_shared_scan_selects_what_each_call_would_get():
+    before_all = metadata.entry_points()
+    before = {g: sorted(map(str, metadata.entry_points(group=g)))
+              for g in ("console_scripts", "dask_cli", "numcodecs.codecs", "nonexistent")}
+    original = metadata.entry_points
+    with shared_scan():
+        assert metadata.entry_points is not original
+        for g, eps in before.items():
+            assert sorted(map(str, metadata.entry_points(group=g))) == eps
+        everything = metadata.entry_points()
+        assert metadata.entry_points() is everything  # scanned once
+        assert sorted(everything.groups) == sorted(before_all.groups)
+        assert sorted(map(str, metadata.entry_points(group="console_scripts",
+                                                     name="dask-compact"))) == [
+            s for s in before["console_scripts"] if "name='dask-compact'" in s]
+    assert metadata.entry_points is original
