@@ -436,9 +436,11 @@ def main() -> None:
         "",
         f"Input: 2^{args.log2n} float32 ({n * 4 / 2**30:.2f} GiB) in Zarr chunks of "
         f"2^{args.chunk_log2}, codec {args.codec}, page cache warm; `x < {p}` selects "
-        f"{len(expect):,}. Wall time of each whole command (a subprocess), one run each; the "
-        "compiled predicate cached on disk by an untimed run first (a user's very first run "
-        "also compiles it, about a second).",
+        f"{len(expect):,}. Wall time of each whole command (a subprocess), "
+        + ("one run each" if args.rounds == 1 else
+           f"the CLI modes run {args.rounds} times in turn (rounds), the rest once")
+        + "; the compiled predicate cached on disk by an untimed run first (a user's very "
+        "first run also compiles it, about a second).",
         "",
         "| run | wall s | vs plain Dask (threads) | vs read+write floor | job s (CLI) | "
         "task s: read / compact / write |",

@@ -291,3 +291,20 @@ def test_shared_scan_selects_what_each_call_would_get():
                                                      name="dask-compact"))) == [
             s for s in before["console_scripts"] if "name='dask-compact'" in s]
     assert metadata.entry_points is original
+
+
+def test_missing_chunk_allowed_reads_as_fill_value_with_early_read(zin, tmp_path, read_first):
+    """The early threads never accept a missing chunk (it fails there); the task reads it under
+    the job's own --allow-missing-chunks."""
+    path, a = zin
+    os.remove(os.path.join(path, "c", "3"))
+    expect = a.copy()
+    expect[3 * CHUNK : 4 * CHUNK] = 0  # zarr's default fill value
+    out = tmp_path / "out.zarr"
+    refused = invoke(path, out, "--where", "x < 0.5", "--device", "cpu", code=2)
+    assert "missing" in refused.output and not out.exists()
+    summary = json.loads(invoke(path, out, "--where", "x < 0.5", "--json", "--device", "cpu",
+                                "--allow-missing-chunks").output)
+    assert summary["read_ahead"]["chunks"] == 10  # all but the missing one
+    np.testing.assert_array_equal(zarr.open_group(str(out))["values"][:],
+                                  expect[expect < 0.5])

@@ -319,8 +319,10 @@ def test_script_exit_codes_and_output(npy, tmp_path, flags):
 def test_terminate_handler_restored():
     import signal
 
+    from dask_compact.batch.signals import terminate_as_exit
+
     before = signal.getsignal(signal.SIGTERM)
-    with pytest.raises(SystemExit) as info, cli.terminate_as_exit():
+    with pytest.raises(SystemExit) as info, terminate_as_exit():
         os.kill(os.getpid(), signal.SIGTERM)
     assert info.value.code == 128 + signal.SIGTERM
     assert signal.getsignal(signal.SIGTERM) == before
