@@ -313,6 +313,10 @@ def main() -> None:
                     help="skip every run whose name matches (case-insensitive), e.g. gpu.decode")
     ap.add_argument("--cmd-timeout", type=float, default=None, metavar="S",
                     help="give up a timed command after S seconds (reported as failed)")
+    ap.add_argument("--extra-mode", action="append", default=[], metavar="NAME=FLAGS",
+                    help="another CLI mode to time, e.g. 'script, 8 early threads="
+                    "--read-ahead-threads 8' (through the dask-compact script when NAME "
+                    "contains 'script', else through dask compact)")
     ap.add_argument("--rounds", type=int, default=1,
                     help="run the CLI modes this many times, in turn (rows of later rounds "
                     "are named '... (round K)'): same-run A/B of modes")
@@ -393,6 +397,9 @@ def main() -> None:
     sec, _ = timed([*SCRIPT, str(small), str(work / "warm_out.zarr"), "--where", f"x < {p}"])
     record("cli default, dask-compact script, 2^16 elements (start-up)", sec, "start-up")
     modes = cli_modes(gpu, args.workers)
+    for spec in args.extra_mode:
+        name, _, flags = spec.partition("=")
+        modes[("cli " + name.replace("script", "dask-compact script")).strip()] = flags.split()
     runs = [(name if k == 1 else f"{name} (round {k})", name, flags)
             for k in range(1, args.rounds + 1) for name, flags in modes.items()]
     for label, name, flags in runs:

@@ -127,6 +127,8 @@ def fmt_bytes(n: float) -> str:
               help="Decode the input's first chunks while the command starts (a local Zarr "
               "array of zarr's default codecs, chunks decoded and compacted in this process); "
               "within the memory budget.")
+@click.option("--read-ahead-threads", type=click.IntRange(min=1), metavar="N",
+              help="Threads of the early read (default: one per core but one, at most 8).")
 @click.option("--resume", is_flag=True,
               help="Continue an interrupted job on OUTPUT (same arguments) from its manifest "
               "of written chunks; starts afresh if there is none.")
@@ -156,6 +158,7 @@ def compact_command(
     decode: str,
     encode: str,
     read_ahead: bool,
+    read_ahead_threads: int | None,
     resume: bool,
     timeout: float,
     progress: bool | None,
@@ -196,7 +199,7 @@ def compact_command(
             and chunks is None and field_list is None):
         from .batch import early_read
 
-        early = early_read.begin(input_path, mode, budget)
+        early = early_read.begin(input_path, mode, budget, read_ahead_threads)
         click.get_current_context().call_on_close(early_read.end)
     # Where the job may compact on this process's GPUs, their contexts start now, in the
     # background, while the imports and the input's opening go on (see .batch.warmup); the

@@ -50,8 +50,8 @@ def read_first(monkeypatch):
     begun: list[early_read.EarlyRead] = []
     original = early_read.begin
 
-    def begin(path, mode, budget):
-        early = original(path, mode, budget)
+    def begin(*args):
+        early = original(*args)
         if early is not None:
             early.join(timeout=60)
             begun.append(early)
@@ -308,3 +308,25 @@ def test_missing_chunk_allowed_reads_as_fill_value_with_early_read(zin, tmp_path
     assert summary["read_ahead"]["chunks"] == 10  # all but the missing one
     np.testing.assert_array_equal(zarr.open_group(str(out))["values"][:],
                                   expect[expect < 0.5])
+
+
+def test_thread_count_default_and_option(zin, tmp_path, monkeypatch):
+    assert [early_read.default_threads(c) for c in (1, 2, 3, 9, 16, 64)] == [1, 1, 2, 8, 8, 8]
+    path, a = zin
+    seen = []
+    original = early_read.EarlyRead
+
+    class Counting(original):
+        def __init__(self, reader, count, threads):
+            seen.append(threads)
+            super().__init__(reader, count, threads)
+
+    monkeypatch.setattr(early_read, "EarlyRead", Counting)
+    invoke(path, tmp_path / "o.zarr", "--where", "x < 0.5", "--device", "cpu",
+           "--read-ahead-threads", "3")
+    assert seen == [3]
+    invoke(path, tmp_path / "p.zarr", "--where", "x < 0.5", "--device", "cpu")
+    cores = len(os.sched_getaffinity(0))
+    assert seen[1] == min(11, early_read.default_threads(cores))
+    np.testing.assert_array_equal(zarr.open_group(str(tmp_path / "p.zarr"))["values"][:],
+                                  a[a < 0.5])

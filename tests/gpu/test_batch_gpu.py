@@ -268,8 +268,8 @@ def test_cli_on_gpus_with_every_chunk_read_early_matches_numpy(tmp_path, mode, m
 
     original = early_read.begin
 
-    def begin(path, mode, budget):  # every chunk read before the job: the tasks take them
-        early = original(path, mode, budget)
+    def begin(*args):  # every chunk read before the job: the tasks take them
+        early = original(*args)
         if early is not None:
             early.join(timeout=60)
         return early
