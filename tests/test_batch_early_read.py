@@ -330,3 +330,11 @@ def test_thread_count_default_and_option(zin, tmp_path, monkeypatch):
     assert seen[1] == min(11, early_read.default_threads(cores))
     np.testing.assert_array_equal(zarr.open_group(str(tmp_path / "p.zarr"))["values"][:],
                                   a[a < 0.5])
+
+
+def test_memory_cap_is_a_quarter_of_what_the_job_calls_available():
+    import psutil
+
+    quarter = psutil.virtual_memory().available // 4
+    assert abs(early_read._memory_cap(None) - quarter) <= 0.05 * quarter
+    assert early_read._memory_cap(12345) == 12345
