@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from .plan import Layout, chunk_cost
 from .reader import ZarrChunkFiles
 
 _V3_TYPES = {
@@ -59,16 +60,12 @@ def plan(path: str, mode: str, budget: int | None) -> tuple[ZarrChunkFiles, int]
         return None
     if reader is None:
         return None
-    n_rows = reader.shape[0]
-    nchunks = -(-n_rows // reader.chunk_rows) if n_rows else 0
+    # The job's own layout and charge per chunk (the streaming loop admits by the same rule).
+    layout = Layout.make(reader.shape, reader.dtype.itemsize, reader.chunk_rows, None)
     cap = _memory_cap(budget)
-    row = int(np.prod(reader.shape[1:], dtype=np.int64)) if len(reader.shape) > 1 else 1
-    out = {"values": reader.dtype.itemsize, "indices": 8,
-           "both": reader.dtype.itemsize + 8}[mode]
     total, k = 0, 0
-    while k < nchunks:
-        rows = min(reader.chunk_rows, n_rows - k * reader.chunk_rows)
-        cost = rows * row * (reader.dtype.itemsize + out)  # as plan.chunk_cost charges it
+    while k < layout.nchunks:
+        cost = chunk_cost(layout, k, mode)
         if total + cost > cap:
             break
         total += cost
@@ -162,7 +159,6 @@ class EarlyRead:
         self.taken = 0  # chunks the tasks took from here
         self.taken_bytes = 0
         self.read_s = 0.0  # seconds of the early threads on the chunks taken
-        self.started = time.perf_counter()
         self._threads = [threading.Thread(target=self._work, name=f"dask-compact-early-{k}",
                                           daemon=True) for k in range(max(1, threads))]
         for t in self._threads:
