@@ -184,34 +184,16 @@ def compact_command(
     """
     if address and scheduler_file:
         raise click.UsageError("give --scheduler or --scheduler-file, not both")
-    from .batch.entry_points import shared_scan
-
-    # zarr and numcodecs each scan every installed package's entry points as they are
-    # imported: once is enough (see .batch.entry_points).
-    click.get_current_context().with_resource(shared_scan())
     budget = _parse_budget(memory_budget)
-    in_process = address is None and scheduler_file is None and local_cluster in ("auto",
-                                                                                   "threads")
-    # Where this process decodes the chunks, its cores start on the first ones now, while the
-    # imports and the set-up below go on (see .batch.early_read).
-    early = None
-    if (read_ahead and in_process and decode == "cpu" and encode == "cpu" and not resume
-            and chunks is None and field_list is None):
-        from .batch import early_read
+    ctx = click.get_current_context()
+    # The entry-point scan, the early read of the first chunks and the GPU warm-up start now
+    # (or started as dask's CLI imported its plugins), in the background, while the imports and
+    # the set-up below go on (see .batch.head_start).
+    from .batch.head_start import adopt_or_start
 
-        early = early_read.begin(input_path, mode, budget, read_ahead_threads)
-        click.get_current_context().call_on_close(early_read.end)
-    # Where the job may compact on this process's GPUs, their contexts start now, in the
-    # background, while the imports and the input's opening go on (see .batch.warmup); the
-    # kernels too where the early read already knows the input's dtype.
-    warmup = None
-    if in_process and device in ("auto", "gpu"):
-        from .batch.warmup import GpuWarmup
-
-        warmup = GpuWarmup()
-        click.get_current_context().call_on_close(lambda: warmup.close(timeout=10.0))
-        if early is not None:
-            warmup.prepare(where, early.reader.dtype, mode)
+    head = adopt_or_start(dict(ctx.params), budget)
+    ctx.call_on_close(head.close)
+    warmup = head.warmup
     try:
         import zarr  # noqa: F401 -- the output is always a Zarr group: fail before any work
     except ImportError as e:
@@ -241,6 +223,7 @@ def compact_command(
 
         summary = _locked(target, overwrite, group_job)
         click.echo(json.dumps(summary) if as_json else _group_text(summary))
+        _end_after_dask_cli(ctx)
         return
     # The cheap checks first, each naming the argument at fault: INPUT, then --where against
     # its dtype, then what is at OUTPUT (under its lock, so no other job can change that).
@@ -268,11 +251,12 @@ def compact_command(
                    where_to_run, budget, continued, decode, encode)
 
     summary = _locked(target, overwrite, job)
+    click.echo(json.dumps(summary) if as_json else _array_text(summary, input_path, where))
+    _end_after_dask_cli(ctx)
 
-    if as_json:
-        click.echo(json.dumps(summary))
-        return
-    click.echo(
+
+def _array_text(summary: dict[str, Any], input_path: str, where: str) -> str:
+    return (
         f"read      {summary['elements']:,} elements of {summary['dtype']} "
         f"({fmt_bytes(summary['bytes'])}), shape {tuple(summary['shape'])}, "
         f"{summary['input_chunks']} chunks, from {input_path}\n"
@@ -481,24 +465,29 @@ main = compact_command
 
 def script(prog_name: str = "dask-compact") -> None:
     """The process entry of the ``dask-compact`` script and of ``python -m dask_compact``: the
-    command, then the process ends at once with its exit code (``os._exit``), its output
-    flushed.
-
-    Everything the command does is finished by then: the output committed or removed, the
-    cluster or thread pool stopped, the files closed. What an ordinary exit would add is the
-    interpreter's teardown of every module and object (numba's and llvmlite's among them),
-    which measured 0.22-0.25 s of a 2 s command on the 2-core CI machine. ``dask compact``
-    (dask's CLI, which runs other commands too) exits the ordinary way."""
-    import multiprocessing
-    import os
-
+    command, then the process ends at once with its exit code (:func:`_end_process`)."""
     try:
         main(prog_name=prog_name)  # click's standalone mode: ends by raising SystemExit
         code: Any = 0
     except SystemExit as e:
         code = e.code
+    _end_process(code)
+    sys.exit(code)  # a local cluster's processes still ending: the ordinary exit joins them
+
+
+def _end_process(code: Any) -> None:
+    """End the process at once with exit code ``code`` (``os._exit``), its output flushed;
+    returns instead while a local cluster's processes are still ending.
+
+    Everything the command does is finished by then: the output committed or removed, the
+    cluster or thread pool stopped, the files closed. What an ordinary exit would add is the
+    interpreter's teardown of every module and object (numba's and llvmlite's among them),
+    which measured 0.22-0.25 s of a 2 s command on the 2-core CI machine."""
+    import multiprocessing
+    import os
+
     if multiprocessing.active_children():
-        sys.exit(code)  # a local cluster's processes still ending: the ordinary exit joins them
+        return
     if code is None:
         code = 0
     elif not isinstance(code, int):
@@ -507,3 +496,22 @@ def script(prog_name: str = "dask-compact") -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+def _end_after_dask_cli(ctx: click.Context) -> None:
+    """After a successful ``dask compact``, end the process as the script does, once dask's
+    CLI has closed its contexts (the last thing it does: ``dask.cli.run_cli`` runs one
+    command and its standalone mode then exits). Under any other caller (a test's runner, a
+    program calling the command) nothing changes."""
+    root = ctx.find_root()
+    dask_cli = sys.modules.get("dask.cli")
+    if root is not ctx and dask_cli is not None and root.command is getattr(dask_cli, "cli",
+                                                                           None):
+        root.call_on_close(lambda: _end_process(0))
+
+
+# dask's CLI imports this module as its `compact` plugin, then the other plugins, then runs the
+# command: for a `dask compact` command line the command's background work starts now.
+from .batch.head_start import start_for_dask_cli  # noqa: E402 -- after the command it parses
+
+start_for_dask_cli(main, _parse_budget)
