@@ -62,12 +62,20 @@ def _gather1(bits, n, src, dst):  # pragma: no cover - compiled
                 r += 1
         else:
             # many rows: every row written and kept by advancing r, no branch to mispredict
-            # (the capacity test above makes the writes past the last kept row safe)
+            # (the capacity test above makes the writes past the last kept row safe); the
+            # word shifted one place a row (a shift by j was 15% slower at p = 0.5-0.95), a
+            # fixed count of 64 where the word is whole (7% faster than a count of min(64, ...))
             r = k
-            m = min(64, n - s)
-            for j in range(m):
-                dst[r] = src[s + j]
-                r += np.int64((word >> np.uint64(j)) & np.uint64(1))
+            if s + 64 <= n:
+                for j in range(64):
+                    dst[r] = src[s + j]
+                    r += np.int64(word & np.uint64(1))
+                    word >>= np.uint64(1)
+            else:
+                for j in range(n - s):
+                    dst[r] = src[s + j]
+                    r += np.int64(word & np.uint64(1))
+                    word >>= np.uint64(1)
         k += c
     return k
 
@@ -90,6 +98,9 @@ def _gather2(bits, src, dst):  # pragma: no cover - compiled
 
 @njit(nogil=True, cache=True, boundscheck=False)
 def _indices(bits, base, dst):  # pragma: no cover - compiled
+    # the set bits visited in every word: writing every row of a dense word (as _gather1)
+    # measured slower at p = 0.5 (10.6 against 6.9 ms on 2^24 rows) and the same at p = 0.95,
+    # the int64 stores being what limits it
     k = 0
     for w in range(bits.shape[0]):
         word = bits[w]
