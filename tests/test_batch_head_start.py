@@ -99,6 +99,22 @@ def test_nothing_begun_for_other_command_lines(zin, line):
     assert head_start._pending is None and early_read.active() is None
 
 
+def test_a_failed_start_leaves_nothing_started(zin, monkeypatch):
+    """The entry-point scan it entered is undone, and the command line is left to the
+    command."""
+    import importlib.metadata as metadata
+
+    path, _ = zin
+    original = metadata.entry_points
+
+    def fail(*args):
+        raise OSError("no threads")
+
+    monkeypatch.setattr(early_read, "begin", fail)
+    assert head_start.start_for_dask_cli(cli.main, cli._parse_budget, argv(path)) is None
+    assert metadata.entry_points is original and head_start._pending is None
+
+
 def test_python_dash_m_dask_is_dask_cli():
     assert head_start._is_dask_cli("/env/lib/python3.11/site-packages/dask/__main__.py")
     assert head_start._is_dask_cli("/env/bin/dask")

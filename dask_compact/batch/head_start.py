@@ -47,6 +47,13 @@ class HeadStart:
         self.warmup: Any = None
         # zarr and numcodecs each scan every installed package's entry points as they are
         # imported: once is enough (see .entry_points).
+        try:
+            self._start(params, budget, shared_scan)
+        except BaseException:
+            self._stack.close()  # nothing half-started is left behind (the scan restored)
+            raise
+
+    def _start(self, params: dict[str, Any], budget: int | None, shared_scan: Any) -> None:
         self._stack.enter_context(shared_scan())
         if reads_early(params):
             from . import early_read
@@ -103,7 +110,7 @@ def start_for_dask_cli(command: click.Command, parse_budget: Callable[[str | Non
     imported); the head start begun, or None. Never raises: a command line it cannot use is
     left to the command, which reports it."""
     global _pending
-    argv = sys.argv if argv is None else argv
+    argv = getattr(sys, "argv", []) if argv is None else argv  # an embedding may set none
     if (len(argv) < 3 or argv[1] != command.name or "dask.cli" not in sys.modules
             or not _is_dask_cli(argv[0]) or _NO_JOB.intersection(argv[2:])):
         return None
