@@ -7,7 +7,14 @@ from typing import Any
 
 import numpy as np
 
-from .dispatch import compact_chunk, compact_many, compact_masked, compact_runs
+from .dispatch import (
+    compact_chunk,
+    compact_many,
+    compact_masked,
+    compact_runs,
+    remember_call,
+    repeated_call,
+)
 from .dispatch import compact_into as compact_into_chunk
 from .predicate import Predicate, PredicateLike, as_predicate
 from .task_report import report
@@ -64,8 +71,16 @@ def compact_array(
     >>> compact_array(np.array([[1, 5], [7, 2]]), lambda v: v > 4, output="indices")
     array([1, 2])
     """
-    a, p = _checked("compact_array", a, pred, output, stable, algorithm)
-    return compact_chunk(a, p, output, stable, algorithm, 0)
+    # The same predicate on the same kind of array again (a loop of small GPU calls): the call
+    # kept the last time, without the checks and the dispatch it passed then.
+    call = repeated_call(a, pred, output, stable, algorithm)
+    if call is not None:
+        return call(a, 0)
+    checked, p = _checked("compact_array", a, pred, output, stable, algorithm)
+    out = compact_chunk(checked, p, output, stable, algorithm, 0)
+    if checked is a:
+        remember_call(a, pred, p, output, stable, algorithm)
+    return out
 
 
 def _checked(fn: str, a: Any, pred: PredicateLike, output: str, stable: bool, algorithm: str

@@ -23,7 +23,9 @@ It streams under the memory budget as the one-array job does, resumes the same w
 output is complete or absent in the same way.
 
 Registered as a ``dask`` subcommand through the ``dask_cli`` entry point, which ``dask``'s CLI
-loads by adding the click command named ``compact`` (see ``dask.cli.run_cli``).
+loads by adding the click command named ``compact`` (see ``dask.cli.run_cli``). Imported that
+way for a ``dask compact`` command line, this module starts the command's background work at
+once (:func:`.batch.head_start.start_for_dask_cli`); imported any other way it starts nothing.
 """
 
 from __future__ import annotations

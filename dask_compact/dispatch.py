@@ -53,6 +53,13 @@ Backend contract (both functions, every backend):
     (:mod:`dask_compact.scan`). ``scan_total(a, acc)``: the sum of ``a`` in ``acc`` as a NumPy
     scalar on the host.
 
+``repeated_call(a, pred_like, output, stable, algorithm) -> call or None`` and
+``remember_call(a, pred_like, pred, output, stable, algorithm)``
+    :func:`dask_compact.compact_array`'s repeated call: a backend may keep, per predicate
+    object the caller passes, a call that skips the checks and the dispatch when the same
+    object is passed again with the same arguments and the same kind of array (CuPy: the
+    ready one-read call of a small call); every other type: None, and nothing kept.
+
 ``compact_chunk``/``compact_many`` with ``algorithm="scan"`` run the textbook map -> scan ->
 scatter compaction of the backend's ``compact_scan`` instead of the fused kernels.
 """
@@ -71,6 +78,18 @@ compact_records = Dispatch("compact_records")
 compact_records_into = Dispatch("compact_records_into")
 scan_chunk = Dispatch("scan_chunk")
 scan_total = Dispatch("scan_total")
+repeated_call = Dispatch("repeated_call")
+remember_call = Dispatch("remember_call")
+
+
+@repeated_call.register(object)
+def _no_repeated_call(a, pred_like, output, stable, algorithm):
+    return None
+
+
+@remember_call.register(object)
+def _remember_nothing(a, pred_like, pred, output, stable, algorithm):
+    return None
 
 
 @compact_chunk.register(np.ndarray)
@@ -161,6 +180,8 @@ def _concat_scan_compactions(impl, blocks, pred, output, bases, xp):
 @compact_records_into.register_lazy("cupy")
 @scan_chunk.register_lazy("cupy")
 @scan_total.register_lazy("cupy")
+@repeated_call.register_lazy("cupy")
+@remember_call.register_lazy("cupy")
 def _register_cupy() -> None:
     import cupy
 
@@ -175,6 +196,8 @@ def _register_cupy() -> None:
     compact_records_into.register(cupy.ndarray, _compact_records_into_cupy)
     scan_chunk.register(cupy.ndarray, cupy_scan.scan)
     scan_total.register(cupy.ndarray, cupy_scan.total)
+    repeated_call.register(cupy.ndarray, cupy_backend.repeated_call)
+    remember_call.register(cupy.ndarray, cupy_backend.remember_call)
 
 
 def _compact_chunk_cupy(a, pred, output, stable, algorithm, index_base):

@@ -90,6 +90,10 @@ def test_compact_array_errors():
         dask_compact.compact_array([1, 2, 3], "x > 1")
     with pytest.raises(ValueError, match="output must be"):
         dask_compact.compact_array(np.arange(3), "x > 1", output="nope")
+    with pytest.raises(ValueError, match="output must be"):  # unhashable: still this error
+        dask_compact.compact_array(np.arange(3), "x > 1", output=["values"])
+    with pytest.raises(TypeError, match="callable or a string"):
+        dask_compact.compact_array(np.arange(3), {"x": 1})
 
 
 def test_registration_does_not_clobber(monkeypatch):

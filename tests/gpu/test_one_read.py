@@ -277,3 +277,110 @@ def test_copy_out_kernel_copies_exactly_the_head(dtype):
                 got = copy_out(src, kk, cupy.cuda.get_current_stream().ptr)
                 assert got.dtype == src.dtype and got.shape == (kk,)
                 np.testing.assert_array_equal(cupy.asnumpy(got), want[:kk])
+
+
+# -- compact_array's repeated call (cupy_backend.repeated_call) ----------------------------------
+
+THRESHOLD = 0.5
+
+
+def _no_dispatch(monkeypatch):
+    """compact_array's checked path made to fail: a call that still works took the kept one."""
+    import dask_compact.chunk as chunk
+
+    def refuse(*args):
+        raise AssertionError("dispatched")
+
+    monkeypatch.setattr(chunk, "compact_chunk", refuse)
+
+
+@pytest.mark.parametrize("output", ["values", "indices", "both"])
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int16"])
+def test_repeated_call_is_kept_and_exact_on_new_data(output, dtype, monkeypatch):
+    cb._repeat_calls.clear()
+    rng = np.random.default_rng(7)
+    pred = lambda v: v < 40  # noqa: E731
+    a_host = (rng.random(100_003) * 100).astype(dtype)
+    check(compact_array(cupy.asarray(a_host), pred, output=output),
+          expect(a_host, a_host < 40, output), output, True)
+    assert len(cb._repeat_calls) == 1
+    _no_dispatch(monkeypatch)
+    for _ in range(3):  # new data of the same size: the kept call, exact
+        a_host = (rng.random(100_003) * 100).astype(dtype)
+        check(compact_array(cupy.asarray(a_host), pred, output=output),
+              expect(a_host, a_host < 40, output), output, True)
+    # the same predicate, another size, output or array layout: not the kept call
+    with pytest.raises(AssertionError, match="dispatched"):
+        compact_array(cupy.asarray(a_host[:-1]), pred, output=output)
+    with pytest.raises(AssertionError, match="dispatched"):
+        compact_array(cupy.asarray(a_host), pred, output=output, stable=False)
+    with pytest.raises(AssertionError, match="dispatched"):
+        compact_array(cupy.asarray(np.stack([a_host, a_host], 1))[:, 0], pred, output=output)
+
+
+def test_repeated_call_follows_a_rebound_constant(monkeypatch):
+    """A function reading a global: rebinding it is a new predicate (the trace key), never the
+    kept call of the old value."""
+    global THRESHOLD
+    cb._repeat_calls.clear()
+    pred = lambda v: v < THRESHOLD  # noqa: E731
+    a_host = np.random.default_rng(8).random(65_537).astype(np.float32)
+    a = cupy.asarray(a_host)
+    try:
+        for t in (0.5, 0.5, 0.25, 0.75, 0.25):
+            THRESHOLD = t
+            np.testing.assert_array_equal(cupy.asnumpy(compact_array(a, pred)),
+                                          a_host[a_host < t])
+        assert len(cb._repeat_calls) == 3
+        # a closure cell rebound: the same
+        limit = 0.1
+        closure = lambda v: v < limit  # noqa: E731
+        for limit in (0.1, 0.9, 0.1):
+            np.testing.assert_array_equal(cupy.asnumpy(compact_array(a, closure)),
+                                          a_host[a_host < limit])
+    finally:
+        THRESHOLD = 0.5
+
+
+@pytest.mark.parametrize("pred", ["x < 0.3", as_predicate("x < 0.3")])
+def test_repeated_call_for_strings_and_predicates(pred, monkeypatch):
+    cb._repeat_calls.clear()
+    a_host = np.random.default_rng(9).random(4099)
+    a = cupy.asarray(a_host)
+    compact_array(a, pred)
+    _no_dispatch(monkeypatch)
+    np.testing.assert_array_equal(cupy.asnumpy(compact_array(a, pred)), a_host[a_host < 0.3])
+
+
+def test_repeated_call_not_kept_where_it_must_not_be(monkeypatch):
+    from dask_compact import clear_cache
+
+    cb._repeat_calls.clear()
+    a_host = np.random.default_rng(10).random(4099).astype(np.float32)
+    a = cupy.asarray(a_host)
+    pred = lambda v: v > 0.5  # noqa: E731
+    # the general path only (the tests of both paths compare them): nothing kept or taken
+    monkeypatch.setattr(cb, "FAST_SMALL_CALLS", False)
+    compact_array(a, pred)
+    assert len(cb._repeat_calls) == 0
+    monkeypatch.setattr(cb, "FAST_SMALL_CALLS", True)
+    # big-endian input is converted first; large calls choose their path by the memo
+    compact_array(cupy.asarray(a_host.astype(">f4")), pred)
+    np.testing.assert_array_equal(cupy.asnumpy(compact_array(
+        cupy.asarray(a_host.astype(">f4")), pred)), a_host[a_host > 0.5])
+    assert len(cb._repeat_calls) == 0
+    # a kept call, then clear_cache(): dispatched again
+    compact_array(a, pred)
+    assert len(cb._repeat_calls) == 1
+    clear_cache()
+    assert len(cb._repeat_calls) == 0
+    # another stream: another entry
+    compact_array(a, pred)
+    with cupy.cuda.Stream():
+        np.testing.assert_array_equal(cupy.asnumpy(compact_array(a, pred)), a_host[a_host > 0.5])
+    assert len(cb._repeat_calls) == 2
+    # bad arguments still get their own errors
+    with pytest.raises(ValueError, match="output"):
+        compact_array(a, pred, output="nope")
+    with pytest.raises(ValueError, match="output"):
+        compact_array(a, pred, output=["values"])  # unhashable: not looked up, then refused
