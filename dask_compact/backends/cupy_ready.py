@@ -93,6 +93,11 @@ class PackedKernel:
             self.stride = tiles + 2
             self.sets = max(1, min(WORD_SETS, WORD_SETS_BYTES // (8 * self.stride)))
             self.words = cupy.zeros(self.sets * self.stride, dtype=np.uint64)
+            # zeroed on the current stream, while a call may queue on another (compact_into's
+            # stream=, a non-blocking stream that does not wait for the legacy default one):
+            # its first launch could read the words before the zeros land (seen once in the
+            # GPU suite as a count of 0), so the zeroing is waited for here, once per call kept
+            cupy.cuda.get_current_stream().synchronize()
             self.count = None
             self.count_slot = 7
         self.next_set = 0

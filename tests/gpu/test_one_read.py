@@ -364,10 +364,13 @@ def test_repeated_call_not_kept_where_it_must_not_be(monkeypatch):
     compact_array(a, pred)
     assert len(cb._repeat_calls) == 0
     monkeypatch.setattr(cb, "FAST_SMALL_CALLS", True)
-    # big-endian input is converted first; large calls choose their path by the memo
-    compact_array(cupy.asarray(a_host.astype(">f4")), pred)
-    np.testing.assert_array_equal(cupy.asnumpy(compact_array(
-        cupy.asarray(a_host.astype(">f4")), pred)), a_host[a_host > 0.5])
+    # larger calls choose their path by the previous call's fraction: never kept
+    big_host = np.random.default_rng(11).random((cb.ONE_READ_ALWAYS_BYTES >> 5) + 1)
+    big = cupy.asarray(big_host.astype(np.float32))
+    for _ in range(2):
+        got = cupy.asnumpy(compact_array(big, pred))
+        np.testing.assert_array_equal(got, big_host.astype(np.float32)[big_host.astype(
+            np.float32) > 0.5])
     assert len(cb._repeat_calls) == 0
     # a kept call, then clear_cache(): dispatched again
     compact_array(a, pred)
