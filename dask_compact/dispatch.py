@@ -55,10 +55,11 @@ Backend contract (both functions, every backend):
 
 ``repeated_call(a, pred_like, output, stable, algorithm) -> call or None`` and
 ``remember_call(a, pred_like, pred, output, stable, algorithm)``
-    :func:`dask_compact.compact_array`'s repeated call: a backend may keep, per predicate
-    object the caller passes, a call that skips the checks and the dispatch when the same
-    object is passed again with the same arguments and the same kind of array (CuPy: the
-    ready one-read call of a small call); every other type: None, and nothing kept.
+    :func:`dask_compact.compact_array`'s repeated call: a backend may keep, per predicate the
+    caller passes (keyed so that only an equal predicate finds it), a call that skips the
+    checks and the dispatch when it is passed again with the same arguments and the same
+    kind of array (CuPy: the ready one-read call of a small call); every other type: None,
+    and nothing kept.
 
 ``compact_chunk``/``compact_many`` with ``algorithm="scan"`` run the textbook map -> scan ->
 scatter compaction of the backend's ``compact_scan`` instead of the fused kernels.
