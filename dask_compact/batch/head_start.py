@@ -38,22 +38,22 @@ class HeadStart:
     (``warmup``) that the parameters ``params`` of a command call for, started at once."""
 
     def __init__(self, params: dict[str, Any], budget: int | None) -> None:
-        from .entry_points import shared_scan
-
         self.params = params
         self.budget = budget
         self._stack = contextlib.ExitStack()
         self.early: Any = None
         self.warmup: Any = None
-        # zarr and numcodecs each scan every installed package's entry points as they are
-        # imported: once is enough (see .entry_points).
         try:
-            self._start(params, budget, shared_scan)
+            self._start(params, budget)
         except BaseException:
             self._stack.close()  # nothing half-started is left behind (the scan restored)
             raise
 
-    def _start(self, params: dict[str, Any], budget: int | None, shared_scan: Any) -> None:
+    def _start(self, params: dict[str, Any], budget: int | None) -> None:
+        from .entry_points import shared_scan
+
+        # zarr and numcodecs each scan every installed package's entry points as they are
+        # imported: once is enough (see .entry_points).
         self._stack.enter_context(shared_scan())
         if reads_early(params):
             from . import early_read
