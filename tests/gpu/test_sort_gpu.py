@@ -216,3 +216,21 @@ def test_ipc_pack_and_join_on_the_device_across_segments():
             np.testing.assert_array_equal(cupy.asnumpy(got), whole[lo:hi])
     finally:
         assert cuda_ipc.release("gpu-t1") == 1
+
+
+def test_released_segments_give_their_device_memory_back_once_settled():
+    """The segments of a released exchange are freed by a background thread (their cudaFree
+    waits for the device); after settle() the driver has the memory back."""
+    from dask_compact.backends import cuda_ipc
+
+    a = cupy.arange(2**26, dtype=cupy.float32)  # 256 MiB
+    cupy.cuda.Device().synchronize()
+    before = cupy.cuda.runtime.memGetInfo()[0]
+    s = cuda_ipc.pack("gpu-t2", 0, [[a]], [(0, a.size)], segment_bytes=2**26)
+    assert len(s.segments[0]) == 4
+    held = before - cupy.cuda.runtime.memGetInfo()[0]
+    assert held >= 2**28, held
+    assert cuda_ipc.release("gpu-t2") == 1
+    cuda_ipc.settle()
+    assert cupy.cuda.runtime.memGetInfo()[0] >= before - 2**24
+    assert not cuda_ipc._freeing
