@@ -29,15 +29,17 @@ alone (no argsort) needs no indices at all.
    client keeps no reference to them).
 
 Two round trips to the client, each of small arrays (the sample, then the histogram), and on a
-cluster one question to the scheduler (where the chunks are); an array of one chunk sorted into
-one bucket skips them all (its local sort is the whole sort: one task, persisted); nothing
-gathers more than one group's share in one place. Every task is an ordinary getitem or function
-task, so the graph runs under any scheduler (distributed's P2P shuffle would batch the exchange
-into O(chunks + buckets) tasks, but only on a distributed cluster).
+cluster one question to the scheduler (where the chunks are) and, for the IPC exchange, one to
+the workers (:func:`ask_ahead`: both asked while the histogram runs); an array of one chunk
+sorted into one bucket skips them all (its local sort is the whole sort: one task, persisted);
+nothing gathers more than one group's share in one place. Every task is an ordinary getitem or
+function task, so the graph runs under any scheduler (distributed's P2P shuffle would batch the
+exchange into O(chunks + buckets) tasks, but only on a distributed cluster).
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import operator
 import sys
 import uuid
@@ -196,12 +198,56 @@ def _is_cupy(meta: Any) -> bool:
     return type(meta).__module__.split(".")[0] == "cupy"
 
 
+def _futures(values: da.Array) -> list | None:
+    """The chunks of ``values`` as distributed futures, or None (no cluster holds them)."""
+    distributed = sys.modules.get("distributed")
+    blocks = [values.dask[k] for k in values.__dask_keys__()]
+    if distributed is None or not all(isinstance(b, distributed.Future) for b in blocks):
+        return None
+    return blocks
+
+
+def ask_ahead(values: da.Array) -> concurrent.futures.Future | None:
+    """Where the sorted chunks ``values`` are held and, where the IPC exchange may run, every
+    worker's :func:`.backends.cuda_ipc.probe`, asked in a thread while the client goes on
+    (the splitters, the histogram): two round trips that the exchange otherwise waited for
+    after the histogram. Call it once the chunks are in memory (the probe counts the free
+    device memory). None without a cluster."""
+    blocks = _futures(values)
+    if blocks is None:
+        return None
+    client = blocks[0].client
+    keys = [b.key for b in blocks]
+    probe = (dask.config.get("dask-compact.sort.exchange") in ("auto", "ipc")
+             and _is_cupy(values._meta))  # fmt: skip
+
+    def ask() -> tuple[list, dict | None]:
+        holders, *_ = client.run_on_scheduler(_placement, keys)
+        if not probe or any(h is None for h in holders) or len(set(holders)) < 2:
+            return holders, None
+        from .backends import cuda_ipc
+
+        return holders, _probes(client.run(cuda_ipc.probe, on_error="return"))
+
+    pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="dask-compact-sort")
+    try:
+        return pool.submit(ask)
+    finally:
+        pool.shutdown(wait=False)
+
+
+def _probes(answers: dict) -> dict:
+    return {w: a if isinstance(a, dict) else None for w, a in answers.items()}
+
+
 def exchange_groups(values: da.Array, counts: np.ndarray, totals: np.ndarray,
-                    item_bytes: int = 0) -> tuple[np.ndarray, list, list | None]:  # fmt: skip
+                    item_bytes: int = 0, asked: concurrent.futures.Future | None = None,
+                    ) -> tuple[np.ndarray, list, list | None]:  # fmt: skip
     """How the exchange is cut: the group of each bucket, the worker each group's merges run
     on (``[None]``: one group, no placement), and, where the merges copy their pieces over
     CUDA IPC, the worker holding each chunk (else None; ``item_bytes``: the bytes an element
-    of the output and its sort need).
+    of the output and its sort need; ``asked``: :func:`ask_ahead`'s answer, else the
+    scheduler and workers are asked now).
 
     Without a cluster, or on one worker: one group, the merges read their pieces from the
     chunks. On a cluster of several workers (the sorted chunks are futures), the config
@@ -226,18 +272,20 @@ def exchange_groups(values: da.Array, counts: np.ndarray, totals: np.ndarray,
     """
     mode = dask.config.get("dask-compact.sort.exchange")
     one = (np.zeros(totals.size, np.int64), [None], None)
-    distributed = sys.modules.get("distributed")
-    blocks = [values.dask[k] for k in values.__dask_keys__()]
-    if distributed is None or not all(isinstance(b, distributed.Future) for b in blocks):
+    blocks = _futures(values)
+    if blocks is None:
         return one
     client = blocks[0].client
-    holders, *_ = client.run_on_scheduler(_placement, [b.key for b in blocks])
+    if asked is not None:
+        holders, probes = asked.result()
+    else:
+        (holders, *_), probes = client.run_on_scheduler(_placement, [b.key for b in blocks]), None
     workers = sorted({h for h in holders if h is not None})
     if len(workers) < 2:
         return one
     group, where = _by_worker(holders, workers, counts, totals)
     if mode in ("auto", "ipc"):
-        why = _ipc_refusal(client, values, group, where, holders, counts, item_bytes)
+        why = _ipc_refusal(client, values, group, where, holders, counts, item_bytes, probes)
         if why is None:
             return group, where, holders
         if mode == "ipc":
@@ -270,17 +318,19 @@ def _by_worker(holders: list, workers: list, counts: np.ndarray,
 
 
 def _ipc_refusal(client: Any, values: da.Array, group: np.ndarray, where: list, holders: list,
-                 counts: np.ndarray, item_bytes: int) -> str | None:  # fmt: skip
+                 counts: np.ndarray, item_bytes: int,
+                 probes: dict | None = None) -> str | None:  # fmt: skip
     """Why the merges cannot copy their pieces over CUDA IPC here (None: they can). Every
-    worker is asked (a merge may move to any), in one round trip."""
+    worker is asked (a merge may move to any), in one round trip, unless ``probes`` holds
+    their answers already."""
     if not _is_cupy(values._meta):
         return "the chunks are not CuPy arrays"
     if any(h is None for h in holders):
         return "a sorted chunk is held by no worker (lost, and being recomputed)"
     from .backends import cuda_ipc
 
-    answers = client.run(cuda_ipc.probe, on_error="return")
-    probes = {w: a if isinstance(a, dict) else None for w, a in answers.items()}
+    if probes is None:
+        probes = _probes(client.run(cuda_ipc.probe, on_error="return"))
     totals = counts.sum(axis=0)
     need: dict[str, int] = {}
     for c, h in enumerate(holders):  # its packs (its sorted chunks are freed once packed)
@@ -329,6 +379,7 @@ def build_sort(x: da.Array, indices: bool, buckets: int, local: str = "auto") ->
         parts[what] = da.Array(g, name, chunks=chunks, meta=meta)
     held = dict(zip(parts, dask.persist(*parts.values())))
     sample = np.asarray(held.pop("sample").compute())
+    asked = ask_ahead(held["values"])  # the sorted chunks are in memory now
 
     # 2. splitters, 3. histogram: where each bucket starts in each chunk
     split_v, split_i = splitters(sample, sizes, per, buckets)
@@ -357,7 +408,7 @@ def build_sort(x: da.Array, indices: bool, buckets: int, local: str = "auto") ->
     # 4. one slicing task per chunk and group of buckets, one merge per non-empty bucket
     sources = {"values": values, **({"indices": held["indices"]} if indices else {})}
     item_bytes = x.dtype.itemsize + (16 if indices else 0)  # output, keys + indices, argsort
-    group, where, holders = exchange_groups(values, counts, totals, item_bytes)
+    group, where, holders = exchange_groups(values, counts, totals, item_bytes, asked)
     out = f"sort-{'indices' if indices else 'values'}-out-{token}"
     if holders is not None:
         result, finish = _exchange_ipc(list(sources.values()), bounds, group, where, holders,
@@ -432,6 +483,10 @@ def _exchange_ipc(sources: list, bounds: np.ndarray, group: np.ndarray, where: l
     # otherwise) must not release each other's packs.
     call = f"{token}-{uuid.uuid4().hex[:12]}"
     pname = f"sort-pack-{call}"
+    # The output's keys are the call's too: its graph names this call's packs, and a result
+    # of an earlier call on the same array may still be held under the token's keys (the
+    # scheduler keeps the old task and warns of a changed run_spec).
+    out = f"{out}-{call[len(token) + 1:]}"
     workers = sorted(set(holders))
     windex = {w: i for i, w in enumerate(workers)}
     ngroups = len(where)
@@ -474,7 +529,12 @@ def _exchange_ipc(sources: list, bounds: np.ndarray, group: np.ndarray, where: l
         placed[mkey] = where[g]
         chunks.append(int(bounds[:, j + 1].sum() - bounds[:, j].sum()))
     graph = HighLevelGraph.merge(*[a.dask for a in sources])
-    on_holder = {"workers": lambda k: [pack_worker[k]], "allow_other_workers": True}
+    # Packs before merges on every worker: a group's merges wait for every worker's pack of
+    # that group, so a worker that ran its own merges as soon as they were ready (Dask's
+    # order put them first) kept the others waiting for its remaining packs (4 H100s, one
+    # call under the task stream: packs spread over 0.25 s, merges over 0.42 s).
+    on_holder = {"workers": lambda k: [pack_worker[k]], "allow_other_workers": True,
+                 "priority": 1}
     graph = _extend(graph, pname, MaterializedLayer(packs, annotations=on_holder),
                     {a.name for a in sources})  # fmt: skip
     on_group = {"workers": lambda k: [placed[k]], "allow_other_workers": True}

@@ -61,6 +61,25 @@ def test_exported_chunks_live_until_released():
         cuda_ipc.join([sa], [(0, 0, 1)], 0)
 
 
+def test_released_segments_are_freed_in_the_background_and_settled_before_the_next_pack():
+    import gc
+    import weakref
+
+    a = np.arange(1000.0)
+    cuda_ipc.pack("t5", 0, [[a]], [(0, 1000)], segment_bytes=800)
+    segs = cuda_ipc._kept["t5"][0][0]
+    assert len(segs) == 10
+    refs = [weakref.ref(g) for g in segs]
+    del segs
+    assert all(r() is not None for r in refs)
+    assert cuda_ipc.release("t5") == 1
+    cuda_ipc.settle()  # what the next pack and probe do first
+    gc.collect()
+    assert all(r() is None for r in refs)
+    assert not cuda_ipc._freeing
+    assert cuda_ipc.piece_counts()["release_s"] >= 0
+
+
 def test_a_pack_is_the_slices_one_after_the_other():
     a, b = np.arange(10.0), np.arange(100.0, 120.0)
     s = cuda_ipc.pack("t3", 7, [[a, b], [a.astype(np.int64), b.astype(np.int64)]],
@@ -181,3 +200,43 @@ def test_ipc_is_refused_while_a_sorted_chunk_has_no_holder():
     counts = np.ones((2, 2), np.int64)
     why = _ipc_refusal(None, Values(), np.zeros(2, np.int64), ["w"], [None, "w"], counts, 4)
     assert why is not None and "held by no worker" in why
+
+
+def test_every_worker_packs_before_it_merges_and_a_held_result_keeps_its_keys(caplog):
+    """A group's merges need every worker's pack of that group: a worker that ran its own
+    merges before its remaining packs kept the others waiting (Dask's order put the merges
+    first on some workers). And a second sort of the same array while the first result is
+    held gets keys of its own (its graph names its own packs)."""
+    import logging
+
+    da = pytest.importorskip("dask.array")
+    distributed = pytest.importorskip("distributed")
+    import dask_compact
+    from dask_compact import sort_graph
+
+    a = np.random.default_rng(8).random(2**18)
+    with pytest.MonkeyPatch.context() as mp, \
+            distributed.LocalCluster(n_workers=4, threads_per_worker=1, processes=False,
+                                     dashboard_address=None) as cluster, \
+            distributed.Client(cluster) as client, \
+            caplog.at_level(logging.WARNING, logger="distributed.scheduler"):  # fmt: skip
+        mp.setattr(sort_graph, "_ipc_refusal", lambda *a, **k: None)
+        x = da.from_array(a, chunks=2**18 // 32).persist()
+        distributed.wait(x)
+        held = []
+        for _ in range(3):
+            with distributed.get_task_stream(client) as stream:
+                held.append(dask_compact.sort(x))
+            by_worker: dict = {}
+            for t in stream.data:
+                name = t["key"][0] if isinstance(t["key"], tuple) else t["key"]
+                kind = "P" if name.startswith("sort-pack-") else "m" if "-out-" in name else ""
+                if kind:
+                    start = min(s["start"] for s in t["startstops"] if s["action"] == "compute")
+                    by_worker.setdefault(t["worker"], []).append((start, kind))
+            runs = ["".join(k for _, k in sorted(ts)) for ts in by_worker.values()]
+            assert len(runs) == 4 and all("mP" not in r and "P" in r for r in runs), runs
+        assert len({y.name for y in held}) == 3
+        for y in held:
+            np.testing.assert_array_equal(y.compute(), np.sort(a))
+    assert "Detected different `run_spec`" not in caplog.text
