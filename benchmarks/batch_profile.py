@@ -112,6 +112,9 @@ def main() -> None:
     rec.wrap(tasks, "_to_host", "copy back to host")
     rec.wrap(tasks, "zstd_encode", "zstd encode")
     rec.wrap(tasks, "read_compact", "read task")
+    rec.wrap(tasks, "thread_pinned", "thread's pinned buffer")
+    rec.wrap(tasks, "pin_in_place", "pin an early chunk")
+    rec.wrap(tasks.early_read, "take", "take an early chunk")
     rec.wrap(tasks, "write_chunk", "write task")
     rec.wrap(numcodecs.Zstd, "encode", "numcodecs encode")
     if args.threads:

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from . import early_read
+from . import early_read, staging
 from .executor import spare_threads
 from .host_buffers import piece_alloc, pin_in_place, thread_host, thread_pinned
 from .reader import Reader, ZarrChunkFiles
@@ -118,6 +118,8 @@ def read_compact(
 
     ndev = cupy.cuda.runtime.getDeviceCount()
     dev = i % ndev if device == "gpu-all" else cupy.cuda.runtime.getDevice()
+    # A cluster worker drives one device whatever it sees; this process drives all it sees
+    ring = staging.ring(dev) if device == "gpu-all" and staging.staged_devices(ndev) else None
     # nvCOMP decode stays on the legacy default stream: on a thread's non-blocking stream it
     # crashed (SIGSEGV) on the H100 host, with 16 threads decoding at once.
     stream = _thread_stream(dev) if decode != "gpu" else contextlib.nullcontext()
@@ -129,6 +131,21 @@ def read_compact(
                 block = reader.read_device(r0, r1)  # type: ignore[union-attr]
             except Exception as e:
                 raise ChunkError(f"cannot read {where_from}: {type(e).__name__}: {e}") from e
+        elif isinstance(reader, ZarrChunkFiles) and ring is not None:
+            # Several GPUs driven from this process: decoded into this thread's pageable
+            # buffer and copied through the device's pinned pieces (see .staging). A chunk
+            # read early (.early_read) is copied from where it lies.
+            early = early_read.take(reader, r0, r1)
+            if early is not None:
+                t0 -= early[1]
+                host = early[0]
+                del early
+            else:
+                host = thread_host((r1 - r0,) + reader.shape[1:], reader.dtype)
+                _read_into(reader, r0, r1, host, where_from)
+            block = cupy.empty(host.shape, reader.dtype)
+            ring.to_device(block, host, cupy.cuda.get_current_stream())
+            del host  # the ring's pieces hold what the copy still reads
         elif isinstance(reader, ZarrChunkFiles):
             # Decoded straight into this thread's pinned buffer, then one asynchronous copy:
             # twice the bandwidth of a copy from pageable memory, and no staging copy. A
@@ -163,12 +180,13 @@ def read_compact(
             # Another thread's stream encodes it: the selection must be complete first.
             cupy.cuda.get_current_stream().synchronize()
         else:
-            values, indices = _to_host(values), _to_host(indices)
+            values, indices = _to_host(values, ring), _to_host(indices, ring)
     return _piece(values, indices, t1 - t0, time.perf_counter() - t1, "gpu", decode)
 
 
-def _to_host(a: Any) -> np.ndarray | None:
-    """A device array copied to a new host array through this thread's pinned buffer.
+def _to_host(a: Any, ring: staging.StagingRing | None = None) -> np.ndarray | None:
+    """A device array copied to a new host array through this thread's pinned buffer, or
+    through the device's ``ring`` where the job copies that way (see .staging).
 
     ``a.get()`` copies into pageable memory, which CUDA stages through its own pinned buffers
     with the CPU copying out of them; 16 threads doing that at once queue on the driver. A copy
@@ -176,12 +194,22 @@ def _to_host(a: Any) -> np.ndarray | None:
     the chunk's copy to the device ended before the compaction's count came back."""
     if a is None:
         return None
+    if ring is not None:
+        out = piece_alloc(a.size, a.dtype).reshape(a.shape)
+        ring.to_host(out, a, _cupy_stream())
+        return out
     staging = thread_pinned((a.nbytes,), np.dtype(np.uint8))[: a.nbytes].view(a.dtype)
     staging = staging.reshape(a.shape)
     a.get(out=staging, blocking=True)  # on the current (the thread's) stream
     out = piece_alloc(a.size, a.dtype).reshape(a.shape)
     np.copyto(out, staging)
     return out
+
+
+def _cupy_stream() -> Any:
+    import cupy
+
+    return cupy.cuda.get_current_stream()
 
 
 _streams = threading.local()

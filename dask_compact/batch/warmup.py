@@ -10,7 +10,8 @@ cold and 2.2 s when the same process ran it a second time.
 :class:`GpuWarmup` starts the driver and the contexts in a thread as soon as the command
 starts, which the imports, the opening of the input and the output group's creation overlap
 (CUDA's calls release the GIL), and, once the input's dtype is known, builds and runs the
-predicate's kernels on each device (:func:`dask_compact.backends.cupy_backend.prepare`).
+predicate's kernels on each device (:func:`dask_compact.backends.cupy_backend.prepare`),
+and where several devices are driven, registers their staging pieces (:mod:`.staging`).
 It only ever saves time: a failure there is silent, and the job's own first chunk meets and
 reports the same error.
 """
@@ -72,6 +73,15 @@ class GpuWarmup:
         except Exception:  # noqa: BLE001 -- the first chunk meets and reports it
             return
         self.prepared = True
+        from . import staging
+
+        if staging.staged_devices(n):
+            try:
+                for d in range(n):  # each device's pinned pieces, registered once
+                    with cupy.cuda.Device(d):
+                        staging.ring(d)
+            except Exception:  # noqa: BLE001 -- the first chunk meets and reports it
+                return
 
 
 def _prepare_all(cupy: Any, n: int, where: str, dtype: np.dtype, mode: str) -> None:

@@ -1,0 +1,135 @@
+"""Copies between pageable host memory and a GPU through a few pinned pieces per device.
+
+The GPU path of a batch job decodes each chunk into host memory and copies it to a device.
+On one GPU each worker thread decodes into its own page-locked buffer
+(:func:`.host_buffers.thread_pinned`) and the copy is one asynchronous DMA. On several GPUs
+that buffer's registration became the job's bottleneck: ``cudaHostRegister`` maps the memory
+into every device's context and the driver registers one range at a time. Measured on 4 H200s
+(64 threads, chunks of 128 MiB, ``benchmarks/batch_profile.py``): taking the threads' pinned
+buffers cost 60.7 s of the threads' wall time (2.2 s of CPU) in a 4.7 s job, and pinning the
+chunks read early 9.7 s more; the same job compacting on the CPU took 4.4 s.
+
+:class:`StagingRing` instead keeps, per device, one registered slab cut into a few pieces:
+a copy to the device goes piece by piece, each a CPU copy into a free piece and an
+asynchronous DMA out of it (an event says when the piece is free again); a copy back is the
+reverse. That is what the driver does for pageable memory, but without the driver's own
+staging lock that 16 threads queued on (see :func:`.tasks._to_host`), and with one
+registration per device instead of one per thread. It costs one more CPU copy of each chunk,
+so one GPU keeps the per-thread buffers (:func:`staged_devices` decides).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from typing import Any
+
+import numpy as np
+
+from .host_buffers import pinned
+
+PIECE_BYTES = 32 * 2**20  # one piece: a CPU copy of ~4 ms, a DMA of ~1 ms
+PIECES = 8  # per device: 16 threads per device copy at once, each holding one piece at a time
+
+_lock = threading.Lock()
+_rings: dict[int, StagingRing] = {}
+
+
+def staged_devices(ndev: int) -> bool:
+    """Whether a job driving ``ndev`` devices from one process copies through the rings."""
+    return ndev > 1
+
+
+class StagingRing:
+    """``pieces`` page-locked pieces of ``piece_bytes`` for copies to and from device
+    ``device``; any number of threads may copy through it at once."""
+
+    def __init__(self, device: int, pieces: int = PIECES, piece_bytes: int = PIECE_BYTES):
+        self.device = device
+        self.piece_bytes = piece_bytes
+        self._slab = pinned(pieces * piece_bytes)  # one registration for all the pieces
+        self._free: deque[int] = deque(range(pieces))
+        self._events: list[Any] = [None] * pieces  # the last DMA out of / into each piece
+        self._cond = threading.Condition()
+
+    def _take(self) -> int:
+        with self._cond:
+            while not self._free:
+                self._cond.wait()
+            k = self._free.popleft()
+            event, self._events[k] = self._events[k], None
+        if event is not None:
+            event.synchronize()  # the piece's last DMA has read it
+        return k
+
+    def _give(self, k: int, event: Any) -> None:
+        with self._cond:
+            self._events[k] = event
+            self._free.append(k)
+            self._cond.notify()
+
+    def _piece(self, k: int, n: int) -> np.ndarray:
+        return self._slab[k * self.piece_bytes : k * self.piece_bytes + n]
+
+    def to_device(self, dst: Any, src: np.ndarray, stream: Any) -> None:
+        """Queue a copy of ``src`` (C-contiguous) into the CuPy array ``dst`` (same bytes) on
+        ``stream``; ``src`` may be reused as soon as this returns."""
+        import cupy
+
+        rt = cupy.cuda.runtime
+        data = _bytes(src)
+        if data.nbytes != dst.nbytes:
+            raise ValueError(f"copy of {data.nbytes} bytes into {dst.nbytes}")
+        for off in range(0, data.nbytes, self.piece_bytes):
+            n = min(self.piece_bytes, data.nbytes - off)
+            k = self._take()
+            event = None
+            try:
+                piece = self._piece(k, n)
+                np.copyto(piece, data[off : off + n])
+                rt.memcpyAsync(dst.data.ptr + off, piece.ctypes.data, n,
+                               rt.memcpyHostToDevice, stream.ptr)  # fmt: skip
+                event = cupy.cuda.Event(block=False, disable_timing=True)
+                event.record(stream)
+            finally:
+                # An event that never recorded (an error above) would wait on nothing queued;
+                # without one the piece is free at once, since no DMA was queued out of it.
+                self._give(k, event)
+
+    def to_host(self, out: np.ndarray, src: Any, stream: Any) -> None:
+        """Copy the CuPy array ``src`` into ``out`` (C-contiguous, same bytes), waiting for
+        the work queued on ``stream`` before it."""
+        import cupy
+
+        rt = cupy.cuda.runtime
+        data = _bytes(out)
+        if data.nbytes != src.nbytes:
+            raise ValueError(f"copy of {src.nbytes} bytes into {data.nbytes}")
+        for off in range(0, data.nbytes, self.piece_bytes):
+            n = min(self.piece_bytes, data.nbytes - off)
+            k = self._take()
+            try:
+                piece = self._piece(k, n)
+                rt.memcpyAsync(piece.ctypes.data, src.data.ptr + off, n,
+                               rt.memcpyDeviceToHost, stream.ptr)  # fmt: skip
+                stream.synchronize()
+                np.copyto(data[off : off + n], piece)
+            finally:
+                self._give(k, None)
+
+
+def _bytes(a: np.ndarray) -> np.ndarray:
+    if not a.flags.c_contiguous:
+        raise ValueError("a staged copy needs C-contiguous host memory")
+    return a.reshape(-1).view(np.uint8)
+
+
+def ring(device: int) -> StagingRing:
+    """Device ``device``'s ring, made (registered) on first use."""
+    r = _rings.get(device)
+    if r is None:
+        with _lock:
+            r = _rings.get(device)
+            if r is None:
+                r = _rings[device] = StagingRing(device, PIECES, PIECE_BYTES)
+    return r
