@@ -29,7 +29,7 @@ import numpy as np
 from .host_buffers import pinned
 
 PIECE_BYTES = 32 * 2**20  # one piece: a CPU copy of ~4 ms, a DMA of ~1 ms
-PIECES = 8  # per device: 16 threads per device copy at once, each holding one piece at a time
+PIECES = 16  # per device: up to 16 threads per device copy at once, each holding one piece
 
 _lock = threading.Lock()
 _rings: dict[int, StagingRing] = {}

@@ -393,10 +393,10 @@ def _on_device(a: Any) -> bool:
 
 
 def _gather_device(parts: list[Any]) -> list[Any]:
-    """``parts`` as CuPy arrays on one device, or [] when they lie on several (only one process
-    driving several GPUs: its output chunks are then put together on the host)."""
-    devices = {q.device.id for q in parts if _on_device(q)}
-    if len(devices) > 1 or any(isinstance(q, np.ndarray) and len(q) for q in parts):
+    """The CuPy ``parts`` of an output chunk, or [] when a non-empty part is in host memory
+    (the chunk is then put together on the host). Parts on several devices (one process
+    driving several GPUs) are copied to the first one's by :func:`write_chunk_file_gpu`."""
+    if any(isinstance(q, np.ndarray) and len(q) for q in parts):
         return []
     return [q for q in parts if _on_device(q)]
 
@@ -411,6 +411,12 @@ def write_chunk_file_gpu(array_dir: str, j: int, parts: list[Any], chunk: int) -
 
     dev = parts[0].device.id
     with cupy.cuda.Device(dev), _thread_stream(dev):
+        # A part on another device (chunk i of a job driving several GPUs is on device i % n)
+        # is copied peer to peer on this stream; its task synchronised it when it ended.
+        moved = [q.device.id != dev for q in parts]
+        parts = [q.copy() if m else q for q, m in zip(parts, moved)]
+        if any(moved):
+            cupy.cuda.get_current_stream().synchronize()  # the encoder runs on another stream
         if len(parts) == 1 and len(parts[0]) == chunk and parts[0].data.ptr % 8 == 0:
             # A slice of one piece, complete since its task ended. (nvCOMP's zstd wants its
             # input 4-byte aligned: a slice of 1- or 2-byte items may not be.)
