@@ -18,7 +18,7 @@ import numpy as np
 
 from .host_buffers import piece_alloc, thread_field
 from .reader import Reader, ZarrChunkFiles
-from .tasks import ChunkError, _held, _read, _read_into, _thread_stream, _to_host
+from .tasks import ChunkError, _held, _read, _read_into, _thread_stream, _to_host, device_and_ring
 
 INDICES = "indices"
 
@@ -94,12 +94,14 @@ def read_compact_records(
     field the predicate reads but the job does not write is never gathered."""
     where_from = f"input chunk {i} (rows {r0}:{r1})"
     on_gpu = device.startswith("gpu")
+    dev, ring = device_and_ring(i, device) if on_gpu else (-1, None)
     t0 = time.perf_counter()
     blocks = {}
     for k, (name, rd) in enumerate(reader.fields.items()):
         at = f"field {name!r} of {where_from}"
         if isinstance(rd, ZarrChunkFiles):
-            block = thread_field(k, (r1 - r0, *rd.shape[1:]), rd.dtype, on_gpu)
+            # page-locked for a copy to the GPU, unless the copy goes through a ring
+            block = thread_field(k, (r1 - r0, *rd.shape[1:]), rd.dtype, on_gpu and not ring)
             _read_into(rd, r0, r1, block, at)
         else:
             block = _read(rd, r0, r1, at)
@@ -109,7 +111,7 @@ def read_compact_records(
     try:
         p = _predicate(where, blocks)
         if on_gpu:
-            arrays = _on_gpu(blocks, p, indices, base, reader.written, i, device)
+            arrays = _on_gpu(blocks, p, indices, base, reader.written, dev, ring)
         else:
             arrays = _on_cpu(blocks, p, indices, base, reader.written)
     except Exception as e:
@@ -144,26 +146,27 @@ def _on_cpu(blocks: dict[str, Any], p: Any, indices: bool, base: int,
 
 
 def _on_gpu(blocks: dict[str, Any], p: Any, indices: bool, base: int,
-            written: tuple[str, ...], i: int, device: str) -> dict[str, Any]:
-    """The selection on a GPU (this worker's, or device ``i % n`` for "gpu-all"), copied back
-    to host memory for the writes."""
+            written: tuple[str, ...], dev: int, ring: Any) -> dict[str, Any]:
+    """The selection on device ``dev`` (see :func:`.tasks.device_and_ring`), copied back to
+    host memory for the writes (through ``ring`` where there is one)."""
     import cupy
 
     from ..dispatch import compact_records
 
-    ndev = cupy.cuda.runtime.getDeviceCount()
-    dev = i % ndev if device == "gpu-all" else cupy.cuda.runtime.getDevice()
     keep = [*written, *([INDICES] if indices else [])]
     with cupy.cuda.Device(dev), _thread_stream(dev):
         stream = cupy.cuda.get_current_stream()
         on_dev = {}
         for name, b in blocks.items():
             # from this thread's pinned buffers: asynchronous copies on the thread's stream,
-            # complete before the compaction's count comes back
+            # complete before the compaction's count comes back (or through the ring's pieces)
             d = cupy.empty(b.shape, b.dtype)
-            d.set(b, stream=stream)
+            if ring is not None:
+                ring.to_device(d, np.ascontiguousarray(b), stream)
+            else:
+                d.set(b, stream=stream)
             on_dev[name] = d
         first = next(iter(on_dev.values()))
         out = compact_records(first, on_dev, p, indices, True, base, 1)
         del on_dev
-        return {name: _to_host(out[name]) for name in keep}
+        return {name: _to_host(out[name], ring) for name in keep}

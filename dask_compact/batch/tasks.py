@@ -116,10 +116,7 @@ def read_compact(
 
     import cupy
 
-    ndev = cupy.cuda.runtime.getDeviceCount()
-    dev = i % ndev if device == "gpu-all" else cupy.cuda.runtime.getDevice()
-    # A cluster worker drives one device whatever it sees; this process drives all it sees
-    ring = staging.ring(dev) if device == "gpu-all" and staging.staged_devices(ndev) else None
+    dev, ring = device_and_ring(i, device)
     # nvCOMP decode stays on the legacy default stream: on a thread's non-blocking stream it
     # crashed (SIGSEGV) on the H100 host, with 16 threads decoding at once.
     stream = _thread_stream(dev) if decode != "gpu" else contextlib.nullcontext()
@@ -182,6 +179,19 @@ def read_compact(
         else:
             values, indices = _to_host(values, ring), _to_host(indices, ring)
     return _piece(values, indices, t1 - t0, time.perf_counter() - t1, "gpu", decode)
+
+
+def device_and_ring(i: int, device: str) -> tuple[int, staging.StagingRing | None]:
+    """The device that compacts input chunk ``i`` (``device`` "gpu": this worker's; "gpu-all":
+    ``i % n`` of the n this process sees), and the ring its copies go through where this
+    process drives several devices (else None: the thread's pinned buffers, see .staging)."""
+    import cupy
+
+    ndev = cupy.cuda.runtime.getDeviceCount()
+    dev = i % ndev if device == "gpu-all" else cupy.cuda.runtime.getDevice()
+    # A cluster worker drives one device whatever it sees; this process drives all it sees
+    staged = device == "gpu-all" and staging.staged_devices(ndev)
+    return dev, staging.ring(dev) if staged else None
 
 
 def _to_host(a: Any, ring: staging.StagingRing | None = None) -> np.ndarray | None:

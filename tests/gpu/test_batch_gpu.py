@@ -354,6 +354,28 @@ def test_record_group_compacted_on_gpus_matches_numpy(tmp_path, where_run):
     np.testing.assert_array_equal(g["indices"][:], np.flatnonzero(m))
 
 
+def test_record_group_through_staging_rings_matches_numpy(tmp_path, monkeypatch):
+    """A Zarr group's fields copied through the devices' rings (as where one process drives
+    several GPUs), with pieces smaller than a field's block."""
+    from dask_compact.batch import staging
+
+    monkeypatch.setattr(staging, "staged_devices", lambda n: True)
+    monkeypatch.setattr(staging, "_rings", {})
+    monkeypatch.setattr(staging, "PIECE_BYTES", 30_000)
+    path, data = _record_group(tmp_path, 300_001)
+    out = tmp_path / "out.zarr"
+    res = run(path, out, "-w", "(e > 0.3) & (abs(eta) < 1.5) & (q != 0)", "-o", "both",
+              "--output-chunks", "25000", "--json", "--local", "threads", "--device", "gpu")
+    summary = json.loads(res.stdout)
+    assert summary["gpu"] and summary["gpu_chunks"] == summary["chunks_read"]
+    assert staging._rings and all(r.piece_bytes == 30_000 for r in staging._rings.values())
+    m = (data["e"] > 0.3) & (np.abs(data["eta"]) < 1.5) & (data["q"] != 0)
+    g = zarr.open_group(str(out), mode="r")
+    for name, v in data.items():
+        np.testing.assert_array_equal(g[name][:], v[m])
+    np.testing.assert_array_equal(g["indices"][:], np.flatnonzero(m))
+
+
 def test_staging_ring_copies_exactly_with_threads_waiting_for_pieces():
     """Copies to a device and back through a ring of two small pieces, from eight threads at
     once (each waiting for a free piece in turn): every array arrives whole, in order."""
