@@ -135,7 +135,7 @@ def read_compact(
             early = early_read.take(reader, r0, r1)
             if early is not None:
                 t0 -= early[1]
-                host = early[0]
+                host = np.ascontiguousarray(early[0])  # the ring copies contiguous bytes
                 del early
             else:
                 host = thread_host((r1 - r0,) + reader.shape[1:], reader.dtype)
