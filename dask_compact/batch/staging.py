@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -68,6 +69,11 @@ class StagingRing:
             self._free.append(k)
             self._cond.notify()
 
+    def _spans(self, nbytes: int) -> Iterator[tuple[int, int]]:
+        """(offset, bytes) of each piece-sized span of ``nbytes``."""
+        for off in range(0, nbytes, self.piece_bytes):
+            yield off, min(self.piece_bytes, nbytes - off)
+
     def _piece(self, k: int, n: int) -> np.ndarray:
         return self._slab[k * self.piece_bytes : k * self.piece_bytes + n]
 
@@ -77,11 +83,8 @@ class StagingRing:
         import cupy
 
         rt = cupy.cuda.runtime
-        data = _bytes(src)
-        if data.nbytes != dst.nbytes:
-            raise ValueError(f"copy of {data.nbytes} bytes into {dst.nbytes}")
-        for off in range(0, data.nbytes, self.piece_bytes):
-            n = min(self.piece_bytes, data.nbytes - off)
+        data = _bytes(src, dst.nbytes)
+        for off, n in self._spans(data.nbytes):
             k = self._take()
             event = None
             try:
@@ -102,11 +105,8 @@ class StagingRing:
         import cupy
 
         rt = cupy.cuda.runtime
-        data = _bytes(out)
-        if data.nbytes != src.nbytes:
-            raise ValueError(f"copy of {src.nbytes} bytes into {data.nbytes}")
-        for off in range(0, data.nbytes, self.piece_bytes):
-            n = min(self.piece_bytes, data.nbytes - off)
+        data = _bytes(out, src.nbytes)
+        for off, n in self._spans(data.nbytes):
             k = self._take()
             try:
                 piece = self._piece(k, n)
@@ -118,9 +118,12 @@ class StagingRing:
                 self._give(k, None)
 
 
-def _bytes(a: np.ndarray) -> np.ndarray:
+def _bytes(a: np.ndarray, nbytes: int) -> np.ndarray:
+    """``a``'s bytes (C-contiguous host memory of ``nbytes``, the device array's)."""
     if not a.flags.c_contiguous:
         raise ValueError("a staged copy needs C-contiguous host memory")
+    if a.nbytes != nbytes:
+        raise ValueError(f"a staged copy of {a.nbytes} host bytes to or from {nbytes}")
     return a.reshape(-1).view(np.uint8)
 
 

@@ -1,0 +1,98 @@
+"""The staging ring's bookkeeping (batch/staging.py) without a GPU: a stand-in for CuPy whose
+"device" is host memory and whose copies are immediate, so that every offset, size and piece
+handover of the ring's loops is checked here, with threads contending for two pieces. The
+copies to real devices run in tests/gpu/test_batch_gpu.py."""
+
+from __future__ import annotations
+
+import ctypes
+import sys
+import threading
+import types
+
+import numpy as np
+import pytest
+
+from dask_compact.batch import staging
+
+
+class _DeviceArray:
+    """What the ring reads of a CuPy array: ``data.ptr`` and ``nbytes``."""
+
+    def __init__(self, nbytes: int):
+        self.host = np.zeros(nbytes, np.uint8)
+        self.nbytes = nbytes
+        self.data = types.SimpleNamespace(ptr=self.host.ctypes.data)
+
+
+class _Event:
+    def __init__(self, **kwargs):
+        self.recorded = False
+
+    def record(self, stream):
+        self.recorded = True
+
+    def synchronize(self):
+        assert self.recorded
+
+
+@pytest.fixture
+def fake_cupy(monkeypatch):
+    copies = []
+
+    def memcpy_async(dst, src, n, kind, stream):
+        copies.append(n)
+        ctypes.memmove(dst, src, n)
+
+    runtime = types.SimpleNamespace(memcpyAsync=memcpy_async, memcpyHostToDevice=1,
+                                    memcpyDeviceToHost=2)  # fmt: skip
+    cuda = types.SimpleNamespace(runtime=runtime, Event=_Event)
+    monkeypatch.setitem(sys.modules, "cupy", types.SimpleNamespace(cuda=cuda))
+    monkeypatch.setattr(staging, "pinned", lambda n: np.empty(n, np.uint8))
+    return copies
+
+
+def test_ring_copies_every_byte_in_order_with_threads_waiting_for_pieces(fake_cupy):
+    ring = staging.StagingRing(0, pieces=2, piece_bytes=4096)
+    stream = types.SimpleNamespace(ptr=0, synchronize=lambda: None)
+    errors = []
+
+    def work(seed):
+        try:
+            rng = np.random.default_rng(seed)
+            for dtype in ("int8", "uint16", "float32", "float64"):
+                for n in (0, 1, 31, 1023, 1024, 1025, 4096, 10_007):
+                    a = (rng.random(n) * 200 - 100).astype(dtype)
+                    d = _DeviceArray(a.nbytes)
+                    ring.to_device(d, a, stream)
+                    np.testing.assert_array_equal(d.host.view(dtype), a)
+                    back = np.empty_like(a)
+                    ring.to_host(back, d, stream)
+                    np.testing.assert_array_equal(back, a)
+        except Exception as e:  # noqa: BLE001 -- reported by the main thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(s,)) for s in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
+    assert max(fake_cupy) == 4096  # never more than a piece at a time
+    assert sorted(ring._free) == [0, 1]  # every piece handed back
+
+
+def test_ring_refuses_what_it_cannot_copy(fake_cupy):
+    ring = staging.StagingRing(0, pieces=1, piece_bytes=64)
+    stream = types.SimpleNamespace(ptr=0, synchronize=lambda: None)
+    with pytest.raises(ValueError, match="C-contiguous"):
+        ring.to_device(_DeviceArray(40), np.zeros(10)[::2], stream)
+    with pytest.raises(ValueError, match="40 host bytes to or from 32"):
+        ring.to_device(_DeviceArray(32), np.zeros(5), stream)
+    with pytest.raises(ValueError, match="host bytes to or from"):
+        ring.to_host(np.zeros(3), _DeviceArray(32), stream)
+    assert list(ring._free) == [0]
+
+
+def test_one_gpu_keeps_the_threads_pinned_buffers():
+    assert not staging.staged_devices(1) and staging.staged_devices(2)
