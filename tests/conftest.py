@@ -8,6 +8,7 @@ import gc
 import os
 import shutil
 import tempfile
+import threading
 import warnings
 
 import numpy as np
@@ -251,3 +252,23 @@ def threshold_predicate(a: np.ndarray, p: float):
     if dtype.kind == "c":
         return lambda v: v.real < t
     return lambda v: v < t
+
+
+def in_threads(work, n: int) -> None:
+    """``work(i)`` for i in range(n), each in a thread of its own, all at once; the first
+    exception any of them raised is raised here once all have ended."""
+    errors: list[BaseException] = []
+
+    def run(i):
+        try:
+            work(i)
+        except BaseException as e:  # noqa: BLE001 -- raised in the calling thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import ctypes
 import sys
-import threading
 import types
 
 import numpy as np
 import pytest
+from conftest import in_threads
 
 from dask_compact.batch import staging
 
@@ -55,29 +55,20 @@ def fake_cupy(monkeypatch):
 def test_ring_copies_every_byte_in_order_with_threads_waiting_for_pieces(fake_cupy):
     ring = staging.StagingRing(0, pieces=2, piece_bytes=4096)
     stream = types.SimpleNamespace(ptr=0, synchronize=lambda: None)
-    errors = []
 
     def work(seed):
-        try:
-            rng = np.random.default_rng(seed)
-            for dtype in ("int8", "uint16", "float32", "float64"):
-                for n in (0, 1, 31, 1023, 1024, 1025, 4096, 10_007):
-                    a = (rng.random(n) * 200 - 100).astype(dtype)
-                    d = _DeviceArray(a.nbytes)
-                    ring.to_device(d, a, stream)
-                    np.testing.assert_array_equal(d.host.view(dtype), a)
-                    back = np.empty_like(a)
-                    ring.to_host(back, d, stream)
-                    np.testing.assert_array_equal(back, a)
-        except Exception as e:  # noqa: BLE001 -- reported by the main thread
-            errors.append(e)
+        rng = np.random.default_rng(seed)
+        for dtype in ("int8", "uint16", "float32", "float64"):
+            for n in (0, 1, 31, 1023, 1024, 1025, 4096, 10_007):
+                a = (rng.random(n) * 200 - 100).astype(dtype)
+                d = _DeviceArray(a.nbytes)
+                ring.to_device(d, a, stream)
+                np.testing.assert_array_equal(d.host.view(dtype), a)
+                back = np.empty_like(a)
+                ring.to_host(back, d, stream)
+                np.testing.assert_array_equal(back, a)
 
-    threads = [threading.Thread(target=work, args=(s,)) for s in range(6)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors[0]
+    in_threads(work, 6)
     assert max(fake_cupy) == 4096  # never more than a piece at a time
     assert sorted(ring._free) == [0, 1]  # every piece handed back
 

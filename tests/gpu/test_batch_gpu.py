@@ -384,38 +384,29 @@ def test_record_group_through_staging_rings_matches_numpy(tmp_path, monkeypatch)
 def test_staging_ring_copies_exactly_with_threads_waiting_for_pieces():
     """Copies to a device and back through a ring of two small pieces, from eight threads at
     once (each waiting for a free piece in turn): every array arrives whole, in order."""
-    import threading
+    from conftest import in_threads
 
     from dask_compact.batch.staging import StagingRing
 
     ring = StagingRing(0, pieces=2, piece_bytes=4096)
-    errors = []
 
     def work(seed):
-        try:
-            rng = np.random.default_rng(seed)
-            stream = cupy.cuda.Stream(non_blocking=True)
-            with stream:
-                for dtype in ("int8", "uint16", "float32", "float64", "int64"):
-                    for n in (1, 31, 1023, 1025, 4096, 100_003):
-                        a = (rng.random((n,)) * 200 - 100).astype(dtype)
-                        d = cupy.empty(a.shape, a.dtype)
-                        ring.to_device(d, a, stream)
-                        a_copy = a.copy()
-                        a[:] = 0  # the source may be reused once the call returns
-                        back = np.empty_like(a)
-                        ring.to_host(back, d, stream)
-                        np.testing.assert_array_equal(back, a_copy)
-                        np.testing.assert_array_equal(cupy.asnumpy(d), a_copy)
-        except Exception as e:  # noqa: BLE001 -- reported by the main thread
-            errors.append(e)
+        rng = np.random.default_rng(seed)
+        stream = cupy.cuda.Stream(non_blocking=True)
+        with stream:
+            for dtype in ("int8", "uint16", "float32", "float64", "int64"):
+                for n in (1, 31, 1023, 1025, 4096, 100_003):
+                    a = (rng.random((n,)) * 200 - 100).astype(dtype)
+                    d = cupy.empty(a.shape, a.dtype)
+                    ring.to_device(d, a, stream)
+                    a_copy = a.copy()
+                    a[:] = 0  # the source may be reused once the call returns
+                    back = np.empty_like(a)
+                    ring.to_host(back, d, stream)
+                    np.testing.assert_array_equal(back, a_copy)
+                    np.testing.assert_array_equal(cupy.asnumpy(d), a_copy)
 
-    threads = [threading.Thread(target=work, args=(s,)) for s in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors[0]
+    in_threads(work, 8)
     with pytest.raises(ValueError, match="C-contiguous"):
         ring.to_device(cupy.empty(5), np.zeros(10)[::2], cupy.cuda.get_current_stream())
     with pytest.raises(ValueError, match="host bytes to or from"):
