@@ -34,6 +34,7 @@ mark("dask_compact.cli imported")
 import dask_compact.batch.job as job  # noqa: E402
 import dask_compact.batch.output as output  # noqa: E402
 import dask_compact.batch.runner as runner  # noqa: E402
+import dask_compact.batch.staging as staging  # noqa: E402
 import dask_compact.batch.tasks as tasks  # noqa: E402
 import dask_compact.batch.warmup as warmup  # noqa: E402
 
@@ -66,7 +67,8 @@ for n in ("run_job", "create_group", "writes_chunk_files", "run_stream", "cut", 
     wrap(job, n)
 wrap(output.Target, "commit")
 wrap(warmup.GpuWarmup, "_run", "warm-up")
-wrap(warmup, "_prepare_all")
+wrap(warmup, "_prepare")
+wrap(staging, "StagingRing", "staging ring")
 for n in ("read_compact", "write_chunk", "thread_pinned", "_thread_stream", "_compact",
           "_to_host", "_read_into"):
     wrap(tasks, n, first=2)

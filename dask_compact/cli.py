@@ -244,7 +244,7 @@ def compact_command(
     except (ValueError, TypeError, SyntaxError) as e:
         raise click.BadParameter(str(e), param_hint="--where") from None
     if warmup is not None and src.size:
-        warmup.prepare(where, src.dtype, mode)
+        warmup.prepare(where, src.dtype, mode, chunks=-(-src.shape[0] // src.row_chunk))
 
     def job() -> dict[str, Any]:
         continued = _resumed(target, overwrite, resume,
@@ -253,6 +253,8 @@ def compact_command(
                    where_to_run, budget, continued, decode, encode)
 
     summary = _locked(target, overwrite, job)
+    if warmup is not None and "timeline" in summary:
+        summary["timeline"].update(warmup.timeline())
     click.echo(json.dumps(summary) if as_json else _array_text(summary, input_path, where))
     _end_after_dask_cli(ctx)
 

@@ -67,7 +67,9 @@ class HeadStart:
             self.warmup = GpuWarmup()
             self._stack.callback(self.warmup.close, timeout=10.0)
             if self.early is not None:
-                self.warmup.prepare(params["where"], self.early.reader.dtype, params["mode"])
+                reader = self.early.reader
+                self.warmup.prepare(params["where"], reader.dtype, params["mode"],
+                                    chunks=-(-reader.shape[0] // reader.chunk_rows))
 
     def close(self) -> None:
         """End what was started (the warm-up's thread joined within 10 s)."""

@@ -32,7 +32,8 @@ from .host_buffers import pinned
 PIECE_BYTES = 32 * 2**20  # one piece: a CPU copy of ~4 ms, a DMA of ~1 ms
 PIECES = 16  # per device: up to 16 threads per device copy at once, each holding one piece
 
-_lock = threading.Lock()
+_lock = threading.Lock()  # guards _making
+_making: dict[int, threading.Lock] = {}  # per device: one registration at a time, devices apart
 _rings: dict[int, StagingRing] = {}
 
 
@@ -132,6 +133,8 @@ def ring(device: int) -> StagingRing:
     r = _rings.get(device)
     if r is None:
         with _lock:
+            making = _making.setdefault(device, threading.Lock())
+        with making:  # a 512 MiB slab faulted in and registered: other devices' go on
             r = _rings.get(device)
             if r is None:
                 r = _rings[device] = StagingRing(device, PIECES, PIECE_BYTES)

@@ -7,84 +7,150 @@ disk cache, loaded, and loaded again lazily at their first launch, with 16 threa
 for it (0.5-0.7 s of the first chunks' wall time). Measured there: a command's job took 4.3 s
 cold and 2.2 s when the same process ran it a second time.
 
-:class:`GpuWarmup` starts the driver and the contexts in a thread as soon as the command
+:class:`GpuWarmup` starts the driver and the contexts in the background as soon as the command
 starts, which the imports, the opening of the input and the output group's creation overlap
 (CUDA's calls release the GIL), and, once the input's dtype is known, builds and runs the
-predicate's kernels on each device (:func:`dask_compact.backends.cupy_backend.prepare`),
-and where several devices are driven, registers their staging pieces (:mod:`.staging`).
+predicate's kernels on each device the job will use
+(:func:`dask_compact.backends.cupy_backend.prepare`), and where several devices are driven,
+registers their staging pieces (:mod:`.staging`).
+
+Each device gets a thread of its own: on a host of four GPUs the steps of one device after
+another (four contexts, four kernel loads, four registrations of a 512 MiB slab) had not ended
+when the job's first chunks reached the devices. The job's end stops what has not begun
+(:meth:`GpuWarmup.close`): a job of one chunk does not wait for the other devices.
+
 It only ever saves time: a failure there is silent, and the job's own first chunk meets and
 reports the same error.
 """
 
 from __future__ import annotations
 
-import queue
 import threading
+import time
 from typing import Any
 
 import numpy as np
 
 
 class GpuWarmup:
-    """One background thread: contexts on every visible device at once, the kernels for
-    ``(where, dtype, mode)`` once :meth:`prepare` names them; :meth:`close` ends it."""
+    """Contexts on every visible device at once, the kernels for ``(where, dtype, mode)`` on
+    the devices a job uses once :meth:`prepare` names them; :meth:`close` ends it."""
 
     def __init__(self) -> None:
-        self._requests: queue.SimpleQueue[tuple[str, np.dtype, str] | None] = (
-            queue.SimpleQueue()
-        )
-        self.devices = 0  # devices with a context, once the first step is done
-        self.prepared = False  # whether the kernels were built and run on every device
-        self._asked = False
+        self.prepared = False  # whether the kernels were built and run on every device asked
+        # step -> time.perf_counter() when it had ended on every device it was to run on
+        # ("contexts", "kernels", "rings"), for the job's timeline
+        self.ended: dict[str, float] = {}
+        self._done = {"contexts": 0, "kernels": 0, "rings": 0}
+        self._request: tuple[str, np.dtype, str, int | None] | None = None
+        self._asked = threading.Event()  # prepare() or close() was called
+        self._stop = threading.Event()  # close() was called: start no further step
+        self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="dask-compact-gpu-warmup",
                                         daemon=True)
         self._thread.start()
 
-    def prepare(self, where: str, dtype: np.dtype, mode: str) -> None:
-        """Build the predicate's kernels for ``dtype`` and output ``mode`` on each device
-        (the first call only: a job has one predicate, dtype and mode)."""
-        if self._asked:
-            return
-        self._asked = True
-        self._requests.put((where, np.dtype(dtype), mode))
+    @property
+    def devices(self) -> int:
+        """Devices with a context so far."""
+        return self._done["contexts"]
+
+    def prepare(self, where: str, dtype: np.dtype, mode: str, chunks: int | None = None
+                ) -> None:
+        """Build the predicate's kernels for ``dtype`` and output ``mode`` on the devices a job
+        of ``chunks`` chunks uses (chunk i on device i % n; None: every device). The first
+        call only: a job has one predicate, dtype and mode."""
+        with self._lock:
+            if self._asked.is_set():
+                return
+            self._request = (where, np.dtype(dtype), mode, chunks)
+            self._asked.set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait for the steps :meth:`prepare` asked for to end (bounded by ``timeout``);
+        whether they have."""
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
 
     def close(self, timeout: float | None = None) -> None:
-        """Drop what was not started and wait for the thread (bounded by ``timeout``)."""
-        self._requests.put(None)
+        """Start no further step and wait for the ones under way (bounded by ``timeout``)."""
+        with self._lock:
+            self._stop.set()
+            self._asked.set()
         self._thread.join(timeout)
+
+    def timeline(self) -> dict[str, float]:
+        """When each step had ended on every device, in seconds since the process started
+        (the job summary's timeline: ``gpu_contexts``, ``gpu_kernels``, ``gpu_rings``)."""
+        from .job import process_age
+
+        age, now = process_age(), time.perf_counter()
+        with self._lock:
+            return {f"gpu_{k}": age - (now - t) for k, t in self.ended.items()}
 
     def _run(self) -> None:
         try:
             import cupy
 
             n = cupy.cuda.runtime.getDeviceCount()
-            for d in range(n):
-                with cupy.cuda.Device(d):
-                    cupy.cuda.runtime.free(0)  # cudaFree(0): creates the device's context
-        except Exception:  # noqa: BLE001 -- no CuPy, driver or device: the job decides
+        except Exception:  # noqa: BLE001 -- no CuPy or driver: the job decides
             return
-        self.devices = n
-        request = self._requests.get()
-        if request is None:
-            return
-        where, dtype, mode = request
-        try:
-            _prepare_all(cupy, n, where, dtype, mode)
-        except Exception:  # noqa: BLE001 -- the first chunk meets and reports it
-            return
-        self.prepared = True
+        others = [threading.Thread(target=self._device, args=(cupy, d, n),
+                                   name=f"dask-compact-gpu-warmup-{d}", daemon=True)
+                  for d in range(1, n)]
+        for t in others:
+            t.start()
+        if n:
+            self._device(cupy, 0, n)
+        for t in others:
+            t.join()
+        self.prepared = self._request is not None and self._done["kernels"] == self._used(n)
+
+    def _used(self, n: int) -> int:
+        """How many of the ``n`` devices the job that asked uses (0 if none asked)."""
+        if self._request is None:
+            return 0
+        chunks = self._request[3]
+        return n if chunks is None else min(n, chunks)
+
+    def _device(self, cupy: Any, d: int, n: int) -> None:
+        """Device ``d``'s steps, each begun only while the command goes on."""
         from . import staging
 
-        if staging.staged_devices(n):
-            try:
-                for d in range(n):  # each device's pinned pieces, registered once
-                    with cupy.cuda.Device(d):
-                        staging.ring(d)
-            except Exception:  # noqa: BLE001 -- the first chunk meets and reports it
-                return
+        try:
+            with cupy.cuda.Device(d):
+                cupy.cuda.runtime.free(0)  # cudaFree(0): creates the device's context
+        except Exception:  # noqa: BLE001 -- the job's own first chunk reports it
+            return
+        self._step("contexts", n)
+        self._asked.wait()
+        request, used = self._request, self._used(n)
+        if self._stop.is_set() or request is None or d >= used:
+            return
+        where, dtype, mode, _ = request
+        try:
+            _prepare(cupy, d, where, dtype, mode)
+        except Exception:  # noqa: BLE001 -- the first chunk meets and reports it
+            return
+        self._step("kernels", used)
+        if self._stop.is_set() or not staging.staged_devices(n):
+            return
+        try:
+            with cupy.cuda.Device(d):
+                staging.ring(d)  # the device's pinned pieces, registered once
+        except Exception:  # noqa: BLE001 -- the first chunk meets and reports it
+            return
+        self._step("rings", used)
+
+    def _step(self, step: str, of: int) -> None:
+        """One more device has done ``step``; the time is kept when all ``of`` have."""
+        with self._lock:
+            self._done[step] += 1
+            if self._done[step] == of:
+                self.ended[step] = time.perf_counter()
 
 
-def _prepare_all(cupy: Any, n: int, where: str, dtype: np.dtype, mode: str) -> None:
+def _prepare(cupy: Any, d: int, where: str, dtype: np.dtype, mode: str) -> None:
     from ..backends.cupy_backend import prepare
     from ..predicate import as_predicate
 
@@ -92,6 +158,5 @@ def _prepare_all(cupy: Any, n: int, where: str, dtype: np.dtype, mode: str) -> N
     # fraction from real chunks only. Compiled modules are shared by value (the functor and
     # module caches of the CuPy backend), so the tasks find them built.
     pred = as_predicate(where)
-    for d in range(n):
-        with cupy.cuda.Device(d):
-            prepare(pred, dtype, mode)
+    with cupy.cuda.Device(d):
+        prepare(pred, dtype, mode)

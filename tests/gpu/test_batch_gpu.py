@@ -313,7 +313,7 @@ def test_gpu_warmup_prepares_every_device():
 
     w = GpuWarmup()
     w.prepare("(x > 0.2) & (x < 0.3)", np.dtype("float32"), "values")
-    w.close(timeout=120)
+    assert w.wait(timeout=120)
     assert w.devices == cupy.cuda.runtime.getDeviceCount()
     assert w.prepared
 
