@@ -1,6 +1,6 @@
-"""The GPU warm-up's order of steps (batch/warmup.py) without a GPU: a stand-in for CuPy with
-four "devices" whose context creation, kernel preparation and ring registration are recorded,
-so that what runs on which device, side by side, and what a closed warm-up no longer starts,
+"""The GPU warm-up's steps (batch/warmup.py) without a GPU: a stand-in for CuPy with four
+"devices" whose context creation, kernel preparation and ring registration are recorded, so
+that what runs on which device, in which order, and what a closed warm-up no longer starts,
 are checked here. The real steps run in tests/gpu/test_batch_gpu.py."""
 
 from __future__ import annotations
@@ -16,25 +16,18 @@ import pytest
 
 from dask_compact.batch import staging, warmup
 
-DEVICES = 4
-
 
 @pytest.fixture
 def fake(monkeypatch):
-    """``done``: the steps each device went through, as (step, device) in the order they
-    ended; ``gate``: set for the kernels' step to go on; ``devices``: how many there are."""
-    done: list[tuple[str, int]] = []
-    state = types.SimpleNamespace(done=done, gate=threading.Event(), devices=DEVICES,
-                                  waiting=0)
-    state.gate.set()
+    """``done``: the steps, as (step, device) in the order they ended; ``contexts`` and
+    ``kernels``: set for those steps to go on; ``devices``: how many there are; ``waiting``:
+    steps waiting for their gate."""
+    state = types.SimpleNamespace(done=[], contexts=threading.Event(),
+                                  kernels=threading.Event(), devices=4, waiting=0)
+    state.contexts.set()
+    state.kernels.set()
     lock = threading.Lock()
     local = threading.local()
-    # Every device's context is created while the others' are: their threads meet here.
-    together: list[threading.Barrier] = []
-
-    def count():
-        together.append(threading.Barrier(state.devices, timeout=20))
-        return state.devices
 
     @contextlib.contextmanager
     def device(d):
@@ -45,78 +38,95 @@ def fake(monkeypatch):
         finally:
             local.dev = prev
 
-    def free(ptr):
-        together[0].wait()
+    def gate(event):
         with lock:
-            done.append(("context", local.dev))
+            state.waiting += 1
+        assert event.wait(20)
 
-    runtime = types.SimpleNamespace(getDeviceCount=count, free=free)
+    def free(ptr):
+        gate(state.contexts)
+        state.done.append(("context", local.dev))
+
+    runtime = types.SimpleNamespace(getDeviceCount=lambda: state.devices, free=free)
     cuda = types.SimpleNamespace(runtime=runtime, Device=device)
     monkeypatch.setitem(sys.modules, "cupy", types.SimpleNamespace(cuda=cuda))
 
     def prepare(cupy, d, where, dtype, mode):
         assert (where, dtype, mode) == ("x < 0.5", np.dtype("float32"), "values")
-        with lock:
-            state.waiting += 1
-        state.gate.wait(20)
-        with lock:
-            done.append(("kernels", d))
+        gate(state.kernels)
+        state.done.append(("kernels", d))
 
     def ring(d):
         assert local.dev == d  # registered under the device's context
-        with lock:
-            done.append(("ring", d))
+        state.done.append(("ring", d))
 
     monkeypatch.setattr(warmup, "_prepare", prepare)
     monkeypatch.setattr(staging, "ring", ring)
     return state
 
 
-def test_every_device_gets_its_context_at_once_and_kernels_where_the_job_runs(fake):
-    w = warmup.GpuWarmup()
-    w.prepare("x < 0.5", np.dtype("float32"), "values", chunks=2)
-    assert w.wait(timeout=30)
-    w.close()
-    assert w.devices == DEVICES and w.prepared
-    assert sorted(d for s, d in fake.done if s == "context") == [0, 1, 2, 3]
-    # A job of two chunks uses devices 0 and 1 (chunk i on device i % 4): nothing else built
-    assert sorted(d for s, d in fake.done if s == "kernels") == [0, 1]
-    assert sorted(d for s, d in fake.done if s == "ring") == [0, 1]  # several devices: rings
-    for d in (0, 1):
-        assert fake.done.index(("kernels", d)) < fake.done.index(("ring", d))
-    assert set(w.timeline()) == {"gpu_contexts", "gpu_kernels", "gpu_rings"}
+def _until(cond):
+    deadline = time.monotonic() + 20
+    while not cond():
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
 
 
-def test_every_device_is_prepared_when_the_chunks_are_not_known(fake):
+def test_every_device_in_turn_when_the_chunks_are_not_known(fake):
     w = warmup.GpuWarmup()
     w.prepare("x < 0.5", np.dtype("float32"), "values")
     w.prepare("x > 9", np.dtype("int8"), "indices")  # a job asks once: ignored
     assert w.wait(timeout=30)
+    w.close()
+    assert w.devices == 4 and w.prepared
+    assert fake.done == ([("context", d) for d in range(4)] + [("kernels", d) for d in range(4)]
+                         + [("ring", d) for d in range(4)])
+    assert set(w.timeline()) == {"gpu_contexts", "gpu_kernels", "gpu_rings"}
+
+
+def test_only_the_devices_the_job_uses_when_it_is_known_first(fake):
+    """A job of two chunks runs on devices 0 and 1 (chunk i on device i % 4): asked for before
+    the contexts are made, nothing is made on the others."""
+    fake.contexts.clear()
+    w = warmup.GpuWarmup()
+    _until(lambda: fake.waiting == 1)  # device 0's context under way
+    w.prepare("x < 0.5", np.dtype("float32"), "values", chunks=2)
+    fake.contexts.set()
+    assert w.wait(timeout=30)
+    assert w.devices == 2 and w.prepared
+    assert fake.done == [("context", 0), ("context", 1), ("kernels", 0), ("kernels", 1),
+                         ("ring", 0), ("ring", 1)]
+
+
+def test_a_job_known_late_gets_kernels_where_it_runs(fake):
+    w = warmup.GpuWarmup()
+    _until(lambda: w.devices == 4)
+    w.prepare("x < 0.5", np.dtype("float32"), "values", chunks=1)
+    assert w.wait(timeout=30)
     assert w.prepared
-    assert sorted(d for s, d in fake.done if s == "kernels") == [0, 1, 2, 3]
+    assert fake.done[4:] == [("kernels", 0), ("ring", 0)]
 
 
 def test_a_closed_warmup_starts_no_further_step(fake):
-    """The job's end stops the warm-up: kernels under way end, no ring is registered after."""
-    fake.gate.clear()  # the kernels' step waits until released
+    """The command's end stops the warm-up: the step under way ends, no other begins."""
+    fake.kernels.clear()
     w = warmup.GpuWarmup()
-    w.prepare("x < 0.5", np.dtype("float32"), "values", chunks=8)
-    while fake.waiting < DEVICES:  # every device's kernels under way
-        time.sleep(0.01)
-    w.close(timeout=0.2)  # they are still being built
+    w.prepare("x < 0.5", np.dtype("float32"), "values")
+    _until(lambda: ("context", 3) in fake.done and fake.waiting == 5)  # device 0's kernels
+    w.close(timeout=0.2)
     assert not w.wait(timeout=0)
-    fake.gate.set()
+    fake.kernels.set()
     assert w.wait(timeout=30)
-    assert sorted(d for s, d in fake.done if s == "kernels") == [0, 1, 2, 3]
-    assert not [d for s, d in fake.done if s == "ring"]
-    assert "gpu_rings" not in w.timeline()
+    assert fake.done[4:] == [("kernels", 0)]
+    assert not w.prepared and "gpu_kernels" not in w.timeline()
 
 
 def test_a_warmup_closed_before_it_was_asked_builds_nothing(fake):
     w = warmup.GpuWarmup()
+    _until(lambda: w.devices == 4)
     w.close(timeout=30)
-    assert w.devices == DEVICES and not w.prepared
-    assert [s for s, _ in fake.done] == ["context"] * DEVICES
+    assert not w.prepared
+    assert [s for s, _ in fake.done] == ["context"] * 4
 
 
 def test_one_device_registers_no_ring(fake):

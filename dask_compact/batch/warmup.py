@@ -14,10 +14,14 @@ predicate's kernels on each device the job will use
 (:func:`dask_compact.backends.cupy_backend.prepare`), and where several devices are driven,
 registers their staging pieces (:mod:`.staging`).
 
-Each device gets a thread of its own: on a host of four GPUs the steps of one device after
-another (four contexts, four kernel loads, four registrations of a 512 MiB slab) had not ended
-when the job's first chunks reached the devices. The job's end stops what has not begun
-(:meth:`GpuWarmup.close`): a job of one chunk does not wait for the other devices.
+One device after another: on a host of four H200s, CUDA's start (``cuInit``, in the first
+``getDeviceCount``) took 0.55-1.04 s and each context 0.13-0.14 s, and four contexts made from
+four threads at once took as long as one after another (0.49-0.51 s against 0.54-0.55 s: the
+driver makes them in turn); a warm-up with a thread per device made commands slower there
+(0.4-0.6 s on a one-second job), its threads' Python work competing with the command's set-up.
+Only the devices the job's chunks use get kernels and staging pieces, and contexts too when the
+job is known before they are made; the job's end starts no further step
+(:meth:`GpuWarmup.close`), so a short job does not wait for devices it never used.
 
 It only ever saves time: a failure there is silent, and the job's own first chunk meets and
 reports the same error.
@@ -33,15 +37,16 @@ import numpy as np
 
 
 class GpuWarmup:
-    """Contexts on every visible device at once, the kernels for ``(where, dtype, mode)`` on
-    the devices a job uses once :meth:`prepare` names them; :meth:`close` ends it."""
+    """Contexts on the visible devices, then the kernels for ``(where, dtype, mode)`` and the
+    staging pieces on the devices a job uses once :meth:`prepare` names them, one device after
+    another; :meth:`close` ends it."""
 
     def __init__(self) -> None:
         self.prepared = False  # whether the kernels were built and run on every device asked
         # step -> time.perf_counter() when it had ended on every device it was to run on
         # ("contexts", "kernels", "rings"), for the job's timeline
         self.ended: dict[str, float] = {}
-        self._done = {"contexts": 0, "kernels": 0, "rings": 0}
+        self._done = {"contexts": 0, "kernels": 0, "rings": 0}  # devices that have done each
         self._request: tuple[str, np.dtype, str, int | None] | None = None
         self._asked = threading.Event()  # prepare() or close() was called
         self._stop = threading.Event()  # close() was called: start no further step
@@ -92,19 +97,42 @@ class GpuWarmup:
         try:
             import cupy
 
-            n = cupy.cuda.runtime.getDeviceCount()
-        except Exception:  # noqa: BLE001 -- no CuPy or driver: the job decides
+            n = cupy.cuda.runtime.getDeviceCount()  # CUDA's start
+            for d in range(n):
+                if self._stop.is_set() or self._request is not None and d >= self._used(n):
+                    break
+                with cupy.cuda.Device(d):
+                    cupy.cuda.runtime.free(0)  # cudaFree(0): creates the device's context
+                self._count("contexts")
+            self._end("contexts")
+        except Exception:  # noqa: BLE001 -- no CuPy, driver or device: the job decides
             return
-        others = [threading.Thread(target=self._device, args=(cupy, d, n),
-                                   name=f"dask-compact-gpu-warmup-{d}", daemon=True)
-                  for d in range(1, n)]
-        for t in others:
-            t.start()
-        if n:
-            self._device(cupy, 0, n)
-        for t in others:
-            t.join()
-        self.prepared = self._request is not None and self._done["kernels"] == self._used(n)
+        self._asked.wait()
+        request, used = self._request, self._used(n)
+        if request is None:
+            return
+        where, dtype, mode, _ = request
+        try:
+            for d in range(used):
+                if self._stop.is_set():
+                    return
+                _prepare(cupy, d, where, dtype, mode)
+                self._count("kernels")
+            self._end("kernels")
+            self.prepared = True
+            from . import staging
+
+            if not staging.staged_devices(n):
+                return
+            for d in range(used):
+                if self._stop.is_set():
+                    return
+                with cupy.cuda.Device(d):
+                    staging.ring(d)  # the device's pinned pieces, registered once
+                self._count("rings")
+            self._end("rings")
+        except Exception:  # noqa: BLE001 -- the first chunk meets and reports it
+            return
 
     def _used(self, n: int) -> int:
         """How many of the ``n`` devices the job that asked uses (0 if none asked)."""
@@ -113,41 +141,15 @@ class GpuWarmup:
         chunks = self._request[3]
         return n if chunks is None else min(n, chunks)
 
-    def _device(self, cupy: Any, d: int, n: int) -> None:
-        """Device ``d``'s steps, each begun only while the command goes on."""
-        from . import staging
-
-        try:
-            with cupy.cuda.Device(d):
-                cupy.cuda.runtime.free(0)  # cudaFree(0): creates the device's context
-        except Exception:  # noqa: BLE001 -- the job's own first chunk reports it
-            return
-        self._step("contexts", n)
-        self._asked.wait()
-        request, used = self._request, self._used(n)
-        if self._stop.is_set() or request is None or d >= used:
-            return
-        where, dtype, mode, _ = request
-        try:
-            _prepare(cupy, d, where, dtype, mode)
-        except Exception:  # noqa: BLE001 -- the first chunk meets and reports it
-            return
-        self._step("kernels", used)
-        if self._stop.is_set() or not staging.staged_devices(n):
-            return
-        try:
-            with cupy.cuda.Device(d):
-                staging.ring(d)  # the device's pinned pieces, registered once
-        except Exception:  # noqa: BLE001 -- the first chunk meets and reports it
-            return
-        self._step("rings", used)
-
-    def _step(self, step: str, of: int) -> None:
-        """One more device has done ``step``; the time is kept when all ``of`` have."""
+    def _count(self, step: str) -> None:
+        """One more device has done ``step``."""
         with self._lock:
             self._done[step] += 1
-            if self._done[step] == of:
-                self.ended[step] = time.perf_counter()
+
+    def _end(self, step: str) -> None:
+        """``step`` has ended on every device it was to run on: its time is kept."""
+        with self._lock:
+            self.ended[step] = time.perf_counter()
 
 
 def _prepare(cupy: Any, d: int, where: str, dtype: np.dtype, mode: str) -> None:
