@@ -93,20 +93,33 @@ class GpuWarmup:
         with self._lock:
             return {f"gpu_{k}": age - (now - t) for k, t in self.ended.items()}
 
+    def _contexts(self, n: int) -> int:
+        """How many of the ``n`` devices get a context: those the job uses, if it is known;
+        none once the command has ended."""
+        if self._stop.is_set():
+            return 0
+        return n if self._request is None else self._used(n)
+
     def _run(self) -> None:
+        from .driver_start import DriverStart
+
+        # CUDA's start and the contexts, through the driver, while CuPy is being imported
+        driver = DriverStart(self._contexts)
         try:
             import cupy
 
-            n = cupy.cuda.runtime.getDeviceCount()  # CUDA's start
+            n = cupy.cuda.runtime.getDeviceCount()  # CUDA's start, if the driver's is not done
             for d in range(n):
-                if self._stop.is_set() or self._request is not None and d >= self._used(n):
+                if d >= self._contexts(n):
                     break
                 with cupy.cuda.Device(d):
-                    cupy.cuda.runtime.free(0)  # cudaFree(0): creates the device's context
+                    cupy.cuda.runtime.free(0)  # the runtime takes the device's context
                 self._count("contexts")
             self._end("contexts")
         except Exception:  # noqa: BLE001 -- no CuPy, driver or device: the job decides
             return
+        finally:
+            driver.release()  # the runtime holds the contexts it took
         self._asked.wait()
         request, used = self._request, self._used(n)
         if request is None:
