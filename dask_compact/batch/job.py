@@ -138,12 +138,16 @@ def stream_and_commit(runner: Runner, target: Target, make_job: Callable[[], Job
         with progress_bar(show, total_bytes) as bar, pool_for_job(
                 job.budget if runner.client is None else 0):
             total = run_stream(ex, job, bar)
+        marks = job.stats.marks  # the steps after the last write, for the summary's timeline
+        marks["streamed"] = time.perf_counter()
         ex.close()
+        marks["threads_joined"] = time.perf_counter()
         threads = ex.threads
         cut(target.tmp, names, total)
         if job.manifest_dir is not None:
             os.remove(os.path.join(job.manifest_dir, "dask-compact-manifest.json"))
         target.commit(marker({**attrs, "selected": total}), overwrite)
+        marks["committed"] = time.perf_counter()
     except BaseException:
         if ex is not None:
             ex.stop()
