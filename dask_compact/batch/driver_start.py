@@ -79,8 +79,11 @@ class DriverStart:
         retained, self._retained = self._retained, []
         if lib is None:
             return
-        # cuDevicePrimaryCtxRelease is the _v2 symbol since CUDA 11 (the header maps the name)
-        release = (getattr(lib, "cuDevicePrimaryCtxRelease_v2", None)
-                   or lib.cuDevicePrimaryCtxRelease)
-        for dev in retained:
-            release(ctypes.c_int(dev))
+        try:
+            # cuDevicePrimaryCtxRelease is the _v2 symbol since CUDA 11 (the header maps it)
+            release = (getattr(lib, "cuDevicePrimaryCtxRelease_v2", None)
+                       or lib.cuDevicePrimaryCtxRelease)
+            for dev in retained:
+                release(ctypes.c_int(dev))
+        except Exception:  # noqa: BLE001 -- a reference kept lives until the process ends
+            pass

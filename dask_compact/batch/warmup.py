@@ -8,7 +8,8 @@ for it (0.5-0.7 s of the first chunks' wall time). Measured there: a command's j
 cold and 2.2 s when the same process ran it a second time.
 
 :class:`GpuWarmup` starts the driver and the contexts in the background as soon as the command
-starts, which the imports, the opening of the input and the output group's creation overlap
+starts (from the driver library while CuPy is still being imported: :mod:`.driver_start`),
+which the imports, the opening of the input and the output group's creation overlap
 (CUDA's calls release the GIL), and, once the input's dtype is known, builds and runs the
 predicate's kernels on each device the job will use
 (:func:`dask_compact.backends.cupy_backend.prepare`), and where several devices are driven,
@@ -17,8 +18,9 @@ registers their staging pieces (:mod:`.staging`).
 One device after another: on a host of four H200s, CUDA's start (``cuInit``, in the first
 ``getDeviceCount``) took 0.55-1.04 s and each context 0.13-0.14 s, and four contexts made from
 four threads at once took as long as one after another (0.49-0.51 s against 0.54-0.55 s: the
-driver makes them in turn); a warm-up with a thread per device made commands slower there
-(0.4-0.6 s on a one-second job), its threads' Python work competing with the command's set-up.
+driver makes them in turn); a warm-up with a thread per device made commands of 2^16
+elements slower there (by 0.4-0.6 s), its threads' Python work competing with the command's
+set-up.
 Only the devices the job's chunks use get kernels and staging pieces, and contexts too when the
 job is known before they are made; the job's end starts no further step
 (:meth:`GpuWarmup.close`), so a short job does not wait for devices it never used.

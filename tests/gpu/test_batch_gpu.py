@@ -318,6 +318,28 @@ def test_gpu_warmup_prepares_every_device():
     assert w.prepared
 
 
+def test_driver_start_leaves_the_runtime_its_contexts():
+    """CUDA's start through libcuda (batch/driver_start.py): every device's primary context
+    retained, taken by the runtime, the driver's references given back, and each device still
+    computing through CuPy afterwards."""
+    from dask_compact.batch.driver_start import DriverStart
+
+    n = cupy.cuda.runtime.getDeviceCount()
+    start = DriverStart(lambda count: count)
+    assert start.wait(timeout=60)
+    assert start.retained == n
+    for d in range(n):
+        with cupy.cuda.Device(d):
+            cupy.cuda.runtime.free(0)  # the runtime takes the context (as the warm-up does)
+    start.release()
+    assert start.retained == 0
+    for d in range(n):
+        with cupy.cuda.Device(d):
+            x = cupy.arange(100_003, dtype=cupy.int64)
+            assert int(x[x % 7 == 3].sum()) == int(np.arange(100_003)[np.arange(100_003) % 7
+                                                                      == 3].sum())
+
+
 def _record_group(tmp_path, n):
     """A Zarr group of particle-like fields, each chunked its own way."""
     rng = np.random.default_rng(11)
