@@ -48,7 +48,7 @@ class GpuWarmup:
         # step -> time.perf_counter() when it had ended on every device it was to run on
         # ("contexts", "kernels", "rings"), for the job's timeline
         self.ended: dict[str, float] = {}
-        self._done = {"contexts": 0, "kernels": 0, "rings": 0}  # devices that have done each
+        self._contexts_taken = 0  # devices whose context the runtime holds
         self._request: tuple[str, np.dtype, str, int | None] | None = None
         self._asked = threading.Event()  # prepare() or close() was called
         self._stop = threading.Event()  # close() was called: start no further step
@@ -60,7 +60,7 @@ class GpuWarmup:
     @property
     def devices(self) -> int:
         """Devices with a context so far."""
-        return self._done["contexts"]
+        return self._contexts_taken
 
     def prepare(self, where: str, dtype: np.dtype, mode: str, chunks: int | None = None
                 ) -> None:
@@ -116,7 +116,7 @@ class GpuWarmup:
                     break
                 with cupy.cuda.Device(d):
                     cupy.cuda.runtime.free(0)  # the runtime takes the device's context
-                self._count("contexts")
+                self._contexts_taken += 1
             self._end("contexts")
         except Exception:  # noqa: BLE001 -- no CuPy, driver or device: the job decides
             return
@@ -132,7 +132,6 @@ class GpuWarmup:
                 if self._stop.is_set():
                     return
                 _prepare(cupy, d, where, dtype, mode)
-                self._count("kernels")
             self._end("kernels")
             self.prepared = True
             from . import staging
@@ -144,7 +143,6 @@ class GpuWarmup:
                     return
                 with cupy.cuda.Device(d):
                     staging.ring(d)  # the device's pinned pieces, registered once
-                self._count("rings")
             self._end("rings")
         except Exception:  # noqa: BLE001 -- the first chunk meets and reports it
             return
@@ -155,11 +153,6 @@ class GpuWarmup:
             return 0
         chunks = self._request[3]
         return n if chunks is None else min(n, chunks)
-
-    def _count(self, step: str) -> None:
-        """One more device has done ``step``."""
-        with self._lock:
-            self._done[step] += 1
 
     def _end(self, step: str) -> None:
         """``step`` has ended on every device it was to run on: its time is kept."""
