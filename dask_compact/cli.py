@@ -203,7 +203,7 @@ def compact_command(
             f"dask compact writes Zarr and needs the zarr package ({e}); pip install zarr"
         ) from None
     from .batch.inputs import open_input
-    from .batch.job import describe
+    from .batch.job import describe, layout_of
     from .batch.output import Target, check_overlap
     from .batch.records_job import describe as describe_records
     from .batch.records_job import open_group_input, prepare
@@ -244,7 +244,7 @@ def compact_command(
     except (ValueError, TypeError, SyntaxError) as e:
         raise click.BadParameter(str(e), param_hint="--where") from None
     if warmup is not None and src.size:
-        warmup.prepare(where, src.dtype, mode, chunks=-(-src.shape[0] // src.row_chunk))
+        warmup.prepare(where, src.dtype, mode, chunks=layout_of(src, None).nchunks)
 
     def job() -> dict[str, Any]:
         continued = _resumed(target, overwrite, resume,

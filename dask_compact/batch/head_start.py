@@ -67,9 +67,12 @@ class HeadStart:
             self.warmup = GpuWarmup()
             self._stack.callback(self.warmup.close, timeout=10.0)
             if self.early is not None:
-                reader = self.early.reader
+                from .plan import Layout
+
+                reader = self.early.reader  # the job's layout, as the early read plans it
+                layout = Layout.make(reader.shape, reader.dtype.itemsize, reader.chunk_rows, None)
                 self.warmup.prepare(params["where"], reader.dtype, params["mode"],
-                                    chunks=-(-reader.shape[0] // reader.chunk_rows))
+                                    chunks=layout.nchunks)
 
     def close(self) -> None:
         """End what was started (the warm-up's thread joined within 10 s)."""
