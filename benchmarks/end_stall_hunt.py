@@ -44,13 +44,14 @@ sys.argv = ["dask_compact", *sys.argv[3:]]
 runpy.run_module("dask_compact", run_name="__main__", alter_sys=True)
 """
 
-STEPS = ("last_piece", "last_write", "streamed", "threads_joined", "committed", "end")
+STEPS = ("last_piece", "last_write", "loop_end", "stream_returned", "pool_emptied", "streamed",
+         "threads_joined", "committed", "end")
 
 
 def one_run(args: argparse.Namespace, k: int, extra: list[str]) -> dict:
     out = Path(args.work) / f"out{k}"
     shutil.rmtree(out, ignore_errors=True)
-    dump = Path(args.out) / f"stacks-run{k}.txt"
+    dump = Path(args.out) / f"stacks{('-' + args.label) if args.label else ''}-run{k}.txt"
     cmd = [sys.executable, "-P", "-c", WRAPPER, str(args.dump_after), str(dump),
            args.input, str(out), "--where", args.where, "--json", *extra]
     t = time.perf_counter()
@@ -101,8 +102,8 @@ def main() -> None:
              "started; gaps after the last write in the second table", "",
              "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     lines += ["| " + " | ".join(fmt(r.get(c)) for c in cols) + " |" for r in rows]
-    gaps = ["run", "wall - median", "piece->write", "write->streamed", "streamed->joined",
-            "joined->committed", "committed->end", "end->exit"]
+    gaps = ["run", "wall - median", *(f"{a}->{b}" for a, b in zip(STEPS, STEPS[1:])),
+            "end->exit"]
     lines += ["", "| " + " | ".join(gaps) + " |", "|" + "---|" * len(gaps)]
     for r in rows:
         if r["rc"] != 0 or r.get("end") is None:

@@ -135,10 +135,12 @@ def stream_and_commit(runner: Runner, target: Target, make_job: Callable[[], Job
         ex = executor_for(runner)
         # Selections in this process reuse pooled buffers (.host_buffers); worker processes
         # of a cluster allocate theirs.
-        with progress_bar(show, total_bytes) as bar, pool_for_job(
-                job.budget if runner.client is None else 0):
-            total = run_stream(ex, job, bar)
         marks = job.stats.marks  # the steps after the last write, for the summary's timeline
+        with progress_bar(show, total_bytes) as bar:
+            with pool_for_job(job.budget if runner.client is None else 0):
+                total = run_stream(ex, job, bar)
+                marks["stream_returned"] = time.perf_counter()
+            marks["pool_emptied"] = time.perf_counter()
         marks["streamed"] = time.perf_counter()
         ex.close()
         marks["threads_joined"] = time.perf_counter()

@@ -141,6 +141,7 @@ class _Stream:
                 self.piece_done(key, self.ex.result(fut))
             else:
                 self.write_done(key, self.ex.result(fut), extra)
+        self.job.stats.marks["loop_end"] = time.perf_counter()
         self.save_manifest(force=True)
         return self.running
 
