@@ -71,7 +71,10 @@ class BoundedCache(Generic[K, V]):
         self.name = name
         self._items: OrderedDict[K, V] = OrderedDict()
         self._on_evict = on_evict
-        self.lock = threading.RLock()  # callers may build under it: one build per key
+        self.lock = threading.RLock()  # guards the entries (and callers' own builds under it)
+        # key -> [lock, waiters]: one build per key at a time, while hits and other keys' builds
+        # go on (a GPU module's build is an NVRTC compile of seconds)
+        self._building: dict[K, list[Any]] = {}
         self.evictions = 0
         BoundedCache._all.append(self)
 
@@ -94,16 +97,29 @@ class BoundedCache(Generic[K, V]):
                     self._on_evict(old_key, old)
 
     def get_or_build(self, key: K, build: Callable[[], V]) -> V:
-        """The cached value, or ``build()`` stored under ``key`` (built once: under the lock)."""
+        """The cached value, or ``build()`` stored under ``key``. Built once: threads asking
+        for the same key while it is built wait for that build (a failed build is tried
+        again by the next); other keys are looked up and built meanwhile."""
         hit = self.get(key)
         if hit is not None:
             return hit
         with self.lock:
-            hit = self._items.get(key)
-            if hit is None:
-                hit = build()
-                self.put(key, hit)
-            return hit
+            entry = self._building.get(key)
+            if entry is None:
+                entry = self._building[key] = [threading.Lock(), 0]
+            entry[1] += 1
+        try:
+            with entry[0]:
+                hit = self.get(key)
+                if hit is None:
+                    hit = build()
+                    self.put(key, hit)
+                return hit
+        finally:
+            with self.lock:
+                entry[1] -= 1
+                if entry[1] == 0:
+                    del self._building[key]
 
     def values(self) -> list[V]:
         with self.lock:

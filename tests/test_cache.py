@@ -108,3 +108,55 @@ def test_clear_cache_is_public_and_cache_dir_follows_the_environment(tmp_path, m
 @pytest.mark.parametrize("key", ["memory-entries", "disk-bytes"])
 def test_limits_have_defaults_in_dask_config(key):
     assert int(dask.config.get(f"dask-compact.cache.{key}")) > 0
+
+
+def test_get_or_build_builds_a_key_once_while_other_keys_go_on():
+    # A GPU module's build is a compile of seconds: threads asking for it wait for the one
+    # build, while a hit or a build of another key does not wait for it.
+    import threading
+
+    cache: BoundedCache[str, str] = BoundedCache("test-build-once")
+    started, release = threading.Event(), threading.Event()
+    builds: list[str] = []
+
+    def slow() -> str:
+        builds.append("slow")
+        started.set()
+        assert release.wait(10)
+        return "slow value"
+
+    cache.put("hit", "cached")
+    results: list[str] = []
+    threads = [threading.Thread(target=lambda: results.append(cache.get_or_build("slow", slow)))
+               for _ in range(8)]
+    threads[0].start()
+    assert started.wait(10)
+    for t in threads[1:]:
+        t.start()
+    # while "slow" is being built: a hit and another key's build return at once
+    others: list[str] = []
+    t = threading.Thread(target=lambda: others.extend(
+        [cache.get_or_build("hit", lambda: "never"), cache.get_or_build("other", lambda: "x")]))
+    t.start()
+    t.join(5)
+    done = not t.is_alive()
+    release.set()
+    assert done and others == ["cached", "x"]
+    for t in threads:
+        t.join(10)
+    assert builds == ["slow"] and results == ["slow value"] * 8
+    assert cache._building == {}  # nothing left behind
+    cache.clear()
+
+
+def test_get_or_build_tries_again_after_a_failed_build():
+    cache: BoundedCache[int, str] = BoundedCache("test-build-fails")
+
+    def fail() -> str:
+        raise RuntimeError("compile error")
+
+    with pytest.raises(RuntimeError, match="compile error"):
+        cache.get_or_build(1, fail)
+    assert cache.get(1) is None and cache._building == {}
+    assert cache.get_or_build(1, lambda: "ok") == "ok"
+    cache.clear()

@@ -44,6 +44,7 @@ class _Module:
         self._names = spec.names()
         self.module = cupy.RawModule(code=spec.source(), options=NVRTC_OPTIONS,
                                      name_expressions=spec.all_names())
+        self.module.compile()  # here, once per key (see cupy_modules._Compiled)
         self._kernels: dict[str, Any] = {}
 
     def kernel(self, role: str) -> Any:

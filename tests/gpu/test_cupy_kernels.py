@@ -466,3 +466,48 @@ def test_compact_many_mask_path_and_dispatch() -> None:
     )
     assert i is None and n_in == a.size
     np.testing.assert_array_equal(cupy.asnumpy(v), a[a > 0.5])
+
+
+def test_threads_meeting_a_new_module_compile_it_once(monkeypatch, tmp_path) -> None:
+    # A RawModule compiles at its first get_function, unguarded: a batch job's threads that
+    # reached a new predicate's module together each ran NVRTC on it (9 compiles, 5 s, in a
+    # cold CuPy cache on the H100). The module is now compiled in its cache's one build.
+    import threading
+
+    import cupy.cuda.compiler as compiler
+
+    import dask_compact
+
+    monkeypatch.setenv("CUPY_CACHE_DIR", str(tmp_path))  # cold: NVRTC runs
+    sources: list[str] = []
+    real = compiler._compile_module_with_cache
+
+    def counting(source, *args, **kwargs):
+        sources.append(source)
+        return real(source, *args, **kwargs)
+
+    monkeypatch.setattr(compiler, "_compile_module_with_cache", counting)
+    rng = np.random.default_rng(7)
+    host = rng.random(100_003).astype(np.float32)
+    # a structure no other test compiles, so its module is new to this process
+    # (constants exact in float32: the same test in any precision)
+    pred = "((x > 0.125) & (x < 0.8125)) | (x == 0.4375) | (abs(x - 0.03125) < 0.0078125)"
+    expect = host[((host > 0.125) & (host < 0.8125)) | (host == 0.4375)
+                  | (np.abs(host - np.float32(0.03125)) < np.float32(0.0078125))]
+    barrier = threading.Barrier(8)
+    results: list = [None] * 8
+
+    def one(i: int) -> None:
+        a = cupy.asarray(host)
+        barrier.wait()
+        results[i] = cupy.asnumpy(dask_compact.compact_array(a, pred))
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    for r in results:
+        np.testing.assert_array_equal(r, expect)
+    assert sources, "no module was compiled: the structure was not new"
+    assert len(sources) == len(set(sources)), "a module was compiled by several threads"
