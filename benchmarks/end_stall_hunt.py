@@ -44,8 +44,9 @@ sys.argv = ["dask_compact", *sys.argv[3:]]
 runpy.run_module("dask_compact", run_name="__main__", alter_sys=True)
 """
 
-STEPS = ("last_piece", "last_write", "loop_end", "stream_returned", "pool_emptied", "streamed",
+STEPS = ("last_piece", "last_write", "stream_returned", "pool_emptied", "streamed",
          "threads_joined", "committed", "end")
+SAVES = ("manifest_saves", "manifest_save_max_s")  # the loop's waits for its manifest
 
 
 def one_run(args: argparse.Namespace, k: int, extra: list[str]) -> dict:
@@ -64,7 +65,7 @@ def one_run(args: argparse.Namespace, k: int, extra: list[str]) -> dict:
     summary = json.loads(r.stdout.strip().splitlines()[-1])
     tl = summary.get("timeline", {})
     row["job"] = tl.get("job")
-    for s in STEPS:
+    for s in (*STEPS, *SAVES):
         row[s] = tl.get(s)
     row["process_seconds"] = summary.get("process_seconds")
     if dump.exists() and dump.stat().st_size == 0:
@@ -95,7 +96,7 @@ def main() -> None:
     rows = [one_run(args, k, extra) for k in range(args.runs)]
     walls = [r["wall"] for r in rows if r["rc"] == 0]
     med = statistics.median(walls) if walls else 0.0
-    cols = ["run", "wall", "rc", "job", *STEPS, "stacks"]
+    cols = ["run", "wall", "rc", "job", *STEPS, *SAVES, "stacks"]
     lines = [f"# end-stall hunt {args.label}: {args.runs} runs of `python -m dask_compact "
              f"{args.input} OUT --where {args.where!r} {' '.join(extra)}`", "",
              f"median wall {med:.3f} s; timeline columns in seconds since the process "

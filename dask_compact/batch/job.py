@@ -6,6 +6,7 @@ module owns what happens between the lock being taken and released.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -146,8 +147,9 @@ def stream_and_commit(runner: Runner, target: Target, make_job: Callable[[], Job
         marks["threads_joined"] = time.perf_counter()
         threads = ex.threads
         cut(target.tmp, names, total)
-        if job.manifest_dir is not None:
-            os.remove(os.path.join(job.manifest_dir, "dask-compact-manifest.json"))
+        if job.manifest_dir is not None:  # saved at the job's first write, if it wrote any
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(os.path.join(job.manifest_dir, "dask-compact-manifest.json"))
         target.commit(marker({**attrs, "selected": total}), overwrite)
         marks["committed"] = time.perf_counter()
     except BaseException:
