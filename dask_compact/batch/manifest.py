@@ -1,12 +1,13 @@
 """The resume manifest: what a job has finished, kept inside its temporary group.
 
 A job writes ``dask-compact-manifest.json`` beside the output arrays (at its first write, then
-at most once a second; not at the end, where the commit removes it), replacing it atomically (write, rename) and listing only output chunks whose
-writes have returned, so a job killed at any moment leaves a manifest that describes only
-chunks that are really in the files. Nothing is fsynced, as zarr fsyncs none of its writes: an
-``fsync`` here made the file system commit every output chunk written so far to the disk
-(ext4's ordered journal), 0.25 s per save on the H100 host, which turned a job running from the
-page cache into one waiting on the disk. It holds
+at most once a second; not at the end, where the commit removes it), replacing it atomically
+(write, rename) and listing only output chunks whose writes have returned, so a job killed at
+any moment leaves a manifest that describes only chunks that are really in the files.
+Nothing is fsynced, as zarr fsyncs none of its writes: an ``fsync`` here made the file system
+commit every output chunk written so far to the disk (ext4's ordered journal), 0.25 s per save
+on the H100 host, which turned a job running from the page cache into one waiting on the disk.
+It holds
 
 * the job: input fingerprint, shape, dtype, row chunking, ``--where``, ``--output``, output
   chunk length and the tool's version; ``--resume`` continues only an identical job;
