@@ -274,6 +274,32 @@ def test_module_source_is_self_contained() -> None:
         assert f.name in src
 
 
+def test_group_modules_split_each_output_and_compile(tmp_path: Path) -> None:
+    """A module holds one output's kernels of one group: the groups of an output cover its
+    roles exactly once, ``partition`` alone in "split"; each (output, group) has its own
+    source text (CuPy's disk cache is keyed by the text, not by the names instantiated), and
+    a group's source with its names compiles on sm_90."""
+    from dask_compact.backends.cupy_source import GROUPS, group_of
+
+    f = generate_functor(_threshold("float32").typed("float32"))
+    texts = set()
+    for alg in ALGORITHMS:
+        spec = ModuleSpec(np.dtype("float32"), alg, f, tuning_for(alg, 4))
+        for output in OUTPUTS:
+            roles = spec.names(output)
+            parts = [spec.group_names(output, g) for g in GROUPS]
+            assert sorted(r for p in parts for r in p) == sorted(roles)
+            assert all(group_of(r) == "split" for r in parts[1]) and (
+                ("partition" in parts[1]) == ("partition" in roles))
+            for g in GROUPS:
+                texts.add(spec.group_source(output, g))
+    assert len(texts) == len(ALGORITHMS) * len(OUTPUTS) * len(GROUPS)
+    spec = ModuleSpec(np.dtype("float32"), "single-pass", f, tuning_for("single-pass", 4))
+    names = list(spec.group_names("values", "compact").values())
+    assert len(names) < len(spec.all_names())
+    _nvcc(spec.group_source("values", "compact") + _force(names), "sm_90", tmp_path, "group")
+
+
 def test_tuning_table_and_kernel_constants() -> None:
     """Every (algorithm, dtype size) has a measured entry with its reason and a valid
     schedule; the three-pass group size the launch layer computes grids with is the kernel's;

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from .cupy_device import NULL, memset0, ptr_or_null
-from .cupy_modules import compiled, resident_blocks
+from .cupy_modules import OutputKernels, resident_blocks
 from .cupy_source import ModuleSpec
 from .cupy_tuning import SCAN_BLOCK, TP_BLOCK, TP_GROUP, TP_SCAN_BLOCK, TP_SCAN_ITEMS
 
@@ -37,7 +37,7 @@ class Plan:
     spec: ModuleSpec
     output: str
     exact_mode: str = "prefix"  # single-pass exact path (cupy_tuning.EXACT_MODES)
-    _kernels: dict[str, Any] | None = None
+    _kernels: OutputKernels | None = None
     memo: dict | None = None  # the predicate's memo (fused path): what earlier calls saw
 
     @property
@@ -49,10 +49,11 @@ class Plan:
         return -(-self.n // self.spec.tuning.tile)
 
     @property
-    def kernels(self) -> dict[str, Any]:
-        """role -> kernel on the current device (looked up once per plan)."""
+    def kernels(self) -> OutputKernels:
+        """role -> kernel on the current device (looked up once per plan; each group's
+        module built at its first role's use)."""
         if self._kernels is None:
-            self._kernels = compiled(self.spec).kernels(self.output)
+            self._kernels = OutputKernels(self.spec, self.output)
         return self._kernels
 
 

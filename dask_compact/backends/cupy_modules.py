@@ -10,53 +10,73 @@ from typing import Any
 from ..cache import BoundedCache
 from ..codegen.cuda_functor import generate_functor
 from ..predicate.core import Predicate
-from .cupy_source import NVRTC_OPTIONS, ModuleSpec, RecordSpec
+from .cupy_source import NVRTC_OPTIONS, ModuleSpec, RecordSpec, group_of
 
-__all__ = ["compiled", "typed_functor", "resident_blocks", "device_cc", "modules"]
+__all__ = ["compiled", "OutputKernels", "typed_functor", "resident_blocks", "device_cc", "modules"]
 
 
 class _Compiled:
-    """One RawModule and its kernels, on one device."""
+    """One RawModule on one device: a :class:`ModuleSpec`'s kernels of one output and group
+    (``cupy_source.GROUPS``), or a :class:`RecordSpec`'s (``output`` None)."""
 
-    def __init__(self, spec: ModuleSpec | RecordSpec) -> None:
+    def __init__(self, spec: ModuleSpec | RecordSpec, output: str | None = None,
+                 group: str = "compact") -> None:
         import cupy
 
-        self.spec = spec
-        self.module = cupy.RawModule(
-            code=spec.source(), options=NVRTC_OPTIONS, name_expressions=spec.all_names()
-        )
+        self.spec, self.output = spec, output
+        if output is None:
+            code, names = spec.source(), spec.all_names()
+        else:
+            assert isinstance(spec, ModuleSpec)
+            self._names = spec.group_names(output, group)
+            code, names = spec.group_source(output, group), list(self._names.values())
+        self.module = cupy.RawModule(code=code, options=NVRTC_OPTIONS, name_expressions=names)
         # Compiled here, inside the cache's one build per key: a RawModule compiles at its first
         # get_function otherwise, unguarded, and a job's threads reaching a new module together
         # each ran NVRTC on it (9 concurrent compiles, 5 s, seen in a cold cache on the H100).
         self.module.compile()
-        self._kernels: dict[str, Any] = {}
 
-    def kernels(self, output: str) -> dict[str, Any]:
-        """role -> RawKernel for one output (shared-memory limit raised where needed)."""
-        assert isinstance(self.spec, ModuleSpec)
-        out = {}
-        for role, expr in self.spec.names(output).items():
-            k = self._kernels.get(expr)
-            if k is None:
-                k = self.module.get_function(expr)
-                smem = self.spec.smem_bytes(output)
-                if role in ("main", "scatter", "partition") and smem > 0:
-                    # static shared memory counts against the same 48 KB default limit
-                    k.max_dynamic_shared_size_bytes = smem
-                self._kernels[expr] = k
-            out[role] = k
-        return out
+    def kernel(self, role: str) -> Any:
+        """The RawKernel of ``role`` (shared-memory limit raised where needed)."""
+        assert isinstance(self.spec, ModuleSpec) and self.output is not None
+        k = self.module.get_function(self._names[role])
+        smem = self.spec.smem_bytes(self.output)
+        if role in ("main", "scatter", "partition") and smem > 0:
+            # static shared memory counts against the same 48 KB default limit
+            k.max_dynamic_shared_size_bytes = smem
+        return k
 
 
-# (device, spec) -> its module; bounded (dask_compact.cache): each holds compiled kernels.
+# (device, spec, output, group) -> its module; bounded (dask_compact.cache): each holds
+# compiled kernels.
 modules: BoundedCache[tuple, _Compiled] = BoundedCache("cupy modules")
 
 
-def compiled(spec: ModuleSpec | RecordSpec) -> _Compiled:
+def compiled(spec: ModuleSpec | RecordSpec, output: str | None = None,
+             group: str = "compact") -> _Compiled:
     import cupy
 
     # dask's threaded scheduler may ask for the same module from many threads: built once
-    return modules.get_or_build((cupy.cuda.Device().id, spec), lambda: _Compiled(spec))
+    key = (cupy.cuda.Device().id, spec, output, group)
+    return modules.get_or_build(key, lambda: _Compiled(spec, output, group))
+
+
+class OutputKernels:
+    """role -> RawKernel of one spec and output on the current device; each group's module
+    is built at the first use of one of its roles."""
+
+    def __init__(self, spec: ModuleSpec, output: str) -> None:
+        self.spec, self.output = spec, output
+        self._kernels: dict[str, Any] = {}
+
+    def __getitem__(self, role: str) -> Any:
+        k = self._kernels.get(role)
+        if k is None:
+            if role not in self.spec.names(self.output):
+                raise KeyError(role)
+            k = compiled(self.spec, self.output, group_of(role)).kernel(role)
+            self._kernels[role] = k
+        return k
 
 
 _functors: BoundedCache[tuple, tuple] = BoundedCache("cuda functors")
