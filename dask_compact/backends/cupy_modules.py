@@ -24,6 +24,8 @@ class _Compiled:
         import cupy
 
         self.spec, self.output = spec, output
+        if isinstance(spec, ModuleSpec) and output is None:
+            raise TypeError("a ModuleSpec's module is built per output and group")
         if output is None:
             code, names = spec.source(), spec.all_names()
         else:

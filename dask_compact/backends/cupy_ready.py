@@ -17,6 +17,7 @@ import numpy as np
 from .cupy_device import by_output, head_copy, read_counts
 from .cupy_launchers import Plan, tile_words
 from .cupy_modules import compiled, resident_blocks
+from .cupy_source import group_of
 from .cupy_tuning import COPY_BLOCK, COPY_MAX_GRID
 
 __all__ = ["PackedKernel", "CopyOut", "OneReadCall", "IntoCall", "learn", "KEEP_SCRATCH_BYTES"]
@@ -69,7 +70,9 @@ class PackedKernel:
         from .cupy_launch import PackedLaunch
 
         spec, n, tiles = plan.spec, plan.n, plan.tiles
-        self.module = compiled(spec)  # held: an evicted module stays loaded while this lives
+        # held: an evicted module stays loaded while this lives (main and copy_out are both
+        # in the compact group of the output's module)
+        self.module = compiled(spec, output, group_of("main"))
         kernel = plan.kernels["main"]
         self.block, self.smem = spec.tuning.block, spec.smem_bytes(output)
         self.grid = min(tiles, resident_blocks(kernel, self.block, self.smem))
