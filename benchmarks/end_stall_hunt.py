@@ -45,7 +45,7 @@ runpy.run_module("dask_compact", run_name="__main__", alter_sys=True)
 """
 
 STEPS = ("last_piece", "last_write", "stream_returned", "pool_emptied", "streamed",
-         "threads_closed", "committed", "end")
+         "threads_joined", "committed", "end")
 SAVES = ("manifest_saves", "manifest_save_max_s")  # the loop's waits for its manifest
 
 

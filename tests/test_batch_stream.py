@@ -114,34 +114,6 @@ def test_thread_executor_stop_cancels_queued_and_waits_for_running():
     assert queued.cancelled()
 
 
-def test_thread_executor_close_without_wait_leaves_the_teardown_behind():
-    # A finished job's threads only tear down their own state (page-locked buffers, streams):
-    # close(wait=False) does not wait for that; the queued work still runs first, and the
-    # threads do end.
-    ex = ThreadExecutor(2)
-    local = threading.local()
-    torn_down = threading.Event()
-
-    class SlowTeardown:
-        def __del__(self):
-            time.sleep(0.5)
-            torn_down.set()
-
-    def task():
-        local.state = SlowTeardown()
-        return 7
-
-    futs = [ex.submit(task) for _ in range(4)]
-    assert [f.result(timeout=10) for f in futs] == [7] * 4
-    t = time.perf_counter()
-    ex.close(wait=False)
-    assert time.perf_counter() - t < 0.3
-    assert torn_down.wait(10)
-    for w in ex._workers:
-        w.join(10)
-        assert not w.is_alive()
-
-
 # -- whole streaming runs --------------------------------------------------------------------------
 
 

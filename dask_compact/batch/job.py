@@ -143,10 +143,8 @@ def stream_and_commit(runner: Runner, target: Target, make_job: Callable[[], Job
                 marks["stream_returned"] = time.perf_counter()
             marks["pool_emptied"] = time.perf_counter()
         marks["streamed"] = time.perf_counter()
-        # every task has ended (the stream waited for each): the threads' own teardown goes on
-        # behind the cut and commit
-        ex.close(wait=False)
-        marks["threads_closed"] = time.perf_counter()
+        ex.close()
+        marks["threads_joined"] = time.perf_counter()
         threads = ex.threads
         cut(target.tmp, names, total)
         if job.manifest_dir is not None:  # saved at the job's first write, if it wrote any
