@@ -37,15 +37,20 @@ class _Compiled:
         # get_function otherwise, unguarded, and a job's threads reaching a new module together
         # each ran NVRTC on it (9 concurrent compiles, 5 s, seen in a cold cache on the H100).
         self.module.compile()
+        self._kernels: dict[str, Any] = {}
 
     def kernel(self, role: str) -> Any:
-        """The RawKernel of ``role`` (shared-memory limit raised where needed)."""
-        assert isinstance(self.spec, ModuleSpec) and self.output is not None
-        k = self.module.get_function(self._names[role])
-        smem = self.spec.smem_bytes(self.output)
-        if role in ("main", "scatter", "partition") and smem > 0:
-            # static shared memory counts against the same 48 KB default limit
-            k.max_dynamic_shared_size_bytes = smem
+        """The RawKernel of ``role`` (shared-memory limit raised where needed), made once: a
+        plan asks for it per call, and the launch grid is cached per kernel object."""
+        k = self._kernels.get(role)
+        if k is None:
+            assert isinstance(self.spec, ModuleSpec) and self.output is not None
+            k = self.module.get_function(self._names[role])
+            smem = self.spec.smem_bytes(self.output)
+            if role in ("main", "scatter", "partition") and smem > 0:
+                # static shared memory counts against the same 48 KB default limit
+                k.max_dynamic_shared_size_bytes = smem
+            self._kernels[role] = k
         return k
 
 
@@ -74,10 +79,8 @@ class OutputKernels:
     def __getitem__(self, role: str) -> Any:
         k = self._kernels.get(role)
         if k is None:
-            if role not in self.spec.names(self.output):
-                raise KeyError(role)
-            k = compiled(self.spec, self.output, group_of(role)).kernel(role)
-            self._kernels[role] = k
+            k = self._kernels[role] = compiled(self.spec, self.output,
+                                              group_of(role)).kernel(role)
         return k
 
 
