@@ -114,6 +114,22 @@ def test_thread_executor_stop_cancels_queued_and_waits_for_running():
     assert queued.cancelled()
 
 
+def test_running_keys_include_tasks_that_may_still_start():
+    # After a cancel, a worker goes on starting queued tasks until it hears of it: drain()
+    # must wait for those too, not only for the tasks executing at its first look.
+    from types import SimpleNamespace
+
+    from dask_compact.batch.runner import running_keys
+
+    states = {"a": "executing", "b": "ready", "c": "memory", "d": "released", "e": "cancelled",
+              "f": "waiting", "g": "constrained", "h": "flight", "i": "error",
+              "j": "long-running", "k": "resumed"}
+    tasks = {k: SimpleNamespace(key=k, state=v) for k, v in states.items()}
+    worker = SimpleNamespace(state=SimpleNamespace(
+        tasks=tasks, all_running_tasks=[tasks["a"], tasks["e"], tasks["j"]]))
+    assert sorted(running_keys(worker)) == ["a", "b", "e", "f", "g", "j", "k"]
+
+
 # -- whole streaming runs --------------------------------------------------------------------------
 
 

@@ -255,14 +255,29 @@ def _start_retrying_once(make: Callable[[], Any]) -> Any:
     raise AssertionError("unreachable")
 
 
+# Worker task states in which a task runs now or may still start: queued for a thread
+# ("ready", "constrained"), waiting for its inputs, or occupying a thread (a cancelled one
+# runs on until it returns).
+MAY_RUN = frozenset({"waiting", "ready", "constrained", "executing", "long-running",
+                     "cancelled", "resumed"})
+
+
 def running_keys(dask_worker: Any) -> list[Any]:
-    """Run on each worker: keys of the tasks still executing, cancelled ones included."""
-    return [ts.key for ts in dask_worker.state.all_running_tasks]
+    """Run on each worker: keys of the tasks that run or may still start there. A cancel
+    reaches the workers after the client's call returns: until then a thread that ends one
+    task takes the next queued one, so a task queued at the first look may be writing at the
+    next (a failed job's temporary group was left once in CI on a local cluster, most likely
+    by a write so started while the group was being removed)."""
+    state = dask_worker.state
+    keys = {ts.key for ts in state.all_running_tasks}
+    keys.update(k for k, ts in state.tasks.items() if ts.state in MAY_RUN)
+    return list(keys)
 
 
 def drain(client: Any, keys: set[Any], timeout: float) -> None:
-    """Wait until no worker still executes one of ``keys`` (bounded). A cancelled task is
-    forgotten by the scheduler at once, but its thread runs on until the write returns."""
+    """Wait until no worker runs or may still start one of ``keys`` (bounded). A cancelled
+    task is forgotten by the scheduler at once, but its thread runs on until the write
+    returns, and a queued one starts until the worker hears of the cancel."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         running = client.run(running_keys)
