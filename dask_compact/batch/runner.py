@@ -268,10 +268,8 @@ def running_keys(dask_worker: Any) -> list[Any]:
     task takes the next queued one, so a task queued at the first look may be writing at the
     next (a failed job's temporary group was left once in CI on a local cluster, most likely
     by a write so started while the group was being removed)."""
-    state = dask_worker.state
-    keys = {ts.key for ts in state.all_running_tasks}
-    keys.update(k for k, ts in state.tasks.items() if ts.state in MAY_RUN)
-    return list(keys)
+    # (a task occupying a thread is executing, long-running, cancelled or resumed: MAY_RUN)
+    return [k for k, ts in dask_worker.state.tasks.items() if ts.state in MAY_RUN]
 
 
 def drain(client: Any, keys: set[Any], timeout: float) -> None:
