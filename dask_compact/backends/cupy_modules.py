@@ -1,10 +1,12 @@
-"""Per-device caches of the CuPy layer: compiled modules (one per device and module spec),
-typed predicate functors (one per tree and dtype), the resident grid of each kernel, each
-device's compute capability. All bounded (``dask_compact.cache``) except the last."""
+"""Per-device caches of the CuPy layer: compiled kernels (per device, module spec, output and
+group; a module per kernel), typed predicate functors (one per tree and dtype), the resident
+grid of each kernel, each device's compute capability. All bounded (``dask_compact.cache``)
+except the last."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ..cache import BoundedCache
@@ -12,31 +14,86 @@ from ..codegen.cuda_functor import generate_functor
 from ..predicate.core import Predicate
 from .cupy_source import NVRTC_OPTIONS, ModuleSpec, RecordSpec, group_of
 
-__all__ = ["compiled", "OutputKernels", "typed_functor", "resident_blocks", "device_cc", "modules"]
+__all__ = [
+    "compiled", "build_modules", "OutputKernels", "typed_functor", "resident_blocks",
+    "device_cc", "modules",
+]  # fmt: skip
+
+
+def build_modules(code: str, names: dict[str, str]) -> dict[str, Any]:
+    """role -> a compiled RawModule of ``code`` holding that role's kernel (``names``: role ->
+    name expression), one module per distinct name, compiled at once from a thread each on the
+    current device.
+
+    Why one module per kernel: NVRTC's time is mostly the kernels it instantiates, and one
+    program is one thread's work, while NVRTC releases the GIL. Measured on the H100 host
+    (``benchmarks/compile_probe.py``, float32 ``x < 0.5``, values' five compaction kernels,
+    each from a cold cache): one module 0.69-0.81 s, a module per kernel one after another
+    0.79-1.00 s, a module per kernel from a thread each 0.44-0.55 s; a batch job's first run
+    compiles beside the early read's decoding threads, where one compile thread took 1.5-2.0 s.
+    Each module's text ends with a line naming its kernel: CuPy's disk cache is keyed by the
+    text, not by the names it instantiates."""
+    import cupy
+
+    device = cupy.cuda.Device().id
+    distinct = list(dict.fromkeys(names.values()))
+    if len(distinct) > 1:
+        _prime_cache_key(cupy, device)
+
+    def build(name: str) -> Any:
+        role = next(r for r, n in names.items() if n == name)
+        with cupy.cuda.Device(device):  # the current device is per thread
+            m = cupy.RawModule(code=f"{code}// kernel: {role}\n", options=NVRTC_OPTIONS,
+                               name_expressions=[name])
+            # Compiled here, inside the cache's one build per key: a RawModule compiles at its
+            # first get_function otherwise, unguarded, and a job's threads reaching a new
+            # module together each ran NVRTC on it (9 concurrent compiles, 5 s, seen in a cold
+            # cache on the H100).
+            m.compile()
+            return m
+
+    if len(distinct) == 1:
+        built = [build(distinct[0])]
+    else:
+        with ThreadPoolExecutor(len(distinct), thread_name_prefix="dask-compact-nvrtc") as pool:
+            built = list(pool.map(build, distinct))
+    by_name = dict(zip(distinct, built))
+    return {role: by_name[name] for role, name in names.items()}
+
+
+_primed: set[int] = set()  # devices on which a module was built with NVRTC_OPTIONS
+
+
+def _prime_cache_key(cupy: Any, device: int) -> None:
+    """CuPy keys its kernel cache by NVRTC's output for an empty program under the options and
+    architecture, made at the first build of a process and kept: threads that each met it
+    first each made it, one after another (a module per kernel, five threads, from CuPy's
+    disk cache: 0.14 s, where one module had taken 0.03 s). A module with no kernel, built
+    once per device before the threads start, makes it."""
+    if device in _primed:
+        return
+    cupy.RawModule(code="// dask_compact: no kernel (makes CuPy's cache key once)\n",
+                   options=NVRTC_OPTIONS).compile()
+    _primed.add(device)
 
 
 class _Compiled:
-    """One RawModule on one device: a :class:`ModuleSpec`'s kernels of one output and group
-    (``cupy_source.GROUPS``), or a :class:`RecordSpec`'s (``output`` None)."""
+    """The kernels of a :class:`ModuleSpec`'s output and group (``cupy_source.GROUPS``), or of
+    a :class:`RecordSpec` (``output`` None), compiled on one device (:func:`build_modules`)."""
 
     def __init__(self, spec: ModuleSpec | RecordSpec, output: str | None = None,
                  group: str = "compact") -> None:
-        import cupy
-
         self.spec, self.output = spec, output
         if isinstance(spec, ModuleSpec) and output is None:
             raise TypeError("a ModuleSpec's module is built per output and group")
         if output is None:
-            code, names = spec.source(), spec.all_names()
+            assert isinstance(spec, RecordSpec)
+            self._names, code = spec.names(), spec.source()
         else:
             assert isinstance(spec, ModuleSpec)
             self._names = spec.group_names(output, group)
-            code, names = spec.group_source(output, group), list(self._names.values())
-        self.module = cupy.RawModule(code=code, options=NVRTC_OPTIONS, name_expressions=names)
-        # Compiled here, inside the cache's one build per key: a RawModule compiles at its first
-        # get_function otherwise, unguarded, and a job's threads reaching a new module together
-        # each ran NVRTC on it (9 concurrent compiles, 5 s, seen in a cold cache on the H100).
-        self.module.compile()
+            code = spec.group_source(output, group)
+        self.modules = build_modules(code, self._names)
         self._kernels: dict[str, Any] = {}
 
     def kernel(self, role: str) -> Any:
@@ -44,12 +101,12 @@ class _Compiled:
         plan asks for it per call, and the launch grid is cached per kernel object."""
         k = self._kernels.get(role)
         if k is None:
-            assert isinstance(self.spec, ModuleSpec) and self.output is not None
-            k = self.module.get_function(self._names[role])
-            smem = self.spec.smem_bytes(self.output)
-            if role in ("main", "scatter", "partition") and smem > 0:
-                # static shared memory counts against the same 48 KB default limit
-                k.max_dynamic_shared_size_bytes = smem
+            k = self.modules[role].get_function(self._names[role])
+            if isinstance(self.spec, ModuleSpec) and role in ("main", "scatter", "partition"):
+                assert self.output is not None
+                smem = self.spec.smem_bytes(self.output)
+                if smem > 0:  # static shared memory counts against the same 48 KB default
+                    k.max_dynamic_shared_size_bytes = smem
             self._kernels[role] = k
         return k
 

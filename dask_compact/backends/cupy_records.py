@@ -101,11 +101,10 @@ class _Pass:
         self.counts = cupy.empty(self.tiles + 1, dtype=cupy.uint64)
         self.words = cupy.empty((n + 31) // 32, dtype=cupy.uint32)
         self.warp_offsets = cupy.empty(self.tiles * (spec.block // 32), dtype=cupy.uint32)
-        self.names = spec.names()
         if n:  # no rows: no module to build
-            self.module = compiled(spec).module
-            flags = self.module.get_function(self.names["flags"])
-            scan = self.module.get_function(self.names["scan"])
+            self.module = compiled(spec)  # held: an evicted entry stays loaded while in use
+            flags = self.module.kernel("flags")
+            scan = self.module.kernel("scan")
             flags((self.tiles,), (spec.block,),
                   (np.int64(n), self.words, self.counts, self.warp_offsets, *args))
             scan((1,), (SCAN_BLOCK,), (self.counts, np.int64(self.tiles),
@@ -135,9 +134,9 @@ class _Pass:
                 np.int32(len(table)), ptr_or_null(idx), np.int64(index_base),
                 np.uint32(dense_from))  # fmt: skip
         # both forms, each copying the spans the other leaves (kernels/records.cu)
-        gather = self.module.get_function(self.names["gather"])
+        gather = self.module.kernel("gather")
         gather(((self.n + self.spec.span - 1) // self.spec.span,), (self.spec.block,), args)
-        scatter = self.module.get_function(self.names["scatter"])
+        scatter = self.module.kernel("scatter")
         grid = (self.tiles, len(table) + (1 if idx is not None else 0))  # tile x column
         scatter(grid, (self.spec.block,), args)
         return [src, d_table]

@@ -150,8 +150,9 @@ class ModuleSpec:
         return (tile * self.dtype.itemsize if out & 1 else 0) + (tile * 2 if out & 2 else 0)
 
 
-# A compiled module holds the kernels of one spec, one output and one group: a new predicate
-# compiles only what its calls use. NVRTC's time grows with the kernels instantiated (nvcc on
+# The kernels of one spec, one output and one group are built together (a module each, compiled
+# from a thread each: cupy_modules.build_modules): a new predicate compiles only what its calls
+# use. NVRTC's time grows with the kernels instantiated (nvcc on
 # float32 `x < 0.5`, single-pass: all 12 kernels of the three outputs 1.87 s, one output's 6
 # 0.70 s, its 4 main-path ones 0.47 s, none 0.20 s); on the H100 host a job's first command
 # with a new predicate waited 3.5 s for the 12. `partition()` alone uses the split group.

@@ -86,7 +86,7 @@ def _indices_by_records(a: Any, pred: Predicate, output: str, values: Any, idx: 
         rpred = record_predicate("m", ("x", "m"))
     passes = _Pass(fields, rpred, a.size)
     d_table = _upload(_columns({}, {}), cupy.cuda.get_current_stream())
-    kernel = passes.module.get_function(passes.names["split"])
+    kernel = passes.module.kernel("split")
     kernel((passes.tiles, 1), (passes.spec.block,), (
         np.int64(a.size), passes.words, passes.counts, passes.warp_offsets, d_table,
         np.int32(0), idx, np.int64(index_base)))  # fmt: skip

@@ -511,7 +511,10 @@ def test_threads_meeting_a_new_module_compile_it_once(monkeypatch, tmp_path) -> 
         np.testing.assert_array_equal(r, expect)
     assert sources, "no module was compiled: the structure was not new"
     assert len(sources) == len(set(sources)), "a module was compiled by several threads"
-    # and only the module the call uses: values' compact group (not every output's kernels)
+    # and only the kernels the call uses: values' compact group (not every output's), a
+    # module per kernel
     ours = [s for s in sources if "dask_compact: generated module source" in s]
-    assert ours and all(s.rstrip().endswith("// kernels: output values, group compact")
+    assert ours and all("// kernels: output values, group compact\n// kernel: " in s
                         for s in ours), [s[-60:] for s in ours]
+    roles = sorted(s.rstrip().rsplit("// kernel: ", 1)[1] for s in ours)
+    assert roles == ["copy_out", "count", "main", "scan", "scatter"], roles
