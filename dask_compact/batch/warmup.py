@@ -10,12 +10,13 @@ cold and 2.2 s when the same process ran it a second time.
 :class:`GpuWarmup` starts the driver and the contexts in the background as soon as the command
 starts (from the driver library while CuPy is still being imported: :mod:`.driver_start`),
 which the imports, the opening of the input and the output group's creation overlap
-(CUDA's calls release the GIL), and, once the input's dtype is known, builds and runs the
+(CUDA's calls release the GIL). Beside the contexts, from CuPy's import on, a second thread
+imports the CuPy backend and, once the input's dtype is known, builds and runs the
 predicate's kernels on each device the job will use
-(:func:`dask_compact.backends.cupy_backend.prepare`), and where several devices are driven,
-registers their staging pieces (:mod:`.staging`).
+(:func:`dask_compact.backends.cupy_backend.prepare`; NVRTC needs no context), and where
+several devices are driven, registers their staging pieces (:mod:`.staging`).
 
-One device after another: on a host of four H200s, CUDA's start (``cuInit``, in the first
+Contexts one device after another: on a host of four H200s, CUDA's start (``cuInit``, in the first
 ``getDeviceCount``) took 0.55-1.04 s and each context 0.13-0.14 s, and four contexts made from
 four threads at once took as long as one after another (0.49-0.51 s against 0.54-0.55 s: the
 driver makes them in turn); a warm-up with a thread per device made commands of 2^16
@@ -53,6 +54,7 @@ class GpuWarmup:
         self._asked = threading.Event()  # prepare() or close() was called
         self._stop = threading.Event()  # close() was called: start no further step
         self._lock = threading.Lock()
+        self._kernels_thread: threading.Thread | None = None  # started by the first thread
         self._thread = threading.Thread(target=self._run, name="dask-compact-gpu-warmup",
                                         daemon=True)
         self._thread.start()
@@ -76,15 +78,25 @@ class GpuWarmup:
     def wait(self, timeout: float | None = None) -> bool:
         """Wait for the steps :meth:`prepare` asked for to end (bounded by ``timeout``);
         whether they have."""
-        self._thread.join(timeout)
-        return not self._thread.is_alive()
+        return self._join(timeout)
 
     def close(self, timeout: float | None = None) -> None:
         """Start no further step and wait for the ones under way (bounded by ``timeout``)."""
         with self._lock:
             self._stop.set()
             self._asked.set()
+        self._join(timeout)
+
+    def _join(self, timeout: float | None) -> bool:
+        """Join the warm-up's threads (the kernels' is started by the first), within
+        ``timeout`` in all; whether both have ended."""
+        deadline = None if timeout is None else time.perf_counter() + timeout
         self._thread.join(timeout)
+        with self._lock:
+            kernels = self._kernels_thread
+        if kernels is not None:
+            kernels.join(None if deadline is None else max(0.0, deadline - time.perf_counter()))
+        return not self._thread.is_alive() and not (kernels is not None and kernels.is_alive())
 
     def timeline(self) -> dict[str, float]:
         """When each step had ended on every device, in seconds since the process started
@@ -111,6 +123,15 @@ class GpuWarmup:
             import cupy
 
             n = cupy.cuda.runtime.getDeviceCount()  # CUDA's start, if the driver's is not done
+            # The kernels beside the contexts: NVRTC needs no context (a module's load waits
+            # for its device's), and the backend's import and the compile had begun only once
+            # every context was made (on the H100 host the job's first piece waited for them:
+            # 0.46 s after the contexts from CuPy's cache, 1.5-2.0 s compiling).
+            kernels = threading.Thread(target=self._kernels, args=(cupy, n), daemon=True,
+                                       name="dask-compact-gpu-kernels")
+            with self._lock:
+                self._kernels_thread = kernels
+            kernels.start()
             for d in range(n):
                 if d >= self._contexts(n):
                     break
@@ -122,6 +143,13 @@ class GpuWarmup:
             return
         finally:
             driver.release()  # the runtime holds the contexts it took
+
+    def _kernels(self, cupy: Any, n: int) -> None:
+        """The predicate's kernels on the devices the job uses, then their staging pieces."""
+        try:
+            from ..backends import cupy_backend  # noqa: F401 -- imported before it is needed
+        except Exception:  # noqa: BLE001 -- the first chunk meets and reports it
+            return
         self._asked.wait()
         request, used = self._request, self._used(n)
         if request is None:
