@@ -82,7 +82,8 @@ def test_every_device_in_turn_when_the_chunks_are_not_known(fake):
     assert _steps(fake, "context") == [0, 1, 2, 3]
     assert _steps(fake, "kernels") == [0, 1, 2, 3]
     assert [s for s, _ in fake.done if s != "context"] == ["kernels"] * 4 + ["ring"] * 4
-    assert set(w.timeline()) == {"gpu_contexts", "gpu_kernels", "gpu_rings"}
+    assert set(w.timeline()) == {"gpu_asked", "gpu_contexts", "gpu_backend", "gpu_kernels",
+                                 "gpu_rings"}
 
 
 def test_kernels_are_built_while_the_contexts_are_made(fake):

@@ -47,7 +47,8 @@ class GpuWarmup:
     def __init__(self) -> None:
         self.prepared = False  # whether the kernels were built and run on every device asked
         # step -> time.perf_counter() when it had ended on every device it was to run on
-        # ("contexts", "kernels", "rings"), for the job's timeline
+        # ("asked": prepare() called; "contexts", "backend": the CuPy backend imported,
+        # "kernels", "rings"), for the job's timeline
         self.ended: dict[str, float] = {}
         self._contexts_taken = 0  # devices whose context the runtime holds
         self._request: tuple[str, np.dtype, str, int | None] | None = None
@@ -73,6 +74,7 @@ class GpuWarmup:
             if self._asked.is_set():
                 return
             self._request = (where, np.dtype(dtype), mode, chunks)
+            self.ended["asked"] = time.perf_counter()
             self._asked.set()
 
     def wait(self, timeout: float | None = None) -> bool:
@@ -100,7 +102,8 @@ class GpuWarmup:
 
     def timeline(self) -> dict[str, float]:
         """When each step had ended on every device, in seconds since the process started
-        (the job summary's timeline: ``gpu_contexts``, ``gpu_kernels``, ``gpu_rings``)."""
+        (the job summary's timeline: ``gpu_asked``, ``gpu_contexts``, ``gpu_backend``,
+        ``gpu_kernels``, ``gpu_rings``)."""
         from .job import process_age
 
         age, now = process_age(), time.perf_counter()
@@ -150,6 +153,7 @@ class GpuWarmup:
             from ..backends import cupy_backend  # noqa: F401 -- imported before it is needed
         except Exception:  # noqa: BLE001 -- the first chunk meets and reports it
             return
+        self._end("backend")
         self._asked.wait()
         request, used = self._request, self._used(n)
         if request is None:
