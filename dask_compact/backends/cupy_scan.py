@@ -20,6 +20,7 @@ import numpy as np
 from ..cache import BoundedCache
 from ..predicate.core import Predicate
 from .cupy_device import NULL, memset0
+from .cupy_modules import build_modules
 from .cupy_scan_source import (
     SHARED_BLOCK,
     SIMPLE_BLOCK,
@@ -27,7 +28,6 @@ from .cupy_scan_source import (
     ScanSpec,
     full_vec,
 )
-from .cupy_source import NVRTC_OPTIONS
 
 __all__ = ["scan", "total", "compact_scan", "module_for"]
 
@@ -35,22 +35,20 @@ _MAX_GRID = 2**31 - 1
 
 
 class _Module:
-    """One RawModule of scan kernels on one device; ``kernel(role)`` its RawKernel."""
+    """The scan kernels of one spec on one device, a module per kernel compiled at once
+    (``cupy_modules.build_modules``, inside the cache's one build per key);
+    ``kernel(role)`` its RawKernel."""
 
     def __init__(self, spec: ScanSpec | ScanCompactSpec) -> None:
-        import cupy
-
         self.spec = spec
         self._names = spec.names()
-        self.module = cupy.RawModule(code=spec.source(), options=NVRTC_OPTIONS,
-                                     name_expressions=spec.all_names())
-        self.module.compile()  # here, once per key (see cupy_modules._Compiled)
+        self.modules = build_modules(spec.source(), self._names)
         self._kernels: dict[str, Any] = {}
 
     def kernel(self, role: str) -> Any:
         k = self._kernels.get(role)
         if k is None:
-            k = self._kernels[role] = self.module.get_function(self._names[role])
+            k = self._kernels[role] = self.modules[role].get_function(self._names[role])
         return k
 
 
