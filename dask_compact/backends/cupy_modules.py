@@ -28,20 +28,23 @@ def build_modules(code: str, names: dict[str, str]) -> dict[str, Any]:
     Why one module per kernel: NVRTC's time is mostly the kernels it instantiates, and one
     program is one thread's work, while NVRTC releases the GIL. Measured on the H100 host
     (``benchmarks/compile_probe.py``, float32 ``x < 0.5``, values' five compaction kernels,
-    each from a cold cache): one module 0.69-0.81 s, a module per kernel one after another
-    0.79-1.00 s, a module per kernel from a thread each 0.44-0.55 s; a batch job's first run
-    compiles beside the early read's decoding threads, where one compile thread took 1.5-2.0 s.
-    Each module's text ends with a line naming its kernel: CuPy's disk cache is keyed by the
-    text, not by the names it instantiates."""
+    each from a cold cache, six runs): one module 0.63-0.97 s, a module per kernel one after
+    another 0.75-1.34 s, a module per kernel from a thread each 0.44-0.68 s; a batch job's
+    first run compiles beside the early read's decoding threads, where one compile thread took
+    1.5-2.0 s. Each module's text ends with a line naming its kernel: CuPy's disk cache is
+    keyed by the text, not by the names it instantiates."""
     import cupy
 
     device = cupy.cuda.Device().id
-    distinct = list(dict.fromkeys(names.values()))
+    role_of: dict[str, str] = {}  # name expression -> the first role naming it
+    for role, name in names.items():
+        role_of.setdefault(name, role)
+    distinct = list(role_of)
     if len(distinct) > 1:
         _prime_cache_key(cupy, device)
 
     def build(name: str) -> Any:
-        role = next(r for r, n in names.items() if n == name)
+        role = role_of[name]
         with cupy.cuda.Device(device):  # the current device is per thread
             m = cupy.RawModule(code=f"{code}// kernel: {role}\n", options=NVRTC_OPTIONS,
                                name_expressions=[name])
