@@ -15,12 +15,18 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 from pathlib import Path
 
 
 def main() -> None:
+    # As in a terminal's foreground job, SIGINT raises KeyboardInterrupt here and in the
+    # processes started from here. A shell starts a background job (a test run with `&`) with
+    # SIGINT ignored, which this process and its workers would inherit: the signal tests
+    # would then meet a job that ignores ^C (rc 0 instead of 130, seen in a CI run).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     hook, ready = sys.argv[1], Path(sys.argv[2])
     argv = sys.argv[sys.argv.index("--") + 1 :]
     from dask_compact import cli
