@@ -18,10 +18,8 @@ source graph. Lazy mode keeps phase 2 inside the graph (one small task over all 
 
 from __future__ import annotations
 
-import math
 import operator
 import sys
-import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -33,7 +31,6 @@ from dask.base import tokenize
 from dask.core import flatten
 from dask.highlevelgraph import HighLevelGraph
 
-from .cache import BoundedCache
 from .chunk import (
     compact_block,
     compact_block_masked,
@@ -41,6 +38,7 @@ from .chunk import (
     compact_group,
     run_counts,
 )
+from .placement import _take, anchors, group_tasks, placement
 from .task_report import reported
 
 
@@ -135,23 +133,11 @@ def _phase1_layer(plan: Plan, runs: list[list[int]] | None) -> tuple[HighLevelGr
     return HighLevelGraph.from_collections(name, layer, dependencies=deps), name, plan.nblocks
 
 
-def _placement(keys: list, dask_scheduler: Any = None) -> tuple[list, dict, int]:
-    """On the scheduler: the first worker holding each key (None if none), every worker's
-    thread count (``client.who_has`` and ``client.nthreads`` in one round trip), and the
-    number of dependencies under which it takes a large layer for root tasks."""
-    holders = []
-    for k in keys:
-        ts = dask_scheduler.tasks.get(k)
-        held = ts is not None and ts.who_has
-        ws = min((w.address for w in ts.who_has), default=None) if held else None
-        holders.append(ws)
-    nthreads = {w.address: w.nthreads for w in dask_scheduler.workers.values()}
-    return holders, nthreads, int(getattr(dask_scheduler, "rootish_tg_dependencies_threshold", 5))
-
-
-def _groups_by_worker(plan: Plan) -> list[list[list[int]]] | None:
+def _groups_by_worker(plan: Plan) -> tuple[list[list[list[int]]], int] | None:
     """Phase-1 tasks over the chunks each worker holds: groups (one task each) of runs
-    (consecutive chunks, one output chunk each), see :func:`group_tasks`.
+    (consecutive chunks, one output chunk each), see :func:`.placement.group_tasks`, and the
+    scheduler's root-ish dependency threshold (how many :func:`.placement.anchors` a grouped
+    result's pieces need).
 
     Only for a persisted input on a distributed cluster (its chunks are futures, so where each
     lives is known). Why: Dask costs about a millisecond per task, while a GPU compacts a 1 GiB
@@ -169,79 +155,9 @@ def _groups_by_worker(plan: Plan) -> list[list[list[int]]] | None:
     blocks = [plan.held.dask.get(k) for k in keys]
     if not all(isinstance(b, distributed.Future) for b in blocks):
         return None
-    client = blocks[0].client
-    cache_key = (id(client), tuple(keys))
-    hit = _placements.get(cache_key)
-    if (hit is not None and hit[0]() is blocks[0]
-            and all(b.status == "finished" for b in blocks)):
-        holders, nthreads, rootish = hit[1:]
-    else:
-        distributed.wait(blocks)  # where a chunk lives is known once it is computed
-        holders, nthreads, rootish = client.run_on_scheduler(_placement, keys)  # one round trip
-        _placements.put(cache_key, (weakref.ref(blocks[0]), holders, nthreads, rootish))
-    groups = group_tasks(holders, nthreads, min_groups=rootish)
-    return groups if len(groups) < len(keys) else None
-
-
-# The placement of a persisted input already seen: (id(client), its keys) -> (a weak reference
-# to its first chunk's future, the holders, the workers' threads, the root-ish threshold). A
-# later call on the same persisted array (the same future objects, all finished) skips the
-# scheduler round trip (3 ms of a 12-18 ms call on the 2-core CI machine's LocalCluster).
-# Re-persisting makes new futures, so a new placement; a placement gone stale since (a worker
-# lost and its chunks recomputed elsewhere) costs transfers into the group's task, never a
-# wrong result: the task reads its chunks wherever they are.
-_placements: BoundedCache[tuple, tuple] = BoundedCache("input placements")
-
-
-def group_tasks(holders: list, nthreads: dict, min_groups: int = 1) -> list[list[list[int]]]:
-    """Chunk positions grouped for phase 1: one group (task) per worker thread, each a list
-    of runs (consecutive chunks, one output chunk each).
-
-    A worker's chunks, in order, are cut into at most ``nthreads[worker]`` groups of equal
-    length (so a CPU worker still compacts in parallel, and a dask-cuda worker, one thread
-    per GPU, gets one task); a group's chunks are cut into runs where they stop being
-    consecutive. A chunk of unknown holder (None) is a group and a run of its own. Groups of
-    several runs are then halved (the one with most runs first) until there are
-    ``min_groups`` groups or none has two runs. Groups are ordered by their first chunk.
-
-    >>> group_tasks(["a", "a", "a", "a", "b", "b", "a"], {"a": 2, "b": 1})
-    [[[0, 1, 2]], [[3], [6]], [[4, 5]]]
-    >>> group_tasks(["a", "b", "a", "b", "a", "b"], {"a": 1, "b": 1}, min_groups=3)
-    [[[0]], [[1], [3], [5]], [[2], [4]]]
-    """
-    held: dict[Any, list[int]] = {}
-    for i, h in enumerate(holders):
-        held.setdefault(h, []).append(i)
-    groups: list[list[list[int]]] = []
-    for h, chunks in held.items():
-        if h is None:
-            groups.extend([[i]] for i in chunks)
-            continue
-        cap = math.ceil(len(chunks) / max(1, nthreads.get(h, 1)))
-        for j in range(0, len(chunks), cap):
-            runs: list[list[int]] = []
-            for i in chunks[j:j + cap]:
-                if runs and runs[-1][-1] == i - 1:
-                    runs[-1].append(i)
-                else:
-                    runs.append([i])
-            groups.append(runs)
-    while len(groups) < min_groups:
-        most = max(range(len(groups)), key=lambda g: len(groups[g]), default=None)
-        if most is None or len(groups[most]) < 2:
-            break
-        g = groups.pop(most)
-        groups += [g[:len(g) // 2], g[len(g) // 2:]]
-    return sorted(groups, key=lambda g: g[0][0])
-
-
-def group_runs(holders: list, nthreads: dict) -> list[list[int]]:
-    """The runs of :func:`group_tasks` (its output chunks), in the input's order.
-
-    >>> group_runs(["a", "a", "a", "a", "b", "b", "a"], {"a": 2, "b": 1})
-    [[0, 1, 2], [3], [4, 5], [6]]
-    """
-    return sorted((r for g in group_tasks(holders, nthreads) for r in g), key=lambda r: r[0])
+    holders, nthreads, rootish = placement(blocks[0].client, keys, blocks)
+    groups = group_tasks(holders, nthreads)
+    return (groups, rootish) if len(groups) < len(keys) else None
 
 
 def _meta(x: da.Array, dtype: np.dtype, tail: tuple = ()) -> Any:
@@ -438,24 +354,20 @@ def _reported_counts(tasks: da.Array, groups: list[list[list[int]]]) -> np.ndarr
     return rows
 
 
-def _run_grouped(plan: Plan, groups: list[list[list[int]]]) -> dict[str, da.Array]:
+def _run_grouped(plan: Plan, groups: list[list[list[int]]], rootish: int) -> dict[str, da.Array]:
     """Eager phase 1 with one task per group of runs: the result arrays, with one output chunk
     per run in the input's order, of known sizes.
 
     A group task returns a tuple of its runs' outputs; each output chunk of the result is a
-    getitem of it, left in the result's graph rather than run now: it costs no time where the
-    data lives when the result is used (dask fuses it into the consuming task), where a task
-    per output chunk now would cost what the grouping saves (a Dask task is ~1 ms of scheduler
-    and worker time; measured on the 2-core machine's LocalCluster, 32 chunks on 2 workers:
-    29 ms a call with getitem tasks, 17 ms without). There are at least as many groups as the
-    scheduler's root-ish dependency threshold (:func:`group_tasks`' ``min_groups``): over
-    fewer dependencies, the scheduler takes a large layer (the getitems, or whatever they are
-    fused into) for root tasks and places it for balance, not where its data is, moving whole
-    groups between workers (measured on 4x H200 over TCP with 2 and 4 groups: a rebalanced
-    result took 3.7 / 8.9 s against 0.3 / 1.4 s for boolean indexing). Each group task
-    reports its runs' counts as it ends, and one question to the scheduler reads them
-    (:mod:`.task_report`): the sizes the workers report are of the whole tuple. Count tasks
-    over the groups are the fallback.
+    piece of it, taken when the result is used rather than now: it costs no time where the
+    data lives (dask fuses it into the consuming task), where a task per output chunk now
+    would cost what the grouping saves (a Dask task is ~1 ms of scheduler and worker time;
+    measured on the 2-core machine's LocalCluster, 32 chunks on 2 workers: 29 ms a call with
+    getitem tasks, 17 ms without). Each piece also depends on one of ``rootish`` anchors
+    (:func:`.placement.anchors`), so the scheduler places the pieces, and what they are fused
+    into, where their tuple is. Each group task reports its runs' counts as it ends, and one
+    question to the scheduler reads them (:mod:`.task_report`): the sizes the workers report
+    are of the whole tuple. Count tasks over the groups are the fallback.
     """
     starts = np.concatenate([[0], np.cumsum(plan.x.chunks[0])[:-1]]).astype(np.int64)
     gname, cname = plan.name(f"group-{plan.path}"), plan.name("group-count")
@@ -483,28 +395,32 @@ def _run_grouped(plan: Plan, groups: list[list[list[int]]]) -> dict[str, da.Arra
                      (int(c) for c in rows[:, 0])))
     where = sorted((run[0], g, k) for g, runs in enumerate(groups) for k, run in enumerate(runs))
     sizes = tuple(count[(g, k)] for _, g, k in where)
+    held = anchors(tasks.dask[(gname, 0)].client, rootish)
+    aname = held[0].key[0]
+    graph = _extend(tasks.dask, aname, {f.key: f for f in held}, set())
     wants = ("values", "indices") if plan.output == "both" else (plan.output,)
     out = {}
     for slot, what in enumerate(wants):
         name = plan.name(f"{what}-grouped-{plan.path}")
         olayer: dict[Any, Any] = {}
         for j, (_, g, k) in enumerate(where):
-            piece = (operator.getitem, (gname, g), k)
+            piece = (_take, (gname, g), k, held[j % len(held)].key)
             olayer[(name, j)] = (operator.getitem, piece, slot) if plan.output == "both" else piece
         dtype = plan.x.dtype if what == "values" else np.dtype(np.int64)
-        out[what] = da.Array(_extend(tasks.dask, name, olayer, {gname}), name,
+        out[what] = da.Array(_extend(graph, name, olayer, {gname, aname}), name,
                              chunks=(sizes,), meta=_meta(plan.x, dtype))
     return out
 
 
 def build(plan: Plan, lazy: bool, out_chunks: Any) -> dict[str, da.Array]:
     """Run (eager) or describe (lazy) the three phases; return {'values'|'indices': Array}."""
-    groups = None if lazy else _groups_by_worker(plan)
+    grouped = None if lazy else _groups_by_worker(plan)
     runs = None
-    if groups is not None:  # keys that say which groups, so another placement never shares them
+    if grouped is not None:  # keys that say which groups, so another placement never shares them
+        groups, rootish = grouped
         plan = replace(plan, token=tokenize(plan.token, groups))
         if any(len(g) > 1 for g in groups):
-            return _rebalanced(_run_grouped(plan, groups), out_chunks)
+            return _rebalanced(_run_grouped(plan, groups, rootish), out_chunks)
         runs = [g[0] for g in groups]
     graph, p1, n = _phase1_layer(plan, runs)
     cols = _collections(plan, graph, p1, n, lazy)

@@ -53,7 +53,8 @@ from dask.base import tokenize
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 
 from .dispatch import sort_bounds, sort_chunk, sort_merge
-from .graph import _extend, _meta, _placement
+from .graph import _extend, _meta
+from .placement import _held_where
 
 __all__ = ["build_sort", "splitters", "sample_positions", "exchange_groups", "bucket_groups",
            "EXCHANGES"]
@@ -222,7 +223,7 @@ def ask_ahead(values: da.Array) -> concurrent.futures.Future | None:
              and _is_cupy(values._meta))  # fmt: skip
 
     def ask() -> tuple[list, dict | None]:
-        holders, *_ = client.run_on_scheduler(_placement, keys)
+        holders, *_ = client.run_on_scheduler(_held_where, keys)
         if not probe or any(h is None for h in holders) or len(set(holders)) < 2:
             return holders, None
         from .backends import cuda_ipc
@@ -279,7 +280,7 @@ def exchange_groups(values: da.Array, counts: np.ndarray, totals: np.ndarray,
     if asked is not None:
         holders, probes = asked.result()
     else:
-        (holders, *_), probes = client.run_on_scheduler(_placement, [b.key for b in blocks]), None
+        (holders, *_), probes = client.run_on_scheduler(_held_where, [b.key for b in blocks]), None
     workers = sorted({h for h in holders if h is not None})
     if len(workers) < 2:
         return one

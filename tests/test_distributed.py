@@ -199,10 +199,10 @@ def test_placement_of_a_persisted_input_is_asked_once(client, monkeypatch):
         assert got.numblocks == (2,)
         np.testing.assert_array_equal(got.compute(), want)
         assert _transfers(ts) == 0
-    assert len([f for f in asked if f.__name__ == "_placement"]) == 1
+    assert len([f for f in asked if f.__name__ == "_held_where"]) == 1
     y = _slabs(client, a * 2, 997)  # new futures
     np.testing.assert_array_equal(y.map_compact("x < 0.6").compute(), (a * 2)[a * 2 < 0.6])
-    assert len([f for f in asked if f.__name__ == "_placement"]) == 2
+    assert len([f for f in asked if f.__name__ == "_held_where"]) == 2
 
 
 def test_interleaved_placement_keeps_order(client):
@@ -237,10 +237,9 @@ def _round_robin(client, a: np.ndarray, chunk: int):
 @pytest.mark.parametrize("output", ["values", "indices", "both"])
 def test_one_task_per_worker_whatever_the_placement(client, monkeypatch, output):
     """Chunks scattered over the workers (no two consecutive on one worker): one phase-1 task
-    per worker over all its chunks (halved up to the scheduler's root-ish threshold), one
-    known-size output chunk per run in the input's order, nothing moved, the counts read from
-    what the tasks reported (no count task); used downstream, every output chunk is taken
-    where its group lives."""
+    per worker over all its chunks, one known-size output chunk per run in the input's order,
+    nothing moved, the counts read from what the tasks reported (no count task); used
+    downstream, every output chunk is taken where its group lives."""
     from distributed import get_task_stream, wait
 
     asked = []
@@ -253,18 +252,29 @@ def test_one_task_per_worker_whatever_the_placement(client, monkeypatch, output)
     with get_task_stream() as ts:
         got = x.map_compact(lambda q: (q < 0.25) | (q > 0.9), output=output)
     keys = {str(t["key"]) for t in ts.data}
-    assert len([k for k in keys if "compact-group-" in k]) == 5, keys  # 2 workers, threshold 5
+    assert len([k for k in keys if "compact-group-" in k]) == 2, keys  # one per worker thread
     assert not [k for k in keys if "count" in k] and _transfers(ts) == 0
-    assert asked == ["_placement", "reported"]
+    assert asked == ["_held_where", "reported"]
     got = got if isinstance(got, tuple) else (got,)
-    # A rebalance right after (the scheduler has seen no other use of the result) moves only
-    # the pieces its merged chunks need, never a group (over 2 groups it moved them).
+    # Used right after (the scheduler has seen no other use of the result), the pieces, fused
+    # into the rechunk, are placed by their data, not taken for root tasks (which the scheduler
+    # spreads for balance: over 2 groups with nothing more it did, and moved whole groups).
+    scheduler, rootish = client.cluster.scheduler, []
+    real_rootish = scheduler.is_rootish
+
+    def spy(ts):
+        if any("compact-group-" in d.group.name for d in ts.dependencies):
+            rootish.append(real_rootish(ts))
+        return real_rootish(ts)
+
+    monkeypatch.setattr(scheduler, "is_rootish", spy)
     with get_task_stream() as ts:
         r = got[0].rechunk(1009).persist()
         wait(r)
+    assert rootish and not any(rootish)
     moved = {str(t["key"]).split("-")[1] for t in ts.data
              for s in t["startstops"] if s["action"] == "transfer"}
-    assert moved <= {"merge"}, moved
+    assert "group" not in moved, moved
     m = (a < 0.25) | (a > 0.9)
     want = {"values": (a[m],), "indices": (np.flatnonzero(m),), "both": (a[m], np.flatnonzero(m))}
     np.testing.assert_array_equal(r.compute(), want[output][0])

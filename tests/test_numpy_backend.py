@@ -288,7 +288,7 @@ def test_compact_many_mask_path_and_nd_chunks():
 
 
 def test_group_runs():
-    from dask_compact.graph import group_runs
+    from dask_compact.placement import group_runs
 
     assert group_runs([], {}) == []
     assert group_runs(["a"] * 6, {"a": 1}) == [[0, 1, 2, 3, 4, 5]]
@@ -301,7 +301,7 @@ def test_group_runs():
 def test_group_tasks():
     """One task per worker thread over the chunks it holds, consecutive or not; its runs are
     the output chunks."""
-    from dask_compact.graph import group_tasks
+    from dask_compact.placement import group_tasks
 
     assert group_tasks([], {}) == []
     assert group_tasks(["a", "b", "a", "b"], {"a": 1, "b": 1}) == [[[0], [2]], [[1], [3]]]
@@ -310,10 +310,7 @@ def test_group_tasks():
     assert group_tasks(["a", "b"] * 4, {"a": 2, "b": 1}) == [
         [[0], [2]], [[1], [3], [5], [7]], [[4], [6]]
     ]
-    assert group_tasks(["a", "b"] * 4, {"a": 1, "b": 1}, min_groups=3) == [
-        [[0], [2]], [[1], [3], [5], [7]], [[4], [6]]
-    ]
-    assert group_tasks(["a"] * 8, {"a": 1}, min_groups=5) == [[list(range(8))]]
+    assert group_tasks(["a"] * 8, {"a": 1}) == [[list(range(8))]]
     rng = np.random.default_rng(11)
     for _ in range(200):
         holders = list(rng.choice(["a", "b", "c", None], size=int(rng.integers(0, 40))))
@@ -327,8 +324,3 @@ def test_group_tasks():
             assert all(r1[-1] + 1 < r2[0] for r1, r2 in zip(g, g[1:]))  # runs maximal, ordered
         for h, t in threads.items():  # at most one task per thread of a worker
             assert sum(holders[g[0][0]] == h for g in groups) <= t
-        more = group_tasks(holders, threads, min_groups=5)  # halved up to 5 where it can be
-        runs = sorted(r for g in groups for r in g)
-        assert sorted(r for g in more for r in g) == runs  # the same output chunks
-        assert len(more) >= min(5, len(runs)) and len(more) <= max(5, len(groups))
-        assert all(len({holders[r[0]] for r in g}) == 1 for g in more)
