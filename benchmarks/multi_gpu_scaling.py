@@ -186,8 +186,9 @@ def dask_floor(client, reps: int) -> dict[str, float]:
 
 def phase1_tasks(y) -> int:
     """Phase-1 tasks behind a map_compact result: its own blocks, or, where one task
-    compacted several runs (Dask's placement), the group tasks its blocks are taken from."""
-    deps = y.dask.dependencies.get(y.name, set())
+    compacted several runs (Dask's placement), the group tasks its blocks are taken from (not
+    the anchors they also depend on)."""
+    deps = {d for d in y.dask.dependencies.get(y.name, set()) if "-anchor-" not in d}
     return len(y.dask.layers[next(iter(deps))]) if deps else y.numblocks[0]
 
 
