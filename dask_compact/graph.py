@@ -133,11 +133,11 @@ def _phase1_layer(plan: Plan, runs: list[list[int]] | None) -> tuple[HighLevelGr
     return HighLevelGraph.from_collections(name, layer, dependencies=deps), name, plan.nblocks
 
 
-def _groups_by_worker(plan: Plan) -> tuple[list[list[list[int]]], int] | None:
+def _groups_by_worker(plan: Plan) -> tuple[list[list[list[int]]], list, int] | None:
     """Phase-1 tasks over the chunks each worker holds: groups (one task each) of runs
-    (consecutive chunks, one output chunk each), see :func:`.placement.group_tasks`, and the
-    scheduler's root-ish dependency threshold (how many :func:`.placement.anchors` a grouped
-    result's pieces need).
+    (consecutive chunks, one output chunk each), see :func:`.placement.group_tasks`, the
+    worker holding each group's chunks (None: unknown), and the scheduler's root-ish
+    dependency threshold (how many :func:`.placement.anchors` a grouped result needs).
 
     Only for a persisted input on a distributed cluster (its chunks are futures, so where each
     lives is known). Why: Dask costs about a millisecond per task, while a GPU compacts a 1 GiB
@@ -157,7 +157,9 @@ def _groups_by_worker(plan: Plan) -> tuple[list[list[list[int]]], int] | None:
         return None
     holders, nthreads, rootish = placement(blocks[0].client, keys, blocks)
     groups = group_tasks(holders, nthreads)
-    return (groups, rootish) if len(groups) < len(keys) else None
+    if len(groups) == len(keys):
+        return None
+    return groups, [holders[g[0][0]] for g in groups], rootish
 
 
 def _meta(x: da.Array, dtype: np.dtype, tail: tuple = ()) -> Any:
@@ -354,7 +356,9 @@ def _reported_counts(tasks: da.Array, groups: list[list[list[int]]]) -> np.ndarr
     return rows
 
 
-def _run_grouped(plan: Plan, groups: list[list[list[int]]], rootish: int) -> dict[str, da.Array]:
+def _run_grouped(
+    plan: Plan, groups: list[list[list[int]]], where: list, rootish: int
+) -> dict[str, da.Array]:
     """Eager phase 1 with one task per group of runs: the result arrays, with one output chunk
     per run in the input's order, of known sizes.
 
@@ -363,11 +367,12 @@ def _run_grouped(plan: Plan, groups: list[list[list[int]]], rootish: int) -> dic
     data lives (dask fuses it into the consuming task), where a task per output chunk now
     would cost what the grouping saves (a Dask task is ~1 ms of scheduler and worker time;
     measured on the 2-core machine's LocalCluster, 32 chunks on 2 workers: 29 ms a call with
-    getitem tasks, 17 ms without). Each piece also depends on one of ``rootish`` anchors
-    (:func:`.placement.anchors`), so the scheduler places the pieces, and what they are fused
-    into, where their tuple is. Each group task reports its runs' counts as it ends, and one
-    question to the scheduler reads them (:mod:`.task_report`): the sizes the workers report
-    are of the whole tuple. Count tasks over the groups are the fallback.
+    getitem tasks, 17 ms without). Each piece also depends on an anchor held by its group's
+    worker (``where``; :func:`.placement.anchors`, ``rootish`` of them in all), so the
+    scheduler places the pieces, and what they are fused into, where their tuple is. Each
+    group task reports its runs' counts as it ends, and one question to the scheduler reads
+    them (:mod:`.task_report`): the sizes the workers report are of the whole tuple. Count
+    tasks over the groups are the fallback.
     """
     starts = np.concatenate([[0], np.cumsum(plan.x.chunks[0])[:-1]]).astype(np.int64)
     gname, cname = plan.name(f"group-{plan.path}"), plan.name("group-count")
@@ -393,18 +398,21 @@ def _run_grouped(plan: Plan, groups: list[list[list[int]]], rootish: int) -> dic
     # Rows come group by group; output chunk j is run j in the input's order.
     count = dict(zip(((g, k) for g, runs in enumerate(groups) for k in range(len(runs))),
                      (int(c) for c in rows[:, 0])))
-    where = sorted((run[0], g, k) for g, runs in enumerate(groups) for k, run in enumerate(runs))
-    sizes = tuple(count[(g, k)] for _, g, k in where)
-    held = anchors(tasks.dask[(gname, 0)].client, rootish)
-    aname = held[0].key[0]
-    graph = _extend(tasks.dask, aname, {f.key: f for f in held}, set())
+    order = sorted((run[0], g, k) for g, runs in enumerate(groups) for k, run in enumerate(runs))
+    sizes = tuple(count[(g, k)] for _, g, k in order)
+    known = [w for w in where if w is not None]
+    held = anchors(tasks.dask[(gname, 0)].client, known, rootish)
+    every = [f for fs in held.values() for f in fs]
+    aname = every[0].key[0]
+    graph = _extend(tasks.dask, aname, {f.key: f for f in every}, set())
     wants = ("values", "indices") if plan.output == "both" else (plan.output,)
     out = {}
     for slot, what in enumerate(wants):
         name = plan.name(f"{what}-grouped-{plan.path}")
         olayer: dict[Any, Any] = {}
-        for j, (_, g, k) in enumerate(where):
-            piece = (_take, (gname, g), k, held[j % len(held)].key)
+        for j, (_, g, k) in enumerate(order):
+            near = held.get(where[g]) or every  # an anchor where the group is, if known
+            piece = (_take, (gname, g), k, near[j % len(near)].key)
             olayer[(name, j)] = (operator.getitem, piece, slot) if plan.output == "both" else piece
         dtype = plan.x.dtype if what == "values" else np.dtype(np.int64)
         out[what] = da.Array(_extend(graph, name, olayer, {gname, aname}), name,
@@ -417,10 +425,10 @@ def build(plan: Plan, lazy: bool, out_chunks: Any) -> dict[str, da.Array]:
     grouped = None if lazy else _groups_by_worker(plan)
     runs = None
     if grouped is not None:  # keys that say which groups, so another placement never shares them
-        groups, rootish = grouped
+        groups, where, rootish = grouped
         plan = replace(plan, token=tokenize(plan.token, groups))
         if any(len(g) > 1 for g in groups):
-            return _rebalanced(_run_grouped(plan, groups, rootish), out_chunks)
+            return _rebalanced(_run_grouped(plan, groups, where, rootish), out_chunks)
         runs = [g[0] for g in groups]
     graph, p1, n = _phase1_layer(plan, runs)
     cols = _collections(plan, graph, p1, n, lazy)

@@ -111,14 +111,14 @@ def _take(pieces: tuple, k: int, anchor: Any) -> Any:
     return pieces[k]
 
 
-# id(client) -> the anchor futures made on that client's cluster
-_anchor_sets: BoundedCache[int, list] = BoundedCache("placement anchors")
+# id(client) -> {worker address: [anchor futures held there]}, all of one anchor group
+_anchor_sets: BoundedCache[int, dict] = BoundedCache("placement anchors")
 
 
-def anchors(client: Any, count: int) -> list:
-    """``count`` tiny finished futures held by every worker of ``client``'s cluster, made once
-    per client: each output piece of a grouped phase 1 depends on one of them besides its
-    group's tuple.
+def anchors(client: Any, workers: list, count: int) -> dict:
+    """Tiny finished futures, at least ``count`` of them and at least one held by each of
+    ``workers``, made once per client: ``{worker: [anchors there]}``. Each output piece of a
+    grouped phase 1 depends, besides its group's tuple, on an anchor held where that tuple is.
 
     Why: the scheduler takes a task group larger than twice the cluster's threads whose
     dependencies number fewer than ``distributed.scheduler.rootish-taskgroup-dependencies``
@@ -126,21 +126,35 @@ def anchors(client: Any, count: int) -> list:
     pieces of 2 group tasks (2 GPUs) are such a group, and so is whatever they are fused into
     when the result is used: they ran on any worker and moved whole groups (4x H200, TCP, a
     rebalanced result: 3.7 / 8.9 s at 2 / 4 GPUs against 0.20 / 1.10 s). With ``count`` =
-    that threshold more dependency tasks they are placed by their data: where the tuple is (the
-    anchors are everywhere, so they never weigh). Before, phase 1 was padded to that many
-    tasks, which cost a task's time per extra task on a worker (2 GPUs, 2^32 each: 32.0 ms a
-    call with 5 tasks against 20.6 ms with 2).
+    that threshold more dependency tasks they are placed by their data, and with both
+    dependencies on one worker that worker is the only candidate, as with the tuple alone.
+    Before, phase 1 was padded to that many tasks, which cost a task's time per extra task on
+    a worker (2 GPUs, 2^32 each: 32.0 ms a call with 5 tasks against 20.6 ms with 2). An
+    anchor replicated on every worker was tried: every worker was then a candidate, the
+    pieces moved to where the rechunk ran, and a rebalanced result took 1.2-1.8x longer (4x
+    H200).
 
-    The anchors are ordinary tasks (a lost one is recomputed like any other), replicated to
-    every worker once; a worker that joins later fetches the few bytes of one the first time
-    a piece runs there.
+    The anchors are ordinary tasks, loosely restricted to their worker: a lost one is
+    recomputed elsewhere, and a piece whose tuple and anchor are then apart moves the anchor's
+    few bytes.
     """
+    from distributed import wait
+
     hit = _anchor_sets.get(id(client))
-    if (hit is not None and len(hit) >= count and hit[0].client is client
-            and all(f.status == "finished" for f in hit[:count])):
-        return hit[:count]
+    if (hit is not None and all(w in hit for w in workers)
+            and sum(len(v) for v in hit.values()) >= count):
+        held = [f for v in hit.values() for f in v]
+        if held[0].client is client and all(f.status == "finished" for f in held):
+            return hit
     name = f"dask-compact-anchor-{uuid.uuid4().hex}"
-    futures = [client.submit(_anchor, i, key=(name, i), pure=False) for i in range(count)]
-    client.replicate(futures)  # waits for them, then copies them to every worker
-    _anchor_sets.put(id(client), futures)
-    return futures
+    order = sorted(set(workers))
+    where = [order[i % len(order)] for i in range(max(count, len(order)))]
+    futures = [client.submit(_anchor, i, key=(name, i), pure=False, workers=[w],
+                             allow_other_workers=True) for i, w in enumerate(where)]
+    wait(futures)
+    made: dict = {}
+    for w, f in zip(where, futures):
+        made.setdefault(w, []).append(f)
+    _anchor_sets.put(id(client), made)
+    return made
+
