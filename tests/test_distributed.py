@@ -374,6 +374,34 @@ def test_worker_killed_with_scattered_placement_loses_nothing(client, monkeypatc
     assert pids[victim] not in client.run(os.getpid).values()  # it did die
 
 
+def test_worker_killed_after_a_grouped_call_loses_nothing(client):
+    """A worker killed after map_compact returned (scattered placement, so the result's pieces
+    depend on group tasks and on anchors held by the victim too): using the result recomputes
+    what the victim held, anchors included, and is exact; the next call makes new anchors on
+    the new workers."""
+    from dask_compact import placement
+
+    a = np.random.default_rng(17).random(24_013)
+    x = _round_robin(client, a, 1_000)
+    v, i = x.map_compact("x < 0.3", output="both")
+    before = placement._anchor_sets.get(id(client))
+    assert before is not None and len(before) == 2  # an anchor set on each worker
+    pids = client.run(os.getpid)
+    victim = sorted(pids)[0]
+    os.kill(pids[victim], signal.SIGKILL)
+    try:
+        m = a < 0.3
+        np.testing.assert_array_equal(v.compute(), a[m])
+        np.testing.assert_array_equal(i.compute(), np.flatnonzero(m))
+        np.testing.assert_array_equal(v.rechunk(997).compute(), a[m])
+    finally:
+        client.wait_for_workers(2, timeout=60)
+    y = _round_robin(client, a * 2, 1_000)
+    np.testing.assert_array_equal(y.map_compact("x < 0.6").compute(), (a * 2)[a * 2 < 0.6])
+    after = placement._anchor_sets.get(id(client))
+    assert after is not before and victim not in after
+
+
 def test_persisted_input_with_a_failed_chunk_raises_its_error(client):
     """A persisted input whose chunk failed: map_compact raises that chunk's error, and
     presents no partial result."""
