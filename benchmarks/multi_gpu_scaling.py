@@ -104,6 +104,7 @@ def breakdown(client, x, p: float, reps: int) -> dict[str, float]:
     """Where one map_compact call's wall time goes (median ms over ``reps``), by timing the
     steps of dask_compact.graph in place: the placement query, building and submitting the
     graph, waiting for the phase-1 tasks, reading the counts, and the device sync after."""
+    import dask
     import distributed
 
     from dask_compact import graph
@@ -111,7 +112,7 @@ def breakdown(client, x, p: float, reps: int) -> dict[str, float]:
     spans: dict[str, list[float]] = {}
     names = ("_groups_by_worker", "_held_counts", "_reported_counts")
     saved = {n: getattr(graph, n) for n in names}
-    saved_persist, saved_wait = graph.dask.persist, distributed.wait
+    saved_persist, saved_wait = dask.persist, distributed.wait
 
     def timed(name, f):
         def run(*a, **k):
@@ -124,7 +125,7 @@ def breakdown(client, x, p: float, reps: int) -> dict[str, float]:
         return run
 
     graph._groups_by_worker = timed("placement query", saved["_groups_by_worker"])
-    graph.dask.persist = timed("build+submit", saved_persist)
+    dask.persist = timed("build+submit", saved_persist)
     graph._held_counts = timed("wait + read counts", saved["_held_counts"])
     graph._reported_counts = timed("wait + read counts", saved["_reported_counts"])
     distributed.wait = timed("wait for tasks", saved_wait)
@@ -151,7 +152,7 @@ def breakdown(client, x, p: float, reps: int) -> dict[str, float]:
     finally:
         for n, f in saved.items():
             setattr(graph, n, f)
-        graph.dask.persist, distributed.wait = saved_persist, saved_wait
+        dask.persist, distributed.wait = saved_persist, saved_wait
     return {k: 1e3 * statistics.median(v) for k, v in spans.items()}
 
 

@@ -24,13 +24,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-import dask
 import dask.array as da
 import numpy as np
 from dask.base import tokenize
 from dask.core import flatten
 from dask.highlevelgraph import HighLevelGraph
 
+from . import client_stream
 from .chunk import (
     compact_block,
     compact_block_masked,
@@ -388,13 +388,13 @@ def _run_grouped(
     graph = HighLevelGraph.from_collections(gname, layer, dependencies=deps)
     ng = len(groups)
     tasks = da.Array(graph, gname, chunks=((np.nan,) * ng,), meta=_meta(plan.x, plan.x.dtype))
-    (tasks,) = dask.persist(tasks)
+    (tasks,) = client_stream.persist(tasks)
     rows = _reported_counts(tasks, groups)
     if rows is None:  # counts not reported (e.g. a task re-run elsewhere): count with tasks
         clayer = {(cname, g, 0): (_group_counts, (gname, g), plan.output) for g in range(ng)}
         counts = da.Array(_extend(tasks.dask, cname, clayer, {gname}), cname,
                           chunks=(tuple(len(r) for r in groups), (2,)), dtype=np.int64)
-        rows = _fetch_counts(dask.persist(counts)[0])  # raises a group task's error
+        rows = _fetch_counts(client_stream.persist(counts)[0])  # raises a group task's error
     # Rows come group by group; output chunk j is run j in the input's order.
     count = dict(zip(((g, k) for g, runs in enumerate(groups) for k in range(len(runs))),
                      (int(c) for c in rows[:, 0])))
@@ -441,13 +441,13 @@ def build(plan: Plan, lazy: bool, out_chunks: Any) -> dict[str, da.Array]:
         # Phase 1 persists the output chunks only; their lengths are read where they are held
         # (no task per chunk), with count tasks over the persisted chunks as the fallback.
         # (Input of unknown chunk sizes also needs each chunk's input length: count tasks.)
-        arrays = dict(zip(names, dask.persist(*[cols[k] for k in names])))
+        arrays = dict(zip(names, client_stream.persist(*[cols[k] for k in names])))
         count_rows = _held_counts(arrays[names[0]])
         if count_rows is None:
-            count_rows = _fetch_counts(dask.persist(_counts_of(arrays[names[0]], plan))[0])
+            count_rows = _fetch_counts(client_stream.persist(_counts_of(arrays[names[0]], plan))[0])
     else:
         # Outputs and per-chunk counts persisted in ONE execution, then only the counts fetched.
-        persisted = dask.persist(*[cols[k] for k in names], counts)
+        persisted = client_stream.persist(*[cols[k] for k in names], counts)
         arrays = dict(zip(names, persisted[:-1]))
         count_rows = _fetch_counts(persisted[-1])
 
@@ -460,7 +460,7 @@ def build(plan: Plan, lazy: bool, out_chunks: Any) -> dict[str, da.Array]:
     # unknown before; on request the output is rebalanced into uniform chunks.
     if "indices" in result and not plan.known_input:
         shifted = _shift(result["indices"], offsets[:, 1], plan.name("indices-global"))
-        (result["indices"],) = dask.persist(shifted)
+        (result["indices"],) = client_stream.persist(shifted)
     return _rebalanced(result, out_chunks)
 
 
@@ -469,5 +469,5 @@ def _rebalanced(result: dict[str, da.Array], out_chunks: Any) -> dict[str, da.Ar
     if out_chunks is None:
         return result
     names = list(result)
-    rebalanced = dask.persist(*[result[k].rechunk(out_chunks) for k in names])
+    rebalanced = client_stream.persist(*[result[k].rechunk(out_chunks) for k in names])
     return dict(zip(names, rebalanced))

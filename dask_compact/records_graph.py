@@ -15,12 +15,12 @@ import math
 import operator
 from typing import Any
 
-import dask
 import dask.array as da
 import numpy as np
 from dask.base import tokenize
 from dask.highlevelgraph import HighLevelGraph
 
+from . import client_stream
 from .dispatch import compact_records as compact_records_chunk
 from .graph import _count, _extend, _fetch_counts, _held_counts, _meta
 from .predicate.core import Predicate
@@ -91,7 +91,7 @@ def build_records(
     if lazy:
         return arrays
 
-    persisted = dict(zip(outs, dask.persist(*[arrays[k] for k in outs])))
+    persisted = dict(zip(outs, client_stream.persist(*[arrays[k] for k in outs])))
     # counts: from a 1-D output's held sizes (a whole item per row), else count tasks
     one_d = next((k for k in outs if persisted[k].ndim == 1), None)
     rows_out = _held_counts(persisted[one_d]) if one_d is not None else None
@@ -102,13 +102,13 @@ def build_records(
         cg = _extend(a.dask, cname, {(cname, i, 0): (_count, k) for i, k in enumerate(keys)},
                      {a.name})
         counts = da.Array(cg, cname, chunks=((1,) * nb, (2,)), dtype=np.int64)
-        rows_out = _fetch_counts(dask.persist(counts)[0])
+        rows_out = _fetch_counts(client_stream.persist(counts)[0])
     sizes = tuple(int(c) for c in rows_out[:, 0])
     result = {
         k: da.Array(a.dask, a.name, chunks=(sizes, *a.chunks[1:]), meta=a._meta)
         for k, a in persisted.items()
     }
     if out_chunks is not None:
-        rebalanced = dask.persist(*[result[k].rechunk({0: out_chunks}) for k in outs])
+        rebalanced = client_stream.persist(*[result[k].rechunk({0: out_chunks}) for k in outs])
         result = dict(zip(outs, rebalanced))
     return result

@@ -52,6 +52,7 @@ import numpy as np
 from dask.base import tokenize
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 
+from . import client_stream
 from .dispatch import sort_bounds, sort_chunk, sort_merge
 from .graph import _extend, _meta
 from .placement import _held_where
@@ -129,7 +130,7 @@ def _sort_one_chunk(x: da.Array, indices: bool, local: str) -> da.Array:
                     {x.name})
     dtype = np.dtype(np.int64) if indices else x.dtype
     result = da.Array(graph, out, chunks=x.chunks, meta=_meta(x, dtype))
-    (result,) = dask.persist(result)
+    (result,) = client_stream.persist(result)
     return result
 
 
@@ -378,7 +379,7 @@ def build_sort(x: da.Array, indices: bool, buckets: int, local: str = "auto") ->
                                   for c in range(nin)}, {p1})  # fmt: skip
         meta = np.empty(0, dtype) if what == "sample" else _meta(x, dtype)
         parts[what] = da.Array(g, name, chunks=chunks, meta=meta)
-    held = dict(zip(parts, dask.persist(*parts.values())))
+    held = dict(zip(parts, client_stream.persist(*parts.values())))
     sample = np.asarray(held.pop("sample").compute())
     asked = ask_ahead(held["values"])  # the sorted chunks are in memory now
 
@@ -464,7 +465,7 @@ def build_sort(x: da.Array, indices: bool, buckets: int, local: str = "auto") ->
     # Not optimized: dask.array's low-level optimization makes a plain dict of the graph, which
     # drops the merges' worker annotations (the graph holds only these layers over persisted
     # chunks, so there is nothing to cull or fuse).
-    (result,) = dask.persist(result, optimize_graph=False)
+    (result,) = client_stream.persist(result, optimize_graph=False)
     return result
 
 
@@ -555,7 +556,7 @@ def _exchange_ipc(sources: list, bounds: np.ndarray, group: np.ndarray, where: l
                               RuntimeWarning, stacklevel=3)  # fmt: skip
 
     try:
-        (result,) = dask.persist(result, optimize_graph=False)  # see build_sort
+        (result,) = client_stream.persist(result, optimize_graph=False)  # see build_sort
     except BaseException:
         release()
         raise

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 from typing import Any
 
-import dask
 import dask.array as da
 import numpy as np
 from dask.base import tokenize
 from dask.highlevelgraph import HighLevelGraph
 
+from . import client_stream
 from .api import _check_dask_array, _check_predicate, _native, _ravel, _unknown
 from .chunk import _checked
 from .dispatch import split_chunk
@@ -167,7 +167,7 @@ def partition(x: da.Array, pred: PredicateLike, *, output: str = "values") -> tu
     counts = da.Array(_extend(graph, cname, {(cname, i, 0): (_count, (p1, i)) for i in range(nb)},
                               {p1}), cname, chunks=((1,) * nb, (2,)), dtype=np.int64)
     # the pieces and the counts in ONE execution, then only the counts fetched
-    persisted = dask.persist(*pieces, counts)
+    persisted = client_stream.persist(*pieces, counts)
     k = _fetch_counts(persisted[-1])[:, 0] if nb else rows
     sizes = tuple(int(c) for c in k) + tuple(int(r - c) for r, c in zip(rows, k))
     result = [da.Array(a.dask, a.name, chunks=(sizes,), meta=a._meta) for a in persisted[:-1]]

@@ -402,6 +402,27 @@ def test_worker_killed_after_a_grouped_call_loses_nothing(client):
     assert after is not before and victim not in after
 
 
+def test_a_call_sends_its_graph_without_waiting_for_the_clients_next_batch(client):
+    """The client's stream to the scheduler writes at most once per interval (10 ms): a graph
+    queued right after another message waits for the interval's end. A call sends its graph
+    at once: with the stream's next write pushed 20 s away, the call still returns at once,
+    and exact (as before this change, it waited for those 20 s)."""
+    import time as _time
+
+    from distributed import wait
+
+    a = np.random.default_rng(18).random(20_011)
+    x = client.persist(da.from_array(a, chunks=2_000))
+    wait(x)
+    x.map_compact("x < 0.1")  # placement asked, anchors made: messages of their own
+    for pred, want, by_worker in (("x < 0.4", a[a < 0.4], True), ("x > 0.7", a[a > 0.7], False)):
+        client.scheduler_comm.next_deadline = _time.time() + 20  # as if it had just written
+        t = _time.perf_counter()
+        got = x.map_compact(pred, by_worker=by_worker)  # grouped, then a task per chunk
+        assert _time.perf_counter() - t < 10
+        np.testing.assert_array_equal(got.compute(), want)
+
+
 def test_persisted_input_with_a_failed_chunk_raises_its_error(client):
     """A persisted input whose chunk failed: map_compact raises that chunk's error, and
     presents no partial result."""
