@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import uuid
+import weakref
 from typing import Any
 
 from .cache import BoundedCache
@@ -43,8 +44,6 @@ _placements: BoundedCache[tuple, tuple] = BoundedCache("input placements")
 def placement(client: Any, keys: list, blocks: list) -> tuple[list, dict, int]:
     """(holders, threads per worker, root-ish threshold) of the persisted ``blocks`` (futures
     of ``keys``): asked of the scheduler once they are computed, or from the cache."""
-    import weakref
-
     import distributed
 
     cache_key = (id(client), tuple(keys))
