@@ -92,15 +92,6 @@ def group_tasks(holders: list, nthreads: dict) -> list[list[list[int]]]:
     return sorted(groups, key=lambda g: g[0][0])
 
 
-def group_runs(holders: list, nthreads: dict) -> list[list[int]]:
-    """The runs of :func:`group_tasks` (its output chunks), in the input's order.
-
-    >>> group_runs(["a", "a", "a", "a", "b", "b", "a"], {"a": 2, "b": 1})
-    [[0, 1, 2], [3], [4, 5], [6]]
-    """
-    return sorted((r for g in group_tasks(holders, nthreads) for r in g), key=lambda r: r[0])
-
-
 def _anchor(i: int) -> int:
     return i
 

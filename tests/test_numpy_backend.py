@@ -287,17 +287,6 @@ def test_compact_many_mask_path_and_nd_chunks():
     assert_same(v, flat[flat < 0.5])
 
 
-def test_group_runs():
-    from dask_compact.placement import group_runs
-
-    assert group_runs([], {}) == []
-    assert group_runs(["a"] * 6, {"a": 1}) == [[0, 1, 2, 3, 4, 5]]
-    assert group_runs(["a"] * 6, {"a": 4}) == [[0, 1], [2, 3], [4, 5]]
-    assert group_runs(["a", "b", "a", "b"], {"a": 1, "b": 1}) == [[0], [1], [2], [3]]
-    assert group_runs(["a", None, None, "a"], {"a": 1}) == [[0], [1], [2], [3]]
-    assert group_runs(["b", "b", "a", "a", "a"], {"a": 1, "b": 2}) == [[0], [1], [2, 3, 4]]
-
-
 def test_group_tasks():
     """One task per worker thread over the chunks it holds, consecutive or not; its runs are
     the output chunks."""
