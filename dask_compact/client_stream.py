@@ -51,3 +51,19 @@ def send_now(persisted: Any) -> None:
             stream.waker.set()
 
     loop.add_callback(write_now)
+
+
+def gather(persisted: Any) -> list | None:
+    """The blocks of a persisted collection, fetched from the workers with no graph (so
+    nothing waits for the client's next batch), in the collection's key order; None where
+    they are not all futures (an in-process scheduler: compute it instead)."""
+    distributed = sys.modules.get("distributed")
+    if distributed is None:
+        return None
+    from dask.core import flatten
+
+    blocks = [persisted.dask[k] for k in flatten(persisted.__dask_keys__())]
+    if not blocks or not all(isinstance(b, distributed.Future) for b in blocks):
+        return None
+    return list(blocks[0].client.gather(blocks))
+

@@ -380,7 +380,9 @@ def build_sort(x: da.Array, indices: bool, buckets: int, local: str = "auto") ->
         meta = np.empty(0, dtype) if what == "sample" else _meta(x, dtype)
         parts[what] = da.Array(g, name, chunks=chunks, meta=meta)
     held = dict(zip(parts, client_stream.persist(*parts.values())))
-    sample = np.asarray(held.pop("sample").compute())
+    drawn = client_stream.gather(held["sample"])  # no graph right behind the one just sent
+    sample = np.concatenate(drawn) if drawn else np.asarray(held["sample"].compute())
+    del held["sample"]
     asked = ask_ahead(held["values"])  # the sorted chunks are in memory now
 
     # 2. splitters, 3. histogram: where each bucket starts in each chunk
@@ -398,9 +400,12 @@ def build_sort(x: da.Array, indices: bool, buckets: int, local: str = "auto") ->
         bg = _extend(values.dask, bname, MaterializedLayer(blayer, annotations=priority),
                      {values.name})
         inner = da.Array(bg, bname, chunks=((1,) * nin, (split_v.size,)), dtype=np.int64)
-        inner_np = np.asarray(inner.compute(optimize_graph=False),  # keeps the priorities
+        # persisted then gathered, as the sample: a graph sent at once (see .client_stream)
+        (inner,) = client_stream.persist(inner, optimize_graph=False)  # keeps the priorities
+        rows = client_stream.gather(inner)
+        inner_np = np.asarray(np.concatenate(rows) if rows else inner.compute(),
                               dtype=np.int64).reshape(nin, split_v.size)
-        del inner, bg  # their graphs hold the sorted chunks' futures
+        del inner, bg, rows  # their graphs hold the sorted chunks' futures
     else:
         inner_np = np.zeros((nin, 0), np.int64)
     bounds = np.column_stack([np.zeros(nin, np.int64), inner_np, np.asarray(sizes, np.int64)])

@@ -308,6 +308,19 @@ def test_local_cluster_argsort_with_duplicates_and_nans(client):
     np.testing.assert_array_equal(dask_compact.sort(x).compute(), np.sort(a))
 
 
+def test_local_cluster_sort_submits_no_graph_for_its_sample(client, monkeypatch):
+    """The sample comes back by a gather of the persisted pieces, not by a compute(): a graph
+    sent right behind the local sorts' waited for the client's next batch (10 ms)."""
+    computed = []
+    real = da.Array.compute
+    monkeypatch.setattr(da.Array, "compute", lambda self, **kw: computed.append(self.name)
+                        or real(self, **kw))
+    a = np.random.default_rng(13).random(2**18)
+    y = dask_compact.sort(da.from_array(a, chunks=2**15).persist())
+    assert computed == []
+    np.testing.assert_array_equal(np.asarray(real(y)), np.sort(a))
+
+
 def test_local_cluster_exchange_is_one_slice_per_chunk_and_worker(client):
     """The exchange sends each chunk's slice for a group of buckets once to the group's
     worker (chunks x workers slicing tasks, not chunks x buckets), and each worker merges one
