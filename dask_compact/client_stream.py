@@ -12,7 +12,8 @@ the graph at once.
 write what it holds now (the graph ``dask.persist`` just queued on the client's event loop,
 which runs callbacks in order). It uses ``BatchedSend``'s ``next_deadline`` and ``waker``,
 not public API: where they are missing it does nothing, and the graph goes with the next
-batch as before.
+batch as before. :func:`gather` fetches a persisted collection's blocks with no graph at all
+(the sort's sample and histogram, which ``compute()`` sent as graphs right behind another).
 """
 
 from __future__ import annotations
