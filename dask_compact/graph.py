@@ -261,11 +261,8 @@ def _fetch_counts(counts: da.Array) -> np.ndarray:
     On a distributed cluster the persisted blocks are futures: gather them directly (16 bytes
     each) instead of submitting a graph that concatenates them on a worker first.
     """
-    blocks = [counts.dask[k] for k in flatten(counts.__dask_keys__())]
-    client = getattr(blocks[0], "client", None) if blocks else None
-    if client is not None and hasattr(client, "gather"):
-        rows = client.gather(blocks)
-    else:
+    rows = client_stream.gather(counts)
+    if rows is None:  # an in-process scheduler: the blocks are the rows themselves
         rows = [counts.compute()]
     if not rows:
         return np.zeros((0, 2), np.int64)
