@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from .api import compact, flatnonzero, map_compact
     from .cache import cache_dir, clear_cache
     from .chunk import compact_array, compact_into
+    from .latency import low_latency
     from .predicate import Predicate, as_predicate
     from .records import compact_records, compact_records_into
     from .scan import cumsum, scan_array
@@ -31,7 +32,7 @@ __all__ = [
     "map_compact", "compact", "flatnonzero", "compact_array", "compact_into", "compact_records",
     "compact_records_into", "Predicate",
     "as_predicate", "trace", "cache_dir", "clear_cache", "sort", "argsort", "scan_array",
-    "cumsum", "partition", "partition_array",
+    "cumsum", "partition", "partition_array", "low_latency",
 ]  # fmt: skip
 
 # public name -> the module that defines it
@@ -44,6 +45,7 @@ _LAZY = {
     "sort": "sorting", "argsort": "sorting",
     "scan_array": "scan", "cumsum": "scan",
     "partition": "stable_split", "partition_array": "stable_split",
+    "low_latency": "latency",
 }  # fmt: skip
 
 

@@ -12,7 +12,7 @@ da = pytest.importorskip("dask.array")
 
 import dask  # noqa: E402
 
-import dask_compact  # noqa: E402,F401  (registers Array.map_compact)
+import dask_compact  # noqa: E402  (registers Array.map_compact)
 
 pytestmark = pytest.mark.gpu
 
@@ -52,7 +52,8 @@ def test_threaded_scheduler(output: str, algorithm: str, stable: bool) -> None:
         np.testing.assert_array_equal(g, w)
 
 
-def test_local_cuda_cluster() -> None:
+@pytest.mark.parametrize("low_latency", [False, True])
+def test_local_cuda_cluster(low_latency: bool) -> None:
     dask_cuda = pytest.importorskip("dask_cuda")
     distributed = pytest.importorskip("distributed")
     x_np, x = _input(2**22 + 3, 2**20)
@@ -60,6 +61,9 @@ def test_local_cuda_cluster() -> None:
         dask_cuda.LocalCUDACluster(n_workers=1, threads_per_worker=2) as cluster,
         distributed.Client(cluster) as client,
     ):
+        if low_latency:  # every stream of the cluster unbatched: the same results
+            dask_compact.low_latency(client)
+            assert client.scheduler_comm.interval == 0
         y = x.map_compact("x < 0.125", output="both")
         v, i = y
         assert isinstance(v._meta, cupy.ndarray) and isinstance(i._meta, cupy.ndarray)

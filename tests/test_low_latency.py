@@ -1,0 +1,85 @@
+"""dask_compact.low_latency on a real LocalCluster of worker processes: every batched stream of
+the cluster set, workers and clients that join later included, distributed's intervals back
+on request, and results unchanged."""
+
+from __future__ import annotations
+
+import warnings
+
+import dask.array as da
+import numpy as np
+import pytest
+from distributed import Client, LocalCluster
+
+import dask_compact
+
+DEFAULT = {"client": 0.010, "to_worker": 0.005, "to_client": 0.002, "worker": 0.002}
+
+
+def _scheduler_intervals(dask_scheduler=None) -> tuple[list, list]:
+    return ([b.interval for b in dask_scheduler.stream_comms.values()],
+            [b.interval for b in dask_scheduler.client_comms.values()])
+
+
+def _worker_interval(dask_worker=None) -> float:
+    return dask_worker.batched_stream.interval
+
+
+def _intervals(client) -> dict:
+    to_worker, to_client = client.run_on_scheduler(_scheduler_intervals)
+    return {"client": {client.scheduler_comm.interval}, "to_worker": set(to_worker),
+            "to_client": set(to_client), "worker": set(client.run(_worker_interval).values())}
+
+
+@pytest.fixture
+def cluster():
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                      dashboard_address=None, worker_dashboard_address=None) as c:
+        yield c
+
+
+def test_sets_every_stream_now_and_later_and_restores(cluster):
+    with Client(cluster) as client:
+        assert _intervals(client) == {k: {v} for k, v in DEFAULT.items()}
+        dask_compact.low_latency(client)
+        assert _intervals(client) == {k: {0} for k in DEFAULT}
+        # a worker and a client that connect afterwards get it from the plugins
+        cluster.scale(3)
+        client.wait_for_workers(3)
+        with Client(cluster.scheduler_address) as other:
+            got = _intervals(client)
+            assert len(got) == 4 and got["to_client"] == {0} and got["worker"] == {0}
+            assert len(client.run(_worker_interval)) == 3
+            # the other client's own stream is its process's to set
+            assert other.scheduler_comm.interval == DEFAULT["client"]
+        # again with another value: replaced, no "overwriting" warning from distributed
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            dask_compact.low_latency(client, interval="1ms")
+        assert _intervals(client) == {k: {0.001} for k in DEFAULT}
+        dask_compact.low_latency(client, interval=None)
+        assert _intervals(client) == {k: {v} for k, v in DEFAULT.items()}
+        cluster.scale(4)  # a worker that joins now keeps distributed's interval
+        client.wait_for_workers(4)
+        assert set(client.run(_worker_interval).values()) == {DEFAULT["worker"]}
+
+
+def test_results_unchanged_and_default_client(cluster):
+    a = np.random.default_rng(3).random(30_011).astype(np.float32)
+    x = da.from_array(a, chunks=2_003)
+    with Client(cluster) as client:
+        dask_compact.low_latency()  # the default client
+        assert client.scheduler_comm.interval == 0
+        for p in (0.0, 0.37, 1.1):
+            y = x.map_compact(lambda v, p=p: v < p)
+            np.testing.assert_array_equal(y.compute(), a[a < p])
+            assert y.chunks[0] == tuple(int((a[i:i + 2_003] < p).sum())
+                                        for i in range(0, a.size, 2_003))
+        i = x.map_compact("x > 0.5", output="indices")
+        np.testing.assert_array_equal(i.compute(), np.flatnonzero(a > 0.5))
+
+
+@pytest.mark.parametrize("bad", [-1, "-2ms", "soon", float("nan")])
+def test_refuses_a_negative_interval(cluster, bad):
+    with Client(cluster) as client, pytest.raises(ValueError, match="interval"):
+        dask_compact.low_latency(client, interval=bad)
