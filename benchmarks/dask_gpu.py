@@ -7,8 +7,11 @@ Three ways to get a filtered, persisted dask array of ``x < p``:
 Every repetition uses a new threshold, so no key is reused (docs/design.md, Measuring pitfalls).
 Dask's own floor on the same cluster, in the same run: a bare ``client.submit(f).result()`` and
 one trivial task per chunk of ``x`` persisted and waited (what any call over the chunks pays).
+``--low-latency`` measures everything again, in the same run and cluster, after
+``dask_compact.low_latency(client)`` (rows marked "(low latency)").
 
     python benchmarks/dask_gpu.py --out results/ [--log2n 30 --chunks 4 --reps 5] [--sha SHA]
+        [--low-latency]
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ def main() -> None:
     ap.add_argument("--ps", default="0.05,0.5,0.95")
     ap.add_argument("--out", default="benchmarks/results")
     ap.add_argument("--sha", default="", help="the commit measured (default: git's HEAD here)")
+    ap.add_argument("--low-latency", action="store_true",
+                    help="then measure everything again after dask_compact.low_latency(client)")
     args = ap.parse_args()
 
     import cupy
@@ -39,7 +44,7 @@ def main() -> None:
     from dask_cuda import LocalCUDACluster
     from distributed import Client, wait
 
-    import dask_compact  # noqa: F401
+    import dask_compact
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -101,33 +106,41 @@ def main() -> None:
             "dask_boolindex+compute_chunk_sizes+persist": boolindex,
             "dask_map_blocks_mask_persist_unknown_sizes": map_blocks,
         }
-        for p0 in map(float, args.ps.split(",")):
-            times: dict[str, list[float]] = {k: [] for k in impls}
-            sizes = {}
-            for rep in range(args.reps + 1):  # first repetition: warm-up (compiles, pools)
-                p = p0 + (rep + 1) * 1e-7  # a new threshold: new keys every repetition
-                for name, fn in impls.items():
-                    dt, r = timed(lambda: fn(p))
-                    if rep:
-                        times[name].append(dt)
-                    if name.startswith("map_compact"):
-                        sizes[name] = sum(r.chunks[0])
-                    del r
-            for name, ts in times.items():
-                ms = 1e3 * float(np.median(ts))
-                rows.append(
-                    dict(
-                        impl=name,
-                        log2n=args.log2n,
-                        p=p0,
-                        ms=round(ms, 2),
-                        GBps=round(n * 4 * (1 + p0) / (ms * 1e-3) / 1e9, 1),
-                        selected=sizes.get(name, ""),
-                        chunks=args.chunks,
+
+        def measure(tag: str) -> dict[str, float]:
+            """Rows of every impl and p (``tag`` appended to their names) and the floors."""
+            for p0 in map(float, args.ps.split(",")):
+                times: dict[str, list[float]] = {k: [] for k in impls}
+                sizes = {}
+                for rep in range(args.reps + 1):  # first repetition: warm-up (compiles, pools)
+                    p = p0 + (rep + 1) * 1e-7 + len(tag) * 1e-4  # new keys every repetition
+                    for name, fn in impls.items():
+                        dt, r = timed(lambda: fn(p))
+                        if rep:
+                            times[name].append(dt)
+                        if name.startswith("map_compact"):
+                            sizes[name] = sum(r.chunks[0])
+                        del r
+                for name, ts in times.items():
+                    ms = 1e3 * float(np.median(ts))
+                    rows.append(
+                        dict(
+                            impl=name + tag,
+                            log2n=args.log2n,
+                            p=p0,
+                            ms=round(ms, 2),
+                            GBps=round(n * 4 * (1 + p0) / (ms * 1e-3) / 1e9, 1),
+                            selected=sizes.get(name, ""),
+                            chunks=args.chunks,
+                        )
                     )
-                )
-                print(rows[-1], flush=True)
-        floors = dask_floors(client, x, args.reps)
+                    print(rows[-1], flush=True)
+            return {k + tag: v for k, v in dask_floors(client, x, args.reps).items()}
+
+        floors = measure("")
+        if args.low_latency:  # the same again once the cluster sends its messages at once
+            dask_compact.low_latency(client)
+            floors.update(measure(LOW))
     lines = [
         "# Dask on one GPU: persisted filtered array of x < p",
         "",
@@ -139,8 +152,10 @@ def main() -> None:
         "|---|---|---|---|---|",
     ]
     for r in rows:
+        low = r["impl"].endswith(LOW)
         ref = next(
             q["ms"] for q in rows if q["p"] == r["p"] and q["impl"].startswith("map_compact")
+            and q["impl"].endswith(LOW) == low
         )
         lines.append(f"| {r['impl']} | {r['p']} | {r['ms']} | {r['GBps']} | {r['ms'] / ref:.2f}x |")
     lines += ["", "Dask's own floor on this cluster (same run, median ms):", "",
@@ -153,6 +168,9 @@ def main() -> None:
         for r in rows:
             f.write(",".join(str(v) for v in r.values()) + "\n")
     print("\n".join(lines))
+
+
+LOW = " (low latency)"  # rows measured after dask_compact.low_latency(client)
 
 
 def _one() -> int:
