@@ -20,7 +20,9 @@ bare ``client.submit(f).result()`` and one trivial task per worker persisted and
     python benchmarks/multi_gpu_scaling.py --cpu --strong-log2n 22 --weak-log2n 21 --gpus 1 2
 
 ``--cpu`` runs the same protocol on a LocalCluster with NumPy chunks (a smoke test of the
-script on machines without a GPU; its numbers say nothing about GPUs).
+script on machines without a GPU; its numbers say nothing about GPUs). ``--low-latency`` calls
+``dask_compact.low_latency(client)`` on each cluster first (the report's protocol then reads
+``tcp+low-latency``).
 """
 
 from __future__ import annotations
@@ -288,10 +290,11 @@ def run_k(
     breakdowns: list[dict] | None = None,
     protocol: str = "tcp",
     rebalance: bool = False,
+    low_latency: bool = False,
 ) -> list[dict]:
     from distributed import Client
 
-    import dask_compact  # noqa: F401
+    import dask_compact
 
     if gpu:
         from dask_cuda import LocalCUDACluster
@@ -310,6 +313,8 @@ def run_k(
         cluster = LocalCluster(n_workers=k, threads_per_worker=1, dashboard_address=None)
     rows = []
     with cluster, Client(cluster) as client:
+        if low_latency:  # before the floor: Dask's floor is measured the same way
+            dask_compact.low_latency(client)
         floor = dask_floor(client, max(reps, 5))
         print(f"Dask's floor on {k} workers: {floor}", flush=True)
         for case, n in cases:
@@ -497,6 +502,8 @@ def main() -> None:
                     help="the LocalCUDACluster's protocol (ucx: distributed-ucxx, the ucx extra)")
     ap.add_argument("--rebalance", action="store_true",
                     help="also time the rebalanced output (chunks=2^chunk-log2) against its peer")
+    ap.add_argument("--low-latency", action="store_true",
+                    help="dask_compact.low_latency(client) on each cluster before anything runs")
     args = ap.parse_args()
     if args.cpu:
         ngpu, device = max(args.gpus), "CPU-LocalCluster"
@@ -515,10 +522,11 @@ def main() -> None:
         cases += [(f"weak 2^{w}/GPU", k * 2**w) for w in args.weak_log2n]
         rows += run_k(
             k, cases, 2**args.chunk_log2, args.layouts, args.reps, args.p, not args.cpu, breakdowns,
-            args.protocol, args.rebalance,
+            args.protocol, args.rebalance, args.low_latency,
         )
     _efficiency(rows)
-    report(rows, args.out, device, ngpu, args.chunk_log2, args.p, breakdowns, args.protocol)
+    protocol = args.protocol + ("+low-latency" if args.low_latency else "")
+    report(rows, args.out, device, ngpu, args.chunk_log2, args.p, breakdowns, protocol)
 
 
 if __name__ == "__main__":
