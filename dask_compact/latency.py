@@ -7,9 +7,11 @@ that follows another within the interval waits for the rest of it. A call that s
 and waits for a few tasks crosses four such streams. The intervals are fixed in
 ``distributed`` (no configuration key); they save messages on clusters that run many small
 tasks, and cost latency on calls that run few. Measured on one H100 host (LocalCUDACluster,
-2^30 float32 in 4 chunks, ``benchmarks/call_timeline.py``): ``map_compact(...).persist()``
-18.5-20.2 ms a call against 24.9-25.3 ms, ``map_blocks(...).persist()`` 28.5-30.2 against
-37.2-37.5 ms, ``client.submit(f).result()`` 5.7-6.7 against 10.5-10.8 ms.
+2^30 float32 in 4 chunks, ``benchmarks/dask_gpu.py --low-latency``, the same cluster before
+and after): ``map_compact(...).persist()`` 20.9-23.3 ms a call against 23.7-25.4 ms,
+``map_blocks(...).persist()`` 28.9-30.7 against 36.5-37.8 ms, ``client.submit(f).result()``
+6.5 against 13.1 ms; on 4 GPUs the floor halved and our calls stayed within the spread
+(docs/design.md, "The three phases").
 """
 
 from __future__ import annotations
@@ -43,7 +45,6 @@ class LowLatencyScheduler(SchedulerPlugin):
         self.seconds = seconds
 
     async def start(self, scheduler: Any) -> None:
-        self.scheduler = scheduler
         for stream in [*scheduler.stream_comms.values(), *scheduler.client_comms.values()]:
             _set(stream, self.seconds)
 
