@@ -7,7 +7,8 @@ chunks, it times in each *mode* (a fresh cluster each):
 
 - median ms of ``map_compact`` alone, of ``map_compact(...).persist()`` waited (what
   ``dask_gpu.py`` times), of ``map_blocks(b[b < p]).persist()`` waited, of
-  ``client.submit(f).result()`` and of one trivial task per chunk persisted and waited;
+  ``client.submit(f).result()``, of one trivial task per chunk persisted and waited, and of
+  the same tasks submitted by ``client.map`` over the chunks' futures (no array graph);
 - with ``--timeline``, each call's events in ms from its start: the client's (``persist>`` /
   ``persist<`` around phase 1's persist, ``wait<`` when its futures are done, ``rpc>`` /
   ``rpc<`` around the question to the scheduler), the scheduler's (``S:update_graph`` as the
@@ -94,9 +95,14 @@ def _one() -> int:
     return 1
 
 
+def _head(b, k: float):
+    return b[:1]
+
+
 def run_mode(mode: str, args) -> tuple[dict, list[str]]:
     import dask.array as da
     import distributed
+    from dask.core import flatten
     from distributed import Client, wait
 
     import dask_compact
@@ -164,10 +170,16 @@ def run_mode(mode: str, args) -> tuple[dict, list[str]]:
             wait(x.map_blocks(lambda b, k=p: b[:1], chunks=((1,) * x.numblocks[0],),
                               dtype=x.dtype, meta=x._meta).persist())
 
+        blocks = [x.dask[k] for k in flatten(x.__dask_keys__())]
+
+        def trivial_futures(p):
+            wait(client.map(_head, blocks, k=p, pure=False))
+
         res = {}
         for i, (name, fn) in enumerate((("map_compact", mc), ("map_compact+persist", mc_persist),
                                         ("map_blocks+persist", mb_persist), ("submit", submit),
-                                        ("trivial task per chunk", trivial))):
+                                        ("trivial task per chunk", trivial),
+                                        ("the same by client.map", trivial_futures))):
             ts = []
             for r in range(args.reps + 3):  # 3 warm-up calls
                 p = 0.5 + i * 1e-3 + (r + 1) * 1e-7  # a new threshold: new keys every call
