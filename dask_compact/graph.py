@@ -174,29 +174,20 @@ def _held_futures(plan: Plan) -> list | None:
     return blocks
 
 
-def _submitted(func: Callable[..., Any], calls: list[tuple], keys: list, name: str,
-               meta: Any) -> da.Array:
-    """``func(*call)`` for every call, submitted under ``keys`` as futures in one message
-    (``client.map``; a call's arguments hold the input blocks' futures), as a 1-D array of
-    unknown chunk sizes named ``name``.
+def _submitted(client: Any, func: Callable[..., Any], calls: list[tuple], keys: list,
+               name: str, meta: Any) -> da.Array:
+    """``func(*call)`` for every call, submitted by ``client`` under ``keys`` as futures in one
+    message (``client.map``; a call's arguments hold the input blocks' futures), as a 1-D
+    array of unknown chunk sizes named ``name``.
 
     What a persist of the same layer costs more: dask.array's graph of a persisted input and
     one layer over it, made into an expression, optimized, sent and materialized by the
     scheduler. Measured on one H100 host (``benchmarks/call_timeline.py``, one worker, 4
     trivial tasks over 4 persisted chunks): 19.7-21.2 ms persisted and waited against
     10.6-12.5 ms by ``client.map`` (12.1-13.0 against 8.8-9.3 with ``low_latency``)."""
-    client = next(a for a in _flat(calls[0]) if hasattr(a, "client")).client
     futures = client.map(func, *zip(*calls), key=keys, pure=False)
     client_stream.send_now(futures)
     return da.Array(dict(zip(keys, futures)), name, chunks=((np.nan,) * len(keys),), meta=meta)
-
-
-def _flat(args: Any) -> Any:
-    for a in args:
-        if isinstance(a, list):
-            yield from _flat(a)
-        else:
-            yield a
 
 
 def _phase1_submitted(plan: Plan, runs: list[list[int]] | None) -> da.Array | None:
@@ -220,8 +211,8 @@ def _phase1_submitted(plan: Plan, runs: list[list[int]] | None) -> da.Array | No
                  for run in runs]
         func = compact_blocks
     dtype = plan.x.dtype if plan.output == "values" else np.dtype(np.int64)
-    return _submitted(func, calls, [(name, j) for j in range(len(calls))], name,
-                      _meta(plan.x, dtype))
+    return _submitted(blocks[0].client, func, calls, [(name, j) for j in range(len(calls))],
+                      name, _meta(plan.x, dtype))
 
 
 def _meta(x: da.Array, dtype: np.dtype, tail: tuple = ()) -> Any:
@@ -435,28 +426,14 @@ def _run_grouped(
     """
     starts = np.concatenate([[0], np.cumsum(plan.x.chunks[0])[:-1]]).astype(np.int64)
     gname, cname = plan.name(f"group-{plan.path}"), plan.name("group-count")
-    layer: dict[Any, Any] = {}
-    keys = plan.block_keys()
-    for g, runs in enumerate(groups):
-        layer[(gname, g)] = (
-            compact_group, [[keys[i] for i in run] for run in runs], plan.pred,
-            plan.output, plan.stable, plan.algorithm,
-            [[int(starts[i]) for i in run] for run in runs],
-        )
     ng = len(groups)
     blocks = _held_futures(plan)
-    if blocks is not None:  # always, as the groups came from where these futures are held
-        calls = [([[blocks[i] for i in run] for run in runs], plan.pred, plan.output,
-                  plan.stable, plan.algorithm, [[int(starts[i]) for i in run] for run in runs])
-                 for runs in groups]
-        tasks = _submitted(compact_group, calls, [(gname, g) for g in range(ng)], gname,
-                           _meta(plan.x, plan.x.dtype))
-    else:
-        deps: list[Any] = [plan.held]
-        graph = HighLevelGraph.from_collections(gname, layer, dependencies=deps)
-        tasks = da.Array(graph, gname, chunks=((np.nan,) * ng,),
-                         meta=_meta(plan.x, plan.x.dtype))
-        (tasks,) = client_stream.persist(tasks)
+    assert blocks is not None  # the groups were made from where these futures are held
+    calls = [([[blocks[i] for i in run] for run in runs], plan.pred, plan.output, plan.stable,
+              plan.algorithm, [[int(starts[i]) for i in run] for run in runs])
+             for runs in groups]
+    tasks = _submitted(blocks[0].client, compact_group, calls, [(gname, g) for g in range(ng)],
+                       gname, _meta(plan.x, plan.x.dtype))
     rows = _reported_counts(tasks, groups)
     if rows is None:  # counts not reported (e.g. a task re-run elsewhere): count with tasks
         clayer = {(cname, g, 0): (_group_counts, (gname, g), plan.output) for g in range(ng)}
