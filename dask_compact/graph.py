@@ -84,6 +84,11 @@ class Plan:
         return self.x.numblocks[0]
 
     @property
+    def starts(self) -> np.ndarray:
+        """The global input start of every chunk (known input only)."""
+        return np.concatenate([[0], np.cumsum(self.x.chunks[0])[:-1]]).astype(np.int64)
+
+    @property
     def direct(self) -> bool:
         """Phase 1 yields the output chunk itself (one output, input chunk starts known)."""
         return self.output != "both" and self.known_input
@@ -104,7 +109,7 @@ def _phase1_layer(plan: Plan, runs: list[list[int]] | None) -> tuple[HighLevelGr
     name = plan.name(f"{plan.output}-{plan.path}" if direct else plan.path)
     starts = None
     if plan.known_input:
-        starts = np.concatenate([[0], np.cumsum(plan.x.chunks[0])[:-1]]).astype(np.int64)
+        starts = plan.starts
     layer: dict[Any, Any] = {}
     if runs is not None:
         assert starts is not None and plan.mask is None
@@ -133,7 +138,8 @@ def _phase1_layer(plan: Plan, runs: list[list[int]] | None) -> tuple[HighLevelGr
     return HighLevelGraph.from_collections(name, layer, dependencies=deps), name, plan.nblocks
 
 
-def _groups_by_worker(plan: Plan) -> tuple[list[list[list[int]]], list, int] | None:
+def _groups_by_worker(plan: Plan, blocks: list | None
+                      ) -> tuple[list[list[list[int]]], list, int] | None:
     """Phase-1 tasks over the chunks each worker holds: groups (one task each) of runs
     (consecutive chunks, one output chunk each), see :func:`.placement.group_tasks`, the
     worker holding each group's chunks (None: unknown), and the scheduler's root-ish
@@ -146,15 +152,9 @@ def _groups_by_worker(plan: Plan) -> tuple[list[list[list[int]]], list, int] | N
     grouping only consecutive chunks left about one task per chunk there. None where this
     does not apply or gains nothing.
     """
-    if not plan.by_worker or plan.mask is not None or not plan.known_input or plan.nblocks < 2:
-        return None
-    distributed = sys.modules.get("distributed")
-    if distributed is None:
+    if blocks is None or not plan.by_worker or not plan.known_input or plan.nblocks < 2:
         return None
     keys = plan.block_keys()
-    blocks = [plan.held.dask.get(k) for k in keys]
-    if not all(isinstance(b, distributed.Future) for b in blocks):
-        return None
     holders, nthreads, rootish = placement(blocks[0].client, keys, blocks)
     groups = group_tasks(holders, nthreads)
     if len(groups) == len(keys):
@@ -190,15 +190,16 @@ def _submitted(client: Any, func: Callable[..., Any], calls: list[tuple], keys: 
     return da.Array(dict(zip(keys, futures)), name, chunks=((np.nan,) * len(keys),), meta=meta)
 
 
-def _phase1_submitted(plan: Plan, runs: list[list[int]] | None) -> da.Array | None:
+def _phase1_submitted(plan: Plan, runs: list[list[int]] | None, blocks: list | None
+                      ) -> da.Array | None:
     """Phase 1 of a direct plan (one output, known input) over a persisted input, submitted as
     futures (:func:`_submitted`): the output chunks, the keys and tasks of
-    :func:`_phase1_layer`'s. None where the input is not persisted on a distributed cluster."""
-    blocks = _held_futures(plan)
+    :func:`_phase1_layer`'s; ``blocks`` are the input's futures (:func:`_held_futures`). None
+    where the input is not persisted on a distributed cluster."""
     if blocks is None or not plan.direct:
         return None
     name = plan.name(f"{plan.output}-{plan.path}")
-    starts = np.concatenate([[0], np.cumsum(plan.x.chunks[0])[:-1]]).astype(np.int64)
+    starts = plan.starts
     common = (plan.pred, plan.output, plan.stable, plan.algorithm)
     calls: list[tuple]
     if runs is None:
@@ -407,7 +408,7 @@ def _reported_counts(tasks: da.Array, groups: list[list[list[int]]]) -> np.ndarr
 
 
 def _run_grouped(
-    plan: Plan, groups: list[list[list[int]]], where: list, rootish: int
+    plan: Plan, groups: list[list[list[int]]], where: list, rootish: int, blocks: list
 ) -> dict[str, da.Array]:
     """Eager phase 1 with one task per group of runs: the result arrays, with one output chunk
     per run in the input's order, of known sizes.
@@ -424,11 +425,9 @@ def _run_grouped(
     them (:mod:`.task_report`): the sizes the workers report are of the whole tuple. Count
     tasks over the groups are the fallback.
     """
-    starts = np.concatenate([[0], np.cumsum(plan.x.chunks[0])[:-1]]).astype(np.int64)
+    starts = plan.starts
     gname, cname = plan.name(f"group-{plan.path}"), plan.name("group-count")
     ng = len(groups)
-    blocks = _held_futures(plan)
-    assert blocks is not None  # the groups were made from where these futures are held
     calls = [([[blocks[i] for i in run] for run in runs], plan.pred, plan.output, plan.stable,
               plan.algorithm, [[int(starts[i]) for i in run] for run in runs])
              for runs in groups]
@@ -467,15 +466,17 @@ def _run_grouped(
 
 def build(plan: Plan, lazy: bool, out_chunks: Any) -> dict[str, da.Array]:
     """Run (eager) or describe (lazy) the three phases; return {'values'|'indices': Array}."""
-    grouped = None if lazy else _groups_by_worker(plan)
+    blocks = None if lazy else _held_futures(plan)  # the input's futures, where persisted
+    grouped = _groups_by_worker(plan, blocks)
     runs = None
     if grouped is not None:  # keys that say which groups, so another placement never shares them
         groups, where, rootish = grouped
         plan = replace(plan, token=tokenize(plan.token, groups))
         if any(len(g) > 1 for g in groups):
-            return _rebalanced(_run_grouped(plan, groups, where, rootish), out_chunks)
+            assert blocks is not None  # groups are only made over an input of futures
+            return _rebalanced(_run_grouped(plan, groups, where, rootish, blocks), out_chunks)
         runs = [g[0] for g in groups]
-    submitted = None if lazy else _phase1_submitted(plan, runs)
+    submitted = _phase1_submitted(plan, runs, blocks)
     if submitted is not None:
         cols = {plan.output: submitted}
         counts = None

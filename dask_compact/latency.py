@@ -73,10 +73,6 @@ class LowLatencyWorker(WorkerPlugin):
         _set(getattr(worker, "batched_stream", None), DEFAULTS["worker"])
 
 
-def _worker_plugins(dask_scheduler: Any = None) -> list:
-    return list(dask_scheduler.worker_plugins)
-
-
 async def _install_scheduler(seconds: float, dask_scheduler: Any = None) -> None:
     # replaces an earlier one without add_plugin's "overwriting" warning
     dask_scheduler.plugins.pop(PLUGIN_NAME, None)
@@ -85,12 +81,14 @@ async def _install_scheduler(seconds: float, dask_scheduler: Any = None) -> None
     dask_scheduler.add_plugin(plugin, name=PLUGIN_NAME)
 
 
-def _restore_scheduler(dask_scheduler: Any = None) -> None:
+def _restore_scheduler(dask_scheduler: Any = None) -> bool:
+    """On the scheduler: distributed's intervals back; whether the worker plugin is registered."""
     dask_scheduler.plugins.pop(PLUGIN_NAME, None)
     for stream in dask_scheduler.stream_comms.values():
         _set(stream, DEFAULTS["scheduler_to_worker"])
     for stream in dask_scheduler.client_comms.values():
         _set(stream, DEFAULTS["scheduler_to_client"])
+    return PLUGIN_NAME in dask_scheduler.worker_plugins
 
 
 def low_latency(client: Any = None, interval: str | float | None = 0) -> None:
@@ -136,8 +134,7 @@ def low_latency(client: Any = None, interval: str | float | None = 0) -> None:
 
         client = get_client()
     if interval is None:
-        client.run_on_scheduler(_restore_scheduler)
-        if PLUGIN_NAME in client.run_on_scheduler(_worker_plugins):
+        if client.run_on_scheduler(_restore_scheduler):
             client.unregister_worker_plugin(PLUGIN_NAME)  # its teardown restores each worker
         _set(getattr(client, "scheduler_comm", None), DEFAULTS["client"])
         return
