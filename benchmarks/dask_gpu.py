@@ -1,7 +1,8 @@
 """Dask-level GPU benchmark: one GPU (dask_cuda.LocalCUDACluster), 2^30 float32 in 4 CuPy chunks.
 
 Three ways to get a filtered, persisted dask array of ``x < p``:
-  map_compact            known chunk sizes, persisted (dask_compact)
+  map_compact            known chunk sizes, persisted (dask_compact); an extra, labelled row
+                         runs its phase 1 as Dask tasks (``dask-compact.direct`` off)
   boolindex+ccs+persist  x[x < p].compute_chunk_sizes().persist()
   map_blocks persist     x.map_blocks(lambda b: b[b < p]).persist() (unknown sizes)
 Every repetition uses a new threshold, so no key is reused (docs/design.md, Measuring pitfalls).
@@ -101,8 +102,13 @@ def main() -> None:
             )
             return w.persist()
 
+        def map_compact_tasks(p):  # internal: phase 1 as Dask tasks, not asked directly
+            with dask.config.set({"dask-compact.direct": False}):
+                return map_compact(p)
+
         impls = {
             "map_compact_known_sizes_persist": map_compact,
+            "map_compact_known_sizes_persist (internal: phase 1 as tasks)": map_compact_tasks,
             "dask_boolindex+compute_chunk_sizes+persist": boolindex,
             "dask_map_blocks_mask_persist_unknown_sizes": map_blocks,
         }

@@ -103,8 +103,9 @@ def _settle(client, nkeys: int, timeout: float = 30.0) -> None:
 
 
 def breakdown(client, x, p: float, reps: int) -> dict[str, float]:
-    """Where one map_compact call's wall time goes (median ms over ``reps``), by timing the
-    steps of dask_compact.graph in place: the placement query, building and submitting the
+    """Where one map_compact call's wall time goes with phase 1 as Dask tasks
+    (``dask-compact.direct`` off; median ms over ``reps``), by timing the steps of
+    dask_compact.graph in place: the placement query, building and submitting the
     graph, waiting for the phase-1 tasks, reading the counts, and the device sync after."""
     import dask
     import distributed
@@ -126,6 +127,8 @@ def breakdown(client, x, p: float, reps: int) -> dict[str, float]:
 
         return run
 
+    direct_off = dask.config.set({"dask-compact.direct": False})  # the steps of the tasks path
+    direct_off.__enter__()
     graph._groups_by_worker = timed("placement query", saved["_groups_by_worker"])
     dask.persist = timed("build+submit", saved_persist)
     graph._held_counts = timed("wait + read counts", saved["_held_counts"])
@@ -155,6 +158,7 @@ def breakdown(client, x, p: float, reps: int) -> dict[str, float]:
         for n, f in saved.items():
             setattr(graph, n, f)
         dask.persist, distributed.wait = saved_persist, saved_wait
+        direct_off.__exit__(None, None, None)
     return {k: 1e3 * statistics.median(v) for k, v in spans.items()}
 
 
@@ -188,9 +192,11 @@ def dask_floor(client, reps: int) -> dict[str, float]:
 
 
 def phase1_tasks(y) -> int:
-    """Phase-1 tasks behind a map_compact result: its own blocks, or, where one task
-    compacted several runs (Dask's placement), the group tasks its blocks are taken from (not
-    the anchors they also depend on)."""
+    """Phase-1 tasks behind a map_compact result: none where the workers were asked directly,
+    else its own blocks, or, where one task compacted several runs (Dask's placement), the
+    group tasks its blocks are taken from (not the anchors they also depend on)."""
+    if "-direct-" in y.name:
+        return 0
     deps = {d for d in y.dask.dependencies.get(y.name, set()) if "-anchor-" not in d}
     return len(y.dask.layers[next(iter(deps))]) if deps else y.numblocks[0]
 
@@ -251,6 +257,20 @@ def measure(client, x, p: float, reps: int) -> dict[str, Any]:
         if r:  # round 0 compiles the kernels on every worker
             ours.append(t1 - t0)
     _settle(client, x.numblocks[0])
+    import dask
+
+    as_tasks = []  # internal: phase 1 as Dask tasks (the direct path's fallback), same protocol
+    with dask.config.set({"dask-compact.direct": False}):
+        for r in range(reps + 1):
+            t = p + 3e-5 + r * 1e-7
+            t0 = time.perf_counter()
+            y = x.map_compact(lambda v, t=t: v < t)
+            client.run(_sync_device)
+            t1 = time.perf_counter()
+            del y
+            if r:
+                as_tasks.append(t1 - t0)
+    _settle(client, x.numblocks[0])
     for r in range(reps + 1):
         t = p + r * 1e-7  # ours' thresholds again (new keys each time), sizes compared
         t1 = time.perf_counter()
@@ -273,6 +293,7 @@ def measure(client, x, p: float, reps: int) -> dict[str, Any]:
         floors = {"-": float("nan")}
     return dict(
         map_compact_s=statistics.median(ours),
+        as_tasks_s=statistics.median(as_tasks),
         peer_s=statistics.median(peer),
         floor_s=max(floors.values()),
         phase1_tasks=tasks,
@@ -395,8 +416,8 @@ def report(
         "",
         "| case | layout | GPUs | elements | phase-1 tasks | map_compact ms | input GB/s | "
         "efficiency | GPU floor ms | Dask overhead ms | Dask floor ms: submit / per worker | "
-        "overhead / floor | x[x<p]+ccs+persist ms | speed-up |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "overhead / floor | x[x<p]+ccs+persist ms | speed-up | internal: phase 1 as tasks ms |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
@@ -405,7 +426,8 @@ def report(
             f"{100 * r['efficiency']:.0f}% | {1e3 * r['floor_s']:.1f} | {r['overhead_ms']:.1f} | "
             f"{r['dask_submit_ms']:.1f} / {r['dask_per_worker_ms']:.1f} | "
             f"{r['overhead_ms'] / r['dask_per_worker_ms']:.2f}x | "
-            f"{1e3 * r['peer_s']:.1f} | {r['speedup_vs_peer']:.2f}x |"
+            f"{1e3 * r['peer_s']:.1f} | {r['speedup_vs_peer']:.2f}x | "
+            f"{1e3 * r['as_tasks_s']:.1f} |"
         )
     if any("rebalanced_s" in r for r in rows):
         lines += [
@@ -428,8 +450,9 @@ def report(
         cols = [c for c in breakdowns[0] if c not in ("case", "layout", "gpus")]
         lines += [
             "",
-            "Where one call's time goes (median ms; `wait for tasks` is the phase-1 tasks from "
-            "submission to the client hearing they finished):",
+            "Where one call's time goes with phase 1 as Dask tasks (`dask-compact.direct` off; "
+            "median ms; `wait for tasks` is the phase-1 tasks from submission to the client "
+            "hearing they finished):",
             "",
             "| case | layout | GPUs | " + " | ".join(cols) + " |",
             "|---|---|---|" + "---|" * len(cols),

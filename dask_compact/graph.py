@@ -30,7 +30,7 @@ from dask.base import tokenize
 from dask.core import flatten
 from dask.highlevelgraph import HighLevelGraph
 
-from . import client_stream
+from . import client_stream, direct
 from .chunk import (
     compact_block,
     compact_block_masked,
@@ -467,6 +467,12 @@ def _run_grouped(
 def build(plan: Plan, lazy: bool, out_chunks: Any) -> dict[str, da.Array]:
     """Run (eager) or describe (lazy) the three phases; return {'values'|'indices': Array}."""
     blocks = None if lazy else _held_futures(plan)  # the input's futures, where persisted
+    if blocks is not None:  # asked of the workers that hold the chunks, where that works
+        metas = {w: _meta(plan.x, plan.x.dtype if w == "values" else np.dtype(np.int64))
+                 for w in ("values", "indices")}
+        asked = direct.run(plan, blocks, metas)
+        if asked is not None:
+            return _rebalanced(asked, out_chunks)
     grouped = _groups_by_worker(plan, blocks)
     runs = None
     if grouped is not None:  # keys that say which groups, so another placement never shares them

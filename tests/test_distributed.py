@@ -1,4 +1,8 @@
-"""map_compact on a real distributed.LocalCluster of several worker processes."""
+"""map_compact on a real distributed.LocalCluster of several worker processes.
+
+Over a persisted input the workers are asked directly (tests/test_direct.py); the tests here
+that check phase 1 as Dask tasks (the fallback, and ``dask-compact.direct`` off) take the
+``tasks`` fixture."""
 
 from __future__ import annotations
 
@@ -7,6 +11,7 @@ import signal
 import threading
 import time
 
+import dask
 import dask.array as da
 import numpy as np
 import pytest
@@ -28,6 +33,13 @@ def client():
         Client(cluster) as c,
     ):
         yield c
+
+
+@pytest.fixture
+def tasks():
+    """Phase 1 over a persisted input as Dask tasks, not asked of the workers directly."""
+    with dask.config.set({"dask-compact.direct": False}):
+        yield
 
 
 def test_values_indices_both_on_cluster(client):
@@ -149,7 +161,7 @@ def _transfers(ts) -> int:
 
 
 @pytest.mark.parametrize("output", ["values", "indices", "both"])
-def test_one_task_per_worker_run_on_slabs(client, output):
+def test_one_task_per_worker_run_on_slabs(client, tasks, output):
     """Chunks held by one worker in a row are compacted by one task: one output chunk per
     worker, in the original order, nothing moved between workers."""
     from distributed import get_task_stream
@@ -180,7 +192,7 @@ def test_one_task_per_worker_run_on_slabs(client, output):
     np.testing.assert_array_equal(per_chunk.compute(), a[a > 0.5])
 
 
-def test_placement_of_a_persisted_input_is_asked_once(client, monkeypatch):
+def test_placement_of_a_persisted_input_is_asked_once(client, tasks, monkeypatch):
     """A later call on the same persisted input reuses its placement (no scheduler round
     trip) and still compacts run by run where the data is; a newly persisted array is asked
     again. Results exact every time."""
@@ -235,7 +247,7 @@ def _round_robin(client, a: np.ndarray, chunk: int):
 
 
 @pytest.mark.parametrize("output", ["values", "indices", "both"])
-def test_one_task_per_worker_whatever_the_placement(client, monkeypatch, output):
+def test_one_task_per_worker_whatever_the_placement(client, tasks, monkeypatch, output):
     """Chunks scattered over the workers (no two consecutive on one worker): one phase-1 task
     per worker over all its chunks, one known-size output chunk per run in the input's order,
     nothing moved, the counts read from what the tasks reported (no count task); used
@@ -289,7 +301,7 @@ def test_one_task_per_worker_whatever_the_placement(client, monkeypatch, output)
         x.map_compact(lambda q: q > 1 / 0)
 
 
-def test_scattered_placement_with_every_option(client, monkeypatch):
+def test_scattered_placement_with_every_option(client, tasks, monkeypatch):
     """The grouped phase 1 under the other options: rebalanced output (both outputs, same
     chunks), a predicate evaluated as a mask (not traceable), stable=False, indices through
     flatnonzero, and N-D input (its blocks read as they are held when the trailing axes are
@@ -331,7 +343,7 @@ def test_scattered_placement_with_every_option(client, monkeypatch):
     assert len(grouped) == 6  # per chunk: the ravel needs the rows whole
 
 
-def test_grouped_counts_fall_back_to_tasks(client, monkeypatch):
+def test_grouped_counts_fall_back_to_tasks(client, tasks, monkeypatch):
     """Where the group tasks reported no counts (e.g. run somewhere that does not keep task
     metadata), count tasks over the groups give them: the same result."""
     from dask_compact import graph
@@ -347,7 +359,7 @@ def test_grouped_counts_fall_back_to_tasks(client, monkeypatch):
             c[c > 0.6] for c in np.array_split(a, range(997, 20_011, 997))))
 
 
-def test_worker_killed_with_scattered_placement_loses_nothing(client, monkeypatch):
+def test_worker_killed_with_scattered_placement_loses_nothing(client, tasks, monkeypatch):
     """A worker killed once the group tasks are submitted: Dask reruns what it held (the
     input chunks from their graph, then the group tasks), and the result is exact."""
     from dask_compact import graph
@@ -374,7 +386,7 @@ def test_worker_killed_with_scattered_placement_loses_nothing(client, monkeypatc
     assert pids[victim] not in client.run(os.getpid).values()  # it did die
 
 
-def test_worker_killed_after_a_grouped_call_loses_nothing(client):
+def test_worker_killed_after_a_grouped_call_loses_nothing(client, tasks):
     """A worker killed after map_compact returned (scattered placement, so the result's pieces
     depend on group tasks and on anchors held by the victim too): using the result recomputes
     what the victim held, anchors included, and is exact; the next call makes new anchors on
@@ -402,7 +414,7 @@ def test_worker_killed_after_a_grouped_call_loses_nothing(client):
     assert after is not before and victim not in after
 
 
-def test_a_call_sends_its_graph_without_waiting_for_the_clients_next_batch(client):
+def test_a_call_sends_its_graph_without_waiting_for_the_clients_next_batch(client, tasks):
     """The client's stream to the scheduler writes at most once per interval (10 ms): a graph
     queued right after another message waits for the interval's end. A call sends its graph
     at once: with the stream's next write pushed 20 s away, the call still returns at once,
@@ -425,8 +437,8 @@ def test_a_call_sends_its_graph_without_waiting_for_the_clients_next_batch(clien
 
 @pytest.mark.parametrize("by_worker", [True, False])
 @pytest.mark.parametrize("scattered", [False, True])
-def test_phase_one_of_a_persisted_input_is_submitted_as_futures(client, monkeypatch, by_worker,
-                                                                scattered):
+def test_phase_one_of_a_persisted_input_is_submitted_as_futures(client, tasks, monkeypatch,
+                                                                by_worker, scattered):
     """Over a persisted input, phase 1's tasks go to the scheduler as futures in one message
     (``client.map``), not through dask.array's persist of a graph over the input (which cost
     8-10 ms more per call on one H100); the result is the same."""

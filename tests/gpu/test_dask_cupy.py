@@ -101,6 +101,8 @@ def test_local_cuda_cluster_one_task_per_worker_run() -> None:
         distributed.wait(x)
         with distributed.get_task_stream() as ts:
             v, i = x.map_compact("x < 0.3", output="both")
+        assert "-direct-" in v.name  # asked of the workers directly: no phase-1 task ran
+        assert not [t for t in ts.data if "compact" in str(t["key"])]
         assert v.numblocks == (len(workers),) and v.chunks == i.chunks
         moved = [s for t in ts.data for s in t["startstops"] if s["action"] == "transfer"]
         assert moved == []
@@ -169,11 +171,15 @@ def _in_turn(client, a: np.ndarray, step: int):
     return x
 
 
-def test_cluster_scattered_placement_one_task_per_worker() -> None:
+@pytest.mark.parametrize("direct", [True, False])
+def test_cluster_scattered_placement_one_task_per_worker(direct: bool) -> None:
     """CuPy chunks placed on two worker processes in turn (Dask's placement of a generated
-    array, made deterministic; both may share one GPU): one phase-1 task per worker, one
-    output chunk per input chunk in order, nothing moved, exact; a rebalance right after moves
-    only merged pieces (the pieces stay where their groups are)."""
+    array, made deterministic; both may share one GPU): each worker asked directly (or, with
+    that off, one phase-1 task per worker), one output chunk per input chunk in order, nothing
+    moved, exact; a rebalance right after moves only merged pieces (the pieces stay where
+    their groups are)."""
+    import dask
+
     distributed = pytest.importorskip("distributed")
     x_np = np.random.default_rng(22).random(2**21 + 13).astype(np.float32)
     step = 2**17
@@ -182,10 +188,14 @@ def test_cluster_scattered_placement_one_task_per_worker() -> None:
         distributed.Client(lc) as client,
     ):
         x = _in_turn(client, x_np, step)
-        with distributed.get_task_stream() as ts:
+        with distributed.get_task_stream() as ts, dask.config.set(
+                {"dask-compact.direct": direct}):
             v, i = x.map_compact("x < 0.3", output="both")
         keys = {str(t["key"]) for t in ts.data}
-        assert len([k for k in keys if "compact-group-" in k]) == 2, keys  # one per worker
+        if direct:
+            assert "-direct-" in v.name and not [k for k in keys if "compact" in k], keys
+        else:
+            assert len([k for k in keys if "compact-group-" in k]) == 2, keys  # one per worker
         assert not [s for t in ts.data for s in t["startstops"] if s["action"] == "transfer"]
         assert v.numblocks == x.numblocks and v.chunks == i.chunks
         assert isinstance(v._meta, cupy.ndarray)
@@ -205,6 +215,8 @@ def test_cluster_scattered_placement_one_task_per_worker() -> None:
 def test_cluster_scattered_nd_blocks_read_as_held() -> None:
     """N-D CuPy blocks of whole trailing axes, placed on two worker processes in turn: the
     group tasks read the persisted blocks themselves (flattened in C order); exact."""
+    import dask
+
     distributed = pytest.importorskip("distributed")
     b = np.random.default_rng(23).random((2**15 + 3, 3, 4)).astype(np.float32)
     step = 2**12
@@ -213,7 +225,8 @@ def test_cluster_scattered_nd_blocks_read_as_held() -> None:
         distributed.Client(lc) as client,
     ):
         x = _in_turn(client, b, step)
-        with distributed.get_task_stream() as ts:
+        with distributed.get_task_stream() as ts, dask.config.set(
+                {"dask-compact.direct": False}):  # the group tasks (direct: tests/test_direct.py)
             v, i = x.map_compact("x < 0.3", output="both")
         keys = {str(t["key"]) for t in ts.data}
         assert len([k for k in keys if "compact-group-" in k]) == 2, keys

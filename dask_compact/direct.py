@@ -1,0 +1,256 @@
+"""Phase 1 over a persisted input, run by the workers that hold it, asked directly.
+
+A Dask task goes client -> scheduler -> worker -> scheduler -> client over batched streams,
+and the client then asks the scheduler for the counts: measured on one H100 host, 20-22 ms
+for a call whose GPU work is 4-7 ms (``benchmarks/call_timeline.py``). Here the client asks
+each worker that holds chunks of the input, over a direct connection (the way
+``Client.scatter`` sends data), to compact them; the worker keeps the output pieces under new
+keys, as scattered data is kept, and answers with their counts. The client then tells the
+scheduler where the pieces are (scatter's ``update_data``, in one question to the scheduler:
+all or none, since a worker that left after answering would make ``update_data`` fail
+halfway) and sends, without waiting, the tasks that would make them (``client.map`` over the
+input's futures: the scheduler gives keys it already holds their run specs), so a piece lost
+with its worker is recomputed from the input as a task's result would be. A call is one round
+trip to the workers, in parallel, and one to the scheduler.
+
+The workers serve this through a worker plugin (:class:`DirectPhase1`, registered once per
+client) that adds two handlers to each worker's server. A worker runs its chunks in one job
+per thread of its own executor (a dask-cuda worker: one), as the grouped tasks did.
+
+Anything unexpected (a chunk no longer where the placement said, a worker gone, the plugin
+refused, the compaction raising) drops the pieces already made and returns None: the caller
+then runs phase 1 as Dask tasks, which handle all of it (and raise a task's error there).
+``dask.config.set({"dask-compact.direct": False})`` always takes the tasks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+import weakref
+from typing import Any
+
+import dask.array as da
+import dask.config
+import numpy as np
+
+from .cache import BoundedCache
+from .chunk import compact_blocks
+from .dispatch import compact_runs
+from .placement import group_tasks, placement
+
+dask.config.update_defaults({"dask-compact": {"direct": True}})
+
+PLUGIN_NAME = "dask-compact-direct"
+SERVE, DROP = "dask_compact_phase1", "dask_compact_drop"
+
+
+async def _serve(worker: Any, request: dict) -> dict:
+    """On a worker: compact the chunks ``request`` names, keep the pieces, return counts.
+
+    ``request["groups"]``: one entry per job, a list of runs, each ``(input keys, their
+    global starts, output keys)`` (one output key, two for ``output="both"``). The inputs are
+    read from the worker's data on its event loop, as Dask reads a task's inputs; each job
+    runs in the worker's executor. Nothing is kept unless every job succeeded."""
+    data = worker.data
+    try:
+        jobs = [[[data[k] for k in keys] for keys, _, _ in runs] for runs in request["groups"]]
+    except KeyError:  # moved or released since the placement was read
+        return {"status": "missing"}
+    pred, output = request["pred"], request["output"]
+    stable, algorithm = request["stable"], request["algorithm"]
+    loop = asyncio.get_running_loop()
+    executor = worker.executors["default"]
+    try:
+        pieces = await asyncio.gather(*(
+            loop.run_in_executor(executor, _compact, blocks, pred, output, stable, algorithm,
+                                 [starts for _, starts, _ in runs])
+            for blocks, runs in zip(jobs, request["groups"])))
+    except Exception:  # noqa: BLE001 -- the tasks the client falls back to raise it there
+        return {"status": "failed"}
+    held: dict = {}
+    counts = []
+    for runs, out in zip(request["groups"], pieces):
+        for (_, _, keys), piece in zip(runs, out):
+            parts = piece if output == "both" else (piece,)
+            held.update(zip(keys, parts))
+            counts.append(len(parts[0]))
+    nbytes = worker.update_data(data=held, stimulus_id=f"dask-compact-direct-{uuid.uuid4()}")
+    keys = list(held)
+    return {"status": "OK", "counts": counts, "nbytes": [nbytes["nbytes"][k] for k in keys]}
+
+
+def _compact(blocks: list[list[Any]], pred: Any, output: str, stable: bool, algorithm: str,
+             bases: list[list[int]]) -> tuple:
+    runs = [[b.reshape(-1) for b in run] for run in blocks]  # blocks of any shape, C order
+    return compact_runs.dispatch(type(runs[0][0]))(runs, pred, output, stable, algorithm, bases)
+
+
+async def _drop(worker: Any, keys: list) -> None:
+    """On a worker: forget pieces kept by :func:`_serve` for a call that fell back."""
+    from distributed.worker_state_machine import FreeKeysEvent
+
+    worker.handle_stimulus(FreeKeysEvent(keys=[tuple(k) if isinstance(k, list) else k
+                                               for k in keys],
+                                         stimulus_id=f"dask-compact-drop-{uuid.uuid4()}"))
+
+
+def _plugin_class() -> type:
+    from distributed.diagnostics.plugin import WorkerPlugin
+
+    class DirectPhase1(WorkerPlugin):
+        """Adds the handlers of :func:`_serve` and :func:`_drop` to a worker's server."""
+
+        name = PLUGIN_NAME
+
+        def setup(self, worker: Any) -> None:
+            self.worker = worker
+            worker.handlers[SERVE] = self.dask_compact_phase1
+            worker.handlers[DROP] = self.dask_compact_drop
+
+        def teardown(self, worker: Any) -> None:
+            worker.handlers.pop(SERVE, None)
+            worker.handlers.pop(DROP, None)
+
+        # named methods: the server logs a handler by its __name__
+        async def dask_compact_phase1(self, request: dict) -> dict:
+            return await _serve(self.worker, request)
+
+        async def dask_compact_drop(self, keys: list) -> None:
+            await _drop(self.worker, keys)
+
+    return DirectPhase1
+
+
+# id(client) -> a weak reference to the client whose workers have the plugin
+_registered: BoundedCache[int, Any] = BoundedCache("direct phase-1 plugins")
+
+
+def _ready(client: Any) -> bool:
+    """Whether ``client``'s workers serve direct phase 1 (the plugin registered once)."""
+    hit = _registered.get(id(client))
+    if hit is not None and hit() is client:
+        return True
+    try:
+        client.register_plugin(_plugin_class()(), name=PLUGIN_NAME)
+    except Exception:  # noqa: BLE001 -- e.g. workers without dask_compact: use tasks
+        return False
+    _registered.put(id(client), weakref.ref(client))
+    return True
+
+
+async def _ask(client: Any, requests: dict) -> dict:
+    """Every worker's answer to its request (an exception where it raised), in parallel."""
+    from distributed.protocol import to_serialize
+
+    async def one(addr: str, request: dict) -> Any:
+        try:
+            return await getattr(client.rpc(addr), SERVE)(request=to_serialize(request))
+        except Exception as e:  # noqa: BLE001 -- a lost worker, a missing handler: fall back
+            return e
+
+    answers = await asyncio.gather(*(one(a, r) for a, r in requests.items()))
+    return dict(zip(requests, answers))
+
+
+async def _drop_all(client: Any, kept: dict) -> None:
+    async def one(addr: str, keys: list) -> None:
+        try:
+            await getattr(client.rpc(addr), DROP)(keys=keys)
+        except Exception:  # noqa: BLE001 -- a worker gone took its pieces with it
+            pass
+
+    await asyncio.gather(*(one(a, k) for a, k in kept.items()))
+
+
+def _register(who_has: dict, nbytes: dict, client: str, dask_scheduler: Any = None) -> bool:
+    """On the scheduler: the pieces are held where ``who_has`` says and wanted by
+    ``client`` (scatter's ``update_data``), all or none: False, with nothing changed, where a
+    worker has left since it answered (``update_data`` would fail halfway)."""
+    if any(w not in dask_scheduler.workers for ws in who_has.values() for w in ws):
+        return False
+    dask_scheduler.update_data(who_has=who_has, nbytes=nbytes, client=client)
+    return True
+
+
+def _recompute(blocks: list, bases: list[int], pred: Any, output: str, stable: bool,
+               algorithm: str) -> Any:
+    """A piece's run spec: what remakes it if its worker is lost."""
+    return compact_blocks(blocks, pred, output, stable, algorithm, bases, True)
+
+
+def run(plan: Any, blocks: list, meta: dict[str, Any]) -> dict[str, da.Array] | None:
+    """Eager phase 1 of ``plan`` over its persisted input (``blocks``: the futures of
+    ``plan.block_keys()``), asked of the workers directly; one output chunk per run of
+    consecutive chunks a worker thread holds, in the input's order, of known sizes. ``meta``:
+    each output's meta. None where this does not apply or did not work (see the module)."""
+    if not dask.config.get("dask-compact.direct") or not plan.by_worker:
+        return None
+    if not plan.known_input or plan.mask is not None or not blocks:
+        return None
+    client = blocks[0].client
+    if not hasattr(client, "rpc") or not _ready(client):
+        return None
+    keys = plan.block_keys()
+    holders, nthreads, _ = placement(client, keys, blocks)
+    if any(h is None for h in holders):
+        return None
+    groups = group_tasks(holders, nthreads)
+    wants = ("values", "indices") if plan.output == "both" else (plan.output,)
+    token = uuid.uuid4().hex  # a call's pieces are its own: scattered keys never collide
+    names = {w: plan.name(f"{w}-direct-{plan.path}-{token}") for w in wants}
+    order = sorted(run[0] for runs in groups for run in runs)
+    chunk_of = {first: j for j, first in enumerate(order)}  # output chunk of each run
+    starts = plan.starts
+    requests: dict[str, dict] = {}
+    for runs in groups:
+        entry = [([keys[i] for i in run], [int(starts[i]) for i in run],
+                  [(names[w], chunk_of[run[0]]) for w in wants]) for run in runs]
+        request = requests.setdefault(holders[runs[0][0]], {
+            "groups": [], "pred": plan.pred, "output": plan.output, "stable": plan.stable,
+            "algorithm": plan.algorithm})
+        request["groups"].append(entry)
+    answers = client.sync(_ask, client, requests)
+    ok = {a: r for a, r in answers.items() if isinstance(r, dict) and r.get("status") == "OK"}
+    if len(ok) < len(answers):
+        kept = {a: [k for runs in requests[a]["groups"] for _, _, ks in runs for k in ks]
+                for a in ok}
+        if kept:
+            client.sync(_drop_all, client, kept)
+        return None
+
+    sizes = np.zeros(len(order), np.int64)
+    who_has, nbytes = {}, {}
+    for addr, request in requests.items():
+        answer = ok[addr]
+        pieces = [ks for runs in request["groups"] for _, _, ks in runs]
+        for ks, count in zip(pieces, answer["counts"]):
+            sizes[ks[0][1]] = count
+        flat = [k for ks in pieces for k in ks]
+        for k, b in zip(flat, answer["nbytes"]):
+            who_has[k] = [addr]
+            nbytes[k] = int(b)
+    try:
+        registered = client.run_on_scheduler(_register, who_has, nbytes, client.id)
+    except Exception:  # noqa: BLE001 -- the scheduler could not take them: use tasks
+        registered = False
+    if not registered:
+        client.sync(_drop_all, client, {a: [k for k, ws in who_has.items() if ws == [a]]
+                                        for a in ok})
+        return None
+    # How to remake the pieces: the scheduler gives the keys it now holds the run specs of
+    # this graph (sent after the registration, so it cannot arrive first).
+    runs_in_order = sorted((run for runs in groups for run in runs), key=lambda r: r[0])
+    out: dict[str, da.Array] = {}
+    for w in wants:
+        futures = client.map(
+            _recompute, [[blocks[i] for i in run] for run in runs_in_order],
+            [[int(starts[i]) for i in run] for run in runs_in_order],
+            key=[(names[w], j) for j in range(len(order))], pure=False, pred=plan.pred,
+            output=w, stable=plan.stable, algorithm=plan.algorithm)
+        out[w] = da.Array({f.key: f for f in futures}, names[w],
+                          chunks=(tuple(int(s) for s in sizes),), meta=meta[w])
+    from . import client_stream
+
+    client_stream.send_now(list(out.values()))
+    return out

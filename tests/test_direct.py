@@ -1,0 +1,225 @@
+"""Phase 1 over a persisted input asked of the workers directly (dask_compact/direct.py), on a
+real LocalCluster of worker processes: exact results for every layout, output and dtype, no
+phase-1 task run, the pieces held where their chunks are, recomputed after a worker's loss,
+and every failure falling back to the tasks with nothing left behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import dask
+import dask.array as da
+import numpy as np
+import pytest
+from dask.core import flatten
+from distributed import Client, LocalCluster, futures_of, get_task_stream, wait
+
+import dask_compact  # noqa: F401  (registers Array.map_compact)
+from dask_compact import direct
+
+
+@pytest.fixture(scope="module")
+def client():
+    with (
+        LocalCluster(n_workers=2, threads_per_worker=2, processes=True,
+                     dashboard_address=None, worker_dashboard_address=None) as cluster,
+        Client(cluster) as c,
+    ):
+        yield c
+
+
+def _layout(client, a: np.ndarray, chunk: int, how: str) -> da.Array:
+    """``a`` persisted in chunks of ``chunk``: as Dask places them, one slab per worker, or
+    chunk i on worker i mod 2."""
+    if how == "dask":
+        x = client.persist(da.from_array(a, chunks=chunk))
+    else:
+        workers = sorted(client.nthreads())
+        if how == "slabs":
+            cut = -(-len(a) // len(workers))
+            spans = [(k * cut, (k + 1) * cut, w) for k, w in enumerate(workers)]
+        else:
+            spans = [(s, s + chunk, workers[k % 2])
+                     for k, s in enumerate(range(0, len(a), chunk))]
+        parts = [client.persist(da.from_array(a[s:e], chunks=chunk), workers=[w],
+                                allow_other_workers=True) for s, e, w in spans]
+        x = da.concatenate(parts).persist()
+    wait(x)
+    return x
+
+
+def _blocks(arr: da.Array) -> list:
+    """The futures of a persisted array's blocks, in block order."""
+    return [arr.dask[k] for k in flatten(arr.__dask_keys__())]
+
+
+def _held(dask_worker=None) -> list:
+    return [str(k) for k in dask_worker.data]
+
+
+def _ran(stream) -> list:
+    return [str(t["key"]) for t in stream.data]
+
+
+def _direct_keys(client) -> list:
+    return [k for ks in client.run(_held).values() for k in ks if "-direct-" in k]
+
+
+@pytest.mark.parametrize("how", ["dask", "slabs", "round-robin"])
+@pytest.mark.parametrize("output", ["values", "indices", "both"])
+def test_asked_directly_runs_no_task_and_is_exact(client, how, output):
+    a = np.random.default_rng(1).random(40_009)
+    x = _layout(client, a, 1_013, how)
+    with get_task_stream(client) as stream:
+        got = x.map_compact("(x < 0.2) | (x > 0.85)", output=output)
+    assert not [k for k in _ran(stream) if "compact" in k], _ran(stream)  # no phase-1 task
+    got = got if isinstance(got, tuple) else (got,)
+    m = (a < 0.2) | (a > 0.85)
+    want = {"values": [a[m]], "indices": [np.flatnonzero(m)],
+            "both": [a[m], np.flatnonzero(m)]}[output]
+    holders = [client.who_has([f])[f.key] for f in _blocks(x)]
+    for g, w in zip(got, want):
+        assert "-direct-" in g.name and g.chunks == got[0].chunks
+        assert sum(g.chunks[0]) == len(w)
+        # each output chunk is a run of chunks one worker thread held, kept by that worker
+        where = [client.who_has([f])[f.key] for f in _blocks(g)]
+        assert all(len(h) == 1 for h in where)
+        if how == "round-robin":  # runs of one chunk
+            assert where == holders
+        if how == "slabs":  # each worker's slab in two runs, one per thread
+            assert g.numblocks == (4,) and where == [holders[0]] * 2 + [holders[-1]] * 2
+        np.testing.assert_array_equal(g.compute(), w)
+        np.testing.assert_array_equal(g[17:-17].compute(), w[17:-17])
+    with get_task_stream(client) as stream:
+        got[0].compute()
+    assert not [s for t in stream.data for s in t["startstops"] if s["action"] == "transfer"
+                and "-direct-" in str(t["key"])]
+
+
+@pytest.mark.parametrize("dtype", ["int8", "uint16", "int32", "int64", "float32", "float64",
+                                   "bool", ">f8"])
+def test_asked_directly_every_dtype_and_odd_size(client, dtype):
+    rng = np.random.default_rng(2)
+    for n, chunk in ((1, 1), (31, 7), (33, 8), (1023, 100), (1025, 1024), (7919, 613)):
+        a = (rng.random(n) * 200 - 100).astype(dtype)
+        x = _layout(client, a, chunk, "round-robin")
+        for pred, m in (("x > 0", a > 0), ("x == x", np.ones(n, bool)),
+                        ("x != x", np.zeros(n, bool))):
+            v, i = x.map_compact(pred, output="both")
+            assert "-direct-" in v.name
+            assert v.chunks == i.chunks and sum(v.chunks[0]) == int(m.sum())
+            np.testing.assert_array_equal(v.compute(), a[m])
+            np.testing.assert_array_equal(i.compute(), np.flatnonzero(m))
+
+
+def test_asked_directly_with_the_other_options(client):
+    """Rebalanced output, stable=False, N-D input whose trailing axes are whole chunks, and
+    the switch back to tasks."""
+    a = np.random.default_rng(3).random(25_013)
+    x = _layout(client, a, 1_000, "round-robin")
+    v, i = x.map_compact("x < 0.4", output="both", chunks=3_001)
+    m = a < 0.4
+    assert v.chunks == i.chunks and set(v.chunks[0][:-1]) == {3_001}
+    np.testing.assert_array_equal(v.compute(), a[m])
+    np.testing.assert_array_equal(i.compute(), np.flatnonzero(m))
+    np.testing.assert_array_equal(x.map_compact("x > 0.5", stable=False).compute(), a[a > 0.5])
+    rows = client.persist(da.from_array(a.reshape(-1, 1), chunks=(999, 1)))
+    got = rows.map_compact("x < 0.5", output="indices")
+    assert "-direct-" in got.name
+    np.testing.assert_array_equal(got.compute(), np.flatnonzero(a < 0.5))
+    with dask.config.set({"dask-compact.direct": False}):
+        tasks = x.map_compact("x < 0.4")
+    assert "-direct-" not in tasks.name
+    np.testing.assert_array_equal(tasks.compute(), a[m])
+
+
+def test_the_workers_plugin_is_registered_once_per_client(client, monkeypatch):
+    a = np.random.default_rng(4).random(5_000)
+    x = _layout(client, a, 500, "dask")
+    x.map_compact("x < 0.1")
+    registered = []
+    real = client.register_plugin
+    monkeypatch.setattr(client, "register_plugin",
+                        lambda *args, **kw: registered.append(1) or real(*args, **kw))
+    for t in (0.2, 0.3):
+        np.testing.assert_array_equal(x.map_compact(f"x < {t}").compute(), a[a < t])
+    assert not registered
+
+
+def test_a_direct_result_is_recomputed_after_its_worker_is_lost(client):
+    """The pieces are held as data with the tasks that make them: a worker killed after the
+    call loses pieces (and input chunks) that Dask then remakes. Exact."""
+    a = np.random.default_rng(5).random(24_001)
+    x = _layout(client, a, 1_000, "round-robin")
+    v, i = x.map_compact("x < 0.3", output="both")
+    assert "-direct-" in v.name
+    pids = client.run(os.getpid)
+    victim = sorted(pids)[0]
+    os.kill(pids[victim], signal.SIGKILL)
+    try:
+        m = a < 0.3
+        np.testing.assert_array_equal(v.compute(), a[m])
+        np.testing.assert_array_equal(i.compute(), np.flatnonzero(m))
+        np.testing.assert_array_equal(v.rechunk(997).compute(), a[m])
+    finally:
+        client.wait_for_workers(2, timeout=60)
+    assert pids[victim] not in client.run(os.getpid).values()  # it did die
+
+
+def test_a_worker_lost_during_the_call_falls_back_to_tasks(client, monkeypatch):
+    a = np.random.default_rng(6).random(24_001)
+    x = _layout(client, a, 1_000, "round-robin")
+    pids = client.run(os.getpid)
+    victim = sorted(pids)[0]
+    real = direct._ask
+
+    async def kill_then_ask(c, requests):
+        os.kill(pids[victim], signal.SIGKILL)
+        return await real(c, requests)
+
+    monkeypatch.setattr(direct, "_ask", kill_then_ask)
+    try:
+        v, i = x.map_compact("x > 0.5", output="both")
+        assert "-direct-" not in v.name
+        m = a > 0.5
+        np.testing.assert_array_equal(v.compute(), a[m])
+        np.testing.assert_array_equal(i.compute(), np.flatnonzero(m))
+    finally:
+        client.wait_for_workers(2, timeout=60)
+    assert not _direct_keys(client)
+
+
+def test_a_call_that_cannot_finish_directly_leaves_no_piece(client, monkeypatch):
+    """One worker asked for a chunk it does not hold answers so; the other's pieces are
+    dropped, the call runs as tasks (exact), and no worker or scheduler keeps a piece."""
+    a = np.random.default_rng(7).random(20_011)
+    x = _layout(client, a, 1_000, "slabs")
+    real = direct.placement
+
+    def wrong(c, keys, blocks):
+        holders, nthreads, rootish = real(c, keys, blocks)
+        first = holders[0]
+        other = next(h for h in holders if h != first)
+        return [other, *holders[1:]], nthreads, rootish  # chunk 0 said to be on the other
+
+    monkeypatch.setattr(direct, "placement", wrong)
+    got = x.map_compact("x < 0.6")
+    assert "-direct-" not in got.name
+    np.testing.assert_array_equal(got.compute(), a[a < 0.6])
+    assert not _direct_keys(client)
+    known = client.run_on_scheduler(
+        lambda dask_scheduler=None: [str(k) for k in dask_scheduler.tasks])
+    assert not [k for k in known if "-direct-" in k]
+
+
+def test_registration_refused_when_a_worker_has_left(client):
+    """The scheduler takes the pieces all or none."""
+    a = np.random.default_rng(8).random(100)
+    x = _layout(client, a, 50, "dask")
+    (f,) = futures_of(x)[:1]
+    key = ("dask-compact-test-direct", 0)
+    assert not client.run_on_scheduler(direct._register, {key: ["tcp://127.0.0.1:1"]},
+                                       {key: 8}, client.id)
+    assert key not in client.run_on_scheduler(
+        lambda dask_scheduler=None: list(dask_scheduler.tasks))
