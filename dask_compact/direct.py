@@ -253,4 +253,14 @@ def run(plan: Any, blocks: list, meta: dict[str, Any]) -> dict[str, da.Array] | 
     from . import client_stream
 
     client_stream.send_now(list(out.values()))
+    # Held and registered: finished now, as Client.scatter marks its futures (the scheduler's
+    # own report would come with its next batch to the client).
+    states = [client.futures.get(k) for a in out.values() for k in a.__dask_keys__()]
+    client.loop.add_callback(_finish, states)
     return out
+
+
+def _finish(states: list) -> None:
+    for state in states:
+        if state is not None and state.status == "pending":
+            state.finish()
