@@ -259,18 +259,9 @@ def measure(client, x, p: float, reps: int) -> dict[str, Any]:
     _settle(client, x.numblocks[0])
     import dask
 
-    as_tasks = []  # internal: phase 1 as Dask tasks (the direct path's fallback), same protocol
+    # internal: phase 1 as Dask tasks (the direct path's fallback), the same protocol
     with dask.config.set({"dask-compact.direct": False}):
-        for r in range(reps + 1):
-            t = p + 3e-5 + r * 1e-7
-            t0 = time.perf_counter()
-            y = x.map_compact(lambda v, t=t: v < t)
-            client.run(_sync_device)
-            t1 = time.perf_counter()
-            del y
-            if r:
-                as_tasks.append(t1 - t0)
-    _settle(client, x.numblocks[0])
+        as_tasks = _median_s(client, x, p + 3e-5, reps, lambda t: x.map_compact(lambda v: v < t))
     for r in range(reps + 1):
         t = p + r * 1e-7  # ours' thresholds again (new keys each time), sizes compared
         t1 = time.perf_counter()
@@ -293,7 +284,7 @@ def measure(client, x, p: float, reps: int) -> dict[str, Any]:
         floors = {"-": float("nan")}
     return dict(
         map_compact_s=statistics.median(ours),
-        as_tasks_s=statistics.median(as_tasks),
+        as_tasks_s=as_tasks,
         peer_s=statistics.median(peer),
         floor_s=max(floors.values()),
         phase1_tasks=tasks,

@@ -188,6 +188,10 @@ def run(plan: Any, blocks: list, meta: dict[str, Any]) -> dict[str, da.Array] | 
         return None
     if not plan.known_input or plan.mask is not None or not blocks:
         return None
+    if plan.output == "both" and not plan.stable:
+        # values and indices are remade by one task each after a loss: in the unordered
+        # kernel's order (not repeatable) a remade pair would no longer match
+        return None
     client = blocks[0].client
     if not hasattr(client, "rpc") or not _ready(client):
         return None

@@ -12,8 +12,11 @@ import dask
 import dask.array as da
 import numpy as np
 import pytest
+from cluster_helpers import kill_a_worker_then_check
 from dask.core import flatten
 from distributed import Client, LocalCluster, futures_of, get_task_stream, wait
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import dask_compact  # noqa: F401  (registers Array.map_compact)
 from dask_compact import direct
@@ -124,6 +127,11 @@ def test_asked_directly_with_the_other_options(client):
     np.testing.assert_array_equal(v.compute(), a[m])
     np.testing.assert_array_equal(i.compute(), np.flatnonzero(m))
     np.testing.assert_array_equal(x.map_compact("x > 0.5", stable=False).compute(), a[a > 0.5])
+    # both outputs unordered: tasks (a pair remade after a loss would not match)
+    v, i = x.map_compact("x > 0.5", output="both", stable=False)
+    assert "-direct-" not in v.name
+    np.testing.assert_array_equal(np.sort(v.compute()), np.sort(a[a > 0.5]))
+    np.testing.assert_array_equal(a[np.asarray(i.compute())], np.asarray(v.compute()))
     rows = client.persist(da.from_array(a.reshape(-1, 1), chunks=(999, 1)))
     got = rows.map_compact("x < 0.5", output="indices")
     assert "-direct-" in got.name
@@ -154,17 +162,7 @@ def test_a_direct_result_is_recomputed_after_its_worker_is_lost(client):
     x = _layout(client, a, 1_000, "round-robin")
     v, i = x.map_compact("x < 0.3", output="both")
     assert "-direct-" in v.name
-    pids = client.run(os.getpid)
-    victim = sorted(pids)[0]
-    os.kill(pids[victim], signal.SIGKILL)
-    try:
-        m = a < 0.3
-        np.testing.assert_array_equal(v.compute(), a[m])
-        np.testing.assert_array_equal(i.compute(), np.flatnonzero(m))
-        np.testing.assert_array_equal(v.rechunk(997).compute(), a[m])
-    finally:
-        client.wait_for_workers(2, timeout=60)
-    assert pids[victim] not in client.run(os.getpid).values()  # it did die
+    kill_a_worker_then_check(client, a, a < 0.3, v, i)
 
 
 def test_a_worker_lost_during_the_call_falls_back_to_tasks(client, monkeypatch):
@@ -223,3 +221,20 @@ def test_registration_refused_when_a_worker_has_left(client):
                                        {key: 8}, client.id)
     assert key not in client.run_on_scheduler(
         lambda dask_scheduler=None: list(dask_scheduler.tasks))
+
+
+@settings(max_examples=25, deadline=None)
+@given(n=st.integers(0, 3_000), chunk=st.integers(1, 700), t=st.floats(-0.1, 1.1),
+       output=st.sampled_from(["values", "indices", "both"]),
+       how=st.sampled_from(["dask", "round-robin"]), seed=st.integers(0, 2**16))
+def test_asked_directly_matches_numpy(client, n, chunk, t, output, how, seed):
+    a = np.random.default_rng(seed).random(n).astype(np.float32)
+    x = _layout(client, a, chunk, how) if n else client.persist(da.from_array(a, chunks=chunk))
+    got = x.map_compact(f"x < {t!r}", output=output)
+    got = got if isinstance(got, tuple) else (got,)
+    m = a < np.float32(t)
+    want = {"values": [a[m]], "indices": [np.flatnonzero(m)],
+            "both": [a[m], np.flatnonzero(m)]}[output]
+    for g, w in zip(got, want):
+        assert sum(g.chunks[0]) == len(w)
+        np.testing.assert_array_equal(g.compute(), w)

@@ -15,6 +15,7 @@ import dask
 import dask.array as da
 import numpy as np
 import pytest
+from cluster_helpers import kill_a_worker_then_check
 from distributed import Client, LocalCluster, futures_of
 
 import dask_compact  # noqa: F401  (registers Array.map_compact)
@@ -398,16 +399,7 @@ def test_worker_killed_after_a_grouped_call_loses_nothing(client, tasks):
     v, i = x.map_compact("x < 0.3", output="both")
     before = placement._anchor_sets.get(id(client))
     assert before is not None and len(before) == 2  # an anchor set on each worker
-    pids = client.run(os.getpid)
-    victim = sorted(pids)[0]
-    os.kill(pids[victim], signal.SIGKILL)
-    try:
-        m = a < 0.3
-        np.testing.assert_array_equal(v.compute(), a[m])
-        np.testing.assert_array_equal(i.compute(), np.flatnonzero(m))
-        np.testing.assert_array_equal(v.rechunk(997).compute(), a[m])
-    finally:
-        client.wait_for_workers(2, timeout=60)
+    victim = kill_a_worker_then_check(client, a, a < 0.3, v, i)
     y = _round_robin(client, a * 2, 1_000)
     np.testing.assert_array_equal(y.map_compact("x < 0.6").compute(), (a * 2)[a * 2 < 0.6])
     after = placement._anchor_sets.get(id(client))
