@@ -68,6 +68,28 @@ def sync_device() -> None:
     cupy.cuda.runtime.deviceSynchronize()
 
 
+def floor_on_worker(keys: list, threshold: float, reps: int, dask_worker=None) -> float:
+    """On a worker: seconds to compact the chunks it holds among ``keys`` by calling the
+    phase-1 chunk function directly (no Dask), synchronised; median of ``reps``."""
+    from dask_compact.chunk import compact_blocks
+    from dask_compact.predicate import as_predicate
+
+    blocks = [dask_worker.data[k] for k in keys if k in dask_worker.data]
+    if not blocks:
+        return 0.0
+    times = []
+    for r in range(reps + 1):
+        pred = as_predicate(lambda v, t=threshold + r * 1e-7: v < t)
+        sync_device()
+        t0 = time.perf_counter()
+        out = compact_blocks(blocks, pred, "values", True, "auto", [0] * len(blocks), True)
+        sync_device()
+        if r:
+            times.append(time.perf_counter() - t0)
+        del out
+    return float(np.median(times))
+
+
 def git_sha() -> str:
     """The checkout's short commit ("unknown" outside a git checkout)."""
     r = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True)

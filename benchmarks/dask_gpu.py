@@ -1,13 +1,16 @@
 """Dask-level GPU benchmark: one GPU (dask_cuda.LocalCUDACluster), 2^30 float32 in 4 CuPy chunks.
 
 Three ways to get a filtered, persisted dask array of ``x < p``:
-  map_compact            known chunk sizes, persisted (dask_compact); an extra, labelled row
-                         runs its phase 1 as Dask tasks (``dask-compact.direct`` off)
+  map_compact            known chunk sizes, persisted by the call (dask_compact); extra,
+                         labelled rows: the same with a redundant ``.persist()`` (this row's
+                         protocol until c4ec9a9), and phase 1 as Dask tasks
+                         (``dask-compact.direct`` off)
   boolindex+ccs+persist  x[x < p].compute_chunk_sizes().persist()
   map_blocks persist     x.map_blocks(lambda b: b[b < p]).persist() (unknown sizes)
 Every repetition uses a new threshold, so no key is reused (docs/design.md, Measuring pitfalls).
 Dask's own floor on the same cluster, in the same run: a bare ``client.submit(f).result()`` and
-one trivial task per chunk of ``x`` persisted and waited (what any call over the chunks pays).
+one trivial task per chunk of ``x`` persisted and waited (what any call over the chunks pays),
+and the GPU floor: the chunk function called on the worker without Dask, synchronised.
 ``--low-latency`` measures everything again, in the same run and cluster, after
 ``dask_compact.low_latency(client)`` (rows marked "(low latency)").
 
@@ -42,6 +45,8 @@ def main() -> None:
     import cupy
     import dask
     import dask.array as da
+    from bench_common import floor_on_worker
+    from dask.core import flatten
     from dask_cuda import LocalCUDACluster
     from distributed import Client, wait
 
@@ -84,9 +89,11 @@ def main() -> None:
             wait(r)
             return time.perf_counter() - t0, r
 
-        def map_compact(p):
-            y = x.map_compact(lambda v: v < p)  # eager: known sizes, persisted
-            return y.persist()
+        def map_compact(p):  # eager: known sizes, already persisted (waited for by timed)
+            return x.map_compact(lambda v: v < p)
+
+        def map_compact_persist(p):  # the same with a redundant .persist() (rows until c4ec9a9)
+            return x.map_compact(lambda v: v < p).persist()
 
         def boolindex(p):
             z = x[x < p]
@@ -106,9 +113,12 @@ def main() -> None:
             with dask.config.set({"dask-compact.direct": False}):
                 return map_compact(p)
 
+        keys = [f.key for f in (x.dask[k] for k in flatten(x.__dask_keys__()))]
+
         impls = {
-            "map_compact_known_sizes_persist": map_compact,
-            "map_compact_known_sizes_persist (internal: phase 1 as tasks)": map_compact_tasks,
+            "map_compact_known_sizes (persisted)": map_compact,
+            "map_compact_known_sizes + redundant .persist()": map_compact_persist,
+            "map_compact_known_sizes (internal: phase 1 as tasks)": map_compact_tasks,
             "dask_boolindex+compute_chunk_sizes+persist": boolindex,
             "dask_map_blocks_mask_persist_unknown_sizes": map_blocks,
         }
@@ -141,7 +151,11 @@ def main() -> None:
                         )
                     )
                     print(rows[-1], flush=True)
-            return {k + tag: v for k, v in dask_floors(client, x, args.reps).items()}
+            floors = dask_floors(client, x, args.reps)
+            gpu = client.run(floor_on_worker, keys, 0.5, max(5, args.reps))
+            floors["GPU floor: the chunk function on the worker, no Dask, synchronised"] = (
+                1e3 * max(gpu.values()))
+            return {k + tag: v for k, v in floors.items()}
 
         floors = measure("")
         if args.low_latency:  # the same again once the cluster sends its messages at once

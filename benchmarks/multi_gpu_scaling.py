@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from bench_common import git_sha
+from bench_common import floor_on_worker, git_sha
 from bench_common import random_array as generated
 from bench_common import sync_device as _sync_device
 
@@ -66,28 +66,6 @@ def generate(client, n: int, chunk: int, layout: str, seed: int, gpu: bool):
         x = da.concatenate(parts).persist()
     wait(x)
     return x
-
-
-def _floor_on_worker(keys: list, threshold: float, reps: int, dask_worker=None) -> float:
-    """On a worker: seconds to compact the chunks it holds among ``keys`` by calling the
-    phase-1 chunk function directly (no Dask), synchronised; median of ``reps``."""
-    from dask_compact.chunk import compact_blocks
-    from dask_compact.predicate import as_predicate
-
-    blocks = [dask_worker.data[k] for k in keys if k in dask_worker.data]
-    if not blocks:
-        return 0.0
-    times = []
-    for r in range(reps + 1):
-        pred = as_predicate(lambda v, t=threshold + r * 1e-7: v < t)
-        _sync_device()
-        t0 = time.perf_counter()
-        out = compact_blocks(blocks, pred, "values", True, "auto", [0] * len(blocks), True)
-        _sync_device()
-        if r:
-            times.append(time.perf_counter() - t0)
-        del out
-    return statistics.median(times)
 
 
 def _held(dask_worker=None) -> int:
@@ -278,7 +256,7 @@ def measure(client, x, p: float, reps: int) -> dict[str, Any]:
     keys = list(flatten(x.__dask_keys__()))
     _settle(client, len(keys))
     try:
-        floors = client.run(_floor_on_worker, keys, p, 3)
+        floors = client.run(floor_on_worker, keys, p, 3)
     except Exception as e:  # noqa: BLE001 -- e.g. out of memory: report the floor as unknown
         print(f"floor not measured: {type(e).__name__}: {str(e)[:200]}", flush=True)
         floors = {"-": float("nan")}
