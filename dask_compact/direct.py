@@ -173,6 +173,34 @@ async def _drop_all(client: Any, kept: dict) -> None:
     await asyncio.gather(*(one(a, k) for a, k in kept.items()))
 
 
+async def _exchange(client: Any, requests: dict) -> dict | None:
+    """Ask the workers (:func:`_ask`), then register what they kept (:func:`_register`), in
+    one coroutine on the client's loop (no thread hop between the two): every output chunk's
+    count, or None after dropping whatever was kept where either step failed."""
+    answers = await _ask(client, requests)
+    ok = {a: r for a, r in answers.items() if isinstance(r, dict) and r.get("status") == "OK"}
+    kept = {a: [k for runs in requests[a]["groups"] for _, _, ks in runs for k in ks]
+            for a in ok}
+    registered = False
+    counts: dict[int, int] = {}
+    if len(ok) == len(answers):
+        who_has, nbytes = {}, {}
+        for addr, keys in kept.items():
+            pieces = [ks for runs in requests[addr]["groups"] for _, _, ks in runs]
+            counts.update((ks[0][1], int(c)) for ks, c in zip(pieces, ok[addr]["counts"]))
+            for k, b in zip(keys, ok[addr]["nbytes"]):
+                who_has[k], nbytes[k] = [addr], int(b)
+        try:
+            registered = await client._run_on_scheduler(_register, who_has, nbytes, client.id)
+        except Exception:  # noqa: BLE001 -- the scheduler could not take them: use tasks
+            registered = False
+    if not registered:
+        if kept:
+            await _drop_all(client, kept)
+        return None
+    return counts
+
+
 def _register(who_has: dict, nbytes: dict, client: str, dask_scheduler: Any = None) -> bool:
     """On the scheduler: the pieces are held where ``who_has`` says and wanted by
     ``client`` (scatter's ``update_data``), all or none: False, with nothing changed, where a
@@ -224,34 +252,12 @@ def run(plan: Any, blocks: list, meta: dict[str, Any]) -> dict[str, da.Array] | 
             "groups": [], "pred": plan.pred, "output": plan.output, "stable": plan.stable,
             "algorithm": plan.algorithm})
         request["groups"].append(entry)
-    answers = client.sync(_ask, client, requests)
-    ok = {a: r for a, r in answers.items() if isinstance(r, dict) and r.get("status") == "OK"}
-    if len(ok) < len(answers):
-        kept = {a: [k for runs in requests[a]["groups"] for _, _, ks in runs for k in ks]
-                for a in ok}
-        if kept:
-            client.sync(_drop_all, client, kept)
+    counts = client.sync(_exchange, client, requests)
+    if counts is None:
         return None
-
     sizes = np.zeros(len(order), np.int64)
-    who_has, nbytes = {}, {}
-    for addr, request in requests.items():
-        answer = ok[addr]
-        pieces = [ks for runs in request["groups"] for _, _, ks in runs]
-        for ks, count in zip(pieces, answer["counts"]):
-            sizes[ks[0][1]] = count
-        flat = [k for ks in pieces for k in ks]
-        for k, b in zip(flat, answer["nbytes"]):
-            who_has[k] = [addr]
-            nbytes[k] = int(b)
-    try:
-        registered = client.run_on_scheduler(_register, who_has, nbytes, client.id)
-    except Exception:  # noqa: BLE001 -- the scheduler could not take them: use tasks
-        registered = False
-    if not registered:
-        client.sync(_drop_all, client, {a: [k for k, ws in who_has.items() if ws == [a]]
-                                        for a in ok})
-        return None
+    for j, count in counts.items():
+        sizes[j] = count
     # How to remake the pieces: the scheduler gives the keys it now holds the run specs of
     # this graph (sent after the registration, so it cannot arrive first).
     runs_in_order = sorted((run for runs in groups for run in runs), key=lambda r: r[0])
