@@ -90,8 +90,8 @@ def test_asked_directly_runs_no_task_and_is_exact(client, how, output):
         assert all(len(h) == 1 for h in where)
         if how == "round-robin":  # runs of one chunk
             assert where == holders
-        if how == "slabs":  # each worker's slab in two runs, one per thread
-            assert g.numblocks == (4,) and where == [holders[0]] * 2 + [holders[-1]] * 2
+        if how == "slabs":  # each worker's slab in two runs (one per thread) of two parts
+            assert g.numblocks == (8,) and where == [holders[0]] * 4 + [holders[-1]] * 4
         np.testing.assert_array_equal(g.compute(), w)
         np.testing.assert_array_equal(g[17:-17].compute(), w[17:-17])
     with get_task_stream(client) as stream:
@@ -140,6 +140,39 @@ def test_asked_directly_with_the_other_options(client):
         tasks = x.map_compact("x < 0.4")
     assert "-direct-" not in tasks.name
     np.testing.assert_array_equal(tasks.compute(), a[m])
+
+
+@pytest.mark.parametrize("output", ["values", "both"])
+def test_a_later_use_of_few_pieces_runs_where_they_are(client, monkeypatch, output):
+    """Fewer runs than the scheduler's root-ish threshold (one slab per worker thread, 4
+    runs): each run's output is cut into parts, 8 chunks in all, so a rechunk right after is
+    placed by its data (not taken for root tasks, which the scheduler spreads for balance,
+    moving whole pieces) and moves only merged pieces. Exact."""
+    a = np.random.default_rng(9).random(30_011)
+    x = _layout(client, a, 997, "slabs")
+    got = x.map_compact("x < 0.45", output=output)
+    got = got if isinstance(got, tuple) else (got,)
+    assert got[0].numblocks == (8,) and got[0].chunks == got[-1].chunks
+    scheduler, rootish = client.cluster.scheduler, []
+    real_rootish = scheduler.is_rootish
+
+    def spy(ts):
+        if any("-direct-" in d.group.name for d in ts.dependencies):
+            rootish.append(real_rootish(ts))
+        return real_rootish(ts)
+
+    monkeypatch.setattr(scheduler, "is_rootish", spy)
+    with get_task_stream(client) as stream:
+        r = got[0].rechunk(1009).persist()
+        wait(r)
+    assert rootish and not any(rootish)
+    moved = {str(t["key"]).split("-")[1] for t in stream.data
+             for s in t["startstops"] if s["action"] == "transfer"}
+    assert moved <= {"merge"}, moved
+    m = a < 0.45
+    np.testing.assert_array_equal(r.compute(), a[m])
+    for g, w in zip(got, (a[m], np.flatnonzero(m))):
+        np.testing.assert_array_equal(g.compute(), w)
 
 
 def test_the_workers_plugin_is_registered_once_per_client(client, monkeypatch):
