@@ -72,15 +72,18 @@ def map_compact(
     chunks : int or "auto", optional
         Rebalance the result into uniform chunks of this size, using the global offsets.
     by_worker : bool
-        When ``x`` is persisted on a distributed cluster, compact all the chunks one worker
-        holds in one task per worker thread, wherever Dask placed them (consecutive or not);
-        the result has one chunk per run of consecutive chunks a task compacted, in the input's
-        order, and no chunk moves between workers. Where a task compacted several runs, each
-        output chunk is taken from that task's result by a getitem left in the result's graph
-        (run where the data is, when the result is used). This keeps Dask's per-task cost
-        (about a millisecond) from dominating chunks that a GPU compacts in less. ``False``:
-        one task and one output chunk per input chunk. Other schedulers and inputs always take
-        one task per chunk.
+        When ``x`` is persisted on a distributed cluster, ask each worker directly (no Dask
+        task: one round trip to the workers and one to the scheduler) to compact all the
+        chunks it holds, one job per worker thread (one per GPU worker), wherever Dask placed
+        them (consecutive or not); the result has one chunk per run of consecutive chunks
+        (cut into a few where there are fewer than 5 runs), in the input's order, held where it
+        was made, with no chunk moved between workers and with the tasks that remake a piece
+        lost with its worker. Where that cannot run (or with
+        ``dask.config.set({"dask-compact.direct": False})``), one task per worker thread does
+        the same, its output chunks taken from its result by getitems left in the result's
+        graph. This keeps Dask's per-task cost (about a millisecond) from dominating chunks
+        that a GPU compacts in less. ``False``: one task and one output chunk per input chunk.
+        Other schedulers and inputs always take one task per chunk.
 
     Returns
     -------

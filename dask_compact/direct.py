@@ -224,8 +224,9 @@ def _register(who_has: dict, nbytes: dict, client: str, dask_scheduler: Any = No
 def _recompute(blocks: list, bases: list[int], lo: int, hi: int, pred: Any, output: str,
                stable: bool, algorithm: str) -> Any:
     """A piece's run spec: what remakes it if its worker is lost (items ``lo:hi`` of its
-    run's output)."""
-    return compact_blocks(blocks, pred, output, stable, algorithm, bases, True)[lo:hi]
+    run's output; a copy where that is a part, so the rest of the run is freed)."""
+    whole = compact_blocks(blocks, pred, output, stable, algorithm, bases, True)
+    return whole if (lo, hi) == (0, len(whole)) else whole[lo:hi].copy()
 
 
 def run(plan: Any, blocks: list, meta: dict[str, Any]) -> dict[str, da.Array] | None:

@@ -11,6 +11,9 @@ of unknown chunk sizes, every chunk's global input offset. Phase 3 (scatter): ch
 boundaries of the result, global indices, and on request rebalancing into uniform output
 chunks.
 
+Over an input persisted on a distributed cluster, phase 1 is first asked of the workers that
+hold it, with no task (:mod:`dask_compact.direct`); these graphs are its fallback.
+
 Eager mode (the default) persists the phase-1 outputs where they were computed and brings back
 only the counts, so the result has known chunk sizes and nothing is ever recomputed from the
 source graph. Lazy mode keeps phase 2 inside the graph (one small task over all counts).

@@ -188,13 +188,15 @@ def test_the_workers_plugin_is_registered_once_per_client(client, monkeypatch):
     assert not registered
 
 
-def test_a_direct_result_is_recomputed_after_its_worker_is_lost(client):
+@pytest.mark.parametrize("how", ["round-robin", "slabs"])
+def test_a_direct_result_is_recomputed_after_its_worker_is_lost(client, how):
     """The pieces are held as data with the tasks that make them: a worker killed after the
-    call loses pieces (and input chunks) that Dask then remakes. Exact."""
+    call loses pieces (and input chunks) that Dask then remakes, parts of a cut run
+    included. Exact."""
     a = np.random.default_rng(5).random(24_001)
-    x = _layout(client, a, 1_000, "round-robin")
+    x = _layout(client, a, 1_000, how)
     v, i = x.map_compact("x < 0.3", output="both")
-    assert "-direct-" in v.name
+    assert "-direct-" in v.name and v.numblocks[0] >= 5
     kill_a_worker_then_check(client, a, a < 0.3, v, i)
 
 
