@@ -23,3 +23,29 @@ def kill_a_worker_then_check(client, a: np.ndarray, m: np.ndarray, v, i) -> str:
         client.wait_for_workers(len(pids), timeout=60)
     assert pids[victim] not in client.run(os.getpid).values()  # it did die
     return victim
+
+
+def rechunk_placed_by_data(client, monkeypatch, arr, marker: str):
+    """``arr.rechunk(1009)`` persisted right after the call that made ``arr``, checking that
+    the scheduler took none of the tasks over ``arr``'s pieces (those whose dependencies'
+    group names contain ``marker``) for root tasks, which it places for balance rather than
+    by their data, and that only merged pieces moved between workers. Returns it."""
+    from distributed import get_task_stream, wait
+
+    scheduler, rootish = client.cluster.scheduler, []
+    real_rootish = scheduler.is_rootish
+
+    def spy(ts):
+        if any(marker in d.group.name for d in ts.dependencies):
+            rootish.append(real_rootish(ts))
+        return real_rootish(ts)
+
+    monkeypatch.setattr(scheduler, "is_rootish", spy)
+    with get_task_stream(client) as stream:
+        r = arr.rechunk(1009).persist()
+        wait(r)
+    assert rootish and not any(rootish)
+    moved = {str(t["key"]).split("-")[1] for t in stream.data
+             for s in t["startstops"] if s["action"] == "transfer"}
+    assert moved <= {"merge"}, moved
+    return r

@@ -12,7 +12,7 @@ import dask
 import dask.array as da
 import numpy as np
 import pytest
-from cluster_helpers import kill_a_worker_then_check
+from cluster_helpers import kill_a_worker_then_check, rechunk_placed_by_data
 from dask.core import flatten
 from distributed import Client, LocalCluster, futures_of, get_task_stream, wait
 from hypothesis import given, settings
@@ -153,22 +153,7 @@ def test_a_later_use_of_few_pieces_runs_where_they_are(client, monkeypatch, outp
     got = x.map_compact("x < 0.45", output=output)
     got = got if isinstance(got, tuple) else (got,)
     assert got[0].numblocks == (8,) and got[0].chunks == got[-1].chunks
-    scheduler, rootish = client.cluster.scheduler, []
-    real_rootish = scheduler.is_rootish
-
-    def spy(ts):
-        if any("-direct-" in d.group.name for d in ts.dependencies):
-            rootish.append(real_rootish(ts))
-        return real_rootish(ts)
-
-    monkeypatch.setattr(scheduler, "is_rootish", spy)
-    with get_task_stream(client) as stream:
-        r = got[0].rechunk(1009).persist()
-        wait(r)
-    assert rootish and not any(rootish)
-    moved = {str(t["key"]).split("-")[1] for t in stream.data
-             for s in t["startstops"] if s["action"] == "transfer"}
-    assert moved <= {"merge"}, moved
+    r = rechunk_placed_by_data(client, monkeypatch, got[0], "-direct-")
     m = a < 0.45
     np.testing.assert_array_equal(r.compute(), a[m])
     for g, w in zip(got, (a[m], np.flatnonzero(m))):

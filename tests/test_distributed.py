@@ -15,7 +15,7 @@ import dask
 import dask.array as da
 import numpy as np
 import pytest
-from cluster_helpers import kill_a_worker_then_check
+from cluster_helpers import kill_a_worker_then_check, rechunk_placed_by_data
 from distributed import Client, LocalCluster, futures_of
 
 import dask_compact  # noqa: F401  (registers Array.map_compact)
@@ -253,7 +253,7 @@ def test_one_task_per_worker_whatever_the_placement(client, tasks, monkeypatch, 
     per worker over all its chunks, one known-size output chunk per run in the input's order,
     nothing moved, the counts read from what the tasks reported (no count task); used
     downstream, every output chunk is taken where its group lives."""
-    from distributed import get_task_stream, wait
+    from distributed import get_task_stream
 
     asked = []
     real_ask = client.run_on_scheduler
@@ -273,22 +273,7 @@ def test_one_task_per_worker_whatever_the_placement(client, tasks, monkeypatch, 
     # into the rechunk, are placed by their data, not taken for root tasks (which the scheduler
     # spreads for balance: over 2 groups with nothing more it did, and moved whole groups),
     # and only where their group is (with an anchor on every worker they moved).
-    scheduler, rootish = client.cluster.scheduler, []
-    real_rootish = scheduler.is_rootish
-
-    def spy(ts):
-        if any("compact-group-" in d.group.name for d in ts.dependencies):
-            rootish.append(real_rootish(ts))
-        return real_rootish(ts)
-
-    monkeypatch.setattr(scheduler, "is_rootish", spy)
-    with get_task_stream() as ts:
-        r = got[0].rechunk(1009).persist()
-        wait(r)
-    assert rootish and not any(rootish)
-    moved = {str(t["key"]).split("-")[1] for t in ts.data
-             for s in t["startstops"] if s["action"] == "transfer"}
-    assert moved <= {"merge"}, moved
+    r = rechunk_placed_by_data(client, monkeypatch, got[0], "compact-group-")
     m = (a < 0.25) | (a > 0.9)
     want = {"values": (a[m],), "indices": (np.flatnonzero(m),), "both": (a[m], np.flatnonzero(m))}
     np.testing.assert_array_equal(r.compute(), want[output][0])
