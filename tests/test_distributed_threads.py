@@ -3,6 +3,7 @@ beside test_distributed's module client would share dask's global scheduler sett
 
 from __future__ import annotations
 
+import dask
 import dask.array as da
 import numpy as np
 from distributed import Client, LocalCluster
@@ -17,6 +18,10 @@ def test_threads_split_a_workers_run():
         a = np.random.default_rng(8).random(10_007)
         x = da.from_array(a, chunks=1_000).persist()
         y = x.map_compact("x < 0.5")
-        assert y.numblocks == (2,)
+        assert y.numblocks == (6,)  # 2 runs, each cut in 3 (5 chunks at least: direct._parts)
         np.testing.assert_array_equal(y.compute(), a[a < 0.5])
+        with dask.config.set({"dask-compact.direct": False}):  # the same as one task per run
+            t = x.map_compact("x < 0.4")
+        assert t.numblocks == (2,)
+        np.testing.assert_array_equal(t.compute(), a[a < 0.4])
         assert sorted(c.nthreads().values()) == [2]
