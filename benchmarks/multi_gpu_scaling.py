@@ -82,7 +82,7 @@ def _settle(client, nkeys: int, timeout: float = 30.0) -> None:
 
 def breakdown(client, x, p: float, reps: int) -> dict[str, float]:
     """Where one map_compact call's wall time goes with phase 1 as Dask tasks
-    (``dask-compact.direct`` off; median ms over ``reps``), by timing the steps of
+    (``dask-compact.direct`` off by the caller; median ms over ``reps``), by timing the steps of
     dask_compact.graph in place: the placement query, building and submitting the
     graph, waiting for the phase-1 tasks, reading the counts, and the device sync after."""
     import dask
@@ -105,8 +105,6 @@ def breakdown(client, x, p: float, reps: int) -> dict[str, float]:
 
         return run
 
-    direct_off = dask.config.set({"dask-compact.direct": False})  # the steps of the tasks path
-    direct_off.__enter__()
     graph._groups_by_worker = timed("placement query", saved["_groups_by_worker"])
     dask.persist = timed("build+submit", saved_persist)
     graph._held_counts = timed("wait + read counts", saved["_held_counts"])
@@ -136,7 +134,6 @@ def breakdown(client, x, p: float, reps: int) -> dict[str, float]:
         for n, f in saved.items():
             setattr(graph, n, f)
         dask.persist, distributed.wait = saved_persist, saved_wait
-        direct_off.__exit__(None, None, None)
     return {k: 1e3 * statistics.median(v) for k, v in spans.items()}
 
 
@@ -327,7 +324,10 @@ def run_k(
                     print("rebalanced", {k: row[k] for k in ("rebalanced_s", "peer_rebalanced_s")},
                           flush=True)
                 if case.startswith("strong") and breakdowns is not None:
-                    parts = breakdown(client, x, p, reps)
+                    import dask
+
+                    with dask.config.set({"dask-compact.direct": False}):  # tasks' steps
+                        parts = breakdown(client, x, p, reps)
                     breakdowns.append(dict(case=case, layout=layout, gpus=k, **parts))
                     print("breakdown", breakdowns[-1], flush=True)
                 row["GBps_input"] = n * 4 / row["map_compact_s"] / 1e9

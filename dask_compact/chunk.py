@@ -143,11 +143,20 @@ def compact_group(
     """Phase 1 for every chunk one worker thread holds, in ONE task: a tuple with one output
     per run of consecutive chunks (see :func:`compact_blocks`; for ``output="both"`` each is
     ``(values, indices)``). ``bases[r][i]`` is the global input start of run r's chunk i."""
-    runs = [[b.reshape(-1) for b in run] for run in runs]  # blocks of any shape, in C order
-    impl = compact_runs.dispatch(type(runs[0][0]))
-    out = impl(runs, pred, output, stable, algorithm, bases)
+    out = compact_held_runs(runs, pred, output, stable, algorithm, bases)
     report(run_counts(out, output))  # the counts, with the task's completion
     return out
+
+
+def compact_held_runs(
+    runs: list[list[Any]], pred: Any, output: str, stable: bool, algorithm: str,
+    bases: list[list[int]],
+) -> tuple:
+    """One output per run of chunks (see :func:`compact_group`), outside any task: what a
+    group task and a worker asked directly (:mod:`dask_compact.direct`) both run."""
+    runs = [[b.reshape(-1) for b in run] for run in runs]  # blocks of any shape, in C order
+    impl = compact_runs.dispatch(type(runs[0][0]))
+    return impl(runs, pred, output, stable, algorithm, bases)
 
 
 def run_counts(pieces: tuple, output: str) -> list[int]:

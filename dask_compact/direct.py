@@ -36,8 +36,7 @@ import dask.config
 import numpy as np
 
 from .cache import BoundedCache
-from .chunk import compact_blocks
-from .dispatch import compact_runs
+from .chunk import compact_blocks, compact_held_runs
 from .placement import group_tasks, placement
 
 dask.config.update_defaults({"dask-compact": {"direct": True}})
@@ -74,8 +73,8 @@ async def _serve(worker: Any, request: dict) -> dict:
     executor = worker.executors["default"]
     try:
         pieces = await asyncio.gather(*(
-            loop.run_in_executor(executor, _compact, blocks, pred, output, stable, algorithm,
-                                 [starts for _, starts, _ in runs])
+            loop.run_in_executor(executor, compact_held_runs, blocks, pred, output, stable,
+                                 algorithm, [starts for _, starts, _ in runs])
             for blocks, runs in zip(jobs, groups)))
     except Exception:  # noqa: BLE001 -- the tasks the client falls back to raise it there
         return {"status": "failed"}
@@ -94,15 +93,9 @@ async def _serve(worker: Any, request: dict) -> dict:
 
 
 def _bounds(n: int, parts: int) -> list[int]:
-    """Where a run's output of ``n`` items is cut into ``parts`` output chunks (the worker
-    cuts, the client remakes a lost part with the same cut)."""
+    """Where a run's output of ``n`` items is cut into ``parts`` output chunks (the parts'
+    counts tell the client the same cut, for remaking a lost part)."""
     return [n * k // parts for k in range(parts + 1)]
-
-
-def _compact(blocks: list[list[Any]], pred: Any, output: str, stable: bool, algorithm: str,
-             bases: list[list[int]]) -> tuple:
-    runs = [[b.reshape(-1) for b in run] for run in blocks]  # blocks of any shape, C order
-    return compact_runs.dispatch(type(runs[0][0]))(runs, pred, output, stable, algorithm, bases)
 
 
 async def _drop(worker: Any, keys: list) -> None:
@@ -188,16 +181,16 @@ async def _exchange(client: Any, requests: dict) -> dict | None:
     count, or None after dropping whatever was kept where either step failed."""
     answers = await _ask(client, requests)
     ok = {a: r for a, r in answers.items() if isinstance(r, dict) and r.get("status") == "OK"}
-    kept = {a: [k for runs in requests[a]["groups"] for _, _, cuts in runs
-                for ks in cuts for k in ks] for a in ok}
+    # each worker's parts (one key per output), in the order it answers their counts
+    parts = {a: [ks for runs in requests[a]["groups"] for _, _, cuts in runs for ks in cuts]
+             for a in ok}
+    kept = {a: [k for ks in parts[a] for k in ks] for a in ok}
     registered = False
     counts: dict[int, int] = {}
     if len(ok) == len(answers):
         who_has, nbytes = {}, {}
         for addr, keys in kept.items():
-            pieces = [ks for runs in requests[addr]["groups"] for _, _, cuts in runs
-                      for ks in cuts]
-            counts.update((ks[0][1], int(c)) for ks, c in zip(pieces, ok[addr]["counts"]))
+            counts.update((ks[0][1], int(c)) for ks, c in zip(parts[addr], ok[addr]["counts"]))
             for k, b in zip(keys, ok[addr]["nbytes"]):
                 who_has[k], nbytes[k] = [addr], int(b)
         try:
@@ -273,10 +266,10 @@ def run(plan: Any, blocks: list, meta: dict[str, Any]) -> dict[str, da.Array] | 
     sizes = tuple(counts[j] for j in range(len(runs_in_order) * parts))
     # How to remake the pieces: the scheduler gives the keys it now holds the run specs of
     # this graph (sent after the registration, so it cannot arrive first).
-    specs = []  # (run, lo, hi) of every output chunk: the same cut as the worker's
+    specs = []  # (run, lo, hi) of every output chunk: where the worker cut its run's output
     for j, run in enumerate(runs_in_order):
-        bounds = _bounds(sum(sizes[j * parts:(j + 1) * parts]), parts)
-        specs += [(run, lo, hi) for lo, hi in zip(bounds, bounds[1:])]
+        ends = np.cumsum(sizes[j * parts:(j + 1) * parts]).tolist()
+        specs += [(run, lo, hi) for lo, hi in zip([0, *ends[:-1]], ends)]
     out: dict[str, da.Array] = {}
     made: list = []
     for w in wants:
