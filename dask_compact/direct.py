@@ -6,12 +6,19 @@ for a call whose GPU work is 4-7 ms (``benchmarks/call_timeline.py``). Here the 
 each worker that holds chunks of the input, over a direct connection (the way
 ``Client.scatter`` sends data), to compact them; the worker keeps the output pieces under new
 keys, as scattered data is kept, and answers with their counts. The client then tells the
-scheduler where the pieces are (scatter's ``update_data``, in one question to the scheduler:
-all or none, since a worker that left after answering would make ``update_data`` fail
-halfway) and sends, without waiting, the tasks that would make them (``client.map`` over the
-input's futures: the scheduler gives keys it already holds their run specs), so a piece lost
-with its worker is recomputed from the input as a task's result would be. A call is one round
-trip to the workers, in parallel, and one to the scheduler.
+scheduler, in one question, where the pieces are (scatter's ``update_data``: all or none,
+since a worker that left after answering would make ``update_data`` fail halfway) and how to
+make each of them (its run spec: the compaction of its chunks, the input's futures as
+dependencies), so a piece lost with its worker is recomputed from the input as a task's
+result would be. A call is one round trip to the workers, in parallel, and one to the
+scheduler.
+
+Why the run specs go with the registration rather than as a graph behind it (``client.map``,
+until 2026-11-27): the scheduler answers a graph by reporting every key it touches that is
+already held, the pieces and every input chunk they depend on, one message each to the
+client, and it does so on the event loop a LocalCluster's client shares; on 2x H200 those
+reports and the graph's handling delayed the caller's next step (a ``wait`` on the result)
+by 1.6-2.4 ms, and the graph cost the caller 0.7-1.3 ms to build.
 
 The workers serve this through a worker plugin (:class:`DirectPhase1`, registered once per
 client) that adds two handlers to each worker's server. A worker runs its chunks in one job
@@ -27,6 +34,7 @@ then runs phase 1 as Dask tasks, which handle all of it (and raise a task's erro
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 import weakref
 from typing import Any
@@ -175,10 +183,11 @@ async def _drop_all(client: Any, kept: dict) -> None:
     await asyncio.gather(*(one(a, k) for a, k in kept.items()))
 
 
-async def _exchange(client: Any, requests: dict) -> dict | None:
-    """Ask the workers (:func:`_ask`), then register what they kept (:func:`_register`), in
-    one coroutine on the client's loop (no thread hop between the two): every output chunk's
-    count, or None after dropping whatever was kept where either step failed."""
+async def _exchange(client: Any, requests: dict, specs: Any) -> dict | None:
+    """Ask the workers (:func:`_ask`), then register what they kept with their run specs
+    (:func:`_register`; ``specs(counts)`` builds them), in one coroutine on the client's loop
+    (no thread hop between the two): every output chunk's count, or None after dropping
+    whatever was kept where either step failed."""
     answers = await _ask(client, requests)
     ok = {a: r for a, r in answers.items() if isinstance(r, dict) and r.get("status") == "OK"}
     # each worker's parts (one key per output), in the order it answers their counts
@@ -194,7 +203,8 @@ async def _exchange(client: Any, requests: dict) -> dict | None:
             for k, b in zip(keys, ok[addr]["nbytes"]):
                 who_has[k], nbytes[k] = [addr], int(b)
         try:
-            registered = await client._run_on_scheduler(_register, who_has, nbytes, client.id)
+            registered = await client._run_on_scheduler(_register, who_has, nbytes,
+                                                         specs(counts), client.id)
         except Exception:  # noqa: BLE001 -- the scheduler could not take them: use tasks
             registered = False
     if not registered:
@@ -204,13 +214,40 @@ async def _exchange(client: Any, requests: dict) -> dict | None:
     return counts
 
 
-def _register(who_has: dict, nbytes: dict, client: str, dask_scheduler: Any = None) -> bool:
-    """On the scheduler: the pieces are held where ``who_has`` says and wanted by
-    ``client`` (scatter's ``update_data``), all or none: False, with nothing changed, where a
-    worker has left since it answered (``update_data`` would fail halfway)."""
-    if any(w not in dask_scheduler.workers for ws in who_has.values() for w in ws):
+def _register(who_has: dict, nbytes: dict, specs: dict, client: str,
+              dask_scheduler: Any = None) -> bool:
+    """On the scheduler: the pieces are held where ``who_has`` says, are made by
+    ``specs`` (key -> run spec) and are wanted by ``client``; all or none: False, with
+    nothing changed, where a worker has left since it answered, a dependency is no longer
+    known or a key is already (``update_data`` would fail halfway).
+
+    What ``update_graph`` would do for these keys, less its reports: the run specs and
+    dependencies (what remakes a lost piece), the client's wanting them, priorities, the
+    span. The client marks its futures finished itself."""
+    s = dask_scheduler
+    cs = s.clients.get(client)
+    if (cs is None or any(w not in s.workers for ws in who_has.values() for w in ws)
+            or any(k in s.tasks for k in who_has) or set(specs) != set(who_has)
+            or any(d not in s.tasks for spec in specs.values() for d in spec.dependencies)):
         return False
-    dask_scheduler.update_data(who_has=who_has, nbytes=nbytes, client=client)
+    s.update_data(who_has=who_has, nbytes=nbytes)  # no client: nobody to report them to yet
+    held = []
+    for key, spec in specs.items():
+        ts = s.tasks[key]
+        ts.run_spec = spec
+        for dep in spec.dependencies:
+            ts.add_dependency(s.tasks[dep])
+        if ts.who_wants is None:
+            ts.who_wants = set()
+        ts.who_wants.add(cs)
+        cs.wants_what.add(ts)
+        held.append(ts)
+    s._set_priorities(internal_priority={k: i for i, k in enumerate(specs)},
+                      submitting_task=None, user_priority=0, fifo_timeout=0,
+                      start=time.time(), tasks=held)
+    spans = s.extensions.get("spans")
+    if spans is not None:  # a task it runs must belong to a span (a remade piece's does)
+        spans.observe_tasks(held, code=(), span_metadata={})
     return True
 
 
@@ -260,33 +297,41 @@ def run(plan: Any, blocks: list, meta: dict[str, Any]) -> dict[str, da.Array] | 
             "groups": [], "pred": plan.pred, "output": plan.output, "stable": plan.stable,
             "algorithm": plan.algorithm})
         request["groups"].append(entry)
-    counts = client.sync(_exchange, client, requests)
+    def specs(counts: dict[int, int]) -> dict:
+        """Every piece's run spec (:func:`_recompute` of its run, items ``lo:hi`` of the run's
+        output: where the worker cut it)."""
+        from dask._task_spec import Task, TaskRef, parse_input
+
+        out = {}
+        for j, run in enumerate(runs_in_order):
+            refs = parse_input([TaskRef(keys[i]) for i in run])
+            bases = [int(starts[i]) for i in run]
+            lo = 0
+            for k in range(parts):
+                hi = lo + counts[j * parts + k]
+                for w in wants:
+                    key = (names[w], j * parts + k)
+                    out[key] = Task(key, _recompute, refs, bases, lo, hi, pred=plan.pred,
+                                    output=w, stable=plan.stable, algorithm=plan.algorithm)
+                lo = hi
+        return out
+
+    counts = client.sync(_exchange, client, requests, specs)
     if counts is None:
         return None
-    sizes = tuple(counts[j] for j in range(len(runs_in_order) * parts))
-    # How to remake the pieces: the scheduler gives the keys it now holds the run specs of
-    # this graph (sent after the registration, so it cannot arrive first).
-    specs = []  # (run, lo, hi) of every output chunk: where the worker cut its run's output
-    for j, run in enumerate(runs_in_order):
-        ends = np.cumsum(sizes[j * parts:(j + 1) * parts]).tolist()
-        specs += [(run, lo, hi) for lo, hi in zip([0, *ends[:-1]], ends)]
+    order = range(len(runs_in_order) * parts)
+    sizes = tuple(counts[j] for j in order)
+    from distributed import Future
+
     out: dict[str, da.Array] = {}
     made: list = []
     for w in wants:
-        futures = client.map(
-            _recompute, [[blocks[i] for i in run] for run, _, _ in specs],
-            [[int(starts[i]) for i in run] for run, _, _ in specs],
-            [lo for _, lo, _ in specs], [hi for _, _, hi in specs],
-            key=[(names[w], j) for j in range(len(specs))], pure=False, pred=plan.pred,
-            output=w, stable=plan.stable, algorithm=plan.algorithm)
+        futures: list = [Future((names[w], j), client) for j in order]
         made += futures
         out[w] = da.Array({f.key: f for f in futures}, names[w], chunks=(sizes,),
                           meta=meta[w])
-    from . import client_stream
-
-    client_stream.send_now(made)
-    # Held and registered: finished now, as Client.scatter marks its futures (the scheduler's
-    # own report would come with its next batch to the client).
+    # Held and registered: finished now, as Client.scatter marks its futures (the scheduler
+    # has no reason to report them: nothing it runs makes them).
     states = [client.futures.get(f.key) for f in made]
     client.loop.add_callback(_finish, states)
     return out

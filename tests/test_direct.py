@@ -231,16 +231,26 @@ def test_a_call_that_cannot_finish_directly_leaves_no_piece(client, monkeypatch)
     assert not [k for k in known if "-direct-" in k]
 
 
-def test_registration_refused_when_a_worker_has_left(client):
-    """The scheduler takes the pieces all or none."""
+def test_registration_refused_unless_all_of_it_can_be_taken(client):
+    """The scheduler takes the pieces all or none: nothing where a worker has left, a
+    dependency of a run spec is unknown, or a key is held already."""
+    from dask._task_spec import Task, TaskRef
+
     a = np.random.default_rng(8).random(100)
     x = _layout(client, a, 50, "dask")
-    (f,) = futures_of(x)[:1]
+    held = futures_of(x)[0].key
+    alive = sorted(client.nthreads())[0]
     key = ("dask-compact-test-direct", 0)
-    assert not client.run_on_scheduler(direct._register, {key: ["tcp://127.0.0.1:1"]},
-                                       {key: 8}, client.id)
-    assert key not in client.run_on_scheduler(
-        lambda dask_scheduler=None: list(dask_scheduler.tasks))
+
+    def spec(dep):
+        return {key: Task(key, len, TaskRef(dep))}
+
+    for where, deps, k in ((["tcp://127.0.0.1:1"], held, key), ([alive], "no-such-key", key),
+                           ([alive], held, held)):
+        assert not client.run_on_scheduler(direct._register, {k: where}, {k: 8},
+                                           {k: spec(deps)[key]}, client.id)
+    known = client.run_on_scheduler(lambda dask_scheduler=None: list(dask_scheduler.tasks))
+    assert key not in known and held in known
 
 
 @settings(max_examples=25, deadline=None)
