@@ -160,6 +160,44 @@ def test_a_later_use_of_few_pieces_runs_where_they_are(client, monkeypatch, outp
         np.testing.assert_array_equal(g.compute(), w)
 
 
+def _run_specs(keys, dask_scheduler=None) -> dict:
+    """On the scheduler: each key's state, its run spec's function name and dependencies."""
+    out = {}
+    for k in keys:
+        ts = dask_scheduler.tasks[k]
+        spec = ts.run_spec
+        out[k] = (ts.state, getattr(getattr(spec, "func", None), "__name__", None),
+                  sorted(str(d.key) for d in ts.dependencies), ts.priority is not None)
+    return out
+
+
+@pytest.mark.parametrize("output", ["values", "both"])
+def test_the_pieces_are_registered_with_their_run_specs_and_no_graph(client, monkeypatch,
+                                                                     output):
+    """One question to the scheduler holds where the pieces are and how to remake them: no
+    graph goes to the scheduler (whose answer would report every held key it touches),
+    and each piece's run spec depends on exactly the input chunks of its run."""
+    a = np.random.default_rng(3).random(12_007)
+    x = _layout(client, a, 1_000, "round-robin")
+    sent = []
+    real = client._graph_to_futures
+    monkeypatch.setattr(client, "_graph_to_futures",
+                        lambda *args, **kw: sent.append(1) or real(*args, **kw))
+    got = x.map_compact("x > 0.35", output=output)
+    assert not sent
+    got = got if isinstance(got, tuple) else (got,)
+    inputs = [str(f.key) for f in _blocks(x)]
+    for g in got:
+        assert "-direct-" in g.name and g.numblocks[0] == len(inputs)  # one run per chunk
+        keys = [f.key for f in _blocks(g)]
+        specs = client.run_on_scheduler(_run_specs, keys)
+        for j, k in enumerate(keys):
+            assert specs[k] == ("memory", "_recompute", [inputs[j]], True)
+    m = a > 0.35
+    for g, w in zip(got, (a[m], np.flatnonzero(m))):
+        np.testing.assert_array_equal(g.compute(), w)
+
+
 def test_the_workers_plugin_is_registered_once_per_client(client, monkeypatch):
     a = np.random.default_rng(4).random(5_000)
     x = _layout(client, a, 500, "dask")
