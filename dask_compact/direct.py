@@ -5,13 +5,12 @@ and the client then asks the scheduler for the counts: measured on one H100 host
 for a call whose GPU work is 4-7 ms (``benchmarks/call_timeline.py``). Here the client asks
 each worker that holds chunks of the input, over a direct connection (the way
 ``Client.scatter`` sends data), to compact them; the worker keeps the output pieces under new
-keys, as scattered data is kept, and answers with their counts. The client then tells the
-scheduler, in one question, where the pieces are (scatter's ``update_data``: all or none,
-since a worker that left after answering would make ``update_data`` fail halfway) and how to
-make each of them (its run spec: the compaction of its chunks, the input's futures as
-dependencies), so a piece lost with its worker is recomputed from the input as a task's
-result would be. A call is one round trip to the workers, in parallel, and one to the
-scheduler.
+keys, as scattered data is kept, tells the scheduler where they are (scatter's
+``update_data``) and how to make each of them (its run spec: the compaction of its chunks,
+the input's futures as dependencies), so a piece lost with its worker is recomputed from the
+input as a task's result would be, and answers with their counts. The client makes the
+futures. A call is one round trip to the workers, in parallel, each with one to the scheduler
+inside it.
 
 Why the run specs go with the registration rather than as a graph behind it (``client.map``,
 until 2026-11-27): the scheduler answers a graph by reporting every key it touches that is
@@ -19,16 +18,21 @@ already held, the pieces and every input chunk they depend on, one message each 
 client, and it does so on the event loop a LocalCluster's client shares, where the caller's
 next step (a ``wait`` on the result, a device sync through ``client.run``) waited behind it.
 4x H200, 2^32 float32 per GPU: 20-21 against 24-26 ms a call on 4 GPUs with one run per GPU,
-22-26 against 30-31 ms with Dask's placement (60 pieces); no change on one GPU.
+22-26 against 30-31 ms with Dask's placement (60 pieces); no change on one GPU. Why each
+worker registers its own pieces rather than the client all of them once every worker has
+answered: a worker's registration then overlaps the other workers' compaction, where the
+client's waited for the last of them (on 4x H200 with Dask's placement it took 3-6.5 ms).
 
 The workers serve this through a worker plugin (:class:`DirectPhase1`, registered once per
-client) that adds two handlers to each worker's server. A worker runs its chunks in one job
+client) that adds a handler to each worker's server. A worker runs its chunks in one job
 per thread of its own executor, as the grouped tasks did, or in one job where they are on a
 GPU.
 
 Anything unexpected (a chunk no longer where the placement said, a worker gone, the plugin
-refused, the compaction raising) drops the pieces already made and returns None: the caller
-then runs phase 1 as Dask tasks, which handle all of it (and raise a task's error there).
+refused, the compaction raising, the scheduler refusing a registration) drops the pieces
+already made (a worker its own unregistered ones; the client asks the scheduler to forget the
+registered ones, which frees them on their workers) and returns None: the caller then runs
+phase 1 as Dask tasks, which handle all of it (and raise a task's error there).
 ``dask.config.set({"dask-compact.direct": False})`` always takes the tasks.
 """
 
@@ -51,7 +55,7 @@ from .placement import group_tasks, placement
 dask.config.update_defaults({"dask-compact": {"direct": True}})
 
 PLUGIN_NAME = "dask-compact-direct"
-SERVE, DROP = "dask_compact_phase1", "dask_compact_drop"
+SERVE = "dask_compact_phase1"  # the workers' handler
 
 
 async def _serve(worker: Any, request: dict) -> dict:
@@ -62,7 +66,8 @@ async def _serve(worker: Any, request: dict) -> dict:
     cut into (:func:`_bounds`), of one key, or two for ``output="both"``. The inputs are
     read from the worker's data on its event loop, as Dask reads a task's inputs; each job
     runs in the worker's executor (all of them in one job where the chunks are on a GPU).
-    Nothing is kept unless every job succeeded."""
+    Nothing is kept unless every job succeeded and the scheduler took the pieces
+    (:func:`_register_from`; ``request["client"]``: who wants them)."""
     data = worker.data
     try:
         jobs = [[[data[k] for k in keys] for keys, _, _ in runs] for runs in request["groups"]]
@@ -87,18 +92,45 @@ async def _serve(worker: Any, request: dict) -> dict:
             for blocks, runs in zip(jobs, groups)))
     except Exception:  # noqa: BLE001 -- the tasks the client falls back to raise it there
         return {"status": "failed"}
+    from dask._task_spec import Task, TaskRef, parse_input
+
+    wants = ("values", "indices") if output == "both" else (output,)
     held: dict = {}
+    specs: dict = {}
     counts = []
     for runs, out in zip(groups, pieces):
-        for (_, _, cuts), piece in zip(runs, out):
+        for (inputs, starts, cuts), piece in zip(runs, out):
             whole = piece if output == "both" else (piece,)
             bounds = _bounds(len(whole[0]), len(cuts))
+            refs = parse_input([TaskRef(k) for k in inputs])
             for keys, lo, hi in zip(cuts, bounds, bounds[1:]):
                 held.update(zip(keys, (w[lo:hi] for w in whole)))  # views: nothing copied
+                specs.update((k, Task(k, _recompute, refs, starts, lo, hi, pred=pred, output=w,
+                                      stable=stable, algorithm=algorithm))
+                             for k, w in zip(keys, wants))
                 counts.append(hi - lo)
     nbytes = worker.update_data(data=held, stimulus_id=f"dask-compact-direct-{uuid.uuid4()}")
     keys = list(held)
-    return {"status": "OK", "counts": counts, "nbytes": [nbytes["nbytes"][k] for k in keys]}
+    if not await _register_from(worker, {k: [worker.address] for k in keys}, nbytes["nbytes"],
+                                specs, request["client"]):
+        await _drop(worker, keys)
+        return {"status": "refused"}
+    return {"status": "OK", "counts": counts}
+
+
+async def _register_from(worker: Any, who_has: dict, nbytes: dict, specs: dict,
+                         client: str) -> bool:
+    """From a worker: register its pieces with the scheduler (:func:`_register`), as soon as
+    it holds them (the other workers may still be computing theirs)."""
+    from distributed.protocol.pickle import dumps
+
+    try:
+        answer = await worker.scheduler.run_function(
+            function=dumps(_register), args=dumps((who_has, nbytes, specs, client)),
+            kwargs=dumps({}), wait=True)
+    except Exception:  # noqa: BLE001 -- no scheduler to take them: the client uses tasks
+        return False
+    return answer.get("status") == "OK" and answer.get("result") is True
 
 
 def _bounds(n: int, parts: int) -> list[int]:
@@ -108,7 +140,7 @@ def _bounds(n: int, parts: int) -> list[int]:
 
 
 async def _drop(worker: Any, keys: list) -> None:
-    """On a worker: forget pieces kept by :func:`_serve` for a call that fell back."""
+    """On a worker: forget pieces kept by :func:`_serve` that the scheduler did not take."""
     from distributed.worker_state_machine import FreeKeysEvent
 
     worker.handle_stimulus(FreeKeysEvent(keys=[tuple(k) if isinstance(k, list) else k
@@ -120,25 +152,20 @@ def _plugin_class() -> type:
     from distributed.diagnostics.plugin import WorkerPlugin
 
     class DirectPhase1(WorkerPlugin):
-        """Adds the handlers of :func:`_serve` and :func:`_drop` to a worker's server."""
+        """Adds the handler of :func:`_serve` to a worker's server."""
 
         name = PLUGIN_NAME
 
         def setup(self, worker: Any) -> None:
             self.worker = worker
             worker.handlers[SERVE] = self.dask_compact_phase1
-            worker.handlers[DROP] = self.dask_compact_drop
 
         def teardown(self, worker: Any) -> None:
             worker.handlers.pop(SERVE, None)
-            worker.handlers.pop(DROP, None)
 
         # named methods: the server logs a handler by its __name__
         async def dask_compact_phase1(self, request: dict) -> dict:
             return await _serve(self.worker, request)
-
-        async def dask_compact_drop(self, keys: list) -> None:
-            await _drop(self.worker, keys)
 
     return DirectPhase1
 
@@ -174,57 +201,51 @@ async def _ask(client: Any, requests: dict) -> dict:
     return dict(zip(requests, answers))
 
 
-async def _drop_all(client: Any, kept: dict) -> None:
-    async def one(addr: str, keys: list) -> None:
-        try:
-            await getattr(client.rpc(addr), DROP)(keys=keys)
-        except Exception:  # noqa: BLE001 -- a worker gone took its pieces with it
-            pass
-
-    await asyncio.gather(*(one(a, k) for a, k in kept.items()))
-
-
-async def _exchange(client: Any, requests: dict, specs: Any) -> dict | None:
-    """Ask the workers (:func:`_ask`), then register what they kept with their run specs
-    (:func:`_register`; ``specs(counts)`` builds them), in one coroutine on the client's loop
-    (no thread hop between the two): every output chunk's count, or None after dropping
-    whatever was kept where either step failed."""
+async def _exchange(client: Any, requests: dict) -> dict | None:
+    """Ask the workers (:func:`_ask`), each of which registers its pieces before it answers:
+    every output chunk's count, or None after releasing whatever was registered where a
+    worker did not answer with its pieces (the scheduler then frees them on their workers)."""
     answers = await _ask(client, requests)
     ok = {a: r for a, r in answers.items() if isinstance(r, dict) and r.get("status") == "OK"}
     # each worker's parts (one key per output), in the order it answers their counts
     parts = {a: [ks for runs in requests[a]["groups"] for _, _, cuts in runs for ks in cuts]
              for a in ok}
-    kept = {a: [k for ks in parts[a] for k in ks] for a in ok}
-    registered = False
-    counts: dict[int, int] = {}
-    if len(ok) == len(answers):
-        who_has, nbytes = {}, {}
-        for addr, keys in kept.items():
-            counts.update((ks[0][1], int(c)) for ks, c in zip(parts[addr], ok[addr]["counts"]))
-            for k, b in zip(keys, ok[addr]["nbytes"]):
-                who_has[k], nbytes[k] = [addr], int(b)
+    if len(ok) < len(answers):
+        # every key asked for, not only those answered: a worker lost after registering its
+        # pieces, before its answer arrived, would leave them wanted (and remade) for nobody
+        asked = [k for r in requests.values() for runs in r["groups"] for _, _, cuts in runs
+                 for ks in cuts for k in ks]
         try:
-            registered = await client._run_on_scheduler(_register, who_has, nbytes,
-                                                         specs(counts), client.id)
-        except Exception:  # noqa: BLE001 -- the scheduler could not take them: use tasks
-            registered = False
-    if not registered:
-        if kept:
-            await _drop_all(client, kept)
+            await client._run_on_scheduler(_unregister, asked, client.id)
+        except Exception:  # noqa: BLE001 -- a scheduler gone took them with it
+            pass
         return None
+    counts: dict[int, int] = {}
+    for addr in ok:
+        counts.update((ks[0][1], int(c)) for ks, c in zip(parts[addr], ok[addr]["counts"]))
     return counts
+
+
+def _unregister(keys: list, client: str, dask_scheduler: Any = None) -> None:
+    """On the scheduler: ``client`` no longer wants the pieces it was registered for (a call
+    that fell back to tasks); the scheduler forgets them and frees them on their workers."""
+    keys = [k for k in keys if k in dask_scheduler.tasks]
+    if keys and client in dask_scheduler.clients:
+        dask_scheduler.client_releases_keys(keys=keys, client=client,
+                                            stimulus_id=f"dask-compact-unregister-{uuid.uuid4()}")
 
 
 def _register(who_has: dict, nbytes: dict, specs: dict, client: str,
               dask_scheduler: Any = None) -> bool:
     """On the scheduler: the pieces are held where ``who_has`` says, are made by
     ``specs`` (key -> run spec) and are wanted by ``client``; all or none: False, with
-    nothing changed, where a worker has left since it answered (``update_data`` would fail
-    halfway), a run spec's dependency is no longer known, or a key is known already.
+    nothing changed, where a worker is not known (``update_data`` would fail halfway), nor
+    the client, a run spec's dependency is no longer known, or a key is known already.
 
     What ``update_graph`` would do for these keys, less its reports: the run specs and
     dependencies (what remakes a lost piece), the client's wanting them, priorities, the
-    span. The client marks its futures finished itself."""
+    span. Called by each worker for its own pieces (:func:`_register_from`); the client
+    makes the futures and marks them finished itself."""
     s = dask_scheduler
     cs = s.clients.get(client)
     if (cs is None or any(w not in s.workers for ws in who_has.values() for w in ws)
@@ -296,28 +317,9 @@ def run(plan: Any, blocks: list, meta: dict[str, Any]) -> dict[str, da.Array] | 
                  for run in runs]
         request = requests.setdefault(holders[runs[0][0]], {
             "groups": [], "pred": plan.pred, "output": plan.output, "stable": plan.stable,
-            "algorithm": plan.algorithm})
+            "algorithm": plan.algorithm, "client": client.id})
         request["groups"].append(entry)
-    def specs(counts: dict[int, int]) -> dict:
-        """Every piece's run spec (:func:`_recompute` of its run, items ``lo:hi`` of the run's
-        output: where the worker cut it)."""
-        from dask._task_spec import Task, TaskRef, parse_input
-
-        out = {}
-        for j, run in enumerate(runs_in_order):
-            refs = parse_input([TaskRef(keys[i]) for i in run])
-            bases = [int(starts[i]) for i in run]
-            lo = 0
-            for k in range(parts):
-                hi = lo + counts[j * parts + k]
-                for w in wants:
-                    key = (names[w], j * parts + k)
-                    out[key] = Task(key, _recompute, refs, bases, lo, hi, pred=plan.pred,
-                                    output=w, stable=plan.stable, algorithm=plan.algorithm)
-                lo = hi
-        return out
-
-    counts = client.sync(_exchange, client, requests, specs)
+    counts = client.sync(_exchange, client, requests)
     if counts is None:
         return None
     order = range(len(runs_in_order) * parts)

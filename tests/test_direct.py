@@ -269,6 +269,30 @@ def test_a_call_that_cannot_finish_directly_leaves_no_piece(client, monkeypatch)
     assert not [k for k in known if "-direct-" in k]
 
 
+def test_a_registration_refused_to_one_worker_falls_back_and_leaves_no_piece(client,
+                                                                            monkeypatch):
+    """Each worker registers its own pieces; where the scheduler refuses one worker's, the
+    pieces it took from the other are forgotten (and freed on that worker), the call runs
+    as tasks, exact, and nothing of it is left on any worker or the scheduler. (The
+    scheduler of this LocalCluster runs in the test's process, where the patch applies.)"""
+    a = np.random.default_rng(10).random(20_011)
+    x = _layout(client, a, 1_000, "round-robin")
+    real, calls = direct._register, []
+
+    def second_refused(*args, dask_scheduler=None):
+        calls.append(1)
+        return len(calls) != 2 and real(*args, dask_scheduler=dask_scheduler)
+
+    monkeypatch.setattr(direct, "_register", second_refused)
+    got = x.map_compact("x < 0.55")
+    assert len(calls) == 2 and "-direct-" not in got.name
+    np.testing.assert_array_equal(got.compute(), a[a < 0.55])
+    known = client.run_on_scheduler(
+        lambda dask_scheduler=None: [str(k) for k in dask_scheduler.tasks])
+    assert not [k for k in known if "-direct-" in k]
+    assert not _direct_keys(client)
+
+
 def test_registration_refused_unless_all_of_it_can_be_taken(client):
     """The scheduler takes the pieces all or none: nothing where a worker has left, a
     dependency of a run spec is unknown, or a key is held already."""
