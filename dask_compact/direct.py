@@ -56,6 +56,7 @@ dask.config.update_defaults({"dask-compact": {"direct": True}})
 
 PLUGIN_NAME = "dask-compact-direct"
 SERVE = "dask_compact_phase1"  # the workers' handler
+REGISTER = "dask_compact_register"  # the scheduler's
 
 
 async def _serve(worker: Any, request: dict) -> dict:
@@ -120,17 +121,17 @@ async def _serve(worker: Any, request: dict) -> dict:
 
 async def _register_from(worker: Any, who_has: dict, nbytes: dict, specs: dict,
                          client: str) -> bool:
-    """From a worker: register its pieces with the scheduler (:func:`_register`), as soon as
-    it holds them (the other workers may still be computing theirs)."""
-    from distributed.protocol.pickle import dumps
+    """From a worker: register its pieces with the scheduler (:func:`_register`, through the
+    handler :class:`DirectRegistration` adds), as soon as it holds them (the other workers
+    may still be computing theirs)."""
+    from distributed.protocol import ToPickle
 
     try:
-        answer = await worker.scheduler.run_function(
-            function=dumps(_register), args=dumps((who_has, nbytes, specs, client)),
-            kwargs=dumps({}), wait=True)
+        return await getattr(worker.scheduler, REGISTER)(
+            who_has=ToPickle(who_has), nbytes=ToPickle(nbytes), specs=ToPickle(specs),
+            client=client) is True
     except Exception:  # noqa: BLE001 -- no scheduler to take them: the client uses tasks
         return False
-    return answer.get("status") == "OK" and answer.get("result") is True
 
 
 def _bounds(n: int, parts: int) -> list[int]:
@@ -170,6 +171,31 @@ def _plugin_class() -> type:
     return DirectPhase1
 
 
+def _scheduler_plugin_class() -> type:
+    from distributed.diagnostics.plugin import SchedulerPlugin
+
+    class DirectRegistration(SchedulerPlugin):
+        """Adds the handler of :func:`_register` to the scheduler's server (a handler of our
+        own rather than ``run_function``, which logs every call at INFO and which
+        deployments may block)."""
+
+        name = PLUGIN_NAME
+
+        async def start(self, scheduler: Any) -> None:
+            self.scheduler = scheduler
+            scheduler.handlers[REGISTER] = self.dask_compact_register
+
+        async def close(self) -> None:
+            self.scheduler.handlers.pop(REGISTER, None)
+
+        # a named method: the server logs a handler by its __name__
+        def dask_compact_register(self, who_has: dict, nbytes: dict, specs: dict,
+                                  client: str) -> bool:
+            return _register(who_has, nbytes, specs, client, dask_scheduler=self.scheduler)
+
+    return DirectRegistration
+
+
 # id(client) -> a weak reference to the client whose workers have the plugin
 _registered: BoundedCache[int, Any] = BoundedCache("direct phase-1 plugins")
 
@@ -180,8 +206,10 @@ def _ready(client: Any) -> bool:
     if hit is not None and hit() is client:
         return True
     try:
+        # the scheduler's first: the workers' handler registers with it
+        client.register_plugin(_scheduler_plugin_class()(), name=PLUGIN_NAME)
         client.register_plugin(_plugin_class()(), name=PLUGIN_NAME)
-    except Exception:  # noqa: BLE001 -- e.g. workers without dask_compact: use tasks
+    except Exception:  # noqa: BLE001 -- e.g. a cluster without dask_compact: use tasks
         return False
     _registered.put(id(client), weakref.ref(client))
     return True
@@ -236,7 +264,7 @@ def _unregister(keys: list, client: str, dask_scheduler: Any = None) -> None:
 
 
 def _register(who_has: dict, nbytes: dict, specs: dict, client: str,
-              dask_scheduler: Any = None) -> bool:
+              dask_scheduler: Any) -> bool:
     """On the scheduler: the pieces are held where ``who_has`` says, are made by
     ``specs`` (key -> run spec) and are wanted by ``client``; all or none: False, with
     nothing changed, where a worker is not known (``update_data`` would fail halfway), nor

@@ -274,16 +274,18 @@ def test_a_registration_refused_to_one_worker_falls_back_and_leaves_no_piece(cli
     """Each worker registers its own pieces; where the scheduler refuses one worker's, the
     pieces it took from the other are forgotten (and freed on that worker), the call runs
     as tasks, exact, and nothing of it is left on any worker or the scheduler. (The
-    scheduler of this LocalCluster runs in the test's process, where the patch applies.)"""
+    scheduler of this LocalCluster runs in the test's process.)"""
     a = np.random.default_rng(10).random(20_011)
     x = _layout(client, a, 1_000, "round-robin")
-    real, calls = direct._register, []
+    assert "-direct-" in x.map_compact("x < 0.1").name  # the scheduler's handler is there
+    handlers, calls = client.cluster.scheduler.handlers, []
+    real = handlers[direct.REGISTER]
 
-    def second_refused(*args, dask_scheduler=None):
+    def second_refused(**msg):
         calls.append(1)
-        return len(calls) != 2 and real(*args, dask_scheduler=dask_scheduler)
+        return len(calls) != 2 and real(**msg)
 
-    monkeypatch.setattr(direct, "_register", second_refused)
+    monkeypatch.setitem(handlers, direct.REGISTER, second_refused)
     got = x.map_compact("x < 0.55")
     assert len(calls) == 2 and "-direct-" not in got.name
     np.testing.assert_array_equal(got.compute(), a[a < 0.55])
