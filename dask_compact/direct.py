@@ -272,8 +272,10 @@ def _register(who_has: dict, nbytes: dict, specs: dict, client: str,
 
     What ``update_graph`` would do for these keys, less its reports: the run specs and
     dependencies (what remakes a lost piece), the client's wanting them, priorities, the
-    span. Called by each worker for its own pieces (:func:`_register_from`); the client
-    makes the futures and marks them finished itself."""
+    span. These are the scheduler's internals (distributed is pinned, see pyproject.toml):
+    where one of them fails, what was done is undone and the call runs as tasks. Called by
+    each worker for its own pieces (:func:`_register_from`); the client makes the futures
+    and marks them finished itself."""
     s = dask_scheduler
     cs = s.clients.get(client)
     if (cs is None or any(w not in s.workers for ws in who_has.values() for w in ws)
@@ -281,23 +283,31 @@ def _register(who_has: dict, nbytes: dict, specs: dict, client: str,
             or any(d not in s.tasks for spec in specs.values() for d in spec.dependencies)):
         return False
     s.update_data(who_has=who_has, nbytes=nbytes)  # no client: nobody to report them to yet
-    held = []
-    for key, spec in specs.items():
-        ts = s.tasks[key]
-        ts.run_spec = spec
-        for dep in spec.dependencies:
-            ts.add_dependency(s.tasks[dep])
-        if ts.who_wants is None:
-            ts.who_wants = set()
-        ts.who_wants.add(cs)
-        cs.wants_what.add(ts)
-        held.append(ts)
-    s._set_priorities(internal_priority={k: i for i, k in enumerate(specs)},
-                      submitting_task=None, user_priority=0, fifo_timeout=0,
-                      start=time.time(), tasks=held)
-    spans = s.extensions.get("spans")
-    if spans is not None:  # a task it runs must belong to a span (a remade piece's does)
-        spans.observe_tasks(held, code=(), span_metadata={})
+    try:
+        held = []
+        for key, spec in specs.items():
+            ts = s.tasks[key]
+            ts.run_spec = spec
+            for dep in spec.dependencies:
+                ts.add_dependency(s.tasks[dep])
+            if ts.who_wants is None:
+                ts.who_wants = set()
+            ts.who_wants.add(cs)
+            cs.wants_what.add(ts)
+            held.append(ts)
+        s._set_priorities(internal_priority={k: i for i, k in enumerate(specs)},
+                          submitting_task=None, user_priority=0, fifo_timeout=0,
+                          start=time.time(), tasks=held)
+        spans = s.extensions.get("spans")
+        if spans is not None:  # a task it runs must belong to a span (a remade piece's does)
+            spans.observe_tasks(held, code=(), span_metadata={})
+    except Exception:  # noqa: BLE001 -- scheduler internals this release lacks: use tasks
+        # undone as a client's release would: the scheduler forgets them (the worker drops
+        # its pieces when told False)
+        s.client_desires_keys(keys=list(who_has), client=client)
+        s.client_releases_keys(keys=list(who_has), client=client,
+                               stimulus_id=f"dask-compact-unregister-{uuid.uuid4()}")
+        return False
     return True
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import signal
+import types
 
 import dask
 import dask.array as da
@@ -289,6 +290,27 @@ def test_a_registration_refused_to_one_worker_falls_back_and_leaves_no_piece(cli
     got = x.map_compact("x < 0.55")
     assert len(calls) == 2 and "-direct-" not in got.name
     np.testing.assert_array_equal(got.compute(), a[a < 0.55])
+    known = client.run_on_scheduler(
+        lambda dask_scheduler=None: [str(k) for k in dask_scheduler.tasks])
+    assert not [k for k in known if "-direct-" in k]
+    assert not _direct_keys(client)
+
+
+def test_a_registration_that_fails_halfway_is_undone(client, monkeypatch):
+    """Where a scheduler internal the registration uses raises (another distributed
+    release), what it did is undone: the call runs as tasks, exact, and nothing of it is
+    left on any worker or the scheduler."""
+    a = np.random.default_rng(11).random(10_007)
+    x = _layout(client, a, 1_000, "round-robin")
+    def broken(*args, **kwargs):
+        raise AttributeError("no such internal in this release")
+
+    # raises halfway through the registration, after update_data, and nowhere else (the
+    # scheduler of this LocalCluster runs in the test's process)
+    monkeypatch.setattr(direct, "time", types.SimpleNamespace(time=broken))
+    got = x.map_compact("x < 0.45")
+    assert "-direct-" not in got.name
+    np.testing.assert_array_equal(got.compute(), a[a < 0.45])
     known = client.run_on_scheduler(
         lambda dask_scheduler=None: [str(k) for k in dask_scheduler.tasks])
     assert not [k for k in known if "-direct-" in k]
