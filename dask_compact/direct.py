@@ -135,8 +135,8 @@ async def _register_from(worker: Any, who_has: dict, nbytes: dict, specs: dict,
 
 
 def _bounds(n: int, parts: int) -> list[int]:
-    """Where a run's output of ``n`` items is cut into ``parts`` output chunks (the parts'
-    counts tell the client the same cut, for remaking a lost part)."""
+    """Where a run's output of ``n`` items is cut into ``parts`` output chunks (each part's
+    run spec remakes the run and takes the same items, ``lo:hi``)."""
     return [n * k // parts for k in range(parts + 1)]
 
 

@@ -302,6 +302,7 @@ def test_a_registration_that_fails_halfway_is_undone(client, monkeypatch):
     left on any worker or the scheduler."""
     a = np.random.default_rng(11).random(10_007)
     x = _layout(client, a, 1_000, "round-robin")
+
     def broken(*args, **kwargs):
         raise AttributeError("no such internal in this release")
 
