@@ -73,7 +73,8 @@ def map_compact(
         Rebalance the result into uniform chunks of this size, using the global offsets.
     by_worker : bool
         When ``x`` is persisted on a distributed cluster, ask each worker directly (no Dask
-        task: one round trip to the workers and one to the scheduler) to compact all the
+        task: one round trip to the workers, each registering its pieces with the scheduler
+        before it answers) to compact all the
         chunks it holds, one job per worker thread (one per GPU worker), wherever Dask placed
         them (consecutive or not); the result has one chunk per run of consecutive chunks
         (cut into a few where there are fewer than 5 runs), in the input's order, held where it
