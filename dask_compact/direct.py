@@ -135,10 +135,12 @@ def _run_specs(made: list, pred: Any, stable: bool, algorithm: str) -> dict:
     """On the scheduler: each piece's run spec, from what its worker sent
     (``made``: key, output, input keys, their starts, ``lo``, ``hi``): the compaction of its
     run's chunks, items ``lo:hi`` of it."""
-    from dask._task_spec import Task, TaskRef, parse_input
+    from dask._task_spec import Task, TaskRef
 
-    return {k: Task(k, _recompute, parse_input([TaskRef(i) for i in inputs]), starts, lo, hi,
-                    pred=pred, output=w, stable=stable, algorithm=algorithm)
+    # positional arguments, the chunks last: a list of TaskRefs (dask's container) made each
+    # Task 3x slower to build, on the scheduler's event loop (4.4 against 1.3 us)
+    return {k: Task(k, _recompute, starts, lo, hi, pred, w, stable, algorithm,
+                    *(TaskRef(i) for i in inputs))
             for k, w, inputs, starts, lo, hi in made}
 
 
@@ -338,11 +340,11 @@ def _register(who_has: dict, nbytes: dict, specs: dict, client: str,
     return True
 
 
-def _recompute(blocks: list, bases: list[int], lo: int, hi: int, pred: Any, output: str,
-               stable: bool, algorithm: str) -> Any:
+def _recompute(bases: list[int], lo: int, hi: int, pred: Any, output: str, stable: bool,
+               algorithm: str, *blocks: Any) -> Any:
     """A piece's run spec: what remakes it if its worker is lost (items ``lo:hi`` of its
     run's output; a copy where that is a part, so the rest of the run is freed)."""
-    whole = compact_blocks(blocks, pred, output, stable, algorithm, bases, True)
+    whole = compact_blocks(list(blocks), pred, output, stable, algorithm, bases, True)
     return whole if (lo, hi) == (0, len(whole)) else whole[lo:hi].copy()
 
 
