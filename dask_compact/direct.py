@@ -10,7 +10,7 @@ keys, as scattered data is kept, tells the scheduler where they are (scatter's
 the input's futures as dependencies), so a piece lost with its worker is recomputed from the
 input as a task's result would be, and answers with their counts. The client makes the
 futures. A call is one round trip to the workers, in parallel, each with one to the scheduler
-inside it.
+inside it, made while the worker computes (the pieces' sizes follow on the worker's stream).
 
 Why the run specs go with the registration rather than as a graph behind it (``client.map``,
 until 2026-11-27): the scheduler answers a graph by reporting every key it touches that is
@@ -21,7 +21,9 @@ next step (a ``wait`` on the result, a device sync through ``client.run``) waite
 22-26 against 30-31 ms with Dask's placement (60 pieces); no change on one GPU. Why each
 worker registers its own pieces rather than the client all of them once every worker has
 answered: a worker's registration then overlaps the other workers' compaction, where the
-client's waited for the last of them (on 4x H200 with Dask's placement it took 3-6.5 ms).
+client's waited for the last of them (on 4x H200 with Dask's placement it took 3-6.5 ms);
+and why while it computes rather than after: its round trip, 1.6-3.0 ms on 4x H200, was then
+on the path of every call. Why the messages are bytes: see :func:`_shared`.
 
 The workers serve this through a worker plugin (:class:`DirectPhase1`, registered once per
 client) that adds a handler to each worker's server. A worker runs its chunks in one job
@@ -58,6 +60,7 @@ dask.config.update_defaults({"dask-compact": {"direct": True}})
 PLUGIN_NAME = "dask-compact-direct"
 SERVE = "dask_compact_phase1"  # the workers' handler
 REGISTER = "dask_compact_register"  # the scheduler's
+SIZES = "dask_compact_sizes"  # the scheduler's, on a worker's stream
 
 
 async def _serve(worker: Any, request: dict) -> dict:
@@ -69,8 +72,10 @@ async def _serve(worker: Any, request: dict) -> dict:
     ``output="both"``; ``request["shared"]``: the predicate and options. The inputs are
     read from the worker's data on its event loop, as Dask reads a task's inputs; each job
     runs in the worker's executor (all of them in one job where the chunks are on a GPU).
-    Nothing is kept unless every job succeeded and the scheduler took the pieces
-    (:func:`_register_from`; ``request["client"]``: who wants them)."""
+    The pieces are registered with the scheduler while they are computed
+    (:func:`_register_from`; ``request["client"]``: who wants them), and the answer waits
+    for both. Nothing is kept unless every job succeeded and the scheduler took the pieces
+    (where it took them and a job failed, the client's fallback releases them)."""
     from distributed.protocol.pickle import loads
 
     data = worker.data
@@ -80,6 +85,17 @@ async def _serve(worker: Any, request: dict) -> dict:
     except KeyError:  # moved or released since the placement was read
         return {"status": "missing"}
     pred, output, stable, algorithm = loads(request["shared"])
+    wants = ("values", "indices") if output == "both" else (output,)
+    # What remakes each piece, (key, output, input keys, starts, part, parts): it needs no
+    # size, so the registration goes now and the scheduler takes it while the job runs;
+    # only the pieces' sizes follow (:func:`_sizes_to`). Registered after the job, its
+    # round trip was on every call's path (4x H200, 64 pieces: 1.6-3.0 ms of 9-14).
+    made = [(k, w, inputs, starts, part, len(cuts)) for runs in groups
+            for inputs, starts, cuts in runs for part, keys in enumerate(cuts)
+            for k, w in zip(keys, wants)]
+    registration = pickle.dumps(({m[0]: [worker.address] for m in made}, made), protocol=5)
+    registering = asyncio.ensure_future(
+        _register_from(worker, registration, request["shared"], request["client"]))
     if jobs and not isinstance(jobs[0][0][0], np.ndarray):
         # Device chunks: one job. The GPU runs a job's chunks in parallel already, and all of
         # them are counted with one host sync (compact_runs); jobs on several threads would
@@ -95,35 +111,31 @@ async def _serve(worker: Any, request: dict) -> dict:
                                  algorithm, [starts for _, starts, _ in runs])
             for blocks, runs in zip(jobs, groups)))
     except Exception:  # noqa: BLE001 -- the tasks the client falls back to raise it there
+        await registering  # whatever it registered, the client releases (_exchange)
         return {"status": "failed"}
-    wants = ("values", "indices") if output == "both" else (output,)
     held: dict = {}
-    made: list = []  # (key, output, input keys, starts, lo, hi): what remakes each piece
     counts = []
     for runs, out in zip(groups, pieces):
-        for (inputs, starts, cuts), piece in zip(runs, out):
+        for (_, _, cuts), piece in zip(runs, out):
             whole = piece if output == "both" else (piece,)
             bounds = _bounds(len(whole[0]), len(cuts))
             for keys, lo, hi in zip(cuts, bounds, bounds[1:]):
                 held.update(zip(keys, (w[lo:hi] for w in whole)))  # views: nothing copied
-                made.extend((k, w, inputs, starts, lo, hi) for k, w in zip(keys, wants))
                 counts.append(hi - lo)
     nbytes = worker.update_data(data=held, stimulus_id=f"dask-compact-direct-{uuid.uuid4()}")
-    keys = list(held)
-    who_has = {k: [worker.address] for k in keys}
-    registration = pickle.dumps((who_has, nbytes["nbytes"], made), protocol=5)
-    if not await _register_from(worker, registration, request["shared"], request["client"]):
-        await _drop(worker, keys)
+    if not await registering:
+        await _drop(worker, list(held))
         return {"status": "refused"}
+    _sizes_to(worker, nbytes["nbytes"])
     return {"status": "OK", "counts": counts}
 
 
 async def _register_from(worker: Any, registration: bytes, shared: bytes, client: str) -> bool:
     """From a worker: register its pieces with the scheduler (:func:`_register`, through the
-    handler :class:`DirectRegistration` adds), as soon as it holds them (the other workers
-    may still be computing theirs). ``registration``: the pieces' ``who_has``, ``nbytes``
-    and what remakes each of them, pickled; ``shared``: the call's predicate and options,
-    as the client pickled them (see :func:`_requests`)."""
+    handler :class:`DirectRegistration` adds), while it computes them (the other workers
+    may still be computing theirs). ``registration``: the pieces' ``who_has`` and what
+    remakes each of them, pickled; ``shared``: the call's predicate and options, as the
+    client pickled them (see :func:`_shared`)."""
     try:
         return await getattr(worker.scheduler, REGISTER)(
             registration=registration, shared=shared, client=client) is True
@@ -131,17 +143,35 @@ async def _register_from(worker: Any, registration: bytes, shared: bytes, client
         return False
 
 
+def _sizes_to(worker: Any, nbytes: dict) -> None:
+    """From a worker: its registered pieces' sizes, on its stream to the scheduler
+    (:func:`_set_sizes`); nothing waits for them. Until they arrive the scheduler counts
+    the pieces as 0 bytes (registered so: no drift in its per-worker totals)."""
+    worker.batched_send({"op": SIZES, "nbytes": pickle.dumps(nbytes, protocol=5)})
+
+
+def _set_sizes(nbytes: dict, worker: str, dask_scheduler: Any) -> None:
+    """On the scheduler: the sizes of pieces ``worker`` holds (:func:`_sizes_to`), for those
+    still held there (a piece released meanwhile is gone)."""
+    s = dask_scheduler
+    ws = s.workers.get(worker)
+    for key, n in nbytes.items():
+        ts = s.tasks.get(key)
+        if ts is not None and ws is not None and ts.who_has and ws in ts.who_has:
+            ts.set_nbytes(n)
+
+
 def _run_specs(made: list, pred: Any, stable: bool, algorithm: str) -> dict:
     """On the scheduler: each piece's run spec, from what its worker sent
-    (``made``: key, output, input keys, their starts, ``lo``, ``hi``): the compaction of its
-    run's chunks, items ``lo:hi`` of it."""
+    (``made``: key, output, input keys, their starts, ``part``, ``parts``): the compaction of
+    its run's chunks, part ``part`` of ``parts`` of it."""
     from dask._task_spec import Task, TaskRef
 
     # positional arguments, the chunks last: a list of TaskRefs (dask's container) made each
     # Task 3x slower to build, on the scheduler's event loop (4.4 against 1.3 us)
-    return {k: Task(k, _recompute, starts, lo, hi, pred, w, stable, algorithm,
+    return {k: Task(k, _recompute, starts, part, parts, pred, w, stable, algorithm,
                     *(TaskRef(i) for i in inputs))
-            for k, w, inputs, starts, lo, hi in made}
+            for k, w, inputs, starts, part, parts in made}
 
 
 def _bounds(n: int, parts: int) -> list[int]:
@@ -194,19 +224,25 @@ def _scheduler_plugin_class() -> type:
         async def start(self, scheduler: Any) -> None:
             self.scheduler = scheduler
             scheduler.handlers[REGISTER] = self.dask_compact_register
+            scheduler.stream_handlers[SIZES] = self.dask_compact_sizes
 
         async def close(self) -> None:
             self.scheduler.handlers.pop(REGISTER, None)
+            self.scheduler.stream_handlers.pop(SIZES, None)
 
         # a named method: the server logs a handler by its __name__
         def dask_compact_register(self, registration: bytes, shared: bytes,
                                   client: str) -> bool:
             from distributed.protocol.pickle import loads
 
-            who_has, nbytes, made = pickle.loads(registration)
+            who_has, made = pickle.loads(registration)
             pred, _, stable, algorithm = loads(shared)
-            return _register(who_has, nbytes, _run_specs(made, pred, stable, algorithm),
-                             client, dask_scheduler=self.scheduler)
+            return _register(who_has, dict.fromkeys(who_has, 0),
+                             _run_specs(made, pred, stable, algorithm), client,
+                             dask_scheduler=self.scheduler)
+
+        def dask_compact_sizes(self, nbytes: bytes, worker: str) -> None:
+            _set_sizes(pickle.loads(nbytes), worker, dask_scheduler=self.scheduler)
 
     return DirectRegistration
 
@@ -340,12 +376,16 @@ def _register(who_has: dict, nbytes: dict, specs: dict, client: str,
     return True
 
 
-def _recompute(bases: list[int], lo: int, hi: int, pred: Any, output: str, stable: bool,
+def _recompute(bases: list[int], part: int, parts: int, pred: Any, output: str, stable: bool,
                algorithm: str, *blocks: Any) -> Any:
-    """A piece's run spec: what remakes it if its worker is lost (items ``lo:hi`` of its
-    run's output; a copy where that is a part, so the rest of the run is freed)."""
+    """A piece's run spec: what remakes it if its worker is lost (part ``part`` of
+    ``parts`` of its run's output, cut as the worker cut it, :func:`_bounds`; a copy where
+    that is a part, so the rest of the run is freed)."""
     whole = compact_blocks(list(blocks), pred, output, stable, algorithm, bases, True)
-    return whole if (lo, hi) == (0, len(whole)) else whole[lo:hi].copy()
+    if parts == 1:
+        return whole
+    bounds = _bounds(len(whole), parts)
+    return whole[bounds[part]:bounds[part + 1]].copy()
 
 
 def run(plan: Any, blocks: list, meta: dict[str, Any]) -> dict[str, da.Array] | None:

@@ -270,6 +270,81 @@ def test_a_call_that_cannot_finish_directly_leaves_no_piece(client, monkeypatch)
     assert not [k for k in known if "-direct-" in k]
 
 
+def _fail_compaction(dask_worker=None):
+    """On a worker: its direct compaction raises (the tasks' path is untouched)."""
+    def broken(*args, **kwargs):
+        raise RuntimeError("a compaction that fails")
+
+    direct._saved_compact, direct.compact_held_runs = direct.compact_held_runs, broken
+
+
+def _mend_compaction(dask_worker=None):
+    direct.compact_held_runs = direct._saved_compact
+
+
+def test_a_job_that_fails_after_its_pieces_were_registered_leaves_no_piece(client):
+    """A worker registers its pieces while it computes them; where its compaction then
+    fails, the call runs as tasks (exact) and the registered pieces are released: nothing
+    of the call is left on any worker or the scheduler."""
+    a = np.random.default_rng(12).random(20_011)
+    x = _layout(client, a, 1_000, "round-robin")
+    assert "-direct-" in x.map_compact("x < 0.2").name
+    victim = sorted(client.nthreads())[0]
+    client.run(_fail_compaction, workers=[victim])
+    try:
+        got = x.map_compact("x < 0.65")
+    finally:
+        client.run(_mend_compaction, workers=[victim])
+    assert "-direct-" not in got.name
+    np.testing.assert_array_equal(got.compute(), a[a < 0.65])
+    known = client.run_on_scheduler(
+        lambda dask_scheduler=None: [str(k) for k in dask_scheduler.tasks])
+    assert not [k for k in known if "-direct-" in k]
+    assert not _direct_keys(client)
+
+
+def _sizes(keys, dask_scheduler=None) -> tuple:
+    """On the scheduler: the keys' sizes, and each worker's total."""
+    return ({k: dask_scheduler.tasks[k].nbytes for k in keys},
+            {w: ws.nbytes for w, ws in dask_scheduler.workers.items()})
+
+
+def _held_sizes(keys, dask_worker=None) -> dict:
+    from dask.sizeof import sizeof
+
+    return {k: sizeof(dask_worker.data[k]) for k in keys if k in dask_worker.data}
+
+
+def test_the_scheduler_learns_the_pieces_sizes_and_its_totals_come_back(client):
+    """The pieces are registered before their sizes are known (as 0 bytes) and the sizes
+    follow on each worker's stream: the scheduler ends up with each piece's size as its
+    worker holds it, and once the result is released, its per-worker totals are what they
+    were before the call (nothing counted twice or left over)."""
+    import time
+
+    a = np.random.default_rng(13).random(40_009)
+    x = _layout(client, a, 1_000, "dask")  # no intermediate arrays released meanwhile
+    _, before = client.run_on_scheduler(_sizes, [])
+    for output in ("values", "both"):
+        got = x.map_compact("x < 0.7", output=output)
+        got = got if isinstance(got, tuple) else (got,)
+        keys = [f.key for g in got for f in _blocks(g)]
+        assert all("-direct-" in str(k) for k in keys)
+        held: dict = {}
+        for part in client.run(_held_sizes, keys).values():
+            held.update(part)
+        assert set(held) == set(keys) and all(n > 0 for n in held.values())
+        deadline = time.monotonic() + 10
+        while client.run_on_scheduler(_sizes, keys)[0] != held:
+            assert time.monotonic() < deadline, "the sizes never reached the scheduler"
+            time.sleep(0.05)
+        del got
+        deadline = time.monotonic() + 10
+        while client.run_on_scheduler(_sizes, [])[1] != before:
+            assert time.monotonic() < deadline, "the per-worker totals did not come back"
+            time.sleep(0.05)
+
+
 def test_a_registration_refused_to_one_worker_falls_back_and_leaves_no_piece(client,
                                                                             monkeypatch):
     """Each worker registers its own pieces; where the scheduler refuses one worker's, the
