@@ -32,8 +32,9 @@ GPU.
 
 Anything unexpected (a chunk no longer where the placement said, a worker gone, the plugin
 refused, the compaction raising, the scheduler refusing a registration) drops the pieces
-already made (a worker its own unregistered ones; the client asks the scheduler to forget the
-registered ones, which frees them on their workers) and returns None: the caller then runs
+already made (a worker keeps none of a call it does not answer OK; the client asks the
+scheduler to forget the registered ones, which frees them on their workers) and returns
+None: the caller then runs
 phase 1 as Dask tasks, which handle all of it (and raise a task's error there).
 ``dask.config.set({"dask-compact.direct": False})`` always takes the tasks.
 """
@@ -75,7 +76,8 @@ async def _serve(worker: Any, request: dict) -> dict:
     The pieces are registered with the scheduler while they are computed
     (:func:`_register_from`; ``request["client"]``: who wants them), and the answer waits
     for both. Nothing is kept unless every job succeeded and the scheduler took the pieces
-    (where it took them and a job failed, the client's fallback releases them)."""
+    (where it took them and a job failed, the client's fallback releases them); they are
+    kept as the answer leaves (:func:`_keep`)."""
     from distributed.protocol.pickle import loads
 
     data = worker.data
@@ -122,12 +124,22 @@ async def _serve(worker: Any, request: dict) -> dict:
             for keys, lo, hi in zip(cuts, bounds, bounds[1:]):
                 held.update(zip(keys, (w[lo:hi] for w in whole)))  # views: nothing copied
                 counts.append(hi - lo)
-    nbytes = worker.update_data(data=held, stimulus_id=f"dask-compact-direct-{uuid.uuid4()}")
     if not await registering:
-        await _drop(worker, list(held))
-        return {"status": "refused"}
-    _sizes_to(worker, nbytes["nbytes"])
+        return {"status": "refused"}  # nothing kept
+    # The pieces go into the worker's data at the loop's next turn, as this answer leaves
+    # (4x H200, 16 pieces a worker: 0.3-1.0 ms of the worker's state machine, which was on
+    # the call's path). Nothing can ask for them before: only this answer tells anyone their
+    # keys, so whatever it prompts (a task using them, a transfer, their release) reaches
+    # this worker in a later turn of its loop, after this callback.
+    asyncio.get_running_loop().call_soon(_keep, worker, held)
     return {"status": "OK", "counts": counts}
+
+
+def _keep(worker: Any, held: dict) -> None:
+    """On a worker: hold the pieces it answered for (:func:`_serve`), as scattered data, and
+    send their sizes to the scheduler (:func:`_sizes_to`)."""
+    nbytes = worker.update_data(data=held, stimulus_id=f"dask-compact-direct-{uuid.uuid4()}")
+    _sizes_to(worker, nbytes["nbytes"])
 
 
 async def _register_from(worker: Any, registration: bytes, shared: bytes, client: str) -> bool:
@@ -178,15 +190,6 @@ def _bounds(n: int, parts: int) -> list[int]:
     """Where a run's output of ``n`` items is cut into ``parts`` output chunks (each part's
     run spec remakes the run and takes the same items, ``lo:hi``)."""
     return [n * k // parts for k in range(parts + 1)]
-
-
-async def _drop(worker: Any, keys: list) -> None:
-    """On a worker: forget pieces kept by :func:`_serve` that the scheduler did not take."""
-    from distributed.worker_state_machine import FreeKeysEvent
-
-    worker.handle_stimulus(FreeKeysEvent(keys=[tuple(k) if isinstance(k, list) else k
-                                               for k in keys],
-                                         stimulus_id=f"dask-compact-drop-{uuid.uuid4()}"))
 
 
 def _plugin_class() -> type:
@@ -367,8 +370,8 @@ def _register(who_has: dict, nbytes: dict, specs: dict, client: str,
         if spans is not None:  # a task it runs must belong to a span (a remade piece's does)
             spans.observe_tasks(held, code=(), span_metadata={})
     except Exception:  # noqa: BLE001 -- scheduler internals this release lacks: use tasks
-        # undone as a client's release would: the scheduler forgets them (the worker drops
-        # its pieces when told False)
+        # undone as a client's release would: the scheduler forgets them (the worker, told
+        # False, keeps none)
         s.client_desires_keys(keys=list(who_has), client=client)
         s.client_releases_keys(keys=list(who_has), client=client,
                                stimulus_id=f"dask-compact-unregister-{uuid.uuid4()}")
