@@ -70,6 +70,17 @@ def _direct_keys(client) -> list:
     return [k for ks in client.run(_held).values() for k in ks if "-direct-" in k]
 
 
+def _fell_back_and_left_nothing(client, got, want) -> None:
+    """The call ran as tasks, exact, and nothing of its direct attempt is left on any
+    worker or the scheduler."""
+    assert "-direct-" not in got.name
+    np.testing.assert_array_equal(got.compute(), want)
+    assert not _direct_keys(client)
+    known = client.run_on_scheduler(
+        lambda dask_scheduler=None: [str(k) for k in dask_scheduler.tasks])
+    assert not [k for k in known if "-direct-" in k]
+
+
 @pytest.mark.parametrize("how", ["dask", "slabs", "round-robin"])
 @pytest.mark.parametrize("output", ["values", "indices", "both"])
 def test_asked_directly_runs_no_task_and_is_exact(client, how, output):
@@ -262,12 +273,7 @@ def test_a_call_that_cannot_finish_directly_leaves_no_piece(client, monkeypatch)
 
     monkeypatch.setattr(direct, "placement", wrong)
     got = x.map_compact("x < 0.6")
-    assert "-direct-" not in got.name
-    np.testing.assert_array_equal(got.compute(), a[a < 0.6])
-    assert not _direct_keys(client)
-    known = client.run_on_scheduler(
-        lambda dask_scheduler=None: [str(k) for k in dask_scheduler.tasks])
-    assert not [k for k in known if "-direct-" in k]
+    _fell_back_and_left_nothing(client, got, a[a < 0.6])
 
 
 def _fail_compaction(dask_worker=None):
@@ -295,12 +301,7 @@ def test_a_job_that_fails_after_its_pieces_were_registered_leaves_no_piece(clien
         got = x.map_compact("x < 0.65")
     finally:
         client.run(_mend_compaction, workers=[victim])
-    assert "-direct-" not in got.name
-    np.testing.assert_array_equal(got.compute(), a[a < 0.65])
-    known = client.run_on_scheduler(
-        lambda dask_scheduler=None: [str(k) for k in dask_scheduler.tasks])
-    assert not [k for k in known if "-direct-" in k]
-    assert not _direct_keys(client)
+    _fell_back_and_left_nothing(client, got, a[a < 0.65])
 
 
 def _sizes(keys, dask_scheduler=None) -> tuple:
@@ -363,12 +364,8 @@ def test_a_registration_refused_to_one_worker_falls_back_and_leaves_no_piece(cli
 
     monkeypatch.setitem(handlers, direct.REGISTER, second_refused)
     got = x.map_compact("x < 0.55")
-    assert len(calls) == 2 and "-direct-" not in got.name
-    np.testing.assert_array_equal(got.compute(), a[a < 0.55])
-    known = client.run_on_scheduler(
-        lambda dask_scheduler=None: [str(k) for k in dask_scheduler.tasks])
-    assert not [k for k in known if "-direct-" in k]
-    assert not _direct_keys(client)
+    assert len(calls) == 2
+    _fell_back_and_left_nothing(client, got, a[a < 0.55])
 
 
 def test_a_registration_that_fails_halfway_is_undone(client, monkeypatch):
@@ -385,12 +382,7 @@ def test_a_registration_that_fails_halfway_is_undone(client, monkeypatch):
     # scheduler of this LocalCluster runs in the test's process)
     monkeypatch.setattr(direct, "time", types.SimpleNamespace(time=broken))
     got = x.map_compact("x < 0.45")
-    assert "-direct-" not in got.name
-    np.testing.assert_array_equal(got.compute(), a[a < 0.45])
-    known = client.run_on_scheduler(
-        lambda dask_scheduler=None: [str(k) for k in dask_scheduler.tasks])
-    assert not [k for k in known if "-direct-" in k]
-    assert not _direct_keys(client)
+    _fell_back_and_left_nothing(client, got, a[a < 0.45])
 
 
 def test_registration_refused_unless_all_of_it_can_be_taken(client):
