@@ -162,9 +162,14 @@ def read_floor(src: Path, n: int, chunk: int, skip: set[str]) -> dict[str, float
         out["chunk files threads, reused buffers"] = time.perf_counter() - t
         if gpu_host() and not gpu_zstd_unavailable() and f"read floor ({GPU_DECODE})" not in skip:
             # nvCOMP decoding each chunk on the device (the reader's GPU path, as the job's
-            # tasks call it), from a thread pool
+            # tasks call it), from a thread pool as large as the job's
+            import cupy
+
+            from dask_compact.batch.gpu_zstd import decode_threads
+
+            threads = (os.cpu_count() or 1) + decode_threads(cupy.cuda.runtime.getDeviceCount())
             t = time.perf_counter()
-            with ThreadPoolExecutor(os.cpu_count()) as pool:
+            with ThreadPoolExecutor(threads) as pool:
                 list(pool.map(lambda b: reader.read_device(*b)[:1].get(), blocks))
             out[GPU_DECODE] = time.perf_counter() - t
     return out

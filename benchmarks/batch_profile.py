@@ -118,7 +118,7 @@ def main() -> None:
     rec.wrap(tasks, "write_chunk", "write task")
     rec.wrap(numcodecs.Zstd, "encode", "numcodecs encode")
     if args.threads:
-        job.executor_for = lambda runner: executor.ThreadExecutor(args.threads)
+        job.executor_for = lambda runner, _job: executor.ThreadExecutor(args.threads)
     flags = ["--local", "threads", "--device", "cpu"] if args.mode == "cpu" else []
     if args.output_chunks:
         flags += ["--output-chunks", str(args.output_chunks)]

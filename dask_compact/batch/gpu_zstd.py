@@ -2,32 +2,38 @@
 ``gpu`` extra).
 
 Decode: zarr 3.1 can hand out device buffers but decodes on the CPU; nvCOMP decodes a batch of
-zstd frames on the device. The chunk files' bytes are read into one pinned host buffer, copied
-to the device in one transfer, and decoded as one batch on the current stream. It pays for
-frames of up to a few MiB; frames of 128 MiB (zarr's chunk of 2^25 float32) decode far slower
-than 16 CPU threads do (see the README).
+zstd frames on the device. Each chunk task copies its chunk files' compressed bytes to the
+device and queues them to one decoder thread per device (:class:`_Decoder`), which decodes
+whatever the tasks have queued as one batch. nvCOMP decodes the frames of a batch side by side,
+each at about the same pace: measured on the H100 host, frames of 128 MiB (zarr's chunk of 2^25
+float32, uniform random, zstd level 3) took 170 ms alone and 186 ms 48 at a time (0.79 against
+34.7 GB/s), frames of 16 MiB 28 ms alone and 53 ms 256 at a time (0.60 against 80.9 GB/s); 16
+CPU threads decoded the same at 7.5-9.8 GB/s. So the rate is set by the frames in flight: a job
+that decodes on the GPU keeps many chunk tasks waiting on the decoder
+(:func:`decode_threads`). One frame at a time per task (until 2026-11-27) decoded 8 GiB in
+12.2 s there, against 1.3 s on the CPU.
 
 Encode: an output chunk compacted on the GPU is encoded there as one zstd frame (its header
 declares the content size, like numcodecs' frames, so every zstd reader decodes it), and only
 the compressed bytes come back to the host. The chunks of all writer threads are encoded in
-batches by one thread per device (:class:`_Encoder` says why). Measured on the H100 host: 6.1
-GB/s for batches of frames of 128 MiB, where numcodecs on 16 threads reached 2.1-4.5 GB/s,
-which then also leaves the CPUs to decode the input.
+batches by one thread per device (:class:`_Encoder`). Measured on the H100 host: 6.1 GB/s for
+batches of frames of 128 MiB, where numcodecs on 16 threads reached 2.1-4.5 GB/s, which then
+also leaves the CPUs to decode the input.
 
-An nvCOMP codec holds mutable state and must not be shared between threads (nvCOMP's
-thread-safety rules), so each decoding thread keeps its own, per device and stream.
+Why one thread per device and direction, each with one codec on the legacy default stream:
+codecs of several threads, each on its own non-blocking stream, crashed the process on the
+H100 host (SIGSEGV in a thread nvCOMP drives, with or without a lock around the calls), for
+decoding as for encoding; and an nvCOMP codec holds mutable state that must not be shared
+between threads (nvCOMP's thread-safety rules).
 """
 
 from __future__ import annotations
 
-import os
 import threading
 from concurrent.futures import Future
 from typing import Any
 
 import numpy as np
-
-_local = threading.local()
 
 
 def unavailable() -> str:
@@ -61,22 +67,6 @@ def free_device_memory(all_devices: bool = False) -> list[int]:
     return out
 
 
-def _codec() -> Any:
-    import cupy
-    from nvidia import nvcomp
-
-    dev = cupy.cuda.runtime.getDevice()
-    stream = cupy.cuda.get_current_stream()
-    codecs = getattr(_local, "codecs", None)
-    if codecs is None:
-        codecs = _local.codecs = {}
-    key = (dev, stream.ptr)
-    if key not in codecs:
-        codecs[key] = nvcomp.Codec(algorithm="Zstd", bitstream_kind=nvcomp.BitstreamKind.RAW,
-                                   device_id=dev, cuda_stream=stream.ptr)
-    return codecs[key]
-
-
 def encode(data: Any) -> np.ndarray:
     """``data`` (a CuPy array on the current device, complete: its stream synchronised) as one
     zstd frame: a uint8 view of this thread's pinned buffer, valid until the thread's next use
@@ -86,104 +76,166 @@ def encode(data: Any) -> np.ndarray:
     from .host_buffers import thread_pinned
 
     flat = cupy.ascontiguousarray(data).reshape(-1).view(np.uint8)
-    frame = _encoder(flat.device.id).submit(flat).result()
+    frame = _batcher(_Encoder, flat.device.id).submit(flat, flat.nbytes).result()
     host = thread_pinned((frame.size,), np.dtype(np.uint8))
     frame.get(out=host, blocking=True)  # on this thread's current stream
     return host
 
 
-MAX_BATCH_FRAMES = 64
-MAX_BATCH_BYTES = 4 << 30
+class _Batcher:
+    """One thread per device that runs the requests queued by every task thread in batches,
+    with one nvCOMP codec on the legacy default stream (see the module's docstring). A
+    request waits on a future: the requests queued while a batch runs make the next batch."""
 
-
-class _Encoder:
-    """One thread per device that encodes the chunks queued by every writer thread, in batches.
-
-    Why not each writer with its own codec on its own stream: on the H100 host that crashed
-    the process (SIGSEGV in a thread nvCOMP drives, with or without a lock around the calls),
-    as decoding did. One thread on the legacy stream is the way nvCOMP was measured to work,
-    and batching is what makes it fast: nvCOMP encodes a lone frame of 128 MiB at 0.84 GB/s
-    but a batch of 32 at 6.1 GB/s (frames in parallel). Writers wait on a future: the frames
-    they queued while a batch ran make the next batch.
-    """
+    kind = ""
+    max_items = 0  # requests in one batch
+    max_bytes = 0  # and their bytes (the first request always goes)
 
     def __init__(self, dev: int) -> None:
         import queue
 
         self.dev = dev
-        self.queue: queue.SimpleQueue[tuple[Any, Future[Any]]] = queue.SimpleQueue()
-        threading.Thread(target=self._run, name=f"dask-compact-nvcomp-encode-{dev}",
+        self.queue: queue.SimpleQueue[tuple[Any, int, Future[Any]]] = queue.SimpleQueue()
+        self.batches = self.requests = 0  # run so far (what a batch held, on average)
+        threading.Thread(target=self._run, name=f"dask-compact-nvcomp-{self.kind}-{dev}",
                          daemon=True).start()
 
-    def submit(self, flat: Any) -> Future[Any]:
+    def submit(self, item: Any, nbytes: int) -> Future[Any]:
         fut: Future[Any] = Future()
-        self.queue.put((flat, fut))
+        self.queue.put((item, nbytes, fut))
         return fut
 
-    def _batch(self) -> list[tuple[Any, Future[Any]]]:
+    def _batch(self) -> list[tuple[Any, int, Future[Any]]]:
         import queue
 
         batch = [self.queue.get()]
-        size = batch[0][0].nbytes
-        while len(batch) < MAX_BATCH_FRAMES and size < MAX_BATCH_BYTES:
+        size = batch[0][1]
+        while len(batch) < self.max_items and size < self.max_bytes:
             try:
                 item = self.queue.get_nowait()
             except queue.Empty:
                 break
             batch.append(item)
-            size += item[0].nbytes
+            size += item[1]
         return batch
 
+    def _on_device(self) -> Any:
+        import cupy
+
+        return cupy.cuda.Device(self.dev)
+
+    def _codec(self) -> Any:
+        from nvidia import nvcomp
+
+        return nvcomp.Codec(algorithm="Zstd", bitstream_kind=nvcomp.BitstreamKind.RAW,
+                            device_id=self.dev, cuda_stream=0)
+
     def _run(self) -> None:
+        with self._on_device():
+            codec = self._codec()
+            while True:
+                batch = self._batch()
+                self.batches += 1
+                self.requests += len(batch)
+                try:
+                    results = self._process(codec, [item for item, _, _ in batch])
+                except BaseException as e:  # noqa: BLE001 -- handed to the waiting tasks
+                    if len(batch) == 1:
+                        batch[0][2].set_exception(e)
+                        continue
+                    # Each request alone, so that a bad one fails its own task only (the
+                    # task's error then names its chunk).
+                    for item, _, fut in batch:
+                        try:
+                            fut.set_result(self._process(codec, [item])[0])
+                        except BaseException as one:  # noqa: BLE001 -- as above
+                            fut.set_exception(one)
+                    continue
+                for (_, _, fut), result in zip(batch, results):
+                    fut.set_result(result)
+
+    def _process(self, codec: Any, items: list[Any]) -> list[Any]:
+        raise NotImplementedError
+
+
+class _Encoder(_Batcher):
+    """Encodes output chunks (one contiguous uint8 CuPy array each) as one zstd frame each.
+
+    nvCOMP encodes a lone frame of 128 MiB at 0.84 GB/s but a batch of 32 at 6.1 GB/s."""
+
+    kind = "encode"
+    max_items = 64
+    max_bytes = 4 << 30
+
+    def _process(self, codec: Any, items: list[Any]) -> list[Any]:
         import cupy
         from nvidia import nvcomp
 
-        with cupy.cuda.Device(self.dev):
-            codec = nvcomp.Codec(algorithm="Zstd", bitstream_kind=nvcomp.BitstreamKind.RAW,
-                                 device_id=self.dev, cuda_stream=0)
-            while True:
-                batch = self._batch()
-                try:
-                    encoded = codec.encode(nvcomp.as_arrays([flat for flat, _ in batch]))
-                    # Copied out of nvCOMP's buffers here, so that nvCOMP's arrays are made
-                    # and freed in this thread only.
-                    frames = [cupy.asarray(e).view(np.uint8).reshape(-1).copy()
-                              for e in encoded]
-                    del encoded
-                    cupy.cuda.Stream.null.synchronize()
-                except BaseException as e:  # noqa: BLE001 -- handed to every waiting writer
-                    for _, fut in batch:
-                        fut.set_exception(e)
-                    continue
-                for (_, fut), frame in zip(batch, frames):
-                    fut.set_result(frame)
+        encoded = codec.encode(nvcomp.as_arrays(items))
+        # Copied out of nvCOMP's buffers here, so that nvCOMP's arrays are made and freed in
+        # this thread only.
+        frames = [cupy.asarray(e).view(np.uint8).reshape(-1).copy() for e in encoded]
+        del encoded
+        cupy.cuda.Stream.null.synchronize()
+        return frames
 
 
-_encoders: dict[int, _Encoder] = {}
-_encoders_lock = threading.Lock()
+class _Decoder(_Batcher):
+    """Decodes the zstd frames of chunk tasks (a request: one task's frames, uint8 CuPy
+    arrays on this device, complete) into new uint8 CuPy arrays, complete when the future
+    is done.
+
+    The arrays are allocated on the legacy default stream: a task that reads them on its
+    own stream synchronises that stream before it drops them (CuPy's pool reuses memory in
+    the order of the stream it was allocated on)."""
+
+    kind = "decode"
+    max_items = 128  # nvCOMP decoded up to ~128 frames side by side at one frame's pace
+    max_bytes = 8 << 30  # decoded bytes, with a copy of each while it is taken out
+
+    def _process(self, codec: Any, items: list[Any]) -> list[Any]:
+        import cupy
+        from nvidia import nvcomp
+
+        frames = [f for item in items for f in item]
+        decoded = codec.decode(nvcomp.as_arrays(frames))
+        flat = [cupy.asarray(d).view(np.uint8).reshape(-1).copy() for d in decoded]
+        del decoded
+        cupy.cuda.Stream.null.synchronize()
+        out, at = [], 0
+        for item in items:
+            out.append(flat[at : at + len(item)])
+            at += len(item)
+        return out
 
 
-def _encoder(dev: int) -> _Encoder:
-    with _encoders_lock:
-        if dev not in _encoders:
-            _encoders[dev] = _Encoder(dev)
-        return _encoders[dev]
+_batchers: dict[tuple[type, int], _Batcher] = {}
+_batchers_lock = threading.Lock()
 
 
-def read_pinned(paths: list[str]) -> tuple[Any, list[int], list[int]]:
-    """The files' bytes in one pinned host buffer: (buffer, offsets, sizes)."""
-    from .host_buffers import pinned
+def _batcher(kind: type[_Batcher], dev: int) -> Any:
+    with _batchers_lock:
+        if (kind, dev) not in _batchers:
+            _batchers[(kind, dev)] = kind(dev)
+        return _batchers[(kind, dev)]
 
-    sizes = [os.path.getsize(p) for p in paths]
-    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64).tolist()
-    host = pinned(offsets[-1])
-    view = memoryview(host.data)
-    for p, o, n in zip(paths, offsets, sizes):
-        with open(p, "rb", buffering=0) as f:
-            got = f.readinto(view[o : o + n])
-        if got != n:
-            raise OSError(f"{p}: read {got} of {n} bytes")
-    return host, offsets[:-1], sizes
+
+def decode_batches() -> tuple[int, int]:
+    """(batches, requests) the decoders of this process have run so far, over all devices:
+    how many tasks' chunks one nvCOMP call decoded, on average."""
+    with _batchers_lock:
+        ds = [b for (kind, _), b in _batchers.items() if kind is _Decoder]
+    return sum(b.batches for b in ds), sum(b.requests for b in ds)
+
+
+def decode_threads(devices: int) -> int:
+    """Chunk tasks to run beside a job's CPU threads where nvCOMP decodes on ``devices``
+    GPUs: they wait on the decoders (see the module's docstring) while the CPU threads
+    encode, so the frames in flight, and the decoders' rate, grow with them
+    (``dask-compact.batch.gpu-decode-tasks`` per device)."""
+    import dask.config
+
+    return max(0, int(dask.config.get("dask-compact.batch.gpu-decode-tasks", 32))) * devices
 
 
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
@@ -206,28 +258,36 @@ def frame_content_size(frame: bytes | memoryview) -> int | None:
     return value + 256 if size == 2 else value
 
 
-def decode_files(paths: list[str], expected: list[int] | None = None) -> list[Any]:
-    """Decode zstd frames stored in ``paths`` on the current device; one uint8 CuPy array per
-    file, in order. Synchronises the stream before returning (the pinned buffer is then free
-    to reuse, and the caller's kernels see finished data)."""
-    import cupy
-    from nvidia import nvcomp
+def decode_host(frames: list[Any], expected: list[int], names: list[str]) -> list[Any]:
+    """zstd frames in host memory (``frames``: buffers such as memory-mapped chunk files),
+    each expected to decode to ``expected[k]`` bytes, decoded on the current device: one new
+    uint8 CuPy array per frame, in order, complete, allocated on the legacy default stream
+    (so the caller synchronises the stream it reads them on before it drops them).
 
-    host, offsets, sizes = read_pinned(paths)
-    if expected is not None:
-        # nvCOMP trusts its input: a frame that is not what the chunk must hold can make the
-        # device fault (an illegal address, which ends the CUDA context). Check each header
-        # on the CPU first. Corruption inside a well-formed frame is not caught here.
-        for p, o, n, want in zip(paths, offsets, sizes, expected):
-            got = frame_content_size(memoryview(host)[o : o + min(n, 18)])
-            if got != want:
-                raise ValueError(f"{p} is not a zstd frame of {want} bytes "
-                                 f"(its header says {got})")
+    The frames go to the device through its staging ring (:mod:`.staging`, one registration
+    per device, rather than a pinned buffer per task: a job decoding on the GPU runs many
+    more tasks than cores, :func:`decode_threads`) on the current stream, then to the
+    device's decoder, batched with other tasks' frames. ``names`` (e.g. the files' paths)
+    name a frame in an error."""
+    import cupy
+
+    from .staging import ring
+
+    # nvCOMP trusts its input: a frame that is not what the chunk must hold can make the
+    # device fault (an illegal address, which ends the CUDA context). Check each header on
+    # the CPU first. Corruption inside a well-formed frame is not caught here.
+    for frame, want, name in zip(frames, expected, names):
+        got = frame_content_size(memoryview(frame)[:18])
+        if got != want:
+            raise ValueError(f"{name} is not a zstd frame of {want} bytes "
+                             f"(its header says {got})")
+    dev = cupy.cuda.runtime.getDevice()
     stream = cupy.cuda.get_current_stream()
-    dev = cupy.empty(host.size, dtype=np.uint8)
-    dev.set(host, stream=stream)
-    views = [dev[o : o + n] for o, n in zip(offsets, sizes)]
-    decoded = _codec().decode(nvcomp.as_arrays(views))
-    out = [cupy.asarray(d).view(np.uint8).reshape(-1) for d in decoded]
-    stream.synchronize()
-    return out
+    on_device = []
+    for frame in frames:
+        host = np.frombuffer(frame, np.uint8)
+        d = cupy.empty(host.size, np.uint8)
+        ring(dev).to_device(d, host, stream)
+        on_device.append(d)
+    stream.synchronize()  # the decoder reads them on its own stream
+    return _batcher(_Decoder, dev).submit(on_device, sum(expected)).result()

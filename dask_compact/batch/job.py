@@ -50,12 +50,22 @@ def layout_of(src: Source, output_chunks: int | None) -> Layout:
     return Layout.make(src.shape, src.dtype.itemsize, src.row_chunk, output_chunks)
 
 
-def executor_for(runner: Runner) -> Executor:
+def executor_for(runner: Runner, job: Job) -> Executor:
+    """The cluster's client, or a thread per core in this process, and where nvCOMP decodes
+    on this process's GPUs as many more threads as tasks should wait on its decoders
+    (:func:`.gpu_zstd.decode_threads`)."""
     if runner.client is not None:
         return ClientExecutor(runner.client)
     from dask.system import CPU_COUNT
 
-    return ThreadExecutor(CPU_COUNT)
+    threads = CPU_COUNT
+    if job.decode == "gpu":
+        import cupy
+
+        from .gpu_zstd import decode_threads
+
+        threads += decode_threads(cupy.cuda.runtime.getDeviceCount())
+    return ThreadExecutor(threads)
 
 
 def create_group(store: str, layout: Layout, src: Source, mode: str,
@@ -133,7 +143,7 @@ def stream_and_commit(runner: Runner, target: Target, make_job: Callable[[], Job
     ex: Executor | None = None
     try:  # from here on, a failure removes the temporary group (and drains running tasks)
         job = make_job()
-        ex = executor_for(runner)
+        ex = executor_for(runner, job)
         # Selections in this process reuse pooled buffers (.host_buffers); worker processes
         # of a cluster allocate theirs.
         marks = job.stats.marks  # the steps after the last write, for the summary's timeline
@@ -218,6 +228,9 @@ def run_job(
         budget = memory_budget(runner)
         if encode == "gpu":  # the selections wait for their writes in device memory
             budget = min(budget, device_budget(runner))
+    from .gpu_zstd import decode_batches
+
+    batches_before = decode_batches()  # this process's decoders (the threaded scheduler's)
     t0 = time.perf_counter()
     started = process_age()
     names = NAMES[mode]
@@ -262,6 +275,9 @@ def run_job(
         "gb_per_s": layout.n * layout.itemsize / 1e9 / seconds if seconds > 0 else 0.0,
         **stream_summary(job, runner, threads),
         "gpu_decode": st.gpu_decoded > 0,
+        # nvCOMP calls of this process's decoders, and the tasks whose chunks they decoded
+        "gpu_decode_batches": dict(zip(("batches", "tasks"), (
+            a - b for a, b in zip(decode_batches(), batches_before)))),
         "decode": decode,
         "encode": encode,
         "gpu_encoded": st.gpu_encoded,

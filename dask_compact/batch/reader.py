@@ -133,29 +133,39 @@ class ZarrChunkFiles:
 
     def read_device(self, r0: int, r1: int) -> Any:
         """The same rows as a CuPy array on the current device, decoded there by nvCOMP (see
-        :mod:`.gpu_zstd`): one pinned read, one copy, one batch decode."""
+        :func:`.gpu_zstd.decode_host`: the chunks' compressed bytes copied to the device on
+        the current stream, decoded in a batch with other tasks' chunks). Where the rows
+        span several chunks they are put together on the current stream, which is then
+        synchronised (the decoded chunks go back to the pool of another stream)."""
         import cupy
 
-        from .gpu_zstd import decode_files
+        from .gpu_zstd import decode_host
 
         spans = self._chunks(r0, r1)
-        paths = [os.path.join(self.url, self.keys[c]) for c, _, _ in spans]
-        present = [os.path.exists(p) for p in paths]
-        if not all(present) and not self.allow_missing:
-            missing = next(p for p, ok in zip(paths, present) if not ok)
-            raise FileNotFoundError(f"Zarr chunk {missing} is missing from the store")
         row = int(np.prod(self.shape[1:], dtype=np.int64)) if len(self.shape) > 1 else 1
         chunk_bytes = self.chunk_rows * row * self.dtype.itemsize
-        kept = [p for p, ok in zip(paths, present) if ok]
-        decoded = iter(decode_files(kept, [chunk_bytes] * len(kept)))
+        raws = [self._raw(c) for c, _, _ in spans]
+        try:
+            kept = [r for r in raws if r is not None]
+            names = [os.path.join(self.url, self.keys[c])
+                     for (c, _, _), r in zip(spans, raws) if r is not None]
+            decoded = iter(decode_host(kept, [chunk_bytes] * len(kept), names))
+        finally:
+            for r in raws:
+                if isinstance(r, mmap.mmap):
+                    r.close()
         parts = []
-        for (_, first, rows), ok in zip(spans, present):
-            if not ok:
+        for (_, first, rows), raw in zip(spans, raws):
+            if raw is None:
                 parts.append(cupy.full(rows * row, self.fill_value, self.dtype))
                 continue
             whole = next(decoded).view(self.dtype)
             parts.append(whole[first * row : (first + rows) * row])
-        flat = parts[0] if len(parts) == 1 else cupy.concatenate(parts)
+        if len(parts) == 1:
+            flat = parts[0]
+        else:
+            flat = cupy.concatenate(parts)
+            cupy.cuda.get_current_stream().synchronize()
         return flat.reshape((r1 - r0,) + self.shape[1:])
 
 

@@ -5,7 +5,6 @@ runs in a thread pool and on distributed workers."""
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
 import threading
@@ -116,23 +115,25 @@ def read_compact(
 
     import cupy
 
-    dev, ring = device_and_ring(i, device)
-    # nvCOMP decode stays on the legacy default stream: on a thread's non-blocking stream it
-    # crashed (SIGSEGV) on the H100 host, with 16 threads decoding at once.
-    stream = _thread_stream(dev) if decode != "gpu" else contextlib.nullcontext()
-    with cupy.cuda.Device(dev), stream:
+    dev, ring = device_and_ring(i, device, decode)
+    with cupy.cuda.Device(dev), _thread_stream(dev):
         t0 = time.perf_counter()
         keep: Any = None  # host memory the copy to the device reads until the count is back
-        if decode == "gpu":
+        early = early_read.take(reader, r0, r1) if decode == "gpu" else None
+        if decode == "gpu" and early is None:
+            # nvCOMP decodes it on the device (.gpu_zstd): the decoder's thread allocated it
+            # on another stream, so this stream is synchronised before it is dropped (below)
             try:
                 block = reader.read_device(r0, r1)  # type: ignore[union-attr]
             except Exception as e:
                 raise ChunkError(f"cannot read {where_from}: {type(e).__name__}: {e}") from e
         elif isinstance(reader, ZarrChunkFiles) and ring is not None:
-            # Several GPUs driven from this process: decoded into this thread's pageable
-            # buffer and copied through the device's pinned pieces (see .staging). A chunk
-            # read early (.early_read) is copied from where it lies.
-            early = early_read.take(reader, r0, r1)
+            # Several GPUs driven from this process (or a chunk read early where nvCOMP
+            # decodes the others): decoded into this thread's pageable buffer and copied
+            # through the device's pinned pieces (see .staging). A chunk read early
+            # (.early_read) is copied from where it lies.
+            if early is None and decode != "gpu":
+                early = early_read.take(reader, r0, r1)
             if early is not None:
                 t0 -= early[1]
                 host = np.ascontiguousarray(early[0])  # the ring copies contiguous bytes
@@ -171,6 +172,8 @@ def read_compact(
             block = cupy.asarray(_read(reader, r0, r1, where_from))
         t1 = time.perf_counter()
         values, indices = _compact(block, pred, mode, base, where_from)
+        if decode == "gpu":
+            cupy.cuda.get_current_stream().synchronize()  # done reading the decoded chunk
         del block
         del keep  # the copy to the device has ended (see above)
         if encode == "gpu":
@@ -181,16 +184,19 @@ def read_compact(
     return _piece(values, indices, t1 - t0, time.perf_counter() - t1, "gpu", decode)
 
 
-def device_and_ring(i: int, device: str) -> tuple[int, staging.StagingRing | None]:
+def device_and_ring(i: int, device: str, decode: str = "cpu"
+                    ) -> tuple[int, staging.StagingRing | None]:
     """The device that compacts input chunk ``i`` (``device`` "gpu": this worker's; "gpu-all":
     ``i % n`` of the n this process sees), and the ring its copies go through where this
-    process drives several devices (else None: the thread's pinned buffers, see .staging)."""
+    process drives several devices or nvCOMP decodes (``decode="gpu"``: many more tasks than
+    cores then copy, see .gpu_zstd.decode_threads), else None: the thread's pinned buffers,
+    see .staging."""
     import cupy
 
     ndev = cupy.cuda.runtime.getDeviceCount()
     dev = i % ndev if device == "gpu-all" else cupy.cuda.runtime.getDevice()
     # A cluster worker drives one device whatever it sees; this process drives all it sees
-    staged = device == "gpu-all" and staging.staged_devices(ndev)
+    staged = (device == "gpu-all" and staging.staged_devices(ndev)) or decode == "gpu"
     return dev, staging.ring(dev) if staged else None
 
 

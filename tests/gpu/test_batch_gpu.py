@@ -54,6 +54,44 @@ def test_gpu_decode_reads_what_zarr_reads(tmp_path, dtype, shape, chunks):
             np.testing.assert_array_equal(got.get(), a[r0:r1])
 
 
+@needs_nvcomp
+def test_decoder_batch_answers_each_request_with_its_frames():
+    """One nvCOMP call decodes the frames of several tasks (a request: one task's frames, of
+    any sizes); each task gets back its own frames, in order."""
+    from numcodecs import Zstd
+
+    rng = np.random.default_rng(11)
+    arrays = [rng.random(n).astype(np.float32) for n in (1, 4097, 100_003, 31, 65_536, 7)]
+    frames = [cupy.asarray(np.frombuffer(Zstd().encode(a), np.uint8)) for a in arrays]
+    requests = [frames[:1], frames[1:4], frames[4:5], frames[5:]]
+    dec = gpu_zstd._Decoder.__new__(gpu_zstd._Decoder)  # no thread: _process called here
+    dec.dev = 0
+    with cupy.cuda.Device(0):
+        got = dec._process(dec._codec(), requests)
+    flat = [g for answer in got for g in answer]
+    assert [len(r) for r in got] == [len(r) for r in requests]
+    for a, g in zip(arrays, flat):
+        np.testing.assert_array_equal(g.view(np.float32).get(), a)
+
+
+@needs_nvcomp
+def test_gpu_decode_of_many_chunks_at_once_matches_numpy(tmp_path):
+    """Many tasks waiting on the decoder at once (a job decoding on the GPU runs more tasks
+    than cores): their chunks are decoded in shared batches, every one exact."""
+    a = np.random.default_rng(12).random(3_000_017).astype(np.float32)
+    path = make(tmp_path, a, (16_384,))
+    out = tmp_path / "out.zarr"
+    res = run(path, out, "-w", "x < 0.4", "-o", "both", "--local", "threads", "--device",
+              "gpu", "--decode", "gpu", "--output-chunks", "100000", "--json")
+    summary = json.loads(res.stdout)
+    assert summary["gpu_decode"] and summary["chunks_read"] == 184
+    batches = summary["gpu_decode_batches"]
+    assert batches["tasks"] == 184 and batches["batches"] < 184, batches
+    g = zarr.open_group(str(out), mode="r")
+    np.testing.assert_array_equal(g["values"][:], a[a < 0.4])
+    np.testing.assert_array_equal(g["indices"][:], np.flatnonzero(a < 0.4))
+
+
 @pytest.mark.parametrize("encode", ["cpu", pytest.param("gpu", marks=needs_nvcomp)])
 @pytest.mark.parametrize("decode", ["cpu", pytest.param("gpu", marks=needs_nvcomp)])
 @pytest.mark.parametrize("mode", ["values", "indices", "both"])

@@ -1,0 +1,98 @@
+"""The batching of nvCOMP requests (:class:`dask_compact.batch.gpu_zstd._Batcher`): requests
+queued by many threads while a batch runs make the next batch, each result goes back to its
+own request, and a request that fails a batch fails alone. Runs on the CPU: the codec and the
+device are replaced; the GPU suite decodes real frames (tests/gpu/test_batch_gpu.py)."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from dask_compact.batch import gpu_zstd
+
+
+class Upper(gpu_zstd._Batcher):
+    """Upper-cases strings, a batch at a time, slowly enough for requests to queue."""
+
+    kind = "test"
+    max_items = 4
+    max_bytes = 1 << 20
+
+    def __init__(self) -> None:
+        self.sizes: list[int] = []
+        self.lengths: list[list[int]] = []
+        super().__init__(dev=0)
+
+    def _on_device(self):
+        return contextlib.nullcontext()
+
+    def _codec(self):
+        return None
+
+    def _process(self, codec, items):
+        self.sizes.append(len(items))
+        self.lengths.append([len(s) for s in items])
+        time.sleep(0.02)
+        if any("bad" in s for s in items):
+            raise ValueError("a bad frame in this batch")
+        return [s.upper() for s in items]
+
+
+def test_requests_of_many_threads_are_batched_and_answered_each():
+    b = Upper()
+    words = [f"word{k}" for k in range(40)]
+    start = threading.Barrier(len(words))
+
+    def ask(w):
+        start.wait()
+        return b.submit(w, len(w)).result(timeout=30)
+
+    with ThreadPoolExecutor(len(words)) as pool:
+        got = list(pool.map(ask, words))
+    assert got == [w.upper() for w in words]
+    assert b.requests == len(words)
+    assert b.batches < len(words)  # 40 requests at once: batches of up to 4
+    assert max(b.sizes) == 4 and sum(b.sizes) == len(words)
+
+
+def test_a_bad_request_fails_alone():
+    b = Upper()
+    words = ["a", "b", "bad", "c", "d", "e", "f", "g"]
+    start = threading.Barrier(len(words))
+
+    def ask(w):
+        start.wait()
+        return b.submit(w, 1)
+
+    with ThreadPoolExecutor(len(words)) as pool:
+        futs = list(pool.map(ask, words))
+    for w, f in zip(words, futs):
+        if w == "bad":
+            with pytest.raises(ValueError, match="bad frame"):
+                f.result(timeout=30)
+        else:
+            assert f.result(timeout=30) == w.upper()
+
+
+def test_a_batch_stops_at_its_bytes():
+    b = Upper()
+    b.max_bytes = 10
+    words = ["x" * 3] + ["y" * 6] * 6
+    futs = [b.submit(w, len(w)) for w in words]
+    assert [f.result(timeout=30) for f in futs] == [w.upper() for w in words]
+    # a batch takes one more request while its bytes are under the limit, never past it
+    assert all(sum(lens[:-1]) < 10 for lens in b.lengths)
+    assert sum(map(len, b.lengths)) == len(words) and max(map(sum, b.lengths)) > 6
+
+
+def test_decode_tasks_per_device_follow_the_config():
+    import dask.config
+
+    assert gpu_zstd.decode_threads(2) == 64
+    with dask.config.set({"dask-compact.batch.gpu-decode-tasks": 5}):
+        assert gpu_zstd.decode_threads(4) == 20
+    assert gpu_zstd.decode_batches() == (0, 0)  # no decoder made in this process
