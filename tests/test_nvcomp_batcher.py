@@ -39,7 +39,7 @@ class Upper(gpu_zstd._Batcher):
         time.sleep(0.02)
         if any("bad" in s for s in items):
             raise ValueError("a bad frame in this batch")
-        return [s.upper() for s in items]
+        return [KeyError(s) if s.startswith("own") else s.upper() for s in items]
 
 
 def test_requests_of_many_threads_are_batched_and_answered_each():
@@ -95,4 +95,13 @@ def test_decode_tasks_per_device_follow_the_config():
     assert gpu_zstd.decode_threads(2) == 64
     with dask.config.set({"dask-compact.batch.gpu-decode-tasks": 5}):
         assert gpu_zstd.decode_threads(4) == 20
-    assert gpu_zstd.decode_batches() == (0, 0)  # no decoder made in this process
+
+
+def test_a_request_failing_on_its_own_fails_alone_without_a_retry():
+    b = Upper()
+    words = ["a", "own-failure", "b", "c"]
+    futs = [b.submit(w, 1) for w in words]
+    with pytest.raises(KeyError, match="own-failure"):
+        futs[1].result(timeout=30)
+    assert [futs[k].result(timeout=30) for k in (0, 2, 3)] == ["A", "B", "C"]
+    assert sum(b.sizes) == len(words)  # every request processed once

@@ -44,7 +44,11 @@ def unavailable() -> str:
         return f"CuPy is not importable ({e})"
     try:
         from nvidia import nvcomp  # noqa: F401 -- only whether it imports
-    except ImportError as e:
+
+        from .nvcomp_decode import _lib
+
+        _lib()
+    except (ImportError, OSError, AttributeError) as e:
         return f"nvCOMP is not installed ({e}; pip install nvidia-nvcomp-cu13)"
     try:
         if cupy.cuda.runtime.getDeviceCount() == 0:
@@ -152,9 +156,13 @@ class _Batcher:
                             fut.set_exception(one)
                     continue
                 for (_, _, fut), result in zip(batch, results):
-                    fut.set_result(result)
+                    if isinstance(result, BaseException):  # this request's own failure
+                        fut.set_exception(result)
+                    else:
+                        fut.set_result(result)
 
     def _process(self, codec: Any, items: list[Any]) -> list[Any]:
+        """Each item's result, or the exception that item alone raises."""
         raise NotImplementedError
 
 
@@ -182,31 +190,32 @@ class _Encoder(_Batcher):
 
 class _Decoder(_Batcher):
     """Decodes the zstd frames of chunk tasks (a request: one task's frames, uint8 CuPy
-    arrays on this device, complete) into new uint8 CuPy arrays, complete when the future
-    is done.
-
-    The arrays are allocated on the legacy default stream: a task that reads them on its
-    own stream synchronises that stream before it drops them (CuPy's pool reuses memory in
-    the order of the stream it was allocated on)."""
+    arrays on this device, complete, and the arrays they decode into, allocated by the task
+    on its own stream at the sizes the frames declare) through nvCOMP's C API
+    (:mod:`.nvcomp_decode`, which releases the GIL); a request's outputs are complete when
+    its future is done."""
 
     kind = "decode"
     max_items = 128  # nvCOMP decoded up to ~128 frames side by side at one frame's pace
-    max_bytes = 8 << 30  # decoded bytes, with a copy of each while it is taken out
+    max_bytes = 16 << 30  # decoded bytes
+
+    def _codec(self) -> Any:
+        return None  # the C API is called directly
 
     def _process(self, codec: Any, items: list[Any]) -> list[Any]:
         import cupy
-        from nvidia import nvcomp
 
-        frames = [f for item in items for f in item]
-        decoded = codec.decode(nvcomp.as_arrays(frames))
-        flat = [cupy.asarray(d).view(np.uint8).reshape(-1).copy() for d in decoded]
-        del decoded
-        cupy.cuda.Stream.null.synchronize()
-        out, at = [], 0
-        for item in items:
-            out.append(flat[at : at + len(item)])
-            at += len(item)
-        return out
+        from .nvcomp_decode import decode_into
+
+        frames = [f for item in items for f in item[0]]
+        outs = [o for item in items for o in item[1]]
+        problems = iter(decode_into(frames, outs, cupy.cuda.Stream.null))
+        results: list[Any] = []
+        for item_frames, item_outs in items:
+            bad = [(k, m) for k, m in enumerate(next(problems) for _ in item_frames) if m]
+            results.append(ValueError("; ".join(f"frame {k}: {m}" for k, m in bad)) if bad
+                           else item_outs)
+        return results
 
 
 _batchers: dict[tuple[type, int], _Batcher] = {}
@@ -261,8 +270,7 @@ def frame_content_size(frame: bytes | memoryview) -> int | None:
 def decode_host(frames: list[Any], expected: list[int], names: list[str]) -> list[Any]:
     """zstd frames in host memory (``frames``: buffers such as memory-mapped chunk files),
     each expected to decode to ``expected[k]`` bytes, decoded on the current device: one new
-    uint8 CuPy array per frame, in order, complete, allocated on the legacy default stream
-    (so the caller synchronises the stream it reads them on before it drops them).
+    uint8 CuPy array per frame (allocated on the current stream), in order, complete.
 
     The frames go to the device through its staging ring (:mod:`.staging`, one registration
     per device, rather than a pinned buffer per task: a job decoding on the GPU runs many
@@ -289,5 +297,6 @@ def decode_host(frames: list[Any], expected: list[int], names: list[str]) -> lis
         d = cupy.empty(host.size, np.uint8)
         ring(dev).to_device(d, host, stream)
         on_device.append(d)
-    stream.synchronize()  # the decoder reads them on its own stream
-    return _batcher(_Decoder, dev).submit(on_device, sum(expected)).result()
+    outs = [cupy.empty(want, np.uint8) for want in expected]
+    stream.synchronize()  # the decoder works on its own stream
+    return _batcher(_Decoder, dev).submit((on_device, outs), sum(expected)).result()

@@ -134,9 +134,7 @@ class ZarrChunkFiles:
     def read_device(self, r0: int, r1: int) -> Any:
         """The same rows as a CuPy array on the current device, decoded there by nvCOMP (see
         :func:`.gpu_zstd.decode_host`: the chunks' compressed bytes copied to the device on
-        the current stream, decoded in a batch with other tasks' chunks). Where the rows
-        span several chunks they are put together on the current stream, which is then
-        synchronised (the decoded chunks go back to the pool of another stream)."""
+        the current stream, decoded in a batch with other tasks' chunks)."""
         import cupy
 
         from .gpu_zstd import decode_host
@@ -161,11 +159,7 @@ class ZarrChunkFiles:
                 continue
             whole = next(decoded).view(self.dtype)
             parts.append(whole[first * row : (first + rows) * row])
-        if len(parts) == 1:
-            flat = parts[0]
-        else:
-            flat = cupy.concatenate(parts)
-            cupy.cuda.get_current_stream().synchronize()
+        flat = parts[0] if len(parts) == 1 else cupy.concatenate(parts)
         return flat.reshape((r1 - r0,) + self.shape[1:])
 
 

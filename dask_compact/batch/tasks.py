@@ -121,8 +121,7 @@ def read_compact(
         keep: Any = None  # host memory the copy to the device reads until the count is back
         early = early_read.take(reader, r0, r1) if decode == "gpu" else None
         if decode == "gpu" and early is None:
-            # nvCOMP decodes it on the device (.gpu_zstd): the decoder's thread allocated it
-            # on another stream, so this stream is synchronised before it is dropped (below)
+            # nvCOMP decodes it on the device, in a batch with other tasks' chunks (.gpu_zstd)
             try:
                 block = reader.read_device(r0, r1)  # type: ignore[union-attr]
             except Exception as e:
@@ -172,8 +171,6 @@ def read_compact(
             block = cupy.asarray(_read(reader, r0, r1, where_from))
         t1 = time.perf_counter()
         values, indices = _compact(block, pred, mode, base, where_from)
-        if decode == "gpu":
-            cupy.cuda.get_current_stream().synchronize()  # done reading the decoded chunk
         del block
         del keep  # the copy to the device has ended (see above)
         if encode == "gpu":
