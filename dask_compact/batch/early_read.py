@@ -18,8 +18,8 @@ first window holds at least those chunks). The loop stops it as it admits its fi
 and drops anything outside that window; the job's tasks read every chunk it did not start.
 
 It only ever saves time: an input it cannot read this way (another layout, a URL, a Zarr v2
-array), a chunk it fails to read, or a job that reads differently (``--chunks``, a GPU
-decode, a cluster's workers) leaves the chunk to the task, which reads it and reports any
+array), a chunk it fails to read, or a job that reads differently (``--chunks``, a cluster's
+workers) leaves the chunk to the task, which reads it and reports any
 error as it would have. A chunk is read by exactly one of the two: the first to claim it.
 """
 

@@ -150,8 +150,7 @@ class ZarrChunkFiles:
             decoded = iter(decode_host(kept, [chunk_bytes] * len(kept), names))
         finally:
             for r in raws:
-                if isinstance(r, mmap.mmap):
-                    r.close()
+                _close(r)
         parts = []
         for (_, first, rows), raw in zip(spans, raws):
             if raw is None:
@@ -161,6 +160,18 @@ class ZarrChunkFiles:
             parts.append(whole[first * row : (first + rows) * row])
         flat = parts[0] if len(parts) == 1 else cupy.concatenate(parts)
         return flat.reshape((r1 - r0,) + self.shape[1:])
+
+
+def _close(raw: Any) -> None:
+    """Unmap a chunk file mapped by :meth:`ZarrChunkFiles._raw` now, or, where a view of it
+    is still alive, once that view is garbage: on a distributed worker the sampling profiler
+    can hold the frame of a function that viewed it (``BufferError: cannot close exported
+    pointers exist``, seen on a LocalCUDACluster)."""
+    if isinstance(raw, mmap.mmap):
+        try:
+            raw.close()
+        except BufferError:
+            pass
 
 
 def chunk_files_reader(node: Any, url: str, fingerprint: str,
