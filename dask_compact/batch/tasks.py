@@ -120,7 +120,8 @@ def read_compact(
         t0 = time.perf_counter()
         keep: Any = None  # host memory the copy to the device reads until the count is back
         early = early_read.take(reader, r0, r1) if decode == "gpu" else None
-        if decode == "gpu" and early is None:
+        decoded_by = "gpu" if decode == "gpu" and early is None else "cpu"
+        if decoded_by == "gpu":
             # nvCOMP decodes it on the device, in a batch with other tasks' chunks (.gpu_zstd)
             try:
                 block = reader.read_device(r0, r1)  # type: ignore[union-attr]
@@ -178,7 +179,7 @@ def read_compact(
             cupy.cuda.get_current_stream().synchronize()
         else:
             values, indices = _to_host(values, ring), _to_host(indices, ring)
-    return _piece(values, indices, t1 - t0, time.perf_counter() - t1, "gpu", decode)
+    return _piece(values, indices, t1 - t0, time.perf_counter() - t1, "gpu", decoded_by)
 
 
 def device_and_ring(i: int, device: str, decode: str = "cpu"
