@@ -6,7 +6,7 @@ registered pinned buffers, the idle threads' encode of the last chunks) come fro
 on the GPU host. It is a diagnostic, not a peer comparison: `batch_io.py` is the benchmark.
 
     python benchmarks/batch_profile.py --log2n 31 --chunk-log2 25 [--mode default|cpu]
-        [--threads N] [--output-chunks N] [--runs 2]  (--mode gpu-decode: nvCOMP decodes)
+        [--threads N] [--output-chunks N] [--runs 2]  (--mode gpu-decode: nvCOMP decodes; gpu-codec: and encodes)
 
 The first run in the process is the cold one (what every command pays: CUDA's start, kernel
 loading, pinned buffers); the next ones are warm. For each run: wall time, process CPU time,
@@ -89,7 +89,7 @@ def main() -> None:
     ap.add_argument("--log2n", type=int, default=26)
     ap.add_argument("--chunk-log2", type=int, default=22)
     ap.add_argument("--p", type=float, default=0.5)
-    ap.add_argument("--mode", choices=["default", "cpu", "gpu-decode"], default="default")
+    ap.add_argument("--mode", choices=["default", "cpu", "gpu-decode", "gpu-codec"], default="default")
     ap.add_argument("--threads", type=int, help="threads of the job's pool (default: cores)")
     ap.add_argument("--output-chunks", type=int)
     ap.add_argument("--runs", type=int, default=2)
@@ -116,18 +116,20 @@ def main() -> None:
     rec.wrap(tasks, "pin_in_place", "pin an early chunk")
     rec.wrap(tasks.early_read, "take", "take an early chunk")
     rec.wrap(tasks, "write_chunk", "write task")
-    from dask_compact.batch import gpu_zstd, nvcomp_decode, staging
+    from dask_compact.batch import gpu_zstd, nvcomp_capi, staging
 
     rec.wrap(reader.ZarrChunkFiles, "read_device", "read on the device (nvCOMP)")
     rec.wrap(gpu_zstd, "decode_host", "frames to the device, decoded")
-    rec.wrap(nvcomp_decode, "decode_into", "one nvCOMP batch (decoder thread)")
+    rec.wrap(nvcomp_capi, "decode_into", "one nvCOMP decode batch")
+    rec.wrap(nvcomp_capi, "encode", "one nvCOMP encode batch")
     rec.wrap(staging.StagingRing, "to_device", "ring: copy to the device")
     rec.wrap(staging.StagingRing, "to_host", "ring: copy to the host")
     rec.wrap(numcodecs.Zstd, "encode", "numcodecs encode")
     if args.threads:
         job.executor_for = lambda runner, _job: executor.ThreadExecutor(args.threads)
     flags = {"cpu": ["--local", "threads", "--device", "cpu"],
-             "gpu-decode": ["--decode", "gpu"]}.get(args.mode, [])
+             "gpu-decode": ["--decode", "gpu"],
+             "gpu-codec": ["--decode", "gpu", "--encode", "gpu"]}.get(args.mode, [])
     if args.output_chunks:
         flags += ["--output-chunks", str(args.output_chunks)]
     for k in range(args.runs):

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The batch job on the GPU host in one command: install the carried wheels and this checkout,
 # run the batch tests (GPU and CPU) and benchmarks/batch_io.py. Run from the repository root
-# with the wheels in .whl/ (wheels.sh of the GPU-host notes, plus nvidia-nvcomp-cu13).
+# with the wheels in .whl/ (wheels.sh of the GPU-host notes, plus nvidia-libnvcomp-cu13).
 # Installed as pip installs for a user, with bytecode compiled: the host's image sets no .pyc
 # for the carried packages otherwise, and every command would compile them again (over a
 # second of each CLI run's start was compile() before this).
@@ -38,9 +38,9 @@ t3=$(date +%s.%N)
 log "bytecode: import numpy, cupy, jinja2 took $(awk "BEGIN{print $t1-$t0}") s before, \
 $(awk "BEGIN{print $t3-$t2}") s after compileall of $SITE"
 { nvidia-smi --query-gpu=name,memory.total --format=csv; nproc; free -g | head -2;
-  python3 -P -c "import cupy, zarr, dask, dask_compact; from nvidia import nvcomp; \
+  python3 -P -c "import cupy, zarr, dask, dask_compact; from nvidia import libnvcomp; \
 print('cupy', cupy.__version__, 'zarr', zarr.__version__, 'dask', dask.__version__, \
-'nvcomp', nvcomp.__version__)"; } > "$OUT/env.txt" 2>&1
+'nvcomp', libnvcomp.__version__)"; } > "$OUT/env.txt" 2>&1
 cat "$OUT/env.txt"
 if [ "${TESTS:-1}" != 0 ]; then
 log "batch tests"

@@ -30,10 +30,7 @@ class Upper(gpu_zstd._Batcher):
     def _on_device(self):
         return contextlib.nullcontext()
 
-    def _codec(self):
-        return None
-
-    def _process(self, codec, items):
+    def _process(self, items):
         self.sizes.append(len(items))
         self.lengths.append([len(s) for s in items])
         time.sleep(0.02)

@@ -1,5 +1,5 @@
-"""zstd frames decoded and encoded on the GPU with nvCOMP (``nvidia-nvcomp-cu13``, in the
-``gpu`` extra).
+"""zstd frames decoded and encoded on the GPU with nvCOMP (its C library,
+``nvidia-libnvcomp-cu13``, in the ``gpu`` extra; called through :mod:`.nvcomp_capi`).
 
 Decode: zarr 3.1 can hand out device buffers but decodes on the CPU; nvCOMP decodes a batch of
 zstd frames on the device. Each chunk task copies its chunk files' compressed bytes to the
@@ -20,11 +20,11 @@ batches by one thread per device (:class:`_Encoder`). Measured on the H100 host:
 batches of frames of 128 MiB, where numcodecs on 16 threads reached 2.1-4.5 GB/s, which then
 also leaves the CPUs to decode the input.
 
-Why one thread per device and direction, each with one codec on the legacy default stream:
-codecs of several threads, each on its own non-blocking stream, crashed the process on the
-H100 host (SIGSEGV in a thread nvCOMP drives, with or without a lock around the calls), for
-decoding as for encoding; and an nvCOMP codec holds mutable state that must not be shared
-between threads (nvCOMP's thread-safety rules).
+Why one thread per device and direction, calling nvCOMP on the legacy default stream: it
+is what batches the tasks' frames; and nvCOMP's Python codecs of several threads, each on its
+own non-blocking stream, crashed the process on the H100 host (SIGSEGV in a thread nvCOMP
+drives, with or without a lock around the calls), for decoding as for encoding (until
+2026-11-27, when its C API replaced them, see :mod:`.nvcomp_capi`).
 """
 
 from __future__ import annotations
@@ -43,13 +43,11 @@ def unavailable() -> str:
     except ImportError as e:
         return f"CuPy is not importable ({e})"
     try:
-        from nvidia import nvcomp  # noqa: F401 -- only whether it imports
-
-        from .nvcomp_decode import _lib
+        from .nvcomp_capi import _lib
 
         _lib()
     except (ImportError, OSError, AttributeError) as e:
-        return f"nvCOMP is not installed ({e}; pip install nvidia-nvcomp-cu13)"
+        return f"nvCOMP is not installed ({e}; pip install nvidia-libnvcomp-cu13)"
     try:
         if cupy.cuda.runtime.getDeviceCount() == 0:
             return "no CUDA device"
@@ -73,22 +71,24 @@ def free_device_memory(all_devices: bool = False) -> list[int]:
 
 def encode(data: Any) -> np.ndarray:
     """``data`` (a CuPy array on the current device, complete: its stream synchronised) as one
-    zstd frame: a uint8 view of this thread's pinned buffer, valid until the thread's next use
-    of that buffer. Blocks until the frame is on the host."""
+    zstd frame: a uint8 view of this thread's host buffer, valid until the thread's next use
+    of that buffer. Blocks until the frame is on the host (copied through the device's
+    staging ring, see .staging: a job encoding on the GPU runs more writers than cores)."""
     import cupy
 
-    from .host_buffers import thread_pinned
+    from .host_buffers import thread_host
+    from .staging import ring
 
     flat = cupy.ascontiguousarray(data).reshape(-1).view(np.uint8)
     frame = _batcher(_Encoder, flat.device.id).submit(flat, flat.nbytes).result()
-    host = thread_pinned((frame.size,), np.dtype(np.uint8))
-    frame.get(out=host, blocking=True)  # on this thread's current stream
+    host = thread_host((frame.size,), np.dtype(np.uint8))
+    ring(flat.device.id).to_host(host, frame, cupy.cuda.get_current_stream())
     return host
 
 
 class _Batcher:
-    """One thread per device that runs the requests queued by every task thread in batches,
-    with one nvCOMP codec on the legacy default stream (see the module's docstring). A
+    """One thread per device that runs the requests queued by every task thread in batches
+    through nvCOMP's C API on the legacy default stream (see the module's docstring). A
     request waits on a future: the requests queued while a batch runs make the next batch."""
 
     kind = ""
@@ -128,21 +128,14 @@ class _Batcher:
 
         return cupy.cuda.Device(self.dev)
 
-    def _codec(self) -> Any:
-        from nvidia import nvcomp
-
-        return nvcomp.Codec(algorithm="Zstd", bitstream_kind=nvcomp.BitstreamKind.RAW,
-                            device_id=self.dev, cuda_stream=0)
-
     def _run(self) -> None:
         with self._on_device():
-            codec = self._codec()
             while True:
                 batch = self._batch()
                 self.batches += 1
                 self.requests += len(batch)
                 try:
-                    results = self._process(codec, [item for item, _, _ in batch])
+                    results = self._process([item for item, _, _ in batch])
                 except BaseException as e:  # noqa: BLE001 -- handed to the waiting tasks
                     if len(batch) == 1:
                         batch[0][2].set_exception(e)
@@ -151,7 +144,7 @@ class _Batcher:
                     # task's error then names its chunk).
                     for item, _, fut in batch:
                         try:
-                            fut.set_result(self._process(codec, [item])[0])
+                            fut.set_result(self._process([item])[0])
                         except BaseException as one:  # noqa: BLE001 -- as above
                             fut.set_exception(one)
                     continue
@@ -161,51 +154,45 @@ class _Batcher:
                     else:
                         fut.set_result(result)
 
-    def _process(self, codec: Any, items: list[Any]) -> list[Any]:
+    def _process(self, items: list[Any]) -> list[Any]:
         """Each item's result, or the exception that item alone raises."""
         raise NotImplementedError
 
 
 class _Encoder(_Batcher):
-    """Encodes output chunks (one contiguous uint8 CuPy array each) as one zstd frame each.
+    """Encodes output chunks (one contiguous uint8 CuPy array each) as one zstd frame each
+    (:func:`.nvcomp_capi.encode`), a CuPy array allocated on the legacy default stream.
 
-    nvCOMP encodes a lone frame of 128 MiB at 0.84 GB/s but a batch of 32 at 6.1 GB/s."""
+    nvCOMP encodes the frames of a batch side by side: a lone frame of 128 MiB at 0.84 GB/s,
+    a batch of 32 at 6.1 GB/s (H100 host, through nvCOMP's Python codec)."""
 
     kind = "encode"
     max_items = 64
-    max_bytes = 4 << 30
+    max_bytes = 8 << 30
 
-    def _process(self, codec: Any, items: list[Any]) -> list[Any]:
+    def _process(self, items: list[Any]) -> list[Any]:
         import cupy
-        from nvidia import nvcomp
 
-        encoded = codec.encode(nvcomp.as_arrays(items))
-        # Copied out of nvCOMP's buffers here, so that nvCOMP's arrays are made and freed in
-        # this thread only.
-        frames = [cupy.asarray(e).view(np.uint8).reshape(-1).copy() for e in encoded]
-        del encoded
-        cupy.cuda.Stream.null.synchronize()
-        return frames
+        from .nvcomp_capi import encode
+
+        return encode(items, cupy.cuda.Stream.null)
 
 
 class _Decoder(_Batcher):
     """Decodes the zstd frames of chunk tasks (a request: one task's frames, uint8 CuPy
     arrays on this device, complete, and the arrays they decode into, allocated by the task
     on its own stream at the sizes the frames declare) through nvCOMP's C API
-    (:mod:`.nvcomp_decode`, which releases the GIL); a request's outputs are complete when
+    (:mod:`.nvcomp_capi`, which releases the GIL); a request's outputs are complete when
     its future is done."""
 
     kind = "decode"
     max_items = 128  # nvCOMP decoded up to ~128 frames side by side at one frame's pace
     max_bytes = 16 << 30  # decoded bytes
 
-    def _codec(self) -> Any:
-        return None  # the C API is called directly
-
-    def _process(self, codec: Any, items: list[Any]) -> list[Any]:
+    def _process(self, items: list[Any]) -> list[Any]:
         import cupy
 
-        from .nvcomp_decode import decode_into
+        from .nvcomp_capi import decode_into
 
         frames = [f for item in items for f in item[0]]
         outs = [o for item in items for o in item[1]]

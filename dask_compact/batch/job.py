@@ -52,14 +52,14 @@ def layout_of(src: Source, output_chunks: int | None) -> Layout:
 
 def executor_for(runner: Runner, job: Job) -> Executor:
     """The cluster's client, or a thread per core in this process, and where nvCOMP decodes
-    on this process's GPUs as many more threads as tasks should wait on its decoders
+    or encodes on this process's GPUs as many more threads as tasks should wait on it
     (:func:`.gpu_zstd.decode_threads`)."""
     if runner.client is not None:
         return ClientExecutor(runner.client)
     from dask.system import CPU_COUNT
 
     threads = CPU_COUNT
-    if job.decode == "gpu":
+    if job.decode == "gpu" or job.encode == "gpu":
         import cupy
 
         from .gpu_zstd import decode_threads

@@ -71,7 +71,7 @@ def test_decoder_batch_answers_each_request_with_its_frames():
     dec = gpu_zstd._Decoder.__new__(gpu_zstd._Decoder)  # no thread: _process called here
     dec.dev = 0
     with cupy.cuda.Device(0):
-        got = dec._process(dec._codec(), requests)
+        got = dec._process(requests)
     assert isinstance(got[2], ValueError) and "frame 0" in str(got[2])
     for k in (0, 1, 3):
         assert got[k] is requests[k][1]
