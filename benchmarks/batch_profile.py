@@ -5,8 +5,10 @@ The measurements behind the batch job's design notes (docs/design.md: the warm-u
 registered pinned buffers, the idle threads' encode of the last chunks) come from this script
 on the GPU host. It is a diagnostic, not a peer comparison: `batch_io.py` is the benchmark.
 
-    python benchmarks/batch_profile.py --log2n 31 --chunk-log2 25 [--mode default|cpu]
-        [--threads N] [--output-chunks N] [--runs 2]  (--mode gpu-decode: nvCOMP decodes; gpu-codec: and encodes)
+    python benchmarks/batch_profile.py --log2n 31 --chunk-log2 25
+        [--mode default|cpu|gpu-decode|gpu-codec] [--threads N] [--output-chunks N] [--runs 2]
+
+(``gpu-decode``: nvCOMP decodes the input; ``gpu-codec``: and encodes the output.)
 
 The first run in the process is the cold one (what every command pays: CUDA's start, kernel
 loading, pinned buffers); the next ones are warm. For each run: wall time, process CPU time,
@@ -89,7 +91,8 @@ def main() -> None:
     ap.add_argument("--log2n", type=int, default=26)
     ap.add_argument("--chunk-log2", type=int, default=22)
     ap.add_argument("--p", type=float, default=0.5)
-    ap.add_argument("--mode", choices=["default", "cpu", "gpu-decode", "gpu-codec"], default="default")
+    ap.add_argument("--mode", choices=["default", "cpu", "gpu-decode", "gpu-codec"],
+                    default="default")
     ap.add_argument("--threads", type=int, help="threads of the job's pool (default: cores)")
     ap.add_argument("--output-chunks", type=int)
     ap.add_argument("--runs", type=int, default=2)
