@@ -20,11 +20,11 @@ batches by one thread per device (:class:`_Encoder`). Measured on the H100 host:
 batches of frames of 128 MiB, where numcodecs on 16 threads reached 2.1-4.5 GB/s, which then
 also leaves the CPUs to decode the input.
 
-Why one thread per device and direction, calling nvCOMP on the legacy default stream: it
-is what batches the tasks' frames; and nvCOMP's Python codecs of several threads, each on its
-own non-blocking stream, crashed the process on the H100 host (SIGSEGV in a thread nvCOMP
-drives, with or without a lock around the calls), for decoding as for encoding (until
-2026-11-27, when its C API replaced them, see :mod:`.nvcomp_capi`).
+Why one thread per device and direction, each calling nvCOMP on a stream of its own: it is
+what batches the tasks' frames, and the decoder's and the encoder's batches then share the
+device. (nvCOMP's Python codecs, used until 2026-11-27, of several threads each on its own
+non-blocking stream crashed the process on the H100 host, SIGSEGV in a thread nvCOMP drives;
+its C API replaced them, see :mod:`.nvcomp_capi`.)
 """
 
 from __future__ import annotations
@@ -88,8 +88,8 @@ def encode(data: Any) -> np.ndarray:
 
 class _Batcher:
     """One thread per device that runs the requests queued by every task thread in batches
-    through nvCOMP's C API on the legacy default stream (see the module's docstring). A
-    request waits on a future: the requests queued while a batch runs make the next batch."""
+    through nvCOMP's C API on a stream of its own (see the module's docstring). A request
+    waits on a future: the requests queued while a batch runs make the next batch."""
 
     kind = ""
     max_items = 0  # requests in one batch
@@ -124,9 +124,16 @@ class _Batcher:
         return batch
 
     def _on_device(self) -> Any:
+        """Enter this device, and make this thread's own non-blocking stream (``stream``):
+        the decoder's and the encoder's batches then run side by side on the device (on the
+        legacy default stream they queued behind each other: each batch uses only the SMs
+        of its frames)."""
         import cupy
 
-        return cupy.cuda.Device(self.dev)
+        device = cupy.cuda.Device(self.dev)
+        with device:
+            self.stream = cupy.cuda.Stream(non_blocking=True)
+        return device
 
     def _run(self) -> None:
         with self._on_device():
@@ -161,7 +168,8 @@ class _Batcher:
 
 class _Encoder(_Batcher):
     """Encodes output chunks (one contiguous uint8 CuPy array each) as one zstd frame each
-    (:func:`.nvcomp_capi.encode`), a CuPy array allocated on the legacy default stream.
+    (:func:`.nvcomp_capi.encode`), a CuPy array allocated on the encoder's stream, complete
+    (its writer copies it back and drops it on its own stream).
 
     nvCOMP encodes the frames of a batch side by side: a lone frame of 128 MiB at 0.84 GB/s,
     a batch of 32 at 6.1 GB/s (H100 host, through nvCOMP's Python codec)."""
@@ -171,11 +179,10 @@ class _Encoder(_Batcher):
     max_bytes = 8 << 30
 
     def _process(self, items: list[Any]) -> list[Any]:
-        import cupy
 
         from .nvcomp_capi import encode
 
-        return encode(items, cupy.cuda.Stream.null)
+        return encode(items, self.stream)
 
 
 class _Decoder(_Batcher):
@@ -190,13 +197,12 @@ class _Decoder(_Batcher):
     max_bytes = 16 << 30  # decoded bytes
 
     def _process(self, items: list[Any]) -> list[Any]:
-        import cupy
 
         from .nvcomp_capi import decode_into
 
         frames = [f for item in items for f in item[0]]
         outs = [o for item in items for o in item[1]]
-        problems = iter(decode_into(frames, outs, cupy.cuda.Stream.null))
+        problems = iter(decode_into(frames, outs, self.stream))
         results: list[Any] = []
         for item_frames, item_outs in items:
             bad = [(k, m) for k, m in enumerate(next(problems) for _ in item_frames) if m]

@@ -71,6 +71,7 @@ def test_decoder_batch_answers_each_request_with_its_frames():
     dec = gpu_zstd._Decoder.__new__(gpu_zstd._Decoder)  # no thread: _process called here
     dec.dev = 0
     with cupy.cuda.Device(0):
+        dec.stream = cupy.cuda.Stream(non_blocking=True)
         got = dec._process(requests)
     assert isinstance(got[2], ValueError) and "frame 0" in str(got[2])
     for k in (0, 1, 3):
