@@ -71,6 +71,7 @@ def test_decoder_batch_answers_each_request_with_its_frames():
     requests = [(frames[i:j], outs[i:j]) for i, j in zip(cut, cut[1:])]
     dec = gpu_zstd._Decoder.__new__(gpu_zstd._Decoder)  # no thread: _process called here
     dec.dev = 0
+    cupy.cuda.Device(0).synchronize()  # the frames' copies: the decoder has its own stream
     with cupy.cuda.Device(0):
         dec.stream = cupy.cuda.Stream(non_blocking=True)
         got = dec._process(requests)
