@@ -114,16 +114,17 @@ def fmt_bytes(n: float) -> str:
               "(e.g. 2GiB). Default: half of each worker's memory limit less what it holds "
               "(threads: half of the available memory).")
 @click.option(
-    "--decode", type=click.Choice(["cpu", "gpu"]), default="cpu", show_default=True,
+    "--decode", type=click.Choice(["auto", "cpu", "gpu"]), default="auto", show_default=True,
     help="Where zstd chunks are decoded. gpu: nvCOMP on the device, for chunks compacted on "
-    "GPUs (slower than cpu on the hosts measured; see the README); where it is not possible, "
-    "a line on stderr says why and the CPU decodes.",
+    "GPUs (where it is not possible, a line on stderr says why and the CPU decodes); auto: "
+    "gpu where this process drives the GPUs (the threaded scheduler) and nvCOMP is "
+    "installed, else cpu (see the README for the measurements).",
 )
 @click.option(
-    "--encode", type=click.Choice(["cpu", "gpu"]), default="cpu", show_default=True,
+    "--encode", type=click.Choice(["auto", "cpu", "gpu"]), default="auto", show_default=True,
     help="Where output chunks are zstd-encoded. gpu: nvCOMP on the device, for chunks "
-    "compacted on GPUs (no faster than cpu on the hosts measured; see the README); where it "
-    "is not possible, a line on stderr says why and the CPU encodes.",
+    "compacted on GPUs (where it is not possible, a line on stderr says why and the CPU "
+    "encodes); auto: as for --decode.",
 )
 @click.option("--read-ahead/--no-read-ahead", default=True, show_default=True,
               help="Decode the input's first chunks while the command starts (a local Zarr "

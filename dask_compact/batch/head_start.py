@@ -89,8 +89,7 @@ def reads_early(params: dict[str, Any]) -> bool:
     """Whether the command reads its first chunks early: in this process, reading the
     chunks the early read plans for. Also where nvCOMP decodes the others: the cores are
     idle while CUDA starts, and a task copies a chunk read early to its device."""
-    return bool(params["read_ahead"] and in_process(params)
-                and params["encode"] == "cpu" and not params["resume"]
+    return bool(params["read_ahead"] and in_process(params) and not params["resume"]
                 and params["chunks"] is None and params["field_list"] is None)
 
 
