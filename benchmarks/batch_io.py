@@ -8,8 +8,9 @@ commit), as a user's shell would see it. The input is generated first (float32 u
 * ``cli <mode>``: ``dask compact IN OUT --where "x < P"`` (as ``python -m dask compact``:
   dask's CLI, finding the command by its entry point as the ``dask`` script does) in each
   mode this machine has: threads, local processes, and on a GPU host the LocalCUDACluster
-  and the threaded scheduler driving the GPUs, each with GPU (nvCOMP) and CPU decode, and
-  CPU (the default) and GPU (nvCOMP) encode. ``cli default`` is the command with no mode flag;
+  and the threaded scheduler driving the GPUs, each with GPU (nvCOMP) and CPU decode and
+  encode (the default on the threaded scheduler: nvCOMP where installed). ``cli default`` is
+  the command with no mode flag;
   ``cli default, dask-compact script`` the same through the ``dask-compact`` script.
 * ``plain dask threads|cluster``: ``y = x[x < P]; y.compute_chunk_sizes();
   y.rechunk(C).to_zarr(OUT)`` on the threaded scheduler and on a LocalCluster.
@@ -291,14 +292,18 @@ def cli_modes(gpu: bool, workers: int | None) -> dict[str, list[str]]:
     }
     if gpu:
         if has("dask_cuda"):
-            modes["cli cuda cluster, gpu decode"] = ["--local", "cuda", "--decode", "gpu"]
-            modes["cli cuda cluster, cpu decode"] = ["--local", "cuda", "--decode", "cpu"]
+            modes["cli cuda cluster, gpu decode"] = ["--local", "cuda", "--decode", "gpu",
+                                                     "--encode", "cpu"]
+            modes["cli cuda cluster, cpu decode"] = ["--local", "cuda", "--decode", "cpu",
+                                                     "--encode", "cpu"]
         modes["cli threads+gpu, gpu decode"] = ["--local", "threads", "--device", "gpu",
-                                               "--decode", "gpu"]
+                                               "--decode", "gpu", "--encode", "cpu"]
         modes["cli threads+gpu, cpu decode"] = ["--local", "threads", "--device", "gpu",
-                                               "--decode", "cpu"]
+                                               "--decode", "cpu", "--encode", "cpu"]
         modes["cli threads+gpu, cpu decode, gpu encode"] = [
             "--local", "threads", "--device", "gpu", "--decode", "cpu", "--encode", "gpu"]
+        modes["cli threads+gpu, gpu decode, gpu encode"] = [
+            "--local", "threads", "--device", "gpu", "--decode", "gpu", "--encode", "gpu"]
         if has("dask_cuda"):
             modes["cli cuda cluster, cpu decode, gpu encode"] = [
                 "--local", "cuda", "--decode", "cpu", "--encode", "gpu"]
