@@ -81,7 +81,7 @@ def test_every_device_in_turn_when_the_chunks_are_not_known(fake):
     assert w.devices == 4 and w.prepared
     assert _steps(fake, "context") == [0, 1, 2, 3]
     assert _steps(fake, "kernels") == [0, 1, 2, 3]
-    assert [s for s, _ in fake.done if s != "context"] == ["kernels"] * 4 + ["ring"] * 4
+    assert _steps(fake, "ring") == [0, 1, 2, 3]  # beside the kernels, in their own order
     assert set(w.timeline()) == {"gpu_asked", "gpu_contexts", "gpu_backend", "gpu_kernels",
                                  "gpu_rings"}
 
@@ -116,8 +116,7 @@ def test_only_the_devices_the_job_uses_when_it_is_known_first(fake):
     assert w.wait(timeout=30)
     assert w.devices == 2 and w.prepared
     assert _steps(fake, "context") == [0, 1]
-    assert [x for x in fake.done if x[0] != "context"] == [("kernels", 0), ("kernels", 1),
-                                                            ("ring", 0), ("ring", 1)]
+    assert _steps(fake, "kernels") == [0, 1] and _steps(fake, "ring") == [0, 1]
 
 
 def test_a_job_known_late_gets_kernels_where_it_runs(fake):
@@ -126,7 +125,17 @@ def test_a_job_known_late_gets_kernels_where_it_runs(fake):
     w.prepare("x < 0.5", np.dtype("float32"), "values", chunks=1)
     assert w.wait(timeout=30)
     assert w.prepared
-    assert fake.done[4:] == [("kernels", 0), ("ring", 0)]
+    assert sorted(fake.done[4:]) == [("kernels", 0), ("ring", 0)]
+
+
+def test_the_rings_do_not_wait_for_the_kernels(fake):
+    fake.kernels.clear()
+    w = warmup.GpuWarmup()
+    w.prepare("x < 0.5", np.dtype("float32"), "values", chunks=2)
+    _until(lambda: _steps(fake, "ring") == [0, 1])  # device 0's kernels still held up
+    assert _steps(fake, "kernels") == []
+    fake.kernels.set()
+    assert w.wait(timeout=30) and w.prepared
 
 
 def test_a_closed_warmup_starts_no_further_step(fake):
@@ -139,7 +148,7 @@ def test_a_closed_warmup_starts_no_further_step(fake):
     assert not w.wait(timeout=0)
     fake.kernels.set()
     assert w.wait(timeout=30)
-    assert fake.done[4:] == [("kernels", 0)]
+    assert _steps(fake, "kernels") == [0]
     assert not w.prepared and "gpu_kernels" not in w.timeline()
 
 
@@ -158,3 +167,11 @@ def test_one_device_registers_no_ring(fake):
     assert w.wait(timeout=30)
     assert w.prepared
     assert sorted(fake.done) == [("context", 0), ("kernels", 0)]
+
+
+def test_one_device_registers_its_ring_for_the_gpu_codec(fake):
+    fake.devices = 1  # nvCOMP's codec copies through the ring on one GPU too
+    w = warmup.GpuWarmup(rings=True)
+    w.prepare("x < 0.5", np.dtype("float32"), "values", chunks=5)
+    assert w.wait(timeout=30)
+    assert sorted(fake.done) == [("context", 0), ("kernels", 0), ("ring", 0)]

@@ -64,7 +64,8 @@ class HeadStart:
         if in_process(params) and params["device"] in ("auto", "gpu"):
             from .warmup import GpuWarmup
 
-            self.warmup = GpuWarmup()
+            # nvCOMP's codec (auto or gpu) copies through the staging rings on one GPU too
+            self.warmup = GpuWarmup(rings=params["decode"] != "cpu" or params["encode"] != "cpu")
             self._stack.callback(self.warmup.close, timeout=10.0)
             if self.early is not None:
                 from .plan import Layout

@@ -40,11 +40,14 @@ import numpy as np
 
 
 class GpuWarmup:
-    """Contexts on the visible devices, then the kernels for ``(where, dtype, mode)`` and the
-    staging pieces on the devices a job uses once :meth:`prepare` names them, one device after
-    another; :meth:`close` ends it."""
+    """Contexts on the visible devices, then the kernels for ``(where, dtype, mode)`` and,
+    beside them, the staging pieces on the devices a job uses once :meth:`prepare` names them
+    (``rings``: on one GPU too), one device after another; :meth:`close` ends it."""
 
-    def __init__(self) -> None:
+    def __init__(self, rings: bool = False) -> None:
+        # whether the job copies through staging rings on one GPU too (nvCOMP's codec; on
+        # several GPUs it always does, see .staging)
+        self._rings = rings
         self.prepared = False  # whether the kernels were built and run on every device asked
         # step -> time.perf_counter() when it had ended on every device it was to run on
         # ("asked": prepare() called; "contexts", "backend": the CuPy backend imported,
@@ -55,7 +58,9 @@ class GpuWarmup:
         self._asked = threading.Event()  # prepare() or close() was called
         self._stop = threading.Event()  # close() was called: start no further step
         self._lock = threading.Lock()
-        self._kernels_thread: threading.Thread | None = None  # started by the first thread
+        # started by the first thread; the rings' by the kernels'
+        self._kernels_thread: threading.Thread | None = None
+        self._rings_thread: threading.Thread | None = None
         self._thread = threading.Thread(target=self._run, name="dask-compact-gpu-warmup",
                                         daemon=True)
         self._thread.start()
@@ -98,7 +103,11 @@ class GpuWarmup:
             kernels = self._kernels_thread
         if kernels is not None:
             kernels.join(None if deadline is None else max(0.0, deadline - time.perf_counter()))
-        return not self._thread.is_alive() and not (kernels is not None and kernels.is_alive())
+        with self._lock:
+            rings = self._rings_thread
+        if rings is not None:
+            rings.join(None if deadline is None else max(0.0, deadline - time.perf_counter()))
+        return not any(t is not None and t.is_alive() for t in (self._thread, kernels, rings))
 
     def timeline(self) -> dict[str, float]:
         """When each step had ended on every device, in seconds since the process started
@@ -159,6 +168,17 @@ class GpuWarmup:
         if request is None:
             return
         where, dtype, mode, _ = request
+        from . import staging
+
+        if staging.staged_devices(n) or self._rings:
+            # beside the kernels: a ring is host memory faulted in and registered, the
+            # kernels NVRTC's and the modules' loads (on 4x H200 the rings, made after the
+            # kernels, were ready 2.2-2.6 s into the command, 0.2-1.0 s after them)
+            rings = threading.Thread(target=self._make_rings, args=(cupy, used), daemon=True,
+                                     name="dask-compact-gpu-rings")
+            with self._lock:
+                self._rings_thread = rings
+            rings.start()
         try:
             for d in range(used):
                 if self._stop.is_set():
@@ -166,15 +186,19 @@ class GpuWarmup:
                 _prepare(cupy, d, where, dtype, mode)
             self._end("kernels")
             self.prepared = True
-            from . import staging
+        except Exception:  # noqa: BLE001 -- the first chunk meets and reports it
+            return
 
-            if not staging.staged_devices(n):
-                return
+    def _make_rings(self, cupy: Any, used: int) -> None:
+        """The staging pieces of the ``used`` devices, registered once (see .staging)."""
+        from . import staging
+
+        try:
             for d in range(used):
                 if self._stop.is_set():
                     return
                 with cupy.cuda.Device(d):
-                    staging.ring(d)  # the device's pinned pieces, registered once
+                    staging.ring(d)
             self._end("rings")
         except Exception:  # noqa: BLE001 -- the first chunk meets and reports it
             return
