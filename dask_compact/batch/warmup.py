@@ -40,9 +40,9 @@ import numpy as np
 
 
 class GpuWarmup:
-    """Contexts on the visible devices, then the kernels for ``(where, dtype, mode)`` and,
-    beside them, the staging pieces on the devices a job uses once :meth:`prepare` names them
-    (``rings``: on one GPU too), one device after another; :meth:`close` ends it."""
+    """Contexts on the visible devices, then the kernels for ``(where, dtype, mode)`` and the
+    staging pieces (``rings``: on one GPU too) on the devices a job uses once :meth:`prepare`
+    names them, one device after another; :meth:`close` ends it."""
 
     def __init__(self, rings: bool = False) -> None:
         # whether the job copies through staging rings on one GPU too (nvCOMP's codec; on
@@ -58,9 +58,7 @@ class GpuWarmup:
         self._asked = threading.Event()  # prepare() or close() was called
         self._stop = threading.Event()  # close() was called: start no further step
         self._lock = threading.Lock()
-        # started by the first thread; the rings' by the kernels'
-        self._kernels_thread: threading.Thread | None = None
-        self._rings_thread: threading.Thread | None = None
+        self._kernels_thread: threading.Thread | None = None  # started by the first thread
         self._thread = threading.Thread(target=self._run, name="dask-compact-gpu-warmup",
                                         daemon=True)
         self._thread.start()
@@ -103,11 +101,7 @@ class GpuWarmup:
             kernels = self._kernels_thread
         if kernels is not None:
             kernels.join(None if deadline is None else max(0.0, deadline - time.perf_counter()))
-        with self._lock:
-            rings = self._rings_thread
-        if rings is not None:
-            rings.join(None if deadline is None else max(0.0, deadline - time.perf_counter()))
-        return not any(t is not None and t.is_alive() for t in (self._thread, kernels, rings))
+        return not self._thread.is_alive() and not (kernels is not None and kernels.is_alive())
 
     def timeline(self) -> dict[str, float]:
         """When each step had ended on every device, in seconds since the process started
@@ -168,17 +162,6 @@ class GpuWarmup:
         if request is None:
             return
         where, dtype, mode, _ = request
-        from . import staging
-
-        if staging.staged_devices(n) or self._rings:
-            # beside the kernels: a ring is host memory faulted in and registered, the
-            # kernels NVRTC's and the modules' loads (on 4x H200 the rings, made after the
-            # kernels, were ready 2.2-2.6 s into the command, 0.2-1.0 s after them)
-            rings = threading.Thread(target=self._make_rings, args=(cupy, used), daemon=True,
-                                     name="dask-compact-gpu-rings")
-            with self._lock:
-                self._rings_thread = rings
-            rings.start()
         try:
             for d in range(used):
                 if self._stop.is_set():
@@ -186,19 +169,20 @@ class GpuWarmup:
                 _prepare(cupy, d, where, dtype, mode)
             self._end("kernels")
             self.prepared = True
-        except Exception:  # noqa: BLE001 -- the first chunk meets and reports it
-            return
+            from . import staging
 
-    def _make_rings(self, cupy: Any, used: int) -> None:
-        """The staging pieces of the ``used`` devices, registered once (see .staging)."""
-        from . import staging
-
-        try:
+            if not (staging.staged_devices(n) or self._rings):
+                return
+            # After the kernels, not beside them: on 4x H200 a thread of their own made the
+            # rings no sooner (ready 2.27-2.66 s into the command against 2.20-2.64 s) and the
+            # kernels later (2.73-3.60 s against 1.48-2.36 s; other instances, one run each,
+            # batch-2026-11-27-4x_NVIDIA_H200-2dc4575.md and -adbbac8.md): both go through
+            # the driver.
             for d in range(used):
                 if self._stop.is_set():
                     return
                 with cupy.cuda.Device(d):
-                    staging.ring(d)
+                    staging.ring(d)  # the device's pinned pieces, registered once
             self._end("rings")
         except Exception:  # noqa: BLE001 -- the first chunk meets and reports it
             return
