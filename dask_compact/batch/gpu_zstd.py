@@ -179,7 +179,6 @@ class _Encoder(_Batcher):
     max_bytes = 8 << 30
 
     def _process(self, items: list[Any]) -> list[Any]:
-
         from .nvcomp_capi import encode
 
         return encode(items, self.stream)
@@ -197,7 +196,6 @@ class _Decoder(_Batcher):
     max_bytes = 16 << 30  # decoded bytes
 
     def _process(self, items: list[Any]) -> list[Any]:
-
         from .nvcomp_capi import decode_into
 
         frames = [f for item in items for f in item[0]]
