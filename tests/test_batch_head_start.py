@@ -164,33 +164,3 @@ def test_dask_compact_reads_early_from_the_plugin_import_and_exits_at_once(zin, 
                         "--read-ahead-threads", "2", "--json")
     assert proc.returncode == 0, proc.stderr
     np.testing.assert_array_equal(zarr.open_group(str(out))["values"][:], a[a < 0.25])
-
-
-def test_the_gpu_warmup_starts_before_numpy_is_imported(zin, tmp_path):
-    """CUDA's start needs no NumPy: the head start begins the GPU warm-up before the early
-    read's import of NumPy (a fresh interpreter; the warm-up's own thread finds no GPU here
-    and ends, or imports NumPy with CuPy where there is one)."""
-    path, _ = zin
-    script = textwrap.dedent(f"""
-        import sys
-        from dask_compact.batch import head_start, warmup
-        from dask_compact import cli
-
-        seen = []
-        real = warmup.GpuWarmup.__init__
-        def recording(self, *args, **kwargs):
-            seen.append("numpy" in sys.modules)
-            real(self, *args, **kwargs)
-        warmup.GpuWarmup.__init__ = recording
-        ctx = cli.main.make_context("compact", [{str(path)!r}, {str(tmp_path / "o.zarr")!r},
-                                               "--where", "x < 0.5"])
-        head = head_start.HeadStart(dict(ctx.params), None)
-        assert head.early is not None and head.warmup is not None
-        head.early.join(timeout=60)
-        head.close()
-        print(seen)
-    """)
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          timeout=120)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "[False]"

@@ -55,27 +55,25 @@ class HeadStart:
         # zarr and numcodecs each scan every installed package's entry points as they are
         # imported: once is enough (see .entry_points).
         self._stack.enter_context(shared_scan())
-        if in_process(params) and params["device"] in ("auto", "gpu"):
-            from .warmup import GpuWarmup
-
-            # First: CUDA's start needs no NumPy, whose import the early read begins with
-            # (0.24 s on the H100 host). nvCOMP's codec (auto or gpu) copies through the
-            # staging rings on one GPU too.
-            self.warmup = GpuWarmup(rings=params["decode"] != "cpu" or params["encode"] != "cpu")
-            self._stack.callback(self.warmup.close, timeout=10.0)
         if reads_early(params):
             from . import early_read
 
             self.early = early_read.begin(params["input_path"], params["mode"], budget,
                                           params["read_ahead_threads"])
             self._stack.callback(early_read.end)
-        if self.warmup is not None and self.early is not None:
-            from .plan import Layout
+        if in_process(params) and params["device"] in ("auto", "gpu"):
+            from .warmup import GpuWarmup
 
-            reader = self.early.reader  # the job's layout, as the early read plans it
-            layout = Layout.make(reader.shape, reader.dtype.itemsize, reader.chunk_rows, None)
-            self.warmup.prepare(params["where"], reader.dtype, params["mode"],
-                                chunks=layout.nchunks)
+            # nvCOMP's codec (auto or gpu) copies through the staging rings on one GPU too
+            self.warmup = GpuWarmup(rings=params["decode"] != "cpu" or params["encode"] != "cpu")
+            self._stack.callback(self.warmup.close, timeout=10.0)
+            if self.early is not None:
+                from .plan import Layout
+
+                reader = self.early.reader  # the job's layout, as the early read plans it
+                layout = Layout.make(reader.shape, reader.dtype.itemsize, reader.chunk_rows, None)
+                self.warmup.prepare(params["where"], reader.dtype, params["mode"],
+                                    chunks=layout.nchunks)
 
     def close(self) -> None:
         """End what was started (the warm-up's thread joined within 10 s)."""

@@ -34,10 +34,9 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:  # NumPy is imported by the thread (CuPy's import), not before it starts
-    import numpy as np
+import numpy as np
 
 
 class GpuWarmup:
@@ -74,8 +73,6 @@ class GpuWarmup:
         """Build the predicate's kernels for ``dtype`` and output ``mode`` on the devices a job
         of ``chunks`` chunks uses (chunk i on device i % n; None: every device). The first
         call only: a job has one predicate, dtype and mode."""
-        import numpy as np
-
         with self._lock:
             if self._asked.is_set():
                 return
