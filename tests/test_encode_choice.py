@@ -18,18 +18,17 @@ MB = 10**6
 def test_the_wait_on_a_device_grows_with_its_backlog():
     load = BatchLoad()
     # nothing measured yet: the assumed pace
-    assert load.wait(100 * MB) == pytest.approx(
-        encode_choice.GPU_FIXED_S + 100 * MB / encode_choice.GPU_RATE)
+    assert load.rate == encode_choice.GPU_RATE
+    assert load.wait(100 * MB) == pytest.approx(100 * MB / encode_choice.GPU_RATE)
     load.queued(400 * MB)
-    load.batch_done(400 * MB, 0.1)  # 4 GB/s, 0.1 s
-    load.batch_done(0, 0.05)  # a shorter batch: the fixed cost is the shortest batch
+    load.batch_done(400 * MB, 0.1)  # 4 GB/s
+    load.queued(100 * MB)
+    load.batch_done(100 * MB, 0.15)  # a lone request, slower: the average is 2 GB/s
     assert load.pending == 0
-    assert load.best_rate == pytest.approx(4e9)
-    assert load.least_s == pytest.approx(0.05)
-    empty = load.wait(100 * MB)
+    assert load.rate == pytest.approx(2e9)
+    assert load.wait(100 * MB) == pytest.approx(0.05)
     load.queued(800 * MB)
-    assert empty == pytest.approx(0.05 + 0.025)
-    assert load.wait(100 * MB) == pytest.approx(0.05 + 0.225)
+    assert load.wait(100 * MB) == pytest.approx(0.45)
 
 
 def test_a_core_takes_a_chunk_only_when_sooner_and_free():

@@ -112,8 +112,9 @@ def test_the_batcher_keeps_its_backlog_and_pace():
         list(pool.map(lambda w: b.submit(w, 1000).result(timeout=30), words))
     # every request's bytes queued, then taken off as its batch ended (even a failing one)
     assert b.load.pending == 0
-    assert b.load.least_s >= 0.02  # each batch sleeps 20 ms
-    assert 0 < b.load.best_rate <= max(b.sizes) * 1000 / 0.02
+    assert b.load.done_bytes == 12 * 1000
+    assert b.load.busy_s >= 0.02 * len(b.sizes)  # each batch sleeps 20 ms
+    assert 0 < b.load.rate <= max(b.sizes) * 1000 / 0.02
     with pytest.raises(ValueError):
         b.submit("bad", 500).result(timeout=30)
     assert b.load.pending == 0

@@ -12,11 +12,13 @@ the encoder's last batch while the 16 cores had nothing to do. One core encodes 
 The rule, per chunk: the CPU when a core is free (fewer CPU encodes of this process running
 than cores) and the chunk's bytes at the rate this process's CPU encodes have reached
 (:data:`CPU_RATE` until one is measured) take less time than the wait on the device's
-encoder: its shortest batch so far (the fixed cost of a batch) plus the bytes queued there
-and the chunk's own at the best rate its batches have reached (:data:`GPU_FIXED_S` and
-:data:`GPU_RATE` until one is measured). The estimates are rough on purpose: a chunk sent to a
-core that turns out slower costs one core for a while, never a wrong byte, since both
-encoders write one zstd frame that every zstd reader decodes to the same chunk.
+encoder: the bytes queued there and the chunk's own at the rate its batches have kept on
+average (:data:`GPU_RATE` until one is measured). An average, not its best batch: a first
+version took the fastest batch (plus the shortest as a fixed cost), sent 1-13 of 33 chunks to
+the CPUs, and the last writes still ended 0.55-0.7 s after the last piece (one H100 host,
+``benchmarks/results/batch-2026-11-27-1x_NVIDIA_H100_80GB_HBM3-ea29eba.md``). The estimates stay rough: a chunk sent to a core that
+turns out slower costs one core for a while, never a wrong byte, since both encoders write one
+zstd frame that every zstd reader decodes to the same chunk.
 """
 
 from __future__ import annotations
@@ -26,8 +28,7 @@ import threading
 
 # Rates assumed before one is measured in this process (one H100 host, chunks of 128 MiB):
 CPU_RATE = 0.3e9  # bytes/s of one core's encode with the others busy (0.46 s for 128 MiB)
-GPU_RATE = 4e9  # bytes/s of a batch of nvCOMP's encoder (3.8-6.1 GB/s measured)
-GPU_FIXED_S = 0.1  # seconds of a batch whatever its size (a lone frame of 128 MiB: 0.16 s)
+GPU_RATE = 3.8e9  # bytes/s of nvCOMP's encoder beside the decoder (the trace above)
 CPU_WEIGHT = 0.25  # the newest CPU encode's weight in the rate's moving average
 
 
@@ -38,8 +39,8 @@ class BatchLoad:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.pending = 0  # bytes submitted and not yet encoded
-        self.best_rate = 0.0  # bytes/s of its fastest batch
-        self.least_s = 0.0  # seconds of its shortest batch
+        self.done_bytes = 0  # bytes of the batches ended so far
+        self.busy_s = 0.0  # and their seconds
 
     def queued(self, nbytes: int) -> None:
         with self._lock:
@@ -48,15 +49,20 @@ class BatchLoad:
     def batch_done(self, nbytes: int, seconds: float) -> None:
         with self._lock:
             self.pending -= nbytes
-            if seconds > 0:
-                self.best_rate = max(self.best_rate, nbytes / seconds)
-                self.least_s = min(self.least_s, seconds) if self.least_s else seconds
+            self.done_bytes += nbytes
+            self.busy_s += max(0.0, seconds)
+
+    @property
+    def rate(self) -> float:
+        """Bytes per second of the batches so far (:data:`GPU_RATE` before any)."""
+        with self._lock:
+            return self.done_bytes / self.busy_s if self.busy_s > 0 else GPU_RATE
 
     def wait(self, nbytes: int) -> float:
         """Seconds until a request of ``nbytes`` submitted now would be encoded."""
+        rate = self.rate
         with self._lock:
-            fixed = self.least_s or GPU_FIXED_S
-            return fixed + (self.pending + nbytes) / (self.best_rate or GPU_RATE)
+            return (self.pending + nbytes) / rate
 
 
 class CpuEncodes:
