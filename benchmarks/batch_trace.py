@@ -11,8 +11,7 @@ peer comparison: ``batch_io.py`` is the benchmark.
 Steps: ``read`` chunk tasks; ``cpudec`` chunks decoded by the CPUs (the early read's too);
 ``h2d`` / ``d2h`` copies through a device's staging ring; ``DEC`` / ``ENC`` nvCOMP decode and
 encode batches; ``compact`` the compaction; ``write`` output chunk tasks; ``encwait`` writers
-waiting for their frame from the device's encoder (and its copy back); ``cpuenc`` output chunks
-held on a GPU but encoded on a CPU core (``--encode auto``).
+waiting for their frame from the device's encoder (and its copy back).
 """
 
 from __future__ import annotations
@@ -24,7 +23,7 @@ from typing import Any
 
 _calls: list[tuple[str, float, float]] = []
 _lock = threading.Lock()
-STEPS = ["read", "cpudec", "h2d", "DEC", "compact", "write", "encwait", "ENC", "d2h", "cpuenc"]
+STEPS = ["read", "cpudec", "h2d", "DEC", "compact", "write", "encwait", "ENC", "d2h"]
 BIN_S = 0.05
 
 
@@ -73,7 +72,6 @@ def main() -> None:
     wrap(tasks, "read_compact", "read")
     wrap(tasks, "write_chunk", "write")
     wrap(tasks, "_compact", "compact")
-    wrap(tasks, "_write_on_cpu", "cpuenc")
     wrap(gpu_zstd, "encode", "encwait")
     wrap(nvcomp_capi, "encode", "ENC")
     wrap(nvcomp_capi, "decode_into", "DEC")

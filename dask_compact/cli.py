@@ -124,8 +124,7 @@ def fmt_bytes(n: float) -> str:
     "--encode", type=click.Choice(["auto", "cpu", "gpu"]), default="auto", show_default=True,
     help="Where output chunks are zstd-encoded. gpu: nvCOMP on the device, for chunks "
     "compacted on GPUs (where it is not possible, a line on stderr says why and the CPU "
-    "encodes); auto: as for --decode, and a chunk goes to a free CPU core instead where the "
-    "GPU's encoder would finish it later.",
+    "encodes); auto: as for --decode.",
 )
 @click.option("--read-ahead/--no-read-ahead", default=True, show_default=True,
               help="Decode the input's first chunks while the command starts (a local Zarr "
@@ -268,18 +267,9 @@ def _array_text(summary: dict[str, Any], input_path: str, where: str) -> str:
         f"{summary['input_chunks']} chunks, from {input_path}\n"
         f"where     {where}\n"
         + _job_lines(summary, f", {'GPU' if summary['gpu_decode'] else 'CPU'} decode, "
-                     + _encode_words(summary))
+                     f"{'GPU' if summary['encode'] == 'gpu' else 'CPU'} encode")
         + _ahead_line(summary.get("read_ahead"))
     )
-
-
-def _encode_words(summary: dict[str, Any]) -> str:
-    if summary["encode"] != "gpu":
-        return "CPU encode"
-    on_cpu = summary.get("cpu_encoded", 0)
-    if not on_cpu:
-        return "GPU encode"
-    return f"GPU encode ({on_cpu} of {on_cpu + summary['gpu_encoded']} chunks on the CPUs)"
 
 
 def _ahead_line(ahead: dict[str, Any] | None) -> str:

@@ -102,19 +102,3 @@ def test_a_request_failing_on_its_own_fails_alone_without_a_retry():
         futs[1].result(timeout=30)
     assert [futs[k].result(timeout=30) for k in (0, 2, 3)] == ["A", "B", "C"]
     assert sum(b.sizes) == len(words)  # every request processed once
-
-
-def test_the_batcher_keeps_its_backlog_and_pace():
-    b = Upper()
-    assert b.load.pending == 0
-    words = [f"w{k:03d}" for k in range(12)]
-    with ThreadPoolExecutor(len(words)) as pool:
-        list(pool.map(lambda w: b.submit(w, 1000).result(timeout=30), words))
-    # every request's bytes queued, then taken off as its batch ended (even a failing one)
-    assert b.load.pending == 0
-    assert b.load.done_bytes == 12 * 1000
-    assert b.load.busy_s >= 0.02 * len(b.sizes)  # each batch sleeps 20 ms
-    assert 0 < b.load.rate <= max(b.sizes) * 1000 / 0.02
-    with pytest.raises(ValueError):
-        b.submit("bad", 500).result(timeout=30)
-    assert b.load.pending == 0

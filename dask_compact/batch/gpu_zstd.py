@@ -30,7 +30,6 @@ its C API replaced them, see :mod:`.nvcomp_capi`.)
 from __future__ import annotations
 
 import threading
-import time
 from concurrent.futures import Future
 from typing import Any
 
@@ -99,18 +98,14 @@ class _Batcher:
     def __init__(self, dev: int) -> None:
         import queue
 
-        from .encode_choice import BatchLoad
-
         self.dev = dev
         self.queue: queue.SimpleQueue[tuple[Any, int, Future[Any]]] = queue.SimpleQueue()
         self.batches = self.requests = 0  # run so far (what a batch held, on average)
-        self.load = BatchLoad()  # bytes queued, batches' pace (see .encode_choice)
         threading.Thread(target=self._run, name=f"dask-compact-nvcomp-{self.kind}-{dev}",
                          daemon=True).start()
 
     def submit(self, item: Any, nbytes: int) -> Future[Any]:
         fut: Future[Any] = Future()
-        self.load.queued(nbytes)
         self.queue.put((item, nbytes, fut))
         return fut
 
@@ -146,12 +141,8 @@ class _Batcher:
                 batch = self._batch()
                 self.batches += 1
                 self.requests += len(batch)
-                nbytes, t0 = sum(n for _, n, _ in batch), time.perf_counter()
                 try:
-                    try:
-                        results = self._process([item for item, _, _ in batch])
-                    finally:
-                        self.load.batch_done(nbytes, time.perf_counter() - t0)
+                    results = self._process([item for item, _, _ in batch])
                 except BaseException as e:  # noqa: BLE001 -- handed to the waiting tasks
                     if len(batch) == 1:
                         batch[0][2].set_exception(e)
@@ -227,12 +218,6 @@ def _batcher(kind: type[_Batcher], dev: int) -> Any:
         if (kind, dev) not in _batchers:
             _batchers[(kind, dev)] = kind(dev)
         return _batchers[(kind, dev)]
-
-
-def encode_wait(dev: int, nbytes: int) -> float:
-    """Seconds until device ``dev``'s encoder would have encoded a frame of ``nbytes``
-    submitted now (an estimate, see :mod:`.encode_choice`)."""
-    return _batcher(_Encoder, dev).load.wait(nbytes)
 
 
 def decode_batches() -> tuple[int, int]:

@@ -223,8 +223,6 @@ def run_job(
     }
     # Every refusal before the temporary group exists: nothing to remove afterwards.
     decode = choose_decode(runner, src, decode)
-    # auto: a chunk on a GPU is encoded by its writer's core where that is sooner
-    cpu_assist = encode == "auto"
     encode = choose_encode(runner, target, encode)
     if not budget:
         budget = memory_budget(runner)
@@ -249,8 +247,7 @@ def run_job(
             encode = "cpu"
         return Job(
             reader=src.reader, layout=layout, where=where, mode=mode, device=task_device(runner),
-            dest=OutputArrays(target.tmp, names, layout.out_chunk, direct, cpu_assist),
-            budget=budget,
+            dest=OutputArrays(target.tmp, names, layout.out_chunk, direct), budget=budget,
             manifest=manifest, manifest_dir=None if target.url else target.tmp, decode=decode,
             encode=encode,
         )
@@ -284,8 +281,6 @@ def run_job(
         "decode": decode,
         "encode": encode,
         "gpu_encoded": st.gpu_encoded,
-        # of a job encoding on GPUs: chunks encoded on CPUs (sooner there, see .encode_choice)
-        "cpu_encoded": st.cpu_encoded,
         "resumed_from_chunk": st.resumed_from_chunk if resume is not None else None,
         "read_ahead": ahead,
         # seconds since the process started: the job's start, then its loop's events

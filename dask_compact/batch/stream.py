@@ -44,7 +44,6 @@ class Stats:
     gpu_chunks: int = 0
     gpu_decoded: int = 0
     gpu_encoded: int = 0  # output chunks (of each array) encoded on a GPU
-    cpu_encoded: int = 0  # and, of a job encoding on GPUs, those encoded on CPUs
     peak_reserved: int = 0
     resumed_from_chunk: int = 0
     skipped_bytes: int = 0
@@ -275,8 +274,6 @@ class _Stream:
         self.job.stats.write_s += seconds
         self.job.stats.mark("write")
         self.job.stats.gpu_encoded += on_gpu
-        if self.job.encode == "gpu":
-            self.job.stats.cpu_encoded += len(self.job.dest.names) - on_gpu
         self.writes -= 1
         self.job.manifest.written.add(j)
         for k in chunks:

@@ -6,7 +6,6 @@ runs in a thread pool and on distributed workers."""
 from __future__ import annotations
 
 import functools
-import math
 import os
 import threading
 import time
@@ -305,18 +304,15 @@ class OutputArrays:
     ``direct``: the arrays are local Zarr v3 arrays with zarr's default codecs (bytes, then
     zstd level 0 without checksum) and chunk keys ``c/<j>``, as :func:`.job.create_group`
     makes them; a chunk is then encoded by numcodecs and written as its file here, the bytes
-    zarr itself would write, without zarr's per-call machinery. ``cpu_assist``: a chunk held
-    on a GPU is encoded by its writer's CPU core where that is sooner than on the device
-    (``--encode auto``, see .encode_choice).
+    zarr itself would write, without zarr's per-call machinery.
     """
 
     def __init__(self, store: str, names: tuple[str, ...], out_chunk: int,
-                 direct: bool = False, cpu_assist: bool = False) -> None:
+                 direct: bool = False) -> None:
         self.store = store
         self.names = names
         self.out_chunk = out_chunk
         self.direct = direct
-        self.cpu_assist = cpu_assist
 
     def array(self, name: str) -> Any:
         return _open_out(self.store, name)
@@ -345,13 +341,8 @@ def write_chunk(dest: OutputArrays, j: int, los: list[int], his: list[int], *pie
         if any(_on_device(q) for q in parts):
             on_one = _gather_device(parts)
             if on_one and dest.direct:
-                array_dir = os.path.join(dest.store, name)
-                nbytes = dest.out_chunk * on_one[0].itemsize * math.prod(on_one[0].shape[1:])
-                if dest.cpu_assist and _cpu_sooner(on_one[0].device.id, nbytes):
-                    _write_on_cpu(array_dir, j, on_one, dest.out_chunk, nbytes)
-                else:
-                    write_chunk_file_gpu(array_dir, j, on_one, dest.out_chunk)
-                    on_gpu += 1
+                write_chunk_file_gpu(os.path.join(dest.store, name), j, on_one, dest.out_chunk)
+                on_gpu += 1
                 continue
             parts = [q if isinstance(q, np.ndarray) else q.get() for q in parts]
         if len(parts) == 1:
@@ -409,42 +400,6 @@ def zstd_encode(data: np.ndarray, spare: int = 0) -> bytes:
     encoder = zstandard.ZstdCompressor(level=3, threads=threads, write_checksum=False,
                                        write_content_size=True)
     return encoder.compress(data.reshape(-1).view(np.uint8).data)
-
-
-def _cpu_sooner(dev: int, nbytes: int) -> bool:
-    """Whether this writer encodes its chunk of ``nbytes`` on its CPU core rather than on
-    device ``dev`` (see .encode_choice); if so, a core is held for it until
-    :func:`_write_on_cpu` ends."""
-    from .encode_choice import cpu_encodes
-    from .gpu_zstd import encode_wait
-
-    return cpu_encodes().take(nbytes, encode_wait(dev, nbytes))
-
-
-def _write_on_cpu(array_dir: str, j: int, parts: list[Any], chunk: int, nbytes: int) -> None:
-    """Chunk ``j`` from CuPy ``parts`` as :func:`write_chunk_file` writes it from host memory,
-    the parts copied back through their devices' staging rings (a writer's own pinned buffer
-    would be one more registration per thread, see .staging); the core :func:`_cpu_sooner`
-    took is given back with the seconds it took."""
-    import cupy
-
-    from .encode_choice import cpu_encodes
-
-    t0, seconds = time.perf_counter(), 0.0
-    try:
-        data = thread_host((sum(len(q) for q in parts), *parts[0].shape[1:]), parts[0].dtype)
-        at = 0
-        for q in parts:
-            dev = q.device.id
-            stream = _thread_stream(dev)
-            with cupy.cuda.Device(dev), stream:
-                staging.ring(dev).to_host(data[at : at + len(q)], cupy.ascontiguousarray(q),
-                                          stream)
-            at += len(q)
-        write_chunk_file(array_dir, j, data, chunk)
-        seconds = time.perf_counter() - t0
-    finally:
-        cpu_encodes().done(nbytes, seconds)
 
 
 def _on_device(a: Any) -> bool:

@@ -187,54 +187,6 @@ def test_gpu_encode_with_sixteen_threads_at_once(tmp_path):
     np.testing.assert_array_equal(zarr.open_group(str(out))["values"][:], a[a < 0.6])
 
 
-@needs_nvcomp
-@pytest.mark.parametrize("dtype", ["uint16", "float64"])
-@pytest.mark.parametrize("mode", ["values", "both"])
-def test_auto_encode_shares_the_chunks_between_gpu_and_cpus(tmp_path, dtype, mode,
-                                                            monkeypatch):
-    """``--encode auto``: a chunk whose wait on the device's encoder is longer than a core
-    would take is encoded by its writer on the CPU (here every other chunk's wait is made
-    long), copied back through the staging ring (small pieces here); the output is exact,
-    every chunk one zstd frame, and the summary counts both kinds."""
-    import itertools
-
-    from numcodecs import Zstd
-
-    from dask_compact.batch import encode_choice, staging
-
-    calls = itertools.count()
-    monkeypatch.setattr(gpu_zstd, "encode_wait",
-                        lambda dev, n: 1e9 if next(calls) % 2 else 0.0)
-    cpu = encode_choice.CpuEncodes(cores=4)
-    monkeypatch.setattr(encode_choice, "_cpu", cpu)
-    monkeypatch.setattr(staging, "_rings", {})
-    monkeypatch.setattr(staging, "PIECE_BYTES", 40_000)
-    a = (np.random.default_rng(12).random(400_009) * 999 + 1).astype(dtype)
-    path = make(tmp_path, a, (65_536,))
-    out = tmp_path / "out.zarr"
-    summary = json.loads(run(path, out, "-w", "x < 600", "-o", mode, "--local", "threads",
-                             "--device", "gpu", "--output-chunks", "20011", "--json").stdout)
-    m = a < 600
-    arrays = {"values": a[m], "indices": np.flatnonzero(m)}
-    if mode == "values":
-        del arrays["indices"]
-    total = -(-int(m.sum()) // 20011) * len(arrays)
-    assert summary["encode"] == "gpu"
-    assert summary["gpu_encoded"] > 0 and summary["cpu_encoded"] > 0
-    assert summary["gpu_encoded"] + summary["cpu_encoded"] == total
-    assert cpu.taken == summary["cpu_encoded"] and cpu.running == 0 and cpu.rate > 0
-    g = zarr.open_group(str(out), mode="r")
-    for name, want in arrays.items():
-        np.testing.assert_array_equal(g[name][:], want)
-        for f in (out / name / "c").iterdir():
-            frame = f.read_bytes()
-            assert gpu_zstd.frame_content_size(frame) == 20011 * want.dtype.itemsize
-            j = int(f.name)
-            got = np.frombuffer(Zstd().decode(frame), dtype=want.dtype)
-            part = want[j * 20011 : (j + 1) * 20011]
-            np.testing.assert_array_equal(got[: len(part)], part)
-
-
 @pytest.mark.parametrize("decode, encode", [("cpu", "cpu"),
                                             pytest.param("gpu", "gpu", marks=needs_nvcomp),
                                             pytest.param("cpu", "gpu", marks=needs_nvcomp)])
