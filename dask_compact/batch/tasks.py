@@ -113,29 +113,13 @@ def read_compact(
         values, indices = _compact(block, pred, mode, base, where_from, piece_alloc)
         return _piece(values, indices, t1 - t0, time.perf_counter() - t1, "cpu", "cpu")
 
-    early = early_read.take(reader, r0, r1) if decode == "gpu" else None
-    if early is not None and _early_on_cpu():
-        # Read while the command started (.early_read): compacted here by NumPy, so that its
-        # output is encoded by the CPUs too, and neither the device's copies nor its encoder
-        # (the job's busiest steps, benchmarks/batch_trace.py) see it.
-        from ..backends.numpy_backend import compact_masked
-
-        t1 = time.perf_counter()
-        block, read_s = early
-        del early
-        try:
-            out = compact_masked(block, pred.mask(block), mode, base)
-        except Exception as e:
-            raise ChunkError(f"cannot compact {where_from}: {type(e).__name__}: {e}") from e
-        values, indices = _split(out, mode)
-        return _piece(values, indices, read_s, time.perf_counter() - t1, "cpu", "cpu")
-
     import cupy
 
     dev, ring = device_and_ring(i, device, decode)
     with cupy.cuda.Device(dev), _thread_stream(dev):
         t0 = time.perf_counter()
         keep: Any = None  # host memory the copy to the device reads until the count is back
+        early = early_read.take(reader, r0, r1) if decode == "gpu" else None
         decoded_by = "gpu" if decode == "gpu" and early is None else "cpu"
         if decoded_by == "gpu":
             # nvCOMP decodes it on the device, in a batch with other tasks' chunks (.gpu_zstd)
@@ -196,12 +180,6 @@ def read_compact(
         else:
             values, indices = _to_host(values, ring), _to_host(indices, ring)
     return _piece(values, indices, t1 - t0, time.perf_counter() - t1, "gpu", decoded_by)
-
-
-def _early_on_cpu() -> bool:
-    import dask.config
-
-    return bool(dask.config.get("dask-compact.batch.early-chunks-on-cpu", True))
 
 
 def device_and_ring(i: int, device: str, decode: str = "cpu"
