@@ -3,8 +3,10 @@
 Runs ``dask-compact ARGS`` (the script's entry, in this process, cold as a user's command is)
 with the job's steps wrapped by timers, and prints on stderr, per 50 ms since the process
 started, how many calls of each step were running, then each step's calls, total and longest
-seconds. A diagnostic of the command's phases (what overlaps what, where threads wait), not a
-peer comparison: ``batch_io.py`` is the benchmark.
+seconds. The wrapped modules are imported before the command begins, where the command
+imports some of them later: its start-up is not quite a user's, the job's phases are. A
+diagnostic of the command's phases (what overlaps what, where threads wait), not a peer
+comparison: ``batch_io.py`` is the benchmark.
 
     python benchmarks/batch_trace.py IN.zarr OUT.zarr --where "x < 0.5" [more dask-compact flags]
 
