@@ -102,3 +102,43 @@ def test_a_request_failing_on_its_own_fails_alone_without_a_retry():
         futs[1].result(timeout=30)
     assert [futs[k].result(timeout=30) for k in (0, 2, 3)] == ["A", "B", "C"]
     assert sum(b.sizes) == len(words)  # every request processed once
+
+
+class Spans(gpu_zstd._Batcher):
+    """Records when each batch ran; each takes 0.3 s."""
+
+    kind = "test"
+    max_items = 2
+    max_bytes = 1 << 20
+
+    def __init__(self, threads: int) -> None:
+        self.spans: list[tuple[float, float]] = []
+        super().__init__(dev=0, threads=threads)
+
+    def _on_device(self):
+        return contextlib.nullcontext()
+
+    def _process(self, items):
+        t0 = time.perf_counter()
+        time.sleep(0.3)
+        self.spans.append((t0, time.perf_counter()))
+        return [s.upper() for s in items]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_threads_of_a_batcher_run_batches_side_by_side(threads):
+    b = Spans(threads)
+    futs = [b.submit(f"w{k}", 1) for k in range(4)]  # at least two batches (two at most each)
+    assert [f.result(timeout=30) for f in futs] == [f"W{k}" for k in range(4)]
+    assert b.batches >= 2 and b.requests == 4
+    spans = sorted(b.spans)
+    overlap = any(later[0] < earlier[1] for earlier, later in zip(spans, spans[1:]))
+    assert overlap is (threads == 2)  # with two threads a batch begins while another runs
+
+
+def test_nvcomp_threads_follow_the_config():
+    import dask.config
+
+    assert gpu_zstd.nvcomp_threads() == 1
+    with dask.config.set({"dask-compact.batch.nvcomp-threads": 3}):
+        assert gpu_zstd.nvcomp_threads() == 3
