@@ -95,23 +95,14 @@ class _Batcher:
     max_items = 0  # requests in one batch
     max_bytes = 0  # and their bytes (the first request always goes)
 
-    def __init__(self, dev: int, threads: int = 1) -> None:
+    def __init__(self, dev: int) -> None:
         import queue
 
         self.dev = dev
         self.queue: queue.SimpleQueue[tuple[Any, int, Future[Any]]] = queue.SimpleQueue()
         self.batches = self.requests = 0  # run so far (what a batch held, on average)
-        self._count_lock = threading.Lock()
-        self._local = threading.local()  # each thread's stream
-        # Each thread takes what is queued when it is free: a batch starts while another runs.
-        for k in range(max(1, threads)):
-            threading.Thread(target=self._run, name=f"dask-compact-nvcomp-{self.kind}-{dev}-{k}",
-                             daemon=True).start()
-
-    @property
-    def stream(self) -> Any:
-        """The calling thread's stream (made by :meth:`_on_device`)."""
-        return self._local.stream
+        threading.Thread(target=self._run, name=f"dask-compact-nvcomp-{self.kind}-{dev}",
+                         daemon=True).start()
 
     def submit(self, item: Any, nbytes: int) -> Future[Any]:
         fut: Future[Any] = Future()
@@ -141,16 +132,15 @@ class _Batcher:
 
         device = cupy.cuda.Device(self.dev)
         with device:
-            self._local.stream = cupy.cuda.Stream(non_blocking=True)
+            self.stream = cupy.cuda.Stream(non_blocking=True)
         return device
 
     def _run(self) -> None:
         with self._on_device():
             while True:
                 batch = self._batch()
-                with self._count_lock:
-                    self.batches += 1
-                    self.requests += len(batch)
+                self.batches += 1
+                self.requests += len(batch)
                 try:
                     results = self._process([item for item, _, _ in batch])
                 except BaseException as e:  # noqa: BLE001 -- handed to the waiting tasks
@@ -226,16 +216,8 @@ _batchers_lock = threading.Lock()
 def _batcher(kind: type[_Batcher], dev: int) -> Any:
     with _batchers_lock:
         if (kind, dev) not in _batchers:
-            _batchers[(kind, dev)] = kind(dev, nvcomp_threads())
+            _batchers[(kind, dev)] = kind(dev)
         return _batchers[(kind, dev)]
-
-
-def nvcomp_threads() -> int:
-    """Threads per device and direction that call nvCOMP
-    (``dask-compact.batch.nvcomp-threads``)."""
-    import dask.config
-
-    return max(1, int(dask.config.get("dask-compact.batch.nvcomp-threads", 1)))
 
 
 def decode_batches() -> tuple[int, int]:
