@@ -5,15 +5,19 @@
 # Installed as pip installs for a user, with bytecode compiled: the host's image sets no .pyc
 # for the carried packages otherwise, and every command would compile them again (over a
 # second of each CLI run's start was compile() before this).
-#   SHA=$(git rev-parse --short HEAD) bash benchmarks/batch_session.sh [LOG2N] [CHUNK_LOG2]
+#   SHA=$(git rev-parse --short HEAD) bash benchmarks/batch_session.sh [LOG2N] [CHUNK_LOG2] \
+#       [batch_io.py options, e.g. --rounds 3 --skip "cli processes (cpu)"]
 # (SHA names the commit measured: the copy of the tree on the host may carry another HEAD;
-# TESTS=0 skips the tests; BENCH_ARGS adds options to batch_io.py, e.g. --skip NAME)
+# TESTS=0 skips the tests; BENCH_ARGS adds options split on spaces. Every GPU-host run of
+# batch_io.py goes through this script: without its bytecode step each command also compiles
+# the host image's NumPy and CuPy modules, 0.46 s of a profiled command's start on the H100.)
 set -u -o pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/batch_out}
 mkdir -p "$OUT"
 LOG2N=${1:-31}
 CHUNK=${2:-25}
+shift $(( $# < 2 ? $# : 2 ))  # what follows goes to batch_io.py as it is
 log() { echo "== $(date +%T) $*" | tee -a "$OUT/session.log"; }
 log "install wheels"
 python3 -m pip install -q --no-index --no-deps --no-cache-dir --upgrade \
@@ -51,5 +55,6 @@ tail -5 "$OUT/pytest.txt"
 fi
 log "benchmark 2^$LOG2N"
 timeout ${BENCH_S:-420} python3 -P benchmarks/batch_io.py --log2n "$LOG2N" --chunk-log2 "$CHUNK" \
-  --work /tmp/batch_work --out "$OUT" ${SHA:+--sha "$SHA"} ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.txt" | tail -30
+  --work /tmp/batch_work --out "$OUT" ${SHA:+--sha "$SHA"} ${BENCH_ARGS:-} "$@" 2>&1 \
+  | tee "$OUT/bench.txt" | tail -30
 log "done"
