@@ -19,45 +19,32 @@ waiting for their frame from the device's encoder (and its copy back).
 from __future__ import annotations
 
 import sys
-import threading
 import time
+from pathlib import Path
 from typing import Any
 
-_calls: list[tuple[str, float, float]] = []
-_lock = threading.Lock()
+sys.path.insert(0, str(Path(__file__).parent))
+from step_recorder import Recorder  # noqa: E402
+
 STEPS = ["read", "cpudec", "h2d", "DEC", "compact", "write", "encwait", "ENC", "d2h"]
 BIN_S = 0.05
 
 
-def wrap(owner: Any, name: str, step: str) -> None:
-    real = getattr(owner, name)
-
-    def timed(*args: Any, **kwargs: Any) -> Any:
-        t0 = time.perf_counter()
-        try:
-            return real(*args, **kwargs)
-        finally:
-            t1 = time.perf_counter()
-            with _lock:
-                _calls.append((step, t0, t1))
-
-    setattr(owner, name, timed)
-
-
-def report(age_at: float, pc_at: float) -> list[str]:
+def report(calls: list[tuple[str, float, float, float]], age_at: float, pc_at: float
+           ) -> list[str]:
     """The table of running calls per bin and the per-step totals (times as process ages)."""
-    if not _calls:
+    if not calls:
         return ["no step ran"]
-    s0 = min(t for _, t, _ in _calls)
-    e1 = max(t for _, _, t in _calls)
+    s0 = min(t for _, t, _, _ in calls)
+    e1 = max(t for _, _, t, _ in calls)
     lines = ["t(age) " + " ".join(f"{s:>7s}" for s in STEPS)]
     for b in range(int((e1 - s0) / BIN_S) + 1):
         lo, hi = s0 + b * BIN_S, s0 + (b + 1) * BIN_S
-        row = [sum(max(0.0, min(t1, hi) - max(t0, lo)) for k, t0, t1 in _calls if k == s)
+        row = [sum(max(0.0, min(t1, hi) - max(t0, lo)) for k, t0, t1, _ in calls if k == s)
                / BIN_S for s in STEPS]
         lines.append(f"{age_at + lo - pc_at:6.2f} " + " ".join(f"{x:7.1f}" for x in row))
     for s in STEPS:
-        spans = [t1 - t0 for k, t0, t1 in _calls if k == s]
+        spans = [t1 - t0 for k, t0, t1, _ in calls if k == s]
         if spans:
             lines.append(f"{s:8s} n={len(spans):3d} sum={sum(spans):6.2f} s "
                          f"longest={max(spans):.3f} s")
@@ -71,20 +58,23 @@ def main() -> None:
     from dask_compact import cli
     from dask_compact.batch import gpu_zstd, nvcomp_capi, reader, staging, tasks
 
-    wrap(tasks, "read_compact", "read")
-    wrap(tasks, "write_chunk", "write")
-    wrap(tasks, "_compact", "compact")
-    wrap(gpu_zstd, "encode", "encwait")
-    wrap(nvcomp_capi, "encode", "ENC")
-    wrap(nvcomp_capi, "decode_into", "DEC")
-    wrap(staging.StagingRing, "to_host", "d2h")
-    wrap(staging.StagingRing, "to_device", "h2d")
-    wrap(reader.ZarrChunkFiles, "read", "cpudec")
+    rec = Recorder()
+    rec.wrap(tasks, "read_compact", "read")
+    rec.wrap(tasks, "write_chunk", "write")
+    rec.wrap(tasks, "_compact", "compact")
+    rec.wrap(gpu_zstd, "encode", "encwait")
+    rec.wrap(nvcomp_capi, "encode", "ENC")
+    rec.wrap(nvcomp_capi, "decode_into", "DEC")
+    rec.wrap(staging.StagingRing, "to_host", "d2h")
+    rec.wrap(staging.StagingRing, "to_device", "h2d")
+    rec.wrap(reader.ZarrChunkFiles, "read", "cpudec")
     end_process = cli._end_process
 
     def end(code: Any) -> None:
         returned = process_age()
-        print("\n".join(report(age_at, pc_at)), file=sys.stderr)
+        with rec.lock:
+            calls = list(rec.calls)
+        print("\n".join(report(calls, age_at, pc_at)), file=sys.stderr)
         print(f"command returned at age {returned:.3f} s", file=sys.stderr)
         end_process(code)
 
