@@ -1,12 +1,15 @@
 """Local GPU sort: the public ``dask_compact.sort`` of a one-chunk CuPy dask array (the
-threaded scheduler; one chunk: one task, the chunk's local sort) with
+threaded scheduler; one chunk: the chunk's local sort, run in the caller's thread) with
 ``local="auto"`` (CuPy's sort per chunk) and ``local="radix"`` (the seed's LSD radix sort by
 one stable split per key bit), beside ``cupy.sort`` and ``torch.sort`` of the same data in the
-same process. Extra, labelled column: ``split_radix.radix_order`` alone (the radix argsort
-without Dask). Uniform float32 in [0, 1), host wall time of each call with a device sync,
-median of --reps after one warm-up; every result checked against ``cupy.sort`` once.
+same process. ``sort(x)`` returns the sorted dask array held in memory, as ``cupy.sort(a)``
+returns the sorted device array; ``sort(x).compute()`` adds dask's ``compute()`` (whose
+finalize copies a one-chunk CuPy result, a cost of any dask array's ``compute()``: the
+``x.compute()`` column). Extra, labelled column: ``split_radix.radix_order`` alone (the radix
+argsort without Dask). Uniform float32 in [0, 1), host wall time of each call with a device
+sync, median of --reps after one warm-up; every result checked against ``cupy.sort`` once.
 
-    python benchmarks/local_sort_gpu.py [--log2n 20,24,28] [--reps 3] [--out DIR] [--sha SHA]
+    python benchmarks/local_sort_gpu.py [--log2n 20,24,28] [--reps 15] [--out DIR] [--sha SHA]
 
 Prints a table (ms, peer time / ours) and writes it as ``local-sort-DATE-DEVICE-SHA.md``.
 """
@@ -47,7 +50,7 @@ def main() -> None:
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--log2n", default="20,24,28")
-    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--reps", type=int, default=15)
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--sha", default=None)
     args = ap.parse_args()
@@ -61,15 +64,17 @@ def main() -> None:
     lines = [f"# Local GPU sort, {dt.date.today()}, {device}, git {sha}", "",
              "float32 uniform in [0, 1); host ms per call with a device sync (median of "
              f"{args.reps} after a warm-up); ratio = peer time / ours. `dask_compact.sort` runs "
-             "on a one-chunk CuPy dask array under the threaded scheduler.", "",
-             "Besides the calls a user times (`sort(x).compute()`): `sort(x)` alone (persisted, "
-             "no compute), the same sort in plain Dask (`x.map_blocks(cupy.sort).persist()`), "
+             "on a one-chunk CuPy dask array under the threaded scheduler: `sort(x)` returns "
+             "the sorted array held in memory (as `cupy.sort(a)` returns it on the device), "
+             "`sort(x).compute()` adds dask's `compute()` of it.", "",
+             "Beside them: the same sort in plain Dask (`x.map_blocks(cupy.sort).persist()`), "
              "and `x.compute()` of the unsorted one-chunk array (what a `compute()` costs "
-             "there).", "",
-             "| n | sort(local='auto') | sort(local='radix') | radix_order alone (internal) | "
-             "cupy.sort | torch.sort | auto vs cupy.sort | radix vs cupy.sort | "
-             "sort(x) persisted | map_blocks(cupy.sort).persist() | x.compute() | check |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "there: dask's finalize copies the chunk).", "",
+             "| n | sort(x) | sort(x).compute() | sort(x, local='radix') | radix_order alone "
+             "(internal) | cupy.sort | torch.sort | sort(x) vs cupy.sort | "
+             "sort(x).compute() vs cupy.sort | radix vs cupy.sort | "
+             "map_blocks(cupy.sort).persist() | x.compute() | check |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     with dask.config.set(scheduler="threads"):
         for k in (int(s) for s in args.log2n.split(",")):
             n = 1 << k
@@ -79,20 +84,20 @@ def main() -> None:
             ok = all(bool(cupy.array_equal(got, want)) for got in (
                 dask_compact.sort(x).compute(), dask_compact.sort(x, local="radix").compute(),
                 a[radix_order(order_key(a, cupy), cupy)]))
+            call = timed(lambda: dask_compact.sort(x), args.reps)
             auto = timed(lambda: dask_compact.sort(x).compute(), args.reps)
-            radix = timed(lambda: dask_compact.sort(x, local="radix").compute(), args.reps)
+            radix = timed(lambda: dask_compact.sort(x, local="radix"), args.reps)
             inner = timed(lambda: radix_order(order_key(a, cupy), cupy), args.reps)
             peer = timed(lambda: cupy.sort(a), args.reps)
             tms = float("nan")
             if torch is not None:
                 t = torch.as_tensor(a, device="cuda")
                 tms = timed(lambda: torch.sort(t), args.reps)
-            persisted = timed(lambda: dask_compact.sort(x), args.reps)
             plain = timed(lambda: x.map_blocks(cupy.sort).persist(), args.reps)
             compute = timed(lambda: x.compute(), args.reps)
-            row = (f"| 2^{k} | {auto:.2f} | {radix:.2f} | {inner:.2f} | {peer:.2f} | {tms:.2f} | "
-                   f"{peer / auto:.2f}x | {peer / radix:.3f}x | {persisted:.2f} | {plain:.2f} | "
-                   f"{compute:.2f} | {'ok' if ok else 'WRONG'} |")
+            row = (f"| 2^{k} | {call:.2f} | {auto:.2f} | {radix:.2f} | {inner:.2f} | {peer:.2f} | "
+                   f"{tms:.2f} | {peer / call:.2f}x | {peer / auto:.2f}x | {peer / radix:.3f}x | "
+                   f"{plain:.2f} | {compute:.2f} | {'ok' if ok else 'WRONG'} |")
             print(row, flush=True)
             lines.append(row)
             del a, x, want

@@ -4,6 +4,7 @@ duplicates, NaN/inf/-0.0, every dtype, errors, and a LocalCluster of 4 worker pr
 from __future__ import annotations
 
 import doctest
+import threading
 
 import dask
 import dask.array as da
@@ -180,13 +181,46 @@ def test_one_chunk_is_one_task_run_once_and_persisted(local):
         calls.clear()
         with Counted() as run:
             y = fn(x, local=local)
-        # one graph (no sample or histogram round trips): the input chunk and its sort
+        # one graph (no sample or histogram round trips): the input chunk's, computed in this
+        # thread (its data and its one task), whose local sort follows here
         assert (run.graphs, run.tasks) == (1, 2)
         assert len(calls) == 1 and y.chunks == ((a.size,),)
         assert len(dict(y.__dask_graph__())) == 1  # the persisted chunk, nothing to recompute
         np.testing.assert_array_equal(y.compute(), want)
         assert len(calls) == 1
     check(a, da.from_array(a, chunks=-1), buckets=3)  # buckets asked for: the sample sort
+
+
+@pytest.mark.parametrize("scheduler", ["threads", "sync"])
+def test_one_chunk_sorts_in_the_callers_thread(scheduler):
+    """Under a local scheduler a one-chunk sort runs in the caller's thread (no persist, no
+    hand-off to a pool thread), its input computed once, the result held in the output's
+    graph; an input of one chunk made from many tasks goes to the scheduler and sorts alike."""
+    rng = np.random.default_rng(13)
+    a = rng.normal(size=3001).astype(np.float32)
+    a[::37] = np.nan
+    threads = []
+
+    def seen(b):
+        threads.append(threading.get_ident())
+        return b
+
+    with dask.config.set(scheduler=scheduler):
+        x = da.from_array(a, chunks=-1).map_blocks(seen, dtype=a.dtype)
+        for fn, want in ((dask_compact.sort, np.sort(a)),
+                         (dask_compact.argsort, np.argsort(a, kind="stable"))):
+            threads.clear()
+            y = fn(x)
+            assert threads == [threading.get_ident()]
+            (value,) = dict(y.__dask_graph__()).values()
+            assert isinstance(value, np.ndarray)
+            np.testing.assert_array_equal(y.compute(), want)
+            assert len(threads) == 1
+        many = da.from_array(a, chunks=100).map_blocks(seen, dtype=a.dtype).rechunk(-1)
+        assert len(many.__dask_optimize__(many.__dask_graph__(), many.__dask_keys__())) > 8
+        threads.clear()
+        np.testing.assert_array_equal(dask_compact.sort(many).compute(), np.sort(a))
+        assert len(threads) == 31
 
 
 def test_unsorted_chunks_are_not_required_to_be_numpy_contiguous():
