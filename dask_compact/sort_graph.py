@@ -31,7 +31,8 @@ alone (no argsort) needs no indices at all.
 Two round trips to the client, each of small arrays (the sample, then the histogram), and on a
 cluster one question to the scheduler (where the chunks are) and, for the IPC exchange, one to
 the workers (:func:`ask_ahead`: both asked while the histogram runs); an array of one chunk
-sorted into one bucket skips them all (its local sort is the whole sort: one task, persisted);
+sorted into one bucket skips them all (its local sort is the whole sort: one task, persisted,
+or under a local scheduler the sort itself in the caller's thread);
 nothing gathers more than one group's share in one place. Every task is an ordinary getitem or
 function task, so the graph runs under any scheduler (distributed's P2P shuffle would batch the
 exchange into O(chunks + buckets) tasks, but only on a distributed cluster).
@@ -162,6 +163,11 @@ def _here(x: da.Array) -> tuple[Any] | None:
     if get is not dask.threaded.get and get is not dask.local.get_sync:
         return None
     key = (x.name, 0)
+    held = x.dask
+    if len(held.layers) == 1 and len(held) == 1:  # persisted here: the chunk itself
+        value = held[key]
+        if hasattr(value, "dtype") and hasattr(value, "shape") and not callable(value):
+            return (value,)
     dsk = x.__dask_optimize__(x.__dask_graph__(), [key])
     return ((get if len(dsk) > _INLINE_GRAPH else dask.local.get_sync)(dsk, key),)
 

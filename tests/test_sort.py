@@ -216,6 +216,10 @@ def test_one_chunk_sorts_in_the_callers_thread(scheduler):
             assert isinstance(value, np.ndarray)
             np.testing.assert_array_equal(y.compute(), want)
             assert len(threads) == 1
+        held = x.persist()  # its chunk itself, not computed again
+        threads.clear()
+        np.testing.assert_array_equal(dask_compact.sort(held).compute(), np.sort(a))
+        assert threads == []
         many = da.from_array(a, chunks=100).map_blocks(seen, dtype=a.dtype).rechunk(-1)
         assert len(many.__dask_optimize__(many.__dask_graph__(), many.__dask_keys__())) > 8
         threads.clear()

@@ -44,15 +44,22 @@ def sort_chunk(
 ) -> tuple[Any, Any, np.ndarray]:
     if local == "radix":
         return split_radix.sort_chunk(a, indices, base, positions, cupy)
-    pos = cupy.asarray(positions)
     if indices:
         keys = _keys(a)
         order = cupy.argsort(keys).astype(cupy.int64, copy=False)
         values = keys[order]
         order += base
-        return values, order, cupy.asnumpy(values[pos])
+        return values, order, _sample(values, positions)
     values = _nans_last(cupy.sort(a))
-    return values, None, cupy.asnumpy(values[pos])
+    return values, None, _sample(values, positions)
+
+
+def _sample(values: Any, positions: np.ndarray) -> np.ndarray:
+    """``values[positions]`` on the host; nothing asked of the device for no positions (a
+    one-chunk sort: the upload and the copy back cost ~0.1 ms of its call on the H100 host)."""
+    if positions.size == 0:
+        return np.zeros(0, values.dtype)
+    return cupy.asnumpy(values[cupy.asarray(positions)])
 
 
 def sort_bounds(values: Any, split_values: np.ndarray, split_index: np.ndarray,
