@@ -227,6 +227,29 @@ def test_one_chunk_sorts_in_the_callers_thread(scheduler):
         assert len(threads) == 31
 
 
+def test_one_chunk_input_runs_without_get_sync_unless_a_callback_listens(monkeypatch):
+    """The small input graph of a one-chunk sort is run by dask's task executor, not by
+    ``get_sync``, unless a local-scheduler callback (a ProgressBar, a Profiler) listens."""
+    import dask.local
+
+    a = np.random.default_rng(14).random(999)
+    x = da.from_array(a, chunks=-1) + 1
+    real = dask.local.get_sync
+    calls = []
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(dask.local, "get_sync", counted)
+    with dask.config.set(scheduler="threads"):
+        np.testing.assert_array_equal(dask_compact.sort(x).compute(), np.sort(a + 1))
+        assert calls == []
+        with Callback():
+            np.testing.assert_array_equal(dask_compact.sort(x).compute(), np.sort(a + 1))
+        assert calls == [1]
+
+
 def test_unsorted_chunks_are_not_required_to_be_numpy_contiguous():
     a = np.random.default_rng(9).integers(-5, 5, 4000).astype(np.int32)
     x = da.from_array(a, chunks=500)[::-3]  # strided chunk views
