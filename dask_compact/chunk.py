@@ -265,7 +265,7 @@ def compact_into(
         values, indices = out, None
     else:
         values, indices = None, out
-    n = int(np.prod(a.shape))
+    n = int(a.size)
     if values is not None:
         check_into_buffer(a, values, "out (values)", a.dtype, n)
     if indices is not None:

@@ -80,8 +80,17 @@ def check_chunk_type(a: Any, fn: str) -> None:
     )
 
 
+# type -> "cupy" or "numpy", as _module_of answers: a small call of compact_into asks 9 times
+# (on the H100 host its checks took 17-26 us of a 2^20 call's 27-43 us of host time)
+_MODULES: dict[type, str] = {}
+
+
 def _module_of(a: Any) -> str:
-    return "cupy" if type(a).__module__.split(".")[0] == "cupy" else "numpy"
+    t = type(a)
+    kind = _MODULES.get(t)
+    if kind is None:
+        kind = _MODULES[t] = "cupy" if t.__module__.split(".")[0] == "cupy" else "numpy"
+    return kind
 
 
 def _span(a: Any) -> tuple[int, int]:
@@ -102,12 +111,14 @@ def check_into_buffer(a: Any, buf: Any, role: str, dtype: np.dtype, size: int) -
             f"{role} must be a {kind} array like the input, not {type(buf).__module__}."
             f"{type(buf).__name__}"
         )
-    if kind == "cupy" and buf.device.id != a.device.id:
-        raise ValueError(f"{role} is on device {buf.device.id}, the input on {a.device.id}")
-    if buf.ndim != 1 or not buf.flags.c_contiguous:
+    if kind == "cupy" and buf.data.device_id != a.data.device_id:
+        raise ValueError(f"{role} is on device {buf.data.device_id}, the input on "
+                         f"{a.data.device_id}")
+    flags = buf.flags
+    if buf.ndim != 1 or not flags.c_contiguous:
         raise ValueError(f"{role} must be a 1-D contiguous array; got shape {buf.shape}"
-                         + ("" if buf.flags.c_contiguous else ", not contiguous"))
-    if kind == "numpy" and not buf.flags.writeable:
+                         + ("" if flags.c_contiguous else ", not contiguous"))
+    if kind == "numpy" and not flags.writeable:
         raise ValueError(f"{role} is read-only")
     if buf.dtype != dtype:
         raise TypeError(f"{role} must have dtype {dtype}; got {buf.dtype}")
