@@ -38,6 +38,32 @@ def test_chunk_files_read_what_zarr_reads(tmp_path, dtype, shape, chunks):
         np.testing.assert_array_equal(got, a[r0:r1])
 
 
+def test_a_view_of_a_chunk_file_alive_after_its_decode_does_not_fail_the_read(
+        tmp_path, monkeypatch):
+    """A view of a mapped chunk file outliving its decode (a distributed worker's sampling
+    profiler holding the decoder's frame) leaves the map to be closed with the view; the read
+    succeeds, at chunk boundaries and inside a chunk alike."""
+    import numcodecs
+
+    a = np.random.default_rng(3).random(250).astype(np.float32)
+    path = tmp_path / "a.zarr"
+    zarr.create_array(store=str(path), shape=a.shape, dtype=a.dtype, chunks=(100,))[...] = a
+    reader, why = chunk_files_reader(zarr.open_array(str(path)), str(path), "fp", False)
+    assert isinstance(reader, ZarrChunkFiles), why
+    held = []
+    real = numcodecs.Zstd.decode
+
+    def decode(self, buf, out=None):
+        held.append(memoryview(buf))  # still exported when the read closes its map
+        return real(self, buf, out=out)
+
+    monkeypatch.setattr(numcodecs.Zstd, "decode", decode)
+    np.testing.assert_array_equal(reader.read(0, 200), a[:200])
+    np.testing.assert_array_equal(reader.read(50, 250), a[50:250])
+    assert len(held) == 5
+    held.clear()  # the maps close with their last views
+
+
 def test_layouts_it_refuses_fall_back_to_zarr(tmp_path):
     a = np.arange(60.0).reshape(12, 5)
     cases = {

@@ -126,8 +126,7 @@ class ZarrChunkFiles:
                     whole = np.frombuffer(zstd.decode(raw), self.dtype)
                     flat[at : at + n] = whole[first * row : first * row + n]
             finally:
-                if isinstance(raw, mmap.mmap):
-                    raw.close()
+                _close(raw)
             at += n
         return out
 
@@ -166,7 +165,8 @@ def _close(raw: Any) -> None:
     """Unmap a chunk file mapped by :meth:`ZarrChunkFiles._raw` now, or, where a view of it
     is still alive, once that view is garbage: on a distributed worker the sampling profiler
     can hold the frame of a function that viewed it (``BufferError: cannot close exported
-    pointers exist``, seen on a LocalCUDACluster)."""
+    pointers exist``, seen on a LocalCUDACluster, and on the CI machine's LocalCluster when
+    :meth:`ZarrChunkFiles.read` closed its maps itself: a records job failed with it)."""
     if isinstance(raw, mmap.mmap):
         try:
             raw.close()
