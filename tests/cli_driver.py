@@ -8,8 +8,8 @@
   the old OUTPUT aside and moving the new one in, where the job then sleeps: SIGKILL there.
 * ``pause-write``: READY is created as the writes start, then the job sleeps (SIGKILL there
   leaves a temporary group behind).
-* ``pause-after-writes``: READY once ``$DRIVER_WRITES`` output chunks are written and in the
-  resume manifest, then the job sleeps (SIGKILL there: a job to ``--resume``).
+* ``pause-after-writes``: READY once the first ``$DRIVER_WRITES`` output chunks are written and
+  in the resume manifest, then the job sleeps (SIGKILL there: a job to ``--resume``).
 """
 
 from __future__ import annotations
@@ -57,14 +57,18 @@ def main() -> None:
 
         stream._Stream.submit_write = submit_write
     elif hook == "pause-after-writes":
-        # READY once DRIVER_WRITES output chunks are written and the manifest says so; then the
-        # job sleeps (SIGKILL there: an interrupted job to resume).
+        # READY once the first DRIVER_WRITES output chunks are written and the manifest says so;
+        # then the job sleeps (SIGKILL there: an interrupted job to resume). The first ones: a
+        # resume continues after the written prefix (Manifest.resume_point), and writers finish
+        # out of order, so as many chunks written anywhere could leave a resume point early
+        # (a CI run resumed 15 of 21 input chunks where the test expects at most 70%).
         real_done = stream._Stream.write_done
         wanted = int(os.environ["DRIVER_WRITES"])
 
         def write_done(self, j, seconds, chunks):
             real_done(self, j, seconds, chunks)
-            if len(self.job.manifest.written) >= wanted:
+            written = self.job.manifest.written
+            if all(k in written for k in range(wanted)):
                 self.save_manifest(force=True)
                 ready.touch()
                 time.sleep(120)

@@ -52,8 +52,9 @@ def wait_for(ready: Path, proc: subprocess.Popen, timeout: float = 120) -> None:
 
 
 def kill_halfway(tmp_path: Path, src, out: Path, *args, writes: int) -> None:
-    """``dask compact SRC OUT ARGS`` SIGKILLed once ``writes`` output chunks are written and in
-    its resume manifest: a temporary group for ``--resume`` is left, OUTPUT is not."""
+    """``dask compact SRC OUT ARGS`` SIGKILLed once its first ``writes`` output chunks are
+    written and in its resume manifest: a temporary group for ``--resume`` is left, OUTPUT is
+    not."""
     ready = tmp_path / f"ready-{time.monotonic_ns()}"
     proc = start("pause-after-writes", ready, src, out, *args,
                  env={"DRIVER_WRITES": str(writes)})
