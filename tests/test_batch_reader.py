@@ -98,22 +98,6 @@ def test_missing_chunk_is_an_error_unless_allowed(tmp_path):
     np.testing.assert_array_equal(lenient.read(25, 45), expect[25:45])
 
 
-def test_zstd_frame_header_size():
-    """GPU decode checks each frame's declared size on the CPU first (nvCOMP can fault on a
-    frame that is not what it expects)."""
-    from numcodecs import Zstd
-
-    from dask_compact.batch.gpu_zstd import frame_content_size
-
-    for n in (0, 1, 255, 256, 257, 65_791, 70_000, 5_000_000):
-        data = np.random.default_rng(n).integers(0, 9, n, dtype=np.uint8).tobytes()
-        for level in (0, 1, 9):
-            assert frame_content_size(Zstd(level=level).encode(data)) == n
-    assert frame_content_size(b"\x28\xb5\x2f\xfd" + bytes(range(256))) is None  # no size
-    assert frame_content_size(b"not a zstd frame at all") is None
-    assert frame_content_size(b"") is None
-
-
 def test_gpu_decode_without_a_gpu_falls_back_to_the_cpu(tmp_path):
     from click.testing import CliRunner
 

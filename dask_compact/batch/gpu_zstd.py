@@ -13,12 +13,14 @@ that decodes on the GPU keeps many chunk tasks waiting on the decoder
 (:func:`decode_threads`). One frame at a time per task (until 2026-11-27) decoded 8 GiB in
 12.2 s there, against 1.3 s on the CPU.
 
-Encode: an output chunk compacted on the GPU is encoded there as one zstd frame (its header
-declares the content size, like numcodecs' frames, so every zstd reader decodes it), and only
+Encode: an output chunk compacted on the GPU is encoded there as zstd frames of 16 MiB each
+(:func:`frame_bytes`; each header declares its content size, like numcodecs' frames), and only
 the compressed bytes come back to the host. The chunks of all writer threads are encoded in
 batches by one thread per device (:class:`_Encoder`). Measured on the H100 host: 6.1 GB/s for
-batches of frames of 128 MiB, where numcodecs on 16 threads reached 2.1-4.5 GB/s, which then
-also leaves the CPUs to decode the input.
+batches of frames of 128 MiB, 7.7 GB/s for batches of 8 chunks in frames of 16 MiB, where
+numcodecs on 16 threads reached 2.1-4.5 GB/s, which then also leaves the CPUs to decode the
+input. A chunk file of several frames (ours, or any zstd writer's) is decoded frame by frame
+(:func:`chunk_frames`).
 
 Why one thread per device and direction, each calling nvCOMP on a stream of its own: it is
 what batches the tasks' frames, and the decoder's and the encoder's batches then share the
@@ -34,6 +36,8 @@ from concurrent.futures import Future
 from typing import Any
 
 import numpy as np
+
+from .zstd_frames import Frame, content_size, split
 
 
 def unavailable() -> str:
@@ -69,20 +73,56 @@ def free_device_memory(all_devices: bool = False) -> list[int]:
     return out
 
 
+FRAME_BYTES = 16 << 20  # default of dask-compact.batch.gpu-frame-bytes
+
+
+def frame_bytes() -> int:
+    """The most bytes of an output chunk one zstd frame holds when nvCOMP encodes it
+    (``dask-compact.batch.gpu-frame-bytes``, default 16 MiB; 0: one frame per chunk).
+
+    Why several frames: nvCOMP encodes the frames of one call side by side, and a call lasts
+    at least as long as its largest frame takes alone. Measured on one H100
+    (``2026-11-27_h100_nvcomp_encode_call_latency.txt``): one chunk of 128 MiB in 112 ms as one
+    frame, 45 ms as 8 frames of 16 MiB; 8 chunks 210 against 140 ms; 33 chunks 703 against
+    634 ms. The batch job's encoder gets its chunks a few at a time as the pieces come, so its
+    calls were mostly that fixed wait. A chunk of several frames is valid zstd that every zstd
+    reader decodes as one (RFC 8878, 3.1); numcodecs reads it since 0.16.4 (earlier releases
+    refuse it with "Destination buffer is too small"): set 0 where such readers must read the
+    output."""
+    import dask.config
+
+    return max(0, int(dask.config.get("dask-compact.batch.gpu-frame-bytes", FRAME_BYTES)))
+
+
+def frame_cuts(nbytes: int, frame: int) -> list[tuple[int, int]]:
+    """The (start, stop) byte ranges of ``nbytes`` cut into frames of at most ``frame`` bytes
+    (0: one frame). Every frame starts 8-byte aligned, as nvCOMP's encoder wants its input."""
+    if frame <= 0 or nbytes <= frame:
+        return [(0, nbytes)]
+    frame = max(8, frame - frame % 8)
+    return [(lo, min(nbytes, lo + frame)) for lo in range(0, nbytes, frame)]
+
+
 def encode(data: Any) -> np.ndarray:
-    """``data`` (a CuPy array on the current device, complete: its stream synchronised) as one
-    zstd frame: a uint8 view of this thread's host buffer, valid until the thread's next use
-    of that buffer. Blocks until the frame is on the host (copied through the device's
-    staging ring, see .staging: a job encoding on the GPU runs more writers than cores)."""
+    """``data`` (a CuPy array on the current device, complete: its stream synchronised) as zstd
+    frames of at most :func:`frame_bytes` each, concatenated: a uint8 view of this thread's
+    host buffer, valid until the thread's next use of that buffer. Blocks until the frames are
+    on the host (copied through the device's staging ring, see .staging: a job encoding on the
+    GPU runs more writers than cores)."""
     import cupy
 
     from .host_buffers import thread_host
     from .staging import ring
 
     flat = cupy.ascontiguousarray(data).reshape(-1).view(np.uint8)
-    frame = _batcher(_Encoder, flat.device.id).submit(flat, flat.nbytes).result()
-    host = thread_host((frame.size,), np.dtype(np.uint8))
-    ring(flat.device.id).to_host(host, frame, cupy.cuda.get_current_stream())
+    parts = [flat[lo:hi] for lo, hi in frame_cuts(flat.nbytes, frame_bytes())]
+    frames = _batcher(_Encoder, flat.device.id).submit(parts, flat.nbytes).result()
+    host = thread_host((sum(int(f.size) for f in frames),), np.dtype(np.uint8))
+    stream = cupy.cuda.get_current_stream()
+    at = 0
+    for f in frames:
+        ring(flat.device.id).to_host(host[at : at + f.size], f, stream)
+        at += f.size
     return host
 
 
@@ -167,21 +207,33 @@ class _Batcher:
 
 
 class _Encoder(_Batcher):
-    """Encodes output chunks (one contiguous uint8 CuPy array each) as one zstd frame each
-    (:func:`.nvcomp_capi.encode`), a CuPy array allocated on the encoder's stream, complete
-    (its writer copies it back and drops it on its own stream).
+    """Encodes output chunks, a request being one chunk's frames (contiguous uint8 CuPy
+    arrays, :func:`frame_cuts`), each as one zstd frame (:func:`.nvcomp_capi.encode`): a
+    request's result is its frames, CuPy arrays allocated on the encoder's stream, complete
+    (its writer copies them back and drops them on its own stream).
 
-    nvCOMP encodes the frames of a batch side by side: a lone frame of 128 MiB at 0.84 GB/s,
-    a batch of 32 at 6.1 GB/s (H100 host, through nvCOMP's Python codec)."""
+    A batch holds at most 1 GiB of chunks where they are cut into frames: on one H100, 8
+    chunks of 128 MiB in frames of 16 MiB encoded at 7.7 GB/s, 16 or 33 at once at 6.9 GB/s,
+    and a smaller batch hands its frames to their writers sooner. Chunks of one frame each
+    (``gpu-frame-bytes`` 0) go in batches of up to 8 GiB: there the rate grows with the batch
+    (8 chunks 5.1 GB/s, 33 chunks 6.3 GB/s)."""
 
     kind = "encode"
     max_items = 64
-    max_bytes = 8 << 30
+
+    def __init__(self, dev: int) -> None:
+        self.max_bytes = (1 << 30) if frame_bytes() else (8 << 30)
+        super().__init__(dev)
 
     def _process(self, items: list[Any]) -> list[Any]:
         from .nvcomp_capi import encode
 
-        return encode(items, self.stream)
+        frames = encode([f for item in items for f in item], self.stream)
+        results, at = [], 0
+        for item in items:
+            results.append(frames[at : at + len(item)])
+            at += len(item)
+        return results
 
 
 class _Decoder(_Batcher):
@@ -238,56 +290,83 @@ def decode_threads(devices: int) -> int:
     return max(0, int(dask.config.get("dask-compact.batch.gpu-decode-tasks", 32))) * devices
 
 
-ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+def chunk_frames(chunk: bytes | memoryview, want: int, name: str) -> list[Frame] | None:
+    """How nvCOMP decodes one chunk file (``chunk``, its compressed bytes) into ``want``
+    bytes: its frames, each decoded to its own place in the chunk (the one frame when its
+    header declares ``want``, the common case: no walk over the blocks); or None where the
+    chunk is valid zstd that nvCOMP cannot be handed as it is (a frame that declares no size,
+    or frames whose sizes would put an output off the 8-byte alignment nvCOMP writes to): the
+    CPU decodes that one. Raises ValueError naming the chunk where it is not zstd frames
+    whose declared sizes add up to ``want``.
 
-
-def frame_content_size(frame: bytes | memoryview) -> int | None:
-    """The decompressed size a zstd frame header declares (RFC 8878, 3.1.1.1), or None when
-    the header declares none or is not a zstd frame header."""
-    b = bytes(frame[:18])
-    if len(b) < 5 or b[:4] != ZSTD_MAGIC:
+    nvCOMP trusts its input: a frame that is not what the chunk must hold can make the device
+    fault (an illegal address, which ends the CUDA context), so every header is checked here
+    first. Corruption inside a well-formed frame is not caught here."""
+    view = memoryview(chunk)
+    got = content_size(view[:18])
+    if got == want:
+        return [Frame(0, len(view), want)]
+    frames = split(view)
+    if not frames:
+        raise ValueError(f"{name} is not a zstd frame of {want} bytes (its header says {got})")
+    sizes = [f.content for f in frames]
+    if any(s is None for s in sizes):
         return None
-    fhd = b[4]
-    fcs_flag, single = fhd >> 6, (fhd >> 5) & 1
-    dict_size = (0, 1, 2, 4)[fhd & 3]
-    at = 5 + (0 if single else 1) + dict_size
-    size = (1 if single else 0, 2, 4, 8)[fcs_flag]
-    if size == 0 or len(b) < at + size:
+    total = sum(s for s in sizes if s is not None)
+    if total != want:
+        raise ValueError(f"{name} is not zstd frames of {want} bytes (its {len(frames)} "
+                         f"frames declare {total})")
+    if any(s % 8 for s in sizes[:-1] if s is not None):
         return None
-    value = int.from_bytes(b[at : at + size], "little")
-    return value + 256 if size == 2 else value
+    return frames
 
 
-def decode_host(frames: list[Any], expected: list[int], names: list[str]) -> list[Any]:
-    """zstd frames in host memory (``frames``: buffers such as memory-mapped chunk files),
-    each expected to decode to ``expected[k]`` bytes, decoded on the current device: one new
-    uint8 CuPy array per frame (allocated on the current stream), in order, complete.
+def _decode_on_cpu(host: np.ndarray, want: int, name: str) -> np.ndarray:
+    from numcodecs import Zstd
+
+    try:
+        raw = np.frombuffer(Zstd().decode(host), np.uint8)
+    except Exception as e:  # numcodecs raises RuntimeError for a frame it cannot decode
+        raise ValueError(f"{name}: zstd could not decode it ({e})") from e
+    if raw.size != want:
+        raise ValueError(f"{name} decodes to {raw.size} bytes, not {want}")
+    return raw
+
+
+def decode_host(chunks: list[Any], expected: list[int], names: list[str]) -> list[Any]:
+    """Chunk files in host memory (``chunks``: buffers such as memory-mapped files, each one
+    or more zstd frames, :func:`chunk_frames`), each expected to decode to ``expected[k]``
+    bytes, decoded on the current device: one new uint8 CuPy array per chunk (allocated on
+    the current stream), in order, complete.
 
     The frames go to the device through its staging ring (:mod:`.staging`, one registration
     per device, rather than a pinned buffer per task: a job decoding on the GPU runs many
     more tasks than cores, :func:`decode_threads`) on the current stream, then to the
     device's decoder, batched with other tasks' frames. ``names`` (e.g. the files' paths)
-    name a frame in an error."""
+    name a chunk in an error."""
     import cupy
 
     from .staging import ring
 
-    # nvCOMP trusts its input: a frame that is not what the chunk must hold can make the
-    # device fault (an illegal address, which ends the CUDA context). Check each header on
-    # the CPU first. Corruption inside a well-formed frame is not caught here.
-    for frame, want, name in zip(frames, expected, names):
-        got = frame_content_size(memoryview(frame)[:18])
-        if got != want:
-            raise ValueError(f"{name} is not a zstd frame of {want} bytes "
-                             f"(its header says {got})")
+    plans = [chunk_frames(c, w, n) for c, w, n in zip(chunks, expected, names)]
     dev = cupy.cuda.runtime.getDevice()
     stream = cupy.cuda.get_current_stream()
-    on_device = []
-    for frame in frames:
-        host = np.frombuffer(frame, np.uint8)
-        d = cupy.empty(host.size, np.uint8)
-        ring(dev).to_device(d, host, stream)
-        on_device.append(d)
     outs = [cupy.empty(want, np.uint8) for want in expected]
+    frames, places = [], []
+    for chunk, plan, out, want, name in zip(chunks, plans, outs, expected, names):
+        host = np.frombuffer(chunk, np.uint8)
+        if plan is None:
+            ring(dev).to_device(out, _decode_on_cpu(host, want, name), stream)
+            continue
+        at = 0
+        for f in plan:
+            d = cupy.empty(f.length, np.uint8)
+            ring(dev).to_device(d, host[f.offset : f.offset + f.length], stream)
+            size = int(f.content or 0)  # every frame of a plan declares its size
+            frames.append(d)
+            places.append(out[at : at + size])
+            at += size
     stream.synchronize()  # the decoder works on its own stream
-    return _batcher(_Decoder, dev).submit((on_device, outs), sum(expected)).result()
+    if frames:
+        _batcher(_Decoder, dev).submit((frames, places), sum(expected)).result()
+    return outs

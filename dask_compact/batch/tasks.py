@@ -417,8 +417,10 @@ def _gather_device(parts: list[Any]) -> list[Any]:
 
 def write_chunk_file_gpu(array_dir: str, j: int, parts: list[Any], chunk: int) -> None:
     """Chunk ``j`` of the same array as :func:`write_chunk_file`, from CuPy parts: put together
-    and padded on their device, encoded there by nvCOMP as one zstd frame, and only that frame
-    copied back. The file's bytes differ from numcodecs' but decode to the same chunk."""
+    and padded on their device, encoded there by nvCOMP as zstd frames of at most
+    :func:`.gpu_zstd.frame_bytes` each, and only those copied back. The file's bytes differ
+    from numcodecs' but decode to the same chunk (numcodecs reads several frames since
+    0.16.4)."""
     import cupy
 
     from .gpu_zstd import encode
@@ -443,9 +445,9 @@ def write_chunk_file_gpu(array_dir: str, j: int, parts: list[Any], chunk: int) -
                 at += len(q)
             full[at:] = 0
             cupy.cuda.get_current_stream().synchronize()  # the encoder runs on another stream
-        frame = encode(full)
+        frames = encode(full)
         with open(os.path.join(array_dir, "c", str(j)), "wb") as f:
-            f.write(frame.data)
+            f.write(frames.data)
 
 
 def peak_rss() -> int:

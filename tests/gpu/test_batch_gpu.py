@@ -18,6 +18,7 @@ from click.testing import CliRunner  # noqa: E402
 from dask_compact import cli  # noqa: E402
 from dask_compact.batch import gpu_zstd  # noqa: E402
 from dask_compact.batch.reader import chunk_files_reader  # noqa: E402
+from dask_compact.batch.zstd_frames import content_size, split  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 needs_nvcomp = pytest.mark.skipif(bool(gpu_zstd.unavailable()),
@@ -140,19 +141,29 @@ ENCODE_CASES += [("float32", 1025, 33, 0), ("float64", 100_003, 4099, 1000)]  # 
 
 
 @needs_nvcomp
-@pytest.mark.parametrize("dtype, n, out_chunk, threshold", ENCODE_CASES)
+@pytest.mark.parametrize("dtype, n, out_chunk, threshold, frame",
+                         [(*case, None) for case in ENCODE_CASES]
+                         + [(dtype, n, out_chunk, 50, 1000)
+                            for dtype in ["int8", "uint16", "float32", "float64"]
+                            for n, out_chunk in [(1025, 33), (100_003, 4099)]]
+                         + [("int32", 1025, 33, 50, 12)])
 def test_gpu_encoded_chunks_are_frames_any_zstd_reader_decodes(tmp_path, dtype, n, out_chunk,
-                                                               threshold):
-    """Every chunk file of a GPU-encoded output is one zstd frame that declares its content
-    size (as numcodecs' frames do) and decodes with numcodecs to the chunk zarr reads."""
+                                                               threshold, frame):
+    """Every chunk file of a GPU-encoded output is zstd frames of at most
+    ``dask-compact.batch.gpu-frame-bytes`` each (one frame for these small chunks by
+    default), each declaring its content size (as numcodecs' frames do); the file decodes
+    with numcodecs to the chunk zarr reads."""
+    import dask.config
     from numcodecs import Zstd
 
     # 1 to 100: no chunk all zeros (zarr would not store it, and the input be refused)
     a = (np.random.default_rng(n).random(n) * 99 + 1).astype(dtype)
     path = make(tmp_path, a, (max(1, n // 3),))
     out = tmp_path / "out.zarr"
-    res = run(path, out, "-w", f"x < {threshold}", "-o", "both", "--local", "threads",
-              "--device", "gpu", "--encode", "gpu", "--output-chunks", out_chunk, "--json")
+    config = {} if frame is None else {"dask-compact.batch.gpu-frame-bytes": frame}
+    with dask.config.set(config):
+        res = run(path, out, "-w", f"x < {threshold}", "-o", "both", "--local", "threads",
+                  "--device", "gpu", "--encode", "gpu", "--output-chunks", out_chunk, "--json")
     summary = json.loads(res.stdout)
     m = a < threshold
     assert summary["encode"] == "gpu" and summary["selected"] == int(m.sum())
@@ -162,14 +173,73 @@ def test_gpu_encoded_chunks_are_frames_any_zstd_reader_decodes(tmp_path, dtype, 
     for name, want in (("values", a[m]), ("indices", np.flatnonzero(m))):
         files = sorted((out / name / "c").iterdir(), key=lambda f: int(f.name))
         assert len(files) == -(-len(want) // out_chunk)
+        chunk_bytes = out_chunk * want.dtype.itemsize
+        cuts = gpu_zstd.frame_cuts(chunk_bytes, frame or gpu_zstd.FRAME_BYTES)
         for f in files:
-            frame = f.read_bytes()
-            assert gpu_zstd.frame_content_size(frame) == out_chunk * want.dtype.itemsize
-            got = np.frombuffer(Zstd().decode(frame), dtype=want.dtype)
+            blob = f.read_bytes()
+            frames = split(blob)
+            assert frames is not None
+            assert [fr.content for fr in frames] == [hi - lo for lo, hi in cuts]
+            assert content_size(blob) == cuts[0][1]
+            got = np.frombuffer(Zstd().decode(blob), dtype=want.dtype)
             j = int(f.name)
             part = want[j * out_chunk : (j + 1) * out_chunk]
             np.testing.assert_array_equal(got[: len(part)], part)
             assert not got[len(part) :].any()  # padded with the fill value
+
+
+@needs_nvcomp
+@pytest.mark.parametrize("dtype", ["int16", "float32", "float64"])
+def test_gpu_decode_reads_chunks_of_several_frames(tmp_path, dtype):
+    """Chunk files of several zstd frames (as the GPU encoder writes them, or any zstd
+    writer), frames that declare no size and frames that put an output off alignment: GPU
+    decode reads each chunk as zarr does (nvCOMP frame by frame, or the CPU for the chunks
+    nvCOMP cannot be handed)."""
+    import zstandard
+    from numcodecs import Zstd
+
+    a = (np.random.default_rng(7).random(40_000) * 1000).astype(dtype)
+    chunk = 10_000
+    path = make(tmp_path, a, (chunk,))
+    raw = [a[k : k + chunk].tobytes() for k in range(0, len(a), chunk)]
+    cuts = {0: [0, 8000, 16_000, len(raw[0])],  # aligned frames
+            1: [0, 8001, len(raw[1])],  # a second frame off alignment: the CPU
+            2: None,  # one frame that declares no size: the CPU
+            3: [0, len(raw[3])]}  # one frame
+    for c, cut in cuts.items():
+        if cut is None:
+            z = zstandard.ZstdCompressor(write_content_size=False).compressobj()
+            blob = z.compress(raw[c]) + z.flush()
+        else:
+            blob = b"".join(Zstd().encode(raw[c][lo:hi]) for lo, hi in zip(cut, cut[1:]))
+        (path / "c" / str(c)).write_bytes(blob)
+    np.testing.assert_array_equal(zarr.open_array(str(path))[:], a)  # zarr reads them too
+    reader, why = chunk_files_reader(zarr.open_array(str(path)), str(path), "fp", False)
+    assert reader is not None, why
+    for r0, r1 in [(0, len(a)), (5000, 35_001), (chunk, 2 * chunk)]:
+        np.testing.assert_array_equal(reader.read_device(r0, r1).get(), a[r0:r1])
+    (path / "c" / "1").write_bytes(Zstd().encode(raw[1][:8000]) + b"junk")
+    with pytest.raises(ValueError, match=r"c/1 is not a zstd frame"):
+        reader.read_device(0, len(a))
+
+
+@needs_nvcomp
+def test_a_gpu_written_output_of_many_frames_is_a_gpu_job_input(tmp_path):
+    """A job's GPU-encoded output (chunks of several frames) read by the next job with GPU
+    decode: exact."""
+    import dask.config
+
+    a = np.random.default_rng(8).random(300_007).astype(np.float32)
+    path = make(tmp_path, a, (50_000,))
+    mid, out = tmp_path / "mid.zarr", tmp_path / "out.zarr"
+    with dask.config.set({"dask-compact.batch.gpu-frame-bytes": 4096}):
+        run(path, mid, "-w", "x < 0.7", "--local", "threads", "--device", "gpu", "--encode",
+            "gpu", "--output-chunks", "40000")
+    res = run(mid / "values", out, "-w", "x > 0.2", "--local", "threads", "--device", "gpu",
+              "--decode", "gpu", "--no-read-ahead", "--json")
+    assert json.loads(res.stdout)["gpu_decode"]
+    b = a[a < 0.7]
+    np.testing.assert_array_equal(zarr.open_group(str(out))["values"][:], b[b > 0.2])
 
 
 @needs_nvcomp
