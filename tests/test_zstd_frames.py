@@ -118,6 +118,9 @@ def test_chunk_frames_plans_what_nvcomp_can_take():
     streamed = zstandard.ZstdCompressor(write_content_size=False).compressobj()
     unsized = streamed.compress(_data(5000, 6)) + streamed.flush()
     assert gpu_zstd.chunk_frames(unsized, 5000, "c/3") is None
+    with_empty = Zstd().encode(parts[0]) + zstandard.ZstdCompressor().compress(b"") + (
+        Zstd().encode(parts[1]))
+    assert gpu_zstd.chunk_frames(with_empty, 2048, "c/7") is None
     # the wrong total, a truncated chunk, foreign bytes: an error naming the chunk
     with pytest.raises(ValueError, match=r"c/4 is not zstd frames of 4000 bytes .*declare 3048"):
         gpu_zstd.chunk_frames(several, 4000, "c/4")

@@ -294,10 +294,10 @@ def chunk_frames(chunk: bytes | memoryview, want: int, name: str) -> list[Frame]
     """How nvCOMP decodes one chunk file (``chunk``, its compressed bytes) into ``want``
     bytes: its frames, each decoded to its own place in the chunk (the one frame when its
     header declares ``want``, the common case: no walk over the blocks); or None where the
-    chunk is valid zstd that nvCOMP cannot be handed as it is (a frame that declares no size,
-    or frames whose sizes would put an output off the 8-byte alignment nvCOMP writes to): the
-    CPU decodes that one. Raises ValueError naming the chunk where it is not zstd frames
-    whose declared sizes add up to ``want``.
+    chunk is valid zstd that nvCOMP cannot be handed as it is (a frame that declares no size
+    or an empty one, or frames whose sizes would put an output off the 8-byte alignment
+    nvCOMP writes to): the CPU decodes that one. Raises ValueError naming the chunk where it
+    is not zstd frames whose declared sizes add up to ``want``.
 
     nvCOMP trusts its input: a frame that is not what the chunk must hold can make the device
     fault (an illegal address, which ends the CUDA context), so every header is checked here
@@ -316,7 +316,7 @@ def chunk_frames(chunk: bytes | memoryview, want: int, name: str) -> list[Frame]
     if total != want:
         raise ValueError(f"{name} is not zstd frames of {want} bytes (its {len(frames)} "
                          f"frames declare {total})")
-    if any(s % 8 for s in sizes[:-1] if s is not None):
+    if any(s % 8 for s in sizes[:-1] if s is not None) or 0 in sizes:
         return None
     return frames
 
