@@ -252,6 +252,7 @@ def measure(client, x, p: float, reps: int) -> dict[str, Any]:
             peer.append(t2 - t1)
     keys = list(flatten(x.__dask_keys__()))
     _settle(client, len(keys))
+    held = placement(client, x)
     try:
         floors = client.run(floor_on_worker, keys, p, 3)
     except Exception as e:  # noqa: BLE001 -- e.g. out of memory: report the floor as unknown
@@ -263,7 +264,21 @@ def measure(client, x, p: float, reps: int) -> dict[str, Any]:
         peer_s=statistics.median(peer),
         floor_s=max(floors.values()),
         phase1_tasks=tasks,
+        chunks_per_worker=held,
     )
+
+
+def placement(client, x) -> str:
+    """The input's chunks per worker, most first ("17/16/16/15"): the slowest worker's share
+    bounds the efficiency of any call that leaves every chunk where it lies (a worker holding
+    17 of 64 chunks on 4 GPUs does 17/16 of a balanced share)."""
+    counts: dict[str, int] = {}
+    # who_has wants the persisted collection (or futures): given a list of keys it finds none
+    for who in client.who_has(x).values():
+        for w in who[:1]:  # a chunk held twice is compacted once
+            counts[w] = counts.get(w, 0) + 1
+    workers = list(client.nthreads())
+    return "/".join(str(c) for c in sorted((counts.get(w, 0) for w in workers), reverse=True))
 
 
 def run_k(
@@ -377,7 +392,9 @@ def report(
         f"of 2^{chunk_log2}, p={p}, protocol {protocol}",
         "",
         "Time = call until every GPU is done (device sync on each worker included). Floor = "
-        "the chunk function called on each worker without Dask (slowest worker).",
+        "the chunk function called on each worker without Dask (slowest worker). Input "
+        "chunks per worker: where the layout put them, most first (the slowest worker's "
+        "share bounds any call that leaves every chunk where it lies).",
         "",
         "Dask's floor (same cluster, same run, each ending with the same device sync on every "
         "worker): a bare `client.submit(f).result()`, and one trivial task per worker persisted "
@@ -385,8 +402,9 @@ def report(
         "",
         "| case | layout | GPUs | elements | phase-1 tasks | map_compact ms | input GB/s | "
         "efficiency | GPU floor ms | Dask overhead ms | Dask floor ms: submit / per worker | "
-        "overhead / floor | x[x<p]+ccs+persist ms | speed-up | internal: phase 1 as tasks ms |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "overhead / floor | x[x<p]+ccs+persist ms | speed-up | internal: phase 1 as tasks ms | "
+        "input chunks per worker |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
@@ -396,7 +414,7 @@ def report(
             f"{r['dask_submit_ms']:.1f} / {r['dask_per_worker_ms']:.1f} | "
             f"{r['overhead_ms'] / r['dask_per_worker_ms']:.2f}x | "
             f"{1e3 * r['peer_s']:.1f} | {r['speedup_vs_peer']:.2f}x | "
-            f"{1e3 * r['as_tasks_s']:.1f} |"
+            f"{1e3 * r['as_tasks_s']:.1f} | {r.get('chunks_per_worker', '')} |"
         )
     if any("rebalanced_s" in r for r in rows):
         lines += [
