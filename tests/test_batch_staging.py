@@ -87,3 +87,13 @@ def test_ring_refuses_what_it_cannot_copy(fake_cupy):
 
 def test_one_gpu_keeps_the_threads_pinned_buffers():
     assert not staging.staged_devices(1) and staging.staged_devices(2)
+
+
+def test_ring_pieces_are_smaller_where_one_process_drives_several_devices():
+    """Each ring is registered into every device's context: with several devices the rings'
+    set-up grows with their square, so their pieces are a quarter the size."""
+    from dask_compact.batch import staging
+
+    assert staging.piece_bytes(1) == staging.PIECE_BYTES == 32 << 20
+    assert staging.piece_bytes(2) == staging.piece_bytes(4) == staging.SHARED_PIECE_BYTES
+    assert staging.SHARED_PIECE_BYTES == 8 << 20

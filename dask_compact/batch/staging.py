@@ -30,6 +30,14 @@ import numpy as np
 from .host_buffers import pinned
 
 PIECE_BYTES = 32 * 2**20  # one piece: a CPU copy of ~4 ms, a DMA of ~1 ms
+# A process driving several devices: each registration is mapped into every device's context
+# (cudaHostRegister memory is portable under unified addressing), so the rings' set-up grows
+# with the square of the devices. Measured with 4 H100s (32 GiB batch job, alternating,
+# 2026-11-27_4xh100_45fcf25_staging_ring_piece_ab.txt): rings of 32 MiB pieces ready 3.2-3.3 s
+# into the command, of 8 MiB pieces 2.0-2.3 s; the command 5.39-5.89 s against 5.92-7.04 s.
+# With 2 H200s the same change was neutral (3.14-3.17 against 2.95-3.56 s); one device keeps
+# 32 MiB (not measured there).
+SHARED_PIECE_BYTES = 8 * 2**20
 PIECES = 16  # per device: up to 16 threads per device copy at once, each holding one piece
 
 _lock = threading.Lock()  # guards _making
@@ -40,6 +48,11 @@ _rings: dict[int, StagingRing] = {}
 def staged_devices(ndev: int) -> bool:
     """Whether a job driving ``ndev`` devices from one process copies through the rings."""
     return ndev > 1
+
+
+def piece_bytes(ndev: int) -> int:
+    """The bytes of one ring piece in a process that sees ``ndev`` devices."""
+    return SHARED_PIECE_BYTES if ndev > 1 else PIECE_BYTES
 
 
 class StagingRing:
@@ -137,5 +150,8 @@ def ring(device: int) -> StagingRing:
         with making:  # a 512 MiB slab faulted in and registered: other devices' go on
             r = _rings.get(device)
             if r is None:
-                r = _rings[device] = StagingRing(device, PIECES, PIECE_BYTES)
+                import cupy
+
+                ndev = cupy.cuda.runtime.getDeviceCount()
+                r = _rings[device] = StagingRing(device, PIECES, piece_bytes(ndev))
     return r

@@ -512,7 +512,7 @@ def test_record_group_through_staging_rings_matches_numpy(tmp_path, monkeypatch)
 
     monkeypatch.setattr(staging, "staged_devices", lambda n: True)
     monkeypatch.setattr(staging, "_rings", {})
-    monkeypatch.setattr(staging, "PIECE_BYTES", 30_000)
+    monkeypatch.setattr(staging, "piece_bytes", lambda n: 30_000)
     path, data = _record_group(tmp_path, 300_001)
     out = tmp_path / "out.zarr"
     res = run(path, out, "-w", "(e > 0.3) & (abs(eta) < 1.5) & (q != 0)", "-o", "both",
@@ -568,7 +568,7 @@ def test_cli_through_staging_rings_matches_numpy(tmp_path, mode, early, monkeypa
 
     monkeypatch.setattr(staging, "staged_devices", lambda n: True)
     monkeypatch.setattr(staging, "_rings", {})
-    monkeypatch.setattr(staging, "PIECE_BYTES", 40_000)
+    monkeypatch.setattr(staging, "piece_bytes", lambda n: 40_000)
     monkeypatch.setattr(staging, "PIECES", 3)
     if early:
         _read_everything_early(monkeypatch)
