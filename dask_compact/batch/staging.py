@@ -147,7 +147,7 @@ def ring(device: int) -> StagingRing:
     if r is None:
         with _lock:
             making = _making.setdefault(device, threading.Lock())
-        with making:  # a 512 MiB slab faulted in and registered: other devices' go on
+        with making:  # a slab of PIECES pieces faulted in and registered: other devices' go on
             r = _rings.get(device)
             if r is None:
                 import cupy
