@@ -98,6 +98,23 @@ def test_corrupted_chunk_is_named_and_resume_after_the_fix_works(zin, tmp_path):
     np.testing.assert_array_equal(group(out)[1]["values"], a[a > 0.3])
 
 
+@pytest.mark.parametrize("where_run", [[], ["--no-read-ahead"],
+                                       ["--local", "processes", "--workers", "2"]])
+def test_a_chunk_that_decodes_short_fails_the_job_and_leaves_no_output(zin, tmp_path,
+                                                                        where_run):
+    """A valid zstd frame holding fewer values than its chunk (zarr refuses it): the job
+    fails naming the chunk, whether the early read, a task or a worker reads it; nothing is
+    written."""
+    from numcodecs import Zstd
+
+    path, a = zin
+    (path / "c" / "7").write_bytes(Zstd().encode(np.full(1000, 0.95, np.float32)))
+    out = tmp_path / "out.zarr"
+    res = run(path, out, "--where", "x > 0.9", "-o", "both", *where_run, code=1)
+    assert "input chunk 7 (rows 35000:40000)" in res.output and "decodes to" in res.output
+    assert not out.exists() and litter(tmp_path) == []
+
+
 def test_worker_killed_mid_job_gives_the_exact_result(zin, tmp_path, monkeypatch):
     """A worker process dies while reading a chunk (the nanny restarts it, the scheduler reruns
     its tasks); the job still gives exactly NumPy's answer."""

@@ -81,6 +81,74 @@ def test_layouts_it_refuses_fall_back_to_zarr(tmp_path):
         np.testing.assert_array_equal(src.reader.read(3, 9), a[3:9])
 
 
+def _replaced(tmp_path, chunk: int, data: bytes):
+    """A float32 array of 1050 rows in chunks of 100 (the last, c/10, an edge chunk) whose chunk
+    file ``chunk`` is replaced by ``data``; its reader and values."""
+    a = np.random.default_rng(5).random(1050).astype(np.float32)
+    path = tmp_path / "a.zarr"
+    zarr.create_array(store=str(path), shape=a.shape, dtype=a.dtype, chunks=(100,))[:] = a
+    (path / "c" / str(chunk)).write_bytes(data)
+    reader, why = chunk_files_reader(zarr.open_array(str(path)), str(path), "fp", False)
+    assert isinstance(reader, ZarrChunkFiles), why
+    return reader, a
+
+
+def _frames(*parts, content_size=True):
+    import zstandard
+
+    if not content_size:
+        c = zstandard.ZstdCompressor(write_content_size=False)
+        return b"".join(c.compress(np.asarray(p, np.float32).tobytes()) for p in parts)
+    from numcodecs import Zstd
+
+    return b"".join(Zstd().encode(np.asarray(p, np.float32)) for p in parts)
+
+
+SHORT_OR_LONG = {
+    "short": _frames(np.full(20, 0.5)),
+    "short, no declared size": _frames(np.full(20, 0.5), content_size=False),
+    "short, two frames": _frames(np.full(50, 0.5), np.full(30, 0.5)),
+    "long": _frames(np.full(120, 0.5)),
+    "the chunk, then one frame more": _frames(np.full(100, 0.5), np.full(8, 0.5)),
+    "long, no declared size": _frames(np.full(101, 0.5), content_size=False),
+}
+
+
+@pytest.mark.parametrize("chunk", [3, 10])  # a whole chunk, the edge chunk
+@pytest.mark.parametrize("what", list(SHORT_OR_LONG))
+def test_a_chunk_that_decodes_to_another_size_is_an_error_naming_it(tmp_path, chunk, what):
+    """zarr refuses a chunk file that does not decode to the chunk's size; so does the
+    reader, whether it decodes into the caller's buffer (a reused one would otherwise keep
+    another chunk's values past a short chunk) or apart (an edge chunk, a part of one)."""
+    reader, _ = _replaced(tmp_path, chunk, SHORT_OR_LONG[what])
+    with pytest.raises(ValueError, match=f"Zarr chunk c/{chunk} (decodes to|does not decode)"):
+        reader.read(0, 1050)
+    r0 = chunk * 100 + 7  # a part of the chunk only
+    with pytest.raises(ValueError, match=f"Zarr chunk c/{chunk}"):
+        reader.read(r0, min(1050, r0 + 20))
+    out = np.full(100, 7.0, np.float32)  # a reused buffer of the whole chunk's rows
+    if chunk == 3:
+        with pytest.raises(ValueError, match="Zarr chunk c/3"):
+            reader.read(300, 400, out=out)
+
+
+@pytest.mark.parametrize("parts, content_size", [((40, 60), True), ((100,), False),
+                                                 ((30, 30, 40), False), ((1, 99), True)])
+def test_a_chunk_of_several_frames_or_no_declared_size_reads_exactly(tmp_path, parts,
+                                                                      content_size):
+    """Valid zstd of the chunk's size in any framing reads as zarr reads it."""
+    a = np.random.default_rng(5).random(1050).astype(np.float32)
+    cut = np.cumsum((0,) + parts)
+    data = _frames(*(a[300 + lo : 300 + hi] for lo, hi in zip(cut, cut[1:])),
+                   content_size=content_size)
+    reader, a = _replaced(tmp_path, 3, data)
+    np.testing.assert_array_equal(zarr.open_array(str(tmp_path / "a.zarr"))[:], a)
+    np.testing.assert_array_equal(reader.read(0, 1050), a)
+    np.testing.assert_array_equal(reader.read(310, 390), a[310:390])
+    out = np.full(100, 7.0, np.float32)
+    np.testing.assert_array_equal(reader.read(300, 400, out=out), a[300:400])
+
+
 def test_missing_chunk_is_an_error_unless_allowed(tmp_path):
     a = np.arange(1, 101, dtype=np.float32)
     path = tmp_path / "a.zarr"

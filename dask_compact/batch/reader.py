@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from .zstd_frames import content_size, split
+
 # Linux: fill the page tables of a new mapping at once (0 where the flag does not exist).
 _MAP_POPULATE = getattr(mmap, "MAP_POPULATE", 0)
 
@@ -114,6 +116,7 @@ class ZarrChunkFiles:
             out = np.empty((r1 - r0,) + self.shape[1:], self.dtype)
         flat = out.reshape(-1)
         at = 0
+        chunk_bytes = self.chunk_rows * row * self.dtype.itemsize  # edge chunks too
         for c, first, rows in self._chunks(r0, r1):
             raw = self._raw(c)
             n = rows * row
@@ -121,9 +124,11 @@ class ZarrChunkFiles:
                 if raw is None:
                     flat[at : at + n] = self.fill_value
                 elif first == 0 and rows == self.chunk_rows:
-                    zstd.decode(raw, out=flat[at : at + n])  # the whole chunk, in place
+                    # the whole chunk, in place
+                    _decode(zstd, raw, chunk_bytes, self.keys[c], flat[at : at + n])
                 else:  # an edge chunk (stored at full size) or a block boundary inside one
-                    whole = np.frombuffer(zstd.decode(raw), self.dtype)
+                    whole = np.frombuffer(_decode(zstd, raw, chunk_bytes, self.keys[c]),
+                                          self.dtype)
                     flat[at : at + n] = whole[first * row : first * row + n]
             finally:
                 _close(raw)
@@ -159,6 +164,40 @@ class ZarrChunkFiles:
             parts.append(whole[first * row : (first + rows) * row])
         flat = parts[0] if len(parts) == 1 else cupy.concatenate(parts)
         return flat.reshape((r1 - r0,) + self.shape[1:])
+
+
+def _decode(zstd: Any, raw: Any, want: int, key: str, out: np.ndarray | None = None) -> Any:
+    """Chunk file ``raw`` (zstd frames) decoded into ``out`` (``want`` bytes) or into new
+    bytes; ValueError naming chunk ``key`` where it does not decode to exactly ``want``
+    bytes, as zarr refuses such a chunk.
+
+    numcodecs decodes every frame of ``raw`` into ``out`` and refuses more than ``out``
+    holds, but not less: a chunk that decodes short would leave the rest of ``out`` as it
+    was (another chunk's values in a reused buffer). So ``out`` is decoded into only where
+    the frames' headers declare ``want`` bytes in all (zstd checks each frame's content
+    against its header); otherwise the chunk is decoded apart and its size checked."""
+    if out is not None:
+        view = memoryview(raw)
+        frames = None
+        if content_size(view[:18]) != want:  # else one frame of the chunk's size: the usual
+            frames = split(view)
+            if not (frames and all(f.content is not None for f in frames)
+                    and sum(f.content or 0 for f in frames) == want):
+                frames = []
+        if frames is None or frames:
+            try:
+                return zstd.decode(raw, out=out)
+            except ValueError as e:  # more than the chunk holds: "destination buffer too small"
+                raise ValueError(f"Zarr chunk {key} does not decode to the chunk's {want} "
+                                 f"bytes ({e})") from None
+    decoded = zstd.decode(raw)
+    got = memoryview(decoded).nbytes
+    if got != want:
+        raise ValueError(f"Zarr chunk {key} decodes to {got} bytes, not the chunk's {want}")
+    if out is None:
+        return decoded
+    out.reshape(-1).view(np.uint8)[:] = np.frombuffer(decoded, np.uint8)
+    return out
 
 
 def _close(raw: Any) -> None:

@@ -288,6 +288,25 @@ def test_corrupted_chunk_decoded_on_gpu_is_named(tmp_path):
     assert not out.exists()
 
 
+@needs_nvcomp
+@pytest.mark.parametrize("sizes", [(1000,), (4000, 2000), (10_000, 8)])
+@pytest.mark.parametrize("early", [True, False])
+def test_a_chunk_decoding_to_another_size_on_gpu_is_named(tmp_path, sizes, early):
+    """A chunk file of valid zstd frames that do not add up to the chunk (zarr refuses it):
+    the job fails naming it, decoded by nvCOMP or read early on the CPUs; no output."""
+    from numcodecs import Zstd
+
+    a = np.random.default_rng(4).random(100_000).astype(np.float32)
+    path = make(tmp_path, a, (10_000,))
+    (path / "c" / "4").write_bytes(b"".join(Zstd().encode(np.full(k, 0.95, np.float32))
+                                            for k in sizes))
+    out = tmp_path / "out.zarr"
+    res = run(path, out, "-w", "x > 0.5", "--local", "threads", "--device", "gpu", "--decode",
+              "gpu", *([] if early else ["--no-read-ahead"]), code=1)
+    assert "input chunk 4 (rows 40000:50000)" in res.output
+    assert not out.exists()
+
+
 def test_gpu_decode_falls_back_with_the_reason(tmp_path):
     a = np.random.default_rng(5).random(10_000)
     path = tmp_path / "in.npy"
