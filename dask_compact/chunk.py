@@ -20,6 +20,7 @@ from .predicate import Predicate, PredicateLike, as_predicate
 from .task_report import report
 from .validate import (
     check_algorithm,
+    check_apart,
     check_chunk_type,
     check_dtype,
     check_into_buffer,
@@ -278,4 +279,6 @@ def compact_into(
         check_into_buffer(a, count, "count", count.dtype, 1)
         if count.size != 1:
             raise ValueError(f"count must have 1 element; got {count.size}")
+    if output == "both" or count is not None:
+        check_apart({"out (values)": values, "out (indices)": indices, "count": count})
     return compact_into_chunk(a, p, output, values, indices, count, stable, algorithm, stream)

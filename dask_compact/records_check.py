@@ -13,7 +13,7 @@ import numpy as np
 
 from .predicate.core import NotElementwise, Predicate
 from .predicate.fields import record_mask, record_predicate
-from .validate import _module_of, _span, check_chunk_type, check_dtype, native
+from .validate import _module_of, check_apart, check_chunk_type, check_dtype, native, overlaps
 
 __all__ = ["checked_fields", "check_record_predicate", "check_into", "INDICES"]
 
@@ -174,7 +174,7 @@ def check_into(fields: dict[str, Any], out: Any, count: Any, stream: Any) -> dic
         if not buf.flags.c_contiguous or (kind == "numpy" and not buf.flags.writeable):
             raise ValueError(f"out[{name!r}] must be C-contiguous and writeable")
         for fname, a in fields.items():
-            if buf.nbytes and a.nbytes and _overlap(buf, a):
+            if overlaps(buf, a):
                 raise ValueError(f"out[{name!r}] overlaps the field {fname!r}")
         checked[name] = buf
     if count is not None:
@@ -182,11 +182,12 @@ def check_into(fields: dict[str, Any], out: Any, count: Any, stream: Any) -> dic
             raise TypeError("count must be a 1-element int64 or uint64 array")
         if _module_of(count) != kind or getattr(count, "size", 0) != 1:
             raise ValueError(f"count must be a 1-element {kind} array like the fields")
+        for fname, a in fields.items():
+            if overlaps(count, a):
+                raise ValueError(f"count overlaps the field {fname!r}")
+    check_apart({**{f"out[{name!r}]": buf for name, buf in checked.items()}, "count": count})
     if stream is not None and kind != "cupy":
         raise TypeError("stream is for CuPy fields; NumPy fields are compacted on this thread")
     return checked
 
 
-def _overlap(a: Any, b: Any) -> bool:
-    (a0, a1), (b0, b1) = _span(a), _span(b)
-    return a0 < b1 and b0 < a1

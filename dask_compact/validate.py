@@ -94,12 +94,50 @@ def _module_of(a: Any) -> str:
 
 
 def _span(a: Any) -> tuple[int, int]:
-    """The bytes ``[start, end)`` an array's elements may occupy (its data pointer onward)."""
+    """The bytes ``[start, end)`` from an array's lowest element to past its highest: a
+    reversed or strided view reaches below its data pointer or beyond its ``nbytes``."""
     if _module_of(a) == "cupy":
         start = int(a.data.ptr)
     else:
         start = int(a.__array_interface__["data"][0])
-    return start, start + int(a.nbytes)
+    lo = hi = start
+    for n, stride in zip(a.shape, a.strides):
+        if n == 0:
+            return start, start
+        if stride < 0:
+            lo += (n - 1) * stride
+        else:
+            hi += (n - 1) * stride
+    return lo, hi + int(a.itemsize)
+
+
+def overlaps(a: Any, b: Any) -> bool:
+    """Whether arrays ``a`` and ``b`` share memory: their byte spans (:func:`_span`) meet and,
+    for NumPy arrays, an element of one lies in the other (strided views can interleave
+    without sharing an element); CuPy arrays whose spans meet count as overlapping."""
+    if not a.nbytes or not b.nbytes:
+        return False
+    (a0, a1), (b0, b1) = _span(a), _span(b)
+    if not (a0 < b1 and b0 < a1):
+        return False
+    if _module_of(a) == "numpy" and _module_of(b) == "numpy":
+        try:
+            # bounded: an exact answer for many-dimensional strides can take long (NumPy's
+            # stubs admit only its two named levels; any positive bound is valid at run time)
+            return bool(np.shares_memory(a, b, max_work=10_000))  # type: ignore[arg-type]
+        except np.exceptions.TooHardError:
+            return True
+    return True
+
+
+def check_apart(buffers: dict[str, Any]) -> None:
+    """ValueError where two of the output ``buffers`` (role -> array) share memory: each
+    would overwrite what the other receives."""
+    roles = [r for r, b in buffers.items() if b is not None]
+    for i, r in enumerate(roles):
+        for q in roles[i + 1 :]:
+            if overlaps(buffers[r], buffers[q]):
+                raise ValueError(f"{r} and {q} overlap; each needs memory of its own")
 
 
 def check_into_buffer(a: Any, buf: Any, role: str, dtype: np.dtype, size: int) -> None:
@@ -125,7 +163,5 @@ def check_into_buffer(a: Any, buf: Any, role: str, dtype: np.dtype, size: int) -
     if buf.size < size:
         raise ValueError(f"{role} holds {buf.size} elements; the input has {size}, and every "
                          "element may be selected")
-    if buf.nbytes and a.nbytes:
-        (a0, a1), (b0, b1) = _span(a), _span(buf)
-        if a0 < b1 and b0 < a1:
-            raise ValueError(f"{role} overlaps the input; compaction is not done in place")
+    if overlaps(a, buf):
+        raise ValueError(f"{role} overlaps the input; compaction is not done in place")

@@ -128,6 +128,56 @@ def test_bad_buffers_refused_and_untouched(make, kwargs, err, match):
     np.testing.assert_array_equal(a, before)
 
 
+def _strided_cases():
+    """(input, out, overlapping) views of one buffer: reversed and strided inputs whose
+    elements lie below their data pointer or beyond their nbytes."""
+    def buf():
+        return np.arange(40, dtype=np.float64)
+
+    b1 = buf()
+    yield b1[:10][::-1], b1[10:20], False  # reversed input below the buffer: disjoint
+    b2 = buf()
+    yield b2[::2][:10], b2[10:20], True  # strided input reaching into the buffer
+    b3 = buf()
+    yield b3[5:15][::-1], b3[0:10], True  # reversed input over the buffer's end
+    b4 = buf()
+    yield b4[20:30][::-1], b4[0:10], False
+    b5 = buf()
+    yield b5[::10], b5[1:5], False  # interleaved in the buffer's span, no element shared
+    b6 = buf()
+    yield b6.reshape(4, 10)[:2, ::-3], b6[12:22], True  # 2-D, negative strides
+
+
+@pytest.mark.parametrize("case", range(6))
+def test_overlap_is_judged_by_the_elements_strides_included(case):
+    a, out, overlapping = list(_strided_cases())[case]
+    before = a.copy()
+    if overlapping:
+        with pytest.raises(ValueError, match="overlaps the input"):
+            compact_into(a, "x > 2", out)
+        np.testing.assert_array_equal(a, before)
+        return
+    k = int(compact_into(a, "x > 2", out)[0])
+    np.testing.assert_array_equal(a, before)
+    np.testing.assert_array_equal(out[:k], before.ravel()[before.ravel() > 2])
+
+
+def test_output_buffers_sharing_memory_are_refused():
+    a = random_array("float64", (33,), seed=8)
+    mem = np.empty(2 * a.size, np.float64)
+    with pytest.raises(ValueError, match="out .values. and out .indices. overlap"):
+        compact_into(a, "x > 0.5", (mem[: a.size], mem[5 : 5 + a.size].view(np.int64)),
+                     output="both")
+    count = mem[a.size : a.size + 1].view(np.int64)
+    with pytest.raises(ValueError, match="out .values. and count overlap"):
+        compact_into(a, "x > 0.5", mem[1 : 1 + a.size], count=count)
+    # apart: accepted, exact
+    v, i = mem[: a.size], np.empty(a.size, np.int64)
+    k = int(compact_into(a, "x > 0.5", (v, i), output="both", count=count)[0])
+    np.testing.assert_array_equal(v[:k], a[a > 0.5])
+    np.testing.assert_array_equal(i[:k], np.flatnonzero(a > 0.5))
+
+
 def test_read_only_output_refused():
     a = random_array("int32", (31,), seed=6)
     out = np.empty(31, np.int32)

@@ -222,6 +222,17 @@ def test_into_errors():
         cri(f, "mass > 1", {"nope": np.empty(10)})
     with pytest.raises(ValueError, match="overlaps"):
         cri(f, "mass > 1", {"r": f["r"]})
+    mem = np.arange(40.0)  # a reversed field just below its output: apart
+    rev = {"m": mem[:10][::-1]}
+    got = cri(rev, "m > 5", {"m": mem[10:20]})
+    assert int(got[0]) == 4 and list(mem[10:14]) == [9.0, 8.0, 7.0, 6.0]
+    with pytest.raises(ValueError, match="overlaps the field"):
+        cri({"m": mem[20:40][::2]}, "m > 5", {"m": mem[30:40]})
+    with pytest.raises(ValueError, match="out.'m'. and out.'id'. overlap"):
+        cri({"m": np.arange(10.0), "id": np.arange(10.0)}, "m > 5",
+            {"m": mem[:10], "id": mem[5:15]})
+    with pytest.raises(ValueError, match="count overlaps the field"):
+        cri({"m": mem[:10]}, "m > 5", {"m": np.empty(10)}, count=mem[3:4].view(np.int64))
     with pytest.raises(TypeError, match="non-empty mapping"):
         cri(f, "mass > 1", {})
     with pytest.raises(TypeError, match="in-memory"):

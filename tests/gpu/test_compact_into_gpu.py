@@ -175,3 +175,21 @@ def test_bad_buffers_refused(make, kwargs, err, match):
     with pytest.raises(err, match=match):
         compact_into(a, "x > 50", make(a), **kwargs)
     cupy.testing.assert_array_equal(a, before)
+
+
+def test_overlap_is_judged_by_the_elements_strides_included():
+    """A reversed input just below its output is accepted (its elements end where the output
+    begins); a strided one reaching into the output is refused; outputs sharing memory too."""
+    mem = cupy.arange(40, dtype=cupy.float64)
+    a = mem[:10][::-1]
+    k = int(compact_into(a, "x > 2", mem[10:20])[0])
+    assert k == 7 and cupy.asnumpy(mem[10:17]).tolist() == [9, 8, 7, 6, 5, 4, 3]
+    mem = cupy.arange(40, dtype=cupy.float64)
+    with pytest.raises(ValueError, match="overlaps the input"):
+        compact_into(mem[::2][:10], "x > 2", mem[10:20])
+    with pytest.raises(ValueError, match="overlaps the input"):
+        compact_into(mem[5:15][::-1], "x > 2", mem[0:10])
+    x = cupy.arange(10, dtype=cupy.float64)
+    both = cupy.empty(20, cupy.float64)
+    with pytest.raises(ValueError, match="out .values. and out .indices. overlap"):
+        compact_into(x, "x > 2", (both[:10], both[5:15].view(cupy.int64)), output="both")
