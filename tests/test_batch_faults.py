@@ -84,6 +84,23 @@ def test_resume_refuses_a_different_job_and_a_plain_run_starts_over(zin, tmp_pat
     np.testing.assert_array_equal(group(out2)[1]["values"], a[a < 0.25])
 
 
+def test_resume_refuses_an_input_whose_values_were_written_again(zin, tmp_path):
+    """zarr rewrites chunk files, not its metadata, when values are written again: a job
+    resumed over the new values would mix two selections. The input's identity covers its
+    chunk files, so the resume is refused and a plain run gives the new values' selection."""
+    path, a = zin
+    out = tmp_path / "out.zarr"
+    kill_halfway(tmp_path, path, out, "--where", "x < 0.5", "--output-chunks", "3000",
+                  writes=5)
+    b = np.random.default_rng(99).random(a.size).astype(np.float32)
+    zarr.open_array(str(path), mode="r+")[:] = b  # same shape, dtype, chunks and metadata
+    res = run(path, out, "--where", "x < 0.5", "--output-chunks", "3000", "--resume", code=2)
+    assert "differs in input" in res.output
+    run(path, out, "--where", "x < 0.5", "--output-chunks", "3000")
+    np.testing.assert_array_equal(group(out)[1]["values"], b[b < 0.5])
+    assert litter(tmp_path) == []
+
+
 def test_corrupted_chunk_is_named_and_resume_after_the_fix_works(zin, tmp_path):
     path, a = zin
     chunk_file = path / "c" / "7"
