@@ -18,10 +18,11 @@ batch as before. :func:`gather` fetches a persisted collection's blocks with no 
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import dask
+
+from .imported import distributed_if_imported
 
 
 def persist(*collections: Any, **kwargs: Any) -> tuple:
@@ -34,7 +35,7 @@ def persist(*collections: Any, **kwargs: Any) -> tuple:
 
 def send_now(persisted: Any) -> None:
     """Have the client that holds ``persisted``'s futures write its queued messages now."""
-    distributed = sys.modules.get("distributed")
+    distributed = distributed_if_imported()
     if distributed is None:
         return
     client = None
@@ -58,7 +59,7 @@ def gather(persisted: Any) -> list | None:
     """The blocks of a persisted collection, fetched from the workers with no graph (so
     nothing waits for the client's next batch), in the collection's key order; None where
     they are not all futures (an in-process scheduler: compute it instead)."""
-    distributed = sys.modules.get("distributed")
+    distributed = distributed_if_imported()
     if distributed is None:
         return None
     from dask.core import flatten

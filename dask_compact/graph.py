@@ -22,7 +22,6 @@ source graph. Lazy mode keeps phase 2 inside the graph (one small task over all 
 from __future__ import annotations
 
 import operator
-import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -41,6 +40,7 @@ from .chunk import (
     compact_group,
     run_counts,
 )
+from .imported import distributed_if_imported
 from .placement import _take, anchors, group_tasks, placement
 from .task_report import reported
 
@@ -168,7 +168,7 @@ def _groups_by_worker(plan: Plan, blocks: list | None
 def _held_futures(plan: Plan) -> list | None:
     """The futures of the held input's blocks (``plan.block_keys()``), None unless every block
     is one (an input persisted on a distributed cluster)."""
-    distributed = sys.modules.get("distributed")
+    distributed = distributed_if_imported()
     if distributed is None or plan.mask is not None:
         return None
     blocks = [plan.held.dask.get(k) for k in plan.block_keys()]

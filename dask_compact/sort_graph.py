@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import operator
-import sys
 import uuid
 import warnings
 from typing import Any
@@ -56,6 +55,7 @@ from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 from . import client_stream
 from .dispatch import sort_bounds, sort_chunk, sort_merge
 from .graph import _extend, _meta
+from .imported import distributed_if_imported
 from .placement import _held_where
 
 __all__ = ["build_sort", "splitters", "sample_positions", "exchange_groups", "bucket_groups",
@@ -260,7 +260,7 @@ def _is_cupy(meta: Any) -> bool:
 
 def _futures(values: da.Array) -> list | None:
     """The chunks of ``values`` as distributed futures, or None (no cluster holds them)."""
-    distributed = sys.modules.get("distributed")
+    distributed = distributed_if_imported()
     blocks = [values.dask[k] for k in values.__dask_keys__()]
     if distributed is None or not all(isinstance(b, distributed.Future) for b in blocks):
         return None

@@ -12,8 +12,9 @@ with tasks.
 
 from __future__ import annotations
 
-import sys
 from typing import Any
+
+from .imported import distributed_if_imported
 
 ENTRY = "dask-compact"
 
@@ -21,7 +22,7 @@ ENTRY = "dask-compact"
 def report(value: Any) -> None:
     """Attach ``value`` (msgpack-able) to the running task's metadata, if it runs on a
     distributed worker."""
-    distributed = sys.modules.get("distributed")
+    distributed = distributed_if_imported()
     if distributed is None:
         return
     from distributed.utils import thread_state

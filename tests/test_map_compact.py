@@ -241,3 +241,33 @@ def test_flatnonzero():
         r = dask_compact.flatnonzero(x)
         assert r.chunks != ((),)
         np.testing.assert_array_equal(r.compute(), np.flatnonzero(a))
+
+
+def test_first_calls_from_several_threads_at_once():
+    """A fresh process's first map_compact calls, from eight threads at once: dask.persist
+    imports distributed in one of them while the others look for a cluster."""
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent("""
+        import sys, threading
+        import numpy as np, dask.array as da
+        import dask_compact  # noqa: F401
+        assert "distributed" not in sys.modules
+        x = da.from_array(np.arange(100.0), chunks=10)
+        errors, results = [], []
+        def work():
+            try:
+                results.append(x.map_compact("x > 50").compute())
+            except Exception as e:
+                errors.append(repr(e))
+        ts = [threading.Thread(target=work) for _ in range(8)]
+        [t.start() for t in ts]; [t.join() for t in ts]
+        assert not errors, errors
+        assert len(results) == 8 and all((r == np.arange(51.0, 100.0)).all() for r in results)
+        print("ok")
+    """)
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=300)
+    assert res.returncode == 0 and "ok" in res.stdout, res.stderr[-2000:]
