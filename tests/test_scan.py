@@ -87,6 +87,25 @@ def test_integer_sums_wrap_as_numpys() -> None:
     np.testing.assert_array_equal(scan_array(u, exclusive=True), reference(u, True))
 
 
+@pytest.mark.parametrize("values, dtype", [([2**31, 2**31, 1, 7], "uint32"),
+                                           ([2**30] * 4 + [1], "int32"),
+                                           ([-(2**31)] * 3 + [5], "int32"),
+                                           ([2**63, 2**63, 3], "uint64")])
+@pytest.mark.parametrize("exclusive", [False, True])
+def test_dask_cumsum_into_a_narrow_accumulator_wraps_across_chunks(values, dtype, exclusive):
+    """A chunk's total that leaves the accumulator's range wraps, as NumPy's sums do (the
+    CPU loop adds in 64 bits; its total was cast to the accumulator and raised)."""
+    a = np.array(values, dtype=np.dtype(dtype))
+    expect = np.cumsum(a, dtype=dtype)
+    if exclusive:
+        expect = np.concatenate([[0], expect[:-1]]).astype(dtype)
+    for chunks in (1, 2, 3):
+        got = cumsum(da.from_array(a, chunks=chunks), dtype=dtype, exclusive=exclusive)
+        got = got.compute()
+        assert got.dtype == np.dtype(dtype)
+        np.testing.assert_array_equal(got, expect)
+
+
 def test_nd_input_is_flattened_in_c_order() -> None:
     a = data("int16", 6 * 7 * 5, seed=1).reshape(6, 7, 5)
     np.testing.assert_array_equal(scan_array(a, exclusive=False), np.cumsum(a))

@@ -70,7 +70,19 @@ def total(a: np.ndarray, acc: np.dtype) -> np.generic:
     flat = _prepared(a, acc)
     if flat.size == 0:
         return acc.type(0)
-    return acc.type(_sum_loop(flat, acc.type(0)))
+    return _wrapped(_sum_loop(flat, acc.type(0)), acc)
+
+
+def _wrapped(value: Any, acc: np.dtype) -> np.generic:
+    """``value`` (the loop's sum) as ``acc``: an integer accumulator narrower than the loop's
+    64 bits wraps as NumPy's sums do (``acc.type`` of a Python int out of range raises)."""
+    if acc.kind not in "iu":
+        return acc.type(value)
+    bits = 8 * acc.itemsize
+    v = int(value) & ((1 << bits) - 1)
+    if acc.kind == "i" and v >= 1 << (bits - 1):
+        v -= 1 << bits
+    return acc.type(v)
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
