@@ -30,6 +30,7 @@ once (:func:`.batch.head_start.start_for_dask_cli`); imported any other way it s
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 from collections.abc import Callable
@@ -56,6 +57,31 @@ def fmt_bytes(n: float) -> str:
             return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
         n /= 1000
     raise AssertionError("unreachable")
+
+
+def _signals_as_in_the_job(command: Callable[..., None]) -> Callable[..., None]:
+    """``command`` with Ctrl-C and SIGTERM before its job has begun (its imports, the input's
+    checks, a cluster's start) exiting 130 and 143 with one line on stderr, as during the job
+    (:func:`_locked`): otherwise click printed "Aborted!" and exited 1, and SIGTERM ended the
+    process without a word. Nothing is written before the job."""
+
+    @functools.wraps(command)
+    def run(*args: Any, **kwargs: Any) -> None:
+        from .batch.signals import EXIT_SIGINT, EXIT_SIGTERM, Reported, terminate_as_exit
+
+        try:
+            with terminate_as_exit():
+                command(*args, **kwargs)
+        except KeyboardInterrupt:
+            click.echo("dask compact: interrupted; nothing was written", err=True)
+            raise Reported(EXIT_SIGINT) from None
+        except SystemExit as e:
+            if e.code == EXIT_SIGTERM and not isinstance(e, Reported):
+                click.echo("dask compact: terminated; nothing was written", err=True)
+                raise Reported(EXIT_SIGTERM) from None
+            raise
+
+    return run
 
 
 @click.command(name="compact", context_settings={"help_option_names": ["-h", "--help"]})
@@ -142,6 +168,7 @@ def fmt_bytes(n: float) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object.")
 @click.option("--debug", is_flag=True, help="Show tracebacks instead of short error messages.")
 @click.version_option(package_name="dask-compact", prog_name="dask compact")
+@_signals_as_in_the_job
 def compact_command(
     input_path: str,
     output_path: str,
@@ -282,7 +309,7 @@ def _ahead_line(ahead: dict[str, Any] | None) -> str:
 def _locked(target: Target, overwrite: bool, job: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     """``job()`` under OUTPUT's lock, SIGTERM unwinding like Ctrl-C; an interrupt exits 130
     (143 for SIGTERM) with one line on stderr saying what was left at OUTPUT."""
-    from .batch.signals import EXIT_SIGINT, EXIT_SIGTERM, terminate_as_exit
+    from .batch.signals import EXIT_SIGINT, EXIT_SIGTERM, Reported, terminate_as_exit
 
     try:
         with terminate_as_exit():
@@ -293,10 +320,11 @@ def _locked(target: Target, overwrite: bool, job: Callable[[], dict[str, Any]]) 
                 target.release()
     except KeyboardInterrupt:
         click.echo(f"dask compact: interrupted; {_left(target)}", err=True)
-        sys.exit(EXIT_SIGINT)
+        raise Reported(EXIT_SIGINT) from None
     except SystemExit as e:
-        if e.code == EXIT_SIGTERM:
+        if e.code == EXIT_SIGTERM and not isinstance(e, Reported):
             click.echo(f"dask compact: terminated; {_left(target)}", err=True)
+            raise Reported(EXIT_SIGTERM) from None
         raise
 
 

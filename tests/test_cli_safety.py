@@ -262,6 +262,30 @@ def test_signal_mid_write_one_line_exit_code_no_litter(npy, tmp_path, sig, code,
     assert litter(tmp_path) == []
 
 
+@pytest.mark.parametrize("sig, code, word", [(signal.SIGINT, 130, "interrupted"),
+                                             (signal.SIGTERM, 143, "terminated")])
+def test_signal_before_the_job_one_line_exit_code(npy, tmp_path, monkeypatch, sig, code,
+                                                  word):
+    """Ctrl-C or SIGTERM while the command is still starting (here as it opens its input):
+    the same exit code and one line as during the job, not click's "Aborted!" and 1."""
+    from dask_compact.batch import inputs
+
+    real = inputs.open_input
+
+    def signalled(*args, **kwargs):
+        os.kill(os.getpid(), sig)
+        time.sleep(1.0)  # the handler runs in this (the main) thread meanwhile
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(inputs, "open_input", signalled)
+    path, _ = npy
+    out = tmp_path / "out.zarr"
+    res = run(path, out, "--where", "x > 0.5", code=code)
+    assert f"dask compact: {word}; nothing was written" in res.output
+    assert "Aborted" not in res.output
+    assert not out.exists() and litter(tmp_path) == []
+
+
 # -- installation and arguments -------------------------------------------------------------------
 
 

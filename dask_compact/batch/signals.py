@@ -12,6 +12,10 @@ EXIT_SIGINT = 128 + signal.SIGINT  # the shell's convention: 130
 EXIT_SIGTERM = 128 + signal.SIGTERM  # 143
 
 
+class Reported(SystemExit):
+    """An exit (130 or 143) whose one line on stderr has been written already."""
+
+
 @contextlib.contextmanager
 def terminate_as_exit() -> Iterator[None]:
     """SIGTERM (``docker stop``, a batch system's kill) unwinds like Ctrl-C: cleanup runs."""
