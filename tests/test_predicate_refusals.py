@@ -57,6 +57,41 @@ def test_chunk_dependent_predicates_are_refused_before_running(x, f):
     assert counter.n == 0
 
 
+@pytest.mark.parametrize("f, named", [
+    (lambda v: np.cumsum(v) > 3, "`cumsum`"),
+    (lambda v: np.multiply.accumulate(v) > 3, "`cumprod`"),
+    (lambda v: np.maximum.accumulate(v) > 3, "`np.maximum.accumulate`"),
+    (lambda v: np.logical_or.accumulate(v > 3), "`np.logical_or.accumulate`"),
+])
+def test_running_operations_are_named_as_written_and_point_to_compact(x, f, named):
+    """Each running operation is named as the predicate wrote it, and the way out given is
+    one that exists (dask_compact.compact with a boolean dask array; map_compact has no
+    mask= parameter)."""
+    with pytest.raises(ValueError, match="not elementwise") as info:
+        x.map_compact(f)
+    assert named in str(info.value) and "dask_compact.compact(x, m)" in str(info.value)
+    assert "mask=" not in str(info.value)
+
+
+def test_an_array_the_shape_of_the_input_in_a_predicate_is_refused_clearly():
+    """NumPy accepts ``a[a > t]`` for ``t`` of ``a``'s shape; a predicate sees one chunk, or
+    a slice of one, at a time: refused saying so, not with a broadcast error about shapes
+    the caller never made."""
+    a = np.arange(5.0)
+    t = np.array([1.0, 5, 0, 9, 2])
+    with pytest.raises(ValueError, match="failed on a chunk of shape .* at a time") as info:
+        dask_compact.compact_array(a, lambda v: v > t)
+    assert "dask_compact.compact(x, m)" in str(info.value)
+    x = da.from_array(a, chunks=2)
+    with pytest.raises(ValueError, match="at a time"):
+        x.map_compact(lambda v: v > t)
+    # an array that broadcasts against every slice still works in memory
+    b = np.arange(12.0).reshape(4, 3)
+    per_column = np.array([1.0, 5, 9])
+    np.testing.assert_array_equal(dask_compact.compact_array(b, lambda v: v > per_column),
+                                  b[b > per_column])
+
+
 def test_mask_path_slice_check_catches_what_the_tracer_cannot_see():
     """v.astype(...) is untraceable, so what follows it runs unseen: the slice check of every
     mask-path evaluation refuses a statistic of the chunk."""

@@ -153,9 +153,27 @@ class Predicate:
         if self.expr is not None:
             return check_mask(evaluate(self.expr, a, self.params, xp), a, self.source, xp)
         assert self.func is not None
-        m = check_mask(self.func(a), a, self.source, xp)
+        m = check_mask(self._call(a), a, self.source, xp)
         self._check_slices(a, m, xp)
         return m
+
+    def _call(self, a: Any) -> Any:
+        """The callable on ``a`` (a chunk or a slice of one); where it fails to broadcast an
+        array it holds against ``a``, NotElementwise saying why (an array the shape of the
+        whole input is compared with one chunk at a time)."""
+        assert self.func is not None
+        try:
+            return self.func(a)
+        except ValueError as e:
+            if "broadcast" not in str(e):
+                raise
+            raise NotElementwise(
+                f"predicate {self.source} failed on a chunk of shape {tuple(a.shape)} ({e}): a "
+                "predicate gets one chunk (or a slice of one) at a time, so an array it "
+                "compares with must broadcast against any of them. For values aligned with "
+                "the whole input, compute the condition on the dask array (m = x > t) and use "
+                "dask_compact.compact(x, m)."
+            ) from None
 
     def _check_slices(self, a: Any, m: Any, xp: Any) -> None:
         """Raise if the callable gives a slice of the chunk other values than the chunk.
@@ -171,8 +189,8 @@ class Predicate:
         n = a.shape[0]
         k = min(SLICE_CHECK, n // 2)
         assert self.func is not None
-        head = check_mask(self.func(a[:k]), a[:k], self.source, xp)
-        tail = check_mask(self.func(a[n - k :]), a[n - k :], self.source, xp)
+        head = check_mask(self._call(a[:k]), a[:k], self.source, xp)
+        tail = check_mask(self._call(a[n - k :]), a[n - k :], self.source, xp)
         if not bool(xp.array_equal(head, m[:k]) & xp.array_equal(tail, m[n - k :])):
             raise NotElementwise(
                 f"predicate {self.source} is not elementwise: it gives a slice of a chunk other "

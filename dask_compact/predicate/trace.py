@@ -163,11 +163,11 @@ class Untraceable(Exception):
 
 
 def _reduction_error(name: str) -> NotElementwise:
-    if name in _CUMULATIVE:
+    if name in _CUMULATIVE or name.endswith(".accumulate"):
         return NotElementwise(
             f"`{name}` is not elementwise: inside a predicate it would run over each chunk "
-            "separately, not over the array. Compute it on the dask array first and filter with "
-            "`mask=` (a boolean dask array) instead."
+            "separately, not over the array. Compute the condition on the dask array first "
+            "(e.g. m = da.cumsum(x) > 0) and filter with dask_compact.compact(x, m) instead."
         )
     return NotElementwise(
         f"`{name}` is a reduction: inside a predicate it would reduce each chunk separately, "
@@ -269,7 +269,8 @@ def _refuse_dask(tracer: Tracer, value: Any) -> None:
                 NotElementwise(
                     "a dask collection is used inside the predicate; each chunk task would "
                     "compute or embed it. Compute a scalar first (e.g. `m = float(m.compute())`), "
-                    "or pass a boolean dask array of the same chunks as `mask=`."
+                    "or filter by a boolean dask array of the same chunks, m, with "
+                    "dask_compact.compact(x, m)."
                 )
             )
 
@@ -428,7 +429,9 @@ class Sym:
         if method == "reduce":
             raise tracer.refuse(_reduction_error(f"np.{name}.reduce"))
         if method == "accumulate":
-            raise tracer.refuse(_reduction_error("cumsum" if name == "add" else "cumprod"))
+            raise tracer.refuse(_reduction_error(
+                "cumsum" if name == "add" else "cumprod" if name == "multiply"
+                else f"np.{name}.accumulate"))
         if method != "__call__":
             raise tracer.refuse(_not_elementwise(f"`np.{name}.{method}`"))
         if ufunc.signature is not None:  # a gufunc (np.matmul, np.vecdot): works on rows
