@@ -73,6 +73,11 @@ def test_layout_rows_and_cost():
     assert [lay.start(i) for i in range(3)] == [0, 12, 24]
     assert chunk_cost(lay, 0, "both") == 12 * 4 + 12 * (4 + 8)
     assert Layout.make((0,), 8, 5, None).nchunks == 0
+    # an input chunk longer than the input (--chunks 10**12): the output chunk is at most the
+    # input (zarr stores a chunk at its full length: 3.6 TiB for this one before)
+    big = Layout.make((1000, 2), 4, 10**12, None)
+    assert big.nchunks == 1 and big.out_chunk == 2000
+    assert Layout.make((1000, 2), 4, 10**12, 7).out_chunk == 7  # given: as given
 
 
 # -- the thread executor ---------------------------------------------------------------------------

@@ -73,6 +73,18 @@ def test_npy_both_matches_numpy(npy, tmp_path):
     assert leftovers(tmp_path) == []
 
 
+def test_chunks_longer_than_the_input(npy, tmp_path):
+    """--chunks far beyond the rows: one read, and output chunks no longer than the input
+    (the default output chunk was --chunks itself, padded to full length by zarr)."""
+    path, a = npy
+    out = tmp_path / "out.zarr"
+    run(path, out, "--where", "x > 0.7", "--output", "both", "--chunks", str(10**12))
+    g = zarr.open_group(str(out), mode="r")
+    assert g["values"].chunks == (a.size,)
+    np.testing.assert_array_equal(g["values"][:], a[a > 0.7])
+    np.testing.assert_array_equal(g["indices"][:], np.flatnonzero(a > 0.7))
+
+
 def test_zarr_nd_in_c_order(zarr2d, tmp_path):
     path, a = zarr2d
     out = tmp_path / "out.zarr"

@@ -40,7 +40,9 @@ class Layout:
         if n_rows == 0:
             rows = (0,)
         row_elems = int(np.prod(shape[1:], dtype=np.int64)) if len(shape) > 1 else 1
-        default = max(1, step * row_elems)
+        # an output chunk as long as an input chunk, but never longer than the input: zarr
+        # stores every chunk at its full length, and --chunks may exceed the rows
+        default = max(1, min(step, n_rows) * row_elems)
         return cls(tuple(shape), itemsize, rows, out_chunk or default, out_elem_bytes)
 
     @property
