@@ -128,6 +128,12 @@ def test_chunk_frames_plans_what_nvcomp_can_take():
         gpu_zstd.chunk_frames(several[:-3], 3048, "c/5")
     with pytest.raises(ValueError, match="c/6 is not a zstd frame of 10 bytes"):
         gpu_zstd.chunk_frames(b"0123456789", 10, "c/6")
+    # a frame of the chunk's size, then another (zarr refuses it; nvCOMP, handed the whole
+    # file as one frame, decoded the first and ignored the rest)
+    with pytest.raises(ValueError, match=r"c/8 is not zstd frames of 4096 bytes .*declare 5120"):
+        gpu_zstd.chunk_frames(one + Zstd().encode(parts[0]), 4096, "c/8")
+    with pytest.raises(ValueError, match="c/9 is not a zstd frame of 4096 bytes"):
+        gpu_zstd.chunk_frames(one + b"\0" * 10, 4096, "c/9")  # junk after it
 
 
 def test_encoder_batch_gives_each_chunk_its_own_frames(monkeypatch):

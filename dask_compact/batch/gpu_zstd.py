@@ -292,22 +292,23 @@ def decode_threads(devices: int) -> int:
 
 def chunk_frames(chunk: bytes | memoryview, want: int, name: str) -> list[Frame] | None:
     """How nvCOMP decodes one chunk file (``chunk``, its compressed bytes) into ``want``
-    bytes: its frames, each decoded to its own place in the chunk (the one frame when its
-    header declares ``want``, the common case: no walk over the blocks); or None where the
-    chunk is valid zstd that nvCOMP cannot be handed as it is (a frame that declares no size
-    or an empty one, or frames whose sizes would put an output off the 8-byte alignment
-    nvCOMP writes to): the CPU decodes that one. Raises ValueError naming the chunk where it
+    bytes: its frames, each decoded to its own place in the chunk (the common case: one frame
+    whose header declares ``want``); or None where the chunk is valid zstd that nvCOMP
+    cannot be handed as it is (a frame that declares no size or an empty one, or frames whose
+    sizes would put an output off the 8-byte alignment nvCOMP writes to): the CPU decodes
+    that one. Raises ValueError naming the chunk where it
     is not zstd frames whose declared sizes add up to ``want``.
 
     nvCOMP trusts its input: a frame that is not what the chunk must hold can make the device
     fault (an illegal address, which ends the CUDA context), so every header is checked here
     first. Corruption inside a well-formed frame is not caught here."""
     view = memoryview(chunk)
-    got = content_size(view[:18])
-    if got == want:
-        return [Frame(0, len(view), want)]
+    # Walked even where the first header declares ``want``: a frame may follow it (zarr then
+    # refuses the chunk), and nvCOMP handed the whole file would decode the first frame only.
+    # ~0.7 ms per 128 MiB chunk of 1000 blocks on the CI machine.
     frames = split(view)
     if not frames:
+        got = content_size(view[:18])
         raise ValueError(f"{name} is not a zstd frame of {want} bytes (its header says {got})")
     sizes = [f.content for f in frames]
     if any(s is None for s in sizes):
