@@ -296,8 +296,8 @@ def chunk_frames(chunk: bytes | memoryview, want: int, name: str) -> list[Frame]
     whose header declares ``want``); or None where the chunk is valid zstd that nvCOMP
     cannot be handed as it is (a frame that declares no size or an empty one, or frames whose
     sizes would put an output off the 8-byte alignment nvCOMP writes to): the CPU decodes
-    that one. Raises ValueError naming the chunk where it
-    is not zstd frames whose declared sizes add up to ``want``.
+    that one. Raises ValueError naming the chunk where it is not zstd frames whose declared
+    sizes add up to ``want``.
 
     nvCOMP trusts its input: a frame that is not what the chunk must hold can make the device
     fault (an illegal address, which ends the CUDA context), so every header is checked here

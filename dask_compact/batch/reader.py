@@ -177,20 +177,12 @@ def _decode(zstd: Any, raw: Any, want: int, key: str, out: np.ndarray | None = N
     was (another chunk's values in a reused buffer). So ``out`` is decoded into only where
     the frames' headers declare ``want`` bytes in all (zstd checks each frame's content
     against its header); otherwise the chunk is decoded apart and its size checked."""
-    if out is not None:
-        view = memoryview(raw)
-        frames = None
-        if content_size(view[:18]) != want:  # else one frame of the chunk's size: the usual
-            frames = split(view)
-            if not (frames and all(f.content is not None for f in frames)
-                    and sum(f.content or 0 for f in frames) == want):
-                frames = []
-        if frames is None or frames:
-            try:
-                return zstd.decode(raw, out=out)
-            except ValueError as e:  # more than the chunk holds: "destination buffer too small"
-                raise ValueError(f"Zarr chunk {key} does not decode to the chunk's {want} "
-                                 f"bytes ({e})") from None
+    if out is not None and _declares(raw, want):
+        try:
+            return zstd.decode(raw, out=out)
+        except ValueError as e:  # frames past the chunk: "destination buffer too small"
+            raise ValueError(f"Zarr chunk {key} does not decode to the chunk's {want} bytes "
+                             f"({e})") from None
     decoded = zstd.decode(raw)
     got = memoryview(decoded).nbytes
     if got != want:
@@ -199,6 +191,19 @@ def _decode(zstd: Any, raw: Any, want: int, key: str, out: np.ndarray | None = N
         return decoded
     out.reshape(-1).view(np.uint8)[:] = np.frombuffer(decoded, np.uint8)
     return out
+
+
+def _declares(raw: Any, want: int) -> bool:
+    """Whether the zstd frames of ``raw`` declare ``want`` bytes in all: its first header
+    does (one frame of the chunk's size, the usual case: no walk over its blocks; a frame
+    after it makes numcodecs refuse the buffer), or every frame declares its size and the
+    sizes add up."""
+    view = memoryview(raw)
+    if content_size(view[:18]) == want:
+        return True
+    frames = split(view) or []
+    sizes = [f.content for f in frames]
+    return bool(sizes) and None not in sizes and sum(s or 0 for s in sizes) == want
 
 
 def _close(raw: Any) -> None:
