@@ -21,6 +21,7 @@ source graph. Lazy mode keeps phase 2 inside the graph (one small task over all 
 
 from __future__ import annotations
 
+import math
 import operator
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -534,5 +535,42 @@ def _rebalanced(result: dict[str, da.Array], out_chunks: Any) -> dict[str, da.Ar
     if out_chunks is None:
         return result
     names = list(result)
-    rebalanced = client_stream.persist(*[result[k].rechunk(out_chunks) for k in names])
+    rows = row_chunks(result, out_chunks)
+    rebalanced = client_stream.persist(*[rechunk_rows(result[k], rows) for k in names])
     return dict(zip(names, rebalanced))
+
+
+def rechunk_rows(a: da.Array, rows: tuple[int, ...]) -> da.Array:
+    """``a`` with axis 0 chunked as ``rows``. Also where ``a`` is empty, which dask's
+    ``rechunk`` returns unchanged when every axis is 0 long (then one empty chunk, the
+    first of ``a``'s, all of whose chunks are empty)."""
+    if a.shape[0] or a.ndim > 1 and all(a.shape[1:]):
+        return a.rechunk({0: rows})
+    import itertools
+
+    name = "compact-empty-" + tokenize(a)
+    dsk: dict[Any, Any] = {(name, 0, *rest): (a.name, 0, *rest)
+                           for rest in itertools.product(*(range(len(c))
+                                                           for c in a.chunks[1:]))}
+    return da.Array(_extend(a.dask, name, dsk, {a.name}), name,
+                    chunks=((0,), *a.chunks[1:]), meta=a._meta)
+
+
+def row_chunks(arrays: Mapping[str, da.Array], out_chunks: int | str) -> tuple[int, ...]:
+    """One chunking of axis 0 for every output (rows of ``out_chunks``, or for ``"auto"``
+    what dask picks for the output of the widest rows, so that every output's chunks stay
+    within dask's auto size): outputs of one call share their chunks. Rechunked on its own,
+    each output got dask's own answer: "auto" sized by each dtype (float32 values and int64
+    indices apart by 2x), and nothing selected kept a 1-D output's empty chunks where an N-D
+    one merged them."""
+    first = next(iter(arrays.values()))
+    total = int(first.shape[0])
+    if total == 0:
+        return (0,)
+    if out_chunks == "auto":
+        widest = max(arrays.values(),
+                     key=lambda a: a.dtype.itemsize * math.prod(a.shape[1:]))
+        return da.core.normalize_chunks(("auto", *widest.shape[1:]), widest.shape,
+                                        dtype=widest.dtype)[0]
+    n = int(out_chunks)
+    return tuple(min(n, total - lo) for lo in range(0, total, n))

@@ -22,7 +22,7 @@ from dask.highlevelgraph import HighLevelGraph
 
 from . import client_stream
 from .dispatch import compact_records as compact_records_chunk
-from .graph import _count, _extend, _fetch_counts, _held_counts, _meta
+from .graph import _count, _extend, _fetch_counts, _held_counts, _meta, rechunk_rows, row_chunks
 from .predicate.core import Predicate
 from .records_check import INDICES
 
@@ -109,6 +109,7 @@ def build_records(
         for k, a in persisted.items()
     }
     if out_chunks is not None:
-        rebalanced = client_stream.persist(*[result[k].rechunk({0: out_chunks}) for k in outs])
+        rows = row_chunks({k: result[k] for k in outs}, out_chunks)
+        rebalanced = client_stream.persist(*[rechunk_rows(result[k], rows) for k in outs])
         result = dict(zip(outs, rebalanced))
     return result

@@ -201,11 +201,12 @@ def compact_dataset(
     keys: dict[Hashable, str] = {}
     gathered: list[Hashable] = []  # variables whose rows compact_records writes out
     order = ([lead] if lead is not None else []) + [n for n in along if n != lead]
+    taken = {n for n in along if isinstance(n, str)}
     for name in order:  # the lead first: compact_records aligns every field on it
         v = ds.variables[name]
         if name not in p.fields and (name in indexed or not _fieldable(v, like)):
             continue
-        key = _key(name, along.index(name), name in p.fields, INDICES)
+        key = _key(name, along.index(name), name in p.fields, INDICES, taken)
         data = _rows_first(v, dim)
         if lead is not None and not _is_dask(data):
             data = _from_array(data, like)
@@ -325,13 +326,17 @@ def _fieldable(v: xr.Variable, like: Any) -> bool:
     return like is None or _module(data) == _module(like)
 
 
-def _key(name: Hashable, i: int, read: bool, reserved: str) -> str:
+def _key(name: Hashable, i: int, read: bool, reserved: str, taken: set[str]) -> str:
     """The field key of a variable: its name (what cond calls it), or for a name that is not
     a string or is ``reserved``, one cond cannot write (only a variable it reads needs its
-    own name)."""
+    own name) and no other variable is called (``taken``: the string names): two variables
+    under one key would both come back with the data of one of them."""
     if read or (isinstance(name, str) and name and name != reserved):
         return str(name)
-    return f"<variable {i}>"
+    key = f"<variable {i}>"
+    while key in taken:
+        key = f"<{key}>"
+    return key
 
 
 def _from_array(data: Any, like: Any) -> Any:

@@ -131,6 +131,26 @@ def test_rebalanced_output_chunks(chunks, output):
         assert all(s == chunks for s in sizes[:-1]) and 0 < sizes[-1] <= chunks
 
 
+@pytest.mark.parametrize("chunks", [1000, "auto"])
+@pytest.mark.parametrize("q", [2.0, 0.1])  # nothing selected, most
+def test_both_outputs_of_a_rebalanced_call_share_their_chunks(chunks, q):
+    """values and indices come back with identical chunks, "auto" included (dask sized each
+    by its own dtype: float32 values in chunks twice as long as int64 indices) and an empty
+    selection (dask left the empty chunks as they were)."""
+    n = 2**25 if chunks == "auto" else 2**16  # "auto" splits only past 128 MiB
+    a = np.random.default_rng(9).random(n).astype(np.float32)
+    x = da.from_array(a, chunks=n // 8)
+    v, i = x.map_compact(lambda t: t > q, output="both", chunks=chunks)
+    assert v.chunks == i.chunks
+    if q > 1:
+        assert v.chunks == ((0,),)
+    elif chunks == "auto":
+        assert len(v.chunks[0]) > 1  # 30M int64 indices: more than one 128 MiB chunk
+    np.testing.assert_array_equal(v.compute(), a[a > q])
+    np.testing.assert_array_equal(i.compute(), np.flatnonzero(a > q))
+    assert [b.compute().shape[0] for b in v.blocks] == list(v.chunks[0])
+
+
 def test_unknown_chunk_input_works_for_all_outputs():
     a = np.random.default_rng(6).random(3000)
     x = da.from_array(a, chunks=250)

@@ -189,6 +189,22 @@ def test_dask_rebalanced_and_cupy_like_meta():
     assert_same(out, want)
 
 
+@pytest.mark.parametrize("cond", ["mass > 1000", "mass < 5"])
+@pytest.mark.parametrize("chunks", [256, "auto"])
+def test_dask_rebalanced_fields_share_their_chunks(cond, chunks):
+    """Every field (and the indices) with the same row chunks, an empty selection included:
+    dask leaves a 1-D empty array's chunks as they are but merges an N-D one's."""
+    f = particles(2000, 7)
+    d = {k: da.from_array(v, chunks=(300,) + v.shape[1:]) for k, v in f.items()}
+    out = compact_records(d, cond, chunks=chunks, indices=True)
+    rows = {a.chunks[0] for a in out.values()}
+    assert len(rows) == 1, {k: a.chunks for k, a in out.items()}
+    if cond == "mass > 1000":
+        assert rows == {(0,)}
+    want = reference(f, f["mass"] < 5) if cond == "mass < 5" else reference(f, f["mass"] > 1000)
+    assert_same({k: v for k, v in out.items() if k != "indices"}, want)
+
+
 @pytest.mark.parametrize("n", [0, 1, 33, 1025, 4099])
 def test_into_caller_buffers(n):
     f = particles(n, 9)

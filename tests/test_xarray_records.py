@@ -155,6 +155,32 @@ def test_multi_index_and_a_variable_named_x():
     assert d.compact.where("energy > 2").sizes == {"event": 3, "x": 2}
 
 
+@pytest.mark.parametrize("chunked", [False, True])
+def test_a_variable_named_like_a_generated_key_keeps_its_own_data(chunked):
+    """A variable whose name is not a string gets a key of its own; a string variable
+    named like that key must not take its place (both came back with one's data)."""
+    n = 40
+    ds = xr.Dataset({"e": ("ev", np.arange(n) * 1.0), 0: ("ev", np.arange(n)),
+                     "<variable 1>": ("ev", -np.arange(n)),
+                     "<<variable 1>>": ("ev", 7 * np.arange(n))})
+    if chunked:
+        ds = ds.chunk(ev=10)
+    out = ds.compact.where("e > 30")
+    xr.testing.assert_identical(out.compute(),
+                                ds.compute().isel(ev=np.flatnonzero(np.arange(n) > 30)))
+
+
+def test_rebalanced_empty_selection_keeps_one_chunking():
+    """chunks= with nothing selected: every variable along the dimension with the same
+    chunks (1-D and 2-D variables came back chunked apart, and Dataset.chunks raised)."""
+    n = 100
+    ds = xr.Dataset({"e": ("ev", np.arange(n) * 1.0),
+                     "pos": (("ev", "xyz"), np.zeros((n, 3)))}).chunk(ev=10)
+    out = ds.compact.where("e > 1000", chunks=7)
+    assert out.chunks["ev"] == (0,)
+    assert out.sizes["ev"] == 0 and out.pos.shape == (0, 3)
+
+
 def test_in_memory_dataset():
     ds = events(1025, seed=5)
     mask = mask_of(ds)
