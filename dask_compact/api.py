@@ -184,12 +184,16 @@ def compact(
         raise ValueError(f"mask has shape {mask.shape}, x has shape {x.shape}")
     x1 = _ravel(x)
     m1 = _ravel(mask)
-    if m1.numblocks != x1.numblocks or (not _unknown(x1) and m1.chunks != x1.chunks):
-        if _unknown(x1) or _unknown(m1):
+    if _unknown(x1) or _unknown(m1):
+        # blocks are paired in order (each task checks that its two blocks match)
+        if m1.numblocks != x1.numblocks:
+            which = " and ".join(n for n, a in (("x", x1), ("mask", m1)) if _unknown(a))
             raise ValueError(
-                "mask and x have unknown chunk sizes and different chunk structures; call "
-                "compute_chunk_sizes() on them first"
+                f"{which} {'have' if ' and ' in which else 'has'} unknown chunk sizes and the "
+                f"two have different numbers of chunks ({x1.numblocks[0]} and "
+                f"{m1.numblocks[0]}); call compute_chunk_sizes() first"
             )
+    elif m1.chunks != x1.chunks:
         m1 = m1.rechunk(x1.chunks)
     token = tokenize("compact", x1.name, m1.name, output)
     plan = Plan(x1, m1, None, output, True, "auto", token)

@@ -85,6 +85,24 @@ def test_mask_errors(x):
         dask_compact.compact(x, da.ones(100, chunks=30))
 
 
+def test_a_mask_of_unknown_chunk_sizes():
+    """x known, mask unknown: paired block by block where their chunk counts agree (each task
+    checks its two blocks), else refused naming which side is unknown."""
+    a = np.arange(10)
+    x = da.from_array(a, chunks=5)
+    keep = da.ones(10, chunks=5, dtype=bool)
+    m = (x % 3 == 0)[keep]  # the same two blocks, sizes unknown
+    np.testing.assert_array_equal(dask_compact.compact(x, m).compute(), a[a % 3 == 0])
+    other = da.ones(10, chunks=2, dtype=bool)
+    with pytest.raises(ValueError, match=r"mask has unknown chunk sizes .*\(2 and 5\)"):
+        dask_compact.compact(x, other[other])
+    with pytest.raises(ValueError, match=r"x has unknown chunk sizes .*\(5 and 2\)"):
+        dask_compact.compact(other[other].astype(int), x > 3)
+    longer = da.from_array(np.arange(12), chunks=6)
+    with pytest.raises(ValueError, match="does not match"):
+        dask_compact.compact(longer, keep[keep]).compute()
+
+
 def test_compact_array_errors():
     with pytest.raises(TypeError, match="NumPy or CuPy"):
         dask_compact.compact_array([1, 2, 3], "x > 1")
