@@ -152,7 +152,9 @@ def compact(
     """Select the elements of ``x`` where the boolean array ``mask`` is true.
 
     ``mask`` is a boolean dask or NumPy array of ``x``'s shape (it is rechunked to ``x``'s
-    chunks where they differ). Same result and phases as :func:`map_compact`.
+    chunks where they differ; where either has unknown chunk sizes, their blocks are paired
+    in order, which needs as many blocks on both sides). Same result and phases as
+    :func:`map_compact`.
 
     Examples
     --------
