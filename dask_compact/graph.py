@@ -21,6 +21,7 @@ source graph. Lazy mode keeps phase 2 inside the graph (one small task over all 
 
 from __future__ import annotations
 
+import itertools
 import math
 import operator
 from collections.abc import Callable, Mapping
@@ -546,8 +547,6 @@ def rechunk_rows(a: da.Array, rows: tuple[int, ...]) -> da.Array:
     first of ``a``'s, all of whose chunks are empty)."""
     if a.shape[0] or a.ndim > 1 and all(a.shape[1:]):
         return a.rechunk({0: rows})
-    import itertools
-
     name = "compact-empty-" + tokenize(a)
     dsk: dict[Any, Any] = {(name, 0, *rest): (a.name, 0, *rest)
                            for rest in itertools.product(*(range(len(c))
