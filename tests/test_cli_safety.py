@@ -280,7 +280,13 @@ def test_signal_before_the_job_one_line_exit_code(npy, tmp_path, monkeypatch, si
     monkeypatch.setattr(inputs, "open_input", signalled)
     path, _ = npy
     out = tmp_path / "out.zarr"
-    res = run(path, out, "--where", "x > 0.5", code=code)
+    # Python's own Ctrl-C handler, as in a terminal: a shell starts a background job's
+    # processes with SIGINT ignored, and pytest keeps what it was given
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        res = run(path, out, "--where", "x > 0.5", code=code)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert f"dask compact: {word}; nothing was written" in res.output
     assert "Aborted" not in res.output
     assert not out.exists() and litter(tmp_path) == []
