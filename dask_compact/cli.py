@@ -30,10 +30,11 @@ once (:func:`.batch.head_start.start_for_dask_cli`); imported any other way it s
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -59,6 +60,26 @@ def fmt_bytes(n: float) -> str:
     raise AssertionError("unreachable")
 
 
+@contextlib.contextmanager
+def _signal_exits(left: Callable[[], str]) -> Iterator[None]:
+    """SIGTERM unwinding like Ctrl-C for the duration, and either one exiting 130 / 143 with
+    one line on stderr ending with ``left()`` (what is left at OUTPUT); an exit already so
+    reported by an inner one (:class:`.batch.signals.Reported`) passes as it is."""
+    from .batch.signals import EXIT_SIGINT, EXIT_SIGTERM, Reported, terminate_as_exit
+
+    try:
+        with terminate_as_exit():
+            yield
+    except KeyboardInterrupt:
+        click.echo(f"dask compact: interrupted; {left()}", err=True)
+        raise Reported(EXIT_SIGINT) from None
+    except SystemExit as e:
+        if e.code == EXIT_SIGTERM and not isinstance(e, Reported):
+            click.echo(f"dask compact: terminated; {left()}", err=True)
+            raise Reported(EXIT_SIGTERM) from None
+        raise
+
+
 def _signals_as_in_the_job(command: Callable[..., None]) -> Callable[..., None]:
     """``command`` with Ctrl-C and SIGTERM before its job has begun (its imports, the input's
     checks, a cluster's start) exiting 130 and 143 with one line on stderr, as during the job
@@ -67,19 +88,8 @@ def _signals_as_in_the_job(command: Callable[..., None]) -> Callable[..., None]:
 
     @functools.wraps(command)
     def run(*args: Any, **kwargs: Any) -> None:
-        from .batch.signals import EXIT_SIGINT, EXIT_SIGTERM, Reported, terminate_as_exit
-
-        try:
-            with terminate_as_exit():
-                command(*args, **kwargs)
-        except KeyboardInterrupt:
-            click.echo("dask compact: interrupted; nothing was written", err=True)
-            raise Reported(EXIT_SIGINT) from None
-        except SystemExit as e:
-            if e.code == EXIT_SIGTERM and not isinstance(e, Reported):
-                click.echo("dask compact: terminated; nothing was written", err=True)
-                raise Reported(EXIT_SIGTERM) from None
-            raise
+        with _signal_exits(lambda: "nothing was written"):
+            command(*args, **kwargs)
 
     return run
 
@@ -309,23 +319,12 @@ def _ahead_line(ahead: dict[str, Any] | None) -> str:
 def _locked(target: Target, overwrite: bool, job: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     """``job()`` under OUTPUT's lock, SIGTERM unwinding like Ctrl-C; an interrupt exits 130
     (143 for SIGTERM) with one line on stderr saying what was left at OUTPUT."""
-    from .batch.signals import EXIT_SIGINT, EXIT_SIGTERM, Reported, terminate_as_exit
-
-    try:
-        with terminate_as_exit():
-            target.acquire()
-            try:
-                return job()
-            finally:
-                target.release()
-    except KeyboardInterrupt:
-        click.echo(f"dask compact: interrupted; {_left(target)}", err=True)
-        raise Reported(EXIT_SIGINT) from None
-    except SystemExit as e:
-        if e.code == EXIT_SIGTERM and not isinstance(e, Reported):
-            click.echo(f"dask compact: terminated; {_left(target)}", err=True)
-            raise Reported(EXIT_SIGTERM) from None
-        raise
+    with _signal_exits(lambda: _left(target)):
+        target.acquire()
+        try:
+            return job()
+        finally:
+            target.release()
 
 
 def _resumed(target: Target, overwrite: bool, resume: bool,

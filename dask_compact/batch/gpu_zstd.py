@@ -37,7 +37,8 @@ from typing import Any
 
 import numpy as np
 
-from .zstd_frames import Frame, content_size, split
+from .reader import decode_chunk
+from .zstd_frames import Frame, content_size, declared_total, split
 
 
 def unavailable() -> str:
@@ -310,28 +311,16 @@ def chunk_frames(chunk: bytes | memoryview, want: int, name: str) -> list[Frame]
     if not frames:
         got = content_size(view[:18])
         raise ValueError(f"{name} is not a zstd frame of {want} bytes (its header says {got})")
-    sizes = [f.content for f in frames]
-    if any(s is None for s in sizes):
+    total = declared_total(frames)
+    if total is None:
         return None
-    total = sum(s for s in sizes if s is not None)
     if total != want:
         raise ValueError(f"{name} is not zstd frames of {want} bytes (its {len(frames)} "
                          f"frames declare {total})")
+    sizes = [f.content for f in frames]
     if any(s % 8 for s in sizes[:-1] if s is not None) or 0 in sizes:
         return None
     return frames
-
-
-def _decode_on_cpu(host: np.ndarray, want: int, name: str) -> np.ndarray:
-    from numcodecs import Zstd
-
-    try:
-        raw = np.frombuffer(Zstd().decode(host), np.uint8)
-    except Exception as e:  # numcodecs raises RuntimeError for a frame it cannot decode
-        raise ValueError(f"{name}: zstd could not decode it ({e})") from e
-    if raw.size != want:
-        raise ValueError(f"{name} decodes to {raw.size} bytes, not {want}")
-    return raw
 
 
 def decode_host(chunks: list[Any], expected: list[int], names: list[str]) -> list[Any]:
@@ -357,7 +346,8 @@ def decode_host(chunks: list[Any], expected: list[int], names: list[str]) -> lis
     for chunk, plan, out, want, name in zip(chunks, plans, outs, expected, names):
         host = np.frombuffer(chunk, np.uint8)
         if plan is None:
-            ring(dev).to_device(out, _decode_on_cpu(host, want, name), stream)
+            decoded = np.frombuffer(decode_chunk(host, want, name), np.uint8)
+            ring(dev).to_device(out, decoded, stream)
             continue
         at = 0
         for f in plan:

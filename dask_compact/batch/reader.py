@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from .zstd_frames import content_size, split
+from .zstd_frames import content_size, declared_total, split
 
 # Linux: fill the page tables of a new mapping at once (0 where the flag does not exist).
 _MAP_POPULATE = getattr(mmap, "MAP_POPULATE", 0)
@@ -109,9 +109,6 @@ class ZarrChunkFiles:
     def read(self, r0: int, r1: int, out: np.ndarray | None = None) -> np.ndarray:
         """The rows, decoded into ``out`` if given (e.g. pinned host memory for a copy to a
         GPU; C-contiguous, of the rows' shape and dtype)."""
-        from numcodecs import Zstd
-
-        zstd = Zstd()
         row = int(np.prod(self.shape[1:], dtype=np.int64)) if len(self.shape) > 1 else 1
         if out is None:
             out = np.empty((r1 - r0,) + self.shape[1:], self.dtype)
@@ -126,9 +123,9 @@ class ZarrChunkFiles:
                     flat[at : at + n] = self.fill_value
                 elif first == 0 and rows == self.chunk_rows:
                     # the whole chunk, in place
-                    _decode(zstd, raw, chunk_bytes, self.keys[c], flat[at : at + n])
+                    decode_chunk(raw, chunk_bytes, self.keys[c], flat[at : at + n])
                 else:  # an edge chunk (stored at full size) or a block boundary inside one
-                    whole = np.frombuffer(_decode(zstd, raw, chunk_bytes, self.keys[c]),
+                    whole = np.frombuffer(decode_chunk(raw, chunk_bytes, self.keys[c]),
                                           self.dtype)
                     flat[at : at + n] = whole[first * row : first * row + n]
             finally:
@@ -167,26 +164,32 @@ class ZarrChunkFiles:
         return flat.reshape((r1 - r0,) + self.shape[1:])
 
 
-def _decode(zstd: Any, raw: Any, want: int, key: str, out: np.ndarray | None = None) -> Any:
-    """Chunk file ``raw`` (zstd frames) decoded into ``out`` (``want`` bytes) or into new
-    bytes; ValueError naming chunk ``key`` where it does not decode to exactly ``want``
-    bytes, as zarr refuses such a chunk.
+def decode_chunk(raw: Any, want: int, name: str, out: np.ndarray | None = None) -> Any:
+    """Chunk file ``raw`` (zstd frames) decoded on the CPU into ``out`` (``want`` bytes) or
+    into new bytes; ValueError naming chunk ``name`` where it is not zstd or does not decode
+    to exactly ``want`` bytes, as zarr refuses such a chunk.
 
     numcodecs decodes every frame of ``raw`` into ``out`` and refuses more than ``out``
     holds, but not less: a chunk that decodes short would leave the rest of ``out`` as it
     was (another chunk's values in a reused buffer). So ``out`` is decoded into only where
     the frames' headers declare ``want`` bytes in all (zstd checks each frame's content
     against its header); otherwise the chunk is decoded apart and its size checked."""
-    if out is not None and _declares(raw, want):
-        try:
-            return zstd.decode(raw, out=out)
-        except ValueError as e:  # frames past the chunk: "destination buffer too small"
-            raise ValueError(f"Zarr chunk {key} does not decode to the chunk's {want} bytes "
-                             f"({e})") from None
-    decoded = zstd.decode(raw)
+    from numcodecs import Zstd
+
+    zstd = Zstd()
+    try:
+        if out is not None and _declares(raw, want):
+            try:
+                return zstd.decode(raw, out=out)
+            except ValueError as e:  # frames past the chunk: "destination buffer too small"
+                raise ValueError(f"Zarr chunk {name} does not decode to the chunk's {want} "
+                                 f"bytes ({e})") from None
+        decoded = zstd.decode(raw)
+    except RuntimeError as e:  # numcodecs' error for a frame it cannot decode
+        raise ValueError(f"Zarr chunk {name}: zstd could not decode it ({e})") from e
     got = memoryview(decoded).nbytes
     if got != want:
-        raise ValueError(f"Zarr chunk {key} decodes to {got} bytes, not the chunk's {want}")
+        raise ValueError(f"Zarr chunk {name} decodes to {got} bytes, not the chunk's {want}")
     if out is None:
         return decoded
     out.reshape(-1).view(np.uint8)[:] = np.frombuffer(decoded, np.uint8)
@@ -199,11 +202,7 @@ def _declares(raw: Any, want: int) -> bool:
     after it makes numcodecs refuse the buffer), or every frame declares its size and the
     sizes add up."""
     view = memoryview(raw)
-    if content_size(view[:18]) == want:
-        return True
-    frames = split(view) or []
-    sizes = [f.content for f in frames]
-    return bool(sizes) and None not in sizes and sum(s or 0 for s in sizes) == want
+    return content_size(view[:18]) == want or declared_total(split(view)) == want
 
 
 def _close(raw: Any) -> None:

@@ -24,6 +24,14 @@ class Frame(NamedTuple):
     content: int | None  # the decompressed bytes its header declares, None if it declares none
 
 
+def declared_total(frames: list[Frame] | None) -> int | None:
+    """The decompressed bytes ``frames`` declare in all, or None where there are none or one
+    of them declares nothing."""
+    if not frames or any(f.content is None for f in frames):
+        return None
+    return sum(f.content or 0 for f in frames)
+
+
 def content_size(frame: bytes | memoryview) -> int | None:
     """The decompressed size a zstd frame header declares (RFC 8878, 3.1.1.1), or None when
     the header declares none or is not a zstd frame header."""
