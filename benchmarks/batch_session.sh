@@ -49,7 +49,8 @@ cat "$OUT/env.txt"
 if [ "${TESTS:-1}" != 0 ]; then
 log "batch tests"
 timeout 300 python3 -P -m pytest tests/gpu/test_batch_gpu.py tests/test_batch_stream.py \
-  tests/test_batch_reader.py tests/test_batch_faults.py tests/test_cli.py -q -p no:cacheprovider \
+  tests/test_batch_reader.py tests/test_batch_faults.py tests/test_cli.py \
+  tests/test_batch_head_start.py tests/test_zstd_frames.py -q -p no:cacheprovider \
   -o addopts="" -x -k "not four_times" > "$OUT/pytest.txt" 2>&1
 tail -5 "$OUT/pytest.txt"
 fi

@@ -22,10 +22,8 @@ both`` (:mod:`.batch.records_job`, on the backend of :func:`dask_compact.compact
 It streams under the memory budget as the one-array job does, resumes the same way, and its
 output is complete or absent in the same way.
 
-Registered as a ``dask`` subcommand through the ``dask_cli`` entry point, which ``dask``'s CLI
-loads by adding the click command named ``compact`` (see ``dask.cli.run_cli``). Imported that
-way for a ``dask compact`` command line, this module starts the command's background work at
-once (:func:`.batch.head_start.start_for_dask_cli`); imported any other way it starts nothing.
+Registered as a ``dask`` subcommand through the ``dask_cli`` entry point
+(:mod:`.dask_plugin`, which runs a ``dask compact`` command line as dask's CLI imports it).
 """
 
 from __future__ import annotations
@@ -226,12 +224,11 @@ def compact_command(
         raise click.UsageError("give --scheduler or --scheduler-file, not both")
     budget = _parse_budget(memory_budget)
     ctx = click.get_current_context()
-    # The entry-point scan, the early read of the first chunks and the GPU warm-up start now
-    # (or started as dask's CLI imported its plugins), in the background, while the imports and
-    # the set-up below go on (see .batch.head_start).
-    from .batch.head_start import adopt_or_start
+    # The entry-point scan, the early read of the first chunks and the GPU warm-up start now,
+    # in the background, while the imports and the set-up below go on (see .batch.head_start).
+    from .batch.head_start import HeadStart
 
-    head = adopt_or_start(dict(ctx.params), budget)
+    head = HeadStart(dict(ctx.params), budget)
     ctx.call_on_close(head.close)
     warmup = head.warmup
     try:
@@ -541,9 +538,3 @@ def _end_after_dask_cli(ctx: click.Context) -> None:
                                                                            None):
         root.call_on_close(lambda: _end_process(0))
 
-
-# dask's CLI imports this module as its `compact` plugin, then the other plugins, then runs the
-# command: for a `dask compact` command line the command's background work starts now.
-from .batch.head_start import start_for_dask_cli  # noqa: E402 -- after the command it parses
-
-start_for_dask_cli(main, _parse_budget)

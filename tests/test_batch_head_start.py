@@ -1,22 +1,22 @@
-"""The batch command's head start (dask_compact/batch/head_start.py) under dask's CLI: begun as
-dask's CLI imports the `compact` plugin for a `dask compact` command line, adopted by the
-command when its parameters are the same, left alone for any other command line; and the
+"""`dask compact` under dask's CLI: the plugin (dask_compact/dask_plugin.py) runs the command
+as dask's CLI imports it, for a `dask compact` command line only, before the plugins listed
+after it; the command's head start (dask_compact/batch/head_start.py) begins once; and the
 process's fast exit after a successful `dask compact`."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
-import dask.cli  # noqa: F401 -- start_for_dask_cli acts only where dask's CLI is loaded
 import numpy as np
 import pytest
 import zarr
 
-from dask_compact import cli
+from dask_compact import cli, dask_plugin
 from dask_compact.batch import early_read, head_start
 
 CHUNK = 1000
@@ -32,71 +32,33 @@ def zin(tmp_path: Path) -> tuple[Path, np.ndarray]:
 
 
 @pytest.fixture(autouse=True)
-def nothing_pending():
+def nothing_left():
     yield
-    pending, head_start._pending = head_start._pending, None
-    if pending is not None:
-        pending.close()
     early_read.end()
 
 
-def argv(path: Path, *extra: str) -> list[str]:
-    return ["/usr/bin/dask", "compact", str(path), str(path.parent / "o.zarr"),
-            "--where", "x < 0.5", "--device", "cpu", *extra]
-
-
-def test_begun_for_a_dask_compact_command_line_and_adopted_by_the_same_parameters(zin):
-    path, _ = zin
-    head = head_start.start_for_dask_cli(cli.main, cli._parse_budget, argv(path))
-    assert head is not None and head_start._pending is head
-    assert head.early is not None and early_read.active() is head.early
-    assert head.warmup is None  # --device cpu: no GPU warm-up
-    head.early.join(timeout=60)
-    # The command's own parse gives the same parameters: it adopts what was begun.
-    ctx = cli.main.make_context("compact", argv(path)[2:])
-    assert head_start.adopt_or_start(dict(ctx.params), None) is head
-    assert head_start._pending is None
-    head.close()
-    assert early_read.active() is None
-
-
-def test_other_parameters_close_what_was_begun_and_start_afresh(zin):
-    path, _ = zin
-    head = head_start.start_for_dask_cli(cli.main, cli._parse_budget, argv(path))
-    first = head.early
-    ctx = cli.main.make_context("compact", argv(path, "--read-ahead-threads", "2")[2:])
-    other = head_start.adopt_or_start(dict(ctx.params), None)
-    assert other is not head and other.early is not first
-    assert early_read.active() is other.early
-    first.join(timeout=60)
-    assert first._stopped and not first._chunks  # closed: nothing kept
-    other.close()
-    # A different budget is a different head start too.
-    head = head_start.start_for_dask_cli(cli.main, cli._parse_budget,
-                                         argv(path, "--memory-budget", "1MiB"))
-    assert head.budget == 2**20
-    ctx = cli.main.make_context("compact", argv(path)[2:])
-    fresh = head_start.adopt_or_start(dict(ctx.params), None)
-    assert fresh is not head and fresh.budget is None
-    fresh.close()
-
-
-@pytest.mark.parametrize("line", [
-    ["python", "compact"],  # not dask's CLI
-    ["/usr/bin/dask", "scheduler"],
-    ["/usr/bin/dask", "compact"],
-    ["/usr/bin/dask", "compact", "IN", "OUT"],  # no --where: the command reports it
-    ["/usr/bin/dask", "compact", "IN", "OUT", "-w", "x < 1", "--help"],
-    ["/usr/bin/dask", "compact", "IN", "OUT", "-w", "x < 1", "--version"],
-    ["/usr/bin/dask", "compact", "IN", "OUT", "-w", "x < 1", "--memory-budget", "lots"],
-    ["/usr/bin/dask", "compact", "IN", "OUT", "-w", "x < 1", "--bogus"],
+@pytest.mark.parametrize(("line", "runs"), [
+    (["/usr/bin/dask", "compact", "IN", "OUT", "-w", "x < 1"], True),
+    (["/usr/bin/dask", "compact"], True),  # the command reports what is missing
+    (["/env/lib/python3.11/site-packages/dask/__main__.py", "compact", "--help"], True),
+    (["python", "compact"], False),  # not dask's CLI
+    (["/env/bin/dask-compact", "compact"], False),
+    (["/usr/bin/dask", "scheduler"], False),
+    (["/usr/bin/dask", "--help"], False),
+    (["/usr/bin/dask"], False),
 ])
-def test_nothing_begun_for_other_command_lines(zin, line):
-    path, _ = zin
-    line = [str(path) if t == "IN" else str(path.parent / "o") if t == "OUT" else t
-            for t in line]
-    assert head_start.start_for_dask_cli(cli.main, cli._parse_budget, line) is None
-    assert head_start._pending is None and early_read.active() is None
+def test_which_command_lines_the_plugin_runs(line, runs):
+    assert dask_plugin.runs_compact(line) is runs
+
+
+def test_the_plugin_imported_outside_dask_cli_runs_nothing():
+    """A program importing the plugin with a `dask compact` argv (dask.cli loaded) gets the
+    command, not a run."""
+    code = ("import sys; sys.argv = ['dask', 'compact']; import dask.cli; "
+            "import dask_compact.dask_plugin as p; print(p.command.name)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert proc.returncode == 0 and proc.stdout == "compact\n", proc.stderr
 
 
 def test_a_failed_start_leaves_nothing_started(zin, monkeypatch):
@@ -111,15 +73,11 @@ def test_a_failed_start_leaves_nothing_started(zin, monkeypatch):
         raise OSError("no threads")
 
     monkeypatch.setattr(early_read, "begin", fail)
-    assert head_start.start_for_dask_cli(cli.main, cli._parse_budget, argv(path)) is None
-    assert metadata.entry_points is original and head_start._pending is None
-
-
-def test_python_dash_m_dask_is_dask_cli():
-    assert head_start._is_dask_cli("/env/lib/python3.11/site-packages/dask/__main__.py")
-    assert head_start._is_dask_cli("/env/bin/dask")
-    assert not head_start._is_dask_cli("/env/bin/dask-compact")
-    assert not head_start._is_dask_cli("/env/bin/python")
+    params = dict(cli.main.make_context("compact", [str(path), str(path.parent / "o.zarr"),
+                                                    "--where", "x < 0.5"]).params)
+    with pytest.raises(OSError, match="no threads"):
+        head_start.HeadStart(params, None)
+    assert metadata.entry_points is original and early_read.active() is None
 
 
 # The plugin's import under dask's CLI, as `dask compact ...` does it, in a process of its own:
@@ -164,3 +122,54 @@ def test_dask_compact_reads_early_from_the_plugin_import_and_exits_at_once(zin, 
                         "--read-ahead-threads", "2", "--json")
     assert proc.returncode == 0, proc.stderr
     np.testing.assert_array_equal(zarr.open_group(str(out))["values"][:], a[a < 0.25])
+
+
+# dask's CLI with two plugins: this package's, then a late one that reports its import.
+LATE_DRIVER = textwrap.dedent("""
+    import importlib.metadata as md, sys
+    sys.argv = ["dask", *sys.argv[1:]]
+    import dask.cli
+    ours = [ep for ep in md.entry_points(group="dask_cli") if ep.value.startswith("dask_compact")]
+    late = md.EntryPoint(name="late", value="late_plugin:command", group="dask_cli")
+    real = md.entry_points
+    def entry_points(**kw):
+        return [*ours, late] if kw.get("group") == "dask_cli" else real(**kw)
+    dask.cli.importlib_metadata.entry_points = entry_points
+    dask.cli.run_cli()
+""")
+LATE_PLUGIN = textwrap.dedent("""
+    import sys, click
+    print("late plugin imported", file=sys.stderr, flush=True)
+    command = click.Command("late", help="A late plugin.")
+""")
+
+
+def test_dask_compact_runs_before_the_plugins_listed_after_it(zin, tmp_path):
+    """``dask compact`` runs as dask's CLI imports its plugin: the plugins listed after it
+    are not imported (0.4-0.9 s of the GPU host's start), the command is dask's own."""
+    path, a = zin
+    (tmp_path / "late_plugin.py").write_text(LATE_PLUGIN)
+
+    def dask_cli(*args: object) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-c", LATE_DRIVER, *map(str, args)],
+                              capture_output=True, text=True, timeout=120, check=False,
+                              env={**os.environ, "PYTHONPATH": str(tmp_path)})
+
+    proc = dask_cli("--help")  # the control: dask's CLI loads the late plugin
+    assert proc.returncode == 0 and "late plugin imported" in proc.stderr, proc.stderr
+    assert "compact" in proc.stdout and "A late plugin." in proc.stdout
+    out = tmp_path / "out.zarr"
+    proc = dask_cli("compact", path, out, "--where", "x < 0.3", "--device", "cpu", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert "late plugin imported" not in proc.stderr
+    assert json.loads(proc.stdout)["selected"] == int((a < 0.3).sum())
+    np.testing.assert_array_equal(zarr.open_group(str(out))["values"][:], a[a < 0.3])
+    # Errors and help as dask's group gives them: its program name, exit code 2.
+    proc = dask_cli("compact", path, out, "--where", "x < 0.3")
+    assert proc.returncode == 2 and "late plugin imported" not in proc.stderr
+    assert "Usage: dask compact" in proc.stderr and "--overwrite" in proc.stderr
+    proc = dask_cli("compact", "-h")
+    assert proc.returncode == 0 and proc.stdout.startswith("Usage: dask compact")
+    # Any other command line goes through every plugin, as before.
+    proc = dask_cli("late", "--help")
+    assert proc.returncode == 0 and "late plugin imported" in proc.stderr
