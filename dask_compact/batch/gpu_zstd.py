@@ -315,8 +315,9 @@ def chunk_frames(chunk: bytes | memoryview, want: int, name: str) -> list[Frame]
     if total is None:
         return None
     if total != want:
-        raise ValueError(f"{name} is not zstd frames of {want} bytes (its {len(frames)} "
-                         f"frames declare {total})")
+        # worded as the CPU decode's check (reader.decode_chunk) words it
+        raise ValueError(f"Zarr chunk {name} decodes to {total} bytes, not the chunk's {want} "
+                         f"(its {len(frames)} zstd frames declare so)")
     sizes = [f.content for f in frames]
     if any(s % 8 for s in sizes[:-1] if s is not None) or 0 in sizes:
         return None
