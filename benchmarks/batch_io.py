@@ -116,6 +116,9 @@ GPU_DECODE = "chunk files threads, GPU decode"
 GPU_ENCODE = "chunk files threads, GPU encode from device memory"
 
 
+ENV_FLAG = re.compile(r"[A-Z_][A-Z0-9_]*=")  # an extra mode's VAR=VALUE: its environment
+
+
 def timed(cmd: list[str], env: dict | None = None) -> tuple[float, str]:
     t = time.perf_counter()
     try:
@@ -326,7 +329,9 @@ def main() -> None:
     ap.add_argument("--extra-mode", action="append", default=[], metavar="NAME=FLAGS",
                     help="another CLI mode to time, e.g. 'script, 8 early threads="
                     "--read-ahead-threads 8' (through the dask-compact script when NAME "
-                    "contains 'script', else through dask compact)")
+                    "contains 'script', else through dask compact); FLAGS of the form "
+                    "VAR=VALUE set an environment variable for that mode's command, e.g. "
+                    "DASK_DASK_COMPACT__BATCH__GPU_ENCODE_BACKLOG=-1 (a dask config value)")
     ap.add_argument("--rounds", type=int, default=1,
                     help="run the CLI modes this many times, in turn (rows of later rounds "
                     "are named '... (round K)'): same-run A/B of modes")
@@ -418,8 +423,9 @@ def main() -> None:
         out = work / "cli_out.zarr"
         try:
             entry = SCRIPT if "dask-compact script" in name else CLI
-            sec, stdout = timed([*entry, str(src), str(out), "--where",
-                                 f"x < {p}", "--json", *flags])
+            env = dict(f.split("=", 1) for f in flags if ENV_FLAG.match(f))
+            sec, stdout = timed([*entry, str(src), str(out), "--where", f"x < {p}", "--json",
+                                 *(f for f in flags if not ENV_FLAG.match(f))], env)
         except RuntimeError as e:  # report the mode as failed, go on with the others
             print(f"{label}: FAILED\n{e}", flush=True)
             rows.append({"run": label, "seconds": float("nan"), "kind": "cli", "error": str(e)})

@@ -102,3 +102,51 @@ def test_a_request_failing_on_its_own_fails_alone_without_a_retry():
         futs[1].result(timeout=30)
     assert [futs[k].result(timeout=30) for k in (0, 2, 3)] == ["A", "B", "C"]
     assert sum(b.sizes) == len(words)  # every request processed once
+
+
+class Gated(Upper):
+    """Holds each batch until ``go`` is set."""
+
+    def __init__(self) -> None:
+        self.go = threading.Event()
+        super().__init__()
+
+    def _process(self, items):
+        self.go.wait(30)
+        return super()._process(items)
+
+
+def test_pending_bytes_count_what_is_queued_or_running_until_answered():
+    b = Gated()
+    futs = [b.submit(w, len(w)) for w in ("ab", "cde", "bad", "f")]
+    assert b.pending == 2 + 3 + 3 + 1
+    b.go.set()
+    for f in futs:
+        with contextlib.suppress(ValueError):
+            f.result(timeout=30)
+    gone_by = time.monotonic() + 10  # a future's callbacks run just after its waiters wake
+    while b.pending and time.monotonic() < gone_by:
+        time.sleep(0.001)
+    assert b.pending == 0  # failed requests are no longer pending either
+
+
+def test_an_encoder_is_busy_past_the_configured_backlog(monkeypatch):
+    import dask
+
+    b = Gated()
+    monkeypatch.setitem(gpu_zstd._batchers, (gpu_zstd._Encoder, 7), b)
+    assert not gpu_zstd.encoder_busy(6)  # no encoder on that device yet
+    fut = b.submit("x" * 100, 3 << 30)
+    try:
+        assert gpu_zstd.encoder_busy(7)  # 3 GiB queued, over the 1 GiB default
+        with dask.config.set({"dask-compact.batch.gpu-encode-backlog": 4 << 30}):
+            assert not gpu_zstd.encoder_busy(7)
+        with dask.config.set({"dask-compact.batch.gpu-encode-backlog": -1}):
+            assert not gpu_zstd.encoder_busy(7)  # never
+    finally:
+        b.go.set()
+        fut.result(timeout=30)
+    gone_by = time.monotonic() + 10
+    while gpu_zstd.encoder_busy(7) and time.monotonic() < gone_by:
+        time.sleep(0.001)
+    assert not gpu_zstd.encoder_busy(7)
