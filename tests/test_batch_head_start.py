@@ -153,7 +153,8 @@ def test_dask_compact_runs_before_the_plugins_listed_after_it(zin, tmp_path):
     def dask_cli(*args: object) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-c", LATE_DRIVER, *map(str, args)],
                               capture_output=True, text=True, timeout=120, check=False,
-                              env={**os.environ, "PYTHONPATH": str(tmp_path)})
+                              env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                                  [str(tmp_path), *filter(None, [os.environ.get("PYTHONPATH")])])})
 
     proc = dask_cli("--help")  # the control: dask's CLI loads the late plugin
     assert proc.returncode == 0 and "late plugin imported" in proc.stderr, proc.stderr

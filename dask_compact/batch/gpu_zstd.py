@@ -95,31 +95,6 @@ def frame_bytes() -> int:
     return max(0, int(dask.config.get("dask-compact.batch.gpu-frame-bytes", FRAME_BYTES)))
 
 
-ENCODE_BACKLOG = 1 << 30  # default of dask-compact.batch.gpu-encode-backlog
-
-
-def encoder_busy(dev: int) -> bool:
-    """Whether device ``dev``'s encoder has more bytes queued or running than
-    ``dask-compact.batch.gpu-encode-backlog`` (default 1 GiB, one batch; negative: never
-    busy): a writer then encodes its chunk on the CPUs instead
-    (:func:`.tasks.write_chunk_file_gpu`).
-
-    Why: in a job that decodes and encodes on the GPU the CPUs only read files once the early
-    read is done, while the one encoder per device is the last stage of the pipeline: every
-    writer queued behind it waits, and the job's end waits for the last one. A chunk that
-    arrives behind more than a batch's worth of others is done sooner by a CPU thread
-    (numcodecs: 128 MiB in 0.25 s on the H100 host with the cores free; the GPU encoder
-    clears ~1.5 GB in that time)."""
-    import dask.config
-
-    limit = int(dask.config.get("dask-compact.batch.gpu-encode-backlog", ENCODE_BACKLOG))
-    if limit < 0:
-        return False
-    with _batchers_lock:
-        encoder = _batchers.get((_Encoder, dev))
-    return encoder is not None and encoder.pending > limit
-
-
 def frame_cuts(nbytes: int, frame: int) -> list[tuple[int, int]]:
     """The (start, stop) byte ranges of ``nbytes`` cut into frames of at most ``frame`` bytes
     (0: one frame). Every frame starts 8-byte aligned, as nvCOMP's encoder wants its input."""
@@ -167,22 +142,13 @@ class _Batcher:
         self.dev = dev
         self.queue: queue.SimpleQueue[tuple[Any, int, Future[Any]]] = queue.SimpleQueue()
         self.batches = self.requests = 0  # run so far (what a batch held, on average)
-        self.pending = 0  # bytes submitted whose futures are not done yet
-        self._pending_lock = threading.Lock()
         threading.Thread(target=self._run, name=f"dask-compact-nvcomp-{self.kind}-{dev}",
                          daemon=True).start()
 
     def submit(self, item: Any, nbytes: int) -> Future[Any]:
         fut: Future[Any] = Future()
-        with self._pending_lock:
-            self.pending += nbytes
-        fut.add_done_callback(lambda _: self._done(nbytes))
         self.queue.put((item, nbytes, fut))
         return fut
-
-    def _done(self, nbytes: int) -> None:
-        with self._pending_lock:
-            self.pending -= nbytes
 
     def _batch(self) -> list[tuple[Any, int, Future[Any]]]:
         import queue

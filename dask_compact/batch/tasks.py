@@ -341,8 +341,8 @@ def write_chunk(dest: OutputArrays, j: int, los: list[int], his: list[int], *pie
         if any(_on_device(q) for q in parts):
             on_one = _gather_device(parts)
             if on_one and dest.direct:
-                on_gpu += write_chunk_file_gpu(os.path.join(dest.store, name), j, on_one,
-                                               dest.out_chunk)
+                write_chunk_file_gpu(os.path.join(dest.store, name), j, on_one, dest.out_chunk)
+                on_gpu += 1
                 continue
             parts = [q if isinstance(q, np.ndarray) else q.get() for q in parts]
         if len(parts) == 1:
@@ -415,18 +415,15 @@ def _gather_device(parts: list[Any]) -> list[Any]:
     return [q for q in parts if _on_device(q)]
 
 
-def write_chunk_file_gpu(array_dir: str, j: int, parts: list[Any], chunk: int) -> bool:
+def write_chunk_file_gpu(array_dir: str, j: int, parts: list[Any], chunk: int) -> None:
     """Chunk ``j`` of the same array as :func:`write_chunk_file`, from CuPy parts: put together
     and padded on their device, encoded there by nvCOMP as zstd frames of at most
     :func:`.gpu_zstd.frame_bytes` each, and only those copied back. The file's bytes differ
     from numcodecs' but decode to the same chunk (numcodecs reads several frames since
-    0.16.4). Where the device's encoder is busy (:func:`.gpu_zstd.encoder_busy`) the chunk is
-    copied back as it is and encoded on this thread as :func:`write_chunk_file` does. Whether
-    the GPU encoded it."""
+    0.16.4)."""
     import cupy
 
-    from .gpu_zstd import encode, encoder_busy
-    from .staging import ring
+    from .gpu_zstd import encode
 
     dev = parts[0].device.id
     with cupy.cuda.Device(dev), _thread_stream(dev):
@@ -448,15 +445,9 @@ def write_chunk_file_gpu(array_dir: str, j: int, parts: list[Any], chunk: int) -
                 at += len(q)
             full[at:] = 0
             cupy.cuda.get_current_stream().synchronize()  # the encoder runs on another stream
-        if encoder_busy(dev):
-            host = thread_host(full.shape, full.dtype)
-            ring(dev).to_host(host, full, cupy.cuda.get_current_stream())
-            write_chunk_file(array_dir, j, host, chunk)
-            return False
         frames = encode(full)
         with open(os.path.join(array_dir, "c", str(j)), "wb") as f:
             f.write(frames.data)
-        return True
 
 
 def peak_rss() -> int:

@@ -257,36 +257,6 @@ def test_gpu_encode_with_sixteen_threads_at_once(tmp_path):
     np.testing.assert_array_equal(zarr.open_group(str(out))["values"][:], a[a < 0.6])
 
 
-@needs_nvcomp
-@pytest.mark.parametrize("busy", ["always", "every other", "never"])
-def test_chunks_the_busy_encoder_leaves_to_the_cpus_match_numpy(tmp_path, monkeypatch, busy):
-    """Where the device's encoder is busy, a writer copies its chunk back and encodes it on
-    the CPU: a file zarr reads, counted as not GPU-encoded."""
-    import itertools
-    import threading
-
-    calls, lock = itertools.count(), threading.Lock()
-
-    def encoder_busy(dev):
-        with lock:
-            k = next(calls)
-        return busy == "always" or (busy == "every other" and k % 2 == 1)
-
-    monkeypatch.setattr(gpu_zstd, "encoder_busy", encoder_busy)
-    a = np.random.default_rng(11).random(1_000_003).astype(np.float32)
-    path = make(tmp_path, a, (65_536,))
-    out = tmp_path / "out.zarr"
-    res = run(path, out, "-w", "x < 0.4", "--local", "threads", "--device", "gpu", "--decode",
-              "gpu", "--encode", "gpu", "--output-chunks", "30000", "--json")
-    summary = json.loads(res.stdout)
-    chunks = -(-int((a < 0.4).sum()) // 30000)
-    asked = next(calls)
-    assert asked == chunks
-    assert summary["gpu_encoded"] == {"always": 0, "every other": chunks // 2,
-                                      "never": chunks}[busy]
-    np.testing.assert_array_equal(zarr.open_group(str(out))["values"][:], a[a < 0.4])
-
-
 @pytest.mark.parametrize("decode, encode", [("cpu", "cpu"),
                                             pytest.param("gpu", "gpu", marks=needs_nvcomp),
                                             pytest.param("cpu", "gpu", marks=needs_nvcomp)])
