@@ -102,3 +102,50 @@ def test_a_request_failing_on_its_own_fails_alone_without_a_retry():
         futs[1].result(timeout=30)
     assert [futs[k].result(timeout=30) for k in (0, 2, 3)] == ["A", "B", "C"]
     assert sum(b.sizes) == len(words)  # every request processed once
+
+
+@pytest.mark.parametrize("wait_s", [0.0, 2.0])
+def test_a_batch_waits_for_announced_requests_only_when_told(wait_s):
+    """Requests announced before the first is queued and submitted 50 ms apart: one batch
+    where the batcher waits for announced requests, separate batches where it does not."""
+    b = Upper()
+    b.wait_s = wait_s
+    words = ["one", "two", "three"]
+    ready = threading.Barrier(len(words) + 1)
+
+    def ask(k, w):
+        with b.announced() as token:
+            ready.wait()
+            time.sleep(0.05 * k)
+            return b.submit(w, len(w), token).result(timeout=30)
+
+    with ThreadPoolExecutor(len(words)) as pool:
+        futs = [pool.submit(ask, k, w) for k, w in enumerate(words)]
+        ready.wait()
+        assert [f.result(timeout=30) for f in futs] == [w.upper() for w in words]
+    assert b.coming == 0
+    assert (b.sizes == [3]) if wait_s else (b.sizes[0] == 1 and len(b.sizes) >= 2)
+
+
+def test_an_announced_request_that_never_comes_holds_a_batch_no_longer_than_its_block():
+    b = Upper()
+    b.wait_s = 30.0
+    left = threading.Event()
+
+    def announce_and_leave():
+        with b.announced():
+            left.wait(30)  # never submits: an error in its copies, say
+
+    t = threading.Thread(target=announce_and_leave)
+    t.start()
+    deadline = time.monotonic() + 10
+    while not b.coming and time.monotonic() < deadline:
+        time.sleep(0.001)
+    fut = b.submit("alone", 5)
+    time.sleep(0.1)
+    assert not fut.done()  # waiting for the announced one
+    t0 = time.monotonic()
+    left.set()
+    assert fut.result(timeout=30) == "ALONE"
+    assert time.monotonic() - t0 < 5 and b.coming == 0
+    t.join()
