@@ -130,7 +130,7 @@ def encode(data: Any) -> np.ndarray:
     return host
 
 
-DECODE_WAIT_S = 0.0  # default of dask-compact.batch.gpu-decode-wait
+DECODE_WAIT_S = 0.5  # default of dask-compact.batch.gpu-decode-wait
 
 
 class _Batcher:
@@ -294,8 +294,10 @@ class _Decoder(_Batcher):
         long a batch waits for the requests of tasks still copying their frames to the
         device. A batch of 128 MiB frames lasts ~0.2 s however many it holds, so one batch
         of many is far faster than several of a few, which is what the tasks' copies, ending
-        one after another, made: traced on the H100 host, 40 chunks took 4 batches, the
-        decoder busy 0.9-1.1 s of a 1.5 s job."""
+        one after another, made: traced on the H100 host, 40 chunks took 3-4 batches, the
+        decoder busy 0.8-1.1 s of a 1.5 s job; with the wait, one batch of 0.24 s. Same run,
+        three rounds (``2026-11-28_h100_c9de21d_decode_wait_ab.md``): the ``dask-compact``
+        script 1.86-2.16 s with 0.5 s against 2.20-2.39 s without."""
         import dask.config
 
         return max(0.0, float(dask.config.get("dask-compact.batch.gpu-decode-wait",
