@@ -272,6 +272,34 @@ def test_radix_order_is_the_stable_argsort():
     assert radix_order(order_key(a[:1])).tolist() == [0]
 
 
+class FlushToZero(np.ndarray):
+    """Float arithmetic as CuPy's kernels do it (compiled with -ftz): subnormal operands and
+    results of add, subtract, multiply and divide are zeros of their sign."""
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        def plain(v):
+            v = np.asarray(v).view(np.ndarray)
+            if ufunc in (np.add, np.subtract, np.multiply, np.divide) and v.dtype.kind == "f":
+                tiny = np.finfo(v.dtype).tiny
+                v = np.where(np.abs(v) < tiny, np.copysign(v.dtype.type(0), v), v)
+            return v
+
+        return plain(getattr(ufunc, method)(*map(plain, inputs), **kwargs))
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+def test_radix_keys_of_subnormals_need_no_float_arithmetic(dtype):
+    """Subnormals keep their place beside the zeros where float arithmetic flushes them (the
+    GPU review of 2026-11-28 found -1e-45 sorted after 0.0 on the H100)."""
+    from dask_compact.backends.split_radix import order_key, radix_order
+
+    fi = np.finfo(dtype)
+    a = np.array([0.0, -fi.smallest_subnormal, -0.0, fi.smallest_subnormal, -fi.tiny, 0.0,
+                  fi.smallest_subnormal * 3, np.nan, -1.0, -fi.smallest_subnormal], dtype)
+    key = np.asarray(order_key(a.view(FlushToZero))).view(np.ndarray)
+    np.testing.assert_array_equal(radix_order(key), np.argsort(a, kind="stable"))
+
+
 def test_errors_before_anything_runs():
     a = np.arange(10.0)
     with pytest.raises(TypeError, match="dask array"):

@@ -21,13 +21,21 @@ __all__ = ["order_key", "radix_order", "sort_chunk", "sort_merge"]
 _UINT: dict[int, Any] = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 
+def unsigned(dtype: np.dtype) -> np.dtype:
+    """The unsigned integer dtype of ``dtype``'s width."""
+    return np.dtype(_UINT[dtype.itemsize])
+
+
 def order_key(a: Any, xp: Any = np) -> Any:
     """Unsigned integers of ``a``'s width that order exactly as NumPy sorts ``a``: -0.0 equals
     0.0, every NaN equals every other and comes after +inf; signed integers by their value."""
     u = _UINT[a.dtype.itemsize]
     sign = u(1) << u(8 * a.dtype.itemsize - 1)
     if a.dtype.kind == "f":
-        bits = (a + a.dtype.type(0)).view(u)  # -0.0 + 0.0 is +0.0
+        # -0.0 as +0.0 by its bits: the arithmetic way (-0.0 + 0.0) flushes subnormals to
+        # zero in CuPy's kernels (compiled with -ftz), which then sort among the zeros
+        bits = a.view(u)
+        bits = xp.where(bits == sign, u(0), bits)
         key = xp.where((bits & sign) != 0, ~bits, bits | sign)
         return xp.where(xp.isnan(a), u(np.iinfo(u).max), key)
     if a.dtype.kind == "i":

@@ -79,6 +79,19 @@ def test_nans_of_both_signs_and_signed_zeros(dtype):
     check(b, _gpu(b, 3_000))
 
 
+@pytest.mark.parametrize("local", ["auto", "radix"])
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+def test_subnormals_beside_signed_zeros(dtype, local):
+    """CuPy's kernels flush subnormals in arithmetic (-ftz): a sort key made by arithmetic
+    put -1e-45 among the zeros (the GPU review probe, 2026-11-28)."""
+    fi = np.finfo(dtype)
+    tiny = fi.smallest_subnormal
+    a = np.random.default_rng(3).choice(
+        np.array([0.0, -0.0, tiny, -tiny, 3 * tiny, -3 * tiny, fi.tiny, -fi.tiny, 1.0], dtype),
+        30_011)
+    check(a, _gpu(a, 4_001), local=local)
+
+
 @pytest.mark.parametrize("kind", ["all-equal", "sorted", "reversed"])
 def test_patterns(kind):
     n = 200_003
