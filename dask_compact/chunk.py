@@ -25,6 +25,7 @@ from .validate import (
     check_dtype,
     check_into_buffer,
     check_output,
+    check_stream,
     native,
 )
 
@@ -271,8 +272,7 @@ def compact_into(
         check_into_buffer(a, values, "out (values)", a.dtype, n)
     if indices is not None:
         check_into_buffer(a, indices, "out (indices)", np.dtype(np.int64), n)
-    if stream is not None and isinstance(a, np.ndarray):
-        raise TypeError("stream is for CuPy input; NumPy input is compacted on this thread")
+    check_stream(stream, not isinstance(a, np.ndarray), "input")
     if count is not None:  # else the backend makes one, on a's device
         if getattr(count, "dtype", None) not in (np.dtype(np.int64), np.dtype(np.uint64)):
             raise TypeError("count must be a 1-element int64 or uint64 array")

@@ -13,7 +13,15 @@ import numpy as np
 
 from .predicate.core import NotElementwise, Predicate
 from .predicate.fields import record_mask, record_predicate
-from .validate import _module_of, check_apart, check_chunk_type, check_dtype, native, overlaps
+from .validate import (
+    _module_of,
+    check_apart,
+    check_chunk_type,
+    check_dtype,
+    check_stream,
+    native,
+    overlaps,
+)
 
 __all__ = ["checked_fields", "check_record_predicate", "check_into", "INDICES"]
 
@@ -186,8 +194,7 @@ def check_into(fields: dict[str, Any], out: Any, count: Any, stream: Any) -> dic
             if overlaps(count, a):
                 raise ValueError(f"count overlaps the field {fname!r}")
     check_apart({**{f"out[{name!r}]": buf for name, buf in checked.items()}, "count": count})
-    if stream is not None and kind != "cupy":
-        raise TypeError("stream is for CuPy fields; NumPy fields are compacted on this thread")
+    check_stream(stream, kind == "cupy", "fields")
     return checked
 
 

@@ -130,6 +130,21 @@ def overlaps(a: Any, b: Any) -> bool:
     return True
 
 
+def check_stream(stream: Any, on_gpu: bool, noun: str) -> None:
+    """``stream`` of a ``*_into`` call on ``noun`` ("input", "fields"): None, or for CuPy
+    arrays a CUDA stream object as CuPy's (``cupy.cuda.Stream``, ``cupy.cuda.ExternalStream``:
+    an integer ``ptr``)."""
+    if stream is None:
+        return
+    if not on_gpu:
+        are = "is" if noun == "input" else "are"
+        raise TypeError(f"stream is for CuPy {noun}; NumPy {noun} {are} compacted on this "
+                        "thread")
+    if not isinstance(getattr(stream, "ptr", None), int):
+        raise TypeError("stream must be a CUDA stream such as cupy.cuda.Stream or "
+                        f"cupy.cuda.ExternalStream; got {type(stream).__name__}")
+
+
 def check_apart(buffers: dict[str, Any]) -> None:
     """ValueError where two of the output ``buffers`` (role -> array) share memory: each
     would overwrite what the other receives."""

@@ -189,3 +189,21 @@ def test_read_only_output_refused():
 def test_not_an_array_refused():
     with pytest.raises(TypeError, match="NumPy or CuPy array"):
         compact_into([1, 2, 3], "x > 1", np.empty(3))
+
+
+def test_a_stream_must_be_a_cuda_stream_object():
+    """What the GPU path calls ``stream.ptr`` on: refused up front unless it has an integer
+    ``ptr`` (cupy.cuda.Stream, ExternalStream); NumPy input takes none at all."""
+    from types import SimpleNamespace
+
+    from dask_compact.validate import check_stream
+
+    check_stream(None, True, "input")
+    check_stream(SimpleNamespace(ptr=0), True, "input")  # the legacy default stream's handle
+    for bad in ("stream", 7, SimpleNamespace(ptr="0"), object()):
+        with pytest.raises(TypeError, match="must be a CUDA stream"):
+            check_stream(bad, True, "input")
+    with pytest.raises(TypeError, match="NumPy input is compacted"):
+        check_stream(SimpleNamespace(ptr=0), False, "input")
+    with pytest.raises(TypeError, match="NumPy fields are compacted"):
+        check_stream(SimpleNamespace(ptr=0), False, "fields")

@@ -193,3 +193,12 @@ def test_overlap_is_judged_by_the_elements_strides_included():
     both = cupy.empty(20, cupy.float64)
     with pytest.raises(ValueError, match="out .values. and out .indices. overlap"):
         compact_into(x, "x > 2", (both[:10], both[5:15].view(cupy.int64)), output="both")
+
+
+@pytest.mark.parametrize("stream", ["stream", 7, object()])
+def test_a_stream_that_is_not_one_is_refused_before_anything_runs(stream):
+    a = cupy.random.default_rng(3).random(1025, dtype=cupy.float32)
+    out = cupy.full(1025, -1, cupy.float32)
+    with pytest.raises(TypeError, match="must be a CUDA stream"):
+        compact_into(a, "x > 0.5", out, stream=stream)
+    assert bool((out == -1).all())
