@@ -129,3 +129,25 @@ def test_registration_does_not_clobber(monkeypatch):
         warnings.simplefilter("error")
         accessor.register()  # our own method again: quiet
     assert getattr(da.Array.map_compact, "_dask_compact", False)
+
+
+def test_a_callable_that_fails_is_named_with_what_it_got():
+    """The user's callable raising on a chunk or on record fields (e.g. np.isin with a list,
+    which CuPy refuses): its own exception, with a note naming the predicate and the array
+    type it got."""
+    a = np.random.default_rng(0).random(100)
+
+    def picky(v):
+        raise TypeError("not this kind of array")
+
+    def picky_record(x, y):
+        raise TypeError("not this kind of array")
+
+    calls = [lambda: dask_compact.compact_array(a, picky),
+             lambda: da.from_array(a, chunks=30).map_compact(picky).compute(),
+             lambda: dask_compact.compact_records({"x": a, "y": a}, picky_record)]
+    for call in calls:
+        with pytest.raises(TypeError, match="not this kind") as info:
+            call()
+        notes = " ".join(getattr(info.value, "__notes__", []))
+        assert "the predicate" in notes and "numpy.ndarray of dtype float64" in notes

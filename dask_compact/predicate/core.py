@@ -103,6 +103,16 @@ def _describe_dtype(dtype: Any) -> str:
     return str(dtype)
 
 
+def failed_on(source: str, what: str, a: Any) -> str:
+    """The note added to an exception a predicate's callable raised: which predicate, on
+    what (``a``'s array type: a callable on the mask path runs on the chunks' own arrays,
+    CuPy ones on a GPU, where NumPy functions dispatch to CuPy's)."""
+    kind = f"{type(a).__module__.split('.')[0]}.{type(a).__name__}"
+    return (f"dask_compact: the predicate {source} failed on {what} ({kind} of dtype "
+            f"{getattr(a, 'dtype', '?')}; a predicate's callable gets the arrays as they are, "
+            "CuPy arrays on a GPU)")
+
+
 @dataclass(frozen=True, eq=False)
 class Predicate:
     """An elementwise predicate, either fused (an expression tree) or evaluated as a mask.
@@ -166,6 +176,7 @@ class Predicate:
             return self.func(a)
         except ValueError as e:
             if "broadcast" not in str(e):
+                e.add_note(failed_on(self.source, "a chunk", a))
                 raise
             raise NotElementwise(
                 f"predicate {self.source} failed on a chunk of shape {tuple(a.shape)} ({e}): a "
@@ -174,6 +185,9 @@ class Predicate:
                 "the whole input, compute the condition on the dask array (m = x > t) and use "
                 "dask_compact.compact(x, m)."
             ) from None
+        except Exception as e:
+            e.add_note(failed_on(self.source, "a chunk", a))
+            raise
 
     def _check_slices(self, a: Any, m: Any, xp: Any) -> None:
         """Raise if the callable gives a slice of the chunk other values than the chunk.

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..cache import BoundedCache
-from .core import NotElementwise, Predicate, array_module, check_mask
+from .core import NotElementwise, Predicate, array_module, check_mask, failed_on
 from .expr import variables
 from .memo import trace_key
 
@@ -140,7 +140,12 @@ def record_mask(p: Predicate, fields: dict[str, Any], n: int, xp: Any = None) ->
         return check_mask(evaluate(p.expr, read, p.params, xp), like, p.source, xp)
     func: Any = p.func  # a record predicate's callable takes the fields by keyword
     assert func is not None
-    m = check_mask(func(**read), like, p.source, xp)
+    try:
+        got = func(**read)
+    except Exception as e:
+        e.add_note(failed_on(p.source, "the fields", next(iter(read.values()), like)))
+        raise
+    m = check_mask(got, like, p.source, xp)
     if n >= 2:
         k = min(32, n // 2)
         for sl in (slice(0, k), slice(n - k, n)):
