@@ -203,6 +203,25 @@ DCX_CMP(equal, ==, feq, feq(a.re, b.re) && feq(a.im, b.im))
 DCX_CMP(not_equal, !=, fne, fne(a.re, b.re) || fne(a.im, b.im))
 #undef DCX_CMP
 
+// int64 against uint64 (NumPy's exact loops for the pair, e.g. a uint64 array against an
+// np.int64 constant): a negative int64 is below every uint64, any other compares as uint64.
+// The typed predicate hands each operand in its own type, which the templates above cannot
+// take (they want one T), so these overloads are the pair's.
+#define DCX_CMP_MIXED(NAME, OP, NEG_LEFT, NEG_RIGHT)                                 \
+  __device__ __forceinline__ bool NAME(i64 a, u64 b) {                               \
+    return a < 0 ? NEG_LEFT : ((u64)a OP b);                                         \
+  }                                                                                  \
+  __device__ __forceinline__ bool NAME(u64 a, i64 b) {                               \
+    return b < 0 ? NEG_RIGHT : (a OP (u64)b);                                        \
+  }
+DCX_CMP_MIXED(less, <, true, false)
+DCX_CMP_MIXED(less_equal, <=, true, false)
+DCX_CMP_MIXED(greater, >, false, true)
+DCX_CMP_MIXED(greater_equal, >=, false, true)
+DCX_CMP_MIXED(equal, ==, false, false)
+DCX_CMP_MIXED(not_equal, !=, true, true)
+#undef DCX_CMP_MIXED
+
 // ---------------------------------------------------------------- logic and bits ---------------
 template <class T>
 __device__ __forceinline__ bool logical_and(T a, T b) { return truth(a) && truth(b); }

@@ -392,3 +392,28 @@ def test_scan_modules_compile(arch: str, tmp_path: Path) -> None:
     logs = _nvcc_all(jobs, arch, tmp_path)
     if arch == "sm_90":
         assert not _spills(logs[0]), f"register spills: {_spills(logs[0])}"
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_int64_against_uint64_comparisons_compile(arch: str, tmp_path: Path) -> None:
+    """A uint64 array against an np.int64 constant and an int64 array against an np.uint64
+    one, each comparison and both operand orders: NumPy's exact mixed loops, which the
+    generated functor hands to npy_ops.cuh in their own types (a GPU review probe met an NVRTC
+    error here, 2026-11-28)."""
+    import operator
+
+    from dask_compact.predicate import as_predicate
+
+    seen: set[str] = set()
+    parts = [inline("npy_ops.cuh", seen), _EVAL_KERNEL]
+    names: list[str] = []
+    for op in (operator.lt, operator.le, operator.gt, operator.ge, operator.eq, operator.ne):
+        for dt, c in ((np.uint64, np.int64(-3)), (np.int64, np.uint64(2**63))):
+            for pred in (lambda v, op=op, c=c: op(v, c), lambda v, op=op, c=c: op(c, v)):
+                tp = as_predicate(pred).typed(np.dtype(dt))
+                assert {np.dtype(d).kind for d in tp.types[tp.expr].loop} == {"i", "u"}
+                f = generate_functor(tp)
+                parts.append(f.source)
+                targs = "".join(", " + t for t in f.param_ctypes)
+                names.append(f"dcx_eval<{f.input_ctype}, {f.name}{targs}>")
+    _nvcc("\n".join(parts) + _force(names), arch, tmp_path, "mixed")

@@ -66,3 +66,22 @@ def test_cupy_modules_are_bounded_and_rebuilt():
         assert len(cupy_modules.modules) <= 2
         assert cupy_modules.modules.evictions >= 8
     dask_compact.clear_cache()
+
+
+@pytest.mark.parametrize("op", ["lt", "le", "gt", "ge", "eq", "ne"])
+def test_int64_against_uint64_compares_as_numpy_does(op):
+    """uint64 data against an np.int64 constant and int64 data against an np.uint64 one,
+    exactly as NumPy's mixed loops (the GPU review probe met a compile error, 2026-11-28)."""
+    import operator
+
+    fn = getattr(operator, op)
+    rng = np.random.default_rng(4)
+    u = rng.integers(0, 2**64 - 1, 20_011, dtype=np.uint64, endpoint=True)
+    u[:4] = [0, 2**53 + 1, 2**63, 2**64 - 1]
+    i = rng.integers(-(2**63), 2**63 - 1, 20_011, dtype=np.int64, endpoint=True)
+    i[:4] = [-1, 0, 2**53 + 1, 2**63 - 1]
+    for host, c in ((u, np.int64(2**53 + 1)), (u, np.int64(-3)), (i, np.uint64(2**53 + 1)),
+                    (i, np.uint64(2**63))):
+        for pred in (lambda v: fn(v, c), lambda v: fn(c, v)):
+            got = dask_compact.compact_array(cupy.asarray(host), pred)
+            np.testing.assert_array_equal(cupy.asnumpy(got), host[pred(host)])
