@@ -248,3 +248,34 @@ def test_dask_array_inside_predicate_is_refused():
     m = da.ones(10, chunks=5).mean()
     with pytest.raises(ValueError, match="compute"):
         trace(lambda v: v > m)
+
+
+class _RefusesHugeInts:
+    """NumPy, but like CuPy refusing a Python int outside int64/uint64 in a ufunc call."""
+
+    def __getattr__(self, name):
+        f = getattr(np, name)
+
+        def call(*args, **kwargs):
+            for a in args:
+                if isinstance(a, int) and not -(2**63) <= a < 2**64:
+                    raise OverflowError("Python int too large to convert to C long")
+            return f(*args, **kwargs)
+
+        return call
+
+
+@pytest.mark.parametrize("dtype", ["int8", "uint8", "int64", "uint64"])
+@pytest.mark.parametrize("const", [2**64, 10**30, -(10**30), 2**63, -1, 1000])
+@pytest.mark.parametrize("fn", ["less", "less_equal", "greater", "greater_equal", "equal",
+                                "not_equal"])
+def test_comparison_with_an_int_outside_the_dtype_is_numpys_answer(dtype, const, fn):
+    """A Python int outside the array's integer range: every element compares alike, as
+    NumPy 2 answers it, without handing the int to the array module (CuPy raised
+    OverflowError for x < 2**64 on the GPU review probe of 2026-11-28)."""
+    info = np.iinfo(dtype)
+    x = np.array([info.min, -1 if info.min else 0, 0, 1, info.max], dtype)
+    for args, want in (((Var(), Param(0, "int")), getattr(np, fn)(x, const)),
+                       ((Param(0, "int"), Var()), getattr(np, fn)(const, x))):
+        got = evaluate(Call(fn, args), x, (const,), _RefusesHugeInts())
+        np.testing.assert_array_equal(got, want)

@@ -212,7 +212,38 @@ def evaluate(node: Node, x: Any, params: tuple, xp: Any = np) -> Any:
         return xp.imag(args[0])
     if node.fn == "where":
         return xp.where(*args)
+    if node.fn in _OUTSIDE:
+        known = _compare_outside(node.fn, args[0], args[1], xp)
+        if known is not None:
+            return known
     return getattr(xp, node.fn)(*args)
+
+
+# comparison -> (its value where the Python int is above the array's range, below it), the
+# int on the right; on the left the same with the comparison mirrored
+_OUTSIDE = {"less": (True, False), "less_equal": (True, False), "greater": (False, True),
+            "greater_equal": (False, True), "equal": (False, False), "not_equal": (True, True)}
+_MIRROR = {"less": "greater", "less_equal": "greater_equal", "greater": "less",
+           "greater_equal": "less_equal", "equal": "equal", "not_equal": "not_equal"}
+
+
+def _compare_outside(fn: str, a: Any, b: Any, xp: Any) -> Any:
+    """``fn(a, b)`` where one side is an integer array and the other a Python int outside
+    its dtype's range: every element compares the same way, as NumPy 2 answers it (CuPy
+    refuses such an int: OverflowError, met by the GPU review probe of 2026-11-28 on
+    ``x < 2**64``). None for any other pair."""
+    if isinstance(a, int) and not isinstance(a, bool):
+        a, b, fn = b, a, _MIRROR[fn]
+    if not isinstance(b, int) or isinstance(b, bool):
+        return None
+    kind = getattr(getattr(a, "dtype", None), "kind", None)
+    if kind not in ("i", "u"):
+        return None
+    info = np.iinfo(a.dtype)
+    if info.min <= b <= info.max:
+        return None
+    above, below = _OUTSIDE[fn]
+    return xp.full(a.shape, above if b > info.max else below, dtype=bool)
 
 
 def _operand_type(node: Node, types: dict[Node, Typed], dtype: np.dtype) -> Any:
