@@ -54,4 +54,13 @@ if (runs_compact(getattr(sys, "argv", [])) and "dask.cli" in sys.modules  # an e
     dask.cli.cli.add_command(command)
     # click's standalone mode: exits (SystemExit) with the command's code, which dask's
     # plugin loader does not catch; a successful command ends the process (cli._end_process).
-    dask.cli.cli()
+    try:
+        dask.cli.cli()
+    except Exception:
+        # One that click passes on (--debug, or a failure outside the job): dask's loader would
+        # take it for a failed import, warn, import the other plugins and run the command
+        # again. End as an uncaught exception ends Python: its traceback, exit code 1.
+        import traceback
+
+        traceback.print_exc()
+        sys.exit(1)

@@ -174,3 +174,13 @@ def test_dask_compact_runs_before_the_plugins_listed_after_it(zin, tmp_path):
     # Any other command line goes through every plugin, as before.
     proc = dask_cli("late", "--help")
     assert proc.returncode == 0 and "late plugin imported" in proc.stderr
+    # An exception click passes on (--debug shows the job's own): its traceback and exit code
+    # 1, once; not taken by dask's plugin loader for a failed import (a warning, then every
+    # other plugin imported and the job run a second time).
+    (path / "c" / "3").write_bytes(b"not zstd at all")
+    proc = dask_cli("compact", path, tmp_path / "bad.zarr", "--where", "x < 0.3", "--device",
+                    "cpu", "--no-read-ahead", "--debug")
+    assert proc.returncode == 1 and "Traceback" in proc.stderr, proc.stderr
+    assert "input chunk 3" in proc.stderr
+    assert "While registering" not in proc.stderr and "late plugin imported" not in proc.stderr
+    assert not (tmp_path / "bad.zarr").exists()

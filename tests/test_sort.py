@@ -508,3 +508,12 @@ def test_exchange_pieces_are_copies():
     p = _piece(a, 2, 5)
     np.testing.assert_array_equal(p, a[2:5])
     assert not np.shares_memory(p, a)
+
+
+@pytest.mark.parametrize("dtype", [">f4", ">f8", ">i4", ">u2", ">f2"])
+def test_radix_keys_of_non_native_byte_order(dtype):
+    from dask_compact.backends.split_radix import order_key, radix_order
+
+    a = np.array([3, -1, 2, 0.5, 0, -0.0, 7, 1], dtype=np.float64)
+    a = (a if np.dtype(dtype).kind == "f" else np.abs(a).astype(np.int64)).astype(dtype)
+    np.testing.assert_array_equal(radix_order(order_key(a)), np.argsort(a, kind="stable"))

@@ -31,6 +31,8 @@ def order_key(a: Any, xp: Any = np) -> Any:
     0.0, every NaN equals every other and comes after +inf; signed integers by their value."""
     u = _UINT[a.dtype.itemsize]
     sign = u(1) << u(8 * a.dtype.itemsize - 1)
+    if not a.dtype.isnative:  # the keys are read from the bits as native integers
+        a = a.astype(a.dtype.newbyteorder("="))
     if a.dtype.kind == "f":
         # -0.0 as +0.0 by its bits: the arithmetic way (-0.0 + 0.0) flushes subnormals to
         # zero in CuPy's kernels (compiled with -ftz), which then sort among the zeros

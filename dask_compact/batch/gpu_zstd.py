@@ -372,7 +372,7 @@ def chunk_frames(chunk: bytes | memoryview, want: int, name: str) -> list[Frame]
     if total != want:
         # worded as the CPU decode's check (reader.decode_chunk) words it
         raise ValueError(f"Zarr chunk {name} decodes to {total} bytes, not the chunk's {want} "
-                         f"(its {len(frames)} zstd frames declare so)")
+                         "(as its zstd frame headers declare)")
     sizes = [f.content for f in frames]
     if any(s % 8 for s in sizes[:-1] if s is not None) or 0 in sizes:
         return None
@@ -400,7 +400,9 @@ def decode_host(chunks: list[Any], expected: list[int], names: list[str]) -> lis
     stream = cupy.cuda.get_current_stream()
     outs = [cupy.empty(want, np.uint8) for want in expected]
     frames, places = [], []
-    with decoder.announced() as token:  # the decoder's next batch may wait for these frames
+    # the decoder's next batch may wait for these frames (none to wait for: all on the CPU)
+    coming = decoder.announced() if any(plans) else contextlib.nullcontext([False])
+    with coming as token:
         for chunk, plan, out, want, name in zip(chunks, plans, outs, expected, names):
             host = np.frombuffer(chunk, np.uint8)
             if plan is None:
