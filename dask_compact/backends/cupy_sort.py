@@ -28,13 +28,7 @@ def _keys(a: Any) -> Any:
     every NaN as one positive NaN."""
     if a.dtype.kind != "f":
         return a
-    # -0.0 as +0.0 by its bits, not as -0.0 + 0.0: CuPy's kernels flush subnormals to zero
-    # (-ftz), and a key of 0 for a subnormal sorted it among the zeros (the GPU review probe,
-    # 2026-11-28: np.float32(-1e-45) after 0.0)
-    u = split_radix.unsigned(a.dtype)
-    bits = a.view(u)
-    sign = u.type(1) << u.type(8 * a.dtype.itemsize - 1)
-    zeroed = cupy.where(bits == sign, u.type(0), bits).view(a.dtype)
+    zeroed = split_radix.folded_bits(a, cupy).view(a.dtype)
     return cupy.where(cupy.isnan(a), a.dtype.type(np.nan), zeroed)
 
 

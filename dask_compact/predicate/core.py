@@ -174,8 +174,8 @@ class Predicate:
         assert self.func is not None
         try:
             return self.func(a)
-        except ValueError as e:
-            if "broadcast" not in str(e):
+        except Exception as e:
+            if not (isinstance(e, ValueError) and "broadcast" in str(e)):
                 e.add_note(failed_on(self.source, "a chunk", a))
                 raise
             raise NotElementwise(
@@ -185,9 +185,6 @@ class Predicate:
                 "the whole input, compute the condition on the dask array (m = x > t) and use "
                 "dask_compact.compact(x, m)."
             ) from None
-        except Exception as e:
-            e.add_note(failed_on(self.source, "a chunk", a))
-            raise
 
     def _check_slices(self, a: Any, m: Any, xp: Any) -> None:
         """Raise if the callable gives a slice of the chunk other values than the chunk.
