@@ -85,6 +85,15 @@ def test_mask_errors(x):
         dask_compact.compact(x, da.ones(100, chunks=30))
 
 
+def test_a_mask_declared_bool_whose_chunks_are_not(x):
+    """map_blocks can declare dtype=bool over chunks that are not: a uint8 0/2 chunk is
+    refused where it is computed, not taken as a selection of its nonzeros."""
+    m = da.from_array(np.arange(100) % 3, chunks=30).map_blocks(
+        lambda b: (b * 2).astype(np.uint8), dtype=bool)
+    with pytest.raises(TypeError, match="mask must be a boolean array, got dtype uint8"):
+        dask_compact.compact(x, m).compute()
+
+
 def test_a_mask_of_unknown_chunk_sizes():
     """x known, mask unknown: paired block by block where their chunk counts agree (each task
     checks its two blocks), else refused naming which side is unknown."""

@@ -202,3 +202,40 @@ def test_error_messages_stay_short():
     with pytest.raises(ValueError) as e:
         dask_compact.compact_array(np.arange(3.0), "x > " + "1" * 1990)
     assert len(str(e.value)) < 600
+
+
+@pytest.mark.parametrize("text, values", [
+    ("power(x, -1) == 0", [3, 4, 5]),
+    ("x ** -3 != 7", [3, 4, 5]),
+    ("2 ** x > 1", [3, -1, 5]),
+    ("(x > 100) & (x ** (x - 4) > 0)", [3, 4, 5]),  # NumPy computes every element
+])
+def test_negative_integer_powers_raise_as_numpy_does(text, values):
+    """NumPy raises for a negative integer exponent; so do the CPU paths, and the guard the
+    GPU paths run first (which cannot raise inside a kernel) finds the same exponents."""
+    from dask_compact.predicate.expr import check_power_exponents
+
+    a = np.array(values, dtype=np.int64)
+    p = as_predicate(text)
+    with pytest.raises(ValueError, match="Integers to negative integer powers"):
+        np.asarray(a)[p.mask(a, np)]
+    with pytest.raises(ValueError, match="Integers to negative integer powers"):
+        dask_compact.compact_array(a, text)
+    tp = p.typed(a.dtype)
+    assert tp.powers
+    with pytest.raises(ValueError, match="Integers to negative integer powers"):
+        check_power_exponents(tp.powers, a, p.params, np)
+    check_power_exponents(tp.powers, a[:0], p.params, np)  # nothing computed: no error
+
+
+def test_powers_that_cannot_be_negative_need_no_check():
+    """Float powers, unsigned and bool exponents, and non-negative ones answer as NumPy."""
+    from dask_compact.predicate.expr import check_power_exponents
+
+    a = np.array([0, 1, 2, 7], dtype=np.int64)
+    for text in ("x ** 2 > 3", "2 ** x > 3", "x ** 1.5 > 1"):
+        p = as_predicate(text)
+        check_power_exponents(p.typed(a.dtype).powers, a, p.params, np)
+        np.testing.assert_array_equal(dask_compact.compact_array(a, text), a[p.mask(a, np)])
+    assert not as_predicate("x ** 1.5 > 1").typed(np.dtype(np.int64)).powers
+    assert not as_predicate("x ** 2 > 3").typed(np.dtype(np.uint32)).powers

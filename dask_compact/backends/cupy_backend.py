@@ -106,13 +106,15 @@ def _plan(
                 try:
                     tp, functor = typed_functor(pred.expr, dtype, pred)
                     pred.memo[key] = (tp.bind(pred.params),
-                                      ModuleSpec(dtype, algorithm, functor, tuning, variant))
+                                      ModuleSpec(dtype, algorithm, functor, tuning, variant),
+                                      tp)
                 except (CodegenUnsupported, ParamOverflow):
                     pred.memo[key] = None
             fused = pred.memo[key]
             if fused is not None:
+                fused[2].check_powers(flat, pred.params, cupy)
                 return Plan(flat, None, fused[0], fused[1], output, exact_mode,
-                            memo=pred.memo)
+                            memo=pred.memo, checked=bool(fused[2].powers))
         mask = pred.mask(a, cupy)
     m = _flatten(cupy.asarray(mask))
     if m.dtype != np.bool_:
@@ -319,7 +321,7 @@ def _ready_call(kind: type, a: Any, pred: Predicate, output: str, algorithm: str
         return hit[1]
     plan = _plan(a, pred, None, output, algorithm)
     call = None
-    if plan.memo is not None and plan.mask is None:
+    if plan.memo is not None and plan.mask is None and not plan.checked:
         try:
             call = kind(plan, output)
         except AttributeError:  # a CuPy without RawKernel.kernel or the driver's launch
@@ -507,6 +509,10 @@ def compact_masked(a: Any, mask: Any, output: str, index_base: int, algorithm: s
 
     if output not in OUTPUT_CODES:
         raise ValueError(f"output must be values, indices or both; got {output!r}")
+    if np.dtype(mask.dtype) != np.bool_:
+        # As the NumPy backend: a 0/2 uint8 chunk of a mask declared bool is a caller's error,
+        # not a selection of its nonzeros (NumPy indexing would gather by the values).
+        raise TypeError(f"mask must be a boolean array, got dtype {mask.dtype}")
     if tuple(mask.shape) != tuple(a.shape):
         raise ValueError(f"mask of shape {mask.shape} does not match the chunk's {a.shape}")
     alg = resolve_algorithm(algorithm, True)

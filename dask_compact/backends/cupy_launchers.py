@@ -39,6 +39,8 @@ class Plan:
     exact_mode: str = "prefix"  # single-pass exact path (cupy_tuning.EXACT_MODES)
     _kernels: OutputKernels | None = None
     memo: dict | None = None  # the predicate's memo (fused path): what earlier calls saw
+    # the predicate checks each call's data first (negative integer exponents): no ready call
+    checked: bool = False
 
     @property
     def n(self) -> int:

@@ -60,6 +60,7 @@ def _flags_launch(pred: Predicate, read: dict[str, Any], n: int) -> tuple[Record
         except (CodegenUnsupported, ParamOverflow) as e:
             logger.debug("record predicate %s takes the mask path: %s", pred.source, e)
         else:
+            tp.check_powers(read, pred.params, cupy)
             arrays = [read[name] for name, _ in tp.dtype]
             return RecordSpec(functor), [*arrays, *params]
     with np.errstate(all="ignore"):

@@ -239,6 +239,8 @@ def compact_scan(a: Any, pred: Predicate, output: str, index_base: int) -> Any:
             args = tuple(tp.bind(pred.params))
         except (CodegenUnsupported, ParamOverflow):
             functor = None
+        else:
+            tp.check_powers(flat, pred.params, cupy)
     if functor is not None:
         mod = module_for(ScanCompactSpec(dtype, pos_dtype, functor))
         flags = cupy.empty(n, dtype=np.bool_)

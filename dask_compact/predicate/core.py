@@ -16,11 +16,13 @@ from .expr import (
     ParamOverflow,
     Typed,
     bind_params,
+    check_power_exponents,
     evaluate,
     infer_types,
     param_dtypes,
     result_dtype,
     shorten,
+    signed_power_exponents,
     structure_key,
     to_source,
 )
@@ -50,6 +52,14 @@ class TypedPredicate:
     key: str  # structure key + dtype: one compiled loop/kernel per key (and output, algorithm)
     param_dtypes: tuple[np.dtype, ...] = ()
     _bound: dict = field(default_factory=dict, hash=False, compare=False, repr=False)
+    # exponents of integer powers that may be negative (see expr.signed_power_exponents)
+    powers: tuple[Node, ...] = field(default=(), hash=False, compare=False)
+
+    def check_powers(self, x: Any, params: tuple, xp: Any) -> None:
+        """Where NumPy would raise for a negative integer exponent, raise before a GPU kernel
+        (which cannot) runs; nothing to do, and no sync, for most predicates."""
+        if self.powers:
+            check_power_exponents(self.powers, x, params, xp)
 
     def bind(self, params: tuple) -> tuple:
         """Parameter values as NumPy scalars of their loop dtypes (may raise ParamOverflow).
@@ -94,7 +104,8 @@ def _typed(expr: Node, dtype: Any, source: str) -> TypedPredicate:
             "must give booleans (a comparison, isnan, ...), e.g. `x > 0` rather than `x`"
         )
     key = f"{structure_key(expr)}-{dtype_tag(dtype)}"
-    return TypedPredicate(expr, dtype, types, key, tuple(param_dtypes(expr, types)))
+    return TypedPredicate(expr, dtype, types, key, tuple(param_dtypes(expr, types)),
+                          powers=signed_power_exponents(expr, types))
 
 
 def _describe_dtype(dtype: Any) -> str:

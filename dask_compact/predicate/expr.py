@@ -42,6 +42,10 @@ __all__ = [
     "structure_key",
     "to_source",
     "ParamOverflow",
+    "NEGATIVE_POWER",
+    "refuse_negative_exponent",
+    "signed_power_exponents",
+    "check_power_exponents",
 ]
 
 # Elementwise NumPy ufuncs a predicate may use and that both code generators implement.
@@ -216,7 +220,44 @@ def evaluate(node: Node, x: Any, params: tuple, xp: Any = np) -> Any:
         known = _compare_outside(node.fn, args[0], args[1], xp)
         if known is not None:
             return known
-    return getattr(xp, node.fn)(*args)
+    out = getattr(xp, node.fn)(*args)
+    if node.fn == "power" and xp is not np and getattr(out, "dtype", np.dtype(float)).kind in "iu":
+        # NumPy raises where an integer power's exponent is negative; CuPy gives 0.
+        refuse_negative_exponent(args[1], int(getattr(out, "size", 1)), xp)
+    return out
+
+
+NEGATIVE_POWER = "Integers to negative integer powers are not allowed."
+
+
+def refuse_negative_exponent(b: Any, size: int, xp: Any) -> None:
+    """Raise NumPy's ValueError if the exponent ``b`` (array or scalar) of an integer power
+    over ``size`` elements is negative anywhere; one host sync for a device array."""
+    if size == 0 or getattr(b, "dtype", np.dtype(np.int64)).kind != "i":
+        return  # NumPy raises only where an element is computed; unsigned is never negative
+    if bool(xp.any(b < 0)) if hasattr(b, "shape") else b < 0:
+        raise ValueError(NEGATIVE_POWER)
+
+
+def signed_power_exponents(root: Node, types: dict[Node, Typed]) -> tuple[Node, ...]:
+    """The exponents of the tree's integer powers that may be negative (a signed loop).
+
+    NumPy raises where one is, the CPU loop raises with it, but a GPU kernel has no way to
+    raise (it gives 0, as CuPy does): the GPU paths evaluate these subtrees first and refuse
+    (:func:`check_power_exponents`), one host sync, for the predicates that have them only.
+    """
+    return tuple(dict.fromkeys(
+        n.args[1] for n in walk(root)
+        if isinstance(n, Call) and n.fn == "power" and types[n].loop[1].kind == "i"
+    ))
+
+
+def check_power_exponents(exponents: tuple[Node, ...], x: Any, params: tuple, xp: Any) -> None:
+    """Raise NumPy's ValueError where one of ``exponents`` (see
+    :func:`signed_power_exponents`) is negative for an element of ``x`` (array or fields)."""
+    size = int(next(iter(x.values())).shape[0]) if isinstance(x, dict) else int(x.size)
+    for e in exponents:
+        refuse_negative_exponent(evaluate(e, x, params, xp), size, xp)
 
 
 # comparison -> (its value where the Python int is above the array's range, below it), the

@@ -97,3 +97,58 @@ def test_a_constant_outside_every_integer_range(dtype, text):
     want = host[eval(text.replace("x", "host"))]  # noqa: S307 -- the test's own literals
     got = dask_compact.compact_array(cupy.asarray(host), text)
     np.testing.assert_array_equal(cupy.asnumpy(got), want)
+
+
+def test_a_mask_declared_bool_whose_cupy_chunks_are_not():
+    """As on NumPy chunks: a uint8 0/2 chunk of a mask declared bool is refused, not taken as
+    a selection of its nonzeros (the CuPy path once cast it to bool)."""
+    a, x = _x(1000, 300)
+    m = da.from_array(np.arange(1000) % 3, chunks=300).map_blocks(
+        lambda b: cupy.asarray(b * 2, dtype=cupy.uint8), dtype=bool)
+    with dask.config.set(scheduler="threads"):
+        with pytest.raises(TypeError, match="mask must be a boolean array, got dtype uint8"):
+            dask_compact.compact(x, m).compute()
+        ok = da.from_array(np.arange(1000) % 3 == 0, chunks=300).map_blocks(cupy.asarray)
+        got = cupy.asnumpy(dask_compact.compact(x, ok).compute())
+    np.testing.assert_array_equal(got, a[np.arange(1000) % 3 == 0])
+
+
+POWERS = [("2 ** x > 1", [3, -1, 5] * 400), ("x ** -3 != 7", [3, 4, 5] * 400),
+          ("(x > 100) & (x ** (x - 4) > 0)", [3, 4, 5] * 400)]
+
+
+@pytest.mark.parametrize("text, values", POWERS)
+def test_negative_integer_powers_raise_on_the_gpu_as_numpy_does(text, values):
+    """A kernel cannot raise (it gives 0, as CuPy does), so the GPU paths evaluate the integer
+    powers' exponents first: every public path raises NumPy's ValueError, and a repeated call
+    (the ready-call cache) checks its new data again."""
+    msg = "Integers to negative integer powers"
+    a = np.array(values, dtype=np.int64)
+    d = cupy.asarray(a)
+    with pytest.raises(ValueError, match=msg):
+        np.asarray(a)[as_predicate(text).mask(a, np)]
+    for kw in ({}, {"stable": False}, {"algorithm": "scan"}, {"output": "indices"}):
+        with pytest.raises(ValueError, match=msg):
+            dask_compact.compact_array(d, text, **kw)
+    with pytest.raises(ValueError, match=msg):
+        as_predicate(text).mask(d, cupy)  # the mask path's evaluation
+    with pytest.raises(ValueError, match=msg):
+        dask_compact.compact_into(d, text, cupy.empty_like(d))
+    with pytest.raises(ValueError, match=msg):
+        dask_compact.compact_records({"x": d, "y": d * 2}, text)
+    x = da.from_array(a, chunks=700).map_blocks(cupy.asarray)
+    with dask.config.set(scheduler="threads"), pytest.raises(ValueError, match=msg):
+        x.map_compact(text).compute()
+    good = cupy.asarray(np.abs(a) + 4)
+    p = as_predicate(text)
+    # the same predicate object and size: the repeated-call paths (none for a constant -3)
+    for _ in range(3 if "-3" not in text else 0):
+        want = np.abs(a) + 4
+        np.testing.assert_array_equal(cupy.asnumpy(dask_compact.compact_array(good, p)),
+                                      want[p.mask(want, np)])
+        with pytest.raises(ValueError, match=msg):
+            dask_compact.compact_array(d, p)
+        dask_compact.compact_into(good, p, cupy.empty_like(d))  # compact_into's ready call
+        with pytest.raises(ValueError, match=msg):
+            dask_compact.compact_into(d, p, cupy.empty_like(d))
+    assert dask_compact.compact_array(d[:0], text).size == 0  # nothing computed: no error
