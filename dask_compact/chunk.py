@@ -77,7 +77,10 @@ def compact_array(
     # kept the last time, without the checks and the dispatch it passed then.
     call = repeated_call(a, pred, output, stable, algorithm)
     if call is not None:
-        return call(a, 0)
+        try:
+            return call(a, 0)
+        except MemoryError:
+            pass  # a GPU without room for its scratch: the checked call below counts first
     checked, p = _checked("compact_array", a, pred, output, stable, algorithm)
     out = compact_chunk(checked, p, output, stable, algorithm, 0)
     if checked is a:

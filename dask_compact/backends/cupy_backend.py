@@ -144,14 +144,39 @@ def _run_exact(plans: list[Plan], output: str, bases: list[int],
         parts = [_run_exact([p], output, [b]) for p, b in live]
         got = [len(q[0] if output == "both" else q) for q in parts]
         out = concat_outputs(parts, output)
-    elif live and all(_one_read(p, output) for p, _ in live):
-        out = _run_one_read(live, output, got)
     else:
-        out = _run_count_first(live, output, dtype, got)
+        out = None
+        if live and all(_one_read(p, output) for p, _ in live):
+            try:
+                out = _run_one_read(live, output, got)
+            except MemoryError:
+                # its n-sized scratch (or scratch and result together) did not fit on the
+                # device: counting first needs room for the result alone
+                got.clear()
+        if out is None:
+            try:
+                out = _run_count_first(live, output, dtype, got)
+            except MemoryError as e:
+                e.add_note(out_of_memory_note(live, output))
+                raise
     if counts is not None:
         it = iter(got)
         counts.extend(next(it) if p.n else 0 for p in plans)
     return out
+
+
+def out_of_memory_note(live: list[tuple[Plan, int]], output: str) -> str:
+    """What a compaction that ran out of device memory needed, and what to do instead."""
+    n = sum(p.n for p, _ in live)
+    dtype = live[0][0].flat.dtype if live else np.dtype(np.float64)
+    most = n * _out_bytes(np.dtype(dtype), output)
+    dev = live[0][0].flat.device.id if live else 0
+    return (f"dask_compact: compacting {n:,} {dtype} elements on GPU {dev} ran out of device "
+            f"memory after counting first (its result takes up to {most / 2**20:,.1f} MiB, "
+            "all of it where every element is selected, and nothing else of that size). "
+            "Free device memory (cupy.get_default_memory_pool().free_all_blocks() returns "
+            "what CuPy's pool keeps), compact smaller chunks (map_compact over a dask array), "
+            "or write into buffers you allocate once with dask_compact.compact_into.")
 
 
 def _run_count_first(live: list[tuple[Plan, int]], output: str, dtype: np.dtype,
@@ -434,7 +459,10 @@ def compact(
     if variant is None and exact_mode is None and FAST_SMALL_CALLS:
         call = _one_read_call(a, pred, output, alg)
         if call is not None:
-            return call(a, index_base)
+            try:
+                return call(a, index_base)
+            except MemoryError:
+                pass  # no room for its n-sized scratch: the general path below counts first
     plan = _plan(a, pred, None, output, alg, variant, exact_mode)
     return _run_exact([plan], output, [index_base])
 

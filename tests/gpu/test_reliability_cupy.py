@@ -152,3 +152,32 @@ def test_negative_integer_powers_raise_on_the_gpu_as_numpy_does(text, values):
         with pytest.raises(ValueError, match=msg):
             dask_compact.compact_into(d, p, cupy.empty_like(d))
     assert dask_compact.compact_array(d[:0], text).size == 0  # nothing computed: no error
+
+
+def test_out_of_device_memory_counts_first_then_says_why():
+    """A call that reads once needs n-sized scratch; without room for it the call counts first
+    (room for the result alone) and answers; without room for the result it raises CuPy's
+    OutOfMemoryError (a MemoryError) with a note saying what it needed and what to do."""
+    pool = cupy.get_default_memory_pool()
+    n = 1 << 24  # float32: one read whatever it selects (ONE_READ_ALWAYS_BYTES), 64 MiB scratch
+    a = cupy.random.default_rng(5).random(n, dtype=cupy.float32)
+    h = cupy.asnumpy(a)
+    cupy.cuda.Device().synchronize()
+    pool.free_all_blocks()
+    pool.set_limit(size=pool.used_bytes() + (24 << 20))  # a 5% result fits, the scratch not
+    try:
+        for stable in (True, True, False):  # the ready call, the repeated call, unstable
+            got = dask_compact.compact_array(a, "x < 0.05", stable=stable)
+            want = h[h < 0.05]
+            np.testing.assert_array_equal(np.sort(cupy.asnumpy(got)) if not stable
+                                          else cupy.asnumpy(got), np.sort(want)
+                                          if not stable else want)
+        with pytest.raises(MemoryError) as err:
+            dask_compact.compact_array(a, "x < 0.95")
+        assert any("ran out of device memory after counting first" in note
+                   for note in getattr(err.value, "__notes__", ())), err.value
+    finally:
+        pool.set_limit(size=0)
+    np.testing.assert_array_equal(cupy.asnumpy(a), h)  # the input is untouched
+    got = dask_compact.compact_array(a, "x < 0.95")  # and the same call works with room
+    np.testing.assert_array_equal(cupy.asnumpy(got), h[h < 0.95])
