@@ -117,6 +117,9 @@ DCX_UNARY_VIA_DOUBLE(ftan, tan)
 #undef DCX_UNARY_VIA_DOUBLE
 __device__ __forceinline__ float fsqrt(float a) { return f32_sqrt(a); }
 __device__ __forceinline__ double fsqrt(double a) { return __dsqrt_rn(a); }
+// np.reciprocal of floats is 1/x rounded once (float16 through float, as its loop does)
+__device__ __forceinline__ float frecip(float a) { return fdiv(1.0f, a); }
+__device__ __forceinline__ double frecip(double a) { return fdiv(1.0, a); }
 __device__ __forceinline__ float fpow(float a, float b) {
   return double_to_float(pow(float_to_double(a), float_to_double(b)));
 }
@@ -438,6 +441,7 @@ DCX_FLOAT_UNARY(ceil, fceil, a)
 DCX_FLOAT_UNARY(trunc, ftrunc, a)
 DCX_FLOAT_UNARY(rint, frint, a)
 DCX_FLOAT_UNARY(sqrt, fsqrt, a)
+DCX_FLOAT_UNARY(reciprocal, frecip, a)  // floats only: see expr.resolve_scalar_powers
 DCX_FLOAT_UNARY(exp, fexp, a)
 DCX_FLOAT_UNARY(log, flog, a)
 DCX_FLOAT_UNARY(log2, flog2, a)

@@ -185,6 +185,10 @@ def _predicates() -> list[tuple[str, Predicate]]:
     )
     im = Call("greater_equal", (Call("imag", (Var(),)), Param(0, "float")))
     out.append(("imag", Predicate(im, (0.0,), None, "imag")))
+    # `v ** -1` and `v ** 0.5`: reciprocal/sqrt for floats, power for the rest (typing picks)
+    for kind, c in (("int", -1), ("float", 0.5)):
+        sp = Call("less", (Call("scalar_power", (Var(), Param(0, kind))), Param(1, "float")))
+        out.append((f"scalar_power {c}", Predicate(sp, (c, 0.5), None, f"x ** {c}")))
     return out
 
 

@@ -57,6 +57,7 @@ _CTYPES: dict[str, str] = {
 _NO_COMPLEX = frozenset(
     {
         "sqrt", "exp", "log", "log2", "log10", "sin", "cos", "tan", "rint", "sign", "power",
+        "reciprocal",
         "floor_divide", "remainder", "floor", "ceil", "trunc", "signbit",
     }
 )

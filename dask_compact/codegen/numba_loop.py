@@ -205,6 +205,8 @@ class _Emitter:
             return f"{o}({_u64(a)} * {_u64(a)})" if k in "iu" else f"{o}({a} * {a})"
         if fn in ("minimum", "maximum", "fmin", "fmax"):
             return self.minmax(fn, a, b, loop[0])
+        if fn == "reciprocal":  # only float arrays get it (expr.resolve_scalar_powers)
+            return f"{o}({o}(1) / {a})"
         if fn in ("sqrt", "floor", "ceil", "trunc", "rint"):
             return a if k in "biu" else f"{o}(np.{fn}({a}))"
         if fn == "sign":

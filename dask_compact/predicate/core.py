@@ -20,6 +20,7 @@ from .expr import (
     evaluate,
     infer_types,
     param_dtypes,
+    resolve_scalar_powers,
     result_dtype,
     shorten,
     signed_power_exponents,
@@ -96,6 +97,7 @@ def field_dtypes(dtypes: Any) -> tuple:
 def _typed(expr: Node, dtype: Any, source: str) -> TypedPredicate:
     # Typing walks the tree and asks NumPy for every call's loop: once per (tree, dtype), not
     # once per chunk. Nodes are frozen dataclasses, so equal trees share the entry.
+    expr = resolve_scalar_powers(expr, dtype)  # `v ** -1`, `v ** 0.5`: by the dtype
     types = infer_types(expr, dtype)
     out = result_dtype(expr, types, dtype)
     if out != np.dtype(bool):

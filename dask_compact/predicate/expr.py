@@ -67,8 +67,17 @@ UFUNCS: frozenset[str] = frozenset(
         "isnan", "isfinite", "isinf", "signbit",
     }
 )
-# Elementwise functions that are not ufuncs: np.where(cond, a, b), the .real / .imag attributes.
-SPECIAL: frozenset[str] = frozenset({"where", "real", "imag"})
+# Elementwise functions that are not ufuncs: np.where(cond, a, b), the .real / .imag attributes;
+# and two the tracer and typing make: ``scalar_power`` (below) and the ``reciprocal`` it
+# becomes on float arrays (np.reciprocal, which a predicate cannot call itself: its integer
+# loop is integer division, not compiled).
+SPECIAL: frozenset[str] = frozenset({"where", "real", "imag", "scalar_power", "reciprocal"})
+# ``v ** -1`` and ``v ** 0.5`` (exactly those Python scalars): ndarray.__pow__ computes them as
+# np.reciprocal and np.sqrt on float and complex arrays but as np.power on the others (NumPy's
+# fast_scalar_power), and the tracer does not know the dtype. It records
+# ``scalar_power(v, -1 or 0.5)``; typing for a dtype (resolve_scalar_powers) makes it the call
+# that dtype gets, so the compiled code is exact for both (and integers raise, as NumPy does).
+SCALAR_POWER = "scalar_power"
 
 # Reductions: inside a predicate they would reduce one *chunk*, not the array, which is almost
 # never what the user meant (``v > v.mean()`` would compare each chunk with its own mean).
@@ -216,6 +225,11 @@ def evaluate(node: Node, x: Any, params: tuple, xp: Any = np) -> Any:
         return xp.imag(args[0])
     if node.fn == "where":
         return xp.where(*args)
+    if node.fn == SCALAR_POWER:
+        base, c = args
+        if np.dtype(getattr(base, "dtype", np.float64)).kind in "fc":
+            return xp.reciprocal(base) if isinstance(c, int) else xp.sqrt(base)
+        node = Call("power", node.args)  # NumPy's np.power, checked below as any
     if node.fn in _OUTSIDE:
         known = _compare_outside(node.fn, args[0], args[1], xp)
         if known is not None:
@@ -285,6 +299,37 @@ def _compare_outside(fn: str, a: Any, b: Any, xp: Any) -> Any:
         return None
     above, below = _OUTSIDE[fn]
     return xp.full(a.shape, above if b > info.max else below, dtype=bool)
+
+
+def resolve_scalar_powers(root: Node, dtype: Any) -> Node:
+    """``root`` with each ``scalar_power(v, c)`` made the call ``dtype`` gets from NumPy's
+    ``v ** c``: ``reciprocal(v)`` (c = -1) or ``sqrt(v)`` (c = 0.5) where ``v`` is float or
+    complex, else ``power(v, c)``; ``root`` itself where it has none."""
+    if not any(isinstance(n, Call) and n.fn == SCALAR_POWER for n in walk(root)):
+        return root
+    done: dict[Node, Node] = {}
+
+    def go(node: Node) -> Node:
+        if not isinstance(node, Call):
+            return node
+        if node not in done:
+            args = tuple(go(a) for a in node.args)
+            if node.fn != SCALAR_POWER:
+                done[node] = node if args == node.args else Call(node.fn, args)
+            else:
+                base, c = args
+                t = _operand_type(base, infer_types(base, dtype), dtype)
+                assert isinstance(c, Param)
+                if isinstance(t, np.dtype) and t.kind in "fc":
+                    done[node] = Call("reciprocal" if c.kind == "int" else "sqrt", (base,))
+                else:
+                    done[node] = Call("power", args)
+        return done[node]
+
+    return go(root)
+
+
+__all__.append("resolve_scalar_powers")
 
 
 def _operand_type(node: Node, types: dict[Node, Typed], dtype: np.dtype) -> Any:

@@ -338,14 +338,12 @@ class Sym:
         # ndarray.__pow__ takes shortcuts for some exact Python scalars (numpy's
         # fast_scalar_power): ``** 2`` is np.square for every dtype; ``** 0.5`` and ``** -1``
         # are sqrt/reciprocal for float arrays but np.power for integer ones, which differ
-        # (sqrt(-inf) is nan, -inf ** 0.5 is inf); the dtype is unknown while tracing.
+        # (sqrt(-inf) is nan, -inf ** 0.5 is inf); the dtype is unknown while tracing, so
+        # typing chooses (expr.SCALAR_POWER).
         if type(other) is int and other == 2:
             return self._tracer.call("square", self)
         if (type(other) is float and other == 0.5) or (type(other) is int and other == -1):
-            raise self._tracer.stop(
-                f"`v ** {other}` means a different function for float and integer arrays in "
-                f"NumPy; write {'np.sqrt(v)' if other == 0.5 else '1 / v'} to have it compiled"
-            )
+            return self._tracer.call("scalar_power", self, other)  # typing picks (expr.py)
         return self._tracer.call("power", self, other)
 
     # .real / .imag are elementwise; everything else on the object is looked at here
