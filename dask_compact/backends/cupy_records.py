@@ -196,9 +196,21 @@ def compact_records(
         stream = cupy.cuda.get_current_stream()
         passes = _Pass(fields, pred, n)
         total = int(passes.total.get()[0]) if n else 0  # the one host sync
-        out = {name: cupy.empty((total, *a.shape[1:]), dtype=a.dtype)
-               for name, a in fields.items()}  # fmt: skip
-        idx = cupy.empty(total, dtype=cupy.int64) if indices else None
+        try:
+            out = {name: cupy.empty((total, *a.shape[1:]), dtype=a.dtype)
+                   for name, a in fields.items()}  # fmt: skip
+            idx = cupy.empty(total, dtype=cupy.int64) if indices else None
+        except MemoryError as e:  # CuPy's OutOfMemoryError is one
+            need = total * (sum(a.dtype.itemsize * int(np.prod(a.shape[1:])) for a in
+                                fields.values()) + (8 if indices else 0))
+            e.add_note(
+                f"dask_compact: the {total:,} selected rows of {n:,} ({need / 2**20:,.1f} MiB "
+                f"over {len(fields)} fields) did not fit on GPU {first.device.id}. Free device "
+                "memory (cupy.get_default_memory_pool().free_all_blocks() returns what "
+                "CuPy's pool keeps), compact fewer rows at a time (compact_records over dask "
+                "arrays), or write into buffers allocated once with "
+                "dask_compact.compact_records_into.")
+            raise
         if total:
             # what the scatter reads may be freed on return: CuPy's pool reuses a block only
             # for later work on its stream, and the table stays cached (or pinned until copied)

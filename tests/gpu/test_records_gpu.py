@@ -219,3 +219,28 @@ def test_into_graph_capture_replays_on_new_data() -> None:
         assert k == int(mask.sum())
         np.testing.assert_array_equal(cupy.asnumpy(out["vel"][:k]), host["vel"][mask])
         np.testing.assert_array_equal(cupy.asnumpy(out["indices"][:k]), np.flatnonzero(mask))
+
+
+def test_records_out_of_device_memory_say_what_they_needed():
+    """Where the selected rows do not fit, CuPy's OutOfMemoryError (a MemoryError) carries a
+    note with the rows, the bytes and the ways out; with room, the same call answers."""
+    import dask_compact
+
+    pool = cupy.get_default_memory_pool()
+    n = 1 << 22
+    rng = np.random.default_rng(8)
+    host = {k: rng.random(n, dtype=np.float32) for k in ("a", "b", "c", "d")}
+    dev = {k: cupy.asarray(v) for k, v in host.items()}
+    cupy.cuda.Device().synchronize()
+    pool.free_all_blocks()
+    pool.set_limit(size=pool.used_bytes() + (8 << 20))  # the passes fit, 61 MiB of rows not
+    try:
+        with pytest.raises(MemoryError) as err:
+            dask_compact.compact_records(dev, "a < 0.95")
+        assert any("selected rows of" in note for note in getattr(err.value, "__notes__", ()))
+    finally:
+        pool.set_limit(size=0)
+    got = dask_compact.compact_records(dev, "a < 0.95")
+    m = host["a"] < 0.95
+    for k, v in host.items():
+        np.testing.assert_array_equal(cupy.asnumpy(got[k]), v[m])
