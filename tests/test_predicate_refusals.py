@@ -239,3 +239,28 @@ def test_powers_that_cannot_be_negative_need_no_check():
         np.testing.assert_array_equal(dask_compact.compact_array(a, text), a[p.mask(a, np)])
     assert not as_predicate("x ** 1.5 > 1").typed(np.dtype(np.int64)).powers
     assert not as_predicate("x ** 2 > 3").typed(np.dtype(np.uint32)).powers
+
+
+def test_exponent_checks_take_numpy_scalar_constants_and_know_what_needs_data():
+    """A constant exponent is a NumPy scalar (np.int64(2)): its check must not hand it to the
+    array module (CuPy refuses NumPy scalars), and it is settled once per predicate, where an
+    exponent computed from the data is checked on every call."""
+    from dask_compact.predicate.expr import check_power_exponents
+
+    class DeviceOnly:  # an array module that, like CuPy, refuses anything but its arrays
+        def __getattr__(self, name):
+            def refuse(*args, **kwargs):
+                raise TypeError(f"Unsupported type for {name}")
+            return getattr(np, name) if name in ("power", "subtract", "add") else refuse
+
+    a = np.arange(1, 6, dtype=np.int64)
+    k = np.int64(2)
+    p = as_predicate(lambda v: v ** k > 5)
+    tp = p.typed(a.dtype)
+    assert tp.powers and not tp.data_powers
+    check_power_exponents(tp.powers, a, p.params, DeviceOnly())
+    neg = as_predicate(lambda v: v ** np.int64(-2) > 5)
+    with pytest.raises(ValueError, match="Integers to negative integer powers"):
+        check_power_exponents(neg.typed(a.dtype).powers, a, neg.params, DeviceOnly())
+    assert as_predicate("2 ** (x - 1) > 4").typed(a.dtype).data_powers
+    assert not as_predicate("x ** 3 > 5").typed(a.dtype).data_powers

@@ -42,7 +42,15 @@ from ..codegen.cuda_functor import CodegenUnsupported, ctype
 from ..predicate.core import Predicate
 from ..predicate.expr import ParamOverflow
 from ..predicate.memo import trace_key
-from .cupy_device import by_output, concat_outputs, device_copy, memset0, read_counts, read_words
+from .cupy_device import (
+    by_output,
+    check_powers,
+    concat_outputs,
+    device_copy,
+    memset0,
+    read_counts,
+    read_words,
+)
 from .cupy_launchers import LAUNCHERS, Plan, tile_words, with_count
 from .cupy_modules import device_cc, typed_functor
 from .cupy_ready import SPIN_MAX_N, IntoCall, OneReadCall, learn
@@ -73,9 +81,11 @@ def _flatten(a: Any) -> Any:
 
 def _plan(
     a: Any, pred: Predicate | None, mask: Any, output: str, algorithm: str,
-    variant: str | None = None, exact_mode: str | None = None,
+    variant: str | None = None, exact_mode: str | None = None, check: bool = True,
 ) -> Plan:
-    """Choose the fused kernel or, failing that, the mask path (logged on the predicate path)."""
+    """Choose the fused kernel or, failing that, the mask path (logged on the predicate path).
+    ``check``: test ``a`` for negative integer exponents first (cupy_device.check_powers;
+    False for :func:`prepare`'s zeros, which are not the data)."""
     import cupy
 
     exact_mode = EXACT_MODE if exact_mode is None else exact_mode
@@ -112,9 +122,12 @@ def _plan(
                     pred.memo[key] = None
             fused = pred.memo[key]
             if fused is not None:
-                fused[2].check_powers(flat, pred.params, cupy)
+                if check:
+                    check_powers(fused[2], flat, pred.params)
+                # an exponent from the data is checked per call: no ready call (which skips
+                # the plan); a constant one passed now holds for the predicate's every call
                 return Plan(flat, None, fused[0], fused[1], output, exact_mode,
-                            memo=pred.memo, checked=bool(fused[2].powers))
+                            memo=pred.memo, checked=fused[2].data_powers)
         mask = pred.mask(a, cupy)
     m = _flatten(cupy.asarray(mask))
     if m.dtype != np.bool_:
@@ -175,8 +188,8 @@ def out_of_memory_note(live: list[tuple[Plan, int]], output: str) -> str:
             f"memory after counting first (its result takes up to {most / 2**20:,.1f} MiB, "
             "all of it where every element is selected, and nothing else of that size). "
             "Free device memory (cupy.get_default_memory_pool().free_all_blocks() returns "
-            "what CuPy's pool keeps), compact smaller chunks (map_compact over a dask array), "
-            "or write into buffers you allocate once with dask_compact.compact_into.")
+            "what CuPy's pool keeps) or compact smaller chunks (map_compact over a dask array "
+            "of smaller chunks).")
 
 
 def _run_count_first(live: list[tuple[Plan, int]], output: str, dtype: np.dtype,
@@ -483,7 +496,7 @@ def prepare(pred: Predicate, dtype: np.dtype, output: str, stable: bool = True,
     import cupy
 
     sample = cupy.zeros(4096, dtype=dtype)
-    plan = _plan(sample, pred, None, output, alg)
+    plan = _plan(sample, pred, None, output, alg, check=False)
     key = ("fraction", plan.spec.dtype, output)
     had = plan.memo is not None and key in plan.memo
     _run_count_first([(plan, 0)], output, plan.flat.dtype)

@@ -1,5 +1,6 @@
 """Device memory chores of the CuPy layer: zeroing, copies by ``cudaMemcpyAsync``, the count
-words read back into pinned host memory with one synchronisation, joining outputs."""
+words read back into pinned host memory with one synchronisation, joining outputs; and the
+one check a kernel cannot make for itself (negative integer exponents, :func:`check_powers`)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 import numpy as np
 
 __all__ = ["NULL", "memset0", "ptr_or_null", "by_output", "device_copy", "head_copy",
-           "read_words", "read_counts", "concat_outputs"]
+           "read_words", "read_counts", "concat_outputs", "check_powers"]
 
 NULL = np.uint64(0)
 
@@ -112,3 +113,25 @@ def concat_outputs(parts: list[Any], output: str) -> Any:
     if output == "both":
         return (cupy.concatenate([v for v, _ in parts]), cupy.concatenate([i for _, i in parts]))
     return cupy.concatenate(parts)
+
+
+def check_powers(tp: Any, x: Any, params: tuple) -> None:
+    """Raise NumPy's ValueError before a kernel runs where one of the typed predicate ``tp``'s
+    integer powers has a negative exponent for the data ``x`` (an array, or a record's
+    fields): a kernel cannot raise (it would give 0, as CuPy does). Nothing for most
+    predicates; a host sync where an exponent depends on the data, which a CUDA graph capture
+    does not allow: such a predicate is refused there, clearly, rather than captured unchecked.
+    """
+    if not tp.powers:
+        return
+    import cupy
+
+    stream = cupy.cuda.get_current_stream()
+    if tp.data_powers and stream.ptr not in (0, 1) and stream.is_capturing():
+        raise ValueError(
+            "this predicate raises the power of an integer to an exponent computed from the "
+            "data, which NumPy refuses where it is negative; checking that needs a host "
+            "synchronisation, which a CUDA graph capture does not allow. Capture a predicate "
+            "without it (a float power, e.g. x ** 2.0, or a constant exponent)."
+        )
+    tp.check_powers(x, params, cupy)

@@ -30,7 +30,7 @@ from ..predicate.fields import record_mask
 from ..validate import native
 from . import cupy_tuning as tuning
 from .cupy_backend import _capturing, _kept_for_graphs
-from .cupy_device import ptr_or_null
+from .cupy_device import check_powers, ptr_or_null
 from .cupy_modules import compiled, typed_functor
 from .cupy_source import RecordSpec
 from .cupy_tuning import SCAN_BLOCK
@@ -60,7 +60,7 @@ def _flags_launch(pred: Predicate, read: dict[str, Any], n: int) -> tuple[Record
         except (CodegenUnsupported, ParamOverflow) as e:
             logger.debug("record predicate %s takes the mask path: %s", pred.source, e)
         else:
-            tp.check_powers(read, pred.params, cupy)
+            check_powers(tp, read, pred.params)
             arrays = [read[name] for name, _ in tp.dtype]
             return RecordSpec(functor), [*arrays, *params]
     with np.errstate(all="ignore"):
@@ -207,9 +207,8 @@ def compact_records(
                 f"dask_compact: the {total:,} selected rows of {n:,} ({need / 2**20:,.1f} MiB "
                 f"over {len(fields)} fields) did not fit on GPU {first.device.id}. Free device "
                 "memory (cupy.get_default_memory_pool().free_all_blocks() returns what "
-                "CuPy's pool keeps), compact fewer rows at a time (compact_records over dask "
-                "arrays), or write into buffers allocated once with "
-                "dask_compact.compact_records_into.")
+                "CuPy's pool keeps) or compact fewer rows at a time (compact_records over "
+                "dask arrays of smaller chunks).")
             raise
         if total:
             # what the scatter reads may be freed on return: CuPy's pool reuses a block only

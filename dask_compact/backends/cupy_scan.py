@@ -19,7 +19,7 @@ import numpy as np
 
 from ..cache import BoundedCache
 from ..predicate.core import Predicate
-from .cupy_device import NULL, memset0
+from .cupy_device import NULL, check_powers, memset0
 from .cupy_modules import build_modules
 from .cupy_scan_source import (
     SHARED_BLOCK,
@@ -240,7 +240,7 @@ def compact_scan(a: Any, pred: Predicate, output: str, index_base: int) -> Any:
         except (CodegenUnsupported, ParamOverflow):
             functor = None
         else:
-            tp.check_powers(flat, pred.params, cupy)
+            check_powers(tp, flat, pred.params)
     if functor is not None:
         mod = module_for(ScanCompactSpec(dtype, pos_dtype, functor))
         flags = cupy.empty(n, dtype=np.bool_)

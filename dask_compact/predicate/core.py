@@ -15,6 +15,7 @@ from .expr import (
     Node,
     ParamOverflow,
     Typed,
+    Var,
     bind_params,
     check_power_exponents,
     evaluate,
@@ -26,6 +27,7 @@ from .expr import (
     signed_power_exponents,
     structure_key,
     to_source,
+    walk,
 )
 
 # at the top: a function-level import costs a small call ~1 us, three times per call
@@ -55,6 +57,12 @@ class TypedPredicate:
     _bound: dict = field(default_factory=dict, hash=False, compare=False, repr=False)
     # exponents of integer powers that may be negative (see expr.signed_power_exponents)
     powers: tuple[Node, ...] = field(default=(), hash=False, compare=False)
+
+    @property
+    def data_powers(self) -> bool:
+        """Whether an exponent of :attr:`powers` depends on the data: its check costs a host
+        sync per call, where one of constants holds for every call of the predicate."""
+        return any(isinstance(n, Var) for e in self.powers for n in walk(e))
 
     def check_powers(self, x: Any, params: tuple, xp: Any) -> None:
         """Where NumPy would raise for a negative integer exponent, raise before a GPU kernel

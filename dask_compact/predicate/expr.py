@@ -249,7 +249,8 @@ def refuse_negative_exponent(b: Any, size: int, xp: Any) -> None:
     over ``size`` elements is negative anywhere; one host sync for a device array."""
     if size == 0 or getattr(b, "dtype", np.dtype(np.int64)).kind != "i":
         return  # NumPy raises only where an element is computed; unsigned is never negative
-    if bool(xp.any(b < 0)) if hasattr(b, "shape") else b < 0:
+    neg = b < 0  # a device array, a NumPy scalar (a constant np.int64) or a Python bool
+    if bool(neg.any() if hasattr(neg, "any") else neg):
         raise ValueError(NEGATIVE_POWER)
 
 

@@ -206,3 +206,43 @@ def test_scalar_powers_on_the_gpu_as_numpy_computes_them(dtype, text):
         np.testing.assert_array_equal(
             cupy.asnumpy(dask_compact.compact_array(d, text, output=output)), ref)
     np.testing.assert_array_equal(cupy.asnumpy(p.mask(d, cupy)), want)  # the mask path
+
+
+def test_constant_numpy_scalar_exponents_and_capture_of_data_exponents():
+    """A NumPy scalar exponent (np.int64(2)) runs and is checked once (CuPy refuses NumPy
+    scalars in its functions: the check once handed it one); an exponent from the data cannot
+    be checked inside a CUDA graph capture (a host sync), so such a call is refused there."""
+    a = np.arange(-50, 50, dtype=np.int64)
+    d = cupy.asarray(a)
+    k = np.int64(2)
+    p = as_predicate(lambda v: v ** k > 5)
+    for _ in range(3):
+        np.testing.assert_array_equal(cupy.asnumpy(dask_compact.compact_array(d, p)),
+                                      a[a ** k > 5])
+    with pytest.raises(ValueError, match="Integers to negative integer powers"):
+        dask_compact.compact_array(d, lambda v: v ** np.int64(-2) > 5)
+    pos = cupy.asarray(np.arange(1, 60, dtype=np.int64))
+    out = cupy.empty_like(pos)
+    q = as_predicate("2 ** (x - 1) > 4")
+    s = cupy.cuda.Stream(non_blocking=True)
+    dask_compact.compact_into(pos, q, out, stream=s)  # outside a capture: checked, runs
+    s.synchronize()
+    with s:
+        s.begin_capture()
+        try:
+            with pytest.raises(ValueError, match="graph capture"):
+                dask_compact.compact_into(pos, q, out, stream=s)
+        finally:
+            s.end_capture()
+
+
+def test_prepare_warms_a_predicate_whose_exponent_is_negative_on_zeros():
+    """prepare() plans on zeros; `2 ** (x - 1)` is negative there, which is no reason to skip
+    building the kernels (the data is checked when it comes)."""
+    from dask_compact.backends import cupy_backend
+
+    p = as_predicate("2 ** (x - 1) > 4")
+    cupy_backend.prepare(p, np.dtype(np.int64), "values")
+    a = np.arange(1, 100, dtype=np.int64)
+    np.testing.assert_array_equal(
+        cupy.asnumpy(dask_compact.compact_array(cupy.asarray(a), p)), a[2 ** (a - 1) > 4])
