@@ -353,7 +353,8 @@ def _scan_specs(algorithms: tuple[str, ...]) -> list:
 def test_scan_modules_compile(arch: str, tmp_path: Path) -> None:
     """kernels/scan.cu with every instantiation the scan launch layer names (cupy_scan.py): on
     sm_90 every algorithm x input dtype x accumulator, both look-back vector widths, and no
-    spills; on sm_80 the look-back kernels (acquire/release, nanosleep). On sm_90, the
+    spills; on sm_80 the look-back kernels (acquire/release, nanosleep), one per accumulator
+    and tile shape. On sm_90, the
     compaction module of algorithm="scan" (kernels/scan_compact.cu): the flags kernel of a
     functor of every dtype and the scatter of every dtype and position type (no code of its
     own per architecture; on sm_80 too it took ~100 s of the CI machine's two cores)."""
@@ -372,6 +373,14 @@ def test_scan_modules_compile(arch: str, tmp_path: Path) -> None:
     assert {"1", "4"} <= vecs
     assert any("true" in n for n in names) and any("false" in n for n in names)
     assert not re.search(r"^\s*#\s*include", specs[0].source(), re.M)
+    if arch != "sm_90":
+        # What differs by architecture is the look-back protocol, which depends on the
+        # accumulator and the tile's parameters, not on the input type: one instantiation per
+        # those (the 232 of every input type took 100 s of CI's two cores; sm_90 compiles all)
+        first: dict[str, str] = {}
+        for n in names:
+            first.setdefault(n.split(",", 1)[1], n)  # the template arguments after the input
+        names = list(first.values())
     # every instantiation in two halves, so that both of CI's cores compile (sm_80 took 162 s
     # as one unit, 85 s as two)
     half = len(names) // 2
