@@ -6,7 +6,9 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
+import random
 import shutil
+import string
 import tempfile
 import threading
 import warnings
@@ -24,6 +26,23 @@ _SESSION_DIR = ""
 _TMP = ""
 
 
+def _make_session_dir() -> str:
+    """A new folder ``dask-compact-tests-<letters>`` in the temporary directory.
+
+    Letters only, unlike ``tempfile.mkdtemp``'s names: dask reads every ``DASK_*`` variable
+    with ``ast.literal_eval``, and a digit before a keyword in its value (a CI run drew
+    ``-0inyrtoq``) makes Python print "SyntaxWarning: invalid decimal literal" in every
+    process that imports dask, which broke the CLI tests that expect one line on stderr."""
+    rng = random.SystemRandom()
+    for _ in range(100):
+        name = "dask-compact-tests-" + "".join(rng.choices(string.ascii_lowercase, k=10))
+        path = os.path.join(tempfile.gettempdir(), name)
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(path, 0o700)
+            return path
+    raise FileExistsError(f"no free name for a session folder in {tempfile.gettempdir()}")
+
+
 def pytest_configure(config):
     """Compiled loops go to a fresh cache per test session, and distributed's workers put
     their scratch space beside it (both also for worker processes and CLI subprocesses, which
@@ -35,7 +54,7 @@ def pytest_configure(config):
     other sessions run on the machine at the same time (a shared /tmp counted theirs as ours).
     A pytest-xdist worker keeps its controller's, which checks it once all workers are done."""
     global _SESSION_DIR, _TMP
-    _SESSION_DIR = tempfile.mkdtemp(prefix="dask-compact-tests-")
+    _SESSION_DIR = _make_session_dir()
     os.environ.setdefault("DASK_COMPACT_CACHE_DIR", os.path.join(_SESSION_DIR, "cache"))
     os.environ.setdefault("DASK_TEMPORARY_DIRECTORY", os.path.join(_SESSION_DIR, "dask"))
     if hasattr(config, "workerinput"):

@@ -32,3 +32,34 @@ def test_a_clean_session_passes(pytester):
     shutil.copy(Path(__file__).with_name("conftest.py"), pytester.path / "conftest.py")
     pytester.makepyfile(test_clean="def test_nothing():\n    assert True\n")
     assert pytester.runpytest_subprocess("-p", "no:cacheprovider").ret == 0
+
+
+def test_session_variables_read_by_dask_without_a_warning():
+    """dask parses each ``DASK_*`` variable with ``ast.literal_eval``; the session folder's name
+    in them must not make Python warn (a digit before a keyword, as in ``-0inyrtoq``), or
+    every process that imports dask prints it and the CLI tests' one-line stderr breaks."""
+    import ast
+    import os
+    import warnings
+
+    import conftest
+
+    names = [conftest._make_session_dir() for _ in range(200)]
+    try:
+        assert all(not any(c.isdigit() for c in Path(n).name) for n in names)
+    finally:
+        for n in names:
+            Path(n).rmdir()
+    values = [v for k, v in os.environ.items() if k.startswith("DASK_")]
+    assert any(conftest._SESSION_DIR in v for v in values)
+    for value in [*values, "/tmp/dask-compact-tests-0inyrtoq"]:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                ast.literal_eval(value)
+            except (SyntaxError, ValueError):
+                pass
+        syntax = [w for w in caught if issubclass(w.category, SyntaxWarning)]
+        assert not syntax or value.endswith("0inyrtoq"), (value, syntax)
+        if value.endswith("0inyrtoq"):  # the check itself sees the CI run's name
+            assert syntax
