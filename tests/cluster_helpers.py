@@ -2,10 +2,35 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+from collections.abc import Iterator
 
 import numpy as np
+
+
+@contextlib.contextmanager
+def cluster_for_kills(n_workers: int, threads_per_worker: int) -> Iterator:
+    """A Client on a LocalCluster of worker processes whose tests SIGKILL workers.
+
+    On a worker's loss, LocalCluster schedules a check ``distributed.deploy.lost-worker-timeout``
+    (15 s) later that closes its nanny if no worker of that name is back by then. A second kill
+    of the same worker within those 15 s, caught by the first kill's check while the nanny
+    restarts it, closed that nanny for good: a CI run on a slower machine then waited 60 s for
+    a worker that never came back. The nannies restart workers themselves; the check is off
+    (one hour) while the cluster lives."""
+    import dask
+    from distributed import Client, LocalCluster
+
+    with (
+        dask.config.set({"distributed.deploy.lost-worker-timeout": "1h"}),
+        LocalCluster(n_workers=n_workers, threads_per_worker=threads_per_worker,
+                     processes=True, dashboard_address=None,
+                     worker_dashboard_address=None) as cluster,
+        Client(cluster) as c,
+    ):
+        yield c
 
 
 def kill_a_worker_then_check(client, a: np.ndarray, m: np.ndarray, v, i) -> str:

@@ -15,24 +15,15 @@ import dask
 import dask.array as da
 import numpy as np
 import pytest
-from cluster_helpers import kill_a_worker_then_check, rechunk_placed_by_data
-from distributed import Client, LocalCluster, futures_of
+from cluster_helpers import cluster_for_kills, kill_a_worker_then_check, rechunk_placed_by_data
+from distributed import futures_of
 
 import dask_compact  # noqa: F401  (registers Array.map_compact)
 
 
 @pytest.fixture(scope="module")
 def client():
-    with (
-        LocalCluster(
-            n_workers=2,
-            threads_per_worker=1,
-            processes=True,
-            dashboard_address=None,
-            worker_dashboard_address=None,
-        ) as cluster,
-        Client(cluster) as c,
-    ):
+    with cluster_for_kills(n_workers=2, threads_per_worker=1) as c:
         yield c
 
 
