@@ -53,14 +53,18 @@ def test_in_memory_against_numpy(n: int, p: float) -> None:
     np.testing.assert_array_equal(i, wi)
 
 
+@pytest.mark.parametrize("n", [0, 1, 2_003])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_every_dtype(dtype: np.dtype) -> None:
-    a = random_array(np.random.default_rng(3), 2_003, dtype)
+def test_every_dtype(dtype: np.dtype, n: int) -> None:
+    """(Empty float16 input once raised numba's NotImplementedError.)"""
+    a = random_array(np.random.default_rng(3), n, dtype)
     pred = threshold_predicate(a, 0.4)
     m = np.asarray(pred(a))
     check_dask(da.from_array(a, chunks=301), pred, a, m)
-    v, k = partition_array(a, pred)
-    np.testing.assert_array_equal(v, want(a, m)[0])
+    for output in ("values", "both"):
+        *got, k = partition_array(a, pred, output=output)
+        np.testing.assert_array_equal(got[0], want(a, m)[0])
+        assert got[0].dtype == a.dtype and k == m.sum()
 
 
 @pytest.mark.parametrize("chunks", [1, 7, 1000, 1025])

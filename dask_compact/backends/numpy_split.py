@@ -70,11 +70,12 @@ def split_chunk(a: np.ndarray, pred: Predicate, output: str, index_base: int
     values = indices = None
     if output != "indices":
         values = np.empty_like(a)
-        src, dst = (as_rows(a), as_rows(values)) if n else (a[:, None], values[:, None])
-        if src.shape[1] == 1:
-            _split1(bits, n, src.reshape(-1), dst.reshape(-1), k)
-        elif src.shape[1]:
-            _split2(bits, n, src, dst, k)
+        if n:  # an empty chunk moves nothing (its float16 once reached numba, which has none)
+            src, dst = as_rows(a), as_rows(values)
+            if src.shape[1] == 1:
+                _split1(bits, n, src.reshape(-1), dst.reshape(-1), k)
+            elif src.shape[1]:
+                _split2(bits, n, src, dst, k)
     if output != "values":
         indices = np.empty(n, np.int64)
         _split_indices(bits, n, np.int64(index_base), indices, k)
