@@ -21,14 +21,11 @@ def cluster_for_kills(n_workers: int, threads_per_worker: int) -> Iterator:
     a worker that never came back. The nannies restart workers themselves; the check is off
     (one hour) while the cluster lives."""
     import dask
-    from distributed import Client, LocalCluster
+    from conftest import local_process_cluster
 
     with (
         dask.config.set({"distributed.deploy.lost-worker-timeout": "1h"}),
-        LocalCluster(n_workers=n_workers, threads_per_worker=threads_per_worker,
-                     processes=True, dashboard_address=None,
-                     worker_dashboard_address=None) as cluster,
-        Client(cluster) as c,
+        local_process_cluster(n_workers, threads_per_worker) as c,
     ):
         yield c
 

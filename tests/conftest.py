@@ -110,13 +110,13 @@ def _dask_scheduler_setting_restored():
 
 
 @contextlib.contextmanager
-def local_process_cluster(n_workers: int):
-    """A distributed LocalCluster of ``n_workers`` single-threaded worker processes (no
-    dashboards) and its Client, the default scheduler while it is open."""
+def local_process_cluster(n_workers: int, threads_per_worker: int = 1):
+    """A distributed LocalCluster of ``n_workers`` worker processes (single-threaded unless
+    told, no dashboards) and its Client, the default scheduler while it is open."""
     from distributed import Client, LocalCluster
 
     with (
-        LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True,
+        LocalCluster(n_workers=n_workers, threads_per_worker=threads_per_worker, processes=True,
                      dashboard_address=None, worker_dashboard_address=None) as cluster,
         Client(cluster) as c,
     ):  # fmt: skip

@@ -79,6 +79,15 @@ SPECIAL: frozenset[str] = frozenset({"where", "real", "imag", "scalar_power", "r
 # that dtype gets, so the compiled code is exact for both (and integers raise, as NumPy does).
 SCALAR_POWER = "scalar_power"
 
+
+def scalar_power_fn(base: Any, int_exponent: bool) -> str:
+    """The function NumPy's ``v ** c`` calls for ``scalar_power(v, c)``: ``"reciprocal"``
+    (c = -1, ``int_exponent``) or ``"sqrt"`` (c = 0.5) where ``base``, the dtype of ``v`` (or
+    a weak Python type), is float or complex, else ``"power"``."""
+    if isinstance(base, np.dtype) and base.kind in ("f", "c"):
+        return "reciprocal" if int_exponent else "sqrt"
+    return "power"
+
 # Reductions: inside a predicate they would reduce one *chunk*, not the array, which is almost
 # never what the user meant (``v > v.mean()`` would compare each chunk with its own mean).
 REDUCTIONS: frozenset[str] = frozenset(
@@ -227,8 +236,9 @@ def evaluate(node: Node, x: Any, params: tuple, xp: Any = np) -> Any:
         return xp.where(*args)
     if node.fn == SCALAR_POWER:
         base, c = args
-        if np.dtype(getattr(base, "dtype", np.float64)).kind in "fc":
-            return xp.reciprocal(base) if isinstance(c, int) else xp.sqrt(base)
+        fn = scalar_power_fn(np.dtype(getattr(base, "dtype", np.float64)), isinstance(c, int))
+        if fn != "power":
+            return getattr(xp, fn)(base)
         node = Call("power", node.args)  # NumPy's np.power, checked below as any
     if node.fn in _OUTSIDE:
         known = _compare_outside(node.fn, args[0], args[1], xp)
@@ -321,10 +331,8 @@ def resolve_scalar_powers(root: Node, dtype: Any) -> Node:
                 base, c = args
                 t = _operand_type(base, infer_types(base, dtype), dtype)
                 assert isinstance(c, Param)
-                if isinstance(t, np.dtype) and t.kind in "fc":
-                    done[node] = Call("reciprocal" if c.kind == "int" else "sqrt", (base,))
-                else:
-                    done[node] = Call("power", args)
+                fn = scalar_power_fn(t, c.kind == "int")
+                done[node] = Call(fn, args if fn == "power" else (base,))
         return done[node]
 
     return go(root)
