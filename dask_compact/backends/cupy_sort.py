@@ -7,9 +7,9 @@ x86 arithmetic makes, e.g. ``inf - inf``) first and -0.0 before 0.0. So, whichev
 takes: a sort of values moves any leading NaNs to the end (the values are equal to each other
 otherwise, so nothing else changes), and an argsort sorts keys in which -0.0 is 0.0 and every
 NaN is the positive quiet NaN, so equal values keep their index order as NumPy's stable
-argsort does. ``cupy.searchsorted`` walks a run of NaNs one by one for a NaN query, so a NaN
-splitter is answered from the count of non-NaN values instead; float32 and float16 chunks
-are searched by their order keys, as CuPy's comparisons of those flush subnormals.
+argsort does. Float chunks are searched for the splitters by their order keys: CuPy's
+float32 and float16 comparisons flush subnormals, and ``cupy.searchsorted`` walks a run of
+NaNs one by one for a NaN query.
 """
 
 from __future__ import annotations
@@ -66,25 +66,15 @@ def _sample(values: Any, positions: np.ndarray) -> np.ndarray:
 
 def sort_bounds(values: Any, split_values: np.ndarray, split_index: np.ndarray,
                 base: int) -> np.ndarray:  # fmt: skip
-    if values.dtype.kind == "f" and values.dtype.itemsize <= 4:
-        # CuPy's float32 (and float16) comparisons flush subnormals (-ftz): searched by the
-        # order keys, whose NaNs come last as NumPy sorts them, -1e-45 is not taken for 0.0
-        keys = split_radix.order_key(values, cupy)
-        q = cupy.asarray(split_radix.order_key(np.asarray(split_values, values.dtype), np))
-        lo = cupy.searchsorted(keys, q, side="left")
-        hi = cupy.searchsorted(keys, q, side="right")
-        lo_h, hi_h = cupy.asnumpy(lo).astype(np.int64), cupy.asnumpy(hi).astype(np.int64)
-        return np.clip(split_index - np.int64(base), lo_h, hi_h)
-    q = cupy.asarray(split_values)
-    nan = None
     if values.dtype.kind == "f":
-        nan = cupy.isnan(q)
-        q = cupy.where(nan, q.dtype.type(np.inf), q)
+        # searched by the order keys (NaNs the largest, -0.0 as 0.0), not by the floats:
+        # CuPy's float32 and float16 comparisons flush subnormals (-1e-45 would be taken for
+        # 0.0), and cupy.searchsorted walks a run of NaNs one by one for a NaN query
+        split_values = split_radix.order_key(np.asarray(split_values, values.dtype), np)
+        values = split_radix.order_key(values, cupy)
+    q = cupy.asarray(split_values)
     lo = cupy.searchsorted(values, q, side="left")
     hi = cupy.searchsorted(values, q, side="right")
-    if nan is not None:  # a NaN splitter: its run is from the last non-NaN value to the end
-        lo = cupy.where(nan, hi, lo)
-        hi = cupy.where(nan, values.size, hi)
     lo_h, hi_h = cupy.asnumpy(lo).astype(np.int64), cupy.asnumpy(hi).astype(np.int64)
     return np.clip(split_index - np.int64(base), lo_h, hi_h)
 
