@@ -70,7 +70,31 @@ def _ours_in_tmp() -> list[str]:
     return sorted(n for n in os.listdir(_TMP) if n.startswith(_LITTER))
 
 
+def pytest_collection_finish(session):
+    """Start compiling the selected kernel compile tests' units in the background
+    (tests/compile_ahead.py: they take a quarter of CI's time, mostly on a core the rest of
+    the suite leaves idle). A test module offers its units by ``compile_ahead_jobs(name,
+    params)`` and the command line by ``compile_command``."""
+    from compile_ahead import AHEAD
+
+    builders, command = [], None
+    for item in session.items:
+        module = getattr(item, "module", None)
+        ahead = getattr(module, "compile_ahead_jobs", None)
+        if ahead is None:
+            continue
+        build = ahead(item.originalname, getattr(getattr(item, "callspec", None), "params", {}))
+        if build is not None:
+            builders.append(build)
+            command = module.compile_command
+    if builders:
+        AHEAD.start(builders, command)
+
+
 def pytest_sessionfinish(session, exitstatus):
+    from compile_ahead import AHEAD
+
+    AHEAD.stop()
     # a pytest-xdist worker: the controller checks once all are done
     left = [] if hasattr(session.config, "workerinput") else _ours_in_tmp()
     shutil.rmtree(_SESSION_DIR, ignore_errors=True)  # _TMP with it, unless a worker's

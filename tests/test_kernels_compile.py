@@ -5,6 +5,9 @@ functions the CuPy backend hands to NVRTC (``module_source``, ``ModuleSpec.names
 expressions CuPy would instantiate are instantiated here by taking their addresses. Targets:
 sm_90 (Hopper, what we tune for) and sm_80 (an older architecture the kernels must still support).
 For sm_90 the ptxas resource report is checked for spills in the compaction kernels.
+
+The larger units are compiled ahead, in the background, while the rest of the suite runs
+(tests/compile_ahead.py; the builders are listed in :func:`compile_ahead_jobs`).
 """
 
 from __future__ import annotations
@@ -12,12 +15,13 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import subprocess
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 import pytest
+from compile_ahead import AHEAD, Job
 
 from dask_compact.backends import cupy_tuning
 from dask_compact.backends.cupy_source import (
@@ -67,32 +71,29 @@ def _threshold(dtype: str) -> Predicate:
     return Predicate(Call("greater", (Var(), Param(0, "float"))), (0.5,), None, "x > 0.5")
 
 
-def _nvcc_all(jobs: list[tuple[str, str]], arch: str, tmp: Path) -> list[str]:
-    """``_nvcc`` of every (source, name) at once, one nvcc process per core: the largest
-    translation units are cut in parts so that CI's two cores both compile (the single-pass
-    module of every dtype took 51-80 s as one unit)."""
+def _nvcc_all(jobs: list[Job], tmp: Path) -> list[str]:
+    """``_nvcc`` of every job at once, one nvcc process per core: the largest translation
+    units are cut in parts so that CI's two cores both compile (the single-pass module of
+    every dtype took 51-80 s as one unit)."""
     with ThreadPoolExecutor(max(1, min(len(jobs), os.cpu_count() or 1))) as pool:
-        return list(pool.map(lambda job: _nvcc(job[0], arch, tmp, job[1]), jobs))
+        return list(pool.map(lambda job: _nvcc(job, tmp), jobs))
 
 
-def _nvcc(src: str, arch: str, tmp: Path, name: str) -> str:
-    cu = tmp / f"{name}_{arch}.cu"
-    cu.write_text(src)
+def compile_command(job: Job, workdir: Path) -> list[str]:
+    """nvcc's command line for ``job``, its source written into ``workdir``."""
+    cu = workdir / f"{job.name}_{job.arch}.cu"
+    cu.write_text(job.source)
+    assert NVCC is not None
     opts = ["-std=c++17", *NVRTC_OPTIONS]
-    cmd = [
-        NVCC,
-        f"-arch={arch}",
-        *opts,
-        "-Xptxas",
-        "-v",
-        "-c",
-        str(cu),
-        "-o",
-        str(cu.with_suffix(".o")),
-    ]
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    assert r.returncode == 0, f"nvcc failed for {name} ({arch}):\n{r.stderr[-6000:]}"
-    return r.stderr
+    return [NVCC, f"-arch={job.arch}", *opts, "-Xptxas", "-v", "-c", str(cu), "-o",
+            str(cu.with_suffix(".o"))]  # fmt: skip
+
+
+def _nvcc(job: Job, tmp: Path) -> str:
+    """nvcc's report (stderr) of the job, which must compile: compiled ahead or here."""
+    rc, err = AHEAD.compile(job, compile_command, tmp)
+    assert rc == 0, f"nvcc failed for {job.name} ({job.arch}):\n{err[-6000:]}"
+    return err
 
 
 def _force(names: list[str]) -> str:
@@ -120,11 +121,15 @@ def test_every_kernel_every_dtype_compiles(arch: str, algorithm: str, tmp_path: 
     """Every dtype x {fused, mask path} of one algorithm, in two translation units (half the
     dtypes each, compiled at once): all outputs on sm_90 (checked for spills), values+indices
     ("both") and the mask path on sm_80."""
-    jobs = [_kernels_unit(algorithm, arch, DTYPES[half::2]) for half in (0, 1)]
-    logs = _nvcc_all([(src, f"{algorithm}_{k}") for k, src in enumerate(jobs)], arch, tmp_path)
+    logs = _nvcc_all(_every_kernel_jobs(arch, algorithm), tmp_path)
     if arch == "sm_90":
         spills = {fn: line for log in logs for fn, line in _spills(log).items()}
         assert not spills, f"register spills: {spills}"
+
+
+def _every_kernel_jobs(arch: str, algorithm: str) -> list[Job]:
+    return [Job(_kernels_unit(algorithm, arch, DTYPES[half::2]), arch, f"{algorithm}_{half}")
+            for half in (0, 1)]  # fmt: skip
 
 
 def _kernels_unit(algorithm: str, arch: str, dtypes: list[str]) -> str:
@@ -207,6 +212,14 @@ __global__ void dcx_eval(const T* in, bool* out, long long n, P... p) {
 def test_generated_functors_compile(arch: str, tmp_path: Path) -> None:
     """Every whitelisted ufunc at every dtype NumPy types it for (plus where/real/imag and a
     compound predicate): the generated functor compiles."""
+    job, generated, unsupported = _functors_unit(arch)
+    _nvcc(job, tmp_path)
+    assert generated > 300, (generated, unsupported)
+
+
+def _functors_unit(arch: str) -> tuple[Job, int, int]:
+    """The unit of every generated functor, how many there are and how many predicates the
+    generator refused."""
     seen: set[str] = set()
     parts = [inline("npy_ops.cuh", seen), _EVAL_KERNEL]
     names: list[str] = []
@@ -229,8 +242,7 @@ def test_generated_functors_compile(arch: str, tmp_path: Path) -> None:
             parts.append(f.source)
             targs = "".join(", " + c for c in f.param_ctypes)
             names.append(f"dcx_eval<{f.input_ctype}, {f.name}{targs}>")
-    _nvcc("\n".join(parts) + _force(names), arch, tmp_path, "functors")
-    assert len(done) > 300, (len(done), unsupported)
+    return Job("\n".join(parts) + _force(names), arch, "functors"), len(done), unsupported
 
 
 @pytest.mark.parametrize("arch", ARCHS)
@@ -238,21 +250,32 @@ def test_record_modules_compile(arch: str, tmp_path: Path) -> None:
     """The record kernels (kernels/records.cu) with a record functor over two fields of every
     dtype pair on the diagonal and a mixed pair, and the mask path: each module's source as
     the backend builds it, without spills on sm_90; field names never reach the source."""
+    job, specs = _records_unit(arch)
+    evil_functor = specs[-1].functor
+    assert evil_functor is not None
+    assert "error" not in evil_functor.source and "injected" not in evil_functor.source
+    log = _nvcc(job, tmp_path)
+    if arch == "sm_90":
+        spills = _spills(log)
+        assert not spills, f"register spills: {spills}"
+    assert not re.search(r"^\s*#\s*include", specs[1].source(), re.M)
+
+
+def _records_unit(arch: str) -> tuple[Job, list[RecordSpec]]:
+    """One translation unit of the record modules (the shared parts once, then every functor
+    and instantiation), and their specs: the mask path's first, one over a field named
+    ``e\\n#error injected`` last."""
     from dask_compact.predicate.fields import record_predicate
 
     evil = "e\n#error injected"
-    names = ("a", evil)
     specs = [RecordSpec(None)]
     for dt in DTYPES:
         text = "a & (e != 0)" if dt == "bool" else "(a > 1) & (e < 2)"
         p = record_predicate(text.replace("e", "ev"), ("a", "ev"))
         for other in sorted({dt, "float64"}):
             specs.append(RecordSpec(generate_record_functor(p.typed({"a": dt, "ev": other}))))
-    p = record_predicate(lambda **kw: kw[evil] > 0, names)
-    evil_functor = generate_record_functor(p.typed({evil: "float32"}))
-    assert "error" not in evil_functor.source and "injected" not in evil_functor.source
-    specs.append(RecordSpec(evil_functor))
-    # one translation unit: the shared parts once, then every functor and instantiation
+    p = record_predicate(lambda **kw: kw[evil] > 0, ("a", evil))
+    specs.append(RecordSpec(generate_record_functor(p.typed({evil: "float32"}))))
     seen: set[str] = set()
     parts = [inline("npy_ops.cuh", seen), inline("compact_warp.cuh", seen)]
     parts += [s.functor.source for s in specs if s.functor is not None]
@@ -260,11 +283,7 @@ def test_record_modules_compile(arch: str, tmp_path: Path) -> None:
     kernels: list[str] = []
     for spec in specs:
         kernels += [n for n in spec.all_names() if n not in kernels]
-    log = _nvcc("\n".join(parts) + _force(kernels), arch, tmp_path, "records")
-    if arch == "sm_90":
-        spills = _spills(log)
-        assert not spills, f"register spills: {spills}"
-    assert not re.search(r"^\s*#\s*include", specs[1].source(), re.M)
+    return Job("\n".join(parts) + _force(kernels), arch, "records"), specs
 
 
 def test_module_source_is_self_contained() -> None:
@@ -301,7 +320,7 @@ def test_group_modules_split_each_output_and_compile(tmp_path: Path) -> None:
     spec = ModuleSpec(np.dtype("float32"), "single-pass", f, tuning_for("single-pass", 4))
     names = list(spec.group_names("values", "compact").values())
     assert len(names) < len(spec.all_names())
-    _nvcc(spec.group_source("values", "compact") + _force(names), "sm_90", tmp_path, "group")
+    _nvcc(Job(spec.group_source("values", "compact") + _force(names), "sm_90", "group"), tmp_path)
 
 
 def test_tuning_table_and_kernel_constants() -> None:
@@ -358,21 +377,45 @@ def test_scan_modules_compile(arch: str, tmp_path: Path) -> None:
     compaction module of algorithm="scan" (kernels/scan_compact.cu): the flags kernel of a
     functor of every dtype and the scatter of every dtype and position type (no code of its
     own per architecture; on sm_80 too it took ~100 s of the CI machine's two cores)."""
-    from dask_compact.backends.cupy_scan_source import GPU_ALGORITHMS, ScanCompactSpec
+    from dask_compact.backends.cupy_scan_source import GPU_ALGORITHMS
     from dask_compact.scan import GPU_ALGORITHMS as PUBLIC_GPU
 
     assert set(PUBLIC_GPU) == {"auto", *GPU_ALGORITHMS}
-    algs = GPU_ALGORITHMS if arch == "sm_90" else ("lookback",)
-    specs = _scan_specs(algs)
-    names: list[str] = []
-    for spec in specs:
-        names += [n for n in spec.all_names() if n not in names]
+    specs = _scan_specs(GPU_ALGORITHMS if arch == "sm_90" else ("lookback",))
+    names = _scan_names(specs)
     # the look-back's VEC (element-wise and 16-byte tiles) and both exclusive and inclusive
     vecs = {m.group(1) for n in names
             if (m := re.search(r", (\d+), \d+, (?:true|false), \d>$", n))}
     assert {"1", "4"} <= vecs
     assert any("true" in n for n in names) and any("false" in n for n in names)
     assert not re.search(r"^\s*#\s*include", specs[0].source(), re.M)
+    jobs, cnames, cone_source = _scan_jobs(arch)
+    if arch != "sm_90":  # the look-back kernels only
+        _nvcc_all(jobs, tmp_path)
+        return
+    assert any(n.startswith("dcx_scan_flags") for n in cnames)
+    assert not re.search(r"^\s*#\s*include", cone_source, re.M)
+    logs = _nvcc_all(jobs, tmp_path)
+    spills = {**_spills(logs[0]), **_spills(logs[1])}
+    assert not spills, f"register spills: {spills}"
+
+
+def _scan_names(specs: list) -> list[str]:
+    names: list[str] = []
+    for spec in specs:
+        names += [n for n in spec.all_names() if n not in names]
+    return names
+
+
+def _scan_jobs(arch: str) -> tuple[list[Job], list[str], str]:
+    """The scan units of ``arch`` (every instantiation in two halves, so that both of CI's
+    cores compile: sm_80 took 162 s as one unit, 85 s as two; on sm_90 also one module alone,
+    what NVRTC gets, and the compaction modules of algorithm="scan"), the compaction kernels'
+    names and the source of one compaction module alone."""
+    from dask_compact.backends.cupy_scan_source import GPU_ALGORITHMS, ScanCompactSpec
+
+    specs = _scan_specs(GPU_ALGORITHMS if arch == "sm_90" else ("lookback",))
+    names = _scan_names(specs)
     if arch != "sm_90":
         # What differs by architecture is the look-back protocol, which depends on the
         # accumulator and the tile's parameters, not on the input type: one instantiation per
@@ -381,16 +424,13 @@ def test_scan_modules_compile(arch: str, tmp_path: Path) -> None:
         for n in names:
             first.setdefault(n.split(",", 1)[1], n)  # the template arguments after the input
         names = list(first.values())
-    # every instantiation in two halves, so that both of CI's cores compile (sm_80 took 162 s
-    # as one unit, 85 s as two)
     half = len(names) // 2
-    jobs = [(specs[0].source() + _force(part), f"scan_{k}")
-            for k, part in enumerate((names[:half], names[half:]))]
-    if arch != "sm_90":  # the look-back kernels only
-        _nvcc_all(jobs, arch, tmp_path)
-        return
+    jobs = [Job(specs[0].source() + _force(part), arch, f"scan_{k}")
+            for k, part in enumerate((names[:half], names[half:]))]  # fmt: skip
+    if arch != "sm_90":
+        return jobs, [], ""
     one = specs[-1]  # one module per spec compiles alone too (what NVRTC gets)
-    jobs.append((one.source() + _force(one.all_names()), "scan_one"))
+    jobs.append(Job(one.source() + _force(one.all_names()), arch, "scan_one"))
     seen: set[str] = set()
     parts = [inline("npy_ops.cuh", seen), inline("compact_warp.cuh", seen)]
     cnames: list[str] = []
@@ -402,15 +442,12 @@ def test_scan_modules_compile(arch: str, tmp_path: Path) -> None:
                 spec = ScanCompactSpec(np.dtype(dt), np.dtype(pos), f)
                 cnames += [n for n in spec.all_names() if n not in cnames]
     parts.append(inline("scan_compact.cu", seen))
-    jobs.append(("\n".join(parts) + _force(cnames), "scan_compact"))
-    assert any(n.startswith("dcx_scan_flags") for n in cnames)
+    jobs.append(Job("\n".join(parts) + _force(cnames), arch, "scan_compact"))
     cone = ScanCompactSpec(np.dtype("float32"), np.dtype("int64"),
                            generate_functor(_threshold("float32").typed("float32")))
-    assert not re.search(r"^\s*#\s*include", cone.source(), re.M)
-    jobs.append((cone.source() + _force(cone.all_names()), "scan_compact_one"))
-    logs = _nvcc_all(jobs, arch, tmp_path)
-    spills = {**_spills(logs[0]), **_spills(logs[1])}
-    assert not spills, f"register spills: {spills}"
+    cone_source = cone.source()
+    jobs.append(Job(cone_source + _force(cone.all_names()), arch, "scan_compact_one"))
+    return jobs, cnames, cone_source
 
 
 @pytest.mark.parametrize("arch", ARCHS)
@@ -435,4 +472,21 @@ def test_int64_against_uint64_comparisons_compile(arch: str, tmp_path: Path) -> 
                 parts.append(f.source)
                 targs = "".join(", " + t for t in f.param_ctypes)
                 names.append(f"dcx_eval<{f.input_ctype}, {f.name}{targs}>")
-    _nvcc("\n".join(parts) + _force(names), arch, tmp_path, "mixed")
+    _nvcc(Job("\n".join(parts) + _force(names), arch, "mixed"), tmp_path)
+
+
+def compile_ahead_jobs(test_name: str, params: dict) -> Callable[[], list[Job]] | None:
+    """What the selected compile test ``test_name`` with ``params`` will compile, as a builder
+    for tests/compile_ahead.py (the units of a second or more; None for the others, and
+    where nvcc is missing)."""
+    if NVCC is None:
+        return None
+    arch = params.get("arch", "")
+    builders: dict[str, Callable[[], list[Job]]] = {
+        "test_every_kernel_every_dtype_compiles":
+            lambda: _every_kernel_jobs(arch, params.get("algorithm", "")),
+        "test_generated_functors_compile": lambda: [_functors_unit(arch)[0]],
+        "test_record_modules_compile": lambda: [_records_unit(arch)[0]],
+        "test_scan_modules_compile": lambda: _scan_jobs(arch)[0],
+    }  # fmt: skip
+    return builders.get(test_name)
