@@ -156,6 +156,9 @@ def compact(
     in order, which needs as many blocks on both sides). Same result and phases as
     :func:`map_compact`.
 
+    ``x`` may also hold ``datetime64`` or ``timedelta64`` values (NaT included), which the
+    predicate functions do not take: select them by a mask, e.g. ``compact(t, t > t0)``.
+
     Examples
     --------
     >>> import dask.array as da, numpy as np
@@ -163,9 +166,20 @@ def compact(
     >>> x = da.arange(6, chunks=4)
     >>> compact(x, np.array([True, False, False, True, True, False])).compute()
     array([0, 3, 4])
+    >>> t = da.from_array(np.arange("2026-01", "2026-07", dtype="datetime64[M]"), chunks=4)
+    >>> compact(t, t >= np.datetime64("2026-04")).compute()
+    array(['2026-04', '2026-05', '2026-06'], dtype='datetime64[M]')
     """
     x = _native(_check_dask_array(x, "compact"))
     check_output(output)
+    if x.dtype.kind in "mM":
+        # datetime64 / timedelta64: 8-byte integers with a unit (NaT one of them), which a
+        # mask selects as their int64 bits; the values come back in x's dtype
+        out = compact(_view(x, np.dtype(np.int64)), mask, output=output, lazy=lazy,
+                      chunks=chunks)
+        if isinstance(out, tuple):  # output="both"
+            return _view(out[0], x.dtype), out[1]
+        return out if output == "indices" else _view(out, x.dtype)
     check_dtype(x.dtype)
     out_chunks = _check_chunks(chunks, lazy)
     if isinstance(mask, np.ma.MaskedArray):
@@ -237,6 +251,16 @@ def _check_dask_array(x: Any, fn: str) -> da.Array:
         )
     check_chunk_type(x._meta, fn)
     return x
+
+
+def _view(x: da.Array, dtype: np.dtype) -> da.Array:
+    """x's blocks viewed as ``dtype`` of the same item size (dask's ``Array.view`` needs known
+    chunk sizes)."""
+    return da.map_blocks(_view_block, x, view_as=dtype, dtype=dtype)
+
+
+def _view_block(block: Any, view_as: np.dtype) -> Any:
+    return block.view(view_as)
 
 
 def _native(x: da.Array) -> da.Array:

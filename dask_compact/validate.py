@@ -45,8 +45,13 @@ def check_dtype(dtype: Any) -> None:
         return
     dtype = native(np.dtype(dtype))
     if dtype not in DTYPES:
+        how = ""
+        if dtype.kind in "mM":  # what NumPy users filter by a comparison, x[x > t]
+            how = ("; datetime64 and timedelta64 arrays are selected by a boolean mask: "
+                   "dask_compact.compact(x, x > t)")
         raise TypeError(
-            f"dask_compact compacts arrays of {', '.join(d.name for d in DTYPES)}; not {dtype}"
+            f"dask_compact compacts arrays of {', '.join(d.name for d in DTYPES)}; not "
+            f"{dtype}{how}"
         )
 
 
