@@ -9,6 +9,7 @@ import os
 import random
 import shutil
 import string
+import sys
 import tempfile
 import threading
 import warnings
@@ -75,8 +76,6 @@ def pytest_collection_finish(session):
     (tests/compile_ahead.py: they take a quarter of CI's time, mostly on a core the rest of
     the suite leaves idle). A test module offers its units by ``compile_ahead_jobs(name,
     params)`` and the command line by ``compile_command``."""
-    from compile_ahead import AHEAD
-
     builders, command = [], None
     for item in session.items:
         module = getattr(item, "module", None)
@@ -88,13 +87,15 @@ def pytest_collection_finish(session):
             builders.append(build)
             command = module.compile_command
     if builders:
+        from compile_ahead import AHEAD  # beside the compile tests (not where conftest is copied)
+
         AHEAD.start(builders, command)
 
 
 def pytest_sessionfinish(session, exitstatus):
-    from compile_ahead import AHEAD
-
-    AHEAD.stop()
+    ahead = sys.modules.get("compile_ahead")
+    if ahead is not None:
+        ahead.AHEAD.stop()
     # a pytest-xdist worker: the controller checks once all are done
     left = [] if hasattr(session.config, "workerinput") else _ours_in_tmp()
     shutil.rmtree(_SESSION_DIR, ignore_errors=True)  # _TMP with it, unless a worker's
