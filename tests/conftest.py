@@ -75,7 +75,10 @@ def pytest_collection_finish(session):
     """Start compiling the selected kernel compile tests' units in the background
     (tests/compile_ahead.py: they take a quarter of CI's time, mostly on a core the rest of
     the suite leaves idle). A test module offers its units by ``compile_ahead_jobs(name,
-    params)`` and the command line by ``compile_command``."""
+    params)`` and the command line by ``compile_command``. Not in a pytest-xdist worker (each
+    collects every test: the units would be compiled once per worker) nor for --collect-only."""
+    if hasattr(session.config, "workerinput") or session.config.option.collectonly:
+        return
     builders, command = [], None
     for item in session.items:
         module = getattr(item, "module", None)
