@@ -63,7 +63,8 @@ def sort(x: da.Array, *, local: str = "auto", buckets: int | None = None) -> da.
     Parameters
     ----------
     x : dask.array.Array
-        1-D, known chunk sizes, NumPy or CuPy chunks of bool, (u)int8..64 or float16/32/64.
+        1-D, known chunk sizes, NumPy or CuPy chunks of bool, (u)int8..64 or float16/32/64,
+        or NumPy chunks of datetime64 / timedelta64 (any unit).
     local : {"auto", "radix"}
         The sort of each chunk and bucket: ``"auto"``, ``np.sort`` for NumPy chunks,
         ``cupy.sort`` for CuPy chunks; ``"radix"``, the LSD radix sort built from
@@ -77,7 +78,7 @@ def sort(x: da.Array, *, local: str = "auto", buckets: int | None = None) -> da.
     Returns
     -------
     dask.array.Array
-        ``np.sort(np.asarray(x))``: NaNs last, same dtype and chunk type.
+        ``np.sort(np.asarray(x))``: NaNs (and NaTs) last, same dtype and chunk type.
 
     Raises
     ------
@@ -124,7 +125,28 @@ def _sorted(x: Any, local: Any, buckets: Any, indices: bool, fn: str) -> da.Arra
         dtype = np.dtype(np.int64) if indices else x.dtype
         empty = np.empty_like(x._meta, shape=(0,), dtype=dtype)
         return da.from_array(empty, chunks=(0,), meta=empty)
+    if x.dtype.kind in "mM":
+        # datetime64 / timedelta64 sorted as uint64 keys in the same order, NaT last
+        keys = da.map_blocks(_time_keys, x, dtype=np.uint64)
+        out = build_sort(keys, indices, nchunks, local)
+        return out if indices else da.map_blocks(_from_time_keys, out, like=x.dtype,
+                                                 dtype=x.dtype)
     return build_sort(x, indices, nchunks, local)
+
+
+_SIGN = np.uint64(1 << 63)
+
+
+def _time_keys(block: np.ndarray) -> np.ndarray:
+    """uint64 keys that order datetime64/timedelta64 values as NumPy sorts them: by their
+    int64 value, NaT (the smallest int64) last. v ^ sign orders the int64s as unsigned ints
+    (NaT is 0), and subtracting 1 modulo 2^64 moves NaT alone to the top."""
+    return (block.view(np.int64).view(np.uint64) ^ _SIGN) - np.uint64(1)
+
+
+def _from_time_keys(keys: np.ndarray, like: np.dtype) -> np.ndarray:
+    """The values of :func:`_time_keys`'s keys, in ``like`` (their datetime/timedelta dtype)."""
+    return ((keys + np.uint64(1)) ^ _SIGN).view(np.int64).view(like)
 
 
 def _check(x: Any, local: Any, fn: str) -> da.Array:
@@ -139,9 +161,10 @@ def _check(x: Any, local: Any, fn: str) -> da.Array:
         raise ValueError(f"{fn} sorts 1-D arrays; x has shape {x.shape}: pass x.ravel() to sort "
                          "every element, or sort each row with map_blocks")
     dtype = native(x.dtype)
-    if dtype not in SORT_DTYPES:
+    if dtype not in SORT_DTYPES and dtype.kind not in "mM":
         raise TypeError(
-            f"{fn} sorts {', '.join(d.name for d in SORT_DTYPES)}; not {x.dtype}"
+            f"{fn} sorts {', '.join(d.name for d in SORT_DTYPES)}, datetime64 and "
+            f"timedelta64; not {x.dtype}"
         )
     if any(math.isnan(c) for c in x.chunks[0]):
         raise ValueError(f"{fn} needs known chunk sizes; call x.compute_chunk_sizes() first "
