@@ -47,7 +47,9 @@ def map_compact(
     x : dask.array.Array
         Input of any shape and chunking, with NumPy or CuPy chunks. N-D input is taken in
         NumPy's C order (as ``x.ravel()``; dask rechunks first where the trailing axes are
-        split into several chunks).
+        split into several chunks). ``datetime64`` and ``timedelta64`` (NumPy chunks): the
+        predicate is evaluated by NumPy on each chunk (``lambda v: v > t0``), always stable,
+        and the values selected by that mask (:func:`compact`).
     pred : callable or str
         Elementwise predicate. A callable (``lambda v: (v > 0.2) & (v < 0.3)``) is traced once
         into an expression that is compiled into the CPU loop or the GPU kernel; its literal
@@ -126,6 +128,8 @@ def map_compact(
     x = _check_dask_array(x, "map_compact")
     check_output(output)
     check_algorithm(algorithm, stable)
+    if x.dtype.kind in ("m", "M"):
+        return _compact_times(x, pred, output, lazy, chunks)
     check_dtype(x.dtype)
     out_chunks = _check_chunks(chunks, lazy)
     p = as_predicate(pred)
@@ -156,8 +160,8 @@ def compact(
     in order, which needs as many blocks on both sides). Same result and phases as
     :func:`map_compact`.
 
-    ``x`` may also hold ``datetime64`` or ``timedelta64`` values (NaT included), which the
-    predicate functions do not take: select them by a mask, e.g. ``compact(t, t > t0)``.
+    ``x`` may also hold ``datetime64`` or ``timedelta64`` values (NaT included), selected
+    as their 8-byte integers.
 
     Examples
     --------
@@ -295,6 +299,24 @@ def _check_chunks(chunks: ChunksArg, lazy: bool) -> ChunksArg:
     raise ValueError(
         f'chunks must be a positive int (at most 2**63 - 1) or "auto", not {chunks!r}'
     )
+
+
+def _compact_times(x: da.Array, pred: PredicateLike, output: str, lazy: bool,
+                   chunks: ChunksArg) -> Result:
+    """map_compact of datetime64 / timedelta64 values: the predicate evaluated by NumPy on
+    each chunk (the compiled loop and kernels take numeric dtypes), then :func:`compact` by
+    that mask. Always stable; ``algorithm`` and ``by_worker`` do not apply."""
+    p = as_predicate(pred)
+    x = _native(x)
+    _check_predicate(p, x)
+    if p.path == "fused":  # typed for numbers only: NumPy says now whether it has a loop
+        p.mask(_sample(meta_from_array(x._meta, ndim=1, dtype=x.dtype)[:0], x.dtype))
+    mask = da.map_blocks(_mask_block, x, p, dtype=bool)
+    return compact(x, mask, output=output, lazy=lazy, chunks=chunks)
+
+
+def _mask_block(block: Any, p: Predicate) -> Any:
+    return p.mask(block)
 
 
 def _check_predicate(p: Predicate, x: da.Array) -> None:

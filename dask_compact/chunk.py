@@ -73,6 +73,8 @@ def compact_array(
     >>> compact_array(np.array([[1, 5], [7, 2]]), lambda v: v > 4, output="indices")
     array([1, 2])
     """
+    if isinstance(a, np.ndarray) and a.dtype.kind in ("m", "M"):
+        return _compact_times(a, pred, output, algorithm, stable)
     # The same predicate on the same kind of array again (a loop of small GPU calls): the call
     # kept the last time, without the checks and the dispatch it passed then.
     call = repeated_call(a, pred, output, stable, algorithm)
@@ -86,6 +88,18 @@ def compact_array(
     if checked is a:
         remember_call(a, pred, p, output, stable, algorithm)
     return out
+
+
+def _compact_times(a: np.ndarray, pred: PredicateLike, output: str, algorithm: str,
+                   stable: bool) -> Any:
+    """compact_array of datetime64 / timedelta64 values: the predicate evaluated by NumPy (the
+    compiled loop takes numeric dtypes), the selection taken by its mask."""
+    check_output(output)
+    check_algorithm(algorithm, stable)
+    a = a if a.dtype.isnative else a.astype(native(a.dtype))
+    m = as_predicate(pred).mask(a).ravel()
+    values, indices = a.ravel()[m], np.flatnonzero(m).astype(np.int64, copy=False)
+    return (values, indices) if output == "both" else values if output == "values" else indices
 
 
 def _checked(fn: str, a: Any, pred: PredicateLike, output: str, stable: bool, algorithm: str

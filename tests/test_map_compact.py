@@ -12,6 +12,7 @@ import pytest
 from conftest import DTYPES, random_array, threshold_predicate
 
 import dask_compact
+from dask_compact.predicate.trace import NotElementwise
 
 SIZES = [0, 1, 31, 33, 1023, 1025, 7919]
 PS = [0, 0.05, 0.5, 0.95, 1]
@@ -252,10 +253,10 @@ def test_compact_with_mask():
 
 @pytest.mark.parametrize("dtype", ["datetime64[s]", "datetime64[ns]", ">M8[D]", "timedelta64[ms]",
                                    "<m8[us]"])
-def test_compact_datetime_and_timedelta_by_mask(dtype):
-    """datetime64 / timedelta64 values (NaT among them, big-endian too) are selected by a
-    mask as NumPy selects them, for every output, known and unknown chunks; a predicate on
-    them is refused with the way to write it."""
+def test_compact_datetime_and_timedelta(dtype):
+    """datetime64 / timedelta64 values (NaT among them, big-endian too) are selected as NumPy
+    selects them, by a mask (every output, known and unknown chunks) or by a predicate that
+    NumPy evaluates (map_compact and compact_array); a numeric string predicate is refused."""
     rng = np.random.default_rng(11)
     a = rng.integers(-(10**9), 10**9, 1025).astype(np.int64).astype(dtype)
     a[::7] = np.array("NaT", dtype=a.dtype)
@@ -276,10 +277,38 @@ def test_compact_datetime_and_timedelta_by_mask(dtype):
     got = dask_compact.compact(xu, xu > a[5]).compute()
     kept = a[a == a]
     np.testing.assert_array_equal(got, kept[kept > a[5]])
-    with pytest.raises(TypeError, match=r"selected by a boolean mask: dask_compact.compact\(x"):
-        x.map_compact("x > 0")
-    with pytest.raises(TypeError, match="selected by a boolean mask"):
-        dask_compact.compact_array(a, lambda v: v > a[3])
+
+    # predicates: NumPy evaluates them (a datetime constant is not compiled), every output
+    t0, t1 = a[3], a[8]
+    want_m = (a > t0) & (a < t1)
+    for pred in (lambda v: (v > t0) & (v < t1), lambda v: ~np.isnat(v) & (v > t0) & (v < t1)):
+        v, i = x.map_compact(pred, output="both")
+        assert v.dtype == native and not any(math.isnan(c) for c in v.chunks[0])
+        np.testing.assert_array_equal(v.compute(), a[want_m])
+        np.testing.assert_array_equal(i.compute(), np.flatnonzero(want_m))
+        np.testing.assert_array_equal(x.map_compact(pred, chunks=77).compute(), a[want_m])
+        cv, ci = dask_compact.compact_array(a, pred, output="both")
+        assert cv.dtype == native and ci.dtype == np.int64
+        np.testing.assert_array_equal(cv, a[want_m])
+        np.testing.assert_array_equal(ci, np.flatnonzero(want_m))
+    nat = x.map_compact(np.isnat, output="indices").compute()
+    np.testing.assert_array_equal(nat, np.flatnonzero(np.isnat(a)))
+    # a number against a datetime: NumPy has no loop (refused before anything runs); against
+    # a timedelta it is one in the array's unit
+    try:
+        want_n = a[a > 0]
+    except TypeError:
+        want_n = None
+    if want_n is None:
+        with pytest.raises(TypeError):
+            x.map_compact("x > 0")
+        with pytest.raises(TypeError):
+            dask_compact.compact_array(a, "x > 0")
+    else:
+        np.testing.assert_array_equal(x.map_compact("x > 0").compute(), want_n)
+        np.testing.assert_array_equal(dask_compact.compact_array(a, "x > 0"), want_n)
+    with pytest.raises(NotElementwise):  # the slice check runs on this path too
+        x.map_compact(lambda v: v > v.max())
 
 
 def test_flatnonzero():

@@ -149,7 +149,7 @@ def test_probe_api_edge_calls(capsys):
             t.check(f"kwargs {kw}", lambda: map_compact(x, "x > 3", **kw), None)
         for bad in (np.arange(3), [1, 2], None, 3.0, "x"):
             t.check(f"input {type(bad).__name__}", lambda: map_compact(bad, "x > 0"), None)
-        for dt in ("object", "U3", "M8[s]", "m8[s]", "V4"):
+        for dt in ("object", "U3", "V4"):  # (datetime64 and timedelta64 are compacted)
             t.check(
                 f"dtype {dt}",
                 lambda: map_compact(da.from_array(np.zeros(4, dt), chunks=2), "x == x"),
