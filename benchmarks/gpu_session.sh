@@ -72,10 +72,14 @@ fi
 if [ "$MODE" = final ]; then
   wait $PEER_PID; PEER=""; [ -f /tmp/cub_peer.so ] && PEER="--peer-lib /tmp/cub_peer.so"
   log "GPU tests (all but the sanitizer test, which runs below with a time limit)"
-  timeout 240 $PY -m pytest tests/gpu -m gpu -k "not sanitizer" -n 8 -q -p no:cacheprovider \
-    --junitxml="$W/junit_final.xml" -o addopts="" > "$W/pytest_final.log" 2>&1
-  tail -6 "$W/pytest_final.log"
-  grep -E "FAILED|passed|failed" "$W/pytest_final.log" | tail -12
+  # -v: each test's outcome is printed as it ends, so a run cut by the timeout still names
+  # its failures (with -q they are only in the final summary; the suite took 345-361 s with
+  # -n 14 on an H200 host on 2026-11-28, and one run cut at 330 s lost a failure's name)
+  timeout ${SUITE_S:-420} $PY -m pytest tests/gpu -m gpu -k "not sanitizer" -n ${SUITE_N:-14} -v \
+    -p no:cacheprovider --junitxml="$W/junit_final.xml" -o addopts="" > "$W/pytest_final.log" 2>&1
+  echo "pytest rc=$?"
+  tail -2 "$W/pytest_final.log"
+  grep -E "^\[gw[0-9]+\].*(FAILED|ERROR)" "$W/pytest_final.log" | head -20
 
   log "compute-sanitizer (quick driver)"
   for tool in ${SANITIZERS:-memcheck racecheck}; do
