@@ -138,6 +138,33 @@ def _dask_scheduler_setting_restored():
 
 
 @contextlib.contextmanager
+def device_pool_capped(extra_bytes: int):
+    """CuPy's default memory pool limited to what is in use now plus ``extra_bytes``, for the
+    tests of out-of-memory paths; the limit is lifted at the end.
+
+    Garbage is collected first and the collector is off inside: device arrays that a
+    collection frees in the middle of the call (an earlier test's frames kept in a reference
+    cycle, e.g. by an exception's traceback) go back to the pool and give the call room the
+    test does not mean to give. Seen in the GPU suite on 2026-11-28 (one H200, -n 14): a
+    records call that has 8 MiB of room for 61 MiB of rows answered instead of raising."""
+    import cupy
+
+    pool = cupy.get_default_memory_pool()
+    gc.collect()
+    cupy.cuda.Device().synchronize()
+    pool.free_all_blocks()
+    collecting = gc.isenabled()
+    gc.disable()
+    pool.set_limit(size=pool.used_bytes() + extra_bytes)
+    try:
+        yield pool
+    finally:
+        pool.set_limit(size=0)
+        if collecting:
+            gc.enable()
+
+
+@contextlib.contextmanager
 def local_process_cluster(n_workers: int, threads_per_worker: int = 1):
     """A distributed LocalCluster of ``n_workers`` worker processes (single-threaded unless
     told, no dashboards) and its Client, the default scheduler while it is open."""

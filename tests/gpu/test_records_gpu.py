@@ -11,7 +11,7 @@ import pytest
 cupy = pytest.importorskip("cupy")
 da = pytest.importorskip("dask.array")
 
-from conftest import key_predicate, random_array  # noqa: E402
+from conftest import device_pool_capped, key_predicate, random_array  # noqa: E402
 
 from dask_compact import compact_records  # noqa: E402
 from dask_compact.validate import DTYPES  # noqa: E402
@@ -226,20 +226,14 @@ def test_records_out_of_device_memory_say_what_they_needed():
     note with the rows, the bytes and the ways out; with room, the same call answers."""
     import dask_compact
 
-    pool = cupy.get_default_memory_pool()
     n = 1 << 22
     rng = np.random.default_rng(8)
     host = {k: rng.random(n, dtype=np.float32) for k in ("a", "b", "c", "d")}
     dev = {k: cupy.asarray(v) for k, v in host.items()}
-    cupy.cuda.Device().synchronize()
-    pool.free_all_blocks()
-    pool.set_limit(size=pool.used_bytes() + (8 << 20))  # the passes fit, 61 MiB of rows not
-    try:
+    with device_pool_capped(8 << 20):  # the passes fit, 61 MiB of rows not
         with pytest.raises(MemoryError) as err:
             dask_compact.compact_records(dev, "a < 0.95")
-        assert any("selected rows of" in note for note in getattr(err.value, "__notes__", ()))
-    finally:
-        pool.set_limit(size=0)
+    assert any("selected rows of" in note for note in getattr(err.value, "__notes__", ()))
     got = dask_compact.compact_records(dev, "a < 0.95")
     m = host["a"] < 0.95
     for k, v in host.items():

@@ -11,6 +11,7 @@ cupy = pytest.importorskip("cupy")
 da = pytest.importorskip("dask.array")
 
 import dask  # noqa: E402
+from conftest import device_pool_capped  # noqa: E402
 
 import dask_compact  # noqa: E402
 from dask_compact.backends import cupy_modules  # noqa: E402
@@ -158,14 +159,10 @@ def test_out_of_device_memory_counts_first_then_says_why():
     """A call that reads once needs n-sized scratch; without room for it the call counts first
     (room for the result alone) and answers; without room for the result it raises CuPy's
     OutOfMemoryError (a MemoryError) with a note saying what it needed and what to do."""
-    pool = cupy.get_default_memory_pool()
     n = 1 << 24  # float32: one read whatever it selects (ONE_READ_ALWAYS_BYTES), 64 MiB scratch
     a = cupy.random.default_rng(5).random(n, dtype=cupy.float32)
     h = cupy.asnumpy(a)
-    cupy.cuda.Device().synchronize()
-    pool.free_all_blocks()
-    pool.set_limit(size=pool.used_bytes() + (24 << 20))  # a 5% result fits, the scratch not
-    try:
+    with device_pool_capped(24 << 20):  # a 5% result fits, the scratch not
         for stable in (True, True, False):  # the ready call, the repeated call, unstable
             got = dask_compact.compact_array(a, "x < 0.05", stable=stable)
             want = h[h < 0.05]
@@ -176,8 +173,6 @@ def test_out_of_device_memory_counts_first_then_says_why():
             dask_compact.compact_array(a, "x < 0.95")
         assert any("ran out of device memory after counting first" in note
                    for note in getattr(err.value, "__notes__", ())), err.value
-    finally:
-        pool.set_limit(size=0)
     np.testing.assert_array_equal(cupy.asnumpy(a), h)  # the input is untouched
     got = dask_compact.compact_array(a, "x < 0.95")  # and the same call works with room
     np.testing.assert_array_equal(cupy.asnumpy(got), h[h < 0.95])
