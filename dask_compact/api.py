@@ -176,7 +176,7 @@ def compact(
     """
     x = _native(_check_dask_array(x, "compact"))
     check_output(output)
-    if x.dtype.kind in "mM":
+    if x.dtype.kind in ("m", "M"):
         # datetime64 / timedelta64: 8-byte integers with a unit (NaT one of them), which a
         # mask selects as their int64 bits; the values come back in x's dtype
         out = compact(_view(x, np.dtype(np.int64)), mask, output=output, lazy=lazy,

@@ -125,7 +125,7 @@ def _sorted(x: Any, local: Any, buckets: Any, indices: bool, fn: str) -> da.Arra
         dtype = np.dtype(np.int64) if indices else x.dtype
         empty = np.empty_like(x._meta, shape=(0,), dtype=dtype)
         return da.from_array(empty, chunks=(0,), meta=empty)
-    if x.dtype.kind in "mM":
+    if x.dtype.kind in ("m", "M"):
         # datetime64 / timedelta64 sorted as uint64 keys in the same order, NaT last
         keys = da.map_blocks(_time_keys, x, dtype=np.uint64)
         out = build_sort(keys, indices, nchunks, local)
@@ -161,7 +161,7 @@ def _check(x: Any, local: Any, fn: str) -> da.Array:
         raise ValueError(f"{fn} sorts 1-D arrays; x has shape {x.shape}: pass x.ravel() to sort "
                          "every element, or sort each row with map_blocks")
     dtype = native(x.dtype)
-    if dtype not in SORT_DTYPES and dtype.kind not in "mM":
+    if dtype not in SORT_DTYPES and dtype.kind not in ("m", "M"):
         raise TypeError(
             f"{fn} sorts {', '.join(d.name for d in SORT_DTYPES)}, datetime64 and "
             f"timedelta64; not {x.dtype}"

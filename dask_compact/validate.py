@@ -46,9 +46,9 @@ def check_dtype(dtype: Any) -> None:
     dtype = native(np.dtype(dtype))
     if dtype not in DTYPES:
         how = ""
-        if dtype.kind in "mM":  # what NumPy users filter by a comparison, x[x > t]
-            how = ("; datetime64 and timedelta64 arrays are selected by a boolean mask: "
-                   "dask_compact.compact(x, x > t)")
+        if dtype.kind in ("m", "M"):  # what NumPy users filter by a comparison, x[x > t]
+            how = ("; datetime64 and timedelta64 arrays are taken by map_compact, compact, "
+                   "compact_array, sort and argsort only")
         raise TypeError(
             f"dask_compact compacts arrays of {', '.join(d.name for d in DTYPES)}; not "
             f"{dtype}{how}"

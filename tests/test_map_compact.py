@@ -309,6 +309,8 @@ def test_compact_datetime_and_timedelta(dtype):
         np.testing.assert_array_equal(dask_compact.compact_array(a, "x > 0"), want_n)
     with pytest.raises(NotElementwise):  # the slice check runs on this path too
         x.map_compact(lambda v: v > v.max())
+    with pytest.raises(TypeError, match="taken by map_compact, compact, compact_array, sort"):
+        dask_compact.partition(x, lambda v: v > t0)  # the split is numeric only
 
 
 def test_flatnonzero():
