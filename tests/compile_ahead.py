@@ -2,8 +2,9 @@
 
 The compile tests (tests/test_kernels_compile.py) are a quarter of CI's time, nvcc on both of
 its two cores; the rest of the suite is mostly single-threaded Python that leaves one core idle.
-So, once collection is done, the session hands the selected compile tests' jobs to
-:data:`AHEAD` (``pytest_collection_finish`` in conftest.py), which compiles them one at a time
+So the compile tests run last (conftest.py orders them so), and once collection is done the
+session hands their jobs to :data:`AHEAD` (``pytest_collection_finish``), which compiles them
+one at a time
 under ``nice -n 19`` (the suite's own processes keep their share of the CPU), and a compile
 test takes each job's result from there: done, waited for, or, where the background thread has
 not started it yet, compiled by the test itself. A job is its exact source text, target and
