@@ -144,9 +144,10 @@ def device_pool_capped(extra_bytes: int):
 
     Garbage is collected first and the collector is off inside: device arrays that a
     collection frees in the middle of the call (an earlier test's frames kept in a reference
-    cycle, e.g. by an exception's traceback) go back to the pool and give the call room the
-    test does not mean to give. Seen in the GPU suite on 2026-11-28 (one H200, -n 14): a
-    records call that has 8 MiB of room for 61 MiB of rows answered instead of raising."""
+    cycle, e.g. by an exception's traceback) would go back to the pool and give the call room
+    the test does not mean to give. That is the likely cause, not yet confirmed, of a failure
+    in the GPU suite on 2026-11-28 (one H200, -n 14): a records call with 8 MiB of room for
+    61 MiB of rows answered instead of raising."""
     import cupy
 
     pool = cupy.get_default_memory_pool()
