@@ -98,7 +98,8 @@ def _compact_times(a: np.ndarray, pred: PredicateLike, output: str, algorithm: s
     check_algorithm(algorithm, stable)
     a = a if a.dtype.isnative else a.astype(native(a.dtype))
     m = as_predicate(pred).mask(a).ravel()
-    values, indices = a.ravel()[m], np.flatnonzero(m).astype(np.int64, copy=False)
+    values = a.ravel()[m] if output != "indices" else None
+    indices = np.flatnonzero(m).astype(np.int64, copy=False) if output != "values" else None
     return (values, indices) if output == "both" else values if output == "values" else indices
 
 

@@ -14,6 +14,7 @@ import dask.array as da
 import dask.config
 import numpy as np
 
+from .backends.split_radix import order_key
 from .sort_graph import EXCHANGES, build_sort
 from .validate import check_chunk_type, native
 
@@ -139,9 +140,9 @@ _SIGN = np.uint64(1 << 63)
 
 def _time_keys(block: np.ndarray) -> np.ndarray:
     """uint64 keys that order datetime64/timedelta64 values as NumPy sorts them: by their
-    int64 value, NaT (the smallest int64) last. v ^ sign orders the int64s as unsigned ints
-    (NaT is 0), and subtracting 1 modulo 2^64 moves NaT alone to the top."""
-    return (block.view(np.int64).view(np.uint64) ^ _SIGN) - np.uint64(1)
+    int64 value, NaT (the smallest int64) last. The int64s' order keys (v ^ sign: NaT is 0),
+    less 1 modulo 2^64, which moves NaT alone to the top."""
+    return order_key(block.view(np.int64)) - np.uint64(1)
 
 
 def _from_time_keys(keys: np.ndarray, like: np.dtype) -> np.ndarray:
