@@ -138,31 +138,26 @@ def _dask_scheduler_setting_restored():
 
 
 @contextlib.contextmanager
-def device_pool_capped(extra_bytes: int):
-    """CuPy's default memory pool limited to what is in use now plus ``extra_bytes``, for the
-    tests of out-of-memory paths; the limit is lifted at the end.
+def device_pool_capped(limit_bytes: int):
+    """Device allocations inside come from a new CuPy memory pool of at most ``limit_bytes``
+    (the tests of out-of-memory paths): the room a call has is then exactly that, whatever
+    the default pool holds.
 
-    Garbage is collected first and the collector is off inside: device arrays that a
-    collection frees in the middle of the call (an earlier test's frames kept in a reference
-    cycle, e.g. by an exception's traceback) would go back to the pool and give the call room
-    the test does not mean to give. That is the likely cause, not yet confirmed, of a failure
-    in the GPU suite on 2026-11-28 (one H200, -n 14): a records call with 8 MiB of room for
-    61 MiB of rows answered instead of raising."""
+    Why not the default pool with its limit set to the bytes in use plus the room (until
+    2026-11-28): what it held decided the room. A block an earlier test freed but that
+    shares its device allocation with an array still alive (CuPy splits large free blocks
+    for small requests, and ``free_all_blocks`` releases only whole allocations) is free
+    within the limit, and cached scratch that a cache evicts mid-call goes back to it: with
+    the garbage collector off as well, a records call given 8 MiB of room for 61 MiB of rows
+    answered instead of raising (4x H200, its file and the reliability file at -n 8, once in
+    two rounds; the same at -n 14 in the whole GPU suite on one H200; which of the two it
+    was is not known)."""
     import cupy
 
-    pool = cupy.get_default_memory_pool()
-    gc.collect()
-    cupy.cuda.Device().synchronize()
-    pool.free_all_blocks()
-    collecting = gc.isenabled()
-    gc.disable()
-    pool.set_limit(size=pool.used_bytes() + extra_bytes)
-    try:
+    pool = cupy.cuda.MemoryPool()
+    pool.set_limit(size=limit_bytes)
+    with cupy.cuda.using_allocator(pool.malloc):
         yield pool
-    finally:
-        pool.set_limit(size=0)
-        if collecting:
-            gc.enable()
 
 
 @contextlib.contextmanager
