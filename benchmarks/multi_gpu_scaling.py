@@ -198,6 +198,25 @@ def rebalanced(client, x, p: float, reps: int, out_chunk: int) -> dict[str, floa
                 peer_rebalanced_s=_median_s(client, x, p, reps, peer))
 
 
+def used(client, x, p: float, reps: int) -> dict[str, float]:
+    """The result used right after the call, as users do: persisted again (a no-op for
+    chunks that are already futures; tasks for chunks taken from a job's tuple when used)
+    and summed, against the sum of boolean indexing (which needs no chunk sizes); median s."""
+    from distributed import wait
+
+    def persisted(t: float):
+        y = x.map_compact(lambda v, t=t: v < t).persist()
+        wait(y)
+        return y
+
+    return dict(
+        then_persist_s=_median_s(client, x, p, reps, persisted),
+        then_sum_s=_median_s(client, x, p, reps,
+                             lambda t: float(x.map_compact(lambda v: v < t).sum().compute())),
+        peer_sum_s=_median_s(client, x, p, reps, lambda t: float(x[x < t].sum().compute())),
+    )
+
+
 def _median_s(client, x, p: float, reps: int, call) -> float:
     """Median seconds of ``call(threshold)`` until every GPU is done, over ``reps`` after one
     warm-up, each with a threshold of its own (new keys); the cluster settles after."""
@@ -293,6 +312,7 @@ def run_k(
     protocol: str = "tcp",
     rebalance: bool = False,
     low_latency: bool = False,
+    use: bool = False,
 ) -> list[dict]:
     from distributed import Client
 
@@ -334,6 +354,10 @@ def run_k(
                     )
                     del x
                     continue
+                if use:
+                    row.update(used(client, x, p, reps))
+                    print("used", {k: row[k] for k in ("then_persist_s", "then_sum_s",
+                                                       "peer_sum_s")}, flush=True)
                 if rebalance:
                     row.update(rebalanced(client, x, p, reps, chunk))
                     print("rebalanced", {k: row[k] for k in ("rebalanced_s", "peer_rebalanced_s")},
@@ -416,6 +440,23 @@ def report(
             f"{1e3 * r['peer_s']:.1f} | {r['speedup_vs_peer']:.2f}x | "
             f"{1e3 * r['as_tasks_s']:.1f} | {r.get('chunks_per_worker', '')} |"
         )
+    if any("then_sum_s" in r for r in rows):
+        lines += [
+            "",
+            "The result used right after the call (each timed until every GPU is done): "
+            "persisted again, and summed, against `x[x<p].sum().compute()`:",
+            "",
+            "| case | layout | GPUs | map_compact ms | + .persist() ms | + .sum().compute() ms | "
+            "x[x<p].sum().compute() ms |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for r in rows:
+            if "then_sum_s" in r:
+                lines.append(
+                    f"| {r['case']} | {r['layout']} | {r['gpus']} | "
+                    f"{1e3 * r['map_compact_s']:.1f} | {1e3 * r['then_persist_s']:.1f} | "
+                    f"{1e3 * r['then_sum_s']:.1f} | {1e3 * r['peer_sum_s']:.1f} |"
+                )
     if any("rebalanced_s" in r for r in rows):
         lines += [
             "",
@@ -514,6 +555,8 @@ def main() -> None:
                     help="also time the rebalanced output (chunks=2^chunk-log2) against its peer")
     ap.add_argument("--low-latency", action="store_true",
                     help="dask_compact.low_latency(client) on each cluster before anything runs")
+    ap.add_argument("--use", action="store_true",
+                    help="also time the result used right after: persisted again, and summed")
     args = ap.parse_args()
     if args.cpu:
         ngpu, device = max(args.gpus), "CPU-LocalCluster"
@@ -532,7 +575,7 @@ def main() -> None:
         cases += [(f"weak 2^{w}/GPU", k * 2**w) for w in args.weak_log2n]
         rows += run_k(
             k, cases, 2**args.chunk_log2, args.layouts, args.reps, args.p, not args.cpu, breakdowns,
-            args.protocol, args.rebalance, args.low_latency,
+            args.protocol, args.rebalance, args.low_latency, args.use,
         )
     _efficiency(rows)
     protocol = args.protocol + ("+low-latency" if args.low_latency else "")
