@@ -48,6 +48,7 @@ from .cupy_device import (
     concat_outputs,
     device_copy,
     memset0,
+    output_empty,
     read_counts,
     read_words,
 )
@@ -209,8 +210,8 @@ def _run_count_first(live: list[tuple[Plan, int]], output: str, dtype: np.dtype,
         total = sum(counts)
         if len(live) == 1:
             learn(live[0][0].memo, dtype, output, total, live[0][0].n)
-        vals = cupy.empty(total, dtype=dtype) if output in ("values", "both") else None
-        idx = cupy.empty(total, dtype=np.int64) if output in ("indices", "both") else None
+        vals = output_empty(total, dtype) if output in ("values", "both") else None
+        idx = output_empty(total, np.int64) if output in ("indices", "both") else None
         off = 0
         for (p, base), ws, c in zip(live, workspaces, counts):
             if c:
@@ -322,8 +323,8 @@ def _run_one_read(live: list[tuple[Plan, int]], output: str,
             sink.extend(int(c) for c in got)
         total = sum(got)
         learn(plan0.memo, plan0.spec.dtype, output, total, total_n)
-        out_v = None if vals is None else cupy.empty(total, dtype=dtype)
-        out_i = None if idx is None else cupy.empty(total, dtype=np.int64)
+        out_v = None if vals is None else output_empty(total, dtype)
+        out_i = None if idx is None else output_empty(total, np.int64)
         src = dst = 0
         for (p, _), k in zip(live, got):
             for out, scratch in ((out_v, vals), (out_i, idx)):

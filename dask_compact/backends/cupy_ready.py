@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from .cupy_device import by_output, head_copy, read_counts
+from .cupy_device import by_output, head_copy, output_empty, read_counts
 from .cupy_launchers import Plan, tile_words
 from .cupy_modules import compiled, resident_blocks
 from .cupy_source import group_of
@@ -144,9 +144,7 @@ class CopyOut:
         self.launch = PackedLaunch(kernel, 3)
 
     def __call__(self, scratch: Any, k: int, stream_ptr: int) -> Any:
-        import cupy
-
-        out = cupy.empty(k, dtype=scratch.dtype)
+        out = output_empty(k, scratch.dtype)
         if k:
             nbytes = k * scratch.itemsize
             src, dst = scratch.data.ptr, out.data.ptr

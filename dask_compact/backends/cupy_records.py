@@ -30,7 +30,7 @@ from ..predicate.fields import record_mask
 from ..validate import native
 from . import cupy_tuning as tuning
 from .cupy_backend import _capturing, _kept_for_graphs
-from .cupy_device import check_powers, ptr_or_null
+from .cupy_device import check_powers, output_empty, ptr_or_null
 from .cupy_modules import compiled, typed_functor
 from .cupy_source import RecordSpec
 from .cupy_tuning import SCAN_BLOCK
@@ -197,9 +197,9 @@ def compact_records(
         passes = _Pass(fields, pred, n)
         total = int(passes.total.get()[0]) if n else 0  # the one host sync
         try:
-            out = {name: cupy.empty((total, *a.shape[1:]), dtype=a.dtype)
+            out = {name: output_empty(total, a.dtype, a.shape[1:])
                    for name, a in fields.items()}  # fmt: skip
-            idx = cupy.empty(total, dtype=cupy.int64) if indices else None
+            idx = output_empty(total, np.int64) if indices else None
         except MemoryError as e:  # CuPy's OutOfMemoryError is one
             need = total * (sum(a.dtype.itemsize * int(np.prod(a.shape[1:])) for a in
                                 fields.values()) + (8 if indices else 0))
