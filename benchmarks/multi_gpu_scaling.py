@@ -199,9 +199,10 @@ def rebalanced(client, x, p: float, reps: int, out_chunk: int) -> dict[str, floa
 
 
 def used(client, x, p: float, reps: int) -> dict[str, float]:
-    """The result used right after the call, as users do: persisted again (a no-op for
-    chunks that are already futures; tasks for chunks taken from a job's tuple when used)
-    and summed, against the sum of boolean indexing (which needs no chunk sizes); median s."""
+    """The result used right after the call, as users do: persisted again (nothing runs
+    where its chunks are futures already, tasks where they are taken from a larger result
+    when used) and summed, against the sum of boolean indexing (which needs no chunk
+    sizes); median s."""
     from distributed import wait
 
     def persisted(t: float):

@@ -33,7 +33,7 @@ def class_items(n: int, row_bytes: int) -> int:
     memory and the pool grew by an output a call until the device was full; then CuPy freed
     every cached block and retried. One H200, a worker's job of 17 chunks of 2^28 float32
     (8.5 GiB out) in a loop: 12.6-13.2 ms a call while the pool grew from 30 to 133 GiB,
-    47-91 ms at each such flush; the same sizes again from a grown pool: 12.1-13.6 ms. In
+    44-91 ms at each such flush; the same sizes again from a grown pool: 12.1-13.6 ms. In
     size classes, such outputs share their class's blocks.
 
     >>> class_items(1000, 4)

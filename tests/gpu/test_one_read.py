@@ -394,7 +394,7 @@ def test_large_outputs_in_size_classes_do_not_grow_the_pool(output):
     """An output of 32 MiB or more is a view of an allocation of its size class: exact, and a
     loop of calls each selecting a little more, each result kept while the next is made,
     reuses the pool's blocks instead of allocating an output a call (the pool grew until
-    the device was full, then CuPy flushed it: a stall of 47-91 ms on one H200)."""
+    the device was full, then CuPy flushed it: a stall of 44-91 ms on one H200)."""
     from dask_compact.backends.cupy_device import class_items
 
     n = 1 << 24
