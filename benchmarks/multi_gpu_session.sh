@@ -3,6 +3,7 @@
 # multi-GPU pieces of the scale-out work: the example, the batch CLI on a GPU cluster, a
 # scheduler with two `dask cuda worker` processes of two GPUs each (two "nodes" on one host),
 # and the 1/2/4-GPU scaling benchmark. Run from the repository root with the wheels in .whl/ (carried).
+# USE=1 also times the result used right after each call (multi_gpu_scaling.py --use).
 # Key results are copied to $OUT (at most 8 files come back); everything else is in bundle.tgz.
 set -u -o pipefail
 export PYTHONUNBUFFERED=1
@@ -27,7 +28,9 @@ want() { [[ " ${PARTS:-tests example cli multinode gpudemo scaling} " == *" $1 "
 
 if want tests; then
 log "GPU test suite (all, slow ones included)"
-timeout 240 python3 -P -m pytest ${PYTEST_SELECT:-tests/gpu} -m gpu -n 8 -q -p no:cacheprovider -o addopts="" \
+# the whole suite takes 390 s at -n 14 on a 4x H200 host (2026-11-28); -v keeps a failure's
+# name where the limit cuts the run
+timeout 420 python3 -P -m pytest ${PYTEST_SELECT:-tests/gpu} -m gpu -n 14 -v -p no:cacheprovider -o addopts="" \
   --junitxml="$W/junit.xml" > "$W/pytest_gpu.log" 2>&1
 echo "pytest rc=$?" >> "$W/pytest_gpu.log"
 grep -E "FAILED|ERROR|passed|failed|rc=" "$W/pytest_gpu.log" | tail -15
@@ -93,7 +96,7 @@ if want scaling; then
 log "scaling benchmark 1/2/4 GPUs"
 timeout ${SCALING_TIMEOUT:-420} python3 "$REPO/benchmarks/multi_gpu_scaling.py" \
   --strong-log2n ${STRONG:-33 34} --weak-log2n ${WEAK:-32} --chunk-log2 28 \
-  --gpus 1 2 4 --reps 5 --out "$W" > "$W/scaling.log" 2>&1; echo "scaling rc=$?" | tee -a "$W/scaling.log"
+  --gpus 1 2 4 --reps 5 ${USE:+--use} --out "$W" > "$W/scaling.log" 2>&1; echo "scaling rc=$?" | tee -a "$W/scaling.log"
 grep "^|" "$W/scaling.log"
 fi
 
