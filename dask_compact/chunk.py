@@ -19,6 +19,7 @@ from .dispatch import compact_into as compact_into_chunk
 from .predicate import Predicate, PredicateLike, as_predicate
 from .task_report import report
 from .validate import (
+    by_output,
     check_algorithm,
     check_apart,
     check_chunk_type,
@@ -100,7 +101,7 @@ def _compact_times(a: np.ndarray, pred: PredicateLike, output: str, algorithm: s
     m = as_predicate(pred).mask(a).ravel()
     values = a.ravel()[m] if output != "indices" else None
     indices = np.flatnonzero(m).astype(np.int64, copy=False) if output != "values" else None
-    return (values, indices) if output == "both" else values if output == "values" else indices
+    return by_output(values, indices, output)
 
 
 def _checked(fn: str, a: Any, pred: PredicateLike, output: str, stable: bool, algorithm: str

@@ -29,6 +29,15 @@ def check_output(output: Any) -> None:
         raise ValueError(f"output must be one of {OUTPUTS}, not {output!r}")
 
 
+def by_output(values: Any, indices: Any, output: str) -> Any:
+    """What a call returns for ``output``: the values, the indices, or both as a pair."""
+    if output == "values":
+        return values
+    if output == "indices":
+        return indices
+    return values, indices
+
+
 def check_algorithm(algorithm: Any, stable: bool) -> None:
     if algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm must be one of {ALGORITHMS}, not {algorithm!r}")

@@ -10,6 +10,8 @@ from typing import Any
 
 import numpy as np
 
+from ..validate import by_output
+
 __all__ = ["NULL", "memset0", "ptr_or_null", "by_output", "device_copy", "head_copy",
            "output_empty", "class_items", "read_words", "read_counts", "concat_outputs",
            "check_powers"]
@@ -72,14 +74,6 @@ def memset0(arr: Any) -> None:
 
 def ptr_or_null(a: Any) -> Any:
     return NULL if a is None else a
-
-
-def by_output(vals: Any, idx: Any, output: str) -> Any:
-    if output == "values":
-        return vals
-    if output == "indices":
-        return idx
-    return vals, idx
 
 
 def device_copy(dst: Any, dst_at: int, src: Any, src_at: int, k: int,

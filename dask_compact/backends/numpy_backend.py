@@ -21,6 +21,7 @@ import numpy as np
 from ..codegen.numba_loop import OUTPUTS, UnsupportedPredicate, fused_loop
 from ..predicate.core import Predicate
 from ..predicate.expr import ParamOverflow
+from ..validate import by_output
 
 __all__ = ["compact", "compact_into", "compact_many", "compact_masked"]
 
@@ -57,14 +58,6 @@ def _trim(buf: np.ndarray, k: int, alloc: Alloc | None = None) -> np.ndarray:
 def _flat(a: np.ndarray) -> np.ndarray:
     # C order, contiguous (a view when possible); the loop is compiled for C-contiguous 1-D.
     return np.ascontiguousarray(np.ravel(a, order="C"))
-
-
-def _result(values: np.ndarray | None, indices: np.ndarray | None, output: str) -> Any:
-    if output == "values":
-        return values
-    if output == "indices":
-        return indices
-    return values, indices
 
 
 def _run_fused(a: np.ndarray, pred: Predicate, output: str, index_base: int,
@@ -152,7 +145,7 @@ def _run_fused_many(
             _flat(b), None if out is None else out[k:], None if idx is None else idx[k:],
             int(base), params,
         )
-    return _result(
+    return by_output(
         None if out is None else _trim(out, k, alloc),
         None if idx is None else _trim(idx, k, alloc), output
     )
@@ -176,7 +169,7 @@ def compact_masked(
         indices = np.flatnonzero(m).astype(np.int64, copy=False)
         if index_base:
             indices += np.int64(index_base)
-    return _result(values, indices, output)
+    return by_output(values, indices, output)
 
 
 def compact_into(
