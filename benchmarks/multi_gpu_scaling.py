@@ -9,12 +9,9 @@ Random float32 data is generated ON the workers and persisted, in one of two lay
 
 Cases: strong scaling (a fixed total of 2^S elements on 1, 2, 4 GPUs) and weak scaling (2^W
 elements per GPU). Every repetition runs ``map_compact`` with a new threshold (new keys) and
-ends when every GPU has finished: the call returns with its result in GPU memory (each worker
-synchronises its stream before it answers), so it is timed as it returns; the same calls
-followed by a device synchronisation on every worker through ``client.run`` (the protocol
-until 2026-11-28) are a labelled extra column. The peer, ``x[x < p]`` +
-``compute_chunk_sizes()`` + persist, runs on the same cluster and data, followed by that
-synchronisation (its tasks leave kernels queued). Also reported: the GPU floor
+ends when every GPU has finished (a device synchronisation on each worker is part of the time,
+so asynchronous kernels are not left out); the peer, ``x[x < p]`` + ``compute_chunk_sizes()`` +
+persist, runs on the same cluster and data, timed the same way. Also reported: the GPU floor
 (the same chunk function called directly on each worker, no Dask, slowest worker), the Dask
 overhead of one call (wall time minus that floor), and Dask's own floor on the same cluster (a
 bare ``client.submit(f).result()`` and one trivial task per worker persisted and waited).
@@ -145,14 +142,13 @@ def _noop(i: int) -> int:
 
 
 def dask_floor(client, reps: int) -> dict[str, float]:
-    """Dask's own cost on this cluster: a bare ``client.submit(f).result()`` and a trivial
-    graph of one task per worker persisted and waited, each followed by a device sync on
-    every worker (as the peer and the labelled synced column are timed), and the trivial graph
-    alone (as our call is timed: it needs no sync after); median ms of ``reps``."""
+    """Dask's own cost on this cluster, timed like our calls (each ends with the same device
+    sync on every worker): a bare ``client.submit(f).result()``, and a trivial graph of one
+    task per worker persisted and waited (median ms of ``reps``)."""
     from distributed import wait
 
     workers = sorted(client.nthreads())
-    bare, per_worker, per_worker_alone = [], [], []
+    bare, per_worker = [], []
     for r in range(reps + 1):
         t0 = time.perf_counter()
         client.submit(_noop, r, pure=False).result()
@@ -163,20 +159,11 @@ def dask_floor(client, reps: int) -> dict[str, float]:
         client.run(_sync_device)
         t2 = time.perf_counter()
         del futures
-        t3 = time.perf_counter()
-        futures = [client.submit(_noop, -r, workers=[w], pure=False) for w in workers]
-        wait(futures)
-        t4 = time.perf_counter()
-        del futures
         if r:
             bare.append(t1 - t0)
             per_worker.append(t2 - t1)
-            per_worker_alone.append(t4 - t3)
-    return dict(
-        dask_submit_ms=1e3 * statistics.median(bare),
-        dask_per_worker_ms=1e3 * statistics.median(per_worker),
-        dask_per_worker_alone_ms=1e3 * statistics.median(per_worker_alone),
-    )
+    return dict(dask_submit_ms=1e3 * statistics.median(bare),
+                dask_per_worker_ms=1e3 * statistics.median(per_worker))
 
 
 def phase1_tasks(y) -> int:
@@ -251,21 +238,19 @@ def measure(client, x, p: float, reps: int) -> dict[str, Any]:
     from dask.core import flatten
     from distributed import wait
 
-    ours, synced, peer, tasks, sizes = [], [], [], 0, {}
+    ours, peer, tasks, sizes = [], [], 0, {}
     # All of ours first, then all of the peer's: interleaving them would make each one's
     # allocations fight the other's cached blocks in the CuPy pool near full memory.
     for r in range(reps + 1):
         t = p + r * 1e-7  # a new threshold each time: new keys, nothing reused
         t0 = time.perf_counter()
         y = x.map_compact(lambda v, t=t: v < t)
-        t1 = time.perf_counter()  # complete: the workers synchronised before answering
-        client.run(_sync_device)  # the protocol until 2026-11-28 (a labelled column)
-        t2 = time.perf_counter()
+        client.run(_sync_device)
+        t1 = time.perf_counter()
         tasks, sizes[r] = phase1_tasks(y), y.shape[0]
         del y
         if r:  # round 0 compiles the kernels on every worker
             ours.append(t1 - t0)
-            synced.append(t2 - t0)
     _settle(client, x.numblocks[0])
     import dask
 
@@ -299,7 +284,6 @@ def measure(client, x, p: float, reps: int) -> dict[str, Any]:
         # (a pool flush, a late release) shows it here
         map_compact_min_s=min(ours),
         map_compact_max_s=max(ours),
-        map_compact_synced_s=statistics.median(synced),
         as_tasks_s=as_tasks,
         peer_s=statistics.median(peer),
         floor_s=max(floors.values()),
@@ -436,36 +420,31 @@ def report(
         f"# map_compact scaling, {device}, {dt.date.today()}, git {sha}, float32 in chunks "
         f"of 2^{chunk_log2}, p={p}, protocol {protocol}",
         "",
-        "Time = call until every GPU is done: map_compact as it returns (each worker "
-        "synchronises its stream before it answers); the same calls followed by a device "
-        "sync on every worker through `client.run` (the protocol until 2026-11-28) in the "
-        "next column; the peer with that sync. Floor = the chunk function called on each "
-        "worker without Dask (slowest worker). Input chunks per worker: where the layout put "
-        "them, most first (the slowest worker's share bounds any call that leaves every chunk "
-        "where it lies).",
+        "Time = call until every GPU is done (device sync on each worker included). Floor = "
+        "the chunk function called on each worker without Dask (slowest worker). Input "
+        "chunks per worker: where the layout put them, most first (the slowest worker's "
+        "share bounds any call that leaves every chunk where it lies).",
         "",
-        "Dask's floor (same cluster, same run): a bare `client.submit(f).result()` and one "
-        "trivial task per worker persisted and waited, each followed by the device sync, and "
-        "the trivial tasks alone; 'overhead / floor' is our Dask overhead over the last.",
+        "Dask's floor (same cluster, same run, each ending with the same device sync on every "
+        "worker): a bare `client.submit(f).result()`, and one trivial task per worker persisted "
+        "and waited; 'overhead / floor' is our Dask overhead over the latter.",
         "",
         "| case | layout | GPUs | elements | phase-1 tasks | map_compact ms (min-max) | "
-        "+ client.run device sync ms | input GB/s | "
-        "efficiency | GPU floor ms | Dask overhead ms | Dask floor ms: submit + sync / per "
-        "worker + sync / per worker | "
+        "input GB/s | "
+        "efficiency | GPU floor ms | Dask overhead ms | Dask floor ms: submit / per worker | "
         "overhead / floor | x[x<p]+ccs+persist ms | speed-up | internal: phase 1 as tasks ms | "
         "input chunks per worker |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
             f"| {r['case']} | {r['layout']} | {r['gpus']} | 2^{int(np.log2(r['n']))} | "
             f"{r['phase1_tasks']} | {1e3 * r['map_compact_s']:.1f} "
             f"({1e3 * r['map_compact_min_s']:.1f}-{1e3 * r['map_compact_max_s']:.1f}) | "
-            f"{1e3 * r['map_compact_synced_s']:.1f} | {r['GBps_input']:.3g} | "
+            f"{r['GBps_input']:.3g} | "
             f"{100 * r['efficiency']:.0f}% | {1e3 * r['floor_s']:.1f} | {r['overhead_ms']:.1f} | "
-            f"{r['dask_submit_ms']:.1f} / {r['dask_per_worker_ms']:.1f} / "
-            f"{r['dask_per_worker_alone_ms']:.1f} | "
-            f"{r['overhead_ms'] / r['dask_per_worker_alone_ms']:.2f}x | "
+            f"{r['dask_submit_ms']:.1f} / {r['dask_per_worker_ms']:.1f} | "
+            f"{r['overhead_ms'] / r['dask_per_worker_ms']:.2f}x | "
             f"{1e3 * r['peer_s']:.1f} | {r['speedup_vs_peer']:.2f}x | "
             f"{1e3 * r['as_tasks_s']:.1f} | {r.get('chunks_per_worker', '')} |"
         )

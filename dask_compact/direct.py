@@ -11,9 +11,6 @@ the input's futures as dependencies), so a piece lost with its worker is recompu
 input as a task's result would be, and answers with their counts. The client makes the
 futures. A call is one round trip to the workers, in parallel, each with one to the scheduler
 inside it, made while the worker computes (the pieces' sizes follow on the worker's stream).
-A GPU worker answers once its pieces are in device memory (``compact_runs`` synchronises its
-stream): the call returns with its result complete, and nobody needs a device-sync round trip
-to every worker after it.
 
 Why the run specs go with the registration rather than as a graph behind it (``client.map``,
 until 2026-11-27): the scheduler answers a graph by reporting every key it touches that is

@@ -33,11 +33,7 @@ Backend contract (both functions, every backend):
 ``compact_runs(runs, pred, output, stable, algorithm, bases) -> tuple``
     Every run of chunks one task compacts (a list of runs, each a list of chunks): a tuple
     of ``compact_many(runs[r], ..., bases[r])`` over r. NumPy: exactly that; CuPy: every
-    chunk counted with one host synchronisation, each run's output a view of one allocation,
-    and the device's work done when it returns (its stream synchronised once more, after the
-    compaction): what a worker answers for, or a phase-1 task finishes with, is in GPU
-    memory, so a ``map_compact`` call returns with its result complete and a caller needs no
-    device-sync round trip to every worker after it.
+    chunk counted with one host synchronisation, each run's output a view of one allocation.
 
 ``compact_records(like, fields, pred, indices, stable, index_base, threads=1) -> dict``
     A record (dict name -> array, rows along axis 0; ``like``, one of them, is what the call
@@ -229,27 +225,11 @@ def _compact_many_cupy(blocks, pred, output, stable, algorithm, bases):
 
 def _compact_runs_cupy(runs, pred, output, stable, algorithm, bases):
     if algorithm == "scan":
-        out = tuple(_compact_many_cupy(r, pred, output, stable, algorithm, b)
-                    for r, b in zip(runs, bases))
-    else:
-        from .backends.cupy_backend import compact_runs
+        return tuple(_compact_many_cupy(r, pred, output, stable, algorithm, b)
+                     for r, b in zip(runs, bases))
+    from .backends.cupy_backend import compact_runs
 
-        out = compact_runs(runs, pred, output, stable, algorithm, bases)
-    _finish_on_devices(runs)
-    return out
-
-
-def _finish_on_devices(runs):
-    """Wait for the current stream of every device holding a chunk of ``runs``: the
-    compaction queued after the counts' host sync has then run. Why here and not in the
-    caller: a sync on the worker costs the tail of the GPU work, where a sync the client asks
-    of every worker afterwards costs a round trip through the scheduler as well (4x H200:
-    2-4 ms a call, beside a 12 ms GPU job)."""
-    import cupy
-
-    for dev in sorted({b.device.id for run in runs for b in run}):
-        with cupy.cuda.Device(dev):
-            cupy.cuda.get_current_stream().synchronize()
+    return compact_runs(runs, pred, output, stable, algorithm, bases)
 
 
 def _compact_records_into_cupy(like, fields, pred, out, count, stream):
