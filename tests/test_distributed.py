@@ -222,6 +222,30 @@ def test_interleaved_placement_keeps_order(client):
     assert _transfers(ts) == 0 and y.numblocks[0] <= x.numblocks[0]
 
 
+def test_an_input_held_by_one_worker_is_warned_about_once(client):
+    """Every chunk on one of the two workers: a PerformanceWarning at the first call (the
+    placement is asked then), none at the next call on the same input (its placement is
+    cached), none for slabs; results exact."""
+    import warnings
+
+    from dask.array.core import PerformanceWarning
+    from distributed import wait
+
+    a = np.random.default_rng(12).random(20_011)
+    one = sorted(client.nthreads())[0]
+    x = client.persist(da.from_array(a, chunks=1_001), workers=[one])
+    wait(x)
+    with pytest.warns(PerformanceWarning, match="20 of the input's 20 chunks are held by one"):
+        y = x.map_compact("x < 0.4")
+    np.testing.assert_array_equal(y.compute(), a[a < 0.4])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PerformanceWarning)
+        z = x.map_compact("x < 0.5", output="indices")
+        np.testing.assert_array_equal(z.compute(), np.flatnonzero(a < 0.5))
+        s = _slabs(client, a, 1_001).map_compact("x < 0.4")
+        np.testing.assert_array_equal(s.compute(), a[a < 0.4])
+
+
 def _round_robin(client, a: np.ndarray, chunk: int):
     """``a`` persisted with chunk i on worker i mod 2: the scattered placement Dask gives a
     generated or loaded array, made deterministic."""

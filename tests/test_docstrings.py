@@ -7,10 +7,11 @@ import doctest
 import pytest
 
 import dask_compact
-from dask_compact import api, chunk, latency, scan, stable_split
+from dask_compact import api, chunk, latency, placement, scan, stable_split
 
 
-@pytest.mark.parametrize("module", [api, chunk, stable_split, scan, latency, dask_compact],
+@pytest.mark.parametrize("module", [api, chunk, stable_split, scan, latency, placement,
+                                    dask_compact],
                          ids=lambda m: m.__name__)
 def test_docstring_examples(module):
     failures, tried = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)
