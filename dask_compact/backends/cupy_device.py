@@ -149,11 +149,43 @@ def read_counts(words: list[Any]) -> list[int]:
 
 
 def concat_outputs(parts: list[Any], output: str) -> Any:
+    """One output of the parts' (each a run's output, or a (values, indices) pair), on the
+    current device, allocated as every exact-size output is (:func:`output_empty`)."""
+    if output == "both":
+        return (_concat([v for v, _ in parts]), _concat([i for _, i in parts]))
+    return _concat(parts)
+
+
+def _concat(arrays: list[Any]) -> Any:
+    """The arrays (C-contiguous, of one dtype and row shape, on any devices) one after the
+    other on the current device. A part on another device is copied peer to peer
+    (``cudaMemcpyPeerAsync``: no peer access needed) after its device's current stream has
+    run what made it (an event waited on by this stream: the copy must not read a part its
+    compaction is still writing), and the host waits for those copies."""
     import cupy
 
-    if output == "both":
-        return (cupy.concatenate([v for v, _ in parts]), cupy.concatenate([i for _, i in parts]))
-    return cupy.concatenate(parts)
+    first = arrays[0]
+    out = output_empty(sum(len(a) for a in arrays), first.dtype, first.shape[1:])
+    stream = cupy.cuda.get_current_stream()
+    here, rt, at = out.device.id, cupy.cuda.runtime, 0
+    for a in arrays:
+        if a.nbytes and a.device.id == here:
+            rt.memcpyAsync(out.data.ptr + at, a.data.ptr, a.nbytes,
+                           rt.memcpyDeviceToDevice, stream.ptr)
+        elif a.nbytes:
+            with a.device:
+                made = cupy.cuda.Event(disable_timing=True)
+                made.record()
+            stream.wait_event(made)
+            rt.memcpyPeerAsync(out.data.ptr + at, here, a.data.ptr, a.device.id, a.nbytes,
+                               stream.ptr)
+        at += a.nbytes
+    if any(a.device.id != here for a in arrays):
+        # a part freed on return goes back to its own device's pool, whose next user there
+        # is not ordered after this stream's copy: wait for the copies (a rare path: a run
+        # over several devices, which a dask-cuda worker never sees)
+        stream.synchronize()
+    return out
 
 
 def check_powers(tp: Any, x: Any, params: tuple) -> None:

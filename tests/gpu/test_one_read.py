@@ -415,3 +415,35 @@ def test_large_outputs_in_size_classes_do_not_grow_the_pool(output):
     grown = totals[-1] - totals[1]
     one = sum(g.base.nbytes for g in (got if output == "both" else (got,)))
     assert grown <= one, (totals, one)  # one class step at most, not an output a call
+
+
+@pytest.mark.skipif(cupy.cuda.runtime.getDeviceCount() < 2, reason="needs two GPUs")
+@pytest.mark.parametrize("output", ["values", "indices", "both"])
+def test_a_run_over_two_devices_comes_out_as_one_output(output):
+    """A run whose chunks lie on two devices (each compacted on its own, then joined on the
+    current device): equal to NumPy, and the join allocated in a size class like any large
+    exact-size output (2 x 2^23 float32, 90% selected: 60 MiB of values)."""
+    from dask_compact.backends.cupy_device import class_items
+    from dask_compact.dispatch import compact_many
+    from dask_compact.predicate import as_predicate
+
+    rng = np.random.default_rng(9)
+    host = [rng.random(2**23, dtype=np.float32) for _ in range(2)]
+    blocks = []
+    for dev, h in enumerate(host):
+        with cupy.cuda.Device(dev):
+            blocks.append(cupy.asarray(h))
+    bases = [0, 2**23 + 5]
+    with cupy.cuda.Device(0):
+        got = compact_many.dispatch(cupy.ndarray)(blocks, as_predicate("x < 0.9"), output, True,
+                                                  "auto", bases)
+    parts = got if output == "both" else (got,)
+    m = [h < 0.9 for h in host]
+    want = {"values": [np.concatenate([h[k] for h, k in zip(host, m)])],
+            "indices": [np.concatenate([np.flatnonzero(k) + b for k, b in zip(m, bases)])]}
+    want["both"] = want["values"] + want["indices"]
+    for p, w in zip(parts, want[output]):
+        assert p.device.id == 0
+        np.testing.assert_array_equal(cupy.asnumpy(p), w)
+        rows = class_items(len(w), w.dtype.itemsize)
+        assert p.base is None if rows == len(w) else p.base.size == rows
