@@ -427,6 +427,7 @@ def write_chunk_file_gpu(array_dir: str, j: int, parts: list[Any], chunk: int) -
 
     dev = parts[0].device.id
     with cupy.cuda.Device(dev), _thread_stream(dev):
+        _wait_for_arrivals()
         # A part on another device (chunk i of a job driving several GPUs is on device i % n)
         # is copied peer to peer on this stream; its task synchronised it when it ended.
         moved = [q.device.id != dev for q in parts]
@@ -448,6 +449,22 @@ def write_chunk_file_gpu(array_dir: str, j: int, parts: list[Any], chunk: int) -
         frames = encode(full)
         with open(os.path.join(array_dir, "c", str(j)), "wb") as f:
             f.write(frames.data)
+
+
+def _wait_for_arrivals() -> None:
+    """Wait until every copy queued so far on the current device's legacy default stream has
+    landed: that is where a part that came from another worker was copied in (distributed's
+    deserialisation: a ``cudaMemcpy`` from pageable memory, which returns once the bytes are
+    staged, before its DMA to the device has ended). This thread's stream and the encoder's
+    are non-blocking: they do not wait for the legacy stream, and read such a part too early.
+    Seen once on 4x H200 (a LocalCUDACluster job with --encode gpu: one input chunk's ~880
+    selected values written as zeros, every count right). A part made on this worker was
+    synchronised by its task; the wait then finds nothing queued."""
+    import cupy
+
+    landed = cupy.cuda.Event(disable_timing=True)
+    landed.record(cupy.cuda.Stream.null)
+    landed.synchronize()
 
 
 def peak_rss() -> int:

@@ -277,6 +277,47 @@ def test_cli_cuda_cluster_matches_numpy(tmp_path, decode, encode):
 
 
 @needs_nvcomp
+@pytest.mark.parametrize("parts", [1, 2])
+def test_gpu_write_waits_for_parts_made_on_the_default_stream(tmp_path, parts):
+    """Parts made by work still running on the legacy default stream (as a part that came
+    from another worker is, copied in by distributed's deserialisation, or sliced by a task
+    on its thread's default stream): the chunk written from them on the GPU holds their
+    final bytes. The writer's stream and the encoder's are non-blocking, so they must wait
+    for that stream first (4x H200, 2026-11-28: a LocalCUDACluster job wrote one input
+    chunk's selected values as zeros). Each part here is the end of 60 kernels over 2^26
+    elements queued on the default stream just before the write (milliseconds of work)."""
+    from numcodecs import Zstd
+
+    from dask_compact.batch.tasks import write_chunk_file_gpu
+
+    n = 2**26
+    (tmp_path / "values" / "c").mkdir(parents=True)
+    with cupy.cuda.Device(0):
+        src = cupy.arange(n, dtype=np.int32)
+        cupy.cuda.Stream.null.synchronize()
+        with cupy.cuda.Stream.null:
+            made = []
+            for k in range(parts):
+                m = src + k
+                for _ in range(30):
+                    m = m * 3 + 1  # int32 wraps, as NumPy's does
+                made.append(m)  # queued, not finished
+            cut = n // parts
+            pieces = [m[k * cut : (k + 1) * cut] for k, m in enumerate(made)]
+        write_chunk_file_gpu(str(tmp_path / "values"), 0, pieces, n)
+    got = np.frombuffer(Zstd().decode((tmp_path / "values" / "c" / "0").read_bytes()),
+                        dtype=np.int32)
+    want = []
+    for k in range(parts):
+        m = np.arange(n, dtype=np.int32) + np.int32(k)
+        for _ in range(30):
+            m = m * np.int32(3) + np.int32(1)
+        want.append(m[k * cut : (k + 1) * cut])
+    want = np.concatenate(want)
+    np.testing.assert_array_equal(got[: len(want)], want)
+
+
+@needs_nvcomp
 def test_corrupted_chunk_decoded_on_gpu_is_named(tmp_path):
     a = np.random.default_rng(4).random(100_000).astype(np.float32)
     path = make(tmp_path, a, (10_000,))
