@@ -54,10 +54,13 @@ def map_compact(
         Elementwise predicate. A callable (``lambda v: (v > 0.2) & (v < 0.3)``) is traced once
         into an expression that is compiled into the CPU loop or the GPU kernel; its literal
         constants are parameters, so a new threshold does not recompile. A callable that cannot
-        be traced (``np.isin``, Python ``if`` on the data) is evaluated per chunk as a mask.
-        A string is an expression in ``x`` (``"(x > 0.2) & (x < 0.3)"``), parsed against a
-        whitelist and never evaluated. Reductions (``v > v.mean()``) are refused: they would
-        reduce each chunk, not the array.
+        be traced (``np.isin``, Python ``if`` on the data) is evaluated per chunk as a mask;
+        on N-D input it may hold arrays that broadcast against the trailing axes, as in
+        NumPy's ``a[a < c]`` (``lambda v: v < np.array([0.2, 0.5, 0.8])`` on (n, 3) data,
+        evaluated on blocks of whole rows). A string is an expression in ``x``
+        (``"(x > 0.2) & (x < 0.3)"``), parsed against a whitelist and never evaluated.
+        Reductions (``v > v.mean()``) are refused: they would reduce each chunk, not the
+        array.
     output : {"values", "indices", "both"}
         ``"values"``: ``np.asarray(x)[pred(np.asarray(x))]``. ``"indices"``: int64 global flat
         indices, ``np.flatnonzero(pred(np.asarray(x)))``. ``"both"``: ``(values, indices)``
@@ -134,7 +137,19 @@ def map_compact(
     out_chunks = _check_chunks(chunks, lazy)
     p = as_predicate(pred)
     x = _native(x)
-    _check_predicate(p, x)
+    try:
+        _check_predicate(p, x)
+    except NotElementwise as flat:
+        refusal = _refused_by_rows(p, x, flat)
+        if refusal is not None:
+            raise refusal from None
+        # Per-column constants (``x < np.array([a, b, c])`` on (n, 3) data), which NumPy's
+        # ``a[a < c]`` and compact_array accept: the callable cannot see flattened chunks,
+        # so it makes the mask on blocks of whole rows, and the mask selects.
+        whole = x.rechunk({i: -1 for i in range(1, x.ndim)})
+        mask = whole.map_blocks(p.mask, dtype=bool,
+                                meta=meta_from_array(x._meta, ndim=x.ndim, dtype=bool))
+        return compact(whole, mask, output=output, lazy=lazy, chunks=chunks)
     x1 = _ravel(x)
     token = tokenize("map_compact", x1.name, p, output, stable, algorithm)
     # N-D rows of whole trailing axes: chunk i of x1 is block (i, 0, ...) of x, flattened
@@ -342,6 +357,30 @@ def _check_predicate(p: Predicate, x: da.Array) -> None:
         raise
     except Exception as e:  # noqa: BLE001 - it may fail on made-up values only; the tasks tell
         logger.debug("predicate %s failed on a sample chunk: %r", p.source, e)
+
+
+def _refused_by_rows(p: Predicate, x: da.Array, flat: NotElementwise
+                     ) -> NotElementwise | None:
+    """None where the mask-path callable ``p``, refused on flat chunks (``flat``: an array it
+    holds does not broadcast against them), works on blocks of whole rows of the N-D ``x``
+    (an empty block and a small sample of rows, the slice check included); else what to
+    raise: ``flat`` where rows do not apply, or why rows are refused (an array aligned with
+    the whole input, a statistic of the block), which names the shape the caller knows."""
+    if x.ndim < 2 or p.path == "fused" or not math.prod(x.shape[1:]):
+        return flat
+    row = math.prod(x.shape[1:])
+    empty = meta_from_array(x._meta, ndim=1, dtype=x.dtype)[:0].reshape(0, *x.shape[1:])
+    sample = _sample(empty, x.dtype, n=row * max(2, 64 // row)).reshape(-1, *x.shape[1:])
+    try:
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            p.mask(empty)
+            p.mask(sample)
+    except NotElementwise as rows:
+        return rows
+    except Exception as e:  # noqa: BLE001 -- it may fail on made-up values only; the tasks tell
+        logger.debug("predicate %s failed on a sample of rows: %r", p.source, e)
+    return None
 
 
 def _sample(like: Any, dtype: np.dtype, n: int = 64) -> Any:

@@ -92,6 +92,42 @@ def test_an_array_the_shape_of_the_input_in_a_predicate_is_refused_clearly():
                                   b[b > per_column])
 
 
+@pytest.mark.parametrize("shape,chunks,const", [
+    ((1001, 3), (97, 3), np.array([0.2, 0.5, 0.8])),  # blocks of whole rows
+    ((1001, 3), (97, 2), np.array([0.2, 0.5, 0.8])),  # trailing axis split: rows made whole
+    ((257, 2, 3), (31, 1, 3), np.array([[0.1, 0.5, 0.9], [0.9, 0.5, 0.1]])),
+    ((257, 2, 3), (64, 2, 3), np.array([0.3, 0.6, 0.9])),
+])
+@pytest.mark.parametrize("output", ["values", "indices", "both"])
+def test_per_column_constants_on_nd_input_select_as_numpy(shape, chunks, const, output):
+    """``x < c`` with ``c`` broadcasting against the trailing axes, as NumPy's ``a[a < c]``
+    (and compact_array) allow: map_compact evaluates the callable on blocks of whole rows;
+    known chunk sizes, the elements in C order, lazy and rebalanced results alike."""
+    a = np.random.default_rng(len(shape) + chunks[-1]).random(shape)
+    x = da.from_array(a, chunks=chunks)
+    m = a < const
+    want = {"values": (a[m],), "indices": (np.flatnonzero(m),),
+            "both": (a[m], np.flatnonzero(m))}[output]
+    for kw in ({}, {"lazy": True}, {"chunks": 100}):
+        got = x.map_compact(lambda v: v < const, output=output, **kw)
+        got = got if isinstance(got, tuple) else (got,)
+        for g, w in zip(got, want):
+            if not kw.get("lazy"):
+                assert not any(np.isnan(g.chunks[0]))
+            np.testing.assert_array_equal(g.compute(), w)
+
+
+def test_an_array_aligned_with_nd_input_is_still_refused():
+    """Only constants that broadcast against blocks of whole rows are taken: one of the
+    whole input's shape, or a statistic of a block, is refused as before."""
+    a = np.random.default_rng(3).random((200, 3))
+    x = da.from_array(a, chunks=(50, 3))
+    with pytest.raises(ValueError, match="at a time"):
+        x.map_compact(lambda v: v < a)
+    with pytest.raises(ValueError, match="not elementwise"):
+        x.map_compact(lambda v: v.astype(float) > v.astype(float).mean() + np.zeros(3))
+
+
 def test_mask_path_slice_check_catches_what_the_tracer_cannot_see():
     """v.astype(...) is untraceable, so what follows it runs unseen: the slice check of every
     mask-path evaluation refuses a statistic of the chunk."""
