@@ -153,6 +153,24 @@ def test_compact_runs_one_output_per_run(output: str, algorithm: str, stable: bo
             np.testing.assert_array_equal(p, w)
 
 
+@pytest.mark.parametrize("chunks", [(1000, 3), (999, 2)])
+def test_per_column_constants_on_cupy_rows(chunks) -> None:
+    """N-D CuPy chunks and a callable holding a CuPy array that broadcasts against the
+    trailing axis: evaluated on blocks of whole rows, CuPy results with known chunks, equal
+    to NumPy's a[a < c]."""
+    a = np.random.default_rng(4).random((10_007, 3))
+    c = np.array([0.2, 0.5, 0.8])
+    x = da.from_array(a, chunks=chunks).map_blocks(cupy.asarray)
+    cc = cupy.asarray(c)
+    with dask.config.set(scheduler="threads"):
+        v, i = x.map_compact(lambda q: q < cc, output="both")
+        assert isinstance(v._meta, cupy.ndarray) and not any(np.isnan(v.chunks[0]))
+        got_v, got_i = v.compute(), i.compute()
+    assert isinstance(got_v, cupy.ndarray)
+    np.testing.assert_array_equal(cupy.asnumpy(got_v), a[a < c])
+    np.testing.assert_array_equal(cupy.asnumpy(got_i), np.flatnonzero(a < c))
+
+
 def _in_turn(client, a: np.ndarray, step: int):
     """``a`` as persisted CuPy blocks of ``step`` rows (whole trailing axes), block k on
     worker k mod 2 (loosely: a lost block is remade elsewhere)."""
