@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import uuid
 import weakref
+from collections import Counter
 from typing import Any
 
 from .cache import BoundedCache
@@ -72,9 +73,7 @@ def warn_if_uneven(holders: list, nthreads: dict) -> None:
     held = [h for h in holders if h is not None]
     if len(nthreads) < 2 or not total or len(held) < 2 * len(nthreads):
         return
-    counts: dict[str, int] = {}
-    for h in held:
-        counts[h] = counts.get(h, 0) + 1
+    counts = Counter(held)
     worker, most = max(counts.items(), key=lambda kv: kv[1] / nthreads.get(kv[0], 1))
     share = len(held) * nthreads.get(worker, 1) / total
     if most < 2 * share:
