@@ -97,3 +97,47 @@ def test_ring_pieces_are_smaller_where_one_process_drives_several_devices():
     assert staging.piece_bytes(1) == staging.PIECE_BYTES == 32 << 20
     assert staging.piece_bytes(2) == staging.piece_bytes(4) == staging.SHARED_PIECE_BYTES
     assert staging.SHARED_PIECE_BYTES == 8 << 20
+
+
+def test_a_ring_registers_the_memory_faulted_in_ahead(fake_cupy, monkeypatch):
+    """fault_in_ahead leaves each used device a slab of its ring's size, pages present; the
+    ring registers that slab in place (not fresh memory) and copies through it."""
+    registered = []
+    monkeypatch.setattr(staging, "register_in_place",
+                        lambda a: registered.append(a.ctypes.data) or a)
+    monkeypatch.setattr(staging, "pinned", lambda n: pytest.fail("fresh memory registered"))
+    monkeypatch.setattr(staging, "_rings", {})
+    monkeypatch.setattr(staging, "_spare", {})
+    fake_cupy_rt = sys.modules["cupy"].cuda.runtime
+    monkeypatch.setattr(fake_cupy_rt, "getDeviceCount", lambda: 2, raising=False)
+    monkeypatch.setattr(staging, "PIECES", 2)
+    monkeypatch.setattr(staging, "SHARED_PIECE_BYTES", 3 * 4096)
+
+    staging.fault_in_ahead(1, 2)  # a job of one chunk on a host of two devices
+    assert list(staging._spare) == [0]
+    slab = staging._spare[0]
+    assert slab.nbytes == 2 * 3 * 4096 and not slab.any()
+    staging.fault_in_ahead(1, 2)  # asked again: nothing more
+    assert list(staging._spare) == [0] and staging._spare[0] is slab
+
+    ring = staging.ring(0)
+    assert registered == [slab.ctypes.data] and not staging._spare
+    assert ring.piece_bytes == 3 * 4096 and ring.register_s >= 0
+    a = np.arange(5000, dtype=np.float64)
+    d = _DeviceArray(a.nbytes)
+    ring.to_device(d, a, types.SimpleNamespace(ptr=0, synchronize=lambda: None))
+    np.testing.assert_array_equal(d.host.view(np.float64), a)
+    staging.fault_in_ahead(2, 2)  # device 0 has its ring: only device 1's slab is made
+    assert list(staging._spare) == [1]
+
+
+def test_memory_faulted_in_ahead_is_zeroed_and_aligned_to_huge_pages():
+    from dask_compact.batch.host_buffers import HUGE_PAGE, faulted_in
+
+    for n in (1, 4096, 3 * 2**20 + 5):
+        a = faulted_in(n)
+        assert a.dtype == np.uint8 and a.nbytes == n and a.flags.c_contiguous
+        assert not a.any()
+        if sys.platform == "linux":
+            assert a.ctypes.data % HUGE_PAGE == 0
+        a[-1] = 7  # writable
