@@ -21,10 +21,9 @@ from dask_compact.batch import staging, warmup
 def fake(monkeypatch):
     """``done``: the steps, as (step, device) in the order they ended; ``contexts`` and
     ``kernels``: set for those steps to go on; ``devices``: how many there are; ``waiting``:
-    steps waiting for their gate; ``memory``: the rings' memory faulted in ahead, as
-    (devices used, devices visible), from a thread of its own."""
+    steps waiting for their gate."""
     state = types.SimpleNamespace(done=[], contexts=threading.Event(),
-                                  kernels=threading.Event(), devices=4, waiting=0, memory=[])
+                                  kernels=threading.Event(), devices=4, waiting=0)
     state.contexts.set()
     state.kernels.set()
     lock = threading.Lock()
@@ -60,12 +59,9 @@ def fake(monkeypatch):
     def ring(d):
         assert local.dev == d  # registered under the device's context
         state.done.append(("ring", d))
-        return types.SimpleNamespace(register_s=0.25)
 
     monkeypatch.setattr(warmup, "_prepare", prepare)
     monkeypatch.setattr(staging, "ring", ring)
-    monkeypatch.setattr(staging, "fault_in_ahead",
-                        lambda used, n: state.memory.append((used, n)))
     return state
 
 
@@ -87,10 +83,7 @@ def test_every_device_in_turn_when_the_chunks_are_not_known(fake):
     assert _steps(fake, "kernels") == [0, 1, 2, 3]
     assert [s for s, _ in fake.done if s != "context"] == ["kernels"] * 4 + ["ring"] * 4
     assert set(w.timeline()) == {"gpu_asked", "gpu_contexts", "gpu_backend", "gpu_kernels",
-                                 "gpu_rings", "gpu_rings_register_s"}
-    assert w.timeline()["gpu_rings_register_s"] == 1.0  # four rings of 0.25 s
-    _until(lambda: fake.memory)
-    assert fake.memory == [(4, 4)]  # the rings' memory of every device, faulted in ahead
+                                 "gpu_rings"}
 
 
 def test_kernels_are_built_while_the_contexts_are_made(fake):
@@ -124,8 +117,6 @@ def test_only_the_devices_the_job_uses_when_it_is_known_first(fake):
     assert w.devices == 2 and w.prepared
     assert _steps(fake, "context") == [0, 1]
     assert _steps(fake, "kernels") == [0, 1] and _steps(fake, "ring") == [0, 1]
-    _until(lambda: fake.memory)
-    assert fake.memory == [(2, 4)]  # only the used devices' ring memory
 
 
 def test_a_job_known_late_gets_kernels_where_it_runs(fake):
@@ -157,8 +148,6 @@ def test_a_warmup_closed_before_it_was_asked_builds_nothing(fake):
     w.close(timeout=30)
     assert not w.prepared
     assert [s for s, _ in fake.done] == ["context"] * 4
-    time.sleep(0.1)
-    assert fake.memory == []  # no job asked: no ring memory either
 
 
 def test_one_device_registers_no_ring(fake):
@@ -168,9 +157,6 @@ def test_one_device_registers_no_ring(fake):
     assert w.wait(timeout=30)
     assert w.prepared
     assert sorted(fake.done) == [("context", 0), ("kernels", 0)]
-    assert "gpu_rings_register_s" not in w.timeline()
-    time.sleep(0.1)
-    assert fake.memory == []
 
 
 def test_one_device_registers_its_ring_for_the_gpu_codec(fake):
@@ -179,5 +165,3 @@ def test_one_device_registers_its_ring_for_the_gpu_codec(fake):
     w.prepare("x < 0.5", np.dtype("float32"), "values", chunks=5)
     assert w.wait(timeout=30)
     assert sorted(fake.done) == [("context", 0), ("kernels", 0), ("ring", 0)]
-    _until(lambda: fake.memory)
-    assert fake.memory == [(1, 1)]

@@ -106,39 +106,6 @@ class _RegisteredArray:
             pass
 
 
-def register_in_place(a: np.ndarray) -> np.ndarray:
-    """``a`` (C-contiguous) page-locked in place, as a uint8 view of its bytes; unregistered
-    when the view and its views are garbage. Raises what CUDA raises."""
-    return np.asarray(_RegisteredArray(a))
-
-
-HUGE_PAGE = 2 * 2**20
-
-
-def faulted_in(nbytes: int) -> np.ndarray:
-    """A uint8 array of ``nbytes`` whose pages are present, for a registration made later.
-
-    Anonymous private memory aligned to 2 MiB and advised as transparent huge pages (where the
-    kernel has them, 64 faults for 128 MiB instead of 32768), then written once. Registering
-    present pages only pins them: with contexts on 4 H200s, 128 MiB registered in 26-35 ms
-    untouched, 7-10 ms after the write (which took 20 ms and can be done anywhere earlier;
-    2026-11-28_4xh200_pin_probe.txt)."""
-    import mmap
-
-    flags = getattr(mmap, "MAP_PRIVATE", 0) | getattr(mmap, "MAP_ANONYMOUS", 0)
-    if not flags or not hasattr(mmap, "MADV_HUGEPAGE"):
-        a = np.empty(nbytes, dtype=np.uint8)
-        a.fill(0)
-        return a
-    m = mmap.mmap(-1, nbytes + HUGE_PAGE, flags=flags)
-    raw = np.frombuffer(m, dtype=np.uint8)  # keeps the mapping open while any view lives
-    m.madvise(mmap.MADV_HUGEPAGE)
-    skip = -raw.ctypes.data % HUGE_PAGE
-    a = raw[skip : skip + nbytes]
-    a.fill(0)
-    return a
-
-
 def pin_in_place(a: np.ndarray) -> np.ndarray | None:
     """``a`` (C-contiguous, its memory already written) page-locked in place, as a view of
     the same shape and dtype; unregistered when the view and its views are garbage. It becomes
@@ -153,7 +120,7 @@ def pin_in_place(a: np.ndarray) -> np.ndarray | None:
     if a.nbytes == 0 or not a.flags.c_contiguous:
         return None
     try:
-        mem = register_in_place(a)
+        mem = np.asarray(_RegisteredArray(a))
     except Exception:  # noqa: BLE001 -- cudaErrorHostMemoryAlreadyRegistered and the like
         return None
     own = getattr(_local, "pinned", None)

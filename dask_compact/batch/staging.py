@@ -21,14 +21,13 @@ so one GPU keeps the per-thread buffers (:func:`staged_devices` decides).
 from __future__ import annotations
 
 import threading
-import time
 from collections import deque
 from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
-from .host_buffers import faulted_in, pinned, register_in_place
+from .host_buffers import pinned
 
 PIECE_BYTES = 32 * 2**20  # one piece: a CPU copy of ~4 ms, a DMA of ~1 ms
 # A process driving several devices: each registration is mapped into every device's context
@@ -44,8 +43,6 @@ PIECES = 16  # per device: up to 16 threads per device copy at once, each holdin
 _lock = threading.Lock()  # guards _making
 _making: dict[int, threading.Lock] = {}  # per device: one registration at a time, devices apart
 _rings: dict[int, StagingRing] = {}
-# per device: its ring's slab, faulted in ahead (fault_in_ahead) and not yet registered
-_spare: dict[int, np.ndarray] = {}
 
 
 def staged_devices(ndev: int) -> bool:
@@ -62,16 +59,10 @@ class StagingRing:
     """``pieces`` page-locked pieces of ``piece_bytes`` for copies to and from device
     ``device``; any number of threads may copy through it at once."""
 
-    def __init__(self, device: int, pieces: int = PIECES, piece_bytes: int = PIECE_BYTES,
-                 slab: np.ndarray | None = None):
-        """``slab``: uint8 host memory of ``pieces * piece_bytes`` to register in place (one
-        :func:`fault_in_ahead` made); None: fresh memory."""
+    def __init__(self, device: int, pieces: int = PIECES, piece_bytes: int = PIECE_BYTES):
         self.device = device
         self.piece_bytes = piece_bytes
-        t = time.perf_counter()
-        # one registration for all the pieces
-        self._slab = pinned(pieces * piece_bytes) if slab is None else register_in_place(slab)
-        self.register_s = time.perf_counter() - t  # the job's timeline reports it
+        self._slab = pinned(pieces * piece_bytes)  # one registration for all the pieces
         self._free: deque[int] = deque(range(pieces))
         self._events: list[Any] = [None] * pieces  # the last DMA out of / into each piece
         self._cond = threading.Condition()
@@ -150,39 +141,17 @@ def _bytes(a: np.ndarray, nbytes: int) -> np.ndarray:
     return a.reshape(-1).view(np.uint8)
 
 
-def _making_lock(device: int) -> threading.Lock:
-    with _lock:
-        return _making.setdefault(device, threading.Lock())
-
-
 def ring(device: int) -> StagingRing:
-    """Device ``device``'s ring, made (registered) on first use, in the slab
-    :func:`fault_in_ahead` left for it if there is one."""
+    """Device ``device``'s ring, made (registered) on first use."""
     r = _rings.get(device)
     if r is None:
-        with _making_lock(device):  # a slab registered: other devices' go on meanwhile
+        with _lock:
+            making = _making.setdefault(device, threading.Lock())
+        with making:  # a slab of PIECES pieces faulted in and registered: other devices' go on
             r = _rings.get(device)
             if r is None:
                 import cupy
 
                 ndev = cupy.cuda.runtime.getDeviceCount()
-                r = _rings[device] = StagingRing(device, PIECES, piece_bytes(ndev),
-                                                 _spare.pop(device, None))
+                r = _rings[device] = StagingRing(device, PIECES, piece_bytes(ndev))
     return r
-
-
-def fault_in_ahead(devices: int, ndev: int) -> None:
-    """Fault in the slabs of the rings of devices ``0 .. devices - 1`` (``ndev`` visible), to
-    be registered when the rings are made (:func:`ring`).
-
-    Why ahead: registering a fresh slab faults its pages in inside the driver, and a job's
-    first second is when its other threads fault in memory too (the early read decoding
-    into fresh chunks, the tasks' first buffers). On 4 H200s the four rings of 128 MiB,
-    made after the kernels, were ready 0.7-1.0 s after them, where alone they register in
-    0.1 s (batch-2026-11-27-4x_NVIDIA_H200-198822a.md, 2026-11-28_4xh200_pin_probe.txt); no
-    chunk reaches a GPU before its ring is ready. Needs no CUDA: the warm-up calls it from
-    a thread of its own while the contexts and kernels are made."""
-    for d in range(devices):
-        with _making_lock(d):
-            if d not in _rings and d not in _spare:
-                _spare[d] = faulted_in(PIECES * piece_bytes(ndev))

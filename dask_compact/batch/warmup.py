@@ -54,8 +54,6 @@ class GpuWarmup:
         # "kernels", "rings"), for the job's timeline
         self.ended: dict[str, float] = {}
         self._contexts_taken = 0  # devices whose context the runtime holds
-        # seconds the rings' registrations took in all (the timeline's gpu_rings_register_s)
-        self.rings_register_s: float | None = None
         self._request: tuple[str, np.dtype, str, int | None] | None = None
         self._asked = threading.Event()  # prepare() or close() was called
         self._stop = threading.Event()  # close() was called: start no further step
@@ -108,16 +106,12 @@ class GpuWarmup:
     def timeline(self) -> dict[str, float]:
         """When each step had ended on every device, in seconds since the process started
         (the job summary's timeline: ``gpu_asked``, ``gpu_contexts``, ``gpu_backend``,
-        ``gpu_kernels``, ``gpu_rings``), and the seconds the rings' registrations took
-        (``gpu_rings_register_s``)."""
+        ``gpu_kernels``, ``gpu_rings``)."""
         from .job import process_age
 
         age, now = process_age(), time.perf_counter()
         with self._lock:
-            marks = {f"gpu_{k}": age - (now - t) for k, t in self.ended.items()}
-        if self.rings_register_s is not None:
-            marks["gpu_rings_register_s"] = self.rings_register_s
-        return marks
+            return {f"gpu_{k}": age - (now - t) for k, t in self.ended.items()}
 
     def _contexts(self, n: int) -> int:
         """How many of the ``n`` devices get a context: those the job uses, if it is known;
@@ -135,12 +129,6 @@ class GpuWarmup:
             import cupy
 
             n = cupy.cuda.runtime.getDeviceCount()  # CUDA's start, if the driver's is not done
-            from . import staging
-
-            if staging.staged_devices(n) or self._rings:
-                # the rings' memory, faulted in while the contexts and kernels are made
-                threading.Thread(target=self._fault_in_rings, args=(n,), daemon=True,
-                                 name="dask-compact-ring-memory").start()
             # The kernels beside the contexts: NVRTC needs no context (a module's load waits
             # for its device's), and the backend's import and the compile had begun only once
             # every context was made (on the H100 host the job's first piece waited for them:
@@ -190,26 +178,14 @@ class GpuWarmup:
             # kernels later (2.73-3.60 s against 1.48-2.36 s; other instances, one run each,
             # batch-2026-11-27-4x_NVIDIA_H200-2dc4575.md and -adbbac8.md): both go through
             # the driver.
-            register_s = 0.0
             for d in range(used):
                 if self._stop.is_set():
                     return
                 with cupy.cuda.Device(d):
-                    register_s += staging.ring(d).register_s  # its pieces, registered once
+                    staging.ring(d)  # the device's pinned pieces, registered once
             self._end("rings")
-            self.rings_register_s = register_s
         except Exception:  # noqa: BLE001 -- the first chunk meets and reports it
             return
-
-    def _fault_in_rings(self, n: int) -> None:
-        """The memory of the rings of the devices the job uses (see .staging.fault_in_ahead),
-        once the job has said how many."""
-        from . import staging
-
-        self._asked.wait()
-        used = self._used(n)
-        if used and not self._stop.is_set():
-            staging.fault_in_ahead(used, n)
 
     def _used(self, n: int) -> int:
         """How many of the ``n`` devices the job that asked uses (0 if none asked)."""
