@@ -116,7 +116,8 @@ def read_compact(
     import cupy
 
     dev, ring = device_and_ring(i, device, decode)
-    with cupy.cuda.Device(dev), _thread_stream(dev):
+    # this chunk's copies through a ring wait for its pieces in the input's order
+    with cupy.cuda.Device(dev), _thread_stream(dev), staging.in_order(r0):
         t0 = time.perf_counter()
         keep: Any = None  # host memory the copy to the device reads until the count is back
         early = early_read.take(reader, r0, r1) if decode == "gpu" else None
