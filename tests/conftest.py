@@ -12,6 +12,7 @@ import string
 import sys
 import tempfile
 import threading
+import time
 import warnings
 
 import numpy as np
@@ -328,6 +329,15 @@ def threshold_predicate(a: np.ndarray, p: float):
     if dtype.kind == "c":
         return lambda v: v.real < t
     return lambda v: v < t
+
+
+def until(cond, timeout: float = 20.0) -> None:
+    """Wait until ``cond()`` is true (a test's other threads make it so), failing after
+    ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "the condition never came"
+        time.sleep(0.002)
 
 
 def in_threads(work, n: int) -> None:

@@ -8,12 +8,11 @@ from __future__ import annotations
 import ctypes
 import sys
 import threading
-import time
 import types
 
 import numpy as np
 import pytest
-from conftest import in_threads
+from conftest import in_threads, until
 
 from dask_compact.batch import staging
 
@@ -103,13 +102,6 @@ def test_ring_pieces_are_smaller_where_one_process_drives_several_devices():
     assert staging.SHARED_PIECE_BYTES == 8 << 20
 
 
-def _until(cond):
-    deadline = time.monotonic() + 20
-    while not cond():
-        assert time.monotonic() < deadline
-        time.sleep(0.002)
-
-
 def test_waiting_threads_get_pieces_by_key_then_arrival(fake_cupy):
     """Copies back to the host first, then by key (the input position), unkeyed ones last;
     arrival order within a key. A piece handed over comes with its last DMA's event, which
@@ -129,7 +121,7 @@ def test_waiting_threads_get_pieces_by_key_then_arrival(fake_cupy):
     for n, key in enumerate(keys):
         threads.append(threading.Thread(target=copy, args=(n, key)))
         threads[-1].start()
-        _until(lambda n=n: len(ring._waiting) == n + 1)  # arrivals in this order
+        until(lambda n=n: len(ring._waiting) == n + 1)  # arrivals in this order
     ring._give(held, last_dma)
     for t in threads:
         t.join(20)
@@ -159,7 +151,7 @@ def test_copies_to_the_device_wait_in_the_order_of_their_input(fake_cupy):
     for n, pos in enumerate(positions):
         threads.append(threading.Thread(target=task, args=(pos,)))
         threads[-1].start()
-        _until(lambda n=n: len(ring._waiting) == n + 1)
+        until(lambda n=n: len(ring._waiting) == n + 1)
     ring._give(held, None)
     for t in threads:
         t.join(20)

@@ -8,11 +8,11 @@ from __future__ import annotations
 import contextlib
 import sys
 import threading
-import time
 import types
 
 import numpy as np
 import pytest
+from conftest import until
 
 from dask_compact.batch import staging, warmup
 
@@ -65,13 +65,6 @@ def fake(monkeypatch):
     return state
 
 
-def _until(cond):
-    deadline = time.monotonic() + 20
-    while not cond():
-        assert time.monotonic() < deadline
-        time.sleep(0.005)
-
-
 def test_every_device_in_turn_when_the_chunks_are_not_known(fake):
     w = warmup.GpuWarmup()
     w.prepare("x < 0.5", np.dtype("float32"), "values")
@@ -91,9 +84,9 @@ def test_kernels_are_built_while_the_contexts_are_made(fake):
     0's context held up, device 0's kernels are built all the same."""
     fake.contexts.clear()
     w = warmup.GpuWarmup()
-    _until(lambda: fake.waiting == 1)  # device 0's context under way
+    until(lambda: fake.waiting == 1)  # device 0's context under way
     w.prepare("x < 0.5", np.dtype("float32"), "values", chunks=1)
-    _until(lambda: ("kernels", 0) in fake.done)
+    until(lambda: ("kernels", 0) in fake.done)
     assert not any(s == "context" for s, _ in fake.done)
     fake.contexts.set()
     assert w.wait(timeout=30)
@@ -110,7 +103,7 @@ def test_only_the_devices_the_job_uses_when_it_is_known_first(fake):
     the contexts are made, nothing is made on the others."""
     fake.contexts.clear()
     w = warmup.GpuWarmup()
-    _until(lambda: fake.waiting == 1)  # device 0's context under way
+    until(lambda: fake.waiting == 1)  # device 0's context under way
     w.prepare("x < 0.5", np.dtype("float32"), "values", chunks=2)
     fake.contexts.set()
     assert w.wait(timeout=30)
@@ -121,7 +114,7 @@ def test_only_the_devices_the_job_uses_when_it_is_known_first(fake):
 
 def test_a_job_known_late_gets_kernels_where_it_runs(fake):
     w = warmup.GpuWarmup()
-    _until(lambda: w.devices == 4)
+    until(lambda: w.devices == 4)
     w.prepare("x < 0.5", np.dtype("float32"), "values", chunks=1)
     assert w.wait(timeout=30)
     assert w.prepared
@@ -133,7 +126,7 @@ def test_a_closed_warmup_starts_no_further_step(fake):
     fake.kernels.clear()
     w = warmup.GpuWarmup()
     w.prepare("x < 0.5", np.dtype("float32"), "values")
-    _until(lambda: ("context", 3) in fake.done and fake.waiting == 5)  # device 0's kernels
+    until(lambda: ("context", 3) in fake.done and fake.waiting == 5)  # device 0's kernels
     w.close(timeout=0.2)
     assert not w.wait(timeout=0)
     fake.kernels.set()
@@ -144,7 +137,7 @@ def test_a_closed_warmup_starts_no_further_step(fake):
 
 def test_a_warmup_closed_before_it_was_asked_builds_nothing(fake):
     w = warmup.GpuWarmup()
-    _until(lambda: w.devices == 4)
+    until(lambda: w.devices == 4)
     w.close(timeout=30)
     assert not w.prepared
     assert [s for s, _ in fake.done] == ["context"] * 4
