@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import ctypes
 import sys
-import threading
 import types
 
 import numpy as np
 import pytest
-from conftest import in_threads, until
+from conftest import in_threads
 
 from dask_compact.batch import staging
 
@@ -29,14 +28,12 @@ class _DeviceArray:
 class _Event:
     def __init__(self, **kwargs):
         self.recorded = False
-        self.waited = 0
 
     def record(self, stream):
         self.recorded = True
 
     def synchronize(self):
         assert self.recorded
-        self.waited += 1
 
 
 @pytest.fixture
@@ -100,61 +97,3 @@ def test_ring_pieces_are_smaller_where_one_process_drives_several_devices():
     assert staging.piece_bytes(1) == staging.PIECE_BYTES == 32 << 20
     assert staging.piece_bytes(2) == staging.piece_bytes(4) == staging.SHARED_PIECE_BYTES
     assert staging.SHARED_PIECE_BYTES == 8 << 20
-
-
-def test_waiting_threads_get_pieces_by_key_then_arrival(fake_cupy):
-    """Copies back to the host first, then by key (the input position), unkeyed ones last;
-    arrival order within a key. A piece handed over comes with its last DMA's event, which
-    the new holder waits for."""
-    ring = staging.StagingRing(0, pieces=1, piece_bytes=64)
-    held = ring._take(staging.UNKEYED)  # the only piece
-    keys = [5.0, staging.UNKEYED, 2.0, staging.TO_HOST, 9.0, 2.0, staging.TO_HOST]
-    got, threads = [], []
-    last_dma = _Event()
-    last_dma.record(None)
-
-    def copy(n, key):
-        piece = ring._take(key)
-        got.append(n)
-        ring._give(piece, None)
-
-    for n, key in enumerate(keys):
-        threads.append(threading.Thread(target=copy, args=(n, key)))
-        threads[-1].start()
-        until(lambda n=n: len(ring._waiting) == n + 1)  # arrivals in this order
-    ring._give(held, last_dma)
-    for t in threads:
-        t.join(20)
-    assert got == [3, 6, 2, 5, 0, 4, 1]
-    assert last_dma.waited == 1  # the first holder after the hand-over waited for the DMA
-    assert list(ring._free) == [0] and not ring._waiting
-
-
-def test_copies_to_the_device_wait_in_the_order_of_their_input(fake_cupy):
-    """Chunk tasks started together copy through a device's ring in the input's order, not
-    in the order they asked: the chunk at row 0 first, whatever thread it runs on."""
-    ring = staging.StagingRing(0, pieces=1, piece_bytes=4096)
-    stream = types.SimpleNamespace(ptr=0, synchronize=lambda: None)
-    held = ring._take(staging.UNKEYED)
-    done = []
-
-    def task(position):
-        a = np.full(100 + position, position % 251, np.uint8)  # its size names it
-        d = _DeviceArray(a.nbytes)
-        with staging.in_order(position):
-            ring.to_device(d, a, stream)
-        assert (d.host == position % 251).all()
-        done.append(position)
-
-    positions = [3000, 17, 999, 0, 250]
-    threads = []
-    for n, pos in enumerate(positions):
-        threads.append(threading.Thread(target=task, args=(pos,)))
-        threads[-1].start()
-        until(lambda n=n: len(ring._waiting) == n + 1)
-    ring._give(held, None)
-    for t in threads:
-        t.join(20)
-    assert fake_cupy == [100 + p for p in sorted(positions)]  # the copies, in input order
-    assert sorted(done) == sorted(positions)
-    assert getattr(staging._order, "key", staging.UNKEYED) == staging.UNKEYED  # restored

@@ -16,7 +16,6 @@ from typing import Any
 
 import numpy as np
 
-from . import staging
 from .host_buffers import piece_alloc, thread_field
 from .reader import Reader, ZarrChunkFiles
 from .tasks import ChunkError, _held, _read, _read_into, _thread_stream, _to_host, device_and_ring
@@ -155,8 +154,7 @@ def _on_gpu(blocks: dict[str, Any], p: Any, indices: bool, base: int,
     from ..dispatch import compact_records
 
     keep = [*written, *([INDICES] if indices else [])]
-    # the block's copies through a ring wait for its pieces in the input's order
-    with cupy.cuda.Device(dev), _thread_stream(dev), staging.in_order(int(base)):
+    with cupy.cuda.Device(dev), _thread_stream(dev):
         stream = cupy.cuda.get_current_stream()
         on_dev = {}
         for name, b in blocks.items():

@@ -20,13 +20,9 @@ so one GPU keeps the per-thread buffers (:func:`staged_devices` decides).
 
 from __future__ import annotations
 
-import heapq
-import itertools
-import math
 import threading
 from collections import deque
 from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -61,56 +57,31 @@ def piece_bytes(ndev: int) -> int:
 
 class StagingRing:
     """``pieces`` page-locked pieces of ``piece_bytes`` for copies to and from device
-    ``device``; any number of threads may copy through it at once.
-
-    Threads waiting for a piece get one in the order of their copy's key, not of their
-    arrival: copies back to the host first (a writer's output, which ends the job and frees
-    memory), then copies to the device by the input position of their chunk
-    (:func:`in_order`), then unkeyed ones, in arrival order within a key. A job of a GPU per
-    chunk position starts many more chunk tasks than the rings have pieces; taken in arrival
-    order, their copies advanced together and ended together, so nvCOMP's decoder got the
-    input in two large batches of random chunks per device, the output's prefix (the
-    exclusive scan, :mod:`.stream`) filled only with the last one, and the devices encoded
-    most of the output after the last chunk was compacted (4x H200, 32 GiB: the encoders
-    busy for 0.7-1.0 s after the input's last piece; traced in
-    2026-11-28_4xh200_4da6bd5_batch_trace.md)."""
+    ``device``; any number of threads may copy through it at once."""
 
     def __init__(self, device: int, pieces: int = PIECES, piece_bytes: int = PIECE_BYTES):
         self.device = device
         self.piece_bytes = piece_bytes
         self._slab = pinned(pieces * piece_bytes)  # one registration for all the pieces
         self._free: deque[int] = deque(range(pieces))
-        self._events: list[Any] = [None] * pieces  # the last DMA out of / into each free piece
-        self._lock = threading.Lock()
-        # (key, arrival, waiter): the threads waiting for a piece, the smallest key first
-        self._waiting: list[tuple[float, int, _Waiter]] = []
-        self._arrivals = itertools.count()
+        self._events: list[Any] = [None] * pieces  # the last DMA out of / into each piece
+        self._cond = threading.Condition()
 
-    def _take(self, key: float) -> int:
-        with self._lock:
-            if self._free and not self._waiting:
-                k = self._free.popleft()
-                event, self._events[k] = self._events[k], None
-                waiter = None
-            else:
-                waiter = _Waiter()
-                heapq.heappush(self._waiting, (key, next(self._arrivals), waiter))
-        if waiter is not None:
-            waiter.handed.wait()  # _give hands this thread a piece and its last DMA
-            k, event = waiter.piece, waiter.event
+    def _take(self) -> int:
+        with self._cond:
+            while not self._free:
+                self._cond.wait()
+            k = self._free.popleft()
+            event, self._events[k] = self._events[k], None
         if event is not None:
             event.synchronize()  # the piece's last DMA has read it
         return k
 
     def _give(self, k: int, event: Any) -> None:
-        with self._lock:
-            if self._waiting:
-                waiter = heapq.heappop(self._waiting)[2]
-                waiter.piece, waiter.event = k, event
-                waiter.handed.set()
-            else:
-                self._events[k] = event
-                self._free.append(k)
+        with self._cond:
+            self._events[k] = event
+            self._free.append(k)
+            self._cond.notify()
 
     def _spans(self, nbytes: int) -> Iterator[tuple[int, int]]:
         """(offset, bytes) of each piece-sized span of ``nbytes``."""
@@ -127,9 +98,8 @@ class StagingRing:
 
         rt = cupy.cuda.runtime
         data = _bytes(src, dst.nbytes)
-        key = getattr(_order, "key", UNKEYED)
         for off, n in self._spans(data.nbytes):
-            k = self._take(key)
+            k = self._take()
             event = None
             try:
                 piece = self._piece(k, n)
@@ -151,7 +121,7 @@ class StagingRing:
         rt = cupy.cuda.runtime
         data = _bytes(out, src.nbytes)
         for off, n in self._spans(data.nbytes):
-            k = self._take(TO_HOST)
+            k = self._take()
             try:
                 piece = self._piece(k, n)
                 rt.memcpyAsync(piece.ctypes.data, src.data.ptr + off, n,
@@ -160,35 +130,6 @@ class StagingRing:
                 np.copyto(data[off : off + n], piece)
             finally:
                 self._give(k, None)
-
-
-class _Waiter:
-    """A thread waiting for a piece: :meth:`StagingRing._give` hands it one."""
-
-    __slots__ = ("handed", "piece", "event")
-
-    def __init__(self) -> None:
-        self.handed = threading.Event()
-        self.piece = -1
-        self.event: Any = None
-
-
-# The keys of waiting copies (StagingRing): smaller goes first
-TO_HOST = -1.0  # a copy back to the host
-UNKEYED = math.inf  # a copy to the device outside in_order
-_order = threading.local()
-
-
-@contextmanager
-def in_order(position: int) -> Iterator[None]:
-    """Copies to a device made by this thread within the block wait for a ring's piece in the
-    order of ``position`` (>= 0, e.g. the input chunk's first row) among other threads'."""
-    before = getattr(_order, "key", UNKEYED)
-    _order.key = float(position)
-    try:
-        yield
-    finally:
-        _order.key = before
 
 
 def _bytes(a: np.ndarray, nbytes: int) -> np.ndarray:

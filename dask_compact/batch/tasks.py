@@ -116,8 +116,7 @@ def read_compact(
     import cupy
 
     dev, ring = device_and_ring(i, device, decode)
-    # this chunk's copies through a ring wait for its pieces in the input's order
-    with cupy.cuda.Device(dev), _thread_stream(dev), staging.in_order(r0):
+    with cupy.cuda.Device(dev), _thread_stream(dev):
         t0 = time.perf_counter()
         keep: Any = None  # host memory the copy to the device reads until the count is back
         early = early_read.take(reader, r0, r1) if decode == "gpu" else None
