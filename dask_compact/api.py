@@ -412,6 +412,10 @@ def _ravel(x: da.Array) -> da.Array:
             f"{x.ndim}-D input with unknown chunk sizes cannot be put in C order; call "
             "x.compute_chunk_sizes() first (or pass a 1-D array)"
         )
+    if any(0 in c for c in x.chunks):
+        # Dask's reshape accepts empty blocks but builds a graph that fails when computed
+        # ("cannot reshape array of size 0", e.g. chunks ((2, 0), (4,))): drop them first
+        x = x.rechunk(tuple(tuple(c for c in ax if c) for ax in x.chunks))
     try:
         return x.reshape(-1)
     except NotImplementedError:

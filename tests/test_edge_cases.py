@@ -154,3 +154,31 @@ def test_zero_d_input():
 
 def test_version_is_exported():
     assert isinstance(dask_compact.__version__, str)
+
+
+@pytest.mark.parametrize("shape,chunks", [
+    ((2, 4), ((2, 0), (4,))),
+    ((1, 1), ((1,), (0, 0, 1, 0, 0, 0))),
+    ((3, 4), ((0, 2, 0, 1), (0, 3, 1))),
+    ((3, 4, 2), ((1, 0, 2), (2, 0, 2), (0, 2))),
+])
+def test_nd_input_with_empty_chunks(shape, chunks):
+    """Empty blocks of an N-D input (Dask's reshape accepts them and builds a graph that
+    fails when computed): every call that flattens the input gives NumPy's answer."""
+    a = np.arange(np.prod(shape), dtype=np.float64).reshape(shape) * 1.5 - 2
+    x = da.from_array(a, chunks=chunks)
+    m = a > 0
+    for output, want in (("values", a[m]), ("indices", np.flatnonzero(m))):
+        np.testing.assert_array_equal(map_compact(x, "x > 0", output=output).compute(), want)
+        np.testing.assert_array_equal(
+            map_compact(x, "x > 0", output=output, lazy=True).compute(), want)
+    # the masks from NumPy: Dask's own ``x > 0`` over empty blocks computes a wrong shape
+    # (dask 2026.7.1: ((1,), (0, 0, 1, 0, 0, 0)) gives a (1, 6) result)
+    dm = da.from_array(m, chunks=chunks)
+    np.testing.assert_array_equal(compact(x, m).compute(), a[m])
+    np.testing.assert_array_equal(compact(x, dm).compute(), a[m])
+    np.testing.assert_array_equal(flatnonzero(dm).compute(), np.flatnonzero(m))
+    values, split = dask_compact.partition(x, "x > 0")
+    np.testing.assert_array_equal(values.compute(), np.concatenate([a[m], a[~m]]))
+    assert int(split) == m.sum()
+    np.testing.assert_array_equal(dask_compact.cumsum(x).compute(), np.cumsum(a))
