@@ -97,6 +97,8 @@ def test_an_array_the_shape_of_the_input_in_a_predicate_is_refused_clearly():
     ((1001, 3), (97, 2), np.array([0.2, 0.5, 0.8])),  # trailing axis split: rows made whole
     ((257, 2, 3), (31, 1, 3), np.array([[0.1, 0.5, 0.9], [0.9, 0.5, 0.1]])),
     ((257, 2, 3), (64, 2, 3), np.array([0.3, 0.6, 0.9])),
+    # over two trailing axes: an empty flat chunk broadcasts to a (5, 0) mask, not an error
+    ((203, 5, 3), (50, 5, 3), np.array([[0.5], [0.1], [0.9], [0.3], [0.6]])),
 ])
 @pytest.mark.parametrize("output", ["values", "indices", "both"])
 def test_per_column_constants_on_nd_input_select_as_numpy(shape, chunks, const, output):

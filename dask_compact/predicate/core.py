@@ -301,7 +301,10 @@ def check_mask(m: Any, a: Any, source: str, xp: Any = np) -> Any:
             f"{type(m).__name__}{'' if dt is None else ' of dtype ' + str(dt)}"
         )
     if m.shape != a.shape:
-        raise ValueError(
+        # NotElementwise (a ValueError): map_compact then tries the predicate on blocks of
+        # whole rows, where a constant that broadcasts over several trailing axes (shape
+        # (5, 1) against rows of (5, 3)) gives an empty flat chunk a mask of shape (5, 0)
+        raise NotElementwise(
             f"predicate {source} is not elementwise: it returned shape {m.shape} for a chunk of "
             f"shape {a.shape}; a predicate must give one boolean per element"
         )
