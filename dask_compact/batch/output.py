@@ -330,7 +330,8 @@ def check_overlap(src: _Input, target: Target) -> None:
         return
     a, b = os.path.realpath(src.local_path), os.path.realpath(target.path)
     if a == b or a.startswith(b + os.sep) or b.startswith(a + os.sep):
-        raise click.BadParameter("OUTPUT must not be INPUT or contain it", param_hint="OUTPUT")
+        raise click.BadParameter("OUTPUT must not be INPUT, lie inside it or contain it",
+                                 param_hint="OUTPUT")
 
 
 def marker(attrs: dict[str, Any]) -> Any:
