@@ -334,14 +334,17 @@ def _mask_block(block: Any, p: Predicate) -> Any:
     return p.mask(block)
 
 
-def _check_predicate(p: Predicate, x: da.Array) -> None:
+def _check_predicate(p: Predicate, x: da.Array, rows: bool = False) -> None:
     """Fail now, not inside every chunk task: type the fused tree (and its constants), or try
     the mask-path callable on an empty chunk and on a small sample of x's type and dtype, which
-    also runs the mask path's slice check (a callable that reduces its chunk is refused)."""
+    also runs the mask path's slice check (a callable that reduces its chunk is refused).
+    ``rows``: the chunks are blocks of whole rows of the N-D ``x``, not flat runs."""
     p.check(x.dtype)
     if p.path == "fused":
         return
-    empty = meta_from_array(x._meta, ndim=1, dtype=x.dtype)[:0]
+    row_shape = x.shape[1:] if rows else ()
+    row = math.prod(row_shape)
+    empty = meta_from_array(x._meta, ndim=1, dtype=x.dtype)[:0].reshape(0, *row_shape)
     try:
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # the mean of an empty chunk...
@@ -349,7 +352,7 @@ def _check_predicate(p: Predicate, x: da.Array) -> None:
     except Exception as e:
         e.add_note(f"dask_compact: the predicate {p.source} failed on an empty {x.dtype} chunk")
         raise
-    sample = _sample(empty, x.dtype)
+    sample = _sample(empty, x.dtype, n=row * max(2, 64 // row)).reshape(-1, *row_shape)
     try:
         with np.errstate(all="ignore"):
             p.mask(sample)
@@ -368,16 +371,10 @@ def _refused_by_rows(p: Predicate, x: da.Array, flat: NotElementwise
     the whole input, a statistic of the block), which names the shape the caller knows."""
     if x.ndim < 2 or p.path == "fused" or not math.prod(x.shape[1:]):
         return flat
-    row = math.prod(x.shape[1:])
-    empty = meta_from_array(x._meta, ndim=1, dtype=x.dtype)[:0].reshape(0, *x.shape[1:])
-    sample = _sample(empty, x.dtype, n=row * max(2, 64 // row)).reshape(-1, *x.shape[1:])
     try:
-        with np.errstate(all="ignore"), warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            p.mask(empty)
-            p.mask(sample)
-    except NotElementwise as rows:
-        return rows
+        _check_predicate(p, x, rows=True)
+    except NotElementwise as refused:
+        return refused
     except Exception as e:  # noqa: BLE001 -- it may fail on made-up values only; the tasks tell
         logger.debug("predicate %s failed on a sample of rows: %r", p.source, e)
     return None
