@@ -4,15 +4,22 @@
 //      by row), one ballot word per 32 rows, and every tile's count;
 //   2. dcx_tile_scan (count.cu, same module): the tile counts become exclusive tile prefixes
 //      and the total, which the host reads to allocate every output field at its exact length;
-//   3. the copy of every field's selected rows (and their global indices), from the ballot
-//      words alone, in two forms launched one after the other, each taking the spans (SPAN
-//      rows, whole tiles) the other leaves: a span with at least `dense_from` selected rows is
-//      copied by dcx_rec_scatter (one block per tile and field, each lane its own rows at tile
-//      prefix + warp offset + rank), a sparser one by dcx_rec_gather (one block per span: the
-//      selected rows listed in shared memory, then every field copied through the list by all
-//      the block's threads). The choice is per span, on the device, from the tile prefixes, so
-//      the sync-free call chooses as well as the sized one, and a selection dense in one part
-//      of the input and sparse in another gets each form where it is faster. Measured on the
+//   3. dcx_rec_spans (one block): the spans (SPAN rows, whole tiles) of the copy sorted into
+//      two work lists by their selected rows, from the tile prefixes; the sized call reads the
+//      lists' lengths with the total (its one sync) and launches each form on exactly its
+//      spans;
+//   4. the copy of every field's selected rows (and their global indices), from the ballot
+//      words alone, in two forms launched one after the other, each taking its list's spans:
+//      a span with at least `dense_from` selected rows is copied by dcx_rec_scatter (one block
+//      per tile and field, each lane its own rows at tile prefix + warp offset + rank), a
+//      sparser one by dcx_rec_gather (one block per span: the selected rows listed in shared
+//      memory, then every field copied through the list by all the block's threads). The
+//      choice is per span, on the device, so the sync-free call chooses as well as the sized
+//      one, and a selection dense in one part of the input and sparse in another gets each
+//      form where it is faster. Until 2026-11-29 both forms were launched over every span,
+//      each block testing its own: on one H200 at 2^28 rows of four float32 fields the
+//      scatter's blocks with nothing to copy took 0.35 ms at p = .05 (of a 1.8 ms call), the
+//      gather's 0.06 ms at p = .95. Measured on the
 //      H100 at 2^28 rows of four float32 fields: p = .05: scatter 1.8 ms, gather 1.1 ms; p =
 //      .5: 2.65 / 2.55 ms; p = .95: 3.2 / 3.7 ms (the list costs a serial walk of the set bits
 //      and shared memory that limits the resident blocks; with few rows per word the scatter's
@@ -127,7 +134,8 @@ __device__ __forceinline__ unsigned span_count(long long n, const unsigned long 
 }  // namespace dcx
 
 // Pass 1. A... : the functor's members (field pointers, then the predicate's constants), so a
-// new threshold reuses the compiled kernel. words: ceil(n / 32) words (rows past n are 0).
+// new threshold reuses the compiled kernel. words: ceil(n / 32) words (rows past n are 0);
+// counts: tiles + 3 entries (the tile counts, then the total and the two lists' lengths).
 template <class Pred, int BLOCK, int ITEMS, class... A>
 __global__ void __launch_bounds__(BLOCK)
 dcx_rec_flags(long long n, unsigned* __restrict__ words, unsigned long long* __restrict__ counts,
@@ -161,33 +169,86 @@ dcx_rec_flags(long long n, unsigned* __restrict__ words, unsigned long long* __r
   dcx::block_warp_offsets<unsigned, BLOCK / 32>(lane == 0, count, s_warp, woff, agg);
   if (threadIdx.x == 0) counts[tile] = agg;
   if (lane == 0) warp_offsets[tile * (BLOCK / 32) + warp] = woff;
+  // the lengths of the copy's work lists, which dcx_rec_spans accumulates (counts[tiles] is
+  // the total, written by dcx_tile_scan)
+  if (tile == 0 && threadIdx.x < 2) counts[gridDim.x + 1 + threadIdx.x] = 0;
 }
 
-// Pass 3, scatter form. Grid (tiles, columns + 1): blockIdx.y is the column (fields: nfields
+// Pass 3. The spans of the copy in two work lists: lists[0 .. d) the spans with at least
+// dense_from selected rows (dcx_rec_scatter's), lists[nspans .. nspans + s) those with fewer
+// but some (dcx_rec_gather's); d and s accumulate in counts[tiles + 1] and counts[tiles + 2]
+// (zeroed by dcx_rec_flags). One thread per span, one atomic per warp and list: the lists come
+// out in about the spans' order, which no result depends on (a span's rows land at its tile
+// prefixes). (One block walking every span in order took 0.1 ms at 2^28 rows on one H200.)
+template <int TILE, int SPAN>
+__global__ void dcx_rec_spans(long long n, unsigned long long* __restrict__ counts,
+                              unsigned dense_from, unsigned* __restrict__ lists) {
+  const long long tiles = (n + TILE - 1) / TILE;
+  const long long nspans = (n + SPAN - 1) / SPAN;
+  const long long s = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  const unsigned c = s < nspans ? dcx::span_count<TILE, SPAN>(n, counts, s) : 0u;
+  const bool dense = c != 0 && c >= dense_from, sparse = c != 0 && c < dense_from;
+  const unsigned dm = __ballot_sync(dcx::FULL_MASK, dense);
+  const unsigned sm = __ballot_sync(dcx::FULL_MASK, sparse);
+  unsigned long long dbase = 0, sbase = 0;
+  if (dcx::lane_id() == 0) {
+    if (dm) dbase = atomicAdd(&counts[tiles + 1], (unsigned long long)__popc(dm));
+    if (sm) sbase = atomicAdd(&counts[tiles + 2], (unsigned long long)__popc(sm));
+  }
+  dbase = __shfl_sync(dcx::FULL_MASK, dbase, 0);
+  sbase = __shfl_sync(dcx::FULL_MASK, sbase, 0);
+  const unsigned lt = dcx::lanemask_lt();
+  if (dense) lists[dbase + __popc(dm & lt)] = unsigned(s);
+  if (sparse) lists[nspans + sbase + __popc(sm & lt)] = unsigned(s);
+}
+
+namespace dcx {
+
+// The length of a work list: `known` where the host read it (the sized call, whose grid is
+// the list), else read here (the sync-free call, whose grid covers every span).
+__device__ __forceinline__ long long list_length(const unsigned long long* counts,
+                                                 long long tiles, int which, long long known) {
+  return known >= 0 ? known : (long long)counts[tiles + 1 + which];
+}
+
+}  // namespace dcx
+
+// Pass 4, scatter form. Grid (blocks, columns + 1): blockIdx.y is the column (fields: nfields
 // FieldCopy entries in device memory), and blockIdx.y == nfields writes the global int64 index
-// of every selected row into out_idx (when given). prefixes: the exclusive prefix of every tile
-// (dcx_tile_scan); warp_offsets: every warp segment's offset in its tile (pass 1). Warps are
-// independent (no barrier): a warp's loads (its words, its tile's prefix and its offset) go
-// out together, and one memory latency later its rows' loads. (With a block scan of the warp
-// counts first, two dependent loads and a barrier per block, the scatter took 2.3 ms for four
-// float32 columns of 2^28 rows at p = 0.05 on the H100, and 1.6 ms with each warp counting
-// the words of the warps before it instead; a warp walking several segments held more
-// registers than it saved latency: 127-255.)
+// of every selected row into out_idx (when given). Block x takes tile x of the dense spans'
+// tiles (lists[0 .. d), SPAN / TILE tiles each; blocks past them exit), or, with lists null
+// (the sized call knew that no span is sparse), tile x itself: the list's load before every
+// other one cost 0.2 ms at p = .95 (2^28 rows of four float32 fields, one H200). One tile a
+// block, no loop: walking several took 128 registers against 58 (half the resident blocks)
+// and 1.5x the time at p = .95. prefixes: the
+// exclusive prefix of every tile (dcx_tile_scan); warp_offsets: every warp segment's offset in
+// its tile (pass 1). Warps are independent (no barrier): a warp's loads (its words, its tile's
+// prefix and its offset) go out together, and one memory latency later its rows' loads. (With
+// a block scan of the warp counts first, two dependent loads and a barrier per block, the
+// scatter took 2.3 ms for four float32 columns of 2^28 rows at p = 0.05 on the H100, and 1.6
+// ms with each warp counting the words of the warps before it instead; a warp walking several
+// segments held more registers than it saved latency: 127-255.)
 template <int BLOCK, int ITEMS, int SPAN>
 __global__ void __launch_bounds__(BLOCK)
 dcx_rec_scatter(long long n, const unsigned* __restrict__ words,
                 const unsigned long long* __restrict__ prefixes,
                 const unsigned* __restrict__ warp_offsets, const dcx::FieldCopy* fields,
                 int nfields, long long* __restrict__ out_idx, long long index_base,
-                unsigned dense_from) {
-  const long long tile = blockIdx.x;
-  // read with the words below, tested with them: a test first would put one more memory
-  // latency before every block's loads
-  const unsigned span_selected =
-      dcx::span_count<BLOCK * ITEMS, SPAN>(n, prefixes, (tile * BLOCK * ITEMS) / SPAN);
+                const unsigned* __restrict__ lists, long long known) {
+  constexpr long long TILE = (long long)BLOCK * ITEMS;
+  constexpr long long PER = SPAN / TILE;  // tiles per span
+  static_assert(SPAN % TILE == 0, "a span is whole tiles");
+  const long long tiles = (n + TILE - 1) / TILE;
+  const long long i = blockIdx.x;
+  long long tile = i;
+  if (lists != nullptr) {
+    if (i >= dcx::list_length(prefixes, tiles, 0, known) * PER) return;
+    tile = (long long)lists[i / PER] * PER + i % PER;
+  }
+  if (tile >= tiles) return;  // the last span's tiles past n
   const int field = int(blockIdx.y);
   const int warp = int(threadIdx.x >> 5), lane = int(dcx::lane_id());
-  const long long seg = tile * (long long)(BLOCK * ITEMS) + (long long)warp * 32 * ITEMS;
+  const long long seg = tile * TILE + (long long)warp * 32 * ITEMS;
   const unsigned long long base = prefixes[tile] + warp_offsets[tile * (BLOCK / 32) + warp];
   unsigned w[ITEMS];
   unsigned any = 0;
@@ -196,8 +257,7 @@ dcx_rec_scatter(long long n, const unsigned* __restrict__ words,
     w[j] = (seg + (long long)j * 32 < n) ? words[(seg >> 5) + j] : 0u;
     any |= w[j];
   }
-  // a sparse span is dcx_rec_gather's; a segment with nothing selected has nothing to copy
-  if (span_selected < dense_from || __all_sync(dcx::FULL_MASK, any == 0u)) return;
+  if (__all_sync(dcx::FULL_MASK, any == 0u)) return;  // nothing selected in the segment
   if (field == nfields) {
     const unsigned lt = dcx::lanemask_lt();
     unsigned done = 0;
@@ -223,14 +283,13 @@ namespace dcx {
 // dense; R entries per thread are loaded before any is stored (the compiler cannot move a load
 // above a store through another pointer), so R loads per thread are in flight whatever the
 // density.
-template <class U, int BLOCK, bool ONE>
+template <class U, int BLOCK, int R, bool ONE>
 __device__ __forceinline__ void gather_column(const FieldCopy& f, const unsigned short* list,
                                               unsigned total, long long row0,
                                               unsigned long long base) {
   const long long stride = ONE ? 1 : f.stride;
   const U* __restrict__ src = reinterpret_cast<const U*>(f.src) + row0 * stride;
   U* __restrict__ dst = reinterpret_cast<U*>(f.dst) + (long long)base * stride;
-  constexpr int R = sizeof(U) >= 16 ? 4 : 8;  // within 64 registers at 256 threads
   for (unsigned k0 = threadIdx.x; k0 < total; k0 += BLOCK * R) {
     U v[R];
 #pragma unroll
@@ -248,28 +307,33 @@ __device__ __forceinline__ void gather_column(const FieldCopy& f, const unsigned
 
 }  // namespace dcx
 
-// Pass 3, list form. One block per span of BLOCK * WORDS * 32 rows (a whole number of flags
-// tiles, so the span's output starts at its first tile's prefix): every thread reads WORDS
-// ballot words, a block scan of their popcounts gives each word's place, the selected rows'
-// offsets in the span go to a shared-memory list (2 bytes each), and then every column (and the
-// indices) is copied through the list by all the block's threads (gather_column). The list is
-// built once for every column, and every thread has rows to copy at every density.
-template <int BLOCK, int WORDS, int TILE>
-__global__ void __launch_bounds__(BLOCK)
+// Pass 4, list form. Block x takes the sparse span lists[nspans + x] (blocks past the list
+// exit; a span is BLOCK * WORDS * 32 rows, a whole number of flags tiles, so its output starts
+// at its first tile's prefix): every thread reads WORDS ballot words, a block scan of their popcounts
+// gives each word's place, the selected rows' offsets in the span go to a shared-memory list (2
+// bytes each), and then every column (and the indices) is copied through the list by all the
+// block's threads (gather_column, R rows a thread in flight). The list is built once for every
+// column, and every thread has rows to copy at every density. MIN_BLOCKS: the resident blocks
+// per SM the registers must allow (a sparse span gives a thread one or two rows a column, so
+// the loads in flight come from the resident blocks, not from R).
+template <int BLOCK, int WORDS, int TILE, int MIN_BLOCKS, int R>
+__global__ void __launch_bounds__(BLOCK, MIN_BLOCKS)
 dcx_rec_gather(long long n, const unsigned* __restrict__ words,
                const unsigned long long* __restrict__ prefixes,
                const unsigned* __restrict__ warp_offsets, const dcx::FieldCopy* fields,
                int nfields, long long* __restrict__ out_idx, long long index_base,
-               unsigned dense_from) {
+               const unsigned* __restrict__ lists, long long known) {
   constexpr int SPAN = BLOCK * WORDS * 32;
   static_assert(SPAN % TILE == 0 && SPAN <= 65536, "a span is whole tiles, offsets in 16 bits");
   __shared__ unsigned short s_list[SPAN];
   __shared__ unsigned s_warp[BLOCK / 32];
-  // read with the words below, checked after them (one memory latency before the list, not two)
-  const unsigned selected = dcx::span_count<TILE, SPAN>(n, prefixes, blockIdx.x);
-  const long long row0 = (long long)blockIdx.x * SPAN;
+  const long long tiles = (n + TILE - 1) / TILE;
+  const long long nspans = (n + SPAN - 1) / SPAN;
+  const long long todo = dcx::list_length(prefixes, tiles, 1, known);
   const long long nwords = (n + 31) >> 5;
   const int first = int(threadIdx.x) * WORDS;  // the thread's first word in the span
+  if ((long long)blockIdx.x >= todo) return;
+  const long long row0 = (long long)lists[nspans + blockIdx.x] * SPAN;
   const long long w0 = (row0 >> 5) + first;
   const unsigned long long base = prefixes[row0 / TILE];
   unsigned w[WORDS];
@@ -279,8 +343,7 @@ dcx_rec_gather(long long n, const unsigned* __restrict__ words,
     w[j] = (w0 + j < nwords) ? words[w0 + j] : 0u;
     count += __popc(w[j]);
   }
-  if (selected == 0 || selected >= dense_from) return;  // empty, or dcx_rec_scatter's
-  unsigned total;  // == selected
+  unsigned total;  // the span's selected rows
   unsigned at = dcx::block_exclusive_scan<unsigned, BLOCK>(count, s_warp, total);
 #pragma unroll
   for (int j = 0; j < WORDS; ++j) {
@@ -295,7 +358,8 @@ dcx_rec_gather(long long n, const unsigned* __restrict__ words,
   for (int c = 0; c < nfields; ++c) {
     const dcx::FieldCopy f = fields[c];
     dcx::by_unit(f, [&](auto u, auto one) {
-      dcx::gather_column<decltype(u), BLOCK, decltype(one)::value>(f, s_list, total, row0, base);
+      dcx::gather_column<decltype(u), BLOCK, R, decltype(one)::value>(f, s_list, total, row0,
+                                                                     base);
     });
   }
 }

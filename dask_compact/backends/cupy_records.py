@@ -1,13 +1,14 @@
 """Compact a record (several aligned CuPy arrays, one device) by one predicate on the GPU.
 
-Four launches of ``kernels/records.cu`` and one host sync: the flags pass (the generated
+Five launches of ``kernels/records.cu`` and one host sync: the flags pass (the generated
 record functor reads the predicate's fields by row; one ballot word per 32 rows, a count per
-tile), the tile-count scan (exclusive tile prefixes and the total), the total read to allocate
-every output at its exact length, then the copy, which writes every field's selected rows (and
-their global indices) from the ballot words in two forms, each taking the spans of rows the
-other leaves: a list in shared memory where a span is sparse, a per-lane scatter where it is
-dense. Extra device memory: n/8 bytes of words, 8 bytes per tile of 4096 rows and 4 per warp
-segment of 512, and the field table.
+tile), the tile-count scan (exclusive tile prefixes and the total), the spans' sort into two
+work lists (sparse and dense spans of 8192 rows), the total and the lists' lengths read to
+allocate every output at its exact length, then the copy, which writes every field's selected
+rows (and their global indices) from the ballot words in two forms, each launched on its
+list's spans only: a list in shared memory where a span is sparse, a per-lane scatter where it
+is dense. Extra device memory: n/8 bytes of words, 8 bytes per tile of 4096 rows, 4 per warp
+segment of 512 and 8 per span of 8192, and the field table.
 
 A predicate with no exact device form (:class:`CodegenUnsupported`: complex transcendentals,
 ...), a constant that does not fit its dtype, or a callable the tracer could not record is
@@ -84,11 +85,13 @@ def _columns(src: dict[str, Any], out: dict[str, Any]) -> np.ndarray:
 
 
 class _Pass:
-    """Passes 1 and 2 queued on the current stream: the ballot words, the tile prefixes and,
-    in ``counts[tiles]``, the total; what the scatter needs, kept together (a capture keeps
-    it for the graph's life)."""
+    """Passes 1 to 3 queued on the current stream: the ballot words, the tile prefixes and,
+    in ``counts[tiles]``, the total, then (``spans``) the copy's two work lists, whose lengths
+    go to ``counts[tiles + 1]`` and ``[tiles + 2]``; what the copy needs, kept together (a
+    capture keeps it for the graph's life)."""
 
-    def __init__(self, fields: dict[str, Any], pred: Predicate, n: int) -> None:
+    def __init__(self, fields: dict[str, Any], pred: Predicate, n: int,
+                 spans: bool = True) -> None:  # fmt: skip
         import cupy
 
         read = {}
@@ -99,9 +102,12 @@ class _Pass:
         spec, args = _flags_launch(pred, read, n)
         self.n, self.spec, self.read, self.args = n, spec, read, args
         self.tiles = (n + spec.tile - 1) // spec.tile
-        self.counts = cupy.empty(self.tiles + 1, dtype=cupy.uint64)
+        self.nspans = (n + spec.span - 1) // spec.span
+        # the tile prefixes, the total and the lists' lengths
+        self.counts = cupy.empty(self.tiles + 3, dtype=cupy.uint64)
         self.words = cupy.empty((n + 31) // 32, dtype=cupy.uint32)
         self.warp_offsets = cupy.empty(self.tiles * (spec.block // 32), dtype=cupy.uint32)
+        self.lists = cupy.empty(2 * self.nspans if spans else 0, dtype=cupy.uint32)
         if n:  # no rows: no module to build
             self.module = compiled(spec)  # held: an evicted entry stays loaded while in use
             flags = self.module.kernel("flags")
@@ -110,19 +116,35 @@ class _Pass:
                   (np.int64(n), self.words, self.counts, self.warp_offsets, *args))
             scan((1,), (SCAN_BLOCK,), (self.counts, np.int64(self.tiles),
                                        self.counts[self.tiles:]))
+            if spans:
+                # read at the call: 0 sends every span to the scatter, above 1 none
+                dense_from = min(math.ceil(spec.span * tuning.REC_DENSE_FROM), spec.span + 1)
+                block = tuning.REC_SPANS_BLOCK
+                self.module.kernel("spans")(((self.nspans + block - 1) // block,), (block,), (
+                    np.int64(n), self.counts, np.uint32(dense_from), self.lists))
         else:
             self.counts.fill(0)
 
     @property
     def total(self) -> Any:
         """The selected count, on the device (a 1-element uint64 view)."""
-        return self.counts[self.tiles:]
+        return self.counts[self.tiles:self.tiles + 1]
+
+    def read_back(self) -> tuple[int, int, int]:
+        """The total and the lengths of the two work lists (dense spans, sparse spans): the
+        sized call's one host sync."""
+        if not self.n:
+            return 0, 0, 0
+        total, dense, sparse = (int(v) for v in self.counts[self.tiles:].get())
+        return total, dense, sparse
 
     def scatter(self, src: dict[str, Any], out: dict[str, Any], idx: Any, index_base: int,
-                stream: Any) -> list:
-        """Pass 3 into ``out`` (and ``idx``); returns what must live until it has run.
-        A span goes to the per-lane scatter from ``cupy_tuning.REC_DENSE_FROM`` of its rows
-        selected (read at the call: 0 sends every span there, above 1 none)."""
+                stream: Any, lengths: tuple[int, int] | None = None) -> list:
+        """Pass 4 into ``out`` (and ``idx``); returns what must live until it has run. A span
+        goes to the per-lane scatter from ``cupy_tuning.REC_DENSE_FROM`` of its rows selected.
+        ``lengths`` (dense spans, sparse spans, as read back) sizes each form's grid to its
+        list; without them (the sync-free call) each form's grid covers every span, and its
+        blocks past the list's length (read on the device) exit."""
         import cupy
 
         src = {name: cupy.ascontiguousarray(a) for name, a in src.items()}
@@ -130,16 +152,22 @@ class _Pass:
         if not self.n or (not len(table) and idx is None):
             return [src]
         d_table = _upload(table, stream)
-        dense_from = min(math.ceil(self.spec.span * tuning.REC_DENSE_FROM), self.spec.span + 1)
+        spec = self.spec
+        per = spec.span // spec.tile
+        dense, sparse = lengths if lengths is not None else (self.nspans, self.nspans)
+        known = lengths if lengths is not None else (-1, -1)
         args = (np.int64(self.n), self.words, self.counts, self.warp_offsets, d_table,
-                np.int32(len(table)), ptr_or_null(idx), np.int64(index_base),
-                np.uint32(dense_from))  # fmt: skip
-        # both forms, each copying the spans the other leaves (kernels/records.cu)
-        gather = self.module.kernel("gather")
-        gather(((self.n + self.spec.span - 1) // self.spec.span,), (self.spec.block,), args)
-        scatter = self.module.kernel("scatter")
-        grid = (self.tiles, len(table) + (1 if idx is not None else 0))  # tile x column
-        scatter(grid, (self.spec.block,), args)
+                np.int32(len(table)), ptr_or_null(idx), np.int64(index_base), self.lists)
+        # each form copies the spans of its list (kernels/records.cu)
+        if sparse:
+            self.module.kernel("gather")((sparse,), (spec.block,), (*args, np.int64(known[1])))
+        if dense:
+            columns = len(table) + (1 if idx is not None else 0)
+            grid, lists = (dense * per, columns), self.lists
+            if lengths is not None and not sparse:  # every span dense: no list to read
+                grid, lists = (self.tiles, columns), None
+            self.module.kernel("scatter")(grid, (spec.block,),
+                                          (*args[:-1], ptr_or_null(lists), np.int64(known[0])))
         return [src, d_table]
 
 
@@ -195,7 +223,7 @@ def compact_records(
     with cupy.cuda.Device(first.device.id):
         stream = cupy.cuda.get_current_stream()
         passes = _Pass(fields, pred, n)
-        total = int(passes.total.get()[0]) if n else 0  # the one host sync
+        total, dense, sparse = passes.read_back()  # the one host sync
         try:
             out = {name: output_empty(total, a.dtype, a.shape[1:])
                    for name, a in fields.items()}  # fmt: skip
@@ -213,7 +241,7 @@ def compact_records(
         if total:
             # what the scatter reads may be freed on return: CuPy's pool reuses a block only
             # for later work on its stream, and the table stays cached (or pinned until copied)
-            passes.scatter(fields, out, idx, index_base, stream)
+            passes.scatter(fields, out, idx, index_base, stream, (dense, sparse))
         if indices:
             out["indices"] = idx
         return out

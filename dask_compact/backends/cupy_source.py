@@ -17,6 +17,8 @@ from .cupy_tuning import (
     COPY_BLOCK,
     OUTPUT_CODES,
     REC_BLOCK,
+    REC_GATHER_LOADS,
+    REC_GATHER_MIN_BLOCKS,
     REC_GATHER_WORDS,
     REC_ITEMS,
     SCAN_BLOCK,
@@ -188,6 +190,8 @@ class RecordSpec:
     block: int = REC_BLOCK
     items: int = REC_ITEMS
     gather_words: int = REC_GATHER_WORDS
+    gather_min_blocks: int = REC_GATHER_MIN_BLOCKS
+    gather_loads: int = REC_GATHER_LOADS
 
     @property
     def span(self) -> int:
@@ -209,7 +213,9 @@ class RecordSpec:
             "flags": f"dcx_rec_flags<{pred}, {self.block}, {self.items}{args}>",
             "scan": f"dcx_tile_scan<{SCAN_BLOCK}, {SCAN_ITEMS}>",
             "scatter": f"dcx_rec_scatter<{self.block}, {self.items}, {self.span}>",
-            "gather": f"dcx_rec_gather<{self.block}, {self.gather_words}, {self.tile}>",
+            "gather": f"dcx_rec_gather<{self.block}, {self.gather_words}, {self.tile}, "
+                      f"{self.gather_min_blocks}, {self.gather_loads}>",
+            "spans": f"dcx_rec_spans<{self.tile}, {self.span}>",
             "split": f"dcx_rec_split<{self.block}, {self.items}>",
         }
 

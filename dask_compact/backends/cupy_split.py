@@ -84,7 +84,7 @@ def _indices_by_records(a: Any, pred: Predicate, output: str, values: Any, idx: 
     else:  # the mask path: the callable's mask is the one field the predicate reads
         fields = {"x": a, "m": cupy.ascontiguousarray(pred.mask(a, cupy))}
         rpred = record_predicate("m", ("x", "m"))
-    passes = _Pass(fields, rpred, a.size)
+    passes = _Pass(fields, rpred, a.size, spans=False)  # no copy: the split reads the words
     d_table = _upload(_columns({}, {}), cupy.cuda.get_current_stream())
     kernel = passes.module.kernel("split")
     kernel((passes.tiles, 1), (passes.spec.block,), (

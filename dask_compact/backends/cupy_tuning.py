@@ -19,7 +19,8 @@ __all__ = [
     "variant_for", "override_tuning", "resolve_algorithm", "SINGLE_PASS_VARIANTS",
     "EXACT_MODES", "TP_GROUP", "TP_BLOCK", "TP_SCAN_BLOCK", "TP_SCAN_ITEMS", "SCAN_BLOCK",
     "SCAN_ITEMS", "REC_BLOCK", "REC_ITEMS", "REC_GATHER_WORDS", "COPY_BLOCK", "COPY_MAX_GRID",
-    "REC_DENSE_FROM",
+    "REC_DENSE_FROM", "REC_SPANS_BLOCK", "REC_GATHER_MIN_BLOCKS",
+    "REC_GATHER_LOADS",
 ]  # fmt: skip
 
 ALGORITHMS = ("single-pass", "three-pass", "hybrid")
@@ -55,6 +56,12 @@ REC_ITEMS = 16
 # crossover near one half.
 REC_GATHER_WORDS = 1
 REC_DENSE_FROM = 0.5
+# The list form's resident blocks per SM (its register bound) and rows in flight per thread and
+# column: 2 and 8 (102 registers) until 2026-11-29.
+REC_GATHER_MIN_BLOCKS = 4
+REC_GATHER_LOADS = 4
+# dcx_rec_spans sorts the spans into the two forms' work lists, a thread per span.
+REC_SPANS_BLOCK = 256
 
 # Single-pass look-back schedules, the VARIANT of dcx_single_pass: "classic" (compact_tiles)
 # or "early" (compact_tiles_early: aggregate published as soon as a tile's loads arrive,

@@ -143,6 +143,33 @@ def test_mixed_density_takes_both_forms() -> None:
     check(compact_records(f, "keep", indices=True), f_np, mask, True)
 
 
+def test_into_takes_both_work_lists() -> None:
+    """The sync-free call cannot size the copy's grids by the two work lists (their lengths
+    stay on the device): each form's grid covers every span and reads its list's length. 49
+    spans of mixed density (both lists long), every row in order, in memory and into buffers."""
+    from dask_compact import compact_records_into
+    from dask_compact.backends import cupy_records
+    from dask_compact.records_check import check_record_predicate
+
+    n = 400_009
+    f_np = fields(n, 31)
+    rng = np.random.default_rng(32)
+    stretch = np.repeat(rng.random(n // 5_000 + 1), 5_000)[:n]
+    mask = rng.random(n) < stretch
+    f_np["keep"] = mask
+    f = {k: cupy.asarray(v) for k, v in f_np.items()}
+    total, dense, sparse = cupy_records._Pass(f, check_record_predicate("keep", f), n).read_back()
+    assert total == int(mask.sum()) and dense >= 5 and sparse >= 5, (dense, sparse)
+    check(compact_records(f, "keep", indices=True), f_np, mask, True)
+    out = {"pos": cupy.full((n, 3), -7, np.float32), "tag": cupy.zeros(n, np.uint8),
+           "vel": cupy.empty((n, 2)), "indices": cupy.full(n, -7, np.int64)}  # fmt: skip
+    k = int(compact_records_into(f, "keep", out).get()[0])
+    assert k == int(mask.sum())
+    for name in ("pos", "tag", "vel"):
+        np.testing.assert_array_equal(cupy.asnumpy(out[name][:k]), f_np[name][mask])
+    np.testing.assert_array_equal(cupy.asnumpy(out["indices"][:k]), np.flatnonzero(mask))
+
+
 @pytest.mark.usefixtures("big_device_memory")
 @pytest.mark.slow
 @pytest.mark.parametrize("dense_from", [0.0, 0.5], ids=["scatter-only", "default"])
