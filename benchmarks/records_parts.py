@@ -62,6 +62,16 @@ def parts(n: int, p: float, reps: int) -> dict[str, float]:
     pred = check_record_predicate(text, f)
     row["flags + tile scan + spans (internal)"] = ev(lambda i: cr._Pass(f, pred, n), 1)
     row["flags + tile scan (internal)"] = ev(lambda i: cr._Pass(f, pred, n, spans=False), 1)
+    passes = cr._Pass(f, pred, n, spans=False)
+    for block, items in FLAGS_VARIANTS:  # the flags kernel alone, by tile shape
+        spec_v = dataclasses.replace(passes.spec, block=block, items=items)
+        flags_v = compiled(spec_v).kernel("flags")
+        tiles = (n + spec_v.tile - 1) // spec_v.tile
+        counts = cupy.empty(tiles + 3, dtype=cupy.uint64)
+        offs = cupy.empty(tiles * (block // 32), dtype=cupy.uint32)
+        fa = (np.int64(n), passes.words, counts, offs, *passes.args)
+        row[f"flags kernel {block} x {items}"] = ev(
+            lambda i: flags_v((tiles,), (block,), fa), 1)
     outs = {kk: cupy.empty(k, dtype=np.float32) for kk in FIELDS}
     stream = cupy.cuda.get_current_stream()
     default = tuning.REC_DENSE_FROM
@@ -98,11 +108,48 @@ def parts(n: int, p: float, reps: int) -> dict[str, float]:
                     lambda i: gather_v(g_grid, (spec.block,), (*a, np.int64(sparse))), 1)
     tuning.REC_DENSE_FROM = default
     sync()
+    row.update(host_steps(f, pred, n, reps))
     return row
+
+
+def host_steps(f: dict, pred: Any, n: int, reps: int) -> dict[str, float]:
+    """The sized call's steps as compact_records runs them, each on the host clock (ms,
+    medians): queueing passes 1-3, the read-back (waits for them), allocating the outputs,
+    queueing the copy, and the wait for it."""
+    import time
+
+    from dask_compact.backends.cupy_device import output_empty
+
+    stream = cupy.cuda.get_current_stream()
+    steps: dict[str, list[float]] = {}
+    for r in range(reps + 2):
+        cupy.cuda.Device().synchronize()
+        t = [time.perf_counter()]
+        passes = cr._Pass(f, pred, n)
+        t.append(time.perf_counter())
+        total, dense, sparse = passes.read_back()
+        t.append(time.perf_counter())
+        out = {name: output_empty(total, a.dtype, a.shape[1:]) for name, a in f.items()}
+        t.append(time.perf_counter())
+        passes.scatter(f, out, None, 0, stream, (dense, sparse))
+        t.append(time.perf_counter())
+        stream.synchronize()
+        t.append(time.perf_counter())
+        if r >= 2:
+            for name, a, b in zip(HOST_STEPS, t, t[1:]):
+                steps.setdefault(name, []).append((b - a) * 1e3)
+        del out, passes
+    return {f"host: {k}": float(np.median(v)) for k, v in steps.items()}
+
+
+HOST_STEPS = ("queue passes 1-3", "read back (waits for them)", "allocate outputs",
+              "queue the copy", "wait for the copy")
 
 
 # (resident blocks per SM, rows in flight per thread) of the list form, timed beside the default
 GATHER_VARIANTS = ((2, 8), (4, 4), (4, 2))
+# (threads, rows a thread) of the flags kernel, timed alone
+FLAGS_VARIANTS = ((256, 16), (256, 8), (256, 32), (128, 32), (512, 16), (512, 8))
 
 
 def main() -> None:
