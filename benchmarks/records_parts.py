@@ -67,7 +67,7 @@ def parts(n: int, p: float, reps: int) -> dict[str, float]:
         spec_v = dataclasses.replace(passes.spec, block=block, items=items)
         flags_v = compiled(spec_v).kernel("flags")
         tiles = (n + spec_v.tile - 1) // spec_v.tile
-        counts = cupy.empty(tiles + 3, dtype=cupy.uint64)
+        counts = cupy.empty(2 * tiles + 3, dtype=cupy.uint64)  # room for the zeroed tail
         offs = cupy.empty(tiles * (block // 32), dtype=cupy.uint32)
         fa = (np.int64(n), passes.words, counts, offs, *passes.args)
         row[f"flags kernel {block} x {items}"] = ev(

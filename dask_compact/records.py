@@ -4,6 +4,8 @@ of a record: rays, particles, events) compacted by one predicate, on dask arrays
 
 from __future__ import annotations
 
+import functools
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -107,15 +109,18 @@ def compact_records_in_memory(
 ) -> dict[str, Any]:
     """The in-memory call: the backend of the fields' array type (dispatch.compact_records),
     using the machine's cores on the CPU."""
-    import os
-
     from .dispatch import compact_records as backend
 
     first = next(iter(fields.values()))
-    threads = min(4, os.cpu_count() or 1)
-    out = backend(first, fields, p, indices, stable, index_base, threads)
+    out = backend(first, fields, p, indices, stable, index_base, _threads())
     assert not indices or INDICES in out
     return out
+
+
+@functools.cache
+def _threads() -> int:
+    """The in-memory CPU call's gather threads (os.cpu_count() costs ~10 us a call)."""
+    return min(4, os.cpu_count() or 1)
 
 
 def compact_records_into(

@@ -25,3 +25,14 @@ __global__ void __launch_bounds__(BLOCK)
 dcx_tile_scan(unsigned long long* words, long long num_tiles, unsigned long long* d_count) {
   dcx::scan_tile_counts<BLOCK, ITEMS>(words, num_tiles, d_count);
 }
+
+// Several blocks: exclusive scan of the tile counts in place (words[t] becomes tile t's
+// exclusive prefix, *d_count the total), by decoupled look-back over `status` (one word per
+// BLOCK * ITEMS tiles, zeroed before the launch). The records' tile counts (records.cu).
+template <int BLOCK, int ITEMS>
+__global__ void __launch_bounds__(BLOCK)
+dcx_tile_scan_blocks(unsigned long long* words, long long num_tiles, unsigned long long* d_count,
+                     unsigned long long* status) {
+  dcx::scan_counts_lookback<unsigned long long, BLOCK, ITEMS>(words, num_tiles, words, status,
+                                                              d_count);
+}

@@ -2,8 +2,9 @@
 // record, compacted by one predicate over some of them. Three launches, one host sync:
 //   1. dcx_rec_flags: the predicate on the fields it reads (the generated functor loads them
 //      by row), one ballot word per 32 rows, and every tile's count;
-//   2. dcx_tile_scan (count.cu, same module): the tile counts become exclusive tile prefixes
-//      and the total, which the host reads to allocate every output field at its exact length;
+//   2. dcx_tile_scan_blocks (count.cu, same module): the tile counts become exclusive tile
+//      prefixes and the total, which the host reads to allocate every output field at its
+//      exact length;
 //   3. dcx_rec_spans (one block): the spans (SPAN rows, whole tiles) of the copy sorted into
 //      two work lists by their selected rows, from the tile prefixes; the sized call reads the
 //      lists' lengths with the total (its one sync) and launches each form on exactly its
@@ -135,8 +136,9 @@ __device__ __forceinline__ unsigned span_count(long long n, const unsigned long 
 
 // Pass 1. A... : the functor's members (field pointers, then the predicate's constants), so a
 // new threshold reuses the compiled kernel. words: ceil(n / 32) words (rows past n are 0);
-// counts: tiles + 3 entries (the tile counts, then the total and the two lists' lengths).
-template <class Pred, int BLOCK, int ITEMS, class... A>
+// counts: tiles + 3 + ceil(tiles / SCAN_TILE) entries (the tile counts, the total, the two
+// lists' lengths and the tile scan's status words).
+template <class Pred, int BLOCK, int ITEMS, int SCAN_TILE, class... A>
 __global__ void __launch_bounds__(BLOCK)
 dcx_rec_flags(long long n, unsigned* __restrict__ words, unsigned long long* __restrict__ counts,
               unsigned* __restrict__ warp_offsets, A... a) {
@@ -169,9 +171,14 @@ dcx_rec_flags(long long n, unsigned* __restrict__ words, unsigned long long* __r
   dcx::block_warp_offsets<unsigned, BLOCK / 32>(lane == 0, count, s_warp, woff, agg);
   if (threadIdx.x == 0) counts[tile] = agg;
   if (lane == 0) warp_offsets[tile * (BLOCK / 32) + warp] = woff;
-  // the lengths of the copy's work lists, which dcx_rec_spans accumulates (counts[tiles] is
-  // the total, written by dcx_tile_scan)
-  if (tile == 0 && threadIdx.x < 2) counts[gridDim.x + 1 + threadIdx.x] = 0;
+  // counts[tiles] is the total (dcx_tile_scan_blocks writes it); the words after it are the
+  // lengths of the copy's work lists, which dcx_rec_spans accumulates, and the status words
+  // of the scan's blocks (SCAN_TILE tiles each): zeroed here, for the next launches. In 32
+  // bits: in 64 (a count passed as an argument, or computed here) ptxas gave the kernel of a
+  // complex128 functor an 8-byte spill, which the compile test refuses.
+  const unsigned zeros = 2u + (gridDim.x + unsigned(SCAN_TILE) - 1u) / unsigned(SCAN_TILE);
+  const unsigned z = blockIdx.x * unsigned(BLOCK) + threadIdx.x;  // blocks past zeros: unused
+  if (blockIdx.x <= zeros / unsigned(BLOCK) && z < zeros) counts[gridDim.x + 1ull + z] = 0;
 }
 
 // Pass 3. The spans of the copy in two work lists: lists[0 .. d) the spans with at least
@@ -221,7 +228,7 @@ __device__ __forceinline__ long long list_length(const unsigned long long* count
 // other one cost 0.2 ms at p = .95 (2^28 rows of four float32 fields, one H200). One tile a
 // block, no loop: walking several took 128 registers against 58 (half the resident blocks)
 // and 1.5x the time at p = .95. prefixes: the
-// exclusive prefix of every tile (dcx_tile_scan); warp_offsets: every warp segment's offset in
+// exclusive prefix of every tile (dcx_tile_scan_blocks); warp_offsets: every warp segment's offset in
 // its tile (pass 1). Warps are independent (no barrier): a warp's loads (its words, its tile's
 // prefix and its offset) go out together, and one memory latency later its rows' loads. (With
 // a block scan of the warp counts first, two dependent loads and a barrier per block, the

@@ -61,36 +61,7 @@ __global__ void __launch_bounds__(BLOCK)
 dcx_tp_scan(const unsigned* __restrict__ counts, long long ngroups,
             unsigned long long* __restrict__ offsets, unsigned long long* status,
             unsigned long long* d_total) {
-  using namespace dcx;
-  constexpr long long TILE = (long long)BLOCK * ITEMS;
-  __shared__ unsigned long long s_warp[BLOCK / 32];
-  __shared__ unsigned long long s_prefix;
-  const long long tile = blockIdx.x;
-  const int warp = int(threadIdx.x >> 5), lane = int(lane_id());
-  const long long first = tile * TILE + (long long)threadIdx.x * ITEMS;  // blocked: consecutive
-  unsigned c[ITEMS];
-  unsigned long long mine = 0;
-#pragma unroll
-  for (int k = 0; k < ITEMS; ++k) {
-    c[k] = first + k < ngroups ? counts[first + k] : 0u;
-    mine += c[k];
-  }
-  // the thread sums' exclusive prefix in the block and the block's total
-  unsigned long long agg;
-  const unsigned long long exc = block_exclusive_scan<unsigned long long, BLOCK>(mine, s_warp, agg);
-  const LookbackPrefix policy{status, d_total};
-  if (threadIdx.x == 0) policy.publish_aggregate(tile, agg);
-  if (warp == 0) {
-    const unsigned long long p = policy.exclusive_prefix(tile, gridDim.x, agg);
-    if (lane == 0) s_prefix = p;
-  }
-  __syncthreads();
-  unsigned long long run = s_prefix + exc;
-#pragma unroll
-  for (int k = 0; k < ITEMS; ++k) {
-    if (first + k < ngroups) offsets[first + k] = run;
-    run += c[k];
-  }
+  dcx::scan_counts_lookback<unsigned, BLOCK, ITEMS>(counts, ngroups, offsets, status, d_total);
 }
 
 template <class T, int OUT, int BLOCK>

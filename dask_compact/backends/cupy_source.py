@@ -21,6 +21,8 @@ from .cupy_tuning import (
     REC_GATHER_MIN_BLOCKS,
     REC_GATHER_WORDS,
     REC_ITEMS,
+    REC_SCAN_BLOCK,
+    REC_SCAN_ITEMS,
     SCAN_BLOCK,
     SCAN_ITEMS,
     SINGLE_PASS_VARIANTS,
@@ -210,8 +212,9 @@ class RecordSpec:
         else:
             pred, args = "dcx::RecMaskPred", ", const bool*"
         return {
-            "flags": f"dcx_rec_flags<{pred}, {self.block}, {self.items}{args}>",
-            "scan": f"dcx_tile_scan<{SCAN_BLOCK}, {SCAN_ITEMS}>",
+            "flags": f"dcx_rec_flags<{pred}, {self.block}, {self.items}, "
+                     f"{REC_SCAN_BLOCK * REC_SCAN_ITEMS}{args}>",
+            "scan": f"dcx_tile_scan_blocks<{REC_SCAN_BLOCK}, {REC_SCAN_ITEMS}>",
             "scatter": f"dcx_rec_scatter<{self.block}, {self.items}, {self.span}>",
             "gather": f"dcx_rec_gather<{self.block}, {self.gather_words}, {self.tile}, "
                       f"{self.gather_min_blocks}, {self.gather_loads}>",

@@ -19,8 +19,8 @@ __all__ = [
     "variant_for", "override_tuning", "resolve_algorithm", "SINGLE_PASS_VARIANTS",
     "EXACT_MODES", "TP_GROUP", "TP_BLOCK", "TP_SCAN_BLOCK", "TP_SCAN_ITEMS", "SCAN_BLOCK",
     "SCAN_ITEMS", "REC_BLOCK", "REC_ITEMS", "REC_GATHER_WORDS", "COPY_BLOCK", "COPY_MAX_GRID",
-    "REC_DENSE_FROM", "REC_SPANS_BLOCK", "REC_GATHER_MIN_BLOCKS",
-    "REC_GATHER_LOADS",
+    "REC_DENSE_FROM", "REC_SPANS_BLOCK", "REC_SCAN_BLOCK", "REC_SCAN_ITEMS",
+    "REC_GATHER_MIN_BLOCKS", "REC_GATHER_LOADS",
 ]  # fmt: skip
 
 ALGORITHMS = ("single-pass", "three-pass", "hybrid")
@@ -62,6 +62,10 @@ REC_GATHER_MIN_BLOCKS = 4
 REC_GATHER_LOADS = 4
 # dcx_rec_spans sorts the spans into the two forms' work lists, a thread per span.
 REC_SPANS_BLOCK = 256
+# The records' tile scan (dcx_tile_scan_blocks): blocks of REC_SCAN_BLOCK threads x
+# REC_SCAN_ITEMS tile counts, joined by look-back (2048 tiles, 8 Mi rows, a block).
+REC_SCAN_BLOCK = 256
+REC_SCAN_ITEMS = 8
 
 # Single-pass look-back schedules, the VARIANT of dcx_single_pass: "classic" (compact_tiles)
 # or "early" (compact_tiles_early: aggregate published as soon as a tile's loads arrive,
