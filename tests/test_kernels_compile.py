@@ -348,6 +348,26 @@ def test_tuning_table_and_kernel_constants() -> None:
     assert tuning_for("single-pass", 4, cc="80") == before  # unmeasured: sm_90's entry
 
 
+def test_record_launch_constants_and_copy_unit() -> None:
+    """The records' flags kernel zeroes the tile scan's status words by its SCAN_TILE
+    template argument, by which the launch layer sizes the counts array and the scan's grid;
+    copy_unit is the widest of 16/8/4/2/1 bytes dividing the row and every address."""
+    from dask_compact.backends.cupy_records import copy_unit
+
+    names = RecordSpec(None).names()
+    block, items = cupy_tuning.REC_SCAN_BLOCK, cupy_tuning.REC_SCAN_ITEMS
+    assert names["flags"].split(", ")[3] == str(block * items)
+    assert names["scan"] == f"dcx_tile_scan_blocks<{block}, {items}>"
+    rng = np.random.default_rng(0)
+    for _ in range(3000):
+        row = int(rng.integers(1, 200))
+        addresses = [int(a) * int(rng.choice([1, 2, 4, 8, 16, 32]))
+                     for a in rng.integers(0, 2**40, int(rng.integers(0, 4)))]  # fmt: skip
+        want = max(u for u in (1, 2, 4, 8, 16)
+                   if row % u == 0 and all(a % u == 0 for a in addresses))  # fmt: skip
+        assert copy_unit(row, *addresses) == want, (row, addresses)
+
+
 def _scan_specs(algorithms: tuple[str, ...]) -> list:
     """Every scan module the launch layer can build for ``algorithms``: each input dtype the
     public calls take x each accumulator it may be scanned into (np.cumsum's choice and every
