@@ -1,14 +1,14 @@
 // Records (dask_compact.compact_records on CuPy): several aligned arrays, the fields of a
-// record, compacted by one predicate over some of them. Three launches, one host sync:
+// record, compacted by one predicate over some of them. Five launches, one host sync:
 //   1. dcx_rec_flags: the predicate on the fields it reads (the generated functor loads them
 //      by row), one ballot word per 32 rows, and every tile's count;
 //   2. dcx_tile_scan_blocks (count.cu, same module): the tile counts become exclusive tile
 //      prefixes and the total, which the host reads to allocate every output field at its
 //      exact length;
-//   3. dcx_rec_spans (one block): the spans (SPAN rows, whole tiles) of the copy sorted into
-//      two work lists by their selected rows, from the tile prefixes; the sized call reads the
-//      lists' lengths with the total (its one sync) and launches each form on exactly its
-//      spans;
+//   3. dcx_rec_spans (a thread per span): the spans (SPAN rows, whole tiles) of the copy
+//      sorted into two work lists by their selected rows, from the tile prefixes; the sized
+//      call reads the lists' lengths with the total (its one sync) and launches each form on
+//      exactly its spans;
 //   4. the copy of every field's selected rows (and their global indices), from the ballot
 //      words alone, in two forms launched one after the other, each taking its list's spans:
 //      a span with at least `dense_from` selected rows is copied by dcx_rec_scatter (one block
@@ -227,14 +227,14 @@ __device__ __forceinline__ long long list_length(const unsigned long long* count
 // (the sized call knew that no span is sparse), tile x itself: the list's load before every
 // other one cost 0.2 ms at p = .95 (2^28 rows of four float32 fields, one H200). One tile a
 // block, no loop: walking several took 128 registers against 58 (half the resident blocks)
-// and 1.5x the time at p = .95. prefixes: the
-// exclusive prefix of every tile (dcx_tile_scan_blocks); warp_offsets: every warp segment's offset in
-// its tile (pass 1). Warps are independent (no barrier): a warp's loads (its words, its tile's
-// prefix and its offset) go out together, and one memory latency later its rows' loads. (With
-// a block scan of the warp counts first, two dependent loads and a barrier per block, the
-// scatter took 2.3 ms for four float32 columns of 2^28 rows at p = 0.05 on the H100, and 1.6
-// ms with each warp counting the words of the warps before it instead; a warp walking several
-// segments held more registers than it saved latency: 127-255.)
+// and 1.5x the time at p = .95. prefixes: the exclusive prefix of every tile
+// (dcx_tile_scan_blocks); warp_offsets: every warp segment's offset in its tile (pass 1).
+// Warps are independent (no barrier): a warp's loads (its words, its tile's prefix and its
+// offset) go out together, and one memory latency later its rows' loads. (With a block scan
+// of the warp counts first, two dependent loads and a barrier per block, the scatter took 2.3
+// ms for four float32 columns of 2^28 rows at p = 0.05 on the H100, and 1.6 ms with each warp
+// counting the words of the warps before it instead; a warp walking several segments held
+// more registers than it saved latency: 127-255.)
 template <int BLOCK, int ITEMS, int SPAN>
 __global__ void __launch_bounds__(BLOCK)
 dcx_rec_scatter(long long n, const unsigned* __restrict__ words,
@@ -315,14 +315,15 @@ __device__ __forceinline__ void gather_column(const FieldCopy& f, const unsigned
 }  // namespace dcx
 
 // Pass 4, list form. Block x takes the sparse span lists[nspans + x] (blocks past the list
-// exit; a span is BLOCK * WORDS * 32 rows, a whole number of flags tiles, so its output starts
-// at its first tile's prefix): every thread reads WORDS ballot words, a block scan of their popcounts
-// gives each word's place, the selected rows' offsets in the span go to a shared-memory list (2
-// bytes each), and then every column (and the indices) is copied through the list by all the
-// block's threads (gather_column, R rows a thread in flight). The list is built once for every
-// column, and every thread has rows to copy at every density. MIN_BLOCKS: the resident blocks
-// per SM the registers must allow (a sparse span gives a thread one or two rows a column, so
-// the loads in flight come from the resident blocks, not from R).
+// exit; a span is BLOCK * WORDS * 32 rows, a whole number of flags tiles, so its output
+// starts at its first tile's prefix): every thread reads WORDS ballot words, a block scan of
+// their popcounts gives each word's place, the selected rows' offsets in the span go to a
+// shared-memory list (2 bytes each), and then every column (and the indices) is copied
+// through the list by all the block's threads (gather_column, R rows a thread in flight). The
+// list is built once for every column, and every thread has rows to copy at every density.
+// MIN_BLOCKS: the resident blocks per SM the registers must allow (a sparse span gives a
+// thread one or two rows a column, so the loads in flight come from the resident blocks, not
+// from R).
 template <int BLOCK, int WORDS, int TILE, int MIN_BLOCKS, int R>
 __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS)
 dcx_rec_gather(long long n, const unsigned* __restrict__ words,
