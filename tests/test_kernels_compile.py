@@ -354,10 +354,16 @@ def test_record_launch_constants_and_copy_unit() -> None:
     copy_unit is the widest of 16/8/4/2/1 bytes dividing the row and every address."""
     from dask_compact.backends.cupy_records import copy_unit
 
-    names = RecordSpec(None).names()
-    block, items = cupy_tuning.REC_SCAN_BLOCK, cupy_tuning.REC_SCAN_ITEMS
-    assert names["flags"].split(", ")[3] == str(block * items)
-    assert names["scan"] == f"dcx_tile_scan_blocks<{block}, {items}>"
+    for spec in (RecordSpec(None), RecordSpec(None, scan_block=128, scan_items=4)):
+        names = spec.names()
+        assert names["flags"].split(", ")[3] == str(spec.scan_tile)
+        assert spec.scan_tile == spec.scan_block * spec.scan_items
+        assert names["scan"] == f"dcx_tile_scan_blocks<{spec.scan_block}, {spec.scan_items}>"
+        for tiles in (0, 1, spec.scan_tile, spec.scan_tile + 1, 5 * spec.scan_tile - 1):
+            assert (spec.scan_blocks(tiles) - 1) * spec.scan_tile < max(tiles, 1)
+            assert spec.scan_blocks(tiles) * spec.scan_tile >= tiles
+    assert RecordSpec(None).scan_block == cupy_tuning.REC_SCAN_BLOCK
+    assert RecordSpec(None).scan_items == cupy_tuning.REC_SCAN_ITEMS
     rng = np.random.default_rng(0)
     for _ in range(3000):
         row = int(rng.integers(1, 200))

@@ -104,8 +104,7 @@ class _Pass:
         self.n, self.spec, self.read, self.args = n, spec, read, args
         self.tiles = (n + spec.tile - 1) // spec.tile
         self.nspans = (n + spec.span - 1) // spec.span
-        per_block = tuning.REC_SCAN_BLOCK * tuning.REC_SCAN_ITEMS
-        scan_blocks = max(1, (self.tiles + per_block - 1) // per_block)
+        scan_blocks = spec.scan_blocks(self.tiles)
         # the tile prefixes, the total, the lists' lengths and the scan's status words (the
         # last 2 + scan_blocks zeroed by the flags kernel)
         self.counts = cupy.empty(self.tiles + 3 + scan_blocks, dtype=cupy.uint64)
@@ -118,7 +117,7 @@ class _Pass:
             scan = self.module.kernel("scan")
             flags((self.tiles,), (spec.block,),
                   (np.int64(n), self.words, self.counts, self.warp_offsets, *args))
-            scan((scan_blocks,), (tuning.REC_SCAN_BLOCK,), (
+            scan((scan_blocks,), (spec.scan_block,), (
                 self.counts, np.int64(self.tiles), self.counts[self.tiles:],
                 self.counts[self.tiles + 3:]))
             if spans:
@@ -161,18 +160,20 @@ class _Pass:
         per = spec.span // spec.tile
         dense, sparse = lengths if lengths is not None else (self.nspans, self.nspans)
         known = lengths if lengths is not None else (-1, -1)
+        # both forms: (the words and places, the columns, the indices) + (list, its length)
         args = (np.int64(self.n), self.words, self.counts, self.warp_offsets, d_table,
-                np.int32(len(table)), ptr_or_null(idx), np.int64(index_base), self.lists)
+                np.int32(len(table)), ptr_or_null(idx), np.int64(index_base))
         # each form copies the spans of its list (kernels/records.cu)
         if sparse:
-            self.module.kernel("gather")((sparse,), (spec.block,), (*args, np.int64(known[1])))
+            self.module.kernel("gather")((sparse,), (spec.block,),
+                                         (*args, self.lists, np.int64(known[1])))
         if dense:
             columns = len(table) + (1 if idx is not None else 0)
             grid, lists = (dense * per, columns), self.lists
             if lengths is not None and not sparse:  # every span dense: no list to read
                 grid, lists = (self.tiles, columns), None
             self.module.kernel("scatter")(grid, (spec.block,),
-                                          (*args[:-1], ptr_or_null(lists), np.int64(known[0])))
+                                          (*args, ptr_or_null(lists), np.int64(known[0])))
         return [src, d_table]
 
 

@@ -194,6 +194,18 @@ class RecordSpec:
     gather_words: int = REC_GATHER_WORDS
     gather_min_blocks: int = REC_GATHER_MIN_BLOCKS
     gather_loads: int = REC_GATHER_LOADS
+    scan_block: int = REC_SCAN_BLOCK
+    scan_items: int = REC_SCAN_ITEMS
+
+    @property
+    def scan_tile(self) -> int:
+        """Tile counts per block of the tile scan (dcx_tile_scan_blocks), whose status words
+        the flags kernel zeroes: one per scan block."""
+        return self.scan_block * self.scan_items
+
+    def scan_blocks(self, tiles: int) -> int:
+        """The tile scan's grid for ``tiles`` flags tiles (at least one block)."""
+        return max(1, -(-tiles // self.scan_tile))
 
     @property
     def span(self) -> int:
@@ -213,8 +225,8 @@ class RecordSpec:
             pred, args = "dcx::RecMaskPred", ", const bool*"
         return {
             "flags": f"dcx_rec_flags<{pred}, {self.block}, {self.items}, "
-                     f"{REC_SCAN_BLOCK * REC_SCAN_ITEMS}{args}>",
-            "scan": f"dcx_tile_scan_blocks<{REC_SCAN_BLOCK}, {REC_SCAN_ITEMS}>",
+                     f"{self.scan_tile}{args}>",
+            "scan": f"dcx_tile_scan_blocks<{self.scan_block}, {self.scan_items}>",
             "scatter": f"dcx_rec_scatter<{self.block}, {self.items}, {self.span}>",
             "gather": f"dcx_rec_gather<{self.block}, {self.gather_words}, {self.tile}, "
                       f"{self.gather_min_blocks}, {self.gather_loads}>",
