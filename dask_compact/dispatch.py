@@ -61,6 +61,11 @@ Backend contract (both functions, every backend):
     kind of array (CuPy: the ready one-read call of a small call); every other type: None,
     and nothing kept.
 
+``repeated_records_call(like, fields, pred_like, indices) -> call or None`` and
+``remember_records_call(like, fields, pred_like, pred, indices)``
+    The same for :func:`dask_compact.compact_records` on in-memory fields (dispatched on one
+    of them): a call kept per predicate and fields' layout, ``call(fields, index_base)``.
+
 ``compact_chunk``/``compact_many`` with ``algorithm="scan"`` run the textbook map -> scan ->
 scatter compaction of the backend's ``compact_scan`` instead of the fused kernels.
 """
@@ -81,6 +86,8 @@ scan_chunk = Dispatch("scan_chunk")
 scan_total = Dispatch("scan_total")
 repeated_call = Dispatch("repeated_call")
 remember_call = Dispatch("remember_call")
+repeated_records_call = Dispatch("repeated_records_call")
+remember_records_call = Dispatch("remember_records_call")
 
 
 @repeated_call.register(object)
@@ -90,6 +97,16 @@ def _no_repeated_call(a, pred_like, output, stable, algorithm):
 
 @remember_call.register(object)
 def _remember_nothing(a, pred_like, pred, output, stable, algorithm):
+    return None
+
+
+@repeated_records_call.register(object)
+def _no_repeated_records_call(like, fields, pred_like, indices):
+    return None
+
+
+@remember_records_call.register(object)
+def _remember_no_records_call(like, fields, pred_like, pred, indices):
     return None
 
 
@@ -183,6 +200,8 @@ def _concat_scan_compactions(impl, blocks, pred, output, bases, xp):
 @scan_total.register_lazy("cupy")
 @repeated_call.register_lazy("cupy")
 @remember_call.register_lazy("cupy")
+@repeated_records_call.register_lazy("cupy")
+@remember_records_call.register_lazy("cupy")
 def _register_cupy() -> None:
     import cupy
 
@@ -199,6 +218,8 @@ def _register_cupy() -> None:
     scan_total.register(cupy.ndarray, cupy_scan.total)
     repeated_call.register(cupy.ndarray, cupy_backend.repeated_call)
     remember_call.register(cupy.ndarray, cupy_backend.remember_call)
+    repeated_records_call.register(cupy.ndarray, _repeated_records_call_cupy)
+    remember_records_call.register(cupy.ndarray, _remember_records_call_cupy)
 
 
 def _compact_chunk_cupy(a, pred, output, stable, algorithm, index_base):
@@ -236,6 +257,18 @@ def _compact_records_into_cupy(like, fields, pred, out, count, stream):
     from .backends.cupy_records import compact_records_into as impl
 
     return impl(fields, pred, out, count, stream)
+
+
+def _repeated_records_call_cupy(like, fields, pred_like, indices):
+    from .backends.cupy_records_ready import repeated_records_call as impl
+
+    return impl(fields, pred_like, indices)
+
+
+def _remember_records_call_cupy(like, fields, pred_like, pred, indices):
+    from .backends.cupy_records_ready import remember_records_call as impl
+
+    return impl(fields, pred_like, pred, indices)
 
 
 def _compact_records_cupy(like, fields, pred, indices, stable, index_base, threads=1):

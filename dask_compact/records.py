@@ -9,6 +9,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from .dispatch import remember_records_call, repeated_records_call
 from .records_check import INDICES, check_into, check_record_predicate, checked_fields
 
 __all__ = ["compact_records", "compact_records_into"]
@@ -91,6 +92,12 @@ def compact_records(
     (array([[3., 4., 5.],
            [6., 7., 8.]]), array([1, 2]))
     """
+    if type(fields) is dict and fields and not lazy and chunks is None:
+        # The same predicate on fields of the same layout again (a loop over GPU batches):
+        # the call kept the last time, without the checks and the dispatch it passed then.
+        call = repeated_records_call(next(iter(fields.values())), fields, pred, bool(indices))
+        if call is not None:
+            return call(fields, 0)
     fs, on_dask = checked_fields(fields, bool(indices))
     if not on_dask and (lazy or chunks is not None):
         raise ValueError(
@@ -101,7 +108,10 @@ def compact_records(
         from .records_graph import build_records
 
         return build_records(fs, p, bool(indices), bool(lazy), bool(stable), chunks)
-    return compact_records_in_memory(fs, p, bool(indices), bool(stable))
+    out = compact_records_in_memory(fs, p, bool(indices), bool(stable))
+    if type(fields) is dict:
+        remember_records_call(next(iter(fs.values())), fs, pred, p, bool(indices))
+    return out
 
 
 def compact_records_in_memory(

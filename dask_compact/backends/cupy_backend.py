@@ -397,18 +397,23 @@ def _one_read_call(a: Any, pred: Predicate, output: str, algorithm: str) -> Any:
 _repeat_calls: BoundedCache[tuple, tuple] = BoundedCache("repeated calls")
 
 
+def caller_key(pred_like: Any) -> Any:
+    """The predicate a caller passed, as a repeated call's key (see above), or None where it
+    is not kept. A Predicate's key is its identity: the entry must hold it."""
+    if isinstance(pred_like, str):
+        return pred_like
+    if isinstance(pred_like, Predicate):
+        return ("predicate", id(pred_like))
+    return trace_key(pred_like)
+
+
 def _repeat_key(a: Any, pred_like: Any, output: str, stable: bool, algorithm: str
                 ) -> tuple | None:
     import cupy
 
-    if isinstance(pred_like, str):
-        pk: Any = pred_like
-    elif isinstance(pred_like, Predicate):
-        pk = ("predicate", id(pred_like))
-    else:
-        pk = trace_key(pred_like)
-        if pk is None:
-            return None
+    pk = caller_key(pred_like)
+    if pk is None:
+        return None
     return (threading.get_ident(), pk, a.dtype, a.size, output, stable, algorithm,
             cupy.cuda.get_current_stream().ptr)
 

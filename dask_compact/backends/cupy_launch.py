@@ -48,6 +48,7 @@ class PackedLaunch:
             raise ValueError(f"a kernel argument of {raw.size} bytes does not fit a slot")
         self._bytes[i * SLOT : i * SLOT + raw.size] = raw
 
-    def __call__(self, grid: int, block: int, shared_mem: int, stream_ptr: int) -> None:
-        self._launch(self._func, grid, 1, 1, block, 1, 1, shared_mem, stream_ptr,
+    def __call__(self, grid: int, block: int, shared_mem: int, stream_ptr: int,
+                 grid_y: int = 1) -> None:
+        self._launch(self._func, grid, grid_y, 1, block, 1, 1, shared_mem, stream_ptr,
                      self._params_ptr, 0)

@@ -10,6 +10,10 @@ list's spans only: a list in shared memory where a span is sparse, a per-lane sc
 is dense. Extra device memory: n/8 bytes of words, 8 bytes per tile of 4096 rows, 4 per warp
 segment of 512 and 8 per span of 8192, and the field table.
 
+A repeated call of one predicate on one layout runs the ready call of
+``cupy_records_ready`` instead: the same kernels, launched from packed arguments on a kept
+workspace.
+
 A predicate with no exact device form (:class:`CodegenUnsupported`: complex transcendentals,
 ...), a constant that does not fit its dtype, or a callable the tracer could not record is
 evaluated by CuPy into a mask, which the same flags kernel reads (``dcx::RecMaskPred``).
@@ -24,65 +28,48 @@ from typing import Any
 import numpy as np
 
 from ..cache import BoundedCache
-from ..codegen.cuda_functor import CodegenUnsupported, generate_record_functor
-from ..predicate.core import Predicate, field_dtypes
-from ..predicate.expr import ParamOverflow
+from ..predicate.core import Predicate
 from ..predicate.fields import record_mask
 from ..validate import native
+from . import cupy_backend
 from . import cupy_tuning as tuning
 from .cupy_backend import _capturing, _kept_for_graphs
 from .cupy_device import check_powers, output_empty, ptr_or_null
-from .cupy_modules import compiled, typed_functor
+from .cupy_modules import compiled
+from .cupy_records_ready import (
+    column_entries,
+    copy_unit,
+    no_room_note,
+    ready_records_call,
+    record_functor,
+)
 from .cupy_source import RecordSpec
 
 __all__ = ["compact_records", "compact_records_into", "copy_unit"]
 
 logger = logging.getLogger("dask_compact")
 
-_UNITS = (16, 8, 4, 2, 1)
-
-
-def copy_unit(row_bytes: int, *addresses: int) -> int:
-    """The widest unit (bytes) dividing the row and every address: the scatter's load size."""
-    common = row_bytes
-    for a in addresses:
-        common |= a
-    return next(u for u in _UNITS if common % u == 0)  # u divides all iff it divides their OR
-
-
 def _flags_launch(pred: Predicate, read: dict[str, Any], n: int) -> tuple[RecordSpec, list]:
     """The module and the flags kernel's predicate arguments (field pointers and constants,
     or the mask)."""
     import cupy
 
-    if pred.expr is not None:
-        dtypes = field_dtypes({k: v.dtype for k, v in read.items()})
-        try:
-            tp, functor = typed_functor(pred.expr, dtypes, pred, generate_record_functor)
-            params = list(tp.bind(pred.params))
-        except (CodegenUnsupported, ParamOverflow) as e:
-            logger.debug("record predicate %s takes the mask path: %s", pred.source, e)
-        else:
-            check_powers(tp, read, pred.params)
-            arrays = [read[name] for name, _ in tp.dtype]
-            return RecordSpec(functor), [*arrays, *params]
+    typed = record_functor(pred, {k: v.dtype for k, v in read.items()})
+    if typed is not None:
+        tp, functor, params = typed
+        check_powers(tp, read, pred.params)
+        arrays = [read[name] for name, _ in tp.dtype]
+        return RecordSpec(functor), [*arrays, *params]
     with np.errstate(all="ignore"):
         mask = record_mask(pred, read, n, cupy)
     return RecordSpec(None), [cupy.ascontiguousarray(mask, dtype=cupy.bool_)]
 
 
 def _columns(src: dict[str, Any], out: dict[str, Any]) -> np.ndarray:
-    """The scatter's table: per field, one (src, dst, unit, stride) column per unit of its row
-    (a float32 (n, 3) field: three 4-byte columns, stride 3). Zero-width rows copy nothing."""
-    rows = []
-    for name, a in src.items():
-        row = a.dtype.itemsize * math.prod(a.shape[1:])  # math.prod: np.prod costs ~5 us
-        if row == 0:
-            continue
-        sp, dp = a.data.ptr, out[name].data.ptr
-        unit = copy_unit(row, sp, dp)
-        rows += [(sp + u * unit, dp + u * unit, unit, row // unit) for u in range(row // unit)]
-    return np.array(rows, dtype=np.int64).reshape(-1, 4)
+    """The copy's column table (column_entries) as an (columns, 4) int64 array."""
+    flat = column_entries([(a.dtype.itemsize * math.prod(a.shape[1:]), a.data.ptr,
+                            out[name].data.ptr) for name, a in src.items()])
+    return np.array(flat, dtype=np.int64).reshape(-1, 4)
 
 
 class _Pass:
@@ -224,6 +211,10 @@ def compact_records(
     at exact length, in order (``stable`` is always honoured), plus ``"indices"``."""
     import cupy
 
+    if cupy_backend.FAST_SMALL_CALLS:  # read at the call: tests and benchmarks turn it off
+        call = ready_records_call(fields, pred, indices)
+        if call is not None:
+            return call(fields, index_base)
     first = next(iter(fields.values()))
     n = int(first.shape[0])
     with cupy.cuda.Device(first.device.id):
@@ -235,14 +226,7 @@ def compact_records(
                    for name, a in fields.items()}  # fmt: skip
             idx = output_empty(total, np.int64) if indices else None
         except MemoryError as e:  # CuPy's OutOfMemoryError is one
-            need = total * (sum(a.dtype.itemsize * int(np.prod(a.shape[1:])) for a in
-                                fields.values()) + (8 if indices else 0))
-            e.add_note(
-                f"dask_compact: the {total:,} selected rows of {n:,} ({need / 2**20:,.1f} MiB "
-                f"over {len(fields)} fields) did not fit on GPU {first.device.id}. Free device "
-                "memory (cupy.get_default_memory_pool().free_all_blocks() returns what "
-                "CuPy's pool keeps) or compact fewer rows at a time (compact_records over "
-                "dask arrays of smaller chunks).")
+            no_room_note(e, total, n, fields, indices, first.device.id)
             raise
         if total:
             # what the scatter reads may be freed on return: CuPy's pool reuses a block only

@@ -1,0 +1,222 @@
+"""compact_records' ready call (backends/cupy_records_ready.py) and its repeated public call,
+against NumPy: a loop of calls on new data of one layout (kept workspace, packed launches,
+outputs of earlier calls intact), the general call beside it, layouts that must not share a
+call (dtype, trailing shape, rows, order in memory, a rebound constant), the workspace taken
+per call, two streams, several threads, and bad input after a good call."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+cupy = pytest.importorskip("cupy")
+
+from dask_compact import compact_records  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+
+def batch(n: int, seed: int) -> dict:
+    """A ray batch: origin and direction (n, 3) float32, throughput float32, pixel int32,
+    depth uint8, alive bool."""
+    rng = np.random.default_rng(seed)
+    return {
+        "origin": rng.random((n, 3)).astype(np.float32),
+        "dir": rng.standard_normal((n, 3)).astype(np.float32),
+        "throughput": rng.random(n).astype(np.float32),
+        "pixel": rng.integers(0, 2**31 - 1, n).astype(np.int32),
+        "depth": rng.integers(0, 9, n).astype(np.uint8),
+        "alive": rng.random(n) < rng.random(),
+    }
+
+
+def want(f_np: dict, mask: np.ndarray, indices: bool) -> dict:
+    out = {k: v[mask] for k, v in f_np.items()}
+    if indices:
+        out["indices"] = np.flatnonzero(mask)
+    return out
+
+
+def same(got: dict, expected: dict) -> None:
+    assert list(got) == list(expected)
+    for k, w in expected.items():
+        g = got[k]
+        assert isinstance(g, cupy.ndarray) and g.dtype == w.dtype and g.shape == w.shape, k
+        np.testing.assert_array_equal(cupy.asnumpy(g), w, err_msg=k)
+
+
+def test_a_loop_of_batches_of_one_layout() -> None:
+    """Twelve calls, each on new data of one layout and a different selected fraction (none
+    and all included): each against NumPy, and every earlier call's outputs unchanged by the
+    later calls (the workspace is kept, the outputs are not)."""
+    from dask_compact.backends import cupy_records_ready as ready
+
+    n = (1 << 20) + 3
+    pred = "alive & (throughput > 0.25) & (depth < 7)"
+    kept = []
+    for i in range(12):
+        f_np = batch(n, 100 + i)
+        if i == 3:
+            f_np["alive"][:] = False
+        if i == 4:
+            f_np["alive"][:] = True
+            f_np["throughput"][:] = 1
+            f_np["depth"][:] = 0
+        f = {k: cupy.asarray(v) for k, v in f_np.items()}
+        mask = f_np["alive"] & (f_np["throughput"] > 0.25) & (f_np["depth"] < 7)
+        got = compact_records(f, pred, indices=i % 2 == 0)
+        expected = want(f_np, mask, i % 2 == 0)
+        same(got, expected)
+        kept.append((got, expected))
+    for got, expected in kept:
+        same(got, expected)
+    assert any(k[3] == n for k in ready._calls._items), "the loop ran no ready call"
+
+
+@pytest.mark.parametrize("n", [1, 31, 33, 4097, 8193, 65_537, 1_000_003])
+@pytest.mark.parametrize("p", [0.0, 0.05, 0.5, 1.0])
+def test_ready_and_general_calls_agree(monkeypatch, n: int, p: float) -> None:
+    """The same call through the ready call and through the general one (its first call
+    builds the ready call, the second runs it), against NumPy."""
+    from dask_compact.backends import cupy_backend as cb
+
+    f_np = batch(n, n)
+    f = {k: cupy.asarray(v) for k, v in f_np.items()}
+    t = 1 - p - (1e-3 if p == 1 else 0)
+    mask = f_np["throughput"] >= t if p else np.zeros(n, bool)
+    pred = f"throughput >= {t!r}" if p else "throughput > 2"
+    expected = want(f_np, mask, True)
+    for fast in (False, True, True):
+        monkeypatch.setattr(cb, "FAST_SMALL_CALLS", fast)
+        same(compact_records(f, pred, indices=True), expected)
+
+
+def test_layouts_do_not_share_a_call() -> None:
+    """A call kept for one layout is not run on another: other dtypes, trailing shapes,
+    rows, field order, a field in Fortran order or a strided view (not contiguous), an
+    unaligned view (other copy units), a lambda whose constant was rebound."""
+    n = 50_001
+    rng = np.random.default_rng(5)
+    a = rng.random(n).astype(np.float32)
+    pos = rng.random((n, 3)).astype(np.float32)
+    threshold = 0.5
+    pred = lambda a: a < threshold  # noqa: E731 - rebound below
+
+    def run(fields_np: dict, fields_cp: dict | None = None) -> None:
+        f = fields_cp if fields_cp is not None else {k: cupy.asarray(v)
+                                                     for k, v in fields_np.items()}
+        mask = fields_np["a"] < threshold
+        same(compact_records(f, pred), want(fields_np, mask, False))
+
+    for _ in range(2):  # the second round runs each layout's kept call
+        run({"a": a, "pos": pos})
+        run({"a": a.astype(np.float64), "pos": pos})
+        run({"a": a, "pos": pos.astype(np.float64)})
+        run({"a": a, "pos": pos[:, :2].copy()})
+        run({"a": a[:-1], "pos": pos[:-1]})
+        run({"pos": pos, "a": a})
+        fortran = cupy.asfortranarray(cupy.asarray(pos))
+        run({"a": a, "pos": pos}, {"a": cupy.asarray(a), "pos": fortran})
+        wide = cupy.asarray(np.repeat(pos, 2, axis=1))
+        run({"a": a, "pos": pos[:, [0, 0, 1, 1, 2, 2]]}, {"a": cupy.asarray(a), "pos": wide})
+        strided = cupy.asarray(np.repeat(a, 2))[::2]
+        run({"a": a, "pos": pos}, {"a": strided, "pos": cupy.asarray(pos)})
+        off = cupy.asarray(np.concatenate([[0], pos.ravel()]).astype(np.float32))[1:]
+        run({"a": a, "pos": pos}, {"a": cupy.asarray(a), "pos": off.reshape(n, 3)})
+    threshold = 0.2
+    run({"a": a, "pos": pos})
+
+
+def test_workspace_taken_per_call(monkeypatch) -> None:
+    """A call whose workspace is above KEEP_SCRATCH_BYTES takes it from CuPy's pool per call
+    and writes its pointers into the packed launches each time."""
+    from dask_compact.backends import cupy_records_ready as ready
+
+    monkeypatch.setattr(ready, "KEEP_SCRATCH_BYTES", 0)
+    n = 300_017
+    for seed in range(4):
+        f_np = batch(n, seed)
+        f = {k: cupy.asarray(v) for k, v in f_np.items()}
+        _ = cupy.empty(1 << 20, dtype=np.uint8)  # other allocations between calls
+        same(compact_records(f, "alive | (pixel % 5 == 1)", indices=True),
+             want(f_np, f_np["alive"] | (f_np["pixel"] % 5 == 1), True))
+    calls = [c for c in ready._by_content._items.values() if c.n == n]
+    assert calls and all(c.ws is None for c in calls)
+
+
+def test_equal_predicates_share_a_call() -> None:
+    """Two predicate objects of one text (a predicate made anew per call) find one ready
+    call: built once, by what it computes."""
+    from dask_compact.backends import cupy_records
+    from dask_compact.backends import cupy_records_ready as ready
+    from dask_compact.predicate.fields import _parsed
+    from dask_compact.records_check import check_record_predicate
+
+    n = 70_001
+    f_np = batch(n, 17)
+    f = {k: cupy.asarray(v) for k, v in f_np.items()}
+    p1 = check_record_predicate("depth > 3", f)
+    _parsed.cache_clear()
+    p2 = check_record_predicate("depth > 3", f)
+    assert p1 is not p2
+    for p in (p1, p2, p1):
+        same(cupy_records.compact_records(f, p, True, True, 5),
+             {**want(f_np, f_np["depth"] > 3, False),
+              "indices": 5 + np.flatnonzero(f_np["depth"] > 3)})
+    call = ready.ready_records_call(f, p1, True)
+    assert call is not None and call is ready.ready_records_call(f, p2, True)
+
+
+def test_two_streams_and_threads() -> None:
+    """Calls queued on two streams in turn, and from four threads at once, each on its own
+    data: every result is its data's."""
+    n = 200_003
+    data = [batch(n, 40 + i) for i in range(4)]
+    f = [{k: cupy.asarray(v) for k, v in d.items()} for d in data]
+    cupy.cuda.Device().synchronize()
+    expected = [want(d, d["alive"] & (d["depth"] > 2), True) for d in data]
+    streams = [cupy.cuda.Stream(non_blocking=True) for _ in range(2)]
+    for rnd in range(3):
+        for i in range(4):
+            with streams[(i + rnd) % 2]:
+                same(compact_records(f[i], "alive & (depth > 2)", indices=True), expected[i])
+    errors: list[BaseException] = []
+
+    def work(i: int) -> None:
+        try:
+            with cupy.cuda.Stream(non_blocking=True):
+                for _ in range(5):
+                    same(compact_records(f[i], "alive & (depth > 2)", indices=True),
+                         expected[i])
+        except BaseException as e:  # noqa: BLE001 - reported by the main thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+
+
+def test_bad_input_after_a_good_call_is_refused() -> None:
+    """The repeated call skips the checks only for a layout that passed them: rows of
+    different lengths, a field named like the indices, an unknown field and a mixed
+    NumPy/CuPy record are refused as on a first call."""
+    n = 10_007
+    f_np = batch(n, 9)
+    f = {k: cupy.asarray(v) for k, v in f_np.items()}
+    pred = "alive & (depth > 2)"
+    for _ in range(2):
+        same(compact_records(f, pred, indices=True),
+             want(f_np, f_np["alive"] & (f_np["depth"] > 2), True))
+    with pytest.raises(ValueError, match="same number of rows"):
+        compact_records({**f, "depth": f["depth"][:-1]}, pred, indices=True)
+    with pytest.raises(ValueError, match="indices"):
+        compact_records({**f, "indices": f["pixel"]}, pred, indices=True)
+    with pytest.raises(ValueError, match="energy"):
+        compact_records(f, "alive & (energy > 2)", indices=True)
+    with pytest.raises(TypeError, match="mix NumPy and CuPy"):
+        compact_records({**f, "pixel": f_np["pixel"]}, pred, indices=True)
