@@ -82,7 +82,7 @@ def parts(n: int, p: float, reps: int) -> dict[str, float]:
         total, dense, sparse = passes.read_back()
         row[f"dense / sparse spans, {name}"] = f"{dense} / {sparse}"
         table = cr._columns(f, outs)
-        d_table = cr._upload(table, stream)
+        d_table = cr.upload_table(table, stream)
         spec = passes.spec
         per = spec.span // spec.tile
         gather = passes.module.kernel("gather")
@@ -147,7 +147,7 @@ HOST_STEPS = ("queue passes 1-3", "read back (waits for them)", "allocate output
 
 
 # (resident blocks per SM, rows in flight per thread) of the list form, timed beside the default
-GATHER_VARIANTS = ((2, 8), (4, 4), (4, 2))
+GATHER_VARIANTS = ((2, 8), (4, 4), (4, 2), (8, 2))
 # (threads, rows a thread) of the flags kernel, timed alone
 FLAGS_VARIANTS = ((256, 16), (256, 8), (256, 32), (128, 32), (512, 16), (512, 8))
 

@@ -66,6 +66,12 @@ Backend contract (both functions, every backend):
     The same for :func:`dask_compact.compact_records` on in-memory fields (dispatched on one
     of them): a call kept per predicate and fields' layout, ``call(fields, index_base)``.
 
+``repeated_records_into(like, fields, pred_like, out, count, stream) -> count or None`` and
+``remember_records_into(like, fields, pred_like, pred, out, count, stream)``
+    The same for :func:`dask_compact.compact_records_into`, kept per predicate and the
+    arguments' memory (the same fields, buffers and count): the repeated call runs at once
+    and returns the count, or None where nothing is kept.
+
 ``compact_chunk``/``compact_many`` with ``algorithm="scan"`` run the textbook map -> scan ->
 scatter compaction of the backend's ``compact_scan`` instead of the fused kernels.
 """
@@ -88,6 +94,8 @@ repeated_call = Dispatch("repeated_call")
 remember_call = Dispatch("remember_call")
 repeated_records_call = Dispatch("repeated_records_call")
 remember_records_call = Dispatch("remember_records_call")
+repeated_records_into = Dispatch("repeated_records_into")
+remember_records_into = Dispatch("remember_records_into")
 
 
 @repeated_call.register(object)
@@ -107,6 +115,16 @@ def _no_repeated_records_call(like, fields, pred_like, indices):
 
 @remember_records_call.register(object)
 def _remember_no_records_call(like, fields, pred_like, pred, indices):
+    return None
+
+
+@repeated_records_into.register(object)
+def _no_repeated_records_into(like, fields, pred_like, out, count, stream):
+    return None
+
+
+@remember_records_into.register(object)
+def _remember_no_records_into(like, fields, pred_like, pred, out, count, stream):
     return None
 
 
@@ -202,6 +220,8 @@ def _concat_scan_compactions(impl, blocks, pred, output, bases, xp):
 @remember_call.register_lazy("cupy")
 @repeated_records_call.register_lazy("cupy")
 @remember_records_call.register_lazy("cupy")
+@repeated_records_into.register_lazy("cupy")
+@remember_records_into.register_lazy("cupy")
 def _register_cupy() -> None:
     import cupy
 
@@ -220,6 +240,8 @@ def _register_cupy() -> None:
     remember_call.register(cupy.ndarray, cupy_backend.remember_call)
     repeated_records_call.register(cupy.ndarray, _repeated_records_call_cupy)
     remember_records_call.register(cupy.ndarray, _remember_records_call_cupy)
+    repeated_records_into.register(cupy.ndarray, _repeated_records_into_cupy)
+    remember_records_into.register(cupy.ndarray, _remember_records_into_cupy)
 
 
 def _compact_chunk_cupy(a, pred, output, stable, algorithm, index_base):
@@ -269,6 +291,18 @@ def _remember_records_call_cupy(like, fields, pred_like, pred, indices):
     from .backends.cupy_records_ready import remember_records_call as impl
 
     return impl(fields, pred_like, pred, indices)
+
+
+def _repeated_records_into_cupy(like, fields, pred_like, out, count, stream):
+    from .backends.cupy_records_ready import repeated_into
+
+    return repeated_into(fields, pred_like, out, count, stream)
+
+
+def _remember_records_into_cupy(like, fields, pred_like, pred, out, count, stream):
+    from .backends.cupy_records_ready import remember_into
+
+    return remember_into(fields, pred_like, pred, out, count, stream)
 
 
 def _compact_records_cupy(like, fields, pred, indices, stable, index_base, threads=1):

@@ -9,7 +9,12 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from .dispatch import remember_records_call, repeated_records_call
+from .dispatch import (
+    remember_records_call,
+    remember_records_into,
+    repeated_records_call,
+    repeated_records_into,
+)
 from .records_check import INDICES, check_into, check_record_predicate, checked_fields
 
 __all__ = ["compact_records", "compact_records_into"]
@@ -183,6 +188,13 @@ def compact_records_into(
     """
     from .dispatch import compact_records_into as backend
 
+    if type(fields) is dict and fields:
+        # the same call on the same fields, buffers and count again (a loop over batches in
+        # place): the call kept the last time, without the checks it passed then
+        done = repeated_records_into(next(iter(fields.values())), fields, pred, out, count,
+                                     stream)
+        if done is not None:
+            return done
     fs, on_dask = checked_fields(fields, False)
     if on_dask:
         raise TypeError(
@@ -192,4 +204,7 @@ def compact_records_into(
     buffers = check_into(fs, out, count, stream)
     p = check_record_predicate(pred, fs)
     first = next(iter(fs.values()))
-    return backend(first, fs, p, buffers, count, stream)
+    got = backend(first, fs, p, buffers, count, stream)
+    if type(fields) is dict:
+        remember_records_into(first, fs, pred, p, out, count, stream)
+    return got

@@ -159,6 +159,7 @@ def check_into(fields: dict[str, Any], out: Any, count: Any, stream: Any) -> dic
     n = first.shape[0]
     kind = _module_of(first)
     checked = {}
+    spans: dict[int, tuple[int, int]] = {}  # each array's byte span, computed once
     for name, buf in out.items():
         if name in fields:
             dtype, tail = fields[name].dtype, fields[name].shape[1:]
@@ -182,7 +183,7 @@ def check_into(fields: dict[str, Any], out: Any, count: Any, stream: Any) -> dic
         if not buf.flags.c_contiguous or (kind == "numpy" and not buf.flags.writeable):
             raise ValueError(f"out[{name!r}] must be C-contiguous and writeable")
         for fname, a in fields.items():
-            if overlaps(buf, a):
+            if overlaps(buf, a, spans):
                 raise ValueError(f"out[{name!r}] overlaps the field {fname!r}")
         checked[name] = buf
     if count is not None:
@@ -191,9 +192,10 @@ def check_into(fields: dict[str, Any], out: Any, count: Any, stream: Any) -> dic
         if _module_of(count) != kind or getattr(count, "size", 0) != 1:
             raise ValueError(f"count must be a 1-element {kind} array like the fields")
         for fname, a in fields.items():
-            if overlaps(count, a):
+            if overlaps(count, a, spans):
                 raise ValueError(f"count overlaps the field {fname!r}")
-    check_apart({**{f"out[{name!r}]": buf for name, buf in checked.items()}, "count": count})
+    check_apart({**{f"out[{name!r}]": buf for name, buf in checked.items()}, "count": count},
+                spans)
     check_stream(stream, kind == "cupy", "fields")
     return checked
 

@@ -27,7 +27,6 @@ from typing import Any
 
 import numpy as np
 
-from ..cache import BoundedCache
 from ..predicate.core import Predicate
 from ..predicate.fields import record_mask
 from ..validate import native
@@ -40,8 +39,10 @@ from .cupy_records_ready import (
     column_entries,
     copy_unit,
     no_room_note,
+    ready_into_call,
     ready_records_call,
     record_functor,
+    upload_table,
 )
 from .cupy_source import RecordSpec
 
@@ -142,7 +143,7 @@ class _Pass:
         table = _columns(src, out)
         if not self.n or (not len(table) and idx is None):
             return [src]
-        d_table = _upload(table, stream)
+        d_table = upload_table(table, stream)
         spec = self.spec
         per = spec.span // spec.tile
         dense, sparse = lengths if lengths is not None else (self.nspans, self.nspans)
@@ -164,43 +165,6 @@ class _Pass:
         return [src, d_table]
 
 
-# (device, table bytes) -> the table on the device: a call repeated on the same buffers (a
-# loop over batches, or the warm-up before a graph capture) uploads nothing, so a captured
-# call allocates no pinned memory.
-_tables: BoundedCache[tuple, Any] = BoundedCache("record column tables")
-
-
-def _upload(table: np.ndarray, stream: Any) -> Any:
-    """The column table on the device (cached per content), copied in stream order from
-    pinned memory (no host wait; a pageable copy would make the host wait and cannot be
-    captured). The pinned buffer stays referenced until an event after the copy has run."""
-    import cupy
-
-    key = (cupy.cuda.Device().id, table.tobytes())
-    hit = _tables.get(key)
-    if hit is not None:
-        if _capturing(stream):
-            _kept_for_graphs.append(hit)
-        return hit
-    mem = cupy.cuda.alloc_pinned_memory(max(table.nbytes, 8))
-    host = np.frombuffer(mem, dtype=np.int64, count=table.size).reshape(table.shape)
-    host[...] = table
-    d = cupy.empty(table.shape, dtype=np.int64)
-    cupy.cuda.runtime.memcpyAsync(d.data.ptr, host.ctypes.data, table.nbytes,
-                                  cupy.cuda.runtime.memcpyHostToDevice, stream.ptr)
-    if _capturing(stream):
-        _kept_for_graphs.append(mem)  # the graph copies from it at every replay
-    else:
-        event = cupy.cuda.Event(disable_timing=True)
-        event.record(stream)
-        _pinned.append((event, mem))
-        while _pinned and _pinned[0][0].done:
-            _pinned.pop(0)
-    _tables.put(key, d)
-    return d
-
-
-_pinned: list[tuple] = []  # (event after the copy, pinned table) until the copy has run
 
 
 def compact_records(
@@ -252,10 +216,14 @@ def compact_records_into(
     with cupy.cuda.Device(first.device.id), stream:
         if count is None:
             count = cupy.empty(1, dtype=np.int64)
-        passes = _Pass(fields, pred, n)
         src = {name: fields[name] for name in out if name in fields}
         dst = {name: out[name] for name in src}
         idx = out["indices"] if "indices" in out and "indices" not in fields else None
+        call = ready_into_call(fields, pred) if cupy_backend.FAST_SMALL_CALLS else None
+        if call is not None:
+            call.into(fields, dst, idx, count, index_base)
+            return count
+        passes = _Pass(fields, pred, n)
         keep = passes.scatter(src, dst, idx, index_base, stream)
         cupy.cuda.runtime.memcpyAsync(count.data.ptr, passes.total.data.ptr, 8,
                                       cupy.cuda.runtime.memcpyDeviceToDevice, stream.ptr)

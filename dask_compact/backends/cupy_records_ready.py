@@ -34,14 +34,17 @@ from ..codegen.cuda_functor import CodegenUnsupported, generate_record_functor
 from ..predicate.core import Predicate, field_dtypes
 from ..predicate.expr import ParamOverflow
 from . import cupy_tuning as tuning
+from .cupy_backend import _capturing, _kept_for_graphs
 from .cupy_device import output_empty
 from .cupy_launch import PackedLaunch
 from .cupy_modules import compiled, typed_functor
 from .cupy_ready import KEEP_SCRATCH_BYTES
 from .cupy_source import RecordSpec
 
-__all__ = ["RecordsCall", "ready_records_call", "record_functor", "column_entries",
-           "no_room_note", "copy_unit", "repeated_records_call", "remember_records_call"]
+__all__ = ["RecordsCall", "ready_records_call", "ready_into_call", "upload_table",
+           "record_functor", "column_entries", "no_room_note", "copy_unit",
+           "repeated_records_call", "remember_records_call", "repeated_into",
+           "remember_into"]
 
 logger = logging.getLogger("dask_compact")
 
@@ -84,6 +87,45 @@ def no_room_note(e: BaseException, total: int, n: int, fields: dict[str, Any], i
         "dask arrays of smaller chunks).")
 
 
+# (device, table bytes) -> the table on the device: a call repeated on the same buffers (a
+# loop over batches, or the warm-up before a graph capture) uploads nothing, so a captured
+# call allocates no pinned memory.
+_tables: BoundedCache[tuple, Any] = BoundedCache("record column tables")
+
+
+def upload_table(table: np.ndarray, stream: Any) -> Any:
+    """The column table on the device (cached per content), copied in stream order from
+    pinned memory (no host wait; a pageable copy would make the host wait and cannot be
+    captured). The pinned buffer stays referenced until an event after the copy has run."""
+    import cupy
+
+    key = (cupy.cuda.Device().id, table.tobytes())
+    hit = _tables.get(key)
+    if hit is not None:
+        if _capturing(stream):
+            _kept_for_graphs.append(hit)
+        return hit
+    mem = cupy.cuda.alloc_pinned_memory(max(table.nbytes, 8))
+    host = np.frombuffer(mem, dtype=np.int64, count=table.size).reshape(table.shape)
+    host[...] = table
+    d = cupy.empty(table.shape, dtype=np.int64)
+    cupy.cuda.runtime.memcpyAsync(d.data.ptr, host.ctypes.data, table.nbytes,
+                                  cupy.cuda.runtime.memcpyHostToDevice, stream.ptr)
+    if _capturing(stream):
+        _kept_for_graphs.append(mem)  # the graph copies from it at every replay
+    else:
+        event = cupy.cuda.Event(disable_timing=True)
+        event.record(stream)
+        _pinned.append((event, mem))
+        while _pinned and _pinned[0][0].done:
+            _pinned.pop(0)
+    _tables.put(key, d)
+    return d
+
+
+_pinned: list[tuple] = []  # (event after the copy, pinned table) until the copy has run
+
+
 class RecordsCall:
     """A repeated sized records call with everything but its fields and outputs ready (see
     the module's docstring). Built from a predicate with a generated functor whose constants
@@ -99,6 +141,7 @@ class RecordsCall:
         # outputs: (name, dtype, trailing shape, row bytes) per field, in the fields' order
         self.layout = [(name, dtype, tail, dtype.itemsize * math.prod(tail))
                        for name, dtype, tail in layout]
+        self.rows = {name: row for name, _, _, row in self.layout}
         self.tiles = tiles = -(-n // spec.tile)
         self.nspans = nspans = -(-n // spec.span)
         self.scan_blocks = spec.scan_blocks(tiles)
@@ -159,9 +202,67 @@ class RecordsCall:
             launch.pointer(1, words)
             launch.pointer(2, counts)
             launch.pointer(3, warps)
-            launch.pointer(4, table)
             launch.pointer(8, lists)
         return ws
+
+    def _queue_passes(self, fields: dict[str, Any], sp: int) -> None:
+        """Passes 1-3 (flags, tile scan, spans) on the read fields."""
+        flags, spec = self.flags, self.spec
+        for slot, name in self.read_slots:
+            flags.pointer(slot, fields[name].data.ptr)
+        flags(self.tiles, spec.block, 0, sp)
+        self.scan(self.scan_blocks, spec.scan_block, 0, sp)
+        self.spans(self.spans_grid, tuning.REC_SPANS_BLOCK, 0, sp)
+
+    def _queue_copy(self, table: int, ncols: int, idx: int, index_base: int,
+                    lengths: tuple[int, int] | None, sp: int) -> None:
+        """Pass 4, each form on its list: ``lengths`` (dense, sparse spans) as read back, or
+        None (sync-free) for grids over every span whose blocks read the lengths on the
+        device (cupy_records._Pass.scatter)."""
+        columns = ncols + (idx != 0)
+        if not columns:
+            return
+        dense, sparse = lengths if lengths is not None else (self.nspans, self.nspans)
+        for role, spans in (("gather", sparse), ("scatter", dense)):
+            if not spans:
+                continue
+            launch = self.copies[role]
+            launch.pointer(4, table)
+            launch.int64(5, ncols)  # an int32 argument: its low bytes (little-endian)
+            launch.pointer(6, idx)
+            launch.int64(7, index_base)
+            launch.int64(9, spans if lengths is not None else -1)
+            if role == "gather":
+                launch(spans, self.spec.block, 0, sp)
+            elif sparse or lengths is None:
+                launch(spans * self.per, self.spec.block, 0, sp, columns)
+            else:  # every span dense: no list to read, a block per tile
+                launch.pointer(8, 0)
+                launch(self.tiles, self.spec.block, 0, sp, columns)
+                launch.pointer(8, self.lists_ptr)
+
+    def into(self, fields: dict[str, Any], dst: dict[str, Any], idx: Any, count: Any,
+             index_base: int = 0) -> None:
+        """The sync-free call (compact_records_into): the selection into the caller's buffers
+        ``dst`` (and ``idx``), the total into ``count``, all queued on this call's stream
+        with nothing waited for. Not for a stream being captured: a graph keeps the general
+        call's own workspace, which no later call reuses."""
+        import cupy
+
+        runtime = cupy.cuda.runtime
+        sp = self.stream.ptr
+        ws = self.ws if self.ws is not None else self._workspace()  # noqa: F841 - held
+        self._queue_passes(fields, sp)
+        rows = self.rows
+        table = np.array(column_entries([(rows[name], fields[name].data.ptr, buf.data.ptr)
+                                         for name, buf in dst.items()]), dtype=np.int64)
+        # the device table of these buffers, uploaded once (cached by content): a loop over
+        # the same buffers copies nothing, and no pinned memory is overwritten while queued
+        d_table = upload_table(table.reshape(-1, 4), self.stream) if len(table) else None
+        self._queue_copy(0 if d_table is None else d_table.data.ptr, len(table) // 4,
+                         0 if idx is None else idx.data.ptr, index_base, None, sp)
+        runtime.memcpyAsync(count.data.ptr, self.counts_ptr + 8 * self.tiles, 8,
+                            runtime.memcpyDeviceToDevice, sp)
 
     def _columns(self, fields: dict[str, Any], out: dict[str, Any]) -> int:
         """The column table (cupy_records._columns) written into pinned memory; its rows."""
@@ -176,14 +277,9 @@ class RecordsCall:
         import cupy
 
         runtime = cupy.cuda.runtime
-        sp, spec = self.stream.ptr, self.spec
+        sp = self.stream.ptr
         ws = self.ws if self.ws is not None else self._workspace()  # noqa: F841 - held
-        flags = self.flags
-        for slot, name in self.read_slots:
-            flags.pointer(slot, fields[name].data.ptr)
-        flags(self.tiles, spec.block, 0, sp)
-        self.scan(self.scan_blocks, spec.scan_block, 0, sp)
-        self.spans(self.spans_grid, tuning.REC_SPANS_BLOCK, 0, sp)
+        self._queue_passes(fields, sp)
         runtime.memcpyAsync(self.host.ctypes.data, self.counts_ptr + 8 * self.tiles, 24,
                             runtime.memcpyDeviceToHost, sp)
         self.stream.synchronize()  # the call's one host sync
@@ -199,23 +295,8 @@ class RecordsCall:
             if ncols:
                 runtime.memcpyAsync(self.table_ptr, self.table.ctypes.data, 32 * ncols,
                                     runtime.memcpyHostToDevice, sp)
-            columns = ncols + (idx is not None)
-            for role, spans in (("gather", sparse), ("scatter", dense)):
-                if not spans or not columns:
-                    continue
-                launch = self.copies[role]
-                launch.int64(5, ncols)  # an int32 argument: its low bytes (little-endian)
-                launch.pointer(6, 0 if idx is None else idx.data.ptr)
-                launch.int64(7, index_base)
-                launch.int64(9, spans)
-                if role == "gather":
-                    launch(spans, spec.block, 0, sp)
-                elif sparse:
-                    launch(spans * self.per, spec.block, 0, sp, columns)
-                else:  # every span dense: no list to read, a block per tile
-                    launch.pointer(8, 0)
-                    launch(self.tiles, spec.block, 0, sp, columns)
-                    launch.pointer(8, self.lists_ptr)
+            self._queue_copy(self.table_ptr, ncols, 0 if idx is None else idx.data.ptr,
+                             index_base, (dense, sparse), sp)
         if idx is not None:
             out["indices"] = idx
         return out
@@ -236,9 +317,9 @@ def record_functor(pred: Predicate, read: dict[str, np.dtype]) -> tuple | None:
         return None
 
 
-# (thread, id(predicate), layout, n, indices, device, stream, REC_DENSE_FROM) -> (predicate,
-# its RecordsCall or None where the general call runs); the predicate is held so that its id
-# is not reused while the entry lives.
+# (thread, id(predicate), layout, n, indices or "into", device, stream, REC_DENSE_FROM) ->
+# (predicate, its RecordsCall or None where the general call runs); the predicate is held so
+# that its id is not reused while the entry lives.
 _calls: BoundedCache[tuple, tuple] = BoundedCache("ready record calls")
 # The same calls by what they compute (thread, module, the functor's fields and constants,
 # layout, ...): a predicate made anew for each call (a Predicate passed with other fields, a
@@ -248,9 +329,25 @@ _by_content: BoundedCache[tuple, RecordsCall] = BoundedCache("record calls by co
 
 
 def ready_records_call(fields: dict[str, Any], pred: Predicate, indices: bool) -> Any:
-    """The ready call for these CuPy fields (checked, one device) and predicate, or None where
-    the general call runs: no rows, a field not C-contiguous, a read field not in native byte
-    order, the fields off the current device, the mask path, integer powers."""
+    """The ready call for these CuPy fields (checked, one device) and predicate on the
+    current stream, or None where the general call runs: no rows, a field not C-contiguous,
+    a read field not in native byte order, the fields off the current device, the mask path,
+    integer powers."""
+    return _ready(fields, pred, indices, False)
+
+
+def ready_into_call(fields: dict[str, Any], pred: Predicate) -> Any:
+    """The same for compact_records_into (its :meth:`RecordsCall.into`), or None: also while
+    the current stream is being captured into a CUDA graph (the general call then gives the
+    graph a workspace of its own)."""
+    import cupy
+
+    if _capturing(cupy.cuda.get_current_stream()):
+        return None
+    return _ready(fields, pred, False, True)
+
+
+def _ready(fields: dict[str, Any], pred: Predicate, indices: bool, into: bool) -> Any:
     import cupy
 
     first = next(iter(fields.values()))
@@ -262,7 +359,7 @@ def ready_records_call(fields: dict[str, Any], pred: Predicate, indices: bool) -
         if not a.flags.c_contiguous:
             return None
     layout = tuple((name, a.dtype, a.shape[1:]) for name, a in fields.items())
-    key = (threading.get_ident(), id(pred), layout, n, indices, dev,
+    key = (threading.get_ident(), id(pred), layout, n, "into" if into else indices, dev,
            cupy.cuda.get_current_stream().ptr, tuning.REC_DENSE_FROM)
     hit = _calls.get(key)
     if hit is not None and hit[0] is pred:
@@ -352,3 +449,84 @@ def remember_records_call(fields: dict[str, Any], pred_like: Any, pred: Predicat
         dev = next(iter(fields.values())).data.device_id
         if dev == cupy.cuda.runtime.getDevice():
             _repeats.put(key, (dev, call, pred_like))
+
+
+# compact_records_into's repeated call: (thread, the caller's predicate as a key, the stream,
+# every field's and buffer's (name, type, dtype, shape, strides, pointer, device), the count's
+# (type, dtype, shape, pointer) or None) -> (device, the RecordsCall, the caller's predicate,
+# the written fields, the indices buffer's name or None). With the pointers and strides in the
+# key an equal key is the same memory in the same layout, whose checks (contiguity, room,
+# overlaps) passed the last time.
+_into_repeats: BoundedCache[tuple, tuple] = BoundedCache("repeated record into calls")
+
+
+def _desc(a: Any) -> tuple:
+    return (type(a), a.dtype, a.shape, a.strides, a.data.ptr, a.data.device_id)
+
+
+def _into_key(fields: dict[str, Any], pred_like: Any, out: Any, count: Any, stream: Any
+              ) -> tuple | None:  # fmt: skip
+    import cupy
+
+    from .cupy_backend import caller_key
+
+    pk = caller_key(pred_like)
+    if pk is None or type(out) is not dict:
+        return None
+    sp = (cupy.cuda.get_current_stream() if stream is None else stream).ptr
+    return (threading.get_ident(), pk, sp,
+            tuple((name, _desc(a)) for name, a in fields.items()),
+            tuple((name, _desc(b)) for name, b in out.items()),
+            None if count is None else (type(count), count.dtype, count.shape, count.data.ptr))
+
+
+def repeated_into(fields: dict[str, Any], pred_like: Any, out: Any, count: Any,
+                  stream: Any) -> Any:
+    """Run the ready call :func:`remember_into` kept for these arguments and return the count
+    array, or None where none is kept (or the stream is being captured): the public call then
+    checks and dispatches as usual."""
+    from . import cupy_backend
+
+    if not cupy_backend.FAST_SMALL_CALLS:
+        return None
+    try:
+        key = _into_key(fields, pred_like, out, count, stream)
+        hit = None if key is None else _into_repeats.get(key)
+    except (TypeError, AttributeError):  # not arrays, unhashable: the checks say what
+        return None
+    if hit is None:
+        return None
+    import cupy
+
+    dev, call, _, written, idx_name = hit
+    if cupy.cuda.runtime.getDevice() != dev or _capturing(call.stream):
+        return None
+    if count is None:
+        with call.stream:  # allocated in the stream's order, as the general call does
+            count = cupy.empty(1, dtype=np.int64)
+    call.into(fields, {name: out[name] for name in written},
+              None if idx_name is None else out[idx_name], count)
+    return count
+
+
+def remember_into(fields: dict[str, Any], pred_like: Any, pred: Predicate, out: Any,
+                  count: Any, stream: Any) -> None:
+    """After a public compact_records_into on these (checked) arguments: keep its ready call
+    under the caller's predicate and the arguments' memory for :func:`repeated_into`."""
+    from . import cupy_backend
+
+    if not cupy_backend.FAST_SMALL_CALLS:
+        return
+    import cupy
+
+    key = _into_key(fields, pred_like, out, count, stream)
+    if key is None:
+        return
+    dev = next(iter(fields.values())).data.device_id
+    target = cupy.cuda.get_current_stream() if stream is None else stream
+    with cupy.cuda.Device(dev), target:
+        call = ready_into_call(fields, pred)
+    if call is not None:
+        written = tuple(name for name in out if name in fields)
+        idx_name = "indices" if "indices" in out and "indices" not in fields else None
+        _into_repeats.put(key, (dev, call, pred_like, written, idx_name))

@@ -1,4 +1,5 @@
-"""compact_records' ready call (backends/cupy_records_ready.py) and its repeated public call,
+"""compact_records' ready call (backends/cupy_records_ready.py), its repeated public call and
+the ready sync-free call of compact_records_into,
 against NumPy: a loop of calls on new data of one layout (kept workspace, packed launches,
 outputs of earlier calls intact), the general call beside it, layouts that must not share a
 call (dtype, trailing shape, rows, order in memory, a rebound constant), the workspace taken
@@ -220,3 +221,100 @@ def test_bad_input_after_a_good_call_is_refused() -> None:
         compact_records(f, "alive & (energy > 2)", indices=True)
     with pytest.raises(TypeError, match="mix NumPy and CuPy"):
         compact_records({**f, "pixel": f_np["pixel"]}, pred, indices=True)
+
+
+@pytest.mark.parametrize("n", [1, 33, 8193, 1_000_003])
+def test_into_loop_on_kept_buffers_and_new_ones(monkeypatch, n: int) -> None:
+    """compact_records_into through its ready call: new data in the same fields and buffers
+    each call (nothing waited for between calls but the count's read), other buffers every
+    third call, a subset of the fields written, and the general call beside it."""
+    from dask_compact import compact_records_into
+    from dask_compact.backends import cupy_backend as cb
+
+    f = {k: cupy.asarray(v) for k, v in batch(n, 50).items()}
+    pred = "alive & (throughput < 0.7)"
+    out = {"origin": cupy.empty((n, 3), np.float32), "depth": cupy.empty(n, np.uint8),
+           "indices": cupy.empty(n, np.int64)}
+    for i in range(7):
+        monkeypatch.setattr(cb, "FAST_SMALL_CALLS", i != 5)
+        host = batch(n, 60 + i)
+        for k in f:
+            f[k].set(host[k])
+        if i % 3 == 2:
+            out = {k: cupy.empty_like(v) for k, v in out.items()}
+        k = int(compact_records_into(f, pred, out).get()[0])
+        mask = host["alive"] & (host["throughput"] < 0.7)
+        assert k == int(mask.sum())
+        np.testing.assert_array_equal(cupy.asnumpy(out["origin"][:k]), host["origin"][mask])
+        np.testing.assert_array_equal(cupy.asnumpy(out["depth"][:k]), host["depth"][mask])
+        np.testing.assert_array_equal(cupy.asnumpy(out["indices"][:k]), np.flatnonzero(mask))
+
+
+def test_into_queued_back_to_back_on_a_stream() -> None:
+    """Calls queued one after another on a non-blocking stream, each into buffers of its own
+    and a count of its own, read only at the end: each holds its data's selection (the kept
+    workspace is reused in stream order)."""
+    from dask_compact import compact_records_into
+
+    n = 300_001
+    data = [batch(n, 70 + i) for i in range(4)]
+    f = [{k: cupy.asarray(v) for k, v in d.items()} for d in data]
+    s = cupy.cuda.Stream(non_blocking=True)
+    s.wait_event(cupy.cuda.Stream.null.record())
+    results = []
+    for i in range(4):
+        out = {"pixel": cupy.empty(n, np.int32), "dir": cupy.empty((n, 3), np.float32)}
+        count = cupy.empty(1, np.uint64)
+        compact_records_into(f[i], "depth > 4", out, count=count, stream=s)
+        results.append((out, count))
+    s.synchronize()
+    for d, (out, count) in zip(data, results):
+        mask = d["depth"] > 4
+        k = int(count.get()[0])
+        assert k == int(mask.sum())
+        np.testing.assert_array_equal(cupy.asnumpy(out["pixel"][:k]), d["pixel"][mask])
+        np.testing.assert_array_equal(cupy.asnumpy(out["dir"][:k]), d["dir"][mask])
+
+
+def test_into_repeated_call_skips_only_equal_checks(monkeypatch) -> None:
+    """compact_records_into again with the same fields, buffers and count runs the kept call
+    without the checks (they are made to fail here: the call must not reach them); other
+    buffers, another count or another predicate are checked, and bad ones refused."""
+    import dask_compact.records as records
+    from dask_compact import compact_records_into
+
+    n = 20_011
+    f_np = batch(n, 80)
+    f = {k: cupy.asarray(v) for k, v in f_np.items()}
+    out = {"pixel": cupy.empty(n, np.int32), "indices": cupy.empty(n, np.int64)}
+    count = cupy.empty(1, np.int64)
+    mask = f_np["depth"] < 3
+    compact_records_into(f, "depth < 3", out, count=count)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("checked again")
+
+    with monkeypatch.context() as m:
+        m.setattr(records, "checked_fields", refuse)
+        for _ in range(3):
+            host = batch(n, 81 + _)
+            for k in f:
+                f[k].set(host[k])
+            got = compact_records_into(f, "depth < 3", out, count=count)
+            k = int(got.get()[0])
+            mask = host["depth"] < 3
+            assert got is count and k == int(mask.sum())
+            np.testing.assert_array_equal(cupy.asnumpy(out["pixel"][:k]), host["pixel"][mask])
+            np.testing.assert_array_equal(cupy.asnumpy(out["indices"][:k]),
+                                          np.flatnonzero(mask))
+        with pytest.raises(AssertionError, match="checked again"):
+            compact_records_into(f, "depth < 3", out)  # another (new) count
+        with pytest.raises(AssertionError, match="checked again"):
+            compact_records_into(f, "depth < 4", out, count=count)
+    with pytest.raises(ValueError, match="room for every row|shape"):
+        compact_records_into(f, "depth < 3", {"pixel": out["pixel"][:-1]}, count=count)
+    with pytest.raises(ValueError, match="overlaps"):
+        compact_records_into(f, "depth < 3", {"pixel": f["pixel"]}, count=count)
+    with pytest.raises(ValueError, match="overlap"):
+        compact_records_into(f, "depth < 3", {"indices": out["indices"]},
+                             count=out["indices"][:1])
