@@ -7,7 +7,9 @@ several repetitions after warm-up, peers in the same process on the same data.
 
 GPU (``--device gpu``, N = 2^28 by default):
 
-* ours: ``compact_records(fields, pred)`` on CuPy arrays (exact-size outputs, known count);
+* ours: ``compact_records(fields, pred)`` on CuPy arrays (exact-size outputs, known count),
+  and ``compact_records_into`` into buffers of N rows kept across calls, its count read
+  (a table of its own);
 * CuPy boolean indexing per field (``m = a < p; {k: v[m]}``), ``torch.masked_select`` per
   field (same mask), the two-step recipe (``compact_array(a, pred, output="indices")`` then
   ``cupy.take`` per field);
@@ -37,7 +39,7 @@ import dask.array as da
 import numpy as np
 from bench_common import file_stem, label, plot_vs_p, save, timed_ms
 
-from dask_compact import compact_array, compact_records
+from dask_compact import compact_array, compact_records, compact_records_into
 
 FIELDS = ("a", "b", "c", "d")
 
@@ -84,6 +86,12 @@ def gpu_rows(n: int, ps: list[float], reps: int) -> list[dict]:
             del m
             row: dict = {"n": n, "p": p, "pred_fields": 2 if two else 1, "selected": k}
             row["ours"] = timed_ms(lambda: compact_records(f, text), sync, reps)
+            bufs = {kk: cupy.empty(n, dtype=np.float32) for kk in FIELDS}
+            count = cupy.empty(1, dtype=np.int64)
+            # the sync-free call into buffers kept across calls, its count read (one sync)
+            into = timed_ms(lambda: compact_records_into(f, text, bufs, count=count).get(),
+                            sync, reps)
+            del bufs
             row["cupy bool index"] = timed_ms(
                 lambda: {kk: v[mask_of(f)] for kk, v in f.items()}, sync, reps)
             if torch is not None:
@@ -108,6 +116,7 @@ def gpu_rows(n: int, ps: list[float], reps: int) -> list[dict]:
             dst = cupy.empty_like(src)
             row["bytes floor"] = timed_ms(lambda: dst.__setitem__(slice(None), src), sync, reps)
             del src, dst
+            row[INTO] = into  # last: the in-memory table's ratios are against "ours"
             rows.append(row)
     return rows
 
@@ -172,9 +181,24 @@ def cpu_rows(n: int, ps: list[float], reps: int) -> list[dict]:
     return rows
 
 
+INTO = "ours into buffers"  # compact_records_into, its count read: a table of its own
+
+
+def into_table(rows: list[dict]) -> list[str]:
+    """compact_records_into (buffers of n rows kept across calls) against the recipe and the
+    bytes floor: ratios are their time / its time."""
+    lines = ["| n | p | predicate fields | into ms | vs two-step recipe | vs bytes floor |",
+             "|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| 2^{int(math.log2(r['n']))} | {r['p']} | {r['pred_fields']} | "
+                     f"{r[INTO]:.3f} | **{r['two-step recipe'] / r[INTO]:.2f}x** | "
+                     f"**{r['bytes floor'] / r[INTO]:.0%}** of floor |")
+    return lines
+
+
 def table(rows: list[dict]) -> list[str]:
     lines = []
-    cols = [c for c in rows[0] if c not in ("n", "p", "pred_fields", "selected", "chunks")]
+    cols = [c for c in rows[0] if c not in ("n", "p", "pred_fields", "selected", "chunks", INTO)]
     lines.append("| n | p | predicate fields | " + " | ".join(f"{c} ms" for c in cols)
                  + " | " + " | ".join(f"ours vs {c}" for c in cols[1:]) + " |")
     lines.append("|" + "---|" * (3 + 2 * len(cols) - 1))
@@ -232,6 +256,9 @@ def main() -> None:
     text = list(head)
     for name, rows in tables:
         text += [f"## {name}", "", *table(rows), ""]
+        if rows and INTO in rows[0]:
+            text += [f"## {name}: compact_records_into (caller buffers, count read)", "",
+                     *into_table(rows), ""]
     print("\n".join(text))
     if args.out:
         stem = file_stem("records", today, device, sha, gpu)
