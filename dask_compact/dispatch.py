@@ -282,25 +282,25 @@ def _compact_records_into_cupy(like, fields, pred, out, count, stream):
 
 
 def _repeated_records_call_cupy(like, fields, pred_like, indices):
-    from .backends.cupy_records_ready import repeated_records_call as impl
+    from .backends.cupy_records_repeat import repeated_records_call as impl
 
     return impl(fields, pred_like, indices)
 
 
 def _remember_records_call_cupy(like, fields, pred_like, pred, indices):
-    from .backends.cupy_records_ready import remember_records_call as impl
+    from .backends.cupy_records_repeat import remember_records_call as impl
 
     return impl(fields, pred_like, pred, indices)
 
 
 def _repeated_records_into_cupy(like, fields, pred_like, out, count, stream):
-    from .backends.cupy_records_ready import repeated_into
+    from .backends.cupy_records_repeat import repeated_into
 
     return repeated_into(fields, pred_like, out, count, stream)
 
 
 def _remember_records_into_cupy(like, fields, pred_like, pred, out, count, stream):
-    from .backends.cupy_records_ready import remember_into
+    from .backends.cupy_records_repeat import remember_into
 
     return remember_into(fields, pred_like, pred, out, count, stream)
 

@@ -35,15 +35,14 @@ from . import cupy_tuning as tuning
 from .cupy_backend import _capturing, _kept_for_graphs
 from .cupy_device import check_powers, output_empty, ptr_or_null
 from .cupy_modules import compiled
-from .cupy_records_ready import (
+from .cupy_records_common import (
     column_entries,
     copy_unit,
     no_room_note,
-    ready_into_call,
-    ready_records_call,
     record_functor,
     upload_table,
 )
+from .cupy_records_ready import ready_into_call, ready_records_call
 from .cupy_source import RecordSpec
 
 __all__ = ["compact_records", "compact_records_into", "copy_unit"]

@@ -1,8 +1,9 @@
-"""The records' ready call: a repeated sized :func:`compact_records` of one predicate on one
-layout (field names, dtypes, trailing shapes, rows) with everything but the fields and the
-outputs prepared: the module, the five kernels' arguments packed once
-(``cupy_launch.PackedLaunch``), the grids, the workspace (ballot words, tile counts, warp
-offsets, work lists) and a pinned buffer for the column table and one for the counts.
+"""The records' ready calls: a repeated sized :func:`compact_records` (or sync-free
+:func:`compact_records_into`) of one predicate on one layout (field names, dtypes, trailing
+shapes, rows) with everything but the fields and the outputs prepared: the module, the five
+kernels' arguments packed once (``cupy_launch.PackedLaunch``), the grids, the workspace
+(ballot words, tile counts, warp offsets, work lists) and a pinned buffer for the column
+table and one for the counts.
 
 Why: the general call (``cupy_records.compact_records``) spends its host time on CuPy's
 argument boxing of five launches, four workspace allocations, the predicate's functor lookup
@@ -11,18 +12,18 @@ of four float32 fields took 155-180 us, 0.5-0.9x the two-step recipe it replaces
 (``compact_array(..., output="indices")`` then ``cupy.take`` per field), whose own small call
 is ready-made; at 2^28 rows the GPU idled ~0.2 ms of a 1.2 ms call while the host queued.
 
-Per call: the read fields' pointers into the flags kernel's slots, three launches, the total
-and the two work lists' lengths copied into pinned memory with one synchronisation, every
-output allocated at its exact length, the column table written into pinned memory and copied
-to the device in stream order, and each copy form launched on its list. Calls are keyed per
-(thread, predicate object, layout, rows, indices, device, stream): each is used by one
-thread, in stream order, so the kept workspace and pinned buffers are reused safely (a call's
-table is written after its own synchronisation, when the previous call's copy of it has run).
+Per sized call: the read fields' pointers into the flags kernel's slots, three launches, the
+total and the two work lists' lengths copied into pinned memory with one synchronisation,
+every output allocated at its exact length, the column table written into pinned memory and
+copied to the device in stream order, and each copy form launched on its list. Calls are
+keyed per (thread, predicate object, layout, rows, indices, device, stream): each is used by
+one thread, in stream order, so the kept workspace and pinned buffers are reused safely (a
+call's table is written after its own synchronisation, when the previous call's copy of it
+has run).
 """
 
 from __future__ import annotations
 
-import logging
 import math
 import threading
 from typing import Any
@@ -30,100 +31,17 @@ from typing import Any
 import numpy as np
 
 from ..cache import BoundedCache
-from ..codegen.cuda_functor import CodegenUnsupported, generate_record_functor
-from ..predicate.core import Predicate, field_dtypes
-from ..predicate.expr import ParamOverflow
+from ..predicate.core import Predicate
 from . import cupy_tuning as tuning
-from .cupy_backend import _capturing, _kept_for_graphs
+from .cupy_backend import _capturing
 from .cupy_device import output_empty
 from .cupy_launch import PackedLaunch
-from .cupy_modules import compiled, typed_functor
+from .cupy_modules import compiled
 from .cupy_ready import KEEP_SCRATCH_BYTES
+from .cupy_records_common import column_entries, no_room_note, record_functor, upload_table
 from .cupy_source import RecordSpec
 
-__all__ = ["RecordsCall", "ready_records_call", "ready_into_call", "upload_table",
-           "record_functor", "column_entries", "no_room_note", "copy_unit",
-           "repeated_records_call", "remember_records_call", "repeated_into",
-           "remember_into"]
-
-logger = logging.getLogger("dask_compact")
-
-_UNITS = (16, 8, 4, 2, 1)
-
-
-def copy_unit(row_bytes: int, *addresses: int) -> int:
-    """The widest unit (bytes) dividing the row and every address: the copy's load size."""
-    common = row_bytes
-    for a in addresses:
-        common |= a
-    return next(u for u in _UNITS if common % u == 0)  # u divides all iff it divides their OR
-
-
-def column_entries(fields: list[tuple[int, int, int]]) -> list[int]:
-    """The copy's column table, flat: per field (row bytes, source, destination), one (src,
-    dst, unit, stride) column per unit of its row (a float32 (n, 3) field: three 4-byte
-    columns, stride 3; kernels/records.cu's FieldCopy). Zero-width rows copy nothing."""
-    flat: list[int] = []
-    for row, sp, dp in fields:
-        if row == 0:
-            continue
-        unit = copy_unit(row, sp, dp)
-        stride = row // unit
-        for u in range(stride):
-            flat += (sp + u * unit, dp + u * unit, unit, stride)
-    return flat
-
-
-def no_room_note(e: BaseException, total: int, n: int, fields: dict[str, Any], indices: bool,
-                 device: int) -> None:
-    """The note a sized call adds to the MemoryError of its outputs' allocation."""
-    need = total * (sum(a.dtype.itemsize * math.prod(a.shape[1:]) for a in fields.values())
-                    + (8 if indices else 0))
-    e.add_note(
-        f"dask_compact: the {total:,} selected rows of {n:,} ({need / 2**20:,.1f} MiB "
-        f"over {len(fields)} fields) did not fit on GPU {device}. Free device "
-        "memory (cupy.get_default_memory_pool().free_all_blocks() returns what "
-        "CuPy's pool keeps) or compact fewer rows at a time (compact_records over "
-        "dask arrays of smaller chunks).")
-
-
-# (device, table bytes) -> the table on the device: a call repeated on the same buffers (a
-# loop over batches, or the warm-up before a graph capture) uploads nothing, so a captured
-# call allocates no pinned memory.
-_tables: BoundedCache[tuple, Any] = BoundedCache("record column tables")
-
-
-def upload_table(table: np.ndarray, stream: Any) -> Any:
-    """The column table on the device (cached per content), copied in stream order from
-    pinned memory (no host wait; a pageable copy would make the host wait and cannot be
-    captured). The pinned buffer stays referenced until an event after the copy has run."""
-    import cupy
-
-    key = (cupy.cuda.Device().id, table.tobytes())
-    hit = _tables.get(key)
-    if hit is not None:
-        if _capturing(stream):
-            _kept_for_graphs.append(hit)
-        return hit
-    mem = cupy.cuda.alloc_pinned_memory(max(table.nbytes, 8))
-    host = np.frombuffer(mem, dtype=np.int64, count=table.size).reshape(table.shape)
-    host[...] = table
-    d = cupy.empty(table.shape, dtype=np.int64)
-    cupy.cuda.runtime.memcpyAsync(d.data.ptr, host.ctypes.data, table.nbytes,
-                                  cupy.cuda.runtime.memcpyHostToDevice, stream.ptr)
-    if _capturing(stream):
-        _kept_for_graphs.append(mem)  # the graph copies from it at every replay
-    else:
-        event = cupy.cuda.Event(disable_timing=True)
-        event.record(stream)
-        _pinned.append((event, mem))
-        while _pinned and _pinned[0][0].done:
-            _pinned.pop(0)
-    _tables.put(key, d)
-    return d
-
-
-_pinned: list[tuple] = []  # (event after the copy, pinned table) until the copy has run
+__all__ = ["RecordsCall", "ready_records_call", "ready_into_call"]
 
 
 class RecordsCall:
@@ -302,21 +220,6 @@ class RecordsCall:
         return out
 
 
-def record_functor(pred: Predicate, read: dict[str, np.dtype]) -> tuple | None:
-    """(typed predicate, generated functor, bound constants) of a record predicate over the
-    read fields' dtypes, or None where it has no exact device form (CodegenUnsupported: the
-    mask path) or a constant does not fit its dtype."""
-    if pred.expr is None:
-        return None
-    try:
-        tp, functor = typed_functor(pred.expr, field_dtypes(read), pred,
-                                    generate_record_functor)
-        return tp, functor, list(tp.bind(pred.params))
-    except (CodegenUnsupported, ParamOverflow) as e:
-        logger.debug("record predicate %s takes the mask path: %s", pred.source, e)
-        return None
-
-
 # (thread, id(predicate), layout, n, indices or "into", device, stream, REC_DENSE_FROM) ->
 # (predicate, its RecordsCall or None where the general call runs); the predicate is held so
 # that its id is not reused while the entry lives.
@@ -383,150 +286,3 @@ def _ready(fields: dict[str, Any], pred: Predicate, indices: bool, into: bool) -
                 _by_content.put(content, call)
     _calls.put(key, (pred, call))
     return call
-
-
-# compact_records' repeated call, as compact_array's (cupy_backend.repeated_call): (thread,
-# the caller's predicate as a key, indices, stream, every field's (name, type, dtype, shape,
-# device)) -> (device, its RecordsCall, the caller's predicate). A hit skips the public
-# checks (18-38 us on the 2-core CI machine for four fields) and the dispatch: everything
-# they examined is in the key, and an equal key passed them.
-_repeats: BoundedCache[tuple, tuple] = BoundedCache("repeated record calls")
-
-
-def _repeat_key(fields: dict[str, Any], pred_like: Any, indices: bool) -> tuple | None:
-    import cupy
-
-    from .cupy_backend import caller_key
-
-    pk = caller_key(pred_like)
-    if pk is None:
-        return None
-    layout = tuple((name, type(a), a.dtype, a.shape, a.data.device_id)
-                   for name, a in fields.items())
-    return (threading.get_ident(), pk, indices, cupy.cuda.get_current_stream().ptr, layout)
-
-
-def repeated_records_call(fields: dict[str, Any], pred_like: Any, indices: bool) -> Any:
-    """The ready call :func:`remember_records_call` kept for this thread, predicate, layout
-    and stream, if every field is C-contiguous and the current device is theirs; else None
-    (the public call checks and dispatches as usual)."""
-    from . import cupy_backend
-
-    if not cupy_backend.FAST_SMALL_CALLS:
-        return None
-    try:
-        key = _repeat_key(fields, pred_like, indices)
-        hit = None if key is None else _repeats.get(key)
-    except (TypeError, AttributeError):  # not arrays, unhashable: the checks say what
-        return None
-    if hit is None:
-        return None
-    import cupy
-
-    if cupy.cuda.runtime.getDevice() != hit[0]:
-        return None
-    for a in fields.values():
-        if not a.flags.c_contiguous:
-            return None
-    return hit[1]
-
-
-def remember_records_call(fields: dict[str, Any], pred_like: Any, pred: Predicate,
-                          indices: bool) -> None:
-    """After a public call on ``fields`` (checked, every array the caller's) that ran a
-    ready call: keep it under ``pred_like``, the predicate the caller passed."""
-    from . import cupy_backend
-
-    if not cupy_backend.FAST_SMALL_CALLS:
-        return
-    import cupy
-
-    key = _repeat_key(fields, pred_like, indices)
-    if key is None:
-        return
-    call = ready_records_call(fields, pred, indices)
-    if call is not None:
-        dev = next(iter(fields.values())).data.device_id
-        if dev == cupy.cuda.runtime.getDevice():
-            _repeats.put(key, (dev, call, pred_like))
-
-
-# compact_records_into's repeated call: (thread, the caller's predicate as a key, the stream,
-# every field's and buffer's (name, type, dtype, shape, strides, pointer, device), the count's
-# (type, dtype, shape, pointer) or None) -> (device, the RecordsCall, the caller's predicate,
-# the written fields, the indices buffer's name or None). With the pointers and strides in the
-# key an equal key is the same memory in the same layout, whose checks (contiguity, room,
-# overlaps) passed the last time.
-_into_repeats: BoundedCache[tuple, tuple] = BoundedCache("repeated record into calls")
-
-
-def _desc(a: Any) -> tuple:
-    return (type(a), a.dtype, a.shape, a.strides, a.data.ptr, a.data.device_id)
-
-
-def _into_key(fields: dict[str, Any], pred_like: Any, out: Any, count: Any, stream: Any
-              ) -> tuple | None:  # fmt: skip
-    import cupy
-
-    from .cupy_backend import caller_key
-
-    pk = caller_key(pred_like)
-    if pk is None or type(out) is not dict:
-        return None
-    sp = (cupy.cuda.get_current_stream() if stream is None else stream).ptr
-    return (threading.get_ident(), pk, sp,
-            tuple((name, _desc(a)) for name, a in fields.items()),
-            tuple((name, _desc(b)) for name, b in out.items()),
-            None if count is None else (type(count), count.dtype, count.shape, count.data.ptr))
-
-
-def repeated_into(fields: dict[str, Any], pred_like: Any, out: Any, count: Any,
-                  stream: Any) -> Any:
-    """Run the ready call :func:`remember_into` kept for these arguments and return the count
-    array, or None where none is kept (or the stream is being captured): the public call then
-    checks and dispatches as usual."""
-    from . import cupy_backend
-
-    if not cupy_backend.FAST_SMALL_CALLS:
-        return None
-    try:
-        key = _into_key(fields, pred_like, out, count, stream)
-        hit = None if key is None else _into_repeats.get(key)
-    except (TypeError, AttributeError):  # not arrays, unhashable: the checks say what
-        return None
-    if hit is None:
-        return None
-    import cupy
-
-    dev, call, _, written, idx_name = hit
-    if cupy.cuda.runtime.getDevice() != dev or _capturing(call.stream):
-        return None
-    if count is None:
-        with call.stream:  # allocated in the stream's order, as the general call does
-            count = cupy.empty(1, dtype=np.int64)
-    call.into(fields, {name: out[name] for name in written},
-              None if idx_name is None else out[idx_name], count)
-    return count
-
-
-def remember_into(fields: dict[str, Any], pred_like: Any, pred: Predicate, out: Any,
-                  count: Any, stream: Any) -> None:
-    """After a public compact_records_into on these (checked) arguments: keep its ready call
-    under the caller's predicate and the arguments' memory for :func:`repeated_into`."""
-    from . import cupy_backend
-
-    if not cupy_backend.FAST_SMALL_CALLS:
-        return
-    import cupy
-
-    key = _into_key(fields, pred_like, out, count, stream)
-    if key is None:
-        return
-    dev = next(iter(fields.values())).data.device_id
-    target = cupy.cuda.get_current_stream() if stream is None else stream
-    with cupy.cuda.Device(dev), target:
-        call = ready_into_call(fields, pred)
-    if call is not None:
-        written = tuple(name for name in out if name in fields)
-        idx_name = "indices" if "indices" in out and "indices" not in fields else None
-        _into_repeats.put(key, (dev, call, pred_like, written, idx_name))

@@ -31,7 +31,7 @@ from .cupy_backend import _plan  # the compaction's plan: the fused kernel or th
 from .cupy_device import NULL, ptr_or_null
 from .cupy_launchers import tile_words
 from .cupy_records import _columns, _Pass
-from .cupy_records_ready import upload_table
+from .cupy_records_common import upload_table
 from .cupy_tuning import SCAN_BLOCK
 
 __all__ = ["split_chunk"]

@@ -1,0 +1,115 @@
+"""What the GPU records calls share (``cupy_records``' general call and
+``cupy_records_ready``'s ready calls): the copy's column table and its upload, the record
+predicate's generated functor, and the note of an output allocation that did not fit."""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any
+
+import numpy as np
+
+from ..cache import BoundedCache
+from ..codegen.cuda_functor import CodegenUnsupported, generate_record_functor
+from ..predicate.core import Predicate, field_dtypes
+from ..predicate.expr import ParamOverflow
+from .cupy_backend import _capturing, _kept_for_graphs
+from .cupy_modules import typed_functor
+
+__all__ = ["copy_unit", "column_entries", "upload_table", "record_functor", "no_room_note"]
+
+logger = logging.getLogger("dask_compact")
+
+_UNITS = (16, 8, 4, 2, 1)
+
+
+def copy_unit(row_bytes: int, *addresses: int) -> int:
+    """The widest unit (bytes) dividing the row and every address: the copy's load size."""
+    common = row_bytes
+    for a in addresses:
+        common |= a
+    return next(u for u in _UNITS if common % u == 0)  # u divides all iff it divides their OR
+
+
+def column_entries(fields: list[tuple[int, int, int]]) -> list[int]:
+    """The copy's column table, flat: per field (row bytes, source, destination), one (src,
+    dst, unit, stride) column per unit of its row (a float32 (n, 3) field: three 4-byte
+    columns, stride 3; kernels/records.cu's FieldCopy). Zero-width rows copy nothing."""
+    flat: list[int] = []
+    for row, sp, dp in fields:
+        if row == 0:
+            continue
+        unit = copy_unit(row, sp, dp)
+        stride = row // unit
+        for u in range(stride):
+            flat += (sp + u * unit, dp + u * unit, unit, stride)
+    return flat
+
+
+def no_room_note(e: BaseException, total: int, n: int, fields: dict[str, Any], indices: bool,
+                 device: int) -> None:
+    """The note a sized call adds to the MemoryError of its outputs' allocation."""
+    need = total * (sum(a.dtype.itemsize * math.prod(a.shape[1:]) for a in fields.values())
+                    + (8 if indices else 0))
+    e.add_note(
+        f"dask_compact: the {total:,} selected rows of {n:,} ({need / 2**20:,.1f} MiB "
+        f"over {len(fields)} fields) did not fit on GPU {device}. Free device "
+        "memory (cupy.get_default_memory_pool().free_all_blocks() returns what "
+        "CuPy's pool keeps) or compact fewer rows at a time (compact_records over "
+        "dask arrays of smaller chunks).")
+
+
+# (device, table bytes) -> the table on the device: a call repeated on the same buffers (a
+# loop over batches, or the warm-up before a graph capture) uploads nothing, so a captured
+# call allocates no pinned memory.
+_tables: BoundedCache[tuple, Any] = BoundedCache("record column tables")
+
+
+def upload_table(table: np.ndarray, stream: Any) -> Any:
+    """The column table on the device (cached per content), copied in stream order from
+    pinned memory (no host wait; a pageable copy would make the host wait and cannot be
+    captured). The pinned buffer stays referenced until an event after the copy has run."""
+    import cupy
+
+    key = (cupy.cuda.Device().id, table.tobytes())
+    hit = _tables.get(key)
+    if hit is not None:
+        if _capturing(stream):
+            _kept_for_graphs.append(hit)
+        return hit
+    mem = cupy.cuda.alloc_pinned_memory(max(table.nbytes, 8))
+    host = np.frombuffer(mem, dtype=np.int64, count=table.size).reshape(table.shape)
+    host[...] = table
+    d = cupy.empty(table.shape, dtype=np.int64)
+    cupy.cuda.runtime.memcpyAsync(d.data.ptr, host.ctypes.data, table.nbytes,
+                                  cupy.cuda.runtime.memcpyHostToDevice, stream.ptr)
+    if _capturing(stream):
+        _kept_for_graphs.append(mem)  # the graph copies from it at every replay
+    else:
+        event = cupy.cuda.Event(disable_timing=True)
+        event.record(stream)
+        _pinned.append((event, mem))
+        while _pinned and _pinned[0][0].done:
+            _pinned.pop(0)
+    _tables.put(key, d)
+    return d
+
+
+_pinned: list[tuple] = []  # (event after the copy, pinned table) until the copy has run
+
+
+
+def record_functor(pred: Predicate, read: dict[str, np.dtype]) -> tuple | None:
+    """(typed predicate, generated functor, bound constants) of a record predicate over the
+    read fields' dtypes, or None where it has no exact device form (CodegenUnsupported: the
+    mask path) or a constant does not fit its dtype."""
+    if pred.expr is None:
+        return None
+    try:
+        tp, functor = typed_functor(pred.expr, field_dtypes(read), pred,
+                                    generate_record_functor)
+        return tp, functor, list(tp.bind(pred.params))
+    except (CodegenUnsupported, ParamOverflow) as e:
+        logger.debug("record predicate %s takes the mask path: %s", pred.source, e)
+        return None
