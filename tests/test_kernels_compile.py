@@ -351,8 +351,9 @@ def test_tuning_table_and_kernel_constants() -> None:
 def test_record_launch_constants_and_copy_unit() -> None:
     """The records' flags kernel zeroes the tile scan's status words by its SCAN_TILE
     template argument, by which the launch layer sizes the counts array and the scan's grid;
-    copy_unit is the widest of 16/8/4/2/1 bytes dividing the row and every address."""
-    from dask_compact.backends.cupy_records import copy_unit
+    copy_unit is the widest of 16/8/4/2/1 bytes dividing the row and every address, and the
+    column table has one entry per unit of each row (none for a zero-width row)."""
+    from dask_compact.backends.cupy_records_common import column_entries, copy_unit
 
     for spec in (RecordSpec(None), RecordSpec(None, scan_block=128, scan_items=4)):
         names = spec.names()
@@ -366,12 +367,17 @@ def test_record_launch_constants_and_copy_unit() -> None:
     assert RecordSpec(None).scan_items == cupy_tuning.REC_SCAN_ITEMS
     rng = np.random.default_rng(0)
     for _ in range(3000):
-        row = int(rng.integers(1, 200))
+        row = int(rng.choice([1, 2, 4, 8, 16, int(rng.integers(1, 200))]))
         addresses = [int(a) * int(rng.choice([1, 2, 4, 8, 16, 32]))
                      for a in rng.integers(0, 2**40, int(rng.integers(0, 4)))]  # fmt: skip
         want = max(u for u in (1, 2, 4, 8, 16)
                    if row % u == 0 and all(a % u == 0 for a in addresses))  # fmt: skip
         assert copy_unit(row, *addresses) == want, (row, addresses)
+        if len(addresses) == 2:  # the column table: one (src, dst, unit, stride) per unit
+            stride = row // want
+            expected = [v for u in range(stride)
+                        for v in (addresses[0] + u * want, addresses[1] + u * want, want, stride)]
+            assert column_entries([(row, *addresses), (0, 16, 16)]) == expected
 
 
 def _scan_specs(algorithms: tuple[str, ...]) -> list:
