@@ -98,34 +98,14 @@ repeated_records_into = Dispatch("repeated_records_into")
 remember_records_into = Dispatch("remember_records_into")
 
 
-@repeated_call.register(object)
-def _no_repeated_call(a, pred_like, output, stable, algorithm):
+def _nothing_kept(*args: object) -> None:
+    """Every type but CuPy's keeps no repeated call: the public call checks each time."""
     return None
 
 
-@remember_call.register(object)
-def _remember_nothing(a, pred_like, pred, output, stable, algorithm):
-    return None
-
-
-@repeated_records_call.register(object)
-def _no_repeated_records_call(like, fields, pred_like, indices):
-    return None
-
-
-@remember_records_call.register(object)
-def _remember_no_records_call(like, fields, pred_like, pred, indices):
-    return None
-
-
-@repeated_records_into.register(object)
-def _no_repeated_records_into(like, fields, pred_like, out, count, stream):
-    return None
-
-
-@remember_records_into.register(object)
-def _remember_no_records_into(like, fields, pred_like, pred, out, count, stream):
-    return None
+for _keeper in (repeated_call, remember_call, repeated_records_call, remember_records_call,
+                repeated_records_into, remember_records_into):
+    _keeper.register(object, _nothing_kept)
 
 
 @compact_chunk.register(np.ndarray)
