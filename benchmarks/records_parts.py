@@ -81,7 +81,7 @@ def parts(n: int, p: float, reps: int) -> dict[str, float]:
         passes = cr._Pass(f, pred, n)
         total, dense, sparse = passes.read_back()
         row[f"dense / sparse spans, {name}"] = f"{dense} / {sparse}"
-        table = cr._columns(f, outs)
+        table = cr.column_table(f, outs)
         d_table = cr.upload_table(table, stream)
         spec = passes.spec
         per = spec.span // spec.tile

@@ -363,6 +363,16 @@ def test_record_launch_constants_and_copy_unit() -> None:
         for tiles in (0, 1, spec.scan_tile, spec.scan_tile + 1, 5 * spec.scan_tile - 1):
             assert (spec.scan_blocks(tiles) - 1) * spec.scan_tile < max(tiles, 1)
             assert spec.scan_blocks(tiles) * spec.scan_tile >= tiles
+        for tiles in (1, spec.scan_tile, 3 * spec.scan_tile + 5):
+            assert spec.counts_size(tiles) == tiles + 3 + spec.scan_blocks(tiles)
+    spec = RecordSpec(None)
+    before = cupy_tuning.REC_DENSE_FROM
+    try:
+        for share, rows in ((0.0, 0), (0.5, spec.span // 2), (2.0, spec.span + 1)):
+            cupy_tuning.REC_DENSE_FROM = share  # read at each call
+            assert spec.dense_from() == rows
+    finally:
+        cupy_tuning.REC_DENSE_FROM = before
     assert RecordSpec(None).scan_block == cupy_tuning.REC_SCAN_BLOCK
     assert RecordSpec(None).scan_items == cupy_tuning.REC_SCAN_ITEMS
     rng = np.random.default_rng(0)

@@ -22,7 +22,6 @@ evaluated by CuPy into a mask, which the same flags kernel reads (``dcx::RecMask
 from __future__ import annotations
 
 import logging
-import math
 from typing import Any
 
 import numpy as np
@@ -36,7 +35,7 @@ from .cupy_backend import _capturing, _kept_for_graphs
 from .cupy_device import check_powers, output_empty, ptr_or_null
 from .cupy_modules import compiled
 from .cupy_records_common import (
-    column_entries,
+    column_table,
     copy_unit,
     no_room_note,
     record_functor,
@@ -48,6 +47,7 @@ from .cupy_source import RecordSpec
 __all__ = ["compact_records", "compact_records_into", "copy_unit"]
 
 logger = logging.getLogger("dask_compact")
+
 
 def _flags_launch(pred: Predicate, read: dict[str, Any], n: int) -> tuple[RecordSpec, list]:
     """The module and the flags kernel's predicate arguments (field pointers and constants,
@@ -63,13 +63,6 @@ def _flags_launch(pred: Predicate, read: dict[str, Any], n: int) -> tuple[Record
     with np.errstate(all="ignore"):
         mask = record_mask(pred, read, n, cupy)
     return RecordSpec(None), [cupy.ascontiguousarray(mask, dtype=cupy.bool_)]
-
-
-def _columns(src: dict[str, Any], out: dict[str, Any]) -> np.ndarray:
-    """The copy's column table (column_entries) as an (columns, 4) int64 array."""
-    flat = column_entries([(a.dtype.itemsize * math.prod(a.shape[1:]), a.data.ptr,
-                            out[name].data.ptr) for name, a in src.items()])
-    return np.array(flat, dtype=np.int64).reshape(-1, 4)
 
 
 class _Pass:
@@ -92,9 +85,8 @@ class _Pass:
         self.tiles = (n + spec.tile - 1) // spec.tile
         self.nspans = (n + spec.span - 1) // spec.span
         scan_blocks = spec.scan_blocks(self.tiles)
-        # the tile prefixes, the total, the lists' lengths and the scan's status words (the
-        # last 2 + scan_blocks zeroed by the flags kernel)
-        self.counts = cupy.empty(self.tiles + 3 + scan_blocks, dtype=cupy.uint64)
+        # the last 2 + scan_blocks entries zeroed by the flags kernel
+        self.counts = cupy.empty(spec.counts_size(self.tiles), dtype=cupy.uint64)
         self.words = cupy.empty((n + 31) // 32, dtype=cupy.uint32)
         self.warp_offsets = cupy.empty(self.tiles * (spec.block // 32), dtype=cupy.uint32)
         self.lists = cupy.empty(2 * self.nspans if spans else 0, dtype=cupy.uint32)
@@ -108,11 +100,9 @@ class _Pass:
                 self.counts, np.int64(self.tiles), self.counts[self.tiles:],
                 self.counts[self.tiles + 3:]))
             if spans:
-                # read at the call: 0 sends every span to the scatter, above 1 none
-                dense_from = min(math.ceil(spec.span * tuning.REC_DENSE_FROM), spec.span + 1)
                 block = tuning.REC_SPANS_BLOCK
                 self.module.kernel("spans")(((self.nspans + block - 1) // block,), (block,), (
-                    np.int64(n), self.counts, np.uint32(dense_from), self.lists))
+                    np.int64(n), self.counts, np.uint32(spec.dense_from()), self.lists))
         else:
             self.counts.fill(0)
 
@@ -139,7 +129,7 @@ class _Pass:
         import cupy
 
         src = {name: cupy.ascontiguousarray(a) for name, a in src.items()}
-        table = _columns(src, out)
+        table = column_table(src, out)
         if not self.n or (not len(table) and idx is None):
             return [src]
         d_table = upload_table(table, stream)
@@ -162,8 +152,6 @@ class _Pass:
             self.module.kernel("scatter")(grid, (spec.block,),
                                           (*args, ptr_or_null(lists), np.int64(known[0])))
         return [src, d_table]
-
-
 
 
 def compact_records(

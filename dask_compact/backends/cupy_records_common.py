@@ -17,7 +17,8 @@ from ..predicate.expr import ParamOverflow
 from .cupy_backend import _capturing, _kept_for_graphs
 from .cupy_modules import typed_functor
 
-__all__ = ["copy_unit", "column_entries", "upload_table", "record_functor", "no_room_note"]
+__all__ = ["copy_unit", "column_entries", "column_table", "upload_table", "record_functor",
+           "no_room_note"]
 
 logger = logging.getLogger("dask_compact")
 
@@ -48,6 +49,14 @@ def column_entries(fields: list[tuple[int, int, int]]) -> list[int]:
         for u in range(stride):
             flat += (sp + u * unit, dp + u * unit, unit, stride)
     return flat
+
+
+def column_table(src: dict[str, Any], dst: dict[str, Any]) -> np.ndarray:
+    """The column table (:func:`column_entries`) copying each field of ``src`` into the
+    array of its name in ``dst``, as a (columns, 4) int64 array."""
+    flat = column_entries([(a.dtype.itemsize * math.prod(a.shape[1:]), a.data.ptr,
+                            dst[name].data.ptr) for name, a in src.items()])
+    return np.array(flat, dtype=np.int64).reshape(-1, 4)
 
 
 def no_room_note(e: BaseException, total: int, n: int, fields: dict[str, Any], indices: bool,

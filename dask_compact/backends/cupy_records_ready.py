@@ -38,7 +38,13 @@ from .cupy_device import output_empty
 from .cupy_launch import PackedLaunch
 from .cupy_modules import compiled
 from .cupy_ready import KEEP_SCRATCH_BYTES
-from .cupy_records_common import column_entries, no_room_note, record_functor, upload_table
+from .cupy_records_common import (
+    column_entries,
+    column_table,
+    no_room_note,
+    record_functor,
+    upload_table,
+)
 from .cupy_source import RecordSpec
 
 __all__ = ["RecordsCall", "ready_records_call", "ready_into_call"]
@@ -59,7 +65,6 @@ class RecordsCall:
         # outputs: (name, dtype, trailing shape, row bytes) per field, in the fields' order
         self.layout = [(name, dtype, tail, dtype.itemsize * math.prod(tail))
                        for name, dtype, tail in layout]
-        self.rows = {name: row for name, _, _, row in self.layout}
         self.tiles = tiles = -(-n // spec.tile)
         self.nspans = nspans = -(-n // spec.span)
         self.scan_blocks = spec.scan_blocks(tiles)
@@ -73,7 +78,7 @@ class RecordsCall:
         # the workspace, one allocation: the tile counts (the prefixes, the total, the lists'
         # lengths, the scan's status words), the column table, the ballot words, the warp
         # offsets, the two work lists
-        sizes = (8 * (tiles + 3 + self.scan_blocks), 32 * most, 4 * -(-n // 32),
+        sizes = (8 * spec.counts_size(tiles), 32 * most, 4 * -(-n // 32),
                  4 * tiles * (spec.block // 32), 4 * 2 * nspans)
         self.at = np.cumsum((0, *sizes[:-1])).tolist()
         self.ws_bytes = sum(sizes)
@@ -88,8 +93,7 @@ class RecordsCall:
         self.scan.int64(1, tiles)
         self.spans = PackedLaunch(kernel("spans"), 4)
         self.spans.int64(0, n)
-        self.spans.scalar(2, np.uint32(min(math.ceil(spec.span * tuning.REC_DENSE_FROM),
-                                           spec.span + 1)))
+        self.spans.scalar(2, np.uint32(spec.dense_from()))
         self.spans_grid = -(-nspans // tuning.REC_SPANS_BLOCK)
         self.copies = {role: PackedLaunch(kernel(role), 10) for role in ("gather", "scatter")}
         for launch in self.copies.values():
@@ -171,19 +175,17 @@ class RecordsCall:
         sp = self.stream.ptr
         ws = self.ws if self.ws is not None else self._workspace()  # noqa: F841 - held
         self._queue_passes(fields, sp)
-        rows = self.rows
-        table = np.array(column_entries([(rows[name], fields[name].data.ptr, buf.data.ptr)
-                                         for name, buf in dst.items()]), dtype=np.int64)
+        table = column_table({name: fields[name] for name in dst}, dst)
         # the device table of these buffers, uploaded once (cached by content): a loop over
         # the same buffers copies nothing, and no pinned memory is overwritten while queued
-        d_table = upload_table(table.reshape(-1, 4), self.stream) if len(table) else None
-        self._queue_copy(0 if d_table is None else d_table.data.ptr, len(table) // 4,
+        d_table = upload_table(table, self.stream) if len(table) else None
+        self._queue_copy(0 if d_table is None else d_table.data.ptr, len(table),
                          0 if idx is None else idx.data.ptr, index_base, None, sp)
         runtime.memcpyAsync(count.data.ptr, self.counts_ptr + 8 * self.tiles, 8,
                             runtime.memcpyDeviceToDevice, sp)
 
     def _columns(self, fields: dict[str, Any], out: dict[str, Any]) -> int:
-        """The column table (cupy_records._columns) written into pinned memory; its rows."""
+        """The column table (column_entries) written into pinned memory; its rows."""
         flat = column_entries([(row, fields[name].data.ptr, out[name].data.ptr)
                                for name, _, _, row in self.layout])
         self.table[:len(flat)] = flat

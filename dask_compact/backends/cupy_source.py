@@ -7,12 +7,14 @@ build every module's source with nvcc on a machine without a GPU).
 from __future__ import annotations
 
 import importlib.resources
+import math
 import re
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..codegen.cuda_functor import CudaFunctor, ctype
+from . import cupy_tuning
 from .cupy_tuning import (
     COPY_BLOCK,
     OUTPUT_CODES,
@@ -206,6 +208,17 @@ class RecordSpec:
     def scan_blocks(self, tiles: int) -> int:
         """The tile scan's grid for ``tiles`` flags tiles (at least one block)."""
         return max(1, -(-tiles // self.scan_tile))
+
+    def counts_size(self, tiles: int) -> int:
+        """Entries of the counts array: the tile counts (then prefixes), the total, the two
+        work lists' lengths and the tile scan's status words (kernels/records.cu)."""
+        return tiles + 3 + self.scan_blocks(tiles)
+
+    def dense_from(self) -> int:
+        """Selected rows from which a span goes to the per-lane scatter, from
+        ``cupy_tuning.REC_DENSE_FROM`` read now (tests change it): 0 sends every span to
+        the scatter, above 1 none."""
+        return min(math.ceil(self.span * cupy_tuning.REC_DENSE_FROM), self.span + 1)
 
     @property
     def span(self) -> int:

@@ -30,8 +30,8 @@ from ..predicate.fields import record_predicate
 from .cupy_backend import _plan  # the compaction's plan: the fused kernel or the mask path
 from .cupy_device import NULL, ptr_or_null
 from .cupy_launchers import tile_words
-from .cupy_records import _columns, _Pass
-from .cupy_records_common import upload_table
+from .cupy_records import _Pass
+from .cupy_records_common import column_table, upload_table
 from .cupy_tuning import SCAN_BLOCK
 
 __all__ = ["split_chunk"]
@@ -86,7 +86,7 @@ def _indices_by_records(a: Any, pred: Predicate, output: str, values: Any, idx: 
         fields = {"x": a, "m": cupy.ascontiguousarray(pred.mask(a, cupy))}
         rpred = record_predicate("m", ("x", "m"))
     passes = _Pass(fields, rpred, a.size, spans=False)  # no copy: the split reads the words
-    d_table = upload_table(_columns({}, {}), cupy.cuda.get_current_stream())
+    d_table = upload_table(column_table({}, {}), cupy.cuda.get_current_stream())
     kernel = passes.module.kernel("split")
     kernel((passes.tiles, 1), (passes.spec.block,), (
         np.int64(a.size), passes.words, passes.counts, passes.warp_offsets, d_table,
