@@ -98,6 +98,10 @@ def parts(n: int, p: float, reps: int) -> dict[str, float]:
             lambda i: gather(g_grid, (spec.block,), (*a, np.int64(sparse))), 1) if sparse else 0.0
         row[f"scatter kernel, {name}"] = ev(
             lambda i: scatter(s_grid, (spec.block,), s_args), 1) if dense else 0.0
+        # the other form of the scatter's columns (staged through shared memory or per lane)
+        other = compiled(dataclasses.replace(spec, stage=not spec.stage)).kernel("scatter")
+        row[f"scatter kernel, stage={not spec.stage}, {name}"] = ev(
+            lambda i: other(s_grid, (spec.block,), s_args), 1) if dense else 0.0
         row[f"copy, sync-free grids, {name}"] = ev(
             lambda i: passes.scatter(f, outs, None, 0, stream), 1)
         if name != "every span scattered":

@@ -218,6 +218,128 @@ __device__ __forceinline__ long long list_length(const unsigned long long* count
   return known >= 0 ? known : (long long)counts[tiles + 1 + which];
 }
 
+// Row r of a 16-byte load of rows of U bytes (r a constant once unrolled: register moves and
+// shifts; a union of the load and a row array put it on the stack).
+template <class U>
+__device__ __forceinline__ U row_of(const uint4& v, int r) {
+  constexpr int PER_WORD = 4 / int(sizeof(U)) > 0 ? 4 / int(sizeof(U)) : 1;
+  if (sizeof(U) == 8) {
+    const unsigned lo = r == 0 ? v.x : v.z, hi = r == 0 ? v.y : v.w;
+    return U((unsigned long long)hi << 32 | lo);
+  }
+  const int q = r / PER_WORD;  // the 32-bit word holding the row
+  const unsigned w = q == 0 ? v.x : q == 1 ? v.y : q == 2 ? v.z : v.w;
+  return U(w >> (8 * int(sizeof(U)) * (r % PER_WORD)));
+}
+
+// One stride-1 column of a whole tile (rows of U bytes, U <= 8, both column addresses 16-byte
+// aligned) through shared memory: the tile's rows read by 16-byte loads (all issued before
+// anything else), the selected ones placed in shared memory at their rank, then the selected
+// run written by 16-byte stores (the run's first and last partial 16 bytes row by row). The
+// per-lane form (copy_rows) spends a load, a store and their address arithmetic on every row;
+// here a load carries 16 / U rows and a store 16 / U selected ones, and every global access is
+// coalesced. myword: word (lane % ITEMS) of the warp's segment; woff: the segment's offset in
+// its tile (pass 1); tile_base: the tile's exclusive prefix. s_stage: TILE * U + 16 bytes,
+// 16-byte aligned; s_words, s_pre: TILE / 32 and TILE / 32 + 1 words (one set for every width:
+// each width's own would add up past the 48 KiB of static shared memory). Every thread of the
+// block calls it.
+template <class U, int BLOCK, int ITEMS>
+__device__ __forceinline__ void stage_tile(const FieldCopy& f, long long row0,
+                                           unsigned long long tile_base, unsigned myword,
+                                           unsigned woff, unsigned char* s_stage,
+                                           unsigned* s_words, unsigned* s_pre) {
+  constexpr int TILE = BLOCK * ITEMS;
+  constexpr int R = 16 / int(sizeof(U));  // rows per 16-byte chunk
+  constexpr int PER = TILE / R / BLOCK;   // chunks per thread
+  static_assert(TILE % (R * BLOCK) == 0 && ITEMS <= 32, "tile shape");
+  const uint4* __restrict__ src =
+      reinterpret_cast<const uint4*>(f.src + row0 * (long long)sizeof(U));
+  uint4 c[PER];
+#pragma unroll
+  for (int k = 0; k < PER; ++k) c[k] = src[k * BLOCK + int(threadIdx.x)];
+  // each word's selected rows before it in the tile: the warp's segment offset plus a scan of
+  // its ITEMS words
+  const int warp = int(threadIdx.x >> 5), lane = int(lane_id());
+  const unsigned cnt = lane < ITEMS ? unsigned(__popc(myword)) : 0u;
+  const unsigned inc = warp_inclusive_scan(cnt);
+  if (lane < ITEMS) {
+    s_words[warp * ITEMS + lane] = myword;
+    s_pre[warp * ITEMS + lane] = woff + inc - cnt;
+    if (warp == BLOCK / 32 - 1 && lane == ITEMS - 1) s_pre[TILE / 32] = woff + inc;  // count
+  }
+  __syncthreads();
+  U* stage = reinterpret_cast<U*>(s_stage);
+  const unsigned shift = unsigned(tile_base % R);  // the first output row's place in its 16 bytes
+#pragma unroll
+  for (int k = 0; k < PER; ++k) {
+    const int r0 = (k * BLOCK + int(threadIdx.x)) * R;  // the chunk's first row in the tile
+    const unsigned w = s_words[r0 >> 5];
+    const int sh = r0 & 31;
+    const unsigned bits = (w >> sh) & ((1u << R) - 1u);
+    const unsigned slot = s_pre[r0 >> 5] + shift + __popc(w & ((1u << sh) - 1u));
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      if ((bits >> r) & 1u) stage[slot + __popc(bits & ((1u << r) - 1u))] = row_of<U>(c[k], r);
+    }
+  }
+  __syncthreads();
+  const unsigned end = shift + s_pre[TILE / 32];  // staged slots [shift, end)
+  const unsigned long long first = tile_base - shift;  // output row of slot 0 (16-byte aligned)
+  uint4* dstv = reinterpret_cast<uint4*>(f.dst) + first / R;
+  U* dstu = reinterpret_cast<U*>(f.dst) + first;
+  for (unsigned q = threadIdx.x; q * R < end; q += BLOCK) {
+    if (q * R >= shift && q * R + R <= end) {
+      dstv[q] = reinterpret_cast<const uint4*>(s_stage)[q];
+    } else {  // the run's partial first or last 16 bytes, shared with the tiles beside it
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const unsigned at = q * R + unsigned(r);
+        if (at >= shift && at < end) dstu[at] = stage[at];
+      }
+    }
+  }
+}
+
+// The staged copy where it applies (uniform over the block): a whole tile, a stride-1 column
+// of at most 8-byte rows, both addresses 16-byte aligned. False: the per-lane form copies it.
+template <int BLOCK, int ITEMS>
+__device__ __forceinline__ bool staged_copy(const FieldCopy& f, long long tile, long long n,
+                                            const unsigned* words,
+                                            const unsigned long long* prefixes,
+                                            const unsigned* warp_offsets) {
+  constexpr long long TILE = (long long)BLOCK * ITEMS;
+  const unsigned long long at =
+      reinterpret_cast<unsigned long long>(f.src) | reinterpret_cast<unsigned long long>(f.dst);
+  if (f.stride != 1 || f.unit > 8 || (at & 15ull) != 0 || (tile + 1) * TILE > n) return false;
+  const int warp = int(threadIdx.x >> 5), lane = int(lane_id());
+  const long long seg = tile * TILE + (long long)warp * 32 * ITEMS;
+  const unsigned myword = words[(seg >> 5) + lane % ITEMS];
+  const unsigned woff = warp_offsets[tile * (BLOCK / 32) + warp];
+  const unsigned long long base = prefixes[tile];
+  const long long row0 = tile * TILE;
+  __shared__ __align__(16) unsigned char s_stage[TILE * 8 + 16];
+  __shared__ unsigned s_words[TILE / 32];
+  __shared__ unsigned s_pre[TILE / 32 + 1];
+  switch (f.unit) {
+    case 8:
+      stage_tile<unsigned long long, BLOCK, ITEMS>(f, row0, base, myword, woff, s_stage, s_words,
+                                                   s_pre);
+      break;
+    case 4:
+      stage_tile<unsigned, BLOCK, ITEMS>(f, row0, base, myword, woff, s_stage, s_words, s_pre);
+      break;
+    case 2:
+      stage_tile<unsigned short, BLOCK, ITEMS>(f, row0, base, myword, woff, s_stage, s_words,
+                                               s_pre);
+      break;
+    default:
+      stage_tile<unsigned char, BLOCK, ITEMS>(f, row0, base, myword, woff, s_stage, s_words,
+                                              s_pre);
+      break;
+  }
+  return true;
+}
+
 }  // namespace dcx
 
 // Pass 4, scatter form. Grid (blocks, columns + 1): blockIdx.y is the column (fields: nfields
@@ -235,7 +357,9 @@ __device__ __forceinline__ long long list_length(const unsigned long long* count
 // ms for four float32 columns of 2^28 rows at p = 0.05 on the H100, and 1.6 ms with each warp
 // counting the words of the warps before it instead; a warp walking several segments held
 // more registers than it saved latency: 127-255.)
-template <int BLOCK, int ITEMS, int SPAN>
+// STAGE: the columns dcx::staged_copy takes (whole tiles of stride-1 columns) go through shared
+// memory by 16-byte loads and stores; the others, and the indices, by the per-lane form.
+template <int BLOCK, int ITEMS, int SPAN, bool STAGE>
 __global__ void __launch_bounds__(BLOCK)
 dcx_rec_scatter(long long n, const unsigned* __restrict__ words,
                 const unsigned long long* __restrict__ prefixes,
@@ -254,6 +378,10 @@ dcx_rec_scatter(long long n, const unsigned* __restrict__ words,
   }
   if (tile >= tiles) return;  // the last span's tiles past n
   const int field = int(blockIdx.y);
+  if (STAGE && field < nfields) {
+    const dcx::FieldCopy f = fields[field];
+    if (dcx::staged_copy<BLOCK, ITEMS>(f, tile, n, words, prefixes, warp_offsets)) return;
+  }
   const int warp = int(threadIdx.x >> 5), lane = int(dcx::lane_id());
   const long long seg = tile * TILE + (long long)warp * 32 * ITEMS;
   const unsigned long long base = prefixes[tile] + warp_offsets[tile * (BLOCK / 32) + warp];

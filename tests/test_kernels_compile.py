@@ -263,12 +263,12 @@ def test_record_modules_compile(arch: str, tmp_path: Path) -> None:
 
 def _records_unit(arch: str) -> tuple[Job, list[RecordSpec]]:
     """One translation unit of the record modules (the shared parts once, then every functor
-    and instantiation), and their specs: the mask path's first, one over a field named
-    ``e\\n#error injected`` last."""
+    and instantiation), and their specs: the mask path's first (the scatter staged, then not),
+    one over a field named ``e\\n#error injected`` last."""
     from dask_compact.predicate.fields import record_predicate
 
     evil = "e\n#error injected"
-    specs = [RecordSpec(None)]
+    specs = [RecordSpec(None), RecordSpec(None, stage=False)]
     for dt in DTYPES:
         text = "a & (e != 0)" if dt == "bool" else "(a > 1) & (e < 2)"
         p = record_predicate(text.replace("e", "ev"), ("a", "ev"))

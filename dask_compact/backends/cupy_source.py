@@ -25,6 +25,7 @@ from .cupy_tuning import (
     REC_ITEMS,
     REC_SCAN_BLOCK,
     REC_SCAN_ITEMS,
+    REC_STAGE,
     SCAN_BLOCK,
     SCAN_ITEMS,
     SINGLE_PASS_VARIANTS,
@@ -198,6 +199,7 @@ class RecordSpec:
     gather_loads: int = REC_GATHER_LOADS
     scan_block: int = REC_SCAN_BLOCK
     scan_items: int = REC_SCAN_ITEMS
+    stage: bool = REC_STAGE
 
     @property
     def scan_tile(self) -> int:
@@ -240,7 +242,8 @@ class RecordSpec:
             "flags": f"dcx_rec_flags<{pred}, {self.block}, {self.items}, "
                      f"{self.scan_tile}{args}>",
             "scan": f"dcx_tile_scan_blocks<{self.scan_block}, {self.scan_items}>",
-            "scatter": f"dcx_rec_scatter<{self.block}, {self.items}, {self.span}>",
+            "scatter": f"dcx_rec_scatter<{self.block}, {self.items}, {self.span}, "
+                       f"{str(self.stage).lower()}>",
             "gather": f"dcx_rec_gather<{self.block}, {self.gather_words}, {self.tile}, "
                       f"{self.gather_min_blocks}, {self.gather_loads}>",
             "spans": f"dcx_rec_spans<{self.tile}, {self.span}>",

@@ -56,6 +56,9 @@ REC_ITEMS = 16
 # crossover near one half.
 REC_GATHER_WORDS = 1
 REC_DENSE_FROM = 0.5
+# The per-lane scatter's stride-1 columns of whole tiles staged through shared memory (16-byte
+# loads and stores, dcx::stage_tile) rather than copied row by row.
+REC_STAGE = True
 # The list form's resident blocks per SM (its register bound) and rows in flight per thread and
 # column: 2 and 8 (102 registers) until 2026-11-29.
 REC_GATHER_MIN_BLOCKS = 4

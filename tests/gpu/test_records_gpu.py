@@ -130,6 +130,47 @@ def test_each_copy_form(monkeypatch, dense_from: float, n: int, p: float) -> Non
     np.testing.assert_array_equal(cupy.asnumpy(out["indices"][:k]), np.flatnonzero(mask))
 
 
+@pytest.mark.parametrize("n", [4096, 3 * 4096 + 17, 65_536, 1_000_003])
+@pytest.mark.parametrize("p", [0.3, 0.5, 0.95, 1.0])
+def test_staged_copy_every_width(monkeypatch, n: int, p: float) -> None:
+    """The scatter's columns staged through shared memory (stride-1 rows of 1, 2, 4 and 8
+    bytes, whole tiles, 16-byte aligned addresses; every span to the scatter): every width, a
+    column of two 4-byte or two 1-byte values a row, outputs at odd offsets (each tile's run
+    starting anywhere in its 16 bytes), in memory and into fresh, 16-byte aligned and
+    misaligned buffers (the last copied per lane), rows in order."""
+    from dask_compact import compact_records_into
+    from dask_compact.backends import cupy_tuning
+
+    monkeypatch.setattr(cupy_tuning, "REC_DENSE_FROM", 0.0)
+    rng = np.random.default_rng(n)
+    f_np = {
+        "key": rng.random(n),
+        "u1": rng.integers(0, 255, n).astype(np.uint8),
+        "b": rng.random(n) < 0.5,
+        "i2": rng.integers(-30000, 30000, n).astype(np.int16),
+        "h": rng.standard_normal(n).astype(np.float16),
+        "f4": rng.standard_normal(n).astype(np.float32),
+        "i8": rng.integers(-(2**62), 2**62, n),
+        "c8": (rng.random(n) + 1j * rng.random(n)).astype(np.complex64),
+        "xy": rng.standard_normal((n, 2)).astype(np.float32),  # 8-byte rows
+        "rg": rng.integers(0, 255, (n, 2)).astype(np.uint8),  # 2-byte rows
+    }
+    f = {k: cupy.asarray(v) for k, v in f_np.items()}
+    t = 1 - p - (1e-3 if p == 1 else 0)
+    mask = f_np["key"] > t
+    check(compact_records(f, f"key > {t!r}", indices=True), f_np, mask, True)
+    k = int(mask.sum())
+    for offset in (0, 1, 3):  # rows into a larger buffer: 16-byte aligned only at 0
+        out = {name: cupy.full((n + offset,) + v.shape[1:], 7, v.dtype)[offset:]
+               for name, v in f_np.items() if name != "key"}  # fmt: skip
+        out["indices"] = cupy.full(n + offset, -7, np.int64)[offset:]
+        got = int(compact_records_into(f, f"key > {t!r}", out).get()[0])
+        assert got == k, offset
+        for name, buf in out.items():
+            want = np.flatnonzero(mask) if name == "indices" else f_np[name][mask]
+            np.testing.assert_array_equal(cupy.asnumpy(buf[:k]), want, err_msg=name)
+
+
 def test_mixed_density_takes_both_forms() -> None:
     """Stretches of every density, not aligned to the 8192-row spans: sparse spans go to the
     list form, dense ones to the scatter, in one call, and the rows still land in order."""
