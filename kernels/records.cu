@@ -240,9 +240,8 @@ __device__ __forceinline__ U row_of(const uint4& v, int r) {
 // here a load carries 16 / U rows and a store 16 / U selected ones, and every global access is
 // coalesced. myword: word (lane % ITEMS) of the warp's segment; woff: the segment's offset in
 // its tile (pass 1); tile_base: the tile's exclusive prefix. s_stage: TILE * U + 16 bytes,
-// 16-byte aligned; s_words, s_pre: TILE / 32 and TILE / 32 + 1 words (one set for every width:
-// each width's own would add up past the 48 KiB of static shared memory). Every thread of the
-// block calls it.
+// 16-byte aligned; s_words, s_pre: TILE / 32 and TILE / 32 + 1 words. Every thread of the block
+// calls it.
 template <class U, int BLOCK, int ITEMS>
 __device__ __forceinline__ void stage_tile(const FieldCopy& f, long long row0,
                                            unsigned long long tile_base, unsigned myword,
@@ -300,6 +299,30 @@ __device__ __forceinline__ void stage_tile(const FieldCopy& f, long long row0,
   }
 }
 
+// The widest row the staged copy takes: a tile of them in at most 32 KiB of shared memory (8
+// bytes at the default 4096-row tile).
+template <int TILE>
+struct StageMaxUnit {
+  static constexpr int value =
+      TILE * 8 <= 32768 ? 8 : TILE * 4 <= 32768 ? 4 : TILE * 2 <= 32768 ? 2 : TILE <= 32768;
+};
+
+// stage_tile where a thread's share of the tile is whole 16-byte loads (ITEMS * U >= 16; every
+// width at the default 16 rows a thread) and a tile of U-byte rows fits the shared memory.
+// False: the per-lane form copies the column.
+template <class U, int BLOCK, int ITEMS>
+__device__ __forceinline__ bool stage_fits(const FieldCopy& f, long long row0,
+                                           unsigned long long base, unsigned myword,
+                                           unsigned woff, unsigned char* s_stage,
+                                           unsigned* s_words, unsigned* s_pre) {
+  if constexpr (ITEMS * sizeof(U) >= 16 && sizeof(U) <= StageMaxUnit<BLOCK * ITEMS>::value) {
+    stage_tile<U, BLOCK, ITEMS>(f, row0, base, myword, woff, s_stage, s_words, s_pre);
+    return true;
+  } else {
+    return false;
+  }
+}
+
 // The staged copy where it applies (uniform over the block): a whole tile, a stride-1 column
 // of at most 8-byte rows, both addresses 16-byte aligned. False: the per-lane form copies it.
 template <int BLOCK, int ITEMS>
@@ -317,27 +340,25 @@ __device__ __forceinline__ bool staged_copy(const FieldCopy& f, long long tile, 
   const unsigned woff = warp_offsets[tile * (BLOCK / 32) + warp];
   const unsigned long long base = prefixes[tile];
   const long long row0 = tile * TILE;
-  __shared__ __align__(16) unsigned char s_stage[TILE * 8 + 16];
+  // one set of shared memory for every width (each stage_fits' own would add up past the 48
+  // KiB of static shared memory)
+  __shared__ __align__(16) unsigned char s_stage[TILE * StageMaxUnit<TILE>::value + 16];
   __shared__ unsigned s_words[TILE / 32];
   __shared__ unsigned s_pre[TILE / 32 + 1];
   switch (f.unit) {
     case 8:
-      stage_tile<unsigned long long, BLOCK, ITEMS>(f, row0, base, myword, woff, s_stage, s_words,
-                                                   s_pre);
-      break;
+      return stage_fits<unsigned long long, BLOCK, ITEMS>(f, row0, base, myword, woff, s_stage,
+                                                          s_words, s_pre);
     case 4:
-      stage_tile<unsigned, BLOCK, ITEMS>(f, row0, base, myword, woff, s_stage, s_words, s_pre);
-      break;
+      return stage_fits<unsigned, BLOCK, ITEMS>(f, row0, base, myword, woff, s_stage, s_words,
+                                                s_pre);
     case 2:
-      stage_tile<unsigned short, BLOCK, ITEMS>(f, row0, base, myword, woff, s_stage, s_words,
-                                               s_pre);
-      break;
+      return stage_fits<unsigned short, BLOCK, ITEMS>(f, row0, base, myword, woff, s_stage,
+                                                      s_words, s_pre);
     default:
-      stage_tile<unsigned char, BLOCK, ITEMS>(f, row0, base, myword, woff, s_stage, s_words,
-                                              s_pre);
-      break;
+      return stage_fits<unsigned char, BLOCK, ITEMS>(f, row0, base, myword, woff, s_stage,
+                                                     s_words, s_pre);
   }
-  return true;
 }
 
 }  // namespace dcx
