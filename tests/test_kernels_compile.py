@@ -264,14 +264,14 @@ def test_record_modules_compile(arch: str, tmp_path: Path) -> None:
 def _records_unit(arch: str) -> tuple[Job, list[RecordSpec]]:
     """One translation unit of the record modules (the shared parts once, then every functor
     and instantiation), and their specs: the mask path's first (the scatter staged, not
-    staged, 8 rows a thread, 512 threads), one over a field named ``e\\n#error injected`` last."""
+    staged, 8 and 32 rows a thread), one over a field named ``e\\n#error injected`` last."""
     from dask_compact.predicate.fields import record_predicate
 
     evil = "e\n#error injected"
-    # the benchmark's other tile shapes: 8 rows a thread stage rows of 2-8 bytes only, 8192-row
-    # tiles rows of 1-4 bytes only
+    # the benchmark's other tile shapes: 8 rows a thread stage rows of 2-8 bytes only, 32 rows
+    # (8192-row tiles) rows of 1-4 bytes only
     specs = [RecordSpec(None), RecordSpec(None, stage=False), RecordSpec(None, items=8),
-             RecordSpec(None, block=512)]  # fmt: skip
+             RecordSpec(None, items=32)]  # fmt: skip
     for dt in DTYPES:
         text = "a & (e != 0)" if dt == "bool" else "(a > 1) & (e < 2)"
         p = record_predicate(text.replace("e", "ev"), ("a", "ev"))
