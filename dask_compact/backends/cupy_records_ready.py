@@ -93,7 +93,8 @@ class RecordsCall:
         self.scan.int64(1, tiles)
         self.spans = PackedLaunch(kernel("spans"), 4)
         self.spans.int64(0, n)
-        self.spans.scalar(2, np.uint32(spec.dense_from()))
+        self.dense_from = spec.dense_from()
+        self.spans.scalar(2, np.uint32(self.dense_from))
         self.spans_grid = -(-nspans // tuning.REC_SPANS_BLOCK)
         self.copies = {role: PackedLaunch(kernel(role), 10) for role in ("gather", "scatter")}
         for launch in self.copies.values():
@@ -134,6 +135,10 @@ class RecordsCall:
             flags.pointer(slot, fields[name].data.ptr)
         flags(self.tiles, spec.block, 0, sp)
         self.scan(self.scan_blocks, spec.scan_block, 0, sp)
+        dense_from = spec.dense_from()  # read at each call, as the general call reads it
+        if dense_from != self.dense_from:
+            self.dense_from = dense_from
+            self.spans.scalar(2, np.uint32(dense_from))
         self.spans(self.spans_grid, tuning.REC_SPANS_BLOCK, 0, sp)
 
     def _queue_copy(self, table: int, ncols: int, idx: int, index_base: int,

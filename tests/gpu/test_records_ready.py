@@ -147,6 +147,30 @@ def test_workspace_taken_per_call(monkeypatch) -> None:
     assert calls and all(c.ws is None for c in calls)
 
 
+def test_dense_from_read_at_each_call(monkeypatch) -> None:
+    """REC_DENSE_FROM is read at each call by a ready call too (it packs its launches once):
+    0 sends every span to the scatter, 2 every span to the list form, rows exact each time."""
+    from dask_compact.backends import cupy_records_ready as ready
+    from dask_compact.backends import cupy_tuning
+
+    n = 400_009
+    f_np = batch(n, 7)
+    rng = np.random.default_rng(8)
+    f_np["alive"] = rng.random(n) < np.repeat(rng.random(n // 5_000 + 1), 5_000)[:n]
+    f_np["alive"][::4096] = True  # no span without a selected row: each is in a list
+    f = {k: cupy.asarray(v) for k, v in f_np.items()}
+    expected = want(f_np, f_np["alive"], False)
+    same(compact_records(f, "alive"), expected)
+    for share, lists in ((0.0, (49, 0)), (2.0, (0, 49)), (0.5, None)):
+        monkeypatch.setattr(cupy_tuning, "REC_DENSE_FROM", share)
+        same(compact_records(f, "alive"), expected)
+        (call,) = [c for c in ready._by_content._items.values() if c.n == n]
+        if lists is not None:
+            assert tuple(int(v) for v in call.host[1:]) == lists, share
+        else:
+            assert min(int(v) for v in call.host[1:]) > 5
+
+
 def test_equal_predicates_share_a_call() -> None:
     """Two predicate objects of one text (a predicate made anew per call) find one ready
     call: built once, by what it computes."""
