@@ -12,8 +12,9 @@
 //   4. the copy of every field's selected rows (and their global indices), from the ballot
 //      words alone, in two forms launched one after the other, each taking its list's spans:
 //      a span with at least `dense_from` selected rows is copied by dcx_rec_scatter (one block
-//      per tile and field, each lane its own rows at tile prefix + warp offset + rank), a
-//      sparser one by dcx_rec_gather (one block per span: the selected rows listed in shared
+//      per tile and field: a whole tile of a stride-1 column staged through shared memory by
+//      16-byte loads and stores, other columns by each lane its own rows at tile prefix + warp
+//      offset + rank), a sparser one by dcx_rec_gather (one block per span: the selected rows listed in shared
 //      memory, then every field copied through the list by all the block's threads). The
 //      choice is per span, on the device, so the sync-free call chooses as well as the sized
 //      one, and a selection dense in one part of the input and sparse in another gets each
@@ -24,7 +25,10 @@
 //      H100 at 2^28 rows of four float32 fields: p = .05: scatter 1.8 ms, gather 1.1 ms; p =
 //      .5: 2.65 / 2.55 ms; p = .95: 3.2 / 3.7 ms (the list costs a serial walk of the set bits
 //      and shared memory that limits the resident blocks; with few rows per word the scatter's
-//      lanes are mostly idle and its loads few).
+//      lanes are mostly idle and its loads few). With the staged columns (one H200, the forms
+//      over every span): p = .05 / .3 / .5 / .7 / .95: scatter 1.40 / 1.59 / 1.72 / 1.90 /
+//      2.15 ms (per lane: 1.54 / 1.84 / 1.99 / 2.13 / 2.35), gather at p = .3 1.47 ms, so the
+//      crossover moved from one half to 0.4 (cupy_tuning.REC_DENSE_FROM).
 // Why not one look-back pass like the one-array kernels: each output must be allocated at its
 // exact length before anything is written, and here the count pass reads only the predicate's
 // fields (one of four in the benchmark's shape) while the scatter reads the words (n/8 bytes)

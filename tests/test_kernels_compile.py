@@ -378,6 +378,9 @@ def test_record_launch_constants_and_copy_unit() -> None:
         cupy_tuning.REC_DENSE_FROM = before
     assert RecordSpec(None).scan_block == cupy_tuning.REC_SCAN_BLOCK
     assert RecordSpec(None).scan_items == cupy_tuning.REC_SCAN_ITEMS
+    assert RecordSpec(None).stage is cupy_tuning.REC_STAGE
+    for stage in (True, False):  # the staged copy is the scatter's last template argument
+        assert RecordSpec(None, stage=stage).names()["scatter"].endswith(f"{str(stage).lower()}>")
     rng = np.random.default_rng(0)
     for _ in range(3000):
         row = int(rng.choice([1, 2, 4, 8, 16, int(rng.integers(1, 200))]))

@@ -53,11 +53,15 @@ REC_ITEMS = 16
 # selected, else to the per-lane scatter. Measured on the H100, 2^28 rows x 4 float32 (whole
 # call, ms): words 1 / 2 at p = .05: 1.61 / 1.55, p = .5: 3.00 / 3.28, p = .95: 4.14 / 4.64
 # (the scatter alone: 2.24 / 3.10 / 3.67), so one word (8192-row spans, 16 KiB of list) and the
-# crossover near one half.
+# crossover near one half. Since the scatter stages its columns (REC_STAGE), 0.4: one H200,
+# public call at 2^28 rows, p = .3 / .35 / .4 / .45 / .5 / a density per 5000 rows, ms: 0.5:
+# 1.85 / 1.94 / 2.08 / 2.17 / 2.31 / 2.36; 0.4: 1.86 / 1.95 / 2.15 / 2.08 / 2.13 / 2.37; 0.35:
+# 1.85 / 2.04 / 2.05 / 2.07 / 2.12 / 2.39 (2026-11-29_h200_9271a49_records_staged_copy.md).
 REC_GATHER_WORDS = 1
-REC_DENSE_FROM = 0.5
+REC_DENSE_FROM = 0.4
 # The per-lane scatter's stride-1 columns of whole tiles staged through shared memory (16-byte
-# loads and stores, dcx::stage_tile) rather than copied row by row.
+# loads and stores, dcx::stage_tile) rather than copied row by row: one H200, 2^28 rows of four
+# float32 fields, the scatter's spans at p = .5 / .95 0.95 / 2.16 ms against 1.12 / 2.35.
 REC_STAGE = True
 # The list form's resident blocks per SM (its register bound) and rows in flight per thread and
 # column: 2 and 8 (102 registers) until 2026-11-29.
