@@ -355,8 +355,13 @@ def test_record_launch_constants_and_copy_unit() -> None:
     """The records' flags kernel zeroes the tile scan's status words by its SCAN_TILE
     template argument, by which the launch layer sizes the counts array and the scan's grid;
     copy_unit is the widest of 16/8/4/2/1 bytes dividing the row and every address, and the
-    column table has one entry per unit of each row (none for a zero-width row)."""
-    from dask_compact.backends.cupy_records_common import column_entries, copy_unit
+    column table has one entry per unit of each row (none for a zero-width row); the copy's
+    launches by the work lists' lengths."""
+    from dask_compact.backends.cupy_records_common import (
+        column_entries,
+        copy_launches,
+        copy_unit,
+    )
 
     for spec in (RecordSpec(None), RecordSpec(None, scan_block=128, scan_items=4)):
         names = spec.names()
@@ -379,6 +384,16 @@ def test_record_launch_constants_and_copy_unit() -> None:
     assert RecordSpec(None).scan_block == cupy_tuning.REC_SCAN_BLOCK
     assert RecordSpec(None).scan_items == cupy_tuning.REC_SCAN_ITEMS
     assert RecordSpec(None).stage is cupy_tuning.REC_STAGE
+    # the copy's launches (nspans 10, tiles 20, 2 tiles a span, 5 columns): each form on its
+    # list; sized with no sparse span, the scatter over every tile without a list; sync-free,
+    # both over every span, the lengths read on the device
+    assert copy_launches((3, 7), 10, 20, 2, 5) == [("gather", (7,), True, 7),
+                                                   ("scatter", (6, 5), True, 3)]
+    assert copy_launches((10, 0), 10, 20, 2, 5) == [("scatter", (20, 5), False, 10)]
+    assert copy_launches((0, 4), 10, 20, 2, 5) == [("gather", (4,), True, 4)]
+    assert copy_launches((0, 0), 10, 20, 2, 5) == []
+    assert copy_launches(None, 10, 20, 2, 5) == [("gather", (10,), True, -1),
+                                                 ("scatter", (20, 5), True, -1)]
     for stage in (True, False):  # the staged copy is the scatter's last template argument
         assert RecordSpec(None, stage=stage).names()["scatter"].endswith(f"{str(stage).lower()}>")
     rng = np.random.default_rng(0)

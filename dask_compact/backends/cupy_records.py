@@ -36,6 +36,7 @@ from .cupy_device import check_powers, output_empty, ptr_or_null
 from .cupy_modules import compiled
 from .cupy_records_common import (
     column_table,
+    copy_launches,
     copy_unit,
     no_room_note,
     record_functor,
@@ -134,23 +135,15 @@ class _Pass:
             return [src]
         d_table = upload_table(table, stream)
         spec = self.spec
-        per = spec.span // spec.tile
-        dense, sparse = lengths if lengths is not None else (self.nspans, self.nspans)
-        known = lengths if lengths is not None else (-1, -1)
         # both forms: (the words and places, the columns, the indices) + (list, its length)
         args = (np.int64(self.n), self.words, self.counts, self.warp_offsets, d_table,
                 np.int32(len(table)), ptr_or_null(idx), np.int64(index_base))
-        # each form copies the spans of its list (kernels/records.cu)
-        if sparse:
-            self.module.kernel("gather")((sparse,), (spec.block,),
-                                         (*args, self.lists, np.int64(known[1])))
-        if dense:
-            columns = len(table) + (1 if idx is not None else 0)
-            grid, lists = (dense * per, columns), self.lists
-            if lengths is not None and not sparse:  # every span dense: no list to read
-                grid, lists = (self.tiles, columns), None
-            self.module.kernel("scatter")(grid, (spec.block,),
-                                          (*args, ptr_or_null(lists), np.int64(known[0])))
+        columns = len(table) + (1 if idx is not None else 0)
+        for role, grid, reads_list, known in copy_launches(
+                lengths, self.nspans, self.tiles, spec.span // spec.tile, columns):
+            lists = self.lists if reads_list else None
+            self.module.kernel(role)(grid, (spec.block,),
+                                     (*args, ptr_or_null(lists), np.int64(known)))
         return [src, d_table]
 
 

@@ -1,6 +1,7 @@
 """What the GPU records calls share (``cupy_records``' general call and
-``cupy_records_ready``'s ready calls): the copy's column table and its upload, the record
-predicate's generated functor, and the note of an output allocation that did not fit."""
+``cupy_records_ready``'s ready calls): the copy's column table and its upload, the copy's
+launches, the record predicate's generated functor, and the note of an output allocation that
+did not fit."""
 
 from __future__ import annotations
 
@@ -17,8 +18,8 @@ from ..predicate.expr import ParamOverflow
 from .cupy_backend import _capturing, _kept_for_graphs
 from .cupy_modules import typed_functor
 
-__all__ = ["copy_unit", "column_entries", "column_table", "upload_table", "record_functor",
-           "no_room_note"]
+__all__ = ["copy_unit", "column_entries", "column_table", "copy_launches", "upload_table",
+           "record_functor", "no_room_note"]
 
 logger = logging.getLogger("dask_compact")
 
@@ -57,6 +58,28 @@ def column_table(src: dict[str, Any], dst: dict[str, Any]) -> np.ndarray:
     flat = column_entries([(a.dtype.itemsize * math.prod(a.shape[1:]), a.data.ptr,
                             dst[name].data.ptr) for name, a in src.items()])
     return np.array(flat, dtype=np.int64).reshape(-1, 4)
+
+
+def copy_launches(lengths: tuple[int, int] | None, nspans: int, tiles: int, per: int,
+                  columns: int) -> list[tuple[str, tuple[int, ...], bool, int]]:
+    """Pass 4's launches (kernels/records.cu), each form on its work list: (kernel role,
+    grid, whether its blocks read their list, the list's length or -1 where the blocks read
+    it on the device). ``lengths``: (dense spans, sparse spans) as read back by the sized
+    call, or None (the sync-free call: each form's grid covers every span). ``per``: tiles
+    per span; ``columns``: the scatter's grid rows (the table's columns, plus one for the
+    indices). Where the sized call knows that no span is sparse, the scatter takes every tile
+    and reads no list (its load before a dense tile's other loads cost 0.2 ms at p = .95)."""
+    dense, sparse = lengths if lengths is not None else (nspans, nspans)
+    known = lengths if lengths is not None else (-1, -1)
+    out: list[tuple[str, tuple[int, ...], bool, int]] = []
+    if sparse:
+        out.append(("gather", (sparse,), True, known[1]))
+    if dense and columns:
+        if lengths is not None and not sparse:
+            out.append(("scatter", (tiles, columns), False, known[0]))
+        else:
+            out.append(("scatter", (dense * per, columns), True, known[0]))
+    return out
 
 
 def no_room_note(e: BaseException, total: int, n: int, fields: dict[str, Any], indices: bool,

@@ -41,6 +41,7 @@ from .cupy_ready import KEEP_SCRATCH_BYTES
 from .cupy_records_common import (
     column_entries,
     column_table,
+    copy_launches,
     no_room_note,
     record_functor,
     upload_table,
@@ -145,28 +146,20 @@ class RecordsCall:
                     lengths: tuple[int, int] | None, sp: int) -> None:
         """Pass 4, each form on its list: ``lengths`` (dense, sparse spans) as read back, or
         None (sync-free) for grids over every span whose blocks read the lengths on the
-        device (cupy_records._Pass.scatter)."""
+        device (copy_launches, as the general call)."""
         columns = ncols + (idx != 0)
         if not columns:
             return
-        dense, sparse = lengths if lengths is not None else (self.nspans, self.nspans)
-        for role, spans in (("gather", sparse), ("scatter", dense)):
-            if not spans:
-                continue
+        for role, grid, reads_list, known in copy_launches(lengths, self.nspans, self.tiles,
+                                                           self.per, columns):
             launch = self.copies[role]
             launch.pointer(4, table)
             launch.int64(5, ncols)  # an int32 argument: its low bytes (little-endian)
             launch.pointer(6, idx)
             launch.int64(7, index_base)
-            launch.int64(9, spans if lengths is not None else -1)
-            if role == "gather":
-                launch(spans, self.spec.block, 0, sp)
-            elif sparse or lengths is None:
-                launch(spans * self.per, self.spec.block, 0, sp, columns)
-            else:  # every span dense: no list to read, a block per tile
-                launch.pointer(8, 0)
-                launch(self.tiles, self.spec.block, 0, sp, columns)
-                launch.pointer(8, self.lists_ptr)
+            launch.pointer(8, self.lists_ptr if reads_list else 0)
+            launch.int64(9, known)
+            launch(grid[0], self.spec.block, 0, sp, grid[1] if len(grid) > 1 else 1)
 
     def into(self, fields: dict[str, Any], dst: dict[str, Any], idx: Any, count: Any,
              index_base: int = 0) -> None:
