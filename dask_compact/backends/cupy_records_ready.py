@@ -15,11 +15,17 @@ is ready-made; at 2^28 rows the GPU idled ~0.2 ms of a 1.2 ms call while the hos
 Per sized call: the read fields' pointers into the flags kernel's slots, three launches, the
 total and the two work lists' lengths copied into pinned memory with one synchronisation,
 every output allocated at its exact length, the column table written into pinned memory and
-copied to the device in stream order, and each copy form launched on its list. Calls are
-keyed per (thread, predicate object, layout, rows, indices, device, stream): each is used by
-one thread, in stream order, so the kept workspace and pinned buffers are reused safely (a
-call's table is written after its own synchronisation, when the previous call's copy of it
-has run).
+copied to the device in stream order, and each copy form launched on its list. Where the
+previous call's outputs were all of at least OUTPUT_CLASS_MIN_BYTES (allocated in size
+classes, see ``cupy_device.class_items``), outputs of their classes and their column table are
+made while the GPU runs the first passes, and kept where this call's total falls in the same
+classes (a loop of batches selecting about as much: the host's turn between the count and the
+copy is then the launches); else they are freed before this call's are allocated, so the
+transient peak is the previous call's outputs. Calls are keyed per (thread, predicate
+object, layout, rows, indices, device, stream): each is used by one thread, in stream order,
+so the kept workspace and pinned buffers are reused safely (the two pinned tables are written
+in turn: when a call writes one, its upload two calls before has run, since the call between
+synchronised).
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ from ..cache import BoundedCache
 from ..predicate.core import Predicate
 from . import cupy_tuning as tuning
 from .cupy_backend import _capturing
-from .cupy_device import output_empty
+from .cupy_device import OUTPUT_CLASS_MIN_BYTES, class_items, output_empty
 from .cupy_launch import PackedLaunch
 from .cupy_modules import compiled
 from .cupy_ready import KEEP_SCRATCH_BYTES
@@ -72,8 +78,15 @@ class RecordsCall:
         self.per = spec.span // spec.tile
         # the column table: at most one column per byte of every row
         most = max(1, sum(row for *_, row in self.layout))
-        self.table_mem = cupy.cuda.alloc_pinned_memory(32 * most)
-        self.table = np.frombuffer(self.table_mem, dtype=np.int64, count=4 * most)
+        # two pinned tables, used in turn: a call writes its table before its sync when it
+        # allocates its outputs early (below), when the previous call's upload of the other
+        # table may still be queued (the one before it has run: the previous call synced)
+        self.table_mem = cupy.cuda.alloc_pinned_memory(2 * 32 * most)
+        self.tables = np.frombuffer(self.table_mem, dtype=np.int64, count=8 * most).reshape(2, -1)
+        self.turn = 0
+        # the previous sized call's total: its outputs' size classes are allocated while the
+        # GPU runs this call's first passes, and kept where this call's total has the same
+        self.last_total: int | None = None
         self.host_mem = cupy.cuda.alloc_pinned_memory(24)
         self.host = np.frombuffer(self.host_mem, dtype=np.uint64, count=3)
         # the workspace, one allocation: the tile counts (the prefixes, the total, the lists'
@@ -182,12 +195,41 @@ class RecordsCall:
         runtime.memcpyAsync(count.data.ptr, self.counts_ptr + 8 * self.tiles, 8,
                             runtime.memcpyDeviceToDevice, sp)
 
-    def _columns(self, fields: dict[str, Any], out: dict[str, Any]) -> int:
-        """The column table (column_entries) written into pinned memory; its rows."""
+    def _columns(self, fields: dict[str, Any], out: dict[str, Any], table: np.ndarray) -> int:
+        """The column table (column_entries) written into the pinned ``table``; its rows."""
         flat = column_entries([(row, fields[name].data.ptr, out[name].data.ptr)
                                for name, _, _, row in self.layout])
-        self.table[:len(flat)] = flat
+        table[:len(flat)] = flat
         return len(flat) // 4
+
+    def _early_outputs(self, total: int | None) -> tuple[dict[str, Any], Any] | None:
+        """Every output at the size class of ``total`` rows (the previous call's), allocated
+        before this call's count is known, or None: no previous call, an output below
+        OUTPUT_CLASS_MIN_BYTES there (its exact size would have to match), no memory."""
+        import cupy
+
+        rows = [(name, dtype, tail, row) for name, dtype, tail, row in self.layout]
+        if self.indices:
+            rows.append(("indices", np.dtype(np.int64), (), 8))
+        if not total or min(row for *_, row in rows) * total < OUTPUT_CLASS_MIN_BYTES:
+            return None
+        try:
+            out = {name: cupy.empty((class_items(total, row), *tail), dtype=dtype)
+                   for name, dtype, tail, row in rows}  # fmt: skip
+        except MemoryError:  # CuPy's OutOfMemoryError is one: allocated after the count
+            return None
+        idx = out.pop("indices") if self.indices else None
+        return out, idx
+
+    @staticmethod
+    def _fit(early: dict[str, Any], idx: Any, total: int) -> tuple[dict[str, Any], Any] | None:
+        """The early outputs as this call's, where each has ``total``'s size class (the
+        first ``total`` rows, as output_empty gives them), else None."""
+        arrays = [*early.values(), *(() if idx is None else (idx,))]
+        if any(class_items(total, a.nbytes // a.shape[0]) != a.shape[0] for a in arrays):
+            return None
+        out = {name: a if a.shape[0] == total else a[:total] for name, a in early.items()}
+        return out, (None if idx is None else idx if idx.shape[0] == total else idx[:total])
 
     def __call__(self, fields: dict[str, Any], index_base: int) -> dict[str, Any]:
         """Every field's selected rows at exact length (and ``"indices"``), for ``fields``
@@ -200,19 +242,40 @@ class RecordsCall:
         self._queue_passes(fields, sp)
         runtime.memcpyAsync(self.host.ctypes.data, self.counts_ptr + 8 * self.tiles, 24,
                             runtime.memcpyDeviceToHost, sp)
+        self.turn ^= 1
+        table = self.tables[self.turn]
+        # while the GPU runs passes 1-3: the outputs at the previous total's size classes and
+        # their column table, uploaded in stream order (at 2^28 rows of four float32 fields
+        # the allocations alone took 28 us of the GPU's idle time between the passes and
+        # the copy)
+        early = self._early_outputs(self.last_total)
+        ncols = 0
+        if early is not None:
+            ncols = self._columns(fields, early[0], table)
+            if ncols:
+                runtime.memcpyAsync(self.table_ptr, table.ctypes.data, 32 * ncols,
+                                    runtime.memcpyHostToDevice, sp)
         self.stream.synchronize()  # the call's one host sync
         total, dense, sparse = (int(v) for v in self.host)
-        try:
-            out = {name: output_empty(total, dtype, tail) for name, dtype, tail, _ in self.layout}
-            idx = output_empty(total, np.int64) if self.indices else None
-        except MemoryError as e:  # CuPy's OutOfMemoryError is one
-            no_room_note(e, total, self.n, fields, self.indices, self.device)
-            raise
+        self.last_total = total
+        fit = None if early is None else self._fit(*early, total)
+        if fit is not None:
+            out, idx = fit
+        else:
+            early = None  # freed: CuPy's pool reuses its blocks for these outputs
+            try:
+                out = {name: output_empty(total, dtype, tail)
+                       for name, dtype, tail, _ in self.layout}  # fmt: skip
+                idx = output_empty(total, np.int64) if self.indices else None
+            except MemoryError as e:  # CuPy's OutOfMemoryError is one
+                no_room_note(e, total, self.n, fields, self.indices, self.device)
+                raise
+            if total:  # the table's upload before the sync has run: rewritten
+                ncols = self._columns(fields, out, table)
+                if ncols:
+                    runtime.memcpyAsync(self.table_ptr, table.ctypes.data, 32 * ncols,
+                                        runtime.memcpyHostToDevice, sp)
         if total:
-            ncols = self._columns(fields, out)
-            if ncols:
-                runtime.memcpyAsync(self.table_ptr, self.table.ctypes.data, 32 * ncols,
-                                    runtime.memcpyHostToDevice, sp)
             self._queue_copy(self.table_ptr, ncols, 0 if idx is None else idx.data.ptr,
                              index_base, (dense, sparse), sp)
         if idx is not None:

@@ -171,6 +171,53 @@ def test_dense_from_read_at_each_call(monkeypatch) -> None:
             assert min(int(v) for v in call.host[1:]) > 5
 
 
+def test_outputs_made_early_in_size_classes(monkeypatch) -> None:
+    """Outputs of the previous call's size classes, made while the first passes run: kept
+    where this call's total has the same classes (no output allocated after the count),
+    freed and replaced where not (a total in another class, or one below the classes); rows
+    exact every time, earlier calls' outputs intact, with and without indices."""
+    from dask_compact.backends import cupy_records_ready as ready
+    from dask_compact.backends.cupy_device import OUTPUT_CLASS_MIN_BYTES, class_items
+
+    made = []
+    real = ready.output_empty
+
+    def counted(*args, **kwargs):
+        made.append(args[0])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(ready, "output_empty", counted)
+    n = 12_000_017
+    rng = np.random.default_rng(11)
+    perm = rng.permutation(n).astype(np.int64)
+    f_np = {"a": rng.random(n).astype(np.float32), "xy": rng.standard_normal((n, 2))}
+    f = {k: cupy.asarray(v) for k, v in f_np.items()}
+    smallest = OUTPUT_CLASS_MIN_BYTES // 4 + 1  # rows from which every output has classes
+    base, near, other = 10_000_000, 10_001_000, 11_500_000
+    rows = (4, 8, 16)  # a, key and indices, xy
+    assert all(class_items(base, r) == class_items(near, r) for r in rows)
+    assert all(class_items(other, r) == class_items(other - 7, r) for r in rows)
+    assert all(class_items(base, r) != class_items(other, r) for r in rows)
+    kept = []
+    # (selected rows, indices, whether outputs are allocated after the count); one predicate
+    # (a call per predicate and layout), the key shifted to select the rows wanted
+    for total, indices, after in ((base, False, True), (near, False, False),
+                                  (smallest - 9, False, True), (base, False, True),
+                                  (other, False, True), (other - 7, False, False),
+                                  (base, True, True), (near, True, False)):
+        f_np["key"] = perm - total
+        f["key"] = cupy.asarray(f_np["key"])
+        made.clear()
+        got = compact_records(f, "key < 0", indices=indices)
+        assert bool(made) == after, (total, indices)
+        expected = want(f_np, f_np["key"] < 0, indices)
+        same(got, expected)
+        assert got["a"].shape[0] == total
+        kept.append((got, expected))
+    for got, expected in kept:
+        same(got, expected)
+
+
 def test_equal_predicates_share_a_call() -> None:
     """Two predicate objects of one text (a predicate made anew per call) find one ready
     call: built once, by what it computes."""
