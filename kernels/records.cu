@@ -14,8 +14,9 @@
 //      a span with at least `dense_from` selected rows is copied by dcx_rec_scatter (one block
 //      per tile and field: a whole tile of a stride-1 column staged through shared memory by
 //      16-byte loads and stores, other columns by each lane its own rows at tile prefix + warp
-//      offset + rank), a sparser one by dcx_rec_gather (one block per span: the selected rows listed in shared
-//      memory, then every field copied through the list by all the block's threads). The
+//      offset + rank), a sparser one by dcx_rec_gather (one block per span: the selected rows
+//      listed in shared memory, then every field copied through the list by all the block's
+//      threads). The
 //      choice is per span, on the device, so the sync-free call chooses as well as the sized
 //      one, and a selection dense in one part of the input and sparse in another gets each
 //      form where it is faster. Until 2026-11-29 both forms were launched over every span,

@@ -61,7 +61,8 @@ REC_GATHER_WORDS = 1
 REC_DENSE_FROM = 0.4
 # The per-lane scatter's stride-1 columns of whole tiles staged through shared memory (16-byte
 # loads and stores, dcx::stage_tile) rather than copied row by row: one H200, 2^28 rows of four
-# float32 fields, the scatter's spans at p = .5 / .95 0.95 / 2.16 ms against 1.12 / 2.35.
+# float32 fields, the scatter kernel over every span at p = .5 / .95: 1.72 / 2.15 ms against
+# 1.99 / 2.35 per lane.
 REC_STAGE = True
 # The list form's resident blocks per SM (its register bound) and rows in flight per thread and
 # column: 2 and 8 (102 registers) until 2026-11-29.
