@@ -195,11 +195,18 @@ class RecordsCall:
         runtime.memcpyAsync(count.data.ptr, self.counts_ptr + 8 * self.tiles, 8,
                             runtime.memcpyDeviceToDevice, sp)
 
-    def _columns(self, fields: dict[str, Any], out: dict[str, Any], table: np.ndarray) -> int:
-        """The column table (column_entries) written into the pinned ``table``; its rows."""
+    def _upload_columns(self, fields: dict[str, Any], out: dict[str, Any], table: np.ndarray,
+                        sp: int) -> int:
+        """The column table (column_entries) written into the pinned ``table`` and copied to
+        the workspace in stream order; its rows."""
+        import cupy
+
         flat = column_entries([(row, fields[name].data.ptr, out[name].data.ptr)
                                for name, _, _, row in self.layout])
         table[:len(flat)] = flat
+        if flat:
+            cupy.cuda.runtime.memcpyAsync(self.table_ptr, table.ctypes.data, 8 * len(flat),
+                                          cupy.cuda.runtime.memcpyHostToDevice, sp)
         return len(flat) // 4
 
     def _early_outputs(self, total: int | None) -> tuple[dict[str, Any], Any] | None:
@@ -208,7 +215,7 @@ class RecordsCall:
         OUTPUT_CLASS_MIN_BYTES there (its exact size would have to match), no memory."""
         import cupy
 
-        rows = [(name, dtype, tail, row) for name, dtype, tail, row in self.layout]
+        rows = list(self.layout)
         if self.indices:
             rows.append(("indices", np.dtype(np.int64), (), 8))
         if not total or min(row for *_, row in rows) * total < OUTPUT_CLASS_MIN_BYTES:
@@ -249,12 +256,7 @@ class RecordsCall:
         # the allocations alone took 28 us of the GPU's idle time between the passes and
         # the copy)
         early = self._early_outputs(self.last_total)
-        ncols = 0
-        if early is not None:
-            ncols = self._columns(fields, early[0], table)
-            if ncols:
-                runtime.memcpyAsync(self.table_ptr, table.ctypes.data, 32 * ncols,
-                                    runtime.memcpyHostToDevice, sp)
+        ncols = 0 if early is None else self._upload_columns(fields, early[0], table, sp)
         self.stream.synchronize()  # the call's one host sync
         total, dense, sparse = (int(v) for v in self.host)
         self.last_total = total
@@ -271,10 +273,7 @@ class RecordsCall:
                 no_room_note(e, total, self.n, fields, self.indices, self.device)
                 raise
             if total:  # the table's upload before the sync has run: rewritten
-                ncols = self._columns(fields, out, table)
-                if ncols:
-                    runtime.memcpyAsync(self.table_ptr, table.ctypes.data, 32 * ncols,
-                                        runtime.memcpyHostToDevice, sp)
+                ncols = self._upload_columns(fields, out, table, sp)
         if total:
             self._queue_copy(self.table_ptr, ncols, 0 if idx is None else idx.data.ptr,
                              index_base, (dense, sparse), sp)
@@ -283,7 +282,7 @@ class RecordsCall:
         return out
 
 
-# (thread, id(predicate), layout, n, indices or "into", device, stream, REC_DENSE_FROM) ->
+# (thread, id(predicate), layout, n, indices or "into", device, stream) ->
 # (predicate, its RecordsCall or None where the general call runs); the predicate is held so
 # that its id is not reused while the entry lives.
 _calls: BoundedCache[tuple, tuple] = BoundedCache("ready record calls")
@@ -326,7 +325,7 @@ def _ready(fields: dict[str, Any], pred: Predicate, indices: bool, into: bool) -
             return None
     layout = tuple((name, a.dtype, a.shape[1:]) for name, a in fields.items())
     key = (threading.get_ident(), id(pred), layout, n, "into" if into else indices, dev,
-           cupy.cuda.get_current_stream().ptr, tuning.REC_DENSE_FROM)
+           cupy.cuda.get_current_stream().ptr)
     hit = _calls.get(key)
     if hit is not None and hit[0] is pred:
         return hit[1]
