@@ -13,6 +13,11 @@ Each step runs in a fresh process with its own CuPy kernel cache (``CUPY_CACHE_D
   RawModule, as one RawModule per kernel one after another, as one per kernel from a thread
   each, and by the library's ``cupy_modules.build_modules``, each variant from a cold cache.
 
+- ``first``: a public call's first use of a predicate, ``compact_array`` (float32, 2^20) and
+  ``compact_records`` (float32, int64 and (n, 3) float64 fields, 2^20 rows): wall time of the
+  first call and of a second, with an empty cache, again with that cache, and with a new
+  predicate structure on it (a user's new cut in a new session).
+
 Prints one JSON line per process and a summary table; ``--out`` keeps them.
 """
 
@@ -29,6 +34,7 @@ import time
 from pathlib import Path
 
 PREDICATES = {"P1": "x < 0.5", "P2": "(x > 0.25) & (x < 0.75)"}
+RECORD_PREDICATES = {"P1": "a < 0.5", "P2": "(a > 0.25) & (b != 3)"}
 
 
 def _log_compiles(log: list) -> None:
@@ -120,6 +126,43 @@ def child_modules(variant: str) -> dict:
             "wall_s": round(time.perf_counter() - t, 3), "compiles": log}
 
 
+def child_first(kind: str, key: str) -> dict:
+    """The first and second public call of ``kind`` with predicate ``key`` in this process."""
+    import cupy
+    import numpy as np
+
+    import dask_compact
+
+    cupy.cuda.runtime.free(0)
+    log: list = []
+    _log_compiles(log)
+    rng = np.random.default_rng(0)
+    n = 1 << 20
+    a = cupy.asarray(rng.random(n, dtype=np.float32))
+    if kind == "records":
+        fields = {"a": a, "b": cupy.asarray(rng.integers(0, 9, n)),
+                  "c": cupy.asarray(rng.random((n, 3)))}
+        where = RECORD_PREDICATES[key]
+
+        def call() -> None:
+            dask_compact.compact_records(fields, where)
+    else:
+        where = PREDICATES[key]
+
+        def call() -> None:
+            dask_compact.compact_array(a, where)
+
+    walls = []
+    for _ in range(2):
+        t = time.perf_counter()
+        call()
+        cupy.cuda.runtime.deviceSynchronize()
+        walls.append(time.perf_counter() - t)
+    return {"step": f"first {kind}", "where": where, "first_s": round(walls[0], 3),
+            "second_s": round(walls[1], 4), "compiles": log,
+            "compile_s": round(sum(c["s"] for c in log), 3)}
+
+
 def run_child(args: list[str], cache: Path) -> dict:
     env = dict(os.environ, CUPY_CACHE_DIR=str(cache))
     t = time.perf_counter()
@@ -138,10 +181,19 @@ def main() -> None:
     ap.add_argument("--out", type=Path)
     ap.add_argument("--child", nargs="+")
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--first", nargs="*", default=["values", "records"],
+                    help="public calls whose first use is timed")
+    ap.add_argument("--first-only", action="store_true",
+                    help="only the public calls' first use (no prepare or module variants)")
     a = ap.parse_args()
     if a.child:
         kind, arg = a.child[0], a.child[1]
-        res = child_prepare(PREDICATES[arg]) if kind == "prepare" else child_modules(arg)
+        if kind == "first":
+            res = child_first(arg, a.child[2])
+        elif kind == "prepare":
+            res = child_prepare(PREDICATES[arg])
+        else:
+            res = child_modules(arg)
         print(json.dumps(res))
         return
     rows = []
@@ -149,21 +201,32 @@ def main() -> None:
         for r in range(a.rounds):
             cache = Path(tmp) / f"prep{r}"
             for label, pk in (("cold cache", "P1"), ("warm cache", "P1"),
-                              ("new predicate", "P2")):
+                              ("new predicate", "P2")) if not a.first_only else ():
                 res = run_child(["--child", "prepare", pk], cache)
                 res["case"] = label
                 rows.append(res)
                 print(json.dumps(res), flush=True)
+            for kind in a.first:
+                for label, pk in (("cold cache", "P1"), ("warm cache", "P1"),
+                                  ("new predicate", "P2")):
+                    res = run_child(["--child", "first", kind, pk], Path(tmp) / f"{kind}{r}")
+                    res["case"] = label
+                    rows.append(res)
+                    print(json.dumps(res), flush=True)
+            if a.first_only:
+                continue
             for v in ("one", "each", "threads", "build_modules"):
                 res = run_child(["--child", "modules", v], Path(tmp) / f"mod{r}{v}")
                 rows.append(res)
                 print(json.dumps(res), flush=True)
-    print("\n| step | case | prepare / build wall s | NVRTC compiles (s each) |")
-    print("|---|---|---|---|")
+    print("\n| step | case | prepare / build / first call wall s | second call s | process s "
+          "| NVRTC compiles (s each) |")
+    print("|---|---|---|---|---|---|")
     for res in rows:
         comp = ", ".join(f"{c['what'][-28:]} {c['s']:.2f}" for c in res["compiles"])
-        wall = res.get("prepare_s", res.get("wall_s"))
-        print(f"| {res['step']} | {res.get('case', res.get('variant'))} | {wall} | {comp} |")
+        wall = res.get("prepare_s", res.get("wall_s", res.get("first_s")))
+        print(f"| {res['step']} | {res.get('case', res.get('variant'))} | {wall} "
+              f"| {res.get('second_s', '')} | {res['process_s']} | {comp} |")
     if a.out:
         a.out.mkdir(parents=True, exist_ok=True)
         (a.out / "compile_probe.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))

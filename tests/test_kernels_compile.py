@@ -329,6 +329,51 @@ def test_group_modules_split_each_output_and_compile(tmp_path: Path) -> None:
     _nvcc(Job(spec.group_source("values", "compact") + _force(names), "sm_90", "group"), tmp_path)
 
 
+def test_kernels_without_the_predicate_come_from_one_source_for_every_predicate() -> None:
+    """The kernels that do not take the predicate (their name does not name it) are built from
+    the source without it (``shared_part``), the same text for two predicates and the mask
+    path's own source (whose kernels the units above compile): a new predicate compiles only
+    the kernels that take it. Which ones: the records path's all but the flags kernel; a
+    values compaction's tile scan and copy; the three-pass scan and scatter."""
+    from dask_compact.backends.cupy_source import RecordSpec
+    from dask_compact.predicate.fields import record_predicate
+
+    fs = [generate_functor(_threshold("float32").typed("float32")),
+          generate_functor(Predicate(Call("less", (Var(), Param(0, "float"))), (0.25,), None,
+                                     "x < 0.25").typed("float32"))]
+    expect = {"single-pass": ["copy_out", "scan"], "hybrid": ["copy_out"],
+              "three-pass": ["scan", "scatter"]}
+    for alg, shared_roles in expect.items():
+        tuning = tuning_for(alg, 4)
+        mask = ModuleSpec(np.dtype("float32"), alg, None, tuning)
+        assert mask.shared_part(mask.group_names("values", "compact")) is None
+        texts = set()
+        for f in fs:
+            spec = ModuleSpec(np.dtype("float32"), alg, f, tuning)
+            for output in OUTPUTS:
+                names = spec.group_names(output, "compact")
+                text, roles = spec.shared_part(names)
+                assert sorted(roles) == shared_roles, (alg, output, roles)
+                assert f.name not in text and f.name in spec.source()
+                assert all(f.name not in names[r] for r in roles)
+                assert all(f.name in n for r, n in names.items() if r not in roles)
+                assert text == mask.source()
+                texts.add(text)
+        assert len(texts) == 1
+        split = ModuleSpec(np.dtype("float32"), alg, fs[0], tuning).group_names("values",
+                                                                                 "split")
+        assert ModuleSpec(np.dtype("float32"), alg, fs[0], tuning).shared_part(split) is None
+    p = record_predicate("(a > 1) & (ev < 2)", ("a", "ev"))
+    specs = [RecordSpec(generate_record_functor(p.typed({"a": "float32", "ev": dt})))
+             for dt in ("float32", "int64")]
+    parts = [spec.shared_part(spec.names()) for spec in specs]
+    assert all(sorted(roles) == ["gather", "scan", "scatter", "spans", "split"]
+               for _, roles in parts)
+    assert parts[0][0] == parts[1][0] == RecordSpec(None).source()
+    assert specs[0].names()["scatter"] == specs[1].names()["scatter"]
+    assert RecordSpec(None).shared_part(RecordSpec(None).names()) is None
+
+
 def test_tuning_table_and_kernel_constants() -> None:
     """Every (algorithm, dtype size) has a measured entry with its reason and a valid
     schedule; the three-pass group size the launch layer computes grids with is the kernel's;

@@ -20,10 +20,14 @@ __all__ = [
 ]  # fmt: skip
 
 
-def build_modules(code: str, names: dict[str, str]) -> dict[str, Any]:
+def build_modules(code: str, names: dict[str, str],
+                  shared: tuple[str, frozenset[str]] | None = None) -> dict[str, Any]:
     """role -> a compiled RawModule of ``code`` holding that role's kernel (``names``: role ->
     name expression), one module per distinct name, compiled at once from a thread each on the
-    current device.
+    current device. ``shared``: (a source without the predicate, the roles whose kernels do
+    not take it): those roles' modules are built from that source and kept per device for
+    every predicate (:data:`shared_modules`), so a new predicate compiles only the kernels
+    that take it.
 
     Why one module per kernel: NVRTC's time is mostly the kernels it instantiates, and one
     program is one thread's work, while NVRTC releases the GIL. Measured on the H100 host
@@ -36,32 +40,52 @@ def build_modules(code: str, names: dict[str, str]) -> dict[str, Any]:
     import cupy
 
     device = cupy.cuda.Device().id
-    role_of: dict[str, str] = {}  # name expression -> the first role naming it
+    free_code, free_roles = shared if shared is not None else ("", frozenset())
+    by_name: dict[tuple[str, bool], Any] = {}
+    # (name expression, shared) -> the line that ends its module's text, for those not held
+    todo: dict[tuple[str, bool], str] = {}
     for role, name in names.items():
-        role_of.setdefault(name, role)
-    distinct = list(role_of)
-    if len(distinct) > 1:
+        job = (name, role in free_roles)
+        if job in by_name or job in todo:
+            continue
+        held = shared_modules.get((device, free_code, name)) if job[1] else None
+        if held is not None:
+            by_name[job] = held
+        else:  # a shared module's line names its kernel: its text serves every role
+            todo[job] = f"// kernel: {name if job[1] else role}\n"
+    if len(todo) > 1:
         _prime_cache_key(cupy, device)
 
-    def build(name: str) -> Any:
-        role = role_of[name]
-        with cupy.cuda.Device(device):  # the current device is per thread
-            m = cupy.RawModule(code=f"{code}// kernel: {role}\n", options=NVRTC_OPTIONS,
-                               name_expressions=[name])
-            # Compiled here, inside the cache's one build per key: a RawModule compiles at its
-            # first get_function otherwise, unguarded, and a job's threads reaching a new
-            # module together each ran NVRTC on it (9 concurrent compiles, 5 s, seen in a cold
-            # cache on the H100).
-            m.compile()
-            return m
+    def build(job: tuple[str, bool]) -> Any:
+        name, is_shared = job
 
-    if len(distinct) == 1:
-        built = [build(distinct[0])]
-    else:
-        with ThreadPoolExecutor(len(distinct), thread_name_prefix="dask-compact-nvrtc") as pool:
-            built = list(pool.map(build, distinct))
-    by_name = dict(zip(distinct, built))
-    return {role: by_name[name] for role, name in names.items()}
+        def compile_one() -> Any:
+            with cupy.cuda.Device(device):  # the current device is per thread
+                m = cupy.RawModule(code=(free_code if is_shared else code) + todo[job],
+                                   options=NVRTC_OPTIONS, name_expressions=[name])
+                # Compiled here, inside the cache's one build per key: a RawModule compiles
+                # at its first get_function otherwise, unguarded, and a job's threads
+                # reaching a new module together each ran NVRTC on it (9 concurrent
+                # compiles, 5 s, seen in a cold cache on the H100).
+                m.compile()
+                return m
+
+        if is_shared:
+            return shared_modules.get_or_build((device, free_code, name), compile_one)
+        return compile_one()
+
+    if len(todo) == 1:
+        by_name.update(zip(todo, [build(next(iter(todo)))]))
+    elif todo:
+        with ThreadPoolExecutor(len(todo), thread_name_prefix="dask-compact-nvrtc") as pool:
+            by_name.update(zip(todo, pool.map(build, list(todo))))
+    return {role: by_name[(name, role in free_roles)] for role, name in names.items()}
+
+
+# (device, source without a predicate, name expression) -> the module of a kernel that takes
+# no predicate (a tile scan, a copy, the records' scatter and gather): one for every predicate
+# that uses it, where each predicate's module set had compiled its own copy. Bounded.
+shared_modules: BoundedCache[tuple, Any] = BoundedCache("predicate-free cupy modules")
 
 
 _primed: set[int] = set()  # devices on which a module was built with NVRTC_OPTIONS
@@ -96,7 +120,7 @@ class _Compiled:
             assert isinstance(spec, ModuleSpec)
             self._names = spec.group_names(output, group)
             code = spec.group_source(output, group)
-        self.modules = build_modules(code, self._names)
+        self.modules = build_modules(code, self._names, spec.shared_part(self._names))
         self._kernels: dict[str, Any] = {}
 
     def kernel(self, role: str) -> Any:

@@ -45,6 +45,7 @@ FILES = {
     "hybrid": ("count.cu", "hybrid.cu", "copy_out.cu"),
     "three-pass": ("three_pass.cu",),
 }
+RECORD_FILES = ("count.cu", "records.cu")  # the records path's kernels (RecordSpec)
 # NVRTC options (C++17 is the default of NVRTC and nvcc 13). CuPy appends -ftz=true;
 # kernels/dcx_types.cuh keeps float32 predicates exact regardless. --fmad=false: NumPy rounds
 # every operation, so a*b+c must not become one FMA.
@@ -145,6 +146,10 @@ class ModuleSpec:
     def source(self) -> str:
         return module_source(self)
 
+    def shared_part(self, names: dict[str, str]) -> tuple[str, frozenset[str]] | None:
+        """See :func:`shared_part`."""
+        return shared_part(self.functor, names, FILES[self.algorithm])
+
     def group_source(self, output: str, group: str) -> str:
         """The source of the module of one output and group: the spec's, with a last line
         naming them. CuPy's kernel cache is keyed by the source (not by the names it
@@ -168,6 +173,21 @@ GROUPS = ("compact", "split")
 
 def group_of(role: str) -> str:
     return "split" if role == "partition" else "compact"
+
+
+def shared_part(functor: CudaFunctor | None, names: dict[str, str],
+                files: tuple[str, ...]) -> tuple[str, frozenset[str]] | None:
+    """(the module source of ``files`` without a predicate, the roles of ``names`` whose
+    kernels do not take ``functor``), or None where there are none. Those kernels compile the
+    same from either source; built from the one without the predicate, their modules serve
+    every predicate (``cupy_modules.build_modules``): a new predicate of the records path
+    compiled six kernels where one takes it, of a values compaction five where three do.
+    A kernel takes the predicate only as a template argument, so its name says which."""
+    if functor is None:  # no predicate in the source: its text is the same for every call
+        return None
+    takes = re.compile(rf"\b{re.escape(functor.name)}\b")
+    roles = frozenset(r for r, n in names.items() if not takes.search(n))
+    return (_assemble(None, files), roles) if roles else None
 
 
 def module_source(spec: ModuleSpec) -> str:
@@ -254,4 +274,8 @@ class RecordSpec:
         return list(self.names().values())
 
     def source(self) -> str:
-        return _assemble(self.functor, ("count.cu", "records.cu"))
+        return _assemble(self.functor, RECORD_FILES)
+
+    def shared_part(self, names: dict[str, str]) -> tuple[str, frozenset[str]] | None:
+        """See :func:`shared_part`: all but the flags kernel."""
+        return shared_part(self.functor, names, RECORD_FILES)

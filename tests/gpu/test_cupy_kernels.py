@@ -468,17 +468,13 @@ def test_compact_many_mask_path_and_dispatch() -> None:
     np.testing.assert_array_equal(cupy.asnumpy(v), a[a > 0.5])
 
 
-def test_threads_meeting_a_new_module_compile_it_once(monkeypatch, tmp_path) -> None:
-    # A RawModule compiles at its first get_function, unguarded: a batch job's threads that
-    # reached a new predicate's module together each ran NVRTC on it (9 compiles, 5 s, in a
-    # cold CuPy cache on the H100). The module is now compiled in its cache's one build.
-    import threading
-
+@pytest.fixture
+def compiled_sources(monkeypatch, tmp_path) -> list[str]:
+    """The source of every module CuPy compiles (or loads from its cache) in the test, from
+    an empty cache: cold, so whatever is built runs NVRTC."""
     import cupy.cuda.compiler as compiler
 
-    import dask_compact
-
-    monkeypatch.setenv("CUPY_CACHE_DIR", str(tmp_path))  # cold: NVRTC runs
+    monkeypatch.setenv("CUPY_CACHE_DIR", str(tmp_path))
     sources: list[str] = []
     real = compiler._compile_module_with_cache
 
@@ -487,6 +483,18 @@ def test_threads_meeting_a_new_module_compile_it_once(monkeypatch, tmp_path) -> 
         return real(source, *args, **kwargs)
 
     monkeypatch.setattr(compiler, "_compile_module_with_cache", counting)
+    return sources
+
+
+def test_threads_meeting_a_new_module_compile_it_once(compiled_sources) -> None:
+    # A RawModule compiles at its first get_function, unguarded: a batch job's threads that
+    # reached a new predicate's module together each ran NVRTC on it (9 compiles, 5 s, in a
+    # cold CuPy cache on the H100). The module is now compiled in its cache's one build.
+    import threading
+
+    import dask_compact
+
+    sources = compiled_sources
     rng = np.random.default_rng(7)
     host = rng.random(100_003).astype(np.float32)
     # a structure no other test compiles, so its module is new to this process
@@ -512,9 +520,54 @@ def test_threads_meeting_a_new_module_compile_it_once(monkeypatch, tmp_path) -> 
     assert sources, "no module was compiled: the structure was not new"
     assert len(sources) == len(set(sources)), "a module was compiled by several threads"
     # and only the kernels the call uses: values' compact group (not every output's), a
-    # module per kernel
+    # module per kernel; those that take the predicate from its source, the tile scan and
+    # the copy from the one without it (built here unless this process already holds them)
     ours = [s for s in sources if "dask_compact: generated module source" in s]
-    assert ours and all("// kernels: output values, group compact\n// kernel: " in s
-                        for s in ours), [s[-60:] for s in ours]
-    roles = sorted(s.rstrip().rsplit("// kernel: ", 1)[1] for s in ours)
-    assert roles == ["copy_out", "count", "main", "scan", "scatter"], roles
+    own = [s for s in ours if "// kernels: output values, group compact\n// kernel: " in s]
+    roles = sorted(s.rstrip().rsplit("// kernel: ", 1)[1] for s in own)
+    assert roles == ["count", "main", "scatter"], roles
+    shared = sorted(s.rstrip().rsplit("// kernel: ", 1)[1] for s in ours if s not in own)
+    assert all(k.startswith(("dcx_tile_scan<", "dcx_copy_out<")) for k in shared), shared
+    assert not any("dcx_pred_" in s for s in ours if s not in own)
+
+
+def test_a_new_predicate_compiles_only_the_kernels_that_take_it(compiled_sources) -> None:
+    """After one predicate, a new one (records and values) compiles only its own kernels:
+    the records path its flags kernel (of six), a values compaction its count, main and
+    scatter kernels (of five); the results are exact."""
+    import dask_compact
+
+    sources = compiled_sources
+    rng = np.random.default_rng(11)
+    n = 70_001
+    host = {"a": rng.random(n).astype(np.float32), "b": rng.integers(0, 9, n),
+            "c": rng.random((n, 3))}
+    fields = {k: cupy.asarray(v) for k, v in host.items()}
+
+    def records(text: str, mask: np.ndarray) -> list[str]:
+        sources.clear()
+        got = dask_compact.compact_records(fields, text)
+        for k, v in host.items():
+            np.testing.assert_array_equal(cupy.asnumpy(got[k]), v[mask])
+        return [s.rstrip().rsplit("// kernel: ", 1)[1] for s in sources
+                if "dask_compact: generated module source" in s]
+
+    a, b = host["a"], host["b"]
+    # structures no other test uses (new to this process)
+    records("((a > 0.3125) & (b != 5)) | (a < 0.0625)", ((a > 0.3125) & (b != 5)) | (a < 0.0625))
+    built = records("((b == 2) | (a > 0.6875)) & (a != 0.5)",
+                    ((b == 2) | (a > 0.6875)) & (a != 0.5))
+    assert built == ["flags"], built
+
+    def values(text: str, mask: np.ndarray) -> list[str]:
+        sources.clear()
+        np.testing.assert_array_equal(
+            cupy.asnumpy(dask_compact.compact_array(fields["a"], text)), a[mask])
+        return sorted(s.rstrip().rsplit("// kernel: ", 1)[1] for s in sources
+                      if "dask_compact: generated module source" in s)
+
+    # (constants exact in float32)
+    values("(x > 0.15625) & (x < 0.90625) & (x != 0.5)", (a > 0.15625) & (a < 0.90625) & (a != 0.5))
+    built = values("(x < 0.21875) | ((x > 0.46875) & (x < 0.53125))",
+                   (a < 0.21875) | ((a > 0.46875) & (a < 0.53125)))
+    assert built == ["count", "main", "scatter"], built
