@@ -30,7 +30,7 @@ import numpy as np  # noqa: E402
 
 from dask_compact import compact_array  # noqa: E402
 
-PS = (0.05, 0.5, 0.95)
+PS = (0.01, 0.05, 0.2, 0.5, 0.95)
 
 
 def median_time(fn, reps: int) -> float:
@@ -161,7 +161,8 @@ def save(rows: list[dict], out: Path, header: str) -> None:
         import matplotlib.pyplot as plt
 
         fig, ax = plt.subplots(figsize=(7, 4.5))
-        for p, color in zip(PS, ("tab:blue", "tab:orange", "tab:green")):
+        for p, color in zip(PS, ("tab:purple", "tab:blue", "tab:red", "tab:orange",
+                                 "tab:green")):
             sel = [r for r in chunk if r["p"] == p]
             ns = [r["n"] for r in sel]
             # Effective throughput: bytes read + bytes written, per second.

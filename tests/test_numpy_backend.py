@@ -82,6 +82,29 @@ def test_float32_sizes_and_fractions(size, output):
         assert_same(compact(a, pred, output, True, None, 10), reference(a, f(a), output, 10))
 
 
+@pytest.mark.parametrize("output", ["values", "indices", "both"])
+@pytest.mark.parametrize("dtype", ["float32", "int64", "uint8", "complex128"])
+def test_both_store_forms_at_every_hit_count(output, dtype):
+    """While the running mean of hits per block of 64 is under SPARSE_BELOW a block visits
+    only its set bits, else it stores every row: a block of every hit count from 0 to 64 (at
+    random positions) after a run of full blocks (the storing form) and after a run of empty
+    ones (the visiting form), the last block partial; equal to NumPy."""
+    rng = np.random.default_rng(17)
+    blocks = []
+    for hits in range(65):
+        m = np.zeros(64, bool)
+        m[rng.choice(64, hits, replace=False)] = True
+        blocks += [np.ones(64 * 16, bool), m, np.zeros(64 * 16, bool), m]
+    mask = np.concatenate(blocks + [np.ones(64 * 16, bool)])[:-13]  # a partial last block
+    a = random_array(dtype, (mask.size,), seed=5)
+    key = np.where(mask, a, 0).astype(dtype)
+    key[mask & (key == 0)] = 1  # a selected row is never 0: the mask is exact
+    f = lambda v: v != 0  # noqa: E731
+    assert np.array_equal(f(key), mask)
+    assert_same(compact(key, as_predicate(f), output, True, None, 7),
+                reference(key, mask, output, 7))
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("size", [0, 1, 33, 1025])
 def test_every_dtype(dtype, size, caplog):
