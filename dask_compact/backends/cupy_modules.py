@@ -74,8 +74,9 @@ def build_modules(code: str, names: dict[str, str],
             return shared_modules.get_or_build((device, free_code, name), compile_one)
         return compile_one()
 
-    if len(todo) == 1:
-        by_name.update(zip(todo, [build(next(iter(todo)))]))
+    if len(todo) == 1:  # no thread for one module (a new predicate's usual case)
+        job = next(iter(todo))
+        by_name[job] = build(job)
     elif todo:
         with ThreadPoolExecutor(len(todo), thread_name_prefix="dask-compact-nvrtc") as pool:
             by_name.update(zip(todo, pool.map(build, list(todo))))
