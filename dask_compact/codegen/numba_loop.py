@@ -502,7 +502,6 @@ import math
 
 import numpy as np
 from numba import njit
-
 from numba.cpython.unsafe.numbers import trailing_zeros
 
 from dask_compact.codegen.numba_bits import ctpop
