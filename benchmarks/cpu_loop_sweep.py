@@ -1,6 +1,6 @@
 """The CPU compaction loop's two store forms: below which running mean of selected rows per
 block of 64 a block visits only its set bits rather than storing every row
-(``numba_bits.SPARSE_BELOW``), swept in one process.
+(``numba_loop.SPARSE_BELOW``), swept in one process.
 
 Each threshold's loop is generated (``numba_loop.generate_source``) and compiled in memory,
 then every variant runs on the same input in turn, repetition after repetition, and the
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dask_compact.codegen import numba_bits, numba_loop
+from dask_compact.codegen import numba_loop
 from dask_compact.predicate import as_predicate
 
 PS = (0.01, 0.05, 0.2, 0.3, 0.5, 0.8, 0.95)
@@ -30,13 +30,13 @@ PS = (0.01, 0.05, 0.2, 0.3, 0.5, 0.8, 0.95)
 
 def loop_for(threshold: int, dtype: str, output: str):
     """The compiled loop of ``x < p0`` with the sparse form below ``threshold`` hits."""
-    saved = numba_bits.SPARSE_BELOW
-    numba_bits.SPARSE_BELOW = threshold
+    saved = numba_loop.SPARSE_BELOW
+    numba_loop.SPARSE_BELOW = threshold
     try:
         source = numba_loop.generate_source(as_predicate("x < 0.5").typed(dtype), output,
                                             cache=False)
     finally:
-        numba_bits.SPARSE_BELOW = saved
+        numba_loop.SPARSE_BELOW = saved
     module = types.ModuleType(f"sweep_{threshold}_{dtype}_{output}")
     exec(compile(source, module.__name__, "exec"), module.__dict__)  # noqa: S102 - ours
     return module.compact_loop
@@ -56,7 +56,7 @@ def main() -> None:
     rng = np.random.default_rng(0)
     lines = [f"# CPU loop store forms, {dt.date.today().isoformat()}, 2^{a.log2n} rows, "
              f"fastest of {a.reps} interleaved runs, ms (current SPARSE_BELOW = "
-             f"{numba_bits.SPARSE_BELOW}){', a new output each call' if a.fresh else ''}", "",
+             f"{numba_loop.SPARSE_BELOW}){', a new output each call' if a.fresh else ''}", "",
              "| dtype | output | p | " + " | ".join(f"below {t}" for t in a.thresholds)
              + " | " + " | ".join(f"{a.thresholds[0]} / {t}" for t in a.thresholds[1:]) + " |",
              "|" + "---|" * (3 + 2 * len(a.thresholds) - 1)]
