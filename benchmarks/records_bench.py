@@ -52,6 +52,12 @@ def predicates(p: float, two: bool) -> tuple[str, Any]:
     return f"(a < {q!r}) & (b < {q!r})", lambda f: (f["a"] < q) & (f["b"] < q)
 
 
+def mask_recipe(f: dict, mask_of: Any) -> dict:
+    """What an in-memory user writes: the mask once, boolean indexing per field."""
+    m = mask_of(f)
+    return {k: v[m] for k, v in f.items()}
+
+
 def dask_recipe(d: dict, mask_of: Any) -> dict:
     """What a dask user writes today: a mask, boolean indexing per field, chunk sizes computed
     (one pass each), the result persisted."""
@@ -92,8 +98,7 @@ def gpu_rows(n: int, ps: list[float], reps: int) -> list[dict]:
             into = timed_ms(lambda: compact_records_into(f, text, bufs, count=count).get(),
                             sync, reps)
             del bufs
-            row["cupy bool index"] = timed_ms(
-                lambda: {kk: v[mask_of(f)] for kk, v in f.items()}, sync, reps)
+            row["cupy bool index"] = timed_ms(lambda: mask_recipe(f, mask_of), sync, reps)
             if torch is not None:
                 def tmask():
                     tm = mask_of(t)
@@ -157,8 +162,8 @@ def cpu_rows(n: int, ps: list[float], reps: int) -> list[dict]:
             text, mask_of = predicates(p, two)
             row: dict = {"n": n, "p": p, "pred_fields": 2 if two else 1}
             row["ours"] = timed_ms(lambda: compact_records(f, text), lambda: None, reps)
-            row["numpy mask + index"] = timed_ms(
-                lambda: {kk: v[mask_of(f)] for kk, v in f.items()}, lambda: None, reps)
+            row["numpy mask + index"] = timed_ms(lambda: mask_recipe(f, mask_of), lambda: None,
+                                                 reps)
             k = int(np.count_nonzero(mask_of(f)))
             # the copy floor: the selected volume of every field copied from contiguous rows
             # into new arrays (what the output costs to write, fresh pages included)
