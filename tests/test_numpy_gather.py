@@ -1,0 +1,102 @@
+"""The CPU gathers of the rows a bitmask selects (the record path's second step), each form
+against NumPy's ``src[mask]``: the scalar loops and, where the CPU has AVX-512, the compress."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dask_compact import compact_records
+from dask_compact.backends import numpy_gather
+from dask_compact.backends.numpy_gather import as_rows, gather_rows
+from dask_compact.codegen.numba_compress import HAVE_COMPRESS, target_has_avx512f
+
+UNITS = [np.uint8, np.uint16, np.uint32, np.uint64]
+
+
+def every_hit_count(seed: int = 3) -> np.ndarray:
+    """Words of every hit count 0..64 at random places, after a run of full words and after
+    a run of empty ones, the last word partial: every form of every gather."""
+    rng = np.random.default_rng(seed)
+    blocks = []
+    for hits in range(65):
+        m = np.zeros(64, bool)
+        m[rng.choice(64, hits, replace=False)] = True
+        blocks += [np.ones(64 * 4, bool), m, np.zeros(64 * 4, bool), m]
+    return np.concatenate(blocks + [np.ones(64 * 2, bool), rng.random(64) < 0.6])[:-11]
+
+
+def packed(mask: np.ndarray) -> np.ndarray:
+    words = (mask.size + 63) // 64
+    b = np.zeros(words * 8, np.uint8)
+    b[: (mask.size + 7) // 8] = np.packbits(mask, bitorder="little")
+    return b.view("<u8").astype(np.uint64)
+
+
+def distinct(unit: type, n: int, seed: int = 0) -> np.ndarray:
+    # random bits, so a row put in the wrong place cannot equal the right one by chance often
+    rng = np.random.default_rng(seed)
+    return rng.integers(0, np.iinfo(unit).max, size=n, dtype=unit, endpoint=True)
+
+
+@pytest.mark.parametrize("unit", UNITS)
+@pytest.mark.parametrize("form", ["scalar", "compress"])
+def test_each_form_at_every_hit_count(unit, form):
+    if form == "compress" and not (HAVE_COMPRESS and np.dtype(unit).itemsize >= 4):
+        pytest.skip("the compress serves 4- and 8-byte units on CPUs with AVX-512F")
+    gather = numpy_gather._gather1 if form == "scalar" else numpy_gather._gather1_compress
+    mask = every_hit_count()
+    src = distinct(unit, mask.size)
+    want = src[mask]
+    buf = np.full(want.size + 64, 7, unit)  # rows after the output's end must stay as they are
+    dst = buf[: want.size]
+    assert gather(packed(mask), mask.size, src, dst) == want.size
+    np.testing.assert_array_equal(dst, want)
+    assert (buf[want.size :] == 7).all()
+    # whole words to the end (n a multiple of 64), the last of 40 rows: the forms that write
+    # whole words or lanes must stop short of the output's end
+    end = np.ones(64 * 9, bool)
+    end[3] = False
+    end[-64:] = np.random.default_rng(8).permutation(np.arange(64) < 40)
+    src = distinct(unit, end.size, seed=1)
+    buf = np.full(int(end.sum()) + 64, 7, unit)
+    dst = buf[: int(end.sum())]
+    assert gather(packed(end), end.size, src, dst) == dst.size
+    np.testing.assert_array_equal(dst, src[end])
+    assert (buf[dst.size :] == 7).all()
+
+
+@pytest.mark.parametrize("shape", [(3,), (2, 5), (0,)])
+def test_rows_of_several_units(shape):
+    mask = every_hit_count(seed=4)
+    rng = np.random.default_rng(2)
+    src = rng.random((mask.size, *shape)).astype(np.float32)
+    dst = np.empty((int(mask.sum()), *shape), np.float32)
+    assert gather_rows(packed(mask), mask.size, as_rows(src), as_rows(dst)) == dst.shape[0]
+    np.testing.assert_array_equal(dst, src[mask])
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int32", "uint64", "complex64",
+                                   "int16", "bool"])
+def test_records_through_the_gathers_at_every_hit_count(dtype):
+    # the public call: the predicate field's mask of every hit count, every field gathered
+    mask = every_hit_count(seed=5)
+    rng = np.random.default_rng(6)
+    key = np.where(mask, 1 + rng.integers(0, 100, mask.size), 0).astype(np.int32)
+    other = (rng.random(mask.size) * 1000).astype(dtype)
+    out = compact_records({"key": key, "other": other}, "key != 0")
+    np.testing.assert_array_equal(out["key"], key[mask])
+    np.testing.assert_array_equal(out["other"], other[mask])
+    assert out["other"].dtype == other.dtype
+
+
+def test_the_compress_follows_the_compiled_target(monkeypatch):
+    from numba.core import config
+
+    monkeypatch.setattr(config, "CPU_FEATURES", "+sse2,-avx512f")
+    assert not target_has_avx512f()
+    monkeypatch.setattr(config, "CPU_FEATURES", "+avx2,+avx512f")
+    assert target_has_avx512f()
+    monkeypatch.setattr(config, "CPU_FEATURES", None)
+    monkeypatch.setattr(config, "CPU_NAME", "generic")
+    assert not target_has_avx512f()
