@@ -1,5 +1,6 @@
-"""The CPU gathers of the rows a bitmask selects (the record path's second step), each form
-against NumPy's ``src[mask]``: the scalar loops and, where the CPU has AVX-512, the compress."""
+"""The CPU record path's two steps against NumPy: the predicate pass writing one bit per row
+(in parts on several threads), and the gathers of the rows the bits select (``src[mask]``):
+the scalar loops and, where the CPU has AVX-512, the compress."""
 
 from __future__ import annotations
 
@@ -7,9 +8,10 @@ import numpy as np
 import pytest
 
 from dask_compact import compact_records
-from dask_compact.backends import numpy_gather
+from dask_compact.backends import numpy_gather, numpy_records
 from dask_compact.backends.numpy_gather import as_rows, gather_rows
 from dask_compact.codegen.numba_compress import HAVE_COMPRESS, target_has_avx512f
+from dask_compact.records_check import check_record_predicate
 
 UNITS = [np.uint8, np.uint16, np.uint32, np.uint64]
 
@@ -100,3 +102,20 @@ def test_the_compress_follows_the_compiled_target(monkeypatch):
     monkeypatch.setattr(config, "CPU_FEATURES", None)
     monkeypatch.setattr(config, "CPU_NAME", "generic")
     assert not target_has_avx512f()
+
+
+@pytest.mark.parametrize("n", [1, 63, 64, 65, 1025, 4099, 64 * 67])
+@pytest.mark.parametrize("threads", [2, 3, 4])
+def test_the_predicate_pass_in_parts(monkeypatch, n, threads):
+    # parts begin at multiples of 64 rows, each writing its own words; the counts add up
+    monkeypatch.setattr(numpy_records, "_THREADED_BYTES", 0)
+    rng = np.random.default_rng(n)
+    f = {"e": rng.random(n).astype(np.float32), "eta": rng.standard_normal(n)}
+    pred = check_record_predicate("(e > 0.3) & (abs(eta) < 1.5)", f)
+    bits, count = numpy_records.predicate_bits(pred, f, n, threads)
+    mask = (f["e"] > np.float32(0.3)) & (np.abs(f["eta"]) < 1.5)
+    assert count == int(mask.sum())
+    np.testing.assert_array_equal(bits, packed(mask))
+    out = numpy_records.compact_records(f, pred, True, True, 5, threads)
+    np.testing.assert_array_equal(out["eta"], f["eta"][mask])
+    np.testing.assert_array_equal(out["indices"], 5 + np.flatnonzero(mask))
