@@ -119,3 +119,19 @@ def test_the_predicate_pass_in_parts(monkeypatch, n, threads):
     out = numpy_records.compact_records(f, pred, True, True, 5, threads)
     np.testing.assert_array_equal(out["eta"], f["eta"][mask])
     np.testing.assert_array_equal(out["indices"], 5 + np.flatnonzero(mask))
+
+
+@pytest.mark.parametrize("dtype,output,expected", [
+    ("float32", "values", True), ("int64", "values", True), ("complex64", "values", True),
+    ("float32", "indices", False), ("float32", "both", False), ("uint8", "values", False),
+    ("complex128", "values", False),
+])
+def test_the_values_loop_stores_by_the_compress_where_it_can(dtype, output, expected):
+    # the fused one-array loop's full blocks of 4- or 8-byte values (its results are checked
+    # against NumPy at every hit count in test_numpy_backend.py)
+    from dask_compact.codegen import numba_loop
+    from dask_compact.predicate import as_predicate
+
+    source = numba_loop.generate_source(as_predicate("x != 0").typed(dtype), output,
+                                        cache=False)
+    assert ("compress_store(out" in source) == (expected and HAVE_COMPRESS)
