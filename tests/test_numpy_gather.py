@@ -121,17 +121,33 @@ def test_the_predicate_pass_in_parts(monkeypatch, n, threads):
     np.testing.assert_array_equal(out["indices"], 5 + np.flatnonzero(mask))
 
 
-@pytest.mark.parametrize("dtype,output,expected", [
-    ("float32", "values", True), ("int64", "values", True), ("complex64", "values", True),
-    ("float32", "indices", False), ("float32", "both", False), ("uint8", "values", False),
-    ("complex128", "values", False),
+@pytest.mark.parametrize("dtype,output,values,indices", [
+    ("float32", "values", True, False), ("int64", "values", True, False),
+    ("complex64", "values", True, False), ("float32", "indices", False, True),
+    ("uint8", "indices", False, True), ("float64", "both", True, True),
+    ("uint8", "values", False, False), ("uint8", "both", False, False),
+    ("complex128", "values", False, False),
 ])
-def test_the_values_loop_stores_by_the_compress_where_it_can(dtype, output, expected):
-    # the fused one-array loop's full blocks of 4- or 8-byte values (its results are checked
-    # against NumPy at every hit count in test_numpy_backend.py)
+def test_the_fused_loop_stores_by_the_compress_where_it_can(dtype, output, values, indices):
+    # the one-array loop's full blocks (its results are checked against NumPy at every hit
+    # count, every output and several dtypes in test_numpy_backend.py)
     from dask_compact.codegen import numba_loop
     from dask_compact.predicate import as_predicate
 
     source = numba_loop.generate_source(as_predicate("x != 0").typed(dtype), output,
                                         cache=False)
-    assert ("compress_store(out" in source) == (expected and HAVE_COMPRESS)
+    assert ("compress_store(out" in source) == (values and HAVE_COMPRESS)
+    assert ("compress_iota(idx" in source) == (indices and HAVE_COMPRESS)
+
+
+@pytest.mark.parametrize("form", ["scalar", "compress"])
+def test_indices_in_each_form_at_every_hit_count(form):
+    if form == "compress" and not HAVE_COMPRESS:
+        pytest.skip("the compress needs AVX-512F")
+    gather = numpy_gather._indices if form == "scalar" else numpy_gather._indices_compress
+    for mask in (every_hit_count(seed=9), np.ones(64 * 5, bool)):
+        want = 1000 + np.flatnonzero(mask)
+        buf = np.full(want.size + 64, -7, np.int64)
+        assert gather(packed(mask), np.int64(1000), buf[: want.size]) == want.size
+        np.testing.assert_array_equal(buf[: want.size], want)
+        assert (buf[want.size :] == -7).all()

@@ -1,5 +1,6 @@
-"""AVX-512's compress for the compiled CPU gathers: the rows a mask selects out of 16 (4-byte
-units) or 8 (8-byte units) packed side by side by one instruction (``vpcompressd/q``).
+"""AVX-512's compress for the compiled CPU loops and gathers: the rows a mask selects out of 16
+(4-byte units) or 8 (8-byte units, int64 indices) packed side by side by one instruction
+(``vpcompressd/q``).
 
 A scalar loop stores one row at a time, each store's place depending on the one before; on the
 2-core machine (Xeon, AVX-512) the gather of a float32 column of 2^24 rows took 16-27 ms at
@@ -24,7 +25,7 @@ from numba import types
 from numba.core import cgutils, config
 from numba.extending import intrinsic
 
-__all__ = ["HAVE_COMPRESS", "compress_store", "target_has_avx512f"]
+__all__ = ["HAVE_COMPRESS", "compress_iota", "compress_store", "target_has_avx512f"]
 
 
 def target_has_avx512f() -> bool:
@@ -45,6 +46,21 @@ def target_has_avx512f() -> bool:
 HAVE_COMPRESS = target_has_avx512f()
 
 
+def _compress_into(builder: Any, values: Any, mask: Any, dst_ptr: Any) -> None:
+    """Store ``values`` (an LLVM vector of L lanes) compressed by the low L bits of ``mask``
+    (an i64) at ``dst_ptr``, all L lanes written."""
+    vec = values.type
+    lanes, width = vec.count, vec.element.width
+    bits = ir.VectorType(ir.IntType(1), lanes)
+    keep = builder.bitcast(builder.trunc(mask, ir.IntType(lanes)), bits)
+    fn = cgutils.get_or_insert_function(
+        builder.module, ir.FunctionType(vec, [vec, vec, bits]),
+        f"llvm.x86.avx512.mask.compress.v{lanes}i{width}",
+    )
+    packed = builder.call(fn, [values, ir.Constant(vec, None), keep])
+    builder.store(packed, builder.bitcast(dst_ptr, vec.as_pointer()), align=width // 8)
+
+
 @intrinsic
 def compress_store(typingctx: Any, dst: Any, at: Any, src: Any, start: Any, mask: Any) -> Any:
     """``dst[at : at + L]`` = the rows of ``src[start : start + L]`` whose bit of ``mask`` is
@@ -56,6 +72,8 @@ def compress_store(typingctx: Any, dst: Any, at: Any, src: Any, start: Any, mask
     width = dst.dtype.bitwidth
     if width not in (32, 64) or src.dtype.bitwidth != width:
         return None
+    if dst.layout != "C" or src.layout != "C":  # whole lanes: contiguous arrays only
+        return None
     lanes = 512 // width
     sig = types.void(dst, types.int64, src, types.int64, types.uint64)
 
@@ -63,19 +81,34 @@ def compress_store(typingctx: Any, dst: Any, at: Any, src: Any, start: Any, mask
         d, d_at, s, s_at, m = args
         out = context.make_array(signature.args[0])(context, builder, d)
         inp = context.make_array(signature.args[2])(context, builder, s)
-        unit = ir.IntType(width)
-        vec = ir.VectorType(unit, lanes)
-        bits = ir.VectorType(ir.IntType(1), lanes)
+        vec = ir.VectorType(ir.IntType(width), lanes)
         src_ptr = builder.bitcast(builder.gep(inp.data, [s_at]), vec.as_pointer())
-        dst_ptr = builder.bitcast(builder.gep(out.data, [d_at]), vec.as_pointer())
         values = builder.load(src_ptr, align=width // 8)
-        keep = builder.bitcast(builder.trunc(m, ir.IntType(lanes)), bits)
-        fnty = ir.FunctionType(vec, [vec, vec, bits])
-        fn = cgutils.get_or_insert_function(
-            builder.module, fnty, f"llvm.x86.avx512.mask.compress.v{lanes}i{width}"
-        )
-        packed = builder.call(fn, [values, ir.Constant(vec, None), keep])
-        builder.store(packed, dst_ptr, align=width // 8)
+        _compress_into(builder, values, m, builder.gep(out.data, [d_at]))
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def compress_iota(typingctx: Any, dst: Any, at: Any, first: Any, mask: Any) -> Any:
+    """``dst[at : at + 8]`` = those of ``first``, ``first + 1``, ..., ``first + 7`` whose bit
+    of ``mask`` is set, packed to the front (int64 ``dst``; all 8 lanes written, so
+    ``at + 8 <= len(dst)`` is the caller's to ensure). Only with :data:`HAVE_COMPRESS`."""
+    if not (isinstance(dst, types.Array) and dst.dtype == types.int64 and dst.layout == "C"):
+        return None
+    sig = types.void(dst, types.int64, types.int64, types.uint64)
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        d, d_at, start, m = args
+        out = context.make_array(signature.args[0])(context, builder, d)
+        vec = ir.VectorType(ir.IntType(64), 8)
+        zero = ir.Constant(vec, None)
+        lane0 = builder.insert_element(zero, start, ir.Constant(ir.IntType(32), 0))
+        splat = builder.shuffle_vector(lane0, zero, ir.Constant(ir.VectorType(ir.IntType(32), 8),
+                                                                [0] * 8))
+        values = builder.add(splat, ir.Constant(vec, list(range(8))))
+        _compress_into(builder, values, m, builder.gep(out.data, [d_at]))
         return context.get_dummy_value()
 
     return sig, codegen
