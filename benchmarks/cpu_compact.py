@@ -4,12 +4,13 @@ Same data, same process, ratios printed and saved (markdown + CSV + PNG) under
 benchmarks/results/. Two levels:
 
 1. chunk: ``compact_array(a, "x < p")`` vs NumPy ``a[a < p]`` (values) and
-   ``np.flatnonzero(a < p)`` (indices), float32, one core, sizes 2^16..2^24.
+   ``np.flatnonzero(a < p)`` (indices), float32 (``--dtype`` another: integers uniform over
+   half their range), one core, sizes 2^16..2^24.
 2. dask: on a LocalCluster (2 worker processes, 1 thread each), input persisted first:
    ``map_compact`` (known sizes, persisted) vs ``x[x < p]`` + ``compute_chunk_sizes()`` +
    persist vs ``map_blocks(lambda b: b[b < p])`` persist (unknown sizes).
 
-    python benchmarks/cpu_compact.py [--quick] [--out benchmarks/results]
+    python benchmarks/cpu_compact.py [--quick] [--dtype float32] [--out benchmarks/results]
 """
 
 from __future__ import annotations
@@ -43,13 +44,15 @@ def median_time(fn, reps: int) -> float:
     return statistics.median(ts)
 
 
-def chunk_level(sizes: list[int], reps: int) -> list[dict]:
+def chunk_level(sizes: list[int], reps: int, dtype: str = "float32") -> list[dict]:
     rng = np.random.default_rng(0)
     rows = []
+    dt_ = np.dtype(dtype)
+    scale = 1 if dt_.kind == "f" else 2 ** (8 * dt_.itemsize - 1)
     for n in sizes:
-        a = rng.random(n, dtype=np.float32)
+        a = (rng.random(n) * scale).astype(dt_) if scale > 1 else rng.random(n, dtype=dt_)
         for p in PS:
-            t = float(p)
+            t = float(p) if scale == 1 else int(p * scale)
             ours_v = median_time(lambda: compact_array(a, lambda v: v < t), reps)
             np_v = median_time(lambda: a[a < t], reps)
             ours_i = median_time(lambda: compact_array(a, lambda v: v < t, output="indices"), reps)
@@ -120,9 +123,11 @@ def git_sha() -> str:
         return "unknown"
 
 
-def save(rows: list[dict], out: Path, header: str) -> None:
+def save(rows: list[dict], out: Path, header: str, dtype: str = "float32") -> None:
     out.mkdir(parents=True, exist_ok=True)
     stamp = f"{dt.date.today().isoformat()}-cpu-{git_sha()}"
+    if dtype != "float32":
+        stamp += f"-{dtype}"
     import csv
 
     for level in ("chunk", "dask"):
@@ -166,13 +171,14 @@ def save(rows: list[dict], out: Path, header: str) -> None:
             sel = [r for r in chunk if r["p"] == p]
             ns = [r["n"] for r in sel]
             # Effective throughput: bytes read + bytes written, per second.
-            gbs = lambda ms, r: (r["n"] * 4 + r["p"] * r["n"] * 4) / (ms * 1e-3) / 1e9  # noqa: E731
+            size = np.dtype(dtype).itemsize
+            gbs = lambda ms, r: (r["n"] + r["p"] * r["n"]) * size / (ms * 1e-3) / 1e9  # noqa: E731
             ax.plot(ns, [gbs(r["ours_values_ms"], r) for r in sel], "-o", color=color,
                     label=f"dask_compact p={p}")
             ax.plot(ns, [gbs(r["numpy_values_ms"], r) for r in sel], "--x", color=color,
                     label=f"NumPy a[a<p] p={p}")
         ax.set_xscale("log", base=2)
-        ax.set_xlabel("elements (float32)")
+        ax.set_xlabel("elements")
         ax.set_ylabel("GB/s (read + written), one core")
         ax.set_title("CPU compaction throughput")
         ax.legend(fontsize=8)
@@ -186,16 +192,17 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="small sizes, few repetitions")
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     ap.add_argument("--no-dask", action="store_true")
+    ap.add_argument("--dtype", default="float32", help="the chunk level's input dtype")
     args = ap.parse_args()
     sizes = [2**k for k in ((16, 20) if args.quick else (16, 18, 20, 22, 24))]
     reps = 3 if args.quick else 15
-    rows = chunk_level(sizes, reps)
+    rows = chunk_level(sizes, reps, args.dtype)
     if not args.no_dask:
         rows += dask_level(2**22 if args.quick else 2**26, 8, 2 if args.quick else 5)
     header = (f"# CPU benchmark, {dt.date.today().isoformat()}, git {git_sha()}, "
               f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-              f"numpy {np.__version__}")
-    save(rows, args.out, header)
+              f"numpy {np.__version__}, chunk level {args.dtype}")
+    save(rows, args.out, header, args.dtype)
 
 
 if __name__ == "__main__":

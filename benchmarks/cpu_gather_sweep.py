@@ -21,7 +21,7 @@ import numpy as np
 from bench_common import label
 
 from dask_compact.backends import numpy_gather
-from dask_compact.codegen.numba_compress import HAVE_COMPRESS
+from dask_compact.codegen.numba_compress import HAVE_COMPRESS, compress_itemsizes
 
 PS = (0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.8, 0.95, 0.99)
 
@@ -45,7 +45,11 @@ def main() -> None:
              "| column | p | scalar | compress | copy of the selected rows | compress vs scalar |",
              "|---|---|---|---|---|---|"]
     forms = {"scalar": numpy_gather._gather1, "compress": numpy_gather._gather1_compress}
-    for unit, name in ((np.uint32, "4-byte (float32)"), (np.uint64, "8-byte (float64)")):
+    units = [(np.uint8, "1-byte (uint8)"), (np.uint16, "2-byte (int16)"),
+             (np.uint32, "4-byte (float32)"), (np.uint64, "8-byte (float64)")]
+    for unit, name in units:
+        if np.dtype(unit).itemsize not in compress_itemsizes():
+            continue
         src = rng.integers(0, np.iinfo(unit).max, size=n, dtype=unit)
         for p in a.ps:
             mask = key < p

@@ -10,7 +10,7 @@ import pytest
 from dask_compact import compact_records
 from dask_compact.backends import numpy_gather, numpy_records
 from dask_compact.backends.numpy_gather import as_rows, gather_rows
-from dask_compact.codegen.numba_compress import HAVE_COMPRESS, target_has_avx512f
+from dask_compact.codegen.numba_compress import HAVE_COMPRESS, compress_itemsizes, target_has
 from dask_compact.records_check import check_record_predicate
 
 UNITS = [np.uint8, np.uint16, np.uint32, np.uint64]
@@ -44,8 +44,8 @@ def distinct(unit: type, n: int, seed: int = 0) -> np.ndarray:
 @pytest.mark.parametrize("unit", UNITS)
 @pytest.mark.parametrize("form", ["scalar", "compress"])
 def test_each_form_at_every_hit_count(unit, form):
-    if form == "compress" and not (HAVE_COMPRESS and np.dtype(unit).itemsize >= 4):
-        pytest.skip("the compress serves 4- and 8-byte units on CPUs with AVX-512F")
+    if form == "compress" and np.dtype(unit).itemsize not in compress_itemsizes():
+        pytest.skip("AVX-512F compresses 4- and 8-byte units, AVX512_VBMI2 1- and 2-byte ones")
     gather = numpy_gather._gather1 if form == "scalar" else numpy_gather._gather1_compress
     mask = every_hit_count()
     src = distinct(unit, mask.size)
@@ -96,12 +96,12 @@ def test_the_compress_follows_the_compiled_target(monkeypatch):
     from numba.core import config
 
     monkeypatch.setattr(config, "CPU_FEATURES", "+sse2,-avx512f")
-    assert not target_has_avx512f()
+    assert not target_has("avx512f")
     monkeypatch.setattr(config, "CPU_FEATURES", "+avx2,+avx512f")
-    assert target_has_avx512f()
+    assert target_has("avx512f") and not target_has("avx512vbmi2")
     monkeypatch.setattr(config, "CPU_FEATURES", None)
     monkeypatch.setattr(config, "CPU_NAME", "generic")
-    assert not target_has_avx512f()
+    assert not target_has("avx512f")
 
 
 @pytest.mark.parametrize("n", [1, 63, 64, 65, 1025, 4099, 64 * 67])
@@ -125,8 +125,8 @@ def test_the_predicate_pass_in_parts(monkeypatch, n, threads):
     ("float32", "values", True, False), ("int64", "values", True, False),
     ("complex64", "values", True, False), ("float32", "indices", False, True),
     ("uint8", "indices", False, True), ("float64", "both", True, True),
-    ("uint8", "values", False, False), ("uint8", "both", False, False),
-    ("complex128", "values", False, False),
+    ("uint8", "values", True, False), ("bool", "both", True, True),
+    ("int16", "values", True, False), ("complex128", "values", False, False),
 ])
 def test_the_fused_loop_stores_by_the_compress_where_it_can(dtype, output, values, indices):
     # the one-array loop's full blocks (its results are checked against NumPy at every hit
@@ -136,8 +136,9 @@ def test_the_fused_loop_stores_by_the_compress_where_it_can(dtype, output, value
 
     source = numba_loop.generate_source(as_predicate("x != 0").typed(dtype), output,
                                         cache=False)
-    assert ("compress_store(out" in source) == (values and HAVE_COMPRESS)
-    assert ("compress_iota(idx" in source) == (indices and HAVE_COMPRESS)
+    served = np.dtype(dtype).itemsize in compress_itemsizes()
+    assert ("compress_store(out" in source) == (values and served)
+    assert ("compress_iota(idx" in source) == (indices and HAVE_COMPRESS and (served or not values))
 
 
 @pytest.mark.parametrize("form", ["scalar", "compress"])

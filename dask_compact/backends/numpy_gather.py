@@ -5,8 +5,8 @@ predicate pass (:mod:`..codegen.numba_records`) has counted and written the bits
 Rows are moved as unsigned integers of the widest width that divides the row (a float32 field
 is a uint32 column, a float32 ``(n, 3)`` field three uint32 columns, a complex128 one two
 uint64 columns): a copy of bits, whatever the dtype, so six compiled gathers serve every field.
-Columns of 4- and 8-byte units take AVX-512's compress where the CPU has it
-(:mod:`..codegen.numba_compress`): 16 or 8 rows a step instead of one.
+Columns take AVX-512's compress where the CPU has it (:mod:`..codegen.numba_compress`): 64,
+32, 16 or 8 rows a step instead of one.
 """
 
 from __future__ import annotations
@@ -15,17 +15,21 @@ import numpy as np
 from numba import njit
 from numba.cpython.unsafe.numbers import trailing_zeros
 
-from ..codegen.numba_compress import HAVE_COMPRESS, compress_iota, compress_store
+from ..codegen.numba_compress import (
+    HAVE_COMPRESS,
+    compress_iota,
+    compress_itemsizes,
+    compress_store,
+)
 
 __all__ = ["as_rows", "gather_rows", "gather_indices", "popcount"]
 
 # Below this many selected rows in a word of 64, visiting the set bits beats writing every row.
 _SPARSE = 24
-# ... and beats the compress below this many: 6 for 4-byte units (16 lanes a step), 16 for
-# 8-byte ones (8 steps a word). Swept on the 2-core Xeon over 2^20 and 2^24 rows: from 1 the
-# compress lost at p <= 0.05 (float64 up to 0.45x), from 24 it gave up most of its gain at
-# p = 0.1-0.3; between, within the noise of each other at p <= 0.05.
-_COMPRESS_FROM_4, _COMPRESS_FROM_8 = 6, 16
+# ... and beats the compress below two rows per compress step (128 // lanes: 2 for 1-byte
+# units, 64 lanes a step, up to 16 for 8-byte ones, 8 steps a word). Swept on the 2-core
+# Xeon over 2^20 and 2^24 rows: from 1 row the compress lost at p <= 0.05 (float64 up to
+# 0.45x, int16 0.86x), from 24 it gave up most of its gain at p = 0.1-0.3.
 # ... and for the int64 indices (the positions compressed, 8 a step) below 8.
 _INDICES_FROM = 8
 _UNITS = {8: np.uint64, 4: np.uint32, 2: np.uint16, 1: np.uint8}
@@ -105,8 +109,8 @@ def _gather1_compress(bits, n, src, dst):  # pragma: no cover - compiled
     k = 0
     cap = dst.shape[0]
     lanes = 64 // src.itemsize
-    lane_mask = (np.uint64(1) << np.uint64(lanes)) - np.uint64(1)
-    least = _COMPRESS_FROM_4 if lanes == 16 else _COMPRESS_FROM_8
+    lane_mask = ~np.uint64(0) >> np.uint64(64 - lanes)  # (1 << 64) would be undefined
+    least = 128 // lanes
     for w in range(bits.shape[0]):
         word = bits[w]
         if word == 0:
@@ -187,7 +191,7 @@ def gather_rows(bits: np.ndarray, n: int, src: np.ndarray, dst: np.ndarray) -> i
     """Copy the selected rows of ``src`` into ``dst`` (both from :func:`as_rows`, ``dst`` of
     exactly the selected count); returns the count copied."""
     if src.shape[1] == 1:
-        if HAVE_COMPRESS and src.itemsize >= 4:
+        if src.itemsize in compress_itemsizes():
             return int(_gather1_compress(bits, n, src.reshape(-1), dst.reshape(-1)))
         return int(_gather1(bits, n, src.reshape(-1), dst.reshape(-1)))
     if src.shape[1] == 0:

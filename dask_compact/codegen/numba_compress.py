@@ -11,9 +11,11 @@ far slower than the register form), so the
 register form (``llvm.x86.avx512.mask.compress``) is called through numba's ``intrinsic`` and
 its result stored whole: the caller leaves room for every lane.
 
-:data:`HAVE_COMPRESS` says whether the target numba compiles for has AVX-512F: the host's
-features, or ``NUMBA_CPU_FEATURES`` where it is set; another ``NUMBA_CPU_NAME`` (a portable
-cache) or another architecture turns it off, and the gathers keep their scalar loops.
+:data:`HAVE_COMPRESS` says whether the target numba compiles for has AVX-512F (the compress of
+4- and 8-byte lanes), :data:`HAVE_COMPRESS_BW` whether it also has AVX512_VBMI2 (1- and 2-byte
+lanes, 64 or 32 a step); :func:`compress_itemsizes` the element sizes served. The host's
+features count, or ``NUMBA_CPU_FEATURES`` where it is set; another ``NUMBA_CPU_NAME`` (a
+portable cache) or another architecture turns them off, and the loops keep their scalar forms.
 """
 
 from __future__ import annotations
@@ -25,25 +27,41 @@ from numba import types
 from numba.core import cgutils, config
 from numba.extending import intrinsic
 
-__all__ = ["HAVE_COMPRESS", "compress_iota", "compress_store", "target_has_avx512f"]
+__all__ = [
+    "HAVE_COMPRESS", "HAVE_COMPRESS_BW", "compress_iota", "compress_itemsizes",
+    "compress_store", "target_has",
+]  # fmt: skip
 
 
-def target_has_avx512f() -> bool:
-    """Whether the CPU numba compiles for has AVX-512F."""
+def target_has(feature: str) -> bool:
+    """Whether the CPU numba compiles for has ``feature`` (LLVM's name, e.g. ``avx512f``)."""
     features = getattr(config, "CPU_FEATURES", None)  # set at run time from the environment
     if features is not None:
-        return "+avx512f" in features.split(",")
+        return f"+{feature}" in features.split(",")
     if getattr(config, "CPU_NAME", None) not in (None, "host"):
         return False
     try:
         from llvmlite import binding
 
-        return bool(binding.get_host_cpu_features().get("avx512f", False))
+        return bool(binding.get_host_cpu_features().get(feature, False))
     except Exception:  # noqa: BLE001 -- no feature map on this host: the scalar loops
         return False
 
 
-HAVE_COMPRESS = target_has_avx512f()
+HAVE_COMPRESS = target_has("avx512f")
+HAVE_COMPRESS_BW = HAVE_COMPRESS and target_has("avx512vbmi2")
+
+
+def compress_itemsizes() -> frozenset[int]:
+    """The element sizes (bytes) :func:`compress_store` serves on this target."""
+    if not HAVE_COMPRESS:
+        return frozenset()
+    return frozenset({1, 2, 4, 8} if HAVE_COMPRESS_BW else {4, 8})
+
+
+def _bits_of(dtype: Any) -> int | None:
+    """An element's bits (numba keeps a bool in a byte; Boolean has no bitwidth)."""
+    return 8 if isinstance(dtype, types.Boolean) else getattr(dtype, "bitwidth", None)
 
 
 def _compress_into(builder: Any, values: Any, mask: Any, dst_ptr: Any) -> None:
@@ -52,7 +70,9 @@ def _compress_into(builder: Any, values: Any, mask: Any, dst_ptr: Any) -> None:
     vec = values.type
     lanes, width = vec.count, vec.element.width
     bits = ir.VectorType(ir.IntType(1), lanes)
-    keep = builder.bitcast(builder.trunc(mask, ir.IntType(lanes)), bits)
+    if lanes < 64:
+        mask = builder.trunc(mask, ir.IntType(lanes))
+    keep = builder.bitcast(mask, bits)
     fn = cgutils.get_or_insert_function(
         builder.module, ir.FunctionType(vec, [vec, vec, bits]),
         f"llvm.x86.avx512.mask.compress.v{lanes}i{width}",
@@ -64,13 +84,14 @@ def _compress_into(builder: Any, values: Any, mask: Any, dst_ptr: Any) -> None:
 @intrinsic
 def compress_store(typingctx: Any, dst: Any, at: Any, src: Any, start: Any, mask: Any) -> Any:
     """``dst[at : at + L]`` = the rows of ``src[start : start + L]`` whose bit of ``mask`` is
-    set, packed to the front, where L = 64 / itemsize lanes (16 for 4-byte, 8 for 8-byte
-    arrays); the lanes after them are written too (garbage), so ``at + L <= len(dst)`` and
-    ``start + L <= len(src)`` are the caller's to ensure. Only with :data:`HAVE_COMPRESS`."""
+    set, packed to the front, where L = 64 / itemsize lanes (64, 32, 16, 8 for 1-, 2-, 4-,
+    8-byte arrays); the lanes after them are written too (garbage), so ``at + L <= len(dst)``
+    and ``start + L <= len(src)`` are the caller's to ensure. Only for the element sizes of
+    :func:`compress_itemsizes`."""
     if not (isinstance(dst, types.Array) and isinstance(src, types.Array)):
         return None
-    width = dst.dtype.bitwidth
-    if width not in (32, 64) or src.dtype.bitwidth != width:
+    width = _bits_of(dst.dtype)
+    if width not in (8, 16, 32, 64) or _bits_of(src.dtype) != width:
         return None
     if dst.layout != "C" or src.layout != "C":  # whole lanes: contiguous arrays only
         return None

@@ -471,7 +471,9 @@ SPARSE_BELOW = 44
 # 2.0-2.6x (float32) and 1.3-1.5x (float64) at p >= 0.2-0.3 on the 2-core CI machine (2^22).
 # It beats visiting the set bits from a much lower running mean, by the element size (at
 # p = 0.1, 6.4 hits a block: float32 1.86x from 4, 0.97x from 8; float64 lost below 16).
-COMPRESS_FROM = {4: 4, 8: 16}
+COMPRESS_FROM = {1: 1, 2: 1, 4: 4, 8: 16}
+# (1- and 2-byte values, 64 or 32 a step where the target also has AVX512_VBMI2: uint8 and
+# int16 2.2-5.8x at p >= 0.05 from a mean of 1 hit, 1.4x at p = 0.02, level at p = 0.005.)
 # The int64 indices, 8 a step, from an iota of the block's positions: 1.28-1.58x at p >= 0.2-0.3
 # (2^22 float32, 2-core CI machine), level below; visiting wins under a mean of 8 hits.
 INDICES_COMPRESS_FROM = 8
@@ -503,12 +505,12 @@ def generate_source(tp: TypedPredicate, output: str, cache: bool = True) -> str:
         )
     )
     stores = "\n".join(f"                {line}" for line in _STORES[output])
-    from .numba_compress import HAVE_COMPRESS  # numba's import, when a loop is built
+    from .numba_compress import HAVE_COMPRESS, compress_itemsizes  # numba's, when built
 
     sparse_below, compress = SPARSE_BELOW, ""
     parts = []  # (running mean below which the set bits are visited, the compress of a block)
     lanes = 64 // tp.dtype.itemsize
-    if output in ("values", "both") and tp.dtype.itemsize in COMPRESS_FROM:
+    if output in ("values", "both") and tp.dtype.itemsize in compress_itemsizes():
         # whole lanes read from a[s:] and written at out[k:]: within both, as k <= s and the
         # block is full
         parts.append((COMPRESS_FROM[tp.dtype.itemsize], f"""
