@@ -66,6 +66,15 @@ def _visit(word, src, s, dst, r):  # pragma: no cover - compiled
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
+def _visit_positions(word, s, dst, r):  # pragma: no cover - compiled
+    # s + j for every set bit j of word, to dst[r], dst[r + 1], ...
+    while word:
+        dst[r] = s + trailing_zeros(word)
+        word &= word - np.uint64(1)
+        r += 1
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
 def _gather1(bits, n, src, dst):  # pragma: no cover - compiled
     k = 0
     cap = dst.shape[0]
@@ -153,11 +162,8 @@ def _indices(bits, base, dst):  # pragma: no cover - compiled
     k = 0
     for w in range(bits.shape[0]):
         word = bits[w]
-        s = base + w * 64
-        while word:
-            dst[k] = s + trailing_zeros(word)
-            word &= word - np.uint64(1)
-            k += 1
+        _visit_positions(word, base + w * 64, dst, k)
+        k += popcount(word)
     return k
 
 
@@ -172,11 +178,7 @@ def _indices_compress(bits, base, dst):  # pragma: no cover - compiled
         c = popcount(word)
         s = base + w * 64
         if c < _INDICES_FROM or k + 64 > cap:
-            r = k
-            while word:
-                dst[r] = s + trailing_zeros(word)
-                word &= word - np.uint64(1)
-                r += 1
+            _visit_positions(word, s, dst, k)
         else:
             r = k
             for q in range(8):

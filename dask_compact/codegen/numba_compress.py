@@ -1,15 +1,15 @@
-"""AVX-512's compress for the compiled CPU loops and gathers: the rows a mask selects out of 16
-(4-byte units) or 8 (8-byte units, int64 indices) packed side by side by one instruction
-(``vpcompressd/q``).
+"""AVX-512's compress for the compiled CPU loops and gathers: the rows a mask selects out of 64,
+32, 16 or 8 (1-, 2-, 4-, 8-byte units; int64 indices 8) packed side by side by one instruction
+(``vpcompressb/w/d/q``).
 
 A scalar loop stores one row at a time, each store's place depending on the one before; on the
 2-core machine (Xeon, AVX-512) the gather of a float32 column of 2^24 rows took 16-27 ms at
 p = 0.5-0.99 that way and 9.3-10.3 ms with the compress (``benchmarks/cpu_gather_sweep.py``).
 Numba has no such function and LLVM no portable one that stays fast everywhere
 (``llvm.masked.compressstore`` compresses to memory, which AMD's Zen 4 is reported to run
-far slower than the register form), so the
-register form (``llvm.x86.avx512.mask.compress``) is called through numba's ``intrinsic`` and
-its result stored whole: the caller leaves room for every lane.
+far slower than the register form), so the register form (``llvm.x86.avx512.mask.compress``)
+is called through numba's ``intrinsic`` and its result stored whole: the caller leaves room
+for every lane.
 
 :data:`HAVE_COMPRESS` says whether the target numba compiles for has AVX-512F (the compress of
 4- and 8-byte lanes), :data:`HAVE_COMPRESS_BW` whether it also has AVX512_VBMI2 (1- and 2-byte

@@ -466,14 +466,14 @@ BLOCK = 64  # elements per predicate bitmask (one uint64)
 # count: at p near the crossover a block's count falls on either side by chance, and that
 # branch mispredicted (0.90x around p = 0.6 with a per-block threshold of 40).
 SPARSE_BELOW = 44
-# Where numba's target has AVX-512F (numba_compress.HAVE_COMPRESS), a full block of values of 4
-# or 8 bytes is stored by the compress, 16 or 8 elements a step, instead of a row at a time:
-# 2.0-2.6x (float32) and 1.3-1.5x (float64) at p >= 0.2-0.3 on the 2-core CI machine (2^22).
-# It beats visiting the set bits from a much lower running mean, by the element size (at
-# p = 0.1, 6.4 hits a block: float32 1.86x from 4, 0.97x from 8; float64 lost below 16).
+# Where numba's target has the compress (numba_compress.compress_itemsizes: AVX-512F for 4- and
+# 8-byte values, AVX512_VBMI2 for 1- and 2-byte ones), a full block of values is stored by it,
+# 64 / itemsize elements a step, instead of a row at a time (2-core CI machine, 2^22): float32
+# 2.0-2.6x and float64 1.3-1.5x at p >= 0.2-0.3, uint8 and int16 2.2-5.8x at p >= 0.05. It
+# beats visiting the set bits from a much lower running mean, by the element size (at p = 0.1,
+# 6.4 hits a block: float32 1.86x from 4, 0.97x from 8; float64 lost below 16; uint8 and int16
+# from 1: 1.4x at p = 0.02, level at p = 0.005).
 COMPRESS_FROM = {1: 1, 2: 1, 4: 4, 8: 16}
-# (1- and 2-byte values, 64 or 32 a step where the target also has AVX512_VBMI2: uint8 and
-# int16 2.2-5.8x at p >= 0.05 from a mean of 1 hit, 1.4x at p = 0.02, level at p = 0.005.)
 # The int64 indices, 8 a step, from an iota of the block's positions: 1.28-1.58x at p >= 0.2-0.3
 # (2^22 float32, 2-core CI machine), level below; visiting wins under a mean of 8 hits.
 INDICES_COMPRESS_FROM = 8
