@@ -21,7 +21,7 @@ import numpy as np
 from bench_common import label
 
 from dask_compact.backends import numpy_gather
-from dask_compact.codegen.numba_compress import HAVE_COMPRESS, compress_itemsizes
+from dask_compact.codegen.numba_compress import COMPRESS_ITEMSIZES, HAVE_COMPRESS
 
 PS = (0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.8, 0.95, 0.99)
 
@@ -48,7 +48,7 @@ def main() -> None:
     units = [(np.uint8, "1-byte (uint8)"), (np.uint16, "2-byte (int16)"),
              (np.uint32, "4-byte (float32)"), (np.uint64, "8-byte (float64)")]
     for unit, name in units:
-        if np.dtype(unit).itemsize not in compress_itemsizes():
+        if np.dtype(unit).itemsize not in COMPRESS_ITEMSIZES:
             continue
         src = rng.integers(0, np.iinfo(unit).max, size=n, dtype=unit)
         for p in a.ps:

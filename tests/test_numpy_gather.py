@@ -10,7 +10,7 @@ import pytest
 from dask_compact import compact_records
 from dask_compact.backends import numpy_gather, numpy_records
 from dask_compact.backends.numpy_gather import as_rows, gather_rows
-from dask_compact.codegen.numba_compress import HAVE_COMPRESS, compress_itemsizes, target_has
+from dask_compact.codegen.numba_compress import COMPRESS_ITEMSIZES, HAVE_COMPRESS, target_has
 from dask_compact.records_check import check_record_predicate
 
 UNITS = [np.uint8, np.uint16, np.uint32, np.uint64]
@@ -44,7 +44,7 @@ def distinct(unit: type, n: int, seed: int = 0) -> np.ndarray:
 @pytest.mark.parametrize("unit", UNITS)
 @pytest.mark.parametrize("form", ["scalar", "compress"])
 def test_each_form_at_every_hit_count(unit, form):
-    if form == "compress" and np.dtype(unit).itemsize not in compress_itemsizes():
+    if form == "compress" and np.dtype(unit).itemsize not in COMPRESS_ITEMSIZES:
         pytest.skip("AVX-512F compresses 4- and 8-byte units, AVX512_VBMI2 1- and 2-byte ones")
     gather = numpy_gather._gather1 if form == "scalar" else numpy_gather._gather1_compress
     mask = every_hit_count()
@@ -136,7 +136,7 @@ def test_the_fused_loop_stores_by_the_compress_where_it_can(dtype, output, value
 
     source = numba_loop.generate_source(as_predicate("x != 0").typed(dtype), output,
                                         cache=False)
-    served = np.dtype(dtype).itemsize in compress_itemsizes()
+    served = np.dtype(dtype).itemsize in COMPRESS_ITEMSIZES
     assert ("compress_store(out" in source) == (values and served)
     assert ("compress_iota(idx" in source) == (indices and HAVE_COMPRESS and (served or not values))
 

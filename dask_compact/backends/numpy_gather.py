@@ -16,9 +16,9 @@ from numba import njit
 from numba.cpython.unsafe.numbers import trailing_zeros
 
 from ..codegen.numba_compress import (
+    COMPRESS_ITEMSIZES,
     HAVE_COMPRESS,
     compress_iota,
-    compress_itemsizes,
     compress_store,
 )
 
@@ -193,7 +193,7 @@ def gather_rows(bits: np.ndarray, n: int, src: np.ndarray, dst: np.ndarray) -> i
     """Copy the selected rows of ``src`` into ``dst`` (both from :func:`as_rows`, ``dst`` of
     exactly the selected count); returns the count copied."""
     if src.shape[1] == 1:
-        if src.itemsize in compress_itemsizes():
+        if src.itemsize in COMPRESS_ITEMSIZES:
             return int(_gather1_compress(bits, n, src.reshape(-1), dst.reshape(-1)))
         return int(_gather1(bits, n, src.reshape(-1), dst.reshape(-1)))
     if src.shape[1] == 0:

@@ -12,8 +12,8 @@ is called through numba's ``intrinsic`` and its result stored whole: the caller 
 for every lane.
 
 :data:`HAVE_COMPRESS` says whether the target numba compiles for has AVX-512F (the compress of
-4- and 8-byte lanes), :data:`HAVE_COMPRESS_BW` whether it also has AVX512_VBMI2 (1- and 2-byte
-lanes, 64 or 32 a step); :func:`compress_itemsizes` the element sizes served. The host's
+4- and 8-byte lanes), :data:`COMPRESS_ITEMSIZES` the element sizes served (1 and 2 bytes too,
+64 or 32 lanes a step, where the target also has AVX512_VBMI2). The host's
 features count, or ``NUMBA_CPU_FEATURES`` where it is set; another ``NUMBA_CPU_NAME`` (a
 portable cache) or another architecture turns them off, and the loops keep their scalar forms.
 """
@@ -28,8 +28,7 @@ from numba.core import cgutils, config
 from numba.extending import intrinsic
 
 __all__ = [
-    "HAVE_COMPRESS", "HAVE_COMPRESS_BW", "compress_iota", "compress_itemsizes",
-    "compress_store", "target_has",
+    "COMPRESS_ITEMSIZES", "HAVE_COMPRESS", "compress_iota", "compress_store", "target_has",
 ]  # fmt: skip
 
 
@@ -49,14 +48,12 @@ def target_has(feature: str) -> bool:
 
 
 HAVE_COMPRESS = target_has("avx512f")
-HAVE_COMPRESS_BW = HAVE_COMPRESS and target_has("avx512vbmi2")
-
-
-def compress_itemsizes() -> frozenset[int]:
-    """The element sizes (bytes) :func:`compress_store` serves on this target."""
-    if not HAVE_COMPRESS:
-        return frozenset()
-    return frozenset({1, 2, 4, 8} if HAVE_COMPRESS_BW else {4, 8})
+# the element sizes (bytes) compress_store serves on this target
+COMPRESS_ITEMSIZES: frozenset[int] = (
+    frozenset() if not HAVE_COMPRESS
+    else frozenset({1, 2, 4, 8}) if target_has("avx512vbmi2")
+    else frozenset({4, 8})
+)  # fmt: skip
 
 
 def _bits_of(dtype: Any) -> int | None:
@@ -87,7 +84,7 @@ def compress_store(typingctx: Any, dst: Any, at: Any, src: Any, start: Any, mask
     set, packed to the front, where L = 64 / itemsize lanes (64, 32, 16, 8 for 1-, 2-, 4-,
     8-byte arrays); the lanes after them are written too (garbage), so ``at + L <= len(dst)``
     and ``start + L <= len(src)`` are the caller's to ensure. Only for the element sizes of
-    :func:`compress_itemsizes`."""
+    :data:`COMPRESS_ITEMSIZES`."""
     if not (isinstance(dst, types.Array) and isinstance(src, types.Array)):
         return None
     width = _bits_of(dst.dtype)

@@ -466,7 +466,7 @@ BLOCK = 64  # elements per predicate bitmask (one uint64)
 # count: at p near the crossover a block's count falls on either side by chance, and that
 # branch mispredicted (0.90x around p = 0.6 with a per-block threshold of 40).
 SPARSE_BELOW = 44
-# Where numba's target has the compress (numba_compress.compress_itemsizes: AVX-512F for 4- and
+# Where numba's target has the compress (numba_compress.COMPRESS_ITEMSIZES: AVX-512F for 4- and
 # 8-byte values, AVX512_VBMI2 for 1- and 2-byte ones), a full block of values is stored by it,
 # 64 / itemsize elements a step, instead of a row at a time (2-core CI machine, 2^22): float32
 # 2.0-2.6x and float64 1.3-1.5x at p >= 0.2-0.3, uint8 and int16 2.2-5.8x at p >= 0.05. It
@@ -505,12 +505,12 @@ def generate_source(tp: TypedPredicate, output: str, cache: bool = True) -> str:
         )
     )
     stores = "\n".join(f"                {line}" for line in _STORES[output])
-    from .numba_compress import HAVE_COMPRESS, compress_itemsizes  # numba's, when built
+    from .numba_compress import COMPRESS_ITEMSIZES, HAVE_COMPRESS  # numba's, when built
 
     sparse_below, compress = SPARSE_BELOW, ""
     parts = []  # (running mean below which the set bits are visited, the compress of a block)
     lanes = 64 // tp.dtype.itemsize
-    if output in ("values", "both") and tp.dtype.itemsize in compress_itemsizes():
+    if output in ("values", "both") and tp.dtype.itemsize in COMPRESS_ITEMSIZES:
         # whole lanes read from a[s:] and written at out[k:]: within both, as k <= s and the
         # block is full
         parts.append((COMPRESS_FROM[tp.dtype.itemsize], f"""
@@ -519,14 +519,14 @@ def generate_source(tp: TypedPredicate, output: str, cache: bool = True) -> str:
                 w = (bits >> np.uint64({lanes} * q)) & np.uint64({(1 << lanes) - 1})
                 compress_store(out, r, a, s + {lanes} * q, w)
                 r += popcount(w)"""))
-    if output == "indices" or (output == "both" and parts):
+    if HAVE_COMPRESS and (output == "indices" or (output == "both" and parts)):
         parts.append((INDICES_COMPRESS_FROM, f"""
             r = k
             for q in range({BLOCK // 8}):
                 w = (bits >> np.uint64(8 * q)) & np.uint64(255)
                 compress_iota(idx, r, base + s + 8 * q, w)
                 r += popcount(w)"""))
-    if parts and HAVE_COMPRESS:
+    if parts:
         sparse_below = max(below for below, _ in parts)
         compress = f"""
         elif bits != 0 and m == {BLOCK}:{"".join(code for _, code in parts)}
