@@ -22,6 +22,11 @@ CPU (``--device cpu``, N = 2^24): ours against NumPy ``m = pred(...); {k: v[m]}`
 copy floor (the selected volume of every field copied from contiguous rows into new arrays),
 and on dask arrays (threaded, chunks of N/8) against the same with ``compute_chunk_sizes()``.
 
+With ``--rays`` the fields are a path tracer's ray batch instead: a and b (float32, the
+predicate's), pixel (int32), origin, direction and throughput ((n, 3) float32 each: rows of
+several units, 48 bytes a row in all); the peers index rows the same way (``take(axis=0)``,
+torch's boolean indexing where ``masked_select`` would flatten).
+
     python benchmarks/records_bench.py --device gpu --out DIR --sha SHA
 
 Prints a table (ms, ratios), saves it (markdown, CSV) and a chart (PNG) under --out.
@@ -42,6 +47,22 @@ from bench_common import file_stem, label, plot_vs_p, save, timed_ms
 from dask_compact import compact_array, compact_records, compact_records_into
 
 FIELDS = ("a", "b", "c", "d")
+# --rays: a path tracer's ray batch, rows of several units (a and b as the predicate fields)
+RAYS = {"a": ((), np.float32), "b": ((), np.float32), "origin": ((3,), np.float32),
+        "direction": ((3,), np.float32), "throughput": ((3,), np.float32),
+        "pixel": ((), np.int32)}
+
+
+def make_fields(rng: Any, n: int, rays: bool) -> dict:
+    """The benchmark's fields from a NumPy or CuPy generator: 4 float32 columns, or rays."""
+    if not rays:
+        return {k: rng.random(n, dtype=np.float32) for k in FIELDS}
+    return {k: (rng.integers(0, 1 << 20, size=(n, *shape), dtype=dt) if dt == np.int32
+                else rng.random((n, *shape), dtype=dt)) for k, (shape, dt) in RAYS.items()}
+
+
+def row_bytes(v: Any) -> int:
+    return v.itemsize * (math.prod(v.shape[1:]) if v.ndim > 1 else 1)
 
 
 def predicates(p: float, two: bool) -> tuple[str, Any]:
@@ -70,7 +91,7 @@ def dask_recipe(d: dict, mask_of: Any) -> dict:
     return out
 
 
-def gpu_rows(n: int, ps: list[float], reps: int) -> list[dict]:
+def gpu_rows(n: int, ps: list[float], reps: int, rays: bool = False) -> list[dict]:
     import cupy
 
     import dask_compact.backends.cupy_backend  # noqa: F401 -- the dispatch registers it
@@ -80,8 +101,7 @@ def gpu_rows(n: int, ps: list[float], reps: int) -> list[dict]:
     except Exception:  # noqa: BLE001 -- an optional peer
         torch = None
     sync = cupy.cuda.Device().synchronize
-    rng = cupy.random.default_rng(0)
-    f = {k: rng.random(n, dtype=np.float32) for k in FIELDS}
+    f = make_fields(cupy.random.default_rng(0), n, rays)
     t = {k: torch.as_tensor(v, device="cuda") for k, v in f.items()} if torch else None
     rows = []
     for two in (False, True):
@@ -92,7 +112,7 @@ def gpu_rows(n: int, ps: list[float], reps: int) -> list[dict]:
             del m
             row: dict = {"n": n, "p": p, "pred_fields": 2 if two else 1, "selected": k}
             row["ours"] = timed_ms(lambda: compact_records(f, text), sync, reps)
-            bufs = {kk: cupy.empty(n, dtype=np.float32) for kk in FIELDS}
+            bufs = {kk: cupy.empty_like(v) for kk, v in f.items()}
             count = cupy.empty(1, dtype=np.int64)
             # the sync-free call into buffers kept across calls, its count read (one sync)
             into = timed_ms(lambda: compact_records_into(f, text, bufs, count=count).get(),
@@ -102,7 +122,9 @@ def gpu_rows(n: int, ps: list[float], reps: int) -> list[dict]:
             if torch is not None:
                 def tmask():
                     tm = mask_of(t)
-                    return {kk: torch.masked_select(v, tm) for kk, v in t.items()}
+                    # rows of several units: boolean indexing (masked_select flattens)
+                    return {kk: torch.masked_select(v, tm) if v.ndim == 1 else v[tm]
+                            for kk, v in t.items()}
                 row["torch masked_select"] = timed_ms(tmask, sync, reps)
 
             def two_step():
@@ -112,11 +134,13 @@ def gpu_rows(n: int, ps: list[float], reps: int) -> list[dict]:
                     idx = compact_array(mask_of(f), "x", output="indices")
                 else:
                     idx = compact_array(f["a"], f"x < {p!r}", output="indices")
-                return {kk: cupy.take(v, idx) for kk, v in f.items()}
+                return {kk: cupy.take(v, idx, axis=0) for kk, v in f.items()}
 
             row["two-step recipe"] = timed_ms(two_step, sync, reps)
-            pred_bytes = n * 4 * (2 if two else 1)
-            moved = pred_bytes + k * 4 * (len(FIELDS) - (2 if two else 1)) + k * 4 * len(FIELDS)
+            read = ("a", "b") if two else ("a",)
+            pred_bytes = n * sum(row_bytes(f[kk]) for kk in read)
+            moved = (pred_bytes + k * sum(row_bytes(v) for kk, v in f.items() if kk not in read)
+                     + k * sum(row_bytes(v) for v in f.values()))
             src = cupy.empty(moved // 2 + 16, dtype=np.uint8)
             dst = cupy.empty_like(src)
             row["bytes floor"] = timed_ms(lambda: dst.__setitem__(slice(None), src), sync, reps)
@@ -126,13 +150,12 @@ def gpu_rows(n: int, ps: list[float], reps: int) -> list[dict]:
     return rows
 
 
-def gpu_dask_rows(n: int, ps: list[float], reps: int) -> list[dict]:
+def gpu_dask_rows(n: int, ps: list[float], reps: int, rays: bool = False) -> list[dict]:
     import cupy
 
     sync = cupy.cuda.Device().synchronize
-    rng = np.random.default_rng(1)
     chunk = n // 4
-    host = {k: rng.random(n, dtype=np.float32) for k in FIELDS}
+    host = make_fields(np.random.default_rng(1), n, rays)
     d = {k: da.from_array(v, chunks=chunk).map_blocks(cupy.asarray).persist()
          for k, v in host.items()}  # fmt: skip
     del host
@@ -153,9 +176,8 @@ def gpu_dask_rows(n: int, ps: list[float], reps: int) -> list[dict]:
     return rows
 
 
-def cpu_rows(n: int, ps: list[float], reps: int) -> list[dict]:
-    rng = np.random.default_rng(0)
-    f = {k: rng.random(n, dtype=np.float32) for k in FIELDS}
+def cpu_rows(n: int, ps: list[float], reps: int, rays: bool = False) -> list[dict]:
+    f = make_fields(np.random.default_rng(0), n, rays)
     rows = []
     for two in (False, True):
         for p in ps:
@@ -186,6 +208,8 @@ def cpu_rows(n: int, ps: list[float], reps: int) -> list[dict]:
     return rows
 
 
+RAYS_TEXT = ("a ray batch: a, b float32, pixel int32, origin, direction, throughput (n, 3) "
+             "float32")
 INTO = "ours into buffers"  # compact_records_into, its count read: a table of its own
 
 
@@ -238,6 +262,9 @@ def main() -> None:
     ap.add_argument("--log2n", type=int, default=None)
     ap.add_argument("--reps", type=int, default=None)
     ap.add_argument("--no-dask", action="store_true")
+    ap.add_argument("--rays", action="store_true",
+                    help="a ray batch (a, b, pixel; origin, direction, throughput as (n, 3) "
+                         "float32) instead of 4 float32 columns")
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--sha", default=None, help="the commit measured (default: git HEAD)")
     args = ap.parse_args()
@@ -247,16 +274,18 @@ def main() -> None:
     if gpu:
         n = 1 << (args.log2n or 28)
         reps = args.reps or 10
-        tables = [("in memory", gpu_rows(n, ps, reps))]
+        tables = [("in memory", gpu_rows(n, ps, reps, args.rays))]
         if not args.no_dask:
-            tables.append(("dask, one GPU", gpu_dask_rows(max(n, 1 << 28), ps, max(3, reps // 2))))
+            tables.append(("dask, one GPU",
+                           gpu_dask_rows(max(n, 1 << 28), ps, max(3, reps // 2), args.rays)))
     else:
         n = 1 << (args.log2n or 24)
-        rows = cpu_rows(n, ps, args.reps or 5)
+        rows = cpu_rows(n, ps, args.reps or 5, args.rays)
         tables = [("in memory", [r for r in rows if "ours" in r]),
                   ("dask", [r for r in rows if "dask ours" in r])]
     head = [f"# compact_records benchmark, {today}, {device}, git {sha}",
-            "", "4 float32 fields; median ms of whole calls (host wall, device synced); ratios "
+            "", (RAYS_TEXT if args.rays else "4 float32 fields")
+            + "; median ms of whole calls (host wall, device synced); ratios "
             "are peer time / our time (floor: floor time / our time).", ""]
     text = list(head)
     for name, rows in tables:
@@ -266,7 +295,7 @@ def main() -> None:
                      *into_table(rows), ""]
     print("\n".join(text))
     if args.out:
-        stem = file_stem("records", today, device, sha, gpu)
+        stem = file_stem("records-rays" if args.rays else "records", today, device, sha, gpu)
         save(args.out, stem, text, [dict(r, table=name) for name, rows in tables for r in rows])
         plot(tables[0][1], args.out / f"{stem}.png", f"compact_records, {device}, git {sha}")
 

@@ -28,6 +28,23 @@ def every_hit_count(seed: int = 3) -> np.ndarray:
     return np.concatenate(blocks + [np.ones(64 * 2, bool), rng.random(64) < 0.6])[:-11]
 
 
+def ends_at_the_end() -> np.ndarray:
+    """Whole words to the input's end (n a multiple of 64), the last of 40 rows: the forms
+    that write whole words or lanes must stop short of the output's end."""
+    m = np.ones(64 * 9, bool)
+    m[3] = False
+    m[-64:] = np.random.default_rng(8).permutation(np.arange(64) < 40)
+    return m
+
+
+def ends_early() -> np.ndarray:
+    """Dense words, then empty ones to the input's end: the output ends where a compress would
+    run (the input's last words are far), so only the output's guard keeps its lanes in."""
+    m = np.random.default_rng(12).random(64 * 8) < 0.7
+    m[64 * 5 :] = False
+    return m
+
+
 def packed(mask: np.ndarray) -> np.ndarray:
     words = (mask.size + 63) // 64
     b = np.zeros(words * 8, np.uint8)
@@ -47,25 +64,14 @@ def test_each_form_at_every_hit_count(unit, form):
     if form == "compress" and np.dtype(unit).itemsize not in COMPRESS_ITEMSIZES:
         pytest.skip("AVX-512F compresses 4- and 8-byte units, AVX512_VBMI2 1- and 2-byte ones")
     gather = numpy_gather._gather1 if form == "scalar" else numpy_gather._gather1_compress
-    mask = every_hit_count()
-    src = distinct(unit, mask.size)
-    want = src[mask]
-    buf = np.full(want.size + 64, 7, unit)  # rows after the output's end must stay as they are
-    dst = buf[: want.size]
-    assert gather(packed(mask), mask.size, src, dst) == want.size
-    np.testing.assert_array_equal(dst, want)
-    assert (buf[want.size :] == 7).all()
-    # whole words to the end (n a multiple of 64), the last of 40 rows: the forms that write
-    # whole words or lanes must stop short of the output's end
-    end = np.ones(64 * 9, bool)
-    end[3] = False
-    end[-64:] = np.random.default_rng(8).permutation(np.arange(64) < 40)
-    src = distinct(unit, end.size, seed=1)
-    buf = np.full(int(end.sum()) + 64, 7, unit)
-    dst = buf[: int(end.sum())]
-    assert gather(packed(end), end.size, src, dst) == dst.size
-    np.testing.assert_array_equal(dst, src[end])
-    assert (buf[dst.size :] == 7).all()
+    for seed, mask in enumerate((every_hit_count(), ends_at_the_end(), ends_early())):
+        src = distinct(unit, mask.size, seed=seed)
+        want = src[mask]
+        buf = np.full(want.size + 64, 7, unit)  # rows after the output's end must stay
+        dst = buf[: want.size]
+        assert gather(packed(mask), mask.size, src, dst) == want.size
+        np.testing.assert_array_equal(dst, want)
+        assert (buf[want.size :] == 7).all()
 
 
 @pytest.mark.parametrize("shape", [(3,), (2, 5), (0,)])
@@ -78,6 +84,41 @@ def test_rows_of_several_units(shape):
     np.testing.assert_array_equal(dst, src[mask])
 
 
+# (unit, units a row): float32 (n, 3) and (n, 5), float64 (n, 2) and (n, 3), int16 (n, 3),
+# uint8 (n, 3) (21 rows a compress step, three lookups of the spread table) and (n, 7), and
+# rows as wide as the lanes (8 float64, 16 float32: one row a step)
+ROWS = [(np.uint32, 3), (np.uint32, 5), (np.uint64, 2), (np.uint64, 3), (np.uint16, 3),
+        (np.uint8, 3), (np.uint8, 7), (np.uint64, 8), (np.uint32, 16)]
+
+
+@pytest.mark.parametrize("unit,u", ROWS)
+@pytest.mark.parametrize("form", ["scalar", "compress"])
+def test_rows_of_several_units_in_each_form_at_every_hit_count(unit, u, form):
+    if form == "compress" and np.dtype(unit).itemsize not in COMPRESS_ITEMSIZES:
+        pytest.skip("AVX-512F compresses 4- and 8-byte units, AVX512_VBMI2 1- and 2-byte ones")
+
+    def gather(bits, n, src, dst):
+        if form == "scalar":
+            return numpy_gather._gather2(bits, src, dst)
+        return numpy_gather._gather2_compress(bits, n, u, numpy_gather._spread(u),
+                                              src.reshape(-1), dst.reshape(-1))
+
+    for seed, mask in enumerate((every_hit_count(seed=11), ends_at_the_end(), ends_early())):
+        src = distinct(unit, mask.size * u, seed=seed).reshape(-1, u)
+        want = src[mask]
+        buf = np.full((want.shape[0] + 64, u), 7, unit)  # rows after the output's end stay
+        dst = buf[: want.shape[0]]
+        assert gather(packed(mask), mask.size, src, dst) == want.shape[0]
+        np.testing.assert_array_equal(dst, want)
+        assert (buf[want.shape[0] :] == 7).all()
+
+
+def test_the_spread_table_repeats_each_row_bit_over_its_units():
+    assert numpy_gather._spread(3)[0b101] == 0b111000111
+    assert numpy_gather._spread(2)[0b11000001] == 0b1111 << 12 | 0b11
+    assert numpy_gather._spread(8)[255] == 2**64 - 1
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float64", "int32", "uint64", "complex64",
                                    "int16", "bool"])
 def test_records_through_the_gathers_at_every_hit_count(dtype):
@@ -86,10 +127,12 @@ def test_records_through_the_gathers_at_every_hit_count(dtype):
     rng = np.random.default_rng(6)
     key = np.where(mask, 1 + rng.integers(0, 100, mask.size), 0).astype(np.int32)
     other = (rng.random(mask.size) * 1000).astype(dtype)
-    out = compact_records({"key": key, "other": other}, "key != 0")
+    rays = (rng.random((mask.size, 3)) * 1000).astype(dtype)  # rows of several units
+    out = compact_records({"key": key, "other": other, "rays": rays}, "key != 0")
     np.testing.assert_array_equal(out["key"], key[mask])
     np.testing.assert_array_equal(out["other"], other[mask])
-    assert out["other"].dtype == other.dtype
+    np.testing.assert_array_equal(out["rays"], rays[mask])
+    assert out["other"].dtype == other.dtype and out["rays"].dtype == rays.dtype
 
 
 def test_the_compress_follows_the_compiled_target(monkeypatch):

@@ -6,7 +6,9 @@ Rows are moved as unsigned integers of the widest width that divides the row (a 
 is a uint32 column, a float32 ``(n, 3)`` field three uint32 columns, a complex128 one two
 uint64 columns): a copy of bits, whatever the dtype, so six compiled gathers serve every field.
 Columns take AVX-512's compress where the CPU has it (:mod:`..codegen.numba_compress`): 64,
-32, 16 or 8 rows a step instead of one.
+32, 16 or 8 rows a step instead of one; rows of several units up to a vector's width (64
+bytes) too, as one column whose lanes each row's bit covers (5 rows of a float32 ``(n, 3)``
+field a step).
 """
 
 from __future__ import annotations
@@ -32,6 +34,11 @@ _SPARSE = 24
 # 0.45x, int16 0.86x), from 24 it gave up most of its gain at p = 0.1-0.3.
 # ... and for the int64 indices (the positions compressed, 8 a step) below 8.
 _INDICES_FROM = 8
+# ... and for rows of several units below this many rows a word, or a third of the compress
+# steps a word takes (r rows a step) where that is more: swept on the 2-core Xeon over 2^22
+# rows, the two forms were level at 3-11 rows a word (float32 (n, 3): 6-10 rows, 13 steps;
+# float64 (n, 3): 10-13, 32 steps; uint8 (n, 3): 3, 4 steps)
+_ROWS_FROM = 8
 _UNITS = {8: np.uint64, 4: np.uint32, 2: np.uint16, 1: np.uint8}
 
 
@@ -155,6 +162,54 @@ def _gather2(bits, src, dst):  # pragma: no cover - compiled
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
+def _gather2_compress(bits, n, u, spread, src, dst):  # pragma: no cover - compiled
+    # _gather2 with AVX-512's compress for every word of enough rows: rows of u units seen as
+    # one column of n * u units, r = lanes // u whole rows a step (5 a step for a float32
+    # (n, 3) field), each row's bit spread over its u lanes by ``spread`` (8 rows a lookup);
+    # the set bits visited in the last word or two of the input and the output's last rows
+    # (the compress reads and writes whole lanes)
+    lanes = 64 // src.itemsize
+    r = lanes // u
+    row_bits = (np.uint64(1) << np.uint64(r)) - np.uint64(1)
+    looks = (r + 7) // 8
+    least = max(_ROWS_FROM, (64 + r - 1) // r // 3)
+    cap = dst.shape[0]
+    end = n * u
+    k = 0
+    for w in range(bits.shape[0]):
+        word = bits[w]
+        if word == 0:
+            continue
+        s = w * 64
+        c = popcount(word)
+        if c < least or (s + 64) * u + lanes > end or (k + 64) * u + lanes > cap:
+            _visit_rows(word, src, s, u, dst, k * u)
+        else:
+            at = k * u
+            for j in range(0, 64, r):
+                b = (word >> np.uint64(j)) & row_bits
+                m = spread[b & np.uint64(255)]
+                for q in range(1, looks):  # a fixed count: no branch on the data
+                    m |= spread[(b >> np.uint64(8 * q)) & np.uint64(255)] << np.uint64(8 * q * u)
+                compress_store(dst, at, src, (s + j) * u, m)
+                at += popcount(m)
+        k += c
+    return k
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
+def _visit_rows(word, src, s, u, dst, at):  # pragma: no cover - compiled
+    # the rows s + j (of u units, src and dst seen flat) whose bit j of word is set, to dst
+    # from unit ``at`` on
+    while word:
+        first = (s + trailing_zeros(word)) * u
+        for c in range(u):
+            dst[at + c] = src[first + c]
+        at += u
+        word &= word - np.uint64(1)
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
 def _indices(bits, base, dst):  # pragma: no cover - compiled
     # the set bits visited in every word: writing every row of a dense word (as _gather1)
     # measured slower at p = 0.5 (10.6 against 6.9 ms on 2^24 rows) and the same at p = 0.95,
@@ -189,15 +244,32 @@ def _indices_compress(bits, base, dst):  # pragma: no cover - compiled
     return k
 
 
+def _spread(u: int) -> np.ndarray:
+    """For each byte b of row bits, b's bits each repeated u times (8 rows of u units)."""
+    table = _SPREAD.get(u)
+    if table is None:
+        row = (1 << u) - 1
+        table = np.array([sum(row << (u * i) for i in range(8) if b >> i & 1) & (2**64 - 1)
+                          for b in range(256)], dtype=np.uint64)
+        _SPREAD[u] = table
+    return table
+
+
+_SPREAD: dict[int, np.ndarray] = {}
+
+
 def gather_rows(bits: np.ndarray, n: int, src: np.ndarray, dst: np.ndarray) -> int:
     """Copy the selected rows of ``src`` into ``dst`` (both from :func:`as_rows`, ``dst`` of
     exactly the selected count); returns the count copied."""
-    if src.shape[1] == 1:
+    u = src.shape[1]
+    if u == 1:
         if src.itemsize in COMPRESS_ITEMSIZES:
             return int(_gather1_compress(bits, n, src.reshape(-1), dst.reshape(-1)))
         return int(_gather1(bits, n, src.reshape(-1), dst.reshape(-1)))
-    if src.shape[1] == 0:
+    if u == 0:
         return dst.shape[0]
+    if src.itemsize in COMPRESS_ITEMSIZES and u <= 64 // src.itemsize:
+        return int(_gather2_compress(bits, n, u, _spread(u), src.reshape(-1), dst.reshape(-1)))
     return int(_gather2(bits, src, dst))
 
 
