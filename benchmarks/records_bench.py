@@ -176,7 +176,8 @@ def gpu_dask_rows(n: int, ps: list[float], reps: int, rays: bool = False) -> lis
     return rows
 
 
-def cpu_rows(n: int, ps: list[float], reps: int, rays: bool = False) -> list[dict]:
+def cpu_rows(n: int, ps: list[float], reps: int, rays: bool = False,
+             with_dask: bool = True) -> list[dict]:
     f = make_fields(np.random.default_rng(0), n, rays)
     rows = []
     for two in (False, True):
@@ -192,6 +193,8 @@ def cpu_rows(n: int, ps: list[float], reps: int, rays: bool = False) -> list[dic
             row["copy floor"] = timed_ms(
                 lambda: {kk: v[:k].copy() for kk, v in f.items()}, lambda: None, reps)
             rows.append(row)
+    if not with_dask:
+        return rows
     d = {k: da.from_array(v, chunks=n // 8) for k, v in f.items()}
     with dask.config.set(scheduler="threads"):
         for p in ps:
@@ -280,7 +283,7 @@ def main() -> None:
                            gpu_dask_rows(max(n, 1 << 28), ps, max(3, reps // 2), args.rays)))
     else:
         n = 1 << (args.log2n or 24)
-        rows = cpu_rows(n, ps, args.reps or 5, args.rays)
+        rows = cpu_rows(n, ps, args.reps or 5, args.rays, not args.no_dask)
         tables = [("in memory", [r for r in rows if "ours" in r]),
                   ("dask", [r for r in rows if "dask ours" in r])]
     head = [f"# compact_records benchmark, {today}, {device}, git {sha}",
