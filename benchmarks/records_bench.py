@@ -284,8 +284,9 @@ def main() -> None:
     else:
         n = 1 << (args.log2n or 24)
         rows = cpu_rows(n, ps, args.reps or 5, args.rays, not args.no_dask)
-        tables = [("in memory", [r for r in rows if "ours" in r]),
-                  ("dask", [r for r in rows if "dask ours" in r])]
+        tables = [("in memory", [r for r in rows if "ours" in r])]
+        if not args.no_dask:
+            tables.append(("dask", [r for r in rows if "dask ours" in r]))
     head = [f"# compact_records benchmark, {today}, {device}, git {sha}",
             "", (RAYS_TEXT if args.rays else "4 float32 fields")
             + "; median ms of whole calls (host wall, device synced); ratios "
