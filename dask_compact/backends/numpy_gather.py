@@ -54,7 +54,7 @@ def as_rows(a: np.ndarray) -> np.ndarray:
     return a.reshape(n, -1).view(np.uint8).reshape(n, row).view(_UNITS[unit])
 
 
-@njit(nogil=True, cache=True, boundscheck=False)
+@njit(nogil=True, cache=True, boundscheck=False, inline="always")
 def popcount(w):  # pragma: no cover - compiled
     # set bits of a uint64 (also called by the generated record loops)
     w = w - ((w >> np.uint64(1)) & np.uint64(0x5555555555555555))
@@ -63,7 +63,7 @@ def popcount(w):  # pragma: no cover - compiled
     return np.int64((w * np.uint64(0x0101010101010101)) >> np.uint64(56))
 
 
-@njit(nogil=True, cache=True, boundscheck=False)
+@njit(nogil=True, cache=True, boundscheck=False, inline="always")
 def _visit(word, src, s, dst, r):  # pragma: no cover - compiled
     # the rows s + j of src whose bit j of word is set, to dst[r], dst[r + 1], ...
     while word:
@@ -72,7 +72,7 @@ def _visit(word, src, s, dst, r):  # pragma: no cover - compiled
         r += 1
 
 
-@njit(nogil=True, cache=True, boundscheck=False)
+@njit(nogil=True, cache=True, boundscheck=False, inline="always")
 def _visit_positions(word, s, dst, r):  # pragma: no cover - compiled
     # s + j for every set bit j of word, to dst[r], dst[r + 1], ...
     while word:
@@ -175,6 +175,8 @@ def _gather2_compress(bits, n, u, spread, src, dst):  # pragma: no cover - compi
     least = max(_ROWS_FROM, (64 + r - 1) // r // 3)
     cap = dst.shape[0]
     end = n * u
+    src2 = src.reshape((n, u))
+    dst2 = dst.reshape((cap // u, u))
     k = 0
     for w in range(bits.shape[0]):
         word = bits[w]
@@ -183,7 +185,7 @@ def _gather2_compress(bits, n, u, spread, src, dst):  # pragma: no cover - compi
         s = w * 64
         c = popcount(word)
         if c < least or (s + 64) * u + lanes > end or (k + 64) * u + lanes > cap:
-            _visit_rows(word, src, s, u, dst, k * u)
+            _visit_rows(word, src2, s, dst2, k)
         else:
             at = k * u
             for j in range(0, 64, r):
@@ -197,16 +199,17 @@ def _gather2_compress(bits, n, u, spread, src, dst):  # pragma: no cover - compi
     return k
 
 
-@njit(nogil=True, cache=True, boundscheck=False)
-def _visit_rows(word, src, s, u, dst, at):  # pragma: no cover - compiled
-    # the rows s + j (of u units, src and dst seen flat) whose bit j of word is set, to dst
-    # from unit ``at`` on
+@njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def _visit_rows(word, src, s, dst, r):  # pragma: no cover - compiled
+    # the rows s + j of src whose bit j of word is set, to dst[r], dst[r + 1], ... (2-D: seen
+    # flat, the units' copy measured 1.2-1.9x slower at p <= 0.05, a float32 (n, 3) field)
+    width = src.shape[1]
     while word:
-        first = (s + trailing_zeros(word)) * u
-        for c in range(u):
-            dst[at + c] = src[first + c]
-        at += u
+        row = s + trailing_zeros(word)
+        for c in range(width):
+            dst[r, c] = src[row, c]
         word &= word - np.uint64(1)
+        r += 1
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
