@@ -27,6 +27,7 @@ from .validate import (
     check_into_buffer,
     check_output,
     check_stream,
+    in_memory,
     native,
 )
 
@@ -111,7 +112,8 @@ def _checked(fn: str, a: Any, pred: PredicateLike, output: str, stable: bool, al
     check_algorithm(algorithm, stable)
     if not hasattr(a, "dtype") or not hasattr(a, "shape"):
         raise TypeError(f"{fn} needs a NumPy or CuPy array, not {type(a).__name__}")
-    check_chunk_type(a, fn)
+    a = in_memory(a)
+    check_chunk_type(a, fn, "it first, e.g. np.asarray(a)")
     check_dtype(a.dtype)
     p = as_predicate(pred)
     if not a.dtype.isnative:
@@ -286,6 +288,7 @@ def compact_into(
         values, indices = out, None
     else:
         values, indices = None, out
+    values, indices, count = in_memory(values), in_memory(indices), in_memory(count)
     n = int(a.size)
     if values is not None:
         check_into_buffer(a, values, "out (values)", a.dtype, n)

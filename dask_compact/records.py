@@ -16,6 +16,7 @@ from .dispatch import (
     repeated_records_into,
 )
 from .records_check import INDICES, check_into, check_record_predicate, checked_fields
+from .validate import in_memory
 
 __all__ = ["compact_records", "compact_records_into"]
 
@@ -201,6 +202,7 @@ def compact_records_into(
             "compact_records_into takes in-memory NumPy or CuPy fields; for dask arrays use "
             "compact_records"
         )
+    count = in_memory(count)
     buffers = check_into(fs, out, count, stream)
     p = check_record_predicate(pred, fs)
     first = next(iter(fs.values()))

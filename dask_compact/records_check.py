@@ -19,6 +19,7 @@ from .validate import (
     check_chunk_type,
     check_dtype,
     check_stream,
+    in_memory,
     native,
     overlaps,
 )
@@ -69,8 +70,12 @@ def checked_fields(fields: Any, indices: bool) -> tuple[dict[str, Any], bool]:
     for name, a in out.items():
         if not hasattr(a, "dtype") or not hasattr(a, "shape"):
             raise TypeError(f"field {name!r} is a {type(a).__name__}, not an array")
+        if not lazy:
+            a = out[name] = in_memory(a)
         like = a._meta if lazy else a
-        check_chunk_type(like, f"compact_records (field {name!r})")
+        check_chunk_type(like, f"compact_records (field {name!r})",
+                         "the chunks first, e.g. x.map_blocks(np.asarray)" if lazy
+                         else "it first, e.g. np.asarray(a)")
         modules.add(_module_of(like))
         if a.dtype.hasobject:
             raise TypeError(f"field {name!r} has dtype {a.dtype}: objects cannot be compacted")
@@ -170,6 +175,7 @@ def check_into(fields: dict[str, Any], out: Any, count: Any, stream: Any) -> dic
                 f"out names {name!r}, which is not a field (fields: {', '.join(fields)}; "
                 f"{INDICES!r} receives the row numbers)"
             )
+        buf = in_memory(buf)
         if not hasattr(buf, "dtype") or _module_of(buf) != kind or not hasattr(buf, "flags"):
             raise TypeError(f"out[{name!r}] must be a {kind} array like the fields")
         if kind == "cupy" and buf.device.id != first.device.id:
@@ -189,8 +195,10 @@ def check_into(fields: dict[str, Any], out: Any, count: Any, stream: Any) -> dic
     if count is not None:
         if getattr(count, "dtype", None) not in (np.dtype(np.int64), np.dtype(np.uint64)):
             raise TypeError("count must be a 1-element int64 or uint64 array")
-        if _module_of(count) != kind or getattr(count, "size", 0) != 1:
-            raise ValueError(f"count must be a 1-element {kind} array like the fields")
+        if _module_of(count) != kind or getattr(count, "size", 0) != 1 or count.ndim != 1:
+            raise ValueError(f"count must be a 1-element, 1-D {kind} array like the fields")
+        if kind == "numpy" and not count.flags.writeable:
+            raise ValueError("count is read-only")
         for fname, a in fields.items():
             if overlaps(count, a, spans):
                 raise ValueError(f"count overlaps the field {fname!r}")

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from .dispatch import scan_chunk, scan_total
-from .validate import check_chunk_type, native
+from .validate import check_chunk_type, in_memory, native
 
 __all__ = ["scan_array", "cumsum", "scan_dtype", "CPU_ALGORITHMS", "GPU_ALGORITHMS"]
 
@@ -130,6 +130,7 @@ def scan_array(a: Any, *, exclusive: bool = True, algorithm: str = "auto",
     """
     if isinstance(a, np.generic):
         a = np.asarray(a)  # a NumPy scalar, as np.cumsum takes it
+    a = in_memory(a)
     if isinstance(a, np.ma.MaskedArray):
         check_chunk_type(a, "scan_array")  # refused, with what to do instead
     if type(a) is not np.ndarray and not _is_gpu(a):

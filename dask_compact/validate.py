@@ -72,8 +72,18 @@ def native(dtype: np.dtype) -> np.dtype:
     return dtype if dtype.isnative else dtype.newbyteorder("=")
 
 
-def check_chunk_type(a: Any, fn: str) -> None:
+def in_memory(a: Any) -> Any:
+    """An ``np.memmap`` (a file mapped into memory, e.g. ``np.load(path, mmap_mode="r")``) as
+    the plain ndarray of the same memory, nothing copied; anything else as it is. The
+    in-memory calls take what NumPy's own functions take: a memmap is NumPy data."""
+    return np.asarray(a) if isinstance(a, np.memmap) else a
+
+
+def check_chunk_type(a: Any, fn: str, convert: str = "the chunks first, e.g. "
+                     "x.map_blocks(np.asarray)") -> None:
     """TypeError for chunk types whose selection would silently lose information.
+
+    ``convert``: how to convert, in the message (the in-memory calls say np.asarray).
 
     ``a`` is a chunk or a dask array's ``_meta``. NumPy and CuPy arrays are compacted; a masked
     array's mask would be dropped (and NumPy evaluates a predicate on masked data with its own
@@ -90,7 +100,7 @@ def check_chunk_type(a: Any, fn: str) -> None:
         return
     raise TypeError(
         f"{fn} compacts NumPy or CuPy chunks, not {type(a).__module__}.{type(a).__name__}; "
-        "convert the chunks first, e.g. x.map_blocks(np.asarray)"
+        f"convert {convert}"
     )
 
 

@@ -259,6 +259,54 @@ def test_into_errors():
         cri(f, "mass > 1", {"r": np.empty(10)}, count=np.empty(1, np.float64))
     with pytest.raises(ValueError, match="C-contiguous"):
         cri(f, "mass > 1", {"r": np.empty(20)[::2]})
+    # a count that cannot take the result is refused before any buffer is written
+    ro = np.zeros(1, np.int64)
+    ro.flags.writeable = False
+    for count, match in ((np.zeros((), np.int64), "1-D"), (np.zeros((1, 1), np.int64), "1-D"),
+                         (ro, "read-only")):
+        out = {"r": np.full(10, -7.0)}
+        with pytest.raises(ValueError, match=match):
+            cri(f, "mass > 1", out, count=count)
+        assert (out["r"] == -7).all()
+
+
+def test_memory_mapped_files_are_numpy_data(tmp_path):
+    """np.load(..., mmap_mode=...) gives an np.memmap: the in-memory calls take it as the
+    NumPy data it is (fields, buffers, counts), read and written in place; other ndarray
+    subclasses are refused with the conversion to make."""
+    rng = np.random.default_rng(4)
+    np.save(tmp_path / "e.npy", rng.random(1025))
+    np.save(tmp_path / "pos.npy", rng.random((1025, 3)).astype(np.float32))
+    e = np.load(tmp_path / "e.npy", mmap_mode="r")
+    pos = np.load(tmp_path / "pos.npy", mmap_mode="r")
+    m = e > 0.4
+    got = dask_compact.compact_records({"e": e, "pos": pos}, "e > 0.4", indices=True)
+    np.testing.assert_array_equal(got["pos"], pos[m])
+    np.testing.assert_array_equal(got["indices"], np.flatnonzero(m))
+    np.testing.assert_array_equal(dask_compact.compact_array(e, "x > 0.4"), e[m])
+    out = np.lib.format.open_memmap(tmp_path / "out.npy", mode="w+", dtype=np.float32,
+                                    shape=(1025, 3))
+    count = np.lib.format.open_memmap(tmp_path / "k.npy", mode="w+", dtype=np.int64, shape=(1,))
+    dask_compact.compact_records_into({"e": e, "pos": pos}, "e > 0.4", {"pos": out}, count=count)
+    out.flush()
+    count.flush()
+    k = int(np.load(tmp_path / "k.npy")[0])
+    assert k == int(m.sum())
+    np.testing.assert_array_equal(np.load(tmp_path / "out.npy")[:k], pos[m])
+    vals = np.lib.format.open_memmap(tmp_path / "v.npy", mode="w+", dtype=e.dtype, shape=e.shape)
+    k2 = dask_compact.compact_into(e, "x > 0.4", vals)
+    np.testing.assert_array_equal(vals[: int(k2[0])], e[m])
+    np.save(tmp_path / "i.npy", rng.integers(-9, 9, 1025))
+    ints = np.load(tmp_path / "i.npy", mmap_mode="r")
+    np.testing.assert_array_equal(dask_compact.scan_array(ints), np.cumsum(ints) - ints)
+    parts, k3 = dask_compact.partition_array(e, "x > 0.4")
+    np.testing.assert_array_equal(parts, np.concatenate([e[m], e[~m]]))
+    assert k3 == k
+    other = np.arange(4.0).view(type("Subclass", (np.ndarray,), {}))
+    with pytest.raises(TypeError, match=r"np\.asarray\(a\)"):
+        dask_compact.compact_array(other, "x > 1")
+    with pytest.raises(TypeError, match=r"np\.asarray\(a\)"):
+        dask_compact.compact_records({"a": other}, "a > 1")
 
 
 _names = st.sampled_from(["a", "b", "c", "d"])
