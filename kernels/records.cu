@@ -40,21 +40,29 @@
 // [t*TILE + w*32*ITEMS, +32*ITEMS), lane l row  seg + j*32 + l  for j < ITEMS: one ballot per j
 // is the word of 32 consecutive rows, in order. Fields are copied in units of U bytes (the
 // widest of 16/8/4/2/1 dividing the row and both addresses; the launch layer picks it), so a
-// float32 field is one column of 4-byte units, a float32 (n, 3) field three.
+// float32 field is one column of 4-byte units, a float32 (n, 3) field rows of three.
 #include "compact_tile.cuh"
 
 namespace dcx {
 
-// One column to copy: one unit of `unit` bytes per row, rows `stride` units apart (a field
-// whose row is several units, e.g. float32 (n, 3), is `stride` columns, each starting one unit
-// further). Read from device memory (a small table the launch layer writes), so one compiled
-// scatter serves every record layout.
+// One field to copy: rows of `stride` units of `unit` bytes (a float32 (n, 3) field: three
+// 4-byte units). Read from device memory (a small table the launch layer writes), so one
+// compiled scatter serves every record layout. A row of several units is one entry, copied
+// whole by one block (staged, or a unit at a time by the same warps: unit_column): until
+// 2026-11-29 each unit was an entry of its own, copied by its own blocks, and a ray batch's
+// (n, 3) fields took 5x the bytes floor (one H200, 2^28 rows: 16.5 ms at p = .5, slower than
+// cupy.take or torch's indexing), the three units' stores to one sector from blocks far apart.
 struct FieldCopy {
   const unsigned char* src;
   unsigned char* dst;
   long long unit;    // bytes: 1, 2, 4, 8 or 16
   long long stride;  // units per row
 };
+
+// Unit c of every row of f as a column of its own (rows stride units apart).
+__device__ __forceinline__ FieldCopy unit_column(const FieldCopy& f, long long c) {
+  return FieldCopy{f.src + c * f.unit, f.dst + c * f.unit, f.unit, f.stride};
+}
 
 // The predicate of the mask path: a bool per row, computed by CuPy from the fields.
 struct RecMaskPred {
@@ -223,6 +231,24 @@ __device__ __forceinline__ long long list_length(const unsigned long long* count
   return known >= 0 ? known : (long long)counts[tiles + 1 + which];
 }
 
+// The tile's ballot words into s_words and each word's selected rows before it in the tile
+// into s_pre (the warp's segment offset plus a scan of its ITEMS words; s_pre[TILE / 32]: the
+// tile's count). myword: word (lane % ITEMS) of the warp's segment; woff: the segment's offset
+// in its tile (pass 1). The caller synchronises before reading them.
+template <int BLOCK, int ITEMS>
+__device__ __forceinline__ void tile_prefixes(unsigned myword, unsigned woff, unsigned* s_words,
+                                              unsigned* s_pre) {
+  constexpr int TILE = BLOCK * ITEMS;
+  const int warp = int(threadIdx.x >> 5), lane = int(lane_id());
+  const unsigned cnt = lane < ITEMS ? unsigned(__popc(myword)) : 0u;
+  const unsigned inc = warp_inclusive_scan(cnt);
+  if (lane < ITEMS) {
+    s_words[warp * ITEMS + lane] = myword;
+    s_pre[warp * ITEMS + lane] = woff + inc - cnt;
+    if (warp == BLOCK / 32 - 1 && lane == ITEMS - 1) s_pre[TILE / 32] = woff + inc;  // count
+  }
+}
+
 // Row r of a 16-byte load of rows of U bytes (r a constant once unrolled: register moves and
 // shifts; a union of the load and a row array put it on the stack).
 template <class U>
@@ -261,16 +287,7 @@ __device__ __forceinline__ void stage_tile(const FieldCopy& f, long long row0,
   uint4 c[PER];
 #pragma unroll
   for (int k = 0; k < PER; ++k) c[k] = src[k * BLOCK + int(threadIdx.x)];
-  // each word's selected rows before it in the tile: the warp's segment offset plus a scan of
-  // its ITEMS words
-  const int warp = int(threadIdx.x >> 5), lane = int(lane_id());
-  const unsigned cnt = lane < ITEMS ? unsigned(__popc(myword)) : 0u;
-  const unsigned inc = warp_inclusive_scan(cnt);
-  if (lane < ITEMS) {
-    s_words[warp * ITEMS + lane] = myword;
-    s_pre[warp * ITEMS + lane] = woff + inc - cnt;
-    if (warp == BLOCK / 32 - 1 && lane == ITEMS - 1) s_pre[TILE / 32] = woff + inc;  // count
-  }
+  tile_prefixes<BLOCK, ITEMS>(myword, woff, s_words, s_pre);
   __syncthreads();
   U* stage = reinterpret_cast<U*>(s_stage);
   const unsigned shift = unsigned(tile_base % R);  // the first output row's place in its 16 bytes
@@ -328,8 +345,64 @@ __device__ __forceinline__ bool stage_fits(const FieldCopy& f, long long row0,
   }
 }
 
-// The staged copy where it applies (uniform over the block): a whole tile, a stride-1 column
-// of at most 8-byte rows, both addresses 16-byte aligned. False: the per-lane form copies it.
+// The widest row (4-byte words) that stage_rows takes: 64 bytes, 128 rows a pass or more.
+constexpr unsigned STAGE_ROW_WORDS = 16;
+
+// A whole tile of a field whose rows are several units of at least 4 bytes (W 4-byte words a
+// row, W <= STAGE_ROW_WORDS: float32 (n, 3), float64 (n, 3), ...) through shared memory, in
+// passes of as many rows as `capacity` words hold (a multiple of 32): the pass's words read by
+// coalesced 4-byte loads (8 a thread in flight), each selected row's words placed at its rank,
+// then the pass's selected rows written as one run of words by coalesced stores. The words'
+// row is i / W by a multiply-high (exact here: i * (W - 1) < 2^32). Every thread of the block
+// calls it; s_words and s_pre as tile_prefixes leaves them.
+template <int BLOCK, int ITEMS>
+__device__ __forceinline__ void stage_rows(const FieldCopy& f, long long row0,
+                                           unsigned long long tile_base, unsigned* stage,
+                                           unsigned capacity, const unsigned* s_words,
+                                           const unsigned* s_pre) {
+  constexpr unsigned TILE = unsigned(BLOCK) * ITEMS;
+  const unsigned W = unsigned(f.unit * f.stride) / 4u;
+  const unsigned magic = unsigned((0x100000000ull + W - 1u) / W);
+  const unsigned sub = (capacity / W) & ~31u;  // rows a pass
+  const unsigned* __restrict__ src = reinterpret_cast<const unsigned*>(f.src) + row0 * W;
+  unsigned* __restrict__ dst = reinterpret_cast<unsigned*>(f.dst);
+  for (unsigned p = 0; p < TILE; p += sub) {
+    const unsigned rows = TILE - p < sub ? TILE - p : sub;
+    const unsigned first = s_pre[p >> 5];                   // the tile's selected rows before p
+    const unsigned count = s_pre[(p + rows) >> 5] - first;  // the pass's
+    const unsigned all = rows * W;
+    for (unsigned i0 = threadIdx.x; i0 < all; i0 += BLOCK * 8u) {
+      unsigned v[8];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const unsigned i = i0 + unsigned(j) * BLOCK;
+        if (i < all) v[j] = src[(long long)p * W + i];
+      }
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const unsigned i = i0 + unsigned(j) * BLOCK;
+        if (i < all) {
+          const unsigned q = __umulhi(i, magic);  // i / W: the row in the pass
+          const unsigned r = p + q;               // ... in the tile
+          const unsigned wd = s_words[r >> 5];
+          if ((wd >> (r & 31u)) & 1u) {
+            const unsigned rank = s_pre[r >> 5] + __popc(wd & ((1u << (r & 31u)) - 1u)) - first;
+            stage[rank * W + (i - q * W)] = v[j];
+          }
+        }
+      }
+    }
+    __syncthreads();
+    unsigned* out = dst + (long long)(tile_base + first) * W;
+    for (unsigned q = threadIdx.x; q < count * W; q += BLOCK) out[q] = stage[q];
+    __syncthreads();  // the next pass overwrites the stage
+  }
+}
+
+// The staged copy where it applies (uniform over the block): a whole tile, and a stride-1
+// column of at most 8-byte rows with both addresses 16-byte aligned (stage_tile), or rows of
+// several units of 4 bytes or more, at most STAGE_ROW_WORDS words (stage_rows). False: the
+// per-lane form copies it.
 template <int BLOCK, int ITEMS>
 __device__ __forceinline__ bool staged_copy(const FieldCopy& f, long long tile, long long n,
                                             const unsigned* words,
@@ -338,7 +411,11 @@ __device__ __forceinline__ bool staged_copy(const FieldCopy& f, long long tile, 
   constexpr long long TILE = (long long)BLOCK * ITEMS;
   const unsigned long long at =
       reinterpret_cast<unsigned long long>(f.src) | reinterpret_cast<unsigned long long>(f.dst);
-  if (f.stride != 1 || f.unit > 8 || (at & 15ull) != 0 || (tile + 1) * TILE > n) return false;
+  if ((tile + 1) * TILE > n) return false;
+  const bool rows = f.stride != 1;
+  if (rows ? f.unit < 4 || f.unit * f.stride > 4 * (long long)STAGE_ROW_WORDS
+           : f.unit > 8 || (at & 15ull) != 0)
+    return false;
   const int warp = int(threadIdx.x >> 5), lane = int(lane_id());
   const long long seg = tile * TILE + (long long)warp * 32 * ITEMS;
   const unsigned myword = words[(seg >> 5) + lane % ITEMS];
@@ -350,6 +427,13 @@ __device__ __forceinline__ bool staged_copy(const FieldCopy& f, long long tile, 
   __shared__ __align__(16) unsigned char s_stage[TILE * StageMaxUnit<TILE>::value + 16];
   __shared__ unsigned s_words[TILE / 32];
   __shared__ unsigned s_pre[TILE / 32 + 1];
+  if (rows) {
+    tile_prefixes<BLOCK, ITEMS>(myword, woff, s_words, s_pre);
+    __syncthreads();
+    stage_rows<BLOCK, ITEMS>(f, row0, base, reinterpret_cast<unsigned*>(s_stage),
+                             unsigned(sizeof(s_stage) / 4), s_words, s_pre);
+    return true;
+  }
   switch (f.unit) {
     case 8:
       return stage_fits<unsigned long long, BLOCK, ITEMS>(f, row0, base, myword, woff, s_stage,
@@ -432,37 +516,62 @@ dcx_rec_scatter(long long n, const unsigned* __restrict__ words,
   }
   const dcx::FieldCopy f = fields[field];
   dcx::by_unit(f, [&](auto u, auto one) {
-    dcx::copy_rows<decltype(u), ITEMS, decltype(one)::value>(f, w, base, seg, lane);
+    for (long long c = 0; c < (decltype(one)::value ? 1 : f.stride); ++c)
+      dcx::copy_rows<decltype(u), ITEMS, decltype(one)::value>(dcx::unit_column(f, c), w, base,
+                                                               seg, lane);
   });
 }
 
 namespace dcx {
 
-// One column of a span's selected rows, gathered through the span's row list: entry k (row
-// row0 + list[k]) goes to output row base + k. Consecutive threads take consecutive entries,
-// so the stores are coalesced at every density and the loads are whenever the selection is
-// dense; R entries per thread are loaded before any is stored (the compiler cannot move a load
-// above a store through another pointer), so R loads per thread are in flight whatever the
-// density.
+// One field's selected rows of a span, gathered through the span's row list: entry k (row
+// row0 + list[k]) goes to output row base + k, `per` units of each row (from unit `c0`; rows
+// `stride` units apart), the run's units in order: unit q is unit q % per of entry q / per, so
+// consecutive threads read a row's units together and write consecutive units (the stores are
+// coalesced at every density, the loads whenever the selection is dense). R units per thread
+// are loaded before any is stored (the compiler cannot move a load above a store through
+// another pointer), so R loads per thread are in flight whatever the density. ONE: one unit a
+// row, per = stride = 1. total * per < 2^32.
 template <class U, int BLOCK, int R, bool ONE>
-__device__ __forceinline__ void gather_column(const FieldCopy& f, const unsigned short* list,
-                                              unsigned total, long long row0,
-                                              unsigned long long base) {
+__device__ __forceinline__ void gather_units(const FieldCopy& f, long long c0, unsigned per,
+                                             const unsigned short* list, unsigned total,
+                                             long long row0, unsigned long long base) {
   const long long stride = ONE ? 1 : f.stride;
-  const U* __restrict__ src = reinterpret_cast<const U*>(f.src) + row0 * stride;
-  U* __restrict__ dst = reinterpret_cast<U*>(f.dst) + (long long)base * stride;
-  for (unsigned k0 = threadIdx.x; k0 < total; k0 += BLOCK * R) {
+  const U* __restrict__ src = reinterpret_cast<const U*>(f.src) + row0 * stride + c0;
+  U* __restrict__ dst = reinterpret_cast<U*>(f.dst) + (long long)base * stride + c0;
+  const unsigned all = ONE ? total : total * per;
+  for (unsigned k0 = threadIdx.x; k0 < all; k0 += BLOCK * R) {
     U v[R];
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       const unsigned k = k0 + r * BLOCK;
-      if (k < total) v[r] = src[(long long)list[k] * stride];
+      if (k < all) {
+        const unsigned e = ONE ? k : k / per;  // the entry
+        v[r] = src[(long long)list[e] * stride + (k - e * per)];
+      }
     }
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       const unsigned k = k0 + r * BLOCK;
-      if (k < total) dst[(long long)k * stride] = v[r];
+      if (k < all) {
+        const unsigned e = ONE ? k : k / per;
+        dst[(long long)e * stride + (k - e * per)] = v[r];
+      }
     }
+  }
+}
+
+// One field's selected rows of a span: whole rows as one run of units (gather_units), or, where
+// a span's units would pass 2^32 (rows of over 2^16 units), unit after unit.
+template <class U, int BLOCK, int R, bool ONE>
+__device__ __forceinline__ void gather_field(const FieldCopy& f, const unsigned short* list,
+                                             unsigned total, long long row0,
+                                             unsigned long long base) {
+  if (ONE || (unsigned long long)total * (unsigned long long)f.stride <= 0xffffffffull) {
+    gather_units<U, BLOCK, R, ONE>(f, 0, ONE ? 1u : unsigned(f.stride), list, total, row0, base);
+  } else {
+    for (long long c = 0; c < f.stride; ++c)
+      gather_units<U, BLOCK, R, ONE>(f, c, 1u, list, total, row0, base);
   }
 }
 
@@ -473,7 +582,7 @@ __device__ __forceinline__ void gather_column(const FieldCopy& f, const unsigned
 // starts at its first tile's prefix): every thread reads WORDS ballot words, a block scan of
 // their popcounts gives each word's place, the selected rows' offsets in the span go to a
 // shared-memory list (2 bytes each), and then every column (and the indices) is copied
-// through the list by all the block's threads (gather_column, R rows a thread in flight). The
+// through the list by all the block's threads (gather_field, R units a thread in flight). The
 // list is built once for every column, and every thread has rows to copy at every density.
 // MIN_BLOCKS: the resident blocks per SM the registers must allow (a sparse span gives a
 // thread one or two rows a column, so the loads in flight come from the resident blocks, not
@@ -520,8 +629,8 @@ dcx_rec_gather(long long n, const unsigned* __restrict__ words,
   for (int c = 0; c < nfields; ++c) {
     const dcx::FieldCopy f = fields[c];
     dcx::by_unit(f, [&](auto u, auto one) {
-      dcx::gather_column<decltype(u), BLOCK, R, decltype(one)::value>(f, s_list, total, row0,
-                                                                     base);
+      dcx::gather_field<decltype(u), BLOCK, R, decltype(one)::value>(f, s_list, total, row0,
+                                                                    base);
     });
   }
 }
@@ -608,6 +717,8 @@ dcx_rec_split(long long n, const unsigned* __restrict__ words,
   }
   const dcx::FieldCopy f = fields[field];
   dcx::by_unit(f, [&](auto u, auto one) {
-    dcx::split_rows<decltype(u), ITEMS, decltype(one)::value>(f, w, base, rest, seg, n, lane);
+    for (long long c = 0; c < (decltype(one)::value ? 1 : f.stride); ++c)
+      dcx::split_rows<decltype(u), ITEMS, decltype(one)::value>(dcx::unit_column(f, c), w, base,
+                                                                rest, seg, n, lane);
   });
 }

@@ -403,8 +403,8 @@ def test_record_launch_constants_and_copy_unit() -> None:
     """The records' flags kernel zeroes the tile scan's status words by its SCAN_TILE
     template argument, by which the launch layer sizes the counts array and the scan's grid;
     copy_unit is the widest of 16/8/4/2/1 bytes dividing the row and every address, and the
-    column table has one entry per unit of each row (none for a zero-width row); the copy's
-    launches by the work lists' lengths."""
+    column table has one entry per field, its row in those units (none for a zero-width row);
+    the copy's launches by the work lists' lengths."""
     from dask_compact.backends.cupy_records_common import (
         column_entries,
         copy_launches,
@@ -452,10 +452,8 @@ def test_record_launch_constants_and_copy_unit() -> None:
         want = max(u for u in (1, 2, 4, 8, 16)
                    if row % u == 0 and all(a % u == 0 for a in addresses))  # fmt: skip
         assert copy_unit(row, *addresses) == want, (row, addresses)
-        if len(addresses) == 2:  # the column table: one (src, dst, unit, stride) per unit
-            stride = row // want
-            expected = [v for u in range(stride)
-                        for v in (addresses[0] + u * want, addresses[1] + u * want, want, stride)]
+        if len(addresses) == 2:  # the column table: one (src, dst, unit, stride) per field
+            expected = [addresses[0], addresses[1], want, row // want]
             assert column_entries([(row, *addresses), (0, 16, 16)]) == expected
 
 

@@ -36,8 +36,9 @@ def copy_unit(row_bytes: int, *addresses: int) -> int:
 
 def column_entries(fields: list[tuple[int, int, int]]) -> list[int]:
     """The copy's column table, flat: per field (row bytes, source, destination), one (src,
-    dst, unit, stride) column per unit of its row (a float32 (n, 3) field: three 4-byte
-    columns, stride 3; kernels/records.cu's FieldCopy). Zero-width rows copy nothing."""
+    dst, unit, stride) entry, its rows ``stride`` units of ``unit`` bytes (a float32 (n, 3)
+    field: 4-byte units, stride 3; kernels/records.cu's FieldCopy, whose blocks copy a row's
+    units together). Zero-width rows copy nothing."""
     flat: list[int] = []
     for row, sp, dp in fields:
         if row == 0:
@@ -46,9 +47,7 @@ def column_entries(fields: list[tuple[int, int, int]]) -> list[int]:
             flat += (sp, dp, row, 1)  # the common case: one unit a row (copy_unit's answer)
             continue
         unit = copy_unit(row, sp, dp)
-        stride = row // unit
-        for u in range(stride):
-            flat += (sp + u * unit, dp + u * unit, unit, stride)
+        flat += (sp, dp, unit, row // unit)
     return flat
 
 

@@ -76,8 +76,8 @@ class RecordsCall:
         self.nspans = nspans = -(-n // spec.span)
         self.scan_blocks = spec.scan_blocks(tiles)
         self.per = spec.span // spec.tile
-        # the column table: at most one column per byte of every row
-        most = max(1, sum(row for *_, row in self.layout))
+        # the column table: at most one entry per field
+        most = max(1, len(self.layout))
         # two pinned tables, used in turn: a call writes its table before its sync when it
         # allocates its outputs early (below), when the previous call's upload of the other
         # table may still be queued (the one before it has run: the previous call synced)

@@ -102,8 +102,8 @@ def repeated(rng: np.random.Generator, sizes: list[int]) -> int:
 
 
 def records(rng: np.random.Generator, sizes: list[int]) -> int:
-    """compact_records: fused and mask-path predicates, fields of 1, 2, 8, 12 and 16 bytes a
-    row, an unaligned view, indices; each call twice (the ready call, then the repeated
+    """compact_records: fused and mask-path predicates, fields of 1, 2, 8, 12, 16, 24 and 64
+    bytes a row, an unaligned view, indices; each call twice (the ready call, then the repeated
     call that skips the checks)."""
     bad = 0
     for n in sizes:
@@ -111,6 +111,8 @@ def records(rng: np.random.Generator, sizes: list[int]) -> int:
             "e": (rng.random(n) * 10).astype(np.float32),
             "k": rng.integers(0, 5, n).astype(np.int8),
             "pos": rng.random((n, 3)).astype(np.float32),
+            "r64": rng.random((n, 3)),  # rows of 8-byte units, staged as 6 words
+            "wide": rng.random((n, 16)).astype(np.float32),  # 64 bytes: the widest staged
             "c": (rng.random(n) + 1j).astype(np.complex128),
             "h": rng.integers(0, 9, (n, 1)).astype(np.uint16),
             "v": rng.random(n + 1)[1:],

@@ -171,6 +171,53 @@ def test_staged_copy_every_width(monkeypatch, n: int, p: float) -> None:
             np.testing.assert_array_equal(cupy.asnumpy(buf[:k]), want, err_msg=name)
 
 
+@pytest.mark.parametrize("form", ["scatter", "list"])
+@pytest.mark.parametrize("n", [4096, 3 * 4096 + 17, 65_537, 1_000_003])
+@pytest.mark.parametrize("p", [0.05, 0.5, 1.0])
+def test_rows_of_several_units_in_each_form(monkeypatch, form: str, n: int, p: float) -> None:
+    """Rows of several units, each field one entry of the column table whose row the copy
+    moves whole: in the scatter staged through shared memory (units of 4 bytes or more, at
+    most 64 bytes a row, whole tiles) or per lane a unit at a time (wider rows, 1- and 2-byte
+    units, rows only 2-byte aligned, the last tile), or through the list form's run of units;
+    field views starting inside a row's buffer, outputs into buffers at odd row offsets whose
+    rows past the count stay as they were, rows in order."""
+    from dask_compact import compact_records_into
+    from dask_compact.backends import cupy_tuning
+
+    monkeypatch.setattr(cupy_tuning, "REC_DENSE_FROM", 2.0 if form == "list" else 0.0)
+    rng = np.random.default_rng(n + 7)
+    f_np = {
+        "key": rng.random(n),
+        "ray": rng.standard_normal((n, 3)).astype(np.float32),  # 12 bytes: 3 words
+        "r64": rng.standard_normal((n, 3)),  # 24 bytes: 8-byte units
+        "wide": rng.standard_normal((n, 16)).astype(np.float32),  # 64 bytes: 16-byte units
+        "wider": rng.standard_normal((n, 17)).astype(np.float32),  # 68 bytes: per lane
+        "m": rng.standard_normal((n, 2, 2)),  # 32 bytes, two 16-byte units
+        "i2": rng.integers(-30000, 30000, (n, 3)).astype(np.int16),  # 2-byte units
+        "u1": rng.integers(0, 255, (n, 5)).astype(np.uint8),  # 1-byte units
+    }
+    f = {k: cupy.asarray(v) for k, v in f_np.items()}
+    # a view one row into its buffer: 12 bytes off the allocation (4-byte units still)
+    f["ray"] = cupy.concatenate([cupy.zeros((1, 3), np.float32), f["ray"]])[1:]
+    # float32 rows 2 bytes off: 2-byte units, so per lane in every tile
+    f_np["odd"] = rng.standard_normal((n, 3)).astype(np.float32)
+    raw = cupy.zeros(12 * n + 16, np.uint8)
+    f["odd"] = cupy.ndarray((n, 3), np.float32, memptr=raw.data + 2)
+    f["odd"][...] = cupy.asarray(f_np["odd"])
+    t = 1 - p - (1e-3 if p == 1 else 0)
+    mask = f_np["key"] > t
+    check(compact_records(f, f"key > {t!r}", indices=True), f_np, mask, True)
+    k = int(mask.sum())
+    for offset in (0, 1, 3):
+        out = {name: cupy.full((n + offset,) + v.shape[1:], 7, v.dtype)[offset:]
+               for name, v in f_np.items() if name != "key"}  # fmt: skip
+        got = int(compact_records_into(f, f"key > {t!r}", out).get()[0])
+        assert got == k, offset
+        for name, buf in out.items():
+            np.testing.assert_array_equal(cupy.asnumpy(buf[:k]), f_np[name][mask], err_msg=name)
+            assert bool((buf[k:] == 7).all()), (name, offset)
+
+
 def test_mixed_density_takes_both_forms() -> None:
     """Stretches of every density, not aligned to the 8192-row spans: sparse spans go to the
     list form, dense ones to the scatter, in one call, and the rows still land in order."""
