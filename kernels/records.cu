@@ -351,7 +351,8 @@ constexpr unsigned STAGE_ROW_WORDS = 16;
 // A whole tile of a field whose rows are several units of at least 4 bytes (W 4-byte words a
 // row, W <= STAGE_ROW_WORDS: float32 (n, 3), float64 (n, 3), ...) through shared memory, in
 // passes of as many rows as `capacity` words hold (a multiple of 32): the pass's words read by
-// coalesced 4-byte loads (8 a thread in flight), each selected row's words placed at its rank,
+// coalesced 16-byte loads (4-byte ones where the field is not 16-byte aligned; 8 loads a
+// thread in flight), each selected row's words placed at its rank,
 // then the pass's selected rows written as one run of words by coalesced stores. The words'
 // row is i / W by a multiply-high (exact here: i * (W - 1) < 2^32). Every thread of the block
 // calls it; s_words and s_pre as tile_prefixes leaves them.
@@ -366,29 +367,56 @@ __device__ __forceinline__ void stage_rows(const FieldCopy& f, long long row0,
   const unsigned sub = (capacity / W) & ~31u;  // rows a pass
   const unsigned* __restrict__ src = reinterpret_cast<const unsigned*>(f.src) + row0 * W;
   unsigned* __restrict__ dst = reinterpret_cast<unsigned*>(f.dst);
+  // 16-byte loads where the field is 16-byte aligned (the tile's start is: row0 * W * 4 is a
+  // multiple of 16): 32 words a thread in flight, a pass of 12-byte rows in one round trip
+  const bool vec = (reinterpret_cast<unsigned long long>(f.src) & 15ull) == 0;
   for (unsigned p = 0; p < TILE; p += sub) {
     const unsigned rows = TILE - p < sub ? TILE - p : sub;
     const unsigned first = s_pre[p >> 5];                   // the tile's selected rows before p
     const unsigned count = s_pre[(p + rows) >> 5] - first;  // the pass's
-    const unsigned all = rows * W;
-    for (unsigned i0 = threadIdx.x; i0 < all; i0 += BLOCK * 8u) {
-      unsigned v[8];
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        const unsigned i = i0 + unsigned(j) * BLOCK;
-        if (i < all) v[j] = src[(long long)p * W + i];
+    const unsigned all = rows * W;  // a multiple of 4: rows is
+    // word i of the pass to its row's place in the stage, if the row is selected
+    auto place = [&](unsigned i, unsigned value) {
+      const unsigned q = __umulhi(i, magic);  // i / W: the row in the pass
+      const unsigned r = p + q;               // ... in the tile
+      const unsigned wd = s_words[r >> 5];
+      if ((wd >> (r & 31u)) & 1u) {
+        const unsigned rank = s_pre[r >> 5] + __popc(wd & ((1u << (r & 31u)) - 1u)) - first;
+        stage[rank * W + (i - q * W)] = value;
       }
+    };
+    if (vec) {  // the pass's start is 16-byte aligned as the tile's: p * W * 4 is
+      const uint4* __restrict__ src4 = reinterpret_cast<const uint4*>(src + (long long)p * W);
+      for (unsigned i0 = threadIdx.x; i0 < all / 4u; i0 += BLOCK * 8u) {
+        uint4 v[8];
 #pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        const unsigned i = i0 + unsigned(j) * BLOCK;
-        if (i < all) {
-          const unsigned q = __umulhi(i, magic);  // i / W: the row in the pass
-          const unsigned r = p + q;               // ... in the tile
-          const unsigned wd = s_words[r >> 5];
-          if ((wd >> (r & 31u)) & 1u) {
-            const unsigned rank = s_pre[r >> 5] + __popc(wd & ((1u << (r & 31u)) - 1u)) - first;
-            stage[rank * W + (i - q * W)] = v[j];
+        for (int j = 0; j < 8; ++j) {
+          const unsigned i = i0 + unsigned(j) * BLOCK;
+          if (i < all / 4u) v[j] = src4[i];
+        }
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          const unsigned i = i0 + unsigned(j) * BLOCK;
+          if (i < all / 4u) {
+            place(4u * i, v[j].x);
+            place(4u * i + 1u, v[j].y);
+            place(4u * i + 2u, v[j].z);
+            place(4u * i + 3u, v[j].w);
           }
+        }
+      }
+    } else {
+      for (unsigned i0 = threadIdx.x; i0 < all; i0 += BLOCK * 8u) {
+        unsigned v[8];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          const unsigned i = i0 + unsigned(j) * BLOCK;
+          if (i < all) v[j] = src[(long long)p * W + i];
+        }
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          const unsigned i = i0 + unsigned(j) * BLOCK;
+          if (i < all) place(i, v[j]);
         }
       }
     }
