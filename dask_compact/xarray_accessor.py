@@ -272,6 +272,15 @@ def _predicate(cond: Any, names: tuple[str, ...]) -> Any:
     """The record Predicate of ``cond`` over the variables ``names``."""
     from .predicate.fields import record_predicate
 
+    if isinstance(cond, (xr.DataArray, xr.Dataset)):
+        # ds.where(ds.energy > 5, drop=True)'s form: an array already computed (or a graph
+        # of it), which this accessor would evaluate a second time to compact by
+        raise TypeError(
+            f"cond is an xarray {type(cond).__name__}; compact.where takes the condition as a "
+            "string over the variable names or a callable taking them by name (\"energy > 5\" "
+            "or lambda energy: energy > 5), evaluated where each chunk lives. For a mask "
+            "already computed: ds.isel({dim: np.flatnonzero(mask.values)})"
+        )
     return record_predicate(cond, names)
 
 

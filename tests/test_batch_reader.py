@@ -81,6 +81,24 @@ def test_layouts_it_refuses_fall_back_to_zarr(tmp_path):
         np.testing.assert_array_equal(src.reader.read(3, 9), a[3:9])
 
 
+def test_a_chunk_zarr_cannot_read_is_named(tmp_path):
+    """Through zarr (a layout the chunk-file reader refuses), a corrupted chunk's error names
+    the chunk and its rows, which zarr's own error does not; the chunks around it still read."""
+    a = np.random.default_rng(3).random((200, 3)).astype(np.float32)
+    for name, kw in {"zarr v2": dict(zarr_format=2), "v3": {}}.items():
+        path = tmp_path / name.replace(" ", "_")
+        z = zarr.create_array(store=str(path), shape=a.shape, dtype=a.dtype, chunks=(40, 3),
+                              **kw)
+        z[...] = a
+        key = z.metadata.encode_chunk_key((2, 0))  # rows 80:120
+        (path / key).write_bytes(b"\x28\xb5\x2f\xfd" + os.urandom(100))
+        reader = ZarrRows(str(path), a.shape, a.dtype, "fp")
+        with pytest.raises(ValueError, match=rf"Zarr chunk {key} \(rows 80:120\): "):
+            reader.read(0, 200)
+        np.testing.assert_array_equal(reader.read(0, 80), a[:80])
+        np.testing.assert_array_equal(reader.read(120, 200), a[120:])
+
+
 def _replaced(tmp_path, chunk: int, data: bytes):
     """A float32 array of 1050 rows in chunks of 100 (the last, c/10, an edge chunk) whose chunk
     file ``chunk`` is replaced by ``data``; its reader and values."""

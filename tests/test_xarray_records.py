@@ -256,6 +256,12 @@ def test_errors():
         d.compact.where(COND, indices="energy")
     with pytest.raises(TypeError):
         d.compact.where(COND, dim="event", lazy=True)  # xarray cannot hold unknown lengths
+    # ds.where's form, a boolean DataArray: refused with the string form and isel as the ways
+    for cond in (d.energy > 5, (d.energy > 5).to_dataset()):
+        with pytest.raises(TypeError, match=r"string over the variable names.*isel"):
+            d.compact.where(cond, dim="event")
+        with pytest.raises(TypeError, match=r"string over the variable names.*isel"):
+            d.energy.compact.where(cond)
 
 
 def test_import_order_and_no_eager_xarray_import():

@@ -34,7 +34,31 @@ class ZarrRows:
         self.fingerprint = fingerprint
 
     def read(self, r0: int, r1: int) -> np.ndarray:
-        return np.asarray(_open_zarr(self.url)[r0:r1])
+        arr = _open_zarr(self.url)
+        try:
+            return np.asarray(arr[r0:r1])
+        except Exception as e:
+            # zarr's error (a zstd one, say) does not say which chunk: find the first of the
+            # block's chunks that fails on its own, and name it
+            raise _chunk_error(arr, r0, r1, e) from e
+
+
+def _chunk_error(arr: Any, r0: int, r1: int, e: Exception) -> Exception:
+    """``e`` of reading rows r0:r1 of zarr array ``arr``, naming the first chunk (key and rows)
+    whose own read fails; ``e`` itself where each reads alone (or no chunk grid is known)."""
+    try:
+        step = int(arr.chunks[0])
+        for c in range(r0 // step, -(-r1 // step)):
+            lo, hi = c * step, min((c + 1) * step, arr.shape[0])
+            try:
+                arr[lo:hi]
+            except Exception as one:  # noqa: BLE001 -- the one to name
+                key = arr.metadata.encode_chunk_key((c,) + (0,) * (arr.ndim - 1))
+                return ValueError(f"Zarr chunk {key} (rows {lo}:{hi}): {type(one).__name__}: "
+                                  f"{one}")
+    except Exception:  # noqa: BLE001 -- no chunk grid to search: zarr's own error
+        return e
+    return e
 
 
 class NpyRows:
