@@ -37,7 +37,10 @@ _INDICES_FROM = 8
 # ... and for rows of several units below this many rows a word, or a third of the compress
 # steps a word takes (r rows a step) where that is more: swept on the 2-core Xeon over 2^22
 # rows, the two forms were level at 3-11 rows a word (float32 (n, 3): 6-10 rows, 13 steps;
-# float64 (n, 3): 10-13, 32 steps; uint8 (n, 3): 3, 4 steps)
+# float64 (n, 3): 10-13, 32 steps; uint8 (n, 3): 3, 4 steps). Where the whole selection
+# averages under half of it, the plain visit runs every word: with the per-word choice a ray
+# batch (2^24 rows, three (n, 3) float32 fields) took 37-42 ms against 32-37 ms at p = 0.05 on
+# the H200 host's CPU, though nearly every word took the visit there.
 _ROWS_FROM = 8
 _UNITS = {8: np.uint64, 4: np.uint32, 2: np.uint16, 1: np.uint8}
 
@@ -271,7 +274,8 @@ def gather_rows(bits: np.ndarray, n: int, src: np.ndarray, dst: np.ndarray) -> i
         return int(_gather1(bits, n, src.reshape(-1), dst.reshape(-1)))
     if u == 0:
         return dst.shape[0]
-    if src.itemsize in COMPRESS_ITEMSIZES and u <= 64 // src.itemsize:
+    if (src.itemsize in COMPRESS_ITEMSIZES and u <= 64 // src.itemsize
+            and 128 * dst.shape[0] >= _ROWS_FROM * n):
         return int(_gather2_compress(bits, n, u, _spread(u), src.reshape(-1), dst.reshape(-1)))
     return int(_gather2(bits, src, dst))
 
