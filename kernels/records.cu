@@ -48,7 +48,7 @@ namespace dcx {
 // One field to copy: rows of `stride` units of `unit` bytes (a float32 (n, 3) field: three
 // 4-byte units). Read from device memory (a small table the launch layer writes), so one
 // compiled scatter serves every record layout. A row of several units is one entry, copied
-// whole by one block (staged, or a unit at a time by the same warps: unit_column): until
+// whole by one block (staged through shared memory, or a warp a row): until
 // 2026-11-29 each unit was an entry of its own, copied by its own blocks, and a ray batch's
 // (n, 3) fields took 5x the bytes floor (one H200, 2^28 rows: 16.5 ms at p = .5, slower than
 // cupy.take or torch's indexing), the three units' stores to one sector from blocks far apart.
@@ -101,6 +101,32 @@ __device__ __forceinline__ void copy_rows(const FieldCopy& f, const unsigned (&w
       const unsigned w = words[g + j];
       if ((w >> lane) & 1u) dst[(long long)(before + __popc(w & lt)) * stride] = v[j];
       before += __popc(w);
+    }
+  }
+}
+
+// Rows of several units of the warp segment whose rows are not staged (the last, partial
+// tile, or rows too wide for the stage): the warp walks the segment's selected rows in order
+// and its lanes copy each row's units (unit l, l + 32, ... of a row by lane l). A lane per row
+// and a loop over its units inlined here took the scatter from 64 to 128 registers (half the
+// resident blocks for every column, the staged ones included); this loop keeps a few.
+template <class U, int ITEMS>
+__device__ __forceinline__ void copy_whole_rows(const FieldCopy& f, const unsigned* segwords,
+                                                unsigned long long base, long long seg,
+                                                long long n, int lane) {
+  // segwords: the segment's ballot words in global memory (read again, and cached: indexing
+  // the registers' copy by a loop variable put it on the stack for every path)
+  const long long per = f.stride;  // units a row
+  const U* __restrict__ src = reinterpret_cast<const U*>(f.src);
+  U* __restrict__ dst = reinterpret_cast<U*>(f.dst) + (long long)base * per;
+  long long k = 0;  // the segment's selected rows copied so far
+#pragma unroll 1
+  for (int j = 0; j < ITEMS && seg + (long long)j * 32 < n; ++j) {
+#pragma unroll 1
+    for (unsigned w = segwords[j]; w; w &= w - 1u, ++k) {
+      const long long row = seg + (long long)j * 32 + (__ffs(w) - 1);
+#pragma unroll 1
+      for (long long c = lane; c < per; c += 32) dst[k * per + c] = src[row * per + c];
     }
   }
 }
@@ -345,92 +371,94 @@ __device__ __forceinline__ bool stage_fits(const FieldCopy& f, long long row0,
   }
 }
 
-// The widest row (4-byte words) that stage_rows takes: 64 bytes, 128 rows a pass or more.
-constexpr unsigned STAGE_ROW_WORDS = 16;
+// The widest row (bytes) that stage_rows takes: 32 rows and their list in the stage.
+constexpr long long STAGE_ROW_BYTES = 1008;
 
-// A whole tile of a field whose rows are several units of at least 4 bytes (W 4-byte words a
-// row, W <= STAGE_ROW_WORDS: float32 (n, 3), float64 (n, 3), ...) through shared memory, in
-// passes of as many rows as `capacity` words hold (a multiple of 32): the pass's words read by
-// coalesced 16-byte loads (4-byte ones where the field is not 16-byte aligned; 8 loads a
-// thread in flight), each selected row's words placed at its rank,
-// then the pass's selected rows written as one run of words by coalesced stores. The words'
-// row is i / W by a multiply-high (exact here: i * (W - 1) < 2^32). Every thread of the block
-// calls it; s_words and s_pre as tile_prefixes leaves them.
-template <int BLOCK, int ITEMS>
+// A whole tile of a field whose rows are several units (W units of T bytes a row, T the
+// field's unit up to 4 bytes: float32 (n, 3) as 3 words, float64 (n, 3) as 6, uint8 (n, 3)
+// as 3 bytes; rows of at most STAGE_ROW_BYTES) through shared memory, in passes of as many
+// rows as the stage holds with their list (a multiple of 32 rows): the pass's bytes copied
+// into shared memory as they are by coalesced 16-byte loads (T-sized ones where the field is
+// not 16-byte aligned; 4 a thread in flight; every pass starts 16-byte aligned as the tile
+// does, p and row0 being multiples of 32 rows) while the selected rows are listed by rank (2
+// bytes each, after the rows), then the pass's selected rows written as one run of units by
+// coalesced T-sized stores, unit q from row list[q / W] (a multiply-high: exact here, q * (W -
+// 1) < 2^32). Placing each loaded word at its row's rank as it arrived held more registers
+// than a plain copy. Every thread of the block calls it; s_words and s_pre as tile_prefixes
+// leaves them.
+template <class T, int BLOCK, int ITEMS>
 __device__ __forceinline__ void stage_rows(const FieldCopy& f, long long row0,
-                                           unsigned long long tile_base, unsigned* stage,
-                                           unsigned capacity, const unsigned* s_words,
-                                           const unsigned* s_pre) {
+                                           unsigned long long tile_base,
+                                           unsigned char* s_stage, unsigned capacity,
+                                           const unsigned* s_words, const unsigned* s_pre) {
   constexpr unsigned TILE = unsigned(BLOCK) * ITEMS;
-  const unsigned W = unsigned(f.unit * f.stride) / 4u;
+  constexpr unsigned PER16 = 16u / sizeof(T);  // units a 16-byte load
+  constexpr unsigned LOADS = 4;  // a thread's loads in flight (8 held 80 registers)
+  const unsigned row_bytes = unsigned(f.unit * f.stride);
+  const unsigned W = row_bytes / unsigned(sizeof(T));
   const unsigned magic = unsigned((0x100000000ull + W - 1u) / W);
-  const unsigned sub = (capacity / W) & ~31u;  // rows a pass
-  const unsigned* __restrict__ src = reinterpret_cast<const unsigned*>(f.src) + row0 * W;
-  unsigned* __restrict__ dst = reinterpret_cast<unsigned*>(f.dst);
-  // 16-byte loads where the field is 16-byte aligned (the tile's start is: row0 * W * 4 is a
-  // multiple of 16): 32 words a thread in flight, a pass of 12-byte rows in one round trip
+  const unsigned sub = (capacity / (row_bytes + 2u)) & ~31u;  // rows a pass
+  T* stage = reinterpret_cast<T*>(s_stage);
+  unsigned short* list = reinterpret_cast<unsigned short*>(s_stage + sub * row_bytes);
+  const T* __restrict__ src = reinterpret_cast<const T*>(f.src) + row0 * W;
+  T* __restrict__ dst = reinterpret_cast<T*>(f.dst);
   const bool vec = (reinterpret_cast<unsigned long long>(f.src) & 15ull) == 0;
   for (unsigned p = 0; p < TILE; p += sub) {
     const unsigned rows = TILE - p < sub ? TILE - p : sub;
     const unsigned first = s_pre[p >> 5];                   // the tile's selected rows before p
     const unsigned count = s_pre[(p + rows) >> 5] - first;  // the pass's
-    const unsigned all = rows * W;  // a multiple of 4: rows is
-    // word i of the pass to its row's place in the stage, if the row is selected
-    auto place = [&](unsigned i, unsigned value) {
-      const unsigned q = __umulhi(i, magic);  // i / W: the row in the pass
-      const unsigned r = p + q;               // ... in the tile
-      const unsigned wd = s_words[r >> 5];
-      if ((wd >> (r & 31u)) & 1u) {
-        const unsigned rank = s_pre[r >> 5] + __popc(wd & ((1u << (r & 31u)) - 1u)) - first;
-        stage[rank * W + (i - q * W)] = value;
-      }
-    };
-    if (vec) {  // the pass's start is 16-byte aligned as the tile's: p * W * 4 is
+    const unsigned all = rows * W;  // units; rows * row_bytes is a multiple of 32 bytes
+    if (vec) {
       const uint4* __restrict__ src4 = reinterpret_cast<const uint4*>(src + (long long)p * W);
-      for (unsigned i0 = threadIdx.x; i0 < all / 4u; i0 += BLOCK * 8u) {
-        uint4 v[8];
+      uint4* stage4 = reinterpret_cast<uint4*>(s_stage);
+      for (unsigned i0 = threadIdx.x; i0 < all / PER16; i0 += BLOCK * LOADS) {
+        uint4 v[LOADS];
 #pragma unroll
-        for (int j = 0; j < 8; ++j) {
+        for (int j = 0; j < int(LOADS); ++j) {
           const unsigned i = i0 + unsigned(j) * BLOCK;
-          if (i < all / 4u) v[j] = src4[i];
+          if (i < all / PER16) v[j] = src4[i];
         }
 #pragma unroll
-        for (int j = 0; j < 8; ++j) {
+        for (int j = 0; j < int(LOADS); ++j) {
           const unsigned i = i0 + unsigned(j) * BLOCK;
-          if (i < all / 4u) {
-            place(4u * i, v[j].x);
-            place(4u * i + 1u, v[j].y);
-            place(4u * i + 2u, v[j].z);
-            place(4u * i + 3u, v[j].w);
-          }
+          if (i < all / PER16) stage4[i] = v[j];
         }
       }
     } else {
-      for (unsigned i0 = threadIdx.x; i0 < all; i0 += BLOCK * 8u) {
-        unsigned v[8];
+      for (unsigned i0 = threadIdx.x; i0 < all; i0 += BLOCK * LOADS) {
+        T v[LOADS];
 #pragma unroll
-        for (int j = 0; j < 8; ++j) {
+        for (int j = 0; j < int(LOADS); ++j) {
           const unsigned i = i0 + unsigned(j) * BLOCK;
           if (i < all) v[j] = src[(long long)p * W + i];
         }
 #pragma unroll
-        for (int j = 0; j < 8; ++j) {
+        for (int j = 0; j < int(LOADS); ++j) {
           const unsigned i = i0 + unsigned(j) * BLOCK;
-          if (i < all) place(i, v[j]);
+          if (i < all) stage[i] = v[j];
         }
       }
     }
+    for (unsigned q = threadIdx.x; q < rows; q += BLOCK) {  // the selected rows by rank
+      const unsigned r = p + q;
+      const unsigned wd = s_words[r >> 5];
+      if ((wd >> (r & 31u)) & 1u)
+        list[s_pre[r >> 5] + __popc(wd & ((1u << (r & 31u)) - 1u)) - first] =
+            (unsigned short)q;
+    }
     __syncthreads();
-    unsigned* out = dst + (long long)(tile_base + first) * W;
-    for (unsigned q = threadIdx.x; q < count * W; q += BLOCK) out[q] = stage[q];
+    T* out = dst + (long long)(tile_base + first) * W;
+    for (unsigned q = threadIdx.x; q < count * W; q += BLOCK) {
+      const unsigned e = __umulhi(q, magic);  // q / W: the run's row
+      out[q] = stage[list[e] * W + (q - e * W)];
+    }
     __syncthreads();  // the next pass overwrites the stage
   }
 }
 
 // The staged copy where it applies (uniform over the block): a whole tile, and a stride-1
 // column of at most 8-byte rows with both addresses 16-byte aligned (stage_tile), or rows of
-// several units of 4 bytes or more, at most STAGE_ROW_WORDS words (stage_rows). False: the
-// per-lane form copies it.
+// several units, at most STAGE_ROW_BYTES (stage_rows). False: the per-lane form copies it.
 template <int BLOCK, int ITEMS>
 __device__ __forceinline__ bool staged_copy(const FieldCopy& f, long long tile, long long n,
                                             const unsigned* words,
@@ -441,8 +469,7 @@ __device__ __forceinline__ bool staged_copy(const FieldCopy& f, long long tile, 
       reinterpret_cast<unsigned long long>(f.src) | reinterpret_cast<unsigned long long>(f.dst);
   if ((tile + 1) * TILE > n) return false;
   const bool rows = f.stride != 1;
-  if (rows ? f.unit < 4 || f.unit * f.stride > 4 * (long long)STAGE_ROW_WORDS
-           : f.unit > 8 || (at & 15ull) != 0)
+  if (rows ? f.unit * f.stride > STAGE_ROW_BYTES : f.unit > 8 || (at & 15ull) != 0)
     return false;
   const int warp = int(threadIdx.x >> 5), lane = int(lane_id());
   const long long seg = tile * TILE + (long long)warp * 32 * ITEMS;
@@ -458,8 +485,14 @@ __device__ __forceinline__ bool staged_copy(const FieldCopy& f, long long tile, 
   if (rows) {
     tile_prefixes<BLOCK, ITEMS>(myword, woff, s_words, s_pre);
     __syncthreads();
-    stage_rows<BLOCK, ITEMS>(f, row0, base, reinterpret_cast<unsigned*>(s_stage),
-                             unsigned(sizeof(s_stage) / 4), s_words, s_pre);
+    const unsigned cap = unsigned(sizeof(s_stage));
+    if (f.unit == 1) {
+      stage_rows<unsigned char, BLOCK, ITEMS>(f, row0, base, s_stage, cap, s_words, s_pre);
+    } else if (f.unit == 2) {
+      stage_rows<unsigned short, BLOCK, ITEMS>(f, row0, base, s_stage, cap, s_words, s_pre);
+    } else {  // 4-, 8- and 16-byte units as 4-byte words
+      stage_rows<unsigned, BLOCK, ITEMS>(f, row0, base, s_stage, cap, s_words, s_pre);
+    }
     return true;
   }
   switch (f.unit) {
@@ -544,9 +577,11 @@ dcx_rec_scatter(long long n, const unsigned* __restrict__ words,
   }
   const dcx::FieldCopy f = fields[field];
   dcx::by_unit(f, [&](auto u, auto one) {
-    for (long long c = 0; c < (decltype(one)::value ? 1 : f.stride); ++c)
-      dcx::copy_rows<decltype(u), ITEMS, decltype(one)::value>(dcx::unit_column(f, c), w, base,
-                                                               seg, lane);
+    if constexpr (decltype(one)::value) {
+      dcx::copy_rows<decltype(u), ITEMS, true>(f, w, base, seg, lane);
+    } else {
+      dcx::copy_whole_rows<decltype(u), ITEMS>(f, words + (seg >> 5), base, seg, n, lane);
+    }
   });
 }
 

@@ -176,9 +176,9 @@ def test_staged_copy_every_width(monkeypatch, n: int, p: float) -> None:
 @pytest.mark.parametrize("p", [0.05, 0.5, 1.0])
 def test_rows_of_several_units_in_each_form(monkeypatch, form: str, n: int, p: float) -> None:
     """Rows of several units, each field one entry of the column table whose row the copy
-    moves whole: in the scatter staged through shared memory (units of 4 bytes or more, at
-    most 64 bytes a row, whole tiles) or per lane a unit at a time (wider rows, 1- and 2-byte
-    units, rows only 2-byte aligned, the last tile), or through the list form's run of units;
+    moves whole: in the scatter staged through shared memory (whole tiles of rows up to
+    1008 bytes, by 16-byte loads or, where the field is not 16-byte aligned, by loads of its
+    unit) or a warp a row (wider rows, the last tile), or through the list form's run of units;
     field views starting inside a row's buffer, outputs into buffers at odd row offsets whose
     rows past the count stay as they were, rows in order."""
     from dask_compact import compact_records_into
@@ -191,15 +191,18 @@ def test_rows_of_several_units_in_each_form(monkeypatch, form: str, n: int, p: f
         "ray": rng.standard_normal((n, 3)).astype(np.float32),  # 12 bytes: 3 words
         "r64": rng.standard_normal((n, 3)),  # 24 bytes: 8-byte units
         "wide": rng.standard_normal((n, 16)).astype(np.float32),  # 64 bytes: 16-byte units
-        "wider": rng.standard_normal((n, 17)).astype(np.float32),  # 68 bytes: per lane
+        "wider": rng.standard_normal((n, 17)).astype(np.float32),  # 68 bytes: 17 words
         "m": rng.standard_normal((n, 2, 2)),  # 32 bytes, two 16-byte units
         "i2": rng.integers(-30000, 30000, (n, 3)).astype(np.int16),  # 2-byte units
         "u1": rng.integers(0, 255, (n, 5)).astype(np.uint8),  # 1-byte units
     }
     f = {k: cupy.asarray(v) for k, v in f_np.items()}
-    # a view one row into its buffer: 12 bytes off the allocation (4-byte units still)
+    # a view one row into its buffer: 12 bytes off the allocation (staged by 4-byte loads)
     f["ray"] = cupy.concatenate([cupy.zeros((1, 3), np.float32), f["ray"]])[1:]
-    # float32 rows 2 bytes off: 2-byte units, so per lane in every tile
+    if n <= 65_537:  # rows wider than the stage takes: a warp a row in every tile
+        f_np["huge"] = rng.standard_normal((n, 260)).astype(np.float32)
+        f["huge"] = cupy.asarray(f_np["huge"])
+    # float32 rows 2 bytes off: 2-byte units, staged by 2-byte loads
     f_np["odd"] = rng.standard_normal((n, 3)).astype(np.float32)
     raw = cupy.zeros(12 * n + 16, np.uint8)
     f["odd"] = cupy.ndarray((n, 3), np.float32, memptr=raw.data + 2)
