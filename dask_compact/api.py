@@ -345,13 +345,9 @@ def _check_predicate(p: Predicate, x: da.Array, rows: bool = False) -> None:
     row_shape = x.shape[1:] if rows else ()
     row = math.prod(row_shape)
     empty = meta_from_array(x._meta, ndim=1, dtype=x.dtype)[:0].reshape(0, *row_shape)
-    try:
-        with np.errstate(all="ignore"), warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)  # the mean of an empty chunk...
-            p.mask(empty)
-    except Exception as e:
-        e.add_note(f"dask_compact: the predicate {p.source} failed on an empty {x.dtype} chunk")
-        raise
+    # the sample first: a callable that reduces its chunk is refused by the slice check as not
+    # elementwise, where the empty chunk would raise the reduction's own error (the maximum
+    # of an empty array)
     sample = _sample(empty, x.dtype, n=row * max(2, 64 // row)).reshape(-1, *row_shape)
     try:
         with np.errstate(all="ignore"):
@@ -360,6 +356,13 @@ def _check_predicate(p: Predicate, x: da.Array, rows: bool = False) -> None:
         raise
     except Exception as e:  # noqa: BLE001 - it may fail on made-up values only; the tasks tell
         logger.debug("predicate %s failed on a sample chunk: %r", p.source, e)
+    try:
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # the mean of an empty chunk...
+            p.mask(empty)
+    except Exception as e:
+        e.add_note(f"dask_compact: the predicate {p.source} failed on an empty {x.dtype} chunk")
+        raise
 
 
 def _refused_by_rows(p: Predicate, x: da.Array, flat: NotElementwise
@@ -369,8 +372,10 @@ def _refused_by_rows(p: Predicate, x: da.Array, flat: NotElementwise
     (an empty block and a small sample of rows, the slice check included); else what to
     raise: ``flat`` where rows do not apply, or why rows are refused (an array aligned with
     the whole input, a statistic of the block), which names the shape the caller knows."""
-    if x.ndim < 2 or p.path == "fused" or not math.prod(x.shape[1:]):
+    if x.ndim < 2 or p.path == "fused":
         return flat
+    if not math.prod(x.shape[1:]):
+        return None  # rows of no elements: the input is empty, nothing to select
     try:
         _check_predicate(p, x, rows=True)
     except NotElementwise as refused:

@@ -113,6 +113,9 @@ def _checked(fn: str, a: Any, pred: PredicateLike, output: str, stable: bool, al
     if not hasattr(a, "dtype") or not hasattr(a, "shape"):
         raise TypeError(f"{fn} needs a NumPy or CuPy array, not {type(a).__name__}")
     a = in_memory(a)
+    if type(a).__module__.startswith("dask."):
+        raise TypeError(f"{fn} takes an in-memory NumPy or CuPy array; for a dask array use "
+                        "x.map_compact(pred) (dask_compact.map_compact)")
     check_chunk_type(a, fn, "it first, e.g. np.asarray(a)")
     check_dtype(a.dtype)
     p = as_predicate(pred)

@@ -119,6 +119,24 @@ def test_per_column_constants_on_nd_input_select_as_numpy(shape, chunks, const, 
             np.testing.assert_array_equal(g.compute(), w)
 
 
+def test_empty_nd_input_with_per_column_constants_is_empty():
+    """Rows of no elements (a (5, 0, 3) input): nothing to select, whatever the constants
+    broadcast against, as NumPy and compact_array give."""
+    c3 = np.array([0.2, 0.5, 0.8])
+    z = np.zeros((5, 0, 3))
+    got = da.from_array(z, chunks=(2, 1, 1)).map_compact(lambda v: v < c3)
+    assert got.shape == (0,) and got.compute().shape == (0,)
+    assert dask_compact.compact_array(z, lambda v: v < c3).shape == (0,)
+
+
+def test_a_reduction_past_the_tracer_is_refused_as_not_elementwise():
+    """A callable that stops being traced (np.isin) and then reduces its chunk: refused as not
+    elementwise before anything runs, not by the reduction's own error on an empty chunk."""
+    x = da.from_array(np.random.default_rng(1).random(1000), chunks=100)
+    with pytest.raises(NotElementwise, match="not elementwise"):
+        x.map_compact(lambda v: np.isin(v, [-1.0]) | (v >= np.max(v)))
+
+
 def test_an_array_aligned_with_nd_input_is_still_refused():
     """Only constants that broadcast against blocks of whole rows are taken: one of the
     whole input's shape, or a statistic of a block, is refused as before."""

@@ -302,6 +302,8 @@ def test_memory_mapped_files_are_numpy_data(tmp_path):
     parts, k3 = dask_compact.partition_array(e, "x > 0.4")
     np.testing.assert_array_equal(parts, np.concatenate([e[m], e[~m]]))
     assert k3 == k
+    with pytest.raises(TypeError, match="x.map_compact"):
+        dask_compact.compact_array(da.arange(4, chunks=2), "x > 1")
     other = np.arange(4.0).view(type("Subclass", (np.ndarray,), {}))
     with pytest.raises(TypeError, match=r"np\.asarray\(a\)"):
         dask_compact.compact_array(other, "x > 1")
