@@ -371,13 +371,19 @@ __device__ __forceinline__ bool stage_fits(const FieldCopy& f, long long row0,
   }
 }
 
-// The widest row (bytes) that stage_rows takes: 32 rows and their list in the stage.
-constexpr long long STAGE_ROW_BYTES = 1008;
+// The shared memory of the staged copies for a tile of TILE rows (StageMaxUnit's columns),
+// and the widest row (bytes) that stage_rows takes there: 32 rows and their list (1022 bytes
+// at the default 4096-row tile, 510 at 2048 rows).
+template <int TILE>
+struct Stage {
+  static constexpr long long bytes = (long long)TILE * StageMaxUnit<TILE>::value + 16;
+  static constexpr long long max_row = bytes / 32 - 2;
+};
 
 // A whole tile of a field whose rows are several units (W units of T bytes a row, T the
 // field's unit up to 4 bytes: float32 (n, 3) as 3 words, float64 (n, 3) as 6, uint8 (n, 3)
-// as 3 bytes; rows of at most STAGE_ROW_BYTES) through shared memory, in passes of as many
-// rows as the stage holds with their list (a multiple of 32 rows): the pass's bytes copied
+// as 3 bytes; rows of at most Stage<TILE>::max_row bytes) through shared memory, in passes
+// of as many rows as the stage holds with their list (a multiple of 32 rows): the bytes copied
 // into shared memory as they are by coalesced 16-byte loads (T-sized ones where the field is
 // not 16-byte aligned; 4 a thread in flight; every pass starts 16-byte aligned as the tile
 // does, p and row0 being multiples of 32 rows) while the selected rows are listed by rank (2
@@ -458,7 +464,8 @@ __device__ __forceinline__ void stage_rows(const FieldCopy& f, long long row0,
 
 // The staged copy where it applies (uniform over the block): a whole tile, and a stride-1
 // column of at most 8-byte rows with both addresses 16-byte aligned (stage_tile), or rows of
-// several units, at most STAGE_ROW_BYTES (stage_rows). False: the per-lane form copies it.
+// several units, at most Stage<TILE>::max_row bytes (stage_rows). False: the per-lane form
+// copies it.
 template <int BLOCK, int ITEMS>
 __device__ __forceinline__ bool staged_copy(const FieldCopy& f, long long tile, long long n,
                                             const unsigned* words,
@@ -469,7 +476,7 @@ __device__ __forceinline__ bool staged_copy(const FieldCopy& f, long long tile, 
       reinterpret_cast<unsigned long long>(f.src) | reinterpret_cast<unsigned long long>(f.dst);
   if ((tile + 1) * TILE > n) return false;
   const bool rows = f.stride != 1;
-  if (rows ? f.unit * f.stride > STAGE_ROW_BYTES : f.unit > 8 || (at & 15ull) != 0)
+  if (rows ? f.unit * f.stride > Stage<TILE>::max_row : f.unit > 8 || (at & 15ull) != 0)
     return false;
   const int warp = int(threadIdx.x >> 5), lane = int(lane_id());
   const long long seg = tile * TILE + (long long)warp * 32 * ITEMS;
@@ -479,7 +486,7 @@ __device__ __forceinline__ bool staged_copy(const FieldCopy& f, long long tile, 
   const long long row0 = tile * TILE;
   // one set of shared memory for every width (each stage_fits' own would add up past the 48
   // KiB of static shared memory)
-  __shared__ __align__(16) unsigned char s_stage[TILE * StageMaxUnit<TILE>::value + 16];
+  __shared__ __align__(16) unsigned char s_stage[Stage<TILE>::bytes];
   __shared__ unsigned s_words[TILE / 32];
   __shared__ unsigned s_pre[TILE / 32 + 1];
   if (rows) {

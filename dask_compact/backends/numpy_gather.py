@@ -204,8 +204,8 @@ def _gather2_compress(bits, n, u, spread, src, dst):  # pragma: no cover - compi
 
 @njit(nogil=True, cache=True, boundscheck=False, inline="always")
 def _visit_rows(word, src, s, dst, r):  # pragma: no cover - compiled
-    # the rows s + j of src whose bit j of word is set, to dst[r], dst[r + 1], ... (2-D: seen
-    # flat, the units' copy measured 1.2-1.9x slower at p <= 0.05, a float32 (n, 3) field)
+    # the rows s + j of src whose bit j of word is set, to dst[r], dst[r + 1], ... (2-D views
+    # of the flat columns, rows of any width, as _gather2 copies them)
     width = src.shape[1]
     while word:
         row = s + trailing_zeros(word)

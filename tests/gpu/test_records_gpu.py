@@ -177,7 +177,7 @@ def test_staged_copy_every_width(monkeypatch, n: int, p: float) -> None:
 def test_rows_of_several_units_in_each_form(monkeypatch, form: str, n: int, p: float) -> None:
     """Rows of several units, each field one entry of the column table whose row the copy
     moves whole: in the scatter staged through shared memory (whole tiles of rows up to
-    1008 bytes, by 16-byte loads or, where the field is not 16-byte aligned, by loads of its
+    1022 bytes, by 16-byte loads or, where the field is not 16-byte aligned, by loads of its
     unit) or a warp a row (wider rows, the last tile), or through the list form's run of units;
     field views starting inside a row's buffer, outputs into buffers at odd row offsets whose
     rows past the count stay as they were, rows in order."""
