@@ -28,6 +28,7 @@ from .validate import (
     check_output,
     check_stream,
     in_memory,
+    is_dask_array,
     native,
 )
 
@@ -113,7 +114,7 @@ def _checked(fn: str, a: Any, pred: PredicateLike, output: str, stable: bool, al
     if not hasattr(a, "dtype") or not hasattr(a, "shape"):
         raise TypeError(f"{fn} needs a NumPy or CuPy array, not {type(a).__name__}")
     a = in_memory(a)
-    if type(a).__module__.startswith("dask."):
+    if is_dask_array(a):
         raise TypeError(f"{fn} takes an in-memory NumPy or CuPy array; for a dask array use "
                         "x.map_compact(pred) (dask_compact.map_compact)")
     check_chunk_type(a, fn, "it first, e.g. np.asarray(a)")

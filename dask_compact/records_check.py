@@ -20,6 +20,7 @@ from .validate import (
     check_dtype,
     check_stream,
     in_memory,
+    is_dask_array,
     native,
     overlaps,
 )
@@ -29,10 +30,6 @@ __all__ = ["checked_fields", "check_record_predicate", "check_into", "INDICES"]
 logger = logging.getLogger("dask_compact")
 
 INDICES = "indices"  # the key of the global row indices in the result
-
-
-def _is_dask(a: Any) -> bool:
-    return type(a).__module__.split(".")[0] == "dask" and hasattr(a, "chunks")
 
 
 def checked_fields(fields: Any, indices: bool) -> tuple[dict[str, Any], bool]:
@@ -59,7 +56,7 @@ def checked_fields(fields: Any, indices: bool) -> tuple[dict[str, Any], bool]:
             f"a field is named {INDICES!r}, the key the row indices are returned under; "
             "rename the field or pass indices=False"
         )
-    kinds = {_is_dask(a) for a in out.values()}
+    kinds = {is_dask_array(a) for a in out.values()}
     if len(kinds) > 1:
         raise TypeError(
             "fields mix dask arrays and in-memory arrays; wrap the in-memory ones with "

@@ -72,6 +72,12 @@ def native(dtype: np.dtype) -> np.dtype:
     return dtype if dtype.isnative else dtype.newbyteorder("=")
 
 
+def is_dask_array(a: Any) -> bool:
+    """Whether ``a`` is a dask array (or another dask collection with chunks), without
+    importing dask."""
+    return type(a).__module__.split(".")[0] == "dask" and hasattr(a, "chunks")
+
+
 def in_memory(a: Any) -> Any:
     """An ``np.memmap`` (a file mapped into memory, e.g. ``np.load(path, mmap_mode="r")``) as
     the plain ndarray of the same memory, nothing copied; anything else as it is. The

@@ -18,6 +18,8 @@ from typing import Any
 
 import xarray as xr
 
+from .validate import is_dask_array
+
 __all__ = ["CompactDatasetAccessor", "CompactDataArrayAccessor", "register"]
 
 NAME = "compact"  # ds.compact, da.compact
@@ -188,7 +190,7 @@ def compact_dataset(
     lead = next((n for n in read if n in chunked), chunked[0] if chunked else None)
     if lead is not None:
         first = _rows_first(ds.variables[lead], dim)
-        if not _is_dask(first):
+        if not is_dask_array(first):
             raise TypeError(
                 f"variable {lead!r} is a chunked array of type {type(first).__name__}; "
                 "ds.compact.where takes dask-backed (or in-memory) Datasets"
@@ -208,7 +210,7 @@ def compact_dataset(
             continue
         key = _key(name, along.index(name), name in p.fields, INDICES, taken)
         data = _rows_first(v, dim)
-        if lead is not None and not _is_dask(data):
+        if lead is not None and not is_dask_array(data):
             data = _from_array(data, like)
         fields[key] = data
         keys[name] = key
@@ -309,12 +311,8 @@ def _rows_first(v: xr.Variable, dim: Hashable) -> Any:
     return v.data if v.dims[0] == dim else v.transpose(dim, ...).data
 
 
-def _is_dask(a: Any) -> bool:
-    return type(a).__module__.split(".")[0] == "dask" and hasattr(a, "chunks")
-
-
 def _module(a: Any) -> str:
-    if _is_dask(a):
+    if is_dask_array(a):
         a = a._meta
     return type(a).__module__.split(".")[0]
 
@@ -328,7 +326,7 @@ def _fieldable(v: xr.Variable, like: Any) -> bool:
     if not isinstance(v.dtype, np.dtype) or v.dtype.hasobject:
         return False
     if v.chunks is not None:
-        return _is_dask(v.data) and (like is None or _module(v.data) == _module(like))
+        return is_dask_array(v.data) and (like is None or _module(v.data) == _module(like))
     data = v.data
     if not (isinstance(data, np.ndarray) or _module(data) == "cupy"):
         return False  # pandas extension arrays and other duck arrays: isel
@@ -365,7 +363,7 @@ def _host(a: Any) -> Any:
     """Row positions as a NumPy array (computed, and copied from the GPU where they are)."""
     import numpy as np
 
-    if _is_dask(a):
+    if is_dask_array(a):
         a = a.compute()
     return a.get() if _module(a) == "cupy" else np.asarray(a)
 

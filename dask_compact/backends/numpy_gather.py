@@ -13,6 +13,8 @@ field a step).
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 from numba import njit
 from numba.cpython.unsafe.numbers import trailing_zeros
@@ -152,15 +154,11 @@ def _gather1_compress(bits, n, src, dst):  # pragma: no cover - compiled
 def _gather2(bits, src, dst):  # pragma: no cover - compiled
     # rows of several units: visit the set bits, copy each row
     k = 0
-    width = src.shape[1]
     for w in range(bits.shape[0]):
         word = bits[w]
-        while word:
-            row = w * 64 + trailing_zeros(word)
-            for c in range(width):
-                dst[k, c] = src[row, c]
-            word &= word - np.uint64(1)
-            k += 1
+        if word:
+            _visit_rows(word, src, w * 64, dst, k)
+            k += popcount(word)
     return k
 
 
@@ -204,8 +202,8 @@ def _gather2_compress(bits, n, u, spread, src, dst):  # pragma: no cover - compi
 
 @njit(nogil=True, cache=True, boundscheck=False, inline="always")
 def _visit_rows(word, src, s, dst, r):  # pragma: no cover - compiled
-    # the rows s + j of src whose bit j of word is set, to dst[r], dst[r + 1], ... (2-D views
-    # of the flat columns, rows of any width, as _gather2 copies them)
+    # the rows s + j of src whose bit j of word is set, to dst[r], dst[r + 1], ... (2-D, rows
+    # of any width)
     width = src.shape[1]
     while word:
         row = s + trailing_zeros(word)
@@ -250,18 +248,12 @@ def _indices_compress(bits, base, dst):  # pragma: no cover - compiled
     return k
 
 
+@functools.cache
 def _spread(u: int) -> np.ndarray:
     """For each byte b of row bits, b's bits each repeated u times (8 rows of u units)."""
-    table = _SPREAD.get(u)
-    if table is None:
-        row = (1 << u) - 1
-        table = np.array([sum(row << (u * i) for i in range(8) if b >> i & 1) & (2**64 - 1)
-                          for b in range(256)], dtype=np.uint64)
-        _SPREAD[u] = table
-    return table
-
-
-_SPREAD: dict[int, np.ndarray] = {}
+    row = (1 << u) - 1
+    return np.array([sum(row << (u * i) for i in range(8) if b >> i & 1) & (2**64 - 1)
+                     for b in range(256)], dtype=np.uint64)
 
 
 def gather_rows(bits: np.ndarray, n: int, src: np.ndarray, dst: np.ndarray) -> int:
