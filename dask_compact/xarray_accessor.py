@@ -52,14 +52,17 @@ class CompactDatasetAccessor:
 
         Parameters
         ----------
-        cond : str or callable
+        cond : str, callable or boolean DataArray
             A string over the Dataset's variable names, ``"(energy > 5) & (abs(eta) < 2.5)"``,
             or a callable taking variables by parameter name, ``lambda energy, eta: ...``, as in
             :func:`dask_compact.compact_records`. The variables it reads (data variables or
-            coordinates) must be 1-D along ``dim``.
+            coordinates) must be 1-D along ``dim``. Or a 1-D boolean DataArray along ``dim``,
+            what ``ds.where(cond, drop=True)`` takes (``ds.energy > 5``, lazy or computed),
+            of the Dataset's length and index along ``dim``: evaluated chunk by chunk in the
+            pass that compacts.
         dim : hashable, optional
             The dimension to compact. Default: the one dimension the variables ``cond`` reads
-            share (an error if they share none or several).
+            share (an error if they share none or several), or the mask's.
         indices : str, optional
             Also add the selected rows' positions along ``dim`` in ``ds`` (int64) as a
             coordinate of this name.
@@ -80,11 +83,13 @@ class CompactDatasetAccessor:
         ValueError
             ``dim`` not a dimension of the Dataset, ``cond`` naming no variable, or reading one
             that is not 1-D along ``dim``, no ``dim`` given where the variables read share
-            several dimensions or none, ``indices`` naming an existing variable, ``chunks``
-            with an in-memory Dataset.
+            several dimensions or none, a mask DataArray not 1-D along ``dim`` or of another
+            length or index, ``indices`` naming an existing variable, ``chunks`` with an
+            in-memory Dataset.
         TypeError
-            ``cond`` does not give booleans, reads a variable of an unsupported dtype, or the
-            Dataset mixes NumPy and CuPy variables along ``dim`` (index coordinates aside).
+            ``cond`` does not give booleans (a mask DataArray of another dtype included),
+            reads a variable of an unsupported dtype, is a Dataset, or the Dataset mixes NumPy
+            and CuPy variables along ``dim`` (index coordinates aside).
 
         Notes
         -----
@@ -124,6 +129,12 @@ class CompactDatasetAccessor:
         >>> ds.where(cond, drop=True).hits.values
         array([[2., 4.],
                [7., 9.]])
+
+        The same mask, lazy or computed, as the condition here:
+
+        >>> ds.compact.where((ds.energy > 5) & (abs(ds.eta) < 2.5)).hits.values
+        array([[2, 4],
+               [7, 9]])
         """
         return compact_dataset(self._ds, cond, dim, indices, chunks)
 
@@ -167,6 +178,10 @@ def compact_dataset(
     from .records import compact_records
     from .records_check import INDICES
 
+    mask = None
+    if isinstance(cond, xr.DataArray):
+        ds, mask, dim = _with_mask(ds, cond, dim, indices)
+        cond = mask
     # parsed (or traced) once; the Predicate goes on to compact_records as it is
     p = _predicate(cond, tuple(n for n in ds.variables if isinstance(n, str) and n))
     dim = _the_dim(ds, p.fields, dim)
@@ -245,6 +260,8 @@ def compact_dataset(
     result = xr.Dataset({n: variables[n] for n in ds.data_vars}, coords=coords, attrs=ds.attrs)
     if indices is not None:
         result = result.assign_coords({indices: xr.Variable((dim,), out[INDICES])})
+    if mask is not None:
+        result = result.drop_vars(mask)
     return result.drop_encoding()
 
 
@@ -258,6 +275,12 @@ def compact_dataarray(
     own = arr.name if isinstance(arr.name, str) and arr.name else None
     aliases = [a for a in (own, "x") if a is not None and a not in coord_names]
     aliases = list(dict.fromkeys(aliases))
+    if isinstance(cond, xr.DataArray):  # a mask: compact_dataset adds it as a variable
+        key = next((a for a in aliases), "<the DataArray>")
+        out = compact_dataset(arr.to_dataset(name=key), cond, dim, indices, chunks)
+        res = out[key]
+        res.name = arr.name
+        return res
     p = _predicate(cond, (*aliases, *coord_names))
     used = [a for a in aliases if a in p.fields]
     if len(used) > 1:
@@ -274,16 +297,59 @@ def _predicate(cond: Any, names: tuple[str, ...]) -> Any:
     """The record Predicate of ``cond`` over the variables ``names``."""
     from .predicate.fields import record_predicate
 
-    if isinstance(cond, (xr.DataArray, xr.Dataset)):
-        # ds.where(ds.energy > 5, drop=True)'s form: an array already computed (or a graph
-        # of it), which this accessor would evaluate a second time to compact by
+    if isinstance(cond, xr.Dataset):
         raise TypeError(
-            f"cond is an xarray {type(cond).__name__}; compact.where takes the condition as a "
-            "string over the variable names or a callable taking them by name (\"energy > 5\" "
-            "or lambda energy: energy > 5), evaluated where each chunk lives. For a mask "
-            "already computed: ds.isel({dim: np.flatnonzero(mask.values)})"
+            "cond is an xarray Dataset; compact.where takes the condition as a string over "
+            "the variable names, a callable taking them by name (\"energy > 5\" or lambda "
+            "energy: energy > 5), or a boolean DataArray along the dimension (ds.energy > 5)"
         )
     return record_predicate(cond, names)
+
+
+def _with_mask(
+    ds: xr.Dataset, cond: xr.DataArray, dim: Hashable | None, avoid: str | None
+) -> tuple[xr.Dataset, str, Hashable]:
+    """``ds`` with the boolean DataArray ``cond`` added as a variable, its new name (the
+    predicate that reads it) and the dimension it runs along.
+
+    What ``ds.where(cond, drop=True)`` users pass. As a variable of the Dataset the mask is a
+    field of the same compact_records call: a mask built from the Dataset's own dask variables
+    (``ds.energy > 5``) is computed chunk by chunk in the pass that compacts, from the chunks
+    the pass reads anyway, not beforehand. The name is none of the Dataset's nor ``avoid``
+    (the ``indices=`` coordinate's)."""
+    if cond.dtype != bool:
+        raise TypeError(
+            f"cond is a DataArray of dtype {cond.dtype}; compact.where takes a boolean one "
+            "(ds.energy > 5), a string or a callable"
+        )
+    if cond.ndim != 1 or (dim is not None and cond.dims != (dim,)):
+        along = f"along {dim!r}" if dim is not None else "along one dimension"
+        raise ValueError(
+            f"cond is a DataArray of dimensions {cond.dims}: a mask of the rows is 1-D "
+            f"{along} (one value per row)"
+        )
+    (dim,) = cond.dims
+    if dim not in ds.dims:
+        raise ValueError(
+            f"cond runs along {dim!r}, which is not a dimension of the Dataset (dimensions: "
+            f"{', '.join(map(repr, ds.dims))})"
+        )
+    if cond.sizes[dim] != ds.sizes[dim]:
+        raise ValueError(
+            f"cond has {cond.sizes[dim]} rows along {dim!r}, the Dataset {ds.sizes[dim]}"
+        )
+    try:  # the same rows in the same order, or no answer: never a silent reindex
+        xr.align(ds, cond, join="exact", copy=False)
+    except ValueError as e:
+        raise ValueError(
+            f"cond's index along {dim!r} differs from the Dataset's ({e}); align them first "
+            "(xr.align, .reindex_like)"
+        ) from None
+    name, i = "cond", 0
+    while name in ds.variables or name == avoid:
+        i += 1
+        name = f"cond_{i}"
+    return ds.assign({name: cond.variable}), name, dim
 
 
 def _the_dim(ds: xr.Dataset, read: tuple[str, ...], dim: Hashable | None) -> Hashable:

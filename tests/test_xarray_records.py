@@ -256,12 +256,64 @@ def test_errors():
         d.compact.where(COND, indices="energy")
     with pytest.raises(TypeError):
         d.compact.where(COND, dim="event", lazy=True)  # xarray cannot hold unknown lengths
-    # ds.where's form, a boolean DataArray: refused with the string form and isel as the ways
-    for cond in (d.energy > 5, (d.energy > 5).to_dataset()):
-        with pytest.raises(TypeError, match=r"string over the variable names.*isel"):
-            d.compact.where(cond, dim="event")
-        with pytest.raises(TypeError, match=r"string over the variable names.*isel"):
-            d.energy.compact.where(cond)
+    # a Dataset is no condition; a mask DataArray must be boolean, 1-D along dim, aligned
+    with pytest.raises(TypeError, match=r"Dataset; compact.where takes .*boolean DataArray"):
+        d.compact.where((d.energy > 5).to_dataset(), dim="event")
+    with pytest.raises(TypeError, match="dtype float64; compact.where takes a boolean one"):
+        d.compact.where(d.energy)
+    with pytest.raises(ValueError, match=r"dimensions \('event', 'layer'\)"):
+        d.compact.where(d.hits > 3)
+    with pytest.raises(ValueError, match="1-D along 'layer'"):
+        d.compact.where(d.energy > 5, dim="layer")
+    with pytest.raises(ValueError, match="49 rows along 'event', the Dataset 50"):
+        d.compact.where((d.energy > 5).isel(event=slice(1, None)).drop_vars("event"))
+    with pytest.raises(ValueError, match="index along 'event' differs"):
+        d.compact.where((d.energy > 5).assign_coords(event=d.event.values[::-1]))
+    with pytest.raises(ValueError, match="index along 'event' differs"):
+        d.energy.compact.where((d.energy > 5).assign_coords(event=d.event.values + 1))
+    missing = xr.DataArray(np.ones(50, bool), dims="row")
+    with pytest.raises(ValueError, match="'row', which is not a dimension"):
+        d.compact.where(missing)
+
+
+@pytest.mark.parametrize("lazy", [True, False], ids=["dask-mask", "computed-mask"])
+@pytest.mark.parametrize("n", [0, 1, 33, 1025])
+def test_boolean_dataarray_condition(n, lazy):
+    """ds.where(cond, drop=True)'s condition, a boolean DataArray: the same rows as isel, the
+    mask itself not in the result, dtypes kept; on the DataArray accessor too."""
+    ds = events(n, seed=n + 1)
+    d = ds.chunk(event=max(7, n // 8))
+    cond = (d.energy > 5) & (abs(d.eta) < 2.5)
+    if not lazy:
+        cond = cond.compute()
+    mask = mask_of(ds)
+    out = d.compact.where(cond, indices="cond")  # the mask's own name must not clash
+    np.testing.assert_array_equal(out.cond.values, np.flatnonzero(mask))
+    check_same(out.drop_vars("cond"), reference(d, mask))
+    assert isinstance(out.energy.data, da.Array)
+    img = d.img.compact.where(cond)
+    xr.testing.assert_identical(img.compute(), ds.img.isel(event=np.flatnonzero(mask)))
+    # an in-memory Dataset with a computed mask stays in memory
+    mem = ds.compact.where(cond.compute())
+    check_same(mem, reference(ds, mask))
+    assert isinstance(mem.energy.data, np.ndarray)
+
+
+def test_lazy_mask_is_computed_in_the_compacting_pass():
+    """A mask built from the Dataset's own dask variables is evaluated in the pass that
+    compacts: each energy chunk is made once (counted by a map_blocks that logs its calls)."""
+    calls = []
+
+    def count(block, block_info=None):
+        calls.append(block_info[0]["chunk-location"])
+        return block
+
+    ds = events(200, seed=5)
+    d = ds.chunk(event=50)
+    d["energy"] = d.energy.copy(data=d.energy.data.map_blocks(count, dtype=float))
+    out = d.compact.where(d.energy > 5)
+    check_same(out, reference(ds, ds.energy.values > 5))
+    assert sorted(calls) == [(i,) for i in range(4)], calls
 
 
 def test_import_order_and_no_eager_xarray_import():
