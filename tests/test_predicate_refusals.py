@@ -320,3 +320,45 @@ def test_exponent_checks_take_numpy_scalar_constants_and_know_what_needs_data():
         check_power_exponents(neg.typed(a.dtype).powers, a, neg.params, DeviceOnly())
     assert as_predicate("2 ** (x - 1) > 4").typed(a.dtype).data_powers
     assert not as_predicate("x ** 3 > 5").typed(a.dtype).data_powers
+
+
+# `|`, `&` and `^` bind tighter than comparisons: without parentheses these are Python's
+# chained comparisons (`x == (1 | x) == 2`), which ran on integers and selected other rows.
+UNPARENTHESISED = [
+    ("x == 1 | x == 2", "(x == 1) | (x == 2)"),
+    ("x < 0 | x > 5", "(x < 0) | (x > 5)"),
+    ("x > 0 & x < 3", "(x > 0) & (x < 3)"),
+    ("x >= 2 ^ x <= 4", "(x >= 2) ^ (x <= 4)"),
+]
+
+
+@pytest.mark.parametrize("text, meant", UNPARENTHESISED)
+@pytest.mark.parametrize("dtype", [np.int64, np.uint8, np.float32])
+def test_unparenthesised_bitwise_chain_is_refused_with_the_fix(text, meant, dtype):
+    a = np.arange(-5, 10).astype(dtype)
+    x = da.from_array(a, chunks=4)
+    for call in (lambda: dask_compact.compact_array(a, text),
+                 lambda: x.map_compact(text),
+                 lambda: dask_compact.compact_records({"x": a}, text)):
+        with pytest.raises(ValueError, match="binds tighter than comparisons") as e:
+            call()
+        assert repr(meant) in str(e.value)
+    # the parenthesised form is what was meant, and runs
+    want = a[eval(meant, {"x": a})]
+    np.testing.assert_array_equal(x.map_compact(meant).compute(), want)
+
+
+PLAIN = {
+    "0 < x < 3": lambda a: (0 < a) & (a < 3),
+    "x & 1 == 1": lambda a: (a & 1) == 1,
+    "(x | 1) == 3": lambda a: (a | 1) == 3,
+    "-2 < x <= 4 < 9": lambda a: (-2 < a) & (a <= 4),
+}
+
+
+@pytest.mark.parametrize("text", list(PLAIN))
+def test_plain_chains_and_bit_tests_still_run(text):
+    a = np.arange(-5, 10)
+    want = a[PLAIN[text](a)]
+    np.testing.assert_array_equal(dask_compact.compact_array(a, text), want)
+    np.testing.assert_array_equal(da.from_array(a, chunks=4).map_compact(text).compute(), want)

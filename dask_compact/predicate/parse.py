@@ -81,6 +81,43 @@ def _refuse(text: str, what: str, hint: str = "") -> ValueError:
     return ValueError(f"predicate expression {shown!r}: {what} is not allowed{hint}")
 
 
+_BITWISE = {ast.BitOr: "|", ast.BitAnd: "&", ast.BitXor: "^"}
+_COMPARE_TEXT = {ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">",
+                 ast.GtE: ">="}
+
+
+def _check_chain(text: str, node: ast.Compare) -> None:
+    """Refuse a chained comparison with a bitwise operand: ``x == 1 | x == 2`` is Python's
+    ``x == (1 | x) == 2`` (``|`` binds tighter than ``==``), i.e. ``(x == (1 | x)) & ((1 | x)
+    == 2)``, never what was meant (pandas' ``query`` reads it as ``(x == 1) | (x == 2)``), and
+    on integers it runs and selects other rows. A chain of plain operands (``0 < x < 1``)
+    is kept."""
+    if len(node.ops) < 2:
+        return
+    operands = [node.left, *node.comparators]
+    bitwise = [o for o in operands if isinstance(o, ast.BinOp) and type(o.op) in _BITWISE]
+    if not bitwise:
+        return
+
+    def shown(o: ast.expr) -> str:
+        return f"({ast.unparse(o)})" if o in bitwise else ast.unparse(o)
+
+    ops = [_COMPARE_TEXT.get(type(op), "?") for op in node.ops]
+    read = " ".join([shown(operands[0]), *(f"{op} {shown(o)}" for op, o in zip(ops, operands[1:]))])
+    mid = operands[1]
+    sym = _BITWISE[type(bitwise[0].op)]
+    if len(ops) == 2 and isinstance(mid, ast.BinOp) and mid in bitwise:
+        meant = (f"({ast.unparse(operands[0])} {ops[0]} {ast.unparse(mid.left)}) {sym} "
+                 f"({ast.unparse(mid.right)} {ops[1]} {ast.unparse(operands[2])})")
+    else:
+        meant = f"(x == 1) {sym} (x == 2)"
+    where = text if len(text) <= 80 else text[:77] + "..."
+    raise ValueError(
+        f"predicate expression {where!r}: `{sym}` binds tighter than comparisons, so this reads "
+        f"as the chained comparison {read!r}; put each comparison in parentheses: {meant!r}"
+    )
+
+
 def _check(text: str, tree: ast.AST, names: tuple[str, ...] = (_VARIABLE,)) -> None:
     """Reject every node outside the whitelist before anything is computed. ``names``: the
     variables (``x``, or a record's field names)."""
@@ -111,6 +148,7 @@ def _check(text: str, tree: ast.AST, names: tuple[str, ...] = (_VARIABLE,)) -> N
             for op in node.ops:  # before the operands, so `x in (1, 2)` names `in`
                 if not isinstance(op, _ALLOWED):
                     raise _refuse(text, _NAMES_OF_NODES.get(type(op), type(op).__name__))
+            _check_chain(text, node)
         elif isinstance(node, ast.Call):
             if node.keywords:
                 raise _refuse(text, "a keyword argument")
