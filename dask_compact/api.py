@@ -14,7 +14,7 @@ from dask.base import tokenize
 
 from .graph import Plan, build
 from .predicate import Predicate, PredicateLike, as_predicate
-from .predicate.core import NotElementwise, array_module
+from .predicate.core import NotElementwise, check_sample
 from .predicate.expr import Call, Param, Var
 from .validate import check_algorithm, check_chunk_type, check_dtype, check_output, native
 
@@ -325,7 +325,7 @@ def _compact_times(x: da.Array, pred: PredicateLike, output: str, lazy: bool,
     x = _native(x)
     _check_predicate(p, x)
     if p.path == "fused":  # typed for numbers only: NumPy says now whether it has a loop
-        p.mask(_sample(meta_from_array(x._meta, ndim=1, dtype=x.dtype)[:0], x.dtype))
+        p.mask(check_sample(x.dtype, like=meta_from_array(x._meta, ndim=1, dtype=x.dtype)))
     mask = da.map_blocks(_mask_block, x, p, dtype=bool)
     return compact(x, mask, output=output, lazy=lazy, chunks=chunks)
 
@@ -348,10 +348,10 @@ def _check_predicate(p: Predicate, x: da.Array, rows: bool = False) -> None:
     # the sample first: a callable that reduces its chunk is refused by the slice check as not
     # elementwise, where the empty chunk would raise the reduction's own error (the maximum
     # of an empty array)
-    sample = _sample(empty, x.dtype, n=row * max(2, 64 // row)).reshape(-1, *row_shape)
+    sample = check_sample(x.dtype, row * max(2, 64 // row), empty).reshape(-1, *row_shape)
     try:
         with np.errstate(all="ignore"):
-            p.mask(sample)
+            p.mask(sample, every_row=True)
     except NotElementwise:
         raise
     except Exception as e:  # noqa: BLE001 - it may fail on made-up values only; the tasks tell
@@ -383,21 +383,6 @@ def _refused_by_rows(p: Predicate, x: da.Array, flat: NotElementwise
     except Exception as e:  # noqa: BLE001 -- it may fail on made-up values only; the tasks tell
         logger.debug("predicate %s failed on a sample of rows: %r", p.source, e)
     return None
-
-
-def _sample(like: Any, dtype: np.dtype, n: int = 64) -> Any:
-    """A ramp of ``n`` values of ``dtype`` in ``like``'s array type, for the slice check.
-
-    A ramp makes the statistics of a slice (its mean, maximum, length) differ most from the
-    whole sample's, so a callable that uses them gives the slice other values."""
-    ramp = np.arange(n)  # 0..63: fits every integer dtype
-    if dtype.kind == "b":
-        a = ramp >= n // 2
-    elif dtype.kind == "c":
-        a = (ramp + 1j * ramp[::-1]).astype(dtype)
-    else:
-        a = ramp.astype(dtype)
-    return a if isinstance(like, np.ndarray) else array_module(like).asarray(a)
 
 
 def _ravel(x: da.Array) -> da.Array:

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from .predicate.core import NotElementwise, Predicate
+from .predicate.core import NotElementwise, Predicate, check_sample
 from .predicate.fields import record_mask, record_predicate
 from .validate import (
     _module_of,
@@ -129,24 +129,15 @@ def check_record_predicate(pred: Any, fields: dict[str, Any]) -> Predicate:
     except Exception as e:
         e.add_note(f"dask_compact: the record predicate {p.source} failed on empty fields")
         raise
-    sample = {name: _ramp(dt) for name, dt in dtypes.items()}
+    sample = {name: check_sample(dt) for name, dt in dtypes.items()}
     try:
         with np.errstate(all="ignore"):
-            record_mask(p, sample, 64, np)
+            record_mask(p, sample, 64, np, every_row=True)
     except NotElementwise:
         raise
     except Exception as e:  # noqa: BLE001 - it may fail on made-up values only; the chunks tell
         logger.debug("record predicate %s failed on sample rows: %r", p.source, e)
     return p
-
-
-def _ramp(dtype: np.dtype, n: int = 64) -> np.ndarray:
-    ramp = np.arange(n)
-    if dtype.kind == "b":
-        return ramp >= n // 2
-    if dtype.kind == "c":
-        return (ramp + 1j * ramp[::-1]).astype(dtype)
-    return ramp.astype(dtype)
 
 
 def check_into(fields: dict[str, Any], out: Any, count: Any, stream: Any) -> dict[str, Any]:

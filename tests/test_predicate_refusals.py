@@ -162,6 +162,40 @@ def test_mask_path_slice_check_catches_what_the_tracer_cannot_see():
         assert np.array_equal(q.mask(a), np.isin(a % 7, [1, 3]))
 
 
+# A statistic that every part of a smooth chunk agrees on (a probe found both passing the
+# head/tail slices: each chunk filtered against its own statistic, silently): refused by the
+# checks of single rows and of the sample spread over the dtype's range.
+def _adc(seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    n = 200_000
+    noise = np.concatenate([rng.normal(0, 10, n // 2), rng.normal(0, 50, n // 2)])
+    return noise.round().astype(np.int16)
+
+
+# (callable, data, chunk, whether a chunk's own rows tell: every part of an arange chunk
+# agrees on v > v.mean() - 1000, only the sample's spread does not)
+STATISTIC_PAST_THE_TRACER = [
+    (lambda v: v.astype(np.float64) > v.mean() - 1000, np.arange(1000, 11000), 1000, False),
+    (lambda v: np.abs(v.astype(np.float64) - v.mean()) < 3 * v.std(), _adc(12), 10_000, True),
+]
+
+
+@pytest.mark.parametrize("f, a, chunk, local", STATISTIC_PAST_THE_TRACER,
+                         ids=["mean", "sigma-clip"])
+def test_a_statistic_every_slice_agrees_on_is_refused(f, a, chunk, local):
+    assert as_predicate(f).path == "mask"
+    x = da.from_array(a, chunks=chunk)
+    counter = _Counter()
+    with counter, pytest.raises(NotElementwise, match="not elementwise"):
+        x.map_compact(f, output="indices")
+    assert counter.n == 0  # by the sample, before anything runs
+    with pytest.raises(NotElementwise, match="not elementwise"):
+        dask_compact.compact_records({"v": x, "w": x * 2}, lambda v: f(v))
+    if local:  # and inside the tasks too: a chunk's single rows
+        with pytest.raises(NotElementwise, match="not elementwise"):
+            as_predicate(f).mask(a[:chunk])
+
+
 def test_elementwise_mask_path_still_runs(x):
     got = x.map_compact(lambda v: np.isin(v, [1.0, 7.0])).compute()
     assert np.array_equal(got, np.array([1.0, 7.0]))

@@ -177,15 +177,18 @@ class Predicate:
             return ("dask_compact.Predicate", repr(self.expr), tokenize(self.params))
         return ("dask_compact.Predicate", tokenize(self.func))
 
-    def mask(self, a: Any, xp: Any = None) -> Any:
-        """The boolean mask of ``a`` (same shape), computed with ``a``'s array module."""
+    def mask(self, a: Any, xp: Any = None, *, every_row: bool = False) -> Any:
+        """The boolean mask of ``a`` (same shape), computed with ``a``'s array module.
+
+        A mask-path callable is checked on parts of ``a`` (:func:`check_parts`); on every
+        row alone with ``every_row`` (a sample checked before anything runs)."""
         if xp is None:
             xp = array_module(a)
         if self.expr is not None:
             return check_mask(evaluate(self.expr, a, self.params, xp), a, self.source, xp)
         assert self.func is not None
         m = check_mask(self._call(a), a, self.source, xp)
-        self._check_slices(a, m, xp)
+        self._check_slices(a, m, xp, every_row)
         return m
 
     def _call(self, a: Any) -> Any:
@@ -207,31 +210,20 @@ class Predicate:
                 "dask_compact.compact(x, m)."
             ) from None
 
-    def _check_slices(self, a: Any, m: Any, xp: Any) -> None:
-        """Raise if the callable gives a slice of the chunk other values than the chunk.
+    def _check_slices(self, a: Any, m: Any, xp: Any, every_row: bool = False) -> None:
+        """Raise if the callable gives a part of the chunk other values than the chunk (see
+        :func:`check_parts`).
 
         The tracer refuses what it can see (reductions, sizes, conversions), but a callable on
         the mask path runs unseen code, e.g. a statistic computed after ``v.astype(...)``.
-        An elementwise callable gives ``pred(a[:k]) == pred(a)[:k]``; one that looks at the
-        whole chunk almost never does. Two slices of at most :data:`SLICE_CHECK` elements
-        keep the cost small next to the chunk, and one host sync on a GPU.
         """
-        if a.ndim == 0 or a.shape[0] < 2:
+        if a.ndim == 0:
             return
-        n = a.shape[0]
-        k = min(SLICE_CHECK, n // 2)
-        assert self.func is not None
-        head = check_mask(self._call(a[:k]), a[:k], self.source, xp)
-        tail = check_mask(self._call(a[n - k :]), a[n - k :], self.source, xp)
-        if not bool(xp.array_equal(head, m[:k]) & xp.array_equal(tail, m[n - k :])):
-            raise NotElementwise(
-                f"predicate {self.source} is not elementwise: it gives a slice of a chunk other "
-                "values than the same elements in the whole chunk, so it depends on how the "
-                "array is chunked (a statistic of the chunk, its size, random numbers...). Use "
-                "elementwise operations only; compute statistics on the dask array first, and "
-                "for a random sample pass a boolean dask array (da.random) to "
-                "dask_compact.compact(x, mask)."
-            )
+
+        def part(sl: slice) -> Any:
+            return check_mask(self._call(a[sl]), a[sl], self.source, xp)
+
+        check_parts(part, m, a.shape[0], self.source, xp, every_row)
 
     def typed(self, dtype: Any) -> TypedPredicate:
         """Type the fused tree for ``dtype`` (a record's predicate: a mapping field -> dtype, or
@@ -288,6 +280,73 @@ def array_module(a: Any) -> Any:
 
         return cupy
     return np
+
+
+def check_parts(part: Callable[[slice], Any], m: Any, n: int, source: str, xp: Any,
+                every_row: bool = False) -> None:
+    """Raise NotElementwise unless ``part(sl) == m[sl]`` for the chunk's first and last
+    :data:`SLICE_CHECK` rows and for its first, middle and last row alone (every row with
+    ``every_row``): ``part(sl)`` is the mask-path callable's answer on those rows alone, ``m``
+    its answer on all ``n``.
+
+    An elementwise callable gives a part of the chunk the same values; one that looks at the
+    whole chunk (a statistic, its size, random numbers) almost never does. A row alone is
+    where a statistic differs most from the chunk's: its mean is the row itself, its spread
+    zero, so ``v > v.mean() - c`` and ``abs(v - v.mean()) < 3 * v.std()`` flip there even
+    where every slice of a smooth chunk agrees. A few small calls, next to the chunk's, and
+    one host sync on a GPU.
+    """
+    if n < 2:
+        return
+    k = min(SLICE_CHECK, n // 2)
+    rows = range(n) if every_row else sorted({0, n // 2, n - 1})
+    same: Any = True
+    for sl in (slice(0, k), slice(n - k, n), *(slice(i, i + 1) for i in rows)):
+        same = same & xp.array_equal(part(sl), m[sl])
+    if not bool(same):
+        raise NotElementwise(
+            f"predicate {source} is not elementwise: it gives a part of a chunk other values "
+            "than the same rows in the whole chunk, so it depends on how the array is chunked "
+            "(a statistic of the chunk, its size, random numbers...). Use elementwise "
+            "operations only; compute statistics on the dask array first, and for a random "
+            "sample pass a boolean dask array (da.random) to dask_compact.compact(x, mask)."
+        )
+
+
+def check_sample(dtype: np.dtype, n: int = 64, like: Any = None) -> Any:
+    """``n`` values of ``dtype`` (in ``like``'s array type: NumPy by default) for the checks of
+    a mask-path callable before anything runs (:func:`check_parts` on every row): a ramp 0,
+    1, ... (the first half), then values spread over the dtype's range, alternating in sign
+    where it has one, the largest last.
+
+    A ramp makes the statistics of a slice (its mean, maximum, length) differ from the whole
+    sample's; the spread makes them differ from one row's alone by more than the constants a
+    callable compares with (``v > v.mean() - 1000`` agrees on every part of a chunk of
+    values within 1000 of each other, never on this sample)."""
+    half = n // 2
+    ramp = np.arange(half)  # 0..31: fits every integer dtype
+    spread_n = n - half
+    if dtype.kind == "b":
+        return _in_type_of(np.arange(n) >= half, like)
+    signs = [1 if i % 2 or dtype.kind == "u" else -1 for i in range(spread_n)]
+    values: list[Any] = [int(v) for v in ramp]
+    if dtype.kind in "iumM":  # datetimes and timedeltas: their int64 counts
+        # Python ints: 2**62 and 2**63 do not survive a cast through float64 to int64/uint64
+        top = int(np.iinfo(dtype if dtype.kind in "iu" else np.int64).max) // 2
+        mags = sorted({min(top, round(v)) for v in np.geomspace(1, max(top, 1), spread_n)})
+        mags = [1] * (spread_n - len(mags)) + mags  # small dtypes: fewer distinct powers
+        values += [s * m for s, m in zip(signs, mags)]
+        ints = np.array(values, dtype=dtype if dtype.kind in "iu" else np.int64)
+        return _in_type_of(ints.astype(dtype), like)
+    top_exp = min(12.0, float(np.log10(np.finfo(dtype).max)) - 1)
+    values += [s * float(m) for s, m in zip(signs, np.logspace(-3, top_exp, spread_n))]
+    real = np.array(values, dtype=np.float64)
+    a = (real + 1j * real[::-1]) if dtype.kind == "c" else real
+    return _in_type_of(a.astype(dtype), like)
+
+
+def _in_type_of(a: np.ndarray, like: Any) -> Any:
+    return a if like is None or isinstance(like, np.ndarray) else array_module(like).asarray(a)
 
 
 def check_mask(m: Any, a: Any, source: str, xp: Any = np) -> Any:

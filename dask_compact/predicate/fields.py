@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..cache import BoundedCache
-from .core import NotElementwise, Predicate, array_module, check_mask, failed_on
+from .core import Predicate, array_module, check_mask, check_parts, failed_on
 from .expr import variables
 from .memo import trace_key
 
@@ -124,11 +124,13 @@ def record_predicate(pred: Any, names: tuple[str, ...]) -> Predicate:
     return p
 
 
-def record_mask(p: Predicate, fields: dict[str, Any], n: int, xp: Any = None) -> Any:
+def record_mask(p: Predicate, fields: dict[str, Any], n: int, xp: Any = None, *,
+                every_row: bool = False) -> Any:
     """The boolean mask (``n`` rows) of a record predicate over in-memory fields.
 
     The mask path's callable is checked as a one-array one is: one boolean per row, and the
-    same values for the first and last rows (at most 32) computed alone as within the chunk.
+    same values for parts of the rows computed alone as within the chunk (``check_parts``;
+    every row alone with ``every_row``).
     """
     read = {name: fields[name] for name in p.fields}
     if xp is None:
@@ -146,14 +148,9 @@ def record_mask(p: Predicate, fields: dict[str, Any], n: int, xp: Any = None) ->
         e.add_note(failed_on(p.source, "the fields", next(iter(read.values()), like)))
         raise
     m = check_mask(got, like, p.source, xp)
-    if n >= 2:
-        k = min(32, n // 2)
-        for sl in (slice(0, k), slice(n - k, n)):
-            part = check_mask(func(**{f: v[sl] for f, v in read.items()}), like[sl], p.source, xp)
-            if not bool(xp.array_equal(part, m[sl])):
-                raise NotElementwise(
-                    f"predicate {p.source} is not elementwise: it gives a slice of a chunk "
-                    "other values than the same rows in the whole chunk, so it depends on how "
-                    "the fields are chunked; use elementwise operations only"
-                )
+
+    def part(sl: slice) -> Any:
+        return check_mask(func(**{f: v[sl] for f, v in read.items()}), like[sl], p.source, xp)
+
+    check_parts(part, m, n, p.source, xp, every_row)
     return m
