@@ -167,6 +167,21 @@ def _groups_by_worker(plan: Plan, blocks: list | None
     return groups, [holders[g[0][0]] for g in groups], rootish
 
 
+def input_form(x: da.Array) -> str:
+    """``"held"`` where every block of ``x`` is a distributed Future (persisted on a
+    cluster), else ``"graph"``: part of every output name's token. The two build different
+    tasks under the same output keys (a task over the futures; a task that dask's persist
+    fuses with the input's and leaves an alias under our key), and distributed warns of such
+    keys ("different run_spec ... can cause failures and deadlocks") when one form follows
+    the other while the first result lives."""
+    distributed = distributed_if_imported()
+    if distributed is None:
+        return "graph"
+    keys = list(flatten(x.__dask_keys__()))
+    held = bool(keys) and all(isinstance(x.dask.get(k), distributed.Future) for k in keys)
+    return "held" if held else "graph"
+
+
 def _held_futures(plan: Plan) -> list | None:
     """The futures of the held input's blocks (``plan.block_keys()``), None unless every block
     is one (an input persisted on a distributed cluster)."""

@@ -22,7 +22,16 @@ from dask.highlevelgraph import HighLevelGraph
 
 from . import client_stream
 from .dispatch import compact_records as compact_records_chunk
-from .graph import _count, _extend, _fetch_counts, _held_counts, _meta, rechunk_rows, row_chunks
+from .graph import (
+    _count,
+    _extend,
+    _fetch_counts,
+    _held_counts,
+    _meta,
+    input_form,
+    rechunk_rows,
+    row_chunks,
+)
 from .predicate.core import Predicate
 from .records_check import INDICES
 
@@ -67,7 +76,7 @@ def build_records(
     nb = len(rows)
     starts = np.concatenate([[0], np.cumsum(rows)[:-1]]).astype(np.int64) if nb else np.zeros(0)
     token = tokenize("compact_records", [fields[n].name for n in names], names, pred, indices,
-                     stable)
+                     stable, lazy, [input_form(fields[n]) for n in names])
     p1 = f"compact-records-{token}"
     layer: dict[Any, Any] = {}
     for i in range(nb):

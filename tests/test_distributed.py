@@ -532,3 +532,37 @@ def test_an_input_not_persisted_is_read_and_compacted_in_one_task(client, source
     assert not [k for k in held if source in k and "compact" not in k
                 and "original" not in k], held
     np.testing.assert_array_equal(y.compute(), want[want < 0.5])
+
+
+def test_each_graph_form_has_its_own_output_keys(client):
+    """Lazy and eager calls, by_worker on and off, a held input and the same input as a
+    graph build different tasks: each takes keys of its own, so distributed never meets one
+    key with two run_specs (it warned of "failures and deadlocks" when one form followed
+    another under the same names: a probe's lazy call after an eager one, argsort of an
+    array and then of the same array persisted)."""
+    a = np.random.default_rng(4).random(3_000)
+    x = da.from_array(a, chunks=700)
+    held = x.persist()
+    results = [
+        x.map_compact("x > 0.5", by_worker=False),
+        x.map_compact("x > 0.5", lazy=True),
+        x.map_compact("x > 0.5"),
+        held.map_compact("x > 0.5", by_worker=False),
+        held.map_compact("x > 0.5", lazy=True),
+        dask_compact.compact(x, x > 0.5),
+        dask_compact.compact(x, x > 0.5, lazy=True),
+    ]
+    assert len({r.name for r in results}) == len(results)
+    for r in results:
+        np.testing.assert_array_equal(r.compute(), a[a > 0.5])
+    fields = {"v": x, "w": x * 2}
+    records = [dask_compact.compact_records(fields, "v > 0.5", lazy=lazy) for lazy in (0, 1)]
+    assert records[0]["v"].name != records[1]["v"].name
+    one = da.from_array(a[:1], chunks=1)
+    first = dask_compact.argsort(one)
+    np.testing.assert_array_equal(first.compute(), [0])
+    again = dask_compact.argsort(one.persist())
+    np.testing.assert_array_equal(again.compute(), [0])
+    assert first.name != again.name
+    logs = [m for _, m in client.get_scheduler_logs(n=10_000) if "different run_spec" in m]
+    assert not logs, logs[:3]
