@@ -78,6 +78,8 @@ scatter compaction of the backend's ``compact_scan`` instead of the fused kernel
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 from dask.utils import Dispatch
 
@@ -341,3 +343,26 @@ def _register_cupy_split() -> None:
     from .backends import cupy_split
 
     split_chunk.register(cupy.ndarray, cupy_split.split_chunk)
+
+
+# A masked chunk is an ndarray subclass, which the NumPy steps above would take, dropping its
+# mask. A dask array whose _meta says ndarray can hold masked chunks (map_blocks returning
+# np.ma arrays without saying so), which the check of the meta lets by: each step refuses
+# them as the meta's check does.
+def _refuse_masked(step: Dispatch) -> Callable[..., None]:
+    def refuse(*args: object, **kwargs: object) -> None:
+        from .validate import check_chunk_type
+
+        check_chunk_type(  # raises, with what to write instead
+            np.ma.masked_array([]),
+            f"{step.__name__} (a chunk of the input is a masked array, though the dask array's "
+            "meta is not)")
+
+    return refuse
+
+
+# compact_many and compact_runs are dispatched on their first chunk's type
+for _step in (compact_chunk, compact_masked, compact_many, compact_runs, compact_into,
+              compact_records, compact_records_into, scan_chunk, scan_total, *_SORT_STEPS,
+              split_chunk):
+    _step.register(np.ma.MaskedArray, _refuse_masked(_step))

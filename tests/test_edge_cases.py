@@ -111,6 +111,31 @@ def test_masked_arrays_are_refused_with_the_way_out():
     np.testing.assert_array_equal(got, a[(a > 0.5) & (a <= 0.9)])
 
 
+def test_masked_chunks_under_a_plain_meta_are_refused_in_the_tasks():
+    """A dask array whose meta says ndarray but whose chunks are masked (map_blocks returning
+    np.ma arrays without saying so): every chunk step refuses them, where the NumPy steps
+    took them as data and dropped the mask (a probe found cumsum, sort, partition and
+    map_compact doing so)."""
+    x = da.from_array(np.arange(10.0), chunks=3)
+    m = x.map_blocks(lambda b: np.ma.masked_greater(b, 6), meta=np.empty(0))
+    assert type(m._meta) is np.ndarray
+    calls = {
+        "map_compact": lambda: m.map_compact("x > 2"),
+        "map_compact, mask path": lambda: m.map_compact(lambda v: np.isin(v, [1.0, 7.0])),
+        "compact": lambda: dask_compact.compact(m, x > 2),
+        "compact_records": lambda: dask_compact.compact_records({"a": m, "b": x}, "a > 2")["a"],
+        "cumsum": lambda: dask_compact.cumsum(m),
+        "sort": lambda: dask_compact.sort(m),
+        "argsort": lambda: dask_compact.argsort(m),
+        "partition": lambda: dask_compact.partition(m, "x > 2")[0],
+    }
+    for name, call in calls.items():
+        with pytest.raises(TypeError, match="masked array, though the dask array's meta"):
+            r = call()
+            r.compute()
+            pytest.fail(f"{name}: no error")
+
+
 def test_other_chunk_types_are_refused():
     class Weird(np.ndarray):
         pass
