@@ -11,6 +11,7 @@ chunk's other piece, so the result is the global stable split with known chunk s
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import dask.array as da
@@ -19,11 +20,19 @@ from dask.base import tokenize
 from dask.highlevelgraph import HighLevelGraph
 
 from . import client_stream
-from .api import _check_dask_array, _check_predicate, _native, _ravel, _unknown
+from .api import (
+    _check_dask_array,
+    _check_predicate,
+    _native,
+    _ravel,
+    _refused_by_rows,
+    _unknown,
+)
 from .chunk import _checked
 from .dispatch import split_chunk
 from .graph import _extend, _fetch_counts, _meta
 from .predicate import Predicate, PredicateLike, as_predicate
+from .predicate.core import NotElementwise
 from .validate import check_dtype, check_output
 
 __all__ = ["partition", "partition_array"]
@@ -136,20 +145,31 @@ def partition(x: da.Array, pred: PredicateLike, *, output: str = "values") -> tu
     check_dtype(x.dtype)
     p = as_predicate(pred)
     x = _native(x)
-    _check_predicate(p, x)
     if _unknown(x):
         raise ValueError(
             "partition needs known chunk sizes (the rest of each chunk goes after every "
             "selected element); call x.compute_chunk_sizes() first"
         )
-    x1 = _ravel(x)
-    rows = np.asarray(x1.chunks[0], dtype=np.int64)
+    try:
+        _check_predicate(p, x)
+        x1 = _ravel(x)
+        keys = [(x1.name, i) for i in range(x1.numblocks[0])]
+        rows = np.asarray(x1.chunks[0], dtype=np.int64)
+    except NotElementwise as flat:
+        # per-column constants (x < np.array([a, b, c]) on (n, 3) data), as map_compact takes
+        # them: the chunks are blocks of whole rows, which split_chunk masks as they are
+        refusal = _refused_by_rows(p, x, flat)
+        if refusal is not None:
+            raise refusal from None
+        x1 = x.rechunk({i: -1 for i in range(1, x.ndim)})
+        keys = [(x1.name, i, *[0] * (x.ndim - 1)) for i in range(x1.numblocks[0])]
+        rows = np.asarray(x1.chunks[0], dtype=np.int64) * math.prod(x.shape[1:])
     nb = len(rows)
     starts = np.concatenate([[0], np.cumsum(rows)[:-1]]).astype(np.int64) if nb else rows
     token = tokenize("partition", x1.name, p, output)
     p1 = f"partition-{token}"
     layer: dict[Any, Any] = {
-        (p1, i): (split_block, (x1.name, i), p, output, int(starts[i])) for i in range(nb)
+        (p1, i): (split_block, keys[i], p, output, int(starts[i])) for i in range(nb)
     }
     deps: list[Any] = [x1]  # dask's typing does not count Array
     graph = HighLevelGraph.from_collections(p1, layer, dependencies=deps)

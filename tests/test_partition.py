@@ -12,7 +12,7 @@ from conftest import random_array, threshold_predicate
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dask_compact import partition, partition_array
+from dask_compact import compact_array, partition, partition_array
 from dask_compact.validate import DTYPES
 
 SIZES = [0, 1, 31, 33, 1023, 1025, 4099]
@@ -84,9 +84,31 @@ def test_mask_path_and_string() -> None:
     np.testing.assert_array_equal(v, want(a, (a == 2) | (a > 6))[0])
 
 
+@pytest.mark.parametrize("chunks", [(7, 3), (50, 3), (7, 2), (1, 1), (13, 1)])
+def test_per_column_constants_as_compact_array_takes_them(chunks) -> None:
+    """A callable that broadcasts a constant against the trailing axis (x < c on (n, 3)
+    data), which compact_array and map_compact take: partition_array, partition and the scan
+    algorithm take it too (they evaluated it on flattened chunks and refused it)."""
+    b = np.random.default_rng(0).random((50, 3))
+    c = np.array([0.2, 0.5, 0.8])
+    m = b < c
+    wv, wi, wk = want(b, m)
+    v, i, k = partition_array(b, lambda v: v < c, output="both")
+    np.testing.assert_array_equal(v, wv)
+    np.testing.assert_array_equal(i, wi)
+    assert k == wk
+    np.testing.assert_array_equal(compact_array(b, lambda v: v < c, algorithm="scan"), b[m])
+    x = da.from_array(b, chunks=chunks)
+    check_dask(x, lambda v: v < c, b, m)
+    got = x.map_compact(lambda v: v < c, algorithm="scan").compute()
+    np.testing.assert_array_equal(got, b[m])
+    with pytest.raises(ValueError, match="broadcast"):  # one constant per row: still refused
+        partition(x, lambda v: v < np.ones(50))
+
+
 def test_errors() -> None:
     x = da.arange(10, chunks=3)
-    with pytest.raises(TypeError, match="dask array"):
+    with pytest.raises(TypeError, match="dask array.*dask_compact.partition_array for an in"):
         partition(np.arange(3), "x > 1")
     with pytest.raises(TypeError, match="NumPy or CuPy"):
         partition_array([1, 2], "x > 1")

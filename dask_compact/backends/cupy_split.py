@@ -42,23 +42,28 @@ def split_chunk(a: Any, pred: Predicate, output: str, index_base: int) -> tuple[
     partitioned values, int64 global indices, or both (a tuple), and ``k`` the split point."""
     import cupy
 
-    a = cupy.ascontiguousarray(a.reshape(-1))
+    chunk, a = a, cupy.ascontiguousarray(a.reshape(-1))
     n = int(a.size)
     with cupy.cuda.Device(a.device.id):
         values = cupy.empty(n, dtype=a.dtype) if output != "indices" else None
         idx = cupy.empty(n, dtype=cupy.int64) if output != "values" else None
         k = 0
         if n:
+            # the mask path's mask on the chunk as given (a callable may broadcast constants
+            # against its trailing axes), then flat like the chunk
+            mask = None if pred.expr is not None else cupy.ascontiguousarray(
+                pred.mask(chunk, cupy).reshape(-1))
             split = _indices_by_records if values is None else _by_tiles
-            k = split(a, pred, output, values, idx, index_base)
+            k = split(a, pred, mask, output, values, idx, index_base)
     out = (values, idx) if output == "both" else values if output == "values" else idx
     return out, k
 
 
-def _by_tiles(a: Any, pred: Predicate, output: str, values: Any, idx: Any,
+def _by_tiles(a: Any, pred: Predicate, mask: Any, output: str, values: Any, idx: Any,
               index_base: int) -> int:
-    """count -> tile scan -> dcx_partition; the split point."""
-    plan = _plan(a, pred, None, output, "single-pass")
+    """count -> tile scan -> dcx_partition; the split point. ``mask``: the mask path's, or
+    None for a fused predicate."""
+    plan = _plan(a, pred, mask, output, "single-pass")
     kernels, tiles, nb = plan.kernels, plan.tiles, np.int64(plan.n)
     block = plan.spec.tuning.block
     ws = tile_words("single-pass", tiles, exact=True)
@@ -73,8 +78,8 @@ def _by_tiles(a: Any, pred: Predicate, output: str, values: Any, idx: Any,
     return int(ws.count.get()[0])
 
 
-def _indices_by_records(a: Any, pred: Predicate, output: str, values: Any, idx: Any,
-                        index_base: int) -> int:
+def _indices_by_records(a: Any, pred: Predicate, mask: Any, output: str, values: Any,
+                        idx: Any, index_base: int) -> int:
     """The records' flags pass and tile scan, then dcx_rec_split with the index column only
     (it reads the ballot words, not the input); the split point."""
     import cupy
@@ -83,7 +88,7 @@ def _indices_by_records(a: Any, pred: Predicate, output: str, values: Any, idx: 
         fields = {"x": a}
         rpred = record_predicate(pred, ("x",))
     else:  # the mask path: the callable's mask is the one field the predicate reads
-        fields = {"x": a, "m": cupy.ascontiguousarray(pred.mask(a, cupy))}
+        fields = {"x": a, "m": mask}
         rpred = record_predicate("m", ("x", "m"))
     passes = _Pass(fields, rpred, a.size, spans=False)  # no copy: the split reads the words
     d_table = upload_table(column_table({}, {}), cupy.cuda.get_current_stream())

@@ -101,7 +101,9 @@ def compact_scan(a: np.ndarray, pred: Predicate, output: str, index_base: int) -
     (NumPy's evaluation of the traced tree, or the callable), the exclusive scan of the mask
     (the loop above), one scatter loop."""
     flat = np.ascontiguousarray(a).reshape(-1)
-    flags = np.ascontiguousarray(pred.mask(flat)).reshape(-1)
+    # a callable's mask on the chunk as given (it may broadcast against the trailing axes)
+    flags = np.ascontiguousarray(np.ravel(pred.mask(flat if pred.expr is not None else a),
+                                          order="C"))
     if flags.dtype != np.bool_:
         flags = flags.astype(np.bool_)
     pos = scan(flags, True, "sequential", np.dtype(np.int64))

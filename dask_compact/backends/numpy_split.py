@@ -60,12 +60,13 @@ def _split_indices(bits, n, base, dst, k):  # pragma: no cover - compiled
 def split_chunk(a: np.ndarray, pred: Predicate, output: str, index_base: int
                 ) -> tuple[Any, int]:
     """Dispatch entry (see dask_compact.dispatch.split_chunk): ``(out, k)``."""
-    a = np.ascontiguousarray(a.reshape(-1))
+    chunk, a = a, np.ascontiguousarray(a.reshape(-1))
     n = a.size
     if pred.expr is not None:
         bits, k = predicate_bits(record_predicate(pred, ("x",)), {"x": a}, n)
-    else:  # the mask path: the callable's checked mask is the one field read
-        m = np.ascontiguousarray(pred.mask(a, np), dtype=bool)
+    else:  # the mask path: the callable's checked mask is the one field read, made on the
+        # chunk as given (a callable may broadcast constants against its trailing axes)
+        m = np.ascontiguousarray(np.ravel(pred.mask(chunk, np), order="C"), dtype=bool)
         bits, k = predicate_bits(record_predicate("m", ("x", "m")), {"x": a, "m": m}, n)
     values = indices = None
     if output != "indices":

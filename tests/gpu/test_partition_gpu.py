@@ -62,6 +62,26 @@ def test_mask_path_views_and_nd() -> None:
     np.testing.assert_array_equal(cupy.asnumpy(v), want(hb, hb < 0.5)[0])
 
 
+def test_per_column_constants() -> None:
+    """A callable broadcasting a constant against the trailing axis: its mask is made on
+    the chunk as given, then split flat (as on the CPU)."""
+    hb = np.random.default_rng(8).random((4099, 3))
+    c = cupy.asarray([0.2, 0.5, 0.8])
+    b = cupy.asarray(hb)
+    wv, wi, wk = want(hb, hb < cupy.asnumpy(c))
+    for output in ("values", "indices", "both"):
+        got = partition_array(b, lambda v: v < c, output=output)
+        assert got[-1] == wk
+        if output != "indices":
+            np.testing.assert_array_equal(cupy.asnumpy(got[0]), wv)
+        if output != "values":
+            np.testing.assert_array_equal(cupy.asnumpy(got[-2]), wi)
+    x = da.from_array(hb, chunks=(700, 3)).map_blocks(cupy.asarray)
+    v, k = partition(x, lambda v: v < c)
+    assert k == wk
+    np.testing.assert_array_equal(cupy.asnumpy(v.compute()), wv)
+
+
 def test_dask_cupy_chunks() -> None:
     a = np.random.default_rng(7).random(300_007)
     x = da.from_array(a, chunks=40_000).map_blocks(cupy.asarray)
