@@ -265,11 +265,16 @@ def flatnonzero(
     return out
 
 
+# the in-memory call of each dask call, for the message to a caller who passed an array
+_IN_MEMORY = {"cumsum": "scan_array", "partition": "partition_array"}
+
+
 def _check_dask_array(x: Any, fn: str) -> da.Array:
     if not isinstance(x, da.Array):
         raise TypeError(
             f"{fn} needs a dask array, not {type(x).__name__}; wrap it with "
-            "dask.array.from_array(...), or use dask_compact.compact_array for an in-memory array"
+            f"dask.array.from_array(...), or use dask_compact."
+            f"{_IN_MEMORY.get(fn, 'compact_array')} for an in-memory array"
         )
     check_chunk_type(x._meta, fn)
     return x

@@ -234,7 +234,8 @@ def compact_into(
         Elementwise predicate, as for :func:`compact_array`.
     out : array, or tuple ``(values, indices)`` for ``output="both"``
         1-D contiguous arrays of ``a``'s type (and device) with room for ``a.size``
-        elements: ``a``'s dtype for values, int64 for indices (flat indices into ``a``). The
+        elements: ``a``'s dtype in native byte order for values, int64 for indices (flat
+        indices into ``a``). The
         first ``count`` elements receive the selection; those after it are unspecified.
     output : {"values", "indices", "both"}
         What ``out`` receives.

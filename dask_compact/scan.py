@@ -182,6 +182,13 @@ def cumsum(x: Any, *, exclusive: bool = False, algorithm: str = "auto",
     ValueError
         Unknown chunk sizes, an unknown algorithm, or one for the other device.
 
+    Notes
+    -----
+    Past the first chunk, each value is the chunk's own scan plus the sum of the chunks'
+    totals before it (as ``da.cumsum`` adds): integers equal ``np.cumsum``'s exactly, floats
+    to rounding, and where the running sum overflows to inf a later chunk can come back
+    finite (an overflow inside the totals can cancel), where NumPy's stays inf.
+
     Examples
     --------
     >>> import dask.array as da

@@ -105,6 +105,8 @@ def test_property_matches_numpy(a, t):
     [
         (lambda a: np.empty(a.size - 1, a.dtype), {}, ValueError, "every element may be selected"),
         (lambda a: np.empty(a.size, np.float64), {}, TypeError, "dtype float32"),
+        (lambda a: np.empty(a.size, a.dtype.newbyteorder()), {}, TypeError,
+         "dtype float32 .native byte order"),
         (lambda a: np.empty((a.size, 1), a.dtype), {}, ValueError, "1-D contiguous"),
         (lambda a: np.empty(2 * a.size, a.dtype)[::2], {}, ValueError, "not contiguous"),
         (lambda a: a, {}, ValueError, "overlaps the input"),
