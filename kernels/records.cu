@@ -75,14 +75,14 @@ struct RecMaskPred {
 // load above a store through another pointer, so a load-store pair per row left one load in
 // flight per thread and the scatter was bound by memory latency (4.3-5.7 ms at 2^28 rows of
 // four float32 fields on the H100).
-template <class U, int ITEMS, bool ONE>
+// Rows of one unit each (every 1-D field, rows of 2, 4, 8 or 16 bytes); wider rows are
+// staged or copied by copy_whole_rows.
+template <class U, int ITEMS>
 __device__ __forceinline__ void copy_rows(const FieldCopy& f, const unsigned (&words)[ITEMS],
                                           unsigned long long base, long long seg, int lane) {
-  // ONE: stride 1 (every 1-D field, rows of 2, 4, 8 or 16 bytes): constant offsets
-  const long long stride = ONE ? 1 : f.stride;
   // the lane's first row and the segment's first output; a lane's rows are 32 rows apart
-  const U* __restrict__ src = reinterpret_cast<const U*>(f.src) + (seg + lane) * stride;
-  U* __restrict__ dst = reinterpret_cast<U*>(f.dst) + (long long)base * stride;
+  const U* __restrict__ src = reinterpret_cast<const U*>(f.src) + (seg + lane);
+  U* __restrict__ dst = reinterpret_cast<U*>(f.dst) + (long long)base;
   const unsigned lt = lanemask_lt();
   // 8 rows in flight (4 of 16 bytes): a block of 256 threads stays within 64 registers
   constexpr int WANT = sizeof(U) >= 16 ? 4 : 8;
@@ -94,12 +94,12 @@ __device__ __forceinline__ void copy_rows(const FieldCopy& f, const unsigned (&w
     U v[GROUP];
 #pragma unroll
     for (int j = 0; j < GROUP; ++j) {
-      if ((words[g + j] >> lane) & 1u) v[j] = src[(long long)(g + j) * 32 * stride];
+      if ((words[g + j] >> lane) & 1u) v[j] = src[(long long)(g + j) * 32];
     }
 #pragma unroll
     for (int j = 0; j < GROUP; ++j) {
       const unsigned w = words[g + j];
-      if ((w >> lane) & 1u) dst[(long long)(before + __popc(w & lt)) * stride] = v[j];
+      if ((w >> lane) & 1u) dst[(long long)(before + __popc(w & lt))] = v[j];
       before += __popc(w);
     }
   }
@@ -585,7 +585,7 @@ dcx_rec_scatter(long long n, const unsigned* __restrict__ words,
   const dcx::FieldCopy f = fields[field];
   dcx::by_unit(f, [&](auto u, auto one) {
     if constexpr (decltype(one)::value) {
-      dcx::copy_rows<decltype(u), ITEMS, true>(f, w, base, seg, lane);
+      dcx::copy_rows<decltype(u), ITEMS>(f, w, base, seg, lane);
     } else {
       dcx::copy_whole_rows<decltype(u), ITEMS>(f, words + (seg >> 5), base, seg, n, lane);
     }
