@@ -15,7 +15,7 @@ import dask.config
 import numpy as np
 
 from .backends.split_radix import order_key
-from .sort_graph import EXCHANGES, build_sort
+from .sort_graph import EXCHANGES, build_sort, default_buckets
 from .validate import check_chunk_type, native
 
 __all__ = ["sort", "argsort", "LOCAL_SORTS", "SORT_DTYPES"]
@@ -72,7 +72,10 @@ def sort(x: da.Array, *, local: str = "auto", buckets: int | None = None) -> da.
         :func:`dask_compact.partition_array` (one stable split per key bit: the textbook
         construction, slower than either, kept for comparison).
     buckets : int, optional
-        How many output chunks to aim for (default: as many as ``x`` has). Splitting is by
+        How many output chunks to aim for. Default: as many as ``x`` has chunks, but no
+        fewer than 65,536 elements a bucket on average and no more than 16,384 pieces
+        (chunks x buckets) in the exchange (the config ``dask-compact.sort.min-bucket`` and
+        ``max-pieces``), since every chunk sends a piece to every bucket. Splitting is by
         (value, index), so repeated values do not unbalance the buckets; empty buckets are
         left out.
 
@@ -121,7 +124,7 @@ def argsort(x: da.Array, *, local: str = "auto", buckets: int | None = None) -> 
 
 def _sorted(x: Any, local: Any, buckets: Any, indices: bool, fn: str) -> da.Array:
     x = _check(x, local, fn)
-    nchunks = _check_buckets(buckets, x.numblocks[0])
+    nchunks = _check_buckets(buckets, x.shape[0], x.numblocks[0])
     if x.shape[0] == 0:
         dtype = np.dtype(np.int64) if indices else x.dtype
         empty = np.empty_like(x._meta, shape=(0,), dtype=dtype)
@@ -179,9 +182,9 @@ def _check(x: Any, local: Any, fn: str) -> da.Array:
     return x if dtype == x.dtype else x.astype(dtype)
 
 
-def _check_buckets(buckets: Any, nchunks: int) -> int:
+def _check_buckets(buckets: Any, n: int, nchunks: int) -> int:
     if buckets is None:
-        return max(1, nchunks)
+        return default_buckets(n, nchunks)
     if isinstance(buckets, (int, np.integer)) and not isinstance(buckets, (bool, np.bool_)) \
             and buckets >= 1:  # fmt: skip
         return int(buckets)

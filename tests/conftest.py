@@ -277,6 +277,18 @@ def scan_reference(a: np.ndarray, exclusive: bool, dtype=None) -> np.ndarray:
     return np.concatenate([np.zeros(1, inc.dtype), inc[:-1]]) if inc.size else inc
 
 
+@pytest.fixture
+def one_bucket_per_chunk():
+    """dask_compact.sort's default of one bucket per input chunk whatever the size, as before
+    the default was capped (sort_graph.default_buckets): the sort tests' small arrays then
+    run the exchange of many buckets, not a single one."""
+    import dask
+
+    with dask.config.set({"dask-compact.sort.min-bucket": 1,
+                          "dask-compact.sort.max-pieces": 2**62}):
+        yield
+
+
 def sort_input(rng: np.random.Generator, n: int, dtype) -> np.ndarray:
     """Data that sorting gets wrong first, of any sortable dtype: integers over their whole
     range with both extremes and a run of small repeated values, shuffled; floats with repeats

@@ -148,6 +148,7 @@ def test_docstring_examples():
 
 
 @pytest.mark.parametrize("segment_bytes", [None, 4096])
+@pytest.mark.usefixtures("one_bucket_per_chunk")  # 20,011 values: several buckets
 def test_the_ipc_graph_on_workers_of_one_process_is_exact_and_releases_its_packs(
         monkeypatch, segment_bytes):  # fmt: skip
     """The exchange's graph (packs per worker and group, merges placed by group, pieces in

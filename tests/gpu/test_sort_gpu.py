@@ -18,7 +18,7 @@ import dask_compact  # noqa: E402
 from dask_compact.backends import cupy_sort, numpy_sort  # noqa: E402
 from dask_compact.sorting import SORT_DTYPES  # noqa: E402
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("one_bucket_per_chunk")]
 
 
 def _gpu(a: np.ndarray, chunks) -> da.Array:
