@@ -10,11 +10,32 @@ launches. Writing a slot is a NumPy item assignment.
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import numpy as np
 
 SLOT = 16  # bytes per argument: the widest is a complex128 predicate constant
+
+# Whether this thread has bound the current device's primary context (see _bind).
+_thread = threading.local()
+
+
+def _bind() -> None:
+    """Make the current device's primary context current in this thread.
+
+    ``cuLaunchKernel`` launches in the thread's current context, which only the runtime API
+    sets (lazily, on a call that needs one). A ready call keeps its workspace, so a thread
+    may reach its first launch having made no such call: a dask pool thread started after
+    the one that built the call, which ``threading.get_ident()`` (the ready calls' key) gives
+    the same id once the first has ended. Its launch then failed with
+    CUDA_ERROR_INVALID_CONTEXT (the GPU tests of ds.compact.where, one run in two).
+    ``cudaSetDevice`` binds the primary context (CUDA 12 and later)."""
+    import cupy
+
+    runtime = cupy.cuda.runtime
+    runtime.setDevice(runtime.getDevice())
+    _thread.bound = True
 
 
 class PackedLaunch:
@@ -50,5 +71,7 @@ class PackedLaunch:
 
     def __call__(self, grid: int, block: int, shared_mem: int, stream_ptr: int,
                  grid_y: int = 1) -> None:
+        if not getattr(_thread, "bound", False):
+            _bind()
         self._launch(self._func, grid, grid_y, 1, block, 1, 1, shared_mem, stream_ptr,
                      self._params_ptr, 0)

@@ -275,6 +275,45 @@ def test_two_streams_and_threads() -> None:
     assert not errors, errors
 
 
+@pytest.mark.parametrize("first", ["records", "array"])
+def test_fresh_threads_one_after_another(first: str) -> None:
+    """A dask pool thread can start after the thread that built a ready call has ended (and
+    threading.get_ident(), the calls' key, may give it the same id): its first CUDA call is
+    then a kept call's launch, in a thread where no runtime call has bound a context yet.
+    That launch failed with CUDA_ERROR_INVALID_CONTEXT (ds.compact.where's GPU test on a
+    threaded scheduler); each call below is its thread's first CUDA call."""
+    from dask_compact import compact_array
+
+    d = batch(100_003, 7)
+    f = {k: cupy.asarray(v) for k, v in d.items()}
+    a = cupy.asarray(np.random.default_rng(1).random(2**20).astype(np.float32))
+    ha = cupy.asnumpy(a)
+    cupy.cuda.Device().synchronize()
+    expected = want(d, d["alive"] & (d["depth"] > 2), True)
+    got: list = []
+    errors: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            if first == "records":
+                got.append(compact_records(f, "alive & (depth > 2)", indices=True))
+            else:
+                got.append(compact_array(a, "x > 0.5"))
+        except BaseException as e:  # noqa: BLE001 - reported by the main thread
+            errors.append(e)
+
+    for _ in range(6):
+        t = threading.Thread(target=work)
+        t.start()
+        t.join()
+    assert not errors, errors
+    for g in got:
+        if first == "records":
+            same(g, expected)
+        else:
+            np.testing.assert_array_equal(cupy.asnumpy(g), ha[ha > 0.5])
+
+
 def test_bad_input_after_a_good_call_is_refused() -> None:
     """The repeated call skips the checks only for a layout that passed them: rows of
     different lengths, a field named like the indices, an unknown field and a mixed
