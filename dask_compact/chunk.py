@@ -235,8 +235,8 @@ def compact_into(
     out : array, or tuple ``(values, indices)`` for ``output="both"``
         1-D contiguous arrays of ``a``'s type (and device) with room for ``a.size``
         elements: ``a``'s dtype in native byte order for values, int64 for indices (flat
-        indices into ``a``). The
-        first ``count`` elements receive the selection; those after it are unspecified.
+        indices into ``a``). The first ``count`` elements receive the selection; those after
+        it are unspecified.
     output : {"values", "indices", "both"}
         What ``out`` receives.
     count : array, optional

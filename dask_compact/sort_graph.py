@@ -82,6 +82,7 @@ def default_buckets(n: int, nchunks: int) -> int:
     by_pieces = int(cfg["max-pieces"]) // max(1, nchunks)
     return max(1, min(nchunks, by_size, by_pieces))
 
+
 # At most this many sample values in all (the client sorts them; 2^20 take ~0.2 s).
 MAX_SAMPLE = 2**20
 MIN_PER_CHUNK = 256

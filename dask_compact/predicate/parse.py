@@ -106,15 +106,15 @@ def _check_chain(text: str, node: ast.Compare) -> None:
     read = " ".join([shown(operands[0]), *(f"{op} {shown(o)}" for op, o in zip(ops, operands[1:]))])
     mid = operands[1]
     sym = _BITWISE[type(bitwise[0].op)]
-    if len(ops) == 2 and isinstance(mid, ast.BinOp) and mid in bitwise:
-        meant = (f"({ast.unparse(operands[0])} {ops[0]} {ast.unparse(mid.left)}) {sym} "
-                 f"({ast.unparse(mid.right)} {ops[1]} {ast.unparse(operands[2])})")
+    if len(ops) == 2 and isinstance(mid, ast.BinOp) and mid in bitwise:  # a < b | c > d
+        meant = repr(f"({ast.unparse(operands[0])} {ops[0]} {ast.unparse(mid.left)}) {sym} "
+                     f"({ast.unparse(mid.right)} {ops[1]} {ast.unparse(operands[2])})")
     else:
-        meant = f"(x == 1) {sym} (x == 2)"
+        meant = f"e.g. `(x == 1) {sym} (x == 2)`"
     where = text if len(text) <= 80 else text[:77] + "..."
     raise ValueError(
         f"predicate expression {where!r}: `{sym}` binds tighter than comparisons, so this reads "
-        f"as the chained comparison {read!r}; put each comparison in parentheses: {meant!r}"
+        f"as the chained comparison {read!r}; put each comparison in parentheses: {meant}"
     )
 
 
