@@ -63,6 +63,31 @@ def test_uneven_and_empty_chunks(chunks):
     check(a, da.from_array(a, chunks=(chunks,)))
 
 
+def test_default_buckets_are_capped_by_size_and_pieces():
+    """Unless told, sort aims at one bucket per chunk, but at least min-bucket elements a
+    bucket and at most max-pieces pieces in the exchange: 200,000 values in 1,000 chunks
+    took 12 s in a million pieces, where 3 buckets sort them in a second. (Before the tests
+    of this module that start a cluster: on its four processes this took 40 s in CI.)"""
+    from dask_compact.sort_graph import default_buckets
+
+    with dask.config.set({"dask-compact.sort.min-bucket": 2**16,
+                          "dask-compact.sort.max-pieces": 2**14}):
+        assert default_buckets(200_000, 1_000) == 3
+        assert default_buckets(2**32, 16) == 16  # large chunks: one bucket each
+        assert default_buckets(2**30, 1_024) == 16  # many large chunks: the pieces bound
+        assert default_buckets(100, 7) == 1 and default_buckets(0, 1) == 1
+    with dask.config.set({"dask-compact.sort.min-bucket": 2**14,
+                          "dask-compact.sort.max-pieces": 2**14}):
+        a = np.random.default_rng(11).standard_normal(50_000)
+        x = da.from_array(a, chunks=100)  # 500 chunks: 3 buckets by size
+        for fn, want in ((dask_compact.sort, np.sort(a)),
+                         (dask_compact.argsort, np.argsort(a, kind="stable"))):
+            got = fn(x)
+            assert 1 <= len(got.chunks[0]) <= 3
+            np.testing.assert_array_equal(got.compute(), want)
+        assert len(dask_compact.sort(x, buckets=7).chunks[0]) == 7  # asked for: kept
+
+
 @pytest.mark.parametrize("kind", ["all-equal", "sorted", "reversed", "two-values", "sawtooth"])
 def test_patterns(kind):
     n = 5003
@@ -536,25 +561,3 @@ def test_radix_keys_of_non_native_byte_order(dtype):
     a = np.array([3, -1, 2, 0.5, 0, -0.0, 7, 1], dtype=np.float64)
     a = (a if np.dtype(dtype).kind == "f" else np.abs(a).astype(np.int64)).astype(dtype)
     np.testing.assert_array_equal(radix_order(order_key(a)), np.argsort(a, kind="stable"))
-
-
-def test_default_buckets_are_capped_by_size_and_pieces():
-    """Unless told, sort aims at one bucket per chunk, but at least min-bucket elements a
-    bucket and at most max-pieces pieces in the exchange: 200,000 values in 1,000 chunks
-    took 12 s in a million pieces, where 3 buckets sort them in under a second."""
-    from dask_compact.sort_graph import default_buckets
-
-    with dask.config.set({"dask-compact.sort.min-bucket": 2**16,
-                          "dask-compact.sort.max-pieces": 2**14}):
-        assert default_buckets(200_000, 1_000) == 3
-        assert default_buckets(2**32, 16) == 16  # large chunks: one bucket each
-        assert default_buckets(2**30, 1_024) == 16  # many large chunks: the pieces bound
-        assert default_buckets(100, 7) == 1 and default_buckets(0, 1) == 1
-        a = np.random.default_rng(11).standard_normal(200_000)
-        x = da.from_array(a, chunks=200)
-        for fn, want in ((dask_compact.sort, np.sort(a)),
-                         (dask_compact.argsort, np.argsort(a, kind="stable"))):
-            got = fn(x)
-            assert 1 <= len(got.chunks[0]) <= 3
-            np.testing.assert_array_equal(got.compute(), want)
-        assert len(dask_compact.sort(x, buckets=7).chunks[0]) == 7  # asked for: kept
