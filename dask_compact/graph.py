@@ -174,24 +174,26 @@ def input_form(x: da.Array) -> str:
     fuses with the input's and leaves an alias under our key), and distributed warns of such
     keys ("different run_spec ... can cause failures and deadlocks") when one form follows
     the other while the first result lives."""
+    return "graph" if _futures(x, list(flatten(x.__dask_keys__()))) is None else "held"
+
+
+def _futures(x: da.Array, keys: list) -> list | None:
+    """The futures of ``x``'s blocks ``keys``, None unless every block is one."""
     distributed = distributed_if_imported()
     if distributed is None:
-        return "graph"
-    keys = list(flatten(x.__dask_keys__()))
-    held = bool(keys) and all(isinstance(x.dask.get(k), distributed.Future) for k in keys)
-    return "held" if held else "graph"
+        return None
+    blocks = [x.dask.get(k) for k in keys]
+    if not blocks or not all(isinstance(b, distributed.Future) for b in blocks):
+        return None
+    return blocks
 
 
 def _held_futures(plan: Plan) -> list | None:
     """The futures of the held input's blocks (``plan.block_keys()``), None unless every block
     is one (an input persisted on a distributed cluster)."""
-    distributed = distributed_if_imported()
-    if distributed is None or plan.mask is not None:
+    if plan.mask is not None or distributed_if_imported() is None:  # no keys listed then
         return None
-    blocks = [plan.held.dask.get(k) for k in plan.block_keys()]
-    if not blocks or not all(isinstance(b, distributed.Future) for b in blocks):
-        return None
-    return blocks
+    return _futures(plan.held, plan.block_keys())
 
 
 def _submitted(client: Any, func: Callable[..., Any], calls: list[tuple], keys: list,

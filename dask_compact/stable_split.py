@@ -152,9 +152,6 @@ def partition(x: da.Array, pred: PredicateLike, *, output: str = "values") -> tu
         )
     try:
         _check_predicate(p, x)
-        x1 = _ravel(x)
-        keys = [(x1.name, i) for i in range(x1.numblocks[0])]
-        rows = np.asarray(x1.chunks[0], dtype=np.int64)
     except NotElementwise as flat:
         # per-column constants (x < np.array([a, b, c]) on (n, 3) data), as map_compact takes
         # them: the chunks are blocks of whole rows, which split_chunk masks as they are
@@ -164,6 +161,10 @@ def partition(x: da.Array, pred: PredicateLike, *, output: str = "values") -> tu
         x1 = x.rechunk({i: -1 for i in range(1, x.ndim)})
         keys = [(x1.name, i, *[0] * (x.ndim - 1)) for i in range(x1.numblocks[0])]
         rows = np.asarray(x1.chunks[0], dtype=np.int64) * math.prod(x.shape[1:])
+    else:
+        x1 = _ravel(x)
+        keys = [(x1.name, i) for i in range(x1.numblocks[0])]
+        rows = np.asarray(x1.chunks[0], dtype=np.int64)
     nb = len(rows)
     starts = np.concatenate([[0], np.cumsum(rows)[:-1]]).astype(np.int64) if nb else rows
     token = tokenize("partition", x1.name, p, output)

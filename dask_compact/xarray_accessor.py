@@ -275,16 +275,13 @@ def compact_dataarray(
     own = arr.name if isinstance(arr.name, str) and arr.name else None
     aliases = [a for a in (own, "x") if a is not None and a not in coord_names]
     aliases = list(dict.fromkeys(aliases))
-    if isinstance(cond, xr.DataArray):  # a mask: compact_dataset adds it as a variable
-        key = next((a for a in aliases), "<the DataArray>")
-        out = compact_dataset(arr.to_dataset(name=key), cond, dim, indices, chunks)
-        res = out[key]
-        res.name = arr.name
-        return res
-    p = _predicate(cond, (*aliases, *coord_names))
-    used = [a for a in aliases if a in p.fields]
-    if len(used) > 1:
-        raise ValueError(f"cond reads the array both as 'x' and as {own!r}; use one name")
+    used: list[str] = []
+    p = cond  # a mask DataArray: compact_dataset adds it as a variable
+    if not isinstance(cond, xr.DataArray):
+        p = _predicate(cond, (*aliases, *coord_names))
+        used = [a for a in aliases if a in p.fields]
+        if len(used) > 1:
+            raise ValueError(f"cond reads the array both as 'x' and as {own!r}; use one name")
     # a name cond does not read needs only not to clash with a coordinate
     key = used[0] if used else next((a for a in aliases), "<the DataArray>")
     out = compact_dataset(arr.to_dataset(name=key), p, dim, indices, chunks)
