@@ -12,7 +12,7 @@ import numpy as np
 from dask.array.utils import meta_from_array
 from dask.base import tokenize
 
-from .graph import Plan, build, input_form
+from .graph import Plan, build, input_form, length_one_in_one_chunk
 from .predicate import Predicate, PredicateLike, as_predicate
 from .predicate.core import NotElementwise, check_sample
 from .predicate.expr import Call, Param, Var
@@ -421,8 +421,9 @@ def _ravel(x: da.Array) -> da.Array:
 
 def _result(arrays: dict[str, da.Array], output: str) -> Result:
     if output == "both":
-        return arrays["values"], arrays["indices"]
-    return arrays[output]
+        return (length_one_in_one_chunk(arrays["values"]),
+                length_one_in_one_chunk(arrays["indices"]))
+    return length_one_in_one_chunk(arrays[output])
 
 
 from .accessor import adopt_docs  # noqa: E402 -- the method's docstring is this function's

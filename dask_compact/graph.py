@@ -319,6 +319,22 @@ def _lazy_global_indices(plan: Plan, local: da.Array, counts: da.Array) -> da.Ar
     return da.Array(graph, name, chunks=local.chunks, meta=local._meta)
 
 
+def length_one_in_one_chunk(arr: Any) -> Any:
+    """``arr`` with every axis of length 1 in one chunk.
+
+    A compaction that selects one element of a chunked array leaves empty chunks beside it:
+    chunks ``(0, 1, 0)``. Dask (2026.7) takes an axis of length 1 as broadcastable, rechunks
+    the array to ``(1,)`` there but keeps three output blocks, so ``y + 1`` computed three
+    elements, ``[1.9, 1.9, 1.9]``, and ``x[i]`` on such indices lost a dependency (plain
+    Dask's ``x[x > t]`` after ``compute_chunk_sizes()`` does the same). One chunk there costs
+    one small concatenation, and only on such results."""
+    if not isinstance(arr, da.Array):
+        return arr
+    axes = {ax: (1,) for ax, (n, c) in enumerate(zip(arr.shape, arr.chunks))
+            if n == 1 and len(c) > 1}
+    return arr.rechunk(axes) if axes else arr
+
+
 def _with_chunks(arr: da.Array, chunks: tuple[int, ...]) -> da.Array:
     """The same persisted blocks, with the chunk sizes that phase 2 found."""
     return da.Array(arr.dask, arr.name, chunks=(chunks,), meta=arr._meta)

@@ -111,9 +111,11 @@ def compact_records(
         )
     p = check_record_predicate(pred, fs)
     if on_dask:
+        from .graph import length_one_in_one_chunk
         from .records_graph import build_records
 
-        return build_records(fs, p, bool(indices), bool(lazy), bool(stable), chunks)
+        built = build_records(fs, p, bool(indices), bool(lazy), bool(stable), chunks)
+        return {k: length_one_in_one_chunk(a) for k, a in built.items()}
     out = compact_records_in_memory(fs, p, bool(indices), bool(stable))
     if type(fields) is dict:
         remember_records_call(next(iter(fs.values())), fs, pred, p, bool(indices))

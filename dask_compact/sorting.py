@@ -15,6 +15,7 @@ import dask.config
 import numpy as np
 
 from .backends.split_radix import order_key
+from .graph import length_one_in_one_chunk
 from .sort_graph import EXCHANGES, build_sort, default_buckets
 from .validate import check_chunk_type, native
 
@@ -123,6 +124,10 @@ def argsort(x: da.Array, *, local: str = "auto", buckets: int | None = None) -> 
 
 
 def _sorted(x: Any, local: Any, buckets: Any, indices: bool, fn: str) -> da.Array:
+    return length_one_in_one_chunk(_sorted_chunks(x, local, buckets, indices, fn))
+
+
+def _sorted_chunks(x: Any, local: Any, buckets: Any, indices: bool, fn: str) -> da.Array:
     x = _check(x, local, fn)
     nchunks = _check_buckets(buckets, x.shape[0], x.numblocks[0])
     if x.shape[0] == 0:

@@ -30,7 +30,7 @@ from .api import (
 )
 from .chunk import _checked
 from .dispatch import split_chunk
-from .graph import _extend, _fetch_counts, _meta
+from .graph import _extend, _fetch_counts, _meta, length_one_in_one_chunk
 from .predicate import Predicate, PredicateLike, as_predicate
 from .predicate.core import NotElementwise
 from .validate import check_dtype, check_output
@@ -191,7 +191,8 @@ def partition(x: da.Array, pred: PredicateLike, *, output: str = "values") -> tu
     persisted = client_stream.persist(*pieces, counts)
     k = _fetch_counts(persisted[-1])[:, 0] if nb else rows
     sizes = tuple(int(c) for c in k) + tuple(int(r - c) for r, c in zip(rows, k))
-    result = [da.Array(a.dask, a.name, chunks=(sizes,), meta=a._meta) for a in persisted[:-1]]
+    result = [length_one_in_one_chunk(da.Array(a.dask, a.name, chunks=(sizes,), meta=a._meta))
+              for a in persisted[:-1]]
     return (*result, int(k.sum()))
 
 

@@ -49,6 +49,20 @@ def test_values_indices_both_on_cluster(client):
     np.testing.assert_array_equal(lz.compute(), a[a > 0.9])
 
 
+@pytest.mark.parametrize("direct", [True, False])
+def test_one_selected_element_of_a_persisted_input(client, direct):
+    # the direct path cut even a one-chunk input's result into chunks (0, 0, 1): ``y + 1``
+    # computed two elements more, ``x[i]`` failed with lost dependencies
+    a = np.array([0.1, 0.2, 0.9, 0.4, 0.1, 0.3, 0.2])
+    with dask.config.set({"dask-compact.direct": direct}):
+        for chunks in (7, 2):
+            x = client.persist(da.from_array(a, chunks=chunks))
+            v, i = x.map_compact("x > 0.5", output="both")
+            assert v.numblocks == i.numblocks == (1,)
+            np.testing.assert_array_equal((v + 1).compute(), [1.9])
+            np.testing.assert_array_equal((x[i] + 0).compute(), [0.9])
+
+
 def test_result_stays_on_workers_and_only_counts_come_back(client):
     """The persisted result is futures held by the workers, spread over both of them."""
     x = da.random.RandomState(1).random(40_000, chunks=2_000)

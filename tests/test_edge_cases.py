@@ -207,3 +207,50 @@ def test_nd_input_with_empty_chunks(shape, chunks):
     np.testing.assert_array_equal(values.compute(), np.concatenate([a[m], a[~m]]))
     assert int(split) == m.sum()
     np.testing.assert_array_equal(dask_compact.cumsum(x).compute(), np.cumsum(a))
+
+
+# A result of one element over several chunks had chunks (0, 1, 0): Dask takes an axis of length
+# 1 as broadcastable, so ``y + 1`` computed three elements and ``x[i]`` lost a dependency.
+ONE = np.array([0.1, 0.2, 0.3, 0.9, 0.4, 0.1, 0.3])
+
+
+@pytest.mark.parametrize("chunks", [2, 1, 3])
+def test_one_selected_element_stays_one_element_in_arithmetic(chunks):
+    x = da.from_array(ONE, chunks=chunks)
+    want = ONE[ONE > 0.5]
+    y = map_compact(x, lambda v: v > 0.5)
+    v, i = map_compact(x, "x > 0.5", output="both")
+    for arr in (y, v, i):
+        assert arr.shape == (1,) and arr.numblocks == (1,)
+    np.testing.assert_array_equal((y + 1).compute(), want + 1)
+    np.testing.assert_array_equal((y * v).compute(), want * want)
+    np.testing.assert_array_equal((x[i] + 0).compute(), want)
+    np.testing.assert_array_equal(y[y > 0].compute(), want)
+    np.testing.assert_array_equal((i * 2).compute(), np.flatnonzero(ONE > 0.5) * 2)
+    np.testing.assert_array_equal((flatnonzero(x > 0.5) + 1).compute(), [4])
+
+
+def test_one_selected_record_of_several_fields():
+    a = np.arange(21.0).reshape(7, 3)
+    x = da.from_array(a, chunks=(2, 2))
+    r = dask_compact.compact_records(
+        {"e": da.from_array(ONE, chunks=2), "p": x}, "e > 0.5", indices=True
+    )
+    for k, want in (("e", ONE[3:4]), ("p", a[3:4]), ("indices", np.array([3]))):
+        assert r[k].numblocks[0] == 1
+        np.testing.assert_array_equal((r[k] + 0).compute(), want)
+
+
+def test_partition_sort_and_cumsum_of_one_element():
+    x = da.from_array(np.array([5.0]), chunks=1)
+    y, k = dask_compact.partition(x, "x > 9")
+    assert k == 0 and y.numblocks == (1,)
+    np.testing.assert_array_equal((y + 1).compute(), [6.0])
+    # plain Dask's own boolean indexing leaves chunks (0, 0, 1, 0) for one element
+    b = da.from_array(ONE, chunks=2)
+    one = b[b > 0.5]
+    one.compute_chunk_sizes()
+    assert len(one.chunks[0]) > 1
+    for out in (dask_compact.sort(one), dask_compact.cumsum(one)):
+        assert out.numblocks == (1,)
+        np.testing.assert_array_equal((out + 1).compute(), [1.9])

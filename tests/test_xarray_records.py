@@ -358,3 +358,14 @@ def test_docstring_examples():
     failures, tried = doctest.testmod(xarray_accessor, optionflags=doctest.NORMALIZE_WHITESPACE)
     assert tried > 0
     assert failures == 0
+
+
+def test_one_selected_event_stays_one_event_in_arithmetic():
+    # a one-row result over several chunks had chunks (0, 1, 0): Dask broadcast it, and
+    # ``out.energy * 2`` gave three values
+    e = np.array([1.0, 7.0, 2.0, 3.0, 1.0, 2.0])
+    ds = xr.Dataset({"energy": ("event", e), "id": ("event", np.arange(6))}).chunk(event=2)
+    out = ds.compact.where("energy > 5")
+    assert out.energy.data.numblocks == (1,)
+    np.testing.assert_array_equal((out.energy * 2).values, [14.0])
+    np.testing.assert_array_equal((out.id + out.energy).values, [8.0])
