@@ -174,14 +174,27 @@ def _adc(seed: int) -> np.ndarray:
 
 # (callable, data, chunk, whether a chunk's own rows tell: every part of an arange chunk
 # agrees on v > v.mean() - 1000, only the sample's spread does not)
+def _first_seen(v):
+    """The first occurrence of each value: a chunk of distinct values, and any part of it,
+    agrees with itself (every row selected), while values repeat from chunk to chunk."""
+    _, first = np.unique(v.astype(np.float64), return_index=True)
+    m = np.zeros(v.shape, bool)
+    m[first] = True
+    return m
+
+
+# four chunks of the same 1000 distinct floats, shuffled (the float sample had no value twice)
+_SEEN = np.concatenate([np.random.default_rng(s).permutation(1000) / 8 for s in range(4)])
+
 STATISTIC_PAST_THE_TRACER = [
     (lambda v: v.astype(np.float64) > v.mean() - 1000, np.arange(1000, 11000), 1000, False),
     (lambda v: np.abs(v.astype(np.float64) - v.mean()) < 3 * v.std(), _adc(12), 10_000, True),
+    (_first_seen, _SEEN, 1000, False),
 ]
 
 
 @pytest.mark.parametrize("f, a, chunk, local", STATISTIC_PAST_THE_TRACER,
-                         ids=["mean", "sigma-clip"])
+                         ids=["mean", "sigma-clip", "first-seen"])
 def test_a_statistic_every_slice_agrees_on_is_refused(f, a, chunk, local):
     assert as_predicate(f).path == "mask"
     x = da.from_array(a, chunks=chunk)

@@ -322,9 +322,14 @@ def check_sample(dtype: np.dtype, n: int = 64, like: Any = None) -> Any:
     A ramp makes the statistics of a slice (its mean, maximum, length) differ from the whole
     sample's; the spread makes them differ from one row's alone by more than the constants a
     callable compares with (``v > v.mean() - 1000`` agrees on every part of a chunk of
-    values within 1000 of each other, never on this sample)."""
+    values within 1000 of each other, never on this sample). The ramp ends with its first two
+    values again: a callable that looks for other rows of equal value (the first occurrence
+    of each value by ``np.unique``) agrees with itself on any chunk of distinct values, and
+    on every part of one, but not on a row of this sample alone."""
     half = n // 2
     ramp = np.arange(half)  # 0..31: fits every integer dtype
+    if half >= 4:
+        ramp[-2:] = ramp[:2]
     spread_n = n - half
     if dtype.kind == "b":
         return _in_type_of(np.arange(n) >= half, like)
