@@ -30,6 +30,7 @@ from .validate import (
     in_memory,
     is_dask_array,
     native,
+    overlaps,
 )
 
 
@@ -284,6 +285,7 @@ def compact_into(
     if algorithm == "scan":
         raise ValueError('compact_into does not run algorithm="scan" (a comparison path of '
                          "compact_array and map_compact); use the default")
+    given = a
     a, p = _checked("compact_into", a, pred, output, stable, algorithm)
     if output == "both":
         if not isinstance(out, (tuple, list)) or len(out) != 2:
@@ -295,10 +297,18 @@ def compact_into(
         values, indices = None, out
     values, indices, count = in_memory(values), in_memory(indices), in_memory(count)
     n = int(a.size)
-    if values is not None:
-        check_into_buffer(a, values, "out (values)", a.dtype, n)
-    if indices is not None:
-        check_into_buffer(a, indices, "out (indices)", np.dtype(np.int64), n)
+    for role, buf, dtype, needed in (
+        ("out (values)", values, a.dtype, output != "indices"),
+        ("out (indices)", indices, np.dtype(np.int64), output != "values"),
+    ):
+        if buf is None and needed:
+            raise TypeError(f"{role} must be an array to write into, not None")
+        if buf is not None:
+            check_into_buffer(a, buf, role, dtype, n)
+            # big-endian input was converted to a native copy above: the caller's own array
+            # must not be written over either
+            if given is not a and overlaps(in_memory(given), buf):
+                raise ValueError(f"{role} overlaps the input; compaction is not done in place")
     check_stream(stream, not isinstance(a, np.ndarray), "input")
     if count is not None:  # else the backend makes one, on a's device
         if getattr(count, "dtype", None) not in (np.dtype(np.int64), np.dtype(np.uint64)):

@@ -164,6 +164,31 @@ def test_overlap_is_judged_by_the_elements_strides_included(case):
     np.testing.assert_array_equal(out[:k], before.ravel()[before.ravel() > 2])
 
 
+def test_big_endian_input_shared_with_out_is_refused_and_untouched():
+    # big-endian input is compacted from a native copy: the overlap was judged against the
+    # copy, and the caller's own array was written over
+    mem = (np.arange(33) / 33).astype(">f8")
+    before = mem.copy()
+    out = mem.view(np.float64)  # the same bytes, read natively
+    for o in (out, out[5:]):
+        with pytest.raises(ValueError, match="overlaps the input"):
+            compact_into(mem[:28], "x > 0.5", o)
+    np.testing.assert_array_equal(mem, before)
+    v = np.empty(33, np.float64)
+    with pytest.raises(ValueError, match="out .indices. overlaps the input"):
+        compact_into(mem, "x > 0.5", (v, mem.view(np.int64)), output="both")
+    np.testing.assert_array_equal(mem, before)
+
+
+@pytest.mark.parametrize("output, out", [("values", None), ("indices", None),
+                                         ("both", (None, np.empty(31, np.int64))),
+                                         ("both", (np.empty(31), None))])
+def test_none_for_a_buffer_is_refused(output, out):
+    a = random_array("float64", (31,), seed=9)
+    with pytest.raises(TypeError, match="must be an array to write into, not None"):
+        compact_into(a, "x > 0.5", out, output=output)
+
+
 def test_output_buffers_sharing_memory_are_refused():
     a = random_array("float64", (33,), seed=8)
     mem = np.empty(2 * a.size, np.float64)
