@@ -137,9 +137,9 @@ def _signals_as_in_the_job(command: Callable[..., None]) -> Callable[..., None]:
               help="Input chunk length along the first axis (default: the Zarr chunks; "
               "about 128 MiB for .npy; a Zarr group: its fields' longest).")
 @click.option("--output-chunks", type=click.IntRange(min=1), metavar="N",
-              help="Zarr chunk length of the output arrays, in elements. Default: what one "
-              "input chunk holds (its rows times the row length), never more than the whole "
-              "input. A Zarr group's arrays: in rows; default: --chunks, else the chunks of "
+              help="Zarr chunk length of the output arrays, in elements, never more than the "
+              "whole input. Default: what one input chunk holds (its rows times the row "
+              "length). A Zarr group's arrays: in rows; default: --chunks, else the chunks of "
               "the first field the predicate reads.")
 @click.option("--overwrite", is_flag=True,
               help="Replace an existing OUTPUT, if it is a complete output of dask compact.")

@@ -83,6 +83,12 @@ def test_chunks_longer_than_the_input(npy, tmp_path):
     assert g["values"].chunks == (a.size,)
     np.testing.assert_array_equal(g["values"][:], a[a > 0.7])
     np.testing.assert_array_equal(g["indices"][:], np.flatnonzero(a > 0.7))
+    # an --output-chunks beyond the input likewise (10^9 float64 was a 7.45 GiB padded chunk)
+    out2 = tmp_path / "out2.zarr"
+    run(path, out2, "--where", "x > 0.7", "--output-chunks", str(10**9))
+    g2 = zarr.open_group(str(out2), mode="r")
+    assert g2["values"].chunks == (a.size,)
+    np.testing.assert_array_equal(g2["values"][:], a[a > 0.7])
 
 
 def test_zarr_nd_in_c_order(zarr2d, tmp_path):

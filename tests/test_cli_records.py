@@ -108,6 +108,12 @@ def test_fields_picks_what_is_written_and_json_summary(particles, tmp_path):
     for name in ("pos", "id", "vz"):
         np.testing.assert_array_equal(arrays[name], data[name][m])
     assert chunks["pos"] == (50, 3) and chunks["id"] == (50,)
+    # never longer than the input, asked for or not
+    out2 = tmp_path / "out2.zarr"
+    run(src, out2, "--where", WHERE, "--output-chunks", str(10**9))
+    _, arrays2, chunks2 = read(out2)
+    assert chunks2["pos"] == (1025, 3) and chunks2["id"] == (1025,)
+    np.testing.assert_array_equal(arrays2["pos"], data["pos"][m])
     assert summary["fields"] == ["pos", "id", "vz"] and summary["arrays"] == ["pos", "id", "vz"]
     assert summary["read"] == ["mass", "x"] and summary["ignored"] == {}
     assert summary["rows"] == 1025 and summary["selected"] == m.sum()

@@ -137,6 +137,18 @@ def test_overwrite_never_replaces_what_this_tool_did_not_write(npy, tmp_path):
     assert litter(tmp_path) == []
 
 
+def test_output_where_nothing_can_be_written_is_a_short_error(npy, tmp_path):
+    # a raw FileExistsError / FileNotFoundError traceback before (found by a probe)
+    path, _ = npy
+    (tmp_path / "afile").write_text("notes")
+    for target, why in ((tmp_path / "afile" / "out.zarr", "File exists"),
+                        (Path("/proc/out.zarr"), "No such file or directory")):
+        res = run(path, target, "--where", "x > 0.5", code=2)
+        assert "Invalid value for OUTPUT: cannot write beside" in res.output
+        assert why in res.output and "Traceback" not in res.output
+    assert (tmp_path / "afile").read_text() == "notes"
+
+
 def test_a_second_job_on_a_locked_output_refuses(npy, tmp_path):
     path, _ = npy
     out = tmp_path / "out.zarr"

@@ -126,9 +126,15 @@ class Target:
             return
         import fcntl
 
-        os.makedirs(self.parent, exist_ok=True)
-        while True:
+        try:
+            os.makedirs(self.parent, exist_ok=True)
             fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:  # a file where a directory must be, a read-only place...
+            raise click.BadParameter(
+                f"cannot write beside {self.output!r}: {e.strerror or e} ({e.filename})",
+                param_hint="OUTPUT",
+            ) from None
+        while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -147,6 +153,7 @@ class Target:
             if same:
                 break
             os.close(fd)
+            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
         os.ftruncate(fd, 0)
         os.write(fd, f"pid {os.getpid()} on {os.uname().nodename}".encode())
         self._lock_fd = fd

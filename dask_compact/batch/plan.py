@@ -41,9 +41,12 @@ class Layout:
             rows = (0,)
         row_elems = int(np.prod(shape[1:], dtype=np.int64)) if len(shape) > 1 else 1
         # an output chunk as long as an input chunk, but never longer than the input: zarr
-        # stores every chunk at its full length, and --chunks may exceed the rows
+        # stores every chunk at its full length (a chunk of 10^9 asked for 1,000 elements
+        # allocated 7.45 GiB), and --chunks may exceed the rows
+        whole = max(1, n_rows * row_elems)
         default = max(1, min(step, n_rows) * row_elems)
-        return cls(tuple(shape), itemsize, rows, out_chunk or default, out_elem_bytes)
+        return cls(tuple(shape), itemsize, rows, min(out_chunk or default, whole),
+                   out_elem_bytes)
 
     @property
     def row_elems(self) -> int:
