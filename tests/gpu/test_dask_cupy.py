@@ -252,3 +252,21 @@ def test_cluster_scattered_nd_blocks_read_as_held() -> None:
         m = b < 0.3
         np.testing.assert_array_equal(cupy.asnumpy(v.compute()), b[m])
         np.testing.assert_array_equal(cupy.asnumpy(i.compute()), np.flatnonzero(m))
+
+
+def test_one_selected_element_is_one_chunk_of_cupy() -> None:
+    # chunks (0, 1, 0) were taken by Dask as broadcastable: ``y + 1`` computed three elements
+    a = np.array([0.1, 0.2, 0.3, 0.9, 0.4, 0.1, 0.3], dtype=np.float32)
+    x = da.from_array(a, chunks=2).map_blocks(cupy.asarray)
+    with dask.config.set(scheduler="threads"):
+        v, i = x.map_compact("x > 0.5", output="both")
+        r = dask_compact.compact_records({"e": x, "w": x * 2}, "e > 0.5", indices=True)
+        y, k = dask_compact.partition(x[3:4], "x > 0.5")
+        outs = [v, i, *r.values(), y, dask_compact.sort(v), dask_compact.cumsum(v)]
+        for o in outs:
+            assert o.numblocks == (1,) and isinstance(o._meta, cupy.ndarray)
+        np.testing.assert_array_equal(cupy.asnumpy((v + 1).compute()), a[3:4] + 1)
+        np.testing.assert_array_equal(cupy.asnumpy((i * 1).compute()), [3])
+        np.testing.assert_array_equal(cupy.asnumpy((r["w"] + r["e"]).compute()), a[3:4] * 3)
+        np.testing.assert_array_equal(cupy.asnumpy((y - 1).compute()), a[3:4] - 1)
+    assert k == 1
