@@ -83,6 +83,19 @@ def default_buckets(n: int, nchunks: int) -> int:
     return max(1, min(nchunks, by_size, by_pieces))
 
 
+def join_small_chunks(x: da.Array) -> da.Array:
+    """``x`` with chunks far below a bucket's minimum (on average under a quarter of
+    ``dask-compact.sort.min-bucket``) joined into chunks of that minimum. Every chunk is a
+    local sort, a sample and a piece for every bucket, each a task and a transfer: 200,000
+    float64 in 800 chunks took 1.0 s through 3 buckets (2,400 pieces), np.sort 0.01 s.
+    Chunks of 2^28 on GPUs are far above it and left alone."""
+    min_bucket = max(1, int(dask.config.get("dask-compact.sort.min-bucket")))
+    n, nchunks = int(x.shape[0]), int(x.numblocks[0])
+    if nchunks <= 1 or 4 * n >= nchunks * min_bucket:
+        return x
+    return x.rechunk({0: min_bucket})
+
+
 # At most this many sample values in all (the client sorts them; 2^20 take ~0.2 s).
 MAX_SAMPLE = 2**20
 MIN_PER_CHUNK = 256
@@ -427,8 +440,11 @@ def build_sort(x: da.Array, indices: bool, buckets: int, local: str = "auto") ->
     what sorts and merges within a chunk or bucket (``sorting.LOCAL_SORTS``)."""
     sizes = tuple(int(c) for c in x.chunks[0])
     nin = len(sizes)
-    if nin == 1 and buckets == 1:
-        return _sort_one_chunk(x, indices, local)
+    if buckets == 1:
+        # one bucket is the whole array in one place whatever the path: its chunks joined
+        # and sorted at once, not sorted, sampled, cut and merged into one (200,000 float64
+        # in 1,000 chunks: 1.0 s that way)
+        return _sort_one_chunk(x if nin == 1 else x.rechunk({0: -1}), indices, local)
     starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
     per = per_chunk_sample(nin, buckets)
     token = tokenize("dask-compact-sort", x.name, indices, buckets, per, local, input_form(x))

@@ -16,7 +16,7 @@ import numpy as np
 
 from .backends.split_radix import order_key
 from .graph import length_one_in_one_chunk
-from .sort_graph import EXCHANGES, build_sort, default_buckets
+from .sort_graph import EXCHANGES, build_sort, default_buckets, join_small_chunks
 from .validate import check_chunk_type, native
 
 __all__ = ["sort", "argsort", "LOCAL_SORTS", "SORT_DTYPES"]
@@ -76,9 +76,10 @@ def sort(x: da.Array, *, local: str = "auto", buckets: int | None = None) -> da.
         How many output chunks to aim for. Default: as many as ``x`` has chunks, but no
         fewer than 65,536 elements a bucket on average and no more than 16,384 pieces
         (chunks x buckets) in the exchange (the config ``dask-compact.sort.min-bucket`` and
-        ``max-pieces``), since every chunk sends a piece to every bucket. Splitting is by
-        (value, index), so repeated values do not unbalance the buckets; empty buckets are
-        left out.
+        ``max-pieces``), since every chunk sends a piece to every bucket; chunks under a
+        quarter of ``min-bucket`` on average are joined into chunks of ``min-bucket`` first,
+        and one bucket is the whole array sorted as one chunk. Splitting is by (value,
+        index), so repeated values do not unbalance the buckets; empty buckets are left out.
 
     Returns
     -------
@@ -128,7 +129,7 @@ def _sorted(x: Any, local: Any, buckets: Any, indices: bool, fn: str) -> da.Arra
 
 
 def _sorted_chunks(x: Any, local: Any, buckets: Any, indices: bool, fn: str) -> da.Array:
-    x = _check(x, local, fn)
+    x = join_small_chunks(_check(x, local, fn))
     nchunks = _check_buckets(buckets, x.shape[0], x.numblocks[0])
     if x.shape[0] == 0:
         dtype = np.dtype(np.int64) if indices else x.dtype

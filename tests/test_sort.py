@@ -88,6 +88,37 @@ def test_default_buckets_are_capped_by_size_and_pieces():
         assert len(dask_compact.sort(x, buckets=7).chunks[0]) == 7  # asked for: kept
 
 
+def test_small_chunks_are_joined_and_one_bucket_is_one_sort(monkeypatch):
+    """Chunks far below a bucket's minimum are joined first (800 chunks of 250: each a local
+    sort, a sample and a piece per bucket; 1.0 s against np.sort's 0.01 s), and one bucket
+    is the whole array sorted at once, not sampled, cut and merged."""
+    from dask_compact import sort_graph
+    from dask_compact.sort_graph import join_small_chunks
+
+    seen = []
+    real = sort_graph._sort_one_chunk
+    monkeypatch.setattr(sort_graph, "_sort_one_chunk",
+                        lambda x, *args: seen.append(x.numblocks) or real(x, *args))
+    rng = np.random.default_rng(12)
+    with dask.config.set({"dask-compact.sort.min-bucket": 2**16,
+                          "dask-compact.sort.max-pieces": 2**14}):
+        x = da.from_array(rng.random(200_000), chunks=250)
+        assert join_small_chunks(x).numblocks == (4,)  # chunks of 2^16
+        big = da.from_array(np.zeros(2**18), chunks=2**14)  # a quarter of a bucket: kept
+        assert join_small_chunks(big) is big
+        for n in (200_000, 100_003, 1):  # 3 buckets; one bucket; one element
+            a = rng.standard_normal(n)
+            a[::7] = np.nan
+            a[1::5] = a[0]  # ties for the stable argsort
+            x = da.from_array(a, chunks=97)
+            for fn, want in ((dask_compact.sort, np.sort(a)),
+                             (dask_compact.argsort, np.argsort(a, kind="stable"))):
+                np.testing.assert_array_equal(fn(x).compute(), want)
+    assert seen == [(1,)] * 4  # 100,003 and 1: the one-chunk sort, never the exchange
+    with dask.config.set({"dask-compact.sort.min-bucket": 1}):
+        assert join_small_chunks(x) is x
+
+
 @pytest.mark.parametrize("kind", ["all-equal", "sorted", "reversed", "two-values", "sawtooth"])
 def test_patterns(kind):
     n = 5003
