@@ -12,7 +12,7 @@ import numpy as np
 from dask.array.utils import meta_from_array
 from dask.base import tokenize
 
-from .graph import Plan, build, input_form, length_one_in_one_chunk
+from .graph import Plan, build, computed_call, input_form, length_one_in_one_chunk
 from .predicate import Predicate, PredicateLike, as_predicate
 from .predicate.core import NotElementwise, check_sample
 from .predicate.expr import Call, Param, Var
@@ -153,7 +153,7 @@ def map_compact(
     x1 = _ravel(x)
     # lazy, by_worker and the input's form build different tasks under these keys
     token = tokenize("map_compact", x1.name, p, output, stable, algorithm, lazy,
-                     bool(by_worker), input_form(x1))
+                     bool(by_worker), input_form(x1), computed_call(lazy, x1))
     # N-D rows of whole trailing axes: chunk i of x1 is block (i, 0, ...) of x, flattened
     whole_rows = (x.ndim > 1 and not _unknown(x) and x1.numblocks[0] == x.numblocks[0]
                   and all(n == 1 for n in x.numblocks[1:]))
@@ -233,7 +233,7 @@ def compact(
     elif m1.chunks != x1.chunks:
         m1 = m1.rechunk(x1.chunks)
     token = tokenize("compact", x1.name, m1.name, output, lazy, input_form(x1),
-                     input_form(m1))
+                     input_form(m1), computed_call(lazy, x1, m1))
     plan = Plan(x1, m1, None, output, True, "auto", token)
     return _result(build(plan, lazy, out_chunks), output)
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import itertools
 import math
 import operator
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -177,6 +178,21 @@ def input_form(x: da.Array) -> str:
     return "graph" if _futures(x, list(flatten(x.__dask_keys__()))) is None else "held"
 
 
+def computed_call(lazy: bool, *arrays: da.Array) -> str:
+    """A new name for each eager call whose input is computed from a graph, else ``""``: part
+    of every eager builder's output token.
+
+    An eager result is persisted under its keys, and the cluster gives back what it holds
+    under a key asked for again: a later call on an input of the same name but other data
+    (a Zarr store rewritten in place, which ``da.from_zarr`` names by its path) built the
+    same keys and got the old selection while the first result lived (found by a probe; plain
+    Dask's ``compute()`` recomputes). Held input (futures) cannot change under its keys, and a
+    lazy call is a graph whose keys Dask's own rules name."""
+    if lazy or all(input_form(a) == "held" for a in arrays):
+        return ""
+    return uuid.uuid4().hex
+
+
 def _futures(x: da.Array, keys: list) -> list | None:
     """The futures of ``x``'s blocks ``keys``, None unless every block is one."""
     distributed = distributed_if_imported()
@@ -320,19 +336,31 @@ def _lazy_global_indices(plan: Plan, local: da.Array, counts: da.Array) -> da.Ar
 
 
 def length_one_in_one_chunk(arr: Any) -> Any:
-    """``arr`` with every axis of length 1 in one chunk.
+    """``arr`` with every axis of length 1 in one chunk, its one non-empty block.
 
     A compaction that selects one element of a chunked array leaves empty chunks beside it:
     chunks ``(0, 1, 0)``. Dask (2026.7) takes an axis of length 1 as broadcastable, rechunks
     the array to ``(1,)`` there but keeps three output blocks, so ``y + 1`` computed three
     elements, ``[1.9, 1.9, 1.9]``, and ``x[i]`` on such indices lost a dependency (plain
-    Dask's ``x[x > t]`` after ``compute_chunk_sizes()`` does the same). One chunk there costs
-    one small concatenation, and only on such results."""
+    Dask's ``x[x > t]`` after ``compute_chunk_sizes()`` does the same). The result's blocks
+    are aliases of the non-empty ones, under a name that keeps ``arr``'s (which says the
+    path that ran): no task, and only such results change."""
     if not isinstance(arr, da.Array):
         return arr
-    axes = {ax: (1,) for ax, (n, c) in enumerate(zip(arr.shape, arr.chunks))
+    pick = {ax: c.index(1) for ax, (n, c) in enumerate(zip(arr.shape, arr.chunks))
             if n == 1 and len(c) > 1}
-    return arr.rechunk(axes) if axes else arr
+    if not pick:
+        return arr
+    name = f"{arr.name}-one"
+    counts = [1 if ax in pick else len(c) for ax, c in enumerate(arr.chunks)]
+    layer: dict[Any, Any] = {
+        (name, *idx): (arr.name, *[pick.get(ax, i) for ax, i in enumerate(idx)])
+        for idx in itertools.product(*map(range, counts))
+    }
+    chunks = tuple((1,) if ax in pick else c for ax, c in enumerate(arr.chunks))
+    deps: list[Any] = [arr]  # dask's typing does not count Array
+    return da.Array(HighLevelGraph.from_collections(name, layer, dependencies=deps), name,
+                    chunks=chunks, meta=arr._meta)
 
 
 def _with_chunks(arr: da.Array, chunks: tuple[int, ...]) -> da.Array:

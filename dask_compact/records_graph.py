@@ -28,6 +28,7 @@ from .graph import (
     _fetch_counts,
     _held_counts,
     _meta,
+    computed_call,
     input_form,
     rechunk_rows,
     row_chunks,
@@ -76,7 +77,8 @@ def build_records(
     nb = len(rows)
     starts = np.concatenate([[0], np.cumsum(rows)[:-1]]).astype(np.int64) if nb else np.zeros(0)
     token = tokenize("compact_records", [fields[n].name for n in names], names, pred, indices,
-                     stable, lazy, [input_form(fields[n]) for n in names])
+                     stable, lazy, [input_form(fields[n]) for n in names],
+                     computed_call(lazy, *fields.values()))
     p1 = f"compact-records-{token}"
     layer: dict[Any, Any] = {}
     for i in range(nb):

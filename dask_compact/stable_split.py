@@ -30,7 +30,7 @@ from .api import (
 )
 from .chunk import _checked
 from .dispatch import split_chunk
-from .graph import _extend, _fetch_counts, _meta, length_one_in_one_chunk
+from .graph import _extend, _fetch_counts, _meta, computed_call, length_one_in_one_chunk
 from .predicate import Predicate, PredicateLike, as_predicate
 from .predicate.core import NotElementwise
 from .validate import check_dtype, check_output
@@ -100,7 +100,8 @@ def partition(x: da.Array, pred: PredicateLike, *, output: str = "values") -> tu
     Each chunk is split on the worker (and GPU) that holds it, in one pass over the chunk after
     the predicate's; only the counts come back to the client. The result's chunks are the
     selected piece of every input chunk, in order, then the other piece of every chunk, so no
-    data moves between workers (``rechunk`` it for even chunks).
+    data moves between workers (``rechunk`` it for even chunks); a result of one element is
+    one chunk.
 
     Parameters
     ----------
@@ -167,7 +168,7 @@ def partition(x: da.Array, pred: PredicateLike, *, output: str = "values") -> tu
         rows = np.asarray(x1.chunks[0], dtype=np.int64)
     nb = len(rows)
     starts = np.concatenate([[0], np.cumsum(rows)[:-1]]).astype(np.int64) if nb else rows
-    token = tokenize("partition", x1.name, p, output)
+    token = tokenize("partition", x1.name, p, output, computed_call(False, x1))
     p1 = f"partition-{token}"
     layer: dict[Any, Any] = {
         (p1, i): (split_block, keys[i], p, output, int(starts[i])) for i in range(nb)

@@ -548,6 +548,32 @@ def test_an_input_not_persisted_is_read_and_compacted_in_one_task(client, source
     np.testing.assert_array_equal(y.compute(), want[want < 0.5])
 
 
+def test_new_data_under_an_old_name_is_not_answered_from_an_old_result(client, tmp_path):
+    """A Zarr store rewritten in place keeps its dask name (da.from_zarr names it by its path):
+    every eager call on it, while an earlier result lived on the cluster, built the earlier
+    result's keys and got the old selection back (found by a probe)."""
+    zarr = pytest.importorskip("zarr")
+    path = str(tmp_path / "a.zarr")
+    old = np.arange(20_000, dtype="f8")
+    z = zarr.open_array(path, mode="w", shape=old.shape, chunks=(3_000,), dtype="f8")
+    z[:] = old
+    x = da.from_zarr(path)
+    kept = [x.map_compact("x < 1000"), dask_compact.compact(x, x < 1000),
+            dask_compact.compact_records({"v": x}, "v < 1000")["v"],
+            dask_compact.partition(x, "x < 1000")[0], dask_compact.sort(x)]
+    z[:] = old[::-1] + 0.5
+    x = da.from_zarr(path)
+    new = z[:]
+    for got, want in ((x.map_compact("x < 1000"), new[new < 1000]),
+                      (dask_compact.compact(x, x < 1000), new[new < 1000]),
+                      (dask_compact.compact_records({"v": x}, "v < 1000")["v"], new[new < 1000]),
+                      (dask_compact.partition(x, "x < 1000")[0],
+                       np.concatenate([new[new < 1000], new[new >= 1000]])),
+                      (dask_compact.sort(x), np.sort(new))):
+        np.testing.assert_array_equal(got.compute(), want)
+    assert len(kept) == 5  # the first results lived all along
+
+
 def test_each_graph_form_has_its_own_output_keys(client):
     """Lazy and eager calls, by_worker on and off, a held input and the same input as a
     graph build different tasks: each takes keys of its own, so distributed never meets one
