@@ -199,6 +199,7 @@ def _plugin_class() -> type:
         """Adds the handler of :func:`_serve` to a worker's server."""
 
         name = PLUGIN_NAME
+        idempotent = True  # a second client on the cluster keeps the one there (no warning)
 
         def setup(self, worker: Any) -> None:
             self.worker = worker
@@ -223,6 +224,9 @@ def _scheduler_plugin_class() -> type:
         deployments may block)."""
 
         name = PLUGIN_NAME
+        # a second client's registration keeps the one there: distributed warned "Scheduler
+        # already contains a plugin with name dask-compact-direct; overwriting" (a probe)
+        idempotent = True
 
         async def start(self, scheduler: Any) -> None:
             self.scheduler = scheduler

@@ -10,9 +10,11 @@ import os
 import signal
 import threading
 import time
+import warnings
 
 import dask
 import dask.array as da
+import distributed
 import numpy as np
 import pytest
 from cluster_helpers import cluster_for_kills, kill_a_worker_then_check, rechunk_placed_by_data
@@ -572,6 +574,17 @@ def test_new_data_under_an_old_name_is_not_answered_from_an_old_result(client, t
                       (dask_compact.sort(x), np.sort(new))):
         np.testing.assert_array_equal(got.compute(), want)
     assert len(kept) == 5  # the first results lived all along
+
+
+def test_a_second_client_on_the_cluster_is_not_warned_about_our_plugins(client):
+    a = np.arange(30_000.0)
+    for _ in range(2):
+        with distributed.Client(client.scheduler.address) as other, \
+                warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            x = other.persist(da.from_array(a, chunks=5_000))
+            np.testing.assert_array_equal(x.map_compact("x < 10").compute(), a[:10])
+        assert not [w for w in seen if "dask-compact" in str(w.message)], seen
 
 
 def test_each_graph_form_has_its_own_output_keys(client):
