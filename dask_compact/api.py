@@ -152,8 +152,9 @@ def map_compact(
         return compact(whole, mask, output=output, lazy=lazy, chunks=chunks)
     x1 = _ravel(x)
     # lazy, by_worker and the input's form build different tasks under these keys
+    form = input_form(x1)
     token = tokenize("map_compact", x1.name, p, output, stable, algorithm, lazy,
-                     bool(by_worker), input_form(x1), computed_call(lazy, x1))
+                     bool(by_worker), form, computed_call(lazy, form))
     # N-D rows of whole trailing axes: chunk i of x1 is block (i, 0, ...) of x, flattened
     whole_rows = (x.ndim > 1 and not _unknown(x) and x1.numblocks[0] == x.numblocks[0]
                   and all(n == 1 for n in x.numblocks[1:]))
@@ -232,8 +233,9 @@ def compact(
             )
     elif m1.chunks != x1.chunks:
         m1 = m1.rechunk(x1.chunks)
-    token = tokenize("compact", x1.name, m1.name, output, lazy, input_form(x1),
-                     input_form(m1), computed_call(lazy, x1, m1))
+    forms = (input_form(x1), input_form(m1))
+    token = tokenize("compact", x1.name, m1.name, output, lazy, *forms,
+                     computed_call(lazy, *forms))
     plan = Plan(x1, m1, None, output, True, "auto", token)
     return _result(build(plan, lazy, out_chunks), output)
 

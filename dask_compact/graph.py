@@ -178,9 +178,10 @@ def input_form(x: da.Array) -> str:
     return "graph" if _futures(x, list(flatten(x.__dask_keys__()))) is None else "held"
 
 
-def computed_call(lazy: bool, *arrays: da.Array) -> str:
-    """A new name for each eager call whose input is computed from a graph, else ``""``: part
-    of every eager builder's output token.
+def computed_call(lazy: bool, *forms: str) -> str:
+    """A new name for each eager call whose input is computed from a graph (any of ``forms``,
+    the inputs' :func:`input_form`, is ``"graph"``), else ``""``: part of every eager
+    builder's output token.
 
     An eager result is persisted under its keys, and the cluster gives back what it holds
     under a key asked for again: a later call on an input of the same name but other data
@@ -188,7 +189,7 @@ def computed_call(lazy: bool, *arrays: da.Array) -> str:
     same keys and got the old selection while the first result lived (found by a probe; plain
     Dask's ``compute()`` recomputes). Held input (futures) cannot change under its keys, and a
     lazy call is a graph whose keys Dask's own rules name."""
-    if lazy or all(input_form(a) == "held" for a in arrays):
+    if lazy or all(form == "held" for form in forms):
         return ""
     return uuid.uuid4().hex
 

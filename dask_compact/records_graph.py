@@ -76,9 +76,9 @@ def build_records(
     rows = first.chunks[0]
     nb = len(rows)
     starts = np.concatenate([[0], np.cumsum(rows)[:-1]]).astype(np.int64) if nb else np.zeros(0)
+    forms = [input_form(fields[n]) for n in names]
     token = tokenize("compact_records", [fields[n].name for n in names], names, pred, indices,
-                     stable, lazy, [input_form(fields[n]) for n in names],
-                     computed_call(lazy, *fields.values()))
+                     stable, lazy, forms, computed_call(lazy, *forms))
     p1 = f"compact-records-{token}"
     layer: dict[Any, Any] = {}
     for i in range(nb):

@@ -157,8 +157,9 @@ def _sort_one_chunk(x: da.Array, indices: bool, local: str) -> da.Array:
     so one task and one persist (no sample, splitters or merge: the general path's three
     round trips to the client cost ~6 ms on a GPU worker, as much as sorting 2^28 float32).
     Under the threaded or the synchronous scheduler not even that: see :func:`_here`."""
-    token = tokenize("dask-compact-sort-one", x.name, indices, local, input_form(x),
-                     computed_call(False, x))
+    form = input_form(x)
+    token = tokenize("dask-compact-sort-one", x.name, indices, local, form,
+                     computed_call(False, form))
     out = f"sort-{'indices' if indices else 'values'}-out-{token}"
     dtype = np.dtype(np.int64) if indices else x.dtype
     chunk = _here(x)
@@ -448,8 +449,9 @@ def build_sort(x: da.Array, indices: bool, buckets: int, local: str = "auto") ->
         return _sort_one_chunk(x if nin == 1 else x.rechunk({0: -1}), indices, local)
     starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
     per = per_chunk_sample(nin, buckets)
-    token = tokenize("dask-compact-sort", x.name, indices, buckets, per, local, input_form(x),
-                     computed_call(False, x))
+    form = input_form(x)
+    token = tokenize("dask-compact-sort", x.name, indices, buckets, per, local, form,
+                     computed_call(False, form))
 
     # 1. local sort + sample, persisted
     p1 = f"sort-local-{token}"

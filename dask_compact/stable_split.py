@@ -30,7 +30,14 @@ from .api import (
 )
 from .chunk import _checked
 from .dispatch import split_chunk
-from .graph import _extend, _fetch_counts, _meta, computed_call, length_one_in_one_chunk
+from .graph import (
+    _extend,
+    _fetch_counts,
+    _meta,
+    computed_call,
+    input_form,
+    length_one_in_one_chunk,
+)
 from .predicate import Predicate, PredicateLike, as_predicate
 from .predicate.core import NotElementwise
 from .validate import check_dtype, check_output
@@ -168,7 +175,7 @@ def partition(x: da.Array, pred: PredicateLike, *, output: str = "values") -> tu
         rows = np.asarray(x1.chunks[0], dtype=np.int64)
     nb = len(rows)
     starts = np.concatenate([[0], np.cumsum(rows)[:-1]]).astype(np.int64) if nb else rows
-    token = tokenize("partition", x1.name, p, output, computed_call(False, x1))
+    token = tokenize("partition", x1.name, p, output, computed_call(False, input_form(x1)))
     p1 = f"partition-{token}"
     layer: dict[Any, Any] = {
         (p1, i): (split_block, keys[i], p, output, int(starts[i])) for i in range(nb)
