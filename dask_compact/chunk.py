@@ -297,6 +297,9 @@ def compact_into(
         values, indices = None, out
     values, indices, count = in_memory(values), in_memory(indices), in_memory(count)
     n = int(a.size)
+    # big-endian input was converted to a native copy above: the caller's own array must not
+    # be written over either
+    caller = None if given is a else in_memory(given)
     for role, buf, dtype, needed in (
         ("out (values)", values, a.dtype, output != "indices"),
         ("out (indices)", indices, np.dtype(np.int64), output != "values"),
@@ -305,9 +308,7 @@ def compact_into(
             raise TypeError(f"{role} must be an array to write into, not None")
         if buf is not None:
             check_into_buffer(a, buf, role, dtype, n)
-            # big-endian input was converted to a native copy above: the caller's own array
-            # must not be written over either
-            if given is not a and overlaps(in_memory(given), buf):
+            if caller is not None and overlaps(caller, buf):
                 raise ValueError(f"{role} overlaps the input; compaction is not done in place")
     check_stream(stream, not isinstance(a, np.ndarray), "input")
     if count is not None:  # else the backend makes one, on a's device

@@ -245,10 +245,14 @@ def out_chunk_rows(inp: GroupInput, output_chunks: int | None) -> int:
     """Rows per output chunk: ``--output-chunks``, else ``--chunks``, else the Zarr chunks of
     the first field the predicate reads (as :func:`dask_compact.compact_records` aligns a
     record), else of the first field."""
-    if output_chunks or inp.row_chunk:  # never longer than the input (see Layout.make)
-        return min(int(output_chunks or inp.row_chunk), max(1, inp.rows))  # type: ignore[arg-type]
-    lead = next((n for n in inp.arrays if n in inp.read), next(iter(inp.arrays)))
-    return max(1, int(inp.arrays[lead].chunks[0]))
+    if output_chunks or inp.row_chunk:
+        rows = int(output_chunks or inp.row_chunk)  # type: ignore[arg-type]
+    else:
+        lead = next((n for n in inp.arrays if n in inp.read), next(iter(inp.arrays)))
+        rows = int(inp.arrays[lead].chunks[0])
+    # never longer than the input, as Layout.make caps it: the job's description says what
+    # is written
+    return max(1, min(rows, inp.rows))
 
 
 def output_names(inp: GroupInput, mode: str) -> tuple[str, ...]:
