@@ -30,12 +30,10 @@ from collections.abc import Callable, Hashable
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-import dask.config
+from . import settings
 
 __all__ = ["BoundedCache", "cache_dir", "clear_cache", "disk_bytes", "memory_entries", "trim"]
 
-DEFAULTS = {"dask-compact": {"cache": {"memory-entries": 64, "disk-bytes": 256 * 2**20}}}
-dask.config.update_defaults(DEFAULTS)
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
@@ -43,12 +41,12 @@ V = TypeVar("V")
 
 def memory_entries() -> int:
     """Entries each in-process cache keeps (at least 1)."""
-    return max(1, int(dask.config.get("dask-compact.cache.memory-entries")))
+    return max(1, int(settings.get("cache.memory-entries")))
 
 
 def disk_bytes() -> int:
     """Bytes the disk cache is trimmed to."""
-    return max(0, int(dask.config.get("dask-compact.cache.disk-bytes")))
+    return max(0, int(settings.get("cache.disk-bytes")))
 
 
 def cache_dir() -> Path:

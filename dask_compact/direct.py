@@ -49,14 +49,12 @@ import weakref
 from typing import Any
 
 import dask.array as da
-import dask.config
 import numpy as np
 
+from . import settings
 from .cache import BoundedCache
 from .chunk import compact_blocks, compact_held_runs
 from .placement import group_tasks, placement
-
-dask.config.update_defaults({"dask-compact": {"direct": True}})
 
 PLUGIN_NAME = "dask-compact-direct"
 SERVE = "dask_compact_phase1"  # the workers' handler
@@ -401,7 +399,7 @@ def run(plan: Any, blocks: list, meta: dict[str, Any]) -> dict[str, da.Array] | 
     consecutive chunks a worker thread holds (or a few, see :func:`_parts`), in the input's
     order, of known sizes. ``meta``: each output's meta. None where this does not apply or
     did not work (see the module)."""
-    if not dask.config.get("dask-compact.direct") or not plan.by_worker:
+    if not settings.get("direct") or not plan.by_worker:
         return None
     if not plan.known_input or plan.mask is not None or not blocks:
         return None

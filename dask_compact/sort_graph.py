@@ -46,13 +46,12 @@ import uuid
 import warnings
 from typing import Any
 
-import dask
 import dask.array as da
 import numpy as np
 from dask.base import tokenize
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 
-from . import client_stream
+from . import client_stream, settings
 from .dispatch import sort_bounds, sort_chunk, sort_merge
 from .graph import _extend, _meta, computed_call, input_form
 from .imported import distributed_if_imported
@@ -65,8 +64,6 @@ __all__ = ["build_sort", "splitters", "sample_positions", "exchange_groups", "bu
 EXCHANGES = ("auto", "ipc", "worker", "bucket")
 # The default number of buckets (default_buckets): one per input chunk, but at least
 # min-bucket elements a bucket on average and at most max-pieces pieces in the exchange.
-dask.config.update_defaults({"dask-compact": {"sort": {
-    "exchange": "auto", "min-bucket": 2**16, "max-pieces": 2**14}}})
 
 
 def default_buckets(n: int, nchunks: int) -> int:
@@ -77,9 +74,8 @@ def default_buckets(n: int, nchunks: int) -> int:
     chunk made the exchange grow as the square of the chunks: a probe's 200,000 float64 in
     1,000 chunks took 12.3 s (1,000,000 pieces) where 4 buckets took 0.95 s and np.sort of the
     computed array 0.01 s. A GPU sort's chunks of 2^28 are left one bucket each."""
-    cfg = dask.config.get("dask-compact.sort")
-    by_size = n // max(1, int(cfg["min-bucket"]))
-    by_pieces = int(cfg["max-pieces"]) // max(1, nchunks)
+    by_size = n // max(1, int(settings.get("sort.min-bucket")))
+    by_pieces = int(settings.get("sort.max-pieces")) // max(1, nchunks)
     return max(1, min(nchunks, by_size, by_pieces))
 
 
@@ -89,7 +85,7 @@ def join_small_chunks(x: da.Array) -> da.Array:
     local sort, a sample and a piece for every bucket, each a task and a transfer: 200,000
     float64 in 800 chunks took 1.0 s through 3 buckets (2,400 pieces), np.sort 0.01 s.
     Chunks of 2^28 on GPUs are far above it and left alone."""
-    min_bucket = max(1, int(dask.config.get("dask-compact.sort.min-bucket")))
+    min_bucket = max(1, int(settings.get("sort.min-bucket")))
     n, nchunks = int(x.shape[0]), int(x.numblocks[0])
     if nchunks <= 1 or 4 * n >= nchunks * min_bucket:
         return x
@@ -311,7 +307,7 @@ def ask_ahead(values: da.Array) -> concurrent.futures.Future | None:
         return None
     client = blocks[0].client
     keys = [b.key for b in blocks]
-    probe = (dask.config.get("dask-compact.sort.exchange") in ("auto", "ipc")
+    probe = (settings.get("sort.exchange") in ("auto", "ipc")
              and _is_cupy(values._meta))  # fmt: skip
 
     def ask() -> tuple[list, dict | None]:
@@ -363,7 +359,7 @@ def exchange_groups(values: da.Array, counts: np.ndarray, totals: np.ndarray,
       by buckets; over TCP, which stages every transfer through host memory, the few large
       slices took 15.6 s against 3.0-8.6 s for the many pieces.
     """
-    mode = dask.config.get("dask-compact.sort.exchange")
+    mode = settings.get("sort.exchange")
     one = (np.zeros(totals.size, np.int64), [None], None)
     blocks = _futures(values)
     if blocks is None:
@@ -512,6 +508,11 @@ def build_sort(x: da.Array, indices: bool, buckets: int, local: str = "auto") ->
     sources = {"values": values, **({"indices": held["indices"]} if indices else {})}
     item_bytes = x.dtype.itemsize + (16 if indices else 0)  # output, keys + indices, argsort
     group, where, holders = exchange_groups(values, counts, totals, item_bytes, asked)
+    # The exchange's keys name its cut too: the same input cut another way (another
+    # exchange mode, or its chunks held by other workers) is another graph, which under the
+    # same keys distributed warns of ("Detected different run_spec") and may mix with the
+    # first one's pieces where both are alive.
+    token = tokenize(token, group, where, holders)
     out = f"sort-{'indices' if indices else 'values'}-out-{token}"
     if holders is not None:
         result, finish = _exchange_ipc(list(sources.values()), bounds, group, where, holders,

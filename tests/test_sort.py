@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import doctest
 import threading
+import time
 
 import dask
 import dask.array as da
@@ -494,6 +495,7 @@ def test_local_cluster_exchange_is_one_slice_per_chunk_and_worker(client):
     a = np.random.default_rng(13).random(2**20)
     x = da.from_array(a, chunks=2**16).persist()  # 16 chunks into 16 buckets, on 4 workers
     wait(x)
+    out_names = {}
     for exchange in ("worker", "bucket", "auto"):  # auto: "bucket" over TCP
         with dask.config.set({"dask-compact.sort.exchange": exchange}), \
                 get_task_stream(client) as stream:  # fmt: skip
@@ -509,7 +511,11 @@ def test_local_cluster_exchange_is_one_slice_per_chunk_and_worker(client):
         else:
             assert pieces > 16 * 4, pieces  # one piece per chunk and bucket (most not empty)
         np.testing.assert_array_equal(y.compute(), np.sort(a))
+        out_names[exchange] = y.name
         del y
+    # each cut of the exchange has keys of its own (the same keys for two graphs made
+    # distributed warn "Detected different run_spec"); the same cut, the same keys
+    assert out_names["worker"] != out_names["bucket"] == out_names["auto"]
 
 
 def test_ipc_exchange_forced_where_it_cannot_run_says_why(client):
@@ -530,6 +536,21 @@ def test_unknown_exchange_config_is_refused_before_anything_runs():
     with dask.config.set({"dask-compact.sort.exchange": "nvlink"}), \
             pytest.raises(ValueError, match="dask-compact.sort.exchange"):  # fmt: skip
         dask_compact.sort(x)
+
+
+def test_more_buckets_than_elements_are_as_many_as_the_elements():
+    """A new-user probe: buckets=10**8 on 1,000 elements took 22 s (arrays of 10^8 on the
+    client) and 2**62 failed inside NumPy ("array is too big")."""
+    a = np.random.default_rng(15).random(1000)
+    x = da.from_array(a, chunks=100)
+    for buckets in (10**8, 2**62, np.int64(1001)):
+        t0 = time.perf_counter()
+        y = dask_compact.sort(x, buckets=buckets)
+        np.testing.assert_array_equal(y.compute(), np.sort(a))
+        assert sum(y.chunks[0]) == 1000 and len(y.chunks[0]) <= 1000
+        assert time.perf_counter() - t0 < 10
+    i = dask_compact.argsort(x, buckets=10**9)
+    np.testing.assert_array_equal(i.compute(), np.argsort(a, kind="stable"))
 
 
 def test_bucket_groups_are_runs_of_about_equal_size():
