@@ -66,6 +66,57 @@ def test_a_module_attribute_read_by_the_code_is_in_the_key():
     np.testing.assert_array_equal(compact_array(A, f), A[A < 8.5])
 
 
+class Cuts:
+    class E:
+        class W:
+            lo = 2.0
+
+
+def _stale_after_a_change(pred, change) -> None:
+    """``pred`` called, ``change()`` applied, ``pred`` called again: each result NumPy's for
+    the state at its call (a new-user probe found the second call answering as the first)."""
+    np.testing.assert_array_equal(compact_array(A, pred), A[pred(A)])
+    change()
+    np.testing.assert_array_equal(compact_array(A, pred), A[pred(A)])
+
+
+def test_attributes_read_from_a_closure_a_default_or_deep_down_are_in_the_key():
+    class Local:  # a class held in a closure (a config class made inside main(), say)
+        T = 5.0
+
+    _stale_after_a_change(lambda v: v > Local.T, lambda: setattr(Local, "T", 8.0))
+    _stale_after_a_change(lambda v, c=Cfg: v > c.T, lambda: setattr(Cfg, "T", 8.5))
+    Cfg.T = 4.0
+    _stale_after_a_change(lambda v: v > Cuts.E.W.lo, lambda: setattr(Cuts.E.W, "lo", 6.0))
+    mod = types.ModuleType("settings")  # a module held in a default, two levels down
+    mod.sub = types.ModuleType("settings.sub")
+    mod.sub.limit = 2.5
+
+    def in_closure(v, mod=mod):
+        return v < mod.sub.limit
+
+    _stale_after_a_change(in_closure, lambda: setattr(mod.sub, "limit", 7.5))
+
+
+def test_a_name_read_by_a_computed_name_is_traced_every_time():
+    global T
+    old = T
+    try:
+        preds = [
+            lambda v: v > getattr(Cfg, "T"),  # noqa: B009 -- what is tested
+            lambda v: v > globals()["T"],
+            lambda v: v > vars(Cfg)["T"],
+            lambda v: v > Cfg.__dict__["T"],
+        ]
+        for pred in preds:
+            assert trace_key(pred) is None
+            T, Cfg.T = 3.0, 4.0
+            _stale_after_a_change(pred, lambda: (globals().__setitem__("T", 6.5),
+                                                 setattr(Cfg, "T", 7.5)))
+    finally:
+        T, Cfg.T = old, 4.0
+
+
 def test_a_numpy_function_is_keyed_by_identity():
     ps = [as_predicate(lambda v: np.sin(v) > 0.2) for _ in range(2)]
     assert ps[0] is ps[1]
@@ -159,3 +210,26 @@ def test_a_passed_check_is_remembered_per_dtype_and_a_refusal_never_is():
     assert ("checked", np.dtype(np.int8)) not in p.memo
     f = np.array([-2000.0, 1.0, -990.0])
     np.testing.assert_array_equal(compact_array(f, p), f[f + 1000 > 5])
+
+
+def test_a_mask_path_function_of_a_module_is_tokenized_by_what_it_reads(monkeypatch):
+    """dask tokenizes a function of an importable module by its name alone; the predicate's
+    token also holds the globals it reads (and where those cannot be known, is new each
+    call), so a call after such a global changed builds keys of its own."""
+    import sys
+
+    from dask.base import tokenize
+
+    mod = types.ModuleType("dc_memo_preds")
+    exec("import numpy as np\nG = 5.0\nL = [1.0]\n"
+         "def fm(v):\n    return np.isin(v, [0.5]) | (v > G)\n"
+         "def fl(v):\n    return np.isin(v, L)\n", mod.__dict__)
+    monkeypatch.setitem(sys.modules, "dc_memo_preds", mod)
+    p1 = as_predicate(mod.fm)
+    assert p1.path == "mask"
+    t1 = tokenize(p1)
+    assert tokenize(as_predicate(mod.fm)) == t1  # nothing changed: the same keys
+    mod.G = 8.0
+    assert tokenize(as_predicate(mod.fm)) != t1
+    assert trace_key(mod.fl) is None  # reads a list: new keys every call
+    assert tokenize(as_predicate(mod.fl)) != tokenize(as_predicate(mod.fl))

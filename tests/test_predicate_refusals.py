@@ -209,6 +209,32 @@ def test_a_statistic_every_slice_agrees_on_is_refused(f, a, chunk, local):
             as_predicate(f).mask(a[:chunk])
 
 
+def test_a_callable_failing_on_some_rows_of_a_chunk_is_not_elementwise():
+    """np.sort(v)[-10] runs on a chunk but not on one row: refused as not elementwise (it
+    raised IndexError with a note that blamed a chunk; a new-user probe)."""
+    a = np.random.default_rng(6).standard_normal(1025)
+    f = lambda v: v.astype(float) > np.sort(v.astype(float))[-10]
+    for call in (lambda: dask_compact.compact_array(a, f),
+                 lambda: da.from_array(a, chunks=300).map_compact(f)):
+        with pytest.raises(NotElementwise, match=r"failed on rows 0:1 alone \(IndexError"):
+            call()
+
+
+@pytest.mark.parametrize("f", [lambda v: v + 256 > 3, lambda v: v ** -1 > 0,
+                               lambda v: np.maximum(v, 2**40) > 0])
+def test_a_constant_numpy_refuses_with_overflow_error_is_one(f):
+    """What NumPy raises as OverflowError (NEP 50: a Python int that does not fit the
+    dtype) is an OverflowError here too, and still the ValueError of any refusal."""
+    a = np.arange(10, dtype=np.uint8)
+    with pytest.raises(OverflowError):
+        f(a)
+    for call in (lambda: dask_compact.compact_array(a, f),
+                 lambda: da.from_array(a, chunks=3).map_compact(f)):
+        with pytest.raises(OverflowError, match="does not fit uint8") as info:
+            call()
+        assert isinstance(info.value, ValueError)
+
+
 def test_elementwise_mask_path_still_runs(x):
     got = x.map_compact(lambda v: np.isin(v, [1.0, 7.0])).compute()
     assert np.array_equal(got, np.array([1.0, 7.0]))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import uuid
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -12,6 +13,7 @@ from typing import Any, Union
 import numpy as np
 
 from .expr import (
+    ConstantOverflowError,
     Node,
     ParamOverflow,
     Typed,
@@ -175,7 +177,15 @@ class Predicate:
 
         if self.expr is not None:
             return ("dask_compact.Predicate", repr(self.expr), tokenize(self.params))
-        return ("dask_compact.Predicate", tokenize(self.func))
+        # A callable run as it is (the mask path) acts on what it reads when it runs. dask
+        # tokenizes a function of an importable module by its name alone, so a call after a
+        # global it reads changed took the earlier call's keys and, on a cluster where that
+        # result was still held, its answer (a new-user probe). Its trace key holds what it
+        # reads; where that cannot be known (None), the call's keys are its own.
+        key = trace_key(self.func) if self.func is not None else None
+        if key is None:
+            return ("dask_compact.Predicate", uuid.uuid4().hex)
+        return ("dask_compact.Predicate", tokenize(self.func), hash(key))
 
     def mask(self, a: Any, xp: Any = None, *, every_row: bool = False) -> Any:
         """The boolean mask of ``a`` (same shape), computed with ``a``'s array module.
@@ -221,7 +231,22 @@ class Predicate:
             return
 
         def part(sl: slice) -> Any:
-            return check_mask(self._call(a[sl]), a[sl], self.source, xp)
+            try:
+                got = self._call(a[sl])
+            except NotElementwise:
+                raise
+            except Exception as e:
+                # It ran on the whole chunk: failing on some of its rows is depending on them
+                # (np.sort(v)[-10] on one row raised IndexError, with a note that blamed a
+                # chunk; a new-user probe)
+                raise NotElementwise(
+                    f"predicate {self.source} is not elementwise: it ran on a chunk of "
+                    f"{a.shape[0]} rows but failed on rows {sl.start}:{sl.stop} alone "
+                    f"({type(e).__name__}: {e}), so it depends on how the array is chunked "
+                    "(a statistic or an element of the chunk, its size...). Use elementwise "
+                    "operations only; compute statistics on the dask array first."
+                ) from None
+            return check_mask(got, a[sl], self.source, xp)
 
         check_parts(part, m, a.shape[0], self.source, xp, every_row)
 
@@ -264,7 +289,9 @@ class Predicate:
                     warnings.simplefilter("ignore", RuntimeWarning)
                     evaluate(self.expr, one, self.params, np)
             except (OverflowError, ValueError, TypeError) as numpy_error:
-                raise ValueError(
+                refused = (ConstantOverflowError if isinstance(numpy_error, OverflowError)
+                           else ValueError)
+                raise refused(
                     f"predicate {shorten(self.source)}: {e}, and NumPy refuses it for {tp.dtype} "
                     f"data ({type(numpy_error).__name__}: {numpy_error}); use a constant that fits"
                 ) from None

@@ -179,6 +179,12 @@ class ParamOverflow(ValueError):
     """
 
 
+class ConstantOverflowError(ValueError, OverflowError):
+    """A constant that NumPy refuses for the data's dtype with OverflowError (``uint8_array +
+    256`` under NumPy 2's rules), raised before anything runs: an OverflowError as NumPy's
+    is, and the ValueError every refused predicate is."""
+
+
 _WEAK_TYPES = {"int": int, "float": float, "complex": complex}
 
 

@@ -9,13 +9,19 @@ whose equality means equal behaviour:
 
 * its code object (the bytecode, constants included);
 * the contents of its closure cells and its defaults;
-* the globals its code names, and the attributes its code names of modules and classes among
-  them (one and two levels down: ``np.sin``, ``np.random.rand``, ``Cfg.T``): scalars and
-  strings by type and exact value (:func:`value_key`); modules, NumPy ufuncs, builtins and
-  classes by identity.
+* the globals its code names, and the attributes its code names of the modules and classes
+  among them and among its closure cells and defaults, at any depth (``np.sin``,
+  ``np.random.rand``, ``Cfg.T``, ``Cuts.E.W.lo``, a class held in a closure or a default):
+  scalars and strings by type and exact value (:func:`value_key`); modules, NumPy ufuncs and
+  functions (``np.isin``), builtins and classes by identity.
 
 Anything else (another Python function, an array, an object with state) makes the key None:
-its behaviour could change between calls with nothing in the key changing.
+its behaviour could change between calls with nothing in the key changing. So does code that
+names something that reads by a computed name (``getattr(Cfg, "T")``, ``globals()["T"]``,
+``vars(Cfg)``, ``Cfg.__dict__``): no list of names can follow it. Until 2026-11-30 the
+attributes of a class or module held in a closure or a default, those three or more levels
+down, and those read by a computed name were not in the key, and a call after one of them
+changed reused the old trace (a new-user probe: ``Cfg.T = 8`` and the result still ``v > 5``).
 """
 
 from __future__ import annotations
@@ -29,7 +35,15 @@ from typing import Any
 import numpy as np
 
 _VALUES = (bool, int, float, complex, str, bytes, type(None), np.generic)
-_BY_IDENTITY = (types.ModuleType, np.ufunc, types.BuiltinFunctionType, type)
+# Names through which code reads a variable or an attribute by a computed name
+_DYNAMIC = frozenset({"getattr", "globals", "vars", "locals", "eval", "exec", "__dict__",
+                      "__getattribute__", "attrgetter", "__import__", "import_module"})
+# How deep attributes of modules and classes are followed (np.random.rand is 2 below np);
+# a chain deeper than this is not keyed
+_MAX_DEPTH = 8
+_MISSING = object()
+# NumPy's public functions (np.isin, np.where: dispatchers of its own type) act as NumPy does
+_BY_IDENTITY = (types.ModuleType, np.ufunc, types.BuiltinFunctionType, type, type(np.isin))
 _pack_d = struct.Struct("<d").pack
 
 
@@ -71,6 +85,10 @@ def trace_key(func: Callable[..., Any]) -> tuple | None:
     if not isinstance(func, types.FunctionType) or code is None:
         return None
     parts: list[Any] = [code]
+    names = _names(code)
+    if not _DYNAMIC.isdisjoint(names):
+        return None
+    owners = []  # modules and classes whose attributes the code may read
     # (each part only where the function has it: a bare lambda's key costs ~1 us less, which
     # is a few per cent of a small GPU call)
     closure, defaults, kwdefaults = func.__closure__, func.__defaults__, func.__kwdefaults__
@@ -85,11 +103,11 @@ def trace_key(func: Callable[..., Any]) -> tuple | None:
             if part is None:
                 return None
             parts.append(part)
-    names = _names(code)
+            if isinstance(v, (types.ModuleType, type)):
+                owners.append(v)
     if not names:
         return (code,) if len(parts) == 1 else _hashable(parts)
     g = func.__globals__
-    owners = []
     for name in names:
         if name not in g:
             continue  # an attribute name, or a builtin
@@ -99,23 +117,27 @@ def trace_key(func: Callable[..., Any]) -> tuple | None:
         parts.append((name, part))
         if isinstance(g[name], (types.ModuleType, type)):
             owners.append(g[name])
-    # Attributes the code may read off modules and classes (np.sin, np.random.rand, Cfg.T):
-    # their current values, so that rebinding one changes the key.
-    for depth in (1, 2):
+    # Attributes the code may read off modules and classes (np.sin, np.random.rand, Cfg.T,
+    # Cuts.E.W.lo): their current values, so that rebinding one changes the key.
+    seen = {id(o) for o in owners}
+    for _ in range(_MAX_DEPTH):
+        if not owners:
+            return _hashable(parts)
         nested = []
         for owner in owners:
             for name in names:
-                value = getattr(owner, name, None)
-                if value is None:
+                value = getattr(owner, name, _MISSING)
+                if value is _MISSING:
                     continue
                 part = _part(value)
                 if part is None:
                     return None
                 parts.append((id(owner), name, part))
-                if depth == 1 and isinstance(value, (types.ModuleType, type)):
+                if isinstance(value, (types.ModuleType, type)) and id(value) not in seen:
+                    seen.add(id(value))
                     nested.append(value)
         owners = nested
-    return _hashable(parts)
+    return None if owners else _hashable(parts)
 
 
 def _hashable(parts: list[Any]) -> tuple | None:
