@@ -85,15 +85,19 @@ class CompileAhead:
                 fut.set_exception(e)
         return fut.result()
 
-    def start(self, jobs: Iterable[Callable[[], list[Job]]], command: Command) -> None:
+    def start(self, jobs: Iterable[Callable[[], list[Job]]], command: Command,
+              after: Callable[[], object] | None = None) -> None:
         """Compile, in a background thread, the jobs each builder gives, in order. A builder
-        that fails is skipped: its test builds (and reports) the same thing itself."""
+        that fails is skipped: its test builds (and reports) the same thing itself. ``after``,
+        where given, is waited for first (other work ahead that earlier tests need)."""
         if self._thread is not None:
             return
         self._dir = tempfile.TemporaryDirectory(prefix="nvcc-ahead-")
         workdir = Path(self._dir.name)
 
         def work() -> None:
+            if after is not None:
+                after()
             for build in jobs:
                 try:
                     batch = build()

@@ -73,13 +73,27 @@ def _ours_in_tmp() -> list[str]:
 
 
 def pytest_collection_finish(session):
-    """Start compiling the selected kernel compile tests' units in the background
-    (tests/compile_ahead.py: they take a quarter of CI's time, mostly on a core the rest of
-    the suite leaves idle). A test module offers its units by ``compile_ahead_jobs(name,
-    params)`` and the command line by ``compile_command``. Not in a pytest-xdist worker (each
-    collects every test: the units would be compiled once per worker) nor for --collect-only."""
+    """Start building, in the background on the core the rest of the suite leaves idle, the
+    numba loops of the heaviest predicate tests (tests/numba_ahead.py; a module offers them
+    by ``numba_ahead_loops(name, params)``), then the selected kernel compile tests' nvcc
+    units (tests/compile_ahead.py: they take a quarter of CI's time; a module offers them by
+    ``compile_ahead_jobs(name, params)`` and the command line by ``compile_command``). Not in
+    a pytest-xdist worker (each collects every test: the work would be done once per worker)
+    nor for --collect-only."""
     if hasattr(session.config, "workerinput") or session.config.option.collectonly:
         return
+    loops = []  # the predicate tests whose numba loops tests/numba_ahead.py builds ahead
+    for item in session.items:
+        module = getattr(item, "module", None)
+        if hasattr(module, "numba_ahead_loops"):
+            params = getattr(getattr(item, "callspec", None), "params", {})
+            loops.append((module.__name__, item.originalname, params))
+    after = None
+    if loops:
+        from numba_ahead import NUMBA_AHEAD  # beside those tests (not where conftest is copied)
+
+        NUMBA_AHEAD.start(loops)
+        after = NUMBA_AHEAD.wait  # nvcc's units are needed last: they start after the loops
     builders, command = [], None
     for item in session.items:
         module = getattr(item, "module", None)
@@ -93,10 +107,13 @@ def pytest_collection_finish(session):
     if builders:
         from compile_ahead import AHEAD  # beside the compile tests (not where conftest is copied)
 
-        AHEAD.start(builders, command)
+        AHEAD.start(builders, command, after=after)
 
 
 def pytest_sessionfinish(session, exitstatus):
+    numba_ahead = sys.modules.get("numba_ahead")
+    if numba_ahead is not None:  # first: the nvcc thread may still be waiting for it
+        numba_ahead.NUMBA_AHEAD.stop()
     ahead = sys.modules.get("compile_ahead")
     if ahead is not None:
         ahead.AHEAD.stop()

@@ -168,31 +168,34 @@ def test_parse_and_trace_build_the_same_tree(case, s, t):
     assert parsed.params == traced.params
 
 
-@pytest.mark.parametrize("dtype", ["int8", "int16", "int32", "int64", "uint8", "uint64"])
-def test_integer_edges_division_shifts_power(dtype):
-    info = np.iinfo(dtype)
-    edge = [info.min, info.min + 1, -1, 0, 1, 2, 7, info.max - 1, info.max]
-    a = np.array([e for e in edge if info.min <= e <= info.max] * 3, dtype=dtype)
-    b = a[::-1].copy()
-    rng = np.random.default_rng(3)
-    a = np.concatenate([a, rng.integers(info.min, info.max, 200, dtype=dtype, endpoint=True)])
-    preds = [
+def _integer_edge_predicates(dtype: str) -> list:
+    signed = np.dtype(dtype).kind == "i"
+    return [
         lambda v: v // 3 > 1,
-        lambda v: v // -1 < 0 if np.dtype(dtype).kind == "i" else v // 7 < 3,
+        (lambda v: v // -1 < 0) if signed else (lambda v: v // 7 < 3),
         lambda v: np.floor_divide(7, v) > 0,
         lambda v: np.remainder(5, v) == 0,
         lambda v: (v << 3) > 5,
         lambda v: np.left_shift(1, v) > 2,
-        lambda v: np.right_shift(-64 if np.dtype(dtype).kind == "i" else 64, v) == 0,
+        (lambda v: np.right_shift(-64, v) == 0) if signed else
+        (lambda v: np.right_shift(64, v) == 0),
         lambda v: v * v > 3,
         lambda v: np.power(v, 3) < 0,
         lambda v: -v > 1,
         lambda v: np.abs(v) > 2,
         lambda v: (v + 100) < v,
     ]
-    del b
+
+
+@pytest.mark.parametrize("dtype", ["int8", "int16", "int32", "int64", "uint8", "uint64"])
+def test_integer_edges_division_shifts_power(dtype):
+    info = np.iinfo(dtype)
+    edge = [info.min, info.min + 1, -1, 0, 1, 2, 7, info.max - 1, info.max]
+    a = np.array([e for e in edge if info.min <= e <= info.max] * 3, dtype=dtype)
+    rng = np.random.default_rng(3)
+    a = np.concatenate([a, rng.integers(info.min, info.max, 200, dtype=dtype, endpoint=True)])
     with np.errstate(all="ignore"):
-        for f in preds:
+        for f in _integer_edge_predicates(dtype):
             pred = trace(f)
             assert pred.path == "fused", pred.reason
             expected = f(a)
@@ -212,32 +215,51 @@ def test_mixed_int64_uint64_comparison_is_exact():
         fused_loop(pred.typed(a.dtype), "indices")
 
 
+FLOAT_SPECIALS = [0.0, -0.0, 1.0, -1.0, 0.5, -2.5, np.inf, -np.inf, np.nan, -np.nan, 1e-310, 3.0]
+
+
+def _float_special_predicates(ycast) -> list:
+    return [
+        lambda v: np.signbit(v // ycast),
+        lambda v: np.isnan(v // ycast),
+        lambda v: np.signbit(v % ycast),
+        lambda v: (v % ycast) > 0.5,
+        lambda v: np.signbit(np.maximum(v, ycast)),
+        lambda v: np.signbit(np.minimum(ycast, v)),
+        lambda v: np.signbit(np.fmax(v, ycast)),
+        lambda v: np.isnan(np.fmin(v, ycast)),
+        lambda v: np.signbit(np.sign(v)),
+        lambda v: np.signbit(v / ycast),
+        lambda v: np.signbit(np.sqrt(v)),
+        lambda v: np.signbit(np.rint(v * ycast)),
+    ]
+
+
 def test_float_special_values_division_and_minmax():
-    specials = [0.0, -0.0, 1.0, -1.0, 0.5, -2.5, np.inf, -np.inf, np.nan, -np.nan, 1e-310, 3.0]
+    specials = FLOAT_SPECIALS
     for dt in ("float32", "float64"):
         a = np.array(specials, dt)
         grid = np.repeat(a, len(a)), np.tile(a, len(a))
         x = grid[0]
         ys = grid[1]
         for y in specials:
-            ycast = np.dtype(dt).type(y)
-            preds = [
-                lambda v, ycast=ycast: np.signbit(v // ycast),
-                lambda v, ycast=ycast: np.isnan(v // ycast),
-                lambda v, ycast=ycast: np.signbit(v % ycast),
-                lambda v, ycast=ycast: (v % ycast) > 0.5,
-                lambda v, ycast=ycast: np.signbit(np.maximum(v, ycast)),
-                lambda v, ycast=ycast: np.signbit(np.minimum(ycast, v)),
-                lambda v, ycast=ycast: np.signbit(np.fmax(v, ycast)),
-                lambda v, ycast=ycast: np.isnan(np.fmin(v, ycast)),
-                lambda v, ycast=ycast: np.signbit(np.sign(v)),
-                lambda v, ycast=ycast: np.signbit(v / ycast),
-                lambda v, ycast=ycast: np.signbit(np.sqrt(v)),
-                lambda v, ycast=ycast: np.signbit(np.rint(v * ycast)),
-            ]
             with np.errstate(all="ignore"):
-                for f in preds:
+                for f in _float_special_predicates(np.dtype(dt).type(y)):
                     pred = trace(f)
                     got = compact(x, pred, "indices", True, None, 0)
                     assert np.array_equal(got, np.flatnonzero(f(x))), (dt, y, pred)
         assert ys.size == x.size
+
+
+def numba_ahead_loops(test_name: str, params: dict) -> list | None:
+    """The loops the tests of fixed predicates below build, for tests/numba_ahead.py to
+    build in the background first (they take most of this file's time: a compile each)."""
+    if test_name == "test_integer_edges_division_shifts_power":
+        dtype = np.dtype(params["dtype"])
+        return [(trace(f).typed(dtype), "both") for f in _integer_edge_predicates(dtype.name)]
+    if test_name == "test_float_special_values_division_and_minmax":
+        # the constant is a parameter of the loop: one loop per predicate and dtype
+        return [(trace(f).typed(np.dtype(dt)), "indices")
+                for dt in ("float32", "float64")
+                for f in _float_special_predicates(np.dtype(dt).type(FLOAT_SPECIALS[2]))]
+    return None

@@ -204,16 +204,36 @@ PREDICATES = [
 ]
 
 
-def test_probe_predicates_on_special_values(capsys):
-    t = Tally("predicates")
+def _special_cases() -> list[tuple[str, str]]:
+    """(dtype, predicate): each predicate on three dtypes, rotating, so every pair of kinds is
+    met within CI time (each new structure and dtype compiles a loop)."""
     names = ("float16", "float32", "float64", "int8", "int32", "int64", "uint8", "uint64",
              "complex64", "complex128", "bool")  # fmt: skip
-    # Each predicate on three dtypes, rotating, so every pair of kinds is met within CI time
-    # (each new structure and dtype compiles a loop).
-    for i, text in enumerate(PREDICATES):
-        for k in range(3):
-            _probe_special(t, names[(3 * i + k) % len(names)], text)
+    return [(names[(3 * i + k) % len(names)], text)
+            for i, text in enumerate(PREDICATES) for k in range(3)]
+
+
+def test_probe_predicates_on_special_values(capsys):
+    t = Tally("predicates")
+    for name, text in _special_cases():
+        _probe_special(t, name, text)
     t.report(capsys)
+
+
+def numba_ahead_loops(test_name: str, params: dict) -> list | None:
+    """The loops of the special-values probe (a compile each, most of its time), for
+    tests/numba_ahead.py to build in the background first."""
+    if test_name != "test_probe_predicates_on_special_values":
+        return None
+    from dask_compact.predicate import as_predicate
+
+    loops = []
+    for name, text in _special_cases():
+        try:
+            loops.append((as_predicate(text).typed(np.dtype(name)), "both"))
+        except (ValueError, TypeError):  # refused: no loop to build
+            continue
+    return loops
 
 
 def _probe_special(t: Tally, name: str, text: str) -> None:
