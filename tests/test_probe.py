@@ -221,16 +221,22 @@ def test_probe_predicates_on_special_values(capsys):
 
 
 def numba_ahead_loops(test_name: str, params: dict) -> list | None:
-    """The loops of the special-values probe (a compile each, most of its time), for
-    tests/numba_ahead.py to build in the background first."""
-    if test_name != "test_probe_predicates_on_special_values":
-        return None
+    """The loops of the API and special-values probes (a compile each, most of their time),
+    for tests/numba_ahead.py to build in the background first."""
     from dask_compact.predicate import as_predicate
 
+    if test_name == "test_probe_api_edge_calls":
+        cases = [(pred, name, out) for name in DTYPES for kind in ("none", "all", "half")
+                 for pred in [_pred_for(np.dtype(name), kind)]
+                 for out in ("values", "indices", "both")]
+    elif test_name == "test_probe_predicates_on_special_values":
+        cases = [(text, name, "both") for name, text in _special_cases()]
+    else:
+        return None
     loops = []
-    for name, text in _special_cases():
+    for pred, name, out in cases:
         try:
-            loops.append((as_predicate(text).typed(np.dtype(name)), "both"))
+            loops.append((as_predicate(pred).typed(np.dtype(name)), out))
         except (ValueError, TypeError):  # refused: no loop to build
             continue
     return loops
