@@ -62,8 +62,7 @@ __all__ = ["build_sort", "splitters", "sample_positions", "exchange_groups", "bu
 
 # How the exchange is cut on a cluster (exchange_groups): "auto", "ipc", "worker" or "bucket".
 EXCHANGES = ("auto", "ipc", "worker", "bucket")
-# The default number of buckets (default_buckets): one per input chunk, but at least
-# min-bucket elements a bucket on average and at most max-pieces pieces in the exchange.
+# Its setting and the default number of buckets' (min-bucket, max-pieces): .settings
 
 
 def default_buckets(n: int, nchunks: int) -> int:

@@ -1,8 +1,8 @@
 """The compiled loops of the heaviest predicate tests, built ahead in a background process.
 
 Each new predicate structure, dtype and output is a numba compilation of 0.5-1.2 s on one of
-CI's two cores; three tests (the special-values probe, the integer edges and the float
-special values) compile about 190 of them, three minutes of the suite. The rest of the suite
+CI's two cores; four tests (the API and special-values probes, the integer edges and the
+float special values) compile about 310 of them, over three minutes of the suite. The suite
 leaves a core idle much of the time, so once collection is done the session starts this file
 as a process under ``nice -n 19`` (:meth:`NumbaAhead.start`), which imports the selected
 tests' modules, asks each for the loops its test will build (``numba_ahead_loops(name,
