@@ -148,6 +148,33 @@ def test_empty_and_full_selections(particles, tmp_path, where, selected):
     np.testing.assert_array_equal(arrays["indices"], np.arange(selected))
 
 
+def test_a_group_with_stale_consolidated_metadata_is_read_as_it_is_on_disk(tmp_path):
+    """A group consolidated and then grown (rows appended to every array, a field added):
+    the job read the consolidated copy, 1,025 rows of 1,225 and no new field, and said it
+    was complete (a new-user probe). It reads each array's own metadata."""
+    src = tmp_path / "grown.zarr"
+    make_particles(src, 1025)
+    zarr.consolidate_metadata(str(src))
+    rng = np.random.default_rng(8)
+    data = {}
+    for name in PARTICLES:
+        a = zarr.open_array(store=str(src / name), mode="r+")
+        a.resize((1225, *a.shape[1:]))
+        a[1025:] = rng.random((200, *a.shape[1:])).astype(a.dtype) * 10
+        data[name] = a[:]
+    group = zarr.open_group(store=str(src), mode="r+", use_consolidated=False)
+    extra = group.create_array("extra", shape=(1225,), dtype="i4", chunks=(300,))
+    extra[:] = data["extra"] = np.arange(1225, dtype="i4")
+    out = tmp_path / "out.zarr"
+    run(src, out, "--where", WHERE, "--output", "both", "--local", "threads")
+    m = mask_of(data)
+    _, arrays, _ = read(out)
+    assert sorted(arrays) == sorted([*PARTICLES, "extra", "indices"])
+    for name, v in data.items():
+        np.testing.assert_array_equal(arrays[name], v[m])
+    np.testing.assert_array_equal(arrays["indices"], np.flatnonzero(m))
+
+
 def test_big_endian_v2_group(tmp_path):
     src = tmp_path / "be.zarr"
     data = make_particles(src, 300, zarr_format=2, endian=">")
@@ -180,6 +207,23 @@ def test_arrays_with_another_length_are_left_out_and_listed(particles, tmp_path)
         assert option in res.output, res.output
         assert "run_info" in res.output or "scale" in res.output or "label" in res.output
     assert not (tmp_path / "o2.zarr").exists() and litter(tmp_path) == []
+
+
+def test_a_field_name_that_is_not_a_python_name_is_said_to_be_the_problem(particles, tmp_path):
+    """A field named `class` or `my-field` cannot be named in --where (a new-user probe got
+    only "not valid syntax"); the message says which names, and --fields writes them."""
+    src, data = particles
+    g = zarr.open_group(store=str(src), mode="r+")
+    g.create_array("class", shape=(1025,), dtype="i1", chunks=(300,))[:] = 1
+    g.create_array("my-field", shape=(1025,), dtype="f4", chunks=(300,))[:] = 2
+    res = run(src, tmp_path / "o.zarr", "--where", "class == 1", code=2)
+    assert "'class', 'my-field' cannot be named in it" in res.output, res.output
+    run(src, tmp_path / "o.zarr", "--where", WHERE, "--fields", "class,my-field,x")
+    arrays = read(tmp_path / "o.zarr")[1]
+    m = mask_of(data)
+    assert sorted(arrays) == ["class", "my-field", "x"]
+    np.testing.assert_array_equal(arrays["my-field"], np.full(m.sum(), 2, "f4"))
+    np.testing.assert_array_equal(arrays["x"], data["x"][m])
 
 
 # -- refusals -------------------------------------------------------------------------------------

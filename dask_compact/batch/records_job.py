@@ -22,6 +22,7 @@ a hidden temporary group, moved into place only when complete.
 
 from __future__ import annotations
 
+import keyword
 import os
 import time
 from collections import Counter
@@ -74,9 +75,14 @@ def open_group_input(path: str) -> Any | None:
         return None
     try:
         node = zarr.open(store=path, mode="r")
+        if not isinstance(node, zarr.Group):
+            return None
+        # Each array's own metadata, not the group's consolidated copy: that copy is not
+        # updated when an array is resized or added later (a new-user probe: 30,007 rows
+        # read of 35,007 on disk, an added field missing, and the job said it was complete)
+        return zarr.open_group(store=path, mode="r", use_consolidated=False)
     except Exception:  # noqa: BLE001 -- not Zarr, unreadable: open_input reports it
         return None
-    return node if isinstance(node, zarr.Group) else None
 
 
 def prepare(group: Any, path: str, where: str, field_list: str | None, mode: str,
@@ -198,8 +204,11 @@ def _parse(where: str, names: list[str], path: str) -> tuple[str, ...]:
     try:
         p = record_predicate(where, tuple(names))
     except (ValueError, TypeError, SyntaxError) as e:
+        odd = [n for n in names if not n.isidentifier() or keyword.iskeyword(n)]
+        note = (f"; {', '.join(map(repr, odd))} cannot be named in it (not a Python name), "
+                "but can be written with --fields" if odd else "")
         raise click.BadParameter(
-            f"{e} (INPUT is a Zarr group: the predicate is over its arrays' names)",
+            f"{e} (INPUT is a Zarr group: the predicate is over its arrays' names{note})",
             param_hint="--where") from None
     return p.fields
 
