@@ -141,7 +141,8 @@ def test_output_where_nothing_can_be_written_is_a_short_error(npy, tmp_path):
     # a raw FileExistsError / FileNotFoundError traceback before (found by a probe)
     path, _ = npy
     (tmp_path / "afile").write_text("notes")
-    for target, why in ((tmp_path / "afile" / "out.zarr", "File exists"),
+    for target, why in ((tmp_path / "afile" / "out.zarr", "afile is a file, not a directory"),
+                        (tmp_path / "afile" / "deeper" / "out.zarr", "afile is a file, not a"),
                         (Path("/proc/out.zarr"), "No such file or directory")):
         res = run(path, target, "--where", "x > 0.5", code=2)
         assert "Invalid value for OUTPUT: cannot write beside" in res.output

@@ -130,10 +130,12 @@ class Target:
             os.makedirs(self.parent, exist_ok=True)
             fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as e:  # a file where a directory must be, a read-only place...
-            raise click.BadParameter(
-                f"cannot write beside {self.output!r}: {e.strerror or e} ({e.filename})",
-                param_hint="OUTPUT",
-            ) from None
+            why = f"{e.strerror or e} ({e.filename})"
+            blocking = _file_in_the_way(self.parent)
+            if blocking is not None:  # makedirs says "File exists" of it
+                why = f"{blocking} is a file, not a directory"
+            raise click.BadParameter(f"cannot write beside {self.output!r}: {why}",
+                                     param_hint="OUTPUT") from None
         while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -349,3 +351,14 @@ def marker(attrs: dict[str, Any]) -> Any:
         group.attrs.update({"dask_compact": {**attrs, "complete": True}})
 
     return mark_complete
+
+
+def _file_in_the_way(path: str) -> str | None:
+    """The nearest existing ancestor of ``path`` (itself included) where it is not a
+    directory, else None."""
+    while path and not os.path.lexists(path):
+        up = os.path.dirname(path)
+        if up == path:
+            return None
+        path = up
+    return path if path and not os.path.isdir(path) else None
