@@ -175,6 +175,28 @@ def test_a_group_with_stale_consolidated_metadata_is_read_as_it_is_on_disk(tmp_p
     np.testing.assert_array_equal(arrays["indices"], np.flatnonzero(m))
 
 
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_an_xarray_dataset_comes_out_as_a_dataset(tmp_path, zarr_format):
+    """The fields keep their attributes and dimension names, the group its attributes, so
+    that xr.open_zarr opens the output (it refused it: no dimension names; a probe)."""
+    xr = pytest.importorskip("xarray")
+    rng = np.random.default_rng(9)
+    n = 3001
+    ds = xr.Dataset({"energy": ("event", rng.random(n) * 10, {"units": "GeV"}),
+                     "eta": ("event", rng.normal(size=n)),
+                     "pos": (("event", "xyz"), rng.random((n, 3)))},
+                    coords={"event": np.arange(n) * 3}, attrs={"title": "run 7"})
+    src, out = tmp_path / "ds.zarr", tmp_path / "out.zarr"
+    ds.chunk({"event": 1000}).to_zarr(src, zarr_format=zarr_format, consolidated=True)
+    run(src, out, "--where", "(energy > 5) & (abs(eta) < 1)", "--output", "both")
+    got = xr.open_zarr(out, consolidated=False)
+    want = ds.isel(event=((ds.energy > 5) & (abs(ds.eta) < 1)).values)
+    assert got.attrs["title"] == "run 7" and got.energy.attrs == {"units": "GeV"}
+    assert got.pos.dims == ("event", "xyz") and got.indices.dims == ("event",)
+    for name in ("energy", "eta", "pos", "event"):
+        np.testing.assert_array_equal(got[name].values, want[name].values)
+
+
 def test_big_endian_v2_group(tmp_path):
     src = tmp_path / "be.zarr"
     data = make_particles(src, 300, zarr_format=2, endian=">")

@@ -26,7 +26,7 @@ import keyword
 import os
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import click
@@ -60,6 +60,7 @@ class GroupInput:
     ignored: dict[str, str]  # arrays of the group that are not fields, and why
     row_chunk: int | None  # --chunks: rows per input chunk of every field
     allow_missing: bool = False  # --allow-missing-chunks: a missing chunk reads as fill value
+    attrs: dict[str, Any] = field(default_factory=dict)  # the group's own attributes
 
     @property
     def bytes(self) -> int:
@@ -140,7 +141,8 @@ def prepare(group: Any, path: str, where: str, field_list: str | None, mode: str
         for name, a in used.items():
             check_chunks_stored(a, f"{path.rstrip('/')}/{name}")
     return GroupInput(path, None if is_url(path) else local(path), rows, used, written,
-                      list(pred_fields), ignored, chunks, allow_missing_chunks)
+                      list(pred_fields), ignored, chunks, allow_missing_chunks,
+                      dict(group.attrs))
 
 
 def parse_field_list(text: str | None) -> list[str] | None:
@@ -378,13 +380,34 @@ def create_group(store: str, inp: GroupInput, names: tuple[str, ...], out_chunk:
 
     from ..validate import native
 
-    group = zarr.open_group(store=store, mode="w-", attributes={"dask_compact": attrs})
+    # The input's attributes and dimension names go with the fields (xarray's Datasets need
+    # them: xr.open_zarr refused an output without; a new-user probe), the group's with it
+    group = zarr.open_group(store=store, mode="w-",
+                            attributes={**inp.attrs, "dask_compact": attrs})
+    leading = next((d[0] for d in map(_dimension_names, inp.arrays.values()) if d), None)
     for name in names:
         if name == INDICES and name not in inp.written:
             tail: tuple[int, ...] = ()
             dtype = np.dtype(np.int64)
+            meta: dict[str, Any] = {"dimension_names": (leading,)} if leading else {}
         else:
             z = inp.arrays[name]
             tail, dtype = tuple(z.shape[1:]), native(z.dtype)
+            meta = {"attributes": {k: v for k, v in z.attrs.items() if k != _V2_DIMENSIONS}}
+            if dims := _dimension_names(z):
+                meta["dimension_names"] = dims
         group.create_array(name, shape=(inp.rows, *tail), dtype=dtype,
-                           chunks=(max(1, out_chunk), *[max(1, s) for s in tail]))
+                           chunks=(max(1, out_chunk), *[max(1, s) for s in tail]), **meta)
+
+
+# How Zarr 2 arrays (and xarray on them) name their dimensions: an attribute
+_V2_DIMENSIONS = "_ARRAY_DIMENSIONS"
+
+
+def _dimension_names(z: Any) -> tuple[str, ...] | None:
+    """The dimension names of the Zarr array ``z`` (format 3 metadata, or format 2's
+    attribute), None where it has none or not one per axis."""
+    dims = getattr(z.metadata, "dimension_names", None) or z.attrs.get(_V2_DIMENSIONS)
+    if not dims or len(dims) != len(z.shape) or not all(isinstance(d, str) for d in dims):
+        return None
+    return tuple(dims)
