@@ -34,7 +34,6 @@ from . import settings
 
 __all__ = ["BoundedCache", "cache_dir", "clear_cache", "disk_bytes", "memory_entries", "trim"]
 
-
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
 

@@ -45,10 +45,8 @@ class NumbaAhead:
         params) of the selected tests whose module offers ``numba_ahead_loops``."""
         if self._proc is not None or not tests:
             return
-        try:
-            payload = json.dumps(tests)
-        except TypeError:  # a parameter JSON cannot carry: those tests compile their own
-            payload = json.dumps([t for t in tests if _jsonable(t)])
+        # a test with a parameter JSON cannot carry compiles its own loops
+        payload = json.dumps([t for t in tests if _jsonable(t)])
         cmd = [sys.executable, str(Path(__file__).resolve())]
         nice = shutil.which("nice")
         if nice:

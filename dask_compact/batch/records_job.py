@@ -75,14 +75,11 @@ def open_group_input(path: str) -> Any | None:
     if path.endswith(".npy") or (not is_url(path) and not os.path.isdir(local(path))):
         return None
     try:
-        node = zarr.open(store=path, mode="r")
-        if not isinstance(node, zarr.Group):
-            return None
         # Each array's own metadata, not the group's consolidated copy: that copy is not
         # updated when an array is resized or added later (a new-user probe: 30,007 rows
         # read of 35,007 on disk, an added field missing, and the job said it was complete)
         return zarr.open_group(store=path, mode="r", use_consolidated=False)
-    except Exception:  # noqa: BLE001 -- not Zarr, unreadable: open_input reports it
+    except Exception:  # noqa: BLE001 -- an array, not Zarr, unreadable: open_input's part
         return None
 
 
