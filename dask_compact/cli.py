@@ -214,8 +214,9 @@ def compact_command(
     INPUT may be a Zarr group: its arrays that share the number of rows (axis 0) are the
     fields of a record, --where is over their names, and OUTPUT gets the selected rows of
     each field (--fields picks which) plus `indices` with --output both. Arrays with another
-    number of rows are left out (the summary lists them). It streams, resumes and compacts on
-    GPUs as an array's job does; its fields are decoded and encoded on CPUs.
+    number of rows (coordinates along other dimensions) are copied unchanged. It streams,
+    resumes and compacts on GPUs as an array's job does; its fields are decoded and encoded
+    on CPUs.
 
     \b
     Examples:
@@ -366,6 +367,8 @@ def _group_text(summary: dict[str, Any]) -> str:
         f"read      {summary['rows']:,} rows of {used} fields ({fmt_bytes(summary['bytes'])}), "
         f"{summary['input_chunks']} chunks, from the Zarr group {summary['input']}\n"
         + (f"ignored   {ignored}: not fields of the record\n" if ignored else "")
+        + (f"kept      {', '.join(summary['kept'])}: copied unchanged (not along the "
+           "record's rows)\n" if summary["kept"] else "")
         + f"where     {summary['where']}\n"
         + _job_lines(summary, "")
     )

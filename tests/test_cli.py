@@ -102,6 +102,36 @@ def test_zarr_nd_in_c_order(zarr2d, tmp_path):
     assert zarr.open_array(store=str(out / "values"), mode="r").chunks == (100,)
 
 
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_values_keep_the_input_attributes_and_dimension_name(tmp_path, zarr_format):
+    """The selected values are still what the input's attributes describe (units, a
+    description): they were written without them (a probe); a 1-D input's dimension name goes
+    to both arrays, N-D input's (flattened) to neither."""
+    rng = np.random.default_rng(4)
+    a = rng.random(1031)
+    src = tmp_path / "a.zarr"
+    dims = {"dimension_names": ("time",)} if zarr_format == 3 else {}
+    attrs = {"units": "K", "long_name": "temperature"}
+    z = zarr.create_array(store=str(src), shape=a.shape, dtype=a.dtype, chunks=(200,),
+                          zarr_format=zarr_format, **dims,
+                          attributes={**attrs, **({"_ARRAY_DIMENSIONS": ["time"]}
+                                                  if zarr_format == 2 else {})})
+    z[:] = a
+    out = tmp_path / "out.zarr"
+    run(src, out, "-w", "x > 0.3", "-o", "both")
+    values = zarr.open_array(store=str(out / "values"), mode="r")
+    indices = zarr.open_array(store=str(out / "indices"), mode="r")
+    assert dict(values.attrs) == attrs and dict(indices.attrs) == {}
+    assert values.metadata.dimension_names == indices.metadata.dimension_names == ("time",)
+    np.testing.assert_array_equal(values[:], a[a > 0.3])
+    z2 = zarr.create_array(store=str(tmp_path / "b.zarr"), shape=(40, 30), dtype="f8",
+                           chunks=(10, 30), dimension_names=("y", "x"), attributes=attrs)
+    z2[:] = rng.random((40, 30))
+    run(tmp_path / "b.zarr", tmp_path / "o2.zarr", "-w", "x > 0.3")
+    values = zarr.open_array(store=str(tmp_path / "o2.zarr" / "values"), mode="r")
+    assert dict(values.attrs) == attrs and values.metadata.dimension_names is None
+
+
 def test_indices_only_and_json_summary(npy, tmp_path):
     path, a = npy
     out = tmp_path / "idx.zarr"

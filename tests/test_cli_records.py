@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -58,7 +59,7 @@ def make_particles(path: Path, n: int, seed: int = 5, zarr_format: int = 3,
 def read(path: Path) -> tuple[dict, dict[str, np.ndarray], dict[str, tuple]]:
     g = zarr.open_group(store=str(path), mode="r")
     arrays = dict(g.arrays())
-    return (dict(g.attrs), {k: a[:] for k, a in arrays.items()},
+    return (dict(g.attrs), {k: a[...] for k, a in arrays.items()},
             {k: a.chunks for k, a in arrays.items()})
 
 
@@ -197,6 +198,37 @@ def test_an_xarray_dataset_comes_out_as_a_dataset(tmp_path, zarr_format):
         np.testing.assert_array_equal(got[name].values, want[name].values)
 
 
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_variables_along_other_dimensions_are_kept(tmp_path, zarr_format):
+    """A Dataset's coordinates and variables without the selected dimension come out
+    unchanged, as ``ds.isel`` keeps them (they were dropped; a probe): the output opens as
+    the Dataset selected, and ``--fields`` keeps the coordinates of the fields it writes."""
+    xr = pytest.importorskip("xarray")
+    rng = np.random.default_rng(3)
+    n = 1025
+    ds = xr.Dataset({"energy": ("event", rng.random(n) * 10, {"units": "GeV"}),
+                     "wave": (("event", "channel"), rng.random((n, 4)).astype("f4")),
+                     "calib": ("channel", rng.random(4), {"note": "per channel"}),
+                     "run": ((), 7)},
+                    coords={"event": np.arange(n) * 2, "channel": ["a", "b", "c", "d"],
+                            "gain": ("channel", np.arange(4) * 10)},
+                    attrs={"title": "run 7"})
+    src, out = tmp_path / "ds.zarr", tmp_path / "out.zarr"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # zarr's: fixed-length strings have no v3 spec
+        ds.chunk({"event": 300}).to_zarr(src, zarr_format=zarr_format, consolidated=False)
+    res = run(src, out, "--where", "energy > 4")
+    assert "kept      calib, channel, gain, run" in res.output
+    assert "UnstableSpecification" not in res.output or zarr_format == 2
+    got = xr.open_zarr(out, consolidated=False).load()
+    want = ds.isel(event=np.flatnonzero(ds.energy.values > 4))
+    xr.testing.assert_identical(got.drop_attrs(deep=False).assign_attrs(want.attrs), want)
+    run(src, tmp_path / "f.zarr", "--where", "energy > 4", "--fields", "wave")
+    got = xr.open_zarr(tmp_path / "f.zarr", consolidated=False).load()
+    assert sorted(got.variables) == ["channel", "gain", "wave"]
+    xr.testing.assert_identical(got.wave, want.wave.drop_vars("event"))
+
+
 def test_big_endian_v2_group(tmp_path):
     src = tmp_path / "be.zarr"
     data = make_particles(src, 300, zarr_format=2, endian=">")
@@ -209,18 +241,33 @@ def test_big_endian_v2_group(tmp_path):
         assert arrays[name].dtype.isnative
 
 
-def test_arrays_with_another_length_are_left_out_and_listed(particles, tmp_path):
+def test_arrays_that_are_not_fields_are_kept_or_listed(particles, tmp_path):
+    """Arrays without the record's rows are copied unchanged (as xarray keeps a variable
+    without the selected dimension; a probe found them dropped), a field-length array of a
+    dtype without a fixed size is left out and listed."""
     src, data = particles
     g = zarr.open_group(store=str(src), mode="r+")
-    g.create_array("run_info", shape=(7,), dtype="i4")[:] = 1
-    g.create_array("scale", shape=(), dtype="f8")
+    g.create_array("run_info", shape=(7,), dtype="i4", chunks=(3,),
+                   attributes={"what": "runs"})[:] = np.arange(7) * 3
+    g.create_array("scale", shape=(), dtype="f8")[...] = 2.5
     g.create_array("label", shape=(1025,), dtype=str, chunks=(1025,))
     g.create_group("meta")
     out = tmp_path / "out.zarr"
     res = run(src, out, "--where", WHERE)
-    assert "run_info (7 rows, not 1,025)" in res.output and "scale (0-d)" in res.output
-    assert "label (dtype" in res.output
-    assert sorted(read(out)[1]) == sorted(PARTICLES)
+    assert "label (dtype" in res.output and "ignored" in res.output
+    assert "kept      run_info, scale: copied unchanged" in res.output
+    _, arrays, chunks = read(out)
+    assert sorted(arrays) == sorted([*PARTICLES, "run_info", "scale"])
+    np.testing.assert_array_equal(arrays["run_info"], np.arange(7) * 3)
+    assert chunks["run_info"] == (3,) and float(arrays["scale"]) == 2.5
+    assert dict(zarr.open_array(store=str(out / "run_info"), mode="r").attrs) == {"what": "runs"}
+    res = run(src, tmp_path / "o1.zarr", "--where", WHERE, "--fields", "x,pos", "--json")
+    summary = json.loads(res.stdout)
+    assert summary["kept"] == [] and sorted(summary["ignored"]) == ["label", "run_info", "scale"]
+    assert sorted(read(tmp_path / "o1.zarr")[1]) == ["pos", "x"]
+    res = run(src, tmp_path / "o3.zarr", "--where", WHERE, "--output", "indices", "--json")
+    assert json.loads(res.stdout)["kept"] == [] and sorted(read(tmp_path / "o3.zarr")[1]) == [
+        "indices"]
     for option, args in [("--fields", ["--where", WHERE, "--fields", "x,run_info"]),
                          ("--where", ["--where", "(run_info > 0) & (mass > 5)"]),
                          ("--where", ["--where", "scale > 0"]),
@@ -297,10 +344,11 @@ def test_arrays_of_different_lengths_named_together(tmp_path):
     res = run(src, out, "--where", "1 > 0", code=2)  # 2 arrays of 10 rows, 2 of 12: which?
     assert "--fields" in res.output
     assert not out.exists() and litter(tmp_path) == []
-    run(src, out, "--where", "b > 5", "-o", "both")  # the arrays of 10 rows are left out
+    run(src, out, "--where", "b > 5", "-o", "both")  # the arrays of 10 rows: copied as they are
     _, arrays, _ = read(out)
     np.testing.assert_array_equal(arrays["c"], np.arange(6.0, 12.0))
-    assert sorted(arrays) == ["b", "c", "indices"]
+    assert sorted(arrays) == ["a", "b", "c", "d", "indices"]
+    np.testing.assert_array_equal(arrays["a"], np.arange(10.0))
 
 
 def test_a_field_named_indices(tmp_path):
@@ -317,6 +365,20 @@ def test_a_field_named_indices(tmp_path):
     np.testing.assert_array_equal(read(tmp_path / "o.zarr")[1]["indices"], [6, 8])
     run(src, tmp_path / "o2.zarr", "--where", "indices > 5")  # read and written, values only
     np.testing.assert_array_equal(read(tmp_path / "o2.zarr")[1]["e"], [3.0, 4.0])
+
+
+def test_an_array_named_indices_that_is_not_a_field(tmp_path):
+    """Copied with --output values; with both, the job's own indices take the name and the
+    array is listed as not copied."""
+    src = tmp_path / "g.zarr"
+    g = zarr.open_group(store=str(src), mode="w")
+    g.create_array("e", shape=(5,), dtype="f8")[:] = np.arange(5.0)
+    g.create_array("indices", shape=(3,), dtype="i8")[:] = [7, 8, 9]
+    run(src, tmp_path / "o.zarr", "--where", "e > 2")
+    np.testing.assert_array_equal(read(tmp_path / "o.zarr")[1]["indices"], [7, 8, 9])
+    res = run(src, tmp_path / "o2.zarr", "--where", "e > 2", "-o", "both")
+    assert "not copied: --output both writes the row indices there" in res.output
+    np.testing.assert_array_equal(read(tmp_path / "o2.zarr")[1]["indices"], [3, 4])
 
 
 def test_missing_chunk_of_a_field_is_refused_unless_allowed(particles, tmp_path):

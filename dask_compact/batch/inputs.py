@@ -5,7 +5,7 @@ dtype and a reader of row blocks (no dask array: the streaming job reads blocks 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import click
@@ -38,6 +38,9 @@ class Source:
     reader: Reader  # reads blocks of rows where a streaming task runs
     row_chunk: int  # rows per input chunk of the streaming job
     no_gpu_decode: str = ""  # why the reader cannot decode on a GPU ("" if it can)
+    # the Zarr array's attributes and dimension names, which the output's arrays keep
+    attrs: dict[str, Any] = field(default_factory=dict)
+    dims: tuple[str, ...] | None = None
 
     @property
     def size(self) -> int:
@@ -117,7 +120,27 @@ def open_zarr(path: str, chunks: int | None, allow_missing_chunks: bool = False)
     # chunk it touches exactly once.
     row_chunk = chunks or max(1, int(node.chunks[0]))
     return Source(tuple(node.shape), native_dtype(node.dtype), "zarr",
-                  None if is_url(path) else local(path), reader, row_chunk, why_not)
+                  None if is_url(path) else local(path), reader, row_chunk, why_not,
+                  user_attributes(node), dimension_names(node))
+
+
+# How Zarr 2 arrays (and xarray on them) name their dimensions: an attribute
+V2_DIMENSIONS = "_ARRAY_DIMENSIONS"
+
+
+def dimension_names(z: Any) -> tuple[str, ...] | None:
+    """The dimension names of the Zarr array ``z`` (format 3 metadata, or format 2's
+    attribute), None where it has none or not one per axis."""
+    dims = getattr(z.metadata, "dimension_names", None) or z.attrs.get(V2_DIMENSIONS)
+    if not dims or len(dims) != len(z.shape) or not all(isinstance(d, str) for d in dims):
+        return None
+    return tuple(dims)
+
+
+def user_attributes(z: Any) -> dict[str, Any]:
+    """The attributes of the Zarr array or group ``z`` that an output keeps: all but format 2's
+    dimension names, which go to the output's own metadata (:func:`dimension_names`)."""
+    return {k: v for k, v in z.attrs.items() if k != V2_DIMENSIONS}
 
 
 def check_chunks_stored(node: Any, path: str) -> None:

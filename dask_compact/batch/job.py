@@ -70,14 +70,21 @@ def executor_for(runner: Runner, job: Job) -> Executor:
 
 def create_group(store: str, layout: Layout, src: Source, mode: str,
                  attrs: dict[str, Any]) -> None:
-    """The output group with its arrays at the input's length (cut to the result at the end)."""
+    """The output group with its arrays at the input's length (cut to the result at the end).
+
+    ``values`` keeps the input array's attributes (units, a description: what the selected
+    elements are), and both arrays the name of a 1-D input's dimension (the flat result of N-D
+    input has none of the input's dimensions)."""
     import zarr
 
     group = zarr.open_group(store=store, mode="w-", attributes={"dask_compact": attrs})
     dtypes = {"values": src.dtype, "indices": np.dtype(np.int64)}
+    dims = src.dims if src.dims and len(src.shape) == 1 else None
     for name in NAMES[mode]:
         group.create_array(name, shape=(layout.n,), dtype=dtypes[name],
-                           chunks=(max(1, layout.out_chunk),))
+                           chunks=(max(1, layout.out_chunk),),
+                           attributes=src.attrs if name == "values" else {},
+                           dimension_names=dims)
 
 
 def writes_chunk_files(store: str, names: tuple[str, ...]) -> bool:

@@ -8,8 +8,12 @@ shape) and, with ``--output both|indices``, ``indices``: the selected rows' int6
 
 Which arrays are fields: the number of rows is that of the arrays ``--where`` and
 ``--fields`` name (they must agree), or, when they name none, that of most of the group's
-arrays. Arrays that do not fit (another number of rows, 0-d, a dtype without a fixed size)
-are left out and listed in the summary; naming one in ``--where`` or ``--fields`` is an error.
+arrays. Arrays that do not fit (another number of rows, 0-d, a dtype without a fixed size) are not
+fields; naming one in ``--where`` or ``--fields`` is an error. Those without the record's rows
+(0-d, or another length: a coordinate along another dimension, a calibration table) are copied
+into the output unchanged, as xarray's Dataset keeps a variable without the dimension it
+selects along (with ``--fields``, only those a written field names as one of its dimensions or
+coordinates); the rest are left out and listed in the summary.
 
 The job streams as the one-array job does (:mod:`.stream`): blocks of rows are read, the
 rows selected by the record predicate (:func:`.record_tasks.read_compact_records`, the
@@ -32,7 +36,7 @@ from typing import Any
 import click
 import numpy as np
 
-from .inputs import check_chunks_stored, is_url, local
+from .inputs import check_chunks_stored, dimension_names, is_url, local, user_attributes
 from .job import writes_chunk_files
 from .manifest import Manifest
 from .output import Target
@@ -58,6 +62,7 @@ class GroupInput:
     written: list[str]
     read: list[str]  # the fields the predicate reads
     ignored: dict[str, str]  # arrays of the group that are not fields, and why
+    kept: dict[str, Any]  # not fields, copied unchanged
     row_chunk: int | None  # --chunks: rows per input chunk of every field
     allow_missing: bool = False  # --allow-missing-chunks: a missing chunk reads as fill value
     attrs: dict[str, Any] = field(default_factory=dict)  # the group's own attributes
@@ -129,6 +134,9 @@ def prepare(group: Any, path: str, where: str, field_list: str | None, mode: str
             f"the group has an array named {INDICES!r}, the name of the row indices that "
             f"--output {mode} writes; leave it out with --fields, or use --output values",
             param_hint="--fields")
+    kept = _kept(arrays, ignored, rows, wanted, written, mode)
+    for name in kept:
+        del ignored[name]
     used = {n: arrays[n] for n in written}
     used.update({n: arrays[n] for n in pred_fields if n not in used})
     if not used:  # only indices, by a predicate that reads no field: a field gives the rows
@@ -138,7 +146,7 @@ def prepare(group: Any, path: str, where: str, field_list: str | None, mode: str
         for name, a in used.items():
             check_chunks_stored(a, f"{path.rstrip('/')}/{name}")
     return GroupInput(path, None if is_url(path) else local(path), rows, used, written,
-                      list(pred_fields), ignored, chunks, allow_missing_chunks,
+                      list(pred_fields), ignored, kept, chunks, allow_missing_chunks,
                       dict(group.attrs))
 
 
@@ -190,6 +198,28 @@ def _not_a_field(a: Any, rows: int) -> str:
     if not isinstance(dt, np.dtype) or dt.hasobject or dt.kind == "T":
         return f"dtype {dt} (not a fixed-size type)"
     return ""
+
+
+def _kept(arrays: dict[str, Any], ignored: dict[str, str], rows: int,
+          wanted: list[str] | None, written: list[str], mode: str) -> dict[str, Any]:
+    """The arrays that are not fields and go to the output unchanged: those without the
+    record's rows (with ``--fields``, only those the written fields name as a dimension or in
+    xarray's ``coordinates`` attribute); none with ``--output indices``. One named
+    ``indices`` stays out where the job writes its own (the summary says so)."""
+    if mode == "indices":
+        return {}
+    names = [n for n in ignored if arrays[n].ndim == 0 or int(arrays[n].shape[0]) != rows]
+    if wanted is not None:
+        named: set[str] = set()
+        for f in written:
+            named.update(dimension_names(arrays[f]) or ())
+            coords = arrays[f].attrs.get("coordinates")
+            named.update(coords.split() if isinstance(coords, str) else ())
+        names = [n for n in names if n in named]
+    if mode != "values" and INDICES in names:
+        names.remove(INDICES)
+        ignored[INDICES] += f"; not copied: --output {mode} writes the row indices there"
+    return {n: arrays[n] for n in names}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -293,6 +323,7 @@ def describe(inp: GroupInput, where: str, mode: str, output_chunks: int | None,
         "input": (reader or record_reader(inp)).fingerprint,
         "rows": inp.rows,
         "fields": list(inp.written),
+        "kept": list(inp.kept),
         "where": where,
         "output": mode,
         "row_chunk": row_chunk(inp),
@@ -360,6 +391,7 @@ def run_records_job(runner: Runner, inp: GroupInput, target: Target, where: str,
         "arrays": list(names),
         "read": list(inp.read),
         "ignored": dict(inp.ignored),
+        "kept": list(inp.kept),
         "seconds": seconds,
         "process_seconds": process_age(),
         "gb_per_s": inp.bytes / 1e9 / seconds if seconds > 0 else 0.0,
@@ -381,7 +413,7 @@ def create_group(store: str, inp: GroupInput, names: tuple[str, ...], out_chunk:
     # them: xr.open_zarr refused an output without; a new-user probe), the group's with it
     group = zarr.open_group(store=store, mode="w-",
                             attributes={**inp.attrs, "dask_compact": attrs})
-    leading = next((d[0] for d in map(_dimension_names, inp.arrays.values()) if d), None)
+    leading = next((d[0] for d in map(dimension_names, inp.arrays.values()) if d), None)
     for name in names:
         if name == INDICES and name not in inp.written:
             tail: tuple[int, ...] = ()
@@ -390,21 +422,32 @@ def create_group(store: str, inp: GroupInput, names: tuple[str, ...], out_chunk:
         else:
             z = inp.arrays[name]
             tail, dtype = tuple(z.shape[1:]), native(z.dtype)
-            meta = {"attributes": {k: v for k, v in z.attrs.items() if k != _V2_DIMENSIONS}}
-            if dims := _dimension_names(z):
+            meta = {"attributes": user_attributes(z)}
+            if dims := dimension_names(z):
                 meta["dimension_names"] = dims
         group.create_array(name, shape=(inp.rows, *tail), dtype=dtype,
                            chunks=(max(1, out_chunk), *[max(1, s) for s in tail]), **meta)
+    for name, z in inp.kept.items():
+        _copy_array(group, name, z)
 
 
-# How Zarr 2 arrays (and xarray on them) name their dimensions: an attribute
-_V2_DIMENSIONS = "_ARRAY_DIMENSIONS"
+def _copy_array(group: Any, name: str, z: Any) -> None:
+    """The Zarr array ``z`` copied into ``group`` as it is (dtype, chunks, fill value,
+    attributes, dimension names), a block of its chunks along axis 0 at a time."""
+    import warnings
 
-
-def _dimension_names(z: Any) -> tuple[str, ...] | None:
-    """The dimension names of the Zarr array ``z`` (format 3 metadata, or format 2's
-    attribute), None where it has none or not one per axis."""
-    dims = getattr(z.metadata, "dimension_names", None) or z.attrs.get(_V2_DIMENSIONS)
-    if not dims or len(dims) != len(z.shape) or not all(isinstance(d, str) for d in dims):
-        return None
-    return tuple(dims)
+    dims = dimension_names(z)
+    with warnings.catch_warnings():
+        if z.metadata.zarr_format == 3:
+            # zarr's warning that a dtype (fixed-length strings: xarray's coordinate labels)
+            # has no format 3 specification: the input was written with it already
+            warnings.filterwarnings("ignore", "The data type .* does not have a Zarr V3")
+        out = group.create_array(name, shape=z.shape, dtype=z.dtype, chunks=z.chunks,
+                                 fill_value=z.fill_value, attributes=user_attributes(z),
+                                 **({"dimension_names": dims} if dims else {}))
+    if z.ndim == 0:
+        out[...] = z[...]
+        return
+    step = max(1, int(z.chunks[0]))
+    for start in range(0, int(z.shape[0]), step):
+        out[start:start + step] = z[start:start + step]
