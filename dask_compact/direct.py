@@ -51,7 +51,7 @@ from typing import Any
 import dask.array as da
 import numpy as np
 
-from . import settings
+from . import client_stream, settings
 from .cache import BoundedCache
 from .chunk import compact_blocks, compact_held_runs
 from .placement import group_tasks, placement
@@ -444,6 +444,7 @@ def run(plan: Any, blocks: list, meta: dict[str, Any]) -> dict[str, da.Array] | 
                           meta=meta[w])
     # Held and registered: finished now, as Client.scatter marks its futures (the scheduler
     # has no reason to report them: nothing it runs makes them).
+    client_stream.made(made)
     states = [client.futures.get(f.key) for f in made]
     client.loop.add_callback(_finish, states)
     return out

@@ -226,6 +226,7 @@ def _submitted(client: Any, func: Callable[..., Any], calls: list[tuple], keys: 
     10.6-12.5 ms by ``client.map`` (12.1-13.0 against 8.8-9.3 with ``low_latency``)."""
     futures = client.map(func, *zip(*calls), key=keys, pure=False)
     client_stream.send_now(futures)
+    client_stream.made(futures)
     return da.Array(dict(zip(keys, futures)), name, chunks=((np.nan,) * len(keys),), meta=meta)
 
 
@@ -531,6 +532,7 @@ def _run_grouped(
     return out
 
 
+@client_stream.released_on_error()
 def build(plan: Plan, lazy: bool, out_chunks: Any) -> dict[str, da.Array]:
     """Run (eager) or describe (lazy) the three phases; return {'values'|'indices': Array}."""
     blocks = None if lazy else _held_futures(plan)  # the input's futures, where persisted

@@ -63,6 +63,7 @@ def aligned(fields: dict[str, da.Array], pred: Predicate) -> dict[str, da.Array]
     return out
 
 
+@client_stream.released_on_error()
 def build_records(
     fields: dict[str, da.Array], pred: Predicate, indices: bool, lazy: bool, stable: bool,
     out_chunks: Any,

@@ -60,5 +60,5 @@ def kill_halfway(tmp_path: Path, src, out: Path, *args, writes: int) -> None:
                  env={"DRIVER_WRITES": str(writes)})
     wait_for(ready, proc)
     os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait(timeout=30)
+    proc.communicate(timeout=30)  # closes its pipes
     assert not out.exists()

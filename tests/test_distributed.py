@@ -660,3 +660,61 @@ def test_each_graph_form_has_its_own_output_keys(client):
     assert first.name != again.name
     logs = [m for _, m in client.get_scheduler_logs(n=10_000) if "different run_spec" in m]
     assert not logs, logs[:3]
+
+
+_BAD = 1000  # a value the next predicate refuses at run time, in one chunk only
+_SET = np.array([1, 5, 9])
+
+
+def _fails_in_one_chunk(v):
+    """A mask-path predicate (np.isin) that raises on the chunk holding ``_BAD``."""
+    m = np.isin(v, _SET)
+    if isinstance(v, np.ndarray) and (v == _BAD).any():
+        raise ValueError("a value this predicate refuses")
+    return m
+
+
+def _fails_on_a_field(mass, energy):
+    m = np.isin(mass, _SET)
+    if isinstance(mass, np.ndarray) and (mass == _BAD).any():
+        raise ValueError("a value this predicate refuses")
+    return m & (energy > 0)
+
+
+def _scheduler_tasks(client) -> set:
+    return client.run_on_scheduler(lambda dask_scheduler: {str(k) for k in dask_scheduler.tasks})
+
+
+@pytest.mark.parametrize("call", ["values", "both-by-chunk", "tasks", "partition", "records"])
+def test_a_failed_call_leaves_nothing_held(client, call):
+    """A call whose predicate raises in one chunk raises it and leaves no piece behind on the
+    workers (a probe: 2 keys left held per failed call on a persisted input, 78 with
+    by_worker=False: the exception the client keeps held the futures of the call's frames)."""
+    import gc
+
+    a = np.random.default_rng(11).integers(0, 100, 200_000)
+    a[170_001] = _BAD
+    x = da.from_array(a, chunks=5_000).persist()
+    distributed.wait(x)
+    before = _scheduler_tasks(client)
+    for _ in range(2):
+        with pytest.raises(ValueError, match="this predicate refuses"):
+            if call == "values":
+                x.map_compact(_fails_in_one_chunk)
+            elif call == "both-by-chunk":
+                x.map_compact(_fails_in_one_chunk, output="both", by_worker=False)
+            elif call == "tasks":
+                with dask.config.set({"dask-compact.direct": False}):
+                    x.map_compact(_fails_in_one_chunk, chunks=7_000)
+            elif call == "partition":
+                dask_compact.partition(x, _fails_in_one_chunk)
+            else:
+                dask_compact.compact_records({"mass": x, "energy": x * 0.5 - 10},
+                                             _fails_on_a_field, indices=True)
+    gc.collect()
+    deadline = time.monotonic() + 10
+    while _scheduler_tasks(client) - before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _scheduler_tasks(client) - before  # (earlier tests' keys may go meanwhile)
+    ok = x.map_compact(lambda v: v < 30)  # the cluster still works, and right
+    np.testing.assert_array_equal(ok.compute(), a[a < 30])
