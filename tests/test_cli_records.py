@@ -225,8 +225,70 @@ def test_variables_along_other_dimensions_are_kept(tmp_path, zarr_format):
     xr.testing.assert_identical(got.drop_attrs(deep=False).assign_attrs(want.attrs), want)
     run(src, tmp_path / "f.zarr", "--where", "energy > 4", "--fields", "wave")
     got = xr.open_zarr(tmp_path / "f.zarr", consolidated=False).load()
-    assert sorted(got.variables) == ["channel", "gain", "wave"]
-    xr.testing.assert_identical(got.wave, want.wave.drop_vars("event"))
+    assert sorted(got.variables) == ["channel", "event", "gain", "wave"]  # as ds[["wave"]]
+    xr.testing.assert_identical(got.wave, want.wave)
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_dimensions_of_one_length_are_told_apart_by_name(tmp_path, zarr_format):
+    """100 events and 100 channels: the channel variables are kept, not cut along axis 0 as
+    event fields (a probe: exit 0, a Dataset xarray then refused), a variable with the
+    events on another axis is left out and listed, a subgroup is listed, and naming arrays
+    of two dimensions together is refused."""
+    xr = pytest.importorskip("xarray")
+    rng = np.random.default_rng(8)
+    n = 100
+    ds = xr.Dataset({"energy": ("event", rng.random(n)),
+                     "gain": ("ch", rng.random(n)),
+                     "img": (("ch", "event"), rng.random((n, n)).astype("f4")),
+                     "wave": (("event", "ch"), rng.random((n, n)).astype("f4"))},
+                    coords={"ch": np.arange(n) * 3})
+    src, out = tmp_path / "ds.zarr", tmp_path / "out.zarr"
+    ds.chunk({"event": 30}).to_zarr(src, zarr_format=zarr_format, consolidated=False)
+    zarr.open_group(store=str(src), mode="r+").create_group("meta").create_array(
+        "s", shape=(n,), dtype="f8")[:] = 1.0
+    res = run(src, out, "--where", "energy > 0.5", "--json")
+    summary = json.loads(res.stdout)
+    assert summary["fields"] == ["energy", "wave"] and summary["kept"] == ["ch", "gain"]
+    assert "axis 1" in summary["ignored"]["img"] and "group" in summary["ignored"]["meta"]
+    got = xr.open_zarr(out, consolidated=False).load()
+    want = ds.drop_vars("img").isel(event=np.flatnonzero(ds.energy.values > 0.5))
+    xr.testing.assert_identical(got.drop_attrs(deep=False), want)
+    res = run(src, tmp_path / "o2.zarr", "--where", "(energy > 0.5) & (gain > 0.5)", code=2)
+    assert "one dimension" in res.output and "'ch'" in res.output
+    res = run(src, tmp_path / "o2.zarr", "--where", "energy > 0.5", "--fields", "img", code=2)
+    assert "one dimension" in res.output and not (tmp_path / "o2.zarr").exists()
+
+
+
+def test_a_kept_array_with_a_missing_chunk_is_refused(particles, tmp_path):
+    src, _ = particles
+    g = zarr.open_group(store=str(src), mode="r+")
+    g.create_array("table", shape=(40,), dtype="f8", chunks=(10,))[:30] = 1.0
+    res = run(src, tmp_path / "o.zarr", "--where", WHERE, code=2)
+    assert "table" in res.output and "not in the store" in res.output
+    run(src, tmp_path / "o.zarr", "--where", WHERE, "--allow-missing-chunks")
+    np.testing.assert_array_equal(read(tmp_path / "o.zarr")[1]["table"], [1.0] * 30 + [0.0] * 10)
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_a_v2_fill_value_stays_the_missing_value_marker(tmp_path, zarr_format):
+    """xarray reads a format 2 array's fill value as its missing-value marker; the format 3
+    output carries it as the _FillValue attribute (a probe got -9999 where NaN was)."""
+    xr = pytest.importorskip("xarray")
+    ds = xr.Dataset({"e": ("event", np.linspace(0, 1, 10)),
+                     "t": ("event", [np.nan, 1, 2, np.nan, 4, 5, np.nan, 7, 8, 9]),
+                     "k": ("event", np.arange(10, dtype="i4"))})
+    ds.t.encoding["_FillValue"] = -9999.0
+    ds.k.encoding["_FillValue"] = 3
+    src, out = tmp_path / "ds.zarr", tmp_path / "out.zarr"
+    ds.to_zarr(src, zarr_format=zarr_format, consolidated=False)
+    run(src, out, "--where", "e > 0.2")
+    got = xr.open_zarr(out, consolidated=False).load()
+    read_back = xr.open_zarr(src, consolidated=False).load()
+    want = read_back.isel(event=np.flatnonzero(read_back.e.values > 0.2))
+    assert np.isnan(got.t.values[[1, 4]]).all() and np.isnan(got.k.values[4 - 3])
+    xr.testing.assert_identical(got.drop_attrs(deep=False), want)
 
 
 def test_big_endian_v2_group(tmp_path):
@@ -263,7 +325,8 @@ def test_arrays_that_are_not_fields_are_kept_or_listed(particles, tmp_path):
     assert dict(zarr.open_array(store=str(out / "run_info"), mode="r").attrs) == {"what": "runs"}
     res = run(src, tmp_path / "o1.zarr", "--where", WHERE, "--fields", "x,pos", "--json")
     summary = json.loads(res.stdout)
-    assert summary["kept"] == [] and sorted(summary["ignored"]) == ["label", "run_info", "scale"]
+    assert summary["kept"] == [] and sorted(summary["ignored"]) == ["label", "meta", "run_info",
+                                                                  "scale"]
     assert sorted(read(tmp_path / "o1.zarr")[1]) == ["pos", "x"]
     res = run(src, tmp_path / "o3.zarr", "--where", WHERE, "--output", "indices", "--json")
     assert json.loads(res.stdout)["kept"] == [] and sorted(read(tmp_path / "o3.zarr")[1]) == [
@@ -340,7 +403,7 @@ def test_arrays_of_different_lengths_named_together(tmp_path):
     assert "same number of rows" in res.output and "a (--where): 10" in res.output
     res = run(src, out, "--where", "a > 1", "--fields", "c", code=2)
     assert "c (--fields): 12" in res.output
-    g.create_array("d", shape=(10,), dtype="f8")
+    g.create_array("d", shape=(10,), dtype="f8")[:] = 2.0  # stored (zeros would not be)
     res = run(src, out, "--where", "1 > 0", code=2)  # 2 arrays of 10 rows, 2 of 12: which?
     assert "--fields" in res.output
     assert not out.exists() and litter(tmp_path) == []

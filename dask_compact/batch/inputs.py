@@ -4,7 +4,9 @@ dtype and a reader of row blocks (no dask array: the streaming job reads blocks 
 
 from __future__ import annotations
 
+import base64
 import os
+import struct
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -138,9 +140,41 @@ def dimension_names(z: Any) -> tuple[str, ...] | None:
 
 
 def user_attributes(z: Any) -> dict[str, Any]:
-    """The attributes of the Zarr array or group ``z`` that an output keeps: all but format 2's
-    dimension names, which go to the output's own metadata (:func:`dimension_names`)."""
-    return {k: v for k, v in z.attrs.items() if k != V2_DIMENSIONS}
+    """The attributes of the Zarr array or group ``z`` that an output (format 3) keeps: all
+    but format 2's dimension names, which go to the output's own metadata
+    (:func:`dimension_names`), plus, for a format 2 array that xarray wrote, its fill value as
+    the ``_FillValue`` attribute.
+
+    Why: xarray reads a format 2 array's fill value as its missing-value marker, and a format
+    3 array's from that attribute alone (encoded as :func:`_xarray_fill_value` does), so the
+    selected values of a probe's v2 Dataset came back as -9999 where the input read as NaN."""
+    attrs = {k: v for k, v in z.attrs.items() if k != V2_DIMENSIONS}
+    if (getattr(z.metadata, "zarr_format", 3) == 2 and V2_DIMENSIONS in z.attrs
+            and z.fill_value is not None and "_FillValue" not in attrs):
+        encoded = _xarray_fill_value(z.fill_value, np.dtype(z.dtype))
+        if encoded is not None:
+            attrs["_FillValue"] = encoded
+    return attrs
+
+
+def _xarray_fill_value(value: Any, dtype: np.dtype) -> Any:
+    """``value`` as xarray writes a format 3 array's ``_FillValue`` attribute (its
+    ``FillValueCoder``: floats as the base64 of a little-endian double, complex as two of
+    them), None for a dtype it has no encoding for."""
+    def b64(x: float) -> str:
+        return base64.standard_b64encode(struct.pack("<d", x)).decode()
+
+    if dtype.kind == "b":
+        return bool(value)
+    if dtype.kind in "iu":
+        return int(value)
+    if dtype.kind == "f":
+        return b64(float(value))
+    if dtype.kind == "c":
+        return [b64(float(np.real(value))), b64(float(np.imag(value)))]
+    if dtype.kind == "U":
+        return str(value)
+    return None
 
 
 def check_chunks_stored(node: Any, path: str) -> None:

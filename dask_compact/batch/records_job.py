@@ -108,10 +108,11 @@ def prepare(group: Any, path: str, where: str, field_list: str | None, mode: str
     pred_fields = _parse(where, list(arrays), path)
     named = {**{n: "--where" for n in pred_fields}, **{n: "--fields" for n in wanted or ()}}
     rows = _rows(arrays, named, path)
-    ignored: dict[str, str] = {}
+    lead = _record_dimension(arrays, named, rows, path)
+    ignored: dict[str, str] = {name: "a group: not read" for name, _ in sorted(group.groups())}
     fields = []
     for name, a in arrays.items():
-        why = _not_a_field(a, rows)
+        why = _not_a_field(a, rows, lead)
         if not why:
             fields.append(name)
         elif name in named:
@@ -123,7 +124,12 @@ def prepare(group: Any, path: str, where: str, field_list: str | None, mode: str
         why = "; ".join(f"{n}: {w}" for n, w in ignored.items())
         raise click.BadParameter(f"{path!r}: no array of the group can be a field ({why})",
                                  param_hint="INPUT")
-    written = wanted if wanted is not None else ([] if mode == "indices" else fields)
+    if wanted is None:
+        written = [] if mode == "indices" else fields
+    else:  # the coordinates of the fields picked come with them, as xarray's ds[[...]] keeps
+        written = wanted + [n for n in _coordinates(arrays, wanted)
+                            if n in fields and n not in wanted and n not in pred_fields
+                            and n != INDICES]
     if mode != "values" and INDICES in pred_fields:
         raise click.BadParameter(
             f"--where reads the group's array {INDICES!r}, the name of the row indices that "
@@ -134,7 +140,7 @@ def prepare(group: Any, path: str, where: str, field_list: str | None, mode: str
             f"the group has an array named {INDICES!r}, the name of the row indices that "
             f"--output {mode} writes; leave it out with --fields, or use --output values",
             param_hint="--fields")
-    kept = _kept(arrays, ignored, rows, wanted, written, mode)
+    kept = _kept(arrays, ignored, rows, lead, wanted, written, mode)
     for name in kept:
         del ignored[name]
     used = {n: arrays[n] for n in written}
@@ -143,7 +149,7 @@ def prepare(group: Any, path: str, where: str, field_list: str | None, mode: str
         used[fields[0]] = arrays[fields[0]]
     _check_types(where, used)
     if not allow_missing_chunks:
-        for name, a in used.items():
+        for name, a in {**used, **kept}.items():
             check_chunks_stored(a, f"{path.rstrip('/')}/{name}")
     return GroupInput(path, None if is_url(path) else local(path), rows, used, written,
                       list(pred_fields), ignored, kept, chunks, allow_missing_chunks,
@@ -188,10 +194,52 @@ def _rows(arrays: dict[str, Any], named: dict[str, str], path: str) -> int:
     return counts[0][0]
 
 
-def _not_a_field(a: Any, rows: int) -> str:
-    """Why the array ``a`` is not a field of a record of ``rows`` rows ("" if it is one)."""
+def _record_dimension(arrays: dict[str, Any], named: dict[str, str], rows: int,
+                      path: str) -> str | None:
+    """The name of the record's dimension, where the arrays have dimension names (xarray's):
+    the leading one of the arrays ``--where`` and ``--fields`` name, else the most common
+    leading one of the arrays of ``rows`` rows; None where none is named. Two dimensions of
+    one length (100 events and 100 channels) are then told apart: a probe's channel
+    coordinate was cut along its axis 0 as if it were an event field."""
+    leads = {n: d[0] for n in named if (d := dimension_names(arrays[n]))}
+    if len(set(leads.values())) > 1:
+        listed = ", ".join(f"{n} ({named[n]}): {d!r}" for n, d in leads.items())
+        raise click.UsageError(
+            f"the arrays named by --where and --fields must lie along one dimension (their "
+            f"first) to be fields of one record; got {listed}")
+    if leads:
+        return next(iter(leads.values()))
+    counts = Counter(d[0] for a in arrays.values() if a.ndim and int(a.shape[0]) == rows
+                     and (d := dimension_names(a))).most_common()
+    if len(counts) > 1 and counts[0][1] == counts[1][1]:
+        raise click.UsageError(
+            f"the arrays of {path!r} with {rows:,} rows lie along {counts[0][0]!r} or "
+            f"{counts[1][0]!r}, as many of each: name the fields to write with --fields")
+    return counts[0][0] if counts else None
+
+
+def _coordinates(arrays: dict[str, Any], names: list[str]) -> list[str]:
+    """The arrays the arrays ``names`` name as a dimension or in xarray's ``coordinates``
+    attribute (a Dataset's coordinates), in the group's order."""
+    named: set[str] = set()
+    for n in names:
+        named.update(dimension_names(arrays[n]) or ())
+        coords = arrays[n].attrs.get("coordinates")
+        named.update(coords.split() if isinstance(coords, str) else ())
+    return [n for n in arrays if n in named]
+
+
+def _not_a_field(a: Any, rows: int, lead: str | None) -> str:
+    """Why the array ``a`` is not a field of a record of ``rows`` rows along the dimension
+    ``lead`` (None: not named) ("" if it is one)."""
     if a.ndim == 0:
         return "0-d"
+    dims = dimension_names(a)
+    if lead is not None and dims is not None and dims[0] != lead:
+        if lead in dims:
+            return (f"{lead!r} is its axis {dims.index(lead)}, not its first: rows are selected "
+                    "along axis 0 only")
+        return f"along {dims[0]!r}, not {lead!r}"
     if int(a.shape[0]) != rows:
         return f"{int(a.shape[0]):,} rows, not {rows:,}"
     dt = a.dtype
@@ -200,26 +248,34 @@ def _not_a_field(a: Any, rows: int) -> str:
     return ""
 
 
-def _kept(arrays: dict[str, Any], ignored: dict[str, str], rows: int,
+def _kept(arrays: dict[str, Any], ignored: dict[str, str], rows: int, lead: str | None,
           wanted: list[str] | None, written: list[str], mode: str) -> dict[str, Any]:
-    """The arrays that are not fields and go to the output unchanged: those without the
-    record's rows (with ``--fields``, only those the written fields name as a dimension or in
-    xarray's ``coordinates`` attribute); none with ``--output indices``. One named
-    ``indices`` stays out where the job writes its own (the summary says so)."""
+    """The arrays that are not fields and go to the output unchanged: those not along the
+    record's dimension (0-d, or without ``lead`` among their dimension names; without names,
+    another length along axis 0), with ``--fields`` only those the written fields name as a
+    dimension or in xarray's ``coordinates`` attribute; none with ``--output indices``. One
+    named ``indices`` stays out where the job writes its own (the summary says so)."""
     if mode == "indices":
         return {}
-    names = [n for n in ignored if arrays[n].ndim == 0 or int(arrays[n].shape[0]) != rows]
+    names = [n for n in ignored if n in arrays and _off_the_record(arrays[n], rows, lead)]
     if wanted is not None:
-        named: set[str] = set()
-        for f in written:
-            named.update(dimension_names(arrays[f]) or ())
-            coords = arrays[f].attrs.get("coordinates")
-            named.update(coords.split() if isinstance(coords, str) else ())
-        names = [n for n in names if n in named]
+        coordinates = set(_coordinates(arrays, written))
+        names = [n for n in names if n in coordinates]
     if mode != "values" and INDICES in names:
         names.remove(INDICES)
         ignored[INDICES] += f"; not copied: --output {mode} writes the row indices there"
     return {n: arrays[n] for n in names}
+
+
+def _off_the_record(a: Any, rows: int, lead: str | None) -> bool:
+    """Whether ``a`` has no axis along the record's rows, so that the selected record keeps it
+    as it is."""
+    if a.ndim == 0:
+        return True
+    dims = dimension_names(a)
+    if lead is not None and dims is not None:
+        return lead not in dims
+    return int(a.shape[0]) != rows
 
 
 # ---------------------------------------------------------------------------------------------
