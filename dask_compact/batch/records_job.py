@@ -30,6 +30,7 @@ import keyword
 import os
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -176,22 +177,14 @@ def _rows(arrays: dict[str, Any], named: dict[str, str], path: str) -> int:
             raise click.BadParameter(f"{name!r} is 0-d (a scalar), not a field with rows",
                                      param_hint=option)
     lengths = {n: int(arrays[n].shape[0]) for n in named}
-    if len(set(lengths.values())) > 1:
-        listed = ", ".join(f"{n} ({named[n]}): {k:,}" for n, k in lengths.items())
-        raise click.UsageError(
-            f"the arrays named by --where and --fields must have the same number of rows "
-            f"(axis 0) to be fields of one record; got {listed}")
-    if lengths:
-        return next(iter(lengths.values()))
-    counts = Counter(int(a.shape[0]) for a in arrays.values() if a.ndim > 0).most_common()
-    if not counts:
+    rows = _agreed(lengths, named, "have the same number of rows (axis 0)")
+    if rows is not None:
+        return int(rows)
+    if all(a.ndim == 0 for a in arrays.values()):
         raise click.BadParameter(f"{path!r}: every array of the group is 0-d; nothing to "
                                  "compact", param_hint="INPUT")
-    if len(counts) > 1 and counts[0][1] == counts[1][1]:
-        raise click.UsageError(
-            f"the arrays of {path!r} have {counts[0][0]:,} or {counts[1][0]:,} rows, as many "
-            "of each: name the fields to write with --fields")
-    return counts[0][0]
+    return int(_most_common([int(a.shape[0]) for a in arrays.values() if a.ndim > 0], path,
+                            lambda a, b: f"have {a:,} or {b:,} rows"))
 
 
 def _record_dimension(arrays: dict[str, Any], named: dict[str, str], rows: int,
@@ -202,19 +195,33 @@ def _record_dimension(arrays: dict[str, Any], named: dict[str, str], rows: int,
     one length (100 events and 100 channels) are then told apart: a probe's channel
     coordinate was cut along its axis 0 as if it were an event field."""
     leads = {n: d[0] for n in named if (d := dimension_names(arrays[n]))}
-    if len(set(leads.values())) > 1:
-        listed = ", ".join(f"{n} ({named[n]}): {d!r}" for n, d in leads.items())
-        raise click.UsageError(
-            f"the arrays named by --where and --fields must lie along one dimension (their "
-            f"first) to be fields of one record; got {listed}")
+    lead = _agreed(leads, named, "lie along one dimension (their first)")
     if leads:
-        return next(iter(leads.values()))
-    counts = Counter(d[0] for a in arrays.values() if a.ndim and int(a.shape[0]) == rows
-                     and (d := dimension_names(a))).most_common()
+        return lead
+    return _most_common([d[0] for a in arrays.values() if a.ndim and int(a.shape[0]) == rows
+                         and (d := dimension_names(a))], path,
+                        lambda a, b: f"with {rows:,} rows lie along {a!r} or {b!r}")
+
+
+def _agreed(values: dict[str, Any], named: dict[str, str], must: str) -> Any:
+    """The value every array named by --where and --fields has (``values``: name -> value),
+    None where none is named; UsageError listing them where they differ (``must``: what
+    fields of one record share)."""
+    if len(set(values.values())) > 1:
+        listed = ", ".join(f"{n} ({named[n]}): {v:,}" if isinstance(v, int) else
+                           f"{n} ({named[n]}): {v!r}" for n, v in values.items())
+        raise click.UsageError(f"the arrays named by --where and --fields must {must} to be "
+                               f"fields of one record; got {listed}")
+    return next(iter(values.values()), None)
+
+
+def _most_common(values: list, path: str, either: Callable[[Any, Any], str]) -> Any:
+    """The most common of ``values`` (None if there are none); UsageError where two are as
+    common (``either(a, b)`` says what the arrays of ``path`` then are)."""
+    counts = Counter(values).most_common()
     if len(counts) > 1 and counts[0][1] == counts[1][1]:
-        raise click.UsageError(
-            f"the arrays of {path!r} with {rows:,} rows lie along {counts[0][0]!r} or "
-            f"{counts[1][0]!r}, as many of each: name the fields to write with --fields")
+        raise click.UsageError(f"the arrays of {path!r} {either(counts[0][0], counts[1][0])}, "
+                               "as many of each: name the fields to write with --fields")
     return counts[0][0] if counts else None
 
 
