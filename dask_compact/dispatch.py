@@ -49,9 +49,10 @@ Backend contract (both functions, every backend):
 
 ``scan_chunk(a, exclusive, algorithm, acc, base) -> out``
     The scan (prefix sum) of ``a`` flattened in C order, into a new 1-D array of dtype ``acc``
-    and ``a``'s type, ``base`` (the chunk's global offset) added to every element
-    (:mod:`dask_compact.scan`). ``scan_total(a, acc)``: the sum of ``a`` in ``acc`` as a NumPy
-    scalar on the host.
+    and ``a``'s type, ``base`` (the chunk's global offset) added to every element; None for
+    no offset (the first chunk, one array: NumPy's first element is ``a[0]`` itself, not
+    ``0 + a[0]``, which loses a -0.0 and quiets a signalling NaN) (:mod:`dask_compact.scan`).
+    ``scan_total(a, acc)``: the sum of ``a`` in ``acc`` as a NumPy scalar on the host.
 
 ``repeated_call(a, pred_like, output, stable, algorithm) -> call or None`` and
 ``remember_call(a, pred_like, pred, output, stable, algorithm)``

@@ -142,7 +142,7 @@ def scan_array(a: Any, *, exclusive: bool = True, algorithm: str = "auto",
     alg = _check_algorithm(algorithm, _is_gpu(a), "scan_array")
     if not a.dtype.isnative:
         a = a.astype(native(a.dtype))
-    return scan_chunk(a, bool(exclusive), alg, acc, 0)
+    return scan_chunk(a, bool(exclusive), alg, acc, None)
 
 
 def cumsum(x: Any, *, exclusive: bool = False, algorithm: str = "auto",
@@ -248,4 +248,5 @@ def _offsets(totals: list[Any], acc: np.dtype) -> np.ndarray:
 
 def _scan_block(block: Any, offsets: np.ndarray, i: int, exclusive: bool, algorithm: str,
                 acc: np.dtype) -> Any:
-    return scan_chunk(block, exclusive, algorithm, acc, offsets[i])
+    # the first chunk has no offset: its scan is NumPy's bit for bit (see scan_chunk)
+    return scan_chunk(block, exclusive, algorithm, acc, offsets[i] if i else None)

@@ -125,6 +125,20 @@ def test_big_endian_and_views() -> None:
     np.testing.assert_array_equal(scan_array(f, exclusive=False), np.cumsum(f.astype("<f8")))
 
 
+def test_the_first_element_is_numpys_bit_for_bit() -> None:
+    """NumPy's running sum starts at a[0] itself; 0.0 + a[0] turned a leading -0.0 into 0.0
+    and quieted a signalling NaN (a probe). The first chunk of a dask cumsum has no offset
+    either."""
+    signalling = np.array([0x7FF0000000000001], np.uint64).view(np.float64)
+    for a in (np.array([-0.0, 1.0]), np.array([-0.0, -0.0, 2.0], np.float32), signalling,
+              np.concatenate([signalling, [1.0]])):
+        want = np.cumsum(a)
+        assert scan_array(a, exclusive=False).tobytes() == want.tobytes()
+        assert scan_array(a, exclusive=True)[1:].tobytes() == want[:-1].tobytes()
+    got = cumsum(da.from_array(np.array([-0.0, 1.0, 2.0, 3.5]), chunks=2)).compute()
+    assert np.signbit(got).tolist() == [True, False, False, False]
+
+
 def test_sequential_is_auto() -> None:
     a = data("uint8", 1000, seed=5)
     np.testing.assert_array_equal(scan_array(a, algorithm="sequential"), scan_array(a))

@@ -87,7 +87,7 @@ def scan(a: Any, exclusive: bool, algorithm: str, acc: np.dtype, base: Any = 0,
     n = int(flat.size)
     out = cupy.empty(n, dtype=acc)
     alg = "lookback" if algorithm == "auto" else algorithm
-    b = acc.type(base)
+    b = acc.type(0 if base is None else base)
     if n == 0:
         if d_total is not None:
             d_total.fill(b)

@@ -18,14 +18,21 @@ __all__ = ["scan", "total", "compact_scan"]
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
-def _scan_loop(a, out, base, exclusive):  # pragma: no cover - compiled
-    acc = base
+def _scan_loop(a, out, base, has_base, exclusive):  # pragma: no cover - compiled
+    # Without a base the sum starts at a[0] itself, as NumPy's cumsum does: 0.0 + a[0] would
+    # turn -0.0 into 0.0 and quiet a signalling NaN (a probe)
+    if has_base:
+        out[0] = base + a[0]
+    else:
+        out[0] = a[0]  # stored, then read: a[0] in the output's type
+    acc = out[0]
     if exclusive:
-        for i in range(a.size):
+        out[0] = base
+        for i in range(1, a.size):
             out[i] = acc
             acc += a[i]
     else:
-        for i in range(a.size):
+        for i in range(1, a.size):
             acc += a[i]
             out[i] = acc
     return acc
@@ -53,14 +60,17 @@ def _prepared(a: np.ndarray, acc: np.dtype) -> np.ndarray:
     return flat
 
 
-def scan(a: np.ndarray, exclusive: bool, algorithm: str, acc: np.dtype, base: Any = 0) -> Any:
+def scan(a: np.ndarray, exclusive: bool, algorithm: str, acc: np.dtype,
+         base: Any = None) -> Any:
     """The scan of ``a`` (flattened in C order) into a new 1-D ``acc`` array, ``base`` added to
-    every element (``algorithm``: "auto" or "sequential", checked by the caller)."""
+    every element, None for none (``algorithm``: "auto" or "sequential", checked by the
+    caller)."""
     acc = np.dtype(acc)
     flat = _prepared(a, acc)
     out = np.empty(flat.size, dtype=acc)
     if flat.size:
-        _scan_loop(flat, out, acc.type(base), bool(exclusive))
+        _scan_loop(flat, out, acc.type(0 if base is None else base), base is not None,
+                   bool(exclusive))
     return out
 
 
