@@ -148,7 +148,7 @@ class _Emitter:
                 continue
             typed = self.tp.types[node]
             for dt in (*typed.loop, typed.out):
-                self.check_dtype(dt, node.fn)
+                self.check_dtype(dt, f"np.{node.fn}")
             args = []
             for a, dt in zip(node.args, typed.loop):
                 name, src = self.names[a]
@@ -161,13 +161,14 @@ class _Emitter:
         return self.truth(name, dt)
 
     @staticmethod
-    def check_dtype(dt: np.dtype, fn: str) -> None:
+    def check_dtype(dt: np.dtype, what: str) -> None:
+        """``what``: ``np.<ufunc>`` computing in ``dt``, or "the input", "a parameter"."""
         if dt.kind not in "biufc":
-            raise UnsupportedPredicate(f"np.{fn} computes in {dt}")
+            raise UnsupportedPredicate(f"{what} computes in {dt}")
         if dt == np.dtype(np.float16):
-            raise UnsupportedPredicate(f"np.{fn} computes in float16 (numba has no CPU float16)")
+            raise UnsupportedPredicate(f"{what} computes in float16 (numba has no CPU float16)")
         if (dt.kind == "f" and dt.itemsize > 8) or dt.itemsize > 16:
-            raise UnsupportedPredicate(f"np.{fn} computes in {dt} (no numba type)")
+            raise UnsupportedPredicate(f"{what} computes in {dt} (no numba type)")
 
     def op(self, fn: str, args: list[str], loop: tuple[np.dtype, ...], out: np.dtype) -> str:
         kinds = "".join(dt.kind for dt in loop)
@@ -486,12 +487,12 @@ def generate_source(tp: TypedPredicate, output: str, cache: bool = True) -> str:
     """
     if output not in OUTPUTS:
         raise ValueError(f"output must be one of {OUTPUTS}, not {output!r}")
-    _Emitter.check_dtype(tp.dtype, "input")
+    _Emitter.check_dtype(tp.dtype, "the input")
     if not tp.dtype.isnative:
         raise UnsupportedPredicate(f"non-native byte order {tp.dtype.str}")
     em = _Emitter(tp)
     for dt in em.param_dtypes:
-        _Emitter.check_dtype(dt, "parameter")
+        _Emitter.check_dtype(dt, "a parameter")
     cond = em.emit()
     params = [f"p{p.index}" for p in params_of(tp.expr)]
     args = ", ".join((*_SIGNATURES[output], *params))
