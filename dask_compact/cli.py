@@ -226,6 +226,7 @@ def compact_command(
     """
     if address and scheduler_file:
         raise click.UsageError("give --scheduler or --scheduler-file, not both")
+    _check_where_to_run(bool(address or scheduler_file), local_cluster, n_workers)
     budget = _parse_budget(memory_budget)
     ctx = click.get_current_context()
     # The entry-point scan, the early read of the first chunks and the GPU warm-up start now,
@@ -358,6 +359,20 @@ def _refuse_for_groups(decode: str, encode: str) -> None:
             f"{', '.join(refused)}: not supported for a Zarr group INPUT (its fields are "
             "decoded and encoded on CPUs); leave "
             f"{'it' if len(refused) == 1 else 'them'} out")
+
+
+def _check_where_to_run(running: bool, local_cluster: str, n_workers: int | None) -> None:
+    """Refuse options that would be ignored (a probe's --workers 3 ran on the threaded
+    scheduler without a word): --local and --workers start a local cluster, which a running
+    one (--scheduler, --scheduler-file) replaces, and --workers sizes only a processes or
+    cuda cluster."""
+    if running and local_cluster != "auto":
+        raise click.UsageError(f"--local {local_cluster} starts a local cluster, and "
+                               "--scheduler/--scheduler-file names a running one: give one")
+    if n_workers is not None and (running or local_cluster not in ("processes", "cuda")):
+        where = "a running cluster" if running else f"--local {local_cluster} (threads)"
+        raise click.UsageError(f"--workers sizes a local cluster of processes or GPUs "
+                               f"(--local processes or cuda); the job runs on {where}")
 
 
 def _group_text(summary: dict[str, Any]) -> str:

@@ -328,3 +328,18 @@ def test_version_and_where_errors_come_before_output_errors(npy, tmp_path):
     run(path, out, "--where", "x > 0.5")
     res = run(path, out, "--where", "y > 0.5", code=2)  # OUTPUT exists, but --where is wrong
     assert "--where" in res.output and "'y'" in res.output
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--workers", "3"], "--workers sizes a local cluster"),
+    (["--local", "threads", "--workers", "3"], "--workers sizes a local cluster"),
+    (["--scheduler", "tcp://127.0.0.1:1", "--workers", "2"], "a running cluster"),
+    (["--scheduler", "tcp://127.0.0.1:1", "--local", "processes"], "give one"),
+])
+def test_options_that_would_be_ignored_are_refused(npy, tmp_path, args, message):
+    """--workers on the threaded scheduler ran without a word (a probe); so did --local with
+    --scheduler. Refused before anything starts, nothing written."""
+    path, _ = npy
+    out = tmp_path / "out.zarr"
+    res = run(path, out, "--where", "x > 0.5", *args, code=2)
+    assert message in res.output and not out.exists()
