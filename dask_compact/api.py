@@ -376,7 +376,8 @@ def _compact_times(x: da.Array, pred: PredicateLike, output: str, lazy: bool,
     x = _native(x)
     _check_predicate(p, x)
     if p.path == "fused":  # typed for numbers only: NumPy says now whether it has a loop
-        p.mask(check_sample(x.dtype, like=meta_from_array(x._meta, ndim=1, dtype=x.dtype)))
+        p.mask(check_sample(x.dtype, like=meta_from_array(x._meta, ndim=1, dtype=x.dtype)),
+               what="a test sample")
     mask = da.map_blocks(_mask_block, x, p, dtype=bool)
     return compact(x, mask, output=output, lazy=lazy, chunks=chunks)
 
@@ -402,7 +403,7 @@ def _check_predicate(p: Predicate, x: da.Array, rows: bool = False) -> None:
     sample = check_sample(x.dtype, row * max(2, 64 // row), empty).reshape(-1, *row_shape)
     try:
         with np.errstate(all="ignore"):
-            p.mask(sample, every_row=True)
+            p.mask(sample, every_row=True, what="a test sample")
     except NotElementwise:
         raise
     except Exception as e:  # noqa: BLE001 - it may fail on made-up values only; the tasks tell
@@ -410,7 +411,7 @@ def _check_predicate(p: Predicate, x: da.Array, rows: bool = False) -> None:
     try:
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # the mean of an empty chunk...
-            p.mask(empty)
+            p.mask(empty, what="an empty test chunk")
     except Exception as e:
         e.add_note(f"dask_compact: the predicate {p.source} failed on an empty {x.dtype} chunk")
         raise
