@@ -176,7 +176,9 @@ def compact(
     ``mask`` is a boolean dask or NumPy array of ``x``'s shape (it is rechunked to ``x``'s
     chunks where they differ; where either has unknown chunk sizes, their blocks are paired
     in order, which needs as many blocks on both sides). Same result and phases as
-    :func:`map_compact`.
+    :func:`map_compact`. A predicate is :func:`map_compact`'s (TypeError here); rows of N-D
+    ``x`` by a mask of one value per row are :func:`compact_records`'s (ValueError here,
+    saying how).
 
     ``x`` may also hold ``datetime64`` or ``timedelta64`` values (NaT included), selected
     as their 8-byte integers.
@@ -194,6 +196,7 @@ def compact(
     """
     x = _native(_check_dask_array(x, "compact"))
     check_output(output)
+    _check_mask_is_an_array(mask, x)
     if x.dtype.kind in ("m", "M"):
         # datetime64 / timedelta64: 8-byte integers with a unit (NaT one of them), which a
         # mask selects as their int64 bits; the values come back in x's dtype
@@ -208,8 +211,7 @@ def compact(
         check_chunk_type(mask, "compact")
     if not isinstance(mask, da.Array):
         mask = np.asarray(mask)
-        if mask.shape != x.shape:
-            raise ValueError(f"mask has shape {mask.shape}, x has shape {x.shape}")
+        _check_mask_shape(mask, x)
         mask = da.from_array(mask, chunks=x.chunks) if not _unknown(x) else None
         if mask is None:
             raise ValueError(
@@ -218,8 +220,8 @@ def compact(
     check_chunk_type(mask._meta, "compact")
     if mask.dtype != np.dtype(bool):
         raise TypeError(f"mask must be boolean, not {mask.dtype}")
-    if not _unknown(x) and not _unknown(mask) and mask.shape != x.shape:
-        raise ValueError(f"mask has shape {mask.shape}, x has shape {x.shape}")
+    if not _unknown(x) and not _unknown(mask):
+        _check_mask_shape(mask, x)
     x1 = _ravel(x)
     m1 = _ravel(mask)
     if _unknown(x1) or _unknown(m1):
@@ -238,6 +240,45 @@ def compact(
                      computed_call(lazy, *forms))
     plan = Plan(x1, m1, None, output, True, "auto", token)
     return _result(build(plan, lazy, out_chunks), output)
+
+
+def _check_mask_is_an_array(mask: Any, x: da.Array) -> None:
+    """TypeError for a ``mask`` that is no array: a predicate (``compact(x, lambda v: v >
+    3)`` said "mask has shape ()", where map_compact was meant), a scalar or None."""
+    if isinstance(mask, str) or callable(mask):
+        raise TypeError(
+            f"compact selects by a mask: a boolean dask or NumPy array of x's shape "
+            f"{x.shape}, not a {type(mask).__name__}; for a predicate (a callable or a "
+            "string) use dask_compact.map_compact(x, pred) or x.map_compact(pred)"
+        )
+    if not isinstance(mask, da.Array) and np.ndim(mask) == 0:
+        raise TypeError(
+            f"mask must be a boolean dask or NumPy array of x's shape {x.shape}, not "
+            f"{mask!r}; to select by a condition, pass it computed on x (compact(x, x > 3)), "
+            "or the predicate to x.map_compact(pred)"
+        )
+
+
+def _check_mask_shape(mask: Any, x: da.Array) -> None:
+    """ValueError unless ``mask`` has ``x``'s shape; for a mask of one value per row of N-D
+    ``x``, the two ways to select rows."""
+    if mask.shape == x.shape:
+        return
+    how = ""
+    if x.ndim > 1 and mask.shape == x.shape[:1]:
+        # both tried (tests/test_errors.py): compact_records gathers whole rows with known
+        # chunks; a mask broadcast over the row selects the same elements, flattened
+        nones = ", ".join(["None"] * (x.ndim - 1))
+        how = (
+            ". compact selects elements by a mask of x's shape; to select rows of x by a mask "
+            "of one value per row, take x as a record's field: dask_compact.compact_records("
+            '{"x": x, "keep": mask}, "keep")["x"] (rows of shape (k, '
+            f"{', '.join(map(str, x.shape[1:]))}), known chunks; a NumPy mask wrapped in "
+            "da.from_array first), or broadcast the mask to x's shape: dask_compact.compact("
+            f"x, da.broadcast_to(mask[:, {nones}], x.shape)) (the rows' elements, flattened "
+            "in C order)"
+        )
+    raise ValueError(f"mask has shape {mask.shape}, x has shape {x.shape}{how}")
 
 
 def flatnonzero(
@@ -335,7 +376,8 @@ def _compact_times(x: da.Array, pred: PredicateLike, output: str, lazy: bool,
     x = _native(x)
     _check_predicate(p, x)
     if p.path == "fused":  # typed for numbers only: NumPy says now whether it has a loop
-        p.mask(check_sample(x.dtype, like=meta_from_array(x._meta, ndim=1, dtype=x.dtype)))
+        p.mask(check_sample(x.dtype, like=meta_from_array(x._meta, ndim=1, dtype=x.dtype)),
+               what="a test sample")
     mask = da.map_blocks(_mask_block, x, p, dtype=bool)
     return compact(x, mask, output=output, lazy=lazy, chunks=chunks)
 
@@ -361,7 +403,7 @@ def _check_predicate(p: Predicate, x: da.Array, rows: bool = False) -> None:
     sample = check_sample(x.dtype, row * max(2, 64 // row), empty).reshape(-1, *row_shape)
     try:
         with np.errstate(all="ignore"):
-            p.mask(sample, every_row=True)
+            p.mask(sample, every_row=True, what="a test sample")
     except NotElementwise:
         raise
     except Exception as e:  # noqa: BLE001 - it may fail on made-up values only; the tasks tell
@@ -369,7 +411,7 @@ def _check_predicate(p: Predicate, x: da.Array, rows: bool = False) -> None:
     try:
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # the mean of an empty chunk...
-            p.mask(empty)
+            p.mask(empty, what="an empty test chunk")
     except Exception as e:
         e.add_note(f"dask_compact: the predicate {p.source} failed on an empty {x.dtype} chunk")
         raise

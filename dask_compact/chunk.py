@@ -12,6 +12,7 @@ from .dispatch import (
     compact_many,
     compact_masked,
     compact_runs,
+    refuse_masked_chunk,
     remember_call,
     repeated_call,
 )
@@ -200,6 +201,8 @@ def compact_block_masked(
         raise ValueError(
             f"mask chunk of shape {mask.shape} does not match data chunk {block.shape}"
         )
+    # the step is dispatched on the data chunk: a masked mask chunk would select by its data
+    refuse_masked_chunk(mask, "compact", "the mask")
     out = compact_masked(block, mask, output, index_base)
     if direct:
         return out

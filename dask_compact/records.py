@@ -198,7 +198,7 @@ def compact_records_into(
                                      stream)
         if done is not None:
             return done
-    fs, on_dask = checked_fields(fields, False)
+    fs, on_dask = checked_fields(fields, False, "compact_records_into")
     if on_dask:
         raise TypeError(
             "compact_records_into takes in-memory NumPy or CuPy fields; for dask arrays use "

@@ -32,8 +32,10 @@ logger = logging.getLogger("dask_compact")
 INDICES = "indices"  # the key of the global row indices in the result
 
 
-def checked_fields(fields: Any, indices: bool) -> tuple[dict[str, Any], bool]:
-    """The fields as a dict (mapping order kept) and whether they are dask arrays.
+def checked_fields(fields: Any, indices: bool, fn: str = "compact_records"
+                   ) -> tuple[dict[str, Any], bool]:  # fmt: skip
+    """The fields as a dict (mapping order kept) and whether they are dask arrays; ``fn``,
+    the public call, names the call in the errors.
 
     TypeError: not a mapping, names that are not strings, values that are not arrays, dask
     arrays mixed with in-memory ones, NumPy with CuPy, object dtypes, masked arrays.
@@ -47,7 +49,7 @@ def checked_fields(fields: Any, indices: bool) -> tuple[dict[str, Any], bool]:
         )
     out = dict(fields)
     if not out:
-        raise ValueError("compact_records needs at least one field")
+        raise ValueError(f"{fn} needs at least one field")
     for name in out:
         if not isinstance(name, str) or not name:
             raise TypeError(f"field names must be non-empty strings, not {name!r}")
@@ -70,7 +72,7 @@ def checked_fields(fields: Any, indices: bool) -> tuple[dict[str, Any], bool]:
         if not lazy:
             a = out[name] = in_memory(a)
         like = a._meta if lazy else a
-        check_chunk_type(like, f"compact_records (field {name!r})",
+        check_chunk_type(like, f"{fn} (field {name!r})",
                          "the chunks first, e.g. x.map_blocks(np.asarray)" if lazy
                          else "it first, e.g. np.asarray(a)")
         modules.add(_module_of(like))

@@ -22,6 +22,7 @@ from dask.highlevelgraph import HighLevelGraph
 
 from . import client_stream
 from .dispatch import compact_records as compact_records_chunk
+from .dispatch import refuse_masked_chunk
 from .graph import (
     _count,
     _extend,
@@ -48,6 +49,10 @@ def records_block(
     rows = {name: b.shape[0] for name, b in fields.items()}
     if len(set(rows.values())) > 1:  # aligned() makes this impossible; a guard all the same
         raise ValueError(f"record chunk with rows of different lengths: {rows}")
+    # the backend is dispatched on the first field's chunk alone: a masked chunk of another
+    # field (gathered, or read after the first) would be copied without its mask
+    for name, b in fields.items():
+        refuse_masked_chunk(b, "compact_records", f"field {name!r}")
     return compact_records_chunk(blocks[0], fields, pred, indices, stable, index_base, 1)
 
 

@@ -136,6 +136,24 @@ def test_masked_chunks_under_a_plain_meta_are_refused_in_the_tasks():
             pytest.fail(f"{name}: no error")
 
 
+@pytest.mark.parametrize("kw", [{}, {"lazy": True}, {"chunks": 3}, {"output": "indices"}])
+def test_masked_chunks_of_compacts_mask_are_refused(kw):
+    """compact's step is dispatched on the data chunk: a mask whose chunks are masked arrays
+    under a plain meta was read as its data, the mask's own mask dropped (a probe). Refused
+    as a masked mask is at call time; the way out gives NumPy's selection."""
+    a = np.arange(10.0)
+    x = da.from_array(a, chunks=4)
+    m = x.map_blocks(lambda b: np.ma.masked_greater(b, 6) > 2, meta=np.empty(0, bool))
+    with pytest.raises(TypeError, match="a chunk of the mask is a masked array, though"):
+        out = compact(x, m, **kw)
+        out.compute()
+    keep = da.ma.getdata(m) & ~da.ma.getmaskarray(m)  # masked elements never selected
+    want = a[(a > 2) & (a <= 6)]
+    got = compact(x, keep, **kw).compute()
+    np.testing.assert_array_equal(got, np.flatnonzero((a > 2) & (a <= 6))
+                                  if kw.get("output") == "indices" else want)
+
+
 def test_other_chunk_types_are_refused():
     class Weird(np.ndarray):
         pass

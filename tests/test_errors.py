@@ -86,6 +86,49 @@ def test_mask_errors(x):
         dask_compact.compact(x, da.ones(100, chunks=30))
 
 
+@pytest.mark.parametrize("mask", [lambda v: v > 3, "x > 3"], ids=["callable", "string"])
+def test_a_predicate_passed_as_compacts_mask_points_to_map_compact(mask):
+    """compact(x, pred) said "mask has shape (), x has shape (6,)" (a probe): a predicate
+    is refused naming map_compact, which takes it."""
+    x = da.arange(6, chunks=4)
+    with pytest.raises(TypeError, match=r"not a (function|str); for a predicate .* "
+                                        r"x\.map_compact\(pred\)"):
+        dask_compact.compact(x, mask)
+    np.testing.assert_array_equal(x.map_compact(mask).compute(), np.arange(6)[np.arange(6) > 3])
+
+
+@pytest.mark.parametrize("mask", [None, True, np.bool_(False), 3.0])
+def test_a_scalar_mask_is_a_type_error(mask):
+    """No array at all: a TypeError saying what a mask is, not a ValueError about shape ()."""
+    with pytest.raises(TypeError, match=r"mask must be a boolean dask or NumPy array of x's "
+                                        r"shape \(6,\), not "):
+        dask_compact.compact(da.arange(6, chunks=4), mask)
+
+
+@pytest.mark.parametrize("shape", [(13, 3), (7, 2, 3)])
+@pytest.mark.parametrize("kind", ["numpy", "dask"])
+def test_a_row_mask_of_nd_x_is_refused_saying_how_to_select_rows(shape, kind):
+    """README: the mask has x's shape. A mask of one value per row is refused, and both
+    ways the message gives select NumPy's rows (x[mask])."""
+    a = np.arange(np.prod(shape), dtype=float).reshape(shape)
+    x = da.from_array(a, chunks=(4, *shape[1:]))
+    rows = a.reshape(len(a), -1)[:, 0] % 3 != 0
+    mask = rows if kind == "numpy" else da.from_array(rows, chunks=5)
+    nones = ", ".join(["None"] * (len(shape) - 1))
+    with pytest.raises(ValueError, match="to select rows of x") as info:
+        dask_compact.compact(x, mask)
+    assert f"da.broadcast_to(mask[:, {nones}], x.shape)" in str(info.value)
+    assert 'compact_records({"x": x, "keep": mask}, "keep")["x"]' in str(info.value)
+    # what it says, as written there
+    keep = mask if kind == "dask" else da.from_array(mask)
+    got = dask_compact.compact_records({"x": x, "keep": keep}, "keep")["x"]
+    assert not np.isnan(got.shape[0]) and got.shape[1:] == shape[1:]
+    np.testing.assert_array_equal(got.compute(), a[rows])
+    index = (slice(None),) + (None,) * (len(shape) - 1)  # mask[:, None, ...]
+    flat = dask_compact.compact(x, da.broadcast_to(mask[index], x.shape))
+    np.testing.assert_array_equal(flat.compute(), a[rows].ravel())
+
+
 def test_a_mask_declared_bool_whose_chunks_are_not(x):
     """map_blocks can declare dtype=bool over chunks that are not: a uint8 0/2 chunk is
     refused where it is computed, not taken as a selection of its nonzeros."""

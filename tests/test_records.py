@@ -146,6 +146,8 @@ def test_errors_before_anything_runs():
         compact_records(f, "mass > 1", lazy=True)
     with pytest.raises(TypeError, match="masked"):
         compact_records({"a": np.ma.masked_array([1, 2])}, "a > 0")
+    with pytest.raises(TypeError, match=r"\(field 'b'\) does not take masked"):  # gathered
+        compact_records({"a": np.arange(2), "b": np.ma.masked_array([1, 2])}, "a > 0")
     with pytest.raises(ValueError, match="takes none of the fields"):
         compact_records(f, lambda: True)
     x = da.from_array(np.arange(10.0), chunks=5)
@@ -205,6 +207,43 @@ def test_dask_rebalanced_fields_share_their_chunks(cond, chunks):
     assert_same({k: v for k, v in out.items() if k != "indices"}, want)
 
 
+def masked_chunks(x: da.Array) -> da.Array:
+    """``x`` with chunks that are masked arrays (values over 6 masked) under a plain ndarray
+    meta: what map_blocks returning np.ma arrays without saying so makes."""
+    return x.map_blocks(lambda b: np.ma.masked_greater(b, 6), meta=np.empty((0,) * x.ndim))
+
+
+@pytest.mark.parametrize("kw", [{}, {"lazy": True}, {"chunks": 3}, {"indices": True}])
+@pytest.mark.parametrize("masked", ["gathered", "gathered 2-D", "read, not first"])
+def test_masked_chunks_of_any_field_are_refused(kw, masked):
+    """The record's step is dispatched on the first field's chunk: a masked chunk of another
+    field, gathered or read, was copied without its mask (a probe: a plain array came back).
+    Every field's chunks are refused as the first one's are."""
+    a = np.arange(10.0)
+    x = da.from_array(a, chunks=4)
+    fields = {
+        "gathered": {"a": x, "b": masked_chunks(x)},
+        "gathered 2-D": {"a": x, "b": masked_chunks(da.stack([x, x], axis=1))},
+        "read, not first": {"a": x, "b": masked_chunks(x)},
+    }[masked]
+    pred = "(b > 2) & (a < 9)" if masked == "read, not first" else "a > 2"
+    with pytest.raises(TypeError, match="field 'b' is a masked array, though the dask array's"):
+        compact_records(fields, pred, **kw)["b"].compute()
+
+
+def test_masked_chunks_said_what_they_mean_select_as_numpy():
+    """The way out the refusal gives (the data, and the mask as a field the predicate reads:
+    masked rows never selected) gives NumPy's selection."""
+    a = np.arange(10.0)
+    x = da.from_array(a, chunks=4)
+    hid = masked_chunks(x)
+    fields = {"a": x, "b": da.ma.getdata(hid), "unmasked": ~da.ma.getmaskarray(hid)}
+    got = compact_records(fields, "(a > 2) & unmasked")
+    m = np.ma.masked_greater(a, 6)
+    keep = (a > 2) & ~np.ma.getmaskarray(m)
+    assert_same(got, reference({"a": a, "b": m.data, "unmasked": ~m.mask}, keep))
+
+
 @pytest.mark.parametrize("n", [0, 1, 33, 1025, 4099])
 def test_into_caller_buffers(n):
     f = particles(n, 9)
@@ -251,6 +290,8 @@ def test_into_errors():
         cri({"m": mem[:10]}, "m > 5", {"m": np.empty(10)}, count=mem[3:4].view(np.int64))
     with pytest.raises(TypeError, match="non-empty mapping"):
         cri(f, "mass > 1", {})
+    with pytest.raises(TypeError, match=r"compact_records_into \(field 'r'\) does not take masked"):
+        cri({**f, "r": np.ma.masked_greater(f["r"], 0.5)}, "mass > 1", {"r": np.empty(10)})
     with pytest.raises(TypeError, match="in-memory"):
         cri({"a": da.arange(4, chunks=2)}, "a > 1", {"a": np.empty(4, np.int64)})
     with pytest.raises(TypeError, match="stream is for CuPy"):
@@ -358,3 +399,14 @@ def test_local_cluster_of_processes(process_client):
     pd = {k: v.persist() for k, v in d.items()}
     out = compact_records(pd, lambda id, flag: np.isin(id % 4, [1, 2]) & flag, chunks=4096)
     assert_same(out, reference(f, np.isin(f["id"] % 4, [1, 2]) & f["flag"]))
+
+
+def test_masked_gathered_chunks_are_refused_on_the_cluster(process_client):
+    """A gathered field's masked chunks are refused in the workers' tasks too, eager (at call
+    time) and lazy (when computed), not sent back without their mask."""
+    x = da.from_array(np.arange(10.0), chunks=4)
+    fields = {"a": x, "b": masked_chunks(x)}
+    with pytest.raises(TypeError, match="field 'b' is a masked array"):
+        compact_records(fields, "a > 2")
+    with pytest.raises(TypeError, match="field 'b' is a masked array"):
+        compact_records(fields, "a > 2", lazy=True)["b"].compute()

@@ -187,40 +187,45 @@ class Predicate:
             return ("dask_compact.Predicate", uuid.uuid4().hex)
         return ("dask_compact.Predicate", tokenize(self.func), hash(key))
 
-    def mask(self, a: Any, xp: Any = None, *, every_row: bool = False) -> Any:
+    def mask(self, a: Any, xp: Any = None, *, every_row: bool = False,
+             what: str = "a chunk") -> Any:
         """The boolean mask of ``a`` (same shape), computed with ``a``'s array module.
 
         A mask-path callable is checked on parts of ``a`` (:func:`check_parts`); on every
-        row alone with ``every_row`` (a sample checked before anything runs)."""
+        row alone with ``every_row`` (a sample checked before anything runs). ``what``: what
+        ``a`` is, for the errors (``"a test sample"``: the sample is made up by the checks,
+        and a message that called it a chunk named a shape the caller never made)."""
         if xp is None:
             xp = array_module(a)
         if self.expr is not None:
             return check_mask(evaluate(self.expr, a, self.params, xp), a, self.source, xp)
         assert self.func is not None
-        m = check_mask(self._call(a), a, self.source, xp)
-        self._check_slices(a, m, xp, every_row)
+        m = check_mask(self._call(a, what), a, self.source, xp)
+        self._check_slices(a, m, xp, every_row, what)
         return m
 
-    def _call(self, a: Any) -> Any:
-        """The callable on ``a`` (a chunk or a slice of one); where it fails to broadcast an
-        array it holds against ``a``, NotElementwise saying why (an array the shape of the
-        whole input is compared with one chunk at a time)."""
+    def _call(self, a: Any, what: str = "a chunk") -> Any:
+        """The callable on ``a`` (``what``: a chunk, a slice of one, a test sample); where it
+        fails to broadcast an array it holds against ``a``, NotElementwise saying why (an
+        array the shape of the whole input is compared with one chunk at a time)."""
         assert self.func is not None
         try:
             return self.func(a)
         except Exception as e:
             if not (isinstance(e, ValueError) and "broadcast" in str(e)):
-                e.add_note(failed_on(self.source, "a chunk", a))
+                e.add_note(failed_on(self.source, what, a))
                 raise
             raise NotElementwise(
-                f"predicate {self.source} failed on a chunk of shape {tuple(a.shape)} ({e}): a "
-                "predicate gets one chunk (or a slice of one) at a time, so an array it "
+                f"predicate {self.source} failed on {what} of shape {tuple(a.shape)} ({e}): a "
+                "predicate gets one chunk (or a slice of one) at a time, and before anything "
+                "runs a test sample of a few values (rows of N-D input), so an array it "
                 "compares with must broadcast against any of them. For values aligned with "
                 "the whole input, compute the condition on the dask array (m = x > t) and use "
                 "dask_compact.compact(x, m)."
             ) from None
 
-    def _check_slices(self, a: Any, m: Any, xp: Any, every_row: bool = False) -> None:
+    def _check_slices(self, a: Any, m: Any, xp: Any, every_row: bool = False,
+                      what: str = "a chunk") -> None:
         """Raise if the callable gives a part of the chunk other values than the chunk (see
         :func:`check_parts`).
 
@@ -232,7 +237,7 @@ class Predicate:
 
         def part(sl: slice) -> Any:
             try:
-                got = self._call(a[sl])
+                got = self._call(a[sl], f"rows {sl.start}:{sl.stop} of {what}")
             except NotElementwise:
                 raise
             except Exception as e:
@@ -240,7 +245,7 @@ class Predicate:
                 # (np.sort(v)[-10] on one row raised IndexError, with a note that blamed a
                 # chunk; a new-user probe)
                 raise NotElementwise(
-                    f"predicate {self.source} is not elementwise: it ran on a chunk of "
+                    f"predicate {self.source} is not elementwise: it ran on {what} of "
                     f"{a.shape[0]} rows but failed on rows {sl.start}:{sl.stop} alone "
                     f"({type(e).__name__}: {e}), so it depends on how the array is chunked "
                     "(a statistic or an element of the chunk, its size...). Use elementwise "
