@@ -286,7 +286,8 @@ def flatnonzero(
 ) -> da.Array:
     """Global flat indices of the non-zero elements of ``a``, with known chunk sizes.
 
-    Equals ``np.flatnonzero(np.asarray(a))``.
+    Equals ``np.flatnonzero(np.asarray(a))``; ``datetime64`` and ``timedelta64`` input
+    included (non-zero: not the epoch, not a zero duration; NaT is non-zero).
 
     Examples
     --------
@@ -296,6 +297,8 @@ def flatnonzero(
     array([1, 3, 4])
     """
     a = _check_dask_array(a, "flatnonzero")
+    if a.dtype.kind in ("m", "M"):  # NumPy's non-zero datetimes: not the epoch (NaT is not)
+        a = _view(_native(a), np.dtype(np.int64))
     check_dtype(a.dtype)
     if a.dtype == np.dtype(bool):
         pred = Predicate(Var(), (), None, "x")

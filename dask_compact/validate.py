@@ -57,7 +57,8 @@ def check_dtype(dtype: Any) -> None:
         how = ""
         if dtype.kind in ("m", "M"):  # what NumPy users filter by a comparison, x[x > t]
             how = ("; datetime64 and timedelta64 arrays are taken by map_compact, compact, "
-                   "compact_array, sort and argsort only")
+                   "compact_array, flatnonzero, sort and argsort, and as fields "
+                   "compact_records gathers, only")
         raise TypeError(
             f"dask_compact compacts arrays of {', '.join(d.name for d in DTYPES)}; not "
             f"{dtype}{how}"

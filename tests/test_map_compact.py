@@ -310,7 +310,7 @@ def test_compact_datetime_and_timedelta(dtype):
         np.testing.assert_array_equal(dask_compact.compact_array(a, "x > 0"), want_n)
     with pytest.raises(NotElementwise):  # the slice check runs on this path too
         x.map_compact(lambda v: v > v.max())
-    with pytest.raises(TypeError, match="taken by map_compact, compact, compact_array, sort"):
+    with pytest.raises(TypeError, match="taken by map_compact, compact, compact_array, flatnonz"):
         dask_compact.partition(x, lambda v: v > t0)  # the split is numeric only
 
 
@@ -325,6 +325,18 @@ def test_flatnonzero():
         r = dask_compact.flatnonzero(x)
         assert r.chunks != ((),)
         np.testing.assert_array_equal(r.compute(), np.flatnonzero(a))
+
+
+def test_flatnonzero_of_datetimes_is_numpys():
+    """np.flatnonzero takes datetimes (non-zero: not the epoch; NaT is); it was refused (a
+    probe)."""
+    rng = np.random.default_rng(2)
+    for a in (np.array(["1970-01-01", "NaT", "2020-01-01", "1970-01-01"], "M8[D]"),
+              (rng.integers(-3, 3, 1031) * np.timedelta64(1, "s")).astype("m8[s]"),
+              np.array(["NaT", "1970-01-01T00:00:00"], ">M8[s]")):
+        for chunks in (1, 3, 500):
+            got = dask_compact.flatnonzero(da.from_array(a, chunks=chunks)).compute()
+            np.testing.assert_array_equal(got, np.flatnonzero(a))
 
 
 def test_first_calls_from_several_threads_at_once():
