@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import dask_compact
 from dask_compact.predicate import as_predicate
 from dask_compact.predicate.expr import evaluate
 from dask_compact.predicate.parse import parse
@@ -126,3 +127,13 @@ def test_constant_expression_and_constant_errors():
 def test_threshold_change_same_structure():
     a, b = parse("(x > 0.1) & (x < 0.2)"), parse("(x > 5.5) & (x < 7.25)")
     assert a.expr == b.expr and a.params != b.params
+
+
+def test_a_field_named_like_a_python_constant_is_refused_where_named():
+    """`True > 2` over a field named "True" selected nothing (Python's constant, not the field;
+    a probe): refused, naming the field; the constant itself still works elsewhere."""
+    fields = {"True": np.arange(6.0), "k": np.arange(6)}
+    with pytest.raises(ValueError, match="never the field named 'True'"):
+        dask_compact.compact_records(fields, "True > 2")
+    got = dask_compact.compact_records({"a": np.arange(6.0), "k": np.arange(6)}, "(a > 2) & True")
+    np.testing.assert_array_equal(got["k"], [3, 4, 5])

@@ -144,6 +144,13 @@ def _check(text: str, tree: ast.AST, names: tuple[str, ...] = (_VARIABLE,)) -> N
         elif isinstance(node, ast.Constant):
             if not isinstance(node.value, (bool, int, float, complex)):
                 raise _refuse(text, f"the non-numeric constant {node.value!r}")
+            if isinstance(node.value, bool) and str(node.value) in names:
+                # Python reads `True` as the constant: a field of that name selected all or
+                # nothing, silently (a probe's "True > 2")
+                raise _refuse(text, f"`{node.value}`",
+                              f" here: it is Python's constant, never the field named "
+                              f"{str(node.value)!r}; rename that field to use it in a "
+                              "predicate")
         elif isinstance(node, ast.Compare):
             for op in node.ops:  # before the operands, so `x in (1, 2)` names `in`
                 if not isinstance(op, _ALLOWED):
