@@ -532,6 +532,7 @@ def _run_grouped(
     return out
 
 
+@client_stream.on_inputs_client(lambda plan, lazy, *_: () if lazy else (plan.held, plan.mask))
 @client_stream.released_on_error()
 def build(plan: Plan, lazy: bool, out_chunks: Any) -> dict[str, da.Array]:
     """Run (eager) or describe (lazy) the three phases; return {'values'|'indices': Array}."""

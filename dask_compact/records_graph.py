@@ -68,6 +68,8 @@ def aligned(fields: dict[str, da.Array], pred: Predicate) -> dict[str, da.Array]
     return out
 
 
+@client_stream.on_inputs_client(
+    lambda fields, pred, indices, lazy, *_: () if lazy else tuple(fields.values()))
 @client_stream.released_on_error()
 def build_records(
     fields: dict[str, da.Array], pred: Predicate, indices: bool, lazy: bool, stable: bool,

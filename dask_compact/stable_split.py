@@ -100,6 +100,7 @@ def _count(part: dict) -> np.ndarray:
     return np.array([[part["k"], part["n"]]], dtype=np.int64)
 
 
+@client_stream.on_inputs_client(lambda x, *_, **__: (x,))
 @client_stream.released_on_error()
 def partition(x: da.Array, pred: PredicateLike, *, output: str = "values") -> tuple[Any, ...]:
     """Stable split of a dask array: the elements where ``pred`` holds first, then the others,

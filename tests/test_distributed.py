@@ -6,11 +6,13 @@ that check phase 1 as Dask tasks (the fallback, and ``dask-compact.direct`` off)
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
 import time
 import warnings
+from collections.abc import Iterator
 
 import dask
 import dask.array as da
@@ -718,3 +720,109 @@ def test_a_failed_call_leaves_nothing_held(client, call):
     assert not _scheduler_tasks(client) - before  # (earlier tests' keys may go meanwhile)
     ok = x.map_compact(lambda v: v < 30)  # the cluster still works, and right
     np.testing.assert_array_equal(ok.compute(), a[a < 30])
+
+
+def _eager_calls(x: da.Array) -> dict:
+    """Every eager builder over ``x`` (map_compact, compact, partition, sort, records), as
+    NumPy arrays, with ``compute`` given where the result is."""
+    k = dask_compact.partition(x, "x > 0.5")[1]
+    return {
+        "values": x.map_compact(lambda v: v > 0.5),
+        "masked": dask_compact.compact(x, x > 0.5),
+        "partition": dask_compact.partition(x, "x > 0.5")[0][:k],
+        "sort": dask_compact.sort(x),
+        "records": dask_compact.compact_records({"v": x, "w": x * 2}, "v > 0.5")["w"],
+    }
+
+
+def _wanted(a: np.ndarray) -> dict:
+    return {"values": a[a > 0.5], "masked": a[a > 0.5], "partition": a[a > 0.5],
+            "sort": np.sort(a), "records": a[a > 0.5] * 2}
+
+
+def _eager_calls_in_a_task(x: da.Array) -> dict:
+    """Run on a worker: the input's futures, unpickled there, belong to no client."""
+    return {name: np.asarray(r.compute()) for name, r in _eager_calls(x).items()}
+
+
+def test_eager_calls_inside_a_task_run_on_the_workers_client(client):
+    """An eager call inside a task (a new user's probe: "'NoneType' object has no attribute
+    'wait'", where plain Dask's ``x[x > 0.5].compute()`` worked) runs on the worker's
+    client, as dask's compute there does; on workers of one thread it secedes meanwhile, or
+    the work it asks of its own worker would wait for the thread it holds."""
+    a = np.random.default_rng(30).random(30_000)
+    x = da.from_array(a, chunks=3_000).persist()
+    distributed.wait(x)
+    got = client.submit(_eager_calls_in_a_task, x).result(timeout=120)
+    for name, want in _wanted(a).items():
+        np.testing.assert_array_equal(got[name], want, err_msg=name)
+
+
+@contextlib.contextmanager
+def _no_default_client(m: pytest.MonkeyPatch) -> Iterator[None]:
+    """As in a program whose only client was made with ``set_as_default=False``: no default
+    client registered, none current in this context (the module's client, entered as a
+    context manager, is current in it) and no scheduler in dask's config."""
+    m.setattr(distributed.client, "_global_clients", {})
+    m.setitem(dask.config.config, "scheduler", None)
+    token = distributed.client._current_client.set(None)
+    try:
+        yield
+    finally:
+        distributed.client._current_client.reset(token)
+
+
+def test_calls_on_an_input_of_a_client_that_is_not_the_default_run_on_it(client, monkeypatch):
+    """An input persisted by a client made with ``set_as_default=False``: the eager calls run
+    on that client, as ``dask.persist(..., scheduler=that_client)`` would (a probe: "No
+    clients found" from map_compact, "missing keys" from sort, "Missing dependency" from
+    partition and compact, with no default client; with one, sort's result was the default
+    client's). A graph over its futures runs where dask would run it: on the default
+    client, or, with none, on the client of those futures."""
+    a = np.random.default_rng(31).random(30_000)
+    with distributed.Client(client.scheduler.address, set_as_default=False) as other:
+        x = other.persist(da.from_array(a, chunks=3_000))
+        for default in (True, False):
+            with monkeypatch.context() as m, contextlib.ExitStack() as stack:
+                if not default:
+                    stack.enter_context(_no_default_client(m))
+                got, wanted = _eager_calls(x), _wanted(a)
+                if not default:
+                    got["graph"] = (x + 1).map_compact("x > 1.5")
+                    wanted["graph"] = a[a > 0.5] + 1
+                for name, want in wanted.items():
+                    assert {f.client for f in futures_of(got[name])} == {other}, name
+                    np.testing.assert_array_equal(other.compute(got[name]).result(), want,
+                                                  err_msg=name)
+
+
+@pytest.mark.timeout(120)  # before the fix, a call could block the loop for good
+def test_an_eager_call_on_an_asynchronous_clients_loop_says_to_run_it_in_a_thread(
+        client, monkeypatch):
+    """On the event loop of an asynchronous client (in a coroutine) an eager call, which waits
+    for its chunk sizes, would block that loop: refused with what to do, and no coroutine
+    left un-awaited (a probe, whose only client was asynchronous: "'coroutine' object is not
+    subscriptable", and "coroutine '_exchange' was never awaited"). What the error says
+    works: a thread, or lazy=True."""
+    import asyncio
+    import gc
+
+    a = np.random.default_rng(32).random(20_000)
+
+    async def main() -> None:
+        async with distributed.Client(client.scheduler.address, asynchronous=True) as ac:
+            x = ac.persist(da.from_array(a, chunks=2_000))
+            for call in (lambda: x.map_compact("x > 0.5"), lambda: dask_compact.sort(x),
+                         lambda: (x + 1).map_compact("x > 1.5")):
+                with pytest.raises(RuntimeError, match=r"asyncio\.to_thread"):
+                    call()
+            y = await asyncio.to_thread(x.map_compact, "x > 0.5")
+            np.testing.assert_array_equal(await ac.compute(y), a[a > 0.5])
+            lazy = x.map_compact("x > 0.5", lazy=True)
+            np.testing.assert_array_equal(await ac.compute(lazy), a[a > 0.5])
+
+    with warnings.catch_warnings(record=True) as seen, _no_default_client(monkeypatch):
+        warnings.simplefilter("always")
+        asyncio.run(main())
+        gc.collect()
+    assert not [w for w in seen if "never awaited" in str(w.message)], seen
