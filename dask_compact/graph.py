@@ -35,7 +35,7 @@ from dask.base import tokenize
 from dask.core import flatten
 from dask.highlevelgraph import HighLevelGraph
 
-from . import client_stream, direct
+from . import call_client, client_stream, direct
 from .chunk import (
     compact_block,
     compact_block_masked,
@@ -532,7 +532,7 @@ def _run_grouped(
     return out
 
 
-@client_stream.on_inputs_client(lambda plan, lazy, *_: () if lazy else (plan.held, plan.mask))
+@call_client.on_inputs_client(lambda plan, lazy, *_: () if lazy else (plan.held, plan.mask))
 @client_stream.released_on_error()
 def build(plan: Plan, lazy: bool, out_chunks: Any) -> dict[str, da.Array]:
     """Run (eager) or describe (lazy) the three phases; return {'values'|'indices': Array}."""

@@ -20,7 +20,7 @@ import numpy as np
 from dask.base import tokenize
 from dask.highlevelgraph import HighLevelGraph
 
-from . import client_stream
+from . import call_client, client_stream
 from .dispatch import compact_records as compact_records_chunk
 from .dispatch import refuse_masked_chunk
 from .graph import (
@@ -68,7 +68,7 @@ def aligned(fields: dict[str, da.Array], pred: Predicate) -> dict[str, da.Array]
     return out
 
 
-@client_stream.on_inputs_client(
+@call_client.on_inputs_client(
     lambda fields, pred, indices, lazy, *_: () if lazy else tuple(fields.values()))
 @client_stream.released_on_error()
 def build_records(

@@ -13,7 +13,7 @@ from typing import Any
 import dask.array as da
 import numpy as np
 
-from . import client_stream, settings
+from . import call_client, client_stream, settings
 from .backends.split_radix import order_key
 from .graph import length_one_in_one_chunk
 from .sort_graph import EXCHANGES, build_sort, default_buckets, join_small_chunks
@@ -126,7 +126,7 @@ def argsort(x: da.Array, *, local: str = "auto", buckets: int | None = None) -> 
     return _sorted(x, local, buckets, indices=True, fn="argsort")
 
 
-@client_stream.on_inputs_client(lambda x, *_, **__: (x,))
+@call_client.on_inputs_client(lambda x, *_, **__: (x,))
 @client_stream.released_on_error()
 def _sorted(x: Any, local: Any, buckets: Any, indices: bool, fn: str) -> da.Array:
     return length_one_in_one_chunk(_sorted_chunks(x, local, buckets, indices, fn))

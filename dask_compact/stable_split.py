@@ -19,7 +19,7 @@ import numpy as np
 from dask.base import tokenize
 from dask.highlevelgraph import HighLevelGraph
 
-from . import client_stream
+from . import call_client, client_stream
 from .api import (
     _check_dask_array,
     _check_predicate,
@@ -100,7 +100,7 @@ def _count(part: dict) -> np.ndarray:
     return np.array([[part["k"], part["n"]]], dtype=np.int64)
 
 
-@client_stream.on_inputs_client(lambda x, *_, **__: (x,))
+@call_client.on_inputs_client(lambda x, *_, **__: (x,))
 @client_stream.released_on_error()
 def partition(x: da.Array, pred: PredicateLike, *, output: str = "values") -> tuple[Any, ...]:
     """Stable split of a dask array: the elements where ``pred`` holds first, then the others,

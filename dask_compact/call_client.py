@@ -1,0 +1,186 @@
+"""Which client an eager call runs on.
+
+:func:`on_inputs_client` settles it for a builder (:func:`inputs_client`): the one holding
+its input, as ``dask.persist(..., scheduler=client)`` would, inside a task the worker's, and
+none where the call would block that client's own event loop.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from contextvars import ContextVar
+from types import ModuleType
+from typing import Any, TypeVar
+
+from .client_stream import send_now
+from .imported import distributed_if_imported
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+# whether the eager call in progress in this context has its client settled (nested calls,
+# e.g. sort's compactions, run on the outer call's)
+_settled: ContextVar[bool] = ContextVar("dask_compact_client_settled", default=False)
+
+ON_ITS_LOOP = (
+    "dask_compact: an eager call waits for its result's chunk sizes, and this one was made on "
+    "the event loop of {client}, which it would block (an asynchronous client, in a "
+    "coroutine): run it in a thread, e.g. `y = await asyncio.to_thread(x.map_compact, "
+    "pred)` (any eager call likewise: `asyncio.to_thread(dask_compact.sort, x)`), or, where "
+    "the function takes lazy=True, build it lazily (its chunk sizes unknown until computed) "
+    "and `await client.compute(...)` it."
+)
+
+
+def on_inputs_client(inputs: Callable[..., tuple]) -> Callable[[F], F]:
+    """Run the decorated eager builder inside :func:`inputs_client` of the arrays it reads,
+    ``inputs(*args, **kwargs)`` (empty for a lazy call: nothing runs then)."""
+
+    def decorate(fn: F) -> F:
+        @functools.wraps(fn)
+        def scoped(*args: Any, **kwargs: Any) -> Any:
+            with inputs_client(*inputs(*args, **kwargs)):
+                return fn(*args, **kwargs)
+
+        return scoped  # type: ignore[return-value]
+
+    return decorate
+
+
+@contextmanager
+def inputs_client(*inputs: Any) -> Iterator[None]:
+    """An eager call over ``inputs`` (dask arrays; None and other values are skipped) runs,
+    inside, on the client that holds them, as ``dask.persist(..., scheduler=client)`` would:
+
+    * inside a task: on the worker's client (``worker_client``, as dask's own ``compute``
+      there takes ``get_client()``), the task seceded from the worker's threads meanwhile, as
+      ``Client.get`` secedes: the call asks that worker for work (its chunks' jobs, tasks),
+      which would otherwise wait for the thread the call holds (a worker of one thread never
+      answered). The input's futures, unpickled there, belong to no client until bound to it
+      (:func:`_bind`: ``wait`` failed on them with "'NoneType' object has no attribute 'wait'");
+    * persisted by a client that is not the default one (``Client(set_as_default=False)``):
+      that client is the current one in this context (:func:`_make_current`), so what the call
+      runs through dask or distributed (``dask.persist``, ``distributed.wait``, dask's
+      ``get_scheduler``) takes it: they took the default client ("No clients found") or,
+      with none, the local scheduler ("missing dependency");
+    * otherwise as dask would choose: the default client, or, with none, the client of the
+      futures a graph input is built on (``x + 1`` of a persisted ``x``; the local scheduler
+      could not run it), or the local scheduler.
+
+    Refused (RuntimeError, saying what to do) where that client's event loop is the one
+    running this code: an asynchronous client in a coroutine. The call would block the loop
+    its answers need, and distributed hands back un-awaited coroutines there ("'coroutine'
+    object is not subscriptable")."""
+    distributed = distributed_if_imported()
+    arrays = [a for a in inputs if hasattr(a, "__dask_graph__")]
+    if distributed is None or not arrays or _settled.get():
+        yield
+        return
+    token = _settled.set(True)
+    try:
+        with ExitStack() as stack:
+            client = _client_for(distributed, arrays, stack)
+            if client is None:
+                _refuse_an_asynchronous_default(distributed, arrays)
+            elif client.asynchronous:
+                raise RuntimeError(ON_ITS_LOOP.format(client=client))
+            else:
+                _make_current(distributed, client, stack)
+            yield
+    finally:
+        _settled.reset(token)
+
+
+def _client_for(distributed: ModuleType, arrays: list, stack: ExitStack) -> Any:
+    """The client an eager call over ``arrays`` runs on (None: as dask would choose), entered
+    on ``stack`` where it is the worker's (inside a task)."""
+    if _in_task(distributed):
+        client = stack.enter_context(distributed.worker_client())
+        _bind(client, distributed.futures_of(arrays))
+        return client
+    held = _first_held(distributed, arrays)
+    if held is None and _default(distributed) is None:
+        # a graph over a non-default client's futures (x + 1 of a persisted x), which the
+        # local scheduler could not run; nothing to search where the default client runs it
+        held = next(iter(distributed.futures_of(arrays)), None)
+    return None if held is None else held.client
+
+
+def _first_held(distributed: ModuleType, arrays: list) -> Any:
+    """The future of the first block of the first of ``arrays`` persisted on a cluster (every
+    block a future), or None: one look-up per array, the graphs below are not walked."""
+    from dask.core import flatten
+
+    for a in arrays:
+        block = a.__dask_graph__().get(next(flatten(a.__dask_keys__()), None))
+        if isinstance(block, distributed.Future):
+            return block
+    return None
+
+
+def _refuse_an_asynchronous_default(distributed: ModuleType, arrays: list) -> None:
+    """Raise :data:`ON_ITS_LOOP` where dask would take the default client for ``arrays`` (no
+    held input) and refuse it: an asynchronous client, on its own loop. dask's own error
+    ("Attempting to use an asynchronous Client in a synchronous context of
+    `dask.compute`") says nothing of what to do; its ``get_scheduler`` decides, so a
+    scheduler set in dask's config or its ``admin.async-client-fallback`` still apply."""
+    default = _default(distributed)
+    if default is None or not default.asynchronous:
+        return
+    from dask.base import get_scheduler
+
+    try:
+        get_scheduler(collections=arrays)
+    except RuntimeError as refused:
+        raise RuntimeError(ON_ITS_LOOP.format(client=default)) from refused
+
+
+def _in_task(distributed: ModuleType) -> bool:
+    """Whether this code runs inside a task on a worker."""
+    try:
+        distributed.get_worker()
+    except ValueError:
+        return False
+    return True
+
+
+def _default(distributed: ModuleType) -> Any:
+    """The default client, None where there is none."""
+    try:
+        return distributed.default_client()
+    except ValueError:
+        return None
+
+
+def _bind(client: Any, futures: list) -> None:
+    """Bind the futures that belong to no client (unpickled inside a task) to ``client``, and
+    have it want their keys, so the scheduler reports their state to it (a bound future is
+    pending until then, and ``wait`` on it would never return) and keeps them for it while the
+    call runs: what distributed's own ``get_dataset`` does for the futures it unpickles
+    (``client-desires-keys``, a message ``Client`` has no public method for)."""
+    loose = [f for f in futures if f.client is None]
+    if not loose:
+        return
+    for f in loose:
+        f.bind_client(client)
+    client._send_to_scheduler({"op": "client-desires-keys", "keys": [f.key for f in loose]})
+    send_now(loose)
+
+
+def _make_current(distributed: ModuleType, client: Any, stack: ExitStack) -> None:
+    """Make ``client`` the current client in this context until ``stack`` closes, where it is
+    not the default one already.
+
+    The task-local half of ``Client.as_current()``: its other half, ``dask.config.set(
+    scheduler="dask.distributed")``, is process-wide, and another thread computing with the
+    local scheduler meanwhile would be sent to a client (or fail for want of one). Where this
+    distributed has no such context variable, ``as_current()`` whole."""
+    if _default(distributed) is client:
+        return
+    current = getattr(distributed.client, "_current_client", None)
+    if not isinstance(current, ContextVar):
+        stack.enter_context(client.as_current())
+        return
+    token = current.set(client)
+    stack.callback(current.reset, token)
