@@ -183,7 +183,7 @@ def compact_dataset(
         ds, mask, dim = _with_mask(ds, cond, dim, indices)
         cond = mask
     # parsed (or traced) once; the Predicate goes on to compact_records as it is
-    p = _predicate(cond, tuple(n for n in ds.variables if isinstance(n, str) and n))
+    p = _predicate(cond, tuple(n for n in ds.variables if isinstance(n, str) and n), dim)
     dim = _the_dim(ds, p.fields, dim)
     for f in p.fields:
         dims = ds.variables[f].dims
@@ -270,7 +270,7 @@ def compact_dataarray(
     chunks: None | int | str,
 ) -> xr.DataArray:  # fmt: skip
     """:meth:`CompactDataArrayAccessor.where`: the array as a one-variable Dataset, named
-    as ``cond`` reads it (``x`` or its own name)."""
+    as ``cond`` reads it (``x`` or its own name), then the DataArray again."""
     coord_names = tuple(n for n in arr.coords if isinstance(n, str) and n)
     own = arr.name if isinstance(arr.name, str) and arr.name else None
     aliases = [a for a in (own, "x") if a is not None and a not in coord_names]
@@ -278,20 +278,42 @@ def compact_dataarray(
     used: list[str] = []
     p = cond  # a mask DataArray: compact_dataset adds it as a variable
     if not isinstance(cond, xr.DataArray):
-        p = _predicate(cond, (*aliases, *coord_names))
+        p = _predicate(cond, (*aliases, *coord_names), dim)
         used = [a for a in aliases if a in p.fields]
         if len(used) > 1:
             raise ValueError(f"cond reads the array both as 'x' and as {own!r}; use one name")
-    # a name cond does not read needs only not to clash with a coordinate
-    key = used[0] if used else next((a for a in aliases), "<the DataArray>")
-    out = compact_dataset(arr.to_dataset(name=key), p, dim, indices, chunks)
-    res = out[key]
-    res.name = arr.name
-    return res
+    if indices is not None and (not isinstance(indices, str) or indices in arr.coords
+                                or indices == arr.name):
+        raise ValueError(
+            f"indices= names the coordinate the row positions are added as: a name that is "
+            f"neither the DataArray's nor one of its coordinates', not {indices!r}"
+        )
+    # a name cond does not read is one of our own, clashing with no coordinate
+    key = used[0] if used else _new_name("<the DataArray>", set(arr.coords))
+    # the alias is no name of the user's: indices= may take it (an unnamed array read as x)
+    at = None if indices is None else _new_name("<indices>", {*arr.coords, key})
+    # the array as a coordinate without an index: as a data variable, an array named like
+    # one of its dimensions (name="t", dims="t") would become that dimension's index
+    # coordinate (in memory, and a coordinate of the result)
+    ds = xr.Dataset(coords=arr.coords).assign_coords(
+        xr.Coordinates({key: arr.variable}, indexes={}))
+    out = compact_dataset(ds, p, dim, at, chunks)
+    rest = out.drop_vars(key)
+    if at is not None and indices is not None:
+        rest = rest.rename_vars({at: indices})
+    return xr.DataArray(out.variables[key], coords=rest.coords, name=arr.name)
 
 
-def _predicate(cond: Any, names: tuple[str, ...]) -> Any:
+def _new_name(base: str, taken: set[Hashable]) -> str:
+    """``base``, or ``base`` in more brackets: a name not in ``taken``."""
+    while base in taken:
+        base = f"<{base}>"
+    return base
+
+
+def _predicate(cond: Any, names: tuple[str, ...], dim: Hashable | None) -> Any:
     """The record Predicate of ``cond`` over the variables ``names``."""
+    from .predicate.core import Predicate
     from .predicate.fields import record_predicate
 
     if isinstance(cond, xr.Dataset):
@@ -299,6 +321,16 @@ def _predicate(cond: Any, names: tuple[str, ...]) -> Any:
             "cond is an xarray Dataset; compact.where takes the condition as a string over "
             "the variable names, a callable taking them by name (\"energy > 5\" or lambda "
             "energy: energy > 5), or a boolean DataArray along the dimension (ds.energy > 5)"
+        )
+    if not isinstance(cond, (str, Predicate)) and not callable(cond):
+        # a NumPy, dask or pandas mask, a list: xarray's own where takes those only as
+        # DataArrays too (it needs the dimension they run along)
+        along = repr(dim) if dim is not None else '"event"'
+        raise TypeError(
+            f"cond is a {type(cond).__name__}; compact.where takes a string over the variable "
+            "names (\"energy > 5\"), a callable taking them by name (lambda energy: energy > "
+            "5) or a boolean DataArray along the dimension (ds.energy > 5); wrap a mask of "
+            f"the rows as one: xr.DataArray(mask, dims={along})"
         )
     return record_predicate(cond, names)
 

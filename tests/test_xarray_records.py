@@ -369,3 +369,47 @@ def test_one_selected_event_stays_one_event_in_arithmetic():
     assert out.energy.data.numblocks == (1,)
     np.testing.assert_array_equal((out.energy * 2).values, [14.0])
     np.testing.assert_array_equal((out.id + out.energy).values, [8.0])
+
+
+@pytest.mark.parametrize("chunked", [True, False])
+def test_dataarray_named_like_its_dimension(chunked):
+    """An array named like its dimension, without a coordinate of it: its one-variable
+    Dataset made it that dimension's index coordinate, so the result came with a coordinate
+    ``t`` and NumPy data, and a mask condition raised xarray's MergeError."""
+    a = xr.DataArray(np.arange(6.0), dims="t", name="t", attrs={"u": "s"})
+    if chunked:
+        a = a.chunk(t=2)
+    ref = a.isel(t=np.flatnonzero(a.values > 2))
+    for cond in ("t > 2", "x > 2", lambda t: t > 2, a > 2, (a > 2).compute()):
+        out = a.compact.where(cond)
+        xr.testing.assert_identical(out.compute(), ref.compute())
+        assert isinstance(out.data, da.Array) == chunked
+        assert out.chunks is None or not np.isnan(out.shape[0])
+
+
+def test_dataarray_indices_may_take_the_name_x():
+    """indices= on an unnamed array: 'x' is the name cond reads it by, not a variable of
+    the user's, so it names the positions' coordinate as any other new name does."""
+    a = xr.DataArray(np.arange(6.0), dims="t").chunk(t=2)
+    out = a.compact.where("x > 2", indices="x")
+    np.testing.assert_array_equal(out.x.values, [3, 4, 5])
+    xr.testing.assert_identical(out.compute().drop_vars("x"), a.isel(t=[3, 4, 5]).compute())
+    named = a.rename("v").assign_coords(c=("t", np.arange(6)))
+    for taken in ("v", "c"):
+        with pytest.raises(ValueError, match=f"indices=.*not '{taken}'"):
+            named.compact.where("v > 2", indices=taken)
+
+
+def test_a_mask_that_is_no_dataarray_is_refused_naming_cond():
+    """A NumPy, dask, pandas or list mask: the message named compact_records' ``pred`` and
+    none of the forms the accessor takes; it names ``cond`` and says how to wrap a mask."""
+    import pandas as pd
+
+    d = events(20).chunk(event=5)
+    m = np.arange(20) > 3
+    for cond in (m, da.from_array(m, chunks=5), list(m), pd.Series(m)):
+        with pytest.raises(TypeError, match=r"cond is a .*boolean DataArray.*"
+                                            r"xr.DataArray\(mask, dims='event'\)"):
+            d.compact.where(cond, "event")
+        with pytest.raises(TypeError, match="cond is a"):
+            d.energy.compact.where(cond)
