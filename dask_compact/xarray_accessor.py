@@ -12,6 +12,7 @@ being imported (``dask.array`` imports xarray, whose import registers the access
 
 from __future__ import annotations
 
+import itertools
 import warnings
 from collections.abc import Hashable
 from typing import Any
@@ -175,6 +176,7 @@ def compact_dataset(
     chunks: None | int | str,
 ) -> xr.Dataset:  # fmt: skip
     """:meth:`CompactDatasetAccessor.where`: the routes of its Notes, then one Dataset."""
+    from .graph import rechunk_rows
     from .records import compact_records
     from .records_check import INDICES
 
@@ -215,7 +217,8 @@ def compact_dataset(
         like = _rows_first(ds.variables[read[0]], dim) if read else None
 
     fields: dict[str, Any] = {}
-    keys: dict[Hashable, str] = {}
+    keys: dict[Hashable, list[str]] = {}  # a variable's field keys: one per block, see _split
+    blocks: dict[Hashable, tuple[int, ...]] = {}  # its number of blocks along the other axes
     gathered: list[Hashable] = []  # variables whose rows compact_records writes out
     order = ([lead] if lead is not None else []) + [n for n in along if n != lead]
     taken = {n for n in along if isinstance(n, str)}
@@ -227,8 +230,10 @@ def compact_dataset(
         data = _rows_first(v, dim)
         if lead is not None and not is_dask_array(data):
             data = _from_array(data, like)
-        fields[key] = data
-        keys[name] = key
+        parts = _split(key, data, taken | set(fields))
+        fields.update(parts)
+        keys[name] = list(parts)
+        blocks[name] = tuple(len(c) for c in data.chunks[1:]) if len(parts) > 1 else ()
         if name not in indexed:
             gathered.append(name)
     isel = [n for n in along if n not in gathered]
@@ -238,13 +243,24 @@ def compact_dataset(
             f"cond reads a variable named {INDICES!r}, the name the selected rows' positions "
             "come back under from compact_records; rename it (ds.rename(...)) first"
         )
+    if chunks is not None and lead is None:
+        raise ValueError(
+            f"chunks= rebalances the chunks of a dask-backed Dataset's result; this one is in "
+            f"memory along {dim!r} and comes back in memory: leave chunks= out, or chunk it "
+            f"first (ds.chunk({{{dim!r}: n}}))"
+        )
     out = compact_records(fields, p, indices=want_indices, chunks=chunks)
+    if lead is not None and not out[next(iter(fields))].shape[0]:
+        # nothing selected: one empty chunk along dim, as isel gives (and as xarray's chunk()
+        # makes of a dask variable of the isel route), not one per input chunk
+        out = {k: rechunk_rows(a, (0,)) for k, a in out.items()}
 
     new: dict[Hashable, xr.Variable] = {}
     for name in gathered:
         v = ds.variables[name]
         rows_first = (dim, *[d for d in v.dims if d != dim])
-        new[name] = xr.Variable(rows_first, out[keys[name]], attrs=v.attrs).transpose(*v.dims)
+        data = _joined([out[k] for k in keys[name]], blocks[name])
+        new[name] = xr.Variable(rows_first, data, attrs=v.attrs).transpose(*v.dims)
     rest = ds.drop_vars(gathered)
     if isel:
         rest = rest.isel({dim: _host(out[INDICES])})
@@ -374,6 +390,11 @@ def _with_mask(
             f"cond's index along {dim!r} differs from the Dataset's ({e}); align them first "
             "(xr.align, .reindex_like)"
         ) from None
+    if cond.chunks is not None and not any(
+            v.chunks is not None for v in ds.variables.values() if dim in v.dims):
+        # an in-memory Dataset comes back in memory, as its isel does: a dask mask as the
+        # lead field would have made every variable a dask array
+        cond = cond.compute()
     name, i = "cond", 0
     while name in ds.variables or name == avoid:
         i += 1
@@ -439,6 +460,37 @@ def _key(name: Hashable, i: int, read: bool, reserved: str, taken: set[str]) -> 
     while key in taken:
         key = f"<{key}>"
     return key
+
+
+def _split(key: str, data: Any, taken: set[str]) -> dict[str, Any]:
+    """The fields of a variable (rows first): itself, or, for a dask one in several chunks
+    along its other axes, one field per column of blocks. compact_records puts a field's
+    trailing axes in one chunk: that merged the blocks (blocks as many times larger, and
+    chunks unlike the input's, which isel keeps and the Dataset's other variables share)."""
+    if not is_dask_array(data) or all(len(c) == 1 for c in data.chunks[1:]):
+        return {key: data}
+    parts: dict[str, Any] = {}
+    for at in itertools.product(*(range(len(c)) for c in data.chunks[1:])):
+        name = _new_name(f"{key} <block {', '.join(map(str, at))}>", taken | set(parts))
+        parts[name] = data.blocks[(slice(None), *at)]
+    return parts
+
+
+def _joined(parts: list[Any], blocks: tuple[int, ...]) -> Any:
+    """The compacted columns of blocks of :func:`_split` as one array again (dask's
+    concatenation takes the blocks as they are: no task copies them)."""
+    if not blocks:
+        (data,) = parts
+        return data
+    import dask.array as da
+
+    def nested(items: list[Any], counts: tuple[int, ...]) -> Any:
+        if not counts:
+            return items[0]
+        step = len(items) // counts[0]
+        return [nested(items[i * step:(i + 1) * step], counts[1:]) for i in range(counts[0])]
+
+    return da.block([nested(parts, blocks)])
 
 
 def _from_array(data: Any, like: Any) -> Any:

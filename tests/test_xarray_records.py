@@ -413,3 +413,52 @@ def test_a_mask_that_is_no_dataarray_is_refused_naming_cond():
             d.compact.where(cond, "event")
         with pytest.raises(TypeError, match="cond is a"):
             d.energy.compact.where(cond)
+
+
+def test_empty_selection_with_an_object_variable_has_one_chunking():
+    """Nothing selected: the compacted variables had one empty chunk per input chunk and the
+    object one (isel route) one, so Dataset.chunks raised; all now have isel's (0,)."""
+    ds = xr.Dataset({"e": ("event", np.arange(6.0)), "k": (("event", "x"), np.ones((6, 2))),
+                     "o": ("event", np.array(list("abcdef"), dtype=object))}).chunk(event=2)
+    out = ds.compact.where("e > 100", "event", indices="row")
+    assert dict(out.chunks) == {"event": (0,), "x": (2,)}
+    assert out.row.chunks == ((0,),)
+    xr.testing.assert_identical(out.drop_vars("row").compute(), ds.isel(event=[]).compute())
+
+
+def test_chunks_along_the_other_dimensions_are_kept():
+    """compact_records puts a field's trailing axes in one chunk: a variable chunked along
+    another dimension came back merged there (isel keeps those chunks, and a variable
+    without the dimension kept its own, so Dataset.chunks raised). Each column of blocks
+    is now a field of its own: the blocks stay as large as they were."""
+    ds = xr.Dataset({"e": ("event", np.arange(8.0)),
+                     "xe": (("x", "event"), np.arange(32.0).reshape(4, 8)),
+                     "exy": (("event", "x", "y"), np.arange(96).reshape(8, 4, 3)),
+                     "nox": ("x", np.arange(4.0))}).chunk(event=4, x=2, y=2)
+    keep = np.flatnonzero(np.arange(8.0) > 2)
+    for chunks in (None, 2):
+        out = ds.compact.where("e > 2", "event", chunks=chunks)
+        xr.testing.assert_identical(out.compute(), ds.isel(event=keep).compute())
+        assert out.chunks["x"] == (2, 2) and out.chunks["y"] == (2, 1)
+        assert out.xe.chunks[0] == (2, 2) and out.exy.chunks[1:] == ((2, 2), (2, 1))
+        assert max(out.exy.data.chunksize) <= 4
+
+
+def test_in_memory_dataset_with_a_dask_mask_comes_back_in_memory():
+    """A lazy condition on an in-memory Dataset: the mask was the lead field, so every
+    variable came back as a dask array; isel of an in-memory Dataset gives NumPy."""
+    ds = events(60, seed=2)
+    cond = ((ds.energy > 5) & (abs(ds.eta) < 2.5)).chunk(event=16)
+    out = ds.compact.where(cond)
+    xr.testing.assert_identical(out, reference(ds, mask_of(ds)))
+    assert all(not isinstance(v.data, da.Array) for v in out.variables.values())
+    with pytest.raises(ValueError, match=r"in memory.*leave chunks= out.*chunk"):
+        ds.compact.where(cond, chunks=10)
+
+
+def test_chunks_on_an_in_memory_dataset_is_worded_for_the_accessor():
+    """chunks= with an in-memory Dataset: the message spoke of compact_records' lazy=, which
+    the accessor does not have."""
+    with pytest.raises(ValueError, match="chunks=") as e:
+        events(20).compact.where(COND, chunks=5)
+    assert "lazy=" not in str(e.value) and "ds.chunk(" in str(e.value)
