@@ -74,10 +74,14 @@ class CompactDatasetAccessor:
         Returns
         -------
         xarray.Dataset
-            The same variables, coordinates and attributes (encodings dropped): every
-            variable along ``dim`` holds its selected rows, dimension order unchanged; the
-            others are kept. Dask-backed variables come back as dask arrays, persisted, with
-            known chunks along ``dim``; an in-memory Dataset comes back in memory.
+            The same variables, coordinates and attributes: every variable along ``dim``
+            holds its selected rows, dimension order unchanged, its encoding dropped (it
+            describes the input's chunks: ``isel`` keeps it); the others are kept, with their
+            encodings, as is the Dataset's own. Dask-backed variables come back as dask
+            arrays, persisted, with known chunks along ``dim`` (the input's along the other
+            dimensions; one empty chunk where nothing is selected); an in-memory Dataset
+            comes back in memory, a lazy mask condition computed. To write the result with
+            ``to_zarr``, pass ``chunks=`` (xarray's ``to_zarr`` takes uniform chunks).
 
         Raises
         ------
@@ -278,7 +282,16 @@ def compact_dataset(
         result = result.assign_coords({indices: xr.Variable((dim,), out[INDICES])})
     if mask is not None:
         result = result.drop_vars(mask)
-    return result.drop_encoding()
+    # the encodings of the variables along dim describe the input's chunks and lengths
+    # (Zarr's chunks and preferred_chunks, which to_zarr would hold the new chunks to): they
+    # go. The variables without dim are unchanged, and keep theirs as isel does; and the
+    # Dataset its own. drop_encoding() copies the variables: the input's are not touched.
+    result = result.drop_encoding()
+    for n, v in result.variables.items():
+        if dim not in v.dims:
+            v.encoding = dict(ds.variables[n].encoding)
+    result.encoding = dict(ds.encoding)
+    return result
 
 
 def compact_dataarray(

@@ -462,3 +462,31 @@ def test_chunks_on_an_in_memory_dataset_is_worded_for_the_accessor():
     with pytest.raises(ValueError, match="chunks=") as e:
         events(20).compact.where(COND, chunks=5)
     assert "lazy=" not in str(e.value) and "ds.chunk(" in str(e.value)
+
+
+def test_encodings_kept_off_the_dimension_only():
+    """The encodings of variables along dim describe the input's chunks (to_zarr would hold
+    the new chunks to them): dropped. The others, and the Dataset's, were dropped too where
+    isel keeps them; they are kept now."""
+    ds = xr.Dataset({"e": ("event", np.arange(8.0)), "calib": ("x", np.arange(3.0))})
+    ds.e.encoding = {"chunks": (4,), "dtype": "float32"}
+    ds.calib.encoding = {"chunks": (3,), "dtype": "float32"}
+    ds.encoding = {"unlimited_dims": {"event"}}
+    for d in (ds, ds.chunk(event=4)):
+        out = d.compact.where("e > 2", "event")
+        ref = d.isel(event=np.flatnonzero(ds.e.values > 2))
+        xr.testing.assert_identical(out.compute(), ref.compute())
+        assert out.e.encoding == {} and out.calib.encoding == ref.calib.encoding
+        assert out.encoding == ref.encoding == {"unlimited_dims": {"event"}}
+    assert ds.e.encoding == {"chunks": (4,), "dtype": "float32"}  # the input's untouched
+
+
+def test_rebalanced_result_writes_to_zarr(tmp_path):
+    """What the README and docstring say: chunks= gives uniform chunks, which to_zarr takes
+    (without it, chunks like (1, 3, 2) are refused by xarray's to_zarr)."""
+    pytest.importorskip("zarr")
+    ds = xr.Dataset({"e": ("event", np.arange(8.0))}).chunk(event=3)
+    out = ds.compact.where("e > 1", "event", chunks=3)
+    out.to_zarr(tmp_path / "out.zarr", consolidated=False)
+    xr.testing.assert_identical(xr.open_zarr(tmp_path / "out.zarr", consolidated=False).compute(),
+                                ds.isel(event=np.arange(2, 8)).compute())
