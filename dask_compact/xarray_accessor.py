@@ -105,7 +105,9 @@ class CompactDatasetAccessor:
           one :func:`~dask_compact.compact_records` call. In-memory ones in a dask-backed
           Dataset (a NumPy coordinate) are wrapped with ``dask.array.from_array``, chunked
           along ``dim`` like the first dask variable the condition reads, so they are
-          compacted in the same pass.
+          compacted in the same pass. A dask variable in several chunks along its other
+          dimensions is one field per column of those blocks, joined again after: its
+          blocks stay as large as they were, and its chunks there are the input's.
         * Index coordinates (which xarray holds in memory, as pandas indexes), variables of
           object dtype and other non-NumPy data (pandas extension arrays) are indexed with
           the selected positions (``isel``), so xarray rebuilds the indexes (string, datetime
