@@ -12,6 +12,7 @@ being imported (``dask.array`` imports xarray, whose import registers the access
 
 from __future__ import annotations
 
+import itertools
 import warnings
 from collections.abc import Hashable
 from typing import Any
@@ -73,10 +74,14 @@ class CompactDatasetAccessor:
         Returns
         -------
         xarray.Dataset
-            The same variables, coordinates and attributes (encodings dropped): every
-            variable along ``dim`` holds its selected rows, dimension order unchanged; the
-            others are kept. Dask-backed variables come back as dask arrays, persisted, with
-            known chunks along ``dim``; an in-memory Dataset comes back in memory.
+            The same variables, coordinates and attributes: every variable along ``dim``
+            holds its selected rows, dimension order unchanged, its encoding dropped (it
+            describes the input's chunks: ``isel`` keeps it); the others are kept, with their
+            encodings, as is the Dataset's own. Dask-backed variables come back as dask
+            arrays, persisted, with known chunks along ``dim`` (the input's along the other
+            dimensions; one empty chunk where nothing is selected); an in-memory Dataset
+            comes back in memory, a lazy mask condition computed. To write the result with
+            ``to_zarr``, pass ``chunks=`` (xarray's ``to_zarr`` takes uniform chunks).
 
         Raises
         ------
@@ -100,7 +105,9 @@ class CompactDatasetAccessor:
           one :func:`~dask_compact.compact_records` call. In-memory ones in a dask-backed
           Dataset (a NumPy coordinate) are wrapped with ``dask.array.from_array``, chunked
           along ``dim`` like the first dask variable the condition reads, so they are
-          compacted in the same pass.
+          compacted in the same pass. A dask variable in several chunks along its other
+          dimensions is one field per column of those blocks, joined again after: its
+          blocks stay as large as they were, and its chunks there are the input's.
         * Index coordinates (which xarray holds in memory, as pandas indexes), variables of
           object dtype and other non-NumPy data (pandas extension arrays) are indexed with
           the selected positions (``isel``), so xarray rebuilds the indexes (string, datetime
@@ -175,6 +182,7 @@ def compact_dataset(
     chunks: None | int | str,
 ) -> xr.Dataset:  # fmt: skip
     """:meth:`CompactDatasetAccessor.where`: the routes of its Notes, then one Dataset."""
+    from .graph import rechunk_rows
     from .records import compact_records
     from .records_check import INDICES
 
@@ -183,7 +191,7 @@ def compact_dataset(
         ds, mask, dim = _with_mask(ds, cond, dim, indices)
         cond = mask
     # parsed (or traced) once; the Predicate goes on to compact_records as it is
-    p = _predicate(cond, tuple(n for n in ds.variables if isinstance(n, str) and n))
+    p = _predicate(cond, tuple(n for n in ds.variables if isinstance(n, str) and n), dim)
     dim = _the_dim(ds, p.fields, dim)
     for f in p.fields:
         dims = ds.variables[f].dims
@@ -215,7 +223,8 @@ def compact_dataset(
         like = _rows_first(ds.variables[read[0]], dim) if read else None
 
     fields: dict[str, Any] = {}
-    keys: dict[Hashable, str] = {}
+    keys: dict[Hashable, list[str]] = {}  # a variable's field keys: one per block, see _split
+    blocks: dict[Hashable, tuple[int, ...]] = {}  # its number of blocks along the other axes
     gathered: list[Hashable] = []  # variables whose rows compact_records writes out
     order = ([lead] if lead is not None else []) + [n for n in along if n != lead]
     taken = {n for n in along if isinstance(n, str)}
@@ -227,8 +236,10 @@ def compact_dataset(
         data = _rows_first(v, dim)
         if lead is not None and not is_dask_array(data):
             data = _from_array(data, like)
-        fields[key] = data
-        keys[name] = key
+        parts = _split(key, data, taken | set(fields))
+        fields.update(parts)
+        keys[name] = list(parts)
+        blocks[name] = tuple(len(c) for c in data.chunks[1:]) if len(parts) > 1 else ()
         if name not in indexed:
             gathered.append(name)
     isel = [n for n in along if n not in gathered]
@@ -238,13 +249,24 @@ def compact_dataset(
             f"cond reads a variable named {INDICES!r}, the name the selected rows' positions "
             "come back under from compact_records; rename it (ds.rename(...)) first"
         )
+    if chunks is not None and lead is None:
+        raise ValueError(
+            f"chunks= rebalances the chunks of a dask-backed Dataset's result; this one is in "
+            f"memory along {dim!r} and comes back in memory: leave chunks= out, or chunk it "
+            f"first (ds.chunk({{{dim!r}: n}}))"
+        )
     out = compact_records(fields, p, indices=want_indices, chunks=chunks)
+    if lead is not None and not out[next(iter(fields))].shape[0]:
+        # nothing selected: one empty chunk along dim, as isel gives (and as xarray's chunk()
+        # makes of a dask variable of the isel route), not one per input chunk
+        out = {k: rechunk_rows(a, (0,)) for k, a in out.items()}
 
     new: dict[Hashable, xr.Variable] = {}
     for name in gathered:
         v = ds.variables[name]
         rows_first = (dim, *[d for d in v.dims if d != dim])
-        new[name] = xr.Variable(rows_first, out[keys[name]], attrs=v.attrs).transpose(*v.dims)
+        data = _joined([out[k] for k in keys[name]], blocks[name])
+        new[name] = xr.Variable(rows_first, data, attrs=v.attrs).transpose(*v.dims)
     rest = ds.drop_vars(gathered)
     if isel:
         rest = rest.isel({dim: _host(out[INDICES])})
@@ -262,7 +284,16 @@ def compact_dataset(
         result = result.assign_coords({indices: xr.Variable((dim,), out[INDICES])})
     if mask is not None:
         result = result.drop_vars(mask)
-    return result.drop_encoding()
+    # the encodings of the variables along dim describe the input's chunks and lengths
+    # (Zarr's chunks and preferred_chunks, which to_zarr would hold the new chunks to): they
+    # go. The variables without dim are unchanged, and keep theirs as isel does; and the
+    # Dataset its own. drop_encoding() copies the variables: the input's are not touched.
+    result = result.drop_encoding()
+    for n, v in result.variables.items():
+        if dim not in v.dims:
+            v.encoding = dict(ds.variables[n].encoding)
+    result.encoding = dict(ds.encoding)
+    return result
 
 
 def compact_dataarray(
@@ -270,7 +301,7 @@ def compact_dataarray(
     chunks: None | int | str,
 ) -> xr.DataArray:  # fmt: skip
     """:meth:`CompactDataArrayAccessor.where`: the array as a one-variable Dataset, named
-    as ``cond`` reads it (``x`` or its own name)."""
+    as ``cond`` reads it (``x`` or its own name), then the DataArray again."""
     coord_names = tuple(n for n in arr.coords if isinstance(n, str) and n)
     own = arr.name if isinstance(arr.name, str) and arr.name else None
     aliases = [a for a in (own, "x") if a is not None and a not in coord_names]
@@ -278,20 +309,42 @@ def compact_dataarray(
     used: list[str] = []
     p = cond  # a mask DataArray: compact_dataset adds it as a variable
     if not isinstance(cond, xr.DataArray):
-        p = _predicate(cond, (*aliases, *coord_names))
+        p = _predicate(cond, (*aliases, *coord_names), dim)
         used = [a for a in aliases if a in p.fields]
         if len(used) > 1:
             raise ValueError(f"cond reads the array both as 'x' and as {own!r}; use one name")
-    # a name cond does not read needs only not to clash with a coordinate
-    key = used[0] if used else next((a for a in aliases), "<the DataArray>")
-    out = compact_dataset(arr.to_dataset(name=key), p, dim, indices, chunks)
-    res = out[key]
-    res.name = arr.name
-    return res
+    if indices is not None and (not isinstance(indices, str) or indices in arr.coords
+                                or indices == arr.name):
+        raise ValueError(
+            f"indices= names the coordinate the row positions are added as: a name that is "
+            f"neither the DataArray's nor one of its coordinates', not {indices!r}"
+        )
+    # a name cond does not read is one of our own, clashing with no coordinate
+    key = used[0] if used else _new_name("<the DataArray>", set(arr.coords))
+    # the alias is no name of the user's: indices= may take it (an unnamed array read as x)
+    at = None if indices is None else _new_name("<indices>", {*arr.coords, key})
+    # the array as a coordinate without an index: as a data variable, an array named like
+    # one of its dimensions (name="t", dims="t") would become that dimension's index
+    # coordinate (in memory, and a coordinate of the result)
+    ds = xr.Dataset(coords=arr.coords).assign_coords(
+        xr.Coordinates({key: arr.variable}, indexes={}))
+    out = compact_dataset(ds, p, dim, at, chunks)
+    rest = out.drop_vars(key)
+    if at is not None and indices is not None:
+        rest = rest.rename_vars({at: indices})
+    return xr.DataArray(out.variables[key], coords=rest.coords, name=arr.name)
 
 
-def _predicate(cond: Any, names: tuple[str, ...]) -> Any:
+def _new_name(base: str, taken: set[Hashable]) -> str:
+    """``base``, or ``base`` in more brackets: a name not in ``taken``."""
+    while base in taken:
+        base = f"<{base}>"
+    return base
+
+
+def _predicate(cond: Any, names: tuple[str, ...], dim: Hashable | None) -> Any:
     """The record Predicate of ``cond`` over the variables ``names``."""
+    from .predicate.core import Predicate
     from .predicate.fields import record_predicate
 
     if isinstance(cond, xr.Dataset):
@@ -299,6 +352,16 @@ def _predicate(cond: Any, names: tuple[str, ...]) -> Any:
             "cond is an xarray Dataset; compact.where takes the condition as a string over "
             "the variable names, a callable taking them by name (\"energy > 5\" or lambda "
             "energy: energy > 5), or a boolean DataArray along the dimension (ds.energy > 5)"
+        )
+    if not isinstance(cond, (str, Predicate)) and not callable(cond):
+        # a NumPy, dask or pandas mask, a list: xarray's own where takes those only as
+        # DataArrays too (it needs the dimension they run along)
+        along = repr(dim) if dim is not None else '"event"'
+        raise TypeError(
+            f"cond is a {type(cond).__name__}; compact.where takes a string over the variable "
+            "names (\"energy > 5\"), a callable taking them by name (lambda energy: energy > "
+            "5) or a boolean DataArray along the dimension (ds.energy > 5); wrap a mask of "
+            f"the rows as one: xr.DataArray(mask, dims={along})"
         )
     return record_predicate(cond, names)
 
@@ -342,6 +405,11 @@ def _with_mask(
             f"cond's index along {dim!r} differs from the Dataset's ({e}); align them first "
             "(xr.align, .reindex_like)"
         ) from None
+    if cond.chunks is not None and not any(
+            v.chunks is not None for v in ds.variables.values() if dim in v.dims):
+        # an in-memory Dataset comes back in memory, as its isel does: a dask mask as the
+        # lead field would have made every variable a dask array
+        cond = cond.compute()
     name, i = "cond", 0
     while name in ds.variables or name == avoid:
         i += 1
@@ -407,6 +475,37 @@ def _key(name: Hashable, i: int, read: bool, reserved: str, taken: set[str]) -> 
     while key in taken:
         key = f"<{key}>"
     return key
+
+
+def _split(key: str, data: Any, taken: set[str]) -> dict[str, Any]:
+    """The fields of a variable (rows first): itself, or, for a dask one in several chunks
+    along its other axes, one field per column of blocks. compact_records puts a field's
+    trailing axes in one chunk: that merged the blocks (blocks as many times larger, and
+    chunks unlike the input's, which isel keeps and the Dataset's other variables share)."""
+    if not is_dask_array(data) or all(len(c) == 1 for c in data.chunks[1:]):
+        return {key: data}
+    parts: dict[str, Any] = {}
+    for at in itertools.product(*(range(len(c)) for c in data.chunks[1:])):
+        name = _new_name(f"{key} <block {', '.join(map(str, at))}>", taken | set(parts))
+        parts[name] = data.blocks[(slice(None), *at)]
+    return parts
+
+
+def _joined(parts: list[Any], blocks: tuple[int, ...]) -> Any:
+    """The compacted columns of blocks of :func:`_split` as one array again (dask's
+    concatenation takes the blocks as they are: no task copies them)."""
+    if not blocks:
+        (data,) = parts
+        return data
+    import dask.array as da
+
+    def nested(items: list[Any], counts: tuple[int, ...]) -> Any:
+        if not counts:
+            return items[0]
+        step = len(items) // counts[0]
+        return [nested(items[i * step:(i + 1) * step], counts[1:]) for i in range(counts[0])]
+
+    return da.block([nested(parts, blocks)])
 
 
 def _from_array(data: Any, like: Any) -> Any:

@@ -369,3 +369,124 @@ def test_one_selected_event_stays_one_event_in_arithmetic():
     assert out.energy.data.numblocks == (1,)
     np.testing.assert_array_equal((out.energy * 2).values, [14.0])
     np.testing.assert_array_equal((out.id + out.energy).values, [8.0])
+
+
+@pytest.mark.parametrize("chunked", [True, False])
+def test_dataarray_named_like_its_dimension(chunked):
+    """An array named like its dimension, without a coordinate of it: its one-variable
+    Dataset made it that dimension's index coordinate, so the result came with a coordinate
+    ``t`` and NumPy data, and a mask condition raised xarray's MergeError."""
+    a = xr.DataArray(np.arange(6.0), dims="t", name="t", attrs={"u": "s"})
+    if chunked:
+        a = a.chunk(t=2)
+    ref = a.isel(t=np.flatnonzero(a.values > 2))
+    for cond in ("t > 2", "x > 2", lambda t: t > 2, a > 2, (a > 2).compute()):
+        out = a.compact.where(cond)
+        xr.testing.assert_identical(out.compute(), ref.compute())
+        assert isinstance(out.data, da.Array) == chunked
+        assert out.chunks is None or not np.isnan(out.shape[0])
+
+
+def test_dataarray_indices_may_take_the_name_x():
+    """indices= on an unnamed array: 'x' is the name cond reads it by, not a variable of
+    the user's, so it names the positions' coordinate as any other new name does."""
+    a = xr.DataArray(np.arange(6.0), dims="t").chunk(t=2)
+    out = a.compact.where("x > 2", indices="x")
+    np.testing.assert_array_equal(out.x.values, [3, 4, 5])
+    xr.testing.assert_identical(out.compute().drop_vars("x"), a.isel(t=[3, 4, 5]).compute())
+    named = a.rename("v").assign_coords(c=("t", np.arange(6)))
+    for taken in ("v", "c"):
+        with pytest.raises(ValueError, match=f"indices=.*not '{taken}'"):
+            named.compact.where("v > 2", indices=taken)
+
+
+def test_a_mask_that_is_no_dataarray_is_refused_naming_cond():
+    """A NumPy, dask, pandas or list mask: the message named compact_records' ``pred`` and
+    none of the forms the accessor takes; it names ``cond`` and says how to wrap a mask."""
+    import pandas as pd
+
+    d = events(20).chunk(event=5)
+    m = np.arange(20) > 3
+    for cond in (m, da.from_array(m, chunks=5), list(m), pd.Series(m)):
+        with pytest.raises(TypeError, match=r"cond is a .*boolean DataArray.*"
+                                            r"xr.DataArray\(mask, dims='event'\)"):
+            d.compact.where(cond, "event")
+        with pytest.raises(TypeError, match="cond is a"):
+            d.energy.compact.where(cond)
+
+
+def test_empty_selection_with_an_object_variable_has_one_chunking():
+    """Nothing selected: the compacted variables had one empty chunk per input chunk and the
+    object one (isel route) one, so Dataset.chunks raised; all now have isel's (0,)."""
+    ds = xr.Dataset({"e": ("event", np.arange(6.0)), "k": (("event", "x"), np.ones((6, 2))),
+                     "o": ("event", np.array(list("abcdef"), dtype=object))}).chunk(event=2)
+    out = ds.compact.where("e > 100", "event", indices="row")
+    assert dict(out.chunks) == {"event": (0,), "x": (2,)}
+    assert out.row.chunks == ((0,),)
+    xr.testing.assert_identical(out.drop_vars("row").compute(), ds.isel(event=[]).compute())
+
+
+def test_chunks_along_the_other_dimensions_are_kept():
+    """compact_records puts a field's trailing axes in one chunk: a variable chunked along
+    another dimension came back merged there (isel keeps those chunks, and a variable
+    without the dimension kept its own, so Dataset.chunks raised). Each column of blocks
+    is now a field of its own: the blocks stay as large as they were."""
+    ds = xr.Dataset({"e": ("event", np.arange(8.0)),
+                     "xe": (("x", "event"), np.arange(32.0).reshape(4, 8)),
+                     "exy": (("event", "x", "y"), np.arange(96).reshape(8, 4, 3)),
+                     "nox": ("x", np.arange(4.0))}).chunk(event=4, x=2, y=2)
+    keep = np.flatnonzero(np.arange(8.0) > 2)
+    for chunks in (None, 2):
+        out = ds.compact.where("e > 2", "event", chunks=chunks)
+        xr.testing.assert_identical(out.compute(), ds.isel(event=keep).compute())
+        assert out.chunks["x"] == (2, 2) and out.chunks["y"] == (2, 1)
+        assert out.xe.chunks[0] == (2, 2) and out.exy.chunks[1:] == ((2, 2), (2, 1))
+        assert max(out.exy.data.chunksize) <= 4
+
+
+def test_in_memory_dataset_with_a_dask_mask_comes_back_in_memory():
+    """A lazy condition on an in-memory Dataset: the mask was the lead field, so every
+    variable came back as a dask array; isel of an in-memory Dataset gives NumPy."""
+    ds = events(60, seed=2)
+    cond = ((ds.energy > 5) & (abs(ds.eta) < 2.5)).chunk(event=16)
+    out = ds.compact.where(cond)
+    xr.testing.assert_identical(out, reference(ds, mask_of(ds)))
+    assert all(not isinstance(v.data, da.Array) for v in out.variables.values())
+    with pytest.raises(ValueError, match=r"in memory.*leave chunks= out.*chunk"):
+        ds.compact.where(cond, chunks=10)
+
+
+def test_chunks_on_an_in_memory_dataset_is_worded_for_the_accessor():
+    """chunks= with an in-memory Dataset: the message spoke of compact_records' lazy=, which
+    the accessor does not have."""
+    with pytest.raises(ValueError, match="chunks=") as e:
+        events(20).compact.where(COND, chunks=5)
+    assert "lazy=" not in str(e.value) and "ds.chunk(" in str(e.value)
+
+
+def test_encodings_kept_off_the_dimension_only():
+    """The encodings of variables along dim describe the input's chunks (to_zarr would hold
+    the new chunks to them): dropped. The others, and the Dataset's, were dropped too where
+    isel keeps them; they are kept now."""
+    ds = xr.Dataset({"e": ("event", np.arange(8.0)), "calib": ("x", np.arange(3.0))})
+    ds.e.encoding = {"chunks": (4,), "dtype": "float32"}
+    ds.calib.encoding = {"chunks": (3,), "dtype": "float32"}
+    ds.encoding = {"unlimited_dims": {"event"}}
+    for d in (ds, ds.chunk(event=4)):
+        out = d.compact.where("e > 2", "event")
+        ref = d.isel(event=np.flatnonzero(ds.e.values > 2))
+        xr.testing.assert_identical(out.compute(), ref.compute())
+        assert out.e.encoding == {} and out.calib.encoding == ref.calib.encoding
+        assert out.encoding == ref.encoding == {"unlimited_dims": {"event"}}
+    assert ds.e.encoding == {"chunks": (4,), "dtype": "float32"}  # the input's untouched
+
+
+def test_rebalanced_result_writes_to_zarr(tmp_path):
+    """What the README and docstring say: chunks= gives uniform chunks, which to_zarr takes
+    (without it, chunks like (1, 3, 2) are refused by xarray's to_zarr)."""
+    pytest.importorskip("zarr")
+    ds = xr.Dataset({"e": ("event", np.arange(8.0))}).chunk(event=3)
+    out = ds.compact.where("e > 1", "event", chunks=3)
+    out.to_zarr(tmp_path / "out.zarr", consolidated=False)
+    xr.testing.assert_identical(xr.open_zarr(tmp_path / "out.zarr", consolidated=False).compute(),
+                                ds.isel(event=np.arange(2, 8)).compute())
