@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -21,6 +22,13 @@ from dask_compact.batch.manifest import Manifest
 from dask_compact.batch.plan import Layout, chunk_cost, out_chunks_total, parts_of
 from dask_compact.batch.stream import Job, run_stream
 from dask_compact.batch.tasks import OutputArrays
+
+
+def source_of(a: np.ndarray) -> SimpleNamespace:
+    """What create_group needs of a :class:`Source` of ``a``: dtype, shape, no attributes
+    and no dimension names."""
+    return SimpleNamespace(dtype=a.dtype, shape=a.shape, attrs={}, dims=None)
+
 
 # -- the arithmetic -------------------------------------------------------------------------------
 
@@ -155,8 +163,7 @@ class ArrayRows:
 
 
 def stream_once(tmp_path, a, where, mode, rows, out_chunk, budget, threads=2):
-    class Src:  # what create_group needs of a Source
-        dtype = a.dtype
+    Src = source_of(a)
 
     lay = Layout.make(a.shape, a.dtype.itemsize, rows, out_chunk)
     store = str(tmp_path / f"g-{mode}-{rows}-{out_chunk}-{budget}.zarr")
@@ -232,8 +239,7 @@ def test_a_failed_read_names_the_chunk(tmp_path):
     lay = Layout.make(a.shape, 8, 20, 10)
     store = str(tmp_path / "g.zarr")
 
-    class Src:
-        dtype = a.dtype
+    Src = source_of(a)
 
     create_group(store, lay, Src, "values", {})
     job = Job(Broken(a), lay, "x > 1", "values", "cpu",
@@ -304,8 +310,7 @@ def test_chunk_files_written_directly_are_the_bytes_zarr_writes(tmp_path, dtype)
     data = (rng.random(1000) * 300 - 100).astype(dtype)
     lay = Layout.make((1000,), data.dtype.itemsize, 1000, 300)
 
-    class Src:
-        dtype = data.dtype
+    Src = source_of(data)
 
     stores = {}
     for how in ("zarr", "direct"):
@@ -334,8 +339,7 @@ def test_stream_with_direct_writes_matches_numpy(tmp_path):
 
     a = np.random.default_rng(9).random(5003)
 
-    class Src:
-        dtype = a.dtype
+    Src = source_of(a)
 
     lay = Layout.make(a.shape, 8, 400, 333)
     store = str(tmp_path / "g.zarr")
