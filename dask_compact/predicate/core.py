@@ -20,6 +20,7 @@ from .expr import (
     Var,
     bind_params,
     check_power_exponents,
+    constant_text,
     evaluate,
     infer_types,
     param_dtypes,
@@ -168,7 +169,7 @@ class Predicate:
 
     def __repr__(self) -> str:
         if self.expr is not None:
-            ps = ", ".join(f"p{i}={v!r}" for i, v in enumerate(self.params))
+            ps = ", ".join(f"p{i}={constant_text(v)}" for i, v in enumerate(self.params))
             return f"<Predicate fused: {to_source(self.expr)}{' where ' + ps if ps else ''}>"
         return f"<Predicate mask: {self.source} ({self.reason})>"
 
@@ -210,8 +211,14 @@ class Predicate:
         array the shape of the whole input is compared with one chunk at a time)."""
         assert self.func is not None
         try:
-            return self.func(a)
+            return self.func(_read_only(a))
         except Exception as e:
+            if isinstance(e, ValueError) and "read-only" in str(e):
+                raise ValueError(
+                    f"predicate {self.source} writes into its argument ({e}): it is called "
+                    "on the data itself (a chunk, its parts for the checks), which it must "
+                    "leave as it is; compute new arrays instead (v * 2, not v *= 2)"
+                ) from None
             if not (isinstance(e, ValueError) and "broadcast" in str(e)):
                 e.add_note(failed_on(self.source, what, a))
                 raise
@@ -312,6 +319,17 @@ def array_module(a: Any) -> Any:
 
         return cupy
     return np
+
+
+def _read_only(a: Any) -> Any:
+    """``a`` (a NumPy chunk) as a read-only view, for a mask-path callable: one that wrote
+    into its argument (``v *= 2``) changed the caller's array, or a persisted chunk, once per
+    call of the checks (a probe's array came out multiplied by 2 to 8, unevenly). CuPy arrays
+    have no such flag and are passed as they are."""
+    if isinstance(a, np.ndarray) and a.flags.writeable:
+        a = a.view()
+        a.flags.writeable = False
+    return a
 
 
 def check_parts(part: Callable[[slice], Any], m: Any, n: int, source: str, xp: Any,

@@ -193,13 +193,13 @@ def param_kind(value: Any) -> str:
     if isinstance(value, (np.generic, np.ndarray)) and np.ndim(value) == 0:
         dt = np.asarray(value).dtype
         if dt.kind not in "biufc":
-            raise TypeError(f"unsupported constant {value!r} of dtype {dt}")
+            raise TypeError(f"unsupported constant {constant_text(value)} of dtype {dt}")
         return dt.name
     # bool before int (bool is an int); Python bool is not weak under NEP 50.
     for t, kind in ((bool, "bool"), (int, "int"), (float, "float"), (complex, "complex")):
         if isinstance(value, t):
             return kind
-    raise TypeError(f"unsupported constant {value!r} of type {type(value).__name__}")
+    raise TypeError(f"unsupported constant {constant_text(value)} of type {type(value).__name__}")
 
 
 def walk(node: Node):
@@ -454,11 +454,20 @@ def bind_params(
             with np.errstate(over="ignore"):  # 1e300 -> float16 is inf, as NumPy computes it
                 s = dt.type(_scalar(p.kind, v))
         except (OverflowError, ValueError, TypeError) as e:
-            raise ParamOverflow(f"constant {shorten(repr(v))} does not fit {dt}: {e}") from None
+            raise ParamOverflow(f"constant {constant_text(v)} does not fit {dt}: {e}") from None
         if dt.kind in "iub" and p.kind in ("int", "bool") and int(s) != int(v):
-            raise ParamOverflow(f"constant {shorten(repr(v))} does not fit {dt}")
+            raise ParamOverflow(f"constant {constant_text(v)} does not fit {dt}")
         bound.append(s)
     return tuple(bound)
+
+
+def constant_text(v: Any) -> str:
+    """A constant for an error message: its repr, shortened, or for an integer too long for
+    Python to print (over 4,300 digits: ``repr`` raises ValueError, which had replaced the
+    message; a probe's ``v < 2**16384``) its size in bits."""
+    if isinstance(v, int) and v.bit_length() > 4096:
+        return f"(an integer of {v.bit_length()} bits)"
+    return shorten(repr(v))
 
 
 def shorten(text: str, limit: int = 80) -> str:

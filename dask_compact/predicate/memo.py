@@ -48,11 +48,12 @@ _pack_d = struct.Struct("<d").pack
 
 
 @functools.lru_cache(maxsize=1024)
-def _names(code: types.CodeType) -> tuple[str, ...]:
+def code_names(code: types.CodeType) -> tuple[str, ...]:
+    """The global and attribute names ``code`` reads, with those of the code nested in it."""
     names = set(code.co_names)
     for const in code.co_consts:  # nested code: comprehensions, inner lambdas
         if isinstance(const, types.CodeType):
-            names |= set(_names(const))
+            names |= set(code_names(const))
     return tuple(sorted(names))
 
 
@@ -85,7 +86,7 @@ def trace_key(func: Callable[..., Any]) -> tuple | None:
     if not isinstance(func, types.FunctionType) or code is None:
         return None
     parts: list[Any] = [code]
-    names = _names(code)
+    names = code_names(code)
     if not _DYNAMIC.isdisjoint(names):
         return None
     owners = []  # modules and classes whose attributes the code may read

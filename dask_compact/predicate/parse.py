@@ -216,7 +216,7 @@ class _Interpreter:
         if isinstance(node, ast.Constant):
             return node.value
         if isinstance(node, ast.UnaryOp):
-            return _UNARY[type(node.op)](self.eval(node.operand))
+            return self.bounded(_UNARY[type(node.op)](self.eval(node.operand)))
         if isinstance(node, ast.BinOp):
             a, b = self.eval(node.left), self.eval(node.right)
             if _is_constant(a) and _is_constant(b):
@@ -225,7 +225,7 @@ class _Interpreter:
                 except ValueError as e:
                     self.refused = e
                     raise
-            return BINARY_OPERATORS[type(node.op)](a, b)
+            return self.bounded(BINARY_OPERATORS[type(node.op)](a, b))
         if isinstance(node, ast.BoolOp):
             values = [self.eval(v) for v in node.values]
             return functools.reduce(_BOOL[type(node.op)], values)
@@ -238,8 +238,21 @@ class _Interpreter:
             return functools.reduce(np.logical_and, parts)
         if isinstance(node, ast.Call):
             assert isinstance(node.func, ast.Name)
-            return FUNCTIONS[node.func.id](*[self.eval(a) for a in node.args])
+            return self.bounded(FUNCTIONS[node.func.id](*[self.eval(a) for a in node.args]))
         raise _refuse(self.text, type(node).__name__)  # _check let nothing else by
+
+    def bounded(self, v: Any) -> Any:
+        """``v``, refused where it is a Python integer over ``_MAX_INT_BITS`` bits.
+
+        NumPy computes a function of an integer too large for int64 (``square(2**64)``) in
+        Python's integers, unbounded: each level of ``square(square(...(2**64)))`` doubled the
+        digits, and a probe's 241 characters would have needed 27 GB. Checked after every
+        operation, so no constant ever grows past twice the limit."""
+        if isinstance(v, int) and not isinstance(v, bool) and v.bit_length() > _MAX_INT_BITS:
+            self.refused = _refuse(self.text, f"a constant of {v.bit_length()} bits (over "
+                                              f"{_MAX_INT_BITS})")
+            raise self.refused
+        return v
 
 
 def parse(text: str, names: tuple[str, ...] | None = None) -> Predicate:

@@ -39,6 +39,7 @@ import numpy as np
 
 from .core import NotElementwise, Predicate
 from .expr import REDUCTIONS, UFUNCS, Call, Node, Param, Var, param_kind
+from .memo import code_names
 
 __all__ = [
     "MAX_TREE_DEPTH", "MAX_TREE_NODES", "NotElementwise", "Sym", "TooLarge", "Tracer",
@@ -548,11 +549,24 @@ def trace(func: Callable[..., Any], names: tuple[str, ...] | None = None) -> Pre
     would make the result depend on how the array is chunked.
     """
     source = _describe(func)
+    code = getattr(func, "__code__", None)
+    if code is not None and not _TYPE_TESTS.isdisjoint(code_names(code)):
+        # the stand-in the tracer passes is no array, so a test of the argument's type took
+        # the branch for other types and baked it in (a probe: isinstance(v, np.ndarray) was
+        # False, and the predicate selected the other half); on the mask path it is run on
+        # the chunks themselves
+        return Predicate(expr=None, params=(), func=func, source=source,
+                         reason="it tests its argument's type (isinstance, type), which a "
+                                "trace cannot answer as an array would")
     tracer = Tracer()
     node, reason = run_traced(func, tracer, names)
     if node is None:
         return Predicate(expr=None, params=(), func=func, source=source, reason=reason)
     return Predicate(expr=node, params=tuple(tracer.params), func=func, source=source)
+
+
+# Names through which code tests its argument's type (see trace)
+_TYPE_TESTS = frozenset({"isinstance", "issubclass", "type"})
 
 
 # Operators the string parser maps its AST nodes to: the same objects Python applies to a Sym.
