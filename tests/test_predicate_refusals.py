@@ -515,3 +515,12 @@ def test_a_callable_that_writes_into_its_argument_is_refused_and_changes_nothing
     with pytest.raises(ValueError, match="writes into its argument"):
         x.map_compact(adds)
     np.testing.assert_array_equal(x.compute(), np.arange(1, 9))
+
+    def record(mass, energy):
+        mass += 1
+        return np.isin(mass, [2]) & (energy > 0)
+
+    fields = {"mass": np.arange(1, 9), "energy": np.ones(8)}
+    with pytest.raises(ValueError, match="writes into its argument"):
+        dask_compact.compact_records(fields, record)
+    np.testing.assert_array_equal(fields["mass"], np.arange(1, 9))

@@ -211,14 +211,9 @@ class Predicate:
         array the shape of the whole input is compared with one chunk at a time)."""
         assert self.func is not None
         try:
-            return self.func(_read_only(a))
+            return self.func(read_only(a))
         except Exception as e:
-            if isinstance(e, ValueError) and "read-only" in str(e):
-                raise ValueError(
-                    f"predicate {self.source} writes into its argument ({e}): it is called "
-                    "on the data itself (a chunk, its parts for the checks), which it must "
-                    "leave as it is; compute new arrays instead (v * 2, not v *= 2)"
-                ) from None
+            refuse_writes(e, self.source)
             if not (isinstance(e, ValueError) and "broadcast" in str(e)):
                 e.add_note(failed_on(self.source, what, a))
                 raise
@@ -321,7 +316,7 @@ def array_module(a: Any) -> Any:
     return np
 
 
-def _read_only(a: Any) -> Any:
+def read_only(a: Any) -> Any:
     """``a`` (a NumPy chunk) as a read-only view, for a mask-path callable: one that wrote
     into its argument (``v *= 2``) changed the caller's array, or a persisted chunk, once per
     call of the checks (a probe's array came out multiplied by 2 to 8, unevenly). CuPy arrays
@@ -330,6 +325,17 @@ def _read_only(a: Any) -> Any:
         a = a.view()
         a.flags.writeable = False
     return a
+
+
+def refuse_writes(e: Exception, source: str) -> None:
+    """Raise a ValueError saying what to do where ``e`` is NumPy's refusal to write into a
+    read-only argument (:func:`read_only`); return otherwise."""
+    if isinstance(e, ValueError) and "read-only" in str(e):
+        raise ValueError(
+            f"predicate {source} writes into its argument ({e}): it is called on the data "
+            "itself (a chunk, its parts for the checks), which it must leave as it is; "
+            "compute new arrays instead (v * 2, not v *= 2)"
+        ) from None
 
 
 def check_parts(part: Callable[[slice], Any], m: Any, n: int, source: str, xp: Any,

@@ -19,7 +19,15 @@ from collections.abc import Callable
 from typing import Any
 
 from ..cache import BoundedCache
-from .core import Predicate, array_module, check_mask, check_parts, failed_on
+from .core import (
+    Predicate,
+    array_module,
+    check_mask,
+    check_parts,
+    failed_on,
+    read_only,
+    refuse_writes,
+)
 from .expr import variables
 from .memo import trace_key
 
@@ -132,7 +140,7 @@ def record_mask(p: Predicate, fields: dict[str, Any], n: int, xp: Any = None, *,
     same values for parts of the rows computed alone as within the chunk (``check_parts``;
     every row alone with ``every_row``).
     """
-    read = {name: fields[name] for name in p.fields}
+    read = {name: read_only(fields[name]) for name in p.fields}
     if xp is None:
         xp = array_module(next(iter(fields.values())))
     like = xp.empty(n, dtype=bool)
@@ -145,6 +153,7 @@ def record_mask(p: Predicate, fields: dict[str, Any], n: int, xp: Any = None, *,
     try:
         got = func(**read)
     except Exception as e:
+        refuse_writes(e, p.source)
         e.add_note(failed_on(p.source, "the fields", next(iter(read.values()), like)))
         raise
     m = check_mask(got, like, p.source, xp)
