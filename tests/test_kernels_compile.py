@@ -188,6 +188,10 @@ def _predicates() -> list[tuple[str, Predicate]]:
     out.append(
         ("where", Predicate(Call("less", (w, Param(1, "float"))), (0.0, 0.5), None, "where"))
     )
+    # where's condition is any dtype's truth, as NumPy's (the functor casts it to bool)
+    wt = Call("where", (Var(), Param(0, "int"), Param(1, "int")))
+    wx = Call("not_equal", (wt, Param(2, "int")))
+    out.append(("where truth", Predicate(wx, (1, 0, 0), None, "where(x, 1, 0) != 0")))
     im = Call("greater_equal", (Call("imag", (Var(),)), Param(0, "float")))
     out.append(("imag", Predicate(im, (0.0,), None, "imag")))
     # `v ** -1` and `v ** 0.5`: reciprocal/sqrt for floats, power for the rest (typing picks)

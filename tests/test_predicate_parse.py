@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import logging
+
+import dask.array as da
 import numpy as np
 import pytest
 
@@ -137,3 +140,29 @@ def test_a_field_named_like_a_python_constant_is_refused_where_named():
         dask_compact.compact_records(fields, "True > 2")
     got = dask_compact.compact_records({"a": np.arange(6.0), "k": np.arange(6)}, "(a > 2) & True")
     np.testing.assert_array_equal(got["k"], [3, 4, 5])
+
+
+WHERE_TRUTH = [
+    np.arange(-4, 8),
+    np.arange(6).astype(np.uint8),
+    np.array([0.0, -0.0, 1.5, np.nan, -np.inf, 2.0]),
+    np.array([0, 1j, complex(np.nan, 0), 1, 0j]),
+    np.array([True, False, True]),
+]
+
+
+@pytest.mark.parametrize("a", WHERE_TRUTH, ids=lambda a: str(a.dtype))
+@pytest.mark.parametrize(
+    "text", ["where(x, True, False)", "where(x - 1, 1, 0) == 1", "where(nan, x, 0) == x"]
+)
+def test_where_condition_is_its_truth_as_numpy(text, a, caplog):
+    """NumPy's where reads a non-boolean condition as non-zero (NaN included) is true; so does
+    the fused loop (logged), and the mask path of a dask array."""
+    numpy = np.asarray(eval(text, {"x": a, "where": np.where, "nan": np.nan}))
+    want = a[numpy]
+    with caplog.at_level(logging.DEBUG, logger="dask_compact"):
+        got = dask_compact.compact_array(a, text)
+    assert "fused loop" in caplog.text
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(da.from_array(a, chunks=2).map_compact(text).compute(), want)
+    assert np.array_equal(parse(text).mask(a), numpy)

@@ -524,3 +524,64 @@ def test_a_callable_that_writes_into_its_argument_is_refused_and_changes_nothing
     with pytest.raises(ValueError, match="writes into its argument"):
         dask_compact.compact_records(fields, record)
     np.testing.assert_array_equal(fields["mass"], np.arange(1, 9))
+
+
+# A chain whose bitwise operand the text shows in parentheses is the chain written, as any
+# chain: `0 < (x & 3) < 2` is `(0 < (x & 3)) & ((x & 3) < 2)` (ast drops the parentheses).
+PARENTHESISED = {
+    "0 < (x & 3) < 2": lambda a: (0 < (a & 3)) & ((a & 3) < 2),
+    "1 <= (x | 2) <= 3": lambda a: (1 <= (a | 2)) & ((a | 2) <= 3),
+    "0 < (x ^ 1) < 5": lambda a: (0 < (a ^ 1)) & ((a ^ 1) < 5),
+    "(x & 3) == 1 == True": lambda a: ((a & 3) == 1) & (1 == True),  # noqa: E712
+    "0 < ( (x & 3) ) < 2": lambda a: (0 < (a & 3)) & ((a & 3) < 2),
+    "0 < (\n  x & 3\n) < 2": lambda a: (0 < (a & 3)) & ((a & 3) < 2),
+}
+
+
+@pytest.mark.parametrize("text", list(PARENTHESISED))
+@pytest.mark.parametrize("dtype", [np.int64, np.uint8])
+def test_parenthesised_bitwise_operand_of_a_chain_runs_as_numpy(text, dtype):
+    a = np.arange(-4, 8).astype(dtype)
+    want = a[PARENTHESISED[text](a)]
+    np.testing.assert_array_equal(dask_compact.compact_array(a, text), want)
+    np.testing.assert_array_equal(da.from_array(a, chunks=4).map_compact(text).compute(), want)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "0 < (x) & (3) < 2",  # the parentheses are the operands', not the `&`'s
+        "0 < (x & 3) < 2 | x < 1",
+        "(1 < 0 < # (\n x & 3\n)",  # the `(` is a comment's: refused, conservatively
+    ],
+)
+def test_bitwise_operand_without_its_own_parentheses_is_still_refused(text):
+    with pytest.raises(ValueError, match="binds tighter than comparisons"):
+        dask_compact.compact_array(np.arange(-4, 8), text)
+
+
+def test_bare_bitwise_chain_message_shows_both_readings_and_neither_as_the_other():
+    a = np.arange(-4, 8)
+    with pytest.raises(ValueError) as e:
+        dask_compact.compact_array(a, "0 < x & 3 < 2")
+    msg = str(e.value)
+    assert "reads as the chained comparison '0 < (x & 3) < 2'" in msg
+    assert "put each comparison in parentheses: '(0 < x) & (3 < 2)'" in msg
+    # both forms it offers run, each as NumPy reads it
+    np.testing.assert_array_equal(dask_compact.compact_array(a, "(0 < x) & (3 < 2)"),
+                                  a[(0 < a) & (3 < 2)])
+    np.testing.assert_array_equal(dask_compact.compact_array(a, "0 < (x & 3) < 2"),
+                                  a[(0 < (a & 3)) & ((a & 3) < 2)])
+
+
+@pytest.mark.parametrize(
+    "pred",
+    ["where(x > 0, x)", lambda v: np.where(v > 0, v)],
+    ids=["string", "lambda"],
+)
+def test_where_with_two_arguments_says_it_takes_three(pred):
+    with pytest.raises(ValueError, match=r"takes three, where\(cond, a, b\)") as e:
+        dask_compact.compact_array(np.arange(-4, 8), pred)
+    assert "indices" not in str(e.value)
+    with pytest.raises(ValueError, match="either both or neither"):
+        np.where(np.arange(3) > 0, np.arange(3))  # NumPy's own word for it

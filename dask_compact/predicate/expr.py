@@ -383,9 +383,9 @@ def infer_types(root: Node, dtype: Any) -> dict[Node, Typed]:
                 out = getattr(np, node.fn)(np.empty(0, t)).dtype
                 types[node] = Typed((t,), out)
             elif node.fn == "where":
-                cond = _strong(ops[0])
-                if cond != np.dtype(bool):
-                    raise TypeError(f"where() needs a boolean condition, got {cond}")
+                # NumPy reads the condition as its truth (non-zero, NaN included, is true): the
+                # loop casts it to bool, which both backends do as NumPy's astype(bool)
+                cond = np.dtype(bool)
                 # np.result_type applies NEP 50 to Python scalars it is given as values.
                 out = np.result_type(*[o(0) if not isinstance(o, np.dtype) else o for o in ops[1:]])
                 types[node] = Typed((cond, out, out), out)

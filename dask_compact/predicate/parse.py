@@ -86,17 +86,46 @@ _COMPARE_TEXT = {ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.
                  ast.GtE: ">="}
 
 
+def _in_parentheses(text: str, o: ast.expr) -> bool:
+    """Whether the source shows ``o`` inside its own pair of parentheses (``ast`` drops them).
+    Offsets are UTF-8 bytes of the stripped text, as :func:`parse` gave it to ``ast``. A
+    comment or a line continuation anywhere answers False (a ``(`` in a comment is not one):
+    refused, conservatively."""
+    if o.end_lineno is None or o.end_col_offset is None:
+        return False
+    lines = text.strip().encode().splitlines(keepends=True)
+    starts = [0]
+    for line in lines:
+        starts.append(starts[-1] + len(line))
+    src = b"".join(lines)
+    begin = starts[o.lineno - 1] + o.col_offset
+    end = starts[o.end_lineno - 1] + o.end_col_offset
+    before = src[:begin].rstrip()
+    after = src[end:].lstrip()
+    inner = src[begin:end]
+    if b"#" in src or b"\\" in src or not (before.endswith(b"(") and after.startswith(b")")):
+        return False
+    depth = 0  # the two must be one pair: the operand's own parentheses balance
+    for c in inner:
+        depth += {40: 1, 41: -1}.get(c, 0)
+        if depth < 0:
+            return False
+    return depth == 0
+
+
 def _check_chain(text: str, node: ast.Compare) -> None:
-    """Refuse a chained comparison with a bitwise operand: ``x == 1 | x == 2`` is Python's
+    """Refuse a chained comparison with a bare bitwise operand: ``x == 1 | x == 2`` is Python's
     ``x == (1 | x) == 2`` (``|`` binds tighter than ``==``), i.e. ``(x == (1 | x)) & ((1 | x)
     == 2)``, never what was meant (pandas' ``query`` reads it as ``(x == 1) | (x == 2)``), and
-    on integers it runs and selects other rows. A chain of plain operands (``0 < x < 1``)
-    is kept."""
+    on integers it runs and selects other rows. A chain of plain operands (``0 < x < 1``) is
+    kept, and so is one whose bitwise operand is written in parentheses (``0 < (x & 3) < 2``):
+    that reading is the one shown."""
     if len(node.ops) < 2:
         return
     operands = [node.left, *node.comparators]
     bitwise = [o for o in operands if isinstance(o, ast.BinOp) and type(o.op) in _BITWISE]
-    if not bitwise:
+    bare = [o for o in bitwise if not _in_parentheses(text, o)]
+    if not bare:
         return
 
     def shown(o: ast.expr) -> str:
@@ -105,16 +134,19 @@ def _check_chain(text: str, node: ast.Compare) -> None:
     ops = [_COMPARE_TEXT.get(type(op), "?") for op in node.ops]
     read = " ".join([shown(operands[0]), *(f"{op} {shown(o)}" for op, o in zip(ops, operands[1:]))])
     mid = operands[1]
-    sym = _BITWISE[type(bitwise[0].op)]
-    if len(ops) == 2 and isinstance(mid, ast.BinOp) and mid in bitwise:  # a < b | c > d
+    sym = _BITWISE[type(bare[0].op)]
+    if len(ops) == 2 and isinstance(mid, ast.BinOp) and mid in bare:  # a < b | c > d
+        # pandas' reading, the likely intent -- a different expression, offered as one
         meant = repr(f"({ast.unparse(operands[0])} {ops[0]} {ast.unparse(mid.left)}) {sym} "
                      f"({ast.unparse(mid.right)} {ops[1]} {ast.unparse(operands[2])})")
     else:
-        meant = f"e.g. `(x == 1) {sym} (x == 2)`"
+        meant = f"e.g. '(x == 1) {sym} (x == 2)'"
     where = text if len(text) <= 80 else text[:77] + "..."
     raise ValueError(
         f"predicate expression {where!r}: `{sym}` binds tighter than comparisons, so this reads "
-        f"as the chained comparison {read!r}; put each comparison in parentheses: {meant}"
+        f"as the chained comparison {read!r}; to compare each side and join the results with "
+        f"`{sym}`, put each comparison in parentheses: {meant}; to mean that chain, write it "
+        f"as shown, with the `{sym}` operand in parentheses"
     )
 
 

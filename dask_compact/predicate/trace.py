@@ -184,6 +184,20 @@ def _not_elementwise(what: str) -> NotElementwise:
     )
 
 
+def _where_arguments(n: int, keywords: bool) -> NotElementwise:
+    """np.where called with other than three arguments: one gives indices (not elementwise);
+    two is NumPy's own error ("either both or neither of x and y"), said with the fix."""
+    if keywords:  # NumPy's own x and y are positional-only
+        return NotElementwise("`np.where` takes its arguments by position: where(cond, a, b)")
+    if n == 1:
+        return _not_elementwise("`np.where(cond)` (one argument: indices)")
+    return NotElementwise(
+        f"`np.where` with {n} arguments is not allowed: it takes three, where(cond, a, b) (a "
+        "where cond is true, else b; NumPy: either both or neither of a and b are given); to "
+        "select the elements where cond holds, write cond itself"
+    )
+
+
 def _per_chunk(what: str) -> NotElementwise:
     return NotElementwise(
         f"{what} is refused: a predicate gets one chunk at a time, so whatever is computed from "
@@ -453,7 +467,7 @@ class Sym:
             raise tracer.refuse(_per_chunk(f"`np.{name}`"))
         if name == "where":
             if len(args) + len(kwargs) != 3 or kwargs:
-                raise tracer.refuse(_not_elementwise("`np.where(cond)` (one argument: indices)"))
+                raise tracer.refuse(_where_arguments(len(args), bool(kwargs)))
             return tracer.call("where", *args)
         if name in ("real", "imag") and len(args) == 1 and not kwargs:
             return tracer.call(name, *args)
