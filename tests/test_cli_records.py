@@ -600,6 +600,9 @@ def test_nd_fields_are_written_as_the_chunk_files_zarr_writes(tmp_path):
                          ids=["threads", "local-cluster"])
 def test_resume_after_sigkill_is_bit_identical(particles, tmp_path, where_run):
     src, data = particles
+    # an array that is not a field: copied as the temporary group is made, kept on resume
+    zarr.open_group(store=str(src), mode="r+").create_array(
+        "table", shape=(7,), dtype="i4", chunks=(3,))[:] = np.arange(7) - 3
     args = ["--where", "mass > 2", "-o", "both", "--chunks", "50", "--output-chunks", "40",
             *where_run]
     ref = tmp_path / "ref.zarr"
@@ -618,6 +621,7 @@ def test_resume_after_sigkill_is_bit_identical(particles, tmp_path, where_run):
         assert arrays[k].dtype == ref_arrays[k].dtype
         np.testing.assert_array_equal(arrays[k], ref_arrays[k])
     np.testing.assert_array_equal(arrays["pos"], data["pos"][data["mass"] > 2])
+    np.testing.assert_array_equal(arrays["table"], np.arange(7) - 3)
     assert "dask-compact-manifest.json" not in os.listdir(out)
     assert litter(tmp_path) == []
 
