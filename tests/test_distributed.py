@@ -740,22 +740,38 @@ def _wanted(a: np.ndarray) -> dict:
             "sort": np.sort(a), "records": a[a > 0.5] * 2}
 
 
-def _eager_calls_in_a_task(x: da.Array) -> dict:
-    """Run on a worker: the input's futures, unpickled there, belong to no client."""
-    return {name: np.asarray(r.compute()) for name, r in _eager_calls(x).items()}
+def _calls_in_a_task(x: da.Array) -> dict:
+    """Run on a worker: the lazy calls and the sort, computed there; each eager compaction's
+    refusal."""
+    got = {"values": x.map_compact("x > 0.5", lazy=True).compute(),
+           "records": dask_compact.compact_records({"a": x, "b": x * 2}, "a > 0.5",
+                                                   lazy=True)["b"].compute(),
+           "sort": dask_compact.sort(x).compute()}
+    refused = []
+    for call in (lambda: x.map_compact("x > 0.5"), lambda: dask_compact.partition(x, "x > 0.5"),
+                 lambda: dask_compact.compact_records({"a": x}, "a > 0.5")):
+        try:
+            call()
+        except RuntimeError as e:
+            refused.append(str(e))
+    return {**got, "refused": refused}
 
 
-def test_eager_calls_inside_a_task_run_on_the_workers_client(client):
-    """An eager call inside a task (a new user's probe: "'NoneType' object has no attribute
-    'wait'", where plain Dask's ``x[x > 0.5].compute()`` worked) runs on the worker's
-    client, as dask's compute there does; on workers of one thread it secedes meanwhile, or
-    the work it asks of its own worker would wait for the thread it holds."""
+def test_calls_inside_tasks_lazy_or_sort_run_and_eager_compactions_are_refused(client):
+    """Inside a task (a probe: "'NoneType' object has no attribute 'wait'", where plain
+    Dask's ``x[x > 0.5].compute()`` worked), lazy calls and the sort run on the worker's
+    client, six tasks at once on workers of one thread included; an eager compaction, of
+    which several at once failed or hung there (a probe), is refused saying what to do."""
     a = np.random.default_rng(30).random(30_000)
     x = da.from_array(a, chunks=3_000).persist()
     distributed.wait(x)
-    got = client.submit(_eager_calls_in_a_task, x).result(timeout=120)
-    for name, want in _wanted(a).items():
-        np.testing.assert_array_equal(got[name], want, err_msg=name)
+    futures = [client.submit(_calls_in_a_task, x, pure=False) for _ in range(6)]
+    for got in client.gather(futures):
+        np.testing.assert_array_equal(got["values"], a[a > 0.5])
+        np.testing.assert_array_equal(got["records"], a[a > 0.5] * 2)
+        np.testing.assert_array_equal(got["sort"], np.sort(a))
+        assert len(got["refused"]) == 3
+        assert all("lazy=True" in r and "inside a task" in r for r in got["refused"])
 
 
 @contextlib.contextmanager
