@@ -37,7 +37,8 @@ IN_A_TASK = (
     "dask_compact: an eager call inside a task is not supported for map_compact, compact, "
     "flatnonzero, compact_records and partition (several at once on one worker failed or "
     "hung): inside a task, build the result with lazy=True and compute it there (it runs on "
-    "the worker's client), or make the call from the client"
+    "the worker's client), or make the call from the client (partition and the xarray "
+    "accessor's where have no lazy form)"
 )
 
 

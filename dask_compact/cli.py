@@ -305,6 +305,7 @@ def _array_text(summary: dict[str, Any], input_path: str, where: str) -> str:
         f"({fmt_bytes(summary['bytes'])}), shape {tuple(summary['shape'])}, "
         f"{summary['input_chunks']} chunks, from {input_path}\n"
         f"where     {where}\n"
+        + _encoded_line(summary.get("encoded", {}))
         + _job_lines(summary, f", {'GPU' if summary['gpu_decode'] else 'CPU'} decode, "
                      f"{'GPU' if summary['encode'] == 'gpu' else 'CPU'} encode")
         + _ahead_line(summary.get("read_ahead"))
@@ -385,8 +386,19 @@ def _group_text(summary: dict[str, Any]) -> str:
         + (f"kept      {', '.join(summary['kept'])}: copied unchanged (not along the "
            "record's rows)\n" if summary["kept"] else "")
         + f"where     {summary['where']}\n"
+        + _encoded_line(summary.get("encoded", {}))
         + _job_lines(summary, "")
     )
+
+
+def _encoded_line(encoded: dict[str, list[str]]) -> str:
+    """A note where --where reads fields that xarray would decode (see
+    .batch.inputs.xarray_encodings)."""
+    if not encoded:
+        return ""
+    listed = ", ".join(f"{n} ({', '.join(e)})" for n, e in encoded.items())
+    return (f"note      --where compares the stored values, which xarray decodes for {listed}: "
+            "write the condition on the stored numbers (e.g. x != -999 for a fill value)\n")
 
 
 def _job_lines(summary: dict[str, Any], codecs: str) -> str:

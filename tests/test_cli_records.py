@@ -653,3 +653,26 @@ def test_corrupted_chunk_of_a_field_is_named(particles, tmp_path):
     chunk_file.write_bytes(good)
     run(src, out, "--where", WHERE, "--chunks", "300")
     np.testing.assert_array_equal(read(out)[1]["vx"], data["vx"][mask_of(data)])
+
+
+def test_fields_that_xarray_decodes_get_a_note_on_the_stored_values(tmp_path):
+    """--where compares the stored numbers: a float field whose NaNs are stored as -999 and
+    an int field with a fill value mean something else on xr.open_zarr's decoded values (a
+    probe's isnan(ffl) selected no row). The summary says so, for the fields --where reads;
+    the selection is the stored values'."""
+    xr = pytest.importorskip("xarray")
+    n = 40
+    ffl = np.arange(n, dtype="f4")
+    ffl[::5] = np.nan
+    ds = xr.Dataset({"ffl": ("event", ffl), "id": ("event", np.arange(n))})
+    src = tmp_path / "ds.zarr"
+    ds.to_zarr(src, zarr_format=2, encoding={"ffl": {"_FillValue": np.float32(-999)}},
+               consolidated=False)
+    res = run(src, tmp_path / "o.zarr", "--where", "ffl != -999", "--json")
+    assert json.loads(res.stdout)["encoded"] == {"ffl": ["_FillValue"]}
+    res = run(src, tmp_path / "o2.zarr", "--where", "ffl != -999")
+    assert "note      --where compares the stored values" in res.output
+    np.testing.assert_array_equal(read(tmp_path / "o2.zarr")[1]["id"],
+                                  np.flatnonzero(~np.isnan(ffl)))
+    res = run(src, tmp_path / "o3.zarr", "--where", "id > 3")
+    assert "note" not in res.output  # id has no encoding

@@ -157,6 +157,18 @@ def user_attributes(z: Any) -> dict[str, Any]:
     return attrs
 
 
+# xarray's encodings, which it applies as it reads (CF conventions) and the job does not
+XARRAY_ENCODINGS = ("_FillValue", "missing_value", "scale_factor", "add_offset")
+
+
+def xarray_encodings(attrs: dict[str, Any]) -> list[str]:
+    """The encodings in ``attrs`` (:func:`user_attributes`' result) that xarray would decode:
+    ``--where`` compares the stored numbers, so where a field has them its condition means
+    something else than on ``xr.open_zarr``'s values (a probe's ``isnan(ffl)`` selected no
+    row of a float field whose NaNs are stored as -999)."""
+    return [k for k in XARRAY_ENCODINGS if k in attrs]
+
+
 def _xarray_fill_value(value: Any, dtype: np.dtype) -> Any:
     """``value`` as xarray writes a format 3 array's ``_FillValue`` attribute (its
     ``FillValueCoder``: floats as the base64 of a little-endian double, complex as two of

@@ -18,7 +18,7 @@ import numpy as np
 from . import early_read
 from .executor import ClientExecutor, Executor, ThreadExecutor
 from .host_buffers import pool_for_job
-from .inputs import Source
+from .inputs import Source, xarray_encodings
 from .manifest import Manifest
 from .output import Target, marker
 from .plan import Layout
@@ -276,6 +276,7 @@ def run_job(
         "selected": total,
         "fraction": total / layout.n if layout.n else 0.0,
         "arrays": list(names),
+        "encoded": {"x": e} if (e := xarray_encodings(src.attrs)) else {},
         "seconds": seconds,
         # the whole command so far: interpreter start, imports, cluster start, the job
         "process_seconds": process_age(),

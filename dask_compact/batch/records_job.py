@@ -37,7 +37,14 @@ from typing import Any
 import click
 import numpy as np
 
-from .inputs import check_chunks_stored, dimension_names, is_url, local, user_attributes
+from .inputs import (
+    check_chunks_stored,
+    dimension_names,
+    is_url,
+    local,
+    user_attributes,
+    xarray_encodings,
+)
 from .job import writes_chunk_files
 from .manifest import Manifest
 from .output import Target
@@ -455,6 +462,8 @@ def run_records_job(runner: Runner, inp: GroupInput, target: Target, where: str,
         "read": list(inp.read),
         "ignored": dict(inp.ignored),
         "kept": list(inp.kept),
+        "encoded": {n: e for n in inp.read if (e := xarray_encodings(user_attributes(
+            inp.arrays[n])))},
         "seconds": seconds,
         "process_seconds": process_age(),
         "gb_per_s": inp.bytes / 1e9 / seconds if seconds > 0 else 0.0,
