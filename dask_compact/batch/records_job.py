@@ -74,6 +74,7 @@ class GroupInput:
     row_chunk: int | None  # --chunks: rows per input chunk of every field
     allow_missing: bool = False  # --allow-missing-chunks: a missing chunk reads as fill value
     attrs: dict[str, Any] = field(default_factory=dict)  # the group's own attributes
+    dim: str | None = None  # the record's dimension, where its arrays name theirs
 
     @property
     def bytes(self) -> int:
@@ -161,7 +162,7 @@ def prepare(group: Any, path: str, where: str, field_list: str | None, mode: str
             check_chunks_stored(a, f"{path.rstrip('/')}/{name}")
     return GroupInput(path, None if is_url(path) else local(path), rows, used, written,
                       list(pred_fields), ignored, kept, chunks, allow_missing_chunks,
-                      dict(group.attrs))
+                      dict(group.attrs), lead)
 
 
 def parse_field_list(text: str | None) -> list[str] | None:
@@ -485,12 +486,11 @@ def create_group(store: str, inp: GroupInput, names: tuple[str, ...], out_chunk:
     # them: xr.open_zarr refused an output without; a new-user probe), the group's with it
     group = zarr.open_group(store=store, mode="w-",
                             attributes={**inp.attrs, "dask_compact": attrs})
-    leading = next((d[0] for d in map(dimension_names, inp.arrays.values()) if d), None)
     for name in names:
         if name == INDICES and name not in inp.written:
             tail: tuple[int, ...] = ()
             dtype = np.dtype(np.int64)
-            meta: dict[str, Any] = {"dimension_names": (leading,)} if leading else {}
+            meta: dict[str, Any] = {"dimension_names": (inp.dim,)} if inp.dim else {}
         else:
             z = inp.arrays[name]
             tail, dtype = tuple(z.shape[1:]), native(z.dtype)
