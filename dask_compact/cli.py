@@ -239,9 +239,7 @@ def compact_command(
     try:
         import zarr  # noqa: F401 -- the output is always a Zarr group: fail before any work
     except ImportError as e:
-        raise click.ClickException(
-            f"dask compact writes Zarr and needs the zarr package ({e}); pip install zarr"
-        ) from None
+        raise click.ClickException(_zarr_missing(e)) from None
     from .batch.inputs import open_input
     from .batch.job import describe, layout_of
     from .batch.output import Target, check_overlap
@@ -428,6 +426,17 @@ def _peaks(peaks: dict[str, int]) -> str:
     if not peaks:
         return "unknown"
     return ", ".join(fmt_bytes(v) for v in peaks.values())
+
+
+def _zarr_missing(e: ImportError) -> str:
+    """What to say when zarr cannot be imported: not installed, or installed but broken (zarr
+    <= 3.1.3 imports crc32c, which nothing installs with numcodecs >= 0.16.4)."""
+    import importlib.util
+
+    if e.name == "zarr" or importlib.util.find_spec("zarr") is None:
+        return f"dask compact writes Zarr and needs the zarr package ({e}); pip install zarr"
+    return (f"dask compact writes Zarr, and the installed zarr package cannot be imported "
+            f"({type(e).__name__}: {e}); pip install 'zarr>=3.1.4'")
 
 
 def _parse_budget(text: str | None) -> int | None:

@@ -320,6 +320,39 @@ def test_zarr_is_a_dependency_and_its_absence_is_a_short_error(npy, tmp_path, mo
     assert not (tmp_path / "o.zarr").exists()
 
 
+def test_a_zarr_that_is_installed_but_does_not_import_is_named_as_such():
+    """zarr <= 3.1.3 with numcodecs >= 0.16.4 fails on `import crc32c` (a probe of the lowest
+    allowed versions): "needs the zarr package; pip install zarr" was wrong there."""
+    from dask_compact.cli import _zarr_missing
+
+    broken = _zarr_missing(ImportError("No module named 'crc32c'", name="crc32c"))
+    assert "installed zarr package cannot be imported" in broken and "crc32c" in broken
+    assert "zarr>=3.1.4" in broken
+    absent = _zarr_missing(ImportError("No module named 'zarr'", name="zarr"))
+    assert "needs the zarr package" in absent
+
+
+def test_the_declared_lower_bounds_are_the_tested_ones():
+    """A probe installed the lowest versions pyproject allowed: zarr 3.0-3.1.3 failed every
+    CLI job (no `Array.async_array`), NumPy 1.26 typed constants by its old promotion rules,
+    distributed 2025.1-2025.2 and xarray before 2025.6 failed tests. The bounds now exclude
+    them; this keeps them from sliding back."""
+    import tomllib
+
+    from packaging.requirements import Requirement
+    from packaging.version import Version
+
+    project = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    reqs = [Requirement(r) for r in project["project"]["dependencies"]]
+    reqs += [Requirement(r) for extra in project["project"]["optional-dependencies"].values()
+             for r in extra]
+    lowest = {"zarr": "3.1.3", "numpy": "1.26.4", "dask": "2025.2.0",
+              "distributed": "2025.2.0", "xarray": "2025.5.0"}
+    for r in reqs:
+        if r.name in lowest:
+            assert Version(lowest[r.name]) not in r.specifier, (r, lowest[r.name])
+
+
 def test_version_and_where_errors_come_before_output_errors(npy, tmp_path):
     res = run("--version")
     assert dask_compact.__version__ in res.output
