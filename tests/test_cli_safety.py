@@ -137,6 +137,47 @@ def test_overwrite_never_replaces_what_this_tool_did_not_write(npy, tmp_path):
     assert litter(tmp_path) == []
 
 
+def test_overlap_of_input_and_output_is_refused_however_they_are_spelled(tmp_path):
+    """A probe's ``--overwrite`` with INPUT given as a ``local://`` URL inside OUTPUT deleted
+    the INPUT (the check looked only at two plain paths); ``memory://`` (an object store's
+    stand-in) wrote OUTPUT inside its INPUT. Local paths, ``file://`` and ``local://`` are one
+    file system; URLs of one other file system are compared among themselves."""
+    import fsspec
+
+    a = np.random.default_rng(5).random(3_001)
+    out = tmp_path / "chain.zarr"
+    store = tmp_path / "in.zarr"
+    zarr.create_array(store=str(store), shape=a.shape, chunks=(1_000,), dtype=a.dtype)[:] = a
+    run(store, out, "--where", "x < 0.5", "--local", "threads")
+    spellings = [str(out), f"file://{out}", f"local://{out}"]
+    for inp in spellings:
+        for target in spellings:
+            res = run(f"{inp}/values", target, "-w", "x < 0.25", "--overwrite",
+                      "--local", "threads", code=2)
+            assert "must not be INPUT" in res.output
+    np.testing.assert_array_equal(values(out), a[a < 0.5])  # the INPUT is still there
+    fs = fsspec.filesystem("memory")
+    try:
+        url = "memory://overlap-test/in.zarr"
+        zarr.create_array(store=url, shape=a.shape, chunks=(1_000,), dtype=a.dtype)[:] = a
+        for target in (url, f"{url}/sel", "memory://overlap-test"):
+            res = run(url, target, "-w", "x < 0.5", "--overwrite", "--local", "threads",
+                      code=2)
+            assert "must not be INPUT" in res.output
+        group = "memory://overlap-test/group.zarr"
+        zarr.open_group(store=group, mode="w").create_array("x", shape=(4,), dtype="f8")[:] = 1
+        res = run(group, f"{group}/sel", "-w", "x > 0", "--local", "threads", code=2)
+        assert "must not be INPUT" in res.output
+        assert sorted(fs.ls("/overlap-test/in.zarr", detail=False)) == [
+            "/overlap-test/in.zarr/c", "/overlap-test/in.zarr/zarr.json"]
+        # another file system, or a sibling on the same one, is no overlap
+        run(url, "memory://overlap-test/in.zarr2", "-w", "x < 0.5", "--local", "threads")
+        run(url, tmp_path / "from-memory.zarr", "-w", "x < 0.5", "--local", "threads")
+        np.testing.assert_array_equal(values(tmp_path / "from-memory.zarr"), a[a < 0.5])
+    finally:
+        fs.rm("/overlap-test", recursive=True)
+
+
 def test_output_where_nothing_can_be_written_is_a_short_error(npy, tmp_path):
     # a raw FileExistsError / FileNotFoundError traceback before (found by a probe)
     path, _ = npy

@@ -331,16 +331,43 @@ def _read_small(fd: int) -> str:
 class _Input(Protocol):
     local_path: str | None
 
+    @property
+    def url(self) -> str | None: ...
+
 
 def check_overlap(src: _Input, target: Target) -> None:
     """OUTPUT must be neither INPUT (a :class:`.inputs.Source` or a Zarr group's
-    :class:`.records_job.GroupInput`) nor inside it, nor contain it."""
-    if src.local_path is None or target.url:
-        return
-    a, b = os.path.realpath(src.local_path), os.path.realpath(target.path)
-    if a == b or a.startswith(b + os.sep) or b.startswith(a + os.sep):
+    :class:`.records_job.GroupInput`) nor inside it, nor contain it: the job would write into
+    its input, or ``--overwrite`` delete it. Judged on one file system's paths, whether they
+    are spelled as paths or as fsspec URLs (``file://`` and ``local://`` are paths; an
+    overlap of two ``s3://`` URLs was not looked for and a probe's ``--overwrite`` deleted its
+    INPUT)."""
+    a = _place(src.local_path, src.url)
+    b = _place(None if target.url else target.path, target.output if target.url else None)
+    if a[0] != b[0]:
+        return  # two file systems
+    sep = os.sep if a[0] == "file" else "/"
+    if a[1] == b[1] or a[1].startswith(b[1] + sep) or b[1].startswith(a[1] + sep):
         raise click.BadParameter("OUTPUT must not be INPUT, lie inside it or contain it",
                                  param_hint="OUTPUT")
+
+
+def _place(path: str | None, url: str | None) -> tuple[str, str]:
+    """(the file system, the path on it) of a local path or an fsspec URL: the file system's
+    protocol, and the path fsspec strips the URL to (an object store's bucket first, a web
+    server's host). Storage options are left out: two spellings of one store (credentials,
+    anonymous access) must not pass for two stores."""
+    if url is None:
+        assert path is not None
+        return "file", os.path.realpath(path)
+    import fsspec
+    from fsspec.implementations.local import LocalFileSystem
+
+    fs, stripped = fsspec.core.url_to_fs(url)
+    if isinstance(fs, LocalFileSystem):
+        return "file", os.path.realpath(stripped)
+    protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]  # s3 == s3a
+    return protocol, stripped.rstrip("/")
 
 
 def marker(attrs: dict[str, Any]) -> Any:

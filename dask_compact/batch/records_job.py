@@ -80,6 +80,11 @@ class GroupInput:
     def bytes(self) -> int:
         return sum(int(a.nbytes) for a in self.arrays.values())
 
+    @property
+    def url(self) -> str | None:
+        """An fsspec INPUT's URL (for the INPUT/OUTPUT overlap check), None for a local one."""
+        return None if self.local_path is not None else self.path
+
 
 def open_group_input(path: str) -> Any | None:
     """INPUT opened as a Zarr group, or None if it is not one (an array, a .npy file, nothing:
@@ -92,7 +97,8 @@ def open_group_input(path: str) -> Any | None:
         # Each array's own metadata, not the group's consolidated copy: that copy is not
         # updated when an array is resized or added later (a new-user probe: 30,007 rows
         # read of 35,007 on disk, an added field missing, and the job said it was complete)
-        return zarr.open_group(store=path, mode="r", use_consolidated=False)
+        return zarr.open_group(store=path if is_url(path) else local(path), mode="r",
+                               use_consolidated=False)
     except Exception:  # noqa: BLE001 -- an array, not Zarr, unreadable: open_input's part
         return None
 
