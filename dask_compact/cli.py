@@ -446,9 +446,12 @@ def _parse_budget(text: str | None) -> int | None:
 
 
 def _left(target: Target) -> str:
-    if target.committed:
-        return f"{target.output} had been written completely"
-    return f"{target.output} was not written"
+    if not target.committed:
+        return f"{target.output} was not written"
+    if target.old_left is not None:  # interrupted while removing the output it replaced
+        return (f"{target.output} had been written completely; the old output it replaced "
+                f"is left at {target.old_left} (the next job on OUTPUT removes it)")
+    return f"{target.output} had been written completely"
 
 
 def run(

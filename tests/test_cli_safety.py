@@ -273,6 +273,104 @@ def test_kill_between_the_renames_of_a_replacement_is_repaired(npy, tmp_path):
     assert litter(tmp_path) == []
 
 
+@pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)],
+                         ids=["sigterm", "sigint"])
+def test_signal_while_the_old_output_is_removed_says_output_was_written(npy, tmp_path, sig,
+                                                                        code):
+    """A signal after ``--overwrite`` swapped the new output in, while the old one is being
+    removed (slow for many chunk files): the job said "OUTPUT was not written" (SIGTERM
+    unwound the commit before it was recorded). Now: OUTPUT written, the old one left beside
+    it, and the next job removes it."""
+    path, a = npy
+    out = tmp_path / "out.zarr"
+    run(path, out, "--where", "x > 0.5")
+    ready = tmp_path / "ready"
+    proc = start("pause-remove-old", ready, path, out, "--where", "x > 0.9", "--overwrite")
+    wait_for(ready, proc)
+    proc.send_signal(sig)  # the job alone: its process is its session's leader
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == code, err
+    assert "Traceback" not in err
+    assert f"{out} had been written completely; the old output it replaced is left at" in err
+    np.testing.assert_array_equal(values(out), a[a > 0.9])
+    assert [n for n in litter(tmp_path) if "tmp" in n]  # the old one, for the next job
+    res = run(path, out, "--where", "x > 0.8", "--overwrite")
+    assert "removed" in res.output
+    np.testing.assert_array_equal(values(out), a[a > 0.8])
+    assert litter(tmp_path) == []
+
+
+def _write_protect(tree: Path, monkeypatch) -> None:
+    """``chmod -R a-w tree``; as root (who may remove anything), os.access as the job sees it
+    then answers as for an ordinary user."""
+    for folder, dirs, files in os.walk(tree):
+        for name in [*dirs, *files, "."]:
+            p = Path(folder, name)
+            p.chmod(p.stat().st_mode & ~0o222)
+    if os.geteuid() == 0:
+        real = os.access
+        monkeypatch.setattr(output.os, "access", lambda p, mode, **kw: real(p, mode, **kw) and (
+            not mode & os.W_OK or bool(os.stat(p).st_mode & 0o200)))
+
+
+def _writable(tree: Path) -> None:
+    for folder, dirs, files in os.walk(tree):
+        for name in [*dirs, *files, "."]:
+            p = Path(folder, name)
+            p.chmod(p.stat().st_mode | 0o200)
+
+
+def test_write_protected_old_output_is_refused_before_the_job(npy, tmp_path, monkeypatch):
+    """``--overwrite`` of an old output that could not be removed: a probe's job swapped the
+    new output in and then failed with "job failed: PermissionError", leaving the old group
+    under a temporary name. Now refused at the start, nothing changed."""
+    path, a = npy
+    out = tmp_path / "out.zarr"
+    run(path, out, "--where", "x > 0.5")
+    _write_protect(out, monkeypatch)
+    try:
+        res = run(path, out, "--where", "x > 0.9", "--overwrite", code=2)
+        assert "write-protected" in res.output and "chmod -R u+w" in res.output
+        np.testing.assert_array_equal(values(out), a[a > 0.5])
+        assert litter(tmp_path) == []
+    finally:
+        _writable(out)
+    monkeypatch.undo()
+    run(path, out, "--where", "x > 0.9", "--overwrite")
+    np.testing.assert_array_equal(values(out), a[a > 0.9])
+
+
+def test_old_output_that_cannot_be_removed_after_the_swap_is_reported(npy, tmp_path,
+                                                                      monkeypatch):
+    """The old output became unremovable after the job's check (or removal failed
+    otherwise): OUTPUT holds the new result, so the job succeeds, saying where the old one is
+    left; a later job that cannot remove it either gives a short error, not a traceback."""
+    path, a = npy
+    out = tmp_path / "out.zarr"
+    run(path, out, "--where", "x > 0.5")
+    real = output._remove
+
+    def refuse(p):
+        raise PermissionError(13, "Permission denied", str(p))
+
+    monkeypatch.setattr(output, "_remove", refuse)
+    res = run(path, out, "--where", "x > 0.9", "--overwrite")
+    assert "could not be removed (PermissionError" in res.output
+    assert "it is left at" in res.output
+    np.testing.assert_array_equal(values(out), a[a > 0.9])
+    left = [n for n in litter(tmp_path) if "tmp" in n]
+    assert len(left) == 1
+    res = run(path, out, "--where", "x > 0.8", "--overwrite", code=1)
+    assert f"cannot clean up {tmp_path / left[0]}" in res.output
+    assert "remove it yourself" in res.output
+    np.testing.assert_array_equal(values(out), a[a > 0.9])
+    monkeypatch.setattr(output, "_remove", real)
+    res = run(path, out, "--where", "x > 0.8", "--overwrite")
+    assert "removed" in res.output
+    np.testing.assert_array_equal(values(out), a[a > 0.8])
+    assert litter(tmp_path) == []
+
+
 def test_sigkill_leftovers_are_removed_by_the_next_job(npy, tmp_path):
     path, a = npy
     out = tmp_path / "out.zarr"

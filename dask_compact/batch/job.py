@@ -174,6 +174,13 @@ def stream_and_commit(runner: Runner, target: Target, make_job: Callable[[], Job
             ex.stop()
         target.discard()
         raise
+    if target.old_error:
+        import click
+
+        click.echo(f"dask compact: wrote {target.output}, but the old output it replaced "
+                   f"could not be removed ({target.old_error}); it is left at "
+                   f"{target.old_left}: remove it yourself (a later job on OUTPUT refuses "
+                   "to run while it cannot remove it)", err=True)
     return job, total, threads
 
 

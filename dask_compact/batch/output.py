@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import functools
 import os
 import shutil
 import uuid
@@ -34,7 +35,7 @@ import click
 from . import manifest as manifest_io
 from .inputs import is_url, local
 from .manifest import Manifest
-from .signals import sigint_ignored
+from .signals import held, sigint_ignored
 
 TMP_MARK = ".dask-compact-tmp-"
 OLD_SUFFIX = "-old"
@@ -99,6 +100,8 @@ class Target:
         self.url = is_url(output)
         self._lock_fd: int | None = None
         self.committed = False  # the new group is at OUTPUT (what an interrupt leaves)
+        self.old_left: str | None = None  # the replaced output, until it is removed
+        self.old_error = ""  # why it could not be removed
         tag = f"{TMP_MARK}{uuid.uuid4().hex[:12]}"
         if self.url:
             import fsspec
@@ -183,6 +186,21 @@ class Target:
             raise click.UsageError(self._not_ours(what))
         if not complete_marker(self.output if self.url else self.path):
             raise click.UsageError(self._not_ours("not a complete output of dask compact"))
+        if not self.url:
+            self._check_removable()
+
+    def _check_removable(self) -> None:
+        """Refuse to replace an old output that could not then be removed (a folder of it
+        write-protected): a probe's job swapped the new output in, failed removing the old
+        one and said "job failed", leaving it under a temporary name that made every later
+        job on OUTPUT fail. (The directories are what removal needs: a file is unlinked from
+        its folder. Root may remove anything: os.access says so.)"""
+        for folder, _, _ in os.walk(self.path):
+            if not os.access(folder, os.W_OK | os.X_OK):
+                raise click.BadParameter(
+                    f"{self.output!r} cannot be replaced: {folder} is write-protected, so its "
+                    "old output could not be removed; make it writable (chmod -R u+w "
+                    f"{self.path}) or choose another OUTPUT", param_hint="OUTPUT")
 
     def _not_ours(self, what: str) -> str:
         return (
@@ -238,12 +256,27 @@ class Target:
                 continue
             swapped_out = name.endswith(OLD_SUFFIX) and not os.path.lexists(self.path)
             if swapped_out and complete_marker(path):
-                os.rename(path, self.path)
+                self._cleaning(functools.partial(os.rename, path, self.path), path,
+                               f"move it back to {self.path} yourself (it is the old output, "
+                               "complete)")
                 say(f"restored {self.output} from an interrupted replacement ({name})")
                 continue
             resumable = "; --resume would have continued it" if manifest_io.load(path) else ""
-            _remove(path)
+            self._cleaning(functools.partial(_remove, path), path,
+                           "remove it yourself (a temporary or replaced output of dask "
+                           "compact, not OUTPUT)")
             say(f"removed {path}: the temporary output of an interrupted job{resumable}")
+
+    def _cleaning(self, step: Callable[[], None], path: str, remedy: str) -> None:
+        """``step()`` on ``path``, left beside OUTPUT by an earlier job, its failure a short
+        error saying what to do (a write-protected old output left by a replacement had made
+        every later job on OUTPUT end in a traceback)."""
+        try:
+            step()
+        except OSError as e:
+            raise click.ClickException(
+                f"cannot clean up {path}, left beside {self.output!r} by an earlier job "
+                f"({e.strerror or e}: {e.filename}); {remedy}, then run again") from None
 
     # -- writing -------------------------------------------------------------------------------
 
@@ -252,7 +285,11 @@ class Target:
             os.makedirs(os.path.dirname(self.path), exist_ok=True)
 
     def discard(self) -> None:
-        """Remove the temporary group (a failed or interrupted job)."""
+        """Remove the temporary group (a failed or interrupted job); nothing once the new
+        group is at OUTPUT (an interrupt while the old one was being removed: that one is
+        left for the next job, which removes it at once)."""
+        if self.committed:
+            return
         with sigint_ignored():
             if self.url:
                 if self.fs.exists(self.tmp_path):
@@ -261,7 +298,8 @@ class Target:
                 shutil.rmtree(self.tmp_path, ignore_errors=True)
 
     def commit(self, mark_complete: Any, overwrite: bool) -> None:
-        """Put the finished group at OUTPUT: a new one, or in place of our own old one."""
+        """Put the finished group at OUTPUT: a new one, or in place of our own old one, which
+        is then removed (:meth:`remove_old`)."""
         if self.url:
             # Object stores have no atomic rename: move first, and only then mark the group
             # complete, so a move cut short leaves a group that does not say it is finished.
@@ -273,15 +311,30 @@ class Target:
             self.committed = True
             return
         mark_complete(self.tmp)
-        with sigint_ignored():
+        # An interrupt waits for the renames, so that `committed` says where the new group is.
+        with held():
             if os.path.lexists(self.path):
                 if not overwrite:  # it was absent at the start: another program made it
                     raise click.ClickException(self._appeared())
                 self.check_replaceable(overwrite)  # it may have changed since the start
-                self._swap_in()
+                self.old_left = self._swap_in()
             else:
                 self._move_in()
             self.committed = True
+        self.remove_old()
+
+    def remove_old(self) -> None:
+        """Remove the old output that a replacement moved aside (the new one is in place).
+        An interrupt here leaves it (the next job on OUTPUT removes it); a failure to remove
+        it is kept in ``old_error`` for the job to report, the new output being complete."""
+        if self.old_left is None:
+            return
+        try:
+            _remove(self.old_left)
+        except OSError as e:
+            self.old_error = f"{type(e).__name__}: {e.strerror or e} ({e.filename})"
+            return
+        self.old_left = None
 
     def _move_in(self) -> None:
         try:
@@ -302,16 +355,16 @@ class Target:
             "was not written"
         )
 
-    def _swap_in(self) -> None:
+    def _swap_in(self) -> str:
+        """The new group in place of the old; where the old one now is."""
         if rename2(self.tmp, self.path, _RENAME_EXCHANGE):
-            _remove(self.tmp)  # the old group, now under the temporary name
-            return
+            return self.tmp  # the old group, now under the temporary name
         # Two renames: a job killed between them leaves the old group aside under the name
         # clean_stale() looks for, and the next job on OUTPUT puts it back.
         old = self.tmp + OLD_SUFFIX
         os.rename(self.path, old)
         os.rename(self.tmp, self.path)
-        _remove(old)
+        return old
 
 
 def _remove(path: str) -> None:
