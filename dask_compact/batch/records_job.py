@@ -338,12 +338,31 @@ def record_reader(inp: GroupInput) -> RecordReader:
     layout allows (:func:`.reader.chunk_files_reader`), else through zarr."""
     fields: dict[str, Reader] = {}
     for name, z in inp.arrays.items():
-        url = (f"{inp.path.rstrip('/')}/{name}" if is_url(inp.path)
-               else os.path.join(local(inp.path), name))
+        url = _array_url(inp, name)
         fingerprint = zarr_fingerprint(z, url)
         fast, _ = chunk_files_reader(z, url, fingerprint, inp.allow_missing)
         fields[name] = fast or ZarrRows(url, z.shape, z.dtype, fingerprint)
     return RecordReader(fields, tuple(inp.written))
+
+
+def _array_url(inp: GroupInput, name: str) -> str:
+    return (f"{inp.path.rstrip('/')}/{name}" if is_url(inp.path)
+            else os.path.join(local(inp.path), name))
+
+
+def copied_fingerprint(inp: GroupInput) -> str:
+    """What identifies the parts of the input the job copies as they are: the group's
+    attributes and the arrays kept unchanged (as :func:`.reader.zarr_fingerprint` identifies a
+    field). A resumed job copies neither again (its temporary group got them when it was
+    made): a probe changed a kept array and a group attribute between a kill and
+    ``--resume``, and the resumed output had the old ones."""
+    import json
+
+    from dask.base import tokenize
+
+    attrs = json.dumps(inp.attrs, sort_keys=True, default=repr)
+    return tokenize(attrs, *[(name, zarr_fingerprint(z, _array_url(inp, name)))
+                             for name, z in inp.kept.items()])
 
 
 def row_chunk(inp: GroupInput) -> int:
@@ -401,6 +420,7 @@ def describe(inp: GroupInput, where: str, mode: str, output_chunks: int | None,
         "rows": inp.rows,
         "fields": list(inp.written),
         "kept": list(inp.kept),
+        "copied": copied_fingerprint(inp),  # the kept arrays and the group's attributes
         "where": where,
         "output": mode,
         "row_chunk": row_chunk(inp),
