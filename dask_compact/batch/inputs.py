@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import os
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,6 +45,8 @@ class Source:
     attrs: dict[str, Any] = field(default_factory=dict)
     dims: tuple[str, ...] | None = None
     url: str | None = None  # an fsspec INPUT: for the INPUT/OUTPUT overlap check
+    # the input's fingerprint as it is now (reader.fingerprint: as it was when opened)
+    fingerprint_now: Callable[[], str] | None = None
 
     @property
     def size(self) -> int:
@@ -101,7 +104,8 @@ def open_npy(path: str, chunks: int | None) -> Source:
     row_chunk = chunks or max(1, AUTO_CHUNK_BYTES // row_bytes)
     reader = NpyRows(p, shape, dtype, npy_fingerprint(p))
     return Source(shape, native_dtype(dtype), "npy", p, reader, row_chunk,
-                  "the input is a .npy file (not compressed)")
+                  "the input is a .npy file (not compressed)",
+                  fingerprint_now=lambda: npy_fingerprint(p))
 
 
 def open_zarr(path: str, chunks: int | None, allow_missing_chunks: bool = False) -> Source:
@@ -133,7 +137,8 @@ def open_zarr(path: str, chunks: int | None, allow_missing_chunks: bool = False)
     row_chunk = chunks or max(1, int(node.chunks[0]))
     return Source(tuple(node.shape), native_dtype(node.dtype), "zarr",
                   None if is_url(path) else local(path), reader, row_chunk, why_not,
-                  user_attributes(node), dimension_names(node), path if is_url(path) else None)
+                  user_attributes(node), dimension_names(node), path if is_url(path) else None,
+                  lambda: zarr_fingerprint(zarr.open_array(store=url, mode="r"), url))
 
 
 # How Zarr 2 arrays (and xarray on them) name their dimensions: an attribute

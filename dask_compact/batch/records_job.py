@@ -365,6 +365,32 @@ def copied_fingerprint(inp: GroupInput) -> str:
                              for name, z in inp.kept.items()])
 
 
+def identity_now(inp: GroupInput) -> tuple[dict[str, str], str]:
+    """(:class:`.record_tasks.RecordReader`'s fingerprint, :func:`copied_fingerprint`) of the
+    group as it is now, opened again (its arrays' metadata, not the copies read at the
+    start); an array gone or no longer a Zarr array gives a fingerprint that differs."""
+    import dataclasses
+
+    import zarr
+
+    group = zarr.open_group(store=inp.path if is_url(inp.path) else local(inp.path), mode="r",
+                            use_consolidated=False)
+
+    def now(name: str) -> Any:
+        try:
+            return group[name]
+        except KeyError:
+            return None
+
+    fields = {name: "" if (z := now(name)) is None else zarr_fingerprint(z, _array_url(inp, name))
+              for name in inp.arrays}
+    kept = {name: now(name) for name in inp.kept}
+    if any(z is None for z in kept.values()):
+        return fields, ""
+    return fields, copied_fingerprint(dataclasses.replace(inp, kept=kept,
+                                                          attrs=dict(group.attrs)))
+
+
 def row_chunk(inp: GroupInput) -> int:
     """Rows per input chunk: ``--chunks``, else the longest Zarr chunk (along axis 0) of the
     fields read, so that each chunk of every field is decoded once, or twice where it
@@ -438,7 +464,13 @@ def run_records_job(runner: Runner, inp: GroupInput, target: Target, where: str,
     whose group ``target.tmp`` now names."""
     import dask_compact
 
-    from .job import process_age, stream_and_commit, stream_summary, task_device
+    from .job import (
+        input_unchanged,
+        process_age,
+        stream_and_commit,
+        stream_summary,
+        task_device,
+    )
     from .runner import memory_budget
 
     layout = layout_of(inp, mode, output_chunks)
@@ -471,8 +503,10 @@ def run_records_job(runner: Runner, inp: GroupInput, target: Target, where: str,
             task=read_compact_records,
         )
 
-    job, selected, threads = stream_and_commit(runner, target, make_job, names, show,
-                                               inp.bytes, attrs, overwrite)
+    before = (reader.fingerprint, copied_fingerprint(inp))
+    job, selected, threads = stream_and_commit(
+        runner, target, make_job, names, show, inp.bytes, attrs, overwrite,
+        input_unchanged(before, lambda: identity_now(inp)))
     seconds = time.perf_counter() - t0
     return {
         "input": input_path,
