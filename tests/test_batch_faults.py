@@ -158,6 +158,33 @@ def test_input_changed_while_the_job_reads_it_is_not_committed(zin, tmp_path, mo
                                   now[now < 0.5])
 
 
+@pytest.mark.parametrize("kind", ["zarr", "group"])
+def test_resume_of_a_job_that_finished_says_output_is_complete(zin, tmp_path, kind):
+    """A job killed after its commit (or a script repeating ``--resume``): the rerun said
+    "OUTPUT exists; pass --overwrite to replace it". Now an identical job's complete OUTPUT
+    is reported as complete, exit 0, untouched; another job's is refused as before."""
+    path, a = zin
+    if kind == "group":
+        path = tmp_path / "grp.zarr"
+        g = zarr.open_group(store=str(path), mode="w")
+        g.create_array("x", shape=a.shape, dtype=a.dtype, chunks=(5000,))[:] = a
+    out = tmp_path / "out.zarr"
+    args = ["--where", "x < 0.5", "--output-chunks", "3000", "--local", "threads"]
+    run(path, out, *args, "--resume")
+    before = sorted((p.relative_to(out), p.stat().st_mtime_ns) for p in out.rglob("*"))
+    res = run(path, out, *args, "--resume", "--json")
+    assert "is already complete: an identical job finished it" in " ".join(res.output.split())
+    assert sorted((p.relative_to(out), p.stat().st_mtime_ns) for p in out.rglob("*")) == before
+    res = run(path, out, "--where", "x < 0.25", "--output-chunks", "3000", "--resume", code=2)
+    assert "written by another job" in res.output and "--overwrite" in res.output
+    zarr.open_array(str(path if kind == "zarr" else path / "x"), mode="r+")[:5000] = 0.25
+    res = run(path, out, *args, "--resume", code=2)  # the input changed since
+    assert "written by another job" in res.output
+    np.testing.assert_array_equal(group(out)[1]["values" if kind == "zarr" else "x"],
+                                  a[a < 0.5])
+    assert litter(tmp_path) == []
+
+
 def test_corrupted_chunk_is_named_and_resume_after_the_fix_works(zin, tmp_path):
     path, a = zin
     chunk_file = path / "c" / "7"

@@ -20,7 +20,7 @@ from .executor import ClientExecutor, Executor, ThreadExecutor
 from .host_buffers import pool_for_job
 from .inputs import Source, xarray_encodings
 from .manifest import Manifest
-from .output import Target, marker
+from .output import Target, job_identity, marker
 from .plan import Layout
 from .runner import Runner
 from .stream import Job, run_stream
@@ -263,6 +263,7 @@ def run_job(
         "input_shape": list(src.shape),
         "input_dtype": str(src.dtype),
         "version": dask_compact.__version__,
+        "job": job_identity(job_desc),  # see cli._finished_already
     }
     # Every refusal before the temporary group exists: nothing to remove afterwards.
     decode = choose_decode(runner, src, decode)

@@ -75,6 +75,28 @@ def rename2(src: str, dst: str, flags: int) -> bool:
     raise OSError(err, os.strerror(err), src, None, dst)
 
 
+def job_identity(job: dict[str, Any]) -> str:
+    """A short token of a job's description (:func:`.job.describe`, what a resume must
+    share), kept in the output's marker: a ``--resume`` that finds OUTPUT complete and no
+    interrupted job tells by it whether an identical job finished it."""
+    import hashlib
+    import json
+
+    return hashlib.sha1(json.dumps(job, sort_keys=True, default=repr).encode()).hexdigest()
+
+
+def finished_identity(store: Any) -> str | None:
+    """The ``job`` token of the complete output of this tool at ``store``, None if it is not
+    one or has none (written by an earlier version)."""
+    import zarr
+
+    if not complete_marker(store):
+        return None
+    attrs = zarr.open_group(store=store, mode="r").attrs.get("dask_compact")
+    job = attrs.get("job") if isinstance(attrs, dict) else None
+    return job if isinstance(job, str) else None
+
+
 def complete_marker(store: Any) -> bool:
     """Whether ``store`` is a Zarr group this tool finished writing."""
     import zarr

@@ -47,7 +47,7 @@ from .inputs import (
 )
 from .job import writes_chunk_files
 from .manifest import Manifest
-from .output import Target
+from .output import Target, job_identity
 from .plan import INDEX_BYTES, Layout
 from .reader import Reader, ZarrRows, chunk_files_reader, zarr_fingerprint
 from .record_tasks import INDICES, RecordReader, read_compact_records
@@ -475,6 +475,8 @@ def run_records_job(runner: Runner, inp: GroupInput, target: Target, where: str,
 
     layout = layout_of(inp, mode, output_chunks)
     names = output_names(inp, mode)
+    reader = record_reader(inp)
+    job_desc = describe(inp, where, mode, output_chunks, reader)
     attrs = {
         "complete": False,
         "input": input_path,
@@ -483,16 +485,16 @@ def run_records_job(runner: Runner, inp: GroupInput, target: Target, where: str,
         "fields": inp.written,
         "input_rows": inp.rows,
         "version": dask_compact.__version__,
+        "job": job_identity(job_desc),  # see cli._finished_already
     }
     if not budget:
         budget = memory_budget(runner)
-    reader = record_reader(inp)
     t0 = time.perf_counter()
 
     def make_job() -> Job:
         if resume is None:
             create_group(target.tmp, inp, names, layout.out_chunk, attrs)
-            manifest = Manifest(describe(inp, where, mode, output_chunks, reader))
+            manifest = Manifest(job_desc)
         else:
             manifest = resume
         direct = writes_chunk_files(target.tmp, names)
@@ -503,7 +505,7 @@ def run_records_job(runner: Runner, inp: GroupInput, target: Target, where: str,
             task=read_compact_records,
         )
 
-    before = (reader.fingerprint, copied_fingerprint(inp))
+    before = (reader.fingerprint, job_desc["copied"])
     job, selected, threads = stream_and_commit(
         runner, target, make_job, names, show, inp.bytes, attrs, overwrite,
         input_unchanged(before, lambda: identity_now(inp)))
