@@ -9,8 +9,12 @@ Guarantees for a local OUTPUT (see :class:`Target`):
   later run puts it back if the job died between the two renames.
 * One job at a time per OUTPUT: an ``flock`` on ``.OUTPUT.dask-compact.lock`` beside it, held
   for the whole job and released by the kernel if the process dies. A second job refuses.
-* ``--overwrite`` replaces only a complete output of this tool (its completion marker);
-  anything else at OUTPUT is refused.
+* ``--overwrite`` replaces only a complete output of this tool (its completion marker) that
+  can then be removed (no write-protected folder); anything else at OUTPUT is refused. The
+  commit is recorded (``committed``) as soon as the new group is in place, interrupts held
+  for the renames; the old group is removed after that, or left beside OUTPUT for the next
+  job if that is interrupted or fails.
+* OUTPUT is never INPUT, inside it or around it (:func:`check_overlap`), for paths and URLs.
 * Temporary groups left by a killed job are removed by the next job on the same OUTPUT.
 
 For an fsspec URL (object stores) there is no lock nor atomic rename: the group is moved, then
