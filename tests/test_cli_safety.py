@@ -300,6 +300,20 @@ def test_signal_while_the_old_output_is_removed_says_output_was_written(npy, tmp
     assert litter(tmp_path) == []
 
 
+def test_sigterm_during_the_renames_is_delivered_after_them():
+    """signals.held: SIGTERM waits for the block (the commit's renames), then unwinds."""
+    from dask_compact.batch.signals import EXIT_SIGTERM, held, terminate_as_exit
+
+    done = []
+    with pytest.raises(SystemExit) as e, terminate_as_exit():
+        with held():
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.2)  # the signal arrives here; the block goes on
+            done.append(True)
+        done.append(False)  # not reached: delivered as the block ends
+    assert done == [True] and e.value.code == EXIT_SIGTERM
+
+
 def _write_protect(tree: Path, monkeypatch) -> None:
     """``chmod -R a-w tree``; as root (who may remove anything), os.access as the job sees it
     then answers as for an ordinary user."""
