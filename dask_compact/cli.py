@@ -171,7 +171,8 @@ def _signals_as_in_the_job(command: Callable[..., None]) -> Callable[..., None]:
               help="Threads of the early read (default: one per core but one, at most 8).")
 @click.option("--resume", is_flag=True,
               help="Continue an interrupted job on OUTPUT (same arguments) from its manifest "
-              "of written chunks; starts afresh if there is none.")
+              "of written chunks; starts afresh if there is none, and exits 0 if an "
+              "identical job already completed OUTPUT.")
 @click.option("--timeout", type=click.FloatRange(min=0.1), default=10.0, show_default=True,
               help="Seconds to wait for the scheduler and its first worker.")
 @click.option("--progress/--no-progress", default=None,
@@ -332,19 +333,34 @@ def _resumed(target: Target, overwrite: bool, resume: bool,
              describe_job: Callable[[], dict[str, Any]]) -> Any:
     """Under the lock: the manifest of the interrupted job to continue (``--resume``; None if
     there is none, said on stderr), then what killed jobs left cleaned and OUTPUT checked."""
-    continued = target.resumable(describe_job()) if resume else None
-    _clean_and_check(target, overwrite)
+    job = describe_job() if resume else None
+    continued = target.resumable(job) if job is not None else None
+    target.clean_stale(lambda line: click.echo(f"dask compact: {line}", err=True))
+    if job is not None and continued is None and not overwrite and target.exists():
+        _finished_already(target, job)
+    target.check_replaceable(overwrite)
     if resume and continued is None:
         click.echo(f"dask compact: no interrupted job on {target.output} to resume; starting "
                    "afresh", err=True)
     return continued
 
 
-def _clean_and_check(target: Target, overwrite: bool) -> None:
-    """Under the lock: remove what killed jobs left beside OUTPUT, refuse an OUTPUT that may
-    not be replaced."""
-    target.clean_stale(lambda line: click.echo(f"dask compact: {line}", err=True))
-    target.check_replaceable(overwrite)
+def _finished_already(target: Target, job: dict[str, Any]) -> None:
+    """``--resume`` with no interrupted job and OUTPUT there (a job killed after its commit,
+    or run again by a script): exit 0 saying so where an identical job wrote OUTPUT (what
+    the resume was for is done, and a script that repeats ``--resume`` until it succeeds
+    ends), else the usual refusal, saying that OUTPUT is another job's. (It said "OUTPUT
+    exists; pass --overwrite", as if the job had not run.)"""
+    from .batch.output import finished_identity, job_identity
+
+    if finished_identity(target.path) == job_identity(job):
+        click.echo(f"dask compact: {target.output} is already complete: an identical job "
+                   "finished it, and there is nothing to resume", err=True)
+        raise click.exceptions.Exit(0)
+    raise click.UsageError(
+        f"OUTPUT {target.output!r} exists and there is no interrupted job on it to resume; "
+        "it was written by another job (other arguments or input, or an earlier version): "
+        "pass --overwrite to replace it")
 
 
 def _refuse_for_groups(decode: str, encode: str) -> None:
@@ -455,9 +471,12 @@ def _parse_budget(text: str | None) -> int | None:
 
 
 def _left(target: Target) -> str:
-    if target.committed:
-        return f"{target.output} had been written completely"
-    return f"{target.output} was not written"
+    if not target.committed:
+        return f"{target.output} was not written"
+    if target.old_left is not None:  # interrupted while removing the output it replaced
+        return (f"{target.output} had been written completely; the old output it replaced "
+                f"is left at {target.old_left} (the next job on OUTPUT removes it)")
+    return f"{target.output} had been written completely"
 
 
 def run(

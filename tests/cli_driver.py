@@ -8,6 +8,8 @@
   the old OUTPUT aside and moving the new one in, where the job then sleeps: SIGKILL there.
 * ``pause-write``: READY is created as the writes start, then the job sleeps (SIGKILL there
   leaves a temporary group behind).
+* ``pause-remove-old``: READY as the old output that ``--overwrite`` replaced starts being
+  removed, where the job then sleeps: a signal there.
 * ``pause-after-writes``: READY once the first ``$DRIVER_WRITES`` output chunks are written and
   in the resume manifest, then the job sleeps (SIGKILL there: a job to ``--resume``).
 """
@@ -87,6 +89,17 @@ def main() -> None:
                 time.sleep(120)
 
         output.os.rename = rename
+    elif hook == "pause-remove-old":
+        # READY as the old output of an --overwrite starts being removed (the new one is in
+        # place), then the job sleeps there: a signal lands in that removal.
+        real_remove = output._remove
+
+        def remove(path):
+            ready.touch()
+            time.sleep(120)
+            return real_remove(path)
+
+        output._remove = remove
     else:
         raise SystemExit(f"unknown hook {hook}")
     cli.main(argv, prog_name="dask compact")

@@ -101,6 +101,90 @@ def test_resume_refuses_an_input_whose_values_were_written_again(zin, tmp_path):
     assert litter(tmp_path) == []
 
 
+@pytest.mark.parametrize("kind", ["zarr", "npy", "group"])
+def test_input_changed_while_the_job_reads_it_is_not_committed(zin, tmp_path, monkeypatch,
+                                                                kind):
+    """A probe replaced chunk files of the input while the job ran: the output mixed old and
+    new values and was marked complete, exit 0. The input's fingerprint is taken again before
+    the commit, and a change refuses it. (In-process, threads: the change lands as the first
+    output chunk is written, when at most a few input chunks have been read.)"""
+    from dask_compact.batch import stream
+
+    path, a = zin
+    b = np.random.default_rng(5).random(a.size).astype(np.float32)
+    if kind == "npy":
+        path = tmp_path / "in.npy"
+        np.save(path, a)
+    elif kind == "group":
+        path = tmp_path / "grp.zarr"
+        g = zarr.open_group(store=str(path), mode="w")
+        g.create_array("x", shape=a.shape, dtype=a.dtype, chunks=(5000,))[:] = a
+    changed = []
+
+    def change_input() -> None:
+        if kind == "npy":
+            np.lib.format.open_memmap(path, mode="r+")[-5000:] = b[-5000:]  # in place
+            target = path
+        else:
+            array = path if kind == "zarr" else path / "x"
+            alt = tmp_path / "alt.zarr"
+            zarr.create_array(store=str(alt), shape=a.shape, dtype=a.dtype,
+                              chunks=(5000,))[:] = b
+            target = array / "c" / "39"  # the last chunk, not read yet
+            os.replace(alt / "c" / "39", target)
+        st = os.stat(target)  # later than anything the job saw, on any timestamp resolution
+        os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns + 2_000_000_000))
+
+    real = stream._Stream.write_done
+
+    def write_done(self, *args):
+        if not changed:
+            changed.append(True)
+            change_input()
+        return real(self, *args)
+
+    monkeypatch.setattr(stream._Stream, "write_done", write_done)
+    out = tmp_path / "out.zarr"
+    res = run(path, out, "--where", "x < 0.5", "--output-chunks", "3000", "--local",
+              "threads", "--no-read-ahead", code=1)
+    assert changed
+    assert "INPUT changed while the job read it" in res.output
+    assert "OUTPUT was not written" in res.output
+    assert not out.exists() and litter(tmp_path) == []
+    monkeypatch.undo()
+    now = np.concatenate([a[:-5000], b[-5000:]])
+    run(path, out, "--where", "x < 0.5", "--local", "threads")
+    np.testing.assert_array_equal(group(out)[1]["x" if kind == "group" else "values"],
+                                  now[now < 0.5])
+
+
+@pytest.mark.parametrize("kind", ["zarr", "group"])
+def test_resume_of_a_job_that_finished_says_output_is_complete(zin, tmp_path, kind):
+    """A job killed after its commit (or a script repeating ``--resume``): the rerun said
+    "OUTPUT exists; pass --overwrite to replace it". Now an identical job's complete OUTPUT
+    is reported as complete, exit 0, untouched; another job's is refused as before."""
+    path, a = zin
+    if kind == "group":
+        path = tmp_path / "grp.zarr"
+        g = zarr.open_group(store=str(path), mode="w")
+        g.create_array("x", shape=a.shape, dtype=a.dtype, chunks=(5000,))[:] = a
+    out = tmp_path / "out.zarr"
+    args = ["--where", "x < 0.5", "--output-chunks", "3000", "--local", "threads"]
+    run(path, out, *args, "--resume")
+    before = sorted((p.relative_to(out), p.stat().st_mtime_ns) for p in out.rglob("*"))
+    res = run(path, out, *args, "--resume", "--json")
+    assert "is already complete: an identical job finished it" in " ".join(res.output.split())
+    assert sorted((p.relative_to(out), p.stat().st_mtime_ns) for p in out.rglob("*")) == before
+    res = run(path, out, "--where", "x < 0.25", "--output-chunks", "3000", "--resume", code=2)
+    assert "written by another job" in res.output and "--overwrite" in res.output
+    zarr.open_array(str(path if kind == "zarr" else path / "x"), mode="r+")[:5000] = 0.25
+    res = run(path, out, *args, "--resume", code=2)  # the input changed since
+    assert "written by another job" in res.output
+    np.testing.assert_array_equal(group(out)[1]["values" if kind == "zarr" else "x"],
+                                  a[a < 0.5])
+    assert litter(tmp_path) == []
+
+
 def test_corrupted_chunk_is_named_and_resume_after_the_fix_works(zin, tmp_path):
     path, a = zin
     chunk_file = path / "c" / "7"

@@ -255,6 +255,26 @@ def test_url_output_marked_complete_after_move(npy):
         fs.rm("/cli-test", recursive=True)
 
 
+@pytest.mark.parametrize("scheme", ["file://", "local://"])
+def test_local_file_system_urls_are_paths(npy, tmp_path, scheme):
+    """fsspec's local file system makes no parent folders: a ``local://`` OUTPUT failed on
+    its own temporary group (FileNotFoundError). Both spellings of the local file system are
+    taken as paths, for INPUT and OUTPUT (with a lock and an atomic rename)."""
+    path, a = npy
+    zpath = tmp_path / "in.zarr"
+    zarr.create_array(store=str(zpath), shape=a.shape, chunks=(3_000,), dtype=a.dtype)[:] = a
+    out = tmp_path / "new" / "out.zarr"
+    run(f"{scheme}{zpath}", f"{scheme}{out}", "--where", "x > 0.3", "-o", "both",
+        "--local", "threads")
+    attrs, arrays = read_group(out)
+    assert attrs["dask_compact"]["complete"] is True
+    np.testing.assert_array_equal(arrays["values"], a[a > 0.3])
+    np.testing.assert_array_equal(arrays["indices"], np.flatnonzero(a > 0.3))
+    run(path, f"{scheme}{out}", "--where", "x > 0.6", "--overwrite", "--local", "threads")
+    np.testing.assert_array_equal(read_group(out)[1]["values"], a[a > 0.6])
+    assert leftovers(out.parent) == []
+
+
 @pytest.mark.parametrize(
     "where, message",
     [

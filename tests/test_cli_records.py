@@ -639,6 +639,34 @@ def test_resume_refuses_a_different_record_job(particles, tmp_path):
     assert litter(tmp_path) == []
 
 
+@pytest.mark.parametrize("change", ["kept-array", "group-attribute"])
+def test_resume_refuses_a_changed_kept_array_or_group_attribute(particles, tmp_path, change):
+    """The arrays copied unchanged and the group's attributes are copied as the temporary
+    group is made, not again on resume: a probe changed them between a kill and ``--resume``
+    and got the old ones in a complete output. The resume is refused as a changed input."""
+    src, data = particles
+    g = zarr.open_group(store=str(src), mode="r+")
+    g.attrs["run"] = 1
+    table = np.random.default_rng(4).random(7)
+    g.create_array("table", shape=(7,), dtype="f8", chunks=(3,))[:] = table
+    out = tmp_path / "out.zarr"
+    args = ["--where", "mass > 2", "--chunks", "50", "--output-chunks", "40"]
+    kill_halfway(tmp_path, src, out, *args, writes=3)
+    if change == "kept-array":
+        table = table * 100
+        zarr.open_array(store=str(src / "table"), mode="r+")[:] = table
+    else:
+        zarr.open_group(store=str(src), mode="r+").attrs["run"] = 2
+    res = run(src, out, *args, "--resume", code=2)
+    assert "differs in copied" in " ".join(res.output.split())
+    run(src, out, *args)  # a run without --resume starts over
+    attrs, arrays, _ = read(out)
+    np.testing.assert_array_equal(arrays["table"], table)
+    assert attrs["run"] == (2 if change == "group-attribute" else 1)
+    np.testing.assert_array_equal(arrays["x"], data["x"][data["mass"] > 2])
+    assert litter(tmp_path) == []
+
+
 def test_corrupted_chunk_of_a_field_is_named(particles, tmp_path):
     src, data = particles
     chunk_file = src / "vx" / "c" / "2"  # rows 500:750 of vx

@@ -137,6 +137,47 @@ def test_overwrite_never_replaces_what_this_tool_did_not_write(npy, tmp_path):
     assert litter(tmp_path) == []
 
 
+def test_overlap_of_input_and_output_is_refused_however_they_are_spelled(tmp_path):
+    """A probe's ``--overwrite`` with INPUT given as a ``local://`` URL inside OUTPUT deleted
+    the INPUT (the check looked only at two plain paths); ``memory://`` (an object store's
+    stand-in) wrote OUTPUT inside its INPUT. Local paths, ``file://`` and ``local://`` are one
+    file system; URLs of one other file system are compared among themselves."""
+    import fsspec
+
+    a = np.random.default_rng(5).random(3_001)
+    out = tmp_path / "chain.zarr"
+    store = tmp_path / "in.zarr"
+    zarr.create_array(store=str(store), shape=a.shape, chunks=(1_000,), dtype=a.dtype)[:] = a
+    run(store, out, "--where", "x < 0.5", "--local", "threads")
+    spellings = [str(out), f"file://{out}", f"local://{out}"]
+    for inp in spellings:
+        for target in spellings:
+            res = run(f"{inp}/values", target, "-w", "x < 0.25", "--overwrite",
+                      "--local", "threads", code=2)
+            assert "must not be INPUT" in res.output
+    np.testing.assert_array_equal(values(out), a[a < 0.5])  # the INPUT is still there
+    fs = fsspec.filesystem("memory")
+    try:
+        url = "memory://overlap-test/in.zarr"
+        zarr.create_array(store=url, shape=a.shape, chunks=(1_000,), dtype=a.dtype)[:] = a
+        for target in (url, f"{url}/sel", "memory://overlap-test"):
+            res = run(url, target, "-w", "x < 0.5", "--overwrite", "--local", "threads",
+                      code=2)
+            assert "must not be INPUT" in res.output
+        group = "memory://overlap-test/group.zarr"
+        zarr.open_group(store=group, mode="w").create_array("x", shape=(4,), dtype="f8")[:] = 1
+        res = run(group, f"{group}/sel", "-w", "x > 0", "--local", "threads", code=2)
+        assert "must not be INPUT" in res.output
+        assert sorted(fs.ls("/overlap-test/in.zarr", detail=False)) == [
+            "/overlap-test/in.zarr/c", "/overlap-test/in.zarr/zarr.json"]
+        # another file system, or a sibling on the same one, is no overlap
+        run(url, "memory://overlap-test/in.zarr2", "-w", "x < 0.5", "--local", "threads")
+        run(url, tmp_path / "from-memory.zarr", "-w", "x < 0.5", "--local", "threads")
+        np.testing.assert_array_equal(values(tmp_path / "from-memory.zarr"), a[a < 0.5])
+    finally:
+        fs.rm("/overlap-test", recursive=True)
+
+
 def test_output_where_nothing_can_be_written_is_a_short_error(npy, tmp_path):
     # a raw FileExistsError / FileNotFoundError traceback before (found by a probe)
     path, _ = npy
@@ -228,6 +269,118 @@ def test_kill_between_the_renames_of_a_replacement_is_repaired(npy, tmp_path):
     proc.wait(timeout=30)
     res = run(path, out, "--where", "x > 0.1", code=2)
     assert "restored" in res.output and "exists" in res.output
+    np.testing.assert_array_equal(values(out), a[a > 0.8])
+    assert litter(tmp_path) == []
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)],
+                         ids=["sigterm", "sigint"])
+def test_signal_while_the_old_output_is_removed_says_output_was_written(npy, tmp_path, sig,
+                                                                        code):
+    """A signal after ``--overwrite`` swapped the new output in, while the old one is being
+    removed (slow for many chunk files): the job said "OUTPUT was not written" (SIGTERM
+    unwound the commit before it was recorded). Now: OUTPUT written, the old one left beside
+    it, and the next job removes it."""
+    path, a = npy
+    out = tmp_path / "out.zarr"
+    run(path, out, "--where", "x > 0.5")
+    ready = tmp_path / "ready"
+    proc = start("pause-remove-old", ready, path, out, "--where", "x > 0.9", "--overwrite")
+    wait_for(ready, proc)
+    proc.send_signal(sig)  # the job alone: its process is its session's leader
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == code, err
+    assert "Traceback" not in err
+    assert f"{out} had been written completely; the old output it replaced is left at" in err
+    np.testing.assert_array_equal(values(out), a[a > 0.9])
+    assert [n for n in litter(tmp_path) if "tmp" in n]  # the old one, for the next job
+    res = run(path, out, "--where", "x > 0.8", "--overwrite")
+    assert "removed" in res.output
+    np.testing.assert_array_equal(values(out), a[a > 0.8])
+    assert litter(tmp_path) == []
+
+
+def test_sigterm_during_the_renames_is_delivered_after_them():
+    """signals.held: SIGTERM waits for the block (the commit's renames), then unwinds."""
+    from dask_compact.batch.signals import EXIT_SIGTERM, held, terminate_as_exit
+
+    done = []
+    with pytest.raises(SystemExit) as e, terminate_as_exit():
+        with held():
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.2)  # the signal arrives here; the block goes on
+            done.append(True)
+        done.append(False)  # not reached: delivered as the block ends
+    assert done == [True] and e.value.code == EXIT_SIGTERM
+
+
+def _write_protect(tree: Path, monkeypatch) -> None:
+    """``chmod -R a-w tree``; as root (who may remove anything), os.access as the job sees it
+    then answers as for an ordinary user."""
+    for folder, dirs, files in os.walk(tree):
+        for name in [*dirs, *files, "."]:
+            p = Path(folder, name)
+            p.chmod(p.stat().st_mode & ~0o222)
+    if os.geteuid() == 0:
+        real = os.access
+        monkeypatch.setattr(output.os, "access", lambda p, mode, **kw: real(p, mode, **kw) and (
+            not mode & os.W_OK or bool(os.stat(p).st_mode & 0o200)))
+
+
+def _writable(tree: Path) -> None:
+    for folder, dirs, files in os.walk(tree):
+        for name in [*dirs, *files, "."]:
+            p = Path(folder, name)
+            p.chmod(p.stat().st_mode | 0o200)
+
+
+def test_write_protected_old_output_is_refused_before_the_job(npy, tmp_path, monkeypatch):
+    """``--overwrite`` of an old output that could not be removed: a probe's job swapped the
+    new output in and then failed with "job failed: PermissionError", leaving the old group
+    under a temporary name. Now refused at the start, nothing changed."""
+    path, a = npy
+    out = tmp_path / "out.zarr"
+    run(path, out, "--where", "x > 0.5")
+    _write_protect(out, monkeypatch)
+    try:
+        res = run(path, out, "--where", "x > 0.9", "--overwrite", code=2)
+        assert "write-protected" in res.output and "chmod -R u+w" in res.output
+        np.testing.assert_array_equal(values(out), a[a > 0.5])
+        assert litter(tmp_path) == []
+    finally:
+        _writable(out)
+    monkeypatch.undo()
+    run(path, out, "--where", "x > 0.9", "--overwrite")
+    np.testing.assert_array_equal(values(out), a[a > 0.9])
+
+
+def test_old_output_that_cannot_be_removed_after_the_swap_is_reported(npy, tmp_path,
+                                                                      monkeypatch):
+    """The old output became unremovable after the job's check (or removal failed
+    otherwise): OUTPUT holds the new result, so the job succeeds, saying where the old one is
+    left; a later job that cannot remove it either gives a short error, not a traceback."""
+    path, a = npy
+    out = tmp_path / "out.zarr"
+    run(path, out, "--where", "x > 0.5")
+    real = output._remove
+
+    def refuse(p):
+        raise PermissionError(13, "Permission denied", str(p))
+
+    monkeypatch.setattr(output, "_remove", refuse)
+    res = run(path, out, "--where", "x > 0.9", "--overwrite")
+    assert "could not be removed (PermissionError" in res.output
+    assert "it is left at" in res.output
+    np.testing.assert_array_equal(values(out), a[a > 0.9])
+    left = [n for n in litter(tmp_path) if "tmp" in n]
+    assert len(left) == 1
+    res = run(path, out, "--where", "x > 0.8", "--overwrite", code=1)
+    assert f"cannot clean up {tmp_path / left[0]}" in res.output
+    assert "remove it yourself" in res.output
+    np.testing.assert_array_equal(values(out), a[a > 0.9])
+    monkeypatch.setattr(output, "_remove", real)
+    res = run(path, out, "--where", "x > 0.8", "--overwrite")
+    assert "removed" in res.output
     np.testing.assert_array_equal(values(out), a[a > 0.8])
     assert litter(tmp_path) == []
 

@@ -49,9 +49,9 @@ def plan(path: str, mode: str, budget: int | None) -> tuple[ZarrChunkFiles, int]
     """The reader of the local Zarr array at ``path`` and how many of its first chunks to read
     early, or None where that does not apply. Reads only the array's ``zarr.json`` (no zarr
     import: that is part of what this overlaps)."""
-    if "://" in path and not path.startswith("file://"):
+    if "://" in path and not path.startswith(("file://", "local://")):  # .inputs.is_url
         return None
-    url = os.path.abspath(path.removeprefix("file://"))
+    url = os.path.abspath(path.removeprefix("file://").removeprefix("local://"))
     try:
         with open(os.path.join(url, "zarr.json"), "rb") as f:
             meta = json.load(f)

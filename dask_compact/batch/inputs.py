@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import os
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,25 +37,37 @@ class Source:
     shape: tuple[int, ...]
     dtype: np.dtype  # native byte order: big-endian input is converted as it is read
     kind: str  # "npy" or "zarr"
-    local_path: str | None  # for the INPUT/OUTPUT overlap check
+    local_path: str | None  # for the INPUT/OUTPUT overlap check (a local INPUT)
     reader: Reader  # reads blocks of rows where a streaming task runs
     row_chunk: int  # rows per input chunk of the streaming job
     no_gpu_decode: str = ""  # why the reader cannot decode on a GPU ("" if it can)
     # the Zarr array's attributes and dimension names, which the output's arrays keep
     attrs: dict[str, Any] = field(default_factory=dict)
     dims: tuple[str, ...] | None = None
+    url: str | None = None  # an fsspec INPUT: for the INPUT/OUTPUT overlap check
+    # the input's fingerprint as it is now (reader.fingerprint: as it was when opened)
+    fingerprint_now: Callable[[], str] | None = None
 
     @property
     def size(self) -> int:
         return int(np.prod(self.shape, dtype=np.int64))
 
 
+# fsspec's names of the local file system: such a URL is a path here, so that it gets what a
+# plain path gets (the lock, atomic renames, the overlap check, parent folders made: fsspec's
+# local file system makes none, and a local:// OUTPUT failed on its own temporary group).
+LOCAL_PROTOCOLS = ("file://", "local://")
+
+
 def is_url(path: str) -> bool:
-    return SEPARATOR in path and not path.startswith("file://")
+    """Whether ``path`` is an fsspec URL of a file system other than the local one."""
+    return SEPARATOR in path and not path.startswith(LOCAL_PROTOCOLS)
 
 
 def local(path: str) -> str:
-    return os.path.abspath(path.removeprefix("file://"))
+    for prefix in LOCAL_PROTOCOLS:
+        path = path.removeprefix(prefix)
+    return os.path.abspath(path)
 
 
 def open_input(path: str, chunks: int | None, allow_missing_chunks: bool = False) -> Source:
@@ -91,14 +104,15 @@ def open_npy(path: str, chunks: int | None) -> Source:
     row_chunk = chunks or max(1, AUTO_CHUNK_BYTES // row_bytes)
     reader = NpyRows(p, shape, dtype, npy_fingerprint(p))
     return Source(shape, native_dtype(dtype), "npy", p, reader, row_chunk,
-                  "the input is a .npy file (not compressed)")
+                  "the input is a .npy file (not compressed)",
+                  fingerprint_now=lambda: npy_fingerprint(p))
 
 
 def open_zarr(path: str, chunks: int | None, allow_missing_chunks: bool = False) -> Source:
     import zarr
 
     try:
-        node = zarr.open(store=path, mode="r")
+        node = zarr.open(store=path if is_url(path) else local(path), mode="r")
     except Exception as e:  # noqa: BLE001 -- zarr raises several types for "missing", "not zarr"
         raise click.BadParameter(
             f"cannot open {path!r} as a Zarr array: {type(e).__name__}: {e}", param_hint="INPUT"
@@ -123,7 +137,8 @@ def open_zarr(path: str, chunks: int | None, allow_missing_chunks: bool = False)
     row_chunk = chunks or max(1, int(node.chunks[0]))
     return Source(tuple(node.shape), native_dtype(node.dtype), "zarr",
                   None if is_url(path) else local(path), reader, row_chunk, why_not,
-                  user_attributes(node), dimension_names(node))
+                  user_attributes(node), dimension_names(node), path if is_url(path) else None,
+                  lambda: zarr_fingerprint(zarr.open_array(store=url, mode="r"), url))
 
 
 # How Zarr 2 arrays (and xarray on them) name their dimensions: an attribute

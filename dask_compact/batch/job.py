@@ -20,7 +20,7 @@ from .executor import ClientExecutor, Executor, ThreadExecutor
 from .host_buffers import pool_for_job
 from .inputs import Source, xarray_encodings
 from .manifest import Manifest
-from .output import Target, marker
+from .output import Target, job_identity, marker
 from .plan import Layout
 from .runner import Runner
 from .stream import Job, run_stream
@@ -139,13 +139,39 @@ def task_device(runner: Runner) -> str:
     return "gpu" if runner.client is not None else "gpu-all"
 
 
+def input_unchanged(before: Any, now: Callable[[], Any]) -> Callable[[], None]:
+    """A check that the input's fingerprint ``now()`` is still ``before`` (what the job read
+    from), refusing to commit otherwise.
+
+    A probe replaced chunk files of the input while a job read it and got an output mixing
+    old and new values, marked complete, exit 0. The fingerprint (:func:`.reader.
+    zarr_fingerprint`) sees a local Zarr array's metadata and every file under it by path,
+    size and modification time (so chunks rewritten, added or removed during the job), and a
+    .npy file's size and modification time; for an fsspec URL only the metadata. It cannot
+    see a rewrite that keeps a file's size within the file system's timestamp resolution,
+    nor a change undone before the check. Cost: one listing of the input's files (~80 ms for
+    10,000 chunk files on the 2-core machine)."""
+    import click
+
+    def check() -> None:
+        if now() != before:
+            raise click.ClickException(
+                "INPUT changed while the job read it (its files or metadata differ from when "
+                "the job started), so the selection may mix old and new values: OUTPUT was "
+                "not written. Run the job again once nothing writes to INPUT")
+
+    return check
+
+
 def stream_and_commit(runner: Runner, target: Target, make_job: Callable[[], Job],
                       names: tuple[str, ...], show: bool, total_bytes: int,
-                      attrs: dict[str, Any], overwrite: bool) -> tuple[Job, int, int]:
+                      attrs: dict[str, Any], overwrite: bool,
+                      check_input: Callable[[], None] | None = None) -> tuple[Job, int, int]:
     """Run a streaming job into ``target``'s temporary group and commit it: ``make_job()``
     creates (or, resuming, reopens) the group and returns the job; the arrays ``names`` are
-    cut to the selection; ``(job, selected, threads)``. Any failure or interrupt stops the
-    tasks, removes the temporary group and raises."""
+    cut to the selection; ``check_input()`` (:func:`input_unchanged`) runs before the commit;
+    ``(job, selected, threads)``. Any failure or interrupt stops the tasks, removes the
+    temporary group and raises."""
     target.prepare()
     ex: Executor | None = None
     try:  # from here on, a failure removes the temporary group (and drains running tasks)
@@ -163,6 +189,9 @@ def stream_and_commit(runner: Runner, target: Target, make_job: Callable[[], Job
         ex.close()
         marks["threads_joined"] = time.perf_counter()
         threads = ex.threads
+        if check_input is not None:
+            check_input()
+            marks["input_checked"] = time.perf_counter()
         cut(target.tmp, names, total)
         if job.manifest_dir is not None:  # saved at the job's first write, if it wrote any
             with contextlib.suppress(FileNotFoundError):
@@ -174,6 +203,13 @@ def stream_and_commit(runner: Runner, target: Target, make_job: Callable[[], Job
             ex.stop()
         target.discard()
         raise
+    if target.old_error:
+        import click
+
+        click.echo(f"dask compact: wrote {target.output}, but the old output it replaced "
+                   f"could not be removed ({target.old_error}); it is left at "
+                   f"{target.old_left}: remove it yourself (a later job on OUTPUT refuses "
+                   "to run while it cannot remove it)", err=True)
     return job, total, threads
 
 
@@ -227,6 +263,7 @@ def run_job(
         "input_shape": list(src.shape),
         "input_dtype": str(src.dtype),
         "version": dask_compact.__version__,
+        "job": job_identity(job_desc),  # see cli._finished_already
     }
     # Every refusal before the temporary group exists: nothing to remove afterwards.
     decode = choose_decode(runner, src, decode)
@@ -259,8 +296,11 @@ def run_job(
             encode=encode,
         )
 
+    check = (input_unchanged(src.reader.fingerprint, src.fingerprint_now)
+             if src.fingerprint_now is not None else None)
     job, total, threads = stream_and_commit(runner, target, make_job, names, show,
-                                            int(layout.n * layout.itemsize), attrs, overwrite)
+                                            int(layout.n * layout.itemsize), attrs, overwrite,
+                                            check)
     seconds = time.perf_counter() - t0
     ahead = early_read.end()  # chunks the tasks took from the command's early read, if any
     st = job.stats

@@ -9,8 +9,12 @@ Guarantees for a local OUTPUT (see :class:`Target`):
   later run puts it back if the job died between the two renames.
 * One job at a time per OUTPUT: an ``flock`` on ``.OUTPUT.dask-compact.lock`` beside it, held
   for the whole job and released by the kernel if the process dies. A second job refuses.
-* ``--overwrite`` replaces only a complete output of this tool (its completion marker);
-  anything else at OUTPUT is refused.
+* ``--overwrite`` replaces only a complete output of this tool (its completion marker) that
+  can then be removed (no write-protected folder); anything else at OUTPUT is refused. The
+  commit is recorded (``committed``) as soon as the new group is in place, interrupts held
+  for the renames; the old group is removed after that, or left beside OUTPUT for the next
+  job if that is interrupted or fails.
+* OUTPUT is never INPUT, inside it or around it (:func:`check_overlap`), for paths and URLs.
 * Temporary groups left by a killed job are removed by the next job on the same OUTPUT.
 
 For an fsspec URL (object stores) there is no lock nor atomic rename: the group is moved, then
@@ -23,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import functools
 import os
 import shutil
 import uuid
@@ -34,7 +39,7 @@ import click
 from . import manifest as manifest_io
 from .inputs import is_url, local
 from .manifest import Manifest
-from .signals import sigint_ignored
+from .signals import held, sigint_ignored
 
 TMP_MARK = ".dask-compact-tmp-"
 OLD_SUFFIX = "-old"
@@ -74,6 +79,28 @@ def rename2(src: str, dst: str, flags: int) -> bool:
     raise OSError(err, os.strerror(err), src, None, dst)
 
 
+def job_identity(job: dict[str, Any]) -> str:
+    """A short token of a job's description (:func:`.job.describe`, what a resume must
+    share), kept in the output's marker: a ``--resume`` that finds OUTPUT complete and no
+    interrupted job tells by it whether an identical job finished it."""
+    import hashlib
+    import json
+
+    return hashlib.sha1(json.dumps(job, sort_keys=True, default=repr).encode()).hexdigest()
+
+
+def finished_identity(store: Any) -> str | None:
+    """The ``job`` token of the complete output of this tool at ``store``, None if it is not
+    one or has none (written by an earlier version)."""
+    import zarr
+
+    if not complete_marker(store):
+        return None
+    attrs = zarr.open_group(store=store, mode="r").attrs.get("dask_compact")
+    job = attrs.get("job") if isinstance(attrs, dict) else None
+    return job if isinstance(job, str) else None
+
+
 def complete_marker(store: Any) -> bool:
     """Whether ``store`` is a Zarr group this tool finished writing."""
     import zarr
@@ -99,6 +126,8 @@ class Target:
         self.url = is_url(output)
         self._lock_fd: int | None = None
         self.committed = False  # the new group is at OUTPUT (what an interrupt leaves)
+        self.old_left: str | None = None  # the replaced output, until it is removed
+        self.old_error = ""  # why it could not be removed
         tag = f"{TMP_MARK}{uuid.uuid4().hex[:12]}"
         if self.url:
             import fsspec
@@ -183,6 +212,21 @@ class Target:
             raise click.UsageError(self._not_ours(what))
         if not complete_marker(self.output if self.url else self.path):
             raise click.UsageError(self._not_ours("not a complete output of dask compact"))
+        if not self.url:
+            self._check_removable()
+
+    def _check_removable(self) -> None:
+        """Refuse to replace an old output that could not then be removed (a folder of it
+        write-protected): a probe's job swapped the new output in, failed removing the old
+        one and said "job failed", leaving it under a temporary name that made every later
+        job on OUTPUT fail. (The directories are what removal needs: a file is unlinked from
+        its folder. Root may remove anything: os.access says so.)"""
+        for folder, _, _ in os.walk(self.path):
+            if not os.access(folder, os.W_OK | os.X_OK):
+                raise click.BadParameter(
+                    f"{self.output!r} cannot be replaced: {folder} is write-protected, so its "
+                    "old output could not be removed; make it writable (chmod -R u+w "
+                    f"{self.path}) or choose another OUTPUT", param_hint="OUTPUT")
 
     def _not_ours(self, what: str) -> str:
         return (
@@ -238,12 +282,27 @@ class Target:
                 continue
             swapped_out = name.endswith(OLD_SUFFIX) and not os.path.lexists(self.path)
             if swapped_out and complete_marker(path):
-                os.rename(path, self.path)
+                self._cleaning(functools.partial(os.rename, path, self.path), path,
+                               f"move it back to {self.path} yourself (it is the old output, "
+                               "complete)")
                 say(f"restored {self.output} from an interrupted replacement ({name})")
                 continue
             resumable = "; --resume would have continued it" if manifest_io.load(path) else ""
-            _remove(path)
+            self._cleaning(functools.partial(_remove, path), path,
+                           "remove it yourself (a temporary or replaced output of dask "
+                           "compact, not OUTPUT)")
             say(f"removed {path}: the temporary output of an interrupted job{resumable}")
+
+    def _cleaning(self, step: Callable[[], None], path: str, remedy: str) -> None:
+        """``step()`` on ``path``, left beside OUTPUT by an earlier job, its failure a short
+        error saying what to do (a write-protected old output left by a replacement had made
+        every later job on OUTPUT end in a traceback)."""
+        try:
+            step()
+        except OSError as e:
+            raise click.ClickException(
+                f"cannot clean up {path}, left beside {self.output!r} by an earlier job "
+                f"({e.strerror or e}: {e.filename}); {remedy}, then run again") from None
 
     # -- writing -------------------------------------------------------------------------------
 
@@ -252,7 +311,11 @@ class Target:
             os.makedirs(os.path.dirname(self.path), exist_ok=True)
 
     def discard(self) -> None:
-        """Remove the temporary group (a failed or interrupted job)."""
+        """Remove the temporary group (a failed or interrupted job); nothing once the new
+        group is at OUTPUT (an interrupt while the old one was being removed: that one is
+        left for the next job, which removes it at once)."""
+        if self.committed:
+            return
         with sigint_ignored():
             if self.url:
                 if self.fs.exists(self.tmp_path):
@@ -261,7 +324,8 @@ class Target:
                 shutil.rmtree(self.tmp_path, ignore_errors=True)
 
     def commit(self, mark_complete: Any, overwrite: bool) -> None:
-        """Put the finished group at OUTPUT: a new one, or in place of our own old one."""
+        """Put the finished group at OUTPUT: a new one, or in place of our own old one, which
+        is then removed (:meth:`remove_old`)."""
         if self.url:
             # Object stores have no atomic rename: move first, and only then mark the group
             # complete, so a move cut short leaves a group that does not say it is finished.
@@ -273,15 +337,30 @@ class Target:
             self.committed = True
             return
         mark_complete(self.tmp)
-        with sigint_ignored():
+        # An interrupt waits for the renames, so that `committed` says where the new group is.
+        with held():
             if os.path.lexists(self.path):
                 if not overwrite:  # it was absent at the start: another program made it
                     raise click.ClickException(self._appeared())
                 self.check_replaceable(overwrite)  # it may have changed since the start
-                self._swap_in()
+                self.old_left = self._swap_in()
             else:
                 self._move_in()
             self.committed = True
+        self.remove_old()
+
+    def remove_old(self) -> None:
+        """Remove the old output that a replacement moved aside (the new one is in place).
+        An interrupt here leaves it (the next job on OUTPUT removes it); a failure to remove
+        it is kept in ``old_error`` for the job to report, the new output being complete."""
+        if self.old_left is None:
+            return
+        try:
+            _remove(self.old_left)
+        except OSError as e:
+            self.old_error = f"{type(e).__name__}: {e.strerror or e} ({e.filename})"
+            return
+        self.old_left = None
 
     def _move_in(self) -> None:
         try:
@@ -302,16 +381,16 @@ class Target:
             "was not written"
         )
 
-    def _swap_in(self) -> None:
+    def _swap_in(self) -> str:
+        """The new group in place of the old; where the old one now is."""
         if rename2(self.tmp, self.path, _RENAME_EXCHANGE):
-            _remove(self.tmp)  # the old group, now under the temporary name
-            return
+            return self.tmp  # the old group, now under the temporary name
         # Two renames: a job killed between them leaves the old group aside under the name
         # clean_stale() looks for, and the next job on OUTPUT puts it back.
         old = self.tmp + OLD_SUFFIX
         os.rename(self.path, old)
         os.rename(self.tmp, self.path)
-        _remove(old)
+        return old
 
 
 def _remove(path: str) -> None:
@@ -331,16 +410,43 @@ def _read_small(fd: int) -> str:
 class _Input(Protocol):
     local_path: str | None
 
+    @property
+    def url(self) -> str | None: ...
+
 
 def check_overlap(src: _Input, target: Target) -> None:
     """OUTPUT must be neither INPUT (a :class:`.inputs.Source` or a Zarr group's
-    :class:`.records_job.GroupInput`) nor inside it, nor contain it."""
-    if src.local_path is None or target.url:
-        return
-    a, b = os.path.realpath(src.local_path), os.path.realpath(target.path)
-    if a == b or a.startswith(b + os.sep) or b.startswith(a + os.sep):
+    :class:`.records_job.GroupInput`) nor inside it, nor contain it: the job would write into
+    its input, or ``--overwrite`` delete it. Judged on one file system's paths, whether they
+    are spelled as paths or as fsspec URLs (``file://`` and ``local://`` are paths; an
+    overlap of two ``s3://`` URLs was not looked for and a probe's ``--overwrite`` deleted its
+    INPUT)."""
+    a = _place(src.local_path, src.url)
+    b = _place(None if target.url else target.path, target.output if target.url else None)
+    if a[0] != b[0]:
+        return  # two file systems
+    sep = os.sep if a[0] == "file" else "/"
+    if a[1] == b[1] or a[1].startswith(b[1] + sep) or b[1].startswith(a[1] + sep):
         raise click.BadParameter("OUTPUT must not be INPUT, lie inside it or contain it",
                                  param_hint="OUTPUT")
+
+
+def _place(path: str | None, url: str | None) -> tuple[str, str]:
+    """(the file system, the path on it) of a local path or an fsspec URL: the file system's
+    protocol, and the path fsspec strips the URL to (an object store's bucket first, a web
+    server's host). Storage options are left out: two spellings of one store (credentials,
+    anonymous access) must not pass for two stores."""
+    if url is None:
+        assert path is not None
+        return "file", os.path.realpath(path)
+    import fsspec
+    from fsspec.implementations.local import LocalFileSystem
+
+    fs, stripped = fsspec.core.url_to_fs(url)
+    if isinstance(fs, LocalFileSystem):
+        return "file", os.path.realpath(stripped)
+    protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]  # s3 == s3a
+    return protocol, stripped.rstrip("/")
 
 
 def marker(attrs: dict[str, Any]) -> Any:

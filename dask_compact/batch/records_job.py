@@ -47,7 +47,7 @@ from .inputs import (
 )
 from .job import writes_chunk_files
 from .manifest import Manifest
-from .output import Target
+from .output import Target, job_identity
 from .plan import INDEX_BYTES, Layout
 from .reader import Reader, ZarrRows, chunk_files_reader, zarr_fingerprint
 from .record_tasks import INDICES, RecordReader, read_compact_records
@@ -80,6 +80,11 @@ class GroupInput:
     def bytes(self) -> int:
         return sum(int(a.nbytes) for a in self.arrays.values())
 
+    @property
+    def url(self) -> str | None:
+        """An fsspec INPUT's URL (for the INPUT/OUTPUT overlap check), None for a local one."""
+        return None if self.local_path is not None else self.path
+
 
 def open_group_input(path: str) -> Any | None:
     """INPUT opened as a Zarr group, or None if it is not one (an array, a .npy file, nothing:
@@ -92,7 +97,8 @@ def open_group_input(path: str) -> Any | None:
         # Each array's own metadata, not the group's consolidated copy: that copy is not
         # updated when an array is resized or added later (a new-user probe: 30,007 rows
         # read of 35,007 on disk, an added field missing, and the job said it was complete)
-        return zarr.open_group(store=path, mode="r", use_consolidated=False)
+        return zarr.open_group(store=path if is_url(path) else local(path), mode="r",
+                               use_consolidated=False)
     except Exception:  # noqa: BLE001 -- an array, not Zarr, unreadable: open_input's part
         return None
 
@@ -332,12 +338,57 @@ def record_reader(inp: GroupInput) -> RecordReader:
     layout allows (:func:`.reader.chunk_files_reader`), else through zarr."""
     fields: dict[str, Reader] = {}
     for name, z in inp.arrays.items():
-        url = (f"{inp.path.rstrip('/')}/{name}" if is_url(inp.path)
-               else os.path.join(local(inp.path), name))
+        url = _array_url(inp, name)
         fingerprint = zarr_fingerprint(z, url)
         fast, _ = chunk_files_reader(z, url, fingerprint, inp.allow_missing)
         fields[name] = fast or ZarrRows(url, z.shape, z.dtype, fingerprint)
     return RecordReader(fields, tuple(inp.written))
+
+
+def _array_url(inp: GroupInput, name: str) -> str:
+    return (f"{inp.path.rstrip('/')}/{name}" if is_url(inp.path)
+            else os.path.join(local(inp.path), name))
+
+
+def copied_fingerprint(inp: GroupInput) -> str:
+    """What identifies the parts of the input the job copies as they are: the group's
+    attributes and the arrays kept unchanged (as :func:`.reader.zarr_fingerprint` identifies a
+    field). A resumed job copies neither again (its temporary group got them when it was
+    made): a probe changed a kept array and a group attribute between a kill and
+    ``--resume``, and the resumed output had the old ones."""
+    import json
+
+    from dask.base import tokenize
+
+    attrs = json.dumps(inp.attrs, sort_keys=True, default=repr)
+    return tokenize(attrs, *[(name, zarr_fingerprint(z, _array_url(inp, name)))
+                             for name, z in inp.kept.items()])
+
+
+def identity_now(inp: GroupInput) -> tuple[dict[str, str], str]:
+    """(:class:`.record_tasks.RecordReader`'s fingerprint, :func:`copied_fingerprint`) of the
+    group as it is now, opened again (its arrays' metadata, not the copies read at the
+    start); an array gone or no longer a Zarr array gives a fingerprint that differs."""
+    import dataclasses
+
+    import zarr
+
+    group = zarr.open_group(store=inp.path if is_url(inp.path) else local(inp.path), mode="r",
+                            use_consolidated=False)
+
+    def now(name: str) -> Any:
+        try:
+            return group[name]
+        except KeyError:
+            return None
+
+    fields = {name: "" if (z := now(name)) is None else zarr_fingerprint(z, _array_url(inp, name))
+              for name in inp.arrays}
+    kept = {name: now(name) for name in inp.kept}
+    if any(z is None for z in kept.values()):
+        return fields, ""
+    return fields, copied_fingerprint(dataclasses.replace(inp, kept=kept,
+                                                          attrs=dict(group.attrs)))
 
 
 def row_chunk(inp: GroupInput) -> int:
@@ -395,6 +446,7 @@ def describe(inp: GroupInput, where: str, mode: str, output_chunks: int | None,
         "rows": inp.rows,
         "fields": list(inp.written),
         "kept": list(inp.kept),
+        "copied": copied_fingerprint(inp),  # the kept arrays and the group's attributes
         "where": where,
         "output": mode,
         "row_chunk": row_chunk(inp),
@@ -412,11 +464,19 @@ def run_records_job(runner: Runner, inp: GroupInput, target: Target, where: str,
     whose group ``target.tmp`` now names."""
     import dask_compact
 
-    from .job import process_age, stream_and_commit, stream_summary, task_device
+    from .job import (
+        input_unchanged,
+        process_age,
+        stream_and_commit,
+        stream_summary,
+        task_device,
+    )
     from .runner import memory_budget
 
     layout = layout_of(inp, mode, output_chunks)
     names = output_names(inp, mode)
+    reader = record_reader(inp)
+    job_desc = describe(inp, where, mode, output_chunks, reader)
     attrs = {
         "complete": False,
         "input": input_path,
@@ -425,16 +485,16 @@ def run_records_job(runner: Runner, inp: GroupInput, target: Target, where: str,
         "fields": inp.written,
         "input_rows": inp.rows,
         "version": dask_compact.__version__,
+        "job": job_identity(job_desc),  # see cli._finished_already
     }
     if not budget:
         budget = memory_budget(runner)
-    reader = record_reader(inp)
     t0 = time.perf_counter()
 
     def make_job() -> Job:
         if resume is None:
             create_group(target.tmp, inp, names, layout.out_chunk, attrs)
-            manifest = Manifest(describe(inp, where, mode, output_chunks, reader))
+            manifest = Manifest(job_desc)
         else:
             manifest = resume
         direct = writes_chunk_files(target.tmp, names)
@@ -445,8 +505,10 @@ def run_records_job(runner: Runner, inp: GroupInput, target: Target, where: str,
             task=read_compact_records,
         )
 
-    job, selected, threads = stream_and_commit(runner, target, make_job, names, show,
-                                               inp.bytes, attrs, overwrite)
+    before = (reader.fingerprint, job_desc["copied"])
+    job, selected, threads = stream_and_commit(
+        runner, target, make_job, names, show, inp.bytes, attrs, overwrite,
+        input_unchanged(before, lambda: identity_now(inp)))
     seconds = time.perf_counter() - t0
     return {
         "input": input_path,

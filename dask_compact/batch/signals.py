@@ -62,3 +62,24 @@ def ignored(*signums: int) -> Iterator[None]:
 def sigint_ignored() -> contextlib.AbstractContextManager[None]:
     """Ctrl-C waits while the file system is being put in order."""
     return ignored(signal.SIGINT)
+
+
+@contextlib.contextmanager
+def held() -> Iterator[None]:
+    """Ctrl-C ignored and SIGTERM held for the duration, SIGTERM delivered right after (main
+    thread only; elsewhere a no-op): the renames that put a new output in place, which an
+    interrupt must not split from the record that they were done. (SIGTERM had unwound the
+    commit of an ``--overwrite`` after the swap, and the job said OUTPUT was not written.)"""
+    pending: list[int] = []
+    try:
+        previous = signal.signal(signal.SIGTERM, lambda signum, frame: pending.append(signum))
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        with ignored(signal.SIGINT):
+            yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    if pending:
+        signal.raise_signal(signal.SIGTERM)  # the handler the job runs under, now
