@@ -216,10 +216,11 @@ MIN_BUDGET = 32 * 2**20
 
 
 def memory_budget(runner: Runner) -> int:
-    """The default memory budget of a streaming job (bytes of chunks and pieces in flight,
-    over all workers): half of each worker's memory limit less what it already holds, so a
-    worker stays below distributed's spill (70 %) and pause (80 %) thresholds; without a
-    cluster, half of the memory available on this machine."""
+    """The default memory budget of a streaming job (what it may hold over all workers: the
+    threads' buffers, chunks and pieces in flight): half of each worker's memory limit less
+    what it holds once the job's code is loaded (:func:`loaded_rss`), so a worker stays below
+    distributed's spill (70 %) and pause (80 %) thresholds where the job's minimum fits in it;
+    without a cluster, half of the memory available on this machine."""
     import psutil
 
     if runner.client is None:
