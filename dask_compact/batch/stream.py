@@ -205,6 +205,9 @@ class _Stream:
                 self.piece_done(i, PieceInfo(self.skippable[i], 0, 0.0, 0.0, "skipped"))
                 continue
             cost = chunk_cost(self.layout, i, self.job.mode, self.copies)
+            early = early_read.active()
+            if early is not None and i < early.count:  # decoded outside the threads' buffers
+                cost = max(cost, early_read.early_cost(self.layout, i, self.job.mode))
             if (self.reading or self.writes) and (
                     self.fixed + self.reserved + cost > self.job.budget):
                 return
