@@ -147,8 +147,9 @@ def _signals_as_in_the_job(command: Callable[..., None]) -> Callable[..., None]:
               help="Accept a Zarr INPUT with chunks missing from its store (they read as the "
               "fill value). Without it such an input is refused as possibly incomplete.")
 @click.option("--memory-budget", "memory_budget", metavar="SIZE",
-              help="Bytes of input chunks and selections in flight at once, over all workers "
-              "(e.g. 2GiB). Default: half of each worker's memory limit less what it holds "
+              help="Bytes the job may hold at once over all workers (e.g. 2GiB): each thread's "
+              "chunk buffers, the chunks being read and the selections waiting to be written. "
+              "Default: half of each worker's memory limit less what it holds "
               "(threads: half of the available memory).")
 @click.option(
     "--decode", type=click.Choice(["auto", "cpu", "gpu"]), default="auto", show_default=True,
@@ -424,13 +425,23 @@ def _job_lines(summary: dict[str, Any], codecs: str) -> str:
         f"time      {summary['seconds']:.2f} s, {summary['gb_per_s']:.3f} GB/s of input; "
         f"task time {_split_line(summary)}\n"
         f"memory    budget {fmt_bytes(summary['memory_budget'])}, at most "
-        f"{fmt_bytes(summary['peak_reserved'])} in flight; peak per process "
+        f"{fmt_bytes(summary['in_flight'])} in flight{_over_budget(summary)}; peak per process "
         f"{_peaks(summary['peak_memory'])}\n"
         f"ran on    {summary['scheduler']}, {summary['threads']} threads, "
         f"{'compacted on GPUs' if summary['gpu'] else 'compacted on CPUs'}{codecs}"
         + (f"\nresumed   from input chunk {summary['resumed_from_chunk']}"
            if summary["resumed_from_chunk"] is not None else "")
     )
+
+
+def _over_budget(summary: dict[str, Any]) -> str:
+    """Why the job held more than its budget: the budget is below the least it can run in
+    (every thread's buffers, a chunk being read and the pieces of one output chunk)."""
+    if summary["in_flight"] <= summary["memory_budget"]:
+        return ""
+    return (f" (above the budget: this job needs at least {fmt_bytes(summary['job_minimum'])},"
+            f" its threads' chunk buffers, a chunk's selection and the pieces of an output "
+            f"chunk; raise --memory-budget, or write smaller input or output chunks)")
 
 
 def _split_line(summary: dict[str, Any]) -> str:

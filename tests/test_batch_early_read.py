@@ -118,13 +118,27 @@ def test_plan_refuses_what_the_chunk_file_reader_does_not_read(tmp_path):
 
 def test_plan_reads_only_what_the_first_window_admits(zin):
     path, a = zin
-    one = CHUNK * (4 + 4)  # a float32 chunk decoded, plus its full selection of values
+    # the budget first holds the threads' buffers (one thread a core), then each chunk read
+    # early: decoded into an array of its own, plus its full selection and half again
+    threads = _threads_cost("values")
+    one = CHUNK * 4 + CHUNK * 4 * 3 // 2
     for budget, expect in [(one * 3 + 5, 3), (one, 1), (one - 1, None)]:
-        planned = early_read.plan(str(path), "values", budget)
+        planned = early_read.plan(str(path), "values", threads + budget)
         assert (planned[1] if planned else None) == expect, budget
     # indices cost 8 bytes per element on top of the decoded 4
-    planned = early_read.plan(str(path), "indices", CHUNK * 12 * 2)
+    planned = early_read.plan(str(path), "indices",
+                              _threads_cost("indices") + (CHUNK * 4 + CHUNK * 12) * 2)
     assert planned is not None and planned[1] == 2
+
+
+def _threads_cost(mode: str) -> int:
+    """What the job charges its budget for its threads' buffers on this machine's cores."""
+    from dask.system import CPU_COUNT
+
+    from dask_compact.batch.plan import Layout, thread_cost
+
+    lay = Layout.make((11 * CHUNK,), 4, CHUNK, None)
+    return CPU_COUNT * thread_cost(lay, mode)
 
 
 # -- one reader per chunk --------------------------------------------------------------------------
@@ -223,7 +237,8 @@ def test_command_with_chunks_read_early_matches_numpy(zin, tmp_path, read_first,
 def test_command_under_a_budget_reads_early_only_its_first_window(zin, tmp_path, read_first):
     path, a = zin
     out = tmp_path / "out.zarr"
-    budget = CHUNK * 8 * 3  # three chunks of float32 values in flight
+    # the threads' buffers, then three chunks of float32 values read early in flight
+    budget = _threads_cost("values") + 3 * (CHUNK * 4 + CHUNK * 4 * 3 // 2)
     summary = json.loads(invoke(path, out, "--where", "x < 0.5", "--json", "--device", "cpu",
                                 "--memory-budget", str(budget)).output)
     assert read_first[0].count == 3

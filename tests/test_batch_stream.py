@@ -19,7 +19,13 @@ pytestmark = pytest.mark.timeout(120)  # a stalled stream fails fast
 from dask_compact.batch.executor import ThreadExecutor
 from dask_compact.batch.job import NAMES, create_group, cut
 from dask_compact.batch.manifest import Manifest
-from dask_compact.batch.plan import Layout, chunk_cost, out_chunks_total, parts_of
+from dask_compact.batch.plan import (
+    Layout,
+    chunk_cost,
+    out_chunks_total,
+    parts_of,
+    thread_cost,
+)
 from dask_compact.batch.stream import Job, run_stream
 from dask_compact.batch.tasks import OutputArrays
 
@@ -79,7 +85,15 @@ def test_layout_rows_and_cost():
     assert lay.rows == (0, 4, 8, 10) and lay.out_chunk == 12
     assert [lay.size(i) for i in range(3)] == [12, 12, 6]
     assert [lay.start(i) for i in range(3)] == [0, 12, 24]
-    assert chunk_cost(lay, 0, "both") == 12 * 4 + 12 * (4 + 8)
+    # a chunk's selection buffers at full length and half again (a small selection's copy);
+    # the decoded chunk is the thread's buffer, charged apart (thread_cost)
+    full = 12 * (4 + 8)
+    assert chunk_cost(lay, 0, "both") == chunk_cost(lay, 2, "both") == full + full // 2
+    assert chunk_cost(lay, 0, "both", copies=True) == 2 * full + full // 2
+    # a thread's buffer (a chunk, or an output chunk put together) and, while a task runs, a
+    # compressed chunk plus a decoded one, or an encoded output chunk (plus slices received)
+    assert thread_cost(lay, "both") == max(48, full) + max(2 * 48, full)
+    assert thread_cost(lay, "both", copies=True) == max(48, full) + 2 * full
     assert Layout.make((0,), 8, 5, None).nchunks == 0
     # an input chunk longer than the input (--chunks 10**12): the output chunk is at most the
     # input (zarr stores a chunk at its full length: 3.6 TiB for this one before)

@@ -424,3 +424,86 @@ def test_summary_process_age_counts_from_the_process_start():
                            check=True)
         before_t0 = float(r.stdout)  # the interpreter's own start, before the code's first line
         assert -0.02 <= before_t0 < 0.75, before_t0
+
+
+# -- the memory budget: what the summary says the job holds, and what it holds ---------------
+
+_UNITS = {"B": 1, "kB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12}
+
+
+def _size(text: str) -> float:
+    number, unit = text.split()
+    return float(number) * _UNITS[unit]
+
+
+def _memory_line(out: str) -> tuple[float, float, str]:
+    """(budget, in flight, the line) of a summary's "memory" line."""
+    import re
+
+    line = next(ln for ln in out.splitlines() if ln.startswith("memory"))
+    m = re.search(r"budget (\S+ \S+), at most (\S+ \S+) in flight", line)
+    assert m, line
+    return _size(m[1]), _size(m[2]), line
+
+
+@pytest.fixture(scope="module")
+def chunky(tmp_path_factory) -> tuple[Path, np.ndarray]:
+    """128 MiB of float64 in 32 Zarr chunks of 4 MiB: chunks large enough that the threads'
+    buffers and the pieces kept whole weigh in the process's memory."""
+    a = np.random.default_rng(11).random(2**24)
+    path = tmp_path_factory.mktemp("chunky") / "in.zarr"
+    z = zarr.create_array(store=str(path), shape=a.shape, dtype=a.dtype, chunks=(2**19,))
+    z[:] = a
+    return path, a
+
+
+# 16 MiB output chunks (four input chunks' worth), 30 % selected: a piece keeps its whole
+# chunk-sized buffer (a selection of a quarter or more is a view, numpy_backend._trim), about
+# 13 of them fill an output chunk, and a budget of 4 MiB is below what the job needs.
+SMALL_BUDGET = ("--where", "x < 0.3", "--memory-budget", "4MiB", "--output-chunks",
+                str(2**21), "--no-read-ahead")
+
+
+def test_summary_in_flight_is_within_the_budget_or_says_why(chunky, tmp_path):
+    """The summary's "at most X in flight" stays within the budget, or the line says the
+    budget is below the job's minimum and names it (2026-11-30: a probe's 64 MiB budget printed
+    "at most 201.3 MB in flight" and nothing more)."""
+    path, a = chunky
+    out = tmp_path / "o.zarr"
+    res = run(path, out, *SMALL_BUDGET)
+    budget, in_flight, line = _memory_line(res.stdout)
+    assert budget == 4.2e6  # 4 MiB, as the summary prints it
+    if in_flight > budget:
+        assert "above the budget: this job needs at least" in line, line
+        import re
+
+        least = _size(re.search(r"needs at least ([\d.]+ \w+)", line)[1])
+        assert budget < in_flight <= least, line
+    np.testing.assert_array_equal(read_group(out)[1]["values"], a[a < 0.3])
+
+
+def _cli_memory(path: Path, out: Path, *args: str) -> tuple[float, float, float]:
+    """(budget, in flight, peak resident memory) of the CLI run in a process of its own."""
+    proc = subprocess.run([sys.executable, "-m", "dask_compact", str(path), str(out), *args],
+                          capture_output=True, text=True, check=False, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    budget, in_flight, line = _memory_line(proc.stdout)
+    return budget, in_flight, _size(" ".join(line.split("peak per process ")[1].split()[:2]))
+
+
+def test_in_flight_bounds_the_memory_the_job_holds(chunky, tmp_path):
+    """What the job's process holds beyond a job of 1,000 elements (the same imports and
+    compilation) is at most what the summary says is in flight (or the budget), give or take
+    16 MiB for the allocator and the interpreter. Before 2026-11-30 the threads' decode and
+    output-assembly buffers, the compressed chunks being read and the selections' idle pooled
+    buffers were not counted: this job held 99 MB beyond its baseline and said 63 MB."""
+    path, _ = chunky
+    tiny = tmp_path / "tiny.zarr"
+    z = zarr.create_array(store=str(tiny), shape=(1000,), dtype="float64", chunks=(1000,))
+    z[:] = np.random.default_rng(12).random(1000)
+    _, _, baseline = _cli_memory(tiny, tmp_path / "t.zarr", *SMALL_BUDGET)
+    budget, in_flight, peak = _cli_memory(path, tmp_path / "o.zarr", *SMALL_BUDGET)
+    allowance = 16 * 2**20
+    print(f"baseline {baseline / 1e6:.1f} MB, peak {peak / 1e6:.1f} MB, "
+          f"in flight {in_flight / 1e6:.1f} MB, budget {budget / 1e6:.1f} MB")
+    assert peak - baseline <= max(budget, in_flight) + allowance

@@ -11,8 +11,8 @@ buffers of their own, by the same code the job's tasks use (:class:`.reader.Zarr
 The job's chunk tasks then :func:`take` a chunk that was read early instead of reading it.
 
 What it may hold is bounded as the job's memory is: it reads only the chunks the streaming
-loop admits first (each charged its decoded size plus a full selection, see
-:func:`.plan.chunk_cost`), under the ``--memory-budget`` given or, by default, a quarter of
+loop admits first (each charged its compressed and decoded sizes plus a full selection, see
+:func:`early_cost`), under the ``--memory-budget`` given or, by default, a quarter of
 the memory available (the job's default budget is half of what is then available, so its
 first window holds at least those chunks). The loop stops it as it admits its first window
 and drops anything outside that window; the job's tasks read every chunk it did not start.
@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from .plan import Layout, chunk_cost
+from .plan import Layout, chunk_cost, thread_cost
 from .reader import ZarrChunkFiles
 
 _V3_TYPES = {
@@ -62,15 +62,30 @@ def plan(path: str, mode: str, budget: int | None) -> tuple[ZarrChunkFiles, int]
         return None
     # The job's own layout and charge per chunk (the streaming loop admits by the same rule).
     layout = Layout.make(reader.shape, reader.dtype.itemsize, reader.chunk_rows, None)
-    cap = _memory_cap(budget)
+    cap = _memory_cap(budget, threads_cost(layout, mode))
     total, k = 0, 0
     while k < layout.nchunks:
-        cost = chunk_cost(layout, k, mode)
+        cost = early_cost(layout, k, mode)
         if total + cost > cap:
             break
         total += cost
         k += 1
     return (reader, k) if k else None
+
+
+def early_cost(layout: Layout, k: int, mode: str) -> int:
+    """What chunk k read early may hold: the array of its own it is decoded into (not a task
+    thread's buffer), which waits for its task, and the selection the task then makes
+    (:func:`.plan.chunk_cost`). The streaming loop charges the chunks read early the same."""
+    return layout.in_bytes(k) + chunk_cost(layout, k, mode)
+
+
+def threads_cost(layout: Layout, mode: str) -> int:
+    """The buffers of the threaded scheduler's threads (one a core), which the job charges its
+    budget before any chunk (:func:`.stream.charge_threads`)."""
+    from dask.system import CPU_COUNT
+
+    return CPU_COUNT * thread_cost(layout, mode)
 
 
 def _reader(url: str, meta: dict[str, Any]) -> ZarrChunkFiles | None:
@@ -110,9 +125,10 @@ def _reader(url: str, meta: dict[str, Any]) -> ZarrChunkFiles | None:
                           False)
 
 
-def _memory_cap(budget: int | None) -> int:
+def _memory_cap(budget: int | None, threads: int = 0) -> int:
     """A quarter of the memory available now (half of the job's default budget,
-    :func:`.runner.memory_budget`), or the ``--memory-budget`` given if smaller.
+    :func:`.runner.memory_budget`), or the ``--memory-budget`` given, less the ``threads``'
+    buffers the job charges it first, if smaller.
 
     "Available" as psutil's ``virtual_memory().available``, which the job's budget uses: on
     Linux the kernel's ``MemAvailable``, read here directly (psutil's import is 20 ms more
@@ -129,7 +145,7 @@ def _memory_cap(budget: int | None) -> int:
 
         avail = int(psutil.virtual_memory().available)
     cap = avail // 4
-    return min(cap, budget) if budget else cap
+    return min(cap, budget - threads) if budget else cap
 
 
 NICE = 10  # the early threads' niceness: the command's own thread (its imports) goes first

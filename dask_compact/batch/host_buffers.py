@@ -172,12 +172,17 @@ class HostPool:
 
     :meth:`alloc` has the signature of the CPU backend's ``alloc``. A request takes the
     smallest idle buffer that holds it, if that is at most twice its size (else a new one);
-    idle buffers are kept up to :attr:`keep` bytes in all, the rest freed at once. The batch
-    job sets ``keep`` for its run and empties the pool at the end (:func:`pool_for_job`)."""
+    a buffer given back is kept idle while the idle and leased buffers together stay within
+    :attr:`keep` bytes, else freed at once (2026-11-30: idle ones alone up to ``keep`` held a
+    budget's worth beside the pieces the budget already counts). So the pool holds at most the
+    larger of ``keep`` and what is leased; :attr:`peak` is its high-water mark. The batch job
+    sets ``keep`` for its run and empties the pool at the end (:func:`pool_for_job`)."""
 
     def __init__(self, keep: int = 0) -> None:
         self.keep = keep
+        self.peak = 0  # the most bytes idle and leased together
         self._idle: list[np.ndarray] = []
+        self._leased = 0
         self._lock = threading.Lock()
 
     def alloc(self, n: int, dtype: np.dtype) -> np.ndarray:
@@ -187,14 +192,18 @@ class HostPool:
             fits = [i for i, m in enumerate(self._idle) if nbytes <= m.nbytes <= 2 * nbytes]
             # by position: list.remove would compare the arrays elementwise
             mem = self._idle.pop(min(fits, key=lambda i: self._idle[i].nbytes)) if fits else None
-        if mem is None:
-            mem = np.empty(nbytes, dtype=np.uint8)
+            if mem is None:
+                mem = np.empty(nbytes, dtype=np.uint8)
+            self._leased += mem.nbytes
+            self.peak = max(self.peak, self._leased + sum(m.nbytes for m in self._idle))
         return np.asarray(_Lease(self, mem))[: n * dtype.itemsize].view(dtype)
 
     def _give_back(self, mem: np.ndarray) -> None:
         with self._lock:
-            if sum(m.nbytes for m in self._idle) + mem.nbytes <= self.keep:
+            idle = sum(m.nbytes for m in self._idle)
+            if idle + self._leased <= self.keep:  # mem is still counted as leased
                 self._idle.append(mem)
+            self._leased -= mem.nbytes
 
     def clear(self) -> None:
         with self._lock:
@@ -216,6 +225,7 @@ def pool_for_job(keep: int) -> Iterator[HostPool]:
     """:data:`PIECES` keeping up to ``keep`` idle bytes for the job's duration, emptied after
     (a long-lived worker process must not hold a finished job's memory)."""
     PIECES.keep = keep
+    PIECES.peak = 0
     try:
         yield PIECES
     finally:

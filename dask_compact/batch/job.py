@@ -23,7 +23,7 @@ from .manifest import Manifest
 from .output import Target, job_identity, marker
 from .plan import Layout
 from .runner import Runner
-from .stream import Job, run_stream
+from .stream import Job, charge_threads, run_stream
 from .tasks import OutputArrays, peak_rss
 
 NAMES = {"values": ("values",), "indices": ("indices",), "both": ("values", "indices")}
@@ -181,8 +181,11 @@ def stream_and_commit(runner: Runner, target: Target, make_job: Callable[[], Job
         # of a cluster allocate theirs.
         marks = job.stats.marks  # the steps after the last write, for the summary's timeline
         with progress_bar(show, total_bytes) as bar:
-            with pool_for_job(job.budget if runner.client is None else 0):
+            # idle buffers are kept within what the budget leaves beside the threads' own
+            keep = max(0, job.budget - charge_threads(ex, job)) if runner.client is None else 0
+            with pool_for_job(keep) as pool:
                 total = run_stream(ex, job, bar)
+                job.stats.pool_peak = pool.peak
                 marks["stream_returned"] = time.perf_counter()
             marks["pool_emptied"] = time.perf_counter()
         marks["streamed"] = time.perf_counter()
@@ -222,6 +225,8 @@ def stream_summary(job: Job, runner: Runner, threads: int) -> dict[str, Any]:
         "threads": threads,
         "memory_budget": job.budget,
         "peak_reserved": st.peak_reserved,
+        "in_flight": st.in_flight,
+        "job_minimum": st.minimum,
         "peak_memory": peak_memory(runner),
         "gpu_chunks": st.gpu_chunks,
         "chunks_read": st.chunks,

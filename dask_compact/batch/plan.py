@@ -76,12 +76,58 @@ def out_bytes_per_element(itemsize: int, mode: str) -> int:
     return {"values": itemsize, "indices": INDEX_BYTES, "both": itemsize + INDEX_BYTES}[mode]
 
 
-def chunk_cost(layout: Layout, i: int, mode: str) -> int:
-    """Memory one input chunk may hold from its read until its output is written, before its
-    count is known: the decoded chunk plus a full selection (the worst case)."""
-    size = layout.size(i)
-    out = layout.out_elem_bytes or out_bytes_per_element(layout.itemsize, mode)
-    return size * layout.itemsize + size * out
+def _out_elem(layout: Layout, mode: str) -> int:
+    return layout.out_elem_bytes or out_bytes_per_element(layout.itemsize, mode)
+
+
+def full_selection(layout: Layout, mode: str) -> int:
+    """Bytes of the largest chunk's selection buffers (every element selected): the compaction
+    writes into buffers of the chunk's length, and a pooled buffer (.host_buffers) is never
+    larger than the largest chunk's."""
+    return layout.size(0) * _out_elem(layout, mode) if layout.nchunks else 0
+
+
+def chunk_cost(layout: Layout, i: int, mode: str, copies: bool = False) -> int:
+    """Memory one input chunk's piece may hold from its read until its count is known: its
+    selection buffers at full length, plus half of that (a selection under a quarter of them is
+    copied into a pooled buffer up to twice its size before they go back). ``copies``: on a
+    cluster, the piece's slices are also copied where it lives for the writers (see
+    :func:`piece_charge`). The decoded chunk is not here: it is in the thread's buffer
+    (:func:`thread_cost`)."""
+    full = full_selection(layout, mode)
+    return full + full // 2 + (full if copies else 0)
+
+
+def piece_charge(nbytes: int, count: int, layout: Layout, mode: str, copies: bool) -> int:
+    """What a piece is charged once its count is known, until it is dropped: the buffers it
+    holds (``nbytes``, a view keeps its whole buffer) and, on a cluster, the copies of its
+    slices cut for the writers (each element lands in one output chunk: its count at most)."""
+    return nbytes + (count * _out_elem(layout, mode) if copies else 0)
+
+
+def thread_cost(layout: Layout, mode: str, copies: bool = False) -> int:
+    """Memory each thread of the job may hold whatever the pieces (2026-11-30: these were not
+    charged, and 400 MiB workers paused at the default budget): its reused buffer
+    (.host_buffers: a decoded chunk, or an output chunk put together and padded), and while a
+    task runs either a chunk's compressed bytes plus a decoded block outside that buffer
+    (zarr's path, a chunk read early), or an output chunk's encoded frame plus, on a cluster
+    (``copies``), the slices received from other workers."""
+    chunk = layout.in_bytes(0) if layout.nchunks else 0
+    out = layout.out_chunk * _out_elem(layout, mode)
+    return max(chunk, out) + max(2 * chunk, out * (2 if copies else 1))
+
+
+def job_minimum(layout: Layout, mode: str, threads: int, copies: bool = False) -> int:
+    """The least a job can run in: every thread's buffers, one chunk being read, the piece that
+    straddles the last written output chunk and the pieces that fill the next one (a piece of
+    a quarter or more of its chunk keeps its whole buffer: up to 4x its selection; on a
+    cluster plus their slices' copies). The stream reads one chunk whenever nothing runs, so
+    it holds at most the larger of this and its budget."""
+    full = full_selection(layout, mode)
+    out = layout.out_chunk * _out_elem(layout, mode)
+    waiting = full + 4 * out + ((full + out) if copies else 0)
+    return threads * thread_cost(layout, mode, copies) + chunk_cost(layout, 0, mode, copies) \
+        + waiting
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,16 @@ from . import early_read, tasks
 from . import manifest as manifest_io
 from .executor import ClientExecutor, Executor
 from .manifest import Manifest
-from .plan import Layout, Part, chunk_cost, out_chunks_total, parts_of
+from .plan import (
+    Layout,
+    Part,
+    chunk_cost,
+    job_minimum,
+    out_chunks_total,
+    parts_of,
+    piece_charge,
+    thread_cost,
+)
 from .reader import Reader
 from .record_tasks import RecordReader
 from .tasks import OutputArrays, PieceInfo, info, take
@@ -44,13 +53,23 @@ class Stats:
     gpu_chunks: int = 0
     gpu_decoded: int = 0
     gpu_encoded: int = 0  # output chunks (of each array) encoded on a GPU
-    peak_reserved: int = 0
+    peak_reserved: int = 0  # the most charged to pieces at once (see _Stream.admit)
+    fixed: int = 0  # the threads' own buffers, charged for the whole job (charge_threads)
+    minimum: int = 0  # the least the job can run in (plan.job_minimum)
+    pool_peak: int = 0  # the most the selections' pool held, idle buffers included
     resumed_from_chunk: int = 0
     skipped_bytes: int = 0
     # time.perf_counter() of the loop's start and of its first and last pieces and writes
     # (the summary's timeline: where a job's wall time goes beside the tasks' own seconds)
     marks: dict[str, float] = field(default_factory=dict)
     durations: dict[str, float] = field(default_factory=dict)  # the first piece's read, compact
+
+    @property
+    def in_flight(self) -> int:
+        """An upper bound of the memory the job held beyond the process's baseline: the
+        threads' buffers and the pieces' (or the pool's, its idle buffers included, where it
+        held more)."""
+        return self.fixed + max(self.peak_reserved, self.pool_peak)
 
     def mark(self, event: str) -> None:
         now = time.perf_counter()
@@ -75,6 +94,15 @@ class Job:
     # The chunk task, called as tasks.read_compact is; None: tasks.read_compact (looked up
     # when the job runs). A record's job reads several fields (.record_tasks).
     task: Callable[..., Any] | None = None
+
+
+def charge_threads(ex: Executor, job: Job) -> int:
+    """Charge the job's budget with every thread's buffers (:func:`.plan.thread_cost`), held
+    whatever the pieces; note the least the job can run in. Returns the threads' charge."""
+    copies = isinstance(ex, ClientExecutor)
+    job.stats.fixed = ex.threads * thread_cost(job.layout, job.mode, copies)
+    job.stats.minimum = job_minimum(job.layout, job.mode, ex.threads, copies)
+    return job.stats.fixed
 
 
 def run_stream(ex: Executor, job: Job, progress: Callable[[int], None] | None = None) -> int:
@@ -104,7 +132,9 @@ class _Stream:
         self.next_out = offset // self.C  # output chunks below it are scheduled or written
         self.pieces: dict[int, Any] = {}
         self.users: dict[int, int] = {}  # input chunk -> writes in flight that read its piece
-        self.reserved = 0
+        self.copies = isinstance(ex, ClientExecutor)  # slices copied for the writers
+        self.fixed = charge_threads(ex, job)
+        self.reserved = 0  # charged to pieces; the budget holds it and the threads' buffers
         self.charged: dict[int, int] = {}
         self.held = 0  # input chunks read or being read whose pieces some write may still need
         self.reading = 0  # input chunks being read and compacted (count not yet known)
@@ -160,9 +190,11 @@ class _Stream:
         return out
 
     def admit(self) -> None:
-        """Start reading input chunks while the budget allows, and always one if nothing runs
-        (no read, no write): pieces waiting for the rest of their output chunk must not stall
-        the job. So a budget below one chunk plus one output chunk runs one task at a time."""
+        """Start reading input chunks while the budget allows (the threads' buffers and the
+        pieces' charges), and always one if nothing runs (no read, no write): pieces waiting
+        for the rest of their output chunk must not stall the job. So a budget below the job's
+        minimum (:func:`.plan.job_minimum`) runs one task at a time and holds at most that
+        minimum, which the summary then shows above the budget."""
         while self.next_submit < self.layout.nchunks:
             i = self.next_submit
             if i in self.skippable:
@@ -172,8 +204,12 @@ class _Stream:
                 self.charged[i] = 0
                 self.piece_done(i, PieceInfo(self.skippable[i], 0, 0.0, 0.0, "skipped"))
                 continue
-            cost = chunk_cost(self.layout, i, self.job.mode)
-            if (self.reading or self.writes) and self.reserved + cost > self.job.budget:
+            cost = chunk_cost(self.layout, i, self.job.mode, self.copies)
+            early = early_read.active()
+            if early is not None and i < early.count:  # decoded outside the threads' buffers
+                cost = max(cost, early_read.early_cost(self.layout, i, self.job.mode))
+            if (self.reading or self.writes) and (
+                    self.fixed + self.reserved + cost > self.job.budget):
                 return
             r0, r1 = self.layout.rows[i], self.layout.rows[i + 1]
             task = self.job.task or tasks.read_compact
@@ -214,8 +250,10 @@ class _Stream:
         self.reading -= 1
         self.counts[i] = pinfo.count
         # The decoded chunk is gone; only its output is held until written.
-        self.reserved -= self.charged[i] - pinfo.nbytes
-        self.charged[i] = pinfo.nbytes
+        held = 0 if skipped else piece_charge(pinfo.nbytes, pinfo.count, self.layout,
+                                              self.job.mode, self.copies)
+        self.reserved -= self.charged[i] - held
+        self.charged[i] = held
         self.users.setdefault(i, 0)
         while self.next_scan in self.counts:
             k = self.next_scan
