@@ -52,6 +52,7 @@ import logging
 import os
 import sys
 import tempfile
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -608,14 +609,37 @@ class CompiledLoop:
 
 
 def _forget(key: tuple[str, str], loop: CompiledLoop | UnsupportedPredicate) -> None:
-    """An evicted loop's module goes too. Its namespace is emptied: the dispatchers and the
-    namespace refer to each other through ``__globals__``, a cycle the garbage collector does
-    not free (numba's dispatcher type does not take part in it). A task still running the loop
-    is not affected: compiled code does not look its globals up."""
+    """An evicted loop's module goes too, once nothing holds the loop (:func:`_sweep`)."""
     if isinstance(loop, CompiledLoop) and loop.module is not None:
-        module = sys.modules.pop(loop.module, None)
-        if module is not None:
-            module.__dict__.clear()
+        _retired.append((weakref.ref(loop), loop.module))
+    _sweep()
+
+
+# Evicted loops whose module waits for its last holder: (a weak reference to the loop, the
+# module's name). A loop's module is dropped from sys.modules and its namespace emptied (the
+# dispatchers and the namespace refer to each other through ``__globals__``, a cycle the
+# garbage collector does not free: numba's dispatcher type does not take part in it), but only
+# when no task holds the loop: a held loop still compiles a new specialization at its call (a
+# read-only array: _build compiles the writeable signature only), which imports the module by
+# name and types the function with its globals. Until 2026-11-30 eviction emptied the module at
+# once, and clear_cache() from one thread failed the calls of others on read-only arrays
+# (ModuleNotFoundError for the module; with the disk cache removed, NameError for `np`).
+_retired: list[tuple[weakref.ref, str]] = []
+
+
+def _sweep() -> None:
+    """Drop the modules of evicted loops nothing holds any more, except those a loop in the
+    cache (built again from the same source) or a loop still held uses. Under ``_loops.lock``:
+    a build (the only thing that takes a module from sys.modules again) holds it too."""
+    with _loops.lock:
+        live = {v.module for v in _loops.values() if isinstance(v, CompiledLoop)}
+        live |= {name for ref, name in _retired if ref() is not None}
+        gone = {name for ref, name in _retired if ref() is None} - live
+        _retired[:] = [(ref, name) for ref, name in _retired if ref() is not None]
+        for name in gone:
+            module = sys.modules.pop(name, None)
+            if module is not None:
+                module.__dict__.clear()
 
 
 # (TypedPredicate.key, output) -> the loop, or the reason there is none (also worth keeping).
@@ -731,6 +755,7 @@ def fused_loop(tp: TypedPredicate, output: str) -> CompiledLoop:
         with _loops.lock:
             hit = _loops.get(key)
             if hit is None:
+                _sweep()  # the modules of evicted loops let go of since the last eviction
                 try:
                     hit = _build(tp, output)
                     _stats["builds"] += 1
