@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 
 import dask
 import numpy as np
@@ -191,3 +192,56 @@ def test_a_held_loop_works_after_clear_cache_on_read_only_arrays(tmp_path, monke
     dask_compact.clear_cache()  # the rebuilt one evicted: nothing holds either now
     numba_loop._sweep()
     assert name not in sys.modules
+
+
+def _damage(f, how: str, rng) -> None:
+    data = f.read_bytes()
+    if how == "truncated":  # an interrupted copy or sync of the cache directory
+        f.write_bytes(data[:100])
+    elif how == "random":
+        f.write_bytes(rng.bytes(len(data)))
+    else:  # "empty"
+        f.write_bytes(b"")
+
+
+@pytest.mark.parametrize("which, how", [
+    ("nbc", "truncated"), ("nbc", "random"), ("nbi", "truncated"), ("nbi", "empty"),
+    ("specialization", "truncated"),
+])
+def test_a_damaged_numba_cache_file_is_dropped_and_rebuilt(tmp_path, monkeypatch, which, how):
+    """A damaged numba cache file of a loop made every later process's call fail
+    (UnpicklingError: pickle data was truncated), and nothing rebuilt it (a new-user probe,
+    2026-11-30). Now a warning names the files, they are removed and the loop compiled again;
+    results exact. "specialization": the read-only array's, loaded at the call."""
+    monkeypatch.setenv("DASK_COMPACT_CACHE_DIR", str(tmp_path / "cache"))
+    numba_loop.clear_cache()
+    rng = np.random.default_rng(len(which) + len(how))
+    pred = structures(6)[-1]
+    a = rng.standard_normal(4001) * 3
+    ro = a.copy()
+    ro.flags.writeable = False
+    want = a[pred.mask(a)]
+    np.testing.assert_array_equal(dask_compact.compact_array(a, pred), want)
+    np.testing.assert_array_equal(dask_compact.compact_array(ro, pred), want)
+    pycache = tmp_path / "cache" / "__pycache__"
+
+    def fresh() -> None:  # as a new process would: the loop's module imported again
+        numba_loop.clear_cache()
+        numba_loop._sweep()
+
+    fresh()
+    if which == "specialization":  # the second data file: the read-only signature's
+        targets = sorted(pycache.glob("*.2.nbc"))
+    else:
+        targets = sorted(pycache.glob(f"*.{which}"))
+    assert targets
+    for f in targets:
+        _damage(f, how, rng)
+    with pytest.warns(RuntimeWarning, match="could not be loaded.*removed the damaged cache"):
+        np.testing.assert_array_equal(dask_compact.compact_array(a, pred), want)
+        np.testing.assert_array_equal(dask_compact.compact_array(ro, pred), want)
+    fresh()  # rebuilt: loaded with no warning
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        np.testing.assert_array_equal(dask_compact.compact_array(ro, pred), want)
+        np.testing.assert_array_equal(dask_compact.compact_array(a, pred), want)
