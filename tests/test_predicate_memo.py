@@ -336,3 +336,21 @@ def test_map_compact_after_a_rebind_while_tracing(monkeypatch):
         np.testing.assert_array_equal(got, A[A > 1.875])
     finally:
         T = old
+
+
+def test_a_gpu_repeated_call_is_kept_only_under_its_predicates_trace_key():
+    """cupy_backend.kept_key (importable without CuPy): the GPU repeated calls keep a call
+    under the caller's function only while its key is the one the predicate the call ran was
+    traced under; tests/gpu run the calls themselves."""
+    from dask_compact.backends.cupy_backend import caller_key, kept_key
+
+    limit = 0.25
+    pred = lambda v: v < limit  # noqa: E731
+    p = as_predicate(pred)
+    assert kept_key(pred, p) == caller_key(pred) is not None
+    limit = 0.75  # rebound while the call ran: that call used 0.25
+    assert kept_key(pred, p) is None
+    assert kept_key(pred, as_predicate(pred)) == caller_key(pred)
+    assert kept_key("x < 1", as_predicate("x < 1")) == "x < 1"
+    q = as_predicate("x < 2")
+    assert kept_key(q, q) == ("predicate", id(q))
