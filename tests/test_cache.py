@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 
 import dask
 import numpy as np
@@ -50,14 +51,16 @@ def test_numba_loops_are_bounded_and_recompiled_after_eviction(tmp_path, monkeyp
     a = np.random.default_rng(0).standard_normal(1000) * 5
     preds = structures(10)
     with dask.config.set({"dask-compact.cache.memory-entries": 4}):
-        loops = [numba_loop.fused_loop(p.typed(a.dtype), "values") for p in preds]
+        names = [numba_loop.fused_loop(p.typed(a.dtype), "values").module for p in preds]
         info = numba_loop.cache_info()
         assert info["loops"] == 4
         assert info["evictions"] - before["evictions"] == 6
         assert info["builds"] - before["builds"] == 10
-        # the evicted loops' modules went with them: nothing else keeps their code alive
+        # the evicted loops' modules went with them once nothing held them (the last one
+        # evicted was still held by its eviction: it goes at the next sweep, a build's)
+        numba_loop._sweep()
         assert sum(m.startswith("_dask_compact_loop_") and m in sys.modules
-                   for m in {loop.module for loop in loops}) == 4
+                   for m in set(names)) == 4
         for p in preds:  # evicted ones are rebuilt (from numba's disk cache), results exact
             got = dask_compact.compact_array(a, p)
             np.testing.assert_array_equal(got, a[p.mask(a)])
@@ -160,3 +163,85 @@ def test_get_or_build_tries_again_after_a_failed_build():
     assert cache.get(1) is None and cache._building == {}
     assert cache.get_or_build(1, lambda: "ok") == "ok"
     cache.clear()
+
+
+@pytest.mark.parametrize("disk", [False, True])
+def test_a_held_loop_works_after_clear_cache_on_read_only_arrays(tmp_path, monkeypatch, disk):
+    """A task holding a loop while another thread runs clear_cache(): its call on a read-only
+    array needs a specialization compiled then, which needs the loop's module. Until
+    2026-11-30 eviction emptied it at once: ModuleNotFoundError (disk=True: NameError for
+    `np`), a new-user probe. Deterministic: the loop is held, the cache cleared, then called.
+    Its module goes once nothing holds it."""
+    monkeypatch.setenv("DASK_COMPACT_CACHE_DIR", str(tmp_path / "cache"))
+    numba_loop.clear_cache()
+    rng = np.random.default_rng(int(disk))
+    pred = structures(3 + int(disk))[-1]  # a structure of its own per case: built here
+    a = rng.standard_normal(5003) * 3
+    tp = pred.typed(a.dtype)
+    loop = numba_loop.fused_loop(tp, "values")
+    name = loop.module
+    dask_compact.clear_cache(disk=disk)
+    ro = a.copy()
+    ro.flags.writeable = False
+    out = np.empty_like(ro)
+    k = loop(ro, out, None, 0, tp.bind(pred.params))
+    np.testing.assert_array_equal(out[:k], a[pred.mask(a)])
+    np.testing.assert_array_equal(dask_compact.compact_array(ro, pred), a[pred.mask(a)])
+    assert name in sys.modules  # held (and the rebuilt loop took the same module back)
+    del loop
+    dask_compact.clear_cache()  # the rebuilt one evicted: nothing holds either now
+    numba_loop._sweep()
+    assert name not in sys.modules
+
+
+def _damage(f, how: str, rng) -> None:
+    data = f.read_bytes()
+    if how == "truncated":  # an interrupted copy or sync of the cache directory
+        f.write_bytes(data[:100])
+    elif how == "random":
+        f.write_bytes(rng.bytes(len(data)))
+    else:  # "empty"
+        f.write_bytes(b"")
+
+
+@pytest.mark.parametrize("which, how", [
+    ("nbc", "truncated"), ("nbc", "random"), ("nbi", "truncated"), ("nbi", "empty"),
+    ("specialization", "truncated"),
+])
+def test_a_damaged_numba_cache_file_is_dropped_and_rebuilt(tmp_path, monkeypatch, which, how):
+    """A damaged numba cache file of a loop made every later process's call fail
+    (UnpicklingError: pickle data was truncated), and nothing rebuilt it (a new-user probe,
+    2026-11-30). Now a warning names the files, they are removed and the loop compiled again;
+    results exact. "specialization": the read-only array's, loaded at the call."""
+    monkeypatch.setenv("DASK_COMPACT_CACHE_DIR", str(tmp_path / "cache"))
+    numba_loop.clear_cache()
+    rng = np.random.default_rng(len(which) + len(how))
+    pred = structures(6)[-1]
+    a = rng.standard_normal(4001) * 3
+    ro = a.copy()
+    ro.flags.writeable = False
+    want = a[pred.mask(a)]
+    np.testing.assert_array_equal(dask_compact.compact_array(a, pred), want)
+    np.testing.assert_array_equal(dask_compact.compact_array(ro, pred), want)
+    pycache = tmp_path / "cache" / "__pycache__"
+
+    def fresh() -> None:  # as a new process would: the loop's module imported again
+        numba_loop.clear_cache()
+        numba_loop._sweep()
+
+    fresh()
+    if which == "specialization":  # the second data file: the read-only signature's
+        targets = sorted(pycache.glob("*.2.nbc"))
+    else:
+        targets = sorted(pycache.glob(f"*.{which}"))
+    assert targets
+    for f in targets:
+        _damage(f, how, rng)
+    with pytest.warns(RuntimeWarning, match="could not be loaded.*removed the damaged cache"):
+        np.testing.assert_array_equal(dask_compact.compact_array(a, pred), want)
+        np.testing.assert_array_equal(dask_compact.compact_array(ro, pred), want)
+    fresh()  # rebuilt: loaded with no warning
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        np.testing.assert_array_equal(dask_compact.compact_array(ro, pred), want)
+        np.testing.assert_array_equal(dask_compact.compact_array(a, pred), want)

@@ -233,3 +233,124 @@ def test_a_mask_path_function_of_a_module_is_tokenized_by_what_it_reads(monkeypa
     assert tokenize(as_predicate(mod.fm)) != t1
     assert trace_key(mod.fl) is None  # reads a list: new keys every call
     assert tokenize(as_predicate(mod.fl)) != tokenize(as_predicate(mod.fl))
+
+
+# -- a constant rebound by another thread while a call traces (a new-user probe, 2026-11-30) --
+
+
+def _rebinding_before_the_trace(monkeypatch, rebind) -> None:
+    """The next trace runs after ``rebind()``: another thread rebinding a constant between the
+    memo's key and the trace, deterministically."""
+    import importlib
+
+    # the module: dask_compact.predicate's attribute `trace` is the function
+    trace_module = importlib.import_module("dask_compact.predicate.trace")
+    real = trace_module.trace
+
+    def trace(func, *args):
+        monkeypatch.setattr(trace_module, "trace", real)
+        rebind()
+        return real(func, *args)
+
+    monkeypatch.setattr(trace_module, "trace", trace)
+
+
+def _either(got, *masks) -> None:
+    """A call racing a rebind uses the old value or the new one, as Python would."""
+    assert any(np.array_equal(got, A[m]) for m in masks), (len(got), [m.sum() for m in masks])
+
+
+def test_a_global_rebound_while_tracing_is_never_kept_under_the_other_value(monkeypatch):
+    global T
+    old = T
+    try:
+        T = 2.125  # values no other test traces: the memo misses
+
+        def rebind():
+            global T
+            T = 7.125
+
+        pred = lambda v: v > T  # noqa: E731 -- one code object: one memo key per value
+        _rebinding_before_the_trace(monkeypatch, rebind)
+        _either(compact_array(A, pred), A > 2.125, A > 7.125)
+        for t in (2.125, 7.125, 2.125):  # nothing running beside: each call its own value
+            T = t
+            check(pred, A > t)
+    finally:
+        T = old
+
+
+def test_a_class_attribute_rebound_while_tracing_is_never_kept(monkeypatch):
+    """An attribute is read as the trace runs (not copied): the key taken again differs."""
+    old = Cfg.T
+    try:
+        Cfg.T = 2.375
+        pred = lambda v: v > Cfg.T  # noqa: E731
+        _rebinding_before_the_trace(monkeypatch, lambda: setattr(Cfg, "T", 6.375))
+        _either(compact_array(A, pred), A > 2.375, A > 6.375)
+        for t in (2.375, 6.375, 2.375):
+            Cfg.T = t
+            check(pred, A > t)
+    finally:
+        Cfg.T = old
+
+
+def test_a_closure_cell_rebound_while_tracing_a_record_predicate(monkeypatch):
+    from dask_compact import compact_records
+
+    fields = {"e": A, "i": np.arange(A.size)}
+    limit = 3.625
+
+    def rebind():
+        nonlocal limit
+        limit = 8.625
+
+    pred = lambda e: e > limit  # noqa: E731
+    _rebinding_before_the_trace(monkeypatch, rebind)
+    got = compact_records(fields, pred)["i"]
+    assert any(np.array_equal(got, np.flatnonzero(A > t)) for t in (3.625, 8.625))
+    for limit in (3.625, 8.625, 3.625):  # noqa: B007 -- the closure reads it
+        np.testing.assert_array_equal(compact_records(fields, pred)["i"],
+                                      np.flatnonzero(A > limit))
+
+
+def test_map_compact_after_a_rebind_while_tracing(monkeypatch):
+    import dask.array as da
+
+    from dask_compact import map_compact
+
+    global T
+    old = T
+    try:
+        T = 1.875
+
+        def rebind():
+            global T
+            T = 5.875
+
+        pred = lambda v: v > T  # noqa: E731
+        _rebinding_before_the_trace(monkeypatch, rebind)
+        compact_array(A, pred)
+        T = 1.875
+        got = map_compact(da.from_array(A, chunks=300), pred).compute()
+        np.testing.assert_array_equal(got, A[A > 1.875])
+    finally:
+        T = old
+
+
+def test_a_gpu_repeated_call_is_kept_only_under_its_predicates_trace_key():
+    """cupy_backend.kept_key (importable without CuPy): the GPU repeated calls keep a call
+    under the caller's function only while its key is the one the predicate the call ran was
+    traced under; tests/gpu run the calls themselves."""
+    from dask_compact.backends.cupy_backend import caller_key, kept_key
+
+    limit = 0.25
+    pred = lambda v: v < limit  # noqa: E731
+    p = as_predicate(pred)
+    assert kept_key(pred, p) == caller_key(pred) is not None
+    limit = 0.75  # rebound while the call ran: that call used 0.25
+    assert kept_key(pred, p) is None
+    assert kept_key(pred, as_predicate(pred)) == caller_key(pred)
+    assert kept_key("x < 1", as_predicate("x < 1")) == "x < 1"
+    q = as_predicate("x < 2")
+    assert kept_key(q, q) == ("predicate", id(q))

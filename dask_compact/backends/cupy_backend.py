@@ -41,7 +41,7 @@ from ..cache import BoundedCache
 from ..codegen.cuda_functor import CodegenUnsupported, ctype
 from ..predicate.core import Predicate
 from ..predicate.expr import ParamOverflow
-from ..predicate.memo import trace_key
+from ..predicate.memo import TRACED_UNDER, trace_key
 from .cupy_device import (
     by_output,
     check_powers,
@@ -407,11 +407,24 @@ def caller_key(pred_like: Any) -> Any:
     return trace_key(pred_like)
 
 
-def _repeat_key(a: Any, pred_like: Any, output: str, stable: bool, algorithm: str
-                ) -> tuple | None:
+def kept_key(pred_like: Any, pred: Predicate) -> Any:
+    """:func:`caller_key` for keeping a call that ran ``pred``, made from ``pred_like``: None
+    where ``pred_like`` is a function whose key now is not the one ``pred`` was traced under.
+    A thread rebinding a constant the function reads while the call ran would otherwise keep
+    a call that compacted with one value under the other's key, and every later call with the
+    other value would run it (a new-user probe found that race in the trace memo, 2026-11-30:
+    predicate/memo.py trace_under_key). A mask-path predicate runs the function itself."""
+    pk = caller_key(pred_like)
+    if pk is None or isinstance(pred_like, (str, Predicate)) or pred.expr is None:
+        return pk
+    return pk if pred.memo.get(TRACED_UNDER) == pk else None
+
+
+def _repeat_key(a: Any, pred_like: Any, output: str, stable: bool, algorithm: str,
+                pred: Predicate | None = None) -> tuple | None:
     import cupy
 
-    pk = caller_key(pred_like)
+    pk = caller_key(pred_like) if pred is None else kept_key(pred_like, pred)
     if pk is None:
         return None
     return (threading.get_ident(), pk, a.dtype, a.size, output, stable, algorithm,
@@ -449,7 +462,7 @@ def remember_call(a: Any, pred_like: Any, pred: Predicate, output: str, stable: 
         return
     if a.size > ONE_READ_ALWAYS_BYTES >> 5:
         return
-    key = _repeat_key(a, pred_like, output, stable, algorithm)
+    key = _repeat_key(a, pred_like, output, stable, algorithm, pred)
     if key is None:
         return
     import cupy

@@ -27,12 +27,14 @@ __all__ = ["repeated_records_call", "remember_records_call", "repeated_into", "r
 _repeats: BoundedCache[tuple, tuple] = BoundedCache("repeated record calls")
 
 
-def _repeat_key(fields: dict[str, Any], pred_like: Any, indices: bool) -> tuple | None:
+def _repeat_key(fields: dict[str, Any], pred_like: Any, indices: bool,
+                pred: Predicate | None = None) -> tuple | None:
+    """``pred``: the predicate a call ran, when keeping it (``cupy_backend.kept_key``)."""
     import cupy
 
-    from .cupy_backend import caller_key
+    from .cupy_backend import caller_key, kept_key
 
-    pk = caller_key(pred_like)
+    pk = caller_key(pred_like) if pred is None else kept_key(pred_like, pred)
     if pk is None:
         return None
     layout = tuple((name, type(a), a.dtype, a.shape, a.data.device_id)
@@ -75,7 +77,7 @@ def remember_records_call(fields: dict[str, Any], pred_like: Any, pred: Predicat
         return
     import cupy
 
-    key = _repeat_key(fields, pred_like, indices)
+    key = _repeat_key(fields, pred_like, indices, pred)
     if key is None:
         return
     call = ready_records_call(fields, pred, indices)
@@ -98,13 +100,13 @@ def _desc(a: Any) -> tuple:
     return (type(a), a.dtype, a.shape, a.strides, a.data.ptr, a.data.device_id)
 
 
-def _into_key(fields: dict[str, Any], pred_like: Any, out: Any, count: Any, stream: Any
-              ) -> tuple | None:  # fmt: skip
+def _into_key(fields: dict[str, Any], pred_like: Any, out: Any, count: Any, stream: Any,
+              pred: Predicate | None = None) -> tuple | None:  # fmt: skip
     import cupy
 
-    from .cupy_backend import caller_key
+    from .cupy_backend import caller_key, kept_key
 
-    pk = caller_key(pred_like)
+    pk = caller_key(pred_like) if pred is None else kept_key(pred_like, pred)
     if pk is None or type(out) is not dict:
         return None
     sp = (cupy.cuda.get_current_stream() if stream is None else stream).ptr
@@ -153,7 +155,7 @@ def remember_into(fields: dict[str, Any], pred_like: Any, pred: Predicate, out: 
         return
     import cupy
 
-    key = _into_key(fields, pred_like, out, count, stream)
+    key = _into_key(fields, pred_like, out, count, stream, pred)
     if key is None:
         return
     dev = next(iter(fields.values())).data.device_id

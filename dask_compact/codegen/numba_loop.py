@@ -52,6 +52,8 @@ import logging
 import os
 import sys
 import tempfile
+import warnings
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -600,6 +602,16 @@ class CompiledLoop:
         self, flat: np.ndarray, out: np.ndarray | None, idx: np.ndarray | None, base: int,
         params: tuple,
     ) -> int:  # fmt: skip
+        try:
+            return self._run(flat, out, idx, base, params)
+        except Exception as e:  # a specialization loaded at the call (a read-only array)
+            if self.path is None or not damaged_cache(e):
+                raise
+            drop_damaged_cache(self.path, e)
+            return self._run(flat, out, idx, base, params)
+
+    def _run(self, flat: np.ndarray, out: np.ndarray | None, idx: np.ndarray | None,
+             base: int, params: tuple) -> int:
         if self.output == "values":
             return self.func(flat, out, *params)
         if self.output == "indices":
@@ -607,15 +619,95 @@ class CompiledLoop:
         return self.func(flat, out, idx, np.int64(base), *params)
 
 
+# numba's cache code: an error raised through it (not an OSError: a cache directory it cannot
+# write) is a cache file it could not load. A damaged file gives many: truncated,
+# UnpicklingError ("pickle data was truncated") or EOFError; random bytes, UnpicklingError
+# ("invalid load key") and others from what the bytes happen to name; a damaged middle,
+# UnicodeDecodeError. Until 2026-11-30 these went to the caller, in every later process, with
+# nothing rebuilding the file (a new-user probe: an interrupted copy of ~/.cache).
+_NUMBA_CACHING = os.path.join("numba", "core", "caching.py")
+
+
+def damaged_cache(error: BaseException) -> bool:
+    """Whether ``error`` came from numba loading a cache file."""
+    if isinstance(error, OSError):
+        return False
+    tb = error.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename.endswith(_NUMBA_CACHING):
+            return True
+        tb = tb.tb_next
+    return False
+
+
+def cache_files(path: str) -> list[Path]:
+    """numba's cache files (index and data) of the loop whose source file is ``path``."""
+    source = Path(path)
+    return sorted((source.parent / "__pycache__").glob(f"{source.stem}.*.nb[ic]"))
+
+
+def drop_damaged_cache(path: str, error: BaseException) -> None:
+    """Remove the numba cache files of the loop at ``path`` that could not be loaded, with a
+    warning naming them; the caller compiles again (numba then writes them anew)."""
+    files = cache_files(path)
+    for f in files:
+        try:
+            f.unlink()
+        except FileNotFoundError:
+            pass  # another process dropped it first
+    warnings.warn(
+        f"dask_compact: numba's cache of a compiled loop could not be loaded "
+        f"({type(error).__name__}: {error}); removed the damaged cache "
+        f"{', '.join(str(f) for f in files) or 'files'} and compiled it again. If this "
+        f"repeats, clear the cache: dask_compact.clear_cache(disk=True).",
+        RuntimeWarning, stacklevel=3,
+    )
+
+
+def compile_loop(func: Any, signature: tuple, path: str | None) -> None:
+    """``func.compile(signature)``, loading numba's cache of it; a damaged cache file is
+    dropped and the loop compiled again (:func:`drop_damaged_cache`)."""
+    try:
+        func.compile(signature)
+    except Exception as e:
+        if path is None or not damaged_cache(e):
+            raise
+        drop_damaged_cache(path, e)
+        func.compile(signature)
+
+
 def _forget(key: tuple[str, str], loop: CompiledLoop | UnsupportedPredicate) -> None:
-    """An evicted loop's module goes too. Its namespace is emptied: the dispatchers and the
-    namespace refer to each other through ``__globals__``, a cycle the garbage collector does
-    not free (numba's dispatcher type does not take part in it). A task still running the loop
-    is not affected: compiled code does not look its globals up."""
+    """An evicted loop's module goes too, once nothing holds the loop (:func:`_sweep`)."""
     if isinstance(loop, CompiledLoop) and loop.module is not None:
-        module = sys.modules.pop(loop.module, None)
-        if module is not None:
-            module.__dict__.clear()
+        _retired.append((weakref.ref(loop), loop.module))
+    _sweep()
+
+
+# Evicted loops whose module waits for its last holder: (a weak reference to the loop, the
+# module's name). A loop's module is dropped from sys.modules and its namespace emptied (the
+# dispatchers and the namespace refer to each other through ``__globals__``, a cycle the
+# garbage collector does not free: numba's dispatcher type does not take part in it), but only
+# when no task holds the loop: a held loop still compiles a new specialization at its call (a
+# read-only array: _build compiles the writeable signature only), which imports the module by
+# name and types the function with its globals. Until 2026-11-30 eviction emptied the module at
+# once, and clear_cache() from one thread failed the calls of others on read-only arrays
+# (ModuleNotFoundError for the module; with the disk cache removed, NameError for `np`).
+_retired: list[tuple[weakref.ref, str]] = []
+
+
+def _sweep() -> None:
+    """Drop the modules of evicted loops nothing holds any more, except those a loop in the
+    cache (built again from the same source) or a loop still held uses. Under ``_loops.lock``:
+    a build (the only thing that takes a module from sys.modules again) holds it too."""
+    with _loops.lock:
+        live = {v.module for v in _loops.values() if isinstance(v, CompiledLoop)}
+        live |= {name for ref, name in _retired if ref() is not None}
+        gone = {name for ref, name in _retired if ref() is None} - live
+        _retired[:] = [(ref, name) for ref, name in _retired if ref() is not None]
+        for name in gone:
+            module = sys.modules.pop(name, None)
+            if module is not None:
+                module.__dict__.clear()
 
 
 # (TypedPredicate.key, output) -> the loop, or the reason there is none (also worth keeping).
@@ -707,7 +799,7 @@ def _build(tp: TypedPredicate, output: str) -> CompiledLoop:
     try:
         # Compile now for the signature the backend calls with, so a typing problem shows up
         # here (and falls back to the mask path) rather than inside a running task.
-        func.compile(_numba_signature(tp, output))
+        compile_loop(func, _numba_signature(tp, output), path)
     except NumbaError as e:
         first = str(e).splitlines()[0]
         raise UnsupportedPredicate(f"numba could not compile the loop: {first}") from None
@@ -731,6 +823,7 @@ def fused_loop(tp: TypedPredicate, output: str) -> CompiledLoop:
         with _loops.lock:
             hit = _loops.get(key)
             if hit is None:
+                _sweep()  # the modules of evicted loops let go of since the last eviction
                 try:
                     hit = _build(tp, output)
                     _stats["builds"] += 1

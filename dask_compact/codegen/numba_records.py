@@ -35,6 +35,7 @@ from .numba_loop import (
     _load_from_file,
     _load_in_memory,
     cache_dir,
+    compile_loop,
 )
 
 __all__ = ["record_bits_loop", "generate_record_source"]
@@ -108,14 +109,15 @@ def record_bits_loop(tp: TypedPredicate) -> Any:
     def build() -> Any:
         func: Any
         try:
+            path: str | None = None
             try:
-                func = _load_from_file(generate_record_source(tp), cache_dir())[0]
+                func, path = _load_from_file(generate_record_source(tp), cache_dir())[:2]
             except OSError:  # a read-only or full cache directory: compile in memory
                 func = _load_in_memory(generate_record_source(tp, cache=False), tp.key)
             from numba.core.errors import NumbaError
 
             try:
-                func.compile(_signature(tp))
+                compile_loop(func, _signature(tp), path)  # a damaged cache file: rebuilt
             except NumbaError as e:
                 first = str(e).splitlines()[0]
                 raise UnsupportedPredicate(f"numba could not compile the loop: {first}") from None

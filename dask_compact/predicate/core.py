@@ -34,7 +34,7 @@ from .expr import (
 )
 
 # at the top: a function-level import costs a small call ~1 us, three times per call
-from .memo import trace_key, value_key
+from .memo import TRACED_UNDER, trace_key, trace_under_key, value_key
 
 logger = logging.getLogger("dask_compact")
 
@@ -466,8 +466,10 @@ def as_predicate(pred: PredicateLike) -> Predicate:
                 expr=None, params=(), func=pred, source=hit.source, reason=hit.reason)
         from .trace import trace  # imports this module: here, not at the top
 
-        p = trace(pred)
+        # a key None (what it reads could change unseen) is traced every time, as it is
+        p, key = (trace(pred), None) if key is None else trace_under_key(pred, trace)
         if key is not None:
+            p.memo[TRACED_UNDER] = key
             _traced().put(key, p)
     else:
         raise TypeError(

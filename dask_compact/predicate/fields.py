@@ -29,7 +29,7 @@ from .core import (
     refuse_writes,
 )
 from .expr import variables
-from .memo import trace_key
+from .memo import TRACED_UNDER, trace_key, trace_under_key
 
 __all__ = ["record_predicate", "record_mask", "callable_fields"]
 
@@ -114,8 +114,7 @@ def record_predicate(pred: Any, names: tuple[str, ...]) -> Predicate:
         )
     fields = callable_fields(pred, names)
     key = trace_key(pred)
-    memo_key = None if key is None else (key, fields)
-    hit = None if memo_key is None else _traced.get(memo_key)
+    hit = None if key is None else _traced.get((key, fields))
     if hit is not None:
         if hit.expr is not None:
             return hit
@@ -125,10 +124,13 @@ def record_predicate(pred: Any, names: tuple[str, ...]) -> Predicate:
         )  # fmt: skip
     from .trace import trace
 
-    p = trace(pred, fields)
+    # the key comes again with the trace (see trace_under_key: a constant rebound meanwhile)
+    p, key = ((trace(pred, fields), None) if key is None
+              else trace_under_key(pred, lambda f: trace(f, fields)))
     p = _with_fields(p, variables(p.expr) if p.expr is not None else fields)
-    if memo_key is not None:
-        _traced.put(memo_key, p)
+    if key is not None:
+        p.memo[TRACED_UNDER] = key
+        _traced.put((key, fields), p)
     return p
 
 

@@ -26,6 +26,7 @@ changed reused the old trace (a new-user probe: ``Cfg.T = 8`` and the result sti
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import struct
 import types
@@ -148,3 +149,54 @@ def _hashable(parts: list[Any]) -> tuple | None:
     except TypeError:
         return None
     return key
+
+
+# The key a memo entry's predicate was traced under, kept in its Predicate.memo (not pickled),
+# so that a backend keeping the call a function made (cupy_backend.remember_call) keeps it only
+# under the key of the values that call used.
+TRACED_UNDER = "traced under"
+
+
+def frozen(func: Callable[..., Any]) -> types.FunctionType | None:
+    """A copy of ``func`` reading the values its globals, closure cells and defaults hold now;
+    None where one cannot be read (a cell emptied meanwhile). Its trace key and its trace then
+    see the same values even while another thread rebinds one (see :func:`trace_under_key`)."""
+    if not isinstance(func, types.FunctionType):
+        return None
+    code, g = func.__code__, func.__globals__
+    # Only the names the code reads: a copy of a whole module's namespace per trace would cost
+    # more than the trace
+    snap = {name: v for name in code_names(code)
+            if (v := g.get(name, _MISSING)) is not _MISSING}
+    snap["__builtins__"] = func.__builtins__
+    try:
+        cells = tuple(types.CellType(c.cell_contents) for c in func.__closure__ or ())
+    except ValueError:  # an empty cell: a name not yet bound
+        return None
+    copy = types.FunctionType(code, snap, func.__name__, func.__defaults__, cells or None)
+    copy.__kwdefaults__ = dict(func.__kwdefaults__) if func.__kwdefaults__ else None
+    copy.__qualname__, copy.__module__ = func.__qualname__, func.__module__
+    return copy
+
+
+def trace_under_key(func: Callable[..., Any], trace: Callable[[Any], Any]) -> tuple[Any, Any]:
+    """``(trace(f), key)``: the predicate traced from ``func``'s current values and the trace
+    key to keep it under, None where it must not be kept.
+
+    Until 2026-11-30 the memo took the key, then traced, and kept the trace under that key:
+    a thread rebinding a constant the code reads (``lambda v: v > t``, ``t`` rebound) between
+    the two left a trace of the new value under the old value's key, and every later call
+    with the old value got the other threshold (a new-user probe: 758 values where NumPy
+    selected 911). Now the key and the trace come from one copy of the globals, closure cells
+    and defaults (:func:`frozen`); the attributes of modules and classes (``Cfg.T``) are read
+    as the trace runs, so a key taken again after the trace that differs means one changed
+    meanwhile: the trace serves this call (it read either value, as Python would) and is not
+    kept. The predicate returned holds ``func`` itself: a mask-path one runs it as it is."""
+    fixed = frozen(func)
+    if fixed is None:
+        return trace(func), None
+    key = trace_key(fixed)
+    p = dataclasses.replace(trace(fixed), func=func)
+    if key is None or trace_key(fixed) != key:
+        return p, None
+    return p, key

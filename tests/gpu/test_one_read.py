@@ -447,3 +447,40 @@ def test_a_run_over_two_devices_comes_out_as_one_output(output):
         np.testing.assert_array_equal(cupy.asnumpy(p), w)
         rows = class_items(len(w), w.dtype.itemsize)
         assert p.base is None if rows == len(w) else p.base.size == rows
+
+
+def test_a_constant_rebound_while_a_call_runs_is_not_kept_under_the_new_value(monkeypatch):
+    """Another thread rebinding a global the predicate reads while a call compacts (here from
+    inside the call, deterministically): the call used the old value; keeping it under the
+    key of the new one (taken after the call) made every later call with the new value run
+    the old one (the trace memo's race, a new-user probe 2026-11-30). Not kept; a quiet call
+    with either value after it is exact."""
+    import dask_compact.chunk as chunk
+
+    global THRESHOLD
+    cb._repeat_calls.clear()
+    pred = lambda v: v < THRESHOLD  # noqa: E731
+    a_host = np.random.default_rng(12).random(4099).astype(np.float32)
+    a = cupy.asarray(a_host)
+    real = chunk.compact_chunk
+
+    def rebinding(*args, **kwargs):
+        global THRESHOLD
+        monkeypatch.setattr(chunk, "compact_chunk", real)
+        out = real(*args, **kwargs)
+        THRESHOLD = 0.875
+        return out
+
+    try:
+        THRESHOLD = 0.125
+        monkeypatch.setattr(chunk, "compact_chunk", rebinding)
+        got = cupy.asnumpy(compact_array(a, pred))
+        np.testing.assert_array_equal(got, a_host[a_host < 0.125])
+        assert len(cb._repeat_calls) == 0
+        for t in (0.875, 0.875, 0.125, 0.125):
+            THRESHOLD = t
+            np.testing.assert_array_equal(cupy.asnumpy(compact_array(a, pred)),
+                                          a_host[a_host < t])
+        assert len(cb._repeat_calls) == 2
+    finally:
+        THRESHOLD = 0.5

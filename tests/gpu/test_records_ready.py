@@ -430,3 +430,55 @@ def test_into_repeated_call_skips_only_equal_checks(monkeypatch) -> None:
     with pytest.raises(ValueError, match="overlap"):
         compact_records_into(f, "depth < 3", {"indices": out["indices"]},
                              count=out["indices"][:1])
+
+
+def test_a_closure_rebound_while_a_call_runs_is_not_kept_under_the_new_value(monkeypatch
+                                                                               ) -> None:
+    """compact_records and compact_records_into keep their call under the caller's predicate
+    after the call: a closure constant rebound while it ran (from inside it here) must not
+    keep the call of the old value under the new value's key (a new-user probe, 2026-11-30:
+    the trace memo's race). Every later quiet call is exact."""
+    import dask_compact.dispatch as dispatch
+    import dask_compact.records as records
+    from dask_compact import compact_records_into
+    from dask_compact.backends import cupy_records_repeat as repeat
+
+    n = 9_001
+    f_np = batch(n, 90)
+    f = {k: cupy.asarray(v) for k, v in f_np.items()}
+    limit = 2
+
+    def rebinding(real, name, module):
+        def run(*args, **kwargs):
+            nonlocal limit
+            monkeypatch.setattr(module, name, real)
+            out = real(*args, **kwargs)
+            limit = 6
+            return out
+        return run
+
+    pred = lambda depth: depth < limit  # noqa: E731
+    repeat._repeats.clear()
+    monkeypatch.setattr(records, "compact_records_in_memory", rebinding(
+        records.compact_records_in_memory, "compact_records_in_memory", records))
+    same(compact_records(f, pred, indices=True), want(f_np, f_np["depth"] < 2, True))
+    assert len(repeat._repeats) == 0
+    for limit in (6, 6, 2, 2):  # noqa: B007 -- the closure reads it
+        same(compact_records(f, pred, indices=True), want(f_np, f_np["depth"] < limit, True))
+    assert len(repeat._repeats) == 2
+
+    limit = 1
+    out = {"pixel": cupy.empty(n, np.int32)}
+    count = cupy.empty(1, np.int64)
+    repeat._into_repeats.clear()
+    monkeypatch.setattr(dispatch, "compact_records_into", rebinding(
+        dispatch.compact_records_into, "compact_records_into", dispatch))
+    k = int(compact_records_into(f, pred, out, count=count).get()[0])
+    assert k == int((f_np["depth"] < 1).sum())
+    assert len(repeat._into_repeats) == 0
+    for limit in (6, 6, 1, 1):  # noqa: B007
+        k = int(compact_records_into(f, pred, out, count=count).get()[0])
+        mask = f_np["depth"] < limit
+        assert k == int(mask.sum())
+        np.testing.assert_array_equal(cupy.asnumpy(out["pixel"][:k]), f_np["pixel"][mask])
+    assert len(repeat._into_repeats) == 2
