@@ -48,13 +48,14 @@ import uuid
 import weakref
 from typing import Any
 
+import dask
 import dask.array as da
 import numpy as np
 
 from . import client_stream, settings
 from .cache import BoundedCache
 from .chunk import compact_blocks, compact_held_runs
-from .placement import group_tasks, placement
+from .placement import forget, group_tasks, placement
 
 PLUGIN_NAME = "dask-compact-direct"
 SERVE = "dask_compact_phase1"  # the workers' handler
@@ -271,14 +272,39 @@ def _ready(client: Any) -> bool:
     return True
 
 
+# Seconds a connection to a worker may take before the call falls back to tasks (at most
+# distributed.comm.timeouts.connect). Distributed retries a refused connection until that
+# timeout, 30 s by default: a worker lost or retired since the placement was read cost every
+# call 30 s (2026-11-30, a probe). A worker that answers connects in milliseconds (the pool
+# keeps the connection of the call before); a slower one costs only the direct path.
+CONNECT_TIMEOUT = 5.0
+
+
+def _connect_timeout() -> float:
+    from dask.utils import parse_timedelta
+
+    configured = parse_timedelta(dask.config.get("distributed.comm.timeouts.connect"), "s")
+    return min(CONNECT_TIMEOUT, configured or CONNECT_TIMEOUT)
+
+
 async def _ask(client: Any, requests: dict) -> dict:
-    """Every worker's answer to its request (an exception where it raised), in parallel."""
+    """Every worker's answer to its request (an exception where it raised), in parallel;
+    a worker that cannot be reached within :data:`CONNECT_TIMEOUT` answers with the error."""
+    from distributed.core import send_recv
+
+    timeout = _connect_timeout()
 
     async def one(addr: str, request: dict) -> Any:
         try:
-            return await getattr(client.rpc(addr), SERVE)(request=request)
+            comm = await client.rpc.connect(addr, timeout=timeout)
+        except Exception as e:  # noqa: BLE001 -- a lost worker: fall back
+            return e
+        try:
+            return await send_recv(comm=comm, op=SERVE, request=request)
         except Exception as e:  # noqa: BLE001 -- a lost worker, a missing handler: fall back
             return e
+        finally:
+            client.rpc.reuse(addr, comm)
 
     answers = await asyncio.gather(*(one(a, r) for a, r in requests.items()))
     return dict(zip(requests, answers))
@@ -430,6 +456,7 @@ def run(plan: Any, blocks: list, meta: dict[str, Any]) -> dict[str, da.Array] | 
              for run in runs])
     counts = client.sync(_exchange, client, asked, _shared(plan))
     if counts is None:
+        forget(client, keys)  # a holder gone or moved: the next call asks where they are
         return None
     order = range(len(runs_in_order) * parts)
     sizes = tuple(counts[j] for j in order)

@@ -37,8 +37,9 @@ def _held_where(keys: list, dask_scheduler: Any = None) -> tuple[list, dict, int
 # later call on the same persisted array (the same future objects, all finished) skips the
 # scheduler round trip (3 ms of a 12-18 ms call on the 2-core CI machine's LocalCluster).
 # Re-persisting makes new futures, so a new placement; a placement gone stale since (a worker
-# lost and its chunks recomputed elsewhere) costs transfers into the group's task, never a
-# wrong result: the task reads its chunks wherever they are.
+# lost or retired and its chunks recomputed or moved elsewhere) costs transfers into the
+# group's task, never a wrong result: the task reads its chunks wherever they are. The direct
+# path, which asks the holders themselves, drops it (:func:`forget`) when a holder fails it.
 _placements: BoundedCache[tuple, tuple] = BoundedCache("input placements")
 
 
@@ -57,6 +58,15 @@ def placement(client: Any, keys: list, blocks: list) -> tuple[list, dict, int]:
     _placements.put(cache_key, (weakref.ref(blocks[0]), holders, nthreads, rootish))
     warn_if_uneven(holders, nthreads)  # once per persisted input: later calls hit the cache
     return holders, nthreads, rootish
+
+
+def forget(client: Any, keys: list) -> None:
+    """Drop the cached placement of the input ``keys`` (:func:`placement`): the next call
+    asks the scheduler again. Called where the placement proved stale (a worker it names
+    did not answer, or no longer held a chunk): kept, it sent every later direct call to a
+    worker that was gone (2026-11-30, a probe: each call then waited out the connect
+    timeout, 30 s, before falling back to tasks)."""
+    _placements.pop((id(client), tuple(keys)))
 
 
 def warn_if_uneven(holders: list, nthreads: dict) -> None:

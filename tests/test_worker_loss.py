@@ -1,0 +1,111 @@
+"""map_compact on a LocalCluster of worker processes that lose workers: killed, retired, or
+all at once (found by a 2026-11-30 probe). Each test has its own cluster: it kills workers."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import dask
+import dask.array as da
+import numpy as np
+import pytest
+from cluster_helpers import cluster_for_kills
+from distributed import wait
+
+import dask_compact  # noqa: F401  (registers Array.map_compact)
+
+pytestmark = pytest.mark.timeout(300)  # a hang fails
+
+
+def _kill(client, pids) -> None:
+    for pid in pids:
+        os.kill(pid, signal.SIGKILL)
+
+
+def _lift_restrictions(dask_scheduler=None) -> None:
+    """On the scheduler: every task may run anywhere (the tests place their input by
+    restrictions, for a placement of several runs per worker; only ours are under test)."""
+    for ts in dask_scheduler.tasks.values():
+        ts.worker_restrictions = ts.host_restrictions = None
+        ts.loose_restrictions = False
+
+
+def _round_robin(client, a: np.ndarray, chunk: int):
+    """``a`` persisted with chunk i on worker i mod 2, free to be remade anywhere."""
+    workers = sorted(client.nthreads())
+    parts = [client.persist(da.from_array(a[s:s + chunk], chunks=chunk),
+                            workers=[workers[k % 2]], allow_other_workers=True)
+             for k, s in enumerate(range(0, len(a), chunk))]
+    x = da.concatenate(parts).persist()
+    wait(x)
+    client.run_on_scheduler(_lift_restrictions)
+    return x
+
+
+@pytest.fixture(scope="module")
+def client3():
+    # a connect timeout shorter than the default 30 s, still far above what the calls may take
+    with dask.config.set({"distributed.comm.timeouts.connect": "20s"}):
+        with cluster_for_kills(n_workers=3, threads_per_worker=1) as c:
+            yield c
+
+
+@pytest.mark.parametrize("how", ["killed", "retired"])
+def test_a_call_after_a_worker_is_lost_does_not_wait_for_it(client3, how):
+    """The placement of a persisted input is cached per input; a worker it names, lost or
+    retired since, was asked directly by every later call, each waiting out the connect
+    timeout (20 s here) before falling back to tasks. Now a call takes well under it, and
+    the next ones ask the new placement (direct again)."""
+    client = client3
+    rng = np.random.default_rng(7 if how == "killed" else 8)
+    a = rng.random(240_011)
+    x = da.from_array(a, chunks=20_000).persist()  # 13 chunks, spread over the workers
+    wait(x)
+    np.testing.assert_array_equal(x.map_compact(lambda v: v > 0.5).compute(), a[a > 0.5])
+    pids = client.run(os.getpid)
+    victim = sorted(pids)[0]
+    if how == "killed":
+        os.kill(pids[victim], signal.SIGKILL)
+        client.wait_for_workers(3, timeout=120)
+    else:
+        client.retire_workers([victim])
+    wait(x)  # the lost chunks remade (or moved) elsewhere
+    for _ in range(2):
+        t = time.perf_counter()
+        y = x.map_compact(lambda v: v > 0.5)
+        took = time.perf_counter() - t
+        assert took < 10, f"the call took {took:.1f} s"
+        np.testing.assert_array_equal(y.compute(), a[a > 0.5])
+    assert "direct" in y.name  # the second call asked the new placement
+
+
+def test_a_worker_killed_during_a_call_costs_no_connect_timeout(client3):
+    """A worker killed while a direct call runs (its chunks slow to compact): the call falls
+    back to tasks at once, and is exact."""
+    client = client3
+    client.wait_for_workers(2, timeout=120)
+    a = np.random.default_rng(9).random(120_007)
+    x = da.from_array(a, chunks=10_000).persist()
+    wait(x)
+    x.map_compact(lambda v: v > 0.3)  # the placement cached
+
+    def slow(v):
+        time.sleep(0.5)
+        return v > 0.3
+
+    pids = client.run(os.getpid)
+    import threading
+
+    killer = threading.Timer(0.3, os.kill, args=(pids[sorted(pids)[0]], signal.SIGKILL))
+    t = time.perf_counter()
+    killer.start()
+    try:
+        y = x.map_compact(slow)
+    finally:
+        killer.join()
+    took = time.perf_counter() - t
+    np.testing.assert_array_equal(y.compute(), a[a > 0.3])
+    assert took < 15, f"the call took {took:.1f} s"
+    client.wait_for_workers(len(pids), timeout=120)
