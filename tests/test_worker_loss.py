@@ -3,6 +3,7 @@ all at once (found by a 2026-11-30 probe). Each test has its own cluster: it kil
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import time
@@ -109,3 +110,49 @@ def test_a_worker_killed_during_a_call_costs_no_connect_timeout(client3):
     np.testing.assert_array_equal(y.compute(), a[a > 0.3])
     assert took < 15, f"the call took {took:.1f} s"
     client.wait_for_workers(len(pids), timeout=120)
+
+
+def test_a_grouped_result_computes_after_every_worker_died():
+    """The grouped path's anchors (its tasks, or a direct call's fallback) were restricted to
+    their (loose) workers; after every worker died at once, distributed left them in
+    no-worker for good and the result never computed. Now it is remade on the new workers,
+    as plain Dask's would be."""
+    with cluster_for_kills(n_workers=2, threads_per_worker=1) as client:
+        a = np.random.default_rng(3).random(30_011)
+        x = _round_robin(client, a, 1_000)
+        with dask.config.set({"dask-compact.direct": False}):
+            y = x.map_compact(lambda v: v > 0.4)
+        assert "grouped" in y.name
+        np.testing.assert_array_equal(y.compute(), a[a > 0.4])
+        _kill(client, client.run(os.getpid).values())
+        client.wait_for_workers(2, timeout=120)
+        np.testing.assert_array_equal(client.compute(y).result(timeout=120), a[a > 0.4])
+
+
+def _anchor_keys(dask_scheduler=None) -> list:
+    return [str(k) for k in dask_scheduler.tasks if "dask-compact-anchor" in str(k)]
+
+
+def test_anchors_go_with_the_last_result_that_uses_them():
+    """The anchors of grouped results stayed on the scheduler for the client's whole life;
+    they now go with the last result that uses them, and a call while one lives reuses
+    them."""
+    with cluster_for_kills(n_workers=2, threads_per_worker=1) as client, \
+            dask.config.set({"dask-compact.direct": False}):
+        a = np.random.default_rng(4).random(20_011)
+        x = _round_robin(client, a, 1_000)
+        y = x.map_compact(lambda v: v > 0.5)
+        first = client.run_on_scheduler(_anchor_keys)
+        assert first
+        z = x.map_compact(lambda v: v < 0.2)  # while y lives: the same anchors
+        assert client.run_on_scheduler(_anchor_keys) == first
+        np.testing.assert_array_equal(z.compute(), a[a < 0.2])
+        np.testing.assert_array_equal(y.compute(), a[a > 0.5])
+        del y, z
+        gc.collect()
+        deadline = time.monotonic() + 30
+        while client.run_on_scheduler(_anchor_keys) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert client.run_on_scheduler(_anchor_keys) == []
+        y = x.map_compact(lambda v: v > 0.5)  # new anchors, as the first call made
+        np.testing.assert_array_equal(y.compute(), a[a > 0.5])
