@@ -56,6 +56,7 @@ from . import client_stream, settings
 from .cache import BoundedCache
 from .chunk import compact_blocks, compact_held_runs
 from .placement import forget, group_tasks, placement
+from .remade import expect
 
 PLUGIN_NAME = "dask-compact-direct"
 SERVE = "dask_compact_phase1"  # the workers' handler
@@ -138,7 +139,7 @@ def _keep(worker: Any, held: dict) -> None:
     """On a worker: hold the pieces it answered for (:func:`_serve`), as scattered data, and
     send their sizes to the scheduler (:func:`_sizes_to`)."""
     nbytes = worker.update_data(data=held, stimulus_id=f"dask-compact-direct-{uuid.uuid4()}")
-    _sizes_to(worker, nbytes["nbytes"])
+    _sizes_to(worker, nbytes["nbytes"], {k: len(v) for k, v in held.items()})
 
 
 async def _register_from(worker: Any, registration: bytes, shared: bytes, client: str) -> bool:
@@ -154,22 +155,27 @@ async def _register_from(worker: Any, registration: bytes, shared: bytes, client
         return False
 
 
-def _sizes_to(worker: Any, nbytes: dict) -> None:
-    """From a worker: its registered pieces' sizes, on its stream to the scheduler
-    (:func:`_set_sizes`); nothing waits for them. Until they arrive the scheduler counts
-    the pieces as 0 bytes (registered so: no drift in its per-worker totals)."""
-    worker.batched_send({"op": SIZES, "nbytes": pickle.dumps(nbytes, protocol=5)})
+def _sizes_to(worker: Any, nbytes: dict, lengths: dict) -> None:
+    """From a worker: its registered pieces' sizes (bytes, and items: ``lengths``), on its
+    stream to the scheduler (:func:`_set_sizes`); nothing waits for them. Until they arrive
+    the scheduler counts the pieces as 0 bytes (registered so: no drift in its per-worker
+    totals)."""
+    worker.batched_send({"op": SIZES, "nbytes": pickle.dumps((nbytes, lengths), protocol=5)})
 
 
-def _set_sizes(nbytes: dict, worker: str, dask_scheduler: Any) -> None:
+def _set_sizes(nbytes: dict, lengths: dict, worker: str, dask_scheduler: Any) -> None:
     """On the scheduler: the sizes of pieces ``worker`` holds (:func:`_sizes_to`), for those
-    still held there (a piece released meanwhile is gone)."""
+    still held there (a piece released meanwhile is gone); their run specs then check that a
+    remade piece has the length the client was answered (:func:`.remade.expect`)."""
     s = dask_scheduler
     ws = s.workers.get(worker)
+    held = {}
     for key, n in nbytes.items():
         ts = s.tasks.get(key)
         if ts is not None and ws is not None and ts.who_has and ws in ts.who_has:
             ts.set_nbytes(n)
+            held[key] = int(lengths[key])
+    expect(held, dask_scheduler=s)
 
 
 def _run_specs(made: list, pred: Any, stable: bool, algorithm: str) -> dict:
@@ -248,7 +254,8 @@ def _scheduler_plugin_class() -> type:
                              dask_scheduler=self.scheduler)
 
         def dask_compact_sizes(self, nbytes: bytes, worker: str) -> None:
-            _set_sizes(pickle.loads(nbytes), worker, dask_scheduler=self.scheduler)
+            sizes, lengths = pickle.loads(nbytes)
+            _set_sizes(sizes, lengths, worker, dask_scheduler=self.scheduler)
 
     return DirectRegistration
 

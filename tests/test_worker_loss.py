@@ -156,3 +156,33 @@ def test_anchors_go_with_the_last_result_that_uses_them():
         assert client.run_on_scheduler(_anchor_keys) == []
         y = x.map_compact(lambda v: v > 0.5)  # new anchors, as the first call made
         np.testing.assert_array_equal(y.compute(), a[a > 0.5])
+
+
+@pytest.mark.parametrize("path", ["graph", "direct", "tasks"])
+def test_a_result_remade_from_a_rewritten_zarr_store_raises(tmp_path, path):
+    """A result of known length, its only worker killed after its Zarr input was rewritten
+    in place: its pieces are remade from the new data. They selected another number of
+    elements and the result silently changed length; now using it raises, saying the input
+    changed."""
+    zarr = pytest.importorskip("zarr")
+    rng = np.random.default_rng(5)
+    a = rng.random(100_003)
+    p = str(tmp_path / "in.zarr")
+    z = zarr.create_array(store=p, shape=a.shape, chunks=(10_000,), dtype=a.dtype)
+    z[:] = a
+    with cluster_for_kills(n_workers=1, threads_per_worker=2) as client:
+        x = da.from_zarr(p)
+        with dask.config.set({"dask-compact.direct": path == "direct"}):
+            if path != "graph":
+                x = x.persist()
+                wait(x)
+            y = x.map_compact(lambda v: v > 0.5)
+        assert len(y) == int((a > 0.5).sum())
+        np.testing.assert_array_equal(y.compute(), a[a > 0.5])
+        time.sleep(1)  # the direct path's sizes (and the checks with them) reach the scheduler
+        z[:] = rng.random(a.shape)  # rewritten in place
+        _kill(client, client.run(os.getpid).values())
+        client.wait_for_workers(1, timeout=120)
+        with pytest.raises(Exception, match="the input changed since the result") as e:
+            y.compute()
+        assert type(e.value).__name__ == "InputChangedError"
