@@ -93,6 +93,11 @@ class BoundedCache(Generic[K, V]):
                 if self._on_evict is not None:
                     self._on_evict(old_key, old)
 
+    def pop(self, key: K) -> V | None:
+        """Drop ``key``'s value (not an eviction: ``on_evict`` does not run); it, or None."""
+        with self.lock:
+            return self._items.pop(key, None)
+
     def get_or_build(self, key: K, build: Callable[[], V]) -> V:
         """The cached value, or ``build()`` stored under ``key``. Built once: threads asking
         for the same key while it is built wait for that build (a failed build is tried

@@ -48,13 +48,15 @@ import uuid
 import weakref
 from typing import Any
 
+import dask
 import dask.array as da
 import numpy as np
 
 from . import client_stream, settings
 from .cache import BoundedCache
 from .chunk import compact_blocks, compact_held_runs
-from .placement import group_tasks, placement
+from .placement import forget, group_tasks, placement
+from .remade import expect
 
 PLUGIN_NAME = "dask-compact-direct"
 SERVE = "dask_compact_phase1"  # the workers' handler
@@ -137,7 +139,7 @@ def _keep(worker: Any, held: dict) -> None:
     """On a worker: hold the pieces it answered for (:func:`_serve`), as scattered data, and
     send their sizes to the scheduler (:func:`_sizes_to`)."""
     nbytes = worker.update_data(data=held, stimulus_id=f"dask-compact-direct-{uuid.uuid4()}")
-    _sizes_to(worker, nbytes["nbytes"])
+    _sizes_to(worker, nbytes["nbytes"], {k: len(v) for k, v in held.items()})
 
 
 async def _register_from(worker: Any, registration: bytes, shared: bytes, client: str) -> bool:
@@ -153,22 +155,27 @@ async def _register_from(worker: Any, registration: bytes, shared: bytes, client
         return False
 
 
-def _sizes_to(worker: Any, nbytes: dict) -> None:
-    """From a worker: its registered pieces' sizes, on its stream to the scheduler
-    (:func:`_set_sizes`); nothing waits for them. Until they arrive the scheduler counts
-    the pieces as 0 bytes (registered so: no drift in its per-worker totals)."""
-    worker.batched_send({"op": SIZES, "nbytes": pickle.dumps(nbytes, protocol=5)})
+def _sizes_to(worker: Any, nbytes: dict, lengths: dict) -> None:
+    """From a worker: its registered pieces' sizes (bytes, and items: ``lengths``), on its
+    stream to the scheduler (:func:`_set_sizes`); nothing waits for them. Until they arrive
+    the scheduler counts the pieces as 0 bytes (registered so: no drift in its per-worker
+    totals)."""
+    worker.batched_send({"op": SIZES, "nbytes": pickle.dumps((nbytes, lengths), protocol=5)})
 
 
-def _set_sizes(nbytes: dict, worker: str, dask_scheduler: Any) -> None:
+def _set_sizes(nbytes: dict, lengths: dict, worker: str, dask_scheduler: Any) -> None:
     """On the scheduler: the sizes of pieces ``worker`` holds (:func:`_sizes_to`), for those
-    still held there (a piece released meanwhile is gone)."""
+    still held there (a piece released meanwhile is gone); their run specs then check that a
+    remade piece has the length the client was answered (:func:`.remade.expect`)."""
     s = dask_scheduler
     ws = s.workers.get(worker)
+    held = {}
     for key, n in nbytes.items():
         ts = s.tasks.get(key)
         if ts is not None and ws is not None and ts.who_has and ws in ts.who_has:
             ts.set_nbytes(n)
+            held[key] = int(lengths[key])
+    expect(held, dask_scheduler=s)
 
 
 def _run_specs(made: list, pred: Any, stable: bool, algorithm: str) -> dict:
@@ -247,7 +254,8 @@ def _scheduler_plugin_class() -> type:
                              dask_scheduler=self.scheduler)
 
         def dask_compact_sizes(self, nbytes: bytes, worker: str) -> None:
-            _set_sizes(pickle.loads(nbytes), worker, dask_scheduler=self.scheduler)
+            sizes, lengths = pickle.loads(nbytes)
+            _set_sizes(sizes, lengths, worker, dask_scheduler=self.scheduler)
 
     return DirectRegistration
 
@@ -271,14 +279,39 @@ def _ready(client: Any) -> bool:
     return True
 
 
+# Seconds a connection to a worker may take before the call falls back to tasks (at most
+# distributed.comm.timeouts.connect). Distributed retries a refused connection until that
+# timeout, 30 s by default: a worker lost or retired since the placement was read cost every
+# call 30 s (2026-11-30, a probe). A worker that answers connects in milliseconds (the pool
+# keeps the connection of the call before); a slower one costs only the direct path.
+CONNECT_TIMEOUT = 5.0
+
+
+def _connect_timeout() -> float:
+    from dask.utils import parse_timedelta
+
+    configured = parse_timedelta(dask.config.get("distributed.comm.timeouts.connect"), "s")
+    return min(CONNECT_TIMEOUT, configured or CONNECT_TIMEOUT)
+
+
 async def _ask(client: Any, requests: dict) -> dict:
-    """Every worker's answer to its request (an exception where it raised), in parallel."""
+    """Every worker's answer to its request (an exception where it raised), in parallel;
+    a worker that cannot be reached within :data:`CONNECT_TIMEOUT` answers with the error."""
+    from distributed.core import send_recv
+
+    timeout = _connect_timeout()
 
     async def one(addr: str, request: dict) -> Any:
         try:
-            return await getattr(client.rpc(addr), SERVE)(request=request)
+            comm = await client.rpc.connect(addr, timeout=timeout)
+        except Exception as e:  # noqa: BLE001 -- a lost worker: fall back
+            return e
+        try:
+            return await send_recv(comm=comm, op=SERVE, request=request)
         except Exception as e:  # noqa: BLE001 -- a lost worker, a missing handler: fall back
             return e
+        finally:
+            client.rpc.reuse(addr, comm)
 
     answers = await asyncio.gather(*(one(a, r) for a, r in requests.items()))
     return dict(zip(requests, answers))
@@ -430,6 +463,7 @@ def run(plan: Any, blocks: list, meta: dict[str, Any]) -> dict[str, da.Array] | 
              for run in runs])
     counts = client.sync(_exchange, client, asked, _shared(plan))
     if counts is None:
+        forget(client, keys)  # a holder gone or moved: the next call asks where they are
         return None
     order = range(len(runs_in_order) * parts)
     sizes = tuple(counts[j] for j in order)

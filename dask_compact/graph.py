@@ -45,6 +45,7 @@ from .chunk import (
 )
 from .imported import distributed_if_imported
 from .placement import _take, anchors, group_tasks, placement
+from .remade import expect
 from .task_report import reported
 
 
@@ -391,15 +392,20 @@ def _fetch_counts(counts: da.Array) -> np.ndarray:
     return np.concatenate([np.asarray(r, dtype=np.int64).reshape(-1, 2) for r in rows])
 
 
-def _held_nbytes(keys: list, dask_scheduler: Any = None) -> list:
+def _held_nbytes(keys: list, itemsize: int = 0, dask_scheduler: Any = None) -> list:
     """On the scheduler: the size in bytes its workers reported for each of ``keys`` when the
     task ended (``sizeof`` of the result: a NumPy or CuPy array's ``nbytes``), None for a key
-    not in memory or of unknown size."""
+    not in memory or of unknown size. Where every size is a whole number of ``itemsize``
+    items, those are the lengths the client takes: each key's run spec then checks that a
+    piece remade after a loss has its length (:func:`.remade.expect`)."""
     out = []
     for k in keys:
         ts = dask_scheduler.tasks.get(k)
         ok = ts is not None and ts.state == "memory" and ts.nbytes >= 0
         out.append(ts.nbytes if ok else None)
+    lengths = [b // itemsize for b in out if b is not None and itemsize and b % itemsize == 0]
+    if len(lengths) == len(keys):
+        expect(dict(zip(keys, lengths)), dask_scheduler=dask_scheduler)
     return out
 
 
@@ -426,7 +432,7 @@ def _held_counts(arr: da.Array) -> np.ndarray | None:
 
         wait(blocks)  # raises here if a chunk's task failed, as gathering it would
         try:
-            sizes = client.run_on_scheduler(_held_nbytes, keys)
+            sizes = client.run_on_scheduler(_held_nbytes, keys, arr.dtype.itemsize)
         except Exception:  # noqa: BLE001 -- the scheduler could not say: count with tasks
             return None
         item = arr.dtype.itemsize
@@ -454,6 +460,16 @@ def _group_counts(pieces: tuple, output: str) -> np.ndarray:
     return rows
 
 
+def _reported_and_expected(keys: list, dask_scheduler: Any = None) -> list:
+    """On the scheduler: the group tasks' reported counts (:func:`.task_report.reported`);
+    each task's run spec then checks that its tuple, remade after a loss, has those counts
+    (:func:`.remade.expect`)."""
+    got = reported(keys, dask_scheduler=dask_scheduler)
+    expect({k: [int(n) for n in c] for k, c in zip(keys, got) if c is not None},
+           dask_scheduler=dask_scheduler)
+    return got
+
+
 def _reported_counts(tasks: da.Array, groups: list[list[list[int]]]) -> np.ndarray | None:
     """(n_out, 0) rows of the group tasks' runs, from what each task reported as it ended
     (:mod:`.task_report`): one question to the scheduler once they are done, no task."""
@@ -465,7 +481,7 @@ def _reported_counts(tasks: da.Array, groups: list[list[list[int]]]) -> np.ndarr
 
     wait(blocks)  # raises here if a group's task failed, as gathering it would
     try:
-        got = client.run_on_scheduler(reported, [b.key for b in blocks])
+        got = client.run_on_scheduler(_reported_and_expected, [b.key for b in blocks])
     except Exception:  # noqa: BLE001 -- the scheduler could not say: count with tasks
         return None
     if any(c is None or len(c) != len(g) for c, g in zip(got, groups)):

@@ -37,8 +37,9 @@ def _held_where(keys: list, dask_scheduler: Any = None) -> tuple[list, dict, int
 # later call on the same persisted array (the same future objects, all finished) skips the
 # scheduler round trip (3 ms of a 12-18 ms call on the 2-core CI machine's LocalCluster).
 # Re-persisting makes new futures, so a new placement; a placement gone stale since (a worker
-# lost and its chunks recomputed elsewhere) costs transfers into the group's task, never a
-# wrong result: the task reads its chunks wherever they are.
+# lost or retired and its chunks recomputed or moved elsewhere) costs transfers into the
+# group's task, never a wrong result: the task reads its chunks wherever they are. The direct
+# path, which asks the holders themselves, drops it (:func:`forget`) when a holder fails it.
 _placements: BoundedCache[tuple, tuple] = BoundedCache("input placements")
 
 
@@ -57,6 +58,15 @@ def placement(client: Any, keys: list, blocks: list) -> tuple[list, dict, int]:
     _placements.put(cache_key, (weakref.ref(blocks[0]), holders, nthreads, rootish))
     warn_if_uneven(holders, nthreads)  # once per persisted input: later calls hit the cache
     return holders, nthreads, rootish
+
+
+def forget(client: Any, keys: list) -> None:
+    """Drop the cached placement of the input ``keys`` (:func:`placement`): the next call
+    asks the scheduler again. Called where the placement proved stale (a worker it names
+    did not answer, or no longer held a chunk): kept, it sent every later direct call to a
+    worker that was gone (2026-11-30, a probe: each call then waited out the connect
+    timeout, 30 s, before falling back to tasks)."""
+    _placements.pop((id(client), tuple(keys)))
 
 
 def warn_if_uneven(holders: list, nthreads: dict) -> None:
@@ -135,14 +145,36 @@ def _take(pieces: tuple, k: int, anchor: Any) -> Any:
     return pieces[k]
 
 
-# id(client) -> {worker address: [anchor futures held there]}, all of one anchor group
+# id(client) -> {worker address: [weak references to the anchor futures held there]}, all of
+# one anchor group. Weak: the results that use them hold them (their graphs), and the anchors
+# go when the last of those goes; a call while one lives reuses them (no tasks, no round trip
+# on its path). Held strongly, they stayed on the scheduler for the client's whole life
+# (2026-11-30, a probe).
 _anchor_sets: BoundedCache[int, dict] = BoundedCache("placement anchors")
+
+
+def _unpin(keys: list, dask_scheduler: Any = None) -> None:
+    """On the scheduler: the anchors ``keys`` lose their worker restrictions once held.
+
+    The restriction places an anchor once; a lost anchor is remade anywhere, which
+    ``allow_other_workers`` meant, but distributed (2026.7) does not do where every worker
+    was lost at once: the anchor waits in ``no-worker`` for its gone worker, and no new
+    worker takes it (``bulk_schedule_unrunnable_after_adding_worker`` checks the
+    restriction, not its looseness), so a grouped result whose workers all died never
+    computed again (2026-11-30, a probe)."""
+    for k in keys:
+        ts = dask_scheduler.tasks.get(k)
+        if ts is not None:
+            ts.worker_restrictions = None
+            ts.host_restrictions = None
+            ts.loose_restrictions = False
 
 
 def anchors(client: Any, workers: list, count: int) -> dict:
     """Tiny finished futures, at least ``count`` of them and at least one held by each of
-    ``workers``, made once per client: ``{worker: [anchors there]}``. Each output piece of a
-    grouped phase 1 depends, besides its group's tuple, on an anchor held where that tuple is.
+    ``workers``: ``{worker: [anchors there]}``, made once and reused by later calls while a
+    result that uses them lives (:data:`_anchor_sets`). Each output piece of a grouped phase 1
+    depends, besides its group's tuple, on an anchor held where that tuple is.
 
     Why: the scheduler takes a task group larger than twice the cluster's threads whose
     dependencies number fewer than ``distributed.scheduler.rootish-taskgroup-dependencies``
@@ -158,18 +190,21 @@ def anchors(client: Any, workers: list, count: int) -> dict:
     pieces moved to where the rechunk ran, and a rebalanced result fell 9-43% further behind
     its peer run beside it (4x H200).
 
-    The anchors are ordinary tasks, loosely restricted to their worker: a lost one is
-    recomputed elsewhere, and a piece whose tuple and anchor are then apart moves the anchor's
-    few bytes.
+    The anchors are ordinary tasks, restricted to their worker only until they are held
+    (:func:`_unpin`): what places the pieces is where an anchor is held, not its
+    restriction. A lost one is recomputed anywhere, as a plain task, and a piece whose tuple
+    and anchor are then apart moves the anchor's few bytes.
     """
     from distributed import wait
 
     hit = _anchor_sets.get(id(client))
     if (hit is not None and all(w in hit for w in workers)
             and sum(len(v) for v in hit.values()) >= count):
-        held = [f for v in hit.values() for f in v]
-        if held[0].client is client and all(f.status == "finished" for f in held):
-            return hit
+        held = {w: [r() for r in refs] for w, refs in hit.items()}
+        every = [f for v in held.values() for f in v]
+        if all(f is not None and f.client is client and f.status == "finished"
+               for f in every):
+            return held
     order = sorted(set(workers))
     if not order:  # a group of several runs always has a known holder
         raise ValueError("anchors need the address of at least one worker")
@@ -178,9 +213,9 @@ def anchors(client: Any, workers: list, count: int) -> dict:
     futures = [client.submit(_anchor, i, key=(name, i), pure=False, workers=[w],
                              allow_other_workers=True) for i, w in enumerate(where)]
     wait(futures)
+    client.run_on_scheduler(_unpin, [f.key for f in futures])
     made: dict = {}
     for w, f in zip(where, futures):
         made.setdefault(w, []).append(f)
-    _anchor_sets.put(id(client), made)
+    _anchor_sets.put(id(client), {w: [weakref.ref(f) for f in fs] for w, fs in made.items()})
     return made
-

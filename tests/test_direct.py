@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 import types
 
 import dask
@@ -169,13 +170,18 @@ def test_a_later_use_of_few_pieces_runs_where_they_are(client, monkeypatch, outp
 
 
 def _run_specs(keys, dask_scheduler=None) -> dict:
-    """On the scheduler: each key's state, its run spec's function name and dependencies."""
+    """On the scheduler: each key's state, its run spec's function name and dependencies,
+    and the length a remade piece must have (None until the worker's sizes came:
+    remade.expect wraps the run spec then)."""
     out = {}
     for k in keys:
         ts = dask_scheduler.tasks[k]
-        spec = ts.run_spec
+        spec, expected = ts.run_spec, None
+        if getattr(spec, "func", None).__name__ == "checked":
+            expected, spec = spec.args[0], spec.args[2]
         out[k] = (ts.state, getattr(getattr(spec, "func", None), "__name__", None),
-                  sorted(str(d.key) for d in ts.dependencies), ts.priority is not None)
+                  sorted(str(d.key) for d in ts.dependencies), ts.priority is not None,
+                  expected)
     return out
 
 
@@ -200,7 +206,13 @@ def test_the_pieces_are_registered_with_their_run_specs_and_no_graph(client, mon
         keys = [f.key for f in _blocks(g)]
         specs = client.run_on_scheduler(_run_specs, keys)
         for j, k in enumerate(keys):
-            assert specs[k] == ("memory", "_recompute", [inputs[j]], True)
+            assert specs[k][:4] == ("memory", "_recompute", [inputs[j]], True)
+        deadline = time.monotonic() + 30  # the sizes follow on the workers' streams
+        while (any(s[4] is None for s in specs.values())
+               and time.monotonic() < deadline):
+            time.sleep(0.1)
+            specs = client.run_on_scheduler(_run_specs, keys)
+        assert [specs[k][4] for k in keys] == list(g.chunks[0])  # checked when remade
     m = a > 0.35
     for g, w in zip(got, (a[m], np.flatnonzero(m))):
         np.testing.assert_array_equal(g.compute(), w)

@@ -1,0 +1,61 @@
+"""A result's pieces, remade after their worker was lost, must have the lengths it recorded.
+
+An eager result knows its chunk sizes: phase 1's counts, read once it ran. A piece lost with
+its worker is remade from its run spec, which reads the input again; where the input changed
+since (a Zarr store rewritten in place, read again by ``da.from_zarr``'s tasks), the remade
+piece selected other data, of another length, and the result silently changed length and
+mixed old and new data (2026-11-30, a probe: ``len(y)`` 499808, ``y.compute()`` 500604
+long). Once the counts are known, each piece's run spec on the scheduler is wrapped so that a
+remade piece of another length raises :class:`InputChangedError` instead (:func:`expect`);
+the wrapping rides on a message that goes anyway (the direct path's sizes, the scheduler
+question that reads the counts), so it costs no round trip. A piece lost before its run
+spec is wrapped (a window of milliseconds) is remade unchecked.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class InputChangedError(RuntimeError):
+    """A piece of a compacted result, remade after its worker was lost, has another length
+    than the result recorded: the input changed since the result was made."""
+
+
+def checked(expected: Any, key: Any, out: Any) -> Any:
+    """``out``, a remade piece (an array, or a group task's tuple of runs' outputs, each an
+    array or a ``(values, indices)`` pair), if its length is ``expected`` (an int, or one per
+    run); else :class:`InputChangedError`."""
+    if isinstance(expected, int):
+        got: Any = len(out)
+    else:
+        got = [len(p[0] if isinstance(p, tuple) else p) for p in out]
+        expected = list(expected)
+    if got != expected:
+        raise InputChangedError(
+            f"dask_compact: a piece of a compacted result ({key!r}) was remade after its worker "
+            f"was lost and selected {got} elements where the result recorded {expected}: the "
+            "input changed since the result was made (e.g. a Zarr store written in place), so "
+            "the result's known chunk sizes no longer hold. Call map_compact again on the "
+            "input as it is now, or persist (or copy) the input before compacting it.")
+    return out
+
+
+def expect(lengths: dict, dask_scheduler: Any) -> None:
+    """On the scheduler: wrap the run spec of each key of ``lengths`` (key -> its expected
+    length, :func:`checked`) so that remaking it checks its length. Keys gone, of no run spec
+    (scattered) or wrapped already are left as they are."""
+    from dask._task_spec import Alias, Task, TaskRef
+
+    for key, n in lengths.items():
+        ts = dask_scheduler.tasks.get(key)
+        spec = ts.run_spec if ts is not None else None
+        if isinstance(spec, Task) and spec.func is checked:
+            continue
+        if isinstance(spec, Alias):  # dask's persist left our key an alias of a fused task
+            inner: Any = TaskRef(spec.target)
+        elif isinstance(spec, Task):
+            inner = spec  # a nested task runs inline, with the same dependencies
+        else:
+            continue
+        ts.run_spec = Task(key, checked, n, key, inner)

@@ -1,0 +1,188 @@
+"""map_compact on a LocalCluster of worker processes that lose workers: killed, retired, or
+all at once (found by a 2026-11-30 probe). Each test has its own cluster: it kills workers."""
+
+from __future__ import annotations
+
+import gc
+import os
+import signal
+import time
+
+import dask
+import dask.array as da
+import numpy as np
+import pytest
+from cluster_helpers import cluster_for_kills
+from distributed import wait
+
+import dask_compact  # noqa: F401  (registers Array.map_compact)
+
+pytestmark = pytest.mark.timeout(300)  # a hang fails
+
+
+def _kill(client, pids) -> None:
+    for pid in pids:
+        os.kill(pid, signal.SIGKILL)
+
+
+def _lift_restrictions(dask_scheduler=None) -> None:
+    """On the scheduler: every task may run anywhere (the tests place their input by
+    restrictions, for a placement of several runs per worker; only ours are under test)."""
+    for ts in dask_scheduler.tasks.values():
+        ts.worker_restrictions = ts.host_restrictions = None
+        ts.loose_restrictions = False
+
+
+def _round_robin(client, a: np.ndarray, chunk: int):
+    """``a`` persisted with chunk i on worker i mod 2, free to be remade anywhere."""
+    workers = sorted(client.nthreads())
+    parts = [client.persist(da.from_array(a[s:s + chunk], chunks=chunk),
+                            workers=[workers[k % 2]], allow_other_workers=True)
+             for k, s in enumerate(range(0, len(a), chunk))]
+    x = da.concatenate(parts).persist()
+    wait(x)
+    client.run_on_scheduler(_lift_restrictions)
+    return x
+
+
+@pytest.fixture(scope="module")
+def client3():
+    # a connect timeout shorter than the default 30 s, still far above what the calls may take
+    with dask.config.set({"distributed.comm.timeouts.connect": "20s"}):
+        with cluster_for_kills(n_workers=3, threads_per_worker=1) as c:
+            yield c
+
+
+@pytest.mark.parametrize("how", ["killed", "retired"])
+def test_a_call_after_a_worker_is_lost_does_not_wait_for_it(client3, how):
+    """The placement of a persisted input is cached per input; a worker it names, lost or
+    retired since, was asked directly by every later call, each waiting out the connect
+    timeout (20 s here) before falling back to tasks. Now a call takes well under it, and
+    the next ones ask the new placement (direct again)."""
+    client = client3
+    rng = np.random.default_rng(7 if how == "killed" else 8)
+    a = rng.random(240_011)
+    x = da.from_array(a, chunks=20_000).persist()  # 13 chunks, spread over the workers
+    wait(x)
+    np.testing.assert_array_equal(x.map_compact(lambda v: v > 0.5).compute(), a[a > 0.5])
+    pids = client.run(os.getpid)
+    victim = sorted(pids)[0]
+    if how == "killed":
+        os.kill(pids[victim], signal.SIGKILL)
+        client.wait_for_workers(3, timeout=120)
+    else:
+        client.retire_workers([victim])
+    wait(x)  # the lost chunks remade (or moved) elsewhere
+    for _ in range(2):
+        t = time.perf_counter()
+        y = x.map_compact(lambda v: v > 0.5)
+        took = time.perf_counter() - t
+        assert took < 10, f"the call took {took:.1f} s"
+        np.testing.assert_array_equal(y.compute(), a[a > 0.5])
+    assert "direct" in y.name  # the second call asked the new placement
+
+
+def test_a_worker_killed_during_a_call_costs_no_connect_timeout(client3):
+    """A worker killed while a direct call runs (its chunks slow to compact): the call falls
+    back to tasks at once, and is exact."""
+    client = client3
+    client.wait_for_workers(2, timeout=120)
+    a = np.random.default_rng(9).random(120_007)
+    x = da.from_array(a, chunks=10_000).persist()
+    wait(x)
+    x.map_compact(lambda v: v > 0.3)  # the placement cached
+
+    def slow(v):
+        time.sleep(0.5)
+        return v > 0.3
+
+    pids = client.run(os.getpid)
+    import threading
+
+    killer = threading.Timer(0.3, os.kill, args=(pids[sorted(pids)[0]], signal.SIGKILL))
+    t = time.perf_counter()
+    killer.start()
+    try:
+        y = x.map_compact(slow)
+    finally:
+        killer.join()
+    took = time.perf_counter() - t
+    np.testing.assert_array_equal(y.compute(), a[a > 0.3])
+    assert took < 15, f"the call took {took:.1f} s"
+    client.wait_for_workers(len(pids), timeout=120)
+
+
+def test_a_grouped_result_computes_after_every_worker_died():
+    """The grouped path's anchors (its tasks, or a direct call's fallback) were restricted to
+    their (loose) workers; after every worker died at once, distributed left them in
+    no-worker for good and the result never computed. Now it is remade on the new workers,
+    as plain Dask's would be."""
+    with cluster_for_kills(n_workers=2, threads_per_worker=1) as client:
+        a = np.random.default_rng(3).random(30_011)
+        x = _round_robin(client, a, 1_000)
+        with dask.config.set({"dask-compact.direct": False}):
+            y = x.map_compact(lambda v: v > 0.4)
+        assert "grouped" in y.name
+        np.testing.assert_array_equal(y.compute(), a[a > 0.4])
+        _kill(client, client.run(os.getpid).values())
+        client.wait_for_workers(2, timeout=120)
+        np.testing.assert_array_equal(client.compute(y).result(timeout=120), a[a > 0.4])
+
+
+def _anchor_keys(dask_scheduler=None) -> list:
+    return [str(k) for k in dask_scheduler.tasks if "dask-compact-anchor" in str(k)]
+
+
+def test_anchors_go_with_the_last_result_that_uses_them():
+    """The anchors of grouped results stayed on the scheduler for the client's whole life;
+    they now go with the last result that uses them, and a call while one lives reuses
+    them."""
+    with cluster_for_kills(n_workers=2, threads_per_worker=1) as client, \
+            dask.config.set({"dask-compact.direct": False}):
+        a = np.random.default_rng(4).random(20_011)
+        x = _round_robin(client, a, 1_000)
+        y = x.map_compact(lambda v: v > 0.5)
+        first = client.run_on_scheduler(_anchor_keys)
+        assert first
+        z = x.map_compact(lambda v: v < 0.2)  # while y lives: the same anchors
+        assert client.run_on_scheduler(_anchor_keys) == first
+        np.testing.assert_array_equal(z.compute(), a[a < 0.2])
+        np.testing.assert_array_equal(y.compute(), a[a > 0.5])
+        del y, z
+        gc.collect()
+        deadline = time.monotonic() + 30
+        while client.run_on_scheduler(_anchor_keys) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert client.run_on_scheduler(_anchor_keys) == []
+        y = x.map_compact(lambda v: v > 0.5)  # new anchors, as the first call made
+        np.testing.assert_array_equal(y.compute(), a[a > 0.5])
+
+
+@pytest.mark.parametrize("path", ["graph", "direct", "tasks"])
+def test_a_result_remade_from_a_rewritten_zarr_store_raises(tmp_path, path):
+    """A result of known length, its only worker killed after its Zarr input was rewritten
+    in place: its pieces are remade from the new data. They selected another number of
+    elements and the result silently changed length; now using it raises, saying the input
+    changed."""
+    zarr = pytest.importorskip("zarr")
+    rng = np.random.default_rng(5)
+    a = rng.random(100_003)
+    p = str(tmp_path / "in.zarr")
+    z = zarr.create_array(store=p, shape=a.shape, chunks=(10_000,), dtype=a.dtype)
+    z[:] = a
+    with cluster_for_kills(n_workers=1, threads_per_worker=2) as client:
+        x = da.from_zarr(p)
+        with dask.config.set({"dask-compact.direct": path == "direct"}):
+            if path != "graph":
+                x = x.persist()
+                wait(x)
+            y = x.map_compact(lambda v: v > 0.5)
+        assert len(y) == int((a > 0.5).sum())
+        np.testing.assert_array_equal(y.compute(), a[a > 0.5])
+        time.sleep(1)  # the direct path's sizes (and the checks with them) reach the scheduler
+        z[:] = rng.random(a.shape)  # rewritten in place
+        _kill(client, client.run(os.getpid).values())
+        client.wait_for_workers(1, timeout=120)
+        with pytest.raises(Exception, match="the input changed since the result") as e:
+            y.compute()
+        assert type(e.value).__name__ == "InputChangedError"
