@@ -71,6 +71,11 @@ def scan(a: np.ndarray, exclusive: bool, algorithm: str, acc: np.dtype,
     if flat.size:
         _scan_loop(flat, out, acc.type(0 if base is None else base), base is not None,
                    bool(exclusive))
+        at = int(bool(exclusive))  # where a[0] itself is the running sum
+        if base is None and flat.dtype == acc and acc.kind == "f" and at < flat.size:
+            # copied as bytes: numba 0.60's loop (the lowest allowed) quieted a signalling NaN
+            # on the way through, which NumPy's cumsum keeps (a probe of the lowest versions)
+            out[at:at + 1] = flat[:1]
     return out
 
 
