@@ -325,3 +325,29 @@ def test_scalar_powers_compile_as_numpy_computes_them(dtype, f):
         np.testing.assert_array_equal(dask_compact.compact_array(a, p), a[want])
         np.testing.assert_array_equal(dask_compact.compact_array(a, p, output="indices"),
                                       np.flatnonzero(want))
+
+
+def test_np_vectorize_of_a_function_per_element_runs_on_the_mask_path():
+    """np.vectorize converts its argument with __array__, which the tracer refused as if the
+    chunk were used whole (a probe); a function applied per element is elementwise. With a
+    core signature it acts on whole rows and stays refused."""
+    import math
+
+    import dask.array as da
+
+    import dask_compact
+
+    rng = np.random.default_rng(7)
+    a = rng.uniform(0.5, 100, 1031)
+    log = np.vectorize(math.log, otypes=[float])
+    p = trace(lambda v: log(v) > 4)
+    assert p.expr is None and "np.vectorize" in p.reason
+    want = a[log(a) > 4]
+    np.testing.assert_array_equal(dask_compact.compact_array(a, lambda v: log(v) > 4), want)
+    got = da.from_array(a, chunks=97).map_compact(lambda v: log(v) > 4)
+    np.testing.assert_array_equal(got.compute(), want)
+    whole = np.vectorize(lambda r: r.sum(), signature="(n)->()")
+    with pytest.raises(NotElementwise, match="converting the argument"):
+        trace(lambda v: whole(v) > 4)
+    with pytest.raises(NotElementwise, match="converting the argument"):
+        trace(lambda v: np.asarray(v) > 4)

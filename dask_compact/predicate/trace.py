@@ -308,6 +308,20 @@ def _unary(fn: str) -> Callable[[Any], Any]:
     return op
 
 
+def _called_by_vectorize() -> bool:
+    """Whether the conversion under way is np.vectorize's, of a function applied per element
+    (no ``signature``: a core signature makes it act on whole sub-arrays, not elementwise)."""
+    frame = inspect.currentframe()
+    for _ in range(8):  # vectorize's __call__ -> _call_as_normal -> _vectorize_call -> asanyarray
+        frame = frame.f_back if frame is not None else None
+        if frame is None:
+            return False
+        obj = frame.f_locals.get("self")
+        if isinstance(obj, np.vectorize):
+            return obj.signature is None
+    return False
+
+
 class Sym:
     """A symbolic array: every operation on it builds a node of the expression tree."""
 
@@ -432,6 +446,10 @@ class Sym:
     __rmatmul__ = __matmul__
 
     def __array__(self, *args: Any, **kwargs: Any) -> Any:
+        if _called_by_vectorize():
+            # np.vectorize converts its argument, then calls a Python function per element:
+            # elementwise, but nothing to fuse (it was refused as if the chunk were used whole)
+            raise self._tracer.stop("np.vectorize calls a Python function per element")
         raise self._tracer.refuse(
             _per_chunk("converting the argument to an array (np.asarray, np.array, __array__)")
         )
