@@ -55,7 +55,7 @@ import numpy as np
 from . import client_stream, settings
 from .cache import BoundedCache
 from .chunk import compact_blocks, compact_held_runs
-from .placement import forget, group_tasks, placement
+from .placement import forget, group_tasks, over_budget, placement
 from .remade import expect
 
 PLUGIN_NAME = "dask-compact-direct"
@@ -82,6 +82,8 @@ async def _serve(worker: Any, request: dict) -> dict:
 
     data = worker.data
     groups = pickle.loads(request["groups"])
+    if _spilled(data, [k for runs in groups for keys, _, _ in runs for k in keys]):
+        return {"status": "spilled"}  # before anything is read or registered
     try:
         jobs = [[[data[k] for k in keys] for keys, _, _ in runs] for runs in groups]
     except KeyError:  # moved or released since the placement was read
@@ -133,6 +135,23 @@ async def _serve(worker: Any, request: dict) -> dict:
     # this worker in a later turn of its loop, after this callback.
     asyncio.get_running_loop().call_soon(_keep, worker, held)
     return {"status": "OK", "counts": counts}
+
+
+def _spilled(data: Any, keys: list) -> bool:
+    """Whether any of ``keys`` that the worker's ``data`` holds is spilled to disk (a
+    SpillBuffer's ``slow``): the direct path then declines, and the call runs as tasks.
+
+    Why: this path reads all of a call's chunks at once (reading a spilled chunk brings it
+    back into memory) and holds every output until it answers; on a worker whose memory is
+    full enough to spill, that killed the worker (2 workers of 400 MiB, a persisted 1 GiB
+    input: both restarted, a probe). Dask's tasks read a few chunks each, as the worker's
+    memory allows. A lookup per chunk; other stores (dask-cuda's) are not asked."""
+    from distributed.spill import SpillBuffer
+
+    if not isinstance(data, SpillBuffer):
+        return False
+    fast = data.fast
+    return any(k not in fast and k in data for k in keys)
 
 
 def _keep(worker: Any, held: dict) -> None:
@@ -444,10 +463,16 @@ def run(plan: Any, blocks: list, meta: dict[str, Any]) -> dict[str, da.Array] | 
     if not hasattr(client, "rpc") or not _ready(client):
         return None
     keys = plan.block_keys()
-    holders, nthreads, rootish = placement(client, keys, blocks)
+    holders, nthreads, rootish, limits = placement(client, keys, blocks)
     if any(h is None for h in holders):
         return None
-    groups = group_tasks(holders, nthreads)
+    nbytes = plan.host_nbytes
+    if over_budget(holders, nthreads, nbytes, limits):
+        # A worker holds every input and output of its share of the call at once here; past
+        # half its target memory, the tasks (groups within the budget, run as the worker's
+        # memory allows: it spills and pauses between them) take the call.
+        return None
+    groups = group_tasks(holders, nthreads, nbytes, limits)
     runs_in_order = sorted((run for runs in groups for run in runs), key=lambda r: r[0])
     parts = _parts(len(runs_in_order), rootish, plan)
     wants = ("values", "indices") if plan.output == "both" else (plan.output,)

@@ -96,6 +96,17 @@ class Plan:
         return np.concatenate([[0], np.cumsum(self.x.chunks[0])[:-1]]).astype(np.int64)
 
     @property
+    def host_nbytes(self) -> list[int] | None:
+        """The bytes of every input chunk (known input), where its chunks are host (NumPy)
+        arrays, else None: what bounds a phase-1 group by the worker's memory limit
+        (:func:`.placement.group_tasks`), a limit of host memory. Device chunks are bounded by
+        their GPU's memory (and dask-cuda's spilling), and keep their groups whatever their
+        size."""
+        if not self.known_input or not isinstance(self.x._meta, np.ndarray):
+            return None
+        return [int(c) * self.x.dtype.itemsize for c in self.x.chunks[0]]
+
+    @property
     def direct(self) -> bool:
         """Phase 1 yields the output chunk itself (one output, input chunk starts known)."""
         return self.output != "both" and self.known_input
@@ -162,8 +173,8 @@ def _groups_by_worker(plan: Plan, blocks: list | None
     if blocks is None or not plan.by_worker or not plan.known_input or plan.nblocks < 2:
         return None
     keys = plan.block_keys()
-    holders, nthreads, rootish = placement(blocks[0].client, keys, blocks)
-    groups = group_tasks(holders, nthreads)
+    holders, nthreads, rootish, limits = placement(blocks[0].client, keys, blocks)
+    groups = group_tasks(holders, nthreads, plan.host_nbytes, limits)
     if len(groups) == len(keys):
         return None
     return groups, [holders[g[0][0]] for g in groups], rootish

@@ -18,22 +18,27 @@ from typing import Any
 from .cache import BoundedCache
 
 
-def _held_where(keys: list, dask_scheduler: Any = None) -> tuple[list, dict, int]:
+def _held_where(keys: list, dask_scheduler: Any = None) -> tuple[list, dict, int, dict]:
     """On the scheduler: the first worker holding each key (None if none), every worker's
-    thread count (``client.who_has`` and ``client.nthreads`` in one round trip), and the
-    number of dependency tasks under which it takes a large layer for root tasks."""
+    thread count (``client.who_has`` and ``client.nthreads`` in one round trip), the
+    number of dependency tasks under which it takes a large layer for root tasks, and every
+    worker's memory limit in bytes (0: none)."""
     holders = []
     for k in keys:
         ts = dask_scheduler.tasks.get(k)
         held = ts is not None and ts.who_has
         ws = min((w.address for w in ts.who_has), default=None) if held else None
         holders.append(ws)
-    nthreads = {w.address: w.nthreads for w in dask_scheduler.workers.values()}
-    return holders, nthreads, int(getattr(dask_scheduler, "rootish_tg_dependencies_threshold", 5))
+    workers = dask_scheduler.workers.values()
+    nthreads = {w.address: w.nthreads for w in workers}
+    limits = {w.address: int(w.memory_limit or 0) for w in workers}
+    return (holders, nthreads, int(getattr(dask_scheduler, "rootish_tg_dependencies_threshold", 5)),
+            limits)
 
 
 # The placement of a persisted input already seen: (id(client), its keys) -> (a weak reference
-# to its first chunk's future, the holders, the workers' threads, the root-ish threshold). A
+# to its first chunk's future, the holders, the workers' threads, the root-ish threshold, the
+# workers' memory limits). A
 # later call on the same persisted array (the same future objects, all finished) skips the
 # scheduler round trip (3 ms of a 12-18 ms call on the 2-core CI machine's LocalCluster).
 # Re-persisting makes new futures, so a new placement; a placement gone stale since (a worker
@@ -43,21 +48,22 @@ def _held_where(keys: list, dask_scheduler: Any = None) -> tuple[list, dict, int
 _placements: BoundedCache[tuple, tuple] = BoundedCache("input placements")
 
 
-def placement(client: Any, keys: list, blocks: list) -> tuple[list, dict, int]:
-    """(holders, threads per worker, root-ish threshold) of the persisted ``blocks`` (futures
-    of ``keys``): asked of the scheduler once they are computed, or from the cache."""
+def placement(client: Any, keys: list, blocks: list) -> tuple[list, dict, int, dict]:
+    """(holders, threads per worker, root-ish threshold, memory limit per worker) of the
+    persisted ``blocks`` (futures of ``keys``): asked of the scheduler once they are
+    computed, or from the cache."""
     import distributed
 
     cache_key = (id(client), tuple(keys))
     hit = _placements.get(cache_key)
     if (hit is not None and hit[0]() is blocks[0]
             and all(b.status == "finished" for b in blocks)):
-        return hit[1], hit[2], hit[3]
+        return hit[1], hit[2], hit[3], hit[4]
     distributed.wait(blocks)  # where a chunk lives is known once it is computed
-    holders, nthreads, rootish = client.run_on_scheduler(_held_where, keys)  # one round trip
-    _placements.put(cache_key, (weakref.ref(blocks[0]), holders, nthreads, rootish))
+    holders, nthreads, rootish, limits = client.run_on_scheduler(_held_where, keys)  # one trip
+    _placements.put(cache_key, (weakref.ref(blocks[0]), holders, nthreads, rootish, limits))
     warn_if_uneven(holders, nthreads)  # once per persisted input: later calls hit the cache
-    return holders, nthreads, rootish
+    return holders, nthreads, rootish, limits
 
 
 def forget(client: Any, keys: list) -> None:
@@ -101,7 +107,39 @@ def warn_if_uneven(holders: list, nthreads: dict) -> None:
         PerformanceWarning, stacklevel=2)
 
 
-def group_tasks(holders: list, nthreads: dict) -> list[list[list[int]]]:
+def group_budget(limit: int, nthreads: int) -> int | None:
+    """The most input bytes one phase-1 group (a task, or a job of the direct path) of a
+    worker with memory limit ``limit`` (0: none, then None) and ``nthreads`` threads reads at
+    once.
+
+    The fraction: a worker spills held data to keep its process memory under
+    ``distributed.worker.memory.spill`` (0.7) of its limit and is restarted at ``terminate``
+    (0.95), so what its running tasks add on top must fit in between (a quarter of the
+    limit), shared by its threads; half of that for a group's input, half for its output,
+    which can be as large (``output="values"``, all selected). Measured on the 2-core
+    machine, 2 workers of 400 MiB (some 210 MiB of it the interpreter and libraries, numba's
+    LLVM among them), a persisted 1 GiB input of 32 MiB chunks: groups of 3 chunks (a budget
+    of the target memory over 2) were still killed with 95% of the items selected; one chunk
+    a group (this budget, 50 MiB) was not.
+
+    Why a bound: a group reads all its chunks at once, so a worker's chunks in one group
+    unspilled every chunk of an input larger than its memory (the worker was killed), and the
+    scheduler refuses outright a task whose inputs exceed the worker's memory limit
+    (MemoryError); Dask's own tasks, one per chunk, stay below both (a probe).
+    """
+    if not limit:
+        return None
+    import dask
+
+    def fraction(name: str, default: float) -> float:
+        return float(dask.config.get(f"distributed.worker.memory.{name}", default) or default)
+
+    room = max(0.05, fraction("terminate", 0.95) - fraction("spill", 0.7))
+    return int(limit * room / max(1, nthreads) / 2)
+
+
+def group_tasks(holders: list, nthreads: dict, nbytes: list | None = None,
+                limits: dict | None = None) -> list[list[list[int]]]:
     """Chunk positions grouped for phase 1: one group (task) per worker thread, each a list
     of runs (consecutive chunks, one output chunk each).
 
@@ -111,10 +149,18 @@ def group_tasks(holders: list, nthreads: dict) -> list[list[list[int]]]:
     consecutive. A chunk of unknown holder (None) is a group and a run of its own. Groups are
     ordered by their first chunk.
 
+    Given each chunk's bytes (``nbytes``) and the workers' memory limits (``limits``), a
+    group over its worker's :func:`group_budget` is cut, in order, into groups within it (a
+    chunk larger than the budget alone): an input larger than the workers' memory is then
+    read a few chunks a task, as Dask's own tasks read it, not all at once. Within the
+    budget (the common case) the groups are the ones above.
+
     >>> group_tasks(["a", "a", "a", "a", "b", "b", "a"], {"a": 2, "b": 1})
     [[[0, 1, 2]], [[3], [6]], [[4, 5]]]
     >>> group_tasks(["a", "b", "a", "b", "a", "b"], {"a": 1, "b": 1})
     [[[0], [2], [4]], [[1], [3], [5]]]
+    >>> group_tasks(["a"] * 4, {"a": 1}, [60] * 4, {"a": 1000})  # budget 125: 2 + 2 chunks
+    [[[0, 1]], [[2, 3]]]
     """
     held: dict[Any, list[int]] = {}
     for i, h in enumerate(holders):
@@ -124,16 +170,63 @@ def group_tasks(holders: list, nthreads: dict) -> list[list[list[int]]]:
         if h is None:
             groups.extend([[i]] for i in chunks)
             continue
-        cap = math.ceil(len(chunks) / max(1, nthreads.get(h, 1)))
+        threads = max(1, nthreads.get(h, 1))
+        cap = math.ceil(len(chunks) / threads)
+        budget = group_budget(limits.get(h, 0), threads) if nbytes and limits else None
         for j in range(0, len(chunks), cap):
-            runs: list[list[int]] = []
-            for i in chunks[j:j + cap]:
-                if runs and runs[-1][-1] == i - 1:
-                    runs[-1].append(i)
-                else:
-                    runs.append([i])
-            groups.append(runs)
+            for part in _within(chunks[j:j + cap], nbytes, budget):
+                groups.append(_runs(part))
     return sorted(groups, key=lambda g: g[0][0])
+
+
+def _within(chunks: list[int], nbytes: list | None, budget: int | None) -> list[list[int]]:
+    """``chunks`` cut, in order, into parts of at most ``budget`` bytes each (a chunk over
+    it alone); one part where there is no budget or all of them fit."""
+    if budget is None or nbytes is None or sum(nbytes[i] for i in chunks) <= budget:
+        return [chunks]
+    parts: list[list[int]] = [[]]
+    size = 0
+    for i in chunks:
+        if parts[-1] and size + nbytes[i] > budget:
+            parts.append([])
+            size = 0
+        parts[-1].append(i)
+        size += nbytes[i]
+    return parts
+
+
+def over_budget(holders: list, nthreads: dict, nbytes: list | None, limits: dict) -> bool:
+    """Whether a worker holds more of an input (``nbytes`` per chunk) than all its threads'
+    :func:`group_budget` together: the direct path, which holds a call's every input and
+    output on a worker at once, declines such a call.
+
+    >>> over_budget(["a", "a"], {"a": 1}, [60, 70], {"a": 1000})  # 130 > 125
+    True
+    >>> over_budget(["a", "a"], {"a": 1}, [60, 70], {"a": 0})  # no limit
+    False
+    """
+    if nbytes is None:
+        return False
+    held: Counter = Counter()
+    for h, n in zip(holders, nbytes):
+        held[h] += n
+    for h, n in held.items():
+        threads = max(1, nthreads.get(h, 1))
+        budget = group_budget(limits.get(h, 0), threads)
+        if budget is not None and n > budget * threads:
+            return True
+    return False
+
+
+def _runs(chunks: list[int]) -> list[list[int]]:
+    """``chunks`` (in order) cut where they stop being consecutive."""
+    runs: list[list[int]] = []
+    for i in chunks:
+        if runs and runs[-1][-1] == i - 1:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    return runs
 
 
 def _anchor(i: int) -> int:

@@ -274,10 +274,10 @@ def test_a_call_that_cannot_finish_directly_leaves_no_piece(client, monkeypatch)
     real = direct.placement
 
     def wrong(c, keys, blocks):
-        holders, nthreads, rootish = real(c, keys, blocks)
+        holders, nthreads, rootish, limits = real(c, keys, blocks)
         first = holders[0]
         other = next(h for h in holders if h != first)
-        return [other, *holders[1:]], nthreads, rootish  # chunk 0 said to be on the other
+        return [other, *holders[1:]], nthreads, rootish, limits  # chunk 0 said to be elsewhere
 
     monkeypatch.setattr(direct, "placement", wrong)
     got = x.map_compact("x < 0.6")
