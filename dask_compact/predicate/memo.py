@@ -168,7 +168,7 @@ def frozen(func: Callable[..., Any]) -> types.FunctionType | None:
     # more than the trace
     snap = {name: v for name in code_names(code)
             if (v := g.get(name, _MISSING)) is not _MISSING}
-    snap["__builtins__"] = func.__builtins__
+    snap["__builtins__"] = getattr(func, "__builtins__", g.get("__builtins__"))  # 3.10+
     try:
         cells = tuple(types.CellType(c.cell_contents) for c in func.__closure__ or ())
     except ValueError:  # an empty cell: a name not yet bound
