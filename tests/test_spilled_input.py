@@ -8,7 +8,9 @@ direct path declines a call over the workers' budget, or over spilled chunks, an
 groups stay within it (:func:`dask_compact.placement.group_budget`).
 
 The workers need some 210 MiB for the interpreter and libraries (numba's LLVM among them), so
-they get 400 MiB: the input is 1.3x the cluster's memory and 3x what its workers can hold.
+they get 600 MiB and a 1.5 GiB input: 1.3x the cluster's memory and ~2x what its workers can
+hold (with 400 MiB workers, a worker was restarted now and then by ordinary per-chunk work
+on the loaded 2-core machine, which the tests take for a failure).
 """
 
 import os
@@ -21,13 +23,13 @@ import dask_compact  # noqa: F401 -- adds map_compact
 
 pytestmark = pytest.mark.filterwarnings("ignore")
 
-N, CHUNK = 2**27, 2**22  # 1 GiB of float64, 32 chunks of 32 MiB
+N, CHUNK = 3 * 2**26, 2**22  # 1.5 GiB of float64, 48 chunks of 32 MiB
 
 
 @pytest.fixture(scope="module")
 def client():
     distributed = pytest.importorskip("distributed")
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, memory_limit="400MiB",
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, memory_limit="600MiB",
                                   dashboard_address=":0") as cluster, \
             distributed.Client(cluster) as c:
         yield c
