@@ -115,12 +115,14 @@ def group_budget(limit: int, nthreads: int) -> int | None:
     The fraction: a worker spills held data to keep its process memory under
     ``distributed.worker.memory.spill`` (0.7) of its limit and is restarted at ``terminate``
     (0.95), so what its running tasks add on top must fit in between (a quarter of the
-    limit), shared by its threads; half of that for a group's input, half for its output,
-    which can be as large (``output="values"``, all selected). Measured on the 2-core
+    limit), shared by its threads; a quarter of that for a group's input (its output can be
+    as large, ``output="values"`` all selected, and temporaries and the held data's overshoot
+    between spills take the rest). Measured on the 2-core
     machine, 2 workers of 400 MiB (some 210 MiB of it the interpreter and libraries, numba's
     LLVM among them), a persisted 1 GiB input of 32 MiB chunks: groups of 3 chunks (a budget
     of the target memory over 2) were still killed with 95% of the items selected; one chunk
-    a group (this budget, 50 MiB) was not.
+    a group (a budget of half the room, 50 MiB) was not; and with 600 MiB workers, groups of
+    two chunks (75 MiB) restarted a worker in one CI run of 2026-11-30: now a quarter.
 
     Why a bound: a group reads all its chunks at once, so a worker's chunks in one group
     unspilled every chunk of an input larger than its memory (the worker was killed), and the
@@ -135,7 +137,10 @@ def group_budget(limit: int, nthreads: int) -> int | None:
         return float(dask.config.get(f"distributed.worker.memory.{name}", default) or default)
 
     room = max(0.05, fraction("terminate", 0.95) - fraction("spill", 0.7))
-    return int(limit * room / max(1, nthreads) / 2)
+    # a quarter of it, not half: in CI (2 workers of 600 MiB, 1.5 GiB, 80% selected) groups
+    # of two 32 MiB chunks (half: 75 MiB) restarted a worker; a task's temporaries and the
+    # held data's overshoot between spills need room too
+    return int(limit * room / max(1, nthreads) / 4)
 
 
 def group_tasks(holders: list, nthreads: dict, nbytes: list | None = None,
@@ -159,7 +164,7 @@ def group_tasks(holders: list, nthreads: dict, nbytes: list | None = None,
     [[[0, 1, 2]], [[3], [6]], [[4, 5]]]
     >>> group_tasks(["a", "b", "a", "b", "a", "b"], {"a": 1, "b": 1})
     [[[0], [2], [4]], [[1], [3], [5]]]
-    >>> group_tasks(["a"] * 4, {"a": 1}, [60] * 4, {"a": 1000})  # budget 125: 2 + 2 chunks
+    >>> group_tasks(["a"] * 4, {"a": 1}, [30] * 4, {"a": 1000})  # budget 62: 2 + 2 chunks
     [[[0, 1]], [[2, 3]]]
     """
     held: dict[Any, list[int]] = {}
@@ -200,7 +205,7 @@ def over_budget(holders: list, nthreads: dict, nbytes: list | None, limits: dict
     :func:`group_budget` together: the direct path, which holds a call's every input and
     output on a worker at once, declines such a call.
 
-    >>> over_budget(["a", "a"], {"a": 1}, [60, 70], {"a": 1000})  # 130 > 125
+    >>> over_budget(["a", "a"], {"a": 1}, [60, 70], {"a": 1000})  # 130 > 62
     True
     >>> over_budget(["a", "a"], {"a": 1}, [60, 70], {"a": 0})  # no limit
     False
