@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import math
-import warnings
 from typing import Any
 
 import dask.array as da
@@ -391,19 +390,18 @@ def _mask_block(block: Any, p: Predicate) -> Any:
 
 def _check_predicate(p: Predicate, x: da.Array, rows: bool = False) -> None:
     """Fail now, not inside every chunk task: type the fused tree (and its constants), or try
-    the mask-path callable on an empty chunk and on a small sample of x's type and dtype, which
-    also runs the mask path's slice check (a callable that reduces its chunk is refused).
+    the mask-path callable on a small sample of x's type and dtype, which also runs the mask
+    path's slice check (a callable that reduces its chunk is refused). Empty chunks never
+    call it (see :meth:`Predicate.mask`): until 2026-11-30 an empty test chunk did, and
+    ``np.vectorize`` without ``otypes`` failed there.
     ``rows``: the chunks are blocks of whole rows of the N-D ``x``, not flat runs."""
     p.check(x.dtype)
     if p.path == "fused":
         return
     row_shape = x.shape[1:] if rows else ()
     row = math.prod(row_shape)
-    empty = meta_from_array(x._meta, ndim=1, dtype=x.dtype)[:0].reshape(0, *row_shape)
-    # the sample first: a callable that reduces its chunk is refused by the slice check as not
-    # elementwise, where the empty chunk would raise the reduction's own error (the maximum
-    # of an empty array)
-    sample = check_sample(x.dtype, row * max(2, 64 // row), empty).reshape(-1, *row_shape)
+    like = meta_from_array(x._meta, ndim=1, dtype=x.dtype)
+    sample = check_sample(x.dtype, row * max(2, 64 // row), like).reshape(-1, *row_shape)
     try:
         with np.errstate(all="ignore"):
             p.mask(sample, every_row=True, what="a test sample")
@@ -411,20 +409,13 @@ def _check_predicate(p: Predicate, x: da.Array, rows: bool = False) -> None:
         raise
     except Exception as e:  # noqa: BLE001 - it may fail on made-up values only; the tasks tell
         logger.debug("predicate %s failed on a sample chunk: %r", p.source, e)
-    try:
-        with np.errstate(all="ignore"), warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)  # the mean of an empty chunk...
-            p.mask(empty, what="an empty test chunk")
-    except Exception as e:
-        e.add_note(f"dask_compact: the predicate {p.source} failed on an empty {x.dtype} chunk")
-        raise
 
 
 def _refused_by_rows(p: Predicate, x: da.Array, flat: NotElementwise
                      ) -> NotElementwise | None:
     """None where the mask-path callable ``p``, refused on flat chunks (``flat``: an array it
     holds does not broadcast against them), works on blocks of whole rows of the N-D ``x``
-    (an empty block and a small sample of rows, the slice check included); else what to
+    (a small sample of rows, the slice check included); else what to
     raise: ``flat`` where rows do not apply, or why rows are refused (an array aligned with
     the whole input, a statistic of the block), which names the shape the caller knows."""
     if x.ndim < 2 or p.path == "fused":

@@ -3,10 +3,17 @@ code can read has changed; every result is checked against NumPy."""
 
 from __future__ import annotations
 
+import datetime
+import enum
+import math
+import operator
 import pickle
+import random
+import time
 import types
 
 import cloudpickle
+import dask.array as da
 import numpy as np
 import pytest
 
@@ -354,3 +361,93 @@ def test_a_gpu_repeated_call_is_kept_only_under_its_predicates_trace_key():
     assert kept_key("x < 1", as_predicate("x < 1")) == "x < 1"
     q = as_predicate("x < 2")
     assert kept_key(q, q) == ("predicate", id(q))
+
+
+# -- predicates that read the world, not only their argument --------------------------------------
+
+class Stamp:
+    """A class whose construction runs Python code: here it reads the clock."""
+
+    def __init__(self):
+        self.ns = time.monotonic_ns()
+
+
+class Plain:
+    limit = 3.0
+
+
+class Level(enum.IntEnum):
+    LOW = 2
+    HIGH = 7
+
+
+@pytest.mark.parametrize("make", [
+    lambda: (lambda v: v < time.monotonic_ns()),
+    lambda: (lambda v: v < random.random()),
+    lambda: (lambda v: v < datetime.datetime.now().timestamp()),
+    lambda: (lambda v: v < len(open(__file__).read())),
+    lambda: (lambda v: v < np.empty(1)[0]),
+    lambda: (lambda v: v < np.datetime64("now")),
+    lambda: (lambda v: v < np.datetime64(" Today ")),
+    lambda: (lambda v, when="now": v < np.datetime64(when)),
+    lambda: (lambda v: v < Stamp().ns),
+])
+def test_a_predicate_reading_the_world_is_traced_every_time(make):
+    assert trace_key(make()) is None
+
+
+@pytest.mark.parametrize("make", [
+    lambda: (lambda v: v < math.sqrt(2.0) + abs(-1) + len("ab") + max(1, 2)),
+    lambda: (lambda v: operator.lt(v, 2.0)),
+    lambda: (lambda v: v < Plain.limit),
+    lambda: (lambda v: (v > Level.LOW) & (v < Level(7))),
+    lambda: (lambda v: v < np.float32(2.5)),
+    lambda: (lambda v: v < float("2.5")),
+    lambda: (lambda v: v < np.arange(3)[2]),
+    lambda: (lambda t: t < np.datetime64("2026-11-30")),
+])
+def test_pure_builtins_classes_and_enums_keep_their_key(make):
+    assert trace_key(make()) is not None
+    first, again = as_predicate(make()), as_predicate(make())
+    # a mask-path trace (datetime64 constants) comes back as a new Predicate running this
+    # call's callable; a traced one is the same object
+    assert again is first or (first.expr is None and again.expr is None)
+
+
+def test_a_clock_read_in_the_predicate_is_read_by_every_call():
+    """``v < time.monotonic_ns()`` on times 1 ms apart: each call selects the times before
+    its own clock reading (until 2026-11-30 every call kept the first call's reading)."""
+    from dask_compact import compact_records, map_compact
+
+    now = time.monotonic_ns()
+    times = now + np.arange(-2_000, 2_000, dtype=np.int64) * 1_000_000
+    times = np.random.default_rng(5).permutation(times)
+    pred = lambda v: v < time.monotonic_ns()  # noqa: E731
+    for _ in range(3):
+        before = time.monotonic_ns()
+        got = compact_array(times, pred)
+        after = time.monotonic_ns()
+        assert (times < before).sum() <= got.size <= (times < after).sum()
+        np.testing.assert_array_equal(got, times[times < got.max() + 1])
+        time.sleep(0.25)  # 250 more times selected by the next call
+    before = time.monotonic_ns()
+    got = map_compact(da.from_array(times, chunks=1000), pred).compute()
+    assert (times < before).sum() <= got.size
+    np.testing.assert_array_equal(got, times[times < got.max() + 1])
+    time.sleep(0.25)
+    before = time.monotonic_ns()
+    got = compact_records({"t": times}, lambda t: t < time.monotonic_ns())["t"]
+    assert (times < before).sum() <= got.size
+    np.testing.assert_array_equal(got, times[times < got.max() + 1])
+
+
+def test_a_datetime64_now_predicate_follows_the_clock():
+    now = np.datetime64("now")
+    stamps = now + np.arange(-30, 30) * np.timedelta64(1, "s")
+    pred = lambda t: t <= np.datetime64("now")  # noqa: E731
+    first = compact_array(stamps, pred)
+    np.testing.assert_array_equal(first, stamps[stamps <= first.max()])
+    time.sleep(1.1)  # the clock's next second
+    second = compact_array(stamps, pred)
+    assert second.size > first.size
+    np.testing.assert_array_equal(second, stamps[stamps <= second.max()])

@@ -351,3 +351,30 @@ def test_np_vectorize_of_a_function_per_element_runs_on_the_mask_path():
         trace(lambda v: whole(v) > 4)
     with pytest.raises(NotElementwise, match="converting the argument"):
         trace(lambda v: np.asarray(v) > 4)
+
+
+@pytest.mark.parametrize("chunks", [97, ((0, 400, 0, 631, 0),)])
+def test_np_vectorize_without_otypes_runs_everywhere_empty_chunks_included(chunks):
+    """np.vectorize without ``otypes`` cannot run on no values (NumPy will not guess its
+    output type); until 2026-11-30 map_compact called the predicate on an empty test chunk
+    and failed. Empty chunks now select nothing without a call."""
+    import dask.array as da
+
+    import dask_compact
+
+    rng = np.random.default_rng(8)
+    a = rng.random(1031)
+    keep = np.vectorize(lambda z: z > 0.6)
+    want = a[keep(a)]
+    x = da.from_array(a, chunks=chunks)
+    np.testing.assert_array_equal(x.map_compact(keep).compute(), want)
+    np.testing.assert_array_equal(x.map_compact(keep, lazy=True).compute(), want)
+    np.testing.assert_array_equal(dask_compact.compact_array(a, keep), want)
+    assert dask_compact.compact_array(a[:0], keep).shape == (0,)
+    fields = {"a": x, "b": x * 2}
+    got = dask_compact.compact_records(fields, lambda a: keep(a))
+    np.testing.assert_array_equal(got["b"].compute(), 2 * want)
+    got = dask_compact.compact_records({"a": a, "b": 2 * a}, lambda a: keep(a))
+    np.testing.assert_array_equal(got["b"], 2 * want)
+    empty = dask_compact.compact_records({"a": a[:0], "b": a[:0]}, lambda a: keep(a))
+    assert empty["b"].shape == (0,)

@@ -201,6 +201,11 @@ class Predicate:
         if self.expr is not None:
             return check_mask(evaluate(self.expr, a, self.params, xp), a, self.source, xp)
         assert self.func is not None
+        if a.size == 0:
+            # An elementwise predicate selects nothing from no values; not called there, since
+            # some callables cannot run on none (np.vectorize without otypes: NumPy will not
+            # guess an output type from size 0, and map_compact's empty test chunk failed)
+            return xp.zeros(a.shape, dtype=bool)
         m = check_mask(self._call(a, what), a, self.source, xp)
         self._check_slices(a, m, xp, every_row, what)
         return m
@@ -423,7 +428,7 @@ def check_mask(m: Any, a: Any, source: str, xp: Any = np) -> Any:
     if m.shape != a.shape:
         # NotElementwise (a ValueError): map_compact then tries the predicate on blocks of
         # whole rows, where a constant that broadcasts over several trailing axes (shape
-        # (5, 1) against rows of (5, 3)) gives an empty flat chunk a mask of shape (5, 0)
+        # (5, 1) against rows of (5, 3)) gives a flat chunk a mask of another shape
         raise NotElementwise(
             f"predicate {source} is not elementwise: it returned shape {m.shape} for a chunk of "
             f"shape {a.shape}; a predicate must give one boolean per element"

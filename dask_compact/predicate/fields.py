@@ -152,6 +152,8 @@ def record_mask(p: Predicate, fields: dict[str, Any], n: int, xp: Any = None, *,
         return check_mask(evaluate(p.expr, read, p.params, xp), like, p.source, xp)
     func: Any = p.func  # a record predicate's callable takes the fields by keyword
     assert func is not None
+    if n == 0:  # no rows, nothing selected: not called (see Predicate.mask)
+        return xp.zeros(0, dtype=bool)
     try:
         got = func(**read)
     except Exception as e:

@@ -13,10 +13,16 @@ whose equality means equal behaviour:
   among them and among its closure cells and defaults, at any depth (``np.sin``,
   ``np.random.rand``, ``Cfg.T``, ``Cuts.E.W.lo``, a class held in a closure or a default):
   scalars and strings by type and exact value (:func:`value_key`); modules, NumPy ufuncs and
-  functions (``np.isin``), builtins and classes by identity.
+  functions (``np.isin``), pure builtins (``abs``, ``math.sqrt``) and classes whose
+  construction runs no Python code (``Cfg``, ``np.float32``, enums) by identity.
 
 Anything else (another Python function, an array, an object with state) makes the key None:
-its behaviour could change between calls with nothing in the key changing. So does code that
+its behaviour could change between calls with nothing in the key changing. So does a builtin
+that reads the world rather than its arguments (``time.time``, ``random.random``,
+``datetime.datetime.now``, ``open``), a class whose construction runs Python code, and a
+string that makes NumPy read the clock (``np.datetime64("now")``): the trace calls them once,
+and until 2026-11-30 a later call reused the value the first one got (a predicate
+``v > time.time() - 3600`` kept its first hour forever). So does code that
 names something that reads by a computed name (``getattr(Cfg, "T")``, ``globals()["T"]``,
 ``vars(Cfg)``, ``Cfg.__dict__``): no list of names can follow it. Until 2026-11-30 the
 attributes of a class or module held in a closure or a default, those three or more levels
@@ -26,7 +32,9 @@ changed reused the old trace (a new-user probe: ``Cfg.T = 8`` and the result sti
 
 from __future__ import annotations
 
+import builtins
 import dataclasses
+import enum
 import functools
 import struct
 import types
@@ -46,6 +54,18 @@ _MISSING = object()
 # NumPy's public functions (np.isin, np.where: dispatchers of its own type) act as NumPy does
 _BY_IDENTITY = (types.ModuleType, np.ufunc, types.BuiltinFunctionType, type, type(np.isin))
 _pack_d = struct.Struct("<d").pack
+# Builtin functions whose result depends on their arguments alone, so that a trace that called
+# them holds what any later call would compute. Anything else a predicate calls while traced
+# (``time.time()``, ``random.random()``, ``datetime.datetime.now()``, ``open(f).read()``)
+# gives something new each call, and a reused trace would keep the first call's value.
+_PURE_BUILTINS = frozenset({
+    "abs", "all", "any", "ascii", "bin", "callable", "chr", "divmod", "format", "hash", "hex",
+    "isinstance", "issubclass", "len", "max", "min", "oct", "ord", "pow", "repr", "round",
+    "sorted", "sum"})
+_PURE_MODULES = frozenset({"math", "cmath", "operator", "_operator"})
+# NumPy's C functions that read something other than their arguments
+_IMPURE_NUMPY = frozenset({"empty", "fromfile", "frombuffer"})
+_ENUM_CALL = enum.EnumMeta.__call__
 
 
 @functools.lru_cache(maxsize=1024)
@@ -73,11 +93,73 @@ def value_key(value: Any) -> tuple:
 def _part(value: Any) -> tuple | None:
     if type(value) is float:  # the common closure value (a threshold): value_key's answer
         return (float, _pack_d(value))
+    if isinstance(value, str):
+        return None if _reads_clock(value) else (str, value)
     if isinstance(value, _VALUES):
         return value_key(value)
+    if isinstance(value, types.BuiltinFunctionType):
+        return (type(value), id(value)) if _pure_builtin(value) else None
+    if isinstance(value, type):
+        return (type, id(value)) if _pure_class(value) else None
     if isinstance(value, _BY_IDENTITY):
         return (type(value), id(value))
     return None
+
+
+def _pure_builtin(func: types.BuiltinFunctionType) -> bool:
+    """Whether a call of ``func`` gives the same result for the same arguments every time:
+    ``math.sqrt``, ``abs``, ``operator.add``, ``np.arange``, ``"a,b".split``; not
+    ``time.time``, ``random.random``, ``datetime.datetime.now``, ``open``, ``np.empty``."""
+    owner = func.__self__
+    if isinstance(owner, types.ModuleType):
+        module = owner.__name__
+        if module == "builtins":
+            return func.__name__ in _PURE_BUILTINS
+        if module.startswith("numpy"):
+            return func.__name__ not in _IMPURE_NUMPY
+        return module in _PURE_MODULES
+    return isinstance(owner, _VALUES)  # a method of a value
+
+
+def _pure_class(cls: type) -> bool:
+    """Whether calling ``cls`` runs no Python code of its own (a config holder read as
+    ``Cfg.T``, NumPy's and Python's scalar types, enums): a class whose construction runs
+    Python (an ``__init__``, ``__new__`` or metaclass ``__call__``: a dataclass reading the
+    clock in a default factory) could make something new each call."""
+    meta_call = type(cls).__call__
+    if meta_call is not type.__call__ and meta_call is not _ENUM_CALL:
+        return False
+    if isinstance(cls, enum.EnumMeta):
+        return True
+    return not any(isinstance(getattr(cls, name, None), types.FunctionType)
+                   for name in ("__init__", "__new__"))
+
+
+@functools.lru_cache(maxsize=1024)
+def impure_builtin_names(code: types.CodeType) -> tuple[str, ...]:
+    """The names ``code`` reads that are builtins other than pure functions and classes
+    (``open``, ``input``, ``print``, ``next``), where no global of that name hides them."""
+    found = []
+    for name in code_names(code):
+        value = getattr(builtins, name, None)
+        if isinstance(value, types.BuiltinFunctionType) and not _pure_builtin(value):
+            found.append(name)
+    return tuple(found)
+
+
+@functools.lru_cache(maxsize=256)
+def _reads_clock(text: str) -> bool:
+    """``np.datetime64("now")``, ``np.datetime64("today")`` (and pandas' ``Timestamp``) read
+    the clock: a predicate holding such a string is traced every call."""
+    return text.strip().lower() in ("now", "today")
+
+
+@functools.lru_cache(maxsize=1024)
+def code_reads_clock(code: types.CodeType) -> bool:
+    """Whether ``code`` (or code nested in it) holds a string constant that reads the clock."""
+    return any(_reads_clock(c) if isinstance(c, str)
+               else isinstance(c, types.CodeType) and code_reads_clock(c)
+               for c in code.co_consts)
 
 
 def trace_key(func: Callable[..., Any]) -> tuple | None:
@@ -88,8 +170,11 @@ def trace_key(func: Callable[..., Any]) -> tuple | None:
         return None
     parts: list[Any] = [code]
     names = code_names(code)
-    if not _DYNAMIC.isdisjoint(names):
+    if not _DYNAMIC.isdisjoint(names) or code_reads_clock(code):
         return None
+    g = func.__globals__
+    if any(name not in g for name in impure_builtin_names(code)):
+        return None  # open, input, print: the builtin itself, not a global of that name
     owners = []  # modules and classes whose attributes the code may read
     # (each part only where the function has it: a bare lambda's key costs ~1 us less, which
     # is a few per cent of a small GPU call)
@@ -109,7 +194,6 @@ def trace_key(func: Callable[..., Any]) -> tuple | None:
                 owners.append(v)
     if not names:
         return (code,) if len(parts) == 1 else _hashable(parts)
-    g = func.__globals__
     for name in names:
         if name not in g:
             continue  # an attribute name, or a builtin

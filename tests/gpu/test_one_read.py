@@ -484,3 +484,24 @@ def test_a_constant_rebound_while_a_call_runs_is_not_kept_under_the_new_value(mo
         assert len(cb._repeat_calls) == 2
     finally:
         THRESHOLD = 0.5
+
+
+def test_repeated_call_of_a_predicate_reading_the_clock_reads_it_every_call():
+    """``v < time.monotonic_ns()``: never a kept call, nor a kept trace (until 2026-11-30 the
+    trace, and so the kept call, held the first call's clock reading)."""
+    import time
+
+    cb._repeat_calls.clear()
+    now = time.monotonic_ns()
+    host = np.random.default_rng(12).permutation(
+        now + np.arange(-2_000, 2_000, dtype=np.int64) * 1_000_000)
+    a = cupy.asarray(host)
+    pred = lambda v: v < time.monotonic_ns()  # noqa: E731
+    for _ in range(3):
+        before = time.monotonic_ns()
+        got = cupy.asnumpy(compact_array(a, pred))
+        after = time.monotonic_ns()
+        assert (host < before).sum() <= got.size <= (host < after).sum()
+        np.testing.assert_array_equal(got, host[host < got.max() + 1])
+        time.sleep(0.25)
+    assert len(cb._repeat_calls) == 0
