@@ -458,6 +458,35 @@ def test_missing_chunk_of_a_field_is_refused_unless_allowed(particles, tmp_path)
     np.testing.assert_array_equal(read(out)[1]["id"], ids[mask_of(data)])
 
 
+@pytest.mark.parametrize("gaps", ["inner chunks", "whole shards"])
+def test_missing_chunk_of_a_sharded_field_is_refused_unless_allowed(tmp_path, gaps):
+    """A field's chunk never written inside a stored shard is missing too (a probe's group
+    with such a field was accepted, and the chunk read as the fill value)."""
+    rng = np.random.default_rng(4)
+    mass, x = rng.random(1003) * 10, rng.random(1003).astype("f4")
+    src = tmp_path / "g.zarr"
+    group = zarr.open_group(store=str(src), mode="w")
+    group.create_array("mass", shape=(1003,), dtype="f8", chunks=(10,), shards=(30,))[:] = mass
+    a = group.create_array("x", shape=(1003,), dtype="f4", chunks=(10,), shards=(30,),
+                           fill_value=0.25)
+    # inner chunks: shard 0 stored without its chunks 1 and 2; whole shards: shard 0 not stored
+    written, missing = ([(0, 10), (30, 1003)], 2) if gaps == "inner chunks" else ([(30, 1003)], 3)
+    seen = np.full_like(x, 0.25)
+    for lo, hi in written:
+        a[lo:hi] = x[lo:hi]
+        seen[lo:hi] = x[lo:hi]
+    out = tmp_path / "out.zarr"
+    res = run(src, out, "--where", WHERE, code=2)
+    assert f"x': {missing} of its 101 chunks are not in the store" in res.output
+    assert not out.exists() and litter(tmp_path) == []
+    run(src, out, "--where", WHERE, "--output", "both", "--allow-missing-chunks")
+    m = (mass > 5) & (seen < np.float32(0.3))
+    arrays = read(out)[1]
+    np.testing.assert_array_equal(arrays["x"], seen[m])
+    np.testing.assert_array_equal(arrays["mass"], mass[m])
+    np.testing.assert_array_equal(arrays["indices"], np.flatnonzero(m))
+
+
 def test_fields_needs_a_group(tmp_path):
     path = tmp_path / "a.npy"
     np.save(path, np.arange(10.0))

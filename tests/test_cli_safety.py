@@ -62,6 +62,48 @@ def test_missing_zarr_chunk_is_refused_unless_allowed(tmp_path):
     np.testing.assert_array_equal(values(out), b[b > 0.25])
 
 
+# (rows written, chunks missing): 1003 rows in chunks of 10 (101 chunks), shards of 30 rows
+# (the last shard holds 2 chunks and room for a third past the end)
+SHARD_GAPS = {
+    "inner chunks": ([(0, 10), (30, 1003)], 2),  # shard 0 stored, its chunks 1 and 2 not
+    "whole shards": ([(30, 960), (990, 1003)], 3 + 3),  # shards 0 and 32 not stored
+    "both": ([(0, 10), (60, 975), (990, 1003)], 2 + 3 + 1),  # chunk 98 of shard 32 not
+}
+
+
+@pytest.mark.parametrize("gaps", list(SHARD_GAPS))
+def test_missing_chunk_of_a_sharded_zarr_is_refused_unless_allowed(tmp_path, gaps):
+    """A chunk never written inside a stored shard reads as the fill value too: a probe's was
+    accepted (zarr's nchunks_initialized counts a stored shard as all its chunks), and the
+    count of a refusal left such chunks out."""
+    written, missing = SHARD_GAPS[gaps]
+    a = np.random.default_rng(2).random(1003)
+    store = tmp_path / "in.zarr"
+    z = zarr.create_array(store=str(store), shape=(1003,), dtype="f8", chunks=(10,),
+                          shards=(30,), fill_value=0.5)
+    b = np.full_like(a, 0.5)  # what the array reads as
+    for lo, hi in written:
+        z[lo:hi] = a[lo:hi]
+        b[lo:hi] = a[lo:hi]
+    out = tmp_path / "out.zarr"
+    res = run(store, out, "--where", "x > 0.25", code=2)
+    assert f"{missing} of its 101 chunks are not in the store" in res.output
+    assert "--allow-missing-chunks" in res.output
+    assert not out.exists() and litter(tmp_path) == []
+    run(store, out, "--where", "x > 0.25", "--allow-missing-chunks")
+    np.testing.assert_array_equal(values(out), b[b > 0.25])
+
+
+def test_a_complete_sharded_zarr_is_accepted(tmp_path):
+    """Every chunk stored, the edge shard's room past the array's end counts for nothing."""
+    a = np.random.default_rng(3).random(1003)
+    store = tmp_path / "in.zarr"
+    zarr.create_array(store=str(store), shape=a.shape, dtype="f8", chunks=(10,),
+                      shards=(30,))[:] = a
+    run(store, tmp_path / "out.zarr", "--where", "x > 0.25")
+    np.testing.assert_array_equal(values(tmp_path / "out.zarr"), a[a > 0.25])
+
+
 @pytest.mark.parametrize("shape", [(10, 0), (0,), (0, 3), (4, 0, 2)])
 @pytest.mark.parametrize("kind", ["npy", "zarr"])
 def test_empty_input_gives_complete_empty_output(tmp_path, shape, kind):
