@@ -70,6 +70,46 @@ def local(path: str) -> str:
     return os.path.abspath(path)
 
 
+def member_url(url: str, name: str) -> str:
+    """The fsspec URL of ``name`` inside the group at ``url``.
+
+    In a chained URL the path belongs to the first part whose file system takes one (fsspec's
+    ``_un_chain``: a cache in front, ``simplecache::s3://b/g``, takes its path from the part
+    after it): ``zip://::g.zip`` holds ``x`` at ``zip://x::g.zip``. Appending ``/x`` to the
+    whole URL named a path inside the zip file's own file system, and a probe's group job
+    failed partway with NotADirectoryError."""
+    if "::" not in url:
+        return f"{url.rstrip('/')}/{name}"
+    parts = url.split("::")
+    for i, part in enumerate(parts[:-1]):
+        part = part if "://" in part else f"{part}://"  # zip::g.zip is zip://::g.zip
+        cls = _filesystem_class(part.split("://")[0])
+        if cls is None or cls._strip_protocol(part) or not issubclass(cls, _chained_base()):
+            parts[i] = part + name if part.endswith("://") else f"{part.rstrip('/')}/{name}"
+            return "::".join(parts)
+    parts[-1] = f"{parts[-1].rstrip('/')}/{name}"
+    return "::".join(parts)
+
+
+def _filesystem_class(protocol: str) -> Any:
+    import fsspec
+
+    try:
+        return fsspec.get_filesystem_class(protocol)
+    except (ValueError, ImportError):  # unknown, or its package not installed: fsspec says so
+        return None
+
+
+def _chained_base() -> type:
+    """fsspec's base of the file systems that take their path from the next part of a chained
+    URL (``ChainedFileSystem`` since 2025; before it, the caches)."""
+    try:
+        from fsspec.implementations.chained import ChainedFileSystem
+    except ImportError:
+        from fsspec.implementations.cached import CachingFileSystem as ChainedFileSystem
+    return ChainedFileSystem
+
+
 def open_input(path: str, chunks: int | None, allow_missing_chunks: bool = False) -> Source:
     if not is_url(path) and not os.path.exists(local(path)):
         raise click.BadParameter(f"{path!r} does not exist", param_hint="INPUT")
@@ -77,10 +117,21 @@ def open_input(path: str, chunks: int | None, allow_missing_chunks: bool = False
         return open_npy(path, chunks)
     if not is_url(path) and os.path.isfile(local(path)):
         raise click.BadParameter(
-            f"{path!r} is a file but not a .npy file; INPUT must be a Zarr array or a .npy file",
+            f"{path!r} is a file but not a .npy file; INPUT must be a Zarr array or a .npy file"
+            f"{zip_hint(local(path))}",
             param_hint="INPUT",
         )
     return open_zarr(path, chunks, allow_missing_chunks)
+
+
+def zip_hint(path: str) -> str:
+    """For a zip file given as a path: how to name a Zarr store in it (fsspec's URL form)."""
+    import zipfile
+
+    if not zipfile.is_zipfile(path):
+        return ""
+    return (f" (a Zarr store in a zip file is read through fsspec's zip URL: zip://::{path} "
+            f"for the group at its root, zip://NAME::{path} for the array NAME in it)")
 
 
 def open_npy(path: str, chunks: int | None) -> Source:
@@ -121,8 +172,8 @@ def open_zarr(path: str, chunks: int | None, allow_missing_chunks: bool = False)
         names = sorted(name for name, _ in node.arrays())
         hint = f"; it holds the arrays {', '.join(names)}" if names else " with no arrays"
         raise click.BadParameter(
-            f"{path!r} is a Zarr group, not an array: name the array, e.g. {path.rstrip('/')}/"
-            f"{names[0] if names else 'NAME'}{hint}",
+            f"{path!r} is a Zarr group, not an array: name the array, e.g. "
+            f"{member_url(path, names[0] if names else 'NAME')}{hint}",
             param_hint="INPUT",
         )
     check_shape_dtype(node.shape, node.dtype, path)
