@@ -179,7 +179,8 @@ def test_overwrite_never_replaces_what_this_tool_did_not_write(npy, tmp_path):
     assert litter(tmp_path) == []
 
 
-def test_overlap_of_input_and_output_is_refused_however_they_are_spelled(tmp_path):
+def test_overlap_of_input_and_output_is_refused_however_they_are_spelled(tmp_path,
+                                                                          monkeypatch):
     """A probe's ``--overwrite`` with INPUT given as a ``local://`` URL inside OUTPUT deleted
     the INPUT (the check looked only at two plain paths); ``memory://`` (an object store's
     stand-in) wrote OUTPUT inside its INPUT. Local paths, ``file://`` and ``local://`` are one
@@ -198,6 +199,9 @@ def test_overlap_of_input_and_output_is_refused_however_they_are_spelled(tmp_pat
                       "--local", "threads", code=2)
             assert "must not be INPUT" in res.output
     np.testing.assert_array_equal(values(out), a[a < 0.5])  # the INPUT is still there
+    # memory:// stands in for an object store (an OUTPUT there is refused: it ends with the
+    # process; this one runs in-process)
+    monkeypatch.setattr(output, "EPHEMERAL_PROTOCOLS", ())
     fs = fsspec.filesystem("memory")
     try:
         url = "memory://overlap-test/in.zarr"
@@ -218,6 +222,43 @@ def test_overlap_of_input_and_output_is_refused_however_they_are_spelled(tmp_pat
         np.testing.assert_array_equal(values(tmp_path / "from-memory.zarr"), a[a < 0.5])
     finally:
         fs.rm("/overlap-test", recursive=True)
+
+
+def test_a_zip_output_is_refused_up_front(npy, tmp_path):
+    """A probe's ``zip://`` OUTPUT ended in a 54-line traceback (FileNotFoundError; with an
+    empty zip file, IsADirectoryError): fsspec's zip file system is read-only to zarr."""
+    import zipfile
+
+    path, _ = npy
+    empty = tmp_path / "empty.zip"
+    zipfile.ZipFile(empty, "w").close()
+    before = empty.read_bytes()
+    for url in (f"zip://::{tmp_path / 'new.zip'}", f"zip://sel::{empty}", f"zip://::{empty}"):
+        res = run(path, url, "-w", "x > 0.5", "--local", "threads", code=2)
+        assert "cannot write into a zip file" in res.output
+        assert res.output.strip().splitlines()[-1].startswith("Error: Invalid value for OUTPUT")
+    assert not (tmp_path / "new.zip").exists() and empty.read_bytes() == before
+
+
+def test_a_memory_output_is_refused_up_front(npy, tmp_path):
+    """A probe's ``memory://`` OUTPUT was written, exit 0, and gone when the command ended (the
+    file system lives in its process). A ``memory://`` INPUT is still read."""
+    import fsspec
+
+    path, a = npy
+    fs = fsspec.filesystem("memory")
+    for url in ("memory://keep-test/out.zarr", "simplecache::memory://keep-test/out.zarr"):
+        res = run(path, url, "-w", "x > 0.5", "--local", "threads", code=2)
+        assert "in-memory file system" in res.output and "OUTPUT" in res.output
+    assert not fs.exists("/keep-test")
+    try:  # a memory:// INPUT is read as any URL's
+        zarr.create_array(store="memory://keep-test/in.zarr", shape=a.shape, chunks=(3_000,),
+                          dtype=a.dtype)[:] = a
+        run("memory://keep-test/in.zarr", tmp_path / "o.zarr", "-w", "x > 0.5",
+            "--local", "threads")
+        np.testing.assert_array_equal(values(tmp_path / "o.zarr"), a[a > 0.5])
+    finally:
+        fs.rm("/keep-test", recursive=True)
 
 
 def test_output_where_nothing_can_be_written_is_a_short_error(npy, tmp_path):
