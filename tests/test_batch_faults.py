@@ -349,7 +349,10 @@ def test_a_real_failed_write_leaves_no_output(zin, tmp_path):
     assert litter(tmp_path) == []
 
 
-def test_resume_needs_a_local_output(zin):
+def test_resume_needs_a_local_output(zin, monkeypatch):
+    from dask_compact.batch import output
+
+    monkeypatch.setattr(output, "EPHEMERAL_PROTOCOLS", ())  # in-process: an object store's stand-in
     path, _ = zin
     res = run(path, "memory://resume-test/out.zarr", "-w", "x > 0.5", "--local", "threads",
               "--resume", code=2)

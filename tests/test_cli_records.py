@@ -458,6 +458,77 @@ def test_missing_chunk_of_a_field_is_refused_unless_allowed(particles, tmp_path)
     np.testing.assert_array_equal(read(out)[1]["id"], ids[mask_of(data)])
 
 
+@pytest.mark.parametrize("gaps", ["inner chunks", "whole shards"])
+def test_missing_chunk_of_a_sharded_field_is_refused_unless_allowed(tmp_path, gaps):
+    """A field's chunk never written inside a stored shard is missing too (a probe's group
+    with such a field was accepted, and the chunk read as the fill value)."""
+    rng = np.random.default_rng(4)
+    mass, x = rng.random(1003) * 10, rng.random(1003).astype("f4")
+    src = tmp_path / "g.zarr"
+    group = zarr.open_group(store=str(src), mode="w")
+    group.create_array("mass", shape=(1003,), dtype="f8", chunks=(10,), shards=(30,))[:] = mass
+    a = group.create_array("x", shape=(1003,), dtype="f4", chunks=(10,), shards=(30,),
+                           fill_value=0.25)
+    # inner chunks: shard 0 stored without its chunks 1 and 2; whole shards: shard 0 not stored
+    written, missing = ([(0, 10), (30, 1003)], 2) if gaps == "inner chunks" else ([(30, 1003)], 3)
+    seen = np.full_like(x, 0.25)
+    for lo, hi in written:
+        a[lo:hi] = x[lo:hi]
+        seen[lo:hi] = x[lo:hi]
+    out = tmp_path / "out.zarr"
+    res = run(src, out, "--where", WHERE, code=2)
+    assert f"x': {missing} of its 101 chunks are not in the store" in res.output
+    assert not out.exists() and litter(tmp_path) == []
+    run(src, out, "--where", WHERE, "--output", "both", "--allow-missing-chunks")
+    m = (mass > 5) & (seen < np.float32(0.3))
+    arrays = read(out)[1]
+    np.testing.assert_array_equal(arrays["x"], seen[m])
+    np.testing.assert_array_equal(arrays["mass"], mass[m])
+    np.testing.assert_array_equal(arrays["indices"], np.flatnonzero(m))
+
+
+def test_a_group_in_a_zip_file_is_read_through_its_url(tmp_path):
+    """``zip://::g.zip`` names the group at the zip file's root: its fields are at
+    ``zip://mass::g.zip`` (a probe's job appended ``/mass`` to the whole URL and failed
+    partway with NotADirectoryError). A zip file given as a path is refused, and the message
+    gives the URL."""
+    from zarr.storage import ZipStore
+
+    rng = np.random.default_rng(6)
+    mass, x = rng.random(1003) * 10, rng.random(1003).astype("f4")
+    src = tmp_path / "g.zip"
+    store = ZipStore(src, mode="w")
+    group = zarr.open_group(store, mode="w")
+    group.create_array("mass", shape=(1003,), dtype="f8", chunks=(100,))[:] = mass
+    group.create_array("x", shape=(1003,), dtype="f4", chunks=(333,))[:] = x
+    store.close()
+    m = (mass > 5) & (x < np.float32(0.3))
+    for i, url in enumerate([f"zip://::{src}", f"zip://::file://{src}"]):
+        out = tmp_path / f"out{i}.zarr"
+        run(url, out, "--where", WHERE, "--output", "both", "--local", "threads")
+        arrays = read(out)[1]
+        np.testing.assert_array_equal(arrays["mass"], mass[m])
+        np.testing.assert_array_equal(arrays["x"], x[m])
+        np.testing.assert_array_equal(arrays["indices"], np.flatnonzero(m))
+    res = run(src, tmp_path / "o.zarr", "--where", WHERE, code=2)
+    assert f"zip://::{src}" in res.output
+    res = run(f"zip://::{src}", tmp_path / "o.zarr", "--where", "x > 0.5", "--fields", "nope",
+              code=2)
+    assert "'nope' is not an array" in res.output
+
+
+def test_member_url_puts_the_name_where_the_path_is():
+    from dask_compact.batch.inputs import member_url
+
+    assert member_url("s3://b/g.zarr/", "x") == "s3://b/g.zarr/x"
+    assert member_url("zip://::/d/g.zip", "x") == "zip://x::/d/g.zip"
+    assert member_url("zip://sub::s3://b/g.zip", "x") == "zip://sub/x::s3://b/g.zip"
+    # a cache in front takes its path from the part after it
+    assert member_url("simplecache::s3://b/g", "x") == "simplecache::s3://b/g/x"
+    assert (member_url("simplecache::zip://::/d/g.zip", "x")
+            == "simplecache::zip://x::/d/g.zip")
+
+
 def test_fields_needs_a_group(tmp_path):
     path = tmp_path / "a.npy"
     np.save(path, np.arange(10.0))

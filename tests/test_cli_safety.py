@@ -62,6 +62,48 @@ def test_missing_zarr_chunk_is_refused_unless_allowed(tmp_path):
     np.testing.assert_array_equal(values(out), b[b > 0.25])
 
 
+# (rows written, chunks missing): 1003 rows in chunks of 10 (101 chunks), shards of 30 rows
+# (the last shard holds 2 chunks and room for a third past the end)
+SHARD_GAPS = {
+    "inner chunks": ([(0, 10), (30, 1003)], 2),  # shard 0 stored, its chunks 1 and 2 not
+    "whole shards": ([(30, 960), (990, 1003)], 3 + 3),  # shards 0 and 32 not stored
+    "both": ([(0, 10), (60, 975), (990, 1003)], 2 + 3 + 1),  # chunk 98 of shard 32 not
+}
+
+
+@pytest.mark.parametrize("gaps", list(SHARD_GAPS))
+def test_missing_chunk_of_a_sharded_zarr_is_refused_unless_allowed(tmp_path, gaps):
+    """A chunk never written inside a stored shard reads as the fill value too: a probe's was
+    accepted (zarr's nchunks_initialized counts a stored shard as all its chunks), and the
+    count of a refusal left such chunks out."""
+    written, missing = SHARD_GAPS[gaps]
+    a = np.random.default_rng(2).random(1003)
+    store = tmp_path / "in.zarr"
+    z = zarr.create_array(store=str(store), shape=(1003,), dtype="f8", chunks=(10,),
+                          shards=(30,), fill_value=0.5)
+    b = np.full_like(a, 0.5)  # what the array reads as
+    for lo, hi in written:
+        z[lo:hi] = a[lo:hi]
+        b[lo:hi] = a[lo:hi]
+    out = tmp_path / "out.zarr"
+    res = run(store, out, "--where", "x > 0.25", code=2)
+    assert f"{missing} of its 101 chunks are not in the store" in res.output
+    assert "--allow-missing-chunks" in res.output
+    assert not out.exists() and litter(tmp_path) == []
+    run(store, out, "--where", "x > 0.25", "--allow-missing-chunks")
+    np.testing.assert_array_equal(values(out), b[b > 0.25])
+
+
+def test_a_complete_sharded_zarr_is_accepted(tmp_path):
+    """Every chunk stored, the edge shard's room past the array's end counts for nothing."""
+    a = np.random.default_rng(3).random(1003)
+    store = tmp_path / "in.zarr"
+    zarr.create_array(store=str(store), shape=a.shape, dtype="f8", chunks=(10,),
+                      shards=(30,))[:] = a
+    run(store, tmp_path / "out.zarr", "--where", "x > 0.25")
+    np.testing.assert_array_equal(values(tmp_path / "out.zarr"), a[a > 0.25])
+
+
 @pytest.mark.parametrize("shape", [(10, 0), (0,), (0, 3), (4, 0, 2)])
 @pytest.mark.parametrize("kind", ["npy", "zarr"])
 def test_empty_input_gives_complete_empty_output(tmp_path, shape, kind):
@@ -137,7 +179,8 @@ def test_overwrite_never_replaces_what_this_tool_did_not_write(npy, tmp_path):
     assert litter(tmp_path) == []
 
 
-def test_overlap_of_input_and_output_is_refused_however_they_are_spelled(tmp_path):
+def test_overlap_of_input_and_output_is_refused_however_they_are_spelled(tmp_path,
+                                                                          monkeypatch):
     """A probe's ``--overwrite`` with INPUT given as a ``local://`` URL inside OUTPUT deleted
     the INPUT (the check looked only at two plain paths); ``memory://`` (an object store's
     stand-in) wrote OUTPUT inside its INPUT. Local paths, ``file://`` and ``local://`` are one
@@ -156,6 +199,9 @@ def test_overlap_of_input_and_output_is_refused_however_they_are_spelled(tmp_pat
                       "--local", "threads", code=2)
             assert "must not be INPUT" in res.output
     np.testing.assert_array_equal(values(out), a[a < 0.5])  # the INPUT is still there
+    # memory:// stands in for an object store (an OUTPUT there is refused: it ends with the
+    # process; this one runs in-process)
+    monkeypatch.setattr(output, "EPHEMERAL_PROTOCOLS", ())
     fs = fsspec.filesystem("memory")
     try:
         url = "memory://overlap-test/in.zarr"
@@ -176,6 +222,43 @@ def test_overlap_of_input_and_output_is_refused_however_they_are_spelled(tmp_pat
         np.testing.assert_array_equal(values(tmp_path / "from-memory.zarr"), a[a < 0.5])
     finally:
         fs.rm("/overlap-test", recursive=True)
+
+
+def test_a_zip_output_is_refused_up_front(npy, tmp_path):
+    """A probe's ``zip://`` OUTPUT ended in a 54-line traceback (FileNotFoundError; with an
+    empty zip file, IsADirectoryError): fsspec's zip file system is read-only to zarr."""
+    import zipfile
+
+    path, _ = npy
+    empty = tmp_path / "empty.zip"
+    zipfile.ZipFile(empty, "w").close()
+    before = empty.read_bytes()
+    for url in (f"zip://::{tmp_path / 'new.zip'}", f"zip://sel::{empty}", f"zip://::{empty}"):
+        res = run(path, url, "-w", "x > 0.5", "--local", "threads", code=2)
+        assert "cannot write into a zip file" in res.output
+        assert res.output.strip().splitlines()[-1].startswith("Error: Invalid value for OUTPUT")
+    assert not (tmp_path / "new.zip").exists() and empty.read_bytes() == before
+
+
+def test_a_memory_output_is_refused_up_front(npy, tmp_path):
+    """A probe's ``memory://`` OUTPUT was written, exit 0, and gone when the command ended (the
+    file system lives in its process). A ``memory://`` INPUT is still read."""
+    import fsspec
+
+    path, a = npy
+    fs = fsspec.filesystem("memory")
+    for url in ("memory://keep-test/out.zarr", "simplecache::memory://keep-test/out.zarr"):
+        res = run(path, url, "-w", "x > 0.5", "--local", "threads", code=2)
+        assert "in-memory file system" in res.output and "OUTPUT" in res.output
+    assert not fs.exists("/keep-test")
+    try:  # a memory:// INPUT is read as any URL's
+        zarr.create_array(store="memory://keep-test/in.zarr", shape=a.shape, chunks=(3_000,),
+                          dtype=a.dtype)[:] = a
+        run("memory://keep-test/in.zarr", tmp_path / "o.zarr", "-w", "x > 0.5",
+            "--local", "threads")
+        np.testing.assert_array_equal(values(tmp_path / "o.zarr"), a[a > 0.5])
+    finally:
+        fs.rm("/keep-test", recursive=True)
 
 
 def test_output_where_nothing_can_be_written_is_a_short_error(npy, tmp_path):

@@ -70,6 +70,46 @@ def local(path: str) -> str:
     return os.path.abspath(path)
 
 
+def member_url(url: str, name: str) -> str:
+    """The fsspec URL of ``name`` inside the group at ``url``.
+
+    In a chained URL the path belongs to the first part whose file system takes one (fsspec's
+    ``_un_chain``: a cache in front, ``simplecache::s3://b/g``, takes its path from the part
+    after it): ``zip://::g.zip`` holds ``x`` at ``zip://x::g.zip``. Appending ``/x`` to the
+    whole URL named a path inside the zip file's own file system, and a probe's group job
+    failed partway with NotADirectoryError."""
+    if "::" not in url:
+        return f"{url.rstrip('/')}/{name}"
+    parts = url.split("::")
+    for i, part in enumerate(parts[:-1]):
+        part = part if "://" in part else f"{part}://"  # zip::g.zip is zip://::g.zip
+        cls = _filesystem_class(part.split("://")[0])
+        if cls is None or cls._strip_protocol(part) or not issubclass(cls, _chained_base()):
+            parts[i] = part + name if part.endswith("://") else f"{part.rstrip('/')}/{name}"
+            return "::".join(parts)
+    parts[-1] = f"{parts[-1].rstrip('/')}/{name}"
+    return "::".join(parts)
+
+
+def _filesystem_class(protocol: str) -> Any:
+    import fsspec
+
+    try:
+        return fsspec.get_filesystem_class(protocol)
+    except (ValueError, ImportError):  # unknown, or its package not installed: fsspec says so
+        return None
+
+
+def _chained_base() -> type:
+    """fsspec's base of the file systems that take their path from the next part of a chained
+    URL (``ChainedFileSystem`` since 2025; before it, the caches)."""
+    try:
+        from fsspec.implementations.chained import ChainedFileSystem
+    except ImportError:
+        from fsspec.implementations.cached import CachingFileSystem as ChainedFileSystem
+    return ChainedFileSystem
+
+
 def open_input(path: str, chunks: int | None, allow_missing_chunks: bool = False) -> Source:
     if not is_url(path) and not os.path.exists(local(path)):
         raise click.BadParameter(f"{path!r} does not exist", param_hint="INPUT")
@@ -77,10 +117,21 @@ def open_input(path: str, chunks: int | None, allow_missing_chunks: bool = False
         return open_npy(path, chunks)
     if not is_url(path) and os.path.isfile(local(path)):
         raise click.BadParameter(
-            f"{path!r} is a file but not a .npy file; INPUT must be a Zarr array or a .npy file",
+            f"{path!r} is a file but not a .npy file; INPUT must be a Zarr array or a .npy file"
+            f"{zip_hint(local(path))}",
             param_hint="INPUT",
         )
     return open_zarr(path, chunks, allow_missing_chunks)
+
+
+def zip_hint(path: str) -> str:
+    """For a zip file given as a path: how to name a Zarr store in it (fsspec's URL form)."""
+    import zipfile
+
+    if not zipfile.is_zipfile(path):
+        return ""
+    return (f" (a Zarr store in a zip file is read through fsspec's zip URL: zip://::{path} "
+            f"for the group at its root, zip://NAME::{path} for the array NAME in it)")
 
 
 def open_npy(path: str, chunks: int | None) -> Source:
@@ -121,8 +172,8 @@ def open_zarr(path: str, chunks: int | None, allow_missing_chunks: bool = False)
         names = sorted(name for name, _ in node.arrays())
         hint = f"; it holds the arrays {', '.join(names)}" if names else " with no arrays"
         raise click.BadParameter(
-            f"{path!r} is a Zarr group, not an array: name the array, e.g. {path.rstrip('/')}/"
-            f"{names[0] if names else 'NAME'}{hint}",
+            f"{path!r} is a Zarr group, not an array: name the array, e.g. "
+            f"{member_url(path, names[0] if names else 'NAME')}{hint}",
             param_hint="INPUT",
         )
     check_shape_dtype(node.shape, node.dtype, path)
@@ -207,12 +258,17 @@ def _xarray_fill_value(value: Any, dtype: np.dtype) -> Any:
 def check_chunks_stored(node: Any, path: str) -> None:
     """Refuse an array with chunks missing from its store: they would read as the fill value.
 
-    One listing of the store (what ``nchunks_initialized`` does), never a chunk read. Zarr
-    itself skips chunks that equal the fill value when ``write_empty_chunks`` is off, so a
-    missing chunk may be intended: ``--allow-missing-chunks`` says so.
+    One listing of the store (what ``nchunks_initialized`` does), never a chunk read; for a
+    sharded array also each stored shard's index (:func:`inner_chunks_stored`). Zarr itself
+    skips chunks that equal the fill value when ``write_empty_chunks`` is off, so a missing
+    chunk may be intended: ``--allow-missing-chunks`` says so.
     """
     total = int(node.nchunks)
-    stored = int(node.nchunks_initialized)
+    sharding = sharding_codec(node)
+    # nchunks_initialized counts a stored shard as all its chunks: a probe's shard with two of
+    # its three chunks never written was accepted, and they read as NaN
+    stored = (int(node.nchunks_initialized) if sharding is None
+              else inner_chunks_stored(node, sharding))
     if stored < total:
         raise click.BadParameter(
             f"{path!r}: {total - stored} of its {total} chunks are not in the store, and a "
@@ -222,6 +278,57 @@ def check_chunks_stored(node: Any, path: str) -> None:
             "--allow-missing-chunks",
             param_hint="INPUT",
         )
+
+
+def sharding_codec(node: Any) -> Any:
+    """The sharding codec of the Zarr v3 array ``node`` (its first codec), None if it has
+    none."""
+    from zarr.codecs import ShardingCodec
+
+    codecs = getattr(node.metadata, "codecs", ())
+    return codecs[0] if codecs and isinstance(codecs[0], ShardingCodec) else None
+
+
+def inner_chunks_stored(node: Any, codec: Any) -> int:
+    """How many chunks of the sharded array ``node`` are stored: the chunks that each stored
+    shard's index gives a place (a chunk never written has offset and length 2^64-1 there),
+    counting only chunks inside the array (an edge shard's index has room for chunks past the
+    array's end).
+
+    Cost: one listing of the store, then one read of each stored shard's index (16 bytes a
+    chunk plus a checksum, at the shard's end or start: a ranged read, never the chunks' data),
+    at most zarr's ``async.concurrency`` of them at a time. Uses the sharding codec's own index
+    reader (zarr-python's private ``_load_shard_index_maybe``) so that any index codecs and
+    either index location read as zarr reads them. A sharded chunk's own inner shards (nested
+    sharding) are not looked into."""
+    import zarr
+    from zarr.core.common import concurrent_map
+    from zarr.core.sync import sync
+
+    arr = node._async_array
+    per_shard = tuple(s // c for s, c in zip(node.shards, node.chunks, strict=True))
+    grid = tuple(node.cdata_shape)  # chunks along each axis, in the whole array
+
+    async def listing() -> set[str]:
+        prefix = f"{arr.store_path.path}/" if arr.store_path.path else ""
+        return {key.removeprefix(prefix)
+                async for key in arr.store_path.store.list_prefix(prefix)}
+
+    keys = sync(listing())
+    shards = [coords for coords in np.ndindex(*node._shard_grid_shape)
+              if node.metadata.encode_chunk_key(coords) in keys]
+
+    async def count(coords: tuple[int, ...]) -> int:
+        key = node.metadata.encode_chunk_key(coords)
+        index = await codec._load_shard_index_maybe(arr.store_path / key, per_shard)
+        if index is None:  # gone since the listing
+            return 0
+        inside = tuple(slice(0, min(n, g - c * n))
+                       for n, g, c in zip(per_shard, grid, coords, strict=True))
+        return int(index.get_full_chunk_map()[inside].sum())
+
+    limit = int(zarr.config.get("async.concurrency") or 10)
+    return sum(sync(concurrent_map([(c,) for c in shards], count, limit)))
 
 
 def native_dtype(dtype: Any) -> np.dtype:

@@ -117,6 +117,33 @@ def complete_marker(store: Any) -> bool:
 # Output: a temporary sibling, moved into place when complete
 
 
+# fsspec file systems that cannot hold an OUTPUT, refused before anything runs
+# an archive's file system is read-only: zarr's writes to zip:// died in a 54-line traceback
+# (FileNotFoundError for a new zip file, IsADirectoryError for an empty one)
+ARCHIVE_PROTOCOLS = ("zip", "tar", "libarchive")
+# the in-memory file system ends with the process: a probe's memory:// OUTPUT was "written",
+# exit 0, and gone when the command returned (tests set this to () to use it for an object
+# store, in-process)
+EPHEMERAL_PROTOCOLS = ("memory",)
+
+
+def check_writable_url(output: str) -> None:
+    """Refuse an fsspec URL OUTPUT on a file system that cannot keep it (any part of a chained
+    URL: ``simplecache::memory://x`` is in memory too)."""
+    protocols = [part.split("://")[0] for part in output.split("::")]
+    archive = next((p for p in protocols if p in ARCHIVE_PROTOCOLS), None)
+    if archive is not None:
+        raise click.BadParameter(
+            f"{output!r}: cannot write into a {archive} file ({archive}:// is read-only to "
+            "zarr); write a Zarr directory and archive it afterwards (a zip of it is read "
+            "back as zip://::FILE.zip)", param_hint="OUTPUT")
+    if any(p in EPHEMERAL_PROTOCOLS for p in protocols):
+        raise click.BadParameter(
+            f"{output!r} is on fsspec's in-memory file system, which ends with this "
+            "command's process: the output would be gone when it exits. Give a path or an "
+            "object store's URL", param_hint="OUTPUT")
+
+
 class Target:
     """OUTPUT, its lock and its temporary sibling; local paths are renamed, URLs moved with
     fsspec."""
@@ -132,6 +159,7 @@ class Target:
         if self.url:
             import fsspec
 
+            check_writable_url(output)
             self.fs, self.path = fsspec.core.url_to_fs(output)
             self.path = self.path.rstrip("/")
             parent, base = os.path.split(self.path)

@@ -42,6 +42,7 @@ from .inputs import (
     dimension_names,
     is_url,
     local,
+    member_url,
     user_attributes,
     xarray_encodings,
 )
@@ -346,7 +347,7 @@ def record_reader(inp: GroupInput) -> RecordReader:
 
 
 def _array_url(inp: GroupInput, name: str) -> str:
-    return (f"{inp.path.rstrip('/')}/{name}" if is_url(inp.path)
+    return (member_url(inp.path, name) if is_url(inp.path)
             else os.path.join(local(inp.path), name))
 
 
