@@ -13,6 +13,8 @@ import pytest
 
 cupy = pytest.importorskip("cupy")
 
+from gpu_helpers import device_count  # noqa: E402
+
 from dask_compact import compact_array  # noqa: E402
 from dask_compact.backends import cupy_backend as cb  # noqa: E402
 from dask_compact.predicate import as_predicate  # noqa: E402
@@ -417,7 +419,7 @@ def test_large_outputs_in_size_classes_do_not_grow_the_pool(output):
     assert grown <= one, (totals, one)  # one class step at most, not an output a call
 
 
-@pytest.mark.skipif(cupy.cuda.runtime.getDeviceCount() < 2, reason="needs two GPUs")
+@pytest.mark.skipif(device_count() < 2, reason="needs two GPUs")
 @pytest.mark.parametrize("output", ["values", "indices", "both"])
 def test_a_run_over_two_devices_comes_out_as_one_output(output):
     """A run whose chunks lie on two devices (each compacted on its own, then joined on the

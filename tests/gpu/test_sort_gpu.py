@@ -13,6 +13,7 @@ da = pytest.importorskip("dask.array")
 
 import dask  # noqa: E402
 from conftest import sort_input  # noqa: E402
+from gpu_helpers import device_count  # noqa: E402
 
 import dask_compact  # noqa: E402
 from dask_compact.backends import cupy_sort, numpy_sort  # noqa: E402
@@ -147,7 +148,7 @@ def test_local_cuda_cluster():
         np.testing.assert_array_equal(cupy.asnumpy(ii), np.argsort(a, kind="stable"))
 
 
-@pytest.mark.skipif(cupy.cuda.runtime.getDeviceCount() < 2, reason="needs 2 GPUs")
+@pytest.mark.skipif(device_count() < 2, reason="needs 2 GPUs")
 def test_ipc_exchange_between_gpus_is_exact_and_releases_every_chunk():
     """Over CUDA IPC (the default on one host, over TCP here) the merges copy their pieces from
     the other workers' GPUs; sort and argsort stay exact (NaNs of both signs, -0.0, repeats,
@@ -187,7 +188,7 @@ def test_ipc_exchange_between_gpus_is_exact_and_releases_every_chunk():
             del y, i, yy, ii, z  # else the next round finds the same merges' output in memory
 
 
-@pytest.mark.skipif(cupy.cuda.runtime.getDeviceCount() < 2, reason="needs 2 GPUs")
+@pytest.mark.skipif(device_count() < 2, reason="needs 2 GPUs")
 def test_ipc_exchange_with_rmm_async_memory():
     """RMM's cudaMallocAsync pool serving CuPy: "auto" sorts exactly by whichever route the
     workers allow, and a forced "ipc" either runs exactly or is refused with the reason."""
