@@ -16,9 +16,11 @@ import numpy as np
 import pytest
 
 zarr = pytest.importorskip("zarr")
+from cli_helpers import litter
 from click.testing import CliRunner
 
 from dask_compact import cli
+from dask_compact.batch.runner import worker_has_gpu
 
 BIN = Path(sys.executable).parent
 
@@ -334,6 +336,29 @@ def test_scheduler_errors(npy, tmp_path):
     assert not out.exists()
     # The failed connections left no half-made default scheduler behind in this process.
     assert dask.config.get("scheduler", None) is None
+
+
+@pytest.mark.skipif(worker_has_gpu(), reason="refusals for workers without a GPU")
+def test_device_gpu_on_a_cluster_without_gpus_is_refused_before_the_job(npy, tmp_path):
+    """--device gpu on a running cluster whose workers cannot use a GPU: a usage error saying
+    so before anything is written (until 2026-11-30 the job failed in its first task with
+    CUDA's or CuPy's own error); --device auto computes on the CPUs there."""
+    from distributed import LocalCluster
+
+    path, a = npy
+    out = tmp_path / "o.zarr"
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                      dashboard_address=":0") as cluster:
+        res = run(path, out, "-w", "x > 0.25", "--scheduler", cluster.scheduler_address,
+                  "--device", "gpu", code=2)
+        # no CuPy here (the CI machine), or CuPy without a driver on the workers
+        assert "--device gpu: " in res.output, res.output
+        assert ("cupy is not installed" in res.output
+                or "2 of the cluster's workers cannot use a GPU" in res.output), res.output
+        assert not out.exists() and not litter(tmp_path)
+        run(path, out, "-w", "x > 0.25", "--scheduler", cluster.scheduler_address,
+            "--device", "auto")
+    np.testing.assert_array_equal(read_group(out)[1]["values"], a[a > 0.25])
 
 
 def test_local_processes_cluster(npy, tmp_path):

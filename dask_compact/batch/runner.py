@@ -54,12 +54,22 @@ def client_has_cupy() -> bool:
 
 def worker_has_gpu() -> bool:
     """Run on each worker (``client.run``) to decide whether chunks should become CuPy."""
+    return why_no_gpu() is None
+
+
+def why_no_gpu() -> str | None:
+    """Why this process cannot use a GPU (no CuPy, CUDA's own error: an old driver, none, no
+    device), None where it can. Picklable, for ``client.run`` too."""
     try:
         import cupy
-
-        return cupy.cuda.runtime.getDeviceCount() > 0
-    except Exception:  # noqa: BLE001 -- no CuPy, or no driver: not a GPU worker
-        return False
+    except ImportError:
+        return "cupy is not installed"
+    try:
+        if cupy.cuda.runtime.getDeviceCount() > 0:
+            return None
+    except Exception as e:  # noqa: BLE001 -- CUDARuntimeError without a driver, and the like
+        return f"CUDA: {e}"
+    return "no CUDA device"
 
 
 def connect(address: str | None, scheduler_file: str | None, timeout: float) -> Any:
@@ -104,13 +114,13 @@ def start(
 ) -> Runner:
     if address or scheduler_file:
         client = connect(address, scheduler_file, timeout)
-        if device == "auto":
-            # A remote cluster decides by its workers: CuPy chunks only if every worker has a GPU.
-            gpu = client_has_cupy() and all(client.run(worker_has_gpu).values())
-        else:
-            gpu = device == "gpu"
-        runner = Runner(f"distributed scheduler {client.scheduler.address}", client, gpu)
+        runner = Runner(f"distributed scheduler {client.scheduler.address}", client, False)
         runner._stack.callback(client.close)
+        try:
+            runner.gpu = remote_gpu(client, device)
+        except BaseException:
+            runner.close()
+            raise
         return runner
 
     kind = local_cluster
@@ -127,14 +137,15 @@ def start(
         raise click.UsageError("--device gpu needs --local cuda, threads or auto, or a "
                                "--scheduler")
     if kind == "cuda" and not gpu_present():
-        raise click.UsageError("--local cuda needs cupy, dask-cuda and a CUDA device")
+        raise click.UsageError("--local cuda needs cupy, dask-cuda and a CUDA device ("
+                               f"{why_no_gpu() or 'dask-cuda does not import'})")
 
     runner = Runner("threaded scheduler", gpu=False)
     if kind == "threads":
         if device == "gpu":
             # One process drives every GPU of the host: chunk i on device i % n.
-            if not worker_has_gpu():
-                raise click.UsageError("--device gpu needs cupy and a CUDA device")
+            if (why := why_no_gpu()) is not None:
+                raise click.UsageError(f"--device gpu needs cupy and a CUDA device ({why})")
             runner.gpu = True
             runner.description = "threaded scheduler (GPUs of this host)"
         runner._stack.enter_context(dask.config.set(scheduler="threads"))
@@ -146,6 +157,26 @@ def start(
         runner.close()  # a cluster that started but whose client failed must not linger
         raise
     return runner
+
+
+def remote_gpu(client: Any, device: str) -> bool:
+    """Whether a running cluster's chunks become CuPy: with ``auto`` only if every worker has
+    a GPU (and CuPy is here, for the graph's chunk metadata); ``gpu`` is refused before the job
+    where that does not hold (until 2026-11-30 it failed in the first task, with CUDA's error)."""
+    if device == "cpu":
+        return False
+    here = None if client_has_cupy() else "cupy is not installed where the command runs"
+    workers = {w: why for w, why in client.run(why_no_gpu).items() if why is not None}
+    if device == "auto":
+        return here is None and not workers
+    if here is not None:
+        raise click.UsageError(f"--device gpu: {here}")
+    if workers:
+        first, why = next(iter(workers.items()))
+        raise click.UsageError(
+            f"--device gpu: {len(workers)} of the cluster's workers cannot use a GPU ({first}: "
+            f"{why}); use --device cpu or auto, or workers with GPUs (dask cuda worker)")
+    return True
 
 
 def start_local_cluster(runner: Runner, kind: str, device: str, n_workers: int | None) -> None:
