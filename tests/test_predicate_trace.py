@@ -351,3 +351,53 @@ def test_np_vectorize_of_a_function_per_element_runs_on_the_mask_path():
         trace(lambda v: whole(v) > 4)
     with pytest.raises(NotElementwise, match="converting the argument"):
         trace(lambda v: np.asarray(v) > 4)
+
+
+def _lookups(lut):
+    return [lambda v: lut[v], lambda v: np.take(lut, v), lambda v: lut.take(v),
+            lambda v: ~lut[v + 1]]  # fmt: skip
+
+
+def test_a_lookup_table_runs_on_the_mask_path():
+    """``lut[v]``, ``np.take(lut, v)``, ``lut.take(v)`` convert the argument to indices with
+    __array__, which the tracer refused as if the chunk were used whole (a new-user probe):
+    a lookup is elementwise; the mask path gives NumPy's answer. np.asarray(v) stays
+    refused, and so do int(v), range(v) and [..][v]."""
+    import dask
+    import dask.array as da
+
+    import dask_compact
+
+    rng = np.random.default_rng(11)
+    lut = rng.random(51) > 0.5
+    a = rng.integers(0, 50, 10_007)
+    x = da.from_array(a, chunks=997)
+    for f in _lookups(lut):
+        p = trace(f)
+        assert p.path == "mask" and "indices" in p.reason, p
+        want = a[f(a)]
+        np.testing.assert_array_equal(dask_compact.compact_array(a, f), want)
+        with dask.config.set(scheduler="threads"):
+            np.testing.assert_array_equal(x.map_compact(f).compute(), want)
+            np.testing.assert_array_equal(x.map_compact(f, lazy=True).compute(), want)
+        got = dask_compact.compact_records({"v": x, "w": x * 2}, lambda v: f(v), indices=True)
+        np.testing.assert_array_equal(got["w"].compute(), 2 * want)
+        np.testing.assert_array_equal(got["indices"].compute(), np.flatnonzero(f(a)))
+    for f in [lambda v: np.asarray(v) > 4, lambda v: lut[int(v)], lambda v: [1, 2][v] > 0,
+              lambda v: v > len(range(v)), lambda v: lut[np.asarray(v)]]:
+        with pytest.raises(NotElementwise, match="refused"):
+            trace(f)
+
+
+def test_a_lookup_that_uses_the_chunk_whole_is_refused_by_the_slice_check():
+    """The lookup takes the mask path, where the slice checks refuse a callable that goes on
+    to use the chunk as a whole."""
+    import dask.array as da
+
+    import dask_compact  # noqa: F401
+
+    a = np.random.default_rng(12).integers(0, 256, 4000).astype(np.uint8)
+    lut = np.ones(256, bool)
+    x = da.from_array(a, chunks=1000)
+    with pytest.raises(NotElementwise, match="not elementwise"):
+        x.map_compact(lambda v: lut[v] & (lut[v].sum() > 600)).compute()
