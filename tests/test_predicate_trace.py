@@ -401,3 +401,42 @@ def test_a_lookup_that_uses_the_chunk_whole_is_refused_by_the_slice_check():
     x = da.from_array(a, chunks=1000)
     with pytest.raises(NotElementwise, match="not elementwise"):
         x.map_compact(lambda v: lut[v] & (lut[v].sum() > 600)).compute()
+
+
+def _vectorized_and_lookup_predicates(lut):
+    # np.vectorize called once already, as map_compact's checks call it: NumPy keeps an
+    # unpicklable ufunc on it
+    vec = np.vectorize(lambda v: v % 7 > 2, otypes=[bool])
+    vec(np.arange(3))
+    return [vec, *_lookups(lut)]
+
+
+def _check_on_the_scheduler(scheduler=None, n_predicates=None):
+    import dask
+    import dask.array as da
+
+    import dask_compact
+
+    rng = np.random.default_rng(13)
+    lut = rng.random(51) > 0.5
+    a = rng.integers(0, 50, 20_011)
+    x = da.from_array(a, chunks=5003)
+    with dask.config.set(scheduler=scheduler) if scheduler else dask.config.set({}):
+        for f in _vectorized_and_lookup_predicates(lut)[:n_predicates]:
+            want = a[f(a)]
+            np.testing.assert_array_equal(x.map_compact(f).compute(), want)
+            np.testing.assert_array_equal(x.map_compact(f, lazy=True).compute(), want)
+            if isinstance(f, np.vectorize):
+                continue  # a lambda that holds it is pickled by cloudpickle: NumPy's failure
+            got = dask_compact.compact_records({"v": x, "w": x + 1}, lambda v: f(v))
+            np.testing.assert_array_equal(got["w"].compute(), want + 1)
+
+
+def test_vectorized_and_lookup_predicates_under_processes():
+    """An np.vectorize predicate failed to pickle under the processes scheduler (NumPy's
+    cached ufunc, made by map_compact's checks on the client); lookups travel too."""
+    _check_on_the_scheduler("processes", 2)  # a pool per compute: slow, so two of them
+
+
+def test_vectorized_and_lookup_predicates_on_a_cluster(process_client):
+    _check_on_the_scheduler()

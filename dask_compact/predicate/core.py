@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import functools
 import logging
 import uuid
@@ -161,7 +162,7 @@ class Predicate:
     memo: dict = field(default_factory=dict, repr=False, compare=False)
 
     def __getstate__(self) -> dict:
-        return {**self.__dict__, "memo": {}}
+        return {**self.__dict__, "memo": {}, "func": picklable(self.func)}
 
     @property
     def path(self) -> str:
@@ -314,6 +315,18 @@ def array_module(a: Any) -> Any:
 
         return cupy
     return np
+
+
+def picklable(func: Any) -> Any:
+    """``func`` as it can travel to a worker process. np.vectorize keeps the ufunc it makes
+    at its first call (``_ufunc``), which pickle refuses ("Can't pickle <ufunc ...
+    (vectorized)>"), and map_compact's checks call the predicate on the client: such a
+    predicate failed under the processes scheduler and on a cluster (a new-user probe). The
+    copy sent has an empty cache, which the worker fills at its own first call."""
+    if isinstance(func, np.vectorize) and getattr(func, "_ufunc", None):
+        func = copy.copy(func)
+        func._ufunc = {} if isinstance(func._ufunc, dict) else None  # older NumPy: None
+    return func
 
 
 def read_only(a: Any) -> Any:
