@@ -403,6 +403,46 @@ def test_a_lookup_that_uses_the_chunk_whole_is_refused_by_the_slice_check():
         x.map_compact(lambda v: lut[v] & (lut[v].sum() > 600)).compute()
 
 
+
+def _isin(v, values):
+    return np.isin(v, values)
+
+
+def test_ensure_deterministic_refuses_a_mask_path_predicate_without_a_trace_key():
+    """Under dask's tokenize.ensure-deterministic a mask-path predicate whose trace key is
+    None got a new random output name at every call, silently (a new-user probe); dask's
+    contract is to raise TokenizationError. Traced and keyed ones stay deterministic."""
+    import functools
+
+    import dask
+    import dask.array as da
+    from dask.base import tokenize
+    from dask.tokenize import TokenizationError
+
+    import dask_compact
+
+    a = np.random.default_rng(14).integers(0, 20, 3001)
+    x = da.from_array(a, chunks=301)
+    held = np.array([1, 4])
+    keyless = [functools.partial(_isin, values=(1, 4)), lambda v: np.isin(v, held),
+               np.vectorize(lambda v: v in (1, 4), otypes=[bool])]  # fmt: skip
+    with dask.config.set({"tokenize.ensure-deterministic": True}):
+        for f in keyless:
+            assert as_predicate(f).path == "mask"
+            for call in (lambda: x.map_compact(f, lazy=True), lambda: x.map_compact(f),
+                         lambda: dask_compact.compact_records({"v": x}, lambda v: f(v), lazy=True)):
+                with pytest.raises(TokenizationError, match="mask path.*ensure-deterministic"):
+                    call()
+        keyed = lambda v: np.isin(v, (1, 4))  # noqa: E731
+        for f in ("x > 4", lambda v: v > 4, keyed):
+            assert x.map_compact(f, lazy=True).name == x.map_compact(f, lazy=True).name
+        np.testing.assert_array_equal(x.map_compact(keyed).compute(), a[np.isin(a, (1, 4))])
+    for f in keyless:  # the setting off: new names, as before
+        np.testing.assert_array_equal(x.map_compact(f).compute(), a[np.isin(a, (1, 4))])
+        with pytest.raises(TokenizationError, match="new at every call"):
+            tokenize(as_predicate(f), ensure_deterministic=True)
+
+
 def _vectorized_and_lookup_predicates(lut):
     # np.vectorize called once already, as map_compact's checks call it: NumPy keeps an
     # unpicklable ufunc on it

@@ -186,6 +186,7 @@ class Predicate:
         # reads; where that cannot be known (None), the call's keys are its own.
         key = trace_key(self.func) if self.func is not None else None
         if key is None:
+            _refuse_if_deterministic_asked(self)
             return ("dask_compact.Predicate", uuid.uuid4().hex)
         return ("dask_compact.Predicate", tokenize(self.func), hash(key))
 
@@ -305,6 +306,35 @@ class Predicate:
                 ) from None
         if done is not None:
             self.memo[done] = True
+
+
+def _refuse_if_deterministic_asked(p: Predicate) -> None:
+    """Raise dask's TokenizationError where dask is asked for deterministic names
+    (``tokenize.ensure-deterministic``, or ``tokenize(..., ensure_deterministic=True)``) and
+    the mask-path predicate ``p`` has no trace key: its token is new at every call, which dask
+    promises to refuse under that setting (a new-user probe: a functools.partial got a new
+    random output name at every call, silently)."""
+    from dask.tokenize import TokenizationError
+
+    try:
+        from dask.tokenize import _maybe_raise_nondeterministic as maybe_raise
+    except ImportError:  # dask's private helper moved: the setting alone
+
+        def maybe_raise(msg: str) -> None:
+            import dask
+
+            if dask.config.get("tokenize.ensure-deterministic", False):
+                raise TokenizationError(msg)
+
+    maybe_raise(
+        f"dask_compact: the predicate {shorten(p.source)} runs on the mask path ({p.reason}) "
+        "and holds or reads what cannot be named by value (an array, an object, another "
+        "function, a name computed as it runs), so its dask token, and the result's name, is "
+        "new at every call; dask's tokenize.ensure-deterministic asks for names that are not. "
+        "Write it as a string expression or a callable the tracer compiles, hold only "
+        "numbers, strings and modules in it, or compute the mask with dask (m = "
+        "x.map_blocks(pred, dtype=bool)) and use dask_compact.compact(x, m)."
+    )
 
 
 def array_module(a: Any) -> Any:
