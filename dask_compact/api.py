@@ -15,7 +15,14 @@ from .graph import Plan, build, computed_call, input_form, length_one_in_one_chu
 from .predicate import Predicate, PredicateLike, as_predicate
 from .predicate.core import NotElementwise, check_sample
 from .predicate.expr import Call, Param, Var
-from .validate import check_algorithm, check_chunk_type, check_dtype, check_output, native
+from .validate import (
+    check_algorithm,
+    check_blocks_in_graph,
+    check_chunk_type,
+    check_dtype,
+    check_output,
+    native,
+)
 
 logger = logging.getLogger("dask_compact")
 
@@ -217,6 +224,7 @@ def compact(
                 "a NumPy mask needs x with known chunk sizes; call x.compute_chunk_sizes()"
             )
     check_chunk_type(mask._meta, "compact")
+    check_blocks_in_graph(mask, "the mask")
     if mask.dtype != np.dtype(bool):
         raise TypeError(f"mask must be boolean, not {mask.dtype}")
     if not _unknown(x) and not _unknown(mask):
@@ -322,6 +330,7 @@ def _check_dask_array(x: Any, fn: str) -> da.Array:
             f"{_IN_MEMORY.get(fn, 'compact_array')} for an in-memory array"
         )
     check_chunk_type(x._meta, fn)
+    check_blocks_in_graph(x, "x")
     return x
 
 

@@ -15,6 +15,7 @@ from .predicate.fields import record_mask, record_predicate
 from .validate import (
     _module_of,
     check_apart,
+    check_blocks_in_graph,
     check_chunk_type,
     check_dtype,
     check_stream,
@@ -75,6 +76,8 @@ def checked_fields(fields: Any, indices: bool, fn: str = "compact_records"
                          "the chunks first, e.g. x.map_blocks(np.asarray)" if lazy
                          else "it first, e.g. np.asarray(a)")
         modules.add(_module_of(like))
+        if lazy:
+            check_blocks_in_graph(a, f"field {name!r}")
         if a.dtype.hasobject:
             raise TypeError(f"field {name!r} has dtype {a.dtype}: objects cannot be compacted")
         if a.ndim == 0:

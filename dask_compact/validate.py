@@ -79,6 +79,34 @@ def is_dask_array(a: Any) -> bool:
     return type(a).__module__.split(".")[0] == "dask" and hasattr(a, "chunks")
 
 
+def check_blocks_in_graph(a: Any, what: str) -> None:
+    """ValueError where the dask array ``a`` lists more blocks than its graph computes.
+
+    Dask's elementwise operations take an axis of length 1 as broadcastable, also one split
+    into several chunks (the empty chunks ``compute_chunk_sizes()`` leaves on a lazy result
+    of one element, chunks ``(1, 0)``): ``y > t`` then has chunks ``(1, 0)`` but one block,
+    computed from ``y``'s first, and a task given the others got their keys as tuples
+    ("'tuple' object has no attribute 'shape'", a new-user probe); where the element is not
+    in the first chunk, the block computed is the empty one. Only such axes are looked at:
+    anything else costs nothing."""
+    if not any(len(c) > 1 and sum(c) == 1 for c in a.chunks):
+        return
+    from dask.core import flatten
+
+    graph = a.__dask_graph__()
+    keys = list(flatten(a.__dask_keys__()))
+    held = sum(k in graph for k in keys)
+    if held < len(keys):
+        raise ValueError(
+            f"{what} has chunks {a.chunks} but its graph computes {held} of its {len(keys)} "
+            "blocks: Dask's elementwise operations take an axis of length 1 split into "
+            "several chunks (the empty ones compute_chunk_sizes() leaves on a result of one "
+            "element) as broadcastable, so what was computed from it (y > t) does not hold "
+            "one value per element. Rechunk first, y = y.rechunk(-1), and compute the mask "
+            "from that, or select with y.map_compact(pred)"
+        )
+
+
 def in_memory(a: Any) -> Any:
     """An ``np.memmap`` (a file mapped into memory, e.g. ``np.load(path, mmap_mode="r")``) as
     the plain ndarray of the same memory, nothing copied; anything else as it is. The

@@ -272,3 +272,35 @@ def test_partition_sort_and_cumsum_of_one_element():
     for out in (dask_compact.sort(one), dask_compact.cumsum(one)):
         assert out.numblocks == (1,)
         np.testing.assert_array_equal((out + 1).compute(), [1.9])
+
+
+@pytest.mark.parametrize("where", [0, 1, 3])
+def test_a_mask_computed_over_an_axis_of_length_one_in_several_chunks_is_refused(where):
+    """A lazy result of one element after compute_chunk_sizes() has chunks like (1, 0); Dask
+    computes y > t over it as a broadcast, one block for two, and compact / compact_records
+    crashed with "'tuple' object has no attribute 'shape'" (a new-user probe). Refused now,
+    saying to rechunk; arrays whose graph computes every block still give NumPy's answer."""
+    rng = np.random.default_rng(where)
+    a = rng.random(8) * 0.5
+    a[where] = 0.95
+    x = da.from_array(a, chunks=2)
+    y = x.map_compact("x > 0.9", lazy=True)
+    y.compute_chunk_sizes()
+    assert len(y.chunks[0]) > 1 and sum(y.chunks[0]) == 1
+    m = y > 0.5
+    for call in (lambda: compact(m, np.ones(1, bool)), lambda: compact(y, m),
+                 lambda: compact(y, m, lazy=True), lambda: map_compact(y * 2, "x > 1"),
+                 lambda: dask_compact.compact_records({"v": y, "m": m}, "m")):  # fmt: skip
+        with pytest.raises(ValueError, match=r"rechunk\(-1\)"):
+            call()
+    want = a[a > 0.9]
+    np.testing.assert_array_equal(compact(y, np.ones(1, bool)).compute(), want)
+    np.testing.assert_array_equal(compact(y, da.ones_like(y, dtype=bool)).compute(), want)
+    np.testing.assert_array_equal(map_compact(y, "x > 0.5").compute(), want)
+    r = y.rechunk(-1)
+    np.testing.assert_array_equal(compact(r, r > 0.5).compute(), want)
+    got = dask_compact.compact_records({"v": r, "m": r > 0.5}, "m")
+    np.testing.assert_array_equal(got["v"].compute(), want)
+    nd = da.from_array(np.array([[1.5]]), chunks=((1,), (0, 0, 1, 0, 0, 0)))
+    with pytest.raises(ValueError, match=r"computes 1 of its 6 blocks.*rechunk\(-1\)"):
+        compact(nd, nd > 0)

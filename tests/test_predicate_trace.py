@@ -378,3 +378,132 @@ def test_np_vectorize_without_otypes_runs_everywhere_empty_chunks_included(chunk
     np.testing.assert_array_equal(got["b"], 2 * want)
     empty = dask_compact.compact_records({"a": a[:0], "b": a[:0]}, lambda a: keep(a))
     assert empty["b"].shape == (0,)
+
+
+def _lookups(lut):
+    return [lambda v: lut[v], lambda v: np.take(lut, v), lambda v: lut.take(v),
+            lambda v: ~lut[v + 1]]  # fmt: skip
+
+
+def test_a_lookup_table_runs_on_the_mask_path():
+    """``lut[v]``, ``np.take(lut, v)``, ``lut.take(v)`` convert the argument to indices with
+    __array__, which the tracer refused as if the chunk were used whole (a new-user probe):
+    a lookup is elementwise; the mask path gives NumPy's answer. np.asarray(v) stays
+    refused, and so do int(v), range(v) and [..][v]."""
+    import dask
+    import dask.array as da
+
+    import dask_compact
+
+    rng = np.random.default_rng(11)
+    lut = rng.random(51) > 0.5
+    a = rng.integers(0, 50, 10_007)
+    x = da.from_array(a, chunks=997)
+    for f in _lookups(lut):
+        p = trace(f)
+        assert p.path == "mask" and "indices" in p.reason, p
+        want = a[f(a)]
+        np.testing.assert_array_equal(dask_compact.compact_array(a, f), want)
+        with dask.config.set(scheduler="threads"):
+            np.testing.assert_array_equal(x.map_compact(f).compute(), want)
+            np.testing.assert_array_equal(x.map_compact(f, lazy=True).compute(), want)
+        got = dask_compact.compact_records({"v": x, "w": x * 2}, lambda v: f(v), indices=True)
+        np.testing.assert_array_equal(got["w"].compute(), 2 * want)
+        np.testing.assert_array_equal(got["indices"].compute(), np.flatnonzero(f(a)))
+    for f in [lambda v: np.asarray(v) > 4, lambda v: lut[int(v)], lambda v: [1, 2][v] > 0,
+              lambda v: v > len(range(v)), lambda v: lut[np.asarray(v)]]:
+        with pytest.raises(NotElementwise, match="refused"):
+            trace(f)
+
+
+def test_a_lookup_that_uses_the_chunk_whole_is_refused_by_the_slice_check():
+    """The lookup takes the mask path, where the slice checks refuse a callable that goes on
+    to use the chunk as a whole."""
+    import dask.array as da
+
+    import dask_compact  # noqa: F401
+
+    a = np.random.default_rng(12).integers(0, 256, 4000).astype(np.uint8)
+    lut = np.ones(256, bool)
+    x = da.from_array(a, chunks=1000)
+    with pytest.raises(NotElementwise, match="not elementwise"):
+        x.map_compact(lambda v: lut[v] & (lut[v].sum() > 600)).compute()
+
+
+
+def _isin(v, values):
+    return np.isin(v, values)
+
+
+def test_ensure_deterministic_refuses_a_mask_path_predicate_without_a_trace_key():
+    """Under dask's tokenize.ensure-deterministic a mask-path predicate whose trace key is
+    None got a new random output name at every call, silently (a new-user probe); dask's
+    contract is to raise TokenizationError. Traced and keyed ones stay deterministic."""
+    import functools
+
+    import dask
+    import dask.array as da
+    from dask.base import tokenize
+    from dask.tokenize import TokenizationError
+
+    import dask_compact
+
+    a = np.random.default_rng(14).integers(0, 20, 3001)
+    x = da.from_array(a, chunks=301)
+    held = np.array([1, 4])
+    keyless = [functools.partial(_isin, values=(1, 4)), lambda v: np.isin(v, held),
+               np.vectorize(lambda v: v in (1, 4), otypes=[bool])]  # fmt: skip
+    with dask.config.set({"tokenize.ensure-deterministic": True}):
+        for f in keyless:
+            assert as_predicate(f).path == "mask"
+            for call in (lambda: x.map_compact(f, lazy=True), lambda: x.map_compact(f),
+                         lambda: dask_compact.compact_records({"v": x}, lambda v: f(v), lazy=True)):
+                with pytest.raises(TokenizationError, match="mask path.*ensure-deterministic"):
+                    call()
+        keyed = lambda v: np.isin(v, (1, 4))  # noqa: E731
+        for f in ("x > 4", lambda v: v > 4, keyed):
+            assert x.map_compact(f, lazy=True).name == x.map_compact(f, lazy=True).name
+        np.testing.assert_array_equal(x.map_compact(keyed).compute(), a[np.isin(a, (1, 4))])
+    for f in keyless:  # the setting off: new names, as before
+        np.testing.assert_array_equal(x.map_compact(f).compute(), a[np.isin(a, (1, 4))])
+        with pytest.raises(TokenizationError, match="new at every call"):
+            tokenize(as_predicate(f), ensure_deterministic=True)
+
+
+def _vectorized_and_lookup_predicates(lut):
+    # np.vectorize called once already, as map_compact's checks call it: NumPy keeps an
+    # unpicklable ufunc on it
+    vec = np.vectorize(lambda v: v % 7 > 2, otypes=[bool])
+    vec(np.arange(3))
+    return [vec, *_lookups(lut)]
+
+
+def _check_on_the_scheduler(scheduler=None, n_predicates=None):
+    import dask
+    import dask.array as da
+
+    import dask_compact
+
+    rng = np.random.default_rng(13)
+    lut = rng.random(51) > 0.5
+    a = rng.integers(0, 50, 20_011)
+    x = da.from_array(a, chunks=5003)
+    with dask.config.set(scheduler=scheduler) if scheduler else dask.config.set({}):
+        for f in _vectorized_and_lookup_predicates(lut)[:n_predicates]:
+            want = a[f(a)]
+            np.testing.assert_array_equal(x.map_compact(f).compute(), want)
+            np.testing.assert_array_equal(x.map_compact(f, lazy=True).compute(), want)
+            if isinstance(f, np.vectorize):
+                continue  # a lambda that holds it is pickled by cloudpickle: NumPy's failure
+            got = dask_compact.compact_records({"v": x, "w": x + 1}, lambda v: f(v))
+            np.testing.assert_array_equal(got["w"].compute(), want + 1)
+
+
+def test_vectorized_and_lookup_predicates_under_processes():
+    """An np.vectorize predicate failed to pickle under the processes scheduler (NumPy's
+    cached ufunc, made by map_compact's checks on the client); lookups travel too."""
+    _check_on_the_scheduler("processes", 2)  # a pool per compute: slow, so two of them
+
+
+def test_vectorized_and_lookup_predicates_on_a_cluster(process_client):
+    _check_on_the_scheduler()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import functools
 import logging
 import uuid
@@ -161,7 +162,7 @@ class Predicate:
     memo: dict = field(default_factory=dict, repr=False, compare=False)
 
     def __getstate__(self) -> dict:
-        return {**self.__dict__, "memo": {}}
+        return {**self.__dict__, "memo": {}, "func": picklable(self.func)}
 
     @property
     def path(self) -> str:
@@ -185,6 +186,7 @@ class Predicate:
         # reads; where that cannot be known (None), the call's keys are its own.
         key = trace_key(self.func) if self.func is not None else None
         if key is None:
+            _refuse_if_deterministic_asked(self)
             return ("dask_compact.Predicate", uuid.uuid4().hex)
         return ("dask_compact.Predicate", tokenize(self.func), hash(key))
 
@@ -311,6 +313,35 @@ class Predicate:
             self.memo[done] = True
 
 
+def _refuse_if_deterministic_asked(p: Predicate) -> None:
+    """Raise dask's TokenizationError where dask is asked for deterministic names
+    (``tokenize.ensure-deterministic``, or ``tokenize(..., ensure_deterministic=True)``) and
+    the mask-path predicate ``p`` has no trace key: its token is new at every call, which dask
+    promises to refuse under that setting (a new-user probe: a functools.partial got a new
+    random output name at every call, silently)."""
+    from dask.tokenize import TokenizationError
+
+    try:
+        from dask.tokenize import _maybe_raise_nondeterministic as maybe_raise
+    except ImportError:  # dask's private helper moved: the setting alone
+
+        def maybe_raise(msg: str) -> None:
+            import dask
+
+            if dask.config.get("tokenize.ensure-deterministic", False):
+                raise TokenizationError(msg)
+
+    maybe_raise(
+        f"dask_compact: the predicate {shorten(p.source)} runs on the mask path ({p.reason}) "
+        "and holds or reads what cannot be named by value (an array, an object, another "
+        "function, a name computed as it runs), so its dask token, and the result's name, is "
+        "new at every call; dask's tokenize.ensure-deterministic asks for names that are not. "
+        "Write it as a string expression or a callable the tracer compiles, hold only "
+        "numbers, strings and modules in it, or compute the mask with dask (m = "
+        "x.map_blocks(pred, dtype=bool)) and use dask_compact.compact(x, m)."
+    )
+
+
 def array_module(a: Any) -> Any:
     """numpy, or cupy for a CuPy array (imported only then)."""
     mod = type(a).__module__.split(".")[0]
@@ -319,6 +350,18 @@ def array_module(a: Any) -> Any:
 
         return cupy
     return np
+
+
+def picklable(func: Any) -> Any:
+    """``func`` as it can travel to a worker process. np.vectorize keeps the ufunc it makes
+    at its first call (``_ufunc``), which pickle refuses ("Can't pickle <ufunc ...
+    (vectorized)>"), and map_compact's checks call the predicate on the client: such a
+    predicate failed under the processes scheduler and on a cluster (a new-user probe). The
+    copy sent has an empty cache, which the worker fills at its own first call."""
+    if isinstance(func, np.vectorize) and getattr(func, "_ufunc", None):
+        func = copy.copy(func)
+        func._ufunc = {} if isinstance(func._ufunc, dict) else None  # older NumPy: None
+    return func
 
 
 def read_only(a: Any) -> Any:

@@ -31,6 +31,7 @@ import ast
 import functools
 import inspect
 import operator
+import sys
 import textwrap
 from collections.abc import Callable
 from typing import Any
@@ -214,6 +215,10 @@ class Tracer:
         self.params: list[Any] = []
         self.untraceable: str | None = None
         self.refused: NotElementwise | None = None
+        # A refusal of ``__index__`` not yet final, and where it was asked for: NumPy's
+        # indexing of an array by the argument (``lut[v]``) asks for an integer first, then
+        # converts it with ``__array__`` in the same instruction (see Sym.__array__).
+        self.index_refused: tuple[NotElementwise, Any] | None = None
         # (depth, nodes counted per path) of every Call made here, by id; the node is kept
         # beside its numbers so its id stays unique for the tracer's life.
         self._extent: dict[int, tuple[Node, int, int]] = {}
@@ -432,7 +437,13 @@ class Sym:
         return self._scalar_conversion("int")
 
     def __index__(self) -> int:
-        return self._scalar_conversion("int")
+        # Not final yet: NumPy's indexing of an array by the argument asks for an integer
+        # first (refused here, which NumPy ignores), then converts the argument to an array of
+        # indices (a lookup, Sym.__array__). Anything else (``range(v)``, ``[1, 2][v]``,
+        # ``operator.index(v)``) stays refused, also where the user's code catches it.
+        err = _per_chunk("converting the data to a Python int")
+        self._tracer.index_refused = (err, _instruction(sys._getframe(1)))
+        raise err
 
     def __complex__(self) -> complex:
         return self._scalar_conversion("complex")
@@ -445,11 +456,19 @@ class Sym:
 
     __rmatmul__ = __matmul__
 
-    def __array__(self, *args: Any, **kwargs: Any) -> Any:
+    def __array__(self, dtype: Any = None, *args: Any, **kwargs: Any) -> Any:
         if _called_by_vectorize():
             # np.vectorize converts its argument, then calls a Python function per element:
             # elementwise, but nothing to fuse (it was refused as if the chunk were used whole)
             raise self._tracer.stop("np.vectorize calls a Python function per element")
+        if _converting_indices(self._tracer, dtype, sys._getframe(1)):
+            # A lookup (lut[v], np.take(lut, v), lut.take(v)): elementwise, but nothing to
+            # fuse; the mask path's sample and slice checks refuse a callable that goes on to
+            # use the chunk as a whole (a new-user probe found lookups refused as reductions)
+            raise self._tracer.stop(
+                "it uses the argument as indices into an array (a lookup such as lut[v] or "
+                "np.take(lut, v))"
+            )
         raise self._tracer.refuse(
             _per_chunk("converting the argument to an array (np.asarray, np.array, __array__)")
         )
@@ -490,6 +509,24 @@ class Sym:
         if name in ("real", "imag") and len(args) == 1 and not kwargs:
             return tracer.call(name, *args)
         raise tracer.stop(f"np.{name} is not among the functions dask_compact compiles")
+
+
+def _instruction(frame: Any) -> tuple[int, int] | None:
+    """Where a Python frame is (the frame's id while it runs, and its instruction)."""
+    return None if frame is None else (id(frame), frame.f_lasti)
+
+
+def _converting_indices(tracer: Tracer, dtype: Any, caller: Any) -> bool:
+    """Whether ``__array__`` converts the argument to indices into another array: NumPy's
+    take (np.take, ndarray.take) asks for intp; ``lut[v]`` asks for an integer (``__index__``)
+    first, from the same instruction of the same frame, and the refusal of that ends here.
+    ``np.asarray(v)`` is neither and stays refused."""
+    pending, tracer.index_refused = tracer.index_refused, None
+    if pending is not None and pending[1] == _instruction(caller):
+        return True
+    if pending is not None:  # an earlier int(...) of its own: refused as it was
+        tracer.refuse(pending[0])
+    return dtype is not None and np.dtype(dtype) == np.intp
 
 
 def _describe(func: Callable[..., Any]) -> str:
@@ -545,7 +582,9 @@ def run_traced(
         else:
             out = fn(**{name: Sym(Var(name), tracer) for name in names})
     except NotElementwise:
-        raise
+        if tracer.index_refused is None or tracer.refused is not None:
+            raise
+        out = None  # the refusal of __index__ ending the trace: kept below
     except Untraceable:
         out = None
     except RecursionError:
@@ -554,6 +593,8 @@ def run_traced(
         if tracer.refused is None and tracer.untraceable is None:
             tracer.untraceable = f"calling it on a symbolic array raised {type(e).__name__}: {e}"
         out = None
+    if tracer.index_refused is not None:  # asked for an integer, never used as indices
+        tracer.refuse(tracer.index_refused[0])
     if tracer.refused is not None:
         raise tracer.refused
     if tracer.untraceable is not None:
