@@ -241,3 +241,52 @@ def test_prepare_warms_a_predicate_whose_exponent_is_negative_on_zeros():
     a = np.arange(1, 100, dtype=np.int64)
     np.testing.assert_array_equal(
         cupy.asnumpy(dask_compact.compact_array(cupy.asarray(a), p)), a[2 ** (a - 1) > 4])
+
+
+def test_a_cupy_lookup_table_on_cupy_chunks_selects_as_numpy():
+    """``lut[v]`` / ``cupy.take(lut, v)`` with a CuPy table on CuPy chunks: NumPy's answer
+    (a lookup is elementwise; 2026-11-30 the tracer sends lookups to the mask path)."""
+    rng = np.random.default_rng(21)
+    lut = rng.random(51) > 0.5
+    a = rng.integers(0, 50, 10_007)
+    lut_d = cupy.asarray(lut)
+    x = da.from_array(a, chunks=997).map_blocks(cupy.asarray)
+    want = a[lut[a]]
+    with dask.config.set(scheduler="threads"):
+        for pred in (lambda v: lut_d[v], lambda v: cupy.take(lut_d, v)):
+            got = x.map_compact(pred).compute()
+            assert isinstance(got, cupy.ndarray)
+            np.testing.assert_array_equal(cupy.asnumpy(got), want)
+            np.testing.assert_array_equal(
+                cupy.asnumpy(dask_compact.compact_array(cupy.asarray(a), pred)), want)
+
+
+def test_host_callables_on_cupy_chunks_fail_clearly():
+    """A NumPy table or np.vectorize on CuPy chunks: CuPy refuses the implicit copy to the
+    host; the error names the predicate, before any result is claimed."""
+    rng = np.random.default_rng(22)
+    lut = rng.random(51) > 0.5
+    a = rng.integers(0, 50, 1_001)
+    x = da.from_array(a, chunks=97).map_blocks(cupy.asarray)
+    keep = np.vectorize(lambda z: z > 25, otypes=[bool])
+    with dask.config.set(scheduler="threads"):
+        for pred in (lambda v: lut[v], keep):
+            with pytest.raises(Exception) as info:
+                x.map_compact(pred).compute()
+            assert "predicate" in "\n".join([str(info.value), *getattr(
+                info.value, "__notes__", [])]), info.value
+
+
+def test_a_mask_over_a_length_one_axis_in_several_cupy_chunks_is_refused():
+    """As on NumPy chunks (tests/test_edge_cases.py): Dask's y > t over chunks (1, 0) has one
+    block for two; refused, saying to rechunk."""
+    a = np.array([0.1, 0.95, 0.2, 0.3])
+    x = da.from_array(a, chunks=2).map_blocks(cupy.asarray)
+    with dask.config.set(scheduler="threads"):
+        y = x.map_compact("x > 0.9", lazy=True)
+        y.compute_chunk_sizes()
+        with pytest.raises(ValueError, match=r"rechunk\(-1\)"):
+            dask_compact.compact(y, y > 0.5)
+        r = y.rechunk(-1)
+        got = dask_compact.compact(r, r > 0.5).compute()
+    np.testing.assert_array_equal(cupy.asnumpy(got), [0.95])
