@@ -385,6 +385,26 @@ def _lookups(lut):
             lambda v: ~lut[v + 1]]  # fmt: skip
 
 
+class _ConvertingTable:
+    """A table whose C-level ``__getitem__`` converts the index with ``__array__`` without
+    asking ``__index__`` first, as CuPy's indexing does (the GPU run of 2026-11-30 found
+    ``lut_d[v]`` refused on CuPy chunks)."""
+
+    __getitem__ = np.asarray  # a builtin: no Python frame between the subscript and __array__
+
+
+def test_a_subscript_converting_its_index_directly_is_a_lookup():
+    import dask_compact
+
+    table = _ConvertingTable()
+    p = trace(lambda v: table[v] > 3)
+    assert p.expr is None and "indices" in p.reason
+    a = np.random.default_rng(12).integers(0, 10, 1_009)
+    np.testing.assert_array_equal(dask_compact.compact_array(a, lambda v: table[v] > 3), a[a > 3])
+    with pytest.raises(NotElementwise, match="converting the argument"):
+        trace(lambda v: table[np.asarray(v)] > 3)  # the conversion is asarray's, not [ ]'s
+
+
 def test_a_lookup_table_runs_on_the_mask_path():
     """``lut[v]``, ``np.take(lut, v)``, ``lut.take(v)`` convert the argument to indices with
     __array__, which the tracer refused as if the chunk were used whole (a new-user probe):

@@ -526,7 +526,25 @@ def _converting_indices(tracer: Tracer, dtype: Any, caller: Any) -> bool:
         return True
     if pending is not None:  # an earlier int(...) of its own: refused as it was
         tracer.refuse(pending[0])
+    if caller is not None and _is_subscript(caller.f_code, caller.f_lasti):
+        # CuPy's indexing converts the index with __array__ without asking __index__ first
+        # (GPU run of 2026-11-30: lut_d[v] refused); the argument indexed is the tracer's
+        # own __getitem__, so __array__ within a subscript converts it as the index
+        return True
     return dtype is not None and np.dtype(dtype) == np.intp
+
+
+@functools.lru_cache(maxsize=256)
+def _is_subscript(code: Any, offset: int) -> bool:
+    """Whether the instruction at ``offset`` of ``code`` is a subscript (``a[b]``): the
+    opcode BINARY_SUBSCR, or BINARY_OP ``[]`` where Python 3.14 folded it in."""
+    import dis
+
+    for ins in dis.get_instructions(code):
+        if ins.offset == offset:
+            return ins.opname == "BINARY_SUBSCR" or (
+                ins.opname == "BINARY_OP" and ins.argrepr == "[]")
+    return False
 
 
 def _describe(func: Callable[..., Any]) -> str:

@@ -244,16 +244,18 @@ def test_prepare_warms_a_predicate_whose_exponent_is_negative_on_zeros():
 
 
 def test_a_cupy_lookup_table_on_cupy_chunks_selects_as_numpy():
-    """``lut[v]`` / ``cupy.take(lut, v)`` with a CuPy table on CuPy chunks: NumPy's answer
-    (a lookup is elementwise; 2026-11-30 the tracer sends lookups to the mask path)."""
+    """``lut[v]`` with a CuPy table on CuPy chunks: NumPy's answer (a lookup is elementwise;
+    2026-11-30 the tracer sends lookups to the mask path; CuPy's indexing converts the index
+    with ``__array__`` directly, which the first version of that refused)."""
     rng = np.random.default_rng(21)
     lut = rng.random(51) > 0.5
     a = rng.integers(0, 50, 10_007)
     lut_d = cupy.asarray(lut)
     x = da.from_array(a, chunks=997).map_blocks(cupy.asarray)
-    want = a[lut[a]]
     with dask.config.set(scheduler="threads"):
-        for pred in (lambda v: lut_d[v], lambda v: cupy.take(lut_d, v)):
+        for pred, mask in ((lambda v: lut_d[v], lut[a]),
+                           (lambda v: ~lut_d[v] & (v > 3), ~lut[a] & (a > 3))):
+            want = a[mask]
             got = x.map_compact(pred).compute()
             assert isinstance(got, cupy.ndarray)
             np.testing.assert_array_equal(cupy.asnumpy(got), want)
