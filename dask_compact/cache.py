@@ -104,6 +104,14 @@ class BoundedCache(Generic[K, V]):
         with self.lock:
             return self._items.pop(key, None)
 
+    def pop_if(self, key: K, test: Callable[[V], bool]) -> V | None:
+        """Drop ``key``'s value if ``test(value)`` (not an eviction); it, or None."""
+        with self.lock:
+            value = self._items.get(key)
+            if value is None or not test(value):
+                return None
+            return self._items.pop(key)
+
     def get_or_build(self, key: K, build: Callable[[], V]) -> V:
         """The cached value, or ``build()`` stored under ``key``. Built once: threads asking
         for the same key while it is built wait for that build (a failed build is tried
