@@ -4,7 +4,10 @@ Every new predicate *structure* (not a new threshold: constants are parameters) 
 numba loop on the CPU or a CuPy module on the GPU, about 2 MB of process memory each and a few
 hundred kB of numba's files on disk. A long-lived worker that sees many structures would keep
 them all; so each in-process cache keeps the ``memory-entries`` most recently used and the
-disk cache is trimmed, oldest first, to ``disk-bytes`` whenever a new loop is written.
+disk cache is trimmed, oldest first, to ``disk-bytes`` whenever a new loop is written. That
+bounds entries, not memory: numba never unloads machine code, so an evicted CPU loop leaves
+its code behind, and a CPU loop built again after its eviction is kept for the process's life
+(:data:`dask_compact.codegen.numba_loop._kept`: building it at every call grew without bound).
 
 Limits come from dask's configuration (``dask.config.set`` or ``~/.config/dask/*.yaml``, or
 the environment, e.g. ``DASK_DASK_COMPACT__CACHE__MEMORY_ENTRIES=16``)::
@@ -60,14 +63,17 @@ def cache_dir() -> Path:
 class BoundedCache(Generic[K, V]):
     """A thread-safe LRU of at most :func:`memory_entries` values (read at each insertion, so
     a changed limit applies from the next new entry). ``on_evict(key, value)`` runs for each
-    value dropped, e.g. to let go of a module that holds compiled code."""
+    value dropped, e.g. to let go of a module that holds compiled code; ``on_clear()`` first
+    at each :meth:`clear`, for what its owner keeps beside the cache."""
 
     _all: list[BoundedCache[Any, Any]] = []
 
-    def __init__(self, name: str, on_evict: Callable[[K, V], None] | None = None) -> None:
+    def __init__(self, name: str, on_evict: Callable[[K, V], None] | None = None,
+                 on_clear: Callable[[], None] | None = None) -> None:
         self.name = name
         self._items: OrderedDict[K, V] = OrderedDict()
         self._on_evict = on_evict
+        self._on_clear = on_clear
         self.lock = threading.RLock()  # guards the entries (and callers' own builds under it)
         # key -> [lock, waiters]: one build per key at a time, while hits and other keys' builds
         # go on (a GPU module's build is an NVRTC compile of seconds)
@@ -97,6 +103,14 @@ class BoundedCache(Generic[K, V]):
         """Drop ``key``'s value (not an eviction: ``on_evict`` does not run); it, or None."""
         with self.lock:
             return self._items.pop(key, None)
+
+    def pop_if(self, key: K, test: Callable[[V], bool]) -> V | None:
+        """Drop ``key``'s value if ``test(value)`` (not an eviction); it, or None."""
+        with self.lock:
+            value = self._items.get(key)
+            if value is None or not test(value):
+                return None
+            return self._items.pop(key)
 
     def get_or_build(self, key: K, build: Callable[[], V]) -> V:
         """The cached value, or ``build()`` stored under ``key``. Built once: threads asking
@@ -132,6 +146,8 @@ class BoundedCache(Generic[K, V]):
 
     def clear(self) -> None:
         with self.lock:
+            if self._on_clear is not None:
+                self._on_clear()
             while self._items:
                 key, value = self._items.popitem(last=False)
                 if self._on_evict is not None:

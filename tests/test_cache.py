@@ -44,28 +44,51 @@ def test_lru_keeps_the_most_recently_used():
     assert len(cache) == 0 and sorted(evicted) == [0, 1, 1, 2, 3]
 
 
-def test_numba_loops_are_bounded_and_recompiled_after_eviction(tmp_path, monkeypatch):
+def test_numba_loops_cycled_past_memory_entries_stop_being_built(tmp_path, monkeypatch):
+    """A fixed set of structures larger than ``memory-entries``, cycled: each loop is built
+    at most twice (the second time it is kept), then found. Until 2026-11-30 every call of
+    such a cycle built an evicted loop again, and each build loaded a new copy of its machine
+    code (numba never unloads it): memory grew without bound, ~48 ms a call (a new-user
+    probe). Counted, not measured: RSS is noisy here. Structures used once are still evicted."""
     monkeypatch.setenv("DASK_COMPACT_CACHE_DIR", str(tmp_path / "cache"))
     numba_loop.clear_cache()
-    before = numba_loop.cache_info()  # counters other tests in this process advanced
-    a = np.random.default_rng(0).standard_normal(1000) * 5
-    preds = structures(10)
-    with dask.config.set({"dask-compact.cache.memory-entries": 4}):
-        names = [numba_loop.fused_loop(p.typed(a.dtype), "values").module for p in preds]
+    numba_loop._sweep()
+    loads = []
+    load = numba_loop._load_from_file
+
+    def counted(source, directory):
+        loads.append(source)
+        return load(source, directory)
+
+    monkeypatch.setattr(numba_loop, "_load_from_file", counted)
+    rng = np.random.default_rng(7)
+    preds = structures(8)
+
+    def cycle(rounds: int) -> None:
+        for i in range(rounds * len(preds)):
+            p = preds[i % len(preds)]
+            a = rng.standard_normal(int(rng.integers(1, 3000))) * 3
+            np.testing.assert_array_equal(dask_compact.compact_array(a, p), a[p.mask(a)])
+
+    with dask.config.set({"dask-compact.cache.memory-entries": 3}):
+        cycle(2)  # each built once, evicted, built again and kept
+        assert len(loads) == numba_loop.cache_info()["builds"] == 2 * len(preds)
+        cycle(4)
         info = numba_loop.cache_info()
-        assert info["loops"] == 4
-        assert info["evictions"] - before["evictions"] == 6
-        assert info["builds"] - before["builds"] == 10
-        # the evicted loops' modules went with them once nothing held them (the last one
-        # evicted was still held by its eviction: it goes at the next sweep, a build's)
-        numba_loop._sweep()
-        assert sum(m.startswith("_dask_compact_loop_") and m in sys.modules
-                   for m in set(names)) == 4
-        for p in preds:  # evicted ones are rebuilt (from numba's disk cache), results exact
-            got = dask_compact.compact_array(a, p)
-            np.testing.assert_array_equal(got, a[p.mask(a)])
-        assert numba_loop.cache_info()["loops"] == 4
-    numba_loop.clear_cache()
+        assert len(loads) == info["builds"] == 2 * len(preds)  # none since
+        assert info["kept"] == len(preds) and info["loops"] == 3
+        once = structures(12)[8:]  # structures seen once: evicted, not kept
+        gone = {numba_loop.fused_loop(p.typed(np.dtype(float)), "values").module for p in once}
+        assert numba_loop.cache_info()["kept"] == len(preds)
+        names = {numba_loop.fused_loop(p.typed(np.dtype(float)), "values").module
+                 for p in preds}
+    assert len(names) == len(preds) and all(n in sys.modules for n in names)
+    numba_loop._sweep()  # the evicted ones' modules went with them
+    assert len(gone) == len(once) and not any(n in sys.modules for n in gone)
+    numba_loop.clear_cache()  # drops the kept ones too: their modules go once nothing holds them
+    numba_loop._sweep()
+    assert numba_loop.cache_info()["kept"] == 0
+    assert not any(n in sys.modules for n in names)
 
 
 def test_disk_cache_is_trimmed_to_its_cap(tmp_path, monkeypatch):

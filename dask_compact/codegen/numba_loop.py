@@ -38,7 +38,8 @@ own SIMD implementations, not libm), complex multiplication, division, absolute 
 friends -- the loop is reported unsupported and the backend takes the mask path.
 
 Parameters are arguments of the compiled function, so a new threshold reuses the loop; the
-in-process cache is keyed by (TypedPredicate.key, output) and bounded (:mod:`dask_compact.cache`).
+in-process cache is keyed by (TypedPredicate.key, output) and bounded (:mod:`dask_compact.cache`),
+but for the loops of structures that came back after their eviction, kept for good (``_kept``).
 Numba's disk cache needs a source file, so the generated source is written to a cache directory
 (``DASK_COMPACT_CACHE_DIR``, default ``~/.cache/dask_compact``) under a name that hashes its
 text, and imported from there; the directory is trimmed to its size cap as it grows.
@@ -677,7 +678,10 @@ def compile_loop(func: Any, signature: tuple, path: str | None) -> None:
 
 
 def _forget(key: tuple[str, str], loop: CompiledLoop | UnsupportedPredicate) -> None:
-    """An evicted loop's module goes too, once nothing holds the loop (:func:`_sweep`)."""
+    """An evicted loop's module goes too, once nothing holds the loop (:func:`_sweep`); a
+    kept loop (:data:`_kept`) stays."""
+    if _kept.get(key) is loop:
+        return
     if isinstance(loop, CompiledLoop) and loop.module is not None:
         _retired.append((weakref.ref(loop), loop.module))
     _sweep()
@@ -697,10 +701,12 @@ _retired: list[tuple[weakref.ref, str]] = []
 
 def _sweep() -> None:
     """Drop the modules of evicted loops nothing holds any more, except those a loop in the
-    cache (built again from the same source) or a loop still held uses. Under ``_loops.lock``:
-    a build (the only thing that takes a module from sys.modules again) holds it too."""
+    cache (built again from the same source), a kept loop or a loop still held uses. Under
+    ``_loops.lock``: a build (the only thing that takes a module from sys.modules again)
+    holds it too."""
     with _loops.lock:
         live = {v.module for v in _loops.values() if isinstance(v, CompiledLoop)}
+        live |= {v.module for v in _kept.values()}
         live |= {name for ref, name in _retired if ref() is not None}
         gone = {name for ref, name in _retired if ref() is None} - live
         _retired[:] = [(ref, name) for ref, name in _retired if ref() is not None]
@@ -710,22 +716,48 @@ def _sweep() -> None:
                 module.__dict__.clear()
 
 
+# Every (TypedPredicate.key, output) whose loop this process built, and the loops built a
+# second time (their structure came back after its loop was evicted): those are kept for the
+# process's life, beside the LRU. Numba never unloads machine code, so an evicted loop's code
+# stays, and each build loaded a new copy: until 2026-11-30 a process cycling through more
+# structures than ``memory-entries`` built one at every call and grew without bound (a
+# new-user probe: 8 structures with 4 kept, 48 ms and +32 kB a call from numba's disk cache;
+# 0.4-1.1 s and +1.2 MB where the disk cache could not hold the loops). Now such a cycle
+# builds each loop at most twice, and memory grows only with the distinct structures ever
+# built. A structure seen once is still evicted, which frees most of its loop (what stays:
+# ~0.1 MB of a loop loaded from the disk cache, ~1.7 MB of a compiled one; design.md,
+# "Caches"); clear_cache() empties both.
+_built: set[tuple[str, str]] = set()
+_kept: dict[tuple[str, str], CompiledLoop] = {}
+
+
+def _clear_kept() -> None:
+    """At clear_cache(), before ``_loops`` evicts its entries: the kept loops go as evicted
+    ones do (those out of the LRU too)."""
+    for loop in _kept.values():
+        if loop.module is not None:
+            _retired.append((weakref.ref(loop), loop.module))
+    _kept.clear()
+    _built.clear()
+
+
 # (TypedPredicate.key, output) -> the loop, or the reason there is none (also worth keeping).
 _loops: BoundedCache[tuple[str, str], CompiledLoop | UnsupportedPredicate] = BoundedCache(
-    "numba loops", _forget
+    "numba loops", _forget, _clear_kept
 )
 _stats = {"builds": 0, "hits": 0, "unsupported": 0}
 
 
 def cache_info() -> dict[str, int]:
     """Counters of the in-process loop cache: builds (code generations), hits, unsupported,
-    loops held, evictions, and numba specializations compiled (a new one means numba
-    recompiled)."""
+    loops held (in the LRU), loops kept for good (:data:`_kept`), evictions, and numba
+    specializations compiled (a new one means numba recompiled)."""
     with _loops.lock:
         compiled = [v for v in _loops.values() if isinstance(v, CompiledLoop)]
         return {
             **_stats,
             "loops": len(compiled),
+            "kept": len(_kept),
             "evictions": _loops.evictions,
             "specializations": sum(len(getattr(v.func, "signatures", ())) for v in compiled),
         }
@@ -812,8 +844,8 @@ def _build(tp: TypedPredicate, output: str) -> CompiledLoop:
 
 
 def fused_loop(tp: TypedPredicate, output: str) -> CompiledLoop:
-    """The compiled loop for ``tp`` and ``output``, built once per process and key (while
-    the bounded cache keeps it).
+    """The compiled loop for ``tp`` and ``output``, built once per process and key while
+    the bounded cache keeps it, at most twice in all (:data:`_kept`).
 
     Raises :class:`UnsupportedPredicate` (also cached) when the loop cannot match NumPy.
     """
@@ -821,17 +853,22 @@ def fused_loop(tp: TypedPredicate, output: str) -> CompiledLoop:
     hit = _loops.get(key)
     if hit is None:
         with _loops.lock:
-            hit = _loops.get(key)
+            hit = _loops.get(key) or _kept.get(key)
             if hit is None:
                 _sweep()  # the modules of evicted loops let go of since the last eviction
                 try:
                     hit = _build(tp, output)
                     _stats["builds"] += 1
                     logger.debug("compiled fused loop %s for %s", key, to_source(tp.expr))
+                    if key in _built:  # back after its eviction: kept (see _kept)
+                        _kept[key] = hit
+                    _built.add(key)
                 except UnsupportedPredicate as e:
                     hit = e
                     _stats["unsupported"] += 1
-                _loops.put(key, hit)
+            else:  # a kept loop, back in the LRU
+                _stats["hits"] += 1
+            _loops.put(key, hit)
     else:
         with _loops.lock:
             _stats["hits"] += 1
