@@ -233,6 +233,44 @@ def test_a_callable_failing_on_some_rows_of_a_chunk_is_not_elementwise():
             call()
 
 
+_FLAKY: dict = {"error": None}
+
+
+def _flaky_isin(m):
+    """np.isin, failing on the slice check's 32 rows while _FLAKY holds an error."""
+    if _FLAKY["error"] is not None and isinstance(m, np.ndarray) and m.size == 32:
+        raise _FLAKY["error"]
+    return np.isin(m, [True])
+
+
+@pytest.mark.parametrize("error", [
+    MemoryError("Unable to allocate 256. KiB"), OSError(5, "Input/output error"),
+    TimeoutError("the store did not answer"), RecursionError("maximum recursion depth"),
+], ids=lambda e: type(e).__name__)
+def test_a_resource_error_in_the_slice_check_is_not_not_elementwise(error):
+    """A MemoryError (or OSError...) of an elementwise mask-path callable on the rows 0:32
+    that the slice check runs it on is passed on as it is, with the note naming the
+    predicate: it is about resources, not how the callable depends on the chunking (it was
+    reported as NotElementwise, "it depends on how the array is chunked", hiding the real
+    error; a new-user probe, 2026-11-30). The same call again gives NumPy's answer."""
+    a = np.random.default_rng(8).standard_normal(1001)
+    f = lambda v: _flaky_isin(v > 0.5)  # noqa: E731
+    want = a[a > 0.5]
+    x = da.from_array(a, chunks=300)
+    _FLAKY["error"] = error
+    try:
+        for call in (lambda: dask_compact.compact_array(a, f),
+                     lambda: x.map_compact(f).compute(scheduler="threads")):
+            with pytest.raises(type(error)) as info:
+                call()
+            assert not isinstance(info.value, NotElementwise)
+            assert any("the predicate" in n for n in getattr(info.value, "__notes__", ())), info
+    finally:
+        _FLAKY["error"] = None
+    np.testing.assert_array_equal(dask_compact.compact_array(a, f), want)
+    np.testing.assert_array_equal(x.map_compact(f).compute(scheduler="threads"), want)
+
+
 @pytest.mark.parametrize("f", [lambda v: v + 256 > 3, lambda v: v ** -1 > 0,
                                lambda v: np.maximum(v, 2**40) > 0])
 def test_a_constant_numpy_refuses_with_overflow_error_is_one(f):

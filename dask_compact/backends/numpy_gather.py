@@ -16,9 +16,11 @@ from __future__ import annotations
 import functools
 
 import numpy as np
-from numba import njit
-from numba.cpython.unsafe.numbers import trailing_zeros
 
+# First: numba imported with Ctrl-C held (numba_ready), before numba_compress imports it.
+from ..codegen.numba_ready import njit, trailing_zeros
+
+# isort: split
 from ..codegen.numba_compress import (
     COMPRESS_ITEMSIZES,
     HAVE_COMPRESS,

@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from numba import njit
 
+from ..codegen.numba_ready import njit  # numba, imported with Ctrl-C held
 from ..predicate.core import Predicate
 from ..predicate.fields import record_predicate
 from .numpy_gather import as_rows

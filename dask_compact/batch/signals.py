@@ -1,5 +1,7 @@
 """Signals in a batch job: SIGTERM unwinds like Ctrl-C, Ctrl-C waits during file-system
-clean-up, and local worker processes are started deaf to the terminal's Ctrl-C."""
+clean-up, and local worker processes are started deaf to the terminal's Ctrl-C. Also, outside
+the batch job, :func:`deferred`: Ctrl-C held over numba's import and compiles
+(:mod:`..codegen.numba_loop`), which an interrupt would leave half done for the process."""
 
 from __future__ import annotations
 
@@ -65,21 +67,33 @@ def sigint_ignored() -> contextlib.AbstractContextManager[None]:
 
 
 @contextlib.contextmanager
+def deferred(*signums: int) -> Iterator[None]:
+    """The given signals held for the duration and delivered right after, to the handlers
+    that were in place (main thread only; elsewhere a no-op, as only the main thread can set
+    handlers, and only it runs them). A handler the user installed runs late, not never: a
+    Ctrl-C during the block raises ``KeyboardInterrupt`` as it ends."""
+    pending: list[int] = []
+    try:
+        previous = [(s, signal.signal(s, lambda signum, frame: pending.append(signum)))
+                    for s in signums]
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        for s, handler in reversed(previous):
+            # None: a handler not installed from Python; the default is the nearest
+            signal.signal(s, signal.SIG_DFL if handler is None else handler)
+        for s in dict.fromkeys(pending):  # each once, in the order they came
+            signal.raise_signal(s)
+
+
+@contextlib.contextmanager
 def held() -> Iterator[None]:
     """Ctrl-C ignored and SIGTERM held for the duration, SIGTERM delivered right after (main
     thread only; elsewhere a no-op): the renames that put a new output in place, which an
     interrupt must not split from the record that they were done. (SIGTERM had unwound the
     commit of an ``--overwrite`` after the swap, and the job said OUTPUT was not written.)"""
-    pending: list[int] = []
-    try:
-        previous = signal.signal(signal.SIGTERM, lambda signum, frame: pending.append(signum))
-    except ValueError:  # not the main thread
+    with deferred(signal.SIGTERM), ignored(signal.SIGINT):
         yield
-        return
-    try:
-        with ignored(signal.SIGINT):
-            yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-    if pending:
-        signal.raise_signal(signal.SIGTERM)  # the handler the job runs under, now

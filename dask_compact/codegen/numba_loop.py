@@ -47,10 +47,13 @@ text, and imported from there; the directory is trimmed to its size cap as it gr
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import logging
 import os
+import pickle
+import signal
 import sys
 import tempfile
 import warnings
@@ -62,6 +65,7 @@ from typing import Any
 
 import numpy as np
 
+from ..batch.signals import deferred
 from ..cache import BoundedCache, cache_dir, disk_bytes, trim
 from ..predicate.core import TypedPredicate
 from ..predicate.expr import Call, Node, Var, param_dtypes, params_of, to_source, walk
@@ -620,18 +624,26 @@ class CompiledLoop:
         return self.func(flat, out, idx, np.int64(base), *params)
 
 
-# numba's cache code: an error raised through it (not an OSError: a cache directory it cannot
-# write) is a cache file it could not load. A damaged file gives many: truncated,
+# numba's cache code: an error of the kinds that reading damaged bytes gives, raised through
+# it, is a cache file it could not load. A damaged file gives many: truncated,
 # UnpicklingError ("pickle data was truncated") or EOFError; random bytes, UnpicklingError
-# ("invalid load key") and others from what the bytes happen to name; a damaged middle,
+# ("invalid load key"), ValueError ("unsupported pickle protocol"), now and then MemoryError (a
+# length field of billions), and others from what the bytes happen to name; a damaged middle,
 # UnicodeDecodeError. Until 2026-11-30 these went to the caller, in every later process, with
 # nothing rebuilding the file (a new-user probe: an interrupted copy of ~/.cache).
 _NUMBA_CACHING = os.path.join("numba", "core", "caching.py")
+# Not these, which are about this process, not the file: an OSError (a cache directory numba
+# cannot write), and AttributeError, ImportError, NotImplementedError... from numba's modules
+# left half imported by an interrupt (2026-11-30, a new-user probe: Ctrl-C in the first call's
+# import of numba, then `module 'numba' has no attribute 'core'` through caching.py removed
+# sound cache files, and the compile again failed all the same).
+_DAMAGE = (pickle.UnpicklingError, EOFError, ValueError, TypeError, IndexError, KeyError,
+           OverflowError, MemoryError)
 
 
 def damaged_cache(error: BaseException) -> bool:
-    """Whether ``error`` came from numba loading a cache file."""
-    if isinstance(error, OSError):
+    """Whether ``error`` came from numba loading a damaged cache file."""
+    if not isinstance(error, _DAMAGE):
         return False
     tb = error.__traceback__
     while tb is not None:
@@ -814,7 +826,22 @@ def _numba_signature(tp: TypedPredicate, output: str) -> tuple:
     return (*head[output], *[from_dtype(dt) for dt in param_dtypes(tp.expr, tp.types)])
 
 
+def numba_held() -> contextlib.AbstractContextManager[None]:
+    """Ctrl-C held while numba is imported and compiles (main thread; raised as the block
+    ends). An interrupt there leaves numba half imported or its registries half installed for
+    the rest of the process: 2026-11-30, a new-user probe: Ctrl-C during the first call, then
+    every compiled loop failed (`module 'numba' has no attribute 'core'`, `No definition for
+    lowering <built-in function lt>(int64, int64)`) until the interpreter restarted. The wait:
+    the compile's time, a second or so."""
+    return deferred(signal.SIGINT)
+
+
 def _build(tp: TypedPredicate, output: str) -> CompiledLoop:
+    with numba_held():  # generate_source imports numba; the loop's module and compile use it
+        return _build_held(tp, output)
+
+
+def _build_held(tp: TypedPredicate, output: str) -> CompiledLoop:
     source = generate_source(tp, output, cache=True)
     path: str | None = None
     module: str | None = None

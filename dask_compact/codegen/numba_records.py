@@ -36,6 +36,7 @@ from .numba_loop import (
     _load_in_memory,
     cache_dir,
     compile_loop,
+    numba_held,
 )
 
 __all__ = ["record_bits_loop", "generate_record_source"]
@@ -107,6 +108,10 @@ def record_bits_loop(tp: TypedPredicate) -> Any:
     """
 
     def build() -> Any:
+        with numba_held():  # as the one-array loops: Ctrl-C waits for numba's import and compile
+            return build_held()
+
+    def build_held() -> Any:
         func: Any
         try:
             path: str | None = None

@@ -49,6 +49,14 @@ class NotElementwise(ValueError):
     """The predicate does something that is not elementwise; refused, never run per chunk."""
 
 
+# What a callable can raise on a slice of a chunk it ran on for reasons outside its own shape
+# logic: memory (CuPy's OutOfMemoryError is a MemoryError), I/O and the network (OSError, with
+# TimeoutError and ConnectionError), the stack. The slice check passes these on as they are:
+# until 2026-11-30 a transient MemoryError on rows 0:32 was reported as NotElementwise ("it
+# depends on how the array is chunked"), hiding the real error (a new-user probe).
+RESOURCE_ERRORS: tuple[type[Exception], ...] = (MemoryError, OSError, RecursionError)
+
+
 @dataclass(frozen=True)
 class TypedPredicate:
     """A fused predicate typed for one input dtype: what a code generator compiles."""
@@ -249,6 +257,8 @@ class Predicate:
                 got = self._call(a[sl], f"rows {sl.start}:{sl.stop} of {what}")
             except NotElementwise:
                 raise
+            except RESOURCE_ERRORS:
+                raise  # a resource's failure, as it is (with _call's note naming the predicate)
             except Exception as e:
                 # It ran on the whole chunk: failing on some of its rows is depending on them
                 # (np.sort(v)[-10] on one row raised IndexError, with a note that blamed a
