@@ -290,7 +290,9 @@ def test_a_mask_computed_over_an_axis_of_length_one_in_several_chunks_is_refused
     m = y > 0.5
     for call in (lambda: compact(m, np.ones(1, bool)), lambda: compact(y, m),
                  lambda: compact(y, m, lazy=True), lambda: map_compact(y * 2, "x > 1"),
-                 lambda: dask_compact.compact_records({"v": y, "m": m}, "m")):  # fmt: skip
+                 lambda: dask_compact.compact_records({"v": y, "m": m}, "m"),
+                 lambda: dask_compact.sort(y * 2), lambda: dask_compact.argsort(y * 2),
+                 lambda: dask_compact.cumsum(y * 2)):  # fmt: skip
         with pytest.raises(ValueError, match=r"rechunk\(-1\)"):
             call()
     want = a[a > 0.9]

@@ -405,6 +405,25 @@ def test_a_subscript_converting_its_index_directly_is_a_lookup():
         trace(lambda v: table[np.asarray(v)] > 3)  # the conversion is asarray's, not [ ]'s
 
 
+def test_an_int_conversion_caught_before_a_lookup_stays_refused():
+    """``operator.index(v)`` caught by the user's code, then ``lut[v]``: the first refusal is
+    final (a review: the lookup's took its place, and the predicate went to the mask path
+    with a value that differs from chunk to chunk)."""
+    import operator
+
+    lut = np.random.default_rng(13).random(51) > 0.5
+
+    def pred(v):
+        try:
+            n = operator.index(v)
+        except Exception:  # noqa: BLE001 -- the point: the user's code catches it
+            n = 0
+        return lut[v] & (v > n)
+
+    with pytest.raises(NotElementwise, match="Python int"):
+        trace(pred)
+
+
 def test_a_lookup_table_runs_on_the_mask_path():
     """``lut[v]``, ``np.take(lut, v)``, ``lut.take(v)`` convert the argument to indices with
     __array__, which the tracer refused as if the chunk were used whole (a new-user probe):

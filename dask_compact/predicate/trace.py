@@ -442,6 +442,11 @@ class Sym:
         # indices (a lookup, Sym.__array__). Anything else (``range(v)``, ``[1, 2][v]``,
         # ``operator.index(v)``) stays refused, also where the user's code catches it.
         err = _per_chunk("converting the data to a Python int")
+        if self._tracer.index_refused is not None:
+            # an earlier one the user's code caught (``operator.index(v)`` in a try) and never
+            # used as indices: final, before this one takes its place (a review found it lost
+            # to a later lut[v], and the predicate on the mask path with a per-chunk value)
+            self._tracer.refuse(self._tracer.index_refused[0])
         self._tracer.index_refused = (err, _instruction(sys._getframe(1)))
         raise err
 
