@@ -18,9 +18,9 @@ import pytest
 zarr = pytest.importorskip("zarr")
 from cli_helpers import litter
 from click.testing import CliRunner
+from gpu_helpers import device_count
 
 from dask_compact import cli
-from dask_compact.batch.runner import worker_has_gpu
 
 BIN = Path(sys.executable).parent
 
@@ -338,7 +338,7 @@ def test_scheduler_errors(npy, tmp_path):
     assert dask.config.get("scheduler", None) is None
 
 
-@pytest.mark.skipif(worker_has_gpu(), reason="refusals for workers without a GPU")
+@pytest.mark.skipif(device_count() > 0, reason="refusals for workers without a GPU")
 def test_device_gpu_on_a_cluster_without_gpus_is_refused_before_the_job(npy, tmp_path):
     """--device gpu on a running cluster whose workers cannot use a GPU: a usage error saying
     so before anything is written (until 2026-11-30 the job failed in its first task with

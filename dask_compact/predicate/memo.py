@@ -11,7 +11,7 @@ whose equality means equal behaviour:
 * the contents of its closure cells and its defaults;
 * the globals its code names, and the attributes its code names of the modules and classes
   among them and among its closure cells and defaults, at any depth (``np.sin``,
-  ``np.random.rand``, ``Cfg.T``, ``Cuts.E.W.lo``, a class held in a closure or a default):
+  ``np.linalg.norm``, ``Cfg.T``, ``Cuts.E.W.lo``, a class held in a closure or a default):
   scalars and strings by type and exact value (:func:`value_key`); modules, NumPy ufuncs and
   functions (``np.isin``), pure builtins (``abs``, ``math.sqrt``) and classes whose
   construction runs no Python code (``Cfg``, ``np.float32``, enums) by identity.
@@ -19,10 +19,10 @@ whose equality means equal behaviour:
 Anything else (another Python function, an array, an object with state) makes the key None:
 its behaviour could change between calls with nothing in the key changing. So does a builtin
 that reads the world rather than its arguments (``time.time``, ``random.random``,
-``datetime.datetime.now``, ``open``), a class whose construction runs Python code, and a
-string that makes NumPy read the clock (``np.datetime64("now")``): the trace calls them once,
-and until 2026-11-30 a later call reused the value the first one got (a predicate
-``v > time.time() - 3600`` kept its first hour forever). So does code that
+``np.random.rand``, ``datetime.datetime.now``, ``open``), a class whose construction runs
+Python code, and a string that makes NumPy read the clock (``np.datetime64("now")``): the
+trace calls them once, and until 2026-11-30 a later call reused the value the first one got
+(a predicate ``v > time.time() - 3600`` kept its first hour forever). So does code that
 names something that reads by a computed name (``getattr(Cfg, "T")``, ``globals()["T"]``,
 ``vars(Cfg)``, ``Cfg.__dict__``): no list of names can follow it. Until 2026-11-30 the
 attributes of a class or module held in a closure or a default, those three or more levels
