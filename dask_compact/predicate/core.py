@@ -344,11 +344,13 @@ def _refuse_if_deterministic_asked(p: Predicate) -> None:
     maybe_raise(
         f"dask_compact: the predicate {shorten(p.source)} runs on the mask path ({p.reason}) "
         "and holds or reads what cannot be named by value (an array, an object, another "
-        "function, a name computed as it runs), so its dask token, and the result's name, is "
-        "new at every call; dask's tokenize.ensure-deterministic asks for names that are not. "
-        "Write it as a string expression or a callable the tracer compiles, hold only "
-        "numbers, strings and modules in it, or compute the mask with dask (m = "
-        "x.map_blocks(pred, dtype=bool)) and use dask_compact.compact(x, m)."
+        "function, a name computed as it runs) or reads the world as it runs (the clock, "
+        "random numbers, a file: time.time(), random.random(), np.datetime64('now')), so its "
+        "dask token, and the result's name, is new at every call; dask's "
+        "tokenize.ensure-deterministic asks for names that are not. Write it as a string "
+        "expression or a callable the tracer compiles, holding only numbers and strings, "
+        "or compute the mask with dask (m = x.map_blocks(pred, dtype=bool)) and use "
+        "dask_compact.compact(x, m)."
     )
 
 
