@@ -54,7 +54,7 @@ def _drop_placement(cache_key: tuple, ref: weakref.ref) -> None:
     """The weak reference ``ref`` of ``cache_key``'s entry died with its future: the entry
     can never be hit again (re-persisting makes new futures) and it held a key and a holder
     per chunk. Until 2026-11-30 such entries stayed until 64 newer inputs evicted them (a
-    probe: ~100 B per chunk, 7.7 MB after 8 inputs of 40,000 chunks were freed). Only the
+    probe: ~100 B per chunk, 7.7 MB after 8 inputs of 10,000 chunks were freed). Only the
     entry that ``ref`` belongs to: the same keys persisted again have an entry of their own."""
     _placements.pop_if(cache_key, lambda entry: entry[0] is ref)
 

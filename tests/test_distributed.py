@@ -232,7 +232,7 @@ def test_placement_of_a_persisted_input_is_asked_once(client, tasks, monkeypatch
 def test_the_placement_of_a_deleted_input_is_not_kept(client, direct):
     """The cached placement of a persisted input (a key and a holder per chunk) goes with the
     input: it can never be used again. Until 2026-11-30 it stayed until 64 newer inputs
-    evicted it (a probe: 7.7 MB held after 8 freed inputs of 40,000 chunks)."""
+    evicted it (a probe: 7.7 MB held after 8 freed inputs of 10,000 chunks)."""
     import gc
 
     from dask_compact import placement
