@@ -224,20 +224,24 @@ def test_overlap_of_input_and_output_is_refused_however_they_are_spelled(tmp_pat
         fs.rm("/overlap-test", recursive=True)
 
 
-def test_a_zip_output_is_refused_up_front(npy, tmp_path):
+def test_a_zip_output_is_refused_up_front(npy, tmp_path, monkeypatch):
     """A probe's ``zip://`` OUTPUT ended in a 54-line traceback (FileNotFoundError; with an
-    empty zip file, IsADirectoryError): fsspec's zip file system is read-only to zarr."""
+    empty zip file, IsADirectoryError): fsspec's zip file system is read-only to zarr. The
+    short chain ``zip::FILE`` (no ``://``) made a local directory named ``zip::`` (a review)."""
     import zipfile
 
+    monkeypatch.chdir(tmp_path)  # where a relative "zip::..." directory would appear
     path, _ = npy
     empty = tmp_path / "empty.zip"
     zipfile.ZipFile(empty, "w").close()
     before = empty.read_bytes()
-    for url in (f"zip://::{tmp_path / 'new.zip'}", f"zip://sel::{empty}", f"zip://::{empty}"):
+    for url in (f"zip://::{tmp_path / 'new.zip'}", f"zip://sel::{empty}", f"zip://::{empty}",
+                "zip::short.zip"):
         res = run(path, url, "-w", "x > 0.5", "--local", "threads", code=2)
         assert "cannot write into a zip file" in res.output
         assert res.output.strip().splitlines()[-1].startswith("Error: Invalid value for OUTPUT")
     assert not (tmp_path / "new.zip").exists() and empty.read_bytes() == before
+    assert not (tmp_path / "zip::short.zip").exists() and not (tmp_path / "short.zip").exists()
 
 
 def test_a_memory_output_is_refused_up_front(npy, tmp_path):

@@ -156,10 +156,11 @@ class Target:
         self.old_left: str | None = None  # the replaced output, until it is removed
         self.old_error = ""  # why it could not be removed
         tag = f"{TMP_MARK}{uuid.uuid4().hex[:12]}"
+        if self.url or "::" in output:  # fsspec's short chain (zip::out.zip) is one too
+            check_writable_url(output)
         if self.url:
             import fsspec
 
-            check_writable_url(output)
             self.fs, self.path = fsspec.core.url_to_fs(output)
             self.path = self.path.rstrip("/")
             parent, base = os.path.split(self.path)
