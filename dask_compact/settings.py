@@ -29,13 +29,17 @@ section with them, so every later ``sort`` raised ``KeyError: 'sort'``.
 2026-11-30), each reader called ``int()`` on whatever was there: ``disk-bytes: "1 GiB"`` only
 failed once a new structure compiled (``invalid literal for int()``), a bad
 ``memory-entries`` failed every ``map_compact`` from deep inside the predicate code, and
-``direct: "no"`` counted as true.
+``direct: "no"`` counted as true. The first read in a process also warns once about keys under
+``dask-compact`` that no reader knows (a misspelled key was silently ignored).
 """
 
 from __future__ import annotations
 
+import difflib
 import math
-from collections.abc import Callable
+import threading
+import warnings
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import dask.config
@@ -149,6 +153,7 @@ def get(key: str) -> Any:
     """The setting ``dask-compact.<key>`` (e.g. ``"sort.min-bucket"``): the configured value,
     else its default, as its kind takes it (an int for a size given as ``"1 GiB"``); a value
     it cannot take raises :class:`SettingError` naming the key."""
+    _warn_unknown_once()
     default: Any = DEFAULTS
     for part in key.split("."):
         default = default[part]
@@ -168,3 +173,48 @@ def check() -> None:
     calls this before a job, so a bad value stops it at the start, named)."""
     for key in KINDS:
         get(key)
+
+
+_warned = threading.Lock()
+_warned_done = False
+
+
+def _flat(section: Mapping[str, Any], prefix: str = "") -> list[str]:
+    keys = []
+    for k, v in section.items():
+        name = f"{prefix}{k}"
+        keys.extend(_flat(v, name + ".") if isinstance(v, Mapping) else [name])
+    return keys
+
+
+def unknown_keys() -> list[tuple[str, str | None]]:
+    """Keys set under ``dask-compact`` that no reader knows, each with the closest known key.
+    dask reads ``memory_entries`` as ``memory-entries`` (its ``canonical_name`` tries both at
+    every level, and the environment gives underscores), so those count as known."""
+    section = dask.config.get("dask-compact", default=None)
+    if not isinstance(section, Mapping):
+        return []
+    known = set(KINDS)
+    out = []
+    for key in _flat(section):
+        if key.replace("_", "-") in known:
+            continue
+        close = difflib.get_close_matches(key.replace("_", "-"), list(KINDS), n=1, cutoff=0.6)
+        out.append((key, close[0] if close else None))
+    return out
+
+
+def _warn_unknown_once() -> None:
+    """Warn, once per process, about keys under ``dask-compact`` no reader knows (a misspelled
+    key is otherwise silently ignored, its default used)."""
+    global _warned_done
+    if _warned_done:
+        return
+    with _warned:
+        if _warned_done:
+            return
+        _warned_done = True
+        for key, close in unknown_keys():
+            hint = f"; did you mean dask-compact.{close}?" if close else ""
+            warnings.warn(f"unknown setting dask-compact.{key} is ignored{hint} (the settings "
+                          f"are {', '.join(KINDS)})", UserWarning, stacklevel=3)

@@ -162,3 +162,65 @@ def test_the_cli_stops_at_the_start_naming_a_bad_setting(tmp_path):
     assert result.exit_code != 0
     assert "dask-compact.cache.memory-entries is 'abc'" in result.output
     assert not (tmp_path / "out.zarr").exists()
+
+
+# --- a misspelled key warns once, naming the closest known key (a new-user probe,
+# 2026-11-30: dask-compact.sort.minbucket, .directt, .cache.memory_entry were silently
+# ignored) ---
+
+
+def test_an_unknown_key_warns_once_naming_the_closest_known_one(monkeypatch):
+    import warnings
+
+    monkeypatch.setattr(settings, "_warned_done", False)
+    with dask.config.set({"dask-compact.sort.minbucket": 5, "dask-compact.directt": False,
+                          "dask-compact.cache.memory_entry": 3,
+                          "dask-compact.cache.memory_entries": 7}):  # dask reads it as -entries
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            assert settings.get("cache.memory-entries") == 7
+            assert settings.get("sort.min-bucket") == 2**16
+            settings.get("direct")
+        texts = sorted(str(w.message) for w in caught if w.category is UserWarning)
+        assert len(texts) == 3, texts
+        for unknown, close in [("cache.memory_entry", "cache.memory-entries"),
+                               ("directt", "direct"), ("sort.minbucket", "sort.min-bucket")]:
+            assert any(f"dask-compact.{unknown} is ignored; did you mean dask-compact.{close}?"
+                       in t for t in texts), (unknown, texts)
+        assert not any("memory_entries" in t for t in texts)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # once per process
+            settings.get("sort.min-bucket")
+
+
+def test_known_keys_in_every_spelling_dask_reads_give_no_warning(monkeypatch):
+    import warnings
+
+    monkeypatch.setattr(settings, "_warned_done", False)
+    with dask.config.set({"dask-compact.sort.min_bucket": 9, "dask_compact.cache.disk_bytes": 5,
+                          "dask-compact.batch.gpu-decode-wait": 0.1}):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert settings.get("sort.min-bucket") == 9
+            assert settings.get("cache.disk-bytes") == 5
+
+
+def test_a_misspelled_environment_variable_warns_at_the_first_call():
+    code = """
+        import warnings
+        import numpy as np, dask.array as da, dask_compact
+        a = np.random.default_rng(2).normal(size=1001)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            got = da.from_array(a, chunks=100).map_compact("x > 0.1").compute()
+            dask_compact.sort(da.from_array(a, chunks=100)).compute()
+        assert np.array_equal(got, a[a > 0.1])
+        texts = [str(w.message) for w in caught if "unknown setting" in str(w.message)]
+        assert len(texts) == 1, texts
+        print(texts[0])
+    """
+    out = _in_a_process(code, {"DASK_DASK_COMPACT__SORT__MINBUCKET": "5",
+                               "DASK_DASK_COMPACT__SORT__MAX_PIECES": "64"})
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "dask-compact.sort.minbucket is ignored; did you mean dask-compact.sort.min-bucket?" \
+        in out.stdout
