@@ -43,12 +43,12 @@ V = TypeVar("V")
 
 def memory_entries() -> int:
     """Entries each in-process cache keeps (at least 1)."""
-    return max(1, int(settings.get("cache.memory-entries")))
+    return max(1, settings.get("cache.memory-entries"))
 
 
 def disk_bytes() -> int:
     """Bytes the disk cache is trimmed to."""
-    return max(0, int(settings.get("cache.disk-bytes")))
+    return settings.get("cache.disk-bytes")
 
 
 def cache_dir() -> Path:

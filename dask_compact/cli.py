@@ -242,6 +242,12 @@ def compact_command(
         import zarr  # noqa: F401 -- the output is always a Zarr group: fail before any work
     except ImportError as e:
         raise click.ClickException(_zarr_missing(e)) from None
+    from . import settings
+
+    try:  # a bad dask-compact.* setting stops the job here, named, not in a chunk task
+        settings.check()
+    except settings.SettingError as e:
+        raise click.ClickException(str(e)) from None
     from .batch.inputs import open_input
     from .batch.job import describe, layout_of
     from .batch.output import Target, check_overlap

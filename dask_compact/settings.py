@@ -1,4 +1,5 @@
-"""dask-compact's settings in dask's configuration, and their defaults in one place.
+"""dask-compact's settings in dask's configuration, their defaults and what each accepts, in
+one place.
 
 Set them with ``dask.config.set`` (also as a context manager), in ``~/.config/dask/*.yaml``,
 or in the environment (``DASK_DASK_COMPACT__SORT__MIN_BUCKET=4096``)::
@@ -6,41 +7,214 @@ or in the environment (``DASK_DASK_COMPACT__SORT__MIN_BUCKET=4096``)::
     dask-compact:
       cache:
         memory-entries: 64        # compiled loops/modules kept per cache and process
-        disk-bytes: 268435456     # the disk cache's cap (256 MiB)
+        disk-bytes: 256 MiB       # the disk cache's cap (an integer or a byte string)
       direct: true                # phase 1 over a persisted input asked of the workers
       sort:
         exchange: auto            # how a cluster sort cuts its exchange: auto/ipc/worker/bucket
         min-bucket: 65536         # elements a bucket at least, when buckets= is not given
         max-pieces: 16384         # exchange pieces (chunks x buckets) at most
+      batch:
+        gpu-frame-bytes: 16 MiB   # zstd frames of a GPU-encoded chunk (0: one a chunk)
+        gpu-decode-wait: 0.5      # seconds (or "500ms") a GPU decode batch waits for more
+        gpu-decode-tasks: 32      # chunk tasks beside the CPU threads, per GPU decoding
 
 Every read goes through :func:`get`, which falls back to the default here. Registering the
 defaults alone (``dask.config.update_defaults`` when a module is first imported) was not
 enough: a module first imported inside a ``dask.config.set`` block on one of its own keys put
 its defaults into the section the block had just made, and the block's end removed that
 section with them, so every later ``sort`` raised ``KeyError: 'sort'``.
+
+:func:`get` also checks the value against the key's kind (:data:`KINDS`) and raises
+:class:`SettingError` naming the key, the value and what it takes. Before (a new-user probe,
+2026-11-30), each reader called ``int()`` on whatever was there: ``disk-bytes: "1 GiB"`` only
+failed once a new structure compiled (``invalid literal for int()``), a bad
+``memory-entries`` failed every ``map_compact`` from deep inside the predicate code, and
+``direct: "no"`` counted as true. The first read in a process also warns once about keys under
+``dask-compact`` that no reader knows (a misspelled key was silently ignored).
 """
 
 from __future__ import annotations
 
+import difflib
+import math
+import threading
+import warnings
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import dask.config
+from dask.utils import parse_bytes, parse_timedelta
 
-__all__ = ["DEFAULTS", "get"]
+__all__ = ["DEFAULTS", "KINDS", "SettingError", "check", "get"]
 
 DEFAULTS: dict[str, Any] = {
     "cache": {"memory-entries": 64, "disk-bytes": 256 * 2**20},
     "direct": True,
     "sort": {"exchange": "auto", "min-bucket": 2**16, "max-pieces": 2**14},
+    "batch": {"gpu-frame-bytes": 16 << 20, "gpu-decode-wait": 0.5, "gpu-decode-tasks": 32},
 }
 # shown by dask.config.get("dask-compact") and by dask's config tooling
 dask.config.update_defaults({"dask-compact": DEFAULTS})
 
 
+class SettingError(ValueError):
+    """A ``dask-compact.*`` setting holds a value its reader cannot take."""
+
+
+def _integer(value: Any) -> int | None:
+    """``value`` as an int when it is one (an integral float, or a string of digits: what a
+    YAML file or ``dask.config.set`` may hold), else None. A bool is not a number here."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str):
+        try:
+            return int(value.strip().replace("_", ""))
+        except ValueError:
+            return None
+    return None
+
+
+def _count(value: Any) -> int | None:
+    n = _integer(value)
+    return n if n is not None and n >= 0 else None
+
+
+def _bytes(value: Any) -> int | None:
+    """A number of bytes: an integer, or a byte string as dask takes them ("1 GiB", "64 kiB")."""
+    n = _integer(value)
+    if n is None and isinstance(value, str):
+        try:
+            n = parse_bytes(value)
+        except (ValueError, TypeError):
+            return None
+    return n if n is not None and n >= 0 else None
+
+
+def _seconds(value: Any) -> float | None:
+    """Seconds: a number, or a duration string as dask takes them ("500ms", "2s")."""
+    if isinstance(value, bool) or value is None:
+        return None
+    try:
+        s = float(parse_timedelta(value, "s"))
+    except (ValueError, TypeError, KeyError):
+        return None
+    return s if math.isfinite(s) and s >= 0 else None
+
+
+def _bool(value: Any) -> bool | None:
+    """True or False. From the environment dask reads ``True``/``False`` as bools (it
+    ``literal_eval``s every value) and ``true``/``false`` as strings, so both are taken; any
+    other string (``"no"``, ``"off"``) is refused rather than taken as true for being
+    non-empty."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    return None
+
+
+def _choice(*choices: str) -> Callable[[Any], Any]:
+    def parse(value: Any) -> Any:
+        return value if isinstance(value, str) and value in choices else None
+    parse.__doc__ = " / ".join(repr(c) for c in choices)
+    return parse
+
+
+# each key's parser (None: not accepted) and, for the message, what it takes
+KINDS: dict[str, tuple[Callable[[Any], Any], str]] = {
+    "cache.memory-entries": (_count, "a whole number of entries (e.g. 64)"),
+    "cache.disk-bytes": (_bytes, "a number of bytes: an integer >= 0 or a byte string such "
+                                 "as '1 GiB'"),
+    "direct": (_bool, "True or False"),
+    "sort.exchange": (_choice("auto", "ipc", "worker", "bucket"),
+                      "one of 'auto', 'ipc', 'worker', 'bucket'"),
+    "sort.min-bucket": (_count, "a whole number of elements (e.g. 65536; a count, not bytes)"),
+    "sort.max-pieces": (_count, "a whole number of exchange pieces (e.g. 16384)"),
+    "batch.gpu-frame-bytes": (_bytes, "a number of bytes: an integer >= 0 or a byte string "
+                                      "such as '16 MiB' (0: one frame per chunk)"),
+    "batch.gpu-decode-wait": (_seconds, "seconds >= 0: a number or a duration such as '500ms'"),
+    "batch.gpu-decode-tasks": (_count, "a whole number of tasks per GPU (e.g. 32)"),
+}
+
+
+def env_name(key: str) -> str:
+    """The environment variable dask reads for ``dask-compact.<key>``."""
+    parts = ["dask-compact", *key.split(".")]
+    return "DASK_" + "__".join(p.replace("-", "_").upper() for p in parts)
+
+
 def get(key: str) -> Any:
     """The setting ``dask-compact.<key>`` (e.g. ``"sort.min-bucket"``): the configured value,
-    else its default."""
+    else its default, as its kind takes it (an int for a size given as ``"1 GiB"``); a value
+    it cannot take raises :class:`SettingError` naming the key."""
+    _warn_unknown_once()
     default: Any = DEFAULTS
     for part in key.split("."):
         default = default[part]
-    return dask.config.get(f"dask-compact.{key}", default=default)
+    value = dask.config.get(f"dask-compact.{key}", default=default)
+    parse, expected = KINDS[key]
+    parsed = parse(value)
+    if parsed is None:
+        raise SettingError(
+            f"the setting dask-compact.{key} is {value!r}; it takes {expected} (default "
+            f"{default!r}). Change it where it is set: dask.config.set, a YAML file in "
+            f"~/.config/dask, or the environment variable {env_name(key)}")
+    return parsed
+
+
+def check() -> None:
+    """Read every setting once: raises :class:`SettingError` for the first bad one (the CLI
+    calls this before a job, so a bad value stops it at the start, named)."""
+    for key in KINDS:
+        get(key)
+
+
+_warned = threading.Lock()
+_warned_done = False
+
+
+def _flat(section: Mapping[str, Any], prefix: str = "") -> list[str]:
+    keys = []
+    for k, v in section.items():
+        name = f"{prefix}{k}"
+        keys.extend(_flat(v, name + ".") if isinstance(v, Mapping) else [name])
+    return keys
+
+
+def unknown_keys() -> list[tuple[str, str | None]]:
+    """Keys set under ``dask-compact`` that no reader knows, each with the closest known key.
+    dask reads ``memory_entries`` as ``memory-entries`` (its ``canonical_name`` tries both at
+    every level, and the environment gives underscores), so those count as known."""
+    section = dask.config.get("dask-compact", default=None)
+    if not isinstance(section, Mapping):
+        return []
+    known = set(KINDS)
+    out = []
+    for key in _flat(section):
+        if key.replace("_", "-") in known:
+            continue
+        close = difflib.get_close_matches(key.replace("_", "-"), list(KINDS), n=1, cutoff=0.6)
+        out.append((key, close[0] if close else None))
+    return out
+
+
+def _warn_unknown_once() -> None:
+    """Warn, once per process, about keys under ``dask-compact`` no reader knows (a misspelled
+    key is otherwise silently ignored, its default used)."""
+    global _warned_done
+    if _warned_done:
+        return
+    with _warned:
+        if _warned_done:
+            return
+        _warned_done = True
+        for key, close in unknown_keys():
+            hint = f"; did you mean dask-compact.{close}?" if close else ""
+            warnings.warn(f"unknown setting dask-compact.{key} is ignored{hint} (the settings "
+                          f"are {', '.join(KINDS)})", UserWarning, stacklevel=3)

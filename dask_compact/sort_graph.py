@@ -73,8 +73,8 @@ def default_buckets(n: int, nchunks: int) -> int:
     chunk made the exchange grow as the square of the chunks: a probe's 200,000 float64 in
     1,000 chunks took 12.3 s (1,000,000 pieces) where 4 buckets took 0.95 s and np.sort of the
     computed array 0.01 s. A GPU sort's chunks of 2^28 are left one bucket each."""
-    by_size = n // max(1, int(settings.get("sort.min-bucket")))
-    by_pieces = int(settings.get("sort.max-pieces")) // max(1, nchunks)
+    by_size = n // max(1, settings.get("sort.min-bucket"))
+    by_pieces = settings.get("sort.max-pieces") // max(1, nchunks)
     return max(1, min(nchunks, by_size, by_pieces))
 
 
@@ -84,7 +84,7 @@ def join_small_chunks(x: da.Array) -> da.Array:
     local sort, a sample and a piece for every bucket, each a task and a transfer: 200,000
     float64 in 800 chunks took 1.0 s through 3 buckets (2,400 pieces), np.sort 0.01 s.
     Chunks of 2^28 on GPUs are far above it and left alone."""
-    min_bucket = max(1, int(settings.get("sort.min-bucket")))
+    min_bucket = max(1, settings.get("sort.min-bucket"))
     n, nchunks = int(x.shape[0]), int(x.numblocks[0])
     if nchunks <= 1 or 4 * n >= nchunks * min_bucket:
         return x

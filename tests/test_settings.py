@@ -58,3 +58,169 @@ def test_a_set_value_wins_and_an_unknown_key_is_a_key_error():
     assert settings.get("sort.min-bucket") == 2**16
     with pytest.raises(KeyError):
         settings.get("sort.no-such-key")
+
+
+# --- every reader checks its value and names the key (a new-user probe, 2026-11-30: a bare
+# int() failed late and unnamed, "1 GiB" only once a new structure compiled, and
+# direct: "no" counted as true) ---
+
+BAD_VALUES = [
+    ("cache.memory-entries", "abc"), ("cache.memory-entries", None), ("cache.memory-entries", -1),
+    ("cache.memory-entries", 2.5), ("cache.memory-entries", True),
+    ("cache.disk-bytes", "1 Gibs"), ("cache.disk-bytes", None), ("cache.disk-bytes", -5),
+    ("sort.min-bucket", "64 kiB"), ("sort.min-bucket", None), ("sort.max-pieces", "many"),
+    ("direct", "no"), ("direct", "yes"), ("direct", "0ff"), ("direct", None), ("direct", 2),
+    ("sort.exchange", "nvlink"), ("sort.exchange", None),
+    ("batch.gpu-frame-bytes", "big"), ("batch.gpu-decode-wait", "soon"),
+    ("batch.gpu-decode-wait", -1), ("batch.gpu-decode-tasks", "x"),
+]
+
+
+@pytest.mark.parametrize(("key", "value"), BAD_VALUES)
+def test_a_bad_value_is_refused_naming_the_key_and_what_it_takes(key, value):
+    with dask.config.set({f"dask-compact.{key}": value}):
+        with pytest.raises(settings.SettingError) as err:
+            settings.get(key)
+        with pytest.raises(settings.SettingError):
+            settings.check()
+    text = str(err.value)
+    assert f"dask-compact.{key}" in text and repr(value) in text
+    assert settings.KINDS[key][1] in text and settings.env_name(key) in text
+
+
+def test_sizes_take_byte_strings_and_booleans_take_what_dask_makes_of_the_environment():
+    with dask.config.set({"dask-compact.cache.disk-bytes": "1 GiB",
+                          "dask-compact.batch.gpu-frame-bytes": "64 kiB",
+                          "dask-compact.batch.gpu-decode-wait": "250ms"}):
+        assert dask_compact.cache.disk_bytes() == 2**30
+        assert settings.get("batch.gpu-frame-bytes") == 64 * 2**10
+        assert settings.get("batch.gpu-decode-wait") == 0.25
+    for value, expected in [(False, False), (True, True), ("False", False), ("true", True),
+                            (0, False)]:
+        with dask.config.set({"dask-compact.direct": value}):
+            assert settings.get("direct") is expected
+    with dask.config.set({"dask-compact.sort.min-bucket": "4096",
+                          "dask-compact.cache.memory-entries": 8.0}):
+        assert settings.get("sort.min-bucket") == 4096
+        assert dask_compact.cache.memory_entries() == 8
+
+
+def test_every_public_call_fails_early_naming_a_bad_setting_and_works_with_a_byte_string():
+    rng = np.random.default_rng(11)
+    a = rng.normal(size=3001)
+    x = da.from_array(a, chunks=301)
+    with dask.config.set({"dask-compact.cache.memory-entries": "abc"}):
+        with pytest.raises(settings.SettingError, match="dask-compact.cache.memory-entries"):
+            x.map_compact(lambda v: (v * 1.5 > 0.1) & (v < 0.9)).compute()
+    with dask.config.set({"dask-compact.sort.min-bucket": "many"}):
+        with pytest.raises(settings.SettingError, match="dask-compact.sort.min-bucket"):
+            dask_compact.sort(x).compute()
+    # a new structure compiled (and the disk cache trimmed) under a byte-string cap
+    with dask.config.set({"dask-compact.cache.disk-bytes": "1 GiB",
+                          "dask-compact.sort.min-bucket": 64}):
+        got = x.map_compact(lambda v: (v * 2.5 > 0.3) & (v < 0.7)).compute()
+        assert np.array_equal(got, a[(a * 2.5 > 0.3) & (a < 0.7)])
+        assert np.array_equal(dask_compact.sort(x).compute(), np.sort(a))
+
+
+def _in_a_process(code: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    import os
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                          text=True, timeout=300, env={**os.environ, **env})
+
+
+def test_the_environment_s_values_are_checked_too():
+    out = _in_a_process("""
+        import dask_compact
+        from dask_compact import settings
+        assert settings.get("direct") is False
+        assert settings.get("cache.disk-bytes") == 2**30
+        try:
+            settings.get("sort.min-bucket")
+        except settings.SettingError as e:
+            print(e)
+    """, {"DASK_DASK_COMPACT__DIRECT": "False", "DASK_DASK_COMPACT__CACHE__DISK_BYTES": "1 GiB",
+          "DASK_DASK_COMPACT__SORT__MIN_BUCKET": "lots"})
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "dask-compact.sort.min-bucket is 'lots'" in out.stdout
+    assert "DASK_DASK_COMPACT__SORT__MIN_BUCKET" in out.stdout
+    out = _in_a_process("""
+        from dask_compact import settings
+        settings.get("direct")
+    """, {"DASK_DASK_COMPACT__DIRECT": "no"})
+    assert out.returncode != 0 and "dask-compact.direct is 'no'" in out.stderr
+
+
+def test_the_cli_stops_at_the_start_naming_a_bad_setting(tmp_path):
+    from click.testing import CliRunner
+
+    from dask_compact import cli
+    np.save(tmp_path / "in.npy", np.random.default_rng(3).normal(size=1000))
+    with dask.config.set({"dask-compact.cache.memory-entries": "abc"}):
+        result = CliRunner().invoke(cli.main, [str(tmp_path / "in.npy"),
+                                               str(tmp_path / "out.zarr"), "--where", "x > 0.5"])
+    assert result.exit_code != 0
+    assert "dask-compact.cache.memory-entries is 'abc'" in result.output
+    assert not (tmp_path / "out.zarr").exists()
+
+
+# --- a misspelled key warns once, naming the closest known key (a new-user probe,
+# 2026-11-30: dask-compact.sort.minbucket, .directt, .cache.memory_entry were silently
+# ignored) ---
+
+
+def test_an_unknown_key_warns_once_naming_the_closest_known_one(monkeypatch):
+    import warnings
+
+    monkeypatch.setattr(settings, "_warned_done", False)
+    with dask.config.set({"dask-compact.sort.minbucket": 5, "dask-compact.directt": False,
+                          "dask-compact.cache.memory_entry": 3,
+                          "dask-compact.cache.memory_entries": 7}):  # dask reads it as -entries
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            assert settings.get("cache.memory-entries") == 7
+            assert settings.get("sort.min-bucket") == 2**16
+            settings.get("direct")
+        texts = sorted(str(w.message) for w in caught if w.category is UserWarning)
+        assert len(texts) == 3, texts
+        for unknown, close in [("cache.memory_entry", "cache.memory-entries"),
+                               ("directt", "direct"), ("sort.minbucket", "sort.min-bucket")]:
+            assert any(f"dask-compact.{unknown} is ignored; did you mean dask-compact.{close}?"
+                       in t for t in texts), (unknown, texts)
+        assert not any("memory_entries" in t for t in texts)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # once per process
+            settings.get("sort.min-bucket")
+
+
+def test_known_keys_in_every_spelling_dask_reads_give_no_warning(monkeypatch):
+    import warnings
+
+    monkeypatch.setattr(settings, "_warned_done", False)
+    with dask.config.set({"dask-compact.sort.min_bucket": 9, "dask_compact.cache.disk_bytes": 5,
+                          "dask-compact.batch.gpu-decode-wait": 0.1}):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert settings.get("sort.min-bucket") == 9
+            assert settings.get("cache.disk-bytes") == 5
+
+
+def test_a_misspelled_environment_variable_warns_at_the_first_call():
+    code = """
+        import warnings
+        import numpy as np, dask.array as da, dask_compact
+        a = np.random.default_rng(2).normal(size=1001)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            got = da.from_array(a, chunks=100).map_compact("x > 0.1").compute()
+            dask_compact.sort(da.from_array(a, chunks=100)).compute()
+        assert np.array_equal(got, a[a > 0.1])
+        texts = [str(w.message) for w in caught if "unknown setting" in str(w.message)]
+        assert len(texts) == 1, texts
+        print(texts[0])
+    """
+    out = _in_a_process(code, {"DASK_DASK_COMPACT__SORT__MINBUCKET": "5",
+                               "DASK_DASK_COMPACT__SORT__MAX_PIECES": "64"})
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "dask-compact.sort.minbucket is ignored; did you mean dask-compact.sort.min-bucket?" \
+        in out.stdout

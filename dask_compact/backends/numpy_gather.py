@@ -21,6 +21,9 @@ import numpy as np
 from ..codegen.numba_ready import njit, trailing_zeros
 
 # isort: split
+from numba.core import config as numba_config
+
+# isort: split
 from ..codegen.numba_compress import (
     COMPRESS_ITEMSIZES,
     HAVE_COMPRESS,
@@ -258,9 +261,23 @@ def _spread(u: int) -> np.ndarray:
                      for b in range(256)], dtype=np.uint64)
 
 
+# numba's JIT disabled (NUMBA_DISABLE_JIT=1, read at its import): the gathers below would run
+# as Python, and their compress intrinsics cannot run at all ("not usable in pure-python": a
+# new-user probe, 2026-11-30, every compact_records failed). NumPy does them instead.
+_NO_JIT = bool(getattr(numba_config, "DISABLE_JIT", 0))
+
+
+def _mask(bits: np.ndarray) -> np.ndarray:
+    """The bool mask of every row ``bits`` covers (padding rows unset)."""
+    return np.unpackbits(bits.view(np.uint8), bitorder="little").view(bool)
+
+
 def gather_rows(bits: np.ndarray, n: int, src: np.ndarray, dst: np.ndarray) -> int:
     """Copy the selected rows of ``src`` into ``dst`` (both from :func:`as_rows`, ``dst`` of
     exactly the selected count); returns the count copied."""
+    if _NO_JIT:
+        dst[:] = src[_mask(bits)[:n]]
+        return dst.shape[0]
     u = src.shape[1]
     if u == 1:
         if src.itemsize in COMPRESS_ITEMSIZES:
@@ -276,6 +293,9 @@ def gather_rows(bits: np.ndarray, n: int, src: np.ndarray, dst: np.ndarray) -> i
 
 def gather_indices(bits: np.ndarray, base: int, dst: np.ndarray) -> int:
     """The global int64 index (``base`` + row) of every selected row into ``dst``."""
+    if _NO_JIT:
+        dst[:] = np.flatnonzero(_mask(bits)) + base
+        return dst.shape[0]
     if HAVE_COMPRESS:
         return int(_indices_compress(bits, np.int64(base), dst))
     return int(_indices(bits, np.int64(base), dst))

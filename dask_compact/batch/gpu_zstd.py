@@ -93,9 +93,9 @@ def frame_bytes() -> int:
     reader decodes as one (RFC 8878, 3.1); numcodecs reads it since 0.16.4 (earlier releases
     refuse it with "Destination buffer is too small"): set 0 where such readers must read the
     output."""
-    import dask.config
+    from .. import settings
 
-    return max(0, int(dask.config.get("dask-compact.batch.gpu-frame-bytes", FRAME_BYTES)))
+    return int(settings.get("batch.gpu-frame-bytes"))
 
 
 def frame_cuts(nbytes: int, frame: int) -> list[tuple[int, int]]:
@@ -298,10 +298,9 @@ class _Decoder(_Batcher):
         decoder busy 0.8-1.1 s of a 1.5 s job; with the wait, one batch of 0.24 s. Same run,
         three rounds (``2026-11-28_h100_c9de21d_decode_wait_ab.md``): the ``dask-compact``
         script 1.86-2.16 s with 0.5 s against 2.20-2.39 s without."""
-        import dask.config
+        from .. import settings
 
-        return max(0.0, float(dask.config.get("dask-compact.batch.gpu-decode-wait",
-                                              DECODE_WAIT_S)))
+        return float(settings.get("batch.gpu-decode-wait"))
 
     def _process(self, items: list[Any]) -> list[Any]:
         from .nvcomp_capi import decode_into
@@ -341,9 +340,9 @@ def decode_threads(devices: int) -> int:
     GPUs: they wait on the decoders (see the module's docstring) while the CPU threads
     encode, so the frames in flight, and the decoders' rate, grow with them
     (``dask-compact.batch.gpu-decode-tasks`` per device)."""
-    import dask.config
+    from .. import settings
 
-    return max(0, int(dask.config.get("dask-compact.batch.gpu-decode-tasks", 32))) * devices
+    return int(settings.get("batch.gpu-decode-tasks")) * devices
 
 
 def chunk_frames(chunk: bytes | memoryview, want: int, name: str) -> list[Frame] | None:

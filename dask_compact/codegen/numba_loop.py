@@ -677,9 +677,24 @@ def drop_damaged_cache(path: str, error: BaseException) -> None:
     )
 
 
+def jit_disabled() -> bool:
+    """Whether numba runs its ``njit`` functions as plain Python (``NUMBA_DISABLE_JIT``)."""
+    from numba.core import config
+
+    return bool(getattr(config, "DISABLE_JIT", 0))
+
+
 def compile_loop(func: Any, signature: tuple, path: str | None) -> None:
     """``func.compile(signature)``, loading numba's cache of it; a damaged cache file is
-    dropped and the loop compiled again (:func:`drop_damaged_cache`)."""
+    dropped and the loop compiled again (:func:`drop_damaged_cache`).
+
+    With numba's JIT disabled (``NUMBA_DISABLE_JIT=1``, read at numba's import) ``njit`` gives
+    back the plain Python function, which has no ``compile``: raises
+    :class:`UnsupportedPredicate`, so the caller takes the NumPy mask path (right answers,
+    vectorised; the loop run as Python would be far slower). Until 2026-11-30 every compiled
+    call failed with ``'function' object has no attribute 'compile'`` (a new-user probe)."""
+    if jit_disabled():
+        raise UnsupportedPredicate("numba's JIT is disabled (NUMBA_DISABLE_JIT)")
     try:
         func.compile(signature)
     except Exception as e:
