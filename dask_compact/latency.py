@@ -133,6 +133,15 @@ def low_latency(client: Any = None, interval: str | float | None = 0) -> None:
         from distributed import get_client
 
         client = get_client()
+    if getattr(client, "asynchronous", False):
+        # on its own event loop the client's calls return coroutines, not done: until
+        # 2026-11-30 only the client's own stream was set and the plugins never installed (a
+        # probe), or, with None, nothing restored on the cluster, with no error
+        raise RuntimeError(
+            f"dask_compact.low_latency was called on the event loop of {client} (an "
+            "asynchronous client, in a coroutine), where it would have to wait for the "
+            "cluster: run it in a thread, `await asyncio.to_thread(dask_compact.low_latency, "
+            "client)` (likewise with interval=None)")
     if interval is None:
         if client.run_on_scheduler(_restore_scheduler):
             client.unregister_worker_plugin(PLUGIN_NAME)  # its teardown restores each worker

@@ -83,3 +83,26 @@ def test_results_unchanged_and_default_client(cluster):
 def test_refuses_a_negative_interval(cluster, bad):
     with Client(cluster) as client, pytest.raises(ValueError, match="interval"):
         dask_compact.low_latency(client, interval=bad)
+
+
+def test_an_asynchronous_client_on_its_loop_is_refused_and_a_thread_works(cluster):
+    """In a coroutine the calls of an asynchronous client return coroutines: low_latency set
+    only the client's own stream and never installed the plugins, with no error (a probe);
+    refused now, changing nothing; through asyncio.to_thread it works."""
+    import asyncio
+
+    async def main():
+        async with Client(cluster.scheduler_address, asynchronous=True) as client:
+            for interval in (0, None):
+                with pytest.raises(RuntimeError, match="asyncio.to_thread"):
+                    dask_compact.low_latency(client, interval=interval)
+            assert client.scheduler_comm.interval == DEFAULT["client"]
+            assert await client.run_on_scheduler(_scheduler_intervals) != ([0, 0], [0])
+            await asyncio.to_thread(dask_compact.low_latency, client)
+            to_worker, _ = await client.run_on_scheduler(_scheduler_intervals)
+            assert set(to_worker) == {0}
+            await asyncio.to_thread(dask_compact.low_latency, client, None)
+            to_worker, _ = await client.run_on_scheduler(_scheduler_intervals)
+            assert set(to_worker) == {DEFAULT["to_worker"]}
+
+    asyncio.run(main())
