@@ -106,7 +106,10 @@ def low_latency(client: Any = None, interval: str | float | None = 0) -> None:
     Parameters
     ----------
     client : distributed.Client, optional
-        The client whose cluster to set (default: ``distributed.get_client()``).
+        The client whose cluster to set (default: ``distributed.get_client()``). An
+        asynchronous client's coroutine calls it in a thread
+        (``await asyncio.to_thread(dask_compact.low_latency, client)``): on its loop it is
+        refused.
     interval : str, float or None
         The interval, as ``dask.utils.parse_timedelta`` reads it (a number is seconds):
         0 (the default) writes each message at once, with those queued meanwhile. None
