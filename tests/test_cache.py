@@ -408,3 +408,119 @@ def test_cache_dir_expands_a_tilde_and_is_absolute_once(tmp_path, monkeypatch):
     assert first == tmp_path / "a" / f"rel_cache_{tmp_path.name}"
     monkeypatch.chdir(tmp_path / "b")
     assert cache_dir() == first
+
+
+@pytest.mark.parametrize("lost", [1, 2])
+def test_a_source_lost_before_its_import_is_written_again(tmp_path, monkeypatch, lost):
+    """Another process sharing the cache directory trims the source between its write and
+    its import: numba's decorator raised "cannot cache function 'compact_loop': no locator
+    available for file" to the caller until 2026-11-30 (a new-user probe of processes sharing
+    a directory). Now it is written again; lost a second time, compiled in memory."""
+    monkeypatch.setenv("DASK_COMPACT_CACHE_DIR", str(tmp_path / "cache"))
+    numba_loop.clear_cache()
+    import importlib.util
+
+    imports = []
+    real = importlib.util.spec_from_file_location
+
+    def trimmed_first(name, path, *args, **kwargs):
+        spec = real(name, path, *args, **kwargs)
+        if name.startswith("_dask_compact_loop_"):
+            imports.append(path)
+            if len(imports) <= lost:  # the other process's trim, after the source is read
+                get_code = spec.loader.get_code
+
+                def read_then_trimmed(fullname):
+                    code = get_code(fullname)
+                    os.unlink(path)
+                    return code
+
+                spec.loader.get_code = read_then_trimmed
+        return spec
+
+    monkeypatch.setattr(importlib.util, "spec_from_file_location", trimmed_first)
+    a = np.random.default_rng(11).standard_normal(2000)
+    p = structures(3)[2]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a lost file is no news to the user
+        np.testing.assert_array_equal(dask_compact.compact_array(a, p), a[_mask(a, 2)])
+    loop = numba_loop.fused_loop(p.typed(a.dtype), "values")
+    assert len(imports) == 2
+    assert (loop.path is None) == (lost == 2)
+
+
+def _numba_save(monkeypatch, failure):
+    """numba's cache saves go through ``failure(tmp_file)`` after the write."""
+    import contextlib
+
+    from numba.core import caching
+
+    real = caching.IndexDataCacheFile._open_for_write
+
+    @contextlib.contextmanager
+    def open_for_write(self, filepath):
+        with real(self, filepath) as f:
+            yield f
+            failure(f.name)
+
+    monkeypatch.setattr(caching.IndexDataCacheFile, "_open_for_write", open_for_write)
+
+
+def test_numba_cache_files_lost_while_saved_mean_a_compile_in_memory(tmp_path, monkeypatch):
+    """Another process's trim removes numba's temporary file before numba renames it:
+    FileNotFoundError from the compile until 2026-11-30 (a new-user probe). Now the loop is
+    compiled in memory, silently, and right."""
+    monkeypatch.setenv("DASK_COMPACT_CACHE_DIR", str(tmp_path / "cache"))
+    numba_loop.clear_cache()
+    _numba_save(monkeypatch, os.unlink)
+    a = np.random.default_rng(12).standard_normal(3000).astype(np.float32)
+    p = as_predicate("(maximum(x, 0.25) > 0.5) | (x < -1)")  # a helper function, cached too
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = dask_compact.compact_array(a, p)
+    np.testing.assert_array_equal(got, a[(np.maximum(a, np.float32(0.25)) > 0.5) | (a < -1)])
+    assert numba_loop.fused_loop(p.typed(a.dtype), "values").path is None
+
+
+def test_a_full_disk_compiles_in_memory_and_says_so_once(tmp_path, monkeypatch):
+    """ENOSPC from numba's cache save failed every call until 2026-11-30 (a new-user probe
+    on a full tmpfs). Now: compiled in memory, right, and one warning naming the directory
+    and the reason, not one a call or a loop."""
+    import errno
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("DASK_COMPACT_CACHE_DIR", str(cache))
+    monkeypatch.setattr(numba_loop, "_warned", set(), raising=False)
+    numba_loop.clear_cache()
+
+    def full(_name):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    _numba_save(monkeypatch, full)
+    a = np.random.default_rng(13).standard_normal(3000)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for k, p in enumerate(structures(3)):
+            for _ in range(2):
+                np.testing.assert_array_equal(dask_compact.compact_array(a, p), a[_mask(a, k)])
+    ours = [w for w in caught if "dask_compact" in str(w.message)]
+    assert len(ours) == 1, [str(w.message) for w in ours]
+    assert str(cache) in str(ours[0].message) and "No space left" in str(ours[0].message)
+    assert ours[0].category is RuntimeWarning
+
+
+def test_an_unusable_cache_dir_is_said_once(tmp_path, monkeypatch):
+    """A cache directory that cannot be made (a file in the way): compiled in memory, with
+    one warning naming it and the error (it was silent until 2026-11-30)."""
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    monkeypatch.setenv("DASK_COMPACT_CACHE_DIR", str(blocker / "sub"))
+    monkeypatch.setattr(numba_loop, "_warned", set(), raising=False)
+    numba_loop.clear_cache()
+    a = np.random.default_rng(14).standard_normal(1000)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for k, p in enumerate(structures(2)):
+            np.testing.assert_array_equal(dask_compact.compact_array(a, p), a[_mask(a, k)])
+    ours = [str(w.message) for w in caught if "dask_compact" in str(w.message)]
+    assert len(ours) == 1 and str(blocker / "sub") in ours[0] and "NotADirectoryError" in ours[0]
