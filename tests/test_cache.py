@@ -450,18 +450,21 @@ def test_a_source_lost_before_its_import_is_written_again(tmp_path, monkeypatch,
 
 
 def _numba_save(monkeypatch, failure):
-    """numba's cache saves go through ``failure(tmp_file)`` after the write."""
+    """numba's cache saves of files in the cache directory (not the package's own compiled
+    functions) go through ``failure(tmp_file)`` after the write."""
     import contextlib
 
     from numba.core import caching
 
     real = caching.IndexDataCacheFile._open_for_write
+    ours = str(dask_compact.cache_dir())
 
     @contextlib.contextmanager
     def open_for_write(self, filepath):
         with real(self, filepath) as f:
             yield f
-            failure(f.name)
+            if filepath.startswith(ours):
+                failure(f.name)
 
     monkeypatch.setattr(caching.IndexDataCacheFile, "_open_for_write", open_for_write)
 
@@ -524,3 +527,37 @@ def test_an_unusable_cache_dir_is_said_once(tmp_path, monkeypatch):
             np.testing.assert_array_equal(dask_compact.compact_array(a, p), a[_mask(a, k)])
     ours = [str(w.message) for w in caught if "dask_compact" in str(w.message)]
     assert len(ours) == 1 and str(blocker / "sub") in ours[0] and "NotADirectoryError" in ours[0]
+
+
+@pytest.mark.parametrize("how", ["lost", "full"])
+def test_record_loops_compile_in_memory_when_a_save_fails(tmp_path, monkeypatch, how):
+    """The record loops (numba_records) as the one-array loops: numba's cache file lost to
+    another process while saved, or a full disk, is a compile in memory (both failed the call
+    until 2026-11-30)."""
+    import errno
+
+    from dask_compact.codegen import numba_records
+
+    monkeypatch.setenv("DASK_COMPACT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(numba_loop, "_warned", set(), raising=False)
+    numba_records._loops.clear()
+
+    def full(_name):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    _numba_save(monkeypatch, os.unlink if how == "lost" else full)
+    rng = np.random.default_rng(15)
+    f = {"mass": rng.standard_normal(5000), "r": rng.random(5000).astype(np.float32)}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        # a structure of each case's own (a module built before would have its code)
+        if how == "lost":
+            got = dask_compact.compact_records(f, lambda mass, r: (mass > 0.3) & (r < 0.7))
+            keep = (f["mass"] > 0.3) & (f["r"] < np.float32(0.7))
+        else:
+            got = dask_compact.compact_records(f, lambda mass, r: (mass > 0.3) | (r < 0.7))
+            keep = (f["mass"] > 0.3) | (f["r"] < np.float32(0.7))
+    for name in f:
+        np.testing.assert_array_equal(got[name], f[name][keep])
+    ours = [str(w.message) for w in caught if "dask_compact" in str(w.message)]
+    assert len(ours) == (how == "full")
