@@ -18,15 +18,20 @@ the environment, e.g. ``DASK_DASK_COMPACT__CACHE__MEMORY_ENTRIES=16``)::
         disk-bytes: 268435456     # 256 MiB of generated sources and numba's cache files
 
 The disk cache lives in ``DASK_COMPACT_CACHE_DIR`` (default ``~/.cache/dask_compact``, or
-under ``XDG_CACHE_HOME``); :func:`clear_cache` empties the memory caches and, with
-``disk=True``, that directory. CuPy keeps its own compiled kernels in ``~/.cupy/kernel_cache``
+under ``XDG_CACHE_HOME``; ``~`` expanded, a relative path made absolute at its first use);
+:func:`clear_cache` empties the memory caches and, with ``disk=True``, removes the library's
+files there. Trimming and clearing touch only the library's own files (:func:`own_files`:
+generated sources, numba's cache files of them, also under ``NUMBA_CACHE_DIR``), never a
+user's files in a shared directory. CuPy keeps its own compiled kernels in ``~/.cupy/kernel_cache``
 (``CUPY_CACHE_DIR``), which CuPy manages.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
-import shutil
+import re
+import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
@@ -35,7 +40,8 @@ from typing import Any, Generic, TypeVar
 
 from . import settings
 
-__all__ = ["BoundedCache", "cache_dir", "clear_cache", "disk_bytes", "memory_entries", "trim"]
+__all__ = ["BoundedCache", "cache_dir", "clear_cache", "disk_bytes", "memory_entries", "own_files",
+           "trim"]
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
@@ -52,12 +58,70 @@ def disk_bytes() -> int:
 
 
 def cache_dir() -> Path:
-    """Where generated sources (and numba's cache of them) live."""
+    """Where generated sources (and numba's cache of them) live: an absolute path, ``~``
+    expanded, a relative one taken from the working directory of its first use."""
     env = os.environ.get("DASK_COMPACT_CACHE_DIR")
     if env:
-        return Path(env)
+        return _resolved(env)
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "dask_compact"
+    return _resolved(os.path.join(base, "dask_compact"))
+
+
+# Each setting's absolute path, fixed at its first use: a relative DASK_COMPACT_CACHE_DIR
+# followed the working directory, so a chdir between a write and the import lost the file,
+# and a quoted '~' (DASK_COMPACT_CACHE_DIR='~/c', which the shell leaves alone) made a
+# directory named '~' (2026-11-30, a new-user probe).
+_absolute: dict[str, Path] = {}
+
+
+def _resolved(setting: str) -> Path:
+    path = _absolute.get(setting)
+    if path is None:
+        path = _absolute[setting] = Path(os.path.abspath(os.path.expanduser(setting)))
+    return path
+
+
+# What the library writes in its cache directory; trim and clear_cache touch nothing else.
+# Until 2026-11-30 they removed every file there (trim, oldest first) or the whole directory
+# (clear_cache), and a DASK_COMPACT_CACHE_DIR pointed at ~/.cache, $TMPDIR or a data folder
+# lost the user's files (a new-user probe). Ours: the generated sources ``loop_<digest>.py``
+# and their temporary files while written (``loop_<digest>.<random>.tmp``) in the directory;
+# under ``__pycache__`` (or numba's NUMBA_CACHE_DIR, :func:`_numba_dirs`) every file named
+# after a source: numba's index ``.nbi`` and data ``.nbc`` files, theirs while written
+# (``.nbi.tmp.<uid>``), Python's bytecode ``.pyc`` of the import and its temporary file.
+_SOURCE = re.compile(r"loop_[0-9a-f]{24}(\.py|\.[a-z0-9_]+\.tmp)\Z")
+_DERIVED = re.compile(r"loop_[0-9a-f]{24}\.")
+
+
+def _numba_dirs(directory: Path) -> list[Path]:
+    """Where numba keeps its cache files of the sources in ``directory``: ``__pycache__``
+    beside them, or with NUMBA_CACHE_DIR set, the folder numba names after the directory
+    there (numba's ``UserProvidedCacheLocator``)."""
+    dirs = [directory / "__pycache__"]
+    config = sys.modules.get("numba.core.config")
+    numba_cache = getattr(config, "CACHE_DIR", None) if config else None
+    numba_cache = numba_cache or os.environ.get("NUMBA_CACHE_DIR")
+    if numba_cache:
+        from hashlib import sha1
+
+        # numba's _CacheLocator.get_suitable_cache_subpath of a file in ``directory``
+        where = os.path.abspath(directory)
+        sub = f"{os.path.basename(where)}_{sha1(where.encode()).hexdigest()}"
+        dirs.append(Path(numba_cache) / sub)
+    return dirs
+
+
+def own_files(directory: Path) -> list[Path]:
+    """The files the library wrote under ``directory`` (see ``_SOURCE``): no other file, and
+    no other folder's, is ever listed, so none is ever removed."""
+    found = []
+    for folder, pattern in [(directory, _SOURCE)] + [(d, _DERIVED) for d in _numba_dirs(directory)]:
+        try:
+            names = os.listdir(folder)
+        except OSError:  # not there (yet), or gone meanwhile
+            continue
+        found += [folder / name for name in names if pattern.match(name)]
+    return found
 
 
 class BoundedCache(Generic[K, V]):
@@ -155,22 +219,21 @@ class BoundedCache(Generic[K, V]):
 
 
 def trim(directory: Path, max_bytes: int, group: Callable[[str], str]) -> int:
-    """Remove whole groups of files under ``directory``, least recently written first, until
-    what is left takes at most ``max_bytes``; returns the bytes removed.
+    """Remove whole groups of the library's files under ``directory`` (:func:`own_files`,
+    never others), least recently written first, until they take at most ``max_bytes``;
+    returns the bytes removed.
 
     ``group(file_name)`` names the group a file belongs to (a loop's source and numba's index
     and data files for it go together). Files that vanish meanwhile (another process trimming
     the same directory) are skipped; a process that loses a file recompiles.
     """
     groups: dict[str, list[tuple[Path, int, float]]] = {}
-    for root, _, names in os.walk(directory):
-        for name in names:
-            path = Path(root) / name
-            try:
-                st = path.stat()
-            except FileNotFoundError:
-                continue
-            groups.setdefault(group(name), []).append((path, st.st_size, st.st_mtime))
+    for path in own_files(directory):
+        try:
+            st = path.stat()
+        except FileNotFoundError:
+            continue
+        groups.setdefault(group(path.name), []).append((path, st.st_size, st.st_mtime))
     total = sum(size for files in groups.values() for _, size, _ in files)
     removed = 0
     for _, files in sorted(groups.items(), key=lambda kv: max(m for _, _, m in kv[1])):
@@ -187,9 +250,16 @@ def trim(directory: Path, max_bytes: int, group: Callable[[str], str]) -> int:
 
 def clear_cache(disk: bool = False) -> None:
     """Drop every compiled loop and kernel module held by this process; with ``disk=True``
-    also remove the disk cache directory (:func:`cache_dir`). Other processes (dask workers)
-    keep theirs: run it there with ``client.run(dask_compact.clear_cache)``."""
+    also remove the disk cache's files (:func:`own_files` in :func:`cache_dir`: other files
+    there stay) and its folders left empty. Other processes (dask workers) keep theirs: run it
+    there with ``client.run(dask_compact.clear_cache)``."""
     for cache in list(BoundedCache._all):
         cache.clear()
     if disk:
-        shutil.rmtree(cache_dir(), ignore_errors=True)
+        directory = cache_dir()
+        for path in own_files(directory):
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+        for folder in [*_numba_dirs(directory), directory]:
+            with contextlib.suppress(OSError):  # not empty (a user's files), or not there
+                folder.rmdir()

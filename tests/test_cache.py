@@ -25,6 +25,14 @@ def structures(n: int) -> list:
     return out
 
 
+def _mask(a, k: int):
+    """NumPy's mask of ``structures(n)[k]``."""
+    m = a > 0.5
+    for j in range(k):
+        m |= a < -(j + 1)
+    return m
+
+
 def dir_bytes(path) -> int:
     return sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(path) for f in fs)
 
@@ -115,14 +123,16 @@ def test_disk_cache_is_trimmed_to_its_cap(tmp_path, monkeypatch):
 
 
 def test_trim_removes_whole_groups_oldest_first(tmp_path):
-    for i, stem in enumerate(["a", "b", "c"]):
-        (tmp_path / f"{stem}.py").write_bytes(b"x" * 100)
-        (tmp_path / f"{stem}.nbi").write_bytes(b"x" * 50)
-        for f in (f"{stem}.py", f"{stem}.nbi"):
+    stems = [f"loop_{c * 24}" for c in "abc"]
+    (tmp_path / "__pycache__").mkdir()
+    for i, stem in enumerate(stems):
+        for f in (f"{stem}.py", f"__pycache__/{stem}.compact_loop-9.py312.nbi"):
+            (tmp_path / f).write_bytes(b"x" * (100 if f.endswith(".py") else 50))
             os.utime(tmp_path / f, (1000 + i, 1000 + i))
     removed = trim(tmp_path, 200, lambda name: name.split(".")[0])
     assert removed == 300  # a and b, both files of each
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.nbi", "c.py"]
+    assert sorted(p.name for p in tmp_path.rglob("loop_*")) == [
+        f"{stems[2]}.compact_loop-9.py312.nbi", f"{stems[2]}.py"]
 
 
 def test_clear_cache_is_public_and_cache_dir_follows_the_environment(tmp_path, monkeypatch):
@@ -268,3 +278,288 @@ def test_a_damaged_numba_cache_file_is_dropped_and_rebuilt(tmp_path, monkeypatch
         warnings.simplefilter("error")
         np.testing.assert_array_equal(dask_compact.compact_array(ro, pred), want)
         np.testing.assert_array_equal(dask_compact.compact_array(a, pred), want)
+
+
+def _old(path, age: float = 86_400.0) -> None:
+    """Make ``path`` older than anything the test writes after."""
+    import time
+
+    t = time.time() - age
+    os.utime(path, (t, t))
+
+
+def _user_files(cache) -> dict:
+    """A user's files of every kind, older than any loop, in a directory they share with the
+    cache (~/.cache, $TMPDIR, a data folder): none of them is the library's."""
+    digest = "0123456789abcdef01234567"
+    files = {
+        "my_results.csv": b"x" * 5000,
+        "notes.txt": b"mine",
+        "tmpab12cd34.tmp": b"an editor's temporary file",
+        "loop_results.py": b"# the user's own loop",
+        f"loop_{digest}.pyc": b"not a generated source",
+        "data.nbi": b"x",
+        f"sub/loop_{digest}.py": b"# a user's folder: never entered",
+        f"sub/__pycache__/loop_{digest}.compact_loop-1.py312.nbi": b"x",
+        "__pycache__/helpers.cpython-312.pyc": b"x",
+        "__pycache__/notes.nbc": b"x",
+    }
+    for name, data in files.items():
+        (cache / name).parent.mkdir(parents=True, exist_ok=True)
+        (cache / name).write_bytes(data)
+        _old(cache / name)
+    return files
+
+
+def _ours(cache) -> list[str]:
+    return sorted(str(p.relative_to(cache)) for p in cache.rglob("loop_*")
+                  if p.is_file() and "sub" not in p.parts
+                  and p.name not in ("loop_results.py", "loop_0123456789abcdef01234567.pyc"))
+
+
+def test_trim_and_clear_cache_touch_only_the_librarys_files(tmp_path, monkeypatch):
+    """A cache directory shared with a user's files: trimming (at a cap that keeps nothing
+    but the newest loop) and clear_cache(disk=True) remove the generated sources, numba's
+    index and data files, Python's bytecode and the temporary files of interrupted writes,
+    and nothing else. Until 2026-11-30 trim removed any file, oldest first (a user's older
+    results went first), and clear_cache removed the whole directory (a new-user probe)."""
+    cache = tmp_path / "shared"
+    cache.mkdir()
+    monkeypatch.setenv("DASK_COMPACT_CACHE_DIR", str(cache))
+    user = _user_files(cache)
+    # an interrupted write's leftovers, of ours: the source's and numba's temporary files
+    stale = "loop_fedcba9876543210fedcba98"
+    leftovers = [f"{stale}.k2j4h1ab.tmp", f"__pycache__/{stale}.compact_loop-17.py312.nbi",
+                 f"__pycache__/{stale}.compact_loop-17.py312.1.nbc.tmp.0a1b2c3d4e5f6a7b"]
+    for name in leftovers:
+        (cache / name).write_bytes(b"y" * 100)
+        _old(cache / name, 3600)
+    numba_loop.clear_cache()
+    a = np.random.default_rng(7).standard_normal(1000)
+    with dask.config.set({"dask-compact.cache.disk-bytes": 1}):
+        for k, p in enumerate(structures(3)):
+            loop = numba_loop.fused_loop(p.typed(a.dtype), "values")
+            np.testing.assert_array_equal(dask_compact.compact_array(a, p), a[_mask(a, k)])
+    # trimmed: no leftover, no older loop (at most the newest's files: a cap of 1 byte)
+    digest = os.path.basename(loop.path)[: len("loop_") + 24]
+    assert all(name.split("/")[-1].startswith(digest) for name in _ours(cache))
+    for name, data in user.items():
+        assert (cache / name).read_bytes() == data, name
+    numba_loop.fused_loop(structures(4)[3].typed(a.dtype), "values")  # the default cap
+    assert any(name.endswith(".nbi") for name in _ours(cache))
+    dask_compact.clear_cache(disk=True)
+    assert _ours(cache) == []
+    for name, data in user.items():
+        assert (cache / name).read_bytes() == data, name
+
+
+def test_clear_cache_removes_the_folders_it_empties(tmp_path, monkeypatch):
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("DASK_COMPACT_CACHE_DIR", str(cache))
+    numba_loop.clear_cache()
+    numba_loop.fused_loop(structures(1)[0].typed(np.dtype("float64")), "indices")
+    assert (cache / "__pycache__").is_dir()
+    dask_compact.clear_cache(disk=True)
+    assert not cache.exists()
+
+
+def test_numba_cache_dir_files_are_trimmed_and_cleared_too(tmp_path, monkeypatch):
+    """With NUMBA_CACHE_DIR set numba keeps its cache files of our sources there (in a folder
+    named after the cache directory); until 2026-11-30 neither trim nor clear_cache saw them.
+    Other files there stay."""
+    from numba.core import config
+
+    cache, numba_dir = tmp_path / "cache", tmp_path / "numba"
+    monkeypatch.setenv("DASK_COMPACT_CACHE_DIR", str(cache))
+    monkeypatch.setattr(config, "CACHE_DIR", str(numba_dir))
+    numba_dir.mkdir()
+    (numba_dir / "other.nbi").write_bytes(b"another program's")
+    numba_loop.clear_cache()
+    a = np.random.default_rng(3).standard_normal(500)
+    p = structures(2)[1]
+    np.testing.assert_array_equal(dask_compact.compact_array(a, p), a[_mask(a, 1)])
+    theirs = [f for f in numba_dir.rglob("loop_*") if f.is_file()]
+    assert any(f.suffix == ".nbi" for f in theirs)
+    assert not list(cache.rglob("*.nb[ic]"))
+    assert trim(cache, 0, numba_loop._group) > 0
+    assert not [f for f in numba_dir.rglob("loop_*") if f.is_file()]
+    numba_loop.clear_cache()
+    numba_loop.fused_loop(p.typed(a.dtype), "indices")
+    assert [f for f in numba_dir.rglob("loop_*") if f.is_file()]
+    dask_compact.clear_cache(disk=True)
+    assert not [f for f in numba_dir.rglob("loop_*") if f.is_file()]
+    assert (numba_dir / "other.nbi").exists() and not cache.exists()
+
+
+def test_cache_dir_expands_a_tilde_and_is_absolute_once(tmp_path, monkeypatch):
+    """A quoted '~' (DASK_COMPACT_CACHE_DIR='~/c', left to the program by the shell) made a
+    folder named '~' in the working directory, and a relative path followed later chdirs
+    (until 2026-11-30)."""
+    from dask_compact import cache
+    from dask_compact.cache import cache_dir
+
+    monkeypatch.setattr(cache, "_absolute", {})  # each setting is resolved once a process
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("DASK_COMPACT_CACHE_DIR", "~/dc_cache")
+    assert cache_dir() == tmp_path / "home" / "dc_cache"
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    monkeypatch.chdir(tmp_path / "a")
+    monkeypatch.setenv("DASK_COMPACT_CACHE_DIR", "rel_cache")
+    first = cache_dir()
+    assert first == tmp_path / "a" / "rel_cache"
+    monkeypatch.chdir(tmp_path / "b")
+    assert cache_dir() == first
+
+
+@pytest.mark.parametrize("lost", [1, 2])
+def test_a_source_lost_before_its_import_is_written_again(tmp_path, monkeypatch, lost):
+    """Another process sharing the cache directory trims the source between its write and
+    its import: numba's decorator raised "cannot cache function 'compact_loop': no locator
+    available for file" to the caller until 2026-11-30 (a new-user probe of processes sharing
+    a directory). Now it is written again; lost a second time, compiled in memory."""
+    monkeypatch.setenv("DASK_COMPACT_CACHE_DIR", str(tmp_path / "cache"))
+    numba_loop.clear_cache()
+    import importlib.util
+
+    imports = []
+    real = importlib.util.spec_from_file_location
+
+    def trimmed_first(name, path, *args, **kwargs):
+        spec = real(name, path, *args, **kwargs)
+        if name.startswith("_dask_compact_loop_"):
+            imports.append(path)
+            if len(imports) <= lost:  # the other process's trim, after the source is read
+                get_code = spec.loader.get_code
+
+                def read_then_trimmed(fullname):
+                    code = get_code(fullname)
+                    os.unlink(path)
+                    return code
+
+                spec.loader.get_code = read_then_trimmed
+        return spec
+
+    monkeypatch.setattr(importlib.util, "spec_from_file_location", trimmed_first)
+    a = np.random.default_rng(11).standard_normal(2000)
+    p = structures(3)[2]
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message="dask_compact")  # a lost file is no news
+        np.testing.assert_array_equal(dask_compact.compact_array(a, p), a[_mask(a, 2)])
+    loop = numba_loop.fused_loop(p.typed(a.dtype), "values")
+    assert len(imports) == 2
+    assert (loop.path is None) == (lost == 2)
+
+
+def _numba_save(monkeypatch, failure):
+    """numba's cache saves of files in the cache directory (not the package's own compiled
+    functions) go through ``failure(tmp_file)`` after the write."""
+    import contextlib
+
+    from numba.core import caching
+
+    real = caching.IndexDataCacheFile._open_for_write
+    ours = str(dask_compact.cache_dir())
+
+    @contextlib.contextmanager
+    def open_for_write(self, filepath):
+        with real(self, filepath) as f:
+            yield f
+            if filepath.startswith(ours):
+                failure(f.name)
+
+    monkeypatch.setattr(caching.IndexDataCacheFile, "_open_for_write", open_for_write)
+
+
+def test_numba_cache_files_lost_while_saved_mean_a_compile_in_memory(tmp_path, monkeypatch):
+    """Another process's trim removes numba's temporary file before numba renames it:
+    FileNotFoundError from the compile until 2026-11-30 (a new-user probe). Now the loop is
+    compiled in memory, silently, and right."""
+    monkeypatch.setenv("DASK_COMPACT_CACHE_DIR", str(tmp_path / "cache"))
+    numba_loop.clear_cache()
+    _numba_save(monkeypatch, os.unlink)
+    a = np.random.default_rng(12).standard_normal(3000).astype(np.float32)
+    p = as_predicate("(maximum(x, 0.25) > 0.5) | (x < -1)")  # a helper function, cached too
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message="dask_compact")
+        got = dask_compact.compact_array(a, p)
+    np.testing.assert_array_equal(got, a[(np.maximum(a, np.float32(0.25)) > 0.5) | (a < -1)])
+    assert numba_loop.fused_loop(p.typed(a.dtype), "values").path is None
+
+
+def test_a_full_disk_compiles_in_memory_and_says_so_once(tmp_path, monkeypatch):
+    """ENOSPC from numba's cache save failed every call until 2026-11-30 (a new-user probe
+    on a full tmpfs). Now: compiled in memory, right, and one warning naming the directory
+    and the reason, not one a call or a loop."""
+    import errno
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("DASK_COMPACT_CACHE_DIR", str(cache))
+    monkeypatch.setattr(numba_loop, "_warned", set(), raising=False)
+    numba_loop.clear_cache()
+
+    def full(_name):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    _numba_save(monkeypatch, full)
+    a = np.random.default_rng(13).standard_normal(3000)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for k, p in enumerate(structures(3)):
+            for _ in range(2):
+                np.testing.assert_array_equal(dask_compact.compact_array(a, p), a[_mask(a, k)])
+    ours = [w for w in caught if "dask_compact" in str(w.message)]
+    assert len(ours) == 1, [str(w.message) for w in ours]
+    assert str(cache) in str(ours[0].message) and "No space left" in str(ours[0].message)
+    assert ours[0].category is RuntimeWarning
+
+
+def test_an_unusable_cache_dir_is_said_once(tmp_path, monkeypatch):
+    """A cache directory that cannot be made (a file in the way): compiled in memory, with
+    one warning naming it and the error (it was silent until 2026-11-30)."""
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    monkeypatch.setenv("DASK_COMPACT_CACHE_DIR", str(blocker / "sub"))
+    monkeypatch.setattr(numba_loop, "_warned", set(), raising=False)
+    numba_loop.clear_cache()
+    a = np.random.default_rng(14).standard_normal(1000)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for k, p in enumerate(structures(2)):
+            np.testing.assert_array_equal(dask_compact.compact_array(a, p), a[_mask(a, k)])
+    ours = [str(w.message) for w in caught if "dask_compact" in str(w.message)]
+    assert len(ours) == 1 and str(blocker / "sub") in ours[0] and "NotADirectoryError" in ours[0]
+
+
+@pytest.mark.parametrize("how", ["lost", "full"])
+def test_record_loops_compile_in_memory_when_a_save_fails(tmp_path, monkeypatch, how):
+    """The record loops (numba_records) as the one-array loops: numba's cache file lost to
+    another process while saved, or a full disk, is a compile in memory (both failed the call
+    until 2026-11-30)."""
+    import errno
+
+    from dask_compact.codegen import numba_records
+
+    monkeypatch.setenv("DASK_COMPACT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(numba_loop, "_warned", set(), raising=False)
+    numba_records._loops.clear()
+
+    def full(_name):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    _numba_save(monkeypatch, os.unlink if how == "lost" else full)
+    rng = np.random.default_rng(15)
+    f = {"mass": rng.standard_normal(5000), "r": rng.random(5000).astype(np.float32)}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        # a structure of each case's own (a module built before would have its code)
+        if how == "lost":
+            got = dask_compact.compact_records(f, lambda mass, r: (mass > 0.3) & (r < 0.7))
+            keep = (f["mass"] > 0.3) & (f["r"] < np.float32(0.7))
+        else:
+            got = dask_compact.compact_records(f, lambda mass, r: (mass > 0.3) | (r < 0.7))
+            keep = (f["mass"] > 0.3) | (f["r"] < np.float32(0.7))
+    for name in f:
+        np.testing.assert_array_equal(got[name], f[name][keep])
+    ours = [str(w.message) for w in caught if "dask_compact" in str(w.message)]
+    assert len(ours) == (how == "full")

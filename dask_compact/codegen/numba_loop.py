@@ -48,6 +48,7 @@ text, and imported from there; the directory is trimmed to its size cap as it gr
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import importlib.util
 import logging
@@ -799,26 +800,66 @@ def _group(file_name: str) -> str:
 def _load_from_file(source: str, directory: Path) -> tuple[Callable[..., int], str, str, bool]:
     """Write ``source`` (once; numba's cache checks the file's mtime) and import it.
 
-    Returns the function, the file, the module name and whether the file was new."""
+    Returns the function, the file, the module name and whether the file was new. A file
+    another process removes between the write and the import (trimming or clearing a shared
+    cache) is written again; lost twice, :class:`FileNotFoundError` (the caller compiles in
+    memory)."""
     digest = hashlib.sha1(source.encode()).hexdigest()[:24]
     path = directory / f"loop_{digest}.py"
     directory.mkdir(parents=True, exist_ok=True)
-    new = not path.exists() or path.read_text() != source
-    if new:
-        # Atomic: other processes (dask workers) may import the same file concurrently.
-        fd, tmp = tempfile.mkstemp(dir=directory, suffix=".tmp")
-        with os.fdopen(fd, "w") as f:
-            f.write(source)
-        os.replace(tmp, path)
+    new = _write_source(path, source)
     name = f"_dask_compact_loop_{digest}"
     module = sys.modules.get(name)
     if module is None:
-        spec = importlib.util.spec_from_file_location(name, path)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        sys.modules[name] = module
+        try:
+            module = _import(name, path)
+        except Exception:
+            # Lost meanwhile: numba's decorator finds no file to cache for ("cannot cache
+            # function 'compact_loop': no locator available for file", a RuntimeError), or the
+            # import none to read. Until 2026-11-30 that went to the caller (a new-user probe:
+            # processes sharing a cache directory, one of them trimming).
+            if path.exists():
+                raise
+            new = _write_source(path, source) or new
+            try:
+                module = _import(name, path)
+            except Exception as again:
+                if path.exists():
+                    raise
+                raise FileNotFoundError(
+                    errno.ENOENT, "the generated loop was removed while imported", str(path)
+                ) from again
     return module.compact_loop, str(path), name, new
+
+
+def _write_source(path: Path, source: str) -> bool:
+    """Write ``source`` to ``path`` unless it holds it; whether it was written."""
+    try:
+        if path.read_text() == source:
+            return False
+    except FileNotFoundError:
+        pass
+    # Atomic: other processes (dask workers) may import the same file concurrently. The
+    # temporary file is named after the loop, so trim and clear_cache know it as ours.
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f"{path.stem}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(source)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return True
+
+
+def _import(name: str, path: Path) -> Any:
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    sys.modules[name] = module
+    return module
 
 
 def _load_in_memory(source: str, key: str) -> Callable[..., int]:
@@ -858,31 +899,78 @@ def _build(tp: TypedPredicate, output: str) -> CompiledLoop:
 
 def _build_held(tp: TypedPredicate, output: str) -> CompiledLoop:
     source = generate_source(tp, output, cache=True)
-    path: str | None = None
-    module: str | None = None
-    new_file = False
-    func: Any
+    signature = _numba_signature(tp, output)
+    directory = cache_dir()
     try:
-        func, path, module, new_file = _load_from_file(source, cache_dir())
-    except OSError as e:  # read-only home, full disk...: compile without numba's disk cache
-        logger.debug("dask_compact cache dir %s not usable (%s); no disk cache", cache_dir(), e)
+        func, path, module, new_file = _load_from_file(source, directory)
+        _compile(func, signature, path)
+    except OSError as e:
+        # Read-only home, full disk (numba's cache save: ENOSPC), a file another process
+        # trimmed away (numba's rename of its temporary file: FileNotFoundError): compiled
+        # in memory, without numba's disk cache. Until 2026-11-30 the last two failed the
+        # call (a new-user probe).
+        _without_disk_cache(directory, e)
         source = generate_source(tp, output, cache=False)
         func = _load_in_memory(source, tp.key)
+        _compile(func, signature, None)
+        return CompiledLoop(func, output, source, None)
+    if new_file:  # the directory grew: keep it under its cap (this loop is the newest)
+        try:
+            trim(directory, disk_bytes(), _group)
+        except OSError as e:
+            logger.debug("dask_compact cache dir %s not trimmed: %s", directory, e)
+    return CompiledLoop(func, output, source, path, module=module)
+
+
+def _compile(func: Any, signature: tuple, path: str | None) -> None:
+    """:func:`compile_loop`; a typing problem is :class:`UnsupportedPredicate` (the mask
+    path), an :class:`OSError` of numba's cache inside it (a helper's save) the OSError."""
     from numba.core.errors import NumbaError
 
     try:
         # Compile now for the signature the backend calls with, so a typing problem shows up
         # here (and falls back to the mask path) rather than inside a running task.
-        compile_loop(func, _numba_signature(tp, output), path)
+        compile_loop(func, signature, path)
     except NumbaError as e:
+        cause = _os_error(e)
+        if cause is not None:
+            raise cause from None
         first = str(e).splitlines()[0]
         raise UnsupportedPredicate(f"numba could not compile the loop: {first}") from None
-    if new_file:  # the directory grew: keep it under its cap (this loop is the newest)
-        try:
-            trim(cache_dir(), disk_bytes(), _group)
-        except OSError as e:
-            logger.debug("dask_compact cache dir %s not trimmed: %s", cache_dir(), e)
-    return CompiledLoop(func, output, source, path, module=module)
+
+
+def _os_error(error: BaseException) -> OSError | None:
+    """The :class:`OSError` that ``error`` was raised from, if any."""
+    seen: set[int] = set()
+    e: BaseException | None = error
+    while e is not None and id(e) not in seen:
+        if isinstance(e, OSError):
+            return e
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    return None
+
+
+# The cache directories this process warned about (once each: every build would repeat it).
+_warned: set[str] = set()
+
+
+def _without_disk_cache(directory: Path, error: OSError) -> None:
+    """Say once per process and directory that loops are compiled without the disk cache,
+    unless a file was merely lost to another process sharing the directory (it goes on)."""
+    lost = isinstance(error, FileNotFoundError) and directory.is_dir()
+    if lost or str(directory) in _warned:
+        logger.debug("dask_compact: compiled in memory, no disk cache in %s (%s)", directory,
+                     error)
+        return
+    _warned.add(str(directory))
+    warnings.warn(
+        f"dask_compact: the cache directory {directory} cannot be used "
+        f"({type(error).__name__}: {error}); compiled loops are kept in memory only, so each "
+        f"process compiles them again (a second or so each). Point DASK_COMPACT_CACHE_DIR at "
+        f"a writable directory with free space.",
+        RuntimeWarning, stacklevel=5,
+    )
 
 
 def fused_loop(tp: TypedPredicate, output: str) -> CompiledLoop:

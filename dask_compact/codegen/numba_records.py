@@ -31,11 +31,12 @@ from ..predicate.expr import params_of, to_source
 from .numba_loop import (
     BLOCK,
     UnsupportedPredicate,
+    _compile,
     _Emitter,
     _load_from_file,
     _load_in_memory,
+    _without_disk_cache,
     cache_dir,
-    compile_loop,
     numba_held,
 )
 
@@ -114,18 +115,14 @@ def record_bits_loop(tp: TypedPredicate) -> Any:
     def build_held() -> Any:
         func: Any
         try:
-            path: str | None = None
+            directory = cache_dir()
             try:
-                func, path = _load_from_file(generate_record_source(tp), cache_dir())[:2]
-            except OSError:  # a read-only or full cache directory: compile in memory
+                func, path = _load_from_file(generate_record_source(tp), directory)[:2]
+                _compile(func, _signature(tp), path)  # a damaged cache file: rebuilt
+            except OSError as e:  # as the one-array loops (_build_held): compile in memory
+                _without_disk_cache(directory, e)
                 func = _load_in_memory(generate_record_source(tp, cache=False), tp.key)
-            from numba.core.errors import NumbaError
-
-            try:
-                compile_loop(func, _signature(tp), path)  # a damaged cache file: rebuilt
-            except NumbaError as e:
-                first = str(e).splitlines()[0]
-                raise UnsupportedPredicate(f"numba could not compile the loop: {first}") from None
+                _compile(func, _signature(tp), None)
             logger.debug("compiled record loop %s for %s", tp.key, to_source(tp.expr))
             return func
         except UnsupportedPredicate as e:
