@@ -583,6 +583,18 @@ def test_an_input_not_persisted_is_read_and_compacted_in_one_task(client, source
     np.testing.assert_array_equal(y.compute(), want[want < 0.5])
 
 
+def _wait_until_not_in_memory(client, name: str, timeout: float = 30.0) -> None:
+    """Until no key of the dask array ``name`` is in memory on the cluster."""
+    def held(dask_scheduler=None):
+        return [str(k) for k, ts in dask_scheduler.tasks.items()
+                if name in str(k) and ts.state == "memory"]
+
+    deadline = time.monotonic() + timeout
+    while client.run_on_scheduler(held):
+        assert time.monotonic() < deadline, client.run_on_scheduler(held)
+        time.sleep(0.05)
+
+
 def test_new_data_under_an_old_name_is_not_answered_from_an_old_result(client, tmp_path):
     """A Zarr store rewritten in place keeps its dask name (da.from_zarr names it by its path):
     every eager call on it, while an earlier result lived on the cluster, built the earlier
@@ -596,6 +608,11 @@ def test_new_data_under_an_old_name_is_not_answered_from_an_old_result(client, t
     kept = [x.map_compact("x < 1000"), dask_compact.compact(x, x < 1000),
             dask_compact.compact_records({"v": x}, "v < 1000")["v"],
             dask_compact.partition(x, "x < 1000")[0], dask_compact.sort(x)]
+    # Until the first calls' input chunks have left the workers' memory, a graph naming them
+    # again is given those chunks, old data, by Dask's keying (plain Dask too: the store
+    # changed under the same name). CI saw it once (an empty selection, chunks of both
+    # versions); design.md "What is left". What this test holds to: our output keys.
+    _wait_until_not_in_memory(client, x.name)
     z[:] = old[::-1] + 0.5
     x = da.from_zarr(path)
     new = z[:]
