@@ -14,6 +14,7 @@ name, so a test always checks the result of compiling exactly what it built.
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import subprocess
 import tempfile
@@ -52,6 +53,7 @@ class CompileAhead:
         self._proc: subprocess.Popen | None = None
         self._thread: threading.Thread | None = None
         self._dir: tempfile.TemporaryDirectory | None = None
+        self._env: dict[str, str] | None = None
 
     def _claim(self, job: Job) -> tuple[Future, bool]:
         """The job's future, and whether the caller claimed it (and must run it)."""
@@ -68,7 +70,13 @@ class CompileAhead:
         nice = shutil.which("nice") if niced else None
         if nice:
             cmd = [nice, "-n", "19", *cmd]
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        # The background thread passes the environment copied when it started: without one,
+        # the child (vfork) reads the process's environ array while a test in the main thread
+        # may be setting a variable (monkeypatch.setenv reallocates it): CI saw execve fail
+        # with EFAULT ("Bad address: '/usr/bin/nice'") once, on 2026-11-30
+        env = self._env if niced else None
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=env)
         if niced:
             self._proc = proc
         _, err = proc.communicate()
@@ -94,6 +102,7 @@ class CompileAhead:
             return
         self._dir = tempfile.TemporaryDirectory(prefix="nvcc-ahead-")
         workdir = Path(self._dir.name)
+        self._env = dict(os.environ)  # here, in the main thread (see _run)
 
         def work() -> None:
             if after is not None:
