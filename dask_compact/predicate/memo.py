@@ -52,7 +52,8 @@ _DYNAMIC = frozenset({"getattr", "globals", "vars", "locals", "eval", "exec", "_
 _MAX_DEPTH = 8
 _MISSING = object()
 # NumPy's public functions (np.isin, np.where: dispatchers of its own type) act as NumPy does
-_BY_IDENTITY = (types.ModuleType, np.ufunc, types.BuiltinFunctionType, type, type(np.isin))
+# (pure builtins and classes are keyed by identity too, after their own checks in _part)
+_BY_IDENTITY = (types.ModuleType, np.ufunc, type(np.isin))
 _pack_d = struct.Struct("<d").pack
 # Builtin functions whose result depends on their arguments alone, so that a trace that called
 # them holds what any later call would compute. Anything else a predicate calls while traced
