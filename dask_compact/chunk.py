@@ -260,8 +260,10 @@ def compact_into(
     -------
     count : array
         ``count`` (or the new one): a 1-element array; on the GPU its value is ready once the
-        stream has reached this call (``stream.synchronize()``, or ``int(count[0])``, which
-        waits).
+        stream has reached this call: ``stream.synchronize()`` first, or
+        ``count.get(stream=stream)``. ``int(count[0])`` waits only for the *current* stream,
+        so with another ``stream`` (a non-blocking one above all) it can read the count
+        before the call has written it.
 
     Notes
     -----

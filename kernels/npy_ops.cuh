@@ -162,6 +162,27 @@ template <>
 struct unsigned_of<long> {
   typedef unsigned long type;
 };
+// Integer arithmetic wraps as NumPy's does, so it is done in an unsigned type at least as wide
+// as int: unsigned char and short promote to *signed* int, where a product can overflow (undefined
+// behaviour: 65535 * 65535) and where NVRTC treated a difference as one that cannot wrap once
+// narrowed back (a probe: -x of int16 -32768 compared as +32768 on the GPU, int8 was right).
+template <class U, bool NARROW = (sizeof(U) < sizeof(unsigned int))>
+struct wide_unsigned {
+  typedef U type;
+};
+template <class U>
+struct wide_unsigned<U, true> {
+  typedef unsigned int type;
+};
+// a + b, a - b, a * b of integers of type T modulo 2^bits(T): computed in W, never promoted
+template <class T>
+struct wrap {
+  typedef typename unsigned_of<T>::type U;
+  typedef typename wide_unsigned<U>::type W;
+  static __device__ __forceinline__ T add(T a, T b) { return (T)(U)((W)(U)a + (W)(U)b); }
+  static __device__ __forceinline__ T sub(T a, T b) { return (T)(U)((W)(U)a - (W)(U)b); }
+  static __device__ __forceinline__ T mul(T a, T b) { return (T)(U)((W)(U)a * (W)(U)b); }
+};
 template <class T>
 __device__ __forceinline__ bool is_negative(T x) {
   return x < T(0);
@@ -250,7 +271,8 @@ __device__ __forceinline__ T invert(T a) {
 template <class T>
 __device__ __forceinline__ T left_shift(T a, T b) {
   typedef typename unsigned_of<T>::type U;
-  if ((unsigned long long)(long long)b < sizeof(T) * 8) return (T)((U)a << (U)b);
+  typedef typename wide_unsigned<U>::type W;  // a short shifted in int can overflow it
+  if ((unsigned long long)(long long)b < sizeof(T) * 8) return (T)(U)((W)(U)a << (W)(U)b);
   return T(0);
 }
 template <class T>
@@ -264,8 +286,7 @@ template <class T>
 __device__ __forceinline__ T add(T a, T b) {
   if constexpr (is_bool<T>::v) return a || b;
   else if constexpr (kind<T>::v == 0) {
-    typedef typename unsigned_of<T>::type U;
-    return (T)((U)a + (U)b);
+    return wrap<T>::add(a, b);
   } else if constexpr (kind<T>::v == 1) return DCX_HALF1(fadd(hf(a), hf(b)));
   else if constexpr (kind<T>::v <= 3) return fadd(a, b);
   else return T{fadd(a.re, b.re), fadd(a.im, b.im)};
@@ -273,8 +294,7 @@ __device__ __forceinline__ T add(T a, T b) {
 template <class T>
 __device__ __forceinline__ T subtract(T a, T b) {
   if constexpr (kind<T>::v == 0) {
-    typedef typename unsigned_of<T>::type U;
-    return (T)((U)a - (U)b);
+    return wrap<T>::sub(a, b);
   } else if constexpr (kind<T>::v == 1) return DCX_HALF1(fsub(hf(a), hf(b)));
   else if constexpr (kind<T>::v <= 3) return fsub(a, b);
   else return T{fsub(a.re, b.re), fsub(a.im, b.im)};
@@ -283,8 +303,7 @@ template <class T>
 __device__ __forceinline__ T multiply(T a, T b) {
   if constexpr (is_bool<T>::v) return a && b;
   else if constexpr (kind<T>::v == 0) {
-    typedef typename unsigned_of<T>::type U;
-    return (T)((U)a * (U)b);
+    return wrap<T>::mul(a, b);
   } else if constexpr (kind<T>::v == 1) return DCX_HALF1(fmul(hf(a), hf(b)));
   else if constexpr (kind<T>::v <= 3) return fmul(a, b);
   else return T{fsub(fmul(a.re, b.re), fmul(a.im, b.im)), fadd(fmul(a.re, b.im), fmul(a.im, b.re))};
@@ -357,8 +376,7 @@ __device__ __forceinline__ T remainder(T a, T b) {
 template <class T>
 __device__ __forceinline__ T negative(T a) {
   if constexpr (kind<T>::v == 0) {
-    typedef typename unsigned_of<T>::type U;
-    return (T)((U)0 - (U)a);
+    return wrap<T>::sub(T(0), a);
   } else if constexpr (kind<T>::v == 1) return half_t{(u16)(a.bits ^ 0x8000u)};
   else if constexpr (kind<T>::v <= 3) return fneg(a);
   else return T{fneg(a.re), fneg(a.im)};
@@ -383,10 +401,11 @@ __device__ __forceinline__ T power(T a, T b) {
     // NumPy raises for a negative integer exponent; a kernel cannot, so it gives 0 as CuPy does.
     if (is_negative(b)) return T(0);
     typedef typename unsigned_of<T>::type U;
+    typedef typename wide_unsigned<U>::type W;  // products in W: see wrap
     U base = (U)a, e = (U)b, r = 1;
     while (e) {
-      if (e & 1) r = (U)(r * base);
-      base = (U)(base * base);
+      if (e & 1) r = (U)((W)r * (W)base);
+      base = (U)((W)base * (W)base);
       e >>= 1;
     }
     return (T)r;

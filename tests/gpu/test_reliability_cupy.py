@@ -292,3 +292,44 @@ def test_a_mask_over_a_length_one_axis_in_several_cupy_chunks_is_refused():
         r = y.rechunk(-1)
         got = dask_compact.compact(r, r > 0.5).compute()
     np.testing.assert_array_equal(cupy.asnumpy(got), [0.95])
+
+
+INT_DTYPES = ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"]
+WRAPPING = {  # integer arithmetic that wraps in NumPy at the type's extremes
+    "negate": lambda v: -v > 0,
+    "negate below": lambda v: np.negative(v) < 0,
+    "abs": lambda v: abs(v) < 0,
+    "floor_divide by -1": lambda v: v // -1 > 0,
+    "square": lambda v: v * v > 1,
+    "times -1": lambda v: v * -1 > 0,
+    "double": lambda v: v + v < v,
+    "minus one": lambda v: v - 1 > v,
+    "cube": lambda v: v ** 3 > v,
+    "shift": lambda v: (v << 7) < v,
+}
+
+
+@pytest.mark.parametrize(
+    "dtype, name",  # NumPy refuses -1 as a constant for an unsigned array
+    [(t, k) for t in INT_DTYPES for k in WRAPPING if t[0] == "i" or "-1" not in k],
+)
+def test_integer_arithmetic_wraps_as_numpy_at_the_extremes(dtype, name):
+    """A probe: on the GPU -x of int16 -32768 compared as +32768 (`-x > 0` selected it, `abs(x)
+    < 0` did not), where NumPy wraps to -32768; the kernels' narrow integers were negated and
+    multiplied in (signed) int. Every path of a traced predicate against NumPy at each type's
+    extremes, mixed with random values."""
+    info = np.iinfo(dtype)
+    edges = np.array([info.min, info.min + 1, info.min // 2, -1 if info.min else 0, 0, 1, 2,
+                      info.max // 2, info.max - 1, info.max], dtype=dtype)
+    rng = np.random.default_rng(11)
+    host = np.concatenate([edges, rng.integers(info.min, info.max, 4_091, dtype=dtype,
+                                               endpoint=True), edges])
+    pred = WRAPPING[name]
+    with np.errstate(over="ignore"):
+        want = host[pred(host)]
+    d = cupy.asarray(host)
+    for algorithm in ("auto", "three-pass", "hybrid"):
+        got = dask_compact.compact_array(d, pred, algorithm=algorithm)
+        np.testing.assert_array_equal(cupy.asnumpy(got), want, err_msg=algorithm)
+    i = dask_compact.compact_array(d, pred, output="indices")
+    np.testing.assert_array_equal(cupy.asnumpy(i), np.flatnonzero(pred(host)))
