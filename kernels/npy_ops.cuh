@@ -163,9 +163,8 @@ struct unsigned_of<long> {
   typedef unsigned long type;
 };
 // Integer arithmetic wraps as NumPy's does, so it is done in an unsigned type at least as wide
-// as int: unsigned char and short promote to *signed* int, where a product can overflow (undefined
-// behaviour: 65535 * 65535) and where NVRTC treated a difference as one that cannot wrap once
-// narrowed back (a probe: -x of int16 -32768 compared as +32768 on the GPU, int8 was right).
+// as int: unsigned char and short promote to *signed* int, where a product can overflow
+// (undefined behaviour: 65535 * 65535).
 template <class U, bool NARROW = (sizeof(U) < sizeof(unsigned int))>
 struct wide_unsigned {
   typedef U type;
@@ -174,14 +173,34 @@ template <class U>
 struct wide_unsigned<U, true> {
   typedef unsigned int type;
 };
+// A 32-bit result cut to T. For 16-bit T by an explicit cvt that the compiler cannot fold:
+// ptxas (CUDA 13.0, measured on an H200) miscompiles a 16-bit negation followed by a 16-bit
+// compare, -(short)-32768 compared as +32768 (a probe: `-v > 0` selected int16 -32768). LLVM
+// folds every C++ spelling of 0 - a (a literal 0, an opaque 0 from asm, a * 0xFFFF, a
+// truncation from unsigned int) into neg.s16; the negation done in 32 bits and cut by
+// cvt.s16.s32 compared right.
+template <class T, class W>
+__device__ __forceinline__ T narrow(W x) {
+  if constexpr (sizeof(T) == 2 && T(-1) < T(0)) {
+    short r;
+    asm("cvt.s16.s32 %0, %1;" : "=h"(r) : "r"((int)x));
+    return (T)r;
+  } else if constexpr (sizeof(T) == 2) {
+    unsigned short r;
+    asm("cvt.u16.u32 %0, %1;" : "=h"(r) : "r"((unsigned)x));
+    return (T)r;
+  } else {
+    return (T)(typename unsigned_of<T>::type)x;
+  }
+}
 // a + b, a - b, a * b of integers of type T modulo 2^bits(T): computed in W, never promoted
 template <class T>
 struct wrap {
   typedef typename unsigned_of<T>::type U;
   typedef typename wide_unsigned<U>::type W;
-  static __device__ __forceinline__ T add(T a, T b) { return (T)(U)((W)(U)a + (W)(U)b); }
-  static __device__ __forceinline__ T sub(T a, T b) { return (T)(U)((W)(U)a - (W)(U)b); }
-  static __device__ __forceinline__ T mul(T a, T b) { return (T)(U)((W)(U)a * (W)(U)b); }
+  static __device__ __forceinline__ T add(T a, T b) { return narrow<T>((W)(U)a + (W)(U)b); }
+  static __device__ __forceinline__ T sub(T a, T b) { return narrow<T>((W)(U)a - (W)(U)b); }
+  static __device__ __forceinline__ T mul(T a, T b) { return narrow<T>((W)(U)a * (W)(U)b); }
 };
 template <class T>
 __device__ __forceinline__ bool is_negative(T x) {
@@ -272,7 +291,7 @@ template <class T>
 __device__ __forceinline__ T left_shift(T a, T b) {
   typedef typename unsigned_of<T>::type U;
   typedef typename wide_unsigned<U>::type W;  // a short shifted in int can overflow it
-  if ((unsigned long long)(long long)b < sizeof(T) * 8) return (T)(U)((W)(U)a << (W)(U)b);
+  if ((unsigned long long)(long long)b < sizeof(T) * 8) return narrow<T>((W)(U)a << (W)(U)b);
   return T(0);
 }
 template <class T>
@@ -334,7 +353,7 @@ __device__ __forceinline__ T floor_divide(T a, T b) {
     if (b == T(0)) return T(0);
     if constexpr (T(-1) < T(0)) {
       // most negative // -1 overflows: NumPy returns the most negative value (two's complement)
-      if (b == T(-1)) return subtract(T(0), a);
+      if (b == T(-1)) return wrap<T>::sub(T(0), a);
       T q = a / b;
       if ((a % b != 0) && ((a < 0) != (b < 0))) q = q - 1;
       return q;
