@@ -42,6 +42,61 @@ IN_A_TASK = (
 )
 
 
+CLOSED = (
+    "dask_compact: {what} is built on futures of a client that is closed ({client}): they "
+    "were cancelled, and their data released, when it closed, so nothing was run. Persist "
+    "the input again from its source on a running client (client.persist(...)) and call "
+    "with that array; close a client only once the calls over what it persisted are done"
+)
+
+CANCELLED = (
+    "dask_compact: {what} is built on futures that were cancelled (Client.cancel), and their "
+    "data released, so nothing was run. Persist the input again from its source "
+    "(client.persist(...)) and call with that array"
+)
+
+
+def check_futures_live(a: Any, what: str) -> None:
+    """ValueError, before anything is submitted, where the dask array ``a`` (``what`` in the
+    message: "x", "the mask", "field 'v'") is built on futures that were cancelled: those of
+    a client since closed (:data:`CLOSED`) or cancelled by it (:data:`CANCELLED`).
+
+    What the calls said otherwise depended on the path: "Futures cancelled ... reason:
+    unknown" (map_compact, asking the workers), "Client is closed. Can't send update-graph
+    message" (sort, compact, partition), a graph that failed when computed (lazy calls,
+    cumsum: dask's "Missing dependency", or with another client "lost dependencies"), and a
+    sort of a cancelled input returned an array that failed when computed. Plain Dask's
+    ``(x + 1).compute()`` says the same two things there.
+
+    One look-up per persisted part of the graph: the first value of each materialized layer
+    (where a persisted array keeps its futures, all of one client), nothing walked or
+    materialized (``distributed.futures_of`` of a graph over 10^4 blocks took 0.4 s). A
+    future that belongs to no client (unpickled inside a task) is not looked at."""
+    distributed = distributed_if_imported()
+    if distributed is None:
+        return
+    for future in _first_futures(distributed, a.__dask_graph__()):
+        client = future.client
+        if client is None:
+            continue
+        if client.status in ("closing", "closed"):
+            raise ValueError(CLOSED.format(what=what, client=client.id))
+        if future.status == "cancelled":
+            raise ValueError(CANCELLED.format(what=what))
+
+
+def _first_futures(distributed: ModuleType, graph: Any) -> Iterator[Any]:
+    """The first value of each materialized layer of ``graph`` (a plain mapping: itself),
+    where it is a future."""
+    layers = getattr(graph, "layers", None)
+    for layer in [graph] if layers is None else layers.values():
+        if hasattr(layer, "is_materialized") and not layer.is_materialized():
+            continue  # a Blockwise layer: tasks made on demand, no futures of its own
+        first = next(iter(layer.values()), None)
+        if isinstance(first, distributed.Future):
+            yield first
+
+
 def on_inputs_client(inputs: Callable[..., tuple], in_a_task: bool = False
                      ) -> Callable[[F], F]:  # fmt: skip
     """Run the decorated eager builder inside :func:`inputs_client` of the arrays it reads,

@@ -860,6 +860,56 @@ def test_calls_on_an_input_of_a_client_that_is_not_the_default_run_on_it(client,
                                                   err_msg=name)
 
 
+def _every_call(x: da.Array) -> dict:
+    """Every public call over ``x``, eager and lazy, by worker and by chunk, unevaluated."""
+    return {
+        "map_compact": lambda: x.map_compact("x > 0.5"),
+        "by chunk": lambda: x.map_compact("x > 0.5", by_worker=False),
+        "lazy": lambda: x.map_compact("x > 0.5", lazy=True),
+        "lazy by chunk": lambda: x.map_compact("x > 0.5", lazy=True, by_worker=False),
+        "flatnonzero": lambda: dask_compact.flatnonzero(x),
+        "compact": lambda: dask_compact.compact(x, x > 0.5),
+        "compact lazy": lambda: dask_compact.compact(x, x > 0.5, lazy=True),
+        "the mask only": lambda: dask_compact.compact(da.ones_like(x), x > 0.5),
+        "records": lambda: dask_compact.compact_records({"v": x}, "v > 0.5"),
+        "records lazy": lambda: dask_compact.compact_records({"v": x}, "v > 0.5", lazy=True),
+        "partition": lambda: dask_compact.partition(x, "x > 0.5"),
+        "cumsum": lambda: dask_compact.cumsum(x),
+        "sort": lambda: dask_compact.sort(x),
+        "argsort": lambda: dask_compact.argsort(x),
+        "a graph over it": lambda: (x + 1).map_compact("x > 1.5"),
+        "a graph over it, lazy": lambda: (x + 1).map_compact("x > 1.5", lazy=True),
+    }
+
+
+def test_an_input_of_a_closed_or_cancelled_client_is_refused_before_anything_runs(client):
+    """An input persisted by a client since closed (``client.persist(x)`` or ``x.persist()``
+    under it), with the module's client still open: every call, eager or lazy, says that its
+    futures belong to a closed client, and submits nothing (a probe: map_compact said
+    "Futures cancelled ... reason: unknown", sort "Client is closed", the lazy calls and
+    cumsum built graphs that failed when computed). Futures cancelled by their client likewise
+    (a sort of such an input returned an array that failed when computed)."""
+    a = np.random.default_rng(33).random(20_000)
+    with distributed.Client(client.scheduler.address, set_as_default=False) as other:
+        held = other.persist(da.from_array(a, chunks=2_000))
+        with other.as_current():
+            persisted = da.from_array(a + 1, chunks=2_000).persist()
+        distributed.wait([held, persisted])
+        cancelled = client.persist(da.from_array(a + 2, chunks=2_000))
+        distributed.wait(cancelled)
+        client.cancel(cancelled)
+    before = _scheduler_tasks(client)
+    for x, match in ((held, "client that is closed"), (persisted, "client that is closed"),
+                     (cancelled, "futures that were cancelled")):
+        for name, call in _every_call(x).items():
+            with pytest.raises(ValueError, match=match):
+                call()
+                pytest.fail(f"{name}: not refused")
+    assert not _scheduler_tasks(client) - before
+    ok = da.from_array(a, chunks=2_000).persist()  # the cluster still works, and right
+    np.testing.assert_array_equal(ok.map_compact("x > 0.5").compute(), a[a > 0.5])
+
+
 @pytest.mark.timeout(120)  # before the fix, a call could block the loop for good
 def test_an_eager_call_on_an_asynchronous_clients_loop_says_to_run_it_in_a_thread(
         client, monkeypatch):
