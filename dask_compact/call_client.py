@@ -121,10 +121,11 @@ def inputs_client(*inputs: Any, in_a_task: bool = True) -> Iterator[None]:
     inside, on the client that holds them, as ``dask.persist(..., scheduler=client)`` would:
 
     * inside a task: on the worker's client (``worker_client``, as dask's own ``compute``
-      there takes ``get_client()``), the task seceded from the worker's threads meanwhile, as
-      ``Client.get`` secedes: the call asks that worker for work (its chunks' jobs, tasks),
-      which would otherwise wait for the thread the call holds (a worker of one thread never
-      answered). The input's futures, unpickled there, belong to no client until bound to it
+      there takes ``get_client()``), the task seceded from the worker's threads, as
+      ``Client.get`` secedes, and for the rest of the task (:func:`_leave_the_pool`): the call
+      asks that worker for work (its chunks' jobs, tasks), which would otherwise wait for the
+      thread the call holds (a worker of one thread never answered). The input's futures,
+      unpickled there, belong to no client until bound to it
       (:func:`_bind`: ``wait`` failed on them with "'NoneType' object has no attribute 'wait'");
     * persisted by a client that is not the default one (``Client(set_as_default=False)``):
       that client is the current one in this context (:func:`_make_current`), so what the call
@@ -168,7 +169,8 @@ def _client_for(distributed: ModuleType, arrays: list, stack: ExitStack) -> Any:
     """The client an eager call over ``arrays`` runs on (None: as dask would choose), entered
     on ``stack`` where it is the worker's (inside a task)."""
     if _in_task(distributed):
-        client = stack.enter_context(distributed.worker_client())
+        client = stack.enter_context(distributed.worker_client(separate_thread=False))
+        _leave_the_pool(distributed)
         _bind(client, distributed.futures_of(arrays))
         return client
     held = _first_held(distributed, arrays)
@@ -177,6 +179,30 @@ def _client_for(distributed: ModuleType, arrays: list, stack: ExitStack) -> Any:
         # local scheduler could not run; nothing to search where the default client runs it
         held = next(iter(distributed.futures_of(arrays)), None)
     return None if held is None else held.client
+
+
+def _leave_the_pool(distributed: ModuleType) -> None:
+    """Have the task this code runs in secede from its worker's threads for the rest of the
+    task, as ``worker_client`` secedes, but without its rejoin when the call returns.
+
+    The call asks its own worker for work (its chunks' jobs, tasks), which would wait for the
+    thread the call holds. And a task that has seceded stays "long-running" for its worker
+    after it rejoins (distributed#5882): the worker hands its threads' work to the pool as if
+    that thread were free, so what the task waited for next from its own worker (the sort's
+    merges, still running when it returns: ``get_client().compute(y).result()``) queued
+    behind it for good (a probe: hung; plain Dask's ``x.compute()`` in a task, which secedes
+    and rejoins as well, then ``get_client().compute(z).result()`` hangs the same way).
+    Staying out of the pool keeps the threads as the worker counts them: the rest of the task
+    runs beside one more task on its worker. Nothing where the task has seceded already
+    (inside ``worker_client``, an earlier call) or runs no thread of the pool."""
+    from distributed.worker import thread_state  # where the worker puts start_time
+
+    if not hasattr(thread_state, "start_time"):  # not a synchronous task (worker_client's test)
+        return
+    try:
+        distributed.secede()
+    except KeyError:  # seceded already: not one of the pool's threads
+        pass
 
 
 def _first_held(distributed: ModuleType, arrays: list) -> Any:

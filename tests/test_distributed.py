@@ -822,6 +822,44 @@ def test_calls_inside_tasks_lazy_or_sort_run_and_eager_compactions_are_refused(c
         assert all("lazy=True" in r and "inside a task" in r for r in got["refused"])
 
 
+_N_IN_TASK = 20_000
+
+
+def _a_graph_input() -> da.Array:
+    """A permutation of 0..n-1 computed from a graph (not persisted), the same in any process."""
+    return (da.arange(_N_IN_TASK, chunks=2_000) * 7919) % _N_IN_TASK
+
+
+def _sort_then_wait_in_a_task(how: str) -> tuple:
+    """Run on a worker: sort and argsort of a graph input, then their results waited for as
+    ``how`` says, each wait given 60 s (a hang fails the test instead of holding CI)."""
+    x = _a_graph_input()
+    y, i = dask_compact.sort(x), dask_compact.argsort(x)
+    if how == "get_client":
+        c = distributed.get_client()
+        got = c.compute(y).result(timeout=60), c.compute(i).result(timeout=60)
+        # and what the task waits for after them, as plain Dask would
+        return (*got, c.compute((x + 1).sum()).result(timeout=60))
+    if how == "worker_client":
+        with distributed.worker_client() as c:
+            return c.compute(y).result(timeout=60), c.compute(i).result(timeout=60), None
+    return y.compute(), i.compute(), None
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("how", ["get_client", "worker_client", "compute"])
+def test_a_sort_in_a_task_then_waited_for_from_that_task(client, how):
+    """Inside a task on workers of one thread, the sort's and argsort's results of a graph
+    input waited for through ``get_client().compute(...).result()`` (a probe: hung, the
+    input's chunks queued behind the waiting task on its own worker), ``worker_client()`` or
+    ``compute()``."""
+    a = (np.arange(_N_IN_TASK) * 7919) % _N_IN_TASK
+    y, i, total = client.submit(_sort_then_wait_in_a_task, how, pure=False).result(timeout=240)
+    np.testing.assert_array_equal(y, np.sort(a))
+    np.testing.assert_array_equal(i, np.argsort(a, kind="stable"))
+    assert total in (None, (a + 1).sum())
+
+
 @contextlib.contextmanager
 def _no_default_client(m: pytest.MonkeyPatch) -> Iterator[None]:
     """As in a program whose only client was made with ``set_as_default=False``: no default
