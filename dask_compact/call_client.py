@@ -44,15 +44,16 @@ IN_A_TASK = (
 
 CLOSED = (
     "dask_compact: {what} is built on futures of a client that is closed ({client}): they "
-    "were cancelled, and their data released, when it closed, so nothing was run. Persist "
-    "the input again from its source on a running client (client.persist(...)) and call "
-    "with that array; close a client only once the calls over what it persisted are done"
+    "were cancelled when it closed (their data released, unless another client holds the "
+    "same keys), so nothing was run. Call with an array persisted on a running client (its "
+    "source persisted again, client.persist(...)); close a client only once the calls over "
+    "what it persisted are done"
 )
 
 CANCELLED = (
-    "dask_compact: {what} is built on futures that were cancelled (Client.cancel), and their "
-    "data released, so nothing was run. Persist the input again from its source "
-    "(client.persist(...)) and call with that array"
+    "dask_compact: {what} is built on futures that were cancelled (Client.cancel; their data "
+    "released, unless another client holds the same keys), so nothing was run. Call with an "
+    "array persisted again from its source (client.persist(...))"
 )
 
 
