@@ -17,8 +17,8 @@ from .predicate.core import NotElementwise, check_sample
 from .predicate.expr import Call, Param, Var
 from .validate import (
     check_algorithm,
-    check_blocks_in_graph,
     check_chunk_type,
+    check_dask_input,
     check_dtype,
     check_output,
     native,
@@ -224,7 +224,7 @@ def compact(
                 "a NumPy mask needs x with known chunk sizes; call x.compute_chunk_sizes()"
             )
     check_chunk_type(mask._meta, "compact")
-    check_blocks_in_graph(mask, "the mask")
+    check_dask_input(mask, "the mask")
     if mask.dtype != np.dtype(bool):
         raise TypeError(f"mask must be boolean, not {mask.dtype}")
     if not _unknown(x) and not _unknown(mask):
@@ -330,7 +330,7 @@ def _check_dask_array(x: Any, fn: str) -> da.Array:
             f"{_IN_MEMORY.get(fn, 'compact_array')} for an in-memory array"
         )
     check_chunk_type(x._meta, fn)
-    check_blocks_in_graph(x, "x")
+    check_dask_input(x, "x")
     return x
 
 

@@ -15,8 +15,8 @@ from .predicate.fields import record_mask, record_predicate
 from .validate import (
     _module_of,
     check_apart,
-    check_blocks_in_graph,
     check_chunk_type,
+    check_dask_input,
     check_dtype,
     check_stream,
     in_memory,
@@ -77,7 +77,7 @@ def checked_fields(fields: Any, indices: bool, fn: str = "compact_records"
                          else "it first, e.g. np.asarray(a)")
         modules.add(_module_of(like))
         if lazy:
-            check_blocks_in_graph(a, f"field {name!r}")
+            check_dask_input(a, f"field {name!r}")
         if a.dtype.hasobject:
             raise TypeError(f"field {name!r} has dtype {a.dtype}: objects cannot be compacted")
         if a.ndim == 0:

@@ -17,7 +17,7 @@ from . import call_client, client_stream, settings
 from .backends.split_radix import order_key
 from .graph import length_one_in_one_chunk
 from .sort_graph import EXCHANGES, build_sort, default_buckets, join_small_chunks
-from .validate import check_blocks_in_graph, check_chunk_type, native
+from .validate import check_chunk_type, check_dask_input, native
 
 __all__ = ["sort", "argsort", "LOCAL_SORTS", "SORT_DTYPES"]
 
@@ -171,7 +171,7 @@ def _check(x: Any, local: Any, fn: str) -> da.Array:
             "dask.array.from_array(...), or sort an in-memory array with NumPy or CuPy"
         )
     check_chunk_type(x._meta, fn)
-    check_blocks_in_graph(x, "x")
+    check_dask_input(x, "x")
     if x.ndim != 1:
         raise ValueError(f"{fn} sorts 1-D arrays; x has shape {x.shape}: pass x.ravel() to sort "
                          "every element, or sort each row with map_blocks")

@@ -107,6 +107,17 @@ def check_blocks_in_graph(a: Any, what: str) -> None:
         )
 
 
+def check_dask_input(a: Any, what: str) -> None:
+    """The checks of every dask input of a public call (``x``, ``compact``'s mask, each
+    record field; ``what`` names it), lazy or eager, before anything is built or submitted:
+    every block in its graph (:func:`check_blocks_in_graph`), and no futures of a closed
+    client, or cancelled, under it (:func:`.call_client.check_futures_live`)."""
+    check_blocks_in_graph(a, what)
+    from .call_client import check_futures_live  # imports dask: not for in-memory calls
+
+    check_futures_live(a, what)
+
+
 def in_memory(a: Any) -> Any:
     """An ``np.memmap`` (a file mapped into memory, e.g. ``np.load(path, mmap_mode="r")``) as
     the plain ndarray of the same memory, nothing copied; anything else as it is. The

@@ -822,6 +822,44 @@ def test_calls_inside_tasks_lazy_or_sort_run_and_eager_compactions_are_refused(c
         assert all("lazy=True" in r and "inside a task" in r for r in got["refused"])
 
 
+_N_IN_TASK = 20_000
+
+
+def _a_graph_input() -> da.Array:
+    """A permutation of 0..n-1 computed from a graph (not persisted), the same in any process."""
+    return (da.arange(_N_IN_TASK, chunks=2_000) * 7919) % _N_IN_TASK
+
+
+def _sort_then_wait_in_a_task(how: str) -> tuple:
+    """Run on a worker: sort and argsort of a graph input, then their results waited for as
+    ``how`` says, each wait given 60 s (a hang fails the test instead of holding CI)."""
+    x = _a_graph_input()
+    y, i = dask_compact.sort(x), dask_compact.argsort(x)
+    if how == "get_client":
+        c = distributed.get_client()
+        got = c.compute(y).result(timeout=60), c.compute(i).result(timeout=60)
+        # and what the task waits for after them, as plain Dask would
+        return (*got, c.compute((x + 1).sum()).result(timeout=60))
+    if how == "worker_client":
+        with distributed.worker_client() as c:
+            return c.compute(y).result(timeout=60), c.compute(i).result(timeout=60), None
+    return y.compute(), i.compute(), None
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("how", ["get_client", "worker_client", "compute"])
+def test_a_sort_in_a_task_then_waited_for_from_that_task(client, how):
+    """Inside a task on workers of one thread, the sort's and argsort's results of a graph
+    input waited for through ``get_client().compute(...).result()`` (a probe: hung, the
+    input's chunks queued behind the waiting task on its own worker), ``worker_client()`` or
+    ``compute()``."""
+    a = (np.arange(_N_IN_TASK) * 7919) % _N_IN_TASK
+    y, i, total = client.submit(_sort_then_wait_in_a_task, how, pure=False).result(timeout=240)
+    np.testing.assert_array_equal(y, np.sort(a))
+    np.testing.assert_array_equal(i, np.argsort(a, kind="stable"))
+    assert total in (None, (a + 1).sum())
+
+
 @contextlib.contextmanager
 def _no_default_client(m: pytest.MonkeyPatch) -> Iterator[None]:
     """As in a program whose only client was made with ``set_as_default=False``: no default
@@ -858,6 +896,56 @@ def test_calls_on_an_input_of_a_client_that_is_not_the_default_run_on_it(client,
                     assert {f.client for f in futures_of(got[name])} == {other}, name
                     np.testing.assert_array_equal(other.compute(got[name]).result(), want,
                                                   err_msg=name)
+
+
+def _every_call(x: da.Array) -> dict:
+    """Every public call over ``x``, eager and lazy, by worker and by chunk, unevaluated."""
+    return {
+        "map_compact": lambda: x.map_compact("x > 0.5"),
+        "by chunk": lambda: x.map_compact("x > 0.5", by_worker=False),
+        "lazy": lambda: x.map_compact("x > 0.5", lazy=True),
+        "lazy by chunk": lambda: x.map_compact("x > 0.5", lazy=True, by_worker=False),
+        "flatnonzero": lambda: dask_compact.flatnonzero(x),
+        "compact": lambda: dask_compact.compact(x, x > 0.5),
+        "compact lazy": lambda: dask_compact.compact(x, x > 0.5, lazy=True),
+        "the mask only": lambda: dask_compact.compact(da.ones_like(x), x > 0.5),
+        "records": lambda: dask_compact.compact_records({"v": x}, "v > 0.5"),
+        "records lazy": lambda: dask_compact.compact_records({"v": x}, "v > 0.5", lazy=True),
+        "partition": lambda: dask_compact.partition(x, "x > 0.5"),
+        "cumsum": lambda: dask_compact.cumsum(x),
+        "sort": lambda: dask_compact.sort(x),
+        "argsort": lambda: dask_compact.argsort(x),
+        "a graph over it": lambda: (x + 1).map_compact("x > 1.5"),
+        "a graph over it, lazy": lambda: (x + 1).map_compact("x > 1.5", lazy=True),
+    }
+
+
+def test_an_input_of_a_closed_or_cancelled_client_is_refused_before_anything_runs(client):
+    """An input persisted by a client since closed (``client.persist(x)`` or ``x.persist()``
+    under it), with the module's client still open: every call, eager or lazy, says that its
+    futures belong to a closed client, and submits nothing (a probe: map_compact said
+    "Futures cancelled ... reason: unknown", sort "Client is closed", the lazy calls and
+    cumsum built graphs that failed when computed). Futures cancelled by their client likewise
+    (a sort of such an input returned an array that failed when computed)."""
+    a = np.random.default_rng(33).random(20_000)
+    with distributed.Client(client.scheduler.address, set_as_default=False) as other:
+        held = other.persist(da.from_array(a, chunks=2_000))
+        with other.as_current():
+            persisted = da.from_array(a + 1, chunks=2_000).persist()
+        distributed.wait([held, persisted])
+        cancelled = client.persist(da.from_array(a + 2, chunks=2_000))
+        distributed.wait(cancelled)
+        client.cancel(cancelled)
+    before = _scheduler_tasks(client)
+    for x, match in ((held, "client that is closed"), (persisted, "client that is closed"),
+                     (cancelled, "futures that were cancelled")):
+        for name, call in _every_call(x).items():
+            with pytest.raises(ValueError, match=match):
+                call()
+                pytest.fail(f"{name}: not refused")
+    assert not _scheduler_tasks(client) - before
+    ok = da.from_array(a, chunks=2_000).persist()  # the cluster still works, and right
+    np.testing.assert_array_equal(ok.map_compact("x > 0.5").compute(), a[a > 0.5])
 
 
 @pytest.mark.timeout(120)  # before the fix, a call could block the loop for good
