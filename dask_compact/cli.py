@@ -113,6 +113,13 @@ def _signals_as_in_the_job(command: Callable[..., None]) -> Callable[..., None]:
     "with the record's number of rows). The fields --where reads need not be written.",
 )
 @click.option(
+    "--raw", is_flag=True,
+    help="Zarr group INPUT: --where compares the values as stored. Without it, a field it "
+    "reads that xarray decodes (scale_factor, add_offset, _FillValue, missing_value) is "
+    "compared decoded, as xr.open_zarr reads it (fill values as NaN); the written values "
+    "stay as stored, with those attributes, either way.",
+)
+@click.option(
     "--scheduler", "address", metavar="ADDRESS",
     help="Address of a running dask scheduler (tcp://, tls:// with the TLS settings of the "
     "dask config or DASK_DISTRIBUTED__COMM__TLS__* variables). Default: a local cluster.",
@@ -188,6 +195,7 @@ def compact_command(
     where: str,
     mode: str,
     field_list: str | None,
+    raw: bool,
     address: str | None,
     scheduler_file: str | None,
     local_cluster: str,
@@ -259,7 +267,8 @@ def compact_command(
     group = open_group_input(input_path)
     if group is not None:
         _refuse_for_groups(decode, encode)
-        inp = prepare(group, input_path, where, field_list, mode, chunks, allow_missing_chunks)
+        inp = prepare(group, input_path, where, field_list, mode, chunks, allow_missing_chunks,
+                      raw)
         target = Target(output_path)
         check_overlap(inp, target)
 
@@ -407,17 +416,30 @@ def _group_text(summary: dict[str, Any]) -> str:
         + (f"kept      {', '.join(summary['kept'])}: copied unchanged (not along the "
            "record's rows)\n" if summary["kept"] else "")
         + f"where     {summary['where']}\n"
-        + _encoded_line(summary["encoded"])
+        + _decoded_line(summary["decoded"])
+        + _encoded_line(summary["encoded"], summary["not_decoded"])
         + _job_lines(summary, "")
     )
 
 
-def _encoded_line(encoded: dict[str, list[str]]) -> str:
-    """A note where --where reads fields that xarray would decode (see
-    .batch.inputs.xarray_encodings)."""
+def _decoded_line(decoded: dict[str, list[str]]) -> str:
+    """The fields --where compares decoded, as xarray reads them (see .batch.cf)."""
+    if not decoded:
+        return ""
+    listed = ", ".join(f"{n} ({', '.join(e)})" for n, e in decoded.items())
+    return (f"decoded   {listed}: --where compares the values as xarray decodes them (fill "
+            "values as NaN); written as stored (--raw: compare the stored values)\n")
+
+
+def _encoded_line(encoded: dict[str, list[str]], why: dict[str, str] | None = None) -> str:
+    """A note where --where reads fields that xarray would decode and the job compares as
+    stored (see .batch.inputs.xarray_encodings; ``why``: the reason per field, --raw or
+    what .batch.cf does not decode)."""
     if not encoded:
         return ""
-    listed = ", ".join(f"{n} ({', '.join(e)})" for n, e in encoded.items())
+    why = why or {}
+    listed = ", ".join(f"{n} ({', '.join(e)}{'; ' + why[n] if why.get(n) else ''})"
+                       for n, e in encoded.items())
     return (f"note      --where compares the stored values, which xarray decodes for {listed}: "
             "write the condition on the stored numbers (e.g. x != -999 for a fill value)\n")
 
