@@ -114,10 +114,11 @@ def _signals_as_in_the_job(command: Callable[..., None]) -> Callable[..., None]:
 )
 @click.option(
     "--raw", is_flag=True,
-    help="Zarr group INPUT: --where compares the values as stored. Without it, a field it "
-    "reads that xarray decodes (scale_factor, add_offset, _FillValue, missing_value) is "
-    "compared decoded, as xr.open_zarr reads it (fill values as NaN); the written values "
-    "stay as stored, with those attributes, either way.",
+    help="--where compares the values as stored. Without it, a field of a Zarr group INPUT "
+    "that xarray decodes (scale_factor, add_offset, _FillValue, missing_value) is compared "
+    "decoded, as xr.open_zarr reads it (fill values as NaN), and an array INPUT with such "
+    "encodings is refused (its job compares stored values only). The written values stay "
+    "as stored, with those attributes, either way.",
 )
 @click.option(
     "--scheduler", "address", metavar="ADDRESS",
@@ -288,6 +289,7 @@ def compact_command(
     if field_list is not None:
         raise click.UsageError("--fields applies to a Zarr group INPUT (the fields to write); "
                                f"{input_path!r} is an array")
+    _refuse_decoded_array(src, input_path, where, raw)
     target = Target(output_path)
     check_overlap(src, target)
 
@@ -377,6 +379,37 @@ def _finished_already(target: Target, job: dict[str, Any]) -> None:
         f"OUTPUT {target.output!r} exists and there is no interrupted job on it to resume; "
         "it was written by another job (other arguments or input, or an earlier version): "
         "pass --overwrite to replace it")
+
+
+def _refuse_decoded_array(src: Source, input_path: str, where: str, raw: bool) -> None:
+    """Refuse an array INPUT whose values xarray decodes (.batch.cf: fill values as NaN,
+    scale_factor/add_offset) unless --raw says that --where is over the stored numbers: the
+    one-array job compares those only (decoding there is not done: its GPU decode, early read
+    and compile-ahead paths take the stored values), and a user's "x > 300" on a packed
+    temperature had compared the packed integers, with a note after the job. A group INPUT
+    compares the decoded values. Not refused where the decoding cannot change the selection
+    (.batch.cf.selects_alike: a float array's fill value that the condition treats as it
+    treats NaN, e.g. "x > 0.3" of a fill value 0: the note stays)."""
+    from .batch.cf import Decoding, selects_alike
+
+    if raw or not isinstance(src.cf, Decoding) or selects_alike(where, src.cf, src.dtype):
+        return
+    group_form = ""
+    if len(src.shape) == 1 and not is_url_like(input_path):
+        parent, _, name = input_path.rstrip("/").rpartition("/")
+        if parent and name.isidentifier():
+            group_form = (f", or give its group as INPUT, whose job compares the values as "
+                          f"xarray decodes them: dask compact {parent} OUTPUT --where "
+                          f"'<condition on {name}>' --fields {name}")
+    raise click.UsageError(
+        f"{input_path!r} holds values that xarray decodes ({', '.join(src.cf.applied)}), and "
+        "--where on an array INPUT compares the values as stored (packed numbers, fill "
+        f"values as numbers): pass --raw to compare those{group_form}")
+
+
+def is_url_like(path: str) -> bool:
+    """Whether ``path`` is a URL (the group form of the hint above is for local paths)."""
+    return "://" in path or "::" in path
 
 
 def _refuse_for_groups(decode: str, encode: str) -> None:

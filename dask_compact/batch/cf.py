@@ -78,6 +78,31 @@ class Decoding:
         return data
 
 
+def selects_alike(where: str, how: Decoding, dtype: np.dtype) -> bool:
+    """Whether the one-array predicate ``where`` selects the same elements of an array of
+    ``dtype`` (the stored one) whether it reads the stored or the decoded values: only where
+    decoding changes nothing but the fill values, of a float array (same dtype, same other
+    values), and the predicate gives each stored fill value (and its negative zero) what it
+    gives NaN. A predicate that fails on them does not select alike."""
+    if (how.scale_factor is not None or how.add_offset is not None or dtype.kind != "f"
+            or how.dtype != dtype):
+        return False
+    from ..predicate import as_predicate
+
+    stored = np.array(how.fills, dtype=np.float64)
+    # the stored values xarray masks: equal to a fill value under NumPy's promotion
+    values = np.array([*stored, *(-stored[stored == 0])], dtype=dtype)
+    values = values[np.isin(values, stored) | (values == 0)]
+    try:
+        with np.errstate(all="ignore"):
+            p = as_predicate(where)
+            got = np.asarray(p.mask(values))
+            nan = np.asarray(p.mask(np.array([np.nan], dtype=dtype)))
+    except Exception:  # noqa: BLE001 -- the job says what is wrong with the predicate
+        return False
+    return bool((got == nan[0]).all())
+
+
 def decoding(z: Any) -> Decoding | str | None:
     """How the Zarr array ``z`` decodes under ``xr.open_zarr`` (its defaults: mask_and_scale;
     a format 2 array's fill value is a fill value, a format 3 array's ``_FillValue`` attribute
