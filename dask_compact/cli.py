@@ -117,8 +117,8 @@ def _signals_as_in_the_job(command: Callable[..., None]) -> Callable[..., None]:
     help="--where compares the values as stored. Without it, a field of a Zarr group INPUT "
     "that xarray decodes (scale_factor, add_offset, _FillValue, missing_value) is compared "
     "decoded, as xr.open_zarr reads it (fill values as NaN), and an array INPUT with such "
-    "encodings is refused (its job compares stored values only). The written values stay "
-    "as stored, with those attributes, either way.",
+    "encodings is refused where they could change the selection (its job compares stored "
+    "values only). The written values stay as stored, with those attributes, either way.",
 )
 @click.option(
     "--scheduler", "address", metavar="ADDRESS",

@@ -788,6 +788,21 @@ def test_raw_compares_the_stored_values_with_a_note(tmp_path):
     np.testing.assert_array_equal(read(tmp_path / "o5.zarr")[1]["id"], np.arange(n))
 
 
+def test_a_predicate_refused_on_a_decoded_field_says_so(tmp_path):
+    """Bit operations on a packed integer field: the predicate reads it decoded (a float),
+    so they are refused; the message says why and names --raw, which allows them."""
+    xr = pytest.importorskip("xarray")
+    ds = xr.Dataset({"q": ("event", np.linspace(0, 3, 50))})
+    src = tmp_path / "ds.zarr"
+    ds.to_zarr(src, consolidated=False,
+               encoding={"q": {"dtype": "int16", "scale_factor": 0.5, "_FillValue": -1}})
+    res = run(src, tmp_path / "o.zarr", "--where", "(q & 1) == 1", code=2)
+    assert "q as float64 (stored int16)" in res.output and "--raw" in res.output
+    run(src, tmp_path / "o.zarr", "--where", "(q & 1) == 1", "--raw")
+    stored = zarr.open_group(str(src), mode="r")["q"][...]
+    np.testing.assert_array_equal(read(tmp_path / "o.zarr")[1]["q"], stored[stored & 1 == 1])
+
+
 # (stored dtype, xarray's encoding, range of the decoded values, --fields): the packings
 # xarray writes, the predicate's field written too or not
 CF_PACKINGS = {

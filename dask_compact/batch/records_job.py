@@ -362,7 +362,12 @@ def _check_types(where: str, fields: dict[str, Any],
     try:
         check_record_predicate(where, seen)
     except (ValueError, TypeError) as e:
-        raise click.BadParameter(str(e), param_hint="--where") from None
+        # "t & 1" of a packed int16: the predicate reads it decoded, a float
+        listed = ", ".join(f"{n} as {how.dtype} (stored {np.dtype(fields[n].dtype)})"
+                           for n, how in (decoded or {}).items())
+        note = (f" (--where reads {listed}, decoded as xarray decodes it; --raw compares "
+                "the stored values)" if listed else "")
+        raise click.BadParameter(f"{e}{note}", param_hint="--where") from None
 
 
 # ---------------------------------------------------------------------------------------------
