@@ -10,9 +10,9 @@ before the predicate sees it (the written fields stay as stored, see docs/design
 
 :func:`decoding` reads a Zarr array's attributes as xarray's Zarr backend does and
 :meth:`Decoding.apply` repeats the NumPy operations of xarray's ``CFMaskCoder`` and
-``CFScaleOffsetCoder`` (xarray 2025.6 to 2026.9: the same dtypes, the same constants of the
-same Python or NumPy types, the same order), so every decoded value is bit for bit xarray's and
-the predicate's comparisons are exact at the boundaries; tests compare with ``xr.open_zarr``.
+``CFScaleOffsetCoder`` (as of xarray 2026.9, which the tests compare with: the same dtypes,
+the same constants of the same Python or NumPy types, the same order), so every decoded value
+is bit for bit xarray's and the predicate's comparisons are exact at the boundaries.
 xarray is not needed: it is an optional dependency, and the job's workers may not have it.
 
 Not decoded (the values stay as stored, and the summary's note names the field): time-like
