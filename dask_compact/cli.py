@@ -113,6 +113,14 @@ def _signals_as_in_the_job(command: Callable[..., None]) -> Callable[..., None]:
     "with the record's number of rows). The fields --where reads need not be written.",
 )
 @click.option(
+    "--raw", is_flag=True,
+    help="--where compares the values as stored. Without it, a field of a Zarr group INPUT "
+    "that xarray decodes (scale_factor, add_offset, _FillValue, missing_value) is compared "
+    "decoded, as xr.open_zarr reads it (fill values as NaN), and an array INPUT with such "
+    "encodings is refused where they could change the selection (its job compares stored "
+    "values only). The written values stay as stored, with those attributes, either way.",
+)
+@click.option(
     "--scheduler", "address", metavar="ADDRESS",
     help="Address of a running dask scheduler (tcp://, tls:// with the TLS settings of the "
     "dask config or DASK_DISTRIBUTED__COMM__TLS__* variables). Default: a local cluster.",
@@ -188,6 +196,7 @@ def compact_command(
     where: str,
     mode: str,
     field_list: str | None,
+    raw: bool,
     address: str | None,
     scheduler_file: str | None,
     local_cluster: str,
@@ -259,7 +268,8 @@ def compact_command(
     group = open_group_input(input_path)
     if group is not None:
         _refuse_for_groups(decode, encode)
-        inp = prepare(group, input_path, where, field_list, mode, chunks, allow_missing_chunks)
+        inp = prepare(group, input_path, where, field_list, mode, chunks, allow_missing_chunks,
+                      raw)
         target = Target(output_path)
         check_overlap(inp, target)
 
@@ -279,6 +289,7 @@ def compact_command(
     if field_list is not None:
         raise click.UsageError("--fields applies to a Zarr group INPUT (the fields to write); "
                                f"{input_path!r} is an array")
+    _refuse_decoded_array(src, input_path, where, raw)
     target = Target(output_path)
     check_overlap(src, target)
 
@@ -370,6 +381,37 @@ def _finished_already(target: Target, job: dict[str, Any]) -> None:
         "pass --overwrite to replace it")
 
 
+def _refuse_decoded_array(src: Source, input_path: str, where: str, raw: bool) -> None:
+    """Refuse an array INPUT whose values xarray decodes (.batch.cf: fill values as NaN,
+    scale_factor/add_offset) unless --raw says that --where is over the stored numbers: the
+    one-array job compares those only (decoding there is not done: its GPU decode, early read
+    and compile-ahead paths take the stored values), and a user's "x > 300" on a packed
+    temperature had compared the packed integers, with a note after the job. A group INPUT
+    compares the decoded values. Not refused where the decoding cannot change the selection
+    (.batch.cf.selects_alike: a float array's fill value that the condition treats as it
+    treats NaN, e.g. "x > 0.3" of a fill value 0: the note stays)."""
+    from .batch.cf import Decoding, selects_alike
+
+    if raw or not isinstance(src.cf, Decoding) or selects_alike(where, src.cf, src.dtype):
+        return
+    group_form = ""
+    if len(src.shape) == 1 and not is_url_like(input_path):
+        parent, _, name = input_path.rstrip("/").rpartition("/")
+        if parent and name.isidentifier():
+            group_form = (f", or give its group as INPUT, whose job compares the values as "
+                          f"xarray decodes them: dask compact {parent} OUTPUT --where "
+                          f"'<condition on {name}>' --fields {name}")
+    raise click.UsageError(
+        f"{input_path!r} holds values that xarray decodes ({', '.join(src.cf.applied)}), and "
+        "--where on an array INPUT compares the values as stored (packed numbers, fill "
+        f"values as numbers): pass --raw to compare those{group_form}")
+
+
+def is_url_like(path: str) -> bool:
+    """Whether ``path`` is a URL (the group form of the hint above is for local paths)."""
+    return "://" in path or "::" in path
+
+
 def _refuse_for_groups(decode: str, encode: str) -> None:
     """The options of the one-array job that a Zarr group INPUT cannot honour: nvCOMP decodes
     and encodes one array's chunks on the device; a record's fields are decoded and encoded on
@@ -407,17 +449,30 @@ def _group_text(summary: dict[str, Any]) -> str:
         + (f"kept      {', '.join(summary['kept'])}: copied unchanged (not along the "
            "record's rows)\n" if summary["kept"] else "")
         + f"where     {summary['where']}\n"
-        + _encoded_line(summary["encoded"])
+        + _decoded_line(summary["decoded"])
+        + _encoded_line(summary["encoded"], summary["not_decoded"])
         + _job_lines(summary, "")
     )
 
 
-def _encoded_line(encoded: dict[str, list[str]]) -> str:
-    """A note where --where reads fields that xarray would decode (see
-    .batch.inputs.xarray_encodings)."""
+def _decoded_line(decoded: dict[str, list[str]]) -> str:
+    """The fields --where compares decoded, as xarray reads them (see .batch.cf)."""
+    if not decoded:
+        return ""
+    listed = ", ".join(f"{n} ({', '.join(e)})" for n, e in decoded.items())
+    return (f"decoded   {listed}: --where compares the values as xarray decodes them (fill "
+            "values as NaN); written as stored (--raw: compare the stored values)\n")
+
+
+def _encoded_line(encoded: dict[str, list[str]], why: dict[str, str] | None = None) -> str:
+    """A note where --where reads fields that xarray would decode and the job compares as
+    stored (see .batch.inputs.xarray_encodings; ``why``: the reason per field, --raw or
+    what .batch.cf does not decode)."""
     if not encoded:
         return ""
-    listed = ", ".join(f"{n} ({', '.join(e)})" for n, e in encoded.items())
+    why = why or {}
+    listed = ", ".join(f"{n} ({', '.join(e)}{'; ' + why[n] if why.get(n) else ''})"
+                       for n, e in encoded.items())
     return (f"note      --where compares the stored values, which xarray decodes for {listed}: "
             "write the condition on the stored numbers (e.g. x != -999 for a fill value)\n")
 

@@ -536,3 +536,47 @@ def test_in_flight_bounds_the_memory_the_job_holds(chunky, tmp_path):
     print(f"baseline {baseline / 1e6:.1f} MB, peak {peak / 1e6:.1f} MB, "
           f"in flight {in_flight / 1e6:.1f} MB, budget {budget / 1e6:.1f} MB")
     assert peak - baseline <= max(budget, in_flight) + allowance
+
+
+def test_an_array_xarray_decodes_is_refused_without_raw(tmp_path):
+    """An array INPUT stored packed by xarray: the one-array job compares stored values only,
+    so "x > 300" on a packed temperature would select by the packed integers (it ran, with a
+    note after the job). Refused before any work unless --raw says the condition is on the
+    stored numbers; the message names the group form, which compares decoded values."""
+    xr = pytest.importorskip("xarray")
+    rng = np.random.default_rng(4)
+    t = rng.uniform(250, 320, 301)
+    t[::7] = np.nan
+    ds = xr.Dataset({"t": ("event", t), "f": ("event", rng.random(301).astype("f4"))})
+    src = tmp_path / "ds.zarr"
+    ds.to_zarr(src, zarr_format=2, consolidated=False, encoding={"t": {
+        "dtype": "int16", "scale_factor": 0.01, "add_offset": 273.15, "_FillValue": -32768}})
+    out = tmp_path / "o.zarr"
+    res = run(f"{src}/t", out, "-w", "x > 300", code=2)
+    assert "--raw" in res.output and "scale_factor" in res.output
+    assert f"dask compact {src} OUTPUT" in res.output and "--fields t" in res.output
+    assert not out.exists()
+    res = run(f"{src}/t", out, "-w", "x > 2685", "-o", "both", "--raw")
+    assert "note      --where compares the stored values" in res.output
+    stored = zarr.open_array(store=str(src / "t"), mode="r")[...]
+    np.testing.assert_array_equal(read_group(out)[1]["indices"], np.flatnonzero(stored > 2685))
+    # a float array whose fill value is NaN decodes to itself: no refusal, no note
+    res = run(f"{src}/f", tmp_path / "o2.zarr", "-w", "x > 0.5")
+    assert "note" not in res.output
+
+
+def test_an_array_whose_fill_value_the_condition_treats_as_nan_is_not_refused(tmp_path):
+    """A float array's fill value (-999, which xarray reads as NaN): refused only where the
+    condition tells it from NaN ("x != -999" selects it stored and selects NaN decoded); "x >
+    0.5" selects neither, so the stored and decoded selections agree: it runs, with the note."""
+    xr = pytest.importorskip("xarray")
+    f = np.random.default_rng(5).random(203)
+    f[::9] = np.nan
+    src = tmp_path / "ds.zarr"
+    xr.Dataset({"f": ("event", f)}).to_zarr(src, zarr_format=3, consolidated=False,
+                                            encoding={"f": {"_FillValue": -999.0}})
+    res = run(f"{src}/f", tmp_path / "o.zarr", "-w", "x != -999", code=2)
+    assert "_FillValue" in res.output and "--raw" in res.output
+    res = run(f"{src}/f", tmp_path / "o.zarr", "-w", "x > 0.5")
+    assert "note      --where compares the stored values" in res.output
+    np.testing.assert_array_equal(read_group(tmp_path / "o.zarr")[1]["values"], f[f > 0.5])

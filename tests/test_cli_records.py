@@ -754,11 +754,11 @@ def test_corrupted_chunk_of_a_field_is_named(particles, tmp_path):
     np.testing.assert_array_equal(read(out)[1]["vx"], data["vx"][mask_of(data)])
 
 
-def test_fields_that_xarray_decodes_get_a_note_on_the_stored_values(tmp_path):
-    """--where compares the stored numbers: a float field whose NaNs are stored as -999 and
-    an int field with a fill value mean something else on xr.open_zarr's decoded values (a
-    probe's isnan(ffl) selected no row). The summary says so, for the fields --where reads;
-    the selection is the stored values'."""
+def test_raw_compares_the_stored_values_with_a_note(tmp_path):
+    """--raw: --where compares the stored numbers, which mean something else than on
+    xr.open_zarr's decoded values (a probe's isnan(ffl) selected no row of a float field
+    whose NaNs are stored as -999): the summary says so, for the fields --where reads.
+    Without --raw, the decoded values (below)."""
     xr = pytest.importorskip("xarray")
     n = 40
     ffl = np.arange(n, dtype="f4")
@@ -767,11 +767,92 @@ def test_fields_that_xarray_decodes_get_a_note_on_the_stored_values(tmp_path):
     src = tmp_path / "ds.zarr"
     ds.to_zarr(src, zarr_format=2, encoding={"ffl": {"_FillValue": np.float32(-999)}},
                consolidated=False)
-    res = run(src, tmp_path / "o.zarr", "--where", "ffl != -999", "--json")
-    assert json.loads(res.stdout)["encoded"] == {"ffl": ["_FillValue"]}
-    res = run(src, tmp_path / "o2.zarr", "--where", "ffl != -999")
+    res = run(src, tmp_path / "o.zarr", "--where", "ffl != -999", "--json", "--raw")
+    summary = json.loads(res.stdout)
+    assert summary["encoded"] == {"ffl": ["_FillValue"]} and summary["decoded"] == {}
+    res = run(src, tmp_path / "o2.zarr", "--where", "ffl != -999", "--raw")
     assert "note      --where compares the stored values" in res.output
+    assert "--raw" in res.output
     np.testing.assert_array_equal(read(tmp_path / "o2.zarr")[1]["id"],
                                   np.flatnonzero(~np.isnan(ffl)))
     res = run(src, tmp_path / "o3.zarr", "--where", "id > 3")
-    assert "note" not in res.output  # id has no encoding
+    assert "note" not in res.output and "decoded" not in res.output  # id has no encoding
+    # without --raw: the values xarray reads, NaN where -999 is stored
+    res = run(src, tmp_path / "o4.zarr", "--where", "isnan(ffl)", "--json")
+    summary = json.loads(res.stdout)
+    assert summary["decoded"] == {"ffl": ["_FillValue"]} and summary["encoded"] == {}
+    np.testing.assert_array_equal(read(tmp_path / "o4.zarr")[1]["id"],
+                                  np.flatnonzero(np.isnan(ffl)))
+    res = run(src, tmp_path / "o5.zarr", "--where", "ffl != -999")
+    assert "decoded   ffl (_FillValue)" in res.output and "note" not in res.output
+    np.testing.assert_array_equal(read(tmp_path / "o5.zarr")[1]["id"], np.arange(n))
+
+
+def test_a_predicate_refused_on_a_decoded_field_says_so(tmp_path):
+    """Bit operations on a packed integer field: the predicate reads it decoded (a float),
+    so they are refused; the message says why and names --raw, which allows them."""
+    xr = pytest.importorskip("xarray")
+    ds = xr.Dataset({"q": ("event", np.linspace(0, 3, 50))})
+    src = tmp_path / "ds.zarr"
+    ds.to_zarr(src, consolidated=False,
+               encoding={"q": {"dtype": "int16", "scale_factor": 0.5, "_FillValue": -1}})
+    res = run(src, tmp_path / "o.zarr", "--where", "(q & 1) == 1", code=2)
+    assert "q as float64 (stored int16)" in res.output and "--raw" in res.output
+    run(src, tmp_path / "o.zarr", "--where", "(q & 1) == 1", "--raw")
+    stored = zarr.open_group(str(src), mode="r")["q"][...]
+    np.testing.assert_array_equal(read(tmp_path / "o.zarr")[1]["q"], stored[stored & 1 == 1])
+
+
+# (stored dtype, xarray's encoding, range of the decoded values, --fields): the packings
+# xarray writes, the predicate's field written too or not
+CF_PACKINGS = {
+    "int16": ("int16", {"scale_factor": 0.01, "add_offset": 273.15, "_FillValue": -32768},
+              (250, 320), None),
+    "int8": ("int8", {"scale_factor": 0.5, "_FillValue": -128}, (-60, 60), "e"),
+    "uint16": ("uint16", {"scale_factor": 0.001, "add_offset": -10.0, "_FillValue": 65535},
+               (-10, 55), None),
+    "float32": ("float32", {"scale_factor": 0.1, "add_offset": 3.0}, (-5, 5), "e"),
+}
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+@pytest.mark.parametrize("packing", list(CF_PACKINGS))
+def test_where_compares_the_values_xarray_decodes(tmp_path, packing, zarr_format):
+    """A field xarray packed (scale_factor, add_offset, _FillValue): --where compares what
+    xr.open_zarr gives, fill values as NaN, exactly at the boundary (a decoded value of the
+    data, its packed neighbours on either side), and the output, written as stored with the
+    encoding's attributes, opens in xarray as ds.isel of that selection (a user's "t > 300"
+    had compared the packed integers)."""
+    xr = pytest.importorskip("xarray")
+    dtype, encoding, span, fields = CF_PACKINGS[packing]
+    rng = np.random.default_rng(zarr_format)
+    n = 1025
+    t = rng.uniform(*span, n)
+    if "_FillValue" in encoding:
+        t[rng.random(n) < 0.1] = np.nan
+    step = encoding.get("scale_factor", 1.0)
+    mid = (span[0] + span[1]) / 2
+    t[:3] = mid, mid + step, mid - step  # the boundary and its neighbours, once packed
+    ds = xr.Dataset({"t": ("event", t), "e": ("event", rng.random(n))})
+    src = tmp_path / "ds.zarr"
+    ds.to_zarr(src, zarr_format=zarr_format, consolidated=False,
+               encoding={"t": {**encoding, "dtype": dtype, "chunks": 100}})
+    read_back = xr.open_zarr(src, consolidated=False).load()
+    at = float(read_back.t.values[0])  # a decoded value: the boundary
+    where = f"(t >= {at!r}) | (isnan(t) & (e < 0.5))"
+    out = tmp_path / "out.zarr"
+    res = run(src, out, "--where", where, "--output", "both", "--json",
+              *(["--fields", fields] if fields else []))
+    dt = read_back.t.values
+    m = (dt >= at) | (np.isnan(dt) & (read_back.e.values < 0.5))
+    assert m[0] and m[1] and not m[2] and 0 < m.sum() < n
+    want = read_back.isel(event=np.flatnonzero(m))
+    got = xr.open_zarr(out, consolidated=False).load()
+    np.testing.assert_array_equal(got.indices.values, np.flatnonzero(m))
+    names = [fields] if fields else ["t", "e"]
+    xr.testing.assert_identical(got[names].drop_attrs(deep=False), want[names])
+    assert json.loads(res.stdout)["decoded"]["t"][-1] in ("scale_factor", "add_offset")
+    if not fields:  # the stored values, with the attributes that decode them
+        stored = zarr.open_group(str(src), mode="r")["t"][...]
+        np.testing.assert_array_equal(zarr.open_group(str(out), mode="r")["t"][...],
+                                      stored[m])

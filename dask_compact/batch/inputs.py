@@ -47,6 +47,8 @@ class Source:
     url: str | None = None  # an fsspec INPUT: for the INPUT/OUTPUT overlap check
     # the input's fingerprint as it is now (reader.fingerprint: as it was when opened)
     fingerprint_now: Callable[[], str] | None = None
+    # how xarray would decode its values (.cf.decoding: a Decoding, why not, or None)
+    cf: Any = None
 
     @property
     def size(self) -> int:
@@ -186,10 +188,13 @@ def open_zarr(path: str, chunks: int | None, allow_missing_chunks: bool = False)
     # Blocks of whole Zarr chunks along axis 0 (all trailing axes): each read decodes every
     # chunk it touches exactly once.
     row_chunk = chunks or max(1, int(node.chunks[0]))
+    from .cf import decoding
+
     return Source(tuple(node.shape), native_dtype(node.dtype), "zarr",
                   None if is_url(path) else local(path), reader, row_chunk, why_not,
                   user_attributes(node), dimension_names(node), path if is_url(path) else None,
-                  lambda: zarr_fingerprint(zarr.open_array(store=url, mode="r"), url))
+                  lambda: zarr_fingerprint(zarr.open_array(store=url, mode="r"), url),
+                  decoding(node))
 
 
 # How Zarr 2 arrays (and xarray on them) name their dimensions: an attribute

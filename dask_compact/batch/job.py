@@ -321,7 +321,8 @@ def run_job(
         "selected": total,
         "fraction": total / layout.n if layout.n else 0.0,
         "arrays": list(names),
-        "encoded": {"x": e} if (e := xarray_encodings(src.attrs)) else {},
+        # where xarray's decoding changes the values (.cf; --raw let it through, see cli)
+        "encoded": {"x": e} if src.cf is not None and (e := xarray_encodings(src.attrs)) else {},
         "seconds": seconds,
         # the whole command so far: interpreter start, imports, cluster start, the job
         "process_seconds": process_age(),

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from .cf import Decoding
 from .host_buffers import piece_alloc, thread_field
 from .reader import Reader, ZarrChunkFiles
 from .tasks import ChunkError, _held, _read, _read_into, _thread_stream, _to_host, device_and_ring
@@ -27,10 +28,14 @@ INDICES = "indices"
 class RecordReader:
     """Readers of the fields of a record (all with the same number of rows): the fields to
     write, then those the predicate reads and are not written. Pickles as the fields'
-    locations only, like each :data:`.reader.Reader`."""
+    locations only, like each :data:`.reader.Reader`.
+
+    ``decode``: the fields the predicate reads as xarray decodes them (:mod:`.cf`), and how;
+    it sees their decoded values, while the written fields are gathered as stored."""
 
     fields: dict[str, Reader]
     written: tuple[str, ...]
+    decode: dict[str, Decoding] = field(default_factory=dict)
 
     @property
     def fingerprint(self) -> dict[str, str]:
@@ -91,7 +96,9 @@ def read_compact_records(
     ``encode`` are always "cpu" for a record), each into this thread's reused buffer for it
     (page-locked for a GPU), as the one-array task decodes its chunk (see
     :mod:`.host_buffers`: fresh arrays cost their page faults, serialised across threads). A
-    field the predicate reads but the job does not write is never gathered."""
+    field the predicate reads but the job does not write is never gathered. A field the
+    predicate reads decoded (``reader.decode``) is decoded on the CPU into a buffer of its
+    own, which the predicate reads on the CPU or the GPU; its stored values are gathered."""
     where_from = f"input chunk {i} (rows {r0}:{r1})"
     on_gpu = device.startswith("gpu")
     dev, ring = device_and_ring(i, device) if on_gpu else (-1, None)
@@ -106,14 +113,15 @@ def read_compact_records(
         else:
             block = _read(rd, r0, r1, at)
         blocks[name] = block
+    seen = _decoded(reader.decode, blocks, on_gpu and not ring)
     t1 = time.perf_counter()
     indices = mode != "values"
     try:
-        p = _predicate(where, blocks)
+        p = _predicate(where, seen)
         if on_gpu:
-            arrays = _on_gpu(blocks, p, indices, base, reader.written, dev, ring)
+            arrays = _on_gpu(blocks, seen, p, indices, base, reader.written, dev, ring)
         else:
-            arrays = _on_cpu(blocks, p, indices, base, reader.written)
+            arrays = _on_cpu(blocks, seen, p, indices, base, reader.written)
     except Exception as e:
         raise ChunkError(f"cannot compact {where_from}: {type(e).__name__}: {e}") from e
     count = int(len(next(iter(arrays.values())))) if arrays else 0
@@ -121,16 +129,32 @@ def read_compact_records(
                        "gpu" if on_gpu else "cpu")
 
 
-def _on_cpu(blocks: dict[str, Any], p: Any, indices: bool, base: int,
+def _decoded(decode: dict[str, Decoding], blocks: dict[str, Any], pinned: bool
+             ) -> dict[str, Any]:
+    """The fields as the predicate sees them: ``blocks`` with each field of ``decode`` decoded
+    (:meth:`.cf.Decoding.apply`, NumPy's operations as xarray's) into this thread's buffer
+    for it (after the fields' own, page-locked where ``pinned``)."""
+    if not decode:
+        return blocks
+    seen = dict(blocks)
+    for j, (name, d) in enumerate(decode.items()):
+        stored = blocks[name]
+        out = thread_field(len(blocks) + j, stored.shape, d.dtype, pinned)
+        seen[name] = d.apply(stored, out)
+    return seen
+
+
+def _on_cpu(blocks: dict[str, Any], seen: dict[str, Any], p: Any, indices: bool, base: int,
             written: tuple[str, ...]) -> dict[str, Any]:
-    """The selection by the compiled record loop: the predicate's bits and count first, then
-    each written field gathered into an exact-size buffer of the job's pool (memory already
-    paged in, see :mod:`.host_buffers`)."""
+    """The selection by the compiled record loop: the predicate's bits and count first (over
+    ``seen``, the fields as the predicate sees them), then each written field gathered from
+    ``blocks`` (as stored) into an exact-size buffer of the job's pool (memory already paged
+    in, see :mod:`.host_buffers`)."""
     from ..backends.numpy_gather import as_rows, gather_indices, gather_rows
     from ..backends.numpy_records import predicate_bits
 
     n = int(next(iter(blocks.values())).shape[0])
-    bits, k = predicate_bits(p, blocks, n)
+    bits, k = predicate_bits(p, seen, n)
     out = {}
     for name in written:
         a = blocks[name]
@@ -145,19 +169,32 @@ def _on_cpu(blocks: dict[str, Any], p: Any, indices: bool, base: int,
     return out
 
 
-def _on_gpu(blocks: dict[str, Any], p: Any, indices: bool, base: int,
+def _on_gpu(blocks: dict[str, Any], seen: dict[str, Any], p: Any, indices: bool, base: int,
             written: tuple[str, ...], dev: int, ring: Any) -> dict[str, Any]:
     """The selection on device ``dev`` (see :func:`.tasks.device_and_ring`), copied back to
-    host memory for the writes (through ``ring`` where there is one)."""
+    host memory for the writes (through ``ring`` where there is one). A decoded field
+    (``seen`` holds another array than ``blocks``) goes to the device decoded where only the
+    predicate reads it; where it is written too, both go, the decoded one under a name no
+    Zarr array can have (:func:`_decoded_name`), which the predicate then reads."""
     import cupy
 
     from ..dispatch import compact_records
 
     keep = [*written, *([INDICES] if indices else [])]
+    sent = dict(blocks)
+    renamed = {}
+    for name, a in seen.items():
+        if a is not blocks[name]:
+            if name in written:
+                renamed[name] = _decoded_name(name)
+                sent[renamed[name]] = a
+            else:
+                sent[name] = a
+    p = _renamed(p, renamed)
     with cupy.cuda.Device(dev), _thread_stream(dev):
         stream = cupy.cuda.get_current_stream()
         on_dev = {}
-        for name, b in blocks.items():
+        for name, b in sent.items():
             # from this thread's pinned buffers: asynchronous copies on the thread's stream,
             # complete before the compaction's count comes back (or through the ring's pieces)
             d = cupy.empty(b.shape, b.dtype)
@@ -170,3 +207,38 @@ def _on_gpu(blocks: dict[str, Any], p: Any, indices: bool, base: int,
         out = compact_records(first, on_dev, p, indices, True, base, 1)
         del on_dev
         return {name: _to_host(out[name], ring) for name in keep}
+
+
+def _decoded_name(name: str) -> str:
+    """The name of field ``name``'s decoded values beside its stored ones: a "/" cannot be in
+    the name of a Zarr group's array, so it is no field's."""
+    return f"{name}/decoded"
+
+
+def _renamed(p: Any, names: dict[str, str]) -> Any:
+    """The fused predicate ``p`` reading the fields ``names`` maps under their new names
+    (kept in ``p``'s memo: the process's predicate is cached, see :func:`_predicate`)."""
+    if not names:
+        return p
+    key = ("renamed", tuple(sorted(names.items())))
+    hit = p.memo.get(key)
+    if hit is None:
+        hit = p.memo[key] = _renamed_now(p, names)
+    return hit
+
+
+def _renamed_now(p: Any, names: dict[str, str]) -> Any:
+    from ..predicate.core import Predicate
+    from ..predicate.expr import Call, Node, Var, variables
+
+    def rename(node: Node) -> Node:
+        if isinstance(node, Var):
+            return Var(names.get(node.name, node.name))
+        if isinstance(node, Call):
+            return Call(node.fn, tuple(rename(a) for a in node.args))
+        return node
+
+    assert p.expr is not None  # a string predicate is always fused (predicate.parse)
+    expr = rename(p.expr)
+    return Predicate(expr=expr, params=p.params, func=None, source=p.source,
+                     fields=variables(expr))

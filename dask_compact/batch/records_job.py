@@ -37,6 +37,7 @@ from typing import Any
 import click
 import numpy as np
 
+from .cf import Decoding, decoding
 from .inputs import (
     check_chunks_stored,
     dimension_names,
@@ -76,6 +77,10 @@ class GroupInput:
     allow_missing: bool = False  # --allow-missing-chunks: a missing chunk reads as fill value
     attrs: dict[str, Any] = field(default_factory=dict)  # the group's own attributes
     dim: str | None = None  # the record's dimension, where its arrays name theirs
+    # the fields --where reads as xarray decodes them (CF), and how (see .cf)
+    decoded: dict[str, Decoding] = field(default_factory=dict)
+    # the fields --where reads as stored although xarray decodes them: encodings -> why
+    not_decoded: dict[str, str] = field(default_factory=dict)
 
     @property
     def bytes(self) -> int:
@@ -105,9 +110,11 @@ def open_group_input(path: str) -> Any | None:
 
 
 def prepare(group: Any, path: str, where: str, field_list: str | None, mode: str,
-            chunks: int | None, allow_missing_chunks: bool) -> GroupInput:
+            chunks: int | None, allow_missing_chunks: bool, raw: bool = False) -> GroupInput:
     """The fields of ``group`` the job reads and writes, checked: every refusal names the
-    argument at fault (click's exit code 2), before any cluster starts."""
+    argument at fault (click's exit code 2), before any cluster starts. ``raw``: the
+    predicate compares the stored values (``--raw``), else those xarray decodes
+    (:func:`predicate_decoding`)."""
     arrays = {name: a for name, a in sorted(group.arrays())}
     if not arrays:
         raise click.BadParameter(f"{path!r} is a Zarr group with no arrays: nothing to compact",
@@ -163,13 +170,36 @@ def prepare(group: Any, path: str, where: str, field_list: str | None, mode: str
     used.update({n: arrays[n] for n in pred_fields if n not in used})
     if not used:  # only indices, by a predicate that reads no field: a field gives the rows
         used[fields[0]] = arrays[fields[0]]
-    _check_types(where, used)
+    decoded, not_decoded = predicate_decoding(used, pred_fields, raw)
+    _check_types(where, used, decoded)
     if not allow_missing_chunks:
         for name, a in {**used, **kept}.items():
             check_chunks_stored(a, f"{path.rstrip('/')}/{name}")
     return GroupInput(path, None if is_url(path) else local(path), rows, used, written,
                       list(pred_fields), ignored, kept, chunks, allow_missing_chunks,
-                      dict(group.attrs), lead)
+                      dict(group.attrs), lead, decoded, not_decoded)
+
+
+def predicate_decoding(arrays: dict[str, Any], pred_fields: tuple[str, ...], raw: bool
+                       ) -> tuple[dict[str, Decoding], dict[str, str]]:
+    """The fields the predicate reads that it sees decoded as ``xr.open_zarr`` decodes them
+    (:func:`.cf.decoding`: fill values as NaN, ``scale_factor``/``add_offset`` applied), and
+    those it compares as stored although xarray decodes them, with why (the summary's note):
+    all of them under ``raw``. A user's ``t > 300`` on a packed temperature meant the
+    degrees: the packed integers were compared (docs/design.md, CF-encoded fields)."""
+    decoded: dict[str, Decoding] = {}
+    not_decoded: dict[str, str] = {}
+    for name in pred_fields:
+        how = decoding(arrays[name])
+        if how is None:
+            continue
+        if raw:
+            not_decoded[name] = "--raw"
+        elif isinstance(how, str):
+            not_decoded[name] = how
+        else:
+            decoded[name] = how
+    return decoded, not_decoded
 
 
 def parse_field_list(text: str | None) -> list[str] | None:
@@ -320,14 +350,24 @@ def _parse(where: str, names: list[str], path: str) -> tuple[str, ...]:
     return p.fields
 
 
-def _check_types(where: str, fields: dict[str, Any]) -> None:
-    """compact_records' own checks of the predicate against the fields' dtypes and shapes."""
+def _check_types(where: str, fields: dict[str, Any],
+                 decoded: dict[str, Decoding] | None = None) -> None:
+    """compact_records' own checks of the predicate against the fields' dtypes and shapes,
+    a decoded field's dtype the decoded one (``isnan(t)`` of a packed int16 is allowed)."""
     from ..records_check import check_record_predicate
 
+    seen = dict(fields)
+    for name, how in (decoded or {}).items():
+        seen[name] = np.empty((0, *fields[name].shape[1:]), how.dtype)
     try:
-        check_record_predicate(where, fields)
+        check_record_predicate(where, seen)
     except (ValueError, TypeError) as e:
-        raise click.BadParameter(str(e), param_hint="--where") from None
+        # "t & 1" of a packed int16: the predicate reads it decoded, a float
+        listed = ", ".join(f"{n} as {how.dtype} (stored {np.dtype(fields[n].dtype)})"
+                           for n, how in (decoded or {}).items())
+        note = (f" (--where reads {listed}, decoded as xarray decodes it; --raw compares "
+                "the stored values)" if listed else "")
+        raise click.BadParameter(f"{e}{note}", param_hint="--where") from None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -343,7 +383,7 @@ def record_reader(inp: GroupInput) -> RecordReader:
         fingerprint = zarr_fingerprint(z, url)
         fast, _ = chunk_files_reader(z, url, fingerprint, inp.allow_missing)
         fields[name] = fast or ZarrRows(url, z.shape, z.dtype, fingerprint)
-    return RecordReader(fields, tuple(inp.written))
+    return RecordReader(fields, tuple(inp.written), dict(inp.decoded))
 
 
 def _array_url(inp: GroupInput, name: str) -> str:
@@ -453,6 +493,9 @@ def describe(inp: GroupInput, where: str, mode: str, output_chunks: int | None,
         "row_chunk": row_chunk(inp),
         "out_chunk": out_chunk_rows(inp, output_chunks),
         "version": dask_compact.__version__,
+        # how the predicate's fields decode changes the selection (only where one does: the
+        # identity of a job on fields without CF encodings stays what it was)
+        **({"decoded": {n: repr(d) for n, d in inp.decoded.items()}} if inp.decoded else {}),
     }
 
 
@@ -526,8 +569,10 @@ def run_records_job(runner: Runner, inp: GroupInput, target: Target, where: str,
         "read": list(inp.read),
         "ignored": dict(inp.ignored),
         "kept": list(inp.kept),
-        "encoded": {n: e for n in inp.read if (e := xarray_encodings(user_attributes(
+        "encoded": {n: e for n in inp.not_decoded if (e := xarray_encodings(user_attributes(
             inp.arrays[n])))},
+        "not_decoded": dict(inp.not_decoded),
+        "decoded": {n: list(d.applied) for n, d in inp.decoded.items()},
         "seconds": seconds,
         "process_seconds": process_age(),
         "gb_per_s": inp.bytes / 1e9 / seconds if seconds > 0 else 0.0,

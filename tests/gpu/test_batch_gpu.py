@@ -587,6 +587,40 @@ def test_record_group_through_staging_rings_matches_numpy(tmp_path, monkeypatch)
     np.testing.assert_array_equal(g["indices"][:], np.flatnonzero(m))
 
 
+@pytest.mark.parametrize("fields", [[], ["--fields", "e"]], ids=["t-written", "t-read-only"])
+def test_record_group_where_on_decoded_values_on_gpus(tmp_path, fields):
+    """--where over a field xarray packed (int16, scale_factor, add_offset, _FillValue): the
+    GPU's predicate reads the values decoded on the CPU, under another name where the field
+    is written too (record_tasks._on_gpu); the selection is xarray's, the output as stored."""
+    xr = pytest.importorskip("xarray")
+    rng = np.random.default_rng(8)
+    n = 200_003
+    t = rng.uniform(250, 320, n)
+    t[rng.random(n) < 0.1] = np.nan
+    t[:3] = 285.0, 285.01, 284.99
+    ds = xr.Dataset({"t": ("event", t), "e": ("event", rng.random(n))})
+    src = tmp_path / "ds.zarr"
+    ds.to_zarr(src, consolidated=False, encoding={"t": {
+        "dtype": "int16", "scale_factor": 0.01, "add_offset": 273.15, "_FillValue": -32768,
+        "chunks": 50_000}})
+    back = xr.open_zarr(src, consolidated=False).load()
+    at = float(back.t.values[0])
+    out = tmp_path / "out.zarr"
+    res = run(src, out, "-w", f"(t >= {at!r}) | (isnan(t) & (e < 0.5))", "-o", "both",
+              "--json", "--local", "threads", "--device", "gpu", *fields)
+    summary = json.loads(res.stdout)
+    assert summary["gpu"] and summary["gpu_chunks"] == summary["chunks_read"]
+    assert summary["decoded"] == {"t": ["_FillValue", "scale_factor", "add_offset"]}
+    m = (back.t.values >= at) | (np.isnan(back.t.values) & (back.e.values < 0.5))
+    assert m[0] and m[1] and not m[2]
+    g = zarr.open_group(str(out), mode="r")
+    np.testing.assert_array_equal(g["indices"][:], np.flatnonzero(m))
+    np.testing.assert_array_equal(g["e"][:], back.e.values[m])
+    if not fields:
+        stored = zarr.open_group(str(src), mode="r")["t"][...]
+        np.testing.assert_array_equal(g["t"][:], stored[m])
+
+
 def test_staging_ring_copies_exactly_with_threads_waiting_for_pieces():
     """Copies to a device and back through a ring of two small pieces, from eight threads at
     once (each waiting for a free piece in turn): every array arrives whole, in order."""
