@@ -228,3 +228,54 @@ def test_gpu_encode_on_cpus_falls_back_with_the_reason(tmp_path):
         summary = json.loads(res.stdout)
         assert summary["encode"] == "cpu" and summary["gpu_encoded"] == 0
         np.testing.assert_array_equal(zarr.open_group(str(out))["values"][:], a[a > 0.5])
+
+
+def test_a_npy_moved_over_the_input_with_its_size_and_time_is_read_anew(tmp_path):
+    """A .npy file replaced by another of the same size and modification time (``cp -p`` then
+    ``mv``): its fingerprint is unchanged, but the process's map of the old file (old inode)
+    is not reused: the reader gives the new file's values."""
+    from dask_compact.batch.reader import NpyRows, npy_fingerprint
+
+    a, b = np.arange(100.0), np.arange(100.0) + 1000
+    path, other = str(tmp_path / "a.npy"), str(tmp_path / "b.npy")
+    np.save(path, a)
+    np.save(other, b)
+    st = os.stat(path)
+    os.utime(other, ns=(st.st_atime_ns, st.st_mtime_ns))
+    reader = NpyRows(path, a.shape, a.dtype, npy_fingerprint(path))
+    np.testing.assert_array_equal(reader.read(0, 100), a)
+    os.replace(other, path)
+    assert npy_fingerprint(path) == reader.fingerprint
+    np.testing.assert_array_equal(reader.read(0, 100), b)
+
+
+TRUNCATED = """
+import os, sys
+import numpy as np
+from dask_compact.batch.reader import NpyRows, npy_fingerprint
+
+path = sys.argv[1]
+a = np.arange(1 << 16, dtype=np.float64)  # 512 KiB: 128 pages mapped
+np.save(path, a)
+reader = NpyRows(path, a.shape, a.dtype, npy_fingerprint(path))
+assert (reader.read(0, 10) == a[:10]).all()
+os.truncate(path, 4096)  # in place: the map's pages past the first are gone
+try:
+    reader.read(60_000, 65_536)
+except ValueError as e:
+    print("refused:", e)
+"""
+
+
+def test_a_npy_truncated_in_place_while_mapped_is_refused_not_a_crash(tmp_path):
+    """A .npy file truncated in place while a process has it mapped: the read is refused
+    (the file is mapped again, which a file shorter than its header declares cannot be);
+    reading the old map past the new end killed the process with SIGBUS (a worker lost).
+    In a subprocess: the crash it guards against would take pytest with it."""
+    import subprocess
+    import sys
+
+    res = subprocess.run([sys.executable, "-c", TRUNCATED, str(tmp_path / "a.npy")],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, (res.returncode, res.stderr[-2000:])
+    assert "refused:" in res.stdout, res.stdout

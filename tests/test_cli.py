@@ -338,6 +338,82 @@ def test_scheduler_errors(npy, tmp_path):
     assert dask.config.get("scheduler", None) is None
 
 
+def _zarr_v2(path: Path, a: np.ndarray) -> None:
+    from numcodecs import Blosc
+
+    shutil.rmtree(path, ignore_errors=True)
+    zarr.create_array(store=str(path), shape=a.shape, dtype=a.dtype, chunks=(4,),
+                      zarr_format=2, compressors=Blosc())[:] = a
+
+
+def _zarr_v3(path: Path, a: np.ndarray) -> None:  # read by the chunk-file reader
+    shutil.rmtree(path, ignore_errors=True)
+    zarr.create_array(store=str(path), shape=a.shape, dtype=a.dtype, chunks=(4,))[:] = a
+
+
+def _npy_saved(path: Path, a: np.ndarray) -> None:  # np.save rewrites the same inode
+    np.save(path, a)
+
+
+def _npy_replaced(path: Path, a: np.ndarray) -> None:  # a new file moved over it
+    np.save(path.with_suffix(".new.npy"), a)
+    os.replace(path.with_suffix(".new.npy"), path)
+
+
+def _floats(n: int) -> np.ndarray:
+    return np.random.default_rng(n).random(n) * 100
+
+
+def _ints(n: int) -> np.ndarray:
+    return np.random.default_rng(n).integers(0, 100, n).astype(np.int32)
+
+
+# an input rewritten at its path between two jobs: how, then its two versions
+REWRITES = {
+    "zarr v2 grown": (_zarr_v2, _floats(6), _floats(10)),
+    "zarr v2 shrunk": (_zarr_v2, _floats(10), _floats(6)),
+    "zarr v2 new dtype": (_zarr_v2, _floats(8), _ints(8)),
+    "zarr v3 grown": (_zarr_v3, _floats(6), _floats(10)),
+    "npy grown": (_npy_saved, _floats(6), _floats(10)),
+    "npy shrunk": (_npy_saved, _floats(10), _floats(6)),
+    "npy new dtype": (_npy_saved, _floats(8), _ints(8)),
+    "npy replaced": (_npy_replaced, _floats(10), _floats(10) + 1),
+}
+
+
+def _two_versions(tmp_path: Path, name: str, *args: str) -> None:
+    """Two jobs on the input ``name`` of REWRITES, rewritten between them: each gives NumPy's
+    selection of its version."""
+    write, *versions = REWRITES[name]
+    src = tmp_path / (name.replace(" ", "_") + (".npy" if "npy" in name else ".zarr"))
+    for k, a in enumerate(versions):
+        write(src, a)
+        out = tmp_path / f"{src.stem}-{k}.zarr"
+        run(src, out, "-w", "x > 40", "-o", "both", *args)
+        arrays = read_group(out)[1]
+        assert arrays["values"].dtype == a.dtype, (name, k)
+        np.testing.assert_array_equal(arrays["values"], a[a > 40], err_msg=f"{name}, {k}")
+        np.testing.assert_array_equal(arrays["indices"], np.flatnonzero(a > 40))
+
+
+@pytest.mark.parametrize("name", list(REWRITES))
+def test_an_input_rewritten_between_two_jobs_of_one_process(tmp_path, name):
+    """The process's open inputs are kept per version: until 2026-11-30 the second job read
+    the first version's handle (a grown array read short, a new dtype failed or its bytes
+    were written as the old dtype's, a replaced .npy file's old values)."""
+    _two_versions(tmp_path, name)
+
+
+def test_an_input_rewritten_between_two_jobs_on_one_cluster(tmp_path):
+    """The same on a running cluster, whose one worker process serves both jobs."""
+    from distributed import LocalCluster
+
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
+                      dashboard_address=":0") as cluster:
+        for name in REWRITES:
+            _two_versions(tmp_path, name, "--scheduler", cluster.scheduler_address)
+
+
 @pytest.mark.skipif(device_count() > 0, reason="refusals for workers without a GPU")
 def test_device_gpu_on_a_cluster_without_gpus_is_refused_before_the_job(npy, tmp_path):
     """--device gpu on a running cluster whose workers cannot use a GPU: a usage error saying

@@ -1,16 +1,19 @@
 """Reading blocks of rows of the input where a task runs: a Zarr array (local path or fsspec
 URL) or a memory-mapped ``.npy`` file.
 
-A reader pickles as its location only; each process opens the input once (a small per-process
-cache), so a distributed graph never carries data and a task reads only the rows it compacts.
+A reader pickles as its location and the input's fingerprint only; each process opens the input
+once per version (:class:`_Handles`), so a distributed graph never carries data and a task
+reads only the rows it compacts.
 """
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import mmap
 import os
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -34,7 +37,8 @@ class ZarrRows:
         self.fingerprint = fingerprint
 
     def read(self, r0: int, r1: int) -> np.ndarray:
-        arr = _open_zarr(self.url)
+        arr = _zarr_arrays.get(self.url, self.fingerprint)
+        _same_input(self.url, (tuple(arr.shape), np.dtype(arr.dtype)), (self.shape, self.dtype))
         try:
             return np.asarray(arr[r0:r1])
         except Exception as e:
@@ -73,8 +77,13 @@ class NpyRows:
         self.fingerprint = fingerprint
 
     def read(self, r0: int, r1: int) -> np.ndarray:
+        mapped = _npy_maps.get(self.path, self.fingerprint)
+        if not mapped.unchanged():
+            mapped = _npy_maps.get(self.path, self.fingerprint, again=True)
+        _same_input(self.path, (tuple(mapped.array.shape), mapped.array.dtype),
+                    (self.shape, self.dtype))
         # A copy: a memmap slice would keep the file mapped inside the piece.
-        return np.array(_open_npy(self.path)[r0:r1])
+        return np.array(mapped.array[r0:r1])
 
 
 class ZarrChunkFiles:
@@ -272,16 +281,89 @@ def chunk_files_reader(node: Any, url: str, fingerprint: str,
 Reader = ZarrRows | NpyRows | ZarrChunkFiles
 
 
-@functools.lru_cache(maxsize=16)
+class InputChanged(ValueError):
+    """The input a task reads is not the version its job planned on (rewritten since)."""
+
+
+def _same_input(where: str, opened: tuple[tuple[int, ...], np.dtype],
+                planned: tuple[tuple[int, ...], np.dtype]) -> None:
+    """Refuse to read an input whose shape or dtype differ from the job's plan: rows past the
+    new end would come back short, and a new dtype's bytes would be written as the planned
+    dtype (a .npy of float64 rewritten as int32 gave an output chunk of twice its size)."""
+    if opened != planned:
+        raise InputChanged(
+            f"{where} changed since the job started (shape {opened[0]}, dtype {opened[1]}; "
+            f"the job planned on shape {planned[0]}, dtype {planned[1]}): run the job again "
+            f"once nothing writes to INPUT")
+
+
+class _Handles:
+    """This process's open handles of inputs, one per location, for the version (fingerprint)
+    last asked for; at most ``most`` locations, the least recently used dropped first.
+
+    Keyed by location alone (until 2026-11-30) a process that serves several jobs (a
+    ``--scheduler`` cluster's workers, an in-process job run twice) read a store rewritten at
+    the same path through the handle of its first version: the old shape and dtype (a grown
+    array read short, a new dtype failed or was written as the old one), a replaced .npy
+    file's old inode. The job's fingerprint (what ``--resume`` and the commit's check compare)
+    names the version, so a new version opens anew at no cost per task; the older version's
+    handle is dropped then (a memory map of a replaced file holds its disk space)."""
+
+    def __init__(self, open_version: Callable[[str], Any], most: int = 16) -> None:
+        self._open = open_version
+        self._most = most
+        self._held: OrderedDict[str, tuple[str, Any]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, where: str, version: str, again: bool = False) -> Any:
+        """The handle of ``where`` at ``version``, opened now unless held (``again``: opened
+        now in any case, replacing the one held)."""
+        with self._lock:
+            held = self._held.get(where)
+            if held is not None and held[0] == version and not again:
+                self._held.move_to_end(where)
+                return held[1]
+        handle = self._open(where)  # outside the lock: a URL's open may take a while
+        with self._lock:
+            self._held[where] = (version, handle)
+            self._held.move_to_end(where)
+            while len(self._held) > self._most:
+                self._held.popitem(last=False)
+        return handle
+
+
 def _open_zarr(url: str) -> Any:
     import zarr
 
     return zarr.open_array(store=url, mode="r")
 
 
-@functools.lru_cache(maxsize=16)
-def _open_npy(path: str) -> np.memmap:
-    return np.load(path, mmap_mode="r")
+class _NpyMap:
+    """A .npy file memory-mapped, and the file's identity (inode, size, modification time)
+    just before it was mapped."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.identity = _identity(os.stat(path))
+        self.array: np.memmap = np.load(path, mmap_mode="r")
+
+    def unchanged(self) -> bool:
+        """Whether the file is still the one mapped (one ``stat``, about a microsecond a
+        task). A read of a mapped page past the end of a file truncated in place kills the
+        process with SIGBUS (a worker lost, the job failing on its retries), and a file
+        replaced under its name leaves the map on the old inode: a changed file is mapped
+        again, and its new shape or dtype refused (:func:`_same_input`). The fingerprint
+        alone cannot tell: a file moved over the input keeps its size and modification
+        time (``mv`` of a copy made by ``cp -p``) but not its inode."""
+        return _identity(os.stat(self.path)) == self.identity
+
+
+def _identity(st: os.stat_result) -> tuple[int, int, int]:
+    return st.st_ino, st.st_size, st.st_mtime_ns
+
+
+_zarr_arrays = _Handles(_open_zarr)
+_npy_maps = _Handles(_NpyMap)
 
 
 def zarr_fingerprint(node: Any, url: str) -> str:
