@@ -105,6 +105,19 @@ def send_now(persisted: Any) -> None:
     loop.add_callback(write_now)
 
 
+def wait(persisted: Any) -> None:
+    """Until every future of ``persisted`` has finished (or failed: its error is raised where
+    the result is used, as before); nothing to wait for under an in-process scheduler. The
+    scheduler releases what those tasks read in the same step that reports them done, so
+    once this returns, a graph input they read is no longer held or still to run for them."""
+    distributed = distributed_if_imported()
+    if distributed is None:
+        return
+    futures = distributed.futures_of(persisted)
+    if futures:
+        distributed.wait(futures)
+
+
 def gather(persisted: Any) -> list | None:
     """The blocks of a persisted collection, fetched from the workers with no graph (so
     nothing waits for the client's next batch), in the collection's key order; None where

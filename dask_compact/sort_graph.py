@@ -147,11 +147,13 @@ def _sort_whole(a: Any, indices: bool, local: str) -> Any:
     return order if indices else values
 
 
-def _sort_one_chunk(x: da.Array, indices: bool, local: str) -> da.Array:
+def _sort_one_chunk(x: da.Array, indices: bool, local: str, graph_input: bool) -> da.Array:
     """An array of one chunk, sorted into one output chunk: the local sort is the whole sort,
     so one task and one persist (no sample, splitters or merge: the general path's three
     round trips to the client cost ~6 ms on a GPU worker, as much as sorting 2^28 float32).
-    Under the threaded or the synchronous scheduler not even that: see :func:`_here`."""
+    Under the threaded or the synchronous scheduler not even that: see :func:`_here`.
+    ``graph_input``: whether the caller's array is a graph (not persisted), which must have
+    been read when the call returns."""
     form = input_form(x)
     token = tokenize("dask-compact-sort-one", x.name, indices, local, form,
                      computed_call(False, form))
@@ -165,6 +167,15 @@ def _sort_one_chunk(x: da.Array, indices: bool, local: str) -> da.Array:
                     {x.name})
     result = da.Array(graph, out, chunks=x.chunks, meta=_meta(x, dtype))
     (result,) = client_stream.persist(result)
+    if graph_input:
+        # The chunk sizes are known without running anything, but a call over a graph input
+        # returns only once that input has been read, as every other eager call does (they
+        # wait for phase 1's counts): returned at once, its chunks were still being read or
+        # held for the sort when the caller went on, and a store rewritten in place and read
+        # again (da.from_zarr names its chunks by the path) got the old chunks under the
+        # same keys (CI: an empty selection). The input's keys are released as the sort
+        # ends. A persisted input's chunks are the caller's own futures: no wait for them.
+        client_stream.wait(result)
     return result
 
 
@@ -431,17 +442,23 @@ def _ipc_refusal(client: Any, values: da.Array, group: np.ndarray, where: list, 
     return cuda_ipc.ipc_refusal(probes, need)
 
 
-def build_sort(x: da.Array, indices: bool, buckets: int, local: str = "auto") -> da.Array:
+def build_sort(x: da.Array, indices: bool, buckets: int, local: str = "auto",
+               graph_input: bool = True) -> da.Array:  # fmt: skip
     """Sorted values (``indices=False``) or the stable argsort of 1-D ``x`` (known chunks,
     at least one element): a persisted array with one chunk per non-empty bucket. ``local``:
-    what sorts and merges within a chunk or bucket (``sorting.LOCAL_SORTS``)."""
+    what sorts and merges within a chunk or bucket (``sorting.LOCAL_SORTS``);
+    ``graph_input``: whether the caller's array (``x`` before it was joined, cast or keyed)
+    is a graph, not persisted. Once this returns, nothing of such an input is held or still
+    to run on the cluster: the general path's local sorts have run (their sample is
+    gathered), the one-bucket path waits for its sort."""
     sizes = tuple(int(c) for c in x.chunks[0])
     nin = len(sizes)
     if buckets == 1:
         # one bucket is the whole array in one place whatever the path: its chunks joined
         # and sorted at once, not sorted, sampled, cut and merged into one (200,000 float64
         # in 1,000 chunks: 1.0 s that way)
-        return _sort_one_chunk(x if nin == 1 else x.rechunk({0: -1}), indices, local)
+        return _sort_one_chunk(x if nin == 1 else x.rechunk({0: -1}), indices, local,
+                               graph_input)
     starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
     per = per_chunk_sample(nin, buckets)
     form = input_form(x)

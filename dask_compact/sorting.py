@@ -15,7 +15,7 @@ import numpy as np
 
 from . import call_client, client_stream, settings
 from .backends.split_radix import order_key
-from .graph import length_one_in_one_chunk
+from .graph import input_form, length_one_in_one_chunk
 from .sort_graph import EXCHANGES, build_sort, default_buckets, join_small_chunks
 from .validate import check_chunk_type, check_dask_input, native
 
@@ -133,7 +133,9 @@ def _sorted(x: Any, local: Any, buckets: Any, indices: bool, fn: str) -> da.Arra
 
 
 def _sorted_chunks(x: Any, local: Any, buckets: Any, indices: bool, fn: str) -> da.Array:
-    x = join_small_chunks(_check(x, local, fn))
+    checked = _check(x, local, fn)
+    graph_input = input_form(x) == "graph"  # the caller's array, before it is joined or cast
+    x = join_small_chunks(checked)
     nchunks = _check_buckets(buckets, x.shape[0], x.numblocks[0])
     if x.shape[0] == 0:
         dtype = np.dtype(np.int64) if indices else x.dtype
@@ -142,10 +144,10 @@ def _sorted_chunks(x: Any, local: Any, buckets: Any, indices: bool, fn: str) -> 
     if x.dtype.kind in ("m", "M"):
         # datetime64 / timedelta64 sorted as uint64 keys in the same order, NaT last
         keys = da.map_blocks(_time_keys, x, dtype=np.uint64)
-        out = build_sort(keys, indices, nchunks, local)
+        out = build_sort(keys, indices, nchunks, local, graph_input)
         return out if indices else da.map_blocks(_from_time_keys, out, like=x.dtype,
                                                  dtype=x.dtype)
-    return build_sort(x, indices, nchunks, local)
+    return build_sort(x, indices, nchunks, local, graph_input)
 
 
 _SIGN = np.uint64(1 << 63)

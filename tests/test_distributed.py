@@ -583,24 +583,98 @@ def test_an_input_not_persisted_is_read_and_compacted_in_one_task(client, source
     np.testing.assert_array_equal(y.compute(), want[want < 0.5])
 
 
-def _wait_until_not_in_memory(client, name: str, timeout: float = 30.0) -> None:
-    """Until no key of the dask array ``name`` is in memory on the cluster."""
-    def held(dask_scheduler=None):
-        return [str(k) for k, ts in dask_scheduler.tasks.items()
-                if name in str(k) and ts.state == "memory"]
-
-    deadline = time.monotonic() + timeout
-    while client.run_on_scheduler(held):
-        assert time.monotonic() < deadline, client.run_on_scheduler(held)
-        time.sleep(0.05)
+def _slowly(b):
+    """A chunk made 20 ms late: a call that returned before reading its input is caught
+    with that input still to read, not by a race it may win."""
+    time.sleep(0.02)
+    return b
 
 
-def test_new_data_under_an_old_name_is_not_answered_from_an_old_result(client, tmp_path):
+def _graph_input(source: str, path: str) -> tuple[da.Array, np.ndarray]:
+    """A graph input (nothing persisted) of 20,000 float64 in 7 chunks, and its values."""
+    a = np.random.default_rng(5).random(20_000)
+    if source.startswith("from-zarr"):
+        zarr = pytest.importorskip("zarr")
+        zarr.open_array(path, mode="w", shape=a.shape, chunks=(3_000,), dtype="f8")[:] = a
+        x = da.from_zarr(path)
+        return (x.map_blocks(_slowly) if source.endswith("slow") else x), a
+    if source == "random":
+        x = da.random.default_rng(5).random(20_000, chunks=3_000)
+        return x, x.compute()
+    return da.from_array(a, chunks=3_000) + 1, a + 1
+
+
+def _still_reading(input_keys: set, before: set, dask_scheduler=None) -> list:
+    """On the scheduler: what an eager call left of its graph input, each key with its state.
+    A key of ``input_keys`` in any state but released (in memory: a later graph naming it
+    again is given that chunk; to run: it is read later, perhaps after the data changed), and
+    any task not of ``before`` still to run that depends on nothing: a task reading the
+    input (Dask fuses an input chunk into its consumer, under the consumer's key); every
+    task of ours that may still run when a call returns depends on pieces in memory."""
+    done = ("released", "forgotten", "erred")
+    return [(str(k), ts.state) for k, ts in dask_scheduler.tasks.items()
+            if ts.state not in done and (str(k) in input_keys or (
+                str(k) not in before and ts.state != "memory" and not ts.dependencies))]
+
+
+_EAGER_CALLS = {
+    "map_compact": (lambda x: x.map_compact("x < 0.3"), lambda a: a[a < 0.3]),
+    "both": (lambda x: x.map_compact("x < 0.3", output="both")[1],
+             lambda a: np.flatnonzero(a < 0.3)),
+    "by_worker=False": (lambda x: x.map_compact("x < 0.3", by_worker=False),
+                        lambda a: a[a < 0.3]),
+    "chunks": (lambda x: x.map_compact("x < 0.3", chunks=1_000), lambda a: a[a < 0.3]),
+    "compact": (lambda x: dask_compact.compact(x, x < 0.3), lambda a: a[a < 0.3]),
+    "flatnonzero": (lambda x: dask_compact.flatnonzero(x < 0.3),
+                    lambda a: np.flatnonzero(a < 0.3)),
+    "records": (lambda x: dask_compact.compact_records({"v": x, "w": x * 2}, "v < 0.3")["w"],
+                lambda a: a[a < 0.3] * 2),
+    "partition": (lambda x: dask_compact.partition(x, "x < 0.3")[0],
+                  lambda a: np.concatenate([a[a < 0.3], a[a >= 0.3]])),
+    "sort": (dask_compact.sort, np.sort),
+    "argsort": (dask_compact.argsort, lambda a: np.argsort(a, kind="stable")),
+    "sort, 3 buckets": (lambda x: dask_compact.sort(x, buckets=3), np.sort),
+}
+
+
+@pytest.mark.parametrize("source", ["from-zarr", "from-zarr-slow", "random", "from-array+1"])
+def test_no_eager_call_leaves_its_graph_input_on_the_cluster(client, source, tmp_path):
+    """When an eager call over a graph input returns, nothing of that input is held or still
+    to run on the cluster (plain Dask's ``compute()`` gives the same: intermediates are
+    released as their dependents finish). Else a store rewritten in place and read again
+    under the same keys (``da.from_zarr`` names its chunks by the path) was given the old
+    chunks: CI's empty selection, whose cause was the one-chunk sort (20,000 elements are
+    one bucket), which returned with its input still being read."""
+    x, a = _graph_input(source, str(tmp_path / "a.zarr"))
+    input_keys = {str(k) for k in x.__dask_graph__()}
+    for name, (call, want) in _EAGER_CALLS.items():
+        before = set(_scheduler_tasks(client))
+        got = call(x)
+        left = client.run_on_scheduler(_still_reading, input_keys, before)  # at once: no wait
+        assert not left, (name, left)
+        np.testing.assert_array_equal(got.compute(), want(a))  # the result lived all along
+
+
+@pytest.mark.parametrize("scheduler", ["cluster", "threads"])
+def test_new_data_under_an_old_name_is_not_answered_from_an_old_result(request, scheduler,
+                                                                       tmp_path):  # fmt: skip
     """A Zarr store rewritten in place keeps its dask name (da.from_zarr names it by its path):
     every eager call on it, while an earlier result lived on the cluster, built the earlier
-    result's keys and got the old selection back (found by a probe)."""
+    result's keys and got the old selection back (found by a probe). Also under the threaded
+    scheduler, which holds nothing between calls."""
+    if scheduler == "cluster":
+        request.getfixturevalue("client")
+        where = contextlib.nullcontext()
+    else:
+        where = dask.config.set(scheduler="threads")
+    with where:
+        _rewritten_in_place_then_read_again(str(tmp_path / "a.zarr"))
+
+
+def _rewritten_in_place_then_read_again(path: str) -> None:
+    """Every eager call over a Zarr store, then the store rewritten at once and every call
+    over it again: each result holds the data it read, old or new."""
     zarr = pytest.importorskip("zarr")
-    path = str(tmp_path / "a.zarr")
     old = np.arange(20_000, dtype="f8")
     z = zarr.open_array(path, mode="w", shape=old.shape, chunks=(3_000,), dtype="f8")
     z[:] = old
@@ -608,11 +682,8 @@ def test_new_data_under_an_old_name_is_not_answered_from_an_old_result(client, t
     kept = [x.map_compact("x < 1000"), dask_compact.compact(x, x < 1000),
             dask_compact.compact_records({"v": x}, "v < 1000")["v"],
             dask_compact.partition(x, "x < 1000")[0], dask_compact.sort(x)]
-    # Until the first calls' input chunks have left the workers' memory, a graph naming them
-    # again is given those chunks, old data, by Dask's keying (plain Dask too: the store
-    # changed under the same name). CI saw it once (an empty selection, chunks of both
-    # versions); design.md "What is left". What this test holds to: our output keys.
-    _wait_until_not_in_memory(client, x.name)
+    # Rewritten at once: no call left the old chunks held or still to read (CI once got an
+    # empty selection while the one-chunk sort still read them; the test above)
     z[:] = old[::-1] + 0.5
     x = da.from_zarr(path)
     new = z[:]
@@ -623,7 +694,32 @@ def test_new_data_under_an_old_name_is_not_answered_from_an_old_result(client, t
                        np.concatenate([new[new < 1000], new[new >= 1000]])),
                       (dask_compact.sort(x), np.sort(new))):
         np.testing.assert_array_equal(got.compute(), want)
-    assert len(kept) == 5  # the first results lived all along
+    # the first results lived all along, and hold the old data (each had read it whole)
+    below = old[old < 1000]
+    for got, want in zip(kept, (below, below, below,
+                                np.concatenate([below, old[old >= 1000]]), old)):
+        np.testing.assert_array_equal(got.compute(), want)
+
+
+def test_a_store_rewritten_after_a_sort_that_waited_for_a_busy_worker(client, tmp_path):
+    """CI's wrong selection made to happen: with one worker busy, the one-bucket sort's
+    input chunks read by the other were held for it when the call returned, and a call after
+    the store was rewritten was given them, old data (the old code: `compact` selected the
+    old first 1,000 in 3 runs of 3)."""
+    zarr = pytest.importorskip("zarr")
+    path = str(tmp_path / "a.zarr")
+    old = np.arange(20_000, dtype="f8")
+    z = zarr.open_array(path, mode="w", shape=old.shape, chunks=(3_000,), dtype="f8")
+    z[:] = old
+    assert da.from_zarr(path).sum().compute() == old.sum()  # zarr imported on the workers
+    busy = client.submit(time.sleep, 0.3, workers=[sorted(client.nthreads())[0]], pure=False)
+    kept = dask_compact.sort(da.from_zarr(path))
+    time.sleep(0.1)  # the free worker's chunks read (the old code returned before any was)
+    z[:] = old[::-1] + 0.5
+    x = da.from_zarr(path)
+    np.testing.assert_array_equal(dask_compact.compact(x, x < 1000).compute(), z[:][-1000:])
+    np.testing.assert_array_equal(kept.compute(), old)
+    busy.result()
 
 
 _PREDS = """
