@@ -11,6 +11,7 @@ import numpy as np
 from dask.array.utils import meta_from_array
 from dask.base import tokenize
 
+from . import settings
 from .graph import Plan, build, computed_call, input_form, length_one_in_one_chunk
 from .predicate import Predicate, PredicateLike, as_predicate
 from .predicate.core import NotElementwise, check_sample
@@ -134,6 +135,7 @@ def map_compact(
     >>> z.compute()
     array([7, 8, 9])
     """
+    settings.warn_unknown()
     x = _check_dask_array(x, "map_compact")
     check_output(output)
     check_algorithm(algorithm, stable)
@@ -200,6 +202,7 @@ def compact(
     >>> compact(t, t >= np.datetime64("2026-04")).compute()
     array(['2026-04', '2026-05', '2026-06'], dtype='datetime64[M]')
     """
+    settings.warn_unknown()
     x = _native(_check_dask_array(x, "compact"))
     check_output(output)
     _check_mask_is_an_array(mask, x)
@@ -303,6 +306,7 @@ def flatnonzero(
     >>> flatnonzero(da.from_array([0, 3, 0, 1, 2], chunks=2)).compute()
     array([1, 3, 4])
     """
+    settings.warn_unknown()
     a = _check_dask_array(a, "flatnonzero")
     if a.dtype.kind in ("m", "M"):  # NumPy's non-zero datetimes: not the epoch (NaT is not)
         a = _view(_native(a), np.dtype(np.int64))

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from . import settings
 from .dispatch import (
     compact_chunk,
     compact_many,
@@ -78,6 +79,7 @@ def compact_array(
     >>> compact_array(np.array([[1, 5], [7, 2]]), lambda v: v > 4, output="indices")
     array([1, 2])
     """
+    settings.warn_unknown()
     if isinstance(a, np.ndarray) and a.dtype.kind in ("m", "M"):
         return _compact_times(a, pred, output, algorithm, stable)
     # The same predicate on the same kind of array again (a loop of small GPU calls): the call
@@ -287,6 +289,7 @@ def compact_into(
     >>> idx[: count[0]]
     array([0, 2])
     """
+    settings.warn_unknown()
     if algorithm == "scan":
         raise ValueError('compact_into does not run algorithm="scan" (a comparison path of '
                          "compact_array and map_compact); use the default")

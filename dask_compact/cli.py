@@ -497,12 +497,18 @@ def _job_lines(summary: dict[str, Any], codecs: str) -> str:
 
 def _over_budget(summary: dict[str, Any]) -> str:
     """Why the job held more than its budget: the budget is below the least it can run in
-    (every thread's buffers, a chunk being read and the pieces of one output chunk)."""
+    (every thread's buffers, a chunk being read and the pieces of one output chunk). That
+    least is given as the plan's estimate (``plan.job_minimum``), an upper one (it counts a
+    waiting piece at up to 4x its selection), so it may exceed what the job held: the line
+    says which number is which. (It said "at most 2.0 MB in flight (above the budget: this
+    job needs at least 2.3 MB", the two read as contradicting each other: a docs probe,
+    2026-11-30.)"""
     if summary["in_flight"] <= summary["memory_budget"]:
         return ""
-    return (f" (above the budget: this job needs at least {fmt_bytes(summary['job_minimum'])},"
-            f" its threads' chunk buffers, a chunk's selection and the pieces of an output "
-            f"chunk; raise --memory-budget, or write smaller input or output chunks)")
+    return (" (above the budget, which is below the least this job can run in: its threads' "
+            "chunk buffers, a chunk's selection and the pieces of an output chunk, up to "
+            f"{fmt_bytes(summary['job_minimum'])} by the plan's estimate; raise "
+            "--memory-budget, or write smaller input or output chunks)")
 
 
 def _split_line(summary: dict[str, Any]) -> str:

@@ -9,6 +9,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from . import settings
 from .dispatch import (
     remember_records_call,
     remember_records_into,
@@ -98,6 +99,7 @@ def compact_records(
     (array([[3., 4., 5.],
            [6., 7., 8.]]), array([1, 2]))
     """
+    settings.warn_unknown()
     if type(fields) is dict and fields and not lazy and chunks is None:
         # The same predicate on fields of the same layout again (a loop over GPU batches):
         # the call kept the last time, without the checks and the dispatch it passed then.
@@ -189,6 +191,7 @@ def compact_records_into(
     >>> out["id"][: k[0]], out["indices"][: k[0]]
     (array([11, 12]), array([1, 2]))
     """
+    settings.warn_unknown()
     from .dispatch import compact_records_into as backend
 
     if type(fields) is dict and fields:

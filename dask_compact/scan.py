@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from . import settings
 from .dispatch import scan_chunk, scan_total
 from .validate import check_chunk_type, in_memory, native
 
@@ -128,6 +129,7 @@ def scan_array(a: Any, *, exclusive: bool = True, algorithm: str = "auto",
     >>> scan_array(np.array([[1, 2], [3, 4]], dtype=np.uint8)).dtype
     dtype('uint64')
     """
+    settings.warn_unknown()
     if isinstance(a, np.generic):
         a = np.asarray(a)  # a NumPy scalar, as np.cumsum takes it
     a = in_memory(a)
@@ -202,6 +204,7 @@ def cumsum(x: Any, *, exclusive: bool = False, algorithm: str = "auto",
     >>> dask_compact.cumsum(x, exclusive=True).compute()
     array([ 0,  1,  3,  6, 10, 15, 21])
     """
+    settings.warn_unknown()
     import dask.array as da
     from dask.array.utils import meta_from_array
     from dask.base import tokenize

@@ -106,6 +106,7 @@ def sort(x: da.Array, *, local: str = "auto", buckets: int | None = None) -> da.
     >>> sum(y.chunks[0])
     6
     """
+    settings.warn_unknown()
     return _sorted(x, local, buckets, indices=False, fn="sort")
 
 
@@ -123,6 +124,7 @@ def argsort(x: da.Array, *, local: str = "auto", buckets: int | None = None) -> 
     >>> dask_compact.argsort(x).compute()
     array([1, 3, 2, 0, 4])
     """
+    settings.warn_unknown()
     return _sorted(x, local, buckets, indices=True, fn="argsort")
 
 

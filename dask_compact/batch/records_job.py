@@ -170,6 +170,7 @@ def prepare(group: Any, path: str, where: str, field_list: str | None, mode: str
     used.update({n: arrays[n] for n in pred_fields if n not in used})
     if not used:  # only indices, by a predicate that reads no field: a field gives the rows
         used[fields[0]] = arrays[fields[0]]
+    _refuse_rows_of_many_values(pred_fields, arrays, fields)
     decoded, not_decoded = predicate_decoding(used, pred_fields, raw)
     _check_types(where, used, decoded)
     if not allow_missing_chunks:
@@ -348,6 +349,24 @@ def _parse(where: str, names: list[str], path: str) -> tuple[str, ...]:
             f"{e} (INPUT is a Zarr group: the predicate is over its arrays' names{note})",
             param_hint="--where") from None
     return p.fields
+
+
+def _refuse_rows_of_many_values(pred_fields: tuple[str, ...], arrays: dict[str, Any],
+                                fields: list[str]) -> None:
+    """Refuse a predicate that reads a field of more than one value per row, with what a user
+    of the command can do. (compact_records' own refusal suggests Python, ``fields['vel_0'] =
+    vel[:, 0]``, which a command line cannot do: a docs probe, 2026-11-30.)"""
+    for name in pred_fields:
+        a = arrays[name]
+        if a.ndim == 1:
+            continue
+        usable = [n for n in fields if arrays[n].ndim == 1]
+        listed = f"this group's: {', '.join(usable)}" if usable else "this group has none"
+        raise click.BadParameter(
+            f"{name!r} has shape {tuple(a.shape)}, more than one value per row: --where reads "
+            f"only 1-D fields ({listed}). To select on a column of {name!r}, store that column "
+            f"in the group as a 1-D array of its own first; {name!r} itself can still be "
+            "written (--fields), only not read by --where", param_hint="--where")
 
 
 def _check_types(where: str, fields: dict[str, Any],
