@@ -226,7 +226,7 @@ class _UnknownKeys:
     0.91 us): ``dask.config.set`` adds a key inside the nested mappings in place, so
     neither the section object nor its own keys show it. (Before, only the keys present at a
     process's first read were checked: a misspelling set after any earlier call was
-    silently ignored.)silently ignored.)"""
+    silently ignored.)"""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()

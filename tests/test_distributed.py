@@ -617,6 +617,20 @@ def _still_reading(input_keys: set, before: set, dask_scheduler=None) -> list:
                 str(k) not in before and ts.state != "memory" and not ts.dependencies))]
 
 
+def _until_the_scheduler_knows(client, arr, timeout: float = 10.0) -> None:
+    """Until every future ``arr`` holds is known to the scheduler: a call sends its graph on
+    the client's batched stream, which a ``run_on_scheduler`` RPC can overtake, so a check at
+    once could look before the graph of a call that did not wait had arrived (a reviewer saw
+    the old code pass now and then)."""
+    keys = {f.key for f in distributed.futures_of(arr)}
+    deadline = time.monotonic() + timeout
+    while client.run_on_scheduler(
+            lambda keys, dask_scheduler=None: [k for k in keys if k not in dask_scheduler.tasks],
+            keys):  # fmt: skip
+        assert time.monotonic() < deadline, "the call's graph never reached the scheduler"
+        time.sleep(0.01)
+
+
 _EAGER_CALLS = {
     "map_compact": (lambda x: x.map_compact("x < 0.3"), lambda a: a[a < 0.3]),
     "both": (lambda x: x.map_compact("x < 0.3", output="both")[1],
@@ -650,7 +664,8 @@ def test_no_eager_call_leaves_its_graph_input_on_the_cluster(client, source, tmp
     for name, (call, want) in _EAGER_CALLS.items():
         before = set(_scheduler_tasks(client))
         got = call(x)
-        left = client.run_on_scheduler(_still_reading, input_keys, before)  # at once: no wait
+        _until_the_scheduler_knows(client, got)  # the check's RPC may overtake the graph
+        left = client.run_on_scheduler(_still_reading, input_keys, before)  # else no wait
         assert not left, (name, left)
         np.testing.assert_array_equal(got.compute(), want(a))  # the result lived all along
 
