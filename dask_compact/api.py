@@ -11,7 +11,7 @@ import numpy as np
 from dask.array.utils import meta_from_array
 from dask.base import tokenize
 
-from .graph import Plan, build, computed_call, input_form, length_one_in_one_chunk
+from .graph import Plan, build, computed_call, input_form, without_empty_chunks
 from .predicate import Predicate, PredicateLike, as_predicate
 from .predicate.core import NotElementwise, check_sample
 from .predicate.expr import Call, Param, Var
@@ -468,9 +468,9 @@ def _ravel(x: da.Array) -> da.Array:
 
 def _result(arrays: dict[str, da.Array], output: str) -> Result:
     if output == "both":
-        return (length_one_in_one_chunk(arrays["values"]),
-                length_one_in_one_chunk(arrays["indices"]))
-    return length_one_in_one_chunk(arrays[output])
+        return (without_empty_chunks(arrays["values"]),
+                without_empty_chunks(arrays["indices"]))
+    return without_empty_chunks(arrays[output])
 
 
 from .accessor import adopt_docs  # noqa: E402 -- the method's docstring is this function's

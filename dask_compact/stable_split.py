@@ -36,7 +36,7 @@ from .graph import (
     _meta,
     computed_call,
     input_form,
-    length_one_in_one_chunk,
+    without_empty_chunks,
 )
 from .predicate import Predicate, PredicateLike, as_predicate
 from .predicate.core import NotElementwise
@@ -201,7 +201,7 @@ def partition(x: da.Array, pred: PredicateLike, *, output: str = "values") -> tu
     persisted = client_stream.persist(*pieces, counts)
     k = _fetch_counts(persisted[-1])[:, 0] if nb else rows
     sizes = tuple(int(c) for c in k) + tuple(int(r - c) for r, c in zip(rows, k))
-    result = [length_one_in_one_chunk(da.Array(a.dask, a.name, chunks=(sizes,), meta=a._meta))
+    result = [without_empty_chunks(da.Array(a.dask, a.name, chunks=(sizes,), meta=a._meta))
               for a in persisted[:-1]]
     return (*result, int(k.sum()))
 
