@@ -7,8 +7,8 @@ row. Results come without empty chunks now (``graph.without_empty_chunks``)."""
 from __future__ import annotations
 
 import importlib.util
-import math
 
+import dask
 import numpy as np
 
 DATAFRAMES = importlib.util.find_spec("pyarrow") is not None  # dask.dataframe needs it
@@ -22,28 +22,32 @@ def no_empty_chunk(y) -> None:
 
 def check_next_steps(y, want: np.ndarray, scheduler=None, exact: bool = True) -> None:
     """``y`` (a result of known chunks) is ``want`` (``exact``: bit for bit, else to float
-    rounding), and so are the next steps a user takes."""
+    rounding), and so are the next steps a user takes (computed together: one round trip)."""
     no_empty_chunk(y)
-    kw = {} if scheduler is None else {"scheduler": scheduler}
     n = len(want)
-    same = np.testing.assert_array_equal if exact else np.testing.assert_allclose
-    same(y.compute(**kw), want)
+    steps = [("y", y, want)]
     # (a negative start before the first element, y[-2::-1] of one element, is Dask's own
     # bug whatever the chunks: [y[0]] where NumPy gives [])
     for s in (slice(None, None, -1), slice(None, None, -2), slice(max(n - 2, 0), None, -1),
-              slice(-1, 0, -1), slice(1, None), slice(None, None, 3)):
-        same(y[s].compute(**kw), want[s], err_msg=f"y[{s}]")
+              slice(-1, 0, -1), slice(1, None), slice(None, None, 3)):  # fmt: skip
+        steps.append((f"y[{s}]", y[s], want[s]))
     picks = [0, n - 1, n // 2, 0] if n else []
-    same(y[picks].compute(**kw), want[picks], err_msg="y[list]")
-    if n and want.ndim == 1:
-        np.testing.assert_allclose(y.std().compute(**kw), want.std(), rtol=1e-6, atol=0)
-        np.testing.assert_allclose(y.var().compute(**kw), want.var(), rtol=1e-6, atol=0)
-        assert int(y.argmax().compute(**kw)) == int(want.argmax())
-        assert int(y.argmin().compute(**kw)) == int(want.argmin())
+    steps.append((f"y[{picks}]", y[picks], want[picks]))
     if want.ndim == 1:
-        assert math.isclose(float(y.sum().compute(**kw)), float(want.sum()), rel_tol=1e-6,
-                            abs_tol=1e-9)
-        same((y + 1).compute(**kw), want + 1)
+        steps += [("y + 1", y + 1, want + 1), ("y.sum()", y.sum(), want.sum())]
+    if n and want.ndim == 1:
+        steps += [("y.std()", y.std(), want.std()), ("y.var()", y.var(), want.var()),
+                  ("y.argmax()", y.argmax(), want.argmax()),
+                  ("y.argmin()", y.argmin(), want.argmin())]  # fmt: skip
+    kw = {} if scheduler is None else {"scheduler": scheduler}
+    got = dask.compute(*[lazy for _, lazy, _ in steps], **kw)
+    for (what, _, w), g in zip(steps, got):
+        if what in ("y.std()", "y.var()", "y.sum()"):  # summed in another order than NumPy's
+            np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-12, err_msg=what)
+        elif exact:
+            np.testing.assert_array_equal(g, w, err_msg=what)
+        else:
+            np.testing.assert_allclose(g, w, err_msg=what)
 
 
 def check_columns(pairs: dict, scheduler=None) -> None:
