@@ -147,7 +147,8 @@ def scan_array(a: Any, *, exclusive: bool = True, algorithm: str = "auto",
 
 def cumsum(x: Any, *, exclusive: bool = False, algorithm: str = "auto",
            dtype: Any = None) -> Any:
-    """Prefix sums of a dask array (NumPy or CuPy chunks), with the input's known chunks.
+    """Prefix sums of a dask array (NumPy or CuPy chunks), with the input's known chunks (its
+    empty ones left out, which Dask mishandles; an empty input is one chunk of length 0).
 
     Phase 1, one task per chunk: the chunk's total. Phase 2, one small task: the exclusive
     scan of the totals (in the output dtype), every chunk's global offset; only these numbers
