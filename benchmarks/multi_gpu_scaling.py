@@ -172,8 +172,11 @@ def phase1_tasks(y) -> int:
     group tasks its blocks are taken from (not the anchors they also depend on)."""
     if "-direct-" in y.name:
         return 0
-    deps = {d for d in y.dask.dependencies.get(y.name, set()) if "-anchor-" not in d}
-    return len(y.dask.layers[next(iter(deps))]) if deps else y.numblocks[0]
+    name = y.name
+    if name.endswith("-skipempty"):  # blocks that alias the non-empty ones of the layer below
+        (name,) = y.dask.dependencies[name]
+    deps = {d for d in y.dask.dependencies.get(name, set()) if "-anchor-" not in d}
+    return len(y.dask.layers[next(iter(deps))]) if deps else len(y.dask.layers[name])
 
 
 def rebalanced(client, x, p: float, reps: int, out_chunk: int) -> dict[str, float]:

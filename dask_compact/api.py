@@ -12,7 +12,7 @@ from dask.array.utils import meta_from_array
 from dask.base import tokenize
 
 from . import settings
-from .graph import Plan, build, computed_call, input_form, length_one_in_one_chunk
+from .graph import Plan, build, computed_call, input_form, without_empty_chunks
 from .predicate import Predicate, PredicateLike, as_predicate
 from .predicate.core import NotElementwise, check_sample
 from .predicate.expr import Call, Param, Var
@@ -89,18 +89,23 @@ def map_compact(
         before it answers) to compact all the
         chunks it holds, one job per worker thread (one per GPU worker), wherever Dask placed
         them (consecutive or not); the result has one chunk per run of consecutive chunks
-        (cut into a few where there are fewer than 5 runs), in the input's order, held where it
+        (cut into a few where there are fewer than 5 runs; empty ones left out, see Returns),
+        in the input's order, held where it
         was made, with no chunk moved between workers and with the tasks that remake a piece
         lost with its worker. Where that cannot run (or with
         ``dask.config.set({"dask-compact.direct": False})``), one task per worker thread does
         the same, its output chunks taken from its result by getitems left in the result's
         graph. This keeps Dask's per-task cost (about a millisecond) from dominating chunks
-        that a GPU compacts in less. ``False``: one task and one output chunk per input chunk.
+        that a GPU compacts in less. ``False``: one task per input chunk, and one output
+        chunk per input chunk that selected something.
         Other schedulers and inputs always take one task per chunk.
 
     Returns
     -------
     dask.array.Array, or a tuple ``(values, indices)`` for ``output="both"``.
+        Eager: no empty chunk (an empty result is one chunk of length 0), since Dask
+        mishandles them (``y[::-1]``, ``y.std()``, ``y[[0, 3]]``, ...): the chunks that
+        selected nothing are left out, with no task and no copy.
 
     Raises
     ------
@@ -472,9 +477,9 @@ def _ravel(x: da.Array) -> da.Array:
 
 def _result(arrays: dict[str, da.Array], output: str) -> Result:
     if output == "both":
-        return (length_one_in_one_chunk(arrays["values"]),
-                length_one_in_one_chunk(arrays["indices"]))
-    return length_one_in_one_chunk(arrays[output])
+        return (without_empty_chunks(arrays["values"]),
+                without_empty_chunks(arrays["indices"]))
+    return without_empty_chunks(arrays[output])
 
 
 from .accessor import adopt_docs  # noqa: E402 -- the method's docstring is this function's

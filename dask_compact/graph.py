@@ -349,32 +349,55 @@ def _lazy_global_indices(plan: Plan, local: da.Array, counts: da.Array) -> da.Ar
     return da.Array(graph, name, chunks=local.chunks, meta=local._meta)
 
 
-def length_one_in_one_chunk(arr: Any) -> Any:
-    """``arr`` with every axis of length 1 in one chunk, its one non-empty block.
+def without_empty_chunks(arr: Any) -> Any:
+    """``arr`` with no empty chunk along axis 0 (the compacted one) unless the whole result
+    is empty, then one chunk of length 0; and every other axis of length 1 in one chunk. Its
+    blocks are aliases of ``arr``'s non-empty ones, under a name that keeps ``arr``'s (which
+    says the path that ran): no task, no copy, and only such results change.
 
-    A compaction that selects one element of a chunked array leaves empty chunks beside it:
-    chunks ``(0, 1, 0)``. Dask (2026.7) takes an axis of length 1 as broadcastable, rechunks
-    the array to ``(1,)`` there but keeps three output blocks, so ``y + 1`` computed three
-    elements, ``[1.9, 1.9, 1.9]``, and ``x[i]`` on such indices lost a dependency (plain
-    Dask's ``x[x > t]`` after ``compute_chunk_sizes()`` does the same). The result's blocks
-    are aliases of the non-empty ones, under a name that keeps ``arr``'s (which says the
-    path that ran): no task, and only such results change."""
-    if not isinstance(arr, da.Array):
+    A compaction leaves empty chunks where a chunk selected nothing: chunks ``(5, 0, 1)``.
+    Dask (2026.7.1) mishandles such arrays in ordinary next steps (a probe, 2026-11-30):
+    ``y[::-1]`` computed ``[]``, ``y.std()`` nan, ``y[[0, 3]]`` and ``y.argmax()`` raised,
+    and ``dd.concat`` of two such arrays' DataFrames dropped a row. An axis of length 1 in
+    chunks ``(0, 1, 0)`` is taken as broadcastable: ``y + 1`` computed three elements, and
+    ``x[i]`` on such indices lost a dependency. Plain Dask's ``x[x > t]`` after
+    ``compute_chunk_sizes()`` does the same; an eager result is meant to be usable at once.
+
+    Unknown chunk sizes along axis 0 (a lazy result) are left as they are. Outputs that belong
+    together (values and indices, a record's fields) have the same chunks along axis 0 going
+    in, so they have the same coming out."""
+    if not isinstance(arr, da.Array) or arr.ndim == 0:
         return arr
-    pick = {ax: c.index(1) for ax, (n, c) in enumerate(zip(arr.shape, arr.chunks))
-            if n == 1 and len(c) > 1}
-    if not pick:
+    pick = [_kept_blocks(ax, c) for ax, c in enumerate(arr.chunks)]
+    if all(len(p) == len(c) for p, c in zip(pick, arr.chunks)):
         return arr
-    name = f"{arr.name}-one"
-    counts = [1 if ax in pick else len(c) for ax, c in enumerate(arr.chunks)]
+    name = f"{arr.name}-{KEPT_SUFFIX}"
     layer: dict[Any, Any] = {
-        (name, *idx): (arr.name, *[pick.get(ax, i) for ax, i in enumerate(idx)])
-        for idx in itertools.product(*map(range, counts))
+        (name, *idx): (arr.name, *[p[i] for p, i in zip(pick, idx)])
+        for idx in itertools.product(*(range(len(p)) for p in pick))
     }
-    chunks = tuple((1,) if ax in pick else c for ax, c in enumerate(arr.chunks))
+    chunks = tuple(tuple(c[i] for i in p) for p, c in zip(pick, arr.chunks))
     deps: list[Any] = [arr]  # dask's typing does not count Array
     return da.Array(HighLevelGraph.from_collections(name, layer, dependencies=deps), name,
                     chunks=chunks, meta=arr._meta)
+
+
+# the suffix of a result's name whose blocks alias the non-empty ones of the array it names
+KEPT_SUFFIX = "skipempty"
+
+
+def _kept_blocks(axis: int, chunks: tuple) -> list[int]:
+    """The blocks of ``chunks`` (along ``axis``) that :func:`without_empty_chunks` keeps:
+    along axis 0 the non-empty ones (the first, if all are empty); along another axis of
+    length 1 its one non-empty block; else all. Unknown sizes keep all."""
+    every = list(range(len(chunks)))
+    if any(math.isnan(c) for c in chunks):
+        return every
+    if axis == 0:
+        return [i for i, c in enumerate(chunks) if c] or [0]
+    if sum(chunks) == 1:
+        return [chunks.index(1)]
+    return every
 
 
 def _with_chunks(arr: da.Array, chunks: tuple[int, ...]) -> da.Array:

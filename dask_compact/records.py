@@ -89,7 +89,7 @@ def compact_records(
     >>> out = dask_compact.compact_records(
     ...     {"energy": energy, "eta": eta, "run": run}, "(energy > 5) & (abs(eta) < 2.5)")
     >>> out["energy"].chunks
-    ((0, 1, 1),)
+    ((1, 1),)
     >>> out["run"].compute()
     array([2, 4])
     >>> pos = np.arange(12.0).reshape(4, 3)
@@ -113,11 +113,11 @@ def compact_records(
         )
     p = check_record_predicate(pred, fs)
     if on_dask:
-        from .graph import length_one_in_one_chunk
+        from .graph import without_empty_chunks
         from .records_graph import build_records
 
         built = build_records(fs, p, bool(indices), bool(lazy), bool(stable), chunks)
-        return {k: length_one_in_one_chunk(a) for k, a in built.items()}
+        return {k: without_empty_chunks(a) for k, a in built.items()}
     out = compact_records_in_memory(fs, p, bool(indices), bool(stable))
     if type(fields) is dict:
         remember_records_call(next(iter(fs.values())), fs, pred, p, bool(indices))

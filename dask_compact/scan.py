@@ -149,7 +149,8 @@ def scan_array(a: Any, *, exclusive: bool = True, algorithm: str = "auto",
 
 def cumsum(x: Any, *, exclusive: bool = False, algorithm: str = "auto",
            dtype: Any = None) -> Any:
-    """Prefix sums of a dask array (NumPy or CuPy chunks), with the input's known chunks.
+    """Prefix sums of a dask array (NumPy or CuPy chunks), with the input's known chunks (its
+    empty ones left out, which Dask mishandles; an empty input is one chunk of length 0).
 
     Phase 1, one task per chunk: the chunk's total. Phase 2, one small task: the exclusive
     scan of the totals (in the output dtype), every chunk's global offset; only these numbers
@@ -211,7 +212,7 @@ def cumsum(x: Any, *, exclusive: bool = False, algorithm: str = "auto",
     from dask.highlevelgraph import HighLevelGraph
 
     from .api import _check_dask_array, _ravel
-    from .graph import length_one_in_one_chunk
+    from .graph import without_empty_chunks
 
     x = _check_dask_array(x, "cumsum")
     acc = scan_dtype(x.dtype, dtype)
@@ -234,8 +235,8 @@ def cumsum(x: Any, *, exclusive: bool = False, algorithm: str = "auto",
     deps: list[Any] = [x1]  # dask's typing does not count its Array as a DaskCollection
     graph = HighLevelGraph.from_collections(name, dsk, dependencies=deps)
     meta = meta_from_array(x1._meta, ndim=1, dtype=acc)
-    # the input's chunks, but an axis of length 1 in one chunk (graph.length_one_in_one_chunk)
-    return length_one_in_one_chunk(da.Array(graph, name, chunks=x1.chunks, meta=meta))
+    # the input's chunks, less the empty ones (graph.without_empty_chunks: Dask mishandles them)
+    return without_empty_chunks(da.Array(graph, name, chunks=x1.chunks, meta=meta))
 
 
 def _offsets(totals: list[Any], acc: np.dtype) -> np.ndarray:

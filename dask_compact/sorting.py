@@ -15,7 +15,7 @@ import numpy as np
 
 from . import call_client, client_stream, settings
 from .backends.split_radix import order_key
-from .graph import input_form, length_one_in_one_chunk
+from .graph import input_form, without_empty_chunks
 from .sort_graph import EXCHANGES, build_sort, default_buckets, join_small_chunks
 from .validate import check_chunk_type, check_dask_input, native
 
@@ -131,7 +131,7 @@ def argsort(x: da.Array, *, local: str = "auto", buckets: int | None = None) -> 
 @call_client.on_inputs_client(lambda x, *_, **__: (x,), in_a_task=True)
 @client_stream.released_on_error()
 def _sorted(x: Any, local: Any, buckets: Any, indices: bool, fn: str) -> da.Array:
-    return length_one_in_one_chunk(_sorted_chunks(x, local, buckets, indices, fn))
+    return without_empty_chunks(_sorted_chunks(x, local, buckets, indices, fn))
 
 
 def _sorted_chunks(x: Any, local: Any, buckets: Any, indices: bool, fn: str) -> da.Array:

@@ -5,8 +5,8 @@ On dask arrays, the three phases of :func:`dask_compact.map_compact`: phase 1 is
 chunk that splits the chunk (its selected elements first, then the others, both in order, plus
 the count); the counts come back to the client with the persisted pieces, in the same
 execution; the result's chunks are every chunk's selected piece in chunk order, then every
-chunk's other piece, so the result is the global stable split with known chunk sizes
-(``count`` and ``chunk length - count``), and nothing moves between workers.
+chunk's other piece (empty ones left out), so the result is the global stable split with
+known chunk sizes (``count`` and ``chunk length - count``), and nothing moves between workers.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from .graph import (
     _meta,
     computed_call,
     input_form,
-    length_one_in_one_chunk,
+    without_empty_chunks,
 )
 from .predicate import Predicate, PredicateLike, as_predicate
 from .predicate.core import NotElementwise
@@ -110,8 +110,8 @@ def partition(x: da.Array, pred: PredicateLike, *, output: str = "values") -> tu
     Each chunk is split on the worker (and GPU) that holds it, in one pass over the chunk after
     the predicate's; only the counts come back to the client. The result's chunks are the
     selected piece of every input chunk, in order, then the other piece of every chunk, so no
-    data moves between workers (``rechunk`` it for even chunks); a result of one element is
-    one chunk.
+    data moves between workers (``rechunk`` it for even chunks); empty pieces are left out
+    (an empty result is one chunk of length 0), since Dask mishandles empty chunks.
 
     Parameters
     ----------
@@ -203,7 +203,7 @@ def partition(x: da.Array, pred: PredicateLike, *, output: str = "values") -> tu
     persisted = client_stream.persist(*pieces, counts)
     k = _fetch_counts(persisted[-1])[:, 0] if nb else rows
     sizes = tuple(int(c) for c in k) + tuple(int(r - c) for r, c in zip(rows, k))
-    result = [length_one_in_one_chunk(da.Array(a.dask, a.name, chunks=(sizes,), meta=a._meta))
+    result = [without_empty_chunks(da.Array(a.dask, a.name, chunks=(sizes,), meta=a._meta))
               for a in persisted[:-1]]
     return (*result, int(k.sum()))
 

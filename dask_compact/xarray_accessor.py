@@ -124,7 +124,7 @@ class CompactDatasetAccessor:
         ...     coords={"event": [10, 11, 12, 13, 14]}, attrs={"run": 7}).chunk(event=2)
         >>> out = ds.compact.where("(energy > 5) & (abs(eta) < 2.5)", dim="event")
         >>> out.sizes["event"], out.energy.chunks
-        (2, ((0, 1, 1),))
+        (2, ((1, 1),))
         >>> out.event.values, out.hits.values, out.attrs
         (array([12, 14]), array([[2, 4],
                [7, 9]]), {'run': 7})
@@ -182,7 +182,6 @@ def compact_dataset(
     chunks: None | int | str,
 ) -> xr.Dataset:  # fmt: skip
     """:meth:`CompactDatasetAccessor.where`: the routes of its Notes, then one Dataset."""
-    from .graph import rechunk_rows
     from .records import compact_records
     from .records_check import INDICES
 
@@ -255,11 +254,9 @@ def compact_dataset(
             f"memory along {dim!r} and comes back in memory: leave chunks= out, or chunk it "
             f"first (ds.chunk({{{dim!r}: n}}))"
         )
+    # nothing selected: one empty chunk along dim (compact_records' rule), as isel gives and
+    # as xarray's chunk() makes of a dask variable of the isel route
     out = compact_records(fields, p, indices=want_indices, chunks=chunks)
-    if lead is not None and not out[next(iter(fields))].shape[0]:
-        # nothing selected: one empty chunk along dim, as isel gives (and as xarray's chunk()
-        # makes of a dask variable of the isel route), not one per input chunk
-        out = {k: rechunk_rows(a, (0,)) for k, a in out.items()}
 
     new: dict[Hashable, xr.Variable] = {}
     for name in gathered:

@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 from cluster_helpers import cluster_for_kills, kill_a_worker_then_check, rechunk_placed_by_data
 from distributed import futures_of
+from next_steps_helpers import check_columns, check_next_steps
 
 import dask_compact  # noqa: F401  (registers Array.map_compact)
 
@@ -65,6 +66,35 @@ def test_one_selected_element_of_a_persisted_input(client, direct):
             assert v.numblocks == i.numblocks == (1,)
             np.testing.assert_array_equal((v + 1).compute(), [1.9])
             np.testing.assert_array_equal((x[i] + 0).compute(), [0.9])
+
+
+SPARSE = np.random.default_rng(11).random(2_000) * 0.9
+SPARSE[1_234] = 0.95
+PICKS = {"empty": "x < -1", "one": "x > 0.92", "sparse": "x < 0.004", "full": "x >= 0"}
+
+
+@pytest.mark.parametrize("sel", PICKS)
+@pytest.mark.parametrize("by_worker", [True, False])
+def test_results_have_no_empty_chunks_and_what_follows_is_numpys(client, by_worker, sel):
+    """Every path (a graph input; a persisted one asked directly, or as tasks: grouped by
+    worker with ``by_worker``, else one per chunk) leaves out the chunks that selected
+    nothing: Dask (2026.7.1) got y[::-1], std, fancy indexing, argmax and dd.concat wrong
+    over them (a new-user probe)."""
+    a = SPARSE
+    m = {"empty": a < -1, "one": a > 0.92, "sparse": a < 0.004, "full": a >= 0}[sel]
+    if sel == "sparse":  # what the test stands on: chunks of 100 that select nothing
+        assert (m.reshape(-1, 100).sum(axis=1) == 0).any()
+    x = da.from_array(a, chunks=100)
+    held = client.persist(x)
+    distributed.wait(held)
+    for inp, direct in ((x, True), (held, True), (held, False)):
+        with dask.config.set({"dask-compact.direct": direct}):
+            v, i = inp.map_compact(PICKS[sel], output="both", by_worker=by_worker)
+            y = inp.map_compact(PICKS[sel], by_worker=by_worker)
+        assert v.chunks == i.chunks == y.chunks
+        for r, want in ((v, a[m]), (i, np.flatnonzero(m)), (y, a[m])):
+            check_next_steps(r, want)
+        check_columns({"v": (v, a[m]), "i": (i, np.flatnonzero(m))})
 
 
 def test_result_stays_on_workers_and_only_counts_come_back(client):

@@ -7,9 +7,11 @@ import dask.array as da
 import numpy as np
 import pytest
 from conftest import DTYPES, random_array
+from next_steps_helpers import check_columns, check_next_steps
 
 import dask_compact
 from dask_compact import compact, compact_array, flatnonzero, map_compact
+from dask_compact.graph import without_empty_chunks
 
 EMPTY_SHAPES = [((10, 0), 5), ((0, 10), 5), ((3, 0, 4), (2, 1, 2)), ((0,), 5), ((2, 3, 0), 1)]
 
@@ -272,6 +274,103 @@ def test_partition_sort_and_cumsum_of_one_element():
     for out in (dask_compact.sort(one), dask_compact.cumsum(one)):
         assert out.numblocks == (1,)
         np.testing.assert_array_equal((out + 1).compute(), [1.9])
+
+
+# Results kept one output chunk per input chunk, empty ones too, and Dask (2026.7.1)
+# mishandles those in what a user does next: y[::-1] gave [], y.std() nan, y[[0, 3]] and
+# y.argmax() raised, dd.concat of two results' DataFrames dropped a row (a new-user probe).
+NEXT = np.random.default_rng(11).random(2_000) * 0.9
+NEXT[1_234] = 0.95
+SELECTIONS = {"empty": "x < -1", "one": "x > 0.92", "sparse": "x < 0.004", "full": "x >= 0"}
+
+
+def _selected(name: str) -> np.ndarray:
+    return {"empty": NEXT < -1, "one": NEXT > 0.92, "sparse": NEXT < 0.004,
+            "full": NEXT >= 0}[name]  # fmt: skip
+
+
+def test_the_sparse_selection_leaves_input_chunks_empty():
+    # what the tests below stand on: some chunks of 100 select nothing, some several
+    per_chunk = _selected("sparse").reshape(-1, 100).sum(axis=1)
+    assert (per_chunk == 0).any() and (per_chunk > 1).any()
+    assert _selected("one").sum() == 1
+
+
+@pytest.mark.parametrize("sel", SELECTIONS)
+def test_compactions_have_no_empty_chunks_and_what_follows_is_numpys(sel):
+    x = da.from_array(NEXT, chunks=100)
+    m = _selected(sel)
+    want_v, want_i = NEXT[m], np.flatnonzero(m)
+    v, i = map_compact(x, SELECTIONS[sel], output="both")
+    assert v.chunks == i.chunks
+    results = [(v, want_v), (i, want_i),
+               (map_compact(x, SELECTIONS[sel]), want_v),
+               (map_compact(x, SELECTIONS[sel], output="indices"), want_i),
+               (map_compact(x, lambda q: np.isin(q, want_v)), want_v),  # the mask path
+               (compact(x, m), want_v), (compact(x, da.from_array(m, chunks=100)), want_v),
+               (flatnonzero(x * m), want_i)]  # fmt: skip
+    for y, want in results:
+        check_next_steps(y, want, scheduler="threads")
+    check_columns({"v": (v, want_v), "i": (i, want_i)}, scheduler="threads")
+
+
+@pytest.mark.parametrize("sel", SELECTIONS)
+def test_records_and_partition_have_no_empty_chunks_and_what_follows_is_numpys(sel):
+    m = _selected(sel)
+    e = da.from_array(NEXT, chunks=100)
+    pos = np.arange(3 * NEXT.size, dtype=np.float64).reshape(-1, 3)
+    r = dask_compact.compact_records({"e": e, "pos": da.from_array(pos, chunks=(100, 3))},
+                                     SELECTIONS[sel].replace("x", "e"), indices=True)
+    assert r["e"].chunks[0] == r["pos"].chunks[0] == r["indices"].chunks[0]
+    assert r["pos"].chunks[1] == (3,)  # only the row axis is compacted
+    for k, want in (("e", NEXT[m]), ("pos", pos[m]), ("indices", np.flatnonzero(m))):
+        check_next_steps(r[k], want, scheduler="threads")
+    check_columns({"e": (r["e"], NEXT[m]), "indices": (r["indices"], np.flatnonzero(m))},
+                  scheduler="threads")
+    v, i, k = dask_compact.partition(e, SELECTIONS[sel], output="both")
+    assert v.chunks == i.chunks and k == m.sum()
+    order = np.concatenate([np.flatnonzero(m), np.flatnonzero(~m)])
+    check_next_steps(v, NEXT[order], scheduler="threads")
+    check_next_steps(i, order, scheduler="threads")
+
+
+@pytest.mark.parametrize("sel", ["empty", "sparse"])
+def test_rebalanced_lazy_and_cumsum_results_over_empty_chunks(sel):
+    x = da.from_array(NEXT, chunks=100)
+    want = NEXT[_selected(sel)]
+    for chunks in (3, "auto"):
+        check_next_steps(map_compact(x, SELECTIONS[sel], chunks=chunks), want,
+                         scheduler="threads")
+    lazy = map_compact(x, SELECTIONS[sel], lazy=True)  # unknown chunks: left as they are
+    assert len(lazy.chunks[0]) == 20 and all(np.isnan(lazy.chunks[0]))
+    np.testing.assert_array_equal(lazy.compute(scheduler="threads"), want)
+    # plain Dask's own boolean indexing leaves the empty chunks; cumsum's result does not
+    plain = x[x < 0.004] if sel == "sparse" else x[x < -1]
+    plain.compute_chunk_sizes()
+    assert 0 in plain.chunks[0]
+    check_next_steps(dask_compact.cumsum(plain), np.cumsum(want), scheduler="threads",
+                     exact=False)  # chunk offsets added: float rounding apart from NumPy's
+    check_next_steps(dask_compact.sort(plain), np.sort(want), scheduler="threads")
+
+
+def test_empty_chunks_are_left_out_by_aliases_of_the_others():
+    a = np.arange(24.0).reshape(6, 4)
+    x = da.from_array(a, chunks=((0, 2, 0, 3, 1, 0), (1, 3)))
+    y = without_empty_chunks(x)
+    assert y.chunks == ((2, 3, 1), (1, 3)) and y.name == f"{x.name}-skipempty"
+    layer = y.dask.layers[y.name]
+    assert all(v in x.dask for v in layer.values())  # each block an alias: no task, no copy
+    np.testing.assert_array_equal(y.compute(scheduler="threads"), a)
+    empty = da.from_array(np.zeros((0, 4)), chunks=((0, 0, 0), (2, 2)))
+    assert without_empty_chunks(empty).chunks == ((0,), (2, 2))
+    one_column = da.from_array(np.ones((2, 1)), chunks=((2,), (0, 1, 0)))
+    assert without_empty_chunks(one_column).chunks == ((2,), (1,))
+    unknown = da.from_array(a, chunks=3).map_blocks(lambda b: b[b[:, 0] > 5], dtype=a.dtype)
+    unknown = da.Array(unknown.dask, unknown.name, chunks=((np.nan, np.nan), (3, 1)),
+                       meta=unknown._meta)
+    assert without_empty_chunks(unknown) is unknown
+    same = da.from_array(a, chunks=(2, 4))
+    assert without_empty_chunks(same) is same
 
 
 @pytest.mark.parametrize("where", [0, 1, 3])

@@ -73,8 +73,9 @@ def test_results_unchanged_and_default_client(cluster):
         for p in (0.0, 0.37, 1.1):
             y = x.map_compact(lambda v, p=p: v < p)
             np.testing.assert_array_equal(y.compute(), a[a < p])
-            assert y.chunks[0] == tuple(int((a[i:i + 2_003] < p).sum())
-                                        for i in range(0, a.size, 2_003))
+            # every chunk's count, less the empty ones (graph.without_empty_chunks)
+            counts = [int((a[i:i + 2_003] < p).sum()) for i in range(0, a.size, 2_003)]
+            assert y.chunks[0] == (tuple(c for c in counts if c) or (0,))
         i = x.map_compact("x > 0.5", output="indices")
         np.testing.assert_array_equal(i.compute(), np.flatnonzero(a > 0.5))
 

@@ -33,12 +33,13 @@ def check_dask(x: da.Array, pred, a: np.ndarray, m: np.ndarray) -> None:
         c = got.compute()
         assert c.dtype == w.dtype
         np.testing.assert_array_equal(c, w)
-    # the chunks are every chunk's selected piece, then every chunk's other piece (one
-    # element: one chunk, see graph.length_one_in_one_chunk)
-    if a.size == 1:
-        assert v.chunks == i.chunks == ((1,),)
-    else:
-        assert sum(v.chunks[0][: len(v.chunks[0]) // 2]) == wk
+    # the chunks are every chunk's selected piece, then every chunk's other piece, less the
+    # empty ones (one chunk of length 0 where a is empty; graph.without_empty_chunks): a
+    # chunk boundary at k
+    sizes = v.chunks[0]
+    assert v.chunks == i.chunks
+    assert all(sizes) or sizes == (0,)
+    assert wk in np.cumsum((0, *sizes))
 
 
 @pytest.mark.parametrize("n", SIZES)

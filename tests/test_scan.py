@@ -190,7 +190,9 @@ def test_cumsum_odd_chunks(dtype: str) -> None:
     x = da.from_array(a, chunks=(ODD_CHUNKS,))
     for exclusive in (False, True):
         y = cumsum(x, exclusive=exclusive)
-        assert y.chunks == x.chunks and y.dtype == np.cumsum(a).dtype
+        # the input's chunks less the empty one (graph.without_empty_chunks)
+        assert y.chunks == (tuple(c for c in ODD_CHUNKS if c),)
+        assert y.dtype == np.cumsum(a).dtype
         got = y.compute(scheduler="threads")
         assert_scan(got, reference(a, exclusive), a)
 
