@@ -138,7 +138,7 @@ def fill_compared(where: str, name: str, how: Decoding) -> float | None:
 
 def _fill_numbers(how: Decoding) -> list[float]:
     """The field's fill values as stored and as they would decode were they not masked."""
-    out = []
+    out: list[float] = []
     for fv in how.fills:
         stored = float(fv)
         decoded = np.asarray(fv).astype(how.dtype)
