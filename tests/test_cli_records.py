@@ -938,3 +938,28 @@ def test_where_compares_the_values_xarray_decodes(tmp_path, packing, zarr_format
         stored = zarr.open_group(str(src), mode="r")["t"][...]
         np.testing.assert_array_equal(zarr.open_group(str(out), mode="r")["t"][...],
                                       stored[m])
+
+
+def test_resume_of_a_job_that_compared_stored_values_names_raw(tmp_path):
+    """A group job interrupted before --where read CF-encoded fields decoded compared the
+    stored values; its identity has no "decoded", which --raw gives. The refusal of a plain
+    --resume says to add --raw ("run it with the same arguments" could not work), and
+    --resume --raw continues it to the stored values' selection."""
+    xr = pytest.importorskip("xarray")
+    n = 1000
+    ffl = np.random.default_rng(8).uniform(0, 20, n)
+    ffl[::7] = np.nan
+    src = tmp_path / "ds.zarr"
+    xr.Dataset({"ffl": ("event", ffl), "id": ("event", np.arange(n))}).to_zarr(
+        src, consolidated=False, encoding={"ffl": {"_FillValue": -999.0}})
+    out = tmp_path / "out.zarr"
+    args = ["--where", "ffl > 10", "--chunks", "50", "--output-chunks", "40"]
+    kill_halfway(tmp_path, src, out, *args, "--raw", writes=3)  # the earlier job's identity
+    res = run(src, out, *args, "--resume", code=2)
+    said = " ".join(res.output.split())
+    assert "compared the stored values of ffl" in said and "add --raw" in said, said
+    assert "same arguments" not in said
+    run(src, out, *args, "--resume", "--raw")
+    stored = zarr.open_group(str(src), mode="r")["ffl"][...]
+    np.testing.assert_array_equal(read(out)[1]["id"], np.flatnonzero(stored > 10))
+    assert litter(tmp_path) == []
