@@ -275,7 +275,7 @@ def compact_command(
 
         def group_job() -> dict[str, Any]:
             continued = _resumed(target, overwrite, resume, lambda: describe_records(
-                inp, where, mode, output_chunks))
+                inp, where, mode, output_chunks), _earlier_group_job)
             return run_group(target, inp, where, mode, output_chunks, show, input_path,
                              overwrite, debug, where_to_run, budget, continued)
 
@@ -305,7 +305,8 @@ def compact_command(
 
     def job() -> dict[str, Any]:
         continued = _resumed(target, overwrite, resume,
-                             lambda: describe(src, where, mode, output_chunks))
+                             lambda: describe(src, where, mode, output_chunks),
+                             lambda job: _earlier_array_job(src, job))
         return run(target, src, where, mode, output_chunks, show, input_path, overwrite, debug,
                    where_to_run, budget, continued, decode, encode)
 
@@ -347,12 +348,18 @@ def _locked(target: Target, overwrite: bool, job: Callable[[], dict[str, Any]]) 
             target.release()
 
 
+Earlier = list[tuple[dict[str, Any], str]]
+
+
 def _resumed(target: Target, overwrite: bool, resume: bool,
-             describe_job: Callable[[], dict[str, Any]]) -> Any:
+             describe_job: Callable[[], dict[str, Any]],
+             earlier: Callable[[dict[str, Any]], Earlier] = lambda job: []) -> Any:
     """Under the lock: the manifest of the interrupted job to continue (``--resume``; None if
-    there is none, said on stderr), then what killed jobs left cleaned and OUTPUT checked."""
+    there is none, said on stderr), then what killed jobs left cleaned and OUTPUT checked.
+    ``earlier(job)``: the job as earlier versions described it, and what to say of an
+    interrupted job of that form (:meth:`.batch.output.Target.resumable`)."""
     job = describe_job() if resume else None
-    continued = target.resumable(job) if job is not None else None
+    continued = target.resumable(job, earlier(job)) if job is not None else None
     target.clean_stale(lambda line: click.echo(f"dask compact: {line}", err=True))
     if job is not None and continued is None and not overwrite and target.exists():
         _finished_already(target, job)
@@ -361,6 +368,36 @@ def _resumed(target: Target, overwrite: bool, resume: bool,
         click.echo(f"dask compact: no interrupted job on {target.output} to resume; starting "
                    "afresh", err=True)
     return continued
+
+
+def _earlier_group_job(job: dict[str, Any]) -> Earlier:
+    """A group job whose --where reads CF-encoded fields, as described before they were read
+    decoded (2026-11-30: no "decoded"): that job compared the stored values, which --raw
+    does, and gives the same identity."""
+    if "decoded" not in job:
+        return []
+    listed = ", ".join(job["decoded"])
+    return [({k: v for k, v in job.items() if k != "decoded"},
+             f"compared the stored values of {listed} (it ran before --where read the fields "
+             "that xarray decodes as xarray decodes them): add --raw to continue it as it "
+             "ran, or run without --resume to start over comparing the decoded values")]
+
+
+def _earlier_array_job(src: Source, job: dict[str, Any]) -> Earlier:
+    """A .npy job as described before the file's device and inode were part of its identity
+    (2026-11-30, .batch.reader.npy_fingerprint): it cannot be continued."""
+    from .batch.reader import NpyRows, npy_fingerprint_before_inode
+
+    if not isinstance(src.reader, NpyRows):
+        return []
+    try:
+        before = npy_fingerprint_before_inode(src.reader.path)
+    except OSError:
+        return []
+    return [({**job, "input": before},
+             "was started by an earlier version, which identified a .npy INPUT without the "
+             "file's inode (a file moved over it went unseen): it cannot be resumed; run "
+             "without --resume to start over")]
 
 
 def _finished_already(target: Target, job: dict[str, Any]) -> None:

@@ -101,7 +101,7 @@ def test_resume_refuses_an_input_whose_values_were_written_again(zin, tmp_path):
     assert litter(tmp_path) == []
 
 
-@pytest.mark.parametrize("kind", ["zarr", "npy", "group"])
+@pytest.mark.parametrize("kind", ["zarr", "npy", "npy-moved", "group"])
 def test_input_changed_while_the_job_reads_it_is_not_committed(zin, tmp_path, monkeypatch,
                                                                 kind):
     """A probe replaced chunk files of the input while the job ran: the output mixed old and
@@ -112,7 +112,7 @@ def test_input_changed_while_the_job_reads_it_is_not_committed(zin, tmp_path, mo
 
     path, a = zin
     b = np.random.default_rng(5).random(a.size).astype(np.float32)
-    if kind == "npy":
+    if kind.startswith("npy"):
         path = tmp_path / "in.npy"
         np.save(path, a)
     elif kind == "group":
@@ -122,6 +122,13 @@ def test_input_changed_while_the_job_reads_it_is_not_committed(zin, tmp_path, mo
     changed = []
 
     def change_input() -> None:
+        if kind == "npy-moved":  # a copy made by cp -p moved over it: same size and time
+            copy = tmp_path / "copy.npy"
+            np.save(copy, np.concatenate([a[:-5000], b[-5000:]]))
+            st = os.stat(path)
+            os.utime(copy, ns=(st.st_atime_ns, st.st_mtime_ns))
+            os.replace(copy, path)
+            return
         if kind == "npy":
             np.lib.format.open_memmap(path, mode="r+")[-5000:] = b[-5000:]  # in place
             target = path
@@ -357,3 +364,63 @@ def test_resume_needs_a_local_output(zin, monkeypatch):
     res = run(path, "memory://resume-test/out.zarr", "-w", "x > 0.5", "--local", "threads",
               "--resume", code=2)
     assert "--resume needs a local OUTPUT" in res.output
+
+
+def test_a_npy_moved_over_the_input_after_a_read_fails_the_job(zin, tmp_path, monkeypatch):
+    """A copy made by ``cp -p`` moved over a .npy input after the job's first read: the next
+    read refuses it (it had mapped the new file and read on, half old, half new, and the
+    commit's check passed), exit 1 naming the change; nothing is written."""
+    from dask_compact.batch import reader
+
+    _, a = zin
+    path = tmp_path / "in.npy"
+    np.save(path, a)
+    real = reader.NpyRows.read
+    moved = []
+
+    def read(self, r0, r1):
+        out = real(self, r0, r1)
+        if not moved:
+            moved.append(True)
+            copy = tmp_path / "copy.npy"
+            np.save(copy, a[::-1].copy())
+            st = os.stat(path)
+            os.utime(copy, ns=(st.st_atime_ns, st.st_mtime_ns))
+            os.replace(copy, path)
+        return out
+
+    monkeypatch.setattr(reader.NpyRows, "read", read)
+    out = tmp_path / "out.zarr"
+    res = run(path, out, "--where", "x < 0.5", "--chunks", "10000", "--local", "threads",
+              "--no-read-ahead", code=1)
+    said = " ".join(res.output.split())
+    assert "InputChanged" in said and "changed since the job started" in said, said
+    assert not out.exists() and litter(tmp_path) == []
+
+
+def test_resume_of_a_npy_job_from_before_the_inode_says_it_cannot_continue(zin, tmp_path):
+    """A .npy job interrupted under a version whose fingerprint had no inode: its identity
+    differs from this version's for the same file, so it cannot be resumed, and the refusal
+    says so ("run it with the same arguments" could not work); a run without --resume
+    starts over."""
+    from dask_compact.batch import manifest as manifest_io
+    from dask_compact.batch.reader import npy_fingerprint_before_inode
+
+    _, a = zin
+    path = tmp_path / "in.npy"
+    np.save(path, a)
+    out = tmp_path / "out.zarr"
+    args = ["--where", "x < 0.5", "--chunks", "20000", "--output-chunks", "3000"]
+    kill_halfway(tmp_path, path, out, *args, writes=3)
+    (group_path,) = [p for p in tmp_path.iterdir() if ".dask-compact-tmp-" in p.name]
+    m = manifest_io.load(str(group_path))
+    assert m is not None
+    m.job["input"] = npy_fingerprint_before_inode(str(path))  # the earlier version's form
+    manifest_io.save(str(group_path), m)
+    res = run(path, out, *args, "--resume", code=2)
+    said = " ".join(res.output.split())
+    assert "earlier version" in said and "inode" in said and "cannot be resumed" in said, said
+    assert "same arguments" not in said
+    run(path, out, *args)
+    np.testing.assert_array_equal(group(out)[1]["values"], a[a < 0.5])
+    assert litter(tmp_path) == []

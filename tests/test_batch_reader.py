@@ -230,11 +230,13 @@ def test_gpu_encode_on_cpus_falls_back_with_the_reason(tmp_path):
         np.testing.assert_array_equal(zarr.open_group(str(out))["values"][:], a[a > 0.5])
 
 
-def test_a_npy_moved_over_the_input_with_its_size_and_time_is_read_anew(tmp_path):
+def test_a_npy_moved_over_the_input_mid_job_is_refused_not_read(tmp_path):
     """A .npy file replaced by another of the same size and modification time (``cp -p`` then
-    ``mv``): its fingerprint is unchanged, but the process's map of the old file (old inode)
-    is not reused: the reader gives the new file's values."""
-    from dask_compact.batch.reader import NpyRows, npy_fingerprint
+    ``mv``) while a job reads it: the job's reader refuses it (InputChanged) rather than read
+    the new file's rows after the old one's (a review: chunks 0.0 then 1.0, and the commit's
+    check passed: the fingerprint had no inode). The fingerprint now differs, so the commit's
+    check refuses too, and a new job (the new fingerprint) reads the new file."""
+    from dask_compact.batch.reader import InputChanged, NpyRows, npy_fingerprint
 
     a, b = np.arange(100.0), np.arange(100.0) + 1000
     path, other = str(tmp_path / "a.npy"), str(tmp_path / "b.npy")
@@ -243,10 +245,30 @@ def test_a_npy_moved_over_the_input_with_its_size_and_time_is_read_anew(tmp_path
     st = os.stat(path)
     os.utime(other, ns=(st.st_atime_ns, st.st_mtime_ns))
     reader = NpyRows(path, a.shape, a.dtype, npy_fingerprint(path))
-    np.testing.assert_array_equal(reader.read(0, 100), a)
+    np.testing.assert_array_equal(reader.read(0, 50), a[:50])
     os.replace(other, path)
-    assert npy_fingerprint(path) == reader.fingerprint
-    np.testing.assert_array_equal(reader.read(0, 100), b)
+    assert os.stat(path).st_size == st.st_size and os.stat(path).st_mtime_ns == st.st_mtime_ns
+    with pytest.raises(InputChanged, match="changed since the job started"):
+        reader.read(50, 100)
+    assert npy_fingerprint(path) != reader.fingerprint
+    again = NpyRows(path, b.shape, b.dtype, npy_fingerprint(path))
+    np.testing.assert_array_equal(again.read(0, 100), b)
+    with pytest.raises(InputChanged):  # the old job's reader, after the new one mapped it
+        reader.read(50, 100)
+
+
+def test_a_npy_replaced_before_the_first_read_is_refused(tmp_path):
+    """A file moved over the input between the job's plan (its fingerprint) and its first
+    read in a process: the map made then is not of the job's file, refused as well."""
+    from dask_compact.batch.reader import InputChanged, NpyRows, npy_fingerprint
+
+    path, other = str(tmp_path / "a.npy"), str(tmp_path / "b.npy")
+    np.save(path, np.zeros(10))
+    np.save(other, np.ones(10))
+    reader = NpyRows(path, (10,), np.dtype("f8"), npy_fingerprint(path))
+    os.replace(other, path)
+    with pytest.raises(InputChanged):
+        reader.read(0, 10)
 
 
 TRUNCATED = """

@@ -659,3 +659,24 @@ def test_an_array_whose_fill_value_the_condition_treats_as_nan_is_not_refused(tm
     res = run(f"{src}/f", tmp_path / "o.zarr", "-w", "x > 0.5")
     assert "note      --where compares the stored values" in res.output
     np.testing.assert_array_equal(read_group(tmp_path / "o.zarr")[1]["values"], f[f > 0.5])
+
+
+@pytest.mark.parametrize("dtype", [">f4", "<f4"])
+def test_a_big_endian_array_is_not_refused_where_decoding_cannot_change_the_selection(
+        tmp_path, dtype):
+    """A Zarr v2 array of >f4 with a fill value of -999 (xarray's NaN) and "x > 50": the
+    selection is the same stored or decoded, so it runs as <f4 does (the check compared the
+    stored >f4 with the input's native float32, and refused it); "x != -999" is refused."""
+    f = np.random.default_rng(6).uniform(0, 100, 90).astype(dtype)
+    f[::8] = -999
+    src = tmp_path / "a.zarr"
+    z = zarr.create_array(store=str(src), shape=f.shape, dtype=dtype, chunks=(30,),
+                          zarr_format=2, fill_value=-999,
+                          attributes={"_ARRAY_DIMENSIONS": ["event"]})
+    z[:] = f
+    out = tmp_path / "o.zarr"
+    res = run(src, out, "-w", "x > 50")
+    assert "note      --where compares the stored values" in res.output
+    np.testing.assert_array_equal(read_group(out)[1]["values"], f[f > 50])
+    res = run(src, tmp_path / "o2.zarr", "-w", "x != -999", code=2)
+    assert "_FillValue" in res.output and "--raw" in res.output

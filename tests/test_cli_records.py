@@ -805,9 +805,69 @@ def test_raw_compares_the_stored_values_with_a_note(tmp_path):
     assert summary["decoded"] == {"ffl": ["_FillValue"]} and summary["encoded"] == {}
     np.testing.assert_array_equal(read(tmp_path / "o4.zarr")[1]["id"],
                                   np.flatnonzero(np.isnan(ffl)))
-    res = run(src, tmp_path / "o5.zarr", "--where", "ffl != -999")
+    res = run(src, tmp_path / "o5.zarr", "--where", "~isnan(ffl)")
     assert "decoded   ffl (_FillValue)" in res.output and "note" not in res.output
-    np.testing.assert_array_equal(read(tmp_path / "o5.zarr")[1]["id"], np.arange(n))
+    np.testing.assert_array_equal(read(tmp_path / "o5.zarr")[1]["id"],
+                                  np.flatnonzero(~np.isnan(ffl)))
+
+
+# conditions on a fill value as stored (ffl: -999; t, a packed int16: -32768) or decoded
+# (t: -32768 * 0.01 + 273.15), and the rows they select of the stored numbers (--raw)
+ON_FILL_VALUES = {
+    "ffl != -999": lambda g: g["ffl"] != -999,
+    "ffl == -999": lambda g: g["ffl"] == -999,
+    "-999 < ffl": lambda g: -999 < g["ffl"],
+    "(id > 2) & (ffl != -999.0)": lambda g: (g["id"] > 2) & (g["ffl"] != -999),
+    "-999 <= ffl < 30": lambda g: (-999 <= g["ffl"]) & (g["ffl"] < 30),
+    "t != -32768": lambda g: g["t"] != -32768,
+    "t > -54.53": lambda g: g["t"] > -54.53,
+}
+
+
+@pytest.mark.parametrize("where", list(ON_FILL_VALUES))
+def test_a_condition_on_a_fill_value_of_a_decoded_field_is_refused(tmp_path, where):
+    """A condition written on the stored numbers, as the command advised before --where read
+    decoded values ("x != -999 for a fill value"): read decoded, the fill values are NaN and
+    "ffl != -999" kept the fill rows (a review: 8 rows before, 10 after, exit 0). Refused
+    before anything runs, saying why, what to write and that --raw compares the stored
+    numbers; --raw runs it as before, a literal that is no fill value runs decoded."""
+    xr = pytest.importorskip("xarray")
+    n = 40
+    ffl = np.arange(n, dtype="f8")
+    ffl[::5] = np.nan
+    t = np.linspace(250, 320, n)
+    t[1::6] = np.nan
+    ds = xr.Dataset({"ffl": ("event", ffl), "t": ("event", t), "id": ("event", np.arange(n))})
+    src = tmp_path / "ds.zarr"
+    ds.to_zarr(src, zarr_format=2, consolidated=False, encoding={
+        "ffl": {"_FillValue": -999.0},
+        "t": {"dtype": "int16", "scale_factor": 0.01, "add_offset": 273.15,
+              "_FillValue": -32768}})
+    out = tmp_path / "o.zarr"
+    res = run(src, out, "--where", where, code=2)
+    said = " ".join(res.output.split())
+    name = "t" if "t " in where else "ffl"
+    assert "Invalid value for --where" in said and "a fill value of" in said, said
+    assert f"isnan({name})" in said and "--raw" in said and "decoded" in said
+    assert not out.exists() and litter(tmp_path) == []
+    run(src, out, "--where", where, "--raw")
+    stored = {k: a[...] for k, a in zarr.open_group(str(src), mode="r").arrays()}
+    np.testing.assert_array_equal(read(out)[1]["id"],
+                                  np.flatnonzero(ON_FILL_VALUES[where](stored)))
+
+
+def test_a_number_that_is_no_fill_value_runs_decoded(tmp_path):
+    """Only the fill values are refused: "ffl != -998" compares the decoded values (NaN !=
+    -998: the fill rows kept, as xarray's ds.where would)."""
+    xr = pytest.importorskip("xarray")
+    ffl = np.arange(20, dtype="f8")
+    ffl[::5] = np.nan
+    src = tmp_path / "ds.zarr"
+    xr.Dataset({"ffl": ("event", ffl), "id": ("event", np.arange(20))}).to_zarr(
+        src, consolidated=False, encoding={"ffl": {"_FillValue": -999.0}})
+    res = run(src, tmp_path / "o.zarr", "--where", "(ffl != -998) & (id != -999)")
+    assert "decoded   ffl (_FillValue)" in res.output
+    np.testing.assert_array_equal(read(tmp_path / "o.zarr")[1]["id"], np.arange(20))
 
 
 def test_a_predicate_refused_on_a_decoded_field_says_so(tmp_path):
@@ -878,3 +938,28 @@ def test_where_compares_the_values_xarray_decodes(tmp_path, packing, zarr_format
         stored = zarr.open_group(str(src), mode="r")["t"][...]
         np.testing.assert_array_equal(zarr.open_group(str(out), mode="r")["t"][...],
                                       stored[m])
+
+
+def test_resume_of_a_job_that_compared_stored_values_names_raw(tmp_path):
+    """A group job interrupted before --where read CF-encoded fields decoded compared the
+    stored values; its identity has no "decoded", which --raw gives. The refusal of a plain
+    --resume says to add --raw ("run it with the same arguments" could not work), and
+    --resume --raw continues it to the stored values' selection."""
+    xr = pytest.importorskip("xarray")
+    n = 1000
+    ffl = np.random.default_rng(8).uniform(0, 20, n)
+    ffl[::7] = np.nan
+    src = tmp_path / "ds.zarr"
+    xr.Dataset({"ffl": ("event", ffl), "id": ("event", np.arange(n))}).to_zarr(
+        src, consolidated=False, encoding={"ffl": {"_FillValue": -999.0}})
+    out = tmp_path / "out.zarr"
+    args = ["--where", "ffl > 10", "--chunks", "50", "--output-chunks", "40"]
+    kill_halfway(tmp_path, src, out, *args, "--raw", writes=3)  # the earlier job's identity
+    res = run(src, out, *args, "--resume", code=2)
+    said = " ".join(res.output.split())
+    assert "compared the stored values of ffl" in said and "add --raw" in said, said
+    assert "same arguments" not in said
+    run(src, out, *args, "--resume", "--raw")
+    stored = zarr.open_group(str(src), mode="r")["ffl"][...]
+    np.testing.assert_array_equal(read(out)[1]["id"], np.flatnonzero(stored > 10))
+    assert litter(tmp_path) == []

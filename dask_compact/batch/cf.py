@@ -84,8 +84,10 @@ def selects_alike(where: str, how: Decoding, dtype: np.dtype) -> bool:
     decoding changes nothing but the fill values, of a float array (same dtype, same other
     values), and the predicate gives each stored fill value (and its negative zero) what it
     gives NaN. A predicate that fails on them does not select alike."""
+    # in native byte order: a big-endian input's stored dtype is >f4, the array's src.dtype
+    # (and the dtype the predicate reads) the native f4, the same values
     if (how.scale_factor is not None or how.add_offset is not None or dtype.kind != "f"
-            or how.dtype != dtype):
+            or how.dtype.newbyteorder("=") != dtype.newbyteorder("=")):
         return False
     from ..predicate import as_predicate
 
@@ -101,6 +103,84 @@ def selects_alike(where: str, how: Decoding, dtype: np.dtype) -> bool:
     except Exception:  # noqa: BLE001 -- the job says what is wrong with the predicate
         return False
     return bool((got == nan[0]).all())
+
+
+def fill_compared(where: str, name: str, how: Decoding) -> float | None:
+    """A number that the predicate ``where`` compares field ``name`` with and that is one of
+    the field's fill values, as stored (``ffl != -999``, ``-999 < ffl``, ``t != -32768`` of a
+    packed int16) or decoded as a number would be (``stored * scale_factor + add_offset``);
+    None where there is none.
+
+    The field is read decoded, its fill values as NaN, so no row equals that number: such a
+    condition was written on the stored numbers (the command's advice before it decoded, "x
+    != -999 for a fill value"), and read decoded it selects other rows (``ffl != -999``
+    keeps the fill rows, NaN != -999), exit 0. Found on the predicate's syntax tree (every
+    comparison that reads the field, numbers with their signs), not on its text."""
+    import ast
+
+    try:
+        tree = ast.parse(where.strip(), mode="eval")
+    except SyntaxError:
+        return None  # the predicate's own parse says what is wrong
+    fills = _fill_numbers(how)
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Compare):
+            continue
+        operands = [node.left, *node.comparators]
+        if not any(isinstance(n, ast.Name) and n.id == name
+                   for op in operands for n in ast.walk(op)):
+            continue
+        for value in (v for op in operands for v in _numbers(op)):
+            if any(_close(value, fv) for fv in fills):
+                return value
+    return None
+
+
+def _fill_numbers(how: Decoding) -> list[float]:
+    """The field's fill values as stored and as they would decode were they not masked."""
+    out: list[float] = []
+    for fv in how.fills:
+        stored = float(fv)
+        decoded = np.asarray(fv).astype(how.dtype)
+        with np.errstate(all="ignore"):
+            if how.scale_factor is not None:
+                decoded = decoded * how.scale_factor
+            if how.add_offset is not None:
+                decoded = decoded + how.add_offset
+        out.extend((stored, float(decoded)))
+    return out
+
+
+def _close(a: float, b: float) -> bool:
+    """Equal as a number written in a predicate means a stored one (a float32 fill value of
+    1e20 is 1.0000000200408773e20): to a part in 10^6."""
+    import math
+
+    return math.isclose(a, b, rel_tol=1e-6, abs_tol=0.0)
+
+
+def _numbers(node: Any) -> list[float]:
+    """The numbers written in the expression ``node``, each with its sign (``-999``: one
+    number, not 999)."""
+    import ast
+
+    value = _number(node)
+    if value is not None:
+        return [value]
+    return [v for child in ast.iter_child_nodes(node) for v in _numbers(child)]
+
+
+def _number(node: Any) -> float | None:
+    import ast
+
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) \
+            and not isinstance(node.value, bool):
+        return float(node.value)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        inner = _number(node.operand)
+        if inner is not None:
+            return -inner if isinstance(node.op, ast.USub) else inner
+    return None
 
 
 def decoding(z: Any) -> Decoding | str | None:

@@ -147,10 +147,10 @@ def input_unchanged(before: Any, now: Callable[[], Any]) -> Callable[[], None]:
     old and new values, marked complete, exit 0. The fingerprint (:func:`.reader.
     zarr_fingerprint`) sees a local Zarr array's metadata and every file under it by path,
     size and modification time (so chunks rewritten, added or removed during the job), and a
-    .npy file's size and modification time; for an fsspec URL only the metadata. It cannot
-    see a rewrite that keeps a file's size within the file system's timestamp resolution,
-    nor a change undone before the check. Cost: one listing of the input's files (~80 ms for
-    10,000 chunk files on the 2-core machine)."""
+    .npy file's device, inode, size and modification time; for an fsspec URL only the
+    metadata. It cannot see a rewrite that keeps a file's size within the file system's
+    timestamp resolution, nor a change undone before the check. Cost: one listing of the
+    input's files (~80 ms for 10,000 chunk files on the 2-core machine)."""
     import click
 
     def check() -> None:

@@ -31,7 +31,7 @@ import functools
 import os
 import shutil
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import click
@@ -270,11 +270,14 @@ class Target:
         prefix = f".{self.base}{TMP_MARK}"
         return sorted(n for n in os.listdir(self.parent) if n.startswith(prefix))
 
-    def resumable(self, job: dict[str, Any]) -> Manifest | None:
+    def resumable(self, job: dict[str, Any],
+                  earlier: Sequence[tuple[dict[str, Any], str]] = ()) -> Manifest | None:
         """The manifest of an interrupted job on this OUTPUT identical to ``job``, whose group
         this job then continues (``self.tmp`` names it); None if there is none. An interrupted
         job that differs is refused, naming what differs: it is left for a run without
-        ``--resume`` to remove."""
+        ``--resume`` to remove. ``earlier``: (``job`` as an earlier version described it,
+        what to say of an interrupted job identical to that one): where only the identity's
+        form changed, "run it with the same arguments" cannot work (a review)."""
         if self.url:
             raise click.UsageError("--resume needs a local OUTPUT (an fsspec URL has no "
                                    "manifest of finished chunks)")
@@ -294,6 +297,10 @@ class Target:
                 self.tmp = self.tmp_path = path
                 return m
         _, path, m = found[-1]
+        for old, why in earlier:
+            if m.job == old:
+                raise click.UsageError(
+                    f"--resume: the interrupted job on {self.output!r} ({path}) {why}")
         diff = ", ".join(f"{k} ({m.job.get(k)!r} then, {job.get(k)!r} now)"
                          for k in sorted(set(job) | set(m.job)) if m.job.get(k) != job.get(k))
         raise click.UsageError(

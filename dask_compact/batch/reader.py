@@ -78,8 +78,15 @@ class NpyRows:
 
     def read(self, r0: int, r1: int) -> np.ndarray:
         mapped = _npy_maps.get(self.path, self.fingerprint)
-        if not mapped.unchanged():
-            mapped = _npy_maps.get(self.path, self.fingerprint, again=True)
+        if mapped.fingerprint != self.fingerprint or not mapped.unchanged():
+            # Another file than the job's (moved over it, or written in place): refused, not
+            # mapped again. Mapped again, a job read half the old file and half the new one,
+            # and committed (a review: a `cp -p` copy moved over it keeps its size and time,
+            # so the fingerprint had not changed). A new job, with the new file's
+            # fingerprint, maps the new file.
+            raise InputChanged(
+                f"{self.path} changed since the job started (another file moved over it, or "
+                "written in place): run the job again once nothing writes to INPUT")
         _same_input(self.path, (tuple(mapped.array.shape), mapped.array.dtype),
                     (self.shape, self.dtype))
         # A copy: a memmap slice would keep the file mapped inside the piece.
@@ -315,12 +322,11 @@ class _Handles:
         self._held: OrderedDict[str, tuple[str, Any]] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, where: str, version: str, again: bool = False) -> Any:
-        """The handle of ``where`` at ``version``, opened now unless held (``again``: opened
-        now in any case, replacing the one held)."""
+    def get(self, where: str, version: str) -> Any:
+        """The handle of ``where`` at ``version``, opened now unless held."""
         with self._lock:
             held = self._held.get(where)
-            if held is not None and held[0] == version and not again:
+            if held is not None and held[0] == version:
                 self._held.move_to_end(where)
                 return held[1]
         handle = self._open(where)  # outside the lock: a URL's open may take a while
@@ -339,27 +345,27 @@ def _open_zarr(url: str) -> Any:
 
 
 class _NpyMap:
-    """A .npy file memory-mapped, and the file's identity (inode, size, modification time)
-    just before it was mapped."""
+    """A .npy file memory-mapped, the file's identity (device, inode, size, modification
+    time) just before it was mapped, and its fingerprint (:func:`npy_fingerprint`)."""
 
     def __init__(self, path: str) -> None:
         self.path = path
-        self.identity = _identity(os.stat(path))
+        st = os.stat(path)
+        self.identity = _identity(st)
+        self.fingerprint = _npy_token(path, st)
         self.array: np.memmap = np.load(path, mmap_mode="r")
 
     def unchanged(self) -> bool:
         """Whether the file is still the one mapped (one ``stat``, about a microsecond a
         task). A read of a mapped page past the end of a file truncated in place kills the
         process with SIGBUS (a worker lost, the job failing on its retries), and a file
-        replaced under its name leaves the map on the old inode: a changed file is mapped
-        again, and its new shape or dtype refused (:func:`_same_input`). The fingerprint
-        alone cannot tell: a file moved over the input keeps its size and modification
-        time (``mv`` of a copy made by ``cp -p``) but not its inode."""
+        replaced under its name leaves the map on the old inode: the task refuses a changed
+        file (:class:`InputChanged`) before it reads the map."""
         return _identity(os.stat(self.path)) == self.identity
 
 
-def _identity(st: os.stat_result) -> tuple[int, int, int]:
-    return st.st_ino, st.st_size, st.st_mtime_ns
+def _identity(st: os.stat_result) -> tuple[int, int, int, int]:
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
 
 
 _zarr_arrays = _Handles(_open_zarr)
@@ -399,6 +405,23 @@ def _files(root: str) -> list[tuple[str, int, int]]:
 
 
 def npy_fingerprint(path: str) -> str:
+    """What identifies a .npy input (a job's, a resume's, the commit's check): its path, and
+    the file's device, inode, size and modification time. The device and inode since
+    2026-11-30: a copy made by ``cp -p`` and moved over the input keeps the size and time,
+    and a job read half the old file, half the new one, and committed (a review). A job
+    interrupted before cannot be resumed (:func:`npy_fingerprint_before_inode`)."""
+    return _npy_token(path, os.stat(path))
+
+
+def _npy_token(path: str, st: os.stat_result) -> str:
+    from dask.base import tokenize
+
+    return tokenize(path, *_identity(st))
+
+
+def npy_fingerprint_before_inode(path: str) -> str:
+    """:func:`npy_fingerprint` as it was until 2026-11-30 (path, modification time, size):
+    only to tell a ``--resume`` of a job interrupted then why it cannot continue."""
     from dask.base import tokenize
 
     st = os.stat(path)

@@ -37,7 +37,7 @@ from typing import Any
 import click
 import numpy as np
 
-from .cf import Decoding, decoding
+from .cf import FILL_ATTRS, Decoding, decoding, fill_compared
 from .inputs import (
     check_chunks_stored,
     dimension_names,
@@ -173,6 +173,7 @@ def prepare(group: Any, path: str, where: str, field_list: str | None, mode: str
     _refuse_rows_of_many_values(pred_fields, arrays, fields)
     decoded, not_decoded = predicate_decoding(used, pred_fields, raw)
     _check_types(where, used, decoded)
+    _refuse_fill_values(where, decoded)
     if not allow_missing_chunks:
         for name, a in {**used, **kept}.items():
             check_chunks_stored(a, f"{path.rstrip('/')}/{name}")
@@ -367,6 +368,25 @@ def _refuse_rows_of_many_values(pred_fields: tuple[str, ...], arrays: dict[str, 
             f"only 1-D fields ({listed}). To select on a column of {name!r}, store that column "
             f"in the group as a 1-D array of its own first; {name!r} itself can still be "
             "written (--fields), only not read by --where", param_hint="--where")
+
+
+def _refuse_fill_values(where: str, decoded: dict[str, Decoding]) -> None:
+    """Refuse a predicate that compares a decoded field with one of its fill values
+    (:func:`.cf.fill_compared`): written on the stored numbers, as the command advised
+    before it decoded ("x != -999 for a fill value"), it now reads NaN there and selects
+    other rows, exit 0 (a review's ``ffl != -999``: 8 rows before, 10 after). The one-array
+    job refuses the same way (cli._refuse_decoded_array)."""
+    for name, how in decoded.items():
+        value = fill_compared(where, name, how)
+        if value is None:
+            continue
+        attrs = ", ".join(a for a in how.applied if a in FILL_ATTRS)
+        raise click.BadParameter(
+            f"it compares {name!r} with {value:g}, a fill value of {name!r} ({attrs}): "
+            f"--where reads {name!r} decoded, as xr.open_zarr gives it, where fill values "
+            f"are NaN and no row is {value:g}; write isnan({name}) or ~isnan({name}) for the "
+            "rows with or without a value, or pass --raw to compare the stored numbers",
+            param_hint="--where")
 
 
 def _check_types(where: str, fields: dict[str, Any],
