@@ -72,8 +72,12 @@ def placement(client: Any, keys: list, blocks: list) -> tuple[list, dict, int, d
         return hit[1], hit[2], hit[3], hit[4]
     distributed.wait(blocks)  # where a chunk lives is known once it is computed
     holders, nthreads, rootish, limits = client.run_on_scheduler(_held_where, keys)  # one trip
-    first = weakref.ref(blocks[0], functools.partial(_drop_placement, cache_key))
-    _placements.put(cache_key, (first, holders, nthreads, rootish, limits))
+    if all(h is not None for h in holders):
+        # Not one with a chunk held nowhere: after a worker's loss the futures can read
+        # "finished" before the client hears the chunks were lost, and a placement cached
+        # then kept every later call off the direct path for good (CI, 2026-11-30)
+        first = weakref.ref(blocks[0], functools.partial(_drop_placement, cache_key))
+        _placements.put(cache_key, (first, holders, nthreads, rootish, limits))
     warn_if_uneven(holders, nthreads)  # once per persisted input: later calls hit the cache
     return holders, nthreads, rootish, limits
 
