@@ -49,17 +49,22 @@ def _write(path, dtype, encoding, span, n=301, seed=0, missing_value=None):
     return ds, {"t": {**encoding, "dtype": dtype}}
 
 
-@pytest.mark.parametrize("zarr_format", [2, 3])
-@pytest.mark.parametrize("packing", list(PACKINGS))
-def test_decoded_values_are_xarrays_bit_for_bit(tmp_path, packing, zarr_format):
-    dtype, encoding, span = PACKINGS[packing]
-    ds, enc = _write(tmp_path, dtype, encoding, span, seed=zarr_format)
+def _stored(tmp_path, ds, enc, zarr_format):
+    """``ds`` written by xarray with ``enc``: the stored array ``t`` and xarray's decoding."""
     path = tmp_path / "ds.zarr"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         ds.to_zarr(path, zarr_format=zarr_format, encoding=enc, consolidated=False)
         want = xr.open_zarr(path, consolidated=False).t.values
-    z = zarr.open_group(str(path), mode="r")["t"]
+    return zarr.open_group(str(path), mode="r")["t"], want
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+@pytest.mark.parametrize("packing", list(PACKINGS))
+def test_decoded_values_are_xarrays_bit_for_bit(tmp_path, packing, zarr_format):
+    dtype, encoding, span = PACKINGS[packing]
+    ds, enc = _write(tmp_path, dtype, encoding, span, seed=zarr_format)
+    z, want = _stored(tmp_path, ds, enc, zarr_format)
     how = decoding(z)
     if "_FillValue" in encoding:  # the fill values are there, and decode to NaN
         assert np.isnan(want).sum() == np.isnan(ds.t.values).sum() > 0
@@ -76,12 +81,7 @@ def test_missing_value_and_fill_value_both_mask(tmp_path, zarr_format):
     ds, enc = _write(tmp_path, "int16", {"scale_factor": 0.01, "add_offset": 273.15,
                                          "_FillValue": -32768}, (250, 320), missing_value=-32767)
     ds.t.values[3] = (-32767 * 0.01) + 273.15  # stored as the missing value
-    path = tmp_path / "ds.zarr"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        ds.to_zarr(path, zarr_format=zarr_format, encoding=enc, consolidated=False)
-        want = xr.open_zarr(path, consolidated=False).t.values
-    z = zarr.open_group(str(path), mode="r")["t"]
+    z, want = _stored(tmp_path, ds, enc, zarr_format)
     assert z[3] == -32767 and np.isnan(want[3])
     how = decoding(z)
     assert isinstance(how, Decoding) and how.applied[:2] == ("missing_value", "_FillValue")

@@ -193,12 +193,7 @@ def test_a_result_without_its_empty_chunks_remade_from_a_rewritten_zarr_store_ra
     z = zarr.create_array(store=p, shape=a.shape, chunks=(10_000,), dtype=a.dtype)
     z[:] = a
     with cluster_for_kills(n_workers=1, threads_per_worker=2) as client:
-        x = da.from_zarr(p)
-        with dask.config.set({"dask-compact.direct": path == "direct"}):
-            if path != "graph":
-                x = x.persist()
-                wait(x)
-            y = x.map_compact(lambda v: v < 0.00003)
+        y = _compacted_on(p, path, lambda v: v < 0.00003)
         assert y.name.endswith("-skipempty") and 0 not in y.chunks[0]
         np.testing.assert_array_equal(y.compute(), a[a < 0.00003])
         time.sleep(1)  # the direct path's sizes (and the checks with them) reach the scheduler
@@ -208,6 +203,17 @@ def test_a_result_without_its_empty_chunks_remade_from_a_rewritten_zarr_store_ra
         with pytest.raises(Exception, match="the input changed since the result") as e:
             y.compute()
         assert type(e.value).__name__ == "InputChangedError"
+
+
+def _compacted_on(store: str, path: str, pred) -> da.Array:
+    """``map_compact(pred)`` of the Zarr array at ``store`` by ``path``: "graph" (not
+    persisted), "direct" (persisted, the workers asked directly) or "tasks" (persisted)."""
+    x = da.from_zarr(store)
+    with dask.config.set({"dask-compact.direct": path == "direct"}):
+        if path != "graph":
+            x = x.persist()
+            wait(x)
+        return x.map_compact(pred)
 
 
 @pytest.mark.parametrize("path", ["graph", "direct", "tasks"])
@@ -223,12 +229,7 @@ def test_a_result_remade_from_a_rewritten_zarr_store_raises(tmp_path, path):
     z = zarr.create_array(store=p, shape=a.shape, chunks=(10_000,), dtype=a.dtype)
     z[:] = a
     with cluster_for_kills(n_workers=1, threads_per_worker=2) as client:
-        x = da.from_zarr(p)
-        with dask.config.set({"dask-compact.direct": path == "direct"}):
-            if path != "graph":
-                x = x.persist()
-                wait(x)
-            y = x.map_compact(lambda v: v > 0.5)
+        y = _compacted_on(p, path, lambda v: v > 0.5)
         assert len(y) == int((a > 0.5).sum())
         np.testing.assert_array_equal(y.compute(), a[a > 0.5])
         time.sleep(1)  # the direct path's sizes (and the checks with them) reach the scheduler
