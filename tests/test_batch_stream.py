@@ -461,3 +461,23 @@ def test_job_writing_every_chunk_on_spare_threads_matches_numpy(tmp_path, monkey
     g = zarr.open_group(str(out), mode="r")
     np.testing.assert_array_equal(g["values"][:], x[x > 0.5])
     np.testing.assert_array_equal(g["indices"][:], np.flatnonzero(x > 0.5))
+
+
+@pytest.mark.parametrize("mode", ["values", "indices", "both"])
+def test_stream_chunks_of_several_segments(tmp_path, mode, monkeypatch):
+    """Input chunks of more than a segment (the CPU backend's ``_SEGMENT``, lowered here) are
+    compacted segment by segment into buffers of the job's pool (``piece_alloc``), grown with
+    their selection: the output equals NumPy's for none, some and every element selected."""
+    from dask_compact.backends import numpy_backend
+
+    monkeypatch.setattr(numpy_backend, "_SEGMENT", 64)
+    a = np.random.default_rng(5).random(3001)
+    for where in ("x > 0.6", "x > 2", "x >= 0"):
+        m = a > 0.6 if where == "x > 0.6" else (a > 2 if where == "x > 2" else a >= 0)
+        out = tmp_path / where.replace(" ", "")
+        total, arrays, _ = stream_once(out, a, where, mode, 700, 500, 10**6)
+        assert total == m.sum()
+        if mode != "indices":
+            np.testing.assert_array_equal(arrays["values"], a[m])
+        if mode != "values":
+            np.testing.assert_array_equal(arrays["indices"], np.flatnonzero(m))

@@ -337,3 +337,181 @@ def test_group_tasks():
             assert all(r1[-1] + 1 < r2[0] for r1, r2 in zip(g, g[1:]))  # runs maximal, ordered
         for h, t in threads.items():  # at most one task per thread of a worker
             assert sum(holders[g[0][0]] == h for g in groups) <= t
+
+
+# -- Calls of more than a segment (numpy_backend._SEGMENT) ------------------------------------
+
+OUTPUTS = ("values", "indices", "both")
+SEGMENT = 256  # rows of a segment in these tests (the module's is millions)
+AROUND_SEGMENT = [SEGMENT - 1, SEGMENT, SEGMENT + 1, 2 * SEGMENT, 5 * SEGMENT + 37]
+
+
+@pytest.fixture
+def segmented(monkeypatch):
+    """The segment lowered to SEGMENT rows, so that small calls take the segmented path; the
+    list returned counts the calls that took it."""
+    from dask_compact.backends import numpy_backend
+
+    monkeypatch.setattr(numpy_backend, "_SEGMENT", SEGMENT)
+    calls = []
+    run = numpy_backend._run_segmented
+
+    def counted(*args):
+        calls.append(args)
+        return run(*args)
+
+    monkeypatch.setattr(numpy_backend, "_run_segmented", counted)
+    return calls
+
+
+@pytest.mark.parametrize(
+    "dtype", ["bool", "int8", "uint16", "int32", "float32", "float64", "complex128"]
+)
+def test_segmented_calls_match_numpy(dtype, segmented):
+    """Sizes around the segment (one less, equal, one more, two segments, several and a partial
+    last one), none to every element selected, every output, a nonzero index base: equal to
+    NumPy; only the calls of more than a segment take the segmented path."""
+    for n in AROUND_SEGMENT:
+        a = random_array(dtype, (n,), seed=n)
+        for p in PS:
+            f = selector(a, p)
+            pred = as_predicate(f)
+            for output in OUTPUTS:
+                got = compact(a, pred, output, True, None, 11)
+                assert_same(got, reference(a, f(a), output, 11))
+    assert len(segmented) == 3 * len(PS) * len(OUTPUTS)
+
+
+def rate_changes(n: int) -> dict[str, np.ndarray]:
+    """Masks whose selected fraction changes along the input, so that the rate measured on the
+    first rows projects the selection wrongly: nothing then everything, the reverse, blocks."""
+    half = np.arange(n) >= n // 3
+    blocks = (np.arange(n) // (SEGMENT // 3)) % 2 == 1
+    rng = np.random.default_rng(n)
+    rising = rng.random(n) < np.linspace(0, 1, n)
+    # 8 rows in 10 over the first 2%, then every row: held 1.93x its full-length buffers
+    late = np.where(np.arange(n) < n // 50, np.arange(n) % 10 < 8, True)
+    return {"rising": half, "falling": ~half, "blocks": blocks, "ramp": rising, "late": late}
+
+
+@pytest.mark.parametrize("output", OUTPUTS)
+def test_segmented_calls_where_the_rate_changes(output, segmented):
+    """A selection the first step underestimates grows its buffers several times, one it
+    overestimates keeps a view of a larger buffer or a copy: equal to NumPy either way."""
+    n = 9 * SEGMENT + 5
+    for m in rate_changes(n).values():
+        a = np.where(m, 2, 0).astype(np.int16) + np.arange(n, dtype=np.int16) % 2
+        got = compact(a, as_predicate(lambda v: v >= 2), output, True, None, 4)
+        assert_same(got, reference(a, m, output, 4))
+    assert len(segmented) == 5
+
+
+@pytest.mark.parametrize("dtype", ["float64", "int32", "complex64", "bool"])
+def test_segmented_nd_and_non_contiguous_input(dtype, segmented):
+    """N-D and non-contiguous chunks go through the loop a segment at a time (whole rows of
+    axis 0 where they fit in a segment, each row's segments where not, a strided 1-D array in
+    segments), each segment's indices from its place in the C order."""
+    base = random_array(dtype, (6, 50, 7), seed=4)
+    long_rows = random_array(dtype, (3, 1000), seed=5)
+    f = {
+        "bool": lambda v: v,
+        "complex64": lambda v: v.real > 0.3,
+        "float64": lambda v: v > 0.3,
+        "int32": lambda v: (v % 3) == 1,
+    }[dtype]
+    pred = as_predicate(f)
+    views = [
+        base,  # C-contiguous
+        base[:, ::3, :],  # rows of 119: two per segment
+        base.transpose(2, 0, 1),  # rows of 300, each of rows of 50
+        np.asfortranarray(base),
+        base[::-1, 1:, ::2],
+        long_rows[:, ::2],  # rows of 500, each a strided 1-D array of two segments
+        long_rows.ravel()[::3],
+    ]
+    for v in views:
+        assert v.size > SEGMENT
+        for output in OUTPUTS:
+            assert_same(compact(v, pred, output, True, None, 9), reference(v, f(v), output, 9))
+    assert len(segmented) == len(views) * len(OUTPUTS)
+
+
+@pytest.mark.parametrize("output", OUTPUTS)
+def test_segmented_compact_many(output, segmented):
+    """Several chunks of one task (empty, under, at and over a segment, N-D, non-contiguous)
+    through one grown output: the concatenation of their selections, indices from each chunk's
+    base."""
+    from dask_compact.backends.numpy_backend import compact_many
+
+    rng = np.random.default_rng(8)
+    sizes = [0, 100, SEGMENT, 1, 3 * SEGMENT + 7]
+    parts = [rng.random(n) for n in sizes] + [rng.random((40, 20))[:, ::2], rng.random((9, 3))]
+    flat = np.concatenate([q.ravel() for q in parts])
+    bases = [int(b) + 5 for b in np.concatenate([[0], np.cumsum([q.size for q in parts])[:-1]])]
+    for t in (0.0, 0.02, 0.5, 1.0):
+        pred = as_predicate(f"x < {t}")
+        got = compact_many(parts, pred, output, True, "auto", bases)
+        assert_same(got, reference(flat, flat < t, output, 5))
+    assert len(segmented) == 4
+
+
+def _held_bytes(a: np.ndarray) -> int:
+    from dask_compact.batch.tasks import _held
+
+    return _held(a)
+
+
+@pytest.mark.parametrize("output", OUTPUTS)
+def test_segmented_calls_keep_the_alloc_contract(output, segmented):
+    """With ``alloc`` (the batch job's pool of paged-in buffers): every buffer from it, a
+    result a view of at most 4x its length or a copy of its own (``_trim``, which the batch
+    job's piece charges count on), and at most 1.5x the full-length buffers held at once (what
+    ``batch.plan.chunk_cost`` charges a chunk until its count is known)."""
+    from dask_compact.batch.host_buffers import HostPool
+
+    n = 9 * SEGMENT + 5
+    a = random_array("float32", (n,), seed=2)
+    masks = {f"p={p}": f(a) for p in PS for f in [selector(a, p)]} | rate_changes(n)
+    full = n * {"values": 4, "indices": 8, "both": 12}[output]
+    for name, m in masks.items():
+        key = np.where(m, 1, 0).astype(np.int8)
+        pool = HostPool()
+        got = compact(key, as_predicate("x == 1"), output, True, None, 3, pool.alloc)
+        assert_same(got, reference(key, m, output, 3))
+        for part in got if output == "both" else (got,):
+            assert _held_bytes(part) <= max(4 * part.nbytes, part.itemsize), name
+            root = part
+            while isinstance(root.base, np.ndarray):
+                root = root.base
+            assert type(root.base).__name__ == "_Lease", name  # pool memory
+        assert pool.peak <= 1.5 * full, (name, pool.peak, full)
+    assert len(segmented) == len(masks)
+
+
+@pytest.mark.parametrize("output", OUTPUTS)
+def test_segmented_call_memory_is_about_the_selection(output, monkeypatch):
+    """2026-11-30 (a probe): ``compact_array`` of 2^31 + 7 int8 asked 16 GiB for 3 indices, a
+    full-length int64 buffer. Now a call of more than a segment holds about its selection and
+    a fraction of a segment: 2^24 int8 with three selected, the segment lowered to 2^20, peak
+    traced memory (NumPy reports its allocations to tracemalloc) under a quarter byte per
+    element, where the full-length buffers were 8 (indices), 1 (values) or 9 bytes (both),
+    and NumPy's own ``np.flatnonzero(a == 3)`` makes a mask of 1 byte per element."""
+    import tracemalloc
+
+    from dask_compact import compact_array
+    from dask_compact.backends import numpy_backend
+
+    monkeypatch.setattr(numpy_backend, "_SEGMENT", 1 << 20)
+    n = 1 << 24
+    a = np.zeros(n, np.int8)
+    where = [5, n // 2, n - 1]
+    a[where] = 3
+    compact_array(a[:1000], "x == 3", output=output)  # the loop compiled or loaded first
+    tracemalloc.start()
+    try:
+        got = compact_array(a, "x == 3", output=output)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert_same(got, reference(a, a == 3, output))
+    assert peak < n // 4, f"{peak / n:.2f} bytes per element"

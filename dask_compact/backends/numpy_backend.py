@@ -13,7 +13,8 @@ one algorithm, so they are accepted and ignored here.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -33,6 +34,15 @@ logger = logging.getLogger("dask_compact")
 # 2^24 float32), and the unwritten tail of a large buffer is never touched, so it costs address
 # space rather than memory on Linux.
 _KEEP_VIEW_FRACTION = 0.25
+
+
+# Calls of more than this many elements in all run the loop over segments of at most this many
+# into an output grown with the selection (:func:`_run_segmented`), so that their memory is
+# about the selection plus a segment rather than a full-length buffer per output: a full one
+# costs 8 bytes per input element for the indices whatever is selected (2^31 int8 asked 16 GiB
+# for 3 indices, 2026-11-30). At or below it, chunks keep one loop call into one buffer of
+# their length: 2^22 int64 indices are 32 MiB.
+_SEGMENT = 1 << 22
 
 
 def _check_output(output: str) -> None:
@@ -60,6 +70,29 @@ def _flat(a: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(np.ravel(a, order="C"))
 
 
+def _segments(a: np.ndarray, rows: int) -> Iterator[tuple[int, np.ndarray]]:
+    """``a``'s elements in C order as (flat offset, 1-D C-contiguous array of at most ``rows``
+    elements), one after the other: views of a C-contiguous ``a``; for any other, copies of
+    one segment at a time (whole rows of axis 0 where they fit, else each row's own segments),
+    never the whole chunk that ``_flat`` would copy."""
+    if a.size == 0:
+        return
+    if a.flags.c_contiguous:
+        flat = a.reshape(-1)
+        for lo in range(0, flat.size, rows):
+            yield lo, flat[lo : lo + rows]
+        return
+    row = a.size // a.shape[0]  # elements per index of axis 0 (a non-contiguous a has ndim >= 1)
+    per = rows // row
+    if per >= 1:
+        for lo in range(0, a.shape[0], per):
+            yield lo * row, np.ascontiguousarray(a[lo : lo + per]).reshape(-1)
+        return
+    for i in range(a.shape[0]):
+        for lo, seg in _segments(a[i], rows):
+            yield i * row + lo, seg
+
+
 def _run_fused(a: np.ndarray, pred: Predicate, output: str, index_base: int,
                alloc: Alloc | None = None) -> Any:
     """The fused loop's result, or raise UnsupportedPredicate/ParamOverflow/TypeError."""
@@ -83,7 +116,11 @@ def compact(
     ``alloc(n, dtype)``: where the fused loop's output buffers (``a.size`` elements, of which
     the result is a view of the first ``count``) come from, e.g. a pool of buffers already
     paged in (the batch job's, see :mod:`dask_compact.batch.host_buffers`); default
-    ``np.empty``, and a small result is then copied out of the large buffer.
+    ``np.empty``, and a small result is then copied out of the large buffer. A chunk of more
+    than ``_SEGMENT`` elements asks for smaller buffers, grown with its selection (each
+    request at most ``a.size`` elements, at most 1.5x the full-length buffers held at once;
+    see :class:`_Selection`), and its result is likewise a view of at least a quarter of one
+    or a copy.
     """
     _check_output(output)
     a = np.asarray(a)
@@ -136,19 +173,116 @@ def _run_fused_many(
     loop = fused_loop(tp, output)
     params = tp.bind(pred.params)
     n = sum(b.size for b in blocks)
-    make = alloc or (lambda m, dt: np.empty(m, dtype=dt))
-    out = make(n, dtype) if output != "indices" else None
-    idx = make(n, np.dtype(np.int64)) if output != "values" else None
-    k = 0
-    for b, base in zip(blocks, bases):
-        k += loop(
-            _flat(b), None if out is None else out[k:], None if idx is None else idx[k:],
-            int(base), params,
-        )
+    make = alloc or _empty
+    if n > _SEGMENT:
+        sel = _run_segmented(loop, blocks, bases, params, _Selection(output, dtype, n, make))
+        out, idx, k = sel.out, sel.idx, sel.k
+    else:
+        out = make(n, dtype) if output != "indices" else None
+        idx = make(n, np.dtype(np.int64)) if output != "values" else None
+        k = 0
+        for b, base in zip(blocks, bases):
+            outs = (None if out is None else out[k:], None if idx is None else idx[k:])
+            k += loop(_flat(b), *outs, int(base), params)
     return by_output(
         None if out is None else _trim(out, k, alloc),
         None if idx is None else _trim(idx, k, alloc), output
     )
+
+
+def _empty(n: int, dtype: np.dtype) -> np.ndarray:
+    return np.empty(n, dtype=dtype)
+
+
+class _Selection:
+    """The loop's output buffers of a segmented call (values and/or indices, ``cap`` elements
+    each, from ``make``), the first ``k`` of them written, and how many of the call's ``n``
+    input elements have run (``done``).
+
+    They start at a small step's length: the first step measures the rate at which the input
+    is selected, and the buffers then grow to the selection that rate projects, copying only
+    that step's selection. Starting them at a segment and growing them once filled copied and
+    paged in again much of what the loop had written: at 2^24 elements, p = 0.5, indices,
+    1.33x (float32) and 1.36x (int8) the time of one full-length buffer, against 1.00x and
+    1.01x this way (the 2-core machine, calls alternating in one process).
+    """
+
+    def __init__(self, output: str, dtype: np.dtype, n: int, make: Alloc) -> None:
+        self.n, self.make, self.k, self.done = n, make, 0, 0
+        self.cap = min(n, _min_step())
+        self.out = make(self.cap, dtype) if output != "indices" else None
+        self.idx = make(self.cap, np.dtype(np.int64)) if output != "values" else None
+
+    def step(self, want: int) -> int:
+        """How many of the next ``want`` input elements the loop may run now: as many as the
+        buffers have room for (the loop may store up to one element per input element past
+        ``k``), after growing them where that room is under a small step."""
+        if self.cap - self.k < min(want, _min_step()):
+            self._grow()
+        return min(want, self.cap - self.k)
+
+    def _grow(self) -> None:
+        # To the selection projected at the rate so far, with 1/16 to spare and a small step's
+        # room past it (so an accurate projection is the last growth), or to twice the buffers
+        # where that is more (a rate rising: a few growths), never past what the rest of the
+        # input could select (``most``), and straight to that where the growth would pass half
+        # of it: the old buffers are then at most half of ``most`` (which only falls) while
+        # both exist, so a call holds at most 1.5x its full-length buffers, what
+        # batch.plan.chunk_cost charges a chunk. Without that last rule a selection rising late
+        # held 1.93x (a search over step-shaped rates). The selection so far is copied over.
+        left = self.n - self.done
+        most = self.k + left
+        rate = self.k / self.done if self.done else 1.0
+        projected = self.k + math.ceil(rate * left * 17 / 16) + _min_step()
+        cap = min(most, max(2 * self.cap, projected))
+        if 2 * cap > most:
+            cap = most
+        self.out = self._moved(self.out, cap)
+        self.idx = self._moved(self.idx, cap)
+        self.cap = cap
+
+    def _moved(self, buf: np.ndarray | None, cap: int) -> np.ndarray | None:
+        if buf is None:
+            return None
+        new = self.make(cap, buf.dtype)
+        new[: self.k] = buf[: self.k]
+        return new
+
+    def window(self, buf: np.ndarray | None, m: int) -> np.ndarray | None:
+        """Where the loop writes a step of ``m`` elements: ``m`` elements of ``buf`` from k."""
+        return None if buf is None else buf[self.k : self.k + m]
+
+
+def _min_step() -> int:
+    # The first step's length, and the least room the buffers keep before they grow (so a step
+    # may be shorter than a segment: at most 16 loop calls a segment, a few microseconds each).
+    return max(1, _SEGMENT // 16)
+
+
+def _run_segmented(
+    loop: Any, blocks: list[np.ndarray], bases: list[int], params: tuple, sel: _Selection
+) -> _Selection:
+    """Every chunk's segments through the loop into ``sel``'s buffers, each element read once
+    and each selected one written straight into its place (copied again only when the buffers
+    grow). Memory: the buffers, which end at about the selection and 1/16 of a segment (up to
+    twice that after a growth the projection underestimated; never more than the call's
+    length), the old ones during a growth (at most half the new ones), and one segment's copy
+    of a non-contiguous chunk."""
+    for b, base in zip(blocks, bases):
+        for offset, seg in _segments(b, _SEGMENT):
+            lo = 0
+            while lo < seg.size:
+                m = sel.step(seg.size - lo)
+                sel.k += loop(
+                    seg[lo : lo + m],
+                    sel.window(sel.out, m),
+                    sel.window(sel.idx, m),
+                    int(base) + offset + lo,
+                    params,
+                )
+                lo += m
+                sel.done += m
+    return sel
 
 
 def compact_masked(
@@ -184,13 +318,14 @@ def compact_into(
     count before deciding whether to keep it, so the element just past the count may hold
     scratch. The mask path writes the selection only.
     """
-    flat = _flat(a)
+    a = np.asarray(a)
     if count is None:
         count = np.empty(1, dtype=np.int64)
     if pred.path == "fused":
         try:
-            tp = pred.typed(flat.dtype)
-            k = fused_loop(tp, output)(flat, out_values, out_indices, 0, tp.bind(pred.params))
+            tp = pred.typed(a.dtype)
+            loop = fused_loop(tp, output)
+            k = _loop_into(loop, a, out_values, out_indices, tp.bind(pred.params))
         except (UnsupportedPredicate, ParamOverflow, TypeError) as e:
             logger.debug("compact_into %s chunk %s: mask path (%s)", a.dtype, pred, e)
         else:
@@ -199,8 +334,23 @@ def compact_into(
     m = np.ravel(np.asarray(pred.mask(a)), order="C")
     k = int(np.count_nonzero(m))
     if out_values is not None:
-        np.compress(m, flat, out=out_values[:k])
+        np.compress(m, np.ravel(a, order="C"), out=out_values[:k])
     if out_indices is not None:
         out_indices[:k] = np.flatnonzero(m)
     count[0] = k
     return count
+
+
+def _loop_into(
+    loop: Any, a: np.ndarray, out: np.ndarray | None, idx: np.ndarray | None, params: tuple
+) -> int:
+    """The loop over ``a`` into the caller's buffers (capacity ``a.size``): in one call, but
+    segment by segment for a non-contiguous ``a`` of more than a segment, which would
+    otherwise be copied whole into C order first."""
+    if a.flags.c_contiguous or a.size <= _SEGMENT:
+        return loop(_flat(a), out, idx, 0, params)
+    k = 0
+    for offset, seg in _segments(a, _SEGMENT):
+        outs = (None if out is None else out[k:], None if idx is None else idx[k:])
+        k += loop(seg, *outs, offset, params)
+    return k
