@@ -389,8 +389,9 @@ def rate_changes(n: int) -> dict[str, np.ndarray]:
     blocks = (np.arange(n) // (SEGMENT // 3)) % 2 == 1
     rng = np.random.default_rng(n)
     rising = rng.random(n) < np.linspace(0, 1, n)
-    # 8 rows in 10 over the first 2%, then every row: held 1.93x its full-length buffers
-    late = np.where(np.arange(n) < n // 50, np.arange(n) % 10 < 8, True)
+    # 1 row in 10 over the first 3%, then every row: held 1.93x the full-length buffers before
+    # _Selection._grow went straight to the most past half of it
+    late = np.where(np.arange(n) < n * 3 // 100, np.arange(n) % 10 < 1, True)
     return {"rising": half, "falling": ~half, "blocks": blocks, "ramp": rising, "late": late}
 
 

@@ -199,25 +199,26 @@ class _Selection:
     each, from ``make``), the first ``k`` of them written, and how many of the call's ``n``
     input elements have run (``done``).
 
-    They start at a small step's length: the first step measures the rate at which the input
-    is selected, and the buffers then grow to the selection that rate projects, copying only
-    that step's selection. Starting them at a segment and growing them once filled copied and
-    paged in again much of what the loop had written: at 2^24 elements, p = 0.5, indices,
-    1.33x (float32) and 1.36x (int8) the time of one full-length buffer, against 1.00x and
-    1.01x this way (the 2-core machine, calls alternating in one process).
+    They start at the first step's length (:func:`_first_step`), which measures the rate at
+    which the input is selected; the buffers then grow to the selection that rate projects,
+    copying only that step's selection. Starting them at a segment and growing them once
+    filled copied and paged in again much of what the loop had written: at 2^24 elements,
+    p = 0.5, indices, 1.33x (float32) and 1.36x (int8) the time of one full-length buffer
+    (the 2-core machine, calls alternating in one process).
     """
 
     def __init__(self, output: str, dtype: np.dtype, n: int, make: Alloc) -> None:
         self.n, self.make, self.k, self.done = n, make, 0, 0
-        self.cap = min(n, _min_step())
+        self.cap = min(n, _first_step())
         self.out = make(self.cap, dtype) if output != "indices" else None
         self.idx = make(self.cap, np.dtype(np.int64)) if output != "values" else None
 
     def step(self, want: int) -> int:
         """How many of the next ``want`` input elements the loop may run now: as many as the
         buffers have room for (the loop may store up to one element per input element past
-        ``k``), after growing them where that room is under a small step."""
-        if self.cap - self.k < min(want, _min_step()):
+        ``k``), after growing them where that room is under a small step (from the second
+        step on: the first measures the rate)."""
+        if self.done and self.cap - self.k < min(want, _min_step()):
             self._grow()
         return min(want, self.cap - self.k)
 
@@ -254,9 +255,16 @@ class _Selection:
 
 
 def _min_step() -> int:
-    # The first step's length, and the least room the buffers keep before they grow (so a step
-    # may be shorter than a segment: at most 16 loop calls a segment, a few microseconds each).
+    # The least room the buffers keep before they grow, so a step may be shorter than a
+    # segment: at most 16 loop calls a segment, a few microseconds each.
     return max(1, _SEGMENT // 16)
+
+
+def _first_step() -> int:
+    # The first step's length, and its buffers': 2^16 elements of a 2^22 segment, enough to
+    # measure the rate. At 1/16 of a segment (2 MiB of fresh int64, paged in by the loop)
+    # a 2^24 call at p = 0.5 took 1.05-1.08x the full-length buffer's time; at 1/64, 0.99x.
+    return max(1, _SEGMENT // 64)
 
 
 def _run_segmented(
