@@ -305,12 +305,42 @@ def _ready(client: Any) -> bool:
 # keeps the connection of the call before); a slower one costs only the direct path.
 CONNECT_TIMEOUT = 5.0
 
+# Seconds a connect may take before the scheduler is asked whether the worker is still one
+# of its own. Distributed retries a refused connection (a worker retired or lost since the
+# cached placement was read) until the timeout above, so a call after an adaptive cluster
+# scaled down waited 5 s even on a LocalCluster (2026-11-30, a probe: 5.05-5.08 s, plain
+# Dask 0.1 s). A live worker connects well within this (the pool keeps the connection of
+# the call before); a slow one costs one scheduler round trip, answered beside the connect.
+LIVENESS_CHECK_AFTER = 0.05
+
 
 def _connect_timeout() -> float:
     from dask.utils import parse_timedelta
 
     configured = parse_timedelta(dask.config.get("distributed.comm.timeouts.connect"), "s")
     return min(CONNECT_TIMEOUT, configured or CONNECT_TIMEOUT)
+
+
+async def _connect(client: Any, addr: str, timeout: float) -> Any:
+    """A comm to the worker at ``addr`` from the client's pool; OSError at once where a
+    connect slower than :data:`LIVENESS_CHECK_AFTER` is to a worker the scheduler no longer
+    knows (retired or lost), instead of waiting out ``timeout``."""
+    connecting = asyncio.ensure_future(client.rpc.connect(addr, timeout=timeout))
+    done, _ = await asyncio.wait({connecting}, timeout=LIVENESS_CHECK_AFTER)
+    if not done:
+        try:
+            known = await client._run_on_scheduler(_is_worker, addr)
+        except Exception:  # noqa: BLE001 -- no answer: the connect's own timeout decides
+            known = True
+        if not known and not connecting.done():
+            connecting.cancel()
+            raise OSError(f"worker {addr} is no longer in the cluster")
+    return await connecting
+
+
+def _is_worker(addr: str, dask_scheduler: Any = None) -> bool:
+    """On the scheduler: whether ``addr`` is one of its workers."""
+    return addr in dask_scheduler.workers
 
 
 async def _ask(client: Any, requests: dict) -> dict:
@@ -322,7 +352,7 @@ async def _ask(client: Any, requests: dict) -> dict:
 
     async def one(addr: str, request: dict) -> Any:
         try:
-            comm = await client.rpc.connect(addr, timeout=timeout)
+            comm = await _connect(client, addr, timeout)
         except Exception as e:  # noqa: BLE001 -- a lost worker: fall back
             return e
         try:

@@ -64,20 +64,32 @@ def test_a_call_after_a_worker_is_lost_does_not_wait_for_it(client3, how):
     a = rng.random(240_011)
     x = da.from_array(a, chunks=20_000).persist()  # 13 chunks, spread over the workers
     wait(x)
-    np.testing.assert_array_equal(x.map_compact(lambda v: v > 0.5).compute(), a[a > 0.5])
+    for _ in range(2):  # the second call runs over the placement the first cached
+        np.testing.assert_array_equal(x.map_compact(lambda v: v > 0.5).compute(), a[a > 0.5])
     pids = client.run(os.getpid)
     victim = sorted(pids)[0]
     if how == "killed":
         os.kill(pids[victim], signal.SIGKILL)
         client.wait_for_workers(3, timeout=120)
     else:
-        client.retire_workers([victim])
+        client.retire_workers([victim], close_workers=True)  # its process ends: refused
+        # until the client's pool has dropped its connection to it (an open one fails at
+        # once), as a call a while after a cluster scaled down finds it
+        for _ in range(100):
+            if not client.rpc.occupied.get(victim) and not client.rpc.available.get(victim):
+                break
+            time.sleep(0.1)
     wait(x)  # the lost chunks remade (or moved) elsewhere
+    # A retired worker's port refuses at once, yet distributed retries a refused connect
+    # until the timeout: the call after it waited direct.CONNECT_TIMEOUT (5 s) before the
+    # scheduler was asked whether the worker is still one (a probe, 2026-11-30). A killed
+    # worker's nanny restarts it at the same address or not; either way well under 10 s.
+    limit = 2.5 if how == "retired" else 10
     for _ in range(2):
         t = time.perf_counter()
         y = x.map_compact(lambda v: v > 0.5)
         took = time.perf_counter() - t
-        assert took < 10, f"the call took {took:.1f} s"
+        assert took < limit, f"the call took {took:.1f} s"
         np.testing.assert_array_equal(y.compute(), a[a > 0.5])
     # Later calls ask the new placement and go direct again. Not always the second call: a
     # restarted worker that holds remade chunks may not serve the direct handler yet (seen
