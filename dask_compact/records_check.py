@@ -72,9 +72,7 @@ def checked_fields(fields: Any, indices: bool, fn: str = "compact_records"
         if not lazy:
             a = out[name] = in_memory(a)
         like = a._meta if lazy else a
-        check_chunk_type(like, f"{fn} (field {name!r})",
-                         "the chunks first, e.g. x.map_blocks(np.asarray)" if lazy
-                         else "it first, e.g. np.asarray(a)")
+        check_chunk_type(like, f"{fn} (field {name!r})", in_memory=not lazy)
         modules.add(_module_of(like))
         if lazy:
             check_dask_input(a, f"field {name!r}")

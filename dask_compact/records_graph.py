@@ -22,7 +22,6 @@ from dask.highlevelgraph import HighLevelGraph
 
 from . import call_client, client_stream
 from .dispatch import compact_records as compact_records_chunk
-from .dispatch import refuse_masked_chunk
 from .graph import (
     _count,
     _extend,
@@ -36,6 +35,7 @@ from .graph import (
 )
 from .predicate.core import Predicate
 from .records_check import INDICES
+from .validate import check_chunk
 
 __all__ = ["build_records", "records_block", "aligned"]
 
@@ -52,7 +52,7 @@ def records_block(
     # the backend is dispatched on the first field's chunk alone: a masked chunk of another
     # field (gathered, or read after the first) would be copied without its mask
     for name, b in fields.items():
-        refuse_masked_chunk(b, "compact_records", f"field {name!r}")
+        check_chunk(b, "compact_records", f"field {name!r}")
     return compact_records_chunk(blocks[0], fields, pred, indices, stable, index_base, 1)
 
 

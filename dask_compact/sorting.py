@@ -17,7 +17,7 @@ from . import call_client, client_stream, settings
 from .backends.split_radix import order_key
 from .graph import input_form, without_empty_chunks
 from .sort_graph import EXCHANGES, build_sort, default_buckets, join_small_chunks
-from .validate import check_chunk_type, check_dask_input, native
+from .validate import check_chunk, check_chunk_type, check_dask_input, native
 
 __all__ = ["sort", "argsort", "LOCAL_SORTS", "SORT_DTYPES"]
 
@@ -159,6 +159,7 @@ def _time_keys(block: np.ndarray) -> np.ndarray:
     """uint64 keys that order datetime64/timedelta64 values as NumPy sorts them: by their
     int64 value, NaT (the smallest int64) last. The int64s' order keys (v ^ sign: NaT is 0),
     less 1 modulo 2^64, which moves NaT alone to the top."""
+    check_chunk(block, "sort")
     return order_key(block.view(np.int64)) - np.uint64(1)
 
 
