@@ -38,7 +38,16 @@ def scan_dtype(dtype: Any, out_dtype: Any = None) -> np.dtype:
             + ("; cast float16 to float32 first" if dt == np.dtype(np.float16) else "")
         )
     if out_dtype is None:
-        return np.dtype(np.cumsum(np.zeros(0, dtype=dt)).dtype)
+        acc = np.dtype(np.cumsum(np.zeros(0, dtype=dt)).dtype)
+        if acc not in _ACC:
+            # longdouble: NumPy sums it in longdouble, which no scan here is built for (the
+            # compiled loop failed with a numba TypingError, a new-user probe)
+            raise TypeError(
+                f"scan takes bool, integer, float32 or float64 arrays, not {dt}; pass "
+                "dtype=np.float64 to sum in float64, or use np.cumsum for its extended "
+                "precision"
+            )
+        return acc
     acc = np.dtype(out_dtype)
     if acc not in _ACC:
         raise TypeError(
