@@ -266,7 +266,8 @@ def _check_mask_is_an_array(mask: Any, x: da.Array) -> None:
             f"{x.shape}, not a {type(mask).__name__}; for a predicate (a callable or a "
             "string) use dask_compact.map_compact(x, pred) or x.map_compact(pred)"
         )
-    if not isinstance(mask, da.Array) and np.ndim(mask) == 0:
+    # a 0-d mask of 0-d x has its shape (NumPy's a[np.array(True)] is [a]): the usual checks
+    if not isinstance(mask, da.Array) and np.ndim(mask) == 0 and x.ndim > 0:
         raise TypeError(
             f"mask must be a boolean dask or NumPy array of x's shape {x.shape}, not "
             f"{mask!r}; to select by a condition, pass it computed on x (compact(x, x > 3)), "
