@@ -92,7 +92,7 @@ def join_small_chunks(x: da.Array) -> da.Array:
     # each chunk checked before Dask's concatenate joins it to others: it takes the type of
     # the chunk of highest __array_priority__, and a plain one made plain data of another
     # ndarray subclass (check_chunk)
-    checked = x.map_blocks(_checked_chunk, "sort", dtype=x.dtype, meta=x._meta)
+    checked = da.map_blocks(_checked_chunk, x, fn="sort", dtype=x.dtype, meta=x._meta)
     return checked.rechunk({0: min_bucket})
 
 
