@@ -266,7 +266,8 @@ def _check_mask_is_an_array(mask: Any, x: da.Array) -> None:
             f"{x.shape}, not a {type(mask).__name__}; for a predicate (a callable or a "
             "string) use dask_compact.map_compact(x, pred) or x.map_compact(pred)"
         )
-    if not isinstance(mask, da.Array) and np.ndim(mask) == 0:
+    # a 0-d mask of 0-d x has its shape (NumPy's a[np.array(True)] is [a]): the usual checks
+    if not isinstance(mask, da.Array) and np.ndim(mask) == 0 and x.ndim > 0:
         raise TypeError(
             f"mask must be a boolean dask or NumPy array of x's shape {x.shape}, not "
             f"{mask!r}; to select by a condition, pass it computed on x (compact(x, x > 3)), "
@@ -345,12 +346,17 @@ def _check_dask_array(x: Any, fn: str) -> da.Array:
 
 def _view(x: da.Array, dtype: np.dtype) -> da.Array:
     """x's blocks viewed as ``dtype`` of the same item size (dask's ``Array.view`` needs known
-    chunk sizes)."""
-    return da.map_blocks(_view_block, x, view_as=dtype, dtype=dtype)
+    chunk sizes), each first in x's declared dtype (see :func:`_view_block`)."""
+    return da.map_blocks(_view_block, x, declared=x.dtype, view_as=dtype, dtype=dtype)
 
 
-def _view_block(block: Any, view_as: np.dtype) -> Any:
-    return block.view(view_as)
+def _view_block(block: Any, declared: np.dtype, view_as: np.dtype) -> Any:
+    """``block`` as ``declared``, then its bits as ``view_as``. A chunk need not hold the
+    dtype its dask array declares (``map_blocks(f, dtype="M8[s]")`` of chunks that are
+    ``M8[ms]``, or ``>M8[s]``): Dask's own operations cast where they combine chunks, and
+    a view of the chunk's bits in the declared dtype read milliseconds as seconds, and
+    big-endian bytes as garbage dates (a new-user probe). Free where they agree."""
+    return block.astype(declared, copy=False).view(view_as)
 
 
 def _native(x: da.Array) -> da.Array:

@@ -13,7 +13,6 @@ from .dispatch import (
     compact_many,
     compact_masked,
     compact_runs,
-    refuse_masked_chunk,
     remember_call,
     repeated_call,
 )
@@ -24,7 +23,9 @@ from .validate import (
     by_output,
     check_algorithm,
     check_apart,
+    check_chunk,
     check_chunk_type,
+    check_chunks,
     check_dtype,
     check_into_buffer,
     check_output,
@@ -121,7 +122,7 @@ def _checked(fn: str, a: Any, pred: PredicateLike, output: str, stable: bool, al
     if is_dask_array(a):
         raise TypeError(f"{fn} takes an in-memory NumPy or CuPy array; for a dask array use "
                         "x.map_compact(pred) (dask_compact.map_compact)")
-    check_chunk_type(a, fn, "it first, e.g. np.asarray(a)")
+    check_chunk_type(a, fn, in_memory=True)
     check_dtype(a.dtype)
     p = as_predicate(pred)
     if not a.dtype.isnative:
@@ -142,6 +143,7 @@ def compact_block(
 ) -> Any:
     """Phase 1 for one dask chunk: the output chunk itself when ``direct`` (one output),
     else ``(values | None, indices | None, input length)``."""
+    check_chunk(block, "dask_compact")
     out = compact_chunk(block, pred, output, stable, algorithm, index_base)
     if direct:
         return out
@@ -158,6 +160,7 @@ def compact_blocks(
 
     ``bases[i]`` is chunk i's global input start, so indices come out global. Blocks of any
     shape are taken in C order."""
+    check_chunks(blocks, "dask_compact")  # each: the step is dispatched on the first's type
     blocks = [b.reshape(-1) for b in blocks]  # a view of a contiguous block
     impl = compact_many.dispatch(type(blocks[0]))
     out = impl(blocks, pred, output, stable, algorithm, bases)
@@ -185,6 +188,8 @@ def compact_held_runs(
 ) -> tuple:
     """One output per run of chunks (see :func:`compact_group`), outside any task: what a
     group task and a worker asked directly (:mod:`dask_compact.direct`) both run."""
+    for run in runs:  # each chunk: the step is dispatched on the first one's type
+        check_chunks(run, "dask_compact")
     runs = [[b.reshape(-1) for b in run] for run in runs]  # blocks of any shape, in C order
     impl = compact_runs.dispatch(type(runs[0][0]))
     return impl(runs, pred, output, stable, algorithm, bases)
@@ -203,8 +208,9 @@ def compact_block_masked(
         raise ValueError(
             f"mask chunk of shape {mask.shape} does not match data chunk {block.shape}"
         )
+    check_chunk(block, "compact")
     # the step is dispatched on the data chunk: a masked mask chunk would select by its data
-    refuse_masked_chunk(mask, "compact", "the mask")
+    check_chunk(mask, "compact", "the mask")
     out = compact_masked(block, mask, output, index_base)
     if direct:
         return out

@@ -80,7 +80,6 @@ scatter compaction of the backend's ``compact_scan`` instead of the fused kernel
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 from dask.utils import Dispatch
@@ -348,31 +347,18 @@ def _register_cupy_split() -> None:
 
 
 # A masked chunk is an ndarray subclass, which the NumPy steps above would take, dropping its
-# mask. A dask array whose _meta says ndarray can hold masked chunks (map_blocks returning
-# np.ma arrays without saying so), which the check of the meta lets by: each step refuses
-# them as the meta's check does.
-def refuse_masked_chunk(chunk: Any, fn: str, what: str = "the input") -> None:
-    """TypeError if ``chunk`` is a masked array, though its dask array's meta is not.
-
-    For the chunks a step is not dispatched on (a record's other fields, compact's mask): the
-    step runs on the type of its first argument's chunk alone, so a masked one elsewhere
-    would lose its mask (a probe: a gathered field came back as plain data)."""
-    if isinstance(chunk, np.ma.MaskedArray):
-        from .validate import check_chunk_type
-
-        check_chunk_type(  # raises, with what to write instead
-            chunk,
-            f"{fn} (a chunk of {what} is a masked array, though the dask array's meta is not)")
-
-
+# mask. Every step's caller checks each chunk first (validate.check_chunk: a dask array whose
+# _meta says ndarray can hold masked chunks, from map_blocks returning np.ma arrays without
+# saying so); this refusal is what a step given one directly answers all the same.
 def _refuse_masked(step: Dispatch) -> Callable[..., None]:
     def refuse(*args: object, **kwargs: object) -> None:
-        refuse_masked_chunk(np.ma.masked_array([]), step.__name__)
+        from .validate import check_chunk
+
+        check_chunk(np.ma.masked_array([]), step.__name__)
 
     return refuse
 
 
-# compact_many and compact_runs are dispatched on their first chunk's type
 for _step in (compact_chunk, compact_masked, compact_many, compact_runs, compact_into,
               compact_records, compact_records_into, scan_chunk, scan_total, *_SORT_STEPS,
               split_chunk):

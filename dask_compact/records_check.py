@@ -72,12 +72,12 @@ def checked_fields(fields: Any, indices: bool, fn: str = "compact_records"
         if not lazy:
             a = out[name] = in_memory(a)
         like = a._meta if lazy else a
-        check_chunk_type(like, f"{fn} (field {name!r})",
-                         "the chunks first, e.g. x.map_blocks(np.asarray)" if lazy
-                         else "it first, e.g. np.asarray(a)")
+        check_chunk_type(like, f"{fn} (field {name!r})", in_memory=not lazy)
         modules.add(_module_of(like))
         if lazy:
             check_dask_input(a, f"field {name!r}")
+        if a.dtype.kind == "T":
+            raise TypeError(_variable_width_strings(name, a.dtype))
         if a.dtype.hasobject:
             raise TypeError(f"field {name!r} has dtype {a.dtype}: objects cannot be compacted")
         if a.ndim == 0:
@@ -102,6 +102,20 @@ def checked_fields(fields: Any, indices: bool, fn: str = "compact_records"
         if len(devices) > 1:
             raise ValueError(f"fields are on several devices ({sorted(devices)}); use one")
     return out, lazy
+
+
+def _variable_width_strings(name: str, dtype: np.dtype) -> str:
+    """The refusal of a ``StringDType`` field, with the two ways that work. Its elements are
+    not fixed-size bits in the array (a long string lives in the array's own side
+    allocation), so the gathers, which copy every other dtype's rows as bits, cannot move
+    them, and CuPy has no such dtype; NumPy's ``s[m]`` does, in one call, from the indices."""
+    return (
+        f"field {name!r} has dtype {dtype}: variable-width strings are not gathered (their "
+        "characters are not stored in the array's fixed-size elements). Cast it to a "
+        f"fixed-width dtype of its longest string, {name}.astype(f\"U{{np.strings.str_len("
+        f"{name}).max()}}\"), or select it with NumPy by the selected rows: pass indices=True "
+        f"(leaving {name!r} out of the fields) and take {name}[out[\"indices\"]]"
+    )
 
 
 def check_record_predicate(pred: Any, fields: dict[str, Any]) -> Predicate:

@@ -22,7 +22,6 @@ from dask.highlevelgraph import HighLevelGraph
 
 from . import call_client, client_stream
 from .dispatch import compact_records as compact_records_chunk
-from .dispatch import refuse_masked_chunk
 from .graph import (
     _count,
     _extend,
@@ -36,15 +35,21 @@ from .graph import (
 )
 from .predicate.core import Predicate
 from .records_check import INDICES
+from .validate import check_chunk
 
 __all__ = ["build_records", "records_block", "aligned"]
 
 
 def records_block(
     names: tuple[str, ...], blocks: list[Any], pred: Predicate, indices: bool, stable: bool,
-    index_base: int,
+    index_base: int, times: dict[str, np.dtype] | None = None,
 ) -> dict[str, Any]:  # fmt: skip
-    """Phase 1 for one row chunk of a record: every field's selected rows (+ indices)."""
+    """Phase 1 for one row chunk of a record: every field's selected rows (+ indices).
+
+    ``times``: the declared dtype of each datetime64/timedelta64 field, which its chunk is
+    cast to first (free where they agree): the rows are copied as bits, so a chunk of
+    another unit or byte order than declared came back as such (``M8[ms]`` values in a
+    result that says ``M8[s]``; see api._view_block)."""
     fields = dict(zip(names, blocks))
     rows = {name: b.shape[0] for name, b in fields.items()}
     if len(set(rows.values())) > 1:  # aligned() makes this impossible; a guard all the same
@@ -52,7 +57,9 @@ def records_block(
     # the backend is dispatched on the first field's chunk alone: a masked chunk of another
     # field (gathered, or read after the first) would be copied without its mask
     for name, b in fields.items():
-        refuse_masked_chunk(b, "compact_records", f"field {name!r}")
+        check_chunk(b, "compact_records", f"field {name!r}")
+    for name, dtype in (times or {}).items():
+        fields[name] = fields[name].astype(dtype, copy=False)
     return compact_records_chunk(blocks[0], fields, pred, indices, stable, index_base, 1)
 
 
@@ -88,10 +95,12 @@ def build_records(
     token = tokenize("compact_records", [fields[n].name for n in names], names, pred, indices,
                      stable, lazy, forms, computed_call(lazy, *forms))
     p1 = f"compact-records-{token}"
+    times = {n: fields[n].dtype for n in names if fields[n].dtype.kind in ("m", "M")}
     layer: dict[Any, Any] = {}
     for i in range(nb):
         keys = [(fields[n].name, i, *([0] * (fields[n].ndim - 1))) for n in names]
-        layer[(p1, i)] = (records_block, names, keys, pred, indices, stable, int(starts[i]))
+        layer[(p1, i)] = (records_block, names, keys, pred, indices, stable, int(starts[i]),
+                          times)
     deps: list[Any] = list(fields.values())  # dask's typing does not count Array
     graph = HighLevelGraph.from_collections(p1, layer, dependencies=deps)
 

@@ -15,7 +15,7 @@ import numpy as np
 
 from . import settings
 from .dispatch import scan_chunk, scan_total
-from .validate import check_chunk_type, in_memory, native
+from .validate import check_chunk, check_chunk_type, conversion, in_memory, native
 
 __all__ = ["scan_array", "cumsum", "scan_dtype", "CPU_ALGORITHMS", "GPU_ALGORITHMS"]
 
@@ -38,7 +38,16 @@ def scan_dtype(dtype: Any, out_dtype: Any = None) -> np.dtype:
             + ("; cast float16 to float32 first" if dt == np.dtype(np.float16) else "")
         )
     if out_dtype is None:
-        return np.dtype(np.cumsum(np.zeros(0, dtype=dt)).dtype)
+        acc = np.dtype(np.cumsum(np.zeros(0, dtype=dt)).dtype)
+        if acc not in _ACC:
+            # longdouble: NumPy sums it in longdouble, which no scan here is built for (the
+            # compiled loop failed with a numba TypingError, a new-user probe)
+            raise TypeError(
+                f"scan takes bool, integer, float32 or float64 arrays, not {dt}; pass "
+                "dtype=np.float64 to sum in float64, or use np.cumsum for its extended "
+                "precision"
+            )
+        return acc
     acc = np.dtype(out_dtype)
     if acc not in _ACC:
         raise TypeError(
@@ -138,7 +147,7 @@ def scan_array(a: Any, *, exclusive: bool = True, algorithm: str = "auto",
     if type(a) is not np.ndarray and not _is_gpu(a):
         raise TypeError(
             f"scan_array needs a NumPy or CuPy array, not {type(a).__module__}."
-            f"{type(a).__name__}; convert it first (np.asarray)"
+            f"{type(a).__name__}; convert {conversion(a, in_memory=True)}"
         )
     acc = scan_dtype(a.dtype, dtype)
     alg = _check_algorithm(algorithm, _is_gpu(a), "scan_array")
@@ -228,7 +237,7 @@ def cumsum(x: Any, *, exclusive: bool = False, algorithm: str = "auto",
     token = tokenize("dask_compact.cumsum", x1.name, bool(exclusive), alg, acc.str)
     totals, offsets, name = f"cumsum-total-{token}", f"cumsum-offsets-{token}", f"cumsum-{token}"
     nb = x1.numblocks[0]
-    dsk: dict = {(totals, i): (scan_total, (x1.name, i), acc) for i in range(nb)}
+    dsk: dict = {(totals, i): (_total_block, (x1.name, i), acc) for i in range(nb)}
     dsk[(offsets, 0)] = (_offsets, [(totals, i) for i in range(nb)], acc)
     for i in range(nb):
         dsk[(name, i)] = (_scan_block, (x1.name, i), (offsets, 0), i, bool(exclusive), alg, acc)
@@ -250,7 +259,13 @@ def _offsets(totals: list[Any], acc: np.dtype) -> np.ndarray:
     return out
 
 
+def _total_block(block: Any, acc: np.dtype) -> Any:
+    check_chunk(block, "cumsum")  # the step is dispatched on the chunk's type: see check_chunk
+    return scan_total(block, acc)
+
+
 def _scan_block(block: Any, offsets: np.ndarray, i: int, exclusive: bool, algorithm: str,
                 acc: np.dtype) -> Any:
+    check_chunk(block, "cumsum")
     # the first chunk has no offset: its scan is NumPy's bit for bit (see scan_chunk)
     return scan_chunk(block, exclusive, algorithm, acc, offsets[i] if i else None)

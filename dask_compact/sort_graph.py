@@ -56,6 +56,7 @@ from .dispatch import sort_bounds, sort_chunk, sort_merge
 from .graph import _extend, _meta, computed_call, input_form
 from .imported import distributed_if_imported
 from .placement import _held_where
+from .validate import check_chunk
 
 __all__ = ["build_sort", "splitters", "sample_positions", "exchange_groups", "bucket_groups",
            "default_buckets", "EXCHANGES"]
@@ -88,7 +89,16 @@ def join_small_chunks(x: da.Array) -> da.Array:
     n, nchunks = int(x.shape[0]), int(x.numblocks[0])
     if nchunks <= 1 or 4 * n >= nchunks * min_bucket:
         return x
-    return x.rechunk({0: min_bucket})
+    # each chunk checked before Dask's concatenate joins it to others: it takes the type of
+    # the chunk of highest __array_priority__, and a plain one made plain data of another
+    # ndarray subclass (check_chunk)
+    checked = da.map_blocks(_checked_chunk, x, fn="sort", dtype=x.dtype, meta=x._meta)
+    return checked.rechunk({0: min_bucket})
+
+
+def _checked_chunk(a: Any, fn: str) -> Any:
+    check_chunk(a, fn)
+    return a
 
 
 # At most this many sample values in all (the client sorts them; 2^20 take ~0.2 s).
@@ -138,11 +148,13 @@ def splitters(
 # Tasks call these module functions, never a Dispatch object: one pickled into a task would be
 # a copy, and the lazy registration on the worker would fill in the module's, not the copy.
 def _local_sort(a: Any, indices: bool, base: int, positions: np.ndarray, local: str) -> tuple:
+    check_chunk(a, "sort")  # the step is dispatched on the chunk's type: see check_chunk
     return sort_chunk(a, indices, base, positions, local)
 
 
 def _sort_whole(a: Any, indices: bool, local: str) -> Any:
     """One chunk sorted (or its argsort): the local sort with no sample."""
+    check_chunk(a, "sort")
     values, order, _ = sort_chunk(a, indices, 0, np.zeros(0, np.int64), local)
     return order if indices else values
 

@@ -40,7 +40,7 @@ from .graph import (
 )
 from .predicate import Predicate, PredicateLike, as_predicate
 from .predicate.core import NotElementwise
-from .validate import check_dtype, check_output
+from .validate import check_chunk, check_dtype, check_output
 
 __all__ = ["partition", "partition_array"]
 
@@ -83,6 +83,7 @@ def partition_array(a: Any, pred: PredicateLike, *, output: str = "values") -> t
 
 def split_block(block: Any, pred: Predicate, output: str, index_base: int) -> dict[str, Any]:
     """Phase 1 for one dask chunk: its split values and/or global indices, and its count."""
+    check_chunk(block, "partition")  # the step is dispatched on the chunk's type
     out, k = split_chunk(block, pred, output, index_base)
     if output == "both":
         return {"values": out[0], "indices": out[1], "k": k, "n": int(block.size)}

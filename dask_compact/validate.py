@@ -125,16 +125,19 @@ def in_memory(a: Any) -> Any:
     return np.asarray(a) if isinstance(a, np.memmap) else a
 
 
-def check_chunk_type(a: Any, fn: str, convert: str = "the chunks first, e.g. "
-                     "x.map_blocks(np.asarray)") -> None:
+def check_chunk_type(a: Any, fn: str, in_memory: bool = False) -> None:
     """TypeError for chunk types whose selection would silently lose information.
 
-    ``convert``: how to convert, in the message (the in-memory calls say np.asarray).
-
-    ``a`` is a chunk or a dask array's ``_meta``. NumPy and CuPy arrays are compacted; a masked
-    array's mask would be dropped (and NumPy evaluates a predicate on masked data with its own
-    rules), so it is refused with the way to say what is meant; other array types (sparse...)
-    have no backend."""
+    ``a`` is a chunk or a dask array's ``_meta`` (``in_memory``: the array an in-memory call
+    was given, and the advice converts it rather than the chunks). NumPy arrays (exactly
+    ``np.ndarray``, or ``np.memmap``, file-backed NumPy data) and CuPy arrays are compacted.
+    Every other type is refused, with how to convert it (:func:`conversion`): a masked
+    array's mask would be dropped (and NumPy evaluates a predicate on masked data with its
+    own rules); another ndarray subclass (astropy's ``Quantity``) would come back as plain
+    numbers, without what it carries (plain Dask's ``x[x > 0.5]`` raises for a Quantity
+    compared with a bare number); other array types (sparse) have no backend."""
+    if type(a) in _PLAIN or _module_of(a) == "cupy":
+        return
     if isinstance(a, np.ma.MaskedArray):
         raise TypeError(
             f"{fn} does not take masked arrays: their mask would be lost. Say what masked "
@@ -142,12 +145,64 @@ def check_chunk_type(a: Any, fn: str, convert: str = "the chunks first, e.g. "
             "dask_compact.compact(d, (d > 0.5) & ~da.ma.getmaskarray(x))`, or filled: "
             "`da.ma.filled(x, np.nan).map_compact(...)`"
         )
-    if type(a) is np.ndarray or _module_of(a) == "cupy":
-        return
+    what = "NumPy or CuPy arrays" if in_memory else "NumPy or CuPy chunks"
     raise TypeError(
-        f"{fn} compacts NumPy or CuPy chunks, not {type(a).__module__}.{type(a).__name__}; "
-        f"convert {convert}"
+        f"{fn} compacts {what}, not {type(a).__module__}.{type(a).__name__}; convert "
+        f"{conversion(a, in_memory)}"
     )
+
+
+# exactly these NumPy types are taken as they are: a memmap is NumPy data in a file
+_PLAIN = (np.ndarray, np.memmap)
+
+
+def conversion(a: Any, in_memory: bool = False) -> str:
+    """How to turn ``a`` (a chunk, a meta, or an in-memory array of a type the calls do not
+    take) into NumPy data, for a message: what works for its type. ``np.asarray`` does not
+    for sparse arrays (pydata's refuses to densify, scipy's gives a 0-d object array), and
+    the meta must be given where Dask cannot infer it from a call on the meta."""
+    module = type(a).__module__.split(".")[0]
+    if module == "sparse" and hasattr(a, "todense"):  # pydata sparse (COO, GCXS, DOK)
+        dense, note = "todense()", ""
+    elif module == "scipy" and hasattr(a, "toarray"):  # scipy.sparse matrices and arrays
+        dense, note = "toarray()", ""
+    elif isinstance(a, np.ndarray):
+        # another ndarray subclass: np.asarray keeps the numbers, drops what it carries
+        dense = None
+        note = (f" (which keeps the numbers alone: decide first what the "
+                f"{type(a).__name__}'s extra information means; for an astropy Quantity, its "
+                "values in one unit, lambda b: b.to_value(unit))")
+    else:
+        dense, note = None, ""
+    if in_memory:
+        return f"it first, e.g. {'a.' + dense if dense else 'np.asarray(a)'}{note}"
+    meta = f"np.empty({(0,) * max(getattr(a, 'ndim', 1), 1)}, {str(a.dtype)!r})" \
+        if hasattr(a, "dtype") else "np.empty(0)"  # fmt: skip
+    call = f"lambda b: b.{dense}" if dense else "np.asarray"
+    return f"the chunks first, e.g. x.map_blocks({call}, meta={meta}){note}"
+
+
+def check_chunk(chunk: Any, fn: str, what: str = "the input") -> None:
+    """The check of every chunk a step takes, before it computes (each chunk of a run, of
+    ``compact``'s mask, of each record field, not the first alone): TypeError for a chunk of
+    a type :func:`check_chunk_type` refuses, though its dask array's meta (checked when the
+    call was made) is plain NumPy, as ``map_blocks`` without ``meta=`` declares it. The
+    steps are dispatched on their first chunk's type, and the NumPy steps take any ndarray
+    subclass: a masked chunk after a plain one lost its mask (a new-user probe), a Quantity
+    its unit, and sparse chunks failed inside the backend with errors that said nothing."""
+    if type(chunk) in _PLAIN or _module_of(chunk) == "cupy":
+        return  # every chunk of every task passes here: the common case in two lookups
+    if isinstance(chunk, np.ma.MaskedArray):
+        where = f"a chunk of {what} is a masked array, though the dask array's meta is not"
+    else:
+        where = f"a chunk of {what}, though the dask array's meta is NumPy's"
+    check_chunk_type(chunk, f"{fn} ({where})")
+
+
+def check_chunks(chunks: Any, fn: str, what: str = "the input") -> None:
+    """:func:`check_chunk` on each of ``chunks``."""
+    for c in chunks:
+        check_chunk(c, fn, what)
 
 
 # type -> "cupy" or "numpy", as _module_of answers: a small call of compact_into asks 9 times

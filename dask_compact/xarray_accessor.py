@@ -19,7 +19,7 @@ from typing import Any
 
 import xarray as xr
 
-from .validate import is_dask_array
+from .validate import check_chunk_type, is_dask_array
 
 __all__ = ["CompactDatasetAccessor", "CompactDataArrayAccessor", "register"]
 
@@ -379,6 +379,11 @@ def _with_mask(
             f"cond is a DataArray of dtype {cond.dtype}; compact.where takes a boolean one "
             "(ds.energy > 5), a string or a callable"
         )
+    # refused here in its own name: as the field it becomes, the refusal named
+    # "compact_records (field 'cond')", a call and a name the caller never gave
+    lazy = is_dask_array(cond.data)
+    check_chunk_type(cond.data._meta if lazy else cond.data, "compact.where (cond)",
+                     in_memory=not lazy)
     if cond.ndim != 1 or (dim is not None and cond.dims != (dim,)):
         along = f"along {dim!r}" if dim is not None else "along one dimension"
         raise ValueError(

@@ -387,3 +387,22 @@ def in_threads(work, n: int) -> None:
         t.join()
     if errors:
         raise errors[0]
+
+
+# chunks that hold another unit or byte order than their dask array declares (map_blocks(f,
+# dtype=...)): (the chunks' dtype, the declared one); the values are whole seconds
+HIDDEN_TIMES = [("M8[ms]", "M8[s]"), (">M8[s]", "M8[s]"), ("m8[us]", "m8[s]"),
+                (">m8[s]", "m8[s]")]
+
+
+def hidden_times(chunk_dtype: str, declared: str) -> tuple:
+    """NumPy's values in the declared dtype (NaT among them), and a dask array of them whose
+    chunks are ``chunk_dtype``."""
+    import dask.array as da
+
+    a = np.array([10, 7200, 86400, 30, -5, 61, 59, 3600 * 24 * 400, -86400], "i8")
+    a = a.view(np.dtype(declared))
+    a[4] = np.array("NaT", a.dtype)
+    chunks = a.astype(chunk_dtype)
+    x = da.from_array(chunks, chunks=2).map_blocks(lambda b: b, dtype=declared)
+    return a, x

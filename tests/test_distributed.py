@@ -1119,3 +1119,65 @@ def test_an_eager_call_on_an_asynchronous_clients_loop_says_to_run_it_in_a_threa
         asyncio.run(main())
         gc.collect()
     assert not [w for w in seen if "never awaited" in str(w.message)], seen
+
+
+def _masked_if_odd(b: np.ndarray, k: int) -> np.ndarray:
+    return np.ma.masked_greater(b, 0.5) if k % 2 else b
+
+
+def _plain_then_masked(client, a: np.ndarray, chunk: int, workers: list[str]) -> da.Array:
+    """``a`` persisted under a plain meta with chunk k masked (np.ma, > 0.5) where k is odd,
+    and chunks 2j, 2j + 1 on ``workers[j % len(workers)]``: every worker's first chunk plain,
+    its second masked."""
+    from distributed import wait
+
+    parts = [
+        client.persist(da.from_array(a[s : s + chunk], chunks=chunk).map_blocks(
+            _masked_if_odd, k, meta=np.empty(0)), workers=[workers[k // 2 % len(workers)]])
+        for k, s in enumerate(range(0, len(a), chunk))
+    ]
+    x = da.concatenate(parts).persist()
+    wait(x)
+    return x
+
+
+_MASKED_CALLS = {
+    "values": lambda x: x.map_compact("x > 0.3"),
+    "indices": lambda x: x.map_compact("x > 0.3", output="indices"),
+    "both": lambda x: x.map_compact("x > 0.3", output="both")[0],
+    "chunks=": lambda x: x.map_compact("x > 0.3", chunks=7),
+    "mask path": lambda x: x.map_compact(lambda v: np.isin(v > 0.3, [True])),
+    "flatnonzero": lambda x: dask_compact.flatnonzero(x),
+}
+
+
+def _each_call_refuses(x: da.Array) -> None:
+    for direct in (True, False):
+        with dask.config.set({"dask-compact.direct": direct}):
+            for name, call in _MASKED_CALLS.items():
+                with pytest.raises(TypeError, match="masked array, though the dask array's"):
+                    call(x).compute()
+                    pytest.fail(f"{name} (direct {direct}): no error")
+
+
+def test_masked_chunks_after_a_plain_one_on_a_worker_are_refused(client):
+    """A worker's run of chunks was compacted by one step dispatched on its first chunk's
+    type: a masked chunk after a plain one under a plain meta came back as plain data, the
+    mask dropped, asked directly or as tasks (a new-user probe: flatnonzero gave all 90
+    indices). Refused, as a worker's first chunk masked was; on 2 worker processes here,
+    on 1 in the next test."""
+    a = np.random.default_rng(24).random(80)
+    workers = sorted(client.nthreads())
+    x = _plain_then_masked(client, a, 10, workers)
+    blocks = [x.dask[k] for k in dask.core.flatten(x.__dask_keys__())]
+    where = [set(client.who_has([f])[f.key]) for f in blocks]
+    assert where == [{workers[k // 2 % 2]} for k in range(8)]  # runs of 2, plain first
+    _each_call_refuses(x)
+
+
+def test_masked_second_chunk_on_one_worker_is_refused():
+    from conftest import local_process_cluster
+
+    a = np.random.default_rng(25).random(20)
+    with local_process_cluster(1) as c:
+        _each_call_refuses(_plain_then_masked(c, a, 10, sorted(c.nthreads())))

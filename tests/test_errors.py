@@ -204,3 +204,17 @@ def test_a_callable_that_fails_is_named_with_what_it_got():
             call()
         notes = " ".join(getattr(info.value, "__notes__", []))
         assert "the predicate" in notes and "numpy.ndarray of dtype float64" in notes
+
+
+@pytest.mark.parametrize("mask", [np.array(True), np.array(False), True, np.bool_(True)])
+def test_a_zero_d_mask_of_zero_d_x_selects_as_numpy(mask):
+    """A 0-d mask has a 0-d x's shape: NumPy's a[np.array(True)] is [a]. It was refused with
+    a message that contradicted itself ("a boolean ... array of x's shape (), not
+    array(True)", a new-user probe); a 0-d dask mask worked."""
+    a = np.array(2.5)
+    x = da.from_array(a)
+    v, i = dask_compact.compact(x, mask, output="both")
+    np.testing.assert_array_equal(v.compute(), a[np.asarray(mask)])
+    np.testing.assert_array_equal(i.compute(), np.flatnonzero(mask))
+    with pytest.raises(TypeError, match="mask must be boolean, not float64"):
+        dask_compact.compact(x, np.array(1.0))

@@ -9,7 +9,7 @@ import dask
 import dask.array as da
 import numpy as np
 import pytest
-from conftest import DTYPES, random_array, threshold_predicate
+from conftest import DTYPES, HIDDEN_TIMES, hidden_times, random_array, threshold_predicate
 
 import dask_compact
 from dask_compact.predicate.trace import NotElementwise
@@ -367,3 +367,21 @@ def test_first_calls_from_several_threads_at_once():
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=300)
     assert res.returncode == 0 and "ok" in res.stdout, res.stderr[-2000:]
+
+
+@pytest.mark.parametrize("chunk_dtype, declared", HIDDEN_TIMES)
+def test_times_in_chunks_of_another_unit_or_byte_order_than_declared(chunk_dtype, declared):
+    """The values were the chunk's bits read in the declared dtype: milliseconds as seconds
+    (1000x off), big-endian bytes as garbage dates (a new-user probe); plain Dask's
+    ``x[x > t0]`` gives the right times. Each chunk is cast to the declared dtype first."""
+    a, x = hidden_times(chunk_dtype, declared)
+    t0 = a[5]
+    m = a > t0
+    v, i = x.map_compact(lambda v: v > t0, output="both")
+    assert v.dtype == a.dtype
+    np.testing.assert_array_equal(v.compute(), a[m])
+    np.testing.assert_array_equal(i.compute(), np.flatnonzero(m))
+    np.testing.assert_array_equal(dask_compact.compact(x, x > t0).compute(), a[m])
+    np.testing.assert_array_equal(dask_compact.compact(x, m, chunks=3).compute(), a[m])
+    np.testing.assert_array_equal(dask_compact.flatnonzero(x).compute(), np.flatnonzero(a))
+    np.testing.assert_array_equal(x[x > t0].compute(), a[m])  # plain Dask agrees

@@ -300,3 +300,23 @@ def test_cumsum_on_local_cluster(process_client) -> None:
     p = x.persist()
     v = p.map_compact("x > 0", algorithm="scan")
     np.testing.assert_array_equal(v.compute(), a[a > 0])
+
+
+@pytest.mark.skipif(np.dtype(np.longdouble) == np.dtype(np.float64),
+                    reason="longdouble is float64 here")
+def test_longdouble_is_refused_saying_what_works() -> None:
+    """NumPy's cumsum of longdouble sums in longdouble, which no scan here is built for: the
+    compiled loop failed with a numba TypingError (a new-user probe), the dask call when
+    computed. A TypeError at the call says what works instead: dtype=np.float64 sums in
+    float64, as np.cumsum(a, dtype=np.float64) does."""
+    a = np.arange(10, dtype=np.longdouble) / 3
+    x = da.from_array(a, chunks=3)
+    for call in (lambda: scan_array(a, exclusive=False), lambda: cumsum(x)):
+        with pytest.raises(TypeError, match="pass dtype=np.float64 to sum in float64"):
+            call()
+    want = np.cumsum(a, dtype=np.float64)
+    np.testing.assert_array_equal(scan_array(a, exclusive=False, dtype=np.float64), want)
+    np.testing.assert_allclose(cumsum(x, dtype=np.float64).compute(), want)
+    for call in (lambda: dask_compact.sort(x), lambda: dask_compact.partition(x, "x > 1")):
+        with pytest.raises(TypeError, match=np.dtype(np.longdouble).name):  # clear already
+            call()

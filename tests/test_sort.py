@@ -11,7 +11,7 @@ import dask
 import dask.array as da
 import numpy as np
 import pytest
-from conftest import local_process_cluster, sort_input
+from conftest import HIDDEN_TIMES, hidden_times, local_process_cluster, sort_input
 from dask.callbacks import Callback
 from distributed import futures_of, wait
 from hypothesis import HealthCheck, given, settings
@@ -613,3 +613,15 @@ def test_radix_keys_of_non_native_byte_order(dtype):
     a = np.array([3, -1, 2, 0.5, 0, -0.0, 7, 1], dtype=np.float64)
     a = (a if np.dtype(dtype).kind == "f" else np.abs(a).astype(np.int64)).astype(dtype)
     np.testing.assert_array_equal(radix_order(order_key(a)), np.argsort(a, kind="stable"))
+
+
+@pytest.mark.parametrize("chunk_dtype, declared", HIDDEN_TIMES)
+def test_times_in_chunks_of_another_unit_or_byte_order_than_declared(chunk_dtype, declared):
+    """Sorted as the declared dtype's values, as plain Dask computes them: the keys were the
+    chunk's bits read as the declared dtype (1000x off, or garbage dates in a wrong order, a
+    new-user probe)."""
+    a, x = hidden_times(chunk_dtype, declared)
+    got = dask_compact.sort(x)
+    assert got.dtype == a.dtype
+    np.testing.assert_array_equal(got.compute(), np.sort(a))
+    np.testing.assert_array_equal(dask_compact.argsort(x).compute(), np.argsort(a, kind="stable"))

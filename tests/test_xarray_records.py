@@ -490,3 +490,19 @@ def test_rebalanced_result_writes_to_zarr(tmp_path):
     out.to_zarr(tmp_path / "out.zarr", consolidated=False)
     xr.testing.assert_identical(xr.open_zarr(tmp_path / "out.zarr", consolidated=False).compute(),
                                 ds.isel(event=np.arange(2, 8)).compute())
+
+
+def test_a_sparse_cond_is_refused_in_the_callers_words():
+    """A cond computed from a sparse variable was refused as "compact_records (field
+    'cond')", a call and a name the caller never gave (a new-user probe): refused as
+    compact.where's cond, with a conversion that works."""
+    sparse = pytest.importorskip("sparse")
+    rng = np.random.default_rng(23)
+    e, s = rng.random(41), rng.random((41, 3))
+    s[s < 0.7] = 0
+    ds = xr.Dataset({"energy": ("event", da.from_array(e, chunks=10)),
+                     "s": (("event", "k"), da.from_array(sparse.COO.from_numpy(s),
+                                                         chunks=(10, 3), asarray=False))})
+    with pytest.raises(TypeError, match=r"^compact.where \(cond\) compacts NumPy or CuPy "
+                                        r"chunks, not sparse\..*COO; .*todense\(\)"):
+        ds.compact.where(ds.s[:, 0] > 0.5, dim="event")
