@@ -224,6 +224,53 @@ def test_overlap_of_input_and_output_is_refused_however_they_are_spelled(tmp_pat
         fs.rm("/overlap-test", recursive=True)
 
 
+@pytest.mark.parametrize("cache", ["simplecache", "filecache", "blockcache"])
+def test_overlap_is_refused_through_fsspec_caches(tmp_path, cache):
+    """``simplecache::file://OUTPUT/values`` as INPUT with ``--overwrite`` replaced the INPUT,
+    exit 0, and ``simplecache::file://IN`` wrote OUTPUT ``IN/inside`` (a probe): the cache's
+    protocol made the two look like two file systems."""
+    a = np.random.default_rng(7).random(500)
+    store = tmp_path / "in.zarr"
+    zarr.create_array(store=str(store), data=a, chunks=(100,))
+    out = tmp_path / "prev.zarr"
+    run(store, out, "-w", "x > 0.3", "--local", "threads")
+    res = run(f"{cache}::file://{out}/values", out, "-w", "x > 0.5", "--overwrite",
+              "--local", "threads", code=2)
+    assert "must not be INPUT" in res.output
+    res = run(f"{cache}::file://{store}", store / "inside", "-w", "x > 0.5",
+              "--local", "threads", code=2)
+    assert "must not be INPUT" in res.output
+    res = run(out / "values", f"{cache}::file://{out}", "-w", "x > 0.5", "--overwrite",
+              "--local", "threads", code=2)  # OUTPUT spelled through the cache
+    assert "must not be INPUT" in res.output
+    np.testing.assert_array_equal(values(out), a[a > 0.3])
+    assert not (store / "inside").exists()
+
+
+def test_overlap_is_refused_for_references_into_output(tmp_path):
+    """A ``reference://`` INPUT whose references point into OUTPUT: ``--overwrite`` would
+    delete the files it reads."""
+    import json
+
+    a = np.random.default_rng(8).random(500)
+    store = tmp_path / "in.zarr"
+    zarr.create_array(store=str(store), data=a, chunks=(100,))
+    out = tmp_path / "prev.zarr"
+    run(store, out, "-w", "x > 0.3", "--local", "threads")
+    arr = out / "values"
+    refs = {"zarr.json": (arr / "zarr.json").read_text()}
+    for f in (arr / "c").iterdir():
+        refs[f"c/{f.name}"] = [str(f)]
+    (tmp_path / "refs.json").write_text(json.dumps({"version": 1, "refs": refs}))
+    url = f"reference://::{tmp_path / 'refs.json'}"
+    res = run(url, out, "-w", "x > 0.5", "--overwrite", "--local", "threads", code=2)
+    assert "must not be INPUT" in res.output
+    np.testing.assert_array_equal(values(out), a[a > 0.3])
+    run(url, tmp_path / "elsewhere.zarr", "-w", "x > 0.5", "--local", "threads")
+    b = a[a > 0.3]
+    np.testing.assert_array_equal(values(tmp_path / "elsewhere.zarr"), b[b > 0.5])
+
+
 def test_a_zip_output_is_refused_up_front(npy, tmp_path, monkeypatch):
     """A probe's ``zip://`` OUTPUT ended in a 54-line traceback (FileNotFoundError; with an
     empty zip file, IsADirectoryError): fsspec's zip file system is read-only to zarr. The

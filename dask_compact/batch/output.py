@@ -456,15 +456,22 @@ def check_overlap(src: _Input, target: Target) -> None:
     its input, or ``--overwrite`` delete it. Judged on one file system's paths, whether they
     are spelled as paths or as fsspec URLs (``file://`` and ``local://`` are paths; an
     overlap of two ``s3://`` URLs was not looked for and a probe's ``--overwrite`` deleted its
-    INPUT)."""
-    a = _place(src.local_path, src.url)
-    b = _place(None if target.url else target.path, target.output if target.url else None)
+    INPUT), through fsspec's caches (``simplecache::``, ``filecache::``, ``blockcache::``: the
+    file system they cache), and, for a ``reference://`` INPUT, against every file its
+    references point to."""
+    out = _place(None if target.url else target.path, target.output if target.url else None)
+    for place in _input_places(src.local_path, src.url):
+        if _overlap(place, out):
+            raise click.BadParameter("OUTPUT must not be INPUT, lie inside it or contain it",
+                                     param_hint="OUTPUT")
+
+
+def _overlap(a: tuple[str, str], b: tuple[str, str]) -> bool:
+    """Whether the places ``a`` and ``b`` (:func:`_place`) are one, or one holds the other."""
     if a[0] != b[0]:
-        return  # two file systems
+        return False  # two file systems
     sep = os.sep if a[0] == "file" else "/"
-    if a[1] == b[1] or a[1].startswith(b[1] + sep) or b[1].startswith(a[1] + sep):
-        raise click.BadParameter("OUTPUT must not be INPUT, lie inside it or contain it",
-                                 param_hint="OUTPUT")
+    return a[1] == b[1] or a[1].startswith(b[1] + sep) or b[1].startswith(a[1] + sep)
 
 
 def _place(path: str | None, url: str | None) -> tuple[str, str]:
@@ -476,13 +483,67 @@ def _place(path: str | None, url: str | None) -> tuple[str, str]:
         assert path is not None
         return "file", os.path.realpath(path)
     import fsspec
-    from fsspec.implementations.local import LocalFileSystem
 
     fs, stripped = fsspec.core.url_to_fs(url)
+    return _place_on(_cached(fs), stripped)
+
+
+def _cached(fs: Any) -> Any:
+    """The file system that fsspec's caches in front of ``fs`` (if any) read and write: a
+    ``simplecache::file://...`` URL names that file system's path (its protocol, "simplecache",
+    made INPUT and OUTPUT look like two file systems, and a probe's ``--overwrite`` replaced
+    its own INPUT)."""
+    from .inputs import _chained_base
+
+    while isinstance(fs, _chained_base()) and getattr(fs, "fs", None) is not None:
+        fs = fs.fs
+    return fs
+
+
+def _place_on(fs: Any, path: str) -> tuple[str, str]:
+    from fsspec.implementations.local import LocalFileSystem
+
     if isinstance(fs, LocalFileSystem):
-        return "file", os.path.realpath(stripped)
+        return "file", os.path.realpath(path)
     protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]  # s3 == s3a
-    return protocol, stripped.rstrip("/")
+    return protocol, path.rstrip("/")
+
+
+def _input_places(path: str | None, url: str | None) -> list[tuple[str, str]]:
+    """Where INPUT's bytes lie: :func:`_place`, and for a ``reference://`` URL every file its
+    references point to (the reference file itself is only read)."""
+    if url is None:
+        return [_place(path, url)]
+    import fsspec
+    from fsspec.implementations.reference import ReferenceFileSystem
+
+    fs, stripped = fsspec.core.url_to_fs(url)
+    fs = _cached(fs)
+    if not isinstance(fs, ReferenceFileSystem):
+        return [_place_on(fs, stripped)]
+    return [_referenced_place(fs, target) for target in _reference_targets(fs, url)]
+
+
+def _reference_targets(fs: Any, url: str) -> set[str]:
+    """The URLs or paths that the references of ``fs`` point to."""
+    try:
+        return {v[0] for v in fs.references.values()
+                if isinstance(v, (list, tuple)) and v and isinstance(v[0], str)}
+    except Exception as e:  # noqa: BLE001 -- a reference store fsspec cannot list
+        raise click.BadParameter(
+            f"cannot list the files that {url!r} refers to ({type(e).__name__}: {e}), so "
+            "whether OUTPUT lies among them cannot be checked", param_hint="INPUT") from None
+
+
+def _referenced_place(fs: Any, target: str) -> tuple[str, str]:
+    """The place of one reference's target: a URL as it says, a bare path on the references'
+    remote file system (``remote_protocol``)."""
+    import fsspec
+
+    if "://" in target or "::" in target:
+        return _place(None, target)
+    remote = fs.fss.get(None) or fsspec.filesystem("file")
+    return _place_on(_cached(remote), remote._strip_protocol(target))
 
 
 def marker(attrs: dict[str, Any]) -> Any:
