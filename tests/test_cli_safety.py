@@ -663,3 +663,67 @@ def test_options_that_would_be_ignored_are_refused(npy, tmp_path, args, message)
     out = tmp_path / "out.zarr"
     res = run(path, out, "--where", "x > 0.5", *args, code=2)
     assert message in res.output and not out.exists()
+
+
+class _InterruptedFinalizer:
+    """Runs the handler of ``signum`` in its ``__del__``, where Python drops what it raises."""
+
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+
+    def __del__(self) -> None:
+        signal.getsignal(self.signum)(self.signum, None)
+
+
+@pytest.mark.parametrize("sig, code, word", [(signal.SIGINT, 130, "interrupted"),
+                                             (signal.SIGTERM, 143, "terminated")])
+def test_an_interrupt_lost_in_a_finalizer_still_stops_the_job(npy, tmp_path, monkeypatch, sig,
+                                                               code, word):
+    """A probe's Ctrl-C landed in a pooled buffer's ``__del__`` (2 in ~120 runs): Python
+    printed "Exception ignored in" and dropped the KeyboardInterrupt, and the job committed,
+    exit 0. Here the handler runs in a finalizer in the main thread as the stream starts."""
+    import sys
+
+    from dask_compact.batch import stream
+
+    path, _ = npy
+    out = tmp_path / "out.zarr"
+    dropped: list[BaseException | None] = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: dropped.append(u.exc_value))
+    admit = stream._Stream.admit
+
+    def admit_after_a_lost_interrupt(self):
+        if not dropped:
+            _InterruptedFinalizer(sig)  # garbage at once: __del__ runs here
+        admit(self)
+
+    monkeypatch.setattr(stream._Stream, "admit", admit_after_a_lost_interrupt)
+    res = run(path, out, "--where", "x > 0.5", "--local", "threads", "--chunks", "5000",
+              code=code)
+    assert len(dropped) == 1 and isinstance(dropped[0], (KeyboardInterrupt, SystemExit))
+    assert f"dask compact: {word};" in res.output and "was not written" in res.output
+    assert not out.exists() and litter(tmp_path) == []
+
+
+def test_an_interrupt_lost_after_the_stream_stops_the_commit(npy, tmp_path, monkeypatch):
+    """Lost after the stream's loop (here as the arrays are cut to the selection): the
+    commit refuses, exit 130, nothing written."""
+    import sys
+
+    from dask_compact.batch import job
+
+    path, _ = npy
+    out = tmp_path / "out.zarr"
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: None)
+    cut = job.cut
+
+    def cut_after_a_lost_interrupt(*args):
+        _InterruptedFinalizer(signal.SIGINT)
+        cut(*args)
+
+    monkeypatch.setattr(job, "cut", cut_after_a_lost_interrupt)
+    res = run(path, out, "--where", "x > 0.5", "--local", "threads", code=130)
+    assert "dask compact: interrupted;" in res.output
+    assert not out.exists() and litter(tmp_path) == []
+    monkeypatch.setattr(job, "cut", cut)
+    run(path, out, "--where", "x > 0.5", "--local", "threads")  # the next command commits

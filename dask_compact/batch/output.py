@@ -39,7 +39,7 @@ import click
 from . import manifest as manifest_io
 from .inputs import is_url, local
 from .manifest import Manifest
-from .signals import held, sigint_ignored
+from .signals import held, raise_if_interrupted, sigint_ignored
 
 TMP_MARK = ".dask-compact-tmp-"
 OLD_SUFFIX = "-old"
@@ -361,7 +361,9 @@ class Target:
 
     def commit(self, mark_complete: Any, overwrite: bool) -> None:
         """Put the finished group at OUTPUT: a new one, or in place of our own old one, which
-        is then removed (:meth:`remove_old`)."""
+        is then removed (:meth:`remove_old`). Not after an interrupt whose exception was lost
+        (:func:`.signals.raise_if_interrupted`)."""
+        raise_if_interrupted()
         if self.url:
             # Object stores have no atomic rename: move first, and only then mark the group
             # complete, so a move cut short leaves a group that does not say it is finished.
@@ -375,6 +377,7 @@ class Target:
         mark_complete(self.tmp)
         # An interrupt waits for the renames, so that `committed` says where the new group is.
         with held():
+            raise_if_interrupted()  # one lost while the group was marked complete
             if os.path.lexists(self.path):
                 if not overwrite:  # it was absent at the start: another program made it
                     raise click.ClickException(self._appeared())
