@@ -271,6 +271,50 @@ def test_overlap_is_refused_for_references_into_output(tmp_path):
     np.testing.assert_array_equal(values(tmp_path / "elsewhere.zarr"), b[b > 0.5])
 
 
+def test_overwrite_refuses_an_output_holding_what_the_job_did_not_write(npy, tmp_path):
+    """A probe's ``--overwrite`` deleted an array, a file and a folder the user had added
+    inside a complete output, exit 0: it now refuses, naming them, and touches nothing."""
+    path, a = npy
+    out = tmp_path / "prev.zarr"
+    run(path, out, "--where", "x > 0.5")
+    run(path, out, "--where", "x > 0.6", "--overwrite")  # nothing added: replaced
+    zarr.open_group(str(out), mode="r+").create_array("my_analysis", data=np.arange(10))
+    (out / "NOTES.txt").write_text("hand notes")
+    (out / "plots").mkdir()
+    (out / "values" / "README").write_text("mine")
+    res = run(path, out, "--where", "x > 0.9", "--overwrite", code=2)
+    said = " ".join(res.output.split())
+    assert "did not write: NOTES.txt, my_analysis/, plots/, values/README" in said
+    np.testing.assert_array_equal(values(out), a[a > 0.6])
+    assert (out / "NOTES.txt").exists() and (out / "my_analysis").exists()
+    assert litter(tmp_path) == []
+    for added in ("NOTES.txt", "plots", "values/README"):
+        os.remove(out / added) if added != "plots" else (out / added).rmdir()
+    import shutil
+
+    shutil.rmtree(out / "my_analysis")
+    run(path, out, "--where", "x > 0.9", "--overwrite")
+    np.testing.assert_array_equal(values(out), a[a > 0.9])
+
+
+def test_overwrite_of_a_group_output_keeps_to_what_its_job_wrote(tmp_path):
+    """A Zarr group INPUT's output: its fields, indices and the arrays copied unchanged are
+    the job's; a file added beside them is not."""
+    rng = np.random.default_rng(12)
+    g = zarr.open_group(str(tmp_path / "in.zarr"), mode="w")
+    g.create_array("m", data=rng.random(300))
+    g.create_array("r", data=rng.random(300))
+    g.create_array("grid", data=np.arange(7.0))  # another length: copied unchanged
+    out = tmp_path / "sel.zarr"
+    run(tmp_path / "in.zarr", out, "--where", "m > 0.5", "--output", "both")
+    run(tmp_path / "in.zarr", out, "--where", "m > 0.7", "--output", "both", "--overwrite")
+    (out / "NOTES.txt").write_text("hand notes")
+    res = run(tmp_path / "in.zarr", out, "--where", "m > 0.9", "--overwrite", code=2)
+    assert "did not write: NOTES.txt" in " ".join(res.output.split())
+    m = zarr.open_group(str(tmp_path / "in.zarr"))["m"][:]
+    np.testing.assert_array_equal(zarr.open_group(str(out))["m"][:], m[m > 0.7])
+
+
 def test_a_zip_output_is_refused_up_front(npy, tmp_path, monkeypatch):
     """A probe's ``zip://`` OUTPUT ended in a 54-line traceback (FileNotFoundError; with an
     empty zip file, IsADirectoryError): fsspec's zip file system is read-only to zarr. The

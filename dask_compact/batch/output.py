@@ -241,8 +241,31 @@ class Target:
             raise click.UsageError(self._not_ours(what))
         if not complete_marker(self.output if self.url else self.path):
             raise click.UsageError(self._not_ours("not a complete output of dask compact"))
+        self._check_only_ours()
         if not self.url:
             self._check_removable()
+
+    def _check_only_ours(self) -> None:
+        """Refuse to replace an output that holds anything its job did not write (an array, a
+        file or a folder a user added in it): ``--overwrite`` replaces the job's output, not
+        their other work, which a probe's ``--overwrite`` deleted with it, exit 0."""
+        added = added_to(self.output if self.url else self.path, self._entries)
+        if added:
+            raise click.UsageError(
+                f"OUTPUT {self.output!r} holds what dask compact did not write: "
+                f"{', '.join(added)}. --overwrite replaces only an output that holds nothing "
+                "else: move those elsewhere, or choose another OUTPUT")
+
+    def _entries(self, sub: str = "") -> list[str]:
+        """The names in OUTPUT's folder ``sub`` ("" for OUTPUT itself), "/" after a folder's."""
+        if self.url:
+            where = f"{self.path}/{sub}" if sub else self.path
+            return [os.path.basename(e["name"].rstrip("/")) + ("/" if e["type"] == "directory"
+                                                                else "")
+                    for e in self.fs.ls(where, detail=True)]
+        where = os.path.join(self.path, sub)
+        with os.scandir(where) as it:
+            return [e.name + ("/" if e.is_dir(follow_symlinks=False) else "") for e in it]
 
     def _check_removable(self) -> None:
         """Refuse to replace an old output that could not then be removed (a folder of it
@@ -550,13 +573,52 @@ def _referenced_place(fs: Any, target: str) -> tuple[str, str]:
 
 
 def marker(attrs: dict[str, Any]) -> Any:
+    """Marks the group at a store complete, with the names of what the job wrote in it
+    (``wrote``: its arrays, see :func:`added_to`)."""
+
     def mark_complete(store: str) -> None:
         import zarr
 
         group = zarr.open_group(store=store, mode="r+")
-        group.attrs.update({"dask_compact": {**attrs, "complete": True}})
+        wrote = sorted(name for name, _ in group.members())
+        group.attrs.update({"dask_compact": {**attrs, "wrote": wrote, "complete": True}})
 
     return mark_complete
+
+
+# the arrays of a one-array job's output by --output, for an output written before the job
+# recorded them (its attribute "wrote")
+_ARRAYS_OF_MODE = {"values": ["values"], "indices": ["indices"], "both": ["values", "indices"]}
+
+
+def added_to(store: str, entries: Callable[[str], list[str]]) -> list[str]:
+    """What is in the complete output at ``store`` (of :func:`complete_marker`) that its job
+    did not write, as ``entries(folder)`` lists it ("/" after a folder's name): anything
+    beside its ``zarr.json`` and its arrays, and anything in an array's folder beside its
+    ``zarr.json`` and chunks (``c``).
+
+    The arrays are those the job recorded (``wrote``, since 2026-11-30); an earlier output's
+    are its ``--output`` arrays and fields, and any Zarr array in a Zarr group INPUT's output
+    (the arrays it copied unchanged were not recorded)."""
+    import zarr
+
+    group = zarr.open_group(store=store, mode="r")
+    attrs = group.attrs.get("dask_compact")
+    assert isinstance(attrs, dict)  # complete_marker said so
+    arrays = set(attrs.get("wrote") or ())
+    if "wrote" not in attrs:
+        arrays |= set(_ARRAYS_OF_MODE.get(attrs.get("output"), ())) | set(attrs.get("fields")
+                                                                            or ())
+        if "fields" in attrs:
+            arrays |= {name for name, _ in group.arrays()}
+    root = sorted(entries(""))
+    added = [e for e in root if e != "zarr.json" and e.rstrip("/") not in arrays
+             or e in arrays]  # an array's name as a file
+    for name in sorted(arrays):
+        if f"{name}/" in root:
+            added += [f"{name}/{e}" for e in sorted(entries(name))
+                      if e not in ("zarr.json", "c/") and not e.startswith("c.")]
+    return added
 
 
 def _file_in_the_way(path: str) -> str | None:
