@@ -521,8 +521,8 @@ def _cached(fs: Any) -> Any:
     its own INPUT)."""
     from .inputs import _chained_base
 
-    while isinstance(fs, _chained_base()) and getattr(fs, "fs", None) is not None:
-        fs = fs.fs
+    while isinstance(fs, _chained_base()) and (inner := getattr(fs, "fs", None)) is not None:
+        fs = inner
     return fs
 
 
@@ -607,8 +607,8 @@ def added_to(store: str, entries: Callable[[str], list[str]]) -> list[str]:
     assert isinstance(attrs, dict)  # complete_marker said so
     arrays = set(attrs.get("wrote") or ())
     if "wrote" not in attrs:
-        arrays |= set(_ARRAYS_OF_MODE.get(attrs.get("output"), ())) | set(attrs.get("fields")
-                                                                            or ())
+        arrays |= set(_ARRAYS_OF_MODE.get(str(attrs.get("output")), ()))
+        arrays |= set(attrs.get("fields") or ())
         if "fields" in attrs:
             arrays |= {name for name, _ in group.arrays()}
     root = sorted(entries(""))
