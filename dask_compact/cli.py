@@ -150,7 +150,9 @@ def _signals_as_in_the_job(command: Callable[..., None]) -> Callable[..., None]:
               "length). A Zarr group's arrays: in rows; default: --chunks, else the chunks of "
               "the first field the predicate reads.")
 @click.option("--overwrite", is_flag=True,
-              help="Replace an existing OUTPUT, if it is a complete output of dask compact.")
+              help="Replace an existing OUTPUT, if it is a complete output of dask compact "
+              "that holds nothing else (an array, file or folder added in it is named and "
+              "the job refused).")
 @click.option("--allow-missing-chunks", is_flag=True,
               help="Accept a Zarr INPUT with chunks missing from its store (they read as the "
               "fill value). Without it such an input is refused as possibly incomplete.")

@@ -353,3 +353,27 @@ def test_memory_cap_is_a_quarter_of_what_the_job_calls_available():
     quarter = psutil.virtual_memory().available // 4
     assert abs(early_read._memory_cap(None) - quarter) <= 0.05 * quarter
     assert early_read._memory_cap(12345) == 12345
+
+
+def test_chunks_rewritten_after_the_early_read_are_read_again(zin, tmp_path, monkeypatch):
+    """The early read starts before the job's fingerprint (what the commit checks): chunks
+    rewritten in between were committed old next to new ones, exit 0 (a probe). Rewritten
+    here once the early read has read every chunk, before the job opens INPUT."""
+    path, a = zin
+    original = early_read.begin
+
+    def begin_then_rewrite(*args):
+        early = original(*args)
+        early.join(timeout=60)
+        z = zarr.open_array(str(path), mode="r+")
+        z[:CHUNK] = 0.125
+        z[-CHUNK:] = 0.125
+        return early
+
+    monkeypatch.setattr(early_read, "begin", begin_then_rewrite)
+    out = tmp_path / "out.zarr"
+    summary = json.loads(invoke(path, out, "--where", "x < 0.3", "--json", "--device",
+                                "cpu").output)
+    b = zarr.open_array(str(path))[:]
+    np.testing.assert_array_equal(zarr.open_group(str(out))["values"][:], b[b < 0.3])
+    assert summary["read_ahead"]["chunks"] == 8  # the 11 but 0, 9 and 10, rewritten

@@ -539,6 +539,21 @@ def test_a_group_in_a_zip_file_is_read_through_its_url(tmp_path):
     assert "'nope' is not an array" in res.output
 
 
+def test_a_zipped_field_with_missing_chunks_is_named_by_a_url_that_opens(tmp_path):
+    """The refusal named ``zip://::/d/g.zip/mass``, which opens nothing (a probe)."""
+    from zarr.storage import ZipStore
+
+    src = tmp_path / "g.zip"
+    store = ZipStore(src, mode="w")
+    group = zarr.open_group(store, mode="w")
+    group.create_array("mass", shape=(1003,), dtype="f8", chunks=(100,))[:500] = 1.0
+    store.close()
+    res = run(f"zip://::{src}", tmp_path / "o.zarr", "--where", "mass > 0", code=2)
+    said = "".join(res.output.split())  # click wraps the message
+    assert f"'zip://mass::{src}':6ofits11chunksarenotinthestore" in said
+    assert zarr.open_array(f"zip://mass::{src}", mode="r").shape == (1003,)
+
+
 def test_member_url_puts_the_name_where_the_path_is():
     from dask_compact.batch.inputs import member_url
 

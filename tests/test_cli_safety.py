@@ -224,6 +224,97 @@ def test_overlap_of_input_and_output_is_refused_however_they_are_spelled(tmp_pat
         fs.rm("/overlap-test", recursive=True)
 
 
+@pytest.mark.parametrize("cache", ["simplecache", "filecache", "blockcache"])
+def test_overlap_is_refused_through_fsspec_caches(tmp_path, cache):
+    """``simplecache::file://OUTPUT/values`` as INPUT with ``--overwrite`` replaced the INPUT,
+    exit 0, and ``simplecache::file://IN`` wrote OUTPUT ``IN/inside`` (a probe): the cache's
+    protocol made the two look like two file systems."""
+    a = np.random.default_rng(7).random(500)
+    store = tmp_path / "in.zarr"
+    zarr.create_array(store=str(store), data=a, chunks=(100,))
+    out = tmp_path / "prev.zarr"
+    run(store, out, "-w", "x > 0.3", "--local", "threads")
+    res = run(f"{cache}::file://{out}/values", out, "-w", "x > 0.5", "--overwrite",
+              "--local", "threads", code=2)
+    assert "must not be INPUT" in res.output
+    res = run(f"{cache}::file://{store}", store / "inside", "-w", "x > 0.5",
+              "--local", "threads", code=2)
+    assert "must not be INPUT" in res.output
+    res = run(out / "values", f"{cache}::file://{out}", "-w", "x > 0.5", "--overwrite",
+              "--local", "threads", code=2)  # OUTPUT spelled through the cache
+    assert "must not be INPUT" in res.output
+    np.testing.assert_array_equal(values(out), a[a > 0.3])
+    assert not (store / "inside").exists()
+
+
+def test_overlap_is_refused_for_references_into_output(tmp_path):
+    """A ``reference://`` INPUT whose references point into OUTPUT: ``--overwrite`` would
+    delete the files it reads."""
+    import json
+
+    a = np.random.default_rng(8).random(500)
+    store = tmp_path / "in.zarr"
+    zarr.create_array(store=str(store), data=a, chunks=(100,))
+    out = tmp_path / "prev.zarr"
+    run(store, out, "-w", "x > 0.3", "--local", "threads")
+    arr = out / "values"
+    refs = {"zarr.json": (arr / "zarr.json").read_text()}
+    for f in (arr / "c").iterdir():
+        refs[f"c/{f.name}"] = [str(f)]
+    (tmp_path / "refs.json").write_text(json.dumps({"version": 1, "refs": refs}))
+    url = f"reference://::{tmp_path / 'refs.json'}"
+    res = run(url, out, "-w", "x > 0.5", "--overwrite", "--local", "threads", code=2)
+    assert "must not be INPUT" in res.output
+    np.testing.assert_array_equal(values(out), a[a > 0.3])
+    run(url, tmp_path / "elsewhere.zarr", "-w", "x > 0.5", "--local", "threads")
+    b = a[a > 0.3]
+    np.testing.assert_array_equal(values(tmp_path / "elsewhere.zarr"), b[b > 0.5])
+
+
+def test_overwrite_refuses_an_output_holding_what_the_job_did_not_write(npy, tmp_path):
+    """A probe's ``--overwrite`` deleted an array, a file and a folder the user had added
+    inside a complete output, exit 0: it now refuses, naming them, and touches nothing."""
+    path, a = npy
+    out = tmp_path / "prev.zarr"
+    run(path, out, "--where", "x > 0.5")
+    run(path, out, "--where", "x > 0.6", "--overwrite")  # nothing added: replaced
+    zarr.open_group(str(out), mode="r+").create_array("my_analysis", data=np.arange(10))
+    (out / "NOTES.txt").write_text("hand notes")
+    (out / "plots").mkdir()
+    (out / "values" / "README").write_text("mine")
+    res = run(path, out, "--where", "x > 0.9", "--overwrite", code=2)
+    said = " ".join(res.output.split())
+    assert "did not write: NOTES.txt, my_analysis/, plots/, values/README" in said
+    np.testing.assert_array_equal(values(out), a[a > 0.6])
+    assert (out / "NOTES.txt").exists() and (out / "my_analysis").exists()
+    assert litter(tmp_path) == []
+    for added in ("NOTES.txt", "plots", "values/README"):
+        os.remove(out / added) if added != "plots" else (out / added).rmdir()
+    import shutil
+
+    shutil.rmtree(out / "my_analysis")
+    run(path, out, "--where", "x > 0.9", "--overwrite")
+    np.testing.assert_array_equal(values(out), a[a > 0.9])
+
+
+def test_overwrite_of_a_group_output_keeps_to_what_its_job_wrote(tmp_path):
+    """A Zarr group INPUT's output: its fields, indices and the arrays copied unchanged are
+    the job's; a file added beside them is not."""
+    rng = np.random.default_rng(12)
+    g = zarr.open_group(str(tmp_path / "in.zarr"), mode="w")
+    g.create_array("m", data=rng.random(300))
+    g.create_array("r", data=rng.random(300))
+    g.create_array("grid", data=np.arange(7.0))  # another length: copied unchanged
+    out = tmp_path / "sel.zarr"
+    run(tmp_path / "in.zarr", out, "--where", "m > 0.5", "--output", "both")
+    run(tmp_path / "in.zarr", out, "--where", "m > 0.7", "--output", "both", "--overwrite")
+    (out / "NOTES.txt").write_text("hand notes")
+    res = run(tmp_path / "in.zarr", out, "--where", "m > 0.9", "--overwrite", code=2)
+    assert "did not write: NOTES.txt" in " ".join(res.output.split())
+    m = zarr.open_group(str(tmp_path / "in.zarr"))["m"][:]
+    np.testing.assert_array_equal(zarr.open_group(str(out))["m"][:], m[m > 0.7])
+
+
 def test_a_zip_output_is_refused_up_front(npy, tmp_path, monkeypatch):
     """A probe's ``zip://`` OUTPUT ended in a 54-line traceback (FileNotFoundError; with an
     empty zip file, IsADirectoryError): fsspec's zip file system is read-only to zarr. The
@@ -616,3 +707,67 @@ def test_options_that_would_be_ignored_are_refused(npy, tmp_path, args, message)
     out = tmp_path / "out.zarr"
     res = run(path, out, "--where", "x > 0.5", *args, code=2)
     assert message in res.output and not out.exists()
+
+
+class _InterruptedFinalizer:
+    """Runs the handler of ``signum`` in its ``__del__``, where Python drops what it raises."""
+
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+
+    def __del__(self) -> None:
+        signal.getsignal(self.signum)(self.signum, None)
+
+
+@pytest.mark.parametrize("sig, code, word", [(signal.SIGINT, 130, "interrupted"),
+                                             (signal.SIGTERM, 143, "terminated")])
+def test_an_interrupt_lost_in_a_finalizer_still_stops_the_job(npy, tmp_path, monkeypatch, sig,
+                                                               code, word):
+    """A probe's Ctrl-C landed in a pooled buffer's ``__del__`` (2 in ~120 runs): Python
+    printed "Exception ignored in" and dropped the KeyboardInterrupt, and the job committed,
+    exit 0. Here the handler runs in a finalizer in the main thread as the stream starts."""
+    import sys
+
+    from dask_compact.batch import stream
+
+    path, _ = npy
+    out = tmp_path / "out.zarr"
+    dropped: list[BaseException | None] = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: dropped.append(u.exc_value))
+    admit = stream._Stream.admit
+
+    def admit_after_a_lost_interrupt(self):
+        if not dropped:
+            _InterruptedFinalizer(sig)  # garbage at once: __del__ runs here
+        admit(self)
+
+    monkeypatch.setattr(stream._Stream, "admit", admit_after_a_lost_interrupt)
+    res = run(path, out, "--where", "x > 0.5", "--local", "threads", "--chunks", "5000",
+              code=code)
+    assert len(dropped) == 1 and isinstance(dropped[0], (KeyboardInterrupt, SystemExit))
+    assert f"dask compact: {word};" in res.output and "was not written" in res.output
+    assert not out.exists() and litter(tmp_path) == []
+
+
+def test_an_interrupt_lost_after_the_stream_stops_the_commit(npy, tmp_path, monkeypatch):
+    """Lost after the stream's loop (here as the arrays are cut to the selection): the
+    commit refuses, exit 130, nothing written."""
+    import sys
+
+    from dask_compact.batch import job
+
+    path, _ = npy
+    out = tmp_path / "out.zarr"
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: None)
+    cut = job.cut
+
+    def cut_after_a_lost_interrupt(*args):
+        _InterruptedFinalizer(signal.SIGINT)
+        cut(*args)
+
+    monkeypatch.setattr(job, "cut", cut_after_a_lost_interrupt)
+    res = run(path, out, "--where", "x > 0.5", "--local", "threads", code=130)
+    assert "dask compact: interrupted;" in res.output
+    assert not out.exists() and litter(tmp_path) == []
+    monkeypatch.setattr(job, "cut", cut)
+    run(path, out, "--where", "x > 0.5", "--local", "threads")  # the next command commits

@@ -197,13 +197,14 @@ class EarlyRead:
             r0, r1 = i * r.chunk_rows, min((i + 1) * r.chunk_rows, r.shape[0])
             t0 = time.perf_counter()
             try:
+                seen = chunk_file_identity(r, i)  # before the read: see take()
                 # A new array each: NumPy asks for transparent huge pages for it, so its
                 # first touch costs little (on the H100 host 15 threads decoded 64 chunks of
                 # 128 MiB at 8.2 GB/s so, 8.9 GB/s into one reused array per thread, and
                 # 2.9 GB/s into mappings populated up front with MAP_POPULATE:
                 # benchmarks/decode_buffers_probe.py).
                 block = r.read(r0, r1)
-                result: Any = (block, time.perf_counter() - t0)
+                result: Any = (block, time.perf_counter() - t0, seen)
             except Exception as e:  # noqa: BLE001 -- the task reads the chunk and reports it
                 result = e
             with self._cond:
@@ -235,7 +236,9 @@ class EarlyRead:
             result = self._chunks.pop(i, None)
         if not isinstance(result, tuple):
             return None  # failed (or dropped): the task reads it and reports what fails
-        block, seconds = result
+        block, seconds, seen = result
+        if not unchanged_since(self.reader, i, seen):
+            return None  # rewritten since it was read early: the task reads it as it is now
         with self._cond:
             self.taken += 1
             self.taken_bytes += block.nbytes
@@ -264,6 +267,28 @@ class EarlyRead:
 
     def summary(self) -> dict[str, Any]:
         return {"chunks": self.taken, "bytes": self.taken_bytes, "read_s": self.read_s}
+
+
+def chunk_file_identity(reader: ZarrChunkFiles, i: int) -> tuple[int, ...] | None:
+    """Chunk ``i``'s file as :func:`.reader.zarr_fingerprint` sees it (device, inode, size,
+    modification and change times), None where it is missing."""
+    try:
+        st = os.stat(os.path.join(reader.url, reader.keys[i]))
+    except FileNotFoundError:
+        return None
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
+
+
+def unchanged_since(reader: ZarrChunkFiles, i: int, seen: tuple[int, ...] | None) -> bool:
+    """Whether chunk ``i``'s file is still the one seen just before it was read early.
+
+    The early read starts before the job takes the input's fingerprint (what its commit
+    checks the input against, :func:`.job.input_unchanged`), so a chunk rewritten between the
+    two was read old while the fingerprint saw it new: a probe's job committed its first
+    chunk old and its last new, exit 0. The file seen before the early read and again now,
+    at the task (after the fingerprint), is the one the fingerprint saw, and a change after
+    that is the commit's check's to see. One ``stat`` a chunk taken."""
+    return chunk_file_identity(reader, i) == seen
 
 
 MAX_THREADS = 8

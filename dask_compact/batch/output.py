@@ -39,7 +39,7 @@ import click
 from . import manifest as manifest_io
 from .inputs import is_url, local
 from .manifest import Manifest
-from .signals import held, sigint_ignored
+from .signals import held, raise_if_interrupted, sigint_ignored
 
 TMP_MARK = ".dask-compact-tmp-"
 OLD_SUFFIX = "-old"
@@ -241,8 +241,31 @@ class Target:
             raise click.UsageError(self._not_ours(what))
         if not complete_marker(self.output if self.url else self.path):
             raise click.UsageError(self._not_ours("not a complete output of dask compact"))
+        self._check_only_ours()
         if not self.url:
             self._check_removable()
+
+    def _check_only_ours(self) -> None:
+        """Refuse to replace an output that holds anything its job did not write (an array, a
+        file or a folder a user added in it): ``--overwrite`` replaces the job's output, not
+        their other work, which a probe's ``--overwrite`` deleted with it, exit 0."""
+        added = added_to(self.output if self.url else self.path, self._entries)
+        if added:
+            raise click.UsageError(
+                f"OUTPUT {self.output!r} holds what dask compact did not write: "
+                f"{', '.join(added)}. --overwrite replaces only an output that holds nothing "
+                "else: move those elsewhere, or choose another OUTPUT")
+
+    def _entries(self, sub: str = "") -> list[str]:
+        """The names in OUTPUT's folder ``sub`` ("" for OUTPUT itself), "/" after a folder's."""
+        if self.url:
+            where = f"{self.path}/{sub}" if sub else self.path
+            return [os.path.basename(e["name"].rstrip("/")) + ("/" if e["type"] == "directory"
+                                                                else "")
+                    for e in self.fs.ls(where, detail=True)]
+        where = os.path.join(self.path, sub)
+        with os.scandir(where) as it:
+            return [e.name + ("/" if e.is_dir(follow_symlinks=False) else "") for e in it]
 
     def _check_removable(self) -> None:
         """Refuse to replace an old output that could not then be removed (a folder of it
@@ -361,7 +384,9 @@ class Target:
 
     def commit(self, mark_complete: Any, overwrite: bool) -> None:
         """Put the finished group at OUTPUT: a new one, or in place of our own old one, which
-        is then removed (:meth:`remove_old`)."""
+        is then removed (:meth:`remove_old`). Not after an interrupt whose exception was lost
+        (:func:`.signals.raise_if_interrupted`)."""
+        raise_if_interrupted()
         if self.url:
             # Object stores have no atomic rename: move first, and only then mark the group
             # complete, so a move cut short leaves a group that does not say it is finished.
@@ -375,6 +400,7 @@ class Target:
         mark_complete(self.tmp)
         # An interrupt waits for the renames, so that `committed` says where the new group is.
         with held():
+            raise_if_interrupted()  # one lost while the group was marked complete
             if os.path.lexists(self.path):
                 if not overwrite:  # it was absent at the start: another program made it
                     raise click.ClickException(self._appeared())
@@ -456,15 +482,22 @@ def check_overlap(src: _Input, target: Target) -> None:
     its input, or ``--overwrite`` delete it. Judged on one file system's paths, whether they
     are spelled as paths or as fsspec URLs (``file://`` and ``local://`` are paths; an
     overlap of two ``s3://`` URLs was not looked for and a probe's ``--overwrite`` deleted its
-    INPUT)."""
-    a = _place(src.local_path, src.url)
-    b = _place(None if target.url else target.path, target.output if target.url else None)
+    INPUT), through fsspec's caches (``simplecache::``, ``filecache::``, ``blockcache::``: the
+    file system they cache), and, for a ``reference://`` INPUT, against every file its
+    references point to."""
+    out = _place(None if target.url else target.path, target.output if target.url else None)
+    for place in _input_places(src.local_path, src.url):
+        if _overlap(place, out):
+            raise click.BadParameter("OUTPUT must not be INPUT, lie inside it or contain it",
+                                     param_hint="OUTPUT")
+
+
+def _overlap(a: tuple[str, str], b: tuple[str, str]) -> bool:
+    """Whether the places ``a`` and ``b`` (:func:`_place`) are one, or one holds the other."""
     if a[0] != b[0]:
-        return  # two file systems
+        return False  # two file systems
     sep = os.sep if a[0] == "file" else "/"
-    if a[1] == b[1] or a[1].startswith(b[1] + sep) or b[1].startswith(a[1] + sep):
-        raise click.BadParameter("OUTPUT must not be INPUT, lie inside it or contain it",
-                                 param_hint="OUTPUT")
+    return a[1] == b[1] or a[1].startswith(b[1] + sep) or b[1].startswith(a[1] + sep)
 
 
 def _place(path: str | None, url: str | None) -> tuple[str, str]:
@@ -476,23 +509,116 @@ def _place(path: str | None, url: str | None) -> tuple[str, str]:
         assert path is not None
         return "file", os.path.realpath(path)
     import fsspec
-    from fsspec.implementations.local import LocalFileSystem
 
     fs, stripped = fsspec.core.url_to_fs(url)
+    return _place_on(_cached(fs), stripped)
+
+
+def _cached(fs: Any) -> Any:
+    """The file system that fsspec's caches in front of ``fs`` (if any) read and write: a
+    ``simplecache::file://...`` URL names that file system's path (its protocol, "simplecache",
+    made INPUT and OUTPUT look like two file systems, and a probe's ``--overwrite`` replaced
+    its own INPUT)."""
+    from .inputs import _chained_base
+
+    while isinstance(fs, _chained_base()) and (inner := getattr(fs, "fs", None)) is not None:
+        fs = inner
+    return fs
+
+
+def _place_on(fs: Any, path: str) -> tuple[str, str]:
+    from fsspec.implementations.local import LocalFileSystem
+
     if isinstance(fs, LocalFileSystem):
-        return "file", os.path.realpath(stripped)
+        return "file", os.path.realpath(path)
     protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]  # s3 == s3a
-    return protocol, stripped.rstrip("/")
+    return protocol, path.rstrip("/")
+
+
+def _input_places(path: str | None, url: str | None) -> list[tuple[str, str]]:
+    """Where INPUT's bytes lie: :func:`_place`, and for a ``reference://`` URL every file its
+    references point to (the reference file itself is only read)."""
+    if url is None:
+        return [_place(path, url)]
+    import fsspec
+    from fsspec.implementations.reference import ReferenceFileSystem
+
+    fs, stripped = fsspec.core.url_to_fs(url)
+    fs = _cached(fs)
+    if not isinstance(fs, ReferenceFileSystem):
+        return [_place_on(fs, stripped)]
+    return [_referenced_place(fs, target) for target in _reference_targets(fs, url)]
+
+
+def _reference_targets(fs: Any, url: str) -> set[str]:
+    """The URLs or paths that the references of ``fs`` point to."""
+    try:
+        return {v[0] for v in fs.references.values()
+                if isinstance(v, (list, tuple)) and v and isinstance(v[0], str)}
+    except Exception as e:  # noqa: BLE001 -- a reference store fsspec cannot list
+        raise click.BadParameter(
+            f"cannot list the files that {url!r} refers to ({type(e).__name__}: {e}), so "
+            "whether OUTPUT lies among them cannot be checked", param_hint="INPUT") from None
+
+
+def _referenced_place(fs: Any, target: str) -> tuple[str, str]:
+    """The place of one reference's target: a URL as it says, a bare path on the references'
+    remote file system (``remote_protocol``)."""
+    import fsspec
+
+    if "://" in target or "::" in target:
+        return _place(None, target)
+    remote = fs.fss.get(None) or fsspec.filesystem("file")
+    return _place_on(_cached(remote), remote._strip_protocol(target))
 
 
 def marker(attrs: dict[str, Any]) -> Any:
+    """Marks the group at a store complete, with the names of what the job wrote in it
+    (``wrote``: its arrays, see :func:`added_to`)."""
+
     def mark_complete(store: str) -> None:
         import zarr
 
         group = zarr.open_group(store=store, mode="r+")
-        group.attrs.update({"dask_compact": {**attrs, "complete": True}})
+        wrote = sorted(name for name, _ in group.members())
+        group.attrs.update({"dask_compact": {**attrs, "wrote": wrote, "complete": True}})
 
     return mark_complete
+
+
+# the arrays of a one-array job's output by --output, for an output written before the job
+# recorded them (its attribute "wrote")
+_ARRAYS_OF_MODE = {"values": ["values"], "indices": ["indices"], "both": ["values", "indices"]}
+
+
+def added_to(store: str, entries: Callable[[str], list[str]]) -> list[str]:
+    """What is in the complete output at ``store`` (of :func:`complete_marker`) that its job
+    did not write, as ``entries(folder)`` lists it ("/" after a folder's name): anything
+    beside its ``zarr.json`` and its arrays, and anything in an array's folder beside its
+    ``zarr.json`` and chunks (``c``).
+
+    The arrays are those the job recorded (``wrote``, since 2026-11-30); an earlier output's
+    are its ``--output`` arrays and fields, and any Zarr array in a Zarr group INPUT's output
+    (the arrays it copied unchanged were not recorded)."""
+    import zarr
+
+    group = zarr.open_group(store=store, mode="r")
+    attrs = group.attrs.get("dask_compact")
+    assert isinstance(attrs, dict)  # complete_marker said so
+    arrays = set(attrs.get("wrote") or ())
+    if "wrote" not in attrs:
+        arrays |= set(_ARRAYS_OF_MODE.get(str(attrs.get("output")), ()))
+        arrays |= set(attrs.get("fields") or ())
+        if "fields" in attrs:
+            arrays |= {name for name, _ in group.arrays()}
+    root = sorted(entries(""))
+    added = [e for e in root if e != "zarr.json" and e.rstrip("/") not in arrays
+             or e in arrays]  # an array's name as a file
+    for name in sorted(arrays):
+        if f"{name}/" in root:
+            added += [f"{name}/{e}" for e in sorted(entries(name))
+                      if e not in ("zarr.json", "c/") and not e.startswith("c.")]
+    return added
 
 
 def _file_in_the_way(path: str) -> str | None:

@@ -176,7 +176,7 @@ def prepare(group: Any, path: str, where: str, field_list: str | None, mode: str
     _refuse_fill_values(where, decoded)
     if not allow_missing_chunks:
         for name, a in {**used, **kept}.items():
-            check_chunks_stored(a, f"{path.rstrip('/')}/{name}")
+            check_chunks_stored(a, member_url(path, name))  # a URL that opens it
     return GroupInput(path, None if is_url(path) else local(path), rows, used, written,
                       list(pred_fields), ignored, kept, chunks, allow_missing_chunks,
                       dict(group.attrs), lead, decoded, not_decoded)

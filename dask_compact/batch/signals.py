@@ -18,22 +18,58 @@ class Reported(SystemExit):
     """An exit (130 or 143) whose one line on stderr has been written already."""
 
 
+# The interrupt the command received (SIGINT or SIGTERM), None if none: kept by the handlers
+# of :func:`terminate_as_exit`, as the exception they raise can be lost (see there)
+_received: int | None = None
+_depth = 0  # terminate_as_exit()s entered: the outermost one forgets an earlier command's
+
+
+def _on_interrupt(signum: int, frame: Any) -> None:
+    """Record ``signum``, then unwind: Ctrl-C as KeyboardInterrupt, SIGTERM as SystemExit."""
+    global _received
+    _received = signum
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
+    raise SystemExit(128 + signum)
+
+
+def raise_if_interrupted() -> None:
+    """Raise what the handler raised where an interrupt came and its exception was lost.
+
+    Python runs a signal's handler in the main thread wherever that is, a finalizer
+    (``__del__``, a weakref callback) included, and an exception raised there is printed
+    ("Exception ignored in ...") and dropped: a probe's Ctrl-C landed in a pooled buffer's
+    ``__del__`` (.host_buffers), and the job ran on and committed with exit 0 (2 in about 120
+    runs). The stream's loop and the commit call this, so such an interrupt still stops the
+    job before anything is committed, with the exit status of the signal."""
+    if _received == signal.SIGINT:
+        raise KeyboardInterrupt
+    if _received is not None:
+        raise SystemExit(128 + _received)
+
+
 @contextlib.contextmanager
 def terminate_as_exit() -> Iterator[None]:
-    """SIGTERM (``docker stop``, a batch system's kill) unwinds like Ctrl-C: cleanup runs."""
-
-    def handler(signum: int, frame: Any) -> None:
-        raise SystemExit(128 + signum)
-
+    """SIGTERM (``docker stop``, a batch system's kill) unwinds like Ctrl-C: cleanup runs. Both
+    are recorded as they come (:func:`raise_if_interrupted`)."""
+    global _received, _depth
     try:
-        previous = signal.signal(signal.SIGTERM, handler)
+        previous = [(s, signal.signal(s, _on_interrupt)) for s in (signal.SIGINT, signal.SIGTERM)]
     except ValueError:  # not the main thread: leave signals alone
         yield
         return
+    if _depth == 0:
+        _received = None
+    _depth += 1
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        _depth -= 1
+        if _depth == 0:
+            _received = None
+        for s, handler in reversed(previous):
+            # None: a handler not installed from Python; the default is the nearest
+            signal.signal(s, signal.SIG_DFL if handler is None else handler)
 
 
 @contextlib.contextmanager

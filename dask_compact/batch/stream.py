@@ -37,6 +37,7 @@ from .plan import (
 )
 from .reader import Reader
 from .record_tasks import RecordReader
+from .signals import raise_if_interrupted
 from .tasks import OutputArrays, PieceInfo, info, take
 
 MANIFEST_EVERY_S = 1.0  # a manifest a second behind only means a little recomputation
@@ -160,6 +161,7 @@ class _Stream:
                 first = False
             if self.held == 0 and self.writes == 0 and self.next_submit >= nchunks:
                 break
+            raise_if_interrupted()  # one lost in a finalizer: stop now, not at the commit
             try:
                 kind, key, fut, extra = self.events.get(timeout=0.2)
             except queue.Empty:
