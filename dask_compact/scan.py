@@ -228,7 +228,7 @@ def cumsum(x: Any, *, exclusive: bool = False, algorithm: str = "auto",
     token = tokenize("dask_compact.cumsum", x1.name, bool(exclusive), alg, acc.str)
     totals, offsets, name = f"cumsum-total-{token}", f"cumsum-offsets-{token}", f"cumsum-{token}"
     nb = x1.numblocks[0]
-    dsk: dict = {(totals, i): (scan_total, (x1.name, i), acc) for i in range(nb)}
+    dsk: dict = {(totals, i): (_block_total, (x1.name, i), acc) for i in range(nb)}
     dsk[(offsets, 0)] = (_offsets, [(totals, i) for i in range(nb)], acc)
     for i in range(nb):
         dsk[(name, i)] = (_scan_block, (x1.name, i), (offsets, 0), i, bool(exclusive), alg, acc)
@@ -248,6 +248,13 @@ def _offsets(totals: list[Any], acc: np.dtype) -> np.ndarray:
         with np.errstate(over="ignore"):
             np.cumsum(t[:-1], dtype=acc, out=out[1:])
     return out
+
+
+# Tasks call these module functions, never the Dispatch objects themselves: one in a task is
+# pickled by value for a distributed worker, and there the lazy CuPy registration fills in the
+# module's object, not the copy ("No dispatch for <class 'cupy.ndarray'>" on every worker).
+def _block_total(block: Any, acc: np.dtype) -> Any:
+    return scan_total(block, acc)
 
 
 def _scan_block(block: Any, offsets: np.ndarray, i: int, exclusive: bool, algorithm: str,
