@@ -337,3 +337,39 @@ def test_integer_arithmetic_wraps_as_numpy_at_the_extremes(dtype, name):
     np.testing.assert_array_equal(np.sort(cupy.asnumpy(got)), np.sort(want))
     i = dask_compact.compact_array(d, pred, output="indices")
     np.testing.assert_array_equal(cupy.asnumpy(i), np.flatnonzero(mask))
+
+
+HUGE_INTS = {
+    "complex rint": lambda x: (2**64 * x) <= np.rint(x),
+    "real of rint": lambda x: np.real(np.rint(x) + 2**70) > 0,
+    "where": lambda x: np.where(x < 2**64, 2**70, -np.inf) >= x,
+    "where of x": lambda x: np.where(x > 0, 2**64, x) > 0,
+    "times": lambda x: (x * 2**70) > 0,
+    "maximum": lambda x: np.maximum(x, 2**65) > 0,
+    "power": lambda x: x ** 2**64 > 1,
+    "real of a product": lambda x: np.real(x * 2**100) > 0,
+}
+
+
+@pytest.mark.parametrize("dtype", ["complex64", "complex128", "float16", "float32", "float64",
+                                   "uint32", "int8", "int64"])
+@pytest.mark.parametrize("name", list(HUGE_INTS))
+def test_python_ints_beyond_int64_on_the_cupy_fallback(dtype, name):
+    """Predicates the GPU does not compile (complex rint, power, sqrt; a constant that does
+    not fit its loop) run with CuPy, which refused a Python int beyond int64 (OverflowError:
+    Python int too large to convert to C long; the GPU probe of 2026-11-30, fifth session)
+    where NumPy answers: the int now goes to CuPy as NumPy converts it (NEP 50), and where
+    NumPy raises, so does the call."""
+    f = HUGE_INTS[name]
+    host = ((np.arange(33) - 16.5 + 1j) if dtype.startswith("c") else
+            np.arange(33) - (16 if dtype[0] == "i" else 0)).astype(dtype)
+    try:
+        with np.errstate(all="ignore"):
+            want = f(host)
+    except (OverflowError, ValueError, TypeError) as e:
+        with pytest.raises((type(e), ValueError)), np.errstate(all="ignore"):
+            dask_compact.compact_array(cupy.asarray(host), f, output="indices")
+        return
+    with np.errstate(all="ignore"):
+        got = dask_compact.compact_array(cupy.asarray(host), f, output="indices")
+    np.testing.assert_array_equal(cupy.asnumpy(got), np.flatnonzero(want))
