@@ -293,6 +293,8 @@ HUGE_INT_PREDICATES = [
     lambda x: x ** 2**64 > 1,
     lambda x: x - 2**63 < -(2**64),
     lambda x: x == 2**1024,
+    lambda x: np.real(np.rint(x)) == np.real(x) + 2**64,
+    lambda x: np.where(np.rint(x) == x, x, 2**64) == x,
 ]
 
 
