@@ -213,7 +213,6 @@ def test_cupy_chunks_in_dask(alg: str) -> None:
             assert_scan(got, a, exclusive)
 
 
-
 def test_cupy_chunks_on_a_cluster_of_processes() -> None:
     """cumsum of CuPy chunks on worker processes (one GPU may serve both): the tasks call the
     dispatch by a module function. With the Dispatch object itself in the graph, each worker
@@ -243,6 +242,7 @@ def test_cupy_chunks_on_a_cluster_of_processes() -> None:
         assert k == np.count_nonzero(f > 0)
         np.testing.assert_array_equal(cupy.asnumpy(v.compute()),
                                       np.concatenate([f[f > 0], f[~(f > 0)]]))
+
 
 # ------------------------------------------------------------- compaction on the scan -------
 
