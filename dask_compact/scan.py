@@ -259,6 +259,9 @@ def _offsets(totals: list[Any], acc: np.dtype) -> np.ndarray:
     return out
 
 
+# Tasks call these module functions, never the Dispatch objects themselves: one in a task is
+# pickled by value for a distributed worker, and there the lazy CuPy registration fills in the
+# module's object, not the copy ("No dispatch for <class 'cupy.ndarray'>" on every worker).
 def _total_block(block: Any, acc: np.dtype) -> Any:
     check_chunk(block, "cumsum")  # the step is dispatched on the chunk's type: see check_chunk
     return scan_total(block, acc)

@@ -88,6 +88,15 @@ __device__ __forceinline__ float f32_neg(float a) { return f32_from_bits(f32_bit
 __device__ __forceinline__ float f32_abs(float a) { return f32_from_bits(f32_bits(a) & 0x7fffffffu); }
 
 __device__ __forceinline__ bool f64_isnan(double a) { return a != a; }
+// On the bits, as IEEE 754 defines negate and abs (NaNs included) and NumPy's loops compute
+// them: nvcc's -a and fabs(a) of a float64 NaN left its sign bit as it was (the GPU probe of
+// 2026-11-30, fifth session: signbit(-x) of NaN differed from NumPy's; float32 was right).
+__device__ __forceinline__ double f64_neg(double a) {
+  return __longlong_as_double(__double_as_longlong(a) ^ (long long)0x8000000000000000ull);
+}
+__device__ __forceinline__ double f64_abs(double a) {
+  return __longlong_as_double(__double_as_longlong(a) & 0x7fffffffffffffffll);
+}
 __device__ __forceinline__ bool f64_isinf(double a) {
   return (__double_as_longlong(a) & 0x7fffffffffffffffll) == 0x7ff0000000000000ll;
 }

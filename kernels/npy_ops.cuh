@@ -48,9 +48,9 @@ __device__ __forceinline__ bool fisinf(double a) { return f64_isinf(a); }
 __device__ __forceinline__ bool fisfinite(float a) { return f32_isfinite(a); }
 __device__ __forceinline__ bool fisfinite(double a) { return f64_isfinite(a); }
 __device__ __forceinline__ float fneg(float a) { return f32_neg(a); }
-__device__ __forceinline__ double fneg(double a) { return -a; }
+__device__ __forceinline__ double fneg(double a) { return f64_neg(a); }
 __device__ __forceinline__ float fabs_(float a) { return f32_abs(a); }
-__device__ __forceinline__ double fabs_(double a) { return fabs(a); }
+__device__ __forceinline__ double fabs_(double a) { return f64_abs(a); }
 __device__ __forceinline__ float fzero(float) { return 0.0f; }
 __device__ __forceinline__ double fzero(double) { return 0.0; }
 __device__ __forceinline__ float fcopysign(float a, float b) {
@@ -432,13 +432,19 @@ __device__ __forceinline__ T power(T a, T b) {
   else return fpow(a, b);
 }
 
-// minimum/maximum propagate NaN; fmin/fmax ignore it (NumPy's scalar_min_f / fminf).
+// minimum/maximum propagate NaN; fmin/fmax ignore it. A tie (+0.0 against -0.0) gives the
+// second operand for float32/64, as x86 NumPy's loops do (scalar_min_f is SSE's minss, and
+// the SIMD npyv_minn: `a < b ? a : b`, a NaN in `a` kept) and as the CPU loop
+// (codegen/numba_loop.minmax) does; float16's loops (loops.c.src: npy_half_le(a, b) ||
+// isnan(a) ? a : b) give the first, and so does complex's CLE. NumPy is not the same
+// everywhere there: aarch64's fmin/fmax instructions order -0.0 below +0.0, and x86's
+// np.fmin/np.fmax ties change with the array's length and strides (docs/design.md).
 template <class T>
 __device__ __forceinline__ T minimum(T a, T b) {
   if constexpr (is_bool<T>::v) return a && b;
   else if constexpr (kind<T>::v == 0) return a < b ? a : b;
   else if constexpr (kind<T>::v == 1) return (fle(hf(a), hf(b)) || fisnan(hf(a))) ? a : b;
-  else if constexpr (kind<T>::v <= 3) return (fle(a, b) || fisnan(a)) ? a : b;
+  else if constexpr (kind<T>::v <= 3) return (flt(a, b) || fisnan(a)) ? a : b;
   else return (fisnan(a.re) || fisnan(a.im) || c_le(a, b)) ? a : b;
 }
 template <class T>
@@ -446,21 +452,21 @@ __device__ __forceinline__ T maximum(T a, T b) {
   if constexpr (is_bool<T>::v) return a || b;
   else if constexpr (kind<T>::v == 0) return a > b ? a : b;
   else if constexpr (kind<T>::v == 1) return (fge(hf(a), hf(b)) || fisnan(hf(a))) ? a : b;
-  else if constexpr (kind<T>::v <= 3) return (fge(a, b) || fisnan(a)) ? a : b;
+  else if constexpr (kind<T>::v <= 3) return (fgt(a, b) || fisnan(a)) ? a : b;
   else return (fisnan(a.re) || fisnan(a.im) || c_ge(a, b)) ? a : b;
 }
 template <class T>
 __device__ __forceinline__ T fmin(T a, T b) {
   if constexpr (kind<T>::v == 0) return minimum(a, b);
   else if constexpr (kind<T>::v == 1) return (fle(hf(a), hf(b)) || fisnan(hf(b))) ? a : b;
-  else if constexpr (kind<T>::v <= 3) return (fle(a, b) || fisnan(b)) ? a : b;
+  else if constexpr (kind<T>::v <= 3) return (flt(a, b) || fisnan(b)) ? a : b;
   else return (fisnan(b.re) || fisnan(b.im) || c_le(a, b)) ? a : b;
 }
 template <class T>
 __device__ __forceinline__ T fmax(T a, T b) {
   if constexpr (kind<T>::v == 0) return maximum(a, b);
   else if constexpr (kind<T>::v == 1) return (fge(hf(a), hf(b)) || fisnan(hf(b))) ? a : b;
-  else if constexpr (kind<T>::v <= 3) return (fge(a, b) || fisnan(b)) ? a : b;
+  else if constexpr (kind<T>::v <= 3) return (fgt(a, b) || fisnan(b)) ? a : b;
   else return (fisnan(b.re) || fisnan(b.im) || c_ge(a, b)) ? a : b;
 }
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pickle
 import signal
 import threading
 import time
@@ -1181,3 +1182,47 @@ def test_masked_second_chunk_on_one_worker_is_refused():
     a = np.random.default_rng(25).random(20)
     with local_process_cluster(1) as c:
         _each_call_refuses(_plain_then_masked(c, a, 10, sorted(c.nthreads())))
+
+
+def test_no_dispatch_object_is_sent_to_the_workers(client, monkeypatch):
+    """Every public call on a cluster of processes pickles no ``dask.utils.Dispatch`` into what
+    it sends: one in a task arrives as a copy, and the lazy CuPy registration on the worker
+    fills in the module's object, not the copy (``cumsum`` of CuPy chunks failed on every
+    worker with "No dispatch for <class 'cupy.ndarray'>"). The spy sees every pickling in this
+    (the client's) process; the graphs of eager, lazy, direct (persisted input) and record
+    calls, the sort, the partition and the scan all go through it."""
+    from dask.utils import Dispatch
+
+    pickled: list[str] = []
+    real = Dispatch.__reduce_ex__
+
+    def spy(self, protocol):
+        pickled.append(self.__name__)
+        return real(self, protocol)
+
+    monkeypatch.setattr(Dispatch, "__reduce_ex__", spy, raising=False)
+    rng = np.random.default_rng(5)
+    a = rng.integers(0, 100, 3_000).astype(np.int32)
+    x = da.from_array(a, chunks=1_000)
+    m = a > 50
+    calls = {
+        "map_compact": lambda: x.map_compact("x > 50", output="both"),
+        "map_compact lazy": lambda: x.map_compact("x > 50", lazy=True),
+        "map_compact persisted": lambda: x.persist().map_compact("x > 50"),
+        "compact": lambda: dask_compact.compact(x, x > 50),
+        "flatnonzero": lambda: dask_compact.flatnonzero(x > 50),
+        "compact_records": lambda: dask_compact.compact_records({"k": x, "v": x * 2}, "k > 50"),
+        "partition": lambda: dask_compact.partition(x, "x > 50"),
+        "sort": lambda: dask_compact.sort(x),
+        "argsort": lambda: dask_compact.argsort(x),
+        "cumsum": lambda: dask_compact.cumsum(x),
+    }
+    for what, call in calls.items():
+        out = call()
+        computed = dask.compute(out)  # the lazy parts too
+        assert computed is not None, what
+        assert pickled == [], f"{what} sent Dispatch objects {pickled} to the workers"
+    np.testing.assert_array_equal(dask_compact.cumsum(x).compute(), np.cumsum(a))
+    np.testing.assert_array_equal(x.map_compact("x > 50").compute(), a[m])
+    pickle.dumps(Dispatch("seen"))  # the spy is not blind
+    assert pickled == ["seen"]

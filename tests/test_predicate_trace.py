@@ -280,6 +280,76 @@ def test_comparison_with_an_int_outside_the_dtype_is_numpys_answer(dtype, const,
         np.testing.assert_array_equal(got, want)
 
 
+
+HUGE_INT_PREDICATES = [
+    lambda x: (2**64 * x) <= np.rint(x),
+    lambda x: np.real(np.rint(x) + 2**70) > 0,
+    lambda x: np.where(x < 2**64, 2**70, -np.inf) >= x,
+    lambda x: np.where(x > 0, 2**64, x) > 0,
+    lambda x: (x + 2**64) > 2**64,
+    lambda x: (x * 2**70) > 0,
+    lambda x: np.maximum(x, 2**65) > 0,
+    lambda x: np.real(x * 2**100) > 0,
+    lambda x: x ** 2**64 > 1,
+    lambda x: x - 2**63 < -(2**64),
+    lambda x: x == 2**1024,
+    lambda x: np.real(np.rint(x)) == np.real(x) + 2**64,
+    lambda x: np.where(np.rint(x) == x, x, 2**64) == x,
+]
+
+
+@pytest.mark.parametrize("dtype", ["complex64", "complex128", "float16", "float32", "float64",
+                                   "uint32", "int8", "int64", "uint64"])
+@pytest.mark.parametrize("i", range(len(HUGE_INT_PREDICATES)))
+def test_ints_beyond_int64_reach_an_array_module_as_numpy_uses_them(dtype, i):
+    """Where the GPU evaluates a predicate with CuPy (complex rint, a constant that does not
+    fit its loop), a Python int beyond int64 goes to it as NumPy converts it (NEP 50: to the
+    loop's dtype); CuPy refused the int itself (OverflowError: Python int too large to convert
+    to C long, the GPU probe of 2026-11-30) where NumPy answers. Where NumPy raises, so does
+    the conversion. The array module here is NumPy refusing such ints as CuPy does."""
+    f = HUGE_INT_PREDICATES[i]
+    a = (np.arange(33) - 16.5 + 1j).astype(dtype) if dtype.startswith("c") else (
+        (np.arange(33) - 16).astype(dtype) if dtype[0] != "u" else np.arange(33, dtype=dtype))
+    p = trace(f)
+    if p.expr is None:
+        pytest.skip(f"not traced: {p.reason}")
+    want, err = _numpy_or_error(f, a)
+    with np.errstate(all="ignore"):
+        if err is not None:
+            with pytest.raises(type(err)):
+                evaluate(p.expr, a, p.params, _RefusesHugeInts())
+            return
+        got = evaluate(p.expr, a, p.params, _RefusesHugeInts())
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("fn, args", [
+    ("multiply", (2**64, np.ones(3, np.complex64))),
+    ("add", (np.ones(3, np.float16), 2**70)),
+    ("add", (np.ones(3, np.float32), -(2**200))),
+    ("maximum", (np.ones(3, np.uint8), 2**70)),
+    ("where", (np.array([True, False, True]), 2**70, -np.inf)),
+    ("where", (np.array([True, False, True]), 2**70, np.ones(3, np.float32))),
+    ("where", (np.array([True, False, True]), 2**70, 1)),
+    ("add", (np.ones(3, np.float64), 2**1024)),
+])
+def test_numpy_constants_converts_as_numpy_does(fn, args):
+    """numpy_constants: NumPy's answer (value and dtype) is unchanged by the conversion, and
+    where NumPy raises for the int, the conversion raises the same."""
+    from dask_compact.predicate.expr import numpy_constants
+
+    want, err = _numpy_or_error(lambda _: getattr(np, fn)(*args), None)
+    if err is not None:
+        with pytest.raises(type(err)), np.errstate(all="ignore"):
+            numpy_constants(fn, list(args))
+        return
+    converted = numpy_constants(fn, list(args))
+    assert not any(type(c) is int and abs(c) >= 2**63 for c in converted)
+    with np.errstate(all="ignore"):
+        got = getattr(np, fn)(*converted)
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
+
 def _numpy_or_error(f, a):
     try:
         with np.errstate(all="ignore"):

@@ -155,6 +155,36 @@ def test_nan_inf_and_signed_zeros():
         check(a, da.from_array(a, chunks=256), buckets=3)
 
 
+
+def _probe_float16() -> np.ndarray:
+    """The new-user probe's float16 data (2026-11-30, fifth session): NumPy 2.4's default
+    float16 sort (the AVX512_ICL SIMD quicksort) left some nearly sorted inputs made of it
+    unsorted."""
+    a = (np.random.default_rng(7).standard_normal(300_007) * 1000).astype(np.float16)
+    a[::13], a[1::17], a[2::11] = -np.inf, np.inf, np.nan
+    return a
+
+
+def _assert_sorted_as_stable(got: np.ndarray, a: np.ndarray) -> None:
+    want = np.sort(a, kind="stable")
+    finite = got[~np.isnan(got)]
+    assert np.all(finite[:-1] <= finite[1:]) and np.isnan(got[finite.size:]).all()
+    np.testing.assert_array_equal(got, want)
+
+
+def test_float16_merge_of_sorted_pieces_is_sorted():
+    """sort_merge re-sorts the concatenated sorted pieces of a bucket: with NumPy's default
+    kind a float16 bucket of the probe's pieces came out unsorted on an AVX512_ICL CPU (so
+    did ``dask_compact.sort`` of the 300,007 values). Every local CPU sort of float16 is
+    stable now (a bug of this CPU's SIMD sort may not show on the machine running this)."""
+    a = _probe_float16()
+    pieces = [np.sort(a[i:i + 100_002], kind="stable") for i in range(0, a.size, 100_002)]
+    low = [p[p < -4000] for p in pieces]
+    _assert_sorted_as_stable(numpy_sort.sort_merge(low[0], low, None), np.concatenate(low))
+    values, _, _ = numpy_sort.sort_chunk(np.concatenate(low), False, 0, np.zeros(0, np.int64))
+    _assert_sorted_as_stable(values, np.concatenate(low))
+    _assert_sorted_as_stable(dask_compact.sort(da.from_array(a, chunks=100_002)).compute(), a)
+
 def test_all_nan():
     a = np.full(1000, np.nan)
     a[::2] = -np.nan

@@ -52,8 +52,17 @@ _MAX_PACKED = 2**32  # positions must fit the low 32 bits of the packed key
 
 def sort_kind(dtype: np.dtype) -> Literal["stable"] | None:
     """NumPy's radix sort (``kind="stable"``) for 1 and 2-byte integers and bools, which it
-    sorts in O(n) (5-15x faster than the default there), else the default introsort."""
-    return "stable" if dtype.kind in "biu" and dtype.itemsize <= 2 else None
+    sorts in O(n) (5-15x faster than the default there); its stable sort for float16 too;
+    else the default introsort.
+
+    float16: NumPy 2.4's default sort of float16 dispatches on x86 CPUs with AVX512_ICL to
+    a SIMD quicksort (x86-simd-sort) that left some nearly sorted inputs unsorted: a bucket
+    re-sorted from its sorted pieces (:func:`sort_merge`) came out unsorted, and so did
+    ``dask_compact.sort`` of 300,007 float16 values (the GPU probe of 2026-11-30, fifth
+    session, on the CPU of its host). The stable sort does not take that path."""
+    if dtype.kind in "biu" and dtype.itemsize <= 2:
+        return "stable"
+    return "stable" if dtype == np.dtype(np.float16) else None
 
 
 def stable_argsort(a: np.ndarray) -> np.ndarray:

@@ -42,6 +42,7 @@ __all__ = [
     "structure_key",
     "to_source",
     "ParamOverflow",
+    "numpy_constants",
     "NEGATIVE_POWER",
     "refuse_negative_exponent",
     "signed_power_exponents",
@@ -239,7 +240,7 @@ def evaluate(node: Node, x: Any, params: tuple, xp: Any = np) -> Any:
     if node.fn == "imag":
         return xp.imag(args[0])
     if node.fn == "where":
-        return xp.where(*args)
+        return xp.where(*(args if xp is np else numpy_constants("where", args)))
     if node.fn == SCALAR_POWER:
         base, c = args
         fn = scalar_power_fn(np.dtype(getattr(base, "dtype", np.float64)), isinstance(c, int))
@@ -250,11 +251,56 @@ def evaluate(node: Node, x: Any, params: tuple, xp: Any = np) -> Any:
         known = _compare_outside(node.fn, args[0], args[1], xp)
         if known is not None:
             return known
+    if xp is not np:  # after the comparisons above, which NumPy answers for any int
+        args = numpy_constants(node.fn, args)
     out = getattr(xp, node.fn)(*args)
     if node.fn == "power" and xp is not np and getattr(out, "dtype", np.dtype(float)).kind in "iu":
         # NumPy raises where an integer power's exponent is negative; CuPy gives 0.
         refuse_negative_exponent(args[1], int(getattr(out, "size", 1)), xp)
     return out
+
+
+def _beyond_int64(a: Any) -> bool:
+    return type(a) is int and not -(2**63) <= a < 2**63
+
+
+_WEAK = (int, float, complex)
+
+
+def _dtype_of(a: Any) -> np.dtype:
+    """An argument's dtype (a CuPy array's too, which NumPy cannot take itself)."""
+    dt = getattr(a, "dtype", None)
+    return np.dtype(dt) if dt is not None else np.asarray(a).dtype
+
+
+def _loop_dtypes(fn: str, args: list) -> list:
+    """The dtypes NumPy converts ``fn``'s arguments to, a weak Python scalar (NEP 50) taken
+    as one: the ufunc loop's inputs, or for ``where`` the result type of the two choices
+    (the condition is left as it is)."""
+    if fn == "where":
+        choice = np.result_type(*(a if type(a) in _WEAK else _dtype_of(a) for a in args[1:]))
+        return [None, choice, choice]
+    ufunc = getattr(np, fn)
+    given = tuple(type(a) if type(a) in _WEAK else _dtype_of(a) for a in args)
+    given += (None,) * ufunc.nout
+    return list(ufunc.resolve_dtypes(given)[: ufunc.nin])
+
+
+def numpy_constants(fn: str, args: list) -> list:
+    """``fn``'s arguments for an array module other than NumPy (CuPy), with each Python int
+    beyond int64 as NumPy uses it (NEP 50): converted to the dtype of NumPy's loop in its
+    slot (``2**64 * complex64_x``: a complex64 constant; ``where(c, 2**70, -inf)``: float64).
+    CuPy refuses such an int (OverflowError: Python int too large to convert to C long) where
+    NumPy answers (the GPU probe of 2026-11-30, fifth session); where NumPy raises (the int
+    in an integer loop), the conversion raises NumPy's OverflowError. Other arguments, and
+    calls with no such int, are returned as they are."""
+    if not any(_beyond_int64(a) for a in args):
+        return args
+    if fn != "where" and not isinstance(getattr(np, fn, None), np.ufunc):
+        return args
+    loop = _loop_dtypes(fn, args)
+    with np.errstate(over="ignore"):  # 2**70 -> float16 is inf, as NumPy computes it
+        return [dt.type(a) if _beyond_int64(a) else a for a, dt in zip(args, loop)]
 
 
 NEGATIVE_POWER = "Integers to negative integer powers are not allowed."

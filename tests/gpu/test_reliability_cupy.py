@@ -337,3 +337,103 @@ def test_integer_arithmetic_wraps_as_numpy_at_the_extremes(dtype, name):
     np.testing.assert_array_equal(np.sort(cupy.asnumpy(got)), np.sort(want))
     i = dask_compact.compact_array(d, pred, output="indices")
     np.testing.assert_array_equal(cupy.asnumpy(i), np.flatnonzero(mask))
+
+
+HUGE_INTS = {
+    "complex rint": lambda x: (2**64 * x) <= np.rint(x),
+    "real of rint": lambda x: np.real(np.rint(x) + 2**70) > 0,
+    "where": lambda x: np.where(x < 2**64, 2**70, -np.inf) >= x,
+    "where of x": lambda x: np.where(x > 0, 2**64, x) > 0,
+    "times": lambda x: (x * 2**70) > 0,
+    "maximum": lambda x: np.maximum(x, 2**65) > 0,
+    "power": lambda x: x ** 2**64 > 1,
+    "real of a product": lambda x: np.real(x * 2**100) > 0,
+    "real plus": lambda x: np.real(np.rint(x)) == np.real(x) + 2**64,
+    "where of rint": lambda x: np.where(np.rint(x) == x, x, 2**64) == x,
+}
+
+
+@pytest.mark.parametrize("dtype", ["complex64", "complex128", "float16", "float32", "float64",
+                                   "uint32", "int8", "int64"])
+@pytest.mark.parametrize("name", list(HUGE_INTS))
+def test_python_ints_beyond_int64_on_the_cupy_fallback(dtype, name):
+    """Predicates the GPU does not compile (complex rint, power, sqrt; a constant that does
+    not fit its loop) run with CuPy, which refused a Python int beyond int64 (OverflowError:
+    Python int too large to convert to C long; the GPU probe of 2026-11-30, fifth session)
+    where NumPy answers: the int now goes to CuPy as NumPy converts it (NEP 50), and where
+    NumPy raises, so does the call."""
+    f = HUGE_INTS[name]
+    host = ((np.arange(33) - 16.5 + 1j) if dtype.startswith("c") else
+            np.arange(33) - (16 if dtype[0] == "i" else 0)).astype(dtype)
+    try:
+        with np.errstate(all="ignore"):
+            want = f(host)
+    except (OverflowError, ValueError, TypeError) as e:
+        with pytest.raises((type(e), ValueError)), np.errstate(all="ignore"):
+            dask_compact.compact_array(cupy.asarray(host), f, output="indices")
+        return
+    with np.errstate(all="ignore"):
+        got = dask_compact.compact_array(cupy.asarray(host), f, output="indices")
+    np.testing.assert_array_equal(cupy.asnumpy(got), np.flatnonzero(want))
+
+
+SIGNED_ZEROS = [-0.0, 0.0, np.nan, -np.nan, -1.0, 1.0, -np.inf, np.inf, 2.5]
+# string predicates (the fused kernels, not a callable's CuPy calls), NumPy's names
+MINMAX = [f"signbit({fn}({args}))" for fn in ("minimum", "maximum", "fmin", "fmax")
+          for args in ("x, 0.0", "x, -0.0", "0.0, x", "-0.0, x")]
+MINMAX += ["1 / minimum(x, 0) < 0", "1 / maximum(x, -0.0) < 0"]
+
+
+def _numpy_text(text: str, a: np.ndarray) -> np.ndarray:
+    names = {n: getattr(np, n) for n in ("signbit", "minimum", "maximum", "fmin", "fmax",
+                                         "negative", "absolute", "real")}
+    return eval(text, dict(names, x=a))  # noqa: S307 -- the test's own literals
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+@pytest.mark.parametrize("text", MINMAX)
+def test_signed_zero_ties_of_minimum_and_maximum(dtype, text):
+    """+0.0 against -0.0 in minimum/maximum/fmin/fmax: the GPU gives what the CPU loop gives
+    (float32/64: the second operand, as x86 NumPy's minimum and maximum; float16: the first,
+    as NumPy's half loops everywhere). The GPU probe of 2026-11-30 (fifth session): the GPU
+    gave -0.0 for minimum(-0.0, 0), so `1 / minimum(x, 0) < 0` selected -0.0 there only.
+    NumPy's own ties are not the same on every machine (aarch64's fmin/fmax instructions;
+    x86's np.fmin with the array's length): minimum/maximum are checked against NumPy on
+    x86-64 and float16 everywhere, fmin/fmax against the CPU loop only."""
+    import platform
+
+    assert as_predicate(text).path == "fused"
+    host = np.tile(np.array(SIGNED_ZEROS, dtype=dtype), 7)
+    with np.errstate(all="ignore"):
+        cpu = dask_compact.compact_array(host, text, output="indices")
+        got = cupy.asnumpy(dask_compact.compact_array(cupy.asarray(host), text, output="indices"))
+        want = np.flatnonzero(_numpy_text(text, host))
+    np.testing.assert_array_equal(got, cpu)
+    if dtype == "float16" or (platform.machine() in ("x86_64", "AMD64")
+                              and not text.startswith("signbit(fm")):
+        np.testing.assert_array_equal(got, want)
+
+
+NAN_SIGNS = ["signbit(-x)", "signbit(negative(x))", "signbit(abs(x))", "signbit(absolute(x))",
+             "signbit(-absolute(x))"]
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64", "complex64", "complex128"])
+@pytest.mark.parametrize("text", NAN_SIGNS)
+def test_negate_and_abs_of_a_nan_are_on_its_sign_bit(dtype, text):
+    """-x flips a NaN's sign bit and abs(x) clears it, as IEEE 754 and NumPy's loops do; the
+    GPU's float64 -x and abs(x) left it (the GPU probe of 2026-11-30, fifth session). Complex:
+    the real part of -x (abs of complex is a float magnitude, a NaN's sign open: left out)."""
+    vals = np.tile(np.array([np.nan, -np.nan, -0.0, 0.0, -1.0, 1.0, np.inf, -np.inf]), 9)
+    with np.errstate(all="ignore"):
+        if dtype.startswith("complex"):
+            if "abs" in text:
+                pytest.skip("abs of a complex NaN is hypot's NaN, whose sign IEEE leaves open")
+            text = text.replace("signbit(", "signbit(real(", 1) + ")"
+            host = (vals + 1j * np.roll(vals, 1)).astype(dtype)
+        else:
+            host = vals.astype(dtype)
+        assert as_predicate(text).path == "fused"
+        want = np.flatnonzero(_numpy_text(text, host))
+        got = cupy.asnumpy(dask_compact.compact_array(cupy.asarray(host), text, output="indices"))
+    np.testing.assert_array_equal(got, want)

@@ -213,6 +213,37 @@ def test_cupy_chunks_in_dask(alg: str) -> None:
             assert_scan(got, a, exclusive)
 
 
+def test_cupy_chunks_on_a_cluster_of_processes() -> None:
+    """cumsum of CuPy chunks on worker processes (one GPU may serve both): the tasks call the
+    dispatch by a module function. With the Dispatch object itself in the graph, each worker
+    got a pickled copy whose lazy CuPy registration filled in the module's object instead:
+    "No dispatch for <class 'cupy.ndarray'>" in every cumsum-total task (the new-user probe's
+    gpu_cumsum_cluster.py, 2026-11-30). The sort and the partition of the same chunks too."""
+    import dask_compact
+
+    distributed = pytest.importorskip("distributed")
+    a = np.arange(777_777, dtype=np.int64)
+    f = data("float32", 100_003, seed=4)
+    with (
+        distributed.LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None) as lc,
+        distributed.Client(lc),
+    ):
+        x = da.from_array(a, chunks=77_777).map_blocks(cupy.asarray)
+        got = cumsum(x).compute()
+        assert isinstance(got, cupy.ndarray)
+        np.testing.assert_array_equal(cupy.asnumpy(got), np.cumsum(a))
+        np.testing.assert_array_equal(cupy.asnumpy(cumsum(x, exclusive=True).compute()),
+                                      reference(a, True))
+        fx = da.from_array(f, chunks=10_007).map_blocks(cupy.asarray)
+        assert_scan(cumsum(fx).compute(), f, False)
+        s = dask_compact.sort(fx).compute()
+        np.testing.assert_array_equal(cupy.asnumpy(s), np.sort(f))
+        v, k = dask_compact.partition(fx, "x > 0")
+        assert k == np.count_nonzero(f > 0)
+        np.testing.assert_array_equal(cupy.asnumpy(v.compute()),
+                                      np.concatenate([f[f > 0], f[~(f > 0)]]))
+
+
 # ------------------------------------------------------------- compaction on the scan -------
 
 
