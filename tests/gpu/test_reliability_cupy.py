@@ -374,6 +374,11 @@ def test_python_ints_beyond_int64_on_the_cupy_fallback(dtype, name):
         return
     with np.errstate(all="ignore"):
         got = dask_compact.compact_array(cupy.asarray(host), f, output="indices")
+    if name == "power" and dtype.startswith("c"):
+        # a complex power runs as CuPy's, which differs from NumPy's at such magnitudes (the
+        # fallback follows CuPy: design.md, "The GPU against NumPy"; on the H200 3 of 33
+        # elements): the constant must reach it as NumPy converts it, complex 2**64
+        want = cupy.asnumpy(cupy.asarray(host) ** cupy.asarray(host.dtype.type(2**64)) > 1)
     np.testing.assert_array_equal(cupy.asnumpy(got), np.flatnonzero(want))
 
 
