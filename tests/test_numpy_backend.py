@@ -120,15 +120,19 @@ def test_every_dtype(dtype, size, caplog):
     assert ("fused loop" in caplog.text) == (dtype != "float16")
 
 
+# a predicate selecting part of each dtype's random data
+_SELECT_BY_DTYPE = {
+    "bool": lambda v: v,
+    "complex64": lambda v: v.real > 0.3,
+    "float64": lambda v: v > 0.3,
+    "int32": lambda v: (v % 3) == 1,
+}
+
+
 @pytest.mark.parametrize("dtype", ["float64", "int32", "complex64", "bool"])
 def test_nd_and_non_contiguous_input(dtype):
     base = random_array(dtype, (6, 50, 7), seed=4)
-    f = {
-        "bool": lambda v: v,
-        "complex64": lambda v: v.real > 0.3,
-        "float64": lambda v: v > 0.3,
-        "int32": lambda v: (v % 3) == 1,
-    }[dtype]
+    f = _SELECT_BY_DTYPE[dtype]
     pred = as_predicate(f)
     views = [
         base,
@@ -414,12 +418,7 @@ def test_segmented_nd_and_non_contiguous_input(dtype, segmented):
     segments), each segment's indices from its place in the C order."""
     base = random_array(dtype, (6, 50, 7), seed=4)
     long_rows = random_array(dtype, (3, 1000), seed=5)
-    f = {
-        "bool": lambda v: v,
-        "complex64": lambda v: v.real > 0.3,
-        "float64": lambda v: v > 0.3,
-        "int32": lambda v: (v % 3) == 1,
-    }[dtype]
+    f = _SELECT_BY_DTYPE[dtype]
     pred = as_predicate(f)
     views = [
         base,  # C-contiguous
