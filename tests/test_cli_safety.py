@@ -305,6 +305,9 @@ def test_overwrite_of_a_group_output_keeps_to_what_its_job_wrote(tmp_path):
     g.create_array("m", data=rng.random(300))
     g.create_array("r", data=rng.random(300))
     g.create_array("grid", data=np.arange(7.0))  # another length: copied unchanged
+    # a 0-d array copied unchanged: its one chunk is a FILE named "c", which --overwrite took
+    # for something the job did not write (a review)
+    g.create_array("height", data=np.array(2.0))
     out = tmp_path / "sel.zarr"
     run(tmp_path / "in.zarr", out, "--where", "m > 0.5", "--output", "both")
     run(tmp_path / "in.zarr", out, "--where", "m > 0.7", "--output", "both", "--overwrite")

@@ -595,7 +595,8 @@ def added_to(store: str, entries: Callable[[str], list[str]]) -> list[str]:
     """What is in the complete output at ``store`` (of :func:`complete_marker`) that its job
     did not write, as ``entries(folder)`` lists it ("/" after a folder's name): anything
     beside its ``zarr.json`` and its arrays, and anything in an array's folder beside its
-    ``zarr.json`` and chunks (``c``).
+    ``zarr.json`` and chunks (the folder ``c``, or ``c.*`` files; a 0-d array's one chunk
+    is the file ``c``).
 
     The arrays are those the job recorded (``wrote``, since 2026-11-30); an earlier output's
     are its ``--output`` arrays and fields, and any Zarr array in a Zarr group INPUT's output
@@ -617,7 +618,7 @@ def added_to(store: str, entries: Callable[[str], list[str]]) -> list[str]:
     for name in sorted(arrays):
         if f"{name}/" in root:
             added += [f"{name}/{e}" for e in sorted(entries(name))
-                      if e not in ("zarr.json", "c/") and not e.startswith("c.")]
+                      if e not in ("zarr.json", "c/", "c") and not e.startswith("c.")]
     return added
 
 
