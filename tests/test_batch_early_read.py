@@ -10,6 +10,7 @@ import json
 import os
 import threading
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -377,3 +378,16 @@ def test_chunks_rewritten_after_the_early_read_are_read_again(zin, tmp_path, mon
     b = zarr.open_array(str(path))[:]
     np.testing.assert_array_equal(zarr.open_group(str(out))["values"][:], b[b < 0.3])
     assert summary["read_ahead"]["chunks"] == 8  # the 11 but 0, 9 and 10, rewritten
+
+
+def test_a_chunk_file_that_cannot_be_stat_ed_is_read_by_its_task(monkeypatch):
+    """A ``stat`` failing with another error than a missing file (a permission, a stale NFS
+    handle) escaped ``take`` raw, where a failed early read is handed to the task to read
+    again and report (a review): the chunk is now taken as changed."""
+    reader = SimpleNamespace(url="/nowhere", keys=["c/0"])
+
+    def refused(reader, i):
+        raise PermissionError(13, "Permission denied", reader.keys[i])
+
+    monkeypatch.setattr(early_read, "chunk_file_identity", refused)
+    assert early_read.unchanged_since(reader, 0, (1, 2, 3, 4, 5)) is False

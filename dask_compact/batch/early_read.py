@@ -270,8 +270,9 @@ class EarlyRead:
 
 
 def chunk_file_identity(reader: ZarrChunkFiles, i: int) -> tuple[int, ...] | None:
-    """Chunk ``i``'s file as :func:`.reader.zarr_fingerprint` sees it (device, inode, size,
-    modification and change times), None where it is missing."""
+    """Chunk ``i``'s file: device, inode, size, modification and change times (more than
+    :func:`.reader.zarr_fingerprint` keeps: at worst a chunk read again), None where it is
+    missing; other errors of ``stat`` raise."""
     try:
         st = os.stat(os.path.join(reader.url, reader.keys[i]))
     except FileNotFoundError:
@@ -287,8 +288,13 @@ def unchanged_since(reader: ZarrChunkFiles, i: int, seen: tuple[int, ...] | None
     two was read old while the fingerprint saw it new: a probe's job committed its first
     chunk old and its last new, exit 0. The file seen before the early read and again now,
     at the task (after the fingerprint), is the one the fingerprint saw, and a change after
-    that is the commit's check's to see. One ``stat`` a chunk taken."""
-    return chunk_file_identity(reader, i) == seen
+    that is the commit's check's to see. One ``stat`` a chunk taken. False where ``stat``
+    fails (a permission, a stale NFS handle): the task reads the chunk itself and reports
+    what fails, as for a failed early read (a review: the error escaped the task raw)."""
+    try:
+        return chunk_file_identity(reader, i) == seen
+    except OSError:
+        return False
 
 
 MAX_THREADS = 8
