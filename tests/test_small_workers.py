@@ -63,6 +63,30 @@ def test_workers_without_room_for_the_compiler_take_the_mask_path(small_workers,
     assert not any(small_workers.run(_numba_loaded).values())
 
 
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("by_worker", [True, False])
+@pytest.mark.filterwarnings("ignore")
+def test_workers_that_keep_dying_end_the_call_with_killed_worker(small_workers, by_worker):
+    """A worker restarted at each chunk (as by its nanny at 95% of its memory_limit): the
+    direct call falls back to the tasks, and the tasks end with distributed's KilledWorker
+    after its allowed failures, not a hang."""
+    import os
+
+    from distributed import KilledWorker, wait
+
+    def dies_on_a_chunk(v):  # noqa: ANN001, ANN202 -- nested, so that it is sent by value
+        if isinstance(v, np.ndarray) and v.size > 100:
+            os._exit(1)
+        return np.asarray(v) > 0.5  # np.asarray: not traced, so NumPy calls it on each chunk
+
+    x = da.arange(10_000, chunks=1000, dtype=np.float64).persist()
+    wait(x)
+    with pytest.raises(KilledWorker):
+        x.map_compact(dies_on_a_chunk, by_worker=by_worker).compute()
+    # the last restart done before the cluster closes (a close during one took ~27 s)
+    small_workers.wait_for_workers(2, timeout=20)
+
+
 @pytest.fixture
 def no_room(monkeypatch):
     """This process as a worker of 256 MiB, pausing at 80%, that has not loaded numba."""
