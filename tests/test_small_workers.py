@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
 
 import dask.array as da
 import numpy as np
@@ -63,7 +64,9 @@ def test_workers_without_room_for_the_compiler_take_the_mask_path(small_workers,
     assert not any(small_workers.run(_numba_loaded).values())
 
 
-@pytest.mark.timeout(30)
+# The call is timed itself: the cluster's close after the restarts now and then takes ~26 s
+# in distributed's nanny (seen in full-file runs on the loaded 2-core machine, not alone).
+@pytest.mark.timeout(90)
 @pytest.mark.parametrize("by_worker", [True, False])
 @pytest.mark.filterwarnings("ignore")
 def test_workers_that_keep_dying_end_the_call_with_killed_worker(small_workers, by_worker):
@@ -81,8 +84,10 @@ def test_workers_that_keep_dying_end_the_call_with_killed_worker(small_workers, 
 
     x = da.arange(10_000, chunks=1000, dtype=np.float64).persist()
     wait(x)
+    start = time.monotonic()
     with pytest.raises(KilledWorker):
         x.map_compact(dies_on_a_chunk, by_worker=by_worker).compute()
+    assert time.monotonic() - start < 30  # 3-7 s measured: 4 deaths and restarts
     # the last restart done before the cluster closes (a close during one took ~27 s)
     small_workers.wait_for_workers(2, timeout=20)
 
