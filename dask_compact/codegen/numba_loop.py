@@ -68,6 +68,7 @@ import numpy as np
 
 from ..batch.signals import deferred
 from ..cache import BoundedCache, cache_dir, disk_bytes, trim
+from ..compiler_room import no_room_for_compiler
 from ..predicate.core import TypedPredicate
 from ..predicate.expr import Call, Node, Var, param_dtypes, params_of, to_source, walk
 
@@ -977,11 +978,16 @@ def fused_loop(tp: TypedPredicate, output: str) -> CompiledLoop:
     """The compiled loop for ``tp`` and ``output``, built once per process and key while
     the bounded cache keeps it, at most twice in all (:data:`_kept`).
 
-    Raises :class:`UnsupportedPredicate` (also cached) when the loop cannot match NumPy.
+    Raises :class:`UnsupportedPredicate` (also cached) when the loop cannot match NumPy, and
+    (not cached: the room may come later) on a worker without the memory to load numba
+    (:func:`.compiler_room.no_room_for_compiler`), so the caller takes the NumPy mask path.
     """
     key = (tp.key, output)
     hit = _loops.get(key)
     if hit is None:
+        no_room = no_room_for_compiler()  # a dict lookup once numba is loaded
+        if no_room is not None:
+            raise UnsupportedPredicate(no_room)
         with _loops.lock:
             hit = _loops.get(key) or _kept.get(key)
             if hit is None:
