@@ -209,6 +209,7 @@ class _Selection:
 
     def __init__(self, output: str, dtype: np.dtype, n: int, make: Alloc) -> None:
         self.n, self.make, self.k, self.done = n, make, 0, 0
+        self.last = (0, 0)  # the last loop call's (selected, run)
         self.cap = min(n, _first_step())
         self.out = make(self.cap, dtype) if output != "indices" else None
         self.idx = make(self.cap, np.dtype(np.int64)) if output != "values" else None
@@ -226,17 +227,25 @@ class _Selection:
         # To the selection projected at the rate so far, with 1/16 to spare and a small step's
         # room past it (so an accurate projection is the last growth), or to twice the buffers
         # where that is more (a rate rising: a few growths), never past what the rest of the
-        # input could select (``most``), and straight to that where the growth would pass half
-        # of it: the old buffers are then at most half of ``most`` (which only falls) while
-        # both exist, so a call holds at most 1.5x its full-length buffers, what
-        # batch.plan.chunk_cost charges a chunk. Without that last rule a selection rising late
-        # held 1.93x (a search over step-shaped rates). The selection so far is copied over.
+        # input could select (``most``), and straight to that where the growth would pass a
+        # quarter of it: the old buffers are then under a quarter of ``most`` (which only
+        # falls) while both exist, so a call holds at most 1.25x its full-length buffers
+        # (batch.plan.chunk_cost charges 1.5x). Without that rule a selection rising late held
+        # 1.93x (a search over step-shaped rates). The selection so far is copied over.
+        # The rate is the higher of the call's so far and its last step's (of at least
+        # :func:`_rate_sample` elements). At the call's rate and with a half for the jump, a rate
+        # rising along the call grew the buffers four times, each growth copying the
+        # selection so far (2^24 float64, output="both": 0 then 1 halfway 29 ms, a linear
+        # ramp 25 ms, against 14 ms for one full-length buffer; a probe); now 1-3 growths, the
+        # last of them early, before most of the selection is there to copy.
         left = self.n - self.done
         most = self.k + left
-        rate = self.k / self.done if self.done else 1.0
+        got, ran = self.last
+        rate = max(self.k / self.done if self.done else 1.0,
+                   got / ran if ran >= _rate_sample() else 0.0)
         projected = self.k + math.ceil(rate * left * 17 / 16) + _min_step()
         cap = min(most, max(2 * self.cap, projected))
-        if 2 * cap > most:
+        if 4 * cap > most:
             cap = most
         self.out = self._moved(self.out, cap)
         self.idx = self._moved(self.idx, cap)
@@ -252,6 +261,13 @@ class _Selection:
     def window(self, buf: np.ndarray | None, m: int) -> np.ndarray | None:
         """Where the loop writes a step of ``m`` elements: ``m`` elements of ``buf`` from k."""
         return None if buf is None else buf[self.k : self.k + m]
+
+
+def _rate_sample() -> int:
+    # The least elements of a loop call whose own selection rate may raise the projection
+    # (_Selection._grow): a shorter one is too few to tell a rate from chance. 4096 of a
+    # 2^22 segment.
+    return max(16, _SEGMENT // 1024)
 
 
 def _min_step() -> int:
@@ -281,13 +297,15 @@ def _run_segmented(
             lo = 0
             while lo < seg.size:
                 m = sel.step(seg.size - lo)
-                sel.k += loop(
+                got = loop(
                     seg[lo : lo + m],
                     sel.window(sel.out, m),
                     sel.window(sel.idx, m),
                     int(base) + offset + lo,
                     params,
                 )
+                sel.k += got
+                sel.last = (got, m)
                 lo += m
                 sel.done += m
     return sel
