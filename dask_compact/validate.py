@@ -59,6 +59,9 @@ def check_dtype(dtype: Any) -> None:
             how = ("; datetime64 and timedelta64 arrays are taken by map_compact, compact, "
                    "compact_array, flatnonzero, sort and argsort, and as fields "
                    "compact_records gathers, only")
+        elif dtype.fields:  # records in one array: compact_records takes them by field
+            how = ("; for records, compact_records({name: x[name] for name in "
+                   "x.dtype.names}, pred) selects every field by a predicate over the fields")
         raise TypeError(
             f"dask_compact compacts arrays of {', '.join(d.name for d in DTYPES)}; not "
             f"{dtype}{how}"
@@ -152,8 +155,10 @@ def check_chunk_type(a: Any, fn: str, in_memory: bool = False) -> None:
     )
 
 
-# exactly these NumPy types are taken as they are: a memmap is NumPy data in a file
-_PLAIN = (np.ndarray, np.memmap)
+# exactly these NumPy types are taken as they are: a memmap is NumPy data in a file, a
+# recarray NumPy data whose fields are also attributes (a view of plain numbers carries
+# nothing more; chunks of one were taken before the per-chunk check, a probe)
+_PLAIN = (np.ndarray, np.memmap, np.recarray)
 
 
 def conversion(a: Any, in_memory: bool = False) -> str:
@@ -176,10 +181,18 @@ def conversion(a: Any, in_memory: bool = False) -> str:
         dense, note = None, ""
     if in_memory:
         return f"it first, e.g. {'a.' + dense if dense else 'np.asarray(a)'}{note}"
-    meta = f"np.empty({(0,) * max(getattr(a, 'ndim', 1), 1)}, {str(a.dtype)!r})" \
+    meta = f"np.empty({(0,) * max(getattr(a, 'ndim', 1), 1)}, {_dtype_source(a.dtype)})" \
         if hasattr(a, "dtype") else "np.empty(0)"  # fmt: skip
     call = f"lambda b: b.{dense}" if dense else "np.asarray"
     return f"the chunks first, e.g. x.map_blocks({call}, meta={meta}){note}"
+
+
+def _dtype_source(dtype: Any) -> str:
+    """Python source that makes ``dtype`` (for a message's advice): a structured dtype's
+    ``str`` ("(numpy.record, [...])" for records) is not one (a probe ran the advice: a
+    SyntaxError), its field list is."""
+    fields = getattr(dtype, "fields", None)
+    return repr(np.dtype(dtype).descr) if fields else repr(str(dtype))
 
 
 def check_chunk(chunk: Any, fn: str, what: str = "the input") -> None:

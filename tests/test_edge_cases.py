@@ -3,6 +3,8 @@ chunk types, odd ``chunks=`` values. Each gives NumPy's answer or a clear error 
 
 from __future__ import annotations
 
+import re
+
 import dask.array as da
 import numpy as np
 import pytest
@@ -566,3 +568,31 @@ def test_scipy_sparse_chunks_are_refused_with_a_conversion_that_works():
         x.map_compact("x > 0.7")
     y = eval(_advised(refused.value), {"np": np, "x": x})
     np.testing.assert_array_equal(y.map_compact("x > 0.7").compute(), a[a > 0.7])
+
+
+def test_recarray_views_of_plain_numbers_are_numpy_data():
+    """Chunks that are ``np.recarray`` views of plain numbers carry nothing beside them: taken
+    as they were before the per-chunk check (a probe of that check: refused, with a reason
+    about extra information that a recarray does not have)."""
+    a = np.random.default_rng(6).random(40)
+    y = da.from_array(a, chunks=7).map_blocks(lambda b: b.view(np.recarray))
+    np.testing.assert_array_equal(y.map_compact(lambda v: v > 0.5).compute(), a[a > 0.5])
+    np.testing.assert_array_equal(dask_compact.sort(y).compute(), np.sort(a))
+
+
+def test_records_in_one_array_are_pointed_to_compact_records():
+    """A structured (record) dtype is refused by the compactions, with the call that takes
+    it; and the meta in a conversion's advice for a structured chunk is Python that runs (its
+    ``str``, "(numpy.record, [...])", was a SyntaxError: a probe ran the advice)."""
+    rec = np.rec.fromarrays([np.random.default_rng(0).random(10), np.arange(10)], names="a,b")
+    x = da.from_array(rec, chunks=4)
+    with pytest.raises(TypeError, match=r"for records, compact_records\(\{name: x\[name\]"):
+        x.map_compact(lambda r: r["a"] > 0.5)
+    out = dask_compact.compact_records({name: x[name] for name in x.dtype.names}, "a > 0.5")
+    for name in rec.dtype.names:
+        np.testing.assert_array_equal(out[name].compute(), rec[name][rec["a"] > 0.5])
+    y = x.map_blocks(lambda b: b.view(_Carrier), meta=np.empty(0))
+    with pytest.raises(TypeError) as e:
+        dask_compact.cumsum(y).compute()
+    meta = re.search(r"meta=(np\.empty\(\(0,\), \[.*?\]\))", str(e.value)).group(1)
+    assert eval(meta, {"np": np}).dtype == np.dtype(rec.dtype.descr)
