@@ -241,8 +241,8 @@ def test_overlap_is_refused_through_fsspec_caches(tmp_path, cache):
               "--local", "threads", code=2)
     assert "must not be INPUT" in res.output
     res = run(out / "values", f"{cache}::file://{out}", "-w", "x > 0.5", "--overwrite",
-              "--local", "threads", code=2)  # OUTPUT spelled through the cache
-    assert "must not be INPUT" in res.output
+              "--local", "threads", code=2)  # OUTPUT spelled through the cache: refused
+    assert f"writes through fsspec's {cache}" in " ".join(res.output.split())
     np.testing.assert_array_equal(values(out), a[a > 0.3])
     assert not (store / "inside").exists()
 
@@ -336,6 +336,21 @@ def test_a_zip_output_is_refused_up_front(npy, tmp_path, monkeypatch):
         assert res.output.strip().splitlines()[-1].startswith("Error: Invalid value for OUTPUT")
     assert not (tmp_path / "new.zip").exists() and empty.read_bytes() == before
     assert not (tmp_path / "zip::short.zip").exists() and not (tmp_path / "short.zip").exists()
+
+
+def test_an_output_through_an_fsspec_cache_is_refused_up_front(npy, tmp_path):
+    """A probe's ``simplecache::file://.../out.zarr`` OUTPUT failed inside the job with a
+    FileNotFoundError in its temporary group (a write through the cache lands in its local
+    copy): refused before anything runs, naming the cache, and the target URL works."""
+    path, a = npy
+    for cache in ("simplecache", "filecache", "blockcache"):
+        url = f"{cache}::file://{tmp_path / 'out.zarr'}"
+        res = run(path, url, "-w", "x > 0.5", "--local", "threads", code=2)
+        assert f"writes through fsspec's {cache}" in " ".join(res.output.split())
+        assert not list(tmp_path.glob("*out.zarr*"))
+    run(path, f"file://{tmp_path / 'out.zarr'}", "-w", "x > 0.5", "--local", "threads")
+    np.testing.assert_array_equal(zarr.open_group(str(tmp_path / "out.zarr"))["values"][:],
+                                  a[a > 0.5])
 
 
 def test_a_memory_output_is_refused_up_front(npy, tmp_path):

@@ -125,6 +125,10 @@ ARCHIVE_PROTOCOLS = ("zip", "tar", "libarchive")
 # exit 0, and gone when the command returned (tests set this to () to use it for an object
 # store, in-process)
 EPHEMERAL_PROTOCOLS = ("memory",)
+# fsspec's caches read through to their target, but a write through one lands in the cache's
+# local copy first: a probe's simplecache::file://.../out.zarr OUTPUT failed halfway with a
+# FileNotFoundError in the temporary group (exit 1, nothing left)
+CACHE_PROTOCOLS = ("simplecache", "filecache", "blockcache", "cached")
 
 
 def check_writable_url(output: str) -> None:
@@ -142,6 +146,12 @@ def check_writable_url(output: str) -> None:
             f"{output!r} is on fsspec's in-memory file system, which ends with this "
             "command's process: the output would be gone when it exits. Give a path or an "
             "object store's URL", param_hint="OUTPUT")
+    cache = next((p for p in protocols if p in CACHE_PROTOCOLS), None)
+    if cache is not None:
+        raise click.BadParameter(
+            f"{output!r} writes through fsspec's {cache}, which does not write OUTPUT to the "
+            "file system it caches: give that URL itself (without the cache)",
+            param_hint="OUTPUT")
 
 
 class Target:
