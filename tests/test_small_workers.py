@@ -94,7 +94,10 @@ def test_workers_that_keep_dying_end_the_call_with_killed_worker(small_workers, 
 
 @pytest.fixture
 def no_room(monkeypatch):
-    """This process as a worker of 256 MiB, pausing at 80%, that has not loaded numba."""
+    """This process as a worker of 256 MiB, pausing at 80%, that has not loaded numba (nor
+    built any loop: the check runs where the in-process cache misses, and an earlier test of
+    this process built `x > c` on float64; a review found the tests failing after it)."""
+    numba_loop.clear_cache()
     monkeypatch.setattr(compiler_room, "_LOADED", "not.a.module")
     monkeypatch.setattr(compiler_room, "_worker_limit", lambda: (256 << 20, 0.8))
     monkeypatch.setitem(sys.modules, "distributed", sys.modules.get("distributed", sys))
@@ -121,6 +124,7 @@ def test_no_room_takes_the_mask_path_and_logs_why(no_room, caplog, output):
 def test_the_refusal_is_not_kept(monkeypatch):
     """A worker refused now compiles once it has the room (the refusal is not cached)."""
     tp = as_predicate(lambda v: v < 0.123456).typed(np.dtype(np.float64))
+    numba_loop.clear_cache()  # the check runs where the in-process cache misses (see no_room)
     monkeypatch.setattr(numba_loop, "no_room_for_compiler", lambda: "no room")
     with pytest.raises(numba_loop.UnsupportedPredicate, match="no room"):
         numba_loop.fused_loop(tp, "values")
