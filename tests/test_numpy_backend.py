@@ -527,7 +527,7 @@ def test_a_rate_rising_along_a_segmented_call_copies_little(rising, monkeypatch)
     small part of the selection. The result equals NumPy's."""
     from dask_compact.backends import numpy_backend
 
-    monkeypatch.setattr(numpy_backend, "_SEGMENT", 1 << 14)
+    monkeypatch.setattr(numpy_backend, "_SEGMENT", 1 << 16)  # a quarter of the call, as 2^22
     copied = []
     moved = numpy_backend._Selection._moved
 

@@ -118,7 +118,7 @@ def compact(
     paged in (the batch job's, see :mod:`dask_compact.batch.host_buffers`); default
     ``np.empty``, and a small result is then copied out of the large buffer. A chunk of more
     than ``_SEGMENT`` elements asks for smaller buffers, grown with its selection (each
-    request at most ``a.size`` elements, at most 1.5x the full-length buffers held at once;
+    request at most ``a.size`` elements, at most 1.25x the full-length buffers held at once;
     see :class:`_Selection`), and its result is likewise a view of at least a quarter of one
     or a copy.
     """
@@ -228,22 +228,24 @@ class _Selection:
         # room past it (so an accurate projection is the last growth), or to twice the buffers
         # where that is more (a rate rising: a few growths), never past what the rest of the
         # input could select (``most``), and straight to that where the growth would pass a
-        # quarter of it: the old buffers are then under a quarter of ``most`` (which only
-        # falls) while both exist, so a call holds at most 1.25x its full-length buffers
-        # (batch.plan.chunk_cost charges 1.5x). Without that rule a selection rising late held
-        # 1.93x (a search over step-shaped rates). The selection so far is copied over.
-        # The rate is the higher of the call's so far and its last step's (of at least
-        # :func:`_rate_sample` elements). At the call's rate and with a half for the jump, a rate
-        # rising along the call grew the buffers four times, each growth copying the
-        # selection so far (2^24 float64, output="both": 0 then 1 halfway 29 ms, a linear
-        # ramp 25 ms, against 14 ms for one full-length buffer; a probe); now 1-3 growths, the
-        # last of them early, before most of the selection is there to copy.
+        # quarter of it. So every buffer but the last is under a quarter of the call's length
+        # n, and a call holds at most 1.25x its full-length buffers while both exist
+        # (batch.plan.chunk_cost charges 1.5x; without the jump a selection rising late held
+        # 1.93x, a search over step-shaped rates). The selection so far is copied over.
+        # Where the last step (of at least :func:`_rate_sample` elements) selected at a higher
+        # rate than the call so far, that rate is projected over the next segment too: a rate
+        # rising along the call, projected at the call's rate, grew the buffers four times,
+        # each growth copying the selection so far (2^24 float64, output="both": 0 then 1
+        # halfway 29 ms, against 14 ms for one full-length buffer; a probe); over the whole
+        # rest instead, a burst of 1-2% of the call took buffers of most of its length (a
+        # review).
         left = self.n - self.done
         most = self.k + left
         got, ran = self.last
-        rate = max(self.k / self.done if self.done else 1.0,
-                   got / ran if ran >= _rate_sample() else 0.0)
-        projected = self.k + math.ceil(rate * left * 17 / 16) + _min_step()
+        rate = self.k / self.done if self.done else 1.0
+        recent = got / ran if ran >= _rate_sample() else 0.0
+        projected = (self.k + math.ceil(rate * left * 17 / 16)
+                     + math.ceil(max(0.0, recent - rate) * min(left, _SEGMENT)) + _min_step())
         cap = min(most, max(2 * self.cap, projected))
         if 4 * cap > most:
             cap = most
@@ -288,10 +290,10 @@ def _run_segmented(
 ) -> _Selection:
     """Every chunk's segments through the loop into ``sel``'s buffers, each element read once
     and each selected one written straight into its place (copied again only when the buffers
-    grow). Memory: the buffers, which end at about the selection and 1/16 of a segment (up to
-    twice that after a growth the projection underestimated; never more than the call's
-    length), the old ones during a growth (at most half the new ones), and one segment's copy
-    of a non-contiguous chunk."""
+    grow). Memory: the buffers, which end at about the selection and 1/16 of a segment plus,
+    after a rise in the rate, up to a segment or twice the selection (the call's length where
+    a growth passed a quarter of it), the old ones during a growth (under a quarter of the
+    call's length), and one segment's copy of a non-contiguous chunk."""
     for b, base in zip(blocks, bases):
         for offset, seg in _segments(b, _SEGMENT):
             lo = 0
