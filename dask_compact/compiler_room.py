@@ -7,7 +7,7 @@ to the process stays until it ends. Measured on the 2-core machine (one process,
 (:mod:`.codegen.numba_ready`), then +4 MiB for a first loop loaded from numba's disk cache or
 +17 MiB for one compiled by LLVM. So ~100-115 MiB, nearly all of it the import, not LLVM or
 our cache. A distributed worker measures its process's RSS against its ``memory_limit``:
-2 workers of 256 MiB each holding 50 MB of a persisted input (~107 MiB RSS) passed 95% at
+2 workers of 256 MiB each holding 50 MB of a persisted input (~155 MiB RSS) passed 95% at
 their first compiled loop and were restarted, the input lost; the restarted workers paused
 and a ``map_compact`` never returned (2026-11-30, a probe), where plain Dask's ``x[x > c]``
 took 0.2-0.5 s. Such a worker now takes the NumPy mask path (a boolean mask of the chunk, no
@@ -42,7 +42,7 @@ def no_room_for_compiler() -> str | None:
     """
     if _LOADED in sys.modules or "distributed" not in sys.modules:
         return None
-    limit, fraction = _worker_limit()
+    limit, fraction, verb = _worker_limit()
     if limit is None:
         return None
     ceiling = limit * fraction
@@ -51,19 +51,25 @@ def no_room_for_compiler() -> str | None:
         return None
     return (
         f"no room for numba in this worker: {used / 2**20:.0f} MiB used, its compiler "
-        f"needs ~{COMPILER_FOOTPRINT / 2**20:.0f} MiB more, and the worker pauses at "
+        f"needs ~{COMPILER_FOOTPRINT / 2**20:.0f} MiB more, and the worker {verb} at "
         f"{fraction:.0%} of its memory_limit of {limit / 2**20:.0f} MiB"
     )
 
 
-def _worker_limit() -> tuple[int | None, float]:
+def _worker_limit() -> tuple[int | None, float, str]:
     """The smallest ``memory_limit`` of the distributed workers in this process (one for a
-    worker process, several for a cluster of threads, which all measure the same RSS), and the
-    fraction of it the compiler must stay under; (None, 1.0) where no worker has a limit."""
+    worker process, several for a cluster of threads, which all measure the same RSS), the
+    fraction of it the compiler must stay under, and what the worker does there ("pauses",
+    or "is restarted" with pausing off); (None, 1.0, "") where no worker has a limit."""
     from distributed import Worker
 
+    try:
+        # a weak set: a cluster of threads may start or collect a worker as a task runs here
+        instances = list(Worker._instances)
+    except RuntimeError:
+        return None, 1.0, ""
     limits = []
-    for worker in list(Worker._instances):
+    for worker in instances:
         if getattr(worker.status, "name", None) not in _SERVING:  # closed, not yet collected
             continue
         manager = getattr(worker, "memory_manager", None)
@@ -71,20 +77,21 @@ def _worker_limit() -> tuple[int | None, float]:
         if limit:
             limits.append((int(limit), _ceiling_fraction(manager)))
     if not limits:
-        return None, 1.0
-    return min(limits, key=lambda lf: lf[0] * lf[1])
+        return None, 1.0, ""
+    limit, (fraction, verb) = min(limits, key=lambda lf: lf[0] * lf[1][0])
+    return limit, fraction, verb
 
 
-def _ceiling_fraction(manager: Any) -> float:
+def _ceiling_fraction(manager: Any) -> tuple[float, str]:
     """The worker's pause fraction; with pausing off, the nanny's terminate fraction (its
-    restart), itself from Dask's config."""
+    restart), itself from Dask's config; and what the worker does there."""
     pause = getattr(manager, "memory_pause_fraction", False)
     if pause:
-        return float(pause)
+        return float(pause), "pauses"
     import dask
 
     terminate = dask.config.get("distributed.worker.memory.terminate", 0.95)
-    return float(terminate) if terminate else 1.0
+    return (float(terminate), "is restarted") if terminate else (1.0, "runs out of memory")
 
 
 def _rss() -> int:

@@ -339,7 +339,9 @@ async def _connect(client: Any, addr: str, timeout: float) -> Any:
     checking = asyncio.ensure_future(client._run_on_scheduler(_is_worker, addr))
     done, _ = await asyncio.wait({connecting, checking}, return_when=asyncio.FIRST_COMPLETED)
     if connecting in done:
-        checking.cancel()
+        # the check left to end on its own: a request cancelled midway closes its pooled
+        # connection to the scheduler (distributed 2026.7; a review)
+        checking.add_done_callback(_quiet)
         return connecting.result()
     try:
         known = checking.result()
@@ -349,6 +351,13 @@ async def _connect(client: Any, addr: str, timeout: float) -> Any:
         connecting.cancel()
         raise OSError(f"worker {addr} is no longer in the cluster")
     return await connecting
+
+
+def _quiet(future: Any) -> None:
+    """Take a finished background task's outcome (nobody awaits it), so that asyncio does not
+    log an exception nobody retrieved."""
+    if not future.cancelled():
+        future.exception()
 
 
 def _is_worker(addr: str, dask_scheduler: Any = None) -> bool:

@@ -61,7 +61,8 @@ def check_dtype(dtype: Any) -> None:
                    "compact_records gathers, only")
         elif dtype.fields:  # records in one array: compact_records takes them by field
             how = ("; for records, compact_records({name: x[name] for name in "
-                   "x.dtype.names}, pred) selects every field by a predicate over the fields")
+                   "x.dtype.names}, pred) selects every field by a predicate over the fields "
+                   "(and its indices=True gives the rows, e.g. for a split)")
         raise TypeError(
             f"dask_compact compacts arrays of {', '.join(d.name for d in DTYPES)}; not "
             f"{dtype}{how}"
@@ -133,7 +134,8 @@ def check_chunk_type(a: Any, fn: str, in_memory: bool = False) -> None:
 
     ``a`` is a chunk or a dask array's ``_meta`` (``in_memory``: the array an in-memory call
     was given, and the advice converts it rather than the chunks). NumPy arrays (exactly
-    ``np.ndarray``, or ``np.memmap``, file-backed NumPy data) and CuPy arrays are compacted.
+    ``np.ndarray``, ``np.memmap``, file-backed NumPy data, or ``np.recarray``) and CuPy
+    arrays are compacted.
     Every other type is refused, with how to convert it (:func:`conversion`): a masked
     array's mask would be dropped (and NumPy evaluates a predicate on masked data with its
     own rules); another ndarray subclass (astropy's ``Quantity``) would come back as plain

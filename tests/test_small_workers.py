@@ -12,6 +12,7 @@ import logging
 import sys
 import time
 
+import dask
 import dask.array as da
 import numpy as np
 import pytest
@@ -99,7 +100,7 @@ def no_room(monkeypatch):
     this process built `x > c` on float64; a review found the tests failing after it)."""
     numba_loop.clear_cache()
     monkeypatch.setattr(compiler_room, "_LOADED", "not.a.module")
-    monkeypatch.setattr(compiler_room, "_worker_limit", lambda: (256 << 20, 0.8))
+    monkeypatch.setattr(compiler_room, "_worker_limit", lambda: (256 << 20, 0.8, "pauses"))
     monkeypatch.setitem(sys.modules, "distributed", sys.modules.get("distributed", sys))
 
 
@@ -142,10 +143,32 @@ def test_the_limit_is_read_from_this_process_workers():
         memory_limit="100MiB",
         dashboard_address=None,
     ):
-        assert compiler_room._worker_limit() == (100 << 20, 0.8)
-    assert compiler_room._worker_limit() == (None, 1.0)
+        assert compiler_room._worker_limit() == (100 << 20, 0.8, "pauses")
+    assert compiler_room._worker_limit() == (None, 1.0, "")
 
 
 def test_ordinary_processes_are_not_refused():
     """No worker here, or numba already loaded: nothing to check."""
     assert compiler_room.no_room_for_compiler() is None
+
+
+def test_a_worker_set_changing_during_the_check_is_no_limit(monkeypatch):
+    """A cluster of threads may start or collect a worker while a task checks (a weak set
+    changing size as it is listed): the limit is taken as unknown, the task goes on (a
+    review: the RuntimeError failed the task)."""
+    distributed = pytest.importorskip("distributed")
+
+    class Changing:
+        def __iter__(self):
+            raise RuntimeError("Set changed size during iteration")
+
+    monkeypatch.setattr(distributed.Worker, "_instances", Changing())
+    assert compiler_room._worker_limit() == (None, 1.0, "")
+
+
+def test_the_reason_says_restarted_where_pausing_is_off(monkeypatch):
+    manager = type("M", (), {"memory_pause_fraction": False})()
+    with dask.config.set({"distributed.worker.memory.terminate": 0.95}):
+        assert compiler_room._ceiling_fraction(manager) == (0.95, "is restarted")
+    assert compiler_room._ceiling_fraction(
+        type("M", (), {"memory_pause_fraction": 0.8})()) == (0.8, "pauses")
