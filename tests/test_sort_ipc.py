@@ -222,7 +222,14 @@ def test_every_worker_packs_before_it_merges_and_a_held_result_keeps_its_keys(ca
             distributed.Client(cluster) as client, \
             caplog.at_level(logging.WARNING, logger="distributed.scheduler"):  # fmt: skip
         mp.setattr(sort_graph, "_ipc_refusal", lambda *a, **k: None)
-        x = da.from_array(a, chunks=2**18 // 32).persist()
+        # chunk k on worker k mod 4: every worker holds chunks, so every worker packs (as
+        # persisted by Dask, one worker of a loaded CI machine once held none: 3 runs of 4)
+        workers = sorted(client.nthreads())
+        step = 2**18 // 32
+        x = da.concatenate([
+            client.persist(da.from_array(a[s:s + step], chunks=step), workers=[workers[k % 4]])
+            for k, s in enumerate(range(0, a.size, step))
+        ]).persist()
         distributed.wait(x)
         held = []
         for _ in range(3):
