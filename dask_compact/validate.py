@@ -141,7 +141,7 @@ def check_chunk_type(a: Any, fn: str, in_memory: bool = False) -> None:
     own rules); another ndarray subclass (astropy's ``Quantity``) would come back as plain
     numbers, without what it carries (plain Dask's ``x[x > 0.5]`` raises for a Quantity
     compared with a bare number); other array types (sparse) have no backend."""
-    if type(a) in _PLAIN or _module_of(a) == "cupy":
+    if _taken_as_is(a):
         return
     if isinstance(a, np.ma.MaskedArray):
         raise TypeError(
@@ -161,6 +161,11 @@ def check_chunk_type(a: Any, fn: str, in_memory: bool = False) -> None:
 # recarray NumPy data whose fields are also attributes (a view of plain numbers carries
 # nothing more; chunks of one were taken before the per-chunk check, a probe)
 _PLAIN = (np.ndarray, np.memmap, np.recarray)
+
+
+def _taken_as_is(a: Any) -> bool:
+    """Whether ``a`` is of a type the calls compact as it is (:data:`_PLAIN`, or CuPy's)."""
+    return type(a) in _PLAIN or _module_of(a) == "cupy"
 
 
 def conversion(a: Any, in_memory: bool = False) -> str:
@@ -205,7 +210,7 @@ def check_chunk(chunk: Any, fn: str, what: str = "the input") -> None:
     steps are dispatched on their first chunk's type, and the NumPy steps take any ndarray
     subclass: a masked chunk after a plain one lost its mask (a new-user probe), a Quantity
     its unit, and sparse chunks failed inside the backend with errors that said nothing."""
-    if type(chunk) in _PLAIN or _module_of(chunk) == "cupy":
+    if _taken_as_is(chunk):
         return  # every chunk of every task passes here: the common case in two lookups
     if isinstance(chunk, np.ma.MaskedArray):
         where = f"a chunk of {what} is a masked array, though the dask array's meta is not"

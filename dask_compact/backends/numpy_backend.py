@@ -260,6 +260,12 @@ class _Selection:
         new[: self.k] = buf[: self.k]
         return new
 
+    def ran(self, m: int, got: int) -> None:
+        """A loop call ran ``m`` more input elements and selected ``got`` of them."""
+        self.k += got
+        self.done += m
+        self.last = (got, m)
+
     def window(self, buf: np.ndarray | None, m: int) -> np.ndarray | None:
         """Where the loop writes a step of ``m`` elements: ``m`` elements of ``buf`` from k."""
         return None if buf is None else buf[self.k : self.k + m]
@@ -306,10 +312,8 @@ def _run_segmented(
                     int(base) + offset + lo,
                     params,
                 )
-                sel.k += got
-                sel.last = (got, m)
+                sel.ran(m, got)
                 lo += m
-                sel.done += m
     return sel
 
 

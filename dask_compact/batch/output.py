@@ -518,10 +518,15 @@ def _place(path: str | None, url: str | None) -> tuple[str, str]:
     if url is None:
         assert path is not None
         return "file", os.path.realpath(path)
+    return _place_on(*_resolved(url))
+
+
+def _resolved(url: str) -> tuple[Any, str]:
+    """(the file system ``url`` reads and writes, fsspec's caches looked through; its path)."""
     import fsspec
 
     fs, stripped = fsspec.core.url_to_fs(url)
-    return _place_on(_cached(fs), stripped)
+    return _cached(fs), stripped
 
 
 def _cached(fs: Any) -> Any:
@@ -550,11 +555,9 @@ def _input_places(path: str | None, url: str | None) -> list[tuple[str, str]]:
     references point to (the reference file itself is only read)."""
     if url is None:
         return [_place(path, url)]
-    import fsspec
     from fsspec.implementations.reference import ReferenceFileSystem
 
-    fs, stripped = fsspec.core.url_to_fs(url)
-    fs = _cached(fs)
+    fs, stripped = _resolved(url)
     if not isinstance(fs, ReferenceFileSystem):
         return [_place_on(fs, stripped)]
     return [_referenced_place(fs, target) for target in _reference_targets(fs, url)]

@@ -28,9 +28,7 @@ def _on_interrupt(signum: int, frame: Any) -> None:
     """Record ``signum``, then unwind: Ctrl-C as KeyboardInterrupt, SIGTERM as SystemExit."""
     global _received
     _received = signum
-    if signum == signal.SIGINT:
-        raise KeyboardInterrupt
-    raise SystemExit(128 + signum)
+    raise_if_interrupted()
 
 
 def raise_if_interrupted() -> None:
