@@ -37,7 +37,7 @@ from typing import Any, Protocol
 import click
 
 from . import manifest as manifest_io
-from .inputs import is_url, local
+from .inputs import CACHE_PROTOCOLS, is_url, local, url_protocols
 from .manifest import Manifest
 from .signals import held, raise_if_interrupted, sigint_ignored
 
@@ -125,16 +125,15 @@ ARCHIVE_PROTOCOLS = ("zip", "tar", "libarchive")
 # exit 0, and gone when the command returned (tests set this to () to use it for an object
 # store, in-process)
 EPHEMERAL_PROTOCOLS = ("memory",)
-# fsspec's caches read through to their target, but a write through one lands in the cache's
-# local copy first: a probe's simplecache::file://.../out.zarr OUTPUT failed halfway with a
-# FileNotFoundError in the temporary group (exit 1, nothing left)
-CACHE_PROTOCOLS = ("simplecache", "filecache", "blockcache", "cached")
+# fsspec's caches (.inputs.CACHE_PROTOCOLS) read through to their target, but a write through
+# one lands in the cache's local copy first: a probe's simplecache::file://.../out.zarr OUTPUT
+# failed halfway with a FileNotFoundError in the temporary group (exit 1, nothing left)
 
 
 def check_writable_url(output: str) -> None:
     """Refuse an fsspec URL OUTPUT on a file system that cannot keep it (any part of a chained
     URL: ``simplecache::memory://x`` is in memory too)."""
-    protocols = [part.split("://")[0] for part in output.split("::")]
+    protocols = url_protocols(output)
     archive = next((p for p in protocols if p in ARCHIVE_PROTOCOLS), None)
     if archive is not None:
         raise click.BadParameter(

@@ -44,6 +44,7 @@ from .inputs import (
     is_url,
     local,
     member_url,
+    refuse_unsafe_cache,
     user_attributes,
     xarray_encodings,
 )
@@ -97,6 +98,7 @@ def open_group_input(path: str) -> Any | None:
     :func:`.inputs.open_input` then opens it or says what is wrong)."""
     import zarr
 
+    refuse_unsafe_cache(path)
     if path.endswith(".npy") or (not is_url(path) and not os.path.isdir(local(path))):
         return None
     try:
