@@ -111,6 +111,22 @@ def looked_through(path: str) -> str:
     return cached_local_path(path) or path
 
 
+def uncached(url: str) -> Any:
+    """A Zarr store of ``url`` read past the fsspec caches at its front (the file system they
+    read from), ``url`` itself where it has none: what the input is now, where the cache
+    still holds what the job read. The commit's input-change check read ``zarr.json``
+    through the cache, which answers from its copy: a change of INPUT during the job passed
+    unseen."""
+    if url_protocols(url)[0] not in CACHE_PROTOCOLS:
+        return url
+    from zarr.storage import FsspecStore
+
+    from .output import _resolved
+
+    fs, path = _resolved(url)
+    return FsspecStore.from_mapper(fs.get_mapper(path), read_only=True)
+
+
 def refuse_unsafe_cache(path: str) -> None:
     """Refuse an INPUT read through fsspec's ``filecache`` from another file system than the
     local one (a local one is read as a path, :func:`looked_through`): its record of cached
@@ -241,6 +257,7 @@ def open_zarr(path: str, chunks: int | None, allow_missing_chunks: bool = False)
         check_chunks_stored(node, path)
     url = path if is_url(path) else local(path)
     fingerprint = zarr_fingerprint(node, url)
+    check_cache_current(node, url)
     fast, why_not = chunk_files_reader(node, url, fingerprint, allow_missing_chunks)
     reader: Reader = fast or ZarrRows(url, node.shape, node.dtype, fingerprint)
     # Blocks of whole Zarr chunks along axis 0 (all trailing axes): each read decodes every
@@ -251,8 +268,28 @@ def open_zarr(path: str, chunks: int | None, allow_missing_chunks: bool = False)
     return Source(tuple(node.shape), native_dtype(node.dtype), "zarr",
                   None if is_url(path) else local(path), reader, row_chunk, why_not,
                   user_attributes(node), dimension_names(node), path if is_url(path) else None,
-                  lambda: zarr_fingerprint(zarr.open_array(store=url, mode="r"), url),
+                  lambda: zarr_fingerprint(zarr.open_array(store=uncached(url), mode="r"),
+                                           url),
                   decoding(node))
+
+
+def check_cache_current(node: Any, url: str) -> None:
+    """Refuse an INPUT whose cache in front (``simplecache::s3://...`` with a cache folder
+    kept between jobs) holds other metadata than the store has now: the job would read the
+    cache's older copies, and the commit's check (:func:`uncached`) would then refuse it as
+    changed during the job. (Chunks cached older under unchanged metadata are not seen.)"""
+    import zarr
+
+    store = uncached(url)
+    if store is url:
+        return
+    now = zarr.open_array(store=store, mode="r").metadata.to_dict()
+    if now != node.metadata.to_dict():
+        raise click.BadParameter(
+            f"{url!r}: the cache in front of INPUT holds another copy of its metadata than "
+            "the store has now (a cache folder kept from an earlier job): clear that cache, "
+            "or read INPUT without it",
+            param_hint="INPUT")
 
 
 # How Zarr 2 arrays (and xarray on them) name their dimensions: an attribute
