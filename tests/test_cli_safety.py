@@ -319,6 +319,34 @@ def test_an_input_through_fsspec_caches_of_another_file_system(tmp_path):
         fs.rm("/cache-in-test", recursive=True)
 
 
+def test_an_output_inside_an_archive_input_is_refused_as_an_overlap(tmp_path):
+    """INPUT ``zip://x::/p/g.zip`` was placed on the zip's own file system (``zip``, ``x``),
+    so an OUTPUT at, inside or around ``/p/g.zip`` was never compared with it (writing there
+    failed for other reasons). All of INPUT's bytes are in the archive file: an OUTPUT there
+    overlaps it, for an array member and for the group at the archive's root."""
+    import zipfile
+
+    a = np.random.default_rng(33).random(1_000)
+    src = tmp_path / "g"
+    zarr.open_group(str(src), mode="w").create_array("x", data=a, chunks=(250,))
+    archive = tmp_path / "p" / "g.zip"
+    archive.parent.mkdir()
+    with zipfile.ZipFile(archive, "w") as z:
+        for f in src.rglob("*"):
+            if f.is_file():
+                z.write(f, f.relative_to(src).as_posix())
+    before = archive.read_bytes()
+    for inp in (f"zip://x::{archive}", f"zip://::{archive}", f"zip://x::file://{archive}"):
+        for target, extra in ((archive / "out.zarr", []), (archive, ["--overwrite"]),
+                              (archive.parent, ["--overwrite"])):
+            res = run(inp, target, "-w", "x > 0.5", "--local", "threads", *extra, code=2)
+            assert "must not be INPUT" in res.output, (inp, target, res.output)
+    assert archive.read_bytes() == before
+    run(f"zip://x::{archive}", tmp_path / "p" / "sel.zarr", "-w", "x > 0.5", "--local",
+        "threads")  # a sibling of the archive is no overlap
+    np.testing.assert_array_equal(values(tmp_path / "p" / "sel.zarr"), a[a > 0.5])
+
+
 def test_overlap_is_refused_for_references_into_output(tmp_path):
     """A ``reference://`` INPUT whose references point into OUTPUT: ``--overwrite`` would
     delete the files it reads."""

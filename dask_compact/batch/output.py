@@ -492,8 +492,8 @@ def check_overlap(src: _Input, target: Target) -> None:
     are spelled as paths or as fsspec URLs (``file://`` and ``local://`` are paths; an
     overlap of two ``s3://`` URLs was not looked for and a probe's ``--overwrite`` deleted its
     INPUT), through fsspec's caches (``simplecache::``, ``filecache::``, ``blockcache::``: the
-    file system they cache), and, for a ``reference://`` INPUT, against every file its
-    references point to."""
+    file system they cache), for an archive's member (``zip://x::/p/g.zip``) as the archive
+    file, and, for a ``reference://`` INPUT, against every file its references point to."""
     out = _place(None if target.url else target.path, target.output if target.url else None)
     for place in _input_places(src.local_path, src.url):
         if _overlap(place, out):
@@ -554,12 +554,27 @@ def _input_places(path: str | None, url: str | None) -> list[tuple[str, str]]:
     references point to (the reference file itself is only read)."""
     if url is None:
         return [_place(path, url)]
+    archive = _archive_file(url)
+    if archive is not None:
+        return [_place_on(*_resolved(archive))]
     from fsspec.implementations.reference import ReferenceFileSystem
 
     fs, stripped = _resolved(url)
     if not isinstance(fs, ReferenceFileSystem):
         return [_place_on(fs, stripped)]
     return [_referenced_place(fs, target) for target in _reference_targets(fs, url)]
+
+
+def _archive_file(url: str) -> str | None:
+    """Where the archive that ``url`` reads from lies (``zip://x::/p/g.zip``: ``/p/g.zip``, the
+    chain after the archive's part), None if it reads from none. All of INPUT's bytes are in
+    that file: an OUTPUT at it or inside it (a probe's ``/p/g.zip/out.zarr``) overlaps INPUT,
+    which the place on the archive's own file system (``zip``, ``x``) never showed."""
+    parts = url.split("::")
+    for i, protocol in enumerate(url_protocols(url)[:-1]):
+        if protocol in ARCHIVE_PROTOCOLS:
+            return "::".join(parts[i + 1:])
+    return None
 
 
 def _reference_targets(fs: Any, url: str) -> set[str]:
