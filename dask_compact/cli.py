@@ -92,8 +92,16 @@ def _signals_as_in_the_job(command: Callable[..., None]) -> Callable[..., None]:
     return run
 
 
+def _input_as_read(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """INPUT as the job reads it: through fsspec's caches alone to a local path, that path
+    (:func:`.batch.inputs.looked_through`), before the early read plans from it."""
+    from .batch.inputs import looked_through
+
+    return looked_through(value)
+
+
 @click.command(name="compact", context_settings={"help_option_names": ["-h", "--help"]})
-@click.argument("input_path", metavar="INPUT")
+@click.argument("input_path", metavar="INPUT", callback=_input_as_read)
 @click.argument("output_path", metavar="OUTPUT")
 @click.option(
     "--where", "-w", "where", required=True, metavar="EXPR",

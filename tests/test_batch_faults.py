@@ -369,6 +369,51 @@ def test_resume_needs_a_local_output(zin, monkeypatch):
     assert "--resume needs a local OUTPUT" in res.output
 
 
+def test_a_change_of_input_behind_its_cache_is_seen(tmp_path, monkeypatch):
+    """INPUT ``simplecache::URL`` (``memory://`` stands in for an object store, in process):
+    the commit's input-change check opened INPUT again through the cache, which answered
+    from its own copy of the metadata, so a change during the job passed unseen (exit 0).
+    It now reads the store itself; and a cache folder kept from an earlier job that holds
+    older metadata than the store is refused up front."""
+    import fsspec
+
+    from dask_compact.batch import stream
+
+    a = np.random.default_rng(41).random(3_000)
+    url = "memory://change-test/in.zarr"
+    fs = fsspec.filesystem("memory")
+    try:
+        zarr.create_array(store=url, data=a, chunks=(300,))
+        real = stream._Stream.write_done
+        changed = []
+
+        def write_done(self, *args):
+            if not changed:
+                changed.append(True)
+                zarr.open_array(url, mode="r+").attrs["rewritten"] = True
+            return real(self, *args)
+
+        monkeypatch.setattr(stream._Stream, "write_done", write_done)
+        out = tmp_path / "out.zarr"
+        res = run(f"simplecache::{url}", out, "-w", "x < 0.5", "--output-chunks", "300",
+                  "--local", "threads", code=1)
+        assert changed and "INPUT changed while the job read it" in " ".join(res.output.split())
+        assert not out.exists() and litter(tmp_path) == []
+        monkeypatch.undo()
+        # a cache folder kept between jobs (fsspec's configuration): the second job's cache
+        # holds the first one's zarr.json
+        monkeypatch.setitem(fsspec.config.conf, "simplecache",
+                            {"cache_storage": str(tmp_path / "cache")})
+        run(f"simplecache::{url}", out, "-w", "x < 0.5", "--local", "threads")
+        np.testing.assert_array_equal(group(out)[1]["values"], a[a < 0.5])
+        zarr.open_array(url, mode="r+").attrs["rewritten"] = "again"
+        res = run(f"simplecache::{url}", tmp_path / "o2.zarr", "-w", "x < 0.5",
+                  "--local", "threads", code=2)
+        assert "holds another copy of its metadata" in " ".join(res.output.split())
+    finally:
+        fs.rm("/change-test", recursive=True)
+
+
 def test_a_npy_moved_over_the_input_after_a_read_fails_the_job(zin, tmp_path, monkeypatch):
     """A copy made by ``cp -p`` moved over a .npy input after the job's first read: the next
     read refuses it (it had mapped the new file and read on, half old, half new, and the

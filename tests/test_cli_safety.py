@@ -8,6 +8,7 @@ under test); everything else runs in-process through click's runner.
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import signal
 import subprocess
@@ -245,6 +246,105 @@ def test_overlap_is_refused_through_fsspec_caches(tmp_path, cache):
     assert f"writes through fsspec's {cache}" in " ".join(res.output.split())
     np.testing.assert_array_equal(values(out), a[a > 0.3])
     assert not (store / "inside").exists()
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_an_input_through_fsspec_caches_of_local_files_is_read_as_its_path(tmp_path,
+                                                                           zarr_format):
+    """A ``filecache::`` INPUT failed inside the job with a ChunkError (exit 1, nothing
+    written: fsspec's filecache updates its record of cached files unsafely from the job's
+    threads), and a cache in front of a bare path (``simplecache::/p``) was refused as not
+    existing. Caches in front of the local file system are looked through: the job reads
+    the path, with a path's early read, chunk checks and input-change check."""
+    a = np.random.default_rng(31).random(3_000)
+    store = tmp_path / "in.zarr"
+    zarr.create_array(store=str(store), data=a, chunks=(500,), zarr_format=zarr_format)
+    spellings = [f"filecache::file://{store}", f"filecache::{store}",
+                 f"simplecache::{store}", f"blockcache::local://{store}",
+                 f"filecache::simplecache::{store}"]
+    for i, inp in enumerate(spellings[:3]):
+        out = tmp_path / f"o{i}.zarr"
+        res = run(inp, out, "-w", "x > 0.4", "--local", "threads", "--json")
+        np.testing.assert_array_equal(values(out), a[a > 0.4])
+        summary = json.loads(res.output)
+        assert summary["input"] == str(store)
+        # the early read began, as for a local v3 array of zarr's default codecs (how many
+        # chunks it took before the tasks did varies)
+        assert (summary["read_ahead"] is not None) == (zarr_format == 3)
+    # the chunk check: a missing chunk is refused through the cache as for the path
+    os.remove(store / ("c/1" if zarr_format == 3 else "1"))
+    res = run(f"filecache::file://{store}", tmp_path / "missing.zarr", "-w", "x > 0.4",
+              "--local", "threads", code=2)
+    assert "1 of its 6 chunks are not in the store" in res.output
+    assert litter(tmp_path) == []
+    from dask_compact.batch.inputs import cached_local_path
+
+    for inp in spellings:
+        assert cached_local_path(inp) == str(store)
+    for url in (str(store), f"simplecache::s3://b/{store.name}", f"zip://x::{store}",
+                f"simplecache://x::{store}"):
+        assert cached_local_path(url) is None  # a path, another file system, an archive
+
+
+def test_an_input_through_fsspec_caches_of_another_file_system(tmp_path):
+    """In front of another file system (``memory://`` stands in for an object store, in
+    process): ``simplecache::`` reads through its cache; ``filecache::`` is refused before
+    anything runs, saying what to write instead (its reads from several threads failed,
+    a ChunkError, exit 1 in most runs)."""
+    import fsspec
+
+    a = np.random.default_rng(32).random(3_000)
+    fs = fsspec.filesystem("memory")
+    try:
+        for fmt in (2, 3):
+            url = f"memory://cache-in-test/in{fmt}.zarr"
+            zarr.create_array(store=url, data=a, chunks=(300,), zarr_format=fmt)
+            out = tmp_path / f"o{fmt}.zarr"
+            run(f"simplecache::{url}", out, "-w", "x > 0.6", "--local", "threads")
+            np.testing.assert_array_equal(values(out), a[a > 0.6])
+            res = run(f"filecache::{url}", tmp_path / "f.zarr", "-w", "x > 0.6",
+                      "--local", "threads", code=2)
+            said = " ".join(res.output.split())
+            assert "Invalid value for INPUT" in said and "write simplecache:: in its place" in said
+        group = "memory://cache-in-test/g.zarr"
+        zarr.open_group(store=group, mode="w").create_array("m", data=a, chunks=(300,))
+        res = run(f"filecache::{group}", tmp_path / "g.zarr", "-w", "m > 0.6",
+                  "--local", "threads", code=2)
+        assert "write simplecache:: in its place" in " ".join(res.output.split())
+        run(f"simplecache::{group}", tmp_path / "g.zarr", "-w", "m > 0.6", "--local", "threads")
+        np.testing.assert_array_equal(zarr.open_group(str(tmp_path / "g.zarr"))["m"][:],
+                                      a[a > 0.6])
+        assert not (tmp_path / "f.zarr").exists() and litter(tmp_path) == []
+    finally:
+        fs.rm("/cache-in-test", recursive=True)
+
+
+def test_an_output_inside_an_archive_input_is_refused_as_an_overlap(tmp_path):
+    """INPUT ``zip://x::/p/g.zip`` was placed on the zip's own file system (``zip``, ``x``),
+    so an OUTPUT at, inside or around ``/p/g.zip`` was never compared with it (writing there
+    failed for other reasons). All of INPUT's bytes are in the archive file: an OUTPUT there
+    overlaps it, for an array member and for the group at the archive's root."""
+    import zipfile
+
+    a = np.random.default_rng(33).random(1_000)
+    src = tmp_path / "g"
+    zarr.open_group(str(src), mode="w").create_array("x", data=a, chunks=(250,))
+    archive = tmp_path / "p" / "g.zip"
+    archive.parent.mkdir()
+    with zipfile.ZipFile(archive, "w") as z:
+        for f in src.rglob("*"):
+            if f.is_file():
+                z.write(f, f.relative_to(src).as_posix())
+    before = archive.read_bytes()
+    for inp in (f"zip://x::{archive}", f"zip://::{archive}", f"zip://x::file://{archive}"):
+        for target, extra in ((archive / "out.zarr", []), (archive, ["--overwrite"]),
+                              (archive.parent, ["--overwrite"])):
+            res = run(inp, target, "-w", "x > 0.5", "--local", "threads", *extra, code=2)
+            assert "must not be INPUT" in res.output, (inp, target, res.output)
+    assert archive.read_bytes() == before
+    run(f"zip://x::{archive}", tmp_path / "p" / "sel.zarr", "-w", "x > 0.5", "--local",
+        "threads")  # a sibling of the archive is no overlap
+    np.testing.assert_array_equal(values(tmp_path / "p" / "sel.zarr"), a[a > 0.5])
 
 
 def test_overlap_is_refused_for_references_into_output(tmp_path):

@@ -72,6 +72,79 @@ def local(path: str) -> str:
     return os.path.abspath(path)
 
 
+# fsspec's caches, which read through to the file system after them in a chained URL
+# (``cached`` is ``blockcache``'s other name)
+CACHE_PROTOCOLS = ("simplecache", "filecache", "blockcache", "cached")
+
+
+def url_protocols(url: str) -> list[str]:
+    """The protocol of each part of a chained fsspec URL (``zip::g.zip``: zip, then "" for
+    the bare path)."""
+    return [part.split("://")[0] if "://" in part or i < url.count("::") else ""
+            for i, part in enumerate(url.split("::"))]
+
+
+def cached_local_path(path: str) -> str | None:
+    """The local path that ``path`` reads through fsspec's caches alone
+    (``filecache::/p/in.zarr``, ``simplecache::file:///p/in.zarr``), None for anything else.
+
+    Such an INPUT is read as that path (:func:`looked_through`): a cache in front of the local
+    file system copies local files to other local files, and through fsspec's ``filecache``
+    a job's parallel reads failed (a ChunkError, exit 1: its record of cached files is not
+    safe for several threads, fsspec issue #1126), while the path gets the checks, the early
+    read and the input-change check of every file a path gets. A string test, no import:
+    the early read plans from it while the command starts."""
+    if "::" not in path:
+        return None
+    *caches, last = path.split("::")
+    for part in caches:
+        protocol, _, rest = part.partition("://")
+        if protocol not in CACHE_PROTOCOLS or rest:
+            return None
+    if "://" in last and not last.startswith(LOCAL_PROTOCOLS):
+        return None
+    return local(last)
+
+
+def looked_through(path: str) -> str:
+    """INPUT as the job reads it: :func:`cached_local_path` where it is one, else as given."""
+    return cached_local_path(path) or path
+
+
+def uncached(url: str) -> Any:
+    """A Zarr store of ``url`` read past the fsspec caches at its front (the file system they
+    read from), ``url`` itself where it has none: what the input is now, where the cache
+    still holds what the job read. The commit's input-change check read ``zarr.json``
+    through the cache, which answers from its copy: a change of INPUT during the job passed
+    unseen."""
+    if url_protocols(url)[0] not in CACHE_PROTOCOLS:
+        return url
+    from zarr.storage import FsspecStore
+
+    from .output import _resolved
+
+    fs, path = _resolved(url)
+    return FsspecStore.from_mapper(fs.get_mapper(path), read_only=True)
+
+
+def refuse_unsafe_cache(path: str) -> None:
+    """Refuse an INPUT read through fsspec's ``filecache`` from another file system than the
+    local one (a local one is read as a path, :func:`looked_through`): its record of cached
+    files is not safe for several threads (fsspec issue #1126), and a job's parallel reads
+    through it failed ("TypeError: cannot unpack non-iterable bool object", a ChunkError,
+    exit 1). Only a cache the chunks are read through: ``zip://x::filecache::s3://b/g.zip``
+    opens one file through it."""
+    import itertools
+
+    front = itertools.takewhile(lambda p: p in CACHE_PROTOCOLS, url_protocols(path)[:-1])
+    if "filecache" not in front:
+        return
+    raise click.BadParameter(
+        f"{path!r} reads through fsspec's filecache, which fails when several threads read "
+        "through it at once (as the job's tasks do): write simplecache:: in its place (the "
+        "same whole-file cache), or the URL without a cache", param_hint="INPUT")
+
+
 def member_url(url: str, name: str) -> str:
     """The fsspec URL of ``name`` inside the group at ``url``.
 
@@ -113,6 +186,7 @@ def _chained_base() -> type:
 
 
 def open_input(path: str, chunks: int | None, allow_missing_chunks: bool = False) -> Source:
+    refuse_unsafe_cache(path)
     if not is_url(path) and not os.path.exists(local(path)):
         raise click.BadParameter(f"{path!r} does not exist", param_hint="INPUT")
     if path.endswith(".npy"):
@@ -183,6 +257,7 @@ def open_zarr(path: str, chunks: int | None, allow_missing_chunks: bool = False)
         check_chunks_stored(node, path)
     url = path if is_url(path) else local(path)
     fingerprint = zarr_fingerprint(node, url)
+    check_cache_current(node, url)
     fast, why_not = chunk_files_reader(node, url, fingerprint, allow_missing_chunks)
     reader: Reader = fast or ZarrRows(url, node.shape, node.dtype, fingerprint)
     # Blocks of whole Zarr chunks along axis 0 (all trailing axes): each read decodes every
@@ -193,8 +268,28 @@ def open_zarr(path: str, chunks: int | None, allow_missing_chunks: bool = False)
     return Source(tuple(node.shape), native_dtype(node.dtype), "zarr",
                   None if is_url(path) else local(path), reader, row_chunk, why_not,
                   user_attributes(node), dimension_names(node), path if is_url(path) else None,
-                  lambda: zarr_fingerprint(zarr.open_array(store=url, mode="r"), url),
+                  lambda: zarr_fingerprint(zarr.open_array(store=uncached(url), mode="r"),
+                                           url),
                   decoding(node))
+
+
+def check_cache_current(node: Any, url: str) -> None:
+    """Refuse an INPUT whose cache in front (``simplecache::s3://...`` with a cache folder
+    kept between jobs) holds other metadata than the store has now: the job would read the
+    cache's older copies, and the commit's check (:func:`uncached`) would then refuse it as
+    changed during the job. (Chunks cached older under unchanged metadata are not seen.)"""
+    import zarr
+
+    store = uncached(url)
+    if store is url:
+        return
+    now = zarr.open_array(store=store, mode="r").metadata.to_dict()
+    if now != node.metadata.to_dict():
+        raise click.BadParameter(
+            f"{url!r}: the cache in front of INPUT holds another copy of its metadata than "
+            "the store has now (a cache folder kept from an earlier job): clear that cache, "
+            "or read INPUT without it",
+            param_hint="INPUT")
 
 
 # How Zarr 2 arrays (and xarray on them) name their dimensions: an attribute

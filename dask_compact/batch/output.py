@@ -37,7 +37,7 @@ from typing import Any, Protocol
 import click
 
 from . import manifest as manifest_io
-from .inputs import is_url, local
+from .inputs import CACHE_PROTOCOLS, is_url, local, url_protocols
 from .manifest import Manifest
 from .signals import held, raise_if_interrupted, sigint_ignored
 
@@ -125,16 +125,15 @@ ARCHIVE_PROTOCOLS = ("zip", "tar", "libarchive")
 # exit 0, and gone when the command returned (tests set this to () to use it for an object
 # store, in-process)
 EPHEMERAL_PROTOCOLS = ("memory",)
-# fsspec's caches read through to their target, but a write through one lands in the cache's
-# local copy first: a probe's simplecache::file://.../out.zarr OUTPUT failed halfway with a
-# FileNotFoundError in the temporary group (exit 1, nothing left)
-CACHE_PROTOCOLS = ("simplecache", "filecache", "blockcache", "cached")
+# fsspec's caches (.inputs.CACHE_PROTOCOLS) read through to their target, but a write through
+# one lands in the cache's local copy first: a probe's simplecache::file://.../out.zarr OUTPUT
+# failed halfway with a FileNotFoundError in the temporary group (exit 1, nothing left)
 
 
 def check_writable_url(output: str) -> None:
     """Refuse an fsspec URL OUTPUT on a file system that cannot keep it (any part of a chained
     URL: ``simplecache::memory://x`` is in memory too)."""
-    protocols = [part.split("://")[0] for part in output.split("::")]
+    protocols = url_protocols(output)
     archive = next((p for p in protocols if p in ARCHIVE_PROTOCOLS), None)
     if archive is not None:
         raise click.BadParameter(
@@ -493,8 +492,8 @@ def check_overlap(src: _Input, target: Target) -> None:
     are spelled as paths or as fsspec URLs (``file://`` and ``local://`` are paths; an
     overlap of two ``s3://`` URLs was not looked for and a probe's ``--overwrite`` deleted its
     INPUT), through fsspec's caches (``simplecache::``, ``filecache::``, ``blockcache::``: the
-    file system they cache), and, for a ``reference://`` INPUT, against every file its
-    references point to."""
+    file system they cache), for an archive's member (``zip://x::/p/g.zip``) as the archive
+    file, and, for a ``reference://`` INPUT, against every file its references point to."""
     out = _place(None if target.url else target.path, target.output if target.url else None)
     for place in _input_places(src.local_path, src.url):
         if _overlap(place, out):
@@ -555,12 +554,27 @@ def _input_places(path: str | None, url: str | None) -> list[tuple[str, str]]:
     references point to (the reference file itself is only read)."""
     if url is None:
         return [_place(path, url)]
+    archive = _archive_file(url)
+    if archive is not None:
+        return [_place_on(*_resolved(archive))]
     from fsspec.implementations.reference import ReferenceFileSystem
 
     fs, stripped = _resolved(url)
     if not isinstance(fs, ReferenceFileSystem):
         return [_place_on(fs, stripped)]
     return [_referenced_place(fs, target) for target in _reference_targets(fs, url)]
+
+
+def _archive_file(url: str) -> str | None:
+    """Where the archive that ``url`` reads from lies (``zip://x::/p/g.zip``: ``/p/g.zip``, the
+    chain after the archive's part), None if it reads from none. All of INPUT's bytes are in
+    that file: an OUTPUT at it or inside it (a probe's ``/p/g.zip/out.zarr``) overlaps INPUT,
+    which the place on the archive's own file system (``zip``, ``x``) never showed."""
+    parts = url.split("::")
+    for i, protocol in enumerate(url_protocols(url)[:-1]):
+        if protocol in ARCHIVE_PROTOCOLS:
+            return "::".join(parts[i + 1:])
+    return None
 
 
 def _reference_targets(fs: Any, url: str) -> set[str]:

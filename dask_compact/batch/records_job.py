@@ -44,6 +44,8 @@ from .inputs import (
     is_url,
     local,
     member_url,
+    refuse_unsafe_cache,
+    uncached,
     user_attributes,
     xarray_encodings,
 )
@@ -97,6 +99,7 @@ def open_group_input(path: str) -> Any | None:
     :func:`.inputs.open_input` then opens it or says what is wrong)."""
     import zarr
 
+    refuse_unsafe_cache(path)
     if path.endswith(".npy") or (not is_url(path) and not os.path.isdir(local(path))):
         return None
     try:
@@ -448,13 +451,14 @@ def copied_fingerprint(inp: GroupInput) -> str:
 def identity_now(inp: GroupInput) -> tuple[dict[str, str], str]:
     """(:class:`.record_tasks.RecordReader`'s fingerprint, :func:`copied_fingerprint`) of the
     group as it is now, opened again (its arrays' metadata, not the copies read at the
-    start); an array gone or no longer a Zarr array gives a fingerprint that differs."""
+    start, nor a cache's in front: :func:`.inputs.uncached`); an array gone or no longer a
+    Zarr array gives a fingerprint that differs."""
     import dataclasses
 
     import zarr
 
-    group = zarr.open_group(store=inp.path if is_url(inp.path) else local(inp.path), mode="r",
-                            use_consolidated=False)
+    group = zarr.open_group(store=uncached(inp.path) if is_url(inp.path) else local(inp.path),
+                            mode="r", use_consolidated=False)
 
     def now(name: str) -> Any:
         try:
