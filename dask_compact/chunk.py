@@ -276,7 +276,9 @@ def compact_into(
     Notes
     -----
     Memory: nothing beyond ``out`` and ``count`` except O(a.size / 1024) bytes of tile
-    state (``algorithm="three-pass"``: also its a.size / 8-byte predicate bitmask). The
+    state (``algorithm="three-pass"``: also its a.size / 8-byte predicate bitmask), for a
+    C-contiguous ``a``; a CuPy ``a`` that is not (a strided view such as ``a[::2]``) is
+    first copied whole, ``a.nbytes`` more device memory for the call. The
     state of a call made while its stream captures a graph is kept for the life of the
     process, since the graph may be replayed at any time.
 

@@ -46,6 +46,7 @@ from .cupy_device import (
     by_output,
     check_powers,
     concat_outputs,
+    contiguous,
     device_copy,
     memset0,
     output_empty,
@@ -75,9 +76,7 @@ EXACT_MODE = "lookback"
 
 
 def _flatten(a: Any) -> Any:
-    import cupy
-
-    return cupy.ascontiguousarray(a).reshape(-1)
+    return contiguous(a).reshape(-1)
 
 
 def _plan(

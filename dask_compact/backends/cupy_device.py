@@ -12,11 +12,34 @@ import numpy as np
 
 from ..validate import by_output
 
-__all__ = ["NULL", "memset0", "ptr_or_null", "by_output", "device_copy", "head_copy",
+__all__ = ["NULL", "contiguous", "memset0", "ptr_or_null", "by_output", "device_copy", "head_copy",
            "output_empty", "class_items", "read_words", "read_counts", "concat_outputs",
            "check_powers"]
 
 NULL = np.uint64(0)
+
+
+def contiguous(a: Any) -> Any:
+    """``a`` as C-contiguous device memory: ``a`` itself where it is, else a copy.
+
+    The kernels read their input by flat index, so a strided view (``a[::2]``, a column of a
+    2-D array) is copied whole first: ``a.nbytes`` more device memory for the call, beyond
+    what the docs give for contiguous input. Where that copy does not fit, its MemoryError
+    says so (a probe found CuPy's bare "Out of memory allocating ..." from a
+    ``compact_into`` whose output was already allocated and whose result was 1 MiB)."""
+    import cupy
+
+    if a.flags.c_contiguous:
+        return a
+    try:
+        return cupy.ascontiguousarray(a)
+    except MemoryError as e:
+        e.add_note(
+            f"dask_compact: a non-contiguous CuPy array (shape {a.shape}, strides {a.strides})"
+            f" is copied to contiguous device memory first ({a.nbytes / 2**20:,.1f} MiB), and"
+            " that copy did not fit. Free device memory (cupy.get_default_memory_pool()."
+            "free_all_blocks() returns what CuPy's pool keeps) or pass a contiguous array.")
+        raise
 
 # Exact-size outputs of at least this many bytes are allocated in size classes (see
 # class_items). Below it CuPy's pool reuses blocks well enough and a view costs a call's

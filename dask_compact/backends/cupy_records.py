@@ -32,7 +32,7 @@ from ..validate import native
 from . import cupy_backend
 from . import cupy_tuning as tuning
 from .cupy_backend import _capturing, _kept_for_graphs
-from .cupy_device import check_powers, output_empty, ptr_or_null
+from .cupy_device import check_powers, contiguous, output_empty, ptr_or_null
 from .cupy_modules import compiled
 from .cupy_records_common import (
     column_table,
@@ -80,7 +80,7 @@ class _Pass:
         for name in pred.fields:
             a = fields[name]
             a = a.astype(native(a.dtype)) if not a.dtype.isnative else a
-            read[name] = cupy.ascontiguousarray(a)
+            read[name] = contiguous(a)
         spec, args = _flags_launch(pred, read, n)
         self.n, self.spec, self.read, self.args = n, spec, read, args
         self.tiles = (n + spec.tile - 1) // spec.tile
@@ -127,9 +127,8 @@ class _Pass:
         ``lengths`` (dense spans, sparse spans, as read back) sizes each form's grid to its
         list; without them (the sync-free call) each form's grid covers every span, and its
         blocks past the list's length (read on the device) exit."""
-        import cupy
 
-        src = {name: cupy.ascontiguousarray(a) for name, a in src.items()}
+        src = {name: contiguous(a) for name, a in src.items()}
         table = column_table(src, out)
         if not self.n or (not len(table) and idx is None):
             return [src]

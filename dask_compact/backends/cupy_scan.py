@@ -19,7 +19,7 @@ import numpy as np
 
 from ..cache import BoundedCache
 from ..predicate.core import Predicate
-from .cupy_device import NULL, check_powers, memset0
+from .cupy_device import NULL, check_powers, contiguous, memset0
 from .cupy_modules import build_modules
 from .cupy_scan_source import (
     SHARED_BLOCK,
@@ -67,9 +67,7 @@ def _grid(n: int, block: int = SIMPLE_BLOCK) -> int:
 
 
 def _flat(a: Any) -> Any:
-    import cupy
-
-    return cupy.ascontiguousarray(a).reshape(-1)
+    return contiguous(a).reshape(-1)
 
 
 def scan(a: Any, exclusive: bool, algorithm: str, acc: np.dtype, base: Any = 0,

@@ -28,7 +28,7 @@ import numpy as np
 from ..predicate.core import Predicate
 from ..predicate.fields import record_predicate
 from .cupy_backend import _plan  # the compaction's plan: the fused kernel or the mask path
-from .cupy_device import NULL, ptr_or_null
+from .cupy_device import NULL, contiguous, ptr_or_null
 from .cupy_launchers import tile_words
 from .cupy_records import _Pass
 from .cupy_records_common import column_table, upload_table
@@ -42,7 +42,7 @@ def split_chunk(a: Any, pred: Predicate, output: str, index_base: int) -> tuple[
     partitioned values, int64 global indices, or both (a tuple), and ``k`` the split point."""
     import cupy
 
-    chunk, a = a, cupy.ascontiguousarray(a.reshape(-1))
+    chunk, a = a, contiguous(a).reshape(-1)
     n = int(a.size)
     with cupy.cuda.Device(a.device.id):
         values = cupy.empty(n, dtype=a.dtype) if output != "indices" else None

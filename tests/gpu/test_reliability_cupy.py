@@ -442,3 +442,32 @@ def test_negate_and_abs_of_a_nan_are_on_its_sign_bit(dtype, text):
         want = np.flatnonzero(_numpy_text(text, host))
         got = cupy.asnumpy(dask_compact.compact_array(cupy.asarray(host), text, output="indices"))
     np.testing.assert_array_equal(got, want)
+
+
+def test_a_strided_input_whose_contiguous_copy_does_not_fit_says_so():
+    """The kernels read by flat index, so a strided view is copied whole first (a.nbytes more
+    device memory). A probe's compact_into of ``a[::2]`` into an allocated output, its result
+    1 MiB, raised CuPy's bare "Out of memory allocating ..."; the error now names the copy,
+    and the call answers once there is room."""
+    a = cupy.random.default_rng(6).random(1 << 24, dtype=cupy.float32)
+    v = a[::2]  # 32 MiB to copy
+    h = cupy.asnumpy(v)
+    out = cupy.empty(v.size, dtype=v.dtype)
+    calls = {
+        "compact_into": lambda: dask_compact.compact_into(v, "x < 0.01", out),
+        "compact_array": lambda: dask_compact.compact_array(v, "x < 0.01"),
+        "scan_array": lambda: dask_compact.scan_array(v),
+        "partition_array": lambda: dask_compact.partition_array(v, "x < 0.01"),
+        "compact_records": lambda: dask_compact.compact_records({"x": v, "y": v}, "x < 0.01"),
+    }
+    for name, call in calls.items():
+        with device_pool_capped(8 << 20), pytest.raises(MemoryError) as err:
+            call()
+        assert any("non-contiguous CuPy array" in note and "32.0 MiB" in note
+                   for note in getattr(err.value, "__notes__", ())), (name, err.value)
+    count = dask_compact.compact_into(v, "x < 0.01", out)
+    np.testing.assert_array_equal(cupy.asnumpy(out[: int(count[0])]), h[h < 0.01])
+    np.testing.assert_array_equal(cupy.asnumpy(dask_compact.compact_array(v, "x < 0.01")),
+                                  h[h < 0.01])
+    got = dask_compact.compact_records({"x": v, "y": v}, "x < 0.01")
+    np.testing.assert_array_equal(cupy.asnumpy(got["y"]), h[h < 0.01])
