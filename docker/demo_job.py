@@ -28,8 +28,7 @@ def log(msg: str) -> None:
 
 def make_dataset(path: str, size: int, chunk: int, seed: int) -> np.ndarray:
     a = np.random.default_rng(seed).random(size, dtype=np.float32)
-    z = zarr.create_array(store=path, shape=a.shape, dtype=a.dtype, chunks=(chunk,),
-                          overwrite=True)
+    z = zarr.create_array(store=path, shape=a.shape, dtype=a.dtype, chunks=(chunk,), overwrite=True)
     z[:] = a
     return a
 
@@ -61,9 +60,24 @@ def compact_particles(scheduler: str, data_dir: str, n: int, chunk: int) -> bool
     src, out = f"{data_dir}/particles.zarr", f"{data_dir}/selected-particles.zarr"
     data = make_particles(src, n, chunk, seed=20240902)
     log(f"wrote {src}: {n:,} particles, fields {', '.join(data)}")
-    cmd = [sys.executable, "-m", "dask_compact", src, out, "--where", PARTICLE_WHERE,
-           "--fields", ",".join(PARTICLE_FIELDS), "--output", "both",
-           "--scheduler", scheduler, "--overwrite", "--timeout", "60"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "dask_compact",
+        src,
+        out,
+        "--where",
+        PARTICLE_WHERE,
+        "--fields",
+        ",".join(PARTICLE_FIELDS),
+        "--output",
+        "both",
+        "--scheduler",
+        scheduler,
+        "--overwrite",
+        "--timeout",
+        "60",
+    ]
     log("running: " + " ".join(cmd))
     if subprocess.run(cmd, check=False).returncode != 0:
         log("FAILED: the batch job on the group exited with an error")
@@ -148,8 +162,23 @@ def main() -> int:
     ok &= refused_plain_tcp(args.scheduler)
 
     where = f"(x > {low!r}) & (x < {high!r})"
-    cmd = [sys.executable, "-m", "dask_compact", src, out, "--where", where, "--output", "both",
-           "--scheduler", args.scheduler, "--overwrite", "--timeout", "60", "--progress"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "dask_compact",
+        src,
+        out,
+        "--where",
+        where,
+        "--output",
+        "both",
+        "--scheduler",
+        args.scheduler,
+        "--overwrite",
+        "--timeout",
+        "60",
+        "--progress",
+    ]
     log("running: " + " ".join(cmd))
     if subprocess.run(cmd, check=False).returncode != 0:
         log("FAILED: the batch job exited with an error")
@@ -166,10 +195,11 @@ def main() -> int:
     for name, good in checks.items():
         log(f"check {name}: {'ok' if good else 'FAILED'}")
     ok &= all(checks.values())
-    ok &= compact_particles(args.scheduler, data, int(env.get("DEMO_PARTICLES", 2**20)),
-                            chunk // 8)
-    log(f"{'OK' if ok else 'FAILED'}: {int(m.sum()):,} of {size:,} selected, "
-        f"{time.perf_counter() - t0:.1f} s in all")
+    ok &= compact_particles(args.scheduler, data, int(env.get("DEMO_PARTICLES", 2**20)), chunk // 8)
+    log(
+        f"{'OK' if ok else 'FAILED'}: {int(m.sum()):,} of {size:,} selected, "
+        f"{time.perf_counter() - t0:.1f} s in all"
+    )
     return 0 if ok else 1
 
 

@@ -104,18 +104,32 @@ def test_readme_summary_example_has_the_lines_the_command_prints(tmp_path):
 
     text = (DOCKER / "README.md").read_text()
     example = re.search(r"```console\n\$ dask compact data\.zarr [^\n]*\n(.*?)```", text, re.S)
-    z = zarr.create_array(store=str(tmp_path / "data.zarr"), shape=(4000,), dtype="f4",
-                          chunks=(1000,))
+    z = zarr.create_array(
+        store=str(tmp_path / "data.zarr"), shape=(4000,), dtype="f4", chunks=(1000,)
+    )
     z[:] = np.random.default_rng(1).random(4000, dtype="f4")
-    res = run(tmp_path / "data.zarr", tmp_path / "selected.zarr", "--where",
-              "(x > 0.2) & (x < 0.3)", "--output", "both", "--no-progress")
+    res = run(
+        tmp_path / "data.zarr",
+        tmp_path / "selected.zarr",
+        "--where",
+        "(x > 0.2) & (x < 0.3)",
+        "--output",
+        "both",
+        "--no-progress",
+    )
     documented = [n for n in _summary_labels(example[1]) if n != "ahead"]
     printed = [n for n in _summary_labels(res.output) if n != "ahead"]
     assert documented == printed, (example[1], res.output)
 
 
-GROUP_OPTIONS = [["--resume"], ["--memory-budget", "1MiB"], ["--progress"], ["--device", "gpu"],
-                 ["--decode", "gpu"], ["--encode", "gpu"]]
+GROUP_OPTIONS = [
+    ["--resume"],
+    ["--memory-budget", "1MiB"],
+    ["--progress"],
+    ["--device", "gpu"],
+    ["--decode", "gpu"],
+    ["--encode", "gpu"],
+]
 
 
 @pytest.mark.parametrize("option", GROUP_OPTIONS, ids=" ".join)
@@ -134,8 +148,9 @@ def test_readme_refuses_for_groups_what_the_command_refuses(tmp_path, option):
     g = zarr.open_group(store=str(tmp_path / "g.zarr"), mode="w")
     g.create_array("a", shape=(100,), dtype="f8", chunks=(30,))[:] = np.arange(100.0)
     g.create_array("b", shape=(100,), dtype="i4", chunks=(40,))[:] = np.arange(100)
-    res = CliRunner().invoke(cli.main, [str(tmp_path / "g.zarr"), str(tmp_path / "o.zarr"),
-                                        "--where", "a < 10", *option])
+    res = CliRunner().invoke(
+        cli.main, [str(tmp_path / "g.zarr"), str(tmp_path / "o.zarr"), "--where", "a < 10", *option]
+    )
     name = " ".join(option) if option[-1] == "gpu" else option[0]  # as the README names it
     refused = "not supported for a Zarr group INPUT" in res.output
     assert refused == (name in documented), (name, documented, res.output)
