@@ -3,14 +3,17 @@ compose up, job, teardown: docker/ci-demo.sh) when DASK_COMPACT_DOCKER_TEST=1.""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
@@ -158,6 +161,137 @@ def test_readme_refuses_for_groups_what_the_command_refuses(tmp_path, option):
         assert res.exit_code == 0, res.output
         out = zarr.open_group(store=str(tmp_path / "o.zarr"), mode="r")
         np.testing.assert_array_equal(out["b"][:], np.arange(10))
+
+
+# --- docker/demo_job.py without containers (a new-user probe, 2026-11-30: interrupting the
+# demo SIGKILLed its `dask compact`, and DEMO_CHUNK < 32 or few particles failed the job) ---
+
+
+def _demo_job():
+    pytest.importorskip("zarr")
+    spec = importlib.util.spec_from_file_location("demo_job", DOCKER / "demo_job.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+# A stand-in for `dask compact`: says it is ready, then on SIGTERM / Ctrl-C cleans up for 1 s
+# (longer than subprocess.run's 0.25 s before its SIGKILL) and exits as the CLI does.
+FAKE_CLI = """
+import pathlib, signal, sys, time
+ready, done = map(pathlib.Path, sys.argv[1:3])
+signal.signal(signal.SIGTERM, lambda s, f: sys.exit(143))
+try:
+    ready.touch()
+    time.sleep(60)
+except KeyboardInterrupt:
+    code = 130
+except SystemExit as e:
+    code = e.code
+time.sleep(1)
+done.write_text(str(code))
+sys.exit(code)
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_demo_job_passes_signals_to_the_cli_and_exits_with_its_status(tmp_path, signum):
+    """`podman stop` / Ctrl-C reach the job's process (PID 1 in the container): it passes the
+    signal to the CLI, waits for its clean stop, and exits with its status, without a
+    traceback (subprocess.run SIGKILLed the CLI on Ctrl-C; SIGTERM was ignored by PID 1)."""
+    ready, done = tmp_path / "ready", tmp_path / "done"
+    wrapper = (
+        f"import sys; sys.path.insert(0, {str(DOCKER)!r}); import demo_job; "
+        f"sys.exit(demo_job.run_cli([sys.executable, '-c', {FAKE_CLI!r}, "
+        f"{str(ready)!r}, {str(done)!r}]))"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", wrapper], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not ready.exists():
+            assert proc.poll() is None, proc.communicate()[0]
+            assert time.monotonic() < deadline, "the fake CLI never started"
+            time.sleep(0.05)
+        proc.send_signal(signum)
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    code = 128 + signum
+    assert proc.returncode == code, out
+    assert done.read_text() == str(code), out  # the CLI finished its clean stop
+    assert "Traceback" not in out, out
+    assert f"{signal.Signals(signum).name} passed on to the batch job, which exited {code}" in out
+
+
+def test_demo_job_stops_on_sigterm_while_waiting_for_workers(tmp_path):
+    """Outside the CLI too, SIGTERM stops the job (143): as PID 1 it would otherwise be
+    ignored, and `podman stop` waited 10 s and SIGKILLed it."""
+    env = {**os.environ, "DEMO_DATA": str(tmp_path), "DEMO_SIZE": "10", "DEMO_CHUNK": "4"}
+    proc = subprocess.Popen(
+        [sys.executable, str(DOCKER / "demo_job.py"), "--scheduler", "tcp://127.0.0.1:9"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "input.zarr" / "zarr.json").exists():
+            assert proc.poll() is None, proc.communicate()[0]
+            assert time.monotonic() < deadline, "the job never wrote its dataset"
+            time.sleep(0.05)
+        time.sleep(0.5)  # into wait_for_workers
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 143, out
+    assert "stopped by SIGTERM" in out and "Traceback" not in out, out
+
+
+@pytest.mark.parametrize("n", [0, 2, 33])
+@pytest.mark.parametrize("demo_chunk", [7, 31])
+def test_make_particles_stores_every_chunk(tmp_path, n, demo_chunk):
+    """Chunks equal to the fill value are stored too (the "id" chunk [0] was not, and the
+    CLI refuses an input with chunks missing from the store)."""
+    zarr = pytest.importorskip("zarr")
+    demo_job = _demo_job()
+    data = demo_job.make_particles(str(tmp_path / "p.zarr"), n, demo_chunk // 8, seed=1)
+    group = zarr.open_group(store=str(tmp_path / "p.zarr"), mode="r")
+    for name, v in data.items():
+        a = group[name]
+        assert a.nchunks_initialized == a.nchunks, name
+        np.testing.assert_array_equal(a[:], v)
+
+
+def _in_process_cli(cmd: list[str]) -> int:
+    """demo_job's `dask compact` subprocess, run in this process (faster)."""
+    from click.testing import CliRunner
+
+    from dask_compact import cli
+
+    assert cmd[1:3] == ["-m", "dask_compact"]
+    result = CliRunner().invoke(cli.main, cmd[3:])
+    assert "Traceback" not in result.output, result.output
+    return result.exit_code
+
+
+@pytest.mark.parametrize("size", [0, 1, 1025])
+@pytest.mark.parametrize("demo_chunk", [7, 31])
+def test_demo_steps_match_numpy_for_small_sizes(tmp_path, monkeypatch, size, demo_chunk):
+    """Both steps of the job, as the demo runs them (its own checks against NumPy), for
+    DEMO_SIZE 0 / 1 / 1025, DEMO_CHUNK 7 / 31 and DEMO_PARTICLES 0 / 2 / 33; the CLI on the
+    command's threads instead of a cluster."""
+    demo_job = _demo_job()
+    monkeypatch.setattr(demo_job, "run_cli", _in_process_cli)
+    a = demo_job.make_dataset(str(tmp_path / "input.zarr"), size, demo_chunk, seed=1)
+    result = demo_job.compact_dataset(None, str(tmp_path), a, 0.25, 0.5)
+    assert result == (True, int(((a > 0.25) & (a < 0.5)).sum()))
+    n = {0: 0, 1: 2, 1025: 33}[size]
+    assert demo_job.compact_particles(None, str(tmp_path), n, demo_chunk // 8)
 
 
 @pytest.mark.skipif(
