@@ -19,6 +19,7 @@ import yaml
 
 DOCKER = Path(__file__).resolve().parents[1] / "docker"
 BIN = Path(sys.executable).parent
+CI_IMAGE = "localhost/dask-compact:cpu"  # docker/ci-demo.sh's image
 
 
 def tool(name: str) -> str | None:
@@ -379,7 +380,18 @@ def test_compose_file_matches_compose_spec():
     reason="builds images and runs containers with podman (minutes, root): "
     "set DASK_COMPACT_DOCKER_TEST=1 to run docker/ci-demo.sh",
 )
+def _image_id(name: str) -> str | None:
+    if shutil.which("podman") is None:
+        return None
+    proc = subprocess.run(["podman", "image", "inspect", "--format", "{{.Id}}", name],
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    return proc.stdout.strip() if proc.returncode == 0 else None
+
+
 def test_ci_demo_end_to_end():
+    # the image its tag named before the run: replaced, it must be gone (each rebuild left
+    # one, untagged, about 750 MB)
+    previous = _image_id(CI_IMAGE)
     # Own session, so a timeout can SIGTERM the script and its podman children: the script's
     # trap then tears the cluster down instead of leaving it running.
     proc = subprocess.Popen(
@@ -400,3 +412,6 @@ def test_ci_demo_end_to_end():
     assert "[demo job] OK" in out
     assert "client without a certificate refused" in out
     assert "plain tcp:// client refused" in out
+    if previous is not None and previous != _image_id(CI_IMAGE):
+        assert f"removed the image {CI_IMAGE} named before" in out, out[-6000:]
+        assert _image_id(previous) is None
