@@ -74,7 +74,9 @@ def test_profiles_and_gpu_reservations(compose):
 def test_dockerfile_takes_base_image_and_extras():
     text = (DOCKER / "Dockerfile").read_text()
     assert re.search(
-        r"^ARG BASE_IMAGE=nvidia/cuda:13\.0\.\d+-runtime-ubuntu24\.04$", text, re.MULTILINE
+        r"^ARG BASE_IMAGE=docker\.io/nvidia/cuda:13\.0\.\d+-runtime-ubuntu24\.04$",
+        text,
+        re.MULTILINE,
     )
     assert re.search(r"^FROM \$\{BASE_IMAGE\}$", text, re.MULTILINE)
     assert '"/opt/src[${EXTRAS}]"' in text
@@ -83,7 +85,35 @@ def test_dockerfile_takes_base_image_and_extras():
         for line in (DOCKER / "gpu.env").read_text().splitlines()
         if line and not line.startswith("#")
     )
-    assert "gpu" in gpu_env["EXTRAS"].split(",") and gpu_env["BASE_IMAGE"].startswith("nvidia/")
+    assert "gpu" in gpu_env["EXTRAS"].split(",")
+    assert gpu_env["BASE_IMAGE"].startswith("docker.io/nvidia/cuda:")
+
+
+def _image_names() -> dict[str, str]:
+    """Every image name the demo's files give, by where it is given."""
+    names = {}
+    dockerfile = (DOCKER / "Dockerfile").read_text()
+    names["Dockerfile ARG BASE_IMAGE"] = re.search(r"^ARG BASE_IMAGE=(\S+)$", dockerfile, re.M)[1]
+    compose = (DOCKER / "compose.yaml").read_text()
+    for key in ("DASK_COMPACT_IMAGE", "BASE_IMAGE"):
+        for k, default in enumerate(re.findall(r"\$\{" + key + r":-([^}]+)\}", compose)):
+            names[f"compose.yaml {key} {k}"] = default
+    for line in (DOCKER / "gpu.env").read_text().splitlines():
+        if line.startswith(("DASK_COMPACT_IMAGE=", "BASE_IMAGE=")):
+            key, value = line.split("=", 1)
+            names[f"gpu.env {key}"] = value
+    return names
+
+
+def test_image_names_are_fully_qualified():
+    """podman resolves a short name (nvidia/cuda:...) only through an alias or a search
+    registry of its configuration, and refused the GPU build where neither had it (a
+    new-user probe, 2026-11-30): every name starts with its registry (or localhost/)."""
+    names = _image_names()
+    assert len(names) == 5, names
+    for where, name in names.items():
+        registry = name.split("/", 1)[0]
+        assert "/" in name and ("." in registry or registry == "localhost"), (where, name)
 
 
 # --- docker/README.md's account of the batch CLI, against what the command does (a docs probe,
