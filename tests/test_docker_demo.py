@@ -403,13 +403,6 @@ def test_compose_file_matches_compose_spec():
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(1000)
-@pytest.mark.skipif(
-    os.environ.get("DASK_COMPACT_DOCKER_TEST") != "1",
-    reason="builds images and runs containers with podman (minutes, root): "
-    "set DASK_COMPACT_DOCKER_TEST=1 to run docker/ci-demo.sh",
-)
 def _image_id(name: str) -> str | None:
     if shutil.which("podman") is None:
         return None
@@ -418,6 +411,13 @@ def _image_id(name: str) -> str | None:
     return proc.stdout.strip() if proc.returncode == 0 else None
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(1000)
+@pytest.mark.skipif(
+    os.environ.get("DASK_COMPACT_DOCKER_TEST") != "1",
+    reason="builds images and runs containers with podman (minutes, root): "
+    "set DASK_COMPACT_DOCKER_TEST=1 to run docker/ci-demo.sh",
+)
 def test_ci_demo_end_to_end():
     # the image its tag named before the run: replaced, it must be gone (each rebuild left
     # one, untagged, about 750 MB)
