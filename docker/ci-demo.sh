@@ -95,11 +95,23 @@ if [[ -n "${DEMO_REBUILD_BASE:-}" ]] || ! podman image exists "$base_image"; the
 fi
 
 log "build $image (BASE_IMAGE=$base_image)"
+# The image the tag named before this build is removed after it (that id only, and only if no
+# other tag or container holds it: podman rmi without --force): each rebuild left one behind,
+# untagged, about 750 MB.
+previous_id="$(podman image inspect --format '{{.Id}}' "$image" 2>/dev/null || true)"
 # --format docker: the OCI format drops SHELL (and with it pipefail in the RUN steps).
 timeout 600 podman build -q --format docker --network host \
     --volume "$host_ca:/run/host-ca.crt:ro" --build-arg PIP_CERT=/run/host-ca.crt \
     --build-arg BASE_IMAGE="$base_image" --build-arg EXTRAS=zarr \
     -f "$here/Dockerfile" -t "$image" "$root" >/dev/null
+built_id="$(podman image inspect --format '{{.Id}}' "$image")"
+if [[ -n "$previous_id" && "$previous_id" != "$built_id" ]]; then
+    if podman rmi "$previous_id" >"$work/rmi.log" 2>&1; then
+        log "removed the image $image named before (${previous_id:0:12})"
+    else
+        log "kept the image $image named before (${previous_id:0:12}): $(tail -n 1 "$work/rmi.log")"
+    fi
+fi
 
 # --- certificates ----------------------------------------------------------------------------
 export DASK_COMPACT_CERTS="$work/certs" DASK_COMPACT_IMAGE="$image"

@@ -10,7 +10,11 @@ profile's services only, its bind mounts made as symlinks at the container paths
 volumes as directories, service names resolving to this host (an ``/etc/hosts`` line), and a
 device reservation's ``device_ids`` as ``CUDA_VISIBLE_DEVICES``. ``--copy`` puts files where the
 image would have them (Dockerfile ``COPY``). The packages come from this host's Python. The
-exit status is the ``job`` service's. It writes to ``/``: run it as root, on a throwaway host.
+exit status is the ``job`` service's; a service that exits before the job ends (a worker that
+cannot start) is reported with the end of its log, everything is stopped, and its status (1
+if 0) is returned; 124 if the job runs past ``--timeout``. Each service's output is in
+``--logs`` (``/tmp/compose-logs/SERVICE.log``). It writes to ``/``: run it as root, on a
+throwaway host.
 """
 
 from __future__ import annotations
@@ -80,6 +84,60 @@ def gpus_of(service: dict) -> str | None:
     return ",".join(ids) if ids else None
 
 
+def say(msg: str) -> None:
+    print(f"[compose-as-processes] {msg}", flush=True)
+
+
+def tail(path: Path, lines: int = 20) -> str:
+    """The last ``lines`` lines of a service's log, indented."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError as e:
+        return f"    ({e})"
+    return "\n".join("    " + line for line in text.splitlines()[-lines:])
+
+
+def supervise(
+    procs: dict[str, subprocess.Popen], logs: Path, timeout: float, poll_s: float = 0.5
+) -> int:
+    """Wait for the ``job`` service and return its exit status; but a service that exits
+    before the job ends is reported at once, with the end of its log, and its status (1 if
+    0) returned: the job would otherwise wait for workers that will never come (GPU workers
+    without dask-cuda: "No such command 'cuda'"), and all one saw after minutes was "job
+    exited 1". 124 if the job runs past ``timeout`` seconds. The caller stops the rest."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if (rc := procs["job"].poll()) is not None:
+            say(f"job exited {rc}")
+            if rc != 0:
+                say(f"the end of {logs / 'job.log'}:\n{tail(logs / 'job.log')}")
+            return rc
+        for name, proc in procs.items():
+            if name != "job" and (rc := proc.poll()) is not None:
+                log = logs / f"{name}.log"
+                say(f"{name} exited {rc} before the job ended; the end of {log}:\n{tail(log)}")
+                say("stopping the other services")
+                return rc or 1
+        if time.monotonic() > deadline:
+            say(f"the job is still running after {timeout:g} s (--timeout); stopping it")
+            return 124
+        time.sleep(poll_s)
+
+
+def stop_all(procs: dict[str, subprocess.Popen], grace_s: float = 15) -> None:
+    """SIGTERM to every service still running, SIGKILL to those still running after
+    ``grace_s`` seconds."""
+    for proc in procs.values():
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    for proc in procs.values():
+        try:
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--compose", type=Path, default=HERE / "compose.yaml")
@@ -122,11 +180,7 @@ def main() -> int:
             if (gpus := gpus_of(svc)) is not None:
                 penv["CUDA_VISIBLE_DEVICES"] = gpus
             cmd = argv_of([substitute(str(c), env) for c in svc["command"]])
-            print(
-                f"[compose-as-processes] {name}: {' '.join(cmd)}"
-                + (f" (GPUs {gpus})" if gpus else ""),
-                flush=True,
-            )
+            say(f"{name}: {' '.join(cmd)}" + (f" (GPUs {gpus})" if gpus else ""))
             log = open(args.logs / f"{name}.log", "w")  # noqa: SIM115 -- kept open while it runs
             procs[name] = subprocess.Popen(
                 cmd,
@@ -136,18 +190,9 @@ def main() -> int:
                 cwd=svc.get("working_dir", "/tmp"),
             )
             time.sleep(3 if name == "scheduler" else 0.5)
-        rc = procs["job"].wait(timeout=args.timeout)
-        print(f"[compose-as-processes] job exited {rc}", flush=True)
-        return rc
+        return supervise(procs, args.logs, args.timeout)
     finally:
-        for p in procs.values():
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        for p in procs.values():
-            try:
-                p.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_all(procs)
 
 
 if __name__ == "__main__":

@@ -3,19 +3,23 @@ compose up, job, teardown: docker/ci-demo.sh) when DASK_COMPACT_DOCKER_TEST=1.""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
 DOCKER = Path(__file__).resolve().parents[1] / "docker"
 BIN = Path(sys.executable).parent
+CI_IMAGE = "localhost/dask-compact:cpu"  # docker/ci-demo.sh's image
 
 
 def tool(name: str) -> str | None:
@@ -70,7 +74,9 @@ def test_profiles_and_gpu_reservations(compose):
 def test_dockerfile_takes_base_image_and_extras():
     text = (DOCKER / "Dockerfile").read_text()
     assert re.search(
-        r"^ARG BASE_IMAGE=nvidia/cuda:13\.0\.\d+-runtime-ubuntu24\.04$", text, re.MULTILINE
+        r"^ARG BASE_IMAGE=docker\.io/nvidia/cuda:13\.0\.\d+-runtime-ubuntu24\.04$",
+        text,
+        re.MULTILINE,
     )
     assert re.search(r"^FROM \$\{BASE_IMAGE\}$", text, re.MULTILINE)
     assert '"/opt/src[${EXTRAS}]"' in text
@@ -79,7 +85,35 @@ def test_dockerfile_takes_base_image_and_extras():
         for line in (DOCKER / "gpu.env").read_text().splitlines()
         if line and not line.startswith("#")
     )
-    assert "gpu" in gpu_env["EXTRAS"].split(",") and gpu_env["BASE_IMAGE"].startswith("nvidia/")
+    assert "gpu" in gpu_env["EXTRAS"].split(",")
+    assert gpu_env["BASE_IMAGE"].startswith("docker.io/nvidia/cuda:")
+
+
+def _image_names() -> dict[str, str]:
+    """Every image name the demo's files give, by where it is given."""
+    names = {}
+    dockerfile = (DOCKER / "Dockerfile").read_text()
+    names["Dockerfile ARG BASE_IMAGE"] = re.search(r"^ARG BASE_IMAGE=(\S+)$", dockerfile, re.M)[1]
+    compose = (DOCKER / "compose.yaml").read_text()
+    for key in ("DASK_COMPACT_IMAGE", "BASE_IMAGE"):
+        for k, default in enumerate(re.findall(r"\$\{" + key + r":-([^}]+)\}", compose)):
+            names[f"compose.yaml {key} {k}"] = default
+    for line in (DOCKER / "gpu.env").read_text().splitlines():
+        if line.startswith(("DASK_COMPACT_IMAGE=", "BASE_IMAGE=")):
+            key, value = line.split("=", 1)
+            names[f"gpu.env {key}"] = value
+    return names
+
+
+def test_image_names_are_fully_qualified():
+    """podman resolves a short name (nvidia/cuda:...) only through an alias or a search
+    registry of its configuration, and refused the GPU build where neither had it (a
+    new-user probe, 2026-11-30): every name starts with its registry (or localhost/)."""
+    names = _image_names()
+    assert len(names) == 5, names
+    for where, name in names.items():
+        registry = name.split("/", 1)[0]
+        assert "/" in name and ("." in registry or registry == "localhost"), (where, name)
 
 
 # --- docker/README.md's account of the batch CLI, against what the command does (a docs probe,
@@ -104,18 +138,32 @@ def test_readme_summary_example_has_the_lines_the_command_prints(tmp_path):
 
     text = (DOCKER / "README.md").read_text()
     example = re.search(r"```console\n\$ dask compact data\.zarr [^\n]*\n(.*?)```", text, re.S)
-    z = zarr.create_array(store=str(tmp_path / "data.zarr"), shape=(4000,), dtype="f4",
-                          chunks=(1000,))
+    z = zarr.create_array(
+        store=str(tmp_path / "data.zarr"), shape=(4000,), dtype="f4", chunks=(1000,)
+    )
     z[:] = np.random.default_rng(1).random(4000, dtype="f4")
-    res = run(tmp_path / "data.zarr", tmp_path / "selected.zarr", "--where",
-              "(x > 0.2) & (x < 0.3)", "--output", "both", "--no-progress")
+    res = run(
+        tmp_path / "data.zarr",
+        tmp_path / "selected.zarr",
+        "--where",
+        "(x > 0.2) & (x < 0.3)",
+        "--output",
+        "both",
+        "--no-progress",
+    )
     documented = [n for n in _summary_labels(example[1]) if n != "ahead"]
     printed = [n for n in _summary_labels(res.output) if n != "ahead"]
     assert documented == printed, (example[1], res.output)
 
 
-GROUP_OPTIONS = [["--resume"], ["--memory-budget", "1MiB"], ["--progress"], ["--device", "gpu"],
-                 ["--decode", "gpu"], ["--encode", "gpu"]]
+GROUP_OPTIONS = [
+    ["--resume"],
+    ["--memory-budget", "1MiB"],
+    ["--progress"],
+    ["--device", "gpu"],
+    ["--decode", "gpu"],
+    ["--encode", "gpu"],
+]
 
 
 @pytest.mark.parametrize("option", GROUP_OPTIONS, ids=" ".join)
@@ -134,8 +182,9 @@ def test_readme_refuses_for_groups_what_the_command_refuses(tmp_path, option):
     g = zarr.open_group(store=str(tmp_path / "g.zarr"), mode="w")
     g.create_array("a", shape=(100,), dtype="f8", chunks=(30,))[:] = np.arange(100.0)
     g.create_array("b", shape=(100,), dtype="i4", chunks=(40,))[:] = np.arange(100)
-    res = CliRunner().invoke(cli.main, [str(tmp_path / "g.zarr"), str(tmp_path / "o.zarr"),
-                                        "--where", "a < 10", *option])
+    res = CliRunner().invoke(
+        cli.main, [str(tmp_path / "g.zarr"), str(tmp_path / "o.zarr"), "--where", "a < 10", *option]
+    )
     name = " ".join(option) if option[-1] == "gpu" else option[0]  # as the README names it
     refused = "not supported for a Zarr group INPUT" in res.output
     assert refused == (name in documented), (name, documented, res.output)
@@ -143,6 +192,186 @@ def test_readme_refuses_for_groups_what_the_command_refuses(tmp_path, option):
         assert res.exit_code == 0, res.output
         out = zarr.open_group(store=str(tmp_path / "o.zarr"), mode="r")
         np.testing.assert_array_equal(out["b"][:], np.arange(10))
+
+
+# --- docker/demo_job.py without containers (a new-user probe, 2026-11-30: interrupting the
+# demo SIGKILLed its `dask compact`, and DEMO_CHUNK < 32 or few particles failed the job) ---
+
+
+def _demo_job():
+    pytest.importorskip("zarr")
+    spec = importlib.util.spec_from_file_location("demo_job", DOCKER / "demo_job.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+# A stand-in for `dask compact`: says it is ready, then on SIGTERM / Ctrl-C cleans up for 1 s
+# (longer than subprocess.run's 0.25 s before its SIGKILL) and exits as the CLI does.
+FAKE_CLI = """
+import pathlib, signal, sys, time
+ready, done = map(pathlib.Path, sys.argv[1:3])
+signal.signal(signal.SIGTERM, lambda s, f: sys.exit(143))
+try:
+    ready.touch()
+    time.sleep(60)
+except KeyboardInterrupt:
+    code = 130
+except SystemExit as e:
+    code = e.code
+time.sleep(1)
+done.write_text(str(code))
+sys.exit(code)
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_demo_job_passes_signals_to_the_cli_and_exits_with_its_status(tmp_path, signum):
+    """`podman stop` / Ctrl-C reach the job's process (PID 1 in the container): it passes the
+    signal to the CLI, waits for its clean stop, and exits with its status, without a
+    traceback (subprocess.run SIGKILLed the CLI on Ctrl-C; SIGTERM was ignored by PID 1)."""
+    ready, done = tmp_path / "ready", tmp_path / "done"
+    wrapper = (
+        f"import sys; sys.path.insert(0, {str(DOCKER)!r}); import demo_job; "
+        f"sys.exit(demo_job.run_cli([sys.executable, '-c', {FAKE_CLI!r}, "
+        f"{str(ready)!r}, {str(done)!r}]))"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", wrapper], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not ready.exists():
+            assert proc.poll() is None, proc.communicate()[0]
+            assert time.monotonic() < deadline, "the fake CLI never started"
+            time.sleep(0.05)
+        proc.send_signal(signum)
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    code = 128 + signum
+    assert proc.returncode == code, out
+    assert done.read_text() == str(code), out  # the CLI finished its clean stop
+    assert "Traceback" not in out, out
+    assert f"{signal.Signals(signum).name} passed on to the batch job, which exited {code}" in out
+
+
+def test_demo_job_stops_on_sigterm_while_waiting_for_workers(tmp_path):
+    """Outside the CLI too, SIGTERM stops the job (143): as PID 1 it would otherwise be
+    ignored, and `podman stop` waited 10 s and SIGKILLed it."""
+    env = {**os.environ, "DEMO_DATA": str(tmp_path), "DEMO_SIZE": "10", "DEMO_CHUNK": "4"}
+    proc = subprocess.Popen(
+        [sys.executable, str(DOCKER / "demo_job.py"), "--scheduler", "tcp://127.0.0.1:9"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "input.zarr" / "zarr.json").exists():
+            assert proc.poll() is None, proc.communicate()[0]
+            assert time.monotonic() < deadline, "the job never wrote its dataset"
+            time.sleep(0.05)
+        time.sleep(0.5)  # into wait_for_workers
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 143, out
+    assert "stopped by SIGTERM" in out and "Traceback" not in out, out
+
+
+@pytest.mark.parametrize("n", [0, 2, 33])
+@pytest.mark.parametrize("demo_chunk", [7, 31])
+def test_make_particles_stores_every_chunk(tmp_path, n, demo_chunk):
+    """Chunks equal to the fill value are stored too (the "id" chunk [0] was not, and the
+    CLI refuses an input with chunks missing from the store)."""
+    zarr = pytest.importorskip("zarr")
+    demo_job = _demo_job()
+    data = demo_job.make_particles(str(tmp_path / "p.zarr"), n, demo_chunk // 8, seed=1)
+    group = zarr.open_group(store=str(tmp_path / "p.zarr"), mode="r")
+    for name, v in data.items():
+        a = group[name]
+        assert a.nchunks_initialized == a.nchunks, name
+        np.testing.assert_array_equal(a[:], v)
+
+
+def _in_process_cli(cmd: list[str]) -> int:
+    """demo_job's `dask compact` subprocess, run in this process (faster)."""
+    from click.testing import CliRunner
+
+    from dask_compact import cli
+
+    assert cmd[1:3] == ["-m", "dask_compact"]
+    result = CliRunner().invoke(cli.main, cmd[3:])
+    assert "Traceback" not in result.output, result.output
+    return result.exit_code
+
+
+@pytest.mark.parametrize("size", [0, 1, 1025])
+@pytest.mark.parametrize("demo_chunk", [7, 31])
+def test_demo_steps_match_numpy_for_small_sizes(tmp_path, monkeypatch, size, demo_chunk):
+    """Both steps of the job, as the demo runs them (its own checks against NumPy), for
+    DEMO_SIZE 0 / 1 / 1025, DEMO_CHUNK 7 / 31 and DEMO_PARTICLES 0 / 2 / 33; the CLI on the
+    command's threads instead of a cluster."""
+    demo_job = _demo_job()
+    monkeypatch.setattr(demo_job, "run_cli", _in_process_cli)
+    a = demo_job.make_dataset(str(tmp_path / "input.zarr"), size, demo_chunk, seed=1)
+    result = demo_job.compact_dataset(None, str(tmp_path), a, 0.25, 0.5)
+    assert result == (True, int(((a > 0.25) & (a < 0.5)).sum()))
+    n = {0: 0, 1: 2, 1025: 33}[size]
+    assert demo_job.compact_particles(None, str(tmp_path), n, demo_chunk // 8)
+
+
+# --- docker/make-certs.sh (a new-user probe, 2026-11-30: expired certificates were kept and the
+# demo failed with "certificate has expired"; a failing openssl step exited 1 saying nothing) ---
+
+needs_openssl = pytest.mark.skipif(shutil.which("openssl") is None, reason="no openssl")
+
+
+def _make_certs(directory, **env) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["bash", str(DOCKER / "make-certs.sh"), str(directory)],
+        capture_output=True, text=True, check=False, env={**os.environ, **env},
+    )  # fmt: skip
+
+
+def _valid_for(cert, seconds: int) -> bool:
+    check = ["openssl", "x509", "-checkend", str(seconds), "-noout", "-in", str(cert)]
+    return subprocess.run(check, capture_output=True, check=False).returncode == 0
+
+
+@needs_openssl
+def test_make_certs_keeps_valid_certificates_and_renews_those_expiring(tmp_path):
+    first = _make_certs(tmp_path, CERT_DAYS="1")  # expires within a day: renewed next time
+    assert first.returncode == 0, first.stderr
+    cluster = tmp_path / "cluster.pem"
+    assert not _valid_for(cluster, 86400)
+    old = cluster.read_bytes()
+    renewed = _make_certs(tmp_path)
+    assert renewed.returncode == 0, renewed.stderr
+    assert "making new ones" in renewed.stdout and "valid for 30 days" in renewed.stdout
+    assert cluster.read_bytes() != old
+    assert _valid_for(cluster, 29 * 86400) and not _valid_for(cluster, 31 * 86400)
+    verify = ["openssl", "verify", "-CAfile", str(tmp_path / "ca.pem"), str(cluster)]
+    assert subprocess.run(verify, capture_output=True, check=False).returncode == 0
+    new = cluster.read_bytes()
+    kept = _make_certs(tmp_path)  # valid for another day: kept
+    assert kept.returncode == 0 and "already in" in kept.stdout, kept.stdout + kept.stderr
+    assert cluster.read_bytes() == new
+
+
+@needs_openssl
+def test_make_certs_says_why_openssl_failed(tmp_path):
+    (tmp_path / "private" / "ca-key.pem").mkdir(parents=True)  # openssl cannot write the key
+    failed = _make_certs(tmp_path)
+    assert failed.returncode == 1
+    assert "openssl req failed" in failed.stderr, failed.stderr
+    assert "ca-key.pem" in failed.stderr and "+++" not in failed.stderr, failed.stderr
+    bad_days = _make_certs(tmp_path / "other", CERT_DAYS="0")
+    assert bad_days.returncode == 2 and "CERT_DAYS" in bad_days.stderr, bad_days.stderr
 
 
 @pytest.mark.skipif(
@@ -174,6 +403,14 @@ def test_compose_file_matches_compose_spec():
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+def _image_id(name: str) -> str | None:
+    if shutil.which("podman") is None:
+        return None
+    proc = subprocess.run(["podman", "image", "inspect", "--format", "{{.Id}}", name],
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    return proc.stdout.strip() if proc.returncode == 0 else None
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(1000)
 @pytest.mark.skipif(
@@ -182,6 +419,9 @@ def test_compose_file_matches_compose_spec():
     "set DASK_COMPACT_DOCKER_TEST=1 to run docker/ci-demo.sh",
 )
 def test_ci_demo_end_to_end():
+    # the image its tag named before the run: replaced, it must be gone (each rebuild left
+    # one, untagged, about 750 MB)
+    previous = _image_id(CI_IMAGE)
     # Own session, so a timeout can SIGTERM the script and its podman children: the script's
     # trap then tears the cluster down instead of leaving it running.
     proc = subprocess.Popen(
@@ -202,3 +442,6 @@ def test_ci_demo_end_to_end():
     assert "[demo job] OK" in out
     assert "client without a certificate refused" in out
     assert "plain tcp:// client refused" in out
+    if previous is not None and previous != _image_id(CI_IMAGE):
+        assert f"removed the image {CI_IMAGE} named before" in out, out[-6000:]
+        assert _image_id(previous) is None
