@@ -185,6 +185,88 @@ def test_float16_merge_of_sorted_pieces_is_sorted():
     _assert_sorted_as_stable(values, np.concatenate(low))
     _assert_sorted_as_stable(dask_compact.sort(da.from_array(a, chunks=100_002)).compute(), a)
 
+def _float16_every_kind(rng: np.random.Generator, n: int) -> np.ndarray:
+    """float16 of every bit pattern (NaNs of both signs and many payloads among them), with
+    -0.0 and 0.0, +-inf, subnormals, NaNs and 1.0 made common, and repeated values."""
+    a = rng.integers(0, 1 << 16, n, dtype=np.uint16).view(np.float16)
+    special = np.array([0x0000, 0x8000, 0x7C00, 0xFC00, 0x7E00, 0xFE00, 0x7C01, 0xFFFF,
+                        0x0001, 0x8001, 0x03FF, 0x83FF, 0x3C00], np.uint16).view(np.float16)
+    a[::3] = rng.choice(special, a[::3].size)
+    if n:
+        a[1::4] = rng.choice(a, a[1::4].size)  # repeats of whatever was drawn
+    return a
+
+
+def _bits(a: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(a).view(np.uint16)
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 7, 1_023, 4_099, 65_537])
+def test_float16_local_sorts_are_numpys_stable_sort_bit_for_bit(n):
+    """The float16 local sorts go through uint16 order keys (NumPy's stable comparison sort
+    of float16 took 8x its default's time): values and permutation equal NumPy's stable sort
+    and argsort bit for bit, the signs of zeros and the NaNs' payloads included."""
+    rng = np.random.default_rng(n)
+    a = _float16_every_kind(rng, n)
+    want, order = np.sort(a, kind="stable"), np.argsort(a, kind="stable")
+    positions = sample_positions(n, 16)
+    values, got_order, sample = numpy_sort.sort_chunk(a, True, 5, positions)
+    np.testing.assert_array_equal(_bits(values), _bits(want))
+    np.testing.assert_array_equal(got_order, order + 5)
+    np.testing.assert_array_equal(_bits(sample), _bits(want[positions]))
+    values, none, _ = numpy_sort.sort_chunk(a, False, 0, positions)
+    assert none is None and values.dtype == np.float16
+    np.testing.assert_array_equal(_bits(values), _bits(want))
+    np.testing.assert_array_equal(numpy_sort.stable_argsort(a), order)
+    for other in (a.astype(">f2"), a[::-1], a[::3]):  # swapped bytes, strided views
+        np.testing.assert_array_equal(_bits(numpy_sort.sort_values(other)),
+                                      _bits(np.sort(other, kind="stable").astype(np.float16)))
+        np.testing.assert_array_equal(numpy_sort.stable_argsort(other),
+                                      np.argsort(other, kind="stable"))
+    cuts = [0, n // 3, n // 3 + 1, n]  # a bucket's sorted pieces, merged
+    pieces = [np.sort(a[i:j], kind="stable") for i, j in zip(cuts, cuts[1:])]
+    orders = [np.argsort(a[i:j], kind="stable") + i for i, j in zip(cuts, cuts[1:])]
+    merged = numpy_sort.sort_merge(a, pieces, None)
+    np.testing.assert_array_equal(_bits(merged), _bits(np.sort(np.concatenate(pieces),
+                                                               kind="stable")))
+    by_piece = np.argsort(np.concatenate(pieces), kind="stable")
+    np.testing.assert_array_equal(numpy_sort.sort_merge(a, pieces, orders),
+                                  np.concatenate(orders)[by_piece])
+
+
+@pytest.mark.parametrize("buckets", [None, 3])
+def test_float16_sort_of_several_chunks_is_bit_for_bit(buckets):
+    """sort and argsort of float16 in several chunks (samples, splitters, buckets merged from
+    pieces): NumPy's stable sort bit for bit."""
+    a = _float16_every_kind(np.random.default_rng(21), 20_011)
+    x = da.from_array(a, chunks=2_003)
+    got = dask_compact.sort(x, buckets=buckets).compute()
+    np.testing.assert_array_equal(_bits(got), _bits(np.sort(a, kind="stable")))
+    np.testing.assert_array_equal(dask_compact.argsort(x, buckets=buckets).compute(),
+                                  np.argsort(a, kind="stable"))
+
+
+def test_float16_local_sort_does_not_take_the_comparison_sort():
+    """NumPy's stable sort of float16 (a comparison sort; its default sort is wrong on
+    AVX512_ICL CPUs) took 334 ms for 2^22 values where the default took 50; the local sort
+    sorts uint16 keys in NumPy's radix sort instead: measured here, a quarter of the stable
+    sort's time at most (about a sixteenth on the 2-core machine), the best of three."""
+    a = np.random.default_rng(22).standard_normal(1 << 20).astype(np.float16)
+
+    def best(fn) -> float:
+        times = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+        return min(times)
+
+    stable = best(lambda: np.sort(a, kind="stable"))
+    values = best(lambda: numpy_sort.sort_chunk(a, False, 0, np.zeros(0, np.int64)))
+    order = best(lambda: numpy_sort.sort_chunk(a, True, 0, np.zeros(0, np.int64)))
+    assert values < stable / 4 and order < stable / 4, (values, order, stable)
+
+
 def test_all_nan():
     a = np.full(1000, np.nan)
     a[::2] = -np.nan
