@@ -258,6 +258,21 @@ def test_float16_sort_of_several_chunks_is_bit_for_bit(buckets):
                                   np.argsort(a, kind="stable"))
 
 
+def test_float16_splitters_are_those_of_the_values():
+    """The client orders a float16 sample by its uint16 keys: the splitters (values and
+    global indices) are those of the same sample as float64, which NumPy orders exactly."""
+    a = _float16_every_kind(np.random.default_rng(26), 6_000)
+    sizes = (2_500, 1_000, 2_500)
+    per = 500
+    starts = np.cumsum((0,) + sizes[:-1])
+    sample = np.concatenate([np.sort(a[s:s + n], kind="stable")[sample_positions(n, per)]
+                             for s, n in zip(starts, sizes)])
+    got_v, got_i = splitters(sample, sizes, per, 9)
+    want_v, want_i = splitters(sample.astype(np.float64), sizes, per, 9)
+    np.testing.assert_array_equal(got_i, want_i)
+    np.testing.assert_array_equal(got_v.astype(np.float64), want_v)
+
+
 def test_float16_local_sort_does_not_take_the_comparison_sort():
     """NumPy's stable sort of float16 (a comparison sort; its default sort is wrong on
     AVX512_ICL CPUs) took 334 ms for 2^22 values where the default took 50; the local sort
