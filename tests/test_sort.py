@@ -235,15 +235,15 @@ def test_float16_local_sorts_are_numpys_stable_sort_bit_for_bit(n):
                                       _bits(np.sort(other, kind="stable").astype(np.float16)))
         np.testing.assert_array_equal(numpy_sort.stable_argsort(other),
                                       np.argsort(other, kind="stable"))
-    cuts = [0, n // 3, n // 3 + 1, n]  # a bucket's sorted pieces, merged
-    pieces = [np.sort(a[i:j], kind="stable") for i, j in zip(cuts, cuts[1:])]
-    orders = [np.argsort(a[i:j], kind="stable") + i for i, j in zip(cuts, cuts[1:])]
-    merged = numpy_sort.sort_merge(a, pieces, None)
-    np.testing.assert_array_equal(_bits(merged), _bits(np.sort(np.concatenate(pieces),
-                                                               kind="stable")))
-    by_piece = np.argsort(np.concatenate(pieces), kind="stable")
-    np.testing.assert_array_equal(numpy_sort.sort_merge(a, pieces, orders),
-                                  np.concatenate(orders)[by_piece])
+    for cuts in ([0, n // 3, n // 3 + 1, n], [0, n // 2, n]):  # a bucket's pieces, merged
+        pieces = [np.sort(a[i:j], kind="stable") for i, j in zip(cuts, cuts[1:])]
+        orders = [np.argsort(a[i:j], kind="stable") + i for i, j in zip(cuts, cuts[1:])]
+        merged = numpy_sort.sort_merge(a, pieces, None)
+        np.testing.assert_array_equal(_bits(merged), _bits(np.sort(np.concatenate(pieces),
+                                                                   kind="stable")))
+        by_piece = np.argsort(np.concatenate(pieces), kind="stable")
+        np.testing.assert_array_equal(numpy_sort.sort_merge(a, pieces, orders),
+                                      np.concatenate(orders)[by_piece])
 
 
 @pytest.mark.parametrize("buckets", [None, 3])
