@@ -52,6 +52,7 @@ from dask.base import tokenize
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 
 from . import client_stream, settings
+from .backends.numpy_sort import half_keys
 from .dispatch import sort_bounds, sort_chunk, sort_merge
 from .graph import _extend, _meta, computed_call, input_form
 from .imported import distributed_if_imported
@@ -137,7 +138,11 @@ def splitters(
     w = np.concatenate(weight) if weight else np.zeros(0)
     if buckets <= 1 or values.size == 0:
         return values[:0], idx[:0]
-    order = np.lexsort((idx, values))  # NaNs last, as np.sort
+    # NaNs last, as np.sort; float16 by its order keys (equal where the values are), which
+    # lexsort sorts by NumPy's radix sort where it took float16 through a comparison sort:
+    # 54 ms against 372 ms for a full sample of 2^20
+    order = np.lexsort((idx, half_keys(values) if values.dtype.kind == "f"
+                        and values.dtype.itemsize == 2 else values))  # fmt: skip
     w = w[order]
     rank = np.cumsum(w) - w / 2  # estimated global rank of each sample element
     targets = np.arange(1, buckets) * (float(sum(sizes)) / buckets)

@@ -4,10 +4,12 @@ runs the compiled CPU loop or the GPU kernel for the chunk's type).
 
 Every element gets an unsigned key of its width that orders exactly as NumPy sorts
 (:func:`order_key`); then, from the lowest bit up, one stable split by ``(key & bit) == 0``
-(zeros first) per bit that differs between the keys reorders the keys and the permutation.
-After the last bit the permutation is the stable argsort. One split per key bit (32 for
-float32) against NumPy's and CuPy's tuned sorts: kept to compare the textbook construction
-with them, not as the default.
+(zeros first) per bit that differs between the keys. A sort of values splits the keys alone
+and maps them back (:func:`sorted_values`); an argsort splits words that pack a digit of the
+key with the element's rank (:func:`radix_order`), so no int64 permutation is gathered per
+bit (that took 25-33 bytes an element). One split per key bit (32 for float32) against
+NumPy's and CuPy's tuned sorts: kept to compare the textbook construction with them, not as
+the default.
 """
 
 from __future__ import annotations
@@ -16,7 +18,10 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["order_key", "radix_order", "sort_chunk", "sort_merge"]
+__all__ = [
+    "order_key", "from_order_key", "radix_order", "radix_sorted", "sorted_values", "sort_chunk",
+    "sort_merge",
+]
 
 _UINT: dict[int, Any] = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
@@ -33,49 +38,167 @@ def folded_bits(a: Any, xp: Any = np) -> Any:
 
 def order_key(a: Any, xp: Any = np) -> Any:
     """Unsigned integers of ``a``'s width that order exactly as NumPy sorts ``a``: -0.0 equals
-    0.0, every NaN equals every other and comes after +inf; signed integers by their value."""
+    0.0, every NaN equals every other and comes after +inf; signed integers by their value.
+
+    A float's key is its bits with the sign bit set where it was clear and every bit flipped
+    where it was set, made in place in one array beside a mask of the same width (three
+    ``where`` passes held five arrays of the width at once: the radix sort's peak on floats)."""
     u = _UINT[a.dtype.itemsize]
     sign = u(1) << u(8 * a.dtype.itemsize - 1)
     if not a.dtype.isnative:  # the keys are read from the bits as native integers
         a = a.astype(a.dtype.newbyteorder("="))
     if a.dtype.kind == "f":
-        bits = folded_bits(a, xp)
-        key = xp.where((bits & sign) != 0, ~bits, bits | sign)
-        return xp.where(xp.isnan(a), u(np.iinfo(u).max), key)
+        key = folded_bits(a, xp)
+        flip = key >> u(8 * a.dtype.itemsize - 1)  # 1 where the sign bit is set, else 0
+        flip *= u(np.iinfo(u).max)  # all ones there
+        flip |= sign
+        key ^= flip
+        del flip
+        key[xp.isnan(a)] = u(np.iinfo(u).max)
+        return key
     if a.dtype.kind == "i":
         return a.view(u) ^ sign
     return a.view(u)
 
 
-def radix_order(key: Any, xp: Any = np) -> Any:
-    """The stable argsort (int64) of unsigned ``key`` by one stable split per differing bit."""
+def from_order_key(key: Any, dtype: np.dtype, xp: Any = np) -> Any:
+    """The values (native ``dtype``) whose :func:`order_key` is ``key``, made **in ``key``'s
+    memory** (a view of it is returned): exact for every key but a float's zero key (-0.0
+    and 0.0 share it: it gives 0.0) and NaN key (every NaN shares it: it gives one NaN);
+    :func:`sorted_values` puts the input's back there."""
+    dtype = np.dtype(dtype).newbyteorder("=")
+    u = key.dtype.type
+    sign = u(1) << u(8 * dtype.itemsize - 1)
+    if dtype.kind == "f":
+        flip = key >> u(8 * dtype.itemsize - 1)  # 1 where the value was not negative
+        flip -= u(1)  # 0 there, all ones elsewhere (unsigned arithmetic wraps)
+        flip |= sign
+        key ^= flip
+    elif dtype.kind == "i":
+        key ^= sign
+    return key.view(dtype)
+
+
+def _run(keys: Any, key: Any, xp: Any) -> tuple[int, int]:
+    """Where sorted ``keys`` hold ``key``: [first, last + 1)."""
+    at = xp.asarray([key], dtype=keys.dtype)
+    return int(xp.searchsorted(keys, at, side="left")[0]), \
+        int(xp.searchsorted(keys, at, side="right")[0])  # fmt: skip
+
+
+def sorted_values(a: Any, xp: Any = np) -> Any:
+    """``np.sort(a, kind="stable")`` of 1-D ``a`` (native byte order), bit for bit, by radix
+    splits of its order keys alone: no permutation is made or gathered through (an argsort
+    needs one: :func:`radix_order`).
+
+    The sorted keys give back every value (:func:`from_order_key`) but a float's zeros and
+    NaNs, whose keys are shared: their runs take the input's zeros and NaNs in input order,
+    which is where a stable sort leaves them, so the signs of the zeros and the NaNs'
+    payloads are NumPy's."""
+    keys = radix_sorted(order_key(a, xp))
+    if a.dtype.kind != "f" or a.size == 0:
+        return from_order_key(keys, a.dtype, xp)
+    u = keys.dtype.type
+    sign = u(1) << u(8 * a.dtype.itemsize - 1)
+    zeros = _run(keys, sign, xp)  # the key of 0.0 and -0.0
+    first_nan = _run(keys, u(np.iinfo(u).max), xp)[0]
+    out = from_order_key(keys, a.dtype, xp)
+    del keys
+    if zeros[1] > zeros[0]:  # by the bits: CuPy's kernels flush subnormals to zero
+        out[zeros[0]:zeros[1]] = a[(a.view(u) & ~sign) == 0]
+    if first_nan < a.size:
+        out[first_nan:] = a[xp.isnan(a)]
+    return out
+
+
+def _split_bits(key: Any) -> int:
+    """How many low bits of ``key`` need a split: every key in [min, max] shares the bits
+    above the highest one where min and max differ."""
+    return (int(key.min()) ^ int(key.max())).bit_length() if key.size > 1 else 0
+
+
+def radix_sorted(key: Any) -> Any:
+    """Unsigned ``key`` sorted (a new array) by one stable split of the keys themselves per
+    differing bit, lowest first: a split holds the keys and their split copy, nothing else.
+    (The caller's reference goes with the call: pass a temporary to free it on the way.)"""
     from ..stable_split import partition_array
 
-    perm = xp.arange(key.size, dtype=np.int64)
-    if key.size < 2:
-        return perm
     u = key.dtype.type
-    # every key in [min, max] shares the bits above the highest one where min and max differ:
-    # only the bits below it need a split
-    top = (int(key.min()) ^ int(key.max())).bit_length()
-    for b in range(top):
-        order, _ = partition_array(key, f"(x & {int(u(1) << u(b))}) == 0", output="indices")
-        key = key[order]
-        perm = perm[order]
-    return perm
+    bits = _split_bits(key)
+    if bits == 0:
+        return key.copy()  # all equal; and an unsigned key is a view of the input
+    for b in range(bits):
+        key, _ = partition_array(key, f"(x & {int(u(1) << u(b))}) == 0", output="values")
+    return key
+
+
+def _digit(key: Any, low: int, width: int) -> Any:
+    """Bits [low, low + width) of ``key``, in the narrowest unsigned type that holds them."""
+    u = key.dtype.type
+    d = (key >> u(low)) & u((1 << width) - 1)
+    return d.astype(next(t for t in _UINT.values() if 8 * np.dtype(t).itemsize >= width),
+                    copy=False)
+
+
+def radix_order(key: Any, xp: Any = np) -> Any:
+    """The stable argsort (int64) of unsigned ``key`` by one stable split per differing bit.
+
+    Each split moves one word per element that holds a digit of the key above the element's
+    rank (its position in the order so far): a uint32 where the bits to split and the rank
+    fit 32 bits, else a uint64 whose low ``64 - rank bits`` hold the digit, so a key of 4
+    bytes or less is one round and an 8-byte key two (below 2^32 elements), the second
+    round's digit taken through the first's order. A split holds the words and their split
+    copy (16 bytes an element at most); splitting the key beside an int64 permutation held
+    the permutation, the split's int64 order and the permutation's gathered copy, 24 bytes
+    an element besides the keys (an int8 chunk of 2^31 + 7 elements was killed at 23 GB,
+    the fourth session's probe). The digits of later rounds are cut from the key before the
+    first, and the key is let go (the caller's reference goes with a temporary argument)."""
+    from ..stable_split import partition_array
+
+    n = key.size
+    top = _split_bits(key)
+    if top == 0:
+        return xp.arange(n, dtype=np.int64)
+    rank_bits = max(1, (n - 1).bit_length())
+    word = np.uint32 if top + rank_bits <= 32 else np.uint64
+    per_round = 8 * np.dtype(word).itemsize - rank_bits
+    widths = [min(per_round, top - low) for low in range(0, top, per_round)]
+    digits = [_digit(key, low, w) for low, w in zip(range(0, top, per_round), widths)]
+    del key
+    rank_mask = word((1 << rank_bits) - 1)
+    perm: Any = None
+    for width in widths:
+        d = digits.pop(0)
+        words = (d if perm is None else d[perm]).astype(word)
+        del d
+        words <<= word(rank_bits)
+        words |= xp.arange(n, dtype=word)
+        for b in range(rank_bits, rank_bits + width):
+            words, _ = partition_array(words, f"(x & {1 << b}) == 0", output="values")
+        words &= rank_mask
+        perm = words if perm is None else perm[words]
+        del words
+    return perm.view(np.int64) if word is np.uint64 else perm.astype(np.int64)
 
 
 def sort_chunk(a: Any, indices: bool, base: int, positions: np.ndarray, xp: Any
                ) -> tuple[Any, Any, np.ndarray]:
-    """The contract of numpy_sort.sort_chunk, by the radix sort."""
+    """The contract of numpy_sort.sort_chunk, by the radix sort: the values alone by
+    :func:`sorted_values`, an argsort by :func:`radix_order`."""
+    if not a.dtype.isnative:
+        a = a.astype(a.dtype.newbyteorder("="))
+    if not indices:
+        values = sorted_values(a, xp)
+        return values, None, _sample(values, positions, xp)
     perm = radix_order(order_key(a, xp), xp)
     values = a[perm]
+    perm += np.int64(base)
+    return values, perm, _sample(values, positions, xp)
+
+
+def _sample(values: Any, positions: np.ndarray, xp: Any) -> np.ndarray:
     sample = values[xp.asarray(positions)]
-    sample = sample if xp is np else xp.asnumpy(sample)
-    if indices:
-        perm += np.int64(base)
-        return values, perm, sample
-    return values, None, sample
+    return sample if xp is np else xp.asnumpy(sample)
 
 
 def sort_merge(values: list, orders: list | None, xp: Any, joined: bool = False) -> Any:
@@ -84,5 +207,8 @@ def sort_merge(values: list, orders: list | None, xp: Any, joined: bool = False)
     if len(values) == 1 and not joined:
         return (values[0] if orders is None else orders[0]).copy()
     v = xp.concatenate(values)
+    if orders is None:
+        return sorted_values(v, xp)
     perm = radix_order(order_key(v, xp), xp)
-    return v[perm] if orders is None else xp.concatenate(orders)[perm]
+    del v
+    return xp.concatenate(orders)[perm]
