@@ -324,6 +324,24 @@ def test_no_room_compacts_records_as_numpy(monkeypatch):
             _same(plain[3:], (fields["pos"][m], fields["id"][m], np.flatnonzero(m)))
 
 
+def test_the_record_pass_alone_builds_no_loop_without_room(no_room):
+    """predicate_bits (the split's and the batch's record tasks' first pass) asks for the room
+    as the one-array loop does: the mask path's bits, no loop built (nor cached: the room may
+    come later)."""
+    from dask_compact.backends.numpy_records import predicate_bits
+    from dask_compact.codegen import numba_records
+    from dask_compact.predicate.fields import record_predicate
+
+    numba_records._loops.clear()
+    e = _values(1025, "float64", 5)
+    bits, k = predicate_bits(record_predicate("e < 0.4321", ("e",)), {"e": e}, e.size)
+    m = e < 0.4321
+    assert k == int(m.sum()) and len(numba_records._loops) == 0
+    want = np.zeros(bits.size * 64, bool)
+    want[: e.size] = m
+    _same(bits, np.packbits(want, bitorder="little").view("<u8").astype(np.uint64))
+
+
 def _refuse_the_compiler(dask_worker=None) -> None:  # noqa: ANN001 -- client.run's argument
     """This worker without room for numba whatever it holds (its limit and RSS as they are)."""
     from dask_compact import compiler_room
