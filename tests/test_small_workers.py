@@ -98,10 +98,20 @@ def no_room(monkeypatch):
     """This process as a worker of 256 MiB, pausing at 80%, that has not loaded numba (nor
     built any loop: the check runs where the in-process cache misses, and an earlier test of
     this process built `x > c` on float64; a review found the tests failing after it)."""
+    _refuse_here(monkeypatch)
+
+
+def _refuse_here(monkeypatch: pytest.MonkeyPatch) -> None:
+    """See :func:`no_room`: also the compiled scans, splits and gathers forgotten (each backend
+    keeps its module of loops once imported: numba is then loaded anyway)."""
+    from dask_compact.backends import numpy_records, numpy_scan, numpy_split
+
     numba_loop.clear_cache()
     monkeypatch.setattr(compiler_room, "_LOADED", "not.a.module")
     monkeypatch.setattr(compiler_room, "_worker_limit", lambda: (256 << 20, 0.8, "pauses"))
     monkeypatch.setitem(sys.modules, "distributed", sys.modules.get("distributed", sys))
+    for backend in (numpy_scan, numpy_split, numpy_records):
+        monkeypatch.setattr(backend, "_compiled", None, raising=False)
 
 
 def test_the_reason_names_the_memory_limit(no_room):
@@ -172,3 +182,234 @@ def test_the_reason_says_restarted_where_pausing_is_off(monkeypatch):
         assert compiler_room._ceiling_fraction(manager) == (0.95, "is restarted")
     assert compiler_room._ceiling_fraction(
         type("M", (), {"memory_pause_fraction": 0.8})()) == (0.8, "pauses")
+
+
+# --- Every public call on a worker without room: NumPy's answer, and numba never imported ----
+# (2026-11-30, sixth session: compact_records, partition, cumsum and algorithm="scan" loaded
+# numba whatever the room; on the probe's 256 MiB workers each paused them for good and the
+# call never returned, as map_compact had.)
+
+SIZES = (0, 1, 31, 33, 64, 1023, 1025, 70_007)  # 70_007 (7 x 10_001): more than a scan step
+
+
+def _values(n: int, dtype: str, seed: int) -> np.ndarray:
+    """Random values of ``dtype`` with the awkward ones in: for floats NaN, +-0.0, +-inf and a
+    signalling NaN; for integers the extremes (sums that wrap)."""
+    rng = np.random.default_rng(seed)
+    dt = np.dtype(dtype)
+    if dt.kind == "b":
+        return rng.random(n) < 0.4
+    if dt.kind == "f":
+        a = (rng.standard_normal(n) * 100).astype(dt)
+        special = np.array([np.nan, -0.0, 0.0, np.inf, -np.inf], dt)
+    else:
+        info = np.iinfo(dt)
+        a = rng.integers(info.min, info.max, n, dtype=dt, endpoint=True)
+        special = np.array([info.min, info.max, 0], dt)
+    a[: min(n, special.size)] = special[: min(n, special.size)]
+    if dt == np.float64 and n:
+        a[n // 2 : n // 2 + 1].view(np.uint64)[:] = 0x7FF0000000000001  # signalling NaN
+    return a
+
+
+def _same(got, want) -> None:  # noqa: ANN001 -- arrays, scalars, tuples of them
+    """Equal to the bit, with the same dtype and shape."""
+    if isinstance(want, tuple):
+        assert isinstance(got, tuple) and len(got) == len(want)
+        for g, w in zip(got, want):
+            _same(g, w)
+        return
+    got, want = np.asarray(got), np.asarray(want)
+    assert (got.dtype, got.shape) == (want.dtype, want.shape)
+    assert got.tobytes() == want.tobytes()
+
+
+def _both_ways(monkeypatch, call):  # noqa: ANN001, ANN202
+    """``call()`` on the compiled path, then in a process without room for numba."""
+    compiled = call()
+    _refuse_here(monkeypatch)
+    try:
+        return compiled, call()
+    finally:
+        monkeypatch.undo()
+
+
+@pytest.mark.parametrize("dtype", ["bool", "int8", "int32", "uint64", "int64", "float32",
+                                   "float64"])
+def test_no_room_scans_as_the_loop_and_numpy(monkeypatch, dtype):
+    """scan_array and the chunk steps of cumsum (a chunk's scan from its offset, its total)
+    give the compiled loop's bits without it, and np.cumsum's where that is the question."""
+    from dask_compact import scan_array
+    from dask_compact.backends import numpy_scan
+
+    for n in SIZES:
+        a = _values(n, dtype, n)
+        acc = np.cumsum(a[:0]).dtype
+        base = acc.type(-3.25 if acc.kind == "f" else 7)
+
+        def calls(a=a, acc=acc, base=base):  # noqa: ANN001, ANN202
+            return tuple(
+                [scan_array(a, exclusive=e) for e in (True, False)]
+                + [scan_array(a, exclusive=e, dtype=d) for e in (True, False)
+                   for d in ("int32", "uint64", "float32", "float64")
+                   if not (a.dtype.kind == "f" and np.dtype(d).kind != "f")]
+                + [numpy_scan.scan(a, e, "auto", acc, base) for e in (True, False)]
+                + [numpy_scan.total(a, acc), numpy_scan.total(a, np.dtype("int32"))
+                   if a.dtype.kind != "f" else numpy_scan.total(a, np.dtype("float32"))]
+            )
+
+        with np.errstate(all="ignore"):
+            compiled, plain = _both_ways(monkeypatch, calls)
+            _same(plain, compiled)
+            _same(plain[1], np.cumsum(a))
+            _same(plain[0][1:], np.cumsum(a)[:-1])
+
+
+@pytest.mark.parametrize("dtype", ["int8", "uint16", "float16", "float32", "float64"])
+def test_no_room_partitions_and_scan_compactions_as_numpy(monkeypatch, dtype):
+    """partition_array (its values, its indices, both; a traced predicate, one the loop
+    refuses, an untraceable callable; a 2-D array) and compact_array(algorithm="scan")."""
+    from dask_compact import compact_array, partition_array
+
+    preds = ["x > 3", lambda v: np.sin(v) > 0.1, lambda v: v.astype(np.float64) > 3]
+    for n in SIZES:
+        a = _values(n, dtype, n + 1)
+        a = a.reshape(-1, 7) if n == 70_007 else a
+
+        def calls(a=a):  # noqa: ANN001, ANN202
+            return tuple(
+                [partition_array(a, p, output=o) for p in preds
+                 for o in ("values", "indices", "both")]
+                + [compact_array(a, "x > 3", output=o, algorithm="scan")
+                   for o in ("values", "indices", "both")]
+            )
+
+        with np.errstate(all="ignore"):
+            compiled, plain = _both_ways(monkeypatch, calls)
+            _same(plain, compiled)
+            flat = a.reshape(-1)
+            m = flat > 3
+            _same(plain[2][:2], (np.concatenate([flat[m], flat[~m]]),
+                                 np.concatenate([np.flatnonzero(m), np.flatnonzero(~m)])))
+            assert plain[2][2] == int(m.sum())
+            _same(plain[-1], (flat[m], np.flatnonzero(m)))
+
+
+def test_no_room_compacts_records_as_numpy(monkeypatch):
+    """compact_records (trailing axes, a big-endian field, indices; a traced predicate, one
+    the loop refuses, an untraceable one) and compact_records_into."""
+    from dask_compact import compact_records, compact_records_into
+
+    for n in SIZES:
+        e = _values(n, "float32", n + 2)
+        fields = {"e": e, "id": np.arange(n, dtype=">i8"),
+                  "pos": _values(3 * n, "float64", n).reshape(n, 3)}
+        preds = ["(e > 3) | (id < 9)", lambda e: np.sin(e) > 0.1,
+                 lambda e: e.astype(np.float64) > 3]
+
+        def calls(fields=fields, preds=preds, n=n):  # noqa: ANN001, ANN202
+            out = [compact_records(fields, p, indices=True) for p in preds]
+            into = {"pos": np.empty((n, 3)), "id": np.empty(n, ">i8"),
+                    "indices": np.empty(n, np.int64)}
+            k = int(compact_records_into(fields, "e > 3", into)[0])
+            return tuple(tuple(o.values()) for o in out) + tuple(
+                into[name][:k] for name in into)
+
+        with np.errstate(all="ignore"):
+            compiled, plain = _both_ways(monkeypatch, calls)
+            _same(plain, compiled)
+            m = (e > 3) | (fields["id"] < 9)
+            _same(plain[0], (e[m], fields["id"][m], fields["pos"][m], np.flatnonzero(m)))
+            m = e > 3
+            _same(plain[3:], (fields["pos"][m], fields["id"][m], np.flatnonzero(m)))
+
+
+def test_the_record_pass_alone_builds_no_loop_without_room(no_room):
+    """predicate_bits (the split's and the batch's record tasks' first pass) asks for the room
+    as the one-array loop does: the mask path's bits, no loop built (nor cached: the room may
+    come later)."""
+    from dask_compact.backends.numpy_records import predicate_bits
+    from dask_compact.codegen import numba_records
+    from dask_compact.predicate.fields import record_predicate
+
+    numba_records._loops.clear()
+    e = _values(1025, "float64", 5)
+    bits, k = predicate_bits(record_predicate("e < 0.4321", ("e",)), {"e": e}, e.size)
+    m = e < 0.4321
+    assert k == int(m.sum()) and len(numba_records._loops) == 0
+    want = np.zeros(bits.size * 64, bool)
+    want[: e.size] = m
+    _same(bits, np.packbits(want, bitorder="little").view("<u8").astype(np.uint64))
+
+
+def _refuse_the_compiler(dask_worker=None) -> None:  # noqa: ANN001 -- client.run's argument
+    """This worker without room for numba whatever it holds (its limit and RSS as they are)."""
+    from dask_compact import compiler_room
+
+    compiler_room.COMPILER_FOOTPRINT = 1 << 50
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.filterwarnings("ignore")
+def test_every_call_on_a_worker_without_room_leaves_numba_unloaded():
+    """A worker process refused the compiler: each public call returns NumPy's answer, and
+    numba is not imported there after it (its import is the memory such a worker lacks)."""
+    distributed = pytest.importorskip("distributed")
+    import dask_compact as dc
+
+    rng = np.random.default_rng(11)
+    a = rng.random(10_007)
+    ints = rng.integers(-1000, 1000, 10_007, dtype=np.int32)
+    pos = rng.random((10_007, 3)).astype(np.float32)
+    m = a > 0.5
+
+    def in_tasks(fn):  # noqa: ANN001, ANN202 -- fn on each chunk, results joined
+        return da.from_array(a, chunks=1000).map_blocks(fn, chunks=(np.nan,), dtype=float)
+
+    checks = {
+        "map_compact": (lambda: x.map_compact("x > 0.5"), a[m]),
+        "compact_records": (
+            lambda: dc.compact_records({"x": x, "pos": xp}, "x > 0.5", indices=True),
+            {"x": a[m], "pos": pos[m], "indices": np.flatnonzero(m)}),
+        "partition": (lambda: dc.partition(x, "x > 0.5", output="both"),
+                      (np.concatenate([a[m], a[~m]]),
+                       np.concatenate([np.flatnonzero(m), np.flatnonzero(~m)]), int(m.sum()))),
+        "cumsum": (lambda: (dc.cumsum(xi), dc.cumsum(xi, exclusive=True)),
+                   (np.cumsum(ints), np.concatenate([[0], np.cumsum(ints)[:-1]]))),
+        "scan compaction": (lambda: in_tasks(
+            lambda b: dc.compact_array(b, "x > 0.5", algorithm="scan")), a[m]),
+        "scan_array": (lambda: in_tasks(lambda b: dc.scan_array(b > 0.5, dtype=np.int64)),
+                       np.concatenate([np.cumsum(c > 0.5) - (c > 0.5)
+                                       for c in np.split(a, range(1000, a.size, 1000))])),
+        "compact_into": (lambda: in_tasks(_compacted_into), a[m]),
+        "sort radix": (lambda: (dc.sort(x, local="radix"), dc.argsort(x, local="radix")),
+                       (np.sort(a), np.argsort(a, kind="stable"))),
+    }
+    with (
+        distributed.LocalCluster(n_workers=1, threads_per_worker=1, memory_limit="4GiB",
+                                 processes=True, dashboard_address=None,
+                                 worker_dashboard_address=None) as cluster,
+        distributed.Client(cluster) as client,
+    ):  # fmt: skip
+        client.run(_refuse_the_compiler)
+        x = da.from_array(a, chunks=1000).persist()
+        xi = da.from_array(ints, chunks=1000).persist()
+        xp = da.from_array(pos, chunks=(1000, 3)).persist()
+        for name, (call, want) in checks.items():
+            got = dask.compute(call())[0]
+            if isinstance(want, dict):
+                _same(tuple(got.values()), tuple(want.values()))
+            elif name == "partition":
+                _same(tuple(got[:2]), want[:2])
+                assert got[2] == want[2]
+            else:
+                _same(got, want)
+            assert not any(client.run(_numba_loaded).values()), f"{name} loaded numba"
+
+
+def _compacted_into(b: np.ndarray) -> np.ndarray:
+    from dask_compact import compact_into
+
+    out = np.empty_like(b)
+    k = int(compact_into(b, "x > 0.5", out)[0])
+    return out[:k]

@@ -6,26 +6,49 @@ are copied into an output of exactly the selected length (:mod:`.numpy_gather`).
 the loop cannot compute exactly as NumPy (float16, transcendental functions, a constant that
 does not fit; see the one-array loop) or a callable the tracer could not record is evaluated
 with NumPy into a mask, packed into the same bits.
+
+A process without the room to load numba (a small distributed worker:
+:func:`..compiler_room.no_room_for_compiler`) takes NumPy's mask and boolean indexing of every
+field instead, the same answer, and never imports numba: the gathers (:mod:`.numpy_gather`,
+numba's) are imported where the compiled path is taken, and the predicate pass asks itself
+(:func:`..codegen.numba_records.record_bits_loop`).
 """
 
 from __future__ import annotations
 
 import logging
+from types import ModuleType
 from typing import Any
 
 import numpy as np
 
 from ..codegen.numba_loop import UnsupportedPredicate
 from ..codegen.numba_records import record_bits_loop
+from ..compiler_room import no_room_for_compiler
 from ..predicate.core import Predicate
 from ..predicate.expr import ParamOverflow
 from ..predicate.fields import record_mask
 from ..validate import native
-from .numpy_gather import as_rows, gather_indices, gather_rows
 
-__all__ = ["compact_records", "compact_records_into", "predicate_bits"]
+__all__ = ["compact_records", "compact_records_into", "predicate_bits", "predicate_mask"]
 
 logger = logging.getLogger("dask_compact")
+
+
+_compiled: ModuleType | None = None
+
+
+def _gathers() -> ModuleType | None:
+    """The compiled gathers (:mod:`.numpy_gather`), or None where this process has no room for
+    numba (asked at every call until they are imported: a worker may have the room later)."""
+    global _compiled
+    if _compiled is None:
+        if no_room_for_compiler() is not None:
+            return None
+        from . import numpy_gather
+
+        _compiled = numpy_gather
+    return _compiled
 
 
 def _native(a: np.ndarray) -> np.ndarray:
@@ -86,9 +109,18 @@ def predicate_bits(
             cuts = [min(n, -(-n * i // threads // 64) * 64) for i in range(threads + 1)]
             counts = _thread_pool(threads).map(part, cuts[:-1], cuts[1:])
             return bits, sum(counts)
+    return _bits_from_mask(_mask_of(pred, read, n), n)
+
+
+def predicate_mask(pred: Predicate, fields: dict[str, np.ndarray], n: int) -> np.ndarray:
+    """The boolean mask (``n`` rows) of the rows ``pred`` selects, by NumPy: what
+    :func:`predicate_bits` packs on its mask path, and what the compiled pass computes."""
+    return _mask_of(pred, {name: _native(fields[name]) for name in pred.fields}, n)
+
+
+def _mask_of(pred: Predicate, read: dict[str, np.ndarray], n: int) -> np.ndarray:
     with np.errstate(all="ignore"):
-        m = record_mask(pred, read, n, np)
-    return _bits_from_mask(np.asarray(m), n)
+        return np.asarray(record_mask(pred, read, n, np))
 
 
 def compact_records(
@@ -100,6 +132,10 @@ def compact_records(
     always keeps the order. ``threads``: how many threads may gather fields at once."""
     first = next(iter(fields.values()))
     n = int(first.shape[0])
+    g = _gathers()
+    if g is None:
+        return _compact_records_masked(fields, predicate_mask(pred, fields, n), indices,
+                                       index_base)
     bits, count = predicate_bits(pred, fields, n, threads)
     out: dict[str, np.ndarray] = {
         name: np.empty((count, *a.shape[1:]), dtype=a.dtype) for name, a in fields.items()
@@ -109,9 +145,9 @@ def compact_records(
 
     def gather(name: str) -> None:
         if name == "indices" and indices:
-            gather_indices(bits, int(index_base), out[name])
+            g.gather_indices(bits, int(index_base), out[name])
         else:
-            gather_rows(bits, n, as_rows(fields[name]), as_rows(out[name]))
+            g.gather_rows(bits, n, g.as_rows(fields[name]), g.as_rows(out[name]))
 
     if count:
         names = list(out)
@@ -124,6 +160,22 @@ def compact_records(
     return out
 
 
+def _compact_records_masked(fields: dict[str, np.ndarray], m: np.ndarray, indices: bool,
+                            index_base: int) -> dict[str, np.ndarray]:
+    """:func:`compact_records` by NumPy's boolean indexing of every field's rows (no numba)."""
+    out = {name: np.ascontiguousarray(a[m]) for name, a in fields.items()}
+    if indices:
+        out["indices"] = _selected_rows(m, index_base)
+    return out
+
+
+def _selected_rows(m: np.ndarray, base: int) -> np.ndarray:
+    rows = np.flatnonzero(m).astype(np.int64, copy=False)
+    if base:
+        rows += np.int64(base)
+    return rows
+
+
 def compact_records_into(
     fields: dict[str, np.ndarray], pred: Predicate, out: dict[str, np.ndarray], count: Any
 ) -> Any:
@@ -132,15 +184,25 @@ def compact_records_into(
     1-element int64 array if None); returns ``count``."""
     first = next(iter(fields.values()))
     n = int(first.shape[0])
-    bits, k = predicate_bits(pred, fields, n)
     if count is None:
         count = np.empty(1, dtype=np.int64)
+    g = _gathers()
+    if g is None:  # NumPy's indexing, no numba (see the module)
+        m = predicate_mask(pred, fields, n)
+        k = int(np.count_nonzero(m))
+        for name, buf in out.items():
+            if k:
+                rows = fields[name][m] if name in fields else _selected_rows(m, 0)
+                buf[:k] = rows
+        count[0] = k
+        return count
+    bits, k = predicate_bits(pred, fields, n)
     for name, buf in out.items():
         if not k:
             continue
         if name == "indices" and name not in fields:
-            gather_indices(bits, 0, buf[:k])
+            g.gather_indices(bits, 0, buf[:k])
         else:
-            gather_rows(bits, n, as_rows(fields[name]), as_rows(buf[:k]))
+            g.gather_rows(bits, n, g.as_rows(fields[name]), g.as_rows(buf[:k]))
     count[0] = k
     return count

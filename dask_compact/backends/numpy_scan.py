@@ -2,48 +2,43 @@
 in, with a base (a dask chunk's global offset) folded in, so a chunk is one pass over its data.
 Also the CPU form of ``compact_array(..., algorithm="scan")``: mask, scan, scatter.
 
-Compiled once per (input dtype, output dtype) by numba (``cache=True``), shared by every call.
+The loops are in :mod:`.numpy_scan_loops`, imported at the first call that runs one. A
+process without the room to load numba (a small distributed worker:
+:func:`..compiler_room.no_room_for_compiler`) gets the same results from NumPy instead, the
+same additions in the same order (:func:`_cumsum_into`), and never imports numba.
 """
 
 from __future__ import annotations
 
+from types import ModuleType
 from typing import Any
 
 import numpy as np
 
-from ..codegen.numba_ready import njit  # numba, imported with Ctrl-C held
+from ..compiler_room import no_room_for_compiler
 from ..predicate.core import Predicate
 
 __all__ = ["scan", "total", "compact_scan"]
 
+# The NumPy forms add this many elements a step, each step's first element to the last sum
+# of the step before: what they add to memory is at most one step (a chunk-sized temporary
+# is what a worker without room for numba may not have either).
+_STEP = 1 << 16
 
-@njit(nogil=True, cache=True, boundscheck=False)
-def _scan_loop(a, out, base, has_base, exclusive):  # pragma: no cover - compiled
-    # Without a base the sum starts at a[0] itself, as NumPy's cumsum does: 0.0 + a[0] would
-    # turn -0.0 into 0.0 and quiet a signalling NaN (a probe)
-    if has_base:
-        out[0] = base + a[0]
-    else:
-        out[0] = a[0]  # stored, then read: a[0] in the output's type
-    acc = out[0]
-    if exclusive:
-        out[0] = base
-        for i in range(1, a.size):
-            out[i] = acc
-            acc += a[i]
-    else:
-        for i in range(1, a.size):
-            acc += a[i]
-            out[i] = acc
-    return acc
+_compiled: ModuleType | None = None
 
 
-@njit(nogil=True, cache=True, boundscheck=False)
-def _sum_loop(a, base):  # pragma: no cover - compiled
-    acc = base
-    for i in range(a.size):
-        acc += a[i]
-    return acc
+def _loops() -> ModuleType | None:
+    """The compiled loops, or None where this process has no room for numba (asked at every
+    call until they are imported: a worker may have the room later)."""
+    global _compiled
+    if _compiled is None:
+        if no_room_for_compiler() is not None:
+            return None
+        from . import numpy_scan_loops
+
+        _compiled = numpy_scan_loops
+    return _compiled
 
 
 def _prepared(a: np.ndarray, acc: np.dtype) -> np.ndarray:
@@ -69,8 +64,15 @@ def scan(a: np.ndarray, exclusive: bool, algorithm: str, acc: np.dtype,
     flat = _prepared(a, acc)
     out = np.empty(flat.size, dtype=acc)
     if flat.size:
-        _scan_loop(flat, out, acc.type(0 if base is None else base), base is not None,
-                   bool(exclusive))
+        loops = _loops()
+        if loops is not None:
+            loops.scan_loop(flat, out, acc.type(0 if base is None else base), base is not None,
+                            bool(exclusive))
+        elif exclusive:  # element i: the sum before it, the base alone first
+            out[0] = acc.type(0 if base is None else base)
+            _cumsum_into(flat[:-1], out[1:], base)
+        else:
+            _cumsum_into(flat, out, base)
         at = int(bool(exclusive))  # where a[0] itself is the running sum
         if base is None and flat.dtype == acc and acc.kind == "f" and at < flat.size:
             # copied as bytes: numba 0.60's loop (the lowest allowed) quieted a signalling NaN
@@ -79,13 +81,39 @@ def scan(a: np.ndarray, exclusive: bool, algorithm: str, acc: np.dtype,
     return out
 
 
+def _cumsum_into(flat: np.ndarray, out: np.ndarray, base: Any) -> None:
+    """The compiled scan's inclusive sums by NumPy: ``base + a[0]`` (``a[0]`` itself without a
+    base), then ``+ a[1]``, ... in ``out``'s dtype, one after the other as the loop adds (and
+    ``np.cumsum``: an accumulate adds in order, unlike ``np.sum``'s pairs); without the
+    warnings of overflowing or invalid sums, which the loop does not give either."""
+    if not flat.size:
+        return
+    out[...] = flat  # the loop's conversion of each element to the accumulator's type
+    with np.errstate(all="ignore"):
+        if base is not None:
+            np.add(out.dtype.type(base), out[:1], out=out[:1])
+        for lo in range(0, out.size, _STEP):
+            step = out[lo : lo + _STEP]
+            if lo:
+                np.add(out[lo - 1 : lo], step[:1], out=step[:1])  # the sum so far, then a[lo]
+            np.cumsum(step, out=step)
+
+
 def total(a: np.ndarray, acc: np.dtype) -> np.generic:
     """The sum of ``a`` in ``acc``, added in order (as the scan adds)."""
     acc = np.dtype(acc)
     flat = _prepared(a, acc)
     if flat.size == 0:
         return acc.type(0)
-    return _wrapped(_sum_loop(flat, acc.type(0)), acc)
+    loops = _loops()
+    if loops is not None:
+        return _wrapped(loops.sum_loop(flat, acc.type(0)), acc)
+    last = np.empty(1, dtype=acc)
+    for lo in range(0, flat.size, _STEP):  # 0 + a[0] + a[1] + ..., a step at a time
+        step = np.empty(min(_STEP, flat.size - lo), dtype=acc)
+        _cumsum_into(flat[lo : lo + _STEP], step, last[0] if lo else acc.type(0))
+        last[0] = step[-1]
+    return acc.type(last[0])
 
 
 def _wrapped(value: Any, acc: np.dtype) -> np.generic:
@@ -100,36 +128,34 @@ def _wrapped(value: Any, acc: np.dtype) -> np.generic:
     return acc.type(v)
 
 
-@njit(nogil=True, cache=True, boundscheck=False)
-def _scatter(a, flags, pos, base, vals, idx, want_vals, want_idx):  # pragma: no cover
-    for i in range(a.size):
-        if flags[i]:
-            k = pos[i]
-            if want_vals:
-                vals[k] = a[i]
-            if want_idx:
-                idx[k] = base + i
-
-
 def compact_scan(a: np.ndarray, pred: Predicate, output: str, index_base: int) -> Any:
     """``compact_array(..., algorithm="scan")`` on the CPU: the predicate's boolean mask
     (NumPy's evaluation of the traced tree, or the callable), the exclusive scan of the mask
-    (the loop above), one scatter loop."""
+    (the loop above), one scatter loop; NumPy's boolean indexing where this process has no
+    room for numba (the same selection)."""
     flat = np.ascontiguousarray(a).reshape(-1)
     # a callable's mask on the chunk as given (it may broadcast against the trailing axes)
     flags = np.ascontiguousarray(np.ravel(pred.mask(flat if pred.expr is not None else a),
                                           order="C"))
     if flags.dtype != np.bool_:
         flags = flags.astype(np.bool_)
-    pos = scan(flags, True, "sequential", np.dtype(np.int64))
-    k = int(pos[-1]) + int(flags[-1]) if flat.size else 0
     want_v, want_i = output in ("values", "both"), output in ("indices", "both")
-    vals = np.empty(k if want_v else 0, dtype=flat.dtype)
-    idx = np.empty(k if want_i else 0, dtype=np.int64)
-    if k:
-        half = flat.dtype == np.float16  # numba has no float16: moved as its bits
-        data, dst = (flat.view(np.uint16), vals.view(np.uint16)) if half else (flat, vals)
-        _scatter(data, flags, pos, np.int64(index_base), dst, idx, want_v, want_i)
+    loops = _loops()
+    if loops is None:
+        vals = flat[flags] if want_v else np.empty(0, dtype=flat.dtype)
+        idx = np.flatnonzero(flags).astype(np.int64, copy=False) if want_i else np.empty(
+            0, dtype=np.int64)
+        if want_i and index_base:
+            idx += np.int64(index_base)
+    else:
+        pos = scan(flags, True, "sequential", np.dtype(np.int64))
+        k = int(pos[-1]) + int(flags[-1]) if flat.size else 0
+        vals = np.empty(k if want_v else 0, dtype=flat.dtype)
+        idx = np.empty(k if want_i else 0, dtype=np.int64)
+        if k:
+            half = flat.dtype == np.float16  # numba has no float16: moved as its bits
+            data, dst = (flat.view(np.uint16), vals.view(np.uint16)) if half else (flat, vals)
+            loops.scatter(data, flags, pos, np.int64(index_base), dst, idx, want_v, want_i)
     if output == "values":
         return vals
     if output == "indices":

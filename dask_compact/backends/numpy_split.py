@@ -2,59 +2,40 @@
 
 The records' predicate pass (:func:`.numpy_records.predicate_bits`: the generated loop writes
 one bit per element and counts, or NumPy evaluates a mask-path callable), then one compiled
-pass that writes every element at its place: the selected ones from 0 and the others from the
-count, each in order, choosing the place arithmetically (no branch to mispredict at p = .5).
+pass that writes every element at its place (:mod:`.numpy_split_loops`, imported at the first
+call that runs it). A process without the room to load numba (a small distributed worker:
+:func:`..compiler_room.no_room_for_compiler`) splits with NumPy instead, the same answer
+(``np.concatenate([a[m], a[~m]])`` and its indices), and never imports numba.
 """
 
 from __future__ import annotations
 
+from types import ModuleType
 from typing import Any
 
 import numpy as np
 
-from ..codegen.numba_ready import njit  # numba, imported with Ctrl-C held
+from ..compiler_room import no_room_for_compiler
 from ..predicate.core import Predicate
 from ..predicate.fields import record_predicate
-from .numpy_gather import as_rows
-from .numpy_records import predicate_bits
+from .numpy_records import predicate_bits, predicate_mask
 
 __all__ = ["split_chunk"]
 
-
-@njit(nogil=True, cache=True, boundscheck=False)
-def _split1(bits, n, src, dst, k):  # pragma: no cover - compiled
-    sel = 0
-    rej = k
-    for i in range(n):
-        b = np.int64((bits[i >> 6] >> np.uint64(i & 63)) & np.uint64(1))
-        dst[rej + (sel - rej) * b] = src[i]
-        sel += b
-        rej += 1 - b
+_compiled: ModuleType | None = None
 
 
-@njit(nogil=True, cache=True, boundscheck=False)
-def _split2(bits, n, src, dst, k):  # pragma: no cover - compiled
-    # rows of several units
-    sel = 0
-    rej = k
-    for i in range(n):
-        b = np.int64((bits[i >> 6] >> np.uint64(i & 63)) & np.uint64(1))
-        at = rej + (sel - rej) * b
-        for c in range(src.shape[1]):
-            dst[at, c] = src[i, c]
-        sel += b
-        rej += 1 - b
+def _loops() -> ModuleType | None:
+    """The compiled passes, or None where this process has no room for numba (asked at every
+    call until they are imported: a worker may have the room later)."""
+    global _compiled
+    if _compiled is None:
+        if no_room_for_compiler() is not None:
+            return None
+        from . import numpy_split_loops
 
-
-@njit(nogil=True, cache=True, boundscheck=False)
-def _split_indices(bits, n, base, dst, k):  # pragma: no cover - compiled
-    sel = 0
-    rej = k
-    for i in range(n):
-        b = np.int64((bits[i >> 6] >> np.uint64(i & 63)) & np.uint64(1))
-        dst[rej + (sel - rej) * b] = base + i
-        sel += b
-        rej += 1 - b
+        _compiled = numpy_split_loops
+    return _compiled
 
 
 def split_chunk(a: np.ndarray, pred: Predicate, output: str, index_base: int
@@ -62,23 +43,48 @@ def split_chunk(a: np.ndarray, pred: Predicate, output: str, index_base: int
     """Dispatch entry (see dask_compact.dispatch.split_chunk): ``(out, k)``."""
     chunk, a = a, np.ascontiguousarray(a.reshape(-1))
     n = a.size
+    loops = _loops()
+    if loops is None:
+        return _split_masked(a, _mask(chunk, a, pred), output, index_base)
     if pred.expr is not None:
         bits, k = predicate_bits(record_predicate(pred, ("x",)), {"x": a}, n)
-    else:  # the mask path: the callable's checked mask is the one field read, made on the
-        # chunk as given (a callable may broadcast constants against its trailing axes)
-        m = np.ascontiguousarray(np.ravel(pred.mask(chunk, np), order="C"), dtype=bool)
+    else:  # the mask path: the callable's checked mask is the one field read
+        m = _mask(chunk, a, pred)
         bits, k = predicate_bits(record_predicate("m", ("x", "m")), {"x": a, "m": m}, n)
     values = indices = None
     if output != "indices":
         values = np.empty_like(a)
         if n:  # an empty chunk moves nothing (its float16 once reached numba, which has none)
-            src, dst = as_rows(a), as_rows(values)
+            src, dst = loops.as_rows(a), loops.as_rows(values)
             if src.shape[1] == 1:
-                _split1(bits, n, src.reshape(-1), dst.reshape(-1), k)
+                loops.split1(bits, n, src.reshape(-1), dst.reshape(-1), k)
             elif src.shape[1]:
-                _split2(bits, n, src, dst, k)
+                loops.split2(bits, n, src, dst, k)
     if output != "values":
         indices = np.empty(n, np.int64)
-        _split_indices(bits, n, np.int64(index_base), indices, k)
+        loops.split_indices(bits, n, np.int64(index_base), indices, k)
     out = (values, indices) if output == "both" else values if output == "values" else indices
     return out, k
+
+
+def _mask(chunk: np.ndarray, a: np.ndarray, pred: Predicate) -> np.ndarray:
+    """The predicate's mask of ``a`` (``chunk`` flattened), evaluated by NumPy; a callable's
+    on the chunk as given (it may broadcast constants against its trailing axes)."""
+    if pred.expr is not None:
+        return predicate_mask(record_predicate(pred, ("x",)), {"x": a}, a.size)
+    return np.ascontiguousarray(np.ravel(pred.mask(chunk, np), order="C"), dtype=bool)
+
+
+def _split_masked(a: np.ndarray, m: np.ndarray, output: str, index_base: int
+                  ) -> tuple[Any, int]:
+    """The split by NumPy, no numba: the selected elements then the others, each in order."""
+    values = indices = None
+    if output != "indices":
+        values = np.concatenate([a[m], a[~m]])
+    if output != "values":
+        indices = np.concatenate([np.flatnonzero(m), np.flatnonzero(~m)]).astype(np.int64,
+                                                                                  copy=False)
+        if index_base:
+            indices += np.int64(index_base)
+    out = (values, indices) if output == "both" else values if output == "values" else indices
+    return out, int(np.count_nonzero(m))

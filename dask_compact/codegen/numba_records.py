@@ -26,6 +26,7 @@ import logging
 from typing import Any
 
 from ..cache import BoundedCache
+from ..compiler_room import no_room_for_compiler
 from ..predicate.core import TypedPredicate
 from ..predicate.expr import params_of, to_source
 from .numba_loop import (
@@ -102,8 +103,10 @@ _loops: BoundedCache[str, Any] = BoundedCache("numba record loops")
 def record_bits_loop(tp: TypedPredicate) -> Any:
     """The compiled ``record_bits`` of ``tp``, built once per process and key.
 
-    Raises :class:`UnsupportedPredicate` (also cached) where numba cannot match NumPy; the
-    caller evaluates the predicate with NumPy instead. Cached on disk as the one-array loops
+    Raises :class:`UnsupportedPredicate` (also cached) where numba cannot match NumPy, and
+    (not cached: the room may come later) in a process without the memory to load numba
+    (:func:`..compiler_room.no_room_for_compiler`); the caller evaluates the predicate with
+    NumPy instead. Cached on disk as the one-array loops
     are (the source file in the cache directory, numba's cache beside it), so a worker
     process does not compile it again.
     """
@@ -128,7 +131,12 @@ def record_bits_loop(tp: TypedPredicate) -> Any:
         except UnsupportedPredicate as e:
             return e
 
-    hit = _loops.get_or_build(tp.key, build)
+    hit = _loops.get(tp.key)
+    if hit is None:
+        no_room = no_room_for_compiler()  # a dict lookup once numba is loaded
+        if no_room is not None:
+            raise UnsupportedPredicate(no_room)
+        hit = _loops.get_or_build(tp.key, build)
     if isinstance(hit, UnsupportedPredicate):
         raise hit
     return hit
