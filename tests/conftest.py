@@ -390,9 +390,19 @@ def in_threads(work, n: int) -> None:
 
 
 # chunks that hold another unit or byte order than their dask array declares (map_blocks(f,
-# dtype=...)): (the chunks' dtype, the declared one); the values are whole seconds
-HIDDEN_TIMES = [("M8[ms]", "M8[s]"), (">M8[s]", "M8[s]"), ("m8[us]", "m8[s]"),
+# dtype=...)): (the chunks' dtype, the declared one), each chunk cast to the declared dtype
+# exactly (a coarser unit, the other byte order); the values are whole seconds
+HIDDEN_TIMES = [("M8[s]", "M8[ms]"), (">M8[s]", "M8[s]"), ("m8[s]", "m8[us]"),
                 (">m8[s]", "m8[s]")]
+# chunks of a finer unit than declared: a cast could lose their fractions (validate.as_declared
+# decides by the dtypes, not by the values, whole seconds here too), so they are refused
+LOSSY_TIMES = [("M8[ms]", "M8[s]"), ("m8[us]", "m8[s]")]
+
+
+def chunk_dtypes(x) -> set:
+    """The dtypes of a dask array's computed chunks, each computed on its own (``compute()``
+    concatenates, and NumPy's concatenate hides a chunk of another dtype in the promotion)."""
+    return {b.compute().dtype for b in x.to_delayed().ravel()}
 
 
 def hidden_times(chunk_dtype: str, declared: str) -> tuple:
@@ -400,9 +410,10 @@ def hidden_times(chunk_dtype: str, declared: str) -> tuple:
     chunks are ``chunk_dtype``."""
     import dask.array as da
 
-    a = np.array([10, 7200, 86400, 30, -5, 61, 59, 3600 * 24 * 400, -86400], "i8")
-    a = a.view(np.dtype(declared))
-    a[4] = np.array("NaT", a.dtype)
-    chunks = a.astype(chunk_dtype)
+    s = np.array([10, 7200, 86400, 30, -5, 61, 59, 3600 * 24 * 400, -86400], "i8")
+    s = s.view(f"{np.dtype(chunk_dtype).kind}8[s]")
+    s[4] = np.array("NaT", s.dtype)
+    a = s.astype(declared)
+    chunks = s.astype(chunk_dtype)
     x = da.from_array(chunks, chunks=2).map_blocks(lambda b: b, dtype=declared)
     return a, x
