@@ -417,3 +417,39 @@ def hidden_times(chunk_dtype: str, declared: str) -> tuple:
     chunks = s.astype(chunk_dtype)
     x = da.from_array(chunks, chunks=2).map_blocks(lambda b: b, dtype=declared)
     return a, x
+
+
+# (the chunks' dtype, the declared one) of numeric chunks that cast to the declared dtype
+# exactly (np.can_cast(..., "safe")): taken, cast; and of chunks whose cast could lose
+# values: refused (validate.as_declared)
+EXACT_CHUNK_DTYPES = [("float32", "float64"), ("int16", "int64"), ("uint8", "int16"),
+                      ("bool", "int64"), ("bool", "float32"), (">f8", "float64"),
+                      ("int32", "float64")]
+LOSSY_CHUNK_DTYPES = [("float64", "float32"), ("int64", "int32"), ("uint32", "int32"),
+                      ("int32", "uint32"), ("int64", "bool"), ("float32", "bool"),
+                      ("float64", "int64"), ("complex64", "float64")]
+
+
+def odd_chunks_as(b: np.ndarray, chunk_dtype: str, block_id=None) -> np.ndarray:
+    """Chunk ``b`` as it was, or in ``chunk_dtype`` where its index is odd: what a
+    ``map_blocks(f, dtype=...)`` whose ``f`` returns another dtype for some chunks makes."""
+    return b.astype(chunk_dtype) if block_id[0] % 2 else b
+
+
+def hidden_dtype(chunk_dtype: str, declared: str, n: int = 100, chunk: int = 10) -> tuple:
+    """NumPy's values in the declared dtype (small whole numbers, 0 and 1 where a side is
+    bool, so every dtype holds them), and a dask array declaring that dtype whose odd chunks
+    are ``chunk_dtype``."""
+    import dask.array as da
+
+    v = (np.arange(n) * 7) % 37
+    if "bool" in (np.dtype(chunk_dtype).name, np.dtype(declared).name):
+        v = v % 2
+    a = v.astype(declared)
+    x = da.from_array(a, chunks=chunk).map_blocks(odd_chunks_as, chunk_dtype, dtype=declared)
+    return a, x
+
+
+def hidden_dtype_pred(declared: str):
+    """A predicate for a ``hidden_dtype`` array of ``declared`` (booleans select themselves)."""
+    return (lambda v: v) if np.dtype(declared) == np.dtype(bool) else (lambda v: v > 3)
