@@ -242,12 +242,11 @@ def as_declared(chunk: Any, declared: np.dtype | None, fn: str, index: int,
 
     ``declared`` None: the chunk is only checked. ``index``: the chunk's position in the
     array the call takes (for the message); ``what``: that array, as the message names it."""
-    check_chunk(chunk, fn, what)
-    if declared is None:
-        return chunk
+    if not _taken_as_is(chunk):  # check_chunk's own first test, without its call
+        check_chunk(chunk, fn, what)
     dtype = chunk.dtype
-    if dtype is declared or dtype == declared:
-        return chunk
+    if dtype is declared or declared is None or dtype == declared:
+        return chunk  # the common case: no copy, nothing per element
     if np.can_cast(dtype, declared, casting="safe"):
         return chunk.astype(declared)
     raise chunk_dtype_refusal(fn, what, index, dtype, declared)
