@@ -17,6 +17,7 @@ from .predicate import Predicate, PredicateLike, as_predicate
 from .predicate.core import NotElementwise, check_sample
 from .predicate.expr import Call, Param, Var
 from .validate import (
+    as_declared,
     check_algorithm,
     check_chunk_type,
     check_dask_input,
@@ -160,7 +161,7 @@ def map_compact(
         # ``a[a < c]`` and compact_array accept: the callable cannot see flattened chunks,
         # so it makes the mask on blocks of whole rows, and the mask selects.
         whole = x.rechunk({i: -1 for i in range(1, x.ndim)})
-        mask = whole.map_blocks(p.mask, dtype=bool,
+        mask = whole.map_blocks(_mask_block, p, declared=x.dtype, dtype=bool,
                                 meta=meta_from_array(x._meta, ndim=x.ndim, dtype=bool))
         return compact(whole, mask, output=output, lazy=lazy, chunks=chunks)
     x1 = _ravel(x)
@@ -350,19 +351,34 @@ def _view(x: da.Array, dtype: np.dtype) -> da.Array:
     return da.map_blocks(_view_block, x, declared=x.dtype, view_as=dtype, dtype=dtype)
 
 
-def _view_block(block: Any, declared: np.dtype, view_as: np.dtype) -> Any:
+def _view_block(block: Any, declared: np.dtype, view_as: np.dtype,
+                block_id: tuple[int, ...] | None = None) -> Any:
     """``block`` as ``declared``, then its bits as ``view_as``. A chunk need not hold the
     dtype its dask array declares (``map_blocks(f, dtype="M8[s]")`` of chunks that are
-    ``M8[ms]``, or ``>M8[s]``): Dask's own operations cast where they combine chunks, and
-    a view of the chunk's bits in the declared dtype read milliseconds as seconds, and
-    big-endian bytes as garbage dates (a new-user probe). Free where they agree."""
-    return block.astype(declared, copy=False).view(view_as)
+    ``M8[s]`` under ``M8[ms]``, or ``>M8[s]``): a view of the chunk's bits in the declared
+    dtype read seconds as milliseconds, and big-endian bytes as garbage dates (a new-user
+    probe). Taken in the declared dtype by the rule of every chunk (validate.as_declared:
+    cast where exact, refused where not, free where they agree)."""
+    return _declared(block, declared, "dask_compact", block_id).view(view_as)
+
+
+def _declared(block: Any, declared: np.dtype, fn: str, block_id: tuple[int, ...] | None
+              ) -> Any:  # fmt: skip
+    """:func:`.validate.as_declared` of a chunk that Dask's ``map_blocks`` passed with its
+    ``block_id`` (the chunk's index along each axis: the first names it, for 1-D input and
+    N-D blocks of whole rows alike)."""
+    return as_declared(block, declared, fn, block_id[0] if block_id else 0)
 
 
 def _native(x: da.Array) -> da.Array:
-    """x in native byte order (converted chunk by chunk as it is read; see validate.native)."""
+    """x in native byte order (converted chunk by chunk as it is read; see validate.native),
+    each chunk by the rule of every chunk (validate.as_declared): Dask's ``astype`` casts
+    any chunk, a float64 one of a ``>f4`` array to float32 as well."""
     dt = native(x.dtype)
-    return x if dt == x.dtype else x.astype(dt)
+    if dt == x.dtype:
+        return x
+    return da.map_blocks(_declared, x, declared=dt, fn="dask_compact", dtype=dt,
+                         meta=meta_from_array(x._meta, dtype=dt))
 
 
 _MAX_CHUNK = np.iinfo(np.int64).max  # dask keeps chunk sizes in int64 arrays
@@ -404,11 +420,17 @@ def _compact_times(x: da.Array, pred: PredicateLike, output: str, lazy: bool,
     if p.path == "fused":  # typed for numbers only: NumPy says now whether it has a loop
         p.mask(check_sample(x.dtype, like=meta_from_array(x._meta, ndim=1, dtype=x.dtype)),
                what="a test sample")
-    mask = da.map_blocks(_mask_block, x, p, dtype=bool)
+    mask = da.map_blocks(_mask_block, x, p, declared=x.dtype, dtype=bool)
     return compact(x, mask, output=output, lazy=lazy, chunks=chunks)
 
 
-def _mask_block(block: Any, p: Predicate) -> Any:
+def _mask_block(block: Any, p: Predicate, declared: np.dtype | None = None,
+                block_id: tuple[int, ...] | None = None) -> Any:
+    """The mask-path predicate on chunk ``block`` in its array's ``declared`` dtype, as the
+    compaction takes the chunk after it (:func:`_declared`): evaluated on the chunk's own
+    dtype, it could select what the values cast to the declared one would not."""
+    if declared is not None:
+        block = _declared(block, declared, "map_compact", block_id)
     return p.mask(block)
 
 

@@ -20,12 +20,11 @@ from .dispatch import compact_into as compact_into_chunk
 from .predicate import Predicate, PredicateLike, as_predicate
 from .task_report import report
 from .validate import (
+    as_declared,
     by_output,
     check_algorithm,
     check_apart,
-    check_chunk,
     check_chunk_type,
-    check_chunks,
     check_dtype,
     check_into_buffer,
     check_output,
@@ -139,11 +138,12 @@ def _split(out: Any, output: str) -> tuple[Any, Any]:
 
 def compact_block(
     block: Any, pred: Any, output: str, stable: bool, algorithm: str, index_base: int,
-    direct: bool = False,
+    direct: bool = False, declared: np.dtype | None = None, index: int = 0,
 ) -> Any:
     """Phase 1 for one dask chunk: the output chunk itself when ``direct`` (one output),
-    else ``(values | None, indices | None, input length)``."""
-    check_chunk(block, "dask_compact")
+    else ``(values | None, indices | None, input length)``. ``declared``: the input's
+    dtype, which the chunk (chunk ``index``) is taken in (:func:`.validate.as_declared`)."""
+    block = as_declared(block, declared, "dask_compact", index)
     out = compact_chunk(block, pred, output, stable, algorithm, index_base)
     if direct:
         return out
@@ -153,15 +153,15 @@ def compact_block(
 
 def compact_blocks(
     blocks: list[Any], pred: Any, output: str, stable: bool, algorithm: str, bases: list[int],
-    direct: bool = False,
+    direct: bool = False, declared: np.dtype | None = None, first: int = 0,
 ) -> Any:
     """Phase 1 for a run of consecutive dask chunks held by one worker, in ONE task: the
     concatenation of their outputs (``direct``), else ``(values | None, indices | None, n_in)``.
 
     ``bases[i]`` is chunk i's global input start, so indices come out global. Blocks of any
-    shape are taken in C order."""
-    check_chunks(blocks, "dask_compact")  # each: the step is dispatched on the first's type
-    blocks = [b.reshape(-1) for b in blocks]  # a view of a contiguous block
+    shape are taken in C order, each in the ``declared`` dtype (``first``: the run's first
+    chunk index; see :func:`_declared_run`)."""
+    blocks = _declared_run(blocks, declared, first)
     impl = compact_many.dispatch(type(blocks[0]))
     out = impl(blocks, pred, output, stable, algorithm, bases)
     if direct:
@@ -172,27 +172,39 @@ def compact_blocks(
 
 def compact_group(
     runs: list[list[Any]], pred: Any, output: str, stable: bool, algorithm: str,
-    bases: list[list[int]],
+    bases: list[list[int]], declared: np.dtype | None = None, firsts: list[int] | None = None,
 ) -> tuple:
     """Phase 1 for every chunk one worker thread holds, in ONE task: a tuple with one output
     per run of consecutive chunks (see :func:`compact_blocks`; for ``output="both"`` each is
     ``(values, indices)``). ``bases[r][i]`` is the global input start of run r's chunk i."""
-    out = compact_held_runs(runs, pred, output, stable, algorithm, bases)
+    out = compact_held_runs(runs, pred, output, stable, algorithm, bases, declared, firsts)
     report(run_counts(out, output))  # the counts, with the task's completion
     return out
 
 
 def compact_held_runs(
     runs: list[list[Any]], pred: Any, output: str, stable: bool, algorithm: str,
-    bases: list[list[int]],
+    bases: list[list[int]], declared: np.dtype | None = None, firsts: list[int] | None = None,
 ) -> tuple:
     """One output per run of chunks (see :func:`compact_group`), outside any task: what a
-    group task and a worker asked directly (:mod:`dask_compact.direct`) both run."""
-    for run in runs:  # each chunk: the step is dispatched on the first one's type
-        check_chunks(run, "dask_compact")
-    runs = [[b.reshape(-1) for b in run] for run in runs]  # blocks of any shape, in C order
+    group task and a worker asked directly (:mod:`dask_compact.direct`) both run.
+    ``firsts[r]``: run r's first chunk index (see :func:`_declared_run`)."""
+    firsts = firsts if firsts is not None else [0] * len(runs)
+    runs = [_declared_run(run, declared, f) for run, f in zip(runs, firsts)]
     impl = compact_runs.dispatch(type(runs[0][0]))
     return impl(runs, pred, output, stable, algorithm, bases)
+
+
+def _declared_run(blocks: list[Any], declared: np.dtype | None, first: int) -> list[Any]:
+    """A run of consecutive chunks (``first`` the index of its first), each checked and in
+    the ``declared`` dtype (:func:`.validate.as_declared`: every chunk, since the step is
+    dispatched on the first one's type and dtype), flattened in C order (a view of a
+    contiguous block)."""
+    return [as_declared(b, declared, "dask_compact", first + k).reshape(-1)
+            for k, b in enumerate(blocks)]
+
+
+_BOOL = np.dtype(bool)
 
 
 def run_counts(pieces: tuple, output: str) -> list[int]:
@@ -201,16 +213,19 @@ def run_counts(pieces: tuple, output: str) -> list[int]:
 
 
 def compact_block_masked(
-    block: Any, mask: Any, output: str, index_base: int, direct: bool = False
+    block: Any, mask: Any, output: str, index_base: int, direct: bool = False,
+    declared: np.dtype | None = None, index: int = 0,
 ) -> Any:
-    """Phase 1 for one dask chunk selected by a boolean mask chunk (see :func:`compact_block`)."""
+    """Phase 1 for one dask chunk selected by a boolean mask chunk (see :func:`compact_block`;
+    the mask chunk is taken as booleans where ``declared`` is given)."""
     if mask.shape != block.shape:
         raise ValueError(
             f"mask chunk of shape {mask.shape} does not match data chunk {block.shape}"
         )
-    check_chunk(block, "compact")
-    # the step is dispatched on the data chunk: a masked mask chunk would select by its data
-    check_chunk(mask, "compact", "the mask")
+    block = as_declared(block, declared, "compact", index)
+    # the step is dispatched on the data chunk: a masked mask chunk would select by its data;
+    # a mask chunk of integers (0 and 1) under a boolean mask is refused, not read as bytes
+    mask = as_declared(mask, None if declared is None else _BOOL, "compact", index, "the mask")
     out = compact_masked(block, mask, output, index_base)
     if direct:
         return out

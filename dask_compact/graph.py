@@ -136,6 +136,7 @@ def _phase1_layer(plan: Plan, runs: list[list[int]] | None) -> tuple[HighLevelGr
             layer[(name, j)] = (
                 compact_blocks, [keys[i] for i in run], plan.pred, plan.output,
                 plan.stable, plan.algorithm, [int(starts[i]) for i in run], direct,
+                plan.x.dtype, run[0],
             )
         deps: list[Any] = [plan.held]  # dask's typing does not count its Array as a DaskCollection
         return HighLevelGraph.from_collections(name, layer, dependencies=deps), name, len(runs)
@@ -145,12 +146,12 @@ def _phase1_layer(plan: Plan, runs: list[list[int]] | None) -> tuple[HighLevelGr
         if plan.mask is not None:
             layer[(name, i)] = (
                 compact_block_masked, (plan.x.name, i), (plan.mask.name, i), plan.output, base,
-                direct,
+                direct, plan.x.dtype, i,
             )
         else:
             layer[(name, i)] = (
                 compact_block, (plan.x.name, i), plan.pred, plan.output, plan.stable,
-                plan.algorithm, base, direct,
+                plan.algorithm, base, direct, plan.x.dtype, i,
             )
     deps = [plan.x] if plan.mask is None else [plan.x, plan.mask]
     return HighLevelGraph.from_collections(name, layer, dependencies=deps), name, plan.nblocks
@@ -257,11 +258,12 @@ def _phase1_submitted(plan: Plan, runs: list[list[int]] | None, blocks: list | N
     if runs is None:
         if plan.source is not None:  # N-D blocks: the raveled chunks are the tasks' input
             return None
-        calls = [(blocks[i], *common, int(starts[i]), True) for i in range(plan.nblocks)]
+        calls = [(blocks[i], *common, int(starts[i]), True, plan.x.dtype, i)
+                 for i in range(plan.nblocks)]
         func: Callable[..., Any] = compact_block
     else:
-        calls = [([blocks[i] for i in run], *common, [int(starts[i]) for i in run], True)
-                 for run in runs]
+        calls = [([blocks[i] for i in run], *common, [int(starts[i]) for i in run], True,
+                  plan.x.dtype, run[0]) for run in runs]
         func = compact_blocks
     dtype = plan.x.dtype if plan.output == "values" else np.dtype(np.int64)
     return _submitted(blocks[0].client, func, calls, [(name, j) for j in range(len(calls))],
@@ -547,7 +549,8 @@ def _run_grouped(
     gname, cname = plan.name(f"group-{plan.path}"), plan.name("group-count")
     ng = len(groups)
     calls = [([[blocks[i] for i in run] for run in runs], plan.pred, plan.output, plan.stable,
-              plan.algorithm, [[int(starts[i]) for i in run] for run in runs])
+              plan.algorithm, [[int(starts[i]) for i in run] for run in runs], plan.x.dtype,
+              [run[0] for run in runs])
              for runs in groups]
     tasks = _submitted(blocks[0].client, compact_group, calls, [(gname, g) for g in range(ng)],
                        gname, _meta(plan.x, plan.x.dtype))

@@ -35,31 +35,33 @@ from .graph import (
 )
 from .predicate.core import Predicate
 from .records_check import INDICES
-from .validate import check_chunk
+from .validate import as_declared
 
 __all__ = ["build_records", "records_block", "aligned"]
 
 
 def records_block(
     names: tuple[str, ...], blocks: list[Any], pred: Predicate, indices: bool, stable: bool,
-    index_base: int, times: dict[str, np.dtype] | None = None,
+    index_base: int, declared: dict[str, np.dtype] | None = None, index: int = 0,
 ) -> dict[str, Any]:  # fmt: skip
-    """Phase 1 for one row chunk of a record: every field's selected rows (+ indices).
+    """Phase 1 for one row chunk (chunk ``index``) of a record: every field's selected rows
+    (+ indices).
 
-    ``times``: the declared dtype of each datetime64/timedelta64 field, which its chunk is
-    cast to first (free where they agree): the rows are copied as bits, so a chunk of
-    another unit or byte order than declared came back as such (``M8[ms]`` values in a
-    result that says ``M8[s]``; see api._view_block)."""
+    ``declared``: each field's declared dtype, which its chunk is taken in
+    (:func:`.validate.as_declared`: cast where that is exact, else refused; nothing where
+    they agree): the rows are copied as bits, so a chunk of another dtype than declared came
+    back as such (``M8[ms]`` values in a result that says ``M8[s]``, float64 rows in a
+    float32 result)."""
     fields = dict(zip(names, blocks))
     rows = {name: b.shape[0] for name, b in fields.items()}
     if len(set(rows.values())) > 1:  # aligned() makes this impossible; a guard all the same
         raise ValueError(f"record chunk with rows of different lengths: {rows}")
     # the backend is dispatched on the first field's chunk alone: a masked chunk of another
     # field (gathered, or read after the first) would be copied without its mask
+    declared = declared or {}
     for name, b in fields.items():
-        check_chunk(b, "compact_records", f"field {name!r}")
-    for name, dtype in (times or {}).items():
-        fields[name] = fields[name].astype(dtype, copy=False)
+        fields[name] = as_declared(b, declared.get(name), "compact_records", index,
+                                   f"field {name!r}")
     return compact_records_chunk(blocks[0], fields, pred, indices, stable, index_base, 1)
 
 
@@ -95,12 +97,12 @@ def build_records(
     token = tokenize("compact_records", [fields[n].name for n in names], names, pred, indices,
                      stable, lazy, forms, computed_call(lazy, *forms))
     p1 = f"compact-records-{token}"
-    times = {n: fields[n].dtype for n in names if fields[n].dtype.kind in ("m", "M")}
+    declared = {n: fields[n].dtype for n in names}
     layer: dict[Any, Any] = {}
     for i in range(nb):
         keys = [(fields[n].name, i, *([0] * (fields[n].ndim - 1))) for n in names]
         layer[(p1, i)] = (records_block, names, keys, pred, indices, stable, int(starts[i]),
-                          times)
+                          declared, i)
     deps: list[Any] = list(fields.values())  # dask's typing does not count Array
     graph = HighLevelGraph.from_collections(p1, layer, dependencies=deps)
 

@@ -15,7 +15,7 @@ import numpy as np
 
 from . import settings
 from .dispatch import scan_chunk, scan_total
-from .validate import check_chunk, check_chunk_type, conversion, in_memory, native
+from .validate import as_declared, check_chunk_type, conversion, in_memory, native
 
 __all__ = ["scan_array", "cumsum", "scan_dtype", "CPU_ALGORITHMS", "GPU_ALGORITHMS"]
 
@@ -220,7 +220,7 @@ def cumsum(x: Any, *, exclusive: bool = False, algorithm: str = "auto",
     from dask.base import tokenize
     from dask.highlevelgraph import HighLevelGraph
 
-    from .api import _check_dask_array, _ravel
+    from .api import _check_dask_array, _native, _ravel
     from .graph import without_empty_chunks
 
     x = _check_dask_array(x, "cumsum")
@@ -231,16 +231,16 @@ def cumsum(x: Any, *, exclusive: bool = False, algorithm: str = "auto",
             "cumsum needs known chunk sizes (each chunk's place in the result); call "
             "x.compute_chunk_sizes() first"
         )
-    if not x.dtype.isnative:
-        x = x.astype(native(x.dtype))
-    x1 = _ravel(x)
+    x1 = _ravel(_native(x))
     token = tokenize("dask_compact.cumsum", x1.name, bool(exclusive), alg, acc.str)
     totals, offsets, name = f"cumsum-total-{token}", f"cumsum-offsets-{token}", f"cumsum-{token}"
     nb = x1.numblocks[0]
-    dsk: dict = {(totals, i): (_total_block, (x1.name, i), acc) for i in range(nb)}
+    declared = x1.dtype
+    dsk: dict = {(totals, i): (_total_block, (x1.name, i), acc, declared, i) for i in range(nb)}
     dsk[(offsets, 0)] = (_offsets, [(totals, i) for i in range(nb)], acc)
     for i in range(nb):
-        dsk[(name, i)] = (_scan_block, (x1.name, i), (offsets, 0), i, bool(exclusive), alg, acc)
+        dsk[(name, i)] = (_scan_block, (x1.name, i), (offsets, 0), i, bool(exclusive), alg, acc,
+                          declared)
     deps: list[Any] = [x1]  # dask's typing does not count its Array as a DaskCollection
     graph = HighLevelGraph.from_collections(name, dsk, dependencies=deps)
     meta = meta_from_array(x1._meta, ndim=1, dtype=acc)
@@ -262,13 +262,17 @@ def _offsets(totals: list[Any], acc: np.dtype) -> np.ndarray:
 # Tasks call these module functions, never the Dispatch objects themselves: one in a task is
 # pickled by value for a distributed worker, and there the lazy CuPy registration fills in the
 # module's object, not the copy ("No dispatch for <class 'cupy.ndarray'>" on every worker).
-def _total_block(block: Any, acc: np.dtype) -> Any:
-    check_chunk(block, "cumsum")  # the step is dispatched on the chunk's type: see check_chunk
+# Each takes chunk i in x's ``declared`` dtype (validate.as_declared): a float64 chunk under a
+# float32 array was summed in float32 without a word, a float32 one under float64 is cast.
+def _total_block(block: Any, acc: np.dtype, declared: np.dtype | None = None, i: int = 0
+                 ) -> Any:  # fmt: skip
+    # the step is dispatched on the chunk's type: see validate.check_chunk
+    block = as_declared(block, declared, "cumsum", i)
     return scan_total(block, acc)
 
 
 def _scan_block(block: Any, offsets: np.ndarray, i: int, exclusive: bool, algorithm: str,
-                acc: np.dtype) -> Any:
-    check_chunk(block, "cumsum")
+                acc: np.dtype, declared: np.dtype | None = None) -> Any:
+    block = as_declared(block, declared, "cumsum", i)
     # the first chunk has no offset: its scan is NumPy's bit for bit (see scan_chunk)
     return scan_chunk(block, exclusive, algorithm, acc, offsets[i] if i else None)

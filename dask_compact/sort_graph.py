@@ -57,7 +57,7 @@ from .dispatch import sort_bounds, sort_chunk, sort_merge
 from .graph import _extend, _meta, computed_call, input_form
 from .imported import distributed_if_imported
 from .placement import _held_where
-from .validate import check_chunk
+from .validate import as_declared
 
 __all__ = ["build_sort", "splitters", "sample_positions", "exchange_groups", "bucket_groups",
            "default_buckets", "EXCHANGES"]
@@ -90,16 +90,23 @@ def join_small_chunks(x: da.Array) -> da.Array:
     n, nchunks = int(x.shape[0]), int(x.numblocks[0])
     if nchunks <= 1 or 4 * n >= nchunks * min_bucket:
         return x
-    # each chunk checked before Dask's concatenate joins it to others: it takes the type of
-    # the chunk of highest __array_priority__, and a plain one made plain data of another
-    # ndarray subclass (check_chunk)
-    checked = da.map_blocks(_checked_chunk, x, fn="sort", dtype=x.dtype, meta=x._meta)
-    return checked.rechunk({0: min_bucket})
+    return declared_chunks(x).rechunk({0: min_bucket})
 
 
-def _checked_chunk(a: Any, fn: str) -> Any:
-    check_chunk(a, fn)
-    return a
+def declared_chunks(x: da.Array, fn: str = "sort") -> da.Array:
+    """``x`` with each chunk checked and in ``x``'s declared dtype (validate.as_declared),
+    for a rechunk that joins chunks: Dask's concatenate takes the type of the chunk of
+    highest ``__array_priority__`` (a plain one made plain data of another ndarray
+    subclass, validate.check_chunk) and NumPy's promotion of their dtypes (a float64 chunk
+    made float64 data of a float32 array, refused only after the join, under the joined
+    chunk's index)."""
+    return da.map_blocks(_checked_chunk, x, fn=fn, declared=x.dtype, dtype=x.dtype,
+                         meta=x._meta)
+
+
+def _checked_chunk(a: Any, fn: str, declared: np.dtype | None = None,
+                   block_id: tuple[int, ...] | None = None) -> Any:
+    return as_declared(a, declared, fn, block_id[0] if block_id else 0)
 
 
 # At most this many sample values in all (the client sorts them; 2^20 take ~0.2 s).
@@ -152,14 +159,17 @@ def splitters(
 
 # Tasks call these module functions, never a Dispatch object: one pickled into a task would be
 # a copy, and the lazy registration on the worker would fill in the module's, not the copy.
-def _local_sort(a: Any, indices: bool, base: int, positions: np.ndarray, local: str) -> tuple:
-    check_chunk(a, "sort")  # the step is dispatched on the chunk's type: see check_chunk
+# each takes its chunk in x's declared dtype (validate.as_declared; ``c``: the chunk's index)
+def _local_sort(a: Any, indices: bool, base: int, positions: np.ndarray, local: str,
+                declared: np.dtype | None = None, c: int = 0) -> tuple:
+    # the step is dispatched on the chunk's type: see validate.check_chunk
+    a = as_declared(a, declared, "sort", c)
     return sort_chunk(a, indices, base, positions, local)
 
 
-def _sort_whole(a: Any, indices: bool, local: str) -> Any:
+def _sort_whole(a: Any, indices: bool, local: str, declared: np.dtype | None = None) -> Any:
     """One chunk sorted (or its argsort): the local sort with no sample."""
-    check_chunk(a, "sort")
+    a = as_declared(a, declared, "sort", 0)
     values, order, _ = sort_chunk(a, indices, 0, np.zeros(0, np.int64), local)
     return order if indices else values
 
@@ -178,10 +188,10 @@ def _sort_one_chunk(x: da.Array, indices: bool, local: str, graph_input: bool) -
     dtype = np.dtype(np.int64) if indices else x.dtype
     chunk = _here(x)
     if chunk is not None:
-        return da.Array({(out, 0): _sort_whole(chunk[0], indices, local)}, out,
+        return da.Array({(out, 0): _sort_whole(chunk[0], indices, local, x.dtype)}, out,
                         chunks=x.chunks, meta=_meta(x, dtype))
-    graph = _extend(x.dask, out, {(out, 0): (_sort_whole, (x.name, 0), indices, local)},
-                    {x.name})
+    graph = _extend(x.dask, out, {(out, 0): (_sort_whole, (x.name, 0), indices, local,
+                                             x.dtype)}, {x.name})
     result = da.Array(graph, out, chunks=x.chunks, meta=_meta(x, dtype))
     (result,) = client_stream.persist(result)
     if graph_input:
@@ -474,8 +484,8 @@ def build_sort(x: da.Array, indices: bool, buckets: int, local: str = "auto",
         # one bucket is the whole array in one place whatever the path: its chunks joined
         # and sorted at once, not sorted, sampled, cut and merged into one (200,000 float64
         # in 1,000 chunks: 1.0 s that way)
-        return _sort_one_chunk(x if nin == 1 else x.rechunk({0: -1}), indices, local,
-                               graph_input)
+        return _sort_one_chunk(x if nin == 1 else declared_chunks(x).rechunk({0: -1}),
+                               indices, local, graph_input)
     starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
     per = per_chunk_sample(nin, buckets)
     form = input_form(x)
@@ -486,7 +496,7 @@ def build_sort(x: da.Array, indices: bool, buckets: int, local: str = "auto",
     p1 = f"sort-local-{token}"
     layer: dict[Any, Any] = {
         (p1, c): (_local_sort, (x.name, c), indices, int(starts[c]), sample_positions(m, per),
-                  local)
+                  local, x.dtype, c)
         for c, m in enumerate(sizes)
     }
     deps: list[Any] = [x]  # dask's typing does not count Array

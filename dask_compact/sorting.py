@@ -14,10 +14,11 @@ import dask.array as da
 import numpy as np
 
 from . import call_client, client_stream, settings
+from .api import _native
 from .backends.split_radix import order_key
 from .graph import input_form, without_empty_chunks
 from .sort_graph import EXCHANGES, build_sort, default_buckets, join_small_chunks
-from .validate import check_chunk, check_chunk_type, check_dask_input, native
+from .validate import as_declared, check_chunk_type, check_dask_input, native
 
 __all__ = ["sort", "argsort", "LOCAL_SORTS", "SORT_DTYPES"]
 
@@ -145,7 +146,7 @@ def _sorted_chunks(x: Any, local: Any, buckets: Any, indices: bool, fn: str) -> 
         return da.from_array(empty, chunks=(0,), meta=empty)
     if x.dtype.kind in ("m", "M"):
         # datetime64 / timedelta64 sorted as uint64 keys in the same order, NaT last
-        keys = da.map_blocks(_time_keys, x, like=x.dtype, dtype=np.uint64)
+        keys = da.map_blocks(_time_keys, x, like=x.dtype, dtype=np.uint64)  # x's chunk indices
         out = build_sort(keys, indices, nchunks, local, graph_input)
         return out if indices else da.map_blocks(_from_time_keys, out, like=x.dtype,
                                                  dtype=x.dtype)
@@ -155,16 +156,18 @@ def _sorted_chunks(x: Any, local: Any, buckets: Any, indices: bool, fn: str) -> 
 _SIGN = np.uint64(1 << 63)
 
 
-def _time_keys(block: np.ndarray, like: np.dtype) -> np.ndarray:
+def _time_keys(block: np.ndarray, like: np.dtype, block_id: tuple[int, ...] | None = None
+               ) -> np.ndarray:  # fmt: skip
     """uint64 keys that order datetime64/timedelta64 values as NumPy sorts them: by their
     int64 value, NaT (the smallest int64) last. The int64s' order keys (v ^ sign: NaT is 0),
     less 1 modulo 2^64, which moves NaT alone to the top.
 
-    ``like``: the dask array's (native) dtype, which the chunk is cast to first: a chunk of
-    another unit or byte order than its array declares would be read as the wrong times
-    (api._view_block says more)."""
-    check_chunk(block, "sort")
-    return order_key(block.astype(like, copy=False).view(np.int64)) - np.uint64(1)
+    ``like``: the dask array's (native) dtype, which the chunk (``block_id``, as Dask's
+    map_blocks passes it) is taken in first (validate.as_declared): a chunk of another unit
+    or byte order than its array declares would be read as the wrong times (api._view_block
+    says more)."""
+    block = as_declared(block, like, "sort", block_id[0] if block_id else 0)
+    return order_key(block.view(np.int64)) - np.uint64(1)
 
 
 def _from_time_keys(keys: np.ndarray, like: np.dtype) -> np.ndarray:
@@ -199,7 +202,7 @@ def _check(x: Any, local: Any, fn: str) -> da.Array:
     if exchange not in EXCHANGES:
         raise ValueError(f"the config dask-compact.sort.exchange must be one of {EXCHANGES}, "
                          f"not {exchange!r}")
-    return x if dtype == x.dtype else x.astype(dtype)
+    return _native(x)
 
 
 def _check_buckets(buckets: Any, n: int, nchunks: int) -> int:

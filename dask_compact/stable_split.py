@@ -40,7 +40,7 @@ from .graph import (
 )
 from .predicate import Predicate, PredicateLike, as_predicate
 from .predicate.core import NotElementwise
-from .validate import check_chunk, check_dtype, check_output
+from .validate import as_declared, check_dtype, check_output
 
 __all__ = ["partition", "partition_array"]
 
@@ -81,9 +81,12 @@ def partition_array(a: Any, pred: PredicateLike, *, output: str = "values") -> t
     return (*out, k) if output == "both" else (out, k)
 
 
-def split_block(block: Any, pred: Predicate, output: str, index_base: int) -> dict[str, Any]:
-    """Phase 1 for one dask chunk: its split values and/or global indices, and its count."""
-    check_chunk(block, "partition")  # the step is dispatched on the chunk's type
+def split_block(block: Any, pred: Predicate, output: str, index_base: int,
+                declared: np.dtype | None = None, index: int = 0) -> dict[str, Any]:
+    """Phase 1 for one dask chunk (chunk ``index``, taken in the ``declared`` dtype, see
+    :func:`.validate.as_declared`): its split values and/or global indices, and its count."""
+    # the step is dispatched on the chunk's type (validate.check_chunk)
+    block = as_declared(block, declared, "partition", index)
     out, k = split_chunk(block, pred, output, index_base)
     if output == "both":
         return {"values": out[0], "indices": out[1], "k": k, "n": int(block.size)}
@@ -183,7 +186,8 @@ def partition(x: da.Array, pred: PredicateLike, *, output: str = "values") -> tu
     token = tokenize("partition", x1.name, p, output, computed_call(False, input_form(x1)))
     p1 = f"partition-{token}"
     layer: dict[Any, Any] = {
-        (p1, i): (split_block, keys[i], p, output, int(starts[i])) for i in range(nb)
+        (p1, i): (split_block, keys[i], p, output, int(starts[i]), x1.dtype, i)
+        for i in range(nb)
     }
     deps: list[Any] = [x1]  # dask's typing does not count Array
     graph = HighLevelGraph.from_collections(p1, layer, dependencies=deps)

@@ -225,6 +225,60 @@ def check_chunks(chunks: Any, fn: str, what: str = "the input") -> None:
         check_chunk(c, fn, what)
 
 
+def as_declared(chunk: Any, declared: np.dtype | None, fn: str, index: int,
+                what: str = "the input") -> Any:
+    """``chunk``, checked (:func:`check_chunk`), in the dtype its dask array declares.
+
+    A chunk need not hold the dtype its dask array declares (``map_blocks(f, dtype=...)`` of
+    an ``f`` that returns another dtype for some chunks): every step that takes a chunk takes
+    it through here, so that a result, which declares the input's dtype, holds it in every
+    chunk. One rule for every dtype: a chunk of the declared dtype is taken as it is (one
+    dtype comparison, nothing per element); one whose dtype casts to the declared one
+    safely (NumPy's ``can_cast(..., "safe")``: float32 to float64, int16 to int64, bool to
+    any number, another byte order, seconds to milliseconds) is cast; any other is refused
+    (:func:`chunk_dtype_refusal`), since casting it could change its values. Before, numeric
+    chunks came back in their own dtype under a result that declared another, and datetimes
+    were cast whatever the loss (milliseconds truncated to the declared seconds).
+
+    ``declared`` None: the chunk is only checked. ``index``: the chunk's position in the
+    array the call takes (for the message); ``what``: that array, as the message names it."""
+    if not _taken_as_is(chunk):  # check_chunk's own first test, without its call
+        check_chunk(chunk, fn, what)
+    dtype = chunk.dtype
+    if dtype is declared or declared is None or dtype == declared:
+        return chunk  # the common case: no copy, nothing per element
+    if np.can_cast(dtype, declared, casting="safe"):
+        return chunk.astype(declared)
+    raise chunk_dtype_refusal(fn, what, index, dtype, declared)
+
+
+def chunk_dtype_refusal(fn: str, what: str, index: int, dtype: np.dtype,
+                        declared: np.dtype) -> TypeError:
+    """The TypeError for a chunk of ``dtype`` that does not cast to its array's ``declared``
+    dtype without loss (:func:`as_declared`): which chunk, both dtypes, and the two fixes,
+    a dtype that every chunk casts to exactly (where NumPy has one) or a cast of the chunks
+    whose loss is meant. ``x.astype(declared)`` is no fix: Dask returns ``x`` itself where
+    it already declares that dtype, and casts nothing."""
+    try:
+        wider = np.promote_types(dtype, declared)
+    except TypeError:  # no dtype holds both (an int64 chunk under datetime64, say)
+        wider = None
+    if declared.kind == "b":  # a mask, or a field a predicate reads as booleans
+        declare = "make its chunks booleans (b != 0 in the map_blocks that made it), or "
+    elif wider is not None and wider != declared:
+        declare = (f"declare a dtype every chunk casts to exactly (dtype={str(wider)!r} in the "
+                   "map_blocks that made it), or ")
+    else:
+        declare = "declare the dtype its chunks hold (dtype= in the map_blocks that made it), or "
+    return TypeError(
+        f"{fn}: chunk {index} of {what} holds {dtype}, but its dask array declares "
+        f"{declared}, and {dtype} does not cast to {declared} without loss; {declare}cast "
+        f"the chunks where the loss is meant: x.map_blocks(lambda b: b.astype("
+        f"{str(declared)!r}), dtype={str(declared)!r}) (x.astype({str(declared)!r}) casts "
+        f"nothing where x already declares {declared})"
+    )
+
+
 # type -> "cupy" or "numpy", as _module_of answers: a small call of compact_into asks 9 times
 # (on the H100 host its checks took 17-26 us of a 2^20 call's 27-43 us of host time)
 _MODULES: dict[type, str] = {}

@@ -390,9 +390,19 @@ def in_threads(work, n: int) -> None:
 
 
 # chunks that hold another unit or byte order than their dask array declares (map_blocks(f,
-# dtype=...)): (the chunks' dtype, the declared one); the values are whole seconds
-HIDDEN_TIMES = [("M8[ms]", "M8[s]"), (">M8[s]", "M8[s]"), ("m8[us]", "m8[s]"),
+# dtype=...)): (the chunks' dtype, the declared one), each chunk cast to the declared dtype
+# exactly (a coarser unit, the other byte order); the values are whole seconds
+HIDDEN_TIMES = [("M8[s]", "M8[ms]"), (">M8[s]", "M8[s]"), ("m8[s]", "m8[us]"),
                 (">m8[s]", "m8[s]")]
+# chunks of a finer unit than declared: a cast could lose their fractions (validate.as_declared
+# decides by the dtypes, not by the values, whole seconds here too), so they are refused
+LOSSY_TIMES = [("M8[ms]", "M8[s]"), ("m8[us]", "m8[s]")]
+
+
+def chunk_dtypes(x) -> set:
+    """The dtypes of a dask array's computed chunks, each computed on its own (``compute()``
+    concatenates, and NumPy's concatenate hides a chunk of another dtype in the promotion)."""
+    return {b.compute().dtype for b in x.to_delayed().ravel()}
 
 
 def hidden_times(chunk_dtype: str, declared: str) -> tuple:
@@ -400,9 +410,46 @@ def hidden_times(chunk_dtype: str, declared: str) -> tuple:
     chunks are ``chunk_dtype``."""
     import dask.array as da
 
-    a = np.array([10, 7200, 86400, 30, -5, 61, 59, 3600 * 24 * 400, -86400], "i8")
-    a = a.view(np.dtype(declared))
-    a[4] = np.array("NaT", a.dtype)
-    chunks = a.astype(chunk_dtype)
+    s = np.array([10, 7200, 86400, 30, -5, 61, 59, 3600 * 24 * 400, -86400], "i8")
+    s = s.view(f"{np.dtype(chunk_dtype).kind}8[s]")
+    s[4] = np.array("NaT", s.dtype)
+    a = s.astype(declared)
+    chunks = s.astype(chunk_dtype)
     x = da.from_array(chunks, chunks=2).map_blocks(lambda b: b, dtype=declared)
     return a, x
+
+
+# (the chunks' dtype, the declared one) of numeric chunks that cast to the declared dtype
+# exactly (np.can_cast(..., "safe")): taken, cast; and of chunks whose cast could lose
+# values: refused (validate.as_declared)
+EXACT_CHUNK_DTYPES = [("float32", "float64"), ("int16", "int64"), ("uint8", "int16"),
+                      ("bool", "int64"), ("bool", "float32"), (">f8", "float64"),
+                      ("int32", "float64")]
+LOSSY_CHUNK_DTYPES = [("float64", "float32"), ("int64", "int32"), ("uint32", "int32"),
+                      ("int32", "uint32"), ("int64", "bool"), ("float32", "bool"),
+                      ("float64", "int64"), ("complex64", "float64")]
+
+
+def odd_chunks_as(b: np.ndarray, chunk_dtype: str, block_id=None) -> np.ndarray:
+    """Chunk ``b`` as it was, or in ``chunk_dtype`` where its index is odd: what a
+    ``map_blocks(f, dtype=...)`` whose ``f`` returns another dtype for some chunks makes."""
+    return b.astype(chunk_dtype) if block_id[0] % 2 else b
+
+
+def hidden_dtype(chunk_dtype: str, declared: str, n: int = 100, chunk: int = 10) -> tuple:
+    """NumPy's values in the declared dtype (small whole numbers, 0 and 1 where a side is
+    bool, so every dtype holds them), and a dask array declaring that dtype whose odd chunks
+    are ``chunk_dtype``."""
+    import dask.array as da
+
+    v = (np.arange(n) * 7) % 37
+    if "bool" in (np.dtype(chunk_dtype).name, np.dtype(declared).name):
+        v = v % 2
+    a = v.astype(declared)
+    x = da.from_array(a, chunks=chunk).map_blocks(odd_chunks_as, chunk_dtype, dtype=declared)
+    return a, x
+
+
+def hidden_dtype_pred(declared: str):
+    """A predicate for a ``hidden_dtype`` array of ``declared`` (booleans select themselves)."""
+    return (lambda v: v) if np.dtype(declared) == np.dtype(bool) else (lambda v: v > 3)

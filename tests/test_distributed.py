@@ -1226,3 +1226,62 @@ def test_no_dispatch_object_is_sent_to_the_workers(client, monkeypatch):
     np.testing.assert_array_equal(x.map_compact("x > 50").compute(), a[m])
     pickle.dumps(Dispatch("seen"))  # the spy is not blind
     assert pickled == ["seen"]
+
+
+def _calls_on_a_cluster(x: da.Array, a: np.ndarray) -> dict:
+    """Each public call over the persisted ``x`` (declared dtype ``a.dtype``) and NumPy's
+    answer on ``a``."""
+    m = a > 3
+    e = np.linspace(0, 1, a.size)
+    ed = da.from_array(e, chunks=x.chunks)
+    return {
+        "map_compact": (lambda: [x.map_compact("x > 3")], [a[m]]),
+        "both": (lambda: list(x.map_compact(lambda v: v > 3, output="both")),
+                 [a[m], np.flatnonzero(m)]),
+        "by_worker=False": (lambda: [x.map_compact("x > 3", by_worker=False)], [a[m]]),
+        "lazy": (lambda: [x.map_compact("x > 3", lazy=True)], [a[m]]),
+        "compact": (lambda: [dask_compact.compact(x, x > 3)], [a[m]]),
+        "records": (lambda: list(dask_compact.compact_records({"a": x, "e": ed},
+                                                              "e > 0.3").values()),
+                    [a[e > 0.3], e[e > 0.3]]),
+        "cumsum": (lambda: [dask_compact.cumsum(x)], [np.cumsum(a)]),
+        "partition": (lambda: list(dask_compact.partition(x, "x > 3")[:1]),
+                      [np.concatenate([a[m], a[~m]])]),
+        "sort": (lambda: [dask_compact.sort(x, buckets=3)], [np.sort(a)]),
+        "argsort": (lambda: [dask_compact.argsort(x, buckets=3)],
+                    [np.argsort(a, kind="stable")]),
+    }
+
+
+@pytest.mark.parametrize("direct", [True, False])
+def test_chunks_of_another_dtype_than_declared_on_a_cluster(client, direct):
+    """On worker processes, asked directly or as tasks (grouped, by chunk): float32 chunks of
+    an array declaring float64 are cast as they are taken (they came back float32 in a
+    float64 result), float64 chunks of one declaring float32 are refused (they came back
+    float64), in every public call."""
+    from conftest import chunk_dtypes, hidden_dtype
+    from distributed import get_task_stream, wait
+
+    a, x = hidden_dtype("float32", "float64", n=400, chunk=50)
+    x = client.persist(x)
+    wait(x)
+    with dask.config.set({"dask-compact.direct": direct}):
+        if direct:  # the cast is the workers' own, asked directly: no phase-1 task ran
+            with get_task_stream(client) as stream:
+                got = x.map_compact("x > 3")
+            assert not [t for t in stream.data if "compact" in str(t["key"])]
+            assert chunk_dtypes(got) == {a.dtype}
+        for name, (call, want) in _calls_on_a_cluster(x, a).items():
+            for g, w in zip(call(), want, strict=True):
+                assert chunk_dtypes(g) == {w.dtype}, name
+                np.testing.assert_array_equal(g.compute(), w, err_msg=name)
+        b, y = hidden_dtype("float64", "float32", n=400, chunk=50)
+        y = client.persist(y)
+        wait(y)
+        for name, (call, _) in _calls_on_a_cluster(y, b).items():
+            with pytest.raises(TypeError, match=r"chunk [13579] of (the input|field 'a') "
+                                                "holds float64, but its dask array declares "
+                                                "float32"):
+                for g in call():
+                    g.compute()
+                pytest.fail(f"{name}: not refused")

@@ -8,7 +8,16 @@ import re
 import dask.array as da
 import numpy as np
 import pytest
-from conftest import DTYPES, random_array
+from conftest import (
+    DTYPES,
+    EXACT_CHUNK_DTYPES,
+    LOSSY_CHUNK_DTYPES,
+    chunk_dtypes,
+    hidden_dtype,
+    hidden_dtype_pred,
+    odd_chunks_as,
+    random_array,
+)
 from next_steps_helpers import check_columns, check_next_steps
 
 import dask_compact
@@ -596,3 +605,130 @@ def test_records_in_one_array_are_pointed_to_compact_records():
         dask_compact.cumsum(y).compute()
     meta = re.search(r"meta=(np\.empty\(\(0,\), \[.*?\]\))", str(e.value)).group(1)
     assert eval(meta, {"np": np}).dtype == np.dtype(rec.dtype.descr)
+
+
+def _every_call(x: da.Array, a: np.ndarray, pred) -> dict:
+    """Each public call over a dask array ``x`` (a record field too) and NumPy's answer for
+    its values ``a``: name -> (what runs the call and returns its dask arrays, the NumPy
+    arrays they must equal)."""
+    import dask_compact as dc
+
+    m = pred(a)
+    e = np.linspace(0, 1, a.size)
+    ed = da.from_array(e, chunks=x.chunks)
+    stable = np.argsort(a, kind="stable")
+    sums = np.cumsum(a)
+    return {
+        "map_compact": (lambda: [x.map_compact(pred)], [a[m]]),
+        "indices": (lambda: [x.map_compact(pred, output="indices")], [np.flatnonzero(m)]),
+        "both": (lambda: list(x.map_compact(pred, output="both")), [a[m], np.flatnonzero(m)]),
+        "chunks=": (lambda: [x.map_compact(pred, chunks=7)], [a[m]]),
+        "lazy": (lambda: [x.map_compact(pred, lazy=True)], [a[m]]),
+        "by_worker=False": (lambda: [x.map_compact(pred, by_worker=False)], [a[m]]),
+        "mask path": (lambda: [x.map_compact(lambda v: np.isin(pred(v), [True]))], [a[m]]),
+        "compact": (lambda: [dc.compact(x, pred(x))], [a[m]]),
+        "compact, NumPy mask": (lambda: [dc.compact(x, m)], [a[m]]),
+        "flatnonzero": (lambda: [dc.flatnonzero(x)], [np.flatnonzero(a)]),
+        "records, read": (lambda: list(dc.compact_records({"a": x, "e": ed}, "a != 0").values()),
+                          [a[a != 0], e[a != 0]]),
+        "records, gathered": (lambda: list(dc.compact_records({"e": ed, "a": x},
+                                                              "e > 0.3").values()),
+                              [e[e > 0.3], a[e > 0.3]]),
+        "cumsum": (lambda: [dc.cumsum(x)], [sums]),
+        "partition": (lambda: list(dc.partition(x, pred)[:1]),
+                      [np.concatenate([a[m], a[~m]])]),
+        "sort": (lambda: [dc.sort(x)], [np.sort(a)]),
+        "sort, 3 buckets": (lambda: [dc.sort(x, buckets=3)], [np.sort(a)]),
+        "argsort, 3 buckets": (lambda: [dc.argsort(x, buckets=3)], [stable]),
+    }
+
+
+@pytest.mark.parametrize("scheduler", ["sync", "threads"])
+@pytest.mark.parametrize("chunk_dtype, declared", EXACT_CHUNK_DTYPES)
+def test_chunks_that_cast_exactly_to_the_declared_dtype_come_back_in_it(
+        scheduler, chunk_dtype, declared):
+    """A result declares its input's dtype, and every chunk of it holds that dtype: a chunk
+    of a dtype that casts to the declared one exactly (float32 under float64, int16 under
+    int64, bool under numbers, the other byte order) is cast as it is taken (odd chunks
+    came back in their own dtype, float32 pieces in a float64 result). Every public call,
+    against NumPy on the declared dtype's values."""
+    import dask
+
+    a, x = hidden_dtype(chunk_dtype, declared)
+    with dask.config.set(scheduler=scheduler):
+        for name, (call, want) in _every_call(x, a, hidden_dtype_pred(declared)).items():
+            got = call()
+            assert len(got) == len(want), name
+            for g, w in zip(got, want):
+                assert g.dtype == w.dtype and chunk_dtypes(g) == {w.dtype}, (name, g.dtype)
+                if name == "cumsum" and w.dtype.kind == "f":
+                    np.testing.assert_allclose(g.compute(), w, err_msg=name)
+                else:
+                    np.testing.assert_array_equal(g.compute(), w, err_msg=name)
+
+
+@pytest.mark.parametrize("scheduler", ["sync", "threads"])
+@pytest.mark.parametrize("chunk_dtype, declared", LOSSY_CHUNK_DTYPES)
+def test_chunks_that_would_lose_values_in_the_declared_dtype_are_refused(
+        scheduler, chunk_dtype, declared):
+    """A chunk whose dtype does not cast to the declared one safely (float64 under float32,
+    int64 under int32, signed and unsigned, numbers under bool, complex under float) came
+    back in its own dtype, or was summed in the declared one without a word: refused, in
+    every public call, naming the chunk, both dtypes and the fixes, before a result is
+    returned (when it is computed, for a lazy one)."""
+    import dask
+
+    a, x = hidden_dtype(chunk_dtype, declared)
+    calls = _every_call(x, a, hidden_dtype_pred(declared))
+    if np.dtype(declared) == np.dtype(bool):
+        del calls["cumsum"]  # bool sums into int64: the chunk's ints would too, but checked
+    refused = (r"chunk [13579] of (the input|field 'a') holds "
+               + re.escape(f"{np.dtype(chunk_dtype)}, but its dask array declares "
+                           f"{np.dtype(declared)}"))
+    with dask.config.set(scheduler=scheduler):
+        for name, (call, _) in calls.items():
+            with pytest.raises(TypeError, match=refused):
+                for g in call():
+                    g.compute()
+                pytest.fail(f"{name}: not refused")
+
+
+def test_the_refusal_of_a_chunk_says_how_to_fix_it():
+    """The message names the dtype every chunk casts to (the fix where the chunks are right)
+    and a cast that means the loss; ``x.astype`` would cast nothing (Dask returns ``x``)."""
+    a, x = hidden_dtype("float64", "float32")
+    with pytest.raises(TypeError) as refused:
+        map_compact(x, "x > 3")
+    text = str(refused.value)
+    assert "dtype='float64' in the map_blocks that made it" in text
+    fixed = x.map_blocks(lambda b: b.astype("float32"), dtype="float32")  # the advice, run
+    np.testing.assert_array_equal(map_compact(fixed, "x > 3").compute(), a[a > 3])
+    assert x.astype("float32") is x
+    redeclared = da.from_array(a, chunks=10).map_blocks(odd_chunks_as, "float64", dtype="float64")
+    got = map_compact(redeclared, "x > 3")
+    assert chunk_dtypes(got) == {np.dtype("float64")}
+    np.testing.assert_array_equal(got.compute(), a[a > 3].astype("float64"))
+
+
+def test_a_mask_of_integer_chunks_under_a_boolean_meta_is_refused():
+    """``compact``'s mask declares bool; a chunk of 0s and 1s under it was taken as bytes.
+    Refused as a chunk of the mask; boolean chunks of the data under int64 are cast."""
+    a = np.arange(40)
+    x = da.from_array(a, chunks=10)
+    m = (x % 3 == 0).map_blocks(odd_chunks_as, "int8", dtype=bool)
+    with pytest.raises(TypeError, match=r"chunk [13] of the mask holds int8, but its dask "
+                                        "array declares bool.*b != 0"):
+        compact(x, m).compute()
+    np.testing.assert_array_equal(compact(x, (x % 3 == 0)).compute(), a[a % 3 == 0])
+
+
+def test_a_chunk_in_the_declared_dtype_is_taken_without_a_copy():
+    """The rule costs a dtype comparison per chunk: nothing is copied where they agree."""
+    from dask_compact.validate import as_declared
+
+    b = np.arange(10.0)
+    assert as_declared(b, np.dtype("float64"), "f", 0) is b
+    assert as_declared(b, None, "f", 0) is b
+    cast = as_declared(b.astype("float32"), np.dtype("float64"), "f", 0)
+    assert cast.dtype == np.dtype("float64")
+    np.testing.assert_array_equal(cast, b)

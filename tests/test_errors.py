@@ -131,10 +131,12 @@ def test_a_row_mask_of_nd_x_is_refused_saying_how_to_select_rows(shape, kind):
 
 def test_a_mask_declared_bool_whose_chunks_are_not(x):
     """map_blocks can declare dtype=bool over chunks that are not: a uint8 0/2 chunk is
-    refused where it is computed, not taken as a selection of its nonzeros."""
+    refused where it is computed, not taken as a selection of its nonzeros (by the rule of
+    every chunk, validate.as_declared, which names the chunk and the fix)."""
     m = da.from_array(np.arange(100) % 3, chunks=30).map_blocks(
         lambda b: (b * 2).astype(np.uint8), dtype=bool)
-    with pytest.raises(TypeError, match="mask must be a boolean array, got dtype uint8"):
+    with pytest.raises(TypeError, match=r"chunk \d of the mask holds uint8, but its dask array "
+                                        r"declares bool.*booleans \(b != 0"):
         dask_compact.compact(x, m).compute()
 
 

@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 import math
+import re
 import threading
 
 import dask
 import dask.array as da
 import numpy as np
 import pytest
-from conftest import DTYPES, HIDDEN_TIMES, hidden_times, random_array, threshold_predicate
+from conftest import (
+    DTYPES,
+    HIDDEN_TIMES,
+    LOSSY_TIMES,
+    chunk_dtypes,
+    hidden_times,
+    random_array,
+    threshold_predicate,
+)
 
 import dask_compact
 from dask_compact.predicate.trace import NotElementwise
@@ -371,17 +380,37 @@ def test_first_calls_from_several_threads_at_once():
 
 @pytest.mark.parametrize("chunk_dtype, declared", HIDDEN_TIMES)
 def test_times_in_chunks_of_another_unit_or_byte_order_than_declared(chunk_dtype, declared):
-    """The values were the chunk's bits read in the declared dtype: milliseconds as seconds
+    """The values were the chunk's bits read in the declared dtype: seconds as milliseconds
     (1000x off), big-endian bytes as garbage dates (a new-user probe); plain Dask's
-    ``x[x > t0]`` gives the right times. Each chunk is cast to the declared dtype first."""
+    ``x[x > t0]`` gives the right times. Each chunk is cast to the declared dtype first
+    (where that is exact: see the next test)."""
     a, x = hidden_times(chunk_dtype, declared)
     t0 = a[5]
     m = a > t0
     v, i = x.map_compact(lambda v: v > t0, output="both")
-    assert v.dtype == a.dtype
+    assert v.dtype == a.dtype and chunk_dtypes(v) == {a.dtype}
     np.testing.assert_array_equal(v.compute(), a[m])
     np.testing.assert_array_equal(i.compute(), np.flatnonzero(m))
     np.testing.assert_array_equal(dask_compact.compact(x, x > t0).compute(), a[m])
     np.testing.assert_array_equal(dask_compact.compact(x, m, chunks=3).compute(), a[m])
     np.testing.assert_array_equal(dask_compact.flatnonzero(x).compute(), np.flatnonzero(a))
     np.testing.assert_array_equal(x[x > t0].compute(), a[m])  # plain Dask agrees
+
+
+@pytest.mark.parametrize("chunk_dtype, declared", LOSSY_TIMES)
+def test_times_in_chunks_of_a_finer_unit_than_declared_are_refused(chunk_dtype, declared):
+    """Milliseconds under a result that declares seconds were cast, their fractions dropped
+    without a word; the rule of every chunk (validate.as_declared) refuses a cast that can
+    lose, datetimes as numbers, and names the chunk and the fixes."""
+    a, x = hidden_times(chunk_dtype, declared)
+    t0 = a[5]
+    refused = (r"chunk \d+ of the input holds " + re.escape(
+        f"{np.dtype(chunk_dtype)}, but its dask array declares {np.dtype(declared)}"))
+    for call in (lambda: x.map_compact(lambda v: v > t0, output="both")[0],
+                 lambda: dask_compact.compact(x, x > t0),
+                 lambda: dask_compact.flatnonzero(x),
+                 lambda: x.map_compact(lambda v: v > t0, lazy=True)):
+        with pytest.raises(TypeError, match=refused):
+            call().compute()
+    with pytest.raises(TypeError, match=re.escape(f"dtype='{np.dtype(chunk_dtype)}'")):
+        dask_compact.compact(x, x > t0)

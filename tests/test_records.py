@@ -4,10 +4,12 @@ LocalCluster of worker processes."""
 
 from __future__ import annotations
 
+import re
+
 import dask.array as da
 import numpy as np
 import pytest
-from conftest import hidden_times, key_predicate, random_array
+from conftest import LOSSY_TIMES, chunk_dtypes, hidden_times, key_predicate, random_array
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -412,7 +414,7 @@ def test_masked_gathered_chunks_are_refused_on_the_cluster(process_client):
         compact_records(fields, "a > 2", lazy=True)["b"].compute()
 
 
-@pytest.mark.parametrize("chunk_dtype, declared", [("M8[ms]", "M8[s]"), ("m8[us]", "m8[s]")])
+@pytest.mark.parametrize("chunk_dtype, declared", [("M8[s]", "M8[ms]"), ("m8[s]", "m8[us]")])
 def test_gathered_times_come_back_in_their_declared_dtype(chunk_dtype, declared):
     """A gathered datetime/timedelta field whose chunks hold another unit than declared came
     back in the chunks' unit under a result that declares another (a new-user probe's
@@ -421,8 +423,18 @@ def test_gathered_times_come_back_in_their_declared_dtype(chunk_dtype, declared)
     e = np.random.default_rng(7).random(a.size)
     out = compact_records({"e": da.from_array(e, chunks=2), "t": t}, "e > 0.4")
     got = out["t"].compute()
-    assert out["t"].dtype == got.dtype == a.dtype
+    assert out["t"].dtype == got.dtype == a.dtype and chunk_dtypes(out["t"]) == {a.dtype}
     np.testing.assert_array_equal(got, a[e > 0.4])
+
+
+@pytest.mark.parametrize("chunk_dtype, declared", LOSSY_TIMES)
+def test_gathered_times_of_a_finer_unit_than_declared_are_refused(chunk_dtype, declared):
+    """Milliseconds under seconds were cast, their fractions dropped (validate.as_declared)."""
+    a, t = hidden_times(chunk_dtype, declared)
+    e = np.random.default_rng(7).random(a.size)
+    with pytest.raises(TypeError, match=r"chunk \d+ of field 't' holds "
+                       + re.escape(str(np.dtype(chunk_dtype)))):
+        compact_records({"e": da.from_array(e, chunks=2), "t": t}, "e > 0.4")
 
 
 def test_variable_width_string_fields_are_refused_with_what_works():

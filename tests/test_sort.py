@@ -4,6 +4,7 @@ duplicates, NaN/inf/-0.0, every dtype, errors, and a LocalCluster of 4 worker pr
 from __future__ import annotations
 
 import doctest
+import re
 import threading
 import time
 
@@ -11,7 +12,14 @@ import dask
 import dask.array as da
 import numpy as np
 import pytest
-from conftest import HIDDEN_TIMES, hidden_times, local_process_cluster, sort_input
+from conftest import (
+    HIDDEN_TIMES,
+    LOSSY_TIMES,
+    chunk_dtypes,
+    hidden_times,
+    local_process_cluster,
+    sort_input,
+)
 from dask.callbacks import Callback
 from distributed import futures_of, wait
 from hypothesis import HealthCheck, given, settings
@@ -838,7 +846,20 @@ def test_times_in_chunks_of_another_unit_or_byte_order_than_declared(chunk_dtype
     chunk's bits read as the declared dtype (1000x off, or garbage dates in a wrong order, a
     new-user probe)."""
     a, x = hidden_times(chunk_dtype, declared)
-    got = dask_compact.sort(x)
-    assert got.dtype == a.dtype
-    np.testing.assert_array_equal(got.compute(), np.sort(a))
-    np.testing.assert_array_equal(dask_compact.argsort(x).compute(), np.argsort(a, kind="stable"))
+    for buckets in (None, 3):  # one sort of the joined chunks; local sorts and merges
+        got = dask_compact.sort(x, buckets=buckets)
+        assert got.dtype == a.dtype and chunk_dtypes(got) == {a.dtype}
+        np.testing.assert_array_equal(got.compute(), np.sort(a))
+        np.testing.assert_array_equal(dask_compact.argsort(x, buckets=buckets).compute(),
+                                      np.argsort(a, kind="stable"))
+
+
+@pytest.mark.parametrize("chunk_dtype, declared", LOSSY_TIMES)
+def test_times_in_chunks_of_a_finer_unit_than_declared_are_refused(chunk_dtype, declared):
+    """Milliseconds under seconds were cast, their fractions dropped (see validate.as_declared)."""
+    a, x = hidden_times(chunk_dtype, declared)
+    for call in (dask_compact.sort, dask_compact.argsort):
+        for buckets in (None, 3):
+            with pytest.raises(TypeError, match=r"chunk \d+ of the input holds "
+                               + re.escape(str(np.dtype(chunk_dtype)))):
+                call(x, buckets=buckets)

@@ -274,3 +274,42 @@ def test_one_selected_element_is_one_chunk_of_cupy() -> None:
         np.testing.assert_array_equal(cupy.asnumpy((r["w"] + r["e"]).compute()), a[3:4] * 3)
         np.testing.assert_array_equal(cupy.asnumpy((y - 1).compute()), a[3:4] - 1)
     assert k == 1
+
+
+def _cupy_odd_chunks_as(b, chunk_dtype, block_id=None):
+    """CuPy chunk ``b``, in ``chunk_dtype`` where its index is odd (a dtype the array does
+    not declare)."""
+    b = cupy.asarray(b)
+    return b.astype(chunk_dtype) if block_id[0] % 2 else b
+
+
+def test_cupy_chunks_of_another_dtype_than_declared() -> None:
+    """The rule of every chunk (validate.as_declared) on CuPy chunks, the code NumPy's take:
+    float32 chunks under float64 are cast on the device (every call's chunks float64, equal
+    to NumPy on the declared values); float64 chunks under float32 are refused."""
+    a = (np.arange(4000) * 7 % 37).astype(np.float64)
+    meta = cupy.empty(0, np.float64)
+    x = da.from_array(a, chunks=500).map_blocks(_cupy_odd_chunks_as, "float32", meta=meta)
+    m = a > 3
+    with dask.config.set(scheduler="threads"):
+        calls = {
+            "map_compact": (x.map_compact("x > 3"), a[m]),
+            "compact": (dask_compact.compact(x, x > 3), a[m]),
+            "records": (dask_compact.compact_records({"a": x}, "a > 3")["a"], a[m]),
+            "cumsum": (dask_compact.cumsum(x), np.cumsum(a)),
+            "partition": (dask_compact.partition(x, "x > 3")[0],
+                          np.concatenate([a[m], a[~m]])),
+            "sort": (dask_compact.sort(x, buckets=3), np.sort(a)),
+        }
+        for name, (got, want) in calls.items():
+            blocks = [b.compute() for b in got.to_delayed().ravel()]
+            assert {b.dtype for b in blocks} == {np.dtype(np.float64)}, name
+            assert all(isinstance(b, cupy.ndarray) for b in blocks), name
+            np.testing.assert_array_equal(cupy.asnumpy(got.compute()), want, err_msg=name)
+        y = da.from_array(a.astype(np.float32), chunks=500).map_blocks(
+            _cupy_odd_chunks_as, "float64", meta=cupy.empty(0, np.float32))
+        for call in (lambda: y.map_compact("x > 3"), lambda: dask_compact.sort(y, buckets=3),
+                     lambda: dask_compact.cumsum(y).compute()):
+            with pytest.raises(TypeError, match=r"chunk [1357] of the input holds float64, "
+                                                "but its dask array declares float32"):
+                call()
