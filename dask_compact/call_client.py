@@ -8,6 +8,7 @@ none where the call would block that client's own event loop.
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from contextvars import ContextVar
@@ -19,9 +20,23 @@ from .imported import distributed_if_imported
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-# whether the eager call in progress in this context has its client settled (nested calls,
-# e.g. sort's compactions, run on the outer call's)
-_settled: ContextVar[bool] = ContextVar("dask_compact_client_settled", default=False)
+
+class _ThisThread(threading.local):
+    """Whether the eager call in progress on this thread has its client settled (nested
+    calls, e.g. the sort's compactions, run on the outer call's).
+
+    Per thread, not a ContextVar: what a call schedules on an event loop from its thread
+    (``loop.add_callback``, as ``secede`` and every client method do) runs in a copy of the
+    thread's context, and so does whatever that callback starts. On a worker that loop is
+    the worker's: the next task it started after a call's ``secede`` ran with the flag set
+    (2026-11-30, sixth session), skipped all of this (no worker client, no secede, its input's
+    futures unbound) and failed ("'NoneType' object has no attribute 'wait'") or held the
+    worker's only thread while waiting for its own work (hung)."""
+
+    settled = False
+
+
+_this_thread = _ThisThread()
 
 ON_ITS_LOOP = (
     "dask_compact: an eager call waits for its result's chunk sizes, and this one was made on "
@@ -146,12 +161,12 @@ def inputs_client(*inputs: Any, in_a_task: bool = True) -> Iterator[None]:
     object is not subscriptable")."""
     distributed = distributed_if_imported()
     arrays = [a for a in inputs if hasattr(a, "__dask_graph__")]
-    if distributed is None or not arrays or _settled.get():
+    if distributed is None or not arrays or _this_thread.settled:
         yield
         return
     if not in_a_task and _in_task(distributed):
         raise RuntimeError(IN_A_TASK)
-    token = _settled.set(True)
+    _this_thread.settled = True
     try:
         with ExitStack() as stack:
             client = _client_for(distributed, arrays, stack)
@@ -163,7 +178,7 @@ def inputs_client(*inputs: Any, in_a_task: bool = True) -> Iterator[None]:
                 _make_current(distributed, client, stack)
             yield
     finally:
-        _settled.reset(token)
+        _this_thread.settled = False
 
 
 def _client_for(distributed: ModuleType, arrays: list, stack: ExitStack) -> Any:
