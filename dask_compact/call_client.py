@@ -1,13 +1,15 @@
 """Which client an eager call runs on.
 
 :func:`on_inputs_client` settles it for a builder (:func:`inputs_client`): the one holding
-its input, as ``dask.persist(..., scheduler=client)`` would, inside a task the worker's, and
-none where the call would block that client's own event loop.
+its input, as ``dask.persist(..., scheduler=client)`` would, inside a task the worker's (any
+eager call, several tasks at once on a worker included), and none where the call would block
+that client's own event loop.
 """
 
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from contextvars import ContextVar
@@ -19,9 +21,23 @@ from .imported import distributed_if_imported
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-# whether the eager call in progress in this context has its client settled (nested calls,
-# e.g. sort's compactions, run on the outer call's)
-_settled: ContextVar[bool] = ContextVar("dask_compact_client_settled", default=False)
+
+class _ThisThread(threading.local):
+    """Whether the eager call in progress on this thread has its client settled (nested
+    calls, e.g. the sort's compactions, run on the outer call's).
+
+    Per thread, not a ContextVar: what a call schedules on an event loop from its thread
+    (``loop.add_callback``, as ``secede`` and every client method do) runs in a copy of the
+    thread's context, and so does whatever that callback starts. On a worker that loop is
+    the worker's: the next task it started after a call's ``secede`` ran with the flag set
+    (2026-11-30, sixth session), skipped all of this (no worker client, no secede, its input's
+    futures unbound) and failed ("'NoneType' object has no attribute 'wait'") or held the
+    worker's only thread while waiting for its own work (hung)."""
+
+    settled = False
+
+
+_this_thread = _ThisThread()
 
 ON_ITS_LOOP = (
     "dask_compact: an eager call waits for its result's chunk sizes, and this one was made on "
@@ -30,15 +46,6 @@ ON_ITS_LOOP = (
     "pred)` (any eager call likewise: `asyncio.to_thread(dask_compact.sort, x)`), or, where "
     "the function takes lazy=True, build it lazily (its chunk sizes unknown until computed) "
     "and `await client.compute(...)` it."
-)
-
-
-IN_A_TASK = (
-    "dask_compact: an eager call inside a task is not supported for map_compact, compact, "
-    "flatnonzero, compact_records and partition (several at once on one worker failed or "
-    "hung): inside a task, build the result with lazy=True and compute it there (it runs on "
-    "the worker's client), or make the call from the client (partition and the xarray "
-    "accessor's where have no lazy form)"
 )
 
 
@@ -98,17 +105,14 @@ def _first_futures(distributed: ModuleType, graph: Any) -> Iterator[Any]:
             yield first
 
 
-def on_inputs_client(inputs: Callable[..., tuple], in_a_task: bool = False
-                     ) -> Callable[[F], F]:  # fmt: skip
+def on_inputs_client(inputs: Callable[..., tuple]) -> Callable[[F], F]:
     """Run the decorated eager builder inside :func:`inputs_client` of the arrays it reads,
-    ``inputs(*args, **kwargs)`` (empty for a lazy call: nothing runs then). ``in_a_task``:
-    whether it may run inside a task (on the worker's client); where not, it is refused
-    there (:data:`IN_A_TASK`)."""
+    ``inputs(*args, **kwargs)`` (empty for a lazy call: nothing runs then)."""
 
     def decorate(fn: F) -> F:
         @functools.wraps(fn)
         def scoped(*args: Any, **kwargs: Any) -> Any:
-            with inputs_client(*inputs(*args, **kwargs), in_a_task=in_a_task):
+            with inputs_client(*inputs(*args, **kwargs)):
                 return fn(*args, **kwargs)
 
         return scoped  # type: ignore[return-value]
@@ -117,7 +121,7 @@ def on_inputs_client(inputs: Callable[..., tuple], in_a_task: bool = False
 
 
 @contextmanager
-def inputs_client(*inputs: Any, in_a_task: bool = True) -> Iterator[None]:
+def inputs_client(*inputs: Any) -> Iterator[None]:
     """An eager call over ``inputs`` (dask arrays; None and other values are skipped) runs,
     inside, on the client that holds them, as ``dask.persist(..., scheduler=client)`` would:
 
@@ -137,21 +141,16 @@ def inputs_client(*inputs: Any, in_a_task: bool = True) -> Iterator[None]:
       futures a graph input is built on (``x + 1`` of a persisted ``x``; the local scheduler
       could not run it), or the local scheduler.
 
-    Refused (RuntimeError, saying what to do) inside a task unless ``in_a_task``: the
-    compactions' eager calls, of which several in tasks at once on a worker of one thread
-    failed ("'NoneType' object has no attribute 'wait'") or hung (a probe; the sort's ran);
-    and where that client's event loop is the one running this code: an asynchronous client
-    in a coroutine. The call would block the loop
+    Refused (RuntimeError, saying what to do) where that client's event loop is the one
+    running this code: an asynchronous client in a coroutine. The call would block the loop
     its answers need, and distributed hands back un-awaited coroutines there ("'coroutine'
     object is not subscriptable")."""
     distributed = distributed_if_imported()
     arrays = [a for a in inputs if hasattr(a, "__dask_graph__")]
-    if distributed is None or not arrays or _settled.get():
+    if distributed is None or not arrays or _this_thread.settled:
         yield
         return
-    if not in_a_task and _in_task(distributed):
-        raise RuntimeError(IN_A_TASK)
-    token = _settled.set(True)
+    _this_thread.settled = True
     try:
         with ExitStack() as stack:
             client = _client_for(distributed, arrays, stack)
@@ -163,7 +162,7 @@ def inputs_client(*inputs: Any, in_a_task: bool = True) -> Iterator[None]:
                 _make_current(distributed, client, stack)
             yield
     finally:
-        _settled.reset(token)
+        _this_thread.settled = False
 
 
 def _client_for(distributed: ModuleType, arrays: list, stack: ExitStack) -> Any:

@@ -26,9 +26,9 @@ new-user probe: 2 keys left held per failed ``map_compact`` on a persisted input
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from contextvars import ContextVar
 from typing import Any
 
 import dask
@@ -41,21 +41,32 @@ def persist(*collections: Any, **kwargs: Any) -> tuple:
     client's next batch where the scheduler is a distributed one."""
     out = dask.persist(*collections, **kwargs)
     send_now(out)
-    if _made.get() is not None:
+    if _this_thread.made is not None:
         distributed = distributed_if_imported()
         if distributed is not None:
             made(distributed.futures_of(out))
     return out
 
 
-# the futures made by the eager call in progress on this thread (None: no call scoped)
-_made: ContextVar[list | None] = ContextVar("dask_compact_made", default=None)
+class _ThisThread(threading.local):
+    """The futures made by the eager call in progress on this thread (None: no call scoped).
+
+    Per thread, not a ContextVar: what a call schedules on an event loop (``add_callback``)
+    runs in a copy of the calling thread's context, and so does what that starts: a client
+    made during a call kept the call's list in its long-lived loop tasks, and on a worker the
+    next task started after a call's ``secede`` ran inside the first one's scope (its
+    futures counted there, released if the other call raised; 2026-11-30)."""
+
+    made: list | None = None
+
+
+_this_thread = _ThisThread()
 
 
 def made(futures: Any) -> None:
     """Count ``futures`` among those the eager call in progress made (released if it
     raises, see :func:`released_on_error`)."""
-    scope = _made.get()
+    scope = _this_thread.made
     if scope is not None:
         scope.extend(futures)
 
@@ -64,11 +75,11 @@ def made(futures: Any) -> None:
 def released_on_error() -> Iterator[None]:
     """Release every future made inside (:func:`made`) where the block raises; nested
     scopes leave it to the outermost one, whose result is the one returned."""
-    if _made.get() is not None:
+    if _this_thread.made is not None:
         yield
         return
     scope: list = []
-    token = _made.set(scope)
+    _this_thread.made = scope
     try:
         yield
     except BaseException:
@@ -76,11 +87,8 @@ def released_on_error() -> Iterator[None]:
             f.release()
         raise
     finally:
-        _made.reset(token)
-        # Emptied, not only unset: what the call started on the client's event loop (its
-        # callbacks, tasks) runs in a copy of this thread's context, taken with the list in
-        # it, and a long-lived one kept the futures of every successful call alive
-        scope.clear()
+        _this_thread.made = None
+        scope.clear()  # dropped at once, whatever still refers to the list
 
 
 def send_now(persisted: Any) -> None:

@@ -129,7 +129,7 @@ def argsort(x: da.Array, *, local: str = "auto", buckets: int | None = None) -> 
     return _sorted(x, local, buckets, indices=True, fn="argsort")
 
 
-@call_client.on_inputs_client(lambda x, *_, **__: (x,), in_a_task=True)
+@call_client.on_inputs_client(lambda x, *_, **__: (x,))
 @client_stream.released_on_error()
 def _sorted(x: Any, local: Any, buckets: Any, indices: bool, fn: str) -> da.Array:
     return without_empty_chunks(_sorted_chunks(x, local, buckets, indices, fn))

@@ -125,7 +125,7 @@ def test_worker_killed_mid_compaction_loses_nothing(client):
     killer = threading.Timer(0.8, os.kill, args=(pids[victim], signal.SIGKILL))
     killer.start()
     try:
-        v, i = x.map_compact(lambda q: q > 0.5, output="both")
+        v, i = x.map_compact("x > 0.5", output="both")
     finally:
         killer.join()
     assert victim not in client.run(os.getpid) or client.run(os.getpid)[victim] != pids[victim]
@@ -930,38 +930,100 @@ def _wanted(a: np.ndarray) -> dict:
             "sort": np.sort(a), "records": a[a > 0.5] * 2}
 
 
-def _calls_in_a_task(x: da.Array) -> dict:
-    """Run on a worker: the lazy calls and the sort, computed there; each eager compaction's
-    refusal."""
-    got = {"values": x.map_compact("x > 0.5", lazy=True).compute(),
-           "records": dask_compact.compact_records({"a": x, "b": x * 2}, "a > 0.5",
-                                                   lazy=True)["b"].compute(),
-           "sort": dask_compact.sort(x).compute()}
-    refused = []
-    for call in (lambda: x.map_compact("x > 0.5"), lambda: dask_compact.partition(x, "x > 0.5"),
-                 lambda: dask_compact.compact_records({"a": x}, "a > 0.5")):
-        try:
-            call()
-        except RuntimeError as e:
-            refused.append(str(e))
-    return {**got, "refused": refused}
+def _lazy_calls_in_a_task(x: da.Array) -> dict:
+    """Run on a worker: the lazy calls and the sort, computed there."""
+    return {"values": x.map_compact("x > 0.5", lazy=True).compute(),
+            "records": dask_compact.compact_records({"a": x, "b": x * 2}, "a > 0.5",
+                                                    lazy=True)["b"].compute(),
+            "sort": dask_compact.sort(x).compute()}
 
 
-def test_calls_inside_tasks_lazy_or_sort_run_and_eager_compactions_are_refused(client):
+def test_lazy_calls_and_the_sort_run_inside_tasks(client):
     """Inside a task (a probe: "'NoneType' object has no attribute 'wait'", where plain
     Dask's ``x[x > 0.5].compute()`` worked), lazy calls and the sort run on the worker's
-    client, six tasks at once on workers of one thread included; an eager compaction, of
-    which several at once failed or hung there (a probe), is refused saying what to do."""
+    client, six tasks at once on workers of one thread included."""
     a = np.random.default_rng(30).random(30_000)
     x = da.from_array(a, chunks=3_000).persist()
     distributed.wait(x)
-    futures = [client.submit(_calls_in_a_task, x, pure=False) for _ in range(6)]
+    futures = [client.submit(_lazy_calls_in_a_task, x, pure=False) for _ in range(6)]
+    distributed.wait(futures, timeout=60)  # a hang fails here instead of holding CI
     for got in client.gather(futures):
         np.testing.assert_array_equal(got["values"], a[a > 0.5])
         np.testing.assert_array_equal(got["records"], a[a > 0.5] * 2)
         np.testing.assert_array_equal(got["sort"], np.sort(a))
-        assert len(got["refused"]) == 3
-        assert all("lazy=True" in r and "inside a task" in r for r in got["refused"])
+
+
+def _in_task_data() -> np.ndarray:
+    return np.random.default_rng(31).random(24_000)
+
+
+def _eager_call_in_a_task(x: da.Array | None, call: str) -> tuple:
+    """Run on a worker: one eager call over ``x`` (None: a graph made here, from
+    :func:`_in_task_data`), its results computed there."""
+    if x is None:
+        x = da.from_array(_in_task_data(), chunks=3_000)
+    if call == "map_compact":
+        v, i = x.map_compact("x > 0.5", output="both")
+        return v.compute(), i.compute()
+    if call == "compact":
+        return (dask_compact.compact(x, x > 0.5).compute(),
+                dask_compact.flatnonzero(x > 0.5).compute())
+    if call == "partition":
+        y, k = dask_compact.partition(x, "x > 0.5")
+        return y[:k].compute(), y[k:].compute()
+    if call == "sort":
+        return dask_compact.sort(x).compute(), dask_compact.argsort(x).compute()
+    r = dask_compact.compact_records({"v": x, "w": x * 2}, "v > 0.5", indices=True)
+    return r["w"].compute() / 2, r["indices"].compute()
+
+
+@pytest.mark.parametrize("call", ["map_compact", "compact", "partition", "compact_records",
+                                  "sort"])
+def test_eager_calls_in_eight_tasks_at_once(client, call):
+    """Eight tasks at once on 2 workers of one thread, each making an eager call, over a
+    persisted input passed in (the direct path, its workers asked from inside a task) or a
+    graph made in the task. The compactions were refused until 2026-11-30 (sixth session):
+    several at once failed ("'NoneType' object has no attribute 'wait'") or hung, and sorts
+    hung. The second task a worker started ran in the context of the first task's
+    ``secede`` callback (a ContextVar of the first call, saying its client was settled), so
+    it skipped the worker's client, its secede and the binding of its input's futures."""
+    a = _in_task_data()
+    m = a > 0.5
+    wanted = {"map_compact": (a[m], np.flatnonzero(m)), "compact": (a[m], np.flatnonzero(m)),
+              "partition": (a[m], a[~m]), "compact_records": (a[m], np.flatnonzero(m)),
+              "sort": (np.sort(a), np.argsort(a, kind="stable"))}[call]
+    x = da.from_array(a, chunks=3_000).persist()
+    distributed.wait(x)
+    futures = [client.submit(_eager_call_in_a_task, x if j % 2 else None, call, pure=False)
+               for j in range(8)]
+    distributed.wait(futures, timeout=60)  # a hang fails here instead of holding CI
+    for got in client.gather(futures):
+        for g, w in zip(got, wanted):
+            np.testing.assert_array_equal(g, w)
+
+
+def _eager_calls_then_wait_in_a_task(x: da.Array) -> tuple:
+    """Run on a worker: eager calls whose results are still being made when they return
+    (phase 1 as tasks, a rebalance), then waited for through the worker's client."""
+    c = distributed.get_client()
+    y = x.map_compact("x > 0.5", by_worker=False, chunks=2_500)
+    w = dask_compact.compact_records({"v": x, "w": x + 1}, "v > 0.5", chunks=2_500)["w"]
+    return (c.compute(y).result(timeout=60), c.compute(w).result(timeout=60),
+            c.compute((x + 1).sum()).result(timeout=60))
+
+
+def test_eager_calls_in_a_task_then_waited_for_from_it(client):
+    """A task alone on workers of one thread: eager calls, then their results and another
+    computation waited for through ``get_client()``, as after the sort (the task stays out
+    of the worker's threads: a rejoin queued what it waited for behind it)."""
+    a = np.random.default_rng(32).random(20_000)
+    x = da.from_array(a, chunks=2_000).persist()
+    distributed.wait(x)
+    y, w, total = client.submit(_eager_calls_then_wait_in_a_task, x,
+                                pure=False).result(timeout=120)
+    np.testing.assert_array_equal(y, a[a > 0.5])
+    np.testing.assert_array_equal(w, a[a > 0.5] + 1)
+    assert total == pytest.approx((a + 1).sum())
 
 
 _N_IN_TASK = 20_000
