@@ -243,7 +243,9 @@ def test_released_segments_give_their_device_memory_back_once_settled():
     s = cuda_ipc.pack("gpu-t2", 0, [[a]], [(0, a.size)], segment_bytes=2**26)
     assert len(s.segments[0]) == 4
     held = before - cupy.cuda.runtime.memGetInfo()[0]
-    assert held >= 2**28, held
+    # the device's free memory is shared with the suite's other processes (-n 16), which free
+    # while this runs (254 MiB once on 4x H200): the same 16 MiB of slack as the check below
+    assert held >= 2**28 - 2**24, held
     assert cuda_ipc.release("gpu-t2") == 1
     cuda_ipc.settle()
     assert cupy.cuda.runtime.memGetInfo()[0] >= before - 2**24
