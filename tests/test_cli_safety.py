@@ -10,6 +10,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -889,3 +890,220 @@ def test_an_interrupt_lost_after_the_stream_stops_the_commit(npy, tmp_path, monk
     assert not out.exists() and litter(tmp_path) == []
     monkeypatch.setattr(job, "cut", cut)
     run(path, out, "--where", "x > 0.5", "--local", "threads")  # the next command commits
+
+
+# -- OUTPUT on a file system the workers share ---------------------------------------------------
+# A new-user probe ran the CLI against workers in their own mount namespaces (each with its own
+# disk at OUTPUT's folder, as on other machines): a field with trailing axes went to their disks
+# and the job said "complete" with an output of zeros, exit 0. Here the workers' view is faked
+# in the worker processes of a LocalCluster: paths under OUTPUT's folder lead them to another
+# folder (``elsewhere``), as another file system mounted at that path would.
+
+_SAVED: dict = {}
+
+
+def _see_elsewhere(real: str, elsewhere: str, up_front: bool) -> None:
+    """On a worker: OUTPUT's folder ``real`` is ``elsewhere`` for its chunk writes and, where
+    ``up_front``, for the job's check before it starts too (else the worker loses the file
+    system after that check, during the job)."""
+    import importlib
+
+    from dask_compact.batch import tasks
+
+    def moved(path: str) -> str:
+        return elsewhere + path[len(real):] if path.startswith(real) else path
+
+    write = _SAVED.setdefault((tasks, "write_chunk_file"), tasks.write_chunk_file)
+    tasks.write_chunk_file = lambda array_dir, *args: write(moved(array_dir), *args)
+    if not up_front:
+        return
+    try:
+        shared = importlib.import_module("dask_compact.batch.shared")
+    except ImportError:  # before the check existed
+        return
+    sees = _SAVED.setdefault((shared, "sees_token"), shared.sees_token)
+    shared.sees_token = lambda path, token: sees(moved(path), token)
+
+
+def _see_output_again() -> None:
+    for (module, name), fn in _SAVED.items():
+        setattr(module, name, fn)
+    _SAVED.clear()
+
+
+def _particles(path: Path) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(7)
+    data = {"mass": rng.random(10_000) * 10, "pos": rng.random((10_000, 3))}
+    g = zarr.open_group(store=str(path), mode="w")
+    for name, v in data.items():
+        g.create_array(name, data=v, chunks=(2_500, *v.shape[1:]))
+    return data
+
+
+def test_chunks_missing_from_the_temporary_output_fail_the_commit(tmp_path, monkeypatch):
+    """Where writes returned but their chunks are not in the temporary output as this
+    machine sees it (here: written nowhere), the job fails before the commit, exit 1,
+    nothing left (it said "complete" with chunks that read as zeros)."""
+    from dask_compact.batch import tasks
+
+    data = _particles(tmp_path / "in.zarr")
+    out = tmp_path / "sel.zarr"
+    lost = tasks.write_chunk_file
+
+    def lose_chunk_1(array_dir, j, *args):
+        if j != 1:
+            lost(array_dir, j, *args)
+
+    monkeypatch.setattr(tasks, "write_chunk_file", lose_chunk_1)
+    res = run(tmp_path / "in.zarr", out, "--where", "mass > 5", "--fields", "pos,mass",
+              "--local", "threads", code=1)
+    assert "output chunks this job wrote are not in its temporary output" in res.output
+    assert re.search(r"'pos': 1 of 3 \(c/1/0\); 'mass': 1 of 3 \(c/1\)\)", res.output)
+    assert not out.exists() and litter(tmp_path) == []
+    monkeypatch.setattr(tasks, "write_chunk_file", lost)
+    run(tmp_path / "in.zarr", out, "--where", "mass > 5", "--fields", "pos,mass",
+        "--local", "threads")
+    got = zarr.open_group(store=str(out), mode="r")
+    for name in ("pos", "mass"):
+        np.testing.assert_array_equal(got[name][:], data[name][data["mass"] > 5])
+
+
+def test_check_chunks_written_lists_the_missing_chunk_files(tmp_path):
+    """One listing a folder of chunk files: 1-D arrays' ``c``, a chunk's own folder with
+    trailing axes; only the chunks the rows fill are looked for."""
+    import click
+
+    from dask_compact.batch import shared, tasks
+
+    store = str(tmp_path / "g.zarr")
+    g = zarr.open_group(store=store, mode="w")
+    g.create_array("v", shape=(100,), dtype="f8", chunks=(10,))
+    g.create_array("p", shape=(100, 2), dtype="f8", chunks=(10, 2))
+    for name, tail in (("v", ()), ("p", (2,))):
+        os.makedirs(os.path.join(store, name, "c"))
+        for j in range(3):
+            tasks.write_chunk_file(os.path.join(store, name), j, np.ones((10, *tail)), 10)
+    shared.check_chunks_written(store, ["v", "p"], 30, 10, "o")
+    shared.check_chunks_written(store, ["v", "p"], 0, 10, "o")
+    with pytest.raises(click.ClickException, match=r"'v': 1 of 4 \(c/3\); 'p': 1 of 4 \(c/3/0\)"):
+        shared.check_chunks_written(store, ["v", "p"], 31, 10, "o")
+    os.remove(os.path.join(store, "p", "c", "1", "0"))
+    with pytest.raises(click.ClickException, match=r"'p': 1 of 3 \(c/1/0\)"):
+        shared.check_chunks_written(store, ["v", "p"], 30, 10, "o")
+    g["v"][:30] = 2.0  # zarr reads the files as written
+    np.testing.assert_array_equal(zarr.open_array(store=store, path="v")[:30], 2.0)
+
+
+def test_a_write_never_makes_the_output_folders(tmp_path):
+    """A chunk write makes only the chunk's folders below the array's ``c`` (its client made
+    that one): where the array's folder is not there, it fails naming this process and the
+    folder, and nothing is made (zarr's writes, which make their folders, are checked too)."""
+    from dask_compact.batch import shared, tasks
+
+    missing = tmp_path / "tmp-group" / "p"
+    for ndim in (1, 2):
+        with pytest.raises(shared.OutputNotShared, match="this process .* does not see the "
+                           "folder .*tmp-group/p/c of the temporary output"):
+            tasks.write_chunk_file(str(missing), 0, np.ones((4,) * ndim), 4)
+    dest = tasks.OutputArrays(str(tmp_path / "tmp-group"), ("values",), 4, direct=False)
+    piece = tasks.Piece(np.ones(4), None, 4)
+    with pytest.raises(shared.OutputNotShared, match="does not see the folder .*group/values "):
+        tasks.write_chunk(dest, 0, [0], [4], piece)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_check_file_left_by_a_killed_job_is_removed_by_the_next(npy, tmp_path):
+    path, a = npy
+    out = tmp_path / "out.zarr"
+    left = tmp_path / f".out.zarr{output.TMP_MARK}0123456789ab.shared-check"
+    left.write_text("token")
+    res = run(path, out, "--where", "x > 0.5", "--local", "threads")
+    assert "the workers' check file of an interrupted job" in res.output
+    assert not left.exists() and litter(tmp_path) == []
+    np.testing.assert_array_equal(values(out), a[a > 0.5])
+
+
+# the cluster tests last: its Client is the default scheduler until the module ends
+@pytest.fixture(scope="module")
+def cluster():
+    from conftest import local_process_cluster
+
+    with local_process_cluster(2) as client:
+        yield client
+
+
+def _job_on(cluster, tmp_path: Path, field: str, up_front: bool, code: int):
+    """The group job ``--fields field`` on ``cluster`` whose workers write elsewhere; (its
+    result, OUTPUT, what landed elsewhere, the input's arrays)."""
+    data_dir, out_dir, elsewhere = (tmp_path / d for d in ("data", "out", "elsewhere"))
+    for d in (data_dir, out_dir, elsewhere):
+        d.mkdir(exist_ok=True)
+    data = _particles(data_dir / "in.zarr")
+    out = out_dir / "sel.zarr"
+    cluster.run(_see_elsewhere, str(out_dir), str(elsewhere), up_front)
+    try:
+        res = run(data_dir / "in.zarr", out, "--where", "mass > 5", "--fields", field,
+                  "--scheduler", cluster.scheduler.address, code=code)
+    finally:
+        cluster.run(_see_output_again)
+    return res, out, sorted(str(p.relative_to(elsewhere)) for p in elsewhere.rglob("*")), data
+
+
+@pytest.mark.parametrize("field", ["pos", "mass"])
+def test_an_output_the_workers_do_not_see_is_refused_before_the_job(cluster, tmp_path, field):
+    """Every worker must read a token this machine wrote beside the temporary output: the
+    workers that do not are named, exit 2, nothing written there or elsewhere."""
+    res, out, landed, _ = _job_on(cluster, tmp_path, field, True, code=2)
+    assert "OUTPUT must be on a file system every worker shares with this machine" in res.output
+    assert "2 of the cluster's 2 workers do not see the file" in res.output
+    for addr in cluster.scheduler_info()["workers"]:
+        assert addr in res.output
+    assert not out.exists() and litter(out.parent) == [] and landed == []
+
+
+@pytest.mark.parametrize("field", ["pos", "mass"])
+def test_a_worker_that_loses_output_during_the_job_fails_it(cluster, tmp_path, field):
+    """A worker that sees OUTPUT at the start and not when it writes (a mount lost) never makes
+    OUTPUT's folders on its own disk: the job fails naming it and the folder, nothing
+    committed, nothing written elsewhere; with every worker seeing OUTPUT the same job is
+    exact."""
+    res, out, landed, data = _job_on(cluster, tmp_path, field, False, code=1)
+    assert "does not see the folder" in res.output
+    assert "OUTPUT must be on a file system" in res.output
+    assert re.search(r"worker \S+ \(tcp://", res.output), res.output
+    assert not out.exists() and litter(out.parent) == [] and landed == []
+    run(tmp_path / "data" / "in.zarr", out, "--where", "mass > 5", "--fields", field,
+        "--scheduler", cluster.scheduler.address)
+    got = zarr.open_group(store=str(out), mode="r")[field][:]
+    np.testing.assert_array_equal(got, data[field][data["mass"] > 5])
+
+
+def test_a_refused_resume_keeps_the_interrupted_job(cluster, tmp_path):
+    """The check comes before the job touches its temporary group: a ``--resume`` refused
+    for workers that do not see OUTPUT leaves the interrupted job's group for a ``--resume``
+    once they do, which completes it exactly."""
+    from cli_helpers import kill_halfway
+
+    data = _particles(tmp_path / "in.zarr")
+    out_dir, elsewhere = tmp_path / "out", tmp_path / "elsewhere"
+    out_dir.mkdir()
+    elsewhere.mkdir()
+    out = out_dir / "sel.zarr"
+    args = ("--where", "mass > 5", "--fields", "pos", "--chunks", "1000")
+    kill_halfway(tmp_path, tmp_path / "in.zarr", out, *args, "--local", "threads", writes=2)
+    left = [n for n in litter(out_dir) if output.TMP_MARK in n]  # and the dead job's lock
+    assert len(left) == 1
+    cluster.run(_see_elsewhere, str(out_dir), str(elsewhere), True)
+    try:
+        res = run(tmp_path / "in.zarr", out, *args, "--resume", "--scheduler",
+                  cluster.scheduler.address, code=2)
+    finally:
+        cluster.run(_see_output_again)
+    assert "OUTPUT must be on a file system every worker shares" in res.output
+    assert [n for n in litter(out_dir) if output.TMP_MARK in n] == left and not out.exists()
+    res = run(tmp_path / "in.zarr", out, *args, "--resume", "--scheduler",
+              cluster.scheduler.address, "--json")
+    assert json.loads(res.stdout)["resumed_from_chunk"] > 0
+    got = zarr.open_group(store=str(out), mode="r")["pos"][:]
+    np.testing.assert_array_equal(got, data["pos"][data["mass"] > 5])
+    assert litter(out_dir) == []

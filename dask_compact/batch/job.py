@@ -23,6 +23,7 @@ from .manifest import Manifest
 from .output import Target, job_identity, marker
 from .plan import Layout
 from .runner import Runner
+from .shared import check_chunks_written, check_workers_see
 from .stream import Job, charge_threads, run_stream
 from .tasks import OutputArrays, peak_rss
 
@@ -171,8 +172,13 @@ def stream_and_commit(runner: Runner, target: Target, make_job: Callable[[], Job
     creates (or, resuming, reopens) the group and returns the job; the arrays ``names`` are
     cut to the selection; ``check_input()`` (:func:`input_unchanged`) runs before the commit;
     ``(job, selected, threads)``. Any failure or interrupt stops the tasks, removes the
-    temporary group and raises."""
+    temporary group and raises. On a cluster, a local OUTPUT must be seen by every worker
+    before anything runs (:func:`.shared.check_workers_see`: a refusal removes nothing, not
+    even a resumed job's group), and every chunk the job wrote must be in the temporary group
+    before the commit (:func:`.shared.check_chunks_written`)."""
     target.prepare()
+    if runner.client is not None and not target.url:
+        check_workers_see(runner.client, target.tmp)
     ex: Executor | None = None
     try:  # from here on, a failure removes the temporary group (and drains running tasks)
         job = make_job()
@@ -195,6 +201,9 @@ def stream_and_commit(runner: Runner, target: Target, make_job: Callable[[], Job
         if check_input is not None:
             check_input()
             marks["input_checked"] = time.perf_counter()
+        if not target.url and job.dest.direct:
+            check_chunks_written(target.tmp, names, total, job.layout.out_chunk, target.output)
+            marks["chunks_checked"] = time.perf_counter()
         cut(target.tmp, names, total)
         if job.manifest_dir is not None:  # saved at the job's first write, if it wrote any
             with contextlib.suppress(FileNotFoundError):

@@ -39,6 +39,7 @@ import click
 from . import manifest as manifest_io
 from .inputs import CACHE_PROTOCOLS, is_url, local, url_protocols
 from .manifest import Manifest
+from .shared import SHARED_CHECK
 from .signals import held, raise_if_interrupted, sigint_ignored
 
 TMP_MARK = ".dask-compact-tmp-"
@@ -359,7 +360,9 @@ class Target:
             self._cleaning(functools.partial(_remove, path), path,
                            "remove it yourself (a temporary or replaced output of dask "
                            "compact, not OUTPUT)")
-            say(f"removed {path}: the temporary output of an interrupted job{resumable}")
+            what = ("the workers' check file" if name.endswith(SHARED_CHECK)  # see .shared
+                    else "the temporary output")
+            say(f"removed {path}: {what} of an interrupted job{resumable}")
 
     def _cleaning(self, step: Callable[[], None], path: str, remedy: str) -> None:
         """``step()`` on ``path``, left beside OUTPUT by an earlier job, its failure a short

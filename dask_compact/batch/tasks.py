@@ -18,6 +18,7 @@ from . import early_read, staging
 from .executor import spare_threads
 from .host_buffers import piece_alloc, pin_in_place, thread_host, thread_pinned
 from .reader import Reader, ZarrChunkFiles
+from .shared import not_seen, open_chunk_file
 
 
 class ChunkError(RuntimeError):
@@ -354,6 +355,7 @@ def write_chunk(dest: OutputArrays, j: int, los: list[int], his: list[int], *pie
         if dest.direct:
             write_chunk_file(os.path.join(dest.store, name), j, data, dest.out_chunk)
         else:
+            _check_sees(dest.store, name)
             dest.array(name)[start : start + len(data)] = data
     return time.perf_counter() - t0, on_gpu
 
@@ -369,11 +371,16 @@ def write_chunk_file(array_dir: str, j: int, data: np.ndarray, chunk: int) -> No
         full[len(data) :] = 0
         data = full
     encoded = zstd_encode(np.ascontiguousarray(data), spare_threads())
-    path = os.path.join(array_dir, "c", str(j), *["0"] * (data.ndim - 1))
-    if data.ndim > 1:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "wb") as f:
+    # never makes the array's folders: a worker that does not see them fails, named (.shared)
+    with open_chunk_file(array_dir, "/".join(["c", str(j), *["0"] * (data.ndim - 1)])) as f:
         f.write(encoded)
+
+
+def _check_sees(store: str, name: str) -> None:
+    """Before zarr writes a chunk of the local array ``name`` (zarr makes the folders it
+    writes into): fail, naming this worker, where it does not see the array's folder."""
+    if "://" not in store and not os.path.isdir(os.path.join(store, name)):
+        raise not_seen(os.path.join(store, name))
 
 
 MAX_ENCODE_THREADS = 4  # zstd's multi-threaded encoder gained nothing beyond 4 on 128 MiB
@@ -447,7 +454,7 @@ def write_chunk_file_gpu(array_dir: str, j: int, parts: list[Any], chunk: int) -
             full[at:] = 0
             cupy.cuda.get_current_stream().synchronize()  # the encoder runs on another stream
         frames = encode(full)
-        with open(os.path.join(array_dir, "c", str(j)), "wb") as f:
+        with open_chunk_file(array_dir, f"c/{j}") as f:
             f.write(frames.data)
 
 
