@@ -43,9 +43,11 @@ from __future__ import annotations
 
 import asyncio
 import pickle
+import threading
 import time
 import uuid
 import weakref
+from time import monotonic  # not time.monotonic: a test replaces this module's time
 from typing import Any
 
 import dask
@@ -314,6 +316,65 @@ CONNECT_TIMEOUT = 5.0
 LIVENESS_CHECK_AFTER = 0.05
 
 
+# Seconds a worker that the client could not connect to, while the scheduler still counted it
+# as one of its own, is left to the tasks before the direct path tries it again. A client
+# that reaches only the scheduler (an SSH tunnel, a gateway: the workers' addresses are not
+# routable from it) waited CONNECT_TIMEOUT on every call, 5.0 s against 0.1 s for plain
+# Dask (2026-11-30, a probe): now it pays it once, then once per worker address and this
+# interval. A worker that answers again (a restart at the same address, a passing stall of
+# its event loop) is asked again after it; a new worker, at a new address, at once.
+UNREACHABLE_RETRY = 300.0
+
+
+class _Reach:
+    """What one client learned of its direct connections to workers: the addresses it could
+    not connect to while the scheduler had them (-> when), and whether it ever connected to
+    one. Where it never did, a failure stands for every worker (the tunnel's case: a worker
+    that joins later is no more reachable)."""
+
+    def __init__(self) -> None:
+        self.failed: dict[str, float] = {}
+        self.reached = False
+
+    def blocks(self, addresses: Any, now: float) -> bool:
+        """Whether a call asking ``addresses`` should go to the tasks at once."""
+        recent = {a for a, t in self.failed.items() if now - t < UNREACHABLE_RETRY}
+        if not self.reached and recent:
+            return True
+        return any(a in recent for a in addresses)
+
+
+_reach_lock = threading.Lock()
+_reach: weakref.WeakKeyDictionary[Any, _Reach] = weakref.WeakKeyDictionary()
+
+
+def _reach_of(client: Any) -> _Reach:
+    with _reach_lock:
+        state = _reach.get(client)
+        if state is None:
+            state = _reach[client] = _Reach()
+        return state
+
+
+def _unreachable(client: Any, addresses: Any) -> bool:
+    """Whether the direct path should not ask ``addresses`` for ``client`` now: one of them (or,
+    for a client that never connected to a worker, any worker) could not be connected to
+    within the last :data:`UNREACHABLE_RETRY` seconds though the scheduler had it."""
+    with _reach_lock:
+        state = _reach.get(client)
+        return state is not None and state.blocks(addresses, monotonic())
+
+
+def _note_connected(client: Any, addr: str) -> None:
+    state = _reach_of(client)
+    state.reached = True
+    state.failed.pop(addr, None)
+
+
+def _note_unreachable(client: Any, addr: str) -> None:
+    _reach_of(client).failed[addr] = monotonic()
+
+
 def _connect_timeout() -> float:
     from dask.utils import parse_timedelta
 
@@ -349,8 +410,12 @@ async def _connect(client: Any, addr: str, timeout: float) -> Any:
         known = True
     if not known:
         connecting.cancel()
-        raise OSError(f"worker {addr} is no longer in the cluster")
+        raise _Gone(f"worker {addr} is no longer in the cluster")
     return await connecting
+
+
+class _Gone(OSError):
+    """The worker a connect was for is no longer one of the scheduler's."""
 
 
 def _quiet(future: Any) -> None:
@@ -376,7 +441,10 @@ async def _ask(client: Any, requests: dict) -> dict:
         try:
             comm = await _connect(client, addr, timeout)
         except Exception as e:  # noqa: BLE001 -- a lost worker: fall back
+            if not isinstance(e, _Gone) and await _still_a_worker(client, addr):
+                _note_unreachable(client, addr)  # alive, yet not reachable from here
             return e
+        _note_connected(client, addr)
         try:
             return await send_recv(comm=comm, op=SERVE, request=request)
         except Exception as e:  # noqa: BLE001 -- a lost worker, a missing handler: fall back
@@ -386,6 +454,16 @@ async def _ask(client: Any, requests: dict) -> dict:
 
     answers = await asyncio.gather(*(one(a, r) for a, r in requests.items()))
     return dict(zip(requests, answers))
+
+
+async def _still_a_worker(client: Any, addr: str) -> bool:
+    """After a failed connect: whether the scheduler still has the worker at ``addr`` (then
+    the client cannot reach it; a worker killed meanwhile is gone from the scheduler by the
+    time the connect gives up, its stream to it closed). False where it does not answer."""
+    try:
+        return bool(await client._run_on_scheduler(_is_worker, addr))
+    except Exception:  # noqa: BLE001 -- no answer: nothing learned
+        return False
 
 
 def _shared(plan: Any) -> bytes:
@@ -512,12 +590,20 @@ def run(plan: Any, blocks: list, meta: dict[str, Any]) -> dict[str, da.Array] | 
         # kernel's order (not repeatable) a remade pair would no longer match
         return None
     client = blocks[0].client
+    if getattr(client, "direct_to_workers", None) is False:
+        # distributed's own switch for a client that cannot (or must not) connect to the
+        # workers (``Client(direct_to_workers=False)``, ``distributed.client.direct-to-workers``):
+        # its gather and scatter go through the scheduler, and so does this call, as tasks.
+        # Its default, None, leaves the direct path on.
+        return None
     if not hasattr(client, "rpc") or not _ready(client):
         return None
     keys = plan.block_keys()
     holders, nthreads, rootish, limits = placement(client, keys, blocks)
     if any(h is None for h in holders):
         return None
+    if _unreachable(client, set(holders)):
+        return None  # a holder this client could not connect to, lately: see UNREACHABLE_RETRY
     nbytes = plan.host_nbytes
     if over_budget(holders, nthreads, nbytes, limits):
         # A worker holds every input and output of its share of the call at once here; past

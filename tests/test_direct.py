@@ -472,3 +472,98 @@ def test_a_placement_with_a_chunk_held_nowhere_is_asked_again(client, monkeypatc
     assert len(asked) == 2 and "direct" in second.name, (asked, second.name)
     for got in (first, second):
         np.testing.assert_array_equal(got.compute(), a[a < 0.6])
+
+
+def _unreachable_from_here(client, monkeypatch, victims: set) -> list:
+    """The client's connects to ``victims`` fail as from behind an SSH tunnel or a gateway
+    (the scheduler reachable, the workers' addresses not): each waits out the connect timeout
+    (2 s here) and raises, while the scheduler still has the worker. Returns the addresses
+    tried, one entry a connect."""
+    import asyncio
+    import weakref
+
+    monkeypatch.setattr(direct, "_reach", weakref.WeakKeyDictionary())  # this test's own
+    monkeypatch.setattr(direct, "CONNECT_TIMEOUT", 2.0)
+    pool = client.rpc
+    real = pool.connect
+    tried: list = []
+
+    async def connect(addr, timeout=None):
+        if addr in victims:
+            tried.append(addr)
+            await asyncio.sleep(timeout)
+            raise OSError(f"Timed out trying to connect to {addr} after {timeout} s")
+        return await real(addr, timeout=timeout)
+
+    monkeypatch.setattr(pool, "connect", connect)
+    return tried
+
+
+def test_a_worker_the_client_cannot_reach_costs_the_connect_timeout_once(client, monkeypatch):
+    """A client that reaches only the scheduler waited the whole connect timeout (5 s) on
+    every call, plain Dask 0.1 s (a probe, 2026-11-30): the scheduler said the worker was
+    alive, and nothing remembered the failure. Now the first call pays it and falls back to
+    the tasks; the next ones take the tasks at once, without a connect to that worker; after
+    ``UNREACHABLE_RETRY`` it is asked again (direct, once reachable). Exact throughout."""
+    a = np.random.default_rng(13).random(20_011)
+    x = _layout(client, a, 1_000, "round-robin")
+    victim = sorted(client.nthreads())[0]
+    tried = _unreachable_from_here(client, monkeypatch, {victim})
+    for t in (0.4, 0.5, 0.6):
+        start = time.perf_counter()
+        got = x.map_compact(f"x < {t}")
+        took = time.perf_counter() - start
+        assert "-direct-" not in got.name
+        np.testing.assert_array_equal(got.compute(), a[a < t])
+        if t == 0.4:
+            assert took >= 1.9, took  # the first pays the timeout
+        else:
+            assert took < 1.5, f"the call took {took:.2f} s"
+    assert tried == [victim]
+    monkeypatch.setattr(client.rpc, "connect", type(client.rpc).connect.__get__(client.rpc))
+    monkeypatch.setattr(direct, "UNREACHABLE_RETRY", 0.0)
+    got = x.map_compact("x < 0.7")
+    assert "-direct-" in got.name
+    np.testing.assert_array_equal(got.compute(), a[a < 0.7])
+
+
+def test_a_client_that_reached_no_worker_sends_every_call_to_the_tasks():
+    """Where no direct connect of a client ever succeeded, a failure stands for every
+    worker (a worker that joins later behind the same tunnel is no more reachable); where
+    one did, only the address that failed is left to the tasks, for ``UNREACHABLE_RETRY``."""
+    reach = direct._Reach()
+    assert not reach.blocks({"tcp://a:1"}, 100.0)
+    reach.failed["tcp://a:1"] = 100.0
+    assert reach.blocks({"tcp://b:1"}, 101.0)
+    reach.reached = True
+    assert not reach.blocks({"tcp://b:1"}, 101.0)
+    assert reach.blocks({"tcp://a:1", "tcp://b:1"}, 101.0)
+    assert not reach.blocks({"tcp://a:1"}, 100.0 + direct.UNREACHABLE_RETRY)
+
+
+def test_a_client_made_with_direct_to_workers_false_takes_the_tasks(client, monkeypatch):
+    """``Client(direct_to_workers=False)`` (distributed's setting for a client that cannot
+    connect to the workers) was ignored: the call connected to them anyway. Now it runs as
+    tasks, without asking any worker; exact."""
+    from distributed import Client
+
+    asked = []
+    real = direct._ask
+
+    async def ask(c, requests):
+        asked.append(sorted(requests))
+        return await real(c, requests)
+
+    monkeypatch.setattr(direct, "_ask", ask)
+    a = np.random.default_rng(14).random(10_007)
+    with Client(client.scheduler.address, direct_to_workers=False,
+                set_as_default=False) as tunnelled:
+        x = tunnelled.persist(da.from_array(a, chunks=1_000))
+        wait(x)
+        v, i = x.map_compact("x > 0.25", output="both")
+        assert "-direct-" not in v.name and not asked
+        got_v, got_i = tunnelled.compute([v, i], sync=True)
+    m = a > 0.25
+    np.testing.assert_array_equal(got_v, a[m])
+    np.testing.assert_array_equal(got_i, np.flatnonzero(m))
+
