@@ -218,7 +218,20 @@ def _bounds(n: int, parts: int) -> list[int]:
     return [n * k // parts for k in range(parts + 1)]
 
 
+# A worker's answer where dask_compact does not import there (:func:`_plugin_class`)
+NOT_INSTALLED = "not-installed"
+
+
 def _plugin_class() -> type:
+    """The workers' plugin class, sent by value (a class local to this function), whose
+    unpickling and setup need only distributed: dask_compact is imported in ``setup``.
+
+    Why: the scheduler sends its worker plugins to every worker, those that join later too.
+    Where the class was unpickled by reference to this module, a worker without dask_compact
+    could not load it: the registration failed, and a worker that joined later failed to
+    start (2026-11-30, a probe: the scheduler keeps the plugin). Now such a worker takes it,
+    keeps serving its other work, and answers a direct call with :data:`NOT_INSTALLED` and
+    the import's error, which the client raises naming the worker (:func:`_exchange`)."""
     from distributed.diagnostics.plugin import WorkerPlugin
 
     class DirectPhase1(WorkerPlugin):
@@ -229,6 +242,14 @@ def _plugin_class() -> type:
 
         def setup(self, worker: Any) -> None:
             self.worker = worker
+            self.serve = None
+            self.missing = ""
+            try:
+                from dask_compact.direct import _serve
+            except Exception as e:  # noqa: BLE001 -- never fail the worker's start
+                self.missing = f"{type(e).__name__}: {e}"
+            else:
+                self.serve = _serve
             worker.handlers[SERVE] = self.dask_compact_phase1
 
         def teardown(self, worker: Any) -> None:
@@ -236,7 +257,9 @@ def _plugin_class() -> type:
 
         # named methods: the server logs a handler by its __name__
         async def dask_compact_phase1(self, request: dict) -> dict:
-            return await _serve(self.worker, request)
+            if self.serve is None:
+                return {"status": NOT_INSTALLED, "error": self.missing}
+            return await self.serve(self.worker, request)
 
     return DirectPhase1
 
@@ -499,11 +522,30 @@ async def _exchange(client: Any, asked: dict, shared: bytes) -> dict | None:
             await client._run_on_scheduler(_unregister, keys, client.id)
         except Exception:  # noqa: BLE001 -- a scheduler gone took them with it
             pass
+        _raise_not_installed(answers)
         return None
     counts: dict[int, int] = {}
     for addr in ok:
         counts.update((ks[0][1], int(c)) for ks, c in zip(parts[addr], ok[addr]["counts"]))
     return counts
+
+
+class WorkerWithoutDaskCompact(ImportError):
+    """A worker the call needs cannot import dask_compact."""
+
+
+def _raise_not_installed(answers: dict) -> None:
+    """Raise :class:`WorkerWithoutDaskCompact` naming the workers that answered
+    :data:`NOT_INSTALLED`: the tasks the call would fall back to cannot run there either
+    (they raised the bare ``ModuleNotFoundError`` of a task on that worker)."""
+    missing = {a: r.get("error", "") for a, r in answers.items()
+               if isinstance(r, dict) and r.get("status") == NOT_INSTALLED}
+    if missing:
+        first, error = sorted(missing.items())[0]
+        others = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+        raise WorkerWithoutDaskCompact(
+            f"worker {first}{others} cannot import dask_compact ({error}): install "
+            f"dask-compact, the same version as the client's, on every worker")
 
 
 def _unregister(keys: list, client: str, dask_scheduler: Any = None) -> None:

@@ -567,3 +567,39 @@ def test_a_client_made_with_direct_to_workers_false_takes_the_tasks(client, monk
     np.testing.assert_array_equal(got_v, a[m])
     np.testing.assert_array_equal(got_i, np.flatnonzero(m))
 
+
+def test_workers_without_dask_compact_keep_working_and_a_call_needing_one_names_it(tmp_path):
+    """The workers' plugin was unpickled by reference to dask_compact: a worker without the
+    package failed the registration (the calls ran as tasks; a probe saw that worker removed,
+    its data lost) and, the scheduler keeping the plugin, a worker without it that joined
+    later failed to start. Now both take it and keep their data; calls over input held
+    elsewhere are direct and exact; one over input such a worker holds raises naming it and
+    what to install (the tasks would fail there with a bare ModuleNotFoundError)."""
+    from cluster_helpers import worker_named, worker_process
+    from conftest import local_process_cluster
+
+    a = np.random.default_rng(15).random(8_009)
+    with local_process_cluster(1) as c:
+        good = next(iter(c.nthreads()))
+        address = c.scheduler.address
+        with worker_process(address, tmp_path, "bare-1", without_dask_compact=True):
+            first = worker_named(c, "bare-1")
+            data = c.scatter(np.arange(10), workers=[first])
+            x = c.persist(da.from_array(a, chunks=1_000), workers=[good])
+            wait(x)
+            got = x.map_compact("x < 0.3")  # the plugin's first registration
+            assert "-direct-" in got.name
+            np.testing.assert_array_equal(got.compute(), a[a < 0.3])
+            with worker_process(address, tmp_path, "bare-2", without_dask_compact=True):
+                later = worker_named(c, "bare-2")  # joins with the plugin on the scheduler
+                got = x.map_compact("x < 0.4")
+                assert "-direct-" in got.name
+                np.testing.assert_array_equal(got.compute(), a[a < 0.4])
+                assert {first, later} <= set(c.nthreads())
+                np.testing.assert_array_equal(data.result(timeout=10), np.arange(10))
+                y = c.persist(da.from_array(a, chunks=999), workers=[later])  # not x's keys
+                wait(y)
+                with pytest.raises(direct.WorkerWithoutDaskCompact,
+                                   match=f"worker {later} cannot import dask_compact .*"
+                                         "install dask-compact.* on every worker"):
+                    y.map_compact("x < 0.5")
