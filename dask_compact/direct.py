@@ -372,11 +372,11 @@ _reach: weakref.WeakKeyDictionary[Any, _Reach] = weakref.WeakKeyDictionary()
 
 
 def _reach_of(client: Any) -> _Reach:
-    with _reach_lock:
-        state = _reach.get(client)
-        if state is None:
-            state = _reach[client] = _Reach()
-        return state
+    """``client``'s entry (made on first use); the caller holds :data:`_reach_lock`."""
+    state = _reach.get(client)
+    if state is None:
+        state = _reach[client] = _Reach()
+    return state
 
 
 def _unreachable(client: Any, addresses: Any) -> bool:
@@ -389,13 +389,15 @@ def _unreachable(client: Any, addresses: Any) -> bool:
 
 
 def _note_connected(client: Any, addr: str) -> None:
-    state = _reach_of(client)
-    state.reached = True
-    state.failed.pop(addr, None)
+    with _reach_lock:  # the client's loop writes, a caller's thread reads (_unreachable)
+        state = _reach_of(client)
+        state.reached = True
+        state.failed.pop(addr, None)
 
 
 def _note_unreachable(client: Any, addr: str) -> None:
-    _reach_of(client).failed[addr] = monotonic()
+    with _reach_lock:
+        _reach_of(client).failed[addr] = monotonic()
 
 
 def _connect_timeout() -> float:
