@@ -153,10 +153,12 @@ class BoundedCache(Generic[K, V]):
             return value
 
     def put(self, key: K, value: V) -> None:
+        # read first: a bad setting raises before anything is stored (read after, it raised
+        # once and the entry stayed, so the next call ran with the setting unchecked)
+        limit = memory_entries()
         with self.lock:
             self._items[key] = value
             self._items.move_to_end(key)
-            limit = memory_entries()
             while len(self._items) > limit:
                 old_key, old = self._items.popitem(last=False)
                 self.evictions += 1

@@ -43,9 +43,11 @@ from __future__ import annotations
 
 import asyncio
 import pickle
+import threading
 import time
 import uuid
 import weakref
+from time import monotonic  # not time.monotonic: a test replaces this module's time
 from typing import Any
 
 import dask
@@ -225,7 +227,20 @@ def _bounds(n: int, parts: int) -> list[int]:
     return [n * k // parts for k in range(parts + 1)]
 
 
+# A worker's answer where dask_compact does not import there (:func:`_plugin_class`)
+NOT_INSTALLED = "not-installed"
+
+
 def _plugin_class() -> type:
+    """The workers' plugin class, sent by value (a class local to this function), whose
+    unpickling and setup need only distributed: dask_compact is imported in ``setup``.
+
+    Why: the scheduler sends its worker plugins to every worker, those that join later too.
+    Where the class was unpickled by reference to this module, a worker without dask_compact
+    could not load it: the registration failed, and a worker that joined later failed to
+    start (2026-11-30, a probe: the scheduler keeps the plugin). Now such a worker takes it,
+    keeps serving its other work, and answers a direct call with :data:`NOT_INSTALLED` and
+    the import's error, which the client raises naming the worker (:func:`_exchange`)."""
     from distributed.diagnostics.plugin import WorkerPlugin
 
     class DirectPhase1(WorkerPlugin):
@@ -236,6 +251,14 @@ def _plugin_class() -> type:
 
         def setup(self, worker: Any) -> None:
             self.worker = worker
+            self.serve = None
+            self.missing = ""
+            try:
+                from dask_compact.direct import _serve
+            except Exception as e:  # noqa: BLE001 -- never fail the worker's start
+                self.missing = f"{type(e).__name__}: {e}"
+            else:
+                self.serve = _serve
             worker.handlers[SERVE] = self.dask_compact_phase1
 
         def teardown(self, worker: Any) -> None:
@@ -243,7 +266,9 @@ def _plugin_class() -> type:
 
         # named methods: the server logs a handler by its __name__
         async def dask_compact_phase1(self, request: dict) -> dict:
-            return await _serve(self.worker, request)
+            if self.serve is None:
+                return {"status": NOT_INSTALLED, "error": self.missing}
+            return await self.serve(self.worker, request)
 
     return DirectPhase1
 
@@ -323,6 +348,67 @@ CONNECT_TIMEOUT = 5.0
 LIVENESS_CHECK_AFTER = 0.05
 
 
+# Seconds a worker that the client could not connect to, while the scheduler still counted it
+# as one of its own, is left to the tasks before the direct path tries it again. A client
+# that reaches only the scheduler (an SSH tunnel, a gateway: the workers' addresses are not
+# routable from it) waited CONNECT_TIMEOUT on every call, 5.0 s against 0.1 s for plain
+# Dask (2026-11-30, a probe): now it pays it once, then once per worker address and this
+# interval. A worker that answers again (a restart at the same address, a passing stall of
+# its event loop) is asked again after it; a new worker, at a new address, at once.
+UNREACHABLE_RETRY = 300.0
+
+
+class _Reach:
+    """What one client learned of its direct connections to workers: the addresses it could
+    not connect to while the scheduler had them (-> when), and whether it ever connected to
+    one. Where it never did, a failure stands for every worker (the tunnel's case: a worker
+    that joins later is no more reachable)."""
+
+    def __init__(self) -> None:
+        self.failed: dict[str, float] = {}
+        self.reached = False
+
+    def blocks(self, addresses: Any, now: float) -> bool:
+        """Whether a call asking ``addresses`` should go to the tasks at once."""
+        recent = {a for a, t in self.failed.items() if now - t < UNREACHABLE_RETRY}
+        if not self.reached and recent:
+            return True
+        return any(a in recent for a in addresses)
+
+
+_reach_lock = threading.Lock()
+_reach: weakref.WeakKeyDictionary[Any, _Reach] = weakref.WeakKeyDictionary()
+
+
+def _reach_of(client: Any) -> _Reach:
+    """``client``'s entry (made on first use); the caller holds :data:`_reach_lock`."""
+    state = _reach.get(client)
+    if state is None:
+        state = _reach[client] = _Reach()
+    return state
+
+
+def _unreachable(client: Any, addresses: Any) -> bool:
+    """Whether the direct path should not ask ``addresses`` for ``client`` now: one of them (or,
+    for a client that never connected to a worker, any worker) could not be connected to
+    within the last :data:`UNREACHABLE_RETRY` seconds though the scheduler had it."""
+    with _reach_lock:
+        state = _reach.get(client)
+        return state is not None and state.blocks(addresses, monotonic())
+
+
+def _note_connected(client: Any, addr: str) -> None:
+    with _reach_lock:  # the client's loop writes, a caller's thread reads (_unreachable)
+        state = _reach_of(client)
+        state.reached = True
+        state.failed.pop(addr, None)
+
+
+def _note_unreachable(client: Any, addr: str) -> None:
+    with _reach_lock:
+        _reach_of(client).failed[addr] = monotonic()
+
+
 def _connect_timeout() -> float:
     from dask.utils import parse_timedelta
 
@@ -358,8 +444,12 @@ async def _connect(client: Any, addr: str, timeout: float) -> Any:
         known = True
     if not known:
         connecting.cancel()
-        raise OSError(f"worker {addr} is no longer in the cluster")
+        raise _Gone(f"worker {addr} is no longer in the cluster")
     return await connecting
+
+
+class _Gone(OSError):
+    """The worker a connect was for is no longer one of the scheduler's."""
 
 
 def _quiet(future: Any) -> None:
@@ -385,7 +475,10 @@ async def _ask(client: Any, requests: dict) -> dict:
         try:
             comm = await _connect(client, addr, timeout)
         except Exception as e:  # noqa: BLE001 -- a lost worker: fall back
+            if not isinstance(e, _Gone) and await _still_a_worker(client, addr):
+                _note_unreachable(client, addr)  # alive, yet not reachable from here
             return e
+        _note_connected(client, addr)
         try:
             return await send_recv(comm=comm, op=SERVE, request=request)
         except Exception as e:  # noqa: BLE001 -- a lost worker, a missing handler: fall back
@@ -395,6 +488,16 @@ async def _ask(client: Any, requests: dict) -> dict:
 
     answers = await asyncio.gather(*(one(a, r) for a, r in requests.items()))
     return dict(zip(requests, answers))
+
+
+async def _still_a_worker(client: Any, addr: str) -> bool:
+    """After a failed connect: whether the scheduler still has the worker at ``addr`` (then
+    the client cannot reach it; a worker killed meanwhile is gone from the scheduler by the
+    time the connect gives up, its stream to it closed). False where it does not answer."""
+    try:
+        return bool(await client._run_on_scheduler(_is_worker, addr))
+    except Exception:  # noqa: BLE001 -- no answer: nothing learned
+        return False
 
 
 def _shared(plan: Any) -> bytes:
@@ -430,11 +533,30 @@ async def _exchange(client: Any, asked: dict, shared: bytes) -> dict | None:
             await client._run_on_scheduler(_unregister, keys, client.id)
         except Exception:  # noqa: BLE001 -- a scheduler gone took them with it
             pass
+        _raise_not_installed(answers)
         return None
     counts: dict[int, int] = {}
     for addr in ok:
         counts.update((ks[0][1], int(c)) for ks, c in zip(parts[addr], ok[addr]["counts"]))
     return counts
+
+
+class WorkerWithoutDaskCompact(ImportError):
+    """A worker the call needs cannot import dask_compact."""
+
+
+def _raise_not_installed(answers: dict) -> None:
+    """Raise :class:`WorkerWithoutDaskCompact` naming the workers that answered
+    :data:`NOT_INSTALLED`: the tasks the call would fall back to cannot run there either
+    (they raised the bare ``ModuleNotFoundError`` of a task on that worker)."""
+    missing = {a: r.get("error", "") for a, r in answers.items()
+               if isinstance(r, dict) and r.get("status") == NOT_INSTALLED}
+    if missing:
+        first, error = sorted(missing.items())[0]
+        others = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+        raise WorkerWithoutDaskCompact(
+            f"worker {first}{others} cannot import dask_compact ({error}): install "
+            f"dask-compact, the same version as the client's, on every worker")
 
 
 def _unregister(keys: list, client: str, dask_scheduler: Any = None) -> None:
@@ -522,12 +644,20 @@ def run(plan: Any, blocks: list, meta: dict[str, Any]) -> dict[str, da.Array] | 
         # kernel's order (not repeatable) a remade pair would no longer match
         return None
     client = blocks[0].client
+    if getattr(client, "direct_to_workers", None) is False:
+        # distributed's own switch for a client that cannot (or must not) connect to the
+        # workers (``Client(direct_to_workers=False)``, ``distributed.client.direct-to-workers``):
+        # its gather and scatter go through the scheduler, and so does this call, as tasks.
+        # Its default, None, leaves the direct path on.
+        return None
     if not hasattr(client, "rpc") or not _ready(client):
         return None
     keys = plan.block_keys()
     holders, nthreads, rootish, limits = placement(client, keys, blocks)
     if any(h is None for h in holders):
         return None
+    if _unreachable(client, set(holders)):
+        return None  # a holder this client could not connect to, lately: see UNREACHABLE_RETRY
     nbytes = plan.host_nbytes
     if over_budget(holders, nthreads, nbytes, limits):
         # A worker holds every input and output of its share of the call at once here; past

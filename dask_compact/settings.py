@@ -165,11 +165,36 @@ def get(key: str) -> Any:
     parse, expected = KINDS[key]
     parsed = parse(value)
     if parsed is None:
+        worker = _worker_here()
+        where = (f" on the dask worker {worker}, which reads its own settings (the "
+                 f"client's may differ)" if worker else "")
+        there = " in that worker's process" if worker else ""
         raise SettingError(
-            f"the setting dask-compact.{key} is {value!r}; it takes {expected} (default "
-            f"{default!r}). Change it where it is set: dask.config.set, a YAML file in "
-            f"~/.config/dask, or the environment variable {env_name(key)}")
+            f"the setting dask-compact.{key} is {value!r}{where}; it takes {expected} "
+            f"(default {default!r}). Change it where it is set{there}: dask.config.set, a "
+            f"YAML file in ~/.config/dask, or the environment variable {env_name(key)}")
     return parsed
+
+
+def _worker_here() -> str:
+    """Which dask worker this process is (address, name and pid), or "" where none runs
+    here: a setting is read where it is used, often on a worker, whose environment and
+    config files are its own. Before (2026-11-30, a probe: ``DASK_DASK_COMPACT__CACHE__
+    MEMORY_ENTRIES=abc`` in one worker's environment), the error told the user to change
+    it "where it is set", and the client had no such setting."""
+    workers = sys.modules.get("distributed.worker")  # no worker without it: nothing imported
+    if workers is None:
+        return ""
+    clients = sys.modules.get("distributed.client")
+    if clients is not None and getattr(clients, "_get_global_client", lambda: None)():
+        return ""  # the client's own process (a threaded LocalCluster): its setting
+    try:
+        worker = workers.get_worker()  # a task's worker
+    except ValueError:  # a worker's event loop or executor outside a task, or no worker
+        worker = next(iter(list(getattr(workers.Worker, "_instances", ()))), None)
+    if worker is None:
+        return ""
+    return f"{worker.address} (name {worker.name}, pid {os.getpid()})"
 
 
 def check() -> None:

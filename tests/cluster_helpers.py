@@ -71,3 +71,52 @@ def rechunk_placed_by_data(client, monkeypatch, arr, marker: str):
              for s in t["startstops"] if s["action"] == "transfer"}
     assert moved <= {"merge"}, moved
     return r
+
+
+@contextlib.contextmanager
+def worker_process(scheduler: str, folder, name: str, env: dict | None = None,
+                   without_dask_compact: bool = False) -> Iterator:
+    """A ``dask worker`` process (one worker, one thread, no nanny) named ``name`` joining
+    ``scheduler``, with ``env`` added to this process's environment, as a worker started on
+    another machine; ``without_dask_compact``: its ``import dask_compact`` fails as where
+    the package is not installed (a package of that name first on its path raising
+    ModuleNotFoundError). Yields the Popen; stopped (its process group) at the end."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, **(env or {})}
+    if without_dask_compact:
+        shim = folder / "hide-dask-compact" / "dask_compact"
+        shim.mkdir(parents=True, exist_ok=True)
+        (shim / "__init__.py").write_text(
+            "raise ModuleNotFoundError(\"No module named 'dask_compact'\", name='dask_compact')\n")
+        env["PYTHONPATH"] = os.pathsep.join(
+            [str(shim.parent), *filter(None, [env.get("PYTHONPATH")])])
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "distributed.cli.dask_worker", scheduler, "--name", name,
+         "--nthreads", "1", "--no-nanny", "--no-dashboard", "--memory-limit", "0"],
+        cwd=folder, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL)
+    try:
+        yield proc
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def worker_named(client, name: str, timeout: float = 30) -> str:
+    """The address of the worker called ``name``, once it has joined."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for addr, info in client.scheduler_info(n_workers=-1)["workers"].items():
+            if info.get("name") == name:
+                return addr
+        time.sleep(0.1)
+    raise TimeoutError(f"worker {name} did not join within {timeout:g} s")

@@ -437,6 +437,65 @@ def test_device_gpu_on_a_cluster_without_gpus_is_refused_before_the_job(npy, tmp
     np.testing.assert_array_equal(read_group(out)[1]["values"], a[a > 0.25])
 
 
+def _lacks_dask_compact():
+    raise ModuleNotFoundError("No module named 'dask_compact'")
+
+
+def test_a_cluster_whose_workers_lack_dask_compact_is_one_error_line(npy, tmp_path,
+                                                                     monkeypatch):
+    """On a cluster whose workers cannot import dask_compact the job ended with exit 1 and
+    distributed's traceback of ~50 lines from the GPU check (``client.run(why_no_gpu)``,
+    ending in ModuleNotFoundError; a probe, 2026-11-30). Now one ``Error:`` line naming the
+    workers and what to install, exit 1 (the cluster, not the command line, is at fault);
+    nothing written."""
+    from distributed import LocalCluster
+
+    from dask_compact.batch import runner
+
+    path, _ = npy
+    out = tmp_path / "o.zarr"
+    monkeypatch.setattr(runner, "why_no_gpu", _lacks_dask_compact)  # runs on the workers
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                      dashboard_address=":0") as cluster:
+        res = run(path, out, "-w", "x > 0.25", "--scheduler", cluster.scheduler_address,
+                  code=1)
+        workers = sorted(cluster.scheduler_info["workers"])
+    lines = res.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: "), res.output
+    assert (f"2 of the cluster's 2 workers ({', '.join(workers)}) cannot import dask_compact "
+            "(No module named 'dask_compact')" in lines[0]), lines[0]
+    assert "install dask-compact" in lines[0] and "on every worker" in lines[0], lines[0]
+    assert not out.exists() and not litter(tmp_path)
+
+
+def test_a_worker_without_dask_compact_stops_a_cpu_job_before_it_starts(npy, tmp_path):
+    """``--device cpu`` asks the workers nothing about GPUs: the job started, and failed
+    where one of its tasks landed on that worker (``job failed: ModuleNotFoundError``), by
+    the luck of placement (here its one chunk went to the other worker: exit 0). Every job
+    on a cluster now first checks that its workers import dask_compact: one line naming the
+    worker without it, exit 1."""
+    from cluster_helpers import worker_named, worker_process
+    from distributed import Client, LocalCluster
+
+    path, _ = npy
+    out = tmp_path / "o.zarr"
+    with (
+        LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
+                     dashboard_address=":0") as cluster,
+        Client(cluster, set_as_default=False) as client,
+        worker_process(cluster.scheduler_address, tmp_path, "bare",
+                       without_dask_compact=True),
+    ):  # fmt: skip
+        bare = worker_named(client, "bare")
+        res = run(path, out, "-w", "x > 0.25", "--scheduler", cluster.scheduler_address,
+                  "--device", "cpu", code=1)
+    assert res.output.strip() == (
+        f"Error: worker {bare} cannot import dask_compact (ModuleNotFoundError(\"No module "
+        "named 'dask_compact'\")): install dask-compact, the version this command runs, on "
+        "every worker of the cluster"), res.output
+    assert not out.exists()
+
+
 def test_local_processes_cluster(npy, tmp_path):
     path, a = npy
     out = tmp_path / "o.zarr"

@@ -472,3 +472,134 @@ def test_a_placement_with_a_chunk_held_nowhere_is_asked_again(client, monkeypatc
     assert len(asked) == 2 and "direct" in second.name, (asked, second.name)
     for got in (first, second):
         np.testing.assert_array_equal(got.compute(), a[a < 0.6])
+
+
+def _unreachable_from_here(client, monkeypatch, victims: set) -> list:
+    """The client's connects to ``victims`` fail as from behind an SSH tunnel or a gateway
+    (the scheduler reachable, the workers' addresses not): each waits out the connect timeout
+    (2 s here) and raises, while the scheduler still has the worker. Returns the addresses
+    tried, one entry a connect."""
+    import asyncio
+    import weakref
+
+    monkeypatch.setattr(direct, "_reach", weakref.WeakKeyDictionary())  # this test's own
+    monkeypatch.setattr(direct, "CONNECT_TIMEOUT", 2.0)
+    pool = client.rpc
+    real = pool.connect
+    tried: list = []
+
+    async def connect(addr, timeout=None):
+        if addr in victims:
+            tried.append(addr)
+            await asyncio.sleep(timeout)
+            raise OSError(f"Timed out trying to connect to {addr} after {timeout} s")
+        return await real(addr, timeout=timeout)
+
+    monkeypatch.setattr(pool, "connect", connect)
+    return tried
+
+
+def test_a_worker_the_client_cannot_reach_costs_the_connect_timeout_once(client, monkeypatch):
+    """A client that reaches only the scheduler waited the whole connect timeout (5 s) on
+    every call, plain Dask 0.1 s (a probe, 2026-11-30): the scheduler said the worker was
+    alive, and nothing remembered the failure. Now the first call pays it and falls back to
+    the tasks; the next ones take the tasks at once, without a connect to that worker; after
+    ``UNREACHABLE_RETRY`` it is asked again (direct, once reachable). Exact throughout."""
+    a = np.random.default_rng(13).random(20_011)
+    x = _layout(client, a, 1_000, "round-robin")
+    victim = sorted(client.nthreads())[0]
+    tried = _unreachable_from_here(client, monkeypatch, {victim})
+    for t in (0.4, 0.5, 0.6):
+        start = time.perf_counter()
+        got = x.map_compact(f"x < {t}")
+        took = time.perf_counter() - start
+        assert "-direct-" not in got.name
+        np.testing.assert_array_equal(got.compute(), a[a < t])
+        if t == 0.4:
+            assert took >= 1.9, took  # the first pays the timeout
+        else:
+            assert took < 1.5, f"the call took {took:.2f} s"
+    assert tried == [victim]
+    monkeypatch.setattr(client.rpc, "connect", type(client.rpc).connect.__get__(client.rpc))
+    monkeypatch.setattr(direct, "UNREACHABLE_RETRY", 0.0)
+    got = x.map_compact("x < 0.7")
+    assert "-direct-" in got.name
+    np.testing.assert_array_equal(got.compute(), a[a < 0.7])
+
+
+def test_a_client_that_reached_no_worker_sends_every_call_to_the_tasks():
+    """Where no direct connect of a client ever succeeded, a failure stands for every
+    worker (a worker that joins later behind the same tunnel is no more reachable); where
+    one did, only the address that failed is left to the tasks, for ``UNREACHABLE_RETRY``."""
+    reach = direct._Reach()
+    assert not reach.blocks({"tcp://a:1"}, 100.0)
+    reach.failed["tcp://a:1"] = 100.0
+    assert reach.blocks({"tcp://b:1"}, 101.0)
+    reach.reached = True
+    assert not reach.blocks({"tcp://b:1"}, 101.0)
+    assert reach.blocks({"tcp://a:1", "tcp://b:1"}, 101.0)
+    assert not reach.blocks({"tcp://a:1"}, 100.0 + direct.UNREACHABLE_RETRY)
+
+
+def test_a_client_made_with_direct_to_workers_false_takes_the_tasks(client, monkeypatch):
+    """``Client(direct_to_workers=False)`` (distributed's setting for a client that cannot
+    connect to the workers) was ignored: the call connected to them anyway. Now it runs as
+    tasks, without asking any worker; exact."""
+    from distributed import Client
+
+    asked = []
+    real = direct._ask
+
+    async def ask(c, requests):
+        asked.append(sorted(requests))
+        return await real(c, requests)
+
+    monkeypatch.setattr(direct, "_ask", ask)
+    a = np.random.default_rng(14).random(10_007)
+    with Client(client.scheduler.address, direct_to_workers=False,
+                set_as_default=False) as tunnelled:
+        x = tunnelled.persist(da.from_array(a, chunks=1_000))
+        wait(x)
+        v, i = x.map_compact("x > 0.25", output="both")
+        assert "-direct-" not in v.name and not asked
+        got_v, got_i = tunnelled.compute([v, i], sync=True)
+    m = a > 0.25
+    np.testing.assert_array_equal(got_v, a[m])
+    np.testing.assert_array_equal(got_i, np.flatnonzero(m))
+
+
+def test_workers_without_dask_compact_keep_working_and_a_call_needing_one_names_it(tmp_path):
+    """The workers' plugin was unpickled by reference to dask_compact: a worker without the
+    package failed the registration (the calls ran as tasks; a probe saw that worker removed,
+    its data lost) and, the scheduler keeping the plugin, a worker without it that joined
+    later failed to start. Now both take it and keep their data; calls over input held
+    elsewhere are direct and exact; one over input such a worker holds raises naming it and
+    what to install (the tasks would fail there with a bare ModuleNotFoundError)."""
+    from cluster_helpers import worker_named, worker_process
+    from conftest import local_process_cluster
+
+    a = np.random.default_rng(15).random(8_009)
+    with local_process_cluster(1) as c:
+        good = next(iter(c.nthreads()))
+        address = c.scheduler.address
+        with worker_process(address, tmp_path, "bare-1", without_dask_compact=True):
+            first = worker_named(c, "bare-1")
+            data = c.scatter(np.arange(10), workers=[first])
+            x = c.persist(da.from_array(a, chunks=1_000), workers=[good])
+            wait(x)
+            got = x.map_compact("x < 0.3")  # the plugin's first registration
+            assert "-direct-" in got.name
+            np.testing.assert_array_equal(got.compute(), a[a < 0.3])
+            with worker_process(address, tmp_path, "bare-2", without_dask_compact=True):
+                later = worker_named(c, "bare-2")  # joins with the plugin on the scheduler
+                got = x.map_compact("x < 0.4")
+                assert "-direct-" in got.name
+                np.testing.assert_array_equal(got.compute(), a[a < 0.4])
+                assert {first, later} <= set(c.nthreads())
+                np.testing.assert_array_equal(data.result(timeout=10), np.arange(10))
+                y = c.persist(da.from_array(a, chunks=999), workers=[later])  # not x's keys
+                wait(y)
+                with pytest.raises(direct.WorkerWithoutDaskCompact,
+                                   match=f"worker {later} cannot import dask_compact .*"
+                                         "install dask-compact.* on every worker"):
+                    y.map_compact("x < 0.5")

@@ -295,3 +295,40 @@ def test_a_misspelled_environment_variable_warns_at_the_first_call():
     assert out.returncode == 0, out.stderr[-3000:]
     assert "dask-compact.sort.minbucket is ignored; did you mean dask-compact.sort.min-bucket?" \
         in out.stdout
+
+
+def test_a_bad_setting_on_one_worker_names_that_worker(tmp_path):
+    """A bad value in one worker's environment (``DASK_DASK_COMPACT__CACHE__MEMORY_ENTRIES=abc``
+    there only) raised a SettingError telling the user to change it "where it is set",
+    though the client had no such setting (a probe, 2026-11-30). Now the error says it was
+    read on that worker, naming it, and that it is that worker's process to change; calls
+    over input held elsewhere work, exact; the client's own errors name no worker. Every
+    call raises: the first had stored the worker's compiled loop before the setting was read
+    (:meth:`BoundedCache.put`), so the next ones ran with it unchecked."""
+    from cluster_helpers import worker_named, worker_process
+    from conftest import local_process_cluster
+    from distributed import wait
+
+    a = np.random.default_rng(3).random(5_003)
+    with local_process_cluster(1) as c:
+        good = next(iter(c.nthreads()))
+        with worker_process(c.scheduler.address, tmp_path, "misconfigured",
+                            env={"DASK_DASK_COMPACT__CACHE__MEMORY_ENTRIES": "abc"}):
+            bad = worker_named(c, "misconfigured")
+            x = c.persist(da.from_array(a, chunks=1_000), workers=[bad])
+            wait(x)
+            for _ in range(2):  # the first call stored its compiled loop before it raised,
+                # and the next one ran, the setting unchecked: now each raises
+                with pytest.raises(settings.SettingError) as caught:
+                    x.map_compact("x < 0.3").compute()
+                message = str(caught.value)
+                assert "dask-compact.cache.memory-entries is 'abc' on the dask worker " in message
+                assert f"{bad} (name misconfigured, pid " in message
+                assert "Change it where it is set in that worker's process" in message
+            y = c.persist(da.from_array(a, chunks=999), workers=[good])
+            wait(y)
+            np.testing.assert_array_equal(y.map_compact("x < 0.3").compute(), a[a < 0.3])
+    with dask.config.set({"dask-compact.cache.memory-entries": "abc"}):
+        with pytest.raises(settings.SettingError) as caught:
+            settings.get("cache.memory-entries")
+    assert "worker" not in str(caught.value)

@@ -117,6 +117,7 @@ def start(
         runner = Runner(f"distributed scheduler {client.scheduler.address}", client, False)
         runner._stack.callback(client.close)
         try:
+            on_workers(client, dask_compact_here)
             runner.gpu = remote_gpu(client, device)
         except BaseException:
             runner.close()
@@ -166,7 +167,7 @@ def remote_gpu(client: Any, device: str) -> bool:
     if device == "cpu":
         return False
     here = None if client_has_cupy() else "cupy is not installed where the command runs"
-    workers = {w: why for w, why in client.run(why_no_gpu).items() if why is not None}
+    workers = {w: why for w, why in on_workers(client, why_no_gpu).items() if why is not None}
     if device == "auto":
         return here is None and not workers
     if here is not None:
@@ -177,6 +178,33 @@ def remote_gpu(client: Any, device: str) -> bool:
             f"--device gpu: {len(workers)} of the cluster's workers cannot use a GPU ({first}: "
             f"{why}); use --device cpu or auto, or workers with GPUs (dask cuda worker)")
     return True
+
+
+def dask_compact_here() -> None:
+    """Nothing, run on each worker (``client.run``) before a job: sent by reference to this
+    module, it fails where dask_compact does not import (:func:`on_workers` says so)."""
+
+
+def on_workers(client: Any, function: Callable[[], Any]) -> dict[str, Any]:
+    """``client.run(function)``: each worker's answer, or a ClickException (exit 1, one line)
+    naming the workers where it raised and why; where that is dask_compact's import, what to
+    install. Before (2026-11-30, a probe: a worker without the package), the job ended with
+    distributed's traceback of ~50 lines, ending in ``ModuleNotFoundError``."""
+    answers = client.run(function, on_error="return")
+    failed = {w: e for w, e in answers.items() if isinstance(e, BaseException)}
+    if not failed:
+        return answers
+    named = sorted(failed)
+    error = failed[named[0]]
+    why = str(error) or type(error).__name__
+    listed = ", ".join(named[:3]) + (f" and {len(named) - 3} more" if len(named) > 3 else "")
+    workers = (f"worker {listed}" if len(named) == 1 else
+               f"{len(named)} of the cluster's {len(answers)} workers ({listed})")
+    if "dask_compact" in why:
+        raise click.ClickException(
+            f"{workers} cannot import dask_compact ({why}): install dask-compact, the "
+            f"version this command runs, on every worker of the cluster")
+    raise click.ClickException(f"{workers} failed a check before the job: {why}")
 
 
 def start_local_cluster(runner: Runner, kind: str, device: str, n_workers: int | None) -> None:
