@@ -16,10 +16,12 @@ numba) until it has the room.
 
 from __future__ import annotations
 
+import importlib
 import sys
+from types import ModuleType
 from typing import Any
 
-__all__ = ["COMPILER_FOOTPRINT", "no_room_for_compiler"]
+__all__ = ["COMPILER_FOOTPRINT", "no_room_for_compiler", "compiled_loops"]
 
 # What numba's import, its CPU target and a first loop add to a process (measured ~115 MiB at
 # most, see above), with a margin for the loop's own temporaries.
@@ -30,6 +32,24 @@ _LOADED = "dask_compact.codegen.numba_ready"
 
 _SERVING = frozenset({"running", "paused", "closing_gracefully"})
 _process: Any = None  # psutil.Process of this process, made at the first slow check
+
+
+# The modules of compiled loops imported so far (by :func:`compiled_loops`), by name
+_IMPORTED: dict[str, ModuleType] = {}
+
+
+def compiled_loops(module: str) -> ModuleType | None:
+    """The module of numba loops ``module`` (absolute name, e.g.
+    ``dask_compact.backends.numpy_scan_loops``), imported at its first call; None where this
+    process has no room for numba (:func:`no_room_for_compiler`), asked again at every call
+    until it is imported (a worker may have the room later). Importing such a module loads
+    numba, which is what a small worker must not do: the backends' NumPy forms serve it."""
+    loops = _IMPORTED.get(module)
+    if loops is None:
+        if no_room_for_compiler() is not None:
+            return None
+        loops = _IMPORTED[module] = importlib.import_module(module)
+    return loops
 
 
 def no_room_for_compiler() -> str | None:

@@ -104,14 +104,11 @@ def no_room(monkeypatch):
 def _refuse_here(monkeypatch: pytest.MonkeyPatch) -> None:
     """See :func:`no_room`: also the compiled scans, splits and gathers forgotten (each backend
     keeps its module of loops once imported: numba is then loaded anyway)."""
-    from dask_compact.backends import numpy_records, numpy_scan, numpy_split
-
     numba_loop.clear_cache()
     monkeypatch.setattr(compiler_room, "_LOADED", "not.a.module")
     monkeypatch.setattr(compiler_room, "_worker_limit", lambda: (256 << 20, 0.8, "pauses"))
     monkeypatch.setitem(sys.modules, "distributed", sys.modules.get("distributed", sys))
-    for backend in (numpy_scan, numpy_split, numpy_records):
-        monkeypatch.setattr(backend, "_compiled", None, raising=False)
+    monkeypatch.setattr(compiler_room, "_IMPORTED", {})
 
 
 def test_the_reason_names_the_memory_limit(no_room):

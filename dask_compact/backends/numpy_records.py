@@ -24,7 +24,7 @@ import numpy as np
 
 from ..codegen.numba_loop import UnsupportedPredicate
 from ..codegen.numba_records import record_bits_loop
-from ..compiler_room import no_room_for_compiler
+from ..compiler_room import compiled_loops
 from ..predicate.core import Predicate
 from ..predicate.expr import ParamOverflow
 from ..predicate.fields import record_mask
@@ -35,20 +35,11 @@ __all__ = ["compact_records", "compact_records_into", "predicate_bits", "predica
 logger = logging.getLogger("dask_compact")
 
 
-_compiled: ModuleType | None = None
-
 
 def _gathers() -> ModuleType | None:
-    """The compiled gathers (:mod:`.numpy_gather`), or None where this process has no room for
-    numba (asked at every call until they are imported: a worker may have the room later)."""
-    global _compiled
-    if _compiled is None:
-        if no_room_for_compiler() is not None:
-            return None
-        from . import numpy_gather
-
-        _compiled = numpy_gather
-    return _compiled
+    """The compiled gathers (:mod:`.numpy_gather`), or None where this process has no room
+    for numba."""
+    return compiled_loops("dask_compact.backends.numpy_gather")
 
 
 def _native(a: np.ndarray) -> np.ndarray:

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ..compiler_room import no_room_for_compiler
+from ..compiler_room import compiled_loops
 from ..predicate.core import Predicate
 
 __all__ = ["scan", "total", "compact_scan"]
@@ -25,20 +25,10 @@ __all__ = ["scan", "total", "compact_scan"]
 # is what a worker without room for numba may not have either).
 _STEP = 1 << 16
 
-_compiled: ModuleType | None = None
-
 
 def _loops() -> ModuleType | None:
-    """The compiled loops, or None where this process has no room for numba (asked at every
-    call until they are imported: a worker may have the room later)."""
-    global _compiled
-    if _compiled is None:
-        if no_room_for_compiler() is not None:
-            return None
-        from . import numpy_scan_loops
-
-        _compiled = numpy_scan_loops
-    return _compiled
+    """The compiled loops, or None where this process has no room for numba."""
+    return compiled_loops("dask_compact.backends.numpy_scan_loops")
 
 
 def _prepared(a: np.ndarray, acc: np.dtype) -> np.ndarray:

@@ -15,27 +15,17 @@ from typing import Any
 
 import numpy as np
 
-from ..compiler_room import no_room_for_compiler
+from ..compiler_room import compiled_loops
 from ..predicate.core import Predicate
 from ..predicate.fields import record_predicate
 from .numpy_records import predicate_bits, predicate_mask
 
 __all__ = ["split_chunk"]
 
-_compiled: ModuleType | None = None
-
 
 def _loops() -> ModuleType | None:
-    """The compiled passes, or None where this process has no room for numba (asked at every
-    call until they are imported: a worker may have the room later)."""
-    global _compiled
-    if _compiled is None:
-        if no_room_for_compiler() is not None:
-            return None
-        from . import numpy_split_loops
-
-        _compiled = numpy_split_loops
-    return _compiled
+    """The compiled passes, or None where this process has no room for numba."""
+    return compiled_loops("dask_compact.backends.numpy_split_loops")
 
 
 def split_chunk(a: np.ndarray, pred: Predicate, output: str, index_base: int
