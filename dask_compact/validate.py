@@ -234,8 +234,9 @@ def as_declared(chunk: Any, declared: np.dtype | None, fn: str, index: int,
     it through here, so that a result, which declares the input's dtype, holds it in every
     chunk. One rule for every dtype: a chunk of the declared dtype is taken as it is (one
     dtype comparison, nothing per element); one whose dtype casts to the declared one
-    safely (NumPy's ``can_cast(..., "safe")``: float32 to float64, int16 to int64, bool to
-    any number, another byte order, seconds to milliseconds) is cast; any other is refused
+    exactly (:func:`_casts_exactly`: float32 to float64, int16 to int64, bool to any number,
+    another byte order, seconds to milliseconds where no time overflows) is cast; any other
+    is refused
     (:func:`chunk_dtype_refusal`), since casting it could change its values. Before, numeric
     chunks came back in their own dtype under a result that declared another, and datetimes
     were cast whatever the loss (milliseconds truncated to the declared seconds).
@@ -247,9 +248,33 @@ def as_declared(chunk: Any, declared: np.dtype | None, fn: str, index: int,
     dtype = chunk.dtype
     if dtype is declared or declared is None or dtype == declared:
         return chunk  # the common case: no copy, nothing per element
-    if np.can_cast(dtype, declared, casting="safe"):
-        return chunk.astype(declared)
+    if _casts_exactly(dtype, declared):
+        cast = chunk.astype(declared)
+        if dtype.kind not in "mM" or _same_times(cast, chunk):
+            return cast
     raise chunk_dtype_refusal(fn, what, index, dtype, declared)
+
+
+def _casts_exactly(dtype: np.dtype, declared: np.dtype) -> bool:
+    """Whether every value of ``dtype`` is one of ``declared``: NumPy's "safe" casts, less
+    integers into a float with fewer mantissa bits (int64 and uint64 into float64 or
+    complex128, which NumPy calls safe: exact to 2^53 only; a review found 2^53 + 1 coming
+    back as 2^53). Times into a finer unit are safe by dtype but can overflow (3000-01-01 in
+    seconds is out of nanoseconds' range): their values are checked after the cast
+    (:func:`_same_times`)."""
+    if not np.can_cast(dtype, declared, casting="safe"):
+        return False
+    if dtype.kind in "iu" and declared.kind in "fc":
+        value_bits = dtype.itemsize * 8 - (dtype.kind == "i")
+        return value_bits <= np.finfo(declared).nmant + 1
+    return True
+
+
+def _same_times(cast: Any, chunk: Any) -> bool:
+    """Whether the times ``cast`` to another unit are the same instants as ``chunk``'s (NaT
+    kept): a unit change past the finer unit's range wraps silently in NumPy."""
+    back = cast.astype(chunk.dtype)
+    return bool(((back == chunk) | (np.isnat(back) & np.isnat(chunk))).all())
 
 
 def chunk_dtype_refusal(fn: str, what: str, index: int, dtype: np.dtype,

@@ -32,8 +32,13 @@ run_openssl() {
     fi
 }
 
-valid_for_a_day() {  # a certificate that will not have expired in 24 hours
-    openssl x509 -checkend 86400 -noout -in "$1" >/dev/null 2>&1
+# A certificate is kept while it has another day to run, or half of CERT_DAYS where that is
+# less: a 1-day certificate has less than a day from its start, and was made anew (its CA
+# too, under running containers) at every run (a review)
+margin=$(( days * 43200 < 86400 ? days * 43200 : 86400 ))
+
+valid_for_a_day() {  # a certificate that will not have expired within the margin
+    openssl x509 -checkend "$margin" -noout -in "$1" >/dev/null 2>&1
 }
 
 expiry() {

@@ -427,7 +427,8 @@ EXACT_CHUNK_DTYPES = [("float32", "float64"), ("int16", "int64"), ("uint8", "int
                       ("int32", "float64")]
 LOSSY_CHUNK_DTYPES = [("float64", "float32"), ("int64", "int32"), ("uint32", "int32"),
                       ("int32", "uint32"), ("int64", "bool"), ("float32", "bool"),
-                      ("float64", "int64"), ("complex64", "float64")]
+                      ("float64", "int64"), ("complex64", "float64"),
+                      ("int64", "float64")]  # NumPy calls it safe: exact to 2^53 only
 
 
 def odd_chunks_as(b: np.ndarray, chunk_dtype: str, block_id=None) -> np.ndarray:

@@ -732,3 +732,37 @@ def test_a_chunk_in_the_declared_dtype_is_taken_without_a_copy():
     cast = as_declared(b.astype("float32"), np.dtype("float64"), "f", 0)
     assert cast.dtype == np.dtype("float64")
     np.testing.assert_array_equal(cast, b)
+
+
+def test_times_that_overflow_the_declared_finer_unit_are_refused():
+    """Seconds under nanoseconds cast by dtype ("safe" in NumPy), but 3000-01-01 is past
+    nanoseconds' range and wrapped to 1830-11-23 (a review): refused once any instant
+    changes; in range, NaT among them, cast and selected as NumPy does."""
+    import dask.array as da
+
+    import dask_compact as dc
+
+    def made(times):
+        chunks = [np.array(times[i:i + 2], dtype="M8[s]") for i in range(0, len(times), 2)]
+        blocks = [da.from_array(c, chunks=2) for c in chunks]
+        return da.concatenate(blocks).map_blocks(lambda b: b, dtype="M8[ns]")
+
+    far = made(["2000-01-01", "NaT", "3000-01-01", "2001-01-01"])
+    with pytest.raises(TypeError, match="chunk 1 of the input holds datetime64"):
+        dc.compact(far, da.ones(4, chunks=2, dtype=bool)).compute()
+    near = made(["2000-01-01", "NaT", "2100-01-01", "2001-01-01"])
+    got = dc.compact(near, da.ones(4, chunks=2, dtype=bool)).compute()
+    want = np.array(["2000-01-01", "NaT", "2100-01-01", "2001-01-01"], dtype="M8[ns]")
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
+
+
+def test_int64_chunks_under_float64_beyond_2_53_are_refused_not_rounded():
+    """int64 -> float64 is "safe" in NumPy but rounds past 2^53 (2^53 + 1 came back as 2^53
+    from map_compact, a review): refused by dtype."""
+    import dask.array as da
+
+    v = np.array([2**53 + 1, 2**53 + 3, 5, 7], dtype=np.int64)
+    x = da.from_array(v, chunks=2).map_blocks(lambda b: b, dtype=np.float64)
+    with pytest.raises(TypeError, match="holds int64, but its dask array declares float64"):
+        x.map_compact(lambda t: t > 6).compute()

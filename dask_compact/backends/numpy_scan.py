@@ -121,7 +121,7 @@ def _wrapped(value: Any, acc: np.dtype) -> np.generic:
 def compact_scan(a: np.ndarray, pred: Predicate, output: str, index_base: int) -> Any:
     """``compact_array(..., algorithm="scan")`` on the CPU: the predicate's boolean mask
     (NumPy's evaluation of the traced tree, or the callable), the exclusive scan of the mask
-    (the loop above), one scatter loop; NumPy's boolean indexing where this process has no
+    (`numpy_scan_loops`), one scatter loop; NumPy's boolean indexing where this process has no
     room for numba (the same selection)."""
     flat = np.ascontiguousarray(a).reshape(-1)
     # a callable's mask on the chunk as given (it may broadcast against the trailing axes)

@@ -62,7 +62,8 @@ def sort_kind(dtype: np.dtype) -> Literal["stable"] | None:
     """NumPy's radix sort (``kind="stable"``) for 1 and 2-byte integers and bools, which it
     sorts in O(n) (5-15x faster than the default there); else the default introsort.
 
-    float16 never reaches ``np.sort`` here (:func:`sort_values` sorts its uint16 keys): NumPy
+    float16 is sorted by its uint16 keys (:func:`sort_values`), and where it reaches NumPy's
+    sort (``sort_merge`` of two pieces, where timsort's merge is faster) it asks this: NumPy
     2.4's default sort of float16 dispatches on x86 CPUs with AVX512_ICL to a SIMD quicksort
     (x86-simd-sort) that left some nearly sorted inputs unsorted (a bucket re-sorted from its
     sorted pieces, and ``dask_compact.sort`` of 300,007 float16 values: the GPU probe of
@@ -132,9 +133,11 @@ def sort_half(a: np.ndarray) -> np.ndarray:
 
 
 def sort_values(a: np.ndarray, in_place: bool = False) -> np.ndarray:
-    """``a`` sorted as ``np.sort(a, kind="stable")`` gives it, by the fastest exact route:
-    float16 by :func:`sort_half` (a new array), else NumPy's sort of :func:`sort_kind`, of
-    ``a`` itself where ``in_place``."""
+    """``a`` sorted: float16 by :func:`sort_half` (a new array), bit for bit as
+    ``np.sort(a, kind="stable")`` gives it; else NumPy's sort of :func:`sort_kind`, of ``a``
+    itself where ``in_place``: equal by value to the stable sort, but the default introsort of
+    float32/float64 may order equal keys (-0.0 and 0.0, NaNs of several payloads) otherwise,
+    as the README says of the values."""
     if _is_half(a.dtype):
         return sort_half(a)
     if not in_place:
