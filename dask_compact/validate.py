@@ -289,12 +289,14 @@ def chunk_dtype_refusal(fn: str, what: str, index: int, dtype: np.dtype,
     except TypeError:  # no dtype holds both (an int64 chunk under datetime64, say)
         wider = None
     if declared.kind == "b":  # a mask, or a field a predicate reads as booleans
-        declare = "make its chunks booleans (b != 0 in the map_blocks that made it), or "
+        declare = ("make its chunks booleans (b != 0 in the map_blocks or the function that "
+                   "made them), or ")
     elif wider is not None and wider != declared:
         declare = (f"declare a dtype every chunk casts to exactly (dtype={str(wider)!r} in the "
-                   "map_blocks that made it), or ")
+                   "map_blocks, from_delayed or from_array that made it), or ")
     else:
-        declare = "declare the dtype its chunks hold (dtype= in the map_blocks that made it), or "
+        declare = ("declare the dtype its chunks hold (dtype= in the map_blocks, from_delayed "
+                   "or from_array that made it), or ")
     return TypeError(
         f"{fn}: chunk {index} of {what} holds {dtype}, but its dask array declares "
         f"{declared}, and {dtype} does not cast to {declared} without loss; {declare}cast "

@@ -1107,3 +1107,15 @@ def test_a_refused_resume_keeps_the_interrupted_job(cluster, tmp_path):
     got = zarr.open_group(store=str(out), mode="r")["pos"][:]
     np.testing.assert_array_equal(got, data["pos"][data["mass"] > 5])
     assert litter(out_dir) == []
+
+
+def test_a_cached_input_under_the_home_folder_is_read_at_its_path(monkeypatch, tmp_path):
+    """``simplecache::~/in.zarr`` and ``simplecache::file://~/in.zarr``: fsspec reads ~ as
+    the home folder, and no shell expands it after "::"; the path read was ``./~/in.zarr``
+    (exit 2, "does not exist"; a regression probe), where the URL had worked before."""
+    from dask_compact.batch.inputs import cached_local_path
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for url in ("simplecache::~/in.zarr", "simplecache::file://~/in.zarr",
+                "filecache::local://~/in.zarr"):
+        assert cached_local_path(url) == str(tmp_path / "in.zarr"), url

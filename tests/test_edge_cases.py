@@ -700,7 +700,7 @@ def test_the_refusal_of_a_chunk_says_how_to_fix_it():
     with pytest.raises(TypeError) as refused:
         map_compact(x, "x > 3")
     text = str(refused.value)
-    assert "dtype='float64' in the map_blocks that made it" in text
+    assert "dtype='float64' in the map_blocks, from_delayed or from_array that made it" in text
     fixed = x.map_blocks(lambda b: b.astype("float32"), dtype="float32")  # the advice, run
     np.testing.assert_array_equal(map_compact(fixed, "x > 3").compute(), a[a > 3])
     assert x.astype("float32") is x

@@ -103,7 +103,10 @@ def cached_local_path(path: str) -> str | None:
             return None
     if "://" in last and not last.startswith(LOCAL_PROTOCOLS):
         return None
-    return local(last)
+    for prefix in LOCAL_PROTOCOLS:
+        last = last.removeprefix(prefix)
+    # fsspec reads ~ there (file://~/p too), and no shell expands it after "::"
+    return local(os.path.expanduser(last))
 
 
 def looked_through(path: str) -> str:
