@@ -191,7 +191,13 @@ def _worker_here() -> str:
     try:
         worker = workers.get_worker()  # a task's worker
     except ValueError:  # a worker's event loop or executor outside a task, or no worker
-        worker = next(iter(list(getattr(workers.Worker, "_instances", ()))), None)
+        # a serving one: the weak set keeps closed workers of earlier clusters of this
+        # process until they are collected (CI named a closed in-process worker of an
+        # earlier test in the client's own error)
+        serving = [w for w in list(getattr(workers.Worker, "_instances", ()))
+                   if getattr(w.status, "name", None) in ("running", "paused",
+                                                          "closing_gracefully")]
+        worker = serving[0] if serving else None
     if worker is None:
         return ""
     return f"{worker.address} (name {worker.name}, pid {os.getpid()})"

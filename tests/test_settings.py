@@ -332,3 +332,19 @@ def test_a_bad_setting_on_one_worker_names_that_worker(tmp_path):
         with pytest.raises(settings.SettingError) as caught:
             settings.get("cache.memory-entries")
     assert "worker" not in str(caught.value)
+
+
+def test_a_closed_worker_of_this_process_is_not_named():
+    """A worker of a closed in-process cluster stays in distributed's weak set of workers
+    until collected: the client's own bad setting then named that closed worker (CI, the
+    whole suite in one process). Only a serving worker is named."""
+    import distributed
+
+    with distributed.LocalCluster(n_workers=1, processes=False, dashboard_address=None) as c:
+        with distributed.Client(c):
+            closed = list(distributed.Worker._instances)  # kept alive past the close
+    assert closed
+    with dask.config.set({"dask-compact.cache.memory-entries": "abc"}):
+        with pytest.raises(settings.SettingError) as caught:
+            settings.get("cache.memory-entries")
+    assert "worker" not in str(caught.value)
