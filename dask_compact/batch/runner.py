@@ -117,8 +117,7 @@ def start(
         runner = Runner(f"distributed scheduler {client.scheduler.address}", client, False)
         runner._stack.callback(client.close)
         try:
-            on_workers(client, dask_compact_here)
-            runner.gpu = remote_gpu(client, device)
+            runner.gpu = remote_gpu(client, device)  # also checks each worker has the package
         except BaseException:
             runner.close()
             raise
@@ -165,6 +164,7 @@ def remote_gpu(client: Any, device: str) -> bool:
     a GPU (and CuPy is here, for the graph's chunk metadata); ``gpu`` is refused before the job
     where that does not hold (until 2026-11-30 it failed in the first task, with CUDA's error)."""
     if device == "cpu":
+        on_workers(client, dask_compact_here)  # the GPU question below asks this too
         return False
     here = None if client_has_cupy() else "cupy is not installed where the command runs"
     workers = {w: why for w, why in on_workers(client, why_no_gpu).items() if why is not None}
