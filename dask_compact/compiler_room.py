@@ -21,7 +21,7 @@ import sys
 from types import ModuleType
 from typing import Any
 
-__all__ = ["COMPILER_FOOTPRINT", "no_room_for_compiler", "compiled_loops"]
+__all__ = ["COMPILER_FOOTPRINT", "no_room_for_compiler", "compiled_loops", "serving_workers"]
 
 # What numba's import, its CPU target and a first loop add to a process (measured ~115 MiB at
 # most, see above), with a margin for the loop's own temporaries.
@@ -76,22 +76,27 @@ def no_room_for_compiler() -> str | None:
     )
 
 
+def serving_workers() -> list[Any]:
+    """The distributed workers of this process that serve (running, paused or closing
+    gracefully); none where distributed's worker module is not imported. ``Worker._instances``
+    is a weak set that keeps closed workers of earlier clusters until they are collected."""
+    module = sys.modules.get("distributed.worker")
+    if module is None:
+        return []
+    try:
+        instances = list(module.Worker._instances)
+    except RuntimeError:  # a cluster of threads may start or collect a worker meanwhile
+        return []
+    return [w for w in instances if getattr(w.status, "name", None) in _SERVING]
+
+
 def _worker_limit() -> tuple[int | None, float, str]:
     """The smallest ``memory_limit`` of the distributed workers in this process (one for a
     worker process, several for a cluster of threads, which all measure the same RSS), the
     fraction of it the compiler must stay under, and what the worker does there ("pauses",
     or "is restarted" with pausing off); (None, 1.0, "") where no worker has a limit."""
-    from distributed import Worker
-
-    try:
-        # a weak set: a cluster of threads may start or collect a worker as a task runs here
-        instances = list(Worker._instances)
-    except RuntimeError:
-        return None, 1.0, ""
     limits = []
-    for worker in instances:
-        if getattr(worker.status, "name", None) not in _SERVING:  # closed, not yet collected
-            continue
+    for worker in serving_workers():
         manager = getattr(worker, "memory_manager", None)
         limit = getattr(manager, "memory_limit", None)
         if limit:

@@ -186,18 +186,20 @@ def _worker_here() -> str:
     if workers is None:
         return ""
     clients = sys.modules.get("distributed.client")
-    if clients is not None and getattr(clients, "_get_global_client", lambda: None)():
-        return ""  # the client's own process (a threaded LocalCluster): its setting
+    client = clients is not None and getattr(clients, "_get_global_client", lambda: None)()
+    if client and client not in getattr(workers.Worker, "_initialized_clients", ()):
+        # the client's own process (a threaded LocalCluster): its setting; a worker's own
+        # client (get_client() in a task, our eager calls there) is the default client of the
+        # worker's process too, and named no worker once made (the session's review)
+        return ""
     try:
         worker = workers.get_worker()  # a task's worker
     except ValueError:  # a worker's event loop or executor outside a task, or no worker
-        # a serving one: the weak set keeps closed workers of earlier clusters of this
-        # process until they are collected (CI named a closed in-process worker of an
-        # earlier test in the client's own error)
-        serving = [w for w in list(getattr(workers.Worker, "_instances", ()))
-                   if getattr(w.status, "name", None) in ("running", "paused",
-                                                          "closing_gracefully")]
-        worker = serving[0] if serving else None
+        # a serving one (CI named a closed in-process worker of an earlier test, kept in
+        # distributed's weak set, in the client's own error)
+        from .compiler_room import serving_workers
+
+        worker = next(iter(serving_workers()), None)
     if worker is None:
         return ""
     return f"{worker.address} (name {worker.name}, pid {os.getpid()})"

@@ -181,10 +181,12 @@ def compact_records_into(
     if g is None:  # NumPy's indexing, no numba (see the module)
         m = predicate_mask(pred, fields, n)
         k = int(np.count_nonzero(m))
-        for name, buf in out.items():
-            if k:
-                rows = fields[name][m] if name in fields else _selected_rows(m, 0)
-                buf[:k] = rows
+        if k:  # written in place: no k-row temporary on a worker short of memory
+            for name, buf in out.items():
+                if name in fields:
+                    np.compress(m, fields[name], axis=0, out=buf[:k])
+                else:
+                    buf[:k] = np.flatnonzero(m)
         count[0] = k
         return count
     bits, k = predicate_bits(pred, fields, n)

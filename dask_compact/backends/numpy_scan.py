@@ -129,23 +129,20 @@ def compact_scan(a: np.ndarray, pred: Predicate, output: str, index_base: int) -
                                           order="C"))
     if flags.dtype != np.bool_:
         flags = flags.astype(np.bool_)
-    want_v, want_i = output in ("values", "both"), output in ("indices", "both")
     loops = _loops()
-    if loops is None:
-        vals = flat[flags] if want_v else np.empty(0, dtype=flat.dtype)
-        idx = np.flatnonzero(flags).astype(np.int64, copy=False) if want_i else np.empty(
-            0, dtype=np.int64)
-        if want_i and index_base:
-            idx += np.int64(index_base)
-    else:
-        pos = scan(flags, True, "sequential", np.dtype(np.int64))
-        k = int(pos[-1]) + int(flags[-1]) if flat.size else 0
-        vals = np.empty(k if want_v else 0, dtype=flat.dtype)
-        idx = np.empty(k if want_i else 0, dtype=np.int64)
-        if k:
-            half = flat.dtype == np.float16  # numba has no float16: moved as its bits
-            data, dst = (flat.view(np.uint16), vals.view(np.uint16)) if half else (flat, vals)
-            loops.scatter(data, flags, pos, np.int64(index_base), dst, idx, want_v, want_i)
+    if loops is None:  # NumPy's boolean indexing, the same selection
+        from .numpy_backend import compact_masked
+
+        return compact_masked(flat, flags, output, index_base)
+    want_v, want_i = output in ("values", "both"), output in ("indices", "both")
+    pos = scan(flags, True, "sequential", np.dtype(np.int64))
+    k = int(pos[-1]) + int(flags[-1]) if flat.size else 0
+    vals = np.empty(k if want_v else 0, dtype=flat.dtype)
+    idx = np.empty(k if want_i else 0, dtype=np.int64)
+    if k:
+        half = flat.dtype == np.float16  # numba has no float16: moved as its bits
+        data, dst = (flat.view(np.uint16), vals.view(np.uint16)) if half else (flat, vals)
+        loops.scatter(data, flags, pos, np.int64(index_base), dst, idx, want_v, want_i)
     if output == "values":
         return vals
     if output == "indices":
