@@ -892,6 +892,56 @@ def test_an_interrupt_lost_after_the_stream_stops_the_commit(npy, tmp_path, monk
     run(path, out, "--where", "x > 0.5", "--local", "threads")  # the next command commits
 
 
+@pytest.mark.parametrize("kind", ["array", "group"])
+def test_an_interrupt_as_the_temporary_group_is_made_leaves_nothing(tmp_path, monkeypatch,
+                                                                    kind):
+    """A probe's Ctrl-C as ``.OUTPUT.dask-compact-tmp-...`` appeared left that group (its
+    metadata only) while the command said "was not written", exit 130: zarr writes on an IO
+    thread of its own, which the interrupt does not stop, and the group's ``zarr.json``
+    landed after the removal. Here the interrupt comes as that first file is written, which
+    then takes 0.5 s: the command must wait for it, then remove the group."""
+    import asyncio
+    import threading
+
+    from zarr.storage import LocalStore
+
+    if kind == "array":
+        a = np.random.default_rng(12).random(5_001)
+        src = tmp_path / "in.npy"
+        np.save(src, a)
+        where, want = "x > 0.5", {"values": a[a > 0.5]}
+    else:
+        data = _particles(tmp_path / "in.zarr")
+        src, where = tmp_path / "in.zarr", "mass > 5"
+        want = {name: v[data["mass"] > 5] for name, v in data.items()}
+    out = tmp_path / "out.zarr"
+    main, fired = threading.main_thread().ident, []
+    real_set = LocalStore.set
+
+    async def set_interrupted(self, key, value):
+        if output.TMP_MARK in str(self.root) and not fired:
+            fired.append(key)
+            signal.pthread_kill(main, signal.SIGINT)  # as the terminal's Ctrl-C
+            await asyncio.sleep(0.5)
+        return await real_set(self, key, value)
+
+    monkeypatch.setattr(LocalStore, "set", set_interrupted)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        res = run(src, out, "--where", where, "--local", "threads", code=130)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert fired == ["zarr.json"]
+    assert "interrupted; " in res.output and "was not written" in res.output
+    time.sleep(1.0)  # a write the command left running would land meanwhile
+    assert not out.exists() and litter(tmp_path) == []
+    monkeypatch.setattr(LocalStore, "set", real_set)
+    run(src, out, "--where", where, "--local", "threads")
+    got = zarr.open_group(store=str(out), mode="r")
+    for name, v in want.items():
+        np.testing.assert_array_equal(got[name][:], v)
+
+
 # -- OUTPUT on a file system the workers share ---------------------------------------------------
 # A new-user probe ran the CLI against workers in their own mount namespaces (each with its own
 # disk at OUTPUT's folder, as on other machines): a field with trailing axes went to their disks

@@ -211,9 +211,11 @@ def stream_and_commit(runner: Runner, target: Target, make_job: Callable[[], Job
         target.commit(marker({**attrs, "selected": total}), overwrite)
         marks["committed"] = time.perf_counter()
     except BaseException:
-        if ex is not None:
-            ex.stop()
-        target.discard()
+        try:
+            if ex is not None:
+                ex.stop()
+        finally:  # a second Ctrl-C while the tasks end must not leave the group
+            target.discard()
         raise
     if target.old_error:
         import click
