@@ -971,8 +971,45 @@ def _see_elsewhere(real: str, elsewhere: str, up_front: bool) -> None:
         shared = importlib.import_module("dask_compact.batch.shared")
     except ImportError:  # before the check existed
         return
-    sees = _SAVED.setdefault((shared, "sees_token"), shared.sees_token)
-    shared.sees_token = lambda path, token: sees(moved(path), token)
+    name = "sees_and_writes" if hasattr(shared, "sees_and_writes") else "sees_token"
+    sees = _SAVED.setdefault((shared, name), getattr(shared, name))
+    setattr(shared, name, lambda path, token: sees(moved(path), token))
+
+
+def _read_only_for_workers(folder: str) -> None:
+    """On a worker: ``folder`` as on a read-only mount, whoever the worker runs as (root
+    writes through permissions, so a chmod would not stop it): its opens for writing and its
+    mkdirs there fail with EROFS."""
+    import builtins
+    import errno
+
+    def refused(path):
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS), path)
+
+    def under(path) -> bool:
+        path = path if isinstance(path, str) else getattr(path, "__fspath__", lambda: "")()
+        return isinstance(path, str) and (path == folder or path.startswith(folder + os.sep))
+
+    real_open = _SAVED.setdefault((builtins, "open"), builtins.open)
+    real_os_open = _SAVED.setdefault((os, "open"), os.open)
+    real_mkdir = _SAVED.setdefault((os, "mkdir"), os.mkdir)
+
+    def open_(file, mode="r", *args, **kwargs):
+        if under(file) and any(c in mode for c in "wax+"):
+            refused(file)
+        return real_open(file, mode, *args, **kwargs)
+
+    def os_open(path, flags, *args, **kwargs):
+        if under(path) and flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT):
+            refused(path)
+        return real_os_open(path, flags, *args, **kwargs)
+
+    def mkdir(path, *args, **kwargs):
+        if under(path):
+            refused(path)
+        return real_mkdir(path, *args, **kwargs)
+
+    builtins.open, os.open, os.mkdir = open_, os_open, mkdir
 
 
 def _see_output_again() -> None:
@@ -1062,13 +1099,19 @@ def test_a_write_never_makes_the_output_folders(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_a_check_file_left_by_a_killed_job_is_removed_by_the_next(npy, tmp_path):
+@pytest.mark.parametrize("form", ["folder", "file"])  # now, and before the workers wrote
+def test_a_check_folder_left_by_a_killed_job_is_removed_by_the_next(npy, tmp_path, form):
     path, a = npy
     out = tmp_path / "out.zarr"
     left = tmp_path / f".out.zarr{output.TMP_MARK}0123456789ab.shared-check"
-    left.write_text("token")
+    if form == "folder":
+        left.mkdir()
+        (left / "token").write_text("token")
+        (left / "host-123-0123abcd").write_text("token")  # a worker's, killed too
+    else:
+        left.write_text("token")
     res = run(path, out, "--where", "x > 0.5", "--local", "threads")
-    assert "the workers' check file of an interrupted job" in res.output
+    assert "the workers' check folder of an interrupted job" in res.output
     assert not left.exists() and litter(tmp_path) == []
     np.testing.assert_array_equal(values(out), a[a > 0.5])
 
@@ -1124,6 +1167,36 @@ def test_a_worker_that_loses_output_during_the_job_fails_it(cluster, tmp_path, f
     assert not out.exists() and litter(out.parent) == [] and landed == []
     run(tmp_path / "data" / "in.zarr", out, "--where", "mass > 5", "--fields", field,
         "--scheduler", cluster.scheduler.address)
+    got = zarr.open_group(store=str(out), mode="r")[field][:]
+    np.testing.assert_array_equal(got, data[field][data["mass"] > 5])
+
+
+@pytest.mark.parametrize("field", ["pos", "mass"])
+def test_an_output_the_workers_cannot_write_is_refused_before_the_job(cluster, tmp_path, field):
+    """Workers that see OUTPUT's folder but cannot write in it (a read-only mount, another
+    user's folder) passed the check and failed the job at their first write, exit 1: each
+    worker now writes a file in a folder that this machine made beside the temporary output,
+    and the job is refused up front, exit 2, the workers named, nothing made at OUTPUT."""
+    data = _particles(tmp_path / "in.zarr")
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    out = out_dir / "sel.zarr"
+    args = (tmp_path / "in.zarr", out, "--where", "mass > 5", "--fields", field,
+            "--scheduler", cluster.scheduler.address)
+    cluster.run(_read_only_for_workers, str(out_dir))
+    try:
+        res = run(*args, code=2)
+    finally:
+        cluster.run(_see_output_again)
+    said = " ".join(res.output.split())
+    assert "OUTPUT's folder must be writable by every worker" in said
+    assert "2 of the cluster's 2 workers cannot write in the folder" in said
+    assert "Read-only file system" in said and "Nothing was started or written" in said
+    assert "do not see" not in said
+    for addr in cluster.scheduler_info()["workers"]:
+        assert addr in said
+    assert list(out_dir.iterdir()) == []
+    run(*args)
     got = zarr.open_group(store=str(out), mode="r")[field][:]
     np.testing.assert_array_equal(got, data[field][data["mass"] > 5])
 

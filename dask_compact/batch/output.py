@@ -360,7 +360,7 @@ class Target:
             self._cleaning(functools.partial(_remove, path), path,
                            "remove it yourself (a temporary or replaced output of dask "
                            "compact, not OUTPUT)")
-            what = ("the workers' check file" if name.endswith(SHARED_CHECK)  # see .shared
+            what = ("the workers' check folder" if name.endswith(SHARED_CHECK)  # see .shared
                     else "the temporary output")
             say(f"removed {path}: {what} of an interrupted job{resumable}")
 

@@ -7,8 +7,9 @@ workers' disks (their task made the chunk's folders there), and the job said "co
 an output of zeros, exit 0; a 1-D field failed in its first write with a bare
 FileNotFoundError. Three checks now keep chunks from going anywhere but OUTPUT:
 
-* before any task runs, every worker must read a token that this process wrote beside the
-  temporary output (:func:`check_workers_see`), else the job is refused, naming them;
+* before any task runs, every worker must read a token that this process wrote in a folder
+  beside the temporary output, and write a file of its own in that folder
+  (:func:`check_workers_see`), else the job is refused, naming them;
 * a worker never makes OUTPUT's folders: it makes only a chunk's own folders under the
   array's ``c`` folder that this process made, so a worker that loses the file system during
   the job fails it, named, instead of writing elsewhere (:func:`open_chunk_file`);
@@ -18,6 +19,7 @@ FileNotFoundError. Three checks now keep chunks from going anywhere but OUTPUT:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import uuid
@@ -26,7 +28,7 @@ from typing import IO, Any
 
 import click
 
-SHARED_CHECK = ".shared-check"  # the token file's suffix, after the temporary output's name
+SHARED_CHECK = ".shared-check"  # the check folder's suffix, after the temporary output's name
 
 NOT_SHARED = (
     "OUTPUT must be on a file system every worker shares with this machine, "
@@ -35,6 +37,11 @@ NOT_SHARED = (
 REMEDY = (
     "put OUTPUT on a shared file system (NFS, Lustre, GPFS...) mounted at the same "
     "path on every worker, or give an object store's URL"
+)
+NOT_WRITABLE = "OUTPUT's folder must be writable by every worker"
+WRITABLE_REMEDY = (
+    "mount OUTPUT's file system read-write on every worker and let the user the workers run "
+    "as write in OUTPUT's folder, or choose another OUTPUT"
 )
 
 
@@ -55,55 +62,105 @@ def this_process() -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# Before the job: every worker reads what this process wrote
+# Before the job: every worker reads what this process wrote, and writes beside it
 
 
-def sees_token(path: str, token: str) -> tuple[str, str]:
-    """Run on each worker: (its host, why it does not see ``token`` in the file ``path``;
-    "" if it does)."""
+TOKEN = "token"  # the token's file in the check folder
+
+
+def sees_and_writes(path: str, token: str) -> tuple[str, str, str]:
+    """Run on each worker: (its host, what is wrong: "" if nothing, "unseen" or "read-only",
+    why) for the file ``path`` that should hold ``token``, and a file of the worker's own
+    written and removed beside it (as its chunk writes make files and folders in folders
+    that this job's client made)."""
     host = socket.gethostname()
     try:
         with open(path) as f:
             found = f.read(200)
     except FileNotFoundError:
         parent = os.path.dirname(path)
-        return host, "no such file" if os.path.isdir(parent) else f"no folder {parent}"
+        return host, "unseen", "no such file" if os.path.isdir(parent) else f"no folder {parent}"
     except OSError as e:
-        return host, f"cannot read it ({e.strerror or e})"
+        return host, "unseen", f"cannot read it ({e.strerror or e})"
     if found != token:
-        return host, "another file is there (another file system at that path)"
-    return host, ""
+        return host, "unseen", "another file is there (another file system at that path)"
+    own = os.path.join(os.path.dirname(path), f"{host}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    try:
+        with open(own, "x") as f:
+            f.write(token)
+    except OSError as e:  # a read-only mount, another user's folder, a full disk
+        return host, "read-only", f"cannot write in it ({e.strerror or e})"
+    with contextlib.suppress(OSError):  # the client removes the folder in any case
+        os.remove(own)
+    return host, "", ""
 
 
 def check_workers_see(client: Any, tmp: str) -> None:
     """Refuse the job (a usage error, exit 2) unless every worker of ``client`` reads the
-    token that this process writes at ``tmp`` + :data:`SHARED_CHECK`, beside the temporary
-    output ``tmp`` (no mount can lie between them: ``tmp`` is a new name in that folder).
-    Nothing is left: the file is removed whatever the answer (or, if this process is killed,
-    by the next job on OUTPUT, with the temporary groups it removes)."""
-    path = tmp + SHARED_CHECK
+    token that this process writes in the folder ``tmp`` + :data:`SHARED_CHECK`, beside the
+    temporary output ``tmp`` (no mount can lie between them: ``tmp`` is a new name in that
+    folder), and writes a file there (where this process made a folder, as it makes the
+    temporary output's). Nothing is left: the folder is removed whatever the answer, an
+    interrupt included (or, if this process is killed, by the next job on OUTPUT, with the
+    temporary groups it removes)."""
+    folder = tmp + SHARED_CHECK
+    path = os.path.join(folder, TOKEN)
     token = uuid.uuid4().hex
-    with open(path, "w") as f:
-        f.write(token)
     try:
-        answers = client.run(sees_token, path, token)
+        os.mkdir(folder)
+        with open(path, "w") as f:
+            f.write(token)
+        answers = client.run(sees_and_writes, path, token)
     finally:
-        os.remove(path)
-    blind = {addr: a for addr, a in answers.items() if a[1]}
-    if not blind:
+        _remove_check_folder(folder)
+    wrong = {addr: a for addr, a in answers.items() if a[1]}
+    if not wrong:
         return
     names = {addr: w.get("name", addr) for addr, w in client.scheduler_info()["workers"].items()}
-    listed = "; ".join(
-        f"worker {names.get(addr, addr)!r} ({addr}, host {host}): {why}"
-        for addr, (host, why) in sorted(blind.items())
-    )
+
+    def listed(problem: str) -> tuple[int, str]:
+        found = sorted((addr, a) for addr, a in wrong.items() if a[1] == problem)
+        return len(found), "; ".join(
+            f"worker {names.get(addr, addr)!r} ({addr}, host {host}): {why}"
+            for addr, (host, _, why) in found
+        )
+
+    here = socket.gethostname()
+    unseen, unseen_list = listed("unseen")
+    read_only, read_only_list = listed("read-only")
+    parts = []
+    if unseen:
+        parts.append(
+            f"{NOT_SHARED} (the workers write its chunks, this machine commits them): "
+            f"{unseen} of the cluster's {len(answers)} workers do not see the file {path} "
+            f"that this machine ({here}) wrote beside it ({unseen_list})"
+        )
+    if read_only:
+        parts.append(
+            f"{NOT_WRITABLE}: {read_only} of the cluster's {len(answers)} workers cannot "
+            f"write in the folder {folder} that this machine ({here}) made beside it, where "
+            f"they would write its chunks ({read_only_list})"
+        )
+    remedy = REMEDY if unseen else WRITABLE_REMEDY
     raise click.BadParameter(
-        f"{NOT_SHARED} (the workers write its chunks, this machine commits them): "
-        f"{len(blind)} of the cluster's {len(answers)} workers do not see the file {path} "
-        f"that this machine ({socket.gethostname()}) wrote beside it ({listed}). Nothing "
-        f"was started or written: {REMEDY}",
-        param_hint="OUTPUT",
+        f"{'. '.join(parts)}. Nothing was started or written: {remedy}", param_hint="OUTPUT"
     )
+
+
+def _remove_check_folder(folder: str) -> None:
+    """Remove the check folder, Ctrl-C waiting; once more after a moment where a worker's
+    file landed as it was removed (an interrupt cut the client's wait, not the workers')."""
+    import shutil
+    import time
+
+    from .signals import sigint_ignored
+
+    with sigint_ignored():
+        for _ in range(3):
+            shutil.rmtree(folder, ignore_errors=True)
+            if not os.path.lexists(folder):
+                return
+            time.sleep(0.1)
 
 
 # ---------------------------------------------------------------------------------------------
