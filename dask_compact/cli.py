@@ -703,6 +703,7 @@ def _end_process(code: Any) -> None:
 
     if multiprocessing.active_children():
         return
+    _remove_cache_folders()
     if code is None:
         code = 0
     elif not isinstance(code, int):
@@ -711,6 +712,25 @@ def _end_process(code: Any) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+def _remove_cache_folders() -> None:
+    """Remove the temporary folders of fsspec's caches in this process (``simplecache::`` and
+    ``blockcache::`` in front of a remote INPUT keep there a full copy of what the job read),
+    as fsspec's own finalizers would at the interpreter's exit, which ``os._exit`` skips: a
+    probe found them left in the temporary directory after every such command. Only the
+    folders fsspec made itself (``cache_storage="TMP"``, its default), by running the
+    finalizers it registered for them; a cache folder that the user configured is kept."""
+    import weakref
+
+    cached = sys.modules.get("fsspec.implementations.cached")
+    remove = getattr(getattr(cached, "CachingFileSystem", None), "_remove_tempdir", None)
+    if remove is None:  # fsspec's caches never loaded (or no longer made this way)
+        return
+    for finalizer in list(getattr(weakref.finalize, "_registry", {})):
+        registered = finalizer.peek()  # (object, function, args, kwargs); None once run
+        if registered is not None and registered[1] is remove:
+            finalizer()
 
 
 def _end_after_dask_cli(ctx: click.Context) -> None:

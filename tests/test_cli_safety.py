@@ -320,6 +320,48 @@ def test_an_input_through_fsspec_caches_of_another_file_system(tmp_path):
         fs.rm("/cache-in-test", recursive=True)
 
 
+# The command in a process of its own whose INPUT is on fsspec's in-memory file system (filled
+# there first, standing in for an object store): the process ends as the script's does
+_COMMAND_ON_MEMORY = """
+import sys
+import numpy as np
+import zarr
+from dask_compact import cli
+a = np.random.default_rng(33).random(3_000)
+zarr.create_array(store="memory://cache-exit/in.zarr", data=a, chunks=(300,))
+sys.argv = ["dask-compact", *sys.argv[1:]]
+cli.script()
+"""
+
+
+@pytest.mark.parametrize("cache, code", [("simplecache", 0), ("blockcache", 2)])
+def test_the_commands_cache_folders_are_removed_as_it_ends(tmp_path, cache, code):
+    """The command's process ends with ``os._exit``, which skips fsspec's finalizers: the
+    temporary folder of a cache in front of a remote INPUT (fsspec's default, a full copy of
+    what the job read) was left in the temporary directory after every such command, done
+    (exit 0) or refused (exit 2: ``blockcache::`` over ``memory://``, which has no blocks;
+    OUTPUT already there)."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    out = tmp_path / "out.zarr"
+
+    def command() -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-c", _COMMAND_ON_MEMORY, f"{cache}::memory://cache-exit/in.zarr",
+             str(out), "-w", "x > 0.6", "--local", "threads"], capture_output=True, text=True,
+            timeout=120, cwd=tmp_path, env={**os.environ, "TMPDIR": str(tmp)})
+
+    proc = command()
+    assert proc.returncode == code, proc.stderr
+    assert list(tmp.iterdir()) == []
+    if code == 0:
+        a = np.random.default_rng(33).random(3_000)
+        np.testing.assert_array_equal(values(out), a[a > 0.6])
+        proc = command()
+        assert proc.returncode == 2 and "exists" in proc.stderr, proc.stderr
+        assert list(tmp.iterdir()) == []
+
+
 def test_an_output_inside_an_archive_input_is_refused_as_an_overlap(tmp_path):
     """INPUT ``zip://x::/p/g.zip`` was placed on the zip's own file system (``zip``, ``x``),
     so an OUTPUT at, inside or around ``/p/g.zip`` was never compared with it (writing there
