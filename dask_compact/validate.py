@@ -230,16 +230,19 @@ def as_declared(chunk: Any, declared: np.dtype | None, fn: str, index: int,
     """``chunk``, checked (:func:`check_chunk`), in the dtype its dask array declares.
 
     A chunk need not hold the dtype its dask array declares (``map_blocks(f, dtype=...)`` of
-    an ``f`` that returns another dtype for some chunks): every step that takes a chunk takes
-    it through here, so that a result, which declares the input's dtype, holds it in every
-    chunk. One rule for every dtype: a chunk of the declared dtype is taken as it is (one
-    dtype comparison, nothing per element); one whose dtype casts to the declared one
-    exactly (:func:`_casts_exactly`: float32 to float64, int16 to int64, bool to any number,
-    another byte order, seconds to milliseconds where no time overflows) is cast; any other
-    is refused
-    (:func:`chunk_dtype_refusal`), since casting it could change its values. Before, numeric
-    chunks came back in their own dtype under a result that declared another, and datetimes
-    were cast whatever the loss (milliseconds truncated to the declared seconds).
+    an ``f`` that returns another dtype for some chunks, ``from_delayed(load(i), shape,
+    dtype=float)`` over a loader of int64): every step that takes a chunk takes it through
+    here, so that a result, which declares the input's dtype, holds it in every chunk. One
+    rule for every dtype: a chunk of the declared dtype is taken as it is (one dtype
+    comparison, nothing per element); one whose dtype casts to the declared one exactly
+    (:func:`_casts_exactly`: float32 to float64, int16 to int64, bool to any number, another
+    byte order) is cast; one of another dtype is cast where each of its values is exact in
+    the declared dtype (:func:`_cast_by_value`: int64 ids below 2^53 under float64, float64
+    values that are float32s, NaN, inf and -0.0 among them, ints that fit a narrower or
+    unsigned type, milliseconds of whole seconds, seconds whose instants fit nanoseconds)
+    and refused where one is not, or where the dtypes are of kinds no value passes between
+    (:func:`chunk_dtype_refusal`, naming the first such value): casting it would change its
+    values. The values are looked at only for a chunk of another dtype than declared.
 
     ``declared`` None: the chunk is only checked. ``index``: the chunk's position in the
     array the call takes (for the message); ``what``: that array, as the message names it."""
@@ -249,19 +252,26 @@ def as_declared(chunk: Any, declared: np.dtype | None, fn: str, index: int,
     if dtype is declared or declared is None or dtype == declared:
         return chunk  # the common case: no copy, nothing per element
     if _casts_exactly(dtype, declared):
-        cast = chunk.astype(declared)
-        if dtype.kind not in "mM" or _same_times(cast, chunk):
-            return cast
-    raise chunk_dtype_refusal(fn, what, index, dtype, declared)
+        return chunk.astype(declared)
+    by_value = _cast_by_value(chunk, declared)
+    if by_value is None:  # no value passes between these kinds (an int64 chunk of times)
+        raise chunk_dtype_refusal(fn, what, index, dtype, declared)
+    cast, misfits = by_value
+    if misfits is None or not misfits.any():
+        return cast
+    raise chunk_dtype_refusal(fn, what, index, dtype, declared, _first_misfit(chunk, misfits))
 
 
 def _casts_exactly(dtype: np.dtype, declared: np.dtype) -> bool:
-    """Whether every value of ``dtype`` is one of ``declared``: NumPy's "safe" casts, less
-    integers into a float with fewer mantissa bits (int64 and uint64 into float64 or
+    """Whether every value of ``dtype`` is one of ``declared``, so that a chunk is cast
+    without a look at its values: NumPy's "safe" casts, less those that can lose one.
+    Integers into a float with fewer mantissa bits (int64 and uint64 into float64 or
     complex128, which NumPy calls safe: exact to 2^53 only; a review found 2^53 + 1 coming
-    back as 2^53). Times into a finer unit are safe by dtype but can overflow (3000-01-01 in
-    seconds is out of nanoseconds' range): their values are checked after the cast
-    (:func:`_same_times`)."""
+    back as 2^53), and times into another unit (3000-01-01 in seconds is out of
+    nanoseconds' range, which NumPy calls safe too) are cast value by value
+    (:func:`_cast_by_value`)."""
+    if dtype.kind in "mM" and declared.kind == dtype.kind:
+        return native(dtype) == native(declared)  # the other byte order, the same unit
     if not np.can_cast(dtype, declared, casting="safe"):
         return False
     if dtype.kind in "iu" and declared.kind in "fc":
@@ -270,20 +280,167 @@ def _casts_exactly(dtype: np.dtype, declared: np.dtype) -> bool:
     return True
 
 
-def _same_times(cast: Any, chunk: Any) -> bool:
-    """Whether the times ``cast`` to another unit are the same instants as ``chunk``'s (NaT
-    kept): a unit change past the finer unit's range wraps silently in NumPy."""
+def _cast_by_value(chunk: Any, declared: np.dtype) -> tuple[Any, Any] | None:
+    """``chunk`` cast to ``declared`` (as NumPy's ``astype``) and a boolean array, True
+    where a value is not exact in ``declared`` (a misfit), or None where none is; None where
+    the kinds of the two dtypes let no value pass (a number and a time, a time and another
+    kind of time, bytes and unicode, records): such a chunk is refused by its dtype.
+
+    Numbers: exact is equal (a NaN is a NaN in any float, its payload aside; -0.0 is 0, as
+    ``-0.0 == 0``: an int holds it as 0, a float keeps its sign, since a float cast does);
+    a complex value's imaginary part must be 0 for a real dtype. Times: the same instant
+    (NaT kept) in the other unit. Strings: the same string (not cut)."""
+    kind, to = chunk.dtype.kind, declared.kind
+    if kind in "mMSU" or to in "mMSU":
+        if kind != to:
+            return None
+        cast = chunk.astype(declared)
+        if kind in "mM":
+            return cast, ~_same_instants(cast, chunk)
+        return cast, cast.astype(chunk.dtype) != chunk
+    if kind not in "biufc" or to not in "biufc":
+        return None
+    xp = _xp(chunk)
+    with np.errstate(all="ignore"):  # an inexact value may overflow or be NaN in a cast
+        if kind == "c" and to != "c":  # its real parts, where every imaginary part is 0
+            cast, misfits = _cast_real(chunk.real, declared, xp)
+            return cast, _either(misfits, chunk.imag != 0)
+        if to == "c":  # real and imaginary parts, each in the declared complex's parts
+            part = np.dtype(declared.char.lower())  # complex64 -> float32
+            misfits = _cast_real(chunk.real, part, xp)[1]
+            if kind == "c":
+                misfits = _either(misfits, _cast_real(chunk.imag, part, xp)[1])
+            return chunk.astype(declared), misfits
+        return _cast_real(chunk, declared, xp)
+
+
+def _either(a: Any, b: Any) -> Any:
+    """Misfits of two checks, either None (none)."""
+    return b if a is None else a if b is None else a | b
+
+
+def _cast_real(values: Any, declared: np.dtype, xp: Any) -> tuple[Any, Any]:
+    """:func:`_cast_by_value` of real numbers (bool, int, uint, float) into a real dtype."""
+    kind, to = values.dtype.kind, declared.kind
+    if kind in "iu" and _ints_fit(values, declared):
+        return values.astype(declared), None  # the common case: two reductions
+    if to == "b":  # 0 and 1 alone (-0.0 is 0)
+        return values.astype(declared), (values != 0) & (values != 1)
+    if to in "iu" and kind in "biu":  # the declared type's range, compared in the chunk's
+        return values.astype(declared), _out_of_range(values, np.iinfo(declared))
+    if to in "iu":  # floats: whole and in range (NaN and inf are neither)
+        lo, end = _int_span(declared)
+        if _floats_fit(values, lo, end, xp):
+            return values.astype(declared), None  # the common case: three reductions
+        # upcast, so that the bounds, powers of two, are exact (float16 has no 2^63)
+        w = values if values.dtype.itemsize >= 8 else values.astype(np.float64)
+        whole = (w >= lo) & (w < end) & (xp.trunc(w) == w)
+        return values.astype(declared), ~whole
+    cast = values.astype(declared)  # into a float
+    if kind == "f":  # a narrower float: the wider one holds every value of it
+        same = cast.astype(values.dtype) == values
+        if same.all():
+            return cast, None
+        return cast, ~same & (values == values)  # a NaN is a NaN (its payload aside)
+    # integers: back to the integer type where the float is in its range (out of range, the
+    # cast back is undefined), compared there
+    w = cast if declared.itemsize >= 8 else cast.astype(np.float64)
+    lo, end = _int_span(values.dtype)
+    inside = (w >= lo) & (w < end)
+    back = xp.where(inside, w, 0).astype(values.dtype)
+    return cast, ~inside | (back != values)
+
+
+def _ints_fit(values: Any, declared: np.dtype) -> bool:
+    """Whether integers ``values`` all lie where ``declared`` holds every integer (its range,
+    0 and 1 for bool, up to 2^(mantissa bits) either side of 0 for a float): their least and
+    greatest, as Python ints, compared exactly. Where they do not, each value is looked at
+    (a float holds some integers beyond that span, and the refusal names the first misfit)."""
+    if not values.size:
+        return True
+    if declared.kind == "b":
+        lo, hi = 0, 1
+    elif declared.kind in "iu":
+        info = np.iinfo(declared)
+        lo, hi = int(info.min), int(info.max)
+    else:
+        hi = 2 ** (np.finfo(declared).nmant + 1)
+        lo = -hi
+    return lo <= int(values.min()) and int(values.max()) <= hi
+
+
+def _floats_fit(values: Any, lo: float, end: float, xp: Any) -> bool:
+    """Whether floats ``values`` are all whole and within ``[lo, end)`` (Python floats, exact
+    powers of two): their least and greatest compared as Python floats (exact for float16
+    to float64; NaN fails every comparison), and one pass for wholeness. Where they are
+    not, each value is looked at, for the first misfit."""
+    if not values.size or values.dtype.itemsize > 8:  # longdouble: float() would round
+        return False
+    return (lo <= float(values.min()) and float(values.max()) < end
+            and bool((xp.trunc(values) == values).all()))
+
+
+def _int_span(dtype: np.dtype) -> tuple[float, float]:
+    """The integers of ``dtype`` as ``[lo, end)`` in floats: powers of two (or 0), exact."""
+    bits = dtype.itemsize * 8
+    if dtype.kind == "u":
+        return 0.0, 2.0**bits
+    return -(2.0 ** (bits - 1)), 2.0 ** (bits - 1)
+
+
+def _out_of_range(values: Any, info: np.iinfo) -> Any:
+    """Where integers ``values`` are outside ``info``'s range, each bound compared in the
+    values' own type (a uint64 compared with a Python int can be promoted to float64) and
+    only where it lies inside that type's range."""
+    have = np.iinfo(values.dtype)
+    t = values.dtype.type
+    misfits = values != values  # False everywhere, of the chunk's shape and array type
+    if info.min > have.min:
+        misfits |= values < t(info.min)
+    if info.max < have.max:
+        misfits |= values > t(info.max)
+    return misfits
+
+
+def _same_instants(cast: Any, chunk: Any) -> Any:
+    """Where the times ``cast`` to another unit are the same instants as ``chunk``'s (NaT
+    kept): a unit change past the finer unit's range wraps silently in NumPy, and one into a
+    coarser unit drops what it cannot hold (milliseconds under seconds)."""
     back = cast.astype(chunk.dtype)
-    return bool(((back == chunk) | (np.isnat(back) & np.isnat(chunk))).all())
+    return (back == chunk) | (np.isnat(back) & np.isnat(chunk))
+
+
+def _xp(a: Any) -> Any:
+    """numpy, or cupy for a CuPy array (imported only then)."""
+    if _module_of(a) == "cupy":
+        import cupy
+
+        return cupy
+    return np
+
+
+def _first_misfit(chunk: Any, misfits: Any) -> str:
+    """The first value of ``chunk`` that ``misfits`` marks, where it is, and how many more,
+    for the refusal's message."""
+    flat = misfits.reshape(-1)
+    i, count = int(flat.argmax()), int(flat.sum())
+    value = chunk.reshape(-1)[i]
+    if _module_of(value) == "cupy":
+        value = value.get()[()]
+    text = repr(value.item()) if chunk.dtype.kind in "SU" else str(value)
+    where = i if chunk.ndim <= 1 else tuple(int(k) for k in np.unravel_index(i, chunk.shape))
+    more = f"; {count - 1} more besides" if count > 1 else ""
+    return f"{text} (element {where} of the chunk{more})"
 
 
 def chunk_dtype_refusal(fn: str, what: str, index: int, dtype: np.dtype,
-                        declared: np.dtype) -> TypeError:
+                        declared: np.dtype, misfit: str | None = None) -> TypeError:
     """The TypeError for a chunk of ``dtype`` that does not cast to its array's ``declared``
-    dtype without loss (:func:`as_declared`): which chunk, both dtypes, and the two fixes,
-    a dtype that every chunk casts to exactly (where NumPy has one) or a cast of the chunks
-    whose loss is meant. ``x.astype(declared)`` is no fix: Dask returns ``x`` itself where
-    it already declares that dtype, and casts nothing."""
+    dtype without loss (:func:`as_declared`): which chunk, both dtypes, the first value the
+    declared dtype does not hold (``misfit``, where the values were looked at), and the two
+    fixes, a dtype that every chunk casts to exactly (where NumPy has one) or a cast of the
+    chunks whose loss is meant. ``x.astype(declared)`` is no fix: Dask returns ``x`` itself
+    where it already declares that dtype, and casts nothing."""
     try:
         wider = np.promote_types(dtype, declared)
     except TypeError:  # no dtype holds both (an int64 chunk under datetime64, say)
@@ -297,12 +454,16 @@ def chunk_dtype_refusal(fn: str, what: str, index: int, dtype: np.dtype,
     else:
         declare = ("declare the dtype its chunks hold (dtype= in the map_blocks, from_delayed "
                    "or from_array that made it), or ")
+    if misfit is None:
+        loss = f"{dtype} does not cast to {declared} without loss"
+    else:
+        loss = (f"its value {misfit} is not exact in {declared} (a chunk of another dtype "
+                "is cast where each of its values is exact in the declared one)")
     return TypeError(
         f"{fn}: chunk {index} of {what} holds {dtype}, but its dask array declares "
-        f"{declared}, and {dtype} does not cast to {declared} without loss; {declare}cast "
-        f"the chunks where the loss is meant: x.map_blocks(lambda b: b.astype("
-        f"{str(declared)!r}), dtype={str(declared)!r}) (x.astype({str(declared)!r}) casts "
-        f"nothing where x already declares {declared})"
+        f"{declared}, and {loss}; {declare}cast the chunks where the loss is meant: "
+        f"x.map_blocks(lambda b: b.astype({str(declared)!r}), dtype={str(declared)!r}) "
+        f"(x.astype({str(declared)!r}) casts nothing where x already declares {declared})"
     )
 
 

@@ -391,11 +391,12 @@ def in_threads(work, n: int) -> None:
 
 # chunks that hold another unit or byte order than their dask array declares (map_blocks(f,
 # dtype=...)): (the chunks' dtype, the declared one), each chunk cast to the declared dtype
-# exactly (a coarser unit, the other byte order); the values are whole seconds
+# exactly (a coarser unit, the other byte order, and a finer unit whose values, whole seconds
+# here, the declared unit holds: validate.as_declared looks at them)
 HIDDEN_TIMES = [("M8[s]", "M8[ms]"), (">M8[s]", "M8[s]"), ("m8[s]", "m8[us]"),
-                (">m8[s]", "m8[s]")]
-# chunks of a finer unit than declared: a cast could lose their fractions (validate.as_declared
-# decides by the dtypes, not by the values, whole seconds here too), so they are refused
+                (">m8[s]", "m8[s]"), ("M8[ms]", "M8[s]"), ("m8[us]", "m8[s]")]
+# chunks of a finer unit than declared, one instant with a fraction of a second
+# (hidden_times(..., fraction=True)): a cast would drop it, so they are refused
 LOSSY_TIMES = [("M8[ms]", "M8[s]"), ("m8[us]", "m8[s]")]
 
 
@@ -405,9 +406,11 @@ def chunk_dtypes(x) -> set:
     return {b.compute().dtype for b in x.to_delayed().ravel()}
 
 
-def hidden_times(chunk_dtype: str, declared: str) -> tuple:
+def hidden_times(chunk_dtype: str, declared: str, fraction: bool = False) -> tuple:
     """NumPy's values in the declared dtype (NaT among them), and a dask array of them whose
-    chunks are ``chunk_dtype``."""
+    chunks are ``chunk_dtype`` (chunks of 2). ``fraction``: element 3 (element 1 of chunk 1)
+    is one unit of ``chunk_dtype`` later, a fraction of a second the declared seconds do not
+    hold (the NumPy values are then those without it)."""
     import dask.array as da
 
     s = np.array([10, 7200, 86400, 30, -5, 61, 59, 3600 * 24 * 400, -86400], "i8")
@@ -415,40 +418,62 @@ def hidden_times(chunk_dtype: str, declared: str) -> tuple:
     s[4] = np.array("NaT", s.dtype)
     a = s.astype(declared)
     chunks = s.astype(chunk_dtype)
+    if fraction:
+        chunks[3] += np.timedelta64(1, np.datetime_data(chunks.dtype)[0])
     x = da.from_array(chunks, chunks=2).map_blocks(lambda b: b, dtype=declared)
     return a, x
 
 
 # (the chunks' dtype, the declared one) of numeric chunks that cast to the declared dtype
-# exactly (np.can_cast(..., "safe")): taken, cast; and of chunks whose cast could lose
-# values: refused (validate.as_declared)
+# exactly by their dtypes (np.can_cast(..., "safe")): taken, cast, nothing per element
 EXACT_CHUNK_DTYPES = [("float32", "float64"), ("int16", "int64"), ("uint8", "int16"),
                       ("bool", "int64"), ("bool", "float32"), (">f8", "float64"),
                       ("int32", "float64")]
-LOSSY_CHUNK_DTYPES = [("float64", "float32"), ("int64", "int32"), ("uint32", "int32"),
-                      ("int32", "uint32"), ("int64", "bool"), ("float32", "bool"),
-                      ("float64", "int64"), ("complex64", "float64"),
-                      ("int64", "float64")]  # NumPy calls it safe: exact to 2^53 only
+# ... and of chunks whose dtype could lose values, but whose values (hidden_dtype's small whole
+# numbers) the declared dtype holds: taken, cast (validate.as_declared looks at the values)
+EXACT_VALUE_CHUNK_DTYPES = [("float64", "float32"), ("int64", "int32"), ("int32", "uint32"),
+                            ("int64", "bool"), ("complex64", "float64"), ("int64", "float64")]
+# (the chunks' dtype, the declared one, a value of the chunks' dtype that the declared one
+# does not hold): chunks holding it are refused, naming it (validate.as_declared)
+LOSSY_CHUNK_DTYPES = [("float64", "float32", 0.1), ("int64", "int32", 2**31),
+                      ("uint32", "int32", 2**31), ("int32", "uint32", -1), ("int64", "bool", 2),
+                      ("float32", "bool", 0.5), ("float64", "int64", np.nan),
+                      ("complex64", "float64", 1j),
+                      ("int64", "float64", 2**53 + 1)]  # NumPy calls it safe: exact to 2^53
 
 
-def odd_chunks_as(b: np.ndarray, chunk_dtype: str, block_id=None) -> np.ndarray:
+def odd_chunks_as(b: np.ndarray, chunk_dtype: str, planted=None, block_id=None) -> np.ndarray:
     """Chunk ``b`` as it was, or in ``chunk_dtype`` where its index is odd: what a
-    ``map_blocks(f, dtype=...)`` whose ``f`` returns another dtype for some chunks makes."""
-    return b.astype(chunk_dtype) if block_id[0] % 2 else b
+    ``map_blocks(f, dtype=...)`` whose ``f`` returns another dtype for some chunks makes.
+    ``planted``: a value put in the middle of each odd chunk (element ``b.size // 2``)."""
+    if not block_id[0] % 2:
+        return b
+    c = b.astype(chunk_dtype)
+    if planted is not None and c.size:
+        c.flat[c.size // 2] = planted
+    return c
 
 
-def hidden_dtype(chunk_dtype: str, declared: str, n: int = 100, chunk: int = 10) -> tuple:
+def hidden_dtype(chunk_dtype: str, declared: str, n: int = 100, chunk: int = 10,
+                 planted=None) -> tuple:
     """NumPy's values in the declared dtype (small whole numbers, 0 and 1 where a side is
     bool, so every dtype holds them), and a dask array declaring that dtype whose odd chunks
-    are ``chunk_dtype``."""
+    are ``chunk_dtype`` (holding ``planted`` in their middle where given, which NumPy's values
+    do not)."""
     import dask.array as da
 
     v = (np.arange(n) * 7) % 37
     if "bool" in (np.dtype(chunk_dtype).name, np.dtype(declared).name):
         v = v % 2
     a = v.astype(declared)
-    x = da.from_array(a, chunks=chunk).map_blocks(odd_chunks_as, chunk_dtype, dtype=declared)
+    x = da.from_array(a, chunks=chunk).map_blocks(odd_chunks_as, chunk_dtype, planted,
+                                                  dtype=declared)
     return a, x
+
+
+def misfit_text(chunk_dtype: str, value) -> str:
+    """How a refusal names ``value`` of a chunk of ``chunk_dtype`` (NumPy's str of it)."""
+    return str(np.array(value).astype(chunk_dtype)[()])
 
 
 def hidden_dtype_pred(declared: str):

@@ -1319,8 +1319,8 @@ def _calls_on_a_cluster(x: da.Array, a: np.ndarray) -> dict:
 def test_chunks_of_another_dtype_than_declared_on_a_cluster(client, direct):
     """On worker processes, asked directly or as tasks (grouped, by chunk): float32 chunks of
     an array declaring float64 are cast as they are taken (they came back float32 in a
-    float64 result), float64 chunks of one declaring float32 are refused (they came back
-    float64), in every public call."""
+    float64 result), float64 chunks holding 0.1 of one declaring float32 are refused (they
+    came back float64), naming it, in every public call."""
     from conftest import chunk_dtypes, hidden_dtype
     from distributed import get_task_stream, wait
 
@@ -1337,13 +1337,13 @@ def test_chunks_of_another_dtype_than_declared_on_a_cluster(client, direct):
             for g, w in zip(call(), want, strict=True):
                 assert chunk_dtypes(g) == {w.dtype}, name
                 np.testing.assert_array_equal(g.compute(), w, err_msg=name)
-        b, y = hidden_dtype("float64", "float32", n=400, chunk=50)
+        b, y = hidden_dtype("float64", "float32", n=400, chunk=50, planted=0.1)
         y = client.persist(y)
         wait(y)
         for name, (call, _) in _calls_on_a_cluster(y, b).items():
             with pytest.raises(TypeError, match=r"chunk [13579] of (the input|field 'a') "
                                                 "holds float64, but its dask array declares "
-                                                "float32"):
+                                                r"float32, and its value 0.1 \(element 25 "):
                 for g in call():
                     g.compute()
                 pytest.fail(f"{name}: not refused")

@@ -11,10 +11,12 @@ import pytest
 from conftest import (
     DTYPES,
     EXACT_CHUNK_DTYPES,
+    EXACT_VALUE_CHUNK_DTYPES,
     LOSSY_CHUNK_DTYPES,
     chunk_dtypes,
     hidden_dtype,
     hidden_dtype_pred,
+    misfit_text,
     odd_chunks_as,
     random_array,
 )
@@ -643,6 +645,20 @@ def _every_call(x: da.Array, a: np.ndarray, pred) -> dict:
     }
 
 
+def _check_every_call_in_the_declared_dtype(x, a, declared: str) -> None:
+    """Each public call over ``x`` (whose chunks hold other dtypes than ``declared``) gives
+    NumPy's answer on ``a``, the declared values, every chunk of it in NumPy's dtype."""
+    for name, (call, want) in _every_call(x, a, hidden_dtype_pred(declared)).items():
+        got = call()
+        assert len(got) == len(want), name
+        for g, w in zip(got, want):
+            assert g.dtype == w.dtype and chunk_dtypes(g) == {w.dtype}, (name, g.dtype)
+            if name == "cumsum" and w.dtype.kind == "f":
+                np.testing.assert_allclose(g.compute(), w, err_msg=name)
+            else:
+                np.testing.assert_array_equal(g.compute(), w, err_msg=name)
+
+
 @pytest.mark.parametrize("scheduler", ["sync", "threads"])
 @pytest.mark.parametrize("chunk_dtype, declared", EXACT_CHUNK_DTYPES)
 def test_chunks_that_cast_exactly_to_the_declared_dtype_come_back_in_it(
@@ -656,35 +672,44 @@ def test_chunks_that_cast_exactly_to_the_declared_dtype_come_back_in_it(
 
     a, x = hidden_dtype(chunk_dtype, declared)
     with dask.config.set(scheduler=scheduler):
-        for name, (call, want) in _every_call(x, a, hidden_dtype_pred(declared)).items():
-            got = call()
-            assert len(got) == len(want), name
-            for g, w in zip(got, want):
-                assert g.dtype == w.dtype and chunk_dtypes(g) == {w.dtype}, (name, g.dtype)
-                if name == "cumsum" and w.dtype.kind == "f":
-                    np.testing.assert_allclose(g.compute(), w, err_msg=name)
-                else:
-                    np.testing.assert_array_equal(g.compute(), w, err_msg=name)
+        _check_every_call_in_the_declared_dtype(x, a, declared)
+
+
+@pytest.mark.parametrize("chunk_dtype, declared", EXACT_VALUE_CHUNK_DTYPES)
+def test_chunks_whose_values_are_exact_in_the_declared_dtype_are_cast(chunk_dtype, declared):
+    """Chunks of a dtype that can lose values in the declared one (float64 under float32,
+    int64 under int32 or float64, signed under unsigned, ints under bool, complex under
+    float) were refused by their dtype, where plain Dask's ``x[x > t]`` answers on their
+    values (a probe's ``from_delayed(load(i), shape, dtype=float)`` over int64 chunks): cast
+    where every value is exact in the declared dtype, in every public call, each chunk of
+    the result in the declared dtype, against NumPy. (One scheduler: the rule is each
+    chunk's, tested under both schedulers above.)"""
+    a, x = hidden_dtype(chunk_dtype, declared)
+    _check_every_call_in_the_declared_dtype(x, a, declared)
 
 
 @pytest.mark.parametrize("scheduler", ["sync", "threads"])
-@pytest.mark.parametrize("chunk_dtype, declared", LOSSY_CHUNK_DTYPES)
+@pytest.mark.parametrize("chunk_dtype, declared, value", LOSSY_CHUNK_DTYPES)
 def test_chunks_that_would_lose_values_in_the_declared_dtype_are_refused(
-        scheduler, chunk_dtype, declared):
-    """A chunk whose dtype does not cast to the declared one safely (float64 under float32,
-    int64 under int32, signed and unsigned, numbers under bool, complex under float) came
-    back in its own dtype, or was summed in the declared one without a word: refused, in
-    every public call, naming the chunk, both dtypes and the fixes, before a result is
-    returned (when it is computed, for a lazy one)."""
+        scheduler, chunk_dtype, declared, value):
+    """A chunk holding a value that the declared dtype does not hold exactly (0.1 under
+    float32, 2^31 under int32, -1 under uint32, 2 or 0.5 under bool, NaN under int64, 1j
+    under float64, 2^53 + 1 under float64) came back in its own dtype, or was summed in the
+    declared one without a word: refused, in every public call, naming the chunk, both
+    dtypes, the value and where it is in the chunk, and the fixes, before a result is
+    returned (when it is computed, for a lazy one). The chunks beside it, of the same
+    dtypes but exact values, are cast (the test above)."""
     import dask
 
-    a, x = hidden_dtype(chunk_dtype, declared)
+    a, x = hidden_dtype(chunk_dtype, declared, planted=value)
     calls = _every_call(x, a, hidden_dtype_pred(declared))
     if np.dtype(declared) == np.dtype(bool):
         del calls["cumsum"]  # bool sums into int64: the chunk's ints would too, but checked
     refused = (r"chunk [13579] of (the input|field 'a') holds "
                + re.escape(f"{np.dtype(chunk_dtype)}, but its dask array declares "
-                           f"{np.dtype(declared)}"))
+                           f"{np.dtype(declared)}, and its value "
+                           f"{misfit_text(chunk_dtype, value)} (element 5 of the chunk) is "
+                           f"not exact in {np.dtype(declared)}"))
     with dask.config.set(scheduler=scheduler):
         for name, (call, _) in calls.items():
             with pytest.raises(TypeError, match=refused):
@@ -696,29 +721,38 @@ def test_chunks_that_would_lose_values_in_the_declared_dtype_are_refused(
 def test_the_refusal_of_a_chunk_says_how_to_fix_it():
     """The message names the dtype every chunk casts to (the fix where the chunks are right)
     and a cast that means the loss; ``x.astype`` would cast nothing (Dask returns ``x``)."""
-    a, x = hidden_dtype("float64", "float32")
+    a, x = hidden_dtype("float64", "float32", planted=0.1)
     with pytest.raises(TypeError) as refused:
         map_compact(x, "x > 3")
     text = str(refused.value)
     assert "dtype='float64' in the map_blocks, from_delayed or from_array that made it" in text
     fixed = x.map_blocks(lambda b: b.astype("float32"), dtype="float32")  # the advice, run
-    np.testing.assert_array_equal(map_compact(fixed, "x > 3").compute(), a[a > 3])
+    with_loss = np.array(x.compute(), dtype="float32")
+    np.testing.assert_array_equal(map_compact(fixed, "x > 3").compute(),
+                                  with_loss[with_loss > 3])
     assert x.astype("float32") is x
-    redeclared = da.from_array(a, chunks=10).map_blocks(odd_chunks_as, "float64", dtype="float64")
+    redeclared = da.from_array(a, chunks=10).map_blocks(odd_chunks_as, "float64", 0.1,
+                                                        dtype="float64")
     got = map_compact(redeclared, "x > 3")
     assert chunk_dtypes(got) == {np.dtype("float64")}
-    np.testing.assert_array_equal(got.compute(), a[a > 3].astype("float64"))
+    want = redeclared.compute()
+    np.testing.assert_array_equal(got.compute(), want[want > 3])
 
 
-def test_a_mask_of_integer_chunks_under_a_boolean_meta_is_refused():
-    """``compact``'s mask declares bool; a chunk of 0s and 1s under it was taken as bytes.
-    Refused as a chunk of the mask; boolean chunks of the data under int64 are cast."""
+def test_a_mask_of_integer_chunks_under_a_boolean_meta_is_cast_where_they_are_0_and_1():
+    """``compact``'s mask declares bool; a chunk of 0s and 1s under it was taken as bytes,
+    then refused by its dtype: cast (False and True are exactly 0 and 1, as NumPy's
+    ``astype(bool)``); a chunk holding a 2 is refused, naming it and advising ``b != 0``;
+    boolean chunks of the data under int64 are cast."""
     a = np.arange(40)
     x = da.from_array(a, chunks=10)
     m = (x % 3 == 0).map_blocks(odd_chunks_as, "int8", dtype=bool)
+    np.testing.assert_array_equal(compact(x, m).compute(), a[a % 3 == 0])
+    two = (x % 3 == 0).map_blocks(odd_chunks_as, "int8", 2, dtype=bool)
     with pytest.raises(TypeError, match=r"chunk [13] of the mask holds int8, but its dask "
-                                        "array declares bool.*b != 0"):
-        compact(x, m).compute()
+                                        r"array declares bool, and its value 2 \(element 5 "
+                                        r"of the chunk\).*b != 0"):
+        compact(x, two).compute()
     np.testing.assert_array_equal(compact(x, (x % 3 == 0)).compute(), a[a % 3 == 0])
 
 
@@ -759,10 +793,219 @@ def test_times_that_overflow_the_declared_finer_unit_are_refused():
 
 def test_int64_chunks_under_float64_beyond_2_53_are_refused_not_rounded():
     """int64 -> float64 is "safe" in NumPy but rounds past 2^53 (2^53 + 1 came back as 2^53
-    from map_compact, a review): refused by dtype."""
+    from map_compact, a review): refused where a value is past it, naming it."""
     import dask.array as da
 
     v = np.array([2**53 + 1, 2**53 + 3, 5, 7], dtype=np.int64)
     x = da.from_array(v, chunks=2).map_blocks(lambda b: b, dtype=np.float64)
-    with pytest.raises(TypeError, match="holds int64, but its dask array declares float64"):
+    with pytest.raises(TypeError, match="holds int64, but its dask array declares float64, "
+                                        "and its value 9007199254740993 "):
         x.map_compact(lambda t: t > 6).compute()
+
+
+def _astype(chunk: np.ndarray, declared) -> np.ndarray:
+    """NumPy's ``astype``, its warnings (overflow, NaN into ints, complex parts) silenced:
+    what the exact cases must equal, and what the inexact ones are compared by."""
+    import warnings
+
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", np.exceptions.ComplexWarning)
+        return np.asarray(chunk).astype(declared)
+
+
+def _exact(value, cast) -> bool:
+    """Whether ``cast`` (a Python number) is ``value`` exactly: Python compares ints and
+    floats exactly (2**53 + 1 != 2.0**53); NaN is NaN, in each part of a complex; -0.0 is 0."""
+    def parts(v):
+        return (v.real, v.imag) if isinstance(v, complex) else (v, 0)
+
+    def same(p, q):
+        return p == q or (isinstance(p, float) and isinstance(q, float) and p != p and q != q)
+
+    return all(same(p, q) for p, q in zip(parts(value), parts(cast)))
+
+
+# (the chunk's values, its dtype, the declared dtype): each value exact, so the chunk is cast
+EXACT_VALUES = [
+    ([1.5, np.nan, -np.nan, np.inf, -np.inf, -0.0, 0.0,
+      float(np.finfo(np.float32).max), 2.0**-149], "f8", "f4"),
+    ([np.nan, np.inf, -0.0, 65504.0, 2.0**-24], "f4", "f2"),
+    ([0.0, -0.0, 3.0, -(2.0**63), 2.0**62], "f8", "i8"),  # -0.0 is 0 in an int
+    ([0.0, 255.0, -0.0], "f2", "u1"),
+    ([0.0, -0.0, 1.0], "f8", "bool"),
+    ([2**53, -(2**53), 2**60, 0], "i8", "f8"),  # whole multiples of a power of two
+    ([2**64 - 2**11, 2**63], "u8", "f8"),
+    ([2**24, 16777218, -3], "i8", "c8"),
+    ([0, 2**32 - 1], "i8", "u4"),
+    ([0, 2**63 - 1], "u8", "i8"),
+    ([1 + 0j, -2 - 0j, complex(np.nan, 0)], "c16", "f4"),
+    ([complex(1, np.inf), complex(np.nan, np.nan), 0.5j], "c16", "c8"),
+    ([0, 1], "u8", "bool"),
+]
+# (the chunk's values, its dtype, the declared dtype, the first that does not fit)
+MISFITS = [
+    ([1.0, 2.0**24 + 1], "f8", "f4", 2.0**24 + 1),
+    ([1.0, 1e300], "f8", "f4", 1e300),  # would be inf
+    ([1.0, 1e-46], "f8", "f4", 1e-46),  # would be 0
+    ([1.0, 1e-45], "f8", "f4", 1e-45),  # a float32 subnormal near it, not it
+    ([70000.0], "f4", "f2", 70000.0),
+    ([2.0, 2.0**63], "f8", "i8", 2.0**63),  # one past int64's range
+    ([2.0, np.inf], "f8", "i8", np.inf),
+    ([-1.0, 3.0], "f8", "u8", -1.0),
+    ([-0.5, 3.0], "f8", "i4", -0.5),  # NumPy truncates it to 0
+    ([2**63 - 1], "i8", "f8", 2**63 - 1),  # rounds to 2^63, past int64 on the way back
+    ([2**64 - 1], "u8", "f8", 2**64 - 1),
+    ([2**53 + 1], "u8", "c16", 2**53 + 1),
+    ([1, -1], "i8", "u8", -1),
+    ([2**63], "u8", "i8", 2**63),
+    ([0, 1, -1], "i1", "bool", -1),
+    ([1 + 0j, 0.1 + 0j], "c16", "c8", 0.1 + 0j),
+    ([1 + 0j, complex(0, np.nan)], "c16", "f8", complex(0, np.nan)),
+]
+
+
+@pytest.mark.parametrize("values, chunk_dtype, declared", EXACT_VALUES)
+def test_a_chunk_whose_values_are_exact_is_cast_as_numpy_casts(values, chunk_dtype, declared):
+    """NaN, inf, -0.0, the extremes and subnormals of the declared float, whole floats under
+    ints, ints within 2^53 (or whole multiples of a larger power of two) under float64: cast
+    as NumPy's ``astype``, signs of zeros and NaNs kept where a float is declared."""
+    from dask_compact.validate import as_declared
+
+    chunk = np.array(values, dtype=chunk_dtype)
+    got = as_declared(chunk, np.dtype(declared), "f", 0)
+    want = _astype(chunk, declared)
+    assert got.dtype == np.dtype(declared)
+    np.testing.assert_array_equal(got, want)
+    if want.dtype.kind in "fc":
+        np.testing.assert_array_equal(np.signbit(got.real), np.signbit(chunk.real))
+
+
+@pytest.mark.parametrize("values, chunk_dtype, declared, misfit", MISFITS)
+def test_a_chunk_with_a_value_the_declared_dtype_does_not_hold_is_refused_naming_it(
+        values, chunk_dtype, declared, misfit):
+    from dask_compact.validate import as_declared
+
+    chunk = np.array(values, dtype=chunk_dtype)
+    where = values.index(misfit) if misfit == misfit else 1
+    text = misfit_text(chunk_dtype, misfit)
+    with pytest.raises(TypeError, match=re.escape(
+            f"chunk 4 of the input holds {np.dtype(chunk_dtype)}, but its dask array declares "
+            f"{np.dtype(declared)}, and its value {text} (element {where} of the chunk)")):
+        as_declared(chunk, np.dtype(declared), "f", 4)
+
+
+def test_the_refusal_counts_the_misfits_and_places_them_in_an_nd_chunk():
+    from dask_compact.validate import as_declared
+
+    chunk = np.array([[1.0, 2.0], [0.5, 1.5]])
+    with pytest.raises(TypeError, match=re.escape("its value 0.5 (element (1, 0) of the "
+                                                  "chunk; 1 more besides)")):
+        as_declared(chunk, np.dtype("int32"), "f", 0)
+
+
+def test_kinds_no_value_passes_between_are_refused_by_dtype():
+    """Times and numbers, datetimes and timedeltas, bytes and unicode: no value is looked at
+    (an empty chunk too)."""
+    from dask_compact.validate import as_declared
+
+    for chunk, declared in [(np.arange(3), "M8[s]"), (np.zeros(0), "m8[s]"),
+                            (np.array([1], "m8[s]"), "M8[s]"),
+                            (np.array(["a"], "U1"), "S1"), (np.array([1], "M8[s]"), "int64")]:
+        with pytest.raises(TypeError, match="does not cast to .* without loss"):
+            as_declared(chunk, np.dtype(declared), "f", 0)
+
+
+@pytest.mark.parametrize("chunk_dtype, declared", [
+    ("f8", "f4"), ("i8", "i4"), ("i8", "u8"), ("f8", "i8"), ("c16", "f8"), ("i8", "bool"),
+    ("i8", "f8"), ("M8[ms]", "M8[s]"), ("M8[s]", "M8[ns]"), ("U5", "U3")])
+def test_an_empty_chunk_of_another_dtype_is_cast(chunk_dtype, declared):
+    """No value to lose (a loader's ``np.array([])`` is float64, whatever it was declared):
+    cast, N-D too, through a public call as well."""
+    from dask_compact.validate import as_declared
+
+    for shape in [(0,), (0, 3)]:
+        got = as_declared(np.zeros(shape, chunk_dtype), np.dtype(declared), "f", 0)
+        assert got.dtype == np.dtype(declared) and got.shape == shape
+    if np.dtype(declared).kind in "biuf":
+        a = np.arange(12).astype(declared)
+        x = da.from_array(a, chunks=4).map_blocks(
+            lambda b, block_id=None: b if block_id[0] != 1 else b[:0].astype(chunk_dtype),
+            dtype=declared, chunks=((4, 0, 4),))
+        got = x.map_compact(lambda v: v == v)
+        assert chunk_dtypes(got) <= {np.dtype(declared)}
+        np.testing.assert_array_equal(got.compute(), np.concatenate([a[:4], a[8:]]))
+
+
+def test_from_delayed_int64_chunks_under_float_answer_as_plain_dask():
+    """The probe's case: ``da.from_delayed(load(i), shape, dtype=float)`` over a loader that
+    returns int64 ids: plain Dask's ``x[x > t]`` answers on the chunks' values; so do the
+    calls, in float64, as NumPy's ``astype`` gives them."""
+    import dask
+
+    ids = np.random.default_rng(3).integers(0, 2**53, 1025)
+    parts = [ids[i:i + 97] for i in range(0, ids.size, 97)]
+    x = da.concatenate([da.from_delayed(dask.delayed(lambda p: p)(p), p.shape, dtype=float)
+                        for p in parts])
+    t = float(np.median(ids))
+    want = ids.astype(float)[ids > t]
+    np.testing.assert_array_equal(x[x > t].compute(), want)  # plain Dask
+    got = x.map_compact(lambda v: v > t)
+    assert chunk_dtypes(got) == {np.dtype(float)}
+    np.testing.assert_array_equal(got.compute(), want)
+    np.testing.assert_array_equal(dask_compact.sort(x, buckets=3).compute(),
+                                  np.sort(ids.astype(float)))
+
+
+_NUMBERS = [np.dtype(t) for t in ("bool", "int8", "int16", "int32", "int64", "uint8",
+                                  "uint16", "uint32", "uint64", "float16", "float32",
+                                  "float64", "complex64", "complex128")]
+
+
+def _chunks_under_declared():
+    """(a chunk, the declared dtype): values of the declared dtype in the chunk's (mostly
+    exact), some of them replaced by any values of the chunk's dtype (NaN, inf, -0.0,
+    subnormals, the extremes: hypothesis' own)."""
+    from hypothesis import strategies as st
+    from hypothesis.extra import numpy as hnp
+
+    @st.composite
+    def draw(draw):
+        dtype, declared = draw(st.sampled_from(_NUMBERS)), draw(st.sampled_from(_NUMBERS))
+        n = draw(st.integers(0, 9))
+        chunk = _astype(draw(hnp.arrays(declared, n)), dtype)
+        anything = draw(hnp.arrays(dtype, n))
+        for i in draw(st.lists(st.integers(0, max(n - 1, 0)), max_size=2)) if n else []:
+            chunk[i] = anything[i]
+        return chunk, declared
+
+    return draw()
+
+
+def test_every_pair_of_number_dtypes_by_value():
+    """Any chunk under any declared number dtype: cast, as NumPy's ``astype``, where each
+    value comes back exactly (compared as Python numbers, exact between ints and floats),
+    else refused naming the first value that does not: the rule against a reference that
+    knows nothing of dtypes."""
+    from hypothesis import given, settings
+
+    from dask_compact.validate import as_declared
+
+    @settings(max_examples=300, deadline=None)
+    @given(_chunks_under_declared())
+    def check(case):
+        chunk, declared = case
+        want = _astype(chunk, declared)
+        exact = [_exact(v, c) for v, c in zip(chunk.tolist(), want.tolist())]
+        if all(exact):
+            got = as_declared(chunk, declared, "f", 0)
+            assert got.dtype == declared
+            np.testing.assert_array_equal(got, want)
+            if declared.kind in "fc":  # the sign of a zero or NaN kept
+                np.testing.assert_array_equal(np.signbit(got.real), np.signbit(want.real))
+        else:
+            first = exact.index(False)
+            with pytest.raises(TypeError, match=re.escape(
+                    f"its value {str(chunk[first])} (element {first} of the chunk")):
+                as_declared(chunk, declared, "f", 0)
+
+    check()

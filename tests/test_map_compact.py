@@ -400,12 +400,14 @@ def test_times_in_chunks_of_another_unit_or_byte_order_than_declared(chunk_dtype
 @pytest.mark.parametrize("chunk_dtype, declared", LOSSY_TIMES)
 def test_times_in_chunks_of_a_finer_unit_than_declared_are_refused(chunk_dtype, declared):
     """Milliseconds under a result that declares seconds were cast, their fractions dropped
-    without a word; the rule of every chunk (validate.as_declared) refuses a cast that can
-    lose, datetimes as numbers, and names the chunk and the fixes."""
-    a, x = hidden_times(chunk_dtype, declared)
+    without a word; the rule of every chunk (validate.as_declared) refuses a cast that
+    loses, datetimes as numbers, and names the chunk, the instant and the fixes (whole
+    seconds are cast: the test above)."""
+    a, x = hidden_times(chunk_dtype, declared, fraction=True)
     t0 = a[5]
-    refused = (r"chunk \d+ of the input holds " + re.escape(
-        f"{np.dtype(chunk_dtype)}, but its dask array declares {np.dtype(declared)}"))
+    refused = (r"chunk 1 of the input holds " + re.escape(
+        f"{np.dtype(chunk_dtype)}, but its dask array declares {np.dtype(declared)}, and its "
+        f"value {x.blocks[1].compute()[1]} (element 1 of the chunk)"))
     for call in (lambda: x.map_compact(lambda v: v > t0, output="both")[0],
                  lambda: dask_compact.compact(x, x > t0),
                  lambda: dask_compact.flatnonzero(x),

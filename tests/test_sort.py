@@ -856,10 +856,14 @@ def test_times_in_chunks_of_another_unit_or_byte_order_than_declared(chunk_dtype
 
 @pytest.mark.parametrize("chunk_dtype, declared", LOSSY_TIMES)
 def test_times_in_chunks_of_a_finer_unit_than_declared_are_refused(chunk_dtype, declared):
-    """Milliseconds under seconds were cast, their fractions dropped (see validate.as_declared)."""
-    a, x = hidden_times(chunk_dtype, declared)
+    """Milliseconds under seconds were cast, their fractions dropped (see validate.as_declared):
+    refused where an instant has one, naming it."""
+    a, x = hidden_times(chunk_dtype, declared, fraction=True)
+    value = x.blocks[1].compute()[1]
     for call in (dask_compact.sort, dask_compact.argsort):
         for buckets in (None, 3):
-            with pytest.raises(TypeError, match=r"chunk \d+ of the input holds "
-                               + re.escape(str(np.dtype(chunk_dtype)))):
+            with pytest.raises(TypeError, match=r"chunk 1 of the input holds "
+                               + re.escape(f"{np.dtype(chunk_dtype)}, but its dask array "
+                                           f"declares {np.dtype(declared)}, and its value "
+                                           f"{value} (element 1 of the chunk)")):
                 call(x, buckets=buckets)

@@ -276,17 +276,24 @@ def test_one_selected_element_is_one_chunk_of_cupy() -> None:
     assert k == 1
 
 
-def _cupy_odd_chunks_as(b, chunk_dtype, block_id=None):
+def _cupy_odd_chunks_as(b, chunk_dtype, planted=None, block_id=None):
     """CuPy chunk ``b``, in ``chunk_dtype`` where its index is odd (a dtype the array does
-    not declare)."""
+    not declare), holding ``planted`` in its middle where given."""
     b = cupy.asarray(b)
-    return b.astype(chunk_dtype) if block_id[0] % 2 else b
+    if not block_id[0] % 2:
+        return b
+    c = b.astype(chunk_dtype)
+    if planted is not None:
+        c[c.size // 2] = planted
+    return c
 
 
 def test_cupy_chunks_of_another_dtype_than_declared() -> None:
     """The rule of every chunk (validate.as_declared) on CuPy chunks, the code NumPy's take:
     float32 chunks under float64 are cast on the device (every call's chunks float64, equal
-    to NumPy on the declared values); float64 chunks under float32 are refused."""
+    to NumPy on the declared values); float64 chunks of whole numbers under float32 are cast
+    by their values, as well; float64 chunks holding 0.1 under float32 are refused, naming
+    it."""
     a = (np.arange(4000) * 7 % 37).astype(np.float64)
     meta = cupy.empty(0, np.float64)
     x = da.from_array(a, chunks=500).map_blocks(_cupy_odd_chunks_as, "float32", meta=meta)
@@ -306,10 +313,43 @@ def test_cupy_chunks_of_another_dtype_than_declared() -> None:
             assert {b.dtype for b in blocks} == {np.dtype(np.float64)}, name
             assert all(isinstance(b, cupy.ndarray) for b in blocks), name
             np.testing.assert_array_equal(cupy.asnumpy(got.compute()), want, err_msg=name)
-        y = da.from_array(a.astype(np.float32), chunks=500).map_blocks(
+        f = a.astype(np.float32)
+        whole = da.from_array(f, chunks=500).map_blocks(
             _cupy_odd_chunks_as, "float64", meta=cupy.empty(0, np.float32))
+        got = whole.map_compact("x > 3")
+        assert {b.compute().dtype for b in got.to_delayed().ravel()} == {f.dtype}
+        np.testing.assert_array_equal(cupy.asnumpy(got.compute()), f[f > 3])
+        y = da.from_array(f, chunks=500).map_blocks(
+            _cupy_odd_chunks_as, "float64", 0.1, meta=cupy.empty(0, np.float32))
         for call in (lambda: y.map_compact("x > 3"), lambda: dask_compact.sort(y, buckets=3),
                      lambda: dask_compact.cumsum(y).compute()):
             with pytest.raises(TypeError, match=r"chunk [1357] of the input holds float64, "
-                                                "but its dask array declares float32"):
+                                                "but its dask array declares float32, and its "
+                                                r"value 0.1 \(element 250 of the chunk\)"):
                 call()
+
+
+@pytest.mark.parametrize("values, chunk_dtype, declared", [
+    ([1.5, np.nan, np.inf, -0.0, 0.1], "f8", "f4"), ([1.5, np.nan, np.inf, -0.0], "f8", "f4"),
+    ([3, 2**53, 2**53 + 1], "i8", "f8"), ([3, 2**53], "i8", "f8"), ([2**64 - 1], "u8", "f8"),
+    ([1, 2**63], "u8", "i8"), ([1, 2**63 - 1], "u8", "i8"), ([-1, 5], "i8", "u4"),
+    ([0.0, -0.0, 7.0, 2.0**63], "f8", "i8"), ([0.0, -0.0, 7.0], "f8", "i8"),
+    ([np.nan], "f8", "i8"), ([1 + 0j, 2j], "c16", "f4"), ([1 + 0j, np.nan], "c16", "f4"),
+    ([0, 1, 2], "i8", "bool"), ([0, 1], "i8", "bool"), ([2**24 + 1], "i8", "c8")])
+def test_cupy_chunks_are_cast_or_refused_by_value_as_numpy_chunks(values, chunk_dtype,
+                                                                  declared) -> None:
+    """validate.as_declared on a CuPy chunk: the same cast, or the same refusal naming the
+    same value, as on the NumPy chunk of its values (the comparisons run on the device)."""
+    from dask_compact.validate import as_declared
+
+    host = np.array(values, dtype=chunk_dtype)
+    try:
+        want = as_declared(host, np.dtype(declared), "f", 2)
+    except TypeError as e:
+        with pytest.raises(TypeError) as refused:
+            as_declared(cupy.asarray(host), np.dtype(declared), "f", 2)
+        assert str(refused.value) == str(e)
+        return
+    got = as_declared(cupy.asarray(host), np.dtype(declared), "f", 2)
+    assert isinstance(got, cupy.ndarray) and got.dtype == want.dtype
+    np.testing.assert_array_equal(cupy.asnumpy(got), want)
