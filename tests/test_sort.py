@@ -863,3 +863,53 @@ def test_times_in_chunks_of_a_finer_unit_than_declared_are_refused(chunk_dtype, 
             with pytest.raises(TypeError, match=r"chunk \d+ of the input holds "
                                + re.escape(str(np.dtype(chunk_dtype)))):
                 call(x, buckets=buckets)
+
+
+@pytest.mark.parametrize("path", ["one chunk", "one bucket", "joined, one bucket",
+                                  "buckets", "joined, buckets", "big-endian", "times",
+                                  "times, one bucket"])
+def test_each_chunk_is_taken_in_its_declared_dtype_once(path, monkeypatch):
+    """Every step that takes a chunk takes it through validate.as_declared, but a chunk
+    that one step took (the cast to native byte order, the join of small chunks, the time
+    keys) is not taken again by the next: the one-bucket sort checked each chunk in a layer
+    of its own and then the joined chunk, a join of small chunks and then that again, the
+    time keys (uint64, made here) once more in the sort. Counted under the synchronous
+    scheduler, each input chunk once; the answers are NumPy's."""
+    from dask_compact import api, sort_graph, validate
+
+    calls = []
+    real = validate.as_declared
+
+    def counted(chunk, *args, **kwargs):
+        calls.append(len(chunk))
+        return real(chunk, *args, **kwargs)
+
+    for module in (validate, api, sort_graph, sorting):
+        monkeypatch.setattr(module, "as_declared", counted, raising=False)
+    rng = np.random.default_rng(21)
+    a = rng.standard_normal(3001)
+    a[::13] = np.nan
+    chunks, buckets, bucket = 500, None, 1
+    if path == "one chunk":
+        chunks = -1
+    elif path == "one bucket":
+        buckets = 1
+    elif path == "joined, one bucket":
+        chunks, bucket = 31, 4096  # joined into one chunk of 3001
+    elif path == "joined, buckets":
+        chunks, bucket = 31, 1024  # joined into chunks of 1024: 3 buckets
+    elif path == "big-endian":
+        a = a.astype(">f8")
+    elif path.startswith("times"):
+        a = rng.integers(-10**6, 10**6, a.size).astype("M8[s]")
+        a[::17] = np.datetime64("NaT")
+        buckets = 1 if path.endswith("one bucket") else None
+    x = da.from_array(a, chunks=chunks)
+    with dask.config.set({"scheduler": "sync", "dask-compact.sort.min-bucket": bucket}):
+        for fn, want in ((dask_compact.sort, np.sort(a)),
+                         (dask_compact.argsort, np.argsort(a, kind="stable"))):
+            calls.clear()
+            got = fn(x, buckets=buckets)
+            # each input chunk, once (Dask's map_blocks makes its meta from an empty one)
+            assert sorted(c for c in calls if c) == sorted(x.chunks[0])
+            np.testing.assert_array_equal(got.compute(), want)
