@@ -913,3 +913,33 @@ def test_each_chunk_is_taken_in_its_declared_dtype_once(path, monkeypatch):
             # each input chunk, once (Dask's map_blocks makes its meta from an empty one)
             assert sorted(c for c in calls if c) == sorted(x.chunks[0])
             np.testing.assert_array_equal(got.compute(), want)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+def test_float16_and_radix_value_sorts_share_one_zero_and_nan_repair(dtype, monkeypatch):
+    """NumPy's float16 sort (numpy_sort.sort_half) and the radix sort of values
+    (split_radix.sorted_values) both rebuild values from sorted order keys, which -0.0 and
+    0.0 share and every NaN shares: one function puts the input's zeros and NaNs back into
+    their runs for both (they were two copies), bit for bit as NumPy's stable sort."""
+    from dask_compact.backends import split_radix
+
+    calls = []
+    real = split_radix.values_of_sorted_keys
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(split_radix, "values_of_sorted_keys", counted)
+    monkeypatch.setattr(numpy_sort, "values_of_sorted_keys", counted)
+    rng = np.random.default_rng(31)
+    for n in (0, 1, 33, 4_099):
+        a = _floats_every_kind(rng, n, dtype)
+        want = _bits(np.sort(a, kind="stable"))
+        np.testing.assert_array_equal(_bits(split_radix.sorted_values(a)), want)
+        if dtype == "float16":
+            np.testing.assert_array_equal(_bits(numpy_sort.sort_half(a)), want)
+            big_endian = a.astype(">f2")
+            np.testing.assert_array_equal(_bits(numpy_sort.sort_half(big_endian)), want)
+    # sorted_values has nothing to put back in an empty array
+    assert len(calls) == (3 * 4 - 1 if dtype == "float16" else 3)
