@@ -151,18 +151,11 @@ def map_compact(
     out_chunks = _check_chunks(chunks, lazy)
     p = as_predicate(pred)
     x = _native(x)
-    try:
-        _check_predicate(p, x)
-    except NotElementwise as flat:
-        refusal = _refused_by_rows(p, x, flat)
-        if refusal is not None:
-            raise refusal from None
-        # Per-column constants (``x < np.array([a, b, c])`` on (n, 3) data), which NumPy's
-        # ``a[a < c]`` and compact_array accept: the callable cannot see flattened chunks,
-        # so it makes the mask on blocks of whole rows, and the mask selects.
-        whole = x.rechunk({i: -1 for i in range(1, x.ndim)})
-        mask = whole.map_blocks(_mask_block, p, declared=x.dtype, dtype=bool,
-                                meta=meta_from_array(x._meta, ndim=x.ndim, dtype=bool))
+    whole = _whole_rows(p, x)
+    if whole is not None:
+        # the callable makes the mask on blocks of whole rows, and the mask selects
+        mask = da.map_blocks(_mask_block, whole, p, declared=x.dtype, dtype=bool,
+                             meta=meta_from_array(x._meta, ndim=x.ndim, dtype=bool))
         return compact(whole, mask, output=output, lazy=lazy, chunks=chunks)
     x1 = _ravel(x)
     # lazy, by_worker and the input's form build different tasks under these keys
@@ -447,6 +440,22 @@ def _check_predicate(p: Predicate, x: da.Array, rows: bool = False) -> None:
         raise
     except Exception as e:  # noqa: BLE001 - it may fail on made-up values only; the tasks tell
         logger.debug("predicate %s failed on a sample chunk: %r", p.source, e)
+
+
+def _whole_rows(p: Predicate, x: da.Array) -> da.Array | None:
+    """None where the predicate ``p`` takes x's flat chunks (:func:`_check_predicate`); else
+    ``x`` in blocks of whole rows (its trailing axes in one chunk), where the mask-path
+    callable takes those: per-column constants (``x < np.array([a, b, c])`` on (n, 3)
+    data), which NumPy's ``a[a < c]`` and compact_array accept, cannot broadcast against
+    flattened chunks. Raises what :func:`_refused_by_rows` says where p takes neither."""
+    try:
+        _check_predicate(p, x)
+    except NotElementwise as flat:
+        refusal = _refused_by_rows(p, x, flat)
+        if refusal is not None:
+            raise refusal from None
+        return x.rechunk({i: -1 for i in range(1, x.ndim)})
+    return None
 
 
 def _refused_by_rows(p: Predicate, x: da.Array, flat: NotElementwise
