@@ -17,7 +17,7 @@ from .predicate import Predicate, PredicateLike, as_predicate
 from .predicate.core import NotElementwise, check_sample
 from .predicate.expr import Call, Param, Var
 from .validate import (
-    as_declared,
+    as_declared_block,
     check_algorithm,
     check_chunk_type,
     check_dask_input,
@@ -151,18 +151,11 @@ def map_compact(
     out_chunks = _check_chunks(chunks, lazy)
     p = as_predicate(pred)
     x = _native(x)
-    try:
-        _check_predicate(p, x)
-    except NotElementwise as flat:
-        refusal = _refused_by_rows(p, x, flat)
-        if refusal is not None:
-            raise refusal from None
-        # Per-column constants (``x < np.array([a, b, c])`` on (n, 3) data), which NumPy's
-        # ``a[a < c]`` and compact_array accept: the callable cannot see flattened chunks,
-        # so it makes the mask on blocks of whole rows, and the mask selects.
-        whole = x.rechunk({i: -1 for i in range(1, x.ndim)})
-        mask = whole.map_blocks(_mask_block, p, declared=x.dtype, dtype=bool,
-                                meta=meta_from_array(x._meta, ndim=x.ndim, dtype=bool))
+    whole = _whole_rows(p, x)
+    if whole is not None:
+        # the callable makes the mask on blocks of whole rows, and the mask selects
+        mask = da.map_blocks(_mask_block, whole, p, declared=x.dtype, dtype=bool,
+                             meta=meta_from_array(x._meta, ndim=x.ndim, dtype=bool))
         return compact(whole, mask, output=output, lazy=lazy, chunks=chunks)
     x1 = _ravel(x)
     # lazy, by_worker and the input's form build different tasks under these keys
@@ -359,15 +352,7 @@ def _view_block(block: Any, declared: np.dtype, view_as: np.dtype,
     dtype read seconds as milliseconds, and big-endian bytes as garbage dates (a new-user
     probe). Taken in the declared dtype by the rule of every chunk (validate.as_declared:
     cast where exact, refused where not, free where they agree)."""
-    return _declared(block, declared, "dask_compact", block_id).view(view_as)
-
-
-def _declared(block: Any, declared: np.dtype, fn: str, block_id: tuple[int, ...] | None
-              ) -> Any:  # fmt: skip
-    """:func:`.validate.as_declared` of a chunk that Dask's ``map_blocks`` passed with its
-    ``block_id`` (the chunk's index along each axis: the first names it, for 1-D input and
-    N-D blocks of whole rows alike)."""
-    return as_declared(block, declared, fn, block_id[0] if block_id else 0)
+    return as_declared_block(block, declared, "dask_compact", block_id).view(view_as)
 
 
 def _native(x: da.Array) -> da.Array:
@@ -377,7 +362,7 @@ def _native(x: da.Array) -> da.Array:
     dt = native(x.dtype)
     if dt == x.dtype:
         return x
-    return da.map_blocks(_declared, x, declared=dt, fn="dask_compact", dtype=dt,
+    return da.map_blocks(as_declared_block, x, declared=dt, fn="dask_compact", dtype=dt,
                          meta=meta_from_array(x._meta, dtype=dt))
 
 
@@ -427,10 +412,10 @@ def _compact_times(x: da.Array, pred: PredicateLike, output: str, lazy: bool,
 def _mask_block(block: Any, p: Predicate, declared: np.dtype | None = None,
                 block_id: tuple[int, ...] | None = None) -> Any:
     """The mask-path predicate on chunk ``block`` in its array's ``declared`` dtype, as the
-    compaction takes the chunk after it (:func:`_declared`): evaluated on the chunk's own
+    compaction takes the chunk after it (validate.as_declared_block): evaluated on the chunk's own
     dtype, it could select what the values cast to the declared one would not."""
     if declared is not None:
-        block = _declared(block, declared, "map_compact", block_id)
+        block = as_declared_block(block, declared, "map_compact", block_id)
     return p.mask(block)
 
 
@@ -455,6 +440,22 @@ def _check_predicate(p: Predicate, x: da.Array, rows: bool = False) -> None:
         raise
     except Exception as e:  # noqa: BLE001 - it may fail on made-up values only; the tasks tell
         logger.debug("predicate %s failed on a sample chunk: %r", p.source, e)
+
+
+def _whole_rows(p: Predicate, x: da.Array) -> da.Array | None:
+    """None where the predicate ``p`` takes x's flat chunks (:func:`_check_predicate`); else
+    ``x`` in blocks of whole rows (its trailing axes in one chunk), where the mask-path
+    callable takes those: per-column constants (``x < np.array([a, b, c])`` on (n, 3)
+    data), which NumPy's ``a[a < c]`` and compact_array accept, cannot broadcast against
+    flattened chunks. Raises what :func:`_refused_by_rows` says where p takes neither."""
+    try:
+        _check_predicate(p, x)
+    except NotElementwise as flat:
+        refusal = _refused_by_rows(p, x, flat)
+        if refusal is not None:
+            raise refusal from None
+        return x.rechunk({i: -1 for i in range(1, x.ndim)})
+    return None
 
 
 def _refused_by_rows(p: Predicate, x: da.Array, flat: NotElementwise

@@ -57,7 +57,7 @@ from .dispatch import sort_bounds, sort_chunk, sort_merge
 from .graph import _extend, _meta, computed_call, input_form
 from .imported import distributed_if_imported
 from .placement import _held_where
-from .validate import as_declared
+from .validate import as_declared, as_declared_block
 
 __all__ = ["build_sort", "splitters", "sample_positions", "exchange_groups", "bucket_groups",
            "default_buckets", "EXCHANGES"]
@@ -80,33 +80,32 @@ def default_buckets(n: int, nchunks: int) -> int:
     return max(1, min(nchunks, by_size, by_pieces))
 
 
-def join_small_chunks(x: da.Array) -> da.Array:
+def join_small_chunks(x: da.Array, checked: bool = False) -> da.Array:
     """``x`` with chunks far below a bucket's minimum (on average under a quarter of
     ``dask-compact.sort.min-bucket``) joined into chunks of that minimum. Every chunk is a
     local sort, a sample and a piece for every bucket, each a task and a transfer: 200,000
     float64 in 800 chunks took 1.0 s through 3 buckets (2,400 pieces), np.sort 0.01 s.
-    Chunks of 2^28 on GPUs are far above it and left alone."""
+    Chunks of 2^28 on GPUs are far above it and left alone. The joined chunks are in
+    ``x``'s declared dtype (:func:`declared_chunks`, unless ``checked``: x's chunks are)."""
     min_bucket = max(1, settings.get("sort.min-bucket"))
     n, nchunks = int(x.shape[0]), int(x.numblocks[0])
     if nchunks <= 1 or 4 * n >= nchunks * min_bucket:
         return x
-    return declared_chunks(x).rechunk({0: min_bucket})
+    return declared_chunks(x, checked).rechunk({0: min_bucket})
 
 
-def declared_chunks(x: da.Array, fn: str = "sort") -> da.Array:
+def declared_chunks(x: da.Array, checked: bool = False, fn: str = "sort") -> da.Array:
     """``x`` with each chunk checked and in ``x``'s declared dtype (validate.as_declared),
     for a rechunk that joins chunks: Dask's concatenate takes the type of the chunk of
     highest ``__array_priority__`` (a plain one made plain data of another ndarray
     subclass, validate.check_chunk) and NumPy's promotion of their dtypes (a float64 chunk
     made float64 data of a float32 array, refused only after the join, under the joined
-    chunk's index)."""
-    return da.map_blocks(_checked_chunk, x, fn=fn, declared=x.dtype, dtype=x.dtype,
+    chunk's index). ``checked``: a step before took x's chunks so already (the cast to
+    native byte order, the time keys): ``x`` itself, each chunk taken once."""
+    if checked:
+        return x
+    return da.map_blocks(as_declared_block, x, fn=fn, declared=x.dtype, dtype=x.dtype,
                          meta=x._meta)
-
-
-def _checked_chunk(a: Any, fn: str, declared: np.dtype | None = None,
-                   block_id: tuple[int, ...] | None = None) -> Any:
-    return as_declared(a, declared, fn, block_id[0] if block_id else 0)
 
 
 # At most this many sample values in all (the client sorts them; 2^20 take ~0.2 s).
@@ -159,39 +158,45 @@ def splitters(
 
 # Tasks call these module functions, never a Dispatch object: one pickled into a task would be
 # a copy, and the lazy registration on the worker would fill in the module's, not the copy.
-# each takes its chunk in x's declared dtype (validate.as_declared; ``c``: the chunk's index)
+# each takes its chunk in x's declared dtype (validate.as_declared; ``c``: the chunk's index),
+# unless ``declared`` is None: a step before took it so (build_sort's ``checked``)
 def _local_sort(a: Any, indices: bool, base: int, positions: np.ndarray, local: str,
                 declared: np.dtype | None = None, c: int = 0) -> tuple:
     # the step is dispatched on the chunk's type: see validate.check_chunk
-    a = as_declared(a, declared, "sort", c)
+    if declared is not None:
+        a = as_declared(a, declared, "sort", c)
     return sort_chunk(a, indices, base, positions, local)
 
 
 def _sort_whole(a: Any, indices: bool, local: str, declared: np.dtype | None = None) -> Any:
     """One chunk sorted (or its argsort): the local sort with no sample."""
-    a = as_declared(a, declared, "sort", 0)
+    if declared is not None:
+        a = as_declared(a, declared, "sort", 0)
     values, order, _ = sort_chunk(a, indices, 0, np.zeros(0, np.int64), local)
     return order if indices else values
 
 
-def _sort_one_chunk(x: da.Array, indices: bool, local: str, graph_input: bool) -> da.Array:
+def _sort_one_chunk(x: da.Array, indices: bool, local: str, graph_input: bool,
+                    checked: bool = False) -> da.Array:
     """An array of one chunk, sorted into one output chunk: the local sort is the whole sort,
     so one task and one persist (no sample, splitters or merge: the general path's three
     round trips to the client cost ~6 ms on a GPU worker, as much as sorting 2^28 float32).
     Under the threaded or the synchronous scheduler not even that: see :func:`_here`.
     ``graph_input``: whether the caller's array is a graph (not persisted), which must have
-    been read when the call returns."""
+    been read when the call returns. ``checked``: the chunk is in x's declared dtype
+    already (see :func:`build_sort`)."""
     form = input_form(x)
     token = tokenize("dask-compact-sort-one", x.name, indices, local, form,
                      computed_call(False, form))
     out = f"sort-{'indices' if indices else 'values'}-out-{token}"
     dtype = np.dtype(np.int64) if indices else x.dtype
+    declared = None if checked else x.dtype
     chunk = _here(x)
     if chunk is not None:
-        return da.Array({(out, 0): _sort_whole(chunk[0], indices, local, x.dtype)}, out,
+        return da.Array({(out, 0): _sort_whole(chunk[0], indices, local, declared)}, out,
                         chunks=x.chunks, meta=_meta(x, dtype))
     graph = _extend(x.dask, out, {(out, 0): (_sort_whole, (x.name, 0), indices, local,
-                                             x.dtype)}, {x.name})
+                                             declared)}, {x.name})
     result = da.Array(graph, out, chunks=x.chunks, meta=_meta(x, dtype))
     (result,) = client_stream.persist(result)
     if graph_input:
@@ -470,22 +475,27 @@ def _ipc_refusal(client: Any, values: da.Array, group: np.ndarray, where: list, 
 
 
 def build_sort(x: da.Array, indices: bool, buckets: int, local: str = "auto",
-               graph_input: bool = True) -> da.Array:  # fmt: skip
+               graph_input: bool = True, checked: bool = False) -> da.Array:  # fmt: skip
     """Sorted values (``indices=False``) or the stable argsort of 1-D ``x`` (known chunks,
     at least one element): a persisted array with one chunk per non-empty bucket. ``local``:
     what sorts and merges within a chunk or bucket (``sorting.LOCAL_SORTS``);
     ``graph_input``: whether the caller's array (``x`` before it was joined, cast or keyed)
     is a graph, not persisted. Once this returns, nothing of such an input is held or still
     to run on the cluster: the general path's local sorts have run (their sample is
-    gathered), the one-bucket path waits for its sort."""
+    gathered), the one-bucket path waits for its sort. ``checked``: x's chunks are in its
+    declared dtype already (a step before took each through validate.as_declared: the cast
+    to native byte order, a join of small chunks, the time keys), else the first step that
+    reads a chunk takes it so: each chunk is checked once."""
     sizes = tuple(int(c) for c in x.chunks[0])
     nin = len(sizes)
     if buckets == 1:
         # one bucket is the whole array in one place whatever the path: its chunks joined
         # and sorted at once, not sorted, sampled, cut and merged into one (200,000 float64
-        # in 1,000 chunks: 1.0 s that way)
-        return _sort_one_chunk(x if nin == 1 else declared_chunks(x).rechunk({0: -1}),
-                               indices, local, graph_input)
+        # in 1,000 chunks: 1.0 s that way); chunks to be joined are checked before the join
+        if nin == 1:
+            return _sort_one_chunk(x, indices, local, graph_input, checked)
+        joined = declared_chunks(x, checked).rechunk({0: -1})
+        return _sort_one_chunk(joined, indices, local, graph_input, True)
     starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
     per = per_chunk_sample(nin, buckets)
     form = input_form(x)
@@ -496,7 +506,7 @@ def build_sort(x: da.Array, indices: bool, buckets: int, local: str = "auto",
     p1 = f"sort-local-{token}"
     layer: dict[Any, Any] = {
         (p1, c): (_local_sort, (x.name, c), indices, int(starts[c]), sample_positions(m, per),
-                  local, x.dtype, c)
+                  local, None if checked else x.dtype, c)
         for c, m in enumerate(sizes)
     }
     deps: list[Any] = [x]  # dask's typing does not count Array

@@ -18,7 +18,7 @@ from .api import _native
 from .backends.split_radix import order_key
 from .graph import input_form, without_empty_chunks
 from .sort_graph import EXCHANGES, build_sort, default_buckets, join_small_chunks
-from .validate import as_declared, check_chunk_type, check_dask_input, native
+from .validate import as_declared_block, check_chunk_type, check_dask_input, native
 
 __all__ = ["sort", "argsort", "LOCAL_SORTS", "SORT_DTYPES"]
 
@@ -136,9 +136,13 @@ def _sorted(x: Any, local: Any, buckets: Any, indices: bool, fn: str) -> da.Arra
 
 
 def _sorted_chunks(x: Any, local: Any, buckets: Any, indices: bool, fn: str) -> da.Array:
-    checked = _check(x, local, fn)
+    native_x = _check(x, local, fn)
     graph_input = input_form(x) == "graph"  # the caller's array, before it is joined or cast
-    x = join_small_chunks(checked)
+    joined = join_small_chunks(native_x, checked=native_x is not x)
+    # each chunk is taken in the declared dtype once (validate.as_declared), by the first
+    # step that reads it: the cast to native byte order, the join, the time keys, or the sort
+    checked = joined is not x
+    x = joined
     nchunks = _check_buckets(buckets, x.shape[0], x.numblocks[0])
     if x.shape[0] == 0:
         dtype = np.dtype(np.int64) if indices else x.dtype
@@ -146,27 +150,30 @@ def _sorted_chunks(x: Any, local: Any, buckets: Any, indices: bool, fn: str) -> 
         return da.from_array(empty, chunks=(0,), meta=empty)
     if x.dtype.kind in ("m", "M"):
         # datetime64 / timedelta64 sorted as uint64 keys in the same order, NaT last
-        keys = da.map_blocks(_time_keys, x, like=x.dtype, dtype=np.uint64)  # x's chunk indices
-        out = build_sort(keys, indices, nchunks, local, graph_input)
+        keys = da.map_blocks(_time_keys, x, declared=None if checked else x.dtype,
+                             dtype=np.uint64)  # x's chunk indices
+        out = build_sort(keys, indices, nchunks, local, graph_input, checked=True)
         return out if indices else da.map_blocks(_from_time_keys, out, like=x.dtype,
                                                  dtype=x.dtype)
-    return build_sort(x, indices, nchunks, local, graph_input)
+    return build_sort(x, indices, nchunks, local, graph_input, checked)
 
 
 _SIGN = np.uint64(1 << 63)
 
 
-def _time_keys(block: np.ndarray, like: np.dtype, block_id: tuple[int, ...] | None = None
-               ) -> np.ndarray:  # fmt: skip
+def _time_keys(block: np.ndarray, declared: np.dtype | None,
+               block_id: tuple[int, ...] | None = None) -> np.ndarray:  # fmt: skip
     """uint64 keys that order datetime64/timedelta64 values as NumPy sorts them: by their
     int64 value, NaT (the smallest int64) last. The int64s' order keys (v ^ sign: NaT is 0),
     less 1 modulo 2^64, which moves NaT alone to the top.
 
-    ``like``: the dask array's (native) dtype, which the chunk (``block_id``, as Dask's
-    map_blocks passes it) is taken in first (validate.as_declared): a chunk of another unit
-    or byte order than its array declares would be read as the wrong times (api._view_block
-    says more)."""
-    block = as_declared(block, like, "sort", block_id[0] if block_id else 0)
+    ``declared``: the dask array's (native) dtype, which the chunk (``block_id``, as Dask's
+    map_blocks passes it) is taken in first (validate.as_declared_block): a chunk of another
+    unit or byte order than its array declares would be read as the wrong times
+    (api._view_block says more). None: a step before took it so (the cast to native byte
+    order, or the join of small chunks)."""
+    if declared is not None:
+        block = as_declared_block(block, declared, "sort", block_id)
     return order_key(block.view(np.int64)) - np.uint64(1)
 
 

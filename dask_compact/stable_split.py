@@ -22,11 +22,10 @@ from dask.highlevelgraph import HighLevelGraph
 from . import call_client, client_stream, settings
 from .api import (
     _check_dask_array,
-    _check_predicate,
     _native,
     _ravel,
-    _refused_by_rows,
     _unknown,
+    _whole_rows,
 )
 from .chunk import _checked
 from .dispatch import split_chunk
@@ -39,7 +38,6 @@ from .graph import (
     without_empty_chunks,
 )
 from .predicate import Predicate, PredicateLike, as_predicate
-from .predicate.core import NotElementwise
 from .validate import as_declared, check_dtype, check_output
 
 __all__ = ["partition", "partition_array"]
@@ -166,15 +164,11 @@ def partition(x: da.Array, pred: PredicateLike, *, output: str = "values") -> tu
             "partition needs known chunk sizes (the rest of each chunk goes after every "
             "selected element); call x.compute_chunk_sizes() first"
         )
-    try:
-        _check_predicate(p, x)
-    except NotElementwise as flat:
-        # per-column constants (x < np.array([a, b, c]) on (n, 3) data), as map_compact takes
-        # them: the chunks are blocks of whole rows, which split_chunk masks as they are
-        refusal = _refused_by_rows(p, x, flat)
-        if refusal is not None:
-            raise refusal from None
-        x1 = x.rechunk({i: -1 for i in range(1, x.ndim)})
+    whole = _whole_rows(p, x)
+    if whole is not None:
+        # per-column constants, as map_compact takes them: the chunks are blocks of whole
+        # rows, which split_chunk masks as they are
+        x1 = whole
         keys = [(x1.name, i, *[0] * (x.ndim - 1)) for i in range(x1.numblocks[0])]
         rows = np.asarray(x1.chunks[0], dtype=np.int64) * math.prod(x.shape[1:])
     else:

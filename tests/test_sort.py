@@ -867,3 +867,83 @@ def test_times_in_chunks_of_a_finer_unit_than_declared_are_refused(chunk_dtype, 
                                            f"declares {np.dtype(declared)}, and its value "
                                            f"{value} (element 1 of the chunk)")):
                 call(x, buckets=buckets)
+
+
+@pytest.mark.parametrize("path", ["one chunk", "one bucket", "joined, one bucket",
+                                  "buckets", "joined, buckets", "big-endian", "times",
+                                  "times, one bucket"])
+def test_each_chunk_is_taken_in_its_declared_dtype_once(path, monkeypatch):
+    """Every step that takes a chunk takes it through validate.as_declared, but a chunk
+    that one step took (the cast to native byte order, the join of small chunks, the time
+    keys) is not taken again by the next: the one-bucket sort checked each chunk in a layer
+    of its own and then the joined chunk, a join of small chunks and then that again, the
+    time keys (uint64, made here) once more in the sort. Counted under the synchronous
+    scheduler, each input chunk once; the answers are NumPy's."""
+    from dask_compact import api, sort_graph, validate
+
+    calls = []
+    real = validate.as_declared
+
+    def counted(chunk, *args, **kwargs):
+        calls.append(len(chunk))
+        return real(chunk, *args, **kwargs)
+
+    for module in (validate, api, sort_graph, sorting):
+        monkeypatch.setattr(module, "as_declared", counted, raising=False)
+    rng = np.random.default_rng(21)
+    a = rng.standard_normal(3001)
+    a[::13] = np.nan
+    chunks, buckets, bucket = 500, None, 1
+    if path == "one chunk":
+        chunks = -1
+    elif path == "one bucket":
+        buckets = 1
+    elif path == "joined, one bucket":
+        chunks, bucket = 31, 4096  # joined into one chunk of 3001
+    elif path == "joined, buckets":
+        chunks, bucket = 31, 1024  # joined into chunks of 1024: 3 buckets
+    elif path == "big-endian":
+        a = a.astype(">f8")
+    elif path.startswith("times"):
+        a = rng.integers(-10**6, 10**6, a.size).astype("M8[s]")
+        a[::17] = np.datetime64("NaT")
+        buckets = 1 if path.endswith("one bucket") else None
+    x = da.from_array(a, chunks=chunks)
+    with dask.config.set({"scheduler": "sync", "dask-compact.sort.min-bucket": bucket}):
+        for fn, want in ((dask_compact.sort, np.sort(a)),
+                         (dask_compact.argsort, np.argsort(a, kind="stable"))):
+            calls.clear()
+            got = fn(x, buckets=buckets)
+            # each input chunk, once (Dask's map_blocks makes its meta from an empty one)
+            assert sorted(c for c in calls if c) == sorted(x.chunks[0])
+            np.testing.assert_array_equal(got.compute(), want)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+def test_float16_and_radix_value_sorts_share_one_zero_and_nan_repair(dtype, monkeypatch):
+    """NumPy's float16 sort (numpy_sort.sort_half) and the radix sort of values
+    (split_radix.sorted_values) both rebuild values from sorted order keys, which -0.0 and
+    0.0 share and every NaN shares: one function puts the input's zeros and NaNs back into
+    their runs for both (they were two copies), bit for bit as NumPy's stable sort."""
+    from dask_compact.backends import split_radix
+
+    calls = []
+    real = split_radix.values_of_sorted_keys
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(split_radix, "values_of_sorted_keys", counted)
+    monkeypatch.setattr(numpy_sort, "values_of_sorted_keys", counted)
+    rng = np.random.default_rng(31)
+    for n in (0, 1, 33, 4_099):
+        a = _floats_every_kind(rng, n, dtype)
+        want = _bits(np.sort(a, kind="stable"))
+        np.testing.assert_array_equal(_bits(split_radix.sorted_values(a)), want)
+        if dtype == "float16":
+            np.testing.assert_array_equal(_bits(numpy_sort.sort_half(a)), want)
+            big_endian = a.astype(">f2")
+            np.testing.assert_array_equal(_bits(numpy_sort.sort_half(big_endian)), want)
+    # sorted_values has nothing to put back in an empty array
+    assert len(calls) == (3 * 4 - 1 if dtype == "float16" else 3)

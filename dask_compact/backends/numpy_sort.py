@@ -48,7 +48,7 @@ from typing import Any, Literal
 import numpy as np
 
 from . import split_radix
-from .split_radix import order_key
+from .split_radix import order_key, values_of_sorted_keys
 
 __all__ = [
     "sort_chunk", "sort_bounds", "sort_merge", "stable_argsort", "sort_kind", "sort_values",
@@ -78,10 +78,6 @@ def sort_kind(dtype: np.dtype) -> Literal["stable"] | None:
 # float16 sorted through uint16 keys. Every float16 bit pattern has its key in a table of
 # 2^16 (order_key of them all: -0.0 and +0.0 share the key 0x8000, every NaN has 0xFFFF), and
 # every key but those two has exactly one bit pattern, kept in the inverse table.
-_HALF_ZERO_KEY = np.uint16(0x8000)
-_HALF_NAN_KEY = np.uint16(0xFFFF)
-_HALF_MAGNITUDE = np.uint16(0x7FFF)
-_HALF_INF = np.uint16(0x7C00)
 
 
 @functools.cache
@@ -115,21 +111,13 @@ def sort_half(a: np.ndarray) -> np.ndarray:
     of its uint16 keys: 23-27 ms against 320-400 ms for 2^22 values (module doc).
 
     The sorted keys give back every value but the zeros and the NaNs, whose keys are shared:
-    their runs are filled with the input's zeros and NaNs in input order, which is where a
-    stable sort leaves them (-0.0 equals 0.0; NaNs are equal, last), so the signs of the
-    zeros and the NaNs' payloads are NumPy's."""
+    their runs are filled with the input's zeros and NaNs in input order
+    (:func:`.split_radix.values_of_sorted_keys`, the radix sort's repair too)."""
     bits = _half_bits(a)
     keys = _half_tables()[0][bits]
     keys.sort(kind="stable")
-    out = _half_tables()[1][keys]
-    zeros = slice(int(np.searchsorted(keys, _HALF_ZERO_KEY, side="left")),
-                  int(np.searchsorted(keys, _HALF_ZERO_KEY, side="right")))
-    if zeros.stop > zeros.start:
-        out[zeros] = bits[(bits & _HALF_MAGNITUDE) == 0]
-    first_nan = int(np.searchsorted(keys, _HALF_NAN_KEY, side="left"))
-    if first_nan < keys.size:
-        out[first_nan:] = bits[(bits & _HALF_MAGNITUDE) > _HALF_INF]
-    return out.view(np.float16)
+    return values_of_sorted_keys(keys, bits.view(np.float16),
+                                 lambda k: _half_tables()[1][k].view(np.float16))
 
 
 def sort_values(a: np.ndarray, in_place: bool = False) -> np.ndarray:

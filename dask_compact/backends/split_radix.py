@@ -14,13 +14,14 @@ the default.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 __all__ = [
-    "order_key", "from_order_key", "radix_order", "radix_sorted", "sorted_values", "sort_chunk",
-    "sort_merge",
+    "order_key", "from_order_key", "radix_order", "radix_sorted", "sorted_values",
+    "values_of_sorted_keys", "sort_chunk", "sort_merge",
 ]
 
 _UINT: dict[int, Any] = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
@@ -98,16 +99,32 @@ def sorted_values(a: Any, xp: Any = np) -> Any:
     keys = radix_sorted(order_key(a, xp))
     if a.dtype.kind != "f" or a.size == 0:
         return from_order_key(keys, a.dtype, xp)
+    return values_of_sorted_keys(keys, a, lambda k: from_order_key(k, a.dtype, xp), xp)
+
+
+def values_of_sorted_keys(keys: Any, a: Any, values_of: Callable[[Any], Any],
+                          xp: Any = np) -> Any:
+    """The values of float ``a`` (1-D, native byte order) in the order of ``keys``, its
+    :func:`order_key` sorted: ``values_of(keys)`` (which may make them in ``keys``' memory)
+    gives back every value but the zeros and the NaNs, whose keys are shared (-0.0 and 0.0
+    the sign bit alone, every NaN all ones): their runs take ``a``'s zeros and NaNs in input
+    order, which is where a stable sort leaves them, so the signs of the zeros and the
+    NaNs' payloads are NumPy's. The one repair of :func:`sorted_values` and
+    :func:`.numpy_sort.sort_half` (float16 by its table of keys)."""
     u = keys.dtype.type
     sign = u(1) << u(8 * a.dtype.itemsize - 1)
+    magnitude = ~sign  # every bit but the sign
+    infinity = u(int(magnitude) & ~((1 << np.finfo(a.dtype).nmant) - 1))  # exponent all ones
     zeros = _run(keys, sign, xp)  # the key of 0.0 and -0.0
     first_nan = _run(keys, u(np.iinfo(u).max), xp)[0]
-    out = from_order_key(keys, a.dtype, xp)
+    out = values_of(keys)  # after the runs: it may overwrite keys
     del keys
-    if zeros[1] > zeros[0]:  # by the bits: CuPy's kernels flush subnormals to zero
-        out[zeros[0]:zeros[1]] = a[(a.view(u) & ~sign) == 0]
-    if first_nan < a.size:
-        out[first_nan:] = a[xp.isnan(a)]
+    # both by the bits: CuPy's kernels flush subnormals to zero, and NumPy's isnan of
+    # float16 took 26 ms for 2^22 values where the bits take 0.7 ms
+    if zeros[1] > zeros[0]:
+        out[zeros[0]:zeros[1]] = a[(a.view(u) & magnitude) == 0]
+    if first_nan < a.size:  # a NaN's magnitude is above infinity's
+        out[first_nan:] = a[(a.view(u) & magnitude) > infinity]
     return out
 
 

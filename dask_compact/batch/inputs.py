@@ -14,6 +14,7 @@ from typing import Any
 import click
 import numpy as np
 
+from .caches import CACHE_PROTOCOLS, chained_base, resolved
 from .reader import (
     NpyRows,
     Reader,
@@ -72,11 +73,6 @@ def local(path: str) -> str:
     return os.path.abspath(path)
 
 
-# fsspec's caches, which read through to the file system after them in a chained URL
-# (``cached`` is ``blockcache``'s other name)
-CACHE_PROTOCOLS = ("simplecache", "filecache", "blockcache", "cached")
-
-
 def url_protocols(url: str) -> list[str]:
     """The protocol of each part of a chained fsspec URL (``zip::g.zip``: zip, then "" for
     the bare path)."""
@@ -124,9 +120,7 @@ def uncached(url: str) -> Any:
         return url
     from zarr.storage import FsspecStore
 
-    from .output import _resolved
-
-    fs, path = _resolved(url)
+    fs, path = resolved(url)
     return FsspecStore.from_mapper(fs.get_mapper(path), read_only=True)
 
 
@@ -162,7 +156,7 @@ def member_url(url: str, name: str) -> str:
     for i, part in enumerate(parts[:-1]):
         part = part if "://" in part else f"{part}://"  # zip::g.zip is zip://::g.zip
         cls = _filesystem_class(part.split("://")[0])
-        if cls is None or cls._strip_protocol(part) or not issubclass(cls, _chained_base()):
+        if cls is None or cls._strip_protocol(part) or not issubclass(cls, chained_base()):
             parts[i] = part + name if part.endswith("://") else f"{part.rstrip('/')}/{name}"
             return "::".join(parts)
     parts[-1] = f"{parts[-1].rstrip('/')}/{name}"
@@ -176,16 +170,6 @@ def _filesystem_class(protocol: str) -> Any:
         return fsspec.get_filesystem_class(protocol)
     except (ValueError, ImportError):  # unknown, or its package not installed: fsspec says so
         return None
-
-
-def _chained_base() -> type:
-    """fsspec's base of the file systems that take their path from the next part of a chained
-    URL (``ChainedFileSystem`` since 2025; before it, the caches)."""
-    try:
-        from fsspec.implementations.chained import ChainedFileSystem
-    except ImportError:
-        from fsspec.implementations.cached import CachingFileSystem as ChainedFileSystem
-    return ChainedFileSystem
 
 
 def open_input(path: str, chunks: int | None, allow_missing_chunks: bool = False) -> Source:

@@ -37,7 +37,8 @@ from typing import Any, Protocol
 import click
 
 from . import manifest as manifest_io
-from .inputs import CACHE_PROTOCOLS, is_url, local, url_protocols
+from .caches import CACHE_PROTOCOLS, looked_past, resolved
+from .inputs import is_url, local, url_protocols
 from .manifest import Manifest
 from .shared import SHARED_CHECK
 from .signals import held, raise_if_interrupted, sigint_ignored
@@ -126,7 +127,7 @@ ARCHIVE_PROTOCOLS = ("zip", "tar", "libarchive")
 # exit 0, and gone when the command returned (tests set this to () to use it for an object
 # store, in-process)
 EPHEMERAL_PROTOCOLS = ("memory",)
-# fsspec's caches (.inputs.CACHE_PROTOCOLS) read through to their target, but a write through
+# fsspec's caches (.caches.CACHE_PROTOCOLS) read through to their target, but a write through
 # one lands in the cache's local copy first: a probe's simplecache::file://.../out.zarr OUTPUT
 # failed halfway with a FileNotFoundError in the temporary group (exit 1, nothing left)
 
@@ -579,27 +580,7 @@ def _place(path: str | None, url: str | None) -> tuple[str, str]:
     if url is None:
         assert path is not None
         return "file", os.path.realpath(path)
-    return _place_on(*_resolved(url))
-
-
-def _resolved(url: str) -> tuple[Any, str]:
-    """(the file system ``url`` reads and writes, fsspec's caches looked through; its path)."""
-    import fsspec
-
-    fs, stripped = fsspec.core.url_to_fs(url)
-    return _cached(fs), stripped
-
-
-def _cached(fs: Any) -> Any:
-    """The file system that fsspec's caches in front of ``fs`` (if any) read and write: a
-    ``simplecache::file://...`` URL names that file system's path (its protocol, "simplecache",
-    made INPUT and OUTPUT look like two file systems, and a probe's ``--overwrite`` replaced
-    its own INPUT)."""
-    from .inputs import _chained_base
-
-    while isinstance(fs, _chained_base()) and (inner := getattr(fs, "fs", None)) is not None:
-        fs = inner
-    return fs
+    return _place_on(*resolved(url))
 
 
 def _place_on(fs: Any, path: str) -> tuple[str, str]:
@@ -618,10 +599,10 @@ def _input_places(path: str | None, url: str | None) -> list[tuple[str, str]]:
         return [_place(path, url)]
     archive = _archive_file(url)
     if archive is not None:
-        return [_place_on(*_resolved(archive))]
+        return [_place_on(*resolved(archive))]
     from fsspec.implementations.reference import ReferenceFileSystem
 
-    fs, stripped = _resolved(url)
+    fs, stripped = resolved(url)
     if not isinstance(fs, ReferenceFileSystem):
         return [_place_on(fs, stripped)]
     return [_referenced_place(fs, target) for target in _reference_targets(fs, url)]
@@ -658,7 +639,7 @@ def _referenced_place(fs: Any, target: str) -> tuple[str, str]:
     if "://" in target or "::" in target:
         return _place(None, target)
     remote = fs.fss.get(None) or fsspec.filesystem("file")
-    return _place_on(_cached(remote), remote._strip_protocol(target))
+    return _place_on(looked_past(remote), remote._strip_protocol(target))
 
 
 def marker(attrs: dict[str, Any]) -> Any:
