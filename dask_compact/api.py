@@ -225,8 +225,8 @@ def compact(
             raise ValueError(
                 "a NumPy mask needs x with known chunk sizes; call x.compute_chunk_sizes()"
             )
-    check_chunk_type(mask._meta, "compact")
     check_dask_input(mask, "the mask")
+    check_chunk_type(mask._meta, "compact")
     if mask.dtype != np.dtype(bool):
         raise TypeError(f"mask must be boolean, not {mask.dtype}")
     if not _unknown(x) and not _unknown(mask):
@@ -333,8 +333,8 @@ def _check_dask_array(x: Any, fn: str) -> da.Array:
             f"dask.array.from_array(...), or use dask_compact."
             f"{_IN_MEMORY.get(fn, 'compact_array')} for an in-memory array"
         )
-    check_chunk_type(x._meta, fn)
     check_dask_input(x, "x")
+    check_chunk_type(x._meta, fn)
     return x
 
 

@@ -71,11 +71,11 @@ def checked_fields(fields: Any, indices: bool, fn: str = "compact_records"
             raise TypeError(f"field {name!r} is a {type(a).__name__}, not an array")
         if not lazy:
             a = out[name] = in_memory(a)
+        if lazy:
+            check_dask_input(a, f"field {name!r}")
         like = a._meta if lazy else a
         check_chunk_type(like, f"{fn} (field {name!r})", in_memory=not lazy)
         modules.add(_module_of(like))
-        if lazy:
-            check_dask_input(a, f"field {name!r}")
         if a.dtype.kind == "T":
             raise TypeError(_variable_width_strings(name, a.dtype))
         if a.dtype.hasobject:

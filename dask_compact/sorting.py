@@ -189,8 +189,8 @@ def _check(x: Any, local: Any, fn: str) -> da.Array:
             f"{fn} needs a dask array, not {type(x).__name__}; wrap it with "
             "dask.array.from_array(...), or sort an in-memory array with NumPy or CuPy"
         )
-    check_chunk_type(x._meta, fn)
     check_dask_input(x, "x")
+    check_chunk_type(x._meta, fn)
     if x.ndim != 1:
         raise ValueError(f"{fn} sorts 1-D arrays; x has shape {x.shape}: pass x.ravel() to sort "
                          "every element, or sort each row with map_blocks")

@@ -111,11 +111,51 @@ def check_blocks_in_graph(a: Any, what: str) -> None:
         )
 
 
+# Dask's experimental array-expr mode: dask.array's collections (``Array`` and what
+# ``from_array``, ``map_blocks``... return) are then those of this package.
+_ARRAY_EXPR = "dask.array._array_expr"
+
+
+def _is_array_expr(a: Any) -> bool:
+    """Whether ``a`` is an array (or the class of one) of dask's array-expr mode."""
+    module = a.__module__ if isinstance(a, type) else type(a).__module__
+    return module == _ARRAY_EXPR or module.startswith(_ARRAY_EXPR + ".")
+
+
+def check_not_array_expr(a: Any, what: str) -> None:
+    """NotImplementedError where dask's array-expr mode is on (the config
+    ``array.query-planning``, read once, when ``dask.array`` is first imported): ``dask.array``
+    then builds expression collections, which take no graph, and this package's graphs are
+    built as ``da.Array(graph, name, chunks, ...)`` over ``HighLevelGraph`` layers and
+    deterministic output keys (what held results, eager calls and the sort's exchange name
+    and look up). Under that mode, each call crashed somewhere inside ("Array.__init__() got
+    an unexpected keyword argument 'chunks'", "'dict' object has no attribute 'layers'", a
+    new-user probe); dask's own ``FromGraph`` renames the output keys, so it is no small
+    fix. Checked on the input and on ``dask.array.Array`` (the mode, also for an array made
+    without it)."""
+    import sys
+
+    da = sys.modules.get("dask.array")
+    if not _is_array_expr(a) and not (da is not None and _is_array_expr(da.Array)):
+        return
+    raise NotImplementedError(
+        f"dask_compact does not support dask's array-expr mode yet (the dask config "
+        f"array.query-planning is True here, so {what} is a {type(a).__module__}."
+        f"{type(a).__name__}). Turn it off before dask.array is first imported: unset "
+        "DASK_ARRAY__QUERY_PLANNING (or set it to False), or call "
+        "dask.config.set({'array.query-planning': False}) before `import dask.array` "
+        "(dask reads the setting once, at that import)"
+    )
+
+
 def check_dask_input(a: Any, what: str) -> None:
     """The checks of every dask input of a public call (``x``, ``compact``'s mask, each
     record field; ``what`` names it), lazy or eager, before anything is built or submitted:
-    every block in its graph (:func:`check_blocks_in_graph`), and no futures of a closed
-    client, or cancelled, under it (:func:`.call_client.check_futures_live`)."""
+    not under dask's array-expr mode (:func:`check_not_array_expr`), every block in its
+    graph (:func:`check_blocks_in_graph`), and no futures of a closed client, or cancelled,
+    under it (:func:`.call_client.check_futures_live`). The first check of each: the calls
+    run it before the checks of the chunk type and dtype."""
+    check_not_array_expr(a, what)
     check_blocks_in_graph(a, what)
     from .call_client import check_futures_live  # imports dask: not for in-memory calls
 

@@ -505,6 +505,50 @@ def test_local_processes_cluster(npy, tmp_path):
     np.testing.assert_array_equal(read_group(out)[1]["values"], a[a > 0.25])
 
 
+def test_unusable_temporary_directory_is_one_error_line(npy, tmp_path):
+    """A local cluster whose scratch folder (dask's temporary-directory) cannot be made: one
+    ``Error:`` line naming the cause and the setting, exit 1, nothing written. Before
+    (2026-12-01, a new-user probe): distributed's warning and a chained traceback of 80 lines
+    ending ``RuntimeError: Cluster failed to start: [Errno 20] Not a directory``. A subprocess:
+    distributed's warning goes to the logging handler's stderr, which click's runner does not
+    capture."""
+    path, _ = npy
+    out = tmp_path / "o.zarr"
+    (tmp_path / "notadir").write_text("")
+    scratch = str(tmp_path / "notadir" / "x")
+    proc = subprocess.run(
+        [sys.executable, "-m", "dask_compact", str(path), str(out), "-w", "x > 0.5",
+         "--local", "processes", "--workers", "1"],
+        capture_output=True, text=True, timeout=120,
+        env={**os.environ, "DASK_TEMPORARY_DIRECTORY": scratch},
+    )
+    assert proc.returncode == 1, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: the local cluster did not start: "), (
+        proc.stderr)
+    assert "Not a directory" in lines[0] and "temporary-directory" in lines[0]
+    assert f"({scratch!r}, from DASK_TEMPORARY_DIRECTORY)" in lines[0]
+    assert proc.stdout == ""
+    assert not out.exists() and litter(tmp_path) == []
+
+
+def test_failed_start_names_the_setting_only_for_its_folder(monkeypatch):
+    """The temporary-directory setting is named where the path that failed is it, above it
+    (makedirs fails at the first folder it cannot make) or in it, and where it was set."""
+    from dask_compact.batch.runner import failed_start
+
+    monkeypatch.delenv("DASK_TEMPORARY_DIRECTORY", raising=False)
+    with dask.config.set({"temporary-directory": "/ro/a/b"}):
+        for failed in ("/ro/a", "/ro/a/b", "/ro/a/b/dask-scratch-space"):
+            said = failed_start(PermissionError(13, "Permission denied", failed))
+            assert said.startswith("the local cluster did not start: [Errno 13] Permission")
+            assert "temporary-directory setting ('/ro/a/b', from the dask config)" in said
+        for other in (OSError(98, "Address already in use"),
+                      PermissionError(13, "Permission denied", "/ro/ab")):
+            said = failed_start(other)
+            assert "temporary-directory" not in said and "did not start: " in said
+
+
 @pytest.mark.parametrize("command", [["-m", "dask_compact"], ["dask", "compact"]])
 def test_subprocess(npy, tmp_path, command):
     path, a = npy

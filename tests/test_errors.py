@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
+import os
+import subprocess
+import sys
 import warnings
 
 import dask.array as da
@@ -220,3 +224,66 @@ def test_a_zero_d_mask_of_zero_d_x_selects_as_numpy(mask):
     np.testing.assert_array_equal(i.compute(), np.flatnonzero(mask))
     with pytest.raises(TypeError, match="mask must be boolean, not float64"):
         dask_compact.compact(x, np.array(1.0))
+
+
+# Every public call with dask inputs, run in a subprocess whose dask.array was imported in
+# dask's array-expr mode (dask reads array.query-planning once, at that import); prints one
+# line per call: name, then the error's type and message, or "ok".
+ARRAY_EXPR_CALLS = r"""
+import importlib.util
+import numpy as np, dask.array as da, dask_compact as dc
+a = np.random.default_rng(0).random(101)
+x = da.from_array(a, chunks=30)
+if not type(x).__module__.startswith("dask.array._array_expr"):
+    print("NOT-ARRAY-EXPR", type(x).__module__)
+    raise SystemExit
+calls = {
+    "map_compact method": lambda: x.map_compact("x > 0.5"),
+    "map_compact": lambda: dc.map_compact(x, "x > 0.5", output="both"),
+    "map_compact lazy": lambda: dc.map_compact(x, "x > 0.5", lazy=True),
+    "compact": lambda: dc.compact(x, x > 0.5),
+    "compact NumPy mask": lambda: dc.compact(x, a > 0.5),
+    "flatnonzero": lambda: dc.flatnonzero(x > 0.5),
+    "cumsum": lambda: dc.cumsum(x),
+    "sort": lambda: dc.sort(x),
+    "argsort": lambda: dc.argsort(x),
+    "partition": lambda: dc.partition(x, "x > 0.5"),
+    "compact_records": lambda: dc.compact_records({"a": x, "b": x}, "a > 0.5"),
+}
+if importlib.util.find_spec("xarray") is not None:
+    import xarray as xr
+    ds = xr.Dataset({"v": ("r", x)})
+    calls["xarray accessor"] = lambda: ds.compact.where("v > 0.5")
+for name, call in calls.items():
+    try:
+        call()
+        print(name, "|", "ok")
+    except Exception as e:
+        print(name, "|", type(e).__name__, "|", str(e).replace("\n", " "))
+# the in-memory calls take no dask collection: they work in that mode too
+got = dc.compact_array(a, "x > 0.5")
+print("compact_array", "|", "ok" if np.array_equal(got, a[a > 0.5]) else "WRONG")
+"""
+
+
+def test_array_expr_mode_refused_by_every_call():
+    """Under dask's array-expr mode (DASK_ARRAY__QUERY_PLANNING=True), every public call on
+    dask arrays crashed deep inside with a misleading error ("Array.__init__() got an
+    unexpected keyword argument 'chunks'", "'dict' object has no attribute 'layers'"; a
+    new-user probe). Each now refuses up front, naming the mode and how to turn it off."""
+    if importlib.util.find_spec("dask.array._array_expr") is None:
+        pytest.skip("this dask has no array-expr mode")
+    env = dict(os.environ, DASK_ARRAY__QUERY_PLANNING="True")
+    proc = subprocess.run([sys.executable, "-c", ARRAY_EXPR_CALLS], capture_output=True,
+                          text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    if proc.stdout.startswith("NOT-ARRAY-EXPR"):
+        pytest.skip(f"DASK_ARRAY__QUERY_PLANNING=True gave no array-expr arrays: {proc.stdout}")
+    lines = dict(line.split(" | ", 1) for line in proc.stdout.splitlines())
+    assert lines.pop("compact_array") == "ok"
+    assert len(lines) >= 11, proc.stdout
+    for name, got in lines.items():
+        kind, _, message = got.partition(" | ")
+        assert kind == "NotImplementedError", f"{name}: {got}"
+        assert "array-expr mode" in message and "array.query-planning" in message, name
+        assert "DASK_ARRAY__QUERY_PLANNING" in message, name

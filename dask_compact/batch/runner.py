@@ -4,6 +4,8 @@ default memory budget; waiting for cancelled tasks to end."""
 from __future__ import annotations
 
 import contextlib
+import logging
+import os
 import signal
 import time
 from collections.abc import Callable
@@ -326,14 +328,69 @@ def _start_retrying_once(make: Callable[[], Any]) -> Any:
     """
     for attempt in (1, 2):
         try:
-            with ignored(signal.SIGINT, signal.SIGTERM):
+            with ignored(signal.SIGINT, signal.SIGTERM), _no_warning_of_a_failed_start():
                 return make()
         except (AssertionError, TimeoutError) as e:
             if attempt == 2:
                 raise
             click.echo(f"dask compact: the local cluster did not start in time ({e!r}); "
                        "trying once more", err=True)
+        except RuntimeError as e:
+            if isinstance(e.__cause__, OSError):
+                raise click.ClickException(failed_start(e.__cause__)) from None
+            raise
     raise AssertionError("unreachable")
+
+
+# What distributed logs (a WARNING) as it closes a cluster whose start failed; the start's
+# error follows, as the command's own one line.
+_FAILED_START_LOG = "Cluster closed without starting up"
+
+
+class _DropMessage(logging.Filter):
+    def __init__(self, message: str) -> None:
+        super().__init__()
+        self.message = message
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.getMessage() != self.message
+
+
+@contextlib.contextmanager
+def _no_warning_of_a_failed_start() -> Any:
+    """distributed's warning of a failed start left out while a local cluster starts: the
+    failure is the command's ``Error:`` line (:func:`failed_start`)."""
+    log = logging.getLogger("distributed.deploy.spec")
+    drop = _DropMessage(_FAILED_START_LOG)
+    log.addFilter(drop)
+    try:
+        yield
+    finally:
+        log.removeFilter(drop)
+
+
+def failed_start(cause: OSError) -> str:
+    """The one line for a local cluster whose start failed with ``cause`` (distributed raises
+    ``RuntimeError("Cluster failed to start: ...")`` from it), naming dask's
+    ``temporary-directory`` setting where the path that failed is that folder, above it or in
+    it: the scheduler and the workers make their scratch space there. 2026-12-01, a new-user
+    probe with ``DASK_TEMPORARY_DIRECTORY=/dev/null/x``: the command printed distributed's
+    warning and a chained traceback of 80 lines (exit 1), where a bad ``--scheduler`` address
+    gets one line."""
+    said = f"the local cluster did not start: {cause}"
+    setting = dask.config.get("temporary-directory", None)
+    if not setting or cause.filename is None:
+        return said
+    scratch = os.path.abspath(os.path.expanduser(str(setting)))
+    failed = os.path.abspath(os.fsdecode(cause.filename))
+    if not (scratch == failed or scratch.startswith(failed.rstrip(os.sep) + os.sep)
+            or failed.startswith(scratch + os.sep)):
+        return said
+    where = ("DASK_TEMPORARY_DIRECTORY" if os.environ.get("DASK_TEMPORARY_DIRECTORY")
+             else "the dask config")
+    return (f"{said}; its scheduler and workers keep their scratch files under dask's "
+            f"temporary-directory setting ({str(setting)!r}, from {where}): set it to a folder "
+            "that can be created and written, or unset it")
 
 
 # Worker task states in which a task runs now or may still start: queued for a thread
