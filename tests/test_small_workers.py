@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import sys
-import time
 
 import dask
 import dask.array as da
@@ -65,15 +64,42 @@ def test_workers_without_room_for_the_compiler_take_the_mask_path(small_workers,
     assert not any(small_workers.run(_numba_loaded).values())
 
 
-# The call is timed itself: the cluster's close after the restarts now and then takes ~26 s
-# in distributed's nanny (seen in full-file runs on the loaded 2-core machine, not alone).
-@pytest.mark.timeout(90)
+@pytest.fixture
+def dying_workers():
+    """:func:`small_workers` whose scheduler ends a task after 2 deaths of the workers running
+    it (distributed's ``allowed-failures``, 3 by default: 4 deaths). Each death is a worker
+    process started again by its nanny, which took 5-30 s on the loaded 2-core machine."""
+    distributed = pytest.importorskip("distributed")
+    with (
+        dask.config.set({"distributed.scheduler.allowed-failures": ALLOWED_FAILURES}),
+        distributed.LocalCluster(n_workers=2, threads_per_worker=1, memory_limit="256MiB",
+                                 processes=True, dashboard_address=None,
+                                 worker_dashboard_address=None) as cluster,
+        distributed.Client(cluster) as c,
+    ):  # fmt: skip
+        yield c
+
+
+ALLOWED_FAILURES = 1
+
+
+# A hang is what this guards against: the call alone is timed (func_only), not the cluster's
+# start and close, which on the loaded machine took up to 30 s each (the test's whole time
+# was bounded by 90 s before, and its call by 30 s: flaky under load, see the docstring).
+@pytest.mark.timeout(120, func_only=True)
 @pytest.mark.parametrize("by_worker", [True, False])
 @pytest.mark.filterwarnings("ignore")
-def test_workers_that_keep_dying_end_the_call_with_killed_worker(small_workers, by_worker):
+def test_workers_that_keep_dying_end_the_call_with_killed_worker(dying_workers, by_worker):
     """A worker restarted at each chunk (as by its nanny at 95% of its memory_limit): the
     direct call falls back to the tasks, and the tasks end with distributed's KilledWorker
-    after its allowed failures, not a hang."""
+    after its allowed failures, not a hang.
+
+    Until 2026-12-01 the call had to end within 30 s and the test within 90 (fixture
+    included), with distributed's 3 allowed failures: 3-7 s alone, but every death waits for
+    a worker process to start again, and on the 2-core machine loaded by other tests a start
+    took 5-30 s (a cluster's first start 30 s), so the test failed now and then, with the old
+    code too. Now the scheduler allows one failure (one round of deaths on the tasks' path,
+    where 3 took two), the error says it ended by that count, and only a hang fails it."""
     import os
 
     from distributed import KilledWorker, wait
@@ -85,12 +111,11 @@ def test_workers_that_keep_dying_end_the_call_with_killed_worker(small_workers, 
 
     x = da.arange(10_000, chunks=1000, dtype=np.float64).persist()
     wait(x)
-    start = time.monotonic()
-    with pytest.raises(KilledWorker):
+    with pytest.raises(KilledWorker) as killed:
         x.map_compact(dies_on_a_chunk, by_worker=by_worker).compute()
-    assert time.monotonic() - start < 30  # 3-7 s measured: 4 deaths and restarts
-    # the last restart done before the cluster closes (a close during one took ~27 s)
-    small_workers.wait_for_workers(2, timeout=20)
+    assert killed.value.allowed_failures == ALLOWED_FAILURES  # the scheduler's count ended it
+    # the last restarts done before the cluster closes (a close during one took ~27 s)
+    dying_workers.wait_for_workers(2)
 
 
 @pytest.fixture
