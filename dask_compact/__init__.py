@@ -26,13 +26,14 @@ if TYPE_CHECKING:
     from .scan import cumsum, scan_array
     from .sorting import argsort, sort
     from .stable_split import partition, partition_array
+    from .workers_installed import WorkerWithoutDaskCompact
 
 __version__ = "0.1.0"
 __all__ = [
     "map_compact", "compact", "flatnonzero", "compact_array", "compact_into", "compact_records",
     "compact_records_into", "Predicate",
     "as_predicate", "trace", "cache_dir", "clear_cache", "sort", "argsort", "scan_array",
-    "cumsum", "partition", "partition_array", "low_latency",
+    "cumsum", "partition", "partition_array", "low_latency", "WorkerWithoutDaskCompact",
 ]  # fmt: skip
 
 # public name -> the module that defines it
@@ -46,6 +47,7 @@ _LAZY = {
     "scan_array": "scan", "cumsum": "scan",
     "partition": "stable_split", "partition_array": "stable_split",
     "low_latency": "latency",
+    "WorkerWithoutDaskCompact": "workers_installed",
 }  # fmt: skip
 
 

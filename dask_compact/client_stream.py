@@ -33,12 +33,16 @@ from typing import Any
 
 import dask
 
+from . import workers_installed
 from .imported import distributed_if_imported
 
 
 def persist(*collections: Any, **kwargs: Any) -> tuple:
     """``dask.persist(*collections, **kwargs)``, the graph sent without waiting for the
-    client's next batch where the scheduler is a distributed one."""
+    client's next batch where the scheduler is a distributed one. Where that client has a
+    worker without dask_compact, :class:`.workers_installed.WorkerWithoutDaskCompact` first
+    (the tasks would stop that worker, see :mod:`.workers_installed`)."""
+    workers_installed.check(*collections)
     out = dask.persist(*collections, **kwargs)
     send_now(out)
     if _this_thread.made is not None:

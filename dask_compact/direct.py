@@ -59,6 +59,8 @@ from .cache import BoundedCache
 from .chunk import compact_blocks, compact_held_runs
 from .placement import forget, group_tasks, over_budget, placement
 from .remade import expect
+from .workers_installed import WorkerWithoutDaskCompact as WorkerWithoutDaskCompact  # its home
+from .workers_installed import cannot_import
 
 PLUGIN_NAME = "dask-compact-direct"
 SERVE = "dask_compact_phase1"  # the workers' handler
@@ -541,22 +543,14 @@ async def _exchange(client: Any, asked: dict, shared: bytes) -> dict | None:
     return counts
 
 
-class WorkerWithoutDaskCompact(ImportError):
-    """A worker the call needs cannot import dask_compact."""
-
-
 def _raise_not_installed(answers: dict) -> None:
-    """Raise :class:`WorkerWithoutDaskCompact` naming the workers that answered
-    :data:`NOT_INSTALLED`: the tasks the call would fall back to cannot run there either
-    (they raised the bare ``ModuleNotFoundError`` of a task on that worker)."""
+    """Raise :class:`.workers_installed.WorkerWithoutDaskCompact` naming the workers that
+    answered :data:`NOT_INSTALLED`: the tasks the call would fall back to cannot run there
+    either (such a worker stops at the first of them, see :mod:`.workers_installed`)."""
     missing = {a: r.get("error", "") for a, r in answers.items()
                if isinstance(r, dict) and r.get("status") == NOT_INSTALLED}
     if missing:
-        first, error = sorted(missing.items())[0]
-        others = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
-        raise WorkerWithoutDaskCompact(
-            f"worker {first}{others} cannot import dask_compact ({error}): install "
-            f"dask-compact, the same version as the client's, on every worker")
+        raise cannot_import(missing)
 
 
 def _unregister(keys: list, client: str, dask_scheduler: Any = None) -> None:

@@ -35,7 +35,7 @@ from dask.base import tokenize
 from dask.core import flatten
 from dask.highlevelgraph import HighLevelGraph
 
-from . import call_client, client_stream, direct
+from . import call_client, client_stream, direct, workers_installed
 from .chunk import (
     compact_block,
     compact_block_masked,
@@ -596,6 +596,9 @@ def build(plan: Plan, lazy: bool, out_chunks: Any) -> dict[str, da.Array]:
         asked = direct.run(plan, blocks, metas)
         if asked is not None:
             return _rebalanced(asked, out_chunks)
+    # tasks from here (the anchors, phase 1; a lazy graph, computed later): they would stop
+    # a worker without dask_compact (see workers_installed), which the direct path names
+    workers_installed.check(plan.held, plan.mask)
     grouped = _groups_by_worker(plan, blocks)
     runs = None
     if grouped is not None:  # keys that say which groups, so another placement never shares them

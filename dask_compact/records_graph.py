@@ -20,7 +20,7 @@ import numpy as np
 from dask.base import tokenize
 from dask.highlevelgraph import HighLevelGraph
 
-from . import call_client, client_stream
+from . import call_client, client_stream, workers_installed
 from .dispatch import compact_records as compact_records_chunk
 from .graph import (
     _count,
@@ -119,6 +119,7 @@ def build_records(
         arrays[name] = da.Array(g, oname, chunks=((math.nan,) * nb, *[(s,) for s in tail]),
                                 meta=_meta(first, dtype, tail))
     if lazy:
+        workers_installed.check(*fields.values())  # computed later (see workers_installed)
         return arrays
 
     persisted = dict(zip(outs, client_stream.persist(*[arrays[k] for k in outs])))

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from . import settings
+from . import settings, workers_installed
 from .dispatch import scan_chunk, scan_total
 from .validate import as_declared, check_chunk_type, conversion, in_memory, native
 
@@ -244,6 +244,7 @@ def cumsum(x: Any, *, exclusive: bool = False, algorithm: str = "auto",
     deps: list[Any] = [x1]  # dask's typing does not count its Array as a DaskCollection
     graph = HighLevelGraph.from_collections(name, dsk, dependencies=deps)
     meta = meta_from_array(x1._meta, ndim=1, dtype=acc)
+    workers_installed.check(x1)  # computed later (see workers_installed)
     # the input's chunks, less the empty ones (graph.without_empty_chunks: Dask mishandles them)
     return without_empty_chunks(da.Array(graph, name, chunks=x1.chunks, meta=meta))
 

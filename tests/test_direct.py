@@ -574,7 +574,7 @@ def test_workers_without_dask_compact_keep_working_and_a_call_needing_one_names_
     its data lost) and, the scheduler keeping the plugin, a worker without it that joined
     later failed to start. Now both take it and keep their data; calls over input held
     elsewhere are direct and exact; one over input such a worker holds raises naming it and
-    what to install (the tasks would fail there with a bare ModuleNotFoundError)."""
+    what to install (the tasks would stop that worker, see test_workers_installed.py)."""
     from cluster_helpers import worker_named, worker_process
     from conftest import local_process_cluster
 

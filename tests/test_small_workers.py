@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import sys
-import time
 
 import dask
 import dask.array as da
@@ -65,15 +64,51 @@ def test_workers_without_room_for_the_compiler_take_the_mask_path(small_workers,
     assert not any(small_workers.run(_numba_loaded).values())
 
 
-# The call is timed itself: the cluster's close after the restarts now and then takes ~26 s
-# in distributed's nanny (seen in full-file runs on the loaded 2-core machine, not alone).
-@pytest.mark.timeout(90)
+@pytest.fixture
+def dying_workers():
+    """:func:`small_workers` for workers that die under a call, their nannies restarting them.
+
+    Two settings (2026-12-01: the test failed now and then on the loaded 2-core machine,
+    with the old code too): LocalCluster closes a worker's nanny where no worker of that
+    name is back ``distributed.deploy.lost-worker-timeout`` (15 s) after a loss; a worker
+    that died again within those 15 s, caught restarting by the first death's check, lost
+    its nanny for good (every worker's, so the call waited for ever: a test timeout). Off
+    while the cluster lives, as in ``cluster_helpers.cluster_for_kills``. And the scheduler
+    ends a task after 2 deaths of the workers running it (distributed's ``allowed-failures``,
+    3 by default): one round of deaths on the tasks' path, not two, each waiting for the
+    nannies' new processes (5-10 s apiece there)."""
+    distributed = pytest.importorskip("distributed")
+    with (
+        dask.config.set({"distributed.scheduler.allowed-failures": ALLOWED_FAILURES,
+                         "distributed.deploy.lost-worker-timeout": "1h"}),
+        distributed.LocalCluster(n_workers=2, threads_per_worker=1, memory_limit="256MiB",
+                                 processes=True, dashboard_address=None,
+                                 worker_dashboard_address=None) as cluster,
+        distributed.Client(cluster) as c,
+    ):  # fmt: skip
+        yield c
+
+
+ALLOWED_FAILURES = 1
+
+
+# A hang is what this guards against: the call alone is timed (func_only), not the cluster's
+# start and close, which on the loaded machine took up to 30 s each (see the docstring).
+@pytest.mark.timeout(120, func_only=True)
 @pytest.mark.parametrize("by_worker", [True, False])
 @pytest.mark.filterwarnings("ignore")
-def test_workers_that_keep_dying_end_the_call_with_killed_worker(small_workers, by_worker):
+def test_workers_that_keep_dying_end_the_call_with_killed_worker(dying_workers, by_worker):
     """A worker restarted at each chunk (as by its nanny at 95% of its memory_limit): the
     direct call falls back to the tasks, and the tasks end with distributed's KilledWorker
-    after its allowed failures, not a hang."""
+    after its allowed failures, not a hang.
+
+    Until 2026-12-01 this failed now and then under load, with the old code too (3 of 3
+    runs beside a busy loop and other tests): LocalCluster's lost-worker check closed the
+    nannies of workers dying twice within 15 s (the call then hung: the 90 s timeout), or
+    the call took 33-54 s against a bound of 30 s (3-7 s on an idle machine): every death
+    waits for a new worker process, which took 5-10 s there. Now that check is off, the
+    scheduler allows one failure, the error must come from that count, and only the call is
+    timed, against a hang rather than the machine's speed (see :func:`dying_workers`)."""
     import os
 
     from distributed import KilledWorker, wait
@@ -85,12 +120,11 @@ def test_workers_that_keep_dying_end_the_call_with_killed_worker(small_workers, 
 
     x = da.arange(10_000, chunks=1000, dtype=np.float64).persist()
     wait(x)
-    start = time.monotonic()
-    with pytest.raises(KilledWorker):
+    with pytest.raises(KilledWorker) as killed:
         x.map_compact(dies_on_a_chunk, by_worker=by_worker).compute()
-    assert time.monotonic() - start < 30  # 3-7 s measured: 4 deaths and restarts
-    # the last restart done before the cluster closes (a close during one took ~27 s)
-    small_workers.wait_for_workers(2, timeout=20)
+    assert killed.value.allowed_failures == ALLOWED_FAILURES  # the scheduler's count ended it
+    # the last restarts done before the cluster closes (a close during one took ~27 s)
+    dying_workers.wait_for_workers(2)
 
 
 @pytest.fixture

@@ -1,0 +1,130 @@
+"""A cluster with a worker that cannot import dask_compact (dask_compact/workers_installed.py):
+every call that would send it tasks of ours says so, naming it, before any task is sent.
+
+Before (2026-12-01, distributed 2026.7.1): such a worker given one of our tasks stops (the
+task's unpickling breaks its stream from the scheduler), the data it held is lost, and the call
+went on without it where another worker served, or waited for ever where none did; the direct
+path alone named the worker.
+"""
+
+from __future__ import annotations
+
+import dask.array as da
+import numpy as np
+import pytest
+from cluster_helpers import worker_named, worker_process
+from distributed import wait
+
+import dask_compact
+from dask_compact import workers_installed
+from dask_compact.workers_installed import WorkerWithoutDaskCompact
+
+A = np.random.default_rng(7).random(8_009)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """A client, one worker process with dask_compact and one without it (``bare``), and a
+    future held by ``bare`` (which must stay: the worker must not be stopped)."""
+    from conftest import local_process_cluster
+
+    folder = tmp_path_factory.mktemp("bare")
+    with (
+        local_process_cluster(1) as c,
+        worker_process(c.scheduler.address, folder, "bare", without_dask_compact=True),
+    ):  # fmt: skip
+        bare = worker_named(c, "bare")
+        kept = c.scatter(np.arange(10), workers=[bare])
+        yield c, bare, kept
+
+
+def _calls(c):
+    """name -> a call that sends tasks of ours (or, lazy, builds a graph of them)."""
+    good = [w for w in c.nthreads() if "bare" not in str(c.scheduler_info()["workers"][w])]
+    x = da.from_array(A, chunks=1_000)  # a graph: its tasks may run on any worker
+    held = c.persist(x, workers=good)
+    wait(held)
+    return {
+        "map_compact over a graph": lambda: x.map_compact("x < 0.3"),
+        "map_compact by_worker=False": lambda: held.map_compact("x < 0.3", by_worker=False),
+        "map_compact lazy": lambda: held.map_compact("x < 0.3", lazy=True),
+        "compact with a mask": lambda: dask_compact.compact(x, x < 0.3),
+        "compact_records": lambda: dask_compact.compact_records({"a": x, "b": 2 * x}, "a < 0.3"),
+        "compact_records lazy": lambda: dask_compact.compact_records(
+            {"a": held}, "a < 0.3", lazy=True
+        ),
+        "partition": lambda: dask_compact.partition(held, "x < 0.3"),
+        "cumsum": lambda: dask_compact.cumsum(held),
+        "sort": lambda: dask_compact.sort(held),
+        "argsort": lambda: dask_compact.argsort(x),
+    }
+
+
+@pytest.mark.timeout(60)  # before: a call waited for the worker it had stopped
+def test_every_task_path_names_the_worker_without_the_package(cluster):
+    c, bare, kept = cluster
+    for name, call in _calls(c).items():
+        with pytest.raises(WorkerWithoutDaskCompact,
+                           match=f"worker {bare} cannot import dask_compact .*No module "
+                                 "named 'dask_compact'.*install dask-compact.* on every "
+                                 "worker"):  # fmt: skip
+            call()
+        assert bare in c.nthreads(), f"{name}: the worker was stopped"
+    np.testing.assert_array_equal(kept.result(timeout=10), np.arange(10))  # its data kept
+    held = c.persist(da.from_array(A, chunks=1_000), workers=[w for w in c.nthreads() if w != bare])
+    wait(held)
+    got = held.map_compact("x < 0.3")  # the direct path: asks only the input's holders
+    np.testing.assert_array_equal(got.compute(), A[A < 0.3])
+
+
+@pytest.mark.timeout(60)
+def test_a_worker_joining_after_the_check_is_found_at_the_next_call(tmp_path):
+    """The answer is kept per client and cluster size: a worker without the package that
+    joins later is asked at the next call (the client refreshes the cluster's size every
+    2 s; here at once, by ``worker_named``), and once it has left the calls run again."""
+    from conftest import local_process_cluster
+
+    with local_process_cluster(1) as c:
+        x = da.from_array(A, chunks=1_000)
+        np.testing.assert_array_equal(x.map_compact("x < 0.3").compute(), A[A < 0.3])
+        with worker_process(c.scheduler.address, tmp_path, "late", without_dask_compact=True):
+            late = worker_named(c, "late")
+            with pytest.raises(WorkerWithoutDaskCompact, match=f"worker {late} cannot"):
+                x.map_compact("x < 0.4")
+            assert late in c.nthreads()
+        c.scheduler_info()  # the client's view of the cluster, refreshed
+        np.testing.assert_array_equal(x.map_compact("x < 0.5").compute(), A[A < 0.5])
+
+
+def test_the_answer_is_asked_once_per_client_and_cluster_size(monkeypatch):
+    """A hit is a look-up: no question to the workers while the cluster's size holds."""
+    from conftest import local_process_cluster
+
+    asked = []
+    real = workers_installed.lacking
+
+    def counted(client):
+        asked.append(client.id)
+        return real(client)
+
+    monkeypatch.setattr(workers_installed, "lacking", counted)
+    with local_process_cluster(2) as c:
+        x = c.persist(da.from_array(A, chunks=1_000))
+        wait(x)
+        for t in (0.1, 0.2, 0.3):
+            np.testing.assert_array_equal(
+                x.map_compact(f"x < {t}", by_worker=False).compute(), A[A < t]
+            )
+        np.testing.assert_array_equal(dask_compact.sort(x).compute(), np.sort(A))
+        assert asked == [c.id]
+
+
+def test_the_error_is_public():
+    assert dask_compact.WorkerWithoutDaskCompact is WorkerWithoutDaskCompact
+    assert "WorkerWithoutDaskCompact" in dask_compact.__all__
+
+
+def test_the_message_names_one_worker_and_counts_the_others():
+    err = workers_installed.cannot_import({"tcp://b:2": "E: b", "tcp://a:1": "E: a"})
+    assert isinstance(err, ImportError)
+    assert str(err).startswith("worker tcp://a:1 (and 1 more) cannot import dask_compact (E: a)")
