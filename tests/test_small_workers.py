@@ -8,6 +8,7 @@ plain Dask's ``x[x > 0.97]`` took 0.2-0.5 s. Such workers now take the NumPy mas
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 
@@ -39,15 +40,23 @@ def _numba_loaded(dask_worker=None) -> bool:  # noqa: ANN001 -- client.run's arg
     return "numba" in sys.modules
 
 
-@pytest.fixture
-def small_workers():
+@contextlib.contextmanager
+def _two_small_workers(**settings):
+    """A client of two one-thread worker processes of 256 MiB, under dask ``settings``."""
     distributed = pytest.importorskip("distributed")
     with (
+        dask.config.set(settings),
         distributed.LocalCluster(n_workers=2, threads_per_worker=1, memory_limit="256MiB",
                                  processes=True, dashboard_address=None,
                                  worker_dashboard_address=None) as cluster,
         distributed.Client(cluster) as c,
     ):  # fmt: skip
+        yield c
+
+
+@pytest.fixture
+def small_workers():
+    with _two_small_workers() as c:
         yield c
 
 
@@ -77,15 +86,8 @@ def dying_workers():
     ends a task after 2 deaths of the workers running it (distributed's ``allowed-failures``,
     3 by default): one round of deaths on the tasks' path, not two, each waiting for the
     nannies' new processes (5-10 s apiece there)."""
-    distributed = pytest.importorskip("distributed")
-    with (
-        dask.config.set({"distributed.scheduler.allowed-failures": ALLOWED_FAILURES,
-                         "distributed.deploy.lost-worker-timeout": "1h"}),
-        distributed.LocalCluster(n_workers=2, threads_per_worker=1, memory_limit="256MiB",
-                                 processes=True, dashboard_address=None,
-                                 worker_dashboard_address=None) as cluster,
-        distributed.Client(cluster) as c,
-    ):  # fmt: skip
+    with _two_small_workers(**{"distributed.scheduler.allowed-failures": ALLOWED_FAILURES,
+                               "distributed.deploy.lost-worker-timeout": "1h"}) as c:
         yield c
 
 
