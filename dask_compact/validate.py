@@ -319,9 +319,12 @@ def _casts_exactly(dtype: np.dtype, declared: np.dtype) -> bool:
     complex128, which NumPy calls safe: exact to 2^53 only; a review found 2^53 + 1 coming
     back as 2^53), and times into another unit (3000-01-01 in seconds is out of
     nanoseconds' range, which NumPy calls safe too) are cast value by value
-    (:func:`_cast_by_value`)."""
+    (:func:`_cast_by_value`), as are ints and bools under a timedelta64 (int64's least is
+    NaT there, which NumPy's "safe" cast makes of it)."""
     if dtype.kind in "mM" and declared.kind == dtype.kind:
         return native(dtype) == native(declared)  # the other byte order, the same unit
+    if declared.kind == "m":  # ints and bools as counts of the unit, looked at (NaT)
+        return False
     if not np.can_cast(dtype, declared, casting="safe"):
         return False
     if dtype.kind in "iu" and declared.kind in "fc":
@@ -333,14 +336,18 @@ def _casts_exactly(dtype: np.dtype, declared: np.dtype) -> bool:
 def _cast_by_value(chunk: Any, declared: np.dtype) -> tuple[Any, Any] | None:
     """``chunk`` cast to ``declared`` (as NumPy's ``astype``) and a boolean array, True
     where a value is not exact in ``declared`` (a misfit), or None where none is; None where
-    the kinds of the two dtypes let no value pass (a number and a time, a time and another
-    kind of time, bytes and unicode, records): such a chunk is refused by its dtype.
+    the kinds of the two dtypes let no value pass (a number and a datetime, a time and a
+    number, a time and another kind of time, bytes and unicode, records): such a chunk is
+    refused by its dtype. Ints and bools under a timedelta64 are counts of its unit
+    (:func:`_not_counts`: NaT's bits and uint64s past int64 are misfits).
 
     Numbers: exact is equal (a NaN is a NaN in any float, its payload aside; -0.0 is 0, as
     ``-0.0 == 0``: an int holds it as 0, a float keeps its sign, since a float cast does);
     a complex value's imaginary part must be 0 for a real dtype. Times: the same instant
     (NaT kept) in the other unit. Strings: the same string (not cut)."""
     kind, to = chunk.dtype.kind, declared.kind
+    if to == "m" and kind in "biu":  # counts of the declared unit
+        return chunk.astype(declared), _not_counts(chunk)
     if kind in "mMSU" or to in "mMSU":
         if kind != to:
             return None
@@ -496,6 +503,22 @@ def _out_of_range(values: Any, info: np.iinfo) -> Any:
         misfits |= values < t(info.min)
     if info.max < have.max:
         misfits |= values > t(info.max)
+    return misfits
+
+
+def _not_counts(values: Any) -> Any:
+    """Where ints or bools ``values`` are no count a timedelta64 holds: int64's least (NaT's
+    bits: ``[-2**63, 5]`` under ``m8[s]`` came back ``['NaT', 5]``, a review) and uint64s
+    past int64's greatest; None where the dtype has none."""
+    if values.dtype.kind == "b":
+        return None
+    have, counts = np.iinfo(values.dtype), np.iinfo(np.int64)
+    t = values.dtype.type
+    misfits = None
+    if have.min <= counts.min:
+        misfits = values == t(have.min)
+    if have.max > counts.max:
+        misfits = _either(misfits, values > t(counts.max))
     return misfits
 
 

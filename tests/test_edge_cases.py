@@ -981,6 +981,34 @@ def test_the_refusal_counts_the_misfits_and_places_them_in_an_nd_chunk():
         as_declared(chunk, np.dtype("int32"), "f", 0)
 
 
+@pytest.mark.parametrize("values, chunk_dtype, misfit", [
+    ([-(2**63), 5], "i8", -(2**63)),  # NaT's bits: NumPy's "safe" cast made NaT of it
+    ([5, 2**63], "u8", 2**63),  # past int64: refused by its dtype before, as no others
+    ([5, -(2**63) + 1, 2**63 - 1], "i8", None), ([0, 2**63 - 1], "u8", None),
+    ([-128, 127], "i1", None), ([0, 2**32 - 1], "u4", None), ([True, False], "bool", None)])
+def test_ints_under_timedelta64_are_counts_of_its_unit(values, chunk_dtype, misfit):
+    """Ints and bools under a timedelta64 are cast by value (design.md, **Chunk dtypes**):
+    the same count of the declared unit, as NumPy's astype; int64's least (NaT there) and
+    uint64s past int64's greatest refused, naming them. Under a datetime64 they stay
+    refused by their dtype."""
+    from dask_compact.validate import as_declared
+
+    chunk = np.array(values, dtype=chunk_dtype)
+    declared = np.dtype("m8[s]")
+    if misfit is None:
+        got = as_declared(chunk, declared, "f", 0)
+        assert got.dtype == declared
+        np.testing.assert_array_equal(got.astype(np.int64), chunk.astype(np.int64))
+        assert not np.isnat(got).any()
+    else:
+        with pytest.raises(TypeError, match=re.escape(
+                f"holds {chunk.dtype}, but its dask array declares timedelta64[s], and its "
+                f"value {misfit} (element {values.index(misfit)} of the chunk)")):
+            as_declared(chunk, declared, "f", 2)
+    with pytest.raises(TypeError, match="does not cast to datetime64.s. without loss"):
+        as_declared(chunk, np.dtype("M8[s]"), "f", 0)
+
+
 def test_kinds_no_value_passes_between_are_refused_by_dtype():
     """Times and numbers, datetimes and timedeltas, bytes and unicode: no value is looked at
     (an empty chunk too)."""
