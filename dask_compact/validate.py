@@ -319,9 +319,12 @@ def _casts_exactly(dtype: np.dtype, declared: np.dtype) -> bool:
     complex128, which NumPy calls safe: exact to 2^53 only; a review found 2^53 + 1 coming
     back as 2^53), and times into another unit (3000-01-01 in seconds is out of
     nanoseconds' range, which NumPy calls safe too) are cast value by value
-    (:func:`_cast_by_value`)."""
+    (:func:`_cast_by_value`), as are ints and bools under a timedelta64 (int64's least is
+    NaT there, which NumPy's "safe" cast makes of it)."""
     if dtype.kind in "mM" and declared.kind == dtype.kind:
         return native(dtype) == native(declared)  # the other byte order, the same unit
+    if declared.kind == "m":  # ints and bools as counts of the unit, looked at (NaT)
+        return False
     if not np.can_cast(dtype, declared, casting="safe"):
         return False
     if dtype.kind in "iu" and declared.kind in "fc":
@@ -333,14 +336,18 @@ def _casts_exactly(dtype: np.dtype, declared: np.dtype) -> bool:
 def _cast_by_value(chunk: Any, declared: np.dtype) -> tuple[Any, Any] | None:
     """``chunk`` cast to ``declared`` (as NumPy's ``astype``) and a boolean array, True
     where a value is not exact in ``declared`` (a misfit), or None where none is; None where
-    the kinds of the two dtypes let no value pass (a number and a time, a time and another
-    kind of time, bytes and unicode, records): such a chunk is refused by its dtype.
+    the kinds of the two dtypes let no value pass (a number and a datetime, a time and a
+    number, a time and another kind of time, bytes and unicode, records): such a chunk is
+    refused by its dtype. Ints and bools under a timedelta64 are counts of its unit
+    (:func:`_not_counts`: NaT's bits and uint64s past int64 are misfits).
 
     Numbers: exact is equal (a NaN is a NaN in any float, its payload aside; -0.0 is 0, as
     ``-0.0 == 0``: an int holds it as 0, a float keeps its sign, since a float cast does);
     a complex value's imaginary part must be 0 for a real dtype. Times: the same instant
     (NaT kept) in the other unit. Strings: the same string (not cut)."""
     kind, to = chunk.dtype.kind, declared.kind
+    if to == "m" and kind in "biu":  # counts of the declared unit
+        return chunk.astype(declared), _not_counts(chunk)
     if kind in "mMSU" or to in "mMSU":
         if kind != to:
             return None
@@ -354,7 +361,7 @@ def _cast_by_value(chunk: Any, declared: np.dtype) -> tuple[Any, Any] | None:
     with np.errstate(all="ignore"):  # an inexact value may overflow or be NaN in a cast
         if kind == "c" and to != "c":  # its real parts, where every imaginary part is 0
             cast, misfits = _cast_real(chunk.real, declared, xp)
-            return cast, _either(misfits, chunk.imag != 0)
+            return cast, _either(misfits, _nonzero_parts(chunk.imag))
         if to == "c":  # real and imaginary parts, each in the declared complex's parts
             part = np.dtype(declared.char.lower())  # complex64 -> float32
             misfits = _cast_real(chunk.real, part, xp)[1]
@@ -369,8 +376,55 @@ def _either(a: Any, b: Any) -> Any:
     return b if a is None else a if b is None else a | b
 
 
+def _nonzero_parts(parts: Any) -> Any:
+    """Where the real numbers ``parts`` (a complex chunk's imaginary parts) are not 0 (-0.0
+    is 0, NaN is not): float32 parts by their bits, which CuPy's flush of subnormals
+    (:func:`float32_subnormals`) cannot touch (``1+1e-40j`` under float32 passed as
+    ``1``), equal to ``parts != 0`` on NumPy."""
+    if parts.dtype == np.float32:
+        return (parts.view(np.uint32) & np.uint32(0x7FFFFFFF)) != 0
+    return parts != 0
+
+
+def float32_subnormals(values: Any) -> Any:
+    """Where float32 ``values`` are nonzero subnormals (below 2^-126 in magnitude), decided by
+    their bits: exponent bits 0, mantissa bits not.
+
+    CuPy compiles its elementwise kernels with ``-ftz=true``, so its float32 arithmetic and
+    comparisons take such a value as 0: ``trunc(v) == v``, ``v != 0`` and a round trip
+    through float16 compared in float32 all said that ``1e-40`` is exact in an int, a bool or
+    float16 (a review's CuPy float32 ``[1e-40, 2]`` under int32 came back ``[0, 2]``, where
+    NumPy refuses naming 1e-40). Integer operations on the bits are not flushed."""
+    bits = values.view(np.uint32)
+    return (((bits & np.uint32(0x7F800000)) == 0)
+            & ((bits & np.uint32(0x007FFFFF)) != 0))
+
+
+def _flushes_subnormals(xp: Any) -> bool:
+    """Whether ``xp``'s elementwise float32 operations flush subnormals to 0 (CuPy's do; a
+    function, so that a CPU test can take NumPy's arrays through the CuPy path)."""
+    return xp is not np
+
+
 def _cast_real(values: Any, declared: np.dtype, xp: Any) -> tuple[Any, Any]:
-    """:func:`_cast_by_value` of real numbers (bool, int, uint, float) into a real dtype."""
+    """:func:`_cast_by_value` of real numbers (bool, int, uint, float) into a real dtype.
+
+    Where float32 arithmetic flushes subnormals (CuPy), the comparisons of
+    :func:`_cast_real_compared` take a nonzero float32 subnormal as 0, so such values are
+    marked by their bits: exact in float32 and float64 alone (the targets a float32 is cast
+    to by value are bool, ints and float16; float64 is a cast by dtype), a misfit in every
+    other. NumPy's comparisons mark them already (the same misfits, nothing added)."""
+    cast, misfits = _cast_real_compared(values, declared, xp)
+    holds_float32 = declared.kind == "f" and declared.itemsize >= 4  # float32, float64
+    if values.dtype == np.float32 and not holds_float32 and _flushes_subnormals(xp):
+        tiny = float32_subnormals(values)
+        if tiny.any():
+            misfits = _either(misfits, tiny)
+    return cast, misfits
+
+
+def _cast_real_compared(values: Any, declared: np.dtype, xp: Any) -> tuple[Any, Any]:
+    """:func:`_cast_real` by comparisons of the values, exact where nothing is flushed."""
     kind, to = values.dtype.kind, declared.kind
     if kind in "iu" and _ints_fit(values, declared):
         return values.astype(declared), None  # the common case: two reductions
@@ -449,6 +503,22 @@ def _out_of_range(values: Any, info: np.iinfo) -> Any:
         misfits |= values < t(info.min)
     if info.max < have.max:
         misfits |= values > t(info.max)
+    return misfits
+
+
+def _not_counts(values: Any) -> Any:
+    """Where ints or bools ``values`` are no count a timedelta64 holds: int64's least (NaT's
+    bits: ``[-2**63, 5]`` under ``m8[s]`` came back ``['NaT', 5]``, a review) and uint64s
+    past int64's greatest; None where the dtype has none."""
+    if values.dtype.kind == "b":
+        return None
+    have, counts = np.iinfo(values.dtype), np.iinfo(np.int64)
+    t = values.dtype.type
+    misfits = None
+    if have.min <= counts.min:
+        misfits = values == t(have.min)
+    if have.max > counts.max:
+        misfits = _either(misfits, values > t(counts.max))
     return misfits
 
 

@@ -7,6 +7,7 @@ under test); everything else runs in-process through click's runner.
 
 from __future__ import annotations
 
+import concurrent.futures
 import fcntl
 import json
 import os
@@ -1312,3 +1313,26 @@ def test_the_cache_helpers_of_input_and_output_are_one_public_module(tmp_path):
         assert isinstance(fs, LocalFileSystem) and path == str(store)
         assert output._place(None, url) == ("file", os.path.realpath(store))
     assert inputs.uncached(str(store)) == str(store)  # no cache: the URL itself
+
+
+@pytest.mark.parametrize("error", [concurrent.futures.CancelledError, RuntimeError, OSError])
+def test_discard_removes_the_temporary_output_when_the_wait_for_io_fails(
+        tmp_path, monkeypatch, caplog, error):
+    """Target.discard waits for the IO threads' writes (settle_io) before it removes the
+    temporary output; a CancelledError there (an IO loop shutting down), or any error, had
+    skipped the removal and hidden the job's own error (a review): now logged, the removal
+    done, nothing raised."""
+    target = output.Target(str(tmp_path / "out.zarr"))
+    target.prepare()
+    os.makedirs(os.path.join(target.tmp_path, "a"))
+    with open(os.path.join(target.tmp_path, "zarr.json"), "w") as f:
+        f.write("{}")
+
+    def failing(*args, **kwargs):
+        raise error("the IO loop is shutting down")
+
+    monkeypatch.setattr(output, "settle_io", failing)
+    with caplog.at_level("WARNING"):
+        target.discard()
+    assert not os.path.exists(target.tmp_path)
+    assert error.__name__ in caplog.text and "removing it now" in caplog.text

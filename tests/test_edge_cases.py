@@ -894,6 +894,84 @@ def test_a_chunk_with_a_value_the_declared_dtype_does_not_hold_is_refused_naming
         as_declared(chunk, np.dtype(declared), "f", 4)
 
 
+def _float32_samples() -> np.ndarray:
+    """float32 values of every class: zeros, the subnormals' ends, the normals' least, NaN
+    and inf of both signs, and random bit patterns."""
+    tiny = np.finfo(np.float32).tiny
+    named = np.array([0.0, -0.0, 1e-40, -1e-40, 1.4e-45, -1.4e-45, tiny * (1 - 2**-23), tiny,
+                      -tiny, 1.0, 0.5, np.nan, -np.nan, np.inf, -np.inf, 3.4e38], np.float32)
+    random_bits = np.random.default_rng(7).integers(0, 2**32, 20_000, dtype=np.uint32)
+    return np.concatenate([named, random_bits.view(np.float32)])
+
+
+def test_float32_subnormals_by_bits_agree_with_numpy():
+    """validate.float32_subnormals (the bits: CuPy's -ftz=true kernels take a float32
+    subnormal as 0 in every comparison, not in integer operations on its bits) marks exactly
+    the nonzero values below float32's least normal, as NumPy's comparisons say; the
+    imaginary parts' test by bits (validate._nonzero_parts) is ``!= 0`` (-0.0 is 0, NaN
+    not), for float32 and float64 parts."""
+    from dask_compact.validate import _nonzero_parts, float32_subnormals
+
+    v = _float32_samples()
+    want = (v != 0) & (np.abs(v) < np.finfo(np.float32).tiny)
+    assert want[:9].sum() == 5  # the named subnormals: the test's own check
+    np.testing.assert_array_equal(float32_subnormals(v), want)
+    with np.errstate(invalid="ignore"):  # signalling NaNs among the random bits
+        wide = v.astype(np.float64)
+    for parts in (v, wide, v[:20_000].reshape(100, -1)[:, ::3]):
+        np.testing.assert_array_equal(_nonzero_parts(parts), parts != 0)
+    c = np.array([1 + 1e-40j, 1 - 0j, complex(0, -0.0), complex(0, np.nan)], np.complex64)
+    np.testing.assert_array_equal(_nonzero_parts(c.imag), [True, False, False, True])
+
+
+# float32 and complex64 chunks holding a subnormal, under every by-value dtype that does
+# not hold it (a review's CuPy cases); and under those that hold it
+F32_SUBNORMAL_CASES = [
+    ([1e-40, 2.0], "f4", "i4"), ([2.0, 1e-40], "f4", "u1"), ([-1e-40, 2.0], "f4", "i8"),
+    ([1e-40, 2.0], "f4", "f2"), ([0.0, 1e-40, 1.0], "f4", "bool"),
+    ([0.5, 1e-40, 3.0], "f4", "i4"), ([1 + 1e-40j, 2 + 0j], "c8", "f4"),
+    ([1e-40 + 0j, 2 + 0j], "c8", "f2"), ([1e-40 + 0j, -1e-40 + 0j], "c8", "f4"),
+    ([1e-40, -1e-40, 2.0], "f4", "f8"), ([1e-40, 2.0], "f4", "c8"),
+]
+
+
+@pytest.mark.parametrize("values, chunk_dtype, declared", F32_SUBNORMAL_CASES)
+def test_float32_subnormals_are_misfits_where_comparisons_flush_them(
+        values, chunk_dtype, declared, monkeypatch):
+    """Where float32 comparisons flush subnormals to 0 (CuPy's kernels, simulated here by
+    comparing the flushed values), a float32 subnormal is still a misfit under an int, a
+    bool or float16, by its bits: the same refusal, naming the same value, or the same cast,
+    as NumPy's unflushed comparisons give."""
+    from dask_compact import validate
+
+    def answer(chunk):
+        try:
+            return validate.as_declared(chunk, np.dtype(declared), "f", 3)
+        except TypeError as e:
+            return str(e)
+
+    chunk = np.array(values, dtype=chunk_dtype)
+    want = answer(chunk)
+    compared = validate._cast_real_compared
+
+    def flushed(v, to, xp):  # the comparisons see 0 where a float32 subnormal is
+        cast, misfits = compared(v, to, xp)
+        if v.dtype == np.float32:
+            v = np.where(validate.float32_subnormals(v), np.float32(0) * np.sign(v), v)
+            misfits = compared(v, to, xp)[1]
+        return cast, misfits
+
+    monkeypatch.setattr(validate, "_cast_real_compared", flushed)
+    monkeypatch.setattr(validate, "_flushes_subnormals", lambda xp: True)
+    got = answer(chunk)
+    if isinstance(want, str):
+        assert got == want and ("e-40" in want or "1 more besides" in want)
+    else:
+        assert not isinstance(got, str), got
+        np.testing.assert_array_equal(got, want)
+        assert got.dtype == want.dtype
+
+
 def test_the_refusal_counts_the_misfits_and_places_them_in_an_nd_chunk():
     from dask_compact.validate import as_declared
 
@@ -901,6 +979,34 @@ def test_the_refusal_counts_the_misfits_and_places_them_in_an_nd_chunk():
     with pytest.raises(TypeError, match=re.escape("its value 0.5 (element (1, 0) of the "
                                                   "chunk; 1 more besides)")):
         as_declared(chunk, np.dtype("int32"), "f", 0)
+
+
+@pytest.mark.parametrize("values, chunk_dtype, misfit", [
+    ([-(2**63), 5], "i8", -(2**63)),  # NaT's bits: NumPy's "safe" cast made NaT of it
+    ([5, 2**63], "u8", 2**63),  # past int64: refused by its dtype before, as no others
+    ([5, -(2**63) + 1, 2**63 - 1], "i8", None), ([0, 2**63 - 1], "u8", None),
+    ([-128, 127], "i1", None), ([0, 2**32 - 1], "u4", None), ([True, False], "bool", None)])
+def test_ints_under_timedelta64_are_counts_of_its_unit(values, chunk_dtype, misfit):
+    """Ints and bools under a timedelta64 are cast by value (design.md, **Chunk dtypes**):
+    the same count of the declared unit, as NumPy's astype; int64's least (NaT there) and
+    uint64s past int64's greatest refused, naming them. Under a datetime64 they stay
+    refused by their dtype."""
+    from dask_compact.validate import as_declared
+
+    chunk = np.array(values, dtype=chunk_dtype)
+    declared = np.dtype("m8[s]")
+    if misfit is None:
+        got = as_declared(chunk, declared, "f", 0)
+        assert got.dtype == declared
+        np.testing.assert_array_equal(got.astype(np.int64), chunk.astype(np.int64))
+        assert not np.isnat(got).any()
+    else:
+        with pytest.raises(TypeError, match=re.escape(
+                f"holds {chunk.dtype}, but its dask array declares timedelta64[s], and its "
+                f"value {misfit} (element {values.index(misfit)} of the chunk)")):
+            as_declared(chunk, declared, "f", 2)
+    with pytest.raises(TypeError, match="does not cast to datetime64.s. without loss"):
+        as_declared(chunk, np.dtype("M8[s]"), "f", 0)
 
 
 def test_kinds_no_value_passes_between_are_refused_by_dtype():

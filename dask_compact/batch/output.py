@@ -28,6 +28,7 @@ import contextlib
 import ctypes
 import errno
 import functools
+import logging
 import os
 import shutil
 import uuid
@@ -391,7 +392,7 @@ class Target:
         if self.committed:
             return
         with sigint_ignored():
-            settle_io()
+            _settle_io_before_removal()
             if self.url:
                 if self.fs.exists(self.tmp_path):
                     self.fs.rm(self.tmp_path, recursive=True)
@@ -495,6 +496,19 @@ def settle_io(timeout: float = SETTLE_SECONDS) -> None:
         _wait_for_tasks(loop, max(0.0, deadline - time.monotonic()))
 
 
+def _settle_io_before_removal() -> None:
+    """:func:`settle_io` where a removal follows that must run whatever it raises: a
+    ``concurrent.futures.CancelledError`` (an IO loop shutting down) or anything else had
+    skipped the removal of a failed job's temporary output and hidden the job's own error
+    (a review). Logged, not raised: the writes are then not known to have ended."""
+    try:
+        settle_io()
+    except Exception as e:  # noqa: BLE001 (any failure: the removal comes first)
+        logging.getLogger(__name__).warning(
+            "waiting for the IO threads' writes before removing the temporary output "
+            "failed (%s: %s); removing it now", type(e).__name__, e)
+
+
 def _io_loops() -> list[Any]:
     """The running event loops of zarr's and fsspec's IO threads (those started)."""
     import sys
@@ -523,7 +537,8 @@ def _wait_for_tasks(loop: Any, timeout: float) -> None:
     waiting = asyncio.run_coroutine_threadsafe(others_ended(), loop)
     try:
         waiting.result(timeout + 1.0)
-    except (concurrent.futures.TimeoutError, RuntimeError):  # a loop stopping meanwhile
+    except (concurrent.futures.TimeoutError, concurrent.futures.CancelledError,
+            RuntimeError):  # a loop stopping meanwhile (its tasks cancelled)
         waiting.cancel()
 
 

@@ -335,11 +335,18 @@ def test_cupy_chunks_of_another_dtype_than_declared() -> None:
     ([1, 2**63], "u8", "i8"), ([1, 2**63 - 1], "u8", "i8"), ([-1, 5], "i8", "u4"),
     ([0.0, -0.0, 7.0, 2.0**63], "f8", "i8"), ([0.0, -0.0, 7.0], "f8", "i8"),
     ([np.nan], "f8", "i8"), ([1 + 0j, 2j], "c16", "f4"), ([1 + 0j, np.nan], "c16", "f4"),
-    ([0, 1, 2], "i8", "bool"), ([0, 1], "i8", "bool"), ([2**24 + 1], "i8", "c8")])
+    ([0, 1, 2], "i8", "bool"), ([0, 1], "i8", "bool"), ([2**24 + 1], "i8", "c8"),
+    # float32 subnormals, which CuPy's -ftz=true kernels compare as 0 (a review: cast to 0)
+    ([1e-40, 2.0], "f4", "i4"), ([2.0, 1e-40], "f4", "u1"), ([-1e-40, 2.0], "f4", "i8"),
+    ([1e-40, 2.0], "f4", "f2"), ([0.0, 1e-40, 1.0], "f4", "bool"),
+    ([0.5, 1e-40, 3.0], "f4", "i4"), ([1 + 1e-40j, 2 + 0j], "c8", "f4"),
+    ([1e-40 + 0j, 2 + 0j], "c8", "f2"), ([1e-40 + 0j, -1e-40 + 0j], "c8", "f4"),
+    ([1e-40, 2.0], "f4", "c8")])  # f4 under f8: CuPy's astype flushes (design.md)
 def test_cupy_chunks_are_cast_or_refused_by_value_as_numpy_chunks(values, chunk_dtype,
                                                                   declared) -> None:
     """validate.as_declared on a CuPy chunk: the same cast, or the same refusal naming the
-    same value, as on the NumPy chunk of its values (the comparisons run on the device)."""
+    same value, as on the NumPy chunk of its values (the comparisons run on the device;
+    float32 subnormals decided by their bits, validate.float32_subnormals)."""
     from dask_compact.validate import as_declared
 
     host = np.array(values, dtype=chunk_dtype)
@@ -353,3 +360,15 @@ def test_cupy_chunks_are_cast_or_refused_by_value_as_numpy_chunks(values, chunk_
     got = as_declared(cupy.asarray(host), np.dtype(declared), "f", 2)
     assert isinstance(got, cupy.ndarray) and got.dtype == want.dtype
     np.testing.assert_array_equal(cupy.asnumpy(got), want)
+
+
+def test_cupy_float64_chunks_of_float32_subnormals_under_float32_are_refused() -> None:
+    """float64 ``2**-149`` (a float32 subnormal) under float32: NumPy casts it, but CuPy's
+    cast into float32 flushes it to 0, so the check (the cast compared back in float64)
+    refuses the chunk, naming it, rather than return a 0 (design.md, **Chunk dtypes**)."""
+    from dask_compact.validate import as_declared
+
+    host = np.array([1.0, 2.0**-149], np.float64)
+    assert as_declared(host, np.dtype(np.float32), "f", 0)[1] == np.float32(2.0**-149)
+    with pytest.raises(TypeError, match=r"its value 1\.401298464324817e-45 \(element 1 of"):
+        as_declared(cupy.asarray(host), np.dtype(np.float32), "f", 0)
