@@ -37,12 +37,16 @@ from . import workers_installed
 from .imported import distributed_if_imported
 
 
-def persist(*collections: Any, **kwargs: Any) -> tuple:
+def persist(*collections: Any, check: bool = True, **kwargs: Any) -> tuple:
     """``dask.persist(*collections, **kwargs)``, the graph sent without waiting for the
     client's next batch where the scheduler is a distributed one. Where that client has a
     worker without dask_compact, :class:`.workers_installed.WorkerWithoutDaskCompact` first
-    (the tasks would stop that worker, see :mod:`.workers_installed`)."""
-    workers_installed.check(*collections)
+    (the tasks would stop that worker, see :mod:`.workers_installed`). ``check=False`` for
+    a graph of dask's own tasks over held results (a rechunk, ``operator.add``), which any
+    worker runs: the direct path's result rebalanced must not be refused for a worker
+    holding none of it."""
+    if check:
+        workers_installed.check(*collections)
     out = dask.persist(*collections, **kwargs)
     send_now(out)
     if _this_thread.made is not None:

@@ -648,7 +648,7 @@ def build(plan: Plan, lazy: bool, out_chunks: Any) -> dict[str, da.Array]:
     # unknown before; on request the output is rebalanced into uniform chunks.
     if "indices" in result and not plan.known_input:
         shifted = _shift(result["indices"], offsets[:, 1], plan.name("indices-global"))
-        (result["indices"],) = client_stream.persist(shifted)
+        (result["indices"],) = client_stream.persist(shifted, check=False)  # operator.add
     return _rebalanced(result, out_chunks)
 
 
@@ -658,7 +658,10 @@ def _rebalanced(result: dict[str, da.Array], out_chunks: Any) -> dict[str, da.Ar
         return result
     names = list(result)
     rows = row_chunks(result, out_chunks)
-    rebalanced = client_stream.persist(*[rechunk_rows(result[k], rows) for k in names])
+    # dask's own tasks over held results: no question of the workers (a direct path's
+    # result would be refused for a worker holding none of it; the task paths asked in build)
+    rebalanced = client_stream.persist(*[rechunk_rows(result[k], rows) for k in names],
+                                       check=False)
     return dict(zip(names, rebalanced))
 
 

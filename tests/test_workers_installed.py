@@ -75,6 +75,11 @@ def test_every_task_path_names_the_worker_without_the_package(cluster):
     wait(held)
     got = held.map_compact("x < 0.3")  # the direct path: asks only the input's holders
     np.testing.assert_array_equal(got.compute(), A[A < 0.3])
+    # its result rebalanced (dask's rechunk tasks, which any worker runs): before, refused
+    both = held.map_compact("x < 0.3", chunks=500, output="both")
+    assert both[0].chunks[0][:-1] == (500,) * (len(both[0].chunks[0]) - 1)
+    np.testing.assert_array_equal(both[0].compute(), A[A < 0.3])
+    np.testing.assert_array_equal(both[1].compute(), np.flatnonzero(A < 0.3))
 
 
 @pytest.mark.timeout(60)
