@@ -49,14 +49,23 @@ def here(dask_worker: Any = None) -> None:
 
 def lacking(client: Any) -> dict[str, str]:
     """The workers of ``client``'s cluster that cannot import dask_compact, and why (one
-    ``client.run``); other failures (a worker closing meanwhile) are not counted. The
-    scheduler passes the import's error on as a plain Exception holding its repr."""
+    ``client.run``). :func:`here` does nothing, so an error coming back is its unpickling's,
+    whatever the import's message (a missing package, or one of its dependencies failing,
+    a NumPy built for another ABI say): the scheduler passes it on as a plain Exception
+    holding its repr. A worker that cannot be reached (closing meanwhile) answers an
+    OSError (``CommClosedError`` included): not counted, the call's tasks go elsewhere."""
     answers = client.run(here, on_error="return")
-    return {
-        w: f"{type(e).__name__}: {e}" if isinstance(e, ImportError) else str(e)
-        for w, e in answers.items()
-        if isinstance(e, BaseException) and "dask_compact" in str(e)
-    }
+    return {w: _why(e) for w, e in answers.items() if _cannot_import(e)}
+
+
+def _cannot_import(answer: Any) -> bool:
+    """Whether a worker's answer to :func:`here` is its import's failure."""
+    return type(answer) is Exception or isinstance(answer, ImportError)
+
+
+def _why(error: BaseException) -> str:
+    """The worker's error, as its message shows it."""
+    return f"{type(error).__name__}: {error}" if isinstance(error, ImportError) else str(error)
 
 
 # id(client) -> (a weak reference to the client, the cluster's size when its workers answered)

@@ -75,21 +75,24 @@ def rechunk_placed_by_data(client, monkeypatch, arr, marker: str):
 
 @contextlib.contextmanager
 def worker_process(scheduler: str, folder, name: str, env: dict | None = None,
-                   without_dask_compact: bool = False) -> Iterator:
+                   without_dask_compact: bool = False, import_raises: str | None = None
+                   ) -> Iterator:
     """A ``dask worker`` process (one worker, one thread, no nanny) named ``name`` joining
     ``scheduler``, with ``env`` added to this process's environment, as a worker started on
     another machine; ``without_dask_compact``: its ``import dask_compact`` fails as where
     the package is not installed (a package of that name first on its path raising
-    ModuleNotFoundError). Yields the Popen; stopped (its process group) at the end."""
+    ModuleNotFoundError), or ``import_raises`` (its shim's ``raise`` statement: a dependency
+    failing, say). Yields the Popen; stopped (its process group) at the end."""
     import subprocess
     import sys
 
     env = {**os.environ, **(env or {})}
-    if without_dask_compact:
+    if without_dask_compact or import_raises:
         shim = folder / "hide-dask-compact" / "dask_compact"
         shim.mkdir(parents=True, exist_ok=True)
-        (shim / "__init__.py").write_text(
-            "raise ModuleNotFoundError(\"No module named 'dask_compact'\", name='dask_compact')\n")
+        (shim / "__init__.py").write_text((import_raises or
+            "raise ModuleNotFoundError(\"No module named 'dask_compact'\", name='dask_compact')"
+        ) + "\n")  # fmt: skip
         env["PYTHONPATH"] = os.pathsep.join(
             [str(shim.parent), *filter(None, [env.get("PYTHONPATH")])])
     proc = subprocess.Popen(

@@ -101,6 +101,42 @@ def test_a_worker_joining_after_the_check_is_found_at_the_next_call(tmp_path):
         np.testing.assert_array_equal(x.map_compact("x < 0.5").compute(), A[A < 0.5])
 
 
+@pytest.mark.timeout(180)
+def test_a_worker_whose_import_fails_otherwise_is_named(tmp_path):
+    """dask_compact there, but a dependency's import failing (a NumPy built for another
+    ABI, say): before, the filter on "dask_compact" in the message let the worker pass, and
+    the call's tasks stopped it."""
+    from conftest import local_process_cluster
+
+    raises = "raise ImportError('numpy.core.multiarray failed to import')"
+    with (
+        local_process_cluster(1) as c,
+        worker_process(c.scheduler.address, tmp_path, "broken", import_raises=raises),
+    ):  # fmt: skip
+        broken = worker_named(c, "broken")
+        with pytest.raises(WorkerWithoutDaskCompact,
+                           match=f"worker {broken} cannot import dask_compact .*numpy.core."
+                                 "multiarray failed to import"):  # fmt: skip
+            da.from_array(A, chunks=1_000).map_compact("x < 0.3")
+        assert broken in c.nthreads()
+
+
+def test_an_unreachable_worker_is_not_counted():
+    """A connection's failure (the worker closing) is no import's: not named."""
+    from distributed.comm.core import CommClosedError
+
+    class Client:
+        def run(self, *_, **__):
+            return {
+                "tcp://a:1": CommClosedError("closed"),
+                "tcp://b:2": OSError("refused"),
+                "tcp://c:3": None,
+                "tcp://d:4": Exception("ImportError('libfoo.so')"),
+            }
+
+    assert workers_installed.lacking(Client()) == {"tcp://d:4": "ImportError('libfoo.so')"}
+
+
 def test_the_answer_is_asked_once_per_client_and_cluster_size(monkeypatch):
     """A hit is a look-up: no question to the workers while the cluster's size holds."""
     from conftest import local_process_cluster
