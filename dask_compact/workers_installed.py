@@ -24,7 +24,14 @@ from typing import Any
 from .cache import BoundedCache
 from .imported import distributed_if_imported
 
-__all__ = ["WorkerWithoutDaskCompact", "cannot_import", "check", "check_client", "lacking"]
+__all__ = [
+    "ANSWER_WITHIN",
+    "WorkerWithoutDaskCompact",
+    "cannot_import",
+    "check",
+    "check_client",
+    "lacking",
+]
 
 
 class WorkerWithoutDaskCompact(ImportError):
@@ -47,15 +54,27 @@ def here(dask_worker: Any = None) -> None:
     unpickling imports dask_compact there and fails where that fails."""
 
 
-def lacking(client: Any) -> dict[str, str]:
+# The longest the workers' answer is waited for (seconds): the question takes 23-116 ms on
+# the loaded 2-core machine; a worker that does not answer (stopped, SIGSTOP, but still
+# listed until the scheduler's worker-ttl) held every call for the scheduler's broadcast,
+# which has no time limit (distributed 2026.7.1): 30 s with a worker-ttl of 15 s.
+ANSWER_WITHIN = 3.0
+
+
+def lacking(client: Any) -> tuple[dict[str, str], bool]:
     """The workers of ``client``'s cluster that cannot import dask_compact, and why (one
-    ``client.run``). :func:`here` does nothing, so an error coming back is its unpickling's,
-    whatever the import's message (a missing package, or one of its dependencies failing,
-    a NumPy built for another ABI say): the scheduler passes it on as a plain Exception
-    holding its repr. A worker that cannot be reached (closing meanwhile) answers an
-    OSError (``CommClosedError`` included): not counted, the call's tasks go elsewhere."""
-    answers = client.run(here, on_error="return")
-    return {w: _why(e) for w, e in answers.items() if _cannot_import(e)}
+    ``client.run``), and whether every worker answered. :func:`here` does nothing, so an
+    error coming back is its unpickling's, whatever the import's message (a missing package,
+    or one of its dependencies failing, a NumPy built for another ABI say): the scheduler
+    passes it on as a plain Exception holding its repr. A worker that cannot be reached
+    (closing meanwhile) answers an OSError (``CommClosedError`` included): not counted, the
+    call's tasks go elsewhere. No answer within :data:`ANSWER_WITHIN`: none known."""
+    try:
+        answers = client.run(here, on_error="return", callback_timeout=ANSWER_WITHIN)
+    except TimeoutError:  # asyncio's is the builtin one
+        return {}, False
+    missing = {w: _why(e) for w, e in answers.items() if _cannot_import(e)}
+    return missing, not any(isinstance(e, OSError) for e in answers.values())
 
 
 def _cannot_import(answer: Any) -> bool:
@@ -93,10 +112,11 @@ def check_client(client: Any) -> None:
     hit = _checked.get(id(client))
     if hit is not None and hit[0]() is client and hit[1] == size:
         return
-    missing = lacking(client)
+    missing, all_answered = lacking(client)
     if missing:
         raise cannot_import(missing)
-    _checked.put(id(client), (weakref.ref(client), size))
+    if all_answered:  # else unknown: the call goes on, and the next one asks again
+        _checked.put(id(client), (weakref.ref(client), size))
 
 
 def _size(client: Any) -> tuple:

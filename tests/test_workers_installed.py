@@ -134,7 +134,39 @@ def test_an_unreachable_worker_is_not_counted():
                 "tcp://d:4": Exception("ImportError('libfoo.so')"),
             }
 
-    assert workers_installed.lacking(Client()) == {"tcp://d:4": "ImportError('libfoo.so')"}
+    missing, all_answered = workers_installed.lacking(Client())
+    assert missing == {"tcp://d:4": "ImportError('libfoo.so')"}
+    assert not all_answered  # the unreachable ones: not known, the answer not kept
+
+
+@pytest.mark.timeout(180)
+def test_a_worker_that_does_not_answer_holds_the_call_only_seconds(tmp_path, monkeypatch):
+    """A listed worker that does not answer (stopped): the question waits ANSWER_WITHIN,
+    then the call goes on, the answer not kept (asked again at the next call). Before: the
+    scheduler's broadcast waited until the worker was dropped (worker-ttl, 5 minutes)."""
+    import signal
+    import time
+
+    from conftest import local_process_cluster
+
+    monkeypatch.setattr(workers_installed, "ANSWER_WITHIN", 1.0)
+    asked = []
+    real = workers_installed.lacking
+    monkeypatch.setattr(workers_installed, "lacking", lambda c: asked.append(1) or real(c))
+    with (
+        local_process_cluster(1) as c,
+        worker_process(c.scheduler.address, tmp_path, "frozen") as proc,
+    ):  # fmt: skip
+        worker_named(c, "frozen")
+        proc.send_signal(signal.SIGSTOP)
+        try:
+            for _ in range(2):
+                start = time.monotonic()
+                workers_installed.check_client(c)  # no error: none known to lack it
+                assert time.monotonic() - start < 6
+            assert len(asked) == 2  # not kept
+        finally:
+            proc.send_signal(signal.SIGCONT)
 
 
 def test_the_answer_is_asked_once_per_client_and_cluster_size(monkeypatch):
