@@ -13,6 +13,7 @@ from dask.base import tokenize
 
 from . import settings
 from .graph import Plan, build, computed_call, input_form, without_empty_chunks
+from .joined_chunks import declared_chunks, joins_in_c_order, rechunked
 from .predicate import Predicate, PredicateLike, as_predicate
 from .predicate.core import NotElementwise, check_sample
 from .predicate.expr import Call, Param, Var
@@ -232,7 +233,7 @@ def compact(
     if not _unknown(x) and not _unknown(mask):
         _check_mask_shape(mask, x)
     x1 = _ravel(x)
-    m1 = _ravel(mask)
+    m1 = _ravel(mask, "the mask")
     if _unknown(x1) or _unknown(m1):
         # blocks are paired in order (each task checks that its two blocks match)
         if m1.numblocks != x1.numblocks:
@@ -243,7 +244,7 @@ def compact(
                 f"{m1.numblocks[0]}); call compute_chunk_sizes() first"
             )
     elif m1.chunks != x1.chunks:
-        m1 = m1.rechunk(x1.chunks)
+        m1 = rechunked(m1, x1.chunks, "compact", "the mask")
     forms = (input_form(x1), input_form(m1))
     token = tokenize("compact", x1.name, m1.name, output, lazy, *forms,
                      computed_call(lazy, *forms))
@@ -454,7 +455,7 @@ def _whole_rows(p: Predicate, x: da.Array) -> da.Array | None:
         refusal = _refused_by_rows(p, x, flat)
         if refusal is not None:
             raise refusal from None
-        return x.rechunk({i: -1 for i in range(1, x.ndim)})
+        return rechunked(x, {i: -1 for i in range(1, x.ndim)}, "dask_compact")
     return None
 
 
@@ -478,8 +479,9 @@ def _refused_by_rows(p: Predicate, x: da.Array, flat: NotElementwise
     return None
 
 
-def _ravel(x: da.Array) -> da.Array:
-    """1-D view in C order whose chunks are contiguous runs of x's C order."""
+def _ravel(x: da.Array, what: str = "the input") -> da.Array:
+    """1-D view in C order whose chunks are contiguous runs of x's C order; where that
+    joins chunks, each taken in x's declared dtype first (joined_chunks)."""
     if x.ndim == 1:
         return x
     if not _unknown(x) and x.size == 0:
@@ -492,6 +494,8 @@ def _ravel(x: da.Array) -> da.Array:
             f"{x.ndim}-D input with unknown chunk sizes cannot be put in C order; call "
             "x.compute_chunk_sizes() first (or pass a 1-D array)"
         )
+    if joins_in_c_order(x):
+        x = declared_chunks(x, fn="dask_compact", what=what)
     if any(0 in c for c in x.chunks):
         # Dask's reshape accepts empty blocks but builds a graph that fails when computed
         # ("cannot reshape array of size 0", e.g. chunks ((2, 0), (4,))): drop them first

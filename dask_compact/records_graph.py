@@ -33,6 +33,7 @@ from .graph import (
     rechunk_rows,
     row_chunks,
 )
+from .joined_chunks import rechunked
 from .predicate.core import Predicate
 from .records_check import INDICES
 from .validate import as_declared
@@ -73,7 +74,8 @@ def aligned(fields: dict[str, da.Array], pred: Predicate) -> dict[str, da.Array]
     out = {}
     for name, a in fields.items():
         want = (rows, *[(s,) for s in a.shape[1:]])
-        out[name] = a if a.chunks == want else a.rechunk(want)
+        out[name] = a if a.chunks == want else rechunked(a, want, "compact_records",
+                                                         f"field {name!r}")
     return out
 
 

@@ -56,8 +56,9 @@ from .backends.numpy_sort import half_keys
 from .dispatch import sort_bounds, sort_chunk, sort_merge
 from .graph import _extend, _meta, computed_call, input_form
 from .imported import distributed_if_imported
+from .joined_chunks import declared_chunks
 from .placement import _held_where
-from .validate import as_declared, as_declared_block
+from .validate import as_declared
 
 __all__ = ["build_sort", "splitters", "sample_positions", "exchange_groups", "bucket_groups",
            "default_buckets", "EXCHANGES"]
@@ -92,20 +93,6 @@ def join_small_chunks(x: da.Array, checked: bool = False) -> da.Array:
     if nchunks <= 1 or 4 * n >= nchunks * min_bucket:
         return x
     return declared_chunks(x, checked).rechunk({0: min_bucket})
-
-
-def declared_chunks(x: da.Array, checked: bool = False, fn: str = "sort") -> da.Array:
-    """``x`` with each chunk checked and in ``x``'s declared dtype (validate.as_declared),
-    for a rechunk that joins chunks: Dask's concatenate takes the type of the chunk of
-    highest ``__array_priority__`` (a plain one made plain data of another ndarray
-    subclass, validate.check_chunk) and NumPy's promotion of their dtypes (a float64 chunk
-    made float64 data of a float32 array, refused only after the join, under the joined
-    chunk's index). ``checked``: a step before took x's chunks so already (the cast to
-    native byte order, the time keys): ``x`` itself, each chunk taken once."""
-    if checked:
-        return x
-    return da.map_blocks(as_declared_block, x, fn=fn, declared=x.dtype, dtype=x.dtype,
-                         meta=x._meta)
 
 
 # At most this many sample values in all (the client sorts them; 2^20 take ~0.2 s).

@@ -266,13 +266,13 @@ def check_chunks(chunks: Any, fn: str, what: str = "the input") -> None:
 
 
 def as_declared_block(block: Any, declared: np.dtype | None, fn: str,
-                      block_id: tuple[int, ...] | None = None) -> Any:
+                      block_id: tuple[int, ...] | None = None, what: str = "the input") -> Any:
     """:func:`as_declared` of a chunk that Dask's ``map_blocks`` passed with its ``block_id``
     (the chunk's index along each axis: the first names it, for 1-D input and N-D blocks of
     whole rows alike): the one form of the map_blocks steps that take their chunks in their
     array's declared dtype (the conversion to native byte order, the views of times as
     integers, the mask path's predicate, the sort's checked chunks and time keys)."""
-    return as_declared(block, declared, fn, block_id[0] if block_id else 0)
+    return as_declared(block, declared, fn, block_id[0] if block_id else 0, what)
 
 
 def as_declared(chunk: Any, declared: np.dtype | None, fn: str, index: int,

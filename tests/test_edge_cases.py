@@ -1062,6 +1062,79 @@ def test_from_delayed_int64_chunks_under_float_answer_as_plain_dask():
                                   np.sort(ids.astype(float)))
 
 
+@pytest.mark.parametrize("split", [(2, 2), (1, 3), (3, 1, 2)])
+def test_nd_chunks_of_another_dtype_are_taken_in_the_declared_dtype_before_dask_joins_them(
+        split):
+    """A regression probe (2026-12-01): N-D input whose trailing axes are split is put in C
+    order by Dask's reshape, which joins blocks in the first block's dtype: an int64 first
+    block made the float32 blocks' 0.75 a 0 (map_compact dropped them, cumsum summed 12 for
+    15, compact_records' rows held 0), before any check of ours; plain Dask's ``x[x > t]``
+    is as wrong. Every chunk is now taken in the declared dtype first (joined_chunks)."""
+    import dask
+
+    rng = np.random.default_rng(5)
+    shape = tuple(4 * k for k in split)
+    ref = rng.integers(0, 50, shape) / 4  # quarters: exact in float32
+    sizes = [s // k for s, k in zip(shape, split)]
+    first = tuple(slice(0, s) for s in sizes)
+    ref[first] = np.trunc(ref[first])  # the first block is int64: whole values
+    load = dask.delayed(lambda b: b)
+    blocks = np.empty(split, dtype=object)
+    for idx in np.ndindex(*split):
+        part = ref[tuple(slice(i * s, (i + 1) * s) for i, s in zip(idx, sizes))]
+        blocks[idx] = da.from_delayed(load(part.astype("f4" if any(idx) else "i8")),
+                                      part.shape, dtype="f8")
+    x = da.block(blocks.tolist())
+    t = 3.0
+    np.testing.assert_array_equal(x.map_compact(lambda v: v > t).compute(), ref[ref > t])
+    np.testing.assert_array_equal(compact(x, x > t).compute(), ref[ref > t])
+    np.testing.assert_array_equal(dask_compact.cumsum(x).compute(), np.cumsum(ref))
+    values, _k = dask_compact.partition(x, lambda v: v > t)
+    np.testing.assert_array_equal(values.compute(),
+                                  np.concatenate([ref[ref > t], ref[~(ref > t)]]).ravel())
+    rows = ref.reshape(shape[0], -1)[:, 0] >= t
+    got = dask_compact.compact_records({"a": x, "k": x[(slice(None),) + (0,) * (x.ndim - 1)]},
+                                       lambda k: k >= t)
+    np.testing.assert_array_equal(got["a"].compute(), ref[rows])
+
+
+def test_a_mask_whose_joined_blocks_hold_another_dtype_is_refused_not_cast():
+    """The same join for a mask: an int64 block of 2s declared bool became True in Dask's
+    join after a first boolean block; refused now as a 1-D mask's chunk is (2 is not exact
+    in bool), and a mask rechunked to x's chunks likewise."""
+    import dask
+
+    load = dask.delayed(lambda b: b)
+    mb = {(i, j): (np.zeros((2, 2), bool) if j == 0 else np.full((2, 2), 2, "i8"))
+          for i in range(2) for j in range(2)}
+    m = da.block([[da.from_delayed(load(mb[i, j]), (2, 2), dtype=bool) for j in range(2)]
+                  for i in range(2)])
+    x = da.arange(16.0, chunks=4).reshape(4, 4).rechunk(2)
+    with pytest.raises(TypeError, match="its value 2"):
+        compact(x, m).compute()
+    m1 = da.concatenate([da.from_delayed(load(np.array([False, True, 2, 0])[i:i + 2]), (2,),
+                                         dtype=bool) for i in (0, 2)])
+    with pytest.raises(TypeError, match="its value 2"):
+        compact(da.arange(4.0, chunks=4), m1).compute()  # m1 rechunked to x's one chunk
+
+
+def test_record_fields_rechunked_to_whole_rows_take_their_chunks_in_the_declared_dtype():
+    """compact_records brings every field to whole rows in the first field's row chunks: an
+    (n, 4) field split along its columns is rechunked, joining its blocks in the first
+    block's dtype (an int64 block's, so the float32 blocks' 0.25s came back as 0)."""
+    import dask
+
+    load = dask.delayed(lambda b: b)
+    a = np.arange(48.0).reshape(12, 4) / 4
+    a[:, :2] = np.trunc(a[:, :2])
+    f = da.concatenate([da.from_delayed(load(a[:, :2].astype("i8")), (12, 2), dtype="f8"),
+                        da.from_delayed(load(a[:, 2:].astype("f4")), (12, 2), dtype="f8")],
+                       axis=1)
+    k = da.from_array(np.arange(12), chunks=3)
+    got = dask_compact.compact_records({"k": k, "f": f}, lambda k: k % 2 == 0)
+    np.testing.assert_array_equal(got["f"].compute(), a[::2])
+
+
 _NUMBERS = [np.dtype(t) for t in ("bool", "int8", "int16", "int32", "int64", "uint8",
                                   "uint16", "uint32", "uint64", "float16", "float32",
                                   "float64", "complex64", "complex128")]
