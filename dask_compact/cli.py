@@ -721,16 +721,28 @@ def _remove_cache_folders() -> None:
     probe found them left in the temporary directory after every such command. Only the
     folders fsspec made itself (``cache_storage="TMP"``, its default), by running the
     finalizers it registered for them; a cache folder that the user configured is kept."""
+    import os
+    import shutil
     import weakref
 
     cached = sys.modules.get("fsspec.implementations.cached")
     remove = getattr(getattr(cached, "CachingFileSystem", None), "_remove_tempdir", None)
     if remove is None:  # fsspec's caches never loaded (or no longer made this way)
         return
+    folders = []
     for finalizer in list(getattr(weakref.finalize, "_registry", {})):
         registered = finalizer.peek()  # (object, function, args, kwargs); None once run
         if registered is not None and registered[1] is remove:
+            folders.extend(registered[2][:1])
             finalizer()
+    # fsspec's removal swallows its errors: a thread of the job still writing a block into
+    # the folder (an early read, on a command refused as it ran) made it "not empty" and
+    # left it (once in a CI run on the 2-core machine); so again until it is gone
+    for folder in folders:
+        for _ in range(3):
+            if not os.path.isdir(folder):
+                break
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def _end_after_dask_cli(ctx: click.Context) -> None:
