@@ -721,16 +721,23 @@ def _remove_cache_folders() -> None:
     probe found them left in the temporary directory after every such command. Only the
     folders fsspec made itself (``cache_storage="TMP"``, its default), by running the
     finalizers it registered for them; a cache folder that the user configured is kept."""
-    import os
-    import shutil
     import weakref
 
     cached = sys.modules.get("fsspec.implementations.cached")
     remove = getattr(getattr(cached, "CachingFileSystem", None), "_remove_tempdir", None)
     if remove is None:  # fsspec's caches never loaded (or no longer made this way)
         return
+    _run_cache_finalizers(list(getattr(weakref.finalize, "_registry", {})), remove)
+
+
+def _run_cache_finalizers(finalizers: list[Any], remove: Any) -> None:
+    """Run those of ``finalizers`` (``weakref.finalize`` objects) that call fsspec's
+    ``remove`` of a cache folder, and make sure each such folder is gone."""
+    import os
+    import shutil
+
     folders = []
-    for finalizer in list(getattr(weakref.finalize, "_registry", {})):
+    for finalizer in finalizers:
         registered = finalizer.peek()  # (object, function, args, kwargs); None once run
         if registered is not None and registered[1] is remove:
             folders.extend(registered[2][:1])
