@@ -302,7 +302,7 @@ def as_declared(chunk: Any, declared: np.dtype | None, fn: str, index: int,
     if dtype is declared or declared is None or dtype == declared:
         return chunk  # the common case: no copy, nothing per element
     if _casts_exactly(dtype, declared):
-        return chunk.astype(declared)
+        return _cast_exactly(chunk, declared)
     by_value = _cast_by_value(chunk, declared)
     if by_value is None:  # no value passes between these kinds (an int64 chunk of times)
         raise chunk_dtype_refusal(fn, what, index, dtype, declared)
@@ -331,6 +331,87 @@ def _casts_exactly(dtype: np.dtype, declared: np.dtype) -> bool:
         value_bits = dtype.itemsize * 8 - (dtype.kind == "i")
         return value_bits <= np.finfo(declared).nmant + 1
     return True
+
+
+def _cast_exactly(chunk: Any, declared: np.dtype) -> Any:
+    """``chunk.astype(declared)`` for a dtype it casts to exactly (:func:`_casts_exactly`),
+    its float32 subnormals kept where the array module's casts flush them.
+
+    CuPy compiles its casts with ``-ftz=true``: float32 into float64 and complex128, and
+    complex64 into complex128 (each part a float32 converted to float64), flush float32
+    subnormals to (signed) 0 (seen on an H200, CuPy 14.2: ``[1e-40, -1e-40, 2]`` under
+    float64 came back ``[0, -0, 2]``); float32 into complex64 moves the bits and keeps them.
+    There the parts holding a subnormal are rebuilt from its bits
+    (:func:`_float32_subnormals_widened`): one pass over the chunk's bits to find one, the
+    rebuild only where a chunk holds one."""
+    cast = chunk.astype(declared)
+    if _float_part(chunk.dtype) != _F32 or _float_part(declared) != _F64:
+        return cast
+    xp = _xp(chunk)
+    if not _flushes_subnormals(xp):
+        return cast
+    if cast.dtype.kind != "c":
+        rebuilt = _float32_subnormals_widened(chunk, cast, xp)
+        return cast if rebuilt is None else rebuilt
+    parts = (("real", chunk.real), ("imag", chunk.imag)) if chunk.dtype.kind == "c" else \
+        (("real", chunk),)  # fmt: skip
+    for name, values in parts:
+        rebuilt = _float32_subnormals_widened(values, getattr(cast, name), xp)
+        if rebuilt is not None:
+            setattr(cast, name, rebuilt)  # a copy into the cast's parts (NumPy's, CuPy's)
+    return cast
+
+
+_F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)
+
+
+def _float_part(dtype: np.dtype) -> np.dtype | None:
+    """The real dtype of ``dtype``'s parts (float32 for complex64), None for a non-float."""
+    if dtype.kind == "c":
+        return np.dtype(dtype.char.lower())
+    return dtype if dtype.kind == "f" else None
+
+
+def _float32_subnormals_widened(values: Any, cast: Any, xp: Any) -> Any:
+    """``cast`` (float32 ``values`` in float64, from a cast that may have flushed their
+    subnormals) with each nonzero subnormal of ``values`` rebuilt from its bits, or None
+    where ``values`` hold none (:func:`float32_subnormals`: integer operations, not
+    flushed)."""
+    tiny = float32_subnormals(values)
+    if not tiny.any():
+        return None
+    return xp.where(tiny, _float32_subnormal_values(values, xp), cast)
+
+
+def _float32_subnormal_values(values: Any, xp: Any) -> Any:
+    """The float64 values of float32 subnormals ``values``, from their bits: the mantissa
+    bits times 2^-149, signed by the sign bit (float64 arithmetic, which ``-ftz=true`` does
+    not flush; exact: a 23-bit integer times a power of two). Meaningless where ``values``
+    are no subnormals."""
+    bits = values.view(np.uint32)
+    magnitude = (bits & np.uint32(0x007FFFFF)).astype(np.float64) * 2.0**-149
+    return xp.where(bits >= np.uint32(0x80000000), -magnitude, magnitude)
+
+
+def _float32_subnormals_narrowed(values: Any, cast: Any, misfits: Any, xp: Any
+                                 ) -> tuple[Any, Any]:  # fmt: skip
+    """float64 ``values`` cast into float32 (``cast``) by a cast that flushed float32
+    subnormals to 0, so that the check marked the exact ones as ``misfits``: those of them
+    that are float32 subnormals exactly (below 2^-126 in magnitude, their magnitude times
+    2^149 a whole number, so below 2^23: the mantissa bits) are built as float32 bits (that
+    number, the sign bit set where the value's is) and no longer marked. Inexact ones (1e-40,
+    2^-150) stay marked, as NumPy's cast rounds them. Runs where misfits were found alone."""
+    with np.errstate(over="ignore", invalid="ignore"):  # inf, NaN and the largest values
+        magnitude = xp.abs(values)
+        scaled = magnitude * 2.0**149  # exact: a power of two, and no value here is subnormal
+        exact = misfits & (magnitude < 2.0**-126) & (xp.trunc(scaled) == scaled)
+    if not exact.any():
+        return cast, misfits
+    mantissa = xp.where(exact, scaled, 0.0).astype(np.uint32)
+    sign = xp.signbit(values).astype(np.uint32) << np.uint32(31)
+    # chosen as bits (integer operations): nothing float32 passes through a flushing kernel
+    bits = xp.where(exact, mantissa | sign, cast.view(np.uint32))
+    return bits.view(np.float32), misfits & ~exact
 
 
 def _cast_by_value(chunk: Any, declared: np.dtype) -> tuple[Any, Any] | None:
@@ -364,10 +445,16 @@ def _cast_by_value(chunk: Any, declared: np.dtype) -> tuple[Any, Any] | None:
             return cast, _either(misfits, _nonzero_parts(chunk.imag))
         if to == "c":  # real and imaginary parts, each in the declared complex's parts
             part = np.dtype(declared.char.lower())  # complex64 -> float32
-            misfits = _cast_real(chunk.real, part, xp)[1]
+            real, misfits = _cast_real(chunk.real, part, xp)
+            cast = chunk.astype(declared)
+            if _flushes_subnormals(xp):  # the parts _cast_real cast keep float32 subnormals
+                cast.real = real
             if kind == "c":
-                misfits = _either(misfits, _cast_real(chunk.imag, part, xp)[1])
-            return chunk.astype(declared), misfits
+                imag, imag_misfits = _cast_real(chunk.imag, part, xp)
+                misfits = _either(misfits, imag_misfits)
+                if _flushes_subnormals(xp):
+                    cast.imag = imag
+            return cast, misfits
         return _cast_real(chunk, declared, xp)
 
 
@@ -409,17 +496,27 @@ def _flushes_subnormals(xp: Any) -> bool:
 def _cast_real(values: Any, declared: np.dtype, xp: Any) -> tuple[Any, Any]:
     """:func:`_cast_by_value` of real numbers (bool, int, uint, float) into a real dtype.
 
-    Where float32 arithmetic flushes subnormals (CuPy), the comparisons of
+    Where float32 arithmetic and casts flush subnormals (CuPy), the comparisons of
     :func:`_cast_real_compared` take a nonzero float32 subnormal as 0, so such values are
-    marked by their bits: exact in float32 and float64 alone (the targets a float32 is cast
-    to by value are bool, ints and float16; float64 is a cast by dtype), a misfit in every
-    other. NumPy's comparisons mark them already (the same misfits, nothing added)."""
+    marked by their bits: exact in float32 and float64 alone, a misfit in every other (bool,
+    ints, float16). Under float64 (a complex64's real parts) the cast flushed them: they
+    are rebuilt from their bits. A float64 value that is a float32 subnormal exactly
+    (``2**-149``), flushed by the cast into float32 and so marked, is built as float32 bits
+    (:func:`_float32_subnormals_narrowed`). NumPy's comparisons and casts need none of this
+    (the same answers, nothing added)."""
     cast, misfits = _cast_real_compared(values, declared, xp)
+    if not _flushes_subnormals(xp):
+        return cast, misfits
+    if values.dtype == _F32 and declared == _F64:
+        rebuilt = _float32_subnormals_widened(values, cast, xp)
+        return (cast if rebuilt is None else rebuilt), misfits
     holds_float32 = declared.kind == "f" and declared.itemsize >= 4  # float32, float64
-    if values.dtype == np.float32 and not holds_float32 and _flushes_subnormals(xp):
+    if values.dtype == _F32 and not holds_float32:
         tiny = float32_subnormals(values)
         if tiny.any():
             misfits = _either(misfits, tiny)
+    elif values.dtype == _F64 and declared == _F32 and misfits is not None:
+        cast, misfits = _float32_subnormals_narrowed(values, cast, misfits, xp)
     return cast, misfits
 
 

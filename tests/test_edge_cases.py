@@ -972,6 +972,145 @@ def test_float32_subnormals_are_misfits_where_comparisons_flush_them(
         assert got.dtype == want.dtype
 
 
+def _ftz(a: np.ndarray) -> np.ndarray:
+    """``a`` with its float32 subnormals (complex64 parts too) flushed to 0 of their sign, by
+    their bits, as CUDA's ``-ftz=true`` flushes them."""
+    a = np.asarray(a)
+    if a.dtype == np.complex64:
+        out = a.copy()
+        out.real, out.imag = _ftz(a.real), _ftz(a.imag)
+        return out
+    if a.dtype != np.float32:
+        return a
+    bits = a.view(np.uint32)
+    subnormal = (bits & np.uint32(0x7F800000)) == 0  # zeros are kept as they are
+    return np.where(subnormal, bits & np.uint32(0x80000000), bits).view(np.float32)
+
+
+def _float_part(dtype) -> np.dtype | None:
+    dtype = np.dtype(dtype)
+    if dtype.kind == "c":
+        return np.dtype(dtype.char.lower())
+    return dtype if dtype.kind == "f" else None
+
+
+class _FlushingArray(np.ndarray):
+    """NumPy data that computes as CuPy's kernels (compiled with ``-ftz=true``) do on a
+    device: every ufunc (arithmetic, comparisons, reductions) takes float32 subnormals as 0
+    and flushes its float32 results; ``astype`` flushes the float32 side of a conversion
+    between float32 and another dtype (a ``cvt``: float32 into float64, complex128, ints or
+    float16; float64 into float32), not a move (float32 into complex64 or float32 kept them
+    on an H200, CuPy 14.2, where float32 into float64 gave ``[1e-40, -1e-40, 2]`` as
+    ``[0, -0, 2]``). Integer operations on the bits, views, ``where`` and copies into a
+    complex's parts are not flushed."""
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        assert "out" not in kwargs
+        plain = [_ftz(a) if isinstance(a, np.ndarray) else a for a in inputs]
+        result = getattr(ufunc, method)(*plain, **kwargs)
+        results = result if isinstance(result, tuple) else (result,)
+        flushed = tuple(_ftz(r).view(_FlushingArray) if isinstance(r, np.ndarray)
+                        else _ftz(np.asarray(r))[()] for r in results)
+        return flushed if isinstance(result, tuple) else flushed[0]
+
+    def astype(self, dtype, *args, **kwargs):
+        a = np.asarray(self)
+        have, want = _float_part(a.dtype), _float_part(dtype)
+        if have == np.float32 and want != np.float32:
+            a = _ftz(a)
+        cast = a.astype(dtype, *args, **kwargs)
+        if want == np.float32 and have != np.float32:
+            cast = _ftz(cast)
+        return cast.view(_FlushingArray)
+
+
+def _float32_values(n: int, seed: int) -> np.ndarray:
+    """The named float32 values of every class (subnormals at both ends, signed zeros, NaN,
+    inf) and ``n`` random bit patterns, half of them subnormals (their exponent bits
+    cleared), NaNs quiet (a signalling NaN's cast warns and is quieted)."""
+    named = np.array([1e-40, -1e-40, 2.0**-149, -(2.0**-149), 1.1754942e-38, -1.1754942e-38,
+                      0.0, -0.0, 2.0, np.nan, np.inf, -np.inf, 2.0**-126], np.float32)
+    bits = np.random.default_rng(seed).integers(0, 2**32, n, dtype=np.uint32)
+    bits[::2] &= np.uint32(0x807FFFFF)
+    nan = (bits & np.uint32(0x7F800000)) == np.uint32(0x7F800000)
+    bits[nan] |= np.uint32(0x00400000)
+    return np.concatenate([named, bits.view(np.float32)])
+
+
+def _complex64_values(n: int, seed: int) -> np.ndarray:
+    real, imag = _float32_values(n, seed), _float32_values(n, seed + 1)[::-1]
+    out = np.empty(real.size, np.complex64)
+    out.real, out.imag = real, imag
+    return out
+
+
+# CuPy's casts flush float32 subnormals (design.md, **Chunk dtypes**, "CuPy"): chunks whose
+# dtype casts to the declared one exactly, float32 into float64 or complex128 and complex64
+# into complex128, lost them (0 of their sign); complex64 under float64, cast by value, too;
+# float64 chunks of float32 subnormals exactly (2**-149), under float32, complex64 (and
+# complex128 ones under complex64 or float32) were refused, where NumPy casts them; inexact
+# values in that range (1e-40 in float64, 2**-150) stay refused, as NumPy refuses them
+FLUSHED_CAST_CASES = [
+    (_float32_values(31, 1), "f8"), (_float32_values(1023, 2), "c16"),
+    (_complex64_values(33, 3), "c16"), (_float32_values(33, 4), "c8"),
+    (np.array([1e-40 + 0j, -1e-40 - 0j, 2 + 0j], np.complex64), "f8"),
+    (np.array([1 + 1e-40j], np.complex64), "f8"),
+    (_float32_values(1025, 5).astype(np.float64), "f4"),
+    (_float32_values(31, 6).astype(np.float64), "c8"),
+    (_complex64_values(33, 7).astype(np.complex128), "c8"),
+    (_complex64_values(31, 8).real.astype(np.complex128), "f4"),
+    (np.array([2.0**-149, 1e-40, -(2.0**-149), 2.0**-150, 3 * 2.0**-150]), "f4"),
+    (np.array([2.0**-149 + 1e-40j, 1.0]), "c8"),
+    (np.array([-(2.0**-149), 2.0**-126 * (1 - 2.0**-23), 2.0**-126 * (1 - 2.0**-24)]), "f4"),
+]
+
+
+@pytest.mark.parametrize("chunk, declared", FLUSHED_CAST_CASES,
+                         ids=lambda c: str(c.dtype) if isinstance(c, np.ndarray) else c)
+def test_casts_that_flush_float32_subnormals_give_numpy_s_answer(chunk, declared, monkeypatch):
+    """A chunk on an array module whose kernels flush float32 subnormals (CuPy's; simulated
+    by _FlushingArray) is cast or refused as NumPy's chunk of the same values: the same
+    values (signs of zeros and of subnormals included), or the same refusal naming the same
+    value."""
+    from dask_compact import validate
+
+    def answer(c):
+        try:
+            with np.errstate(invalid="ignore"):
+                return validate.as_declared(c, np.dtype(declared), "f", 3)
+        except TypeError as e:
+            return str(e)
+
+    want = answer(chunk)
+    monkeypatch.setattr(validate, "_flushes_subnormals", lambda xp: True)
+    monkeypatch.setattr(validate, "_taken_as_is", lambda a: True)
+    got = answer(chunk.view(_FlushingArray))
+    if isinstance(want, str):
+        assert got == want
+        return
+    assert not isinstance(got, str), got
+    assert got.dtype == want.dtype
+    got = np.asarray(got)
+    np.testing.assert_array_equal(got, want)
+    for g, w in ((got.real, want.real), (got.imag, want.imag)):
+        np.testing.assert_array_equal(np.signbit(g), np.signbit(w))
+    assert np.isnan(chunk).any() == np.isnan(got).any()
+
+
+def test_the_flushing_simulation_flushes_what_cupy_s_casts_flush():
+    """The test's own check: _FlushingArray loses float32 subnormals in the casts CuPy's
+    flush (a chunk cast by NumPy's astype alone, as before the fix, would not give NumPy's
+    answer), and keeps them where the bits move."""
+    f = np.array([1e-40, -1e-40, 2.0], np.float32).view(_FlushingArray)
+    wide = np.asarray(f.astype(np.float64))
+    np.testing.assert_array_equal(wide, [0, 0, 2])
+    np.testing.assert_array_equal(np.signbit(wide), [False, True, False])
+    assert np.asarray(f.astype(np.complex64))[0] == np.float32(1e-40)
+    narrow = np.asarray(np.array([2.0**-149, 1.0]).view(_FlushingArray).astype(np.float32))
+    np.testing.assert_array_equal(narrow, [0, 1])
+    assert not (f[:1] != 0).any()  # comparisons flush too
+
+
 def test_the_refusal_counts_the_misfits_and_places_them_in_an_nd_chunk():
     from dask_compact.validate import as_declared
 

@@ -341,7 +341,12 @@ def test_cupy_chunks_of_another_dtype_than_declared() -> None:
     ([1e-40, 2.0], "f4", "f2"), ([0.0, 1e-40, 1.0], "f4", "bool"),
     ([0.5, 1e-40, 3.0], "f4", "i4"), ([1 + 1e-40j, 2 + 0j], "c8", "f4"),
     ([1e-40 + 0j, 2 + 0j], "c8", "f2"), ([1e-40 + 0j, -1e-40 + 0j], "c8", "f4"),
-    ([1e-40, 2.0], "f4", "c8")])  # f4 under f8: CuPy's astype flushes (design.md)
+    ([1e-40, 2.0], "f4", "c8"),
+    # the casts CuPy's own astype flushes, rebuilt from the bits (design.md, "CuPy")
+    ([1e-40, -1e-40, 2.0], "f4", "f8"), ([1e-40, -1e-40, 2.0], "f4", "c16"),
+    ([1e-40 - 1e-40j, -1e-40 + 2j], "c8", "c16"), ([1e-40 + 0j, -1e-40 + 0j], "c8", "f8"),
+    ([2.0**-149, -(2.0**-149), 1.0], "f8", "f4"), ([2.0**-149, 1e-40], "f8", "f4"),
+    ([2.0**-149 - 2.0**-140j, 1.0], "c16", "c8"), ([-(2.0**-149), 1.0], "f8", "c8")])
 def test_cupy_chunks_are_cast_or_refused_by_value_as_numpy_chunks(values, chunk_dtype,
                                                                   declared) -> None:
     """validate.as_declared on a CuPy chunk: the same cast, or the same refusal naming the
@@ -362,13 +367,156 @@ def test_cupy_chunks_are_cast_or_refused_by_value_as_numpy_chunks(values, chunk_
     np.testing.assert_array_equal(cupy.asnumpy(got), want)
 
 
-def test_cupy_float64_chunks_of_float32_subnormals_under_float32_are_refused() -> None:
-    """float64 ``2**-149`` (a float32 subnormal) under float32: NumPy casts it, but CuPy's
-    cast into float32 flushes it to 0, so the check (the cast compared back in float64)
-    refuses the chunk, naming it, rather than return a 0 (design.md, **Chunk dtypes**)."""
+def _float32_values(n: int, seed: int) -> np.ndarray:
+    """The brief's float32 values (subnormals at both ends and of both signs, signed zeros,
+    NaN, inf, the least normal) and ``n`` random bit patterns, half of them subnormals
+    (exponent bits cleared), NaNs quiet (a signalling NaN's cast warns)."""
+    named = np.array([1e-40, -1e-40, 2.0**-149, -(2.0**-149), 1.1754942e-38, 0.0, -0.0, 2.0,
+                      np.nan, np.inf, -1.1754942e-38, -np.inf, 2.0**-126], np.float32)
+    bits = np.random.default_rng(seed).integers(0, 2**32, n, dtype=np.uint32)
+    bits[::2] &= np.uint32(0x807FFFFF)
+    nan = (bits & np.uint32(0x7F800000)) == np.uint32(0x7F800000)
+    bits[nan] |= np.uint32(0x00400000)
+    return np.concatenate([named, bits.view(np.float32)])
+
+
+def _values_in(dtype: str, other: str, n: int, seed: int) -> np.ndarray:
+    """``_float32_values`` in ``dtype`` (exact: each part a float32), exact in ``other``
+    too: complex ones (imaginary parts another draw) where both dtypes are complex, real
+    ones (imaginary parts 0) where either is real."""
+    real = _float32_values(n, seed)
+    if np.dtype(dtype).kind != "c" or np.dtype(other).kind != "c":
+        return real.astype(dtype)
+    out = np.empty(real.size, dtype)
+    out.real, out.imag = real, _float32_values(n, seed + 1)[::-1]
+    return out
+
+
+def _same_floats(got, want, what: str, signs: bool = True) -> None:
+    """``got`` (CuPy) holds ``want``'s values in its dtype: NaN where NaN, and the signs of
+    zeros and of subnormals (each part of a complex) where ``signs``."""
+    assert isinstance(got, cupy.ndarray), what
+    got = cupy.asnumpy(got)
+    assert got.dtype == want.dtype, what
+    np.testing.assert_array_equal(got, want, err_msg=what)
+    if signs:
+        for g, w in ((got.real, want.real), (got.imag, want.imag)):
+            np.testing.assert_array_equal(np.signbit(g), np.signbit(w), err_msg=what)
+
+
+# (declared, chunk dtype): the casts CuPy's astype flushes float32 subnormals in (float32
+# parts into float64 ones, by dtype and by value) and those it flushed into float32 parts
+# (float64 values that are float32 subnormals exactly, cast by value)
+FLUSHED_CASTS = [("f8", "f4"), ("c16", "f4"), ("c16", "c8"), ("f8", "c8"),
+                 ("f4", "f8"), ("c8", "c16"), ("c8", "f8"), ("f4", "c16")]
+
+
+@pytest.mark.parametrize("declared, chunk_dtype", FLUSHED_CASTS)
+@pytest.mark.parametrize("n", [0, 18, 1031])
+def test_cupy_chunks_keep_float32_subnormals_in_the_casts_cupy_flushes(declared, chunk_dtype,
+                                                                       n) -> None:
+    """validate.as_declared on a CuPy chunk whose dtype CuPy's own cast flushes float32
+    subnormals in (-ftz=true: float32 [1e-40, -1e-40, 2] under float64 came back [0, -0, 2],
+    a float64 2**-149 under float32 was refused): NumPy's cast of the same chunk, each value,
+    the signs of zeros and subnormals included."""
     from dask_compact.validate import as_declared
 
-    host = np.array([1.0, 2.0**-149], np.float64)
-    assert as_declared(host, np.dtype(np.float32), "f", 0)[1] == np.float32(2.0**-149)
-    with pytest.raises(TypeError, match=r"its value 1\.401298464324817e-45 \(element 1 of"):
-        as_declared(cupy.asarray(host), np.dtype(np.float32), "f", 0)
+    host = _values_in(chunk_dtype, declared, n, 11)
+    want = as_declared(host, np.dtype(declared), "f", 0)
+    assert want.dtype == np.dtype(declared) and np.isnan(want).any()
+    tiny = (want.real != 0) & (np.abs(want.real) < np.finfo(np.float32).tiny)
+    assert tiny.sum() >= min(n // 3, 5)  # the test's own check: many subnormals
+    _same_floats(as_declared(cupy.asarray(host), np.dtype(declared), "f", 0), want, "cast")
+    # a strided view (the parts of a complex, a step of 3) takes the same path
+    _same_floats(as_declared(cupy.asarray(host)[::3], np.dtype(declared), "f", 0), want[::3],
+                 "strided")
+
+
+@pytest.mark.parametrize("declared", ["f4", "c8"])
+def test_cupy_float64_chunks_of_inexact_float32_subnormals_are_refused_as_numpy_does(
+        declared) -> None:
+    """float64 values in float32's subnormal range that float32 does not hold exactly (1e-40,
+    2**-150, 3 * 2**-150: NumPy's cast rounds them) are refused on CuPy as on NumPy, the same
+    message naming the same value and counting the others; 2**-149 beside them is cast."""
+    from dask_compact.validate import as_declared
+
+    host = np.array([2.0**-149, 1.0, 1e-40, -(2.0**-149), 2.0**-150, 3 * 2.0**-150])
+    with pytest.raises(TypeError) as on_host:
+        as_declared(host, np.dtype(declared), "f", 5)
+    assert "its value 1e-40 (element 2 of the chunk; 2 more besides)" in str(on_host.value)
+    with pytest.raises(TypeError) as on_device:
+        as_declared(cupy.asarray(host), np.dtype(declared), "f", 5)
+    assert str(on_device.value) == str(on_host.value)
+    exact = host[[0, 1, 3]]
+    _same_floats(as_declared(cupy.asarray(exact), np.dtype(declared), "f", 5),
+                 as_declared(exact, np.dtype(declared), "f", 5), "exact")
+
+
+def _chunk_in(b, chunk_dtype, on_gpu, block_id=None):
+    """Chunk ``b`` (NumPy, the declared dtype), cast into ``chunk_dtype`` where its index is
+    odd, on the host (NumPy's cast, exact for these values: CuPy's would flush what the test
+    is about), then on the device where ``on_gpu``."""
+    if block_id[0] % 2:  # a real chunk of complex values takes their real parts (imag 0)
+        b = (b.real if np.dtype(chunk_dtype).kind != "c" else b).astype(chunk_dtype)
+    return cupy.asarray(b) if on_gpu else b
+
+
+def _calls(host: np.ndarray, chunk_dtype: str, on_gpu: bool) -> dict:
+    """Every public call that takes chunks in their declared dtype, on ``host``'s values in
+    chunks of 97 (odd ones in ``chunk_dtype``), NumPy or CuPy chunks: computed."""
+    xp = cupy if on_gpu else np
+    x = da.from_array(host, chunks=97).map_blocks(_chunk_in, chunk_dtype, on_gpu,
+                                                  dtype=host.dtype, meta=xp.empty(0, host.dtype))
+    keep = host.real < 1  # NaN not kept; subnormals and signed zeros kept (in either rounding)
+    mask = da.from_array(keep, chunks=97).map_blocks(xp.asarray, dtype=bool,
+                                                     meta=xp.empty(0, bool))
+    k = da.from_array(np.arange(host.size) % 3, chunks=97).map_blocks(
+        xp.asarray, meta=xp.empty(0, np.int64))
+    with dask.config.set(scheduler="threads"):
+        values, indices = x.map_compact(lambda v: v.real < 1, output="both")
+        calls = {
+            "map_compact": x.map_compact(lambda v: v.real < 1),
+            "map_compact both, values": values,
+            "map_compact both, indices": indices,
+            "compact": dask_compact.compact(x, mask),
+            "compact_records": dask_compact.compact_records({"a": x, "k": k}, "k != 0")["a"],
+            "partition": dask_compact.partition(x, lambda v: v.real < 1)[0],
+        }
+        if host.dtype == np.float64:
+            calls["sort"] = dask_compact.sort(x, buckets=3)
+        return dict(zip(calls, dask.compute(*calls.values())))
+
+
+@pytest.mark.parametrize("declared, chunk_dtype", FLUSHED_CASTS)
+def test_cupy_chunks_keep_float32_subnormals_through_every_call(declared, chunk_dtype) -> None:
+    """Chunks of another dtype than declared, whose cast on CuPy flushes float32 subnormals
+    (odd chunks of 97 in ``chunk_dtype``): every public call that takes chunks in the
+    declared dtype (map_compact, its output="both", compact, compact_records' fields,
+    partition, sort) gives the answer of the same call on NumPy chunks, each value and the
+    sign of each zero and subnormal (sort: the values; its order of -0.0 and 0.0 is its
+    own, design.md)."""
+    host = _values_in(declared, chunk_dtype, 1031, 13)
+    assert (np.abs(host.real) < np.finfo(np.float32).tiny).sum() > 400  # the test's check
+    want = _calls(host, chunk_dtype, on_gpu=False)
+    got = _calls(host, chunk_dtype, on_gpu=True)
+    assert got.keys() == want.keys()
+    for name in want:
+        if name.endswith("indices"):
+            np.testing.assert_array_equal(cupy.asnumpy(got[name]), want[name], err_msg=name)
+        else:
+            _same_floats(got[name], want[name], name, signs=name != "sort")
+
+
+def test_cupy_float32_chunks_of_subnormals_are_summed_as_numpy_chunks_under_float64() -> None:
+    """cumsum of float64 whose odd chunks are float32 subnormals (of both signs, and zeros):
+    CuPy's cast flushed them to 0, so the sums were 0; now NumPy's, bit for bit (every sum of
+    such values is exact in float64, in any order)."""
+    bits = np.random.default_rng(17).integers(0, 2**32, 1031, dtype=np.uint32)
+    host = (bits & np.uint32(0x807FFFFF)).view(np.float32).astype(np.float64)
+    got, want = (
+        dask_compact.cumsum(da.from_array(host, chunks=97).map_blocks(
+            _chunk_in, "f4", on_gpu, dtype=host.dtype,
+            meta=(cupy if on_gpu else np).empty(0, host.dtype))).compute(scheduler="threads")
+        for on_gpu in (True, False))
+    assert np.abs(want).max() > 0
+    _same_floats(got, want, "cumsum", signs=False)
