@@ -403,7 +403,7 @@ def _float32_subnormals_narrowed(values: Any, cast: Any, misfits: Any, xp: Any
     2^-150) stay marked, as NumPy's cast rounds them. Runs where misfits were found alone."""
     with np.errstate(over="ignore", invalid="ignore"):  # inf, NaN and the largest values
         magnitude = xp.abs(values)
-        scaled = magnitude * 2.0**149  # exact: a power of two, and no value here is subnormal
+        scaled = magnitude * 2.0**149  # exact (a power of two) where magnitude < 2^-126
         exact = misfits & (magnitude < 2.0**-126) & (xp.trunc(scaled) == scaled)
     if not exact.any():
         return cast, misfits
@@ -447,12 +447,16 @@ def _cast_by_value(chunk: Any, declared: np.dtype) -> tuple[Any, Any] | None:
             part = np.dtype(declared.char.lower())  # complex64 -> float32
             real, misfits = _cast_real(chunk.real, part, xp)
             cast = chunk.astype(declared)
-            if _flushes_subnormals(xp):  # the parts _cast_real cast keep float32 subnormals
+            # float64 parts into float32 ones on a backend whose cast flushed float32
+            # subnormals: the parts _cast_real cast keep them (written into the cast, a copy)
+            rebuilt = _float_part(chunk.dtype) == _F64 and part == _F32 and \
+                _flushes_subnormals(xp)  # fmt: skip
+            if rebuilt:
                 cast.real = real
             if kind == "c":
                 imag, imag_misfits = _cast_real(chunk.imag, part, xp)
                 misfits = _either(misfits, imag_misfits)
-                if _flushes_subnormals(xp):
+                if rebuilt:
                     cast.imag = imag
             return cast, misfits
         return _cast_real(chunk, declared, xp)
