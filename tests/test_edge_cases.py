@@ -999,8 +999,8 @@ class _FlushingArray(np.ndarray):
     device: every ufunc (arithmetic, comparisons, reductions) takes float32 subnormals as 0
     and flushes its float32 results; ``astype`` flushes the float32 side of a conversion
     between float32 and another dtype (a ``cvt``: float32 into float64, complex128, ints or
-    float16; float64 into float32), not a move (float32 into complex64 or float32 kept them
-    on an H200, CuPy 14.2, where float32 into float64 gave ``[1e-40, -1e-40, 2]`` as
+    float16; float64 into float32), not a move (float32 into complex64 kept them on an
+    H200, CuPy 14.2, where float32 into float64 gave ``[1e-40, -1e-40, 2]`` as
     ``[0, -0, 2]``). Integer operations on the bits, views, ``where`` and copies into a
     complex's parts are not flushed."""
 
