@@ -18,9 +18,12 @@ struct __align__(1) b8 {
 };
 
 // Input element -> accumulator: NumPy's cast (bool as 0/1, integers widened or wrapped).
+// dcx::cast converts float32 <-> float64 by PTX without .ftz: CuPy compiles with -ftz=true,
+// under which A(x) flushed float32 subnormals (a float32 scan of them into float64 came back
+// all zeros on an H200, 2026-12-01, where NumPy's cumsum keeps them).
 template <class A, class T>
 struct to_acc_t {
-  __device__ __forceinline__ static A f(T x) { return A(x); }
+  __device__ __forceinline__ static A f(T x) { return cast<A>(x); }
 };
 template <class A>
 struct to_acc_t<A, b8> {
@@ -35,6 +38,11 @@ __device__ __forceinline__ A to_acc(T x) {
 template <class A>
 struct add_t {
   __device__ __forceinline__ static A f(A a, A b) { return a + b; }
+};
+// float32 sums by PTX without .ftz (dcx_types.cuh): -ftz=true flushed subnormal sums to 0.
+template <>
+struct add_t<float> {
+  __device__ __forceinline__ static float f(float a, float b) { return f32_add(a, b); }
 };
 template <>
 struct add_t<int> {

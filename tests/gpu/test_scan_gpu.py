@@ -194,6 +194,38 @@ def test_lookback_beyond_2_pow_31(exclusive: bool) -> None:
     cupy.get_default_memory_pool().free_all_blocks()
 
 
+def _float32_subnormals(n: int, mantissa_bits: int, seed: int) -> np.ndarray:
+    """``n`` float32 subnormals of random signs whose mantissas are below 2^mantissa_bits:
+    every partial sum of ``n`` of them a whole number of 2^-149 below 2^24 of them where
+    ``n`` * 2^mantissa_bits <= 2^24, so exact in float32 in any order of the additions."""
+    rng = np.random.default_rng(seed)
+    bits = rng.integers(1, 2**mantissa_bits, n, dtype=np.uint32)
+    bits |= rng.integers(0, 2, n, dtype=np.uint32) << np.uint32(31)
+    return bits.view(np.float32)
+
+
+@pytest.mark.parametrize("alg", ["auto", *GPU_ALGORITHMS])
+def test_float32_subnormals_are_summed_as_numpy_sums_them(alg: str) -> None:
+    """CuPy compiles the scan kernels with -ftz=true: their float32 additions and the float32
+    -> float64 conversion flushed subnormals (a float32 scan of subnormals into float64 came
+    back all zeros on an H200, 2026-12-01). Sums exact in any order, so compared exactly."""
+    for n in (1, 33, 1031, 4097, 65537):
+        for exclusive in (False, True):
+            for dtype, bits in ((None, 8), (np.float64, 23)):
+                a = _float32_subnormals(n, bits, seed=n)
+                want = reference(a, exclusive, dtype)
+                got = scan_array(cupy.asarray(a), exclusive=exclusive, algorithm=alg,
+                                 dtype=dtype)
+                np.testing.assert_array_equal(cupy.asnumpy(got), want,
+                                              err_msg=f"{n} {exclusive} {dtype}")
+    a = _float32_subnormals(5003, 8, seed=1)
+    x = da.from_array(a, chunks=(1, 33, 0, 1031, 2000, 1938)).map_blocks(cupy.asarray)
+    for dtype in (None, np.float64):
+        with dask.config.set(scheduler="threads"):
+            got = cumsum(x, algorithm=alg, dtype=dtype).compute()
+        np.testing.assert_array_equal(cupy.asnumpy(got), np.cumsum(a, dtype=dtype))
+
+
 # ---------------------------------------------------------------------------- dask -----------
 
 
