@@ -18,6 +18,8 @@
 //   "shared"            dcx_scan_shared_block (2 * BLOCK elements per block in shared memory,
 //                       block sums out), the same on the block sums (recursively), then
 //                       dcx_scan_shared_add.
+//   (the total)         dcx_scan_total: no scan, the sum of `in` alone (the dask path's chunk
+//                       totals of float32 sums), in two launches.
 #include "scan.cuh"
 
 // ---- lookback ---------------------------------------------------------------------------------
@@ -171,4 +173,29 @@ dcx_scan_shared_add(A* __restrict__ data, const A* __restrict__ offsets, long lo
   const long long i = t0 + threadIdx.x, j = i + BLOCK;
   if (i < n) data[i] = dcx::sadd(data[i], off);
   if (j < n) data[j] = dcx::sadd(data[j], off);
+}
+
+// ---- the total ----------------------------------------------------------------------------------
+// partial[blockIdx.x] = the sum of this block's grid-stride share of in[0..n): a second launch
+// of one block over the partials gives the sum of everything (the grid depends on n alone, so
+// the order of the additions, and a float sum's bits, are the same at every call). Why not
+// CuPy's own sum: under its -ftz=true a float32 sum flushes subnormal elements and partial
+// sums, and a conversion from float32 flushes them, where sadd and to_acc do not.
+template <class T, class A, int BLOCK>
+__global__ void __launch_bounds__(BLOCK)
+dcx_scan_total(const T* __restrict__ in, A* __restrict__ partial, long long n) {
+  static_assert(BLOCK % 32 == 0 && BLOCK <= 1024, "one warp sums the warps' sums");
+  __shared__ A warps[BLOCK / 32];
+  A v = A(0);
+  for (long long i = (long long)blockIdx.x * BLOCK + threadIdx.x; i < n;
+       i += (long long)gridDim.x * BLOCK)
+    v = dcx::sadd(v, dcx::to_acc<A>(in[i]));
+  v = dcx::warp_reduce(v);
+  if (dcx::lane_id() == 0) warps[threadIdx.x / 32] = v;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    v = threadIdx.x < BLOCK / 32 ? warps[threadIdx.x] : A(0);
+    v = dcx::warp_reduce(v);
+    if (threadIdx.x == 0) partial[blockIdx.x] = v;
+  }
 }

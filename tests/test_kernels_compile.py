@@ -494,8 +494,10 @@ def test_scan_modules_compile(arch: str, tmp_path: Path) -> None:
     from dask_compact.scan import GPU_ALGORITHMS as PUBLIC_GPU
 
     assert set(PUBLIC_GPU) == {"auto", *GPU_ALGORITHMS}
-    specs = _scan_specs(GPU_ALGORITHMS if arch == "sm_90" else ("lookback",))
+    specs = _scan_specs((*GPU_ALGORITHMS, "total") if arch == "sm_90" else ("lookback",))
     names = _scan_names(specs)
+    if arch == "sm_90":  # cupy_scan.total's kernels (float32 sums) among them
+        assert "dcx_scan_total<float, double, 256>" in names
     # the look-back's VEC (element-wise and 16-byte tiles) and both exclusive and inclusive
     vecs = {m.group(1) for n in names
             if (m := re.search(r", (\d+), \d+, (?:true|false), \d>$", n))}
@@ -527,7 +529,7 @@ def _scan_jobs(arch: str) -> tuple[list[Job], list[str], str]:
     names and the source of one compaction module alone."""
     from dask_compact.backends.cupy_scan_source import GPU_ALGORITHMS, ScanCompactSpec
 
-    specs = _scan_specs(GPU_ALGORITHMS if arch == "sm_90" else ("lookback",))
+    specs = _scan_specs((*GPU_ALGORITHMS, "total") if arch == "sm_90" else ("lookback",))
     names = _scan_names(specs)
     if arch != "sm_90":
         # What differs by architecture is the look-back protocol, which depends on the

@@ -200,17 +200,35 @@ def _shared(mod: _Module, src: Any, dst: Any, n: int, base: Any, ex: Any, top: b
     mod.kernel("add")((nb,), blk, (dst, sums, np.int64(n)))
 
 
+# Blocks of the total's first launch at most (each a grid-stride share; the second launch's
+# one block sums their partials): enough to fill an H100/H200 several times over.
+_TOTAL_GRID = 1024
+
+
 def total(a: Any, acc: np.dtype) -> np.generic:
     """The sum of ``a`` in ``acc`` as a NumPy scalar on the host (one device synchronisation):
     CuPy's reduction (the totals' order of addition does not matter for integers; for floats
-    it is a tree, as the look-back scan's tile sums)."""
+    it is a tree, as the look-back scan's tile sums), but where float32 is summed or summed
+    from: CuPy compiles its reductions with -ftz=true, which flushed float32 subnormals
+    (elements, partial sums and their conversion into float64: a dask cumsum of subnormals
+    on CuPy chunks lost every chunk's total on an H200, 2026-12-01), so there the scan
+    module's ``dcx_scan_total`` sums them, in two launches."""
     import cupy
 
     flat = _flat(a)
     acc = np.dtype(acc)
-    if flat.size == 0:
+    n = int(flat.size)
+    if n == 0:
         return acc.type(0)
-    return acc.type(cupy.sum(flat, dtype=acc).get())
+    if np.dtype(np.float32) not in (acc, flat.dtype):
+        return acc.type(cupy.sum(flat, dtype=acc).get())
+    mod = module_for(ScanSpec.make(np.dtype(flat.dtype), acc, "total", True))
+    g = min(_grid(n), _TOTAL_GRID)
+    partial = cupy.empty(g, dtype=acc)
+    mod.kernel("partial")((g,), (SIMPLE_BLOCK,), (flat, partial, np.int64(n)))
+    out = cupy.empty(1, dtype=acc)
+    mod.kernel("final")((1,), (SIMPLE_BLOCK,), (partial, out, np.int64(g)))
+    return acc.type(out.get()[0])
 
 
 # ------------------------------------------------------------------ scan compaction ----------

@@ -180,6 +180,12 @@ class ScanSpec:
                 "block_acc": f"dcx_scan_shared_block<{a}, {a}, {s}>",  # the block sums
                 "add": f"dcx_scan_shared_add<{a}, {s}>",
             }
+        if self.algorithm == "total":  # no scan: cupy_scan.total's sum
+            s = SIMPLE_BLOCK
+            return {
+                "partial": f"dcx_scan_total<{t}, {a}, {s}>",
+                "final": f"dcx_scan_total<{a}, {a}, {s}>",
+            }
         raise ValueError(f"unknown scan algorithm {self.algorithm!r}")
 
     def all_names(self) -> list[str]:

@@ -226,6 +226,29 @@ def test_float32_subnormals_are_summed_as_numpy_sums_them(alg: str) -> None:
         np.testing.assert_array_equal(cupy.asnumpy(got), np.cumsum(a, dtype=dtype))
 
 
+@pytest.mark.parametrize("dtype, acc", [("float32", "float32"), ("float32", "float64"),
+                                        ("float64", "float32"), ("float64", "float64"),
+                                        ("bool", "float32")])
+def test_chunk_totals_keep_float32_subnormals(dtype: str, acc: str) -> None:
+    """cupy_scan.total (the dask path's chunk totals) of float32 sums: CuPy's own sum flushed
+    float32 subnormals (-ftz=true). Every sum here is exact in any order (whole numbers of
+    2^-149 below 2^24 of them in float32, below 2^53 in float64; bools below 2^24), so
+    compared exactly."""
+    from dask_compact.backends.cupy_scan import total
+
+    for n in (1, 31, 33, 1025, 7919, 2**17 + 1, 3 * 2**20 + 7):
+        if dtype == "float32":
+            a = _float32_subnormals(n, 23 if acc == "float64" else 2, seed=n)
+        elif dtype == "float64":  # float32 subnormals in float64: exact under float32
+            a = _float32_subnormals(n, 2, seed=n).astype(np.float64)
+        else:
+            a = data(dtype, n, seed=n)
+        got = total(cupy.asarray(a), np.dtype(acc))
+        assert isinstance(got, np.generic) and got.dtype == np.dtype(acc)
+        want = np.sum(a.astype(np.float64)).astype(acc)
+        assert got == want or (np.isnan(got) and np.isnan(want)), (n, got, want)
+
+
 # ---------------------------------------------------------------------------- dask -----------
 
 
