@@ -33,7 +33,8 @@ def cluster_for_kills(n_workers: int, threads_per_worker: int) -> Iterator:
 def kill_a_worker_then_check(client, a: np.ndarray, m: np.ndarray, v, i) -> str:
     """SIGKILL one worker process, then check that ``v`` and ``i`` (a map_compact result of
     ``a`` selecting ``m``, values and indices) and a rechunk of ``v`` compute exactly; wait for
-    the nanny's replacement. Returns the address of the worker killed."""
+    the nanny's replacement (:func:`until_replaced`). Returns the address of the worker
+    killed."""
     pids = client.run(os.getpid)
     victim = sorted(pids)[0]
     os.kill(pids[victim], signal.SIGKILL)
@@ -42,9 +43,46 @@ def kill_a_worker_then_check(client, a: np.ndarray, m: np.ndarray, v, i) -> str:
         np.testing.assert_array_equal(i.compute(), np.flatnonzero(m))
         np.testing.assert_array_equal(v.rechunk(997).compute(), a[m])
     finally:
-        client.wait_for_workers(len(pids), timeout=60)
+        until_replaced(client, [victim], len(pids))
     assert pids[victim] not in client.run(os.getpid).values()  # it did die
     return victim
+
+
+def _worker_plugin_names(dask_scheduler=None) -> list:
+    return sorted(dask_scheduler.worker_plugins)
+
+
+def _plugin_names(dask_worker=None) -> list:
+    return sorted(dask_worker.plugins)
+
+
+def until_replaced(client, gone, n_workers: int, timeout: float = 120) -> None:
+    """Wait until the workers at the addresses ``gone`` (killed, or retired) have left the
+    scheduler, ``n_workers`` are running, each with every worker plugin the scheduler holds
+    (the direct path's handler among them), and the client's view of the cluster
+    (``scheduler_info``, which a call of ours reads) is this one.
+
+    Why not ``client.wait_for_workers(n)``: right after a SIGKILL the scheduler still lists
+    the dead worker as running (it learns of the death a moment later), so that call returned
+    at once (0.02-0.11 s, measured on the loaded 2-core machine) with the replacement still
+    to come; the next test then met it joining (the client's 2 s-refreshed cluster size
+    changed under it: a CI failure). And a worker counts as running before its plugins are
+    installed (``Worker._register_with_scheduler``): a direct call then would fall back."""
+    import time
+
+    gone, deadline = set(gone), time.monotonic() + timeout
+    while True:
+        workers = client.scheduler_info(n_workers=-1)["workers"]
+        running = [w for w, info in workers.items() if info.get("status") == "running"]
+        if not gone & set(workers) and len(running) >= n_workers:
+            wanted = set(client.run_on_scheduler(_worker_plugin_names))
+            have = client.run(_plugin_names, on_error="return")
+            if set(have) == set(workers) and all(
+                    isinstance(names, list) and wanted <= set(names) for names in have.values()):
+                return
+        assert time.monotonic() < deadline, (
+            f"{n_workers} workers, none of {sorted(gone)}, never ran: {sorted(workers)}")
+        time.sleep(0.1)
 
 
 def rechunk_placed_by_data(client, monkeypatch, arr, marker: str):
