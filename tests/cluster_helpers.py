@@ -60,7 +60,11 @@ def until_replaced(client, gone, n_workers: int, timeout: float = 120) -> None:
     """Wait until the workers at the addresses ``gone`` (killed, or retired) have left the
     scheduler, ``n_workers`` are running, each with every worker plugin the scheduler holds
     (the direct path's handler among them), and the client's view of the cluster
-    (``scheduler_info``, which a call of ours reads) is this one.
+    (``scheduler_info``, whose size workers_installed.check_client reads) refreshed. (A
+    refresh of the client's own, every 2 s, can still land after that one with an older view:
+    seen twice in five kills, right after ``wait_for_workers``; a call then asks the workers
+    once more whether they import dask_compact, which only a test that forbids every
+    ``client.run`` notices.)
 
     Why not ``client.wait_for_workers(n)``: right after a SIGKILL the scheduler still lists
     the dead worker as running (it learns of the death a moment later), so that call returned
