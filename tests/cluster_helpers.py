@@ -43,28 +43,30 @@ def kill_a_worker_then_check(client, a: np.ndarray, m: np.ndarray, v, i) -> str:
         np.testing.assert_array_equal(i.compute(), np.flatnonzero(m))
         np.testing.assert_array_equal(v.rechunk(997).compute(), a[m])
     finally:
-        until_replaced(client, [victim], len(pids))
+        until_replaced(client, [pids[victim]], len(pids))
     assert pids[victim] not in client.run(os.getpid).values()  # it did die
     return victim
 
 
-def _worker_plugin_names(dask_scheduler=None) -> list:
-    return sorted(dask_scheduler.worker_plugins)
+def _workers_now(dask_scheduler=None) -> tuple[dict, list]:
+    """On the scheduler: each worker's (process id, status), and the worker plugins' names."""
+    workers = {a: (ws.pid, ws.status.name) for a, ws in dask_scheduler.workers.items()}
+    return workers, sorted(dask_scheduler.worker_plugins)
 
 
 def _plugin_names(dask_worker=None) -> list:
     return sorted(dask_worker.plugins)
 
 
-def until_replaced(client, gone, n_workers: int, timeout: float = 120) -> None:
-    """Wait until the workers at the addresses ``gone`` (killed, or retired) have left the
+def until_replaced(client, gone_pids, n_workers: int, timeout: float = 120) -> None:
+    """Wait until the worker processes ``gone_pids`` (killed, or retired) have left the
     scheduler, ``n_workers`` are running, each with every worker plugin the scheduler holds
     (the direct path's handler among them), and the client's view of the cluster
     (``scheduler_info``, whose size workers_installed.check_client reads) refreshed. (A
     refresh of the client's own, every 2 s, can still land after that one with an older view:
     seen twice in five kills, right after ``wait_for_workers``; a call then asks the workers
     once more whether they import dask_compact, which only a test that forbids every
-    ``client.run`` notices.)
+    ``client.run`` notices.) By process id: a replacement may take the dead one's address.
 
     Why not ``client.wait_for_workers(n)``: right after a SIGKILL the scheduler still lists
     the dead worker as running (it learns of the death a moment later), so that call returned
@@ -74,18 +76,18 @@ def until_replaced(client, gone, n_workers: int, timeout: float = 120) -> None:
     installed (``Worker._register_with_scheduler``): a direct call then would fall back."""
     import time
 
-    gone, deadline = set(gone), time.monotonic() + timeout
+    gone, deadline = set(gone_pids), time.monotonic() + timeout
     while True:
-        workers = client.scheduler_info(n_workers=-1)["workers"]
-        running = [w for w, info in workers.items() if info.get("status") == "running"]
-        if not gone & set(workers) and len(running) >= n_workers:
-            wanted = set(client.run_on_scheduler(_worker_plugin_names))
+        workers, wanted = client.run_on_scheduler(_workers_now)
+        running = [a for a, (pid, status) in workers.items() if status == "running"]
+        if not gone & {pid for pid, _ in workers.values()} and len(running) >= n_workers:
             have = client.run(_plugin_names, on_error="return")
             if set(have) == set(workers) and all(
-                    isinstance(names, list) and wanted <= set(names) for names in have.values()):
+                isinstance(names, list) and set(wanted) <= set(names) for names in have.values()
+            ):
+                client.scheduler_info(n_workers=-1)  # the client's view, refreshed
                 return
-        assert time.monotonic() < deadline, (
-            f"{n_workers} workers, none of {sorted(gone)}, never ran: {sorted(workers)}")
+        assert time.monotonic() < deadline, f"{n_workers} new workers never ran: {workers}"
         time.sleep(0.1)
 
 

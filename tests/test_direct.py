@@ -267,7 +267,7 @@ def test_a_worker_lost_during_the_call_falls_back_to_tasks(client, monkeypatch):
         np.testing.assert_array_equal(v.compute(), a[m])
         np.testing.assert_array_equal(i.compute(), np.flatnonzero(m))
     finally:
-        until_replaced(client, [victim], 2)  # not wait_for_workers: see until_replaced
+        until_replaced(client, [pids[victim]], 2)  # not wait_for_workers: see until_replaced
     assert not _direct_keys(client)
 
 

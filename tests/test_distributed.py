@@ -140,7 +140,7 @@ def test_worker_killed_mid_compaction_loses_nothing(client):
     np.testing.assert_array_equal(i.compute(), np.flatnonzero(m))
     # the replacement joined (wait_for_workers(2) could count the dead worker: the next
     # test met its replacement joining, CI's failure of the counts test)
-    until_replaced(client, [victim], 2)
+    until_replaced(client, [pids[victim]], 2)
 
 
 @pytest.mark.parametrize("output", ["values", "indices", "both"])
@@ -483,7 +483,7 @@ def test_worker_killed_with_scattered_placement_loses_nothing(client, tasks, mon
         np.testing.assert_array_equal(i.compute(), np.flatnonzero(m))
         assert v.chunks == i.chunks and sum(v.chunks[0]) == int(m.sum())
     finally:
-        until_replaced(client, [victim], 2)  # not wait_for_workers: see until_replaced
+        until_replaced(client, [pids[victim]], 2)  # not wait_for_workers: see until_replaced
     assert pids[victim] not in client.run(os.getpid).values()  # it did die
 
 

@@ -26,7 +26,7 @@ def _kill_all(client) -> None:
     pids = client.run(os.getpid)
     for pid in pids.values():
         os.kill(pid, signal.SIGKILL)
-    until_replaced(client, pids, len(pids))
+    until_replaced(client, pids.values(), len(pids))
 
 
 def _until_checked(client, timeout: float = 30) -> None:
@@ -91,9 +91,10 @@ def test_the_tests_wait_for_a_killed_workers_replacement():
         pids = client.run(os.getpid)
         (victim,) = pids
         os.kill(pids[victim], signal.SIGKILL)
-        until_replaced(client, [victim], 1)
-        workers = client.scheduler_info(n_workers=-1)["workers"]  # the scheduler's own view
-        assert victim not in workers and len(workers) == 1
+        until_replaced(client, [pids[victim]], 1)
+        workers = client.run_on_scheduler(  # the scheduler's own view: the new process alone
+            lambda dask_scheduler=None: [ws.pid for ws in dask_scheduler.workers.values()])
+        assert len(workers) == 1 and pids[victim] not in workers
         y = client.persist(da.from_array(a, chunks=1_000))
         wait(y)
         got = y.map_compact("x < 0.5")
@@ -120,7 +121,7 @@ def test_a_call_after_a_worker_is_lost_does_not_wait_for_it(client3, how):
         os.kill(pids[victim], signal.SIGKILL)
         # its replacement joined before the timed calls (wait_for_workers(3) counted the
         # dead worker: the replacement then joined during the calls, or the next test)
-        until_replaced(client, [victim], 3)
+        until_replaced(client, [pids[victim]], 3)
     else:
         client.retire_workers([victim], close_workers=True)  # its process ends: refused
         # until the client's pool has dropped its connection to it (an open one fails at
@@ -181,7 +182,7 @@ def test_a_worker_killed_during_a_call_costs_no_connect_timeout(client3):
     took = time.perf_counter() - t
     np.testing.assert_array_equal(y.compute(), a[a > 0.3])
     assert took < 15, f"the call took {took:.1f} s"
-    until_replaced(client, [victim], len(pids))  # not wait_for_workers: see until_replaced
+    until_replaced(client, [pids[victim]], len(pids))  # not wait_for_workers: see until_replaced
 
 
 def test_a_grouped_result_computes_after_every_worker_died():
