@@ -71,10 +71,11 @@ def until_replaced(client, gone_pids, n_workers: int, timeout: float = 120) -> N
     Why not ``client.wait_for_workers(n)``: right after a SIGKILL the scheduler still lists
     the dead worker as running (it learns of the death a moment later), so that call returned
     at once (0.02-0.11 s, measured on the loaded 2-core machine) with the replacement still
-    to come; the next test then met it joining (the client's 2 s-refreshed cluster size
-    changed under it: a CI failure). The plugins too: the scheduler counts a worker as
-    running before the worker has installed them (``Worker._register_with_scheduler``; a
-    window of milliseconds, not seen to matter), and a direct call in it would fall back."""
+    to come, and the next test met it joining (a cluster changing under a test: what failed
+    CI's counts test, there by a size the client heard late). The plugins too: the scheduler
+    counts a worker as running before the worker has installed them
+    (``Worker._register_with_scheduler``; a window of milliseconds, not seen to matter), and
+    a direct call in it would fall back."""
     import time
 
     gone, deadline = set(gone_pids), time.monotonic() + timeout

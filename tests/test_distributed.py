@@ -138,8 +138,8 @@ def test_worker_killed_mid_compaction_loses_nothing(client):
     assert v.shape == (int(m.sum()),)
     np.testing.assert_array_equal(v.compute(), a[m])
     np.testing.assert_array_equal(i.compute(), np.flatnonzero(m))
-    # the replacement joined (wait_for_workers(2) could count the dead worker: the next
-    # test met its replacement joining, CI's failure of the counts test)
+    # the replacement joined (wait_for_workers(2) counts a dead worker the scheduler has not
+    # yet dropped: the next test could meet the replacement joining)
     until_replaced(client, [pids[victim]], 2)
 
 
