@@ -179,17 +179,34 @@ def device_pool_capped(limit_bytes: int):
 
 
 @contextlib.contextmanager
-def local_process_cluster(n_workers: int, threads_per_worker: int = 1):
+def local_process_cluster(n_workers: int, threads_per_worker: int = 1,
+                          set_as_default: bool = True):
     """A distributed LocalCluster of ``n_workers`` worker processes (single-threaded unless
-    told, no dashboards) and its Client, the default scheduler while it is open."""
+    told, no dashboards) and its Client, the default scheduler while it is open (unless
+    ``set_as_default`` is False: see :func:`client_as_default`)."""
     from distributed import Client, LocalCluster
 
     with (
         LocalCluster(n_workers=n_workers, threads_per_worker=threads_per_worker, processes=True,
                      dashboard_address=None, worker_dashboard_address=None) as cluster,
-        Client(cluster) as c,
+        Client(cluster, set_as_default=set_as_default) as c,
     ):  # fmt: skip
         yield c
+
+
+@contextlib.contextmanager
+def client_as_default(client):
+    """``client`` (made with ``set_as_default=False``) as the default scheduler inside, as a
+    default client is (dask's ``scheduler`` setting and distributed's current client), and
+    not after: a module's cluster then serves only the tests that ask for it. Made the
+    default for the module's life, it served every later test of the module too: those
+    that count calls in this process or measure its memory failed when run after a cluster
+    test (the module in reverse order: 4 tests of test_sort.py and one of
+    test_predicate_trace.py, whose predicate cannot be pickled)."""
+    import dask
+
+    with client.as_current(), dask.config.set(scheduler="dask.distributed"):
+        yield client
 
 
 @pytest.fixture
@@ -214,9 +231,16 @@ def big_device_memory():
 
 
 @pytest.fixture(scope="module")
-def process_client():
-    """local_process_cluster(2) for a module: request it in a module's last tests."""
-    with local_process_cluster(2) as c:
+def _process_cluster():
+    with local_process_cluster(2, set_as_default=False) as c:
+        yield c
+
+
+@pytest.fixture
+def process_client(_process_cluster):
+    """local_process_cluster(2), started once per module, the default scheduler of the tests
+    that ask for it alone (:func:`client_as_default`)."""
+    with client_as_default(_process_cluster) as c:
         yield c
 
 

@@ -563,3 +563,38 @@ def test_record_loops_compile_in_memory_when_a_save_fails(tmp_path, monkeypatch,
         np.testing.assert_array_equal(got[name], f[name][keep])
     ours = [str(w.message) for w in caught if "dask_compact" in str(w.message)]
     assert len(ours) == (how == "full")
+
+
+def test_a_loop_whose_disk_cache_failed_leaves_no_module_for_a_later_build(tmp_path,
+                                                                            monkeypatch):
+    """A build whose numba cache save failed (a full disk) compiles the loop in memory; the
+    module it had imported from the cache directory stayed in sys.modules, and a later build
+    of the same source, after DASK_COMPACT_CACHE_DIR changed, took it up again: nothing was
+    imported from the new directory nor cached there (the two tests above failed when run
+    after the full-disk test). Now the failed build's module goes."""
+    import errno
+    from pathlib import Path
+
+    monkeypatch.setattr(numba_loop, "_warned", set(), raising=False)
+    a = np.random.default_rng(16).standard_normal(700)
+    p = as_predicate("(x > 0.25) | (x < -3) | (x < -4) | (x < -5)")  # this test's structure
+
+    def full(_name):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with monkeypatch.context() as m:
+        m.setenv("DASK_COMPACT_CACHE_DIR", str(tmp_path / "full"))
+        numba_loop.clear_cache()
+        _numba_save(m, full)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the full disk's warning (test above)
+            got = dask_compact.compact_array(a, p)
+        np.testing.assert_array_equal(got, a[(a > 0.25) | (a < -3)])
+    fresh = tmp_path / "fresh"
+    monkeypatch.setenv("DASK_COMPACT_CACHE_DIR", str(fresh))
+    numba_loop.clear_cache()
+    np.testing.assert_array_equal(dask_compact.compact_array(a, p), a[(a > 0.25) | (a < -3)])
+    loop = numba_loop.fused_loop(p.typed(a.dtype), "values")
+    assert loop.path is not None and Path(loop.path).parent == fresh
+    assert Path(sys.modules[loop.module].__file__).parent == fresh  # imported from there
+    assert list((fresh / "__pycache__").glob("loop_*.nbi"))  # and numba's cache is there

@@ -14,7 +14,12 @@ import dask
 import dask.array as da
 import numpy as np
 import pytest
-from cluster_helpers import cluster_for_kills, kill_a_worker_then_check, rechunk_placed_by_data
+from cluster_helpers import (
+    cluster_for_kills,
+    kill_a_worker_then_check,
+    rechunk_placed_by_data,
+    until_replaced,
+)
 from dask.core import flatten
 from distributed import futures_of, get_task_stream, wait
 from hypothesis import given, settings
@@ -262,7 +267,7 @@ def test_a_worker_lost_during_the_call_falls_back_to_tasks(client, monkeypatch):
         np.testing.assert_array_equal(v.compute(), a[m])
         np.testing.assert_array_equal(i.compute(), np.flatnonzero(m))
     finally:
-        client.wait_for_workers(2, timeout=60)
+        until_replaced(client, [pids[victim]], 2)  # not wait_for_workers: see until_replaced
     assert not _direct_keys(client)
 
 

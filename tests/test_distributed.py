@@ -20,7 +20,12 @@ import dask.array as da
 import distributed
 import numpy as np
 import pytest
-from cluster_helpers import cluster_for_kills, kill_a_worker_then_check, rechunk_placed_by_data
+from cluster_helpers import (
+    cluster_for_kills,
+    kill_a_worker_then_check,
+    rechunk_placed_by_data,
+    until_replaced,
+)
 from distributed import futures_of
 from next_steps_helpers import check_columns, check_next_steps
 
@@ -133,7 +138,9 @@ def test_worker_killed_mid_compaction_loses_nothing(client):
     assert v.shape == (int(m.sum()),)
     np.testing.assert_array_equal(v.compute(), a[m])
     np.testing.assert_array_equal(i.compute(), np.flatnonzero(m))
-    client.wait_for_workers(2, timeout=60)
+    # the replacement joined (wait_for_workers(2) counts a dead worker the scheduler has not
+    # yet dropped: the next test could meet the replacement joining)
+    until_replaced(client, [pids[victim]], 2)
 
 
 @pytest.mark.parametrize("output", ["values", "indices", "both"])
@@ -476,7 +483,7 @@ def test_worker_killed_with_scattered_placement_loses_nothing(client, tasks, mon
         np.testing.assert_array_equal(i.compute(), np.flatnonzero(m))
         assert v.chunks == i.chunks and sum(v.chunks[0]) == int(m.sum())
     finally:
-        client.wait_for_workers(2, timeout=60)
+        until_replaced(client, [pids[victim]], 2)  # not wait_for_workers: see until_replaced
     assert pids[victim] not in client.run(os.getpid).values()  # it did die
 
 

@@ -16,6 +16,7 @@ from conftest import (
     HIDDEN_TIMES,
     LOSSY_TIMES,
     chunk_dtypes,
+    client_as_default,
     hidden_times,
     local_process_cluster,
     sort_input,
@@ -672,8 +673,16 @@ def test_property_matches_numpy(a, chunk, buckets):
 
 
 @pytest.fixture(scope="module")
-def client():
-    with local_process_cluster(4) as c:
+def _cluster():
+    with local_process_cluster(4, set_as_default=False) as c:
+        yield c
+
+
+@pytest.fixture
+def client(_cluster):
+    """The module's cluster, the default scheduler of the tests that ask for it alone (the
+    later tests of this file ran on it too: conftest.client_as_default)."""
+    with client_as_default(_cluster) as c:
         yield c
 
 
@@ -947,3 +956,15 @@ def test_float16_and_radix_value_sorts_share_one_zero_and_nan_repair(dtype, monk
             np.testing.assert_array_equal(_bits(numpy_sort.sort_half(big_endian)), want)
     # sorted_values has nothing to put back in an empty array
     assert len(calls) == (3 * 4 - 1 if dtype == "float16" else 3)
+
+
+def test_the_module_cluster_serves_only_the_tests_that_ask_for_it():
+    """Here, after the cluster tests in the file's order, no distributed client is the
+    default: the module's cluster was until 2026-12-01, and the tests above it that count
+    calls in this process or measure its memory failed when they ran after it (the file in
+    reverse order; conftest.client_as_default)."""
+    import distributed
+
+    with pytest.raises(ValueError, match="No clients found"):
+        distributed.default_client()
+    assert dask.config.get("scheduler", None) is None

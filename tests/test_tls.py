@@ -50,6 +50,20 @@ def dask_bin() -> str:
     return str(BIN / "dask") if (BIN / "dask").exists() else shutil.which("dask") or "dask"
 
 
+def _address_in(sched_file, timeout: float) -> str:
+    """The address in the scheduler file, once it is whole. The scheduler opens the file,
+    then writes its JSON (``json.dump`` into the open file, distributed 2026.7.1): the file
+    exists, empty or partial, before it is written. A fixed 0.2 s after it appeared was
+    waited until 2026-12-01, a guess a loaded machine need not keep (not seen to fail)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return json.loads(sched_file.read_text())["address"]
+        except (FileNotFoundError, json.JSONDecodeError, KeyError):
+            assert time.monotonic() < deadline, "the scheduler wrote no scheduler file"
+            time.sleep(0.1)
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("tls")
@@ -77,11 +91,7 @@ def cluster(tmp_path_factory):
         )
     ]
     try:
-        deadline = time.monotonic() + 30
-        while not sched_file.exists() and time.monotonic() < deadline:
-            time.sleep(0.1)
-        time.sleep(0.2)  # the file is written in one go, but be safe against a partial read
-        address = json.loads(sched_file.read_text())["address"]
+        address = _address_in(sched_file, timeout=30)
         assert address.startswith("tls://")
         procs.append(
             subprocess.Popen(
@@ -215,3 +225,19 @@ def test_cli_uses_tls_config_from_environment(cluster):
     assert proc.returncode == 1
     assert "cannot connect to the scheduler" in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp / "o2.zarr").exists()
+
+
+def test_the_scheduler_file_is_read_once_it_is_whole(tmp_path):
+    """The file appears empty and is written later (here 0.5 s, as a loaded machine may
+    delay the scheduler between the two): the address is the one written, not a
+    JSONDecodeError (as the fixed 0.2 s after the file appeared gave)."""
+    import threading
+
+    sched_file = tmp_path / "scheduler.json"
+    sched_file.write_text("")
+    late = threading.Timer(0.5, sched_file.write_text, args=('{"address": "tls://a:1"}',))
+    late.start()
+    try:
+        assert _address_in(sched_file, timeout=10) == "tls://a:1"
+    finally:
+        late.join()

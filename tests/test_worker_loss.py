@@ -12,7 +12,7 @@ import dask
 import dask.array as da
 import numpy as np
 import pytest
-from cluster_helpers import cluster_for_kills
+from cluster_helpers import cluster_for_kills, until_replaced
 from distributed import wait
 
 import dask_compact  # noqa: F401  (registers Array.map_compact)
@@ -20,9 +20,33 @@ import dask_compact  # noqa: F401  (registers Array.map_compact)
 pytestmark = pytest.mark.timeout(300)  # a hang fails
 
 
-def _kill(client, pids) -> None:
-    for pid in pids:
+def _kill_all(client) -> None:
+    """SIGKILL every worker, then wait for their replacements (not wait_for_workers, which
+    right after the kill counted the dead workers: see cluster_helpers.until_replaced)."""
+    pids = client.run(os.getpid)
+    for pid in pids.values():
         os.kill(pid, signal.SIGKILL)
+    until_replaced(client, pids.values(), len(pids))
+
+
+def _until_checked(client, timeout: float = 30) -> None:
+    """Until every direct piece's run spec on the scheduler checks the length of a remade
+    piece (remade.expect, done when the piece's size comes on its worker's stream): a kill
+    before that remakes it unchecked. (Was a ``time.sleep(1)``: a guess at when the sizes
+    arrive, which a loaded machine need not keep; not seen to fail.)"""
+    deadline = time.monotonic() + timeout
+    while client.run_on_scheduler(_unchecked_pieces):
+        assert time.monotonic() < deadline, "the pieces' sizes never reached the scheduler"
+        time.sleep(0.05)
+
+
+def _unchecked_pieces(dask_scheduler=None) -> list:
+    from dask._task_spec import Task
+
+    from dask_compact import direct
+
+    return [str(k) for k, ts in dask_scheduler.tasks.items()
+            if isinstance(ts.run_spec, Task) and ts.run_spec.func is direct._recompute]
 
 
 def _lift_restrictions(dask_scheduler=None) -> None:
@@ -53,6 +77,31 @@ def client3():
             yield c
 
 
+def test_the_tests_wait_for_a_killed_workers_replacement():
+    """What the kill tests wait for (cluster_helpers.until_replaced): the dead worker gone
+    from the scheduler, its replacement running with the direct path's handler, and the
+    client's view of the cluster's size this one. ``client.wait_for_workers(n)`` right after
+    the SIGKILL returned at once, the dead worker still listed (the scheduler learns of the
+    death a moment later): a module's next test met the replacement joining."""
+    with cluster_for_kills(n_workers=1, threads_per_worker=1) as client:
+        a = np.random.default_rng(10).random(5_003)
+        x = client.persist(da.from_array(a, chunks=1_000))
+        wait(x)
+        assert "direct" in x.map_compact("x < 0.5").name  # the direct path's plugin is there
+        pids = client.run(os.getpid)
+        (victim,) = pids
+        os.kill(pids[victim], signal.SIGKILL)
+        until_replaced(client, [pids[victim]], 1)
+        workers = client.run_on_scheduler(  # the scheduler's own view: the new process alone
+            lambda dask_scheduler=None: [ws.pid for ws in dask_scheduler.workers.values()])
+        assert len(workers) == 1 and pids[victim] not in workers
+        y = client.persist(da.from_array(a, chunks=1_000))
+        wait(y)
+        got = y.map_compact("x < 0.5")
+        assert "direct" in got.name  # the replacement serves the direct path already
+        np.testing.assert_array_equal(got.compute(), a[a < 0.5])
+
+
 @pytest.mark.parametrize("how", ["killed", "retired"])
 def test_a_call_after_a_worker_is_lost_does_not_wait_for_it(client3, how):
     """The placement of a persisted input is cached per input; a worker it names, lost or
@@ -70,7 +119,9 @@ def test_a_call_after_a_worker_is_lost_does_not_wait_for_it(client3, how):
     victim = sorted(pids)[0]
     if how == "killed":
         os.kill(pids[victim], signal.SIGKILL)
-        client.wait_for_workers(3, timeout=120)
+        # its replacement joined before the timed calls (wait_for_workers(3) counted the
+        # dead worker: the replacement then joined during the calls, or the next test)
+        until_replaced(client, [pids[victim]], 3)
     else:
         client.retire_workers([victim], close_workers=True)  # its process ends: refused
         # until the client's pool has dropped its connection to it (an open one fails at
@@ -120,7 +171,8 @@ def test_a_worker_killed_during_a_call_costs_no_connect_timeout(client3):
     pids = client.run(os.getpid)
     import threading
 
-    killer = threading.Timer(0.3, os.kill, args=(pids[sorted(pids)[0]], signal.SIGKILL))
+    victim = sorted(pids)[0]
+    killer = threading.Timer(0.3, os.kill, args=(pids[victim], signal.SIGKILL))
     t = time.perf_counter()
     killer.start()
     try:
@@ -130,7 +182,7 @@ def test_a_worker_killed_during_a_call_costs_no_connect_timeout(client3):
     took = time.perf_counter() - t
     np.testing.assert_array_equal(y.compute(), a[a > 0.3])
     assert took < 15, f"the call took {took:.1f} s"
-    client.wait_for_workers(len(pids), timeout=120)
+    until_replaced(client, [pids[victim]], len(pids))  # not wait_for_workers: see until_replaced
 
 
 def test_a_grouped_result_computes_after_every_worker_died():
@@ -154,8 +206,7 @@ def test_a_grouped_result_computes_after_every_worker_died():
             assert 0 not in v.chunks[0] and v.chunks == i.chunks
         np.testing.assert_array_equal(y.compute(), a[a > 0.4])
         np.testing.assert_array_equal(sparse[0][::-1].compute(), a[m][::-1])
-        _kill(client, client.run(os.getpid).values())
-        client.wait_for_workers(2, timeout=120)
+        _kill_all(client)
         np.testing.assert_array_equal(client.compute(y).result(timeout=120), a[a > 0.4])
         for v, i in (sparse, direct):
             got_v, got_i = client.compute([v[::-1], i], sync=True)
@@ -208,10 +259,9 @@ def test_a_result_without_its_empty_chunks_remade_from_a_rewritten_zarr_store_ra
         y = _compacted_on(p, path, lambda v: v < 0.00003)
         assert y.name.endswith("-skipempty") and 0 not in y.chunks[0]
         np.testing.assert_array_equal(y.compute(), a[a < 0.00003])
-        time.sleep(1)  # the direct path's sizes (and the checks with them) reach the scheduler
+        _until_checked(client)  # the direct path's sizes (and the checks with them) came
         z[:] = np.zeros(a.shape)  # rewritten in place: every element selected now
-        _kill(client, client.run(os.getpid).values())
-        client.wait_for_workers(1, timeout=120)
+        _kill_all(client)
         with pytest.raises(Exception, match="the input changed since the result") as e:
             y.compute()
         assert type(e.value).__name__ == "InputChangedError"
@@ -244,10 +294,9 @@ def test_a_result_remade_from_a_rewritten_zarr_store_raises(tmp_path, path):
         y = _compacted_on(p, path, lambda v: v > 0.5)
         assert len(y) == int((a > 0.5).sum())
         np.testing.assert_array_equal(y.compute(), a[a > 0.5])
-        time.sleep(1)  # the direct path's sizes (and the checks with them) reach the scheduler
+        _until_checked(client)  # the direct path's sizes (and the checks with them) came
         z[:] = rng.random(a.shape)  # rewritten in place
-        _kill(client, client.run(os.getpid).values())
-        client.wait_for_workers(1, timeout=120)
+        _kill_all(client)
         with pytest.raises(Exception, match="the input changed since the result") as e:
             y.compute()
         assert type(e.value).__name__ == "InputChangedError"

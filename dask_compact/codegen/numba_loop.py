@@ -726,6 +726,14 @@ def _forget(key: tuple[str, str], loop: CompiledLoop | UnsupportedPredicate) -> 
 # once, and clear_cache() from one thread failed the calls of others on read-only arrays
 # (ModuleNotFoundError for the module; with the disk cache removed, NameError for `np`).
 _retired: list[tuple[weakref.ref, str]] = []
+# Modules imported by a build that then failed (numba's cache save raised, the loop compiled
+# in memory instead; or the compile refused): no loop refers to them. Dropped by the next
+# sweep unless a live loop shares one. Until 2026-12-01 they stayed in sys.modules for the
+# process's life, and a later build of the same source took the module up again, its
+# dispatcher bound to the old file and cache directory: after DASK_COMPACT_CACHE_DIR
+# changed, nothing was imported or cached in the new directory (the cache tests failed in
+# the reverse order).
+_failed: set[str] = set()
 
 
 def _sweep() -> None:
@@ -737,8 +745,9 @@ def _sweep() -> None:
         live = {v.module for v in _loops.values() if isinstance(v, CompiledLoop)}
         live |= {v.module for v in _kept.values()}
         live |= {name for ref, name in _retired if ref() is not None}
-        gone = {name for ref, name in _retired if ref() is None} - live
+        gone = ({name for ref, name in _retired if ref() is None} | _failed) - live
         _retired[:] = [(ref, name) for ref, name in _retired if ref() is not None]
+        _failed.clear()  # those live go with the loop that uses them
         for name in gone:
             module = sys.modules.pop(name, None)
             if module is not None:
@@ -904,7 +913,11 @@ def _build_held(tp: TypedPredicate, output: str) -> CompiledLoop:
     directory = cache_dir()
     try:
         func, path, module, new_file = _load_from_file(source, directory)
-        _compile(func, signature, path)
+        try:
+            _compile(func, signature, path)
+        except Exception:
+            _failed.add(module)  # no loop will use it (see _failed)
+            raise
     except OSError as e:
         # Read-only home, full disk (numba's cache save: ENOSPC), a file another process
         # trimmed away (numba's rename of its temporary file: FileNotFoundError): compiled
