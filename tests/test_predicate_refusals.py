@@ -6,6 +6,7 @@ call time, before anything is computed.
 """
 
 import functools
+import itertools
 import operator
 
 import dask
@@ -623,3 +624,146 @@ def test_where_with_two_arguments_says_it_takes_three(pred):
     assert "indices" not in str(e.value)
     with pytest.raises(ValueError, match="either both or neither"):
         np.where(np.arange(3) > 0, np.arange(3))  # NumPy's own word for it
+
+
+# Comparisons with a Python int outside the compared integer's dtype: NumPy 2 (NEP 50)
+# compares by value, every element alike (uint8 != -1 is all True). Binding such a constant
+# failed (ParamOverflow), which sent the chunks to NumPy-style evaluation: the mask path on
+# CPUs, CuPy's ufuncs on GPUs (which flush float32 subnormals elsewhere in the predicate).
+# Now the comparison is folded into a boolean constant and the compiled loop runs.
+INT_DTYPES = ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"]
+COMPARISONS = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
+               "==": operator.eq, "!=": operator.ne}
+FUNCTIONS = {"<": np.less, "<=": np.less_equal, ">": np.greater, ">=": np.greater_equal,
+             "==": np.equal, "!=": np.not_equal}
+
+
+def _outside(dtype: str) -> list[int]:
+    """Python ints outside ``dtype``: just past each end, and past int64 and uint64."""
+    info = np.iinfo(dtype)
+    wide = [int(info.min) - 1, int(info.max) + 1, 2**64, -(2**63) - 1, 2**70, -(2**70), 2**63]
+    return [c for c in dict.fromkeys(wide) if not info.min <= c <= info.max]
+
+
+def _inside(dtype: str) -> list[int]:
+    info = np.iinfo(dtype)
+    return [int(info.min), int(info.max), 0]
+
+
+def _no_mask_path(monkeypatch) -> None:
+    """Make the CPU mask path fail: the fused loop must run."""
+    from dask_compact.backends import numpy_backend
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the mask path ran")
+
+    monkeypatch.setattr(numpy_backend, "compact_masked", refuse)
+
+
+@pytest.mark.parametrize("dtype", INT_DTYPES)
+def test_comparisons_with_ints_outside_the_dtype_run_fused_as_numpy(dtype, monkeypatch):
+    from conftest import random_array
+
+    from dask_compact.backends.numpy_backend import compact
+
+    _no_mask_path(monkeypatch)
+    rng = np.random.default_rng(len(dtype))
+    arrays = [random_array(rng, (n,), dtype) for n in (0, 1, 33, 1025)]
+    for (op, cmp), c, left in itertools.product(COMPARISONS.items(), _outside(dtype),
+                                                (False, True)):
+        side = f"{c} {op} x" if left else f"x {op} {c}"
+        pred = as_predicate(f"({side}) | (x == 7)")  # one loop per dtype: the fold is a constant
+        for a in arrays:
+            want = (cmp(c, a) if left else cmp(a, c)) | (a == 7)
+            got = compact(a, pred, "indices", True, None, 0)
+            assert np.array_equal(got, np.flatnonzero(want)), (side, a.size)
+        assert pred.typed(np.dtype(dtype)).folds, side
+        # the function form, traced, and the answer of a chunk of one
+        fn = FUNCTIONS[op]
+        traced = as_predicate((lambda v: fn(c, v)) if left else (lambda v: fn(v, c)))
+        a = arrays[1]
+        want = np.flatnonzero(fn(c, a) if left else fn(a, c))
+        assert np.array_equal(compact(a, traced, "indices", True, None, 0), want), side
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "int64", "uint64"])
+def test_comparisons_with_ints_inside_the_dtype_are_not_folded(dtype, monkeypatch):
+    from conftest import random_array
+
+    from dask_compact.backends.numpy_backend import compact
+
+    _no_mask_path(monkeypatch)
+    a = random_array(np.random.default_rng(5), (333,), dtype)
+    for (op, cmp), c, left in itertools.product(COMPARISONS.items(), _inside(dtype),
+                                                (False, True)):
+        side = f"{c} {op} x" if left else f"x {op} {c}"
+        pred = as_predicate(side)
+        assert not pred.typed(np.dtype(dtype)).folds, side
+        want = np.flatnonzero(cmp(c, a) if left else cmp(a, c))
+        assert np.array_equal(compact(a, pred, "indices", True, None, 0), want), side
+
+
+def test_what_numpy_does_not_compare_by_value_is_not_folded():
+    a = np.array([True, False, True])
+    # a bool array meets a Python int in int64: one outside int64 is NumPy's OverflowError
+    for text in ("x == 2**63", "x < 2**64", "x != -(2**63) - 1"):
+        with pytest.raises(OverflowError):
+            eval(text.replace("x", "a"))  # noqa: S307 - fixed test strings
+        with pytest.raises(ValueError, match="NumPy refuses"):
+            dask_compact.compact_array(a, text)
+    # ... and one inside it is not folded, nor is a NumPy scalar (strong: uint8 != int64(-1)
+    # compares in int64), nor arithmetic with the constant, which NumPy refuses
+    assert np.array_equal(dask_compact.compact_array(a, "x != -1"), a[a != -1])
+    u = np.arange(5, dtype=np.uint8)
+    strong = as_predicate(lambda v: v != np.int64(-1))
+    assert not strong.typed(u.dtype).folds
+    assert np.array_equal(dask_compact.compact_array(u, strong), u)
+    with pytest.raises(ValueError, match="NumPy refuses"):
+        dask_compact.compact_array(u, "(x != -1) & (x + 300 > 0)")
+
+
+def test_a_slot_inside_then_outside_then_inside_the_dtype(monkeypatch):
+    """The same tree with a constant inside, then outside the dtype, and back: the folded
+    tree has its own key, so neither takes the other's compiled loop (or bound constants)."""
+    from dask_compact.backends.numpy_backend import compact
+
+    _no_mask_path(monkeypatch)
+    a = np.arange(256, dtype=np.uint8)
+    preds = []
+    for t in (7, -1, 7, 300, 0, -1, 255, 256):
+        for op, cmp in COMPARISONS.items():
+            pred = as_predicate(f"(x {op} {t}) & (x < 100)")
+            want = np.flatnonzero(cmp(a, t) & (a < 100))
+            assert np.array_equal(compact(a, pred, "indices", True, None, 0), want), (op, t)
+            preds.append((op, pred.typed(a.dtype)))
+    keys: dict = {}
+    for op, tp in preds:
+        keys.setdefault((op, bool(tp.folds)), set()).add(tp.key)
+    for op in COMPARISONS:
+        assert len(keys[op, True]) == len(keys[op, False]) == 1
+        assert keys[op, True] != keys[op, False]
+
+
+def test_folded_trees_shared_by_two_comparisons_keep_their_own_values():
+    """``x == -1`` and ``x != -1`` fold to the same tree (a boolean constant): one compiled
+    loop or GPU functor, each predicate with its own value."""
+    from dask_compact.backends import cupy_modules
+
+    built = []
+
+    def generate(tp):
+        built.append(tp.expr)
+        return object()
+
+    dt = np.dtype(np.uint16)
+    a = np.arange(10, dtype=dt)
+    got = {}
+    for op in ("==", "!=", "<", ">"):
+        pred = as_predicate(f"(x {op} -1) | (x > 5)")
+        tp, functor = cupy_modules.typed_functor(dt, pred, generate)
+        got[op] = (functor, bool(tp.bind(pred.params)[-1]))
+        assert np.array_equal(dask_compact.compact_array(a, pred),
+                              a[COMPARISONS[op](a, -1) | (a > 5)])
+    assert len(built) == 1 and len({f for f, _ in got.values()}) == 1
+    assert {op: v for op, (_, v) in got.items()} == {"==": False, "!=": True, "<": False,
+                                                     ">": True}

@@ -112,10 +112,35 @@ def test_fused_and_numpy_fallbacks_agree():
     for pred, mask in [
         ("h < 0.5", f["h"] < 0.5),  # float16: NumPy evaluates it
         ("sin(r) < 0.5", np.sin(f["r"]) < 0.5),  # transcendental: NumPy evaluates it
-        ("id > 10**30", f["id"] > 10**30),  # constant beyond int64: NumPy's exact answer
+        ("id > 10**30", f["id"] > 10**30),  # beyond int64: NumPy's by-value answer, folded
         ("(mass * 2 > r) | (id % 5 == 0)", (f["mass"] * 2 > f["r"]) | (f["id"] % 5 == 0)),
     ]:
         assert_same(compact_records(f, pred), reference(f, mask))
+
+
+@pytest.mark.parametrize("id_dtype", ["uint8", "uint16", "uint32", "uint64", "int8", "int64"])
+@pytest.mark.parametrize("n", [0, 1, 33, 1025])
+def test_sentinel_comparisons_outside_the_dtype_run_fused(id_dtype, n, monkeypatch):
+    """``id != -1`` on an unsigned field (a sentinel NumPy 2 compares by value: all True)
+    made the whole predicate NumPy-evaluated (on GPUs by CuPy's ufuncs, which flush the
+    float32 subnormals of ``e > 0``); it is folded now, and the compiled loop runs."""
+    from dask_compact.backends import numpy_records
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the mask path ran")
+
+    monkeypatch.setattr(numpy_records, "record_mask", refuse)
+    rng = np.random.default_rng(n)
+    e = rng.choice(np.array([1e-40, -1e-40, 2.0, 0.0, -3.0, 1e-45], np.float32), n)
+    f = {"id": random_array(rng, (n,), id_dtype), "e": e}
+    for pred, mask in [
+        ("(id != -1) & (e > 0)", (f["id"] != -1) & (e > 0)),
+        ("(id == -1) | (e > 0)", (f["id"] == -1) | (e > 0)),
+        ("(id < 2**64) & (e > 0)", (f["id"] < 2**64) & (e > 0)),
+        ("(-(2**70) < id) & (e != 0) & (id != 7)",
+         (-(2**70) < f["id"]) & (e != 0) & (f["id"] != 7)),
+    ]:
+        assert_same(compact_records(f, pred, indices=True), reference(f, mask, True))
 
 
 def test_errors_before_anything_runs():

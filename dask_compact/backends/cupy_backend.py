@@ -114,7 +114,7 @@ def _plan(
             key = ("cupy", dtype, algorithm, variant, tuning)
             if key not in pred.memo:
                 try:
-                    tp, functor = typed_functor(pred.expr, dtype, pred)
+                    tp, functor = typed_functor(dtype, pred)
                     pred.memo[key] = (tp.bind(pred.params),
                                       ModuleSpec(dtype, algorithm, functor, tuning, variant),
                                       tp)

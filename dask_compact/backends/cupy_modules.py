@@ -173,16 +173,20 @@ _functors: BoundedCache[tuple, tuple] = BoundedCache("cuda functors")
 
 
 def typed_functor(
-    expr: Any, dtype: Any, pred: Predicate, generate: Callable[[Any], Any] = generate_functor
+    dtype: Any, pred: Predicate, generate: Callable[[Any], Any] = generate_functor
 ) -> tuple:
-    """Typing and code generation once per (tree, dtype, generator): both cost more than a
-    launch. ``dtype``: one dtype, or a record's FieldDtypes with generate_record_functor."""
+    """Typing and code generation once per (typed tree, dtype, generator): both cost more
+    than a launch. ``dtype``: one dtype, or a record's FieldDtypes with
+    generate_record_functor.
 
-    def build() -> tuple:
-        tp = pred.typed(dtype)
-        return tp, generate(tp)
-
-    return _functors.get_or_build((expr, dtype, generate), build)
+    Keyed by the tree ``pred`` is typed to, not ``pred.expr``: a comparison with a Python int
+    outside an integer's dtype is folded into a boolean parameter (expr.fold_outside), by
+    the constant's value, so one ``pred.expr`` has two trees (``id != -1`` and ``id != 7`` on
+    uint8), and a tree's folds are ``pred``'s own (the typed tree of another predicate with
+    the same tree may fold ``==`` where this one folds ``!=``)."""
+    tp = pred.typed(dtype)  # kept on pred (Predicate.memo): a dict look-up after the first
+    functor = _functors.get_or_build((tp.expr, dtype, generate), lambda: generate(tp))
+    return tp, functor
 
 
 # Keyed by the kernel object's id: a module evicted and a new kernel at the same address may

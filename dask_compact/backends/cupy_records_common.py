@@ -141,8 +141,7 @@ def record_functor(pred: Predicate, read: dict[str, np.dtype]) -> tuple | None:
     if pred.expr is None:
         return None
     try:
-        tp, functor = typed_functor(pred.expr, field_dtypes(read), pred,
-                                    generate_record_functor)
+        tp, functor = typed_functor(field_dtypes(read), pred, generate_record_functor)
         return tp, functor, list(tp.bind(pred.params))
     except (CodegenUnsupported, ParamOverflow) as e:
         logger.debug("record predicate %s takes the mask path: %s", pred.source, e)

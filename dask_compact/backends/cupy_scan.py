@@ -251,7 +251,7 @@ def compact_scan(a: Any, pred: Predicate, output: str, index_base: int) -> Any:
     functor, args = None, ()
     if pred.path == "fused":
         try:
-            tp, functor = typed_functor(pred.expr, dtype, pred)
+            tp, functor = typed_functor(dtype, pred)
             args = tuple(tp.bind(pred.params))
         except (CodegenUnsupported, ParamOverflow):
             functor = None

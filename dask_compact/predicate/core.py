@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import logging
 import uuid
@@ -15,6 +16,7 @@ import numpy as np
 
 from .expr import (
     ConstantOverflowError,
+    Fold,
     Node,
     ParamOverflow,
     Typed,
@@ -23,6 +25,7 @@ from .expr import (
     check_power_exponents,
     constant_text,
     evaluate,
+    fold_outside,
     infer_types,
     param_dtypes,
     resolve_scalar_powers,
@@ -69,6 +72,15 @@ class TypedPredicate:
     _bound: dict = field(default_factory=dict, hash=False, compare=False, repr=False)
     # exponents of integer powers that may be negative (see expr.signed_power_exponents)
     powers: tuple[Node, ...] = field(default=(), hash=False, compare=False)
+    # comparisons with a Python int outside the compared integer's dtype, made boolean
+    # parameters of the tree (see expr.fold_outside): their values come from the constants
+    folds: tuple[Fold, ...] = ()
+
+    def with_folds(self, params: tuple) -> tuple:
+        """The constants the tree takes: ``params``, then each fold's value from them."""
+        if not self.folds:
+            return params
+        return (*params, *(f.value(params) for f in self.folds))
 
     @property
     def data_powers(self) -> bool:
@@ -80,7 +92,7 @@ class TypedPredicate:
         """Where NumPy would raise for a negative integer exponent, raise before a GPU kernel
         (which cannot) runs; nothing to do, and no sync, for most predicates."""
         if self.powers:
-            check_power_exponents(self.powers, x, params, xp)
+            check_power_exponents(self.powers, x, self.with_folds(params), xp)
 
     def bind(self, params: tuple) -> tuple:
         """Parameter values as NumPy scalars of their loop dtypes (may raise ParamOverflow).
@@ -93,7 +105,8 @@ class TypedPredicate:
         except TypeError:  # an unhashable constant: not remembered
             hit, key = None, None
         if hit is None:
-            hit = bind_params(self.expr, self.types, params, list(self.param_dtypes))
+            hit = bind_params(self.expr, self.types, self.with_folds(params),
+                              list(self.param_dtypes))
             if key is not None:
                 if len(self._bound) >= 256:
                     self._bound.clear()
@@ -128,6 +141,24 @@ def _typed(expr: Node, dtype: Any, source: str) -> TypedPredicate:
     key = f"{structure_key(expr)}-{dtype_tag(dtype)}"
     return TypedPredicate(expr, dtype, types, key, tuple(param_dtypes(expr, types)),
                           powers=signed_power_exponents(expr, types))
+
+
+def _folded(tp: TypedPredicate, params: tuple, source: str) -> TypedPredicate:
+    """``tp`` with its comparisons of integers with Python ints outside their dtype made
+    boolean parameters (expr.fold_outside), which the compiled code runs where binding the
+    constant itself would fail; ``tp`` itself where there is none. The folded tree has its
+    own key (a boolean parameter in the comparison's place), so a compiled loop or kernel of
+    the tree with an int inside the dtype is never taken for it, nor the other way round."""
+    expr, folds = fold_outside(tp.expr, tp.types, tp.dtype, params)
+    if not folds:
+        return tp
+    return _typed_folds(expr, tp.dtype, source, folds)
+
+
+@functools.lru_cache(maxsize=256)
+def _typed_folds(expr: Node, dtype: Any, source: str, folds: tuple[Fold, ...]) -> TypedPredicate:
+    # a bound-constants memo of its own: its values include the folds'
+    return dataclasses.replace(_typed(expr, dtype, source), folds=folds, _bound={})
 
 
 def _describe_dtype(dtype: Any) -> str:
@@ -282,17 +313,19 @@ class Predicate:
         dtype = field_dtypes(dtype) if isinstance(dtype, (dict, tuple)) else np.dtype(dtype)
         tp = self.memo.get(("typed", dtype))
         if tp is None:
-            tp = self.memo[("typed", dtype)] = _typed(self.expr, dtype, self.source)
+            tp = self.memo[("typed", dtype)] = _folded(
+                _typed(self.expr, dtype, self.source), self.params, self.source)
         return tp
 
     def check(self, dtype: Any) -> None:
         """Raise now, at graph-build time, what would otherwise fail inside every chunk task.
 
         Types the fused tree, then binds its constants: a constant that does not fit its loop
-        dtype makes the chunks evaluate the predicate with NumPy (whose answer is exact for
-        comparisons such as ``int64_array > 10**30``), so NumPy is asked now, on one element,
-        whether it has an answer; where it raises (``float64_array > 10**400``,
-        ``int8_array + 1000``), so does this, before anything runs.
+        dtype makes the chunks evaluate the predicate with NumPy (comparisons of an integer
+        with an int outside its dtype, ``int64_array > 10**30``, are folded by typing and
+        bind), so NumPy is asked now, on one element, whether it has an answer; where it
+        raises (``float64_array > 10**400``, ``int8_array + 1000``), so does this, before
+        anything runs.
         """
         if self.expr is None:
             return

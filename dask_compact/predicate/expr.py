@@ -538,3 +538,99 @@ def structure_key(node: Node) -> str:
     """
     text = repr(node)
     return hashlib.sha1(text.encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Fold:
+    """A comparison of an integer with a Python int outside its dtype, made a constant.
+
+    NumPy 2 compares such an int by value (NEP 50: ``uint8_array != -1`` is all True,
+    ``int8_array > 200`` all False, for every integer dtype and any size of int), so the
+    comparison's value is the same for every element and depends on the constant alone:
+    :func:`fold_outside` puts the boolean parameter ``index`` in its place and
+    :meth:`value` gives that parameter's value from the constants (``params[constant]``).
+    ``fn`` is the comparison with the constant on the right, ``dtype`` the other side's.
+    """
+
+    index: int
+    fn: str
+    constant: int
+    dtype: np.dtype
+
+    def value(self, params: tuple) -> bool:
+        """The comparison's value for every element, or ParamOverflow where the constant
+        is inside the dtype after all (a typed tree used with other constants than it was
+        folded for: the caller then takes the path such a constant takes)."""
+        c = params[self.constant]
+        info = np.iinfo(self.dtype)
+        if type(c) is not int or info.min <= c <= info.max:
+            raise ParamOverflow(f"constant {constant_text(c)} is not outside {self.dtype}")
+        above, below = _OUTSIDE[self.fn]
+        return above if c > info.max else below
+
+
+__all__ += ["Fold", "fold_outside"]
+
+
+def _outside_slot(node: Call, types: dict[Node, Typed], dtype: Any,
+                  params: tuple) -> tuple[str, int, np.dtype] | None:
+    """(the comparison with the constant on the right, the constant's index, the other
+    side's dtype) where ``node`` compares an integer operand with a weak Python int outside
+    that operand's dtype, else None. Only an integer operand of its own loop dtype: a bool
+    operand is compared in int64 (NEP 50's default int), where NumPy raises OverflowError
+    for an int outside int64 (``bool_array == 2**63``), and that refusal is kept."""
+    if node.fn not in _OUTSIDE or len(node.args) != 2:
+        return None
+    for slot, other, fn in ((1, 0, node.fn), (0, 1, _MIRROR[node.fn])):
+        p, o = node.args[slot], node.args[other]
+        if not isinstance(p, Param) or p.kind != "int":
+            continue
+        if isinstance(o, Param) and o.kind in _WEAK_TYPES:
+            return None  # two weak constants: no array dtype decides
+        given = _operand_type(o, types, dtype)
+        loop = types[node].loop[other]
+        if not isinstance(given, np.dtype) or given.kind not in "iu" or given != loop:
+            return None
+        c = params[p.index]
+        if type(c) is not int:
+            return None
+        info = np.iinfo(loop)
+        return (fn, p.index, loop) if not info.min <= c <= info.max else None
+    return None
+
+
+def fold_outside(root: Node, types: dict[Node, Typed], dtype: Any,
+                 params: tuple) -> tuple[Node, tuple[Fold, ...]]:
+    """``root`` with every comparison of an integer operand with a Python int outside its
+    dtype (see :class:`Fold`) replaced by a boolean parameter, numbered from
+    ``len(params)`` on, and the folds that give those parameters' values; ``(root, ())``
+    where there is none.
+
+    Binding such a constant raises ParamOverflow (it does not fit the loop dtype), which
+    sent the chunks to NumPy-style evaluation: on CPUs the mask path, on GPUs CuPy's own
+    ufuncs, which flush float32 subnormals (``-ftz=true``) in the rest of the predicate
+    (``(id != -1) & (e > 0)`` dropped ``e = 1e-40``). Folded, the compiled code runs."""
+    found: dict[Call, tuple[str, int, np.dtype]] = {}
+    for node in walk(root):
+        if isinstance(node, Call) and node not in found:
+            slot = _outside_slot(node, types, dtype, params)
+            if slot is not None:
+                found[node] = slot
+    if not found:
+        return root, ()
+    folds: dict[Call, Fold] = {}
+    for j, (node, (fn, constant, dt)) in enumerate(found.items()):
+        folds[node] = Fold(len(params) + j, fn, constant, dt)
+    done: dict[Node, Node] = {}
+
+    def go(node: Node) -> Node:
+        if node in folds:
+            return Param(folds[node].index, "bool")
+        if not isinstance(node, Call):
+            return node
+        if node not in done:
+            args = tuple(go(a) for a in node.args)
+            done[node] = node if args == node.args else Call(node.fn, args)
+        return done[node]
+
+    return go(root), tuple(folds.values())

@@ -571,3 +571,27 @@ def test_a_new_predicate_compiles_only_the_kernels_that_take_it(compiled_sources
     built = values("(x < 0.21875) | ((x > 0.46875) & (x < 0.53125))",
                    (a < 0.21875) | ((a > 0.46875) & (a < 0.53125)))
     assert built == ["count", "main", "scatter"], built
+
+
+@pytest.mark.parametrize("algorithm", ["single-pass", "three-pass", "hybrid", "scan"])
+def test_comparisons_outside_the_dtype_run_the_fused_kernel(algorithm, monkeypatch) -> None:
+    """A Python int outside the integer dtype it is compared with (NumPy 2 answers by value:
+    uint8 != -1 is all True) is folded into a boolean constant, so the fused kernel runs,
+    not CuPy's ufuncs on the mask path (refused here)."""
+    from dask_compact import compact_array
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the mask path ran")
+
+    monkeypatch.setattr(Predicate, "mask", refuse)
+    rng = np.random.default_rng(11)
+    for dtype, text, f in [
+        ("uint8", "(x != -1) & (x > 3)", lambda v: (v != -1) & (v > 3)),
+        ("int8", "(x > 200) | (x < 5)", lambda v: (v > 200) | (v < 5)),
+        ("int64", "(x < 2**64) & (x % 3 == 0)", lambda v: (v < 2**64) & (v % 3 == 0)),
+        ("uint64", "(-1 == x) | (x > 90)", lambda v: (-1 == v) | (v > 90)),
+    ]:
+        a_np = make_data(rng, 4099, dtype)
+        got = compact_array(cupy.asarray(a_np), text, output="indices", algorithm=algorithm,
+                            stable=algorithm != "hybrid")
+        np.testing.assert_array_equal(np.sort(cupy.asnumpy(got)), np.flatnonzero(f(a_np)))

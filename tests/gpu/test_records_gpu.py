@@ -356,3 +356,32 @@ def test_records_out_of_device_memory_say_what_they_needed():
     m = host["a"] < 0.95
     for k, v in host.items():
         np.testing.assert_array_equal(cupy.asnumpy(got[k]), v[m])
+
+
+@pytest.mark.parametrize("id_dtype", ["uint8", "uint64"])
+def test_sentinel_outside_the_dtype_keeps_float32_subnormals(monkeypatch, id_dtype) -> None:
+    """``id != -1`` on an unsigned field (NumPy 2: all True) made the predicate CuPy-evaluated,
+    whose ufuncs flush float32 subnormals (``-ftz=true``: ``1e-40 > 0`` False); it is folded
+    now and the record kernel runs (the mask path refused here)."""
+    from dask_compact.backends import cupy_records
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the mask path ran")
+
+    monkeypatch.setattr(cupy_records, "record_mask", refuse)
+    small = {"id": np.array([1, 2, 3, 4], id_dtype),
+             "e": np.array([1e-40, -1e-40, 2, 0], np.float32)}
+    got = compact_records({k: cupy.asarray(v) for k, v in small.items()},
+                          "(id != -1) & (e > 0)", indices=True)
+    assert cupy.asnumpy(got["indices"]).tolist() == [0, 2]
+    rng = np.random.default_rng(7)
+    n = 1025
+    f_np = {"id": rng.integers(0, 200, n).astype(id_dtype),
+            "e": rng.choice(np.array([1e-40, -1e-40, 1e-45, 2, 0], np.float32), n)}
+    f = {k: cupy.asarray(v) for k, v in f_np.items()}
+    for pred, mask in [
+        ("(id != -1) & (e > 0)", (f_np["id"] != -1) & (f_np["e"] > 0)),
+        ("(id == -1) | (e < 0)", (f_np["id"] == -1) | (f_np["e"] < 0)),
+        ("(id < 2**64) & (e != 0)", (f_np["id"] < 2**64) & (f_np["e"] != 0)),
+    ]:
+        check(compact_records(f, pred, indices=True), f_np, mask, True)
