@@ -722,6 +722,30 @@ def test_what_numpy_does_not_compare_by_value_is_not_folded():
         dask_compact.compact_array(u, "(x != -1) & (x + 300 > 0)")
 
 
+@pytest.mark.parametrize("dtype, pred", [
+    ("uint8", "(x + 300) != -1"), ("uint8", lambda v: (v << 300) != -1),
+    ("uint8", "(x + -1) != -1"), ("int8", lambda v: np.maximum(v, 1000) != -1000),
+    ("int8", lambda v: (v ** (v + 1)) > 200), ("int16", "70000 < (x ** (x - 1))"),
+])  # fmt: skip
+def test_a_comparison_whose_operand_numpy_refuses_is_not_folded_away(dtype, pred):
+    """The fold drops the comparison's other side from the tree: where NumPy raises in it
+    (a constant outside its loop dtype: OverflowError; a negative integer power: ValueError)
+    the call must raise too. A regression probe found these answering (everything or
+    nothing selected) after the fold was added."""
+    a = np.arange(-5, 6).astype(dtype) if dtype[0] == "i" else np.arange(11, dtype=dtype)
+    with pytest.raises((OverflowError, ValueError)):
+        with np.errstate(all="ignore"):
+            eval(pred, {"x": a}) if isinstance(pred, str) else pred(a)  # noqa: S307
+    with pytest.raises((OverflowError, ValueError)):
+        dask_compact.compact_array(a, pred)
+    with pytest.raises((OverflowError, ValueError)):
+        da.from_array(a, chunks=3).map_compact(pred).compute()
+    if isinstance(pred, str):
+        with pytest.raises((OverflowError, ValueError)):
+            dask_compact.compact_records(
+                {"x": a, "e": np.ones(a.size, np.float32)}, f"({pred}) & (e > 0)")
+
+
 def test_a_slot_inside_then_outside_then_inside_the_dtype(monkeypatch):
     """The same tree with a constant inside, then outside the dtype, and back: the folded
     tree has its own key, so neither takes the other's compiled loop (or bound constants)."""

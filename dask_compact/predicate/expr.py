@@ -591,12 +591,31 @@ def _outside_slot(node: Call, types: dict[Node, Typed], dtype: Any,
         loop = types[node].loop[other]
         if not isinstance(given, np.dtype) or given.kind not in "iu" or given != loop:
             return None
+        if not _computes_without_error(o, types, params):
+            return None
         c = params[p.index]
         if type(c) is not int:
             return None
         info = np.iinfo(loop)
         return (fn, p.index, loop) if not info.min <= c <= info.max else None
     return None
+
+
+def _computes_without_error(operand: Node, types: dict[Node, Typed], params: tuple) -> bool:
+    """Whether NumPy computes ``operand`` (the other side of a comparison to fold, which the
+    fold drops from the tree) without raising: its constants bind to their loop dtypes
+    (``uint8 + 300`` is NumPy's OverflowError) and it holds no power (an integer one raises
+    ValueError for a negative exponent, found only in the data). Folded regardless, such a
+    comparison answered where NumPy raises (`(x + 300) != -1` on uint8 selected everything,
+    `(v ** (v + 1)) > 200` on int8 nothing: a regression probe, 2026-12-01); not folded,
+    the refusal of the check or of the power check stays."""
+    if any(isinstance(n, Call) and n.fn in ("power", "float_power") for n in walk(operand)):
+        return False
+    try:
+        bind_params(operand, types, params)
+    except ParamOverflow:
+        return False
+    return True
 
 
 def fold_outside(root: Node, types: dict[Node, Typed], dtype: Any,
