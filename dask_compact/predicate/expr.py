@@ -357,11 +357,18 @@ def _compare_outside(fn: str, a: Any, b: Any, xp: Any) -> Any:
     kind = getattr(getattr(a, "dtype", None), "kind", None)
     if kind not in ("i", "u"):
         return None
-    info = np.iinfo(a.dtype)
-    if info.min <= b <= info.max:
+    value = _outside_value(fn, b, a.dtype)
+    return None if value is None else xp.full(a.shape, value, dtype=bool)
+
+
+def _outside_value(fn: str, c: int, dtype: np.dtype) -> bool | None:
+    """``fn(array, c)`` for every element of an integer array of ``dtype`` where the int
+    ``c`` is outside its range (NumPy 2 compares such an int by value), else None."""
+    info = np.iinfo(dtype)
+    if info.min <= c <= info.max:
         return None
     above, below = _OUTSIDE[fn]
-    return xp.full(a.shape, above if b > info.max else below, dtype=bool)
+    return above if c > info.max else below
 
 
 def resolve_scalar_powers(root: Node, dtype: Any) -> Node:
@@ -562,11 +569,10 @@ class Fold:
         is inside the dtype after all (a typed tree used with other constants than it was
         folded for: the caller then takes the path such a constant takes)."""
         c = params[self.constant]
-        info = np.iinfo(self.dtype)
-        if type(c) is not int or info.min <= c <= info.max:
+        value = _outside_value(self.fn, c, self.dtype) if type(c) is int else None
+        if value is None:
             raise ParamOverflow(f"constant {constant_text(c)} is not outside {self.dtype}")
-        above, below = _OUTSIDE[self.fn]
-        return above if c > info.max else below
+        return value
 
 
 __all__ += ["Fold", "fold_outside"]
@@ -591,13 +597,11 @@ def _outside_slot(node: Call, types: dict[Node, Typed], dtype: Any,
         loop = types[node].loop[other]
         if not isinstance(given, np.dtype) or given.kind not in "iu" or given != loop:
             return None
-        if not _computes_without_error(o, types, params):
-            return None
         c = params[p.index]
-        if type(c) is not int:
+        if type(c) is not int or _outside_value(fn, c, loop) is None:
             return None
-        info = np.iinfo(loop)
-        return (fn, p.index, loop) if not info.min <= c <= info.max else None
+        # last: a walk and a bind of the operand, for the few constants outside
+        return (fn, p.index, loop) if _computes_without_error(o, types, params) else None
     return None
 
 
@@ -629,6 +633,8 @@ def fold_outside(root: Node, types: dict[Node, Typed], dtype: Any,
     sent the chunks to NumPy-style evaluation: on CPUs the mask path, on GPUs CuPy's own
     ufuncs, which flush float32 subnormals (``-ftz=true``) in the rest of the predicate
     (``(id != -1) & (e > 0)`` dropped ``e = 1e-40``). Folded, the compiled code runs."""
+    if not any(type(v) is int for v in params):
+        return root, ()  # no Python int to fold (most predicates): no walk
     found: dict[Call, tuple[str, int, np.dtype]] = {}
     for node in walk(root):
         if isinstance(node, Call) and node not in found:
