@@ -593,14 +593,13 @@ def _outside_slot(node: Call, types: dict[Node, Typed], dtype: Any,
             continue
         if isinstance(o, Param) and o.kind in _WEAK_TYPES:
             return None  # two weak constants: no array dtype decides
+        loop, c = types[node].loop[other], params[p.index]
+        if loop.kind not in "iu" or type(c) is not int or _outside_value(fn, c, loop) is None:
+            return None
+        # then, for the few constants outside: the operand's type, a walk and a bind of it
         given = _operand_type(o, types, dtype)
-        loop = types[node].loop[other]
-        if not isinstance(given, np.dtype) or given.kind not in "iu" or given != loop:
+        if not isinstance(given, np.dtype) or given != loop:
             return None
-        c = params[p.index]
-        if type(c) is not int or _outside_value(fn, c, loop) is None:
-            return None
-        # last: a walk and a bind of the operand, for the few constants outside
         return (fn, p.index, loop) if _computes_without_error(o, types, params) else None
     return None
 
