@@ -11,8 +11,12 @@ import numpy as np
 
 
 @contextlib.contextmanager
-def cluster_for_kills(n_workers: int, threads_per_worker: int) -> Iterator:
-    """A Client on a LocalCluster of worker processes whose tests SIGKILL workers.
+def cluster_for_kills(
+    n_workers: int, threads_per_worker: int, set_as_default: bool = True
+) -> Iterator:
+    """A Client on a LocalCluster of worker processes whose tests SIGKILL workers (the
+    default scheduler while it is open, unless ``set_as_default`` is False: a module's
+    cluster, see conftest.client_as_default).
 
     On a worker's loss, LocalCluster schedules a check ``distributed.deploy.lost-worker-timeout``
     (15 s) later that closes its nanny if no worker of that name is back by then. A second kill
@@ -25,7 +29,7 @@ def cluster_for_kills(n_workers: int, threads_per_worker: int) -> Iterator:
 
     with (
         dask.config.set({"distributed.deploy.lost-worker-timeout": "1h"}),
-        local_process_cluster(n_workers, threads_per_worker) as c,
+        local_process_cluster(n_workers, threads_per_worker, set_as_default) as c,
     ):
         yield c
 

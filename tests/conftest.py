@@ -209,6 +209,26 @@ def client_as_default(client):
         yield client
 
 
+def assert_no_client_is_the_default() -> None:
+    """No distributed client is the default here: dask's scheduler is not one, none is
+    current or registered as the default, and a computation runs in this process. Each
+    module with a cluster fixture checks it in a test after its cluster tests (the module's
+    cluster stayed the default until the module ended: :func:`client_as_default`)."""
+    import dask
+    import dask.array as da
+    import distributed
+
+    get = dask.base.get_scheduler()
+    assert not isinstance(getattr(get, "__self__", None), distributed.Client), (
+        f"dask's scheduler is {get}"
+    )
+    assert dask.config.get("scheduler", None) is None
+    with pytest.raises(ValueError, match="No clients found"):
+        distributed.default_client()
+    ran_in = da.zeros(4, int, chunks=2).map_blocks(lambda b: b + os.getpid()).compute()
+    assert set(ran_in) == {os.getpid()}
+
+
 @pytest.fixture
 def big_device_memory():
     """One test at a time, across pytest-xdist's workers, of those that need tens of GiB of

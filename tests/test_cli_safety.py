@@ -1191,12 +1191,15 @@ def test_a_check_folder_left_by_a_killed_job_is_removed_by_the_next(npy, tmp_pat
     np.testing.assert_array_equal(values(out), a[a > 0.5])
 
 
-# the cluster tests last: its Client is the default scheduler until the module ends
 @pytest.fixture(scope="module")
 def cluster():
+    """Two worker processes and a client that is no test's default scheduler: the tests
+    reach the cluster by its address (``--scheduler``: the CLI makes a client of its own)
+    and by ``cluster.run``. (Until 2026-12-01 it was the default from its first test to the
+    module's end, so it came last in the file; three tests were added after it since.)"""
     from conftest import local_process_cluster
 
-    with local_process_cluster(2) as client:
+    with local_process_cluster(2, set_as_default=False) as client:
         yield client
 
 
@@ -1368,3 +1371,14 @@ def test_discard_removes_the_temporary_output_when_the_wait_for_io_fails(
         target.discard()
     assert not os.path.exists(target.tmp_path)
     assert error.__name__ in caplog.text and "removing it now" in caplog.text
+
+
+def test_the_module_cluster_serves_only_the_tests_that_ask_for_it():
+    """After the cluster tests in the file's order, no distributed client is the default
+    and a computation runs in this process (conftest.client_as_default). The cluster's tests
+    reach it by its address and ``cluster.run``: it need not be the default anywhere. Until
+    2026-12-01 it was, from its first test to the module's end (the three tests after them
+    compute nothing with dask: none was seen to depend on it)."""
+    from conftest import assert_no_client_is_the_default
+
+    assert_no_client_is_the_default()

@@ -20,9 +20,10 @@ from cluster_helpers import (
     rechunk_placed_by_data,
     until_replaced,
 )
+from conftest import client_as_default
 from dask.core import flatten
 from distributed import futures_of, get_task_stream, wait
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import dask_compact  # noqa: F401  (registers Array.map_compact)
@@ -30,8 +31,16 @@ from dask_compact import direct
 
 
 @pytest.fixture(scope="module")
-def client():
-    with cluster_for_kills(n_workers=2, threads_per_worker=2) as c:
+def _cluster():
+    with cluster_for_kills(n_workers=2, threads_per_worker=2, set_as_default=False) as c:
+        yield c
+
+
+@pytest.fixture
+def client(_cluster):
+    """The module's cluster, the default scheduler of the tests that ask for it alone (it was
+    every later test's too: conftest.client_as_default)."""
+    with client_as_default(_cluster) as c:
         yield c
 
 
@@ -426,7 +435,11 @@ def test_registration_refused_unless_all_of_it_can_be_taken(client):
 @pytest.mark.filterwarnings(
     "ignore:Do not use the `random` module inside strategies:"
     "hypothesis.errors.HypothesisDeprecationWarning")
-@settings(max_examples=25, deadline=None)
+# `client` is function-scoped, entered once for all the examples: it only makes the module's
+# client the default (conftest.client_as_default), which holds for every example alike.
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(n=st.integers(0, 3_000), chunk=st.integers(1, 700), t=st.floats(-0.1, 1.1),
        output=st.sampled_from(["values", "indices", "both"]),
        how=st.sampled_from(["dask", "round-robin"]), seed=st.integers(0, 2**16))
@@ -608,3 +621,14 @@ def test_workers_without_dask_compact_keep_working_and_a_call_needing_one_names_
                                    match=f"worker {later} cannot import dask_compact .*"
                                          "install dask-compact.* on every worker"):
                     y.map_compact("x < 0.5")
+
+
+def test_the_module_cluster_serves_only_the_tests_that_ask_for_it():
+    """After the cluster tests in the file's order, no distributed client is the default
+    and a computation runs in this process (conftest.client_as_default). Until 2026-12-01 the
+    module's cluster stayed the default to the module's end (the tests that do not take it
+    compute nothing, or on a cluster of their own made the default inside: none was seen
+    to depend on it)."""
+    from conftest import assert_no_client_is_the_default
+
+    assert_no_client_is_the_default()

@@ -26,6 +26,7 @@ from cluster_helpers import (
     rechunk_placed_by_data,
     until_replaced,
 )
+from conftest import client_as_default
 from distributed import futures_of
 from next_steps_helpers import check_columns, check_next_steps
 
@@ -33,8 +34,16 @@ import dask_compact  # noqa: F401  (registers Array.map_compact)
 
 
 @pytest.fixture(scope="module")
-def client():
-    with cluster_for_kills(n_workers=2, threads_per_worker=1) as c:
+def _cluster():
+    with cluster_for_kills(n_workers=2, threads_per_worker=1, set_as_default=False) as c:
+        yield c
+
+
+@pytest.fixture
+def client(_cluster):
+    """The module's cluster, the default scheduler of the tests that ask for it alone (it was
+    every later test's too: conftest.client_as_default)."""
+    with client_as_default(_cluster) as c:
         yield c
 
 
@@ -1367,3 +1376,14 @@ def test_chunks_of_another_dtype_than_declared_on_a_cluster(client, direct):
                 for g in call():
                     g.compute()
                 pytest.fail(f"{name}: not refused")
+
+
+def test_the_module_cluster_serves_only_the_tests_that_ask_for_it():
+    """After the cluster tests in the file's order, no distributed client is the default
+    and a computation runs in this process (conftest.client_as_default). Until 2026-12-01 the
+    module's cluster stayed the default to the module's end (the tests that do not take it
+    choose the threaded scheduler, or a cluster of their own made the default inside: none
+    was seen to depend on it)."""
+    from conftest import assert_no_client_is_the_default
+
+    assert_no_client_is_the_default()

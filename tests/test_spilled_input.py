@@ -29,11 +29,21 @@ N, CHUNK = 3 * 2**26, 2**22  # 1.5 GiB of float64, 48 chunks of 32 MiB
 
 
 @pytest.fixture(scope="module")
-def client():
+def _cluster():
     distributed = pytest.importorskip("distributed")
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, memory_limit="600MiB",
                                   dashboard_address=":0") as cluster, \
-            distributed.Client(cluster) as c:
+            distributed.Client(cluster, set_as_default=False) as c:
+        yield c
+
+
+@pytest.fixture
+def client(_cluster):
+    """The module's cluster, the default scheduler of the tests that ask for it alone (it was
+    every later test's too: conftest.client_as_default)."""
+    from conftest import client_as_default
+
+    with client_as_default(_cluster) as c:
         yield c
 
 
@@ -122,3 +132,13 @@ def test_a_spilled_chunk_is_seen_without_reading_it(tmp_path):
     assert _spilled(data, ["small", "big"])
     assert "big" in data.slow and "big" not in data.fast
     assert not _spilled({"big": 1}, ["big"])  # not a SpillBuffer: not asked
+
+
+def test_the_module_cluster_serves_only_the_tests_that_ask_for_it():
+    """After the cluster tests in the file's order, no distributed client is the default
+    and a computation runs in this process (conftest.client_as_default). Until 2026-12-01 the
+    module's cluster of 600 MiB workers stayed the default to the module's end (the later
+    tests compute nothing with dask: none was seen to depend on it)."""
+    from conftest import assert_no_client_is_the_default
+
+    assert_no_client_is_the_default()

@@ -13,6 +13,7 @@ import dask.array as da
 import numpy as np
 import pytest
 from cluster_helpers import cluster_for_kills, until_replaced
+from conftest import client_as_default
 from distributed import wait
 
 import dask_compact  # noqa: F401  (registers Array.map_compact)
@@ -70,11 +71,19 @@ def _round_robin(client, a: np.ndarray, chunk: int):
 
 
 @pytest.fixture(scope="module")
-def client3():
+def _cluster3():
     # a connect timeout shorter than the default 30 s, still far above what the calls may take
     with dask.config.set({"distributed.comm.timeouts.connect": "20s"}):
-        with cluster_for_kills(n_workers=3, threads_per_worker=1) as c:
+        with cluster_for_kills(n_workers=3, threads_per_worker=1, set_as_default=False) as c:
             yield c
+
+
+@pytest.fixture
+def client3(_cluster3):
+    """The module's cluster of 3, the default scheduler of the tests that ask for it alone
+    (it was every later test's too: conftest.client_as_default)."""
+    with client_as_default(_cluster3) as c:
+        yield c
 
 
 def test_the_tests_wait_for_a_killed_workers_replacement():
@@ -300,3 +309,14 @@ def test_a_result_remade_from_a_rewritten_zarr_store_raises(tmp_path, path):
         with pytest.raises(Exception, match="the input changed since the result") as e:
             y.compute()
         assert type(e.value).__name__ == "InputChangedError"
+
+
+def test_the_module_cluster_serves_only_the_tests_that_ask_for_it():
+    """After the cluster tests in the file's order, no distributed client is the default
+    and a computation runs in this process (conftest.client_as_default). Until 2026-12-01
+    ``client3`` (whose workers its tests kill) stayed the default to the module's end (the
+    later tests compute on clusters of their own made the default inside: none was seen to
+    depend on it)."""
+    from conftest import assert_no_client_is_the_default
+
+    assert_no_client_is_the_default()

@@ -23,18 +23,29 @@ A = np.random.default_rng(7).random(8_009)
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    """A client, one worker process with dask_compact and one without it (``bare``), and a
-    future held by ``bare`` (which must stay: the worker must not be stopped)."""
+def _cluster(tmp_path_factory):
     from conftest import local_process_cluster
 
     folder = tmp_path_factory.mktemp("bare")
     with (
-        local_process_cluster(1) as c,
+        local_process_cluster(1, set_as_default=False) as c,
         worker_process(c.scheduler.address, folder, "bare", without_dask_compact=True),
     ):  # fmt: skip
         bare = worker_named(c, "bare")
         kept = c.scatter(np.arange(10), workers=[bare])
+        yield c, bare, kept
+
+
+@pytest.fixture
+def cluster(_cluster):
+    """A client, one worker process with dask_compact and one without it (``bare``), and a
+    future held by ``bare`` (which must stay: the worker must not be stopped); the client
+    the default scheduler of the tests that ask for it alone (it was every later test's
+    too: conftest.client_as_default)."""
+    from conftest import client_as_default
+
+    c, bare, kept = _cluster
+    with client_as_default(c):
         yield c, bare, kept
 
 
@@ -203,3 +214,15 @@ def test_the_message_names_one_worker_and_counts_the_others():
     err = workers_installed.cannot_import({"tcp://b:2": "E: b", "tcp://a:1": "E: a"})
     assert isinstance(err, ImportError)
     assert str(err).startswith("worker tcp://a:1 (and 1 more) cannot import dask_compact (E: a)")
+
+
+def test_the_module_cluster_serves_only_the_tests_that_ask_for_it():
+    """After the cluster tests in the file's order, no distributed client is the default
+    and a computation runs in this process (conftest.client_as_default). Until 2026-12-01 the
+    module's cluster, with its worker that cannot import dask_compact, stayed the default
+    to the module's end: a later test's call over a graph outside a cluster of its own
+    would have been refused for that worker (the later tests compute on clusters of their
+    own made the default inside, or nothing: none was seen to depend on it)."""
+    from conftest import assert_no_client_is_the_default
+
+    assert_no_client_is_the_default()
