@@ -238,9 +238,11 @@ def cumsum(x: Any, *, exclusive: bool = False, algorithm: str = "auto",
     declared = x1.dtype
     dsk: dict = {(totals, i): (_total_block, (x1.name, i), acc, declared, i) for i in range(nb)}
     dsk[(offsets, 0)] = (_offsets, [(totals, i) for i in range(nb)], acc)
-    for i in range(nb):
+    before = 0  # elements in the chunks before chunk i
+    for i, size in enumerate(x1.chunks[0]):
         dsk[(name, i)] = (_scan_block, (x1.name, i), (offsets, 0), i, bool(exclusive), alg, acc,
-                          declared)
+                          declared, before == 0)
+        before += size
     deps: list[Any] = [x1]  # dask's typing does not count its Array as a DaskCollection
     graph = HighLevelGraph.from_collections(name, dsk, dependencies=deps)
     meta = meta_from_array(x1._meta, ndim=1, dtype=acc)
@@ -273,7 +275,13 @@ def _total_block(block: Any, acc: np.dtype, declared: np.dtype | None = None, i:
 
 
 def _scan_block(block: Any, offsets: np.ndarray, i: int, exclusive: bool, algorithm: str,
-                acc: np.dtype, declared: np.dtype | None = None) -> Any:
+                acc: np.dtype, declared: np.dtype | None = None, leads: bool | None = None
+                ) -> Any:  # fmt: skip
     block = as_declared(block, declared, "cumsum", i)
-    # the first chunk has no offset: its scan is NumPy's bit for bit (see scan_chunk)
-    return scan_chunk(block, exclusive, algorithm, acc, offsets[i] if i else None)
+    # A chunk with no element before it (the first, or one after empty chunks only: ``leads``)
+    # has no offset: its scan is NumPy's bit for bit (see scan_chunk). Keyed by i == 0 until
+    # 2026-12-01, a leading empty chunk made the next one add 0.0 (-0.0 came back 0.0, a
+    # signalling NaN quieted; a new-user probe).
+    if leads is None:
+        leads = i == 0
+    return scan_chunk(block, exclusive, algorithm, acc, None if leads else offsets[i])

@@ -139,6 +139,21 @@ def test_the_first_element_is_numpys_bit_for_bit() -> None:
     assert np.signbit(got).tolist() == [True, False, False, False]
 
 
+def test_a_chunk_after_empty_chunks_only_is_numpys_bit_for_bit() -> None:
+    """A chunk with no element before it takes no offset, whatever its index: with a leading
+    empty chunk the next one added 0.0 (a leading -0.0 came back 0.0, a signalling NaN
+    quieted; a new-user probe). Dask's own cumsum fails on a leading empty chunk."""
+    x = np.array([-0.0, -0.0, -0.0], np.float32)
+    for chunks in (((0, 3),), ((0, 0, 3),), ((0, 1, 0, 2),)):
+        got = cumsum(da.from_array(x, chunks=chunks)).compute()
+        assert np.signbit(got)[:1].tolist() == [True], chunks
+    got = cumsum(da.from_array(x, chunks=((0, 3),))).compute()
+    assert got.tobytes() == np.cumsum(x).tobytes()
+    signalling = np.array([0x7FA00001, 0x3F800000], np.uint32).view(np.float32)
+    got = cumsum(da.from_array(signalling, chunks=((0, 2),))).compute()
+    assert got[:1].tobytes() == np.cumsum(signalling)[:1].tobytes()
+
+
 def test_sequential_is_auto() -> None:
     a = data("uint8", 1000, seed=5)
     np.testing.assert_array_equal(scan_array(a, algorithm="sequential"), scan_array(a))
