@@ -268,6 +268,19 @@ def test_cupy_chunks_in_dask(alg: str) -> None:
             assert_scan(got, a, exclusive)
 
 
+@pytest.mark.parametrize("alg", ["auto", *GPU_ALGORITHMS])
+def test_cupy_chunk_after_empty_chunks_only_takes_no_offset(alg: str) -> None:
+    """A leading -0.0 after empty chunks stays -0.0, as in NumPy's running sum (the CPU
+    test: test_scan.py::test_a_chunk_after_empty_chunks_only_is_numpys_bit_for_bit)."""
+    a = np.array([-0.0, -0.0, -0.0, 1.5], np.float32)
+    for chunks in (((0, 4),), ((0, 0, 2, 2),)):
+        x = da.from_array(a, chunks=chunks).map_blocks(cupy.asarray)
+        with dask.config.set(scheduler="threads"):
+            got = cupy.asnumpy(cumsum(x, algorithm=alg).compute())
+        np.testing.assert_array_equal(got, np.cumsum(a))
+        assert bool(np.signbit(got[0])), chunks
+
+
 def test_cupy_chunks_on_a_cluster_of_processes() -> None:
     """cumsum of CuPy chunks on worker processes (one GPU may serve both): the tasks call the
     dispatch by a module function. With the Dispatch object itself in the graph, each worker
