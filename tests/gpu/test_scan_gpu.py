@@ -270,15 +270,20 @@ def test_cupy_chunks_in_dask(alg: str) -> None:
 
 @pytest.mark.parametrize("alg", ["auto", *GPU_ALGORITHMS])
 def test_cupy_chunk_after_empty_chunks_only_takes_no_offset(alg: str) -> None:
-    """A leading -0.0 after empty chunks stays -0.0, as in NumPy's running sum (the CPU
-    test: test_scan.py::test_a_chunk_after_empty_chunks_only_is_numpys_bit_for_bit)."""
-    a = np.array([-0.0, -0.0, -0.0, 1.5], np.float32)
-    for chunks in (((0, 4),), ((0, 0, 2, 2),)):
+    """After empty chunks only, a chunk is scanned as the first one is, with no offset: its
+    bits are those of the one-chunk scan (a leading -0.0 was made 0.0 by an added offset on
+    the CPU; the CPU test: test_scan.py, test_a_chunk_after_empty_chunks_only_...)."""
+    a = np.array([-0.0, -0.0, -0.0, 1.5, -2.25], np.float32)
+
+    def scanned(chunks: tuple) -> np.ndarray:
         x = da.from_array(a, chunks=chunks).map_blocks(cupy.asarray)
         with dask.config.set(scheduler="threads"):
-            got = cupy.asnumpy(cumsum(x, algorithm=alg).compute())
-        np.testing.assert_array_equal(got, np.cumsum(a))
-        assert bool(np.signbit(got[0])), chunks
+            return cupy.asnumpy(cumsum(x, algorithm=alg).compute())
+
+    one = scanned(((5,),))
+    np.testing.assert_array_equal(one, np.cumsum(a))
+    for chunks in (((0, 5),), ((0, 0, 5),)):
+        assert scanned(chunks).tobytes() == one.tobytes(), chunks
 
 
 def test_cupy_chunks_on_a_cluster_of_processes() -> None:
