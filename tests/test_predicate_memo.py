@@ -451,3 +451,43 @@ def test_a_datetime64_now_predicate_follows_the_clock():
     second = compact_array(stamps, pred)
     assert second.size > first.size
     np.testing.assert_array_equal(second, stamps[stamps <= second.max()])
+
+
+# -- keys too coarse (a new-user probe, 2026-12-01) ---------------------------------------------
+
+
+def test_a_numpy_scalars_dtype_is_in_the_key(monkeypatch):
+    """np.timedelta64(5, "m") and (5, "s") are one type with the same bytes: a closure constant
+    changed from one to the other reused the first trace (100 values where NumPy chose 142)."""
+    import sys
+
+    from dask.base import tokenize
+
+    from dask_compact.predicate.memo import value_key
+
+    secs = np.arange(0, 1000, 7, dtype=np.float64)
+
+    def newer_than(delta):
+        return lambda v: v > delta / np.timedelta64(1, "s")
+
+    for delta in (np.timedelta64(5, "m"), np.timedelta64(5, "s"), np.timedelta64(5, "m")):
+        p = newer_than(delta)
+        want = secs[p(secs)]
+        np.testing.assert_array_equal(compact_array(secs, p), want)
+        np.testing.assert_array_equal(
+            da.from_array(secs, chunks=50).map_compact(p).compute(), want)
+    # a mask-path function of a module: dask tokenizes it by its name, and the predicate's
+    # token adds a hash of its trace key (np.dtype's hash leaves the unit out)
+    mod = types.ModuleType("dc_memo_units")
+    exec("import numpy as np\nD = np.timedelta64(5, 'm')\n"
+         "def fm(v):\n    return np.isin(v, [7.0]) | (v > D / np.timedelta64(1, 's'))\n",
+         mod.__dict__)
+    monkeypatch.setitem(sys.modules, "dc_memo_units", mod)
+    assert as_predicate(mod.fm).path == "mask"
+    first = tokenize(as_predicate(mod.fm))
+    mod.D = np.timedelta64(5, "s")
+    assert tokenize(as_predicate(mod.fm)) != first
+    # datetimes of other units, and records of other fields, with the same bytes
+    assert value_key(np.datetime64(5, "D")) != value_key(np.datetime64(5, "h"))
+    rec = [np.zeros((), dtype=[(name, "<i4")])[()] for name in ("a", "b")]
+    assert rec[0].tobytes() == rec[1].tobytes() and value_key(rec[0]) != value_key(rec[1])
