@@ -491,3 +491,63 @@ def test_a_numpy_scalars_dtype_is_in_the_key(monkeypatch):
     assert value_key(np.datetime64(5, "D")) != value_key(np.datetime64(5, "h"))
     rec = [np.zeros((), dtype=[(name, "<i4")])[()] for name in ("a", "b")]
     assert rec[0].tobytes() == rec[1].tobytes() and value_key(rec[0]) != value_key(rec[1])
+
+
+count = "".count  # a global rebound by the next test
+
+
+def test_a_global_rebound_to_a_builtin_method_of_each_value():
+    """``count = line.count`` for each line: the key held id() of the method, which CPython
+    gave the next line's method once the last one was freed, and the first line's trace came
+    back. A method of a value is keyed by the value and the method's name."""
+    global count
+    a = np.arange(10)
+    pred = lambda v: v > count(",")  # noqa: E731
+    try:
+        for line in ["a,b,c", "a,b,c,d,e,f,g", "a", "a,b,c,d", "", "a,b"]:
+            count = line.count
+            np.testing.assert_array_equal(compact_array(a, pred), a[pred(a)])
+        count = "".join(["a", ",b"]).count  # an equal value, another object: the same key
+        key = trace_key(pred)
+        count = "a,b".count
+        assert trace_key(pred) == key
+        count = "a,c".count
+        assert trace_key(pred) != key
+    finally:
+        count = "".count
+
+
+def test_a_class_or_module_in_a_key_lives_as_long_as_the_key():
+    """A class or module keyed by identity is held by the key, so no other object can take
+    its id (and its entry) while the key lives; the key held the id alone before."""
+    import gc
+    import weakref
+
+    made = type("Made", (), {"T": 2.0})
+    mod = types.ModuleType("made_module")
+    mod.T = 3.0
+    key = trace_key(lambda v: (v > made.T) & (v < mod.T))
+    assert key is not None
+    refs = [weakref.ref(made), weakref.ref(mod)]
+    made, mod = None, None
+    gc.collect()
+    assert all(r() is not None for r in refs)
+    del key
+    gc.collect()
+    assert all(r() is None for r in refs)
+
+    class AllEqual(type):  # a metaclass whose == says any two of its classes are equal
+        def __eq__(cls, other):
+            return isinstance(other, AllEqual)
+
+        def __hash__(cls):
+            return 0
+
+    keys = [trace_key(lambda v, k=k: v > k.T) for k in (AllEqual("A", (), {"T": 1.0}),
+                                                        AllEqual("B", (), {"T": 1.0}))]
+    assert None not in keys and keys[0] != keys[1]
+    # a method found under its name on the value, and one that is not (object's __format__
+    # bound to a str: str's own under that name)
+    methods = ["a".count, "a".__format__, object.__format__.__get__("a")]
+    keys = [trace_key(lambda v, f=f: f) for f in methods]
+    assert None not in keys and len(set(keys)) == 3
