@@ -551,3 +551,30 @@ def test_a_class_or_module_in_a_key_lives_as_long_as_the_key():
     methods = ["a".count, "a".__format__, object.__format__.__get__("a")]
     keys = [trace_key(lambda v, f=f: f) for f in methods]
     assert None not in keys and len(set(keys)) == 3
+
+
+def test_predicates_differing_in_a_nans_sign_have_their_own_dask_keys():
+    """dask's tokenize takes NaNs of either sign as equal: two fused predicates differing only
+    in a NaN constant's sign had one key, and dask.compute of both gave the first result."""
+    import dask
+    from dask.base import tokenize
+
+    from dask_compact import compact_records
+
+    nan = float("nan")
+    a = np.linspace(-1, 1, 101)
+    x = da.from_array(a, chunks=25)
+    preds = [lambda v, n=n: np.signbit(np.where(v > 0, n, 1.0)) for n in (nan, -nan)]
+    assert [as_predicate(p).path for p in preds] == ["fused", "fused"]
+    assert tokenize(as_predicate(preds[0])) != tokenize(as_predicate(preds[1]))
+    ys = [x.map_compact(p, lazy=True) for p in preds]
+    assert ys[0].name != ys[1].name
+    for got, p in zip(dask.compute(*ys), preds):
+        np.testing.assert_array_equal(got, a[p(a)])
+    for n in (np.float32(nan), np.float64(nan)):
+        pair = [as_predicate(lambda v, m=m: np.signbit(np.where(v > 0, m, 1.0))) for m in (n, -n)]
+        assert tokenize(pair[0]) != tokenize(pair[1])
+    recs = [compact_records({"t": x}, lambda t, n=n: np.signbit(np.where(t > 0, n, 1.0)),
+                            lazy=True)["t"] for n in (nan, -nan)]
+    for got, p in zip(dask.compute(*recs), preds):
+        np.testing.assert_array_equal(got, a[p(a)])
