@@ -451,3 +451,130 @@ def test_a_datetime64_now_predicate_follows_the_clock():
     second = compact_array(stamps, pred)
     assert second.size > first.size
     np.testing.assert_array_equal(second, stamps[stamps <= second.max()])
+
+
+# -- keys too coarse (a new-user probe, 2026-12-01) ---------------------------------------------
+
+
+def test_a_numpy_scalars_dtype_is_in_the_key(monkeypatch):
+    """np.timedelta64(5, "m") and (5, "s") are one type with the same bytes: a closure constant
+    changed from one to the other reused the first trace (100 values where NumPy chose 142)."""
+    import sys
+
+    from dask.base import tokenize
+
+    from dask_compact.predicate.memo import value_key
+
+    secs = np.arange(0, 1000, 7, dtype=np.float64)
+
+    def newer_than(delta):
+        return lambda v: v > delta / np.timedelta64(1, "s")
+
+    for delta in (np.timedelta64(5, "m"), np.timedelta64(5, "s"), np.timedelta64(5, "m")):
+        p = newer_than(delta)
+        want = secs[p(secs)]
+        np.testing.assert_array_equal(compact_array(secs, p), want)
+        np.testing.assert_array_equal(
+            da.from_array(secs, chunks=50).map_compact(p).compute(), want)
+    # a mask-path function of a module: dask tokenizes it by its name, and the predicate's
+    # token adds a hash of its trace key (np.dtype's hash leaves the unit out)
+    mod = types.ModuleType("dc_memo_units")
+    exec("import numpy as np\nD = np.timedelta64(5, 'm')\n"
+         "def fm(v):\n    return np.isin(v, [7.0]) | (v > D / np.timedelta64(1, 's'))\n",
+         mod.__dict__)
+    monkeypatch.setitem(sys.modules, "dc_memo_units", mod)
+    assert as_predicate(mod.fm).path == "mask"
+    first = tokenize(as_predicate(mod.fm))
+    mod.D = np.timedelta64(5, "s")
+    assert tokenize(as_predicate(mod.fm)) != first
+    # datetimes of other units, and records of other fields, with the same bytes
+    assert value_key(np.datetime64(5, "D")) != value_key(np.datetime64(5, "h"))
+    rec = [np.zeros((), dtype=[(name, "<i4")])[()] for name in ("a", "b")]
+    assert rec[0].tobytes() == rec[1].tobytes() and value_key(rec[0]) != value_key(rec[1])
+
+
+count = "".count  # a global rebound by the next test
+
+
+def test_a_global_rebound_to_a_builtin_method_of_each_value():
+    """``count = line.count`` for each line: the key held id() of the method, which CPython
+    gave the next line's method once the last one was freed, and the first line's trace came
+    back. A method of a value is keyed by the value and the method's name."""
+    global count
+    a = np.arange(10)
+    pred = lambda v: v > count(",")  # noqa: E731
+    try:
+        for line in ["a,b,c", "a,b,c,d,e,f,g", "a", "a,b,c,d", "", "a,b"]:
+            count = line.count
+            np.testing.assert_array_equal(compact_array(a, pred), a[pred(a)])
+        count = "".join(["a", ",b"]).count  # an equal value, another object: the same key
+        key = trace_key(pred)
+        count = "a,b".count
+        assert trace_key(pred) == key
+        count = "a,c".count
+        assert trace_key(pred) != key
+    finally:
+        count = "".count
+
+
+def test_a_class_or_module_in_a_key_lives_as_long_as_the_key():
+    """A class or module keyed by identity is held by the key, so no other object can take
+    its id (and its entry) while the key lives; the key held the id alone before."""
+    import gc
+    import weakref
+
+    made = type("Made", (), {"T": 2.0})
+    mod = types.ModuleType("made_module")
+    mod.T = 3.0
+    key = trace_key(lambda v: (v > made.T) & (v < mod.T))
+    assert key is not None
+    refs = [weakref.ref(made), weakref.ref(mod)]
+    made, mod = None, None
+    gc.collect()
+    assert all(r() is not None for r in refs)
+    del key
+    gc.collect()
+    assert all(r() is None for r in refs)
+
+    class AllEqual(type):  # a metaclass whose == says any two of its classes are equal
+        def __eq__(cls, other):
+            return isinstance(other, AllEqual)
+
+        def __hash__(cls):
+            return 0
+
+    keys = [trace_key(lambda v, k=k: v > k.T) for k in (AllEqual("A", (), {"T": 1.0}),
+                                                        AllEqual("B", (), {"T": 1.0}))]
+    assert None not in keys and keys[0] != keys[1]
+    # a method found under its name on the value, and one that is not (object's __format__
+    # bound to a str: str's own under that name)
+    methods = ["a".count, "a".__format__, object.__format__.__get__("a")]
+    keys = [trace_key(lambda v, f=f: f) for f in methods]
+    assert None not in keys and len(set(keys)) == 3
+
+
+def test_predicates_differing_in_a_nans_sign_have_their_own_dask_keys():
+    """dask's tokenize takes NaNs of either sign as equal: two fused predicates differing only
+    in a NaN constant's sign had one key, and dask.compute of both gave the first result."""
+    import dask
+    from dask.base import tokenize
+
+    from dask_compact import compact_records
+
+    nan = float("nan")
+    a = np.linspace(-1, 1, 101)
+    x = da.from_array(a, chunks=25)
+    preds = [lambda v, n=n: np.signbit(np.where(v > 0, n, 1.0)) for n in (nan, -nan)]
+    assert [as_predicate(p).path for p in preds] == ["fused", "fused"]
+    assert tokenize(as_predicate(preds[0])) != tokenize(as_predicate(preds[1]))
+    ys = [x.map_compact(p, lazy=True) for p in preds]
+    assert ys[0].name != ys[1].name
+    for got, p in zip(dask.compute(*ys), preds):
+        np.testing.assert_array_equal(got, a[p(a)])
+    for n in (np.float32(nan), np.float64(nan)):
+        pair = [as_predicate(lambda v, m=m: np.signbit(np.where(v > 0, m, 1.0))) for m in (n, -n)]
+        assert tokenize(pair[0]) != tokenize(pair[1])
+    recs = [compact_records({"t": x}, lambda t, n=n: np.signbit(np.where(t > 0, n, 1.0)),
+                            lazy=True)["t"] for n in (nan, -nan)]
+    for got, p in zip(dask.compute(*recs), preds):
+        np.testing.assert_array_equal(got, a[p(a)])

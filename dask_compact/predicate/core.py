@@ -217,7 +217,13 @@ class Predicate:
         from dask.base import tokenize
 
         if self.expr is not None:
-            return ("dask_compact.Predicate", repr(self.expr), tokenize(self.params))
+            # The constants by their exact keys (value_key: a float's bits, a NumPy scalar's
+            # dtype and bytes): dask's tokenize takes NaNs of either sign as one value, so
+            # until 2026-12-01 two predicates differing only in a NaN's sign (which signbit,
+            # copysign and np.where pass on) had one key, and dask.compute of both gave the
+            # first one's result for each (a new-user probe).
+            exact = tuple(value_key(v) for v in self.params)
+            return ("dask_compact.Predicate", repr(self.expr), tokenize(exact))
         # A callable run as it is (the mask path) acts on what it reads when it runs. dask
         # tokenizes a function of an importable module by its name alone, so a call after a
         # global it reads changed took the earlier call's keys and, on a cluster where that

@@ -12,9 +12,11 @@ whose equality means equal behaviour:
 * the globals its code names, and the attributes its code names of the modules and classes
   among them and among its closure cells and defaults, at any depth (``np.sin``,
   ``np.linalg.norm``, ``Cfg.T``, ``Cuts.E.W.lo``, a class held in a closure or a default):
-  scalars and strings by type and exact value (:func:`value_key`); modules, NumPy ufuncs and
-  functions (``np.isin``), pure builtins (``abs``, ``math.sqrt``) and classes whose
-  construction runs no Python code (``Cfg``, ``np.float32``, enums) by identity.
+  scalars and strings by type and exact value (:func:`value_key`, a NumPy scalar with its
+  dtype: ``np.timedelta64``'s unit); modules, NumPy ufuncs and functions (``np.isin``), pure
+  builtins (``abs``, ``math.sqrt``) and classes whose construction runs no Python code
+  (``Cfg``, ``np.float32``, enums) by identity, the key holding the object; a builtin method
+  of a value (``line.count``) by the value and the method's name.
 
 Anything else (another Python function, an array, an object with state) makes the key None:
 its behaviour could change between calls with nothing in the key changing. So does a builtin
@@ -81,14 +83,39 @@ def code_names(code: types.CodeType) -> tuple[str, ...]:
 
 def value_key(value: Any) -> tuple:
     """``value`` by type and exact value: ``-0.0`` and ``0.0`` are equal but differ to
-    ``signbit`` (and ``1 == 1.0 == True`` to NumPy's typing), so floats go by their bits."""
+    ``signbit`` (and ``1 == 1.0 == True`` to NumPy's typing), so floats go by their bits.
+
+    Made of types, strings, bytes, ints and bools alone, so that it also serves as a dask
+    token (:meth:`.core.Predicate.__dask_tokenize__`) and hashes alike in every process."""
     if isinstance(value, np.generic):  # before float: np.float64 is a float
-        return (type(value), value.tobytes())
+        dtype = value.dtype
+        text = _DTYPE_TEXT.get(dtype)
+        return (type(value), text or _dtype_text(dtype), value.tobytes())
     if isinstance(value, float):  # the bits: float.hex() gives "nan" for either sign
         return (type(value), struct.pack("<d", value))
     if isinstance(value, complex):
         return (type(value), struct.pack("<dd", value.real, value.imag))
     return (type(value), value)
+
+
+# dtype -> _dtype_text(dtype): dtype.str makes a new string each time (0.2 us, half of what a
+# NumPy scalar's key costs); a few dtypes are met, and the dict is emptied past 256
+_DTYPE_TEXT: dict[np.dtype, str] = {}
+
+
+def _dtype_text(dtype: np.dtype) -> str:
+    """A NumPy scalar's dtype as value_key holds it. Its bytes and type alone leave the rest
+    out: ``np.timedelta64(5, "m")`` and ``np.timedelta64(5, "s")`` are one type with the same
+    bytes (until 2026-12-01 a closure constant changed from one to the other reused the first
+    trace: a new-user probe), as are two ``np.void`` records of different fields. Text, not
+    the dtype: np.dtype's hash leaves the datetime unit out (the mask path's dask token is a
+    hash of the trace key), and a dask token of the text holds it all (dask tokenizes a
+    structured dtype without its field names)."""
+    text = dtype.str if dtype.fields is None else str(dtype)
+    if len(_DTYPE_TEXT) >= 256:
+        _DTYPE_TEXT.clear()
+    _DTYPE_TEXT[dtype] = text
+    return text
 
 
 def _part(value: Any) -> tuple | None:
@@ -99,12 +126,85 @@ def _part(value: Any) -> tuple | None:
     if isinstance(value, _VALUES):
         return value_key(value)
     if isinstance(value, types.BuiltinFunctionType):
-        return (type(value), id(value)) if _pure_builtin(value) else None
+        return _builtin_part(value) if _pure_builtin(value) else None
     if isinstance(value, type):
-        return (type, id(value)) if _pure_class(value) else None
+        return _held(value) if _pure_class(value) else None
     if isinstance(value, _BY_IDENTITY):
-        return (type(value), id(value))
+        return _held(value)
     return None
+
+
+# Modules, classes, ufuncs, NumPy's functions and builtins are keyed by identity. Until
+# 2026-12-01 the key held id(value) and not the object: once the object was freed another one
+# could get its id, and a global rebound to it hit the entry of the freed one (a new-user
+# probe: `count = line.count` rebound for each line of a file, and `v > count(",")` kept the
+# first line's count). The key now holds the object itself, so that while the entry lives no
+# other object can have its id. Nothing of these need be let go of: the entry's Predicate
+# holds the callable, and through it its closure, defaults and globals, already; what the key
+# adds is the objects rebound since, at most one entry's worth each (the memo is bounded).
+_IDENTITY_EQ = (object.__eq__, types.BuiltinFunctionType.__eq__)
+_IDENTITY_HASH = (object.__hash__, types.BuiltinFunctionType.__hash__)
+
+
+# type -> whether its objects compare by identity: the types of modules, classes (type,
+# EnumMeta, a metaclass), ufuncs and builtins, a few
+_IDENTITY_KINDS: dict[type, bool] = {}
+
+
+def _compares_by_identity(kind: type) -> bool:
+    """Whether ``kind``'s objects compare and hash by identity, in C: object's own (modules,
+    classes of ``type`` or ``EnumMeta``, ufuncs) or a builtin function's (the same C function
+    bound to the same object). A key holding such an object costs what an id() did: the
+    tuple compares it by identity first, and its hash is its address."""
+    known = _IDENTITY_KINDS.get(kind)
+    if known is None:
+        eq, hash_ = kind.__eq__, kind.__hash__
+        known = _IDENTITY_KINDS[kind] = (any(eq is e for e in _IDENTITY_EQ)
+                                         and any(hash_ is h for h in _IDENTITY_HASH))
+    return known
+
+
+def _held(value: Any) -> tuple:
+    """``value`` by identity, the key holding it (see above)."""
+    if _compares_by_identity(type(value)):
+        return (type(value), value)
+    # a class whose metaclass has its own __eq__ or __hash__ (Python code, whose "equal"
+    # need not mean "the same class"): compared by identity all the same
+    return (type(value), _Same(value))
+
+
+class _Same:
+    """An object in a key that compares by identity whatever its own ``==`` says, and holds
+    it (so that its id, the hash, is no other object's while the key lives)."""
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj: Any) -> None:
+        self.obj = obj
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Same) and other.obj is self.obj
+
+    def __hash__(self) -> int:
+        return id(self.obj)
+
+
+_METHOD = "method of a value"
+
+
+def _builtin_part(func: types.BuiltinFunctionType) -> tuple:
+    """A pure builtin (:func:`_pure_builtin`) in a key. A method of a value (``line.count``,
+    ``"a,b".split``) by the value (:func:`value_key`) and the method's name: such a method acts
+    on its value alone, so the same method of an equal value, another object, takes the same
+    entry; the key holds the value, not the method. Where the name would not find this method
+    on the value (``object.__format__.__get__(s)``), and for a function of a module (``abs``,
+    ``math.sqrt``, ``np.arange``), by identity (:func:`_held`)."""
+    owner, name = func.__self__, func.__name__
+    if isinstance(owner, _VALUES):
+        found = getattr(owner, name, None)  # a new bound method: equal, not the same object
+        if type(found) is type(func) and found == func:
+            return (_METHOD, value_key(owner), name)
+    return _held(func)
 
 
 def _pure_builtin(func: types.BuiltinFunctionType) -> bool:
@@ -219,6 +319,9 @@ def trace_key(func: Callable[..., Any]) -> tuple | None:
                 part = _part(value)
                 if part is None:
                     return None
+                # the owner by id(): the key holds the owner itself in its own part (a
+                # global's, a closure value's or an attribute's above), so the id is no
+                # other object's while the key lives
                 parts.append((id(owner), name, part))
                 if isinstance(value, (types.ModuleType, type)) and id(value) not in seen:
                     seen.add(id(value))
