@@ -13,6 +13,7 @@ import time
 import types
 
 import cloudpickle
+import dask
 import dask.array as da
 import numpy as np
 import pytest
@@ -578,3 +579,150 @@ def test_predicates_differing_in_a_nans_sign_have_their_own_dask_keys():
                             lazy=True)["t"] for n in (nan, -nan)]
     for got, p in zip(dask.compute(*recs), preds):
         np.testing.assert_array_equal(got, a[p(a)])
+
+
+# --- values whose own ==, hash or attributes are Python code (a new-user probe, 2026-12-01) ---
+
+class AlwaysEqualInt(int):
+    """An int subclass whose == calls every value equal (and hashes them alike)."""
+
+    def __eq__(self, other):
+        return True
+
+    __hash__ = int.__hash__.__get__(0)  # one hash for all
+
+
+class AlwaysEqualStr(str):
+    def __eq__(self, other):
+        return True
+
+    def __hash__(self):
+        return 0
+
+
+def test_a_subclass_constant_is_not_keyed_by_its_own_equality():
+    """``t = AlwaysEqualInt(2)`` then ``AlwaysEqualInt(5)``: until 2026-12-01 the key held the
+    constant and compared it with its own ==, and the second call got the first's trace."""
+    for t in (AlwaysEqualInt(2), AlwaysEqualInt(5)):
+        assert trace_key(lambda v: v < t) is None  # noqa: B023
+        check(lambda v: v < t, A < int(t))  # noqa: B023
+    for text in (AlwaysEqualStr("a"), AlwaysEqualStr("a,b,c,d")):
+        assert trace_key(lambda v: v > len(text)) is None  # noqa: B023
+        check(lambda v: v > len(text), A > len(str(text)))  # noqa: B023
+
+
+def test_a_builtin_method_of_a_subclass_value_is_held_by_identity():
+    """``count = line.count`` where line is a str subclass with its own ==: until 2026-12-01
+    the method was keyed by the line's value under the subclass's ==, and a second line got
+    the first line's count."""
+    got = []
+    for line in (AlwaysEqualStr("a,b"), AlwaysEqualStr("a,b,c,d,e")):
+        count = line.count
+        got.append(trace_key(lambda v: v > count(",")))  # noqa: B023
+        check(lambda v: v > count(","), A > str(line).count(","))  # noqa: B023
+    assert got[0] != got[1]
+
+
+def test_enum_members_keep_their_key_and_tell_one_another_apart():
+    class Flags(enum.IntFlag):
+        A = 1
+        B = 2
+
+    keys = [trace_key(lambda v: v > f) for f in (Flags.A, Flags.B, Flags.A | Flags.B)]  # noqa: B023
+    assert None not in keys and len(set(keys)) == 3
+    for f in (Flags.A, Flags.B, Flags.A | Flags.B):
+        check(lambda v: v > f, A > int(f))  # noqa: B023
+
+
+class RaisingHash(str):
+    def __hash__(self):
+        raise RuntimeError("not hashable today")
+
+
+class RaisingCount(type):
+    @property
+    def count(cls):
+        raise RuntimeError("count is computed elsewhere")
+
+
+class Holder(metaclass=RaisingCount):
+    lo = 1.5
+
+
+SEP = "a,b,c"
+
+
+def test_taking_the_key_never_raises_what_the_predicate_does_not():
+    """A str subclass whose hash raises, a class whose metaclass raises for an attribute the
+    code names elsewhere (``SEP.count``): until 2026-12-01 the key's hash or getattr raised
+    out of compact_array before the predicate ran."""
+    s = RaisingHash("ab")
+    check(lambda v: v > len(s), A > 2)
+    check(lambda v: v > Holder.lo + SEP.count(","), A > 3.5)
+
+
+def test_metaclasses_met_do_not_pile_up():
+    """A program making classes of new metaclasses in a loop: until 2026-12-01 the table of
+    which types compare by identity held every metaclass (and so every class) forever."""
+    from dask_compact.predicate import memo
+
+    for i in range(200):
+        meta = type(f"Meta{i}", (type,), {})
+        holder = meta(f"Cfg{i}", (), {"lo": float(i % 5)})
+        assert trace_key(lambda v: v > holder.lo) is not None  # noqa: B023
+    assert len(memo._IDENTITY_KINDS) <= 64
+
+
+def test_an_object_field_of_a_record_constant_is_not_keyed_by_its_address():
+    """An np.void with an object field: its bytes are the object's address, which stays the
+    same while the object changes; until 2026-12-01 the key was those bytes."""
+    cut = [3.0]
+    rec = np.array([(0, cut)], dtype=[("a", "i8"), ("b", object)])[0]
+    assert trace_key(lambda v: v > rec["b"][0]) is None
+    check(lambda v: v > rec["b"][0], A > 3.0)
+    cut[0] = 7.0
+    check(lambda v: v > rec["b"][0], A > 7.0)
+
+
+def test_mask_path_dask_names_differ_where_the_keys_differ(monkeypatch):
+    """A mask-path function of a module reading a global K, K = -1 then K = -2 (one hash in
+    CPython; dask tokenizes such a function by its name): until 2026-12-01 the token was
+    hash(key), both lazy calls had one dask name, and a cluster still holding the first
+    result gave it for the second."""
+    import sys
+
+    mod = types.ModuleType("dc_memo_hash")
+    exec("import numpy as np\nK = -1\ndef f(v):\n    return np.isin(v, [K])\n", mod.__dict__)
+    monkeypatch.setitem(sys.modules, "dc_memo_hash", mod)
+    x = da.from_array(np.array([-2, -1, 0, 3, 4, 5, 6]), chunks=3)  # one chunk count either way
+    assert as_predicate(mod.f).expr is None  # the mask path
+    y1 = x.map_compact(mod.f, lazy=True).persist()
+    mod.K = -2
+    y2 = x.map_compact(mod.f, lazy=True)
+    assert y1.name != y2.name
+    got = dask.compute(y1, y2)
+    np.testing.assert_array_equal(got[0], [-1])
+    np.testing.assert_array_equal(got[1], [-2])
+
+
+MASK_TOKEN = """
+import numpy as np
+from dask.base import tokenize
+from dask_compact.predicate import as_predicate
+label = "x"
+print(tokenize(as_predicate(lambda v: np.isin(v, [len(label), 3]))))
+"""
+
+
+def test_a_mask_path_token_is_the_same_in_every_process():
+    """dask names a computation alike in every process where it can; until 2026-12-01 a
+    mask-path predicate's token was the hash of its key, which holds strings, whose hash
+    changes with PYTHONHASHSEED."""
+    import os
+    import subprocess
+    import sys
+
+    tokens = {subprocess.run([sys.executable, "-c", MASK_TOKEN], capture_output=True, text=True,
+                             check=True, env={**os.environ, "PYTHONHASHSEED": seed}).stdout
+              for seed in ("1", "2")}
+    assert len(tokens) == 1

@@ -38,7 +38,7 @@ from .expr import (
 )
 
 # at the top: a function-level import costs a small call ~1 us, three times per call
-from .memo import TRACED_UNDER, trace_key, trace_under_key, value_key
+from .memo import TRACED_UNDER, token_form, trace_key, trace_under_key, value_key
 
 logger = logging.getLogger("dask_compact")
 
@@ -100,10 +100,9 @@ class TypedPredicate:
         Remembered per parameter values (by type and exact value, see
         :func:`.memo.value_key`), as repeated small calls bind the same constants every time."""
         key: tuple | None = tuple(value_key(v) for v in params)
-        try:
-            hit = self._bound.get(key)
-        except TypeError:  # an unhashable constant: not remembered
-            hit, key = None, None
+        if key is not None and None in key:
+            key = None  # a constant value_key cannot key (an int subclass's): not remembered
+        hit = None if key is None else self._bound.get(key)
         if hit is None:
             hit = bind_params(self.expr, self.types, self.with_folds(params),
                               list(self.param_dtypes))
@@ -223,6 +222,9 @@ class Predicate:
             # copysign and np.where pass on) had one key, and dask.compute of both gave the
             # first one's result for each (a new-user probe).
             exact = tuple(value_key(v) for v in self.params)
+            if None in exact:  # a constant value_key cannot key (an int subclass's)
+                _refuse_if_deterministic_asked(self)
+                return ("dask_compact.Predicate", uuid.uuid4().hex)
             return ("dask_compact.Predicate", repr(self.expr), tokenize(exact))
         # A callable run as it is (the mask path) acts on what it reads when it runs. dask
         # tokenizes a function of an importable module by its name alone, so a call after a
@@ -233,7 +235,12 @@ class Predicate:
         if key is None:
             _refuse_if_deterministic_asked(self)
             return ("dask_compact.Predicate", uuid.uuid4().hex)
-        return ("dask_compact.Predicate", tokenize(self.func), hash(key))
+        # The key's contents, not its hash: until 2026-12-01 the token was hash(key), and two
+        # keys of one hash (hash(-1) == hash(-2)) gave two predicates one dask name, so that
+        # on a cluster still holding one's result the other's call got it; and a str's hash
+        # changes with PYTHONHASHSEED, so the names differed from process to process (a
+        # new-user probe).
+        return ("dask_compact.Predicate", tokenize(self.func), tokenize(token_form(key)))
 
     def mask(self, a: Any, xp: Any = None, *, every_row: bool = False,
              what: str = "a chunk") -> Any:
@@ -380,8 +387,11 @@ def _refuse_if_deterministic_asked(p: Predicate) -> None:
             if dask.config.get("tokenize.ensure-deterministic", False):
                 raise TokenizationError(msg)
 
+    where = (f"runs on the mask path ({p.reason})" if p.expr is None
+             else "holds a constant of a subclass of a number type (whose own == could call "
+             "two different values equal)")
     maybe_raise(
-        f"dask_compact: the predicate {shorten(p.source)} runs on the mask path ({p.reason}) "
+        f"dask_compact: the predicate {shorten(p.source)} {where} "
         "and holds or reads what cannot be named by value (an array, an object, another "
         "function, a name computed as it runs) or reads the world as it runs (the clock, "
         "random numbers, a file: time.time(), random.random(), np.datetime64('now')), so its "

@@ -12,13 +12,15 @@ whose equality means equal behaviour:
 * the globals its code names, and the attributes its code names of the modules and classes
   among them and among its closure cells and defaults, at any depth (``np.sin``,
   ``np.linalg.norm``, ``Cfg.T``, ``Cuts.E.W.lo``, a class held in a closure or a default):
-  scalars and strings by type and exact value (:func:`value_key`, a NumPy scalar with its
-  dtype: ``np.timedelta64``'s unit); modules, NumPy ufuncs and functions (``np.isin``), pure
+  scalars and strings of the exact builtin and NumPy types by type and exact value
+  (:func:`value_key`, a NumPy scalar with its dtype: ``np.timedelta64``'s unit), enum members
+  by identity; modules, NumPy ufuncs and functions (``np.isin``), pure
   builtins (``abs``, ``math.sqrt``) and classes whose construction runs no Python code
   (``Cfg``, ``np.float32``, enums) by identity, the key holding the object; a builtin method
   of a value (``line.count``) by the value and the method's name.
 
-Anything else (another Python function, an array, an object with state) makes the key None:
+Anything else (another Python function, an array, an object with state, an instance of a
+subclass of ``int`` or ``str``, whose own ``==`` decides nothing here) makes the key None:
 its behaviour could change between calls with nothing in the key changing. So does a builtin
 that reads the world rather than its arguments (``time.time``, ``random.random``,
 ``np.random.rand``, ``datetime.datetime.now``, ``open``), a class whose construction runs
@@ -39,6 +41,7 @@ import dataclasses
 import enum
 import functools
 import struct
+import sys
 import types
 from collections.abc import Callable
 from typing import Any
@@ -46,6 +49,14 @@ from typing import Any
 import numpy as np
 
 _VALUES = (bool, int, float, complex, str, bytes, type(None), np.generic)
+# The types whose objects value_key takes by value. Exact types, not their subclasses: a
+# subclass's own ==, hash and methods are Python code, whose "equal" need not mean "acts the
+# same" (until 2026-12-01 a str subclass was keyed as the str it equals, and an int subclass
+# by its own ==: a new-user probe got another value's trace back)
+_PLAIN = frozenset({bool, int, str, bytes, type(None)})
+# A type made by a class statement (Py_TPFLAGS_HEAPTYPE), rather than one of C's static types:
+# NumPy's scalar types are static, a Python subclass of one is not
+_HEAPTYPE = 1 << 9
 # Names through which code reads a variable or an attribute by a computed name
 _DYNAMIC = frozenset({"getattr", "globals", "vars", "locals", "eval", "exec", "__dict__",
                       "__getattribute__", "attrgetter", "__import__", "import_module"})
@@ -81,21 +92,34 @@ def code_names(code: types.CodeType) -> tuple[str, ...]:
     return tuple(sorted(names))
 
 
-def value_key(value: Any) -> tuple:
+def value_key(value: Any) -> tuple | None:
     """``value`` by type and exact value: ``-0.0`` and ``0.0`` are equal but differ to
     ``signbit`` (and ``1 == 1.0 == True`` to NumPy's typing), so floats go by their bits.
+    None for a value that cannot be keyed so (:func:`_plain`): an instance of a subclass of
+    ``int``, ``str``, ``float``..., an ``np.void`` holding Python objects.
 
-    Made of types, strings, bytes, ints and bools alone, so that it also serves as a dask
-    token (:meth:`.core.Predicate.__dask_tokenize__`) and hashes alike in every process."""
-    if isinstance(value, np.generic):  # before float: np.float64 is a float
+    Made of types, strings, bytes, ints and bools alone (an enum member: its class and itself,
+    held as :func:`_held` holds a class), so that it also serves as a dask token
+    (:meth:`.core.Predicate.__dask_tokenize__`) and hashes alike in every process."""
+    kind = type(value)
+    if kind is float:  # the bits: float.hex() gives "nan" for either sign
+        return (float, _pack_d(value))
+    if kind in _PLAIN:
+        return (kind, value)
+    if kind is complex:
+        return (complex, struct.pack("<dd", value.real, value.imag))
+    if isinstance(value, np.generic):
+        if kind.__flags__ & _HEAPTYPE or value.dtype.hasobject:
+            return None
         dtype = value.dtype
         text = _DTYPE_TEXT.get(dtype)
-        return (type(value), text or _dtype_text(dtype), value.tobytes())
-    if isinstance(value, float):  # the bits: float.hex() gives "nan" for either sign
-        return (type(value), struct.pack("<d", value))
-    if isinstance(value, complex):
-        return (type(value), struct.pack("<dd", value.real, value.imag))
-    return (type(value), value)
+        return (kind, text or _dtype_text(dtype), value.tobytes())
+    if isinstance(value, enum.Enum) and type(kind).__call__ is _ENUM_CALL:
+        # a member is one object for the life of its class (a Flag's combinations are kept
+        # too): by identity, its class as a class is (dask tokenizes a member by its class's
+        # name, its name and value)
+        return (_held(kind), _Same(value))
+    return None
 
 
 # dtype -> _dtype_text(dtype): dtype.str makes a new string each time (0.2 us, half of what a
@@ -119,12 +143,13 @@ def _dtype_text(dtype: np.dtype) -> str:
 
 
 def _part(value: Any) -> tuple | None:
-    if type(value) is float:  # the common closure value (a threshold): value_key's answer
+    kind = type(value)
+    if kind is float:  # the common closure value (a threshold): value_key's answer
         return (float, _pack_d(value))
-    if isinstance(value, str):
+    if kind is str:
         return None if _reads_clock(value) else (str, value)
-    if isinstance(value, _VALUES):
-        return value_key(value)
+    if isinstance(value, _VALUES) or isinstance(value, enum.Enum):
+        return value_key(value)  # None for a subclass's object (see _PLAIN)
     if isinstance(value, types.BuiltinFunctionType):
         return _builtin_part(value) if _pure_builtin(value) else None
     if isinstance(value, type):
@@ -147,7 +172,9 @@ _IDENTITY_HASH = (object.__hash__, types.BuiltinFunctionType.__hash__)
 
 
 # type -> whether its objects compare by identity: the types of modules, classes (type,
-# EnumMeta, a metaclass), ufuncs and builtins, a few
+# EnumMeta, a metaclass), ufuncs and builtins, a few. Emptied past 64: it holds the types,
+# and a program making classes of new metaclasses in a loop kept every one of them alive
+# until 2026-12-01 (a new-user probe)
 _IDENTITY_KINDS: dict[type, bool] = {}
 
 
@@ -158,6 +185,8 @@ def _compares_by_identity(kind: type) -> bool:
     tuple compares it by identity first, and its hash is its address."""
     known = _IDENTITY_KINDS.get(kind)
     if known is None:
+        if len(_IDENTITY_KINDS) >= 64:
+            _IDENTITY_KINDS.clear()
         eq, hash_ = kind.__eq__, kind.__hash__
         known = _IDENTITY_KINDS[kind] = (any(eq is e for e in _IDENTITY_EQ)
                                          and any(hash_ is h for h in _IDENTITY_HASH))
@@ -200,10 +229,14 @@ def _builtin_part(func: types.BuiltinFunctionType) -> tuple:
     on the value (``object.__format__.__get__(s)``), and for a function of a module (``abs``,
     ``math.sqrt``, ``np.arange``), by identity (:func:`_held`)."""
     owner, name = func.__self__, func.__name__
-    if isinstance(owner, _VALUES):
+    # only a value value_key takes by value: a str subclass's own == and hash would decide
+    # which entry its method takes, and its count could be another method (until 2026-12-01:
+    # a new-user probe); the method of such a value is held by identity
+    owner_key = value_key(owner) if isinstance(owner, _VALUES) else None
+    if owner_key is not None:
         found = getattr(owner, name, None)  # a new bound method: equal, not the same object
         if type(found) is type(func) and found == func:
-            return (_METHOD, value_key(owner), name)
+            return (_METHOD, owner_key, name)
     return _held(func)
 
 
@@ -265,7 +298,19 @@ def code_reads_clock(code: types.CodeType) -> bool:
 
 def trace_key(func: Callable[..., Any]) -> tuple | None:
     """A key equal for two callables only if tracing them gives the same predicate; None if
-    this one's trace must not be reused (see the module docstring)."""
+    this one's trace must not be reused (see the module docstring).
+
+    None too where taking the key raises: reading an attribute of a class or module runs its
+    metaclass's or module's own code (a property, ``__getattr__``), and until 2026-12-01 an
+    error there came out of ``compact_array`` before the predicate ran at all (a new-user
+    probe); the trace, which reads the same attribute as the user's code, says what it has to."""
+    try:
+        return _trace_key(func)
+    except Exception:
+        return None
+
+
+def _trace_key(func: Callable[..., Any]) -> tuple | None:
     code = getattr(func, "__code__", None)
     if not isinstance(func, types.FunctionType) or code is None:
         return None
@@ -306,12 +351,20 @@ def trace_key(func: Callable[..., Any]) -> tuple | None:
             owners.append(g[name])
     # Attributes the code may read off modules and classes (np.sin, np.random.rand, Cfg.T,
     # Cuts.E.W.lo): their current values, so that rebinding one changes the key.
-    seen = {id(o) for o in owners}
+    # Each owner by its place in the order they are met: the key holds the owner itself in its
+    # own part (a global's, a closure value's or an attribute's above), so two keys equal up
+    # to here met the same owners in the same order. Not its id(), which the mask path's dask
+    # token (Predicate.__dask_tokenize__) would carry as a number new in every process.
+    seen: dict[int, int] = {}
+    for o in owners:
+        seen.setdefault(id(o), len(seen))
+    owners = list({id(o): o for o in owners}.values())
     for _ in range(_MAX_DEPTH):
         if not owners:
             return _hashable(parts)
         nested = []
         for owner in owners:
+            at = seen[id(owner)]
             for name in names:
                 value = getattr(owner, name, _MISSING)
                 if value is _MISSING:
@@ -319,24 +372,54 @@ def trace_key(func: Callable[..., Any]) -> tuple | None:
                 part = _part(value)
                 if part is None:
                     return None
-                # the owner by id(): the key holds the owner itself in its own part (a
-                # global's, a closure value's or an attribute's above), so the id is no
-                # other object's while the key lives
-                parts.append((id(owner), name, part))
+                parts.append((at, name, part))
                 if isinstance(value, (types.ModuleType, type)) and id(value) not in seen:
-                    seen.add(id(value))
+                    seen[id(value)] = len(seen)
                     nested.append(value)
         owners = nested
     return None if owners else _hashable(parts)
 
 
 def _hashable(parts: list[Any]) -> tuple | None:
-    try:
-        key = tuple(parts)
-        hash(key)
-    except TypeError:
-        return None
+    key = tuple(parts)
+    hash(key)  # what raises here makes trace_key None
     return key
+
+
+def token_form(key: Any) -> Any:
+    """A trace key as the mask path's dask token takes it (Predicate.__dask_tokenize__):
+    what it holds by identity by name where the name finds that object (``np.isin``,
+    ``math.sqrt``, ``np.float32``, a module), since dask tokenizes some of them (NumPy's
+    function dispatchers and their type) by a number new at every call; the rest, and code,
+    as dask tokenizes them (a class of ``__main__`` shadowed by a newer one of its name by
+    its pickle, which holds its contents)."""
+    kind = type(key)
+    if kind is tuple:
+        return tuple(token_form(part) for part in key)
+    if kind is _Same:
+        return token_form(key.obj)
+    if kind in _PLAIN or kind is types.CodeType:
+        return key
+    if isinstance(key, types.ModuleType):
+        return ("module", key.__name__)
+    if isinstance(key, type) and not key.__flags__ & _HEAPTYPE:
+        # a C type, one per process under its name (NumPy's function dispatchers' type
+        # names a module that does not hold it)
+        return ("C type", key.__module__, key.__qualname__)
+    name = _import_name(key)
+    return key if name is None else ("named", *name)
+
+
+def _import_name(obj: Any) -> tuple[str, str] | None:
+    """``(module, qualified name)`` where importing that finds ``obj`` itself."""
+    module = getattr(obj, "__module__", None)
+    qualname = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None)
+    if not isinstance(module, str) or not isinstance(qualname, str) or module == "__main__":
+        return None  # a class of a script or notebook, which a newer one of its name shadows
+    found: Any = sys.modules.get(module)
+    for part in qualname.split("."):
+        found = getattr(found, part, None)
+    return (module, qualname) if found is obj else None
 
 
 # The key a memo entry's predicate was traced under, kept in its Predicate.memo (not pickled),
