@@ -148,7 +148,7 @@ def _part(value: Any) -> tuple | None:
         return (float, _pack_d(value))
     if kind is str:
         return None if _reads_clock(value) else (str, value)
-    if isinstance(value, _VALUES) or isinstance(value, enum.Enum):
+    if isinstance(value, _VALUES):
         return value_key(value)  # None for a subclass's object (see _PLAIN)
     if isinstance(value, types.BuiltinFunctionType):
         return _builtin_part(value) if _pure_builtin(value) else None
@@ -156,7 +156,7 @@ def _part(value: Any) -> tuple | None:
         return _held(value) if _pure_class(value) else None
     if isinstance(value, _BY_IDENTITY):
         return _held(value)
-    return None
+    return value_key(value) if isinstance(value, enum.Enum) else None
 
 
 # Modules, classes, ufuncs, NumPy's functions and builtins are keyed by identity. Until
@@ -358,7 +358,8 @@ def _trace_key(func: Callable[..., Any]) -> tuple | None:
     seen: dict[int, int] = {}
     for o in owners:
         seen.setdefault(id(o), len(seen))
-    owners = list({id(o): o for o in owners}.values())
+    if len(seen) < len(owners):  # one owner met twice (a closure's module, also a global)
+        owners = list({id(o): o for o in owners}.values())
     for _ in range(_MAX_DEPTH):
         if not owners:
             return _hashable(parts)
