@@ -830,6 +830,42 @@ def test_signal_before_the_job_one_line_exit_code(npy, tmp_path, monkeypatch, si
     assert not out.exists() and litter(tmp_path) == []
 
 
+# INPUT is rewritten as the job reads it by its click callback (cli._input_as_read), which
+# imports the input module (numpy, zarr's reader: ~0.2 s of the command's start); here the
+# signal comes while it runs, in a process of its own (SIGTERM has no handler of ours there)
+EARLY_SIGNAL = """
+import os, signal, sys, time
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal's foreground job
+from dask_compact.batch import inputs
+real, sig = inputs.looked_through, int(sys.argv.pop(1))
+def signalled(value):
+    os.kill(os.getpid(), sig)
+    time.sleep(1.0)  # the handler runs in this (the main) thread meanwhile
+    return real(value)
+inputs.looked_through = signalled
+from dask_compact.cli import script
+script()
+"""
+
+
+@pytest.mark.parametrize("sig, code, word", [(signal.SIGINT, 130, "interrupted"),
+                                             (signal.SIGTERM, 143, "terminated")])
+def test_signal_while_input_is_parsed_one_line_exit_code(npy, tmp_path, sig, code, word):
+    """Ctrl-C or SIGTERM while click parses the command line (INPUT's callback): until
+    2026-12-01, click's "Aborted!" and exit 1, or death by SIGTERM without a word (a new-user
+    probe's signal 0.2-0.5 s into the command), where the rest of the start exits 130 / 143
+    with one line."""
+    path, _ = npy
+    out = tmp_path / "out.zarr"
+    proc = subprocess.run([sys.executable, "-c", EARLY_SIGNAL, str(int(sig)), str(path),
+                           str(out), "--where", "x > 0.5"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == code, (proc.returncode, proc.stderr)
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert lines == [f"dask compact: {word}; nothing was written"], proc.stderr
+    assert not out.exists() and litter(tmp_path) == []
+
+
 # -- installation and arguments -------------------------------------------------------------------
 
 
