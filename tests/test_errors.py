@@ -162,6 +162,22 @@ def test_a_mask_of_unknown_chunk_sizes():
         dask_compact.compact(longer, keep[keep]).compute()
 
 
+def test_a_numpy_mask_of_x_of_unknown_chunk_sizes_says_so():
+    """x of unknown chunk sizes (``x[x > 0]``) with a NumPy mask of its length: refused
+    saying to compute the chunk sizes, not "mask has shape (4,), x has shape (nan,)" (the
+    shape check ran first, so the message written for this case was never reached: a
+    new-user probe). With the sizes computed, the same mask selects as NumPy's."""
+    a = np.array([3.0, -1.0, 2.0, 0.5, -2.0, 7.0])
+    x = da.from_array(a, chunks=4)
+    u = x[x > 0]
+    keep = np.array([True, False, False, True])
+    with pytest.raises(ValueError, match=r"a NumPy mask needs x with known chunk sizes; call "
+                                         r"x\.compute_chunk_sizes\(\)"):
+        dask_compact.compact(u, keep)
+    u.compute_chunk_sizes()
+    np.testing.assert_array_equal(dask_compact.compact(u, keep).compute(), a[a > 0][keep])
+
+
 def test_compact_array_errors():
     with pytest.raises(TypeError, match="NumPy or CuPy"):
         dask_compact.compact_array([1, 2, 3], "x > 1")
