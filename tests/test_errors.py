@@ -178,6 +178,20 @@ def test_a_numpy_mask_of_x_of_unknown_chunk_sizes_says_so():
     np.testing.assert_array_equal(dask_compact.compact(u, keep).compute(), a[a > 0][keep])
 
 
+@pytest.mark.parametrize("call", ["sort", "argsort", "partition"])
+def test_a_numpy_backed_dataarray_is_a_type_error_with_distributed_imported(call):
+    """With distributed imported, sort, argsort and partition of an xarray DataArray of
+    NumPy data crashed ("'NoneType' object has no attribute 'get'": its __dask_graph__()
+    is None) before their type check (a new-user probe): a TypeError naming the type."""
+    xr = pytest.importorskip("xarray")
+    pytest.importorskip("distributed")
+    arr = xr.DataArray(np.arange(10.0), dims="t")
+    fn = {"sort": dask_compact.sort, "argsort": dask_compact.argsort,
+          "partition": lambda a: dask_compact.partition(a, "x > 3")}[call]
+    with pytest.raises(TypeError, match=f"{call} needs a dask array, not "):
+        fn(arr)
+
+
 def test_compact_array_errors():
     with pytest.raises(TypeError, match="NumPy or CuPy"):
         dask_compact.compact_array([1, 2, 3], "x > 1")
