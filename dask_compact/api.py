@@ -25,6 +25,7 @@ from .validate import (
     check_dtype,
     check_output,
     native,
+    xarray_object,
 )
 
 logger = logging.getLogger("dask_compact")
@@ -331,6 +332,9 @@ _IN_MEMORY = {"cumsum": "scan_array", "partition": "partition_array"}
 
 def _check_dask_array(x: Any, fn: str) -> da.Array:
     if not isinstance(x, da.Array):
+        xarray = xarray_object(x)
+        if xarray is not None:
+            raise TypeError(f"{fn} needs a dask array, not {xarray}")
         raise TypeError(
             f"{fn} needs a dask array, not {type(x).__name__}; wrap it with "
             f"dask.array.from_array(...), or use dask_compact."
