@@ -332,7 +332,7 @@ _IN_MEMORY = {"cumsum": "scan_array", "partition": "partition_array"}
 
 def _check_dask_array(x: Any, fn: str) -> da.Array:
     if not isinstance(x, da.Array):
-        xarray = xarray_object(x)
+        xarray = xarray_object(x, selects=fn != "cumsum")
         if xarray is not None:
             raise TypeError(f"{fn} needs a dask array, not {xarray}")
         raise TypeError(

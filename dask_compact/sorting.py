@@ -191,7 +191,7 @@ def _from_time_keys(keys: np.ndarray, like: np.dtype) -> np.ndarray:
 def _check(x: Any, local: Any, fn: str) -> da.Array:
     """Everything that can be refused, refused before anything runs."""
     if not isinstance(x, da.Array):
-        xarray = xarray_object(x)
+        xarray = xarray_object(x, selects=False)
         if xarray is not None:
             raise TypeError(f"{fn} needs a dask array, not {xarray}")
         raise TypeError(

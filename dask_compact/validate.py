@@ -169,17 +169,19 @@ def in_memory(a: Any) -> Any:
     return np.asarray(a) if isinstance(a, np.memmap) else a
 
 
-def xarray_object(a: Any) -> str | None:
+def xarray_object(a: Any, selects: bool = True) -> str | None:
     """For an xarray object passed where an array goes, what to pass instead (for a
-    message), else None. Until 2026-12-01 it was told to be wrapped with ``da.from_array`` or
-    converted with ``np.asarray`` (which computes a dask-backed one into memory), and a
-    dask-backed field beside a dask array was called in-memory (a new-user probe)."""
+    message; ``selects``: the call selects, as the accessor does), else None. Until
+    2026-12-01 it was told to be wrapped with ``da.from_array`` or converted with
+    ``np.asarray`` (which computes a dask-backed one into memory), and a dask-backed field
+    beside a dask array was called in-memory (a new-user probe)."""
     t = type(a)
     if t.__module__.split(".")[0] != "xarray":
         return None
     data = "ds[name].data" if t.__name__ == "Dataset" else ".data"
+    accessor = ", or select with the xarray accessor, .compact.where(cond, dim)"
     return (f"an xarray {t.__name__}: pass the array it wraps, {data} (a dask array where it "
-            "is dask-backed), or select with the xarray accessor, .compact.where(cond, dim)")
+            f"is dask-backed){accessor if selects else ''}")
 
 
 def check_chunk_type(a: Any, fn: str, in_memory: bool = False) -> None:
