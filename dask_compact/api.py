@@ -25,6 +25,7 @@ from .validate import (
     check_dtype,
     check_output,
     native,
+    xarray_object,
 )
 
 logger = logging.getLogger("dask_compact")
@@ -220,12 +221,14 @@ def compact(
         check_chunk_type(mask, "compact")
     if not isinstance(mask, da.Array):
         mask = np.asarray(mask)
-        _check_mask_shape(mask, x)
-        mask = da.from_array(mask, chunks=x.chunks) if not _unknown(x) else None
-        if mask is None:
+        # before the shape check: until 2026-12-01 x's nan shape failed it first, and the
+        # error said "mask has shape (4,), x has shape (nan,)" (a new-user probe)
+        if _unknown(x):
             raise ValueError(
                 "a NumPy mask needs x with known chunk sizes; call x.compute_chunk_sizes()"
             )
+        _check_mask_shape(mask, x)
+        mask = da.from_array(mask, chunks=x.chunks)
     check_dask_input(mask, "the mask")
     check_chunk_type(mask._meta, "compact")
     if mask.dtype != np.dtype(bool):
@@ -329,6 +332,9 @@ _IN_MEMORY = {"cumsum": "scan_array", "partition": "partition_array"}
 
 def _check_dask_array(x: Any, fn: str) -> da.Array:
     if not isinstance(x, da.Array):
+        xarray = xarray_object(x, selects=fn != "cumsum")
+        if xarray is not None:
+            raise TypeError(f"{fn} needs a dask array, not {xarray}")
         raise TypeError(
             f"{fn} needs a dask array, not {type(x).__name__}; wrap it with "
             f"dask.array.from_array(...), or use dask_compact."

@@ -146,7 +146,12 @@ def inputs_client(*inputs: Any) -> Iterator[None]:
     its answers need, and distributed hands back un-awaited coroutines there ("'coroutine'
     object is not subscriptable")."""
     distributed = distributed_if_imported()
-    arrays = [a for a in inputs if hasattr(a, "__dask_graph__")]
+    # a dask collection with a graph: an xarray object answers __dask_graph__() with None
+    # where it holds NumPy data, and the look-ups below failed on it with "'NoneType' object
+    # has no attribute 'get'" before the call's own type check (until 2026-12-01, a
+    # new-user probe: sort, argsort and partition of a DataArray with distributed imported)
+    arrays = [a for a in inputs
+              if hasattr(a, "__dask_graph__") and a.__dask_graph__() is not None]
     if distributed is None or not arrays or _this_thread.settled:
         yield
         return

@@ -23,6 +23,7 @@ from .validate import (
     is_dask_array,
     native,
     overlaps,
+    xarray_object,
 )
 
 __all__ = ["checked_fields", "check_record_predicate", "check_into", "INDICES"]
@@ -58,6 +59,10 @@ def checked_fields(fields: Any, indices: bool, fn: str = "compact_records"
             f"a field is named {INDICES!r}, the key the row indices are returned under; "
             "rename the field or pass indices=False"
         )
+    for name, a in out.items():  # before the mix check, which would call it in-memory
+        xarray = xarray_object(a)
+        if xarray is not None:
+            raise TypeError(f"compact_records (field {name!r}) takes arrays, not {xarray}")
     kinds = {is_dask_array(a) for a in out.values()}
     if len(kinds) > 1:
         raise TypeError(

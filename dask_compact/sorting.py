@@ -18,7 +18,13 @@ from .api import _native
 from .backends.split_radix import order_key
 from .graph import input_form, without_empty_chunks
 from .sort_graph import EXCHANGES, build_sort, default_buckets, join_small_chunks
-from .validate import as_declared_block, check_chunk_type, check_dask_input, native
+from .validate import (
+    as_declared_block,
+    check_chunk_type,
+    check_dask_input,
+    native,
+    xarray_object,
+)
 
 __all__ = ["sort", "argsort", "LOCAL_SORTS", "SORT_DTYPES"]
 
@@ -185,6 +191,9 @@ def _from_time_keys(keys: np.ndarray, like: np.dtype) -> np.ndarray:
 def _check(x: Any, local: Any, fn: str) -> da.Array:
     """Everything that can be refused, refused before anything runs."""
     if not isinstance(x, da.Array):
+        xarray = xarray_object(x, selects=False)
+        if xarray is not None:
+            raise TypeError(f"{fn} needs a dask array, not {xarray}")
         raise TypeError(
             f"{fn} needs a dask array, not {type(x).__name__}; wrap it with "
             "dask.array.from_array(...), or sort an in-memory array with NumPy or CuPy"

@@ -169,6 +169,21 @@ def in_memory(a: Any) -> Any:
     return np.asarray(a) if isinstance(a, np.memmap) else a
 
 
+def xarray_object(a: Any, selects: bool = True) -> str | None:
+    """For an xarray object passed where an array goes, what to pass instead (for a
+    message; ``selects``: the call selects, as the accessor does), else None. Until
+    2026-12-01 it was told to be wrapped with ``da.from_array`` or converted with
+    ``np.asarray`` (which computes a dask-backed one into memory), and a dask-backed field
+    beside a dask array was called in-memory (a new-user probe)."""
+    t = type(a)
+    if t.__module__.split(".")[0] != "xarray":
+        return None
+    data = "ds[name].data" if t.__name__ == "Dataset" else ".data"
+    accessor = ", or select with the xarray accessor, .compact.where(cond, dim)"
+    return (f"an xarray {t.__name__}: pass the array it wraps, {data} (a dask array where it "
+            f"is dask-backed){accessor if selects else ''}")
+
+
 def check_chunk_type(a: Any, fn: str, in_memory: bool = False) -> None:
     """TypeError for chunk types whose selection would silently lose information.
 
@@ -191,6 +206,9 @@ def check_chunk_type(a: Any, fn: str, in_memory: bool = False) -> None:
             "`da.ma.filled(x, np.nan).map_compact(...)`"
         )
     what = "NumPy or CuPy arrays" if in_memory else "NumPy or CuPy chunks"
+    xarray = xarray_object(a)
+    if xarray is not None:
+        raise TypeError(f"{fn} compacts {what}, not {xarray}")
     raise TypeError(
         f"{fn} compacts {what}, not {type(a).__module__}.{type(a).__name__}; convert "
         f"{conversion(a, in_memory)}"

@@ -162,6 +162,74 @@ def test_a_mask_of_unknown_chunk_sizes():
         dask_compact.compact(longer, keep[keep]).compute()
 
 
+def test_a_numpy_mask_of_x_of_unknown_chunk_sizes_says_so():
+    """x of unknown chunk sizes (``x[x > 0]``) with a NumPy mask of its length: refused
+    saying to compute the chunk sizes, not "mask has shape (4,), x has shape (nan,)" (the
+    shape check ran first, so the message written for this case was never reached: a
+    new-user probe). With the sizes computed, the same mask selects as NumPy's."""
+    a = np.array([3.0, -1.0, 2.0, 0.5, -2.0, 7.0])
+    x = da.from_array(a, chunks=4)
+    u = x[x > 0]
+    keep = np.array([True, False, False, True])
+    with pytest.raises(ValueError, match=r"a NumPy mask needs x with known chunk sizes; call "
+                                         r"x\.compute_chunk_sizes\(\)"):
+        dask_compact.compact(u, keep)
+    u.compute_chunk_sizes()
+    np.testing.assert_array_equal(dask_compact.compact(u, keep).compute(), a[a > 0][keep])
+
+
+@pytest.mark.parametrize("call", ["sort", "argsort", "partition"])
+def test_a_numpy_backed_dataarray_is_a_type_error_with_distributed_imported(call):
+    """With distributed imported, sort, argsort and partition of an xarray DataArray of
+    NumPy data crashed ("'NoneType' object has no attribute 'get'": its __dask_graph__()
+    is None) before their type check (a new-user probe): a TypeError naming the type."""
+    xr = pytest.importorskip("xarray")
+    pytest.importorskip("distributed")
+    arr = xr.DataArray(np.arange(10.0), dims="t")
+    fn = {"sort": dask_compact.sort, "argsort": dask_compact.argsort,
+          "partition": lambda a: dask_compact.partition(a, "x > 3")}[call]
+    with pytest.raises(TypeError, match=f"{call} needs a dask array, not "):
+        fn(arr)
+
+
+@pytest.mark.parametrize("backed", ["dask", "numpy"])
+@pytest.mark.parametrize("call", ["map_compact", "compact", "flatnonzero", "cumsum", "partition",
+                                  "sort", "argsort", "compact_records", "records_mixed",
+                                  "compact_array"])
+def test_an_xarray_object_is_refused_pointing_to_its_data_and_the_accessor(call, backed):
+    """An xarray DataArray passed where an array goes was told to be wrapped with
+    ``da.from_array`` or converted with ``np.asarray`` (which computes a dask-backed one
+    into memory), and a dask-backed field beside a dask array was called in-memory (a
+    new-user probe): the error now names the array it wraps, ``.data``, and the accessor."""
+    xr = pytest.importorskip("xarray")
+    arr = xr.DataArray(np.arange(10.0), dims="t", name="v")
+    if backed == "dask":
+        arr = arr.chunk(3)
+    calls = {
+        "map_compact": lambda: dask_compact.map_compact(arr, "x > 3"),
+        "compact": lambda: dask_compact.compact(arr, np.arange(10) > 3),
+        "flatnonzero": lambda: dask_compact.flatnonzero(arr),
+        "cumsum": lambda: dask_compact.cumsum(arr),
+        "partition": lambda: dask_compact.partition(arr, "x > 3"),
+        "sort": lambda: dask_compact.sort(arr),
+        "argsort": lambda: dask_compact.argsort(arr),
+        "compact_records": lambda: dask_compact.compact_records({"v": arr}, "v > 3"),
+        "records_mixed": lambda: dask_compact.compact_records(
+            {"w": da.arange(10.0, chunks=3), "v": arr}, "w > 3"),
+        "compact_array": lambda: dask_compact.compact_array(arr, "x > 3"),
+    }
+    with pytest.raises(TypeError, match=r"xarray DataArray: pass the array it wraps, "
+                                        r"\.data") as info:
+        calls[call]()
+    # the accessor selects: named where the call does, not for a sort or a scan
+    selects = call not in ("sort", "argsort", "cumsum")
+    assert (".compact.where(cond, dim)" in str(info.value)) == selects
+    # what it says works
+    got = dask_compact.map_compact(arr.chunk(3).data, "x > 3")
+    np.testing.assert_array_equal(got.compute(), np.arange(4.0, 10.0))
+    np.testing.assert_array_equal(arr.compact.where("v > 3").values, np.arange(4.0, 10.0))
+
+
 def test_compact_array_errors():
     with pytest.raises(TypeError, match="NumPy or CuPy"):
         dask_compact.compact_array([1, 2, 3], "x > 1")
