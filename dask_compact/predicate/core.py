@@ -222,7 +222,8 @@ class Predicate:
             # copysign and np.where pass on) had one key, and dask.compute of both gave the
             # first one's result for each (a new-user probe).
             exact = tuple(value_key(v) for v in self.params)
-            if None in exact:  # a constant value_key cannot key (an int subclass's)
+            if None in exact:  # a constant value_key cannot key (an int subclass's, a member
+                # of an enum with methods: memo._fixed)
                 _refuse_if_deterministic_asked(self)
                 return ("dask_compact.Predicate", uuid.uuid4().hex)
             return ("dask_compact.Predicate", repr(self.expr), tokenize(exact))
@@ -389,7 +390,8 @@ def _refuse_if_deterministic_asked(p: Predicate) -> None:
 
     where = (f"runs on the mask path ({p.reason})" if p.expr is None
              else "holds a constant of a subclass of a number type (whose own == could call "
-             "two different values equal)")
+             "two different values equal; an enum member whose class has Python code of its "
+             "own)")
     maybe_raise(
         f"dask_compact: the predicate {shorten(p.source)} {where} "
         "and holds or reads what cannot be named by value (an array, an object, another "
