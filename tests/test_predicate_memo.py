@@ -830,3 +830,26 @@ def test_an_enum_members_own_attributes_and_clock_values_are_not_keyed_by_identi
 
     assert trace_key(lambda t: t < np.datetime64(When.NOW, "s")) is None
     assert trace_key(lambda v: v > Bare.LOW.value) is not None  # a plain member still is
+
+
+NOW_BYTES = b"now"
+NOW_NP = np.array(["now", "2026-12-01"])[0]  # np.str_, as read from an array
+TODAY_NP = np.bytes_(b" Today")
+
+
+@pytest.mark.parametrize("make", [
+    lambda: (lambda t, when=NOW_NP: t < np.datetime64(when, "s")),
+    lambda: (lambda t, when=TODAY_NP: t < np.datetime64(when, "s")),
+    lambda: (lambda t: t < np.datetime64(NOW_BYTES, "s")),
+    lambda: (lambda t: t < np.datetime64(b"now", "s")),
+])
+def test_a_clock_string_of_numpy_or_bytes_is_traced_every_time(make):
+    """NumPy reads the clock from ``np.str_("now")`` (a string read from an array) and from
+    bytes as from a str: until 2026-12-01 only a str was looked at, and such a mask-path
+    predicate had one dask name at every call, so a cluster still holding an earlier result
+    gave it for a later clock (a new-user probe)."""
+    from dask.base import tokenize
+
+    pred = make()
+    assert trace_key(pred) is None
+    assert tokenize(as_predicate(pred)) != tokenize(as_predicate(pred))

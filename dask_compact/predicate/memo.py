@@ -168,6 +168,8 @@ def _part(value: Any) -> tuple | None:
     if kind is str:
         return None if _reads_clock(value) else (str, value)
     if isinstance(value, _VALUES):
+        if isinstance(value, (str, bytes)) and _reads_clock(value):  # np.str_, bytes
+            return None
         return value_key(value)  # None for a subclass's object (see _PLAIN)
     if isinstance(value, types.BuiltinFunctionType):
         return _builtin_part(value) if _pure_builtin(value) else None
@@ -370,16 +372,20 @@ def impure_builtin_names(code: types.CodeType) -> tuple[str, ...]:
 
 
 @functools.lru_cache(maxsize=256)
-def _reads_clock(text: str) -> bool:
+def _reads_clock(text: str | bytes) -> bool:
     """``np.datetime64("now")``, ``np.datetime64("today")`` (and pandas' ``Timestamp``) read
-    the clock: a predicate holding such a string is traced every call."""
+    the clock: a predicate holding such a string is traced every call. Bytes and NumPy's
+    strings too (``np.datetime64(b"now")``; until 2026-12-01 only a str was looked at: a
+    new-user probe)."""
+    if isinstance(text, bytes):
+        text = text.decode("latin-1")
     return text.strip().lower() in ("now", "today")
 
 
 @functools.lru_cache(maxsize=1024)
 def code_reads_clock(code: types.CodeType) -> bool:
     """Whether ``code`` (or code nested in it) holds a string constant that reads the clock."""
-    return any(_reads_clock(c) if isinstance(c, str)
+    return any(_reads_clock(c) if isinstance(c, (str, bytes))
                else isinstance(c, types.CodeType) and code_reads_clock(c)
                for c in code.co_consts)
 
