@@ -853,3 +853,27 @@ def test_a_clock_string_of_numpy_or_bytes_is_traced_every_time(make):
     pred = make()
     assert trace_key(pred) is None
     assert tokenize(as_predicate(pred)) != tokenize(as_predicate(pred))
+
+
+FIRST_TOKEN = """
+import numpy as np
+from dask.base import tokenize
+from dask_compact.predicate import as_predicate
+class Cut:
+    T = 3
+f = lambda v: np.isin(v, [Cut.T])
+print(len({tokenize(as_predicate(f)) for _ in range(3)}))
+"""
+
+
+def test_a_mask_path_predicate_reading_a_script_class_has_one_token_from_the_first_call():
+    """dask's tokenize of a class gives it a ``__slotnames__`` the first time; the function's
+    token, taken before it and pickling the class by value, then differed between the
+    first call and the next ones (a new-user probe, 2026-12-01: a persisted first lazy
+    result was never found again)."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", FIRST_TOKEN], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.strip() == "1"

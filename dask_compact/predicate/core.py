@@ -240,8 +240,12 @@ class Predicate:
         # keys of one hash (hash(-1) == hash(-2)) gave two predicates one dask name, so that
         # on a cluster still holding one's result the other's call got it; and a str's hash
         # changes with PYTHONHASHSEED, so the names differed from process to process (a
-        # new-user probe).
-        return ("dask_compact.Predicate", tokenize(self.func), tokenize(token_form(key)))
+        # new-user probe). The key first: dask's tokenize gives a class it meets there (one of
+        # __main__, pickled) a __slotnames__ the first time, and the function's token, which
+        # pickles such a class by value, taken before it differed between a first call and
+        # the next ones until 2026-12-01 (a new-user probe).
+        held = tokenize(token_form(key))
+        return ("dask_compact.Predicate", tokenize(self.func), held)
 
     def mask(self, a: Any, xp: Any = None, *, every_row: bool = False,
              what: str = "a chunk") -> Any:
