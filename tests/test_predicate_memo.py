@@ -877,3 +877,26 @@ def test_a_mask_path_predicate_reading_a_script_class_has_one_token_from_the_fir
     out = subprocess.run([sys.executable, "-c", FIRST_TOKEN], capture_output=True, text=True,
                          check=True).stdout
     assert out.strip() == "1"
+
+
+def test_a_class_of_a_reloaded_module_with_other_bases_gets_another_dask_name(monkeypatch):
+    """``class K(float)`` edited to ``class K(int)`` and the module reloaded: the key held each
+    class by identity, but the mask path's dask token named it by its import name alone, so
+    a lazy call after the reload took the earlier call's name and ``dask.compute`` gave the
+    persisted earlier result (``K(2.5) * 2`` as 5.0 where NumPy now gives 4; a new-user probe,
+    2026-12-01). A class found by its name is named with its bases and metaclass too."""
+    import sys
+
+    src = ("import numpy as np\nclass K({}):\n    pass\n"
+           "def f(v):\n    return np.isin(v, [K(2.5) * 2])\n")
+    mod = types.ModuleType("dc_memo_reload")
+    monkeypatch.setitem(sys.modules, "dc_memo_reload", mod)
+    exec(src.format("float"), mod.__dict__)
+    x = da.from_array(np.arange(10), chunks=3)
+    y1 = x.map_compact(mod.f, lazy=True).persist()
+    exec(src.format("int"), mod.__dict__)  # as importlib.reload does: the same namespace
+    y2 = x.map_compact(mod.f, lazy=True)
+    assert y1.name != y2.name
+    got = dask.compute(y1, y2)
+    np.testing.assert_array_equal(got[0], [5])
+    np.testing.assert_array_equal(got[1], [4])

@@ -484,7 +484,8 @@ def _hashable(parts: list[Any]) -> tuple | None:
 def token_form(key: Any) -> Any:
     """A trace key as the mask path's dask token takes it (Predicate.__dask_tokenize__):
     what it holds by identity by name where the name finds that object (``np.isin``,
-    ``math.sqrt``, ``np.float32``, a module), since dask tokenizes some of them (NumPy's
+    ``math.sqrt``, ``np.float32``, a module; a class of a class statement with its bases and
+    metaclass), since dask tokenizes some of them (NumPy's
     function dispatchers and their type) by a number new at every call; the rest, and code,
     as dask tokenizes them (a class of ``__main__`` shadowed by a newer one of its name by
     its pickle, which holds its contents)."""
@@ -502,7 +503,16 @@ def token_form(key: Any) -> Any:
         # names a module that does not hold it)
         return ("C type", key.__module__, key.__qualname__)
     name = _import_name(key)
-    return key if name is None else ("named", *name)
+    if name is None:
+        return key
+    if isinstance(key, type):
+        # with its bases and metaclass: the key holds the class itself, and a module reloaded
+        # (or a class rebound under its name) gives another under the same name; until
+        # 2026-12-01 ``class K(float)`` edited to ``class K(int)`` and reloaded kept the earlier
+        # call's dask name, and a persisted result of ``K(2.5) * 2`` (a new-user probe)
+        return ("named class", *name, tuple(token_form(b) for b in key.__bases__),
+                token_form(type(key)))
+    return ("named", *name)
 
 
 def _import_name(obj: Any) -> tuple[str, str] | None:
