@@ -14,13 +14,14 @@ whose equality means equal behaviour:
   ``np.linalg.norm``, ``Cfg.T``, ``Cuts.E.W.lo``, a class held in a closure or a default):
   scalars and strings of the exact builtin and NumPy types by type and exact value
   (:func:`value_key`, a NumPy scalar with its dtype: ``np.timedelta64``'s unit), enum members
-  by identity; modules, NumPy ufuncs and functions (``np.isin``), pure
-  builtins (``abs``, ``math.sqrt``) and classes whose construction runs no Python code
-  (``Cfg``, ``np.float32``, enums) by identity, the key holding the object; a builtin method
-  of a value (``line.count``) by the value and the method's name.
+  of plain enums by identity; modules, NumPy ufuncs and functions (``np.isin``), pure
+  builtins (``abs``, ``math.sqrt``) and classes that hold no Python code of their own
+  (``Cfg``, ``np.float32``, plain enums: :func:`_holds_code`) by identity, the key holding
+  the object; a builtin method of a value (``line.count``) by the value and the method's name.
 
 Anything else (another Python function, an array, an object with state, an instance of a
-subclass of ``int`` or ``str``, whose own ``==`` decides nothing here) makes the key None:
+subclass of ``int`` or ``str``, whose own ``==`` decides nothing here, a class with methods,
+whose code Python can run unnamed: ``float(Cut())``) makes the key None:
 its behaviour could change between calls with nothing in the key changing. So does a builtin
 that reads the world rather than its arguments (``time.time``, ``random.random``,
 ``np.random.rand``, ``datetime.datetime.now``, ``open``), a class whose construction runs
