@@ -544,9 +544,13 @@ def test_a_class_or_module_in_a_key_lives_as_long_as_the_key():
         def __hash__(cls):
             return 0
 
-    keys = [trace_key(lambda v, k=k: v > k.T) for k in (AllEqual("A", (), {"T": 1.0}),
-                                                        AllEqual("B", (), {"T": 1.0}))]
-    assert None not in keys and keys[0] != keys[1]
+    # its classes never share an entry: since 2026-12-01 a metaclass with Python code of its
+    # own (an __eq__ here; a __getitem__ could read anything) keeps its classes out of keys
+    classes = (AllEqual("A", (), {"T": 1.0}), AllEqual("B", (), {"T": 3.0}))
+    keys = [trace_key(lambda v, k=k: v > k.T) for k in classes]
+    assert keys == [None, None]
+    for k in classes:
+        check(lambda v, k=k: v > k.T, A > k.T)
     # a method found under its name on the value, and one that is not (object's __format__
     # bound to a str: str's own under that name)
     methods = ["a".count, "a".__format__, object.__format__.__get__("a")]
@@ -726,3 +730,173 @@ def test_a_mask_path_token_is_the_same_in_every_process():
                              check=True, env={**os.environ, "PYTHONHASHSEED": seed}).stdout
               for seed in ("1", "2")}
     assert len(tokens) == 1
+
+
+# --- Python code a class runs without the predicate naming it (a new-user probe, 2026-12-01) ---
+
+class Level8:
+    """A class whose construction runs no Python code, but whose instances' float() does,
+    reading an attribute the predicate never names."""
+
+    level = 5.0
+
+    def __float__(self):
+        return Level8.level
+
+
+class ByName(type):
+    def __getitem__(cls, name):
+        return cls.table[name]
+
+
+class Table(metaclass=ByName):
+    table = {"lo": 5.0}
+
+
+class Scaled:
+    factor = 2.0
+
+    def __call__(self, v):
+        return v * Scaled.factor
+
+
+MIDS = {"LOW": 1.5}
+
+
+class Band(enum.Enum):
+    LOW = 1
+    HIGH = 2
+
+    @enum.property
+    def mid(self):
+        return MIDS[self.name]
+
+
+class Bare(enum.Enum):
+    LOW = 1
+
+
+def test_a_class_running_its_own_code_unnamed_is_not_keyed():
+    """``float(Level8())``, ``Table["lo"]``, ``Scaled()(v)``, an enum property: the trace runs
+    the class's (or its metaclass's) Python code, which reads what the key does not hold; until
+    2026-12-01 a later call after ``Level8.level = 8`` got the first trace (527 values where
+    NumPy selected 212)."""
+    preds = [lambda v: v > float(Level8()), lambda v: v > Table["lo"],
+             lambda v: Scaled()(v) > 10.0, lambda v: v > Band.LOW.mid]
+    for p in preds:
+        assert trace_key(p) is None
+    try:
+        for value in (5.0, 8.0):
+            Level8.level, Table.table["lo"], Scaled.factor, MIDS["LOW"] = (
+                value, value, value / 2.5, value)
+            check(preds[0], A > value)
+            check(preds[1], A > value)
+            check(preds[2], A * (value / 2.5) > 10.0)
+            check(preds[3], A > value)
+    finally:
+        Level8.level, Table.table["lo"], Scaled.factor, MIDS["LOW"] = 5.0, 5.0, 2.0, 1.5
+
+
+class Late(float):
+    """No code of its own, until a test gives it some."""
+
+
+def test_code_given_to_a_class_after_a_first_call_is_seen():
+    pred = lambda v: v > float(Late())  # noqa: E731
+    assert trace_key(pred) is not None
+    check(pred, A > 0.0)
+    Late.__float__ = lambda self: 5.0
+    try:
+        assert trace_key(pred) is None
+        check(pred, A > 5.0)
+    finally:
+        del Late.__float__
+
+
+def test_an_enum_members_own_attributes_and_clock_values_are_not_keyed_by_identity():
+    """A member is one object, but not a constant: an attribute set on it (``Bare.LOW.lo``),
+    or a value NumPy reads the clock from (``"now"``). Until 2026-12-01 the member was keyed
+    by identity alone and ``Bare.LOW.lo = 4`` after a first call kept ``v > 0``."""
+    pred = lambda v: v > Bare.LOW.lo  # noqa: E731
+    try:
+        for lo in (0.0, 4.0):
+            Bare.LOW.lo = lo
+            check(pred, A > lo)
+    finally:
+        del Bare.LOW.lo
+
+    class When(enum.StrEnum):
+        NOW = "now"
+
+    assert trace_key(lambda t: t < np.datetime64(When.NOW, "s")) is None
+    assert trace_key(lambda v: v > Bare.LOW.value) is not None  # a plain member still is
+
+
+NOW_BYTES = b"now"
+NOW_NP = np.array(["now", "2026-12-01"])[0]  # np.str_, as read from an array
+TODAY_NP = np.bytes_(b" Today")
+
+
+@pytest.mark.parametrize("make", [
+    lambda: (lambda t, when=NOW_NP: t < np.datetime64(when, "s")),
+    lambda: (lambda t, when=TODAY_NP: t < np.datetime64(when, "s")),
+    lambda: (lambda t: t < np.datetime64(NOW_BYTES, "s")),
+    lambda: (lambda t: t < np.datetime64(b"now", "s")),
+])
+def test_a_clock_string_of_numpy_or_bytes_is_traced_every_time(make):
+    """NumPy reads the clock from ``np.str_("now")`` (a string read from an array) and from
+    bytes as from a str: until 2026-12-01 only a str was looked at, and such a mask-path
+    predicate had one dask name at every call, so a cluster still holding an earlier result
+    gave it for a later clock (a new-user probe)."""
+    from dask.base import tokenize
+
+    pred = make()
+    assert trace_key(pred) is None
+    assert tokenize(as_predicate(pred)) != tokenize(as_predicate(pred))
+
+
+FIRST_TOKEN = """
+import numpy as np
+from dask.base import tokenize
+from dask_compact.predicate import as_predicate
+class Cut:
+    T = 3
+f = lambda v: np.isin(v, [Cut.T])
+print(len({tokenize(as_predicate(f)) for _ in range(3)}))
+"""
+
+
+def test_a_mask_path_predicate_reading_a_script_class_has_one_token_from_the_first_call():
+    """dask's tokenize of a class gives it a ``__slotnames__`` the first time; the function's
+    token, taken before it and pickling the class by value, then differed between the
+    first call and the next ones (a new-user probe, 2026-12-01: a persisted first lazy
+    result was never found again)."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", FIRST_TOKEN], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.strip() == "1"
+
+
+def test_a_class_of_a_reloaded_module_with_other_bases_gets_another_dask_name(monkeypatch):
+    """``class K(float)`` edited to ``class K(int)`` and the module reloaded: the key held each
+    class by identity, but the mask path's dask token named it by its import name alone, so
+    a lazy call after the reload took the earlier call's name and ``dask.compute`` gave the
+    persisted earlier result (``K(2.5) * 2`` as 5.0 where NumPy now gives 4; a new-user probe,
+    2026-12-01). A class found by its name is named with its bases and metaclass too."""
+    import sys
+
+    src = ("import numpy as np\nclass K({}):\n    pass\n"
+           "def f(v):\n    return np.isin(v, [K(2.5) * 2])\n")
+    mod = types.ModuleType("dc_memo_reload")
+    monkeypatch.setitem(sys.modules, "dc_memo_reload", mod)
+    exec(src.format("float"), mod.__dict__)
+    x = da.from_array(np.arange(10), chunks=3)
+    y1 = x.map_compact(mod.f, lazy=True).persist()
+    exec(src.format("int"), mod.__dict__)  # as importlib.reload does: the same namespace
+    y2 = x.map_compact(mod.f, lazy=True)
+    assert y1.name != y2.name
+    got = dask.compute(y1, y2)
+    np.testing.assert_array_equal(got[0], [5])
+    np.testing.assert_array_equal(got[1], [4])

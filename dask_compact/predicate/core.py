@@ -222,7 +222,8 @@ class Predicate:
             # copysign and np.where pass on) had one key, and dask.compute of both gave the
             # first one's result for each (a new-user probe).
             exact = tuple(value_key(v) for v in self.params)
-            if None in exact:  # a constant value_key cannot key (an int subclass's)
+            if None in exact:  # a constant value_key cannot key (an int subclass's, a member
+                # of an enum with methods: memo._fixed)
                 _refuse_if_deterministic_asked(self)
                 return ("dask_compact.Predicate", uuid.uuid4().hex)
             return ("dask_compact.Predicate", repr(self.expr), tokenize(exact))
@@ -239,8 +240,12 @@ class Predicate:
         # keys of one hash (hash(-1) == hash(-2)) gave two predicates one dask name, so that
         # on a cluster still holding one's result the other's call got it; and a str's hash
         # changes with PYTHONHASHSEED, so the names differed from process to process (a
-        # new-user probe).
-        return ("dask_compact.Predicate", tokenize(self.func), tokenize(token_form(key)))
+        # new-user probe). The key first: dask's tokenize gives a class it meets there (one of
+        # __main__, pickled) a __slotnames__ the first time, and the function's token, which
+        # pickles such a class by value, taken before it differed between a first call and
+        # the next ones until 2026-12-01 (a new-user probe).
+        held = tokenize(token_form(key))
+        return ("dask_compact.Predicate", tokenize(self.func), held)
 
     def mask(self, a: Any, xp: Any = None, *, every_row: bool = False,
              what: str = "a chunk") -> Any:
@@ -389,7 +394,8 @@ def _refuse_if_deterministic_asked(p: Predicate) -> None:
 
     where = (f"runs on the mask path ({p.reason})" if p.expr is None
              else "holds a constant of a subclass of a number type (whose own == could call "
-             "two different values equal)")
+             "two different values equal; an enum member whose class has Python code of its "
+             "own)")
     maybe_raise(
         f"dask_compact: the predicate {shorten(p.source)} {where} "
         "and holds or reads what cannot be named by value (an array, an object, another "

@@ -14,13 +14,14 @@ whose equality means equal behaviour:
   ``np.linalg.norm``, ``Cfg.T``, ``Cuts.E.W.lo``, a class held in a closure or a default):
   scalars and strings of the exact builtin and NumPy types by type and exact value
   (:func:`value_key`, a NumPy scalar with its dtype: ``np.timedelta64``'s unit), enum members
-  by identity; modules, NumPy ufuncs and functions (``np.isin``), pure
-  builtins (``abs``, ``math.sqrt``) and classes whose construction runs no Python code
-  (``Cfg``, ``np.float32``, enums) by identity, the key holding the object; a builtin method
-  of a value (``line.count``) by the value and the method's name.
+  of plain enums by identity; modules, NumPy ufuncs and functions (``np.isin``), pure
+  builtins (``abs``, ``math.sqrt``) and classes that hold no Python code of their own
+  (``Cfg``, ``np.float32``, plain enums: :func:`_holds_code`) by identity, the key holding
+  the object; a builtin method of a value (``line.count``) by the value and the method's name.
 
 Anything else (another Python function, an array, an object with state, an instance of a
-subclass of ``int`` or ``str``, whose own ``==`` decides nothing here) makes the key None:
+subclass of ``int`` or ``str``, whose own ``==`` decides nothing here, a class with methods,
+whose code Python can run unnamed: ``float(Cut())``) makes the key None:
 its behaviour could change between calls with nothing in the key changing. So does a builtin
 that reads the world rather than its arguments (``time.time``, ``random.random``,
 ``np.random.rand``, ``datetime.datetime.now``, ``open``), a class whose construction runs
@@ -43,6 +44,7 @@ import functools
 import struct
 import sys
 import types
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -114,12 +116,30 @@ def value_key(value: Any) -> tuple | None:
         dtype = value.dtype
         text = _DTYPE_TEXT.get(dtype)
         return (kind, text or _dtype_text(dtype), value.tobytes())
-    if isinstance(value, enum.Enum) and type(kind).__call__ is _ENUM_CALL:
+    if isinstance(value, enum.Enum) and type(kind).__call__ is _ENUM_CALL and _fixed(value):
         # a member is one object for the life of its class (a Flag's combinations are kept
         # too): by identity, its class as a class is (dask tokenizes a member by its class's
         # name, its name and value)
         return (_held(kind), _Same(value))
     return None
+
+
+# What an enum member holds of its own (a Flag's combination: the first two)
+_MEMBER_ATTRS = frozenset({"_value_", "_name_", "__objclass__", "_sort_order_"})
+
+
+def _fixed(member: enum.Enum) -> bool:
+    """Whether an enum member acts the same for the life of its class: one object, but not a
+    constant where it holds attributes of its own (set by an ``__init__``, or later:
+    ``Band.LOW.lo = 4``), its class Python code (a property, ``__float__``) or its value one
+    NumPy reads the clock from (``"now"``). Until 2026-12-01 any member was keyed by identity
+    alone, and a call after ``Band.LOW.lo = 4`` kept the first trace's ``v > 0`` (a new-user
+    probe)."""
+    own = member.__dict__
+    if not own.keys() <= _MEMBER_ATTRS or _holds_code(type(member)):
+        return False
+    value = own.get("_value_")
+    return type(value) is int or _part(value) is not None
 
 
 # dtype -> _dtype_text(dtype): dtype.str makes a new string each time (0.2 us, half of what a
@@ -149,6 +169,8 @@ def _part(value: Any) -> tuple | None:
     if kind is str:
         return None if _reads_clock(value) else (str, value)
     if isinstance(value, _VALUES):
+        if isinstance(value, (str, bytes)) and _reads_clock(value):  # np.str_, bytes
+            return None
         return value_key(value)  # None for a subclass's object (see _PLAIN)
     if isinstance(value, types.BuiltinFunctionType):
         return _builtin_part(value) if _pure_builtin(value) else None
@@ -256,17 +278,86 @@ def _pure_builtin(func: types.BuiltinFunctionType) -> bool:
 
 
 def _pure_class(cls: type) -> bool:
-    """Whether calling ``cls`` runs no Python code of its own (a config holder read as
-    ``Cfg.T``, NumPy's and Python's scalar types, enums): a class whose construction runs
-    Python (an ``__init__``, ``__new__`` or metaclass ``__call__``: a dataclass reading the
-    clock in a default factory) could make something new each call."""
+    """Whether ``cls`` runs no Python code of its own (a config holder read as ``Cfg.T``,
+    NumPy's and Python's scalar types, enums): a class whose construction runs Python (an
+    ``__init__``, ``__new__`` or metaclass ``__call__``: a dataclass reading the clock in a
+    default factory) could make something new each call, and one with any other code could
+    run it unnamed (:func:`_holds_code`)."""
     meta_call = type(cls).__call__
     if meta_call is not type.__call__ and meta_call is not _ENUM_CALL:
         return False
-    if isinstance(cls, enum.EnumMeta):
-        return True
-    return not any(isinstance(getattr(cls, name, None), types.FunctionType)
-                   for name in ("__init__", "__new__"))
+    return not _holds_code(cls)
+
+
+# The enum module's own code, which EnumType copies into every enum class (its __new__, a
+# Flag's __or__): it makes no new member, and keeps those it makes
+_ENUM_GLOBALS = vars(enum)
+_ENUM_BASES = frozenset(v for v in vars(enum).values() if isinstance(v, type))
+
+
+def _holds_code(cls: type) -> bool:
+    """Whether ``cls``, a base of it, or its metaclass holds Python code of its own: a method,
+    a property, a classmethod. Python and NumPy call such code unnamed (``float(Cut())`` calls
+    ``Cut.__float__``, ``Table["lo"]`` its metaclass's ``__getitem__``, ``Scaled()(v)`` its
+    ``__call__``, ``np.round(Cut())`` its ``round``), and what that code reads (``Cut.level``,
+    a global) is no name of the predicate's code, so not in its key: until 2026-12-01 a
+    call after ``Cut.level = 8`` got the trace of ``v > 5`` (a new-user probe). Only a class
+    of data (``Cfg.T``), NumPy's and Python's C types and plain enums are keyed. A method the
+    code names was always refused (a Python function is no value): this refuses the rest.
+
+    Remembered per class while its bases, its metaclass and the number of names in each of
+    their namespaces stay the same (an enum's namespace holds its members: walking it every
+    call cost an IntEnum constant 10 us); an attribute added to any of them looks again. The
+    class itself by a weak reference (a key's class must die with the key)."""
+    mro: tuple[type, ...] = cls.__mro__
+    meta: type = type(cls)
+    known = _CODE_SEEN.get(id(cls))
+    if (known is not None and known[0]() is cls and known[1] == mro[1:] and known[2] is meta
+            and known[3] == len(cls.__dict__)):
+        for c, n in known[4]:
+            if len(c.__dict__) != n:
+                break
+        else:
+            return known[5]
+    own = [c for c in (*mro, *meta.__mro__) if c.__flags__ & _HEAPTYPE and c not in _ENUM_BASES]
+    found = any(type(v) not in _INERT and _runs_code(v) for c in own for v in vars(c).values())
+    if len(_CODE_SEEN) >= 256:
+        _CODE_SEEN.clear()
+    _CODE_SEEN[id(cls)] = (weakref.ref(cls), mro[1:], meta, len(cls.__dict__),
+                           tuple((c, len(c.__dict__)) for c in own if c is not cls), found)
+    return found
+
+
+# id(class) -> (a weak reference to it, its bases (its __mro__ after it), its metaclass, the
+# number of names in its namespace, (class, number of names) for each other class of a
+# class statement's among its bases and its metaclass's, whether one holds code):
+# _holds_code's answers, emptied past 256
+_CODE_SEEN: dict[int, tuple[Any, tuple, type, int, tuple, bool]] = {}
+# What a class's namespace holds most (its name, data, its __dict__'s descriptor): no code
+_INERT = frozenset({str, float, int, bool, bytes, type(None), tuple, dict, list, frozenset,
+                    types.GetSetDescriptorType, types.MemberDescriptorType,
+                    types.BuiltinFunctionType, types.WrapperDescriptorType,
+                    types.MethodDescriptorType, np.ufunc, type(np.isin)})
+
+
+def _runs_code(value: Any) -> bool:
+    """Whether ``value``, in a class's namespace, is Python code that Python may call or bind
+    through the class or its objects."""
+    kind = type(value)
+    if kind in _INERT:
+        return False
+    if kind is types.FunctionType:
+        return value.__globals__ is not _ENUM_GLOBALS
+    if kind is staticmethod or kind is classmethod:
+        return _runs_code(value.__func__)
+    if isinstance(value, type):
+        return False  # a nested class: checked where the code reads it
+    if isinstance(value, (property, types.DynamicClassAttribute)):  # enum.property too
+        return any(f is not None and _runs_code(f) for f in (value.fget, value.fset, value.fdel))
+    # anything else Python may call (a bound method, a functools.partial: what _INERT lists
+    # of C's, builtins and NumPy's functions, do not hold Python code), or a descriptor a
+    # class statement made (an enum's members, objects of its own class, are neither)
+    return callable(value) or bool(kind.__flags__ & _HEAPTYPE) and hasattr(kind, "__get__")
 
 
 @functools.lru_cache(maxsize=1024)
@@ -282,16 +373,20 @@ def impure_builtin_names(code: types.CodeType) -> tuple[str, ...]:
 
 
 @functools.lru_cache(maxsize=256)
-def _reads_clock(text: str) -> bool:
+def _reads_clock(text: str | bytes) -> bool:
     """``np.datetime64("now")``, ``np.datetime64("today")`` (and pandas' ``Timestamp``) read
-    the clock: a predicate holding such a string is traced every call."""
+    the clock: a predicate holding such a string is traced every call. Bytes and NumPy's
+    strings too (``np.datetime64(b"now")``; until 2026-12-01 only a str was looked at: a
+    new-user probe)."""
+    if isinstance(text, bytes):
+        text = text.decode("latin-1")
     return text.strip().lower() in ("now", "today")
 
 
 @functools.lru_cache(maxsize=1024)
 def code_reads_clock(code: types.CodeType) -> bool:
     """Whether ``code`` (or code nested in it) holds a string constant that reads the clock."""
-    return any(_reads_clock(c) if isinstance(c, str)
+    return any(_reads_clock(c) if isinstance(c, (str, bytes))
                else isinstance(c, types.CodeType) and code_reads_clock(c)
                for c in code.co_consts)
 
@@ -390,7 +485,8 @@ def _hashable(parts: list[Any]) -> tuple | None:
 def token_form(key: Any) -> Any:
     """A trace key as the mask path's dask token takes it (Predicate.__dask_tokenize__):
     what it holds by identity by name where the name finds that object (``np.isin``,
-    ``math.sqrt``, ``np.float32``, a module), since dask tokenizes some of them (NumPy's
+    ``math.sqrt``, ``np.float32``, a module; a class of a class statement with its bases and
+    metaclass), since dask tokenizes some of them (NumPy's
     function dispatchers and their type) by a number new at every call; the rest, and code,
     as dask tokenizes them (a class of ``__main__`` shadowed by a newer one of its name by
     its pickle, which holds its contents)."""
@@ -408,7 +504,16 @@ def token_form(key: Any) -> Any:
         # names a module that does not hold it)
         return ("C type", key.__module__, key.__qualname__)
     name = _import_name(key)
-    return key if name is None else ("named", *name)
+    if name is None:
+        return key
+    if isinstance(key, type):
+        # with its bases and metaclass: the key holds the class itself, and a module reloaded
+        # (or a class rebound under its name) gives another under the same name; until
+        # 2026-12-01 ``class K(float)`` edited to ``class K(int)`` and reloaded kept the earlier
+        # call's dask name, and a persisted result of ``K(2.5) * 2`` (a new-user probe)
+        return ("named class", *name, tuple(token_form(b) for b in key.__bases__),
+                token_form(type(key)))
+    return ("named", *name)
 
 
 def _import_name(obj: Any) -> tuple[str, str] | None:
