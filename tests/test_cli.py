@@ -319,6 +319,18 @@ def test_input_errors(tmp_path, zarr2d):
     assert not out.exists()
 
 
+def test_a_memory_url_input_with_nothing_there_says_why(tmp_path):
+    """fsspec's in-memory file system belongs to one process: the command starts with it
+    empty. A new-user probe's ``memory://a3.zarr`` INPUT was refused with zarr's
+    "GroupNotFoundError: No group found in store StorePath(FsspecStore, ...)", which did not
+    say that nothing written there by another process can be seen."""
+    out = tmp_path / "o.zarr"
+    for url in ("memory://nothing-here/a.zarr", "simplecache::memory://nothing-here/a.zarr"):
+        said = " ".join(run(url, out, "-w", "x > 0", code=2).output.split())
+        assert "in-memory file system" in said and "empty when this command starts" in said
+    assert not out.exists()
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
