@@ -141,7 +141,7 @@ def test_resume_refuses_a_zip_input_written_again(zin, tmp_path, kind):
     assert litter(tmp_path) == []
 
 
-@pytest.mark.parametrize("kind", ["zarr", "npy", "npy-moved", "group"])
+@pytest.mark.parametrize("kind", ["zarr", "npy", "npy-moved", "group", "zip"])
 def test_input_changed_while_the_job_reads_it_is_not_committed(zin, tmp_path, monkeypatch,
                                                                 kind):
     """A probe replaced chunk files of the input while the job ran: the output mixed old and
@@ -159,9 +159,18 @@ def test_input_changed_while_the_job_reads_it_is_not_committed(zin, tmp_path, mo
         path = tmp_path / "grp.zarr"
         g = zarr.open_group(store=str(path), mode="w")
         g.create_array("x", shape=a.shape, dtype=a.dtype, chunks=(5000,))[:] = a
+    elif kind == "zip":  # its metadata alone identified it until 2026-12-01 (a probe)
+        _zipped(path, tmp_path / "in.zip")
+        path = f"zip://::{tmp_path / 'in.zip'}"
     changed = []
 
     def change_input() -> None:
+        if kind == "zip":  # other values, same metadata, zipped over it
+            alt = tmp_path / "alt.zarr"
+            zarr.create_array(store=str(alt), shape=a.shape, dtype=a.dtype,
+                              chunks=(5000,))[:] = np.concatenate([a[:-5000], b[-5000:]])
+            _zipped(alt, tmp_path / "in.zip")
+            return
         if kind == "npy-moved":  # a copy made by cp -p moved over it: same size and time
             copy = tmp_path / "copy.npy"
             np.save(copy, np.concatenate([a[:-5000], b[-5000:]]))
