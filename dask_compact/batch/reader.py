@@ -377,8 +377,8 @@ def zarr_fingerprint(node: Any, url: str) -> str:
     file under the array's directory (path, size, modification time): zarr rewrites the chunk
     files, not its metadata document, when an array's values are written again, and a job
     resumed over new values would mix the old selection with the new. A URL's input is
-    identified by its metadata only, but for a member of an archive on the local file system
-    (``zip://::/p/in.zip``), which adds the archive file's identity (:func:`_archive_identity`).
+    identified by its metadata only, except a member of an archive on the local file system
+    (``zip://::/p/in.zip``): that adds the archive file's identity (:func:`_archive_identity`).
     """
     meta = node.metadata.to_dict()
     parts: list[Any] = [repr(sorted(meta.items()))]
@@ -402,7 +402,7 @@ def _archive_identity(url: str) -> list[tuple[int, int, int, int]]:
     from fsspec.implementations.local import LocalFileSystem
 
     from .caches import resolved
-    from .output import archive_file  # output imports this module's users: not at the top
+    from .output import archive_file  # output imports .inputs, which imports this module
 
     archive = archive_file(url)
     if archive is None:
