@@ -101,7 +101,47 @@ def test_resume_refuses_an_input_whose_values_were_written_again(zin, tmp_path):
     assert litter(tmp_path) == []
 
 
-@pytest.mark.parametrize("kind", ["zarr", "npy", "npy-moved", "group"])
+def _zipped(store: Path, archive: Path) -> None:
+    """The Zarr store ``store`` as the zip file ``archive`` (written aside, then moved in)."""
+    import zipfile
+
+    aside = archive.with_suffix(".new")
+    with zipfile.ZipFile(aside, "w") as zf:
+        for f in sorted(p for p in store.rglob("*") if p.is_file()):
+            zf.write(f, f.relative_to(store).as_posix())
+    os.replace(aside, archive)
+
+
+@pytest.mark.parametrize("kind", ["array", "group"])
+def test_resume_refuses_a_zip_input_written_again(zin, tmp_path, kind):
+    """A zip INPUT's identity was its metadata alone (a URL's): a new-user probe killed a job
+    on ``zip://::/p/in.zip``, zipped other values under the same metadata over the file, and
+    ``--resume`` committed an output mixing the two selections, exit 0. The archive file's
+    device, inode, size and modification time are now part of the identity."""
+    path, a = zin
+    store = path
+    if kind == "group":
+        store = tmp_path / "grp.zarr"
+        zarr.open_group(store=str(store), mode="w").create_array(
+            "x", shape=a.shape, dtype=a.dtype, chunks=(5000,))[:] = a
+    archive = tmp_path / "in.zip"
+    _zipped(store, archive)
+    out = tmp_path / "out.zarr"
+    args = ["--where", "x < 0.5", "--output-chunks", "3000"]
+    kill_halfway(tmp_path, f"zip://::{archive}", out, *args, writes=5)
+    b = np.random.default_rng(99).random(a.size).astype(np.float32)
+    (zarr.open_array(str(path), mode="r+") if kind == "array"
+     else zarr.open_group(str(store), mode="r+")["x"])[:] = b  # same metadata
+    _zipped(store, archive)
+    res = run(f"zip://::{archive}", out, *args, "--resume", code=2)
+    assert "differs in input" in res.output
+    run(f"zip://::{archive}", out, *args)
+    np.testing.assert_array_equal(group(out)[1]["values" if kind == "array" else "x"],
+                                  b[b < 0.5])
+    assert litter(tmp_path) == []
+
+
+@pytest.mark.parametrize("kind", ["zarr", "npy", "npy-moved", "group", "zip"])
 def test_input_changed_while_the_job_reads_it_is_not_committed(zin, tmp_path, monkeypatch,
                                                                 kind):
     """A probe replaced chunk files of the input while the job ran: the output mixed old and
@@ -119,9 +159,18 @@ def test_input_changed_while_the_job_reads_it_is_not_committed(zin, tmp_path, mo
         path = tmp_path / "grp.zarr"
         g = zarr.open_group(store=str(path), mode="w")
         g.create_array("x", shape=a.shape, dtype=a.dtype, chunks=(5000,))[:] = a
+    elif kind == "zip":  # its metadata alone identified it until 2026-12-01 (a probe)
+        _zipped(path, tmp_path / "in.zip")
+        path = f"zip://::{tmp_path / 'in.zip'}"
     changed = []
 
     def change_input() -> None:
+        if kind == "zip":  # other values, same metadata, zipped over it
+            alt = tmp_path / "alt.zarr"
+            zarr.create_array(store=str(alt), shape=a.shape, dtype=a.dtype,
+                              chunks=(5000,))[:] = np.concatenate([a[:-5000], b[-5000:]])
+            _zipped(alt, tmp_path / "in.zip")
+            return
         if kind == "npy-moved":  # a copy made by cp -p moved over it: same size and time
             copy = tmp_path / "copy.npy"
             np.save(copy, np.concatenate([a[:-5000], b[-5000:]]))

@@ -319,6 +319,18 @@ def test_input_errors(tmp_path, zarr2d):
     assert not out.exists()
 
 
+def test_a_memory_url_input_with_nothing_there_says_why(tmp_path):
+    """fsspec's in-memory file system belongs to one process: the command starts with it
+    empty. A new-user probe's ``memory://a3.zarr`` INPUT was refused with zarr's
+    "GroupNotFoundError: No group found in store StorePath(FsspecStore, ...)", which did not
+    say that nothing written there by another process can be seen."""
+    out = tmp_path / "o.zarr"
+    for url in ("memory://nothing-here/a.zarr", "simplecache::memory://nothing-here/a.zarr"):
+        said = " ".join(run(url, out, "-w", "x > 0", code=2).output.split())
+        assert "in-memory file system" in said and "empty when this command starts" in said
+    assert not out.exists()
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -360,6 +372,22 @@ def _npy_replaced(path: Path, a: np.ndarray) -> None:  # a new file moved over i
     os.replace(path.with_suffix(".new.npy"), path)
 
 
+def _zipped(path: Path, a: np.ndarray) -> str:
+    """The array zipped (a Zarr v3 store at the zip's root) into a new file moved over
+    ``path``; INPUT is its zip URL. Same metadata for values of one shape and dtype: until
+    2026-12-01 a zip INPUT was identified by its metadata alone, and on a running cluster a
+    new-user probe's second job read the worker's handle on the first zip (exit 0, wrong)."""
+    import zipfile
+
+    store = path.with_suffix(".zarr")
+    _zarr_v3(store, a)
+    with zipfile.ZipFile(path.with_suffix(".new"), "w") as zf:
+        for f in sorted(p for p in store.rglob("*") if p.is_file()):
+            zf.write(f, f.relative_to(store).as_posix())
+    os.replace(path.with_suffix(".new"), path)
+    return f"zip://::{path}"
+
+
 def _floats(n: int) -> np.ndarray:
     return np.random.default_rng(n).random(n) * 100
 
@@ -378,6 +406,7 @@ REWRITES = {
     "npy shrunk": (_npy_saved, _floats(10), _floats(6)),
     "npy new dtype": (_npy_saved, _floats(8), _ints(8)),
     "npy replaced": (_npy_replaced, _floats(10), _floats(10) + 1),
+    "zip replaced": (_zipped, _floats(10), _floats(10) + 1),
 }
 
 
@@ -385,11 +414,12 @@ def _two_versions(tmp_path: Path, name: str, *args: str) -> None:
     """Two jobs on the input ``name`` of REWRITES, rewritten between them: each gives NumPy's
     selection of its version."""
     write, *versions = REWRITES[name]
-    src = tmp_path / (name.replace(" ", "_") + (".npy" if "npy" in name else ".zarr"))
+    suffix = ".npy" if "npy" in name else ".zip" if "zip" in name else ".zarr"
+    src = tmp_path / (name.replace(" ", "_") + suffix)
     for k, a in enumerate(versions):
-        write(src, a)
+        inp = write(src, a) or src  # a URL for a zip
         out = tmp_path / f"{src.stem}-{k}.zarr"
-        run(src, out, "-w", "x > 40", "-o", "both", *args)
+        run(inp, out, "-w", "x > 40", "-o", "both", *args)
         arrays = read_group(out)[1]
         assert arrays["values"].dtype == a.dtype, (name, k)
         np.testing.assert_array_equal(arrays["values"], a[a > 40], err_msg=f"{name}, {k}")

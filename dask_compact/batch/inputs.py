@@ -187,6 +187,18 @@ def open_input(path: str, chunks: int | None, allow_missing_chunks: bool = False
     return open_zarr(path, chunks, allow_missing_chunks)
 
 
+def _memory_hint(path: str) -> str:
+    """For an INPUT on fsspec's in-memory file system that cannot be opened: why (it is this
+    process's own, empty when the command starts). Until 2026-12-01 a new-user probe's
+    ``memory://a3.zarr`` got zarr's "No group found in store StorePath(FsspecStore, ...)"
+    alone."""
+    if "memory" not in url_protocols(path):
+        return ""
+    return (". fsspec's in-memory file system (memory://) belongs to one process and is "
+            "empty when this command starts: nothing another process wrote there can be "
+            "read. Give a path or an object store's URL")
+
+
 def zip_hint(path: str) -> str:
     """For a zip file given as a path: how to name a Zarr store in it (fsspec's URL form)."""
     import zipfile
@@ -229,7 +241,8 @@ def open_zarr(path: str, chunks: int | None, allow_missing_chunks: bool = False)
         node = zarr.open(store=path if is_url(path) else local(path), mode="r")
     except Exception as e:  # noqa: BLE001 -- zarr raises several types for "missing", "not zarr"
         raise click.BadParameter(
-            f"cannot open {path!r} as a Zarr array: {type(e).__name__}: {e}", param_hint="INPUT"
+            f"cannot open {path!r} as a Zarr array: {type(e).__name__}: {e}"
+            f"{_memory_hint(path)}", param_hint="INPUT"
         ) from None
     if isinstance(node, zarr.Group):
         names = sorted(name for name, _ in node.arrays())

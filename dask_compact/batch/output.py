@@ -612,7 +612,7 @@ def _input_places(path: str | None, url: str | None) -> list[tuple[str, str]]:
     references point to (the reference file itself is only read)."""
     if url is None:
         return [_place(path, url)]
-    archive = _archive_file(url)
+    archive = archive_file(url)
     if archive is not None:
         return [_place_on(*resolved(archive))]
     from fsspec.implementations.reference import ReferenceFileSystem
@@ -623,7 +623,7 @@ def _input_places(path: str | None, url: str | None) -> list[tuple[str, str]]:
     return [_referenced_place(fs, target) for target in _reference_targets(fs, url)]
 
 
-def _archive_file(url: str) -> str | None:
+def archive_file(url: str) -> str | None:
     """Where the archive that ``url`` reads from lies (``zip://x::/p/g.zip``: ``/p/g.zip``, the
     chain after the archive's part), None if it reads from none. All of INPUT's bytes are in
     that file: an OUTPUT at it or inside it (a probe's ``/p/g.zip/out.zarr``) overlaps INPUT,

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import contextlib
 import signal
-from collections.abc import Iterator
+import sys
+from collections.abc import Callable, Iterator
 from typing import Any
 
 EXIT_SIGINT = 128 + signal.SIGINT  # the shell's convention: 130
@@ -46,6 +47,23 @@ def raise_if_interrupted() -> None:
         raise SystemExit(128 + _received)
 
 
+def _quiet_if_ours(hook: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """``hook`` (``sys.unraisablehook``) but for what :func:`_on_interrupt` raised in a
+    finalizer: recorded, it stops the job later (:func:`raise_if_interrupted`), and Python's
+    "Exception ignored in" with its traceback above the command's one line said otherwise
+    (until 2026-12-01: a new-user probe's Ctrl-C of one of two jobs on one cluster). What
+    any other finalizer drops is passed on."""
+
+    def unraisable(u: Any) -> None:
+        tb = u.exc_traceback
+        while tb is not None and tb.tb_frame.f_code is not _on_interrupt.__code__:
+            tb = tb.tb_next
+        if tb is None or not isinstance(u.exc_value, (KeyboardInterrupt, SystemExit)):
+            hook(u)
+
+    return unraisable
+
+
 @contextlib.contextmanager
 def terminate_as_exit() -> Iterator[None]:
     """SIGTERM (``docker stop``, a batch system's kill) unwinds like Ctrl-C: cleanup runs. Both
@@ -59,12 +77,15 @@ def terminate_as_exit() -> Iterator[None]:
     if _depth == 0:
         _received = None
     _depth += 1
+    unraisable = sys.unraisablehook
+    sys.unraisablehook = _quiet_if_ours(unraisable)
     try:
         yield
     finally:
         _depth -= 1
         if _depth == 0:
             _received = None
+        sys.unraisablehook = unraisable
         for s, handler in reversed(previous):
             # None: a handler not installed from Python; the default is the nearest
             signal.signal(s, signal.SIG_DFL if handler is None else handler)
