@@ -961,12 +961,26 @@ def test_an_interrupt_lost_in_a_finalizer_still_stops_the_job(npy, tmp_path, mon
     exit 0. Here the handler runs in a finalizer in the main thread as the stream starts."""
     import sys
 
-    from dask_compact.batch import stream
-
     path, _ = npy
     out = tmp_path / "out.zarr"
     dropped: list[BaseException | None] = []
     monkeypatch.setattr(sys, "unraisablehook", lambda u: dropped.append(u.exc_value))
+    _lose_an_interrupt_in_a_finalizer(monkeypatch, sig)
+    res = run(path, out, "--where", "x > 0.5", "--local", "threads", "--chunks", "5000",
+              code=code)
+    # the handler ran in the finalizer, whose exception Python dropped; the command's hook
+    # does not pass its own interrupt on (see the next test)
+    assert _InterruptedFinalizer.ran[-1:] == [sig] and dropped == []
+    assert f"dask compact: {word};" in res.output and "was not written" in res.output
+    assert not out.exists() and litter(tmp_path) == []
+
+
+def _lose_an_interrupt_in_a_finalizer(monkeypatch, sig) -> list[bool]:
+    """As the stream admits its first piece, the signal handler runs in a finalizer in the
+    main thread (an :class:`_InterruptedFinalizer` made garbage at once); the list returned
+    holds True once it has."""
+    from dask_compact.batch import stream
+
     admit = stream._Stream.admit
     done: list[bool] = []
 
@@ -977,13 +991,7 @@ def test_an_interrupt_lost_in_a_finalizer_still_stops_the_job(npy, tmp_path, mon
         admit(self)
 
     monkeypatch.setattr(stream._Stream, "admit", admit_after_a_lost_interrupt)
-    res = run(path, out, "--where", "x > 0.5", "--local", "threads", "--chunks", "5000",
-              code=code)
-    # the handler ran in the finalizer, whose exception Python dropped; the command's hook
-    # does not pass its own interrupt on (see the next test)
-    assert _InterruptedFinalizer.ran[-1:] == [sig] and dropped == []
-    assert f"dask compact: {word};" in res.output and "was not written" in res.output
-    assert not out.exists() and litter(tmp_path) == []
+    return done
 
 
 @pytest.mark.parametrize("sig, code, word", [(signal.SIGINT, 130, "interrupted"),
@@ -997,22 +1005,11 @@ def test_an_interrupt_in_a_finalizer_prints_no_traceback(npy, tmp_path, monkeypa
     again; any other exception a finalizer drops still is."""
     import sys
 
-    from dask_compact.batch import stream
-
     path, _ = npy
     out = tmp_path / "out.zarr"
     # Python's own hook (pytest's turns what it gets into a warning): it prints on stderr
     monkeypatch.setattr(sys, "unraisablehook", sys.__unraisablehook__)
-    admit = stream._Stream.admit
-    done: list[bool] = []
-
-    def admit_after_a_lost_interrupt(self):
-        if not done:
-            done.append(True)
-            _InterruptedFinalizer(sig)  # garbage at once: __del__ runs here
-        admit(self)
-
-    monkeypatch.setattr(stream._Stream, "admit", admit_after_a_lost_interrupt)
+    done = _lose_an_interrupt_in_a_finalizer(monkeypatch, sig)
     res = run(path, out, "--where", "x > 0.5", "--local", "threads", "--chunks", "5000",
               code=code)
     assert done and "Exception ignored" not in res.output, res.output
