@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import sys
 
 import dask
@@ -42,16 +43,46 @@ def _numba_loaded(dask_worker=None) -> bool:  # noqa: ANN001 -- client.run's arg
 
 @contextlib.contextmanager
 def _two_small_workers(**settings):
-    """A client of two one-thread worker processes of 256 MiB, under dask ``settings``."""
+    """A client of two one-thread worker processes of 256 MiB, under dask ``settings``;
+    closed within :data:`CLOSE_LIMIT` seconds (:func:`_close_or_kill`)."""
     distributed = pytest.importorskip("distributed")
-    with (
-        dask.config.set(settings),
-        distributed.LocalCluster(n_workers=2, threads_per_worker=1, memory_limit="256MiB",
-                                 processes=True, dashboard_address=None,
-                                 worker_dashboard_address=None) as cluster,
-        distributed.Client(cluster) as c,
-    ):  # fmt: skip
-        yield c
+    with dask.config.set(settings):
+        cluster = distributed.LocalCluster(
+            n_workers=2, threads_per_worker=1, memory_limit="256MiB", processes=True,
+            dashboard_address=None, worker_dashboard_address=None)
+        try:
+            with distributed.Client(cluster) as c:
+                yield c
+        finally:
+            _close_or_kill(cluster)
+
+
+CLOSE_LIMIT = 60  # s; a close on the loaded 2-core machine took up to 30 s (see below)
+
+
+def _close_or_kill(cluster) -> None:
+    """Close ``cluster``; where that takes over :data:`CLOSE_LIMIT` seconds, SIGKILL its worker
+    processes and close it again. A CI run of 2026-12-01 (tenth session) waited on the close
+    after ``test_workers_that_keep_dying_end_the_call_with_killed_worker[True]`` until the
+    test's 240 s limit: the call had ended with KilledWorker and both workers were back, but
+    a nanny's worker process never ended (its watcher thread still joining it). Not
+    reproduced since; a close that hangs is distributed's, and what this test guards is the
+    call, so the close is bounded rather than left to fail the run."""
+    import signal
+
+    try:
+        cluster.close(timeout=CLOSE_LIMIT)
+        return
+    except Exception:  # noqa: BLE001 -- distributed's timeout error, whichever type
+        pass
+    for nanny in list(cluster.workers.values()):
+        proc = getattr(getattr(nanny, "process", None), "process", None)
+        pid = getattr(proc, "pid", None)
+        if pid:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+    with contextlib.suppress(Exception):
+        cluster.close(timeout=CLOSE_LIMIT)
 
 
 @pytest.fixture
