@@ -209,6 +209,15 @@ def client_as_default(client):
         yield client
 
 
+@pytest.fixture
+def client(_cluster):
+    """The requesting module's cluster (its module-scoped ``_cluster`` fixture: a client made
+    with ``set_as_default=False``), the default scheduler of the tests that ask for it alone
+    (it was every later test's too: :func:`client_as_default`)."""
+    with client_as_default(_cluster) as c:
+        yield c
+
+
 def assert_no_client_is_the_default() -> None:
     """No distributed client is the default here: dask's scheduler is not one, none is
     current or registered as the default, and a computation runs in this process. Each

@@ -26,7 +26,6 @@ from cluster_helpers import (
     rechunk_placed_by_data,
     until_replaced,
 )
-from conftest import client_as_default
 from distributed import futures_of
 from next_steps_helpers import check_columns, check_next_steps
 
@@ -38,13 +37,6 @@ def _cluster():
     with cluster_for_kills(n_workers=2, threads_per_worker=1, set_as_default=False) as c:
         yield c
 
-
-@pytest.fixture
-def client(_cluster):
-    """The module's cluster, the default scheduler of the tests that ask for it alone (it was
-    every later test's too: conftest.client_as_default)."""
-    with client_as_default(_cluster) as c:
-        yield c
 
 
 @pytest.fixture

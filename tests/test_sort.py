@@ -16,7 +16,6 @@ from conftest import (
     HIDDEN_TIMES,
     LOSSY_TIMES,
     chunk_dtypes,
-    client_as_default,
     hidden_times,
     local_process_cluster,
     sort_input,
@@ -677,13 +676,6 @@ def _cluster():
     with local_process_cluster(4, set_as_default=False) as c:
         yield c
 
-
-@pytest.fixture
-def client(_cluster):
-    """The module's cluster, the default scheduler of the tests that ask for it alone (the
-    later tests of this file ran on it too: conftest.client_as_default)."""
-    with client_as_default(_cluster) as c:
-        yield c
 
 
 def test_local_cluster_four_processes_2_24_float32(client):

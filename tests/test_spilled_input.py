@@ -37,15 +37,6 @@ def _cluster():
         yield c
 
 
-@pytest.fixture
-def client(_cluster):
-    """The module's cluster, the default scheduler of the tests that ask for it alone (it was
-    every later test's too: conftest.client_as_default)."""
-    from conftest import client_as_default
-
-    with client_as_default(_cluster) as c:
-        yield c
-
 
 def _gathered(y: da.Array) -> np.ndarray:
     """``y`` on the client a chunk at a time (``compute()`` concatenates on one worker)."""
