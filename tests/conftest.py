@@ -188,7 +188,7 @@ def local_process_cluster(n_workers: int, threads_per_worker: int = 1,
 
     with (
         LocalCluster(n_workers=n_workers, threads_per_worker=threads_per_worker, processes=True,
-                     dashboard_address=None, worker_dashboard_address=None) as cluster,
+                     dashboard_address=":0", worker_dashboard_address=None) as cluster,
         Client(cluster, set_as_default=set_as_default) as c,
     ):  # fmt: skip
         yield c

@@ -34,7 +34,7 @@ def _intervals(client) -> dict:
 @pytest.fixture
 def cluster():
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                      dashboard_address=None, worker_dashboard_address=None) as c:
+                      dashboard_address=":0", worker_dashboard_address=None) as c:
         yield c
 
 

@@ -340,7 +340,7 @@ def test_a_closed_worker_of_this_process_is_not_named():
     whole suite in one process). Only a serving worker is named."""
     import distributed
 
-    with distributed.LocalCluster(n_workers=1, processes=False, dashboard_address=None) as c:
+    with distributed.LocalCluster(n_workers=1, processes=False, dashboard_address=":0") as c:
         with distributed.Client(c):
             closed = list(distributed.Worker._instances)  # kept alive past the close
     assert closed

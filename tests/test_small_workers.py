@@ -49,7 +49,7 @@ def _two_small_workers(**settings):
     with dask.config.set(settings):
         cluster = distributed.LocalCluster(
             n_workers=2, threads_per_worker=1, memory_limit="256MiB", processes=True,
-            dashboard_address=None, worker_dashboard_address=None)
+            dashboard_address=":0", worker_dashboard_address=None)
         try:
             with distributed.Client(cluster) as c:
                 yield c
@@ -216,7 +216,7 @@ def test_the_limit_is_read_from_this_process_workers():
         threads_per_worker=1,
         processes=False,
         memory_limit="100MiB",
-        dashboard_address=None,
+        dashboard_address=":0",
     ):
         assert compiler_room._worker_limit() == (100 << 20, 0.8, "pauses")
     assert compiler_room._worker_limit() == (None, 1.0, "")
@@ -452,7 +452,7 @@ def test_every_call_on_a_worker_without_room_leaves_numba_unloaded():
     }
     with (
         distributed.LocalCluster(n_workers=1, threads_per_worker=1, memory_limit="4GiB",
-                                 processes=True, dashboard_address=None,
+                                 processes=True, dashboard_address=":0",
                                  worker_dashboard_address=None) as cluster,
         distributed.Client(cluster) as client,
     ):  # fmt: skip

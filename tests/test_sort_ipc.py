@@ -168,7 +168,7 @@ def test_the_ipc_graph_on_workers_of_one_process_is_exact_and_releases_its_packs
     a[::13] = np.nan
     chunks = ((3001, 17, 4000, 2993, 5000, 1, 4999),)
     with distributed.LocalCluster(n_workers=3, threads_per_worker=1, processes=False,
-                                  dashboard_address=None) as cluster, \
+                                  dashboard_address=":0") as cluster, \
             distributed.Client(cluster) as client:  # fmt: skip
         x = da.from_array(a, chunks=chunks).persist()
         distributed.wait(x)
@@ -218,7 +218,7 @@ def test_every_worker_packs_before_it_merges_and_a_held_result_keeps_its_keys(ca
     a = np.random.default_rng(8).random(2**18)
     with pytest.MonkeyPatch.context() as mp, \
             distributed.LocalCluster(n_workers=4, threads_per_worker=1, processes=False,
-                                     dashboard_address=None) as cluster, \
+                                     dashboard_address=":0") as cluster, \
             distributed.Client(cluster) as client, \
             caplog.at_level(logging.WARNING, logger="distributed.scheduler"):  # fmt: skip
         mp.setattr(sort_graph, "_ipc_refusal", lambda *a, **k: None)

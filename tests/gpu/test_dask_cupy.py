@@ -207,7 +207,7 @@ def test_cluster_scattered_placement_one_task_per_worker(direct: bool) -> None:
     x_np = np.random.default_rng(22).random(2**21 + 13).astype(np.float32)
     step = 2**17
     with (
-        distributed.LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None) as lc,
+        distributed.LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=":0") as lc,
         distributed.Client(lc) as client,
     ):
         x = _in_turn(client, x_np, step)
@@ -244,7 +244,7 @@ def test_cluster_scattered_nd_blocks_read_as_held() -> None:
     b = np.random.default_rng(23).random((2**15 + 3, 3, 4)).astype(np.float32)
     step = 2**12
     with (
-        distributed.LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None) as lc,
+        distributed.LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=":0") as lc,
         distributed.Client(lc) as client,
     ):
         x = _in_turn(client, b, step)

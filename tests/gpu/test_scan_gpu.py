@@ -298,7 +298,7 @@ def test_cupy_chunks_on_a_cluster_of_processes() -> None:
     a = np.arange(777_777, dtype=np.int64)
     f = data("float32", 100_003, seed=4)
     with (
-        distributed.LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None) as lc,
+        distributed.LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=":0") as lc,
         distributed.Client(lc),
     ):
         x = da.from_array(a, chunks=77_777).map_blocks(cupy.asarray)
