@@ -218,17 +218,35 @@ def total(a: Any, acc: np.dtype) -> np.generic:
     flat = _flat(a)
     acc = np.dtype(acc)
     n = int(flat.size)
-    if n == 0:
-        return acc.type(0)
+    if n == 0:  # adds nothing: -0.0 for floats, as numpy_scan.total
+        return acc.type(-0.0 if acc.kind == "f" else 0)
     if np.dtype(np.float32) not in (acc, flat.dtype):
-        return acc.type(cupy.sum(flat, dtype=acc).get())
-    mod = module_for(ScanSpec.make(np.dtype(flat.dtype), acc, "total", True))
-    g = min(_grid(n), _TOTAL_GRID)
-    partial = cupy.empty(g, dtype=acc)
-    mod.kernel("partial")((g,), (SIMPLE_BLOCK,), (flat, partial, np.int64(n)))
-    out = cupy.empty(1, dtype=acc)
-    mod.kernel("final")((1,), (SIMPLE_BLOCK,), (partial, out, np.int64(g)))
-    return acc.type(out.get()[0])
+        got = acc.type(cupy.sum(flat, dtype=acc).get())
+    else:
+        mod = module_for(ScanSpec.make(np.dtype(flat.dtype), acc, "total", True))
+        g = min(_grid(n), _TOTAL_GRID)
+        partial = cupy.empty(g, dtype=acc)
+        mod.kernel("partial")((g,), (SIMPLE_BLOCK,), (flat, partial, np.int64(n)))
+        out = cupy.empty(1, dtype=acc)
+        mod.kernel("final")((1,), (SIMPLE_BLOCK,), (partial, out, np.int64(g)))
+        got = acc.type(out.get()[0])
+    return _signed_zero(got, flat, acc)
+
+
+def _signed_zero(got: np.generic, flat: Any, acc: np.dtype) -> np.generic:
+    """A float total of 0: -0.0 where every element is -0.0, as NumPy's sum in order from
+    -0.0 gives it. The reductions here start their threads at 0.0 (0.0 + -0.0 is 0.0), so a
+    chunk of -0.0s totalled 0.0 and a cumsum's later chunks came back 0.0 where np.cumsum
+    keeps -0.0 (the CPU's fault, found by a probe on 2026-12-01; numpy_scan.total). In
+    round-to-nearest a sum is -0.0 only when every term is, and a zero total of elements
+    that all carry the sign bit has only -0.0s: one more reduction, for zero totals only."""
+    if acc.kind != "f" or got != 0 or np.signbit(got):
+        return got
+    import cupy
+
+    if flat.dtype.kind == "f" and bool(cupy.signbit(flat).all()):
+        return acc.type(-0.0)
+    return got
 
 
 # ------------------------------------------------------------------ scan compaction ----------

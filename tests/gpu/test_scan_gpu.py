@@ -286,6 +286,28 @@ def test_cupy_chunk_after_empty_chunks_only_takes_no_offset(alg: str) -> None:
         assert scanned(chunks).tobytes() == one.tobytes(), chunks
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_cupy_offsets_keep_a_negative_zero_sum(dtype: str) -> None:
+    """A sum of -0.0s is -0.0: the chunk totals started at 0.0 on the GPU as on the CPU, so
+    every chunk after an all -0.0 prefix came back 0.0 where np.cumsum keeps -0.0 (the CPU
+    test: test_scan.py, test_offsets_keep_a_negative_zero_sum)."""
+    from dask_compact.backends.cupy_scan import total
+
+    x = np.array([-0.0, -0.0, -0.0, -0.0, 1.0, -1.0], dtype)
+    for chunks in ((1,) * 6, (2, 4), (1, 0, 1, 0, 4), (0, 2, 0, 1, 3), (3, 0, 3)):
+        d = da.from_array(x, chunks=(chunks,)).map_blocks(cupy.asarray)
+        with dask.config.set(scheduler="threads"):
+            got = cupy.asnumpy(cumsum(d).compute())
+            assert got.tobytes() == np.cumsum(x).tobytes(), chunks
+            got = cupy.asnumpy(cumsum(d, exclusive=True).compute())
+            assert got.tobytes() == scan_array(x, exclusive=True).tobytes(), chunks
+    for acc in ("float32", "float64"):
+        assert np.signbit(total(cupy.zeros(0, dtype), np.dtype(acc)))
+        assert np.signbit(total(cupy.asarray(x[:4]), np.dtype(acc)))
+        assert not np.signbit(total(cupy.asarray(x[3:]), np.dtype(acc)))  # -0.0 + 1 - 1
+    assert total(cupy.asarray(x[:4]), np.dtype("int64")) == 0
+
+
 def test_cupy_chunks_on_a_cluster_of_processes() -> None:
     """cumsum of CuPy chunks on worker processes (one GPU may serve both): the tasks call the
     dispatch by a module function. With the Dispatch object itself in the graph, each worker
