@@ -201,6 +201,9 @@ def test_errors() -> None:
     x = da.arange(10, chunks=3)
     with pytest.raises(TypeError, match="dask array.*dask_compact.scan_array for an in-memory"):
         cumsum(a)
+    # the other way round: np.asarray was the hint (computing the array to scan it here)
+    with pytest.raises(TypeError, match=r"in-memory.*dask_compact.cumsum\(x\)"):
+        scan_array(x)
     with pytest.raises(ValueError, match="runs on CuPy data"):
         cumsum(x, algorithm="lookback")
     with pytest.raises(ValueError, match="known chunk sizes"):
