@@ -119,8 +119,12 @@ def _checked(fn: str, a: Any, pred: PredicateLike, output: str, stable: bool, al
         raise TypeError(f"{fn} needs a NumPy or CuPy array, not {type(a).__name__}")
     a = in_memory(a)
     if is_dask_array(a):
+        # the dask call of the same operation (partition_array was told map_compact, a
+        # compaction, until 2026-12-01; a probe)
+        dask_call = ("dask_compact.partition(x, pred)" if fn == "partition_array"
+                     else "x.map_compact(pred) (dask_compact.map_compact)")
         raise TypeError(f"{fn} takes an in-memory NumPy or CuPy array; for a dask array use "
-                        "x.map_compact(pred) (dask_compact.map_compact)")
+                        f"{dask_call}")
     check_chunk_type(a, fn, in_memory=True)
     check_dtype(a.dtype)
     p = as_predicate(pred)

@@ -15,7 +15,14 @@ import numpy as np
 
 from . import settings, workers_installed
 from .dispatch import scan_chunk, scan_total
-from .validate import as_declared, check_chunk_type, conversion, in_memory, native
+from .validate import (
+    as_declared,
+    check_chunk_type,
+    conversion,
+    in_memory,
+    is_dask_array,
+    native,
+)
 
 __all__ = ["scan_array", "cumsum", "scan_dtype", "CPU_ALGORITHMS", "GPU_ALGORITHMS"]
 
@@ -142,6 +149,12 @@ def scan_array(a: Any, *, exclusive: bool = True, algorithm: str = "auto",
     if isinstance(a, np.generic):
         a = np.asarray(a)  # a NumPy scalar, as np.cumsum takes it
     a = in_memory(a)
+    if is_dask_array(a):
+        # np.asarray(a) was the hint until 2026-12-01 (a probe): computing it to scan it here
+        raise TypeError(
+            "scan_array takes an in-memory NumPy or CuPy array; for a dask array use "
+            "dask_compact.cumsum(x) (exclusive=True for scan_array's default)"
+        )
     if isinstance(a, np.ma.MaskedArray):
         check_chunk_type(a, "scan_array")  # refused, with what to do instead
     if type(a) is not np.ndarray and not _is_gpu(a):

@@ -117,6 +117,9 @@ def test_errors() -> None:
         partition(np.arange(3), "x > 1")
     with pytest.raises(TypeError, match="NumPy or CuPy"):
         partition_array([1, 2], "x > 1")
+    # map_compact was the hint: a compaction, not the split asked for
+    with pytest.raises(TypeError, match=r"in-memory.*dask_compact.partition\(x, pred\)"):
+        partition_array(x, "x > 1")
     with pytest.raises(ValueError, match="output"):
         partition(x, "x > 1", output="mask")
     with pytest.raises(TypeError):

@@ -154,6 +154,26 @@ def test_a_chunk_after_empty_chunks_only_is_numpys_bit_for_bit() -> None:
     assert got[:1].tobytes() == np.cumsum(signalling)[:1].tobytes()
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_offsets_keep_a_negative_zero_sum(dtype: str) -> None:
+    """A chunk after others adds their totals' sum, and a sum of -0.0s is -0.0: each total
+    started at 0.0 (0.0 + -0.0 is 0.0), so every chunk after the first of an all -0.0 prefix
+    came back 0.0 where np.cumsum keeps -0.0, an empty chunk's total (0.0) did the same
+    between two chunks, and an exclusive scan's first element of such a chunk too (an
+    adversarial probe, 2026-12-01). -0.0 is the sum's identity: -0.0 + v is v for every v."""
+    x = np.array([-0.0, -0.0, -0.0, -0.0, 1.0, -1.0], dtype)
+    for chunks in ((1,) * 6, (2, 4), (1, 0, 1, 0, 4), (0, 2, 0, 1, 3), (3, 0, 3)):
+        got = cumsum(da.from_array(x, chunks=(chunks,))).compute()
+        assert got.tobytes() == np.cumsum(x).tobytes(), chunks
+        got = cumsum(da.from_array(x, chunks=(chunks,)), exclusive=True).compute()
+        assert got.tobytes() == scan_array(x, exclusive=True).tobytes(), chunks
+    a = np.zeros(0, dtype)
+    from dask_compact.backends import numpy_scan
+
+    assert np.signbit(numpy_scan.total(a, np.dtype(dtype)))  # an empty chunk adds nothing
+    assert np.signbit(numpy_scan.total(x[:4], np.dtype(dtype)))
+
+
 def test_sequential_is_auto() -> None:
     a = data("uint8", 1000, seed=5)
     np.testing.assert_array_equal(scan_array(a, algorithm="sequential"), scan_array(a))
@@ -181,6 +201,9 @@ def test_errors() -> None:
     x = da.arange(10, chunks=3)
     with pytest.raises(TypeError, match="dask array.*dask_compact.scan_array for an in-memory"):
         cumsum(a)
+    # the other way round: np.asarray was the hint (computing the array to scan it here)
+    with pytest.raises(TypeError, match=r"in-memory.*dask_compact.cumsum\(x\)"):
+        scan_array(x)
     with pytest.raises(ValueError, match="runs on CuPy data"):
         cumsum(x, algorithm="lookback")
     with pytest.raises(ValueError, match="known chunk sizes"):

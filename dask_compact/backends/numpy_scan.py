@@ -93,15 +93,19 @@ def total(a: np.ndarray, acc: np.dtype) -> np.generic:
     """The sum of ``a`` in ``acc``, added in order (as the scan adds)."""
     acc = np.dtype(acc)
     flat = _prepared(a, acc)
+    # A float sum starts at -0.0, the identity of IEEE addition (-0.0 + v is v for every v):
+    # from 0.0, a chunk of -0.0s totalled 0.0, and every later chunk of a cumsum whose prefix
+    # sums to -0.0 came back 0.0 where np.cumsum keeps -0.0 (until 2026-12-01; a probe)
+    zero = acc.type(-0.0 if acc.kind == "f" else 0)
     if flat.size == 0:
-        return acc.type(0)
+        return zero
     loops = _loops()
     if loops is not None:
-        return _wrapped(loops.sum_loop(flat, acc.type(0)), acc)
+        return _wrapped(loops.sum_loop(flat, zero), acc)
     last = np.empty(1, dtype=acc)
-    for lo in range(0, flat.size, _STEP):  # 0 + a[0] + a[1] + ..., a step at a time
+    for lo in range(0, flat.size, _STEP):  # -0.0 + a[0] + a[1] + ..., a step at a time
         step = np.empty(min(_STEP, flat.size - lo), dtype=acc)
-        _cumsum_into(flat[lo : lo + _STEP], step, last[0] if lo else acc.type(0))
+        _cumsum_into(flat[lo : lo + _STEP], step, last[0] if lo else zero)
         last[0] = step[-1]
     return acc.type(last[0])
 
