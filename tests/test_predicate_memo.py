@@ -994,3 +994,78 @@ def test_a_class_of_a_reloaded_module_with_other_bases_gets_another_dask_name(mo
     got = dask.compute(y1, y2)
     np.testing.assert_array_equal(got[0], [5])
     np.testing.assert_array_equal(got[1], [4])
+
+
+# -- a config class with methods beside its data (the eleventh session, 2026-12-01) ----------
+
+UNSEEN = 5.0
+
+
+class CfgM:
+    """Data read as ``CfgM.T``, with code beside it that no predicate below runs unnamed."""
+
+    T = 4.0
+
+    def describe(self):
+        return f"T={self.T}"
+
+    def __float__(self):
+        return UNSEEN
+
+    @property
+    def doubled(self):
+        return 2 * self.T
+
+    @classmethod
+    def make(cls):
+        return cls()
+
+
+class _Unseen:
+    """A descriptor: reading ``CfgD.T`` off the class runs this Python code."""
+
+    def __get__(self, obj, cls):
+        return UNSEEN
+
+
+class CfgD:
+    T = _Unseen()
+
+
+def test_a_config_class_with_methods_read_only_by_attribute_is_keyed():
+    """``CfgM.T`` beside a method: reading it off the class runs none of the class's code, so
+    the key (the class, T's value) says all the trace depends on; until 2026-12-01 it was
+    traced every call (+49-53% on a 2^10 CPU call)."""
+    pred = lambda v: (v > CfgM.T) & (v < CfgM.T * 2)  # noqa: E731
+    old = CfgM.T
+    try:
+        assert trace_key(pred) is not None
+        assert as_predicate(pred) is as_predicate(pred)
+        for t in (4.0, 2.5, 4.0):
+            CfgM.T = t
+            check(pred, (A > t) & (A < t * 2))
+    finally:
+        CfgM.T = old
+
+
+@pytest.mark.parametrize("make", [
+    lambda: (lambda v: v > float(CfgM())),  # made: __float__ runs unnamed
+    lambda: (lambda v: v > float(CfgM.make())),  # a classmethod named: not a value
+    lambda: (lambda v: v > CfgM().T),  # made
+    lambda: (lambda v: v > [CfgM][0].T),  # the class itself goes somewhere
+    lambda: (lambda v: v > float(operator.call(CfgM))),  # handed on, and called there
+    lambda: (lambda v: v > len(CfgM.describe(CfgM))),  # a method named
+    lambda: (lambda v: v > len(repr(CfgM.doubled))),  # a property named
+    lambda: (lambda v: v > CfgD.T),  # a descriptor's Python __get__ runs on the read
+    lambda C=CfgM: (lambda v: v > C.T),  # held in a closure: not looked at, refused as before
+])
+def test_a_class_with_code_the_predicate_can_reach_stays_unkeyed(make):
+    global UNSEEN
+    assert trace_key(make()) is None
+    old = UNSEEN
+    try:
+        for UNSEEN in (5.0, 7.0):  # noqa: B007 -- what the code reads unnamed
+            got = compact_array(A, make())
+            np.testing.assert_array_equal(got, A[np.asarray(make()(A), bool)])
+    finally:
+        UNSEEN = old
