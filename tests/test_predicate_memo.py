@@ -303,6 +303,100 @@ def test_a_class_attribute_rebound_while_tracing_is_never_kept(monkeypatch):
         Cfg.T = old
 
 
+def test_an_attribute_set_during_the_trace_and_set_back_after_it_is_never_kept(monkeypatch):
+    """The same as a thread would do it, deterministically: the attribute is 6.875 only while
+    the trace runs, 2.875 when the memo reads it before and after. Until 2026-12-01 the trace
+    of 6.875 was kept under 2.875's key (a class's, a module's, one deep down)."""
+    import importlib
+
+    trace_module = importlib.import_module("dask_compact.predicate.trace")
+    real = trace_module.trace
+    mod = types.ModuleType("settings")
+    cases = [(Cfg, "T", lambda v: v > Cfg.T),
+             (mod, "limit", eval("lambda v: v > settings.limit", {"settings": mod})),
+             (Cuts.E.W, "lo", lambda v: v > Cuts.E.W.lo)]
+    for owner, name, pred in cases:
+        old = getattr(owner, name, None)
+
+        def trace(func, *args, owner=owner, name=name):
+            monkeypatch.setattr(trace_module, "trace", real)
+            setattr(owner, name, 6.875)
+            try:
+                return real(func, *args)
+            finally:
+                setattr(owner, name, 2.875)
+
+        try:
+            setattr(owner, name, 2.875)
+            monkeypatch.setattr(trace_module, "trace", trace)
+            _either(compact_array(A, pred), A > 2.875, A > 6.875)
+            check(pred, A > 2.875)
+        finally:
+            setattr(owner, name, old)
+
+
+class Toggled:
+    T = 0.5
+
+
+def _reads_toggled(k):
+    # Toggled.T read many times over the trace, so that the trace meets a value the other
+    # thread set between two of the memo's readings of it far more often than with one read
+    # (k < 0, never in the data)
+    return lambda v: ((v > Toggled.T) & (v < Toggled.T * 3) & (v > Toggled.T / 2)
+                      & (v != Toggled.T + k) & (v != Toggled.T + 2 * k) & (v != Toggled.T + 3 * k)
+                      & (v != Toggled.T + 4 * k) & (v != Toggled.T + 5 * k)
+                      & (v != Toggled.T + 6 * k) & (v != Toggled.T + 7 * k)
+                      & (v != Toggled.T + 8 * k) & (v != Toggled.T + 9 * k))
+
+
+def test_a_class_attribute_set_and_set_back_by_another_thread_while_tracing():
+    """A thread setting ``Toggled.T`` to 0.25 and back to 0.5 while calls trace: the memo
+    read 0.5 before the trace and 0.5 after it, the trace read 0.25, and until 2026-12-01
+    that trace was kept under 0.5's key, so a later call with ``Toggled.T == 0.5`` selected
+    what 0.25 selects (a probe: 1-7 of 100 calls under forced thread switching). Each batch of
+    50 new predicates (a new closure constant ``k``, never in the data) is traced while the
+    thread runs, then called again with nothing running beside (on the code before the fix
+    the first wrong answer came within 0.1-2 s on a loaded 2-core machine)."""
+    import sys
+    import threading
+
+    want = A[(A > 0.5) & (A < 1.5)]
+    stop = threading.Event()
+
+    def toggle():
+        while not stop.is_set():
+            Toggled.T = 0.25
+            time.sleep(0)  # lets the calling thread run with each value in turn
+            Toggled.T = 0.5
+            time.sleep(0)
+
+    np.testing.assert_array_equal(compact_array(A, _reads_toggled(-0.5)), want)  # compiled
+    old, start, n = sys.getswitchinterval(), time.perf_counter(), 0
+    try:
+        while time.perf_counter() - start < 4.0:
+            ks = [-1.0 - n - i for i in range(50)]
+            n += len(ks)
+            stop.clear()
+            thread = threading.Thread(target=toggle)
+            sys.setswitchinterval(1e-6)
+            thread.start()
+            try:
+                for k in ks:
+                    as_predicate(_reads_toggled(k))
+            finally:
+                stop.set()
+                thread.join()
+                sys.setswitchinterval(old)
+                Toggled.T = 0.5
+            for k in ks:
+                np.testing.assert_array_equal(compact_array(A, _reads_toggled(k)), want)
+    finally:
+        stop.set()
+        sys.setswitchinterval(old)
+        Toggled.T = 0.5
+
+
 def test_a_closure_cell_rebound_while_tracing_a_record_predicate(monkeypatch):
     from dask_compact import compact_records
 
@@ -900,3 +994,78 @@ def test_a_class_of_a_reloaded_module_with_other_bases_gets_another_dask_name(mo
     got = dask.compute(y1, y2)
     np.testing.assert_array_equal(got[0], [5])
     np.testing.assert_array_equal(got[1], [4])
+
+
+# -- a config class with methods beside its data (the eleventh session, 2026-12-01) ----------
+
+UNSEEN = 5.0
+
+
+class CfgM:
+    """Data read as ``CfgM.T``, with code beside it that no predicate below runs unnamed."""
+
+    T = 4.0
+
+    def describe(self):
+        return f"T={self.T}"
+
+    def __float__(self):
+        return UNSEEN
+
+    @property
+    def doubled(self):
+        return 2 * self.T
+
+    @classmethod
+    def make(cls):
+        return cls()
+
+
+class _Unseen:
+    """A descriptor: reading ``CfgD.T`` off the class runs this Python code."""
+
+    def __get__(self, obj, cls):
+        return UNSEEN
+
+
+class CfgD:
+    T = _Unseen()
+
+
+def test_a_config_class_with_methods_read_only_by_attribute_is_keyed():
+    """``CfgM.T`` beside a method: reading it off the class runs none of the class's code, so
+    the key (the class, T's value) says all the trace depends on; until 2026-12-01 it was
+    traced every call (+49-53% on a 2^10 CPU call)."""
+    pred = lambda v: (v > CfgM.T) & (v < CfgM.T * 2)  # noqa: E731
+    old = CfgM.T
+    try:
+        assert trace_key(pred) is not None
+        assert as_predicate(pred) is as_predicate(pred)
+        for t in (4.0, 2.5, 4.0):
+            CfgM.T = t
+            check(pred, (A > t) & (A < t * 2))
+    finally:
+        CfgM.T = old
+
+
+@pytest.mark.parametrize("make", [
+    lambda: (lambda v: v > float(CfgM())),  # made: __float__ runs unnamed
+    lambda: (lambda v: v > float(CfgM.make())),  # a classmethod named: not a value
+    lambda: (lambda v: v > CfgM().T),  # made
+    lambda: (lambda v: v > [CfgM][0].T),  # the class itself goes somewhere
+    lambda: (lambda v: v > float(operator.call(CfgM))),  # handed on, and called there
+    lambda: (lambda v: v > len(CfgM.describe(CfgM))),  # a method named
+    lambda: (lambda v: v > len(repr(CfgM.doubled))),  # a property named
+    lambda: (lambda v: v > CfgD.T),  # a descriptor's Python __get__ runs on the read
+    lambda C=CfgM: (lambda v: v > C.T),  # held in a closure: not looked at, refused as before
+])
+def test_a_class_with_code_the_predicate_can_reach_stays_unkeyed(make):
+    global UNSEEN
+    assert trace_key(make()) is None
+    old = UNSEEN
+    try:
+        for UNSEEN in (5.0, 7.0):  # noqa: B007 -- what the code reads unnamed
+            got = compact_array(A, make())
+            np.testing.assert_array_equal(got, A[np.asarray(make()(A), bool)])
+    finally:
+        UNSEEN = old

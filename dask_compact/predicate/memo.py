@@ -21,7 +21,8 @@ whose equality means equal behaviour:
 
 Anything else (another Python function, an array, an object with state, an instance of a
 subclass of ``int`` or ``str``, whose own ``==`` decides nothing here, a class with methods,
-whose code Python can run unnamed: ``float(Cut())``) makes the key None:
+whose code Python can run unnamed: ``float(Cut())``, unless the code only reads attributes
+off it, ``CfgM.T``: :func:`attribute_only_names`) makes the key None:
 its behaviour could change between calls with nothing in the key changing. So does a builtin
 that reads the world rather than its arguments (``time.time``, ``random.random``,
 ``np.random.rand``, ``datetime.datetime.now``, ``open``), a class whose construction runs
@@ -39,6 +40,7 @@ from __future__ import annotations
 
 import builtins
 import dataclasses
+import dis
 import enum
 import functools
 import struct
@@ -360,6 +362,66 @@ def _runs_code(value: Any) -> bool:
     return callable(value) or bool(kind.__flags__ & _HEAPTYPE) and hasattr(kind, "__get__")
 
 
+# The instructions that read an attribute of what the one before left (LOAD_METHOD: 3.11)
+_ATTRIBUTE_READS = frozenset({"LOAD_ATTR", "LOAD_METHOD"})
+
+
+@functools.lru_cache(maxsize=1024)
+def attribute_only_names(code: types.CodeType) -> frozenset[str]:
+    """The global names whose value ``code`` (and code nested in it) only reads attributes
+    of: every instruction naming one is a ``LOAD_GLOBAL`` the next instruction reads an
+    attribute of (``Cfg.T``, ``Cfg.f()``). What such a global holds goes nowhere else:
+    not called, indexed, compared or handed to a function, so no instance of it is made."""
+    fine: set[str] = set()
+    other: set[str] = set()
+
+    def walk(c: types.CodeType) -> None:
+        ins = list(dis.get_instructions(c))
+        for i, op in enumerate(ins):
+            if not isinstance(op.argval, str) or op.opname in _ATTRIBUTE_READS:
+                continue  # an attribute of that name is not the global
+            if (op.opname == "LOAD_GLOBAL" and i + 1 < len(ins)
+                    and ins[i + 1].opname in _ATTRIBUTE_READS):
+                fine.add(op.argval)
+            else:  # the global loaded otherwise, a local of its name, a string constant
+                other.add(op.argval)
+        for const in c.co_consts:
+            if isinstance(const, types.CodeType):
+                walk(const)
+
+    walk(code)
+    return frozenset(fine - other)
+
+
+def _attributes_run_no_code(cls: type) -> bool:
+    """Whether reading an attribute off ``cls`` itself (not off an instance) runs none of
+    its Python code: its metaclass is ``type``, and its code and its bases' is plain
+    functions, properties and static and class methods of functions, which a read through
+    the class gives as they are (a function, a property, a bound method: no values, so a
+    key naming one is None) without running them. Not a descriptor of a class statement's,
+    whose ``__get__`` runs on the read, nor ``classmethod(property(f))``, which runs ``f``.
+    With :func:`attribute_only_names`, a class with methods read only as ``CfgM.T`` is
+    keyed (until 2026-12-01 it was traced every call: +49-53% on a 2^10 CPU call); the
+    code of a class the predicate calls, holds an instance of, or hands on stays refused
+    (:func:`_holds_code`: ``float(Cut())`` runs ``Cut.__float__`` unnamed)."""
+    if type(cls) is not type:
+        return False
+    for c in cls.__mro__:
+        if not c.__flags__ & _HEAPTYPE:
+            continue
+        for v in vars(c).values():
+            kind = type(v)
+            if kind in _INERT or kind is types.FunctionType or kind is property:
+                continue
+            if kind is staticmethod or kind is classmethod:
+                if type(v.__func__) is types.FunctionType:
+                    continue
+                return False
+            if _runs_code(v):
+                return False
+    return True
+
+
 @functools.lru_cache(maxsize=1024)
 def impure_builtin_names(code: types.CodeType) -> tuple[str, ...]:
     """The names ``code`` reads that are builtins other than pure functions and classes
@@ -405,7 +467,9 @@ def trace_key(func: Callable[..., Any]) -> tuple | None:
         return None
 
 
-def _trace_key(func: Callable[..., Any]) -> tuple | None:
+def _trace_key(func: Callable[..., Any], reads: dict | None = None) -> tuple | None:
+    """``reads``, where given, gets ``{id(owner): (owner, {name: value})}``: each attribute of
+    a module or class the key holds, as it was read (:data:`_MISSING` where it had none)."""
     code = getattr(func, "__code__", None)
     if not isinstance(func, types.FunctionType) or code is None:
         return None
@@ -438,12 +502,16 @@ def _trace_key(func: Callable[..., Any]) -> tuple | None:
     for name in names:
         if name not in g:
             continue  # an attribute name, or a builtin
-        part = _part(g[name])
+        value = g[name]
+        part = _part(value)
         if part is None:
-            return None
+            if not (isinstance(value, type) and name in attribute_only_names(code)
+                    and _attributes_run_no_code(value)):
+                return None
+            part = _held(value)  # a config class with methods beside its data (CfgM.T)
         parts.append((name, part))
-        if isinstance(g[name], (types.ModuleType, type)):
-            owners.append(g[name])
+        if isinstance(value, (types.ModuleType, type)):
+            owners.append(value)
     # Attributes the code may read off modules and classes (np.sin, np.random.rand, Cfg.T,
     # Cuts.E.W.lo): their current values, so that rebinding one changes the key.
     # Each owner by its place in the order they are met: the key holds the owner itself in its
@@ -461,8 +529,11 @@ def _trace_key(func: Callable[..., Any]) -> tuple | None:
         nested = []
         for owner in owners:
             at = seen[id(owner)]
+            got = None if reads is None else reads.setdefault(id(owner), (owner, {}))[1]
             for name in names:
                 value = getattr(owner, name, _MISSING)
+                if got is not None:
+                    got[name] = value
                 if value is _MISSING:
                     continue
                 part = _part(value)
@@ -565,15 +636,116 @@ def trace_under_key(func: Callable[..., Any], trace: Callable[[Any], Any]) -> tu
     the two left a trace of the new value under the old value's key, and every later call
     with the old value got the other threshold (a new-user probe: 758 values where NumPy
     selected 911). Now the key and the trace come from one copy of the globals, closure cells
-    and defaults (:func:`frozen`); the attributes of modules and classes (``Cfg.T``) are read
-    as the trace runs, so a key taken again after the trace that differs means one changed
-    meanwhile: the trace serves this call (it read either value, as Python would) and is not
-    kept. The predicate returned holds ``func`` itself: a mask-path one runs it as it is."""
+    and defaults (:func:`frozen`). Until 2026-12-01 the attributes of modules and classes
+    (``Cfg.T``) were read live as the trace ran, and the key taken again after it: a thread
+    setting ``Cfg.T`` from A to B and back to A while the trace ran left B's trace under A's
+    key (a probe: 1-7 in 100 calls under forced thread switching), and a later call with A
+    selected what B does. The trace now reads them from the values the key was made of
+    (:func:`_snapshot`); where it reaches the live class some other way (makes an instance
+    of it, which reads the class's attributes unseen) it serves this call and is not kept,
+    nor where the key taken again after it differs (a class given code meanwhile).
+    The predicate returned holds ``func`` itself: a mask-path one runs it as it is."""
     fixed = frozen(func)
     if fixed is None:
         return trace(func), None
-    key = trace_key(fixed)
-    p = dataclasses.replace(trace(fixed), func=func)
-    if key is None or trace_key(fixed) != key:
-        return p, None
-    return p, key
+    reads: dict[int, tuple[Any, dict[str, Any]]] = {}
+    try:
+        key = _trace_key(fixed, reads)
+    except Exception:  # as trace_key: the trace says what it has to
+        key = None
+    if key is None:
+        return dataclasses.replace(trace(fixed), func=func), None
+    live: list[str] = []
+    p = dataclasses.replace(trace(_snapshot(fixed, reads, live)), func=func)
+    # the key again all the same: what it holds besides those attributes (whether a class
+    # holds code, an enum member attributes of its own) is read live
+    return p, None if live or trace_key(fixed) != key else key
+
+
+def _snapshot(fixed: types.FunctionType, reads: dict[int, tuple[Any, dict[str, Any]]],
+              live: list[str]) -> types.FunctionType:
+    """A copy of ``fixed`` (:func:`frozen`'s) whose modules and classes, in its globals,
+    cells and defaults and among their attributes, are :class:`_Seen` stand-ins giving the
+    attributes ``reads`` holds. NumPy's and Python's C types stay themselves: their
+    attributes cannot be set."""
+    seen: dict[int, Any] = {}
+    for i, (owner, values) in reads.items():
+        if isinstance(owner, types.ModuleType) or owner.__flags__ & _HEAPTYPE:
+            seen[i] = _Seen(owner, values, seen, live)
+
+    def shown(value: Any) -> Any:
+        return seen.get(id(value), value)
+
+    g = {name: shown(v) for name, v in fixed.__globals__.items()}
+    cells = tuple(types.CellType(shown(c.cell_contents)) for c in fixed.__closure__ or ())
+    defaults = tuple(shown(v) for v in fixed.__defaults__) if fixed.__defaults__ else None
+    copy = types.FunctionType(fixed.__code__, g, fixed.__name__, defaults, cells or None)
+    if fixed.__kwdefaults__:
+        copy.__kwdefaults__ = {k: shown(v) for k, v in fixed.__kwdefaults__.items()}
+    copy.__qualname__, copy.__module__ = fixed.__qualname__, fixed.__module__
+    return copy
+
+
+class _Seen:
+    """A module or class as the trace reads it (:func:`_snapshot`): the attributes its code
+    names are the values the key holds (an attribute it had none of raises, as it did);
+    another module or class among them is its own stand-in. Anything else (Python or NumPy
+    looking up a name the code does not hold, the class called, indexed, iterated) goes to
+    the live object and, but for an enum's members, which are fixed for the life of the
+    class, marks the trace as not to be kept (``live``): an instance made of a class reads
+    the class's attributes unseen."""
+
+    __slots__ = ("_obj", "_values", "_seen", "_live")
+
+    def __init__(self, obj: Any, values: dict[str, Any], seen: dict[int, Any],
+                 live: list[str]) -> None:
+        object.__setattr__(self, "_obj", obj)
+        object.__setattr__(self, "_values", values)
+        object.__setattr__(self, "_seen", seen)
+        object.__setattr__(self, "_live", live)
+
+    def __getattribute__(self, name: str) -> Any:
+        get = object.__getattribute__
+        values = get(self, "_values")
+        if name in values:
+            value = values[name]
+            if value is _MISSING:
+                raise AttributeError(f"{get(self, '_obj')!r} has no attribute {name!r}")
+            return get(self, "_seen").get(id(value), value)
+        return getattr(_Seen._live_obj(self, name), name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(_Seen._live_obj(self, name), name, value)
+
+    def __delattr__(self, name: str) -> None:
+        delattr(_Seen._live_obj(self, name), name)
+
+    def _live_obj(self, what: str) -> Any:
+        obj = object.__getattribute__(self, "_obj")
+        if not (isinstance(obj, type) and type(obj).__call__ is _ENUM_CALL
+                and what in _ENUM_FIXED):
+            object.__getattribute__(self, "_live").append(what)
+        return obj
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return _Seen._live_obj(self, "__call__")(*args, **kwargs)
+
+    def __getitem__(self, key: Any) -> Any:
+        return _Seen._live_obj(self, "__getitem__")[key]
+
+    def __iter__(self) -> Any:
+        return iter(_Seen._live_obj(self, "__iter__"))
+
+    def __len__(self) -> int:
+        return len(_Seen._live_obj(self, "__len__"))
+
+    def __contains__(self, item: Any) -> bool:
+        return item in _Seen._live_obj(self, "__contains__")
+
+    def __repr__(self) -> str:
+        return repr(_Seen._live_obj(self, "__repr__"))
+
+
+# What Python does with an enum class that gives one of its members (fixed for the life of
+# the class: members are keyed by identity, value_key): Lvl(7), Lvl["HI"], list(Lvl)
+_ENUM_FIXED = frozenset({"__call__", "__getitem__", "__iter__", "__len__", "__contains__"})
