@@ -125,8 +125,10 @@ def build_records(
         return arrays
 
     persisted = dict(zip(outs, client_stream.persist(*[arrays[k] for k in outs])))
-    # counts: from a 1-D output's held sizes (a whole item per row), else count tasks
-    one_d = next((k for k in outs if persisted[k].ndim == 1), None)
+    # counts: from a 1-D output's held sizes (a whole item per row; not one of rows of no
+    # bytes, whose sizes say nothing), else count tasks
+    one_d = next((k for k in outs if persisted[k].ndim == 1 and persisted[k].dtype.itemsize),
+                 None)
     rows_out = _held_counts(persisted[one_d]) if one_d is not None else None
     if rows_out is None:
         a = persisted[outs[0]]

@@ -428,6 +428,24 @@ def test_local_cluster_of_processes(process_client):
     assert_same(out, reference(f, np.isin(f["id"] % 4, [1, 2]) & f["flag"]))
 
 
+def test_fields_of_zero_byte_rows_on_the_cluster(process_client):
+    """A 1-D field whose rows take no bytes (a structured dtype of no fields) counted by the
+    sizes the workers reported: every chunk's 0 bytes over an itemsize of 0 raised
+    ZeroDivisionError on a cluster (a record probe, 2026-12-01); the counts come from another
+    1-D output, or from count tasks where every 1-D output is of such rows."""
+    rng = np.random.default_rng(11)
+    a = rng.standard_normal(37)
+    f = {"e0": np.zeros(37, dtype=[]), "a": a}
+    d = {k: da.from_array(v, chunks=10) for k, v in f.items()}
+    out = compact_records(d, "a > 0", indices=True)
+    assert out["e0"].chunks == out["a"].chunks and not any(np.isnan(out["a"].chunks[0]))
+    assert_same(out, reference(f, a > 0, indices=True))
+    only = {"e0": d["e0"], "pos": da.from_array(rng.random((37, 3)), chunks=(10, 3))}
+    out = compact_records(only, "True")
+    assert out["e0"].chunks == ((10, 10, 10, 7),)
+    assert out["pos"].compute().shape == (37, 3)
+
+
 def test_masked_gathered_chunks_are_refused_on_the_cluster(process_client):
     """A gathered field's masked chunks are refused in the workers' tasks too, eager (at call
     time) and lazy (when computed), not sent back without their mask."""
