@@ -243,11 +243,23 @@ def compact_dataset(
             gathered.append(name)
     isel = [n for n in along if n not in gathered]
     want_indices = indices is not None or bool(isel)
+    positions = INDICES  # the key the selected rows' positions come back under
     if want_indices and INDICES in p.fields:
-        raise ValueError(
-            f"cond reads a variable named {INDICES!r}, the name the selected rows' positions "
-            "come back under from compact_records; rename it (ds.rename(...)) first"
-        )
+        # cond reads a variable of that name, whose field has the key: the positions are
+        # one more field, the rows' numbers, gathered as the others (until 2026-12-01 this
+        # was refused, "rename it first"; a record probe)
+        import numpy as np
+
+        positions = _new_name(f"<{INDICES}>", taken | set(fields))
+        rows = ds.sizes[dim]
+        if lead is not None:
+            fields[positions] = _from_array(np.arange(rows, dtype=np.int64), like)
+        elif _module(like) == "cupy":
+            import cupy
+
+            fields[positions] = cupy.arange(rows, dtype=np.int64)
+        else:
+            fields[positions] = np.arange(rows, dtype=np.int64)
     if chunks is not None and lead is None:
         raise ValueError(
             f"chunks= rebalances the chunks of a dask-backed Dataset's result; this one is in "
@@ -256,7 +268,8 @@ def compact_dataset(
         )
     # nothing selected: one empty chunk along dim (compact_records' rule), as isel gives and
     # as xarray's chunk() makes of a dask variable of the isel route
-    out = compact_records(fields, p, indices=want_indices, chunks=chunks)
+    out = compact_records(fields, p, indices=want_indices and positions == INDICES,
+                          chunks=chunks)
 
     new: dict[Hashable, xr.Variable] = {}
     for name in gathered:
@@ -266,7 +279,7 @@ def compact_dataset(
         new[name] = xr.Variable(rows_first, data, attrs=v.attrs).transpose(*v.dims)
     rest = ds.drop_vars(gathered)
     if isel:
-        rest = rest.isel({dim: _host(out[INDICES])})
+        rest = rest.isel({dim: _host(out[positions])})
     variables = {n: new[n] if n in new else rest.variables[n] for n in ds.variables}
     if lead is not None:
         # a dask variable of the isel route (objects) comes back with dask's own chunks
@@ -278,7 +291,7 @@ def compact_dataset(
     coords = xr.Coordinates({n: variables[n] for n in ds.coords}, indexes=dict(rest.xindexes))
     result = xr.Dataset({n: variables[n] for n in ds.data_vars}, coords=coords, attrs=ds.attrs)
     if indices is not None:
-        result = result.assign_coords({indices: xr.Variable((dim,), out[INDICES])})
+        result = result.assign_coords({indices: xr.Variable((dim,), out[positions])})
     if mask is not None:
         result = result.drop_vars(mask)
     # the encodings of the variables along dim describe the input's chunks and lengths

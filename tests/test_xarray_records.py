@@ -506,3 +506,24 @@ def test_a_sparse_cond_is_refused_in_the_callers_words():
     with pytest.raises(TypeError, match=r"^compact.where \(cond\) compacts NumPy or CuPy "
                                         r"chunks, not sparse\..*COO; .*todense\(\)"):
         ds.compact.where(ds.s[:, 0] > 0.5, dim="event")
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["in-memory", "dask"])
+def test_cond_may_read_a_variable_named_indices(chunked):
+    """A variable named ``indices``, the key compact_records returns the row positions under,
+    read by cond where the positions are wanted too (an index coordinate along dim, or
+    ``indices=``): refused until 2026-12-01 (a record probe) with "rename it first"; now
+    the positions come back under a key of their own."""
+    ds = events(41, seed=3).assign(indices=("event", np.arange(41) * 3))
+    d = ds.chunk(event=8) if chunked else ds
+    mask = (ds["indices"].values > 40) & (ds.energy.values > 3)
+    want = reference(ds, mask)
+    check_same(d.compact.where("(indices > 40) & (energy > 3)"), want)
+    out = d.compact.where(lambda indices, energy: (indices > 40) & (energy > 3), indices="row")
+    np.testing.assert_array_equal(out.row.values, np.flatnonzero(mask))
+    check_same(out.drop_vars("row"), want)
+    arr = d["indices"].compact.where("indices > 40", indices="row")
+    xr.testing.assert_identical(
+        arr.compute().drop_vars("row"),
+        ds["indices"].isel(event=np.flatnonzero(ds["indices"].values > 40)))
+    np.testing.assert_array_equal(arr.row.values, np.flatnonzero(ds["indices"].values > 40))
