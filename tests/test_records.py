@@ -177,6 +177,11 @@ def test_errors_before_anything_runs():
         compact_records({"a": np.arange(2), "b": np.ma.masked_array([1, 2])}, "a > 0")
     with pytest.raises(ValueError, match="takes none of the fields"):
         compact_records(f, lambda: True)
+    for mask in (f["mass"] > 1, da.from_array(f["mass"] > 1)):  # compact's form: say ours
+        with pytest.raises(TypeError, match=r'mask of the rows .*\{\*\*fields, "keep": mask\}'):
+            compact_records(f, mask)
+    with pytest.raises(TypeError, match=r"not NoneType$"):
+        compact_records(f, None)
     x = da.from_array(np.arange(10.0), chunks=5)
     y = x[x > 3]
     with pytest.raises(ValueError, match="unknown chunk sizes"):
