@@ -109,9 +109,9 @@ class CompactDatasetAccessor:
           dimensions is one field per column of those blocks, joined again after: its
           blocks stay as large as they were, and its chunks there are the input's.
         * Index coordinates (which xarray holds in memory, as pandas indexes), variables of
-          object dtype and other non-NumPy data (pandas extension arrays) are indexed with
-          the selected positions (``isel``), so xarray rebuilds the indexes (string, datetime
-          and multi-indexes included).
+          object dtype and other non-NumPy data (pandas extension arrays), and variables
+          with ``dim`` on two axes, are indexed with the selected positions (``isel``), so
+          xarray rebuilds the indexes (string, datetime and multi-indexes included).
         * Variables without ``dim`` are kept unchanged.
 
         Examples
@@ -229,7 +229,10 @@ def compact_dataset(
     taken = {n for n in along if isinstance(n, str)}
     for name in order:  # the lead first: compact_records aligns every field on it
         v = ds.variables[name]
-        if name not in p.fields and (name in indexed or not _fieldable(v, like)):
+        if name not in p.fields and (name in indexed or not _fieldable(v, like)
+                                     or v.dims.count(dim) > 1):
+            # dim on two axes (a (t, t) matrix): isel selects along both, where a field's
+            # rows keep every column (until 2026-12-01 xarray's error; a record probe)
             continue
         key = _key(name, along.index(name), name in p.fields, INDICES, taken)
         data = _rows_first(v, dim)

@@ -527,3 +527,20 @@ def test_cond_may_read_a_variable_named_indices(chunked):
         arr.compute().drop_vars("row"),
         ds["indices"].isel(event=np.flatnonzero(ds["indices"].values > 40)))
     np.testing.assert_array_equal(arr.row.values, np.flatnonzero(ds["indices"].values > 40))
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["in-memory", "dask"])
+def test_a_variable_with_dim_twice_is_indexed_as_isel_does(chunked):
+    """A variable with ``dim`` on two axes (a (t, t) matrix, which xarray holds with a
+    warning and isel indexes along both) made a field of rows whose trailing axis kept every
+    column, and the call failed in xarray's Variable ("dimensions ('t',) must have the same
+    length ...", a record probe of 2026-12-01); it takes the isel route now."""
+    rng = np.random.default_rng(5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # xarray's warning of the duplicate dimension
+        ds = xr.Dataset({"a": ("t", rng.standard_normal(19)),
+                         "sq": (("t", "t"), np.arange(19 * 19).reshape(19, 19))})
+        d = ds.chunk(t=5) if chunked else ds
+        mask = ds.a.values > 0
+        out = d.compact.where("a > 0")
+        xr.testing.assert_identical(out.compute(), ds.isel(t=np.flatnonzero(mask)))
