@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 
+import dask
 import dask.array as da
 import numpy as np
 import pytest
@@ -449,6 +450,24 @@ def test_fields_of_zero_byte_rows_on_the_cluster(process_client):
     out = compact_records(only, "True")
     assert out["e0"].chunks == ((10, 10, 10, 7),)
     assert out["pos"].compute().shape == (37, 3)
+
+
+@pytest.mark.parametrize("lazy", [False, True])
+def test_chunks_of_another_shape_than_declared_are_refused(lazy):
+    """A field whose chunks are not the shape its dask array declares (a map_blocks that
+    drops a column or rows): the trailing axes were copied as they came, a result that says
+    (k, 2) computing to (k, 1), and a gathered field's short chunk failed as 'rows of
+    different lengths' (a record probe, 2026-12-01). Refused naming the field and chunk."""
+    a = da.from_array(np.arange(40.0) - 20, chunks=10)
+    b = da.from_array(np.arange(80).reshape(40, 2), chunks=(10, 2))
+    cols = b.map_blocks(lambda x: x[:, :1], dtype=b.dtype)  # declares (10, 2) per chunk
+    rows = a.map_blocks(lambda x: x[:5], dtype=a.dtype)  # declares 10 rows per chunk
+    for fields, pred, name, got in [({"a": a, "b": cols}, "a > 0", "b", r"\(10, 1\)"),
+                                    ({"a": a, "r": rows}, "a > 0", "r", r"\(5,\)"),
+                                    ({"r": rows, "b": b}, "r > 0", "r", r"\(5,\)")]:
+        with pytest.raises(ValueError, match=rf"chunk \d of field '{name}' has shape {got}"):
+            out = compact_records(fields, pred, lazy=lazy)
+            dask.compute(*out.values())
 
 
 def test_masked_gathered_chunks_are_refused_on_the_cluster(process_client):
