@@ -182,6 +182,8 @@ def compact_dataset(
     chunks: None | int | str,
 ) -> xr.Dataset:  # fmt: skip
     """:meth:`CompactDatasetAccessor.where`: the routes of its Notes, then one Dataset."""
+    import numpy as np
+
     from .records import compact_records
     from .records_check import INDICES
 
@@ -198,6 +200,16 @@ def compact_dataset(
             raise ValueError(
                 f"cond reads {f!r}, of dimensions {dims}: the variables cond reads must be "
                 f"1-D along {dim!r} (one value per row)"
+            )
+        dtype = ds.variables[f].dtype
+        if isinstance(dtype, np.dtype) and dtype.kind in "mM":
+            # compact_records' own refusal named map_compact and gathered fields, not what
+            # works here (until 2026-12-01; a record probe)
+            raise TypeError(
+                f"cond reads {f!r}, of dtype {dtype}: a string or callable cond compares "
+                "numbers, not times; pass the condition as a boolean DataArray, evaluated "
+                f"chunk by chunk in the same pass: ds.compact.where(ds[{f!r}] > "
+                "np.datetime64('2020-01-01'))"
             )
     if indices is not None and (not isinstance(indices, str) or indices in ds.variables):
         raise ValueError(
@@ -251,8 +263,6 @@ def compact_dataset(
         # cond reads a variable of that name, whose field has the key: the positions are
         # one more field, the rows' numbers, gathered as the others (until 2026-12-01 this
         # was refused, "rename it first"; a record probe)
-        import numpy as np
-
         positions = _new_name(f"<{INDICES}>", taken | set(fields))
         rows = ds.sizes[dim]
         if lead is not None:

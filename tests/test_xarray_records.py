@@ -544,3 +544,22 @@ def test_a_variable_with_dim_twice_is_indexed_as_isel_does(chunked):
         mask = ds.a.values > 0
         out = d.compact.where("a > 0")
         xr.testing.assert_identical(out.compute(), ds.isel(t=np.flatnonzero(mask)))
+
+
+def test_a_cond_reading_times_says_the_mask_form_works():
+    """A string or callable cond reading a datetime64 variable is refused (the compiled
+    predicates compare numbers); the refusal had named map_compact and the gathered fields
+    of compact_records (a record probe, 2026-12-01), not what works here: the condition as a
+    boolean DataArray, which the same call evaluates chunk by chunk."""
+    n = 40
+    when = np.datetime64("2020-01-01T00", "ns") + np.arange(n).astype("m8[h]")
+    when[::7] = np.datetime64("NaT")
+    ds = xr.Dataset({"when": ("event", when), "e": ("event", np.arange(n) * 1.5)})
+    d = ds.chunk(event=9)
+    for cond in ("when > 0", lambda when: when > 0):
+        with pytest.raises(TypeError, match=r"'when', of dtype datetime64\[ns\].*"
+                           r"ds.compact.where\(ds\['when'\] > "):
+            d.compact.where(cond)
+    cut = np.datetime64("2020-01-02T00", "ns")
+    out = d.compact.where(d["when"] > cut)
+    xr.testing.assert_identical(out.compute(), ds.isel(event=np.flatnonzero(when > cut)))
