@@ -456,6 +456,14 @@ def _the_dim(ds: xr.Dataset, read: tuple[str, ...], dim: Hashable | None) -> Has
     shared = set(ds.dims)
     for name in read:
         shared &= set(ds.variables[name].dims)
+    if len(shared) != 1 and not read:
+        # a constant cond: "the variables cond reads () share ..." until 2026-12-01 (a record
+        # probe)
+        raise ValueError(
+            f"cond reads no variable (a constant) and the Dataset has {len(shared)} "
+            f"dimensions ({', '.join(map(repr, ds.dims))}); pass dim= to say which one to "
+            "compact"
+        )
     if len(shared) != 1:
         which = f"{', '.join(map(repr, sorted(shared, key=str)))}" if shared else "no dimension"
         raise ValueError(

@@ -563,3 +563,13 @@ def test_a_cond_reading_times_says_the_mask_form_works():
     cut = np.datetime64("2020-01-02T00", "ns")
     out = d.compact.where(d["when"] > cut)
     xr.testing.assert_identical(out.compute(), ds.isel(event=np.flatnonzero(when > cut)))
+
+
+def test_a_constant_cond_without_dim_is_refused_in_plain_words():
+    """A cond reading no variable ("True", a constant) on a Dataset of several dimensions
+    was refused as "the variables cond reads () share 'event', 'layer'" (a record probe,
+    2026-12-01); it says that cond reads none and asks for dim=, which then works."""
+    d = events(12).chunk(event=5)
+    with pytest.raises(ValueError, match=r"cond reads no variable .*pass dim="):
+        d.compact.where("True")
+    check_same(d.compact.where("True", dim="event"), reference(d, np.ones(12, bool)))
