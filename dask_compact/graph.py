@@ -462,7 +462,10 @@ def _held_counts(arr: da.Array) -> np.ndarray | None:
         lengths = [int(b.shape[0]) for b in blocks]
     else:
         client = getattr(blocks[0], "client", None)
-        if client is None or not hasattr(client, "run_on_scheduler"):
+        if client is None or not hasattr(client, "run_on_scheduler") or not arr.dtype.itemsize:
+            # rows of no bytes (a record's field of a structured dtype without fields): its
+            # sizes say nothing of its lengths (until 2026-12-01, ZeroDivisionError below;
+            # a record probe). The caller counts with tasks.
             return None
         from distributed import wait
 

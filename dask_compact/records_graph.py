@@ -44,9 +44,15 @@ __all__ = ["build_records", "records_block", "aligned"]
 def records_block(
     names: tuple[str, ...], blocks: list[Any], pred: Predicate, indices: bool, stable: bool,
     index_base: int, declared: dict[str, np.dtype] | None = None, index: int = 0,
+    shapes: dict[str, tuple[int, ...]] | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """Phase 1 for one row chunk (chunk ``index``) of a record: every field's selected rows
     (+ indices).
+
+    ``shapes``: each field's chunk shape as its dask array declares it. A chunk of another
+    shape (a ``map_blocks`` that drops a column or rows) is refused: its rows were copied
+    as they came, a result declaring ``(k, 2)`` computing to ``(k, 1)`` (until 2026-12-01;
+    a record probe).
 
     ``declared``: each field's declared dtype, which its chunk is taken in
     (:func:`.validate.as_declared`: cast where that is exact, else refused; nothing where
@@ -54,6 +60,15 @@ def records_block(
     back as such (``M8[ms]`` values in a result that says ``M8[s]``, float64 rows in a
     float32 result)."""
     fields = dict(zip(names, blocks))
+    for name, want in (shapes or {}).items():
+        got = tuple(fields[name].shape)
+        if got != want:
+            raise ValueError(
+                f"compact_records: chunk {index} of field {name!r} has shape {got}, but its "
+                f"dask array declares {want} (a map_blocks or from_delayed whose chunks are "
+                "not the shape it was told); declare the chunks it makes (map_blocks(..., "
+                "chunks=...)) or fix the function"
+            )
     rows = {name: b.shape[0] for name, b in fields.items()}
     if len(set(rows.values())) > 1:  # aligned() makes this impossible; a guard all the same
         raise ValueError(f"record chunk with rows of different lengths: {rows}")
@@ -103,8 +118,9 @@ def build_records(
     layer: dict[Any, Any] = {}
     for i in range(nb):
         keys = [(fields[n].name, i, *([0] * (fields[n].ndim - 1))) for n in names]
+        shapes = {n: (rows[i], *fields[n].shape[1:]) for n in names}
         layer[(p1, i)] = (records_block, names, keys, pred, indices, stable, int(starts[i]),
-                          declared, i)
+                          declared, i, shapes)
     deps: list[Any] = list(fields.values())  # dask's typing does not count Array
     graph = HighLevelGraph.from_collections(p1, layer, dependencies=deps)
 
@@ -125,8 +141,10 @@ def build_records(
         return arrays
 
     persisted = dict(zip(outs, client_stream.persist(*[arrays[k] for k in outs])))
-    # counts: from a 1-D output's held sizes (a whole item per row), else count tasks
-    one_d = next((k for k in outs if persisted[k].ndim == 1), None)
+    # counts: from a 1-D output's held sizes (a whole item per row; not one of rows of no
+    # bytes, whose sizes say nothing), else count tasks
+    one_d = next((k for k in outs if persisted[k].ndim == 1 and persisted[k].dtype.itemsize),
+                 None)
     rows_out = _held_counts(persisted[one_d]) if one_d is not None else None
     if rows_out is None:
         a = persisted[outs[0]]

@@ -109,9 +109,9 @@ class CompactDatasetAccessor:
           dimensions is one field per column of those blocks, joined again after: its
           blocks stay as large as they were, and its chunks there are the input's.
         * Index coordinates (which xarray holds in memory, as pandas indexes), variables of
-          object dtype and other non-NumPy data (pandas extension arrays) are indexed with
-          the selected positions (``isel``), so xarray rebuilds the indexes (string, datetime
-          and multi-indexes included).
+          object dtype and other non-NumPy data (pandas extension arrays), and variables
+          with ``dim`` on two axes, are indexed with the selected positions (``isel``), so
+          xarray rebuilds the indexes (string, datetime and multi-indexes included).
         * Variables without ``dim`` are kept unchanged.
 
         Examples
@@ -182,6 +182,8 @@ def compact_dataset(
     chunks: None | int | str,
 ) -> xr.Dataset:  # fmt: skip
     """:meth:`CompactDatasetAccessor.where`: the routes of its Notes, then one Dataset."""
+    import numpy as np
+
     from .records import compact_records
     from .records_check import INDICES
 
@@ -198,6 +200,16 @@ def compact_dataset(
             raise ValueError(
                 f"cond reads {f!r}, of dimensions {dims}: the variables cond reads must be "
                 f"1-D along {dim!r} (one value per row)"
+            )
+        dtype = ds.variables[f].dtype
+        if isinstance(dtype, np.dtype) and dtype.kind in "mM":
+            # compact_records' own refusal named map_compact and gathered fields, not what
+            # works here (until 2026-12-01; a record probe)
+            raise TypeError(
+                f"cond reads {f!r}, of dtype {dtype}: a string or callable cond compares "
+                "numbers, not times; pass the condition as a boolean DataArray, evaluated "
+                f"chunk by chunk in the same pass: ds.compact.where(ds[{f!r}] > "
+                "np.datetime64('2020-01-01'))"
             )
     if indices is not None and (not isinstance(indices, str) or indices in ds.variables):
         raise ValueError(
@@ -229,7 +241,10 @@ def compact_dataset(
     taken = {n for n in along if isinstance(n, str)}
     for name in order:  # the lead first: compact_records aligns every field on it
         v = ds.variables[name]
-        if name not in p.fields and (name in indexed or not _fieldable(v, like)):
+        if name not in p.fields and (name in indexed or not _fieldable(v, like)
+                                     or v.dims.count(dim) > 1):
+            # dim on two axes (a (t, t) matrix): isel selects along both, where a field's
+            # rows keep every column (until 2026-12-01 xarray's error; a record probe)
             continue
         key = _key(name, along.index(name), name in p.fields, INDICES, taken)
         data = _rows_first(v, dim)
@@ -243,11 +258,21 @@ def compact_dataset(
             gathered.append(name)
     isel = [n for n in along if n not in gathered]
     want_indices = indices is not None or bool(isel)
+    positions = INDICES  # the key the selected rows' positions come back under
     if want_indices and INDICES in p.fields:
-        raise ValueError(
-            f"cond reads a variable named {INDICES!r}, the name the selected rows' positions "
-            "come back under from compact_records; rename it (ds.rename(...)) first"
-        )
+        # cond reads a variable of that name, whose field has the key: the positions are
+        # one more field, the rows' numbers, gathered as the others (until 2026-12-01 this
+        # was refused, "rename it first"; a record probe)
+        positions = _new_name(f"<{INDICES}>", taken | set(fields))
+        rows = ds.sizes[dim]
+        if lead is not None:
+            fields[positions] = _from_array(np.arange(rows, dtype=np.int64), like)
+        elif _module(like) == "cupy":
+            import cupy
+
+            fields[positions] = cupy.arange(rows, dtype=np.int64)
+        else:
+            fields[positions] = np.arange(rows, dtype=np.int64)
     if chunks is not None and lead is None:
         raise ValueError(
             f"chunks= rebalances the chunks of a dask-backed Dataset's result; this one is in "
@@ -256,7 +281,8 @@ def compact_dataset(
         )
     # nothing selected: one empty chunk along dim (compact_records' rule), as isel gives and
     # as xarray's chunk() makes of a dask variable of the isel route
-    out = compact_records(fields, p, indices=want_indices, chunks=chunks)
+    out = compact_records(fields, p, indices=want_indices and positions == INDICES,
+                          chunks=chunks)
 
     new: dict[Hashable, xr.Variable] = {}
     for name in gathered:
@@ -266,7 +292,7 @@ def compact_dataset(
         new[name] = xr.Variable(rows_first, data, attrs=v.attrs).transpose(*v.dims)
     rest = ds.drop_vars(gathered)
     if isel:
-        rest = rest.isel({dim: _host(out[INDICES])})
+        rest = rest.isel({dim: _host(out[positions])})
     variables = {n: new[n] if n in new else rest.variables[n] for n in ds.variables}
     if lead is not None:
         # a dask variable of the isel route (objects) comes back with dask's own chunks
@@ -278,7 +304,7 @@ def compact_dataset(
     coords = xr.Coordinates({n: variables[n] for n in ds.coords}, indexes=dict(rest.xindexes))
     result = xr.Dataset({n: variables[n] for n in ds.data_vars}, coords=coords, attrs=ds.attrs)
     if indices is not None:
-        result = result.assign_coords({indices: xr.Variable((dim,), out[INDICES])})
+        result = result.assign_coords({indices: xr.Variable((dim,), out[positions])})
     if mask is not None:
         result = result.drop_vars(mask)
     # the encodings of the variables along dim describe the input's chunks and lengths
@@ -430,6 +456,14 @@ def _the_dim(ds: xr.Dataset, read: tuple[str, ...], dim: Hashable | None) -> Has
     shared = set(ds.dims)
     for name in read:
         shared &= set(ds.variables[name].dims)
+    if len(shared) != 1 and not read:
+        # a constant cond: "the variables cond reads () share ..." until 2026-12-01 (a record
+        # probe)
+        raise ValueError(
+            f"cond reads no variable (a constant) and the Dataset has {len(shared)} "
+            f"dimensions ({', '.join(map(repr, ds.dims))}); pass dim= to say which one to "
+            "compact"
+        )
     if len(shared) != 1:
         which = f"{', '.join(map(repr, sorted(shared, key=str)))}" if shared else "no dimension"
         raise ValueError(

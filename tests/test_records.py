@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 
+import dask
 import dask.array as da
 import numpy as np
 import pytest
@@ -177,6 +178,11 @@ def test_errors_before_anything_runs():
         compact_records({"a": np.arange(2), "b": np.ma.masked_array([1, 2])}, "a > 0")
     with pytest.raises(ValueError, match="takes none of the fields"):
         compact_records(f, lambda: True)
+    for mask in (f["mass"] > 1, da.from_array(f["mass"] > 1)):  # compact's form: say ours
+        with pytest.raises(TypeError, match=r'mask of the rows .*\{\*\*fields, "keep": mask\}'):
+            compact_records(f, mask)
+    with pytest.raises(TypeError, match=r"not NoneType$"):
+        compact_records(f, None)
     x = da.from_array(np.arange(10.0), chunks=5)
     y = x[x > 3]
     with pytest.raises(ValueError, match="unknown chunk sizes"):
@@ -426,6 +432,42 @@ def test_local_cluster_of_processes(process_client):
     pd = {k: v.persist() for k, v in d.items()}
     out = compact_records(pd, lambda id, flag: np.isin(id % 4, [1, 2]) & flag, chunks=4096)
     assert_same(out, reference(f, np.isin(f["id"] % 4, [1, 2]) & f["flag"]))
+
+
+def test_fields_of_zero_byte_rows_on_the_cluster(process_client):
+    """A 1-D field whose rows take no bytes (a structured dtype of no fields) counted by the
+    sizes the workers reported: every chunk's 0 bytes over an itemsize of 0 raised
+    ZeroDivisionError on a cluster (a record probe, 2026-12-01); the counts come from another
+    1-D output, or from count tasks where every 1-D output is of such rows."""
+    rng = np.random.default_rng(11)
+    a = rng.standard_normal(37)
+    f = {"e0": np.zeros(37, dtype=[]), "a": a}
+    d = {k: da.from_array(v, chunks=10) for k, v in f.items()}
+    out = compact_records(d, "a > 0", indices=True)
+    assert out["e0"].chunks == out["a"].chunks and not any(np.isnan(out["a"].chunks[0]))
+    assert_same(out, reference(f, a > 0, indices=True))
+    only = {"e0": d["e0"], "pos": da.from_array(rng.random((37, 3)), chunks=(10, 3))}
+    out = compact_records(only, "True")
+    assert out["e0"].chunks == ((10, 10, 10, 7),)
+    assert out["pos"].compute().shape == (37, 3)
+
+
+@pytest.mark.parametrize("lazy", [False, True])
+def test_chunks_of_another_shape_than_declared_are_refused(lazy):
+    """A field whose chunks are not the shape its dask array declares (a map_blocks that
+    drops a column or rows): the trailing axes were copied as they came, a result that says
+    (k, 2) computing to (k, 1), and a gathered field's short chunk failed as 'rows of
+    different lengths' (a record probe, 2026-12-01). Refused naming the field and chunk."""
+    a = da.from_array(np.arange(40.0) - 20, chunks=10)
+    b = da.from_array(np.arange(80).reshape(40, 2), chunks=(10, 2))
+    cols = b.map_blocks(lambda x: x[:, :1], dtype=b.dtype)  # declares (10, 2) per chunk
+    rows = a.map_blocks(lambda x: x[:5], dtype=a.dtype)  # declares 10 rows per chunk
+    for fields, pred, name, got in [({"a": a, "b": cols}, "a > 0", "b", r"\(10, 1\)"),
+                                    ({"a": a, "r": rows}, "a > 0", "r", r"\(5,\)"),
+                                    ({"r": rows, "b": b}, "r > 0", "r", r"\(5,\)")]:
+        with pytest.raises(ValueError, match=rf"chunk \d of field '{name}' has shape {got}"):
+            out = compact_records(fields, pred, lazy=lazy)
+            dask.compute(*out.values())
 
 
 def test_masked_gathered_chunks_are_refused_on_the_cluster(process_client):

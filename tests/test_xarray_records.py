@@ -506,3 +506,70 @@ def test_a_sparse_cond_is_refused_in_the_callers_words():
     with pytest.raises(TypeError, match=r"^compact.where \(cond\) compacts NumPy or CuPy "
                                         r"chunks, not sparse\..*COO; .*todense\(\)"):
         ds.compact.where(ds.s[:, 0] > 0.5, dim="event")
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["in-memory", "dask"])
+def test_cond_may_read_a_variable_named_indices(chunked):
+    """A variable named ``indices``, the key compact_records returns the row positions under,
+    read by cond where the positions are wanted too (an index coordinate along dim, or
+    ``indices=``): refused until 2026-12-01 (a record probe) with "rename it first"; now
+    the positions come back under a key of their own."""
+    ds = events(41, seed=3).assign(indices=("event", np.arange(41) * 3))
+    d = ds.chunk(event=8) if chunked else ds
+    mask = (ds["indices"].values > 40) & (ds.energy.values > 3)
+    want = reference(ds, mask)
+    check_same(d.compact.where("(indices > 40) & (energy > 3)"), want)
+    out = d.compact.where(lambda indices, energy: (indices > 40) & (energy > 3), indices="row")
+    np.testing.assert_array_equal(out.row.values, np.flatnonzero(mask))
+    check_same(out.drop_vars("row"), want)
+    arr = d["indices"].compact.where("indices > 40", indices="row")
+    xr.testing.assert_identical(
+        arr.compute().drop_vars("row"),
+        ds["indices"].isel(event=np.flatnonzero(ds["indices"].values > 40)))
+    np.testing.assert_array_equal(arr.row.values, np.flatnonzero(ds["indices"].values > 40))
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["in-memory", "dask"])
+def test_a_variable_with_dim_twice_is_indexed_as_isel_does(chunked):
+    """A variable with ``dim`` on two axes (a (t, t) matrix, which xarray holds with a
+    warning and isel indexes along both) made a field of rows whose trailing axis kept every
+    column, and the call failed in xarray's Variable ("dimensions ('t',) must have the same
+    length ...", a record probe of 2026-12-01); it takes the isel route now."""
+    rng = np.random.default_rng(5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # xarray's warning of the duplicate dimension
+        ds = xr.Dataset({"a": ("t", rng.standard_normal(19)),
+                         "sq": (("t", "t"), np.arange(19 * 19).reshape(19, 19))})
+        d = ds.chunk(t=5) if chunked else ds
+        mask = ds.a.values > 0
+        out = d.compact.where("a > 0")
+        xr.testing.assert_identical(out.compute(), ds.isel(t=np.flatnonzero(mask)))
+
+
+def test_a_cond_reading_times_says_the_mask_form_works():
+    """A string or callable cond reading a datetime64 variable is refused (the compiled
+    predicates compare numbers); the refusal had named map_compact and the gathered fields
+    of compact_records (a record probe, 2026-12-01), not what works here: the condition as a
+    boolean DataArray, which the same call evaluates chunk by chunk."""
+    n = 40
+    when = np.datetime64("2020-01-01T00", "ns") + np.arange(n).astype("m8[h]")
+    when[::7] = np.datetime64("NaT")
+    ds = xr.Dataset({"when": ("event", when), "e": ("event", np.arange(n) * 1.5)})
+    d = ds.chunk(event=9)
+    for cond in ("when > 0", lambda when: when > 0):
+        with pytest.raises(TypeError, match=r"'when', of dtype datetime64\[ns\].*"
+                           r"ds.compact.where\(ds\['when'\] > "):
+            d.compact.where(cond)
+    cut = np.datetime64("2020-01-02T00", "ns")
+    out = d.compact.where(d["when"] > cut)
+    xr.testing.assert_identical(out.compute(), ds.isel(event=np.flatnonzero(when > cut)))
+
+
+def test_a_constant_cond_without_dim_is_refused_in_plain_words():
+    """A cond reading no variable ("True", a constant) on a Dataset of several dimensions
+    was refused as "the variables cond reads () share 'event', 'layer'" (a record probe,
+    2026-12-01); it says that cond reads none and asks for dim=, which then works."""
+    d = events(12).chunk(event=5)
+    with pytest.raises(ValueError, match=r"cond reads no variable .*pass dim="):
+        d.compact.where("True")
+    check_same(d.compact.where("True", dim="event"), reference(d, np.ones(12, bool)))

@@ -108,9 +108,16 @@ def record_predicate(pred: Any, names: tuple[str, ...]) -> Predicate:
     if isinstance(pred, str):
         return _parsed(pred, names)
     if not callable(pred):
+        # a mask of the rows (what compact takes) goes in as one more field: until
+        # 2026-12-01 the refusal did not say so (a record probe)
+        mask = (
+            "; a boolean mask of the rows goes in as a field the predicate reads: "
+            'compact_records({**fields, "keep": mask}, "keep")'
+            if hasattr(pred, "shape") and hasattr(pred, "dtype") else ""
+        )
         raise TypeError(
             "pred must be a string over the field names or a callable taking fields by name, "
-            f"not {type(pred).__name__}"
+            f"not {type(pred).__name__}{mask}"
         )
     fields = callable_fields(pred, names)
     key = trace_key(pred)
