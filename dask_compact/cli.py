@@ -374,13 +374,16 @@ def _resumed(target: Target, overwrite: bool, resume: bool,
     there is none, said on stderr), then what killed jobs left cleaned and OUTPUT checked.
     ``earlier(job)``: the job as earlier versions described it, and what to say of an
     interrupted job of that form (:meth:`.batch.output.Target.resumable`)."""
+    def say(line: str) -> None:
+        click.echo(f"dask compact: {line}", err=True)
+
     job = describe_job() if resume else None
-    continued = target.resumable(job, earlier(job)) if job is not None else None
-    target.clean_stale(lambda line: click.echo(f"dask compact: {line}", err=True))
+    continued = target.resumable(job, earlier(job), say) if job is not None else None
+    target.clean_stale(say)
     if job is not None and continued is None and not overwrite and target.exists():
         _finished_already(target, job)
     target.check_replaceable(overwrite)
-    if resume and continued is None:
+    if resume and continued is None and not target.started_over:
         click.echo(f"dask compact: no interrupted job on {target.output} to resume; starting "
                    "afresh", err=True)
     return continued

@@ -19,7 +19,7 @@ from . import early_read
 from .executor import ClientExecutor, Executor, ThreadExecutor
 from .host_buffers import pool_for_job
 from .inputs import Source, xarray_encodings
-from .manifest import Manifest
+from .manifest import Manifest, made_files
 from .output import Target, job_identity, marker
 from .plan import Layout
 from .runner import Runner
@@ -299,7 +299,7 @@ def run_job(
         nonlocal encode
         if resume is None:
             create_group(target.tmp, layout, src, mode, attrs)
-            manifest = Manifest(job_desc)
+            manifest = Manifest(job_desc, made={} if target.url else made_files(target.tmp))
         else:
             manifest = resume
         direct = writes_chunk_files(target.tmp, names)

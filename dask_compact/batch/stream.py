@@ -309,13 +309,15 @@ class _Stream:
 
     # -- an output chunk was written --------------------------------------------------------------
 
-    def write_done(self, j: int, done: tuple[float, int], chunks: list[int]) -> None:
-        seconds, on_gpu = done
+    def write_done(self, j: int, done: tuple[float, int, dict[str, list[int]]],
+                   chunks: list[int]) -> None:
+        seconds, on_gpu, files = done
         self.job.stats.write_s += seconds
         self.job.stats.mark("write")
         self.job.stats.gpu_encoded += on_gpu
         self.writes -= 1
         self.job.manifest.written.add(j)
+        self.job.manifest.files[j] = files  # what --resume checks before it trusts `written`
         for k in chunks:
             self.users[k] -= 1
             if self.users[k] == 0 and k < self.lo_chunk:
