@@ -369,6 +369,88 @@ def test_worker_killed_mid_job_gives_the_exact_result(zin, tmp_path, monkeypatch
     assert litter(tmp_path) == []
 
 
+@pytest.mark.parametrize("how", ["times-out", "waits"])
+def test_a_cluster_that_lost_every_worker_is_said_and_may_time_out(zin, tmp_path, monkeypatch,
+                                                                    how):
+    """A ``--scheduler`` job whose every worker died for good (workers without nannies)
+    waited with no word until Ctrl-C (a probe). Now a line on stderr says so once the
+    cluster has had no workers for a while (30 s; 1 s here), and again as the wait goes on;
+    ``--no-workers-timeout`` fails the job then (exit 1, what was written kept for
+    ``--resume``, which finishes it once the cluster has workers again); without it the job
+    goes on when a worker joins. Real processes: a ``dask worker --no-nanny`` SIGKILLed after
+    the job's first write, another one started later."""
+    import contextlib
+    import threading
+    import time
+
+    from cluster_helpers import worker_named, worker_process
+    from distributed import Client, LocalCluster
+
+    from dask_compact.batch import executor, stream
+
+    path, a = zin
+    monkeypatch.setattr(executor, "NO_WORKERS_SAY_S", 1.0, raising=False)
+    args = ["--where", "x < 0.5", "-o", "both", "--output-chunks", "3000",
+            "--memory-budget", "1MB"]
+    out = tmp_path / "out.zarr"
+    with contextlib.ExitStack() as stack:
+        cluster = stack.enter_context(LocalCluster(n_workers=0, processes=True,
+                                                   dashboard_address=":0"))
+        client = stack.enter_context(Client(cluster, set_as_default=False))
+        addr = cluster.scheduler_address
+        first = stack.enter_context(worker_process(addr, tmp_path, "first"))
+        worker_named(client, "first")
+        real = stream._Stream.write_done
+        killed: list[float] = []
+
+        def write_done(self, *args):
+            real(self, *args)
+            if not killed:  # the only worker dies for good, the job not half done
+                os.killpg(first.pid, signal.SIGKILL)
+                first.wait()
+                killed.append(time.monotonic())
+                if how == "waits":  # a worker joins 3.5 s later (an autoscaler's)
+                    threading.Timer(3.5, lambda: stack.enter_context(
+                        worker_process(addr, tmp_path, "second"))).start()
+
+        monkeypatch.setattr(stream._Stream, "write_done", write_done)
+        if how == "times-out":
+            res = run(path, out, *args, "--scheduler", addr, "--no-workers-timeout", "2.5",
+                      code=1)
+        else:
+            res = run(path, out, *args, "--scheduler", addr)
+        said = " ".join(res.stderr.split())
+        assert killed
+        assert f"no workers on {addr} for 1 s; waiting for workers" in said, said
+        assert f"no workers on {addr} for 2 s" in said, said  # and again
+        if how == "waits":
+            np.testing.assert_array_equal(group(out)[1]["values"], a[a < 0.5])
+            assert litter(tmp_path) == []
+            return
+        assert f"no workers on {addr} for 2.5 s (--no-workers-timeout)" in said, said
+        assert "kept for --resume" in said, said
+        assert not out.exists()
+        assert [n for n in litter(tmp_path) if "tmp" in n]  # what was written, for --resume
+        monkeypatch.undo()
+        stack.enter_context(worker_process(addr, tmp_path, "third"))
+        worker_named(client, "third")
+        resumed = json.loads(run(path, out, *args, "--scheduler", addr, "--resume",
+                                 "--json").stdout)
+    assert resumed["resumed_from_chunk"] > 0
+    np.testing.assert_array_equal(group(out)[1]["values"], a[a < 0.5])
+    np.testing.assert_array_equal(group(out)[1]["indices"], np.flatnonzero(a < 0.5))
+    assert litter(tmp_path) == []
+
+
+def test_no_workers_timeout_needs_a_cluster(zin, tmp_path):
+    """An option that would be ignored is refused, as --workers is on the threaded
+    scheduler."""
+    path, _ = zin
+    res = run(path, tmp_path / "o.zarr", "-w", "x < 0.5", "--no-workers-timeout", "5", code=2)
+    assert "--no-workers-timeout applies to a cluster's workers" in res.output
+    assert not (tmp_path / "o.zarr").exists()
+
+
 # -- bounded memory -----------------------------------------------------------------------------
 
 WORKER_LIMIT = 1 << 30  # distributed's memory limit of each of the two workers

@@ -23,7 +23,7 @@ from typing import Any
 
 from . import early_read, tasks
 from . import manifest as manifest_io
-from .executor import ClientExecutor, Executor
+from .executor import ClientExecutor, Executor, NoWorkers
 from .manifest import Manifest
 from .plan import (
     Layout,
@@ -165,7 +165,13 @@ class _Stream:
             try:
                 kind, key, fut, extra = self.events.get(timeout=0.2)
             except queue.Empty:
+                try:
+                    self.ex.idle()  # a cluster without workers: said, or past its timeout
+                except NoWorkers:
+                    self.save_manifest(force=True)  # what was written, for --resume
+                    raise
                 continue
+            self.ex.busy()
             if self.ex.failed(fut):
                 self.ex.result(fut)  # raises the task's exception
                 raise RuntimeError(f"a task of the job was cancelled ({kind} {key})")
