@@ -200,6 +200,11 @@ def _input_as_read(ctx: click.Context, param: click.Parameter, value: str) -> st
               "identical job already completed OUTPUT.")
 @click.option("--timeout", type=click.FloatRange(min=0.1), default=10.0, show_default=True,
               help="Seconds to wait for the scheduler and its first worker.")
+@click.option("--no-workers-timeout", type=click.FloatRange(min=0.1), metavar="SECONDS",
+              help="On a cluster (--scheduler, --local processes|cuda): fail the job once the "
+              "cluster has had no workers for this long (exit 1, what was written kept for "
+              "--resume), as distributed's setting scheduler.no-workers-timeout fails tasks. "
+              "Default: wait for workers, saying so on stderr after 30 s.")
 @click.option("--progress/--no-progress", default=None,
               help="Progress bar on stderr (default: when stderr is a terminal).")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object.")
@@ -229,6 +234,7 @@ def compact_command(
     read_ahead_threads: int | None,
     resume: bool,
     timeout: float,
+    no_workers_timeout: float | None,
     progress: bool | None,
     as_json: bool,
     debug: bool,
@@ -253,7 +259,8 @@ def compact_command(
     """
     if address and scheduler_file:
         raise click.UsageError("give --scheduler or --scheduler-file, not both")
-    _check_where_to_run(bool(address or scheduler_file), local_cluster, n_workers)
+    _check_where_to_run(bool(address or scheduler_file), local_cluster, n_workers,
+                        no_workers_timeout)
     budget = _parse_budget(memory_budget)
     ctx = click.get_current_context()
     # The entry-point scan, the early read of the first chunks and the GPU warm-up start now,
@@ -280,7 +287,8 @@ def compact_command(
     from .batch.records_job import open_group_input, prepare
 
     show = sys.stderr.isatty() if progress is None else progress
-    where_to_run = (address, scheduler_file, local_cluster, device, timeout, n_workers)
+    where_to_run = (address, scheduler_file, local_cluster, device, timeout, n_workers,
+                    no_workers_timeout)
     group = open_group_input(input_path)
     if group is not None:
         _refuse_for_groups(decode, encode)
@@ -374,13 +382,16 @@ def _resumed(target: Target, overwrite: bool, resume: bool,
     there is none, said on stderr), then what killed jobs left cleaned and OUTPUT checked.
     ``earlier(job)``: the job as earlier versions described it, and what to say of an
     interrupted job of that form (:meth:`.batch.output.Target.resumable`)."""
+    def say(line: str) -> None:
+        click.echo(f"dask compact: {line}", err=True)
+
     job = describe_job() if resume else None
-    continued = target.resumable(job, earlier(job)) if job is not None else None
-    target.clean_stale(lambda line: click.echo(f"dask compact: {line}", err=True))
+    continued = target.resumable(job, earlier(job), say) if job is not None else None
+    target.clean_stale(say)
     if job is not None and continued is None and not overwrite and target.exists():
         _finished_already(target, job)
     target.check_replaceable(overwrite)
-    if resume and continued is None:
+    if resume and continued is None and not target.started_over:
         click.echo(f"dask compact: no interrupted job on {target.output} to resume; starting "
                    "afresh", err=True)
     return continued
@@ -478,11 +489,17 @@ def _refuse_for_groups(decode: str, encode: str) -> None:
             f"{'it' if len(refused) == 1 else 'them'} out")
 
 
-def _check_where_to_run(running: bool, local_cluster: str, n_workers: int | None) -> None:
+def _check_where_to_run(running: bool, local_cluster: str, n_workers: int | None,
+                        no_workers_timeout: float | None = None) -> None:
     """Refuse options that would be ignored (a probe's --workers 3 ran on the threaded
     scheduler without a word): --local and --workers start a local cluster, which a running
-    one (--scheduler, --scheduler-file) replaces, and --workers sizes only a processes or
-    cuda cluster."""
+    one (--scheduler, --scheduler-file) replaces, --workers sizes only a processes or
+    cuda cluster, and --no-workers-timeout watches a cluster's workers."""
+    if no_workers_timeout is not None and not (running
+                                               or local_cluster in ("processes", "cuda")):
+        raise click.UsageError(f"--no-workers-timeout applies to a cluster's workers "
+                               f"(--scheduler, --local processes or cuda); the job runs on "
+                               f"--local {local_cluster} (threads)")
     if running and local_cluster != "auto":
         raise click.UsageError(f"--local {local_cluster} starts a local cluster, and "
                                "--scheduler/--scheduler-file names a running one: give one")

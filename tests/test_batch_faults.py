@@ -65,6 +65,73 @@ def test_resume_after_sigkill_is_bit_identical(zin, tmp_path, where_run):
     assert litter(tmp_path) == []
 
 
+def _damage(group: Path, how: str) -> None:
+    """Change a killed job's temporary group as a user's hand or a disk might."""
+    chunk = group / "values" / "c" / "1"  # written, and in the manifest
+    data = chunk.read_bytes()
+    if how == "truncated":
+        chunk.write_bytes(data[: len(data) // 2])
+    elif how == "same-size":  # other values in valid zstd of the same size
+        import struct
+
+        from numcodecs import Zstd
+
+        values = np.frombuffer(Zstd().decode(data), np.float32).copy()
+        values[::7] = 0.125
+        other = bytes(Zstd(level=0).encode(values))
+        pad = len(data) - len(other) - 8  # filled up by a skippable frame (RFC 8878, 3.1.2)
+        assert pad >= 0
+        chunk.write_bytes(other + struct.pack("<II", 0x184D2A50, pad) + bytes(pad))
+        assert len(chunk.read_bytes()) == len(data)
+    elif how == "removed":
+        chunk.unlink()
+    elif how == "attributes":
+        meta = json.loads((group / "values" / "zarr.json").read_text())
+        meta["attributes"] = {"units": "furlongs"}
+        (group / "values" / "zarr.json").write_text(json.dumps(meta))
+    elif how == "dtype":
+        meta = json.loads((group / "indices" / "zarr.json").read_text())
+        meta["data_type"] = "int32"
+        (group / "indices" / "zarr.json").write_text(json.dumps(meta))
+
+
+@pytest.mark.parametrize("how", ["truncated", "same-size", "removed", "attributes", "dtype"])
+def test_resume_checks_the_files_the_manifest_lists(zin, tmp_path, how):
+    """``--resume`` took the manifest's word: a chunk file of the temporary group truncated
+    or rewritten (same size) after the kill was committed as it was, exit 0, and so was a
+    group whose arrays' metadata had been edited (a probe; a removed chunk failed the job,
+    exit 1). Now each chunk's size and CRC-32C, recorded by its writer, and those of the files
+    the group was made with are checked: a chunk that differs is written again, a group whose
+    metadata changed is started over, each said on stderr; the output is the uninterrupted
+    job's, bit for bit."""
+    path, a = zin
+    args = ["--where", "x < 0.5", "--output", "both", "--output-chunks", "3000"]
+    ref = tmp_path / "ref.zarr"
+    run(path, ref, *args)
+    out = tmp_path / "out.zarr"
+    kill_halfway(tmp_path, path, out, *args, writes=6)
+    (left,) = [n for n in litter(tmp_path) if "tmp" in n]
+    _damage(tmp_path / left, how)
+    res = run(path, out, *args, "--resume", "--json")
+    ref_attrs, ref_arrays = group(ref)
+    attrs, arrays = group(out)
+    assert {k: v for k, v in attrs["dask_compact"].items() if k != "input"} == {
+        k: v for k, v in ref_attrs["dask_compact"].items() if k != "input"}
+    for name in ("values", "indices"):
+        assert (out / name / "zarr.json").read_text() == (ref / name / "zarr.json").read_text()
+        assert sorted(os.listdir(out / name / "c")) == sorted(os.listdir(ref / name / "c"))
+        for f in os.listdir(ref / name / "c"):
+            assert (out / name / "c" / f).read_bytes() == (ref / name / "c" / f).read_bytes()
+    np.testing.assert_array_equal(arrays["values"], a[a < 0.5])
+    np.testing.assert_array_equal(arrays["indices"], np.flatnonzero(a < 0.5))
+    assert litter(tmp_path) == []
+    said = " ".join(res.stderr.split())
+    if how in ("attributes", "dtype"):
+        assert "changed since the job was interrupted" in said and "starting over" in said
+    else:
+        assert "output chunk 1 of the interrupted job" in said and "written again" in said
+
+
 def test_resume_refuses_a_different_job_and_a_plain_run_starts_over(zin, tmp_path):
     path, a = zin
     out = tmp_path / "out.zarr"
@@ -300,6 +367,88 @@ def test_worker_killed_mid_job_gives_the_exact_result(zin, tmp_path, monkeypatch
     np.testing.assert_array_equal(arrays["values"], a[m])
     np.testing.assert_array_equal(arrays["indices"], np.flatnonzero(m))
     assert litter(tmp_path) == []
+
+
+@pytest.mark.parametrize("how", ["times-out", "waits"])
+def test_a_cluster_that_lost_every_worker_is_said_and_may_time_out(zin, tmp_path, monkeypatch,
+                                                                    how):
+    """A ``--scheduler`` job whose every worker died for good (workers without nannies)
+    waited with no word until Ctrl-C (a probe). Now a line on stderr says so once the
+    cluster has had no workers for a while (30 s; 1 s here), and again as the wait goes on;
+    ``--no-workers-timeout`` fails the job then (exit 1, what was written kept for
+    ``--resume``, which finishes it once the cluster has workers again); without it the job
+    goes on when a worker joins. Real processes: a ``dask worker --no-nanny`` SIGKILLed after
+    the job's first write, another one started later."""
+    import contextlib
+    import threading
+    import time
+
+    from cluster_helpers import worker_named, worker_process
+    from distributed import Client, LocalCluster
+
+    from dask_compact.batch import executor, stream
+
+    path, a = zin
+    monkeypatch.setattr(executor, "NO_WORKERS_SAY_S", 1.0, raising=False)
+    args = ["--where", "x < 0.5", "-o", "both", "--output-chunks", "3000",
+            "--memory-budget", "1MB"]
+    out = tmp_path / "out.zarr"
+    with contextlib.ExitStack() as stack:
+        cluster = stack.enter_context(LocalCluster(n_workers=0, processes=True,
+                                                   dashboard_address=":0"))
+        client = stack.enter_context(Client(cluster, set_as_default=False))
+        addr = cluster.scheduler_address
+        first = stack.enter_context(worker_process(addr, tmp_path, "first"))
+        worker_named(client, "first")
+        real = stream._Stream.write_done
+        killed: list[float] = []
+
+        def write_done(self, *args):
+            real(self, *args)
+            if not killed:  # the only worker dies for good, the job not half done
+                os.killpg(first.pid, signal.SIGKILL)
+                first.wait()
+                killed.append(time.monotonic())
+                if how == "waits":  # a worker joins 3.5 s later (an autoscaler's)
+                    threading.Timer(3.5, lambda: stack.enter_context(
+                        worker_process(addr, tmp_path, "second"))).start()
+
+        monkeypatch.setattr(stream._Stream, "write_done", write_done)
+        if how == "times-out":
+            res = run(path, out, *args, "--scheduler", addr, "--no-workers-timeout", "2.5",
+                      code=1)
+        else:
+            res = run(path, out, *args, "--scheduler", addr)
+        said = " ".join(res.stderr.split())
+        assert killed
+        assert f"no workers on {addr} for 1 s; waiting for workers" in said, said
+        assert f"no workers on {addr} for 2 s" in said, said  # and again
+        if how == "waits":
+            np.testing.assert_array_equal(group(out)[1]["values"], a[a < 0.5])
+            assert litter(tmp_path) == []
+            return
+        assert f"no workers on {addr} for 2.5 s (--no-workers-timeout)" in said, said
+        assert "kept for --resume" in said, said
+        assert not out.exists()
+        assert [n for n in litter(tmp_path) if "tmp" in n]  # what was written, for --resume
+        monkeypatch.undo()
+        stack.enter_context(worker_process(addr, tmp_path, "third"))
+        worker_named(client, "third")
+        resumed = json.loads(run(path, out, *args, "--scheduler", addr, "--resume",
+                                 "--json").stdout)
+    assert resumed["resumed_from_chunk"] > 0
+    np.testing.assert_array_equal(group(out)[1]["values"], a[a < 0.5])
+    np.testing.assert_array_equal(group(out)[1]["indices"], np.flatnonzero(a < 0.5))
+    assert litter(tmp_path) == []
+
+
+def test_no_workers_timeout_needs_a_cluster(zin, tmp_path):
+    """An option that would be ignored is refused, as --workers is on the threaded
+    scheduler."""
+    path, _ = zin
+    res = run(path, tmp_path / "o.zarr", "-w", "x < 0.5", "--no-workers-timeout", "5", code=2)
+    assert "--no-workers-timeout applies to a cluster's workers" in res.output
+    assert not (tmp_path / "o.zarr").exists()
 
 
 # -- bounded memory -----------------------------------------------------------------------------

@@ -775,6 +775,37 @@ def test_resume_refuses_a_changed_kept_array_or_group_attribute(particles, tmp_p
     assert litter(tmp_path) == []
 
 
+@pytest.mark.parametrize("change", ["field-chunk", "copied-chunk"])
+def test_resume_checks_the_temporary_group_of_a_group_job(particles, tmp_path, change):
+    """A killed group job's temporary group changed by hand before ``--resume``: a field's
+    output chunk with one byte flipped (same size) is written again; a chunk of an array the
+    group copied as it is, changed, starts the job over (it is copied when the group is
+    made). It was committed as it was, exit 0, until 2026-12-01. The output is the
+    uninterrupted job's."""
+    src, data = particles
+    g = zarr.open_group(store=str(src), mode="r+")
+    table = np.random.default_rng(4).random(7)
+    g.create_array("table", shape=(7,), dtype="f8", chunks=(7,))[:] = table
+    args = ["--where", "mass > 2", "--chunks", "50", "--output-chunks", "40"]
+    out = tmp_path / "out.zarr"
+    kill_halfway(tmp_path, src, out, *args, writes=3)
+    (left,) = [p for p in tmp_path.iterdir() if "dask-compact-tmp" in p.name]
+    f = left / ("x" if change == "field-chunk" else "table") / "c" / ("1" if change ==
+                                                                     "field-chunk" else "0")
+    raw = bytearray(f.read_bytes())
+    raw[-3] ^= 0x40  # a value's byte (random floats are stored as they are)
+    f.write_bytes(bytes(raw))
+    res = run(src, out, *args, "--resume")
+    said = " ".join(res.stderr.split())
+    assert ("output chunk 1 of the interrupted job" in said if change == "field-chunk"
+            else "starting over" in said), said
+    _, arrays, _ = read(out)
+    np.testing.assert_array_equal(arrays["table"], table)
+    for name in data:
+        np.testing.assert_array_equal(arrays[name], data[name][data["mass"] > 2])
+    assert litter(tmp_path) == []
+
+
 def test_corrupted_chunk_of_a_field_is_named(particles, tmp_path):
     src, data = particles
     chunk_file = src / "vx" / "c" / "2"  # rows 500:750 of vx

@@ -107,6 +107,64 @@ def test_a_complete_sharded_zarr_is_accepted(tmp_path):
     np.testing.assert_array_equal(values(tmp_path / "out.zarr"), a[a > 0.25])
 
 
+def _linked_input(tmp_path: Path, kind: str) -> tuple[Path, np.ndarray, str]:
+    """A Zarr input whose chunks lie in a folder reached through a symbolic link, as a user
+    moves them to another disk: (INPUT, its values, the values' output array)."""
+    rng = np.random.default_rng(4)
+    a = rng.random(1003) if kind != "2-D" else rng.random((101, 3))
+    store = tmp_path / "in.zarr"
+    elsewhere = tmp_path / "elsewhere"
+    if kind == "group":
+        g = zarr.open_group(store=str(store), mode="w")
+        g.create_array("x", shape=a.shape, dtype="f8", chunks=(10,))[:] = a
+        linked, name = store / "x" / "c", "x"
+    else:
+        zarr.create_array(store=str(store), shape=a.shape, dtype="f8", chunks=(10, 3)[:a.ndim],
+                          shards=(30,) if kind == "sharded" else None)[:] = a
+        linked, name = store / "c", "values"
+    if kind == "2-D":  # a chunk's own folder linked (c/4/0 is its file)
+        linked = store / "c" / "4"
+    os.rename(linked, elsewhere)
+    os.symlink(elsewhere, linked)
+    (elsewhere / "loop").symlink_to(store)  # a cycle: the listing must not follow it forever
+    return store, a, name
+
+
+@pytest.mark.parametrize("kind", ["array", "2-D", "sharded", "group"])
+def test_a_chunk_folder_reached_through_a_link_is_read_as_zarr_reads_it(tmp_path, kind):
+    """zarr reads chunks through a linked folder (``in.zarr/c -> /other/disk/c``) but its
+    listing does not follow the link, so the chunks check refused such an INPUT as missing
+    every chunk (a probe). The listing follows linked folders now (each folder once: a link
+    back up is not followed again); the job reads what zarr reads."""
+    store, a, name = _linked_input(tmp_path, kind)
+    np.testing.assert_array_equal(zarr.open(str(store), mode="r")[name if kind == "group"
+                                                                  else ...][:], a)
+    out = tmp_path / "out.zarr"
+    run(store, out, "--where", "x > 0.25")
+    got = zarr.open_group(store=str(out), mode="r")
+    np.testing.assert_array_equal(got[name][:], a[a > 0.25] if kind != "group" else a[a > 0.25])
+    assert litter(tmp_path) == []
+
+
+def test_resume_sees_values_rewritten_in_a_linked_chunk_folder(tmp_path):
+    """The input's identity lists every file under it: the files of a linked chunk folder
+    were left out (the link itself stood for them), so a job resumed over values written
+    again there would have mixed the two selections."""
+    from cli_helpers import kill_halfway
+
+    store, a, _ = _linked_input(tmp_path, "array")
+    out = tmp_path / "out.zarr"
+    args = ["--where", "x > 0.25", "--output-chunks", "50"]
+    kill_halfway(tmp_path, store, out, *args, writes=3)
+    b = np.random.default_rng(8).random(a.size)
+    zarr.open_array(str(store), mode="r+")[:] = b  # through the link, same metadata
+    assert not (store / "c").is_dir() or (store / "c").is_symlink()
+    res = run(store, out, *args, "--resume", code=2)
+    assert "differs in input" in res.output
+    run(store, out, *args)
+    np.testing.assert_array_equal(values(out), b[b > 0.25])
+
+
 @pytest.mark.parametrize("shape", [(10, 0), (0,), (0, 3), (4, 0, 2)])
 @pytest.mark.parametrize("kind", ["npy", "zarr"])
 def test_empty_input_gives_complete_empty_output(tmp_path, shape, kind):
@@ -1209,9 +1267,10 @@ def test_chunks_missing_from_the_temporary_output_fail_the_commit(tmp_path, monk
     out = tmp_path / "sel.zarr"
     lost = tasks.write_chunk_file
 
-    def lose_chunk_1(array_dir, j, *args):
+    def lose_chunk_1(array_dir, j, data, *args):
         if j != 1:
-            lost(array_dir, j, *args)
+            return lost(array_dir, j, data, *args)
+        return "/".join(["c", "1", *["0"] * (data.ndim - 1)]), [0, 0]  # as if written
 
     monkeypatch.setattr(tasks, "write_chunk_file", lose_chunk_1)
     res = run(tmp_path / "in.zarr", out, "--where", "mass > 5", "--fields", "pos,mass",

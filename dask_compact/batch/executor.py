@@ -17,6 +17,14 @@ from typing import Any
 
 _worker = threading.local()
 
+# A cluster that has had no workers this long while the job waits is said on stderr, and
+# again at twice, four times... that wait (ClientExecutor.idle).
+NO_WORKERS_SAY_S = 30.0
+
+
+class NoWorkers(RuntimeError):
+    """The cluster has had no workers for ``--no-workers-timeout`` seconds."""
+
 
 def spare_threads() -> int:
     """Threads of the pool running this task that have nothing to do (nothing queued, nothing
@@ -138,6 +146,12 @@ class ThreadExecutor:
     def release(self, fut: Future) -> None:
         """Nothing to do: a result nobody references is freed."""
 
+    def idle(self) -> None:
+        """Nothing to watch: this process's threads do not go away (see ClientExecutor)."""
+
+    def busy(self) -> None:
+        """Nothing to watch."""
+
     def stop(self, timeout: float = 60.0) -> None:
         """Cancel what is queued; return once the running tasks have ended."""
         self._stopped = True
@@ -153,8 +167,12 @@ class ThreadExecutor:
 class ClientExecutor:
     """Tasks on a distributed cluster; a task that takes a future runs where its data is."""
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: Any, no_workers_timeout: float | None = None) -> None:
         self.client = client
+        self.no_workers_timeout = no_workers_timeout
+        self._alone_since: float | None = None  # when idle() first saw no workers
+        self._say_at = NO_WORKERS_SAY_S
+        self._next_look = 0.0
         # Futures that may still run (for stop()); a done one is dropped at once, since holding
         # it would keep its result (a piece) in the cluster's memory.
         self._live: set[Any] = set()
@@ -172,9 +190,16 @@ class ClientExecutor:
         """``fn(result)`` as a task where ``fut``'s result is (only ``fn``'s result travels)."""
         return self.submit(fn, fut, priority=1)
 
-    @staticmethod
-    def result(fut: Any) -> Any:
-        return fut.result()
+    def result(self, fut: Any) -> Any:
+        """The result of a future reported done. It may have been lost since (its worker died
+        with it: the scheduler computes it again), so the wait goes on in steps, watching the
+        workers between them (:meth:`idle`): a worker killed just after its task reported
+        back left the job waiting here, where no message was ever said (2026-12-01)."""
+        while True:
+            try:
+                return fut.result(timeout=0.5)
+            except TimeoutError:
+                self.idle()
 
     @staticmethod
     def failed(fut: Any) -> bool:
@@ -186,6 +211,46 @@ class ClientExecutor:
 
     def release(self, fut: Any) -> None:
         fut.release()
+
+    def busy(self) -> None:
+        """A task reported back: the cluster works."""
+        self._alone_since = None
+
+    def idle(self) -> None:
+        """Called by the job's loop while no task reports back: where the cluster has had no
+        workers for ``NO_WORKERS_SAY_S`` (then twice that, four times...) say so on stderr;
+        past ``no_workers_timeout`` raise :class:`NoWorkers`. One look at the scheduler's
+        worker count every half second (a message of a few bytes), only while idle.
+
+        Until 2026-12-01 (a probe) a ``--scheduler`` job whose every worker died for good
+        (workers without nannies) waited without a word until Ctrl-C. Waiting suits an
+        autoscaling cluster, whose workers come back; a fixed one is better failed, as
+        distributed's own ``scheduler.no-workers-timeout`` fails tasks that no worker can
+        run."""
+        now = time.monotonic()
+        if now < self._next_look:
+            return
+        self._next_look = now + 0.5
+        if int(self.client.scheduler_info(n_workers=0).get("n_workers", 1)):
+            self._alone_since = None
+            return
+        if self._alone_since is None:
+            self._alone_since = now
+            self._say_at = NO_WORKERS_SAY_S
+            return
+        alone = now - self._alone_since
+        where = self.client.scheduler.address
+        if self.no_workers_timeout is not None and alone >= self.no_workers_timeout:
+            raise NoWorkers(f"no workers on {where} for {self.no_workers_timeout:g} s "
+                            "(--no-workers-timeout)")
+        if alone >= self._say_at:
+            import click
+
+            click.echo(f"dask compact: no workers on {where} for {self._say_at:g} s; waiting "
+                       "for workers (Ctrl-C stops the job and removes what it wrote; "
+                       "--no-workers-timeout SECONDS fails it keeping that for --resume)",
+                       err=True)
+            self._say_at *= 2
 
     def stop(self, timeout: float = 60.0) -> None:
         from .runner import drain

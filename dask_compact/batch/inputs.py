@@ -21,6 +21,7 @@ from .reader import (
     ZarrRows,
     chunk_files_reader,
     npy_fingerprint,
+    walk_files,
     zarr_fingerprint,
 )
 
@@ -365,10 +366,16 @@ def check_chunks_stored(node: Any, path: str) -> None:
     """
     total = int(node.nchunks)
     sharding = sharding_codec(node)
+    keys = stored_keys(path)
     # nchunks_initialized counts a stored shard as all its chunks: a probe's shard with two of
     # its three chunks never written was accepted, and they read as NaN
-    stored = (int(node.nchunks_initialized) if sharding is None
-              else inner_chunks_stored(node, sharding))
+    if sharding is not None:
+        stored = inner_chunks_stored(node, sharding, keys)
+    elif keys is None:
+        stored = int(node.nchunks_initialized)
+    else:
+        stored = sum(node.metadata.encode_chunk_key(c) in keys
+                     for c in np.ndindex(*node.cdata_shape))
     if stored < total:
         raise click.BadParameter(
             f"{path!r}: {total - stored} of its {total} chunks are not in the store, and a "
@@ -380,6 +387,17 @@ def check_chunks_stored(node: Any, path: str) -> None:
         )
 
 
+def stored_keys(path: str) -> set[str] | None:
+    """The keys stored under the local Zarr array at ``path``, linked folders followed
+    (:func:`.reader.walk_files`); None for a URL, whose store zarr lists. zarr's local
+    listing (``Path.rglob``) does not follow a linked folder that its reads go through: an
+    INPUT whose ``c`` was a link to another disk was refused as missing every chunk
+    (2026-12-01, a probe)."""
+    if is_url(path) or not os.path.isdir(local(path)):
+        return None
+    return {rel for rel, _ in walk_files(local(path))}
+
+
 def sharding_codec(node: Any) -> Any:
     """The sharding codec of the Zarr v3 array ``node`` (its first codec), None if it has
     none."""
@@ -389,7 +407,7 @@ def sharding_codec(node: Any) -> Any:
     return codecs[0] if codecs and isinstance(codecs[0], ShardingCodec) else None
 
 
-def inner_chunks_stored(node: Any, codec: Any) -> int:
+def inner_chunks_stored(node: Any, codec: Any, keys: set[str] | None = None) -> int:
     """How many chunks of the sharded array ``node`` are stored: the chunks that each stored
     shard's index gives a place (a chunk never written has offset and length 2^64-1 there),
     counting only chunks inside the array (an edge shard's index has room for chunks past the
@@ -400,7 +418,8 @@ def inner_chunks_stored(node: Any, codec: Any) -> int:
     at most zarr's ``async.concurrency`` of them at a time. Uses the sharding codec's own index
     reader (zarr-python's private ``_load_shard_index_maybe``) so that any index codecs and
     either index location read as zarr reads them. A sharded chunk's own inner shards (nested
-    sharding) are not looked into."""
+    sharding) are not looked into. ``keys``: the store's keys where they are listed already
+    (a local array, :func:`stored_keys`)."""
     import zarr
     from zarr.core.common import concurrent_map
     from zarr.core.sync import sync
@@ -414,7 +433,8 @@ def inner_chunks_stored(node: Any, codec: Any) -> int:
         return {key.removeprefix(prefix)
                 async for key in arr.store_path.store.list_prefix(prefix)}
 
-    keys = sync(listing())
+    if keys is None:
+        keys = sync(listing())
     shards = [coords for coords in np.ndindex(*node._shard_grid_shape)
               if node.metadata.encode_chunk_key(coords) in keys]
 

@@ -16,10 +16,10 @@ from typing import Any
 import numpy as np
 
 from . import early_read
-from .executor import ClientExecutor, Executor, ThreadExecutor
+from .executor import ClientExecutor, Executor, NoWorkers, ThreadExecutor
 from .host_buffers import pool_for_job
 from .inputs import Source, xarray_encodings
-from .manifest import Manifest
+from .manifest import Manifest, made_files
 from .output import Target, job_identity, marker
 from .plan import Layout
 from .runner import Runner
@@ -56,7 +56,7 @@ def executor_for(runner: Runner, job: Job) -> Executor:
     or encodes on this process's GPUs as many more threads as tasks should wait on it
     (:func:`.gpu_zstd.decode_threads`)."""
     if runner.client is not None:
-        return ClientExecutor(runner.client)
+        return ClientExecutor(runner.client, runner.no_workers_timeout)
     from dask.system import CPU_COUNT
 
     threads = CPU_COUNT
@@ -210,12 +210,24 @@ def stream_and_commit(runner: Runner, target: Target, make_job: Callable[[], Job
                 os.remove(os.path.join(job.manifest_dir, "dask-compact-manifest.json"))
         target.commit(marker({**attrs, "selected": total}), overwrite)
         marks["committed"] = time.perf_counter()
-    except BaseException:
+    except BaseException as e:
+        # A cluster left without workers past --no-workers-timeout: the stream saved its
+        # manifest, and the group is kept for --resume (a local OUTPUT's)
+        keep = isinstance(e, NoWorkers) and not target.url
         try:
             if ex is not None:
                 ex.stop()
         finally:  # a second Ctrl-C while the tasks end must not leave the group
-            target.discard()
+            if not keep:
+                target.discard()
+        if isinstance(e, NoWorkers):
+            import click
+
+            raise click.ClickException(
+                f"{e}: {target.output} was not written; " + (
+                    f"what the job wrote is kept in {target.tmp}: run the same command with "
+                    "--resume once the cluster has workers (kept for --resume)" if keep else
+                    "nothing is kept (an fsspec URL OUTPUT cannot be resumed)")) from None
         raise
     if target.old_error:
         import click
@@ -299,7 +311,7 @@ def run_job(
         nonlocal encode
         if resume is None:
             create_group(target.tmp, layout, src, mode, attrs)
-            manifest = Manifest(job_desc)
+            manifest = Manifest(job_desc, made={} if target.url else made_files(target.tmp))
         else:
             manifest = resume
         direct = writes_chunk_files(target.tmp, names)

@@ -167,6 +167,7 @@ class Target:
         self.committed = False  # the new group is at OUTPUT (what an interrupt leaves)
         self.old_left: str | None = None  # the replaced output, until it is removed
         self.old_error = ""  # why it could not be removed
+        self.started_over = False  # --resume found the interrupted job's group changed
         tag = f"{TMP_MARK}{uuid.uuid4().hex[:12]}"
         if self.url or "::" in output:  # fsspec's short chain (zip::out.zip) is one too
             check_writable_url(output)
@@ -306,13 +307,20 @@ class Target:
         return sorted(n for n in os.listdir(self.parent) if n.startswith(prefix))
 
     def resumable(self, job: dict[str, Any],
-                  earlier: Sequence[tuple[dict[str, Any], str]] = ()) -> Manifest | None:
+                  earlier: Sequence[tuple[dict[str, Any], str]] = (),
+                  say: Callable[[str], None] = lambda line: None) -> Manifest | None:
         """The manifest of an interrupted job on this OUTPUT identical to ``job``, whose group
         this job then continues (``self.tmp`` names it); None if there is none. An interrupted
         job that differs is refused, naming what differs: it is left for a run without
         ``--resume`` to remove. ``earlier``: (``job`` as an earlier version described it,
         what to say of an interrupted job identical to that one): where only the identity's
-        form changed, "run it with the same arguments" cannot work (a review)."""
+        form changed, "run it with the same arguments" cannot work (a review).
+
+        The manifest's word is checked against the group (:func:`.manifest.
+        changed_since_made`, :func:`.manifest.unmatched_chunks`): output chunks whose files
+        differ from what their writes left are written again, and a group whose metadata or
+        copied arrays changed is removed and the job started over (``started_over``), each
+        said through ``say``."""
         if self.url:
             raise click.UsageError("--resume needs a local OUTPUT (an fsspec URL has no "
                                    "manifest of finished chunks)")
@@ -329,8 +337,7 @@ class Target:
         found.sort(key=lambda t: t[0])
         for _, path, m in reversed(found):
             if m.job == job:
-                self.tmp = self.tmp_path = path
-                return m
+                return self._checked(path, m, say)
         _, path, m = found[-1]
         for old, why in earlier:
             if m.job == old:
@@ -342,6 +349,38 @@ class Target:
             f"--resume: the interrupted job on {self.output!r} ({path}) differs in {diff}; "
             "run it with the same arguments, or without --resume to start over"
         )
+
+    def _checked(self, path: str, m: Manifest, say: Callable[[str], None]) -> Manifest | None:
+        """``m``, the manifest of the interrupted job's group ``path``, with the output chunks
+        whose files no longer match taken off its ``written``; None (the group removed) where
+        the files the group was made with changed. Until 2026-12-01 (a probe) a chunk file
+        truncated or rewritten after the kill was committed as it was, and so was a group
+        whose arrays' metadata had been edited, exit 0."""
+        changed = manifest_io.changed_since_made(path, m)
+        if changed:
+            listed = ", ".join(changed[:3]) + (f" and {len(changed) - 3} more"
+                                               if len(changed) > 3 else "")
+            self._cleaning(functools.partial(_remove, path), path,
+                           "remove it yourself (the temporary output of an interrupted job)")
+            say(f"--resume: the temporary output of the interrupted job on {self.output} "
+                f"({path}) changed since the job was interrupted ({listed} differ from what "
+                "the job made): removed it, starting over")
+            self.started_over = True
+            return None
+        redo = manifest_io.unmatched_chunks(path, m)
+        if redo:
+            m.written -= redo
+            for j in redo:
+                m.files.pop(j, None)
+            first = sorted(redo)
+            listed = ", ".join(map(str, first[:5])) + (f" and {len(first) - 5} more"
+                                                       if len(first) > 5 else "")
+            say(f"--resume: output chunk{'s' if len(redo) > 1 else ''} {listed} of the "
+                f"interrupted job on {self.output} differ{'' if len(redo) > 1 else 's'} from "
+                "what the job wrote (changed or removed since, or written by a version that "
+                "recorded no checksums): written again")
+        self.tmp = self.tmp_path = path
+        return m
 
     def clean_stale(self, say: Callable[[str], None]) -> None:
         """Remove temporary groups of jobs that died on this OUTPUT (none can be alive: we hold

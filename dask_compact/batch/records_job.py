@@ -50,7 +50,7 @@ from .inputs import (
     xarray_encodings,
 )
 from .job import writes_chunk_files
-from .manifest import Manifest
+from .manifest import Manifest, made_files
 from .output import Target, job_identity
 from .plan import INDEX_BYTES, Layout
 from .reader import Reader, ZarrRows, chunk_files_reader, zarr_fingerprint
@@ -581,7 +581,7 @@ def run_records_job(runner: Runner, inp: GroupInput, target: Target, where: str,
     def make_job() -> Job:
         if resume is None:
             create_group(target.tmp, inp, names, layout.out_chunk, attrs)
-            manifest = Manifest(job_desc)
+            manifest = Manifest(job_desc, made={} if target.url else made_files(target.tmp))
         else:
             manifest = resume
         direct = writes_chunk_files(target.tmp, names)

@@ -28,6 +28,9 @@ class Runner:
     description: str
     client: Any = None  # distributed.Client, or None for the threaded scheduler
     gpu: bool = False
+    # fail a job whose cluster has had no workers this long (--no-workers-timeout; None:
+    # wait, saying so: .executor.ClientExecutor.idle)
+    no_workers_timeout: float | None = None
     _stack: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
 
     def close(self) -> None:
@@ -113,10 +116,12 @@ def start(
     device: str,
     timeout: float,
     n_workers: int | None,
+    no_workers_timeout: float | None = None,
 ) -> Runner:
     if address or scheduler_file:
         client = connect(address, scheduler_file, timeout)
-        runner = Runner(f"distributed scheduler {client.scheduler.address}", client, False)
+        runner = Runner(f"distributed scheduler {client.scheduler.address}", client, False,
+                        no_workers_timeout=no_workers_timeout)
         runner._stack.callback(client.close)
         try:
             runner.gpu = remote_gpu(client, device)  # also checks each worker has the package
@@ -142,7 +147,7 @@ def start(
         raise click.UsageError("--local cuda needs cupy, dask-cuda and a CUDA device ("
                                f"{why_no_gpu() or 'dask-cuda does not import'})")
 
-    runner = Runner("threaded scheduler", gpu=False)
+    runner = Runner("threaded scheduler", gpu=False, no_workers_timeout=no_workers_timeout)
     if kind == "threads":
         if device == "gpu":
             # One process drives every GPU of the host: chunk i on device i % n.

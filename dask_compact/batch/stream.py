@@ -23,7 +23,7 @@ from typing import Any
 
 from . import early_read, tasks
 from . import manifest as manifest_io
-from .executor import ClientExecutor, Executor
+from .executor import ClientExecutor, Executor, NoWorkers
 from .manifest import Manifest
 from .plan import (
     Layout,
@@ -165,7 +165,13 @@ class _Stream:
             try:
                 kind, key, fut, extra = self.events.get(timeout=0.2)
             except queue.Empty:
+                try:
+                    self.ex.idle()  # a cluster without workers: said, or past its timeout
+                except NoWorkers:
+                    self.save_manifest(force=True)  # what was written, for --resume
+                    raise
                 continue
+            self.ex.busy()
             if self.ex.failed(fut):
                 self.ex.result(fut)  # raises the task's exception
                 raise RuntimeError(f"a task of the job was cancelled ({kind} {key})")
@@ -309,13 +315,15 @@ class _Stream:
 
     # -- an output chunk was written --------------------------------------------------------------
 
-    def write_done(self, j: int, done: tuple[float, int], chunks: list[int]) -> None:
-        seconds, on_gpu = done
+    def write_done(self, j: int, done: tuple[float, int, dict[str, list[int]]],
+                   chunks: list[int]) -> None:
+        seconds, on_gpu, files = done
         self.job.stats.write_s += seconds
         self.job.stats.mark("write")
         self.job.stats.gpu_encoded += on_gpu
         self.writes -= 1
         self.job.manifest.written.add(j)
+        self.job.manifest.files[j] = files  # what --resume checks before it trusts `written`
         for k in chunks:
             self.users[k] -= 1
             if self.users[k] == 0 and k < self.lo_chunk:
