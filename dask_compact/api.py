@@ -13,7 +13,7 @@ from dask.base import tokenize
 
 from . import settings
 from .graph import Plan, build, computed_call, input_form, without_empty_chunks
-from .joined_chunks import declared_chunks, joins_in_c_order, rechunked
+from .joined_chunks import declared_chunks, flat_blocks, joins_in_c_order, rechunked
 from .predicate import Predicate, PredicateLike, as_predicate
 from .predicate.core import NotElementwise, check_sample
 from .predicate.expr import Call, Param, Var
@@ -461,7 +461,11 @@ def _whole_rows(p: Predicate, x: da.Array) -> da.Array | None:
         refusal = _refused_by_rows(p, x, flat)
         if refusal is not None:
             raise refusal from None
-        return rechunked(x, {i: -1 for i in range(1, x.ndim)}, "dask_compact")
+        whole = rechunked(x, {i: -1 for i in range(1, x.ndim)}, "dask_compact")
+        # blocks already whole rows are not rechunked: each is checked all the same, since
+        # the predicate takes them first (a block of 4 columns declared 3 failed there as a
+        # predicate "not elementwise", naming no chunk; until 2026-12-01)
+        return whole if whole is not x else declared_chunks(x, fn="dask_compact")
     return None
 
 
@@ -500,8 +504,13 @@ def _ravel(x: da.Array, what: str = "the input") -> da.Array:
             f"{x.ndim}-D input with unknown chunk sizes cannot be put in C order; call "
             "x.compute_chunk_sizes() first (or pass a 1-D array)"
         )
-    if joins_in_c_order(x):
-        x = declared_chunks(x, fn="dask_compact", what=what)
+    if x.ndim > 1 and not joins_in_c_order(x):
+        # blocks of whole rows, none empty: each checked (its declared shape too) and
+        # flattened by a task of ours, in place of Dask's reshape (joined_chunks.flat_blocks)
+        return flat_blocks(x, "dask_compact", what)
+    # each chunk in x's declared dtype and of its declared shape before Dask joins chunks
+    # (joined_chunks): a longer chunk's tail was cut away there (until 2026-12-01)
+    x = declared_chunks(x, fn="dask_compact", what=what)
     if any(0 in c for c in x.chunks):
         # Dask's reshape accepts empty blocks but builds a graph that fails when computed
         # ("cannot reshape array of size 0", e.g. chunks ((2, 0), (4,))): drop them first

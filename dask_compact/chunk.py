@@ -143,11 +143,13 @@ def _split(out: Any, output: str) -> tuple[Any, Any]:
 def compact_block(
     block: Any, pred: Any, output: str, stable: bool, algorithm: str, index_base: int,
     direct: bool = False, declared: np.dtype | None = None, index: int = 0,
+    shape: tuple[int, ...] | None = None,
 ) -> Any:
     """Phase 1 for one dask chunk: the output chunk itself when ``direct`` (one output),
     else ``(values | None, indices | None, input length)``. ``declared``: the input's
-    dtype, which the chunk (chunk ``index``) is taken in (:func:`.validate.as_declared`)."""
-    block = as_declared(block, declared, "dask_compact", index)
+    dtype, which the chunk (chunk ``index``) is taken in (:func:`.validate.as_declared`);
+    ``shape``: the chunk's declared shape, which it must have (None: unknown)."""
+    block = as_declared(block, declared, "dask_compact", index, shape=shape)
     out = compact_chunk(block, pred, output, stable, algorithm, index_base)
     if direct:
         return out
@@ -158,14 +160,15 @@ def compact_block(
 def compact_blocks(
     blocks: list[Any], pred: Any, output: str, stable: bool, algorithm: str, bases: list[int],
     direct: bool = False, declared: np.dtype | None = None, first: int = 0,
+    shapes: list[tuple[int, ...]] | None = None,
 ) -> Any:
     """Phase 1 for a run of consecutive dask chunks held by one worker, in ONE task: the
     concatenation of their outputs (``direct``), else ``(values | None, indices | None, n_in)``.
 
     ``bases[i]`` is chunk i's global input start, so indices come out global. Blocks of any
     shape are taken in C order, each in the ``declared`` dtype (``first``: the run's first
-    chunk index; see :func:`_declared_run`)."""
-    blocks = _declared_run(blocks, declared, first)
+    chunk index; ``shapes``: the chunks' declared shapes; see :func:`_declared_run`)."""
+    blocks = _declared_run(blocks, declared, first, shapes)
     impl = compact_many.dispatch(type(blocks[0]))
     out = impl(blocks, pred, output, stable, algorithm, bases)
     if direct:
@@ -177,11 +180,14 @@ def compact_blocks(
 def compact_group(
     runs: list[list[Any]], pred: Any, output: str, stable: bool, algorithm: str,
     bases: list[list[int]], declared: np.dtype | None = None, firsts: list[int] | None = None,
+    shapes: list[list[tuple[int, ...]]] | None = None,
 ) -> tuple:
     """Phase 1 for every chunk one worker thread holds, in ONE task: a tuple with one output
     per run of consecutive chunks (see :func:`compact_blocks`; for ``output="both"`` each is
-    ``(values, indices)``). ``bases[r][i]`` is the global input start of run r's chunk i."""
-    out = compact_held_runs(runs, pred, output, stable, algorithm, bases, declared, firsts)
+    ``(values, indices)``). ``bases[r][i]`` is the global input start of run r's chunk i,
+    ``shapes[r][i]`` its declared shape."""
+    out = compact_held_runs(runs, pred, output, stable, algorithm, bases, declared, firsts,
+                            shapes)
     report(run_counts(out, output))  # the counts, with the task's completion
     return out
 
@@ -189,23 +195,30 @@ def compact_group(
 def compact_held_runs(
     runs: list[list[Any]], pred: Any, output: str, stable: bool, algorithm: str,
     bases: list[list[int]], declared: np.dtype | None = None, firsts: list[int] | None = None,
+    shapes: list[list[tuple[int, ...]]] | None = None,
 ) -> tuple:
     """One output per run of chunks (see :func:`compact_group`), outside any task: what a
     group task and a worker asked directly (:mod:`dask_compact.direct`) both run.
-    ``firsts[r]``: run r's first chunk index (see :func:`_declared_run`)."""
+    ``firsts[r]``: run r's first chunk index, ``shapes[r]`` its chunks' declared shapes
+    (see :func:`_declared_run`)."""
     firsts = firsts if firsts is not None else [0] * len(runs)
-    runs = [_declared_run(run, declared, f) for run, f in zip(runs, firsts)]
+    every: list = shapes if shapes is not None else [None] * len(runs)
+    runs = [_declared_run(run, declared, f, s) for run, f, s in zip(runs, firsts, every)]
     impl = compact_runs.dispatch(type(runs[0][0]))
     return impl(runs, pred, output, stable, algorithm, bases)
 
 
-def _declared_run(blocks: list[Any], declared: np.dtype | None, first: int) -> list[Any]:
+def _declared_run(blocks: list[Any], declared: np.dtype | None, first: int,
+                  shapes: list[tuple[int, ...]] | None = None) -> list[Any]:
     """A run of consecutive chunks (``first`` the index of its first), each checked and in
     the ``declared`` dtype (:func:`.validate.as_declared`: every chunk, since the step is
-    dispatched on the first one's type and dtype), flattened in C order (a view of a
-    contiguous block)."""
-    return [as_declared(b, declared, "dask_compact", first + k).reshape(-1)
-            for k, b in enumerate(blocks)]
+    dispatched on the first one's type and dtype) and of its declared shape (``shapes``,
+    one per chunk; None: not checked), flattened in C order (a view of a contiguous
+    block). The run's global indices are its chunks' declared starts: a chunk shorter or
+    longer than declared put every later one off (until 2026-12-01)."""
+    every: list = shapes if shapes is not None else [None] * len(blocks)
+    return [as_declared(b, declared, "dask_compact", first + k, shape=s).reshape(-1)
+            for k, (b, s) in enumerate(zip(blocks, every))]
 
 
 _BOOL = np.dtype(bool)
@@ -218,18 +231,23 @@ def run_counts(pieces: tuple, output: str) -> list[int]:
 
 def compact_block_masked(
     block: Any, mask: Any, output: str, index_base: int, direct: bool = False,
-    declared: np.dtype | None = None, index: int = 0,
+    declared: np.dtype | None = None, index: int = 0, shape: tuple[int, ...] | None = None,
+    mask_shape: tuple[int, ...] | None = None,
 ) -> Any:
     """Phase 1 for one dask chunk selected by a boolean mask chunk (see :func:`compact_block`;
-    the mask chunk is taken as booleans where ``declared`` is given)."""
-    if mask.shape != block.shape:
+    the mask chunk is taken as booleans where ``declared`` is given). ``shape``,
+    ``mask_shape``: the shapes the two chunks' arrays declare (None: unknown), checked
+    before the two are compared, so that the refusal names the chunk that is not of its
+    own."""
+    block = as_declared(block, declared, "compact", index, shape=shape)
+    # the step is dispatched on the data chunk: a masked mask chunk would select by its data;
+    # a mask chunk of integers (0 and 1) under a boolean mask is refused, not read as bytes
+    mask = as_declared(mask, None if declared is None else _BOOL, "compact", index, "the mask",
+                       mask_shape)
+    if mask.shape != block.shape:  # unknown sizes: the blocks are paired in order
         raise ValueError(
             f"mask chunk of shape {mask.shape} does not match data chunk {block.shape}"
         )
-    block = as_declared(block, declared, "compact", index)
-    # the step is dispatched on the data chunk: a masked mask chunk would select by its data;
-    # a mask chunk of integers (0 and 1) under a boolean mask is refused, not read as bytes
-    mask = as_declared(mask, None if declared is None else _BOOL, "compact", index, "the mask")
     out = compact_masked(block, mask, output, index_base)
     if direct:
         return out

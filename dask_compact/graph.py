@@ -47,6 +47,7 @@ from .imported import distributed_if_imported
 from .placement import _take, anchors, group_tasks, placement
 from .remade import expect
 from .task_report import reported
+from .validate import block_shapes
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,13 @@ class Plan:
             return [(self.x.name, i) for i in range(self.nblocks)]
         tail = (0,) * (self.source.ndim - 1)
         return [(self.source.name, i, *tail) for i in range(self.nblocks)]
+
+    def block_shapes(self) -> list[tuple[int, ...] | None]:
+        """The shape chunk i's block in :attr:`held` declares, for every i (None where a size
+        is unknown): what each phase-1 task checks its chunk against
+        (:func:`.validate.as_declared`), since the global indices and offsets are made of
+        the declared sizes."""
+        return block_shapes((self.source if self.source is not None else self.x).chunks)
 
     @property
     def path(self) -> str:
@@ -129,29 +137,33 @@ def _phase1_layer(plan: Plan, runs: list[list[int]] | None) -> tuple[HighLevelGr
     if plan.known_input:
         starts = plan.starts
     layer: dict[Any, Any] = {}
+    # the shape of x's chunk i (x is the 1-D input or its ravel), which the task checks
+    shapes = block_shapes(plan.x.chunks)
     if runs is not None:
         assert starts is not None and plan.mask is None
-        keys = plan.block_keys()
+        keys, shapes = plan.block_keys(), plan.block_shapes()  # of the held blocks
         for j, run in enumerate(runs):
             layer[(name, j)] = (
                 compact_blocks, [keys[i] for i in run], plan.pred, plan.output,
                 plan.stable, plan.algorithm, [int(starts[i]) for i in run], direct,
-                plan.x.dtype, run[0],
+                plan.x.dtype, run[0], [shapes[i] for i in run],
             )
         deps: list[Any] = [plan.held]  # dask's typing does not count its Array as a DaskCollection
         return HighLevelGraph.from_collections(name, layer, dependencies=deps), name, len(runs)
+    mask_shapes = block_shapes(plan.mask.chunks) if plan.mask is not None else shapes
     for i in range(plan.nblocks):
         # Known input: indices come out global from the chunk task (no later pass over them).
         base = int(starts[i]) if starts is not None else 0
+        shape = shapes[i]
         if plan.mask is not None:
             layer[(name, i)] = (
                 compact_block_masked, (plan.x.name, i), (plan.mask.name, i), plan.output, base,
-                direct, plan.x.dtype, i,
+                direct, plan.x.dtype, i, shape, mask_shapes[i],
             )
         else:
             layer[(name, i)] = (
                 compact_block, (plan.x.name, i), plan.pred, plan.output, plan.stable,
-                plan.algorithm, base, direct, plan.x.dtype, i,
+                plan.algorithm, base, direct, plan.x.dtype, i, shape,
             )
     deps = [plan.x] if plan.mask is None else [plan.x, plan.mask]
     return HighLevelGraph.from_collections(name, layer, dependencies=deps), name, plan.nblocks
@@ -252,18 +264,18 @@ def _phase1_submitted(plan: Plan, runs: list[list[int]] | None, blocks: list | N
     if blocks is None or not plan.direct:
         return None
     name = plan.name(f"{plan.output}-{plan.path}")
-    starts = plan.starts
+    starts, shapes = plan.starts, plan.block_shapes()
     common = (plan.pred, plan.output, plan.stable, plan.algorithm)
     calls: list[tuple]
     if runs is None:
         if plan.source is not None:  # N-D blocks: the raveled chunks are the tasks' input
             return None
-        calls = [(blocks[i], *common, int(starts[i]), True, plan.x.dtype, i)
+        calls = [(blocks[i], *common, int(starts[i]), True, plan.x.dtype, i, shapes[i])
                  for i in range(plan.nblocks)]
         func: Callable[..., Any] = compact_block
     else:
         calls = [([blocks[i] for i in run], *common, [int(starts[i]) for i in run], True,
-                  plan.x.dtype, run[0]) for run in runs]
+                  plan.x.dtype, run[0], [shapes[i] for i in run]) for run in runs]
         func = compact_blocks
     dtype = plan.x.dtype if plan.output == "values" else np.dtype(np.int64)
     return _submitted(blocks[0].client, func, calls, [(name, j) for j in range(len(calls))],
@@ -548,12 +560,12 @@ def _run_grouped(
     them (:mod:`.task_report`): the sizes the workers report are of the whole tuple. Count
     tasks over the groups are the fallback.
     """
-    starts = plan.starts
+    starts, shapes = plan.starts, plan.block_shapes()
     gname, cname = plan.name(f"group-{plan.path}"), plan.name("group-count")
     ng = len(groups)
     calls = [([[blocks[i] for i in run] for run in runs], plan.pred, plan.output, plan.stable,
               plan.algorithm, [[int(starts[i]) for i in run] for run in runs], plan.x.dtype,
-              [run[0] for run in runs])
+              [run[0] for run in runs], [[shapes[i] for i in run] for run in runs])
              for runs in groups]
     tasks = _submitted(blocks[0].client, compact_group, calls, [(gname, g) for g in range(ng)],
                        gname, _meta(plan.x, plan.x.dtype))

@@ -36,7 +36,7 @@ from .graph import (
 from .joined_chunks import rechunked
 from .predicate.core import Predicate
 from .records_check import INDICES
-from .validate import as_declared
+from .validate import as_declared, block_shapes, chunk_shape_refusal
 
 __all__ = ["build_records", "records_block", "aligned"]
 
@@ -44,7 +44,7 @@ __all__ = ["build_records", "records_block", "aligned"]
 def records_block(
     names: tuple[str, ...], blocks: list[Any], pred: Predicate, indices: bool, stable: bool,
     index_base: int, declared: dict[str, np.dtype] | None = None, index: int = 0,
-    shapes: dict[str, tuple[int, ...]] | None = None,
+    shapes: dict[str, tuple[int, ...] | None] | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """Phase 1 for one row chunk (chunk ``index``) of a record: every field's selected rows
     (+ indices).
@@ -58,17 +58,15 @@ def records_block(
     (:func:`.validate.as_declared`: cast where that is exact, else refused; nothing where
     they agree): the rows are copied as bits, so a chunk of another dtype than declared came
     back as such (``M8[ms]`` values in a result that says ``M8[s]``, float64 rows in a
-    float32 result)."""
+    float32 result). ``shapes``: each field's declared shape of this chunk, which its chunk
+    must have (None: unknown): the indices are the declared row starts."""
     fields = dict(zip(names, blocks))
-    for name, want in (shapes or {}).items():
-        got = tuple(fields[name].shape)
-        if got != want:
-            raise ValueError(
-                f"compact_records: chunk {index} of field {name!r} has shape {got}, but its "
-                f"dask array declares {want} (a map_blocks or from_delayed whose chunks are "
-                "not the shape it was told); declare the chunks it makes (map_blocks(..., "
-                "chunks=...)) or fix the function"
-            )
+    shapes = shapes or {}
+    for name, b in fields.items():  # before the rows' check, which names no chunk
+        shape = shapes.get(name)
+        if shape is not None and b.shape != shape:
+            raise chunk_shape_refusal("compact_records", f"field {name!r}", index,
+                                      tuple(b.shape), shape)
     rows = {name: b.shape[0] for name, b in fields.items()}
     if len(set(rows.values())) > 1:  # aligned() makes this impossible; a guard all the same
         raise ValueError(f"record chunk with rows of different lengths: {rows}")
@@ -115,10 +113,11 @@ def build_records(
                      stable, lazy, forms, computed_call(lazy, *forms))
     p1 = f"compact-records-{token}"
     declared = {n: fields[n].dtype for n in names}
+    every = {n: block_shapes(fields[n].chunks) for n in names}  # each row chunk's, each field
     layer: dict[Any, Any] = {}
     for i in range(nb):
         keys = [(fields[n].name, i, *([0] * (fields[n].ndim - 1))) for n in names]
-        shapes = {n: (rows[i], *fields[n].shape[1:]) for n in names}
+        shapes = {n: every[n][i] for n in names}
         layer[(p1, i)] = (records_block, names, keys, pred, indices, stable, int(starts[i]),
                           declared, i, shapes)
     deps: list[Any] = list(fields.values())  # dask's typing does not count Array

@@ -17,6 +17,7 @@ from . import settings, workers_installed
 from .dispatch import scan_chunk, scan_total
 from .validate import (
     as_declared,
+    block_shapes,
     check_chunk_type,
     conversion,
     in_memory,
@@ -249,12 +250,14 @@ def cumsum(x: Any, *, exclusive: bool = False, algorithm: str = "auto",
     totals, offsets, name = f"cumsum-total-{token}", f"cumsum-offsets-{token}", f"cumsum-{token}"
     nb = x1.numblocks[0]
     declared = x1.dtype
-    dsk: dict = {(totals, i): (_total_block, (x1.name, i), acc, declared, i) for i in range(nb)}
+    shapes = block_shapes(x1.chunks)
+    dsk: dict = {(totals, i): (_total_block, (x1.name, i), acc, declared, i, shapes[i])
+                 for i in range(nb)}
     dsk[(offsets, 0)] = (_offsets, [(totals, i) for i in range(nb)], acc)
     before = 0  # elements in the chunks before chunk i
     for i, size in enumerate(x1.chunks[0]):
         dsk[(name, i)] = (_scan_block, (x1.name, i), (offsets, 0), i, bool(exclusive), alg, acc,
-                          declared, before == 0)
+                          declared, before == 0, shapes[i])
         before += size
     deps: list[Any] = [x1]  # dask's typing does not count its Array as a DaskCollection
     graph = HighLevelGraph.from_collections(name, dsk, dependencies=deps)
@@ -280,17 +283,19 @@ def _offsets(totals: list[Any], acc: np.dtype) -> np.ndarray:
 # module's object, not the copy ("No dispatch for <class 'cupy.ndarray'>" on every worker).
 # Each takes chunk i in x's ``declared`` dtype (validate.as_declared): a float64 chunk under a
 # float32 array was summed in float32 without a word, a float32 one under float64 is cast.
-def _total_block(block: Any, acc: np.dtype, declared: np.dtype | None = None, i: int = 0
-                 ) -> Any:  # fmt: skip
-    # the step is dispatched on the chunk's type: see validate.check_chunk
-    block = as_declared(block, declared, "cumsum", i)
+def _total_block(block: Any, acc: np.dtype, declared: np.dtype | None = None, i: int = 0,
+                 shape: tuple[int, ...] | None = None) -> Any:  # fmt: skip
+    # the step is dispatched on the chunk's type: see validate.check_chunk; ``shape``: the
+    # chunk's declared one (the offsets of the chunks after it are made of the totals, the
+    # result's chunks of the declared sizes)
+    block = as_declared(block, declared, "cumsum", i, shape=shape)
     return scan_total(block, acc)
 
 
 def _scan_block(block: Any, offsets: np.ndarray, i: int, exclusive: bool, algorithm: str,
-                acc: np.dtype, declared: np.dtype | None = None, leads: bool | None = None
-                ) -> Any:  # fmt: skip
-    block = as_declared(block, declared, "cumsum", i)
+                acc: np.dtype, declared: np.dtype | None = None, leads: bool | None = None,
+                shape: tuple[int, ...] | None = None) -> Any:  # fmt: skip
+    block = as_declared(block, declared, "cumsum", i, shape=shape)
     # A chunk with no element before it (the first, or one after empty chunks only: ``leads``)
     # has no offset: its scan is NumPy's bit for bit (see scan_chunk). Keyed by i == 0 until
     # 2026-12-01, a leading empty chunk made the next one add 0.0 (-0.0 came back 0.0, a

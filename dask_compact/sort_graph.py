@@ -58,7 +58,7 @@ from .graph import _extend, _meta, computed_call, input_form
 from .imported import distributed_if_imported
 from .joined_chunks import declared_chunks
 from .placement import _held_where
-from .validate import as_declared
+from .validate import as_declared, check_shape, declared_shape
 
 __all__ = ["build_sort", "splitters", "sample_positions", "exchange_groups", "bucket_groups",
            "default_buckets", "EXCHANGES"]
@@ -146,19 +146,27 @@ def splitters(
 # Tasks call these module functions, never a Dispatch object: one pickled into a task would be
 # a copy, and the lazy registration on the worker would fill in the module's, not the copy.
 # each takes its chunk in x's declared dtype (validate.as_declared; ``c``: the chunk's index),
-# unless ``declared`` is None: a step before took it so (build_sort's ``checked``)
+# unless ``declared`` is None: a step before took it so (build_sort's ``checked``); and of its
+# declared ``shape`` whatever steps came before (an argsort's indices and the histogram's
+# bounds are made of the declared sizes)
 def _local_sort(a: Any, indices: bool, base: int, positions: np.ndarray, local: str,
-                declared: np.dtype | None = None, c: int = 0) -> tuple:
+                declared: np.dtype | None = None, c: int = 0,
+                shape: tuple[int, ...] | None = None) -> tuple:
     # the step is dispatched on the chunk's type: see validate.check_chunk
     if declared is not None:
-        a = as_declared(a, declared, "sort", c)
+        a = as_declared(a, declared, "sort", c, shape=shape)
+    else:
+        check_shape(a, shape, "sort", c)
     return sort_chunk(a, indices, base, positions, local)
 
 
-def _sort_whole(a: Any, indices: bool, local: str, declared: np.dtype | None = None) -> Any:
+def _sort_whole(a: Any, indices: bool, local: str, declared: np.dtype | None = None,
+                shape: tuple[int, ...] | None = None) -> Any:
     """One chunk sorted (or its argsort): the local sort with no sample."""
     if declared is not None:
-        a = as_declared(a, declared, "sort", 0)
+        a = as_declared(a, declared, "sort", 0, shape=shape)
+    else:
+        check_shape(a, shape, "sort", 0)
     values, order, _ = sort_chunk(a, indices, 0, np.zeros(0, np.int64), local)
     return order if indices else values
 
@@ -178,12 +186,13 @@ def _sort_one_chunk(x: da.Array, indices: bool, local: str, graph_input: bool,
     out = f"sort-{'indices' if indices else 'values'}-out-{token}"
     dtype = np.dtype(np.int64) if indices else x.dtype
     declared = None if checked else x.dtype
+    shape = declared_shape(x.chunks, 0)
     chunk = _here(x)
     if chunk is not None:
-        return da.Array({(out, 0): _sort_whole(chunk[0], indices, local, declared)}, out,
-                        chunks=x.chunks, meta=_meta(x, dtype))
+        return da.Array({(out, 0): _sort_whole(chunk[0], indices, local, declared, shape)},
+                        out, chunks=x.chunks, meta=_meta(x, dtype))
     graph = _extend(x.dask, out, {(out, 0): (_sort_whole, (x.name, 0), indices, local,
-                                             declared)}, {x.name})
+                                             declared, shape)}, {x.name})
     result = da.Array(graph, out, chunks=x.chunks, meta=_meta(x, dtype))
     (result,) = client_stream.persist(result)
     if graph_input:
@@ -493,7 +502,7 @@ def build_sort(x: da.Array, indices: bool, buckets: int, local: str = "auto",
     p1 = f"sort-local-{token}"
     layer: dict[Any, Any] = {
         (p1, c): (_local_sort, (x.name, c), indices, int(starts[c]), sample_positions(m, per),
-                  local, None if checked else x.dtype, c)
+                  local, None if checked else x.dtype, c, (m,))
         for c, m in enumerate(sizes)
     }
     deps: list[Any] = [x]  # dask's typing does not count Array

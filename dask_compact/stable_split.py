@@ -38,7 +38,7 @@ from .graph import (
     without_empty_chunks,
 )
 from .predicate import Predicate, PredicateLike, as_predicate
-from .validate import as_declared, check_dtype, check_output
+from .validate import as_declared, block_shapes, check_dtype, check_output
 
 __all__ = ["partition", "partition_array"]
 
@@ -80,11 +80,13 @@ def partition_array(a: Any, pred: PredicateLike, *, output: str = "values") -> t
 
 
 def split_block(block: Any, pred: Predicate, output: str, index_base: int,
-                declared: np.dtype | None = None, index: int = 0) -> dict[str, Any]:
+                declared: np.dtype | None = None, index: int = 0,
+                shape: tuple[int, ...] | None = None) -> dict[str, Any]:
     """Phase 1 for one dask chunk (chunk ``index``, taken in the ``declared`` dtype, see
-    :func:`.validate.as_declared`): its split values and/or global indices, and its count."""
+    :func:`.validate.as_declared`, and of its declared ``shape``): its split values and/or
+    global indices, and its count."""
     # the step is dispatched on the chunk's type (validate.check_chunk)
-    block = as_declared(block, declared, "partition", index)
+    block = as_declared(block, declared, "partition", index, shape=shape)
     out, k = split_chunk(block, pred, output, index_base)
     if output == "both":
         return {"values": out[0], "indices": out[1], "k": k, "n": int(block.size)}
@@ -179,8 +181,9 @@ def partition(x: da.Array, pred: PredicateLike, *, output: str = "values") -> tu
     starts = np.concatenate([[0], np.cumsum(rows)[:-1]]).astype(np.int64) if nb else rows
     token = tokenize("partition", x1.name, p, output, computed_call(False, input_form(x1)))
     p1 = f"partition-{token}"
+    shapes = block_shapes(x1.chunks)  # of blocks (i, 0, ...): keys[i]
     layer: dict[Any, Any] = {
-        (p1, i): (split_block, keys[i], p, output, int(starts[i]), x1.dtype, i)
+        (p1, i): (split_block, keys[i], p, output, int(starts[i]), x1.dtype, i, shapes[i])
         for i in range(nb)
     }
     deps: list[Any] = [x1]  # dask's typing does not count Array

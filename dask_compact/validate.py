@@ -289,12 +289,36 @@ def as_declared_block(block: Any, declared: np.dtype | None, fn: str,
     (the chunk's index along each axis: the first names it, for 1-D input and N-D blocks of
     whole rows alike): the one form of the map_blocks steps that take their chunks in their
     array's declared dtype (the conversion to native byte order, the views of times as
-    integers, the mask path's predicate, the sort's checked chunks and time keys)."""
+    integers, the mask path's predicate, the sort's checked chunks and time keys). The
+    block's shape is not checked here: the step after each of these checks it (or, before
+    a join, :func:`.joined_chunks.declared_chunks`)."""
     return as_declared(block, declared, fn, block_id[0] if block_id else 0, what)
 
 
+def declared_shape(grid: tuple[tuple[float, ...], ...], index: Any) -> tuple[int, ...] | None:
+    """The shape a dask array whose ``chunks`` are ``grid`` declares for its block ``index``
+    (a chunk index along each axis, or one int for the first axis of 1-D ``grid``); None
+    where a size is unknown (nan), which nothing is checked against."""
+    at = (index,) if isinstance(index, (int, np.integer)) else tuple(index)
+    sizes = [c[i] for c, i in zip(grid, at)]
+    if any(s != s for s in sizes):  # nan: unknown until computed
+        return None
+    return tuple(int(s) for s in sizes)
+
+
+def block_shapes(grid: tuple[tuple[float, ...], ...]) -> list[tuple[int, ...] | None]:
+    """:func:`declared_shape` of the blocks ``(i, 0, ..., 0)`` of an array whose ``chunks``
+    are ``grid``, for every i, in one pass (about 0.3 us a block, where one call each took
+    several): what the per-chunk tasks of a call carry."""
+    tail = tuple(c[0] for c in grid[1:])
+    if any(t != t for t in tail):
+        return [None] * len(grid[0])
+    ints = tuple(int(t) for t in tail)
+    return [None if r != r else (int(r), *ints) for r in grid[0]]
+
+
 def as_declared(chunk: Any, declared: np.dtype | None, fn: str, index: int,
-                what: str = "the input") -> Any:
+                what: str = "the input", shape: tuple[int, ...] | None = None) -> Any:
     """``chunk``, checked (:func:`check_chunk`), in the dtype its dask array declares.
 
     A chunk need not hold the dtype its dask array declares (``map_blocks(f, dtype=...)`` of
@@ -313,9 +337,17 @@ def as_declared(chunk: Any, declared: np.dtype | None, fn: str, index: int,
     values. The values are looked at only for a chunk of another dtype than declared.
 
     ``declared`` None: the chunk is only checked. ``index``: the chunk's position in the
-    array the call takes (for the message); ``what``: that array, as the message names it."""
+    array the call takes (for the message); ``what``: that array, as the message names it.
+
+    ``shape``: the chunk's shape as its dask array declares it (None: not checked, where a
+    size is unknown). A chunk of another shape is refused (:func:`chunk_shape_refusal`):
+    every global index and offset is made of the declared sizes, so a ``from_delayed`` chunk
+    of 5 elements declared 7 put every later element 2 places off (until 2026-12-01, the
+    eleventh session's probe). One tuple comparison per chunk."""
     if not _taken_as_is(chunk):  # check_chunk's own first test, without its call
         check_chunk(chunk, fn, what)
+    if shape is not None and chunk.shape != shape:
+        raise chunk_shape_refusal(fn, what, index, tuple(chunk.shape), shape)
     dtype = chunk.dtype
     if dtype is declared or declared is None or dtype == declared:
         return chunk  # the common case: no copy, nothing per element
@@ -670,6 +702,36 @@ def _first_misfit(chunk: Any, misfits: Any) -> str:
     where = i if chunk.ndim <= 1 else tuple(int(k) for k in np.unravel_index(i, chunk.shape))
     more = f"; {count - 1} more besides" if count > 1 else ""
     return f"{text} (element {where} of the chunk{more})"
+
+
+def check_shape(chunk: Any, shape: tuple[int, ...] | None, fn: str, index: int,
+                what: str = "the input") -> Any:
+    """``chunk``, of the ``shape`` its dask array declares (None: unknown, not checked), or
+    :func:`chunk_shape_refusal`: the shape check of :func:`as_declared`, for a step whose
+    chunk an earlier step took in its declared dtype already (the sort's, after the cast to
+    native byte order, the join of small chunks or the time keys)."""
+    if shape is not None and chunk.shape != shape:
+        raise chunk_shape_refusal(fn, what, index, tuple(chunk.shape), shape)
+    return chunk
+
+
+def chunk_shape_refusal(fn: str, what: str, index: int, shape: tuple[int, ...],
+                        declared: tuple[int, ...]) -> ValueError:
+    """The ValueError for chunk ``index`` of ``what`` whose ``shape`` is not the one its dask
+    array ``declared`` (:func:`as_declared`): which chunk, its length and the declared one
+    (the shapes, for N-D chunks), and the fix. Dask checks no chunk's shape: its
+    ``compute()`` joins the chunks as they come, so the elements after such a chunk are at
+    other positions than the array's chunks say."""
+    if len(shape) == len(declared) == 1:
+        got = f"has length {shape[0]}, but its dask array declares length {declared[0]}"
+    else:
+        got = f"has shape {shape}, but its dask array declares shape {declared}"
+    return ValueError(
+        f"{fn}: chunk {index} of {what} {got}; every index and offset after it would be "
+        "wrong. Declare the shape each chunk has (shape= in the from_delayed, chunks= in the "
+        "map_blocks that made it), or np.nan where it is known only once computed (then "
+        "x.compute_chunk_sizes())"
+    )
 
 
 def chunk_dtype_refusal(fn: str, what: str, index: int, dtype: np.dtype,

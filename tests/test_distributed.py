@@ -1379,3 +1379,45 @@ def test_the_module_cluster_serves_only_the_tests_that_ask_for_it():
     from conftest import assert_no_client_is_the_default
 
     assert_no_client_is_the_default()
+
+
+@pytest.mark.parametrize("how", ["direct", "tasks", "by chunk", "graph input", "lazy", "mask",
+                                 "N-D"])
+@pytest.mark.parametrize("actual, declared", [(5, 7), (9, 7)])
+def test_a_chunk_of_another_length_than_declared_is_refused_on_the_workers(client, how,
+                                                                          actual, declared):
+    """A persisted input one of whose futures holds a chunk of 5 elements declared 7: the
+    workers asked directly, the grouped tasks and the tasks per chunk took the declared
+    starts, and every index after it was off by 2; refused now by the worker's job (the
+    tasks the client falls back to raise it), naming the chunk and both lengths (until
+    2026-12-01, the eleventh session). The other calls too, on the cluster."""
+    from chunk_shape_helpers import misdeclared, refusal
+
+    x = da.concatenate([misdeclared(actual, declared)] * 3)  # chunks 1, 4 and 7 misdeclared
+    want = refusal(actual, declared, r"\d+")
+    if how == "N-D":
+        x = da.stack([x, x], axis=1).rechunk({1: -1})
+        want = refusal((actual, 2), (declared, 2), r"\d+")
+    held = x if how == "graph input" else x.persist()
+    if held is not x:
+        distributed.wait(held)
+    calls = {
+        "direct": lambda: held.map_compact("x % 2 == 0", output="both"),
+        "tasks": lambda: held.map_compact("x % 2 == 0", output="indices"),
+        "by chunk": lambda: held.map_compact("x % 2 == 0", by_worker=False),
+        "graph input": lambda: held.map_compact("x % 2 == 0", output="indices"),
+        "lazy": lambda: held.map_compact("x % 2 == 0", output="indices", lazy=True),
+        "mask": lambda: dask_compact.compact(held, held % 2 == 0),
+        "N-D": lambda: held.map_compact("x % 2 == 0", output="indices"),
+    }
+    with dask.config.set({"dask-compact.direct": how != "tasks"}), \
+            pytest.raises(ValueError, match=want):
+        dask.compute(calls[how]())
+    if how not in ("direct", "N-D"):
+        return
+    flat = held if held.ndim == 1 else held[:, 0]  # (Dask's own ravel fails on such blocks)
+    for other in (lambda: dask_compact.compact_records({"a": flat, "b": held}, "a >= 0"),
+                  lambda: dask_compact.partition(held, "x > 3"),
+                  lambda: dask_compact.cumsum(held), lambda: dask_compact.sort(flat)):
+        with pytest.raises(ValueError, match=r"chunk \d+ of .* declares"):
+            dask.compute(other())

@@ -10,6 +10,7 @@ import dask
 import dask.array as da
 import numpy as np
 import pytest
+from chunk_shape_helpers import LENGTHS, SHAPES, misdeclared, refusal
 from conftest import (
     DTYPES,
     HIDDEN_TIMES,
@@ -416,3 +417,65 @@ def test_times_in_chunks_of_a_finer_unit_than_declared_are_refused(chunk_dtype, 
             call().compute()
     with pytest.raises(TypeError, match=re.escape(f"dtype='{np.dtype(chunk_dtype)}'")):
         dask_compact.compact(x, x > t0)
+
+
+MISDECLARED_CALLS = {
+    "values": lambda x: x.map_compact("x % 2 == 0"),
+    "indices": lambda x: x.map_compact("x % 2 == 0", output="indices"),
+    "both": lambda x: x.map_compact("x % 2 == 0", output="both"),
+    "lazy": lambda x: x.map_compact("x % 2 == 0", output="both", lazy=True),
+    "chunks=": lambda x: x.map_compact("x % 2 == 0", output="indices", chunks=3),
+    "by chunk": lambda x: x.map_compact("x % 2 == 0", output="indices", by_worker=False),
+    "mask path": lambda x: x.map_compact(lambda v: np.isin(v, [0, 2, 4]), output="indices"),
+    "compact": lambda x: dask_compact.compact(x, x % 2 == 0, output="indices"),
+    "compact, NumPy mask": lambda x: dask_compact.compact(x, np.ones(x.shape, bool)),
+    "flatnonzero": lambda x: dask_compact.flatnonzero(x),
+}
+
+
+@pytest.mark.parametrize("scheduler", ["sync", "threads"])
+@pytest.mark.parametrize("call", list(MISDECLARED_CALLS))
+@pytest.mark.parametrize("actual, declared", LENGTHS)
+def test_a_chunk_of_another_length_than_declared_is_refused_naming_it(scheduler, call, actual,
+                                                                      declared):
+    """A from_delayed chunk of 5 elements declared 7 (or 9, or none declared 3): every
+    global index after it was off by the difference (and its values were taken as they
+    came), a result presented as complete; refused now where the chunk is taken, naming
+    it, its length and the declared one (until 2026-12-01, the eleventh session)."""
+    x = misdeclared(actual, declared)
+    with dask.config.set(scheduler=scheduler), pytest.raises(
+            ValueError, match=refusal(actual, declared)):
+        dask.compute(MISDECLARED_CALLS[call](x))
+
+
+@pytest.mark.parametrize("call", ["indices", "by chunk", "compact", "per-column mask path",
+                                  "split trailing axis"])
+@pytest.mark.parametrize("actual, declared", SHAPES)
+def test_an_nd_block_of_another_shape_than_declared_is_refused_naming_it(call, actual,
+                                                                       declared):
+    """N-D blocks of fewer rows, of a trailing axis of another length, or of the same size
+    in another shape than declared: Dask's reshape failed with NumPy's "cannot reshape
+    array of size 15 into shape (21,)", naming no chunk, took the same size in another
+    shape as it came, and a per-column predicate failed as "not elementwise"."""
+    x = misdeclared(actual, declared)
+    calls = {**MISDECLARED_CALLS,
+             "per-column mask path": lambda x: x.map_compact(lambda v: v < np.array([1, 5, 9]),
+                                                             output="indices")}
+    if call == "split trailing axis":  # blocks (1, 0) and (1, 1) misdeclared, joined in C order
+        x, call = da.concatenate([x, x], axis=1), "indices"
+    with pytest.raises(ValueError, match=refusal(actual, declared)):
+        dask.compute(calls[call](x))
+
+
+def test_chunks_of_their_declared_shapes_are_taken_as_before():
+    """The check refuses what is misdeclared alone: the same from_delayed chunks declared as
+    they are answer as NumPy does on them."""
+    x = misdeclared(5, 5)
+    a = x.compute()
+    m = a % 2 == 0
+    for call in ("values", "indices", "lazy", "chunks=", "by chunk", "mask path", "compact"):
+        got = dask.compute(MISDECLARED_CALLS[call](x))[0]
+        got = got[0] if isinstance(got, tuple) else got
+        want = a[m] if call in ("values", "lazy") else np.flatnonzero(
+            np.isin(a, [0, 2, 4]) if call == "mask path" else m)
+        np.testing.assert_array_equal(got, want)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dask.array as da
 import numpy as np
 import pytest
+from chunk_shape_helpers import LENGTHS, SHAPES, misdeclared, refusal
 from conftest import random_array, threshold_predicate
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -146,3 +147,14 @@ def test_local_cluster_of_processes(process_client) -> None:
     a = np.random.default_rng(9).random(50_001).astype(np.float32)
     x = da.from_array(a, chunks=6_000).persist()
     check_dask(x, "x > 0.7", a, a > 0.7)
+
+
+@pytest.mark.parametrize("output", ["values", "indices", "both"])
+@pytest.mark.parametrize("actual, declared", LENGTHS + SHAPES)
+def test_a_chunk_of_another_shape_than_declared_is_refused_naming_it(output, actual, declared):
+    """A from_delayed chunk of 5 elements declared 7 (or N-D blocks of another shape): the
+    split's pieces and indices were made of the declared sizes; refused now, naming the
+    chunk and both shapes (until 2026-12-01, the eleventh session)."""
+    x = misdeclared(actual, declared)
+    with pytest.raises(ValueError, match=refusal(actual, declared)):
+        partition(x, "x % 2 == 0", output=output)

@@ -10,6 +10,7 @@ import dask
 import dask.array as da
 import numpy as np
 import pytest
+from chunk_shape_helpers import LENGTHS, misdeclared, refusal
 from conftest import LOSSY_TIMES, chunk_dtypes, hidden_times, key_predicate, random_array
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -525,3 +526,30 @@ def test_variable_width_string_fields_are_refused_with_what_works():
         np.testing.assert_array_equal(np.asarray(out["s"]), s[e > 0.5].astype(fixed.dtype))
         out = compact_records({"e": wrap(e)}, "e > 0.5", indices=True)
         np.testing.assert_array_equal(np.asarray(wrap(s)[out["indices"]]), s[e > 0.5])
+
+
+@pytest.mark.parametrize("how", ["aligned", "rechunked", "2-D field", "lazy", "indices"])
+@pytest.mark.parametrize("actual, declared", LENGTHS)
+def test_a_field_chunk_of_another_length_than_declared_is_refused_naming_it(how, actual,
+                                                                          declared):
+    """A from_delayed field chunk of 5 rows declared 7: the rows' indices after it were off
+    by 2, and a field rechunked to the lead's rows cut it by the declared sizes (a longer
+    chunk lost its tail there); refused now, naming the field's chunk and both lengths
+    (until 2026-12-01, the eleventh session)."""
+    x = misdeclared(actual, declared)
+    fields = {"a": x, "b": x.astype(np.float64)}
+    kw = {}
+    if how == "rechunked":  # b brought to a's rows: checked before Dask joins its chunks
+        fields = {"a": da.from_array(np.arange(x.shape[0]), chunks=4), "b": x}
+    elif how == "2-D field":
+        fields = {"a": da.ones(x.shape[0], chunks=x.chunks[0]),
+                  "b": misdeclared((actual, 2), (declared, 2))}
+    elif how == "lazy":
+        kw = {"lazy": True}
+    elif how == "indices":
+        kw = {"indices": True}
+    want = (refusal((actual, 2), (declared, 2)) if how == "2-D field"
+            else refusal(actual, declared))
+    with pytest.raises(ValueError, match=want):
+        out = compact_records(fields, "a >= 0", **kw)
+        dask.compute(out)

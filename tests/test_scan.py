@@ -8,6 +8,7 @@ import dask
 import dask.array as da
 import numpy as np
 import pytest
+from chunk_shape_helpers import LENGTHS, SHAPES, misdeclared, refusal
 from conftest import scan_data as data
 from conftest import scan_reference as reference
 from hypothesis import HealthCheck, given, settings
@@ -358,3 +359,15 @@ def test_longdouble_is_refused_saying_what_works() -> None:
     for call in (lambda: dask_compact.sort(x), lambda: dask_compact.partition(x, "x > 1")):
         with pytest.raises(TypeError, match=np.dtype(np.longdouble).name):  # clear already
             call()
+
+
+@pytest.mark.parametrize("exclusive", [False, True])
+@pytest.mark.parametrize("actual, declared", LENGTHS + SHAPES)
+def test_a_chunk_of_another_shape_than_declared_is_refused_naming_it(exclusive, actual,
+                                                                     declared):
+    """A from_delayed chunk of 5 elements declared 7: the result's chunks said 7 where 5
+    sums came (a result of 19 elements declared 21); refused now, naming the chunk and both
+    shapes (until 2026-12-01, the eleventh session)."""
+    x = misdeclared(actual, declared)
+    with pytest.raises(ValueError, match=refusal(actual, declared)):
+        cumsum(x, exclusive=exclusive).compute()

@@ -12,6 +12,7 @@ import dask
 import dask.array as da
 import numpy as np
 import pytest
+from chunk_shape_helpers import LENGTHS, misdeclared, refusal
 from conftest import (
     HIDDEN_TIMES,
     LOSSY_TIMES,
@@ -960,3 +961,23 @@ def test_the_module_cluster_serves_only_the_tests_that_ask_for_it():
     with pytest.raises(ValueError, match="No clients found"):
         distributed.default_client()
     assert dask.config.get("scheduler", None) is None
+
+
+@pytest.mark.parametrize("buckets", [1, 3])
+@pytest.mark.parametrize("fn", ["sort", "argsort"])
+@pytest.mark.parametrize("actual, declared", LENGTHS)
+def test_a_chunk_of_another_length_than_declared_is_refused_naming_it(fn, buckets, actual,
+                                                                      declared):
+    """A from_delayed chunk of 5 elements declared 7: the sorted result declared the
+    declared total (21 where 19 came); refused now, naming the chunk and both lengths
+    (until 2026-12-01, the eleventh session). Also after the join of small chunks and as
+    the time keys of datetimes."""
+    x = misdeclared(actual, declared)
+    with pytest.raises(ValueError, match=refusal(actual, declared)):
+        getattr(dask_compact, fn)(x, buckets=buckets).compute()
+    with dask.config.set({"dask-compact.sort.min-bucket": 1000}):  # the chunks joined first
+        with pytest.raises(ValueError, match=refusal(actual, declared)):
+            getattr(dask_compact, fn)(x, buckets=buckets).compute()
+    t = x.astype("M8[s]")
+    with pytest.raises(ValueError, match=refusal(actual, declared)):
+        getattr(dask_compact, fn)(t, buckets=buckets).compute()

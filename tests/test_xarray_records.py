@@ -573,3 +573,25 @@ def test_a_constant_cond_without_dim_is_refused_in_plain_words():
     with pytest.raises(ValueError, match=r"cond reads no variable .*pass dim="):
         d.compact.where("True")
     check_same(d.compact.where("True", dim="event"), reference(d, np.ones(12, bool)))
+
+
+@pytest.mark.parametrize("cond", ["string", "DataArray", "DataArray.compact"])
+@pytest.mark.parametrize("actual, declared", [(5, 7), (9, 7), (0, 3)])
+def test_a_variable_chunk_of_another_length_than_declared_is_refused_naming_it(cond, actual,
+                                                                             declared):
+    """A dask variable one of whose from_delayed chunks has 5 rows declared 7: the rows
+    after it were taken 2 places off, their coordinates from the declared positions;
+    refused now, naming the chunk and both lengths (until 2026-12-01, the eleventh
+    session)."""
+    from chunk_shape_helpers import misdeclared, refusal
+
+    x = misdeclared(actual, declared)
+    ds = xr.Dataset({"energy": ("event", x), "eta": ("event", x.astype(float) / 10)},
+                    coords={"event": np.arange(x.shape[0])})
+    with pytest.raises(ValueError, match=refusal(actual, declared)):
+        if cond == "string":
+            ds.compact.where("energy % 2 == 0", dim="event").compute()
+        elif cond == "DataArray":
+            ds.compact.where(ds.energy % 2 == 0, dim="event").compute()
+        else:
+            ds.energy.compact.where(ds.energy % 2 == 0, dim="event").compute()
