@@ -463,10 +463,10 @@ def test_chunks_of_another_shape_than_declared_are_refused(lazy):
     b = da.from_array(np.arange(80).reshape(40, 2), chunks=(10, 2))
     cols = b.map_blocks(lambda x: x[:, :1], dtype=b.dtype)  # declares (10, 2) per chunk
     rows = a.map_blocks(lambda x: x[:5], dtype=a.dtype)  # declares 10 rows per chunk
-    for fields, pred, name, got in [({"a": a, "b": cols}, "a > 0", "b", r"\(10, 1\)"),
-                                    ({"a": a, "r": rows}, "a > 0", "r", r"\(5,\)"),
-                                    ({"r": rows, "b": b}, "r > 0", "r", r"\(5,\)")]:
-        with pytest.raises(ValueError, match=rf"chunk \d of field '{name}' has shape {got}"):
+    for fields, pred, name, got in [({"a": a, "b": cols}, "a > 0", "b", r"shape \(10, 1\)"),
+                                    ({"a": a, "r": rows}, "a > 0", "r", "length 5,"),
+                                    ({"r": rows, "b": b}, "r > 0", "r", "length 5,")]:
+        with pytest.raises(ValueError, match=rf"chunk \d of field '{name}' has {got}"):
             out = compact_records(fields, pred, lazy=lazy)
             dask.compute(*out.values())
 
