@@ -61,7 +61,7 @@ __global__ void dcx_scan_finish_inclusive(const T* __restrict__ incl, A* __restr
                                           A base, int exclusive) {
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
        i += (long long)gridDim.x * blockDim.x) {
-    A v = A(0);
+    A v = A(-0.0);
     if (!exclusive) {
       v = dcx::to_acc<A>(incl[i]);
     } else if (i > 0) {
@@ -77,7 +77,7 @@ template <class T, class A>
 __global__ void dcx_scan_pad(const T* __restrict__ in, A* __restrict__ buf, long long n, long long m) {
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < m;
        i += (long long)gridDim.x * blockDim.x)
-    buf[i] = i < n ? dcx::to_acc<A>(in[i]) : A(0);
+    buf[i] = i < n ? dcx::to_acc<A>(in[i]) : A(-0.0);
 }
 
 // One up-sweep level with a thread per element: those at the right end of a 2*stride block add
@@ -148,8 +148,8 @@ dcx_scan_shared_block(const T* in, A* out, A* __restrict__ block_sums, long long
   __shared__ A temp[TILE + (TILE >> dcx::SCAN_LOG_BANKS)];
   const long long t0 = (long long)blockIdx.x * TILE;
   const int a = int(threadIdx.x), b = int(threadIdx.x) + BLOCK;
-  const A va = t0 + a < n ? dcx::to_acc<A>(in[t0 + a]) : A(0);
-  const A vb = t0 + b < n ? dcx::to_acc<A>(in[t0 + b]) : A(0);
+  const A va = t0 + a < n ? dcx::to_acc<A>(in[t0 + a]) : A(-0.0);
+  const A vb = t0 + b < n ? dcx::to_acc<A>(in[t0 + b]) : A(-0.0);
   temp[dcx::conflict_free(a)] = va;
   temp[dcx::conflict_free(b)] = vb;
   const A total = dcx::shared_block_exclusive<A, BLOCK>(temp);
@@ -186,7 +186,7 @@ __global__ void __launch_bounds__(BLOCK)
 dcx_scan_total(const T* __restrict__ in, A* __restrict__ partial, long long n) {
   static_assert(BLOCK % 32 == 0 && BLOCK <= 1024, "one warp sums the warps' sums");
   __shared__ A warps[BLOCK / 32];
-  A v = A(0);
+  A v = A(-0.0);
   for (long long i = (long long)blockIdx.x * BLOCK + threadIdx.x; i < n;
        i += (long long)gridDim.x * BLOCK)
     v = dcx::sadd(v, dcx::to_acc<A>(in[i]));
@@ -194,7 +194,7 @@ dcx_scan_total(const T* __restrict__ in, A* __restrict__ partial, long long n) {
   if (dcx::lane_id() == 0) warps[threadIdx.x / 32] = v;
   __syncthreads();
   if (threadIdx.x < 32) {
-    v = threadIdx.x < BLOCK / 32 ? warps[threadIdx.x] : A(0);
+    v = threadIdx.x < BLOCK / 32 ? warps[threadIdx.x] : A(-0.0);
     v = dcx::warp_reduce(v);
     if (threadIdx.x == 0) partial[blockIdx.x] = v;
   }

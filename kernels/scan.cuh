@@ -58,6 +58,9 @@ template <class A>
 __device__ __forceinline__ A sadd(A a, A b) {
   return add_t<A>::f(a, b);
 }
+// The sums' identity is written A(-0.0) throughout (0 for integer A): -0.0 + v is v for every
+// float v, where 0.0 + -0.0 is 0.0, so a prefix of -0.0s started from 0.0 came back 0.0 where
+// np.cumsum keeps -0.0 (a probe of 2026-12-01; the CPU loop starts at the first element).
 
 // Bits of a 4- or 8-byte accumulator, for the status words.
 template <class A>
@@ -223,11 +226,11 @@ struct ScanStatus {
 template <class A>
 __device__ __forceinline__ A scan_lookback(const ScanStatus<A>& st, long long tile) {
   const int lane = int(lane_id());
-  A prefix = A(0);
+  A prefix = A(-0.0);
   long long pred = tile - 1;
   while (true) {
     const long long idx = pred - lane;
-    A v = A(0);
+    A v = A(-0.0);
     unsigned f = idx >= 0 ? st.read(idx, v) : SCAN_INC;
     while (__any_sync(FULL_MASK, f == SCAN_NONE)) {
       if (f == SCAN_NONE) {
@@ -237,7 +240,7 @@ __device__ __forceinline__ A scan_lookback(const ScanStatus<A>& st, long long ti
     }
     const unsigned incl = __ballot_sync(FULL_MASK, f == SCAN_INC);
     const int stop = incl ? __ffs(incl) - 1 : 31;  // lowest lane = nearest tile
-    prefix = sadd(prefix, warp_reduce(lane <= stop ? v : A(0)));
+    prefix = sadd(prefix, warp_reduce(lane <= stop ? v : A(-0.0)));
     if (incl) break;
     pred -= 32;
   }
@@ -288,7 +291,7 @@ struct ScanTile {
 #pragma unroll
         for (int j = 0; j < VEC; ++j) {
           const long long i = seg + (long long)(r * 32 + lane) * VEC + j;
-          x[r][j] = i < n ? to_acc<A>(in[i]) : A(0);
+          x[r][j] = i < n ? to_acc<A>(in[i]) : A(-0.0);
         }
     }
   }
@@ -297,10 +300,10 @@ struct ScanTile {
   // inclusive). Returns the segment's sum (the same in every lane).
   __device__ __forceinline__ static A warp_prefixes(A (&x)[ROWS][VEC], bool exclusive) {
     const int lane = int(lane_id());
-    A run = A(0);
+    A run = A(-0.0);
 #pragma unroll
     for (int r = 0; r < ROWS; ++r) {
-      A s = A(0);
+      A s = A(-0.0);
 #pragma unroll
       for (int j = 0; j < VEC; ++j) {
         const A t = sadd(s, x[r][j]);
@@ -309,7 +312,7 @@ struct ScanTile {
       }
       const A incl = warp_scan_incl(s);
       A before = __shfl_up_sync(FULL_MASK, incl, 1);
-      if (lane == 0) before = A(0);
+      if (lane == 0) before = A(-0.0);
       const A off = sadd(run, before);
 #pragma unroll
       for (int j = 0; j < VEC; ++j) x[r][j] = sadd(off, x[r][j]);
@@ -360,7 +363,7 @@ struct ScanTile {
     const A wsum = warp_prefixes(x, exclusive);
     if (lane == 0) s_warp[warp] = wsum;
     __syncthreads();
-    A woff = A(0), agg = A(0);
+    A woff = A(-0.0), agg = A(-0.0);
 #pragma unroll
     for (int w = 0; w < WARPS; ++w) {
       const A c = s_warp[w];
@@ -412,7 +415,7 @@ __device__ __forceinline__ A shared_block_exclusive(A* temp) {
   __syncthreads();
   const A total = temp[conflict_free(TILE - 1)];
   __syncthreads();  // every thread has read the total before thread 0 clears it
-  if (t == 0) temp[conflict_free(TILE - 1)] = A(0);
+  if (t == 0) temp[conflict_free(TILE - 1)] = A(-0.0);
 #pragma unroll 1
   for (int d = 1; d < TILE; d <<= 1) {  // down-sweep
     offset >>= 1;

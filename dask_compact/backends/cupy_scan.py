@@ -85,7 +85,10 @@ def scan(a: Any, exclusive: bool, algorithm: str, acc: np.dtype, base: Any = 0,
     n = int(flat.size)
     out = cupy.empty(n, dtype=acc)
     alg = "lookback" if algorithm == "auto" else algorithm
-    b = acc.type(0 if base is None else base)
+    # No base: -0.0 for floats, the sums' identity (kernels/scan.cuh), so that a leading -0.0
+    # stays -0.0 as in np.cumsum (0.0 + -0.0 is 0.0; until 2026-12-01, a probe)
+    signed = base is None and acc.kind == "f"
+    b = acc.type(-0.0 if signed else 0 if base is None else base)
     if n == 0:
         if d_total is not None:
             d_total.fill(b)
@@ -105,6 +108,8 @@ def scan(a: Any, exclusive: bool, algorithm: str, acc: np.dtype, base: Any = 0,
         _shared(mod, flat, out, n, b, ex, top=True)
     else:  # pragma: no cover - checked by the caller
         raise ValueError(f"unknown GPU scan algorithm {algorithm!r}")
+    if signed and exclusive:
+        out[:1] = 0  # the sum of nothing: 0.0, as the CPU's exclusive scan and np.sum([]) give
     return out
 
 

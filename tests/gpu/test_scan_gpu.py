@@ -308,6 +308,24 @@ def test_cupy_offsets_keep_a_negative_zero_sum(dtype: str) -> None:
     assert total(cupy.asarray(x[:4]), np.dtype("int64")) == 0
 
 
+@pytest.mark.parametrize("alg", ["auto", *GPU_ALGORITHMS])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_negative_zeros_are_summed_as_numpy_sums_them(alg: str, dtype: str) -> None:
+    """The GPU scans started their sums at 0.0 (the kernels' identity and the base of a scan
+    with none): a leading run of -0.0s came back 0.0 where np.cumsum keeps -0.0, in one tile
+    and across tiles. The identity is -0.0 now; an exclusive scan's first element, the sum of
+    nothing, stays 0.0 as on the CPU."""
+    for n in (1, 5, 33, 1025, 70001, 2**20 + 3):
+        a = np.full(n, -0.0, dtype)
+        a[n // 2 :: 7] = 1.5  # a -0.0 prefix, then sums that are not zero, then back to zero
+        a[n // 2 + 1 :: 7] = -1.5
+        for exclusive in (False, True):
+            got = cupy.asnumpy(scan_array(cupy.asarray(a), exclusive=exclusive, algorithm=alg))
+            want = scan_array(a, exclusive=exclusive)
+            assert got.tobytes() == want.tobytes(), (n, exclusive)
+        assert np.signbit(got[1 : n // 2 + 1]).all()
+
+
 def test_cupy_chunks_on_a_cluster_of_processes() -> None:
     """cumsum of CuPy chunks on worker processes (one GPU may serve both): the tasks call the
     dispatch by a module function. With the Dispatch object itself in the graph, each worker
