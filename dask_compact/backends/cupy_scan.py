@@ -171,9 +171,13 @@ def _blelloch(mod: _Module, active: bool, flat: Any, out: Any, n: int, base: Any
         else:
             up((_grid(m),), blk, (buf, np.int64(m), np.int64(stride)))
         stride *= 2
-    # the root (the total) becomes the identity, then the down-sweep
-    cupy.cuda.runtime.memsetAsync(buf.data.ptr + (m - 1) * buf.itemsize, 0, buf.itemsize,
-                                  cupy.cuda.get_current_stream().ptr)
+    # the root (the total) becomes the identity, then the down-sweep; a float's is -0.0
+    # (kernels/scan.cuh), which a memset cannot write
+    if out.dtype.kind == "f":
+        buf[m - 1 :].fill(out.dtype.type(-0.0))
+    else:
+        cupy.cuda.runtime.memsetAsync(buf.data.ptr + (m - 1) * buf.itemsize, 0, buf.itemsize,
+                                      cupy.cuda.get_current_stream().ptr)
     stride = m // 2
     while stride >= 1:
         count = m // (2 * stride)
@@ -200,7 +204,8 @@ def _shared(mod: _Module, src: Any, dst: Any, n: int, base: Any, ex: Any, top: b
     if nb > _MAX_GRID:
         raise ValueError(f"{n} elements are more than the scan's grid can hold")
     sums = cupy.empty(nb, dtype=dst.dtype)
-    block((nb,), blk, (src, dst, sums, np.int64(n), dst.dtype.type(0), ex))
+    # no base inside the blocks: the sums' identity (-0.0 for floats, kernels/scan.cuh)
+    block((nb,), blk, (src, dst, sums, np.int64(n), dst.dtype.type(-0.0), ex))
     _shared(mod, sums, sums, nb, base, np.int32(1), top=False)
     mod.kernel("add")((nb,), blk, (dst, sums, np.int64(n)))
 
