@@ -174,7 +174,9 @@ def _blelloch(mod: _Module, active: bool, flat: Any, out: Any, n: int, base: Any
     # the root (the total) becomes the identity, then the down-sweep; a float's is -0.0
     # (kernels/scan.cuh), which a memset cannot write
     if out.dtype.kind == "f":
-        buf[m - 1 :].fill(out.dtype.type(-0.0))
+        # as its sign bit alone: CuPy's fill writes a value equal to 0 by a memset (0.0)
+        sign = np.dtype(f"u{out.dtype.itemsize}")
+        buf[m - 1 :].view(sign).fill(sign.type(1) << sign.type(8 * out.dtype.itemsize - 1))
     else:
         cupy.cuda.runtime.memsetAsync(buf.data.ptr + (m - 1) * buf.itemsize, 0, buf.itemsize,
                                       cupy.cuda.get_current_stream().ptr)
