@@ -49,17 +49,16 @@ def records_block(
     """Phase 1 for one row chunk (chunk ``index``) of a record: every field's selected rows
     (+ indices).
 
-    ``shapes``: each field's chunk shape as its dask array declares it. A chunk of another
-    shape (a ``map_blocks`` that drops a column or rows) is refused: its rows were copied
-    as they came, a result declaring ``(k, 2)`` computing to ``(k, 1)`` (until 2026-12-01;
-    a record probe).
+    ``shapes``: each field's chunk shape as its dask array declares it (None: unknown). A
+    chunk of another shape (a ``map_blocks`` that drops a column or rows) is refused: its
+    rows were copied as they came, a result declaring ``(k, 2)`` computing to ``(k, 1)``,
+    and the indices are the declared row starts (until 2026-12-01; a record probe).
 
     ``declared``: each field's declared dtype, which its chunk is taken in
     (:func:`.validate.as_declared`: cast where that is exact, else refused; nothing where
     they agree): the rows are copied as bits, so a chunk of another dtype than declared came
     back as such (``M8[ms]`` values in a result that says ``M8[s]``, float64 rows in a
-    float32 result). ``shapes``: each field's declared shape of this chunk, which its chunk
-    must have (None: unknown): the indices are the declared row starts."""
+    float32 result)."""
     fields = dict(zip(names, blocks))
     shapes = shapes or {}
     for name, b in fields.items():  # before the rows' check, which names no chunk
