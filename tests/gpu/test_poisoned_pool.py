@@ -683,3 +683,45 @@ def test_compact_into_makes_its_count_in_the_order_of_its_stream(
         cupy.cuda.Device().synchronize()  # the fill has landed wherever it lands
         assert int(count.get()[0]) == want
         assert_bits(cupy.asnumpy(out[:want]), a_np[a_np < 0.5])
+
+
+def test_repeated_compact_records_into_frees_its_workspace_in_its_streams_order(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """compact_records_into again on the same arguments with ``stream=s`` runs the ready call
+    it kept; where that call's workspace is not kept (over KEEP_SCRATCH_BYTES: 2^26 rows; 0
+    here, so at any size) the call makes it, queues the kernels that use it on s and frees it
+    on return. Made on the current stream (until 2026-12-01), it went back to that stream's
+    share of the pool while s had still to run on it: the next allocation on the default
+    stream got it and wrote into the ballot words and tile counts s was reading (found by
+    reading the code: not yet run on a GPU). Made in s's order, it goes back to s's share."""
+    monkeypatch.setattr(cupy_records_ready, "KEEP_SCRATCH_BYTES", 0)
+    n = (1 << 20) + 3
+    f_np = record(n, seed=7)
+    mask = f_np["e"] < 0.5
+    f = {name: cupy.asarray(v) for name, v in f_np.items()}
+    s = cupy.cuda.Stream(non_blocking=True)
+    s.wait_event(cupy.cuda.Stream.null.record())  # the fields were written on the default one
+    out = {"id": cupy.empty(n, np.int64), "pos": cupy.empty((n, 3), np.float32)}
+    count = cupy.empty(1, np.int64)
+    busy = cupy.ones(1 << 27, np.float32)
+    forget_kept_calls()
+    compact_records_into(f, "e < 0.5", out, count=count, stream=s)  # checked; keeps its call
+    s.synchronize()
+    (call,) = [c for c in cupy_records_ready._by_content._items.values() if c.n == n]
+    for _ in range(3):
+        cupy.cuda.Device().synchronize()
+        cupy.get_default_memory_pool().free_all_blocks()
+        with s:
+            for _ in range(8):
+                busy *= 1.0  # s is busy a few ms: the call's kernels run after it returns
+        compact_records_into(f, "e < 0.5", out, count=count, stream=s)  # the repeated call
+        junk = cupy.empty(call.ws_bytes, np.uint8)  # on the default stream
+        # not the workspace s has still to use (counts_ptr: where the call's last one began)
+        assert junk.data.ptr != call.counts_ptr
+        junk.fill(0)
+        del junk
+        s.synchronize()
+        k = int(count.get()[0])
+        assert k == int(mask.sum())
+        assert_bits(cupy.asnumpy(out["id"][:k]), f_np["id"][mask], "id")
+        assert_bits(cupy.asnumpy(out["pos"][:k]), f_np["pos"][mask], "pos")
