@@ -674,11 +674,15 @@ def test_compact_into_makes_its_count_in_the_order_of_its_stream(
         cupy.cuda.Device().synchronize()
         cupy.get_default_memory_pool().free_all_blocks()
         tmp = cupy.empty(1, np.int64)  # a block of its own, the count's size class
+        freed = tmp.data.ptr
         for _ in range(8):
             busy *= 1.0
         tmp.fill(-7)  # queued behind the busy work
         del tmp  # free at once, its fill still to come
         count = compact_into(a, "x < 0.5", out, stream=s)
+        # the block the default stream has still to write is not the count's (whatever the
+        # timing: the pool gives it only to an allocation in the default stream's order)
+        assert count.data.ptr != freed
         s.synchronize()
         cupy.cuda.Device().synchronize()  # the fill has landed wherever it lands
         assert int(count.get()[0]) == want
