@@ -654,11 +654,15 @@ def compact_into_public(
     import cupy
 
     alg = _call_algorithm(algorithm, stable, a.size)
+    s = cupy.cuda.get_current_stream() if stream is None else stream
     if count is None:
-        with a.device:
+        # in the order of the stream that writes it: CuPy's pool hands out a block freed on
+        # the current stream at once, that stream's work still queued on it included, so a
+        # count made there (until 2026-12-01) could be written over by that work after the
+        # call had stored the count on another stream (a poisoned-pool probe)
+        with a.device, s:
             count = cupy.empty(1, dtype=np.int64)
     if FAST_SMALL_CALLS:
-        s = cupy.cuda.get_current_stream() if stream is None else stream
         # a call captured into a graph takes the general path: its words must be its own
         if not _capturing(s):
             call = _ready_call(IntoCall, a, pred, output, alg, s.ptr)

@@ -184,16 +184,23 @@ class RecordsCall:
 
         runtime = cupy.cuda.runtime
         sp = self.stream.ptr
-        ws = self.ws if self.ws is not None else self._workspace()  # noqa: F841 - held
-        self._queue_passes(fields, sp)
-        table = column_table({name: fields[name] for name in dst}, dst)
-        # the device table of these buffers, uploaded once (cached by content): a loop over
-        # the same buffers copies nothing, and no pinned memory is overwritten while queued
-        d_table = upload_table(table, self.stream) if len(table) else None
-        self._queue_copy(0 if d_table is None else d_table.data.ptr, len(table),
-                         0 if idx is None else idx.data.ptr, index_base, None, sp)
-        runtime.memcpyAsync(count.data.ptr, self.counts_ptr + 8 * self.tiles, 8,
-                            runtime.memcpyDeviceToDevice, sp)
+        # what it allocates (a workspace not kept, the column table), in the order of the
+        # stream that uses it: CuPy's pool takes a block freed on return back for the stream
+        # it was made on, so one made on the current stream (until 2026-12-01: the repeated
+        # call runs this outside the call's stream) went to the next allocation there while
+        # this stream had still to run on it (a poisoned-pool probe)
+        with self.stream:
+            ws = self.ws if self.ws is not None else self._workspace()  # noqa: F841 - held
+            self._queue_passes(fields, sp)
+            table = column_table({name: fields[name] for name in dst}, dst)
+            # the device table of these buffers, uploaded once (cached by content): a loop
+            # over the same buffers copies nothing, and no pinned memory is overwritten while
+            # queued
+            d_table = upload_table(table, self.stream) if len(table) else None
+            self._queue_copy(0 if d_table is None else d_table.data.ptr, len(table),
+                             0 if idx is None else idx.data.ptr, index_base, None, sp)
+            runtime.memcpyAsync(count.data.ptr, self.counts_ptr + 8 * self.tiles, 8,
+                                runtime.memcpyDeviceToDevice, sp)
 
     def _upload_columns(self, fields: dict[str, Any], out: dict[str, Any], table: np.ndarray,
                         sp: int) -> int:
