@@ -32,6 +32,7 @@ poisoned buffers). Only ``compact``/``compact_masked`` read a count (one per chu
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from typing import Any
 
@@ -340,9 +341,10 @@ _ready_calls: BoundedCache[tuple, tuple] = BoundedCache("ready calls")
 
 
 def _ready_call(kind: type, a: Any, pred: Predicate, output: str, algorithm: str,
-                stream_ptr: int) -> Any:
+                stream_ptr: int, stream: Any = None) -> Any:
     """The ready call of ``kind`` for ``a`` (C-contiguous, on the current device, not empty)
-    and a fused predicate, or None where the general path runs."""
+    and a fused predicate, or None where the general path runs. ``stream``: the stream the
+    call will run on where it is not the current one (``compact_into``'s ``stream=``)."""
     import cupy
 
     if a.size == 0 or algorithm == "three-pass" or pred.path != "fused":
@@ -361,7 +363,13 @@ def _ready_call(kind: type, a: Any, pred: Predicate, output: str, algorithm: str
     call = None
     if plan.memo is not None and plan.mask is None and not plan.checked:
         try:
-            call = kind(plan, output)
+            # its words made in the order of the stream it runs on: freed when the entry is
+            # evicted, they go back to that stream's share of CuPy's pool. Made on the current
+            # stream (until 2026-12-01, a poisoned-pool probe), they went back to that one's,
+            # whose next allocation could be handed them while the call's last launch on
+            # `stream` still used them
+            with contextlib.nullcontext() if stream is None else stream:
+                call = kind(plan, output)
         except AttributeError:  # a CuPy without RawKernel.kernel or the driver's launch
             call = None
     # the predicate held: its id is not reused while the entry lives; None: the general path
@@ -665,7 +673,7 @@ def compact_into_public(
     if FAST_SMALL_CALLS:
         # a call captured into a graph takes the general path: its words must be its own
         if not _capturing(s):
-            call = _ready_call(IntoCall, a, pred, output, alg, s.ptr)
+            call = _ready_call(IntoCall, a, pred, output, alg, s.ptr, stream)
             if call is not None:
                 return call(a, out_values, out_indices, count, s.ptr)
     return compact_into(a, pred, out_values, out_indices, algorithm=alg, count=count,

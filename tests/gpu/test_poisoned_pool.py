@@ -56,6 +56,7 @@ from dask_compact import (  # noqa: E402
 from dask_compact.backends import cupy_backend as cb  # noqa: E402
 from dask_compact.backends import (  # noqa: E402
     cupy_launchers,
+    cupy_ready,
     cupy_records_common,
     cupy_records_ready,
     cupy_records_repeat,
@@ -729,3 +730,41 @@ def test_repeated_compact_records_into_frees_its_workspace_in_its_streams_order(
         assert k == int(mask.sum())
         assert_bits(cupy.asnumpy(out["id"][:k]), f_np["id"][mask], "id")
         assert_bits(cupy.asnumpy(out["pos"][:k]), f_np["pos"][mask], "pos")
+
+
+def test_compact_into_kept_call_makes_its_words_in_the_order_of_its_stream(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ready call that compact_into(..., stream=s) keeps holds its tile words, used by
+    every launch on s. Made on the current stream (until 2026-12-01), they went back to that
+    stream's share of CuPy's pool when the call was evicted, while s could still have a launch
+    using them: the default stream's next allocation of their size got them (written beside
+    the count fix, from a poisoned-pool probe's note). Made in s's order, they go back to s's
+    share."""
+    monkeypatch.setattr(cb, "FAST_SMALL_CALLS", True)
+    s = cupy.cuda.Stream(non_blocking=True)
+    a_np = make(70001, "float32", seed=11)
+    mask = a_np < 0.5
+    a = cupy.asarray(a_np)
+    out = cupy.empty(a.size, a.dtype)
+    count = cupy.empty(1, np.int64)
+    for _ in range(3):
+        cupy.cuda.Device().synchronize()
+        forget_kept_calls()
+        cupy.get_default_memory_pool().free_all_blocks()
+        compact_into(a, "x < 0.5", out, count=count, stream=s)  # makes and keeps its call
+        s.synchronize()
+        calls = [c for _, c in cb._ready_calls._items.values()
+                 if isinstance(c, cupy_ready.IntoCall)]
+        assert len(calls) == 1
+        words = calls[0].kernel.words
+        ptr, nbytes = words.data.ptr, words.nbytes
+        del calls, words
+        forget_kept_calls()  # the call evicted: its words freed
+        junk = cupy.empty(nbytes, np.uint8)  # on the default stream
+        assert junk.data.ptr != ptr
+        del junk
+        compact_into(a, "x < 0.5", out, count=count, stream=s)
+        s.synchronize()
+        k = int(count.get()[0])
+        assert k == int(mask.sum())
+        assert_bits(cupy.asnumpy(out[:k]), a_np[mask])
