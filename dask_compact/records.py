@@ -17,7 +17,7 @@ from .dispatch import (
     repeated_records_into,
 )
 from .records_check import INDICES, check_into, check_record_predicate, checked_fields
-from .validate import in_memory
+from .validate import check_flag, in_memory
 
 __all__ = ["compact_records", "compact_records_into"]
 
@@ -100,13 +100,16 @@ def compact_records(
            [6., 7., 8.]]), array([1, 2]))
     """
     settings.warn_unknown()
+    indices = check_flag(indices, "indices", "compact_records")
+    lazy = check_flag(lazy, "lazy", "compact_records")
+    stable = check_flag(stable, "stable", "compact_records")
     if type(fields) is dict and fields and not lazy and chunks is None:
         # The same predicate on fields of the same layout again (a loop over GPU batches):
         # the call kept the last time, without the checks and the dispatch it passed then.
-        call = repeated_records_call(next(iter(fields.values())), fields, pred, bool(indices))
+        call = repeated_records_call(next(iter(fields.values())), fields, pred, indices)
         if call is not None:
             return call(fields, 0)
-    fs, on_dask = checked_fields(fields, bool(indices))
+    fs, on_dask = checked_fields(fields, indices)
     if not on_dask and (lazy or chunks is not None):
         raise ValueError(
             "lazy= and chunks= apply to dask fields; in-memory fields are compacted at once"
@@ -116,11 +119,11 @@ def compact_records(
         from .graph import without_empty_chunks
         from .records_graph import build_records
 
-        built = build_records(fs, p, bool(indices), bool(lazy), bool(stable), chunks)
+        built = build_records(fs, p, indices, lazy, stable, chunks)
         return {k: without_empty_chunks(a) for k, a in built.items()}
-    out = compact_records_in_memory(fs, p, bool(indices), bool(stable))
+    out = compact_records_in_memory(fs, p, indices, stable)
     if type(fields) is dict:
-        remember_records_call(next(iter(fs.values())), fs, pred, p, bool(indices))
+        remember_records_call(next(iter(fs.values())), fs, pred, p, indices)
     return out
 
 

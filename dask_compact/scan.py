@@ -19,6 +19,7 @@ from .validate import (
     as_declared,
     block_shapes,
     check_chunk_type,
+    check_flag,
     conversion,
     in_memory,
     is_dask_array,
@@ -147,6 +148,7 @@ def scan_array(a: Any, *, exclusive: bool = True, algorithm: str = "auto",
     dtype('uint64')
     """
     settings.warn_unknown()
+    exclusive = check_flag(exclusive, "exclusive", "scan_array")
     if isinstance(a, np.generic):
         a = np.asarray(a)  # a NumPy scalar, as np.cumsum takes it
     a = in_memory(a)
@@ -167,7 +169,7 @@ def scan_array(a: Any, *, exclusive: bool = True, algorithm: str = "auto",
     alg = _check_algorithm(algorithm, _is_gpu(a), "scan_array")
     if not a.dtype.isnative:
         a = a.astype(native(a.dtype))
-    return scan_chunk(a, bool(exclusive), alg, acc, None)
+    return scan_chunk(a, exclusive, alg, acc, None)
 
 
 def cumsum(x: Any, *, exclusive: bool = False, algorithm: str = "auto",
@@ -238,6 +240,7 @@ def cumsum(x: Any, *, exclusive: bool = False, algorithm: str = "auto",
     from .graph import without_empty_chunks
 
     x = _check_dask_array(x, "cumsum")
+    exclusive = check_flag(exclusive, "exclusive", "cumsum")
     acc = scan_dtype(x.dtype, dtype)
     alg = _check_algorithm(algorithm, _is_gpu(x._meta), "cumsum")
     if any(math.isnan(c) for cs in x.chunks for c in cs):
@@ -246,7 +249,7 @@ def cumsum(x: Any, *, exclusive: bool = False, algorithm: str = "auto",
             "x.compute_chunk_sizes() first"
         )
     x1 = _ravel(_native(x))
-    token = tokenize("dask_compact.cumsum", x1.name, bool(exclusive), alg, acc.str)
+    token = tokenize("dask_compact.cumsum", x1.name, exclusive, alg, acc.str)
     totals, offsets, name = f"cumsum-total-{token}", f"cumsum-offsets-{token}", f"cumsum-{token}"
     nb = x1.numblocks[0]
     declared = x1.dtype
@@ -256,7 +259,7 @@ def cumsum(x: Any, *, exclusive: bool = False, algorithm: str = "auto",
     dsk[(offsets, 0)] = (_offsets, [(totals, i) for i in range(nb)], acc)
     before = 0  # elements in the chunks before chunk i
     for i, size in enumerate(x1.chunks[0]):
-        dsk[(name, i)] = (_scan_block, (x1.name, i), (offsets, 0), i, bool(exclusive), alg, acc,
+        dsk[(name, i)] = (_scan_block, (x1.name, i), (offsets, 0), i, exclusive, alg, acc,
                           declared, before == 0, shapes[i])
         before += size
     deps: list[Any] = [x1]  # dask's typing does not count its Array as a DaskCollection

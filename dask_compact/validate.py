@@ -29,6 +29,19 @@ def check_output(output: Any) -> None:
         raise ValueError(f"output must be one of {OUTPUTS}, not {output!r}")
 
 
+def check_flag(value: Any, name: str, fn: str) -> bool:
+    """A yes/no argument (``exclusive=``, ``stable=``, ``lazy=``, ``indices=``,
+    ``by_worker=``) as a bool: True or False, a NumPy bool, or the integers 0 and 1 (as the
+    ``dask-compact.*`` settings take them). Anything else is refused: until 2026-12-01 each
+    call took ``bool(value)``, so ``exclusive="no"`` gave an exclusive scan and
+    ``lazy="no"`` a lazy result, as a Python truth test would (a new-user probe)."""
+    if value is True or value is False:
+        return value
+    if isinstance(value, (np.bool_, int, np.integer)) and value in (0, 1):
+        return bool(value)
+    raise TypeError(f"{fn}: {name} must be True or False, not {value!r}")
+
+
 def by_output(values: Any, indices: Any, output: str) -> Any:
     """What a call returns for ``output``: the values, the indices, or both as a pair."""
     if output == "values":
