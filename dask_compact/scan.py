@@ -159,7 +159,7 @@ def scan_array(a: Any, *, exclusive: bool = True, algorithm: str = "auto",
             "dask_compact.cumsum(x) (exclusive=True for scan_array's default)"
         )
     if isinstance(a, np.ma.MaskedArray):
-        check_chunk_type(a, "scan_array")  # refused, with what to do instead
+        check_chunk_type(a, "scan_array", in_memory=True)  # refused, saying what to do
     if type(a) is not np.ndarray and not _is_gpu(a):
         raise TypeError(
             f"scan_array needs a NumPy or CuPy array, not {type(a).__module__}."

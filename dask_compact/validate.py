@@ -212,12 +212,8 @@ def check_chunk_type(a: Any, fn: str, in_memory: bool = False) -> None:
     if _taken_as_is(a):
         return
     if isinstance(a, np.ma.MaskedArray):
-        raise TypeError(
-            f"{fn} does not take masked arrays: their mask would be lost. Say what masked "
-            "elements mean, e.g. never selected: `d = da.ma.getdata(x); "
-            "dask_compact.compact(d, (d > 0.5) & ~da.ma.getmaskarray(x))`, or filled: "
-            "`da.ma.filled(x, np.nan).map_compact(...)`"
-        )
+        raise TypeError(f"{fn} does not take masked arrays: their mask would be lost. "
+                        + _masked_advice(fn.split(" ")[0], in_memory))
     what = "NumPy or CuPy arrays" if in_memory else "NumPy or CuPy chunks"
     xarray = xarray_object(a)
     if xarray is not None:
@@ -226,6 +222,24 @@ def check_chunk_type(a: Any, fn: str, in_memory: bool = False) -> None:
         f"{fn} compacts {what}, not {type(a).__module__}.{type(a).__name__}; convert "
         f"{conversion(a, in_memory)}"
     )
+
+
+def _masked_advice(call: str, in_memory: bool) -> str:
+    """What to do with a masked array, for the refusal of ``call``: say what its masked
+    elements mean. A scan's is a sum (until 2026-12-01 ``scan_array`` and ``cumsum`` were
+    told how to compact one, a probe): masked elements adding nothing, as NumPy's masked
+    ``cumsum`` adds them (it masks their places in the result too)."""
+    if call in ("scan_array", "cumsum"):
+        if in_memory:
+            return ("Say what masked elements add, e.g. nothing, as np.ma.cumsum adds them: "
+                    "`dask_compact.scan_array(np.ma.filled(a, 0))` (and "
+                    "`np.ma.getmaskarray(a)` for the places np.ma.cumsum masks)")
+        return ("Say what masked elements add, e.g. nothing, as np.ma.cumsum adds them: "
+                "`dask_compact.cumsum(da.ma.filled(x, 0))` (and `da.ma.getmaskarray(x)` for "
+                "the places np.ma.cumsum masks)")
+    return ("Say what masked elements mean, e.g. never selected: `d = da.ma.getdata(x); "
+            "dask_compact.compact(d, (d > 0.5) & ~da.ma.getmaskarray(x))`, or filled: "
+            "`da.ma.filled(x, np.nan).map_compact(...)`")
 
 
 # exactly these NumPy types are taken as they are: a memmap is NumPy data in a file, a

@@ -371,3 +371,28 @@ def test_a_chunk_of_another_shape_than_declared_is_refused_naming_it(exclusive, 
     x = misdeclared(actual, declared)
     with pytest.raises(ValueError, match=refusal(actual, declared)):
         cumsum(x, exclusive=exclusive).compute()
+
+
+def test_a_masked_array_is_refused_in_the_words_of_a_scan() -> None:
+    # Until 2026-12-01 scan_array and cumsum were told how to compact a masked array ("never
+    # selected: dask_compact.compact(...)"), not how to scan one (a probe). The advice given
+    # is run: masked elements adding nothing, as np.ma.cumsum adds them.
+    a = np.ma.masked_array(np.arange(10), np.arange(10) % 3 == 0)
+    with pytest.raises(TypeError, match="masked") as e:
+        scan_array(a, exclusive=False)
+    assert "never selected" not in str(e.value)
+    assert "scan_array(np.ma.filled(a, 0))" in str(e.value)
+    np.testing.assert_array_equal(scan_array(np.ma.filled(a, 0), exclusive=False),
+                                  np.ma.getdata(np.ma.cumsum(a)))
+    x = da.ma.masked_array(da.arange(10, chunks=4), da.arange(10, chunks=4) % 3 == 0)
+    with pytest.raises(TypeError, match="masked") as e:
+        cumsum(x)
+    assert "never selected" not in str(e.value)
+    assert "cumsum(da.ma.filled(x, 0))" in str(e.value)
+    np.testing.assert_array_equal(cumsum(da.ma.filled(x, 0)).compute(),
+                                  np.ma.getdata(np.ma.cumsum(a)))
+    # a masked chunk under a plain meta, refused when computed
+    y = da.arange(10, chunks=4).map_blocks(lambda b: np.ma.masked_array(b, b % 3 == 0))
+    with pytest.raises(TypeError, match="masked") as e:
+        cumsum(y).compute()
+    assert "never selected" not in str(e.value) and "da.ma.filled(x, 0)" in str(e.value)
