@@ -31,8 +31,10 @@ __all__ = ["scan_array", "cumsum", "scan_dtype", "CPU_ALGORITHMS", "GPU_ALGORITH
 CPU_ALGORITHMS = ("auto", "sequential")
 # kept in step with backends/cupy_scan_source.GPU_ALGORITHMS (a test checks)
 GPU_ALGORITHMS = ("auto", "lookback", "shared", "thread-efficient", "work-efficient", "naive")
-# Input dtypes (NumPy's cumsum of float16 adds in float16 and complex is not a scan we build).
+# Input dtypes (NumPy's cumsum of float16 adds in float16, which no scan is built for, so
+# float16 is taken with a float32 or float64 dtype= only; complex is not a scan we build).
 _INPUT_KINDS = "biuf"
+_HALF = np.dtype(np.float16)
 _ACC = tuple(np.dtype(t) for t in ("int32", "int64", "uint32", "uint64", "float32", "float64"))
 
 
@@ -41,10 +43,16 @@ def scan_dtype(dtype: Any, out_dtype: Any = None) -> np.dtype:
     (bool and signed integers -> the platform integer, int64 on Linux; unsigned -> uint64;
     floats keep theirs), or ``out_dtype`` where given. TypeError for what is not built."""
     dt = native(np.dtype(dtype))
-    if dt.kind not in _INPUT_KINDS or dt == np.dtype(np.float16):
+    # float16 into a float32 or float64 accumulator is NumPy's np.cumsum(a, dtype=...): each
+    # element widened (exactly), the sums in the accumulator. Refused until 2026-12-01 (the
+    # eleventh session's scan probe); the chunks are widened where they are scanned (widened).
+    half_widened = dt == _HALF and out_dtype is not None and np.dtype(out_dtype).kind == "f"
+    if dt.kind not in _INPUT_KINDS or (dt == _HALF and not half_widened):
         raise TypeError(
             f"scan takes bool, integer, float32 or float64 arrays, not {dt}"
-            + ("; cast float16 to float32 first" if dt == np.dtype(np.float16) else "")
+            + ("; NumPy adds float16 in float16, which no scan here is built for: pass "
+               "dtype=np.float32 or np.float64 to sum it in that type (np.cumsum(a, dtype=...))"
+               if dt == _HALF else "")
         )
     if out_dtype is None:
         acc = np.dtype(np.cumsum(np.zeros(0, dtype=dt)).dtype)
@@ -98,7 +106,8 @@ def scan_array(a: Any, *, exclusive: bool = True, algorithm: str = "auto",
     ----------
     a : numpy.ndarray or cupy.ndarray
         bool, integer, float32 or float64 data of any shape, flattened in C order as
-        ``np.cumsum(a)`` flattens it.
+        ``np.cumsum(a)`` flattens it; float16 with ``dtype=np.float32`` or ``np.float64``
+        (widened, as ``np.cumsum(a, dtype=...)`` widens it).
     exclusive : bool
         ``True`` (the default): element i is the sum of the elements before i, so the result
         starts with 0 and has ``a.size`` elements (the offsets of a scatter). ``False``: the
@@ -169,7 +178,14 @@ def scan_array(a: Any, *, exclusive: bool = True, algorithm: str = "auto",
     alg = _check_algorithm(algorithm, _is_gpu(a), "scan_array")
     if not a.dtype.isnative:
         a = a.astype(native(a.dtype))
-    return scan_chunk(a, exclusive, alg, acc, None)
+    return scan_chunk(widened(a, acc), exclusive, alg, acc, None)
+
+
+def widened(a: Any, acc: np.dtype) -> Any:
+    """``a`` as the scans take it: float16 (taken with a float32 or float64 ``dtype=`` only,
+    :func:`scan_dtype`) widened to the accumulator, exactly, as ``np.cumsum(a, dtype=acc)``
+    casts it; any other dtype as it is."""
+    return a.astype(acc) if a.dtype == _HALF else a
 
 
 def cumsum(x: Any, *, exclusive: bool = False, algorithm: str = "auto",
@@ -185,7 +201,8 @@ def cumsum(x: Any, *, exclusive: bool = False, algorithm: str = "auto",
     Parameters
     ----------
     x : dask.array.Array
-        bool, integer, float32 or float64 chunks of NumPy or CuPy arrays; N-D input is taken
+        bool, integer, float32 or float64 chunks of NumPy or CuPy arrays (float16 with a
+        float32 or float64 ``dtype=``, as for :func:`scan_array`); N-D input is taken
         in C order (``x.ravel()``), as ``np.cumsum`` without ``axis``. Chunk sizes must be
         known.
     exclusive : bool
@@ -292,7 +309,7 @@ def _total_block(block: Any, acc: np.dtype, declared: np.dtype | None = None, i:
     # chunk's declared one (the offsets of the chunks after it are made of the totals, the
     # result's chunks of the declared sizes)
     block = as_declared(block, declared, "cumsum", i, shape=shape)
-    return scan_total(block, acc)
+    return scan_total(widened(block, acc), acc)
 
 
 def _scan_block(block: Any, offsets: np.ndarray, i: int, exclusive: bool, algorithm: str,
@@ -305,4 +322,5 @@ def _scan_block(block: Any, offsets: np.ndarray, i: int, exclusive: bool, algori
     # signalling NaN quieted; a new-user probe).
     if leads is None:
         leads = i == 0
-    return scan_chunk(block, exclusive, algorithm, acc, None if leads else offsets[i])
+    return scan_chunk(widened(block, acc), exclusive, algorithm, acc,
+                      None if leads else offsets[i])
