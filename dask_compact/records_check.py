@@ -26,7 +26,7 @@ from .validate import (
     xarray_object,
 )
 
-__all__ = ["checked_fields", "check_record_predicate", "check_into", "INDICES"]
+__all__ = ["checked_fields", "check_record_predicate", "check_into", "field_source", "INDICES"]
 
 logger = logging.getLogger("dask_compact")
 
@@ -79,7 +79,8 @@ def checked_fields(fields: Any, indices: bool, fn: str = "compact_records"
         if lazy:
             check_dask_input(a, f"field {name!r}")
         like = a._meta if lazy else a
-        check_chunk_type(like, f"{fn} (field {name!r})", in_memory=not lazy)
+        check_chunk_type(like, f"{fn} (field {name!r})", in_memory=not lazy,
+                         source=field_source(name))
         modules.add(_module_of(like))
         if a.dtype.kind == "T":
             raise TypeError(_variable_width_strings(name, a.dtype))
@@ -107,6 +108,13 @@ def checked_fields(fields: Any, indices: bool, fn: str = "compact_records"
         if len(devices) > 1:
             raise ValueError(f"fields are on several devices ({sorted(devices)}); use one")
     return out, lazy
+
+
+def field_source(name: str) -> str:
+    """A field as a message's advice names it: by its name where that is a Python name
+    (the variable a caller likely holds it in, as :func:`_variable_width_strings` names
+    it), else as the mapping's item."""
+    return name if name.isidentifier() else f"fields[{name!r}]"
 
 
 def _variable_width_strings(name: str, dtype: np.dtype) -> str:

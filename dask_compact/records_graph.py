@@ -35,7 +35,7 @@ from .graph import (
 )
 from .joined_chunks import rechunked
 from .predicate.core import Predicate
-from .records_check import INDICES
+from .records_check import INDICES, field_source
 from .validate import as_declared, block_shapes, chunk_shape_refusal
 
 __all__ = ["build_records", "records_block", "aligned"]
@@ -74,7 +74,7 @@ def records_block(
     declared = declared or {}
     for name, b in fields.items():
         fields[name] = as_declared(b, declared.get(name), "compact_records", index,
-                                   f"field {name!r}")
+                                   f"field {name!r}", source=field_source(name))
     return compact_records_chunk(blocks[0], fields, pred, indices, stable, index_base, 1)
 
 

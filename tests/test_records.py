@@ -553,3 +553,37 @@ def test_a_field_chunk_of_another_length_than_declared_is_refused_naming_it(how,
     with pytest.raises(ValueError, match=want):
         out = compact_records(fields, "a >= 0", **kw)
         dask.compute(out)
+
+
+class _Tagged(np.ndarray):
+    """An ndarray subclass carrying something more (as astropy's Quantity carries a unit)."""
+
+
+def test_a_refused_field_type_is_named_in_the_advice():
+    """The conversion advised for a field of a refused type named ``a`` (or ``x``) whatever
+    the field (until 2026-12-01, the eleventh session's record probe); it names the field, and
+    the advice, run, gives NumPy's selection."""
+    rng = np.random.default_rng(21)
+    e, w = rng.random(37), rng.random(37)
+    m = e > 0.5
+    for name, source in (("w", "w"), ("my w", "fields['my w']")):
+        fields = {"e": e, name: w.view(_Tagged)}
+        with pytest.raises(TypeError, match="_Tagged") as refused:
+            dask_compact.compact_records(fields, "e > 0.5")
+        advised = str(refused.value).split("e.g. ")[1].split(" (")[0]
+        assert advised == f"np.asarray({source})"
+        fields[name] = eval(advised, {"np": np, "w": fields[name], "fields": fields})
+        np.testing.assert_array_equal(dask_compact.compact_records(fields, "e > 0.5")[name],
+                                      w[m])
+        # dask fields: the meta refused when called, a chunk when computed
+        tagged = da.from_array(w, chunks=10).map_blocks(lambda b: b.view(_Tagged))
+        for meta in (True, False):
+            x = tagged if meta else tagged.map_blocks(lambda b: b, meta=np.empty(0))
+            dfields = {"e": da.from_array(e, chunks=10), name: x}
+            with pytest.raises(TypeError, match="_Tagged") as refused:
+                dask_compact.compact_records(dfields, "e > 0.5")[name].compute()
+            advised = str(refused.value).split("e.g. ")[1].split(" (which")[0]
+            assert advised.startswith(f"{source}.map_blocks(np.asarray, meta=")
+            dfields[name] = eval(advised, {"np": np, "w": x, "fields": dfields})
+            got = dask_compact.compact_records(dfields, "e > 0.5")[name].compute()
+            np.testing.assert_array_equal(got, w[m])
