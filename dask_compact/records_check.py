@@ -195,8 +195,10 @@ def check_into(fields: dict[str, Any], out: Any, count: Any, stream: Any) -> dic
         if buf.dtype != dtype:
             raise TypeError(f"out[{name!r}] must have dtype {dtype}; got {buf.dtype}")
         if buf.shape[1:] != tail or buf.ndim < 1 or buf.shape[0] < n:
-            raise ValueError(f"out[{name!r}] must have shape (>= {n}, *{tail}) (every row may "
-                             f"be selected); got {buf.shape}")
+            # printed as a shape: "(>= 5, *())" until 2026-12-01 (a record probe)
+            want = f"(>= {n}{''.join(f', {d}' for d in tail) if tail else ','})"
+            raise ValueError(f"out[{name!r}] must have shape {want} (every row may be "
+                             f"selected); got {buf.shape}")
         if not buf.flags.c_contiguous or (kind == "numpy" and not buf.flags.writeable):
             raise ValueError(f"out[{name!r}] must be C-contiguous and writeable")
         for fname, a in fields.items():

@@ -587,3 +587,21 @@ def test_a_refused_field_type_is_named_in_the_advice():
             dfields[name] = eval(advised, {"np": np, "w": x, "fields": dfields})
             got = dask_compact.compact_records(dfields, "e > 0.5")[name].compute()
             np.testing.assert_array_equal(got, w[m])
+
+
+def test_into_a_buffer_of_the_wrong_shape_is_told_the_shape_it_needs():
+    # "(>= 10, *())" and "(>= 10, *(3,))" until 2026-12-01 (the eleventh session's record
+    # probe): the shape is printed as Python prints one
+    f = particles(10)
+    cri = dask_compact.compact_records_into
+    for name, buf, want in (("r", np.empty(9), "(>= 10,)"),
+                            ("indices", np.empty((10, 1), np.int64), "(>= 10,)"),
+                            ("pos", np.empty((10, 2), np.float32), "(>= 10, 3)"),
+                            ("pos", np.empty(10, np.float32), "(>= 10, 3)")):
+        with pytest.raises(ValueError) as refused:
+            cri(f, "mass > 1", {name: buf})
+        assert f"out[{name!r}] must have shape {want} (every row may be selected); got " \
+               f"{buf.shape}" == str(refused.value)
+    g = {"m": np.arange(4.0), "img": np.zeros((4, 2, 5), np.uint8)}
+    with pytest.raises(ValueError, match=re.escape("must have shape (>= 4, 2, 5)")):
+        cri(g, "m > 1", {"img": np.empty((4, 5, 2), np.uint8)})
