@@ -605,3 +605,34 @@ def test_into_a_buffer_of_the_wrong_shape_is_told_the_shape_it_needs():
     g = {"m": np.arange(4.0), "img": np.zeros((4, 2, 5), np.uint8)}
     with pytest.raises(ValueError, match=re.escape("must have shape (>= 4, 2, 5)")):
         cri(g, "m > 1", {"img": np.empty((4, 5, 2), np.uint8)})
+
+
+def test_a_reduction_in_a_record_predicate_is_refused_naming_the_fields():
+    # Until 2026-12-01 the refusal was the one-array one, "`m = float(x.mean().compute())`
+    # then `lambda v: v > m`", naming neither the fields nor the record (the eleventh
+    # session's record probe). The advice, run, gives NumPy's selection.
+    rng = np.random.default_rng(22)
+    fields = {"energy": rng.random(50), "eta": rng.standard_normal(50), "id": np.arange(50)}
+    for pred, which in (
+        (lambda energy: energy > energy.mean(), "of the field 'energy' is a reduction"),
+        (lambda energy, eta: (energy > 0.5) & (eta < np.median(eta)),
+         "of the field 'eta' is a reduction"),
+        (lambda energy, eta: energy > np.max(energy + eta), "of the fields 'energy', 'eta'"),
+        (lambda energy: energy > np.add.reduce(energy), "of the field 'energy'"),
+        (lambda eta: np.cumsum(eta) > 0, "of the field 'eta' is not elementwise"),
+    ):
+        for fs in (fields, {k: da.from_array(v, chunks=7) for k, v in fields.items()}):
+            with pytest.raises(NotElementwise, match=which) as refused:
+                compact_records(fs, pred)
+            assert "record predicate" in str(refused.value)
+            assert "lambda v" not in str(refused.value)
+    with pytest.raises(NotElementwise) as refused:
+        compact_records(fields, lambda energy: energy > energy.mean())
+    assert "`m = float(energy.mean())`" in str(refused.value)
+    assert "`lambda energy: energy > m`" in str(refused.value)
+    m = float(fields["energy"].mean())
+    got = compact_records(fields, lambda energy: energy > m)
+    np.testing.assert_array_equal(got["id"], fields["id"][fields["energy"] > m])
+    # one array keeps its own wording
+    with pytest.raises(NotElementwise, match="lambda v: v > m"):
+        dask_compact.compact_array(fields["energy"], lambda v: v > v.mean())
