@@ -9,6 +9,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
+
 from . import settings
 from .dispatch import (
     remember_records_call,
@@ -137,6 +139,12 @@ def compact_records_in_memory(
     first = next(iter(fields.values()))
     out = backend(first, fields, p, indices, stable, index_base, _threads())
     assert not indices or INDICES in out
+    for name, a in fields.items():
+        if type(a) is np.recarray and a.dtype.names:
+            # as NumPy's rec[mask] gives it (fields also attributes): a plain ndarray of
+            # numpy.record until 2026-12-01 (a record probe). A recarray of a plain dtype
+            # comes back plain, as its rec[mask] does, and a memmap's rows as mm[mask] does.
+            out[name] = out[name].view(np.recarray)
     return out
 
 

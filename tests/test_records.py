@@ -636,3 +636,29 @@ def test_a_reduction_in_a_record_predicate_is_refused_naming_the_fields():
     # one array keeps its own wording
     with pytest.raises(NotElementwise, match="lambda v: v > m"):
         dask_compact.compact_array(fields["energy"], lambda v: v > v.mean())
+
+
+def test_a_recarray_field_comes_back_as_numpy_selects_it():
+    """``{k: v[mask]}`` keeps a recarray a recarray (its fields are attributes); the field
+    came back a plain ndarray of numpy.record until 2026-12-01 (the eleventh session's
+    record probe). On dask fields the result computes to what ``x[m]`` computes to."""
+    rng = np.random.default_rng(23)
+    n = 33
+    e = rng.random(n)
+    rec = np.rec.fromarrays([rng.random(n), np.arange(n)], names="a,b")
+    flat = rng.random(n).view(np.recarray)  # a recarray of a plain dtype, read by the predicate
+    fields = {"e": e, "rec": rec, "flat": flat, "plain": np.arange(n)}
+    m = (e > 0.5) & (flat > 0.2)
+    for indices in (False, True):
+        got = compact_records(fields, "(e > 0.5) & (flat > 0.2)", indices=indices)
+        for k, v in fields.items():
+            assert type(got[k]) is type(v[m]), k
+            np.testing.assert_array_equal(got[k], v[m])
+        np.testing.assert_array_equal(got["rec"].a, rec.a[m])
+    x = {k: da.from_array(v, chunks=10) for k, v in fields.items()}
+    got = compact_records(x, "(e > 0.5) & (flat > 0.2)")
+    dm = da.from_array(m, chunks=10)
+    for k, v in x.items():
+        computed = got[k].compute()
+        assert type(computed) is type(v[dm].compute()), k
+        np.testing.assert_array_equal(computed, fields[k][m])
