@@ -177,8 +177,6 @@ def test_errors_before_anything_runs():
         compact_records({"a": np.ma.masked_array([1, 2])}, "a > 0")
     with pytest.raises(TypeError, match=r"\(field 'b'\) does not take masked"):  # gathered
         compact_records({"a": np.arange(2), "b": np.ma.masked_array([1, 2])}, "a > 0")
-    with pytest.raises(ValueError, match="takes none of the fields"):
-        compact_records(f, lambda: True)
     for mask in (f["mass"] > 1, da.from_array(f["mass"] > 1)):  # compact's form: say ours
         with pytest.raises(TypeError, match=r'mask of the rows .*\{\*\*fields, "keep": mask\}'):
             compact_records(f, mask)
@@ -662,3 +660,36 @@ def test_a_recarray_field_comes_back_as_numpy_selects_it():
         computed = got[k].compute()
         assert type(computed) is type(v[dm].compute()), k
         np.testing.assert_array_equal(computed, fields[k][m])
+
+
+def test_a_constant_callable_is_taken_as_the_constant_string_is():
+    """``"True"`` selects every row and ``"False"`` none; ``lambda: True`` was refused ("takes
+    none of the fields") until 2026-12-01 (the eleventh session's record probe). Both forms
+    are constants now, in memory, on dask fields, into buffers and in the xarray accessor;
+    a constant that is no boolean, or a closure over a mask, is still refused."""
+    rng = np.random.default_rng(24)
+    fields = {"e": rng.random(41), "pos": rng.random((41, 3)), "id": np.arange(41)}
+    dfields = {k: da.from_array(v, chunks=(9,) + v.shape[1:]) for k, v in fields.items()}
+    for string, func, keep in (("True", lambda: True, True), ("False", lambda: False, False),
+                               ("True", lambda: np.True_, True)):
+        m = np.full(41, keep)
+        want = reference(fields, m, indices=True)
+        for fs in (fields, dfields):
+            for pred in (string, func):
+                got = compact_records(fs, pred, indices=True)
+                assert set(got) == set(want)
+                for k, v in want.items():
+                    np.testing.assert_array_equal(np.asarray(got[k]), v)
+        out = {"pos": np.empty((41, 3)), "indices": np.empty(41, np.int64)}
+        k = int(dask_compact.compact_records_into(fields, func, out)[0])
+        assert k == int(m.sum())
+        np.testing.assert_array_equal(out["pos"][:k], fields["pos"][m])
+    with pytest.raises(TypeError, match="booleans"):
+        compact_records(fields, lambda: 5)
+    mask = fields["e"] > 0.5  # a closure over a mask of the rows: not one value per row
+    with pytest.raises(NotElementwise):
+        compact_records(fields, lambda: mask)
+    xr = pytest.importorskip("xarray")
+    ds = xr.Dataset({"e": ("n", fields["e"])})
+    for pred in ("True", lambda: True):
+        np.testing.assert_array_equal(ds.compact.where(pred, "n").e.values, fields["e"])
