@@ -111,17 +111,35 @@ def compact_records(
         call = repeated_records_call(next(iter(fields.values())), fields, pred, indices)
         if call is not None:
             return call(fields, 0)
-    fs, on_dask = checked_fields(fields, indices)
+    return records_call(fields, pred, indices, lazy, stable, chunks)
+
+
+def records_call(fields: Mapping[str, Any], pred: Any, indices: bool, lazy: bool,
+                 stable: bool, chunks: None | int | str, call: str = "compact_records",
+                 labels: dict[str, str] | None = None) -> dict[str, Any]:  # fmt: skip
+    """:func:`compact_records` past its repeated-call path, its flags checked; ``call`` and
+    ``labels`` name the call and the fields in the refusals as the caller gave them (the
+    xarray accessor: ``ds.compact.where``, its variables and ``cond``; until 2026-12-01 a
+    chunk of another shape than declared was refused as "compact_records: chunk 0 of field
+    'cond'", a call and a name the caller never gave, a chunk-shape probe)."""
+    fs, on_dask = checked_fields(fields, indices, call, labels)
     if not on_dask and (lazy or chunks is not None):
         raise ValueError(
             "lazy= and chunks= apply to dask fields; in-memory fields are compacted at once"
         )
-    p = check_record_predicate(pred, fs)
+    try:
+        p = check_record_predicate(pred, fs)
+    except (ValueError, TypeError) as e:
+        if labels is None:
+            raise
+        from .xarray_accessor import in_accessor_words  # the one caller that names fields
+
+        raise in_accessor_words(e, call) from None
     if on_dask:
         from .graph import without_empty_chunks
         from .records_graph import build_records
 
-        built = build_records(fs, p, indices, lazy, stable, chunks)
+        built = build_records(fs, p, indices, lazy, stable, chunks, call, labels)
         return {k: without_empty_chunks(a) for k, a in built.items()}
     out = compact_records_in_memory(fs, p, indices, stable)
     if type(fields) is dict:

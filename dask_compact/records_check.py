@@ -33,10 +33,12 @@ logger = logging.getLogger("dask_compact")
 INDICES = "indices"  # the key of the global row indices in the result
 
 
-def checked_fields(fields: Any, indices: bool, fn: str = "compact_records"
+def checked_fields(fields: Any, indices: bool, fn: str = "compact_records",
+                   labels: dict[str, str] | None = None
                    ) -> tuple[dict[str, Any], bool]:  # fmt: skip
     """The fields as a dict (mapping order kept) and whether they are dask arrays; ``fn``,
-    the public call, names the call in the errors.
+    the public call, names the call in the errors, ``labels`` the fields where the caller
+    named them otherwise (records_graph.field_label).
 
     TypeError: not a mapping, names that are not strings, values that are not arrays, dask
     arrays mixed with in-memory ones, NumPy with CuPy, object dtypes, masked arrays.
@@ -76,10 +78,12 @@ def checked_fields(fields: Any, indices: bool, fn: str = "compact_records"
             raise TypeError(f"field {name!r} is a {type(a).__name__}, not an array")
         if not lazy:
             a = out[name] = in_memory(a)
+        label = labels.get(name) if labels else None
+        label = label if label is not None else f"field {name!r}"
         if lazy:
-            check_dask_input(a, f"field {name!r}")
+            check_dask_input(a, label)
         like = a._meta if lazy else a
-        check_chunk_type(like, f"{fn} (field {name!r})", in_memory=not lazy,
+        check_chunk_type(like, f"{fn} ({label})", in_memory=not lazy,
                          source=field_source(name))
         modules.add(_module_of(like))
         if a.dtype.kind == "T":
