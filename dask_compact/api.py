@@ -23,6 +23,7 @@ from .validate import (
     check_chunk_type,
     check_dask_input,
     check_dtype,
+    check_flag,
     check_output,
     native,
     xarray_object,
@@ -145,6 +146,9 @@ def map_compact(
     """
     settings.warn_unknown()
     x = _check_dask_array(x, "map_compact")
+    lazy = check_flag(lazy, "lazy", "map_compact")
+    stable = check_flag(stable, "stable", "map_compact")
+    by_worker = check_flag(by_worker, "by_worker", "map_compact")
     check_output(output)
     check_algorithm(algorithm, stable)
     if x.dtype.kind in ("m", "M"):
@@ -163,11 +167,11 @@ def map_compact(
     # lazy, by_worker and the input's form build different tasks under these keys
     form = input_form(x1)
     token = tokenize("map_compact", x1.name, p, output, stable, algorithm, lazy,
-                     bool(by_worker), form, computed_call(lazy, form))
+                     by_worker, form, computed_call(lazy, form))
     # N-D rows of whole trailing axes: chunk i of x1 is block (i, 0, ...) of x, flattened
     whole_rows = (x.ndim > 1 and not _unknown(x) and x1.numblocks[0] == x.numblocks[0]
                   and all(n == 1 for n in x.numblocks[1:]))
-    plan = Plan(x1, None, p, output, stable, algorithm, token, bool(by_worker),
+    plan = Plan(x1, None, p, output, stable, algorithm, token, by_worker,
                 source=x if whole_rows else None)
     return _result(build(plan, lazy, out_chunks), output)
 
@@ -205,6 +209,7 @@ def compact(
     """
     settings.warn_unknown()
     x = _native(_check_dask_array(x, "compact"))
+    lazy = check_flag(lazy, "lazy", "compact")
     check_output(output)
     _check_mask_is_an_array(mask, x)
     if x.dtype.kind in ("m", "M"):
@@ -312,6 +317,7 @@ def flatnonzero(
     """
     settings.warn_unknown()
     a = _check_dask_array(a, "flatnonzero")
+    lazy = check_flag(lazy, "lazy", "flatnonzero")
     if a.dtype.kind in ("m", "M"):  # NumPy's non-zero datetimes: not the epoch (NaT is not)
         a = _view(_native(a), np.dtype(np.int64))
     check_dtype(a.dtype)

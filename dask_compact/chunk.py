@@ -26,6 +26,7 @@ from .validate import (
     check_apart,
     check_chunk_type,
     check_dtype,
+    check_flag,
     check_into_buffer,
     check_output,
     check_stream,
@@ -80,6 +81,7 @@ def compact_array(
     array([1, 2])
     """
     settings.warn_unknown()
+    stable = check_flag(stable, "stable", "compact_array")
     if isinstance(a, np.ndarray) and a.dtype.kind in ("m", "M"):
         return _compact_times(a, pred, output, algorithm, stable)
     # The same predicate on the same kind of array again (a loop of small GPU calls): the call
@@ -335,6 +337,7 @@ def compact_into(
     array([0, 2])
     """
     settings.warn_unknown()
+    stable = check_flag(stable, "stable", "compact_into")
     if algorithm == "scan":
         raise ValueError('compact_into does not run algorithm="scan" (a comparison path of '
                          "compact_array and map_compact); use the default")

@@ -9,6 +9,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
+
 from . import settings
 from .dispatch import (
     remember_records_call,
@@ -17,7 +19,7 @@ from .dispatch import (
     repeated_records_into,
 )
 from .records_check import INDICES, check_into, check_record_predicate, checked_fields
-from .validate import in_memory
+from .validate import check_flag, in_memory
 
 __all__ = ["compact_records", "compact_records_into"]
 
@@ -100,27 +102,48 @@ def compact_records(
            [6., 7., 8.]]), array([1, 2]))
     """
     settings.warn_unknown()
+    indices = check_flag(indices, "indices", "compact_records")
+    lazy = check_flag(lazy, "lazy", "compact_records")
+    stable = check_flag(stable, "stable", "compact_records")
     if type(fields) is dict and fields and not lazy and chunks is None:
         # The same predicate on fields of the same layout again (a loop over GPU batches):
         # the call kept the last time, without the checks and the dispatch it passed then.
-        call = repeated_records_call(next(iter(fields.values())), fields, pred, bool(indices))
+        call = repeated_records_call(next(iter(fields.values())), fields, pred, indices)
         if call is not None:
             return call(fields, 0)
-    fs, on_dask = checked_fields(fields, bool(indices))
+    return records_call(fields, pred, indices, lazy, stable, chunks)
+
+
+def records_call(fields: Mapping[str, Any], pred: Any, indices: bool, lazy: bool,
+                 stable: bool, chunks: None | int | str, call: str = "compact_records",
+                 labels: dict[str, str] | None = None) -> dict[str, Any]:  # fmt: skip
+    """:func:`compact_records` past its repeated-call path, its flags checked; ``call`` and
+    ``labels`` name the call and the fields in the refusals as the caller gave them (the
+    xarray accessor: ``ds.compact.where``, its variables and ``cond``; until 2026-12-01 a
+    chunk of another shape than declared was refused as "compact_records: chunk 0 of field
+    'cond'", a call and a name the caller never gave, a chunk-shape probe)."""
+    fs, on_dask = checked_fields(fields, indices, call, labels)
     if not on_dask and (lazy or chunks is not None):
         raise ValueError(
             "lazy= and chunks= apply to dask fields; in-memory fields are compacted at once"
         )
-    p = check_record_predicate(pred, fs)
+    try:
+        p = check_record_predicate(pred, fs)
+    except (ValueError, TypeError) as e:
+        if labels is None:
+            raise
+        from .xarray_accessor import in_accessor_words  # the one caller that names fields
+
+        raise in_accessor_words(e, call) from None
     if on_dask:
         from .graph import without_empty_chunks
         from .records_graph import build_records
 
-        built = build_records(fs, p, bool(indices), bool(lazy), bool(stable), chunks)
+        built = build_records(fs, p, indices, lazy, stable, chunks, call, labels)
         return {k: without_empty_chunks(a) for k, a in built.items()}
-    out = compact_records_in_memory(fs, p, bool(indices), bool(stable))
+    out = compact_records_in_memory(fs, p, indices, stable)
     if type(fields) is dict:
-        remember_records_call(next(iter(fs.values())), fs, pred, p, bool(indices))
+        remember_records_call(next(iter(fs.values())), fs, pred, p, indices)
     return out
 
 
@@ -134,6 +157,12 @@ def compact_records_in_memory(
     first = next(iter(fields.values()))
     out = backend(first, fields, p, indices, stable, index_base, _threads())
     assert not indices or INDICES in out
+    for name, a in fields.items():
+        if type(a) is np.recarray and a.dtype.names:
+            # as NumPy's rec[mask] gives it (fields also attributes): a plain ndarray of
+            # numpy.record until 2026-12-01 (a record probe). A recarray of a plain dtype
+            # comes back plain, as its rec[mask] does, and a memmap's rows as mm[mask] does.
+            out[name] = out[name].view(np.recarray)
     return out
 
 

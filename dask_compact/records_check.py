@@ -26,17 +26,19 @@ from .validate import (
     xarray_object,
 )
 
-__all__ = ["checked_fields", "check_record_predicate", "check_into", "INDICES"]
+__all__ = ["checked_fields", "check_record_predicate", "check_into", "field_source", "INDICES"]
 
 logger = logging.getLogger("dask_compact")
 
 INDICES = "indices"  # the key of the global row indices in the result
 
 
-def checked_fields(fields: Any, indices: bool, fn: str = "compact_records"
+def checked_fields(fields: Any, indices: bool, fn: str = "compact_records",
+                   labels: dict[str, str] | None = None
                    ) -> tuple[dict[str, Any], bool]:  # fmt: skip
     """The fields as a dict (mapping order kept) and whether they are dask arrays; ``fn``,
-    the public call, names the call in the errors.
+    the public call, names the call in the errors, ``labels`` the fields where the caller
+    named them otherwise (records_graph.field_label).
 
     TypeError: not a mapping, names that are not strings, values that are not arrays, dask
     arrays mixed with in-memory ones, NumPy with CuPy, object dtypes, masked arrays.
@@ -76,10 +78,13 @@ def checked_fields(fields: Any, indices: bool, fn: str = "compact_records"
             raise TypeError(f"field {name!r} is a {type(a).__name__}, not an array")
         if not lazy:
             a = out[name] = in_memory(a)
+        label = labels.get(name) if labels else None
+        label = label if label is not None else f"field {name!r}"
         if lazy:
-            check_dask_input(a, f"field {name!r}")
+            check_dask_input(a, label)
         like = a._meta if lazy else a
-        check_chunk_type(like, f"{fn} (field {name!r})", in_memory=not lazy)
+        check_chunk_type(like, f"{fn} ({label})", in_memory=not lazy,
+                         source=field_source(name))
         modules.add(_module_of(like))
         if a.dtype.kind == "T":
             raise TypeError(_variable_width_strings(name, a.dtype))
@@ -107,6 +112,13 @@ def checked_fields(fields: Any, indices: bool, fn: str = "compact_records"
         if len(devices) > 1:
             raise ValueError(f"fields are on several devices ({sorted(devices)}); use one")
     return out, lazy
+
+
+def field_source(name: str) -> str:
+    """A field as a message's advice names it: by its name where that is a Python name
+    (the variable a caller likely holds it in, as :func:`_variable_width_strings` names
+    it), else as the mapping's item."""
+    return name if name.isidentifier() else f"fields[{name!r}]"
 
 
 def _variable_width_strings(name: str, dtype: np.dtype) -> str:
@@ -187,8 +199,10 @@ def check_into(fields: dict[str, Any], out: Any, count: Any, stream: Any) -> dic
         if buf.dtype != dtype:
             raise TypeError(f"out[{name!r}] must have dtype {dtype}; got {buf.dtype}")
         if buf.shape[1:] != tail or buf.ndim < 1 or buf.shape[0] < n:
-            raise ValueError(f"out[{name!r}] must have shape (>= {n}, *{tail}) (every row may "
-                             f"be selected); got {buf.shape}")
+            # printed as a shape: "(>= 5, *())" until 2026-12-01 (a record probe)
+            want = f"(>= {n}{''.join(f', {d}' for d in tail) if tail else ','})"
+            raise ValueError(f"out[{name!r}] must have shape {want} (every row may be "
+                             f"selected); got {buf.shape}")
         if not buf.flags.c_contiguous or (kind == "numpy" and not buf.flags.writeable):
             raise ValueError(f"out[{name!r}] must be C-contiguous and writeable")
         for fname, a in fields.items():

@@ -35,7 +35,7 @@ from .graph import (
 )
 from .joined_chunks import rechunked
 from .predicate.core import Predicate
-from .records_check import INDICES
+from .records_check import INDICES, field_source
 from .validate import as_declared, block_shapes, chunk_shape_refusal
 
 __all__ = ["build_records", "records_block", "aligned"]
@@ -44,7 +44,8 @@ __all__ = ["build_records", "records_block", "aligned"]
 def records_block(
     names: tuple[str, ...], blocks: list[Any], pred: Predicate, indices: bool, stable: bool,
     index_base: int, declared: dict[str, np.dtype] | None = None, index: int = 0,
-    shapes: dict[str, tuple[int, ...] | None] | None = None,
+    shapes: dict[str, tuple[int, ...] | None] | None = None, call: str = "compact_records",
+    labels: dict[str, str] | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """Phase 1 for one row chunk (chunk ``index``) of a record: every field's selected rows
     (+ indices).
@@ -58,13 +59,17 @@ def records_block(
     (:func:`.validate.as_declared`: cast where that is exact, else refused; nothing where
     they agree): the rows are copied as bits, so a chunk of another dtype than declared came
     back as such (``M8[ms]`` values in a result that says ``M8[s]``, float64 rows in a
-    float32 result)."""
+    float32 result).
+
+    ``call`` and ``labels`` (a field's name in the messages, by default ``field 'name'``):
+    the public call and the names its caller gave, as the refusals say them (the xarray
+    accessor's variables and ``cond``, :func:`field_label`)."""
     fields = dict(zip(names, blocks))
     shapes = shapes or {}
     for name, b in fields.items():  # before the rows' check, which names no chunk
         shape = shapes.get(name)
         if shape is not None and b.shape != shape:
-            raise chunk_shape_refusal("compact_records", f"field {name!r}", index,
+            raise chunk_shape_refusal(call, field_label(name, labels), index,
                                       tuple(b.shape), shape)
     rows = {name: b.shape[0] for name, b in fields.items()}
     if len(set(rows.values())) > 1:  # aligned() makes this impossible; a guard all the same
@@ -73,12 +78,20 @@ def records_block(
     # field (gathered, or read after the first) would be copied without its mask
     declared = declared or {}
     for name, b in fields.items():
-        fields[name] = as_declared(b, declared.get(name), "compact_records", index,
-                                   f"field {name!r}")
+        fields[name] = as_declared(b, declared.get(name), call, index,
+                                   field_label(name, labels), source=field_source(name))
     return compact_records_chunk(blocks[0], fields, pred, indices, stable, index_base, 1)
 
 
-def aligned(fields: dict[str, da.Array], pred: Predicate) -> dict[str, da.Array]:
+def field_label(name: str, labels: dict[str, str] | None) -> str:
+    """How a message names field ``name``: its label where the caller gave one (the xarray
+    accessor: ``variable 'energy'``, ``cond``), else ``field 'name'``."""
+    label = labels.get(name) if labels else None
+    return label if label is not None else f"field {name!r}"
+
+
+def aligned(fields: dict[str, da.Array], pred: Predicate, call: str = "compact_records",
+            labels: dict[str, str] | None = None) -> dict[str, da.Array]:  # fmt: skip
     """Every field chunked like the first field the predicate reads (mapping order; the first
     field if it reads none) along axis 0, and in one chunk along its trailing axes."""
     lead = next((n for n in fields if n in pred.fields), next(iter(fields)))
@@ -86,8 +99,8 @@ def aligned(fields: dict[str, da.Array], pred: Predicate) -> dict[str, da.Array]
     out = {}
     for name, a in fields.items():
         want = (rows, *[(s,) for s in a.shape[1:]])
-        out[name] = a if a.chunks == want else rechunked(a, want, "compact_records",
-                                                         f"field {name!r}")
+        out[name] = a if a.chunks == want else rechunked(a, want, call,
+                                                         field_label(name, labels))
     return out
 
 
@@ -96,12 +109,12 @@ def aligned(fields: dict[str, da.Array], pred: Predicate) -> dict[str, da.Array]
 @client_stream.released_on_error()
 def build_records(
     fields: dict[str, da.Array], pred: Predicate, indices: bool, lazy: bool, stable: bool,
-    out_chunks: Any,
+    out_chunks: Any, call: str = "compact_records", labels: dict[str, str] | None = None,
 ) -> dict[str, da.Array]:  # fmt: skip
     from .api import _check_chunks
 
     out_chunks = _check_chunks(out_chunks, lazy)
-    fields = aligned(fields, pred)
+    fields = aligned(fields, pred, call, labels)
     names = tuple(fields)
     first = fields[names[0]]
     rows = first.chunks[0]
@@ -118,7 +131,7 @@ def build_records(
         keys = [(fields[n].name, i, *([0] * (fields[n].ndim - 1))) for n in names]
         shapes = {n: every[n][i] for n in names}
         layer[(p1, i)] = (records_block, names, keys, pred, indices, stable, int(starts[i]),
-                          declared, i, shapes)
+                          declared, i, shapes, call, labels)
     deps: list[Any] = list(fields.values())  # dask's typing does not count Array
     graph = HighLevelGraph.from_collections(p1, layer, dependencies=deps)
 

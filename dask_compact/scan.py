@@ -19,6 +19,7 @@ from .validate import (
     as_declared,
     block_shapes,
     check_chunk_type,
+    check_flag,
     conversion,
     in_memory,
     is_dask_array,
@@ -30,8 +31,10 @@ __all__ = ["scan_array", "cumsum", "scan_dtype", "CPU_ALGORITHMS", "GPU_ALGORITH
 CPU_ALGORITHMS = ("auto", "sequential")
 # kept in step with backends/cupy_scan_source.GPU_ALGORITHMS (a test checks)
 GPU_ALGORITHMS = ("auto", "lookback", "shared", "thread-efficient", "work-efficient", "naive")
-# Input dtypes (NumPy's cumsum of float16 adds in float16 and complex is not a scan we build).
+# Input dtypes (NumPy's cumsum of float16 adds in float16, which no scan is built for, so
+# float16 is taken with a float32 or float64 dtype= only; complex is not a scan we build).
 _INPUT_KINDS = "biuf"
+_HALF = np.dtype(np.float16)
 _ACC = tuple(np.dtype(t) for t in ("int32", "int64", "uint32", "uint64", "float32", "float64"))
 
 
@@ -40,10 +43,16 @@ def scan_dtype(dtype: Any, out_dtype: Any = None) -> np.dtype:
     (bool and signed integers -> the platform integer, int64 on Linux; unsigned -> uint64;
     floats keep theirs), or ``out_dtype`` where given. TypeError for what is not built."""
     dt = native(np.dtype(dtype))
-    if dt.kind not in _INPUT_KINDS or dt == np.dtype(np.float16):
+    # float16 into a float32 or float64 accumulator is NumPy's np.cumsum(a, dtype=...): each
+    # element widened (exactly), the sums in the accumulator. Refused until 2026-12-01 (the
+    # eleventh session's scan probe); the chunks are widened where they are scanned (widened).
+    half_widened = dt == _HALF and out_dtype is not None and np.dtype(out_dtype).kind == "f"
+    if dt.kind not in _INPUT_KINDS or (dt == _HALF and not half_widened):
         raise TypeError(
             f"scan takes bool, integer, float32 or float64 arrays, not {dt}"
-            + ("; cast float16 to float32 first" if dt == np.dtype(np.float16) else "")
+            + ("; NumPy adds float16 in float16, which no scan here is built for: pass "
+               "dtype=np.float32 or np.float64 to sum it in that type (np.cumsum(a, dtype=...))"
+               if dt == _HALF else "")
         )
     if out_dtype is None:
         acc = np.dtype(np.cumsum(np.zeros(0, dtype=dt)).dtype)
@@ -97,7 +106,8 @@ def scan_array(a: Any, *, exclusive: bool = True, algorithm: str = "auto",
     ----------
     a : numpy.ndarray or cupy.ndarray
         bool, integer, float32 or float64 data of any shape, flattened in C order as
-        ``np.cumsum(a)`` flattens it.
+        ``np.cumsum(a)`` flattens it; float16 with ``dtype=np.float32`` or ``np.float64``
+        (widened, as ``np.cumsum(a, dtype=...)`` widens it).
     exclusive : bool
         ``True`` (the default): element i is the sum of the elements before i, so the result
         starts with 0 and has ``a.size`` elements (the offsets of a scatter). ``False``: the
@@ -147,6 +157,7 @@ def scan_array(a: Any, *, exclusive: bool = True, algorithm: str = "auto",
     dtype('uint64')
     """
     settings.warn_unknown()
+    exclusive = check_flag(exclusive, "exclusive", "scan_array")
     if isinstance(a, np.generic):
         a = np.asarray(a)  # a NumPy scalar, as np.cumsum takes it
     a = in_memory(a)
@@ -157,7 +168,7 @@ def scan_array(a: Any, *, exclusive: bool = True, algorithm: str = "auto",
             "dask_compact.cumsum(x) (exclusive=True for scan_array's default)"
         )
     if isinstance(a, np.ma.MaskedArray):
-        check_chunk_type(a, "scan_array")  # refused, with what to do instead
+        check_chunk_type(a, "scan_array", in_memory=True)  # refused, saying what to do
     if type(a) is not np.ndarray and not _is_gpu(a):
         raise TypeError(
             f"scan_array needs a NumPy or CuPy array, not {type(a).__module__}."
@@ -167,7 +178,14 @@ def scan_array(a: Any, *, exclusive: bool = True, algorithm: str = "auto",
     alg = _check_algorithm(algorithm, _is_gpu(a), "scan_array")
     if not a.dtype.isnative:
         a = a.astype(native(a.dtype))
-    return scan_chunk(a, bool(exclusive), alg, acc, None)
+    return scan_chunk(widened(a, acc), exclusive, alg, acc, None)
+
+
+def widened(a: Any, acc: np.dtype) -> Any:
+    """``a`` as the scans take it: float16 (taken with a float32 or float64 ``dtype=`` only,
+    :func:`scan_dtype`) widened to the accumulator, exactly, as ``np.cumsum(a, dtype=acc)``
+    casts it; any other dtype as it is."""
+    return a.astype(acc) if a.dtype == _HALF else a
 
 
 def cumsum(x: Any, *, exclusive: bool = False, algorithm: str = "auto",
@@ -183,7 +201,8 @@ def cumsum(x: Any, *, exclusive: bool = False, algorithm: str = "auto",
     Parameters
     ----------
     x : dask.array.Array
-        bool, integer, float32 or float64 chunks of NumPy or CuPy arrays; N-D input is taken
+        bool, integer, float32 or float64 chunks of NumPy or CuPy arrays (float16 with a
+        float32 or float64 ``dtype=``, as for :func:`scan_array`); N-D input is taken
         in C order (``x.ravel()``), as ``np.cumsum`` without ``axis``. Chunk sizes must be
         known.
     exclusive : bool
@@ -238,6 +257,7 @@ def cumsum(x: Any, *, exclusive: bool = False, algorithm: str = "auto",
     from .graph import without_empty_chunks
 
     x = _check_dask_array(x, "cumsum")
+    exclusive = check_flag(exclusive, "exclusive", "cumsum")
     acc = scan_dtype(x.dtype, dtype)
     alg = _check_algorithm(algorithm, _is_gpu(x._meta), "cumsum")
     if any(math.isnan(c) for cs in x.chunks for c in cs):
@@ -246,7 +266,7 @@ def cumsum(x: Any, *, exclusive: bool = False, algorithm: str = "auto",
             "x.compute_chunk_sizes() first"
         )
     x1 = _ravel(_native(x))
-    token = tokenize("dask_compact.cumsum", x1.name, bool(exclusive), alg, acc.str)
+    token = tokenize("dask_compact.cumsum", x1.name, exclusive, alg, acc.str)
     totals, offsets, name = f"cumsum-total-{token}", f"cumsum-offsets-{token}", f"cumsum-{token}"
     nb = x1.numblocks[0]
     declared = x1.dtype
@@ -256,7 +276,7 @@ def cumsum(x: Any, *, exclusive: bool = False, algorithm: str = "auto",
     dsk[(offsets, 0)] = (_offsets, [(totals, i) for i in range(nb)], acc)
     before = 0  # elements in the chunks before chunk i
     for i, size in enumerate(x1.chunks[0]):
-        dsk[(name, i)] = (_scan_block, (x1.name, i), (offsets, 0), i, bool(exclusive), alg, acc,
+        dsk[(name, i)] = (_scan_block, (x1.name, i), (offsets, 0), i, exclusive, alg, acc,
                           declared, before == 0, shapes[i])
         before += size
     deps: list[Any] = [x1]  # dask's typing does not count its Array as a DaskCollection
@@ -289,7 +309,7 @@ def _total_block(block: Any, acc: np.dtype, declared: np.dtype | None = None, i:
     # chunk's declared one (the offsets of the chunks after it are made of the totals, the
     # result's chunks of the declared sizes)
     block = as_declared(block, declared, "cumsum", i, shape=shape)
-    return scan_total(block, acc)
+    return scan_total(widened(block, acc), acc)
 
 
 def _scan_block(block: Any, offsets: np.ndarray, i: int, exclusive: bool, algorithm: str,
@@ -302,4 +322,5 @@ def _scan_block(block: Any, offsets: np.ndarray, i: int, exclusive: bool, algori
     # signalling NaN quieted; a new-user probe).
     if leads is None:
         leads = i == 0
-    return scan_chunk(block, exclusive, algorithm, acc, None if leads else offsets[i])
+    return scan_chunk(widened(block, acc), exclusive, algorithm, acc,
+                      None if leads else offsets[i])

@@ -29,6 +29,19 @@ def check_output(output: Any) -> None:
         raise ValueError(f"output must be one of {OUTPUTS}, not {output!r}")
 
 
+def check_flag(value: Any, name: str, fn: str) -> bool:
+    """A yes/no argument (``exclusive=``, ``stable=``, ``lazy=``, ``indices=``,
+    ``by_worker=``) as a bool: True or False, a NumPy bool, or the integers 0 and 1 (as the
+    ``dask-compact.*`` settings take them). Anything else is refused: until 2026-12-01 each
+    call took ``bool(value)``, so ``exclusive="no"`` gave an exclusive scan and
+    ``lazy="no"`` a lazy result, as a Python truth test would (a new-user probe)."""
+    if value is True or value is False:
+        return value
+    if isinstance(value, (np.bool_, int, np.integer)) and value in (0, 1):
+        return bool(value)
+    raise TypeError(f"{fn}: {name} must be True or False, not {value!r}")
+
+
 def by_output(values: Any, indices: Any, output: str) -> Any:
     """What a call returns for ``output``: the values, the indices, or both as a pair."""
     if output == "values":
@@ -184,7 +197,8 @@ def xarray_object(a: Any, selects: bool = True) -> str | None:
             f"is dask-backed){accessor if selects else ''}")
 
 
-def check_chunk_type(a: Any, fn: str, in_memory: bool = False) -> None:
+def check_chunk_type(a: Any, fn: str, in_memory: bool = False,
+                     source: str | None = None) -> None:
     """TypeError for chunk types whose selection would silently lose information.
 
     ``a`` is a chunk or a dask array's ``_meta`` (``in_memory``: the array an in-memory call
@@ -195,24 +209,39 @@ def check_chunk_type(a: Any, fn: str, in_memory: bool = False) -> None:
     array's mask would be dropped (and NumPy evaluates a predicate on masked data with its
     own rules); another ndarray subclass (astropy's ``Quantity``) would come back as plain
     numbers, without what it carries (plain Dask's ``x[x > 0.5]`` raises for a Quantity
-    compared with a bare number); other array types (sparse) have no backend."""
+    compared with a bare number); other array types (sparse) have no backend. ``source``: how
+    the advice names the array (:func:`conversion`)."""
     if _taken_as_is(a):
         return
     if isinstance(a, np.ma.MaskedArray):
-        raise TypeError(
-            f"{fn} does not take masked arrays: their mask would be lost. Say what masked "
-            "elements mean, e.g. never selected: `d = da.ma.getdata(x); "
-            "dask_compact.compact(d, (d > 0.5) & ~da.ma.getmaskarray(x))`, or filled: "
-            "`da.ma.filled(x, np.nan).map_compact(...)`"
-        )
+        raise TypeError(f"{fn} does not take masked arrays: their mask would be lost. "
+                        + _masked_advice(fn.split(" ")[0], in_memory))
     what = "NumPy or CuPy arrays" if in_memory else "NumPy or CuPy chunks"
     xarray = xarray_object(a)
     if xarray is not None:
         raise TypeError(f"{fn} compacts {what}, not {xarray}")
     raise TypeError(
         f"{fn} compacts {what}, not {type(a).__module__}.{type(a).__name__}; convert "
-        f"{conversion(a, in_memory)}"
+        f"{conversion(a, in_memory, source)}"
     )
+
+
+def _masked_advice(call: str, in_memory: bool) -> str:
+    """What to do with a masked array, for the refusal of ``call``: say what its masked
+    elements mean. A scan's is a sum (until 2026-12-01 ``scan_array`` and ``cumsum`` were
+    told how to compact one, a probe): masked elements adding nothing, as NumPy's masked
+    ``cumsum`` adds them (it masks their places in the result too)."""
+    if call in ("scan_array", "cumsum"):
+        if in_memory:
+            return ("Say what masked elements add, e.g. nothing, as np.ma.cumsum adds them: "
+                    "`dask_compact.scan_array(np.ma.filled(a, 0))` (and "
+                    "`np.ma.getmaskarray(a)` for the places np.ma.cumsum masks)")
+        return ("Say what masked elements add, e.g. nothing, as np.ma.cumsum adds them: "
+                "`dask_compact.cumsum(da.ma.filled(x, 0))` (and `da.ma.getmaskarray(x)` for "
+                "the places np.ma.cumsum masks)")
+    return ("Say what masked elements mean, e.g. never selected: `d = da.ma.getdata(x); "
+            "dask_compact.compact(d, (d > 0.5) & ~da.ma.getmaskarray(x))`, or filled: "
+            "`da.ma.filled(x, np.nan).map_compact(...)`")
 
 
 # exactly these NumPy types are taken as they are: a memmap is NumPy data in a file, a
@@ -226,11 +255,13 @@ def _taken_as_is(a: Any) -> bool:
     return type(a) in _PLAIN or _module_of(a) == "cupy"
 
 
-def conversion(a: Any, in_memory: bool = False) -> str:
+def conversion(a: Any, in_memory: bool = False, source: str | None = None) -> str:
     """How to turn ``a`` (a chunk, a meta, or an in-memory array of a type the calls do not
     take) into NumPy data, for a message: what works for its type. ``np.asarray`` does not
     for sparse arrays (pydata's refuses to densify, scipy's gives a 0-d object array), and
-    the meta must be given where Dask cannot infer it from a call on the meta."""
+    the meta must be given where Dask cannot infer it from a call on the meta. ``source``:
+    the array as the advice names it (a record's field by its name: until 2026-12-01 every
+    field was ``a``, a record probe), by default ``a`` in memory and ``x`` for a dask array."""
     module = type(a).__module__.split(".")[0]
     if module == "sparse" and hasattr(a, "todense"):  # pydata sparse (COO, GCXS, DOK)
         dense, note = "todense()", ""
@@ -245,11 +276,12 @@ def conversion(a: Any, in_memory: bool = False) -> str:
     else:
         dense, note = None, ""
     if in_memory:
-        return f"it first, e.g. {'a.' + dense if dense else 'np.asarray(a)'}{note}"
+        name = source or "a"
+        return f"it first, e.g. {f'{name}.{dense}' if dense else f'np.asarray({name})'}{note}"
     meta = f"np.empty({(0,) * max(getattr(a, 'ndim', 1), 1)}, {_dtype_source(a.dtype)})" \
         if hasattr(a, "dtype") else "np.empty(0)"  # fmt: skip
     call = f"lambda b: b.{dense}" if dense else "np.asarray"
-    return f"the chunks first, e.g. x.map_blocks({call}, meta={meta}){note}"
+    return f"the chunks first, e.g. {source or 'x'}.map_blocks({call}, meta={meta}){note}"
 
 
 def _dtype_source(dtype: Any) -> str:
@@ -260,7 +292,8 @@ def _dtype_source(dtype: Any) -> str:
     return repr(np.dtype(dtype).descr) if fields else repr(str(dtype))
 
 
-def check_chunk(chunk: Any, fn: str, what: str = "the input") -> None:
+def check_chunk(chunk: Any, fn: str, what: str = "the input", source: str | None = None
+                ) -> None:  # fmt: skip
     """The check of every chunk a step takes, before it computes (each chunk of a run, of
     ``compact``'s mask, of each record field, not the first alone): TypeError for a chunk of
     a type :func:`check_chunk_type` refuses, though its dask array's meta (checked when the
@@ -274,7 +307,7 @@ def check_chunk(chunk: Any, fn: str, what: str = "the input") -> None:
         where = f"a chunk of {what} is a masked array, though the dask array's meta is not"
     else:
         where = f"a chunk of {what}, though the dask array's meta is NumPy's"
-    check_chunk_type(chunk, f"{fn} ({where})")
+    check_chunk_type(chunk, f"{fn} ({where})", source=source)
 
 
 def check_chunks(chunks: Any, fn: str, what: str = "the input") -> None:
@@ -318,7 +351,8 @@ def block_shapes(grid: tuple[tuple[float, ...], ...]) -> list[tuple[int, ...] | 
 
 
 def as_declared(chunk: Any, declared: np.dtype | None, fn: str, index: int,
-                what: str = "the input", shape: tuple[int, ...] | None = None) -> Any:
+                what: str = "the input", shape: tuple[int, ...] | None = None,
+                source: str | None = None) -> Any:
     """``chunk``, checked (:func:`check_chunk`), in the dtype its dask array declares.
 
     A chunk need not hold the dtype its dask array declares (``map_blocks(f, dtype=...)`` of
@@ -337,7 +371,8 @@ def as_declared(chunk: Any, declared: np.dtype | None, fn: str, index: int,
     values. The values are looked at only for a chunk of another dtype than declared.
 
     ``declared`` None: the chunk is only checked. ``index``: the chunk's position in the
-    array the call takes (for the message); ``what``: that array, as the message names it.
+    array the call takes (for the message); ``what``: that array, as the message names it
+    (``source``: as the advice of a refused chunk type names it, :func:`conversion`).
 
     ``shape``: the chunk's shape as its dask array declares it (None: not checked, where a
     size is unknown). A chunk of another shape is refused (:func:`chunk_shape_refusal`):
@@ -345,7 +380,7 @@ def as_declared(chunk: Any, declared: np.dtype | None, fn: str, index: int,
     of 5 elements declared 7 put every later element 2 places off (until 2026-12-01, the
     eleventh session's probe). One tuple comparison per chunk."""
     if not _taken_as_is(chunk):  # check_chunk's own first test, without its call
-        check_chunk(chunk, fn, what)
+        check_chunk(chunk, fn, what, source)
     if shape is not None and chunk.shape != shape:
         raise chunk_shape_refusal(fn, what, index, tuple(chunk.shape), shape)
     dtype = chunk.dtype

@@ -13,6 +13,7 @@ being imported (``dask.array`` imports xarray, whose import registers the access
 from __future__ import annotations
 
 import itertools
+import re
 import warnings
 from collections.abc import Hashable
 from typing import Any
@@ -179,12 +180,14 @@ class CompactDataArrayAccessor:
 
 def compact_dataset(
     ds: xr.Dataset, cond: Any, dim: Hashable | None, indices: str | None,
-    chunks: None | int | str,
+    chunks: None | int | str, call: str = "ds.compact.where", array: str | None = None,
 ) -> xr.Dataset:  # fmt: skip
-    """:meth:`CompactDatasetAccessor.where`: the routes of its Notes, then one Dataset."""
+    """:meth:`CompactDatasetAccessor.where`: the routes of its Notes, then one Dataset.
+    ``call``: the accessor call as the refusals name it; ``array``: the variable that is
+    the DataArray of ``arr.compact.where`` (named so in them)."""
     import numpy as np
 
-    from .records import compact_records
+    from .records import records_call
     from .records_check import INDICES
 
     mask = None
@@ -192,7 +195,8 @@ def compact_dataset(
         ds, mask, dim = _with_mask(ds, cond, dim, indices)
         cond = mask
     # parsed (or traced) once; the Predicate goes on to compact_records as it is
-    p = _predicate(cond, tuple(n for n in ds.variables if isinstance(n, str) and n), dim)
+    p = _predicate(cond, tuple(n for n in ds.variables if isinstance(n, str) and n), dim,
+                   call)
     dim = _the_dim(ds, p.fields, dim)
     for f in p.fields:
         dims = ds.variables[f].dims
@@ -281,8 +285,16 @@ def compact_dataset(
         )
     # nothing selected: one empty chunk along dim (compact_records' rule), as isel gives and
     # as xarray's chunk() makes of a dask variable of the isel route
-    out = compact_records(fields, p, indices=want_indices and positions == INDICES,
-                          chunks=chunks)
+    # the refusals of a chunk (its shape, its dtype, its type) name the accessor and what
+    # the caller calls each field: "compact_records: chunk 0 of field 'cond'" until
+    # 2026-12-01 (the eleventh session's chunk-shape probe)
+    labels = {positions: "the row numbers"}
+    for name, ks in keys.items():
+        label = ("cond" if name == mask else "the DataArray" if name == array
+                 else f"variable {name!r}")
+        labels.update(dict.fromkeys(ks, label))
+    out = records_call(fields, p, want_indices and positions == INDICES, False, True, chunks,
+                       call, labels)
 
     new: dict[Hashable, xr.Variable] = {}
     for name in gathered:
@@ -332,7 +344,7 @@ def compact_dataarray(
     used: list[str] = []
     p = cond  # a mask DataArray: compact_dataset adds it as a variable
     if not isinstance(cond, xr.DataArray):
-        p = _predicate(cond, (*aliases, *coord_names), dim)
+        p = _predicate(cond, (*aliases, *coord_names), dim, "arr.compact.where")
         used = [a for a in aliases if a in p.fields]
         if len(used) > 1:
             raise ValueError(f"cond reads the array both as 'x' and as {own!r}; use one name")
@@ -351,7 +363,7 @@ def compact_dataarray(
     # coordinate (in memory, and a coordinate of the result)
     ds = xr.Dataset(coords=arr.coords).assign_coords(
         xr.Coordinates({key: arr.variable}, indexes={}))
-    out = compact_dataset(ds, p, dim, at, chunks)
+    out = compact_dataset(ds, p, dim, at, chunks, "arr.compact.where", key)
     rest = out.drop_vars(key)
     if at is not None and indices is not None:
         rest = rest.rename_vars({at: indices})
@@ -365,8 +377,10 @@ def _new_name(base: str, taken: set[Hashable]) -> str:
     return base
 
 
-def _predicate(cond: Any, names: tuple[str, ...], dim: Hashable | None) -> Any:
-    """The record Predicate of ``cond`` over the variables ``names``."""
+def _predicate(cond: Any, names: tuple[str, ...], dim: Hashable | None,
+               call: str = "ds.compact.where") -> Any:  # fmt: skip
+    """The record Predicate of ``cond`` over the variables ``names`` (``call``: the
+    accessor's call, as its refusals say it)."""
     from .predicate.core import Predicate
     from .predicate.fields import record_predicate
 
@@ -386,7 +400,42 @@ def _predicate(cond: Any, names: tuple[str, ...], dim: Hashable | None) -> Any:
             "5) or a boolean DataArray along the dimension (ds.energy > 5); wrap a mask of "
             f"the rows as one: xr.DataArray(mask, dims={along})"
         )
-    return record_predicate(cond, names)
+    try:
+        return record_predicate(cond, names)
+    except (ValueError, TypeError) as e:  # NotElementwise is a ValueError
+        raise in_accessor_words(e, call) from None
+
+
+# The record refusals' names for what the accessor calls a condition and its variables
+_WORDS = (
+    ("the record predicate", "cond"), ("a record predicate", "cond"),
+    ("which is not a field", "which is not a variable"),
+    ("which are not fields", "which are not variables"), ("(fields: ", "(variables: "),
+    ("of the field ", "of the variable "), ("of the fields ", "of the variables "),
+    ("the whole field", "the whole variable"), ("a dask field", "a dask-backed variable"),
+    ("none of the fields", "none of the variables"), ("the fields are ", "the variables are "),
+)
+# the record refusal's advice for a cumulative sum, made a condition as the accessor takes it
+_CUMULATIVE_ADVICE = re.compile(
+    r"Compute the condition first as a field of its own \(e\.g\. fields\['keep'\] = "
+    r"da\.cumsum\((.+?)\) > 0\) and select by it, compact_records\(fields, 'keep'\)\.")
+
+
+def in_accessor_words(e: Exception, call: str) -> Exception:
+    """A refusal of the record machinery (the predicate's trace, its typing) as the accessor
+    says it: ``call`` first, cond and variables for the record predicate and its fields.
+    Until 2026-12-01 they spoke of a record predicate and fields, a call the caller never
+    made (the eleventh session's record probe)."""
+    said = str(e)
+    for words, ours in _WORDS:
+        said = said.replace(words, ours)
+    said = _CUMULATIVE_ADVICE.sub(
+        r"Compute the condition first as a boolean DataArray and pass it as cond, e.g. "
+        r"ds.compact.where(ds['\1'].cumsum(dim) > 0).", said)
+    try:
+        return type(e)(f"{call}: {said}")
+    except Exception:  # noqa: BLE001 - an exception class of other arguments: as it was
+        return e
 
 
 def _with_mask(

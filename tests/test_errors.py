@@ -355,3 +355,40 @@ def test_array_expr_mode_refused_by_every_call():
         assert kind == "NotImplementedError", f"{name}: {got}"
         assert "array-expr mode" in message and "array.query-planning" in message, name
         assert "DASK_ARRAY__QUERY_PLANNING" in message, name
+
+
+def test_yes_no_arguments_take_bools_only():
+    # Until 2026-12-01 every yes/no argument was taken by its truth value: exclusive="no" gave
+    # an exclusive scan, lazy="no" a lazy result (a new-user probe). One shared check now
+    # (validate.check_flag): True/False, NumPy bools and 0/1 as the settings take them.
+    a = np.array([3, 1, 4, 1, 5])
+    x = da.from_array(a, chunks=2)
+    calls = {
+        "scan_array exclusive": lambda v: dask_compact.scan_array(a, exclusive=v),
+        "cumsum exclusive": lambda v: dask_compact.cumsum(x, exclusive=v).compute(),
+        "compact_array stable": lambda v: dask_compact.compact_array(a, "x > 1", stable=v),
+        "compact_into stable": lambda v: dask_compact.compact_into(
+            a, "x > 1", np.empty_like(a), stable=v)[0],
+        "map_compact lazy": lambda v: x.map_compact("x > 1", lazy=v).compute(),
+        "map_compact stable": lambda v: x.map_compact("x > 1", stable=v).compute(),
+        "map_compact by_worker": lambda v: x.map_compact("x > 1", by_worker=v).compute(),
+        "compact lazy": lambda v: dask_compact.compact(x, x > 1, lazy=v).compute(),
+        "flatnonzero lazy": lambda v: dask_compact.flatnonzero(x > 1, lazy=v).compute(),
+        "compact_records indices": lambda v: dask_compact.compact_records(
+            {"a": a}, "a > 1", indices=v)["a"],
+        "compact_records lazy": lambda v: dask_compact.compact_records(
+            {"a": x}, "a > 1", lazy=v)["a"].compute(),
+        "compact_records stable": lambda v: dask_compact.compact_records(
+            {"a": a}, "a > 1", stable=v)["a"],
+    }
+    for what, call in calls.items():
+        fn, name = what.split()
+        for bad in ("no", "False", None, 2, -1, 0.5, [], np.array([True, False])):
+            with pytest.raises(TypeError, match=f"{fn}: {name} must be True or False"):
+                call(bad)
+        want = call(True)
+        for good in (np.True_, 1, np.int64(1)):
+            np.testing.assert_array_equal(call(good), want)
+        np.testing.assert_array_equal(call(np.False_), call(False))
+        np.testing.assert_array_equal(call(0), call(False))
+    np.testing.assert_array_equal(dask_compact.scan_array(a, exclusive=np.False_), np.cumsum(a))

@@ -177,8 +177,6 @@ def test_errors_before_anything_runs():
         compact_records({"a": np.ma.masked_array([1, 2])}, "a > 0")
     with pytest.raises(TypeError, match=r"\(field 'b'\) does not take masked"):  # gathered
         compact_records({"a": np.arange(2), "b": np.ma.masked_array([1, 2])}, "a > 0")
-    with pytest.raises(ValueError, match="takes none of the fields"):
-        compact_records(f, lambda: True)
     for mask in (f["mass"] > 1, da.from_array(f["mass"] > 1)):  # compact's form: say ours
         with pytest.raises(TypeError, match=r'mask of the rows .*\{\*\*fields, "keep": mask\}'):
             compact_records(f, mask)
@@ -553,3 +551,145 @@ def test_a_field_chunk_of_another_length_than_declared_is_refused_naming_it(how,
     with pytest.raises(ValueError, match=want):
         out = compact_records(fields, "a >= 0", **kw)
         dask.compute(out)
+
+
+class _Tagged(np.ndarray):
+    """An ndarray subclass carrying something more (as astropy's Quantity carries a unit)."""
+
+
+def test_a_refused_field_type_is_named_in_the_advice():
+    """The conversion advised for a field of a refused type named ``a`` (or ``x``) whatever
+    the field (until 2026-12-01, the eleventh session's record probe); it names the field, and
+    the advice, run, gives NumPy's selection."""
+    rng = np.random.default_rng(21)
+    e, w = rng.random(37), rng.random(37)
+    m = e > 0.5
+    for name, source in (("w", "w"), ("my w", "fields['my w']")):
+        fields = {"e": e, name: w.view(_Tagged)}
+        with pytest.raises(TypeError, match="_Tagged") as refused:
+            dask_compact.compact_records(fields, "e > 0.5")
+        advised = str(refused.value).split("e.g. ")[1].split(" (")[0]
+        assert advised == f"np.asarray({source})"
+        fields[name] = eval(advised, {"np": np, "w": fields[name], "fields": fields})
+        np.testing.assert_array_equal(dask_compact.compact_records(fields, "e > 0.5")[name],
+                                      w[m])
+        # dask fields: the meta refused when called, a chunk when computed
+        tagged = da.from_array(w, chunks=10).map_blocks(lambda b: b.view(_Tagged))
+        for meta in (True, False):
+            x = tagged if meta else tagged.map_blocks(lambda b: b, meta=np.empty(0))
+            dfields = {"e": da.from_array(e, chunks=10), name: x}
+            with pytest.raises(TypeError, match="_Tagged") as refused:
+                dask_compact.compact_records(dfields, "e > 0.5")[name].compute()
+            advised = str(refused.value).split("e.g. ")[1].split(" (which")[0]
+            assert advised.startswith(f"{source}.map_blocks(np.asarray, meta=")
+            dfields[name] = eval(advised, {"np": np, "w": x, "fields": dfields})
+            got = dask_compact.compact_records(dfields, "e > 0.5")[name].compute()
+            np.testing.assert_array_equal(got, w[m])
+
+
+def test_into_a_buffer_of_the_wrong_shape_is_told_the_shape_it_needs():
+    # "(>= 10, *())" and "(>= 10, *(3,))" until 2026-12-01 (the eleventh session's record
+    # probe): the shape is printed as Python prints one
+    f = particles(10)
+    cri = dask_compact.compact_records_into
+    for name, buf, want in (("r", np.empty(9), "(>= 10,)"),
+                            ("indices", np.empty((10, 1), np.int64), "(>= 10,)"),
+                            ("pos", np.empty((10, 2), np.float32), "(>= 10, 3)"),
+                            ("pos", np.empty(10, np.float32), "(>= 10, 3)")):
+        with pytest.raises(ValueError) as refused:
+            cri(f, "mass > 1", {name: buf})
+        assert f"out[{name!r}] must have shape {want} (every row may be selected); got " \
+               f"{buf.shape}" == str(refused.value)
+    g = {"m": np.arange(4.0), "img": np.zeros((4, 2, 5), np.uint8)}
+    with pytest.raises(ValueError, match=re.escape("must have shape (>= 4, 2, 5)")):
+        cri(g, "m > 1", {"img": np.empty((4, 5, 2), np.uint8)})
+
+
+def test_a_reduction_in_a_record_predicate_is_refused_naming_the_fields():
+    # Until 2026-12-01 the refusal was the one-array one, "`m = float(x.mean().compute())`
+    # then `lambda v: v > m`", naming neither the fields nor the record (the eleventh
+    # session's record probe). The advice, run, gives NumPy's selection.
+    rng = np.random.default_rng(22)
+    fields = {"energy": rng.random(50), "eta": rng.standard_normal(50), "id": np.arange(50)}
+    for pred, which in (
+        (lambda energy: energy > energy.mean(), "of the field 'energy' is a reduction"),
+        (lambda energy, eta: (energy > 0.5) & (eta < np.median(eta)),
+         "of the field 'eta' is a reduction"),
+        (lambda energy, eta: energy > np.max(energy + eta), "of the fields 'energy', 'eta'"),
+        (lambda energy: energy > np.add.reduce(energy), "of the field 'energy'"),
+        (lambda eta: np.cumsum(eta) > 0, "of the field 'eta' is not elementwise"),
+    ):
+        for fs in (fields, {k: da.from_array(v, chunks=7) for k, v in fields.items()}):
+            with pytest.raises(NotElementwise, match=which) as refused:
+                compact_records(fs, pred)
+            assert "record predicate" in str(refused.value)
+            assert "lambda v" not in str(refused.value)
+    with pytest.raises(NotElementwise) as refused:
+        compact_records(fields, lambda energy: energy > energy.mean())
+    assert "`m = float(energy.mean())`" in str(refused.value)
+    assert "`lambda energy: energy > m`" in str(refused.value)
+    m = float(fields["energy"].mean())
+    got = compact_records(fields, lambda energy: energy > m)
+    np.testing.assert_array_equal(got["id"], fields["id"][fields["energy"] > m])
+    # one array keeps its own wording
+    with pytest.raises(NotElementwise, match="lambda v: v > m"):
+        dask_compact.compact_array(fields["energy"], lambda v: v > v.mean())
+
+
+def test_a_recarray_field_comes_back_as_numpy_selects_it():
+    """``{k: v[mask]}`` keeps a recarray a recarray (its fields are attributes); the field
+    came back a plain ndarray of numpy.record until 2026-12-01 (the eleventh session's
+    record probe). On dask fields the result computes to what ``x[m]`` computes to."""
+    rng = np.random.default_rng(23)
+    n = 33
+    e = rng.random(n)
+    rec = np.rec.fromarrays([rng.random(n), np.arange(n)], names="a,b")
+    flat = rng.random(n).view(np.recarray)  # a recarray of a plain dtype, read by the predicate
+    fields = {"e": e, "rec": rec, "flat": flat, "plain": np.arange(n)}
+    m = (e > 0.5) & (flat > 0.2)
+    for indices in (False, True):
+        got = compact_records(fields, "(e > 0.5) & (flat > 0.2)", indices=indices)
+        for k, v in fields.items():
+            assert type(got[k]) is type(v[m]), k
+            np.testing.assert_array_equal(got[k], v[m])
+        np.testing.assert_array_equal(got["rec"].a, rec.a[m])
+    x = {k: da.from_array(v, chunks=10) for k, v in fields.items()}
+    got = compact_records(x, "(e > 0.5) & (flat > 0.2)")
+    dm = da.from_array(m, chunks=10)
+    for k, v in x.items():
+        computed = got[k].compute()
+        assert type(computed) is type(v[dm].compute()), k
+        np.testing.assert_array_equal(computed, fields[k][m])
+
+
+def test_a_constant_callable_is_taken_as_the_constant_string_is():
+    """``"True"`` selects every row and ``"False"`` none; ``lambda: True`` was refused ("takes
+    none of the fields") until 2026-12-01 (the eleventh session's record probe). Both forms
+    are constants now, in memory, on dask fields, into buffers and in the xarray accessor;
+    a constant that is no boolean, or a closure over a mask, is still refused."""
+    rng = np.random.default_rng(24)
+    fields = {"e": rng.random(41), "pos": rng.random((41, 3)), "id": np.arange(41)}
+    dfields = {k: da.from_array(v, chunks=(9,) + v.shape[1:]) for k, v in fields.items()}
+    for string, func, keep in (("True", lambda: True, True), ("False", lambda: False, False),
+                               ("True", lambda: np.True_, True)):
+        m = np.full(41, keep)
+        want = reference(fields, m, indices=True)
+        for fs in (fields, dfields):
+            for pred in (string, func):
+                got = compact_records(fs, pred, indices=True)
+                assert set(got) == set(want)
+                for k, v in want.items():
+                    np.testing.assert_array_equal(np.asarray(got[k]), v)
+        out = {"pos": np.empty((41, 3)), "indices": np.empty(41, np.int64)}
+        k = int(dask_compact.compact_records_into(fields, func, out)[0])
+        assert k == int(m.sum())
+        np.testing.assert_array_equal(out["pos"][:k], fields["pos"][m])
+    with pytest.raises(TypeError, match="booleans"):
+        compact_records(fields, lambda: 5)
+    mask = fields["e"] > 0.5  # a closure over a mask of the rows: not one value per row
+    with pytest.raises(NotElementwise):
+        compact_records(fields, lambda: mask)
+    xr = pytest.importorskip("xarray")
+    ds = xr.Dataset({"e": ("n", fields["e"])})
+    for pred in ("True", lambda: True):
+        np.testing.assert_array_equal(ds.compact.where(pred, "n").e.values, fields["e"])

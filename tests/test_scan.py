@@ -371,3 +371,61 @@ def test_a_chunk_of_another_shape_than_declared_is_refused_naming_it(exclusive, 
     x = misdeclared(actual, declared)
     with pytest.raises(ValueError, match=refusal(actual, declared)):
         cumsum(x, exclusive=exclusive).compute()
+
+
+def test_a_masked_array_is_refused_in_the_words_of_a_scan() -> None:
+    # Until 2026-12-01 scan_array and cumsum were told how to compact a masked array ("never
+    # selected: dask_compact.compact(...)"), not how to scan one (a probe). The advice given
+    # is run: masked elements adding nothing, as np.ma.cumsum adds them.
+    a = np.ma.masked_array(np.arange(10), np.arange(10) % 3 == 0)
+    with pytest.raises(TypeError, match="masked") as e:
+        scan_array(a, exclusive=False)
+    assert "never selected" not in str(e.value)
+    assert "scan_array(np.ma.filled(a, 0))" in str(e.value)
+    np.testing.assert_array_equal(scan_array(np.ma.filled(a, 0), exclusive=False),
+                                  np.ma.getdata(np.ma.cumsum(a)))
+    x = da.ma.masked_array(da.arange(10, chunks=4), da.arange(10, chunks=4) % 3 == 0)
+    with pytest.raises(TypeError, match="masked") as e:
+        cumsum(x)
+    assert "never selected" not in str(e.value)
+    assert "cumsum(da.ma.filled(x, 0))" in str(e.value)
+    np.testing.assert_array_equal(cumsum(da.ma.filled(x, 0)).compute(),
+                                  np.ma.getdata(np.ma.cumsum(a)))
+    # a masked chunk under a plain meta, refused when computed
+    y = da.arange(10, chunks=4).map_blocks(lambda b: np.ma.masked_array(b, b % 3 == 0))
+    with pytest.raises(TypeError, match="masked") as e:
+        cumsum(y).compute()
+    assert "never selected" not in str(e.value) and "da.ma.filled(x, 0)" in str(e.value)
+
+
+@pytest.mark.parametrize("acc", ["float32", "float64"])
+def test_float16_is_summed_into_a_float_dtype_as_numpy_sums_it(acc: str) -> None:
+    # np.cumsum(a16, dtype=np.float64) widens each element and sums in float64; until
+    # 2026-12-01 scan_array and cumsum refused float16 whatever dtype= said (the eleventh
+    # session's scan probe). Without dtype= NumPy adds in float16, still refused.
+    for n in (0, 1, 31, 33, 1023, 1025, 4099):
+        a = data("float16", n, seed=n)
+        if n > 8:
+            a[[1, 5, 7]] = [np.nan, -0.0, np.inf]
+        if n == 1:
+            a[0] = -0.0
+        for exclusive in (True, False):
+            want = reference(a, exclusive, dtype=acc)
+            got = scan_array(a, exclusive=exclusive, dtype=acc)
+            assert got.dtype == np.dtype(acc)
+            np.testing.assert_array_equal(got, want)  # bit for bit, as the other dtypes
+            assert (np.signbit(got) == np.signbit(want)).all()
+            x = da.from_array(a, chunks=max(n // 3, 1))
+            got = cumsum(x, exclusive=exclusive, dtype=acc).compute()
+            assert got.dtype == np.dtype(acc)
+            np.testing.assert_allclose(got, want, rtol=1e-6 if acc == "float32" else 1e-12)
+        big = a.astype(">f2")  # other byte order
+        np.testing.assert_array_equal(scan_array(big, exclusive=False, dtype=acc),
+                                      reference(a, False, dtype=acc))
+    a = data("float16", 10)
+    with pytest.raises(TypeError, match="dtype=np.float32 or np.float64"):
+        scan_array(a)
+    with pytest.raises(TypeError, match="dtype=np.float32 or np.float64"):
+        cumsum(da.from_array(a, chunks=3))
+    with pytest.raises(TypeError, match="float16"):
+        scan_array(a, dtype=np.int64)

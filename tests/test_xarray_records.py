@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import doctest
+import re
 import subprocess
 import sys
 import warnings
@@ -595,3 +596,43 @@ def test_a_variable_chunk_of_another_length_than_declared_is_refused_naming_it(c
             ds.compact.where(ds.energy % 2 == 0, dim="event").compute()
         else:
             ds.energy.compact.where(ds.energy % 2 == 0, dim="event").compute()
+
+
+def test_the_accessor_s_refusals_name_the_accessor_and_its_variables():
+    """A chunk of another length than declared was refused as "compact_records: chunk 0 of
+    field 'cond'" (the mask the caller passed, under a call and a name the caller never
+    gave), and a refused cond in the words of a record predicate and its fields, until
+    2026-12-01 (the eleventh session's probes). They name ds.compact.where (or
+    arr.compact.where), cond and the variables now."""
+    from chunk_shape_helpers import misdeclared
+
+    x = misdeclared(5, 7)  # chunk 1 holds 5 rows, declared 7
+    ds = xr.Dataset({"energy": ("event", x), "eta": ("event", x.astype(float) / 10)})
+    cases = (
+        (lambda: ds.compact.where(ds.energy % 2 == 0, dim="event"),
+         "ds.compact.where: chunk 1 of cond has length 5"),
+        (lambda: ds.energy.compact.where(ds.energy % 2 == 0, dim="event"),
+         "arr.compact.where: chunk 1 of cond has length 5"),
+        (lambda: ds.compact.where("eta > 0.1", dim="event"),
+         "ds.compact.where: chunk 1 of variable 'eta' has length 5"),
+        (lambda: ds.energy.compact.where("x > 1", dim="event"),
+         "arr.compact.where: chunk 1 of the DataArray has length 5"),
+    )
+    for call, said in cases:
+        with pytest.raises(ValueError, match=re.escape(said)) as refused:
+            call().compute()
+        assert "compact_records" not in str(refused.value)
+        assert "field" not in str(refused.value)
+    d = events(50)
+    for cond, said in (
+        (lambda energy: energy > energy.mean(),
+         "ds.compact.where: `mean` of the variable 'energy' is a reduction: inside cond"),
+        (lambda energy: np.cumsum(energy) > 1,
+         "e.g. ds.compact.where(ds['energy'].cumsum(dim) > 0)"),
+        (lambda nope: nope > 1, "ds.compact.where: cond takes 'nope', which is not a variable"),
+        ("nope > 1", "the name 'nope' is not allowed (the variables are "),
+        (lambda energy: energy + 1, "ds.compact.where: predicate"),
+    ):
+        with pytest.raises((ValueError, TypeError), match=re.escape(said)) as refused:
+            d.compact.where(cond, dim="event")
+        assert "field" not in str(refused.value) and "record" not in str(refused.value)

@@ -50,8 +50,8 @@ def _with_fields(p: Predicate, fields: tuple[str, ...]) -> Predicate:
 
 
 def callable_fields(func: Callable[..., Any], names: tuple[str, ...]) -> tuple[str, ...]:
-    """The fields ``func`` takes, by its parameter names; ValueError for a parameter that is
-    not a field and has no default, or a function that takes no field at all."""
+    """The fields ``func`` takes, by its parameter names (none: a constant predicate);
+    ValueError for a parameter that is not a field and has no default."""
     try:
         sig = inspect.signature(func)
     except (TypeError, ValueError):
@@ -77,11 +77,9 @@ def callable_fields(func: Callable[..., Any], names: tuple[str, ...]) -> tuple[s
                 f"the record predicate takes {prm.name!r}, which is not a field "
                 f"(fields: {', '.join(names)})"
             )
-    if not taken:
-        raise ValueError(
-            f"the record predicate takes none of the fields ({', '.join(names)}); name the "
-            "fields it reads as its parameters, e.g. lambda energy, eta: (energy > 5)"
-        )
+    # None taken (lambda: True): a constant, as the string "True" is; refused until
+    # 2026-12-01 where the string was taken (a record probe). Its trace must give one
+    # boolean for every row: anything else is refused there (trace, record_mask).
     return tuple(sorted(set(taken)))
 
 

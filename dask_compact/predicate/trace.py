@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from .core import NotElementwise, Predicate
-from .expr import REDUCTIONS, UFUNCS, Call, Node, Param, Var, param_kind
+from .expr import REDUCTIONS, UFUNCS, Call, Node, Param, Var, param_kind, variables
 from .memo import code_names
 
 __all__ = [
@@ -164,7 +164,12 @@ class Untraceable(Exception):
     """
 
 
-def _reduction_error(name: str) -> NotElementwise:
+def _reduction_error(name: str, tracer: Tracer | None = None, *operands: Any
+                     ) -> NotElementwise:  # fmt: skip
+    """The refusal of reduction ``name`` (or a cumulative one), in the words of a record
+    predicate where ``tracer`` traces one (:func:`_record_reduction_error`)."""
+    if tracer is not None and tracer.fields is not None:
+        return _record_reduction_error(name, tracer.fields, operands)
     if name in _CUMULATIVE or name.endswith(".accumulate"):
         return NotElementwise(
             f"`{name}` is not elementwise: inside a predicate it would run over each chunk "
@@ -175,6 +180,32 @@ def _reduction_error(name: str) -> NotElementwise:
         f"`{name}` is a reduction: inside a predicate it would reduce each chunk separately, "
         "not the array, so every chunk would be filtered against its own statistic. Compute the "
         "statistic first, e.g. `m = float(x.mean().compute())` then `lambda v: v > m`."
+    )
+
+
+def _record_reduction_error(name: str, fields: tuple[str, ...], operands: tuple
+                            ) -> NotElementwise:  # fmt: skip
+    """A reduction in a record predicate, naming the field(s) it reduces (those its operands
+    read; every field the predicate takes where none is symbolic). Until 2026-12-01 it was
+    refused in the one-array wording, `x.mean()` and `lambda v: v > m` (the eleventh
+    session's record probe)."""
+    read = sorted({v for o in operands if isinstance(o, Sym) for v in variables(o._node)})
+    read = read or sorted(fields)
+    which = (f"the field {read[0]!r}" if len(read) == 1
+             else f"the fields {', '.join(map(repr, read))}")
+    f = read[0]
+    if name in _CUMULATIVE or name.endswith(".accumulate"):
+        return NotElementwise(
+            f"`{name}` of {which} is not elementwise: inside a record predicate it would run "
+            "over each chunk of rows separately, not over the whole field. Compute the "
+            f"condition first as a field of its own (e.g. fields['keep'] = da.cumsum({f}) > 0) "
+            "and select by it, compact_records(fields, 'keep')."
+        )
+    return NotElementwise(
+        f"`{name}` of {which} is a reduction: inside a record predicate it would reduce each "
+        "chunk of rows separately, not the whole field, so every chunk would be filtered "
+        f"against its own statistic. Compute the statistic first, e.g. `m = float({f}.mean())` "
+        f"(`float({f}.mean().compute())` for a dask field) then `lambda {f}: {f} > m`."
     )
 
 
@@ -213,6 +244,9 @@ class Tracer:
 
     def __init__(self) -> None:
         self.params: list[Any] = []
+        # the record fields traced (run_traced's names), None for one array: the wording of
+        # a refusal (_reduction_error)
+        self.fields: tuple[str, ...] | None = None
         self.untraceable: str | None = None
         self.refused: NotElementwise | None = None
         # A refusal of ``__index__`` not yet final, and where it was asked for: NumPy's
@@ -394,7 +428,7 @@ class Sym:
             raise AttributeError(name)  # protocol probes (__array__, __len__, ...) stay normal
         tracer = object.__getattribute__(self, "_tracer")
         if name in REDUCTIONS or name in ("nanmin", "nanmax", "ptp"):
-            raise tracer.refuse(_reduction_error(name))
+            raise tracer.refuse(_reduction_error(name, tracer, self))
         if name in _NOT_ELEMENTWISE:
             raise tracer.refuse(_not_elementwise(f"`v.{name}`"))
         if name in _CHUNK_ATTRIBUTES:
@@ -482,11 +516,11 @@ class Sym:
         tracer = self._tracer
         name = ufunc.__name__
         if method == "reduce":
-            raise tracer.refuse(_reduction_error(f"np.{name}.reduce"))
+            raise tracer.refuse(_reduction_error(f"np.{name}.reduce", tracer, *inputs))
         if method == "accumulate":
             raise tracer.refuse(_reduction_error(
                 "cumsum" if name == "add" else "cumprod" if name == "multiply"
-                else f"np.{name}.accumulate"))
+                else f"np.{name}.accumulate", tracer, *inputs))
         if method != "__call__":
             raise tracer.refuse(_not_elementwise(f"`np.{name}.{method}`"))
         if ufunc.signature is not None:  # a gufunc (np.matmul, np.vecdot): works on rows
@@ -502,7 +536,7 @@ class Sym:
         tracer = self._tracer
         name = func.__name__
         if name in REDUCTIONS or name in _MORE_REDUCTIONS or name in ("nanmin", "nanmax", "ptp"):
-            raise tracer.refuse(_reduction_error(name))
+            raise tracer.refuse(_reduction_error(name, tracer, *args, *kwargs.values()))
         if name in _NOT_ELEMENTWISE:
             raise tracer.refuse(_not_elementwise(f"`np.{name}`"))
         if name in ("shape", "size", "ndim"):
@@ -603,6 +637,7 @@ def run_traced(
         if names is None:
             out = fn(Sym(Var(), tracer))
         else:
+            tracer.fields = tuple(names)
             out = fn(**{name: Sym(Var(name), tracer) for name in names})
     except NotElementwise:
         if tracer.index_refused is None or tracer.refused is not None:

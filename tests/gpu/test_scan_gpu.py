@@ -389,3 +389,23 @@ def test_compact_scan_mask_path_and_map_compact() -> None:
         v, i = x.map_compact("x > 6", output="both", algorithm="scan")
         np.testing.assert_array_equal(cupy.asnumpy(v.compute()), a[a > 6])
         np.testing.assert_array_equal(cupy.asnumpy(i.compute()), np.flatnonzero(a > 6))
+
+
+@pytest.mark.parametrize("alg", ["auto", *GPU_ALGORITHMS])
+@pytest.mark.parametrize("acc", ["float32", "float64"])
+def test_float16_into_a_float_dtype_on_cupy(alg: str, acc: str) -> None:
+    # float16 with a float32/float64 dtype= (np.cumsum(a, dtype=...)), taken since
+    # 2026-12-01: each chunk widened to the accumulator before the kernels (scan.widened)
+    for n in (0, 1, 33, 2049, 4097):
+        a = data("float16", n, seed=n)
+        for exclusive in (False, True):
+            _check(a, alg, exclusive, acc)
+    chunks = (1, 7, 0, 4097, 3)
+    a = data("float16", sum(chunks), seed=3)
+    x = da.from_array(a, chunks=(chunks,)).map_blocks(cupy.asarray)
+    for exclusive in (False, True):
+        y = cumsum(x, exclusive=exclusive, algorithm=alg, dtype=acc)
+        with dask.config.set(scheduler="threads"):
+            assert_scan(y.compute(), a, exclusive, acc)
+    with pytest.raises(TypeError, match="dtype=np.float32 or np.float64"):
+        scan_array(cupy.asarray(a), algorithm=alg)
