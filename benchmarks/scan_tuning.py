@@ -71,8 +71,8 @@ class Candidate:
 
 
 def _c(label: str, why: str, block: int, rows: int, minb: int, cache: int, poll: int = 20,
-       wait: int = 0) -> Candidate:
-    return Candidate(label, ScanTuning(block, rows, minb, cache, poll, wait), why)
+       wait: int = 0, sched: int = 0) -> Candidate:
+    return Candidate(label, ScanTuning(block, rows, minb, cache, poll, wait, sched), why)
 
 
 # Candidates per case; the first is the table's default (cupy_scan_source.TABLE). Every one
@@ -80,7 +80,8 @@ def _c(label: str, why: str, block: int, rows: int, minb: int, cache: int, poll:
 # and each fits the blocks per SM it asks. Dropped there: every .cs-store variant of the
 # 4-byte tiles under 3 blocks/SM (__stcs, and st.global.cs by PTX alike: float32 inclusive
 # spills 16 bytes, int32 exclusive 8; cache 2, 3, 10, 11, also with spin), 192 x 32 x 2 for
-# int32 (inclusive spills 16 bytes), int32 -> int64 asking 3 blocks/SM (spills 8 bytes).
+# int32 (inclusive spills 16 bytes), int32 -> int64 asking 3 blocks/SM (spills 8 bytes), SCHED 1
+# for int32 (inclusive spills 20 bytes).
 # CUB's sm_90 look-back tuning (cub/device/dispatch/tuning/tuning_scan.cuh): 4-byte sums
 # 128 threads x 24 items (float: 1140 ns before the first look-back read, 688 ns per poll),
 # 8-byte 224 x 24 (1290 / 632 ns).
@@ -102,6 +103,9 @@ CANDIDATES: dict[str, tuple[Candidate, ...]] = {
     "float32:float32": _FOUR + (
         _c("192x32x2", "192 x 32 (24576 a tile), 2 blocks/SM: 384 threads as 128 x 3", 192, 32,
            2, 0),
+        _c("early", "warp 0 looks back while warps 1-3 scan (SCHED 1)", 128, 32, 3, 0, 20, 0, 1),
+        _c("early+ld.na.256B", "SCHED 1 with nc, L1::no_allocate, L2::256B", 128, 32, 3, 12, 20,
+           0, 1),
     ),
     "int32:int32": _FOUR,
     "int32:int64": (
@@ -118,8 +122,14 @@ CANDIDATES: dict[str, tuple[Candidate, ...]] = {
            1290),
         _c("128x24x4", "128 x 24, 4 blocks/SM", 128, 24, 4, 3),
         _c("192x32x2", "192 x 32, 2 blocks/SM", 192, 32, 2, 3),
+        _c("early", "warp 0 looks back while warps 1-3 scan (SCHED 1)", 128, 32, 0, 3, 20, 0, 1),
+        _c("early+ld.cs.256B", "SCHED 1 with .cs L2::256B loads, .cs stores", 128, 32, 0, 11, 20,
+           0, 1),
     ),
 }
+# SCHED 1 (named barriers) had not run on a GPU when this list was made: its candidates are
+# first checked in a child process with a timeout (a deadlocked kernel dies with its process)
+# and left out of the sweep unless that passes (--no-precheck: trust them).
 
 
 def candidates_for(idt: np.dtype, odt: np.dtype, only: set[str]) -> list[Candidate]:
@@ -223,11 +233,11 @@ def ptxas_report(cases: list[tuple[np.dtype, np.dtype]], only: set[str], arch: s
 
 
 def _template_args(name: str) -> list[str]:
-    """A name expression's template arguments, POLL and WAIT's defaults filled in (the
-    mangled name spells them)."""
+    """A name expression's template arguments, POLL, WAIT and SCHED's defaults filled in
+    (the mangled name spells them)."""
     inner = name[name.index("<") + 1: name.rindex(">")]
     args = [a.strip() for a in inner.split(",")]
-    return args + ["20", "0"][len(args) - 8:] if len(args) < 10 else args
+    return args + ["20", "0", "0"][len(args) - 8:]
 
 
 _MANGLE_TYPES = {"f": "float", "d": "double", "i": "int", "j": "unsigned int", "x": "long long",
@@ -370,6 +380,48 @@ def _build_all(specs: list[ScanSpec]) -> list[str]:
     return errors
 
 
+def precheck(args: argparse.Namespace, cases: list[tuple[np.dtype, np.dtype]],
+             only: set[str]) -> int:
+    """The child of ``_risky_ok``: builds and checks the SCHED 1 candidates (and the default,
+    the float error's bar) at 2^check_log2n; prints one line per candidate."""
+    bad = 0
+    for idt, odt in cases:
+        cands = [c for c in candidates_for(idt, odt, only)
+                 if c.label == "default" or c.tuning.sched]
+        specs = [spec_of(idt, odt, c.tuning) for c in cands]
+        errors = _build_all(specs)
+        checker = Checker(idt, odt, 1 << args.check_log2n)
+        for c in cands:
+            res = "BUILD FAILED" if any(e.startswith(str(c.tuning)) for e in errors) else \
+                checker(c.tuning)
+            bad += res != "ok"
+            print(f"precheck {idt}->{odt} {c.label}: {res}", flush=True)
+    return bad
+
+
+def _risky_ok(args: argparse.Namespace, cases: list[tuple[np.dtype, np.dtype]]) -> bool:
+    """Whether the SCHED 1 candidates may run here: their precheck in a child process, killed
+    after --precheck-timeout seconds (a hung kernel leaves with it)."""
+    cmd = [sys.executable, os.path.abspath(__file__), "--precheck", "--check-log2n", "20",
+           "--cases", ",".join(f"{i}:{o}" for i, o in cases)]
+    if args.only:
+        cmd += ["--only", args.only]
+    t = time.perf_counter()
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=args.precheck_timeout)
+    except subprocess.TimeoutExpired:
+        print(f"precheck of the SCHED 1 candidates timed out after {args.precheck_timeout} s: "
+              "left out", flush=True)
+        return False
+    print(r.stdout.strip(), flush=True)
+    if r.returncode:
+        print(f"precheck failed (rc {r.returncode}): SCHED 1 candidates left out\n"
+              + r.stderr[-2000:], flush=True)
+        return False
+    print(f"precheck passed in {time.perf_counter() - t:.1f} s", flush=True)
+    return True
+
+
 def _round_robin(fns: dict[str, Any], nbuf: int, reps: int, batch: int = 4,
                  warmup: int = 3) -> dict[str, float]:
     """Median ms per call of each fn(k) (k: the input buffer), batches taken in turn."""
@@ -436,6 +488,12 @@ def gpu_sweep(args: argparse.Namespace, cases: list[tuple[np.dtype, np.dtype]],
             "benchmarks/scan_tuning.py.", ""]
     lines: list[str] = []
     rows: list[dict] = []
+    risky = any(c.tuning.sched for i, o in cases for c in candidates_for(i, o, only))
+    if risky and not args.no_precheck and not _risky_ok(args, cases):
+        lines += ["SCHED 1 candidates left out: their precheck failed (see the output)", ""]
+        only_safe = True
+    else:
+        only_safe = False
 
     def save() -> None:
         if not args.out:
@@ -454,7 +512,8 @@ def gpu_sweep(args: argparse.Namespace, cases: list[tuple[np.dtype, np.dtype]],
             print(msg, flush=True)
             lines += [msg, ""]
             continue
-        cands = candidates_for(idt, odt, only)
+        cands = [c for c in candidates_for(idt, odt, only)
+                 if not (only_safe and c.tuning.sched)]
         specs = [spec_of(idt, odt, c.tuning) for c in cands]
         tb = time.perf_counter()
         errors = _build_all(specs)
@@ -578,6 +637,10 @@ def main() -> None:
     ap.add_argument("--list", action="store_true", help="print the candidates; no GPU")
     ap.add_argument("--ptxas", action="store_true", help="nvcc + ptxas -v of every candidate")
     ap.add_argument("--arch", default="sm_90")
+    ap.add_argument("--precheck", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--precheck-timeout", type=float, default=45.0)
+    ap.add_argument("--no-precheck", action="store_true",
+                    help="run the SCHED 1 candidates without checking them in a child first")
     args = ap.parse_args()
     cases = parse_cases(args.cases)
     only = {s for s in args.only.split(",") if s}
@@ -585,6 +648,8 @@ def main() -> None:
         list_candidates(cases, only)
     elif args.ptxas:
         sys.exit(1 if ptxas_report(cases, only, args.arch) else 0)
+    elif args.precheck:
+        sys.exit(1 if precheck(args, cases, only) else 0)
     else:
         if args.reps < 20:
             sys.exit("--reps: at least 20")

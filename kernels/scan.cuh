@@ -318,9 +318,13 @@ __device__ __forceinline__ R tile_load(const R* p) {
 // the read-only path (ld.global.nc), bit 1 stores with st.global.cs: each byte is touched once,
 // so neither needs to stay in L1 or L2 (measured per accumulator size, cupy_scan_source.TABLE).
 // Bits 2 and 3 (sweeps only, see tile_load): L1::no_allocate on the read-only loads, and the
-// L2::256B prefetch size. POLL and WAIT: the look-back's polling (scan_lookback).
+// L2::256B prefetch size. POLL and WAIT: the look-back's polling (scan_lookback). SCHED
+// (sweeps only): 0 warp 0 publishes the aggregate and looks back after the block's barrier;
+// 1 warp 0 looks back as soon as its own rows are scanned, while the other warps scan theirs,
+// and warp 1 publishes the aggregate (named barriers: run_early). The same additions in the
+// same order either way.
 template <class T, class A, int BLOCK, int ROWS, int VEC, int CACHE = 0, int POLL = 20,
-          int WAIT = 0>
+          int WAIT = 0, int SCHED = 0>
 struct ScanTile {
   static constexpr int WARPS = BLOCK / 32;
   static constexpr int SEG = ROWS * 32 * VEC;  // elements per warp
@@ -419,6 +423,10 @@ struct ScanTile {
     load(in, seg, n, full, x);
     const A wsum = warp_prefixes(x, exclusive);
     if (lane == 0) s_warp[warp] = wsum;
+    if constexpr (SCHED == 1 && WARPS >= 2) {
+      run_early(out, seg, n, full, base, st, d_total, tile, num_tiles, s_warp, s_prefix, x);
+      return;
+    }
     __syncthreads();
     A woff = A(-0.0), agg = A(-0.0);
 #pragma unroll
@@ -439,6 +447,56 @@ struct ScanTile {
       if (lane == 0) {
         *s_prefix = prefix;
         if (d_total != nullptr && tile == num_tiles - 1) *d_total = sadd(prefix, agg);
+      }
+    }
+    __syncthreads();
+    store(out, seg, n, full, sadd(*s_prefix, woff), x);
+  }
+
+  // SCHED 1: warp 0 does not wait for the other warps' totals before it looks back. Named
+  // barriers (PTX bar.arrive / bar.sync, the producer-consumer form): 1, every thread: warp 0
+  // arrives, the others wait for all the warp totals; warp 1 then adds them up (the order of
+  // the SCHED 0 loop), publishes the aggregate (tile 0: its inclusive prefix) and hands it to
+  // warp 0 through barrier 2 (warps 0 and 1); warp 0, its look-back done, waits there,
+  // publishes the inclusive prefix; barrier 0 (__syncthreads) before the stores. A tile's
+  // aggregate never waits on its own look-back, so no tile waits on a later one.
+  __device__ __forceinline__ static void run_early(A* __restrict__ out, long long seg, long long n,
+                                                   bool full, A base, const ScanStatus<A>& st,
+                                                   A* d_total, long long tile, long long num_tiles,
+                                                   A* s_warp, A* s_prefix, const A (&x)[ROWS][VEC]) {
+    const int lane = int(lane_id());
+    const int warp = int(threadIdx.x >> 5);
+    __shared__ A s_agg;
+    A woff = A(-0.0);
+    if (warp == 0) {
+      asm volatile("bar.arrive 1, %0;" ::"n"(BLOCK) : "memory");
+      const A prefix = tile == 0 ? base : scan_lookback<A, POLL, WAIT>(st, tile);
+      asm volatile("bar.sync 2, 64;" ::: "memory");
+      const A agg = s_agg;
+      if (lane == 0) {
+        if (tile > 0) st.publish(tile, SCAN_INC, sadd(prefix, agg));
+        *s_prefix = prefix;
+        if (d_total != nullptr && tile == num_tiles - 1) *d_total = sadd(prefix, agg);
+      }
+    } else {
+      asm volatile("bar.sync 1, %0;" ::"n"(BLOCK) : "memory");
+      A agg = A(-0.0);
+#pragma unroll
+      for (int w = 0; w < WARPS; ++w) {
+        const A c = s_warp[w];
+        if (w < warp) woff = sadd(woff, c);
+        agg = sadd(agg, c);
+      }
+      if (warp == 1) {
+        if (lane == 0) {
+          if (tile == 0) {
+            st.publish(0, SCAN_INC, sadd(base, agg));
+          } else {
+            st.publish(tile, SCAN_AGG, agg);
+          }
+          s_agg = agg;
+        }
+        asm volatile("bar.arrive 2, 64;" ::: "memory");
       }
     }
     __syncthreads();

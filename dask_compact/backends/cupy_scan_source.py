@@ -47,7 +47,9 @@ class ScanTuning:
     bit 3 with the 256-byte L2 prefetch (sweeps: ``benchmarks/scan_tuning.py``); ``poll`` and
     ``wait``: the look-back's polling (``scan_lookback``: ns slept before a lane reads an
     unpublished predecessor again, 0 none, negative an exponential back-off from that; ns
-    slept before the first read), named in the kernel only when not the defaults."""
+    slept before the first read); ``sched`` 1: warp 0 looks back while the other warps still
+    scan (ScanTile::run_early); the last three named in the kernel only when not the
+    defaults."""
 
     block: int
     rows: int
@@ -55,6 +57,7 @@ class ScanTuning:
     cache: int = 0
     poll: int = 20
     wait: int = 0
+    sched: int = 0
 
 
 @dataclass(frozen=True)
@@ -113,7 +116,7 @@ def override_scan_tuning(acc_itemsize: int, tuning: ScanTuning | None) -> None:
         if (tuning.block % 32 or not 32 <= tuning.block <= 1024 or tuning.rows < 1
                 or tuning.min_blocks < 0 or tuning.cache not in range(16)
                 or tuning.cache & 5 == 5 or not -1024 <= tuning.poll <= 1024
-                or not 0 <= tuning.wait <= 4096):
+                or not 0 <= tuning.wait <= 4096 or tuning.sched not in (0, 1)):
             raise ValueError(f"bad scan tuning {tuning}")
         _override[acc_itemsize] = tuning
 
@@ -161,8 +164,8 @@ class ScanSpec:
             tn = self.tuning
             head = f"dcx_scan_lookback<{t}, {a}, {tn.block}, {tn.rows}"
             tail = f"{tn.min_blocks}, {'true' if self.exclusive else 'false'}, {tn.cache}"
-            if (tn.poll, tn.wait) != (20, 0):  # the kernel's defaults (kernels/scan.cu)
-                tail += f", {tn.poll}, {tn.wait}"
+            if (tn.poll, tn.wait, tn.sched) != (20, 0, 0):  # the kernel's defaults (scan.cu)
+                tail += f", {tn.poll}, {tn.wait}" + (f", {tn.sched}" if tn.sched else "")
             tail += ">"
             v = full_vec(self.dtype, self.acc)
             names = {"vector": f"{head}, {v}, {tail}"}
