@@ -388,6 +388,8 @@ def precheck(args: argparse.Namespace, cases: list[tuple[np.dtype, np.dtype]],
     for idt, odt in cases:
         cands = [c for c in candidates_for(idt, odt, only)
                  if c.label == "default" or c.tuning.sched]
+        if len(cands) < 2:
+            continue
         specs = [spec_of(idt, odt, c.tuning) for c in cands]
         errors = _build_all(specs)
         checker = Checker(idt, odt, 1 << args.check_log2n)
@@ -582,10 +584,10 @@ def gpu_sweep(args: argparse.Namespace, cases: list[tuple[np.dtype, np.dtype]],
                       "copy {:.4f} ms ({:.0f} GB/s); ".format(ms["copy"], copy_gbps)
                       + "; ".join(f"{p} {ms[p]:.4f} ms" for p in
                                   ("public default", *peers)), "",
-                      "| candidate | threads | rows | blocks/SM | cache | poll | wait | ms | "
-                      "copy% | x default | " + " | ".join(f"x {p.split('.')[0]}" for p in peers)
-                      + " | check |",
-                      "|---" * (11 + len(peers)) + "|"]
+                      "| candidate | threads | rows | blocks/SM | cache | poll | wait | sched "
+                      "| ms | copy% | x default | "
+                      + " | ".join(f"x {p.split('.')[0]}" for p in peers) + " | check |",
+                      "|---" * (12 + len(peers)) + "|"]
             for c in cands:
                 t = c.tuning
                 m = ms.get(c.label)
@@ -595,13 +597,13 @@ def gpu_sweep(args: argparse.Namespace, cases: list[tuple[np.dtype, np.dtype]],
                 xs = [ms[p] / m if m else float("nan") for p in peers]
                 row = {"case": f"{idt}->{odt}", "log2n": log2n, "candidate": c.label,
                        "block": t.block, "rows": t.rows, "min_blocks": t.min_blocks,
-                       "cache": t.cache, "poll": t.poll, "wait": t.wait,
+                       "cache": t.cache, "poll": t.poll, "wait": t.wait, "sched": t.sched,
                        "ms": m, "copy_pct": pct, "x_default": xd, "check": checks[c.label],
                        "copy_ms": ms["copy"], **{f"{p}_ms": ms[p] for p in
                                                  ("public default", *peers)}}
                 rows.append(row)
                 lines.append(f"| {c.label} | {t.block} | {t.rows} | {t.min_blocks} | {t.cache} "
-                             f"| {t.poll} | {t.wait} | "
+                             f"| {t.poll} | {t.wait} | {t.sched} | "
                              + (f"{m:.4f} | {pct:.1f} | {xd:.3f} | " if m else "- | - | - | ")
                              + " | ".join(f"{x:.2f}" for x in xs) + f" | {checks[c.label]} |")
                 print(f"{idt}->{odt} 2^{log2n} {c.label:18s} "
