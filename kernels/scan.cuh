@@ -410,6 +410,19 @@ struct ScanTile {
     }
   }
 
+  // From the warp totals in shared memory: the sum of those before `warp` (its offset in the
+  // tile) and of all (the tile's aggregate), added in warp order (both schedules, SCHED).
+  __device__ __forceinline__ static void warp_totals(const A* s_warp, int warp, A& woff, A& agg) {
+    woff = A(-0.0);
+    agg = A(-0.0);
+#pragma unroll
+    for (int w = 0; w < WARPS; ++w) {
+      const A c = s_warp[w];
+      if (w < warp) woff = sadd(woff, c);
+      agg = sadd(agg, c);
+    }
+  }
+
   // The whole tile `tile` (blockIdx.x): every thread of the block calls it once.
   __device__ __forceinline__ static void run(const T* __restrict__ in, A* __restrict__ out,
                                              long long n, A base, bool exclusive,
@@ -428,13 +441,8 @@ struct ScanTile {
       return;
     }
     __syncthreads();
-    A woff = A(-0.0), agg = A(-0.0);
-#pragma unroll
-    for (int w = 0; w < WARPS; ++w) {
-      const A c = s_warp[w];
-      if (w < warp) woff = sadd(woff, c);
-      agg = sadd(agg, c);
-    }
+    A woff, agg;
+    warp_totals(s_warp, warp, woff, agg);
     if (warp == 0) {
       A prefix = base;
       if (tile == 0) {
@@ -480,13 +488,8 @@ struct ScanTile {
       }
     } else {
       asm volatile("bar.sync 1, %0;" ::"n"(BLOCK) : "memory");
-      A agg = A(-0.0);
-#pragma unroll
-      for (int w = 0; w < WARPS; ++w) {
-        const A c = s_warp[w];
-        if (w < warp) woff = sadd(woff, c);
-        agg = sadd(agg, c);
-      }
+      A agg;
+      warp_totals(s_warp, warp, woff, agg);
       if (warp == 1) {
         if (lane == 0) {
           if (tile == 0) {
