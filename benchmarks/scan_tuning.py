@@ -460,9 +460,9 @@ def gpu_sweep(args: argparse.Namespace, cases: list[tuple[np.dtype, np.dtype]],
 
     t0 = _T0
     src = inline("scan.cuh", set())
-    if "int POLL = 20" not in src:
+    if "int SCHED = 0" not in src:
         sys.exit(f"{dask_compact.__file__}: the installed kernels predate the tuning "
-                 "parameters (POLL, WAIT, CACHE bits 2-3): install the wheel of this branch")
+                 "parameters (POLL, WAIT, SCHED, CACHE bits 2-3): install this branch's wheel")
     print(f"dask_compact from {dask_compact.__file__}", flush=True)
     try:
         import torch
