@@ -29,12 +29,14 @@
 // bound); EXCLUSIVE and CACHE are template parameters, not arguments: a run-time `exclusive`
 // cost the 4-byte tiles 21 registers in one instantiation and not in another (ptxas's
 // allocation moves with the select), which put int32 at 189 registers, two blocks per SM
-// against float32's three (docs/design.md, Scan). CACHE: see dcx::ScanTile.
-template <class T, class A, int BLOCK, int ROWS, int VEC, int MINB, bool EXCLUSIVE, int CACHE>
+// against float32's three (docs/design.md, Scan). CACHE, POLL, WAIT, SCHED: see dcx::ScanTile
+// (the last three named by the launch layer only when a sweep sets them, cupy_scan_source.py).
+template <class T, class A, int BLOCK, int ROWS, int VEC, int MINB, bool EXCLUSIVE, int CACHE,
+          int POLL = 20, int WAIT = 0, int SCHED = 0>
 __global__ void __launch_bounds__(BLOCK, MINB)
 dcx_scan_lookback(const T* __restrict__ in, A* __restrict__ out, long long n, A base,
                   unsigned long long* words, A* d_total) {
-  typedef dcx::ScanTile<T, A, BLOCK, ROWS, VEC, CACHE> Tile;
+  typedef dcx::ScanTile<T, A, BLOCK, ROWS, VEC, CACHE, POLL, WAIT, SCHED> Tile;
   __shared__ A s_warp[Tile::WARPS];
   __shared__ A s_prefix;
   const dcx::ScanStatus<A> st{words};

@@ -223,18 +223,30 @@ struct ScanStatus {
 // until all 32 have published something, and adds the values up to the nearest INCLUSIVE
 // word. Tiles are blockIdx.x, and blocks start in blockIdx order, so every predecessor a tile
 // waits for is running or done: no deadlock (CUB relies on the same).
-template <class A>
+// Polling (template parameters for benchmarks/scan_tuning.py; the defaults are the measured
+// kernel): POLL > 0: a lane whose predecessor has published nothing sleeps POLL ns before
+// reading it again; POLL == 0: it reads again at once; POLL < 0: the whole warp sleeps,
+// from -POLL ns doubling up to 1024 ns (an exponential back-off). WAIT > 0: the warp sleeps
+// WAIT ns before its first read (CUB's "L2 write latency" delay, 1140 ns for float on sm_90).
+// None of them changes which values are added, or in which order.
+template <class A, int POLL = 20, int WAIT = 0>
 __device__ __forceinline__ A scan_lookback(const ScanStatus<A>& st, long long tile) {
   const int lane = int(lane_id());
   A prefix = A(-0.0);
   long long pred = tile - 1;
+  if constexpr (WAIT > 0) __nanosleep(WAIT);
+  [[maybe_unused]] unsigned backoff = POLL < 0 ? unsigned(-POLL) : 0u;
   while (true) {
     const long long idx = pred - lane;
     A v = A(-0.0);
     unsigned f = idx >= 0 ? st.read(idx, v) : SCAN_INC;
     while (__any_sync(FULL_MASK, f == SCAN_NONE)) {
-      if (f == SCAN_NONE) {
-        __nanosleep(20);
+      if constexpr (POLL < 0) {
+        __nanosleep(backoff);
+        backoff = backoff < 512u ? 2u * backoff : 1024u;
+        if (f == SCAN_NONE) f = st.read(idx, v);
+      } else if (f == SCAN_NONE) {
+        if constexpr (POLL > 0) __nanosleep(POLL);
         f = st.read(idx, v);
       }
     }
@@ -245,6 +257,52 @@ __device__ __forceinline__ A scan_lookback(const ScanStatus<A>& st, long long ti
     pred -= 32;
   }
   return prefix;
+}
+
+// Loads of a full tile with cache hints that __ldg and __ldcs do not give (CACHE bits 2 and 3
+// of ScanTile, for benchmarks/scan_tuning.py): read-only path without L1 allocation
+// (ld.global.nc.L1::no_allocate) and/or the 256-byte L2 prefetch size; with bit 0 (.cs) only
+// the prefetch size applies. 4-, 8- and 16-byte words; narrower ones keep __ldg / __ldcs.
+#define DCX_SCAN_HINTED_LOAD(NAME, Q)                                                        \
+  __device__ __forceinline__ uint4 NAME(const uint4* p) {                                    \
+    uint4 v;                                                                                 \
+    asm("ld.global" Q ".v4.u32 {%0, %1, %2, %3}, [%4];"                                     \
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));                              \
+    return v;                                                                                \
+  }                                                                                          \
+  __device__ __forceinline__ uint2 NAME(const uint2* p) {                                    \
+    uint2 v;                                                                                 \
+    asm("ld.global" Q ".v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));           \
+    return v;                                                                                \
+  }                                                                                          \
+  __device__ __forceinline__ unsigned NAME(const unsigned* p) {                              \
+    unsigned v;                                                                              \
+    asm("ld.global" Q ".u32 %0, [%1];" : "=r"(v) : "l"(p));                                 \
+    return v;                                                                                \
+  }
+DCX_SCAN_HINTED_LOAD(ld_nc_na, ".nc.L1::no_allocate")
+DCX_SCAN_HINTED_LOAD(ld_nc_256, ".nc.L2::256B")
+DCX_SCAN_HINTED_LOAD(ld_nc_na_256, ".nc.L1::no_allocate.L2::256B")
+DCX_SCAN_HINTED_LOAD(ld_cs_256, ".cs.L2::256B")
+#undef DCX_SCAN_HINTED_LOAD
+
+template <int CACHE, class R>
+__device__ __forceinline__ R tile_load(const R* p) {
+  if constexpr ((CACHE & 12) != 0 && sizeof(R) >= 4) {
+    if constexpr ((CACHE & 1) != 0) {
+      return ld_cs_256(p);  // bit 3 (bit 2 is for the read-only path)
+    } else if constexpr ((CACHE & 12) == 12) {
+      return ld_nc_na_256(p);
+    } else if constexpr ((CACHE & 4) != 0) {
+      return ld_nc_na(p);
+    } else {
+      return ld_nc_256(p);
+    }
+  } else if constexpr ((CACHE & 1) != 0) {
+    return __ldcs(p);
+  } else {
+    return __ldg(p);
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -259,7 +317,14 @@ __device__ __forceinline__ A scan_lookback(const ScanStatus<A>& st, long long ti
 // CACHE (full tiles' vector accesses): bit 0 loads with ld.global.cs (evict first) instead of
 // the read-only path (ld.global.nc), bit 1 stores with st.global.cs: each byte is touched once,
 // so neither needs to stay in L1 or L2 (measured per accumulator size, cupy_scan_source.TABLE).
-template <class T, class A, int BLOCK, int ROWS, int VEC, int CACHE = 0>
+// Bits 2 and 3 (sweeps only, see tile_load): L1::no_allocate on the read-only loads, and the
+// L2::256B prefetch size. POLL and WAIT: the look-back's polling (scan_lookback). SCHED
+// (sweeps only): 0 warp 0 publishes the aggregate and looks back after the block's barrier;
+// 1 warp 0 looks back as soon as its own rows are scanned, while the other warps scan theirs,
+// and warp 1 publishes the aggregate (named barriers: run_early). The same additions in the
+// same order either way.
+template <class T, class A, int BLOCK, int ROWS, int VEC, int CACHE = 0, int POLL = 20,
+          int WAIT = 0, int SCHED = 0>
 struct ScanTile {
   static constexpr int WARPS = BLOCK / 32;
   static constexpr int SEG = ROWS * 32 * VEC;  // elements per warp
@@ -277,11 +342,7 @@ struct ScanTile {
       for (int r = 0; r < ROWS; ++r) {
         Pack<T, VEC> p;
         const raw_t* src = reinterpret_cast<const raw_t*>(in + seg + (long long)(r * 32 + lane) * VEC);
-        if constexpr ((CACHE & 1) != 0) {
-          p.raw = __ldcs(src);
-        } else {
-          p.raw = __ldg(src);
-        }
+        p.raw = tile_load<CACHE>(src);
 #pragma unroll
         for (int j = 0; j < VEC; ++j) x[r][j] = to_acc<A>(p.v[j]);
       }
@@ -349,6 +410,19 @@ struct ScanTile {
     }
   }
 
+  // From the warp totals in shared memory: the sum of those before `warp` (its offset in the
+  // tile) and of all (the tile's aggregate), added in warp order (both schedules, SCHED).
+  __device__ __forceinline__ static void warp_totals(const A* s_warp, int warp, A& woff, A& agg) {
+    woff = A(-0.0);
+    agg = A(-0.0);
+#pragma unroll
+    for (int w = 0; w < WARPS; ++w) {
+      const A c = s_warp[w];
+      if (w < warp) woff = sadd(woff, c);
+      agg = sadd(agg, c);
+    }
+  }
+
   // The whole tile `tile` (blockIdx.x): every thread of the block calls it once.
   __device__ __forceinline__ static void run(const T* __restrict__ in, A* __restrict__ out,
                                              long long n, A base, bool exclusive,
@@ -362,26 +436,70 @@ struct ScanTile {
     load(in, seg, n, full, x);
     const A wsum = warp_prefixes(x, exclusive);
     if (lane == 0) s_warp[warp] = wsum;
-    __syncthreads();
-    A woff = A(-0.0), agg = A(-0.0);
-#pragma unroll
-    for (int w = 0; w < WARPS; ++w) {
-      const A c = s_warp[w];
-      if (w < warp) woff = sadd(woff, c);
-      agg = sadd(agg, c);
+    if constexpr (SCHED == 1 && WARPS >= 2) {
+      run_early(out, seg, n, full, base, st, d_total, tile, num_tiles, s_warp, s_prefix, x);
+      return;
     }
+    __syncthreads();
+    A woff, agg;
+    warp_totals(s_warp, warp, woff, agg);
     if (warp == 0) {
       A prefix = base;
       if (tile == 0) {
         if (lane == 0) st.publish(0, SCAN_INC, sadd(base, agg));
       } else {
         if (lane == 0) st.publish(tile, SCAN_AGG, agg);
-        prefix = scan_lookback(st, tile);
+        prefix = scan_lookback<A, POLL, WAIT>(st, tile);
         if (lane == 0) st.publish(tile, SCAN_INC, sadd(prefix, agg));
       }
       if (lane == 0) {
         *s_prefix = prefix;
         if (d_total != nullptr && tile == num_tiles - 1) *d_total = sadd(prefix, agg);
+      }
+    }
+    __syncthreads();
+    store(out, seg, n, full, sadd(*s_prefix, woff), x);
+  }
+
+  // SCHED 1: warp 0 does not wait for the other warps' totals before it looks back. Named
+  // barriers (PTX bar.arrive / bar.sync, the producer-consumer form): 1, every thread: warp 0
+  // arrives, the others wait for all the warp totals; warp 1 then adds them up (the order of
+  // the SCHED 0 loop), publishes the aggregate (tile 0: its inclusive prefix) and hands it to
+  // warp 0 through barrier 2 (warps 0 and 1); warp 0, its look-back done, waits there,
+  // publishes the inclusive prefix; barrier 0 (__syncthreads) before the stores. A tile's
+  // aggregate never waits on its own look-back, so no tile waits on a later one.
+  __device__ __forceinline__ static void run_early(A* __restrict__ out, long long seg, long long n,
+                                                   bool full, A base, const ScanStatus<A>& st,
+                                                   A* d_total, long long tile, long long num_tiles,
+                                                   A* s_warp, A* s_prefix, const A (&x)[ROWS][VEC]) {
+    const int lane = int(lane_id());
+    const int warp = int(threadIdx.x >> 5);
+    __shared__ A s_agg;
+    A woff = A(-0.0);
+    if (warp == 0) {
+      asm volatile("bar.arrive 1, %0;" ::"n"(BLOCK) : "memory");
+      const A prefix = tile == 0 ? base : scan_lookback<A, POLL, WAIT>(st, tile);
+      asm volatile("bar.sync 2, 64;" ::: "memory");
+      const A agg = s_agg;
+      if (lane == 0) {
+        if (tile > 0) st.publish(tile, SCAN_INC, sadd(prefix, agg));
+        *s_prefix = prefix;
+        if (d_total != nullptr && tile == num_tiles - 1) *d_total = sadd(prefix, agg);
+      }
+    } else {
+      asm volatile("bar.sync 1, %0;" ::"n"(BLOCK) : "memory");
+      A agg;
+      warp_totals(s_warp, warp, woff, agg);
+      if (warp == 1) {
+        if (lane == 0) {
+          if (tile == 0) {
+            st.publish(0, SCAN_INC, sadd(base, agg));
+          } else {
+            st.publish(tile, SCAN_AGG, agg);
+          }
+          s_agg = agg;
+        }
+        asm volatile("bar.arrive 2, 64;" ::: "memory");
       }
     }
     __syncthreads();

@@ -515,6 +515,37 @@ def test_scan_modules_compile(arch: str, tmp_path: Path) -> None:
     assert not spills, f"register spills: {spills}"
 
 
+@pytest.mark.parametrize("arch", ARCHS)
+def test_scan_sweep_knobs_compile(arch: str, tmp_path: Path) -> None:
+    """The look-back's sweep-only knobs (benchmarks/scan_tuning.py: the polling POLL and WAIT,
+    CACHE bits 2 and 3, SCHED 1's early look-back) compile, without spills on sm_90, and are
+    named only when set: the table's instantiations keep their names (and their code)."""
+    from dask_compact.backends.cupy_scan_source import ScanSpec, ScanTuning, override_scan_tuning
+
+    f32, i32, i64 = np.dtype("float32"), np.dtype("int32"), np.dtype("int64")
+    assert ScanSpec.make(f32, f32, "lookback", True).names()["vector"].endswith(", true, 0>")
+    names = []
+    for dt, acc, tuning in ((f32, f32, ScanTuning(128, 32, 3, 12, -32, 500)),
+                            (i32, i32, ScanTuning(128, 32, 3, 9, 0)),
+                            (i32, i64, ScanTuning(128, 32, 0, 11, 100, 0)),
+                            (f32, f32, ScanTuning(128, 32, 3, 0, 20, 0, 1))):
+        override_scan_tuning(acc.itemsize, tuning)
+        try:
+            spec = ScanSpec.make(dt, acc, "lookback", tuning.cache != 9)
+        finally:
+            override_scan_tuning(acc.itemsize, None)
+        names.append(spec.names()["vector"])
+    assert names[0].endswith(", 12, -32, 500>") and names[1].endswith(", 9, 0, 0>")
+    assert names[3].endswith(", 0, 20, 0, 1>")
+    for bad in (ScanTuning(128, 32, 3, 5), ScanTuning(128, 32, 3, 16),
+                ScanTuning(128, 32, 3, 0, 2000), ScanTuning(128, 32, 3, 0, 20, 0, 2)):
+        with pytest.raises(ValueError):
+            override_scan_tuning(4, bad)
+    log = _nvcc(Job(spec.source() + _force(names), arch, "scan_knobs"), tmp_path)
+    if arch == "sm_90":
+        assert not _spills(log), f"register spills: {_spills(log)}"
+
+
 def _scan_names(specs: list) -> list[str]:
     names: list[str] = []
     for spec in specs:

@@ -43,12 +43,21 @@ class ScanTuning:
     per lane (a tile holds block * rows * VEC elements, VEC from :func:`full_vec`);
     ``min_blocks`` per SM asked of ptxas through ``__launch_bounds__`` (0: none), which caps
     the registers; ``cache``: bit 0 loads and bit 1 stores full tiles with the evict-first
-    ``.cs`` hint (``kernels/scan.cuh``, ScanTile)."""
+    ``.cs`` hint (``kernels/scan.cuh``, ScanTile), bit 2 loads them without L1 allocation and
+    bit 3 with the 256-byte L2 prefetch (sweeps: ``benchmarks/scan_tuning.py``); ``poll`` and
+    ``wait``: the look-back's polling (``scan_lookback``: ns slept before a lane reads an
+    unpublished predecessor again, 0 none, negative an exponential back-off from that; ns
+    slept before the first read); ``sched`` 1: warp 0 looks back while the other warps still
+    scan (ScanTile::run_early); the last three named in the kernel only when not the
+    defaults."""
 
     block: int
     rows: int
     min_blocks: int = 0
     cache: int = 0
+    poll: int = 20
+    wait: int = 0
+    sched: int = 0
 
 
 @dataclass(frozen=True)
@@ -105,7 +114,9 @@ def override_scan_tuning(acc_itemsize: int, tuning: ScanTuning | None) -> None:
         _override.pop(acc_itemsize, None)
     else:
         if (tuning.block % 32 or not 32 <= tuning.block <= 1024 or tuning.rows < 1
-                or tuning.min_blocks < 0 or tuning.cache not in (0, 1, 2, 3)):
+                or tuning.min_blocks < 0 or tuning.cache not in range(16)
+                or tuning.cache & 5 == 5 or not -1024 <= tuning.poll <= 1024
+                or not 0 <= tuning.wait <= 4096 or tuning.sched not in (0, 1)):
             raise ValueError(f"bad scan tuning {tuning}")
         _override[acc_itemsize] = tuning
 
@@ -152,7 +163,10 @@ class ScanSpec:
         if self.algorithm == "lookback":
             tn = self.tuning
             head = f"dcx_scan_lookback<{t}, {a}, {tn.block}, {tn.rows}"
-            tail = f"{tn.min_blocks}, {'true' if self.exclusive else 'false'}, {tn.cache}>"
+            tail = f"{tn.min_blocks}, {'true' if self.exclusive else 'false'}, {tn.cache}"
+            if (tn.poll, tn.wait, tn.sched) != (20, 0, 0):  # the kernel's defaults (scan.cu)
+                tail += f", {tn.poll}, {tn.wait}" + (f", {tn.sched}" if tn.sched else "")
+            tail += ">"
             v = full_vec(self.dtype, self.acc)
             names = {"vector": f"{head}, {v}, {tail}"}
             # misaligned views (a[1:]) take the element-wise tile (VEC = 1)
