@@ -500,7 +500,7 @@ def test_scan_modules_compile(arch: str, tmp_path: Path) -> None:
         assert "dcx_scan_total<float, double, 256>" in names
     # the look-back's VEC (element-wise and 16-byte tiles) and both exclusive and inclusive
     vecs = {m.group(1) for n in names
-            if (m := re.search(r", (\d+), \d+, (?:true|false), \d>$", n))}
+            if (m := re.search(r", (\d+), \d+, (?:true|false), \d+(?:, -?\d+){0,3}>$", n))}
     assert {"1", "4"} <= vecs
     assert any("true" in n for n in names) and any("false" in n for n in names)
     assert not re.search(r"^\s*#\s*include", specs[0].source(), re.M)
@@ -523,7 +523,11 @@ def test_scan_sweep_knobs_compile(arch: str, tmp_path: Path) -> None:
     from dask_compact.backends.cupy_scan_source import ScanSpec, ScanTuning, override_scan_tuning
 
     f32, i32, i64 = np.dtype("float32"), np.dtype("int32"), np.dtype("int64")
-    assert ScanSpec.make(f32, f32, "lookback", True).names()["vector"].endswith(", true, 0>")
+    # the table's 8-byte entries keep the kernel's default polling: unnamed; the 4-byte ones
+    # take CUB's sleeps (cupy_scan_source.TABLE), named
+    assert ScanSpec.make(i64, i64, "lookback", True).names()["vector"].endswith(", true, 3>")
+    assert ScanSpec.make(f32, f32, "lookback", True).names()["vector"].endswith(
+        ", true, 0, 688, 1140>")
     names = []
     for dt, acc, tuning in ((f32, f32, ScanTuning(128, 32, 3, 12, -32, 500)),
                             (i32, i32, ScanTuning(128, 32, 3, 9, 0)),

@@ -71,12 +71,15 @@ class ScanEntry:
 # the public call beside CUB's ExclusiveSum and torch.cumsum in the same process
 # (benchmarks/results/scan-sweep-2026-11-26-NVIDIA_H100_80GB_HBM3-*.md: 7993dd8 and 2d97d9f
 # for the shapes, 9f2abeb for the blocks per SM and the cache hints).
+# The look-back's sleeps of the 4-byte entries: CUB's for sm_90 floats (cccl's
+# tuning_scan.cuh: 1140 ns before the first read, 688 ns per poll).
+_CUB_SLEEPS_4 = ScanTuning(128, 32, 3, 0, 688, 1140)
 _SHAPE_4 = ("at 2^28 128 x 32 beat 256 x 4 (the reasoned first choice: 0.955 ms, 75% of the "
             "copy, 0.92x CUB), 128 x 16 and 256 x 16; 1024 threads x 16-32 rows fell to "
             "0.25-0.8x; at 2^20 every shape is launch-bound. Bigger tiles mean fewer look-backs "
             "and 128 B of loads in flight per thread. ")
 TABLE = MappingProxyType({
-    (4, False): ScanEntry(ScanTuning(128, 32, 3), _SHAPE_4 + "9f2abeb, 2^28: three blocks per "
+    (4, False): ScanEntry(_CUB_SLEEPS_4, _SHAPE_4 + "9f2abeb, 2^28: three blocks per "
                           "SM asked (168 registers): float32 0.822 ms, 87% of the copy, 1.08x "
                           "CUB, 1.25x torch.cumsum; int32 0.836 ms, 1.10x CUB (int32 had taken "
                           "189 registers, two blocks per SM: 0.912 ms, 0.97x CUB at 1602d39). "
@@ -84,8 +87,15 @@ TABLE = MappingProxyType({
                           "bound some instantiations of each spilled (float32 inclusive, int32 "
                           "exclusive; tests/test_kernels_compile.py refuses spills). 00cdee4: "
                           "128 x 20-28 rows at 3-4 blocks per SM, 96 x 32, 64 x 32 and 192 x 16 "
-                          "were 1-7% slower (0.830-0.878 ms against 0.818-0.821)"),
-    (4, True): ScanEntry(ScanTuning(128, 32, 3), "not measured: the 4-byte entry (bool, int8 "
+                          "were 1-7% slower (0.830-0.878 ms against 0.818-0.821). CUB's "
+                          "sleeps in the look-back, on one H200 at 85184ae "
+                          "(scan-tuning-2026-12-01-NVIDIA_H200-85184ae.md, one process): "
+                          "float32 2^28 0.603 against 0.644 ms (85.0% of the copy against "
+                          "79.6%; 1.45x torch.cumsum, 1.19x CUB), int32 0.608 against 0.645 "
+                          "ms, 1.05-1.07x at 2^24 and 2^26 for both; 500 ns before the first "
+                          "read alone 1.02x, polls every 100 ns or without a sleep level, a "
+                          "whole-warp back-off 0.99x"),
+    (4, True): ScanEntry(_CUB_SLEEPS_4, "not measured: the 4-byte entry (bool, int8 "
                          "and int16 inputs read 1-2 bytes a lane per row)"),
     (8, False): ScanEntry(ScanTuning(128, 16, 0, 3), "9f2abeb, int64 at 2^28: 1.557 ms, 91% of "
                           "the copy, 1.02x CUB, 1.19x torch.cumsum with .cs loads and stores "
@@ -95,7 +105,10 @@ TABLE = MappingProxyType({
                          "ms, 88% of the copy, 1.06x CUB, 2.46x torch.cumsum (128 x 16: 1.348 "
                          "ms, 0.96x; with .cs loads and stores 1.242 ms). The int32 input "
                          "leaves room for 32 rows in 168 registers (three blocks per SM). "
-                         "Before the 16-byte status words (ed6fbb4) 128 x 32 took 1.60 ms"),
+                         "Before the 16-byte status words (ed6fbb4) 128 x 32 took 1.60 ms. "
+                         "CUB's sleeps for 8-byte sums (1290 / 632 ns) were level on one H200 "
+                         "at 85184ae (1.018 / 0.999 / 0.990x at 2^28 / 2^26 / 2^24): not "
+                         "taken"),
 })  # fmt: skip
 _override: dict[int, ScanTuning] = {}
 
