@@ -283,8 +283,9 @@ def compact_into(
         Elementwise predicate, as for :func:`compact_array`.
     out : array, or tuple ``(values, indices)`` for ``output="both"``
         1-D contiguous arrays of ``a``'s type (and device) with room for ``a.size``
-        elements: ``a``'s dtype in native byte order for values, int64 for indices (flat
-        indices into ``a``). The first ``count`` elements receive the selection; those after
+        elements: ``a``'s dtype for values, int64 for indices (flat indices into ``a``), in
+        either byte order for NumPy (``np.empty_like(a)`` of a big-endian ``a``: written in
+        the buffer's order). The first ``count`` elements receive the selection; those after
         it are unspecified.
     output : {"values", "indices", "both"}
         What ``out`` receives.
@@ -349,6 +350,14 @@ def compact_into(
     else:
         values, indices = None, out
     values, indices, count = in_memory(values), in_memory(indices), in_memory(count)
+    # NumPy buffers of the other byte order (np.empty_like(a) of a big-endian a, whose dtype
+    # NumPy's a[m] keeps): written through native views, what was written swapped in place
+    # after. Refused until 2026-12-01 (a new-user probe), where converting costs one pass
+    # over the selection and no allocation.
+    given_count = count
+    values, swap_values = _native_view(values, a.dtype)
+    indices, swap_indices = _native_view(indices, np.dtype(np.int64))
+    count, swap_count = _native_view(count, None)
     n = int(a.size)
     # big-endian input was converted to a native copy above: the caller's own array must not
     # be written over either
@@ -372,4 +381,22 @@ def compact_into(
             raise ValueError(f"count must have 1 element; got {count.size}")
     if output == "both" or count is not None:
         check_apart({"out (values)": values, "out (indices)": indices, "count": count})
-    return compact_into_chunk(a, p, output, values, indices, count, stable, algorithm, stream)
+    got = compact_into_chunk(a, p, output, values, indices, count, stable, algorithm, stream)
+    if swap_values or swap_indices or swap_count:
+        k = int(got[0])
+        for buf, swap in ((values, swap_values), (indices, swap_indices), (got, swap_count)):
+            if swap:
+                buf[: 1 if buf is got else k].byteswap(inplace=True)
+    return got if given_count is None else given_count
+
+
+def _native_view(buf: Any, dtype: np.dtype | None) -> tuple[Any, bool]:
+    """``buf`` as a native view where it is a NumPy array of ``dtype`` (None: int64 or
+    uint64, a count) in the other byte order, and whether it is (its written part is then
+    swapped back to the buffer's order); else ``buf`` itself, for the checks to judge."""
+    if not isinstance(buf, np.ndarray) or buf.dtype.isnative:
+        return buf, False
+    dt = native(buf.dtype)
+    if dt != dtype and (dtype is not None or dt not in (np.dtype(np.int64), np.dtype(np.uint64))):
+        return buf, False
+    return buf.view(dt), True

@@ -876,11 +876,8 @@ def check_into_buffer(a: Any, buf: Any, role: str, dtype: np.dtype, size: int) -
                          + ("" if flags.c_contiguous else ", not contiguous"))
     if kind == "numpy" and not flags.writeable:
         raise ValueError(f"{role} is read-only")
-    if buf.dtype != dtype:
-        order = (" (native byte order: the selection is written as the kernels compute it)"
-                 if buf.dtype.newbyteorder("=") == dtype else "")
-        raise TypeError(f"{role} must have dtype {dtype}{order}; got "
-                        f"{buf.dtype.str if order else buf.dtype}")
+    if buf.dtype != dtype:  # (NumPy buffers of the other byte order come as native views)
+        raise TypeError(f"{role} must have dtype {dtype}; got {buf.dtype}")
     if buf.size < size:
         raise ValueError(f"{role} holds {buf.size} elements; the input has {size}, and every "
                          "element may be selected")
