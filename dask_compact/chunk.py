@@ -29,10 +29,13 @@ from .validate import (
     check_into_buffer,
     check_output,
     check_stream,
+    counted,
     in_memory,
     is_dask_array,
     native,
+    other_order_view,
     overlaps,
+    swap_written,
 )
 
 
@@ -351,13 +354,11 @@ def compact_into(
         values, indices = None, out
     values, indices, count = in_memory(values), in_memory(indices), in_memory(count)
     # NumPy buffers of the other byte order (np.empty_like(a) of a big-endian a, whose dtype
-    # NumPy's a[m] keeps): written through native views, what was written swapped in place
-    # after. Refused until 2026-12-01 (a new-user probe), where converting costs one pass
-    # over the selection and no allocation.
+    # NumPy's a[m] keeps): written through native views, then swapped (other_order_view)
     given_count = count
-    values, swap_values = _native_view(values, a.dtype)
-    indices, swap_indices = _native_view(indices, np.dtype(np.int64))
-    count, swap_count = _native_view(count, None)
+    values, swap_values = other_order_view(values, a.dtype)
+    indices, swap_indices = other_order_view(indices, np.dtype(np.int64))
+    count, swap_count = other_order_view(count, counted(count))
     n = int(a.size)
     # big-endian input was converted to a native copy above: the caller's own array must not
     # be written over either
@@ -383,20 +384,6 @@ def compact_into(
         check_apart({"out (values)": values, "out (indices)": indices, "count": count})
     got = compact_into_chunk(a, p, output, values, indices, count, stable, algorithm, stream)
     if swap_values or swap_indices or swap_count:
-        k = int(got[0])
-        for buf, swap in ((values, swap_values), (indices, swap_indices), (got, swap_count)):
-            if swap:
-                buf[: 1 if buf is got else k].byteswap(inplace=True)
+        swapped = [b for b, swap in ((values, swap_values), (indices, swap_indices)) if swap]
+        swap_written(swapped, int(got[0]), got if swap_count else None)
     return got if given_count is None else given_count
-
-
-def _native_view(buf: Any, dtype: np.dtype | None) -> tuple[Any, bool]:
-    """``buf`` as a native view where it is a NumPy array of ``dtype`` (None: int64 or
-    uint64, a count) in the other byte order, and whether it is (its written part is then
-    swapped back to the buffer's order); else ``buf`` itself, for the checks to judge."""
-    if not isinstance(buf, np.ndarray) or buf.dtype.isnative:
-        return buf, False
-    dt = native(buf.dtype)
-    if dt != dtype and (dtype is not None or dt not in (np.dtype(np.int64), np.dtype(np.uint64))):
-        return buf, False
-    return buf.view(dt), True
