@@ -30,10 +30,13 @@ from .validate import (
     check_into_buffer,
     check_output,
     check_stream,
+    counted,
     in_memory,
     is_dask_array,
     native,
+    other_order_view,
     overlaps,
+    swap_written,
 )
 
 
@@ -285,8 +288,9 @@ def compact_into(
         Elementwise predicate, as for :func:`compact_array`.
     out : array, or tuple ``(values, indices)`` for ``output="both"``
         1-D contiguous arrays of ``a``'s type (and device) with room for ``a.size``
-        elements: ``a``'s dtype in native byte order for values, int64 for indices (flat
-        indices into ``a``). The first ``count`` elements receive the selection; those after
+        elements: ``a``'s dtype for values, int64 for indices (flat indices into ``a``), in
+        either byte order for NumPy (``np.empty_like(a)`` of a big-endian ``a``: written in
+        the buffer's order). The first ``count`` elements receive the selection; those after
         it are unspecified.
     output : {"values", "indices", "both"}
         What ``out`` receives.
@@ -352,6 +356,12 @@ def compact_into(
     else:
         values, indices = None, out
     values, indices, count = in_memory(values), in_memory(indices), in_memory(count)
+    # NumPy buffers of the other byte order (np.empty_like(a) of a big-endian a, whose dtype
+    # NumPy's a[m] keeps): written through native views, then swapped (other_order_view)
+    given_count = count
+    values, swap_values = other_order_view(values, a.dtype)
+    indices, swap_indices = other_order_view(indices, np.dtype(np.int64))
+    count, swap_count = other_order_view(count, counted(count))
     n = int(a.size)
     # big-endian input was converted to a native copy above: the caller's own array must not
     # be written over either
@@ -375,4 +385,8 @@ def compact_into(
             raise ValueError(f"count must have 1 element; got {count.size}")
     if output == "both" or count is not None:
         check_apart({"out (values)": values, "out (indices)": indices, "count": count})
-    return compact_into_chunk(a, p, output, values, indices, count, stable, algorithm, stream)
+    got = compact_into_chunk(a, p, output, values, indices, count, stable, algorithm, stream)
+    if swap_values or swap_indices or swap_count:
+        swapped = [b for b, swap in ((values, swap_values), (indices, swap_indices)) if swap]
+        swap_written(swapped, int(got[0]), got if swap_count else None)
+    return got if given_count is None else given_count

@@ -19,7 +19,7 @@ from .dispatch import (
     repeated_records_into,
 )
 from .records_check import INDICES, check_into, check_record_predicate, checked_fields
-from .validate import check_flag, in_memory
+from .validate import check_flag, counted, in_memory, other_order_view, swap_written
 
 __all__ = ["compact_records", "compact_records_into"]
 
@@ -237,10 +237,35 @@ def compact_records_into(
             "compact_records"
         )
     count = in_memory(count)
-    buffers = check_into(fs, out, count, stream)
+    # NumPy buffers of the other byte order (a native np.empty(n) for a big-endian field):
+    # written through views of the field's dtype, then swapped (validate.other_order_view)
+    given_count = count
+    count, swap_count = other_order_view(count, counted(count))
+    views, swapped = _other_order_views(fs, out)
+    buffers = check_into(fs, views, count, stream)
     p = check_record_predicate(pred, fs)
     first = next(iter(fs.values()))
     got = backend(first, fs, p, buffers, count, stream)
+    if swapped or swap_count:
+        swap_written([buffers[name] for name in swapped], int(got[0]),
+                     got if swap_count else None)
+        got = got if given_count is None else given_count
     if type(fields) is dict:
         remember_records_into(first, fs, pred, p, out, count, stream)
     return got
+
+
+def _other_order_views(fields: dict[str, Any], out: Any) -> tuple[Any, list[str]]:
+    """``out`` with each NumPy buffer of its field's dtype (int64 for the indices) in the
+    other byte order viewed as that dtype (validate.other_order_view), and the names of
+    those; ``out`` itself where there are none (or it is no mapping, for the checks)."""
+    if not isinstance(out, Mapping):
+        return out, []
+    views, swapped = dict(out), []
+    for name, buf in out.items():
+        dtype = (fields[name].dtype if name in fields
+                 else np.dtype(np.int64) if name == INDICES else None)
+        views[name], swap = other_order_view(in_memory(buf), dtype)
+        if swap:
+            swapped.append(name)
+    return (views, swapped) if swapped else (out, [])

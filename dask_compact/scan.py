@@ -41,7 +41,8 @@ _ACC = tuple(np.dtype(t) for t in ("int32", "int64", "uint32", "uint64", "float3
 def scan_dtype(dtype: Any, out_dtype: Any = None) -> np.dtype:
     """The output (and accumulator) dtype of a scan of ``dtype``: NumPy's ``cumsum`` choice
     (bool and signed integers -> the platform integer, int64 on Linux; unsigned -> uint64;
-    floats keep theirs), or ``out_dtype`` where given. TypeError for what is not built."""
+    floats keep theirs), or ``out_dtype`` where given (in native byte order). TypeError for
+    what is not built."""
     dt = native(np.dtype(dtype))
     # float16 into a float32 or float64 accumulator is NumPy's np.cumsum(a, dtype=...): each
     # element widened (exactly), the sums in the accumulator. Refused until 2026-12-01 (the
@@ -65,7 +66,10 @@ def scan_dtype(dtype: Any, out_dtype: Any = None) -> np.dtype:
                 "precision"
             )
         return acc
-    acc = np.dtype(out_dtype)
+    # in native order, as the results of big-endian input come back (validate.native):
+    # dtype=">i8" is int64, as np.cumsum takes it (refused until 2026-12-01, a new-user
+    # probe)
+    acc = native(np.dtype(out_dtype))
     if acc not in _ACC:
         raise TypeError(
             f"dtype must be one of {', '.join(d.name for d in _ACC)} (the accumulator), not {acc}"

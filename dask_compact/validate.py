@@ -90,6 +90,37 @@ def native(dtype: np.dtype) -> np.dtype:
     return dtype if dtype.isnative else dtype.newbyteorder("=")
 
 
+def other_order_view(buf: Any, dtype: np.dtype | None) -> tuple[Any, bool]:
+    """``buf`` viewed as ``dtype``, and True, where it is a NumPy array of ``dtype`` in the
+    other byte order (a number or a time: ``np.empty_like(a)`` of a big-endian ``a``, a
+    native buffer for a big-endian field); else ``buf`` itself, and False, for the buffer
+    checks to judge. The ``*_into`` calls write through the view and then swap what they
+    wrote in place (:func:`swap_written`), so the buffer holds the selection in its own
+    order: refused until 2026-12-01 (a new-user probe), where converting costs one pass over
+    the selection and no allocation. CuPy has no non-native dtypes."""
+    if (not isinstance(buf, np.ndarray) or dtype is None or buf.dtype == dtype
+            or buf.dtype.kind not in "biufcmM" or buf.dtype != dtype.newbyteorder()):
+        return buf, False
+    return buf.view(dtype), True
+
+
+def counted(count: Any) -> np.dtype | None:
+    """The dtype a count buffer of either byte order is written in (int64 or uint64, in
+    native order), for :func:`other_order_view`; None for anything else."""
+    dt = native(count.dtype) if isinstance(count, np.ndarray) else None
+    return dt if dt in (np.dtype(np.int64), np.dtype(np.uint64)) else None
+
+
+def swap_written(views: list[Any], k: int, count: Any = None) -> None:
+    """Swap in place the first ``k`` elements (rows) of each of ``views`` and, where
+    given, the 1-element ``count``: the written part of buffers of the other byte order
+    (:func:`other_order_view`), back in their own."""
+    for view in views:
+        view[:k].byteswap(inplace=True)
+    if count is not None:
+        count.byteswap(inplace=True)
+
+
 def is_dask_array(a: Any) -> bool:
     """Whether ``a`` is a dask array (or another dask collection with chunks), without
     importing dask."""
@@ -911,11 +942,8 @@ def check_into_buffer(a: Any, buf: Any, role: str, dtype: np.dtype, size: int) -
                          + ("" if flags.c_contiguous else ", not contiguous"))
     if kind == "numpy" and not flags.writeable:
         raise ValueError(f"{role} is read-only")
-    if buf.dtype != dtype:
-        order = (" (native byte order: the selection is written as the kernels compute it)"
-                 if buf.dtype.newbyteorder("=") == dtype else "")
-        raise TypeError(f"{role} must have dtype {dtype}{order}; got "
-                        f"{buf.dtype.str if order else buf.dtype}")
+    if buf.dtype != dtype:  # (NumPy buffers of the other byte order come as native views)
+        raise TypeError(f"{role} must have dtype {dtype}; got {buf.dtype}")
     if buf.size < size:
         raise ValueError(f"{role} holds {buf.size} elements; the input has {size}, and every "
                          "element may be selected")

@@ -296,6 +296,32 @@ def test_into_caller_buffers(n):
     np.testing.assert_array_equal(r[: int(c[0])], f["r"][m])
 
 
+def test_into_buffers_of_either_byte_order():
+    """A big-endian field (FITS, instrument formats) into a native buffer
+    (``np.empty(n)``), a native field into a big-endian one, and big-endian indices and
+    count: each written in its buffer's order, bit for bit (-0.0, NaN payloads, N-D rows,
+    times). The other order was refused ("out['m'] must have dtype >f8; got float64"; a
+    new-user probe, 2026-12-01), where ``compact_into`` takes it too."""
+    rng = np.random.default_rng(5)
+    n = 1031
+    m8 = rng.integers(0, 256, n * 8, dtype=np.uint8).view(np.float64).astype(">f8")
+    f = {"m": m8, "pos": rng.standard_normal((n, 3)).astype(">f4"),
+         "id": np.arange(n, dtype="<i8"), "t": np.arange(n).astype(">M8[s]"),
+         "flag": rng.random(n) > 0.5}
+    keep = ~(m8 < 0) & f["flag"]
+    k = int(keep.sum())
+    out = {"m": np.empty(n, "<f8"), "pos": np.empty((n, 3), "<f4"),
+           "id": np.empty(n, ">i8"), "t": np.empty(n, "<M8[s]"),
+           "indices": np.empty(n, ">i8")}
+    count = np.zeros(1, ">u8")
+    got = dask_compact.compact_records_into(f, "~(m < 0) & flag", out, count=count)
+    assert got is count and int(count[0]) == k
+    for name, buf in out.items():
+        want = np.flatnonzero(keep) if name == "indices" else f[name][keep]
+        assert buf[:k].astype(buf.dtype.newbyteorder("=")).tobytes() == \
+            want.astype(want.dtype.newbyteorder("=")).tobytes(), name
+
+
 def test_into_errors():
     f = particles(10)
     cri = dask_compact.compact_records_into

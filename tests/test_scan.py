@@ -126,6 +126,25 @@ def test_big_endian_and_views() -> None:
     np.testing.assert_array_equal(scan_array(f, exclusive=False), np.cumsum(f.astype("<f8")))
 
 
+def test_an_accumulator_dtype_of_either_byte_order_is_taken() -> None:
+    """``dtype=">i8"`` is int64 (NumPy's ``np.cumsum(a, dtype=">i8")`` takes it): it was
+    refused, "dtype must be one of int32, int64, ... not >i8" (a new-user probe of
+    big-endian data, 2026-12-01). The sums come back in native order, as every result
+    does."""
+    a = np.arange(70_000).astype(">u2")
+    for out in (">i8", ">u8", ">i4", ">u4", ">f8"):  # sums exact in each (or wrapping)
+        for exclusive in (True, False):
+            want = reference(a.astype("<u2"), exclusive, dtype=np.dtype(out).newbyteorder("="))
+            got = scan_array(a, exclusive=exclusive, dtype=out)
+            assert got.dtype == np.dtype(out).newbyteorder("=")
+            np.testing.assert_array_equal(got, want)
+            got = cumsum(da.from_array(a, chunks=9_999), exclusive=exclusive, dtype=out)
+            assert got.dtype == np.dtype(out).newbyteorder("=")
+            np.testing.assert_array_equal(got.compute(), want)
+    with pytest.raises(TypeError, match="not int16"):
+        scan_array(a, dtype=">i2")
+
+
 def test_the_first_element_is_numpys_bit_for_bit() -> None:
     """NumPy's running sum starts at a[0] itself; 0.0 + a[0] turned a leading -0.0 into 0.0
     and quieted a signalling NaN (a probe). The first chunk of a dask cumsum has no offset
