@@ -21,6 +21,8 @@ import pytest
 zarr = pytest.importorskip("zarr")
 from cli_helpers import kill_halfway, litter, run
 
+from dask_compact.batch.manifest import Manifest
+
 
 def group(path: Path) -> tuple[dict, dict]:
     g = zarr.open_group(store=str(path), mode="r")
@@ -130,6 +132,68 @@ def test_resume_checks_the_files_the_manifest_lists(zin, tmp_path, how):
         assert "changed since the job was interrupted" in said and "starting over" in said
     else:
         assert "output chunk 1 of the interrupted job" in said and "written again" in said
+
+
+def _edit_manifest(group: Path, how: str) -> None:
+    """Change a killed job's resume manifest as a hand (or a disk) might."""
+    path = group / "dask-compact-manifest.json"
+    text = path.read_text()
+    m = json.loads(text)
+    if how == "json":
+        path.write_text(text[: len(text) // 2])
+        return
+    # the input chunk before the one the job resumes from: its count places what follows
+    first, _ = Manifest({}, m["counts"], set(m["written"])).resume_point(3000)
+    assert 1 < first < len(m["counts"])
+    if how == "count":
+        m["counts"][first - 1] += 1
+    elif how == "negative":
+        m["counts"][first - 1] = -5
+    elif how == "larger":  # than the chunk
+        m["counts"][first - 1] = 10**6
+    elif how == "unbalanced":  # the same sum, moved across the resume point
+        m["counts"][first - 1] += 7
+        m["counts"][first] -= 7
+    elif how == "keys":
+        del m["counts"]
+    elif how == "unsigned":  # as an earlier build saved it
+        del m["sum"]
+    elif how.startswith("signed"):  # saved with a sum that matches (not a hand's doing)
+        from dask_compact.batch import manifest
+
+        signed = manifest.Manifest.from_json(text)
+        signed.counts[first - 1] = -5 if how == "signed-negative" else 10**6
+        manifest.save(str(group), signed)
+        return
+    path.write_text(json.dumps(m))
+
+
+@pytest.mark.parametrize("how", ["count", "negative", "larger", "unbalanced", "json", "keys",
+                                 "signed-negative", "signed-larger", "unsigned"])
+def test_resume_does_not_trust_an_edited_manifest(zin, tmp_path, how):
+    """``--resume`` took the manifest's counts (where the chunks after the resume point go) as
+    they were: a count edited by one, or made negative, after the kill gave an output of
+    wrong values marked complete, exit 0 (the twelfth session's probe). The manifest now
+    carries a checksum of its own: one that does not match it (edited, cut short, keys
+    missing) is not used, and one whose counts cannot be its chunks' is not either: the job
+    starts over saying why, and the output is NumPy's. One without a checksum of its own (an
+    earlier build's) has every chunk it lists written again."""
+    path, a = zin
+    args = ["--where", "x < 0.5", "--output", "both", "--output-chunks", "3000"]
+    out = tmp_path / "out.zarr"
+    kill_halfway(tmp_path, path, out, *args, writes=6)
+    (left,) = [n for n in litter(tmp_path) if "tmp" in n]
+    _edit_manifest(tmp_path / left, how)
+    res = run(path, out, *args, "--resume", "--json")
+    arrays = group(out)[1]
+    np.testing.assert_array_equal(arrays["values"], a[a < 0.5])
+    np.testing.assert_array_equal(arrays["indices"], np.flatnonzero(a < 0.5))
+    said = " ".join(res.stderr.split())
+    if how == "unsigned":  # its group is kept, but nothing it lists is trusted
+        assert "output chunks 0, 1, 2, 3, 4 and" in said and "written again" in said, said
+    else:
+        assert "the manifest of the interrupted job" in said and "starting over" in said, said
+    assert litter(tmp_path) == []
 
 
 def test_resume_refuses_a_different_job_and_a_plain_run_starts_over(zin, tmp_path):
