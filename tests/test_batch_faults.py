@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 zarr = pytest.importorskip("zarr")
-from cli_helpers import kill_halfway, litter, run
+from cli_helpers import kill_halfway, litter, run, start, wait_for
 
 from dask_compact.batch.manifest import Manifest
 
@@ -193,6 +193,49 @@ def test_resume_does_not_trust_an_edited_manifest(zin, tmp_path, how):
         assert "output chunks 0, 1, 2, 3, 4 and" in said and "written again" in said, said
     else:
         assert "the manifest of the interrupted job" in said and "starting over" in said, said
+    assert litter(tmp_path) == []
+
+
+@pytest.mark.parametrize("kind", ["array", "group"])
+def test_a_job_killed_after_its_arrays_were_cut_is_continued(zin, tmp_path, kind):
+    """A job killed between the arrays' cut to the selection's length (a metadata write) and
+    the manifest's removal was started over by ``--resume``: its metadata was no longer what
+    the group was made with. The arrays' length is now set back and the job continues: the
+    manifest lists every chunk (saved at each write here), so nothing is read again, and the
+    output is the uninterrupted job's, bit for bit."""
+    path, a = zin
+    if kind == "group":  # a field with a trailing axis, and a coordinate copied as it is
+        path = tmp_path / "grp.zarr"
+        g = zarr.open_group(store=str(path), mode="w")
+        g.create_array("x", shape=a.shape, dtype=a.dtype, chunks=(5000,))[:] = a
+        g.create_array("v", shape=(a.size, 3), dtype=np.int16, chunks=(5000, 3))[:] = (
+            np.arange(a.size * 3, dtype=np.int16).reshape(-1, 3))
+        g.create_array("t", shape=(7,), dtype=np.float64, chunks=(7,))[:] = np.arange(7.0)
+    args = ["--where", "x < 0.5", "--output", "both", "--output-chunks", "3000"]
+    ref = tmp_path / "ref.zarr"
+    run(path, ref, *args)
+    out = tmp_path / "out.zarr"
+    ready = tmp_path / "ready"
+    proc = start("pause-after-cut", ready, path, out, *args)
+    wait_for(ready, proc)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.communicate(timeout=30)
+    assert not out.exists()
+    res = run(path, out, *args, "--resume", "--json")
+    said = " ".join(res.stderr.split())
+    assert "set them back, continuing it" in said and "starting over" not in said, said
+    assert json.loads(res.stdout)["chunks_read"] == 0
+    ref_attrs, ref_arrays = group(ref)
+    attrs, arrays = group(out)
+    assert {k: v for k, v in attrs["dask_compact"].items() if k != "input"} == {
+        k: v for k, v in ref_attrs["dask_compact"].items() if k != "input"}
+    assert arrays.keys() == ref_arrays.keys()
+    for name in arrays:
+        assert (out / name / "zarr.json").read_text() == (ref / name / "zarr.json").read_text()
+        np.testing.assert_array_equal(arrays[name], ref_arrays[name])
+    np.testing.assert_array_equal(arrays["x" if kind == "group" else "values"], a[a < 0.5])
+    np.testing.assert_array_equal(arrays["indices"], np.flatnonzero(a < 0.5))
+    assert "dask-compact-manifest.json" not in os.listdir(out)
     assert litter(tmp_path) == []
 
 

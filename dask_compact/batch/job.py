@@ -147,7 +147,7 @@ def continued(resume: Manifest, layout: Layout) -> Manifest:
 
     click.echo(f"dask compact: --resume: the manifest of the interrupted job does not fit "
                f"its input ({why}): starting over, every chunk computed again", err=True)
-    return Manifest(resume.job, made=resume.made)
+    return Manifest(resume.job, made=resume.made, lengths=resume.lengths)
 
 
 def task_device(runner: Runner) -> str:
@@ -329,7 +329,8 @@ def run_job(
         nonlocal encode
         if resume is None:
             create_group(target.tmp, layout, src, mode, attrs)
-            manifest = Manifest(job_desc, made={} if target.url else made_files(target.tmp))
+            manifest = Manifest(job_desc, made={} if target.url else made_files(target.tmp),
+                                lengths=dict.fromkeys(names, layout.n))
         else:
             manifest = continued(resume, layout)
         direct = writes_chunk_files(target.tmp, names)

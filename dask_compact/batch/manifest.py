@@ -56,6 +56,8 @@ class Manifest:
     files: dict[int, dict[str, list[int]]] = field(default_factory=dict)
     # every file the group was made with -> [size, CRC-32C] (see made_files)
     made: dict[str, list[int]] = field(default_factory=dict)
+    # the output arrays -> their length (axis 0) as made, before the cut (see uncut)
+    lengths: dict[str, int] = field(default_factory=dict)
     # False: read without a checksum of its own (an earlier build's): its counts and
     # `written` are not trusted, every chunk is written again (see unmatched_chunks)
     signed: bool = True
@@ -64,7 +66,7 @@ class Manifest:
         body = {"job": self.job, "counts": self.counts, "written": sorted(self.written),
                 "files": {str(j): self.files[j] for j in sorted(self.written)
                           if j in self.files},
-                "made": self.made}
+                "made": self.made, "lengths": self.lengths}
         # the sum is over the body as it reads back (tuples as lists, keys as strings)
         return json.dumps({**body, "sum": _body_sum(json.loads(json.dumps(body)))})
 
@@ -84,8 +86,9 @@ class Manifest:
             files = {int(j): {str(k): [int(n), int(c)] for k, (n, c) in v.items()}
                      for j, v in d.get("files", {}).items()}
             made = {str(k): [int(n), int(c)] for k, (n, c) in d.get("made", {}).items()}
+            lengths = {str(k): int(n) for k, n in d.get("lengths", {}).items()}
             return cls(d["job"], [int(c) for c in d["counts"]],
-                       {int(j) for j in d["written"]}, files, made, signed)
+                       {int(j) for j in d["written"]}, files, made, lengths, signed)
         except KeyError as e:
             raise ValueError(f"it has no {e}") from None
         except (TypeError, AttributeError) as e:
@@ -250,6 +253,32 @@ def changed_since_made(group: str, m: Manifest) -> list[str]:
     """The files the temporary ``group`` was made with that differ now (its metadata edited,
     a copied array changed or removed): the job cannot go on in that group."""
     return _differing(group, m.made.items())
+
+
+def uncut(group: str, m: Manifest, changed: list[str]) -> bool:
+    """Where the only files of ``group`` that differ from what it was made with (``changed``)
+    are its output arrays' metadata, set those arrays' length back to the one they were made
+    with (``m.lengths``; a metadata write, as the cut was) and say whether the group is then
+    as it was made, checksums and all. That is a job killed between the arrays' cut to the
+    selection's length (:func:`.job.cut`) and the manifest's removal: until 2026-12-01 (the
+    twelfth session) its group was removed and the job started over; now it continues, and
+    whatever the manifest lists is not computed again. Any other change (an edit beside
+    the length, a manifest without ``lengths``) leaves the group to be started over."""
+    arrays = {f"{name}/zarr.json": name for name in m.lengths}
+    if not changed or not all(rel in arrays for rel in changed):
+        return False
+    import zarr
+    from zarr.core.sync import sync
+
+    for rel in changed:
+        name = arrays[rel]
+        try:
+            a = zarr.open_array(store=group, path=name, mode="r+")
+            sync(a.async_array.resize((m.lengths[name], *a.shape[1:]),
+                                      delete_outside_chunks=False))
+        except Exception:  # noqa: BLE001 -- metadata zarr cannot take: started over
+            return False
+    return not changed_since_made(group, m)
 
 
 def unmatched_chunks(group: str, m: Manifest) -> set[int]:

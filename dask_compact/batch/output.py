@@ -368,6 +368,11 @@ class Target:
         truncated or rewritten after the kill was committed as it was, and so was a group
         whose arrays' metadata had been edited, exit 0."""
         changed = manifest_io.changed_since_made(path, m)
+        if changed and manifest_io.uncut(path, m, changed):
+            say(f"--resume: the interrupted job on {self.output} ({path}) had cut its arrays "
+                "to the selection's length when it was stopped, before its commit: set them "
+                "back, continuing it")
+            changed = []
         if changed:
             listed = ", ".join(changed[:3]) + (f" and {len(changed) - 3} more"
                                                if len(changed) > 3 else "")

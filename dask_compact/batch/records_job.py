@@ -582,7 +582,8 @@ def run_records_job(runner: Runner, inp: GroupInput, target: Target, where: str,
     def make_job() -> Job:
         if resume is None:
             create_group(target.tmp, inp, names, layout.out_chunk, attrs)
-            manifest = Manifest(job_desc, made={} if target.url else made_files(target.tmp))
+            manifest = Manifest(job_desc, made={} if target.url else made_files(target.tmp),
+                                lengths=dict.fromkeys(names, layout.n))
         else:
             manifest = continued(resume, layout)
         direct = writes_chunk_files(target.tmp, names)
