@@ -12,6 +12,9 @@
   removed, where the job then sleeps: a signal there.
 * ``pause-after-writes``: READY once the first ``$DRIVER_WRITES`` output chunks are written and
   in the resume manifest, then the job sleeps (SIGKILL there: a job to ``--resume``).
+* ``pause-after-cut``: the manifest saved at every write (so it lists them all), and READY once
+  the output arrays are cut to the selection's length, before the manifest's removal and the
+  commit, where the job then sleeps (SIGKILL there: a finished job to ``--resume``).
 """
 
 from __future__ import annotations
@@ -76,6 +79,18 @@ def main() -> None:
                 time.sleep(120)
 
         stream._Stream.write_done = write_done
+    elif hook == "pause-after-cut":
+        from dask_compact.batch import job
+
+        stream.MANIFEST_EVERY_S = 0.0  # every write in the manifest (see _Stream.save_manifest)
+        real_cut = job.cut
+
+        def cut(*args):
+            real_cut(*args)
+            ready.touch()
+            time.sleep(120)
+
+        job.cut = cut
     elif hook == "pause-swap":
         output.rename2 = lambda src, dst, flags: False
         real_rename = os.rename

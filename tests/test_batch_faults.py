@@ -19,7 +19,9 @@ import numpy as np
 import pytest
 
 zarr = pytest.importorskip("zarr")
-from cli_helpers import kill_halfway, litter, run
+from cli_helpers import kill_halfway, litter, run, start, wait_for
+
+from dask_compact.batch.manifest import Manifest
 
 
 def group(path: Path) -> tuple[dict, dict]:
@@ -130,6 +132,111 @@ def test_resume_checks_the_files_the_manifest_lists(zin, tmp_path, how):
         assert "changed since the job was interrupted" in said and "starting over" in said
     else:
         assert "output chunk 1 of the interrupted job" in said and "written again" in said
+
+
+def _edit_manifest(group: Path, how: str) -> None:
+    """Change a killed job's resume manifest as a hand (or a disk) might."""
+    path = group / "dask-compact-manifest.json"
+    text = path.read_text()
+    m = json.loads(text)
+    if how == "json":
+        path.write_text(text[: len(text) // 2])
+        return
+    # the input chunk before the one the job resumes from: its count places what follows
+    first, _ = Manifest({}, m["counts"], set(m["written"])).resume_point(3000)
+    assert 1 < first < len(m["counts"])
+    if how == "count":
+        m["counts"][first - 1] += 1
+    elif how == "negative":
+        m["counts"][first - 1] = -5
+    elif how == "larger":  # than the chunk
+        m["counts"][first - 1] = 10**6
+    elif how == "unbalanced":  # the same sum, moved across the resume point
+        m["counts"][first - 1] += 7
+        m["counts"][first] -= 7
+    elif how == "keys":
+        del m["counts"]
+    elif how == "unsigned":  # as an earlier build saved it
+        del m["sum"]
+    elif how.startswith("signed"):  # saved with a sum that matches (not a hand's doing)
+        from dask_compact.batch import manifest
+
+        signed = manifest.Manifest.from_json(text)
+        signed.counts[first - 1] = -5 if how == "signed-negative" else 10**6
+        manifest.save(str(group), signed)
+        return
+    path.write_text(json.dumps(m))
+
+
+@pytest.mark.parametrize("how", ["count", "negative", "larger", "unbalanced", "json", "keys",
+                                 "signed-negative", "signed-larger", "unsigned"])
+def test_resume_does_not_trust_an_edited_manifest(zin, tmp_path, how):
+    """``--resume`` took the manifest's counts (where the chunks after the resume point go) as
+    they were: a count edited by one, or made negative, after the kill gave an output of
+    wrong values marked complete, exit 0 (the twelfth session's probe). The manifest now
+    carries a checksum of its own: one that does not match it (edited, cut short, keys
+    missing) is not used, and one whose counts cannot be its chunks' is not either: the job
+    starts over saying why, and the output is NumPy's. One without a checksum of its own (an
+    earlier build's) has every chunk it lists written again."""
+    path, a = zin
+    args = ["--where", "x < 0.5", "--output", "both", "--output-chunks", "3000"]
+    out = tmp_path / "out.zarr"
+    kill_halfway(tmp_path, path, out, *args, writes=6)
+    (left,) = [n for n in litter(tmp_path) if "tmp" in n]
+    _edit_manifest(tmp_path / left, how)
+    res = run(path, out, *args, "--resume", "--json")
+    arrays = group(out)[1]
+    np.testing.assert_array_equal(arrays["values"], a[a < 0.5])
+    np.testing.assert_array_equal(arrays["indices"], np.flatnonzero(a < 0.5))
+    said = " ".join(res.stderr.split())
+    if how == "unsigned":  # its group is kept, but nothing it lists is trusted
+        assert "output chunks 0, 1, 2, 3, 4 and" in said and "written again" in said, said
+    else:
+        assert "the manifest of the interrupted job" in said and "starting over" in said, said
+    assert litter(tmp_path) == []
+
+
+@pytest.mark.parametrize("kind", ["array", "group"])
+def test_a_job_killed_after_its_arrays_were_cut_is_continued(zin, tmp_path, kind):
+    """A job killed between the arrays' cut to the selection's length (a metadata write) and
+    the manifest's removal was started over by ``--resume``: its metadata was no longer what
+    the group was made with. The arrays' length is now set back and the job continues: the
+    manifest lists every chunk (saved at each write here), so nothing is read again, and the
+    output is the uninterrupted job's, bit for bit."""
+    path, a = zin
+    if kind == "group":  # a field with a trailing axis, and a coordinate copied as it is
+        path = tmp_path / "grp.zarr"
+        g = zarr.open_group(store=str(path), mode="w")
+        g.create_array("x", shape=a.shape, dtype=a.dtype, chunks=(5000,))[:] = a
+        g.create_array("v", shape=(a.size, 3), dtype=np.int16, chunks=(5000, 3))[:] = (
+            np.arange(a.size * 3, dtype=np.int16).reshape(-1, 3))
+        g.create_array("t", shape=(7,), dtype=np.float64, chunks=(7,))[:] = np.arange(7.0)
+    args = ["--where", "x < 0.5", "--output", "both", "--output-chunks", "3000"]
+    ref = tmp_path / "ref.zarr"
+    run(path, ref, *args)
+    out = tmp_path / "out.zarr"
+    ready = tmp_path / "ready"
+    proc = start("pause-after-cut", ready, path, out, *args)
+    wait_for(ready, proc)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.communicate(timeout=30)
+    assert not out.exists()
+    res = run(path, out, *args, "--resume", "--json")
+    said = " ".join(res.stderr.split())
+    assert "set them back, continuing it" in said and "starting over" not in said, said
+    assert json.loads(res.stdout)["chunks_read"] == 0
+    ref_attrs, ref_arrays = group(ref)
+    attrs, arrays = group(out)
+    assert {k: v for k, v in attrs["dask_compact"].items() if k != "input"} == {
+        k: v for k, v in ref_attrs["dask_compact"].items() if k != "input"}
+    assert arrays.keys() == ref_arrays.keys()
+    for name in arrays:
+        assert (out / name / "zarr.json").read_text() == (ref / name / "zarr.json").read_text()
+        np.testing.assert_array_equal(arrays[name], ref_arrays[name])
+    np.testing.assert_array_equal(arrays["x" if kind == "group" else "values"], a[a < 0.5])
+    np.testing.assert_array_equal(arrays["indices"], np.flatnonzero(a < 0.5))
+    assert "dask-compact-manifest.json" not in os.listdir(out)
+    assert litter(tmp_path) == []
 
 
 def test_resume_refuses_a_different_job_and_a_plain_run_starts_over(zin, tmp_path):

@@ -481,3 +481,42 @@ def test_stream_chunks_of_several_segments(tmp_path, mode, monkeypatch):
             np.testing.assert_array_equal(arrays["values"], a[m])
         if mode != "values":
             np.testing.assert_array_equal(arrays["indices"], np.flatnonzero(m))
+
+
+def test_a_lease_collected_while_the_pool_is_locked_does_not_deadlock():
+    """A pooled buffer goes back to the pool from its lease's ``__del__``, which the garbage
+    collector runs on whatever thread allocates when it collects: inside ``HostPool.alloc``,
+    which holds the pool's lock, the give-back waited for that lock, on the same thread,
+    forever. The twelfth session's probe hung there in a plain ``--local threads`` job (every
+    task thread then waited for the lock). A lease in a reference cycle, collected while
+    ``alloc`` holds the lock, now goes back without waiting: the alloc returns, and the
+    buffer is idle in the pool for the next one."""
+    import gc
+
+    from dask_compact.batch.host_buffers import HostPool
+
+    class Collecting(list):  # the collector runs as alloc walks the idle buffers
+        def __iter__(self):
+            gc.collect()
+            return super().__iter__()
+
+    pool = HostPool(keep=1 << 20)
+    gc.disable()
+    try:
+        a = pool.alloc(100, np.float64)
+        cycle: list = [a]
+        cycle.append(cycle)  # only the collector frees the buffer
+        del a, cycle
+        pool._idle = Collecting()
+        done = []
+        t = threading.Thread(target=lambda: done.append(pool.alloc(10, np.float64)),
+                             daemon=True)
+        t.start()
+        t.join(10)
+    finally:
+        gc.enable()
+    assert done, "HostPool.alloc deadlocked on its own lock"
+    assert done[0].shape == (10,)
+    b = pool.alloc(100, np.float64)  # the collected buffer, given back, is taken again
+    assert b.shape == (100,)
+    assert pool.peak == 800 + 80  # no third buffer was made

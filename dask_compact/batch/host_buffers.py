@@ -184,11 +184,13 @@ class HostPool:
         self._idle: list[np.ndarray] = []
         self._leased = 0
         self._lock = threading.Lock()
+        self._returned: list[np.ndarray] = []  # given back, not yet counted (_give_back)
 
     def alloc(self, n: int, dtype: np.dtype) -> np.ndarray:
         dtype = np.dtype(dtype)
         nbytes = max(1, n * dtype.itemsize)
         with self._lock:
+            self._take_returned()
             fits = [i for i, m in enumerate(self._idle) if nbytes <= m.nbytes <= 2 * nbytes]
             # by position: list.remove would compare the arrays elementwise
             mem = self._idle.pop(min(fits, key=lambda i: self._idle[i].nbytes)) if fits else None
@@ -199,7 +201,24 @@ class HostPool:
         return np.asarray(_Lease(self, mem))[: n * dtype.itemsize].view(dtype)
 
     def _give_back(self, mem: np.ndarray) -> None:
-        with self._lock:
+        """From a lease's ``__del__``: never waits for the lock. The garbage collector runs
+        that ``__del__`` on whatever thread allocates when it collects (a lease in a reference
+        cycle), inside :meth:`alloc` too, which holds the lock: until 2026-12-01 (the twelfth
+        session's probe) the give-back waited for it there, on the same thread, and a
+        ``--local threads`` job hung. The buffer is queued (``list.append`` holds the GIL)
+        and counted now if the lock is free, else by the lock's holder or the next call."""
+        self._returned.append(mem)
+        if self._lock.acquire(blocking=False):
+            try:
+                self._take_returned()
+            finally:
+                self._lock.release()
+
+    def _take_returned(self) -> None:
+        """Count the buffers given back (under the lock): idle while the idle and leased
+        buffers stay within ``keep``, else freed."""
+        while self._returned:
+            mem = self._returned.pop()
             idle = sum(m.nbytes for m in self._idle)
             if idle + self._leased <= self.keep:  # mem is still counted as leased
                 self._idle.append(mem)
@@ -207,6 +226,7 @@ class HostPool:
 
     def clear(self) -> None:
         with self._lock:
+            self._take_returned()
             self._idle.clear()
 
 

@@ -132,6 +132,24 @@ def cut(store: str, names: tuple[str, ...], total: int) -> None:
         sync(resize)
 
 
+def continued(resume: Manifest, layout: Layout) -> Manifest:
+    """The manifest a resumed job continues from: ``resume``, or where its counts or written
+    chunks cannot be those of this job's chunks (:meth:`.manifest.Manifest.inconsistency`:
+    a count beyond its chunk, negative...), a fresh one for the same group, said on stderr:
+    every chunk is then computed and written again. The manifest's checksum (see
+    :mod:`.manifest`) refuses a hand's edit first; this stops anything else that would place
+    the chunks after the resume point wrongly (the twelfth session's probe got an output of
+    wrong values, exit 0, from a count edited by hand)."""
+    why = resume.inconsistency(layout.nchunks, layout.size, layout.out_chunk)
+    if not why:
+        return resume
+    import click
+
+    click.echo(f"dask compact: --resume: the manifest of the interrupted job does not fit "
+               f"its input ({why}): starting over, every chunk computed again", err=True)
+    return Manifest(resume.job, made=resume.made, lengths=resume.lengths)
+
+
 def task_device(runner: Runner) -> str:
     """Where the chunk tasks compact (see :func:`.tasks.read_compact`): "cpu", "gpu" (a
     cluster worker's own device) or "gpu-all" (this process's devices, chunk i on i mod n)."""
@@ -311,9 +329,10 @@ def run_job(
         nonlocal encode
         if resume is None:
             create_group(target.tmp, layout, src, mode, attrs)
-            manifest = Manifest(job_desc, made={} if target.url else made_files(target.tmp))
+            manifest = Manifest(job_desc, made={} if target.url else made_files(target.tmp),
+                                lengths=dict.fromkeys(names, layout.n))
         else:
-            manifest = resume
+            manifest = continued(resume, layout)
         direct = writes_chunk_files(target.tmp, names)
         if not direct:  # zarr writes the chunks: it encodes them on the CPU
             encode = "cpu"

@@ -325,14 +325,25 @@ class Target:
             raise click.UsageError("--resume needs a local OUTPUT (an fsspec URL has no "
                                    "manifest of finished chunks)")
         found: list[tuple[float, str, Manifest]] = []
+        unusable: list[tuple[str, str]] = []
         for name in self._stale():
             path = os.path.join(self.parent, name)
             if name.endswith(OLD_SUFFIX):
                 continue
-            m = manifest_io.load(path)
-            if m is not None:
+            m = manifest_io.read(path)
+            if isinstance(m, Manifest):
                 found.append((os.stat(manifest_io.path_in(path)).st_mtime, path, m))
+            elif m:
+                unusable.append((path, m))
         if not found:
+            # A manifest edited or cut short by a hand is not used (its counts place what
+            # follows the resume point): the group is removed with the other leftovers and
+            # the job started over. Until 2026-12-01 (the twelfth session's probe) its counts
+            # were taken as they were, and an output of wrong values committed, exit 0.
+            for path, why in unusable:
+                say(f"--resume: the manifest of the interrupted job on {self.output} ({path}) "
+                    f"cannot be used: {why}; starting over")
+                self.started_over = True
             return None
         found.sort(key=lambda t: t[0])
         for _, path, m in reversed(found):
@@ -357,6 +368,11 @@ class Target:
         truncated or rewritten after the kill was committed as it was, and so was a group
         whose arrays' metadata had been edited, exit 0."""
         changed = manifest_io.changed_since_made(path, m)
+        if changed and manifest_io.uncut(path, m, changed):
+            say(f"--resume: the interrupted job on {self.output} ({path}) had cut its arrays "
+                "to the selection's length when it was stopped, before its commit: set them "
+                "back, continuing it")
+            changed = []
         if changed:
             listed = ", ".join(changed[:3]) + (f" and {len(changed) - 3} more"
                                                if len(changed) > 3 else "")

@@ -552,6 +552,7 @@ def run_records_job(runner: Runner, inp: GroupInput, target: Target, where: str,
     import dask_compact
 
     from .job import (
+        continued,
         input_unchanged,
         process_age,
         stream_and_commit,
@@ -581,9 +582,10 @@ def run_records_job(runner: Runner, inp: GroupInput, target: Target, where: str,
     def make_job() -> Job:
         if resume is None:
             create_group(target.tmp, inp, names, layout.out_chunk, attrs)
-            manifest = Manifest(job_desc, made={} if target.url else made_files(target.tmp))
+            manifest = Manifest(job_desc, made={} if target.url else made_files(target.tmp),
+                                lengths=dict.fromkeys(names, layout.n))
         else:
-            manifest = resume
+            manifest = continued(resume, layout)
         direct = writes_chunk_files(target.tmp, names)
         return Job(
             reader=reader, layout=layout, where=where, mode=mode, device=task_device(runner),
