@@ -261,6 +261,8 @@ def compact_command(
         raise click.UsageError("give --scheduler or --scheduler-file, not both")
     _check_where_to_run(bool(address or scheduler_file), local_cluster, n_workers,
                         no_workers_timeout)
+    if scheduler_file is not None:
+        _check_scheduler_file(scheduler_file, timeout)
     budget = _parse_budget(memory_budget)
     ctx = click.get_current_context()
     # The entry-point scan, the early read of the first chunks and the GPU warm-up start now,
@@ -487,6 +489,29 @@ def _refuse_for_groups(decode: str, encode: str) -> None:
             f"{', '.join(refused)}: not supported for a Zarr group INPUT (its fields are "
             "decoded and encoded on CPUs); leave "
             f"{'it' if len(refused) == 1 else 'them'} out")
+
+
+def _check_scheduler_file(path: str, timeout: float) -> None:
+    """Refuse a scheduler file that holds no scheduler address within ``timeout`` (a starting
+    scheduler opens the file before it writes it). Until 2026-12-01 (a new-user probe) one
+    without (empty, not JSON, no "address") ended in distributed's bare ``AssertionError``, a
+    traceback and exit 1: its Client reads the file for 0.1 s, then connects to None."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with open(path) as f:
+                if isinstance(json.load(f)["address"], str):
+                    return
+        except (ValueError, KeyError, TypeError, OSError):
+            pass
+        if time.monotonic() > deadline:
+            raise click.BadParameter(
+                f"{path!r} is not a scheduler file: no scheduler address in it after "
+                f"{timeout:g} s (a JSON object with the scheduler's \"address\", as dask "
+                f"scheduler --scheduler-file writes it)", param_hint="--scheduler-file")
+        time.sleep(0.05)
 
 
 def _check_where_to_run(running: bool, local_cluster: str, n_workers: int | None,

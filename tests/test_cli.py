@@ -350,6 +350,41 @@ def test_scheduler_errors(npy, tmp_path):
     assert dask.config.get("scheduler", None) is None
 
 
+@pytest.mark.parametrize("content", ["", "not json", '{"no": "address"}', '{"address": 5}',
+                                     "[1, 2]"])
+def test_a_file_that_is_not_a_scheduler_file_is_refused_naming_it(npy, tmp_path, content):
+    # Until 2026-12-01 (a new-user probe) --scheduler-file naming a file that holds no
+    # scheduler address (empty, not JSON, no "address") ended in distributed's bare
+    # AssertionError, a traceback and exit 1.
+    path, _ = npy
+    out = tmp_path / "o.zarr"
+    sched = tmp_path / "scheduler.json"
+    sched.write_text(content)
+    res = run(path, out, "-w", "x > 0", "--scheduler-file", sched, "--timeout", "0.5", code=2)
+    assert "--scheduler-file" in res.output and "not a scheduler file" in res.output
+    assert not out.exists()
+    assert dask.config.get("scheduler", None) is None
+
+
+def test_a_scheduler_file_written_while_the_command_waits_is_read(npy, tmp_path):
+    # A starting scheduler opens its file before it writes it: the command waits up to
+    # --timeout for the address, then connects (here to nothing: exit 1, not a refusal).
+    import threading
+
+    path, _ = npy
+    sched = tmp_path / "scheduler.json"
+    sched.write_text("")
+    late = threading.Timer(0.3, sched.write_text,
+                           args=(json.dumps({"address": f"tcp://127.0.0.1:{free_port()}"}),))
+    late.start()
+    try:
+        res = run(path, tmp_path / "o.zarr", "-w", "x > 0", "--scheduler-file", sched,
+                  "--timeout", "3", code=1)
+    finally:
+        late.join()
+    assert "cannot connect to the scheduler" in res.output
+
+
 def _zarr_v2(path: Path, a: np.ndarray) -> None:
     from numcodecs import Blosc
 
