@@ -106,6 +106,18 @@ def _input_as_read(ctx: click.Context, param: click.Parameter, value: str) -> st
         return looked_through(value)
 
 
+class _Seconds(click.FloatRange):
+    """``FloatRange`` that refuses NaN, which passes every comparison of the range: until
+    2026-12-01 (a new-user probe) ``--timeout nan`` failed in distributed ("Invalid time unit"),
+    exit 1, and ``--no-workers-timeout nan`` was never reached."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        n = super().convert(value, param, ctx)
+        if n != n:
+            self.fail(f"{value!r} is not a number of seconds", param, ctx)
+        return n
+
+
 @click.command(name="compact", context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("input_path", metavar="INPUT", callback=_input_as_read)
 @click.argument("output_path", metavar="OUTPUT")
@@ -198,9 +210,9 @@ def _input_as_read(ctx: click.Context, param: click.Parameter, value: str) -> st
               help="Continue an interrupted job on OUTPUT (same arguments) from its manifest "
               "of written chunks; starts afresh if there is none, and exits 0 if an "
               "identical job already completed OUTPUT.")
-@click.option("--timeout", type=click.FloatRange(min=0.1), default=10.0, show_default=True,
+@click.option("--timeout", type=_Seconds(min=0.1), default=10.0, show_default=True,
               help="Seconds to wait for the scheduler and its first worker.")
-@click.option("--no-workers-timeout", type=click.FloatRange(min=0.1), metavar="SECONDS",
+@click.option("--no-workers-timeout", type=_Seconds(min=0.1), metavar="SECONDS",
               help="On a cluster (--scheduler, --local processes|cuda): fail the job once the "
               "cluster has had no workers for this long (exit 1, what was written kept for "
               "--resume), as distributed's setting scheduler.no-workers-timeout fails tasks. "

@@ -384,6 +384,18 @@ def test_a_scheduler_file_written_while_the_command_waits_is_read(npy, tmp_path)
         late.join()
     assert "cannot connect to the scheduler" in res.output
 
+@pytest.mark.parametrize("option", ["--timeout", "--no-workers-timeout"])
+def test_a_timeout_of_nan_is_refused(npy, tmp_path, option):
+    # Until 2026-12-01 (a new-user probe) click's FloatRange let NaN through (no comparison
+    # with it fails): --timeout nan failed later in distributed ("Invalid time unit: nan",
+    # exit 1), --no-workers-timeout nan was silently never reached.
+    path, _ = npy
+    out = tmp_path / "o.zarr"
+    res = run(path, out, "-w", "x > 0", "--scheduler", f"tcp://127.0.0.1:{free_port()}",
+              option, "nan", code=2)
+    assert option in res.output and "nan" in res.output
+    assert not out.exists()
+
 
 def _zarr_v2(path: Path, a: np.ndarray) -> None:
     from numcodecs import Blosc
