@@ -643,10 +643,10 @@ def _zarr_missing(e: ImportError) -> str:
 def _parse_budget(text: str | None) -> int | None:
     if text is None:
         return None
-    from dask.utils import parse_bytes
+    from .settings import byte_string
 
     try:
-        n = parse_bytes(text)
+        n = byte_string(text)
     except (ValueError, TypeError) as e:
         raise click.BadParameter(f"{text!r} is not a size ({e})",
                                  param_hint="--memory-budget") from None

@@ -87,12 +87,22 @@ def _count(value: Any) -> int | None:
     return n if n is not None and n >= 0 else None
 
 
+def byte_string(text: str) -> int:
+    """dask's ``parse_bytes`` of ``text`` ("1 GiB", "64 kiB"), refusing one without a digit
+    (ValueError): it reads "" and " " as 1 byte and a bare unit as one of it ("kB": 1000).
+    Until 2026-12-01 (a new-user probe) ``--memory-budget ""`` ran on a budget of 1 byte and
+    an empty ``DASK_DASK_COMPACT__CACHE__DISK_BYTES`` left a disk cache of 1 byte."""
+    if not any(c.isdigit() for c in text):
+        raise ValueError(f"no number in {text!r}")
+    return parse_bytes(text)
+
+
 def _bytes(value: Any) -> int | None:
     """A number of bytes: an integer, or a byte string as dask takes them ("1 GiB", "64 kiB")."""
     n = _integer(value)
     if n is None and isinstance(value, str):
         try:
-            n = parse_bytes(value)
+            n = byte_string(value)
         except (ValueError, TypeError):
             return None
     return n if n is not None and n >= 0 else None

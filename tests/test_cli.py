@@ -716,6 +716,18 @@ def test_summary_process_age_counts_from_the_process_start():
 _UNITS = {"B": 1, "kB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12}
 
 
+@pytest.mark.parametrize("budget", ["", " ", "kB", "GiB", "-1", "0", "abc"])
+def test_a_memory_budget_without_a_positive_number_is_refused(npy, tmp_path, budget):
+    # Until 2026-12-01 (a new-user probe) dask's parse_bytes read "" and " " as 1 byte and a
+    # bare unit as one of it ("kB": 1000 bytes), and the job ran on that budget.
+    path, _ = npy
+    out = tmp_path / "o.zarr"
+    res = run(path, out, "-w", "x > 0", "--local", "threads", "--memory-budget", budget, code=2)
+    assert "--memory-budget" in res.output
+    assert not out.exists()
+
+
+
 def _size(text: str) -> float:
     number, unit = text.split()
     return float(number) * _UNITS[unit]

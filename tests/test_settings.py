@@ -73,6 +73,11 @@ BAD_VALUES = [
     ("sort.exchange", "nvlink"), ("sort.exchange", None),
     ("batch.gpu-frame-bytes", "big"), ("batch.gpu-decode-wait", "soon"),
     ("batch.gpu-decode-wait", -1), ("batch.gpu-decode-tasks", "x"),
+    # a string without a number: dask's parse_bytes reads "" as 1 byte and a bare unit as one
+    # of it (until 2026-12-01, a new-user probe: DASK_DASK_COMPACT__CACHE__DISK_BYTES= left
+    # a disk cache of 1 byte)
+    ("cache.disk-bytes", ""), ("cache.disk-bytes", " "), ("cache.disk-bytes", "kB"),
+    ("batch.gpu-frame-bytes", "MiB"),
 ]
 
 
