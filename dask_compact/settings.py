@@ -275,8 +275,12 @@ class _UnknownKeys:
         self.lock = threading.Lock()
         self.checked: set[str] = set()
         self.seen: Any = None
+        self.stray_seen: Any = None
 
     def check(self) -> None:
+        stray = dask.config.config.get("compact")
+        if stray is not None:  # one look-up where there is none: the common case
+            self._check_stray(stray)
         # dask.config.get's own look-up (its canonical_name) only where the section is not
         # under this spelling: 0.07 against 0.28 us
         section = dask.config.config.get("dask-compact")
@@ -301,6 +305,34 @@ class _UnknownKeys:
             hint = f"; did you mean dask-compact.{close}?" if close else ""
             warnings.warn(f"unknown setting dask-compact.{key} is ignored{hint} (the settings "
                           f"are {', '.join(KINDS)})", UserWarning, stacklevel=level)
+
+
+    def _check_stray(self, section: Any) -> None:
+        """Warn about our keys under ``compact``, where ``DASK_COMPACT__SORT__MIN_BUCKET`` (the
+        package's name with dask's separator, as ``DASK_COMPACT_CACHE_DIR`` suggests) puts
+        them: dask reads ours from ``DASK_DASK_COMPACT__...``. Until 2026-12-01 (a new-user
+        probe) such a setting was silently ignored. A section there without a key of ours
+        is someone else's: nothing said."""
+        try:
+            if section == self.stray_seen:
+                return
+        except Exception:  # noqa: BLE001 -- a value whose == raises: walk the keys
+            pass
+        with self.lock:
+            new = []
+            if isinstance(section, Mapping):
+                keys = [k for k in _flat(section) if f"compact.{k}" not in self.checked]
+                new = [k for k in keys if k.replace("_", "-") in KINDS]
+                self.checked.update(f"compact.{k}" for k in keys)
+                self.stray_seen = _skeleton(section)
+            else:
+                self.stray_seen = section
+        level = _user_level()
+        for key in new:
+            key = key.replace("_", "-")
+            warnings.warn(f"setting compact.{key} is ignored: dask-compact's settings are under "
+                          f"dask-compact (did you mean dask-compact.{key}, the environment "
+                          f"variable {env_name(key)}?)", UserWarning, stacklevel=level)
 
 
 _unknown = _UnknownKeys()

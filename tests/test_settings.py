@@ -302,6 +302,31 @@ def test_a_misspelled_environment_variable_warns_at_the_first_call():
         in out.stdout
 
 
+def test_a_variable_without_dask_s_own_prefix_warns_naming_the_one_dask_reads():
+    # DASK_COMPACT__SORT__MIN_BUCKET (the package's name with dask's separator, as
+    # DASK_COMPACT_CACHE_DIR suggests) is dask's key compact.sort.min-bucket: until 2026-12-01
+    # (a new-user probe) it was silently ignored, the default used.
+    code = """
+        import warnings
+        import numpy as np, dask.array as da, dask_compact
+        a = np.random.default_rng(2).normal(size=1001)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            got = da.from_array(a, chunks=100).map_compact("x > 0.1").compute()
+            dask_compact.sort(da.from_array(a, chunks=100)).compute()
+        assert np.array_equal(got, a[a > 0.1])
+        texts = [str(w.message) for w in caught if "compact.sort.min-bucket" in str(w.message)]
+        assert len(texts) == 1, [str(w.message) for w in caught]
+        print(texts[0])
+    """
+    out = _in_a_process(code, {"DASK_COMPACT__SORT__MIN_BUCKET": "5"})
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "DASK_DASK_COMPACT__SORT__MIN_BUCKET" in out.stdout and "ignored" in out.stdout
+    # a section of that name holding nothing of ours is someone else's: no warning
+    out = _in_a_process(code.replace("len(texts) == 1", "len(texts) == 0").replace(
+        "print(texts[0])", ""), {"DASK_COMPACT__SOMETHING_ELSE": "5"})
+    assert out.returncode == 0, out.stderr[-3000:]
+
 def test_a_bad_setting_on_one_worker_names_that_worker(tmp_path):
     """A bad value in one worker's environment (``DASK_DASK_COMPACT__CACHE__MEMORY_ENTRIES=abc``
     there only) raised a SettingError telling the user to change it "where it is set",
