@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 zarr = pytest.importorskip("zarr")
-from cli_helpers import litter
+from cli_helpers import kill_halfway, litter
 from click.testing import CliRunner
 from gpu_helpers import device_count
 
@@ -396,6 +396,30 @@ def test_a_timeout_of_nan_is_refused(npy, tmp_path, option):
     assert option in res.output and "nan" in res.output
     assert not out.exists()
 
+
+def test_a_resume_refused_names_the_options_that_differ(tmp_path):
+    # Until 2026-12-01 (a new-user probe) the refusal named the job description's own keys,
+    # "differs in rows (1000 then, 300 now)" for --chunks and "out_chunk" for
+    # --output-chunks, and gave a changed INPUT as two hashes.
+    import re
+
+    a = np.random.default_rng(9).random(20011)
+    path = tmp_path / "in.zarr"
+    zarr.create_array(store=str(path), shape=a.shape, chunks=(1000,), dtype=a.dtype)[:] = a
+    out = tmp_path / "o.zarr"
+    args = ("--where", "x > 0.3", "--output-chunks", "500", "--local", "threads")
+    kill_halfway(tmp_path, path, out, *args, writes=5)
+    res = run(path, out, *args, "--chunks", "300", "--resume", code=2)
+    assert "differs in rows (--chunks: 1000 then, 300 now)" in res.output
+    res = run(path, out, *args, "--output-chunks", "700", "--resume", code=2)
+    assert "(--output-chunks: 500 then, 700 now)" in res.output
+    zarr.open_array(str(path), mode="r+")[5] = 2.0
+    res = run(path, out, *args, "--resume", code=2)
+    assert "differs in input (INPUT's files changed since)" in res.output
+    assert not re.search(r"[0-9a-f]{32}", res.output.replace(str(tmp_path), ""))
+    run(path, out, *args)  # a plain run starts over on the new values
+    a[5] = 2.0
+    np.testing.assert_array_equal(zarr.open_array(str(out / "values"))[:], a[a > 0.3])
 
 def _zarr_v2(path: Path, a: np.ndarray) -> None:
     from numcodecs import Blosc
