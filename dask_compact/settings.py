@@ -275,7 +275,8 @@ class _UnknownKeys:
         self.lock = threading.Lock()
         self.checked: set[str] = set()
         self.seen: Any = None
-        self.stray_seen: Any = None
+        self.stray_seen: Any = None  # the same two for the section compact
+        self.stray_checked: set[str] = set()
 
     def check(self) -> None:
         stray = dask.config.config.get("compact")
@@ -306,7 +307,6 @@ class _UnknownKeys:
             warnings.warn(f"unknown setting dask-compact.{key} is ignored{hint} (the settings "
                           f"are {', '.join(KINDS)})", UserWarning, stacklevel=level)
 
-
     def _check_stray(self, section: Any) -> None:
         """Warn about our keys under ``compact``, where ``DASK_COMPACT__SORT__MIN_BUCKET`` (the
         package's name with dask's separator, as ``DASK_COMPACT_CACHE_DIR`` suggests) puts
@@ -321,9 +321,9 @@ class _UnknownKeys:
         with self.lock:
             new = []
             if isinstance(section, Mapping):
-                keys = [k for k in _flat(section) if f"compact.{k}" not in self.checked]
+                keys = [k for k in _flat(section) if k not in self.stray_checked]
                 new = [k for k in keys if k.replace("_", "-") in KINDS]
-                self.checked.update(f"compact.{k}" for k in keys)
+                self.stray_checked.update(keys)
                 self.stray_seen = _skeleton(section)
             else:
                 self.stray_seen = section
