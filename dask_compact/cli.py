@@ -106,6 +106,18 @@ def _input_as_read(ctx: click.Context, param: click.Parameter, value: str) -> st
         return looked_through(value)
 
 
+class _Seconds(click.FloatRange):
+    """``FloatRange`` that refuses NaN, which passes every comparison of the range: until
+    2026-12-01 (a new-user probe) ``--timeout nan`` failed in distributed ("Invalid time unit"),
+    exit 1, and ``--no-workers-timeout nan`` was never reached."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        n = super().convert(value, param, ctx)
+        if n != n:
+            self.fail(f"{value!r} is not a number of seconds", param, ctx)
+        return n
+
+
 @click.command(name="compact", context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("input_path", metavar="INPUT", callback=_input_as_read)
 @click.argument("output_path", metavar="OUTPUT")
@@ -198,9 +210,9 @@ def _input_as_read(ctx: click.Context, param: click.Parameter, value: str) -> st
               help="Continue an interrupted job on OUTPUT (same arguments) from its manifest "
               "of written chunks; starts afresh if there is none, and exits 0 if an "
               "identical job already completed OUTPUT.")
-@click.option("--timeout", type=click.FloatRange(min=0.1), default=10.0, show_default=True,
+@click.option("--timeout", type=_Seconds(min=0.1), default=10.0, show_default=True,
               help="Seconds to wait for the scheduler and its first worker.")
-@click.option("--no-workers-timeout", type=click.FloatRange(min=0.1), metavar="SECONDS",
+@click.option("--no-workers-timeout", type=_Seconds(min=0.1), metavar="SECONDS",
               help="On a cluster (--scheduler, --local processes|cuda): fail the job once the "
               "cluster has had no workers for this long (exit 1, what was written kept for "
               "--resume), as distributed's setting scheduler.no-workers-timeout fails tasks. "
@@ -261,6 +273,8 @@ def compact_command(
         raise click.UsageError("give --scheduler or --scheduler-file, not both")
     _check_where_to_run(bool(address or scheduler_file), local_cluster, n_workers,
                         no_workers_timeout)
+    if scheduler_file is not None:
+        _check_scheduler_file(scheduler_file, timeout)
     budget = _parse_budget(memory_budget)
     ctx = click.get_current_context()
     # The entry-point scan, the early read of the first chunks and the GPU warm-up start now,
@@ -489,6 +503,29 @@ def _refuse_for_groups(decode: str, encode: str) -> None:
             f"{'it' if len(refused) == 1 else 'them'} out")
 
 
+def _check_scheduler_file(path: str, timeout: float) -> None:
+    """Refuse a scheduler file that holds no scheduler address within ``timeout`` (a starting
+    scheduler opens the file before it writes it). Until 2026-12-01 (a new-user probe) one
+    without (empty, not JSON, no "address") ended in distributed's bare ``AssertionError``, a
+    traceback and exit 1: its Client reads the file for 0.1 s, then connects to None."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with open(path) as f:
+                if isinstance(json.load(f)["address"], str):
+                    return
+        except (ValueError, KeyError, TypeError, OSError):
+            pass
+        if time.monotonic() > deadline:
+            raise click.BadParameter(
+                f"{path!r} is not a scheduler file: no scheduler address in it after "
+                f"{timeout:g} s (a JSON object with the scheduler's \"address\", as dask "
+                f"scheduler --scheduler-file writes it)", param_hint="--scheduler-file")
+        time.sleep(0.05)
+
+
 def _check_where_to_run(running: bool, local_cluster: str, n_workers: int | None,
                         no_workers_timeout: float | None = None) -> None:
     """Refuse options that would be ignored (a probe's --workers 3 ran on the threaded
@@ -606,10 +643,10 @@ def _zarr_missing(e: ImportError) -> str:
 def _parse_budget(text: str | None) -> int | None:
     if text is None:
         return None
-    from dask.utils import parse_bytes
+    from .settings import byte_string
 
     try:
-        n = parse_bytes(text)
+        n = byte_string(text)
     except (ValueError, TypeError) as e:
         raise click.BadParameter(f"{text!r} is not a size ({e})",
                                  param_hint="--memory-budget") from None

@@ -87,12 +87,22 @@ def _count(value: Any) -> int | None:
     return n if n is not None and n >= 0 else None
 
 
+def byte_string(text: str) -> int:
+    """dask's ``parse_bytes`` of ``text`` ("1 GiB", "64 kiB"), refusing one without a digit
+    (ValueError): it reads "" and " " as 1 byte and a bare unit as one of it ("kB": 1000).
+    Until 2026-12-01 (a new-user probe) ``--memory-budget ""`` ran on a budget of 1 byte and
+    an empty ``DASK_DASK_COMPACT__CACHE__DISK_BYTES`` left a disk cache of 1 byte."""
+    if not any(c.isdigit() for c in text):
+        raise ValueError(f"no number in {text!r}")
+    return parse_bytes(text)
+
+
 def _bytes(value: Any) -> int | None:
     """A number of bytes: an integer, or a byte string as dask takes them ("1 GiB", "64 kiB")."""
     n = _integer(value)
     if n is None and isinstance(value, str):
         try:
-            n = parse_bytes(value)
+            n = byte_string(value)
         except (ValueError, TypeError):
             return None
     return n if n is not None and n >= 0 else None
@@ -265,8 +275,13 @@ class _UnknownKeys:
         self.lock = threading.Lock()
         self.checked: set[str] = set()
         self.seen: Any = None
+        self.stray_seen: Any = None  # the same two for the section compact
+        self.stray_checked: set[str] = set()
 
     def check(self) -> None:
+        stray = dask.config.config.get("compact")
+        if stray is not None:  # one look-up where there is none: the common case
+            self._check_stray(stray)
         # dask.config.get's own look-up (its canonical_name) only where the section is not
         # under this spelling: 0.07 against 0.28 us
         section = dask.config.config.get("dask-compact")
@@ -291,6 +306,33 @@ class _UnknownKeys:
             hint = f"; did you mean dask-compact.{close}?" if close else ""
             warnings.warn(f"unknown setting dask-compact.{key} is ignored{hint} (the settings "
                           f"are {', '.join(KINDS)})", UserWarning, stacklevel=level)
+
+    def _check_stray(self, section: Any) -> None:
+        """Warn about our keys under ``compact``, where ``DASK_COMPACT__SORT__MIN_BUCKET`` (the
+        package's name with dask's separator, as ``DASK_COMPACT_CACHE_DIR`` suggests) puts
+        them: dask reads ours from ``DASK_DASK_COMPACT__...``. Until 2026-12-01 (a new-user
+        probe) such a setting was silently ignored. A section there without a key of ours
+        is someone else's: nothing said."""
+        try:
+            if section == self.stray_seen:
+                return
+        except Exception:  # noqa: BLE001 -- a value whose == raises: walk the keys
+            pass
+        with self.lock:
+            new = []
+            if isinstance(section, Mapping):
+                keys = [k for k in _flat(section) if k not in self.stray_checked]
+                new = [k for k in keys if k.replace("_", "-") in KINDS]
+                self.stray_checked.update(keys)
+                self.stray_seen = _skeleton(section)
+            else:
+                self.stray_seen = section
+        level = _user_level()
+        for key in new:
+            key = key.replace("_", "-")
+            warnings.warn(f"setting compact.{key} is ignored: dask-compact's settings are under "
+                          f"dask-compact (did you mean dask-compact.{key}, the environment "
+                          f"variable {env_name(key)}?)", UserWarning, stacklevel=level)
 
 
 _unknown = _UnknownKeys()

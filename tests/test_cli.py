@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 zarr = pytest.importorskip("zarr")
-from cli_helpers import litter
+from cli_helpers import kill_halfway, litter
 from click.testing import CliRunner
 from gpu_helpers import device_count
 
@@ -350,6 +350,77 @@ def test_scheduler_errors(npy, tmp_path):
     assert dask.config.get("scheduler", None) is None
 
 
+@pytest.mark.parametrize("content", ["", "not json", '{"no": "address"}', '{"address": 5}',
+                                     "[1, 2]"])
+def test_a_file_that_is_not_a_scheduler_file_is_refused_naming_it(npy, tmp_path, content):
+    # Until 2026-12-01 (a new-user probe) --scheduler-file naming a file that holds no
+    # scheduler address (empty, not JSON, no "address") ended in distributed's bare
+    # AssertionError, a traceback and exit 1.
+    path, _ = npy
+    out = tmp_path / "o.zarr"
+    sched = tmp_path / "scheduler.json"
+    sched.write_text(content)
+    res = run(path, out, "-w", "x > 0", "--scheduler-file", sched, "--timeout", "0.5", code=2)
+    assert "--scheduler-file" in res.output and "not a scheduler file" in res.output
+    assert not out.exists()
+    assert dask.config.get("scheduler", None) is None
+
+
+def test_a_scheduler_file_written_while_the_command_waits_is_read(npy, tmp_path):
+    # A starting scheduler opens its file before it writes it: the command waits up to
+    # --timeout for the address, then connects (here to nothing: exit 1, not a refusal).
+    import threading
+
+    path, _ = npy
+    sched = tmp_path / "scheduler.json"
+    sched.write_text("")
+    late = threading.Timer(0.3, sched.write_text,
+                           args=(json.dumps({"address": f"tcp://127.0.0.1:{free_port()}"}),))
+    late.start()
+    try:
+        res = run(path, tmp_path / "o.zarr", "-w", "x > 0", "--scheduler-file", sched,
+                  "--timeout", "3", code=1)
+    finally:
+        late.join()
+    assert "cannot connect to the scheduler" in res.output
+
+@pytest.mark.parametrize("option", ["--timeout", "--no-workers-timeout"])
+def test_a_timeout_of_nan_is_refused(npy, tmp_path, option):
+    # Until 2026-12-01 (a new-user probe) click's FloatRange let NaN through (no comparison
+    # with it fails): --timeout nan failed later in distributed ("Invalid time unit: nan",
+    # exit 1), --no-workers-timeout nan was silently never reached.
+    path, _ = npy
+    out = tmp_path / "o.zarr"
+    res = run(path, out, "-w", "x > 0", "--scheduler", f"tcp://127.0.0.1:{free_port()}",
+              option, "nan", code=2)
+    assert option in res.output and "nan" in res.output
+    assert not out.exists()
+
+
+def test_a_resume_refused_names_the_options_that_differ(tmp_path):
+    # Until 2026-12-01 (a new-user probe) the refusal named the job description's own keys,
+    # "differs in rows (1000 then, 300 now)" for --chunks and "out_chunk" for
+    # --output-chunks, and gave a changed INPUT as two hashes.
+    import re
+
+    a = np.random.default_rng(9).random(20011)
+    path = tmp_path / "in.zarr"
+    zarr.create_array(store=str(path), shape=a.shape, chunks=(1000,), dtype=a.dtype)[:] = a
+    out = tmp_path / "o.zarr"
+    args = ("--where", "x > 0.3", "--output-chunks", "500", "--local", "threads")
+    kill_halfway(tmp_path, path, out, *args, writes=5)
+    res = run(path, out, *args, "--chunks", "300", "--resume", code=2)
+    assert "differs in rows (--chunks: 1000 then, 300 now)" in res.output
+    res = run(path, out, *args, "--output-chunks", "700", "--resume", code=2)
+    assert "(--output-chunks: 500 then, 700 now)" in res.output
+    zarr.open_array(str(path), mode="r+")[5] = 2.0
+    res = run(path, out, *args, "--resume", code=2)
+    assert "differs in input (INPUT's files changed since)" in res.output
+    assert not re.search(r"[0-9a-f]{32}", res.output.replace(str(tmp_path), ""))
+    run(path, out, *args)  # a plain run starts over on the new values
+    a[5] = 2.0
+    np.testing.assert_array_equal(zarr.open_array(str(out / "values"))[:], a[a > 0.3])
+
 def _zarr_v2(path: Path, a: np.ndarray) -> None:
     from numcodecs import Blosc
 
@@ -667,6 +738,18 @@ def test_summary_process_age_counts_from_the_process_start():
 # -- the memory budget: what the summary says the job holds, and what it holds ---------------
 
 _UNITS = {"B": 1, "kB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12}
+
+
+@pytest.mark.parametrize("budget", ["", " ", "kB", "GiB", "-1", "0", "abc"])
+def test_a_memory_budget_without_a_positive_number_is_refused(npy, tmp_path, budget):
+    # Until 2026-12-01 (a new-user probe) dask's parse_bytes read "" and " " as 1 byte and a
+    # bare unit as one of it ("kB": 1000 bytes), and the job ran on that budget.
+    path, _ = npy
+    out = tmp_path / "o.zarr"
+    res = run(path, out, "-w", "x > 0", "--local", "threads", "--memory-budget", budget, code=2)
+    assert "--memory-budget" in res.output
+    assert not out.exists()
+
 
 
 def _size(text: str) -> float:

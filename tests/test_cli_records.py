@@ -385,6 +385,16 @@ def test_refusals_leave_nothing(particles, tmp_path, args, message):
     assert not out.exists() and litter(tmp_path) == []
 
 
+def test_a_group_whose_arrays_are_in_subgroups_names_them(tmp_path):
+    # Until 2026-12-01 (a new-user probe) a group holding its arrays in a subgroup was
+    # refused as "a Zarr group with no arrays", saying nothing of where they are.
+    src = tmp_path / "nested.zarr"
+    sub = zarr.open_group(str(src), mode="w").create_group("run1")
+    sub.create_array("x", shape=(5,), chunks=(2,), dtype="f8")[:] = np.arange(5.0)
+    res = run(src, tmp_path / "o.zarr", "--where", "x > 2", code=2)
+    assert "run1" in res.output and f"{src}/run1" in res.output
+    assert not (tmp_path / "o.zarr").exists()
+
 def test_a_2d_field_in_where_gets_advice_for_the_command_line(particles, tmp_path):
     """The refusal of a 2-D field in --where says what a user of the command can do (which
     fields --where can read; store a column as its own array), not compact_records' Python

@@ -73,6 +73,11 @@ BAD_VALUES = [
     ("sort.exchange", "nvlink"), ("sort.exchange", None),
     ("batch.gpu-frame-bytes", "big"), ("batch.gpu-decode-wait", "soon"),
     ("batch.gpu-decode-wait", -1), ("batch.gpu-decode-tasks", "x"),
+    # a string without a number: dask's parse_bytes reads "" as 1 byte and a bare unit as one
+    # of it (until 2026-12-01, a new-user probe: DASK_DASK_COMPACT__CACHE__DISK_BYTES= left
+    # a disk cache of 1 byte)
+    ("cache.disk-bytes", ""), ("cache.disk-bytes", " "), ("cache.disk-bytes", "kB"),
+    ("batch.gpu-frame-bytes", "MiB"),
 ]
 
 
@@ -276,25 +281,45 @@ def test_known_keys_in_every_spelling_dask_reads_give_no_warning(monkeypatch):
             assert settings.get("cache.disk-bytes") == 5
 
 
-def test_a_misspelled_environment_variable_warns_at_the_first_call():
-    code = """
-        import warnings
-        import numpy as np, dask.array as da, dask_compact
-        a = np.random.default_rng(2).normal(size=1001)
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            got = da.from_array(a, chunks=100).map_compact("x > 0.1").compute()
-            dask_compact.sort(da.from_array(a, chunks=100)).compute()
-        assert np.array_equal(got, a[a > 0.1])
-        texts = [str(w.message) for w in caught if "unknown setting" in str(w.message)]
-        assert len(texts) == 1, texts
-        print(texts[0])
-    """
-    out = _in_a_process(code, {"DASK_DASK_COMPACT__SORT__MINBUCKET": "5",
-                               "DASK_DASK_COMPACT__SORT__MAX_PIECES": "64"})
+# a map_compact and a sort in a fresh process: the warnings whose text holds {match}, which
+# must be {count}, printed
+_TWO_CALLS = """
+    import warnings
+    import numpy as np, dask.array as da, dask_compact
+    a = np.random.default_rng(2).normal(size=1001)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = da.from_array(a, chunks=100).map_compact("x > 0.1").compute()
+        dask_compact.sort(da.from_array(a, chunks=100)).compute()
+    assert np.array_equal(got, a[a > 0.1])
+    texts = [str(w.message) for w in caught if {match!r} in str(w.message)]
+    assert len(texts) == {count}, [str(w.message) for w in caught]
+    print(texts)
+"""
+
+
+def _warned_in_two_calls(match: str, count: int, env: dict[str, str]) -> str:
+    out = _in_a_process(_TWO_CALLS.format(match=match, count=count), env)
     assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout
+
+
+def test_a_misspelled_environment_variable_warns_at_the_first_call():
+    out = _warned_in_two_calls("unknown setting", 1, {
+        "DASK_DASK_COMPACT__SORT__MINBUCKET": "5", "DASK_DASK_COMPACT__SORT__MAX_PIECES": "64"})
     assert "dask-compact.sort.minbucket is ignored; did you mean dask-compact.sort.min-bucket?" \
-        in out.stdout
+        in out
+
+
+def test_a_variable_without_dask_s_own_prefix_warns_naming_the_one_dask_reads():
+    # DASK_COMPACT__SORT__MIN_BUCKET (the package's name with dask's separator, as
+    # DASK_COMPACT_CACHE_DIR suggests) is dask's key compact.sort.min-bucket: until 2026-12-01
+    # (a new-user probe) it was silently ignored, the default used.
+    out = _warned_in_two_calls("compact.sort.min-bucket", 1,
+                               {"DASK_COMPACT__SORT__MIN_BUCKET": "5"})
+    assert "DASK_DASK_COMPACT__SORT__MIN_BUCKET" in out and "ignored" in out
+    # a section of that name holding nothing of ours is someone else's: no warning
+    _warned_in_two_calls("setting compact.", 0, {"DASK_COMPACT__SOMETHING_ELSE": "5"})
 
 
 def test_a_bad_setting_on_one_worker_names_that_worker(tmp_path):

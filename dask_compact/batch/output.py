@@ -92,6 +92,26 @@ def job_identity(job: dict[str, Any]) -> str:
     return hashlib.sha1(json.dumps(job, sort_keys=True, default=repr).encode()).hexdigest()
 
 
+# What a user changed, for a key of a job's description (:func:`.job.describe`,
+# :func:`.records_job.describe`) that differs from the interrupted job's: the option typed, or
+# what changed in INPUT. Until 2026-12-01 (a new-user probe) a refused --resume named the keys
+# alone, "rows (1000 then, 300 now)" for --chunks, and a changed INPUT as two hashes.
+_CHANGED = {"where": "--where", "output": "--output", "out_chunk": "--output-chunks",
+            "fields": "--fields", "row_chunk": "--chunks", "shape": "INPUT's shape",
+            "dtype": "INPUT's dtype", "kept": "INPUT's arrays copied unchanged",
+            "version": "dask-compact's version"}
+_HASHED = {"input": "INPUT's files changed since",
+           "copied": "INPUT's copied arrays or attributes changed since"}
+
+
+def _differs(key: str, then: Any, now: Any, group: bool) -> str:
+    if key in _HASHED:
+        return f"{key} ({_HASHED[key]})"
+    # "rows" is the array job's --chunks, and a group's number of rows (INPUT's)
+    what = ("INPUT's rows" if group else "--chunks") if key == "rows" else _CHANGED.get(key)
+    return f"{key} ({what + ': ' if what else ''}{then!r} then, {now!r} now)"
+
+
 def finished_identity(store: Any) -> str | None:
     """The ``job`` token of the complete output of this tool at ``store``, None if it is not
     one or has none (written by an earlier version)."""
@@ -354,7 +374,7 @@ class Target:
             if m.job == old:
                 raise click.UsageError(
                     f"--resume: the interrupted job on {self.output!r} ({path}) {why}")
-        diff = ", ".join(f"{k} ({m.job.get(k)!r} then, {job.get(k)!r} now)"
+        diff = ", ".join(_differs(k, m.job.get(k), job.get(k), "fields" in job)
                          for k in sorted(set(job) | set(m.job)) if m.job.get(k) != job.get(k))
         raise click.UsageError(
             f"--resume: the interrupted job on {self.output!r} ({path}) differs in {diff}; "

@@ -120,8 +120,13 @@ def prepare(group: Any, path: str, where: str, field_list: str | None, mode: str
     (:func:`predicate_decoding`)."""
     arrays = {name: a for name, a in sorted(group.arrays())}
     if not arrays:
-        raise click.BadParameter(f"{path!r} is a Zarr group with no arrays: nothing to compact",
-                                 param_hint="INPUT")
+        # its groups named: until 2026-12-01 (a new-user probe) a group holding its arrays in
+        # a subgroup was refused without a word of where they are
+        groups = sorted(name for name, _ in group.groups())
+        hint = (f" (its groups: {', '.join(groups)}; give one as INPUT, e.g. "
+                f"{member_url(path, groups[0])})" if groups else "")
+        raise click.BadParameter(f"{path!r} is a Zarr group with no arrays{hint}: nothing to "
+                                 f"compact", param_hint="INPUT")
     wanted = parse_field_list(field_list)
     if wanted is not None and mode == "indices":
         raise click.UsageError("--fields picks the fields to write, and --output indices "
