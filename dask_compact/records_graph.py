@@ -36,6 +36,7 @@ from .graph import (
 from .joined_chunks import rechunked
 from .predicate.core import Predicate
 from .records_check import INDICES, field_source
+from .remade import expect_from
 from .validate import as_declared, block_shapes, chunk_shape_refusal
 
 __all__ = ["build_records", "records_block", "aligned"]
@@ -166,6 +167,7 @@ def build_records(
         counts = da.Array(cg, cname, chunks=((1,) * nb, (2,)), dtype=np.int64)
         rows_out = _fetch_counts(client_stream.persist(counts)[0])
     sizes = tuple(int(c) for c in rows_out[:, 0])
+    expect_from(list(persisted.values()), [sizes] * len(persisted))  # every field's pieces
     result = {
         k: da.Array(a.dask, a.name, chunks=(sizes, *a.chunks[1:]), meta=a._meta)
         for k, a in persisted.items()

@@ -59,3 +59,38 @@ def expect(lengths: dict, dask_scheduler: Any) -> None:
         else:
             continue
         ts.run_spec = Task(key, checked, n, key, inner)
+
+
+def expect_from(arrays: list, lengths: list) -> None:
+    """From the client: :func:`expect` for the blocks of persisted 1-D ``arrays`` (each
+    block a future), block ``i`` of each of length ``lengths[i]`` of that array's own list.
+    Sent without waiting (no round trip on the call's path: the check is installed a moment
+    later, the same window as the other paths'); nothing where the blocks are not futures
+    (an in-process scheduler loses no worker). Until 2026-12-01 ``partition``'s and
+    ``compact_records``' pieces were remade unchecked (the records' but for the field whose
+    sizes were read), so a result over a rewritten Zarr store came back of another length
+    than its chunks said (the twelfth session's worker-loss probe)."""
+    wanted: dict = {}
+    client = None
+    for arr, ns in zip(arrays, lengths):
+        for key, n in zip(_keys(arr), ns):
+            block = arr.dask[key]
+            client = getattr(block, "client", None)
+            if client is None or not hasattr(client, "_run_on_scheduler"):
+                return
+            wanted[key] = int(n)
+    if client is not None and wanted:
+        client.loop.add_callback(_send, client, wanted)
+
+
+def _keys(arr: Any) -> list:
+    from dask.core import flatten
+
+    return list(flatten(arr.__dask_keys__()))
+
+
+async def _send(client: Any, lengths: dict) -> None:
+    try:
+        await client._run_on_scheduler(expect, lengths)
+    except Exception:  # noqa: BLE001 -- a scheduler gone: nothing of it to remake
+        pass

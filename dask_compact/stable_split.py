@@ -38,6 +38,7 @@ from .graph import (
     without_empty_chunks,
 )
 from .predicate import Predicate, PredicateLike, as_predicate
+from .remade import expect_from
 from .validate import as_declared, block_shapes, check_dtype, check_output
 
 __all__ = ["partition", "partition_array"]
@@ -205,6 +206,7 @@ def partition(x: da.Array, pred: PredicateLike, *, output: str = "values") -> tu
     persisted = client_stream.persist(*pieces, counts)
     k = _fetch_counts(persisted[-1])[:, 0] if nb else rows
     sizes = tuple(int(c) for c in k) + tuple(int(r - c) for r, c in zip(rows, k))
+    expect_from(list(persisted[:-1]), [sizes] * (len(persisted) - 1))  # remade: same sizes
     result = [without_empty_chunks(da.Array(a.dask, a.name, chunks=(sizes,), meta=a._meta))
               for a in persisted[:-1]]
     return (*result, int(k.sum()))

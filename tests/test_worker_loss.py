@@ -276,6 +276,17 @@ def test_a_result_without_its_empty_chunks_remade_from_a_rewritten_zarr_store_ra
         assert type(e.value).__name__ == "InputChangedError"
 
 
+def _zarr_input(tmp_path, rng) -> tuple:
+    """A Zarr array of 100,003 of ``rng``'s floats in chunks of 10,000 under ``tmp_path``:
+    the array, its data and its path."""
+    zarr = pytest.importorskip("zarr")
+    a = rng.random(100_003)
+    p = str(tmp_path / "in.zarr")
+    z = zarr.create_array(store=p, shape=a.shape, chunks=(10_000,), dtype=a.dtype)
+    z[:] = a
+    return z, a, p
+
+
 def _compacted_on(store: str, path: str, pred) -> da.Array:
     """``map_compact(pred)`` of the Zarr array at ``store`` by ``path``: "graph" (not
     persisted), "direct" (persisted, the workers asked directly) or "tasks" (persisted)."""
@@ -293,12 +304,8 @@ def test_a_result_remade_from_a_rewritten_zarr_store_raises(tmp_path, path):
     in place: its pieces are remade from the new data. They selected another number of
     elements and the result silently changed length; now using it raises, saying the input
     changed."""
-    zarr = pytest.importorskip("zarr")
     rng = np.random.default_rng(5)
-    a = rng.random(100_003)
-    p = str(tmp_path / "in.zarr")
-    z = zarr.create_array(store=p, shape=a.shape, chunks=(10_000,), dtype=a.dtype)
-    z[:] = a
+    z, a, p = _zarr_input(tmp_path, rng)
     with cluster_for_kills(n_workers=1, threads_per_worker=2) as client:
         y = _compacted_on(p, path, lambda v: v > 0.5)
         assert len(y) == int((a > 0.5).sum())
@@ -320,3 +327,44 @@ def test_the_module_cluster_serves_only_the_tests_that_ask_for_it():
     from conftest import assert_no_client_is_the_default
 
     assert_no_client_is_the_default()
+
+
+@pytest.mark.parametrize("call", ["partition", "records"])
+def test_a_split_or_records_result_remade_from_a_rewritten_zarr_store_raises(tmp_path, call):
+    """As above, for ``partition`` and ``compact_records`` (found by the twelfth session's
+    worker-loss probe, 2026-12-01): their eager results' pieces were remade unchecked (the
+    records' only for the field whose sizes were read), so after the rewrite and the loss
+    ``partition``'s values came back 100000 long against its 100003 and a record field
+    50039 against 50159, with chunks of other sizes than the result's, and no error."""
+    rng = np.random.default_rng(6)
+    z, a, p = _zarr_input(tmp_path, rng)
+    with cluster_for_kills(n_workers=1, threads_per_worker=2) as client:
+        x = da.from_zarr(p)
+        m = a > 0.5
+        if call == "partition":
+            y, k = dask_compact.partition(x, "x > 0.5")
+            assert k == int(m.sum())
+            np.testing.assert_array_equal(y.compute(), np.concatenate([a[m], a[~m]]))
+        else:
+            y = dask_compact.compact_records({"x": x, "y": x * 2}, "x > 0.5")["y"]
+            np.testing.assert_array_equal(y.compute(), a[m] * 2)
+        deadline = time.monotonic() + 30
+        while client.run_on_scheduler(_unchecked_results, y.name):  # the checks installed
+            assert time.monotonic() < deadline, "the pieces' checks never reached the scheduler"
+            time.sleep(0.05)
+        z[:] = rng.random(a.shape)  # rewritten in place
+        _kill_all(client)
+        with pytest.raises(Exception, match="the input changed since the result") as e:
+            y.compute()
+        assert type(e.value).__name__ == "InputChangedError"
+
+
+def _unchecked_results(name: str, dask_scheduler=None) -> list:
+    """On the scheduler: the keys of the result ``name`` whose run spec checks no length."""
+    from dask._task_spec import Task
+
+    from dask_compact import remade
+
+    return [str(k) for k, ts in dask_scheduler.tasks.items() if isinstance(k, tuple)
+            and k[0] == name and not (isinstance(ts.run_spec, Task)
+                                      and ts.run_spec.func is remade.checked)]
