@@ -36,8 +36,9 @@ def checked(expected: Any, key: Any, out: Any) -> Any:
             f"dask_compact: a piece of a compacted result ({key!r}) was remade after its worker "
             f"was lost and selected {got} elements where the result recorded {expected}: the "
             "input changed since the result was made (e.g. a Zarr store written in place), so "
-            "the result's known chunk sizes no longer hold. Call map_compact again on the "
-            "input as it is now, or persist (or copy) the input before compacting it.")
+            "the result's known chunk sizes no longer hold. Make the result again (the call "
+            "that made it: map_compact, partition, compact_records ...) on the input as it is "
+            "now, or persist (or copy) the input before the call.")
     return out
 
 
