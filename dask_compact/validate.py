@@ -263,13 +263,10 @@ def _masked_advice(call: str, in_memory: bool) -> str:
     told how to compact one, a probe): masked elements adding nothing, as NumPy's masked
     ``cumsum`` adds them (it masks their places in the result too)."""
     if call in ("scan_array", "cumsum"):
-        if in_memory:
-            return ("Say what masked elements add, e.g. nothing, as np.ma.cumsum adds them: "
-                    "`dask_compact.scan_array(np.ma.filled(a, 0))` (and "
-                    "`np.ma.getmaskarray(a)` for the places np.ma.cumsum masks)")
+        ma, a = ("np.ma", "a") if in_memory else ("da.ma", "x")
         return ("Say what masked elements add, e.g. nothing, as np.ma.cumsum adds them: "
-                "`dask_compact.cumsum(da.ma.filled(x, 0))` (and `da.ma.getmaskarray(x)` for "
-                "the places np.ma.cumsum masks)")
+                f"`dask_compact.{call}({ma}.filled({a}, 0))` (and `{ma}.getmaskarray({a})` "
+                "for the places np.ma.cumsum masks)")
     return ("Say what masked elements mean, e.g. never selected: `d = da.ma.getdata(x); "
             "dask_compact.compact(d, (d > 0.5) & ~da.ma.getmaskarray(x))`, or filled: "
             "`da.ma.filled(x, np.nan).map_compact(...)`")
