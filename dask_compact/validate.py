@@ -246,7 +246,7 @@ def check_chunk_type(a: Any, fn: str, in_memory: bool = False,
         return
     if isinstance(a, np.ma.MaskedArray):
         raise TypeError(f"{fn} does not take masked arrays: their mask would be lost. "
-                        + _masked_advice(fn.split(" ")[0], in_memory))
+                        + _masked_advice(fn.split(" ")[0], in_memory, source))
     what = "NumPy or CuPy arrays" if in_memory else "NumPy or CuPy chunks"
     xarray = xarray_object(a)
     if xarray is not None:
@@ -257,16 +257,28 @@ def check_chunk_type(a: Any, fn: str, in_memory: bool = False,
     )
 
 
-def _masked_advice(call: str, in_memory: bool) -> str:
+def _masked_advice(call: str, in_memory: bool, source: str | None = None) -> str:
     """What to do with a masked array, for the refusal of ``call``: say what its masked
     elements mean. A scan's is a sum (until 2026-12-01 ``scan_array`` and ``cumsum`` were
     told how to compact one, a probe): masked elements adding nothing, as NumPy's masked
-    ``cumsum`` adds them (it masks their places in the result too)."""
+    ``cumsum`` adds them (it masks their places in the result too). An in-memory call's is
+    NumPy's, in its own call (a record's field by ``source``): until 2026-12-01 (thirteenth
+    session, the regression review) they were told dask's, ``da.ma.getdata(x)`` and
+    ``compact``/``map_compact``, calls and an array they were not given."""
     if call in ("scan_array", "cumsum"):
         ma, a = ("np.ma", "a") if in_memory else ("da.ma", "x")
         return ("Say what masked elements add, e.g. nothing, as np.ma.cumsum adds them: "
                 f"`dask_compact.{call}({ma}.filled({a}, 0))` (and `{ma}.getmaskarray({a})` "
                 "for the places np.ma.cumsum masks)")
+    never = "(NaN fails every comparison: masked elements are never selected by `x > 0.5`)"
+    if in_memory and call in ("compact_array", "compact_into", "partition_array"):
+        return (f"Say what masked elements mean, e.g. never selected: "
+                f"`dask_compact.{call}(np.ma.filled(a, np.nan), ...)` {never}")
+    if in_memory and call in ("compact_records", "compact_records_into"):
+        a = source or "a"
+        return (f"Say what masked elements mean, e.g. never selected: the field as "
+                f"`np.ma.filled({a}, np.nan)` {never.replace('`x ', f'`{a} ')}, or its mask "
+                f"as a field of its own, `~np.ma.getmaskarray({a})`, read by the predicate")
     return ("Say what masked elements mean, e.g. never selected: `d = da.ma.getdata(x); "
             "dask_compact.compact(d, (d > 0.5) & ~da.ma.getmaskarray(x))`, or filled: "
             "`da.ma.filled(x, np.nan).map_compact(...)`")

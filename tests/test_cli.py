@@ -740,10 +740,11 @@ def test_summary_process_age_counts_from_the_process_start():
 _UNITS = {"B": 1, "kB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12}
 
 
-@pytest.mark.parametrize("budget", ["", " ", "kB", "GiB", "-1", "0", "abc"])
+@pytest.mark.parametrize("budget", ["", " ", "kB", "GiB", "-1", "0", "abc", "1e999", "1e400 kB"])
 def test_a_memory_budget_without_a_positive_number_is_refused(npy, tmp_path, budget):
     # Until 2026-12-01 (a new-user probe) dask's parse_bytes read "" and " " as 1 byte and a
-    # bare unit as one of it ("kB": 1000 bytes), and the job ran on that budget.
+    # bare unit as one of it ("kB": 1000 bytes), and the job ran on that budget. "1e999" (no
+    # float) raised OverflowError, a traceback, exit 1 (until 2026-12-01 (thirteenth session)).
     path, _ = npy
     out = tmp_path / "o.zarr"
     res = run(path, out, "-w", "x > 0", "--local", "threads", "--memory-budget", budget, code=2)

@@ -395,6 +395,20 @@ def test_a_group_whose_arrays_are_in_subgroups_names_them(tmp_path):
     assert "run1" in res.output and f"{src}/run1" in res.output
     assert not (tmp_path / "o.zarr").exists()
 
+def test_a_group_whose_arrays_are_in_subgroups_gives_one_that_holds_arrays(tmp_path):
+    # Until 2026-12-01 (thirteenth session, the regression review) the example INPUT was the
+    # first group by name, here an empty one ("aux"), whose own refusal then named nothing.
+    src = tmp_path / "nested.zarr"
+    root = zarr.open_group(str(src), mode="w")
+    root.create_group("aux")
+    root.create_group("run1").create_array("x", shape=(5,), chunks=(2,),
+                                           dtype="f8")[:] = np.arange(5.0)
+    res = run(src, tmp_path / "o.zarr", "--where", "x > 2", code=2)
+    said = " ".join(res.output.split())
+    assert "aux, run1" in said and f"e.g. {src}/run1" in said, said
+    assert not (tmp_path / "o.zarr").exists()
+
+
 def test_a_2d_field_in_where_gets_advice_for_the_command_line(particles, tmp_path):
     """The refusal of a 2-D field in --where says what a user of the command can do (which
     fields --where can read; store a column as its own array), not compact_records' Python

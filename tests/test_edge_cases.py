@@ -126,6 +126,32 @@ def test_masked_arrays_are_refused_with_the_way_out():
     np.testing.assert_array_equal(got, a[(a > 0.5) & (a <= 0.9)])
 
 
+def test_a_masked_array_in_memory_is_told_the_numpy_way_out_for_its_call():
+    """Until 2026-12-01 (thirteenth session, the regression review) the in-memory calls were
+    told the dask way out, ``da.ma.getdata(x)``, ``dask_compact.compact`` and ``map_compact``:
+    calls and an array they were not given. Their advice is now NumPy's, naming the call (and
+    the field), and what it says gives NumPy's selection of the unmasked elements."""
+    a = np.linspace(0, 1, 11)
+    m = np.ma.masked_greater(a, 0.9)
+    for name, call in (
+        ("compact_array", lambda: compact_array(m, "x > .5")),
+        ("compact_into", lambda: dask_compact.compact_into(m, "x > .5", np.empty(11))),
+        ("partition_array", lambda: dask_compact.partition_array(m, "x > .5")),
+    ):
+        with pytest.raises(TypeError, match="masked arrays") as e:
+            call()
+        said = str(e.value)
+        assert "da.ma" not in said and "map_compact" not in said, said
+        assert f"dask_compact.{name}(np.ma.filled(a, np.nan)" in said, said
+    with pytest.raises(TypeError, match="masked arrays") as e:
+        dask_compact.compact_records({"energy": m}, "energy > .5")
+    said = str(e.value)
+    assert "da.ma" not in said and "np.ma.filled(energy, np.nan)" in said, said
+    # the way out it gives: NaN fails the comparison, so masked elements are never selected
+    got = compact_array(np.ma.filled(m, np.nan), "x > .5")
+    np.testing.assert_array_equal(got, a[(a > 0.5) & ~np.ma.getmaskarray(m)])
+
+
 def test_masked_chunks_under_a_plain_meta_are_refused_in_the_tasks():
     """A dask array whose meta says ndarray but whose chunks are masked (map_blocks returning
     np.ma arrays without saying so): every chunk step refuses them, where the NumPy steps

@@ -78,6 +78,9 @@ BAD_VALUES = [
     # a disk cache of 1 byte)
     ("cache.disk-bytes", ""), ("cache.disk-bytes", " "), ("cache.disk-bytes", "kB"),
     ("batch.gpu-frame-bytes", "MiB"),
+    # a number too large for a float: parse_bytes raised OverflowError, which went out of
+    # every public call instead of the refusal (until 2026-12-01 (thirteenth session))
+    ("cache.disk-bytes", "1e999"), ("batch.gpu-frame-bytes", "1e400 kB"),
 ]
 
 

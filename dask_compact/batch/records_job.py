@@ -122,9 +122,14 @@ def prepare(group: Any, path: str, where: str, field_list: str | None, mode: str
     if not arrays:
         # its groups named: until 2026-12-01 (a new-user probe) a group holding its arrays in
         # a subgroup was refused without a word of where they are
-        groups = sorted(name for name, _ in group.groups())
+        subgroups = sorted(group.groups(), key=lambda t: t[0])
+        groups = [name for name, _ in subgroups]
+        # the example one that holds arrays (the first by name could be empty, and its own
+        # refusal then named nothing: until 2026-12-01, thirteenth session)
+        example = next((name for name, g in subgroups if next(g.arrays(), None) is not None),
+                       groups[0] if groups else None)
         hint = (f" (its groups: {', '.join(groups)}; give one as INPUT, e.g. "
-                f"{member_url(path, groups[0])})" if groups else "")
+                f"{member_url(path, example)})" if example is not None else "")
         raise click.BadParameter(f"{path!r} is a Zarr group with no arrays{hint}: nothing to "
                                  f"compact", param_hint="INPUT")
     wanted = parse_field_list(field_list)
