@@ -458,6 +458,45 @@ def test_a_gpu_repeated_call_is_kept_only_under_its_predicates_trace_key():
     assert kept_key(q, q) == ("predicate", id(q))
 
 
+def test_gpu_kept_calls_are_never_a_later_threads(monkeypatch):
+    """The GPU calls keep their ready and repeated calls per thread (cupy_backend, the
+    records' ready and repeated calls): each one's kept scratch, word sets and pinned words
+    are reused in its stream's order only. Keyed by threading.get_ident() until 2026-12-01
+    (thirteenth session, a concurrency probe of the GPU calls), a thread started after
+    another had ended could be given its id, and so its kept calls: on the per-thread default
+    stream (one pointer, 2, for every thread's own stream) its first launch wrote the kept
+    scratch while the ended thread's last copy out of it could still be queued on another
+    stream. Importable without CuPy: the keys, with a stand-in for CuPy's current stream."""
+    import sys
+    import threading
+
+    from dask_compact.backends import cupy_backend, cupy_records_repeat
+
+    stream = types.SimpleNamespace(ptr=2)  # cudaStreamPerThread: every thread's, one pointer
+    cuda = types.SimpleNamespace(get_current_stream=lambda: stream)
+    monkeypatch.setitem(sys.modules, "cupy", types.SimpleNamespace(cuda=cuda))
+    a = types.SimpleNamespace(dtype=np.dtype(np.float32), size=1024, shape=(1024,),
+                              data=types.SimpleNamespace(device_id=0))
+    keys, idents = [], []
+
+    def call():
+        idents.append(threading.get_ident())
+        keys.append((cupy_backend._repeat_key(a, "x < 1", "values", True, "auto"),
+                     cupy_records_repeat._repeat_key({"x": a}, "x < 1", False)))
+
+    for _ in range(6):
+        t = threading.Thread(target=call)
+        t.start()
+        t.join()
+    if len(set(idents)) == len(idents):
+        pytest.skip("no thread id was given again here")
+    for part in (0, 1):
+        assert len({k[part] for k in keys}) == len(keys), "a later thread met an ended one's"
+    call()  # this thread's keys are the same at every call
+    assert keys[-1] == (cupy_backend._repeat_key(a, "x < 1", "values", True, "auto"),
+                        cupy_records_repeat._repeat_key({"x": a}, "x < 1", False))
+
+
 # -- predicates that read the world, not only their argument --------------------------------------
 
 class Stamp:

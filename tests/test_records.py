@@ -719,3 +719,84 @@ def test_a_constant_callable_is_taken_as_the_constant_string_is():
     ds = xr.Dataset({"e": ("n", fields["e"])})
     for pred in ("True", lambda: True):
         np.testing.assert_array_equal(ds.compact.where(pred, "n").e.values, fields["e"])
+
+
+class _PinnedTable(bytearray):
+    """A stand-in for CuPy's pinned memory: host bytes that a finalizer can watch."""
+
+
+def test_gpu_column_tables_stay_pinned_until_copied_from_threads(monkeypatch):
+    """The GPU records calls upload each new column table from pinned memory in stream order
+    and keep that memory (``cupy_records_common._pinned``) until an event after the copy has
+    run. Threads uploading at once (compact_records_into with new buffers, a mask-path
+    compact_records) each dropped the finished head of that list: two that saw the same head
+    popped it and the next entry, whose copy could still be queued, so its pinned table went
+    back to CuPy's pinned pool and the next table written there was the one copied (every
+    later call on those buffers copying into the wrong places: the device table is cached by
+    content), or the second pop found the list empty (IndexError). Until 2026-12-01 (a
+    concurrency probe of the GPU calls); checked here without a GPU, with a stand-in for CuPy
+    whose copies finish three events later and whose event query lets another thread run."""
+    import sys
+    import threading
+    import time
+    import types
+    import weakref
+
+    from conftest import in_threads
+
+    from dask_compact.backends import cupy_records_common as crc
+
+    made = [0]  # events recorded so far
+    lock = threading.Lock()
+    early: list[int] = []  # serials of events whose pinned table was let go before "done"
+    watching = [True]
+
+    class Event:
+        def __init__(self, **kwargs):
+            self.serial = -1
+
+        def record(self, stream=None):
+            with lock:
+                self.serial = made[0]
+                made[0] += 1
+
+        def finished(self) -> bool:
+            return made[0] - self.serial > 3  # a copy ends three events after its own
+
+        @property
+        def done(self) -> bool:
+            time.sleep(0)  # cudaEventQuery: another thread may run here
+            return self.finished()
+
+    def released(event):
+        if watching[0] and not event.finished():
+            early.append(event.serial)
+
+    class Watched(list):
+        def append(self, entry):
+            weakref.finalize(entry[1], released, entry[0])
+            super().append(entry)
+
+    class DeviceArray:
+        def __init__(self, shape, dtype=None):
+            self.data = types.SimpleNamespace(ptr=1 << 20)
+
+    runtime = types.SimpleNamespace(memcpyAsync=lambda *args: None, memcpyHostToDevice=1)
+    cuda = types.SimpleNamespace(runtime=runtime, Event=Event, alloc_pinned_memory=_PinnedTable,
+                                 Device=lambda: types.SimpleNamespace(id=0))
+    monkeypatch.setitem(sys.modules, "cupy", types.SimpleNamespace(cuda=cuda, empty=DeviceArray))
+    monkeypatch.setattr(crc, "_pinned", Watched())
+    stream = types.SimpleNamespace(ptr=0)
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        def work(i):
+            for j in range(300):  # a table of its own each time: every call uploads
+                crc.upload_table(np.array([[i, j, 4, 1]], np.int64), stream)
+
+        in_threads(work, 8)
+    finally:
+        sys.setswitchinterval(switch)
+        watching[0] = False
+        crc._tables.clear()
+    assert not early, f"{len(early)} pinned tables let go before their copies ran"

@@ -33,7 +33,6 @@ poisoned buffers). Only ``compact``/``compact_masked`` read a count (one per chu
 from __future__ import annotations
 
 import contextlib
-import threading
 from typing import Any
 
 import numpy as np
@@ -54,6 +53,7 @@ from .cupy_device import (
     read_counts,
     read_words,
 )
+from .cupy_launch import thread_key
 from .cupy_launchers import LAUNCHERS, Plan, tile_words, with_count
 from .cupy_modules import device_cc, typed_functor
 from .cupy_ready import SPIN_MAX_N, IntoCall, OneReadCall, learn
@@ -335,8 +335,8 @@ def _run_one_read(live: list[tuple[Plan, int]], output: str,
     return by_output(out_v, out_i, output)
 
 
-# (kind, thread, id(predicate), dtype, output, algorithm, n, device, stream) -> (predicate,
-# its OneReadCall or IntoCall, or None where the general path runs)
+# (kind, thread (cupy_launch.thread_key), id(predicate), dtype, output, algorithm, n, device,
+# stream) -> (predicate, its OneReadCall or IntoCall, or None where the general path runs)
 _ready_calls: BoundedCache[tuple, tuple] = BoundedCache("ready calls")
 
 
@@ -354,7 +354,7 @@ def _ready_call(kind: type, a: Any, pred: Predicate, output: str, algorithm: str
     dev = a.data.device_id
     if dev != cupy.cuda.runtime.getDevice():
         return None
-    key = (kind, threading.get_ident(), id(pred), a.dtype, output, algorithm, a.size, dev,
+    key = (kind, thread_key(), id(pred), a.dtype, output, algorithm, a.size, dev,
            stream_ptr)
     hit = _ready_calls.get(key)
     if hit is not None and hit[0] is pred:
@@ -434,7 +434,7 @@ def _repeat_key(a: Any, pred_like: Any, output: str, stable: bool, algorithm: st
     pk = caller_key(pred_like) if pred is None else kept_key(pred_like, pred)
     if pk is None:
         return None
-    return (threading.get_ident(), pk, a.dtype, a.size, output, stable, algorithm,
+    return (thread_key(), pk, a.dtype, a.size, output, stable, algorithm,
             cupy.cuda.get_current_stream().ptr)
 
 

@@ -17,8 +17,23 @@ import numpy as np
 
 SLOT = 16  # bytes per argument: the widest is a complex128 predicate constant
 
-# Whether this thread has bound the current device's primary context (see _bind).
+# Whether this thread has bound the current device's primary context (see _bind), and its key
+# in the kept calls' caches (thread_key).
 _thread = threading.local()
+
+
+def thread_key() -> object:
+    """This thread's part of the keys of the calls kept between calls (``cupy_backend``'s
+    ready and repeated calls, the records' ones): an object made for this thread, which the
+    entries it keys hold, so that no later thread ever has it. Until 2026-12-01 (thirteenth
+    session, a concurrency probe) ``threading.get_ident()``, which a thread started after
+    another has ended is often given again: it then ran the ended thread's kept calls, whose
+    scratch and words that thread's last work could still be using on its per-thread default
+    stream, another stream than the new thread's under the same pointer (2)."""
+    key = getattr(_thread, "key", None)
+    if key is None:
+        key = _thread.key = object()
+    return key
 
 
 def _bind() -> None:
@@ -27,8 +42,9 @@ def _bind() -> None:
     ``cuLaunchKernel`` launches in the thread's current context, which only the runtime API
     sets (lazily, on a call that needs one). A ready call keeps its workspace, so a thread
     may reach its first launch having made no such call: a dask pool thread started after
-    the one that built the call, which ``threading.get_ident()`` (the ready calls' key) gives
-    the same id once the first has ended. Its launch then failed with
+    the one that built the call, which ``threading.get_ident()`` (the ready calls' key until
+    2026-12-01, now :func:`thread_key`) gave the same id once the first had ended. Its launch
+    then failed with
     CUDA_ERROR_INVALID_CONTEXT (the GPU tests of ds.compact.where, one run in two).
     ``cudaSetDevice`` binds the primary context (CUDA 12 and later)."""
     import cupy

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 from typing import Any
 
 import numpy as np
@@ -123,14 +124,21 @@ def upload_table(table: np.ndarray, stream: Any) -> Any:
     else:
         event = cupy.cuda.Event(disable_timing=True)
         event.record(stream)
-        _pinned.append((event, mem))
-        while _pinned and _pinned[0][0].done:
-            _pinned.pop(0)
+        # under a lock (until 2026-12-01 (thirteenth session), a concurrency probe): threads
+        # uploading at once that found the same finished head each popped one entry, the
+        # second a table whose copy could still be queued (its pinned memory went back to
+        # CuPy's pinned pool, and a table written there next was the one copied, into the
+        # device table cached for these buffers), or popped an empty list (IndexError)
+        with _pinned_lock:
+            _pinned.append((event, mem))
+            while _pinned and _pinned[0][0].done:
+                _pinned.pop(0)
     _tables.put(key, d)
     return d
 
 
 _pinned: list[tuple] = []  # (event after the copy, pinned table) until the copy has run
+_pinned_lock = threading.Lock()  # guards _pinned: every thread's uploads go through it
 
 
 

@@ -31,7 +31,6 @@ synchronised).
 from __future__ import annotations
 
 import math
-import threading
 from typing import Any
 
 import numpy as np
@@ -41,7 +40,7 @@ from ..predicate.core import Predicate
 from . import cupy_tuning as tuning
 from .cupy_backend import _capturing
 from .cupy_device import OUTPUT_CLASS_MIN_BYTES, class_items, output_empty
-from .cupy_launch import PackedLaunch
+from .cupy_launch import PackedLaunch, thread_key
 from .cupy_modules import compiled
 from .cupy_ready import KEEP_SCRATCH_BYTES
 from .cupy_records_common import (
@@ -331,7 +330,7 @@ def _ready(fields: dict[str, Any], pred: Predicate, indices: bool, into: bool) -
         if not a.flags.c_contiguous:
             return None
     layout = tuple((name, a.dtype, a.shape[1:]) for name, a in fields.items())
-    key = (threading.get_ident(), id(pred), layout, n, "into" if into else indices, dev,
+    key = (thread_key(), id(pred), layout, n, "into" if into else indices, dev,
            cupy.cuda.get_current_stream().ptr)
     hit = _calls.get(key)
     if hit is not None and hit[0] is pred:

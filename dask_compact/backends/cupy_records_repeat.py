@@ -6,7 +6,6 @@ repeated call does (``cupy_backend.repeated_call``)."""
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import numpy as np
@@ -14,6 +13,7 @@ import numpy as np
 from ..cache import BoundedCache
 from ..predicate.core import Predicate
 from .cupy_backend import _capturing
+from .cupy_launch import thread_key
 from .cupy_records_ready import ready_into_call, ready_records_call
 
 __all__ = ["repeated_records_call", "remember_records_call", "repeated_into", "remember_into"]
@@ -39,7 +39,7 @@ def _repeat_key(fields: dict[str, Any], pred_like: Any, indices: bool,
         return None
     layout = tuple((name, type(a), a.dtype, a.shape, a.data.device_id)
                    for name, a in fields.items())
-    return (threading.get_ident(), pk, indices, cupy.cuda.get_current_stream().ptr, layout)
+    return (thread_key(), pk, indices, cupy.cuda.get_current_stream().ptr, layout)
 
 
 def repeated_records_call(fields: dict[str, Any], pred_like: Any, indices: bool) -> Any:
@@ -110,7 +110,7 @@ def _into_key(fields: dict[str, Any], pred_like: Any, out: Any, count: Any, stre
     if pk is None or type(out) is not dict:
         return None
     sp = (cupy.cuda.get_current_stream() if stream is None else stream).ptr
-    return (threading.get_ident(), pk, sp,
+    return (thread_key(), pk, sp,
             tuple((name, _desc(a)) for name, a in fields.items()),
             tuple((name, _desc(b)) for name, b in out.items()),
             None if count is None else (type(count), count.dtype, count.shape, count.data.ptr))

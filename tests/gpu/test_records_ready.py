@@ -278,8 +278,9 @@ def test_two_streams_and_threads() -> None:
 @pytest.mark.parametrize("first", ["records", "array"])
 def test_fresh_threads_one_after_another(first: str) -> None:
     """A dask pool thread can start after the thread that built a ready call has ended (and
-    threading.get_ident(), the calls' key, may give it the same id): its first CUDA call is
-    then a kept call's launch, in a thread where no runtime call has bound a context yet.
+    threading.get_ident(), the calls' key until 2026-12-01, may give it the same id): its
+    first CUDA call was then a kept call's launch, in a thread where no runtime call had
+    bound a context yet (the key is one object per thread now: cupy_launch.thread_key).
     That launch failed with CUDA_ERROR_INVALID_CONTEXT (ds.compact.where's GPU test on a
     threaded scheduler); each call below is its thread's first CUDA call."""
     from dask_compact import compact_array
