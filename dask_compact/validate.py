@@ -103,7 +103,7 @@ def to_native(a: Any, stream: Any = None) -> Any:
     before it was written."""
     if a.dtype.isnative:
         return a
-    if isinstance(a, np.ndarray):
+    if _module_of(a) != "cupy":
         return a.astype(native(a.dtype))
     import cupy
 
@@ -446,6 +446,14 @@ def as_declared(chunk: Any, declared: np.dtype | None, fn: str, index: int,
     dtype = chunk.dtype
     if dtype is declared or declared is None or dtype == declared:
         return chunk  # the common case: no copy, nothing per element
+    if not dtype.isnative and _module_of(chunk) == "cupy":
+        # a CuPy chunk of the other byte order (a view of a swapped dtype): its bytes reversed
+        # first, since CuPy's casts copy them as they are (to_native; until 2026-12-01,
+        # thirteenth session, its numbers were taken unswapped)
+        chunk = to_native(chunk)
+        dtype = chunk.dtype
+        if dtype == declared:
+            return chunk
     if _casts_exactly(dtype, declared):
         return _cast_exactly(chunk, declared)
     by_value = _cast_by_value(chunk, declared)
