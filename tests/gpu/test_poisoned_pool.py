@@ -798,6 +798,7 @@ def test_compact_into_converts_its_input_in_the_order_of_its_stream(
         else:
             compact_into(a, "x < 0.5", out, count=count, stream=s)
 
+    cupy.cuda.Device().synchronize()  # the input written (on the default stream) before s reads it
     run()  # the kernels built, the ready call kept
     s.synchronize()
     for _ in range(3):
