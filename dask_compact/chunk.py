@@ -37,6 +37,7 @@ from .validate import (
     other_order_view,
     overlaps,
     swap_written,
+    to_native,
 )
 
 
@@ -115,9 +116,10 @@ def _compact_times(a: np.ndarray, pred: PredicateLike, output: str, algorithm: s
     return by_output(values, indices, output)
 
 
-def _checked(fn: str, a: Any, pred: PredicateLike, output: str, stable: bool, algorithm: str
-             ) -> tuple[Any, Predicate]:
-    """The array-level calls' argument checks: ``a`` in native byte order and the predicate."""
+def _checked(fn: str, a: Any, pred: PredicateLike, output: str, stable: bool, algorithm: str,
+             stream: Any = None) -> tuple[Any, Predicate]:
+    """The array-level calls' argument checks: ``a`` in native byte order and the predicate.
+    ``stream``: :func:`compact_into`'s, checked here, where a conversion is queued on it."""
     check_output(output)
     check_algorithm(algorithm, stable)
     if not hasattr(a, "dtype") or not hasattr(a, "shape"):
@@ -133,8 +135,11 @@ def _checked(fn: str, a: Any, pred: PredicateLike, output: str, stable: bool, al
     check_chunk_type(a, fn, in_memory=True)
     check_dtype(a.dtype)
     p = as_predicate(pred)
-    if not a.dtype.isnative:
-        a = a.astype(native(a.dtype))  # big-endian data: see validate.native
+    check_stream(stream, not isinstance(a, np.ndarray), "input")
+    # big-endian data (validate.native), converted in the order of the stream the call runs
+    # on: on the current one (until 2026-12-01, thirteenth session) compact_into's kernel on
+    # another stream could read the copy before it was written
+    a = to_native(a, stream)
     p.check(a.dtype)
     return a, p
 
@@ -346,7 +351,7 @@ def compact_into(
         raise ValueError('compact_into does not run algorithm="scan" (a comparison path of '
                          "compact_array and map_compact); use the default")
     given = a
-    a, p = _checked("compact_into", a, pred, output, stable, algorithm)
+    a, p = _checked("compact_into", a, pred, output, stable, algorithm, stream)
     if output == "both":
         if not isinstance(out, (tuple, list)) or len(out) != 2:
             raise TypeError('output="both" needs out=(values, indices)')
@@ -376,7 +381,6 @@ def compact_into(
             check_into_buffer(a, buf, role, dtype, n)
             if caller is not None and overlaps(caller, buf):
                 raise ValueError(f"{role} overlaps the input; compaction is not done in place")
-    check_stream(stream, not isinstance(a, np.ndarray), "input")
     if count is not None:  # else the backend makes one, on a's device
         if getattr(count, "dtype", None) not in (np.dtype(np.int64), np.dtype(np.uint64)):
             raise TypeError("count must be a 1-element int64 or uint64 array")

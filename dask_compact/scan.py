@@ -24,6 +24,7 @@ from .validate import (
     in_memory,
     is_dask_array,
     native,
+    to_native,
 )
 
 __all__ = ["scan_array", "cumsum", "scan_dtype", "CPU_ALGORITHMS", "GPU_ALGORITHMS"]
@@ -180,8 +181,9 @@ def scan_array(a: Any, *, exclusive: bool = True, algorithm: str = "auto",
         )
     acc = scan_dtype(a.dtype, dtype)
     alg = _check_algorithm(algorithm, _is_gpu(a), "scan_array")
-    if not a.dtype.isnative:
-        a = a.astype(native(a.dtype))
+    # the other byte order: NumPy's astype, CuPy's bytes reversed (CuPy's astype copies them
+    # as they are: until 2026-12-01, thirteenth session, it scanned the unswapped numbers)
+    a = to_native(a)
     return scan_chunk(widened(a, acc), exclusive, alg, acc, None)
 
 

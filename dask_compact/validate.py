@@ -3,6 +3,7 @@ to do."""
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import numpy as np
@@ -88,6 +89,37 @@ def native(dtype: np.dtype) -> np.dtype:
     Big-endian data (``>f8`` from a Zarr v2 store or a ``.npy`` file) is float64 all the same;
     it is converted as it is read, and the results come back in native order."""
     return dtype if dtype.isnative else dtype.newbyteorder("=")
+
+
+def to_native(a: Any, stream: Any = None) -> Any:
+    """An in-memory array ``a`` in native byte order: ``a`` itself where it is, else a copy.
+    NumPy's ``astype`` converts; a CuPy array of the other order (CuPy makes none, only views
+    of a swapped dtype, ``a.view(a.dtype.newbyteorder())``) has each number's bytes reversed
+    (:func:`reversed_bytes`), queued on ``stream`` (None: the current one) on ``a``'s device,
+    where the call that reads the copy runs. CuPy's ``astype`` copies the bits as they are
+    (its kernels type an element by kind and size: ``>f4`` is ``float``, read in CuPy's
+    ``_scalar.get_typename``), and until 2026-12-01 (thirteenth session) that copy was made
+    on the current stream, not on ``compact_into``'s ``stream=``, whose kernel could read it
+    before it was written."""
+    if a.dtype.isnative:
+        return a
+    if _module_of(a) != "cupy":
+        return a.astype(native(a.dtype))
+    import cupy
+
+    with a.device, contextlib.nullcontext() if stream is None else stream:
+        return reversed_bytes(cupy, a)
+
+
+def reversed_bytes(xp: Any, a: Any) -> Any:
+    """A C-contiguous copy of ``a`` (of the other byte order) in native order, through
+    module ``xp`` (NumPy or CuPy): each number's bytes (each part's, for complex) reversed
+    by a copy of its bytes viewed backwards. The native view of the same size comes first:
+    CuPy refuses to allocate an array of the other order (the copy of a strided view)."""
+    dt = native(a.dtype)
+    unit = dt.itemsize // (2 if dt.kind == "c" else 1)
+    raw = xp.ascontiguousarray(a.view(dt)).reshape(-1).view(np.uint8).reshape(-1, unit)
+    return xp.ascontiguousarray(raw[:, ::-1]).reshape(-1).view(dt).reshape(a.shape)
 
 
 def other_order_view(buf: Any, dtype: np.dtype | None) -> tuple[Any, bool]:
@@ -426,6 +458,14 @@ def as_declared(chunk: Any, declared: np.dtype | None, fn: str, index: int,
     dtype = chunk.dtype
     if dtype is declared or declared is None or dtype == declared:
         return chunk  # the common case: no copy, nothing per element
+    if not dtype.isnative and _module_of(chunk) == "cupy":
+        # a CuPy chunk of the other byte order (a view of a swapped dtype): its bytes reversed
+        # first, since CuPy's casts copy them as they are (to_native; until 2026-12-01,
+        # thirteenth session, its numbers were taken unswapped)
+        chunk = to_native(chunk)
+        dtype = chunk.dtype
+        if dtype == declared:
+            return chunk
     if _casts_exactly(dtype, declared):
         return _cast_exactly(chunk, declared)
     by_value = _cast_by_value(chunk, declared)

@@ -188,11 +188,11 @@ __device__ __forceinline__ void compact_tiles(const T* __restrict__ in, const bo
 // In compact_tiles a claimed tile's aggregate waited for the block's look-back AND copy-out of
 // the previous tile (several us at high p), so successors' look-backs waited on that chain;
 // here it waits only for the loads. Shared memory as compact_tiles (one staged tile).
-template <class T, class Pred, int OUT, int SRC, int BLOCK, int ITEMS>
+template <class T, class Pred, int OUT, int SRC, int BLOCK, int ITEMS, class Lookback>
 __device__ __forceinline__ void compact_tiles_early(const T* __restrict__ in, const bool* __restrict__ mask,
                                                     long long n, long long index_base,
                                                     T* __restrict__ out_vals, long long* __restrict__ out_idx,
-                                                    const Pred& pred, const LookbackPrefix& lb,
+                                                    const Pred& pred, const Lookback& lb,
                                                     unsigned long long* tile_counter, unsigned char* smem) {
   typedef TileShape<T, BLOCK, ITEMS> S;
   typedef WarpLoad<T, Pred, SRC, ITEMS, (SRC == SRC_FUSED) || (OUT & OUT_VALUES)> Load;
@@ -362,7 +362,7 @@ __device__ __forceinline__ void scan_counts_lookback(const C* counts, long long 
   // the thread sums' exclusive prefix in the block and the block's total
   unsigned long long agg;
   const unsigned long long exc = block_exclusive_scan<unsigned long long, BLOCK>(mine, s_warp, agg);
-  const LookbackPrefix policy{status, d_total};
+  const LookbackPrefix<> policy{status, d_total};
   if (threadIdx.x == 0) policy.publish_aggregate(block, agg);
   if (threadIdx.x < 32) {
     const unsigned long long p = policy.exclusive_prefix(block, gridDim.x, agg);

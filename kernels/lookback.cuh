@@ -29,6 +29,16 @@ __device__ __forceinline__ unsigned long long status_load(const unsigned long lo
 // counted, then warp 0 walks back over its predecessors, 32 at a time (one per lane), adding
 // aggregates until it meets an inclusive prefix. Blocks start in blockIdx order, so every
 // predecessor a tile waits for is resident or finished: no deadlock (CUB relies on the same).
+// Its sleeps (template parameters, as the scan's scan_lookback; the defaults are the measured
+// kernel, and every entry of the launch layer's table, cupy_tuning.Tuning, keeps them until
+// measured: benchmarks/lookback_sleeps_ab.py): POLL > 0: a lane whose predecessor has published nothing
+// sleeps POLL ns before reading it again; POLL == 0: it reads again at once. WAIT > 0: the
+// warp sleeps WAIT ns before its first read (CUB's delay for the L2 latency of a word just
+// published: 1140 ns for sm_90 floats, with polls of 688 ns); WAIT < 0: it sleeps -WAIT ns
+// only where its first read found a predecessor that had published nothing (the count-first
+// path, whose words are all published before the launch, never sleeps). None of them changes
+// which values are added, or in which order.
+template <int POLL = 20, int WAIT = 0>
 struct LookbackPrefix {
   static constexpr bool KNOWN = false;
   unsigned long long* status;  // one word per tile
@@ -46,13 +56,22 @@ struct LookbackPrefix {
     unsigned long long prefix = 0;
     if (tile > 0) {
       long long pred = tile - 1;
+      if constexpr (WAIT > 0) __nanosleep(WAIT);
+      [[maybe_unused]] bool first = true;
       while (true) {
         const long long idx = pred - lane;
         unsigned long long s = idx >= 0 ? status_load(status + idx) : STATUS_INC;
+        if constexpr (WAIT < 0) {
+          if (first && __any_sync(FULL_MASK, (s >> 62) == 0)) {
+            __nanosleep(-WAIT);
+            if ((s >> 62) == 0) s = status_load(status + idx);
+          }
+          first = false;
+        }
         // Wait until every predecessor in the window has published at least its aggregate.
         while (__any_sync(FULL_MASK, (s >> 62) == 0)) {
           if ((s >> 62) == 0) {
-            __nanosleep(20);
+            if constexpr (POLL > 0) __nanosleep(POLL);
             s = status_load(status + idx);
           }
         }

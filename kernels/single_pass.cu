@@ -12,11 +12,14 @@
 //   VARIANT 0 "classic": compact_tiles (aggregate published after the previous tile's copy-out)
 //           1 "early": compact_tiles_early (aggregate published as soon as the loads arrive,
 //             look-back overlapped with the next tile's loads); see compact_tile.cuh
+//   POLL, WAIT the look-back's sleeps (dcx::LookbackPrefix; the launch layer's tuning,
+//          cupy_tuning.Tuning: 20, 0 in every entry, the kernel as measured)
 //   P...   the predicate's constants, passed by value as kernel arguments, so a new threshold
 //          reuses the compiled kernel; the functor is built from them as Pred{p...}.
 #include "compact_tile.cuh"
 
-template <class T, class Pred, int OUT, int SRC, int BLOCK, int ITEMS, int VARIANT, class... P>
+template <class T, class Pred, int OUT, int SRC, int BLOCK, int ITEMS, int VARIANT, int POLL,
+          int WAIT, class... P>
 __global__ void __launch_bounds__(BLOCK, VARIANT == 1 ? dcx::tile_min_blocks<T>() : 0)
 dcx_single_pass(const T* __restrict__ in, const bool* __restrict__ mask, long long n,
                 long long index_base, T* __restrict__ out_vals, long long* __restrict__ out_idx,
@@ -24,7 +27,7 @@ dcx_single_pass(const T* __restrict__ in, const bool* __restrict__ mask, long lo
                 unsigned long long* tile_counter, P... p) {
   extern __shared__ __align__(16) unsigned char dcx_smem[];
   const Pred pred{p...};
-  const dcx::LookbackPrefix policy{status, d_count};
+  const dcx::LookbackPrefix<POLL, WAIT> policy{status, d_count};
   if constexpr (VARIANT == 1) {
     dcx::compact_tiles_early<T, Pred, OUT, SRC, BLOCK, ITEMS>(in, mask, n, index_base, out_vals, out_idx,
                                                               pred, policy, tile_counter, dcx_smem);

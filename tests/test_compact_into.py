@@ -208,6 +208,25 @@ def test_buffers_of_either_byte_order_receive_the_selection(dtype, order):
     assert k2 == k and v2[:k].astype(want.dtype).tobytes() == want.tobytes()
 
 
+@pytest.mark.parametrize("dtype", [">f2", ">f4", ">f8", ">i2", ">u4", ">i8", ">c8", ">c16"])
+@pytest.mark.parametrize("shape, view", [((1031,), lambda x: x), ((6, 35), lambda x: x[:, ::3]),
+                                         ((), lambda x: x), ((0,), lambda x: x)])
+def test_reversed_bytes_converts_the_other_byte_order(dtype, shape, view):
+    """How a CuPy array of the other byte order is converted (validate.to_native): CuPy's
+    ``astype`` to the native dtype copies the bits as they are, so each number's bytes (each
+    part's, for complex) are reversed by a copy; run here through NumPy, the same calls.
+    Strided views, 0-d and empty arrays; NaN payloads and signed zeros bit for bit."""
+    from dask_compact.validate import reversed_bytes
+
+    rng = np.random.default_rng(5)
+    size = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    a = view(rng.integers(0, 256, size, dtype=np.uint8).view(dtype).reshape(shape))
+    got = reversed_bytes(np, a)
+    want = a.astype(a.dtype.newbyteorder("="))
+    assert got.dtype == want.dtype and got.dtype.isnative and got.shape == a.shape
+    assert got.flags.c_contiguous and got.tobytes() == want.tobytes()
+
+
 @pytest.mark.parametrize("output, out", [("values", None), ("indices", None),
                                          ("both", (None, np.empty(31, np.int64))),
                                          ("both", (np.empty(31), None))])

@@ -403,6 +403,52 @@ def test_tuning_table_and_kernel_constants() -> None:
     assert tuning_for("single-pass", 4, cc="80") == before  # unmeasured: sm_90's entry
 
 
+@pytest.mark.parametrize("arch", ARCHS)
+def test_lookback_sleeps_compile(arch: str, tmp_path: Path) -> None:
+    """The single-pass look-back's sleeps (cupy_tuning.Tuning's poll and wait, for
+    benchmarks/lookback_sleeps_ab.py) compile in both schedules, before the first read and
+    after a first miss, without spills on sm_90; every table entry keeps the kernel's
+    defaults (20, 0); override_lookback_sleeps applies to the single-pass kernel only, is
+    range-checked and is undone."""
+    from dataclasses import replace
+
+    f32 = np.dtype("float32")
+    functor = generate_functor(_threshold("float32").typed("float32"))
+    base = tuning_for("single-pass", 4)
+    assert {(e.tuning.poll, e.tuning.wait) for e in cupy_tuning.TABLE.values()} == {(20, 0)}
+    cupy_tuning.override_lookback_sleeps(688, 1140)
+    try:
+        on = tuning_for("single-pass", 4)
+        assert (on.block, on.items, on.poll, on.wait) == (base.block, base.items, 688, 1140)
+        assert tuning_for("single-pass", 8).wait == 1140
+        assert (tuning_for("hybrid", 4).poll, tuning_for("hybrid", 4).wait) == (20, 0)
+    finally:
+        cupy_tuning.override_lookback_sleeps(None)
+    assert tuning_for("single-pass", 4) == base
+    for bad in ((2000, 0), (20, 5000), (-1, 0)):
+        with pytest.raises(ValueError, match="look-back sleeps"):
+            cupy_tuning.override_lookback_sleeps(*bad)
+    assert tuning_for("single-pass", 4) == base
+    pa = "".join(", " + c for c in functor.param_ctypes)
+    names = []
+    sleeps = ((688, 1140), (688, -1140), (0, 0)) if arch == "sm_90" else ((688, -1140),)
+    outputs = ("values", "indices") if arch == "sm_90" else ("values",)
+    for variant, code in SINGLE_PASS_VARIANTS.items():
+        plain = ModuleSpec(f32, "single-pass", functor, base, variant).names("values")["main"]
+        assert plain == (f"dcx_single_pass<float, {functor.name}, 1, 0, {base.block}, "
+                         f"{base.items}, {code}, 20, 0{pa}>")
+        for poll, wait in sleeps:
+            spec = ModuleSpec(f32, "single-pass", functor, replace(base, poll=poll, wait=wait),
+                              variant)
+            for output in outputs:
+                name = spec.names(output)["main"]
+                assert name.endswith(f", {code}, {poll}, {wait}{pa}>")
+                names.append(name)
+    log = _nvcc(Job(module_source(spec) + _force(names), arch, "lookback_sleeps"), tmp_path)
+    if arch == "sm_90":
+        assert not _spills(log), f"register spills: {_spills(log)}"
+
+
 def test_record_launch_constants_and_copy_unit() -> None:
     """The records' flags kernel zeroes the tile scan's status words by its SCAN_TILE
     template argument, by which the launch layer sizes the counts array and the scan's grid;

@@ -70,6 +70,7 @@ from .cupy_tuning import (
 __all__ = [
     "compact", "compact_many", "compact_masked", "compact_into", "compact_into_public",
     "prepare", "EXACT_MODE", "ONE_READ_ALWAYS_BYTES", "ONE_READ_MARGIN", "FAST_SMALL_CALLS",
+    "forget_ready_calls",
 ]
 
 # Exact-size path of algorithm="single-pass" (cupy_tuning.EXACT_MODES; tests switch it).
@@ -375,6 +376,15 @@ def _ready_call(kind: type, a: Any, pred: Predicate, output: str, algorithm: str
     # the predicate held: its id is not reused while the entry lives; None: the general path
     _ready_calls.put(key, (pred, call))
     return call
+
+
+def forget_ready_calls() -> None:
+    """Drop the ready and repeated calls kept in this process: a kept call runs the module it
+    was made with, so a benchmark that changes a tuning between calls
+    (``cupy_tuning.override_tuning``, ``override_lookback_sleeps``) drops them, and the next
+    call plans with the new one."""
+    _ready_calls.clear()
+    _repeat_calls.clear()
 
 
 def _one_read_call(a: Any, pred: Predicate, output: str, algorithm: str) -> Any:

@@ -28,7 +28,7 @@ import numpy as np
 
 from ..predicate.core import Predicate
 from ..predicate.fields import record_mask
-from ..validate import native
+from ..validate import to_native
 from . import cupy_backend
 from . import cupy_tuning as tuning
 from .cupy_backend import _capturing, _kept_for_graphs
@@ -79,8 +79,8 @@ class _Pass:
         read = {}
         for name in pred.fields:
             a = fields[name]
-            a = a.astype(native(a.dtype)) if not a.dtype.isnative else a
-            read[name] = contiguous(a)
+            # the other byte order: its bytes reversed (CuPy's astype copies them as they are)
+            read[name] = contiguous(to_native(a))
         spec, args = _flags_launch(pred, read, n)
         self.n, self.spec, self.read, self.args = n, spec, read, args
         self.tiles = (n + spec.tile - 1) // spec.tile

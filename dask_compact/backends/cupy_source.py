@@ -118,10 +118,11 @@ class ModuleSpec:
             }
         if self.algorithm == "single-pass":
             v = SINGLE_PASS_VARIANTS[self.variant]
+            sleeps = f"{self.tuning.poll}, {self.tuning.wait}"  # the look-back's
             return {
                 "count": f"dcx_count<{t}, {p}, {s}, {b}, {i}{pa}>",
                 "scan": f"dcx_tile_scan<{SCAN_BLOCK}, {SCAN_ITEMS}>",
-                "main": f"dcx_single_pass<{t}, {p}, {out}, {s}, {b}, {i}, {v}{pa}>",
+                "main": f"dcx_single_pass<{t}, {p}, {out}, {s}, {b}, {i}, {v}, {sleeps}{pa}>",
                 "scatter": f"dcx_scatter<{t}, {p}, {out}, {s}, {b}, {i}{pa}>",
                 "copy_out": f"dcx_copy_out<{COPY_BLOCK}>",
                 "partition": f"dcx_partition<{t}, {p}, {out}, {s}, {b}, {i}{pa}>",

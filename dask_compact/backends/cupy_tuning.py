@@ -11,16 +11,16 @@ kernel source.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 
 __all__ = [
     "ALGORITHMS", "OUTPUT_CODES", "Tuning", "Entry", "TABLE", "MEASURED_ON", "tuning_for",
-    "variant_for", "override_tuning", "resolve_algorithm", "SINGLE_PASS_VARIANTS",
-    "EXACT_MODES", "TP_GROUP", "TP_BLOCK", "TP_SCAN_BLOCK", "TP_SCAN_ITEMS", "SCAN_BLOCK",
-    "SCAN_ITEMS", "REC_BLOCK", "REC_ITEMS", "REC_GATHER_WORDS", "COPY_BLOCK", "COPY_MAX_GRID",
-    "REC_DENSE_FROM", "REC_SPANS_BLOCK", "REC_SCAN_BLOCK", "REC_SCAN_ITEMS",
-    "REC_GATHER_MIN_BLOCKS", "REC_GATHER_LOADS",
+    "variant_for", "override_tuning", "override_lookback_sleeps", "resolve_algorithm",
+    "SINGLE_PASS_VARIANTS", "EXACT_MODES", "TP_GROUP", "TP_BLOCK", "TP_SCAN_BLOCK",
+    "TP_SCAN_ITEMS", "SCAN_BLOCK", "SCAN_ITEMS", "REC_BLOCK", "REC_ITEMS", "REC_GATHER_WORDS",
+    "COPY_BLOCK", "COPY_MAX_GRID", "REC_DENSE_FROM", "REC_SPANS_BLOCK", "REC_SCAN_BLOCK",
+    "REC_SCAN_ITEMS", "REC_GATHER_MIN_BLOCKS", "REC_GATHER_LOADS",
 ]  # fmt: skip
 
 ALGORITHMS = ("single-pass", "three-pass", "hybrid")
@@ -89,10 +89,26 @@ EXACT_MODES = ("prefix", "lookback")
 
 @dataclass(frozen=True)
 class Tuning:
-    """Tile shape of the single-pass and hybrid kernels: BLOCK threads x ITEMS elements each."""
+    """Tile shape of the single-pass and hybrid kernels: BLOCK threads x ITEMS elements each;
+    and the single-pass look-back's sleeps (``kernels/lookback.cuh``, LookbackPrefix; the
+    other kernels take none): ``poll`` ns slept before a lane reads an unpublished
+    predecessor again (0: at once), ``wait`` ns slept before the first read (negative: -wait
+    ns, only where the first read found a predecessor unpublished). The defaults are the
+    measured kernel (``dcx_single_pass<..., 20, 0, ...>``). Sleeps are off in every entry
+    until measured (CUB's for sm_90 floats, 688 / 1140 ns, made
+    ``compact_into`` 3-5% faster at 2^28 in one A/B of a patched kernel on one H200,
+    ``benchmarks/results/2026-12-01_h200_31c3bfe_compaction_lookback_sleeps_ab.md``; measured
+    through the package by ``benchmarks/lookback_sleeps_ab.py``)."""
 
     block: int
     items: int
+    poll: int = 20
+    wait: int = 0
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.poll <= 1024 or not -4096 <= self.wait <= 4096:
+            raise ValueError(f"look-back sleeps out of range (poll 0..1024 ns, wait "
+                             f"-4096..4096 ns): {self}")
 
     @property
     def tile(self) -> int:
@@ -133,6 +149,9 @@ TABLE = MappingProxyType({
 
 # Benchmarks that sweep tile shapes override entries here (override_tuning), never the table.
 _overrides: dict[tuple[str, int], Tuning] = {}
+# The single-pass look-back's sleeps (poll, wait) of a benchmark's A/B, over every shape
+# (override_lookback_sleeps); None: each tuning's own.
+_sleeps: tuple[int, int] | None = None
 
 
 def _entry(algorithm: str, itemsize: int, cc: str) -> Entry:
@@ -144,7 +163,10 @@ def _entry(algorithm: str, itemsize: int, cc: str) -> Entry:
 def tuning_for(algorithm: str, itemsize: int, cc: str = MEASURED_ON) -> Tuning:
     """Tile shape of an algorithm for an element size on a compute capability."""
     hit = _overrides.get((algorithm, itemsize))
-    return hit if hit is not None else _entry(algorithm, itemsize, cc).tuning
+    tuning = hit if hit is not None else _entry(algorithm, itemsize, cc).tuning
+    if _sleeps is not None and algorithm == "single-pass":
+        tuning = replace(tuning, poll=_sleeps[0], wait=_sleeps[1])
+    return tuning
 
 
 def variant_for(itemsize: int, cc: str = MEASURED_ON) -> str:
@@ -160,6 +182,20 @@ def override_tuning(itemsize: int, tuning: Tuning | None,
             _overrides.pop((alg, itemsize), None)
         else:
             _overrides[(alg, itemsize)] = tuning
+
+
+def override_lookback_sleeps(poll: int | None, wait: int = 0) -> None:
+    """The single-pass look-back's sleeps (:class:`Tuning`'s ``poll`` and ``wait``) for every
+    element size, over the table's tile shapes and any override's; ``poll`` None: each
+    tuning's own again. For an A/B in one process (``benchmarks/lookback_sleeps_ab.py``),
+    never the table. A ready call kept by an earlier call runs the module it was made with:
+    ``cupy_backend.forget_ready_calls()`` after a switch."""
+    global _sleeps
+    if poll is None:
+        _sleeps = None
+    else:
+        Tuning(32, 1, poll, wait)  # the range check
+        _sleeps = (poll, wait)
 
 
 def resolve_algorithm(algorithm: str, stable: bool) -> str:

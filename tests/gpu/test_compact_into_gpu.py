@@ -13,7 +13,7 @@ import pytest
 
 cupy = pytest.importorskip("cupy")
 
-from dask_compact import compact_into  # noqa: E402
+from dask_compact import compact_array, compact_into, compact_records_into  # noqa: E402
 from dask_compact.backends import cupy_backend as cb  # noqa: E402
 from dask_compact.predicate.parse import parse  # noqa: E402
 
@@ -204,3 +204,47 @@ def test_a_stream_that_is_not_one_is_refused_before_anything_runs(stream):
     with pytest.raises(TypeError, match="must be a CUDA stream"):
         compact_into(a, "x > 0.5", out, stream=stream)
     assert bool((out == -1).all())
+
+
+def other_order(a_np: np.ndarray) -> cupy.ndarray:
+    """``a_np``'s numbers as a CuPy array of the other byte order: CuPy makes none, only views
+    of a swapped dtype (here of the swapped numbers' bytes, copied as they are)."""
+    swapped = a_np.astype(a_np.dtype.newbyteorder())
+    return cupy.asarray(swapped.view(np.uint8)).view(swapped.dtype)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64", "int16", "uint32", "int64",
+                                   "complex64", "complex128"])
+@pytest.mark.parametrize("ready", [True, False], ids=["ready-call", "general"])
+def test_input_of_the_other_byte_order_matches_numpy(dtype, ready, monkeypatch):
+    """A CuPy view of a swapped dtype (``a.view(a.dtype.newbyteorder())``) is compacted as
+    the numbers it holds: the calls convert it to native order, each number's bytes reversed
+    (validate.to_native). CuPy's ``astype`` to the native dtype copies the bits as they are
+    (read in CuPy's source: its kernels type an element by kind and size), which is how the
+    calls converted it until 2026-12-01 (thirteenth session). compact_array, compact_into on
+    the array and on a strided view of it, compact_records_into with the predicate reading
+    it; against NumPy."""
+    monkeypatch.setattr(cb, "FAST_SMALL_CALLS", ready)
+    n = 65_537
+    a_np = data(n, dtype, seed=21)
+    pred = pred_for(dtype, 50.0)
+    m = np.asarray(pred(a_np))
+    a = other_order(a_np)
+    assert not a.dtype.isnative
+    values, indices = compact_array(a, pred, output="both")
+    assert values.dtype == a_np.dtype
+    np.testing.assert_array_equal(cupy.asnumpy(values), a_np[m])
+    np.testing.assert_array_equal(cupy.asnumpy(indices), np.flatnonzero(m))
+    for x, x_np in ((a, a_np), (a[::3], a_np[::3])):
+        mx = np.asarray(pred(x_np))
+        v = cupy.empty(x.size, a_np.dtype)
+        k = int(compact_into(x, pred, v)[0])
+        assert k == int(mx.sum())
+        np.testing.assert_array_equal(cupy.asnumpy(v[:k]), x_np[mx])
+    if a_np.dtype.kind != "c":
+        out = {"indices": cupy.empty(n, np.int64), "id": cupy.empty(n, np.int64)}
+        fields = {"e": a, "id": cupy.arange(n, dtype=np.int64) * 3}
+        k = int(compact_records_into(fields, "e < 50", out)[0])
+        assert k == int(m.sum())
+        np.testing.assert_array_equal(cupy.asnumpy(out["indices"][:k]), np.flatnonzero(m))
+        np.testing.assert_array_equal(cupy.asnumpy(out["id"][:k]), np.flatnonzero(m) * 3)

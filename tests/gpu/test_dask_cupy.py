@@ -525,3 +525,24 @@ def test_cupy_float32_chunks_of_subnormals_are_summed_as_numpy_chunks_under_floa
         for on_gpu in (True, False))
     assert np.abs(want).max() > 0
     _same_floats(got, want, "cumsum", signs=False)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int64", "float64"])
+def test_chunks_of_the_other_byte_order(dtype: str) -> None:
+    """A dask array of CuPy chunks of a swapped dtype (views: CuPy makes no such arrays
+    otherwise) is compacted as the numbers they hold: each chunk is taken in native order
+    with its bytes reversed (validate.as_declared -> to_native). CuPy's casts copy them as
+    they are, which is how they were taken until 2026-12-01 (thirteenth session). Against
+    NumPy."""
+    x_np = (np.random.default_rng(3).random(2**18 + 5) * 100).astype(dtype)
+    swapped = x_np.astype(x_np.dtype.newbyteorder())
+    x = da.from_array(swapped, chunks=2**16).map_blocks(
+        lambda b: cupy.asarray(b.view(np.uint8)).view(b.dtype), dtype=swapped.dtype,
+        meta=cupy.empty(0, np.uint8).view(swapped.dtype))
+    m = x_np < 50
+    with dask.config.set(scheduler="threads"):
+        values, indices = x.map_compact("x < 50", output="both")
+        got_v, got_i = values.compute(), indices.compute()
+    assert got_v.dtype == x_np.dtype
+    np.testing.assert_array_equal(cupy.asnumpy(got_v), x_np[m])
+    np.testing.assert_array_equal(cupy.asnumpy(got_i), np.flatnonzero(m))

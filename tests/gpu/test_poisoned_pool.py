@@ -768,3 +768,54 @@ def test_compact_into_kept_call_makes_its_words_in_the_order_of_its_stream(
         k = int(count.get()[0])
         assert k == int(mask.sum())
         assert_bits(cupy.asnumpy(out[:k]), a_np[mask])
+
+
+@pytest.mark.parametrize("call", ["ready", "general", "records"])
+def test_compact_into_converts_its_input_in_the_order_of_its_stream(
+        call: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """compact_into(..., stream=s) of a CuPy view of the other byte order (CuPy makes no such
+    arrays, only views of a swapped dtype) converts it to a native copy first, which the
+    call's kernel on s reads: the copy is made on s. Made on the current stream (until
+    2026-12-01, thirteenth session; left by the twelfth session's probes), here busy a few
+    ms, it was queued behind that work in a block the current stream had just freed, while
+    s's kernel read the block at once: 0xFF bytes (NaNs), nothing selected. compact_records_into
+    (``records``) made its copy on s already; checked the same way."""
+    monkeypatch.setattr(cb, "FAST_SMALL_CALLS", call != "general")
+    s = cupy.cuda.Stream(non_blocking=True)
+    a_np = make(70001, "float32", seed=13)
+    mask = a_np < 0.5
+    swapped = a_np.astype(a_np.dtype.newbyteorder())
+    a = cupy.asarray(swapped.view(np.uint8)).view(swapped.dtype)
+    ids = cupy.arange(a.size, dtype=np.int64)
+    out = cupy.empty(a.size, np.float32)
+    rows = {"id": cupy.empty(a.size, np.int64)}
+    count = cupy.empty(1, np.int64)
+    busy = cupy.ones(1 << 27, np.float32)  # 512 MiB: a few ms of work on the default stream
+
+    def run() -> None:
+        if call == "records":
+            compact_records_into({"e": a, "id": ids}, "e < 0.5", rows, count=count, stream=s)
+        else:
+            compact_into(a, "x < 0.5", out, count=count, stream=s)
+
+    cupy.cuda.Device().synchronize()  # the input written (on the default stream) before s reads it
+    run()  # the kernels built, the ready call kept
+    s.synchronize()
+    for _ in range(3):
+        cupy.cuda.Device().synchronize()
+        cupy.get_default_memory_pool().free_all_blocks()
+        junk = cupy.empty(a.nbytes, np.uint8)  # the copy's size, on the default stream
+        junk.fill(0xFF)
+        cupy.cuda.Device().synchronize()
+        del junk  # back to the default stream's share, NaN bytes
+        for _ in range(8):
+            busy *= 1.0
+        run()
+        s.synchronize()
+        k = int(count.get()[0])
+        assert k == int(mask.sum())
+        if call == "records":
+            assert_bits(cupy.asnumpy(rows["id"][:k]), np.flatnonzero(mask), "id")
+        else:
+            assert_bits(cupy.asnumpy(out[:k]), a_np[mask], "values")
+    cupy.cuda.Device().synchronize()

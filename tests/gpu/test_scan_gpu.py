@@ -409,3 +409,24 @@ def test_float16_into_a_float_dtype_on_cupy(alg: str, acc: str) -> None:
             assert_scan(y.compute(), a, exclusive, acc)
     with pytest.raises(TypeError, match="dtype=np.float32 or np.float64"):
         scan_array(cupy.asarray(a), algorithm=alg)
+
+
+@pytest.mark.parametrize("dtype", ["int16", "int32", "uint32", "int64", "float32", "float64"])
+def test_input_of_the_other_byte_order(dtype: str) -> None:
+    """scan_array of a CuPy view of a swapped dtype (CuPy makes no such arrays otherwise)
+    scans the numbers it holds, in native order: each number's bytes reversed
+    (validate.to_native). CuPy's ``astype`` to the native dtype copies the bits as they are
+    (read in CuPy's source), which is how it was converted until 2026-12-01 (thirteenth
+    session). Against NumPy; cumsum of a dask array of such chunks too."""
+    a = data(dtype, 65537, seed=5)
+    swapped = a.astype(a.dtype.newbyteorder())
+    x = cupy.asarray(swapped.view(np.uint8)).view(swapped.dtype)
+    assert not x.dtype.isnative
+    for exclusive in (True, False):
+        assert_scan(scan_array(x, exclusive=exclusive), a, exclusive)
+    chunks = da.from_array(swapped, chunks=8192).map_blocks(
+        lambda b: cupy.asarray(b.view(np.uint8)).view(b.dtype), dtype=swapped.dtype,
+        meta=cupy.empty(0, np.uint8).view(swapped.dtype))
+    with dask.config.set(scheduler="threads"):
+        got = cumsum(chunks).compute()
+    assert_scan(got, a, False)
