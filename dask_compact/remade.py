@@ -118,10 +118,15 @@ def expect_sorted_from(result: Any, checks: dict, call: str) -> None:
     client = getattr(first, "client", None)
     if client is None or not hasattr(client, "_run_on_scheduler") or not checks:
         return
-    # called in a thread of its own once the merge has finished, erred or been cancelled
-    # (keys gone: nothing to wrap)
-    first.add_done_callback(
-        lambda _: client.loop.add_callback(_send, client, expect_sorted, checks, call))
+    def send(_: Any) -> None:
+        # called in distributed's callback thread once the merge has finished, erred or been
+        # cancelled (keys gone: nothing to wrap)
+        try:
+            client.loop.add_callback(_send, client, expect_sorted, checks, call)
+        except RuntimeError:  # the client's loop closed meanwhile: nothing left to remake
+            pass
+
+    first.add_done_callback(send)
 
 
 def expect_from(arrays: list, lengths: list) -> None:
