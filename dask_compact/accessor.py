@@ -19,7 +19,7 @@ import importlib.machinery
 import sys
 import warnings
 from collections.abc import Callable, Sequence
-from types import ModuleType
+from types import FrameType, ModuleType
 from typing import Any
 
 TARGET = "dask.array"
@@ -49,9 +49,9 @@ def register() -> None:
     import dask.array as da
 
     api = sys.modules.get("dask_compact.api")
-    if api is None and "dask_compact.graph" not in sys.modules:
+    if api is None and not _in_our_import():
         # dask.array was imported from outside this package: the docs can be had now. (From
-        # inside, by graph.py or api.py, api.py adopts them when it has run.)
+        # inside, by a module of ours being imported, api.py adopts them when it has run.)
         from . import api
     if api is not None and hasattr(api, "map_compact"):
         adopt_docs(api.map_compact)
@@ -65,6 +65,23 @@ def register() -> None:
         )
         return
     setattr(da.Array, "map_compact", _map_compact)  # noqa: B010 - a new attribute of a class
+
+
+def _in_our_import() -> bool:
+    """Whether a module of this package (not the package itself) is being imported: its code
+    is on the stack. Until 2026-12-01 (thirteenth session) only ``graph.py`` was taken for
+    one: ``joined_chunks.py`` imports ``dask.array`` too, and imported first (a worker process
+    that had not imported ``dask.array``, unpickling a task of a sort that joins small chunks,
+    whose first name was in it; or ``import dask_compact.joined_chunks``), this hook imported
+    ``api.py``, which imports ``joined_chunks`` half made: the ImportError closed the worker,
+    its nanny did not restart it, and the call waited for ever."""
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        if (frame.f_code.co_name == "<module>"
+                and str(frame.f_globals.get("__name__", "")).startswith(f"{__package__}.")):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def register_xarray() -> None:

@@ -57,6 +57,30 @@ DEFAULTS: dict[str, Any] = {
     "sort": {"exchange": "auto", "min-bucket": 2**16, "max-pieces": 2**14},
     "batch": {"gpu-frame-bytes": 16 << 20, "gpu-decode-wait": 0.5, "gpu-decode-tasks": 32},
 }
+
+
+def _values_for_sections(section: Any, defaults: Mapping[str, Any],
+                         name: str = "dask-compact") -> list[tuple[str, Any]]:  # fmt: skip
+    """Each value that stands in ``section`` (dask's config at ``name``) where ``defaults``
+    has a section of settings, as (its dotted name, the value); None counts as unset."""
+    if section is None:
+        return []
+    if not isinstance(section, Mapping):
+        return [(name, section)]
+    out = []
+    for key, default in defaults.items():
+        if isinstance(default, Mapping):
+            sub = section.get(key, section.get(key.replace("-", "_")))
+            out.extend(_values_for_sections(sub, default, f"{name}.{key}"))
+    return out
+
+
+# A value where a section belongs (DASK_DASK_COMPACT=5, DASK_DASK_COMPACT__SORT=5), as the
+# environment or a YAML file gave it: registering the defaults below replaces it with the
+# defaults' section (dask.config.update), so it is read before and warned of at the first
+# call (_UnknownKeys.check). Until 2026-12-01 (thirteenth session) it was silently ignored.
+_GIVEN_FOR_SECTIONS = _values_for_sections(dask.config.get("dask-compact", default=None),
+                                           DEFAULTS)
 # shown by dask.config.get("dask-compact") and by dask's config tooling
 dask.config.update_defaults({"dask-compact": DEFAULTS})
 
@@ -259,6 +283,13 @@ def _unknown_among(keys: list[str]) -> list[tuple[str, str | None]]:
     return out
 
 
+def _get_in(section: Any, key: str) -> Any:
+    """The value at the dotted ``key`` of the nested mappings ``section``."""
+    for part in key.split("."):
+        section = section[part]
+    return section
+
+
 def _skeleton(section: Mapping[str, Any]) -> dict[str, Any]:
     """A copy of ``section``'s nested mappings holding the same leaf objects: it compares equal
     to ``section`` while no key was added or removed and no value replaced (a leaf left in place
@@ -283,6 +314,7 @@ class _UnknownKeys:
         self.seen: Any = None
         self.stray_seen: Any = None  # the same two for the section compact
         self.stray_checked: set[str] = set()
+        self.given = list(_GIVEN_FOR_SECTIONS)  # values given for sections, not yet warned of
 
     def check(self) -> None:
         stray = dask.config.config.get("compact")
@@ -300,14 +332,30 @@ class _UnknownKeys:
             pass
         with self.lock:
             new: list[tuple[str, str | None]] = []
+            given, self.given = self.given, []
             if isinstance(section, Mapping):
                 keys = [k for k in _flat(section) if k not in self.checked]
                 new = _unknown_among(keys)
                 self.checked.update(keys)
                 self.seen = _skeleton(section)
             else:
+                if section is not None:  # set so since the import (dask.config.set)
+                    given.append(("dask-compact", section))
                 self.seen = section
         level = _user_level()
+        sections = {key.rpartition(".")[0] for key in KINDS} - {""}
+        given += [(f"dask-compact.{key}", _get_in(section, key)) for key, _ in new
+                  if key.replace("_", "-") in sections]  # fmt: skip
+        new = [(key, close) for key, close in new if key.replace("_", "-") not in sections]
+        for name, value in given:
+            within = name.partition(".")[2].replace("_", "-")
+            keys = [k for k in KINDS if not within or k.startswith(within + ".")]
+            example = "sort.min-bucket" if not within else keys[0]
+            warnings.warn(f"setting {name} is {value!r}, a value where dask-compact takes a "
+                          f"section of settings ({', '.join(keys)}): it is ignored, the "
+                          f"defaults used. Set the keys under it, e.g. dask-compact.{example} "
+                          f"(the environment variable {env_name(example)})", UserWarning,
+                          stacklevel=level)  # fmt: skip
         for key, close in new:
             hint = f"; did you mean dask-compact.{close}?" if close else ""
             warnings.warn(f"unknown setting dask-compact.{key} is ignored{hint} (the settings "

@@ -51,7 +51,7 @@ import numpy as np
 from dask.base import tokenize
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 
-from . import client_stream, settings
+from . import client_stream, remade, settings
 from .backends.numpy_sort import half_keys
 from .dispatch import sort_bounds, sort_chunk, sort_merge
 from .graph import _extend, _meta, computed_call, input_form
@@ -560,8 +560,10 @@ def build_sort(x: da.Array, indices: bool, buckets: int, local: str = "auto",
     # The exchange's keys name its cut too: the same input cut another way (another
     # exchange mode, or its chunks held by other workers) is another graph, which under the
     # same keys distributed warns of ("Detected different run_spec") and may mix with the
-    # first one's pieces where both are alive.
-    token = tokenize(token, group, where, holders)
+    # first one's pieces where both are alive. And its bounds: the merges' run specs check
+    # them once remade (.remade.expect_sorted), so another call that cut the same input's
+    # name elsewhere (a store rewritten in place, read again) must not take this one's keys.
+    token = tokenize(token, group, where, holders, bounds)
     out = f"sort-{'indices' if indices else 'values'}-out-{token}"
     if holders is not None:
         result, finish = _exchange_ipc(list(sources.values()), bounds, group, where, holders,
@@ -574,16 +576,18 @@ def build_sort(x: da.Array, indices: bool, buckets: int, local: str = "auto",
     merges: dict[Any, Any] = {}
     merge_worker: dict[Any, str] = {}
     chunks = []
+    checks: dict[Any, tuple] = {}  # merge key -> how its pieces are cut (.remade.checked_sort)
     single = len(where) == 1  # one group: the merges read their pieces from the chunks
     for j in map(int, np.flatnonzero(totals)):
         grp = int(group[j])
         first = int(np.searchsorted(group, grp))  # the group's buckets: where its slices lie
         last = int(np.searchsorted(group, grp, side="right"))
         keys: dict[str, list] = {name: [] for name in pieces}
-        cuts = []
+        cuts, based = [], []
         for c in map(int, np.flatnonzero(counts[:, j])):
             lo = 0 if single else int(bounds[c, first])
             cuts.append((int(bounds[c, j]) - lo, int(bounds[c, j + 1]) - lo))
+            based.append((int(starts[c]) + lo, *cuts[-1]))
             for (name, tasks), arr in zip(pieces.items(), sources.values()):
                 if single:
                     keys[name].append((arr.name, c))
@@ -593,6 +597,7 @@ def build_sort(x: da.Array, indices: bool, buckets: int, local: str = "auto",
         vkeys, *ikeys = keys.values()
         key = (out, len(chunks))
         merges[key] = (_merge, vkeys, ikeys[0] if ikeys else None, cuts, local)
+        checks[key] = (vkeys, _edges(split_v, split_i, j), based)
         if where[grp] is not None:
             merge_worker[key] = where[grp]
         chunks.append(int(totals[j]))
@@ -617,7 +622,16 @@ def build_sort(x: da.Array, indices: bool, buckets: int, local: str = "auto",
     # drops the merges' worker annotations (the graph holds only these layers over persisted
     # chunks, so there is nothing to cull or fuse).
     (result,) = client_stream.persist(result, optimize_graph=False)
+    remade.expect_sorted_from(result, checks, "argsort" if indices else "sort")
     return result
+
+
+def _edges(split_v: np.ndarray, split_i: np.ndarray, j: int) -> tuple:
+    """The splitters bounding bucket ``j`` (values, global indices) and where each cuts its
+    pieces (0: the bucket's start, 1: its end), for :func:`.remade.checked_sort`."""
+    lo, hi = max(j - 1, 0), min(j + 1, split_v.size)
+    at = ((0,) if j > 0 else ()) + ((1,) if j < split_v.size else ())
+    return split_v[lo:hi], split_i[lo:hi], at
 
 
 def _exchange_ipc(sources: list, bounds: np.ndarray, group: np.ndarray, where: list,

@@ -379,6 +379,28 @@ def test_first_calls_from_several_threads_at_once():
     assert res.returncode == 0 and "ok" in res.stdout, res.stderr[-2000:]
 
 
+@pytest.mark.parametrize("module", ["joined_chunks", "direct", "records_graph", "sort_graph",
+                                    "stable_split"])
+def test_a_module_that_imports_dask_array_first_registers_the_method(module):
+    """A module of ours that imports ``dask.array`` imported first, in a fresh interpreter (as
+    a worker process that has not imported ``dask.array`` unpickles a task naming one of its
+    functions): the method is registered, with its docs once ``api`` is imported. Until
+    2026-12-01 (thirteenth session) ``import dask_compact.joined_chunks`` raised a circular
+    ImportError (the registration imported ``api``, which imports ``joined_chunks`` half made):
+    on a LocalCluster whose workers had not imported ``dask.array``, a ``sort`` that joins
+    small chunks closed them, and waited for ever."""
+    import subprocess
+    import sys
+
+    code = (f"import dask_compact.{module}, sys, dask.array as da\n"
+            "assert hasattr(da.Array, 'map_compact')\n"
+            "import dask_compact.api\n"
+            "assert da.Array.map_compact.__doc__.startswith('Select the elements')\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+
+
 @pytest.mark.parametrize("chunk_dtype, declared", HIDDEN_TIMES)
 def test_times_in_chunks_of_another_unit_or_byte_order_than_declared(chunk_dtype, declared):
     """The values were the chunk's bits read in the declared dtype: seconds as milliseconds

@@ -145,6 +145,25 @@ def test_sentinel_comparisons_outside_the_dtype_run_fused(id_dtype, n, monkeypat
         assert_same(compact_records(f, pred, indices=True), reference(f, mask, True))
 
 
+@pytest.mark.parametrize("on_dask", [False, True])
+def test_a_closure_over_a_row_mask_is_refused_saying_to_pass_it_as_a_field(on_dask):
+    """``lambda: mask`` (a NumPy mask of all the rows from outside) was refused with the
+    general "not elementwise" message, and ``lambda id: mask & (id > 3)`` with NumPy's bare
+    broadcast error (until 2026-12-01, thirteenth session): each now names the array it
+    reads and says to pass the mask as a field, which then selects as NumPy does."""
+    f = particles(101)
+    mask = np.random.default_rng(4).random(101) > 0.5
+    fields = {k: da.from_array(v, chunks=30) for k, v in f.items()} if on_dask else f
+    for pred in (lambda: mask, lambda id: mask & (id > 3)):
+        with pytest.raises(NotElementwise, match=r"reads `mask` \(shape \(101,\)\) from "
+                           r"outside.*goes in as a field") as refused:  # fmt: skip
+            compact_records(fields, pred)
+        assert 'compact_records({**fields, "keep": mask}, "keep")' in str(refused.value)
+    keep = da.from_array(mask, chunks=30) if on_dask else mask
+    got = compact_records({**fields, "keep": keep}, lambda keep, id: keep & (id > 3))
+    assert_same({k: got[k] for k in f}, reference(f, mask & (f["id"] > 3)))
+
+
 def test_errors_before_anything_runs():
     f = particles(10)
     with pytest.raises(ValueError, match="same number of rows"):

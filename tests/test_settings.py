@@ -325,6 +325,25 @@ def test_a_variable_without_dask_s_own_prefix_warns_naming_the_one_dask_reads():
     _warned_in_two_calls("setting compact.", 0, {"DASK_COMPACT__SOMETHING_ELSE": "5"})
 
 
+@pytest.mark.parametrize(("env", "name"), [("DASK_DASK_COMPACT", "dask-compact"),
+                                           ("DASK_DASK_COMPACT__SORT", "dask-compact.sort")])
+def test_a_value_for_a_section_warns(env, name):
+    # DASK_DASK_COMPACT=5 (a value where the section of settings belongs): registering the
+    # defaults replaced it with theirs, so until 2026-12-01 (thirteenth session) it was
+    # silently ignored; now the first call warns, naming it and a variable dask reads
+    out = _warned_in_two_calls("a value where dask-compact takes a section", 1, {env: "5"})
+    assert f"setting {name} is 5" in out and "DASK_DASK_COMPACT__SORT__" in out
+
+
+def test_a_value_set_for_a_section_warns(monkeypatch):
+    # the same, set once the package is imported: every key's default was used silently
+    monkeypatch.setattr(settings, "_unknown", settings._UnknownKeys())
+    for where, value in (("dask-compact", 5), ("dask-compact.cache", "big")):
+        with dask.config.set({where: value}), pytest.warns(UserWarning) as caught:
+            assert settings.get("sort.min-bucket") == settings.DEFAULTS["sort"]["min-bucket"]
+        assert [str(w.message).split(",")[0] for w in caught] == [f"setting {where} is {value!r}"]
+
+
 def test_a_bad_setting_on_one_worker_names_that_worker(tmp_path):
     """A bad value in one worker's environment (``DASK_DASK_COMPACT__CACHE__MEMORY_ENTRIES=abc``
     there only) raised a SettingError telling the user to change it "where it is set",

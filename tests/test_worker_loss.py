@@ -360,11 +360,40 @@ def test_a_split_or_records_result_remade_from_a_rewritten_zarr_store_raises(tmp
 
 
 def _unchecked_results(name: str, dask_scheduler=None) -> list:
-    """On the scheduler: the keys of the result ``name`` whose run spec checks no length."""
+    """On the scheduler: the keys of the result ``name`` whose run spec checks no length (nor,
+    for a sort, where its pieces are cut)."""
     from dask._task_spec import Task
 
     from dask_compact import remade
 
     return [str(k) for k, ts in dask_scheduler.tasks.items() if isinstance(k, tuple)
-            and k[0] == name and not (isinstance(ts.run_spec, Task)
-                                      and ts.run_spec.func is remade.checked)]
+            and k[0] == name and not (isinstance(ts.run_spec, Task) and ts.run_spec.func
+                                      in (remade.checked, remade.checked_sort))]
+
+
+@pytest.mark.parametrize(("call", "workers"), [("sort", 2), ("argsort", 2), ("sort", 1)])
+def test_a_sort_remade_from_a_rewritten_zarr_store_raises(tmp_path, call, workers):
+    """As above, for ``sort`` and ``argsort`` over 2 workers (each group of buckets merged on
+    one, from slices of the chunks) and 1 (the merges cut the chunks themselves). Found by the
+    twelfth session's worker-loss probe (2026-12-01): the remade merges cut each remade
+    sorted chunk at the bounds the histogram had recorded, so the result kept its chunk sizes
+    but was neither the old data's sort nor the new data's, unsorted, with no error. Its
+    merges now check where their pieces are cut once they are remade."""
+    rng = np.random.default_rng(8)
+    z, a, p = _zarr_input(tmp_path, rng)
+    with cluster_for_kills(n_workers=workers, threads_per_worker=1) as client:
+        y = getattr(dask_compact, call)(da.from_zarr(p), buckets=4)
+        assert y.numblocks[0] == 4
+        want = np.sort(a) if call == "sort" else np.argsort(a, kind="stable")
+        np.testing.assert_array_equal(y.compute(), want)
+        deadline = time.monotonic() + 30
+        while client.run_on_scheduler(_unchecked_results, y.name):  # the checks installed
+            assert time.monotonic() < deadline, "the merges' checks never reached the scheduler"
+            time.sleep(0.05)
+        _kill_all(client)  # the same data, remade: no false alarm
+        np.testing.assert_array_equal(y.compute(), want)
+        z[:] = rng.random(a.shape)  # rewritten in place
+        _kill_all(client)
+        with pytest.raises(Exception, match=f"the input changed since the result.*{call}") as e:
+            y.compute()
+        assert type(e.value).__name__ == "InputChangedError"
