@@ -505,36 +505,52 @@ def test_an_input_rewritten_between_two_jobs_of_one_process(tmp_path, name):
     _two_versions(tmp_path, name)
 
 
-def test_an_input_rewritten_between_two_jobs_on_one_cluster(tmp_path):
-    """The same on a running cluster, whose one worker process serves both jobs."""
+def _local_cluster(n_workers: int):
     from distributed import LocalCluster
 
-    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
-                      dashboard_address=":0") as cluster:
-        for name in REWRITES:
-            _two_versions(tmp_path, name, "--scheduler", cluster.scheduler_address)
+    return LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True,
+                        dashboard_address=":0")
+
+
+# The running clusters the jobs below are given by --scheduler, one of each size for the
+# module: a cluster a test was a start and a close apiece (2026-12-01 (thirteenth session), CI
+# time). The jobs leave them as they were (a worker the test adds goes with it).
+@pytest.fixture(scope="module")
+def one_worker_cluster():
+    with _local_cluster(1) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="module")
+def two_worker_cluster():
+    with _local_cluster(2) as cluster:
+        yield cluster
+
+
+def test_an_input_rewritten_between_two_jobs_on_one_cluster(tmp_path, one_worker_cluster):
+    """The same on a running cluster, whose one worker process serves both jobs."""
+    for name in REWRITES:
+        _two_versions(tmp_path, name, "--scheduler", one_worker_cluster.scheduler_address)
 
 
 @pytest.mark.skipif(device_count() > 0, reason="refusals for workers without a GPU")
-def test_device_gpu_on_a_cluster_without_gpus_is_refused_before_the_job(npy, tmp_path):
+def test_device_gpu_on_a_cluster_without_gpus_is_refused_before_the_job(npy, tmp_path,
+                                                                        two_worker_cluster):
     """--device gpu on a running cluster whose workers cannot use a GPU: a usage error saying
     so before anything is written (until 2026-11-30 the job failed in its first task with
     CUDA's or CuPy's own error); --device auto computes on the CPUs there."""
-    from distributed import LocalCluster
-
     path, a = npy
     out = tmp_path / "o.zarr"
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                      dashboard_address=":0") as cluster:
-        res = run(path, out, "-w", "x > 0.25", "--scheduler", cluster.scheduler_address,
-                  "--device", "gpu", code=2)
-        # no CuPy here (the CI machine), or CuPy without a driver on the workers
-        assert "--device gpu: " in res.output, res.output
-        assert ("cupy is not installed" in res.output
-                or "2 of the cluster's workers cannot use a GPU" in res.output), res.output
-        assert not out.exists() and not litter(tmp_path)
-        run(path, out, "-w", "x > 0.25", "--scheduler", cluster.scheduler_address,
-            "--device", "auto")
+    cluster = two_worker_cluster
+    res = run(path, out, "-w", "x > 0.25", "--scheduler", cluster.scheduler_address,
+              "--device", "gpu", code=2)
+    # no CuPy here (the CI machine), or CuPy without a driver on the workers
+    assert "--device gpu: " in res.output, res.output
+    assert ("cupy is not installed" in res.output
+            or "2 of the cluster's workers cannot use a GPU" in res.output), res.output
+    assert not out.exists() and not litter(tmp_path)
+    run(path, out, "-w", "x > 0.25", "--scheduler", cluster.scheduler_address,
+        "--device", "auto")
     np.testing.assert_array_equal(read_group(out)[1]["values"], a[a > 0.25])
 
 
@@ -543,24 +559,21 @@ def _lacks_dask_compact():
 
 
 def test_a_cluster_whose_workers_lack_dask_compact_is_one_error_line(npy, tmp_path,
-                                                                     monkeypatch):
+                                                                     monkeypatch,
+                                                                     two_worker_cluster):
     """On a cluster whose workers cannot import dask_compact the job ended with exit 1 and
     distributed's traceback of ~50 lines from the GPU check (``client.run(why_no_gpu)``,
     ending in ModuleNotFoundError; a probe, 2026-11-30). Now one ``Error:`` line naming the
     workers and what to install, exit 1 (the cluster, not the command line, is at fault);
     nothing written."""
-    from distributed import LocalCluster
-
     from dask_compact.batch import runner
 
     path, _ = npy
     out = tmp_path / "o.zarr"
     monkeypatch.setattr(runner, "why_no_gpu", _lacks_dask_compact)  # runs on the workers
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                      dashboard_address=":0") as cluster:
-        res = run(path, out, "-w", "x > 0.25", "--scheduler", cluster.scheduler_address,
-                  code=1)
-        workers = sorted(cluster.scheduler_info["workers"])
+    cluster = two_worker_cluster
+    res = run(path, out, "-w", "x > 0.25", "--scheduler", cluster.scheduler_address, code=1)
+    workers = sorted(cluster.scheduler_info["workers"])
     lines = res.output.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("Error: "), res.output
     assert (f"2 of the cluster's 2 workers ({', '.join(workers)}) cannot import dask_compact "
@@ -569,20 +582,20 @@ def test_a_cluster_whose_workers_lack_dask_compact_is_one_error_line(npy, tmp_pa
     assert not out.exists() and not litter(tmp_path)
 
 
-def test_a_worker_without_dask_compact_stops_a_cpu_job_before_it_starts(npy, tmp_path):
+def test_a_worker_without_dask_compact_stops_a_cpu_job_before_it_starts(npy, tmp_path,
+                                                                         one_worker_cluster):
     """``--device cpu`` asks the workers nothing about GPUs: the job started, and failed
     where one of its tasks landed on that worker (``job failed: ModuleNotFoundError``), by
     the luck of placement (here its one chunk went to the other worker: exit 0). Every job
     on a cluster now first checks that its workers import dask_compact: one line naming the
     worker without it, exit 1."""
     from cluster_helpers import worker_named, worker_process
-    from distributed import Client, LocalCluster
+    from distributed import Client
 
     path, _ = npy
     out = tmp_path / "o.zarr"
+    cluster = one_worker_cluster
     with (
-        LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
-                     dashboard_address=":0") as cluster,
         Client(cluster, set_as_default=False) as client,
         worker_process(cluster.scheduler_address, tmp_path, "bare",
                        without_dask_compact=True),

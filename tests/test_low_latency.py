@@ -31,11 +31,32 @@ def _intervals(client) -> dict:
             "to_client": set(to_client), "worker": set(client.run(_worker_interval).values())}
 
 
+def _local_cluster():
+    return LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                        dashboard_address=":0", worker_dashboard_address=None)
+
+
 @pytest.fixture
 def cluster():
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                      dashboard_address=":0", worker_dashboard_address=None) as c:
+    """A cluster of the test's own: the tests that set intervals or scale it."""
+    with _local_cluster() as c:
         yield c
+
+
+@pytest.fixture(scope="module")
+def unchanged_cluster():
+    """One cluster for the tests that leave it as they found it (a refusal changes nothing;
+    the asynchronous client's test restores the intervals it sets): a cluster per test was
+    3-4 s of start and stop each (2026-12-01 (thirteenth session), CI time). Each checks
+    distributed's intervals first, so one left changed by another fails there."""
+    with _local_cluster() as c:
+        yield c
+
+
+def _assert_default_intervals(cluster) -> None:
+    with Client(cluster) as client:
+        got = _intervals(client)
+    assert got == {k: {v} for k, v in DEFAULT.items()}
 
 
 def test_sets_every_stream_now_and_later_and_restores(cluster):
@@ -81,16 +102,21 @@ def test_results_unchanged_and_default_client(cluster):
 
 
 @pytest.mark.parametrize("bad", [-1, "-2ms", "soon", float("nan")])
-def test_refuses_a_negative_interval(cluster, bad):
-    with Client(cluster) as client, pytest.raises(ValueError, match="interval"):
+def test_refuses_a_negative_interval(unchanged_cluster, bad):
+    _assert_default_intervals(unchanged_cluster)
+    with Client(unchanged_cluster) as client, pytest.raises(ValueError, match="interval"):
         dask_compact.low_latency(client, interval=bad)
+    _assert_default_intervals(unchanged_cluster)  # nothing set by a refused call
 
 
-def test_an_asynchronous_client_on_its_loop_is_refused_and_a_thread_works(cluster):
+def test_an_asynchronous_client_on_its_loop_is_refused_and_a_thread_works(unchanged_cluster):
     """In a coroutine the calls of an asynchronous client return coroutines: low_latency set
     only the client's own stream and never installed the plugins, with no error (a probe);
     refused now, changing nothing; through asyncio.to_thread it works."""
     import asyncio
+
+    cluster = unchanged_cluster
+    _assert_default_intervals(cluster)
 
     async def main():
         async with Client(cluster.scheduler_address, asynchronous=True) as client:
@@ -107,3 +133,4 @@ def test_an_asynchronous_client_on_its_loop_is_refused_and_a_thread_works(cluste
             assert set(to_worker) == {DEFAULT["to_worker"]}
 
     asyncio.run(main())
+    _assert_default_intervals(cluster)  # restored: the module's cluster as it was

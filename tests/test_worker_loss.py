@@ -86,6 +86,23 @@ def client3(_cluster3):
         yield c
 
 
+@pytest.fixture(scope="module")
+def _cluster1():
+    """One worker process of 2 threads, for the tests of a result remade from a rewritten
+    Zarr store: each kills the worker and waits for its replacement (:func:`_kill_all`), so
+    the next one meets a new worker process, as on a cluster of its own. A cluster each (7
+    tests) was a start and a close apiece (2026-12-01 (thirteenth session), CI time)."""
+    with cluster_for_kills(n_workers=1, threads_per_worker=2, set_as_default=False) as c:
+        yield c
+
+
+@pytest.fixture
+def client1(_cluster1):
+    """The module's cluster of 1, the default scheduler of the tests that ask for it alone."""
+    with client_as_default(_cluster1) as c:
+        yield c
+
+
 def test_the_tests_wait_for_a_killed_workers_replacement():
     """What the kill tests wait for (cluster_helpers.until_replaced): the dead worker gone
     from the scheduler, its replacement running with the direct path's handler, and the
@@ -254,7 +271,7 @@ def test_anchors_go_with_the_last_result_that_uses_them():
 
 @pytest.mark.parametrize("path", ["graph", "direct"])
 def test_a_result_without_its_empty_chunks_remade_from_a_rewritten_zarr_store_raises(
-        tmp_path, path):  # fmt: skip
+        tmp_path, path, client1):  # fmt: skip
     """As below, through the aliases of a result whose empty pieces were left out: the
     pieces behind them are checked as they are remade. (A piece that selected nothing is
     not part of the result any more, so data that only it would select now goes unnoticed,
@@ -264,16 +281,16 @@ def test_a_result_without_its_empty_chunks_remade_from_a_rewritten_zarr_store_ra
     p = str(tmp_path / "in.zarr")
     z = zarr.create_array(store=p, shape=a.shape, chunks=(10_000,), dtype=a.dtype)
     z[:] = a
-    with cluster_for_kills(n_workers=1, threads_per_worker=2) as client:
-        y = _compacted_on(p, path, lambda v: v < 0.00003)
-        assert y.name.endswith("-skipempty") and 0 not in y.chunks[0]
-        np.testing.assert_array_equal(y.compute(), a[a < 0.00003])
-        _until_checked(client)  # the direct path's sizes (and the checks with them) came
-        z[:] = np.zeros(a.shape)  # rewritten in place: every element selected now
-        _kill_all(client)
-        with pytest.raises(Exception, match="the input changed since the result") as e:
-            y.compute()
-        assert type(e.value).__name__ == "InputChangedError"
+    client = client1  # the module's cluster: its worker killed and replaced below
+    y = _compacted_on(p, path, lambda v: v < 0.00003)
+    assert y.name.endswith("-skipempty") and 0 not in y.chunks[0]
+    np.testing.assert_array_equal(y.compute(), a[a < 0.00003])
+    _until_checked(client)  # the direct path's sizes (and the checks with them) came
+    z[:] = np.zeros(a.shape)  # rewritten in place: every element selected now
+    _kill_all(client)
+    with pytest.raises(Exception, match="the input changed since the result") as e:
+        y.compute()
+    assert type(e.value).__name__ == "InputChangedError"
 
 
 def _zarr_input(tmp_path, rng) -> tuple:
@@ -299,23 +316,23 @@ def _compacted_on(store: str, path: str, pred) -> da.Array:
 
 
 @pytest.mark.parametrize("path", ["graph", "direct", "tasks"])
-def test_a_result_remade_from_a_rewritten_zarr_store_raises(tmp_path, path):
+def test_a_result_remade_from_a_rewritten_zarr_store_raises(tmp_path, path, client1):
     """A result of known length, its only worker killed after its Zarr input was rewritten
     in place: its pieces are remade from the new data. They selected another number of
     elements and the result silently changed length; now using it raises, saying the input
     changed."""
     rng = np.random.default_rng(5)
     z, a, p = _zarr_input(tmp_path, rng)
-    with cluster_for_kills(n_workers=1, threads_per_worker=2) as client:
-        y = _compacted_on(p, path, lambda v: v > 0.5)
-        assert len(y) == int((a > 0.5).sum())
-        np.testing.assert_array_equal(y.compute(), a[a > 0.5])
-        _until_checked(client)  # the direct path's sizes (and the checks with them) came
-        z[:] = rng.random(a.shape)  # rewritten in place
-        _kill_all(client)
-        with pytest.raises(Exception, match="the input changed since the result") as e:
-            y.compute()
-        assert type(e.value).__name__ == "InputChangedError"
+    client = client1  # the module's cluster: its worker killed and replaced below
+    y = _compacted_on(p, path, lambda v: v > 0.5)
+    assert len(y) == int((a > 0.5).sum())
+    np.testing.assert_array_equal(y.compute(), a[a > 0.5])
+    _until_checked(client)  # the direct path's sizes (and the checks with them) came
+    z[:] = rng.random(a.shape)  # rewritten in place
+    _kill_all(client)
+    with pytest.raises(Exception, match="the input changed since the result") as e:
+        y.compute()
+    assert type(e.value).__name__ == "InputChangedError"
 
 
 def test_the_module_cluster_serves_only_the_tests_that_ask_for_it():
@@ -330,7 +347,8 @@ def test_the_module_cluster_serves_only_the_tests_that_ask_for_it():
 
 
 @pytest.mark.parametrize("call", ["partition", "records"])
-def test_a_split_or_records_result_remade_from_a_rewritten_zarr_store_raises(tmp_path, call):
+def test_a_split_or_records_result_remade_from_a_rewritten_zarr_store_raises(tmp_path, call,
+                                                                            client1):
     """As above, for ``partition`` and ``compact_records`` (found by the twelfth session's
     worker-loss probe, 2026-12-01): their eager results' pieces were remade unchecked (the
     records' only for the field whose sizes were read), so after the rewrite and the loss
@@ -338,25 +356,25 @@ def test_a_split_or_records_result_remade_from_a_rewritten_zarr_store_raises(tmp
     50039 against 50159, with chunks of other sizes than the result's, and no error."""
     rng = np.random.default_rng(6)
     z, a, p = _zarr_input(tmp_path, rng)
-    with cluster_for_kills(n_workers=1, threads_per_worker=2) as client:
-        x = da.from_zarr(p)
-        m = a > 0.5
-        if call == "partition":
-            y, k = dask_compact.partition(x, "x > 0.5")
-            assert k == int(m.sum())
-            np.testing.assert_array_equal(y.compute(), np.concatenate([a[m], a[~m]]))
-        else:
-            y = dask_compact.compact_records({"x": x, "y": x * 2}, "x > 0.5")["y"]
-            np.testing.assert_array_equal(y.compute(), a[m] * 2)
-        deadline = time.monotonic() + 30
-        while client.run_on_scheduler(_unchecked_results, y.name):  # the checks installed
-            assert time.monotonic() < deadline, "the pieces' checks never reached the scheduler"
-            time.sleep(0.05)
-        z[:] = rng.random(a.shape)  # rewritten in place
-        _kill_all(client)
-        with pytest.raises(Exception, match="the input changed since the result") as e:
-            y.compute()
-        assert type(e.value).__name__ == "InputChangedError"
+    client = client1  # the module's cluster: its worker killed and replaced below
+    x = da.from_zarr(p)
+    m = a > 0.5
+    if call == "partition":
+        y, k = dask_compact.partition(x, "x > 0.5")
+        assert k == int(m.sum())
+        np.testing.assert_array_equal(y.compute(), np.concatenate([a[m], a[~m]]))
+    else:
+        y = dask_compact.compact_records({"x": x, "y": x * 2}, "x > 0.5")["y"]
+        np.testing.assert_array_equal(y.compute(), a[m] * 2)
+    deadline = time.monotonic() + 30
+    while client.run_on_scheduler(_unchecked_results, y.name):  # the checks installed
+        assert time.monotonic() < deadline, "the pieces' checks never reached the scheduler"
+        time.sleep(0.05)
+    z[:] = rng.random(a.shape)  # rewritten in place
+    _kill_all(client)
+    with pytest.raises(Exception, match="the input changed since the result") as e:
+        y.compute()
+    assert type(e.value).__name__ == "InputChangedError"
 
 
 def _unchecked_results(name: str, dask_scheduler=None) -> list:
