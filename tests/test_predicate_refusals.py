@@ -95,6 +95,26 @@ def test_an_array_the_shape_of_the_input_in_a_predicate_is_refused_clearly():
                                   b[b > per_column])
 
 
+@pytest.mark.parametrize("n", [1, 33, 1025])
+def test_a_predicate_returning_a_mask_of_the_whole_input_is_told_to_select_by_it(n):
+    """``lambda v: mask``, ``mask`` a boolean array of the whole input, gave a chunk a mask of
+    another shape: refused with the general "not elementwise: it returned shape (101,) for a
+    chunk of shape (64,)" (a twelfth-session probe). Now refused naming the array it reads
+    and pointing to selecting by the mask itself, which gives NumPy's answer."""
+    a = np.random.default_rng(n).random(n + 2)
+    mask = a > 0.5
+    x = da.from_array(a, chunks=max(1, n // 2))
+    for call in (lambda: x.map_compact(lambda v: mask),
+                 lambda: dask_compact.compact_array(a, lambda v: mask),
+                 lambda: dask_compact.compact_array(a[:n], lambda v: mask)):
+        with pytest.raises(NotElementwise, match=r"it reads `mask` \(shape") as info:
+            call()
+        assert "dask_compact.compact(x, mask)" in str(info.value)
+    np.testing.assert_array_equal(dask_compact.compact(x, mask).compute(), a[mask])
+    np.testing.assert_array_equal(dask_compact.compact(x, da.from_array(mask, chunks=x.chunks))
+                                  .compute(), a[mask])
+
+
 def test_an_array_aligned_with_nd_input_names_the_test_sample_not_a_chunk():
     """An (n, 1) array in a predicate on (n, 3) input is refused by the check on a sample of
     rows made before anything runs; the message called that sample "a chunk of shape (21,

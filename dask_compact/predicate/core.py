@@ -265,7 +265,9 @@ class Predicate:
             # some callables cannot run on none (np.vectorize without otypes: NumPy will not
             # guess an output type from size 0, and map_compact's empty test chunk failed)
             return xp.zeros(a.shape, dtype=bool)
-        m = check_mask(self._call(a, what), a, self.source, xp)
+        got = self._call(a, what)
+        self._refuse_outside_mask(got, a, what)
+        m = check_mask(got, a, self.source, xp)
         self._check_slices(a, m, xp, every_row, what)
         return m
 
@@ -289,6 +291,23 @@ class Predicate:
                 "the whole input, compute the condition on the dask array (m = x > t) and use "
                 "dask_compact.compact(x, m)."
             ) from None
+
+    def _refuse_outside_mask(self, got: Any, a: Any, what: str) -> None:
+        """Raise, saying what works, where the callable returned booleans of another shape than
+        ``a`` and reads an array from outside: most often a mask of the whole input (``lambda
+        v: mask``). Until 2026-12-01 (thirteenth session) it had the general message, which
+        spoke of shapes only (the records' twin is ``fields.record_mask``'s)."""
+        if (str(getattr(got, "dtype", "")) != "bool" or tuple(got.shape) in ((), tuple(a.shape))
+                or not outside_arrays(self.func)):
+            return
+        held = ", ".join(f"`{k}` (shape {tuple(v.shape)})" for k, v in outside_arrays(self.func))
+        raise NotElementwise(
+            f"predicate {self.source} returned shape {tuple(got.shape)} for {what} (shape "
+            f"{tuple(a.shape)}); it reads {held} from outside: a predicate gets one chunk (or a "
+            "slice of one) at a time, so a mask of the whole input does not line up with it. "
+            "Select by the mask itself: dask_compact.compact(x, mask) (or, in memory, NumPy's "
+            "a[mask])."
+        )
 
     def _check_slices(self, a: Any, m: Any, xp: Any, every_row: bool = False,
                       what: str = "a chunk") -> None:
@@ -319,6 +338,8 @@ class Predicate:
                     "(a statistic or an element of the chunk, its size...). Use elementwise "
                     "operations only; compute statistics on the dask array first."
                 ) from None
+            self._refuse_outside_mask(got, a[sl], f"rows {sl.start}:{sl.stop} of {what} of "
+                                                 f"{a.shape[0]} rows")
             return check_mask(got, a[sl], self.source, xp)
 
         check_parts(part, m, a.shape[0], self.source, xp, every_row)
@@ -523,6 +544,29 @@ def check_sample(dtype: np.dtype, n: int = 64, like: Any = None) -> Any:
 
 def _in_type_of(a: np.ndarray, like: Any) -> Any:
     return a if like is None or isinstance(like, np.ndarray) else array_module(like).asarray(a)
+
+
+def outside_arrays(func: Any) -> list[tuple[str, Any]]:
+    """The arrays (of one axis or more) that ``func`` reads from its closure's cells or from
+    the globals, by name."""
+    code = getattr(func, "__code__", None)
+    if code is None:
+        return []
+    pairs = [(k, c.cell_contents) for k, c in zip(code.co_freevars, func.__closure__ or ())
+             if _filled(c)]  # fmt: skip
+    glob = getattr(func, "__globals__", {})
+    pairs += [(k, glob.get(k)) for k in code.co_names]
+    # an array's shape is a tuple; a module (numpy: np.dtype, np.shape) has the names too
+    return [(k, v) for k, v in pairs
+            if hasattr(v, "dtype") and isinstance(getattr(v, "shape", None), tuple) and v.shape]
+
+
+def _filled(cell: Any) -> bool:
+    try:
+        _ = cell.cell_contents
+    except ValueError:  # a cell not yet assigned
+        return False
+    return True
 
 
 def check_mask(m: Any, a: Any, source: str, xp: Any = np) -> Any:

@@ -26,6 +26,7 @@ from .core import (
     check_mask,
     check_parts,
     failed_on,
+    outside_arrays,
     read_only,
     refuse_writes,
 )
@@ -146,34 +147,13 @@ def _rows_advice(func: Any) -> str:
     mask & (b > 3)``), named where found among its closure's cells and the globals it reads.
     Until 2026-12-01 (thirteenth session) the first was refused with the general "not
     elementwise" message, the second with NumPy's broadcast error alone (a records probe)."""
-    outside = [f"`{k}` (shape {tuple(v.shape)})" for k, v in _outside_arrays(func)]
+    outside = [f"`{k}` (shape {tuple(v.shape)})" for k, v in outside_arrays(func)]
     held = f"; it reads {', '.join(outside)} from outside" if outside else ""
     return (f"{held}: a record predicate gets one chunk of each field at a time (and first a "
             "test sample of a few rows), so an array of all the rows from outside it does not "
             "line up with them. A boolean mask of the rows goes in as a field the predicate "
             'reads: compact_records({**fields, "keep": mask}, "keep"), or, with conditions '
             'on other fields, a predicate such as lambda keep, b: keep & (b > 3)')
-
-
-def _outside_arrays(func: Any) -> list[tuple[str, Any]]:
-    """The arrays (of one axis or more) that ``func`` reads from its closure's cells or from
-    the globals, by name."""
-    code = getattr(func, "__code__", None)
-    if code is None:
-        return []
-    pairs = [(k, c.cell_contents) for k, c in zip(code.co_freevars, func.__closure__ or ())
-             if _filled(c)]  # fmt: skip
-    glob = getattr(func, "__globals__", {})
-    pairs += [(k, glob.get(k)) for k in code.co_names]
-    return [(k, v) for k, v in pairs if hasattr(v, "dtype") and len(getattr(v, "shape", ())) >= 1]
-
-
-def _filled(cell: Any) -> bool:
-    try:
-        _ = cell.cell_contents
-    except ValueError:  # a cell not yet assigned
-        return False
-    return True
 
 
 def record_mask(p: Predicate, fields: dict[str, Any], n: int, xp: Any = None, *,
@@ -206,7 +186,7 @@ def record_mask(p: Predicate, fields: dict[str, Any], n: int, xp: Any = None, *,
         e.add_note(failed_on(p.source, "the fields", next(iter(read.values()), like)))
         raise
     if (str(getattr(got, "dtype", "")) == "bool" and tuple(got.shape) not in ((), (n,))
-            and _outside_arrays(func)):
+            and outside_arrays(func)):
         raise NotElementwise(f"record predicate {p.source} returned shape {tuple(got.shape)} "
                              f"for {n} rows{_rows_advice(func)}")  # fmt: skip
     m = check_mask(got, like, p.source, xp)
