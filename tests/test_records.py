@@ -821,3 +821,43 @@ def test_gpu_column_tables_stay_pinned_until_copied_from_threads(monkeypatch):
         watching[0] = False
         crc._tables.clear()
     assert not early, f"{len(early)} pinned tables let go before their copies ran"
+
+
+def test_the_gather_pool_is_made_once_by_threads_calling_at_once(monkeypatch):
+    """Two threads' first large in-memory calls at once each made the fields' gather pool and
+    one was left idle for the process's life (until 2026-12-01, thirteenth session): made
+    under a lock now. The pool's making is slowed so that the threads meet there."""
+    import concurrent.futures
+    import threading
+    import time
+
+    from dask_compact.backends import numpy_records
+
+    made = []
+    real = concurrent.futures.ThreadPoolExecutor
+
+    class Slow(real):  # type: ignore[misc, valid-type]
+        def __init__(self, *args, **kwargs):
+            time.sleep(0.05)
+            super().__init__(*args, **kwargs)
+            made.append(self)
+
+    monkeypatch.setattr(concurrent.futures, "ThreadPoolExecutor", Slow)
+    monkeypatch.setattr(numpy_records, "_pool", None)
+    start = threading.Barrier(4)
+    got = []
+
+    def first_call():
+        start.wait()
+        got.append(numpy_records._thread_pool(2))
+
+    threads = [threading.Thread(target=first_call) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    try:
+        assert len(made) == 1 and all(p is made[0] for p in got)
+    finally:
+        for p in made:
+            p.shutdown()

@@ -17,6 +17,7 @@ numba's) are imported where the compiled path is taken, and the predicate pass a
 from __future__ import annotations
 
 import logging
+import threading
 from types import ModuleType
 from typing import Any
 
@@ -60,15 +61,19 @@ def _bits_from_mask(m: np.ndarray, n: int) -> tuple[np.ndarray, int]:
 # runs chunks in parallel).
 _THREADED_BYTES = 1 << 24
 _pool: Any = None
+# Two threads' first large calls at once each made a pool, one left idle for the process's
+# life (until 2026-12-01, thirteenth session, read by a probe of calls made in tasks).
+_pool_lock = threading.Lock()
 
 
 def _thread_pool(threads: int) -> Any:
     global _pool
-    if _pool is None or _pool._max_workers < threads:
-        from concurrent.futures import ThreadPoolExecutor
+    with _pool_lock:
+        if _pool is None or _pool._max_workers < threads:
+            from concurrent.futures import ThreadPoolExecutor
 
-        _pool = ThreadPoolExecutor(threads, thread_name_prefix="dask_compact-gather")
-    return _pool
+            _pool = ThreadPoolExecutor(threads, thread_name_prefix="dask_compact-gather")
+        return _pool
 
 
 def predicate_bits(
