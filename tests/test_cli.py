@@ -741,11 +741,15 @@ def test_summary_process_age_counts_from_the_process_start():
     create_time counts from a boot time cut to whole seconds: up to a second too long)."""
     code = ("import time; t0 = time.time(); from dask_compact.batch.job import process_age; "
             "a = process_age(); print(a - (time.time() - t0))")
+    before_t0 = []  # the interpreter's own start, before the code's first line
     for _ in range(3):
         r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                            check=True)
-        before_t0 = float(r.stdout)  # the interpreter's own start, before the code's first line
-        assert -0.02 <= before_t0 < 0.75, before_t0
+        before_t0.append(float(r.stdout))
+    # never shorter than the code's own time; the start's length varies with the machine's
+    # load (0.78 s once in a CI run beside other jobs, 2026-12-01), so the bound is on the
+    # shortest of the three
+    assert min(before_t0) >= -0.02 and min(before_t0) < 0.75, before_t0
 
 
 # -- the memory budget: what the summary says the job holds, and what it holds ---------------
