@@ -419,6 +419,10 @@ _WORDS = (
 _CUMULATIVE_ADVICE = re.compile(
     r"Compute the condition first as a field of its own \(e\.g\. fields\['keep'\] = "
     r"da\.cumsum\((.+?)\) > 0\) and select by it, compact_records\(fields, 'keep'\)\.")
+# and its advice for a value per row of a field with trailing axes (a reduction's refusal)
+_PER_ROW_ADVICE = re.compile(
+    r"A value per row of a field with trailing axes \(a row's sum, `(.+?)\.sum\(axis=1\)`\) "
+    r"goes in as a field of its own: `compact_records\(.*?\)`\.")
 
 
 def in_accessor_words(e: Exception, call: str) -> Exception:
@@ -432,6 +436,9 @@ def in_accessor_words(e: Exception, call: str) -> Exception:
     said = _CUMULATIVE_ADVICE.sub(
         r"Compute the condition first as a boolean DataArray and pass it as cond, e.g. "
         r"ds.compact.where(ds['\1'].cumsum(dim) > 0).", said)
+    said = _PER_ROW_ADVICE.sub(
+        r"A value per row of a variable with other dimensions (a row's sum) goes in as a "
+        r"condition on it: ds.compact.where(ds['\1'].sum(OTHER_DIM) > t, dim).", said)
     try:
         return type(e)(f"{call}: {said}")
     except Exception:  # noqa: BLE001 - an exception class of other arguments: as it was

@@ -636,3 +636,18 @@ def test_the_accessor_s_refusals_name_the_accessor_and_its_variables():
         with pytest.raises((ValueError, TypeError), match=re.escape(said)) as refused:
             d.compact.where(cond, dim="event")
         assert "field" not in str(refused.value) and "record" not in str(refused.value)
+
+
+def test_a_reduction_per_row_is_told_the_condition_that_works():
+    """``np.sum(v, axis=1)`` over a variable of two dimensions is refused as a reduction; the
+    advice, in the accessor's words (thirteenth session), is a condition on the row sums,
+    which run gives NumPy's selection."""
+    rng = np.random.default_rng(31)
+    ds = xr.Dataset({"e": ("event", rng.random(41)), "v": (("event", "k"), rng.random((41, 3)))})
+    with pytest.raises(ValueError, match=re.escape("ds.compact.where(ds['v'].sum(OTHER_DIM)")) \
+            as refused:
+        ds.compact.where(lambda e, v: np.sum(v, axis=1) > e, dim="event")
+    assert "field" not in str(refused.value) and "compact_records" not in str(refused.value)
+    got = ds.compact.where(ds["v"].sum("k") > ds["e"], dim="event")
+    keep = ds["v"].values.sum(axis=1) > ds["e"].values
+    np.testing.assert_array_equal(got["v"].values, ds["v"].values[keep])

@@ -188,7 +188,10 @@ def _record_reduction_error(name: str, fields: tuple[str, ...], operands: tuple
     """A reduction in a record predicate, naming the field(s) it reduces (those its operands
     read; every field the predicate takes where none is symbolic). Until 2026-12-01 it was
     refused in the one-array wording, `x.mean()` and `lambda v: v > m` (the eleventh
-    session's record probe)."""
+    session's record probe). A reduction per row of a field with trailing axes
+    (``np.sum(v, axis=1)``) is refused the same way, since a predicate's fields are cut
+    differently on the paths it runs on; since 2026-12-01 (thirteenth session, a review) its
+    way out, a field of its own, is said too: the whole-field statistic alone misled there."""
     read = sorted({v for o in operands if isinstance(o, Sym) for v in variables(o._node)})
     read = read or sorted(fields)
     which = (f"the field {read[0]!r}" if len(read) == 1
@@ -205,7 +208,10 @@ def _record_reduction_error(name: str, fields: tuple[str, ...], operands: tuple
         f"`{name}` of {which} is a reduction: inside a record predicate it would reduce each "
         "chunk of rows separately, not the whole field, so every chunk would be filtered "
         f"against its own statistic. Compute the statistic first, e.g. `m = float({f}.mean())` "
-        f"(`float({f}.mean().compute())` for a dask field) then `lambda {f}: {f} > m`."
+        f"(`float({f}.mean().compute())` for a dask field) then `lambda {f}: {f} > m`. A value "
+        f"per row of a field with trailing axes (a row's sum, `{f}.sum(axis=1)`) goes in as a "
+        f"field of its own: `compact_records({{**fields, 'row_sum': {f}.sum(axis=1)}}, "
+        "lambda row_sum: row_sum > t)`."
     )
 
 
