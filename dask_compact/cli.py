@@ -273,9 +273,11 @@ def compact_command(
         raise click.UsageError("give --scheduler or --scheduler-file, not both")
     _check_where_to_run(bool(address or scheduler_file), local_cluster, n_workers,
                         no_workers_timeout)
+    # the budget read first: a bad one is said at once, not after the wait for the scheduler
+    # file (up to --timeout; until 2026-12-01, thirteenth session, a review)
+    budget = _parse_budget(memory_budget)
     if scheduler_file is not None:
         _check_scheduler_file(scheduler_file, timeout)
-    budget = _parse_budget(memory_budget)
     ctx = click.get_current_context()
     # The entry-point scan, the early read of the first chunks and the GPU warm-up start now,
     # in the background, while the imports and the set-up below go on (see .batch.head_start).

@@ -757,6 +757,21 @@ def test_summary_process_age_counts_from_the_process_start():
 _UNITS = {"B": 1, "kB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12}
 
 
+def test_a_bad_memory_budget_is_said_before_the_wait_for_a_scheduler_file(npy, tmp_path):
+    # Until 2026-12-01 (thirteenth session, a review) the scheduler file was waited for first
+    # (up to --timeout), and only then was the budget refused.
+    import time
+
+    path, _ = npy
+    sched = tmp_path / "being-written.json"
+    sched.write_text("")  # a scheduler file not yet written: waited for
+    start = time.monotonic()
+    res = run(path, tmp_path / "o.zarr", "-w", "x > 0", "--scheduler-file", str(sched),
+              "--timeout", "20", "--memory-budget", "abc", code=2)
+    assert "--memory-budget" in res.output
+    assert time.monotonic() - start < 10
+
+
 @pytest.mark.parametrize("budget", ["", " ", "kB", "GiB", "-1", "0", "abc", "1e999", "1e400 kB"])
 def test_a_memory_budget_without_a_positive_number_is_refused(npy, tmp_path, budget):
     # Until 2026-12-01 (a new-user probe) dask's parse_bytes read "" and " " as 1 byte and a
