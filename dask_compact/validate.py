@@ -306,11 +306,13 @@ def _masked_advice(call: str, in_memory: bool, source: str | None = None) -> str
     if in_memory and call in ("compact_array", "compact_into", "partition_array"):
         return (f"Say what masked elements mean, e.g. never selected: "
                 f"`dask_compact.{call}(np.ma.filled(a, np.nan), ...)` {never}")
-    if in_memory and call in ("compact_records", "compact_records_into"):
-        a = source or "a"
+    if call in ("compact_records", "compact_records_into"):
+        # dask fields as in-memory ones, in dask's calls (until 2026-12-01, thirteenth
+        # session, they were told the one-array compact/map_compact way)
+        a, ma = (source or "a", "np.ma") if in_memory else (source or "x", "da.ma")
         return (f"Say what masked elements mean, e.g. never selected: the field as "
-                f"`np.ma.filled({a}, np.nan)` {never.replace('`x ', f'`{a} ')}, or its mask "
-                f"as a field of its own, `~np.ma.getmaskarray({a})`, read by the predicate")
+                f"`{ma}.filled({a}, np.nan)` {never.replace('`x ', f'`{a} ')}, or its mask "
+                f"as a field of its own, `~{ma}.getmaskarray({a})`, read by the predicate")
     return ("Say what masked elements mean, e.g. never selected: `d = da.ma.getdata(x); "
             "dask_compact.compact(d, (d > 0.5) & ~da.ma.getmaskarray(x))`, or filled: "
             "`da.ma.filled(x, np.nan).map_compact(...)`")

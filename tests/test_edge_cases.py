@@ -150,6 +150,23 @@ def test_a_masked_array_in_memory_is_told_the_numpy_way_out_for_its_call():
     # the way out it gives: NaN fails the comparison, so masked elements are never selected
     got = compact_array(np.ma.filled(m, np.nan), "x > .5")
     np.testing.assert_array_equal(got, a[(a > 0.5) & ~np.ma.getmaskarray(m)])
+    # dask record fields are told the same, in dask's calls (they were told the one-array
+    # compact/map_compact way until the same session), and what it says selects as NumPy
+    xm = da.ma.masked_greater(da.from_array(a, chunks=4), 0.9)
+    ids = da.arange(11, chunks=4)
+    with pytest.raises(TypeError, match="masked arrays") as e:
+        dask_compact.compact_records({"energy": xm, "id": ids}, "energy > .5")
+    said = str(e.value)
+    assert "da.ma.filled(energy, np.nan)" in said and "~da.ma.getmaskarray(energy)" in said
+    assert "map_compact" not in said, said
+    keep = ~np.ma.getmaskarray(m) & (a > 0.5)
+    got = dask_compact.compact_records({"energy": da.ma.filled(xm, np.nan), "id": ids},
+                                       "energy > .5")
+    np.testing.assert_array_equal(got["id"].compute(), np.flatnonzero(keep))
+    got = dask_compact.compact_records(
+        {"energy": da.ma.getdata(xm), "unmasked": ~da.ma.getmaskarray(xm), "id": ids},
+        lambda energy, unmasked: (energy > 0.5) & unmasked)
+    np.testing.assert_array_equal(got["id"].compute(), np.flatnonzero(keep))
 
 
 def test_masked_chunks_under_a_plain_meta_are_refused_in_the_tasks():
