@@ -870,3 +870,18 @@ def test_the_gather_pool_is_made_once_by_threads_calling_at_once(monkeypatch):
     finally:
         for p in made:
             p.shutdown()
+
+
+def test_a_record_predicate_giving_no_booleans_is_shown_one_in_its_own_names():
+    """A record predicate that gives numbers was shown `x > 0` (a name it never had), and a
+    constant one's input was "()" (until 2026-12-01, thirteenth session, a review): the
+    example now uses its first field, or True/False for a constant."""
+    f = particles(17)
+    with pytest.raises(TypeError, match=r"values for no field \(a constant\).*`True` or `False`"):
+        compact_records(f, lambda: 1)
+    with pytest.raises(TypeError, match=r"e\.g\. `mass > 0` rather than `mass`"):
+        compact_records(f, lambda mass: mass + 1)
+    with pytest.raises(TypeError, match=r"e\.g\. `x > 0` rather than `x`"):
+        dask_compact.compact_array(f["mass"], lambda v: v + 1)
+    got = compact_records(f, lambda mass: mass + 1 > 0.5)
+    assert_same(got, reference(f, f["mass"] + 1 > 0.5))

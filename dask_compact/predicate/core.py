@@ -134,8 +134,9 @@ def _typed(expr: Node, dtype: Any, source: str) -> TypedPredicate:
     out = result_dtype(expr, types, dtype)
     if out != np.dtype(bool):
         raise TypeError(
-            f"predicate {source} gives {out} values for {_describe_dtype(dtype)} input; it "
-            "must give booleans (a comparison, isnan, ...), e.g. `x > 0` rather than `x`"
+            f"predicate {source} gives {out} values for "
+            f"{_describe_dtype(dtype) + ' input' if dtype != () else 'no field (a constant)'}; it "
+            f"must give booleans (a comparison, isnan, ...), e.g. {_bool_example(dtype)}"
         )
     key = f"{structure_key(expr)}-{dtype_tag(dtype)}"
     return TypedPredicate(expr, dtype, types, key, tuple(param_dtypes(expr, types)),
@@ -164,6 +165,19 @@ def _describe_dtype(dtype: Any) -> str:
     if isinstance(dtype, tuple):
         return "(" + ", ".join(f"{name}: {dt}" for name, dt in dtype) + ")"
     return str(dtype)
+
+
+def _bool_example(dtype: Any) -> str:
+    """A boolean form of what a non-boolean predicate wrote, in its own names: a record
+    predicate's first field, or a constant's ``True``/``False``. Until 2026-12-01
+    (thirteenth session, a review) every one was shown `x > 0`, and a constant record
+    predicate's input was "()"."""
+    if isinstance(dtype, tuple):
+        if not dtype:
+            return "`True` or `False`"
+        name = dtype[0][0]
+        return f"`{name} > 0` rather than `{name}`"
+    return "`x > 0` rather than `x`"
 
 
 def failed_on(source: str, what: str, a: Any) -> str:
