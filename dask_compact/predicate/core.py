@@ -279,9 +279,7 @@ class Predicate:
             # some callables cannot run on none (np.vectorize without otypes: NumPy will not
             # guess an output type from size 0, and map_compact's empty test chunk failed)
             return xp.zeros(a.shape, dtype=bool)
-        got = self._call(a, what)
-        self._refuse_outside_mask(got, a, what)
-        m = check_mask(got, a, self.source, xp)
+        m = self._mask_of(self._call(a, what), a, xp, what)
         self._check_slices(a, m, xp, every_row, what)
         return m
 
@@ -306,15 +304,19 @@ class Predicate:
                 "dask_compact.compact(x, m)."
             ) from None
 
-    def _refuse_outside_mask(self, got: Any, a: Any, what: str) -> None:
-        """Raise, saying what works, where the callable returned booleans of another shape than
-        ``a`` and reads an array from outside: most often a mask of the whole input (``lambda
-        v: mask``). Until 2026-12-01 (thirteenth session) it had the general message, which
-        spoke of shapes only (the records' twin is ``fields.record_mask``'s)."""
-        if (str(getattr(got, "dtype", "")) != "bool" or tuple(got.shape) in ((), tuple(a.shape))
-                or not outside_arrays(self.func)):
-            return
-        held = ", ".join(f"`{k}` (shape {tuple(v.shape)})" for k, v in outside_arrays(self.func))
+    def _mask_of(self, got: Any, a: Any, xp: Any, what: str) -> Any:
+        """:func:`check_mask` of what the callable returned for ``a``; where it refuses a mask
+        of another shape and the callable reads an array from outside (most often a mask of
+        the whole input, ``lambda v: mask``), the refusal says what works. Until 2026-12-01
+        (thirteenth session) it had the general message, which spoke of shapes only (the
+        records' twin is ``fields.record_mask``'s)."""
+        try:
+            return check_mask(got, a, self.source, xp)
+        except NotElementwise:
+            outside = outside_arrays(self.func)
+            if not outside:
+                raise
+        held = ", ".join(f"`{k}` (shape {tuple(v.shape)})" for k, v in outside)
         raise NotElementwise(
             f"predicate {self.source} returned shape {tuple(got.shape)} for {what} (shape "
             f"{tuple(a.shape)}); it reads {held} from outside: a predicate gets one chunk (or a "
@@ -352,9 +354,8 @@ class Predicate:
                     "(a statistic or an element of the chunk, its size...). Use elementwise "
                     "operations only; compute statistics on the dask array first."
                 ) from None
-            self._refuse_outside_mask(got, a[sl], f"rows {sl.start}:{sl.stop} of {what} of "
+            return self._mask_of(got, a[sl], xp, f"rows {sl.start}:{sl.stop} of {what} of "
                                                  f"{a.shape[0]} rows")
-            return check_mask(got, a[sl], self.source, xp)
 
         check_parts(part, m, a.shape[0], self.source, xp, every_row)
 
