@@ -17,6 +17,7 @@ from typing import Any
 
 import dask.array as da
 import numpy as np
+from dask.array.utils import meta_from_array
 from dask.base import tokenize
 from dask.highlevelgraph import HighLevelGraph
 
@@ -37,7 +38,15 @@ from .joined_chunks import rechunked
 from .predicate.core import Predicate
 from .records_check import INDICES, field_source
 from .remade import expect_from
-from .validate import as_declared, block_shapes, chunk_shape_refusal
+from .validate import (
+    _module_of,
+    as_declared,
+    as_declared_block,
+    block_shapes,
+    chunk_shape_refusal,
+    native,
+    other_order,
+)
 
 __all__ = ["build_records", "records_block", "aligned"]
 
@@ -105,6 +114,22 @@ def aligned(fields: dict[str, da.Array], pred: Predicate, call: str = "compact_r
     return out
 
 
+def _native_cupy(a: da.Array, call: str, labels: dict[str, str] | None, name: str) -> da.Array:
+    """A field of CuPy chunks of the other byte order (views of a swapped dtype) taken in
+    native order as its chunks are read (each chunk's bytes reversed by ``as_declared``,
+    ``validate.to_native``), as the one-array calls take such input (``api._native``): its
+    result is native. Until 2026-12-01 (fourteenth session) it was taken as it was and its
+    result declared in its dtype, which CuPy refuses to make (the result's meta, and each
+    chunk's sized call). NumPy fields keep their order, as NumPy's ``a[m]`` keeps it; ``a``
+    itself where it is native."""
+    if not other_order(a) or _module_of(a._meta) != "cupy":
+        return a
+    dt = native(a.dtype)
+    return da.map_blocks(as_declared_block, a, declared=dt, fn=call,
+                         what=field_label(name, labels), dtype=dt,
+                         meta=meta_from_array(a._meta, dtype=dt))
+
+
 @call_client.on_inputs_client(
     lambda fields, pred, indices, lazy, *_: () if lazy else tuple(fields.values()))
 @client_stream.released_on_error()
@@ -115,6 +140,7 @@ def build_records(
     from .api import _check_chunks
 
     out_chunks = _check_chunks(out_chunks, lazy)
+    fields = {name: _native_cupy(a, call, labels, name) for name, a in fields.items()}
     fields = aligned(fields, pred, call, labels)
     names = tuple(fields)
     first = fields[names[0]]

@@ -111,6 +111,15 @@ def to_native(a: Any, stream: Any = None) -> Any:
         return reversed_bytes(cupy, a)
 
 
+def other_order(a: Any) -> bool:
+    """Whether ``a`` (an array, or a dask array) holds numbers of the other byte order, of a
+    plain dtype: for CuPy a view of a swapped dtype (``a.view(a.dtype.newbyteorder())``),
+    since CuPy makes no such arrays itself (``_dtype.check_supported_dtype`` refuses a ``>``
+    byte order). A structured dtype's order is its members' (its own reads ``|``): CuPy
+    makes those, and :func:`reversed_bytes` would reverse whole records."""
+    return a.dtype.byteorder in "<>"
+
+
 def reversed_bytes(xp: Any, a: Any) -> Any:
     """A C-contiguous copy of ``a`` (of the other byte order) in native order, through
     module ``xp`` (NumPy or CuPy): each number's bytes (each part's, for complex) reversed

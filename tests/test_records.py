@@ -885,3 +885,50 @@ def test_a_record_predicate_giving_no_booleans_is_shown_one_in_its_own_names():
         dask_compact.compact_array(f["mass"], lambda v: v + 1)
     got = compact_records(f, lambda mass: mass + 1 > 0.5)
     assert_same(got, reference(f, f["mass"] + 1 > 0.5))
+
+
+def test_gpu_sized_records_calls_of_the_other_byte_order_are_not_kept(monkeypatch):
+    """A sized GPU compact_records of a field of the other byte order (a CuPy view of a
+    swapped dtype) takes a native copy of it (cupy_records_common.native_fields) and runs
+    the ready call of the copies. No ready call may be kept for the fields themselves: the
+    public call's repeats run it on them unconverted (records' _repeats), and it makes its
+    outputs in their dtypes, which CuPy refuses to make (``>f4``: ValueError). Until
+    2026-12-01 (fourteenth session) one was kept where only a gathered field was of the
+    other order. compact_records_into copies such a field as it is, into a buffer of its own
+    dtype: its ready call is kept. Importable without CuPy: the choice, with stand-ins for
+    CuPy's device queries and fields, and for the ready call (which would build a kernel)."""
+    import sys
+    import types
+
+    from dask_compact.backends import cupy_records_ready as crr
+    from dask_compact.predicate.fields import record_predicate
+
+    stream = types.SimpleNamespace(ptr=0)
+    cuda = types.SimpleNamespace(get_current_stream=lambda: stream,
+                                 runtime=types.SimpleNamespace(getDevice=lambda: 0))
+    monkeypatch.setitem(sys.modules, "cupy", types.SimpleNamespace(cuda=cuda))
+    monkeypatch.setattr(crr, "RecordsCall", lambda *args: object())
+
+    def field(dtype, shape=(1025,)):
+        return types.SimpleNamespace(dtype=np.dtype(dtype), shape=shape,
+                                     flags=types.SimpleNamespace(c_contiguous=True),
+                                     data=types.SimpleNamespace(device_id=0))
+
+    native = {"e": field("float32"), "g": field("int64"), "pos": field("float64", (1025, 3))}
+    pred = record_predicate("e < 1", tuple(native))
+    try:
+        assert crr.ready_records_call(native, pred, True) is not None
+        for name, dtype in (("g", ">i8"), ("pos", ">f8"), ("e", ">f4")):
+            fields = dict(native, **{name: field(dtype, native[name].shape)})
+            assert crr.ready_records_call(fields, pred, True) is None, name
+            assert crr.ready_records_call(fields, pred, False) is None, name
+            # into: a gathered field copied as it is; a read one of the other order: the
+            # general call (its predicate compiled for native numbers)
+            assert (crr.ready_into_call(fields, pred) is None) == (name == "e"), name
+        # a structured field's order is its members': CuPy makes those, copied as bits
+        fields = dict(native, s=field([("a", ">f4"), ("b", ">i2")]))
+        assert crr.ready_records_call(fields, record_predicate("e < 1", tuple(fields)),
+                                      True) is not None
+    finally:
+        crr._calls.clear()  # the stand-ins' entries
+        crr._by_content.clear()

@@ -38,6 +38,7 @@ from .cupy_records_common import (
     column_table,
     copy_launches,
     copy_unit,
+    native_fields,
     no_room_note,
     record_functor,
     upload_table,
@@ -154,6 +155,11 @@ def compact_records(
     at exact length, in order (``stable`` is always honoured), plus ``"indices"``."""
     import cupy
 
+    # fields of the other byte order (CuPy views of a swapped dtype) taken as native copies,
+    # as the one-array calls take such input: the outputs are made in the fields' dtypes,
+    # and CuPy refuses to make an array of the other order (until 2026-12-01, fourteenth
+    # session, such a call raised CuPy's ValueError once it had counted), so they are native
+    fields = native_fields(fields)
     if cupy_backend.FAST_SMALL_CALLS:  # read at the call: tests and benchmarks turn it off
         call = ready_records_call(fields, pred, indices)
         if call is not None:

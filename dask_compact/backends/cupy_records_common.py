@@ -16,15 +16,25 @@ from ..cache import BoundedCache
 from ..codegen.cuda_functor import CodegenUnsupported, generate_record_functor
 from ..predicate.core import Predicate, field_dtypes
 from ..predicate.expr import ParamOverflow
+from ..validate import other_order, to_native
 from .cupy_backend import _capturing, _kept_for_graphs
 from .cupy_modules import typed_functor
 
 __all__ = ["copy_unit", "column_entries", "column_table", "copy_launches", "upload_table",
-           "record_functor", "no_room_note"]
+           "record_functor", "no_room_note", "native_fields"]
 
 logger = logging.getLogger("dask_compact")
 
 _UNITS = (16, 8, 4, 2, 1)
+
+
+def native_fields(fields: dict[str, Any]) -> dict[str, Any]:
+    """``fields`` with each field of the other byte order (:func:`other_order`) as a native
+    copy, its numbers' bytes reversed on the current stream (``validate.to_native``, as the
+    one-array calls take such input); ``fields`` itself where none is."""
+    if not any(other_order(a) for a in fields.values()):
+        return fields
+    return {name: to_native(a) if other_order(a) else a for name, a in fields.items()}
 
 
 def copy_unit(row_bytes: int, *addresses: int) -> int:

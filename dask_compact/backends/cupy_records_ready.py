@@ -37,6 +37,7 @@ import numpy as np
 
 from ..cache import BoundedCache
 from ..predicate.core import Predicate
+from ..validate import other_order
 from . import cupy_tuning as tuning
 from .cupy_backend import _capturing
 from .cupy_device import OUTPUT_CLASS_MIN_BYTES, class_items, output_empty
@@ -301,9 +302,9 @@ _by_content: BoundedCache[tuple, RecordsCall] = BoundedCache("record calls by co
 
 def ready_records_call(fields: dict[str, Any], pred: Predicate, indices: bool) -> Any:
     """The ready call for these CuPy fields (checked, one device) and predicate on the
-    current stream, or None where the general call runs: no rows, a field not C-contiguous,
-    a read field not in native byte order, the fields off the current device, the mask path,
-    integer powers."""
+    current stream, or None where the general call runs: no rows, a field not C-contiguous
+    or of the other byte order, the fields off the current device, the mask path, integer
+    powers."""
     return _ready(fields, pred, indices, False)
 
 
@@ -327,7 +328,11 @@ def _ready(fields: dict[str, Any], pred: Predicate, indices: bool, into: bool) -
     if not n or dev != cupy.cuda.runtime.getDevice():
         return None
     for a in fields.values():
-        if not a.flags.c_contiguous:
+        # no sized call for a field of the other byte order: compact_records runs the one of
+        # its native copy (native_fields), and one kept for the field itself would be
+        # repeated on it unconverted (records' _repeats), its output made in that order,
+        # which CuPy refuses. compact_records_into copies it as it is, into its dtype
+        if not a.flags.c_contiguous or (other_order(a) and not into):
             return None
     layout = tuple((name, a.dtype, a.shape[1:]) for name, a in fields.items())
     key = (thread_key(), id(pred), layout, n, "into" if into else indices, dev,

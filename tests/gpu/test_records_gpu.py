@@ -14,6 +14,7 @@ da = pytest.importorskip("dask.array")
 from conftest import device_pool_capped, key_predicate, random_array  # noqa: E402
 
 from dask_compact import compact_records  # noqa: E402
+from dask_compact.backends import cupy_backend as cb  # noqa: E402
 from dask_compact.validate import DTYPES  # noqa: E402
 
 pytestmark = pytest.mark.gpu
@@ -385,3 +386,127 @@ def test_sentinel_outside_the_dtype_keeps_float32_subnormals(monkeypatch, id_dty
         ("(id < 2**64) & (e != 0)", (f_np["id"] < 2**64) & (f_np["e"] != 0)),
     ]:
         check(compact_records(f, pred, indices=True), f_np, mask, True)
+
+
+# -- fields of the other byte order ---------------------------------------------------------
+
+def other_order(a_np: np.ndarray) -> cupy.ndarray:
+    """``a_np``'s numbers as a CuPy array of the other byte order: CuPy makes none, only views
+    of a swapped dtype (here of the swapped numbers' bytes, copied as they are); a dtype of
+    one byte has no order and comes back as it is."""
+    swapped = a_np.astype(a_np.dtype.newbyteorder())
+    return cupy.asarray(swapped.view(np.uint8)).view(swapped.dtype)
+
+
+def with_specials(a: np.ndarray) -> np.ndarray:
+    """``a`` with signed zeros and NaNs among its numbers (floats and complex), to be compared
+    by their bits."""
+    if a.dtype.kind in "fc" and a.size:
+        flat = a.reshape(-1)
+        flat[::7] = -0.0
+        flat[3::11] = np.nan
+    return a
+
+
+def same_bits(got: cupy.ndarray, want: np.ndarray, what: str) -> None:
+    """``got`` is ``want`` (native), bit for bit."""
+    assert isinstance(got, cupy.ndarray), what
+    assert got.dtype == want.dtype and got.dtype.isnative, (what, got.dtype, want.dtype)
+    assert got.shape == want.shape, (what, got.shape, want.shape)
+    np.testing.assert_array_equal(np.ascontiguousarray(cupy.asnumpy(got)).view(np.uint8),
+                                  np.ascontiguousarray(want).view(np.uint8), err_msg=what)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("ready", [True, False], ids=["ready-call", "general"])
+def test_fields_of_the_other_byte_order_match_numpy(dtype: np.dtype, ready: bool,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """compact_records of CuPy fields of the other byte order (views of a swapped dtype): the
+    predicate's field, a gathered field and one of rows of three, with a native field beside
+    them. The sized call made its outputs in the fields' dtypes, which CuPy refuses to make
+    (ValueError: big-endian byte-order) until 2026-12-01 (fourteenth session): every field of
+    the other order is taken as a native copy now (cupy_records_common.native_fields), as the
+    one-array calls take such input, and its output is native. Odd sizes, some, none and all
+    rows, with and without indices, each call twice (the second through the kept repeated
+    call where ``ready``), a mask-path callable; bit for bit against NumPy on the
+    swapped-back numbers. compact_records_into of the same fields into buffers of their own
+    dtype (views, as CuPy allows) copies them as they are."""
+    from dask_compact import compact_records_into
+
+    monkeypatch.setattr(cb, "FAST_SMALL_CALLS", ready)
+    for n in (0, 1, 31, 33, 1025, 65_537):
+        rng = np.random.default_rng(n)
+        f_np = {"key": with_specials(random_array(rng, n, dtype)), "m": rng.random(n),
+                "g": with_specials(random_array(rng, n, dtype)),
+                "pos": with_specials(random_array(rng, (n, 3), dtype)),
+                "id": np.arange(n, dtype=np.int64)}  # fmt: skip
+        f = {k: other_order(v) if k != "id" else cupy.asarray(v) for k, v in f_np.items()}
+        if dtype.itemsize > 1:
+            assert not any(f[k].dtype.isnative for k in ("key", "m", "g", "pos"))
+        pred, mask = key_predicate(f_np["key"])
+        cases = [(pred, mask), ("m < 2", np.ones(n, bool)), ("m < -1", np.zeros(n, bool)),
+                 ("(m < 0.5) & (m > 0.25)", (f_np["m"] < 0.5) & (f_np["m"] > 0.25))]
+        for p, want in cases:
+            for indices in (False, True):
+                for _ in range(2):
+                    got = compact_records(f, p, indices=indices)
+                    assert list(got) == list(f) + (["indices"] if indices else [])
+                    for k, v in f_np.items():
+                        same_bits(got[k], v[want], f"{dtype} n={n} {p} {k}")
+                    if indices:
+                        same_bits(got["indices"], np.flatnonzero(want), f"{dtype} {p} indices")
+        # v.astype(...) is not traced: the callable runs on CuPy on the native copies
+        got = compact_records(f, lambda m: m.astype(np.float32) < 0.5, indices=True)
+        want = f_np["m"].astype(np.float32) < 0.5
+        for k, v in f_np.items():
+            same_bits(got[k], v[want], f"{dtype} n={n} mask path {k}")
+        same_bits(got["indices"], np.flatnonzero(want), f"{dtype} n={n} mask path indices")
+        if n:
+            out = {"g": cupy.empty(n, np.dtype(dtype)).view(f["g"].dtype),
+                   "pos": cupy.empty((n, 3), np.dtype(dtype)).view(f["pos"].dtype),
+                   "indices": cupy.empty(n, np.int64)}  # fmt: skip
+            for _ in range(2):
+                k = int(compact_records_into(f, "m < 0.5", out)[0])
+                want = f_np["m"] < 0.5
+                assert k == int(want.sum())
+                for name in ("g", "pos"):
+                    assert out[name].dtype == f[name].dtype
+                    same_bits(out[name][:k].view(np.dtype(dtype)),
+                              f_np[name][want].astype(f[name].dtype).view(np.dtype(dtype)),
+                              f"{dtype} n={n} into {name}")
+                same_bits(out["indices"][:k], np.flatnonzero(want), f"{dtype} into indices")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int64", "complex128", "uint16"])
+def test_dask_cupy_fields_of_the_other_byte_order_match_numpy(dtype: str) -> None:
+    """compact_records over dask arrays of CuPy chunks of the other byte order (views of a
+    swapped dtype), one of them chunked apart (rechunked to the others): each field is taken
+    in native order as its chunks are read (records_graph._native_cupy), and the result is
+    native. Until 2026-12-01 (fourteenth session) the result declared the fields' dtype, whose
+    CuPy meta CuPy refuses to make, and each chunk's sized call made its outputs in it."""
+    n = 100_003
+    rng = np.random.default_rng(5)
+    dt = np.dtype(dtype)
+    f_np = {"key": with_specials(random_array(rng, n, dt)), "m": rng.random(n),
+            "pos": with_specials(random_array(rng, (n, 3), dt)),
+            "id": np.arange(n, dtype=np.int64)}  # fmt: skip
+
+    def on_gpu(v: np.ndarray, chunks: int) -> da.Array:
+        swapped = v.astype(v.dtype.newbyteorder())
+        meta = cupy.empty((0, *v.shape[1:]), v.dtype).view(swapped.dtype)
+        return da.from_array(swapped, chunks=(chunks, *v.shape[1:])).map_blocks(
+            lambda b: cupy.asarray(b.view(np.uint8)).view(b.dtype), dtype=swapped.dtype,
+            meta=meta)
+
+    d = {k: on_gpu(v, 20_000) for k, v in f_np.items()}
+    d["m"] = on_gpu(f_np["m"], 30_001)  # misaligned: rechunked to the predicate's first field
+    pred, mask = key_predicate(f_np["key"])
+    want = mask & (f_np["m"] < 0.7)
+    for lazy in (False, True):
+        out = compact_records(d, f"({pred}) & (m < 0.7)", indices=True, lazy=lazy)
+        assert all(isinstance(v._meta, cupy.ndarray) for v in out.values())
+        assert all(v.dtype.isnative for v in out.values())
+        got = {k: v.compute(scheduler="threads") for k, v in out.items()}
+        for k, v in f_np.items():
+            same_bits(got[k], v[want], f"{dtype} lazy={lazy} {k}")
+        same_bits(got["indices"], np.flatnonzero(want), f"{dtype} lazy={lazy} indices")
