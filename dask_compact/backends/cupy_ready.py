@@ -10,6 +10,7 @@ stream); each is used by one thread only (the packed slots are state).
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import numpy as np
@@ -212,21 +213,37 @@ class OneReadCall:
         vals, idx = self._scratch()
         vp = 0 if vals is None else vals.data.ptr
         ip = 0 if idx is None else idx.data.ptr
-        if self.mapped:
-            word = self.host_count
-            word[0] = _NOT_YET  # the previous call's count was read: nothing writes it now
-            kernel.queue(a.data.ptr, base, vp, ip, self.host_mem.ptr, stream.ptr)
-            for _ in range(_SPIN if self.n <= SPIN_MAX_N else 0):
-                if word[0] != _NOT_YET:
-                    break
+        try:
+            if self.mapped:
+                word = self.host_count
+                word[0] = _NOT_YET  # the previous call's count was read: nothing writes it now
+                kernel.queue(a.data.ptr, base, vp, ip, self.host_mem.ptr, stream.ptr)
+                for _ in range(_SPIN if self.n <= SPIN_MAX_N else 0):
+                    if word[0] != _NOT_YET:
+                        break
+                else:
+                    stream.synchronize()
+                    if word[0] == _NOT_YET:
+                        raise RuntimeError(
+                            "the compaction kernel ended without storing its count")
+                total = int(word[0])
             else:
+                kernel.queue(a.data.ptr, base, vp, ip, kernel.count.data.ptr, stream.ptr)
+                (total,) = read_counts([kernel.count])
+        except BaseException:
+            # interrupted in its wait (KeyboardInterrupt, or anything raised there): the
+            # kernel may still be running, to store its count late into the mapped word,
+            # the one state a later call reads outside stream order (the word sets and the
+            # kept scratch are used in it). Until 2026-12-01 (fourteenth session; left by
+            # the thirteenth session's probes) the next call on this stream reset the word,
+            # watched it, and took this call's count for its own (a selection cut short or
+            # padded with stale scratch); and a call evicted meanwhile gave its pinned word
+            # back to CuPy's pool with the store to come. Waited for here: no cost to a call
+            # that is not interrupted; a failed wait (a kernel's error) leaves the call's
+            # own error.
+            with contextlib.suppress(Exception):
                 stream.synchronize()
-                if word[0] == _NOT_YET:
-                    raise RuntimeError("the compaction kernel ended without storing its count")
-            total = int(word[0])
-        else:
-            kernel.queue(a.data.ptr, base, vp, ip, kernel.count.data.ptr, stream.ptr)
-            (total,) = read_counts([kernel.count])
+            raise
         learn(self.memo, self.dtype, output, total, self.n)
         sp, copy_out = stream.ptr, self.copy_out
         return by_output(None if vals is None else copy_out(vals, total, sp),

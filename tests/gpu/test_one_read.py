@@ -8,6 +8,8 @@ Needs CuPy and a CUDA device (marked ``gpu``; skipped elsewhere).
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -507,3 +509,87 @@ def test_repeated_call_of_a_predicate_reading_the_clock_reads_it_every_call():
         np.testing.assert_array_equal(got, host[host < got.max() + 1])
         time.sleep(0.25)
     assert len(cb._repeat_calls) == 0
+
+
+# A kernel that holds its stream for a given time (the GPU's global timer, ns): the work
+# queued after it waits that long.
+_HOLD = r"""
+extern "C" __global__ void dcx_test_hold(unsigned long long ns) {
+    unsigned long long start, now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+    do {
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    } while (now - start < ns);
+}
+"""
+
+
+class _Interrupted(Exception):
+    """Anything raised while a call waits for its count, not a KeyboardInterrupt."""
+
+
+class _InterruptedWord(np.ndarray):
+    """The ready call's mapped count word as the host sees it (a view of the same pinned
+    memory): while ``armed`` holds an exception class, the next read of it raises that
+    (a KeyboardInterrupt landing in the wait, with no predicate or timing needed)."""
+
+    armed: list = []
+
+    def __getitem__(self, i: Any) -> Any:
+        if _InterruptedWord.armed:
+            raise _InterruptedWord.armed.pop()()
+        return super().__getitem__(i)
+
+
+@pytest.mark.parametrize("error", [KeyboardInterrupt, _Interrupted], ids=["ctrl-c", "raised"])
+@pytest.mark.parametrize("output", ["values", "both"])
+@pytest.mark.parametrize("n", [1025, 1 << 20])
+def test_a_call_interrupted_in_its_wait_leaves_nothing_a_next_call_reads(error, output, n,
+                                                                         monkeypatch):
+    """A small compact_array (its ready call, cupy_ready.OneReadCall) interrupted while it
+    waits for the count its kernel stores into mapped host memory, then at once another call
+    on new data (the same ready call: same predicate, size and stream). Until 2026-12-01
+    (fourteenth session; left by the thirteenth session's probes) the interrupted kernel ran
+    on and stored its count late into the word the next call had just reset and watched, so
+    the next call took that count for its own: its selection cut short or padded with stale
+    scratch. The interrupted call now waits for its stream before it raises: the stream is
+    idle when it has raised, and every next call matches NumPy. The interrupted kernel is
+    held behind a kernel of 0-400 us, so that it ends while the next call watches the word."""
+    hold = cupy.RawKernel(_HOLD, "dcx_test_hold")
+    built = []
+    real = cb.OneReadCall
+    monkeypatch.setattr(cb, "OneReadCall", lambda *a: built.append(real(*a)) or built[-1])
+    monkeypatch.setattr(_InterruptedWord, "armed", [])
+    pred = parse("x < 0.5")  # a new predicate object: a new ready call, made under the patch
+    rng = np.random.default_rng(n)
+    stream = cupy.cuda.Stream(non_blocking=True)
+    bad, busy = [], 0
+    try:
+        with stream:
+            first = rng.random(n, dtype=np.float32)
+            check(compact_array(cupy.asarray(first), pred, output=output),
+                  expect(first, first < 0.5, output), output, True)
+            assert len(built) == 1 and built[0].mapped
+            call = built[0]
+            call.host_count = call.host_count.view(_InterruptedWord)
+            for i, ns in enumerate([0, 5_000, 20_000, 50_000, 100_000, 200_000, 400_000] * 6):
+                few = rng.random(n, dtype=np.float32) * 5  # about 10% under 0.5
+                many = rng.random(n, dtype=np.float32) * 0.55  # about 91%
+                a_few, a_many = cupy.asarray(few), cupy.asarray(many)
+                stream.synchronize()
+                hold((1,), (1,), (np.uint64(ns),))
+                _InterruptedWord.armed.append(error)
+                with pytest.raises(error):
+                    compact_array(a_few, pred, output=output)
+                busy += not stream.done  # read at once: the interrupted kernel still queued
+                got = compact_array(a_many, pred, output=output)
+                want = expect(many, many < 0.5, output)
+                try:
+                    check(got, want, output, True)
+                except AssertionError:
+                    bad.append((i, ns))
+            assert len(built) == 1  # every call ran the one ready call
+    finally:
+        cb.forget_ready_calls()  # the call with the patched word goes
+    assert not bad, f"{len(bad)} calls after an interrupted one wrong (call, hold ns): {bad[:8]}"
+    assert not busy, f"{busy} interrupted calls left their kernel running"
