@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 def device_count() -> int:
     """CUDA devices present; 0 where CuPy is installed but no driver or device is (a skip
@@ -13,3 +15,24 @@ def device_count() -> int:
         return int(cupy.cuda.runtime.getDeviceCount())
     except Exception:  # noqa: BLE001 -- no driver, an old driver, no device: none usable
         return 0
+
+
+# A kernel that holds its stream for a given time (the GPU's global timer, ns): the work
+# queued after it waits that long (the GPU tests of interrupted calls).
+_HOLD = r"""
+extern "C" __global__ void dcx_test_hold(unsigned long long ns) {
+    unsigned long long start, now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+    do {
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    } while (now - start < ns);
+}
+"""
+
+
+def hold_kernel() -> Any:
+    """The CuPy kernel of _HOLD: ``hold((1,), (1,), (np.uint64(ns),))`` holds the current
+    stream ``ns`` nanoseconds."""
+    import cupy
+
+    return cupy.RawKernel(_HOLD, "dcx_test_hold")

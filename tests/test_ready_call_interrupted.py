@@ -8,6 +8,7 @@ while the host watches) and all of it when the stream is synchronised. The GPU f
 from __future__ import annotations
 
 import sys
+import threading
 import types
 from typing import Any
 
@@ -109,3 +110,88 @@ def test_a_ready_call_interrupted_in_its_wait_leaves_no_late_count(error, monkey
     assert not device.queued, "the interrupted call left its kernel running"
     assert call(_input(9), 0) == 9
     assert call(_input(0), 0) == 0
+
+
+class _Streams:
+    """The GPU's streams: each runs its own work in order; a stream's synchronisation runs
+    its work, then the other streams move on too (their copies land after its own, before
+    the host reads). ``armed``: an exception class the next synchronisation raises before it
+    waits (a KeyboardInterrupt landing between a call's copies and its wait)."""
+
+    def __init__(self) -> None:
+        self.queued: dict[int, list[Any]] = {}
+        self.armed: list[Any] = []
+
+    def stream(self, ptr: int) -> Any:
+        def synchronize() -> None:
+            if self.armed:
+                raise self.armed.pop()()
+            for p in [ptr, *self.queued]:
+                while self.queued.get(p):
+                    self.queued[p].pop(0)()
+
+        return types.SimpleNamespace(ptr=ptr, synchronize=synchronize)
+
+    def busy(self) -> bool:
+        return any(self.queued.values())
+
+
+def _fake_cupy(streams: _Streams, monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """A stand-in CuPy whose copies are queued on their stream and read their source when they
+    run; the returned list holds the current stream."""
+    import ctypes
+
+    current = [streams.stream(1)]
+
+    def memcpy_async(dst: int, src: int, n: int, kind: int, stream_ptr: int) -> None:
+        streams.queued.setdefault(stream_ptr, []).append(lambda: ctypes.memmove(dst, src, n))
+
+    runtime = types.SimpleNamespace(memcpyAsync=memcpy_async, memcpyDeviceToHost=2)
+    cuda = types.SimpleNamespace(runtime=runtime, get_current_stream=lambda: current[0],
+                                 alloc_pinned_memory=bytearray)
+    monkeypatch.setitem(sys.modules, "cupy", types.SimpleNamespace(cuda=cuda))
+    return current
+
+
+def _words(*values: int) -> Any:
+    """Device count words as the read backs see them (``data.ptr``, ``size``)."""
+    w = np.array(values, np.uint64)
+    return types.SimpleNamespace(host=w, size=w.size, data=types.SimpleNamespace(ptr=w.ctypes.data))
+
+
+@pytest.mark.parametrize("error", [KeyboardInterrupt, OSError])
+@pytest.mark.parametrize("how", ["read_counts", "read_words"])
+def test_a_read_back_interrupted_before_its_wait_leaves_no_late_copy(error, how, monkeypatch):
+    """The counts' read backs (``cupy_device.read_counts``, ``read_words``) copy device words
+    into one pinned buffer per thread, then synchronise the stream. One interrupted between
+    its copies and its wait (Ctrl-C, or anything raised there) left its copy queued, to land
+    during the thread's next read back on another stream, after that read's own copy and
+    before its host read: it returned the interrupted call's 5 for its 9. Until 2026-12-01
+    (fourteenth session; noted by the ready call's fix, daeb377): the interrupted read back
+    now waits for its stream before it raises."""
+    from dask_compact.backends import cupy_device
+
+    monkeypatch.setattr(cupy_device, "_count_buffers", threading.local())
+    streams = _Streams()
+    current = _fake_cupy(streams, monkeypatch)
+    a, b = current[0], streams.stream(2)
+
+    held = []  # the device words live on (a late copy reads its own call's)
+
+    def read(*values: int) -> list[int]:
+        w = _words(*values)
+        held.append(w)
+        if how == "read_counts":
+            return cupy_device.read_counts([types.SimpleNamespace(data=types.SimpleNamespace(
+                ptr=w.data.ptr + 8 * i)) for i in range(len(values))])
+        return cupy_device.read_words(w)
+
+    assert read(7, 3) == [7, 3]
+    streams.armed.append(error)
+    with pytest.raises(error):
+        read(5, 6)
+    assert not streams.busy(), "the interrupted read back left its copy queued"
+    current[0] = b  # the thread's next read back, on another stream
+    assert read(9, 4) == [9, 4]
+    current[0] = a  # and on the same one
+    assert read(11, 0) == [11, 0]

@@ -15,7 +15,7 @@ import pytest
 
 cupy = pytest.importorskip("cupy")
 
-from gpu_helpers import device_count  # noqa: E402
+from gpu_helpers import device_count, hold_kernel  # noqa: E402
 
 from dask_compact import compact_array  # noqa: E402
 from dask_compact.backends import cupy_backend as cb  # noqa: E402
@@ -511,19 +511,6 @@ def test_repeated_call_of_a_predicate_reading_the_clock_reads_it_every_call():
     assert len(cb._repeat_calls) == 0
 
 
-# A kernel that holds its stream for a given time (the GPU's global timer, ns): the work
-# queued after it waits that long.
-_HOLD = r"""
-extern "C" __global__ void dcx_test_hold(unsigned long long ns) {
-    unsigned long long start, now;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
-    do {
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-    } while (now - start < ns);
-}
-"""
-
-
 class _Interrupted(Exception):
     """Anything raised while a call waits for its count, not a KeyboardInterrupt."""
 
@@ -555,7 +542,7 @@ def test_a_call_interrupted_in_its_wait_leaves_nothing_a_next_call_reads(error, 
     scratch. The interrupted call now waits for its stream before it raises: the stream is
     idle when it has raised, and every next call matches NumPy. The interrupted kernel is
     held behind a kernel of 0-400 us, so that it ends while the next call watches the word."""
-    hold = cupy.RawKernel(_HOLD, "dcx_test_hold")
+    hold = hold_kernel()
     built = []
     real = cb.OneReadCall
     monkeypatch.setattr(cb, "OneReadCall", lambda *a: built.append(real(*a)) or built[-1])

@@ -40,6 +40,7 @@ da = pytest.importorskip("dask.array")
 
 import dask  # noqa: E402
 from conftest import scan_reference, sort_input  # noqa: E402
+from gpu_helpers import hold_kernel  # noqa: E402
 
 import dask_compact  # noqa: E402  (registers Array.map_compact)
 from dask_compact import (  # noqa: E402
@@ -711,3 +712,81 @@ def test_fresh_threads_one_after_another_leave_work_queued(kind: str) -> None:
         want = inputs[t][inputs[t] < 0.5]
         for r in results:
             bits(host(r, cupy.cuda.Stream.null), want, f"{kind} thread {t}")
+
+
+class _Interrupted(Exception):
+    """Anything raised between a read back's copies and its wait, not a KeyboardInterrupt."""
+
+
+class _ArmedStream:
+    """The current stream as the counts' read backs see it (``ptr``, ``synchronize``): its
+    first synchronisation raises ``error`` before it waits (a KeyboardInterrupt landing
+    between the copies and the wait)."""
+
+    def __init__(self, stream: Any, error: type[BaseException]) -> None:
+        self.stream, self.ptr, self.error = stream, stream.ptr, error
+
+    def synchronize(self) -> None:
+        error, self.error = self.error, None
+        if error is not None:
+            raise error()
+        self.stream.synchronize()
+
+
+@pytest.mark.parametrize("error", [KeyboardInterrupt, _Interrupted], ids=["ctrl-c", "raised"])
+@pytest.mark.parametrize("how", ["read_counts", "read_words"])
+def test_a_read_back_interrupted_before_its_wait_leaves_no_late_copy(error, how, monkeypatch):
+    """The counts' read backs (``cupy_device.read_counts``, ``read_words``: every exact-size
+    call's one host sync) copy device words into ONE pinned buffer per thread, then
+    synchronise the stream. Until 2026-12-01 (fourteenth session; noted by the ready call's
+    fix, daeb377) one interrupted between its copies and its wait left its copy queued,
+    to land during the thread's next read back on another stream, between that read's own
+    copy and its host read (it returned the interrupted call's words for its own). The
+    interrupted read back now waits for its stream before it raises: the stream is idle
+    once it has raised, and every next read back, on another stream and on the same one,
+    returns its own words. The interrupted copy is held behind a kernel of 20-100 us, the
+    next one behind one of up to 40 us less, so that the two land close together."""
+    from dask_compact.backends import cupy_device
+
+    hold = hold_kernel()
+    a, b = cupy.cuda.Stream(non_blocking=True), cupy.cuda.Stream(non_blocking=True)
+    rng = np.random.default_rng(4242)
+    real = cupy.cuda.get_current_stream
+
+    def read(words: Any) -> list[int]:
+        if how == "read_counts":
+            return cupy_device.read_counts([words[i:i + 1] for i in range(words.size)])
+        return cupy_device.read_words(words)
+
+    def words(stream: Any, k: int) -> tuple[list[int], Any]:
+        w = rng.integers(0, 2**63, k, dtype=np.uint64)
+        with stream:
+            d = cupy.asarray(w)
+        stream.synchronize()
+        return [int(v) for v in w], d
+
+    bad, busy, calls = [], 0, 0
+    for ns in (20_000, 50_000, 100_000):
+        for lag in range(0, 40_000, 2_000):
+            k = 1 + calls % 5
+            _, old = words(a, k)
+            new_want, new = words(b, k)
+            same_want, same = words(a, k)
+            with a:
+                hold((1,), (1,), (np.uint64(ns),))
+                with monkeypatch.context() as m:
+                    m.setattr(cupy.cuda, "get_current_stream",
+                              lambda: _ArmedStream(real(), error))  # fmt: skip
+                    with pytest.raises(error):
+                        read(old)
+                busy += not a.done  # read at once: the interrupted copy still queued
+            with b:  # at once: the thread's next read back, on another stream
+                hold((1,), (1,), (np.uint64(max(0, ns - lag)),))
+                if read(new) != new_want:
+                    bad.append(("other stream", ns, lag))
+            with a:  # and on the same one
+                if read(same) != same_want:
+                    bad.append(("same stream", ns, lag))
+            calls += 1
+    assert not bad, f"{len(bad)} read backs after an interrupted one wrong: {bad[:8]}"
+    assert not busy, f"{busy} interrupted read backs left their copy queued"
