@@ -36,3 +36,22 @@ def hold_kernel() -> Any:
     import cupy
 
     return cupy.RawKernel(_HOLD, "dcx_test_hold")
+
+
+class ArmedStream:
+    """A stream as a call sees it (``ptr``, ``synchronize``) whose next synchronisation,
+    while ``error`` holds an exception class, raises it before it waits (a KeyboardInterrupt
+    landing between the work a call queued and its wait); then ``error`` is None again."""
+
+    def __init__(self, stream: Any, error: type[BaseException] | None = None) -> None:
+        self.stream, self.ptr, self.error = stream, stream.ptr, error
+
+    def synchronize(self) -> None:
+        error, self.error = self.error, None
+        if error is not None:
+            raise error()
+        self.stream.synchronize()
+
+    @property
+    def done(self) -> bool:
+        return bool(self.stream.done)

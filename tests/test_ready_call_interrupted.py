@@ -195,3 +195,92 @@ def test_a_read_back_interrupted_before_its_wait_leaves_no_late_copy(error, how,
     assert read(9, 4) == [9, 4]
     current[0] = a  # and on the same one
     assert read(11, 0) == [11, 0]
+
+
+def _records_call(device: _Device, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A RecordsCall of one 4-byte field over stand-ins: the GPU's queue (run only when the
+    stream is synchronised: a GPU behind the host), copies queued on it that read their
+    source when they run, passes that store the total, and a copy pass that records the
+    column table it reads (from the workspace's table, as the copy kernels do)."""
+    import ctypes
+
+    from dask_compact.backends import cupy_records_ready as rr
+
+    def memcpy_async(dst: int, src: int, n: int, kind: int, stream_ptr: int) -> None:
+        device.queued.append(lambda: ctypes.memmove(dst, src, n))
+
+    runtime = types.SimpleNamespace(memcpyAsync=memcpy_async, memcpyDeviceToHost=2,
+                                    memcpyHostToDevice=1)
+    monkeypatch.setitem(sys.modules, "cupy", types.SimpleNamespace(
+        cuda=types.SimpleNamespace(runtime=runtime)))
+    made: list[Any] = []  # the outputs, kept (a pointer of each)
+
+    def output(rows: int) -> Any:
+        made.append(np.empty(max(rows, 1), np.float32))
+        return types.SimpleNamespace(data=types.SimpleNamespace(ptr=made[-1].ctypes.data),
+                                     shape=(rows,), nbytes=4 * rows)
+
+    monkeypatch.setattr(rr, "output_empty", lambda total, dtype, tail=(): output(total))
+    call = object.__new__(rr.RecordsCall)
+    call.n, call.tiles, call.indices, call.device = 1 << 20, 4, False, 0
+    call.layout = [("x", np.dtype(np.float32), (), 4)]
+    call.tables = np.zeros((2, 4), np.int64)
+    call.turn, call.last_total = 0, None
+    call.host = np.zeros(3, np.uint64)
+    call.ws = device_ws = np.zeros(16, np.int64)  # the counts (tiles + 3 words), the table
+    call.counts_ptr, call.table_ptr = device_ws.ctypes.data, device_ws.ctypes.data + 8 * 8
+    call.stream = types.SimpleNamespace(ptr=0, synchronize=device.synchronize)
+    call.seen = []  # per copy pass: the column table it read
+
+    def passes(fields: dict[str, Any], sp: int) -> None:
+        def store() -> None:
+            device_ws[call.tiles:call.tiles + 3] = (fields["x"].rows, 1, 0)
+
+        device.queued.append(store)
+
+    def copy(table: int, ncols: int, idx: int, index_base: int, lengths: Any, sp: int) -> None:
+        device.queued.append(lambda: call.seen.append(device_ws[8:8 + 4 * ncols].tolist()))
+
+    call._queue_passes, call._queue_copy = passes, copy
+    # every previous total has its outputs made early: the table written before the sync
+    call._early_outputs = lambda total: None if not total else ({"x": output(total)}, None)
+    return call
+
+
+def _fields(rows: int) -> dict[str, Any]:
+    """A stand-in field whose passes select ``rows`` rows."""
+    return {"x": types.SimpleNamespace(rows=rows, data=types.SimpleNamespace(ptr=rows << 12))}
+
+
+@pytest.mark.parametrize("error", [KeyboardInterrupt, OSError])
+def test_a_records_call_interrupted_before_its_sync_leaves_no_table_upload_queued(
+        error, monkeypatch):
+    """The records' ready call (``cupy_records_ready.RecordsCall``) writes its column table
+    into one of two pinned tables in turn, before its sync where it makes its outputs early,
+    relying on the call between to have synchronised (the other table's upload has then
+    run). One interrupted before its sync (Ctrl-C, or anything raised there) broke that: the
+    next call wrote its table over the one the call before the interrupted one had queued
+    after its sync and the GPU had still to upload, and that call's copy ran with the next
+    call's column table (its outputs unwritten, the next call's written with its selection).
+    Until 2026-12-01 (fourteenth session; a sweep after the ready call's fix, daeb377): the
+    interrupted call now waits for its stream before it raises."""
+    device = _Device()
+    call = _records_call(device, monkeypatch)
+    first = call(_fields(300), 0)  # no previous total: its table written after its sync
+    want = [(300 << 12), first["x"].data.ptr, 4, 1]
+    armed = [error]
+    real_sync = call.stream.synchronize
+
+    def sync() -> None:
+        if armed:
+            raise armed.pop()()
+        real_sync()
+
+    call.stream.synchronize = sync
+    with pytest.raises(error):
+        call(_fields(500), 0)
+    assert not device.queued, "the interrupted call left its work queued"
+    third = call(_fields(700), 0)
+    device.synchronize()
+    assert call.seen[0] == want, "the first call's copy read another call's column table"
+    assert call.seen[-1] == [(700 << 12), third["x"].data.ptr, 4, 1]

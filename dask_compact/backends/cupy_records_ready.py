@@ -30,6 +30,7 @@ synchronised).
 
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import Any
 
@@ -253,18 +254,32 @@ class RecordsCall:
         runtime = cupy.cuda.runtime
         sp = self.stream.ptr
         ws = self.ws if self.ws is not None else self._workspace()  # noqa: F841 - held
-        self._queue_passes(fields, sp)
-        runtime.memcpyAsync(self.host.ctypes.data, self.counts_ptr + 8 * self.tiles, 24,
-                            runtime.memcpyDeviceToHost, sp)
-        self.turn ^= 1
-        table = self.tables[self.turn]
-        # while the GPU runs passes 1-3: the outputs at the previous total's size classes and
-        # their column table, uploaded in stream order (at 2^28 rows of four float32 fields
-        # the allocations alone took 28 us of the GPU's idle time between the passes and
-        # the copy)
-        early = self._early_outputs(self.last_total)
-        ncols = 0 if early is None else self._upload_columns(fields, early[0], table, sp)
-        self.stream.synchronize()  # the call's one host sync
+        try:
+            self._queue_passes(fields, sp)
+            runtime.memcpyAsync(self.host.ctypes.data, self.counts_ptr + 8 * self.tiles, 24,
+                                runtime.memcpyDeviceToHost, sp)
+            self.turn ^= 1
+            table = self.tables[self.turn]
+            # while the GPU runs passes 1-3: the outputs at the previous total's size classes
+            # and their column table, uploaded in stream order (at 2^28 rows of four float32
+            # fields the allocations alone took 28 us of the GPU's idle time between the
+            # passes and the copy)
+            early = self._early_outputs(self.last_total)
+            ncols = 0 if early is None else self._upload_columns(fields, early[0], table, sp)
+            self.stream.synchronize()  # the call's one host sync
+        except BaseException:
+            # interrupted before its sync (KeyboardInterrupt, or anything raised there): the
+            # two pinned tables are written in turn on the word of that sync (the upload two
+            # calls before has run), and the counts land in pinned memory later. Until
+            # 2026-12-01 (fourteenth session; a sweep after the ready call's fix, daeb377) the
+            # next call wrote its table early over the one the call before the interrupted
+            # one was still to upload after its sync (that call's copy then ran with the next
+            # call's column table: its outputs wrong), and a call evicted meanwhile gave its
+            # count buffer back to CuPy's pool with the copy into it still to land. Waited
+            # for here: no cost to a call not interrupted; a failed wait leaves its own error.
+            with contextlib.suppress(Exception):
+                self.stream.synchronize()
+            raise
         total, dense, sparse = (int(v) for v in self.host)
         self.last_total = total
         fit = None if early is None else self._fit(*early, total)

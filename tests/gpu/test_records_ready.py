@@ -14,6 +14,8 @@ import pytest
 
 cupy = pytest.importorskip("cupy")
 
+from gpu_helpers import ArmedStream, hold_kernel  # noqa: E402
+
 from dask_compact import compact_records  # noqa: E402
 
 pytestmark = pytest.mark.gpu
@@ -483,3 +485,82 @@ def test_a_closure_rebound_while_a_call_runs_is_not_kept_under_the_new_value(mon
         assert k == int(mask.sum())
         np.testing.assert_array_equal(cupy.asnumpy(out["pixel"][:k]), f_np["pixel"][mask])
     assert len(repeat._into_repeats) == 2
+
+
+class _Interrupted(Exception):
+    """Anything raised before a call's sync, not a KeyboardInterrupt."""
+
+
+@pytest.mark.parametrize("error", [KeyboardInterrupt, _Interrupted], ids=["ctrl-c", "raised"])
+def test_a_call_interrupted_before_its_sync_leaves_no_table_upload_queued(error,
+                                                                          monkeypatch) -> None:
+    """The ready call writes its column table into one of two pinned tables in turn, before
+    its sync where it makes its outputs early (the previous total's size classes), relying
+    on the call between to have synchronised. Until 2026-12-01 (fourteenth session; a sweep
+    after the ready call's fix, daeb377) a call interrupted before its sync broke that: the
+    next call wrote its table over the one the call before the interrupted one had queued
+    after its sync, and that call's copy ran with the next call's column table (its outputs
+    left unwritten). The interrupted call now waits for its stream before it raises. Here
+    each call's uploads are held behind a timer kernel of 0.1-2 ms (a GPU behind the host);
+    the first call of each round makes its outputs after its count (another size class than
+    the round before), the second is interrupted, the third makes its outputs early."""
+    from dask_compact.backends import cupy_records_ready as rr
+    from dask_compact.backends import cupy_records_repeat
+
+    kept = (rr._calls, rr._by_content, cupy_records_repeat._repeats)
+    hold = hold_kernel()
+    built: list = []
+    real = rr.RecordsCall
+    monkeypatch.setattr(rr, "RecordsCall", lambda *a: built.append(real(*a)) or built[-1])
+    n = 8_000_003
+    rng = np.random.default_rng(77)
+    stream = cupy.cuda.Stream(non_blocking=True)
+    pred = "k < 0.375"  # a constant of its own: a call of its own
+    bad, busy = [], 0
+    for c in kept:  # a call of this test only: made under the patch
+        c.clear()
+    try:
+        with stream:
+            a_np = rng.standard_normal(n)
+            a = cupy.asarray(a_np)
+
+            def fields(frac: float) -> tuple[dict, dict]:
+                """Fields selecting about ``frac`` of the rows (float64: 8-byte rows, so 0.55 of
+                them are above the size classes' bound)."""
+                k_np = rng.random(n) * (0.375 / frac)
+                return {"a": a_np, "k": k_np}, {"a": a, "k": cupy.asarray(k_np)}
+
+            f_np, f = fields(0.5)
+            same(compact_records(f, pred), want(f_np, f_np["k"] < 0.375, False))
+            assert len(built) == 1
+            call = built[0]
+            upload, holds = call._upload_columns, [0]
+
+            def held(*args):
+                hold((1,), (1,), (np.uint64(holds[0]),))  # on the call's stream (the current)
+                return upload(*args)
+
+            call._upload_columns = held
+            call.stream = armed = ArmedStream(call.stream)
+            for i, ns in enumerate([100_000, 500_000, 2_000_000] * 4):
+                holds[0] = ns
+                (n1, f1), (_, f2), (n3, f3) = fields(0.55), fields(0.3), fields(0.8)
+                stream.synchronize()
+                got1 = compact_records(f1, pred)
+                armed.error = error
+                with pytest.raises(error):
+                    compact_records(f2, pred)
+                busy += not armed.done  # read at once: the interrupted call's work still queued
+                got3 = compact_records(f3, pred)
+                stream.synchronize()
+                for got, g_np in ((got1, n1), (got3, n3)):
+                    try:
+                        same(got, want(g_np, g_np["k"] < 0.375, False))
+                    except AssertionError:
+                        bad.append((i, ns))
+            assert len(built) == 1  # every call ran the one ready call
+    finally:
+        for c in kept:  # the call with the held uploads and the armed stream goes
+            c.clear()
+    assert not bad, f"{len(bad)} calls around an interrupted one wrong (round, hold ns): {bad}"
+    assert not busy, f"{busy} interrupted calls left their work queued"

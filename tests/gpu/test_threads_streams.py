@@ -40,7 +40,7 @@ da = pytest.importorskip("dask.array")
 
 import dask  # noqa: E402
 from conftest import scan_reference, sort_input  # noqa: E402
-from gpu_helpers import hold_kernel  # noqa: E402
+from gpu_helpers import ArmedStream, hold_kernel  # noqa: E402
 
 import dask_compact  # noqa: E402  (registers Array.map_compact)
 from dask_compact import (  # noqa: E402
@@ -718,21 +718,6 @@ class _Interrupted(Exception):
     """Anything raised between a read back's copies and its wait, not a KeyboardInterrupt."""
 
 
-class _ArmedStream:
-    """The current stream as the counts' read backs see it (``ptr``, ``synchronize``): its
-    first synchronisation raises ``error`` before it waits (a KeyboardInterrupt landing
-    between the copies and the wait)."""
-
-    def __init__(self, stream: Any, error: type[BaseException]) -> None:
-        self.stream, self.ptr, self.error = stream, stream.ptr, error
-
-    def synchronize(self) -> None:
-        error, self.error = self.error, None
-        if error is not None:
-            raise error()
-        self.stream.synchronize()
-
-
 @pytest.mark.parametrize("error", [KeyboardInterrupt, _Interrupted], ids=["ctrl-c", "raised"])
 @pytest.mark.parametrize("how", ["read_counts", "read_words"])
 def test_a_read_back_interrupted_before_its_wait_leaves_no_late_copy(error, how, monkeypatch):
@@ -776,7 +761,7 @@ def test_a_read_back_interrupted_before_its_wait_leaves_no_late_copy(error, how,
                 hold((1,), (1,), (np.uint64(ns),))
                 with monkeypatch.context() as m:
                     m.setattr(cupy.cuda, "get_current_stream",
-                              lambda: _ArmedStream(real(), error))  # fmt: skip
+                              lambda: ArmedStream(real(), error))  # fmt: skip
                     with pytest.raises(error):
                         read(old)
                 busy += not a.done  # read at once: the interrupted copy still queued
