@@ -3,7 +3,13 @@ without a GPU: stand-ins for its kernel, its stream and the mapped count word, w
 work queued and run in order, a step at each look of the host at the word (the GPU moves on
 while the host watches) and all of it when the stream is synchronised. The GPU file
 ``tests/gpu/test_one_read.py`` checks the same on the device
-(``test_a_call_interrupted_in_its_wait_leaves_nothing_a_next_call_reads``)."""
+(``test_a_call_interrupted_in_its_wait_leaves_nothing_a_next_call_reads``).
+
+The same for the other GPU calls that leave host-visible work queued when interrupted before
+their wait: the counts' read backs (``cupy_device.read_counts``, ``read_words``: one pinned
+buffer per thread, streams as stand-ins; on the device in ``tests/gpu/test_threads_streams.py``)
+and the records' ready call (``cupy_records_ready.RecordsCall``: two pinned tables in turn;
+on the device in ``tests/gpu/test_records_ready.py``)."""
 
 from __future__ import annotations
 
