@@ -19,6 +19,7 @@ from .validate import (
     check_dask_input,
     check_dtype,
     check_stream,
+    frame_object,
     in_memory,
     is_dask_array,
     native,
@@ -48,7 +49,7 @@ def checked_fields(fields: Any, indices: bool, fn: str = "compact_records",
     if not isinstance(fields, Mapping):
         raise TypeError(
             "fields must be a mapping of name -> array (e.g. a dict), not "
-            f"{type(fields).__name__}"
+            f"{frame_object(fields) or type(fields).__name__}"
         )
     out = dict(fields)
     if not out:

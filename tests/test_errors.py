@@ -392,3 +392,64 @@ def test_yes_no_arguments_take_bools_only():
         np.testing.assert_array_equal(call(np.False_), call(False))
         np.testing.assert_array_equal(call(0), call(False))
     np.testing.assert_array_equal(dask_compact.scan_array(a, exclusive=np.False_), np.cumsum(a))
+
+
+@pytest.mark.parametrize("kind", ["dask", "pandas"])
+@pytest.mark.parametrize("call", ["map_compact", "compact", "flatnonzero", "cumsum", "partition",
+                                  "sort", "argsort", "compact_records", "compact_array"])
+def test_a_dataframe_column_is_refused_saying_how_to_get_its_array(call, kind):
+    """A DataFrame's column passed where an array goes was told to be wrapped with
+    ``da.from_array`` (a new-user probe, 2026-12-01, fourteenth session): for a dask Series
+    that raises in dask ("Trying to convert ... to a boolean value"), for a pandas Series it
+    gave a dask array of pandas chunks, refused in turn; compact_records told a dask Series
+    field to be converted with ``np.asarray`` (which computes it). The error now names the
+    array to pass: ``.to_dask_array(lengths=True)``, or ``.to_numpy()``."""
+    pd = pytest.importorskip("pandas")
+    a = np.arange(10.0)
+    s = pd.Series(a, name="v")
+    if kind == "dask":
+        dd = pytest.importorskip("dask.dataframe")
+        s = dd.from_pandas(s, npartitions=3)
+    calls = {
+        "map_compact": lambda: dask_compact.map_compact(s, "x > 3"),
+        "compact": lambda: dask_compact.compact(s, a > 3),
+        "flatnonzero": lambda: dask_compact.flatnonzero(s),
+        "cumsum": lambda: dask_compact.cumsum(s),
+        "partition": lambda: dask_compact.partition(s, "x > 3"),
+        "sort": lambda: dask_compact.sort(s),
+        "argsort": lambda: dask_compact.argsort(s),
+        "compact_records": lambda: dask_compact.compact_records({"v": s}, "v > 3"),
+        "compact_array": lambda: dask_compact.compact_array(s, "x > 3"),
+    }
+    advice = (r"dask Series: pass its dask array, \.to_dask_array\(lengths=True\)"
+              if kind == "dask" else r"pandas Series: pass its values, \.to_numpy\(\)")
+    with pytest.raises(TypeError, match=advice):
+        calls[call]()
+    # what it says works
+    if kind == "dask":
+        got = dask_compact.map_compact(s.to_dask_array(lengths=True), "x > 3").compute()
+    else:
+        got = dask_compact.compact_array(s.to_numpy(), "x > 3")
+    np.testing.assert_array_equal(got, a[a > 3])
+
+
+@pytest.mark.parametrize("kind", ["dask", "pandas"])
+def test_a_dataframe_as_records_fields_says_how_to_make_the_mapping(kind):
+    """compact_records of a DataFrame said only "fields must be a mapping of name -> array
+    (e.g. a dict), not DataFrame" (a new-user probe): the error now writes the mapping of
+    its columns' arrays, which works."""
+    pd = pytest.importorskip("pandas")
+    df = pd.DataFrame({"e": np.arange(10.0), "i": np.arange(10)})
+    if kind == "dask":
+        dd = pytest.importorskip("dask.dataframe")
+        df = dd.from_pandas(df, npartitions=3)
+    with pytest.raises(TypeError, match=r"fields must be a mapping of name -> array \(e\.g\. a "
+                                        r"dict\), not a (dask|pandas) DataFrame") as info:
+        dask_compact.compact_records(df, "e > 3")
+    fields = ({c: df[c].to_dask_array(lengths=True) for c in df.columns} if kind == "dask"
+              else {c: df[c].to_numpy() for c in df.columns})
+    expected = "{c: df[c].to_dask_array(lengths=True) for c in df.columns}" if kind == "dask" \
+        else "{c: df[c].to_numpy() for c in df.columns}"  # fmt: skip
+    assert expected in str(info.value)
+    out = dask_compact.compact_records(fields, "e > 3")
+    np.testing.assert_array_equal(np.asarray(out["i"]), np.arange(4, 10))
