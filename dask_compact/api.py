@@ -333,7 +333,10 @@ def flatnonzero(
 
 
 # the in-memory call of each dask call, for the message to a caller who passed an array
-_IN_MEMORY = {"cumsum": "scan_array", "partition": "partition_array"}
+# (flatnonzero was pointed to compact_array until 2026-12-01, fourteenth session: a
+# new-user probe; NumPy's own call is the one)
+_IN_MEMORY = {"cumsum": "dask_compact.scan_array", "partition": "dask_compact.partition_array",
+              "flatnonzero": "np.flatnonzero"}
 
 
 def _check_dask_array(x: Any, fn: str) -> da.Array:
@@ -343,8 +346,8 @@ def _check_dask_array(x: Any, fn: str) -> da.Array:
             raise TypeError(f"{fn} needs a dask array, not {xarray}")
         raise TypeError(
             f"{fn} needs a dask array, not {type(x).__name__}; wrap it with "
-            f"dask.array.from_array(...), or use dask_compact."
-            f"{_IN_MEMORY.get(fn, 'compact_array')} for an in-memory array"
+            f"dask.array.from_array(...), or use "
+            f"{_IN_MEMORY.get(fn, 'dask_compact.compact_array')} for an in-memory array"
         )
     check_dask_input(x, "x")
     check_chunk_type(x._meta, fn)

@@ -25,6 +25,17 @@ def test_not_a_dask_array():
         dask_compact.map_compact(np.arange(5), "x > 1")
 
 
+def test_flatnonzero_of_an_in_memory_array_points_to_numpys():
+    """flatnonzero of a NumPy array was pointed to dask_compact.compact_array, which takes a
+    predicate and returns values unless told otherwise (a new-user probe, 2026-12-01,
+    fourteenth session): NumPy's own np.flatnonzero is the in-memory call."""
+    a = np.array([0, 3, 0, 1, 2])
+    with pytest.raises(TypeError, match=r"or use np\.flatnonzero for an in-memory array"):
+        dask_compact.flatnonzero(a)
+    np.testing.assert_array_equal(
+        dask_compact.flatnonzero(da.from_array(a, chunks=2)).compute(), np.flatnonzero(a))
+
+
 def test_unsupported_dtypes():
     # (datetime64 / timedelta64 are compacted: test_map_compact.py)
     for a in (np.array(["a", "b"]), np.array([object(), 1], dtype=object),
