@@ -123,7 +123,10 @@ def _checked(fn: str, a: Any, pred: PredicateLike, output: str, stable: bool, al
     check_output(output)
     check_algorithm(algorithm, stable)
     if not hasattr(a, "dtype") or not hasattr(a, "shape"):
-        raise TypeError(f"{fn} needs a NumPy or CuPy array, not {type(a).__name__}")
+        # the conversion named, as scan_array's refusal names it (until 2026-12-01, fourteenth
+        # session, only "not list": a new-user probe)
+        raise TypeError(f"{fn} needs a NumPy or CuPy array, not {type(a).__name__}; convert "
+                        "it first, e.g. np.asarray(a)")
     a = in_memory(a)
     if is_dask_array(a):
         # the dask call of the same operation (partition_array was told map_compact, a

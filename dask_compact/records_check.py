@@ -76,7 +76,10 @@ def checked_fields(fields: Any, indices: bool, fn: str = "compact_records",
     modules = set()
     for name, a in out.items():
         if not hasattr(a, "dtype") or not hasattr(a, "shape"):
-            raise TypeError(f"field {name!r} is a {type(a).__name__}, not an array")
+            # the conversion named (until 2026-12-01, fourteenth session, only "not an
+            # array": a new-user probe)
+            raise TypeError(f"field {name!r} is a {type(a).__name__}, not an array; convert "
+                            f"it first, e.g. np.asarray({field_source(name)})")
         if not lazy:
             a = out[name] = in_memory(a)
         label = labels.get(name) if labels else None

@@ -464,3 +464,26 @@ def test_a_dataframe_as_records_fields_says_how_to_make_the_mapping(kind):
     assert expected in str(info.value)
     out = dask_compact.compact_records(fields, "e > 3")
     np.testing.assert_array_equal(np.asarray(out["i"]), np.arange(4, 10))
+
+
+@pytest.mark.parametrize("call", ["compact_array", "partition_array", "compact_into",
+                                  "compact_records", "compact_records_into", "scan_array"])
+def test_a_list_given_to_an_in_memory_call_is_told_the_conversion(call):
+    """A Python list given to an in-memory call was refused without a way out ("compact_array
+    needs a NumPy or CuPy array, not list"; "field 'e' is a list, not an array"), where
+    scan_array's refusal named np.asarray (a new-user probe, 2026-12-01, fourteenth session):
+    each now names the conversion, which works."""
+    data = [0.1, 0.7, 0.3, 0.9]
+    calls = {
+        "compact_array": lambda a: dask_compact.compact_array(a, "x > 0.5"),
+        "partition_array": lambda a: dask_compact.partition_array(a, "x > 0.5")[0][:2],
+        "compact_into": lambda a: dask_compact.compact_into(a, "x > 0.5", np.empty(4)),
+        "compact_records": lambda a: dask_compact.compact_records({"e": a}, "e > 0.5")["e"],
+        "compact_records_into": lambda a: dask_compact.compact_records_into(
+            {"e": a}, "e > 0.5", {"e": np.empty(4)}),
+        "scan_array": lambda a: dask_compact.scan_array(a),
+    }
+    name = "e" if call.startswith("compact_records") else "a"
+    with pytest.raises(TypeError, match=rf"convert it first, e\.g\. np\.asarray\({name}\)"):
+        calls[call](data)
+    calls[call](np.asarray(data))  # what it says works
