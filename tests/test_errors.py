@@ -487,3 +487,29 @@ def test_a_list_given_to_an_in_memory_call_is_told_the_conversion(call):
     with pytest.raises(TypeError, match=rf"convert it first, e\.g\. np\.asarray\({name}\)"):
         calls[call](data)
     calls[call](np.asarray(data))  # what it says works
+
+
+@pytest.mark.parametrize("call", ["map_compact", "method", "partition", "compact_array",
+                                  "compact_into", "partition_array"])
+def test_a_mask_passed_as_the_predicate_points_to_compact(call):
+    """A boolean array passed as the predicate (``x.map_compact(x > 0.5)``, the NumPy habit
+    of ``a[a > 0.5]``) was refused as "pred must be a callable or a string expression in
+    `x`, not Array" (a new-user probe, 2026-12-01, fourteenth session), where compact_records
+    already named the way to select by a mask: the error now names compact(x, mask) and
+    NumPy's a[mask], which give the selection."""
+    a = np.random.default_rng(3).random(50)
+    x = da.from_array(a, chunks=16)
+    calls = {
+        "map_compact": lambda: dask_compact.map_compact(x, x > 0.5),
+        "method": lambda: x.map_compact(x > 0.5),
+        "partition": lambda: dask_compact.partition(x, x > 0.5),
+        "compact_array": lambda: dask_compact.compact_array(a, a > 0.5),
+        "compact_into": lambda: dask_compact.compact_into(a, a > 0.5, np.empty_like(a)),
+        "partition_array": lambda: dask_compact.partition_array(a, a > 0.5),
+    }
+    with pytest.raises(TypeError, match=r"not Array|not ndarray") as info:
+        calls[call]()
+    assert "dask_compact.compact(x, mask)" in str(info.value)
+    assert "a[mask]" in str(info.value)
+    # what it says works
+    np.testing.assert_array_equal(dask_compact.compact(x, x > 0.5).compute(), a[a > 0.5])
