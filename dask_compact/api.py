@@ -194,7 +194,9 @@ def compact(
     saying how).
 
     ``x`` may also hold ``datetime64`` or ``timedelta64`` values (NaT included), selected
-    as their 8-byte integers.
+    as their 8-byte integers. ``output``, ``lazy`` and ``chunks`` are :func:`map_compact`'s:
+    the values, their global flat indices or both; nothing computed now; the result
+    rebalanced into uniform chunks.
 
     Examples
     --------
@@ -306,7 +308,9 @@ def flatnonzero(
     """Global flat indices of the non-zero elements of ``a``, with known chunk sizes.
 
     Equals ``np.flatnonzero(np.asarray(a))``; ``datetime64`` and ``timedelta64`` input
-    included (non-zero: not the epoch, not a zero duration; NaT is non-zero).
+    included (non-zero: not the epoch, not a zero duration; NaT is non-zero). ``lazy`` and
+    ``chunks`` are :func:`map_compact`'s: nothing computed now (the chunk sizes nan until
+    computed); the result rebalanced into uniform chunks of that size.
 
     Examples
     --------

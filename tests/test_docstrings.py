@@ -42,3 +42,17 @@ def test_the_examples_of_the_public_modules_are_found():
     assert {"dask_compact", "dask_compact.api", "dask_compact.chunk", "dask_compact.records",
             "dask_compact.scan", "dask_compact.sorting", "dask_compact.stable_split",
             "dask_compact.latency", "dask_compact.xarray_accessor"} <= set(_WITH_EXAMPLES)
+
+
+def test_every_parameter_of_the_dask_calls_is_named_in_their_docstrings():
+    """compact's ``output``, ``lazy`` and ``chunks`` and flatnonzero's ``lazy`` and ``chunks``
+    were in their signatures and not described in their docstrings (a new-user probe read
+    help() of each public name, 2026-12-01, fourteenth session)."""
+    import inspect
+
+    for name in ("map_compact", "compact", "flatnonzero", "compact_records", "partition",
+                 "cumsum", "sort"):
+        fn = getattr(dask_compact, name)
+        doc = inspect.getdoc(fn) or ""
+        for p in inspect.signature(fn).parameters:
+            assert f"``{p}``" in doc or f"\n{p} :" in doc, f"{name}: {p} not in its docstring"
