@@ -195,3 +195,14 @@ def test_numpy_habits_in_a_string_are_told_the_form_that_is_taken(text, says, wo
     assert says in str(e.value)
     if works is not None:
         assert parse(works).path == "fused"
+
+
+def test_a_records_name_refusal_shows_a_function_call_on_a_field():
+    """A record predicate naming `x` was told "functions are called by bare name, e.g.
+    `isnan(x)`", an example in the very name refused (a new-user probe, 2026-12-01,
+    fourteenth session): the example calls the function on a field."""
+    with pytest.raises(ValueError, match=r"the name 'x' is not allowed") as e:
+        parse("x > 0.5", names=("energy", "eta"))
+    assert "e.g. `isnan(energy)`" in str(e.value)
+    assert "isnan(x)" not in str(e.value)
+    assert parse("isnan(energy)", names=("energy", "eta")).path == "fused"

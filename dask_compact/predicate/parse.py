@@ -212,11 +212,14 @@ def _check(text: str, tree: ast.AST, names: tuple[str, ...] = (_VARIABLE,)) -> N
                     "the variable is `x`" if names == (_VARIABLE,)
                     else f"the fields are {', '.join(names)}"
                 )
+                # the example on a field (a record's said `isnan(x)`, the name refused, until
+                # 2026-12-01, fourteenth session: a new-user probe)
+                on = next((n for n in names if n.isidentifier()), _VARIABLE)
                 raise _refuse(
                     text,
                     f"the name {node.id!r}",
                     f" ({which}; constants: {', '.join(CONSTANTS)}; functions are "
-                    "called by bare name, e.g. `isnan(x)`)",
+                    f"called by bare name, e.g. `isnan({on})`)",
                 )
         elif isinstance(node, ast.Constant):
             if not isinstance(node.value, (bool, int, float, complex)):
