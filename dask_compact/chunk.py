@@ -37,6 +37,7 @@ from .validate import (
     other_order_view,
     overlaps,
     swap_written,
+    times_refusal,
     to_native,
 )
 
@@ -110,7 +111,13 @@ def _compact_times(a: np.ndarray, pred: PredicateLike, output: str, algorithm: s
     check_output(output)
     check_algorithm(algorithm, stable)
     a = a if a.dtype.isnative else a.astype(native(a.dtype))
-    m = as_predicate(pred).mask(a).ravel()
+    p = as_predicate(pred)
+    try:
+        m = p.mask(a).ravel()
+    except TypeError as e:  # NumPy's: no loop for a time and a number (t > 5)
+        if not type(e).__module__.startswith("numpy"):
+            raise
+        raise times_refusal(p.source, a.dtype, e) from e
     values = a.ravel()[m] if output != "indices" else None
     indices = np.flatnonzero(m).astype(np.int64, copy=False) if output != "values" else None
     return by_output(values, indices, output)

@@ -263,6 +263,19 @@ def xarray_object(a: Any, selects: bool = True) -> str | None:
             f"is dask-backed){accessor if selects else ''}")
 
 
+def times_refusal(source: str, dtype: np.dtype, e: TypeError) -> TypeError:
+    """The refusal of a predicate NumPy cannot evaluate on datetime64 / timedelta64 data
+    (``t > 5``: no loop for a time and a number), with the form that compares times: until
+    2026-12-01 (fourteenth session) NumPy's bare "ufunc 'greater' did not contain a loop with
+    signature matching types" (a new-user probe); a string cannot name a time at all."""
+    kind, example = (("datetime64", "np.datetime64('2026-01-01')") if dtype.kind == "M"
+                     else ("timedelta64", "np.timedelta64(3, 'h')"))
+    return TypeError(
+        f"the predicate {source} cannot be evaluated on {dtype} values ({e}): compare them "
+        f"with {kind} values, in a callable, lambda v: v > {example} (a string predicate "
+        f"names numbers only), or select by a mask, dask_compact.compact(x, x > t0)")
+
+
 def frame_object(a: Any) -> str | None:
     """For a pandas or dask DataFrame, Series or Index passed where an array (or a record's
     mapping of arrays) goes, what to pass instead (for a message), else None. Until
