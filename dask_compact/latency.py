@@ -132,10 +132,24 @@ def low_latency(client: Any = None, interval: str | float | None = 0) -> None:
     >>> client.close()
     >>> cluster.close()
     """
-    if client is None:
-        from distributed import get_client
+    from distributed import Client, get_client
 
-        client = get_client()
+    # until 2026-12-01 (fourteenth session) no client at all gave distributed's "No global
+    # client found and no address provided", and a LocalCluster or an address given for the
+    # client "'LocalCluster' object has no attribute 'run_on_scheduler'" (a new-user probe)
+    if client is None:
+        try:
+            client = get_client()
+        except ValueError as e:
+            raise ValueError(
+                "dask_compact.low_latency sets the streams of a distributed cluster: no client "
+                "given and none is the default: pass one, low_latency(client), or make one "
+                "first, distributed.Client(...)") from e
+    if not isinstance(client, Client):
+        how = ("Client(address)" if isinstance(client, str) else "Client(cluster)"
+               if hasattr(client, "scheduler_address") else "distributed.Client(...)")
+        raise TypeError(f"dask_compact.low_latency takes a distributed Client, not "
+                        f"{type(client).__name__}: pass {how}")
     if getattr(client, "asynchronous", False):
         # on its own event loop the client's calls return coroutines, not done: until
         # 2026-11-30 only the client's own stream was set and the plugins never installed (a

@@ -19,6 +19,7 @@ from .validate import (
     check_dask_input,
     check_dtype,
     check_stream,
+    frame_object,
     in_memory,
     is_dask_array,
     native,
@@ -48,7 +49,7 @@ def checked_fields(fields: Any, indices: bool, fn: str = "compact_records",
     if not isinstance(fields, Mapping):
         raise TypeError(
             "fields must be a mapping of name -> array (e.g. a dict), not "
-            f"{type(fields).__name__}"
+            f"{frame_object(fields) or type(fields).__name__}"
         )
     out = dict(fields)
     if not out:
@@ -75,7 +76,10 @@ def checked_fields(fields: Any, indices: bool, fn: str = "compact_records",
     modules = set()
     for name, a in out.items():
         if not hasattr(a, "dtype") or not hasattr(a, "shape"):
-            raise TypeError(f"field {name!r} is a {type(a).__name__}, not an array")
+            # the conversion named (until 2026-12-01, fourteenth session, only "not an
+            # array": a new-user probe)
+            raise TypeError(f"field {name!r} is a {type(a).__name__}, not an array; convert "
+                            f"it first, e.g. np.asarray({field_source(name)})")
         if not lazy:
             a = out[name] = in_memory(a)
         label = labels.get(name) if labels else None

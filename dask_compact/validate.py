@@ -261,12 +261,50 @@ def xarray_object(a: Any, selects: bool = True) -> str | None:
     ``np.asarray`` (which computes a dask-backed one into memory), and a dask-backed field
     beside a dask array was called in-memory (a new-user probe)."""
     t = type(a)
+    frame = frame_object(a)
+    if frame is not None:
+        return frame
     if t.__module__.split(".")[0] != "xarray":
         return None
     data = "ds[name].data" if t.__name__ == "Dataset" else ".data"
     accessor = ", or select with the xarray accessor, .compact.where(cond, dim)"
     return (f"an xarray {t.__name__}: pass the array it wraps, {data} (a dask array where it "
             f"is dask-backed){accessor if selects else ''}")
+
+
+def times_refusal(source: str, dtype: np.dtype, e: TypeError) -> TypeError:
+    """The refusal of a predicate NumPy cannot evaluate on datetime64 / timedelta64 data
+    (``t > 5``: no loop for a time and a number), with the form that compares times: until
+    2026-12-01 (fourteenth session) NumPy's bare "ufunc 'greater' did not contain a loop with
+    signature matching types" (a new-user probe); a string cannot name a time at all."""
+    kind, example = (("datetime64", "np.datetime64('2026-01-01')") if dtype.kind == "M"
+                     else ("timedelta64", "np.timedelta64(3, 'h')"))
+    return TypeError(
+        f"the predicate {source} cannot be evaluated on {dtype} values ({e}): compare them "
+        f"with {kind} values, in a callable, lambda v: v > {example} (a string predicate "
+        f"names numbers only), or select by a mask, dask_compact.compact(x, x > t0)")
+
+
+def frame_object(a: Any) -> str | None:
+    """For a pandas or dask DataFrame, Series or Index passed where an array (or a record's
+    mapping of arrays) goes, what to pass instead (for a message), else None. Until
+    2026-12-01 (fourteenth session) a column was told to be wrapped with ``da.from_array``,
+    which raises for a dask Series and gives pandas chunks for a pandas one, and a dask
+    Series field to be converted with ``np.asarray``, which computes it (a new-user probe)."""
+    t = type(a)
+    module = t.__module__
+    if module.startswith(("dask.dataframe", "dask_expr")):
+        kind, what, to = "dask", "dask array", ".to_dask_array(lengths=True)"
+        note = " (lengths=True: known chunk sizes)"
+    elif module.split(".")[0] == "pandas":
+        kind, what, to = "pandas", "values", ".to_numpy()"
+        note = " (in dask.array.from_array(...) for a call on dask arrays)"
+    else:
+        return None
+    if t.__name__ == "DataFrame":
+        return (f"a {kind} DataFrame: pass a column's {what}, df[name]{to}{note}; "
+                f"compact_records takes the columns, {{c: df[c]{to} for c in df.columns}}")
+    return f"a {kind} {t.__name__}: pass its {what}, {to}{note}"
 
 
 def check_chunk_type(a: Any, fn: str, in_memory: bool = False,

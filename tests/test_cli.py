@@ -929,3 +929,22 @@ def test_a_big_endian_array_is_not_refused_where_decoding_cannot_change_the_sele
     np.testing.assert_array_equal(read_group(out)[1]["values"], f[f > 50])
     res = run(src, tmp_path / "o2.zarr", "-w", "x != -999", code=2)
     assert "_FillValue" in res.output and "--raw" in res.output
+
+
+@pytest.mark.parametrize("dtype", ["datetime64[s]", "timedelta64[ms]"])
+def test_a_time_array_input_is_refused_naming_the_library_call(tmp_path, dtype):
+    """A datetime64 .npy INPUT was refused with the list of supported dtypes alone (a
+    new-user probe, 2026-12-01, fourteenth session), though the library compacts such arrays:
+    the refusal names the call that does, which works."""
+    import dask.array as da
+
+    import dask_compact
+
+    t = np.arange(1000).astype(dtype)
+    np.save(tmp_path / "t.npy", t)
+    out = run(tmp_path / "t.npy", tmp_path / "o.zarr", "--where", "x > 5", code=2)
+    assert "compacted by the library" in out.output
+    assert "dask_compact.compact(x, x > t0, chunks=N).to_zarr(OUTPUT)" in out.output
+    x = da.from_array(np.load(tmp_path / "t.npy"), chunks=300)
+    dask_compact.compact(x, x > t[5], chunks=100).to_zarr(str(tmp_path / "o.zarr"))
+    np.testing.assert_array_equal(zarr.open_array(str(tmp_path / "o.zarr"))[:], t[t > t[5]])

@@ -25,6 +25,17 @@ def test_not_a_dask_array():
         dask_compact.map_compact(np.arange(5), "x > 1")
 
 
+def test_flatnonzero_of_an_in_memory_array_points_to_numpys():
+    """flatnonzero of a NumPy array was pointed to dask_compact.compact_array, which takes a
+    predicate and returns values unless told otherwise (a new-user probe, 2026-12-01,
+    fourteenth session): NumPy's own np.flatnonzero is the in-memory call."""
+    a = np.array([0, 3, 0, 1, 2])
+    with pytest.raises(TypeError, match=r"or use np\.flatnonzero for an in-memory array"):
+        dask_compact.flatnonzero(a)
+    np.testing.assert_array_equal(
+        dask_compact.flatnonzero(da.from_array(a, chunks=2)).compute(), np.flatnonzero(a))
+
+
 def test_unsupported_dtypes():
     # (datetime64 / timedelta64 are compacted: test_map_compact.py)
     for a in (np.array(["a", "b"]), np.array([object(), 1], dtype=object),
@@ -392,3 +403,113 @@ def test_yes_no_arguments_take_bools_only():
         np.testing.assert_array_equal(call(np.False_), call(False))
         np.testing.assert_array_equal(call(0), call(False))
     np.testing.assert_array_equal(dask_compact.scan_array(a, exclusive=np.False_), np.cumsum(a))
+
+
+@pytest.mark.parametrize("kind", ["dask", "pandas"])
+@pytest.mark.parametrize("call", ["map_compact", "compact", "flatnonzero", "cumsum", "partition",
+                                  "sort", "argsort", "compact_records", "compact_array"])
+def test_a_dataframe_column_is_refused_saying_how_to_get_its_array(call, kind):
+    """A DataFrame's column passed where an array goes was told to be wrapped with
+    ``da.from_array`` (a new-user probe, 2026-12-01, fourteenth session): for a dask Series
+    that raises in dask ("Trying to convert ... to a boolean value"), for a pandas Series it
+    gave a dask array of pandas chunks, refused in turn; compact_records told a dask Series
+    field to be converted with ``np.asarray`` (which computes it). The error now names the
+    array to pass: ``.to_dask_array(lengths=True)``, or ``.to_numpy()``."""
+    pd = pytest.importorskip("pandas")
+    a = np.arange(10.0)
+    s = pd.Series(a, name="v")
+    if kind == "dask":
+        dd = pytest.importorskip("dask.dataframe")
+        s = dd.from_pandas(s, npartitions=3)
+    calls = {
+        "map_compact": lambda: dask_compact.map_compact(s, "x > 3"),
+        "compact": lambda: dask_compact.compact(s, a > 3),
+        "flatnonzero": lambda: dask_compact.flatnonzero(s),
+        "cumsum": lambda: dask_compact.cumsum(s),
+        "partition": lambda: dask_compact.partition(s, "x > 3"),
+        "sort": lambda: dask_compact.sort(s),
+        "argsort": lambda: dask_compact.argsort(s),
+        "compact_records": lambda: dask_compact.compact_records({"v": s}, "v > 3"),
+        "compact_array": lambda: dask_compact.compact_array(s, "x > 3"),
+    }
+    advice = (r"dask Series: pass its dask array, \.to_dask_array\(lengths=True\)"
+              if kind == "dask" else r"pandas Series: pass its values, \.to_numpy\(\)")
+    with pytest.raises(TypeError, match=advice):
+        calls[call]()
+    # what it says works
+    if kind == "dask":
+        got = dask_compact.map_compact(s.to_dask_array(lengths=True), "x > 3").compute()
+    else:
+        got = dask_compact.compact_array(s.to_numpy(), "x > 3")
+    np.testing.assert_array_equal(got, a[a > 3])
+
+
+@pytest.mark.parametrize("kind", ["dask", "pandas"])
+def test_a_dataframe_as_records_fields_says_how_to_make_the_mapping(kind):
+    """compact_records of a DataFrame said only "fields must be a mapping of name -> array
+    (e.g. a dict), not DataFrame" (a new-user probe): the error now writes the mapping of
+    its columns' arrays, which works."""
+    pd = pytest.importorskip("pandas")
+    df = pd.DataFrame({"e": np.arange(10.0), "i": np.arange(10)})
+    if kind == "dask":
+        dd = pytest.importorskip("dask.dataframe")
+        df = dd.from_pandas(df, npartitions=3)
+    with pytest.raises(TypeError, match=r"fields must be a mapping of name -> array \(e\.g\. a "
+                                        r"dict\), not a (dask|pandas) DataFrame") as info:
+        dask_compact.compact_records(df, "e > 3")
+    fields = ({c: df[c].to_dask_array(lengths=True) for c in df.columns} if kind == "dask"
+              else {c: df[c].to_numpy() for c in df.columns})
+    expected = "{c: df[c].to_dask_array(lengths=True) for c in df.columns}" if kind == "dask" \
+        else "{c: df[c].to_numpy() for c in df.columns}"  # fmt: skip
+    assert expected in str(info.value)
+    out = dask_compact.compact_records(fields, "e > 3")
+    np.testing.assert_array_equal(np.asarray(out["i"]), np.arange(4, 10))
+
+
+@pytest.mark.parametrize("call", ["compact_array", "partition_array", "compact_into",
+                                  "compact_records", "compact_records_into", "scan_array"])
+def test_a_list_given_to_an_in_memory_call_is_told_the_conversion(call):
+    """A Python list given to an in-memory call was refused without a way out ("compact_array
+    needs a NumPy or CuPy array, not list"; "field 'e' is a list, not an array"), where
+    scan_array's refusal named np.asarray (a new-user probe, 2026-12-01, fourteenth session):
+    each now names the conversion, which works."""
+    data = [0.1, 0.7, 0.3, 0.9]
+    calls = {
+        "compact_array": lambda a: dask_compact.compact_array(a, "x > 0.5"),
+        "partition_array": lambda a: dask_compact.partition_array(a, "x > 0.5")[0][:2],
+        "compact_into": lambda a: dask_compact.compact_into(a, "x > 0.5", np.empty(4)),
+        "compact_records": lambda a: dask_compact.compact_records({"e": a}, "e > 0.5")["e"],
+        "compact_records_into": lambda a: dask_compact.compact_records_into(
+            {"e": a}, "e > 0.5", {"e": np.empty(4)}),
+        "scan_array": lambda a: dask_compact.scan_array(a),
+    }
+    name = "e" if call.startswith("compact_records") else "a"
+    with pytest.raises(TypeError, match=rf"convert it first, e\.g\. np\.asarray\({name}\)"):
+        calls[call](data)
+    calls[call](np.asarray(data))  # what it says works
+
+
+@pytest.mark.parametrize("call", ["map_compact", "method", "partition", "compact_array",
+                                  "compact_into", "partition_array"])
+def test_a_mask_passed_as_the_predicate_points_to_compact(call):
+    """A boolean array passed as the predicate (``x.map_compact(x > 0.5)``, the NumPy habit
+    of ``a[a > 0.5]``) was refused as "pred must be a callable or a string expression in
+    `x`, not Array" (a new-user probe, 2026-12-01, fourteenth session), where compact_records
+    already named the way to select by a mask: the error now names compact(x, mask) and
+    NumPy's a[mask], which give the selection."""
+    a = np.random.default_rng(3).random(50)
+    x = da.from_array(a, chunks=16)
+    calls = {
+        "map_compact": lambda: dask_compact.map_compact(x, x > 0.5),
+        "method": lambda: x.map_compact(x > 0.5),
+        "partition": lambda: dask_compact.partition(x, x > 0.5),
+        "compact_array": lambda: dask_compact.compact_array(a, a > 0.5),
+        "compact_into": lambda: dask_compact.compact_into(a, a > 0.5, np.empty_like(a)),
+        "partition_array": lambda: dask_compact.partition_array(a, a > 0.5),
+    }
+    with pytest.raises(TypeError, match=r"not Array|not ndarray") as info:
+        calls[call]()
+    assert "dask_compact.compact(x, mask)" in str(info.value)
+    assert "a[mask]" in str(info.value)
+    # what it says works
+    np.testing.assert_array_equal(dask_compact.compact(x, x > 0.5).compute(), a[a > 0.5])

@@ -134,3 +134,28 @@ def test_an_asynchronous_client_on_its_loop_is_refused_and_a_thread_works(unchan
 
     asyncio.run(main())
     _assert_default_intervals(cluster)  # restored: the module's cluster as it was
+
+
+def test_no_client_or_a_cluster_or_an_address_is_refused_saying_what_to_pass(unchanged_cluster):
+    """low_latency() with no client said distributed's "No global client found and no address
+    provided", and a LocalCluster or a scheduler address given for the client raised
+    "AttributeError: ... has no attribute 'run_on_scheduler'" (a new-user probe, 2026-12-01,
+    fourteenth session): each now says to pass a distributed Client, and how to make one."""
+    from distributed import default_client
+
+    try:
+        default_client()
+        pytest.skip("a default client exists in this process")
+    except ValueError:
+        pass
+    with pytest.raises(ValueError, match=r"no client given and none is the default: pass one, "
+                                         r"low_latency\(client\)"):
+        dask_compact.low_latency()
+    cluster = unchanged_cluster
+    with pytest.raises(TypeError, match=r"takes a distributed Client, not LocalCluster: pass "
+                                        r"Client\(cluster\)"):
+        dask_compact.low_latency(cluster)
+    with pytest.raises(TypeError, match=r"takes a distributed Client, not str: pass "
+                                        r"Client\(address\)"):
+        dask_compact.low_latency(cluster.scheduler_address, interval=None)
+    _assert_default_intervals(cluster)  # nothing set by a refused call

@@ -501,3 +501,23 @@ def test_chunks_of_their_declared_shapes_are_taken_as_before():
         want = a[m] if call in ("values", "lazy") else np.flatnonzero(
             np.isin(a, [0, 2, 4]) if call == "mask path" else m)
         np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("dtype", ["datetime64[M]", "timedelta64[D]"])
+@pytest.mark.parametrize("pred", ["x > 5.5", lambda v: v > 5.5], ids=["string", "callable"])
+@pytest.mark.parametrize("call", ["map_compact", "compact_array"])
+def test_times_compared_with_a_number_are_told_to_compare_with_times(dtype, pred, call):
+    """A predicate comparing datetime64 data with a number (timedelta64 with a float; NumPy
+    takes an int as a count of its unit) raised NumPy's bare "ufunc 'greater' did not
+    contain a loop with signature matching types (DateTime64DType, _PyLongDType)" (a
+    new-user probe, 2026-12-01, fourteenth session), and a string predicate cannot name a
+    time at all: the TypeError now says so and names the callable form, which works."""
+    a = np.arange(12).astype(dtype)
+    f = ((lambda p: da.from_array(a, chunks=5).map_compact(p).compute())
+         if call == "map_compact" else (lambda p: dask_compact.compact_array(a, p)))
+    with pytest.raises(TypeError, match=r"compare them with .*64 values") as e:
+        f(pred)
+    t0 = a[5]
+    kind = "datetime64" if dtype.startswith("datetime") else "timedelta64"
+    assert f"lambda v: v > np.{kind}(" in str(e.value)
+    np.testing.assert_array_equal(f(lambda v: v > t0), a[a > t0])

@@ -166,3 +166,43 @@ def test_where_condition_is_its_truth_as_numpy(text, a, caplog):
     np.testing.assert_array_equal(got, want)
     np.testing.assert_array_equal(da.from_array(a, chunks=2).map_compact(text).compute(), want)
     assert np.array_equal(parse(text).mask(a), numpy)
+
+
+@pytest.mark.parametrize(
+    "text, says, works",
+    [
+        ("np.isnan(x)", "write isnan(x)", "isnan(x)"),
+        ("numpy.abs(x) > 1", "write abs(x)", "abs(x) > 1"),
+        ("np.logical_and(x > 0.2, x < 0.3)", "write logical_and(x > 0.2, x < 0.3)",
+         "logical_and(x > 0.2, x < 0.3)"),
+        ("x > np.pi", "write pi", "x > pi"),
+        ("x.real > 0", "write real(x)", "real(x) > 0"),
+        ("abs(x).round() > 1", "methods are not available", None),
+        ("x in (1, 2)", "write (x == 1) | (x == 2)", "(x == 1) | (x == 2)"),
+        ("x not in (1, 2)", "write (x != 1) & (x != 2)", "(x != 1) & (x != 2)"),
+        ("x = 0.5", "a comparison is written ==", "x == 0.5"),
+        ("x => 0.5", "write >=", "x >= 0.5"),
+        ("x =< 0.5", "write <=", "x <= 0.5"),
+    ],
+)
+def test_numpy_habits_in_a_string_are_told_the_form_that_is_taken(text, says, works):
+    """What a NumPy user writes in a string predicate (np.isnan(x), x in (1, 2), x = 0.5) was
+    refused as "attribute access is not allowed", "`in` is not allowed" or "invalid syntax"
+    with no form that works (a new-user probe, 2026-12-01, fourteenth session): each refusal
+    now writes it, and that form parses."""
+    with pytest.raises(ValueError, match="not allowed|not valid syntax") as e:
+        parse(text)
+    assert says in str(e.value)
+    if works is not None:
+        assert parse(works).path == "fused"
+
+
+def test_a_records_name_refusal_shows_a_function_call_on_a_field():
+    """A record predicate naming `x` was told "functions are called by bare name, e.g.
+    `isnan(x)`", an example in the very name refused (a new-user probe, 2026-12-01,
+    fourteenth session): the example calls the function on a field."""
+    with pytest.raises(ValueError, match=r"the name 'x' is not allowed") as e:
+        parse("x > 0.5", names=("energy", "eta"))
+    assert "e.g. `isnan(energy)`" in str(e.value)
+    assert "isnan(x)" not in str(e.value)
+    assert parse("isnan(energy)", names=("energy", "eta")).path == "fused"

@@ -25,6 +25,11 @@ def test_wheel_contains_kernels(tmp_path):
     for s in sources:
         assert f"dask_compact/kernels/{s}" in names, f"{s} missing from the wheel"
     assert "dask_compact/api.py" in names
+    # the PEP 561 marker: without it mypy skips the installed package's annotations
+    # ("module is installed, but missing library stubs or py.typed marker"; a new-user probe)
+    assert "dask_compact/py.typed" in names
+    # nothing but the package and its metadata: no tests, benchmarks or their results
+    assert all(n.startswith(("dask_compact/", "dask_compact-")) for n in names), sorted(names)
 
 
 def test_kernels_are_package_resources():
@@ -34,3 +39,11 @@ def test_kernels_are_package_resources():
         p.name for p in files("dask_compact.kernels").iterdir() if p.name.endswith((".cuh", ".cu"))
     ]
     assert found
+
+
+def test_package_is_marked_typed():
+    """The PEP 561 marker ships with the package (docs/design.md, "Packaging"): a user's mypy
+    reads dask_compact's annotations only where ``py.typed`` is beside its modules."""
+    from importlib.resources import files
+
+    assert files("dask_compact").joinpath("py.typed").is_file()

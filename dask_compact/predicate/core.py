@@ -646,8 +646,15 @@ def as_predicate(pred: PredicateLike) -> Predicate:
             p.memo[TRACED_UNDER] = key
             _traced().put(key, p)
     else:
+        # an array here is a mask (NumPy's habit, a[a > 0.5]): until 2026-12-01 (fourteenth
+        # session) it was told only "not Array" (a new-user probe); compact selects by one
+        mask = ("; a boolean array is a mask, not a predicate: select by it with "
+                "dask_compact.compact(x, mask) (in memory, NumPy's a[mask]), or pass the "
+                "condition that made it, lambda v: v > 0.5"
+                if hasattr(pred, "shape") and hasattr(pred, "dtype") else "")
         raise TypeError(
-            f"pred must be a callable or a string expression in `x`, not {type(pred).__name__}"
+            f"pred must be a callable or a string expression in `x`, not "
+            f"{type(pred).__name__}{mask}"
         )
     logger.debug("predicate %s runs on the %s path", p, p.path)
     return p

@@ -18,6 +18,7 @@ import ast
 import functools
 import math
 import numbers
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -74,6 +75,49 @@ _NAMES_OF_NODES = {
     ast.keyword: "a keyword argument", ast.MatMult: "the @ operator",
     ast.Is: "`is` (use ==)", ast.IsNot: "`is not` (use !=)", ast.In: "`in`", ast.NotIn: "`not in`",
 }  # fmt: skip
+
+
+# What a NumPy user writes in a string and the form that is taken (until 2026-12-01,
+# fourteenth session, refused with no form given: "attribute access is not allowed",
+# "`in` is not allowed", "invalid syntax"; a new-user probe).
+_MODULES = ("np", "numpy", "math", "cmath", "cp", "cupy")
+
+
+def _attribute_hint(node: ast.Attribute, call: ast.Call | None = None) -> str:
+    """The bare-name form of ``np.isnan(x)``, ``np.pi`` or ``x.real`` (``call``: the call
+    whose function ``node`` is), for the refusal of attribute access."""
+    if isinstance(node.value, ast.Name) and node.value.id in _MODULES:
+        if call is not None and node.attr in FUNCTIONS:
+            args = ", ".join(ast.unparse(a) for a in call.args)
+            return f" (functions are called by bare name: write {node.attr}({args}))"
+        if call is None and node.attr in CONSTANTS:
+            return f" (constants are written by bare name: write {node.attr})"
+    elif call is None and node.attr in FUNCTIONS:  # x.real, x.imag
+        return (f" (functions are called by bare name: write "
+                f"{node.attr}({ast.unparse(node.value)}))")
+    return " (functions are called by bare name, e.g. isnan(x); methods are not available)"
+
+
+def _in_hint(node: ast.Compare) -> str:
+    """``x in (1, 2)`` written as the comparisons it means, for its refusal."""
+    op, values = node.ops[0], node.comparators[0]
+    if len(node.ops) != 1 or not isinstance(values, (ast.Tuple, ast.List, ast.Set)) or \
+            not values.elts:  # fmt: skip
+        return " (compare with each value and join the results with | or &)"
+    left = ast.unparse(node.left)
+    cmp, join = ("==", " | ") if isinstance(op, ast.In) else ("!=", " & ")
+    return f" (write {join.join(f'({left} {cmp} {ast.unparse(v)})' for v in values.elts)})"
+
+
+def _syntax_hint(text: str) -> str:
+    """The comparison meant where a string is not valid syntax by one of NumPy users' slips."""
+    if "=>" in text:
+        return " (write >=)"
+    if "=<" in text:
+        return " (write <=)"
+    if re.search(r"(?<![=!<>])=(?!=)", text):
+        return " (a comparison is written ==)"
+    return ""
 
 
 def _refuse(text: str, what: str, hint: str = "") -> ValueError:
@@ -160,18 +204,22 @@ def _check(text: str, tree: ast.AST, names: tuple[str, ...] = (_VARIABLE,)) -> N
             raise _refuse(text, f"nesting deeper than {MAX_DEPTH}")
         if not isinstance(node, _ALLOWED):
             what = _NAMES_OF_NODES.get(type(node), f"{type(node).__name__} syntax")
-            raise _refuse(text, what)
+            hint = _attribute_hint(node) if isinstance(node, ast.Attribute) else ""
+            raise _refuse(text, what, hint)
         if isinstance(node, ast.Name):
             if node.id not in names and node.id not in CONSTANTS:
                 which = (
                     "the variable is `x`" if names == (_VARIABLE,)
                     else f"the fields are {', '.join(names)}"
                 )
+                # the example on a field (a record's said `isnan(x)`, the name refused, until
+                # 2026-12-01, fourteenth session: a new-user probe)
+                on = next((n for n in names if n.isidentifier()), _VARIABLE)
                 raise _refuse(
                     text,
                     f"the name {node.id!r}",
                     f" ({which}; constants: {', '.join(CONSTANTS)}; functions are "
-                    "called by bare name, e.g. `isnan(x)`)",
+                    f"called by bare name, e.g. `isnan({on})`)",
                 )
         elif isinstance(node, ast.Constant):
             if not isinstance(node.value, (bool, int, float, complex)):
@@ -186,13 +234,14 @@ def _check(text: str, tree: ast.AST, names: tuple[str, ...] = (_VARIABLE,)) -> N
         elif isinstance(node, ast.Compare):
             for op in node.ops:  # before the operands, so `x in (1, 2)` names `in`
                 if not isinstance(op, _ALLOWED):
-                    raise _refuse(text, _NAMES_OF_NODES.get(type(op), type(op).__name__))
+                    hint = _in_hint(node) if isinstance(op, (ast.In, ast.NotIn)) else ""
+                    raise _refuse(text, _NAMES_OF_NODES.get(type(op), type(op).__name__), hint)
             _check_chain(text, node)
         elif isinstance(node, ast.Call):
             if node.keywords:
                 raise _refuse(text, "a keyword argument")
             if isinstance(node.func, ast.Attribute):
-                raise _refuse(text, "attribute access")
+                raise _refuse(text, "attribute access", _attribute_hint(node.func, node))
             if not isinstance(node.func, ast.Name):
                 raise _refuse(text, "calling anything but a function name")
             if node.func.id not in FUNCTIONS:
@@ -305,7 +354,8 @@ def parse(text: str, names: tuple[str, ...] | None = None) -> Predicate:
     try:
         tree = ast.parse(text.strip(), mode="eval")
     except SyntaxError as e:
-        raise ValueError(f"predicate expression {text!r} is not valid syntax: {e.msg}") from None
+        raise ValueError(f"predicate expression {text!r} is not valid syntax: "
+                         f"{e.msg}{_syntax_hint(text)}") from None
     except (RecursionError, MemoryError):
         raise _refuse(text, "nesting this deep") from None
     _check(text, tree, (_VARIABLE,) if names is None else names)
