@@ -28,6 +28,11 @@ def test_wheel_contains_kernels(tmp_path):
     # the PEP 561 marker: without it mypy skips the installed package's annotations
     # ("module is installed, but missing library stubs or py.typed marker"; a new-user probe)
     assert "dask_compact/py.typed" in names
+    # the license's text beside the metadata's License-Expression (a new-user probe,
+    # 2026-12-01, fourteenth session: the wheel named BSD-3-Clause and held no text of it)
+    lic = [n for n in names if n.endswith(".dist-info/licenses/LICENSE")]
+    assert lic, sorted(names)
+    assert "BSD 3-Clause" in zipfile.ZipFile(wheel).read(lic[0]).decode()
     # nothing but the package and its metadata: no tests, benchmarks or their results
     assert all(n.startswith(("dask_compact/", "dask_compact-")) for n in names), sorted(names)
 
