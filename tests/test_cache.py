@@ -598,3 +598,29 @@ def test_a_loop_whose_disk_cache_failed_leaves_no_module_for_a_later_build(tmp_p
     assert loop.path is not None and Path(loop.path).parent == fresh
     assert Path(sys.modules[loop.module].__file__).parent == fresh  # imported from there
     assert list((fresh / "__pycache__").glob("loop_*.nbi"))  # and numba's cache is there
+
+
+def test_record_loops_keep_the_disk_cache_under_its_cap(tmp_path, monkeypatch):
+    """A process building only record loops (compact_records, the records batch CLI) trims
+    the disk cache as the one-array loops do. Until 2026-12-01 (fourteenth session, a
+    long-running probe) only a one-array loop's build trimmed it: 18 record structures left
+    607 kB under a 100 kB cap, and a worker of record jobs grew it without bound."""
+    from dask_compact.codegen import numba_records
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("DASK_COMPACT_CACHE_DIR", str(cache))
+    numba_records._loops.clear()
+    rng = np.random.default_rng(16)
+    f = {"mass": rng.standard_normal(2000), "r": rng.random(2000)}
+    dask_compact.compact_records(f, "(mass > 0.5) | (r < -1)")
+    one = dir_bytes(cache)  # one record loop's source and numba's files
+    assert one > 0
+    cap = 3 * one
+    with dask.config.set({"dask-compact.cache.disk-bytes": cap}):
+        for k in range(1, 6):  # a structure each: one more alternative
+            text = " | ".join(["(mass > 0.5)"] + [f"(r < -{j + 1})" for j in range(k)])
+            got = dask_compact.compact_records(f, text)
+            keep = f["mass"] > 0.5
+            for name in f:
+                np.testing.assert_array_equal(got[name], f[name][keep])
+            assert dir_bytes(cache) <= cap + one

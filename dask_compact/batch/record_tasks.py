@@ -9,13 +9,13 @@ and a :class:`RecordPiece` (one array per output name) in place of a :class:`.ta
 
 from __future__ import annotations
 
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from ..cache import BoundedCache
 from .cf import Decoding
 from .host_buffers import piece_alloc, thread_field
 from .reader import Reader, ZarrChunkFiles
@@ -66,8 +66,12 @@ class RecordPiece:
         return RecordPiece({k: a[lo:hi].copy() for k, a in self.arrays.items()}, hi - lo)
 
 
-_checked: dict[tuple[Any, ...], Any] = {}
-_checked_lock = threading.Lock()
+# (where, each field's name, dtype and trailing shape) -> the checked record predicate, the
+# memory-entries most recently used. Until 2026-12-01 (fourteenth session, a long-running
+# probe) a dict kept every one for the process's life: a worker of a long-lived cluster
+# running jobs of ever new --where constants grew 3.6 kB a job, without bound (the one-array
+# jobs' tasks._predicate keeps 32)
+_checked: BoundedCache[tuple[Any, ...], Any] = BoundedCache("batch record predicates")
 
 
 def _predicate(where: str, blocks: dict[str, Any]) -> Any:
@@ -76,12 +80,7 @@ def _predicate(where: str, blocks: dict[str, Any]) -> Any:
     from ..records_check import check_record_predicate
 
     key = (where, tuple((n, b.dtype.str, b.shape[1:]) for n, b in blocks.items()))
-    p = _checked.get(key)
-    if p is None:
-        p = check_record_predicate(where, blocks)
-        with _checked_lock:
-            _checked[key] = p
-    return p
+    return _checked.get_or_build(key, lambda: check_record_predicate(where, blocks))
 
 
 def read_compact_records(

@@ -928,12 +928,20 @@ def _build_held(tp: TypedPredicate, output: str) -> CompiledLoop:
         func = _load_in_memory(source, tp.key)
         _compile(func, signature, None)
         return CompiledLoop(func, output, source, None)
-    if new_file:  # the directory grew: keep it under its cap (this loop is the newest)
-        try:
-            trim(directory, disk_bytes(), _group)
-        except OSError as e:
-            logger.debug("dask_compact cache dir %s not trimmed: %s", directory, e)
+    if new_file:
+        trim_grown(directory)
     return CompiledLoop(func, output, source, path, module=module)
+
+
+def trim_grown(directory: Path) -> None:
+    """The cache directory, just grown by a new loop (the newest), trimmed to its cap. The
+    record loops' builds call it too: until 2026-12-01 (fourteenth session, a long-running
+    probe) only this module's did, so a process building record loops alone (a worker of
+    record jobs) grew the directory past ``disk-bytes`` without bound."""
+    try:
+        trim(directory, disk_bytes(), _group)
+    except OSError as e:
+        logger.debug("dask_compact cache dir %s not trimmed: %s", directory, e)
 
 
 def _compile(func: Any, signature: tuple, path: str | None) -> None:

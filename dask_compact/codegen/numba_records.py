@@ -39,6 +39,7 @@ from .numba_loop import (
     _without_disk_cache,
     cache_dir,
     numba_held,
+    trim_grown,
 )
 
 __all__ = ["record_bits_loop", "generate_record_source"]
@@ -120,8 +121,10 @@ def record_bits_loop(tp: TypedPredicate) -> Any:
         try:
             directory = cache_dir()
             try:
-                func, path = _load_from_file(generate_record_source(tp), directory)[:2]
+                func, path, _, new_file = _load_from_file(generate_record_source(tp), directory)
                 _compile(func, _signature(tp), path)  # a damaged cache file: rebuilt
+                if new_file:
+                    trim_grown(directory)  # as the one-array loops (none trimmed it before)
             except OSError as e:  # as the one-array loops (_build_held): compile in memory
                 _without_disk_cache(directory, e)
                 func = _load_in_memory(generate_record_source(tp, cache=False), tp.key)
