@@ -8,6 +8,7 @@ call time, before anything is computed.
 import functools
 import itertools
 import operator
+import re
 
 import dask
 import dask.array as da
@@ -811,3 +812,23 @@ def test_folded_trees_shared_by_two_comparisons_keep_their_own_values():
     assert len(built) == 1 and len({f for f, _ in got.values()}) == 1
     assert {op: v for op, (_, v) in got.items()} == {"==": False, "!=": True, "<": False,
                                                      ">": True}
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "complex64"])
+@pytest.mark.parametrize("text, op", [("~x", "~"), ("(x & 1) == 1", "&"), ("(x | 2) > 0", "|"),
+                                      ("x << 1 > 2", "<<"), ("x >> 1 > 2", ">>")])
+def test_bitwise_operators_on_floats_name_the_operator_and_the_form_that_works(dtype, text, op):
+    """NumPy's own refusal ("ufunc 'invert' not supported for the input types, and the inputs
+    could not be safely coerced ...") named no operator and no way out (a new-user probe,
+    2026-12-01, fourteenth session); integers keep NumPy's bitwise answer."""
+    a = (np.random.default_rng(3).random(33) * 8).astype(dtype)
+    for pred in (text, eval("lambda x: " + text)):  # noqa: S307 -- the test's own literals
+        with pytest.raises(TypeError, match=rf"\('{re.escape(op)}'\) is not defined for "
+                                            rf"\({dtype}") as e:
+            dask_compact.compact_array(a, pred)
+        assert ("(x > 0) & (x < 1)" in str(e.value)) == (op in "~&|^")
+        assert ("x * 2" in str(e.value)) == (op in ("<<", ">>"))
+    if op != "~":  # (~x on integers is a number, not a condition)
+        ints = np.arange(33)
+        np.testing.assert_array_equal(dask_compact.compact_array(ints, text),
+                                      ints[eval("lambda x: " + text)(ints)])  # noqa: S307

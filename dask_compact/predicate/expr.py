@@ -416,6 +416,27 @@ def _strong(t: Any) -> np.dtype:
     return np.result_type(t(0))
 
 
+# NumPy's bitwise ufuncs, by the operator a predicate writes for each
+_BITWISE = {"bitwise_and": "&", "bitwise_or": "|", "bitwise_xor": "^", "invert": "~",
+            "left_shift": "<<", "right_shift": ">>"}
+
+
+def _bitwise_refusal(fn: str, ops: list[Any], e: Exception) -> TypeError:
+    """The refusal of a bitwise operator on float or complex numbers, with the form that
+    works: NumPy's own ("ufunc 'invert' not supported for the input types, and the inputs
+    could not be safely coerced ...") named neither the operator nor a way out, and ``~x``
+    or ``x & 1`` on a float array is a habit from integer data or from conditions (a
+    new-user probe, 2026-12-01, fourteenth session)."""
+    names = ", ".join(str(o) if isinstance(o, np.dtype) else f"Python {o.__name__}" for o in ops)
+    op = _BITWISE[fn]
+    if op in ("&", "|", "^", "~"):
+        how = (f"'{op}' joins or negates conditions (booleans), e.g. '(x > 0) & (x < 1)' or "
+               "'~(x > 0.5)'; on integers it works bit by bit")
+    else:
+        how = f"'{op}' shifts integers; on floats multiply instead (x * 2)"
+    return TypeError(f"np.{fn} ('{op}') is not defined for ({names}): {how}. NumPy: {e}")
+
+
 def infer_types(root: Node, dtype: Any) -> dict[Node, Typed]:
     """Type every call of the tree for input dtype ``dtype`` (or the FieldDtypes of a record),
     exactly as NumPy would.
@@ -446,7 +467,9 @@ def infer_types(root: Node, dtype: Any) -> dict[Node, Typed]:
                 ufunc = getattr(np, node.fn)
                 resolved = ufunc.resolve_dtypes(tuple(ops) + (None,) * ufunc.nout)
                 types[node] = Typed(tuple(resolved[: ufunc.nin]), resolved[ufunc.nin])
-        except TypeError:
+        except TypeError as e:
+            if node.fn in _BITWISE and any(_strong(o).kind in "fc" for o in ops):
+                raise _bitwise_refusal(str(node.fn), ops, e) from None
             raise
         except Exception as e:  # NumPy raises its own _UFuncNoLoopError etc.
             names = ", ".join(
