@@ -126,6 +126,25 @@ def test_masked_arrays_are_refused_with_the_way_out():
     np.testing.assert_array_equal(got, a[(a > 0.5) & (a <= 0.9)])
 
 
+@pytest.mark.parametrize("unit", ["datetime64[s]", "timedelta64[s]"])
+@pytest.mark.parametrize("output", ["values", "indices", "both"])
+def test_a_masked_array_of_times_in_memory_is_refused_as_any_other(unit, output):
+    """compact_array takes datetime64 / timedelta64 by a path of its own (NumPy evaluates
+    the predicate), which until 2026-12-01 (fourteenth session, a regression review) skipped
+    the chunk-type check: a masked array of times was taken, and its masked elements that
+    the comparison on their data selected came back in the values (7, two masked) but not
+    in the indices (5), while every other dtype is refused. Refused now, as the others."""
+    a = np.arange(10).astype(unit)
+    m = np.ma.masked_greater(a, a[7])
+    with pytest.raises(TypeError, match="masked arrays") as e:
+        compact_array(m, lambda v: v > a[2], output=output)
+    assert "compact_array(np.ma.filled(a" in str(e.value), str(e.value)
+    # unmasked times still take that path, as NumPy selects
+    got = compact_array(a, lambda v: v > a[2], output="both")
+    np.testing.assert_array_equal(got[0], a[a > a[2]])
+    np.testing.assert_array_equal(got[1], np.flatnonzero(a > a[2]))
+
+
 def test_a_masked_array_in_memory_is_told_the_numpy_way_out_for_its_call():
     """Until 2026-12-01 (thirteenth session, the regression review) the in-memory calls were
     told the dask way out, ``da.ma.getdata(x)``, ``dask_compact.compact`` and ``map_compact``:
