@@ -188,6 +188,52 @@ def test_a_masked_array_in_memory_is_told_the_numpy_way_out_for_its_call():
     np.testing.assert_array_equal(got["id"].compute(), np.flatnonzero(keep))
 
 
+@pytest.mark.parametrize("dtype", ["int64", "uint8", "bool", "datetime64[s]"])
+def test_the_masked_array_advice_runs_for_a_dtype_without_nan(dtype):
+    """The in-memory advice, `np.ma.filled(a, np.nan)`, raised itself for a dtype that holds
+    no NaN ("Cannot convert fill_value nan to dtype int64"), as did the records' for such a
+    field (a regression review, 2026-12-01, fourteenth session). Each call is told a fill
+    its dtype holds (NaT for times, which fails every comparison as NaN does; else a value
+    the predicate does not select), and what it says selects as NumPy does."""
+    a = (np.arange(11) % 2 == 0) if dtype == "bool" else np.arange(11).astype(dtype)
+    m = np.ma.masked_array(a, mask=np.arange(11) > 8)
+    t = a[3]
+    pred = (lambda v: v) if dtype == "bool" else (lambda v: v > t)
+    never = False if dtype == "bool" else a[0]  # a value of a that pred does not select
+    keep = pred(a) & ~np.ma.getmaskarray(m)
+    calls = {
+        "compact_array": lambda b: compact_array(b, pred),
+        "compact_into": lambda b: dask_compact.compact_into(b, pred, np.empty(11, b.dtype)),
+        "partition_array": lambda b: dask_compact.partition_array(b, pred),
+        # a field gathered (a time is not read by a record predicate)
+        "compact_records": lambda b: dask_compact.compact_records(
+            {"energy": b, "id": np.arange(11)}, "id > 3"),
+    }
+    for name, call in calls.items():
+        with pytest.raises(TypeError, match="masked arrays") as e:
+            call(m)
+        said = str(e.value)
+        assert "np.nan" not in said, said
+        fill = re.search(r"np\.ma\.filled\((a|energy), ([^)]+\)?)\)", said)
+        assert fill is not None, said
+        value = fill.group(2)
+        if dtype.startswith("datetime"):
+            assert value == 'np.datetime64("NaT")', said
+            filled = np.ma.filled(m, np.datetime64("NaT"))
+        else:
+            assert value == "v" and f"a value of {np.dtype(dtype)}" in said, said
+            filled = np.ma.filled(m, never)
+        if name == "compact_array":  # what it says selects as NumPy does
+            np.testing.assert_array_equal(compact_array(filled, pred), a[keep])
+    if dtype.startswith("datetime"):
+        return
+    # the records' other way out, the mask as a field of its own
+    got = dask_compact.compact_records(
+        {"energy": np.ma.getdata(m), "unmasked": ~np.ma.getmaskarray(m), "id": np.arange(11)},
+        lambda energy, unmasked: pred(energy) & unmasked)
+    np.testing.assert_array_equal(got["id"], np.flatnonzero(keep))
+
+
 def test_masked_chunks_under_a_plain_meta_are_refused_in_the_tasks():
     """A dask array whose meta says ndarray but whose chunks are masked (map_blocks returning
     np.ma arrays without saying so): every chunk step refuses them, where the NumPy steps
