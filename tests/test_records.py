@@ -166,6 +166,26 @@ def test_a_closure_over_a_row_mask_is_refused_saying_to_pass_it_as_a_field(on_da
     assert_same({k: got[k] for k in f}, reference(f, mask & (f["id"] > 3)))
 
 
+@pytest.mark.parametrize("on_dask", [False, True])
+def test_a_small_array_a_record_predicate_reads_is_not_told_to_be_a_field(on_dask):
+    """A record predicate that reads a small array from outside and gives a mask of another
+    shape (``lambda id: one``, ``lambda id: table[:3]``) was told that array is "an array of
+    all the rows" to pass as a field (a regression review, 2026-12-01, fourteenth session):
+    the general refusal now, as before that wording."""
+    f = particles(101)
+    fields = {k: da.from_array(v, chunks=30) for k, v in f.items()} if on_dask else f
+    one = np.array([True])
+    table = np.array([True, False, True, True, False])
+    for pred in (lambda id: one, lambda id: table[:3]):
+        with pytest.raises(NotElementwise, match="is not elementwise") as refused:
+            compact_records(fields, pred)
+        said = str(refused.value)
+        assert "from outside" not in said and '"keep": mask' not in said, said
+    # a (1,) constant that broadcasts gives NumPy's selection
+    got = compact_records(fields, lambda id: one & (id > 3))
+    assert_same({k: got[k] for k in f}, reference(f, one & (f["id"] > 3)))
+
+
 def test_errors_before_anything_runs():
     f = particles(10)
     with pytest.raises(ValueError, match="same number of rows"):
