@@ -305,6 +305,22 @@ def _masked_advice(call: str, in_memory: bool, source: str | None = None,
                 f"`dask_compact.{call}({ma}.filled({a}, 0))` (and `{ma}.getmaskarray({a})` "
                 "for the places np.ma.cumsum masks)")
     fill, never = _never_selected(dtype)
+    # the dask calls that are not a compaction, in their own call (until 2026-12-01,
+    # fourteenth session, a regression review, they were told compact(d, ...) and
+    # .map_compact(...), as the in-memory calls were until the thirteenth)
+    if not in_memory and call in ("sort", "argsort"):
+        kind = getattr(dtype, "kind", "f")
+        last = ("np.nan" if kind in "fc" else fill if kind in "mM"
+                else "np.iinfo(x.dtype).max" if kind in "iu" else "True")
+        return (f"Say where masked elements go, e.g. last, as np.ma.sort puts them: "
+                f"`dask_compact.{call}(da.ma.filled(x, {last}))` (NaN and NaT sort last; an "
+                "integer or bool dtype's largest value is np.ma.sort's own fill)")
+    if not in_memory and call == "partition":
+        return (f"Say what masked elements mean, e.g. never selected: "
+                f"`dask_compact.partition(da.ma.filled(x, {fill}), pred)` {never}")
+    if not in_memory and call == "flatnonzero":
+        return ("Say what masked elements mean, e.g. never selected, as np.flatnonzero "
+                "skips them: `dask_compact.flatnonzero(da.ma.filled(x, 0))`")
     if in_memory and call in ("compact_array", "compact_into", "partition_array"):
         return (f"Say what masked elements mean, e.g. never selected: "
                 f"`dask_compact.{call}(np.ma.filled(a, {fill}), ...)` {never}")

@@ -188,6 +188,40 @@ def test_a_masked_array_in_memory_is_told_the_numpy_way_out_for_its_call():
     np.testing.assert_array_equal(got["id"].compute(), np.flatnonzero(keep))
 
 
+@pytest.mark.parametrize("dtype", ["float64", "int32"])
+def test_a_masked_dask_array_is_told_the_way_out_of_its_own_call(dtype):
+    """``sort``, ``argsort``, ``partition`` and ``flatnonzero`` of a masked dask array were
+    told the compaction's way out, ``compact(d, ...)`` or ``.map_compact(...)``: another
+    call (a regression review, 2026-12-01, fourteenth session; the in-memory calls were given
+    their own in the thirteenth). Each is told its own call now, and what it says gives
+    NumPy's masked answer."""
+    a = (np.arange(11)[::-1] % 7).astype(dtype)
+    m = np.ma.masked_array(a, mask=np.arange(11) % 4 == 1)
+    xm = da.ma.masked_array(da.from_array(a, chunks=4), mask=np.arange(11) % 4 == 1)
+    calls = {"sort": lambda v: dask_compact.sort(v),
+             "argsort": lambda v: dask_compact.argsort(v),
+             "partition": lambda v: dask_compact.partition(v, "x > 3")[0],
+             "flatnonzero": lambda v: dask_compact.flatnonzero(v)}
+    for name, call in calls.items():
+        with pytest.raises(TypeError, match="masked arrays") as e:
+            call(xm)
+        said = str(e.value)
+        assert f"dask_compact.{name}(da.ma.filled(x, " in said, said
+        assert "map_compact" not in said and "compact(d" not in said, said
+    # what they say: masked last for a sort (np.ma.sort's fill for an integer dtype), never
+    # selected for a split and flatnonzero
+    last = np.nan if dtype == "float64" else np.iinfo(dtype).max
+    got = dask_compact.sort(da.ma.filled(xm, last)).compute()
+    np.testing.assert_array_equal(got[:m.count()], np.ma.sort(m).compressed())
+    got = dask_compact.argsort(da.ma.filled(xm, last)).compute()
+    np.testing.assert_array_equal(got[:m.count()], np.ma.argsort(m, kind="stable")[:m.count()])
+    never = np.nan if dtype == "float64" else 0  # 0: not > 3
+    values, k = dask_compact.partition(da.ma.filled(xm, never), "x > 3")
+    np.testing.assert_array_equal(values.compute()[:k], m[m > 3].compressed())
+    got = dask_compact.flatnonzero(da.ma.filled(xm, 0)).compute()
+    np.testing.assert_array_equal(got, np.flatnonzero(m))
+
+
 @pytest.mark.parametrize("dtype", ["int64", "uint8", "bool", "datetime64[s]"])
 def test_the_masked_array_advice_runs_for_a_dtype_without_nan(dtype):
     """The in-memory advice, `np.ma.filled(a, np.nan)`, raised itself for a dtype that holds
