@@ -110,6 +110,10 @@ def _compact_times(a: np.ndarray, pred: PredicateLike, output: str, algorithm: s
     compiled loop takes numeric dtypes), the selection taken by its mask."""
     check_output(output)
     check_algorithm(algorithm, stable)
+    # a masked array refused as of any other dtype (until 2026-12-01, fourteenth session, a
+    # regression review, this path took one: its values held the masked elements the
+    # comparison of their data selected, its indices, np.flatnonzero's, did not)
+    check_chunk_type(a, "compact_array", in_memory=True)
     a = a if a.dtype.isnative else a.astype(native(a.dtype))
     p = as_predicate(pred)
     try:

@@ -325,7 +325,7 @@ def check_chunk_type(a: Any, fn: str, in_memory: bool = False,
         return
     if isinstance(a, np.ma.MaskedArray):
         raise TypeError(f"{fn} does not take masked arrays: their mask would be lost. "
-                        + _masked_advice(fn.split(" ")[0], in_memory, source))
+                        + _masked_advice(fn.split(" ")[0], in_memory, source, a.dtype))
     what = "NumPy or CuPy arrays" if in_memory else "NumPy or CuPy chunks"
     xarray = xarray_object(a)
     if xarray is not None:
@@ -336,33 +336,69 @@ def check_chunk_type(a: Any, fn: str, in_memory: bool = False,
     )
 
 
-def _masked_advice(call: str, in_memory: bool, source: str | None = None) -> str:
+def _masked_advice(call: str, in_memory: bool, source: str | None = None,
+                   dtype: Any = None) -> str:
     """What to do with a masked array, for the refusal of ``call``: say what its masked
     elements mean. A scan's is a sum (until 2026-12-01 ``scan_array`` and ``cumsum`` were
     told how to compact one, a probe): masked elements adding nothing, as NumPy's masked
     ``cumsum`` adds them (it masks their places in the result too). An in-memory call's is
     NumPy's, in its own call (a record's field by ``source``): until 2026-12-01 (thirteenth
     session, the regression review) they were told dask's, ``da.ma.getdata(x)`` and
-    ``compact``/``map_compact``, calls and an array they were not given."""
+    ``compact``/``map_compact``, calls and an array they were not given. The fill that is
+    never selected is one ``dtype`` holds (:func:`_never_selected`)."""
     if call in ("scan_array", "cumsum"):
         ma, a = ("np.ma", "a") if in_memory else ("da.ma", "x")
         return ("Say what masked elements add, e.g. nothing, as np.ma.cumsum adds them: "
                 f"`dask_compact.{call}({ma}.filled({a}, 0))` (and `{ma}.getmaskarray({a})` "
                 "for the places np.ma.cumsum masks)")
-    never = "(NaN fails every comparison: masked elements are never selected by `x > 0.5`)"
+    fill, never = _never_selected(dtype)
+    # the dask calls that are not a compaction, in their own call (until 2026-12-01,
+    # fourteenth session, a regression review, they were told compact(d, ...) and
+    # .map_compact(...), as the in-memory calls were until the thirteenth)
+    if not in_memory and call in ("sort", "argsort"):
+        kind = getattr(dtype, "kind", "f")
+        last = ("np.nan" if kind in "fc" else fill if kind in "mM"
+                else "np.iinfo(x.dtype).max" if kind in "iu" else "True")
+        return (f"Say where masked elements go, e.g. last, as np.ma.sort puts them: "
+                f"`dask_compact.{call}(da.ma.filled(x, {last}))` (NaN and NaT sort last; an "
+                "integer or bool dtype's largest value is np.ma.sort's own fill)")
+    if not in_memory and call == "partition":
+        return (f"Say what masked elements mean, e.g. never selected: "
+                f"`dask_compact.partition(da.ma.filled(x, {fill}), pred)` {never}")
+    if not in_memory and call == "flatnonzero":
+        return ("Say what masked elements mean, e.g. never selected, as np.flatnonzero "
+                "skips them: `dask_compact.flatnonzero(da.ma.filled(x, 0))`")
     if in_memory and call in ("compact_array", "compact_into", "partition_array"):
         return (f"Say what masked elements mean, e.g. never selected: "
-                f"`dask_compact.{call}(np.ma.filled(a, np.nan), ...)` {never}")
+                f"`dask_compact.{call}(np.ma.filled(a, {fill}), ...)` {never}")
     if call in ("compact_records", "compact_records_into"):
         # dask fields as in-memory ones, in dask's calls (until 2026-12-01, thirteenth
         # session, they were told the one-array compact/map_compact way)
         a, ma = (source or "a", "np.ma") if in_memory else (source or "x", "da.ma")
         return (f"Say what masked elements mean, e.g. never selected: the field as "
-                f"`{ma}.filled({a}, np.nan)` {never.replace('`x ', f'`{a} ')}, or its mask "
+                f"`{ma}.filled({a}, {fill})` {never.replace('`x ', f'`{a} ')}, or its mask "
                 f"as a field of its own, `~{ma}.getmaskarray({a})`, read by the predicate")
     return ("Say what masked elements mean, e.g. never selected: `d = da.ma.getdata(x); "
             "dask_compact.compact(d, (d > 0.5) & ~da.ma.getmaskarray(x))`, or filled: "
-            "`da.ma.filled(x, np.nan).map_compact(...)`")
+            f"`da.ma.filled(x, {fill}).map_compact(...)` {never}")
+
+
+def _never_selected(dtype: Any) -> tuple[str, str]:
+    """A fill of ``dtype`` that a comparison never selects, and why, for the masked-array
+    advice: NaN for floats, NaT for times; a dtype with neither (integers, bools) is told to
+    fill with a value of its own that the predicate does not select. Until 2026-12-01
+    (fourteenth session, a regression review) every dtype was told ``np.nan``, which
+    ``np.ma.filled`` refuses for an int64 array ("Cannot convert fill_value nan")."""
+    kind = getattr(dtype, "kind", "f")
+    if kind in "fc":
+        return "np.nan", ("(NaN fails every comparison: masked elements are never selected by "
+                          "`x > 0.5`)")
+    if kind in "mM":
+        name = "datetime64" if kind == "M" else "timedelta64"
+        return (f'np.{name}("NaT")', "(NaT fails every comparison: masked elements are never "
+                "selected by `x > t`)")
+    return "v", (f"with `v` a value of {dtype} that the predicate does not select ({dtype} "
+                 "holds no NaN, the fill that fails every comparison)")
 
 
 # exactly these NumPy types are taken as they are: a memmap is NumPy data in a file, a

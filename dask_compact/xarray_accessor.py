@@ -414,6 +414,7 @@ _WORDS = (
     ("of the field ", "of the variable "), ("of the fields ", "of the variables "),
     ("the whole field", "the whole variable"), ("a dask field", "a dask-backed variable"),
     ("none of the fields", "none of the variables"), ("the fields are ", "the variables are "),
+    ("record predicate ", "cond "), ("one chunk of each field", "one chunk of each variable"),
 )
 # the record refusal's advice for a cumulative sum, made a condition as the accessor takes it
 _CUMULATIVE_ADVICE = re.compile(
@@ -423,6 +424,14 @@ _CUMULATIVE_ADVICE = re.compile(
 _PER_ROW_ADVICE = re.compile(
     r"A value per row of a field with trailing axes \(a row's sum, `(.+?)\.sum\(axis=1\)`\) "
     r"goes in as a field of its own: `compact_records\(.*?\)`\.")
+
+# and its advice for a mask of all the rows read from outside (fields._rows_advice): until
+# 2026-12-01 (fourteenth session, a regression review) the accessor's caller was told
+# compact_records({**fields, "keep": mask}, "keep"), a call they never made
+_ROW_MASK_ADVICE = re.compile(
+    r"A boolean mask of the rows goes in as a field the predicate reads: compact_records\(.*?"
+    r"\), or, with conditions on other fields, a predicate such as lambda keep, b: keep & "
+    r"\(b > 3\)")
 
 
 def in_accessor_words(e: Exception, call: str) -> Exception:
@@ -439,6 +448,10 @@ def in_accessor_words(e: Exception, call: str) -> Exception:
     said = _PER_ROW_ADVICE.sub(
         r"A value per row of a variable with other dimensions (a row's sum) goes in as a "
         r"condition on it: ds.compact.where(ds['\1'].sum(OTHER_DIM) > t, dim).", said)
+    said = _ROW_MASK_ADVICE.sub(
+        "A boolean mask of the rows goes in as cond itself, a DataArray along the dimension: "
+        "ds.compact.where(xr.DataArray(mask, dims=dim), dim), or, with conditions on other "
+        "variables, ds.compact.where(xr.DataArray(mask, dims=dim) & (ds['b'] > 3), dim)", said)
     try:
         return type(e)(f"{call}: {said}")
     except Exception:  # noqa: BLE001 - an exception class of other arguments: as it was

@@ -409,6 +409,24 @@ def test_a_group_whose_arrays_are_in_subgroups_gives_one_that_holds_arrays(tmp_p
     assert not (tmp_path / "o.zarr").exists()
 
 
+def test_a_group_whose_arrays_are_deeper_gives_a_subgroup_that_leads_to_them(tmp_path):
+    # Until 2026-12-01 (fourteenth session, a regression review) a group whose arrays are two
+    # levels down (run1/cam/x) was given the first subgroup by name, an empty one ("aux"),
+    # whose own refusal then named nothing: the one that holds them deeper now.
+    src = tmp_path / "deep.zarr"
+    root = zarr.open_group(str(src), mode="w")
+    root.create_group("aux")
+    root.create_group("run1").create_group("cam").create_array(
+        "x", shape=(5,), chunks=(2,), dtype="f8")[:] = np.arange(5.0)
+    res = run(src, tmp_path / "o.zarr", "--where", "x > 2", code=2)
+    said = " ".join(res.output.split())
+    assert "aux, run1" in said and f"e.g. {src}/run1" in said, said
+    res = run(src / "run1", tmp_path / "o.zarr", "--where", "x > 2", code=2)
+    said = " ".join(res.output.split())
+    assert f"e.g. {src}/run1/cam" in said, said
+    assert not (tmp_path / "o.zarr").exists()
+
+
 def test_a_2d_field_in_where_gets_advice_for_the_command_line(particles, tmp_path):
     """The refusal of a 2-D field in --where says what a user of the command can do (which
     fields --where can read; store a column as its own array), not compact_records' Python

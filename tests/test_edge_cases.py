@@ -126,6 +126,25 @@ def test_masked_arrays_are_refused_with_the_way_out():
     np.testing.assert_array_equal(got, a[(a > 0.5) & (a <= 0.9)])
 
 
+@pytest.mark.parametrize("unit", ["datetime64[s]", "timedelta64[s]"])
+@pytest.mark.parametrize("output", ["values", "indices", "both"])
+def test_a_masked_array_of_times_in_memory_is_refused_as_any_other(unit, output):
+    """compact_array takes datetime64 / timedelta64 by a path of its own (NumPy evaluates
+    the predicate), which until 2026-12-01 (fourteenth session, a regression review) skipped
+    the chunk-type check: a masked array of times was taken, and its masked elements that
+    the comparison on their data selected came back in the values (7, two masked) but not
+    in the indices (5), while every other dtype is refused. Refused now, as the others."""
+    a = np.arange(10).astype(unit)
+    m = np.ma.masked_greater(a, a[7])
+    with pytest.raises(TypeError, match="masked arrays") as e:
+        compact_array(m, lambda v: v > a[2], output=output)
+    assert "compact_array(np.ma.filled(a" in str(e.value), str(e.value)
+    # unmasked times still take that path, as NumPy selects
+    got = compact_array(a, lambda v: v > a[2], output="both")
+    np.testing.assert_array_equal(got[0], a[a > a[2]])
+    np.testing.assert_array_equal(got[1], np.flatnonzero(a > a[2]))
+
+
 def test_a_masked_array_in_memory_is_told_the_numpy_way_out_for_its_call():
     """Until 2026-12-01 (thirteenth session, the regression review) the in-memory calls were
     told the dask way out, ``da.ma.getdata(x)``, ``dask_compact.compact`` and ``map_compact``:
@@ -167,6 +186,86 @@ def test_a_masked_array_in_memory_is_told_the_numpy_way_out_for_its_call():
         {"energy": da.ma.getdata(xm), "unmasked": ~da.ma.getmaskarray(xm), "id": ids},
         lambda energy, unmasked: (energy > 0.5) & unmasked)
     np.testing.assert_array_equal(got["id"].compute(), np.flatnonzero(keep))
+
+
+@pytest.mark.parametrize("dtype", ["float64", "int32"])
+def test_a_masked_dask_array_is_told_the_way_out_of_its_own_call(dtype):
+    """``sort``, ``argsort``, ``partition`` and ``flatnonzero`` of a masked dask array were
+    told the compaction's way out, ``compact(d, ...)`` or ``.map_compact(...)``: another
+    call (a regression review, 2026-12-01, fourteenth session; the in-memory calls were given
+    their own in the thirteenth). Each is told its own call now, and what it says gives
+    NumPy's masked answer."""
+    a = (np.arange(11)[::-1] % 7).astype(dtype)
+    m = np.ma.masked_array(a, mask=np.arange(11) % 4 == 1)
+    xm = da.ma.masked_array(da.from_array(a, chunks=4), mask=np.arange(11) % 4 == 1)
+    calls = {"sort": lambda v: dask_compact.sort(v),
+             "argsort": lambda v: dask_compact.argsort(v),
+             "partition": lambda v: dask_compact.partition(v, "x > 3")[0],
+             "flatnonzero": lambda v: dask_compact.flatnonzero(v)}
+    for name, call in calls.items():
+        with pytest.raises(TypeError, match="masked arrays") as e:
+            call(xm)
+        said = str(e.value)
+        assert f"dask_compact.{name}(da.ma.filled(x, " in said, said
+        assert "map_compact" not in said and "compact(d" not in said, said
+    # what they say: masked last for a sort (np.ma.sort's fill for an integer dtype), never
+    # selected for a split and flatnonzero
+    last = np.nan if dtype == "float64" else np.iinfo(dtype).max
+    got = dask_compact.sort(da.ma.filled(xm, last)).compute()
+    np.testing.assert_array_equal(got[:m.count()], np.ma.sort(m).compressed())
+    got = dask_compact.argsort(da.ma.filled(xm, last)).compute()
+    np.testing.assert_array_equal(got[:m.count()], np.ma.argsort(m, kind="stable")[:m.count()])
+    never = np.nan if dtype == "float64" else 0  # 0: not > 3
+    values, k = dask_compact.partition(da.ma.filled(xm, never), "x > 3")
+    np.testing.assert_array_equal(values.compute()[:k], m[m > 3].compressed())
+    got = dask_compact.flatnonzero(da.ma.filled(xm, 0)).compute()
+    np.testing.assert_array_equal(got, np.flatnonzero(m))
+
+
+@pytest.mark.parametrize("dtype", ["int64", "uint8", "bool", "datetime64[s]"])
+def test_the_masked_array_advice_runs_for_a_dtype_without_nan(dtype):
+    """The in-memory advice, `np.ma.filled(a, np.nan)`, raised itself for a dtype that holds
+    no NaN ("Cannot convert fill_value nan to dtype int64"), as did the records' for such a
+    field (a regression review, 2026-12-01, fourteenth session). Each call is told a fill
+    its dtype holds (NaT for times, which fails every comparison as NaN does; else a value
+    the predicate does not select), and what it says selects as NumPy does."""
+    a = (np.arange(11) % 2 == 0) if dtype == "bool" else np.arange(11).astype(dtype)
+    m = np.ma.masked_array(a, mask=np.arange(11) > 8)
+    t = a[3]
+    pred = (lambda v: v) if dtype == "bool" else (lambda v: v > t)
+    never = False if dtype == "bool" else a[0]  # a value of a that pred does not select
+    keep = pred(a) & ~np.ma.getmaskarray(m)
+    calls = {
+        "compact_array": lambda b: compact_array(b, pred),
+        "compact_into": lambda b: dask_compact.compact_into(b, pred, np.empty(11, b.dtype)),
+        "partition_array": lambda b: dask_compact.partition_array(b, pred),
+        # a field gathered (a time is not read by a record predicate)
+        "compact_records": lambda b: dask_compact.compact_records(
+            {"energy": b, "id": np.arange(11)}, "id > 3"),
+    }
+    for name, call in calls.items():
+        with pytest.raises(TypeError, match="masked arrays") as e:
+            call(m)
+        said = str(e.value)
+        assert "np.nan" not in said, said
+        fill = re.search(r"np\.ma\.filled\((a|energy), ([^)]+\)?)\)", said)
+        assert fill is not None, said
+        value = fill.group(2)
+        if dtype.startswith("datetime"):
+            assert value == 'np.datetime64("NaT")', said
+            filled = np.ma.filled(m, np.datetime64("NaT"))
+        else:
+            assert value == "v" and f"a value of {np.dtype(dtype)}" in said, said
+            filled = np.ma.filled(m, never)
+        if name == "compact_array":  # what it says selects as NumPy does
+            np.testing.assert_array_equal(compact_array(filled, pred), a[keep])
+    if dtype.startswith("datetime"):
+        return
+    # the records' other way out, the mask as a field of its own
+    got = dask_compact.compact_records(
+        {"energy": np.ma.getdata(m), "unmasked": ~np.ma.getmaskarray(m), "id": np.arange(11)},
+        lambda energy, unmasked: pred(energy) & unmasked)
+    np.testing.assert_array_equal(got["id"], np.flatnonzero(keep))
 
 
 def test_masked_chunks_under_a_plain_meta_are_refused_in_the_tasks():

@@ -116,6 +116,33 @@ def test_a_predicate_returning_a_mask_of_the_whole_input_is_told_to_select_by_it
                                   .compute(), a[mask])
 
 
+def test_a_small_array_beside_a_wrong_shape_is_not_named_a_mask_of_the_whole_input():
+    """A predicate that returns a mask of another shape while it reads a small array (a (1,)
+    boolean constant, a lookup table it took part of) had that array named as "a mask of the
+    whole input" and was told to select by it (a regression review, 2026-12-01, fourteenth
+    session): the general refusal now, as before that wording; a mask of the whole input is
+    still named."""
+    a = np.random.default_rng(2).random(1031)
+    x = da.from_array(a, chunks=100)
+    one = np.array([True])
+    table = np.array([True, False, True])
+    for pred in (lambda v: one, lambda v: table[:2]):
+        for call in (lambda: x.map_compact(pred), lambda: dask_compact.compact_array(a, pred)):
+            with pytest.raises(NotElementwise, match="is not elementwise") as info:
+                call()
+            said = str(info.value)
+            assert "from outside" not in said and "compact(x, mask)" not in said, said
+    mask = a > 0.5
+    with pytest.raises(NotElementwise, match=r"it reads `mask` \(shape \(1031,\)\)"):
+        x.map_compact(lambda v: mask)
+    # what works where it is meant: a broadcastable (1,) constant and a small lookup table
+    np.testing.assert_array_equal(x.map_compact(lambda v: one & (v > 0.5)).compute(),
+                                  a[one & (a > 0.5)])
+    idx = (a * 3).astype(np.int64)
+    np.testing.assert_array_equal(
+        dask_compact.compact_array(idx, lambda v: table[v]), idx[table[idx]])
+
+
 def test_an_array_aligned_with_nd_input_names_the_test_sample_not_a_chunk():
     """An (n, 1) array in a predicate on (n, 3) input is refused by the check on a sample of
     rows made before anything runs; the message called that sample "a chunk of shape (21,

@@ -166,6 +166,26 @@ def test_a_closure_over_a_row_mask_is_refused_saying_to_pass_it_as_a_field(on_da
     assert_same({k: got[k] for k in f}, reference(f, mask & (f["id"] > 3)))
 
 
+@pytest.mark.parametrize("on_dask", [False, True])
+def test_a_small_array_a_record_predicate_reads_is_not_told_to_be_a_field(on_dask):
+    """A record predicate that reads a small array from outside and gives a mask of another
+    shape (``lambda id: one``, ``lambda id: table[:3]``) was told that array is "an array of
+    all the rows" to pass as a field (a regression review, 2026-12-01, fourteenth session):
+    the general refusal now, as before that wording."""
+    f = particles(101)
+    fields = {k: da.from_array(v, chunks=30) for k, v in f.items()} if on_dask else f
+    one = np.array([True])
+    table = np.array([True, False, True, True, False])
+    for pred in (lambda id: one, lambda id: table[:3]):
+        with pytest.raises(NotElementwise, match="is not elementwise") as refused:
+            compact_records(fields, pred)
+        said = str(refused.value)
+        assert "from outside" not in said and '"keep": mask' not in said, said
+    # a (1,) constant that broadcasts gives NumPy's selection
+    got = compact_records(fields, lambda id: one & (id > 3))
+    assert_same({k: got[k] for k in f}, reference(f, one & (f["id"] > 3)))
+
+
 def test_errors_before_anything_runs():
     f = particles(10)
     with pytest.raises(ValueError, match="same number of rows"):
@@ -870,6 +890,44 @@ def test_the_gather_pool_is_made_once_by_threads_calling_at_once(monkeypatch):
     finally:
         for p in made:
             p.shutdown()
+
+
+def test_a_forked_child_gathers_with_a_pool_of_its_own():
+    """A process forked after a large in-memory call (fields of 16 MiB or more, gathered by
+    the module's thread pool) inherited the pool without its threads: the child's own large
+    call waited for ever on work no thread would run (a regression review, 2026-12-01,
+    fourteenth session; ``multiprocessing``'s default start on Linux is a fork). The child
+    makes a pool of its own now, and gets NumPy's selection."""
+    import subprocess
+    import sys
+
+    code = """
+import os, sys, numpy as np
+from dask_compact import compact_records
+n = 1 << 20
+rng = np.random.default_rng(0)
+f = {"a": rng.random(n), "b": np.arange(n), "c": rng.random(n), "d": rng.random(n)}
+compact_records(f, "a > 0.5")  # 32 MiB of fields: the pool is made and used
+r, w = os.pipe()
+pid = os.fork()
+if pid == 0:
+    import signal
+    signal.alarm(60)  # a child that hangs ends itself (the parent then reads nothing)
+    got = compact_records(f, "a > 0.25")
+    ok = all(np.array_equal(got[k], f[k][f["a"] > 0.25]) for k in f)
+    os.write(w, b"ok" if ok else b"wrong")
+    os._exit(0)
+os.close(w)
+said = os.read(r, 16)
+os.waitpid(pid, 0)
+print(said.decode())
+"""
+    try:
+        res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             timeout=120)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the forked child's call never returned")
+    assert res.stdout.strip() == "ok", (res.stdout, res.stderr[-2000:])
 
 
 def test_a_record_predicate_giving_no_booleans_is_shown_one_in_its_own_names():

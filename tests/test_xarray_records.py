@@ -651,3 +651,27 @@ def test_a_reduction_per_row_is_told_the_condition_that_works():
     got = ds.compact.where(ds["v"].sum("k") > ds["e"], dim="event")
     keep = ds["v"].values.sum(axis=1) > ds["e"].values
     np.testing.assert_array_equal(got["v"].values, ds["v"].values[keep])
+
+
+@pytest.mark.parametrize("chunked", [False, True])
+def test_a_closure_over_a_row_mask_is_told_the_accessor_s_way_out(chunked):
+    """A cond reading a mask of all the rows from outside (``lambda e: mask & (e > t)``,
+    ``lambda e: mask``) was told the records' way out, ``compact_records({**fields, "keep":
+    mask}, "keep")``: a call the accessor's caller never made (a regression review,
+    2026-12-01, fourteenth session: the thirteenth's advice, shared by the accessor). It is
+    told to pass the mask as cond, a DataArray along the dimension, which gives NumPy's
+    selection."""
+    rng = np.random.default_rng(32)
+    ds = xr.Dataset({"e": ("event", rng.random(101)), "w": ("event", rng.random(101))})
+    if chunked:
+        ds = ds.chunk({"event": 30})
+    mask = rng.random(101) > 0.5
+    for cond in (lambda e: mask & (e > 0.3), lambda e: mask):
+        with pytest.raises(ValueError, match=re.escape(
+                "xr.DataArray(mask, dims=dim)")) as refused:  # fmt: skip
+            ds.compact.where(cond, dim="event")
+        said = str(refused.value)
+        assert "compact_records" not in said and "field" not in said, said
+    got = ds.compact.where(xr.DataArray(mask, dims="event") & (ds["e"] > 0.3), dim="event")
+    keep = mask & (ds["e"].values > 0.3)
+    np.testing.assert_array_equal(np.asarray(got["w"].values), ds["w"].values[keep])

@@ -17,6 +17,7 @@ numba's) are imported where the compiled path is taken, and the predicate pass a
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from types import ModuleType
 from typing import Any
@@ -64,6 +65,21 @@ _pool: Any = None
 # Two threads' first large calls at once each made a pool, one left idle for the process's
 # life (until 2026-12-01, thirteenth session, read by a probe of calls made in tasks).
 _pool_lock = threading.Lock()
+
+
+def _forget_pool() -> None:
+    """In a forked child: the parent's pool, whose threads are not there, and its lock, which
+    a parent thread may have held, dropped (the next large call makes its own). Until
+    2026-12-01 (fourteenth session, a regression review) a child forked after a large call
+    (``multiprocessing``'s default start on Linux) waited for ever in its own large call, on
+    work the inherited pool had no thread to run."""
+    global _pool, _pool_lock
+    _pool = None
+    _pool_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows, which does not fork
+    os.register_at_fork(after_in_child=_forget_pool)
 
 
 def _thread_pool(threads: int) -> Any:

@@ -112,6 +112,12 @@ def open_group_input(path: str) -> Any | None:
         return None
 
 
+def _holds_arrays(group: Any) -> bool:
+    """Whether a Zarr group holds an array, at any depth."""
+    return (next(group.arrays(), None) is not None
+            or any(_holds_arrays(g) for _, g in group.groups()))
+
+
 def prepare(group: Any, path: str, where: str, field_list: str | None, mode: str,
             chunks: int | None, allow_missing_chunks: bool, raw: bool = False) -> GroupInput:
     """The fields of ``group`` the job reads and writes, checked: every refusal names the
@@ -125,9 +131,14 @@ def prepare(group: Any, path: str, where: str, field_list: str | None, mode: str
         subgroups = sorted(group.groups(), key=lambda t: t[0])
         groups = [name for name, _ in subgroups]
         # the example one that holds arrays (the first by name could be empty, and its own
-        # refusal then named nothing: until 2026-12-01, thirteenth session)
+        # refusal then named nothing: until 2026-12-01, thirteenth session), else one that
+        # holds them deeper (whose refusal names its own subgroups; until 2026-12-01,
+        # fourteenth session, the first by name, empty)
         example = next((name for name, g in subgroups if next(g.arrays(), None) is not None),
-                       groups[0] if groups else None)
+                       None)
+        if example is None:
+            example = next((name for name, g in subgroups if _holds_arrays(g)),
+                           groups[0] if groups else None)
         hint = (f" (its groups: {', '.join(groups)}; give one as INPUT, e.g. "
                 f"{member_url(path, example)})" if example is not None else "")
         raise click.BadParameter(f"{path!r} is a Zarr group with no arrays{hint}: nothing to "

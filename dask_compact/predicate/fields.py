@@ -141,19 +141,27 @@ def record_predicate(pred: Any, names: tuple[str, ...]) -> Predicate:
     return p
 
 
-def _rows_advice(func: Any) -> str:
+def _rows_advice(outside: list[tuple[str, Any]]) -> str:
     """What to do where a record predicate's mask is not one of the rows it was given: most
     often a mask of all the rows that it reads from outside (``lambda: mask``, ``lambda b:
-    mask & (b > 3)``), named where found among its closure's cells and the globals it reads.
-    Until 2026-12-01 (thirteenth session) the first was refused with the general "not
-    elementwise" message, the second with NumPy's broadcast error alone (a records probe)."""
-    outside = [f"`{k}` (shape {tuple(v.shape)})" for k, v in outside_arrays(func)]
-    held = f"; it reads {', '.join(outside)} from outside" if outside else ""
+    mask & (b > 3)``), named where found among its closure's cells and the globals it reads
+    (``outside``: :func:`_rows_arrays`'s). Until 2026-12-01 (thirteenth session) the first was
+    refused with the general "not elementwise" message, the second with NumPy's broadcast
+    error alone (a records probe)."""
+    named = [f"`{k}` (shape {tuple(v.shape)})" for k, v in outside]
+    held = f"; it reads {', '.join(named)} from outside" if named else ""
     return (f"{held}: a record predicate gets one chunk of each field at a time (and first a "
             "test sample of a few rows), so an array of all the rows from outside it does not "
             "line up with them. A boolean mask of the rows goes in as a field the predicate "
             'reads: compact_records({**fields, "keep": mask}, "keep"), or, with conditions '
             'on other fields, a predicate such as lambda keep, b: keep & (b > 3)')
+
+
+def _rows_arrays(func: Any, rows: Any) -> list[tuple[str, Any]]:
+    """The arrays ``func`` reads from outside that could be a mask of all the rows: ``rows(k)``
+    of their length ``k``. Until 2026-12-01 (fourteenth session, a regression review) every
+    one was named as such, and told to go in as a field: a (1,) constant, a lookup table."""
+    return [(k, v) for k, v in outside_arrays(func) if rows(v.shape[0])]
 
 
 def record_mask(p: Predicate, fields: dict[str, Any], n: int, xp: Any = None, *,
@@ -180,15 +188,20 @@ def record_mask(p: Predicate, fields: dict[str, Any], n: int, xp: Any = None, *,
         got = func(**read)
     except Exception as e:
         refuse_writes(e, p.source)
-        if isinstance(e, ValueError) and "broadcast" in str(e):
+        # an array that does not broadcast against the rows given, as a mask of all the rows
+        longer = _rows_arrays(func, lambda k: k not in (1, n)) if isinstance(e, ValueError) else []
+        if longer and "broadcast" in str(e):
             raise NotElementwise(f"record predicate {p.source} failed on {n} rows ({e})"
-                                 f"{_rows_advice(func)}") from None  # fmt: skip
+                                 f"{_rows_advice(longer)}") from None  # fmt: skip
         e.add_note(failed_on(p.source, "the fields", next(iter(read.values()), like)))
         raise
-    if (str(getattr(got, "dtype", "")) == "bool" and tuple(got.shape) not in ((), (n,))
-            and outside_arrays(func)):
-        raise NotElementwise(f"record predicate {p.source} returned shape {tuple(got.shape)} "
-                             f"for {n} rows{_rows_advice(func)}")  # fmt: skip
+    if str(getattr(got, "dtype", "")) == "bool" and tuple(got.shape) not in ((), (n,)):
+        # of more than one row, as long as what it returned (a (1,) constant, a lookup table
+        # it indexed, are no mask of all the rows)
+        held = _rows_arrays(func, lambda k: k == got.shape[0] > 1)
+        if held:
+            raise NotElementwise(f"record predicate {p.source} returned shape "
+                                 f"{tuple(got.shape)} for {n} rows{_rows_advice(held)}")
     m = check_mask(got, like, p.source, xp)
 
     def part(sl: slice) -> Any:
