@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -36,6 +37,37 @@ def zin(tmp_path: Path) -> tuple[Path, np.ndarray]:
     z = zarr.create_array(store=str(path), shape=a.shape, dtype=a.dtype, chunks=(5000,))
     z[:] = a
     return path, a
+
+
+@pytest.fixture(scope="module")
+def killed_at_six(tmp_path_factory) -> tuple[Path, np.ndarray, list[str], Path, Path]:
+    """A job over a Zarr input (:func:`zin`'s data) SIGKILLed once 6 output chunks were written
+    (:func:`cli_helpers.kill_halfway`), made once for the tests that change what it left and
+    resume it: the input, the job's arguments, the folder holding what the kill left beside
+    OUTPUT (its temporary group and lock: each test copies them beside an OUTPUT of its
+    own), and the uninterrupted job's output. What the kill leaves is files (the lock is an
+    flock, released by the kill; the group's name is random, found beside OUTPUT by its
+    prefix), so a copy is that state exactly. A killed job each (14 tests) was a subprocess
+    apiece (2026-12-01 (fourteenth session), CI time). The input is the same files for all:
+    a job's identity holds its input's inodes."""
+    folder = tmp_path_factory.mktemp("killed-at-six")
+    a = np.random.default_rng(23).random(200_000).astype(np.float32)
+    path = folder / "in.zarr"
+    z = zarr.create_array(store=str(path), shape=a.shape, dtype=a.dtype, chunks=(5000,))
+    z[:] = a
+    args = ["--where", "x < 0.5", "--output", "both", "--output-chunks", "3000"]
+    left = folder / "left"
+    left.mkdir()
+    kill_halfway(folder, path, left / "out.zarr", *args, writes=6)
+    ref = folder / "ref.zarr"
+    run(path, ref, *args)
+    return path, a, args, left, ref
+
+
+def _killed_copy(killed: tuple, tmp_path: Path) -> Path:
+    """What :func:`killed_at_six`'s kill left, copied beside ``tmp_path / "out.zarr"``."""
+    shutil.copytree(killed[3], tmp_path, dirs_exist_ok=True)
+    return tmp_path / "out.zarr"
 
 
 @pytest.mark.parametrize("where_run", [[], ["--local", "processes", "--workers", "2"]],
@@ -98,7 +130,7 @@ def _damage(group: Path, how: str) -> None:
 
 
 @pytest.mark.parametrize("how", ["truncated", "same-size", "removed", "attributes", "dtype"])
-def test_resume_checks_the_files_the_manifest_lists(zin, tmp_path, how):
+def test_resume_checks_the_files_the_manifest_lists(killed_at_six, tmp_path, how):
     """``--resume`` took the manifest's word: a chunk file of the temporary group truncated
     or rewritten (same size) after the kill was committed as it was, exit 0, and so was a
     group whose arrays' metadata had been edited (a probe; a removed chunk failed the job,
@@ -106,12 +138,8 @@ def test_resume_checks_the_files_the_manifest_lists(zin, tmp_path, how):
     the group was made with are checked: a chunk that differs is written again, a group whose
     metadata changed is started over, each said on stderr; the output is the uninterrupted
     job's, bit for bit."""
-    path, a = zin
-    args = ["--where", "x < 0.5", "--output", "both", "--output-chunks", "3000"]
-    ref = tmp_path / "ref.zarr"
-    run(path, ref, *args)
-    out = tmp_path / "out.zarr"
-    kill_halfway(tmp_path, path, out, *args, writes=6)
+    path, a, args, _, ref = killed_at_six
+    out = _killed_copy(killed_at_six, tmp_path)
     (left,) = [n for n in litter(tmp_path) if "tmp" in n]
     _damage(tmp_path / left, how)
     res = run(path, out, *args, "--resume", "--json")
@@ -170,7 +198,7 @@ def _edit_manifest(group: Path, how: str) -> None:
 
 @pytest.mark.parametrize("how", ["count", "negative", "larger", "unbalanced", "json", "keys",
                                  "signed-negative", "signed-larger", "unsigned"])
-def test_resume_does_not_trust_an_edited_manifest(zin, tmp_path, how):
+def test_resume_does_not_trust_an_edited_manifest(killed_at_six, tmp_path, how):
     """``--resume`` took the manifest's counts (where the chunks after the resume point go) as
     they were: a count edited by one, or made negative, after the kill gave an output of
     wrong values marked complete, exit 0 (the twelfth session's probe). The manifest now
@@ -178,10 +206,8 @@ def test_resume_does_not_trust_an_edited_manifest(zin, tmp_path, how):
     missing) is not used, and one whose counts cannot be its chunks' is not either: the job
     starts over saying why, and the output is NumPy's. One without a checksum of its own (an
     earlier build's) has every chunk it lists written again."""
-    path, a = zin
-    args = ["--where", "x < 0.5", "--output", "both", "--output-chunks", "3000"]
-    out = tmp_path / "out.zarr"
-    kill_halfway(tmp_path, path, out, *args, writes=6)
+    path, a, args, _, _ = killed_at_six
+    out = _killed_copy(killed_at_six, tmp_path)
     (left,) = [n for n in litter(tmp_path) if "tmp" in n]
     _edit_manifest(tmp_path / left, how)
     res = run(path, out, *args, "--resume", "--json")

@@ -1,8 +1,10 @@
 """map_compact on a LocalCluster of worker processes that lose workers: killed, retired, or
-all at once (found by a 2026-11-30 probe). Each test has its own cluster: it kills workers."""
+all at once (found by a 2026-11-30 probe). Each test has its own cluster, or a module's
+cluster whose workers it kills and waits to see replaced."""
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import signal
@@ -100,6 +102,23 @@ def _cluster1():
 def client1(_cluster1):
     """The module's cluster of 1, the default scheduler of the tests that ask for it alone."""
     with client_as_default(_cluster1) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def _cluster2():
+    """Two worker processes of one thread, for the tests that kill every worker and wait for
+    the replacements (:func:`_kill_all`): the next one meets worker processes started during
+    the one before, as the tests of :func:`_cluster1` do. A cluster each (3 tests) was a start
+    and a close apiece (2026-12-01 (fourteenth session), CI time)."""
+    with cluster_for_kills(n_workers=2, threads_per_worker=1, set_as_default=False) as c:
+        yield c
+
+
+@pytest.fixture
+def client2(_cluster2):
+    """The module's cluster of 2, the default scheduler of the tests that ask for it alone."""
+    with client_as_default(_cluster2) as c:
         yield c
 
 
@@ -211,33 +230,33 @@ def test_a_worker_killed_during_a_call_costs_no_connect_timeout(client3):
     until_replaced(client, [pids[victim]], len(pids))  # not wait_for_workers: see until_replaced
 
 
-def test_a_grouped_result_computes_after_every_worker_died():
+def test_a_grouped_result_computes_after_every_worker_died(client2):
     """The grouped path's anchors (its tasks, or a direct call's fallback) were restricted to
     their (loose) workers; after every worker died at once, distributed left them in
     no-worker for good and the result never computed. Now it is remade on the new workers,
     as plain Dask's would be. So are results whose empty chunks were left out (blocks that
     alias the pieces that selected something, graph.without_empty_chunks), grouped or of
     the direct path."""
-    with cluster_for_kills(n_workers=2, threads_per_worker=1) as client:
-        a = np.random.default_rng(3).random(30_011)
-        x = _round_robin(client, a, 1_000)
-        with dask.config.set({"dask-compact.direct": False}):
-            y = x.map_compact(lambda v: v > 0.4)
-            sparse = x.map_compact(lambda v: v < 0.0003, output="both")
-        direct = x.map_compact(lambda v: v < 0.0003, output="both")
-        assert "grouped" in y.name and "direct" in direct[0].name
-        m = a < 0.0003
-        for v, i in (sparse, direct):
-            assert v.name.endswith("-skipempty") and len(v.chunks[0]) < x.numblocks[0]
-            assert 0 not in v.chunks[0] and v.chunks == i.chunks
-        np.testing.assert_array_equal(y.compute(), a[a > 0.4])
-        np.testing.assert_array_equal(sparse[0][::-1].compute(), a[m][::-1])
-        _kill_all(client)
-        np.testing.assert_array_equal(client.compute(y).result(timeout=120), a[a > 0.4])
-        for v, i in (sparse, direct):
-            got_v, got_i = client.compute([v[::-1], i], sync=True)
-            np.testing.assert_array_equal(got_v, a[m][::-1])
-            np.testing.assert_array_equal(got_i, np.flatnonzero(m))
+    client = client2  # the module's cluster: its workers killed and replaced below
+    a = np.random.default_rng(3).random(30_011)
+    x = _round_robin(client, a, 1_000)
+    with dask.config.set({"dask-compact.direct": False}):
+        y = x.map_compact(lambda v: v > 0.4)
+        sparse = x.map_compact(lambda v: v < 0.0003, output="both")
+    direct = x.map_compact(lambda v: v < 0.0003, output="both")
+    assert "grouped" in y.name and "direct" in direct[0].name
+    m = a < 0.0003
+    for v, i in (sparse, direct):
+        assert v.name.endswith("-skipempty") and len(v.chunks[0]) < x.numblocks[0]
+        assert 0 not in v.chunks[0] and v.chunks == i.chunks
+    np.testing.assert_array_equal(y.compute(), a[a > 0.4])
+    np.testing.assert_array_equal(sparse[0][::-1].compute(), a[m][::-1])
+    _kill_all(client)
+    np.testing.assert_array_equal(client.compute(y).result(timeout=120), a[a > 0.4])
+    for v, i in (sparse, direct):
+        got_v, got_i = client.compute([v[::-1], i], sync=True)
+        np.testing.assert_array_equal(got_v, a[m][::-1])
+        np.testing.assert_array_equal(got_i, np.flatnonzero(m))
 
 
 def _anchor_keys(dask_scheduler=None) -> list:
@@ -390,7 +409,7 @@ def _unchecked_results(name: str, dask_scheduler=None) -> list:
 
 
 @pytest.mark.parametrize(("call", "workers"), [("sort", 2), ("argsort", 2), ("sort", 1)])
-def test_a_sort_remade_from_a_rewritten_zarr_store_raises(tmp_path, call, workers):
+def test_a_sort_remade_from_a_rewritten_zarr_store_raises(tmp_path, call, workers, request):
     """As above, for ``sort`` and ``argsort`` over 2 workers (each group of buckets merged on
     one, from slices of the chunks) and 1 (the merges cut the chunks themselves). Found by the
     twelfth session's worker-loss probe (2026-12-01): the remade merges cut each remade
@@ -399,7 +418,10 @@ def test_a_sort_remade_from_a_rewritten_zarr_store_raises(tmp_path, call, worker
     merges now check where their pieces are cut once they are remade."""
     rng = np.random.default_rng(8)
     z, a, p = _zarr_input(tmp_path, rng)
-    with cluster_for_kills(n_workers=workers, threads_per_worker=1) as client:
+    with contextlib.ExitStack() as own:
+        # 2 workers: the module's cluster (its workers killed and replaced below, twice)
+        client = (request.getfixturevalue("client2") if workers == 2 else
+                  own.enter_context(cluster_for_kills(n_workers=1, threads_per_worker=1)))
         y = getattr(dask_compact, call)(da.from_zarr(p), buckets=4)
         assert y.numblocks[0] == 4
         want = np.sort(a) if call == "sort" else np.argsort(a, kind="stable")
