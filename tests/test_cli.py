@@ -346,8 +346,13 @@ def test_scheduler_errors(npy, tmp_path):
     res = run(path, out, "-w", "x > 0", "--scheduler", "nope://127.0.0.1:1", code=1)
     assert "unknown address scheme" in res.output
     assert not out.exists()
-    # The failed connections left no half-made default scheduler behind in this process.
+    # The failed connections left no half-made default scheduler behind in this process:
+    # neither in the config nor as distributed's default client, which a later compute here
+    # went to and waited on for ever (until 2026-12-01, fourteenth session, seen in CI)
     assert dask.config.get("scheduler", None) is None
+    from distributed.client import _get_global_client
+
+    assert _get_global_client() is None
 
 
 @pytest.mark.parametrize("content", ["", "not json", '{"no": "address"}', '{"address": 5}',
