@@ -139,21 +139,27 @@ def read_words(words: Any) -> list[int]:
                                       cupy.cuda.runtime.memcpyDeviceToHost, stream.ptr)
         stream.synchronize()
     except BaseException:
-        _landed(stream)  # interrupted: its copy lands before it raises (see there)
+        landed(stream)  # interrupted: its copy lands before it raises (see there)
         raise
     return [int(c) for c in host[:need].view(np.uint64)]
 
 
-def _landed(stream: Any) -> None:
-    """The wait of a read back that was interrupted (``KeyboardInterrupt`` between its copies
-    and its synchronisation, or anything raised there): its copies into this thread's pinned
-    buffer land before it raises. The buffer is the thread's, not the stream's: until
-    2026-12-01 (fourteenth session; noted by the ready call's fix, daeb377) a copy left
-    queued landed later, during the thread's next read back on another stream (after that
-    read's own copy, before its host read: the next call took the interrupted call's count
-    for its own), or, once the buffer had grown, in pinned memory CuPy's pool had handed on.
-    An uninterrupted call pays nothing; a failed wait (a kernel's error) leaves the call's
-    own error."""
+def landed(stream: Any) -> None:
+    """The wait of a call interrupted with work still queued on ``stream`` that writes
+    host-visible memory (``KeyboardInterrupt`` between its queueing and its synchronisation,
+    or anything raised there): that work lands before the call re-raises, so that nothing
+    the next call reads or reuses (a pinned count word or buffer, a pinned column table, memory
+    handed back to CuPy's pool) is written late. Called from the ``except BaseException``
+    around the queue-and-wait of every such call: the read backs here, the ready call's mapped
+    count word (``cupy_ready``) and the records ready call's pinned tables
+    (``cupy_records_ready``); each says there what went wrong without it. An uninterrupted
+    call pays nothing; a failed wait (a kernel's error) leaves the call's own error.
+
+    The read backs: their pinned buffer is the thread's, not the stream's: until 2026-12-01
+    (fourteenth session; noted by the ready call's fix, daeb377) a copy left queued landed
+    later, during the thread's next read back on another stream (after that read's own copy,
+    before its host read: the next call took the interrupted call's count for its own), or,
+    once the buffer had grown, in pinned memory CuPy's pool had handed on."""
     with contextlib.suppress(Exception):
         stream.synchronize()
 
@@ -189,7 +195,7 @@ def read_counts(words: list[Any]) -> list[int]:
                                           cupy.cuda.runtime.memcpyDeviceToHost, stream.ptr)
         stream.synchronize()
     except BaseException:
-        _landed(stream)  # interrupted: its copies land before it raises (see there)
+        landed(stream)  # interrupted: its copies land before it raises (see there)
         raise
     return [int(c) for c in host[:need].view(np.uint64)]
 

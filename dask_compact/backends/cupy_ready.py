@@ -10,12 +10,11 @@ stream); each is used by one thread only (the packed slots are state).
 
 from __future__ import annotations
 
-import contextlib
 from typing import Any
 
 import numpy as np
 
-from .cupy_device import by_output, head_copy, output_empty, read_counts
+from .cupy_device import by_output, head_copy, landed, output_empty, read_counts
 from .cupy_launchers import Plan, tile_words
 from .cupy_modules import compiled, resident_blocks
 from .cupy_source import group_of
@@ -239,10 +238,8 @@ class OneReadCall:
             # watched it, and took this call's count for its own (a selection cut short or
             # padded with stale scratch); and a call evicted meanwhile gave its pinned word
             # back to CuPy's pool with the store to come. Waited for here: no cost to a call
-            # that is not interrupted; a failed wait (a kernel's error) leaves the call's
-            # own error.
-            with contextlib.suppress(Exception):
-                stream.synchronize()
+            # that is not interrupted.
+            landed(stream)
             raise
         learn(self.memo, self.dtype, output, total, self.n)
         sp, copy_out = stream.ptr, self.copy_out

@@ -30,7 +30,6 @@ synchronised).
 
 from __future__ import annotations
 
-import contextlib
 import math
 from typing import Any
 
@@ -41,7 +40,7 @@ from ..predicate.core import Predicate
 from ..validate import other_order
 from . import cupy_tuning as tuning
 from .cupy_backend import _capturing
-from .cupy_device import OUTPUT_CLASS_MIN_BYTES, class_items, output_empty
+from .cupy_device import OUTPUT_CLASS_MIN_BYTES, class_items, landed, output_empty
 from .cupy_launch import PackedLaunch, thread_key
 from .cupy_modules import compiled
 from .cupy_ready import KEEP_SCRATCH_BYTES
@@ -276,9 +275,8 @@ class RecordsCall:
             # one was still to upload after its sync (that call's copy then ran with the next
             # call's column table: its outputs wrong), and a call evicted meanwhile gave its
             # count buffer back to CuPy's pool with the copy into it still to land. Waited
-            # for here: no cost to a call not interrupted; a failed wait leaves its own error.
-            with contextlib.suppress(Exception):
-                self.stream.synchronize()
+            # for here: no cost to a call not interrupted.
+            landed(self.stream)
             raise
         total, dense, sparse = (int(v) for v in self.host)
         self.last_total = total
