@@ -26,7 +26,7 @@ from .validate import (
     check_flag,
     check_output,
     native,
-    times_refusal,
+    times_refused,
     xarray_object,
 )
 
@@ -422,15 +422,11 @@ def _compact_times(x: da.Array, pred: PredicateLike, output: str, lazy: bool,
     that mask. Always stable; ``algorithm`` and ``by_worker`` do not apply."""
     p = as_predicate(pred)
     x = _native(x)
-    try:
+    with times_refused(p.source, x.dtype):
         _check_predicate(p, x)
         if p.path == "fused":  # typed for numbers only: NumPy says now whether it has a loop
             p.mask(check_sample(x.dtype, like=meta_from_array(x._meta, ndim=1, dtype=x.dtype)),
                    what="a test sample")
-    except TypeError as e:  # NumPy's: no loop for a time and a number (t > 5)
-        if not type(e).__module__.startswith("numpy"):
-            raise
-        raise times_refusal(p.source, x.dtype, e) from e
     mask = da.map_blocks(_mask_block, x, p, declared=x.dtype, dtype=bool)
     return compact(x, mask, output=output, lazy=lazy, chunks=chunks)
 

@@ -37,7 +37,7 @@ from .validate import (
     other_order_view,
     overlaps,
     swap_written,
-    times_refusal,
+    times_refused,
     to_native,
 )
 
@@ -116,12 +116,8 @@ def _compact_times(a: np.ndarray, pred: PredicateLike, output: str, algorithm: s
     check_chunk_type(a, "compact_array", in_memory=True)
     a = a if a.dtype.isnative else a.astype(native(a.dtype))
     p = as_predicate(pred)
-    try:
+    with times_refused(p.source, a.dtype):
         m = p.mask(a).ravel()
-    except TypeError as e:  # NumPy's: no loop for a time and a number (t > 5)
-        if not type(e).__module__.startswith("numpy"):
-            raise
-        raise times_refusal(p.source, a.dtype, e) from e
     values = a.ravel()[m] if output != "indices" else None
     indices = np.flatnonzero(m).astype(np.int64, copy=False) if output != "values" else None
     return by_output(values, indices, output)

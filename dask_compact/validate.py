@@ -4,6 +4,7 @@ to do."""
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -270,6 +271,19 @@ def xarray_object(a: Any, selects: bool = True) -> str | None:
     accessor = ", or select with the xarray accessor, .compact.where(cond, dim)"
     return (f"an xarray {t.__name__}: pass the array it wraps, {data} (a dask array where it "
             f"is dask-backed){accessor if selects else ''}")
+
+
+@contextlib.contextmanager
+def times_refused(source: str, dtype: np.dtype) -> Iterator[None]:
+    """Around a predicate's evaluation on datetime64 / timedelta64 data: NumPy's TypeError
+    (``t > 5``: no loop for a time and a number) re-raised as :func:`times_refusal`, any
+    other error as it came (``compact_array``'s and ``map_compact``'s times paths)."""
+    try:
+        yield
+    except TypeError as e:
+        if not type(e).__module__.startswith("numpy"):
+            raise
+        raise times_refusal(source, dtype, e) from e
 
 
 def times_refusal(source: str, dtype: np.dtype, e: TypeError) -> TypeError:

@@ -416,6 +416,11 @@ def _strong(t: Any) -> np.dtype:
     return np.result_type(t(0))
 
 
+def _operand_names(ops: list[Any]) -> str:
+    """Operand types for a message: dtypes as NumPy names them, weak Python scalars so named."""
+    return ", ".join(str(o) if isinstance(o, np.dtype) else f"Python {o.__name__}" for o in ops)
+
+
 # NumPy's bitwise ufuncs, by the operator a predicate writes for each
 _BITWISE = {"bitwise_and": "&", "bitwise_or": "|", "bitwise_xor": "^", "invert": "~",
             "left_shift": "<<", "right_shift": ">>"}
@@ -427,7 +432,7 @@ def _bitwise_refusal(fn: str, ops: list[Any], e: Exception) -> TypeError:
     could not be safely coerced ...") named neither the operator nor a way out, and ``~x``
     or ``x & 1`` on a float array is a habit from integer data or from conditions (a
     new-user probe, 2026-12-01, fourteenth session)."""
-    names = ", ".join(str(o) if isinstance(o, np.dtype) else f"Python {o.__name__}" for o in ops)
+    names = _operand_names(ops)
     op = _BITWISE[fn]
     if op in ("&", "|", "^", "~"):
         how = (f"'{op}' joins or negates conditions (booleans), e.g. '(x > 0) & (x < 1)' or "
@@ -472,10 +477,8 @@ def infer_types(root: Node, dtype: Any) -> dict[Node, Typed]:
                 raise _bitwise_refusal(str(node.fn), ops, e) from None
             raise
         except Exception as e:  # NumPy raises its own _UFuncNoLoopError etc.
-            names = ", ".join(
-                str(o) if isinstance(o, np.dtype) else f"Python {o.__name__}" for o in ops
-            )
-            raise TypeError(f"np.{node.fn} is not defined for ({names}): {e}") from None
+            raise TypeError(
+                f"np.{node.fn} is not defined for ({_operand_names(ops)}): {e}") from None
     return types
 
 
