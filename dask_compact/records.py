@@ -19,7 +19,14 @@ from .dispatch import (
     repeated_records_into,
 )
 from .records_check import INDICES, check_into, check_record_predicate, checked_fields
-from .validate import check_flag, counted, in_memory, other_order_view, swap_written
+from .validate import (
+    check_flag,
+    counted,
+    in_memory,
+    other_order_view,
+    swap_written,
+    to_native,
+)
 
 __all__ = ["compact_records", "compact_records_into"]
 
@@ -244,15 +251,31 @@ def compact_records_into(
     views, swapped = _other_order_views(fs, out)
     buffers = check_into(fs, views, count, stream)
     p = check_record_predicate(pred, fs)
+    copied = _native_copies(fs, buffers, stream)
     first = next(iter(fs.values()))
-    got = backend(first, fs, p, buffers, count, stream)
+    got = backend(first, copied, p, buffers, count, stream)
     if swapped or swap_count:
         swap_written([buffers[name] for name in swapped], int(got[0]),
                      got if swap_count else None)
         got = got if given_count is None else given_count
-    if type(fields) is dict:
+    if type(fields) is dict and copied is fs:  # a call on copies is not one to repeat
         remember_records_into(first, fs, pred, p, out, count, stream)
     return got
+
+
+def _native_copies(fields: dict[str, Any], buffers: dict[str, Any], stream: Any
+                   ) -> dict[str, Any]:  # fmt: skip
+    """``fields`` with each CuPy field of the other byte order whose buffer is native
+    (records_check.check_into takes one) as a native copy, queued on ``stream``
+    (``validate.to_native``): the copy writes its rows into the buffer as they are. Until
+    2026-12-01 (fifteenth session; left by the fourteenth) such a buffer was refused, where
+    the one-array ``compact_into`` takes one; a buffer of the field's own order (a view)
+    still receives the field's bytes as they are. ``fields`` itself where there is none."""
+    names = [name for name, buf in buffers.items()
+             if name in fields and buf.dtype != fields[name].dtype]
+    if not names:
+        return fields
+    return {name: to_native(a, stream) if name in names else a for name, a in fields.items()}
 
 
 def _other_order_views(fields: dict[str, Any], out: Any) -> tuple[Any, list[str]]:

@@ -200,7 +200,10 @@ def check_into(fields: dict[str, Any], out: Any, count: Any, stream: Any) -> dic
         if kind == "cupy" and buf.device.id != first.device.id:
             raise ValueError(f"out[{name!r}] is on device {buf.device.id}, the fields on "
                              f"{first.device.id}")
-        if buf.dtype != dtype:
+        if buf.dtype != dtype and not (kind == "cupy" and buf.dtype == native(dtype)):
+            # a CuPy field of the other byte order takes a native buffer too: CuPy makes no
+            # array of that order (only views), so cupy.empty(n, "i8") is the buffer a user
+            # makes for a ">i8" field; compact_records_into fills it from a native copy
             raise TypeError(f"out[{name!r}] must have dtype {dtype}; got {buf.dtype}")
         if buf.shape[1:] != tail or buf.ndim < 1 or buf.shape[0] < n:
             # printed as a shape: "(>= 5, *())" until 2026-12-01 (a record probe)

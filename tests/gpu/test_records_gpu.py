@@ -475,6 +475,21 @@ def test_fields_of_the_other_byte_order_match_numpy(dtype: np.dtype, ready: bool
                               f_np[name][want].astype(f[name].dtype).view(np.dtype(dtype)),
                               f"{dtype} n={n} into {name}")
                 same_bits(out["indices"][:k], np.flatnonzero(want), f"{dtype} into indices")
+            # native buffers (what a user makes: CuPy makes no array of the other order),
+            # the predicate's field among them, on a stream of the call's own: filled from
+            # native copies made on that stream; refused until 2026-12-01 (fifteenth session)
+            nat = {"m": cupy.empty(n, np.float64), "g": cupy.empty(n, np.dtype(dtype)),
+                   "pos": cupy.empty((n, 3), np.dtype(dtype)),
+                   "indices": cupy.empty(n, np.int64)}  # fmt: skip
+            s = cupy.cuda.Stream(non_blocking=True)
+            want = f_np["m"] < 0.5
+            for _ in range(2):
+                k = int(compact_records_into(f, "m < 0.5", nat, stream=s).get(stream=s)[0])
+                s.synchronize()
+                assert k == int(want.sum())
+                for name in ("m", "g", "pos"):
+                    same_bits(nat[name][:k], f_np[name][want], f"{dtype} n={n} native {name}")
+                same_bits(nat["indices"][:k], np.flatnonzero(want), f"{dtype} native indices")
 
 
 @pytest.mark.parametrize("dtype", ["float32", "int64", "complex128", "uint16"])
