@@ -58,6 +58,9 @@ constexpr int tile_smem_bytes() {
          ((OUT & OUT_INDICES) ? BLOCK * ITEMS * 2 : 0);
 }
 
+// The bound of an output that holds every selected element (copy_out's cap).
+constexpr unsigned long long NO_CAP = ~0ull;
+
 // The steps of a tile that both schedules below take, in their own orders (the shape of CUB's
 // agents; stateless: the schedules keep the registers, since an agent object holding the loaded
 // vectors cost ptxas 8-17 more registers and spills on the 512-thread kernels). The other
@@ -85,13 +88,21 @@ struct TileSteps {
     }
   }
 
-  // The staged run out, consecutive threads on consecutive outputs (coalesced).
+  // The staged run out, consecutive threads on consecutive outputs (coalesced). Only outputs
+  // below `cap` are written: a speculative output sized from an estimate of the count
+  // (cupy_ready.OneReadCall) holds cap elements, and a call that selects more sees the total
+  // and runs again into an exact one. Every other launch passes NO_CAP, which folds the
+  // bound away.
   __device__ __forceinline__ static void copy_out(unsigned long long prefix, unsigned agg,
+                                                  unsigned long long cap,
                                                   long long tile_start, long long index_base,
                                                   const T* s_vals, const u16* s_pos,
                                                   T* __restrict__ out_vals,
                                                   long long* __restrict__ out_idx) {
-    for (unsigned i = threadIdx.x; i < agg; i += BLOCK) {
+    unsigned lim = agg;
+    if (cap != NO_CAP)  // a constant NO_CAP (hybrid, scatter) folds this away: no registers
+      lim = prefix >= cap ? 0u : (cap - prefix < (unsigned long long)agg ? unsigned(cap - prefix) : agg);
+    for (unsigned i = threadIdx.x; i < lim; i += BLOCK) {
       if (OUT & OUT_VALUES) out_vals[prefix + i] = s_vals[i];
       if (OUT & OUT_INDICES) out_idx[prefix + i] = index_base + tile_start + (long long)s_pos[i];
     }
@@ -103,7 +114,8 @@ __device__ __forceinline__ void compact_tiles(const T* __restrict__ in, const bo
                                               long long n, long long index_base,
                                               T* __restrict__ out_vals, long long* __restrict__ out_idx,
                                               const Pred& pred, const Prefix& prefix_policy,
-                                              unsigned long long* tile_counter, unsigned char* smem) {
+                                              unsigned long long* tile_counter, unsigned char* smem,
+                                              unsigned long long cap = NO_CAP) {
   typedef TileShape<T, BLOCK, ITEMS> S;
   typedef WarpLoad<T, Pred, SRC, ITEMS, (SRC == SRC_FUSED) || (OUT & OUT_VALUES)> Load;
   typedef TileSteps<T, OUT, BLOCK, ITEMS> Steps;
@@ -171,7 +183,7 @@ __device__ __forceinline__ void compact_tiles(const T* __restrict__ in, const bo
     const unsigned long long prefix = s_prefix;
 
     // 6. coalesced copy-out
-    Steps::copy_out(prefix, agg, tile_start, index_base, s_vals, s_pos, out_vals, out_idx);
+    Steps::copy_out(prefix, agg, cap, tile_start, index_base, s_vals, s_pos, out_vals, out_idx);
     if (!more) break;
     tile = next;
     __syncthreads();  // shared memory is restaged by the next tile
@@ -193,7 +205,8 @@ __device__ __forceinline__ void compact_tiles_early(const T* __restrict__ in, co
                                                     long long n, long long index_base,
                                                     T* __restrict__ out_vals, long long* __restrict__ out_idx,
                                                     const Pred& pred, const Lookback& lb,
-                                                    unsigned long long* tile_counter, unsigned char* smem) {
+                                                    unsigned long long* tile_counter, unsigned char* smem,
+                                                    unsigned long long cap = NO_CAP) {
   typedef TileShape<T, BLOCK, ITEMS> S;
   typedef WarpLoad<T, Pred, SRC, ITEMS, (SRC == SRC_FUSED) || (OUT & OUT_VALUES)> Load;
   typedef TileSteps<T, OUT, BLOCK, ITEMS> Steps;
@@ -268,7 +281,7 @@ __device__ __forceinline__ void compact_tiles_early(const T* __restrict__ in, co
     }
 
     // d. coalesced copy-out
-    Steps::copy_out(prefix, agg, tile_start, index_base, s_vals, s_pos, out_vals, out_idx);
+    Steps::copy_out(prefix, agg, cap, tile_start, index_base, s_vals, s_pos, out_vals, out_idx);
     if (!more) break;
     tile = next;
     bits = nbits;

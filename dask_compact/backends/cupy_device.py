@@ -13,11 +13,14 @@ import numpy as np
 
 from ..validate import by_output
 
-__all__ = ["NULL", "contiguous", "memset0", "ptr_or_null", "by_output", "device_copy", "head_copy",
-           "output_empty", "class_items", "read_words", "read_counts", "concat_outputs",
-           "check_powers"]
+__all__ = ["NULL", "NO_CAP", "contiguous", "memset0", "ptr_or_null", "by_output", "device_copy",
+           "head_copy", "output_empty", "class_items", "read_words", "read_counts",
+           "concat_outputs", "check_powers"]
 
 NULL = np.uint64(0)
+# dcx_single_pass's cap argument where the output holds every selected element
+# (kernels/compact_tile.cuh NO_CAP: the bound folds away)
+NO_CAP = np.uint64(2**64 - 1)
 
 
 def contiguous(a: Any) -> Any:

@@ -78,6 +78,9 @@ class PackedLaunch:
     def int64(self, i: int, value: int) -> None:
         self._i64[i * (SLOT // 8)] = value
 
+    def uint64(self, i: int, value: int) -> None:
+        self._slots[i * (SLOT // 8)] = value
+
     def scalar(self, i: int, value: np.generic) -> None:
         """Argument ``i`` is a NumPy scalar passed by value (its bytes, e.g. a float32)."""
         raw = np.frombuffer(np.asarray(value).tobytes(), dtype=np.uint8)

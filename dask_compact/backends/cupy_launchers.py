@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from .cupy_device import NULL, memset0, ptr_or_null
+from .cupy_device import NO_CAP, NULL, memset0, ptr_or_null
 from .cupy_modules import OutputKernels, resident_blocks
 from .cupy_source import ModuleSpec
 from .cupy_tuning import SCAN_BLOCK, TP_BLOCK, TP_GROUP, TP_SCAN_BLOCK, TP_SCAN_ITEMS
@@ -157,7 +157,7 @@ class SinglePass:
             return
         grid = min(tiles, resident_blocks(k["main"], spec.tuning.block, smem))
         k["main"]((grid,), (spec.tuning.block,),
-                  args + (ws.status, ws.count, ws.tiles) + plan.params, shared_mem=smem)
+                  args + (ws.status, ws.count, ws.tiles, NO_CAP) + plan.params, shared_mem=smem)
 
 
 class Hybrid:

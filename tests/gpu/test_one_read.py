@@ -110,7 +110,9 @@ def test_dense_data_after_sparse_data_is_still_exact(output):
 def test_large_one_read_calls_take_the_ready_call_and_stay_exact(output, monkeypatch):
     """Past the always-one-read bound, a call after one that selected little reads once
     through the cached ready call (not the general path), exact even when this call's data
-    selects nearly everything; after a dense call the next counts first."""
+    selects nearly everything; after a dense call too (since 2026-12-01, fifteenth session:
+    the ready call writes into outputs sized from the previous fraction, at any fraction;
+    a dense call after it counted first before)."""
     monkeypatch.setattr(cb, "ONE_READ_ALWAYS_BYTES", 1000)
     ready, general = [], []
     real_ready, real_general = cb.OneReadCall.__call__, cb._run_one_read
@@ -128,17 +130,24 @@ def test_large_one_read_calls_take_the_ready_call_and_stay_exact(output, monkeyp
         got = compact_array(cupy.asarray(a_host), pred, output=output)
         check(got, expect(a_host, a_host > 0.5, output), output, True)
         took.append(len(ready) > before)
-    assert took == [False, True, True, False, False, True] and not general
+    assert took == [False, True, True, True, True, True] and not general
 
 
 def test_one_read_result_is_an_exact_size_allocation():
-    """The result is a new exact-size array, not a view of the n-sized scratch."""
+    """The first call's result is a new exact-size array, not a view of the n-sized scratch;
+    a later call's is the head of an output sized from the first call's fraction
+    (cupy_ready.speculated: within half a percent and a few standard deviations of it)."""
+    from dask_compact.backends.cupy_ready import speculated
+
     pred = parse("x < 0.01")
     a = cupy.random.default_rng(1).random(1 << 20, dtype=np.float32)
-    compact_array(a, pred)
+    want = cupy.asnumpy(a)[cupy.asnumpy(a) < 0.01]
+    first = compact_array(a, pred)
+    assert first.base is None and first.size == want.size
     got = compact_array(a, pred)
-    assert got.base is None and got.data.mem.size < a.nbytes // 10
-    np.testing.assert_array_equal(cupy.asnumpy(got), cupy.asnumpy(a)[cupy.asnumpy(a) < 0.01])
+    assert got.base is not None and got.base.size == speculated(want.size / a.size, a.size)
+    assert got.data.mem.size < a.nbytes // 10
+    np.testing.assert_array_equal(cupy.asnumpy(got), want)
 
 
 def test_threshold_follows_the_bytes_moved(monkeypatch):
@@ -400,19 +409,24 @@ def test_large_outputs_in_size_classes_do_not_grow_the_pool(output):
     reuses the pool's blocks instead of allocating an output a call (the pool grew until
     the device was full, then CuPy flushed it: a stall of 44-91 ms on one H200)."""
     from dask_compact.backends.cupy_device import class_items
+    from dask_compact.backends.cupy_ready import speculated
 
     n = 1 << 24
     a = cupy.random.default_rng(21).random(n, dtype=cupy.float32)
     h = cupy.asnumpy(a)
     pool = cupy.get_default_memory_pool()
-    prev, totals = None, []
+    prev, totals, totals_k = None, [], []
     for r in range(12):
         t = 0.9 + r * 1e-6
         got = compact_array(a, f"x < {t!r}", output=output)
         check(got, expect(h, h < np.float32(t), output), output, True)
         for g in (got if output == "both" else (got,)):
             k = g.size
-            assert g.base is not None and g.base.size == class_items(k, g.itemsize) > k
+            # a size class of the room the previous call's fraction gave (OneReadCall's
+            # speculative outputs; the first call's of its own count)
+            room = k if r == 0 else speculated(totals_k[-1] / n, n)
+            assert g.base is not None and g.base.size == class_items(room, g.itemsize) > k
+        totals_k.append(got[0].size if output == "both" else got.size)
         prev = got  # kept while the next call allocates, as a result not yet released
         totals.append(pool.total_bytes())
     del prev
@@ -580,3 +594,91 @@ def test_a_call_interrupted_in_its_wait_leaves_nothing_a_next_call_reads(error, 
         cb.forget_ready_calls()  # the call with the patched word goes
     assert not bad, f"{len(bad)} calls after an interrupted one wrong (call, hold ns): {bad[:8]}"
     assert not busy, f"{busy} interrupted calls left their kernel running"
+
+
+@pytest.mark.parametrize("output", ["values", "indices", "both"])
+@pytest.mark.parametrize("dtype", ["int8", "uint16", "float32", "float64"])
+@pytest.mark.parametrize("n", [1025, 65_537, (1 << 22) + 9])
+def test_speculative_outputs_follow_the_fraction_and_overflow_exactly(output, dtype, n,
+                                                                      monkeypatch):
+    """After a first call, the ready call writes into outputs sized from the predicate's
+    previous fraction (cupy_ready.OneReadCall._speculate; 2026-12-01, fifteenth session):
+    each result is the head of such an output, and a call selecting more than it holds runs
+    again into exact outputs (two runs of the kernel, the second unbounded). Fractions that
+    rise, fall and jump, none and all; against NumPy. stable=False takes the same kernel up
+    to UNSTABLE_SINGLE_PASS_MAX_N (order kept), the hybrid past it (no speculation: its
+    outputs are scratch, copied out)."""
+    from dask_compact.backends.cupy_ready import OneReadCall, speculated
+
+    runs = []
+    real = OneReadCall._run
+    monkeypatch.setattr(OneReadCall, "_run",
+                        lambda self, a, base, v, i, cap: runs.append(cap) or real(
+                            self, a, base, v, i, cap))
+    pred = parse("x < 50")
+    rng = np.random.default_rng(n)
+    prev = None
+    for step, scale in enumerate((100, 100, 100.5, 55, 1000, 50, 49, 1000, 60, 200)):
+        a_host = (rng.random(n) * scale).astype(dtype)
+        a_host.flat[::3] = rng.integers(0, 100, a_host.flat[::3].size)  # some ints exactly
+        for stable in (True, False):
+            single = stable or n <= cb.UNSTABLE_SINGLE_PASS_MAX_N
+            before = len(runs)
+            got = compact_array(cupy.asarray(a_host), pred, output=output, stable=stable)
+            m = a_host < 50
+            check(got, expect(a_host, m, output), output, single)
+            k = int(m.sum())
+            caps = runs[before:]
+            if prev is None or not single:
+                assert len(caps) <= 1  # the first call: scratch (or counting first)
+            else:
+                room = speculated(prev, n)
+                assert caps[0] == room, (caps, room)
+                # a second, unbounded run exactly where the selection overflowed the room
+                assert len(caps) == (2 if k > room else 1), (step, k, room, caps)
+                for g in (got if output == "both" else (got,)):
+                    assert g.size == k
+                    if k <= room:  # the head of the speculative output (else an exact one)
+                        assert g.base is not None and g.base.size >= room
+            prev = k / n
+
+
+@pytest.mark.parametrize("output", ["values", "indices", "both"])
+@pytest.mark.parametrize("dtype", ["uint8", "int16", "float32", "float64"])
+def test_the_kernel_writes_only_below_its_cap(output, dtype, monkeypatch):
+    """dcx_single_pass's cap (kernels/compact_tile.cuh, TileSteps::copy_out): the first cap
+    selected elements are written, in order, nothing at or past cap is touched, and the count
+    is the whole count; caps at 0, inside a tile, at tile edges and past the count."""
+    from dask_compact.backends.cupy_ready import OneReadCall
+
+    n = 300_007
+    pred = parse("x < 0.3")
+    rng = np.random.default_rng(7)
+    a_host = (rng.random(n) * (100 if np.dtype(dtype).kind in "iu" else 1)).astype(dtype)
+    if np.dtype(dtype).kind in "iu":
+        a_host = (a_host % 2).astype(dtype)  # 0 and 1: about half under 0.3
+    a = cupy.asarray(a_host)
+    built = []
+    monkeypatch.setattr(cb, "OneReadCall", lambda *args: built.append(OneReadCall(*args))
+                        or built[-1])
+    compact_array(a, pred, output=output)  # builds the ready call (a new predicate object)
+    assert len(built) == 1 and built[0].mapped
+    call = built[0]
+    m = a_host < 0.3
+    want_v, want_i = a_host[m], np.flatnonzero(m)
+    k = want_v.size
+    for cap in (0, 1, 31, 4096, 4097, 65_536, k // 2 + 13, k - 1, k, k + 1, n):
+        sentinel_v = np.array(7 if np.dtype(dtype).kind in "iu" else -3.5, dtype)
+        vals = cupy.full(n, sentinel_v, dtype) if output != "indices" else None
+        idx = cupy.full(n, -9, np.int64) if output != "values" else None
+        total = call._run(a, 0, vals, idx, np.uint64(cap))
+        assert total == k
+        w = min(cap, k)
+        if vals is not None:
+            v = cupy.asnumpy(vals)
+            np.testing.assert_array_equal(v[:w], want_v[:w])
+            assert (v[w:] == sentinel_v).all(), (cap, int((v[w:] != sentinel_v).sum()))
+        if idx is not None:
+            i = cupy.asnumpy(idx)
+            np.testing.assert_array_equal(i[:w], want_i[:w])
+            assert (i[w:] == -9).all(), (cap, int((i[w:] != -9).sum()))
