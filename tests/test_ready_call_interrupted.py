@@ -65,7 +65,7 @@ class _Kernel:
         self.device, self.word = device, word
 
     def queue(self, a_ptr: int, base: int, vals_ptr: int, idx_ptr: int, count_ptr: int,
-              stream_ptr: int) -> None:
+              stream_ptr: int, cap: Any = None) -> None:
         def store() -> None:
             self.word[0] = a_ptr
 

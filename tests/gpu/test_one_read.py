@@ -240,7 +240,8 @@ def test_repeated_ready_calls_rotate_zeroed_word_sets_and_stay_exact(sets, sets_
 def test_small_unstable_auto_calls_take_the_single_pass_kernel(monkeypatch):
     """stable=False with algorithm="auto" runs the single-pass kernel up to
     UNSTABLE_SINGLE_PASS_MAX_N elements (its count is watched, the hybrid's is copied back),
-    the hybrid above it and whenever it is asked for by name; every result exact."""
+    the hybrid above it (until the predicate has selected once: then the single-pass
+    kernel's speculative call) and whenever it is asked for by name; every result exact."""
     from dask_compact import compact_into
     from dask_compact.backends import cupy_ready
 
@@ -266,6 +267,13 @@ def test_small_unstable_auto_calls_take_the_single_pass_kernel(monkeypatch):
         np.testing.assert_array_equal(np.sort(got), want)
         np.testing.assert_array_equal(np.sort(cupy.asnumpy(out[:k])), want)
         assert kernels == [want_kernel] * 2, (n, algorithm, kernels)
+        if algorithm == "auto" and want_kernel == "hybrid":
+            # once the predicate has selected: the single-pass kernel's speculative call
+            # (one read, no copy; cupy_backend.compact), the order kept
+            del kernels[:]
+            again = cupy.asnumpy(compact_array(a, pred, stable=False))
+            np.testing.assert_array_equal(again, h[h < 0.25])
+            assert kernels == ["single-pass"], kernels
 
 
 @pytest.mark.parametrize("dtype", ["int8", "float16", "float32", "complex128"])
@@ -409,24 +417,19 @@ def test_large_outputs_in_size_classes_do_not_grow_the_pool(output):
     reuses the pool's blocks instead of allocating an output a call (the pool grew until
     the device was full, then CuPy flushed it: a stall of 44-91 ms on one H200)."""
     from dask_compact.backends.cupy_device import class_items
-    from dask_compact.backends.cupy_ready import speculated
 
     n = 1 << 24
     a = cupy.random.default_rng(21).random(n, dtype=cupy.float32)
     h = cupy.asnumpy(a)
     pool = cupy.get_default_memory_pool()
-    prev, totals, totals_k = None, [], []
+    prev, totals = None, []
     for r in range(12):
         t = 0.9 + r * 1e-6
         got = compact_array(a, f"x < {t!r}", output=output)
         check(got, expect(h, h < np.float32(t), output), output, True)
         for g in (got if output == "both" else (got,)):
             k = g.size
-            # a size class of the room the previous call's fraction gave (OneReadCall's
-            # speculative outputs; the first call's of its own count)
-            room = k if r == 0 else speculated(totals_k[-1] / n, n)
-            assert g.base is not None and g.base.size == class_items(room, g.itemsize) > k
-        totals_k.append(got[0].size if output == "both" else got.size)
+            assert g.base is not None and g.base.size == class_items(k, g.itemsize) > k
         prev = got  # kept while the next call allocates, as a result not yet released
         totals.append(pool.total_bytes())
     del prev
@@ -605,9 +608,9 @@ def test_speculative_outputs_follow_the_fraction_and_overflow_exactly(output, dt
     previous fraction (cupy_ready.OneReadCall._speculate; 2026-12-01, fifteenth session):
     each result is the head of such an output, and a call selecting more than it holds runs
     again into exact outputs (two runs of the kernel, the second unbounded). Fractions that
-    rise, fall and jump, none and all; against NumPy. stable=False takes the same kernel up
-    to UNSTABLE_SINGLE_PASS_MAX_N (order kept), the hybrid past it (no speculation: its
-    outputs are scratch, copied out)."""
+    rise, fall and jump, none and all; against NumPy. stable=False takes the same call (the
+    order kept): up to UNSTABLE_SINGLE_PASS_MAX_N always, past it once the predicate has
+    selected (its first call there would take the hybrid; here a stable call comes first)."""
     from dask_compact.backends.cupy_ready import OneReadCall, speculated
 
     runs = []
@@ -622,14 +625,13 @@ def test_speculative_outputs_follow_the_fraction_and_overflow_exactly(output, dt
         a_host = (rng.random(n) * scale).astype(dtype)
         a_host.flat[::3] = rng.integers(0, 100, a_host.flat[::3].size)  # some ints exactly
         for stable in (True, False):
-            single = stable or n <= cb.UNSTABLE_SINGLE_PASS_MAX_N
             before = len(runs)
             got = compact_array(cupy.asarray(a_host), pred, output=output, stable=stable)
             m = a_host < 50
-            check(got, expect(a_host, m, output), output, single)
+            check(got, expect(a_host, m, output), output, True)
             k = int(m.sum())
             caps = runs[before:]
-            if prev is None or not single:
+            if prev is None:
                 assert len(caps) <= 1  # the first call: scratch (or counting first)
             else:
                 room = speculated(prev, n)
