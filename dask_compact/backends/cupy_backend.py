@@ -263,6 +263,21 @@ def _call_algorithm(algorithm: str, stable: bool, n: int) -> str:
     return resolve_algorithm(algorithm, stable)
 
 
+def _exact_algorithm(algorithm: str, stable: bool, a: Any, pred: Predicate,
+                     output: str) -> str:
+    """The kernel an exact-size call (compact_array's) runs: :func:`_call_algorithm`'s, but
+    stable=False past UNSTABLE_SINGLE_PASS_MAX_N takes the single-pass kernel once the
+    predicate has selected: its speculative call (one read, no copy; OneReadCall._speculate)
+    beats the hybrid's count first or scratch and copy (one H200, 2^28 float32, p = .5 /
+    .95: 561-564 / 691-693 us against 831-941 / 956-980 us; at p = .05 level), and keeps the
+    order too. The same choice for the call and for the repeated call kept after it."""
+    alg = _call_algorithm(algorithm, stable, a.size)
+    if (alg == "hybrid" and algorithm == "auto" and FAST_SMALL_CALLS
+            and _selected_before(pred, np.dtype(a.dtype), output)):
+        return "single-pass"
+    return alg
+
+
 def _out_bytes(dtype: np.dtype, output: str) -> int:
     s = dtype.itemsize
     return {"values": s, "indices": 8, "both": s + 8}[output]
@@ -496,7 +511,7 @@ def remember_call(a: Any, pred_like: Any, pred: Predicate, output: str, stable: 
         return
     import cupy
 
-    alg = _call_algorithm(algorithm, stable, a.size)
+    alg = _exact_algorithm(algorithm, stable, a, pred, output)
     call = _ready_call(OneReadCall, a, pred, output, alg, cupy.cuda.get_current_stream().ptr)
     if call is not None:
         _repeat_calls.put(key, (a.data.device_id, call, pred_like))
@@ -514,16 +529,9 @@ def compact(
     ``variant`` / ``exact_mode`` (benchmarks, tests) override the tuning table's look-back
     schedule / EXACT_MODE.
     """
-    alg = _call_algorithm(algorithm, stable, a.size)
+    alg = _exact_algorithm(algorithm, stable, a, pred, output)
     if output not in OUTPUT_CODES:
         raise ValueError(f"output must be values, indices or both; got {output!r}")
-    if (alg == "hybrid" and algorithm == "auto" and FAST_SMALL_CALLS
-            and _selected_before(pred, np.dtype(a.dtype), output)):
-        # stable=False past UNSTABLE_SINGLE_PASS_MAX_N: once the predicate has selected, the
-        # single-pass kernel's speculative call (one read, no copy) beats the hybrid's count
-        # first or scratch and copy (one H200, 2^28 float32, p = .5 / .95: 561-564 / 691-693
-        # us against 831-941 / 956-980 us; at p = .05 level), and keeps the order too
-        alg = "single-pass"
     if variant is None and exact_mode is None and FAST_SMALL_CALLS:
         call = _one_read_call(a, pred, output, alg)
         if call is not None:
