@@ -76,8 +76,10 @@ class CompactDatasetAccessor:
         -------
         xarray.Dataset
             The same variables, coordinates and attributes: every variable along ``dim``
-            holds its selected rows, dimension order unchanged, its encoding dropped (it
-            describes the input's chunks: ``isel`` keeps it); the others are kept, with their
+            holds its selected rows, dimension order unchanged, its encoding kept but for
+            the keys of the input's chunk layout (``chunks``, ``preferred_chunks``,
+            ``shards``, ``chunksizes``, ``original_shape``: ``isel`` keeps them, which
+            ``to_zarr`` would hold the new chunks to); the others are kept, with their
             encodings, as is the Dataset's own. Dask-backed variables come back as dask
             arrays, persisted, with known chunks along ``dim`` (the input's along the other
             dimensions; one empty chunk where nothing is selected); an in-memory Dataset
@@ -319,16 +321,26 @@ def compact_dataset(
         result = result.assign_coords({indices: xr.Variable((dim,), out[positions])})
     if mask is not None:
         result = result.drop_vars(mask)
-    # the encodings of the variables along dim describe the input's chunks and lengths
-    # (Zarr's chunks and preferred_chunks, which to_zarr would hold the new chunks to): they
-    # go. The variables without dim are unchanged, and keep theirs as isel does; and the
-    # Dataset its own. drop_encoding() copies the variables: the input's are not touched.
+    # the keys of the encodings of the variables along dim that describe the input's chunks
+    # and shape (Zarr's chunks, preferred_chunks and shards, which to_zarr would hold the new
+    # chunks to; netCDF's chunksizes and original_shape) go; the rest (dtype, scale_factor,
+    # _FillValue, units, compressors) is kept as isel keeps it. Until 2026-12-01 (fifteenth
+    # session, an xarray probe) the whole encoding went: a packed int16 variable written
+    # back was float64 without its scale_factor, fill value or time units. The variables
+    # without dim are unchanged, and keep theirs; and the Dataset its own. drop_encoding()
+    # copies the variables: the input's are not touched.
     result = result.drop_encoding()
     for n, v in result.variables.items():
-        if dim not in v.dims:
-            v.encoding = dict(ds.variables[n].encoding)
+        if n in ds.variables:
+            v.encoding = {k: e for k, e in ds.variables[n].encoding.items()
+                          if dim not in v.dims or k not in _LAYOUT}
     result.encoding = dict(ds.encoding)
     return result
+
+
+# the encoding keys that describe a variable's chunks and shape in its store: dropped from the
+# variables along dim, whose rows and chunks are the result's
+_LAYOUT = frozenset({"chunks", "preferred_chunks", "shards", "chunksizes", "original_shape"})
 
 
 def compact_dataarray(
@@ -367,7 +379,10 @@ def compact_dataarray(
     rest = out.drop_vars(key)
     if at is not None and indices is not None:
         rest = rest.rename_vars({at: indices})
-    return xr.DataArray(out.variables[key], coords=rest.coords, name=arr.name)
+    result = xr.DataArray(out.variables[key], coords=rest.coords, name=arr.name)
+    # DataArray(variable) leaves the variable's encoding behind (isel keeps the array's)
+    result.encoding = dict(out.variables[key].encoding)
+    return result
 
 
 def _new_name(base: str, taken: set[Hashable]) -> str:

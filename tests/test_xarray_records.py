@@ -467,8 +467,8 @@ def test_chunks_on_an_in_memory_dataset_is_worded_for_the_accessor():
 
 def test_encodings_kept_off_the_dimension_only():
     """The encodings of variables along dim describe the input's chunks (to_zarr would hold
-    the new chunks to them): dropped. The others, and the Dataset's, were dropped too where
-    isel keeps them; they are kept now."""
+    the new chunks to them): those keys are dropped, the rest kept (see the next test). The
+    others, and the Dataset's, were dropped too where isel keeps them; they are kept now."""
     ds = xr.Dataset({"e": ("event", np.arange(8.0)), "calib": ("x", np.arange(3.0))})
     ds.e.encoding = {"chunks": (4,), "dtype": "float32"}
     ds.calib.encoding = {"chunks": (3,), "dtype": "float32"}
@@ -477,9 +477,61 @@ def test_encodings_kept_off_the_dimension_only():
         out = d.compact.where("e > 2", "event")
         ref = d.isel(event=np.flatnonzero(ds.e.values > 2))
         xr.testing.assert_identical(out.compute(), ref.compute())
-        assert out.e.encoding == {} and out.calib.encoding == ref.calib.encoding
+        assert out.e.encoding == {"dtype": "float32"}
+        assert out.calib.encoding == ref.calib.encoding
         assert out.encoding == ref.encoding == {"unlimited_dims": {"event"}}
     assert ds.e.encoding == {"chunks": (4,), "dtype": "float32"}  # the input's untouched
+
+
+def test_encodings_along_dim_keep_all_but_the_chunk_layout(tmp_path):
+    """The encodings of variables along dim lost their CF packing, fill value and time units
+    with their chunks (until 2026-12-01, fifteenth session; an xarray probe): a packed int16
+    variable opened from Zarr, compacted and written back was stored as float64 without its
+    scale_factor, -9999 fill value or time units. Only the keys that describe the input's
+    chunk layout go; the rest is isel's, and the store written back is packed as the input."""
+    pytest.importorskip("zarr")
+    rng = np.random.default_rng(0)
+    n = 50
+    src = xr.Dataset(
+        {"packed": ("time", rng.random(n) * 100), "t": ("time", rng.random(n) * 40 + 250),
+         "obs": ("time", np.datetime64("2022-01-01", "ns") + np.arange(n) * 60_000_000_000)},
+        coords={"time": np.arange(n)})
+    src.packed.encoding = {"dtype": "int16", "scale_factor": 0.01, "add_offset": 0.0,
+                           "_FillValue": -9999}
+    src.t.encoding = {"_FillValue": -1e20}
+    src.obs.encoding = {"units": "seconds since 2000-01-01", "dtype": "int64"}
+    src.chunk(time=16).to_zarr(tmp_path / "in.zarr", consolidated=False)
+    layout = {"chunks", "preferred_chunks", "shards", "chunksizes", "original_shape"}
+    for chunks in ({}, None):
+        ds = xr.open_zarr(tmp_path / "in.zarr", chunks=chunks, consolidated=False)
+        m = ds.t.values > 270
+        ref = ds.compute().isel(time=np.flatnonzero(m))
+        out = ds.compact.where("t > 270", chunks=16 if chunks == {} else None)
+        xr.testing.assert_identical(out.compute(), ref)
+        for name in ("packed", "t", "obs", "time"):
+            want = {k: v for k, v in ref[name].encoding.items() if k not in layout}
+            assert out[name].encoding == want, name
+            assert not layout & set(out[name].encoding), name
+        path = tmp_path / f"out{chunks is None}.zarr"
+        out.to_zarr(path, consolidated=False)
+        xr.testing.assert_identical(xr.open_zarr(path, consolidated=False).compute(), ref)
+        raw = xr.open_zarr(path, consolidated=False, decode_cf=False)
+        assert raw.packed.dtype == np.int16 and raw.packed.attrs["scale_factor"] == 0.01
+        assert raw.packed.attrs["_FillValue"] == -9999 and raw.t.attrs["_FillValue"] == -1e20
+        assert raw.obs.attrs["units"] == "seconds since 2000-01-01"
+    assert "chunks" in ds.packed.encoding  # the input's untouched
+
+
+def test_a_dataarray_keeps_its_encoding_but_the_chunk_layout():
+    """arr.compact.where lost the array's whole encoding (DataArray(variable) leaves it
+    behind; until 2026-12-01, fifteenth session): kept as isel keeps it, less its chunks."""
+    arr = xr.DataArray(np.arange(10), dims="e", name="v", coords={"e": np.arange(10) * 2})
+    arr.encoding = {"dtype": "int16", "chunks": (4,), "scale_factor": 0.5}
+    for a in (arr, arr.chunk(e=3)):
+        out = a.compact.where("v > 3")
+        xr.testing.assert_identical(out.compute(), arr.isel(e=np.arange(4, 10)))
+        assert out.encoding == {"dtype": "int16", "scale_factor": 0.5}
+    assert arr.encoding["chunks"] == (4,)
 
 
 def test_rebalanced_result_writes_to_zarr(tmp_path):
