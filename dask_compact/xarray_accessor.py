@@ -199,7 +199,7 @@ def compact_dataset(
     # parsed (or traced) once; the Predicate goes on to compact_records as it is
     p = _predicate(cond, tuple(n for n in ds.variables if isinstance(n, str) and n), dim,
                    call)
-    dim = _the_dim(ds, p.fields, dim)
+    dim = _the_dim(ds, p.fields, dim, call, array)
     for f in p.fields:
         dims = ds.variables[f].dims
         if dims != (dim,):
@@ -529,7 +529,10 @@ def _with_mask(
     return ds.assign({name: cond.variable}), name, dim
 
 
-def _the_dim(ds: xr.Dataset, read: tuple[str, ...], dim: Hashable | None) -> Hashable:
+def _the_dim(ds: xr.Dataset, read: tuple[str, ...], dim: Hashable | None,
+             call: str = "ds.compact.where", array: str | None = None) -> Hashable:
+    """The dimension to compact: ``dim``, or the one the variables ``read`` share (``call``
+    and ``array`` as in :func:`compact_dataset`, for the refusal's example)."""
     if dim is not None:
         if dim not in ds.dims:
             raise ValueError(
@@ -549,10 +552,21 @@ def _the_dim(ds: xr.Dataset, read: tuple[str, ...], dim: Hashable | None) -> Has
             "compact"
         )
     if len(shared) != 1:
+        # the variables read are not all 1-D along one dimension, which the check after this
+        # refuses whatever dim is: until 2026-12-01 (fifteenth session, an xarray probe) this
+        # said "pass dim=", which then gave that refusal
         which = f"{', '.join(map(repr, sorted(shared, key=str)))}" if shared else "no dimension"
+        wide = next((f for f in read if len(ds.variables[f].dims) > 1), None)
+        it = "arr" if wide == array else f"ds[{wide!r}]"
+        advice = "" if wide is None else (
+            f"; a condition on {'the DataArray' if wide == array else repr(wide)} goes in "
+            f"reduced to one value per row, a boolean DataArray along the dimension to "
+            f"compact: {call}(({it} > 0).any(OTHER_DIM))")
         raise ValueError(
-            f"the variables cond reads ({', '.join(read)}) share {which}; pass dim= to say "
-            "which dimension to compact"
+            f"the variables cond reads ({', '.join(read)}) share {which}: cond reads "
+            f"variables 1-D along the dimension to compact (one value per row), and these "
+            f"are {', '.join(f'{f!r} {ds.variables[f].dims}' for f in read)}, whatever "
+            f"dim= says{advice}"
         )
     return shared.pop()
 

@@ -618,6 +618,24 @@ def test_a_cond_reading_times_says_the_mask_form_works():
     xr.testing.assert_identical(out.compute(), ds.isel(event=np.flatnonzero(when > cut)))
 
 
+def test_a_cond_reading_no_1d_variables_is_not_told_to_pass_dim():
+    """A cond reading a 2-D variable, or variables along different dimensions, without dim=
+    was told "pass dim= to say which dimension to compact", which then refused it as not 1-D
+    (until 2026-12-01, fifteenth session; an xarray probe): it says what is wrong at once."""
+    d = events(20).chunk(event=10)
+    for cond, said in (("hits > 3", r"'hits' \('event', 'layer'\)"),
+                       ("(energy > 5) & (calib > 0)", r"'calib' \('layer',\)")):
+        with pytest.raises(ValueError, match="1-D along the dimension to compact") as e:
+            d.compact.where(cond)
+        assert re.search(said, str(e.value)) and "pass dim=" not in str(e.value)
+    with pytest.raises(ValueError, match=r"\(ds\['hits'\] > 0\)\.any\(OTHER_DIM\)"):
+        d.compact.where("hits > 3")
+    arr = xr.DataArray(np.ones((2, 3)), dims=("t", "e"), name="v")
+    with pytest.raises(ValueError, match=r"arr.compact.where\(\(arr > 0\)\.any") as e:
+        arr.compact.where("v > 0")
+    assert "pass dim=" not in str(e.value) and "1-D along the dimension" in str(e.value)
+
+
 def test_a_constant_cond_without_dim_is_refused_in_plain_words():
     """A cond reading no variable ("True", a constant) on a Dataset of several dimensions
     was refused as "the variables cond reads () share 'event', 'layer'" (a record probe,
