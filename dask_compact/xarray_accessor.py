@@ -208,7 +208,18 @@ def compact_dataset(
                 f"1-D along {dim!r} (one value per row)"
             )
         dtype = ds.variables[f].dtype
-        if isinstance(dtype, np.dtype) and dtype.kind in "mM":
+        if not isinstance(dtype, np.dtype):
+            # a DataFrame's nullable column (from_dataframe): the record call's refusal named
+            # compact_records and a field (until 2026-12-01, fifteenth session; an xarray
+            # probe)
+            raise TypeError(
+                f"{call}: cond reads {f!r}, a pandas {dtype} array (a DataFrame's nullable "
+                f"or categorical column, missing values pd.NA); a string or callable cond "
+                f"reads NumPy arrays: convert it first, ds[{f!r}] = ds[{f!r}].astype("
+                f"'float64') (pd.NA becoming NaN), or pass the condition as a boolean "
+                f"DataArray: ds.compact.where((ds[{f!r}] > 2).fillna(False).astype(bool))"
+            )
+        if dtype.kind in "mM":
             # compact_records' own refusal named map_compact and gathered fields, not what
             # works here (until 2026-12-01; a record probe)
             raise TypeError(
@@ -484,6 +495,14 @@ def _with_mask(
     (``ds.energy > 5``) is computed chunk by chunk in the pass that compacts, from the chunks
     the pass reads anyway, not beforehand. The name is none of the Dataset's nor ``avoid``
     (the ``indices=`` coordinate's)."""
+    if str(cond.dtype) == "boolean":
+        # pandas' nullable boolean (ds.k > 2 of a DataFrame's Int64 column): "of dtype
+        # boolean; takes a boolean one" until 2026-12-01 (fifteenth session; an xarray probe)
+        raise TypeError(
+            "cond is a DataArray of pandas' nullable boolean dtype (missing values pd.NA, "
+            "from a DataFrame's nullable column); compact.where takes NumPy booleans: "
+            "cond.fillna(False).astype(bool), the rows ds.where(cond, drop=True) keeps"
+        )
     if cond.dtype != bool:
         raise TypeError(
             f"cond is a DataArray of dtype {cond.dtype}; compact.where takes a boolean one "

@@ -636,6 +636,31 @@ def test_a_cond_reading_no_1d_variables_is_not_told_to_pass_dim():
     assert "pass dim=" not in str(e.value) and "1-D along the dimension" in str(e.value)
 
 
+def test_a_cond_on_pandas_nullable_columns_says_what_works():
+    """A Dataset from a DataFrame holds nullable columns as pandas extension arrays. A cond
+    reading one was refused as "compact_records (field 'k') takes arrays, not a pandas
+    IntegerArray", a call and a name the caller never gave, and the mask ds.k > 2 (pandas'
+    nullable boolean) as "cond is a DataArray of dtype boolean; compact.where takes a
+    boolean one" (until 2026-12-01, fifteenth session; an xarray probe). Both say what
+    the column is and the conversion that works, which gives isel's rows."""
+    pd = pytest.importorskip("pandas")
+    k = pd.array([4, 1, 0, None, 3, 2, 5], dtype="Int64")
+    df = pd.DataFrame({"e": np.arange(7.0), "k": k}, index=pd.Index(np.arange(7) * 10, name="ev"))
+    ds = xr.Dataset.from_dataframe(df)
+    with pytest.raises(TypeError, match=r"^ds.compact.where: cond reads 'k', a pandas Int64 "
+                                        r"array.*ds\['k'\]\.astype\('float64'\)") as e:
+        ds.compact.where("k > 2")
+    assert "compact_records" not in str(e.value)
+    fixed = ds.assign(k=ds["k"].astype("float64"))
+    xr.testing.assert_identical(fixed.compact.where("k > 2"), fixed.isel(ev=[0, 4, 6]))
+    with pytest.raises(TypeError, match=r"pandas' nullable boolean.*\.fillna\(False\)"
+                                        r"\.astype\(bool\)") as e:
+        ds.compact.where(ds.k > 2)
+    assert "takes a boolean one" not in str(e.value)
+    out = ds.compact.where((ds.k > 2).fillna(False).astype(bool))
+    xr.testing.assert_identical(out, ds.isel(ev=[0, 4, 6]))
+
+
 def test_a_constant_cond_without_dim_is_refused_in_plain_words():
     """A cond reading no variable ("True", a constant) on a Dataset of several dimensions
     was refused as "the variables cond reads () share 'event', 'layer'" (a record probe,
