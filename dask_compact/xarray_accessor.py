@@ -219,6 +219,16 @@ def compact_dataset(
                 f"'float64') (pd.NA becoming NaN), or pass the condition as a boolean "
                 f"DataArray: ds.compact.where((ds[{f!r}] > 2).fillna(False).astype(bool))"
             )
+        if dtype.kind in "OUSV":
+            # objects, strings, bytes, structured rows: "field 'o' has dtype object" or "the
+            # predicate reads 's': dask_compact compacts arrays of ..." until 2026-12-01
+            # (fifteenth session; an xarray probe), not what works here
+            raise TypeError(
+                f"{call}: cond reads {f!r}, of dtype {dtype}: a string or callable cond "
+                "compares numbers (booleans, integers, floats, complex); pass the condition "
+                "as a boolean DataArray, evaluated chunk by chunk in the same pass: "
+                f"ds.compact.where(ds[{f!r}] == value)"
+            )
         if dtype.kind in "mM":
             # compact_records' own refusal named map_compact and gathered fields, not what
             # works here (until 2026-12-01; a record probe)

@@ -618,6 +618,33 @@ def test_a_cond_reading_times_says_the_mask_form_works():
     xr.testing.assert_identical(out.compute(), ds.isel(event=np.flatnonzero(when > cut)))
 
 
+@pytest.mark.parametrize("chunked", [False, True], ids=["in-memory", "dask"])
+def test_a_cond_reading_strings_or_objects_says_the_mask_form_works(chunked):
+    """A string or callable cond reading a variable of objects was refused as "field 'o'
+    has dtype object" (no call, a field), and one of strings, bytes or a structured dtype
+    as "the predicate reads 's': dask_compact compacts arrays of ...", the structured one
+    pointed to compact_records (until 2026-12-01, fifteenth session; an xarray probe). Each
+    says now what works: the condition as a boolean DataArray, which gives isel's rows."""
+    n = 12
+    ds = xr.Dataset({
+        "o": ("ev", np.array([None, "a"] * (n // 2), dtype=object)),
+        "s": ("ev", np.array(["x", "yy", "z"] * (n // 3))),
+        "b": ("ev", np.array([b"x", b"y"] * (n // 2))),
+        "st": ("ev", np.zeros(n, dtype=[("p", "f4"), ("q", "i4")])),
+        "e": ("ev", np.arange(n) * 1.0)})
+    d = ds.chunk(ev=5) if chunked else ds
+    for name in ("o", "s", "b", "st"):
+        for cond in (f"{name} > 1", f"isnan({name})", eval(f"lambda {name}: {name} > 1")):
+            with pytest.raises(TypeError, match=rf"^ds.compact.where: cond reads {name!r}, of "
+                               rf"dtype .*ds.compact.where\(ds\[{name!r}\] == ") as e:
+                d.compact.where(cond)
+            assert not re.search("field|compact_records|predicate", str(e.value)), e.value
+    for mask, want in ((d.s == "yy", ds.s.values == "yy"), (d.b == b"x", ds.b.values == b"x"),
+                       (d.o == None, ds.o.values == None)):  # noqa: E711 - xarray's == None
+        xr.testing.assert_identical(d.compact.where(mask).compute(),
+                                    ds.isel(ev=np.flatnonzero(want)))
+
+
 def test_a_cond_reading_no_1d_variables_is_not_told_to_pass_dim():
     """A cond reading a 2-D variable, or variables along different dimensions, without dim=
     was told "pass dim= to say which dimension to compact", which then refused it as not 1-D
