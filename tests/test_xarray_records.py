@@ -760,6 +760,21 @@ def test_the_accessor_s_refusals_name_the_accessor_and_its_variables():
         assert "field" not in str(refused.value) and "record" not in str(refused.value)
 
 
+def test_a_variable_named_true_and_a_constant_cond_are_refused_in_the_accessor_s_words():
+    """A cond reading a variable named True ("never the field named 'True'; rename that
+    field") and a constant cond of numbers ("for no field (a constant)") spoke of fields
+    (until 2026-12-01, fifteenth session; an xarray probe)."""
+    ds = xr.Dataset({"True": ("ev", np.arange(5.0)), "a": ("ev", np.arange(5.0))})
+    for cond, said in (("True > 3", "never the variable named 'True'; rename that variable"),
+                       ("1 + 1", "for no variable (a constant)"),
+                       (lambda: 2.0, "for no variable (a constant)")):
+        with pytest.raises((ValueError, TypeError), match=re.escape(said)) as refused:
+            ds.compact.where(cond, dim="ev")
+        assert "field" not in str(refused.value)
+    out = ds.compact.where(ds["True"] > 3)  # the form the refusal names
+    xr.testing.assert_identical(out, ds.isel(ev=[4]))
+
+
 def test_a_reduction_per_row_is_told_the_condition_that_works():
     """``np.sum(v, axis=1)`` over a variable of two dimensions is refused as a reduction; the
     advice, in the accessor's words (thirteenth session), is a condition on the row sums,
