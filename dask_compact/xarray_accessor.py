@@ -219,8 +219,9 @@ def compact_dataset(
                 f"'float64') (pd.NA becoming NaN), or pass the condition as a boolean "
                 f"DataArray: ds.compact.where((ds[{f!r}] > 2).fillna(False).astype(bool))"
             )
-        if dtype.kind in "OUSV":
-            # objects, strings, bytes, structured rows: "field 'o' has dtype object" or "the
+        if dtype.kind in "OUSVT":
+            # objects, strings (NumPy's StringDType too), bytes, structured rows: "field 'o'
+            # has dtype object", "field 's' has dtype StringDType()" or "the
             # predicate reads 's': dask_compact compacts arrays of ..." until 2026-12-01
             # (fifteenth session; an xarray probe), not what works here
             raise TypeError(

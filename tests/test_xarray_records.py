@@ -621,7 +621,8 @@ def test_a_cond_reading_times_says_the_mask_form_works():
 @pytest.mark.parametrize("chunked", [False, True], ids=["in-memory", "dask"])
 def test_a_cond_reading_strings_or_objects_says_the_mask_form_works(chunked):
     """A string or callable cond reading a variable of objects was refused as "field 'o'
-    has dtype object" (no call, a field), and one of strings, bytes or a structured dtype
+    has dtype object" (no call, a field; NumPy's StringDType likewise, "field 'vs' has dtype
+    StringDType()"), and one of strings, bytes or a structured dtype
     as "the predicate reads 's': dask_compact compacts arrays of ...", the structured one
     pointed to compact_records (until 2026-12-01, fifteenth session; an xarray probe). Each
     says now what works: the condition as a boolean DataArray, which gives isel's rows."""
@@ -631,16 +632,18 @@ def test_a_cond_reading_strings_or_objects_says_the_mask_form_works(chunked):
         "s": ("ev", np.array(["x", "yy", "z"] * (n // 3))),
         "b": ("ev", np.array([b"x", b"y"] * (n // 2))),
         "st": ("ev", np.zeros(n, dtype=[("p", "f4"), ("q", "i4")])),
+        "vs": ("ev", np.array(["x", "yy"] * (n // 2), dtype=np.dtypes.StringDType())),
         "e": ("ev", np.arange(n) * 1.0)})
     d = ds.chunk(ev=5) if chunked else ds
-    for name in ("o", "s", "b", "st"):
+    for name in ("o", "s", "b", "st", "vs"):
         for cond in (f"{name} > 1", f"isnan({name})", eval(f"lambda {name}: {name} > 1")):
             with pytest.raises(TypeError, match=rf"^ds.compact.where: cond reads {name!r}, of "
                                rf"dtype .*ds.compact.where\(ds\[{name!r}\] == ") as e:
                 d.compact.where(cond)
             assert not re.search("field|compact_records|predicate", str(e.value)), e.value
     for mask, want in ((d.s == "yy", ds.s.values == "yy"), (d.b == b"x", ds.b.values == b"x"),
-                       (d.o == None, ds.o.values == None)):  # noqa: E711 - xarray's == None
+                       (d.o == None, ds.o.values == None),  # noqa: E711 - xarray's == None
+                       (d.vs == "x", ds.vs.values == "x")):
         xr.testing.assert_identical(d.compact.where(mask).compute(),
                                     ds.isel(ev=np.flatnonzero(want)))
 
