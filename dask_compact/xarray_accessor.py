@@ -192,6 +192,12 @@ def compact_dataset(
     from .records import records_call
     from .records_check import INDICES
 
+    checked = [("the DataArray" if n == array else f"variable {n!r}", v)
+               for n, v in ds.variables.items()]
+    if isinstance(cond, xr.DataArray):
+        checked.append(("cond", cond.variable))
+    for what, v in checked:
+        _known_rows(v, what, call)
     mask = None
     if isinstance(cond, xr.DataArray):
         ds, mask, dim = _with_mask(ds, cond, dim, indices)
@@ -405,6 +411,23 @@ def compact_dataarray(
     # DataArray(variable) leaves the variable's encoding behind (isel keeps the array's)
     result.encoding = dict(out.variables[key].encoding)
     return result
+
+
+def _known_rows(v: xr.Variable, what: str, call: str) -> None:
+    """Refuse a variable (or the mask, ``what`` says which) of an unknown length, a dask
+    array indexed by a dask mask put in a Dataset: "field(s) y have unknown chunk sizes"
+    (compact_records' words) or "cond has nan rows along 'e', the Dataset nan" until
+    2026-12-01 (fifteenth session; an xarray probe)."""
+    import math
+
+    unknown = [d for d, n in zip(v.dims, v.shape) if isinstance(n, float) and math.isnan(n)]
+    if unknown:
+        raise ValueError(
+            f"{call}: {what} has an unknown length along {unknown[0]!r} (a dask array "
+            "indexed by a dask mask: its chunk sizes are unknown), which xarray can neither "
+            "align nor index; call compute_chunk_sizes() on the dask array before making it "
+            f"a DataArray, or keep the unfiltered array and filter with {call}"
+        )
 
 
 def _new_name(base: str, taken: set[Hashable]) -> str:

@@ -778,6 +778,30 @@ def test_a_variable_named_true_and_a_constant_cond_are_refused_in_the_accessor_s
     xr.testing.assert_identical(out, ds.isel(ev=[4]))
 
 
+def test_an_unknown_length_is_refused_in_the_accessor_s_words():
+    """A dask array indexed by a dask mask (unknown chunk sizes) in a Dataset, or as the
+    mask, was refused as "field(s) y have unknown chunk sizes" (compact_records' words) or
+    "cond has nan rows along 'e', the Dataset nan" (until 2026-12-01, fifteenth session; an
+    xarray probe): the accessor says which and what works."""
+    x = da.from_array(np.arange(10.0), chunks=3)
+    y = x[x > 2]
+    ds = xr.Dataset({"y": ("e", y)})
+    full = xr.Dataset({"a": ("e", x)})
+    for call, said in (
+            (lambda: ds.compact.where("y > 5"), "ds.compact.where: variable 'y' has an "),
+            (lambda: ds.compact.where(ds.y > 5), "ds.compact.where: variable 'y' has an "),
+            (lambda: full.compact.where(xr.DataArray(y > 5, dims="e")),
+             "ds.compact.where: cond has an "),
+            (lambda: ds.y.compact.where("y > 5"), "arr.compact.where: the DataArray has an ")):
+        with pytest.raises(ValueError, match=re.escape(said) + "unknown length along 'e'.*"
+                           "compute_chunk_sizes") as refused:
+            call()
+        assert "field" not in str(refused.value) and "nan" not in str(refused.value)
+    y.compute_chunk_sizes()  # what the refusal says
+    out = xr.Dataset({"y": ("e", y)}).compact.where("y > 5")
+    np.testing.assert_array_equal(out.y.values, np.arange(6.0, 10.0))
+
+
 def test_a_reduction_per_row_is_told_the_condition_that_works():
     """``np.sum(v, axis=1)`` over a variable of two dimensions is refused as a reduction; the
     advice, in the accessor's words (thirteenth session), is a condition on the row sums,
