@@ -192,6 +192,13 @@ def compact_dataset(
     from .records import records_call
     from .records_check import INDICES
 
+    if dim is not None and not isinstance(dim, Hashable):
+        # a list, as xarray's reductions take: "unhashable type: 'list'" until 2026-12-01
+        # (fifteenth session; an xarray probe)
+        raise TypeError(
+            f"dim= names the one dimension to compact (dim='event'), not a "
+            f"{type(dim).__name__} ({dim!r}); {call} compacts along one dimension"
+        )
     checked = [("the DataArray" if n == array else f"variable {n!r}", v)
                for n, v in ds.variables.items()]
     if isinstance(cond, xr.DataArray):

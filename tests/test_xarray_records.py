@@ -802,6 +802,18 @@ def test_an_unknown_length_is_refused_in_the_accessor_s_words():
     np.testing.assert_array_equal(out.y.values, np.arange(6.0, 10.0))
 
 
+def test_a_list_of_dims_is_refused_plainly():
+    """dim=["event"] (the list xarray's reductions take) failed as "unhashable type:
+    'list'" (until 2026-12-01, fifteenth session; an xarray probe)."""
+    d = events(10)
+    for cond in (COND, d.energy > 5):
+        with pytest.raises(TypeError, match=r"dim= names the one dimension to compact .*not "
+                                            r"a list \(\['event'\]\)"):
+            d.compact.where(cond, dim=["event"])
+    with pytest.raises(TypeError, match=r"arr.compact.where compacts along one dimension"):
+        d.energy.compact.where("x > 5", dim=["event"])
+
+
 def test_a_reduction_per_row_is_told_the_condition_that_works():
     """``np.sum(v, axis=1)`` over a variable of two dimensions is refused as a reduction; the
     advice, in the accessor's words (thirteenth session), is a condition on the row sums,
