@@ -257,6 +257,7 @@ def compact_dataset(
             f"indices= names the coordinate the row positions are added as: a new name, not "
             f"{indices!r}"
         )
+    _not_another_dimension(indices, ds.dims, dim)
     along = [n for n, v in ds.variables.items() if dim in v.dims]
     # xarray rebuilds an index from its coordinates' rows: those take the isel route
     indexed = {n for n in ds.xindexes if n in along}
@@ -413,11 +414,24 @@ def compact_dataarray(
     out = compact_dataset(ds, p, dim, at, chunks, "arr.compact.where", key)
     rest = out.drop_vars(key)
     if at is not None and indices is not None:
+        # the compacted dimension is the positions' (known only now where cond chose it)
+        _not_another_dimension(indices, arr.dims, out.variables[at].dims[0])
         rest = rest.rename_vars({at: indices})
     result = xr.DataArray(out.variables[key], coords=rest.coords, name=arr.name)
     # DataArray(variable) leaves the variable's encoding behind (isel keeps the array's)
     result.encoding = dict(out.variables[key].encoding)
     return result
+
+
+def _not_another_dimension(indices: str | None, dims: Any, dim: Hashable | None) -> None:
+    """Refuse ``indices=`` naming a dimension other than ``dim``: the positions came back
+    as a coordinate of that name along ``dim`` (``layer (event)`` beside the ``layer``
+    dimension), until 2026-12-01 (fifteenth session; an xarray probe)."""
+    if indices is not None and indices in dims and indices != dim:
+        raise ValueError(
+            f"indices= names the coordinate the row positions are added as, along the "
+            f"compacted dimension: not {indices!r}, which is another dimension"
+        )
 
 
 def _known_rows(v: xr.Variable, what: str, call: str) -> None:

@@ -814,6 +814,24 @@ def test_a_list_of_dims_is_refused_plainly():
         d.energy.compact.where("x > 5", dim=["event"])
 
 
+def test_indices_naming_another_dimension_is_refused():
+    """indices="layer" (another dimension's name) came back as a coordinate layer (event)
+    beside the layer dimension (until 2026-12-01, fifteenth session; an xarray probe):
+    refused. The compacted dimension's own name (without an index) is taken."""
+    ds = xr.Dataset({"a": ("ev", np.arange(6.0)), "img": (("ev", "layer"), np.ones((6, 2)))})
+    for d in (ds, ds.chunk(ev=4)):
+        for call in (lambda: d.compact.where("a > 2", indices="layer"),
+                     lambda: d.img.compact.where(d.a > 2, indices="layer"),
+                     lambda: d.img.assign_coords(lab=d.a).compact.where("lab > 2",
+                                                                        indices="layer")):
+            with pytest.raises(ValueError, match="not 'layer', which is another dimension"):
+                call()
+        out = d.compact.where("a > 2", indices="ev")
+        np.testing.assert_array_equal(out.ev.values, [3, 4, 5])
+        out = d.img.compact.where(d.a > 2, indices="ev")
+        np.testing.assert_array_equal(out.ev.values, [3, 4, 5])
+
+
 def test_a_reduction_per_row_is_told_the_condition_that_works():
     """``np.sum(v, axis=1)`` over a variable of two dimensions is refused as a reduction; the
     advice, in the accessor's words (thirteenth session), is a condition on the row sums,
