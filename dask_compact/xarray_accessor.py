@@ -199,20 +199,17 @@ def compact_dataset(
             f"dim= names the one dimension to compact (dim='event'), not a "
             f"{type(dim).__name__} ({dim!r}); {call} compacts along one dimension"
         )
-    checked = [("the DataArray" if n == array else f"variable {n!r}", v)
-               for n, v in ds.variables.items()]
-    if isinstance(cond, xr.DataArray):
-        checked.append(("cond", cond.variable))
-    for what, v in checked:
-        _known_rows(v, what, call)
     mask = None
     if isinstance(cond, xr.DataArray):
+        if cond.ndim == 1:  # the mask's length is compared with the Dataset's: both known
+            _known_rows(ds, cond.dims[0], call, array, cond)
         ds, mask, dim = _with_mask(ds, cond, dim, indices)
         cond = mask
     # parsed (or traced) once; the Predicate goes on to compact_records as it is
     p = _predicate(cond, tuple(n for n in ds.variables if isinstance(n, str) and n), dim,
                    call)
     dim = _the_dim(ds, p.fields, dim, call, array)
+    _known_rows(ds, dim, call, array)
     for f in p.fields:
         dims = ds.variables[f].dims
         if dims != (dim,):
@@ -434,21 +431,28 @@ def _not_another_dimension(indices: str | None, dims: Any, dim: Hashable | None)
         )
 
 
-def _known_rows(v: xr.Variable, what: str, call: str) -> None:
-    """Refuse a variable (or the mask, ``what`` says which) of an unknown length, a dask
-    array indexed by a dask mask put in a Dataset: "field(s) y have unknown chunk sizes"
-    (compact_records' words) or "cond has nan rows along 'e', the Dataset nan" until
-    2026-12-01 (fifteenth session; an xarray probe)."""
+def _known_rows(ds: xr.Dataset, dim: Hashable, call: str, array: str | None,
+                cond: xr.DataArray | None = None) -> None:
+    """Refuse a variable along ``dim`` (or the mask ``cond``) of an unknown length along it,
+    a dask array indexed by a dask mask put in a Dataset: "field(s) y have unknown chunk
+    sizes" (compact_records' words) or "cond has nan rows along 'e', the Dataset nan" until
+    2026-12-01 (fifteenth session; an xarray probe). Variables without ``dim`` are kept as
+    they are, known or not, as isel keeps them."""
     import math
 
-    unknown = [d for d, n in zip(v.dims, v.shape) if isinstance(n, float) and math.isnan(n)]
-    if unknown:
-        raise ValueError(
-            f"{call}: {what} has an unknown length along {unknown[0]!r} (a dask array "
-            "indexed by a dask mask: its chunk sizes are unknown), which xarray can neither "
-            "align nor index; call compute_chunk_sizes() on the dask array before making it "
-            f"a DataArray, or keep the unfiltered array and filter with {call}"
-        )
+    checked = [("the DataArray" if n == array else f"variable {n!r}", v)
+               for n, v in ds.variables.items() if dim in v.dims]
+    if cond is not None:
+        checked.append(("cond", cond.variable))
+    for what, v in checked:
+        n = v.shape[v.dims.index(dim)]
+        if isinstance(n, float) and math.isnan(n):
+            raise ValueError(
+                f"{call}: {what} has an unknown length along {dim!r} (a dask array indexed "
+                "by a dask mask: its chunk sizes are unknown), which xarray can neither "
+                "align nor index; call compute_chunk_sizes() on the dask array before "
+                f"making it a DataArray, or keep the unfiltered array and filter with {call}"
+            )
 
 
 def _new_name(base: str, taken: set[Hashable]) -> str:

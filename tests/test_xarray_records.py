@@ -797,6 +797,11 @@ def test_an_unknown_length_is_refused_in_the_accessor_s_words():
                            "compute_chunk_sizes") as refused:
             call()
         assert "field" not in str(refused.value) and "nan" not in str(refused.value)
+    # a variable of unknown length along another dimension is kept as it is, as by isel
+    other = full.assign(y=("other", y))
+    out = other.compact.where("a > 2")
+    np.testing.assert_array_equal(out.y.values, np.arange(3.0, 10.0))
+    np.testing.assert_array_equal(out.a.values, np.arange(3.0, 10.0))
     y.compute_chunk_sizes()  # what the refusal says
     out = xr.Dataset({"y": ("e", y)}).compact.where("y > 5")
     np.testing.assert_array_equal(out.y.values, np.arange(6.0, 10.0))
