@@ -500,12 +500,15 @@ _WORDS = (
     ("the whole field", "the whole variable"), ("a dask field", "a dask-backed variable"),
     ("none of the fields", "none of the variables"), ("the fields are ", "the variables are "),
     ("record predicate ", "cond "), ("one chunk of each field", "one chunk of each variable"),
-    # a variable named True or False, a constant cond (2026-12-01, fifteenth session; an
-    # xarray probe)
+    # a variable named True or False, a constant cond, a callable taking values by position
+    # (np.isnan) (2026-12-01, fifteenth session; an xarray probe)
     ("never the field named", "never the variable named"),
     ("rename that field to use it in a predicate", "rename that variable to use it in cond, "
      "or pass the condition as a boolean DataArray"),
     ("for no field (a constant)", "for no variable (a constant)"),
+    ("fields are passed by name", "variables are passed by name"),
+    ("to read field names from", "to read variable names from"),
+    ("whose parameters are field names", "whose parameters are variable names"),
 )
 # the record refusal's advice for a cumulative sum, made a condition as the accessor takes it
 _CUMULATIVE_ADVICE = re.compile(

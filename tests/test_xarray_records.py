@@ -765,12 +765,14 @@ def test_the_accessor_s_refusals_name_the_accessor_and_its_variables():
 
 def test_a_variable_named_true_and_a_constant_cond_are_refused_in_the_accessor_s_words():
     """A cond reading a variable named True ("never the field named 'True'; rename that
-    field") and a constant cond of numbers ("for no field (a constant)") spoke of fields
-    (until 2026-12-01, fifteenth session; an xarray probe)."""
+    field"), a constant cond of numbers ("for no field (a constant)") and a callable taking
+    values by position, np.isnan ("fields are passed by name"), spoke of fields (until
+    2026-12-01, fifteenth session; an xarray probe)."""
     ds = xr.Dataset({"True": ("ev", np.arange(5.0)), "a": ("ev", np.arange(5.0))})
     for cond, said in (("True > 3", "never the variable named 'True'; rename that variable"),
                        ("1 + 1", "for no variable (a constant)"),
-                       (lambda: 2.0, "for no variable (a constant)")):
+                       (lambda: 2.0, "for no variable (a constant)"),
+                       (np.isnan, "positional-only; variables are passed by name")):
         with pytest.raises((ValueError, TypeError), match=re.escape(said)) as refused:
             ds.compact.where(cond, dim="ev")
         assert "field" not in str(refused.value)
