@@ -76,8 +76,10 @@ class CompactDatasetAccessor:
         -------
         xarray.Dataset
             The same variables, coordinates and attributes: every variable along ``dim``
-            holds its selected rows, dimension order unchanged, its encoding dropped (it
-            describes the input's chunks: ``isel`` keeps it); the others are kept, with their
+            holds its selected rows, dimension order unchanged, its encoding kept but for
+            the keys of the input's chunk layout (``chunks``, ``preferred_chunks``,
+            ``shards``, ``chunksizes``, ``original_shape``: ``isel`` keeps them, which
+            ``to_zarr`` would hold the new chunks to); the others are kept, with their
             encodings, as is the Dataset's own. Dask-backed variables come back as dask
             arrays, persisted, with known chunks along ``dim`` (the input's along the other
             dimensions; one empty chunk where nothing is selected); an in-memory Dataset
@@ -190,14 +192,24 @@ def compact_dataset(
     from .records import records_call
     from .records_check import INDICES
 
+    if dim is not None and not isinstance(dim, Hashable):
+        # a list, as xarray's reductions take: "unhashable type: 'list'" until 2026-12-01
+        # (fifteenth session; an xarray probe)
+        raise TypeError(
+            f"dim= names the one dimension to compact (dim='event'), not a "
+            f"{type(dim).__name__} ({dim!r}); {call} compacts along one dimension"
+        )
     mask = None
     if isinstance(cond, xr.DataArray):
+        if cond.ndim == 1:  # the mask's length is compared with the Dataset's: both known
+            _known_rows(ds, cond.dims[0], call, array, cond)
         ds, mask, dim = _with_mask(ds, cond, dim, indices)
         cond = mask
     # parsed (or traced) once; the Predicate goes on to compact_records as it is
     p = _predicate(cond, tuple(n for n in ds.variables if isinstance(n, str) and n), dim,
                    call)
-    dim = _the_dim(ds, p.fields, dim)
+    dim = _the_dim(ds, p.fields, dim, call, array)
+    _known_rows(ds, dim, call, array)
     for f in p.fields:
         dims = ds.variables[f].dims
         if dims != (dim,):
@@ -206,7 +218,29 @@ def compact_dataset(
                 f"1-D along {dim!r} (one value per row)"
             )
         dtype = ds.variables[f].dtype
-        if isinstance(dtype, np.dtype) and dtype.kind in "mM":
+        if not isinstance(dtype, np.dtype):
+            # a DataFrame's nullable column (from_dataframe): the record call's refusal named
+            # compact_records and a field (until 2026-12-01, fifteenth session; an xarray
+            # probe)
+            raise TypeError(
+                f"{call}: cond reads {f!r}, a pandas {dtype} array (a DataFrame's nullable "
+                f"or categorical column, missing values pd.NA); a string or callable cond "
+                f"reads NumPy arrays: convert it first, ds[{f!r}] = ds[{f!r}].astype("
+                f"'float64') (pd.NA becoming NaN), or pass the condition as a boolean "
+                f"DataArray: ds.compact.where((ds[{f!r}] > 2).fillna(False).astype(bool))"
+            )
+        if dtype.kind in "OUSVT":
+            # objects, strings (NumPy's StringDType too), bytes, structured rows: "field 'o'
+            # has dtype object", "field 's' has dtype StringDType()" or "the
+            # predicate reads 's': dask_compact compacts arrays of ..." until 2026-12-01
+            # (fifteenth session; an xarray probe), not what works here
+            raise TypeError(
+                f"{call}: cond reads {f!r}, of dtype {dtype}: a string or callable cond "
+                "compares numbers (booleans, integers, floats, complex); pass the condition "
+                "as a boolean DataArray, evaluated chunk by chunk in the same pass: "
+                f"ds.compact.where(ds[{f!r}] == value)"
+            )
+        if dtype.kind in "mM":
             # compact_records' own refusal named map_compact and gathered fields, not what
             # works here (until 2026-12-01; a record probe)
             raise TypeError(
@@ -220,6 +254,7 @@ def compact_dataset(
             f"indices= names the coordinate the row positions are added as: a new name, not "
             f"{indices!r}"
         )
+    _not_another_dimension(indices, ds.dims, dim)
     along = [n for n, v in ds.variables.items() if dim in v.dims]
     # xarray rebuilds an index from its coordinates' rows: those take the isel route
     indexed = {n for n in ds.xindexes if n in along}
@@ -319,16 +354,26 @@ def compact_dataset(
         result = result.assign_coords({indices: xr.Variable((dim,), out[positions])})
     if mask is not None:
         result = result.drop_vars(mask)
-    # the encodings of the variables along dim describe the input's chunks and lengths
-    # (Zarr's chunks and preferred_chunks, which to_zarr would hold the new chunks to): they
-    # go. The variables without dim are unchanged, and keep theirs as isel does; and the
-    # Dataset its own. drop_encoding() copies the variables: the input's are not touched.
+    # the keys of the encodings of the variables along dim that describe the input's chunks
+    # and shape (Zarr's chunks, preferred_chunks and shards, which to_zarr would hold the new
+    # chunks to; netCDF's chunksizes and original_shape) go; the rest (dtype, scale_factor,
+    # _FillValue, units, compressors) is kept as isel keeps it. Until 2026-12-01 (fifteenth
+    # session, an xarray probe) the whole encoding went: a packed int16 variable written
+    # back was float64 without its scale_factor, fill value or time units. The variables
+    # without dim are unchanged, and keep theirs; and the Dataset its own. drop_encoding()
+    # copies the variables: the input's are not touched.
     result = result.drop_encoding()
     for n, v in result.variables.items():
-        if dim not in v.dims:
-            v.encoding = dict(ds.variables[n].encoding)
+        if n in ds.variables:
+            v.encoding = {k: e for k, e in ds.variables[n].encoding.items()
+                          if dim not in v.dims or k not in _LAYOUT}
     result.encoding = dict(ds.encoding)
     return result
+
+
+# the encoding keys that describe a variable's chunks and shape in its store: dropped from the
+# variables along dim, whose rows and chunks are the result's
+_LAYOUT = frozenset({"chunks", "preferred_chunks", "shards", "chunksizes", "original_shape"})
 
 
 def compact_dataarray(
@@ -366,8 +411,48 @@ def compact_dataarray(
     out = compact_dataset(ds, p, dim, at, chunks, "arr.compact.where", key)
     rest = out.drop_vars(key)
     if at is not None and indices is not None:
+        # the compacted dimension is the positions' (known only now where cond chose it)
+        _not_another_dimension(indices, arr.dims, out.variables[at].dims[0])
         rest = rest.rename_vars({at: indices})
-    return xr.DataArray(out.variables[key], coords=rest.coords, name=arr.name)
+    result = xr.DataArray(out.variables[key], coords=rest.coords, name=arr.name)
+    # DataArray(variable) leaves the variable's encoding behind (isel keeps the array's)
+    result.encoding = dict(out.variables[key].encoding)
+    return result
+
+
+def _not_another_dimension(indices: str | None, dims: Any, dim: Hashable | None) -> None:
+    """Refuse ``indices=`` naming a dimension other than ``dim``: the positions came back
+    as a coordinate of that name along ``dim`` (``layer (event)`` beside the ``layer``
+    dimension), until 2026-12-01 (fifteenth session; an xarray probe)."""
+    if indices is not None and indices in dims and indices != dim:
+        raise ValueError(
+            f"indices= names the coordinate the row positions are added as, along the "
+            f"compacted dimension: not {indices!r}, which is another dimension"
+        )
+
+
+def _known_rows(ds: xr.Dataset, dim: Hashable, call: str, array: str | None,
+                cond: xr.DataArray | None = None) -> None:
+    """Refuse a variable along ``dim`` (or the mask ``cond``) of an unknown length along it,
+    a dask array indexed by a dask mask put in a Dataset: "field(s) y have unknown chunk
+    sizes" (compact_records' words) or "cond has nan rows along 'e', the Dataset nan" until
+    2026-12-01 (fifteenth session; an xarray probe). Variables without ``dim`` are kept as
+    they are, known or not, as isel keeps them."""
+    import math
+
+    checked = [("the DataArray" if n == array else f"variable {n!r}", v)
+               for n, v in ds.variables.items() if dim in v.dims]
+    if cond is not None:
+        checked.append(("cond", cond.variable))
+    for what, v in checked:
+        n = v.shape[v.dims.index(dim)]
+        if isinstance(n, float) and math.isnan(n):
+            raise ValueError(
+                f"{call}: {what} has an unknown length along {dim!r} (a dask array indexed "
+                "by a dask mask: its chunk sizes are unknown), which xarray can neither "
+                "align nor index; call compute_chunk_sizes() on the dask array before "
+                f"making it a DataArray, or keep the unfiltered array and filter with {call}"
+            )
 
 
 def _new_name(base: str, taken: set[Hashable]) -> str:
@@ -415,6 +500,15 @@ _WORDS = (
     ("the whole field", "the whole variable"), ("a dask field", "a dask-backed variable"),
     ("none of the fields", "none of the variables"), ("the fields are ", "the variables are "),
     ("record predicate ", "cond "), ("one chunk of each field", "one chunk of each variable"),
+    # a variable named True or False, a constant cond, a callable taking values by position
+    # (np.isnan) (2026-12-01, fifteenth session; an xarray probe)
+    ("never the field named", "never the variable named"),
+    ("rename that field to use it in a predicate", "rename that variable to use it in cond, "
+     "or pass the condition as a boolean DataArray"),
+    ("for no field (a constant)", "for no variable (a constant)"),
+    ("fields are passed by name", "variables are passed by name"),
+    ("to read field names from", "to read variable names from"),
+    ("whose parameters are field names", "whose parameters are variable names"),
 )
 # the record refusal's advice for a cumulative sum, made a condition as the accessor takes it
 _CUMULATIVE_ADVICE = re.compile(
@@ -469,6 +563,14 @@ def _with_mask(
     (``ds.energy > 5``) is computed chunk by chunk in the pass that compacts, from the chunks
     the pass reads anyway, not beforehand. The name is none of the Dataset's nor ``avoid``
     (the ``indices=`` coordinate's)."""
+    if str(cond.dtype) == "boolean":
+        # pandas' nullable boolean (ds.k > 2 of a DataFrame's Int64 column): "of dtype
+        # boolean; takes a boolean one" until 2026-12-01 (fifteenth session; an xarray probe)
+        raise TypeError(
+            "cond is a DataArray of pandas' nullable boolean dtype (missing values pd.NA, "
+            "from a DataFrame's nullable column); compact.where takes NumPy booleans: "
+            "cond.fillna(False).astype(bool), the rows ds.where(cond, drop=True) keeps"
+        )
     if cond.dtype != bool:
         raise TypeError(
             f"cond is a DataArray of dtype {cond.dtype}; compact.where takes a boolean one "
@@ -514,7 +616,10 @@ def _with_mask(
     return ds.assign({name: cond.variable}), name, dim
 
 
-def _the_dim(ds: xr.Dataset, read: tuple[str, ...], dim: Hashable | None) -> Hashable:
+def _the_dim(ds: xr.Dataset, read: tuple[str, ...], dim: Hashable | None,
+             call: str = "ds.compact.where", array: str | None = None) -> Hashable:
+    """The dimension to compact: ``dim``, or the one the variables ``read`` share (``call``
+    and ``array`` as in :func:`compact_dataset`, for the refusal's example)."""
     if dim is not None:
         if dim not in ds.dims:
             raise ValueError(
@@ -534,10 +639,21 @@ def _the_dim(ds: xr.Dataset, read: tuple[str, ...], dim: Hashable | None) -> Has
             "compact"
         )
     if len(shared) != 1:
+        # the variables read are not all 1-D along one dimension, which the check after this
+        # refuses whatever dim is: until 2026-12-01 (fifteenth session, an xarray probe) this
+        # said "pass dim=", which then gave that refusal
         which = f"{', '.join(map(repr, sorted(shared, key=str)))}" if shared else "no dimension"
+        wide = next((f for f in read if len(ds.variables[f].dims) > 1), None)
+        it = "arr" if wide == array else f"ds[{wide!r}]"
+        advice = "" if wide is None else (
+            f"; a condition on {'the DataArray' if wide == array else repr(wide)} goes in "
+            f"reduced to one value per row, a boolean DataArray along the dimension to "
+            f"compact: {call}(({it} > 0).any(OTHER_DIM))")
         raise ValueError(
-            f"the variables cond reads ({', '.join(read)}) share {which}; pass dim= to say "
-            "which dimension to compact"
+            f"the variables cond reads ({', '.join(read)}) share {which}: cond reads "
+            f"variables 1-D along the dimension to compact (one value per row), and these "
+            f"are {', '.join(f'{f!r} {ds.variables[f].dims}' for f in read)}, whatever "
+            f"dim= says{advice}"
         )
     return shared.pop()
 

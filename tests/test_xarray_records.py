@@ -467,8 +467,8 @@ def test_chunks_on_an_in_memory_dataset_is_worded_for_the_accessor():
 
 def test_encodings_kept_off_the_dimension_only():
     """The encodings of variables along dim describe the input's chunks (to_zarr would hold
-    the new chunks to them): dropped. The others, and the Dataset's, were dropped too where
-    isel keeps them; they are kept now."""
+    the new chunks to them): those keys are dropped, the rest kept (see the next test). The
+    others, and the Dataset's, were dropped too where isel keeps them; they are kept now."""
     ds = xr.Dataset({"e": ("event", np.arange(8.0)), "calib": ("x", np.arange(3.0))})
     ds.e.encoding = {"chunks": (4,), "dtype": "float32"}
     ds.calib.encoding = {"chunks": (3,), "dtype": "float32"}
@@ -477,9 +477,61 @@ def test_encodings_kept_off_the_dimension_only():
         out = d.compact.where("e > 2", "event")
         ref = d.isel(event=np.flatnonzero(ds.e.values > 2))
         xr.testing.assert_identical(out.compute(), ref.compute())
-        assert out.e.encoding == {} and out.calib.encoding == ref.calib.encoding
+        assert out.e.encoding == {"dtype": "float32"}
+        assert out.calib.encoding == ref.calib.encoding
         assert out.encoding == ref.encoding == {"unlimited_dims": {"event"}}
     assert ds.e.encoding == {"chunks": (4,), "dtype": "float32"}  # the input's untouched
+
+
+def test_encodings_along_dim_keep_all_but_the_chunk_layout(tmp_path):
+    """The encodings of variables along dim lost their CF packing, fill value and time units
+    with their chunks (until 2026-12-01, fifteenth session; an xarray probe): a packed int16
+    variable opened from Zarr, compacted and written back was stored as float64 without its
+    scale_factor, -9999 fill value or time units. Only the keys that describe the input's
+    chunk layout go; the rest is isel's, and the store written back is packed as the input."""
+    pytest.importorskip("zarr")
+    rng = np.random.default_rng(0)
+    n = 50
+    src = xr.Dataset(
+        {"packed": ("time", rng.random(n) * 100), "t": ("time", rng.random(n) * 40 + 250),
+         "obs": ("time", np.datetime64("2022-01-01", "ns") + np.arange(n) * 60_000_000_000)},
+        coords={"time": np.arange(n)})
+    src.packed.encoding = {"dtype": "int16", "scale_factor": 0.01, "add_offset": 0.0,
+                           "_FillValue": -9999}
+    src.t.encoding = {"_FillValue": -1e20}
+    src.obs.encoding = {"units": "seconds since 2000-01-01", "dtype": "int64"}
+    src.chunk(time=16).to_zarr(tmp_path / "in.zarr", consolidated=False)
+    layout = {"chunks", "preferred_chunks", "shards", "chunksizes", "original_shape"}
+    for chunks in ({}, None):
+        ds = xr.open_zarr(tmp_path / "in.zarr", chunks=chunks, consolidated=False)
+        m = ds.t.values > 270
+        ref = ds.compute().isel(time=np.flatnonzero(m))
+        out = ds.compact.where("t > 270", chunks=16 if chunks == {} else None)
+        xr.testing.assert_identical(out.compute(), ref)
+        for name in ("packed", "t", "obs", "time"):
+            want = {k: v for k, v in ref[name].encoding.items() if k not in layout}
+            assert out[name].encoding == want, name
+            assert not layout & set(out[name].encoding), name
+        path = tmp_path / f"out{chunks is None}.zarr"
+        out.to_zarr(path, consolidated=False)
+        xr.testing.assert_identical(xr.open_zarr(path, consolidated=False).compute(), ref)
+        raw = xr.open_zarr(path, consolidated=False, decode_cf=False)
+        assert raw.packed.dtype == np.int16 and raw.packed.attrs["scale_factor"] == 0.01
+        assert raw.packed.attrs["_FillValue"] == -9999 and raw.t.attrs["_FillValue"] == -1e20
+        assert raw.obs.attrs["units"] == "seconds since 2000-01-01"
+    assert "chunks" in ds.packed.encoding  # the input's untouched
+
+
+def test_a_dataarray_keeps_its_encoding_but_the_chunk_layout():
+    """arr.compact.where lost the array's whole encoding (DataArray(variable) leaves it
+    behind; until 2026-12-01, fifteenth session): kept as isel keeps it, less its chunks."""
+    arr = xr.DataArray(np.arange(10), dims="e", name="v", coords={"e": np.arange(10) * 2})
+    arr.encoding = {"dtype": "int16", "chunks": (4,), "scale_factor": 0.5}
+    for a in (arr, arr.chunk(e=3)):
+        out = a.compact.where("v > 3")
+        xr.testing.assert_identical(out.compute(), arr.isel(e=np.arange(4, 10)))
+        assert out.encoding == {"dtype": "int16", "scale_factor": 0.5}
+    assert arr.encoding["chunks"] == (4,)
 
 
 def test_rebalanced_result_writes_to_zarr(tmp_path):
@@ -566,6 +618,79 @@ def test_a_cond_reading_times_says_the_mask_form_works():
     xr.testing.assert_identical(out.compute(), ds.isel(event=np.flatnonzero(when > cut)))
 
 
+@pytest.mark.parametrize("chunked", [False, True], ids=["in-memory", "dask"])
+def test_a_cond_reading_strings_or_objects_says_the_mask_form_works(chunked):
+    """A string or callable cond reading a variable of objects was refused as "field 'o'
+    has dtype object" (no call, a field; NumPy's StringDType likewise, "field 'vs' has dtype
+    StringDType()"), and one of strings, bytes or a structured dtype
+    as "the predicate reads 's': dask_compact compacts arrays of ...", the structured one
+    pointed to compact_records (until 2026-12-01, fifteenth session; an xarray probe). Each
+    says now what works: the condition as a boolean DataArray, which gives isel's rows."""
+    n = 12
+    ds = xr.Dataset({
+        "o": ("ev", np.array([None, "a"] * (n // 2), dtype=object)),
+        "s": ("ev", np.array(["x", "yy", "z"] * (n // 3))),
+        "b": ("ev", np.array([b"x", b"y"] * (n // 2))),
+        "st": ("ev", np.zeros(n, dtype=[("p", "f4"), ("q", "i4")])),
+        "vs": ("ev", np.array(["x", "yy"] * (n // 2), dtype=np.dtypes.StringDType())),
+        "e": ("ev", np.arange(n) * 1.0)})
+    d = ds.chunk(ev=5) if chunked else ds
+    for name in ("o", "s", "b", "st", "vs"):
+        for cond in (f"{name} > 1", f"isnan({name})", eval(f"lambda {name}: {name} > 1")):
+            with pytest.raises(TypeError, match=rf"^ds.compact.where: cond reads {name!r}, of "
+                               rf"dtype .*ds.compact.where\(ds\[{name!r}\] == ") as e:
+                d.compact.where(cond)
+            assert not re.search("field|compact_records|predicate", str(e.value)), e.value
+    for mask, want in ((d.s == "yy", ds.s.values == "yy"), (d.b == b"x", ds.b.values == b"x"),
+                       (d.o == None, ds.o.values == None),  # noqa: E711 - xarray's == None
+                       (d.vs == "x", ds.vs.values == "x")):
+        xr.testing.assert_identical(d.compact.where(mask).compute(),
+                                    ds.isel(ev=np.flatnonzero(want)))
+
+
+def test_a_cond_reading_no_1d_variables_is_not_told_to_pass_dim():
+    """A cond reading a 2-D variable, or variables along different dimensions, without dim=
+    was told "pass dim= to say which dimension to compact", which then refused it as not 1-D
+    (until 2026-12-01, fifteenth session; an xarray probe): it says what is wrong at once."""
+    d = events(20).chunk(event=10)
+    for cond, said in (("hits > 3", r"'hits' \('event', 'layer'\)"),
+                       ("(energy > 5) & (calib > 0)", r"'calib' \('layer',\)")):
+        with pytest.raises(ValueError, match="1-D along the dimension to compact") as e:
+            d.compact.where(cond)
+        assert re.search(said, str(e.value)) and "pass dim=" not in str(e.value)
+    with pytest.raises(ValueError, match=r"\(ds\['hits'\] > 0\)\.any\(OTHER_DIM\)"):
+        d.compact.where("hits > 3")
+    arr = xr.DataArray(np.ones((2, 3)), dims=("t", "e"), name="v")
+    with pytest.raises(ValueError, match=r"arr.compact.where\(\(arr > 0\)\.any") as e:
+        arr.compact.where("v > 0")
+    assert "pass dim=" not in str(e.value) and "1-D along the dimension" in str(e.value)
+
+
+def test_a_cond_on_pandas_nullable_columns_says_what_works():
+    """A Dataset from a DataFrame holds nullable columns as pandas extension arrays. A cond
+    reading one was refused as "compact_records (field 'k') takes arrays, not a pandas
+    IntegerArray", a call and a name the caller never gave, and the mask ds.k > 2 (pandas'
+    nullable boolean) as "cond is a DataArray of dtype boolean; compact.where takes a
+    boolean one" (until 2026-12-01, fifteenth session; an xarray probe). Both say what
+    the column is and the conversion that works, which gives isel's rows."""
+    pd = pytest.importorskip("pandas")
+    k = pd.array([4, 1, 0, None, 3, 2, 5], dtype="Int64")
+    df = pd.DataFrame({"e": np.arange(7.0), "k": k}, index=pd.Index(np.arange(7) * 10, name="ev"))
+    ds = xr.Dataset.from_dataframe(df)
+    with pytest.raises(TypeError, match=r"^ds.compact.where: cond reads 'k', a pandas Int64 "
+                                        r"array.*ds\['k'\]\.astype\('float64'\)") as e:
+        ds.compact.where("k > 2")
+    assert "compact_records" not in str(e.value)
+    fixed = ds.assign(k=ds["k"].astype("float64"))
+    xr.testing.assert_identical(fixed.compact.where("k > 2"), fixed.isel(ev=[0, 4, 6]))
+    with pytest.raises(TypeError, match=r"pandas' nullable boolean.*\.fillna\(False\)"
+                                        r"\.astype\(bool\)") as e:
+        ds.compact.where(ds.k > 2)
+    assert "takes a boolean one" not in str(e.value)
+    out = ds.compact.where((ds.k > 2).fillna(False).astype(bool))
+    xr.testing.assert_identical(out, ds.isel(ev=[0, 4, 6]))
+
+
 def test_a_constant_cond_without_dim_is_refused_in_plain_words():
     """A cond reading no variable ("True", a constant) on a Dataset of several dimensions
     was refused as "the variables cond reads () share 'event', 'layer'" (a record probe,
@@ -636,6 +761,82 @@ def test_the_accessor_s_refusals_name_the_accessor_and_its_variables():
         with pytest.raises((ValueError, TypeError), match=re.escape(said)) as refused:
             d.compact.where(cond, dim="event")
         assert "field" not in str(refused.value) and "record" not in str(refused.value)
+
+
+def test_a_variable_named_true_and_a_constant_cond_are_refused_in_the_accessor_s_words():
+    """A cond reading a variable named True ("never the field named 'True'; rename that
+    field"), a constant cond of numbers ("for no field (a constant)") and a callable taking
+    values by position, np.isnan ("fields are passed by name"), spoke of fields (until
+    2026-12-01, fifteenth session; an xarray probe)."""
+    ds = xr.Dataset({"True": ("ev", np.arange(5.0)), "a": ("ev", np.arange(5.0))})
+    for cond, said in (("True > 3", "never the variable named 'True'; rename that variable"),
+                       ("1 + 1", "for no variable (a constant)"),
+                       (lambda: 2.0, "for no variable (a constant)"),
+                       (np.isnan, "positional-only; variables are passed by name")):
+        with pytest.raises((ValueError, TypeError), match=re.escape(said)) as refused:
+            ds.compact.where(cond, dim="ev")
+        assert "field" not in str(refused.value)
+    out = ds.compact.where(ds["True"] > 3)  # the form the refusal names
+    xr.testing.assert_identical(out, ds.isel(ev=[4]))
+
+
+def test_an_unknown_length_is_refused_in_the_accessor_s_words():
+    """A dask array indexed by a dask mask (unknown chunk sizes) in a Dataset, or as the
+    mask, was refused as "field(s) y have unknown chunk sizes" (compact_records' words) or
+    "cond has nan rows along 'e', the Dataset nan" (until 2026-12-01, fifteenth session; an
+    xarray probe): the accessor says which and what works."""
+    x = da.from_array(np.arange(10.0), chunks=3)
+    y = x[x > 2]
+    ds = xr.Dataset({"y": ("e", y)})
+    full = xr.Dataset({"a": ("e", x)})
+    for call, said in (
+            (lambda: ds.compact.where("y > 5"), "ds.compact.where: variable 'y' has an "),
+            (lambda: ds.compact.where(ds.y > 5), "ds.compact.where: variable 'y' has an "),
+            (lambda: full.compact.where(xr.DataArray(y > 5, dims="e")),
+             "ds.compact.where: cond has an "),
+            (lambda: ds.y.compact.where("y > 5"), "arr.compact.where: the DataArray has an ")):
+        with pytest.raises(ValueError, match=re.escape(said) + "unknown length along 'e'.*"
+                           "compute_chunk_sizes") as refused:
+            call()
+        assert "field" not in str(refused.value) and "nan" not in str(refused.value)
+    # a variable of unknown length along another dimension is kept as it is, as by isel
+    other = full.assign(y=("other", y))
+    out = other.compact.where("a > 2")
+    np.testing.assert_array_equal(out.y.values, np.arange(3.0, 10.0))
+    np.testing.assert_array_equal(out.a.values, np.arange(3.0, 10.0))
+    y.compute_chunk_sizes()  # what the refusal says
+    out = xr.Dataset({"y": ("e", y)}).compact.where("y > 5")
+    np.testing.assert_array_equal(out.y.values, np.arange(6.0, 10.0))
+
+
+def test_a_list_of_dims_is_refused_plainly():
+    """dim=["event"] (the list xarray's reductions take) failed as "unhashable type:
+    'list'" (until 2026-12-01, fifteenth session; an xarray probe)."""
+    d = events(10)
+    for cond in (COND, d.energy > 5):
+        with pytest.raises(TypeError, match=r"dim= names the one dimension to compact .*not "
+                                            r"a list \(\['event'\]\)"):
+            d.compact.where(cond, dim=["event"])
+    with pytest.raises(TypeError, match=r"arr.compact.where compacts along one dimension"):
+        d.energy.compact.where("x > 5", dim=["event"])
+
+
+def test_indices_naming_another_dimension_is_refused():
+    """indices="layer" (another dimension's name) came back as a coordinate layer (event)
+    beside the layer dimension (until 2026-12-01, fifteenth session; an xarray probe):
+    refused. The compacted dimension's own name (without an index) is taken."""
+    ds = xr.Dataset({"a": ("ev", np.arange(6.0)), "img": (("ev", "layer"), np.ones((6, 2)))})
+    for d in (ds, ds.chunk(ev=4)):
+        for call in (lambda: d.compact.where("a > 2", indices="layer"),
+                     lambda: d.img.compact.where(d.a > 2, indices="layer"),
+                     lambda: d.img.assign_coords(lab=d.a).compact.where("lab > 2",
+                                                                        indices="layer")):
+            with pytest.raises(ValueError, match="not 'layer', which is another dimension"):
+                call()
+        out = d.compact.where("a > 2", indices="ev")
+        np.testing.assert_array_equal(out.ev.values, [3, 4, 5])
+        out = d.img.compact.where(d.a > 2, indices="ev")
+        np.testing.assert_array_equal(out.ev.values, [3, 4, 5])
 
 
 def test_a_reduction_per_row_is_told_the_condition_that_works():
