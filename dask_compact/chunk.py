@@ -121,7 +121,7 @@ def _compact_times(a: np.ndarray, pred: PredicateLike, output: str, algorithm: s
     except TypeError as e:  # NumPy's: no loop for a time and a number (t > 5)
         if not type(e).__module__.startswith("numpy"):
             raise
-        raise times_refusal(p.source, a.dtype, e) from e
+        raise times_refusal(p.source, a.dtype, e, in_memory=True) from e
     values = a.ravel()[m] if output != "indices" else None
     indices = np.flatnonzero(m).astype(np.int64, copy=False) if output != "values" else None
     return by_output(values, indices, output)

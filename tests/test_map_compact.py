@@ -521,3 +521,23 @@ def test_times_compared_with_a_number_are_told_to_compare_with_times(dtype, pred
     kind = "datetime64" if dtype.startswith("datetime") else "timedelta64"
     assert f"lambda v: v > np.{kind}(" in str(e.value)
     np.testing.assert_array_equal(f(lambda v: v > t0), a[a > t0])
+
+
+@pytest.mark.parametrize("call", ["map_compact", "compact_array"])
+def test_times_refusal_names_the_mask_selection_of_its_own_call(call):
+    """The refusal of a time compared with a number told compact_array's caller to select by
+    a mask with ``dask_compact.compact(x, x > t0)``, a dask call that refuses the NumPy array
+    they hold (a regression review, 2026-12-01, fifteenth session): an in-memory call is told
+    NumPy's own ``a[a > t0]``, a dask one ``compact``; either works as said."""
+    a = np.arange(12).astype("datetime64[D]")
+    t0 = a[5]
+    if call == "map_compact":
+        x = da.from_array(a, chunks=5)
+        with pytest.raises(TypeError, match=r"compare them with") as e:
+            x.map_compact(lambda v: v > 5).compute()
+        assert "dask_compact.compact(x, x > t0)" in str(e.value)
+        np.testing.assert_array_equal(dask_compact.compact(x, x > t0).compute(), a[a > t0])
+    else:
+        with pytest.raises(TypeError, match=r"compare them with") as e:
+            dask_compact.compact_array(a, lambda v: v > 5)
+        assert "a[a > t0]" in str(e.value) and "dask_compact.compact(" not in str(e.value)
