@@ -31,6 +31,7 @@ from .validate import (
     check_output,
     check_stream,
     counted,
+    frame_object,
     in_memory,
     is_dask_array,
     native,
@@ -134,6 +135,12 @@ def _checked(fn: str, a: Any, pred: PredicateLike, output: str, stable: bool, al
     check_output(output)
     check_algorithm(algorithm, stable)
     if not hasattr(a, "dtype") or not hasattr(a, "shape"):
+        # a DataFrame (no dtype of its own) told its columns: np.asarray of it is one array
+        # of all of them, row by row (until 2026-12-01, fifteenth session, a regression
+        # review, it was told that, as a list is)
+        frame = frame_object(a)
+        if frame is not None:
+            raise TypeError(f"{fn} needs a NumPy or CuPy array, not {frame}")
         # the conversion named, as scan_array's refusal names it (until 2026-12-01, fourteenth
         # session, only "not list": a new-user probe)
         raise TypeError(f"{fn} needs a NumPy or CuPy array, not {type(a).__name__}; convert "

@@ -467,6 +467,30 @@ def test_a_dataframe_as_records_fields_says_how_to_make_the_mapping(kind):
 
 
 @pytest.mark.parametrize("call", ["compact_array", "partition_array", "compact_into",
+                                  "scan_array"])
+def test_a_dataframe_given_to_an_in_memory_call_is_told_its_columns_not_np_asarray(call):
+    """A pandas DataFrame given to compact_array, partition_array, compact_into (the list
+    refusal's advice since the fourteenth session) or scan_array was told "convert it first,
+    e.g. np.asarray(a)" (a regression review, 2026-12-01, fifteenth session), which makes one
+    array of all its columns, row by row: compacted, its values mixed the columns. It is
+    told a column's values, as a Series is."""
+    pd = pytest.importorskip("pandas")
+    df = pd.DataFrame({"e": np.arange(10.0), "i": np.arange(10)})
+    calls = {
+        "compact_array": lambda: dask_compact.compact_array(df, "x > 3"),
+        "partition_array": lambda: dask_compact.partition_array(df, "x > 3"),
+        "compact_into": lambda: dask_compact.compact_into(df, "x > 3", np.empty(20)),
+        "scan_array": lambda: dask_compact.scan_array(df),
+    }
+    with pytest.raises(TypeError, match=r"not a pandas DataFrame: pass a column's values, "
+                                        r"df\[name\]\.to_numpy\(\)") as info:
+        calls[call]()
+    assert "np.asarray" not in str(info.value)
+    got = dask_compact.compact_array(df["e"].to_numpy(), "x > 3")
+    np.testing.assert_array_equal(got, np.arange(4.0, 10.0))
+
+
+@pytest.mark.parametrize("call", ["compact_array", "partition_array", "compact_into",
                                   "compact_records", "compact_records_into", "scan_array"])
 def test_a_list_given_to_an_in_memory_call_is_told_the_conversion(call):
     """A Python list given to an in-memory call was refused without a way out ("compact_array
