@@ -431,8 +431,23 @@ def _compact_times(x: da.Array, pred: PredicateLike, output: str, lazy: bool,
         if not type(e).__module__.startswith("numpy"):
             raise
         raise times_refusal(p.source, x.dtype, e) from e
-    mask = da.map_blocks(_mask_block, x, p, declared=x.dtype, dtype=bool)
+    mask = da.map_blocks(_times_mask_block, x, p, declared=x.dtype, dtype=bool)
     return compact(x, mask, output=output, lazy=lazy, chunks=chunks)
+
+
+def _times_mask_block(block: Any, p: Predicate, declared: np.dtype,
+                      block_id: tuple[int, ...] | None = None) -> Any:
+    """:func:`_mask_block` of a time chunk, NumPy's refusal of a time and a number told as
+    :func:`_compact_times` tells it: a mask-path callable's failure on the test sample is left
+    to the tasks (:func:`_check_predicate`), which until 2026-12-01 (fifteenth session, a
+    regression review) raised NumPy's bare "ufunc 'greater' did not contain a loop", where
+    compact_array gave the same callable the times' form."""
+    try:
+        return _mask_block(block, p, declared, block_id)
+    except TypeError as e:
+        if not type(e).__module__.startswith("numpy"):
+            raise
+        raise times_refusal(p.source, declared, e) from e
 
 
 def _mask_block(block: Any, p: Predicate, declared: np.dtype | None = None,

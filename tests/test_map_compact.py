@@ -541,3 +541,23 @@ def test_times_refusal_names_the_mask_selection_of_its_own_call(call):
         with pytest.raises(TypeError, match=r"compare them with") as e:
             dask_compact.compact_array(a, lambda v: v > 5)
         assert "a[a > t0]" in str(e.value) and "dask_compact.compact(" not in str(e.value)
+
+
+@pytest.mark.parametrize("dtype", ["datetime64[D]", "timedelta64[s]"])
+def test_times_compared_with_a_number_by_a_mask_path_callable_are_told_alike(dtype):
+    """A callable that takes the mask path (one the trace cannot follow: ``v.astype(...)``)
+    comparing times with a number was told the times' form by compact_array, but by
+    map_compact only NumPy's bare "ufunc 'greater' did not contain a loop", raised in its
+    tasks at compute (a regression review, 2026-12-01, fifteenth session: the check before
+    the graph leaves such a callable's failure on its sample to the tasks). Its tasks now
+    raise the same refusal; the form it names works."""
+    a = np.arange(12).astype(dtype)
+    t0 = a[5]
+    x = da.from_array(a, chunks=5)
+    pred = (lambda v: v.astype(v.dtype) > 5.5)
+    with pytest.raises(TypeError, match=r"compare them with .*64 values"):
+        dask_compact.compact_array(a, pred)
+    with pytest.raises(TypeError, match=r"compare them with .*64 values"):
+        x.map_compact(pred).compute()
+    got = x.map_compact(lambda v: v.astype(v.dtype) > t0).compute()
+    np.testing.assert_array_equal(got, a[a > t0])
