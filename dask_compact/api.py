@@ -339,9 +339,11 @@ def flatnonzero(
 
 # the in-memory call of each dask call, for the message to a caller who passed an array
 # (flatnonzero was pointed to compact_array until 2026-12-01, fourteenth session: a
-# new-user probe; NumPy's own call is the one)
+# new-user probe; NumPy's own call is the one; and compact, a selection by a mask, until
+# 2026-12-01, fifteenth session, a regression review: compact_array refuses a mask, pointing
+# back to compact)
 _IN_MEMORY = {"cumsum": "dask_compact.scan_array", "partition": "dask_compact.partition_array",
-              "flatnonzero": "np.flatnonzero"}
+              "flatnonzero": "np.flatnonzero", "compact": "NumPy's a[mask]"}
 
 
 def _check_dask_array(x: Any, fn: str) -> da.Array:

@@ -36,6 +36,19 @@ def test_flatnonzero_of_an_in_memory_array_points_to_numpys():
         dask_compact.flatnonzero(da.from_array(a, chunks=2)).compute(), np.flatnonzero(a))
 
 
+def test_compact_of_an_in_memory_array_points_to_numpys_selection_by_a_mask():
+    """compact (a selection by a mask) of a NumPy array was pointed to
+    dask_compact.compact_array, which takes a predicate, and refuses the mask, pointing back
+    to compact (a regression review, 2026-12-01, fifteenth session: the fourteenth's mask
+    refusal made the loop): NumPy's a[mask] is the in-memory selection by a mask."""
+    a = np.array([0.5, 3.0, 0.0, 1.0, 2.0])
+    mask = a > 0.75
+    with pytest.raises(TypeError, match=r"or use NumPy's a\[mask\] for an in-memory array"):
+        dask_compact.compact(a, mask)
+    np.testing.assert_array_equal(
+        dask_compact.compact(da.from_array(a, chunks=2), mask).compute(), a[mask])
+
+
 def test_unsupported_dtypes():
     # (datetime64 / timedelta64 are compacted: test_map_compact.py)
     for a in (np.array(["a", "b"]), np.array([object(), 1], dtype=object),
