@@ -339,9 +339,11 @@ def flatnonzero(
 
 # the in-memory call of each dask call, for the message to a caller who passed an array
 # (flatnonzero was pointed to compact_array until 2026-12-01, fourteenth session: a
-# new-user probe; NumPy's own call is the one)
+# new-user probe; NumPy's own call is the one; and compact, a selection by a mask, until
+# 2026-12-01, fifteenth session, a regression review: compact_array refuses a mask, pointing
+# back to compact)
 _IN_MEMORY = {"cumsum": "dask_compact.scan_array", "partition": "dask_compact.partition_array",
-              "flatnonzero": "np.flatnonzero"}
+              "flatnonzero": "np.flatnonzero", "compact": "NumPy's a[mask]"}
 
 
 def _check_dask_array(x: Any, fn: str) -> da.Array:
@@ -427,8 +429,19 @@ def _compact_times(x: da.Array, pred: PredicateLike, output: str, lazy: bool,
         if p.path == "fused":  # typed for numbers only: NumPy says now whether it has a loop
             p.mask(check_sample(x.dtype, like=meta_from_array(x._meta, ndim=1, dtype=x.dtype)),
                    what="a test sample")
-    mask = da.map_blocks(_mask_block, x, p, declared=x.dtype, dtype=bool)
+    mask = da.map_blocks(_times_mask_block, x, p, declared=x.dtype, dtype=bool)
     return compact(x, mask, output=output, lazy=lazy, chunks=chunks)
+
+
+def _times_mask_block(block: Any, p: Predicate, declared: np.dtype,
+                      block_id: tuple[int, ...] | None = None) -> Any:
+    """:func:`_mask_block` of a time chunk, NumPy's refusal of a time and a number told as
+    :func:`_compact_times` tells it: a mask-path callable's failure on the test sample is left
+    to the tasks (:func:`_check_predicate`), which until 2026-12-01 (fifteenth session, a
+    regression review) raised NumPy's bare "ufunc 'greater' did not contain a loop", where
+    compact_array gave the same callable the times' form."""
+    with times_refused(p.source, declared):
+        return _mask_block(block, p, declared, block_id)
 
 
 def _mask_block(block: Any, p: Predicate, declared: np.dtype | None = None,

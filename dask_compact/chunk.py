@@ -31,6 +31,7 @@ from .validate import (
     check_output,
     check_stream,
     counted,
+    frame_object,
     in_memory,
     is_dask_array,
     native,
@@ -116,7 +117,7 @@ def _compact_times(a: np.ndarray, pred: PredicateLike, output: str, algorithm: s
     check_chunk_type(a, "compact_array", in_memory=True)
     a = a if a.dtype.isnative else a.astype(native(a.dtype))
     p = as_predicate(pred)
-    with times_refused(p.source, a.dtype):
+    with times_refused(p.source, a.dtype, in_memory=True):
         m = p.mask(a).ravel()
     values = a.ravel()[m] if output != "indices" else None
     indices = np.flatnonzero(m).astype(np.int64, copy=False) if output != "values" else None
@@ -130,6 +131,12 @@ def _checked(fn: str, a: Any, pred: PredicateLike, output: str, stable: bool, al
     check_output(output)
     check_algorithm(algorithm, stable)
     if not hasattr(a, "dtype") or not hasattr(a, "shape"):
+        # a DataFrame (no dtype of its own) told its columns: np.asarray of it is one array
+        # of all of them, row by row (until 2026-12-01, fifteenth session, a regression
+        # review, it was told that, as a list is)
+        frame = frame_object(a)
+        if frame is not None:
+            raise TypeError(f"{fn} needs a NumPy or CuPy array, not {frame}")
         # the conversion named, as scan_array's refusal names it (until 2026-12-01, fourteenth
         # session, only "not list": a new-user probe)
         raise TypeError(f"{fn} needs a NumPy or CuPy array, not {type(a).__name__}; convert "

@@ -21,6 +21,7 @@ from .validate import (
     check_chunk_type,
     check_flag,
     conversion,
+    frame_object,
     in_memory,
     is_dask_array,
     native,
@@ -174,6 +175,9 @@ def scan_array(a: Any, *, exclusive: bool = True, algorithm: str = "auto",
         )
     if isinstance(a, np.ma.MaskedArray):
         check_chunk_type(a, "scan_array", in_memory=True)  # refused, saying what to do
+    frame = frame_object(a)  # a DataFrame's np.asarray mixes its columns (compact_array's)
+    if frame is not None:
+        raise TypeError(f"scan_array needs a NumPy or CuPy array, not {frame}")
     if type(a) is not np.ndarray and not _is_gpu(a):
         raise TypeError(
             f"scan_array needs a NumPy or CuPy array, not {type(a).__module__}."

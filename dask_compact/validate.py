@@ -274,29 +274,36 @@ def xarray_object(a: Any, selects: bool = True) -> str | None:
 
 
 @contextlib.contextmanager
-def times_refused(source: str, dtype: np.dtype) -> Iterator[None]:
+def times_refused(source: str, dtype: np.dtype,
+                  in_memory: bool = False) -> Iterator[None]:  # fmt: skip
     """Around a predicate's evaluation on datetime64 / timedelta64 data: NumPy's TypeError
     (``t > 5``: no loop for a time and a number) re-raised as :func:`times_refusal`, any
-    other error as it came (``compact_array``'s and ``map_compact``'s times paths)."""
+    other error as it came (``compact_array``'s and ``map_compact``'s times paths, and
+    ``map_compact``'s mask tasks)."""
     try:
         yield
     except TypeError as e:
         if not type(e).__module__.startswith("numpy"):
             raise
-        raise times_refusal(source, dtype, e) from e
+        raise times_refusal(source, dtype, e, in_memory) from e
 
 
-def times_refusal(source: str, dtype: np.dtype, e: TypeError) -> TypeError:
+def times_refusal(source: str, dtype: np.dtype, e: TypeError,
+                  in_memory: bool = False) -> TypeError:
     """The refusal of a predicate NumPy cannot evaluate on datetime64 / timedelta64 data
     (``t > 5``: no loop for a time and a number), with the form that compares times: until
     2026-12-01 (fourteenth session) NumPy's bare "ufunc 'greater' did not contain a loop with
-    signature matching types" (a new-user probe); a string cannot name a time at all."""
+    signature matching types" (a new-user probe); a string cannot name a time at all. The
+    selection by a mask of an in-memory call's array (``in_memory``) is NumPy's own: until
+    2026-12-01 (fifteenth session, a regression review) compact_array was told
+    ``dask_compact.compact(x, x > t0)``, which refuses a NumPy array."""
     kind, example = (("datetime64", "np.datetime64('2026-01-01')") if dtype.kind == "M"
                      else ("timedelta64", "np.timedelta64(3, 'h')"))
+    by_mask = "NumPy's a[a > t0]" if in_memory else "dask_compact.compact(x, x > t0)"
     return TypeError(
         f"the predicate {source} cannot be evaluated on {dtype} values ({e}): compare them "
         f"with {kind} values, in a callable, lambda v: v > {example} (a string predicate "
-        f"names numbers only), or select by a mask, dask_compact.compact(x, x > t0)")
+        f"names numbers only), or select by a mask, {by_mask}")
 
 
 def frame_object(a: Any) -> str | None:

@@ -355,6 +355,53 @@ def test_scheduler_errors(npy, tmp_path):
     assert _get_global_client() is None
 
 
+def test_a_failed_scheduler_keeps_a_client_made_meanwhile_as_the_default(npy, tmp_path,
+                                                                          monkeypatch):
+    """A failed --scheduler drops the half-made Client from distributed's registry of
+    default clients: until 2026-12-01 (fifteenth session, a regression review) with every
+    client registered while it tried, so another thread's Client, made in the process while
+    the CLI's main waited on an unreachable scheduler, was no longer the default, and that
+    thread's later computes ran on the local threads instead of its cluster. Only clients
+    not running are dropped."""
+    import gc
+    import threading
+
+    import distributed
+    from distributed.client import _get_global_client
+
+    path, _ = npy
+    real = distributed.Client
+    cluster = distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
+                                       dashboard_address=":0")
+    made = []
+
+    def meanwhile(*args, **kwargs):  # another thread's Client, then the CLI's own fails
+        t = threading.Thread(target=lambda: made.append(real(cluster)))
+        t.start()
+        t.join()
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(distributed, "Client", meanwhile)
+    try:
+        said = run(path, tmp_path / "o.zarr", "-w", "x > 0", "--scheduler",
+                   "nope://127.0.0.1:1", code=1).output  # its result holds the failed Client
+        assert "unknown address scheme" in said
+        assert _get_global_client() is made[0]
+        import dask.array as da
+
+        assert da.ones(10, chunks=5).sum().compute() == 10
+    finally:
+        monkeypatch.undo()
+        for c in made:
+            c.close()
+        cluster.close()
+        # the failed Client, once collected, sets the config's scheduler back to what it found
+        # at its start, the meanwhile client's "dask.distributed": that client is closed now
+        gc.collect()
+        dask.config.config.pop("scheduler", None)
+    assert _get_global_client() is None
+
+
 @pytest.mark.parametrize("content", ["", "not json", '{"no": "address"}', '{"address": 5}',
                                      "[1, 2]"])
 def test_a_file_that_is_not_a_scheduler_file_is_refused_naming_it(npy, tmp_path, content):

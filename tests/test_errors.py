@@ -36,6 +36,19 @@ def test_flatnonzero_of_an_in_memory_array_points_to_numpys():
         dask_compact.flatnonzero(da.from_array(a, chunks=2)).compute(), np.flatnonzero(a))
 
 
+def test_compact_of_an_in_memory_array_points_to_numpys_selection_by_a_mask():
+    """compact (a selection by a mask) of a NumPy array was pointed to
+    dask_compact.compact_array, which takes a predicate, and refuses the mask, pointing back
+    to compact (a regression review, 2026-12-01, fifteenth session: the fourteenth's mask
+    refusal made the loop): NumPy's a[mask] is the in-memory selection by a mask."""
+    a = np.array([0.5, 3.0, 0.0, 1.0, 2.0])
+    mask = a > 0.75
+    with pytest.raises(TypeError, match=r"or use NumPy's a\[mask\] for an in-memory array"):
+        dask_compact.compact(a, mask)
+    np.testing.assert_array_equal(
+        dask_compact.compact(da.from_array(a, chunks=2), mask).compute(), a[mask])
+
+
 def test_unsupported_dtypes():
     # (datetime64 / timedelta64 are compacted: test_map_compact.py)
     for a in (np.array(["a", "b"]), np.array([object(), 1], dtype=object),
@@ -464,6 +477,30 @@ def test_a_dataframe_as_records_fields_says_how_to_make_the_mapping(kind):
     assert expected in str(info.value)
     out = dask_compact.compact_records(fields, "e > 3")
     np.testing.assert_array_equal(np.asarray(out["i"]), np.arange(4, 10))
+
+
+@pytest.mark.parametrize("call", ["compact_array", "partition_array", "compact_into",
+                                  "scan_array"])
+def test_a_dataframe_given_to_an_in_memory_call_is_told_its_columns_not_np_asarray(call):
+    """A pandas DataFrame given to compact_array, partition_array, compact_into (the list
+    refusal's advice since the fourteenth session) or scan_array was told "convert it first,
+    e.g. np.asarray(a)" (a regression review, 2026-12-01, fifteenth session), which makes one
+    array of all its columns, row by row: compacted, its values mixed the columns. It is
+    told a column's values, as a Series is."""
+    pd = pytest.importorskip("pandas")
+    df = pd.DataFrame({"e": np.arange(10.0), "i": np.arange(10)})
+    calls = {
+        "compact_array": lambda: dask_compact.compact_array(df, "x > 3"),
+        "partition_array": lambda: dask_compact.partition_array(df, "x > 3"),
+        "compact_into": lambda: dask_compact.compact_into(df, "x > 3", np.empty(20)),
+        "scan_array": lambda: dask_compact.scan_array(df),
+    }
+    with pytest.raises(TypeError, match=r"not a pandas DataFrame: pass a column's values, "
+                                        r"df\[name\]\.to_numpy\(\)") as info:
+        calls[call]()
+    assert "np.asarray" not in str(info.value)
+    got = dask_compact.compact_array(df["e"].to_numpy(), "x > 3")
+    np.testing.assert_array_equal(got, np.arange(4.0, 10.0))
 
 
 @pytest.mark.parametrize("call", ["compact_array", "partition_array", "compact_into",

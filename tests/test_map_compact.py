@@ -521,3 +521,43 @@ def test_times_compared_with_a_number_are_told_to_compare_with_times(dtype, pred
     kind = "datetime64" if dtype.startswith("datetime") else "timedelta64"
     assert f"lambda v: v > np.{kind}(" in str(e.value)
     np.testing.assert_array_equal(f(lambda v: v > t0), a[a > t0])
+
+
+@pytest.mark.parametrize("call", ["map_compact", "compact_array"])
+def test_times_refusal_names_the_mask_selection_of_its_own_call(call):
+    """The refusal of a time compared with a number told compact_array's caller to select by
+    a mask with ``dask_compact.compact(x, x > t0)``, a dask call that refuses the NumPy array
+    they hold (a regression review, 2026-12-01, fifteenth session): an in-memory call is told
+    NumPy's own ``a[a > t0]``, a dask one ``compact``; either works as said."""
+    a = np.arange(12).astype("datetime64[D]")
+    t0 = a[5]
+    if call == "map_compact":
+        x = da.from_array(a, chunks=5)
+        with pytest.raises(TypeError, match=r"compare them with") as e:
+            x.map_compact(lambda v: v > 5).compute()
+        assert "dask_compact.compact(x, x > t0)" in str(e.value)
+        np.testing.assert_array_equal(dask_compact.compact(x, x > t0).compute(), a[a > t0])
+    else:
+        with pytest.raises(TypeError, match=r"compare them with") as e:
+            dask_compact.compact_array(a, lambda v: v > 5)
+        assert "a[a > t0]" in str(e.value) and "dask_compact.compact(" not in str(e.value)
+
+
+@pytest.mark.parametrize("dtype", ["datetime64[D]", "timedelta64[s]"])
+def test_times_compared_with_a_number_by_a_mask_path_callable_are_told_alike(dtype):
+    """A callable that takes the mask path (one the trace cannot follow: ``v.astype(...)``)
+    comparing times with a number was told the times' form by compact_array, but by
+    map_compact only NumPy's bare "ufunc 'greater' did not contain a loop", raised in its
+    tasks at compute (a regression review, 2026-12-01, fifteenth session: the check before
+    the graph leaves such a callable's failure on its sample to the tasks). Its tasks now
+    raise the same refusal; the form it names works."""
+    a = np.arange(12).astype(dtype)
+    t0 = a[5]
+    x = da.from_array(a, chunks=5)
+    pred = (lambda v: v.astype(v.dtype) > 5.5)
+    with pytest.raises(TypeError, match=r"compare them with .*64 values"):
+        dask_compact.compact_array(a, pred)
+    with pytest.raises(TypeError, match=r"compare them with .*64 values"):
+        x.map_compact(pred).compute()
+    got = x.map_compact(lambda v: v.astype(v.dtype) > t0).compute()
+    np.testing.assert_array_equal(got, a[a > t0])

@@ -99,9 +99,13 @@ def connect(address: str | None, scheduler_file: str | None, timeout: float) -> 
         # ... and stays distributed's default client (its registry of them, which dask's
         # compute asks too), never closed: until 2026-12-01 (fourteenth session, seen in CI)
         # a later compute in this process (a test after the CLI's in the same process) went
-        # to the unreachable scheduler and waited for ever
+        # to the unreachable scheduler and waited for ever. Only one not running: another
+        # thread's Client made meanwhile stays the default (until 2026-12-01, fifteenth
+        # session, a regression review, every one registered meanwhile was dropped)
         for k in set(client_module._global_clients) - registered:
-            client_module._global_clients.pop(k, None)
+            made = client_module._global_clients.get(k)
+            if made is None or made.status != "running":
+                client_module._global_clients.pop(k, None)
         # OSError: refused / timed out / TLS handshake failed; ValueError: unknown scheme or a
         # tls:// address without certificates in the dask config.
         raise click.ClickException(
