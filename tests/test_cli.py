@@ -711,6 +711,8 @@ def test_script_exit_codes_and_output(npy, tmp_path, flags):
     _, arrays = read_group(out)
     np.testing.assert_array_equal(arrays["values"], a[a > 0.5])
     np.testing.assert_array_equal(arrays["indices"], np.flatnonzero(a > 0.5))
+    if flags:  # the refusals below take no flags: checked once, with the threaded job's output
+        return  # (until 2026-12-01 (fifteenth session) in both cases: 3 subprocesses, CI time)
     # exists: needs --overwrite; a usage error: short message, exit code 2, no traceback
     exists = call(path, out, "-w", "x > 0.5")
     assert exists.returncode == 2
