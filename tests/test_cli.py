@@ -663,10 +663,22 @@ def test_a_worker_without_dask_compact_stops_a_cpu_job_before_it_starts(npy, tmp
 
 
 def test_local_processes_cluster(npy, tmp_path):
+    """A job on a local cluster of processes; the cluster's loggers are silenced while it
+    closes, and the caller's level comes back (until 2026-12-01 (fifteenth session) a test of
+    its own, a cluster and a job more: CI time)."""
+    import logging
+
     path, a = npy
     out = tmp_path / "o.zarr"
-    res = run(path, out, "-w", "x > 0.25", "--local", "processes", "--workers", "2",
-              "--chunks", "2500", "--progress")
+    log = logging.getLogger("distributed")
+    before = log.level
+    log.setLevel(logging.INFO)
+    try:
+        res = run(path, out, "-w", "x > 0.25", "--local", "processes", "--workers", "2",
+                  "--chunks", "2500", "--progress")
+        assert log.level == logging.INFO
+    finally:
+        log.setLevel(before)
     assert "LocalCluster (2 worker processes)" in res.stdout
     np.testing.assert_array_equal(read_group(out)[1]["values"], a[a > 0.25])
 
@@ -758,6 +770,8 @@ def test_script_exit_codes_and_output(npy, tmp_path, flags):
     _, arrays = read_group(out)
     np.testing.assert_array_equal(arrays["values"], a[a > 0.5])
     np.testing.assert_array_equal(arrays["indices"], np.flatnonzero(a > 0.5))
+    if flags:  # the refusals below take no flags: checked once, with the threaded job's output
+        return  # (until 2026-12-01 (fifteenth session) in both cases: 3 subprocesses, CI time)
     # exists: needs --overwrite; a usage error: short message, exit code 2, no traceback
     exists = call(path, out, "-w", "x > 0.5")
     assert exists.returncode == 2
@@ -778,21 +792,6 @@ def test_terminate_handler_restored():
         os.kill(os.getpid(), signal.SIGTERM)
     assert info.value.code == 128 + signal.SIGTERM
     assert signal.getsignal(signal.SIGTERM) == before
-
-
-def test_local_cluster_leaves_the_callers_logging_as_it_was(npy, tmp_path):
-    """The cluster's loggers are silenced while it closes; the caller's level comes back."""
-    import logging
-
-    path, a = npy
-    log = logging.getLogger("distributed")
-    before = log.level
-    log.setLevel(logging.INFO)
-    try:
-        run(path, tmp_path / "o.zarr", "-w", "x > 0.5", "--local", "processes", "--workers", "1")
-        assert log.level == logging.INFO
-    finally:
-        log.setLevel(before)
 
 
 def test_summary_process_age_counts_from_the_process_start():
