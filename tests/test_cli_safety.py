@@ -505,6 +505,73 @@ def test_overlap_is_refused_for_references_into_output(tmp_path):
     np.testing.assert_array_equal(values(tmp_path / "elsewhere.zarr"), b[b > 0.5])
 
 
+@pytest.mark.parametrize("link", ["group field", "chunk folder"])
+def test_overlap_is_refused_where_input_reaches_into_output_through_a_link(tmp_path, link):
+    """An INPUT read through a link into OUTPUT (a group whose field is a link to
+    ``prev.zarr/values``, an array whose ``c`` is one to ``prev.zarr/values/c``): until
+    2026-12-01 (fifteenth session, a probe) ``--overwrite`` of ``prev.zarr`` passed the check
+    of the two paths and replaced it, exit 0: the group's field was left a dangling link, and
+    the array read the new output's chunks under its old metadata, zeros past them."""
+    a = np.random.default_rng(9).random(5_003)
+    store = tmp_path / "raw.zarr"
+    zarr.create_array(store=str(store), data=a, chunks=(500,))
+    prev = tmp_path / "prev.zarr"
+    run(store, prev, "-w", "x > 0.2", "--local", "threads")
+    b = a[a > 0.2]
+    inp = tmp_path / "in.zarr"
+    if link == "group field":
+        zarr.open_group(str(inp), mode="w")
+        (inp / "x").symlink_to("../prev.zarr/values")
+    else:
+        inp.mkdir()
+        (inp / "zarr.json").write_text((prev / "values" / "zarr.json").read_text())
+        (inp / "c").symlink_to(prev / "values" / "c")
+    res = run(inp, prev, "-w", "x > 0.7", "--overwrite", "--local", "threads", code=2)
+    assert "must not be INPUT" in res.output
+    linked = prev / "values" / ("sub" if link == "group field" else "c/sub")  # in INPUT
+    res = run(inp, linked, "-w", "x > 0.7", "--local", "threads", code=2)
+    assert "must not be INPUT" in res.output
+    np.testing.assert_array_equal(values(prev), b)
+    read = zarr.open(str(inp), mode="r")
+    np.testing.assert_array_equal(read["x"][:] if link == "group field" else read[:], b)
+    run(inp, tmp_path / "elsewhere.zarr", "-w", "x > 0.7", "--local", "threads")
+    got = zarr.open_group(str(tmp_path / "elsewhere.zarr"), mode="r")
+    np.testing.assert_array_equal(got["x" if link == "group field" else "values"][:],
+                                  b[b > 0.7])
+
+
+def test_overlap_is_refused_through_another_mount_of_the_same_folder(tmp_path):
+    """A bind mount (or a second mount of one NFS export) spells one folder two ways that no
+    path comparison joins: until 2026-12-01 (fifteenth session, a probe) ``--overwrite`` of
+    ``other/prev.zarr`` with INPUT ``real/prev.zarr/values``, ``other`` a bind mount of
+    ``real``, replaced prev.zarr and with it INPUT, exit 0. Run under ``unshare -m`` (a mount
+    namespace of its own), skipped where that is not allowed."""
+    real, other = tmp_path / "real", tmp_path / "other"
+    real.mkdir()
+    other.mkdir()
+    probe = subprocess.run(["unshare", "-m", "mount", "--bind", str(real), str(other)],
+                           capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip("no mount namespace here (unshare -m mount --bind)")
+    a = np.random.default_rng(10).random(2_001)
+    store = real / "in.zarr"
+    zarr.create_array(store=str(store), data=a, chunks=(500,))
+    prev = real / "prev.zarr"
+    run(store, prev, "-w", "x > 0.2", "--local", "threads")
+    command = [sys.executable, "-m", "dask_compact"]
+    script = (f"mount --bind {real} {other} && "
+              f"{{ {' '.join(command)} {prev}/values {other}/prev.zarr -w 'x > 0.7' "
+              f"--overwrite --local threads; echo rc=$?; "
+              f"{' '.join(command)} {store} {other}/in.zarr/sub -w 'x > 0.7' "
+              f"--local threads; echo rc=$?; }}")
+    res = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True,
+                         text=True, timeout=300)
+    assert res.stdout.split().count("rc=2") == 2, res.stdout + res.stderr
+    assert res.stderr.count("must not be INPUT") == 2, res.stderr
+    np.testing.assert_array_equal(values(prev), a[a > 0.2])
+    assert sorted(p.name for p in store.iterdir()) == ["c", "zarr.json"]
+
+
 def test_overwrite_refuses_an_output_holding_what_the_job_did_not_write(npy, tmp_path):
     """A probe's ``--overwrite`` deleted an array, a file and a folder the user had added
     inside a complete output, exit 0: it now refuses, naming them, and touches nothing."""

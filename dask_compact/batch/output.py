@@ -649,9 +649,78 @@ def check_overlap(src: _Input, target: Target) -> None:
     file, and, for a ``reference://`` INPUT, against every file its references point to."""
     out = _place(None if target.url else target.path, target.output if target.url else None)
     for place in _input_places(src.local_path, src.url):
-        if _overlap(place, out):
+        if _overlap(place, out) or (place[0] == out[0] == "file"
+                                    and _linked_overlap(place[1], out[1])):
             raise click.BadParameter("OUTPUT must not be INPUT, lie inside it or contain it",
                                      param_hint="OUTPUT")
+
+
+def _linked_overlap(inp: str, out: str) -> bool:
+    """Whether the local INPUT ``inp`` and OUTPUT ``out`` overlap as the file system sees them
+    (folders by device and inode), where their paths do not: INPUT read through links
+    (a group's field linked to ``prev.zarr/values``, an array's ``c`` to another folder; zarr
+    follows them, :func:`.reader.walk_files`), or one folder mounted twice (a bind mount, an
+    NFS export under two paths). Until 2026-12-01 (fifteenth session, a probe) only the
+    paths were compared, and ``--overwrite`` of such a ``prev.zarr`` replaced the folders
+    INPUT read, exit 0.
+
+    OUTPUT (or the deepest folder of it that exists: where it would be made) lies in INPUT
+    where one of its ancestors is one of INPUT's folders; INPUT lies in OUTPUT where OUTPUT
+    is an ancestor of INPUT or of a folder a link in it leads to. One walk of INPUT's
+    folders (the input's fingerprint walks its files too), then a few ``stat`` calls."""
+    folders, roots = _folders_of(inp)
+    out_chain = _ancestors(out)
+    if folders & set(out_chain):
+        return True
+    if not os.path.isdir(out):
+        return False
+    here = out_chain[0]
+    return any(here in _ancestors(root) for root in roots)
+
+
+def _folders_of(root: str) -> tuple[set[tuple[int, int]], list[str]]:
+    """(device, inode) of ``root`` and of every folder under it, links followed (each folder
+    once); and the paths ``root`` and each linked folder lead to."""
+    seen: set[tuple[int, int]] = set()
+    roots = [os.path.realpath(root)]
+    if not os.path.isdir(root):
+        return seen, roots
+    st = os.stat(root)
+    seen.add((st.st_dev, st.st_ino))
+    stack = [root]
+    while stack:
+        with os.scandir(stack.pop()) as entries:
+            for e in entries:
+                try:
+                    if not e.is_dir():  # follows a link; no stat for a plain file
+                        continue
+                    st = e.stat()
+                except OSError:  # a dangling link: nothing is read there
+                    continue
+                if (st.st_dev, st.st_ino) in seen:
+                    continue
+                seen.add((st.st_dev, st.st_ino))
+                stack.append(e.path)
+                if e.is_symlink():
+                    roots.append(os.path.realpath(e.path))
+    return seen, roots
+
+
+def _ancestors(path: str) -> list[tuple[int, int]]:
+    """(device, inode) of the deepest part of ``path`` that exists, then of each folder above
+    it up to ``/``."""
+    chain: list[tuple[int, int]] = []
+    path = os.path.realpath(path)
+    while True:
+        try:
+            st = os.stat(path)
+            chain.append((st.st_dev, st.st_ino))
+        except OSError:
+            pass
+        up = os.path.dirname(path)
+        if up == path:
+            return chain
+        path = up
 
 
 def _overlap(a: tuple[str, str], b: tuple[str, str]) -> bool:
