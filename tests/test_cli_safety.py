@@ -688,6 +688,27 @@ def test_output_where_nothing_can_be_written_is_a_short_error(npy, tmp_path):
     assert (tmp_path / "afile").read_text() == "notes"
 
 
+def test_the_lock_never_writes_into_a_file_of_someone_else(npy, tmp_path):
+    """The lock's name beside OUTPUT being a link to a user's file (a symbolic link, or a
+    hard link a snapshot tool made of a stale lock file): until 2026-12-01 (fifteenth
+    session, a probe) the job opened it through the link and wrote its pid over the file,
+    exit 0. A symbolic link is refused as a bad OUTPUT, and a file of several links is
+    locked but left unwritten."""
+    path, a = npy
+    thesis = tmp_path / "thesis.txt"
+    thesis.write_text("four years of work")
+    lock = tmp_path / f".out.zarr{output.LOCK_SUFFIX}"
+    lock.symlink_to(thesis.name)
+    res = run(path, tmp_path / "out.zarr", "--where", "x > 0.5", code=2)
+    assert "is a symbolic link" in res.output and str(lock) in res.output
+    assert thesis.read_text() == "four years of work" and lock.is_symlink()
+    lock.unlink()
+    os.link(thesis, lock)
+    run(path, tmp_path / "out.zarr", "--where", "x > 0.5")
+    np.testing.assert_array_equal(values(tmp_path / "out.zarr"), a[a > 0.5])
+    assert thesis.read_text() == "four years of work"
+
+
 def test_a_second_job_on_a_locked_output_refuses(npy, tmp_path):
     path, _ = npy
     out = tmp_path / "out.zarr"

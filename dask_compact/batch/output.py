@@ -31,6 +31,7 @@ import functools
 import logging
 import os
 import shutil
+import stat
 import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
@@ -219,12 +220,15 @@ class Target:
 
         try:
             os.makedirs(self.parent, exist_ok=True)
-            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = self._open_lock()
         except OSError as e:  # a file where a directory must be, a read-only place...
             why = f"{e.strerror or e} ({e.filename})"
             blocking = _file_in_the_way(self.parent)
             if blocking is not None:  # makedirs says "File exists" of it
                 why = f"{blocking} is a file, not a directory"
+            elif e.errno == errno.ELOOP:
+                why = (f"{self.lock_path} is a symbolic link, not the lock file of dask "
+                       "compact; remove it (the job would have written through it)")
             raise click.BadParameter(f"cannot write beside {self.output!r}: {why}",
                                      param_hint="OUTPUT") from None
         while True:
@@ -246,10 +250,19 @@ class Target:
             if same:
                 break
             os.close(fd)
-            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-        os.ftruncate(fd, 0)
-        os.write(fd, f"pid {os.getpid()} on {os.uname().nodename}".encode())
+            fd = self._open_lock()
+        st = os.fstat(fd)
+        if stat.S_ISREG(st.st_mode) and st.st_nlink == 1:  # a file of ours alone
+            os.ftruncate(fd, 0)
+            os.write(fd, f"pid {os.getpid()} on {os.uname().nodename}".encode())
         self._lock_fd = fd
+
+    def _open_lock(self) -> int:
+        """The lock file, made if absent, never through a symbolic link: until 2026-12-01
+        (fifteenth session, a probe) a link at the lock's name led the job to write its pid
+        over the file it pointed to. (A file of several hard links, as a snapshot tool makes
+        of a stale lock, is locked but not written: see acquire().)"""
+        return os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
 
     def release(self) -> None:
         if self._lock_fd is None:
