@@ -1523,6 +1523,58 @@ def test_an_output_the_workers_cannot_write_is_refused_before_the_job(cluster, t
     np.testing.assert_array_equal(got, data[field][data["mass"] > 5])
 
 
+@pytest.mark.parametrize("kind", ["array", "group", "npy"])
+def test_an_input_the_workers_see_otherwise_is_refused_before_the_job(tmp_path, kind):
+    """A ``--scheduler`` worker with its own disk at INPUT's folder (another store of the same
+    shape and dtype there, as node-local scratch is): until 2026-12-01 (fifteenth session, a
+    probe) the job compacted the worker's store and committed it as INPUT's selection, exit
+    0. Now every worker must see the files this process sees at INPUT (paths, sizes,
+    modification times), else exit 2 naming them, nothing written. A real ``dask worker``
+    under ``unshare -m`` with a bind mount over INPUT's folder; skipped where that is not
+    allowed."""
+    from cluster_helpers import worker_named
+    from distributed import Client, LocalCluster
+
+    data, disk = tmp_path / "data", tmp_path / "workerdisk"
+    data.mkdir()
+    disk.mkdir()
+    probe = subprocess.run(["unshare", "-m", "mount", "--bind", str(disk), str(data)],
+                           capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip("no mount namespace here (unshare -m mount --bind)")
+    rng = np.random.default_rng(12)
+    a, b = rng.random(20_003), rng.random(20_003)
+    for folder, v in ((data, a), (disk, b)):
+        if kind == "npy":
+            np.save(folder / "in.npy", v)
+        elif kind == "group":
+            zarr.open_group(str(folder / "in.zarr"), mode="w").create_array(
+                "x", data=v, chunks=(5_000,))
+        else:
+            zarr.create_array(store=str(folder / "in.zarr"), data=v, chunks=(5_000,))
+    inp = data / ("in.npy" if kind == "npy" else "in.zarr")
+    out = tmp_path / "out.zarr"
+    worker = [sys.executable, "-m", "distributed.cli.dask_worker", "--name", "elsewhere",
+              "--nthreads", "1", "--no-nanny", "--no-dashboard", "--memory-limit", "0"]
+    with LocalCluster(n_workers=0, processes=True, dashboard_address=":0") as cluster, \
+            Client(cluster, set_as_default=False) as client:
+        script = (f"mount --bind {disk} {data} && "
+                  f"exec {' '.join(worker)} {cluster.scheduler_address}")
+        proc = subprocess.Popen(["unshare", "-m", "sh", "-c", script], cwd=tmp_path,
+                                start_new_session=True, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        try:
+            worker_named(client, "elsewhere")
+            res = run(inp, out, "-w", "x < 0.3", "--scheduler", cluster.scheduler_address,
+                      "--device", "cpu", code=2)
+        finally:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    said = " ".join(res.output.split())
+    assert "Invalid value for INPUT" in said and "'elsewhere'" in said, said
+    assert not out.exists() and litter(tmp_path) == []
+
+
 def test_a_refused_resume_keeps_the_interrupted_job(cluster, tmp_path):
     """The check comes before the job touches its temporary group: a ``--resume`` refused
     for workers that do not see OUTPUT leaves the interrupted job's group for a ``--resume``
