@@ -540,19 +540,26 @@ def test_overlap_is_refused_where_input_reaches_into_output_through_a_link(tmp_p
                                   b[b > 0.7])
 
 
+def _bindable(tmp_path: Path, first: str, second: str) -> tuple[Path, Path]:
+    """Two new folders of ``tmp_path``; the test is skipped where a mount namespace of its own
+    (``unshare -m``) cannot bind one over the other."""
+    a, b = tmp_path / first, tmp_path / second
+    a.mkdir()
+    b.mkdir()
+    probe = subprocess.run(["unshare", "-m", "mount", "--bind", str(b), str(a)],
+                           capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip("no mount namespace here (unshare -m mount --bind)")
+    return a, b
+
+
 def test_overlap_is_refused_through_another_mount_of_the_same_folder(tmp_path):
     """A bind mount (or a second mount of one NFS export) spells one folder two ways that no
     path comparison joins: until 2026-12-01 (fifteenth session, a probe) ``--overwrite`` of
     ``other/prev.zarr`` with INPUT ``real/prev.zarr/values``, ``other`` a bind mount of
     ``real``, replaced prev.zarr and with it INPUT, exit 0. Run under ``unshare -m`` (a mount
     namespace of its own), skipped where that is not allowed."""
-    real, other = tmp_path / "real", tmp_path / "other"
-    real.mkdir()
-    other.mkdir()
-    probe = subprocess.run(["unshare", "-m", "mount", "--bind", str(real), str(other)],
-                           capture_output=True)
-    if probe.returncode != 0:
-        pytest.skip("no mount namespace here (unshare -m mount --bind)")
+    real, other = _bindable(tmp_path, "real", "other")
     a = np.random.default_rng(10).random(2_001)
     store = real / "in.zarr"
     zarr.create_array(store=str(store), data=a, chunks=(500,))
@@ -1535,13 +1542,7 @@ def test_an_input_the_workers_see_otherwise_is_refused_before_the_job(tmp_path, 
     from cluster_helpers import worker_named
     from distributed import Client, LocalCluster
 
-    data, disk = tmp_path / "data", tmp_path / "workerdisk"
-    data.mkdir()
-    disk.mkdir()
-    probe = subprocess.run(["unshare", "-m", "mount", "--bind", str(disk), str(data)],
-                           capture_output=True)
-    if probe.returncode != 0:
-        pytest.skip("no mount namespace here (unshare -m mount --bind)")
+    data, disk = _bindable(tmp_path, "data", "workerdisk")
     rng = np.random.default_rng(12)
     a, b = rng.random(20_003), rng.random(20_003)
     for folder, v in ((data, a), (disk, b)):
