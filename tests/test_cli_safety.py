@@ -925,6 +925,27 @@ def test_sigkill_leftovers_are_removed_by_the_next_job(npy, tmp_path):
     assert litter(tmp_path) == []
 
 
+@pytest.mark.parametrize("resume", [False, True])
+def test_a_leftover_beside_output_that_is_input_is_not_removed(npy, tmp_path, resume):
+    """INPUT in what a killed job left beside OUTPUT (the old output a killed ``--overwrite``
+    had swapped out, complete, compacted again to salvage it): until 2026-12-01 (fifteenth
+    session, a probe) the job's clean-up removed it as litter, then failed reading it, exit
+    1, the old output gone. Now refused up front as an overlap, exit 2, nothing removed."""
+    path, a = npy
+    out = tmp_path / "out.zarr"
+    run(path, out, "--where", "x > 0.5")
+    left = tmp_path / f".out.zarr{output.TMP_MARK}0123456789ab"
+    out.rename(left)  # as a kill after the swap of an --overwrite leaves the old output
+    res = run(left / "values", out, "--where", "x > 0.7", *(["--resume"] if resume else []),
+              code=2)
+    assert "must not be INPUT" in res.output and str(left) in res.output
+    b = a[a > 0.5]
+    np.testing.assert_array_equal(values(left), b)
+    assert not out.exists()
+    run(left / "values", tmp_path / "salvaged.zarr", "--where", "x > 0.7")
+    np.testing.assert_array_equal(values(tmp_path / "salvaged.zarr"), b[b > 0.7])
+
+
 @pytest.mark.parametrize(
     "sig, code, where_run",
     [

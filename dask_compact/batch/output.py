@@ -661,11 +661,26 @@ def check_overlap(src: _Input, target: Target) -> None:
     file system they cache), for an archive's member (``zip://x::/p/g.zip``) as the archive
     file, and, for a ``reference://`` INPUT, against every file its references point to."""
     out = _place(None if target.url else target.path, target.output if target.url else None)
-    for place in _input_places(src.local_path, src.url):
+    places = _input_places(src.local_path, src.url)
+    for place in places:
         if _overlap(place, out) or (place[0] == out[0] == "file"
                                     and _linked_overlap(place[1], out[1])):
             raise click.BadParameter("OUTPUT must not be INPUT, lie inside it or contain it",
                                      param_hint="OUTPUT")
+    # What killed jobs left beside OUTPUT, which this job removes (Target.clean_stale) or
+    # continues: until 2026-12-01 (fifteenth session, a probe) an INPUT there (an old output
+    # a killed --overwrite had swapped out, compacted again to salvage it) was removed as
+    # litter, and the job failed reading it.
+    for name in target._stale():
+        left = ("file", os.path.realpath(os.path.join(target.parent, name)))
+        for place in places:
+            if _overlap(place, left) or (place[0] == "file"
+                                         and _linked_overlap(place[1], left[1])):
+                raise click.BadParameter(
+                    f"OUTPUT must not be INPUT, lie inside it or contain it: INPUT is in "
+                    f"{left[1]}, left beside OUTPUT by an interrupted job, which a job on "
+                    "OUTPUT removes (or continues); move it elsewhere first, or choose "
+                    "another OUTPUT", param_hint="OUTPUT")
 
 
 def _linked_overlap(inp: str, out: str) -> bool:
