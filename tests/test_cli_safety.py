@@ -505,6 +505,80 @@ def test_overlap_is_refused_for_references_into_output(tmp_path):
     np.testing.assert_array_equal(values(tmp_path / "elsewhere.zarr"), b[b > 0.5])
 
 
+@pytest.mark.parametrize("link", ["group field", "chunk folder"])
+def test_overlap_is_refused_where_input_reaches_into_output_through_a_link(tmp_path, link):
+    """An INPUT read through a link into OUTPUT (a group whose field is a link to
+    ``prev.zarr/values``, an array whose ``c`` is one to ``prev.zarr/values/c``): until
+    2026-12-01 (fifteenth session, a probe) ``--overwrite`` of ``prev.zarr`` passed the check
+    of the two paths and replaced it, exit 0: the group's field was left a dangling link, and
+    the array read the new output's chunks under its old metadata, zeros past them."""
+    a = np.random.default_rng(9).random(5_003)
+    store = tmp_path / "raw.zarr"
+    zarr.create_array(store=str(store), data=a, chunks=(500,))
+    prev = tmp_path / "prev.zarr"
+    run(store, prev, "-w", "x > 0.2", "--local", "threads")
+    b = a[a > 0.2]
+    inp = tmp_path / "in.zarr"
+    if link == "group field":
+        zarr.open_group(str(inp), mode="w")
+        (inp / "x").symlink_to("../prev.zarr/values")
+    else:
+        inp.mkdir()
+        (inp / "zarr.json").write_text((prev / "values" / "zarr.json").read_text())
+        (inp / "c").symlink_to(prev / "values" / "c")
+    res = run(inp, prev, "-w", "x > 0.7", "--overwrite", "--local", "threads", code=2)
+    assert "must not be INPUT" in res.output
+    linked = prev / "values" / ("sub" if link == "group field" else "c/sub")  # in INPUT
+    res = run(inp, linked, "-w", "x > 0.7", "--local", "threads", code=2)
+    assert "must not be INPUT" in res.output
+    np.testing.assert_array_equal(values(prev), b)
+    read = zarr.open(str(inp), mode="r")
+    np.testing.assert_array_equal(read["x"][:] if link == "group field" else read[:], b)
+    run(inp, tmp_path / "elsewhere.zarr", "-w", "x > 0.7", "--local", "threads")
+    got = zarr.open_group(str(tmp_path / "elsewhere.zarr"), mode="r")
+    np.testing.assert_array_equal(got["x" if link == "group field" else "values"][:],
+                                  b[b > 0.7])
+
+
+def _bindable(tmp_path: Path, first: str, second: str) -> tuple[Path, Path]:
+    """Two new folders of ``tmp_path``; the test is skipped where a mount namespace of its own
+    (``unshare -m``) cannot bind one over the other."""
+    a, b = tmp_path / first, tmp_path / second
+    a.mkdir()
+    b.mkdir()
+    probe = subprocess.run(["unshare", "-m", "mount", "--bind", str(b), str(a)],
+                           capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip("no mount namespace here (unshare -m mount --bind)")
+    return a, b
+
+
+def test_overlap_is_refused_through_another_mount_of_the_same_folder(tmp_path):
+    """A bind mount (or a second mount of one NFS export) spells one folder two ways that no
+    path comparison joins: until 2026-12-01 (fifteenth session, a probe) ``--overwrite`` of
+    ``other/prev.zarr`` with INPUT ``real/prev.zarr/values``, ``other`` a bind mount of
+    ``real``, replaced prev.zarr and with it INPUT, exit 0. Run under ``unshare -m`` (a mount
+    namespace of its own), skipped where that is not allowed."""
+    real, other = _bindable(tmp_path, "real", "other")
+    a = np.random.default_rng(10).random(2_001)
+    store = real / "in.zarr"
+    zarr.create_array(store=str(store), data=a, chunks=(500,))
+    prev = real / "prev.zarr"
+    run(store, prev, "-w", "x > 0.2", "--local", "threads")
+    command = [sys.executable, "-m", "dask_compact"]
+    script = (f"mount --bind {real} {other} && "
+              f"{{ {' '.join(command)} {prev}/values {other}/prev.zarr -w 'x > 0.7' "
+              f"--overwrite --local threads; echo rc=$?; "
+              f"{' '.join(command)} {store} {other}/in.zarr/sub -w 'x > 0.7' "
+              f"--local threads; echo rc=$?; }}")
+    res = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True,
+                         text=True, timeout=300)
+    assert res.stdout.split().count("rc=2") == 2, res.stdout + res.stderr
+    assert res.stderr.count("must not be INPUT") == 2, res.stderr
+    np.testing.assert_array_equal(values(prev), a[a > 0.2])
+    assert sorted(p.name for p in store.iterdir()) == ["c", "zarr.json"]
+
+
 def test_overwrite_refuses_an_output_holding_what_the_job_did_not_write(npy, tmp_path):
     """A probe's ``--overwrite`` deleted an array, a file and a folder the user had added
     inside a complete output, exit 0: it now refuses, naming them, and touches nothing."""
@@ -619,6 +693,27 @@ def test_output_where_nothing_can_be_written_is_a_short_error(npy, tmp_path):
         assert "Invalid value for OUTPUT: cannot write beside" in res.output
         assert why in res.output and "Traceback" not in res.output
     assert (tmp_path / "afile").read_text() == "notes"
+
+
+def test_the_lock_never_writes_into_a_file_of_someone_else(npy, tmp_path):
+    """The lock's name beside OUTPUT being a link to a user's file (a symbolic link, or a
+    hard link a snapshot tool made of a stale lock file): until 2026-12-01 (fifteenth
+    session, a probe) the job opened it through the link and wrote its pid over the file,
+    exit 0. A symbolic link is refused as a bad OUTPUT, and a file of several links is
+    locked but left unwritten."""
+    path, a = npy
+    thesis = tmp_path / "thesis.txt"
+    thesis.write_text("four years of work")
+    lock = tmp_path / f".out.zarr{output.LOCK_SUFFIX}"
+    lock.symlink_to(thesis.name)
+    res = run(path, tmp_path / "out.zarr", "--where", "x > 0.5", code=2)
+    assert "is a symbolic link" in res.output and str(lock) in res.output
+    assert thesis.read_text() == "four years of work" and lock.is_symlink()
+    lock.unlink()
+    os.link(thesis, lock)
+    run(path, tmp_path / "out.zarr", "--where", "x > 0.5")
+    np.testing.assert_array_equal(values(tmp_path / "out.zarr"), a[a > 0.5])
+    assert thesis.read_text() == "four years of work"
 
 
 def test_a_second_job_on_a_locked_output_refuses(npy, tmp_path):
@@ -828,6 +923,27 @@ def test_sigkill_leftovers_are_removed_by_the_next_job(npy, tmp_path):
     assert "interrupted job" in res.output
     np.testing.assert_array_equal(values(out), a[a > 0.5])
     assert litter(tmp_path) == []
+
+
+@pytest.mark.parametrize("resume", [False, True])
+def test_a_leftover_beside_output_that_is_input_is_not_removed(npy, tmp_path, resume):
+    """INPUT in what a killed job left beside OUTPUT (the old output a killed ``--overwrite``
+    had swapped out, complete, compacted again to salvage it): until 2026-12-01 (fifteenth
+    session, a probe) the job's clean-up removed it as litter, then failed reading it, exit
+    1, the old output gone. Now refused up front as an overlap, exit 2, nothing removed."""
+    path, a = npy
+    out = tmp_path / "out.zarr"
+    run(path, out, "--where", "x > 0.5")
+    left = tmp_path / f".out.zarr{output.TMP_MARK}0123456789ab"
+    out.rename(left)  # as a kill after the swap of an --overwrite leaves the old output
+    res = run(left / "values", out, "--where", "x > 0.7", *(["--resume"] if resume else []),
+              code=2)
+    assert "must not be INPUT" in res.output and str(left) in res.output
+    b = a[a > 0.5]
+    np.testing.assert_array_equal(values(left), b)
+    assert not out.exists()
+    run(left / "values", tmp_path / "salvaged.zarr", "--where", "x > 0.7")
+    np.testing.assert_array_equal(values(tmp_path / "salvaged.zarr"), b[b > 0.7])
 
 
 @pytest.mark.parametrize(
@@ -1433,6 +1549,52 @@ def test_an_output_the_workers_cannot_write_is_refused_before_the_job(cluster, t
     run(*args)
     got = zarr.open_group(store=str(out), mode="r")[field][:]
     np.testing.assert_array_equal(got, data[field][data["mass"] > 5])
+
+
+@pytest.mark.parametrize("kind", ["array", "group", "npy"])
+def test_an_input_the_workers_see_otherwise_is_refused_before_the_job(tmp_path, kind):
+    """A ``--scheduler`` worker with its own disk at INPUT's folder (another store of the same
+    shape and dtype there, as node-local scratch is): until 2026-12-01 (fifteenth session, a
+    probe) the job compacted the worker's store and committed it as INPUT's selection, exit
+    0. Now every worker must see the files this process sees at INPUT (paths, sizes,
+    modification times), else exit 2 naming them, nothing written. A real ``dask worker``
+    under ``unshare -m`` with a bind mount over INPUT's folder; skipped where that is not
+    allowed."""
+    from cluster_helpers import worker_named
+    from distributed import Client, LocalCluster
+
+    data, disk = _bindable(tmp_path, "data", "workerdisk")
+    rng = np.random.default_rng(12)
+    a, b = rng.random(20_003), rng.random(20_003)
+    for folder, v in ((data, a), (disk, b)):
+        if kind == "npy":
+            np.save(folder / "in.npy", v)
+        elif kind == "group":
+            zarr.open_group(str(folder / "in.zarr"), mode="w").create_array(
+                "x", data=v, chunks=(5_000,))
+        else:
+            zarr.create_array(store=str(folder / "in.zarr"), data=v, chunks=(5_000,))
+    inp = data / ("in.npy" if kind == "npy" else "in.zarr")
+    out = tmp_path / "out.zarr"
+    worker = [sys.executable, "-m", "distributed.cli.dask_worker", "--name", "elsewhere",
+              "--nthreads", "1", "--no-nanny", "--no-dashboard", "--memory-limit", "0"]
+    with LocalCluster(n_workers=0, processes=True, dashboard_address=":0") as cluster, \
+            Client(cluster, set_as_default=False) as client:
+        script = (f"mount --bind {disk} {data} && "
+                  f"exec {' '.join(worker)} {cluster.scheduler_address}")
+        proc = subprocess.Popen(["unshare", "-m", "sh", "-c", script], cwd=tmp_path,
+                                start_new_session=True, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        try:
+            worker_named(client, "elsewhere")
+            res = run(inp, out, "-w", "x < 0.3", "--scheduler", cluster.scheduler_address,
+                      "--device", "cpu", code=2)
+        finally:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    said = " ".join(res.output.split())
+    assert "Invalid value for INPUT" in said and "'elsewhere'" in said, said
+    assert not out.exists() and litter(tmp_path) == []
 
 
 def test_a_refused_resume_keeps_the_interrupted_job(cluster, tmp_path):

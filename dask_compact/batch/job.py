@@ -23,7 +23,7 @@ from .manifest import Manifest, made_files
 from .output import Target, job_identity, marker
 from .plan import Layout
 from .runner import Runner
-from .shared import check_chunks_written, check_workers_see
+from .shared import check_chunks_written, check_workers_read, check_workers_see
 from .stream import Job, charge_threads, run_stream
 from .tasks import OutputArrays, peak_rss
 
@@ -185,7 +185,8 @@ def input_unchanged(before: Any, now: Callable[[], Any]) -> Callable[[], None]:
 def stream_and_commit(runner: Runner, target: Target, make_job: Callable[[], Job],
                       names: tuple[str, ...], show: bool, total_bytes: int,
                       attrs: dict[str, Any], overwrite: bool,
-                      check_input: Callable[[], None] | None = None) -> tuple[Job, int, int]:
+                      check_input: Callable[[], None] | None = None,
+                      input_path: str | None = None) -> tuple[Job, int, int]:
     """Run a streaming job into ``target``'s temporary group and commit it: ``make_job()``
     creates (or, resuming, reopens) the group and returns the job; the arrays ``names`` are
     cut to the selection; ``check_input()`` (:func:`input_unchanged`) runs before the commit;
@@ -193,8 +194,12 @@ def stream_and_commit(runner: Runner, target: Target, make_job: Callable[[], Job
     temporary group and raises. On a cluster, a local OUTPUT must be seen by every worker
     before anything runs (:func:`.shared.check_workers_see`: a refusal removes nothing, not
     even a resumed job's group), and every chunk the job wrote must be in the temporary group
-    before the commit (:func:`.shared.check_chunks_written`)."""
+    before the commit (:func:`.shared.check_chunks_written`); and the workers must see the
+    files this process sees at a local INPUT ``input_path`` (:func:`.shared.
+    check_workers_read`)."""
     target.prepare()
+    if runner.client is not None:
+        check_workers_read(runner.client, input_path)
     if runner.client is not None and not target.url:
         check_workers_see(runner.client, target.tmp)
     ex: Executor | None = None
@@ -347,7 +352,7 @@ def run_job(
              if src.fingerprint_now is not None else None)
     job, total, threads = stream_and_commit(runner, target, make_job, names, show,
                                             int(layout.n * layout.itemsize), attrs, overwrite,
-                                            check)
+                                            check, src.local_path)
     seconds = time.perf_counter() - t0
     ahead = early_read.end()  # chunks the tasks took from the command's early read, if any
     st = job.stats

@@ -31,6 +31,7 @@ import functools
 import logging
 import os
 import shutil
+import stat
 import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
@@ -219,12 +220,15 @@ class Target:
 
         try:
             os.makedirs(self.parent, exist_ok=True)
-            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = self._open_lock()
         except OSError as e:  # a file where a directory must be, a read-only place...
             why = f"{e.strerror or e} ({e.filename})"
             blocking = _file_in_the_way(self.parent)
             if blocking is not None:  # makedirs says "File exists" of it
                 why = f"{blocking} is a file, not a directory"
+            elif e.errno == errno.ELOOP:
+                why = (f"{self.lock_path} is a symbolic link, not the lock file of dask "
+                       "compact; remove it (the job would have written through it)")
             raise click.BadParameter(f"cannot write beside {self.output!r}: {why}",
                                      param_hint="OUTPUT") from None
         while True:
@@ -246,10 +250,19 @@ class Target:
             if same:
                 break
             os.close(fd)
-            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-        os.ftruncate(fd, 0)
-        os.write(fd, f"pid {os.getpid()} on {os.uname().nodename}".encode())
+            fd = self._open_lock()
+        st = os.fstat(fd)
+        if stat.S_ISREG(st.st_mode) and st.st_nlink == 1:  # a file of ours alone
+            os.ftruncate(fd, 0)
+            os.write(fd, f"pid {os.getpid()} on {os.uname().nodename}".encode())
         self._lock_fd = fd
+
+    def _open_lock(self) -> int:
+        """The lock file, made if absent, never through a symbolic link: until 2026-12-01
+        (fifteenth session, a probe) a link at the lock's name led the job to write its pid
+        over the file it pointed to. (A file of several hard links, as a snapshot tool makes
+        of a stale lock, is locked but not written: see acquire().)"""
+        return os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
 
     def release(self) -> None:
         if self._lock_fd is None:
@@ -648,10 +661,94 @@ def check_overlap(src: _Input, target: Target) -> None:
     file system they cache), for an archive's member (``zip://x::/p/g.zip``) as the archive
     file, and, for a ``reference://`` INPUT, against every file its references point to."""
     out = _place(None if target.url else target.path, target.output if target.url else None)
-    for place in _input_places(src.local_path, src.url):
-        if _overlap(place, out):
+    places = _input_places(src.local_path, src.url)
+    for place in places:
+        if _overlap(place, out) or (place[0] == out[0] == "file"
+                                    and _linked_overlap(place[1], out[1])):
             raise click.BadParameter("OUTPUT must not be INPUT, lie inside it or contain it",
                                      param_hint="OUTPUT")
+    # What killed jobs left beside OUTPUT, which this job removes (Target.clean_stale) or
+    # continues: until 2026-12-01 (fifteenth session, a probe) an INPUT there (an old output
+    # a killed --overwrite had swapped out, compacted again to salvage it) was removed as
+    # litter, and the job failed reading it.
+    for name in target._stale():
+        left = ("file", os.path.realpath(os.path.join(target.parent, name)))
+        for place in places:
+            if _overlap(place, left) or (place[0] == "file"
+                                         and _linked_overlap(place[1], left[1])):
+                raise click.BadParameter(
+                    f"OUTPUT must not be INPUT, lie inside it or contain it: INPUT is in "
+                    f"{left[1]}, left beside OUTPUT by an interrupted job, which a job on "
+                    "OUTPUT removes (or continues); move it elsewhere first, or choose "
+                    "another OUTPUT", param_hint="OUTPUT")
+
+
+def _linked_overlap(inp: str, out: str) -> bool:
+    """Whether the local INPUT ``inp`` and OUTPUT ``out`` overlap as the file system sees them
+    (folders by device and inode), where their paths do not: INPUT read through links
+    (a group's field linked to ``prev.zarr/values``, an array's ``c`` to another folder; zarr
+    follows them, :func:`.reader.walk_files`), or one folder mounted twice (a bind mount, an
+    NFS export under two paths). Until 2026-12-01 (fifteenth session, a probe) only the
+    paths were compared, and ``--overwrite`` of such a ``prev.zarr`` replaced the folders
+    INPUT read, exit 0.
+
+    OUTPUT (or the deepest folder of it that exists: where it would be made) lies in INPUT
+    where one of its ancestors is one of INPUT's folders; INPUT lies in OUTPUT where OUTPUT
+    is an ancestor of INPUT or of a folder a link in it leads to. One walk of INPUT's
+    folders (the input's fingerprint walks its files too), then a few ``stat`` calls."""
+    folders, roots = _folders_of(inp)
+    out_chain = _ancestors(out)
+    if folders & set(out_chain):
+        return True
+    if not os.path.isdir(out):
+        return False
+    here = out_chain[0]
+    return any(here in _ancestors(root) for root in roots)
+
+
+def _folders_of(root: str) -> tuple[set[tuple[int, int]], list[str]]:
+    """(device, inode) of ``root`` and of every folder under it, links followed (each folder
+    once); and the paths ``root`` and each linked folder lead to."""
+    seen: set[tuple[int, int]] = set()
+    roots = [os.path.realpath(root)]
+    if not os.path.isdir(root):
+        return seen, roots
+    st = os.stat(root)
+    seen.add((st.st_dev, st.st_ino))
+    stack = [root]
+    while stack:
+        with os.scandir(stack.pop()) as entries:
+            for e in entries:
+                try:
+                    if not e.is_dir():  # follows a link; no stat for a plain file
+                        continue
+                    st = e.stat()
+                except OSError:  # a dangling link: nothing is read there
+                    continue
+                if (st.st_dev, st.st_ino) in seen:
+                    continue
+                seen.add((st.st_dev, st.st_ino))
+                stack.append(e.path)
+                if e.is_symlink():
+                    roots.append(os.path.realpath(e.path))
+    return seen, roots
+
+
+def _ancestors(path: str) -> list[tuple[int, int]]:
+    """(device, inode) of the deepest part of ``path`` that exists, then of each folder above
+    it up to ``/``."""
+    chain: list[tuple[int, int]] = []
+    path = os.path.realpath(path)
+    while True:
+        try:
+            st = os.stat(path)
+            chain.append((st.st_dev, st.st_ino))
+        except OSError:
+            pass
+        up = os.path.dirname(path)
+        if up == path:
+            return chain
+        path = up
 
 
 def _overlap(a: tuple[str, str], b: tuple[str, str]) -> bool:

@@ -618,7 +618,7 @@ def run_records_job(runner: Runner, inp: GroupInput, target: Target, where: str,
     before = (reader.fingerprint, job_desc["copied"])
     job, selected, threads = stream_and_commit(
         runner, target, make_job, names, show, inp.bytes, attrs, overwrite,
-        input_unchanged(before, lambda: identity_now(inp)))
+        input_unchanged(before, lambda: identity_now(inp)), inp.local_path)
     seconds = time.perf_counter() - t0
     return {
         "input": input_path,

@@ -147,6 +147,56 @@ def check_workers_see(client: Any, tmp: str) -> None:
     )
 
 
+def input_seen(path: str) -> tuple[str, str]:
+    """Run on each worker (and here): (its host, a digest of what it sees at the local INPUT
+    ``path``: every file under the folder by path, size and modification time, as the
+    input's fingerprint lists them, or the file's size and modification time; "" where
+    nothing is there). No device or inode: one NFS file has another on each host."""
+    import hashlib
+
+    from .reader import walk_files
+
+    host = socket.gethostname()
+    try:
+        if os.path.isdir(path):
+            seen: list[Any] = sorted((rel, st.st_size, st.st_mtime_ns)
+                                     for rel, st in walk_files(path))
+        else:
+            st = os.stat(path)
+            seen = [(st.st_size, st.st_mtime_ns)]
+    except OSError:
+        return host, ""
+    return host, hashlib.sha1(repr(seen).encode()).hexdigest()
+
+
+def check_workers_read(client: Any, path: str | None) -> None:
+    """Refuse the job (a usage error on INPUT, exit 2) unless every worker of ``client``
+    sees at the local INPUT ``path`` the files this process sees there (:func:`input_seen`):
+    the workers read INPUT's chunks, this process checks and names them. Until 2026-12-01
+    (fifteenth session, a probe) a ``--scheduler`` worker with its own disk at INPUT's
+    folder (another store of that shape and dtype) had its store compacted and committed as
+    INPUT's selection, exit 0. One listing of INPUT on each worker."""
+    if path is None:
+        return
+    _, here = input_seen(path)
+    answers = client.run(input_seen, path)
+    wrong = sorted((addr, host, digest) for addr, (host, digest) in answers.items()
+                   if digest != here)
+    if not wrong:
+        return
+    names = {addr: w.get("name", addr) for addr, w in client.scheduler_info()["workers"].items()}
+    listed = "; ".join(f"worker {names.get(addr, addr)!r} ({addr}, host {host}): "
+                       + ("nothing there" if not digest else "other files")
+                       for addr, host, digest in wrong[:3])
+    more = f" and {len(wrong) - 3} more" if len(wrong) > 3 else ""
+    raise click.BadParameter(
+        f"INPUT must be the same on every worker (the workers read its chunks): {len(wrong)} "
+        f"of the cluster's {len(answers)} workers see other files at {path} than this "
+        f"machine ({socket.gethostname()}) does ({listed}{more}). Nothing was started or "
+        "written: put INPUT on a file system every worker shares with this machine, mounted "
+        "at the same path", param_hint="INPUT")
+
+
 def _remove_check_folder(folder: str) -> None:
     """Remove the check folder, Ctrl-C waiting; once more after a moment where a worker's
     file landed as it was removed (an interrupt cut the client's wait, not the workers')."""
