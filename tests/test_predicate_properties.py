@@ -12,9 +12,12 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+from dask_compact import compact_records
 from dask_compact.backends.numpy_backend import compact
 from dask_compact.codegen.numba_loop import UnsupportedPredicate, fused_loop
+from dask_compact.codegen.numba_records import record_bits_loop
 from dask_compact.predicate.expr import ParamOverflow, evaluate
+from dask_compact.predicate.fields import record_predicate
 from dask_compact.predicate.parse import parse
 from dask_compact.predicate.trace import trace
 
@@ -263,3 +266,30 @@ def numba_ahead_loops(test_name: str, params: dict) -> list | None:
                 for dt in ("float32", "float64")
                 for f in _float_special_predicates(np.dtype(dt).type(FLOAT_SPECIALS[2]))]
     return None
+
+
+@pytest.mark.parametrize("dt", ["float32", "float64"])
+def test_float_floor_division_and_remainder_run_in_the_loop(dt):
+    """Float ``//`` and ``%`` compile into the fused loop (NumPy's npy_divmod spelled out) and
+    give NumPy's answers bit for bit, special values included. Until 2026-12-01 (fifteenth
+    session, a mixed-dtype probe) the helpers called ``math.fmod``, which numba does not
+    compile: every float floor division or remainder (``x % 1.0 == 0``, and an int divided by
+    a float, a mixed int64/uint64 ``//``) took the mask path, the helpers never ran."""
+    a = np.array(FLOAT_SPECIALS + [7.0, -7.0, 2.5, 1e300, -3e-320, 5.5], dt)
+    x, y = np.repeat(a, a.size), np.tile(a, a.size)
+    for f in (lambda v, w: np.signbit(v // w), lambda v, w: (v // w) > 1,
+              lambda v, w: np.isnan(v % w), lambda v, w: np.signbit(v % w),
+              lambda v, w: (v % w) > 0.5, lambda v, w: (v // w) == (v % w)):
+        with np.errstate(all="ignore"):
+            want = f(x, y)
+        pred = compact_records({"v": x, "w": y}, f, indices=True)["indices"]
+        assert np.array_equal(pred, np.flatnonzero(want))
+        tp = record_predicate(f, ("v", "w")).typed({"v": x.dtype, "w": y.dtype})
+        record_bits_loop(tp)  # compiled, not refused
+    for w in (2.5, -0.0, np.inf, -7.0):
+        for f in (lambda v: np.signbit(v // w), lambda v: (v % w) == 0):
+            with np.errstate(all="ignore"):
+                want = f(x)
+            fused_loop(trace(f).typed(x.dtype), "both")  # compiled, not refused
+            got, idx = compact(x, trace(f), "both", True, None, 0)
+            assert _bits(got) == _bits(x[want]) and np.array_equal(idx, np.flatnonzero(want))

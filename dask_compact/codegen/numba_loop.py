@@ -330,12 +330,15 @@ def {name}(a, b):
     return {t}(a {op} b)"""
         else:
             # npy_divmod / npy_floor_divide / npy_remainder (npymath), in the loop's float type.
+            # np.fmod, not math.fmod, which numba does not compile: until 2026-12-01 (fifteenth
+            # session, a mixed-dtype probe) every float // and % took the mask path. fmod is
+            # exact, so numba's (LLVM's frem) and C's agree bit for bit.
             zero, one, half = f"{t}(0)", f"{t}(1)", f"{t}(0.5)"
             if fn == "floor_divide":
                 body = f"""
     if b == 0:
         return {t}(a / b)
-    mod = {t}(math.fmod(a, b))
+    mod = {t}(np.fmod(a, b))
     div = {t}((a - mod) / b)
     if mod != 0:
         if (b < 0) != (mod < 0):
@@ -349,7 +352,7 @@ def {name}(a, b):
     return floordiv"""
             else:
                 body = f"""
-    mod = {t}(math.fmod(a, b))
+    mod = {t}(np.fmod(a, b))
     if b == 0:
         return mod
     if mod != 0:
