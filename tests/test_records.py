@@ -575,7 +575,7 @@ def _mixed_record_cases(draw):
     return fields, text, draw(st.sampled_from([1, 7, 64]))
 
 
-@settings(max_examples=100, deadline=None, derandomize=True, database=None)
+@settings(max_examples=50, deadline=None, derandomize=True, database=None)
 @given(_mixed_record_cases())
 def test_mixed_dtype_predicates_against_numpy(case):
     """A predicate combining fields of different dtypes and constants gives what NumPy gives
