@@ -245,11 +245,15 @@ def test_small_unstable_auto_calls_take_the_single_pass_kernel(monkeypatch):
     from dask_compact import compact_into
     from dask_compact.backends import cupy_ready
 
-    kernels = []
+    kernels, speculated = [], []
     real = cupy_ready.PackedKernel.__init__
     monkeypatch.setattr(cupy_ready.PackedKernel, "__init__",
                         lambda self, plan, output: real(self, plan, output)
                         or kernels.append(plan.spec.algorithm))
+    real_speculate = cupy_ready.OneReadCall._speculate
+    monkeypatch.setattr(cupy_ready.OneReadCall, "_speculate",
+                        lambda self, *a: speculated.append(self.kernel.hybrid)
+                        or real_speculate(self, *a))
     monkeypatch.setattr(cb, "UNSTABLE_SINGLE_PASS_MAX_N", 50_000)
     rng = np.random.default_rng(5)
     for n, algorithm, want_kernel in [(50_000, "auto", "single-pass"),
@@ -266,14 +270,17 @@ def test_small_unstable_auto_calls_take_the_single_pass_kernel(monkeypatch):
         want = np.sort(h[h < 0.25])  # the unordered kernel: compared as sets
         np.testing.assert_array_equal(np.sort(got), want)
         np.testing.assert_array_equal(np.sort(cupy.asnumpy(out[:k])), want)
-        assert kernels == [want_kernel] * 2, (n, algorithm, kernels)
         if algorithm == "auto" and want_kernel == "hybrid":
-            # once the predicate has selected: the single-pass kernel's speculative call
-            # (one read, no copy; cupy_backend.compact), the order kept
-            del kernels[:]
+            # the call takes the hybrid; the repeated call kept after it, made once the
+            # predicate has selected, the single-pass kernel's speculative call (one read, no
+            # copy; cupy_backend._exact_algorithm), which the next call runs, order kept
+            assert kernels == ["hybrid", "single-pass", "hybrid"], kernels
+            del speculated[:]
             again = cupy.asnumpy(compact_array(a, pred, stable=False))
             np.testing.assert_array_equal(again, h[h < 0.25])
-            assert kernels == ["single-pass"], kernels
+            assert speculated == [False], speculated
+        else:
+            assert kernels == [want_kernel] * 2, (n, algorithm, kernels)
 
 
 @pytest.mark.parametrize("dtype", ["int8", "float16", "float32", "complex128"])
