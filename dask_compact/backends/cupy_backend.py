@@ -56,7 +56,7 @@ from .cupy_device import (
 from .cupy_launch import thread_key
 from .cupy_launchers import LAUNCHERS, Plan, tile_words, with_count
 from .cupy_modules import device_cc, typed_functor
-from .cupy_ready import SPIN_MAX_N, IntoCall, OneReadCall, learn
+from .cupy_ready import SPIN_MAX_N, IntoCall, OneReadCall, fraction_key, learn, learned
 from .cupy_source import ModuleSpec
 from .cupy_tuning import (
     EXACT_MODES,
@@ -298,7 +298,7 @@ def _reads_once(memo: dict | None, dtype: np.dtype, output: str, n: int) -> bool
         return False
     if always_reads_once(n, dtype, output):
         return True
-    frac = memo.get(("fraction", dtype, output))
+    frac = learned(memo, dtype, output)
     if frac is None:
         return False
     return frac < ONE_READ_MARGIN * dtype.itemsize / (2 * _out_bytes(dtype, output))
@@ -406,8 +406,7 @@ def _selected_before(pred: Predicate, dtype: np.dtype, output: str) -> bool:
     """Whether ``pred`` has run on ``dtype`` for ``output`` before: its single-pass ready call
     then writes into outputs sized from that call's fraction (OneReadCall._speculate), at any
     fraction."""
-    memo = getattr(pred, "memo", None)
-    return memo is not None and ("fraction", dtype, output) in memo
+    return learned(getattr(pred, "memo", None), dtype, output) is not None
 
 
 def _one_read_call(a: Any, pred: Predicate, output: str, algorithm: str) -> Any:
@@ -422,9 +421,10 @@ def _one_read_call(a: Any, pred: Predicate, output: str, algorithm: str) -> Any:
     # up to ONE_READ_ALWAYS_BYTES / 32 elements every dtype and output reads once (2o - s is
     # at most 32 bytes: complex128 "both"): a small call skips the test
     if a.size > ONE_READ_ALWAYS_BYTES >> 5:
-        memo, dtype = getattr(pred, "memo", None), np.dtype(a.dtype)
+        dtype = np.dtype(a.dtype)
         speculates = algorithm == "single-pass" and _selected_before(pred, dtype, output)
-        if not speculates and not _reads_once(memo, dtype, output, a.size):
+        if not speculates and not _reads_once(getattr(pred, "memo", None), dtype, output,
+                                              a.size):
             return None
     return _ready_call(OneReadCall, a, pred, output, algorithm,
                        cupy.cuda.get_current_stream().ptr)
@@ -560,7 +560,7 @@ def prepare(pred: Predicate, dtype: np.dtype, output: str, stable: bool = True,
 
     sample = cupy.zeros(4096, dtype=dtype)
     plan = _plan(sample, pred, None, output, alg, check=False)
-    key = ("fraction", plan.spec.dtype, output)
+    key = fraction_key(plan.spec.dtype, output)
     had = plan.memo is not None and key in plan.memo
     _run_count_first([(plan, 0)], output, plan.flat.dtype)
     if plan.memo is not None and plan.spec.algorithm != "three-pass":  # as _one_read allows

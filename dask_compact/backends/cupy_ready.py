@@ -28,8 +28,8 @@ from .cupy_modules import compiled, resident_blocks
 from .cupy_source import group_of
 from .cupy_tuning import COPY_BLOCK, COPY_MAX_GRID
 
-__all__ = ["PackedKernel", "CopyOut", "OneReadCall", "IntoCall", "learn", "speculated",
-           "KEEP_SCRATCH_BYTES"]
+__all__ = ["PackedKernel", "CopyOut", "OneReadCall", "IntoCall", "fraction_key", "learn",
+           "learned", "speculated", "KEEP_SCRATCH_BYTES"]
 
 # Scratch of a cached small call is kept with it up to this many bytes (2^20 float64 values, or
 # 2^20 indices), saving an allocation from CuPy's pool and its return per call; larger calls
@@ -51,11 +51,22 @@ WORD_SETS = 16
 WORD_SETS_BYTES = 256 << 10
 
 
+def fraction_key(dtype: np.dtype, output: str) -> tuple:
+    """The key of a predicate's memo under which :func:`learn` keeps its selected fraction."""
+    return ("fraction", dtype, output)
+
+
 def learn(memo: dict | None, dtype: np.dtype, output: str, total: int, n: int) -> None:
     """What the next call of this predicate on ``dtype`` chooses its exact path by: the
-    fraction this call selected (cupy_backend._one_read)."""
+    fraction this call selected (cupy_backend._one_read, OneReadCall._speculate)."""
     if memo is not None and n:
-        memo[("fraction", dtype, output)] = total / n
+        memo[fraction_key(dtype, output)] = total / n
+
+
+def learned(memo: dict | None, dtype: np.dtype, output: str) -> float | None:
+    """The fraction the predicate's last call on ``dtype`` for ``output`` selected
+    (:func:`learn`), or None before its first."""
+    return None if memo is None else memo.get(fraction_key(dtype, output))
 
 
 class PackedKernel:
@@ -225,9 +236,7 @@ class OneReadCall:
 
     def __call__(self, a: Any, base: int) -> Any:
         output = self.output
-        frac = None
-        if self.mapped and self.memo is not None:
-            frac = self.memo.get(("fraction", self.dtype, output))
+        frac = learned(self.memo, self.dtype, output) if self.mapped else None
         if frac is not None:
             return self._speculate(a, base, frac)
         vals, idx = self._scratch()
