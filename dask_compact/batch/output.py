@@ -662,41 +662,49 @@ def check_overlap(src: _Input, target: Target) -> None:
     file, and, for a ``reference://`` INPUT, against every file its references point to."""
     out = _place(None if target.url else target.path, target.output if target.url else None)
     places = _input_places(src.local_path, src.url)
-    for place in places:
-        if _overlap(place, out) or (place[0] == out[0] == "file"
-                                    and _linked_overlap(place[1], out[1])):
-            raise click.BadParameter("OUTPUT must not be INPUT, lie inside it or contain it",
-                                     param_hint="OUTPUT")
+    walks: dict[str, tuple[set[tuple[int, int]], list[str]]] = {}  # each INPUT folder once
+
+    def overlaps(place: tuple[str, str], other: tuple[str, str]) -> bool:
+        if _overlap(place, other):
+            return True
+        if place[0] != "file" or other[0] != "file":
+            return False
+        if place[1] not in walks:
+            walks[place[1]] = _folders_of(place[1])
+        return _linked_overlap(walks[place[1]], other[1])
+
+    if any(overlaps(place, out) for place in places):
+        raise click.BadParameter("OUTPUT must not be INPUT, lie inside it or contain it",
+                                 param_hint="OUTPUT")
     # What killed jobs left beside OUTPUT, which this job removes (Target.clean_stale) or
     # continues: until 2026-12-01 (fifteenth session, a probe) an INPUT there (an old output
     # a killed --overwrite had swapped out, compacted again to salvage it) was removed as
     # litter, and the job failed reading it.
     for name in target._stale():
         left = ("file", os.path.realpath(os.path.join(target.parent, name)))
-        for place in places:
-            if _overlap(place, left) or (place[0] == "file"
-                                         and _linked_overlap(place[1], left[1])):
-                raise click.BadParameter(
-                    f"OUTPUT must not be INPUT, lie inside it or contain it: INPUT is in "
-                    f"{left[1]}, left beside OUTPUT by an interrupted job, which a job on "
-                    "OUTPUT removes (or continues); move it elsewhere first, or choose "
-                    "another OUTPUT", param_hint="OUTPUT")
+        if any(overlaps(place, left) for place in places):
+            raise click.BadParameter(
+                f"OUTPUT must not be INPUT, lie inside it or contain it: INPUT is in "
+                f"{left[1]}, left beside OUTPUT by an interrupted job, which a job on "
+                "OUTPUT removes (or continues); move it elsewhere first, or choose "
+                "another OUTPUT", param_hint="OUTPUT")
 
 
-def _linked_overlap(inp: str, out: str) -> bool:
-    """Whether the local INPUT ``inp`` and OUTPUT ``out`` overlap as the file system sees them
-    (folders by device and inode), where their paths do not: INPUT read through links
-    (a group's field linked to ``prev.zarr/values``, an array's ``c`` to another folder; zarr
-    follows them, :func:`.reader.walk_files`), or one folder mounted twice (a bind mount, an
-    NFS export under two paths). Until 2026-12-01 (fifteenth session, a probe) only the
-    paths were compared, and ``--overwrite`` of such a ``prev.zarr`` replaced the folders
-    INPUT read, exit 0.
+def _linked_overlap(walk: tuple[set[tuple[int, int]], list[str]], out: str) -> bool:
+    """Whether the local INPUT (its folders, ``walk``) and OUTPUT ``out`` overlap as the file
+    system sees them (folders by device and inode), where their paths do not: INPUT read
+    through links (a group's field linked to ``prev.zarr/values``, an array's ``c`` to another
+    folder; zarr follows them, :func:`.reader.walk_files`), or one folder mounted twice (a
+    bind mount, an NFS export under two paths). Until 2026-12-01 (fifteenth session, a probe)
+    only the paths were compared, and ``--overwrite`` of such a ``prev.zarr`` replaced the
+    folders INPUT read, exit 0.
 
     OUTPUT (or the deepest folder of it that exists: where it would be made) lies in INPUT
     where one of its ancestors is one of INPUT's folders; INPUT lies in OUTPUT where OUTPUT
-    is an ancestor of INPUT or of a folder a link in it leads to. One walk of INPUT's
-    folders (the input's fingerprint walks its files too), then a few ``stat`` calls."""
-    folders, roots = _folders_of(inp)
+    is an ancestor of INPUT or of a folder a link in it leads to. ``walk``: INPUT's folders
+    (:func:`_folders_of`, walked once by :func:`check_overlap` for OUTPUT and every leftover
+    beside it; the input's fingerprint walks its files too), then a few ``stat`` calls."""
+    folders, roots = walk
     out_chain = _ancestors(out)
     if folders & set(out_chain):
         return True
