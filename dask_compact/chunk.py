@@ -14,7 +14,9 @@ from .dispatch import (
     compact_masked,
     compact_runs,
     remember_call,
+    remember_into,
     repeated_call,
+    repeated_into,
 )
 from .dispatch import compact_into as compact_into_chunk
 from .predicate import Predicate, PredicateLike, as_predicate
@@ -367,7 +369,13 @@ def compact_into(
     if algorithm == "scan":
         raise ValueError('compact_into does not run algorithm="scan" (a comparison path of '
                          "compact_array and map_compact); use the default")
-    given = a
+    # The same predicate on the same kind of input into the same buffers and count again (a
+    # loop of small sync-free calls): the call kept the last time, without the checks it
+    # passed then
+    done = repeated_into(a, pred, out, output, count, stream, stable, algorithm)
+    if done is not None:
+        return done
+    given, given_out = a, out
     a, p = _checked("compact_into", a, pred, output, stable, algorithm, stream)
     if output == "both":
         if not isinstance(out, (tuple, list)) or len(out) != 2:
@@ -377,10 +385,13 @@ def compact_into(
         values, indices = out, None
     else:
         values, indices = None, out
+    passed = (values, indices, count)
     values, indices, count = in_memory(values), in_memory(indices), in_memory(count)
+    # the caller's own arrays, as they will be passed again (none converted for the call)
+    own = all(x is y for x, y in zip(passed, (values, indices, count)))
+    given_count = count
     # NumPy buffers of the other byte order (np.empty_like(a) of a big-endian a, whose dtype
     # NumPy's a[m] keeps): written through native views, then swapped (other_order_view)
-    given_count = count
     values, swap_values = other_order_view(values, a.dtype)
     indices, swap_indices = other_order_view(indices, np.dtype(np.int64))
     count, swap_count = other_order_view(count, counted(count))
@@ -410,4 +421,6 @@ def compact_into(
     if swap_values or swap_indices or swap_count:
         swapped = [b for b, swap in ((values, swap_values), (indices, swap_indices)) if swap]
         swap_written(swapped, int(got[0]), got if swap_count else None)
+    elif own and given is a:
+        remember_into(a, pred, p, given_out, output, given_count, stream, stable, algorithm)
     return got if given_count is None else given_count

@@ -62,6 +62,12 @@ Backend contract (both functions, every backend):
     kind of array (CuPy: the ready one-read call of a small call); every other type: None,
     and nothing kept.
 
+``repeated_into(a, pred_like, out, output, count, stream, stable, algorithm) -> count or None``
+and ``remember_into(a, pred_like, pred, out, output, count, stream, stable, algorithm)``
+    The same for :func:`dask_compact.compact_into`, kept per predicate, the input's kind
+    (type, dtype, size) and the buffers' and count's memory: the repeated call runs at once
+    and returns the count, or None where nothing is kept.
+
 ``repeated_records_call(like, fields, pred_like, indices) -> call or None`` and
 ``remember_records_call(like, fields, pred_like, pred, indices)``
     The same for :func:`dask_compact.compact_records` on in-memory fields (dispatched on one
@@ -95,6 +101,8 @@ scan_chunk = Dispatch("scan_chunk")
 scan_total = Dispatch("scan_total")
 repeated_call = Dispatch("repeated_call")
 remember_call = Dispatch("remember_call")
+repeated_into = Dispatch("repeated_into")
+remember_into = Dispatch("remember_into")
 repeated_records_call = Dispatch("repeated_records_call")
 remember_records_call = Dispatch("remember_records_call")
 repeated_records_into = Dispatch("repeated_records_into")
@@ -106,8 +114,9 @@ def _nothing_kept(*args: object) -> None:
     return None
 
 
-for _keeper in (repeated_call, remember_call, repeated_records_call, remember_records_call,
-                repeated_records_into, remember_records_into):
+for _keeper in (repeated_call, remember_call, repeated_into, remember_into,
+                repeated_records_call, remember_records_call, repeated_records_into,
+                remember_records_into):
     _keeper.register(object, _nothing_kept)
 
 
@@ -201,6 +210,8 @@ def _concat_scan_compactions(impl, blocks, pred, output, bases, xp):
 @scan_total.register_lazy("cupy")
 @repeated_call.register_lazy("cupy")
 @remember_call.register_lazy("cupy")
+@repeated_into.register_lazy("cupy")
+@remember_into.register_lazy("cupy")
 @repeated_records_call.register_lazy("cupy")
 @remember_records_call.register_lazy("cupy")
 @repeated_records_into.register_lazy("cupy")
@@ -208,7 +219,7 @@ def _concat_scan_compactions(impl, blocks, pred, output, bases, xp):
 def _register_cupy() -> None:
     import cupy
 
-    from .backends import cupy_backend, cupy_scan
+    from .backends import cupy_backend, cupy_into_repeat, cupy_scan
 
     compact_chunk.register(cupy.ndarray, _compact_chunk_cupy)
     compact_masked.register(cupy.ndarray, cupy_backend.compact_masked)
@@ -221,6 +232,8 @@ def _register_cupy() -> None:
     scan_total.register(cupy.ndarray, cupy_scan.total)
     repeated_call.register(cupy.ndarray, cupy_backend.repeated_call)
     remember_call.register(cupy.ndarray, cupy_backend.remember_call)
+    repeated_into.register(cupy.ndarray, cupy_into_repeat.repeated_into)
+    remember_into.register(cupy.ndarray, cupy_into_repeat.remember_into)
     repeated_records_call.register(cupy.ndarray, _repeated_records_call_cupy)
     remember_records_call.register(cupy.ndarray, _remember_records_call_cupy)
     repeated_records_into.register(cupy.ndarray, _repeated_records_into_cupy)

@@ -248,3 +248,101 @@ def test_input_of_the_other_byte_order_matches_numpy(dtype, ready, monkeypatch):
         assert k == int(m.sum())
         np.testing.assert_array_equal(cupy.asnumpy(out["indices"][:k]), np.flatnonzero(m))
         np.testing.assert_array_equal(cupy.asnumpy(out["id"][:k]), np.flatnonzero(m) * 3)
+
+
+# ----------------------------------------------------------------- the repeated call ---------
+# (backends/cupy_into_repeat.py: the same predicate, kind of input, buffers, count and stream
+# again run the call kept the last time, without the public checks)
+
+
+def _checks_counted(monkeypatch) -> list:
+    import dask_compact.chunk as chunk
+
+    seen: list = []
+    real = chunk._checked
+
+    def counted(*args, **kwargs):
+        seen.append(args[0])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(chunk, "_checked", counted)
+    return seen
+
+
+@pytest.mark.parametrize("output", ["values", "indices", "both"])
+@pytest.mark.parametrize("stable", [True, False])
+@pytest.mark.parametrize("pred", ["string", "lambda"])
+def test_repeated_call_on_new_inputs_into_the_same_buffers_matches_numpy(output, stable, pred,
+                                                                         monkeypatch):
+    """A loop of calls on new batches into the same buffers and count checks only the first
+    call; every batch's selection equals NumPy's, and the buffers' tails stay untouched."""
+    seen = _checks_counted(monkeypatch)
+    n = (1 << 20) + 7
+    v, i = poisoned(n, np.float32), poisoned(n, np.int64)
+    out = {"values": v, "indices": i, "both": (v, i)}[output]
+    count = cupy.zeros(1, dtype=np.int64)
+    for seed, t in [(1, 50.0), (2, 5.0), (3, 95.0), (4, -1.0), (5, 101.0), (6, 50.0)]:
+        a_np = data(n, "float32", seed=seed)
+        p = f"x < {t!r}" if pred == "string" else (lambda x, t=t: x < t)
+        v.view(np.uint8).fill(POISON)
+        i.view(np.uint8).fill(POISON)
+        assert compact_into(cupy.asarray(a_np), p, out, output=output, count=count,
+                            stable=stable) is count
+        m = a_np < t
+        k = int(count[0])
+        assert k == int(m.sum())
+        if output != "indices":
+            same_set(cupy.asnumpy(v[:k]), a_np[m], stable)
+            assert (cupy.asnumpy(v[k:]).view(np.uint8) == POISON).all()
+        if output != "values":
+            same_set(cupy.asnumpy(i[:k]), np.flatnonzero(m), stable)
+            assert (cupy.asnumpy(i[k:]).view(np.uint8) == POISON).all()
+    # checked once per threshold: the second t = 50.0 call, like every repeat, was not
+    assert len(seen) == 5, seen
+
+
+def test_repeated_call_refuses_an_input_in_a_buffer_as_the_first_call_does():
+    """The input's overlap with the buffers is compared on every repeated call: an input that
+    is a view of the output buffer is refused, not compacted in place."""
+    n = 4097
+    out = cupy.empty(2 * n, np.float32)
+    count = cupy.zeros(1, dtype=np.int64)
+    a = cupy.asarray(data(n, "float32", seed=7))
+    compact_into(a, "x < 60", out, count=count)
+    compact_into(a, "x < 60", out, count=count)  # kept
+    inside = out[n // 2 : n // 2 + n]
+    inside[:] = a
+    before = inside.copy()
+    with pytest.raises(ValueError, match="overlaps the input"):
+        compact_into(inside, "x < 60", out, count=count)
+    cupy.testing.assert_array_equal(inside, before)
+    # the count overlapping the input too, on a kept call of one element
+    one = cupy.asarray([5.0], dtype=np.float32)
+    for _ in range(2):
+        compact_into(one, "x < 60", out[:1], count=count)
+    with pytest.raises(ValueError, match="overlap"):
+        compact_into(count.view(np.float32)[:1], "x < 60", out[:1], count=count)
+
+
+def test_repeated_call_with_a_new_count_each_time_and_other_streams():
+    """Without ``count`` every repeated call returns a new count array; a call on another
+    stream, or on an input that is not contiguous, takes its own (checked) path; each result
+    equals NumPy's."""
+    n = 65_537
+    out = cupy.empty(n, np.float64)
+    a_np = data(n, "float64", seed=8)
+    a = cupy.asarray(a_np)
+    counts = [compact_into(a, "x < 30", out) for _ in range(3)]
+    assert len({id(c) for c in counts}) == 3
+    assert all(int(c[0]) == int((a_np < 30).sum()) for c in counts)
+    s = cupy.cuda.Stream(non_blocking=True)
+    s.wait_event(cupy.cuda.Stream.null.record())
+    for _ in range(2):
+        c = compact_into(a, "x < 30", out, stream=s)
+        s.synchronize()
+        np.testing.assert_array_equal(cupy.asnumpy(out[: int(c.get()[0])]), a_np[a_np < 30])
+    big_np = data(2 * n, "float64", seed=9)
+    strided = cupy.asarray(big_np)[::2]
+    c = compact_into(strided, "x < 30", out)
+    want = big_np[::2][big_np[::2] < 30]
+    np.testing.assert_array_equal(cupy.asnumpy(out[: int(c[0])]), want)
