@@ -125,19 +125,29 @@ def field_dtypes(dtypes: Any) -> tuple:
     return tuple(sorted((str(k), np.dtype(v)) for k, v in dict(dtypes).items()))
 
 
-@functools.lru_cache(maxsize=1024)
 def _typed(expr: Node, dtype: Any, source: str) -> TypedPredicate:
+    tp = _typed_tree(expr, dtype)
+    if isinstance(tp, np.dtype):
+        raise TypeError(
+            f"predicate {source} gives {tp} values for "
+            f"{_describe_dtype(dtype) + ' input' if dtype != () else 'no field (a constant)'}; it "
+            f"must give booleans (a comparison, isnan, ...), e.g. {_bool_example(dtype)}"
+        )
+    return tp
+
+
+@functools.lru_cache(maxsize=1024)
+def _typed_tree(expr: Node, dtype: Any) -> TypedPredicate | np.dtype:
     # Typing walks the tree and asks NumPy for every call's loop: once per (tree, dtype), not
-    # once per chunk. Nodes are frozen dataclasses, so equal trees share the entry.
+    # once per chunk. Nodes are frozen dataclasses, so equal trees share the entry; the
+    # source, which only the refusal names (its result dtype returned for _typed to word),
+    # is not in the key: until 2026-12-02 (sixteenth session) it was, and a string predicate
+    # with a new constant at each call (`f"x < {t}"`) typed its tree anew every time.
     expr = resolve_scalar_powers(expr, dtype)  # `v ** -1`, `v ** 0.5`: by the dtype
     types = infer_types(expr, dtype)
     out = result_dtype(expr, types, dtype)
     if out != np.dtype(bool):
-        raise TypeError(
-            f"predicate {source} gives {out} values for "
-            f"{_describe_dtype(dtype) + ' input' if dtype != () else 'no field (a constant)'}; it "
-            f"must give booleans (a comparison, isnan, ...), e.g. {_bool_example(dtype)}"
-        )
+        return np.dtype(out)
     key = f"{structure_key(expr)}-{dtype_tag(dtype)}"
     return TypedPredicate(expr, dtype, types, key, tuple(param_dtypes(expr, types)),
                           powers=signed_power_exponents(expr, types))
