@@ -99,6 +99,44 @@ def test_resume_after_sigkill_is_bit_identical(zin, tmp_path, where_run):
     assert litter(tmp_path) == []
 
 
+def test_resume_and_the_clean_up_find_what_a_job_on_a_long_name_left(zin, tmp_path):
+    """An OUTPUT whose name is too long for the job's hidden names to take it whole (250
+    bytes; see output.hidden_name): a killed job's temporary output is continued by
+    ``--resume`` and removed by a plain run, as for any OUTPUT, and one left by an earlier
+    version under OUTPUT's whole name (a name of 220 bytes) is removed too. Two OUTPUTs whose
+    names share their first 240 bytes keep apart. INPUT unchanged."""
+    from test_cli_safety import _digest
+
+    path, a = zin
+    before = _digest(path)
+    args = ["--where", "x < 0.5", "--output-chunks", "3000"]
+    out = tmp_path / ("o" * 245 + ".zarr")
+    kill_halfway(tmp_path, path, out, *args, writes=4)
+    left = [n for n in litter(tmp_path) if "tmp" in n]
+    assert len(left) == 1 and len(left[0]) <= 255
+    resumed = json.loads(run(path, out, *args, "--resume", "--json").stdout)
+    assert resumed["resumed_from_chunk"] > 0
+    np.testing.assert_array_equal(group(out)[1]["values"], a[a < 0.5])
+    assert litter(tmp_path) == []
+    shutil.rmtree(out)
+    kill_halfway(tmp_path, path, out, *args, writes=4)
+    res = run(path, out, *args)
+    assert "--resume would have continued it" in res.output
+    np.testing.assert_array_equal(group(out)[1]["values"], a[a < 0.5])
+    assert litter(tmp_path) == []
+    older = tmp_path / ("p" * 215 + ".zarr")
+    earlier = tmp_path / f".{older.name}.dask-compact-tmp-0123456789ab"
+    earlier.mkdir()
+    (earlier / "zarr.json").write_text("{}")
+    run(path, older, *args)
+    assert not earlier.exists() and litter(tmp_path) == []
+    twin = tmp_path / ("o" * 245 + ".zar2")
+    run(path, twin, "--where", "x > 0.9", "--output-chunks", "3000")
+    np.testing.assert_array_equal(group(twin)[1]["values"], a[a > 0.9])
+    np.testing.assert_array_equal(group(out)[1]["values"], a[a < 0.5])
+    assert litter(tmp_path) == [] and _digest(path) == before
+
+
 def _damage(group: Path, how: str) -> None:
     """Change a killed job's temporary group as a user's hand or a disk might."""
     chunk = group / "values" / "c" / "1"  # written, and in the manifest

@@ -695,6 +695,55 @@ def test_output_where_nothing_can_be_written_is_a_short_error(npy, tmp_path):
     assert (tmp_path / "afile").read_text() == "notes"
 
 
+def _digest(path: Path) -> str:
+    """A hash of every file under ``path`` (or of the file), names and bytes: INPUT must be
+    left byte for byte as it was."""
+    import hashlib
+
+    h = hashlib.sha256()
+    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    for p in files:
+        h.update(str(p.relative_to(path) if path.is_dir() else p.name).encode() + b"\0")
+        h.update(p.read_bytes())
+    return h.hexdigest()
+
+
+@pytest.mark.parametrize("length, where_run", [
+    (211, ["--local", "threads"]), (225, ["--local", "threads"]),
+    (236, ["--local", "threads"]), (255, ["--local", "threads"]),
+    (240, ["--local", "processes", "--workers", "2"]),
+], ids=["211", "225", "236", "255", "240-processes"])
+def test_an_output_of_a_long_name_is_written(npy, tmp_path, length, where_run):
+    """An OUTPUT whose name the file system takes, however long: until 2026-12-02 (sixteenth
+    session, the fifteenth session's probe) a name of 225-236 bytes failed after the job
+    started, exit 1 (its hidden working folder's name, OUTPUT's name and 31 characters, past
+    the 255-byte limit), one of 212-224 the same on a cluster (the workers' check folder,
+    44 characters more) and one of 236-255 was refused for its lock's name. Written, replaced
+    with --overwrite, nothing left beside it, INPUT unchanged."""
+    path, a = npy
+    before = _digest(path)
+    out = tmp_path / ("o" * (length - 5) + ".zarr")
+    run(path, out, "--where", "x > 0.5", *where_run)
+    np.testing.assert_array_equal(values(out), a[a > 0.5])
+    run(path, out, "--where", "x > 0.7", "--overwrite", *where_run)
+    np.testing.assert_array_equal(values(out), a[a > 0.7])
+    assert litter(tmp_path) == [] and sorted(os.listdir(tmp_path)) == sorted(["in.npy", out.name])
+    assert _digest(path) == before
+
+
+def test_an_output_whose_name_cannot_exist_is_refused_before_the_job(npy, tmp_path):
+    """A name longer than the file system takes (255 bytes): refused as a bad OUTPUT, exit 2,
+    nothing made (a multi-byte name counted in bytes)."""
+    path, _ = npy
+    before = _digest(path)
+    for name in ("o" * 256, "\u00e9" * 128):  # 256 bytes either way
+        res = run(path, tmp_path / "new" / name, "--where", "x > 0.5", code=2)
+        said = " ".join(res.output.split())
+        assert "Invalid value for OUTPUT" in said and "256 bytes" in said, said
+        assert sorted(os.listdir(tmp_path)) == ["in.npy"]
+    assert _digest(path) == before
+
+
 def test_the_lock_never_writes_into_a_file_of_someone_else(npy, tmp_path):
     """The lock's name beside OUTPUT being a link to a user's file (a symbolic link, or a
     hard link a snapshot tool made of a stale lock file): until 2026-12-01 (fifteenth

@@ -204,8 +204,9 @@ class Target:
             self.path = local(output)
             parent, base = os.path.split(self.path)
             self.parent, self.base = parent, base
-            self.tmp_path = self.tmp = os.path.join(parent, f".{base}{tag}")
-            self.lock_path = os.path.join(parent, f".{base}{LOCK_SUFFIX}")
+            self.hidden = hidden_name(parent, base, output)
+            self.tmp_path = self.tmp = os.path.join(parent, f".{self.hidden}{tag}")
+            self.lock_path = os.path.join(parent, f".{self.hidden}{LOCK_SUFFIX}")
 
     def exists(self) -> bool:
         return self.fs.exists(self.path) if self.url else os.path.lexists(self.path)
@@ -336,8 +337,10 @@ class Target:
     def _stale(self) -> list[str]:
         if self.url or not os.path.isdir(self.parent):
             return []
-        prefix = f".{self.base}{TMP_MARK}"
-        return sorted(n for n in os.listdir(self.parent) if n.startswith(prefix))
+        # and those of an earlier version, which named them after OUTPUT's whole name (a
+        # job killed on an OUTPUT of 212-224 bytes; see hidden_name)
+        prefixes = (f".{self.hidden}{TMP_MARK}", f".{self.base}{TMP_MARK}")
+        return sorted(n for n in os.listdir(self.parent) if n.startswith(prefixes))
 
     def resumable(self, job: dict[str, Any],
                   earlier: Sequence[tuple[dict[str, Any], str]] = (),
@@ -885,6 +888,56 @@ def added_to(store: str, entries: Callable[[str], list[str]]) -> list[str]:
             added += [f"{name}/{e}" for e in sorted(entries(name))
                       if e not in ("zarr.json", "c/", "c") and not e.startswith("c.")]
     return added
+
+
+# The longest name a job gives to what it makes beside OUTPUT, past the name it takes from
+# OUTPUT's (hidden_name): the leading dot, the temporary output's mark and 12-digit id, and the
+# workers' check folder's suffix (.shared.SHARED_CHECK; the replaced output's OLD_SUFFIX and the
+# lock's LOCK_SUFFIX are shorter)
+_BESIDE = 1 + max(len(TMP_MARK) + 12 + max(len(SHARED_CHECK), len(OLD_SUFFIX)),
+                 len(LOCK_SUFFIX))
+_DIGEST = 16  # hex digits of OUTPUT's name's hash in a shortened hidden name
+
+
+def hidden_name(parent: str, base: str, output: str) -> str:
+    """The name that the job's lock, temporary output and check folder beside OUTPUT take
+    from OUTPUT's name ``base`` in the folder ``parent``: ``base`` itself where every one of
+    them fits the file system's limit on a name (255 bytes on most), else as much of it as
+    fits with a hash of the whole name (``ooo…~<16 hex digits>``): the same for every job on
+    OUTPUT, so that a lock keeps two jobs apart and ``--resume`` and the clean-up find what a
+    killed job left, and another for every other OUTPUT in the folder. Until 2026-12-02
+    (sixteenth session, the fifteenth session's probe) they were ``base`` with their
+    suffixes, and an OUTPUT of 225-236 bytes failed after the job had started (the
+    temporary output's name too long; 212-224 on a cluster, where the check folder's is
+    longer), one of 236-255 at its lock. An OUTPUT whose own name is too long is refused
+    here, before anything runs (it had failed at the lock, saying why only in errno's
+    words)."""
+    limit = _name_max(parent)
+    size = len(os.fsencode(base))
+    if size > limit:
+        raise click.BadParameter(
+            f"{output!r}: its name is {size} bytes, longer than the file system allows for "
+            f"a name ({limit} bytes); choose a shorter name", param_hint="OUTPUT")
+    if size + _BESIDE <= limit:
+        return base
+    import hashlib
+
+    digest = hashlib.sha1(os.fsencode(base)).hexdigest()[:_DIGEST]
+    kept = os.fsencode(base)[:limit - _BESIDE - 1 - _DIGEST]
+    return f"{kept.decode('utf-8', 'ignore')}~{digest}"  # a character cut in two left out
+
+
+def _name_max(folder: str) -> int:
+    """The longest name the file system at ``folder`` (or its deepest existing ancestor, where
+    the job will make it) takes, in bytes: 255 where it does not say."""
+    while True:
+        try:
+            return int(os.pathconf(folder or ".", "PC_NAME_MAX"))
+        except (OSError, ValueError):
+            up = os.path.dirname(folder)
+            if not folder or up == folder:
+                return 255
+            folder = up
 
 
 def _file_in_the_way(path: str) -> str | None:
