@@ -579,6 +579,65 @@ def test_overlap_is_refused_through_another_mount_of_the_same_folder(tmp_path):
     assert sorted(p.name for p in store.iterdir()) == ["c", "zarr.json"]
 
 
+def test_the_mount_point_check_sees_real_mount_points(tmp_path):
+    """output.is_mount_point on this machine's own mounts: ``/`` and ``/proc`` are, a folder
+    of the tests' temporary directory is not."""
+    assert output.is_mount_point("/") and output.is_mount_point("/proc")
+    assert not output.is_mount_point(str(tmp_path)) and not output.is_mount_point("/proc/self")
+    assert "/proc" in output.mount_points()
+
+
+@pytest.mark.parametrize("where", ["OUTPUT", "inside"])
+def test_overwrite_of_a_mount_point_is_refused_before_the_job(npy, tmp_path, monkeypatch,
+                                                               where):
+    """``--overwrite`` of an OUTPUT that is a mount point (or holds one): until 2026-12-02
+    (sixteenth session, the fifteenth session's probe) the job ran and failed at the swap,
+    "job failed: OSError: [Errno 16] Device or resource busy", exit 1 (the old output intact,
+    the job for nothing); a mount inside it would have been emptied with the old output.
+    Refused before the job now, exit 2, naming it; the mount faked here (see the test
+    under unshare -m for real ones)."""
+    path, a = npy
+    before = _digest(path)
+    out = tmp_path / "prev.zarr"
+    run(path, out, "--where", "x > 0.5")
+    mounted = os.path.realpath(out if where == "OUTPUT" else out / "values")
+    monkeypatch.setattr(output, "mount_points", lambda: {mounted})
+    res = run(path, out, "--where", "x > 0.7", "--overwrite", code=2)
+    said = " ".join(res.output.split())
+    assert "Invalid value for OUTPUT" in said and f"{mounted} is a mount point" in said, said
+    np.testing.assert_array_equal(values(out), a[a > 0.5])
+    assert litter(tmp_path) == [] and _digest(path) == before
+    monkeypatch.undo()
+    run(path, out, "--where", "x > 0.7", "--overwrite")
+    np.testing.assert_array_equal(values(out), a[a > 0.7])
+
+
+def test_overwrite_of_a_real_mount_point_is_refused_before_the_job(npy, tmp_path):
+    """The same with real mounts, in a mount namespace of its own (``unshare -m``; skipped
+    where not allowed): OUTPUT bind-mounted on itself (one device: os.path.ismount does not
+    see it) and a tmpfs holding a complete output (another device)."""
+    path, a = npy
+    before = _digest(path)
+    bound, tmpfs = _bindable(tmp_path, "bound.zarr", "tmpfs.zarr")
+    for out in (bound, tmpfs):
+        out.rmdir()
+        run(path, out, "--where", "x > 0.5")
+    command = f"{sys.executable} -m dask_compact {path}"
+    script = (f"mount --bind {bound} {bound} && mount -t tmpfs none {tmpfs} && "
+              f"cp -a {bound}/. {tmpfs}/ && "
+              f"for o in {bound} {tmpfs}; do {command} $o -w 'x > 0.7' --overwrite "
+              f"--local threads; echo rc=$?; done; "
+              f"{sys.executable} -c 'import zarr; print(zarr.open_group(\"{tmpfs}\")"
+              f"[\"values\"].shape)'")
+    res = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True,
+                         text=True, timeout=300)
+    assert res.stdout.split().count("rc=2") == 2, res.stdout + res.stderr
+    assert res.stderr.count("is a mount point") == 2, res.stderr
+    assert f"({int((a > 0.5).sum())},)" in res.stdout  # the tmpfs's output as it was
+    np.testing.assert_array_equal(values(bound), a[a > 0.5])
+    assert litter(tmp_path) == [] and _digest(path) == before
+
+
 def test_overwrite_refuses_an_output_holding_what_the_job_did_not_write(npy, tmp_path):
     """A probe's ``--overwrite`` deleted an array, a file and a folder the user had added
     inside a complete output, exit 0: it now refuses, naming them, and touches nothing."""

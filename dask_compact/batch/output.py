@@ -30,6 +30,7 @@ import errno
 import functools
 import logging
 import os
+import re
 import shutil
 import stat
 import uuid
@@ -320,12 +321,31 @@ class Target:
         one and said "job failed", leaving it under a temporary name that made every later
         job on OUTPUT fail. (The directories are what removal needs: a file is unlinked from
         its folder. Root may remove anything: os.access says so.)"""
-        for folder, _, _ in os.walk(self.path):
+        root = os.path.realpath(self.path)
+        mounts = mount_points()
+        for folder, _, _ in os.walk(root):
+            if is_mount_point(folder, mounts):
+                raise click.BadParameter(self._mounted(root, folder), param_hint="OUTPUT")
             if not os.access(folder, os.W_OK | os.X_OK):
                 raise click.BadParameter(
                     f"{self.output!r} cannot be replaced: {folder} is write-protected, so its "
                     "old output could not be removed; make it writable (chmod -R u+w "
                     f"{self.path}) or choose another OUTPUT", param_hint="OUTPUT")
+
+    def _mounted(self, root: str, folder: str) -> str:
+        """Why an old output that is, or holds, the mount point ``folder`` is not replaced:
+        until 2026-12-02 (sixteenth session, the fifteenth session's probe) ``--overwrite``
+        of a mount point ran the job and failed at the swap ("Device or resource busy", exit
+        1: a mount point cannot be renamed), and a mount inside the old output would have
+        been emptied with it (its removal crosses into mounts)."""
+        if folder == root:
+            return (f"{self.output!r} cannot be replaced: {folder} is a mount point (a file "
+                    "system or a bind mount is mounted there), which cannot be moved aside "
+                    "for the new output; write OUTPUT inside it (e.g. "
+                    f"{os.path.join(self.path, self.base)}), or unmount it")
+        return (f"{self.output!r} cannot be replaced: {folder} is a mount point (a file "
+                "system or a bind mount is mounted there), whose files the old output's "
+                "removal would delete; unmount it, or choose another OUTPUT")
 
     def _not_ours(self, what: str) -> str:
         return (
@@ -938,6 +958,33 @@ def _name_max(folder: str) -> int:
             if not folder or up == folder:
                 return 255
             folder = up
+
+
+def mount_points() -> set[str]:
+    """The folders something is mounted on, as this process sees them (its mount namespace's
+    ``/proc/self/mountinfo``: a bind mount of a folder of the same file system too, which
+    ``os.path.ismount`` does not see); empty where that is not there (not Linux)."""
+    try:
+        with open("/proc/self/mountinfo", "rb") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return set()
+    found = set()
+    for line in lines:
+        fields = line.split()
+        if len(fields) > 4:  # the mount point, its blanks and backslashes as octal escapes
+            point = re.sub(rb"\\([0-7]{3})", lambda m: bytes([int(m[1], 8)]), fields[4])
+            found.add(os.fsdecode(point))
+    return found
+
+
+def is_mount_point(folder: str, mounts: set[str] | None = None) -> bool:
+    """Whether something is mounted on ``folder`` (a real path): another device than its
+    parent's (``os.path.ismount``), or among ``mounts`` (:func:`mount_points`, read here if
+    not given)."""
+    if os.path.ismount(folder):
+        return True
+    return folder in (mount_points() if mounts is None else mounts)
 
 
 def _file_in_the_way(path: str) -> str | None:
