@@ -496,6 +496,48 @@ def test_corrupted_chunk_is_named_and_resume_after_the_fix_works(zin, tmp_path):
     np.testing.assert_array_equal(group(out)[1]["values"], a[a > 0.3])
 
 
+@pytest.mark.parametrize("how", ["failed", "SIGINT", "partly there"])
+def test_the_folders_a_failed_job_made_for_output_are_removed(zin, tmp_path, how):
+    """OUTPUT's missing folders are made for its lock and temporary output: until 2026-12-02
+    (sixteenth session, the fifteenth session's probe) they stayed, empty, after a job that
+    failed (a corrupted input chunk) or was interrupted (SIGINT mid-write, ``--local
+    processes``). Now exactly those the job made are removed; a folder that was there
+    before stays (``partly there``: ``new`` was, holding a user's file)."""
+    from test_cli_safety import _digest
+
+    path, a = zin
+    (tmp_path / "kept").mkdir()
+    out = tmp_path / "kept" / "new" / "deeper" / "out.zarr"
+    args = ["--where", "x > 0.3", "--chunks", "1000", "--output-chunks", "1000"]
+    good = (path / "c" / "7").read_bytes()
+    if how != "SIGINT":
+        (path / "c" / "7").write_bytes(b"\x28\xb5\x2f\xfd" + os.urandom(200))
+    if how == "partly there":
+        (tmp_path / "kept" / "new").mkdir()
+        (tmp_path / "kept" / "new" / "notes.txt").write_text("mine")
+    before = _digest(path)
+    if how == "SIGINT":
+        ready = tmp_path / "ready"
+        proc = start("slow-write", ready, path, out, *args, "--local", "processes",
+                     "--workers", "2")
+        wait_for(ready, proc)
+        os.killpg(proc.pid, signal.SIGINT)
+        _, stderr = proc.communicate(timeout=120)
+        assert proc.returncode == 130 and "was not written" in stderr, stderr
+    else:
+        res = run(path, out, *args, code=1)
+        assert "Zarr chunk c/7" in res.output
+    assert _digest(path) == before
+    if how == "partly there":
+        assert os.listdir(tmp_path / "kept") == ["new"]
+        assert sorted(os.listdir(tmp_path / "kept" / "new")) == ["notes.txt"]
+    else:
+        assert os.listdir(tmp_path / "kept") == []
+    (path / "c" / "7").write_bytes(good)
+    run(path, out, *args)
+    np.testing.assert_array_equal(group(out)[1]["values"], a[a > 0.3])
+
+
 @pytest.mark.parametrize("where_run", [[], ["--no-read-ahead"],
                                        ["--local", "processes", "--workers", "2"]])
 def test_a_chunk_that_decodes_short_fails_the_job_and_leaves_no_output(zin, tmp_path,

@@ -186,6 +186,7 @@ class Target:
         self.output = output
         self.url = is_url(output)
         self._lock_fd: int | None = None
+        self._made: list[str] = []  # OUTPUT's folders that this job made, the deepest last
         self.committed = False  # the new group is at OUTPUT (what an interrupt leaves)
         self.old_left: str | None = None  # the replaced output, until it is removed
         self.old_error = ""  # why it could not be removed
@@ -221,8 +222,7 @@ class Target:
         import fcntl
 
         try:
-            os.makedirs(self.parent, exist_ok=True)
-            fd = self._open_lock()
+            fd = self._make_folders_and_lock()
         except OSError as e:  # a file where a directory must be, a read-only place...
             why = f"{e.strerror or e} ({e.filename})"
             blocking = _file_in_the_way(self.parent)
@@ -259,6 +259,30 @@ class Target:
             os.write(fd, f"pid {os.getpid()} on {os.uname().nodename}".encode())
         self._lock_fd = fd
 
+    def _make_folders_and_lock(self) -> int:
+        """Make OUTPUT's missing folders (recording them: :meth:`release`) and open the lock
+        in them; again where another job's :meth:`release` removed a folder just made (a
+        job on another OUTPUT in it that failed)."""
+        attempts = 3
+        while True:
+            missing = []
+            folder = self.parent
+            while not os.path.lexists(folder):
+                missing.append(folder)
+                folder = os.path.dirname(folder)
+            for folder in reversed(missing):
+                try:
+                    os.mkdir(folder)
+                except FileExistsError:  # made meanwhile, by another job: not this one's
+                    continue
+                self._made.append(folder)
+            try:
+                return self._open_lock()
+            except FileNotFoundError:
+                attempts -= 1
+                if not attempts:
+                    raise
+
     def _open_lock(self) -> int:
         """The lock file, made if absent, never through a symbolic link: until 2026-12-01
         (fifteenth session, a probe) a link at the lock's name led the job to write its pid
@@ -267,12 +291,24 @@ class Target:
         return os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
 
     def release(self) -> None:
+        """Let go of the lock; and where the job wrote nothing at OUTPUT, remove the folders
+        it made for it (those left empty: a temporary output kept for ``--resume`` keeps
+        its folder). Until 2026-12-02 (sixteenth session, the fifteenth session's probe) a
+        failed or interrupted job left them, empty."""
         if self._lock_fd is None:
             return
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.lock_path)  # while still held: see acquire()
         os.close(self._lock_fd)
         self._lock_fd = None
+        if self.committed:
+            return
+        while self._made:
+            try:
+                os.rmdir(self._made[-1])
+            except OSError:  # not empty (what is kept, or another job's), or gone
+                break
+            self._made.pop()
 
     # -- what is at OUTPUT and beside it ---------------------------------------------------------
 
