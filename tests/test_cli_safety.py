@@ -12,6 +12,7 @@ import fcntl
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -636,6 +637,44 @@ def test_overwrite_of_a_real_mount_point_is_refused_before_the_job(npy, tmp_path
     assert f"({int((a > 0.5).sum())},)" in res.stdout  # the tmpfs's output as it was
     np.testing.assert_array_equal(values(bound), a[a > 0.5])
     assert litter(tmp_path) == [] and _digest(path) == before
+
+
+def test_overlap_is_refused_where_a_folder_of_output_is_mounted_inside_input(tmp_path):
+    """A folder of OUTPUT mounted inside INPUT (a group's field bind-mounted from
+    ``prev.zarr/values``): its path above is INPUT's, and until 2026-12-02 (sixteenth
+    session, the fifteenth session's probe) ``--overwrite`` of ``prev.zarr`` passed the
+    check, exit 0, and the removal of the old output emptied INPUT's field. Now OUTPUT's
+    folders (where it is an output of ours) and those of every leftover beside it are
+    compared with INPUT's by device and inode: exit 2, nothing touched. Run under
+    ``unshare -m``, skipped where that is not allowed; the same for a leftover beside
+    OUTPUT (which the clean-up would remove)."""
+    a = np.random.default_rng(13).random(5_003)
+    raw = tmp_path / "raw.zarr"
+    zarr.create_array(store=str(raw), data=a, chunks=(500,))
+    prev = tmp_path / "prev.zarr"
+    run(raw, prev, "-w", "x > 0.2", "--local", "threads")
+    field, _ = _bindable(tmp_path, "in.zarr", "unused")
+    zarr.open_group(str(field), mode="w")
+    (field / "x").mkdir()
+    left = tmp_path / f".other.zarr{output.TMP_MARK}0123456789ab"
+    shutil.copytree(prev, left)
+    before = {p: _digest(p) for p in (prev, left)}
+    command = f"{sys.executable} -m dask_compact {field}"
+    script = (f"mount --bind {prev}/values {field}/x && "
+              f"{command} {prev} -w 'x > 0.7' --overwrite --local threads; echo rc=$?; "
+              f"umount {field}/x && mount --bind {left}/values {field}/x && "
+              f"{command} {tmp_path}/other.zarr -w 'x > 0.7' --local threads; echo rc=$?; "
+              f"{command} {tmp_path}/third.zarr -w 'x > 0.7' --local threads; echo rc=$?")
+    res = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True,
+                         text=True, timeout=300)
+    codes = [w for w in res.stdout.split() if w.startswith("rc=")]
+    assert codes == ["rc=2", "rc=2", "rc=0"], res.stdout + res.stderr  # the last as any store
+    assert res.stderr.count("must not be INPUT") == 2, res.stderr
+    assert {p: _digest(p) for p in (prev, left)} == before
+    b = a[a > 0.2]
+    np.testing.assert_array_equal(values(prev), b)
+    got = zarr.open_group(str(tmp_path / "third.zarr"), mode="r")["x"][:]
+    np.testing.assert_array_equal(got, b[b > 0.7])
 
 
 def test_overwrite_refuses_an_output_holding_what_the_job_did_not_write(npy, tmp_path):
