@@ -1744,6 +1744,70 @@ def test_an_input_the_workers_see_otherwise_is_refused_before_the_job(tmp_path, 
     assert not out.exists() and litter(tmp_path) == []
 
 
+class _Workers:
+    """A stand-in for a distributed Client whose one worker sees INPUT's files through a
+    stale NFS attribute cache: ``stale`` (by path) the sizes and times of an earlier look,
+    as ``os.stat`` and ``reader.walk_files`` give them there; opening a file gets its own.
+    ``seen``: where the worker looks instead of INPUT's path (another store), if given."""
+
+    def __init__(self, monkeypatch, stale: dict[str, os.stat_result],
+                 seen: str | None = None) -> None:
+        self.monkeypatch, self.stale, self.seen = monkeypatch, stale, seen
+
+    def run(self, fn, *args, workers=None):
+        from dask_compact.batch import reader
+
+        real_walk, real_stat = reader.walk_files, os.stat
+
+        def walk(root):
+            for rel, st in real_walk(root):
+                yield rel, self.stale.get(os.path.join(root, rel), st)
+
+        with self.monkeypatch.context() as m:
+            m.setattr(reader, "walk_files", walk)
+            m.setattr(os, "stat", lambda p, *a, **k: self.stale.get(p) or real_stat(p, *a, **k))
+            return {"tcp://w:1": fn(*((self.seen,) + args[1:] if self.seen else args))}
+
+    def scheduler_info(self):
+        return {"workers": {"tcp://w:1": {"name": "nfs"}}}
+
+
+@pytest.mark.parametrize("kind", ["array", "npy"])
+def test_the_workers_input_check_looks_past_a_stale_attribute_cache(tmp_path, monkeypatch,
+                                                                     kind):
+    """A worker whose NFS client still holds the sizes and times of INPUT's files from before
+    they were written again on this machine (``actimeo``, 3-60 s): until 2026-12-02
+    (sixteenth session, the fifteenth session's probe) the check refused the job, exit 2,
+    though the worker's reads (opening a file revalidates it) see INPUT. A worker that
+    differs now looks again opening each file; it is refused only where what it then sees
+    still differs (another store at that path: refused as before)."""
+    import click
+
+    from dask_compact.batch import shared
+
+    rng = np.random.default_rng(14)
+
+    def write(at: Path, n: int) -> list[Path]:
+        if kind == "npy":
+            np.save(at, rng.random(n))
+            return [at]
+        zarr.create_array(store=str(at), data=rng.random(n), chunks=(1_000,), overwrite=True)
+        return [p for p in at.rglob("*") if p.is_file()]
+
+    inp = tmp_path / ("in.npy" if kind == "npy" else "in.zarr")
+    listed = {str(p): os.stat(p) for p in write(inp, 5_003)}
+    time.sleep(0.01)
+    write(inp, 5_007)  # the same names, other sizes, bytes and times
+    before = _digest(inp)
+    shared.check_workers_read(_Workers(monkeypatch, listed), str(inp))  # not refused
+    other = tmp_path / "other" / inp.name
+    other.parent.mkdir()
+    write(other, 5_007)
+    with pytest.raises(click.BadParameter, match="1 of the cluster's 1 workers see other"):
+        shared.check_workers_read(_Workers(monkeypatch, {}, str(other)), str(inp))
+    assert _digest(inp) == before
+
+
 def test_a_refused_resume_keeps_the_interrupted_job(cluster, tmp_path):
     """The check comes before the job touches its temporary group: a ``--resume`` refused
     for workers that do not see OUTPUT leaves the interrupted job's group for a ``--resume``
