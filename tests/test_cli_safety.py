@@ -554,6 +554,18 @@ def _bindable(tmp_path: Path, first: str, second: str) -> tuple[Path, Path]:
     return a, b
 
 
+def _unshared(script: str, codes: list[int], said: str) -> subprocess.CompletedProcess:
+    """``sh -c script`` in a mount namespace of its own (see :func:`_bindable`), whose
+    commands each echo ``rc=$?``: their exit codes must be ``codes``, and each refusal
+    (exit 2) must say ``said``."""
+    res = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True,
+                         text=True, timeout=300)
+    got = [int(w[3:]) for w in res.stdout.split() if w.startswith("rc=")]
+    assert got == codes, res.stdout + res.stderr
+    assert res.stderr.count(said) == codes.count(2), res.stderr
+    return res
+
+
 def test_overlap_is_refused_through_another_mount_of_the_same_folder(tmp_path):
     """A bind mount (or a second mount of one NFS export) spells one folder two ways that no
     path comparison joins: until 2026-12-01 (fifteenth session, a probe) ``--overwrite`` of
@@ -572,10 +584,7 @@ def test_overlap_is_refused_through_another_mount_of_the_same_folder(tmp_path):
               f"--overwrite --local threads; echo rc=$?; "
               f"{' '.join(command)} {store} {other}/in.zarr/sub -w 'x > 0.7' "
               f"--local threads; echo rc=$?; }}")
-    res = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True,
-                         text=True, timeout=300)
-    assert res.stdout.split().count("rc=2") == 2, res.stdout + res.stderr
-    assert res.stderr.count("must not be INPUT") == 2, res.stderr
+    _unshared(script, [2, 2], "must not be INPUT")
     np.testing.assert_array_equal(values(prev), a[a > 0.2])
     assert sorted(p.name for p in store.iterdir()) == ["c", "zarr.json"]
 
@@ -630,10 +639,7 @@ def test_overwrite_of_a_real_mount_point_is_refused_before_the_job(npy, tmp_path
               f"--local threads; echo rc=$?; done; "
               f"{sys.executable} -c 'import zarr; print(zarr.open_group(\"{tmpfs}\")"
               f"[\"values\"].shape)'")
-    res = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True,
-                         text=True, timeout=300)
-    assert res.stdout.split().count("rc=2") == 2, res.stdout + res.stderr
-    assert res.stderr.count("is a mount point") == 2, res.stderr
+    res = _unshared(script, [2, 2], "is a mount point")
     assert f"({int((a > 0.5).sum())},)" in res.stdout  # the tmpfs's output as it was
     np.testing.assert_array_equal(values(bound), a[a > 0.5])
     assert litter(tmp_path) == [] and _digest(path) == before
@@ -665,11 +671,7 @@ def test_overlap_is_refused_where_a_folder_of_output_is_mounted_inside_input(tmp
               f"umount {field}/x && mount --bind {left}/values {field}/x && "
               f"{command} {tmp_path}/other.zarr -w 'x > 0.7' --local threads; echo rc=$?; "
               f"{command} {tmp_path}/third.zarr -w 'x > 0.7' --local threads; echo rc=$?")
-    res = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True,
-                         text=True, timeout=300)
-    codes = [w for w in res.stdout.split() if w.startswith("rc=")]
-    assert codes == ["rc=2", "rc=2", "rc=0"], res.stdout + res.stderr  # the last as any store
-    assert res.stderr.count("must not be INPUT") == 2, res.stderr
+    _unshared(script, [2, 2, 0], "must not be INPUT")  # the last reads it as any store
     assert {p: _digest(p) for p in (prev, left)} == before
     b = a[a > 0.2]
     np.testing.assert_array_equal(values(prev), b)
