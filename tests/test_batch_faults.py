@@ -99,6 +99,44 @@ def test_resume_after_sigkill_is_bit_identical(zin, tmp_path, where_run):
     assert litter(tmp_path) == []
 
 
+def test_resume_and_the_clean_up_find_what_a_job_on_a_long_name_left(zin, tmp_path):
+    """An OUTPUT whose name is too long for the job's hidden names to take it whole (250
+    bytes; see output.hidden_name): a killed job's temporary output is continued by
+    ``--resume`` and removed by a plain run, as for any OUTPUT, and one left by an earlier
+    version under OUTPUT's whole name (a name of 220 bytes) is removed too. Two OUTPUTs whose
+    names share their first 240 bytes keep apart. INPUT unchanged."""
+    from test_cli_safety import _digest
+
+    path, a = zin
+    before = _digest(path)
+    args = ["--where", "x < 0.5", "--output-chunks", "3000"]
+    out = tmp_path / ("o" * 245 + ".zarr")
+    kill_halfway(tmp_path, path, out, *args, writes=4)
+    left = [n for n in litter(tmp_path) if "tmp" in n]
+    assert len(left) == 1 and len(left[0]) <= 255
+    resumed = json.loads(run(path, out, *args, "--resume", "--json").stdout)
+    assert resumed["resumed_from_chunk"] > 0
+    np.testing.assert_array_equal(group(out)[1]["values"], a[a < 0.5])
+    assert litter(tmp_path) == []
+    shutil.rmtree(out)
+    kill_halfway(tmp_path, path, out, *args, writes=4)
+    res = run(path, out, *args)
+    assert "--resume would have continued it" in res.output
+    np.testing.assert_array_equal(group(out)[1]["values"], a[a < 0.5])
+    assert litter(tmp_path) == []
+    older = tmp_path / ("p" * 215 + ".zarr")
+    earlier = tmp_path / f".{older.name}.dask-compact-tmp-0123456789ab"
+    earlier.mkdir()
+    (earlier / "zarr.json").write_text("{}")
+    run(path, older, *args)
+    assert not earlier.exists() and litter(tmp_path) == []
+    twin = tmp_path / ("o" * 245 + ".zar2")
+    run(path, twin, "--where", "x > 0.9", "--output-chunks", "3000")
+    np.testing.assert_array_equal(group(twin)[1]["values"], a[a > 0.9])
+    np.testing.assert_array_equal(group(out)[1]["values"], a[a < 0.5])
+    assert litter(tmp_path) == [] and _digest(path) == before
+
+
 def _damage(group: Path, how: str) -> None:
     """Change a killed job's temporary group as a user's hand or a disk might."""
     chunk = group / "values" / "c" / "1"  # written, and in the manifest
@@ -455,6 +493,48 @@ def test_corrupted_chunk_is_named_and_resume_after_the_fix_works(zin, tmp_path):
     assert not out.exists() and litter(tmp_path) == []
     chunk_file.write_bytes(good)
     run(path, out, "--where", "x > 0.3", "--output-chunks", "2000", "--resume")
+    np.testing.assert_array_equal(group(out)[1]["values"], a[a > 0.3])
+
+
+@pytest.mark.parametrize("how", ["failed", "SIGINT", "partly there"])
+def test_the_folders_a_failed_job_made_for_output_are_removed(zin, tmp_path, how):
+    """OUTPUT's missing folders are made for its lock and temporary output: until 2026-12-02
+    (sixteenth session, the fifteenth session's probe) they stayed, empty, after a job that
+    failed (a corrupted input chunk) or was interrupted (SIGINT mid-write, ``--local
+    processes``). Now exactly those the job made are removed; a folder that was there
+    before stays (``partly there``: ``new`` was, holding a user's file)."""
+    from test_cli_safety import _digest
+
+    path, a = zin
+    (tmp_path / "kept").mkdir()
+    out = tmp_path / "kept" / "new" / "deeper" / "out.zarr"
+    args = ["--where", "x > 0.3", "--chunks", "1000", "--output-chunks", "1000"]
+    good = (path / "c" / "7").read_bytes()
+    if how != "SIGINT":
+        (path / "c" / "7").write_bytes(b"\x28\xb5\x2f\xfd" + os.urandom(200))
+    if how == "partly there":
+        (tmp_path / "kept" / "new").mkdir()
+        (tmp_path / "kept" / "new" / "notes.txt").write_text("mine")
+    before = _digest(path)
+    if how == "SIGINT":
+        ready = tmp_path / "ready"
+        proc = start("slow-write", ready, path, out, *args, "--local", "processes",
+                     "--workers", "2")
+        wait_for(ready, proc)
+        os.killpg(proc.pid, signal.SIGINT)
+        _, stderr = proc.communicate(timeout=120)
+        assert proc.returncode == 130 and "was not written" in stderr, stderr
+    else:
+        res = run(path, out, *args, code=1)
+        assert "Zarr chunk c/7" in res.output
+    assert _digest(path) == before
+    if how == "partly there":
+        assert os.listdir(tmp_path / "kept") == ["new"]
+        assert sorted(os.listdir(tmp_path / "kept" / "new")) == ["notes.txt"]
+    else:
+        assert os.listdir(tmp_path / "kept") == []
+    (path / "c" / "7").write_bytes(good)
+    run(path, out, *args)
     np.testing.assert_array_equal(group(out)[1]["values"], a[a > 0.3])
 
 

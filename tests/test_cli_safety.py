@@ -12,6 +12,7 @@ import fcntl
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -553,6 +554,18 @@ def _bindable(tmp_path: Path, first: str, second: str) -> tuple[Path, Path]:
     return a, b
 
 
+def _unshared(script: str, codes: list[int], said: str) -> subprocess.CompletedProcess:
+    """``sh -c script`` in a mount namespace of its own (see :func:`_bindable`), whose
+    commands each echo ``rc=$?``: their exit codes must be ``codes``, and each refusal
+    (exit 2) must say ``said``."""
+    res = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True,
+                         text=True, timeout=300)
+    got = [int(w[3:]) for w in res.stdout.split() if w.startswith("rc=")]
+    assert got == codes, res.stdout + res.stderr
+    assert res.stderr.count(said) == codes.count(2), res.stderr
+    return res
+
+
 def test_overlap_is_refused_through_another_mount_of_the_same_folder(tmp_path):
     """A bind mount (or a second mount of one NFS export) spells one folder two ways that no
     path comparison joins: until 2026-12-01 (fifteenth session, a probe) ``--overwrite`` of
@@ -571,12 +584,99 @@ def test_overlap_is_refused_through_another_mount_of_the_same_folder(tmp_path):
               f"--overwrite --local threads; echo rc=$?; "
               f"{' '.join(command)} {store} {other}/in.zarr/sub -w 'x > 0.7' "
               f"--local threads; echo rc=$?; }}")
-    res = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True,
-                         text=True, timeout=300)
-    assert res.stdout.split().count("rc=2") == 2, res.stdout + res.stderr
-    assert res.stderr.count("must not be INPUT") == 2, res.stderr
+    _unshared(script, [2, 2], "must not be INPUT")
     np.testing.assert_array_equal(values(prev), a[a > 0.2])
     assert sorted(p.name for p in store.iterdir()) == ["c", "zarr.json"]
+
+
+def test_the_mount_point_check_sees_real_mount_points(tmp_path):
+    """output.is_mount_point on this machine's own mounts: ``/`` and ``/proc`` are, a folder
+    of the tests' temporary directory is not."""
+    assert output.is_mount_point("/") and output.is_mount_point("/proc")
+    assert not output.is_mount_point(str(tmp_path)) and not output.is_mount_point("/proc/self")
+    assert "/proc" in output.mount_points()
+
+
+@pytest.mark.parametrize("where", ["OUTPUT", "inside"])
+def test_overwrite_of_a_mount_point_is_refused_before_the_job(npy, tmp_path, monkeypatch,
+                                                               where):
+    """``--overwrite`` of an OUTPUT that is a mount point (or holds one): until 2026-12-02
+    (sixteenth session, the fifteenth session's probe) the job ran and failed at the swap,
+    "job failed: OSError: [Errno 16] Device or resource busy", exit 1 (the old output intact,
+    the job for nothing); a mount inside it would have been emptied with the old output.
+    Refused before the job now, exit 2, naming it; the mount faked here (see the test
+    under unshare -m for real ones)."""
+    path, a = npy
+    before = _digest(path)
+    out = tmp_path / "prev.zarr"
+    run(path, out, "--where", "x > 0.5")
+    mounted = os.path.realpath(out if where == "OUTPUT" else out / "values")
+    monkeypatch.setattr(output, "mount_points", lambda: {mounted})
+    res = run(path, out, "--where", "x > 0.7", "--overwrite", code=2)
+    said = " ".join(res.output.split())
+    assert "Invalid value for OUTPUT" in said and f"{mounted} is a mount point" in said, said
+    np.testing.assert_array_equal(values(out), a[a > 0.5])
+    assert litter(tmp_path) == [] and _digest(path) == before
+    monkeypatch.undo()
+    run(path, out, "--where", "x > 0.7", "--overwrite")
+    np.testing.assert_array_equal(values(out), a[a > 0.7])
+
+
+def test_overwrite_of_a_real_mount_point_is_refused_before_the_job(npy, tmp_path):
+    """The same with real mounts, in a mount namespace of its own (``unshare -m``; skipped
+    where not allowed): OUTPUT bind-mounted on itself (one device: os.path.ismount does not
+    see it) and a tmpfs holding a complete output (another device)."""
+    path, a = npy
+    before = _digest(path)
+    bound, tmpfs = _bindable(tmp_path, "bound.zarr", "tmpfs.zarr")
+    for out in (bound, tmpfs):
+        out.rmdir()
+        run(path, out, "--where", "x > 0.5")
+    command = f"{sys.executable} -m dask_compact {path}"
+    script = (f"mount --bind {bound} {bound} && mount -t tmpfs none {tmpfs} && "
+              f"cp -a {bound}/. {tmpfs}/ && "
+              f"for o in {bound} {tmpfs}; do {command} $o -w 'x > 0.7' --overwrite "
+              f"--local threads; echo rc=$?; done; "
+              f"{sys.executable} -c 'import zarr; print(zarr.open_group(\"{tmpfs}\")"
+              f"[\"values\"].shape)'")
+    res = _unshared(script, [2, 2], "is a mount point")
+    assert f"({int((a > 0.5).sum())},)" in res.stdout  # the tmpfs's output as it was
+    np.testing.assert_array_equal(values(bound), a[a > 0.5])
+    assert litter(tmp_path) == [] and _digest(path) == before
+
+
+def test_overlap_is_refused_where_a_folder_of_output_is_mounted_inside_input(tmp_path):
+    """A folder of OUTPUT mounted inside INPUT (a group's field bind-mounted from
+    ``prev.zarr/values``): its path above is INPUT's, and until 2026-12-02 (sixteenth
+    session, the fifteenth session's probe) ``--overwrite`` of ``prev.zarr`` passed the
+    check, exit 0, and the removal of the old output emptied INPUT's field. Now OUTPUT's
+    folders (where it is an output of ours) and those of every leftover beside it are
+    compared with INPUT's by device and inode: exit 2, nothing touched. Run under
+    ``unshare -m``, skipped where that is not allowed; the same for a leftover beside
+    OUTPUT (which the clean-up would remove)."""
+    a = np.random.default_rng(13).random(5_003)
+    raw = tmp_path / "raw.zarr"
+    zarr.create_array(store=str(raw), data=a, chunks=(500,))
+    prev = tmp_path / "prev.zarr"
+    run(raw, prev, "-w", "x > 0.2", "--local", "threads")
+    field, _ = _bindable(tmp_path, "in.zarr", "unused")
+    zarr.open_group(str(field), mode="w")
+    (field / "x").mkdir()
+    left = tmp_path / f".other.zarr{output.TMP_MARK}0123456789ab"
+    shutil.copytree(prev, left)
+    before = {p: _digest(p) for p in (prev, left)}
+    command = f"{sys.executable} -m dask_compact {field}"
+    script = (f"mount --bind {prev}/values {field}/x && "
+              f"{command} {prev} -w 'x > 0.7' --overwrite --local threads; echo rc=$?; "
+              f"umount {field}/x && mount --bind {left}/values {field}/x && "
+              f"{command} {tmp_path}/other.zarr -w 'x > 0.7' --local threads; echo rc=$?; "
+              f"{command} {tmp_path}/third.zarr -w 'x > 0.7' --local threads; echo rc=$?")
+    _unshared(script, [2, 2, 0], "must not be INPUT")  # the last reads it as any store
+    assert {p: _digest(p) for p in (prev, left)} == before
+    b = a[a > 0.2]
+    np.testing.assert_array_equal(values(prev), b)
+    got = zarr.open_group(str(tmp_path / "third.zarr"), mode="r")["x"][:]
+    np.testing.assert_array_equal(got, b[b > 0.7])
 
 
 def test_overwrite_refuses_an_output_holding_what_the_job_did_not_write(npy, tmp_path):
@@ -693,6 +793,55 @@ def test_output_where_nothing_can_be_written_is_a_short_error(npy, tmp_path):
         assert "Invalid value for OUTPUT: cannot write beside" in res.output
         assert why in res.output and "Traceback" not in res.output
     assert (tmp_path / "afile").read_text() == "notes"
+
+
+def _digest(path: Path) -> str:
+    """A hash of every file under ``path`` (or of the file), names and bytes: INPUT must be
+    left byte for byte as it was."""
+    import hashlib
+
+    h = hashlib.sha256()
+    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    for p in files:
+        h.update(str(p.relative_to(path) if path.is_dir() else p.name).encode() + b"\0")
+        h.update(p.read_bytes())
+    return h.hexdigest()
+
+
+@pytest.mark.parametrize("length, where_run", [
+    (211, ["--local", "threads"]), (225, ["--local", "threads"]),
+    (236, ["--local", "threads"]), (255, ["--local", "threads"]),
+    (240, ["--local", "processes", "--workers", "2"]),
+], ids=["211", "225", "236", "255", "240-processes"])
+def test_an_output_of_a_long_name_is_written(npy, tmp_path, length, where_run):
+    """An OUTPUT whose name the file system takes, however long: until 2026-12-02 (sixteenth
+    session, the fifteenth session's probe) a name of 225-236 bytes failed after the job
+    started, exit 1 (its hidden working folder's name, OUTPUT's name and 31 characters, past
+    the 255-byte limit), one of 212-224 the same on a cluster (the workers' check folder,
+    44 characters more) and one of 236-255 was refused for its lock's name. Written, replaced
+    with --overwrite, nothing left beside it, INPUT unchanged."""
+    path, a = npy
+    before = _digest(path)
+    out = tmp_path / ("o" * (length - 5) + ".zarr")
+    run(path, out, "--where", "x > 0.5", *where_run)
+    np.testing.assert_array_equal(values(out), a[a > 0.5])
+    run(path, out, "--where", "x > 0.7", "--overwrite", *where_run)
+    np.testing.assert_array_equal(values(out), a[a > 0.7])
+    assert litter(tmp_path) == [] and sorted(os.listdir(tmp_path)) == sorted(["in.npy", out.name])
+    assert _digest(path) == before
+
+
+def test_an_output_whose_name_cannot_exist_is_refused_before_the_job(npy, tmp_path):
+    """A name longer than the file system takes (255 bytes): refused as a bad OUTPUT, exit 2,
+    nothing made (a multi-byte name counted in bytes)."""
+    path, _ = npy
+    before = _digest(path)
+    for name in ("o" * 256, "\u00e9" * 128):  # 256 bytes either way
+        res = run(path, tmp_path / "new" / name, "--where", "x > 0.5", code=2)
+        said = " ".join(res.output.split())
+        assert "Invalid value for OUTPUT" in said and "256 bytes" in said, said
+        assert sorted(os.listdir(tmp_path)) == ["in.npy"]
+    assert _digest(path) == before
 
 
 def test_the_lock_never_writes_into_a_file_of_someone_else(npy, tmp_path):
@@ -1595,6 +1744,70 @@ def test_an_input_the_workers_see_otherwise_is_refused_before_the_job(tmp_path, 
     said = " ".join(res.output.split())
     assert "Invalid value for INPUT" in said and "'elsewhere'" in said, said
     assert not out.exists() and litter(tmp_path) == []
+
+
+class _Workers:
+    """A stand-in for a distributed Client whose one worker sees INPUT's files through a
+    stale NFS attribute cache: ``stale`` (by path) the sizes and times of an earlier look,
+    as ``os.stat`` and ``reader.walk_files`` give them there; opening a file gets its own.
+    ``seen``: where the worker looks instead of INPUT's path (another store), if given."""
+
+    def __init__(self, monkeypatch, stale: dict[str, os.stat_result],
+                 seen: str | None = None) -> None:
+        self.monkeypatch, self.stale, self.seen = monkeypatch, stale, seen
+
+    def run(self, fn, *args, workers=None):
+        from dask_compact.batch import reader
+
+        real_walk, real_stat = reader.walk_files, os.stat
+
+        def walk(root):
+            for rel, st in real_walk(root):
+                yield rel, self.stale.get(os.path.join(root, rel), st)
+
+        with self.monkeypatch.context() as m:
+            m.setattr(reader, "walk_files", walk)
+            m.setattr(os, "stat", lambda p, *a, **k: self.stale.get(p) or real_stat(p, *a, **k))
+            return {"tcp://w:1": fn(*((self.seen,) + args[1:] if self.seen else args))}
+
+    def scheduler_info(self):
+        return {"workers": {"tcp://w:1": {"name": "nfs"}}}
+
+
+@pytest.mark.parametrize("kind", ["array", "npy"])
+def test_the_workers_input_check_looks_past_a_stale_attribute_cache(tmp_path, monkeypatch,
+                                                                     kind):
+    """A worker whose NFS client still holds the sizes and times of INPUT's files from before
+    they were written again on this machine (``actimeo``, 3-60 s): until 2026-12-02
+    (sixteenth session, the fifteenth session's probe) the check refused the job, exit 2,
+    though the worker's reads (opening a file revalidates it) see INPUT. A worker that
+    differs now looks again opening each file; it is refused only where what it then sees
+    still differs (another store at that path: refused as before)."""
+    import click
+
+    from dask_compact.batch import shared
+
+    rng = np.random.default_rng(14)
+
+    def write(at: Path, n: int) -> list[Path]:
+        if kind == "npy":
+            np.save(at, rng.random(n))
+            return [at]
+        zarr.create_array(store=str(at), data=rng.random(n), chunks=(1_000,), overwrite=True)
+        return [p for p in at.rglob("*") if p.is_file()]
+
+    inp = tmp_path / ("in.npy" if kind == "npy" else "in.zarr")
+    listed = {str(p): os.stat(p) for p in write(inp, 5_003)}
+    time.sleep(0.01)
+    write(inp, 5_007)  # the same names, other sizes, bytes and times
+    before = _digest(inp)
+    shared.check_workers_read(_Workers(monkeypatch, listed), str(inp))  # not refused
+    other = tmp_path / "other" / inp.name
+    other.parent.mkdir()
+    write(other, 5_007)
+    with pytest.raises(click.BadParameter, match="1 of the cluster's 1 workers see other"):
+        shared.check_workers_read(_Workers(monkeypatch, {}, str(other)), str(inp))
+    assert _digest(inp) == before
 
 
 def test_a_refused_resume_keeps_the_interrupted_job(cluster, tmp_path):

@@ -30,6 +30,7 @@ import errno
 import functools
 import logging
 import os
+import re
 import shutil
 import stat
 import uuid
@@ -185,6 +186,7 @@ class Target:
         self.output = output
         self.url = is_url(output)
         self._lock_fd: int | None = None
+        self._made: list[str] = []  # OUTPUT's folders that this job made, the deepest last
         self.committed = False  # the new group is at OUTPUT (what an interrupt leaves)
         self.old_left: str | None = None  # the replaced output, until it is removed
         self.old_error = ""  # why it could not be removed
@@ -204,8 +206,9 @@ class Target:
             self.path = local(output)
             parent, base = os.path.split(self.path)
             self.parent, self.base = parent, base
-            self.tmp_path = self.tmp = os.path.join(parent, f".{base}{tag}")
-            self.lock_path = os.path.join(parent, f".{base}{LOCK_SUFFIX}")
+            self.hidden = hidden_name(parent, base, output)
+            self.tmp_path = self.tmp = os.path.join(parent, f".{self.hidden}{tag}")
+            self.lock_path = os.path.join(parent, f".{self.hidden}{LOCK_SUFFIX}")
 
     def exists(self) -> bool:
         return self.fs.exists(self.path) if self.url else os.path.lexists(self.path)
@@ -219,8 +222,7 @@ class Target:
         import fcntl
 
         try:
-            os.makedirs(self.parent, exist_ok=True)
-            fd = self._open_lock()
+            fd = self._make_folders_and_lock()
         except OSError as e:  # a file where a directory must be, a read-only place...
             why = f"{e.strerror or e} ({e.filename})"
             blocking = _file_in_the_way(self.parent)
@@ -257,6 +259,30 @@ class Target:
             os.write(fd, f"pid {os.getpid()} on {os.uname().nodename}".encode())
         self._lock_fd = fd
 
+    def _make_folders_and_lock(self) -> int:
+        """Make OUTPUT's missing folders (recording them: :meth:`release`) and open the lock
+        in them; again where another job's :meth:`release` removed a folder just made (a
+        job on another OUTPUT in it that failed)."""
+        attempts = 3
+        while True:
+            missing = []
+            folder = self.parent
+            while not os.path.lexists(folder):
+                missing.append(folder)
+                folder = os.path.dirname(folder)
+            for folder in reversed(missing):
+                try:
+                    os.mkdir(folder)
+                except FileExistsError:  # made meanwhile, by another job: not this one's
+                    continue
+                self._made.append(folder)
+            try:
+                return self._open_lock()
+            except FileNotFoundError:
+                attempts -= 1
+                if not attempts:
+                    raise
+
     def _open_lock(self) -> int:
         """The lock file, made if absent, never through a symbolic link: until 2026-12-01
         (fifteenth session, a probe) a link at the lock's name led the job to write its pid
@@ -265,12 +291,24 @@ class Target:
         return os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
 
     def release(self) -> None:
+        """Let go of the lock; and where the job wrote nothing at OUTPUT, remove the folders
+        it made for it (those left empty: a temporary output kept for ``--resume`` keeps
+        its folder). Until 2026-12-02 (sixteenth session, the fifteenth session's probe) a
+        failed or interrupted job left them, empty."""
         if self._lock_fd is None:
             return
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.lock_path)  # while still held: see acquire()
         os.close(self._lock_fd)
         self._lock_fd = None
+        if self.committed:
+            return
+        while self._made:
+            try:
+                os.rmdir(self._made[-1])
+            except OSError:  # not empty (what is kept, or another job's), or gone
+                break
+            self._made.pop()
 
     # -- what is at OUTPUT and beside it ---------------------------------------------------------
 
@@ -319,12 +357,31 @@ class Target:
         one and said "job failed", leaving it under a temporary name that made every later
         job on OUTPUT fail. (The directories are what removal needs: a file is unlinked from
         its folder. Root may remove anything: os.access says so.)"""
-        for folder, _, _ in os.walk(self.path):
+        root = os.path.realpath(self.path)
+        mounts = mount_points()
+        for folder, _, _ in os.walk(root):
+            if is_mount_point(folder, mounts):
+                raise click.BadParameter(self._mounted(root, folder), param_hint="OUTPUT")
             if not os.access(folder, os.W_OK | os.X_OK):
                 raise click.BadParameter(
                     f"{self.output!r} cannot be replaced: {folder} is write-protected, so its "
                     "old output could not be removed; make it writable (chmod -R u+w "
                     f"{self.path}) or choose another OUTPUT", param_hint="OUTPUT")
+
+    def _mounted(self, root: str, folder: str) -> str:
+        """Why an old output that is, or holds, the mount point ``folder`` is not replaced:
+        until 2026-12-02 (sixteenth session, the fifteenth session's probe) ``--overwrite``
+        of a mount point ran the job and failed at the swap ("Device or resource busy", exit
+        1: a mount point cannot be renamed), and a mount inside the old output would have
+        been emptied with it (its removal crosses into mounts)."""
+        if folder == root:
+            return (f"{self.output!r} cannot be replaced: {folder} is a mount point (a file "
+                    "system or a bind mount is mounted there), which cannot be moved aside "
+                    "for the new output; write OUTPUT inside it (e.g. "
+                    f"{os.path.join(self.path, self.base)}), or unmount it")
+        return (f"{self.output!r} cannot be replaced: {folder} is a mount point (a file "
+                "system or a bind mount is mounted there), whose files the old output's "
+                "removal would delete; unmount it, or choose another OUTPUT")
 
     def _not_ours(self, what: str) -> str:
         return (
@@ -336,8 +393,10 @@ class Target:
     def _stale(self) -> list[str]:
         if self.url or not os.path.isdir(self.parent):
             return []
-        prefix = f".{self.base}{TMP_MARK}"
-        return sorted(n for n in os.listdir(self.parent) if n.startswith(prefix))
+        # and those of an earlier version, which named them after OUTPUT's whole name (a
+        # job killed on an OUTPUT of 212-224 bytes; see hidden_name)
+        prefixes = (f".{self.hidden}{TMP_MARK}", f".{self.base}{TMP_MARK}")
+        return sorted(n for n in os.listdir(self.parent) if n.startswith(prefixes))
 
     def resumable(self, job: dict[str, Any],
                   earlier: Sequence[tuple[dict[str, Any], str]] = (),
@@ -664,16 +723,25 @@ def check_overlap(src: _Input, target: Target) -> None:
     places = _input_places(src.local_path, src.url)
     walks: dict[str, tuple[set[tuple[int, int]], list[str]]] = {}  # each INPUT folder once
 
-    def overlaps(place: tuple[str, str], other: tuple[str, str]) -> bool:
+    def overlaps(place: tuple[str, str], other: tuple[str, str], walk_other: bool) -> bool:
         if _overlap(place, other):
             return True
         if place[0] != "file" or other[0] != "file":
             return False
         if place[1] not in walks:
             walks[place[1]] = _folders_of(place[1])
-        return _linked_overlap(walks[place[1]], other[1])
+        if _linked_overlap(walks[place[1]], other[1]):
+            return True
+        # A folder of ``other`` mounted inside INPUT (a bind mount, an NFS export mounted
+        # twice): its path above is INPUT's, so only the folders themselves show it. Until
+        # 2026-12-02 (sixteenth session, the fifteenth session's probe) a group INPUT whose
+        # field was a bind mount of prev.zarr/values passed, and --overwrite of prev.zarr
+        # emptied it, exit 0. ``other``'s folders are walked where the job would remove
+        # them: an output of ours (--overwrite replaces it) and a leftover beside it.
+        return walk_other and bool(walks[place[1]][0] & _folders_of(other[1])[0])
 
-    if any(overlaps(place, out) for place in places):
+    ours = out[0] == "file" and os.path.isdir(out[1]) and complete_marker(out[1])
+    if any(overlaps(place, out, ours) for place in places):
         raise click.BadParameter("OUTPUT must not be INPUT, lie inside it or contain it",
                                  param_hint="OUTPUT")
     # What killed jobs left beside OUTPUT, which this job removes (Target.clean_stale) or
@@ -682,7 +750,7 @@ def check_overlap(src: _Input, target: Target) -> None:
     # litter, and the job failed reading it.
     for name in target._stale():
         left = ("file", os.path.realpath(os.path.join(target.parent, name)))
-        if any(overlaps(place, left) for place in places):
+        if any(overlaps(place, left, True) for place in places):
             raise click.BadParameter(
                 f"OUTPUT must not be INPUT, lie inside it or contain it: INPUT is in "
                 f"{left[1]}, left beside OUTPUT by an interrupted job, which a job on "
@@ -885,6 +953,83 @@ def added_to(store: str, entries: Callable[[str], list[str]]) -> list[str]:
             added += [f"{name}/{e}" for e in sorted(entries(name))
                       if e not in ("zarr.json", "c/", "c") and not e.startswith("c.")]
     return added
+
+
+# The longest name a job gives to what it makes beside OUTPUT, past the name it takes from
+# OUTPUT's (hidden_name): the leading dot, the temporary output's mark and 12-digit id, and the
+# workers' check folder's suffix (.shared.SHARED_CHECK; the replaced output's OLD_SUFFIX and the
+# lock's LOCK_SUFFIX are shorter)
+_BESIDE = 1 + max(len(TMP_MARK) + 12 + max(len(SHARED_CHECK), len(OLD_SUFFIX)),
+                 len(LOCK_SUFFIX))
+_DIGEST = 16  # hex digits of OUTPUT's name's hash in a shortened hidden name
+
+
+def hidden_name(parent: str, base: str, output: str) -> str:
+    """The name that the job's lock, temporary output and check folder beside OUTPUT take
+    from OUTPUT's name ``base`` in the folder ``parent``: ``base`` itself where every one of
+    them fits the file system's limit on a name (255 bytes on most), else as much of it as
+    fits with a hash of the whole name (``ooo…~<16 hex digits>``): the same for every job on
+    OUTPUT, so that a lock keeps two jobs apart and ``--resume`` and the clean-up find what a
+    killed job left, and another for every other OUTPUT in the folder. Until 2026-12-02
+    (sixteenth session, the fifteenth session's probe) they were ``base`` with their
+    suffixes, and an OUTPUT of 225-236 bytes failed after the job had started (the
+    temporary output's name too long; 212-224 on a cluster, where the check folder's is
+    longer), one of 236-255 at its lock. An OUTPUT whose own name is too long is refused
+    here, before anything runs (it had failed at the lock, saying why only in errno's
+    words)."""
+    limit = _name_max(parent)
+    size = len(os.fsencode(base))
+    if size > limit:
+        raise click.BadParameter(
+            f"{output!r}: its name is {size} bytes, longer than the file system allows for "
+            f"a name ({limit} bytes); choose a shorter name", param_hint="OUTPUT")
+    if size + _BESIDE <= limit:
+        return base
+    import hashlib
+
+    digest = hashlib.sha1(os.fsencode(base)).hexdigest()[:_DIGEST]
+    kept = os.fsencode(base)[:limit - _BESIDE - 1 - _DIGEST]
+    return f"{kept.decode('utf-8', 'ignore')}~{digest}"  # a character cut in two left out
+
+
+def _name_max(folder: str) -> int:
+    """The longest name the file system at ``folder`` (or its deepest existing ancestor, where
+    the job will make it) takes, in bytes: 255 where it does not say."""
+    while True:
+        try:
+            return int(os.pathconf(folder or ".", "PC_NAME_MAX"))
+        except (OSError, ValueError):
+            up = os.path.dirname(folder)
+            if not folder or up == folder:
+                return 255
+            folder = up
+
+
+def mount_points() -> set[str]:
+    """The folders something is mounted on, as this process sees them (its mount namespace's
+    ``/proc/self/mountinfo``: a bind mount of a folder of the same file system too, which
+    ``os.path.ismount`` does not see); empty where that is not there (not Linux)."""
+    try:
+        with open("/proc/self/mountinfo", "rb") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return set()
+    found = set()
+    for line in lines:
+        fields = line.split()
+        if len(fields) > 4:  # the mount point, its blanks and backslashes as octal escapes
+            point = re.sub(rb"\\([0-7]{3})", lambda m: bytes([int(m[1], 8)]), fields[4])
+            found.add(os.fsdecode(point))
+    return found
+
+
+def is_mount_point(folder: str, mounts: set[str] | None = None) -> bool:
+    """Whether something is mounted on ``folder`` (a real path): another device than its
+    parent's (``os.path.ismount``), or among ``mounts`` (:func:`mount_points`, read here if
+    not given)."""
+    if os.path.ismount(folder):
+        return True
+    return folder in (mount_points() if mounts is None else mounts)
 
 
 def _file_in_the_way(path: str) -> str | None:

@@ -147,26 +147,47 @@ def check_workers_see(client: Any, tmp: str) -> None:
     )
 
 
-def input_seen(path: str) -> tuple[str, str]:
+def input_seen(path: str, opened: bool = False) -> tuple[str, str]:
     """Run on each worker (and here): (its host, a digest of what it sees at the local INPUT
     ``path``: every file under the folder by path, size and modification time, as the
     input's fingerprint lists them, or the file's size and modification time; "" where
-    nothing is there). No device or inode: one NFS file has another on each host."""
+    nothing is there). No device or inode: one NFS file has another on each host.
+
+    ``opened``: each file's size and time as it is opened (:func:`_opened`), which an NFS
+    client revalidates with the server (close-to-open), where a plain ``stat`` may answer
+    from its attribute cache; a folder's listing is revalidated as the folder is opened
+    (``os.scandir``) either way."""
     import hashlib
 
     from .reader import walk_files
 
+    def sized(file: str, st: os.stat_result) -> tuple[int, int]:
+        return _opened(file, st) if opened else (st.st_size, st.st_mtime_ns)
+
     host = socket.gethostname()
     try:
         if os.path.isdir(path):
-            seen: list[Any] = sorted((rel, st.st_size, st.st_mtime_ns)
+            seen: list[Any] = sorted((rel, *sized(os.path.join(path, rel), st))
                                      for rel, st in walk_files(path))
         else:
-            st = os.stat(path)
-            seen = [(st.st_size, st.st_mtime_ns)]
+            seen = [sized(path, os.stat(path))]
     except OSError:
         return host, ""
     return host, hashlib.sha1(repr(seen).encode()).hexdigest()
+
+
+def _opened(path: str, listed: os.stat_result) -> tuple[int, int]:
+    """(size, modification time) of the file ``path`` as it is opened; as ``listed`` where
+    it cannot be opened (not readable: the job's read fails and says so)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return listed.st_size, listed.st_mtime_ns
+    try:
+        st = os.fstat(fd)
+    finally:
+        os.close(fd)
+    return st.st_size, st.st_mtime_ns
 
 
 def check_workers_read(client: Any, path: str | None) -> None:
@@ -182,6 +203,17 @@ def check_workers_read(client: Any, path: str | None) -> None:
     answers = client.run(input_seen, path)
     wrong = sorted((addr, host, digest) for addr, (host, digest) in answers.items()
                    if digest != here)
+    if wrong:
+        # A worker may list INPUT through an NFS client's attribute cache (actimeo, 3-60
+        # s) holding the sizes and times of files written again here meanwhile; its reads
+        # would not (an open revalidates the file). Until 2026-12-02 (sixteenth session,
+        # the fifteenth session's probe) that refused the job, exit 2. Those workers look
+        # again opening every file, and so does this process (an NFS client too, maybe):
+        # another store at INPUT's path still differs. One open per file, only there.
+        _, here = input_seen(path, True)
+        again = client.run(input_seen, path, True, workers=[addr for addr, _, _ in wrong])
+        wrong = sorted((addr, host, digest) for addr, (host, digest) in again.items()
+                       if digest != here)
     if not wrong:
         return
     names = {addr: w.get("name", addr) for addr, w in client.scheduler_info()["workers"].items()}
