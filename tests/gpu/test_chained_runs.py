@@ -115,7 +115,7 @@ class Spy:
 # first or reads once), then fractions falling, rising (the large chunk last: the first chunks
 # fit, the rest runs again), overflowing at the first chunk, none, all after none, all again,
 # odd sizes with empty chunks, runs of one chunk, a run of empty chunks only.
-BIG = (1 << 20) + 7
+BIG = (1 << 18) + 7  # 16-64 tiles (4096-16384 elements a tile)
 STEPS = [
     ([65_537, 1025, 0, BIG], [0.5, 0.5, 0.0, 0.5]),
     ([65_537, 1025, 0, BIG], [0.95, 0.6, 0.0, 0.05]),
