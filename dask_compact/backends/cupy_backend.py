@@ -56,7 +56,15 @@ from .cupy_device import (
 from .cupy_launch import thread_key
 from .cupy_launchers import LAUNCHERS, Plan, tile_words, with_count
 from .cupy_modules import device_cc, typed_functor
-from .cupy_ready import SPIN_MAX_N, IntoCall, OneReadCall, fraction_key, learn, learned
+from .cupy_ready import (
+    SPIN_MAX_N,
+    IntoCall,
+    OneReadCall,
+    fraction_key,
+    learn,
+    learned,
+    speculated,
+)
 from .cupy_source import ModuleSpec
 from .cupy_tuning import (
     EXACT_MODES,
@@ -70,7 +78,7 @@ from .cupy_tuning import (
 __all__ = [
     "compact", "compact_many", "compact_masked", "compact_into", "compact_into_public",
     "prepare", "EXACT_MODE", "ONE_READ_ALWAYS_BYTES", "ONE_READ_MARGIN", "FAST_SMALL_CALLS",
-    "forget_ready_calls",
+    "CHAINED_RUNS", "forget_ready_calls",
 ]
 
 # Exact-size path of algorithm="single-pass" (cupy_tuning.EXACT_MODES; tests switch it).
@@ -141,13 +149,15 @@ def _plan(
 
 
 def _run_exact(plans: list[Plan], output: str, bases: list[int],
-               counts: list[int] | None = None) -> Any:
+               counts: list[int] | None = None, run: bool = False) -> Any:
     """Count, allocate exactly, compact: for one chunk or a run of chunks of one task.
 
     A run is counted first (every chunk's count kernels queued), its counts come back in ONE
     host synchronisation, and then every chunk is compacted into its slice of one exact-size
     output: the output of a run is the concatenation of its chunks' outputs, without a copy.
-    ``counts``, if given, receives each plan's selected count.
+    ``counts``, if given, receives each plan's selected count. ``run``: a run's call
+    (compact_many, compact_runs), which chains its chunks into outputs sized from the
+    predicate's previous fraction once it has one (:func:`_run_chained`).
     """
 
     dtype = plans[0].flat.dtype
@@ -161,7 +171,12 @@ def _run_exact(plans: list[Plan], output: str, bases: list[int],
         out = concat_outputs(parts, output)
     else:
         out = None
-        if live and all(_one_read(p, output) for p, _ in live):
+        if run and _chains(live, output):
+            try:
+                out = _run_chained(live, output, got)
+            except MemoryError:  # its outputs did not fit: as below, from the start
+                got.clear()
+        if out is None and live and all(_one_read(p, output) for p, _ in live):
             try:
                 out = _run_one_read(live, output, got)
             except MemoryError:
@@ -209,8 +224,11 @@ def _run_count_first(live: list[tuple[Plan, int]], output: str, dtype: np.dtype,
         if sink is not None:
             sink.extend(int(c) for c in counts)
         total = sum(counts)
-        if len(live) == 1:
-            learn(live[0][0].memo, dtype, output, total, live[0][0].n)
+        if live:
+            # a run's fraction too (until 2026-12-02, sixteenth session, only one chunk's:
+            # runs of large chunks at high fractions never learned, and never chained)
+            learn(live[0][0].memo, live[0][0].spec.dtype, output, total,
+                  sum(p.n for p, _ in live))
         vals = output_empty(total, dtype) if output in ("values", "both") else None
         idx = output_empty(total, np.int64) if output in ("indices", "both") else None
         off = 0
@@ -348,6 +366,113 @@ def _run_one_read(live: list[tuple[Plan, int]], output: str,
                     device_copy(out, dst, scratch, src, k)
             src += p.n
             dst += k
+    return by_output(out_v, out_i, output)
+
+
+# A run of chunks (compact_many, compact_runs) once its predicate has selected on the dtype and
+# output: its chunks' single-pass kernels chained on the device into outputs sized from that
+# fraction over the run's length (_run_chained); False: the run counts first or reads once
+# into scratch and copies, as before 2026-12-02 (the tests and benchmarks compare both).
+CHAINED_RUNS = True
+
+
+def _chains(live: list[tuple[Plan, int]], output: str) -> bool:
+    """Whether the run ``live`` (not empty, one device) is chained (:func:`_run_chained`):
+    every chunk through the single-pass kernel with the fused predicate, of one dtype, and
+    the predicate has selected on that dtype and output before."""
+    if not CHAINED_RUNS or not live:
+        return False
+    plan0 = live[0][0]
+    if plan0.memo is None or learned(plan0.memo, plan0.spec.dtype, output) is None:
+        return False
+    return all(p.spec.algorithm == "single-pass" and p.mask is None and p.memo is plan0.memo
+               and p.spec.dtype == plan0.spec.dtype for p, _ in live)
+
+
+def _run_chained(live: list[tuple[Plan, int]], output: str,
+                 sink: list[int] | None = None) -> Any:
+    """A run's exact-size output in one read of each chunk, with no scratch and no copy: the
+    run's outputs hold :func:`cupy_ready.speculated` of the predicate's previous fraction
+    over the run's length (``room``), and the chunks' single-pass kernels are chained on the
+    device (:func:`queue_chain`): chunk j's kernel takes its first tile's place from a
+    device word that chunk j - 1's last tile stored (its start plus its count; zeroed for
+    the first chunk), so every place is in the run's outputs, and writes nothing at or past
+    ``room`` (kernels/single_pass.cu, ``d_start`` and ``cap``). Kernels of one stream run
+    in order: no kernel waits on another. The chunks' ends come back in one host
+    synchronisation; a run that selected no more than the room returns its outputs' first
+    ``total`` elements, one that selected more (every count is whole, whatever was written)
+    runs again where it overflowed (:func:`_chained_overflow`). OneReadCall._speculate does
+    the same for one chunk; memory likewise: the result keeps its allocation alive, at most
+    0.5% + 4 sqrt(k) + 256 elements over k plus the size class."""
+    plan0 = live[0][0]
+    dtype, memo = plan0.flat.dtype, plan0.memo
+    frac = learned(memo, plan0.spec.dtype, output)
+    assert frac is not None
+    total_n = sum(p.n for p, _ in live)
+    room = speculated(frac, total_n)
+    with plan0.flat.device:
+        vals = output_empty(room, dtype) if output != "indices" else None
+        idx = output_empty(room, np.int64) if output != "values" else None
+        ends = read_words(queue_chain(live, vals, idx, room))  # the one host sync
+        total = ends[-1]
+        if sink is not None:
+            sink.extend(e - s for s, e in zip([0, *ends], ends))
+        learn(memo, plan0.spec.dtype, output, total, total_n)
+        if total > room:
+            return _chained_overflow(live, output, vals, idx, ends, room)
+    return by_output(None if vals is None else vals[:total],
+                     None if idx is None else idx[:total], output)
+
+
+def queue_chain(live: list[tuple[Plan, int]], vals: Any, idx: Any, room: int) -> Any:
+    """Queue the chained kernels of a run (:func:`_run_chained`) into ``vals`` / ``idx``,
+    writing nothing at or past ``room``; returns the device words of the chunks' ends in the
+    run's selection (chunk j's start plus its whole count), final once the stream gets
+    there. The current device is the chunks'."""
+    import cupy
+
+    # starts[j]: where chunk j's selection starts; chunk j's kernel stores starts[j + 1]
+    starts = cupy.empty(len(live) + 1, dtype=np.uint64)
+    memset0(starts[:1])
+    cap = np.uint64(room)
+    for j, (p, base) in enumerate(live):
+        # this thread's words for the stream, zeroed again in stream order per chunk
+        ws = with_count("single-pass",
+                        tile_words("single-pass", p.tiles, exact=False, reuse=True),
+                        starts[j + 1:j + 2])
+        LAUNCHERS["single-pass"].main(p, int(base), vals, idx, ws, cap=cap,
+                                      start=starts[j:j + 1])
+    return starts[1:]
+
+
+def _chained_overflow(live: list[tuple[Plan, int]], output: str, vals: Any, idx: Any,
+                      ends: list[int], room: int) -> Any:
+    """A chained run that selected more than its outputs' ``room`` (ends: each chunk's end
+    in the run's selection, whole counts): exact-size outputs, into which the chunks that
+    ended within the room are copied (one copy for all of them: they were written whole) and
+    the rest run again into their places, unbounded (a second read of those chunks, as
+    counting first costs)."""
+    dtype = live[0][0].flat.dtype
+    total = ends[-1]
+    out_v = output_empty(total, dtype) if vals is not None else None
+    out_i = output_empty(total, np.int64) if idx is not None else None
+    done = 0  # the selection of the chunks written whole
+    j = 0
+    while ends[j] <= room:
+        done = ends[j]
+        j += 1
+    if done:
+        for out, spec in ((out_v, vals), (out_i, idx)):
+            if out is not None:
+                device_copy(out, 0, spec, 0, done)
+    at = done
+    for (p, base), end in zip(live[j:], ends[j:]):
+        if end > at:
+            ws = tile_words("single-pass", p.tiles, exact=False, reuse=True)
+            LAUNCHERS["single-pass"].main(p, int(base),
+                                          None if out_v is None else out_v[at:end],
+                                          None if out_i is None else out_i[at:end], ws)
+        at = end
     return by_output(out_v, out_i, output)
 
 
@@ -591,15 +716,29 @@ def prepare(pred: Predicate, dtype: np.dtype, output: str, stable: bool = True,
         plan.memo.pop(key, None)
 
 
+def _run_algorithm(algorithm: str, stable: bool, blocks: list[Any], pred: Predicate,
+                   output: str) -> str:
+    """The kernel a run of chunks runs: ``resolve_algorithm``'s, but stable=False takes the
+    single-pass kernel once the predicate has selected on the run's dtype and output, as
+    :func:`_exact_algorithm` for one chunk: its chained run (one read, no scratch, no copy)
+    beats the hybrid's count first or scratch and copy, and keeps the order too."""
+    alg = resolve_algorithm(algorithm, stable)
+    if (alg == "hybrid" and algorithm == "auto" and CHAINED_RUNS and blocks
+            and _selected_before(pred, np.dtype(blocks[0].dtype), output)):
+        return "single-pass"
+    return alg
+
+
 def compact_many(
     blocks: list[Any], pred: Predicate, output: str, stable: bool, algorithm: str, bases: list[int],
 ) -> Any:
     """Dispatch entry for a run of CuPy chunks compacted by one task: the concatenation of
     their outputs (``bases[i]`` is chunk i's global index start), with one host sync."""
-    alg = resolve_algorithm(algorithm, stable)
     if output not in OUTPUT_CODES:
         raise ValueError(f"output must be values, indices or both; got {output!r}")
-    return _run_exact([_plan(b, pred, None, output, alg) for b in blocks], output, list(bases))
+    alg = _run_algorithm(algorithm, stable, blocks, pred, output)
+    return _run_exact([_plan(b, pred, None, output, alg) for b in blocks], output, list(bases),
+                      run=True)
 
 
 def compact_runs(
@@ -610,12 +749,12 @@ def compact_runs(
     per run, all chunks counted with ONE host sync and compacted into one exact-size
     allocation, of which each run's output is a view (a sync per run cost a round trip each
     where Dask's placement leaves runs of one chunk)."""
-    alg = resolve_algorithm(algorithm, stable)
     if output not in OUTPUT_CODES:
         raise ValueError(f"output must be values, indices or both; got {output!r}")
+    alg = _run_algorithm(algorithm, stable, [b for r in runs for b in r], pred, output)
     plans = [_plan(b, pred, None, output, alg) for r in runs for b in r]
     counts: list[int] = []
-    out = _run_exact(plans, output, [int(b) for bs in bases for b in bs], counts)
+    out = _run_exact(plans, output, [int(b) for bs in bases for b in bs], counts, run=True)
     pieces, at, j = [], 0, 0
     for r in runs:
         k = sum(counts[j:j + len(r)])

@@ -146,7 +146,11 @@ class SinglePass:
         return ws
 
     def main(self, plan: Plan, index_base: int, out_vals: Any, out_idx: Any, ws: TileWords,
-             exact: bool = False) -> None:
+             exact: bool = False, cap: Any = NO_CAP, start: Any = None) -> None:
+        """The compaction; ``cap`` / ``start``: the look-back kernel's bound on the outputs
+        and, for a chunk of a chained run (cupy_backend._run_chained), the device word of
+        its start in the run's outputs (kernels/single_pass.cu, d_start: the "chain" role;
+        ``ws.count`` then receives the next chunk's start)."""
         k, spec, tiles = plan.kernels, plan.spec, plan.tiles
         smem = spec.smem_bytes(plan.output)
         args = _tile_args(plan, index_base, out_vals, out_idx)
@@ -155,9 +159,11 @@ class SinglePass:
             k["scatter"]((grid,), (spec.tuning.block,), args + (ws.status, ws.tiles) + plan.params,
                          shared_mem=smem)
             return
-        grid = min(tiles, resident_blocks(k["main"], spec.tuning.block, smem))
-        k["main"]((grid,), (spec.tuning.block,),
-                  args + (ws.status, ws.count, ws.tiles, NO_CAP) + plan.params, shared_mem=smem)
+        kernel = k["main" if start is None else "chain"]
+        grid = min(tiles, resident_blocks(kernel, spec.tuning.block, smem))
+        kernel((grid,), (spec.tuning.block,),
+               args + (ws.status, ws.count, ws.tiles, cap, ptr_or_null(start)) + plan.params,
+               shared_mem=smem)
 
 
 class Hybrid:

@@ -105,6 +105,10 @@ def _prime_cache_key(cupy: Any, device: int) -> None:
     _primed.add(device)
 
 
+# The roles whose kernels stage a tile in dynamic shared memory (ModuleSpec.smem_bytes).
+_TILE_ROLES = ("main", "chain", "scatter", "partition")
+
+
 class _Compiled:
     """The kernels of a :class:`ModuleSpec`'s output and group (``cupy_source.GROUPS``), or of
     a :class:`RecordSpec` (``output`` None), compiled on one device (:func:`build_modules`)."""
@@ -130,7 +134,7 @@ class _Compiled:
         k = self._kernels.get(role)
         if k is None:
             k = self.modules[role].get_function(self._names[role])
-            if isinstance(self.spec, ModuleSpec) and role in ("main", "scatter", "partition"):
+            if isinstance(self.spec, ModuleSpec) and role in _TILE_ROLES:
                 assert self.output is not None
                 smem = self.spec.smem_bytes(self.output)
                 if smem > 0:  # static shared memory counts against the same 48 KB default

@@ -109,11 +109,13 @@ class PackedKernel:
         self.grid = min(tiles, resident_blocks(kernel, self.block, self.smem))
         self.hybrid = spec.algorithm == "hybrid"
         # arguments: 6 per call (input, mask, n, index base, the two outputs), then the words
-        # (hybrid: counter, dispenser; single-pass: status, count, dispenser, and the
-        # outputs' cap), then constants
-        first_param = 8 if self.hybrid else 10
+        # (hybrid: counter, dispenser; single-pass: status, count, dispenser, the outputs'
+        # cap and a run's chained start, null here), then constants
+        first_param = 8 if self.hybrid else 11
         self.launch = PackedLaunch(kernel, first_param + len(plan.params))
         self.launch.pointer(1, 0)  # no mask: the fused predicate
+        if not self.hybrid:
+            self.launch.pointer(10, 0)  # one chunk: no chained start
         self.launch.int64(2, n)
         self.first_param = first_param
         if self.hybrid:

@@ -119,7 +119,7 @@ class ModuleSpec:
         if self.algorithm == "single-pass":
             v = SINGLE_PASS_VARIANTS[self.variant]
             sleeps = f"{self.tuning.poll}, {self.tuning.wait}"  # the look-back's
-            return {
+            names = {
                 "count": f"dcx_count<{t}, {p}, {s}, {b}, {i}{pa}>",
                 "scan": f"dcx_tile_scan<{SCAN_BLOCK}, {SCAN_ITEMS}>",
                 "main": f"dcx_single_pass<{t}, {p}, {out}, {s}, {b}, {i}, {v}, {sleeps}{pa}>",
@@ -127,6 +127,13 @@ class ModuleSpec:
                 "copy_out": f"dcx_copy_out<{COPY_BLOCK}>",
                 "partition": f"dcx_partition<{t}, {p}, {out}, {s}, {b}, {i}{pa}>",
             }
+            if self.functor is not None:
+                # a chunk of a chained run (cupy_backend._run_chained, fused predicates only:
+                # a mask-path run never chains, and ptxas spilled 4 bytes in its 2-byte kernels
+                # of both outputs): VARIANT's bit 1
+                names["chain"] = (
+                    f"dcx_single_pass<{t}, {p}, {out}, {s}, {b}, {i}, {v | 2}, {sleeps}{pa}>")
+            return names
         return {
             "count": f"dcx_count<{t}, {p}, {s}, {b}, {i}{pa}>",
             "main": f"dcx_hybrid<{t}, {p}, {out}, {s}, {b}, {i}{pa}>",
@@ -168,12 +175,13 @@ class ModuleSpec:
 # use. NVRTC's time grows with the kernels instantiated (nvcc on
 # float32 `x < 0.5`, single-pass: all 12 kernels of the three outputs 1.87 s, one output's 6
 # 0.70 s, its 4 main-path ones 0.47 s, none 0.20 s); on the H100 host a job's first command
-# with a new predicate waited 3.5 s for the 12. `partition()` alone uses the split group.
-GROUPS = ("compact", "split")
+# with a new predicate waited 3.5 s for the 12. `partition()` alone uses the split group, the
+# chained runs of compact_many / compact_runs (a run's calls after its first) the chain group.
+GROUPS = ("compact", "split", "chain")
 
 
 def group_of(role: str) -> str:
-    return "split" if role == "partition" else "compact"
+    return {"partition": "split", "chain": "chain"}.get(role, "compact")
 
 
 def shared_part(functor: CudaFunctor | None, names: dict[str, str],
