@@ -479,16 +479,6 @@ def _chained_overflow(live: list[tuple[Plan, int]], output: str, vals: Any, idx:
 # (kind, thread (cupy_launch.thread_key), id(predicate), dtype, output, algorithm, n, device,
 # stream) -> (predicate, its OneReadCall or IntoCall, or None where the general path runs)
 _ready_calls: BoundedCache[tuple, tuple] = BoundedCache("ready calls")
-# (kind, thread, module spec, output, n, device, stream) -> a ready call made for some
-# predicate of that spec: the one another predicate of the same structure (its constants
-# apart) takes its ready call from, by ``rebound`` (new constants in slots of its own, the
-# kernel's words, scratch and pinned count word shared: one thread, one stream, one call
-# after another). Until 2026-12-02 (sixteenth session) every new predicate object made its
-# kernel anew: a threshold new at each call (`f"x < {t}"`, `lambda v: v < t` for a t chosen
-# per batch) cost 250-300 us a call at 2^20 on one H200, 4-5x torch.masked_select's time,
-# of which the new kernel's words, their zeroing and a stream synchronisation and the pinned
-# word were the largest part.
-_ready_templates: BoundedCache[tuple, Any] = BoundedCache("ready call templates")
 
 
 def _ready_call(kind: type, a: Any, pred: Predicate, output: str, algorithm: str,
@@ -513,23 +503,16 @@ def _ready_call(kind: type, a: Any, pred: Predicate, output: str, algorithm: str
     plan = _plan(a, pred, None, output, algorithm)
     call = None
     if plan.memo is not None and plan.mask is None and not plan.checked:
-        shape = (kind, key[1], plan.spec, output, a.size, dev, stream_ptr)
-        template = _ready_templates.get(shape)
-        if template is not None and template.rebinds(plan):
-            call = template.rebound(plan)
-        else:
-            try:
-                # its words made in the order of the stream it runs on: freed when the entry
-                # is evicted, they go back to that stream's share of CuPy's pool. Made on the
-                # current stream (until 2026-12-01, a poisoned-pool probe), they went back to
-                # that one's, whose next allocation could be handed them while the call's
-                # last launch on `stream` still used them
-                with contextlib.nullcontext() if stream is None else stream:
-                    call = kind(plan, output)
-            except AttributeError:  # a CuPy without RawKernel.kernel or the driver's launch
-                call = None
-            if call is not None:
-                _ready_templates.put(shape, call)
+        try:
+            # its words made in the order of the stream it runs on: freed when the entry is
+            # evicted, they go back to that stream's share of CuPy's pool. Made on the current
+            # stream (until 2026-12-01, a poisoned-pool probe), they went back to that one's,
+            # whose next allocation could be handed them while the call's last launch on
+            # `stream` still used them
+            with contextlib.nullcontext() if stream is None else stream:
+                call = kind(plan, output)
+        except AttributeError:  # a CuPy without RawKernel.kernel or the driver's launch
+            call = None
     # the predicate held: its id is not reused while the entry lives; None: the general path
     _ready_calls.put(key, (pred, call))
     return call
@@ -543,7 +526,6 @@ def forget_ready_calls() -> None:
     from .cupy_into_repeat import _repeats as into_repeats
 
     _ready_calls.clear()
-    _ready_templates.clear()
     _repeat_calls.clear()
     into_repeats.clear()
 

@@ -71,20 +71,6 @@ class PackedLaunch:
         self._params_ptr = self._params.ctypes.data
         self._launch = cupy.cuda.driver.launchKernel
 
-    def copy(self) -> PackedLaunch:
-        """The same kernel with slots of its own holding the same arguments (a ready call of
-        another predicate of the same structure: its constants are written over them)."""
-        other = object.__new__(PackedLaunch)
-        other.kernel, other._func, other._launch = self.kernel, self._func, self._launch
-        other._slots = self._slots.copy()
-        other._i64 = other._slots.view(np.int64)
-        other._bytes = other._slots.view(np.uint8)
-        # the pointers to the slots, moved by the distance between the two slot arrays
-        moved = other._slots.ctypes.data - self._slots.ctypes.data
-        other._params = (self._params.view(np.int64) + moved).view(np.uint64)
-        other._params_ptr = other._params.ctypes.data
-        return other
-
     def pointer(self, i: int, ptr: int) -> None:
         """Argument ``i`` is a device pointer (0: null)."""
         self._slots[i * (SLOT // 8)] = ptr

@@ -69,17 +69,6 @@ def learned(memo: dict | None, dtype: np.dtype, output: str) -> float | None:
     return None if memo is None else memo.get(fraction_key(dtype, output))
 
 
-class _WordRing:
-    """A packed kernel's tile words: ``sets`` sets of ``stride`` words used in turn, all
-    zeroed by one memset when a round starts again (see PackedKernel); shared by the kernels
-    :meth:`PackedKernel.rebound` makes, whose launches it counts together."""
-
-    def __init__(self, words: Any, sets: int, stride: int) -> None:
-        self.words, self.sets, self.stride = words, sets, stride
-        self.next_set = 0
-        self.used = False  # a set has been launched on since the words were zeroed
-
-
 class PackedKernel:
     """The compaction kernel of one plan with its arguments packed once
     (``cupy_launch.PackedLaunch``: its own workspace words, the size, the predicate's
@@ -117,21 +106,19 @@ class PackedKernel:
         if not self.hybrid:
             self.launch.pointer(10, 0)  # one chunk: no chained start
         self.launch.int64(2, n)
-        self.first_param = first_param
         if self.hybrid:
             # (counter, tiles): the counter is the count, zeroed with the words
             ws = tile_words(spec.algorithm, tiles, exact=False)
-            self.ring = _WordRing(ws.words, 1, 1)
-            self.count = ws.count
+            self.words, self.count = ws.words, ws.count
             self.launch.pointer(6, ws.counter.data.ptr)
             self.launch.pointer(7, ws.tiles.data.ptr)
-            self.count_slot = 6
+            self.count_slot, self.sets = 6, 1
         else:
             # (status, count, tiles) per set: tiles status words, the count word (unused: the
             # caller's count goes in its slot), the dispenser
-            stride = tiles + 2
-            sets = max(1, min(WORD_SETS, WORD_SETS_BYTES // (8 * stride)))
-            self.ring = _WordRing(cupy.zeros(sets * stride, dtype=np.uint64), sets, stride)
+            self.stride = tiles + 2
+            self.sets = max(1, min(WORD_SETS, WORD_SETS_BYTES // (8 * self.stride)))
+            self.words = cupy.zeros(self.sets * self.stride, dtype=np.uint64)
             # zeroed on the current stream, while a call may queue on another (compact_into's
             # stream=, a non-blocking stream that does not wait for the legacy default one):
             # its first launch could read the words before the zeros land (seen once in the
@@ -139,26 +126,10 @@ class PackedKernel:
             cupy.cuda.get_current_stream().synchronize()
             self.count = None
             self.count_slot = 7
-        self.params = tuple(plan.params)
+        self.next_set = 0
+        self.used = False  # a set has been launched on since the words were zeroed
         for i, v in enumerate(plan.params):
             self.launch.scalar(first_param + i, v)
-
-    def rebound(self, params: tuple) -> PackedKernel:
-        """This kernel for another predicate of the same structure (the same module spec, so
-        the same constants' types): slots of its own with ``params`` written in, everything
-        else shared, the word ring included. Sharing it is what keeps the words right: the
-        two are used by one thread on one stream (the ready calls' key), one launch after the
-        other, and the ring's round (which zeroes every set once all were used) counts the
-        launches of both. A predicate whose constants change every call (a threshold chosen
-        per batch) then costs a copy of the slots, not a new kernel's words, their zeroing
-        and a stream synchronisation."""
-        other = object.__new__(PackedKernel)  # copy.copy's reduce protocol cost 5-8 us
-        other.__dict__.update(self.__dict__)
-        other.launch = self.launch.copy()
-        other.params = tuple(params)
-        for i, v in enumerate(params):
-            other.launch.scalar(self.first_param + i, v)
-        return other
 
     def queue(self, a_ptr: int, base: int, vals_ptr: int, idx_ptr: int, count_ptr: int,
               stream_ptr: int, cap: Any = NO_CAP) -> None:
@@ -166,21 +137,19 @@ class PackedKernel:
         always hold every selected element)."""
         import cupy
 
-        launch, ring = self.launch, self.ring
-        words = ring.words
+        launch, words = self.launch, self.words
         if self.hybrid:
             cupy.cuda.runtime.memsetAsync(words.data.ptr, 0, words.nbytes, stream_ptr)
         else:
-            j = ring.next_set
-            if j == 0 and ring.used:
+            j = self.next_set
+            if j == 0 and self.used:
                 cupy.cuda.runtime.memsetAsync(words.data.ptr, 0, words.nbytes, stream_ptr)
-            ring.used = True
-            stride = ring.stride
-            at = words.data.ptr + 8 * j * stride
+            self.used = True
+            at = words.data.ptr + 8 * j * self.stride
             launch.pointer(6, at)  # status words
-            launch.pointer(8, at + 8 * (stride - 1))  # the tile dispenser
+            launch.pointer(8, at + 8 * (self.stride - 1))  # the tile dispenser
             launch.uint64(9, cap)
-            ring.next_set = j + 1 if j + 1 < ring.sets else 0
+            self.next_set = j + 1 if j + 1 < self.sets else 0
         launch.pointer(0, a_ptr)
         launch.int64(3, base)
         launch.pointer(4, vals_ptr)
@@ -254,22 +223,6 @@ class OneReadCall:
         self.keep = scratch <= KEEP_SCRATCH_BYTES
         self.vals: Any = None
         self.idx: Any = None
-
-    def rebinds(self, plan: Plan) -> bool:
-        """Whether :meth:`rebound` can serve ``plan``: the same number of constants (the
-        same module spec gives the same; checked all the same, a slot count is not a guess)."""
-        return len(plan.params) == len(self.kernel.params)
-
-    def rebound(self, plan: Plan) -> OneReadCall:
-        """This call for ``plan``'s predicate, of the same module spec, size, thread and
-        stream (``cupy_backend._ready_templates``): its constants and its memo (the fraction
-        it learns) its own, the kernel's words, the pinned count word and the kept scratch
-        shared, which the one thread's calls use one after another in stream order."""
-        other = object.__new__(OneReadCall)
-        other.__dict__.update(self.__dict__)
-        other.kernel = self.kernel.rebound(plan.params)
-        other.memo = plan.memo
-        return other
 
     def _scratch(self) -> tuple[Any, Any]:
         import cupy
@@ -389,16 +342,6 @@ class IntoCall:
 
     def __init__(self, plan: Plan, output: str) -> None:
         self.kernel = PackedKernel(plan, output)
-
-    def rebinds(self, plan: Plan) -> bool:
-        """As :meth:`OneReadCall.rebinds`."""
-        return len(plan.params) == len(self.kernel.params)
-
-    def rebound(self, plan: Plan) -> IntoCall:
-        """As :meth:`OneReadCall.rebound`: the kernel with ``plan``'s constants."""
-        other = object.__new__(IntoCall)
-        other.kernel = self.kernel.rebound(plan.params)
-        return other
 
     def __call__(self, a: Any, vals: Any, idx: Any, count: Any, stream_ptr: int) -> Any:
         import cupy

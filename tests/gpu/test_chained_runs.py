@@ -129,6 +129,10 @@ STEPS = [
     ([1], [1.0]),
     ([0, 0], [0.0, 0.0]),
     ([BIG], [0.45]),
+    ([BIG, 31], [0.0, 0.0]),
+    # after a fraction of 0 the room is SPECULATE_SLACK elements: the first chunk alone
+    # selects more, and the whole run runs again
+    ([BIG, 33], [1.0, 1.0]),
 ]
 
 

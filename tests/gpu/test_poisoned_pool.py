@@ -124,8 +124,8 @@ def forget_kept_calls() -> None:
     """Drop what calls keep for the next call (ready calls with their scratch and words, the
     repeated calls, this thread's tile words, the records' calls and column tables): the next
     call allocates them anew."""
-    for cache in (cb._ready_calls, cb._ready_templates, cb._repeat_calls,
-                  cupy_into_repeat._repeats, cupy_records_ready._calls,
+    for cache in (cb._ready_calls, cb._repeat_calls, cupy_into_repeat._repeats,
+                  cupy_records_ready._calls,
                   cupy_records_ready._by_content, cupy_records_repeat._repeats,
                   cupy_records_repeat._into_repeats, cupy_records_common._tables):
         cache.clear()
@@ -758,7 +758,7 @@ def test_compact_into_kept_call_makes_its_words_in_the_order_of_its_stream(
         calls = [c for _, c in cb._ready_calls._items.values()
                  if isinstance(c, cupy_ready.IntoCall)]
         assert len(calls) == 1
-        words = calls[0].kernel.ring.words
+        words = calls[0].kernel.words
         ptr, nbytes = words.data.ptr, words.nbytes
         del calls, words
         forget_kept_calls()  # the call evicted: its words freed
