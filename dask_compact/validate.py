@@ -63,9 +63,10 @@ def check_algorithm(algorithm: Any, stable: bool) -> None:
         )
 
 
-def check_dtype(dtype: Any, call: str | None = None) -> None:
+def check_dtype(dtype: Any, call: str | None = None, output: str = "values") -> None:
     """TypeError unless ``dtype`` is one of :data:`DTYPES` in either byte order. ``call``:
-    the call refusing it, for a split's way out (:func:`times_split`)."""
+    the call refusing it, for its way out with times (a split's, :func:`times_split`, or
+    ``compact_into``'s for its ``output``)."""
     if isinstance(dtype, np.dtype) and dtype in _NATIVE_DTYPES:  # a hash, not 14 comparisons
         return
     given = np.dtype(dtype)
@@ -74,6 +75,16 @@ def check_dtype(dtype: Any, call: str | None = None) -> None:
         how = ""
         if dtype.kind in ("m", "M") and call in ("partition", "partition_array"):
             how = "; " + times_split(call, given, call == "partition_array")
+        elif dtype.kind in ("m", "M") and call == "compact_into":
+            # its own call on the int64 views (until 2026-12-02, sixteenth session, a
+            # refusal probe: told the calls that take times, none of them into buffers)
+            out = {"values": "out.view('i8')", "indices": "out, output='indices'",
+                   "both": "(out[0].view('i8'), out[1]), output='both'"}.get(output, "out")
+            how = ("; compact_into compacts numbers only: compact the times' int64 view, "
+                   "comparing times on it viewed back, into the int64 view of the values' "
+                   "buffer (they land there as times), "
+                   f"`dask_compact.compact_into(a.view('i8'), lambda b: b.view(a.dtype) > t, "
+                   f"{out})`")
         elif dtype.kind in ("m", "M"):  # what NumPy users filter by a comparison, x[x > t]
             how = ("; datetime64 and timedelta64 arrays are taken by map_compact, compact, "
                    "compact_array, flatnonzero, sort and argsort, and as fields "
