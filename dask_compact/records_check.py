@@ -139,10 +139,12 @@ def _variable_width_strings(name: str, dtype: np.dtype) -> str:
     )
 
 
-def check_record_predicate(pred: Any, fields: dict[str, Any]) -> Predicate:
+def check_record_predicate(pred: Any, fields: dict[str, Any],
+                           call: str | None = None) -> Predicate:
     """The record predicate over ``fields``, checked: it reads 1-D fields of supported dtypes,
     NumPy types it to booleans with its constants, and a mask-path callable is elementwise
-    (tried on 64 rows of a ramp, as map_compact tries a one-array callable)."""
+    (tried on 64 rows of a ramp, as map_compact tries a one-array callable). ``call``: the
+    Python call checking it, whose way out a refusal names."""
     p = record_predicate(pred, tuple(fields))
     for name in p.fields:
         a = fields[name]
@@ -155,6 +157,20 @@ def check_record_predicate(pred: Any, fields: dict[str, Any]) -> Predicate:
         try:
             check_dtype(a.dtype)
         except TypeError as e:
+            if a.dtype.kind in "mM" and call in ("compact_records", "compact_records_into"):
+                # the comparison of times as a field of its own, which both calls take
+                # (until 2026-12-02, sixteenth session, a refusal probe: told the calls that
+                # take times, and that compact_records gathers them, not how to select)
+                f = field_source(name)
+                f = f if f.startswith("fields[") else f"fields[{name!r}]"
+                out = ", out" if call == "compact_records_into" else ""
+                raise TypeError(
+                    f"the predicate reads {name!r}, of dtype {a.dtype}: a record predicate "
+                    "compares numbers, not times (time fields are gathered as they are); "
+                    "pass the comparison of times as a boolean field the predicate reads, "
+                    f"`dask_compact.{call}({{**fields, 'keep': {f} > t}}, 'keep'{out})`, "
+                    "or with conditions on other fields, a predicate such as lambda keep, b: "
+                    "keep & (b > 3)") from None
             raise TypeError(f"the predicate reads {name!r}: {e}") from None
     dtypes = {name: native(fields[name].dtype) for name in p.fields}
     if p.expr is not None:
