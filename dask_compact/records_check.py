@@ -75,6 +75,11 @@ def checked_fields(fields: Any, indices: bool, fn: str = "compact_records",
     lazy = kinds.pop()
     modules = set()
     for name, a in out.items():
+        if isinstance(a, (bool, int, float, complex, np.generic)):
+            # a single value: its conversion, np.asarray, gave a 0-d array, refused in turn
+            # (until 2026-12-02, sixteenth session, a refusal probe)
+            raise TypeError(f"field {name!r} is a single value ({type(a).__name__}), "
+                            f"not an array of rows; {_one_value(name)}")
         if not hasattr(a, "dtype") or not hasattr(a, "shape"):
             # the conversion named (until 2026-12-01, fourteenth session, only "not an
             # array": a new-user probe)
@@ -95,7 +100,8 @@ def checked_fields(fields: Any, indices: bool, fn: str = "compact_records",
         if a.dtype.hasobject:
             raise TypeError(f"field {name!r} has dtype {a.dtype}: objects cannot be compacted")
         if a.ndim == 0:
-            raise ValueError(f"field {name!r} is 0-d; every field has rows along axis 0")
+            raise ValueError(f"field {name!r} is 0-d; every field has rows along axis 0: "
+                             f"{_one_value(name)}")
     if len(modules) > 1:
         raise TypeError(
             "fields mix NumPy and CuPy arrays (or chunks); use one array type for a record"
@@ -116,6 +122,14 @@ def checked_fields(fields: Any, indices: bool, fn: str = "compact_records",
         if len(devices) > 1:
             raise ValueError(f"fields are on several devices ({sorted(devices)}); use one")
     return out, lazy
+
+
+def _one_value(name: str) -> str:
+    """What to do with a field of one value: a constant goes in the predicate; as a field,
+    it is repeated for every row."""
+    c = field_source(name)
+    return (f"a constant goes in the predicate (`lambda b: b > {c}`), and a field of it "
+            f"repeats it for every row (`np.full(n, {c})`, n the other fields' rows)")
 
 
 def field_source(name: str) -> str:

@@ -1194,3 +1194,23 @@ def test_a_predicate_reading_times_is_told_a_boolean_field(call, dtype):
         got = {k: np.asarray(a) for k, a in got.items()}
         np.testing.assert_array_equal(got["v"], v[m])
         np.testing.assert_array_equal(got["when"], t_all[m])
+
+
+@pytest.mark.parametrize("value", [3.0, np.float64(3.0), np.int32(3), np.asarray(3.0)])
+def test_a_field_of_one_value_is_told_a_form_that_is_taken(value):
+    """A field of one value (a Python or NumPy scalar) was told to be converted with
+    np.asarray, which gave a 0-d array, refused in turn as 0-d with no way out (a refusal
+    probe, 2026-12-02, sixteenth session). Each is told the predicate's constant or a field
+    repeated for every row; both, run as written, give NumPy's rows."""
+    b = np.arange(9.0)
+    with pytest.raises((TypeError, ValueError), match="a constant goes in the predicate") as e:
+        dask_compact.compact_records({"b": b, "c": value}, "b > c")
+    said = str(e.value)
+    assert "np.asarray" not in said, said
+    pred, full = re.findall(r"`([^`]*)`", said)
+    c, n = value, b.size
+    got = dask_compact.compact_records({"b": b}, eval(pred, {"c": c}))
+    np.testing.assert_array_equal(got["b"], b[b > c])
+    got = dask_compact.compact_records({"b": b, "c": eval(full, {"np": np, "c": c, "n": n})},
+                                       "b > c")
+    np.testing.assert_array_equal(got["b"], b[b > c])
