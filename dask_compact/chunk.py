@@ -152,7 +152,7 @@ def _checked(fn: str, a: Any, pred: PredicateLike, output: str, stable: bool, al
         raise TypeError(f"{fn} takes an in-memory NumPy or CuPy array; for a dask array use "
                         f"{dask_call}")
     check_chunk_type(a, fn, in_memory=True)
-    check_dtype(a.dtype)
+    check_dtype(a.dtype, fn, output)
     p = as_predicate(pred)
     check_stream(stream, not isinstance(a, np.ndarray), "input")
     # big-endian data (validate.native), converted in the order of the stream the call runs

@@ -135,7 +135,7 @@ def records_call(fields: Mapping[str, Any], pred: Any, indices: bool, lazy: bool
             "lazy= and chunks= apply to dask fields; in-memory fields are compacted at once"
         )
     try:
-        p = check_record_predicate(pred, fs)
+        p = check_record_predicate(pred, fs, call)
     except (ValueError, TypeError) as e:
         if labels is None:
             raise
@@ -250,7 +250,7 @@ def compact_records_into(
     count, swap_count = other_order_view(count, counted(count))
     views, swapped = _other_order_views(fs, out)
     buffers = check_into(fs, views, count, stream)
-    p = check_record_predicate(pred, fs)
+    p = check_record_predicate(pred, fs, "compact_records_into")
     copied = _native_copies(fs, buffers, stream)
     first = next(iter(fs.values()))
     got = backend(first, copied, p, buffers, count, stream)

@@ -75,6 +75,11 @@ def checked_fields(fields: Any, indices: bool, fn: str = "compact_records",
     lazy = kinds.pop()
     modules = set()
     for name, a in out.items():
+        if isinstance(a, (bool, int, float, complex, np.generic)):
+            # a single value: its conversion, np.asarray, gave a 0-d array, refused in turn
+            # (until 2026-12-02, sixteenth session, a refusal probe)
+            raise TypeError(f"field {name!r} is a single value ({type(a).__name__}), "
+                            f"not an array of rows; {_one_value(name)}")
         if not hasattr(a, "dtype") or not hasattr(a, "shape"):
             # the conversion named (until 2026-12-01, fourteenth session, only "not an
             # array": a new-user probe)
@@ -95,7 +100,8 @@ def checked_fields(fields: Any, indices: bool, fn: str = "compact_records",
         if a.dtype.hasobject:
             raise TypeError(f"field {name!r} has dtype {a.dtype}: objects cannot be compacted")
         if a.ndim == 0:
-            raise ValueError(f"field {name!r} is 0-d; every field has rows along axis 0")
+            raise ValueError(f"field {name!r} is 0-d; every field has rows along axis 0: "
+                             f"{_one_value(name)}")
     if len(modules) > 1:
         raise TypeError(
             "fields mix NumPy and CuPy arrays (or chunks); use one array type for a record"
@@ -116,6 +122,14 @@ def checked_fields(fields: Any, indices: bool, fn: str = "compact_records",
         if len(devices) > 1:
             raise ValueError(f"fields are on several devices ({sorted(devices)}); use one")
     return out, lazy
+
+
+def _one_value(name: str) -> str:
+    """What to do with a field of one value: a constant goes in the predicate; as a field,
+    it is repeated for every row."""
+    c = field_source(name)
+    return (f"a constant goes in the predicate (`lambda b: b > {c}`), and a field of it "
+            f"repeats it for every row (`np.full(n, {c})`, n the other fields' rows)")
 
 
 def field_source(name: str) -> str:
@@ -139,10 +153,12 @@ def _variable_width_strings(name: str, dtype: np.dtype) -> str:
     )
 
 
-def check_record_predicate(pred: Any, fields: dict[str, Any]) -> Predicate:
+def check_record_predicate(pred: Any, fields: dict[str, Any],
+                           call: str | None = None) -> Predicate:
     """The record predicate over ``fields``, checked: it reads 1-D fields of supported dtypes,
     NumPy types it to booleans with its constants, and a mask-path callable is elementwise
-    (tried on 64 rows of a ramp, as map_compact tries a one-array callable)."""
+    (tried on 64 rows of a ramp, as map_compact tries a one-array callable). ``call``: the
+    Python call checking it, whose way out a refusal names."""
     p = record_predicate(pred, tuple(fields))
     for name in p.fields:
         a = fields[name]
@@ -155,6 +171,20 @@ def check_record_predicate(pred: Any, fields: dict[str, Any]) -> Predicate:
         try:
             check_dtype(a.dtype)
         except TypeError as e:
+            if a.dtype.kind in "mM" and call in ("compact_records", "compact_records_into"):
+                # the comparison of times as a field of its own, which both calls take
+                # (until 2026-12-02, sixteenth session, a refusal probe: told the calls that
+                # take times, and that compact_records gathers them, not how to select)
+                f = field_source(name)
+                f = f if f.startswith("fields[") else f"fields[{name!r}]"
+                out = ", out" if call == "compact_records_into" else ""
+                raise TypeError(
+                    f"the predicate reads {name!r}, of dtype {a.dtype}: a record predicate "
+                    "compares numbers, not times (time fields are gathered as they are); "
+                    "pass the comparison of times as a boolean field the predicate reads, "
+                    f"`dask_compact.{call}({{**fields, 'keep': {f} > t}}, 'keep'{out})`, "
+                    "or with conditions on other fields, a predicate such as lambda keep, b: "
+                    "keep & (b > 3)") from None
             raise TypeError(f"the predicate reads {name!r}: {e}") from None
     dtypes = {name: native(fields[name].dtype) for name in p.fields}
     if p.expr is not None:

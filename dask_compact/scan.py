@@ -40,11 +40,21 @@ _HALF = np.dtype(np.float16)
 _ACC = tuple(np.dtype(t) for t in ("int32", "int64", "uint32", "uint64", "float32", "float64"))
 
 
-def scan_dtype(dtype: Any, out_dtype: Any = None) -> np.dtype:
+def _timedelta_sum(dt: np.dtype, call: str) -> str:
+    """The way out for a scan of timedeltas, which NumPy's cumsum sums (until 2026-12-02,
+    sixteenth session, a refusal probe, refused with none): their int64 counts of the unit,
+    summed and cast back (astype, either byte order), NaT excepted."""
+    a = "x" if call == "cumsum" else "a"
+    return (f"; timedeltas sum as their int64 counts of {dt}'s unit: "
+            f"`dask_compact.{call}({a}.astype('i8')).astype({a}.dtype)` (where {a} holds no "
+            "NaT: NumPy's sum is NaT from a NaT on, an int64 sum is not)")
+
+
+def scan_dtype(dtype: Any, out_dtype: Any = None, call: str = "cumsum") -> np.dtype:
     """The output (and accumulator) dtype of a scan of ``dtype``: NumPy's ``cumsum`` choice
     (bool and signed integers -> the platform integer, int64 on Linux; unsigned -> uint64;
     floats keep theirs), or ``out_dtype`` where given (in native byte order). TypeError for
-    what is not built."""
+    what is not built (``call``, ``cumsum`` or ``scan_array``, for a timedelta's way out)."""
     dt = native(np.dtype(dtype))
     # float16 into a float32 or float64 accumulator is NumPy's np.cumsum(a, dtype=...): each
     # element widened (exactly), the sums in the accumulator. Refused until 2026-12-01 (the
@@ -55,7 +65,7 @@ def scan_dtype(dtype: Any, out_dtype: Any = None) -> np.dtype:
             f"scan takes bool, integer, float32 or float64 arrays, not {dt}"
             + ("; NumPy adds float16 in float16, which no scan here is built for: pass "
                "dtype=np.float32 or np.float64 to sum it in that type (np.cumsum(a, dtype=...))"
-               if dt == _HALF else "")
+               if dt == _HALF else _timedelta_sum(dt, call) if dt.kind == "m" else "")
         )
     if out_dtype is None:
         acc = np.dtype(np.cumsum(np.zeros(0, dtype=dt)).dtype)
@@ -183,7 +193,7 @@ def scan_array(a: Any, *, exclusive: bool = True, algorithm: str = "auto",
             f"scan_array needs a NumPy or CuPy array, not {type(a).__module__}."
             f"{type(a).__name__}; convert {conversion(a, in_memory=True)}"
         )
-    acc = scan_dtype(a.dtype, dtype)
+    acc = scan_dtype(a.dtype, dtype, "scan_array")
     alg = _check_algorithm(algorithm, _is_gpu(a), "scan_array")
     # the other byte order: NumPy's astype, CuPy's bytes reversed (CuPy's astype copies them
     # as they are: until 2026-12-01, thirteenth session, it scanned the unswapped numbers)

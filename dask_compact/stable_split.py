@@ -159,7 +159,7 @@ def partition(x: da.Array, pred: PredicateLike, *, output: str = "values") -> tu
     settings.warn_unknown()
     x = _check_dask_array(x, "partition")
     check_output(output)
-    check_dtype(x.dtype)
+    check_dtype(x.dtype, "partition")
     p = as_predicate(pred)
     x = _native(x)
     if _unknown(x):

@@ -63,14 +63,29 @@ def check_algorithm(algorithm: Any, stable: bool) -> None:
         )
 
 
-def check_dtype(dtype: Any) -> None:
-    """TypeError unless ``dtype`` is one of :data:`DTYPES` in either byte order."""
+def check_dtype(dtype: Any, call: str | None = None, output: str = "values") -> None:
+    """TypeError unless ``dtype`` is one of :data:`DTYPES` in either byte order. ``call``:
+    the call refusing it, for its way out with times (a split's, :func:`times_split`, or
+    ``compact_into``'s for its ``output``)."""
     if isinstance(dtype, np.dtype) and dtype in _NATIVE_DTYPES:  # a hash, not 14 comparisons
         return
-    dtype = native(np.dtype(dtype))
+    given = np.dtype(dtype)
+    dtype = native(given)
     if dtype not in DTYPES:
         how = ""
-        if dtype.kind in ("m", "M"):  # what NumPy users filter by a comparison, x[x > t]
+        if dtype.kind in ("m", "M") and call in ("partition", "partition_array"):
+            how = "; " + times_split(call, given, call == "partition_array")
+        elif dtype.kind in ("m", "M") and call == "compact_into":
+            # its own call on the int64 views (until 2026-12-02, sixteenth session, a
+            # refusal probe: told the calls that take times, none of them into buffers)
+            out = {"values": "out.view('i8')", "indices": "out, output='indices'",
+                   "both": "(out[0].view('i8'), out[1]), output='both'"}.get(output, "out")
+            how = ("; compact_into compacts numbers only: compact the times' int64 view, "
+                   "comparing times on it viewed back, into the int64 view of the values' "
+                   "buffer (they land there as times), "
+                   f"`dask_compact.compact_into(a.view('i8'), lambda b: b.view(a.dtype) > t, "
+                   f"{out})`")
+        elif dtype.kind in ("m", "M"):  # what NumPy users filter by a comparison, x[x > t]
             how = ("; datetime64 and timedelta64 arrays are taken by map_compact, compact, "
                    "compact_array, flatnonzero, sort and argsort, and as fields "
                    "compact_records gathers, only")
@@ -82,6 +97,26 @@ def check_dtype(dtype: Any) -> None:
             f"dask_compact compacts arrays of {', '.join(d.name for d in DTYPES)}; not "
             f"{dtype}{how}"
         )
+
+
+def times_split(call: str, dtype: np.dtype, in_memory: bool, masked: bool = False) -> str:
+    """The way out for ``partition`` or ``partition_array`` (``call``) given times, which
+    they do not split (the split's loops and kernels are numeric): split the times' int64
+    view, the predicate comparing times on it viewed back (a masked array filled first with
+    NaT, never selected). Until 2026-12-02 (sixteenth session, the fifteenth's probes) a
+    masked one was told to fill it and call ``partition`` again, which refused the dtype,
+    and an unmasked one the calls that take times, none of them a split."""
+    a, ma = ("a", "np.ma") if in_memory else ("x", "da.ma")
+    code = (f"v, k = dask_compact.{call}({a}.view('i8'), lambda b: b.view({a}.dtype) > t); "
+            f"v = v.view({a}.dtype)")
+    if not masked:
+        return (f"{call} splits numbers only: split the {dtype} values' int64 view, comparing "
+                f"times on it viewed back, `{code}`")
+    kind = "datetime64" if dtype.kind == "M" else "timedelta64"
+    return (f"Say what masked elements mean, e.g. never selected (NaT fails every comparison: "
+            f"never selected by `x > t`), and split the {dtype} values' int64 view ({call} "
+            f"splits numbers only), comparing times on it viewed back: "
+            f'`{a} = {ma}.filled({a}, np.{kind}("NaT")); {code}`')
 
 
 def native(dtype: np.dtype) -> np.dtype:
@@ -373,6 +408,10 @@ def _masked_advice(call: str, in_memory: bool, source: str | None = None,
                 f"`dask_compact.{call}({ma}.filled({a}, 0))` (and `{ma}.getmaskarray({a})` "
                 "for the places np.ma.cumsum masks)")
     fill, never = _never_selected(dtype)
+    if call in ("partition", "partition_array") and getattr(dtype, "kind", "f") in "mM":
+        # a fill partition takes as it is: it splits no times (until 2026-12-02, sixteenth
+        # session, the fifteenth's probes: told da.ma.filled(x, NaT) and partition again)
+        return times_split(call, dtype, in_memory, masked=True)
     # the dask calls that are not a compaction, in their own call (until 2026-12-01,
     # fourteenth session, a regression review, they were told compact(d, ...) and
     # .map_compact(...), as the in-memory calls were until the thirteenth)

@@ -242,12 +242,15 @@ def compact_dataset(
             )
         if dtype.kind in "mM":
             # compact_records' own refusal named map_compact and gathered fields, not what
-            # works here (until 2026-12-01; a record probe)
+            # works here (until 2026-12-01; a record probe); a timedelta's example is a
+            # timedelta (until 2026-12-02, sixteenth session, a refusal probe, a datetime64,
+            # which NumPy does not compare with it)
+            example = ("np.datetime64('2020-01-01')" if dtype.kind == "M"
+                       else "np.timedelta64(3, 'h')")
             raise TypeError(
                 f"cond reads {f!r}, of dtype {dtype}: a string or callable cond compares "
                 "numbers, not times; pass the condition as a boolean DataArray, evaluated "
-                f"chunk by chunk in the same pass: ds.compact.where(ds[{f!r}] > "
-                "np.datetime64('2020-01-01'))"
+                f"chunk by chunk in the same pass: ds.compact.where(ds[{f!r}] > {example})"
             )
     if indices is not None and (not isinstance(indices, str) or indices in ds.variables):
         raise ValueError(

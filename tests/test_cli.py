@@ -381,12 +381,17 @@ def test_a_failed_scheduler_keeps_a_client_made_meanwhile_as_the_default(npy, tm
         t.join()
         return real(*args, **kwargs)
 
+    # dask imports distributed's Client once, at its first use: the real one, not the patch
+    dask.base._distributed_available()
     monkeypatch.setattr(distributed, "Client", meanwhile)
     try:
         said = run(path, tmp_path / "o.zarr", "-w", "x > 0", "--scheduler",
                    "nope://127.0.0.1:1", code=1).output  # its result holds the failed Client
         assert "unknown address scheme" in said
         assert _get_global_client() is made[0]
+        # the config names it still (since 2026-12-02 the failed call leaves a value it did
+        # not set alone: here the meanwhile Client's, equal to its own)
+        assert dask.config.get("scheduler", None) == "dask.distributed"
         import dask.array as da
 
         assert da.ones(10, chunks=5).sum().compute() == 10
@@ -400,6 +405,62 @@ def test_a_failed_scheduler_keeps_a_client_made_meanwhile_as_the_default(npy, tm
         gc.collect()
         dask.config.config.pop("scheduler", None)
     assert _get_global_client() is None
+
+
+def test_a_failed_scheduler_restores_only_the_config_it_set(monkeypatch):
+    """A failed --scheduler put the config's ``scheduler`` back to what it read before it
+    tried: until 2026-12-02 (sixteenth session, the fifteenth session's probes) it popped
+    (or overwrote) a value another thread set meanwhile, and the failed Client, once
+    collected, popped it again. Ordered by events: the other thread sets
+    ``scheduler="synchronous"`` after the failed Client's own set, before connect restores.
+    The value another thread set stays; connect restores only its Client's
+    ``"dask.distributed"``, and only while it is still that value."""
+    import gc
+    import threading
+
+    import click
+    import distributed
+
+    from dask_compact.batch.runner import connect
+
+    real = distributed.Client
+    tried, set_meanwhile = threading.Event(), threading.Event()
+
+    def other_thread():
+        tried.wait(30)
+        dask.config.set(scheduler="synchronous")
+        set_meanwhile.set()
+
+    def failing(*args, **kwargs):
+        try:
+            return real(*args, **kwargs)
+        finally:
+            assert dask.config.get("scheduler", None) == "dask.distributed"  # its own set
+            tried.set()
+            set_meanwhile.wait(30)
+
+    t = threading.Thread(target=other_thread)
+    t.start()
+    monkeypatch.setattr(distributed, "Client", failing)
+    monkeypatch.delitem(dask.config.config, "scheduler", raising=False)
+    try:
+        with pytest.raises(click.ClickException, match="unknown address scheme"):
+            connect("nope://127.0.0.1:1", None, 5)
+        t.join()
+        assert dask.config.get("scheduler", None) == "synchronous"
+        gc.collect()  # the failed Client's own teardown leaves it too
+        assert dask.config.get("scheduler", None) == "synchronous"
+    finally:
+        t.join()
+        dask.config.config.pop("scheduler", None)
+    # and with nothing set meanwhile, what it set is undone (test_scheduler_errors: None)
+    monkeypatch.setattr(distributed, "Client", real)
+    with dask.config.set(scheduler="threads"):
+        with pytest.raises(click.ClickException, match="unknown address scheme"):
+            connect("nope://127.0.0.1:1", None, 5)
+        assert dask.config.get("scheduler", None) == "threads"
+        gc.collect()
+        assert dask.config.get("scheduler", None) == "threads"
 
 
 @pytest.mark.parametrize("content", ["", "not json", '{"no": "address"}', '{"address": 5}',

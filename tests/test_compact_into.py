@@ -325,3 +325,31 @@ def test_non_contiguous_input_is_not_copied_whole(monkeypatch):
         tracemalloc.stop()
     np.testing.assert_array_equal(out[:k], a[a < 0.5])
     assert peak < a.nbytes // 8, peak
+
+
+@pytest.mark.parametrize("dtype", ["datetime64[s]", ">M8[ms]", "timedelta64[us]"])
+@pytest.mark.parametrize("output", ["values", "indices", "both"])
+def test_times_are_told_the_int64_views_compact_into_takes(dtype, output):
+    """compact_into refused times with the list of calls that take them, none of which
+    writes into buffers (a refusal probe, 2026-12-02, sixteenth session): it says to pass
+    the int64 views, and what it says, run as written, gives NumPy's selection."""
+    import re
+
+    import dask_compact
+
+    a = (np.arange(37)[::-1] * 5 % 17).astype(dtype)
+    a[3] = np.array("NaT", dtype)
+    t = a[1]
+    m = a > t
+    values, indices = np.empty_like(a), np.empty(a.size, np.int64)
+    out = {"values": values, "indices": indices, "both": (values, indices)}[output]
+    with pytest.raises(TypeError, match="compact_into compacts numbers only") as e:
+        compact_into(a, lambda v: v > t, out, output=output)
+    (code,) = re.findall(r"`([^`]*)`", str(e.value))
+    count = eval(code, {"dask_compact": dask_compact, "a": a, "t": t, "out": out})
+    k = int(count[0])
+    assert k == m.sum()
+    if output != "indices":
+        np.testing.assert_array_equal(values[:k], a[m])
+    if output != "values":
+        np.testing.assert_array_equal(indices[:k], np.flatnonzero(m))

@@ -1469,3 +1469,43 @@ def test_every_pair_of_number_dtypes_by_value():
                 as_declared(chunk, declared, "f", 0)
 
     check()
+
+
+@pytest.mark.parametrize("dtype", ["datetime64[s]", ">M8[s]", "timedelta64[ms]"])
+@pytest.mark.parametrize("masked", [True, False])
+@pytest.mark.parametrize("call", ["partition", "partition_array"])
+def test_a_time_array_given_to_partition_is_told_a_split_partition_takes(dtype, masked, call):
+    """A masked time array given to ``partition`` was told to fill it with NaT and call
+    ``partition`` again, which refuses time dtypes anyway (``partition`` splits numbers
+    only), and an unmasked one was told the calls that take times, none of them a split
+    (fifteenth session's probes, 2026-12-01). Each is told to split the times' int64 view,
+    comparing times on it viewed back, and what it says, run as it is written, gives
+    NumPy's split (masked elements never selected)."""
+    a = (np.arange(13)[::-1] * 7 % 11).astype(dtype)
+    a[4] = np.array("NaT", dtype)
+    t = a[2]  # 5 elements after it, NaT not among them
+    hidden = np.arange(13) % 5 == 1
+    given = np.ma.masked_array(a, mask=hidden) if masked else a
+    data = np.where(hidden, np.array("NaT", dtype), a) if masked else a
+    m = data > t
+    want = np.concatenate([data[m], data[~m]])
+    if call == "partition":
+        x = (da.ma.masked_array(da.from_array(a, chunks=4), mask=hidden) if masked
+             else da.from_array(a, chunks=4))
+        names = {"x": x}
+    else:
+        names = {"a": given}
+    with pytest.raises(TypeError) as e:
+        getattr(dask_compact, call)(*names.values(), lambda v: v > t)
+    said = str(e.value)
+    code = re.findall(r"`([^`]*dask_compact\.[^`]*)`", said)
+    assert len(code) == 1, said
+    scope = {**names, "t": t, "np": np, "da": da, "dask_compact": dask_compact}
+    exec(code[0], scope)  # as it is written
+    v, k = scope["v"], scope["k"]
+    v = v.compute() if call == "partition" else v
+    assert v.dtype == np.dtype(dtype) and k == m.sum(), said
+    bits = np.dtype(dtype).newbyteorder("=")  # of either order, compared as int64 bits
+    np.testing.assert_array_equal(v.astype(bits).view("i8"), want.astype(bits).view("i8"))
+    if masked:  # never selected: the masked elements' places hold NaT after k
+        np.testing.assert_array_equal(v[:k], a[(a > t) & ~hidden])

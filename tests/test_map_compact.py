@@ -320,7 +320,7 @@ def test_compact_datetime_and_timedelta(dtype):
         np.testing.assert_array_equal(dask_compact.compact_array(a, "x > 0"), want_n)
     with pytest.raises(NotElementwise):  # the slice check runs on this path too
         x.map_compact(lambda v: v > v.max())
-    with pytest.raises(TypeError, match="taken by map_compact, compact, compact_array, flatnonz"):
+    with pytest.raises(TypeError, match="partition splits numbers only: split the .* int64 view"):
         dask_compact.partition(x, lambda v: v > t0)  # the split is numeric only
 
 

@@ -1159,3 +1159,58 @@ def test_gpu_sized_records_calls_of_the_other_byte_order_are_not_kept(monkeypatc
     finally:
         crr._calls.clear()  # the stand-ins' entries
         crr._by_content.clear()
+
+
+@pytest.mark.parametrize("call", ["compact_records", "compact_records_into", "dask"])
+@pytest.mark.parametrize("dtype", ["datetime64[s]", "timedelta64[ms]", ">M8[s]"])
+def test_a_predicate_reading_times_is_told_a_boolean_field(call, dtype):
+    """A record predicate reading a time field was refused with the list of calls that
+    take times, and that compact_records gathers them: no way to select by them (a refusal
+    probe, 2026-12-02, sixteenth session). The refusal says to pass the comparison as a
+    boolean field; what it says, run as written, gives NumPy's rows."""
+    t_all = (np.arange(41)[::-1] * 7 % 23).astype(dtype)
+    t_all[5] = np.array("NaT", dtype)
+    v = np.arange(41.0)
+    t = t_all[2]
+    m = t_all > t
+    fields = {"when": t_all, "v": v}
+    if call == "dask":
+        fields = {k: da.from_array(a, chunks=9) for k, a in fields.items()}
+    out = {"when": np.empty_like(t_all), "v": np.empty(41)}
+    name = "compact_records_into" if call == "compact_records_into" else "compact_records"
+    with pytest.raises(TypeError, match="a record predicate compares numbers, not times") as e:
+        if call == "compact_records_into":
+            dask_compact.compact_records_into(fields, "when > 3", out)
+        else:
+            dask_compact.compact_records(fields, lambda when, v: when > t)
+    code, _ = re.findall(r"`([^`]*)`", str(e.value))[:2] + [None]
+    assert f"dask_compact.{name}(" in code, code
+    got = eval(code, {"dask_compact": dask_compact, "fields": fields, "t": t, "out": out})
+    if call == "compact_records_into":
+        k = int(got[0])
+        np.testing.assert_array_equal(out["v"][:k], v[m])
+        np.testing.assert_array_equal(out["when"][:k], t_all[m])
+    else:
+        got = {k: np.asarray(a) for k, a in got.items()}
+        np.testing.assert_array_equal(got["v"], v[m])
+        np.testing.assert_array_equal(got["when"], t_all[m])
+
+
+@pytest.mark.parametrize("value", [3.0, np.float64(3.0), np.int32(3), np.asarray(3.0)])
+def test_a_field_of_one_value_is_told_a_form_that_is_taken(value):
+    """A field of one value (a Python or NumPy scalar) was told to be converted with
+    np.asarray, which gave a 0-d array, refused in turn as 0-d with no way out (a refusal
+    probe, 2026-12-02, sixteenth session). Each is told the predicate's constant or a field
+    repeated for every row; both, run as written, give NumPy's rows."""
+    b = np.arange(9.0)
+    with pytest.raises((TypeError, ValueError), match="a constant goes in the predicate") as e:
+        dask_compact.compact_records({"b": b, "c": value}, "b > c")
+    said = str(e.value)
+    assert "np.asarray" not in said, said
+    pred, full = re.findall(r"`([^`]*)`", said)
+    c, n = value, b.size
+    got = dask_compact.compact_records({"b": b}, eval(pred, {"c": c}))
+    np.testing.assert_array_equal(got["b"], b[b > c])
+    got = dask_compact.compact_records({"b": b, "c": eval(full, {"np": np, "c": c, "n": n})},
+                                       "b > c")
+    np.testing.assert_array_equal(got["b"], b[b > c])

@@ -448,3 +448,27 @@ def test_float16_is_summed_into_a_float_dtype_as_numpy_sums_it(acc: str) -> None
         cumsum(da.from_array(a, chunks=3))
     with pytest.raises(TypeError, match="float16"):
         scan_array(a, dtype=np.int64)
+
+
+@pytest.mark.parametrize("dtype", ["timedelta64[s]", ">m8[ms]"])
+@pytest.mark.parametrize("call", ["cumsum", "scan_array"])
+def test_timedeltas_are_told_their_int64_sum(dtype, call):
+    """NumPy's cumsum sums timedeltas; cumsum and scan_array refused them with no way out
+    (a refusal probe, 2026-12-02, sixteenth session). The refusal says to sum their int64
+    counts and cast back (NaT excepted, which it says); run as written, it gives NumPy's
+    sum (scan_array's exclusive one)."""
+    import re
+
+    a = (np.arange(29)[::-1] * 7 % 13 - 4).astype(dtype)
+    x = da.from_array(a, chunks=8)
+    given = {"cumsum": x, "scan_array": a}[call]
+    with pytest.raises(TypeError, match="timedeltas sum as their int64 counts") as e:
+        getattr(dask_compact, call)(given)
+    assert "NaT" in str(e.value)
+    (code,) = re.findall(r"`([^`]*)`", str(e.value))
+    got = np.asarray(eval(code, {"dask_compact": dask_compact, "x": x, "a": a}))
+    want = np.cumsum(a)
+    if call == "scan_array":  # exclusive, its default
+        want = np.concatenate([np.zeros(1, want.dtype), want[:-1]])
+    assert got.dtype == a.dtype
+    np.testing.assert_array_equal(got, want)

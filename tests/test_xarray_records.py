@@ -876,3 +876,22 @@ def test_a_closure_over_a_row_mask_is_told_the_accessor_s_way_out(chunked):
     got = ds.compact.where(xr.DataArray(mask, dims="event") & (ds["e"] > 0.3), dim="event")
     keep = mask & (ds["e"].values > 0.3)
     np.testing.assert_array_equal(np.asarray(got["w"].values), ds["w"].values[keep])
+
+
+@pytest.mark.parametrize("dtype", ["datetime64[s]", "timedelta64[s]"])
+@pytest.mark.parametrize("cond", ["t > 3", lambda t: t > 3])
+def test_a_cond_reading_times_is_told_a_comparison_of_its_kind(dtype, cond):
+    """A cond reading a timedelta variable was told to compare it with a datetime64,
+    `ds['t'] > np.datetime64('2020-01-01')`, which NumPy refuses (a refusal probe,
+    2026-12-02, sixteenth session): the example is of the variable's own kind, and, run as
+    written, gives isel's rows."""
+    hours = (np.arange(40) * 7 % 11 * 3600).astype("m8[s]")
+    t = hours if dtype.startswith("timedelta") else np.datetime64("2019-12-31T18:00") + hours
+    ds = xr.Dataset({"t": ("ev", t.astype(dtype)), "v": ("ev", np.arange(40.0))})
+    with pytest.raises(TypeError, match="compares numbers, not times") as e:
+        ds.compact.where(cond)
+    (code,) = re.findall(r"ds\.compact\.where\(.*\)\)", str(e.value))
+    got = eval(code, {"ds": ds, "np": np})
+    pred = eval(code.replace("ds.compact.where(", "(", 1), {"ds": ds, "np": np})
+    xr.testing.assert_identical(got, ds.isel(ev=np.flatnonzero(pred.values)))
+    assert 0 < got.sizes["ev"] < 40

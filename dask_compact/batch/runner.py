@@ -77,6 +77,25 @@ def why_no_gpu() -> str | None:
     return "no CUDA device"
 
 
+def _undo_scheduler_config(previous: Any, client_module: Any) -> None:
+    """Undo what a Client that failed in ``__init__`` set in the dask config: it made itself
+    the default scheduler (``scheduler="dask.distributed"``), which later computations in
+    this process would look for. Only that key, back to ``previous`` (what the call read
+    before it tried), and only while it still holds the failed Client's value and no running
+    default Client, another thread's, is what it names. Until 2026-12-02 (sixteenth
+    session, the fifteenth's probes) it was put back whatever it held, so a value another
+    thread set meanwhile was popped or overwritten."""
+    ours = "dask.distributed"
+    if previous == ours or dask.config.get("scheduler", None) != ours:
+        return  # the call set nothing, or another thread set something since
+    if any(c.status == "running" for c in list(client_module._global_clients.values())):
+        return  # another thread's Client is the default it names
+    if previous is None:
+        dask.config.config.pop("scheduler", None)
+    else:
+        dask.config.set(scheduler=previous)
+
+
 def connect(address: str | None, scheduler_file: str | None, timeout: float) -> Any:
     from distributed import Client
     from distributed import client as client_module
@@ -90,22 +109,22 @@ def connect(address: str | None, scheduler_file: str | None, timeout: float) -> 
         else:
             client = Client(address, timeout=timeout)
     except (OSError, ValueError, TypeError, TimeoutError) as e:
-        # A Client that fails in __init__ has already made itself the default scheduler in the
-        # dask config and never undoes it; later computations in this process would look for it.
-        if previous is None:
-            dask.config.config.pop("scheduler", None)
-        else:
-            dask.config.set(scheduler=previous)
-        # ... and stays distributed's default client (its registry of them, which dask's
-        # compute asks too), never closed: until 2026-12-01 (fourteenth session, seen in CI)
-        # a later compute in this process (a test after the CLI's in the same process) went
-        # to the unreachable scheduler and waited for ever. Only one not running: another
-        # thread's Client made meanwhile stays the default (until 2026-12-01, fifteenth
-        # session, a regression review, every one registered meanwhile was dropped)
+        # A Client that fails in __init__ stays distributed's default client (its registry of
+        # them, which dask's compute asks too), never closed: until 2026-12-01 (fourteenth
+        # session, seen in CI) a later compute in this process (a test after the CLI's in the
+        # same process) went to the unreachable scheduler and waited for ever. Only one not
+        # running: another thread's Client made meanwhile stays the default (until
+        # 2026-12-01, fifteenth session, a regression review, every one registered meanwhile
+        # was dropped)
         for k in set(client_module._global_clients) - registered:
             made = client_module._global_clients.get(k)
             if made is None or made.status != "running":
                 client_module._global_clients.pop(k, None)
+                if made is not None:
+                    # its teardown, once collected, would put back the config it found at
+                    # its start, over what another thread set since: undone here instead
+                    made._set_as_default = False
+        _undo_scheduler_config(previous, client_module)
         # OSError: refused / timed out / TLS handshake failed; ValueError: unknown scheme or a
         # tls:// address without certificates in the dask config.
         raise click.ClickException(

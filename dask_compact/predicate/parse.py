@@ -1,11 +1,12 @@
 """Parse a predicate written as a string in the variable ``x``, e.g. ``"(x > 0.2) & (x < 0.3)"``.
 
 The text is parsed with :mod:`ast` and checked against a whitelist before anything is computed:
-the only name is ``x`` (plus the constants ``True``, ``False``, ``nan``, ``inf``, ``pi``), calls
-go only to bare names of the elementwise functions dask_compact compiles, and there is no
-attribute access, subscript, keyword, starred argument, lambda, comprehension or string. Nothing
-is ever ``eval``'d: the checked tree is interpreted node by node over the tracer's symbolic array
-(:class:`~.trace.Sym`), so ``"x > 0.2"`` gives exactly the tree ``lambda v: v > 0.2`` gives.
+the only name is ``x`` (plus the constants ``True``, ``False``, ``nan``, ``inf``, ``pi``, and
+NumPy's constants as ``np.e``, ``numpy.pi``...), calls go only to bare names of the elementwise
+functions dask_compact compiles, and there is no other attribute access, no subscript, keyword,
+starred argument, lambda, comprehension or string. Nothing is ever ``eval``'d: the checked tree
+is interpreted node by node over the tracer's symbolic array (:class:`~.trace.Sym`), so
+``"x > 0.2"`` gives exactly the tree ``lambda v: v > 0.2`` gives.
 
 Beyond Python operator semantics, ``and``/``or``/``not`` mean ``np.logical_and``/``logical_or``/
 ``logical_not`` and a chained comparison ``a < x < b`` means ``(a < x) & (x < b)``, as a user
@@ -51,6 +52,18 @@ FUNCTIONS.update(
 )
 CONSTANTS: dict[str, float] = {"nan": math.nan, "inf": math.inf, "pi": math.pi}
 _VARIABLE = "x"
+# NumPy's constants as NumPy users write them, `np.e`, `numpy.pi`, `math.tau` (the modules'
+# own floats, so the answer is NumPy's for `a < np.e`): literals, an attribute of a module
+# name taken from this table and nothing else (no other attribute, nothing looked up). Until
+# 2026-12-02 (sixteenth session, the fifteenth's probes) `"x < np.e"` was refused with the
+# general bare-name hint, and `e` has no bare name (see _BARE_HINT).
+_MODULE_CONSTANTS: dict[str, dict[str, float]] = {
+    **dict.fromkeys(("np", "numpy", "cp", "cupy"), {
+        "e": math.e, "pi": math.pi, "inf": math.inf, "nan": math.nan,
+        "euler_gamma": float(np.euler_gamma)}),
+    **dict.fromkeys(("math", "cmath"), {
+        "e": math.e, "pi": math.pi, "inf": math.inf, "nan": math.nan, "tau": math.tau}),
+}  # fmt: skip
 
 _UNARY: dict[type, Callable[[Any], Any]] = {
     ast.USub: lambda v: -v,
@@ -64,6 +77,15 @@ _ALLOWED = (
     ast.Constant, ast.Load,
     *BINARY_OPERATORS, *COMPARE_OPERATORS, *_UNARY, *_BOOL,
 )  # fmt: skip
+
+
+def _module_constant(node: ast.AST) -> float | None:
+    """The value of ``node`` where it is one of :data:`_MODULE_CONSTANTS` (``np.e``)."""
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+        return _MODULE_CONSTANTS.get(node.value.id, {}).get(node.attr)
+    return None
+
+
 _NAMES_OF_NODES = {
     ast.Attribute: "attribute access", ast.Subscript: "subscripting", ast.Lambda: "a lambda",
     ast.ListComp: "a comprehension", ast.SetComp: "a comprehension",
@@ -90,8 +112,6 @@ def _attribute_hint(node: ast.Attribute, call: ast.Call | None = None) -> str:
         if call is not None and node.attr in FUNCTIONS:
             args = ", ".join(ast.unparse(a) for a in call.args)
             return f" (functions are called by bare name: write {node.attr}({args}))"
-        if call is None and node.attr in CONSTANTS:
-            return f" (constants are written by bare name: write {node.attr})"
     elif call is None and node.attr in FUNCTIONS:  # x.real, x.imag
         return (f" (functions are called by bare name: write "
                 f"{node.attr}({ast.unparse(node.value)}))")
@@ -202,6 +222,8 @@ def _check(text: str, tree: ast.AST, names: tuple[str, ...] = (_VARIABLE,)) -> N
         node, depth = stack.pop()
         if depth > MAX_DEPTH:
             raise _refuse(text, f"nesting deeper than {MAX_DEPTH}")
+        if _module_constant(node) is not None:
+            continue  # a literal, its module's name not a variable
         if not isinstance(node, _ALLOWED):
             what = _NAMES_OF_NODES.get(type(node), f"{type(node).__name__} syntax")
             hint = _attribute_hint(node) if isinstance(node, ast.Attribute) else ""
@@ -215,11 +237,15 @@ def _check(text: str, tree: ast.AST, names: tuple[str, ...] = (_VARIABLE,)) -> N
                 # the example on a field (a record's said `isnan(x)`, the name refused, until
                 # 2026-12-01, fourteenth session: a new-user probe)
                 on = next((n for n in names if n.isidentifier()), _VARIABLE)
+                # NumPy's `e` has no bare name: a misspelt variable or field would compare
+                # with 2.718... and select all or nothing without a word
+                known = (f"write np.{node.id}: NumPy's constant {node.id} has no bare name; "
+                         if node.id in _MODULE_CONSTANTS["np"] else "")
                 raise _refuse(
                     text,
                     f"the name {node.id!r}",
-                    f" ({which}; constants: {', '.join(CONSTANTS)}; functions are "
-                    f"called by bare name, e.g. `isnan({on})`)",
+                    f" ({known}{which}; constants: {', '.join(CONSTANTS)}, np.e and NumPy's "
+                    f"others; functions are called by bare name, e.g. `isnan({on})`)",
                 )
         elif isinstance(node, ast.Constant):
             if not isinstance(node.value, (bool, int, float, complex)):
@@ -296,6 +322,10 @@ class _Interpreter:
             return hit if hit is not None else CONSTANTS[node.id]
         if isinstance(node, ast.Constant):
             return node.value
+        if isinstance(node, ast.Attribute):  # _check let only a module's constant by
+            value = _module_constant(node)
+            assert value is not None
+            return value
         if isinstance(node, ast.UnaryOp):
             return self.bounded(_UNARY[type(node.op)](self.eval(node.operand)))
         if isinstance(node, ast.BinOp):
