@@ -471,3 +471,30 @@ def test_a_strided_input_whose_contiguous_copy_does_not_fit_says_so():
                                   h[h < 0.01])
     got = dask_compact.compact_records({"x": v, "y": v}, "x < 0.01")
     np.testing.assert_array_equal(cupy.asnumpy(got["y"]), h[h < 0.01])
+
+
+@pytest.mark.parametrize("text", [
+    "x < np.e", "(x > -np.inf) & (x < np.inf)", "x != np.nan", "x == numpy.nan",
+    "maximum(x, np.nan) <= np.pi", "where(isnan(x), np.inf, x) > math.tau",
+    "x * 2 < np.e ** 2 - np.euler_gamma", "x > -cupy.inf"])
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "int32", "uint8"])
+def test_numpy_constants_in_string_predicates_match_numpy_on_the_gpu(text, dtype):
+    """NumPy's constants as literals of a string predicate (2026-12-02, sixteenth session):
+    the GPU's fused kernel (constants are kernel arguments, never spelled in the CUDA source)
+    and the mask path give NumPy's selection, NaN and inf included."""
+    import math
+
+    rng = np.random.default_rng(len(text) + len(dtype))
+    h = (rng.random(4099) * 8 - 1).astype(dtype)
+    if np.dtype(dtype).kind == "f":
+        h[::97] = np.nan
+        h[1::89] = np.inf
+        h[2::83] = -np.inf
+    env = {"x": h, "np": np, "numpy": np, "cupy": np, "math": math,
+           "maximum": np.maximum, "where": np.where, "isnan": np.isnan}
+    with np.errstate(all="ignore"):
+        m = eval(text, env)  # the reference: NumPy itself on the same text
+    got = dask_compact.compact_array(cupy.asarray(h), text)
+    np.testing.assert_array_equal(cupy.asnumpy(got), h[m])
+    idx = dask_compact.compact_array(cupy.asarray(h), text, output="indices")
+    np.testing.assert_array_equal(cupy.asnumpy(idx), np.flatnonzero(m))
