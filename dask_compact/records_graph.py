@@ -19,6 +19,7 @@ import dask.array as da
 import numpy as np
 from dask.array.utils import meta_from_array
 from dask.base import tokenize
+from dask.core import flatten
 from dask.highlevelgraph import HighLevelGraph
 
 from . import call_client, client_stream, workers_installed
@@ -49,6 +50,10 @@ from .validate import (
 )
 
 __all__ = ["build_records", "records_block", "aligned"]
+
+# Outputs (fields and indices) up to which an eager call on a cluster persists one graph of
+# phase 1 and the outputs; more are persisted in two (build_records)
+ONE_GRAPH_OUTPUTS = 8
 
 
 def records_block(
@@ -163,22 +168,28 @@ def build_records(
     graph = HighLevelGraph.from_collections(p1, layer, dependencies=deps)
 
     outs = list(names) + ([INDICES] if indices else [])
-    arrays: dict[str, da.Array] = {}
-    for j, name in enumerate(outs):
-        src = fields.get(name)
-        tail = src.shape[1:] if src is not None else ()
-        dtype = src.dtype if src is not None else np.dtype(np.int64)
-        oname = f"compact-records-{j}-{token}"
-        zeros = (0,) * len(tail)
-        g = _extend(graph, oname, {(oname, i, *zeros): (operator.getitem, (p1, i), name)
-                                   for i in range(nb)}, {p1})
-        arrays[name] = da.Array(g, oname, chunks=((math.nan,) * nb, *[(s,) for s in tail]),
-                                meta=_meta(first, dtype, tail))
+    onames = {name: f"compact-records-{j}-{token}" for j, name in enumerate(outs)}
+    metas = {name: _out_meta(first, fields.get(name)) for name in outs}
     if lazy:
         workers_installed.check(*fields.values())  # computed later (see workers_installed)
-        return arrays
+        return _one_graph(graph, p1, nb, onames, metas)
 
-    persisted = dict(zip(outs, client_stream.persist(*[arrays[k] for k in outs])))
+    if len(outs) <= ONE_GRAPH_OUTPUTS and workers_installed._client_of(tuple(fields.values())):
+        # on a cluster, few outputs: one graph, one submission (the two below cost a small
+        # call ~1 ms more on the 2-core machine's LocalCluster), and few pairs to order
+        one = _one_graph(graph, p1, nb, onames, metas)
+        persisted = dict(zip(outs, client_stream.persist(*one.values())))
+    else:
+        # Phase 1 persisted alone, then every output taken from its pieces (_taken). Until
+        # 2026-12-02 one graph held phase 1 and a getitem layer per output, persisted as one
+        # array per output, whatever their number: dask ordered it in time quadratic in the
+        # fields (every input chunk reaches every output chunk through its phase-1 task:
+        # dask.order pairs roots and leaves), culled it layer by layer over every key, and
+        # it was copied per output (the accessor on 300 variables of 20,000 rows in 4
+        # chunks: 1.4-5 s; 1000: 17 s; sixteenth session, issue 11).
+        phase1 = da.Array(graph, p1, chunks=((math.nan,) * nb,),
+                          meta=np.empty(0, dtype=object))
+        persisted = _taken(client_stream.persist(phase1)[0], outs, onames, metas)
     # counts: from a 1-D output's held sizes (a whole item per row; not one of rows of no
     # bytes, whose sizes say nothing), else count tasks
     one_d = next((k for k in outs if persisted[k].ndim == 1 and persisted[k].dtype.itemsize),
@@ -203,3 +214,58 @@ def build_records(
         rebalanced = client_stream.persist(*[rechunk_rows(result[k], rows) for k in outs])
         result = dict(zip(outs, rebalanced))
     return result
+
+
+def _one_graph(graph: HighLevelGraph, p1: str, nb: int, onames: dict[str, str],
+               metas: dict[str, Any]) -> dict[str, da.Array]:  # fmt: skip
+    """Every output as a getitem layer over phase 1 ``p1`` in ``graph`` (its ``nb`` tasks):
+    the lazy result, and the eager one of few outputs on a cluster."""
+    arrays: dict[str, da.Array] = {}
+    for name, oname in onames.items():
+        meta = metas[name]
+        zeros = (0,) * (meta.ndim - 1)
+        g = _extend(graph, oname, {(oname, i, *zeros): (operator.getitem, (p1, i), name)
+                                   for i in range(nb)}, {p1})
+        arrays[name] = da.Array(g, oname, chunks=((math.nan,) * nb,
+                                                  *[(s,) for s in meta.shape[1:]]), meta=meta)
+    return arrays
+
+
+def _out_meta(first: da.Array, src: da.Array | None) -> Any:
+    """The meta of an output: ``src``'s rows (a field), or int64 positions (the indices)."""
+    if src is None:
+        return _meta(first, np.dtype(np.int64))
+    return _meta(first, src.dtype, src.shape[1:])
+
+
+def _taken(parts: da.Array, outs: list[str], onames: dict[str, str], metas: dict[str, Any]
+           ) -> dict[str, da.Array]:  # fmt: skip
+    """Every output of the persisted phase 1 ``parts`` (one dict of pieces per row chunk) as
+    a persisted array of its own, chunks unknown along the rows. In-process (the pieces at
+    hand) each is an array of its pieces, no task run; on a cluster (futures) one graph of
+    a getitem task per output and chunk over the phase-1 futures, persisted as it is: no
+    culling (it holds nothing else) and, phase 1 held, no input chunk reaches an output in
+    it. The outputs keep the keys and tasks they had in the one graph before."""
+    keys = list(flatten(parts.__dask_keys__()))
+    held = [parts.dask[k] for k in keys]
+    nb = len(keys)
+    arrays: dict[str, da.Array] = {}
+    in_hand = all(isinstance(h, dict) for h in held)
+    base = None if in_hand else HighLevelGraph.from_collections(parts.name, dict(parts.dask))
+    for name in outs:
+        oname, meta = onames[name], metas[name]
+        zeros = (0,) * (meta.ndim - 1)
+        chunks = ((math.nan,) * nb, *[(s,) for s in meta.shape[1:]])
+        if in_hand:
+            pieces = {(oname, i, *zeros): h[name] for i, h in enumerate(held)}
+            arrays[name] = da.Array(pieces, oname, chunks=chunks, meta=meta)
+            continue
+        assert base is not None
+        layer: dict[Any, Any] = {(oname, i, *zeros): (operator.getitem, k, name)
+                                 for i, k in enumerate(keys)}
+        g = HighLevelGraph({parts.name: base.layers[parts.name], oname: layer},
+                           {parts.name: set(), oname: {parts.name}})
+        arrays[name] = da.Array(g, oname, chunks=chunks, meta=meta)
+    if in_hand:
+        return arrays
+    return dict(zip(outs, client_stream.persist(*arrays.values(), optimize_graph=False)))

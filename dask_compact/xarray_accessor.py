@@ -281,6 +281,11 @@ def compact_dataset(
     gathered: list[Hashable] = []  # variables whose rows compact_records writes out
     order = ([lead] if lead is not None else []) + [n for n in along if n != lead]
     taken = {n for n in along if isinstance(n, str)}
+    # the names so far and each variable's place, kept as they grow: a set made and a list
+    # searched per variable were time quadratic in the variables (until 2026-12-02,
+    # sixteenth session, issue 11)
+    used = set(taken)
+    place = {n: i for i, n in enumerate(along)}
     for name in order:  # the lead first: compact_records aligns every field on it
         v = ds.variables[name]
         if name not in p.fields and (name in indexed or not _fieldable(v, like)
@@ -288,17 +293,19 @@ def compact_dataset(
             # dim on two axes (a (t, t) matrix): isel selects along both, where a field's
             # rows keep every column (until 2026-12-01 xarray's error; a record probe)
             continue
-        key = _key(name, along.index(name), name in p.fields, INDICES, taken)
+        key = _key(name, place[name], name in p.fields, INDICES, taken)
         data = _rows_first(v, dim)
         if lead is not None and not is_dask_array(data):
             data = _from_array(data, like)
-        parts = _split(key, data, taken | set(fields))
+        parts = _split(key, data, used)
         fields.update(parts)
+        used.update(parts)
         keys[name] = list(parts)
         blocks[name] = tuple(len(c) for c in data.chunks[1:]) if len(parts) > 1 else ()
         if name not in indexed:
             gathered.append(name)
-    isel = [n for n in along if n not in gathered]
+    written = set(gathered)
+    isel = [n for n in along if n not in written]
     want_indices = indices is not None or bool(isel)
     positions = INDICES  # the key the selected rows' positions come back under
     if want_indices and INDICES in p.fields:

@@ -933,6 +933,65 @@ def test_a_failed_call_leaves_nothing_held(client, call):
     np.testing.assert_array_equal(ok.compute(), a[a < 30])
 
 
+def test_records_of_many_fields_on_a_cluster_and_nothing_left_held(client):
+    """Past ``records_graph.ONE_GRAPH_OUTPUTS`` outputs an eager call persists phase 1 alone
+    and then a getitem task per output and chunk over its futures (since 2026-12-02,
+    sixteenth session, issue 11: one graph's ordering was quadratic in the fields). Every
+    field (1-D and 2-D, several dtypes) and the indices as NumPy selects them, with known
+    chunks; phase 1's pieces are let go once the outputs hold them; a failing predicate
+    leaves nothing held either."""
+    import gc
+
+    from dask_compact import records_graph
+
+    n_fields = records_graph.ONE_GRAPH_OUTPUTS + 4
+    rng = np.random.default_rng(23)
+    mass = rng.integers(0, 100, 20_003)
+    arrays = {"mass": mass, "energy": rng.random(20_003) - 0.2,
+              "pos": rng.random((20_003, 3)).astype(np.float32)}
+    for i in range(n_fields - len(arrays)):
+        arrays[f"f{i}"] = rng.integers(-9, 9, 20_003).astype([np.int8, np.float32][i % 2])
+    x = {k: da.from_array(v, chunks=(5_000, *v.shape[1:])).persist() for k, v in arrays.items()}
+    distributed.wait(list(x.values()))
+    before = _scheduler_tasks(client)
+    keep = np.isin(mass, _SET) & (arrays["energy"] > 0)
+    out = dask_compact.compact_records(x, _fails_on_a_field, indices=True)
+    assert list(out) == [*arrays, "indices"]
+    for k, v in arrays.items():
+        assert not any(np.isnan(c) for c in out[k].chunks[0]), k
+        np.testing.assert_array_equal(out[k].compute(), v[keep], err_msg=k)
+    np.testing.assert_array_equal(out["indices"].compute(), np.flatnonzero(keep))
+    # phase 1's pieces (keys of its name, no output's) are released once the outputs hold
+    # theirs: no dict of every field's rows stays in memory beside them
+    from dask_compact.graph import KEPT_SUFFIX
+
+    phase1 = {a.name.removesuffix(f"-{KEPT_SUFFIX}").replace("-0-", "-", 1)
+              for a in out.values() if a.name.startswith("compact-records-0-")}
+    assert len(phase1) == 1, phase1
+
+    prefix = phase1.pop()
+
+    def in_memory(dask_scheduler, state="memory"):
+        return [str(k) for k, ts in dask_scheduler.tasks.items()
+                if isinstance(k, tuple) and k[0] == prefix and state in (ts.state, None)]
+
+    assert client.run_on_scheduler(in_memory, state=None)  # its tasks are known there
+    deadline = time.monotonic() + 10
+    while client.run_on_scheduler(in_memory) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not client.run_on_scheduler(in_memory)
+    del out
+    bad = dict(x, mass=da.from_array(np.where(np.arange(20_003) == 17_001, _BAD, mass),
+                                     chunks=5_000))
+    with pytest.raises(ValueError, match="this predicate refuses"):
+        dask_compact.compact_records(bad, _fails_on_a_field, indices=True)
+    gc.collect()
+    deadline = time.monotonic() + 10
+    while _scheduler_tasks(client) - before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _scheduler_tasks(client) - before
+
+
 def _eager_calls(x: da.Array) -> dict:
     """Every eager builder over ``x`` (map_compact, compact, partition, sort, records), as
     NumPy arrays, with ``compute`` given where the result is."""

@@ -895,3 +895,63 @@ def test_a_cond_reading_times_is_told_a_comparison_of_its_kind(dtype, cond):
     pred = eval(code.replace("ds.compact.where(", "(", 1), {"ds": ds, "np": np})
     xr.testing.assert_identical(got, ds.isel(ev=np.flatnonzero(pred.values)))
     assert 0 < got.sizes["ev"] < 40
+
+
+def _roots_reached(dsk) -> int:
+    """Over a graph's leaves (tasks no other depends on), the number of its roots (tasks of
+    no dependency in it) each reaches: the pairs ``dask.order`` walks (its roots' connected
+    leaves), linear in the variables where phase 1 stands between the inputs and the
+    outputs, quadratic where one graph leads every input chunk to every output chunk."""
+    from dask.core import get_deps
+
+    deps, dependents = get_deps(dsk)
+    reached: dict = {}
+
+    def roots(k):
+        if k not in reached:
+            inner = [d for d in deps.get(k, ()) if d in deps]
+            reached[k] = frozenset().union(*map(roots, inner)) if inner else frozenset([k])
+        return reached[k]
+
+    for k in sorted(deps, key=str):  # dependencies first enough: the graphs are shallow
+        roots(k)
+    return sum(len(roots(k)) for k in deps if not dependents.get(k))
+
+
+def test_the_graphs_dask_orders_grow_linearly_with_the_variables(monkeypatch):
+    """300 variables of 20,000 rows in 4 chunks took 4.6-9.5 s (the fifteenth session; 1000
+    variables 17 s on the 2-core machine), growing with the square of the variables: one
+    graph held the inputs, phase 1 and one output per variable, and dask's ordering walks
+    every input chunk's reachable output chunks (as did its culling, layer by layer, and a
+    copy of the growing graph per output). Counted here, not timed: the root-to-leaf pairs of
+    every graph dask orders during the call, 4 times the variables giving at most ~4 times
+    the pairs (16 times until 2026-12-02, sixteenth session, issue 11); the result still
+    isel's."""
+    import dask
+    import dask.local
+    import dask.order
+
+    pairs: list[int] = []
+    real = dask.order.order
+
+    def spy(dsk, *args, **kwargs):
+        pairs.append(_roots_reached(dsk))
+        return real(dsk, *args, **kwargs)
+
+    monkeypatch.setattr(dask.order, "order", spy)
+    monkeypatch.setattr(dask.local, "order", spy)
+    rng = np.random.default_rng(11)
+
+    def walked(n_vars: int) -> int:
+        ds = xr.Dataset({f"v{i}": ("event", (rng.random(1000) * 100).astype(
+            np.float32 if i % 2 else np.int32)) for i in range(n_vars)},
+            coords={"event": np.arange(1000) + 7}).chunk(event=250)
+        pairs.clear()
+        with dask.config.set(scheduler="threads"):
+            out = ds.compact.where(ds.v0 > 50, dim="event")
+        walked = sum(pairs)
+        check_same(out, ds.compute().isel(event=np.flatnonzero(ds.v0.values > 50)))
+        return walked
+
+    small, large = walked(8), walked(32)
+    assert 0 < small and large <= 5 * small, (small, large)
