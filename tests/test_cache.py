@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import warnings
 
@@ -37,6 +38,39 @@ def dir_bytes(path) -> int:
     return sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(path) for f in fs)
 
 
+@pytest.fixture(scope="module")
+def built_loops(tmp_path_factory):
+    """A cache directory holding the ``"values"`` loops of ``structures(12)`` for float64
+    (the read-only specialization of ``structures(6)[-1]`` too), compiled once for the
+    module: a test whose loops are among them starts from a copy (:func:`copy_built`) and
+    loads them from numba's disk cache where each compiled the same loops into an empty
+    directory of its own (26 compiles in the file before, 15 now; 2026-12-02, sixteenth
+    session, CI time).
+    What the tests check (builds and loads counted, eviction, damaged files, held loops) is
+    the same for a loop loaded from disk: a load is a build of the loop (its module
+    imported, its dispatcher made), the compile inside it the only difference."""
+    cache = tmp_path_factory.mktemp("built-loops") / "cache"
+    with pytest.MonkeyPatch.context() as m:
+        m.setenv("DASK_COMPACT_CACHE_DIR", str(cache))
+        numba_loop.clear_cache()
+        a = np.random.default_rng(0).standard_normal(1001) * 3
+        for k, p in enumerate(structures(12)):
+            np.testing.assert_array_equal(dask_compact.compact_array(a, p), a[_mask(a, k)])
+        ro = a.copy()
+        ro.flags.writeable = False
+        np.testing.assert_array_equal(dask_compact.compact_array(ro, structures(6)[-1]),
+                                      a[_mask(a, 5)])
+        numba_loop.clear_cache()
+        numba_loop._sweep()  # as a new process: each test imports the loops from its copy
+    return cache
+
+
+def copy_built(built, tmp_path) -> str:
+    """A copy of :func:`built_loops`'s directory in ``tmp_path`` (the files' times kept: numba's
+    index checks the source's), for ``DASK_COMPACT_CACHE_DIR``."""
+    return str(shutil.copytree(built, tmp_path / "cache"))
+
+
 def test_lru_keeps_the_most_recently_used():
     evicted = []
     cache: BoundedCache[int, str] = BoundedCache("test", lambda k, v: evicted.append(k))
@@ -52,13 +86,14 @@ def test_lru_keeps_the_most_recently_used():
     assert len(cache) == 0 and sorted(evicted) == [0, 1, 1, 2, 3]
 
 
-def test_numba_loops_cycled_past_memory_entries_stop_being_built(tmp_path, monkeypatch):
+def test_numba_loops_cycled_past_memory_entries_stop_being_built(tmp_path, monkeypatch,
+                                                                 built_loops):
     """A fixed set of structures larger than ``memory-entries``, cycled: each loop is built
     at most twice (the second time it is kept), then found. Until 2026-11-30 every call of
     such a cycle built an evicted loop again, and each build loaded a new copy of its machine
     code (numba never unloads it): memory grew without bound, ~48 ms a call (a new-user
     probe). Counted, not measured: RSS is noisy here. Structures used once are still evicted."""
-    monkeypatch.setenv("DASK_COMPACT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("DASK_COMPACT_CACHE_DIR", copy_built(built_loops, tmp_path))
     numba_loop.clear_cache()
     numba_loop._sweep()
     loads = []
@@ -199,16 +234,18 @@ def test_get_or_build_tries_again_after_a_failed_build():
 
 
 @pytest.mark.parametrize("disk", [False, True])
-def test_a_held_loop_works_after_clear_cache_on_read_only_arrays(tmp_path, monkeypatch, disk):
+def test_a_held_loop_works_after_clear_cache_on_read_only_arrays(tmp_path, monkeypatch, disk,
+                                                                 built_loops):
     """A task holding a loop while another thread runs clear_cache(): its call on a read-only
     array needs a specialization compiled then, which needs the loop's module. Until
     2026-11-30 eviction emptied it at once: ModuleNotFoundError (disk=True: NameError for
     `np`), a new-user probe. Deterministic: the loop is held, the cache cleared, then called.
     Its module goes once nothing holds it."""
-    monkeypatch.setenv("DASK_COMPACT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("DASK_COMPACT_CACHE_DIR", copy_built(built_loops, tmp_path))
     numba_loop.clear_cache()
     rng = np.random.default_rng(int(disk))
-    pred = structures(3 + int(disk))[-1]  # a structure of its own per case: built here
+    pred = structures(3 + int(disk))[-1]  # a structure of its own per case: built here (from
+    # its copy of built_loops' files; the read-only specialization compiled at the call)
     a = rng.standard_normal(5003) * 3
     tp = pred.typed(a.dtype)
     loop = numba_loop.fused_loop(tp, "values")
@@ -241,12 +278,14 @@ def _damage(f, how: str, rng) -> None:
     ("nbc", "truncated"), ("nbc", "random"), ("nbi", "truncated"), ("nbi", "empty"),
     ("specialization", "truncated"),
 ])
-def test_a_damaged_numba_cache_file_is_dropped_and_rebuilt(tmp_path, monkeypatch, which, how):
+def test_a_damaged_numba_cache_file_is_dropped_and_rebuilt(tmp_path, monkeypatch, which, how,
+                                                           built_loops):
     """A damaged numba cache file of a loop made every later process's call fail
     (UnpicklingError: pickle data was truncated), and nothing rebuilt it (a new-user probe,
     2026-11-30). Now a warning names the files, they are removed and the loop compiled again;
-    results exact. "specialization": the read-only array's, loaded at the call."""
-    monkeypatch.setenv("DASK_COMPACT_CACHE_DIR", str(tmp_path / "cache"))
+    results exact. "specialization": the read-only array's, loaded at the call. Its sound
+    files are a copy of built_loops' (both signatures), loaded by the first calls."""
+    monkeypatch.setenv("DASK_COMPACT_CACHE_DIR", copy_built(built_loops, tmp_path))
     numba_loop.clear_cache()
     rng = np.random.default_rng(len(which) + len(how))
     pred = structures(6)[-1]
