@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+import time
 import warnings
 
 import dask
@@ -663,3 +664,55 @@ def test_record_loops_keep_the_disk_cache_under_its_cap(tmp_path, monkeypatch):
             for name in f:
                 np.testing.assert_array_equal(got[name], f[name][keep])
             assert dir_bytes(cache) <= cap + one
+
+
+_AT_ONCE = r"""
+import sys, time
+from pathlib import Path
+
+import numpy as np
+
+import dask_compact
+from dask_compact.codegen import numba_loop
+from dask_compact.predicate import as_predicate
+
+import numba  # noqa: F401  (imported before the start: the race is the build's alone)
+
+Path(sys.argv[2]).touch()
+while not Path(sys.argv[1]).exists():
+    time.sleep(0.002)
+a = np.arange(-50.0, 50.0)
+pred = as_predicate("(x > 7.5) | (x < -40.5) | (x == 3)")
+assert np.array_equal(dask_compact.compact_array(a, pred), a[(a > 7.5) | (a < -40.5) | (a == 3)])
+stats = numba_loop.fused_loop(pred.typed(a.dtype), "values").func.stats
+print(sum(stats.cache_misses.values()), sum(stats.cache_hits.values()))
+"""
+
+
+def test_processes_building_one_new_loop_at_once_compile_it_once(tmp_path):
+    """Two processes sharing a cache directory (a host's dask workers) that need the same new
+    loop at the same moment: one compiles it, the other waits and loads it from numba's disk
+    cache. Until 2026-12-02 (sixteenth session, CI time) both compiled it (0.5-1 s of CPU
+    each): every new predicate on a local cluster of n workers cost n compiles."""
+    import subprocess
+
+    env = {**os.environ, "DASK_COMPACT_CACHE_DIR": str(tmp_path / "cache")}
+    go = tmp_path / "go"
+    ready = [tmp_path / f"ready-{k}" for k in range(2)]
+    procs = [subprocess.Popen([sys.executable, "-c", _AT_ONCE, str(go), str(r)], env=env,
+                              text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+             for r in ready]  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not all(r.exists() for r in ready):  # both past their imports
+            assert all(p.poll() is None for p in procs), [p.communicate() for p in procs]
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        go.touch()
+        outs = [p.communicate(timeout=300) for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    assert all(p.returncode == 0 for p in procs), outs
+    counts = [tuple(map(int, out.split())) for out, _ in outs]
+    assert sorted(counts) == [(0, 1), (1, 0)], counts  # (compiled, loaded from disk)
