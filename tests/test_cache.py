@@ -682,24 +682,36 @@ Path(sys.argv[2]).touch()
 while not Path(sys.argv[1]).exists():
     time.sleep(0.002)
 a = np.arange(-50.0, 50.0)
-pred = as_predicate("(x > 7.5) | (x < -40.5) | (x == 3)")
-assert np.array_equal(dask_compact.compact_array(a, pred), a[(a > 7.5) | (a < -40.5) | (a == 3)])
-stats = numba_loop.fused_loop(pred.typed(a.dtype), "values").func.stats
+if sys.argv[3] == "records":
+    from dask_compact.codegen import numba_records
+
+    b = a[::-1].copy()
+    got = dask_compact.compact_records({"a": a, "b": b}, "(a > 7.5) | (b < -40.5) | (a == 3)")
+    assert np.array_equal(got["b"], b[(a > 7.5) | (b < -40.5) | (a == 3)])
+    (func,) = numba_records._loops.values()
+    stats = func.stats
+else:
+    pred = as_predicate("(x > 7.5) | (x < -40.5) | (x == 3)")
+    want = a[(a > 7.5) | (a < -40.5) | (a == 3)]
+    assert np.array_equal(dask_compact.compact_array(a, pred), want)
+    stats = numba_loop.fused_loop(pred.typed(a.dtype), "values").func.stats
 print(sum(stats.cache_misses.values()), sum(stats.cache_hits.values()))
 """
 
 
-def test_processes_building_one_new_loop_at_once_compile_it_once(tmp_path):
+@pytest.mark.parametrize("kind", ["array", "records"])
+def test_processes_building_one_new_loop_at_once_compile_it_once(tmp_path, kind):
     """Two processes sharing a cache directory (a host's dask workers) that need the same new
     loop at the same moment: one compiles it, the other waits and loads it from numba's disk
     cache. Until 2026-12-02 (sixteenth session, CI time) both compiled it (0.5-1 s of CPU
-    each): every new predicate on a local cluster of n workers cost n compiles."""
+    each): every new predicate on a local cluster of n workers cost n compiles. The same for
+    a record loop (``numba_records``)."""
     import subprocess
 
     env = {**os.environ, "DASK_COMPACT_CACHE_DIR": str(tmp_path / "cache")}
     go = tmp_path / "go"
     ready = [tmp_path / f"ready-{k}" for k in range(2)]
-    procs = [subprocess.Popen([sys.executable, "-c", _AT_ONCE, str(go), str(r)], env=env,
+    procs = [subprocess.Popen([sys.executable, "-c", _AT_ONCE, str(go), str(r), kind], env=env,
                               text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
              for r in ready]  # fmt: skip
     try:
