@@ -85,11 +85,12 @@ def _resolved(setting: str) -> Path:
 # Until 2026-11-30 they removed every file there (trim, oldest first) or the whole directory
 # (clear_cache), and a DASK_COMPACT_CACHE_DIR pointed at ~/.cache, $TMPDIR or a data folder
 # lost the user's files (a new-user probe). Ours: the generated sources ``loop_<digest>.py``
-# and their temporary files while written (``loop_<digest>.<random>.tmp``) in the directory;
+# and their temporary files while written (``loop_<digest>.<random>.tmp``) in the directory,
+# and the lock one process compiles a loop under (``loop_<digest>.lock``, since 2026-12-02);
 # under ``__pycache__`` (or numba's NUMBA_CACHE_DIR, :func:`_numba_dirs`) every file named
 # after a source: numba's index ``.nbi`` and data ``.nbc`` files, theirs while written
 # (``.nbi.tmp.<uid>``), Python's bytecode ``.pyc`` of the import and its temporary file.
-_SOURCE = re.compile(r"loop_[0-9a-f]{24}(\.py|\.[a-z0-9_]+\.tmp)\Z")
+_SOURCE = re.compile(r"loop_[0-9a-f]{24}(\.py|\.lock|\.[a-z0-9_]+\.tmp)\Z")
 _DERIVED = re.compile(r"loop_[0-9a-f]{24}\.")
 
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+import time
 import warnings
 
 import dask
@@ -37,6 +39,39 @@ def dir_bytes(path) -> int:
     return sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(path) for f in fs)
 
 
+@pytest.fixture(scope="module")
+def built_loops(tmp_path_factory):
+    """A cache directory holding the ``"values"`` loops of ``structures(12)`` for float64
+    (the read-only specialization of ``structures(6)[-1]`` too), compiled once for the
+    module: a test whose loops are among them starts from a copy (:func:`copy_built`) and
+    loads them from numba's disk cache where each compiled the same loops into an empty
+    directory of its own (26 compiles in the file before, 15 now; 2026-12-02, sixteenth
+    session, CI time).
+    What the tests check (builds and loads counted, eviction, damaged files, held loops) is
+    the same for a loop loaded from disk: a load is a build of the loop (its module
+    imported, its dispatcher made), the compile inside it the only difference."""
+    cache = tmp_path_factory.mktemp("built-loops") / "cache"
+    with pytest.MonkeyPatch.context() as m:
+        m.setenv("DASK_COMPACT_CACHE_DIR", str(cache))
+        numba_loop.clear_cache()
+        a = np.random.default_rng(0).standard_normal(1001) * 3
+        for k, p in enumerate(structures(12)):
+            np.testing.assert_array_equal(dask_compact.compact_array(a, p), a[_mask(a, k)])
+        ro = a.copy()
+        ro.flags.writeable = False
+        np.testing.assert_array_equal(dask_compact.compact_array(ro, structures(6)[-1]),
+                                      a[_mask(a, 5)])
+        numba_loop.clear_cache()
+        numba_loop._sweep()  # as a new process: each test imports the loops from its copy
+    return cache
+
+
+def copy_built(built, tmp_path) -> str:
+    """A copy of :func:`built_loops`'s directory in ``tmp_path`` (the files' times kept: numba's
+    index checks the source's), for ``DASK_COMPACT_CACHE_DIR``."""
+    return str(shutil.copytree(built, tmp_path / "cache"))
+
+
 def test_lru_keeps_the_most_recently_used():
     evicted = []
     cache: BoundedCache[int, str] = BoundedCache("test", lambda k, v: evicted.append(k))
@@ -52,13 +87,14 @@ def test_lru_keeps_the_most_recently_used():
     assert len(cache) == 0 and sorted(evicted) == [0, 1, 1, 2, 3]
 
 
-def test_numba_loops_cycled_past_memory_entries_stop_being_built(tmp_path, monkeypatch):
+def test_numba_loops_cycled_past_memory_entries_stop_being_built(tmp_path, monkeypatch,
+                                                                 built_loops):
     """A fixed set of structures larger than ``memory-entries``, cycled: each loop is built
     at most twice (the second time it is kept), then found. Until 2026-11-30 every call of
     such a cycle built an evicted loop again, and each build loaded a new copy of its machine
     code (numba never unloads it): memory grew without bound, ~48 ms a call (a new-user
     probe). Counted, not measured: RSS is noisy here. Structures used once are still evicted."""
-    monkeypatch.setenv("DASK_COMPACT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("DASK_COMPACT_CACHE_DIR", copy_built(built_loops, tmp_path))
     numba_loop.clear_cache()
     numba_loop._sweep()
     loads = []
@@ -199,16 +235,18 @@ def test_get_or_build_tries_again_after_a_failed_build():
 
 
 @pytest.mark.parametrize("disk", [False, True])
-def test_a_held_loop_works_after_clear_cache_on_read_only_arrays(tmp_path, monkeypatch, disk):
+def test_a_held_loop_works_after_clear_cache_on_read_only_arrays(tmp_path, monkeypatch, disk,
+                                                                 built_loops):
     """A task holding a loop while another thread runs clear_cache(): its call on a read-only
     array needs a specialization compiled then, which needs the loop's module. Until
     2026-11-30 eviction emptied it at once: ModuleNotFoundError (disk=True: NameError for
     `np`), a new-user probe. Deterministic: the loop is held, the cache cleared, then called.
     Its module goes once nothing holds it."""
-    monkeypatch.setenv("DASK_COMPACT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("DASK_COMPACT_CACHE_DIR", copy_built(built_loops, tmp_path))
     numba_loop.clear_cache()
     rng = np.random.default_rng(int(disk))
-    pred = structures(3 + int(disk))[-1]  # a structure of its own per case: built here
+    pred = structures(3 + int(disk))[-1]  # a structure of its own per case: built here (from
+    # its copy of built_loops' files; the read-only specialization compiled at the call)
     a = rng.standard_normal(5003) * 3
     tp = pred.typed(a.dtype)
     loop = numba_loop.fused_loop(tp, "values")
@@ -241,12 +279,14 @@ def _damage(f, how: str, rng) -> None:
     ("nbc", "truncated"), ("nbc", "random"), ("nbi", "truncated"), ("nbi", "empty"),
     ("specialization", "truncated"),
 ])
-def test_a_damaged_numba_cache_file_is_dropped_and_rebuilt(tmp_path, monkeypatch, which, how):
+def test_a_damaged_numba_cache_file_is_dropped_and_rebuilt(tmp_path, monkeypatch, which, how,
+                                                           built_loops):
     """A damaged numba cache file of a loop made every later process's call fail
     (UnpicklingError: pickle data was truncated), and nothing rebuilt it (a new-user probe,
     2026-11-30). Now a warning names the files, they are removed and the loop compiled again;
-    results exact. "specialization": the read-only array's, loaded at the call."""
-    monkeypatch.setenv("DASK_COMPACT_CACHE_DIR", str(tmp_path / "cache"))
+    results exact. "specialization": the read-only array's, loaded at the call. Its sound
+    files are a copy of built_loops' (both signatures), loaded by the first calls."""
+    monkeypatch.setenv("DASK_COMPACT_CACHE_DIR", copy_built(built_loops, tmp_path))
     numba_loop.clear_cache()
     rng = np.random.default_rng(len(which) + len(how))
     pred = structures(6)[-1]
@@ -624,3 +664,67 @@ def test_record_loops_keep_the_disk_cache_under_its_cap(tmp_path, monkeypatch):
             for name in f:
                 np.testing.assert_array_equal(got[name], f[name][keep])
             assert dir_bytes(cache) <= cap + one
+
+
+_AT_ONCE = r"""
+import sys, time
+from pathlib import Path
+
+import numpy as np
+
+import dask_compact
+from dask_compact.codegen import numba_loop
+from dask_compact.predicate import as_predicate
+
+import numba  # noqa: F401  (imported before the start: the race is the build's alone)
+
+Path(sys.argv[2]).touch()
+while not Path(sys.argv[1]).exists():
+    time.sleep(0.002)
+a = np.arange(-50.0, 50.0)
+if sys.argv[3] == "records":
+    from dask_compact.codegen import numba_records
+
+    b = a[::-1].copy()
+    got = dask_compact.compact_records({"a": a, "b": b}, "(a > 7.5) | (b < -40.5) | (a == 3)")
+    assert np.array_equal(got["b"], b[(a > 7.5) | (b < -40.5) | (a == 3)])
+    (func,) = numba_records._loops.values()
+    stats = func.stats
+else:
+    pred = as_predicate("(x > 7.5) | (x < -40.5) | (x == 3)")
+    want = a[(a > 7.5) | (a < -40.5) | (a == 3)]
+    assert np.array_equal(dask_compact.compact_array(a, pred), want)
+    stats = numba_loop.fused_loop(pred.typed(a.dtype), "values").func.stats
+print(sum(stats.cache_misses.values()), sum(stats.cache_hits.values()))
+"""
+
+
+@pytest.mark.parametrize("kind", ["array", "records"])
+def test_processes_building_one_new_loop_at_once_compile_it_once(tmp_path, kind):
+    """Two processes sharing a cache directory (a host's dask workers) that need the same new
+    loop at the same moment: one compiles it, the other waits and loads it from numba's disk
+    cache. Until 2026-12-02 (sixteenth session, CI time) both compiled it (0.5-1 s of CPU
+    each): every new predicate on a local cluster of n workers cost n compiles. The same for
+    a record loop (``numba_records``)."""
+    import subprocess
+
+    env = {**os.environ, "DASK_COMPACT_CACHE_DIR": str(tmp_path / "cache")}
+    go = tmp_path / "go"
+    ready = [tmp_path / f"ready-{k}" for k in range(2)]
+    procs = [subprocess.Popen([sys.executable, "-c", _AT_ONCE, str(go), str(r), kind], env=env,
+                              text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+             for r in ready]  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not all(r.exists() for r in ready):  # both past their imports
+            assert all(p.poll() is None for p in procs), [p.communicate() for p in procs]
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        go.touch()
+        outs = [p.communicate(timeout=300) for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    assert all(p.returncode == 0 for p in procs), outs
+    counts = [tuple(map(int, out.split())) for out, _ in outs]
+    assert sorted(counts) == [(0, 1), (1, 0)], counts  # (compiled, loaded from disk)

@@ -57,9 +57,10 @@ import pickle
 import signal
 import sys
 import tempfile
+import time
 import warnings
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -810,6 +811,56 @@ def _group(file_name: str) -> str:
     return file_name.split(".", 1)[0]
 
 
+def _digest(source: str) -> str:
+    """The name of a loop's files: ``loop_<digest>.py`` (and its module's)."""
+    return hashlib.sha1(source.encode()).hexdigest()[:24]
+
+
+# How long a build waits for another process's compile of the same loop before it compiles
+# the loop itself (a stopped or very slow process holds the lock: no build waits for ever).
+LOCK_WAIT_S = 120.0
+
+
+@contextlib.contextmanager
+def one_compile_at_a_time(directory: Path, digest: str) -> Iterator[None]:
+    """Inside, no other process compiles the loop ``digest`` into ``directory``: an exclusive
+    ``flock`` on ``loop_<digest>.lock`` there, so a process that needs a loop another is
+    compiling waits for it and then loads it from numba's disk cache (10-20 ms) instead of
+    compiling it too (0.5-1 s of CPU). Until 2026-12-02 (sixteenth session, CI time) every
+    worker of a host that met a new predicate at the same moment compiled it: n workers, n
+    compiles. Without ``fcntl``, or where the lock file cannot be made (a read-only
+    directory: the build then compiles in memory anyway), or after :data:`LOCK_WAIT_S`, the
+    build goes on unlocked, as before: the lock saves work, it guards nothing (numba's own
+    saves are atomic). In-process builds are already one at a time (``_loops.lock``). The
+    lock file belongs to the loop's files (trimmed and cleared with them)."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX
+        yield
+        return
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        fd = os.open(directory / f"loop_{digest}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:
+        yield
+        return
+    try:
+        deadline = time.monotonic() + LOCK_WAIT_S
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    break  # compiled here too, unlocked
+                time.sleep(0.01)
+            except OSError:  # a file system without locks
+                break
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
 def _load_from_file(source: str, directory: Path) -> tuple[Callable[..., int], str, str, bool]:
     """Write ``source`` (once; numba's cache checks the file's mtime) and import it.
 
@@ -817,7 +868,7 @@ def _load_from_file(source: str, directory: Path) -> tuple[Callable[..., int], s
     another process removes between the write and the import (trimming or clearing a shared
     cache) is written again; lost twice, :class:`FileNotFoundError` (the caller compiles in
     memory)."""
-    digest = hashlib.sha1(source.encode()).hexdigest()[:24]
+    digest = _digest(source)
     path = directory / f"loop_{digest}.py"
     directory.mkdir(parents=True, exist_ok=True)
     new = _write_source(path, source)
@@ -915,12 +966,13 @@ def _build_held(tp: TypedPredicate, output: str) -> CompiledLoop:
     signature = _numba_signature(tp, output)
     directory = cache_dir()
     try:
-        func, path, module, new_file = _load_from_file(source, directory)
-        try:
-            _compile(func, signature, path)
-        except Exception:
-            _failed.add(module)  # no loop will use it (see _failed)
-            raise
+        with one_compile_at_a_time(directory, _digest(source)):
+            func, path, module, new_file = _load_from_file(source, directory)
+            try:
+                _compile(func, signature, path)
+            except Exception:
+                _failed.add(module)  # no loop will use it (see _failed)
+                raise
     except OSError as e:
         # Read-only home, full disk (numba's cache save: ENOSPC), a file another process
         # trimmed away (numba's rename of its temporary file: FileNotFoundError): compiled

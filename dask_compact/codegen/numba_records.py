@@ -33,12 +33,14 @@ from .numba_loop import (
     BLOCK,
     UnsupportedPredicate,
     _compile,
+    _digest,
     _Emitter,
     _load_from_file,
     _load_in_memory,
     _without_disk_cache,
     cache_dir,
     numba_held,
+    one_compile_at_a_time,
     trim_grown,
 )
 
@@ -121,8 +123,10 @@ def record_bits_loop(tp: TypedPredicate) -> Any:
         try:
             directory = cache_dir()
             try:
-                func, path, _, new_file = _load_from_file(generate_record_source(tp), directory)
-                _compile(func, _signature(tp), path)  # a damaged cache file: rebuilt
+                source = generate_record_source(tp)
+                with one_compile_at_a_time(directory, _digest(source)):  # as the one-array
+                    func, path, _, new_file = _load_from_file(source, directory)
+                    _compile(func, _signature(tp), path)  # a damaged cache file: rebuilt
                 if new_file:
                     trim_grown(directory)  # as the one-array loops (none trimmed it before)
             except OSError as e:  # as the one-array loops (_build_held): compile in memory
