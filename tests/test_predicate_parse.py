@@ -271,3 +271,46 @@ def test_a_bare_name_of_a_numpy_constant_is_told_how_to_write_it():
     # a record's field named e is the field
     got = dask_compact.compact_records({"e": np.arange(6.0), "i": np.arange(6)}, "e < np.e")
     np.testing.assert_array_equal(got["i"], [0, 1, 2])
+
+
+@pytest.mark.parametrize("dtype,t", [
+    ("float64", np.float32(0.1)), ("float32", np.float64(0.1)), ("float64", np.float64(0.37)),
+    ("float64", np.float64(np.nan)), ("float64", np.float64(-np.inf)), ("int64", np.int64(-5)),
+    ("uint8", np.uint8(200)), ("uint16", np.uint16(7)), ("float16", np.float16(0.3)),
+    ("complex128", np.complex128(1 + 2j)), ("int32", np.float32(2.5)),
+])
+@pytest.mark.parametrize("op", ["<", ">=", "==", "!="])
+def test_a_numpy_scalar_as_numpy_prints_it_is_a_constant_of_its_type(dtype, t, op):
+    """``f"x < {t!r}"`` of a NumPy scalar writes ``x < np.float64(0.5)`` (NumPy 2's repr):
+    until 2026-12-02 (sixteenth session) refused as attribute access. A constant of that
+    type now, with NumPy's promotion rules (a float32 0.1 is not 0.1), on the compiled loop,
+    the mask path and dask, equal to NumPy's own comparison with the scalar."""
+    rng = np.random.default_rng(len(dtype) + len(op))
+    base = np.array([0.1, float(np.float32(0.1)), 0.09999999, 0.1000000015, np.nan, np.inf,
+                     -np.inf, 0.3, 2.5, -5, 7, 200, 0.37])
+    with np.errstate(invalid="ignore"):  # NaN and negatives cast to integers: any value
+        a = np.concatenate([base, rng.random(1000) * 10 - 5]).astype(
+            "float64" if dtype.startswith("complex") else dtype)
+    if dtype.startswith("complex"):
+        a = (a + 2j * (rng.random(a.size) < 0.5)).astype(dtype)
+    text = f"x {op} {t!r}"
+    with np.errstate(all="ignore"):
+        m = eval(f"a {op} t")
+        want = a[m]
+    assert text.startswith(f"x {op} np.")
+    np.testing.assert_array_equal(dask_compact.compact_array(a, text), want)
+    np.testing.assert_array_equal(dask_compact.compact_array(a, text, algorithm="scan"), want)
+    x = da.from_array(a, chunks=257)
+    np.testing.assert_array_equal(x.map_compact(text).compute(), want)
+
+
+@pytest.mark.parametrize("text,said", [
+    ("np.float64(x) > 1", "takes a number here"),
+    ("x > np.int8(300)", "out of bounds for int8"),
+    ("x > np.uint8(-1)", "out of bounds for uint8"),
+    ("x > np.float64(1, 2)", "attribute access"),
+    ("x > np.ndarray(3)", "attribute access"),
+])
+def test_numpy_scalar_calls_other_than_a_constant_are_refused(text, said):
+    with pytest.raises(ValueError, match=re.escape(said)):
+        dask_compact.compact_array(np.arange(5.0), text)

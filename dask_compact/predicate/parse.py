@@ -79,6 +79,27 @@ _ALLOWED = (
 )  # fmt: skip
 
 
+# NumPy's scalar types as NumPy 2 prints its scalars, `np.float64(0.5)`, `np.int64(3)`: a call
+# of one of these on a constant is a constant of that type (`f"x < {t!r}"` of a NumPy scalar
+# writes it so). Until 2026-12-02 (sixteenth session) it was refused as attribute access.
+_SCALAR_TYPES: dict[str, type] = {
+    name: getattr(np, name) for name in (
+        "float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8",
+        "uint16", "uint32", "uint64", "complex64", "complex128", "bool_", "bool")
+}
+
+
+def _scalar_call(node: ast.AST) -> type | None:
+    """The NumPy scalar type ``node`` calls, where it is ``np.float64(<one argument>)`` or
+    the like (:data:`_SCALAR_TYPES`, on ``np`` or ``numpy``, no keyword)."""
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+            and isinstance(node.func.value, ast.Name)
+            and node.func.value.id in ("np", "numpy") and len(node.args) == 1
+            and not node.keywords):
+        return _SCALAR_TYPES.get(node.func.attr)
+    return None
+
+
 def _module_constant(node: ast.AST) -> float | None:
     """The value of ``node`` where it is one of :data:`_MODULE_CONSTANTS` (``np.e``)."""
     if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
@@ -224,6 +245,17 @@ def _check(text: str, tree: ast.AST, names: tuple[str, ...] = (_VARIABLE,)) -> N
             raise _refuse(text, f"nesting deeper than {MAX_DEPTH}")
         if _module_constant(node) is not None:
             continue  # a literal, its module's name not a variable
+        if _scalar_call(node) is not None:
+            assert isinstance(node, ast.Call)
+            used = [n.id for n in ast.walk(node.args[0])
+                    if isinstance(n, ast.Name) and n.id not in CONSTANTS]
+            if used:
+                f = ast.unparse(node.func)
+                raise _refuse(text, f"{f}({ast.unparse(node.args[0])})",
+                              f" ({f}(...) takes a number here, as NumPy prints its scalars: "
+                              f"{f}(0.5); a variable is compared as it is)")
+            stack.append((node.args[0], depth + 1))
+            continue
         if not isinstance(node, _ALLOWED):
             what = _NAMES_OF_NODES.get(type(node), f"{type(node).__name__} syntax")
             hint = _attribute_hint(node) if isinstance(node, ast.Attribute) else ""
@@ -347,6 +379,15 @@ class _Interpreter:
                 for i, op in enumerate(node.ops)
             ]
             return functools.reduce(np.logical_and, parts)
+        scalar = _scalar_call(node)
+        if scalar is not None:
+            assert isinstance(node, ast.Call)
+            value = self.eval(node.args[0])
+            try:
+                return scalar(value)
+            except (OverflowError, ValueError, TypeError) as e:  # np.int8(300), np.uint8(-1)
+                self.refused = _refuse(self.text, f"the constant {ast.unparse(node)}", f" ({e})")
+                raise self.refused from None
         if isinstance(node, ast.Call):
             assert isinstance(node.func, ast.Name)
             return self.bounded(FUNCTIONS[node.func.id](*[self.eval(a) for a in node.args]))

@@ -498,3 +498,23 @@ def test_numpy_constants_in_string_predicates_match_numpy_on_the_gpu(text, dtype
     np.testing.assert_array_equal(cupy.asnumpy(got), h[m])
     idx = dask_compact.compact_array(cupy.asarray(h), text, output="indices")
     np.testing.assert_array_equal(cupy.asnumpy(idx), np.flatnonzero(m))
+
+
+@pytest.mark.parametrize("dtype,t", [
+    ("float64", np.float32(0.1)), ("float32", np.float64(0.1)), ("float64", np.float64(np.nan)),
+    ("int64", np.int64(-5)), ("uint8", np.uint8(200)), ("float16", np.float16(0.3)),
+    ("int32", np.float32(2.5)),
+])
+@pytest.mark.parametrize("op", ["<", "==", "!="])
+def test_a_numpy_scalar_as_numpy_prints_it_matches_numpy_on_the_gpu(dtype, t, op):
+    """``x < np.float32(0.1)`` (NumPy 2's repr of a scalar in an f-string, a constant of its
+    type since 2026-12-02): the GPU kernel compares as NumPy does with that scalar."""
+    rng = np.random.default_rng(len(dtype) + len(op))
+    with np.errstate(invalid="ignore"):
+        h = np.concatenate([np.array([0.1, float(np.float32(0.1)), 0.3, 2.5, -5, 200, np.nan]),
+                            rng.random(4093) * 10 - 5]).astype(dtype)
+    text = f"x {op} {t!r}"
+    with np.errstate(all="ignore"):
+        m = eval(f"h {op} t")
+    got = dask_compact.compact_array(cupy.asarray(h), text)
+    np.testing.assert_array_equal(cupy.asnumpy(got), h[m])
