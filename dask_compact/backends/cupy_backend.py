@@ -462,9 +462,9 @@ def _chained_overflow(live: list[tuple[Plan, int]], output: str, vals: Any, idx:
         done = ends[j]
         j += 1
     if done:
-        for out, spec in ((out_v, vals), (out_i, idx)):
+        for out, written in ((out_v, vals), (out_i, idx)):
             if out is not None:
-                device_copy(out, 0, spec, 0, done)
+                device_copy(out, 0, written, 0, done)
     at = done
     for (p, base), end in zip(live[j:], ends[j:]):
         if end > at:

@@ -23,6 +23,7 @@ import numpy as np
 
 from ..cache import BoundedCache
 from ..predicate.core import Predicate
+from ..validate import _span
 from .cupy_launch import thread_key
 
 __all__ = ["repeated_into", "remember_into"]
@@ -71,12 +72,6 @@ def _key(a: Any, pred_like: Any, out: Any, output: str, count: Any, stream: Any,
     sp = (cupy.cuda.get_current_stream() if stream is None else stream).ptr
     return (thread_key(), pk, type(a), a.dtype, a.size, output, stable, algorithm, sp,
             _desc(bufs[0]), _desc(bufs[1]), _desc(count))
-
-
-def _span(b: Any) -> tuple[int, int]:
-    """Bytes of a buffer the checks found 1-D and C-contiguous (the count: one element)."""
-    start = int(b.data.ptr)
-    return start, start + int(b.nbytes)
 
 
 def repeated_into(a: Any, pred_like: Any, out: Any, output: str, count: Any, stream: Any,

@@ -721,16 +721,19 @@ def check_overlap(src: _Input, target: Target) -> None:
     file, and, for a ``reference://`` INPUT, against every file its references point to."""
     out = _place(None if target.url else target.path, target.output if target.url else None)
     places = _input_places(src.local_path, src.url)
-    walks: dict[str, tuple[set[tuple[int, int]], list[str]]] = {}  # each INPUT folder once
+    walks: dict[str, tuple[set[tuple[int, int]], list[str]]] = {}  # each folder walked once
+
+    def walked(path: str) -> tuple[set[tuple[int, int]], list[str]]:
+        if path not in walks:
+            walks[path] = _folders_of(path)
+        return walks[path]
 
     def overlaps(place: tuple[str, str], other: tuple[str, str], walk_other: bool) -> bool:
         if _overlap(place, other):
             return True
         if place[0] != "file" or other[0] != "file":
             return False
-        if place[1] not in walks:
-            walks[place[1]] = _folders_of(place[1])
-        if _linked_overlap(walks[place[1]], other[1]):
+        if _linked_overlap(walked(place[1]), other[1]):
             return True
         # A folder of ``other`` mounted inside INPUT (a bind mount, an NFS export mounted
         # twice): its path above is INPUT's, so only the folders themselves show it. Until
@@ -738,7 +741,7 @@ def check_overlap(src: _Input, target: Target) -> None:
         # field was a bind mount of prev.zarr/values passed, and --overwrite of prev.zarr
         # emptied it, exit 0. ``other``'s folders are walked where the job would remove
         # them: an output of ours (--overwrite replaces it) and a leftover beside it.
-        return walk_other and bool(walks[place[1]][0] & _folders_of(other[1])[0])
+        return walk_other and bool(walked(place[1])[0] & walked(other[1])[0])
 
     ours = out[0] == "file" and os.path.isdir(out[1]) and complete_marker(out[1])
     if any(overlaps(place, out, ours) for place in places):

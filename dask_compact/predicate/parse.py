@@ -56,7 +56,7 @@ _VARIABLE = "x"
 # own floats, so the answer is NumPy's for `a < np.e`): literals, an attribute of a module
 # name taken from this table and nothing else (no other attribute, nothing looked up). Until
 # 2026-12-02 (sixteenth session, the fifteenth's probes) `"x < np.e"` was refused with the
-# general bare-name hint, and `e` has no bare name (see _BARE_HINT).
+# general bare-name hint; `e` itself has no bare name (_check refuses it, told np.e).
 _MODULE_CONSTANTS: dict[str, dict[str, float]] = {
     **dict.fromkeys(("np", "numpy", "cp", "cupy"), {
         "e": math.e, "pi": math.pi, "inf": math.inf, "nan": math.nan,
