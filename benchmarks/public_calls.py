@@ -3,7 +3,12 @@
 Each row is one call as a user makes it, timed whole on the host: the call, then a device
 synchronisation (the result is ready), median of many repetitions after warm-up, random
 uniform data in [0, 1), inputs rotated over several buffers so that small sizes do not run
-from L2 alone. Selection ``x < p`` for a fraction p.
+from L2 alone. Selection ``x < p`` for a fraction p. The repetitions of one size, dtype and p
+are taken in ``--rounds`` rounds, every call timed in each round (its turn rotating), and the
+median is over all of a call's rounds: a host that slows for a while (other processes on a
+shared GPU host moved 2^20 calls by up to 1.5x between the calls of one run) then slows every
+call's time a little instead of one call's a lot, so the ratios hold. The CSV keeps each
+call's slowest and fastest round median beside it.
 
 * ``compact_array``: ``dask_compact.compact_array(a, lambda v: v < p)`` (exact size), also
   with ``stable=False`` and ``output="indices"``, and with the string predicate ``"x < p"``.
@@ -46,8 +51,9 @@ except Exception:  # noqa: BLE001 -- PyTorch is an optional peer
     torch = None
 
 
-def timed_us(fn, nbuf: int, reps: int) -> float:
-    """Median wall microseconds of ``fn(k)`` followed by a device synchronisation."""
+def timed_us(fn, nbuf: int, reps: int) -> list[float]:
+    """Wall microseconds of ``reps`` calls ``fn(k)``, each followed by a device
+    synchronisation, after a warm-up of three."""
     sync = cupy.cuda.Device().synchronize
     for k in range(3):
         fn(k % nbuf)
@@ -57,12 +63,25 @@ def timed_us(fn, nbuf: int, reps: int) -> float:
         t = time.perf_counter()
         fn(k % nbuf)
         sync()
-        times.append(time.perf_counter() - t)
-    return float(np.median(times)) * 1e6
+        times.append((time.perf_counter() - t) * 1e6)
+    return times
+
+
+def timed_rounds(impls: dict, nbuf: int, reps: int, rounds: int) -> dict[str, list[list[float]]]:
+    """Every call of ``impls`` timed in each of ``rounds`` rounds of ``reps // rounds``
+    repetitions, round r starting at the r-th call, so that no call always follows the same
+    one: ``{name: [round's times, ...]}``."""
+    names = list(impls)
+    per = max(1, reps // rounds)
+    got: dict[str, list[list[float]]] = {name: [] for name in names}
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            got[name].append(timed_us(impls[name], nbuf, per))
+    return got
 
 
 def bench(log2n: int, dtype: np.dtype, ps: list[float], peer: CubPeer | None, rows: list[dict],
-          budget_bytes: int = 1 << 30) -> None:
+          rounds: int = 3, budget_bytes: int = 1 << 30) -> None:
     n = 1 << log2n
     nbytes = n * dtype.itemsize
     nbuf = max(1, min(16, budget_bytes // nbytes))
@@ -105,11 +124,14 @@ def bench(log2n: int, dtype: np.dtype, ps: list[float], peer: CubPeer | None, ro
         if tbufs is not None:
             impls["torch.masked_select"] = lambda k: torch.masked_select(tbufs[k],
                                                                          tbufs[k] < p)
-        for name, fn in impls.items():
-            us = timed_us(fn, nbuf, reps)
+        for name, got in timed_rounds(impls, nbuf, reps, rounds).items():
+            us = float(np.median([t for times in got for t in times]))
+            medians = [float(np.median(times)) for times in got]
             rows.append({"impl": name, "dtype": dtype.name, "log2n": log2n, "p": p, "us": us,
-                         "gbps": (nbytes + k_bytes) / us / 1e3})
-            print(f"2^{log2n} {dtype.name} p={p}: {name:36s} {us:10.1f} us", flush=True)
+                         "gbps": (nbytes + k_bytes) / us / 1e3,
+                         "round_min_us": min(medians), "round_max_us": max(medians)})
+            print(f"2^{log2n} {dtype.name} p={p}: {name:36s} {us:10.1f} us "
+                  f"(rounds {min(medians):.1f}-{max(medians):.1f})", flush=True)
     del bufs, tbufs, out_v, out_i, flags, temp
     cupy.get_default_memory_pool().free_all_blocks()
 
@@ -167,6 +189,8 @@ def main() -> None:
     ap.add_argument("--out", default="benchmarks/results")
     ap.add_argument("--sha", default="")
     ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="rounds each size, dtype and p is timed in, every call in each")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -176,7 +200,7 @@ def main() -> None:
     rows: list[dict] = []
     for dtype in args.dtypes.split(","):
         for s in args.sizes.split(","):
-            bench(int(s), np.dtype(dtype), ps, peer, rows)
+            bench(int(s), np.dtype(dtype), ps, peer, rows, args.rounds)
     stem = f"public-calls-{dt.date.today()}-{device.replace(' ', '_')}-{args.sha or 'nosha'}"
     with open(out / f"{stem}.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
@@ -184,7 +208,8 @@ def main() -> None:
         w.writerows(rows)
     lines = [f"# Public GPU calls {dt.date.today()} — {device}, dask-compact "
              f"{dask_compact.__version__}, sha {args.sha}", "",
-             "Wall microseconds per call including a device synchronisation (median); in "
+             "Wall microseconds per call including a device synchronisation (median over "
+             f"{args.rounds} rounds, every call timed in each, its turn rotating); in "
              "brackets CUB's time over ours (> 1: we are faster). CUB writes into a "
              "preallocated n-sized buffer; every other call allocates its exact-size result.",
              ""]
