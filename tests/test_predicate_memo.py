@@ -1108,3 +1108,105 @@ def test_a_class_with_code_the_predicate_can_reach_stays_unkeyed(make):
             np.testing.assert_array_equal(got, A[np.asarray(make()(A), bool)])
     finally:
         UNSEEN = old
+
+
+# ---- recent keys (memo._RECENT): a function reading the same value objects gets its key at
+# once (2026-12-02, seventeenth session); these check that nothing equal but not the same
+# ever takes another value's key
+
+
+def _fresh_key(f):
+    from dask_compact.predicate.memo import _trace_key
+
+    return _trace_key(f)
+
+
+def test_recent_keys_tell_apart_values_that_compare_equal():
+    from dask_compact.predicate import memo
+
+    def make(t):
+        return lambda v: v < t
+
+    values = [0.0, -0.0, 1, 1.0, True, np.float32(1.0), np.float64(1.0), np.int8(1), 2**70,
+              float("nan"), "a", None]
+    for _ in range(3):  # the second and third rounds meet the kept entries
+        for t in values:
+            f = make(t)
+            assert trace_key(f) == _fresh_key(f), t
+    assert any(e[0] is make(0).__code__ for e in memo._RECENT.values())
+    keys = {trace_key(make(t)) for t in (0.0, -0.0, 1, 1.0, True)}
+    assert len(keys) == 5
+
+
+def test_recent_keys_follow_rebound_globals_defaults_and_cells():
+    global T
+    old = T
+    try:
+        for t in (2.0, 6.0, 2.0, 6.0):
+            T = t
+            check(lambda v: v > T, A > t)
+            check(lambda v, u=t: v > u, A > t)
+            check(lambda v: v > t, A > t)  # noqa: B023 -- a cell rebound by the loop
+    finally:
+        T = old
+    # an int and a float of one value, in a predicate whose result tells them apart
+    a = np.array([127, 100, -5, 126], dtype=np.int8)
+    for t in (1, 1.0, 1, 1.0):
+        want = (a + t) > 100  # int8 wraps with a Python int (NEP 50), not with a float
+        np.testing.assert_array_equal(compact_array(a, lambda v: (v + t) > 100), a[want])  # noqa: B023
+
+
+def test_recent_keys_never_take_a_value_changed_in_place_or_a_freed_values_id():
+    from dask_compact.predicate import memo
+
+    arr = np.array([3.0])
+    f = lambda v: v > arr[0]  # noqa: E731
+    check(f, A > 3.0)
+    arr[0] = 8.0
+    check(f, A > 8.0)  # an array is not a recent value: traced again
+    assert all(e[0] is not f.__code__ for e in memo._RECENT.values())
+    # values made at run time (new objects, whose ids a freed one may have had): the entry
+    # holds its values, so an id in it is never another object's
+    def make(t):
+        return lambda v: v < t
+
+    for i in range(200):
+        g = make(float(str(i % 7 + 0.5)))
+        assert trace_key(g) == _fresh_key(g)
+        del g
+
+
+def test_recent_keys_under_a_thread_rebinding_the_cell():
+    import threading
+
+    from dask_compact.predicate import memo
+
+    t = 0.25
+    stop = threading.Event()
+
+    def rebind():
+        nonlocal t
+        while not stop.is_set():
+            t = 0.75 if t == 0.25 else 0.25
+
+    f = lambda v: v < t  # noqa: E731
+    th = threading.Thread(target=rebind)
+    old = memo.sys.getswitchinterval()
+    memo.sys.setswitchinterval(1e-6)
+    th.start()
+    try:
+        for _ in range(3000):
+            memo.trace_key(f)
+    finally:
+        stop.set()
+        th.join()
+        memo.sys.setswitchinterval(old)
+    # whatever the threads interleaved, every entry kept holds the key of its own values
+    for code, g, _names, values, _ids, key in list(memo._RECENT.values()):
+        if code is f.__code__:
+            snap = types.FunctionType(code, dict(g), "f", None,
+                                      tuple(types.CellType(v) for v in values))
+            assert memo._trace_key(snap) == key
+    for t in (0.25, 0.75):
+        assert trace_key(f) == _fresh_key(f)
+        check(f, A < t)

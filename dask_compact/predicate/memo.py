@@ -43,6 +43,8 @@ import dataclasses
 import dis
 import enum
 import functools
+import itertools
+import operator
 import struct
 import sys
 import types
@@ -460,11 +462,100 @@ def trace_key(func: Callable[..., Any]) -> tuple | None:
     None too where taking the key raises: reading an attribute of a class or module runs its
     metaclass's or module's own code (a property, ``__getattr__``), and until 2026-12-01 an
     error there came out of ``compact_array`` before the predicate ran at all (a new-user
-    probe); the trace, which reads the same attribute as the user's code, says what it has to."""
+    probe); the trace, which reads the same attribute as the user's code, says what it has to.
+
+    A function whose code, globals and values are those of a recent key's function is given
+    that key at once (:func:`_recent_key`)."""
+    if type(func) is types.FunctionType:
+        hit = _RECENT.get(id(func.__code__))
+        if hit is not None:
+            key = _recent_key(func, hit)
+            if key is not None:
+                return key
+        try:
+            return _keep_recent(func)
+        except Exception:
+            return None
     try:
         return _trace_key(func)
     except Exception:
         return None
+
+
+# The keys of recent functions that read only immutable plain values (a threshold in a
+# closure cell, a default or a global: ``lambda v: v < p`` made anew in a loop), by id of
+# their code: (code, globals, the names the code reads, the values the key was made of, their
+# ids, the key). The full key costs 2-3 us of host time (the code's analyses, each value's
+# part, the tuple's hash: the 5 us a lambda's 2^20 GPU call took over a string's, on one
+# H200 in 2026-12-02's runs); a function whose code and globals are the entry's and whose
+# values are the entry's very objects gets the entry's key for 0.5-1 us. Values by identity,
+# not equality: ``0.0 == -0.0`` and ``1 == 1.0 == True`` key differently. Only values of
+# _RECENT_TYPES, which nothing can change in place (not a NumPy array, nor ``np.void``, a view
+# of its array), and which the entry holds, so that no other object can take their ids while
+# it lives. Emptied past _RECENT_MAX entries.
+_RECENT: dict[int, tuple] = {}
+_RECENT_MAX = 256
+_RECENT_TYPES = frozenset({bool, int, float, complex, str, bytes, type(None)}
+                          | {t for t in set(np.sctypeDict.values())
+                             if issubclass(t, (np.number, np.bool_))})
+
+
+def _values(func: types.FunctionType, g: dict, names: tuple[str, ...]) -> list[Any] | None:
+    """What ``func``'s key is made of besides its code and its owners' attributes: its closure
+    cells' values, its defaults and the globals its code names (_MISSING where none), in that
+    order; None where a cell is empty or it has keyword-only defaults (not kept)."""
+    if func.__kwdefaults__:
+        return None
+    closure = func.__closure__
+    try:
+        values = list(map(_cell_value, closure)) if closure else []
+    except ValueError:  # an empty cell
+        return None
+    defaults = func.__defaults__
+    if defaults:
+        values.extend(defaults)
+    if names:
+        values.extend(map(g.get, names, itertools.repeat(_MISSING)))
+    return values
+
+
+_cell_value = operator.attrgetter("cell_contents")
+
+
+def _recent_key(func: types.FunctionType, hit: tuple) -> tuple | None:
+    """The key of ``hit`` (a :data:`_RECENT` entry) if ``func`` reads what it was made of:
+    the same code, globals, and value objects; else None."""
+    code, g, names, _, ids, key = hit
+    if func.__code__ is not code or func.__globals__ is not g:
+        return None
+    values = _values(func, g, names)
+    return key if values is not None and list(map(id, values)) == ids else None
+
+
+def _keep_recent(func: types.FunctionType) -> tuple | None:
+    """:func:`_trace_key` of ``func``, kept in :data:`_RECENT` where its values allow. The
+    values are read once, and the key made from a function holding those very objects
+    (:func:`frozen`'s way): a thread rebinding one meanwhile leaves no key under values it
+    was not made of (the race that trace_under_key closes for the traces)."""
+    code, g = func.__code__, func.__globals__
+    names = code_names(code)
+    values = _values(func, g, names)
+    if values is None or any(type(v) not in _RECENT_TYPES and v is not _MISSING
+                             for v in values):
+        return _trace_key(func)
+    ncells = len(func.__closure__ or ())
+    ndefaults = len(func.__defaults__ or ())
+    snap = {name: v for name, v in zip(names, values[ncells + ndefaults:]) if v is not _MISSING}
+    snap["__builtins__"] = getattr(func, "__builtins__", g.get("__builtins__"))
+    fixed = types.FunctionType(code, snap, func.__name__,
+                               tuple(values[ncells:ncells + ndefaults]) or None,
+                               tuple(types.CellType(v) for v in values[:ncells]) or None)
+    key = _trace_key(fixed)
+    if key is not None:
+        if len(_RECENT) >= _RECENT_MAX:
+            _RECENT.clear()
+        _RECENT[id(code)] = (code, g, names, tuple(values), list(map(id, values)), key)
+    return key
 
 
 def _trace_key(func: Callable[..., Any], reads: dict | None = None) -> tuple | None:
