@@ -476,6 +476,11 @@ def trace_key(func: Callable[..., Any]) -> tuple | None:
             return _keep_recent(func)
         except Exception:
             return None
+    return _key_or_none(func)
+
+
+def _key_or_none(func: Callable[..., Any]) -> tuple | None:
+    """:func:`_trace_key`, None where taking it raises (see :func:`trace_key`)."""
     try:
         return _trace_key(func)
     except Exception:
@@ -750,7 +755,9 @@ def trace_under_key(func: Callable[..., Any], trace: Callable[[Any], Any]) -> tu
     p = dataclasses.replace(trace(_snapshot(fixed, reads, live)), func=func)
     # the key again all the same: what it holds besides those attributes (whether a class
     # holds code, an enum member attributes of its own) is read live
-    return p, None if live or trace_key(fixed) != key else key
+    # (not trace_key: a copy's key is not worth a recent entry, which would take the place
+    # of the caller's function's)
+    return p, None if live or _key_or_none(fixed) != key else key
 
 
 def _snapshot(fixed: types.FunctionType, reads: dict[int, tuple[Any, dict[str, Any]]],
