@@ -624,8 +624,15 @@ def check_mask(m: Any, a: Any, source: str, xp: Any = np) -> Any:
 @functools.lru_cache(maxsize=256)
 def _parsed(text: str) -> Predicate:
     from .parse import parse
+    from .template import like_parsed, remember_parsed
 
-    return parse(text)
+    # a text whose numbers alone differ from an earlier one's (a threshold new at each
+    # call): that one's tree with these numbers, unparsed (predicate/template.py)
+    p = like_parsed(text)
+    if p is None:
+        p = parse(text)
+        remember_parsed(text, p)
+    return p
 
 
 _traced_memo: Any = None  # a BoundedCache of trace_key -> Predicate, made on first use
