@@ -679,6 +679,44 @@ def test_overlap_is_refused_where_a_folder_of_output_is_mounted_inside_input(tmp
     np.testing.assert_array_equal(got, b[b > 0.7])
 
 
+def _input_sharing_a_chunk_of(prev: Path, inp: Path) -> None:
+    """``inp``: an array of ``prev``'s ``values`` metadata and chunk files (copies), its chunk 3
+    to be made a link or a mount of ``prev``'s own by the caller."""
+    inp.mkdir(exist_ok=True)
+    shutil.copy(prev / "values" / "zarr.json", inp / "zarr.json")
+    shutil.copytree(prev / "values" / "c", inp / "c")
+
+
+def test_overlap_is_refused_where_a_chunk_file_of_input_links_into_output(tmp_path):
+    """An INPUT whose chunk file ``c/3`` is a symbolic link to ``prev.zarr/values/c/3`` (zarr
+    reads through it): until 2026-12-02 (seventeenth session, a probe) the overlap check
+    looked at folders only, ``--overwrite`` of ``prev.zarr`` passed, exit 0, and INPUT's
+    chunk 3 was then the new output's chunk 3 (another 500 values). Exit 2 now, nothing
+    touched; a hard link there is no overlap (the old output's removal unlinks its name, and
+    INPUT keeps its bytes)."""
+    a = np.random.default_rng(17).random(5_003)
+    raw = tmp_path / "raw.zarr"
+    zarr.create_array(store=str(raw), data=a, chunks=(500,))
+    prev = tmp_path / "prev.zarr"
+    run(raw, prev, "-w", "x > 0.2", "--local", "threads")
+    b = a[a > 0.2]
+    inp = tmp_path / "in.zarr"
+    _input_sharing_a_chunk_of(prev, inp)
+    (inp / "c" / "3").unlink()
+    (inp / "c" / "3").symlink_to(prev / "values" / "c" / "3")
+    before = {p: _digest(p) for p in (prev, inp)}
+    res = run(inp, prev, "-w", "x > 0.7", "--overwrite", "--local", "threads", code=2)
+    assert "must not be INPUT" in res.output
+    assert {p: _digest(p) for p in (prev, inp)} == before and litter(tmp_path) == []
+    np.testing.assert_array_equal(zarr.open_array(str(inp), mode="r")[:], b)
+    (inp / "c" / "3").unlink()
+    os.link(prev / "values" / "c" / "3", inp / "c" / "3")
+    run(inp, prev, "-w", "x > 0.7", "--overwrite", "--local", "threads")
+    assert _digest(inp) == before[inp]
+    np.testing.assert_array_equal(zarr.open_array(str(inp), mode="r")[:], b)
+    np.testing.assert_array_equal(values(prev), b[b > 0.7])
+
+
 def test_overwrite_refuses_an_output_holding_what_the_job_did_not_write(npy, tmp_path):
     """A probe's ``--overwrite`` deleted an array, a file and a folder the user had added
     inside a complete output, exit 0: it now refuses, naming them, and touches nothing."""
