@@ -717,6 +717,44 @@ def test_overlap_is_refused_where_a_chunk_file_of_input_links_into_output(tmp_pa
     np.testing.assert_array_equal(values(prev), b[b > 0.7])
 
 
+def test_overlap_is_refused_where_a_chunk_file_is_mounted_between_input_and_output(tmp_path):
+    """One chunk FILE bind-mounted from OUTPUT into INPUT (``prev.zarr/values/c/3`` on
+    ``in.zarr/c/3``), or from INPUT into OUTPUT: the walk of folders does not see a file's
+    mount. Until 2026-12-02 (seventeenth session, the sixteenth session's probe)
+    ``--overwrite`` of ``prev.zarr`` passed: the first unlinked the only name of INPUT's
+    chunk 3 with the old output (the mount held it, link count 0: gone at the unmount), exit
+    0; the second ran the job and failed removing the old output (the mount point busy),
+    leaving it beside OUTPUT. Now every mount point under one tree whose source (device and
+    root, ``/proc/self/mountinfo``) lies in the other is refused, exit 2, nothing touched.
+    A file of elsewhere mounted inside the old output is refused as a mount point its
+    removal would meet. Run under ``unshare -m``, skipped where that is not allowed."""
+    a = np.random.default_rng(18).random(5_003)
+    raw = tmp_path / "raw.zarr"
+    zarr.create_array(store=str(raw), data=a, chunks=(500,))
+    prev = tmp_path / "prev.zarr"
+    run(raw, prev, "-w", "x > 0.2", "--local", "threads")
+    inp, _ = _bindable(tmp_path, "in.zarr", "unused")
+    _input_sharing_a_chunk_of(prev, inp)
+    other = tmp_path / "other.bin"
+    other.write_bytes(b"someone else's")
+    watched = (prev, inp, raw, other)
+    before = {p: _digest(p) for p in watched}
+    command = f"{sys.executable} -m dask_compact"
+    chunk = "values/c/3"
+    script = (f"mount --bind {prev}/{chunk} {inp}/c/3 && "
+              f"{command} {inp} {prev} -w 'x > 0.7' --overwrite --local threads; echo rc=$?; "
+              f"stat -c links=%h {inp}/c/3; umount {inp}/c/3 && "
+              f"mount --bind {raw}/c/3 {prev}/{chunk} && "
+              f"{command} {raw} {prev} -w 'x > 0.7' --overwrite --local threads; echo rc=$?")
+    res = _unshared(script, [2, 2], "must not be INPUT")
+    assert "links=1" in res.stdout, res.stdout
+    script = (f"mount --bind {other} {prev}/{chunk} && "
+              f"{command} {raw} {prev} -w 'x > 0.7' --overwrite --local threads; echo rc=$?")
+    _unshared(script, [2], "is a mount point")
+    assert {p: _digest(p) for p in watched} == before and litter(tmp_path) == []
+    np.testing.assert_array_equal(values(prev), a[a > 0.2])
+
+
 def test_overwrite_refuses_an_output_holding_what_the_job_did_not_write(npy, tmp_path):
     """A probe's ``--overwrite`` deleted an array, a file and a folder the user had added
     inside a complete output, exit 0: it now refuses, naming them, and touches nothing."""
