@@ -506,6 +506,17 @@ def test_overlap_is_refused_for_references_into_output(tmp_path):
     np.testing.assert_array_equal(values(tmp_path / "elsewhere.zarr"), b[b > 0.5])
 
 
+def _prev_output(tmp_path: Path, seed: int) -> tuple[np.ndarray, Path, Path]:
+    """(values, the Zarr array ``raw.zarr`` holding them, ``prev.zarr``: a complete output of
+    theirs ``x > 0.2``, in chunks of 500)."""
+    a = np.random.default_rng(seed).random(5_003)
+    raw = tmp_path / "raw.zarr"
+    zarr.create_array(store=str(raw), data=a, chunks=(500,))
+    prev = tmp_path / "prev.zarr"
+    run(raw, prev, "-w", "x > 0.2", "--local", "threads")
+    return a, raw, prev
+
+
 @pytest.mark.parametrize("link", ["group field", "chunk folder"])
 def test_overlap_is_refused_where_input_reaches_into_output_through_a_link(tmp_path, link):
     """An INPUT read through a link into OUTPUT (a group whose field is a link to
@@ -513,11 +524,7 @@ def test_overlap_is_refused_where_input_reaches_into_output_through_a_link(tmp_p
     2026-12-01 (fifteenth session, a probe) ``--overwrite`` of ``prev.zarr`` passed the check
     of the two paths and replaced it, exit 0: the group's field was left a dangling link, and
     the array read the new output's chunks under its old metadata, zeros past them."""
-    a = np.random.default_rng(9).random(5_003)
-    store = tmp_path / "raw.zarr"
-    zarr.create_array(store=str(store), data=a, chunks=(500,))
-    prev = tmp_path / "prev.zarr"
-    run(store, prev, "-w", "x > 0.2", "--local", "threads")
+    a, _, prev = _prev_output(tmp_path, 9)
     b = a[a > 0.2]
     inp = tmp_path / "in.zarr"
     if link == "group field":
@@ -694,11 +701,7 @@ def test_overlap_is_refused_where_a_chunk_file_of_input_links_into_output(tmp_pa
     chunk 3 was then the new output's chunk 3 (another 500 values). Exit 2 now, nothing
     touched; a hard link there is no overlap (the old output's removal unlinks its name, and
     INPUT keeps its bytes)."""
-    a = np.random.default_rng(17).random(5_003)
-    raw = tmp_path / "raw.zarr"
-    zarr.create_array(store=str(raw), data=a, chunks=(500,))
-    prev = tmp_path / "prev.zarr"
-    run(raw, prev, "-w", "x > 0.2", "--local", "threads")
+    a, _, prev = _prev_output(tmp_path, 17)
     b = a[a > 0.2]
     inp = tmp_path / "in.zarr"
     _input_sharing_a_chunk_of(prev, inp)
@@ -728,11 +731,7 @@ def test_overlap_is_refused_where_a_chunk_file_is_mounted_between_input_and_outp
     root, ``/proc/self/mountinfo``) lies in the other is refused, exit 2, nothing touched.
     A file of elsewhere mounted inside the old output is refused as a mount point its
     removal would meet. Run under ``unshare -m``, skipped where that is not allowed."""
-    a = np.random.default_rng(18).random(5_003)
-    raw = tmp_path / "raw.zarr"
-    zarr.create_array(store=str(raw), data=a, chunks=(500,))
-    prev = tmp_path / "prev.zarr"
-    run(raw, prev, "-w", "x > 0.2", "--local", "threads")
+    a, raw, prev = _prev_output(tmp_path, 18)
     inp, _ = _bindable(tmp_path, "in.zarr", "unused")
     _input_sharing_a_chunk_of(prev, inp)
     other = tmp_path / "other.bin"
