@@ -231,8 +231,10 @@ def open_npy(path: str, chunks: int | None) -> Source:
     row_bytes = max(1, int(np.prod(shape[1:], dtype=np.int64)) * dtype.itemsize)
     row_chunk = chunks or max(1, AUTO_CHUNK_BYTES // row_bytes)
     if open_for_writing(p):
-        raise click.BadParameter(f"{path!r} is open for writing by a program ({_WRITES_UNSEEN}); "
-                                 "run the job once nothing writes to it", param_hint="INPUT")
+        raise click.BadParameter(
+            f"{path!r} is open for writing by a program ({_WRITES_UNSEEN}); run the job once "
+            "nothing has it open for writing (a writable memory map of it, np.load(..., "
+            "mmap_mode='r+') or open_memmap, counts until it is deleted)", param_hint="INPUT")
     reader = NpyRows(p, shape, dtype, npy_fingerprint(p))
     return Source(shape, native_dtype(dtype), "npy", p, reader, row_chunk,
                   "the input is a .npy file (not compressed)",
