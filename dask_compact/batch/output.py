@@ -814,13 +814,14 @@ def _folders_of(root: str) -> tuple[set[tuple[int, int]], list[str]]:
     seen.add((st.st_dev, st.st_ino))
     stack = [root]
     linked_files: set[str] = set()  # the folders they lie in, each once
+    resolved: dict[str, str] = {}  # see _linked_folder
     while stack:
         with os.scandir(stack.pop()) as entries:
             for e in entries:
                 try:
                     if not e.is_dir():  # follows a link; no stat for a plain file
                         if e.is_symlink():
-                            linked_files.add(os.path.dirname(os.path.realpath(e.path)))
+                            linked_files.add(_linked_folder(e.path, resolved))
                         continue
                     st = e.stat()
                 except OSError:  # a dangling link: nothing is read there
@@ -832,6 +833,19 @@ def _folders_of(root: str) -> tuple[set[tuple[int, int]], list[str]]:
                 if e.is_symlink():
                     roots.append(os.path.realpath(e.path))
     return seen, roots + sorted(linked_files)
+
+
+def _linked_folder(link: str, resolved: dict[str, str]) -> str:
+    """The real folder of the file that the link ``link`` leads to. Each folder a link names
+    is resolved once (``resolved``, by its spelling): a ``realpath`` of each of 10,000 linked
+    chunk files took 0.7 s on the 2-core machine, where the walk took 0.06 s."""
+    target = os.path.join(os.path.dirname(link), os.readlink(link))
+    if os.path.islink(target):  # a link to a link: followed to its end
+        return os.path.dirname(os.path.realpath(link))
+    folder = os.path.dirname(target)
+    if folder not in resolved:
+        resolved[folder] = os.path.realpath(folder)
+    return resolved[folder]
 
 
 def _ancestors(path: str) -> list[tuple[int, int]]:
