@@ -455,6 +455,59 @@ def test_input_changed_while_the_job_reads_it_is_not_committed(zin, tmp_path, mo
                                   now[now < 0.5])
 
 
+@pytest.mark.parametrize("when", ["before the job", "during the job"])
+def test_a_npy_input_written_through_a_memory_map_is_not_committed(tmp_path, monkeypatch,
+                                                                   when):
+    """A .npy INPUT that another program writes through a writable memory map (``np.load(p,
+    mmap_mode="r+")``) while the job reads it: such writes change no modification time once
+    their pages are mapped writable, so the fingerprint saw nothing, and until 2026-12-02
+    (seventeenth session, a probe) a job started while the writer ran committed an output
+    mixing its versions, exit 0 (4 to 8 distinct values where the writer wrote one at a
+    time). A file open for writing (a read lease refused) is now refused as INPUT before
+    the job, exit 2, and, opened meanwhile, at the commit, exit 1; nothing written. The
+    writer here is this process's own map (it counts as any other's)."""
+    from dask_compact.batch import stream
+
+    a = np.random.default_rng(29).random(200_000).astype(np.float32)
+    path = tmp_path / "in.npy"
+    np.save(path, a)
+    before = open(path, "rb").read()
+    maps = []
+    if when == "before the job":  # its pages mapped writable: no time is set again
+        maps.append(np.lib.format.open_memmap(path, mode="r+"))
+        maps[0][:] = a
+    st = os.stat(path)
+
+    def write_done(self, *args, real=stream._Stream.write_done):
+        if len(maps) < 2:
+            if not maps:
+                maps.append(np.lib.format.open_memmap(path, mode="r+"))
+            maps[0][-5000:] = -1.0  # the last rows, not read yet
+            maps.append(None)
+            os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))  # no time said it
+        return real(self, *args)
+
+    monkeypatch.setattr(stream._Stream, "write_done", write_done)
+    out = tmp_path / "out.zarr"
+    res = run(path, out, "--where", "x < 0.5", "--chunks", "5000", "--output-chunks", "3000",
+              "--local", "threads", "--no-read-ahead",
+              code=2 if when == "before the job" else 1)
+    said = " ".join(res.output.split())
+    if when == "before the job":
+        assert "open for writing" in said and "Invalid value for INPUT" in said, said
+    else:  # a task that reads after the map's first write may see a new time: refused there
+        assert ("opened for writing while the job read it" in said
+                and "OUTPUT was not written" in said
+                or "changed since the job started" in said), said
+    assert not out.exists() and litter(tmp_path) == []
+    maps[0][-5000:] = a[-5000:]
+    del maps[:]
+    monkeypatch.undo()
+    assert open(path, "rb").read() == before
+    run(path, out, "--where", "x < 0.5", "--local", "threads")
+    np.testing.assert_array_equal(group(out)[1]["values"], a[a < 0.5])
+
+
 @pytest.mark.parametrize("kind", ["zarr", "group"])
 def test_resume_of_a_job_that_finished_says_output_is_complete(zin, tmp_path, kind):
     """A job killed after its commit (or a script repeating ``--resume``): the rerun said

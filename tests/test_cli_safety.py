@@ -506,6 +506,17 @@ def test_overlap_is_refused_for_references_into_output(tmp_path):
     np.testing.assert_array_equal(values(tmp_path / "elsewhere.zarr"), b[b > 0.5])
 
 
+def _prev_output(tmp_path: Path, seed: int) -> tuple[np.ndarray, Path, Path]:
+    """(values, the Zarr array ``raw.zarr`` holding them, ``prev.zarr``: a complete output of
+    theirs ``x > 0.2``, in chunks of 500)."""
+    a = np.random.default_rng(seed).random(5_003)
+    raw = tmp_path / "raw.zarr"
+    zarr.create_array(store=str(raw), data=a, chunks=(500,))
+    prev = tmp_path / "prev.zarr"
+    run(raw, prev, "-w", "x > 0.2", "--local", "threads")
+    return a, raw, prev
+
+
 @pytest.mark.parametrize("link", ["group field", "chunk folder"])
 def test_overlap_is_refused_where_input_reaches_into_output_through_a_link(tmp_path, link):
     """An INPUT read through a link into OUTPUT (a group whose field is a link to
@@ -513,11 +524,7 @@ def test_overlap_is_refused_where_input_reaches_into_output_through_a_link(tmp_p
     2026-12-01 (fifteenth session, a probe) ``--overwrite`` of ``prev.zarr`` passed the check
     of the two paths and replaced it, exit 0: the group's field was left a dangling link, and
     the array read the new output's chunks under its old metadata, zeros past them."""
-    a = np.random.default_rng(9).random(5_003)
-    store = tmp_path / "raw.zarr"
-    zarr.create_array(store=str(store), data=a, chunks=(500,))
-    prev = tmp_path / "prev.zarr"
-    run(store, prev, "-w", "x > 0.2", "--local", "threads")
+    a, _, prev = _prev_output(tmp_path, 9)
     b = a[a > 0.2]
     inp = tmp_path / "in.zarr"
     if link == "group field":
@@ -677,6 +684,74 @@ def test_overlap_is_refused_where_a_folder_of_output_is_mounted_inside_input(tmp
     np.testing.assert_array_equal(values(prev), b)
     got = zarr.open_group(str(tmp_path / "third.zarr"), mode="r")["x"][:]
     np.testing.assert_array_equal(got, b[b > 0.7])
+
+
+def _input_sharing_a_chunk_of(prev: Path, inp: Path) -> None:
+    """``inp``: an array of ``prev``'s ``values`` metadata and chunk files (copies), its chunk 3
+    to be made a link or a mount of ``prev``'s own by the caller."""
+    inp.mkdir(exist_ok=True)
+    shutil.copy(prev / "values" / "zarr.json", inp / "zarr.json")
+    shutil.copytree(prev / "values" / "c", inp / "c")
+
+
+def test_overlap_is_refused_where_a_chunk_file_of_input_links_into_output(tmp_path):
+    """An INPUT whose chunk file ``c/3`` is a symbolic link to ``prev.zarr/values/c/3`` (zarr
+    reads through it): until 2026-12-02 (seventeenth session, a probe) the overlap check
+    looked at folders only, ``--overwrite`` of ``prev.zarr`` passed, exit 0, and INPUT's
+    chunk 3 was then the new output's chunk 3 (another 500 values). Exit 2 now, nothing
+    touched; a hard link there is no overlap (the old output's removal unlinks its name, and
+    INPUT keeps its bytes)."""
+    a, _, prev = _prev_output(tmp_path, 17)
+    b = a[a > 0.2]
+    inp = tmp_path / "in.zarr"
+    _input_sharing_a_chunk_of(prev, inp)
+    (inp / "c" / "3").unlink()
+    (inp / "c" / "3").symlink_to(prev / "values" / "c" / "3")
+    before = {p: _digest(p) for p in (prev, inp)}
+    res = run(inp, prev, "-w", "x > 0.7", "--overwrite", "--local", "threads", code=2)
+    assert "must not be INPUT" in res.output
+    assert {p: _digest(p) for p in (prev, inp)} == before and litter(tmp_path) == []
+    np.testing.assert_array_equal(zarr.open_array(str(inp), mode="r")[:], b)
+    (inp / "c" / "3").unlink()
+    os.link(prev / "values" / "c" / "3", inp / "c" / "3")
+    run(inp, prev, "-w", "x > 0.7", "--overwrite", "--local", "threads")
+    assert _digest(inp) == before[inp]
+    np.testing.assert_array_equal(zarr.open_array(str(inp), mode="r")[:], b)
+    np.testing.assert_array_equal(values(prev), b[b > 0.7])
+
+
+def test_overlap_is_refused_where_a_chunk_file_is_mounted_between_input_and_output(tmp_path):
+    """One chunk FILE bind-mounted from OUTPUT into INPUT (``prev.zarr/values/c/3`` on
+    ``in.zarr/c/3``), or from INPUT into OUTPUT: the walk of folders does not see a file's
+    mount. Until 2026-12-02 (seventeenth session, the sixteenth session's probe)
+    ``--overwrite`` of ``prev.zarr`` passed: the first unlinked the only name of INPUT's
+    chunk 3 with the old output (the mount held it, link count 0: gone at the unmount), exit
+    0; the second ran the job and failed removing the old output (the mount point busy),
+    leaving it beside OUTPUT. Now every mount point under one tree whose source (device and
+    root, ``/proc/self/mountinfo``) lies in the other is refused, exit 2, nothing touched.
+    A file of elsewhere mounted inside the old output is refused as a mount point its
+    removal would meet. Run under ``unshare -m``, skipped where that is not allowed."""
+    a, raw, prev = _prev_output(tmp_path, 18)
+    inp, _ = _bindable(tmp_path, "in.zarr", "unused")
+    _input_sharing_a_chunk_of(prev, inp)
+    other = tmp_path / "other.bin"
+    other.write_bytes(b"someone else's")
+    watched = (prev, inp, raw, other)
+    before = {p: _digest(p) for p in watched}
+    command = f"{sys.executable} -m dask_compact"
+    chunk = "values/c/3"
+    script = (f"mount --bind {prev}/{chunk} {inp}/c/3 && "
+              f"{command} {inp} {prev} -w 'x > 0.7' --overwrite --local threads; echo rc=$?; "
+              f"stat -c links=%h {inp}/c/3; umount {inp}/c/3 && "
+              f"mount --bind {raw}/c/3 {prev}/{chunk} && "
+              f"{command} {raw} {prev} -w 'x > 0.7' --overwrite --local threads; echo rc=$?")
+    res = _unshared(script, [2, 2], "must not be INPUT")
+    assert "links=1" in res.stdout, res.stdout
+    script = (f"mount --bind {other} {prev}/{chunk} && "
+              f"{command} {raw} {prev} -w 'x > 0.7' --overwrite --local threads; echo rc=$?")
+    _unshared(script, [2], "is a mount point")
+    assert {p: _digest(p) for p in watched} == before and litter(tmp_path) == []
+    np.testing.assert_array_equal(values(prev), a[a > 0.2])
 
 
 def test_overwrite_refuses_an_output_holding_what_the_job_did_not_write(npy, tmp_path):

@@ -21,6 +21,7 @@ from .reader import (
     ZarrRows,
     chunk_files_reader,
     npy_fingerprint,
+    open_for_writing,
     walk_files,
     zarr_fingerprint,
 )
@@ -229,10 +230,32 @@ def open_npy(path: str, chunks: int | None) -> Source:
     # AUTO_CHUNK_BYTES, or --chunks rows.
     row_bytes = max(1, int(np.prod(shape[1:], dtype=np.int64)) * dtype.itemsize)
     row_chunk = chunks or max(1, AUTO_CHUNK_BYTES // row_bytes)
+    if open_for_writing(p):
+        raise click.BadParameter(
+            f"{path!r} is open for writing by a program ({_WRITES_UNSEEN}); run the job once "
+            "nothing has it open for writing (a writable memory map of it, np.load(..., "
+            "mmap_mode='r+') or open_memmap, counts until it is deleted)", param_hint="INPUT")
     reader = NpyRows(p, shape, dtype, npy_fingerprint(p))
     return Source(shape, native_dtype(dtype), "npy", p, reader, row_chunk,
                   "the input is a .npy file (not compressed)",
-                  fingerprint_now=lambda: npy_fingerprint(p))
+                  fingerprint_now=lambda: _npy_fingerprint_now(p))
+
+
+# Why a .npy INPUT open for writing is refused (reader.open_for_writing): until 2026-12-02
+# (seventeenth session, a probe) a job started while a program wrote the file through a
+# memory map committed an output mixing its versions, exit 0
+_WRITES_UNSEEN = ("writes through a memory map change no modification time, so the job could "
+                  "not tell whether the values it read are one version")
+
+
+def _npy_fingerprint_now(path: str) -> str:
+    """The .npy INPUT's fingerprint at the commit's check (:func:`.job.input_unchanged`),
+    refusing the commit where a program has opened it for writing meanwhile."""
+    if open_for_writing(path):
+        raise click.ClickException(
+            f"INPUT {path} was opened for writing while the job read it ({_WRITES_UNSEEN}): "
+            "OUTPUT was not written. Run the job again once nothing writes to INPUT")
+    return npy_fingerprint(path)
 
 
 def open_zarr(path: str, chunks: int | None, allow_missing_chunks: bool = False) -> Source:

@@ -461,6 +461,39 @@ def _npy_token(path: str, st: os.stat_result) -> str:
     return tokenize(path, *_identity(st))
 
 
+def open_for_writing(path: str) -> bool:
+    """Whether some process (this one too) has the file ``path`` open for writing, a writable
+    memory map included, as Linux's file leases tell: a read lease is refused (EAGAIN) on a
+    file open for writing. False where that cannot be told (not Linux, another user's file
+    without CAP_LEASE, a file system without leases).
+
+    A program writing a .npy through ``np.load(p, mmap_mode="r+")`` changes no modification
+    time once its pages are mapped writable (measured: none in 2.5 s of writes, ext4 and
+    tmpfs), so :func:`npy_fingerprint` cannot see it. The lease is let go at once: a process
+    opening the file for writing meanwhile waits for that, and its break is signalled with
+    SIGWINCH, ignored unless handled, not the default SIGIO, which would end this one."""
+    import errno
+    import fcntl
+    import signal
+
+    if not hasattr(fcntl, "F_SETLEASE"):
+        return False
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.fcntl(fd, fcntl.F_SETSIG, signal.SIGWINCH)
+        fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_RDLCK)
+    except OSError as e:
+        return e.errno in (errno.EAGAIN, errno.EBUSY)
+    else:
+        fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_UNLCK)
+        return False
+    finally:
+        os.close(fd)
+
+
 def npy_fingerprint_before_inode(path: str) -> str:
     """:func:`npy_fingerprint` as it was until 2026-11-30 (path, modification time, size):
     only to tell a ``--resume`` of a job interrupted then why it cannot continue."""
