@@ -42,6 +42,7 @@ from ..codegen.cuda_functor import CodegenUnsupported, ctype
 from ..predicate.core import Predicate
 from ..predicate.expr import ParamOverflow
 from ..predicate.memo import TRACED_UNDER, trace_key
+from ..predicate.template import kept_shape
 from .cupy_device import (
     by_output,
     check_powers,
@@ -65,6 +66,8 @@ from .cupy_ready import (
     learned,
     speculated,
 )
+from .cupy_shaped import forget as forget_shaped
+from .cupy_shaped import remember_shaped, shaped_call, shaped_calls, shaped_key
 from .cupy_source import ModuleSpec
 from .cupy_tuning import (
     EXACT_MODES,
@@ -527,6 +530,7 @@ def forget_ready_calls() -> None:
 
     _ready_calls.clear()
     _repeat_calls.clear()
+    forget_shaped()
     into_repeats.clear()
 
 
@@ -614,10 +618,17 @@ def repeated_call(a: Any, pred_like: Any, output: str, stable: bool, algorithm: 
         hit = None if key is None else _repeat_calls.get(key)
     except TypeError:  # an unhashable argument: the checks say what is wrong with it
         return None
-    if hit is None or not a.flags.c_contiguous:
+    if not a.flags.c_contiguous:
         return None
     import cupy
 
+    if hit is None:
+        # a string whose numbers alone differ from a kept one's: its shape's call, rebound
+        if key is None or not isinstance(pred_like, str):
+            return None
+        if a.data.device_id != cupy.cuda.runtime.getDevice():
+            return None
+        return shaped_call(a, pred_like, key)
     dev = hit[0]
     if a.data.device_id != dev or cupy.cuda.runtime.getDevice() != dev:
         return None
@@ -643,6 +654,11 @@ def remember_call(a: Any, pred_like: Any, pred: Predicate, output: str, stable: 
     call = _ready_call(OneReadCall, a, pred, output, alg, cupy.cuda.get_current_stream().ptr)
     if call is not None:
         _repeat_calls.put(key, (a.data.device_id, call, pred_like))
+        if isinstance(pred_like, str):
+            skey = shaped_key(pred_like, key)
+            if skey is not None and shaped_calls.get(skey[0]) is None and kept_shape(pred_like):
+                remember_shaped(a, pred_like, pred, key, _plan(a, pred, None, output, alg),
+                                output)
 
 
 # ----------------------------------------------------------------------------- public ---------

@@ -128,8 +128,15 @@ class PackedKernel:
             self.count_slot = 7
         self.next_set = 0
         self.used = False  # a set has been launched on since the words were zeroed
-        for i, v in enumerate(plan.params):
-            self.launch.scalar(first_param + i, v)
+        self.first_param = first_param
+        self.rebind(plan.params)
+
+    def rebind(self, params: tuple) -> None:
+        """The predicate's constants, bound (NumPy scalars of their typed dtypes), into their
+        argument slots: a string's numbers new at a later call of its shape
+        (``cupy_shaped``)."""
+        for i, v in enumerate(params):
+            self.launch.scalar(self.first_param + i, v)
 
     def queue(self, a_ptr: int, base: int, vals_ptr: int, idx_ptr: int, count_ptr: int,
               stream_ptr: int, cap: Any = NO_CAP) -> None:

@@ -92,6 +92,12 @@ def like_parsed(text: str) -> Any:
     return Predicate(expr=first.expr, params=numbers, func=None, source=text.strip())
 
 
+def kept_shape(text: str) -> bool:
+    """Whether ``text``'s shape is kept: :func:`like_parsed` gives any text of it its tree."""
+    found = shape_of(text)
+    return found is not None and found[0] in _SHAPES
+
+
 def remember_parsed(text: str, parsed: Any) -> None:
     """Keep ``parsed`` (``parse(text)``'s fused Predicate) as the tree of ``text``'s shape
     where its parse shows that the shape's numbers are the tree's parameters (see the module

@@ -1,0 +1,125 @@
+"""``compact_array``'s repeated GPU call for a string predicate whose numbers alone changed.
+
+A threshold new at each call (``compact_array(a, f"x < {t}")``) is a new text each time, so
+the repeated call kept per text (``cupy_backend.repeated_call``) never hits, and every call
+paid the checks, a plan, a new ready call (its packed kernel, zeroed words and pinned count
+word) and a first call's scratch and copy: 200-300 us at 2^20 on one H200 against ~30 us for
+the same threshold again, 2.6-3.8x ``torch.masked_select``'s time. Texts of one kept shape
+(``predicate/template.py``: numbers compared directly with ``x``, the first text's parse
+showing them to be its parameters in order) share one tree, so they share its module too;
+only the kernel's constant arguments differ. So per (thread, shape, dtype, size, output,
+stable, algorithm, stream) one ready call of its own is kept (:func:`remember_shaped`), and a
+later text of the shape rewrites its constants' argument slots with its own numbers, bound by
+the tree's typing as the plan binds them (:func:`shaped_call`), and runs it: what the
+repeated call of one text does, with a rebinding.
+
+Where the constants would type otherwise (an int outside the compared integer's dtype, which
+the typing turns into a boolean parameter of another tree: ``expr.fold_outside``), or cannot
+be bound (``ParamOverflow``), there is no shaped call: the public call's checks, parse and
+plan run and say what they say. The call's own memo (the selected fraction its outputs are
+sized from) is the first text's predicate's: a later threshold that selects more than the
+outputs hold runs again into exact ones, as any speculative call does.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..cache import BoundedCache
+from ..predicate.expr import ParamOverflow
+from ..predicate.memo import value_key
+from ..predicate.template import kept_shape, shape_of
+
+# (thread, ("shape", shape), dtype, n, output, stable, algorithm, stream) -> [device, its
+# OneReadCall, the typed tree, the value keys of the numbers its slots hold now]
+shaped_calls: BoundedCache[tuple, list] = BoundedCache("shaped calls")
+# The repeated call's key of a text the shaped call served (its numbers) -> its ShapedRun: the
+# same text again skips finding its shape and binding (a dict; emptied past _RUNS_MAX)
+_runs: dict[tuple, ShapedRun] = {}
+_RUNS_MAX = 1024
+
+
+class ShapedRun:
+    """The shape's kept call with one text's constants: rebound to them where another text of
+    the shape ran it since."""
+
+    def __init__(self, entry: list, keys: tuple, bound: tuple) -> None:
+        self.entry, self.keys, self.bound = entry, keys, bound
+
+    def __call__(self, a: Any, base: int) -> Any:
+        entry = self.entry
+        if entry[3] is not self.keys:
+            entry[1].kernel.rebind(self.bound)
+            entry[3] = self.keys
+        return entry[1](a, base)
+
+
+def forget() -> None:
+    """Drop the shaped calls kept (``cupy_backend.forget_ready_calls``)."""
+    shaped_calls.clear()
+    _runs.clear()
+
+
+def shaped_key(text: str, key: tuple) -> tuple[tuple, tuple] | None:
+    """``(key, numbers)``: the shaped call's key for ``text`` given the repeated call's
+    ``key`` (its predicate part the text), and the text's numbers; None where ``text`` has
+    no shape (no numbers, quotes)."""
+    found = shape_of(text)
+    if found is None:
+        return None
+    shape, numbers = found
+    return (key[0], ("shape", shape), *key[2:]), numbers
+
+
+def shaped_call(a: Any, text: str, key: tuple) -> Any:
+    """The kept call of ``text``'s shape with ``text``'s numbers as its constants (a
+    :class:`ShapedRun`), or None (no call kept for the shape; numbers that type otherwise or
+    do not bind). ``key``: the repeated call's key of ``text``."""
+    run = _runs.get(key)
+    if run is not None and a.data.device_id == run.entry[0]:
+        return run
+    found = shaped_key(text, key)
+    if found is None:
+        return None
+    skey, numbers = found
+    entry = shaped_calls.get(skey)
+    if entry is None or a.data.device_id != entry[0]:
+        return None
+    tp = entry[2]
+    if a.dtype.kind in "iub":
+        from ..predicate.core import _folded
+
+        # the same typing for these numbers: no comparison of an int outside the dtype
+        # folded into another tree (a float dtype never folds)
+        if _folded(tp, numbers, text) is not tp:
+            return None
+    try:
+        bound = tp.bind(numbers)
+    except (ParamOverflow, OverflowError, ValueError, TypeError):
+        return None
+    run = ShapedRun(entry, tuple(value_key(v) for v in numbers), bound)
+    if len(_runs) >= _RUNS_MAX:
+        _runs.clear()
+    _runs[key] = run
+    return run
+
+
+def remember_shaped(a: Any, text: str, pred: Any, key: tuple, plan: Any, output: str) -> None:
+    """After a public call of ``text`` (checked; its ready call kept under ``key``): keep a
+    ready call of its own for the text's shape, made from ``plan`` (the text's plan), where
+    the shape is kept (``template.kept_shape``) and its typing has no folds nor powers."""
+    from .cupy_ready import OneReadCall
+
+    found = shaped_key(text, key)
+    if found is None or not kept_shape(text):
+        return
+    skey, numbers = found
+    if shaped_calls.get(skey) is not None:
+        return
+    tp = pred.typed(np.dtype(a.dtype))
+    if tp.folds or tp.powers or plan.memo is None or plan.mask is not None or plan.checked:
+        return
+    call = OneReadCall(plan, output)
+    shaped_calls.put(skey, [a.data.device_id, call, tp, None])

@@ -1,0 +1,142 @@
+"""compact_array's repeated GPU call for a string whose numbers alone changed
+(backends/cupy_shaped.py): a threshold new at each call runs its shape's kept call with its
+own constants. Every result against NumPy, and the kept call seen to run.
+
+Needs CuPy and a CUDA device (marked ``gpu``; skipped elsewhere).
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+cupy = pytest.importorskip("cupy")
+
+from dask_compact import compact_array  # noqa: E402
+from dask_compact.backends import cupy_backend as cb  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+
+def expect(a: np.ndarray, m: np.ndarray, output: str):
+    v, i = a.ravel()[m.ravel()], np.flatnonzero(m)
+    return {"values": v, "indices": i, "both": (v, i)}[output]
+
+
+def check(got, want, output: str, stable: bool) -> None:
+    pairs = zip(got, want) if output == "both" else [(got, want)]
+    for g, w in pairs:
+        g = cupy.asnumpy(g)
+        assert g.size == w.size
+        if stable:
+            np.testing.assert_array_equal(g, w)
+        else:
+            np.testing.assert_array_equal(np.sort(g), np.sort(w))
+
+
+@pytest.fixture
+def shaped_hits(monkeypatch):
+    """How many calls the shaped path served (a call returned, not None)."""
+    hits = []
+    real = cb.shaped_call
+
+    def spy(a, text, key):
+        call = real(a, text, key)
+        if call is not None:
+            hits.append(text)
+        return call
+
+    monkeypatch.setattr(cb, "shaped_call", spy)
+    cb.forget_ready_calls()
+    yield hits
+    cb.forget_ready_calls()
+
+
+@pytest.mark.parametrize("n", [1, 33, 1025, 100_003, 1 << 20])
+@pytest.mark.parametrize("output", ["values", "indices", "both"])
+@pytest.mark.parametrize("stable", [True, False])
+def test_a_threshold_new_at_each_call_runs_the_shaped_call_exactly(n, output, stable,
+                                                                     shaped_hits):
+    rng = np.random.default_rng(n)
+    h = rng.random(n, dtype=np.float32)
+    a = cupy.asarray(h)
+    # fractions rising, falling and jumping (the kept call's outputs are sized from the
+    # previous call's), empty and full selections, a threshold seen before in between
+    ts = [0.5, 0.1, 0.9, 0.05, 0.99, 0.0, 1.0, 0.3, 0.5, 0.7, -0.0, 2.0, 0.25, 0.6]
+    for t in ts:
+        text = f"x < {t!r}"
+        check(compact_array(a, text, output=output, stable=stable), expect(h, h < t, output),
+              output, stable)
+    assert len(shaped_hits) >= len(ts) - 4
+
+
+@pytest.mark.parametrize("dtype", ["int8", "uint8", "int32", "uint64", "float16", "float64"])
+def test_every_dtype_and_numbers_that_type_otherwise(dtype, shaped_hits):
+    """Ints outside the dtype (``x < 300`` on int8 folds into another tree: no shaped call),
+    negative ints on unsigned dtypes, floats on int dtypes, two numbers."""
+    rng = np.random.default_rng(7)
+    if dtype[0] in "iu":
+        info = np.iinfo(dtype)
+        h = rng.integers(info.min, info.max, 10_007, dtype=dtype, endpoint=True)
+        values = ["0", "5", "-5", "100", "127", "128", "300", "-129", "255", "256", "-1", "7",
+                  "9223372036854775807", "1"]
+    else:
+        h = (rng.standard_normal(10_007) * 100).astype(dtype)
+        values = ["0.5", "-3.25", "0", "7", "65504.0", "1e400", "-1e400", "-0.0", "12.5"]
+    a = cupy.asarray(h)
+    for shape in ("x < {}", "({} < x) & (x <= {})"):
+        for i, v in enumerate(values):
+            w = values[(i + 3) % len(values)]
+            text = shape.format(v, w)
+            env = {"x": h}
+            m = eval(text, env)  # noqa: S307 -- the test's own texts
+            check(compact_array(a, text), expect(h, np.asarray(m), "values"), "values", True)
+    assert shaped_hits
+
+
+def test_the_first_texts_own_call_keeps_its_constants(shaped_hits):
+    """The shape's call is rebound, never the first text's: that text again selects its own."""
+    h = np.random.default_rng(1).random(4097, dtype=np.float32)
+    a = cupy.asarray(h)
+    for t in (0.5, 0.5, 0.2, 0.8, 0.5, 0.3, 0.5):
+        check(compact_array(a, f"x < {t!r}"), h[h < t], "values", True)
+    assert set(shaped_hits) == {"x < 0.2", "x < 0.8", "x < 0.3"}
+
+
+def test_threads_each_with_their_thresholds(shaped_hits):
+    h = np.random.default_rng(2).random(50_001, dtype=np.float32)
+    errors = []
+
+    def work(seed: int) -> None:
+        try:
+            with cupy.cuda.Stream(non_blocking=True):
+                a = cupy.asarray(h)
+                rng = np.random.default_rng(seed)
+                for _ in range(40):
+                    t = float(rng.uniform(0, 1))
+                    got = cupy.asnumpy(compact_array(a, f"(x > {t!r}) & (x < 0.9)"))
+                    np.testing.assert_array_equal(got, h[(h > t) & (h < 0.9)])
+        except BaseException as e:  # noqa: BLE001 -- reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(s,)) for s in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors, errors[0]
+    assert shaped_hits
+
+
+def test_an_int_outside_the_dtype_takes_the_checked_path(shaped_hits):
+    """``x < 300`` on int8 types to another tree (a boolean parameter in the comparison's
+    place): never the shape's call with 300 bound into an int8 slot."""
+    h = np.arange(-128, 128, dtype=np.int8)
+    a = cupy.asarray(h)
+    for t in ("5", "300", "-7", "-300", "3", "127", "128"):
+        text = f"x < {t}"
+        check(compact_array(a, text), h[h < int(t)], "values", True)
+    assert "x < 300" not in shaped_hits and "x < -300" not in shaped_hits
+    assert "x < 128" not in shaped_hits and "x < -7" in shaped_hits
