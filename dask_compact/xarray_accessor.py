@@ -229,6 +229,25 @@ def compact_dataset(
                 f"'float64') (pd.NA becoming NaN), or pass the condition as a boolean "
                 f"DataArray: ds.compact.where((ds[{f!r}] > 2).fillna(False).astype(bool))"
             )
+        # the variable as the caller holds it, in the advice: arr itself, a coordinate of
+        # arr, or one of ds (until 2026-12-02, seventeenth session, arr.compact.where was
+        # told a ds.compact.where(ds['x'] ...) form, of a ds the caller does not have)
+        it = "arr" if f == array else f"{call.split('.')[0]}[{f!r}]"
+        dates = _cftime_dates(ds.variables[f]) if dtype.kind == "O" else None
+        if dates is not None:
+            # cftime dates (xarray's use_cftime=True) were told the `== value` advice below
+            # (until 2026-12-02, seventeenth session, the sixteenth's leftover): a comparison
+            # with a date of their calendar, which cftime orders, is what works; the date in
+            # a 0-d array, as a dask array compares with no bare cftime date ("'>' not
+            # supported between instances of 'Array' and 'cftime._cftime.DatetimeNoLeap'")
+            calendar, example = dates
+            raise TypeError(
+                f"{call}: cond reads {f!r}, of dtype object, cftime dates of calendar "
+                f"{calendar!r}: a string or callable cond compares numbers, not times; pass "
+                "the condition as a boolean DataArray, evaluated chunk by chunk in the same "
+                "pass, comparing with a date of that calendar (in np.array, which dask "
+                f"compares with): {call}({it} > np.array({example}))"
+            )
         if dtype.kind in "OUSVT":
             # objects, strings (NumPy's StringDType too), bytes, structured rows: "field 'o'
             # has dtype object", "field 's' has dtype StringDType()" or "the
@@ -238,7 +257,7 @@ def compact_dataset(
                 f"{call}: cond reads {f!r}, of dtype {dtype}: a string or callable cond "
                 "compares numbers (booleans, integers, floats, complex); pass the condition "
                 "as a boolean DataArray, evaluated chunk by chunk in the same pass: "
-                f"ds.compact.where(ds[{f!r}] == value)"
+                f"{call}({it} == value)"
             )
         if dtype.kind in "mM":
             # compact_records' own refusal named map_compact and gathered fields, not what
@@ -248,9 +267,9 @@ def compact_dataset(
             example = ("np.datetime64('2020-01-01')" if dtype.kind == "M"
                        else "np.timedelta64(3, 'h')")
             raise TypeError(
-                f"cond reads {f!r}, of dtype {dtype}: a string or callable cond compares "
-                "numbers, not times; pass the condition as a boolean DataArray, evaluated "
-                f"chunk by chunk in the same pass: ds.compact.where(ds[{f!r}] > {example})"
+                f"{call}: cond reads {f!r}, of dtype {dtype}: a string or callable cond "
+                "compares numbers, not times; pass the condition as a boolean DataArray, "
+                f"evaluated chunk by chunk in the same pass: {call}({it} > {example})"
             )
     if indices is not None and (not isinstance(indices, str) or indices in ds.variables):
         raise ValueError(
@@ -666,6 +685,31 @@ def _the_dim(ds: xr.Dataset, read: tuple[str, ...], dim: Hashable | None,
             f"dim= says{advice}"
         )
     return shared.pop()
+
+
+def _cftime_dates(v: xr.Variable) -> tuple[str, str] | None:
+    """For a 1-D object variable of cftime dates (xarray's ``use_cftime=True``), its calendar
+    and a date of it as code that makes one (its first row's day, ``cftime.DatetimeNoLeap(
+    2000, 1, 1)``); None for other objects, an empty variable, or without cftime. Reads the
+    first row only (of a dask variable, its first chunk), as xarray's ``.dt`` does to tell."""
+    try:
+        import cftime
+    except ImportError:
+        return None
+    if v.ndim != 1 or v.size == 0:
+        return None
+    try:
+        first = v[:1].values[0]
+    except Exception:  # noqa: BLE001 - a row that cannot be read: the generic advice
+        return None
+    if not isinstance(first, cftime.datetime):
+        return None
+    calendar = str(first.calendar)
+    day = f"{first.year}, {first.month}, {first.day}"
+    kind = type(first).__name__
+    if kind != "datetime" and getattr(cftime, kind, None) is type(first):
+        return calendar, f"cftime.{kind}({day})"
+    return calendar, f"cftime.datetime({day}, calendar={calendar!r})"
 
 
 def _rows_first(v: xr.Variable, dim: Hashable) -> Any:

@@ -955,3 +955,69 @@ def test_the_graphs_dask_orders_grow_linearly_with_the_variables(monkeypatch):
 
     small, large = walked(8), walked(32)
     assert 0 < small and large <= 5 * small, (small, large)
+
+
+@pytest.mark.parametrize(("calendar", "where"), [
+    ("noleap", "index"), ("360_day", "variable"), ("standard", "the DataArray"),
+    ("noleap", "its coordinate")])
+@pytest.mark.parametrize("form", ["string", "callable"])
+def test_a_cond_reading_cftime_dates_is_told_a_comparison_with_one(calendar, where, form):
+    """A string or callable cond reading cftime dates (xarray's use_cftime=True: object
+    dtype, cftime.DatetimeNoLeap and the other calendars' classes) was told the generic
+    `ds.compact.where(ds['time'] == value)` (until 2026-12-02, seventeenth session, the
+    sixteenth's leftover), and an arr.compact.where call a ds form it has no ds for: each
+    says now to compare with a date of the variable's calendar, as a boolean DataArray (the
+    date in np.array: a dask array compares with no bare cftime date), and that advice, run
+    as written on the dask-backed Dataset, gives isel's rows."""
+    cftime = pytest.importorskip("cftime")
+    n = 23
+    t = xr.date_range("1999-12-20", periods=n, freq="D", calendar=calendar, use_cftime=True)
+    when = np.asarray(t)[(np.arange(n) * 7) % n]  # not sorted: a data variable's dates
+    name = "when" if where in ("variable", "the DataArray") else "time"
+    ds = xr.Dataset({"v": ("time", np.arange(n) * 1.5), "when": ("time", when)},
+                    coords={"time": t}).chunk(time=5)
+    subject = ds if where in ("index", "variable") else (
+        ds["when"] if where == "the DataArray" else ds["v"])
+    read = "x" if where == "the DataArray" else name
+    cond = f"{read} > 3" if form == "string" else eval(f"lambda {read}: {read} > 3")
+    with pytest.raises(TypeError, match="compares numbers, not times") as e:
+        subject.compact.where(cond)
+    said = str(e.value)
+    call = "ds" if subject is ds else "arr"
+    assert said.startswith(f"{call}.compact.where: cond reads {read!r}, of dtype object, "
+                           f"cftime dates of calendar "), said
+    assert "== value" not in said
+    (code,) = re.findall(rf"{call}\.compact\.where\(.*\)\)", said)
+    names = {"ds": ds, "arr": subject, "cftime": cftime, "np": np}
+    got = eval(code, names)
+    pred = eval(code.replace(f"{call}.compact.where(", "(", 1), names)
+    xr.testing.assert_identical(got.compute(),
+                                subject.isel(time=np.flatnonzero(pred.values)).compute())
+    assert 0 < got.sizes["time"] < n
+
+
+def test_a_cond_reading_objects_that_are_not_dates_keeps_the_equality_advice():
+    """Next to the cftime advice (above): a variable of other objects (strings, None, Python
+    dates, an empty one) keeps the `== value` advice, run as written with a value of its
+    own."""
+    import datetime
+
+    n = 9
+    ds = xr.Dataset({
+        "o": ("ev", np.array(["a", None, "b"] * 3, dtype=object)),
+        "d": ("ev", np.array([datetime.date(2000, 1, 1 + i) for i in range(n)], dtype=object)),
+        "v": ("ev", np.arange(n) * 1.0)}).chunk(ev=4)
+    for name, value in (("o", "'b'"), ("d", "datetime.date(2000, 1, 3)")):
+        with pytest.raises(TypeError, match=rf"ds.compact.where\(ds\[{name!r}\] == value\)$"):
+            ds.compact.where(f"{name} > 3")
+        code = f"ds.compact.where(ds[{name!r}] == {value})"
+        got = eval(code, {"ds": ds, "datetime": datetime})
+        pred = eval(f"ds[{name!r}] == {value}", {"ds": ds, "datetime": datetime})
+        xr.testing.assert_identical(got.compute(),
+                                    ds.isel(ev=np.flatnonzero(pred.values)).compute())
+    with pytest.raises(TypeError, match=r"ds.compact.where\(ds\['o'\] == value\)$"):
+        ds.isel(ev=slice(0, 0)).compact.where("o > 3")
+    arr = ds["o"]
+    with pytest.raises(TypeError, match=r"^arr.compact.where: .*arr.compact.where\(arr == "
+                       r"value\)$"):
+        arr.compact.where("x > 3")
