@@ -371,12 +371,17 @@ def compact_dataset(
         rest = rest.isel({dim: _host(out[positions])})
     variables = {n: new[n] if n in new else rest.variables[n] for n in ds.variables}
     if lead is not None:
-        # a dask variable of the isel route (objects) comes back with dask's own chunks
+        # a dask variable of the isel route (objects) comes back with dask's own chunks.
+        # Rechunked by dask: xarray's chunk() of cftime dates takes their present chunks for
+        # a store's, and warned at every call "The specified chunks separate the stored
+        # chunks ... consider rechunking after loading", reading the first chunk to tell
+        # (until 2026-12-02, seventeenth session, a cftime probe)
         sizes = out[next(iter(fields))].chunks[0]
         for n in isel:
             v = variables[n]
             if v.chunks is not None and v.chunks[v.dims.index(dim)] != sizes:
-                variables[n] = v.chunk({dim: sizes})
+                axes = {i: sizes for i, d in enumerate(v.dims) if d == dim}
+                variables[n] = v.copy(deep=False, data=v.data.rechunk(axes))
     coords = xr.Coordinates({n: variables[n] for n in ds.coords}, indexes=dict(rest.xindexes))
     result = xr.Dataset({n: variables[n] for n in ds.data_vars}, coords=coords, attrs=ds.attrs)
     if indices is not None:

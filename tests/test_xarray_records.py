@@ -1021,3 +1021,25 @@ def test_a_cond_reading_objects_that_are_not_dates_keeps_the_equality_advice():
     with pytest.raises(TypeError, match=r"^arr.compact.where: .*arr.compact.where\(arr == "
                        r"value\)$"):
         arr.compact.where("x > 3")
+
+
+def test_a_dask_variable_of_cftime_dates_is_rechunked_without_xarray_s_warning():
+    """A dask variable of cftime dates (objects: the isel route, rechunked to the result's
+    chunks after) warned at every call, "The specified chunks separate the stored chunks
+    along dimension "0" ... consider rechunking after loading" (xarray's rechunk of cftime
+    takes the present chunks for a store's), about chunks of no store, and read its first
+    chunk to tell (until 2026-12-02, seventeenth session, a cftime probe): rechunked by dask,
+    no warning, isel's rows and the result's chunks."""
+    cftime = pytest.importorskip("cftime")
+    n = 31
+    t = xr.date_range("2001-02-27", periods=n, freq="D", calendar="noleap", use_cftime=True)
+    ds = xr.Dataset({"v": ("ev", np.arange(n) * 1.5), "when": ("ev", np.asarray(t)[::-1])},
+                    attrs={"k": 1})
+    d = ds.chunk(ev=7)
+    mask = (np.arange(n) * 5) % 3 == 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = d.compact.where(xr.DataArray(mask, dims="ev"))
+    assert got["when"].chunks == got["v"].chunks
+    xr.testing.assert_identical(got.compute(), ds.isel(ev=np.flatnonzero(mask)))
+    assert isinstance(got["when"].values[0], cftime.DatetimeNoLeap)
