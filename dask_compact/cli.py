@@ -365,7 +365,7 @@ def _array_text(summary: dict[str, Any], input_path: str, where: str) -> str:
         f"({fmt_bytes(summary['bytes'])}), shape {tuple(summary['shape'])}, "
         f"{summary['input_chunks']} chunks, from {input_path}\n"
         f"where     {where}\n"
-        + _encoded_line(summary["encoded"])
+        + _encoded_line(summary["encoded"], summary.get("not_decoded"))
         + _job_lines(summary, f", {'GPU' if summary['gpu_decode'] else 'CPU'} decode, "
                      f"{'GPU' if summary['encode'] == 'gpu' else 'CPU'} encode")
         + _ahead_line(summary.get("read_ahead"))

@@ -1129,3 +1129,31 @@ def test_where_on_a_time_field_is_told_raw_and_runs_with_it(tmp_path, dtype):
         assert got["t"].dtype == kind
         np.testing.assert_array_equal(got["v"], v[mask])
     assert _tree(src) == before
+
+
+def test_where_on_a_time_coordinate_xarray_wrote_says_it_compares_stored_numbers(tmp_path):
+    """xarray writes datetimes as int64 counts with CF units ("days since 2020-01-01"); --where
+    compares those stored counts (the predicate compares numbers), which the summary's note
+    was to name. It did only where the field had a fill value too: a time coordinate without
+    one (xarray's default) was compared silently (until 2026-12-02, seventeenth session, a
+    new-user probe), in the group job and the one-array job alike. Now the note names the
+    field and its units, and the rows are NumPy's on the stored counts."""
+    xr = pytest.importorskip("xarray")
+    n = 40
+    when = np.datetime64("2020-01-01") + (np.arange(n) * 7 % 11).astype("m8[D]")
+    ds = xr.Dataset({"v": ("time", np.arange(n) * 0.5), "when": ("time", when)})
+    ds.to_zarr(tmp_path / "in.zarr", consolidated=False, zarr_format=3)
+    stored = zarr.open_group(str(tmp_path / "in.zarr"), mode="r")["when"]
+    assert stored.dtype == np.int64 and "since" in stored.attrs["units"]
+    counts = stored[...]
+    for src, where, mask in ((tmp_path / "in.zarr", "(when > 5) & (v > 3)",
+                              (counts > 5) & (ds.v.values > 3)),
+                             (tmp_path / "in.zarr" / "when", "x > 5", counts > 5)):
+        out = tmp_path / "o.zarr"
+        res = run(src, out, "--where", where, "--output", "indices", "--local", "threads",
+                  "--overwrite")
+        said = " ".join(res.output.split())
+        assert re.search(r"note --where compares the stored values, which xarray decodes for "
+                         r"(when|x) \(units", said), said
+        assert f"{stored.attrs['units']!r}" in said, said
+        np.testing.assert_array_equal(read(out)[1]["indices"], np.flatnonzero(mask))
