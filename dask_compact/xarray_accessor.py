@@ -694,9 +694,11 @@ def _the_dim(ds: xr.Dataset, read: tuple[str, ...], dim: Hashable | None,
 
 def _cftime_dates(v: xr.Variable) -> tuple[str, str] | None:
     """For a 1-D object variable of cftime dates (xarray's ``use_cftime=True``), its calendar
-    and a date of it as code that makes one (its first row's day, ``cftime.DatetimeNoLeap(
-    2000, 1, 1)``); None for other objects, an empty variable, or without cftime. Reads the
-    first row only (of a dask variable, its first chunk), as xarray's ``.dt`` does to tell."""
+    and a date of it as code that makes one (its middle row's day, ``cftime.DatetimeNoLeap(
+    2000, 1, 1)``: on a sorted or reversed time axis the example selects about half the
+    rows, where the first row's selected all or none); None for other objects, an empty
+    variable, or without cftime. Reads that row only (of a dask variable, its chunk), as
+    xarray's ``.dt`` reads one to tell."""
     try:
         import cftime
     except ImportError:
@@ -704,7 +706,7 @@ def _cftime_dates(v: xr.Variable) -> tuple[str, str] | None:
     if v.ndim != 1 or v.size == 0:
         return None
     try:
-        first = v[:1].values[0]
+        first = v[v.size // 2:v.size // 2 + 1].values[0]
     except Exception:  # noqa: BLE001 - a row that cannot be read: the generic advice
         return None
     if not isinstance(first, cftime.datetime):
