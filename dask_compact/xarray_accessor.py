@@ -218,21 +218,25 @@ def compact_dataset(
                 f"1-D along {dim!r} (one value per row)"
             )
         dtype = ds.variables[f].dtype
-        if not isinstance(dtype, np.dtype):
-            # a DataFrame's nullable column (from_dataframe): the record call's refusal named
-            # compact_records and a field (until 2026-12-01, fifteenth session; an xarray
-            # probe)
-            raise TypeError(
-                f"{call}: cond reads {f!r}, a pandas {dtype} array (a DataFrame's nullable "
-                f"or categorical column, missing values pd.NA); a string or callable cond "
-                f"reads NumPy arrays: convert it first, ds[{f!r}] = ds[{f!r}].astype("
-                f"'float64') (pd.NA becoming NaN), or pass the condition as a boolean "
-                f"DataArray: ds.compact.where((ds[{f!r}] > 2).fillna(False).astype(bool))"
-            )
         # the variable as the caller holds it, in the advice: arr itself, a coordinate of
         # arr, or one of ds (until 2026-12-02, seventeenth session, arr.compact.where was
         # told a ds.compact.where(ds['x'] ...) form, of a ds the caller does not have)
         it = "arr" if f == array else f"{call.split('.')[0]}[{f!r}]"
+        if not isinstance(dtype, np.dtype):
+            # a DataFrame's nullable column (from_dataframe): the record call's refusal named
+            # compact_records and a field (until 2026-12-01, fifteenth session; an xarray
+            # probe)
+            converted = f"{it}.astype('float64')"
+            convert = (f"ds[{f!r}] = {converted}" if call.startswith("ds.")
+                       else "arr = arr.astype('float64')" if f == array
+                       else f"arr = arr.assign_coords({{{f!r}: {converted}}})")
+            raise TypeError(
+                f"{call}: cond reads {f!r}, a pandas {dtype} array (a DataFrame's nullable "
+                f"or categorical column, missing values pd.NA); a string or callable cond "
+                f"reads NumPy arrays: convert it first, {convert} (pd.NA becoming NaN), or "
+                f"pass the condition as a boolean DataArray: "
+                f"{call}(({it} > 2).fillna(False).astype(bool))"
+            )
         dates = _cftime_dates(ds.variables[f]) if dtype.kind == "O" else None
         if dates is not None:
             # cftime dates (xarray's use_cftime=True) were told the `== value` advice below

@@ -1045,3 +1045,30 @@ def test_a_dask_variable_of_cftime_dates_is_rechunked_without_xarray_s_warning()
     assert got["when"].chunks == got["v"].chunks
     xr.testing.assert_identical(got.compute(), ds.isel(ev=np.flatnonzero(mask)))
     assert isinstance(got["when"].values[0], cftime.DatetimeNoLeap)
+
+
+def test_arr_compact_where_on_a_pandas_column_is_told_forms_of_arr():
+    """arr.compact.where reading a pandas nullable column (the DataArray itself, or one of
+    its coordinates) was told the Dataset's forms, ds['x'] = ds['x'].astype('float64') and
+    ds.compact.where((ds['x'] > 2)...), of a ds the caller does not have and a name ('x')
+    the array does not go by (until 2026-12-02, seventeenth session, as the dtype refusals
+    beside it): both forms are arr's now, and each, run as written, gives isel's rows."""
+    pd = pytest.importorskip("pandas")
+    k = pd.array([4, 1, 0, None, 3, 2, 5], dtype="Int64")
+    df = pd.DataFrame({"e": np.arange(7.0), "k": k},
+                      index=pd.Index(np.arange(7) * 10, name="ev"))
+    ds = xr.Dataset.from_dataframe(df)
+    want = [0, 4, 6]
+    for arr, cond in ((ds["k"], "x > 2"), (ds["k"], "k > 2"),
+                      (ds["e"].assign_coords(kk=ds["k"]), "kk > 2")):
+        with pytest.raises(TypeError, match=r"^arr.compact.where: cond reads") as e:
+            arr.compact.where(cond)
+        said = str(e.value)
+        assert "ds[" not in said and "ds.compact" not in said, said
+        (convert,) = re.findall(r"convert it first, (arr = .*?\)) \(pd.NA", said)
+        (mask,) = re.findall(r"boolean DataArray: (arr\.compact\.where\(.*\))$", said)
+        names = {"arr": arr}
+        exec(convert, names)
+        fixed = names["arr"]
+        xr.testing.assert_identical(fixed.compact.where(cond), fixed.isel(ev=want))
+        xr.testing.assert_identical(eval(mask, {"arr": arr}), arr.isel(ev=want))
