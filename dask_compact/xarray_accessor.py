@@ -427,7 +427,8 @@ def compact_dataarray(
     used: list[str] = []
     p = cond  # a mask DataArray: compact_dataset adds it as a variable
     if not isinstance(cond, xr.DataArray):
-        p = _predicate(cond, (*aliases, *coord_names), dim, "arr.compact.where")
+        p = _predicate(cond, (*aliases, *coord_names), dim, "arr.compact.where",
+                       tuple(aliases))
         used = [a for a in aliases if a in p.fields]
         if len(used) > 1:
             raise ValueError(f"cond reads the array both as 'x' and as {own!r}; use one name")
@@ -501,9 +502,10 @@ def _new_name(base: str, taken: set[Hashable]) -> str:
 
 
 def _predicate(cond: Any, names: tuple[str, ...], dim: Hashable | None,
-               call: str = "ds.compact.where") -> Any:  # fmt: skip
+               call: str = "ds.compact.where", array: tuple[str, ...] = ()) -> Any:  # fmt: skip
     """The record Predicate of ``cond`` over the variables ``names`` (``call``: the
-    accessor's call, as its refusals say it)."""
+    accessor's call, as its refusals say it; ``array``: the names of arr.compact.where's
+    DataArray among them)."""
     from .predicate.core import Predicate
     from .predicate.fields import record_predicate
 
@@ -526,7 +528,7 @@ def _predicate(cond: Any, names: tuple[str, ...], dim: Hashable | None,
     try:
         return record_predicate(cond, names)
     except (ValueError, TypeError) as e:  # NotElementwise is a ValueError
-        raise in_accessor_words(e, call) from None
+        raise in_accessor_words(e, call, array) from None
 
 
 # The record refusals' names for what the accessor calls a condition and its variables
@@ -566,24 +568,37 @@ _ROW_MASK_ADVICE = re.compile(
     r"\(b > 3\)")
 
 
-def in_accessor_words(e: Exception, call: str) -> Exception:
+def _held(name: str, call: str, array: tuple[str, ...] = ()) -> str:
+    """Variable ``name`` as the caller of ``call`` holds it: ``ds['v']``, or for
+    ``arr.compact.where`` ``arr`` (``name`` one of the names ``array`` it is read by) or its
+    coordinate ``arr['c']``. Until 2026-12-02 (seventeenth session) arr.compact.where's
+    refusals gave ``ds.compact.where(ds['x'] ...)``, of a Dataset it does not have."""
+    if not call.startswith("arr."):
+        return f"ds[{name!r}]"
+    return "arr" if name in array else f"arr[{name!r}]"
+
+
+def in_accessor_words(e: Exception, call: str, array: tuple[str, ...] = ()) -> Exception:
     """A refusal of the record machinery (the predicate's trace, its typing) as the accessor
     says it: ``call`` first, cond and variables for the record predicate and its fields.
     Until 2026-12-01 they spoke of a record predicate and fields, a call the caller never
-    made (the eleventh session's record probe)."""
+    made (the eleventh session's record probe). ``array``: the names cond reads the
+    DataArray of ``arr.compact.where`` by (its advice says ``arr`` for them)."""
     said = str(e)
     for words, ours in _WORDS:
         said = said.replace(words, ours)
     said = _CUMULATIVE_ADVICE.sub(
-        r"Compute the condition first as a boolean DataArray and pass it as cond, e.g. "
-        r"ds.compact.where(ds['\1'].cumsum(dim) > 0).", said)
+        lambda m: "Compute the condition first as a boolean DataArray and pass it as cond, "
+        f"e.g. {call}({_held(m[1], call, array)}.cumsum(dim) > 0).", said)
     said = _PER_ROW_ADVICE.sub(
-        r"A value per row of a variable with other dimensions (a row's sum) goes in as a "
-        r"condition on it: ds.compact.where(ds['\1'].sum(OTHER_DIM) > t, dim).", said)
+        lambda m: "A value per row of a variable with other dimensions (a row's sum) goes in "
+        f"as a condition on it: {call}({_held(m[1], call, array)}.sum(OTHER_DIM) > t, dim).",
+        said)
+    other = _held("b", call)
     said = _ROW_MASK_ADVICE.sub(
         "A boolean mask of the rows goes in as cond itself, a DataArray along the dimension: "
-        "ds.compact.where(xr.DataArray(mask, dims=dim), dim), or, with conditions on other "
-        "variables, ds.compact.where(xr.DataArray(mask, dims=dim) & (ds['b'] > 3), dim)", said)
+        f"{call}(xr.DataArray(mask, dims=dim), dim), or, with conditions on other "
+        f"variables, {call}(xr.DataArray(mask, dims=dim) & ({other} > 3), dim)", said)
     try:
         return type(e)(f"{call}: {said}")
     except Exception:  # noqa: BLE001 - an exception class of other arguments: as it was
@@ -682,7 +697,7 @@ def _the_dim(ds: xr.Dataset, read: tuple[str, ...], dim: Hashable | None,
         # said "pass dim=", which then gave that refusal
         which = f"{', '.join(map(repr, sorted(shared, key=str)))}" if shared else "no dimension"
         wide = next((f for f in read if len(ds.variables[f].dims) > 1), None)
-        it = "arr" if wide == array else f"ds[{wide!r}]"
+        it = _held(wide, call, (array,) if array else ()) if wide is not None else ""
         advice = "" if wide is None else (
             f"; a condition on {'the DataArray' if wide == array else repr(wide)} goes in "
             f"reduced to one value per row, a boolean DataArray along the dimension to "

@@ -1072,3 +1072,44 @@ def test_arr_compact_where_on_a_pandas_column_is_told_forms_of_arr():
         fixed = names["arr"]
         xr.testing.assert_identical(fixed.compact.where(cond), fixed.isel(ev=want))
         xr.testing.assert_identical(eval(mask, {"arr": arr}), arr.isel(ev=want))
+
+
+def test_arr_compact_where_s_trace_refusals_give_forms_of_arr():
+    """arr.compact.where's refusals of a cumulative sum, of a row's sum over a variable of
+    two dimensions, of a closure over a row mask and of a 2-D coordinate without dim= gave
+    the Dataset's forms, ds.compact.where(ds['x'].cumsum(dim) > 0) and the like, of a ds the
+    caller does not have (until 2026-12-02, seventeenth session, as the dtype refusals'):
+    arr and arr['c'] now, and each advice, its placeholders filled, gives isel's rows."""
+    rng = np.random.default_rng(33)
+    n = 29
+    arr = xr.DataArray(rng.random(n) - 0.4, dims="t", name="v",
+                       coords={"c": ("t", rng.random(n) - 0.6)}).chunk(t=7)
+    wide = xr.DataArray(rng.random((n, 3)), dims=("t", "k"), name="w",
+                        coords={"m": (("t", "k"), rng.random((n, 3))),
+                                "e": ("t", rng.random(n) + 1)}).chunk(t=7)
+    mask = rng.random(n) > 0.5
+    cases = [
+        (arr, lambda x: np.cumsum(x) > 0, {}, "arr.cumsum(dim) > 0"),
+        (arr, lambda v, c: np.cumsum(c) > 0, {}, "arr['c'].cumsum(dim) > 0"),
+        (wide, lambda w, e: np.sum(w, axis=1) > e, {"dim": "t"},
+         "arr.sum(OTHER_DIM) > t, dim"),
+        (wide, "m > 0.5", {}, "(arr['m'] > 0).any(OTHER_DIM)"),
+        (arr, lambda c: mask & (c > 0), {"dim": "t"},
+         "xr.DataArray(mask, dims=dim) & (arr['b'] > 3), dim"),
+    ]
+    for a, cond, kw, advice in cases:
+        with pytest.raises(ValueError) as refused:
+            a.compact.where(cond, **kw)
+        said = str(refused.value)
+        assert f"arr.compact.where({advice})" in said, said
+        assert "ds[" not in said and "ds.compact" not in said, said
+    ran = [
+        (arr, arr.cumsum("t") > 0, np.cumsum(arr.values) > 0),
+        (arr, arr["c"].cumsum("t") > 0, np.cumsum(arr["c"].values) > 0),
+        (wide, wide.sum("k") > wide["e"], wide.values.sum(axis=1) > wide["e"].values),
+        (wide, (wide["m"] > 0).any("k"), (wide["m"].values > 0).any(axis=1)),
+        (arr, xr.DataArray(mask, dims="t") & (arr["c"] > 0), mask & (arr["c"].values > 0)),
+    ]
+    for a, cond, want in ran:
+        xr.testing.assert_identical(a.compact.where(cond, "t").compute(),
+                                    a.isel(t=np.flatnonzero(want)).compute())
