@@ -1157,3 +1157,24 @@ def test_where_on_a_time_coordinate_xarray_wrote_says_it_compares_stored_numbers
                          r"(when|x) \(units", said), said
         assert f"{stored.attrs['units']!r}" in said, said
         np.testing.assert_array_equal(read(out)[1]["indices"], np.flatnonzero(mask))
+
+
+@pytest.mark.parametrize("named", ["run1", "run1/q"])
+def test_fields_naming_a_subgroup_or_its_array_says_to_give_the_subgroup(tmp_path, named):
+    """--fields naming a subgroup, or an array in it by path (run1/q), was told "'run1/q' is
+    not an array of the Zarr group (its arrays: ...)", no word of the subgroup, which the job
+    leaves out (until 2026-12-02, seventeenth session, a new-user probe): it says the
+    subgroup's arrays are no fields of this record and gives the subgroup as an INPUT, which
+    runs; no OUTPUT on the refusal."""
+    src = tmp_path / "g.zarr"
+    root = zarr.open_group(str(src), mode="w")
+    root.create_array("x", shape=(9,), chunks=(4,), dtype="f8")[:] = np.arange(9.0)
+    q = np.arange(1.0, 10.0)[::-1].copy()  # no chunk of fill values (never written)
+    root.create_group("run1").create_array("q", shape=(9,), chunks=(4,), dtype="f8")[:] = q
+    out = tmp_path / "o.zarr"
+    res = run(src, out, "--where", "x > 2", "--fields", f"x,{named}", code=2)
+    said = " ".join(res.output.split())
+    assert "'run1' is a subgroup" in said and f"e.g. {src}/run1" in said, said
+    assert not out.exists() and litter(tmp_path) == []
+    run(src / "run1", out, "--where", "q > 2")
+    np.testing.assert_array_equal(read(out)[1]["q"], q[q > 2])
