@@ -144,7 +144,9 @@ class _Seconds(click.FloatRange):
     "that xarray decodes (scale_factor, add_offset, _FillValue, missing_value) is compared "
     "decoded, as xr.open_zarr reads it (fill values as NaN), and an array INPUT with such "
     "encodings is refused where they could change the selection (its job compares stored "
-    "values only). The written values stay as stored, with those attributes, either way.",
+    "values only). The written values stay as stored, with those attributes, either way. "
+    "A datetime64/timedelta64 field of a Zarr group INPUT is compared, with it only, as its "
+    "stored int64 counts of its unit (since 1970-01-01 for dates; NaT the least int64).",
 )
 @click.option(
     "--scheduler", "address", metavar="ADDRESS",
@@ -363,7 +365,7 @@ def _array_text(summary: dict[str, Any], input_path: str, where: str) -> str:
         f"({fmt_bytes(summary['bytes'])}), shape {tuple(summary['shape'])}, "
         f"{summary['input_chunks']} chunks, from {input_path}\n"
         f"where     {where}\n"
-        + _encoded_line(summary["encoded"])
+        + _encoded_line(summary["encoded"], summary.get("not_decoded"))
         + _job_lines(summary, f", {'GPU' if summary['gpu_decode'] else 'CPU'} decode, "
                      f"{'GPU' if summary['encode'] == 'gpu' else 'CPU'} encode")
         + _ahead_line(summary.get("read_ahead"))
@@ -559,6 +561,8 @@ def _group_text(summary: dict[str, Any]) -> str:
            "record's rows)\n" if summary["kept"] else "")
         + f"where     {summary['where']}\n"
         + _decoded_line(summary["decoded"])
+        + "".join(f"counted   {n}: --raw compares its stored int64 counts of {what}\n"
+                  for n, what in summary.get("counted", {}).items())
         + _encoded_line(summary["encoded"], summary["not_decoded"])
         + _job_lines(summary, "")
     )

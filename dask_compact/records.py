@@ -141,7 +141,8 @@ def records_call(fields: Mapping[str, Any], pred: Any, indices: bool, lazy: bool
             raise
         from .xarray_accessor import in_accessor_words  # the one caller that names fields
 
-        raise in_accessor_words(e, call) from None
+        raise in_accessor_words(e, call, tuple(k for k, v in labels.items()
+                                               if v == "the DataArray")) from None
     if on_dask:
         from .graph import without_empty_chunks
         from .records_graph import build_records

@@ -218,16 +218,39 @@ def compact_dataset(
                 f"1-D along {dim!r} (one value per row)"
             )
         dtype = ds.variables[f].dtype
+        # the variable as the caller holds it, in the advice: arr itself, a coordinate of
+        # arr, or one of ds (until 2026-12-02, seventeenth session, arr.compact.where was
+        # told a ds.compact.where(ds['x'] ...) form, of a ds the caller does not have)
+        it = "arr" if f == array else f"{call.split('.')[0]}[{f!r}]"
         if not isinstance(dtype, np.dtype):
             # a DataFrame's nullable column (from_dataframe): the record call's refusal named
             # compact_records and a field (until 2026-12-01, fifteenth session; an xarray
             # probe)
+            converted = f"{it}.astype('float64')"
+            convert = (f"ds[{f!r}] = {converted}" if call.startswith("ds.")
+                       else "arr = arr.astype('float64')" if f == array
+                       else f"arr = arr.assign_coords({{{f!r}: {converted}}})")
             raise TypeError(
                 f"{call}: cond reads {f!r}, a pandas {dtype} array (a DataFrame's nullable "
                 f"or categorical column, missing values pd.NA); a string or callable cond "
-                f"reads NumPy arrays: convert it first, ds[{f!r}] = ds[{f!r}].astype("
-                f"'float64') (pd.NA becoming NaN), or pass the condition as a boolean "
-                f"DataArray: ds.compact.where((ds[{f!r}] > 2).fillna(False).astype(bool))"
+                f"reads NumPy arrays: convert it first, {convert} (pd.NA becoming NaN), or "
+                f"pass the condition as a boolean DataArray: "
+                f"{call}(({it} > 2).fillna(False).astype(bool))"
+            )
+        dates = _cftime_dates(ds.variables[f]) if dtype.kind == "O" else None
+        if dates is not None:
+            # cftime dates (xarray's use_cftime=True) were told the `== value` advice below
+            # (until 2026-12-02, seventeenth session, the sixteenth's leftover): a comparison
+            # with a date of their calendar, which cftime orders, is what works; the date in
+            # a 0-d array, as a dask array compares with no bare cftime date ("'>' not
+            # supported between instances of 'Array' and 'cftime._cftime.DatetimeNoLeap'")
+            calendar, example = dates
+            raise TypeError(
+                f"{call}: cond reads {f!r}, of dtype object, cftime dates of calendar "
+                f"{calendar!r}: a string or callable cond compares numbers, not times; pass "
+                "the condition as a boolean DataArray, evaluated chunk by chunk in the same "
+                "pass, comparing with a date of that calendar (in np.array, which dask "
+                f"compares with): {call}({it} > np.array({example}))"
             )
         if dtype.kind in "OUSVT":
             # objects, strings (NumPy's StringDType too), bytes, structured rows: "field 'o'
@@ -238,7 +261,7 @@ def compact_dataset(
                 f"{call}: cond reads {f!r}, of dtype {dtype}: a string or callable cond "
                 "compares numbers (booleans, integers, floats, complex); pass the condition "
                 "as a boolean DataArray, evaluated chunk by chunk in the same pass: "
-                f"ds.compact.where(ds[{f!r}] == value)"
+                f"{call}({it} == value)"
             )
         if dtype.kind in "mM":
             # compact_records' own refusal named map_compact and gathered fields, not what
@@ -248,9 +271,9 @@ def compact_dataset(
             example = ("np.datetime64('2020-01-01')" if dtype.kind == "M"
                        else "np.timedelta64(3, 'h')")
             raise TypeError(
-                f"cond reads {f!r}, of dtype {dtype}: a string or callable cond compares "
-                "numbers, not times; pass the condition as a boolean DataArray, evaluated "
-                f"chunk by chunk in the same pass: ds.compact.where(ds[{f!r}] > {example})"
+                f"{call}: cond reads {f!r}, of dtype {dtype}: a string or callable cond "
+                "compares numbers, not times; pass the condition as a boolean DataArray, "
+                f"evaluated chunk by chunk in the same pass: {call}({it} > {example})"
             )
     if indices is not None and (not isinstance(indices, str) or indices in ds.variables):
         raise ValueError(
@@ -352,12 +375,17 @@ def compact_dataset(
         rest = rest.isel({dim: _host(out[positions])})
     variables = {n: new[n] if n in new else rest.variables[n] for n in ds.variables}
     if lead is not None:
-        # a dask variable of the isel route (objects) comes back with dask's own chunks
+        # a dask variable of the isel route (objects) comes back with dask's own chunks.
+        # Rechunked by dask: xarray's chunk() of cftime dates takes their present chunks for
+        # a store's, and warned at every call "The specified chunks separate the stored
+        # chunks ... consider rechunking after loading", reading the first chunk to tell
+        # (until 2026-12-02, seventeenth session, a cftime probe)
         sizes = out[next(iter(fields))].chunks[0]
         for n in isel:
             v = variables[n]
             if v.chunks is not None and v.chunks[v.dims.index(dim)] != sizes:
-                variables[n] = v.chunk({dim: sizes})
+                axes = {i: sizes for i, d in enumerate(v.dims) if d == dim}
+                variables[n] = v.copy(deep=False, data=v.data.rechunk(axes))
     coords = xr.Coordinates({n: variables[n] for n in ds.coords}, indexes=dict(rest.xindexes))
     result = xr.Dataset({n: variables[n] for n in ds.data_vars}, coords=coords, attrs=ds.attrs)
     if indices is not None:
@@ -399,7 +427,8 @@ def compact_dataarray(
     used: list[str] = []
     p = cond  # a mask DataArray: compact_dataset adds it as a variable
     if not isinstance(cond, xr.DataArray):
-        p = _predicate(cond, (*aliases, *coord_names), dim, "arr.compact.where")
+        p = _predicate(cond, (*aliases, *coord_names), dim, "arr.compact.where",
+                       tuple(aliases))
         used = [a for a in aliases if a in p.fields]
         if len(used) > 1:
             raise ValueError(f"cond reads the array both as 'x' and as {own!r}; use one name")
@@ -473,9 +502,10 @@ def _new_name(base: str, taken: set[Hashable]) -> str:
 
 
 def _predicate(cond: Any, names: tuple[str, ...], dim: Hashable | None,
-               call: str = "ds.compact.where") -> Any:  # fmt: skip
+               call: str = "ds.compact.where", array: tuple[str, ...] = ()) -> Any:  # fmt: skip
     """The record Predicate of ``cond`` over the variables ``names`` (``call``: the
-    accessor's call, as its refusals say it)."""
+    accessor's call, as its refusals say it; ``array``: the names of arr.compact.where's
+    DataArray among them)."""
     from .predicate.core import Predicate
     from .predicate.fields import record_predicate
 
@@ -498,7 +528,7 @@ def _predicate(cond: Any, names: tuple[str, ...], dim: Hashable | None,
     try:
         return record_predicate(cond, names)
     except (ValueError, TypeError) as e:  # NotElementwise is a ValueError
-        raise in_accessor_words(e, call) from None
+        raise in_accessor_words(e, call, array) from None
 
 
 # The record refusals' names for what the accessor calls a condition and its variables
@@ -538,24 +568,37 @@ _ROW_MASK_ADVICE = re.compile(
     r"\(b > 3\)")
 
 
-def in_accessor_words(e: Exception, call: str) -> Exception:
+def _held(name: str, call: str, array: tuple[str, ...] = ()) -> str:
+    """Variable ``name`` as the caller of ``call`` holds it: ``ds['v']``, or for
+    ``arr.compact.where`` ``arr`` (``name`` one of the names ``array`` it is read by) or its
+    coordinate ``arr['c']``. Until 2026-12-02 (seventeenth session) arr.compact.where's
+    refusals gave ``ds.compact.where(ds['x'] ...)``, of a Dataset it does not have."""
+    if not call.startswith("arr."):
+        return f"ds[{name!r}]"
+    return "arr" if name in array else f"arr[{name!r}]"
+
+
+def in_accessor_words(e: Exception, call: str, array: tuple[str, ...] = ()) -> Exception:
     """A refusal of the record machinery (the predicate's trace, its typing) as the accessor
     says it: ``call`` first, cond and variables for the record predicate and its fields.
     Until 2026-12-01 they spoke of a record predicate and fields, a call the caller never
-    made (the eleventh session's record probe)."""
+    made (the eleventh session's record probe). ``array``: the names cond reads the
+    DataArray of ``arr.compact.where`` by (its advice says ``arr`` for them)."""
     said = str(e)
     for words, ours in _WORDS:
         said = said.replace(words, ours)
     said = _CUMULATIVE_ADVICE.sub(
-        r"Compute the condition first as a boolean DataArray and pass it as cond, e.g. "
-        r"ds.compact.where(ds['\1'].cumsum(dim) > 0).", said)
+        lambda m: "Compute the condition first as a boolean DataArray and pass it as cond, "
+        f"e.g. {call}({_held(m[1], call, array)}.cumsum(dim) > 0).", said)
     said = _PER_ROW_ADVICE.sub(
-        r"A value per row of a variable with other dimensions (a row's sum) goes in as a "
-        r"condition on it: ds.compact.where(ds['\1'].sum(OTHER_DIM) > t, dim).", said)
+        lambda m: "A value per row of a variable with other dimensions (a row's sum) goes in "
+        f"as a condition on it: {call}({_held(m[1], call, array)}.sum(OTHER_DIM) > t, dim).",
+        said)
+    other = _held("b", call)
     said = _ROW_MASK_ADVICE.sub(
         "A boolean mask of the rows goes in as cond itself, a DataArray along the dimension: "
-        "ds.compact.where(xr.DataArray(mask, dims=dim), dim), or, with conditions on other "
-        "variables, ds.compact.where(xr.DataArray(mask, dims=dim) & (ds['b'] > 3), dim)", said)
+        f"{call}(xr.DataArray(mask, dims=dim), dim), or, with conditions on other "
+        f"variables, {call}(xr.DataArray(mask, dims=dim) & ({other} > 3), dim)", said)
     try:
         return type(e)(f"{call}: {said}")
     except Exception:  # noqa: BLE001 - an exception class of other arguments: as it was
@@ -654,7 +697,7 @@ def _the_dim(ds: xr.Dataset, read: tuple[str, ...], dim: Hashable | None,
         # said "pass dim=", which then gave that refusal
         which = f"{', '.join(map(repr, sorted(shared, key=str)))}" if shared else "no dimension"
         wide = next((f for f in read if len(ds.variables[f].dims) > 1), None)
-        it = "arr" if wide == array else f"ds[{wide!r}]"
+        it = _held(wide, call, (array,) if array else ()) if wide is not None else ""
         advice = "" if wide is None else (
             f"; a condition on {'the DataArray' if wide == array else repr(wide)} goes in "
             f"reduced to one value per row, a boolean DataArray along the dimension to "
@@ -666,6 +709,33 @@ def _the_dim(ds: xr.Dataset, read: tuple[str, ...], dim: Hashable | None,
             f"dim= says{advice}"
         )
     return shared.pop()
+
+
+def _cftime_dates(v: xr.Variable) -> tuple[str, str] | None:
+    """For a 1-D object variable of cftime dates (xarray's ``use_cftime=True``), its calendar
+    and a date of it as code that makes one (its middle row's day, ``cftime.DatetimeNoLeap(
+    2000, 1, 1)``: on a sorted or reversed time axis the example selects about half the
+    rows, where the first row's selected all or none); None for other objects, an empty
+    variable, or without cftime. Reads that row only (of a dask variable, its chunk), as
+    xarray's ``.dt`` reads one to tell."""
+    try:
+        import cftime
+    except ImportError:
+        return None
+    if v.ndim != 1 or v.size == 0:
+        return None
+    try:
+        first = v[v.size // 2:v.size // 2 + 1].values[0]
+    except Exception:  # noqa: BLE001 - a row that cannot be read: the generic advice
+        return None
+    if not isinstance(first, cftime.datetime):
+        return None
+    calendar = str(first.calendar)
+    day = f"{first.year}, {first.month}, {first.day}"
+    kind = type(first).__name__
+    if kind != "datetime" and getattr(cftime, kind, None) is type(first):
+        return calendar, f"cftime.{kind}({day})"
+    return calendar, f"cftime.datetime({day}, calendar={calendar!r})"
 
 
 def _rows_first(v: xr.Variable, dim: Hashable) -> Any:

@@ -12,6 +12,7 @@ zarr = pytest.importorskip("zarr")
 xr = pytest.importorskip("xarray")
 
 from dask_compact.batch.cf import Decoding, decoding  # noqa: E402
+from dask_compact.batch.inputs import xarray_encodings  # noqa: E402
 
 # (stored dtype, xarray's encoding of the variable, range of the values written)
 PACKINGS = {
@@ -133,3 +134,18 @@ def test_a_renamed_predicate_reads_the_decoded_field():
     want = np.flatnonzero(decoded > 300.0)
     assert k == len(want) == 2
     assert [j for j in range(4) if int(bits[0]) >> j & 1] == list(want)
+
+
+def test_datetime_units_without_a_fill_value_say_why_they_are_not_decoded(tmp_path):
+    """A "<unit> since <date>" field without a fill value (xarray's default for a time
+    coordinate), which xarray decodes to datetimes, was None, "nothing changes", so --where
+    compared its counts with no note (until 2026-12-02, seventeenth session); a bare time
+    unit on a float stays None (xarray 2026.9 keeps it a float)."""
+    g = zarr.open_group(str(tmp_path / "g.zarr"), mode="w")
+    when = g.create_array("when", shape=(3,), dtype="i8",
+                          attributes={"units": "days since 2000-01-01"})
+    span = g.create_array("span", shape=(3,), dtype="f8", attributes={"units": "seconds"})
+    assert "time-like units 'days since 2000-01-01'" in decoding(when)
+    assert decoding(span) is None
+    assert xarray_encodings(dict(when.attrs)) == ["units"]
+    assert xarray_encodings(dict(span.attrs)) == []

@@ -1074,3 +1074,107 @@ def test_a_worker_keeps_a_bounded_number_of_record_predicates():
             keep = (blocks["mass"] > 5) & (blocks["x"] < cut)
             for name, v in blocks.items():
                 np.testing.assert_array_equal(got[name], v[keep])
+
+
+def _tree(path: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*"))
+            if p.is_file()}
+
+
+@pytest.mark.parametrize("dtype", ["datetime64[s]", "<M8[D]", "timedelta64[ms]"])
+def test_where_on_a_time_field_is_told_raw_and_runs_with_it(tmp_path, dtype):
+    """--where reading a datetime64/timedelta64 field was refused in compact_records' words,
+    "datetime64 and timedelta64 arrays are taken by map_compact, compact, ...", calls of the
+    Python API and no way out on the command line (until 2026-12-02, seventeenth session,
+    the sixteenth's leftover). Refused now with what --raw compares (the stored int64
+    counts, NaT the least int64) and a --where that runs: run as written, and with the
+    refusal's NaT guard on a <, each gives NumPy's rows for the time the refusal names;
+    INPUT untouched and no OUTPUT on the refusal."""
+    rng = np.random.default_rng(3)
+    n = 1031
+    kind = np.dtype(dtype)
+    if kind.kind == "M":
+        t = (np.datetime64("2020-01-01", "D") + rng.integers(-400, 400, n)).astype(kind)
+    else:
+        t = (rng.integers(0, 6 * 3600 * 1000, n)).astype("m8[ms]").astype(kind)
+    t[rng.random(n) < 0.1] = np.array("NaT").astype(kind)
+    v = rng.random(n)
+    src = tmp_path / "times.zarr"
+    g = zarr.open_group(str(src), mode="w")
+    g.create_array("t", shape=(n,), dtype=kind, chunks=(100,))[:] = t
+    g.create_array("v", shape=(n,), dtype="f8", chunks=(333,))[:] = v
+    before = _tree(src)
+    out = tmp_path / "o.zarr"
+    res = run(src, out, "--where", "(t > 3) & (v > 0.2)", "--local", "threads", code=2)
+    said = " ".join(res.output.split())
+    assert "compares numbers, not times" in said and "-9223372036854775808" in said, said
+    assert not re.search("map_compact|compact_records|compact_array", said), said
+    assert _tree(src) == before and not out.exists() and litter(tmp_path) == []
+    (where, count, shown) = re.findall(r'--raw --where "(t > (\d+))" for the rows '
+                                       r"(?:after|longer than) ([^;]+);", said)[0]
+    unit = np.datetime_data(kind)[0]
+    when = (np.datetime64(shown) if kind.kind == "M"
+            else np.timedelta64(int(shown.split()[0]), unit))
+    assert np.array([when]).astype(kind).astype(np.int64)[0] == int(count)
+    for raw_where, mask in ((where, t > when),
+                            (f"(t < {count}) & (t != -9223372036854775808) & (v > 0.2)",
+                             (t < when) & (v > 0.2))):
+        res = run(src, out, "--raw", "--where", raw_where, "--output", "both", "--local",
+                  "threads", "--overwrite")
+        assert "counted   t: --raw compares its stored int64 counts" in res.output
+        _, got, _ = read(out)
+        assert 0 < mask.sum() < n
+        np.testing.assert_array_equal(got["indices"], np.flatnonzero(mask))
+        np.testing.assert_array_equal(got["t"], t[mask])
+        assert got["t"].dtype == kind
+        np.testing.assert_array_equal(got["v"], v[mask])
+    assert _tree(src) == before
+
+
+def test_where_on_a_time_coordinate_xarray_wrote_says_it_compares_stored_numbers(tmp_path):
+    """xarray writes datetimes as int64 counts with CF units ("days since 2020-01-01"); --where
+    compares those stored counts (the predicate compares numbers), which the summary's note
+    was to name. It did only where the field had a fill value too: a time coordinate without
+    one (xarray's default) was compared silently (until 2026-12-02, seventeenth session, a
+    new-user probe), in the group job and the one-array job alike. Now the note names the
+    field and its units, and the rows are NumPy's on the stored counts."""
+    xr = pytest.importorskip("xarray")
+    n = 40
+    when = np.datetime64("2020-01-01") + (np.arange(n) * 7 % 11).astype("m8[D]")
+    ds = xr.Dataset({"v": ("time", np.arange(n) * 0.5), "when": ("time", when)})
+    ds.to_zarr(tmp_path / "in.zarr", consolidated=False, zarr_format=3)
+    stored = zarr.open_group(str(tmp_path / "in.zarr"), mode="r")["when"]
+    assert stored.dtype == np.int64 and "since" in stored.attrs["units"]
+    counts = stored[...]
+    for src, where, mask in ((tmp_path / "in.zarr", "(when > 5) & (v > 3)",
+                              (counts > 5) & (ds.v.values > 3)),
+                             (tmp_path / "in.zarr" / "when", "x > 5", counts > 5)):
+        out = tmp_path / "o.zarr"
+        res = run(src, out, "--where", where, "--output", "indices", "--local", "threads",
+                  "--overwrite")
+        said = " ".join(res.output.split())
+        assert re.search(r"note --where compares the stored values, which xarray decodes for "
+                         r"(when|x) \(units", said), said
+        assert f"{stored.attrs['units']!r}" in said, said
+        np.testing.assert_array_equal(read(out)[1]["indices"], np.flatnonzero(mask))
+
+
+@pytest.mark.parametrize("named", ["run1", "run1/q"])
+def test_fields_naming_a_subgroup_or_its_array_says_to_give_the_subgroup(tmp_path, named):
+    """--fields naming a subgroup, or an array in it by path (run1/q), was told "'run1/q' is
+    not an array of the Zarr group (its arrays: ...)", no word of the subgroup, which the job
+    leaves out (until 2026-12-02, seventeenth session, a new-user probe): it says the
+    subgroup's arrays are no fields of this record and gives the subgroup as an INPUT, which
+    runs; no OUTPUT on the refusal."""
+    src = tmp_path / "g.zarr"
+    root = zarr.open_group(str(src), mode="w")
+    root.create_array("x", shape=(9,), chunks=(4,), dtype="f8")[:] = np.arange(9.0)
+    q = np.arange(1.0, 10.0)[::-1].copy()  # no chunk of fill values (never written)
+    root.create_group("run1").create_array("q", shape=(9,), chunks=(4,), dtype="f8")[:] = q
+    out = tmp_path / "o.zarr"
+    res = run(src, out, "--where", "x > 2", "--fields", f"x,{named}", code=2)
+    said = " ".join(res.output.split())
+    assert "'run1' is a subgroup" in said and f"e.g. {src}/run1" in said, said
+    assert not out.exists() and litter(tmp_path) == []
+    run(src / "run1", out, "--where", "q > 2")
+    np.testing.assert_array_equal(read(out)[1]["q"], q[q > 2])

@@ -955,3 +955,161 @@ def test_the_graphs_dask_orders_grow_linearly_with_the_variables(monkeypatch):
 
     small, large = walked(8), walked(32)
     assert 0 < small and large <= 5 * small, (small, large)
+
+
+@pytest.mark.parametrize(("calendar", "where"), [
+    ("noleap", "index"), ("360_day", "variable"), ("standard", "the DataArray"),
+    ("noleap", "its coordinate")])
+@pytest.mark.parametrize("form", ["string", "callable"])
+def test_a_cond_reading_cftime_dates_is_told_a_comparison_with_one(calendar, where, form):
+    """A string or callable cond reading cftime dates (xarray's use_cftime=True: object
+    dtype, cftime.DatetimeNoLeap and the other calendars' classes) was told the generic
+    `ds.compact.where(ds['time'] == value)` (until 2026-12-02, seventeenth session, the
+    sixteenth's leftover), and an arr.compact.where call a ds form it has no ds for: each
+    says now to compare with a date of the variable's calendar, as a boolean DataArray (the
+    date in np.array: a dask array compares with no bare cftime date), and that advice, run
+    as written on the dask-backed Dataset, gives isel's rows."""
+    cftime = pytest.importorskip("cftime")
+    n = 23
+    t = xr.date_range("1999-12-20", periods=n, freq="D", calendar=calendar, use_cftime=True)
+    # a data variable's dates, reversed: an example date of its first row, the latest,
+    # selected no row (the middle row's is taken)
+    when = np.asarray(t)[::-1]
+    name = "when" if where in ("variable", "the DataArray") else "time"
+    ds = xr.Dataset({"v": ("time", np.arange(n) * 1.5), "when": ("time", when)},
+                    coords={"time": t}).chunk(time=5)
+    subject = ds if where in ("index", "variable") else (
+        ds["when"] if where == "the DataArray" else ds["v"])
+    read = "x" if where == "the DataArray" else name
+    cond = f"{read} > 3" if form == "string" else eval(f"lambda {read}: {read} > 3")
+    with pytest.raises(TypeError, match="compares numbers, not times") as e:
+        subject.compact.where(cond)
+    said = str(e.value)
+    call = "ds" if subject is ds else "arr"
+    assert said.startswith(f"{call}.compact.where: cond reads {read!r}, of dtype object, "
+                           f"cftime dates of calendar "), said
+    assert "== value" not in said
+    (code,) = re.findall(rf"{call}\.compact\.where\(.*\)\)", said)
+    names = {"ds": ds, "arr": subject, "cftime": cftime, "np": np}
+    got = eval(code, names)
+    pred = eval(code.replace(f"{call}.compact.where(", "(", 1), names)
+    xr.testing.assert_identical(got.compute(),
+                                subject.isel(time=np.flatnonzero(pred.values)).compute())
+    assert 0 < got.sizes["time"] < n
+
+
+def test_a_cond_reading_objects_that_are_not_dates_keeps_the_equality_advice():
+    """Next to the cftime advice (above): a variable of other objects (strings, None, Python
+    dates, an empty one) keeps the `== value` advice, run as written with a value of its
+    own."""
+    import datetime
+
+    n = 9
+    ds = xr.Dataset({
+        "o": ("ev", np.array(["a", None, "b"] * 3, dtype=object)),
+        "d": ("ev", np.array([datetime.date(2000, 1, 1 + i) for i in range(n)], dtype=object)),
+        "v": ("ev", np.arange(n) * 1.0)}).chunk(ev=4)
+    for name, value in (("o", "'b'"), ("d", "datetime.date(2000, 1, 3)")):
+        with pytest.raises(TypeError, match=rf"ds.compact.where\(ds\[{name!r}\] == value\)$"):
+            ds.compact.where(f"{name} > 3")
+        code = f"ds.compact.where(ds[{name!r}] == {value})"
+        got = eval(code, {"ds": ds, "datetime": datetime})
+        pred = eval(f"ds[{name!r}] == {value}", {"ds": ds, "datetime": datetime})
+        xr.testing.assert_identical(got.compute(),
+                                    ds.isel(ev=np.flatnonzero(pred.values)).compute())
+    with pytest.raises(TypeError, match=r"ds.compact.where\(ds\['o'\] == value\)$"):
+        ds.isel(ev=slice(0, 0)).compact.where("o > 3")
+    arr = ds["o"]
+    with pytest.raises(TypeError, match=r"^arr.compact.where: .*arr.compact.where\(arr == "
+                       r"value\)$"):
+        arr.compact.where("x > 3")
+
+
+def test_a_dask_variable_of_cftime_dates_is_rechunked_without_xarray_s_warning():
+    """A dask variable of cftime dates (objects: the isel route, rechunked to the result's
+    chunks after) warned at every call, "The specified chunks separate the stored chunks
+    along dimension "0" ... consider rechunking after loading" (xarray's rechunk of cftime
+    takes the present chunks for a store's), about chunks of no store, and read its first
+    chunk to tell (until 2026-12-02, seventeenth session, a cftime probe): rechunked by dask,
+    no warning, isel's rows and the result's chunks."""
+    cftime = pytest.importorskip("cftime")
+    n = 31
+    t = xr.date_range("2001-02-27", periods=n, freq="D", calendar="noleap", use_cftime=True)
+    ds = xr.Dataset({"v": ("ev", np.arange(n) * 1.5), "when": ("ev", np.asarray(t)[::-1])},
+                    attrs={"k": 1})
+    d = ds.chunk(ev=7)
+    mask = (np.arange(n) * 5) % 3 == 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = d.compact.where(xr.DataArray(mask, dims="ev"))
+    assert got["when"].chunks == got["v"].chunks
+    xr.testing.assert_identical(got.compute(), ds.isel(ev=np.flatnonzero(mask)))
+    assert isinstance(got["when"].values[0], cftime.DatetimeNoLeap)
+
+
+def test_arr_compact_where_on_a_pandas_column_is_told_forms_of_arr():
+    """arr.compact.where reading a pandas nullable column (the DataArray itself, or one of
+    its coordinates) was told the Dataset's forms, ds['x'] = ds['x'].astype('float64') and
+    ds.compact.where((ds['x'] > 2)...), of a ds the caller does not have and a name ('x')
+    the array does not go by (until 2026-12-02, seventeenth session, as the dtype refusals
+    beside it): both forms are arr's now, and each, run as written, gives isel's rows."""
+    pd = pytest.importorskip("pandas")
+    k = pd.array([4, 1, 0, None, 3, 2, 5], dtype="Int64")
+    df = pd.DataFrame({"e": np.arange(7.0), "k": k},
+                      index=pd.Index(np.arange(7) * 10, name="ev"))
+    ds = xr.Dataset.from_dataframe(df)
+    want = [0, 4, 6]
+    for arr, cond in ((ds["k"], "x > 2"), (ds["k"], "k > 2"),
+                      (ds["e"].assign_coords(kk=ds["k"]), "kk > 2")):
+        with pytest.raises(TypeError, match=r"^arr.compact.where: cond reads") as e:
+            arr.compact.where(cond)
+        said = str(e.value)
+        assert "ds[" not in said and "ds.compact" not in said, said
+        (convert,) = re.findall(r"convert it first, (arr = .*?\)) \(pd.NA", said)
+        (mask,) = re.findall(r"boolean DataArray: (arr\.compact\.where\(.*\))$", said)
+        names = {"arr": arr}
+        exec(convert, names)
+        fixed = names["arr"]
+        xr.testing.assert_identical(fixed.compact.where(cond), fixed.isel(ev=want))
+        xr.testing.assert_identical(eval(mask, {"arr": arr}), arr.isel(ev=want))
+
+
+def test_arr_compact_where_s_trace_refusals_give_forms_of_arr():
+    """arr.compact.where's refusals of a cumulative sum, of a row's sum over a variable of
+    two dimensions, of a closure over a row mask and of a 2-D coordinate without dim= gave
+    the Dataset's forms, ds.compact.where(ds['x'].cumsum(dim) > 0) and the like, of a ds the
+    caller does not have (until 2026-12-02, seventeenth session, as the dtype refusals'):
+    arr and arr['c'] now, and each advice, its placeholders filled, gives isel's rows."""
+    rng = np.random.default_rng(33)
+    n = 29
+    arr = xr.DataArray(rng.random(n) - 0.4, dims="t", name="v",
+                       coords={"c": ("t", rng.random(n) - 0.6)}).chunk(t=7)
+    wide = xr.DataArray(rng.random((n, 3)), dims=("t", "k"), name="w",
+                        coords={"m": (("t", "k"), rng.random((n, 3))),
+                                "e": ("t", rng.random(n) + 1)}).chunk(t=7)
+    mask = rng.random(n) > 0.5
+    cases = [
+        (arr, lambda x: np.cumsum(x) > 0, {}, "arr.cumsum(dim) > 0"),
+        (arr, lambda v, c: np.cumsum(c) > 0, {}, "arr['c'].cumsum(dim) > 0"),
+        (wide, lambda w, e: np.sum(w, axis=1) > e, {"dim": "t"},
+         "arr.sum(OTHER_DIM) > t, dim"),
+        (wide, "m > 0.5", {}, "(arr['m'] > 0).any(OTHER_DIM)"),
+        (arr, lambda c: mask & (c > 0), {"dim": "t"},
+         "xr.DataArray(mask, dims=dim) & (arr['b'] > 3), dim"),
+    ]
+    for a, cond, kw, advice in cases:
+        with pytest.raises(ValueError) as refused:
+            a.compact.where(cond, **kw)
+        said = str(refused.value)
+        assert f"arr.compact.where({advice})" in said, said
+        assert "ds[" not in said and "ds.compact" not in said, said
+    ran = [
+        (arr, arr.cumsum("t") > 0, np.cumsum(arr.values) > 0),
+        (arr, arr["c"].cumsum("t") > 0, np.cumsum(arr["c"].values) > 0),
+        (wide, wide.sum("k") > wide["e"], wide.values.sum(axis=1) > wide["e"].values),
+        (wide, (wide["m"] > 0).any("k"), (wide["m"].values > 0).any(axis=1)),
+        (arr, xr.DataArray(mask, dims="t") & (arr["c"] > 0), mask & (arr["c"].values > 0)),
+    ]
+    for a, cond, want in ran:
+        xr.testing.assert_identical(a.compact.where(cond, "t").compute(),
+                                    a.isel(t=np.flatnonzero(want)).compute())

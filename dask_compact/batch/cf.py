@@ -192,7 +192,10 @@ def decoding(z: Any) -> Decoding | str | None:
     fill_attrs = _fill_attributes(z, attrs)
     scaled = {k: attrs[k] for k in SCALE_ATTRS if k in attrs}
     if not fill_attrs and not scaled:
-        return None
+        # xarray makes datetimes of "<unit> since <date>" counts with no fill value too (its
+        # default for a time coordinate): None had let the stored counts be compared with no
+        # note (until 2026-12-02, seventeenth session, a new-user probe)
+        return time_units(attrs)
     dtype = np.dtype(z.dtype)
     if any(k in attrs for k in NOT_FOLLOWED):
         return f"{', '.join(k for k in NOT_FOLLOWED if k in attrs)} is not followed"
@@ -297,6 +300,17 @@ def _isnull(value: Any) -> bool:
 def _same(a: Any, b: Any) -> bool:
     """Whether xarray's set of fill values holds ``a`` and ``b`` once (equal values)."""
     return bool(a == b)
+
+
+def time_units(attrs: dict[str, Any]) -> str | None:
+    """Why a field of ``attrs`` with datetime units ("days since 2000-01-01", which xarray
+    decodes to datetimes whatever else the field has) is compared as stored; None for
+    others. A bare time unit ("seconds") alone is left out: xarray 2026.9 keeps such a float
+    a float."""
+    units = attrs.get("units")
+    if units is None or "since" not in str(units):
+        return None
+    return f"time-like units {units!r} (xarray decodes datetimes)"
 
 
 def _time_like(units: Any) -> bool:

@@ -356,7 +356,12 @@ def xarray_encodings(attrs: dict[str, Any]) -> list[str]:
     ``--where`` compares the stored numbers, so where a field has them its condition means
     something else than on ``xr.open_zarr``'s values (a probe's ``isnan(ffl)`` selected no
     row of a float field whose NaNs are stored as -999)."""
-    return [k for k in XARRAY_ENCODINGS if k in attrs]
+    from .cf import time_units
+
+    # datetime units, which xarray decodes with no other encoding (until 2026-12-02,
+    # seventeenth session, a time coordinate xarray wrote was not named: see .cf.decoding)
+    return [k for k in XARRAY_ENCODINGS if k in attrs] + (
+        ["units"] if time_units(attrs) else [])
 
 
 def _xarray_fill_value(value: Any, dtype: np.dtype) -> Any:

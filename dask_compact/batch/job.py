@@ -370,6 +370,8 @@ def run_job(
         "arrays": list(names),
         # where xarray's decoding changes the values (.cf; --raw let it through, see cli)
         "encoded": {"x": e} if src.cf is not None and (e := xarray_encodings(src.attrs)) else {},
+        # why they are compared as stored where .cf does not decode them (time units)
+        "not_decoded": {"x": src.cf} if isinstance(src.cf, str) else {},
         "seconds": seconds,
         # the whole command so far: interpreter start, imports, cluster start, the job
         "process_seconds": process_age(),

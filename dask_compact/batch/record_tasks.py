@@ -190,6 +190,12 @@ def _on_gpu(blocks: dict[str, Any], seen: dict[str, Any], p: Any, indices: bool,
             else:
                 sent[name] = a
     p = _renamed(p, renamed)
+    # fields of a dtype CuPy has no arrays of (datetime64, timedelta64, fixed-size bytes and
+    # strings, structured rows) travel as their bytes; gathered as such and viewed back on
+    # the host (until 2026-12-02, seventeenth session, a new-user probe: CuPy's "Unsupported
+    # dtype" failed the job on a GPU host for any such field it writes, --device auto)
+    as_bytes = {name: b.dtype for name, b in sent.items() if b.dtype.kind in _NOT_ON_GPU}
+    sent = {name: _bytes_of(b) if name in as_bytes else b for name, b in sent.items()}
     with cupy.cuda.Device(dev), _thread_stream(dev):
         stream = cupy.cuda.get_current_stream()
         on_dev = {}
@@ -205,7 +211,25 @@ def _on_gpu(blocks: dict[str, Any], seen: dict[str, Any], p: Any, indices: bool,
         first = next(iter(on_dev.values()))
         out = compact_records(first, on_dev, p, indices, True, base, 1)
         del on_dev
-        return {name: _to_host(out[name], ring) for name in keep}
+        host = {name: _to_host(out[name], ring) for name in keep}
+        return {name: _from_bytes(a, as_bytes[name]) if name in as_bytes and a is not None else a
+                for name, a in host.items()}
+
+
+# the dtype kinds CuPy has no arrays of
+_NOT_ON_GPU = "mMSUV"
+
+
+def _bytes_of(a: np.ndarray) -> np.ndarray:
+    """``a``'s bytes as uint8, one more axis of its itemsize (rows stay rows; no byte order
+    read, so a big-endian field comes back as it was)."""
+    a = np.ascontiguousarray(a)
+    return a.view(np.uint8).reshape(*a.shape, a.dtype.itemsize)
+
+
+def _from_bytes(b: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """The rows :func:`_bytes_of` made, viewed as ``dtype`` again."""
+    return np.ascontiguousarray(b).view(dtype).reshape(b.shape[:-1])
 
 
 def _decoded_name(name: str) -> str:

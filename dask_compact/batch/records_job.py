@@ -83,6 +83,9 @@ class GroupInput:
     decoded: dict[str, Decoding] = field(default_factory=dict)
     # the fields --where reads as stored although xarray decodes them: encodings -> why
     not_decoded: dict[str, str] = field(default_factory=dict)
+    # the time fields --where reads under --raw, as their stored int64 counts (also in
+    # decoded, as the int64 they are read as): name -> what they count
+    counted: dict[str, str] = field(default_factory=dict)
 
     @property
     def bytes(self) -> int:
@@ -147,11 +150,18 @@ def prepare(group: Any, path: str, where: str, field_list: str | None, mode: str
     if wanted is not None and mode == "indices":
         raise click.UsageError("--fields picks the fields to write, and --output indices "
                                "writes none of them; use --output both to write both")
+    held = {name for name, _ in group.groups()}  # the subgroups
     for name in wanted or ():
         if name not in arrays:
+            # a subgroup, or an array in it by path: its arrays are no fields of this record
+            # (until 2026-12-02, seventeenth session, a new-user probe, not a word of it)
+            sub = name.split("/")[0]
+            hint = (f"; {sub!r} is a subgroup, whose arrays are not fields of this record: "
+                    f"give it as INPUT to compact its own, e.g. {member_url(path, sub)}"
+                    if sub in held else "")
             raise click.BadParameter(
                 f"{name!r} is not an array of the Zarr group {path!r} (its arrays: "
-                f"{', '.join(arrays)})", param_hint="--fields")
+                f"{', '.join(arrays)}){hint}", param_hint="--fields")
     pred_fields = _parse(where, list(arrays), path)
     named = {**{n: "--where" for n in pred_fields}, **{n: "--fields" for n in wanted or ()}}
     rows = _rows(arrays, named, path)
@@ -195,7 +205,10 @@ def prepare(group: Any, path: str, where: str, field_list: str | None, mode: str
     if not used:  # only indices, by a predicate that reads no field: a field gives the rows
         used[fields[0]] = arrays[fields[0]]
     _refuse_rows_of_many_values(pred_fields, arrays, fields)
-    decoded, not_decoded = predicate_decoding(used, pred_fields, raw)
+    counted = _time_counts(pred_fields, used, raw)
+    decoded, not_decoded = predicate_decoding(
+        used, tuple(n for n in pred_fields if n not in counted), raw)
+    decoded.update({n: Decoding((), None, None, None, np.dtype(np.int64), ()) for n in counted})
     _check_types(where, used, decoded)
     _refuse_fill_values(where, decoded)
     if not allow_missing_chunks:
@@ -203,7 +216,52 @@ def prepare(group: Any, path: str, where: str, field_list: str | None, mode: str
             check_chunks_stored(a, member_url(path, name))  # a URL that opens it
     return GroupInput(path, None if is_url(path) else local(path), rows, used, written,
                       list(pred_fields), ignored, kept, chunks, allow_missing_chunks,
-                      dict(group.attrs), lead, decoded, not_decoded)
+                      dict(group.attrs), lead, decoded, not_decoded, counted)
+
+
+_UNIT_WORDS = {"Y": "years", "M": "months", "W": "weeks", "D": "days", "h": "hours",
+               "m": "minutes", "s": "seconds", "ms": "milliseconds", "us": "microseconds",
+               "ns": "nanoseconds", "ps": "picoseconds", "fs": "femtoseconds",
+               "as": "attoseconds"}
+NAT = int(np.iinfo(np.int64).min)  # NaT's int64, as stored
+
+
+def _time_counts(pred_fields: tuple[str, ...], arrays: dict[str, Any], raw: bool
+                 ) -> dict[str, str]:
+    """The datetime64/timedelta64 fields ``--where`` reads, each with what its stored int64
+    counts (``seconds since 1970-01-01T00:00:00``): under ``--raw`` the predicate compares
+    those counts (the values as stored; the record loop compares numbers, not times). Without
+    it, refused saying so, with the count of an example time. Until 2026-12-02 (seventeenth
+    session, the sixteenth's leftover) the refusal was compact_records', "datetime64 and
+    timedelta64 arrays are taken by map_compact, compact, ...", no way out on the command
+    line."""
+    counted: dict[str, str] = {}
+    for name in pred_fields:
+        dtype = np.dtype(arrays[name].dtype).newbyteorder("=")
+        if dtype.kind not in "mM":
+            continue
+        unit, step = np.datetime_data(dtype)
+        what = _UNIT_WORDS.get(unit, unit) if step == 1 else f"steps of {step} {unit}"
+        if dtype.kind == "M":
+            what += " since 1970-01-01T00:00:00"
+            example = np.datetime64("2020-01-01").astype(dtype)
+            rows = "after"
+        else:
+            example = np.timedelta64(3, "h").astype(dtype)
+            if example.astype("m8[h]") != np.timedelta64(3, "h"):  # a coarser unit
+                example = np.ones(1, np.int64).view(dtype)[0]  # one of its unit
+            rows = "longer than"
+        counted[name] = what
+        if not raw:
+            count = int(example.astype(np.int64))
+            raise click.BadParameter(
+                f"it reads {name!r}, of dtype {dtype}: --where compares numbers, not times. "
+                f"With --raw it compares {name}'s stored int64 counts of {what} (NaT stored "
+                f"as {NAT}), e.g. --raw --where \"{name} > {count}\" for the rows {rows} "
+                f"{example}; a < or <= comparison keeps the NaT rows unless it adds "
+                f"& ({name} != {NAT}). --raw compares every field --where reads as stored",
+                param_hint="--where")
+    return counted
 
 
 def predicate_decoding(arrays: dict[str, Any], pred_fields: tuple[str, ...], raw: bool
@@ -559,7 +617,10 @@ def describe(inp: GroupInput, where: str, mode: str, output_chunks: int | None,
         "version": dask_compact.__version__,
         # how the predicate's fields decode changes the selection (only where one does: the
         # identity of a job on fields without CF encodings stays what it was)
-        **({"decoded": {n: repr(d) for n, d in inp.decoded.items()}} if inp.decoded else {}),
+        # (the time fields' int64 counts are what --raw reads: no earlier job read them
+        # otherwise, see cli._earlier_group_job)
+        **({"decoded": {n: repr(d) for n, d in inp.decoded.items() if n not in inp.counted}}
+           if set(inp.decoded) - set(inp.counted) else {}),
     }
 
 
@@ -638,7 +699,9 @@ def run_records_job(runner: Runner, inp: GroupInput, target: Target, where: str,
         "encoded": {n: e for n in inp.not_decoded if (e := xarray_encodings(user_attributes(
             inp.arrays[n])))},
         "not_decoded": dict(inp.not_decoded),
-        "decoded": {n: list(d.applied) for n, d in inp.decoded.items()},
+        "decoded": {n: list(d.applied) for n, d in inp.decoded.items()
+                    if n not in inp.counted},
+        "counted": dict(inp.counted),
         "seconds": seconds,
         "process_seconds": process_age(),
         "gb_per_s": inp.bytes / 1e9 / seconds if seconds > 0 else 0.0,
