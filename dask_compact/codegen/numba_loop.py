@@ -67,7 +67,7 @@ from typing import Any
 
 import numpy as np
 
-from ..batch.signals import deferred
+from ..batch.signals import deferred, held_signal
 from ..cache import BoundedCache, cache_dir, disk_bytes, trim
 from ..compiler_room import no_room_for_compiler
 from ..predicate.core import TypedPredicate
@@ -851,7 +851,10 @@ def one_compile_at_a_time(directory: Path, digest: str) -> Iterator[None]:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except BlockingIOError:
-                if time.monotonic() > deadline:
+                # a Ctrl-C held meanwhile (numba_held) ends the wait: until 2026-12-02
+                # (seventeenth session, a regression review) it waited out LOCK_WAIT_S,
+                # deaf to Ctrl-C, behind a process stopped mid-compile (Ctrl-Z)
+                if time.monotonic() > deadline or held_signal():
                     break  # compiled here too, unlocked
                 time.sleep(0.01)
             except OSError:  # a file system without locks
