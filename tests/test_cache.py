@@ -785,3 +785,39 @@ def test_ctrl_c_ends_the_wait_for_another_process_compile(tmp_path):
         proc.kill()
     said, seconds = out.split()
     assert said == "interrupted" and float(seconds) < 30, (out, err)
+
+
+_FORKED_WHILE_HELD = r"""
+import os, sys, time
+from pathlib import Path
+
+from dask_compact.codegen import numba_loop
+
+directory = Path(sys.argv[1])
+with numba_loop.one_compile_at_a_time(directory, "0" * 24):
+    child = os.fork()  # another thread's fork mid-compile (a fork-started pool's worker)
+    if child == 0:
+        time.sleep(60)
+        os._exit(0)
+numba_loop.LOCK_WAIT_S = 30.0
+t0 = time.monotonic()
+with numba_loop.one_compile_at_a_time(directory, "0" * 24):  # the next build of the loop
+    waited = time.monotonic() - t0
+os.kill(child, 9)
+os.waitpid(child, 0)
+print(waited)
+"""
+
+
+def test_a_process_forked_during_a_compile_does_not_hold_its_lock(tmp_path):
+    """A process forked while a thread compiles a loop (one_compile_at_a_time's flock held)
+    inherited the lock's open file, and with it the lock, for its whole life: until
+    2026-12-02 (seventeenth session, a regression review) every build of that loop after the
+    compile, in any process of the host, even a load of the compiled loop, waited
+    LOCK_WAIT_S (120 s) while the child lived. A forked child closes the locks it inherits."""
+    import subprocess
+
+    res = subprocess.run([sys.executable, "-c", _FORKED_WHILE_HELD, str(tmp_path)],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert float(res.stdout) < 5, res.stdout

@@ -821,6 +821,26 @@ def _digest(source: str) -> str:
 LOCK_WAIT_S = 120.0
 
 
+# The fds of the locks one_compile_at_a_time holds now (by the id of its block's token): a
+# forked child closes them (_forget_inherited_locks). A flock belongs to the open file, which
+# a fork shares: until 2026-12-02 (seventeenth session, a regression review) a process forked
+# during a compile (another thread's fork-started pool) held the lock for its whole life, and
+# every later build of that loop on the host, a load of the compiled loop too, waited
+# LOCK_WAIT_S.
+_lock_fds: dict[int, int] = {}
+
+
+def _forget_inherited_locks() -> None:
+    for fd in _lock_fds.values():
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _lock_fds.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_inherited_locks)
+
+
 @contextlib.contextmanager
 def one_compile_at_a_time(directory: Path, digest: str) -> Iterator[None]:
     """Inside, no other process compiles the loop ``digest`` into ``directory``: an exclusive
@@ -844,6 +864,8 @@ def one_compile_at_a_time(directory: Path, digest: str) -> Iterator[None]:
     except OSError:
         yield
         return
+    token = object()
+    _lock_fds[id(token)] = fd
     try:
         deadline = time.monotonic() + LOCK_WAIT_S
         while True:
@@ -861,7 +883,8 @@ def one_compile_at_a_time(directory: Path, digest: str) -> Iterator[None]:
                 break
         yield
     finally:
-        os.close(fd)  # releases the lock
+        if _lock_fds.pop(id(token), None) is not None:  # not closed at a fork (a child's)
+            os.close(fd)  # releases the lock
 
 
 def _load_from_file(source: str, directory: Path) -> tuple[Callable[..., int], str, str, bool]:
