@@ -57,10 +57,13 @@ _VARIABLE = "x"
 # name taken from this table and nothing else (no other attribute, nothing looked up). Until
 # 2026-12-02 (sixteenth session, the fifteenth's probes) `"x < np.e"` was refused with the
 # general bare-name hint; `e` itself has no bare name (_check refuses it, told np.e).
-_MODULE_CONSTANTS: dict[str, dict[str, float]] = {
+# NumPy 2 prints its bools `np.True_` and `np.False_` (what f"x == {t!r}" writes of one):
+# constants of NumPy's bool (until 2026-12-02, seventeenth session, a regression review,
+# refused as attribute access).
+_MODULE_CONSTANTS: dict[str, dict[str, float | np.bool_]] = {
     **dict.fromkeys(("np", "numpy", "cp", "cupy"), {
         "e": math.e, "pi": math.pi, "inf": math.inf, "nan": math.nan,
-        "euler_gamma": float(np.euler_gamma)}),
+        "euler_gamma": float(np.euler_gamma), "True_": np.True_, "False_": np.False_}),
     **dict.fromkeys(("math", "cmath"), {
         "e": math.e, "pi": math.pi, "inf": math.inf, "nan": math.nan, "tau": math.tau}),
 }  # fmt: skip
@@ -100,7 +103,7 @@ def _scalar_call(node: ast.AST) -> type | None:
     return None
 
 
-def _module_constant(node: ast.AST) -> float | None:
+def _module_constant(node: ast.AST) -> float | np.bool_ | None:
     """The value of ``node`` where it is one of :data:`_MODULE_CONSTANTS` (``np.e``)."""
     if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
         return _MODULE_CONSTANTS.get(node.value.id, {}).get(node.attr)
@@ -247,8 +250,14 @@ def _check(text: str, tree: ast.AST, names: tuple[str, ...] = (_VARIABLE,)) -> N
             continue  # a literal, its module's name not a variable
         if _scalar_call(node) is not None:
             assert isinstance(node, ast.Call)
+            # a variable (a field named like a constant too), not a module's constant's
+            # module (np.float32(np.pi): refused as a variable until 2026-12-02, seventeenth
+            # session, a regression review)
+            modules = {id(n.value) for n in ast.walk(node.args[0])
+                       if isinstance(n, ast.Attribute) and _module_constant(n) is not None}
             used = [n.id for n in ast.walk(node.args[0])
-                    if isinstance(n, ast.Name) and n.id not in CONSTANTS]
+                    if isinstance(n, ast.Name) and id(n) not in modules
+                    and (n.id in names or n.id not in CONSTANTS)]
             if used:
                 f = ast.unparse(node.func)
                 raise _refuse(text, f"{f}({ast.unparse(node.args[0])})",
