@@ -136,6 +136,20 @@ def _attribute_hint(node: ast.Attribute, call: ast.Call | None = None) -> str:
         if call is not None and node.attr in FUNCTIONS:
             args = ", ".join(ast.unparse(a) for a in call.args)
             return f" (functions are called by bare name: write {node.attr}({args}))"
+        # NumPy 2's print of a NumPy scalar not taken as a constant, f"x > {t!r}": told
+        # "methods are not available" until 2026-12-02 (seventeenth session, a regression
+        # review)
+        f, kind = ast.unparse(node), getattr(np, node.attr, None)
+        numpy_call = call is not None and node.value.id in ("np", "numpy")
+        if numpy_call and call is not None and node.attr in ("datetime64", "timedelta64"):
+            return (f" (a string predicate compares numbers, not times: compare times in a "
+                    f"callable, lambda v: v > {ast.unparse(call)})")
+        if numpy_call and node.attr in _SCALAR_TYPES:  # two numbers
+            return f" ({f}(...) takes one number here, as NumPy prints its scalars: {f}(0.5))"
+        if numpy_call and isinstance(kind, type) and issubclass(kind, np.generic):
+            return (f" ({f} is not a type dask_compact computes in; a NumPy scalar of one is "
+                    f"a constant, as NumPy prints it, e.g. np.float64(0.5): "
+                    f"{', '.join(f'np.{t}' for t in _SCALAR_TYPES)})")
     elif call is None and node.attr in FUNCTIONS:  # x.real, x.imag
         return (f" (functions are called by bare name: write "
                 f"{node.attr}({ast.unparse(node.value)}))")
