@@ -728,3 +728,96 @@ def test_processes_building_one_new_loop_at_once_compile_it_once(tmp_path, kind)
     assert all(p.returncode == 0 for p in procs), outs
     counts = [tuple(map(int, out.split())) for out, _ in outs]
     assert sorted(counts) == [(0, 1), (1, 0)], counts  # (compiled, loaded from disk)
+
+
+_WAITS_HELD = r"""
+import fcntl, os, signal, sys, time
+from pathlib import Path
+
+import numpy as np
+
+import dask_compact
+from dask_compact.codegen import numba_loop
+from dask_compact.predicate import as_predicate
+
+signal.signal(signal.SIGINT, signal.default_int_handler)
+numba_loop.LOCK_WAIT_S = 60.0
+pred = as_predicate("(x > 6.5) | (x < -41.5) | (x == 5)")
+a = np.arange(-50.0, 50.0)
+source = numba_loop.generate_source(pred.typed(a.dtype), "values", cache=True)
+lock = numba_loop.cache_dir() / f"loop_{numba_loop._digest(source)}.lock"
+held = os.open(lock, os.O_RDWR | os.O_CREAT)  # another open file: as another process's
+fcntl.flock(held, fcntl.LOCK_EX)
+Path(sys.argv[1]).touch()
+t0 = time.monotonic()
+try:
+    dask_compact.compact_array(a, pred)
+    print("finished", time.monotonic() - t0)
+except KeyboardInterrupt:
+    print("interrupted", time.monotonic() - t0)
+"""
+
+
+def test_ctrl_c_ends_the_wait_for_another_process_compile(tmp_path):
+    """A build waiting for another process's compile of the same loop (its lock held: a
+    process stopped with Ctrl-Z mid-compile, a debugger's) held Ctrl-C as numba's compile
+    does (numba_held) for the whole wait, up to LOCK_WAIT_S (120 s), until 2026-12-02
+    (seventeenth session, a regression review). Ctrl-C ends the wait now: the loop is
+    compiled here, unlocked (a second at most), and KeyboardInterrupt raised after it."""
+    import signal
+    import subprocess
+
+    env = {**os.environ, "DASK_COMPACT_CACHE_DIR": str(tmp_path / "cache")}
+    (tmp_path / "cache").mkdir()
+    ready = tmp_path / "ready"
+    proc = subprocess.Popen([sys.executable, "-c", _WAITS_HELD, str(ready)], env=env,
+                            text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 120
+        while not ready.exists():
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        time.sleep(1.0)  # waiting for the lock by now
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    said, seconds = out.split()
+    assert said == "interrupted" and float(seconds) < 30, (out, err)
+
+
+_FORKED_WHILE_HELD = r"""
+import os, sys, time
+from pathlib import Path
+
+from dask_compact.codegen import numba_loop
+
+directory = Path(sys.argv[1])
+with numba_loop.one_compile_at_a_time(directory, "0" * 24):
+    child = os.fork()  # another thread's fork mid-compile (a fork-started pool's worker)
+    if child == 0:
+        time.sleep(60)
+        os._exit(0)
+numba_loop.LOCK_WAIT_S = 30.0
+t0 = time.monotonic()
+with numba_loop.one_compile_at_a_time(directory, "0" * 24):  # the next build of the loop
+    waited = time.monotonic() - t0
+os.kill(child, 9)
+os.waitpid(child, 0)
+print(waited)
+"""
+
+
+def test_a_process_forked_during_a_compile_does_not_hold_its_lock(tmp_path):
+    """A process forked while a thread compiles a loop (one_compile_at_a_time's flock held)
+    inherited the lock's open file, and with it the lock, for its whole life: until
+    2026-12-02 (seventeenth session, a regression review) every build of that loop after the
+    compile, in any process of the host, even a load of the compiled loop, waited
+    LOCK_WAIT_S (120 s) while the child lived. A forked child closes the locks it inherits."""
+    import subprocess
+
+    res = subprocess.run([sys.executable, "-c", _FORKED_WHILE_HELD, str(tmp_path)],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert float(res.stdout) < 5, res.stdout

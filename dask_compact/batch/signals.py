@@ -121,12 +121,24 @@ def sigint_ignored() -> contextlib.AbstractContextManager[None]:
     return ignored(signal.SIGINT)
 
 
+# The signals each :func:`deferred` block now open holds, innermost last (main thread only)
+_held: list[list[int]] = []
+
+
+def held_signal() -> bool:
+    """Whether a :func:`deferred` block holds a signal that came: a wait inside one (for
+    another process's compile, ``numba_loop.one_compile_at_a_time``) ends on it, as the
+    interrupt is delivered only when the block ends."""
+    return any(_held)
+
+
 @contextlib.contextmanager
 def deferred(*signums: int) -> Iterator[None]:
     """The given signals held for the duration and delivered right after, to the handlers
     that were in place (main thread only; elsewhere a no-op, as only the main thread can set
     handlers, and only it runs them). A handler the user installed runs late, not never: a
-    Ctrl-C during the block raises ``KeyboardInterrupt`` as it ends."""
+    Ctrl-C during the block raises ``KeyboardInterrupt`` as it ends (a wait in the block
+    asks :func:`held_signal` to end early)."""
     pending: list[int] = []
     try:
         previous = [(s, signal.signal(s, lambda signum, frame: pending.append(signum)))
@@ -134,9 +146,11 @@ def deferred(*signums: int) -> Iterator[None]:
     except ValueError:  # not the main thread
         yield
         return
+    _held.append(pending)
     try:
         yield
     finally:
+        del _held[next(i for i, p in enumerate(_held) if p is pending)]  # not by ==
         for s, handler in reversed(previous):
             # None: a handler not installed from Python; the default is the nearest
             signal.signal(s, signal.SIG_DFL if handler is None else handler)

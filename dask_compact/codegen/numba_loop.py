@@ -67,7 +67,7 @@ from typing import Any
 
 import numpy as np
 
-from ..batch.signals import deferred
+from ..batch.signals import deferred, held_signal
 from ..cache import BoundedCache, cache_dir, disk_bytes, trim
 from ..compiler_room import no_room_for_compiler
 from ..predicate.core import TypedPredicate
@@ -821,6 +821,26 @@ def _digest(source: str) -> str:
 LOCK_WAIT_S = 120.0
 
 
+# The fds of the locks one_compile_at_a_time holds now (by the id of its block's token): a
+# forked child closes them (_forget_inherited_locks). A flock belongs to the open file, which
+# a fork shares: until 2026-12-02 (seventeenth session, a regression review) a process forked
+# during a compile (another thread's fork-started pool) held the lock for its whole life, and
+# every later build of that loop on the host, a load of the compiled loop too, waited
+# LOCK_WAIT_S.
+_lock_fds: dict[int, int] = {}
+
+
+def _forget_inherited_locks() -> None:
+    for fd in _lock_fds.values():
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _lock_fds.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_inherited_locks)
+
+
 @contextlib.contextmanager
 def one_compile_at_a_time(directory: Path, digest: str) -> Iterator[None]:
     """Inside, no other process compiles the loop ``digest`` into ``directory``: an exclusive
@@ -844,6 +864,8 @@ def one_compile_at_a_time(directory: Path, digest: str) -> Iterator[None]:
     except OSError:
         yield
         return
+    token = object()
+    _lock_fds[id(token)] = fd
     try:
         deadline = time.monotonic() + LOCK_WAIT_S
         while True:
@@ -851,14 +873,18 @@ def one_compile_at_a_time(directory: Path, digest: str) -> Iterator[None]:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except BlockingIOError:
-                if time.monotonic() > deadline:
+                # a Ctrl-C held meanwhile (numba_held) ends the wait: until 2026-12-02
+                # (seventeenth session, a regression review) it waited out LOCK_WAIT_S,
+                # deaf to Ctrl-C, behind a process stopped mid-compile (Ctrl-Z)
+                if time.monotonic() > deadline or held_signal():
                     break  # compiled here too, unlocked
                 time.sleep(0.01)
             except OSError:  # a file system without locks
                 break
         yield
     finally:
-        os.close(fd)  # releases the lock
+        if _lock_fds.pop(id(token), None) is not None:  # not closed at a fork (a child's)
+            os.close(fd)  # releases the lock
 
 
 def _load_from_file(source: str, directory: Path) -> tuple[Callable[..., int], str, str, bool]:

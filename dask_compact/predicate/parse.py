@@ -57,10 +57,13 @@ _VARIABLE = "x"
 # name taken from this table and nothing else (no other attribute, nothing looked up). Until
 # 2026-12-02 (sixteenth session, the fifteenth's probes) `"x < np.e"` was refused with the
 # general bare-name hint; `e` itself has no bare name (_check refuses it, told np.e).
-_MODULE_CONSTANTS: dict[str, dict[str, float]] = {
+# NumPy 2 prints its bools `np.True_` and `np.False_` (what f"x == {t!r}" writes of one):
+# constants of NumPy's bool (until 2026-12-02, seventeenth session, a regression review,
+# refused as attribute access).
+_MODULE_CONSTANTS: dict[str, dict[str, float | np.bool_]] = {
     **dict.fromkeys(("np", "numpy", "cp", "cupy"), {
         "e": math.e, "pi": math.pi, "inf": math.inf, "nan": math.nan,
-        "euler_gamma": float(np.euler_gamma)}),
+        "euler_gamma": float(np.euler_gamma), "True_": np.True_, "False_": np.False_}),
     **dict.fromkeys(("math", "cmath"), {
         "e": math.e, "pi": math.pi, "inf": math.inf, "nan": math.nan, "tau": math.tau}),
 }  # fmt: skip
@@ -100,7 +103,7 @@ def _scalar_call(node: ast.AST) -> type | None:
     return None
 
 
-def _module_constant(node: ast.AST) -> float | None:
+def _module_constant(node: ast.AST) -> float | np.bool_ | None:
     """The value of ``node`` where it is one of :data:`_MODULE_CONSTANTS` (``np.e``)."""
     if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
         return _MODULE_CONSTANTS.get(node.value.id, {}).get(node.attr)
@@ -133,6 +136,20 @@ def _attribute_hint(node: ast.Attribute, call: ast.Call | None = None) -> str:
         if call is not None and node.attr in FUNCTIONS:
             args = ", ".join(ast.unparse(a) for a in call.args)
             return f" (functions are called by bare name: write {node.attr}({args}))"
+        # NumPy 2's print of a NumPy scalar not taken as a constant, f"x > {t!r}": told
+        # "methods are not available" until 2026-12-02 (seventeenth session, a regression
+        # review)
+        f, kind = ast.unparse(node), getattr(np, node.attr, None)
+        numpy_call = call is not None and node.value.id in ("np", "numpy")
+        if numpy_call and call is not None and node.attr in ("datetime64", "timedelta64"):
+            return (f" (a string predicate compares numbers, not times: compare times in a "
+                    f"callable, lambda v: v > {ast.unparse(call)})")
+        if numpy_call and node.attr in _SCALAR_TYPES:  # two numbers
+            return f" ({f}(...) takes one number here, as NumPy prints its scalars: {f}(0.5))"
+        if numpy_call and isinstance(kind, type) and issubclass(kind, np.generic):
+            return (f" ({f} is not a type dask_compact computes in; a NumPy scalar of one is "
+                    f"a constant, as NumPy prints it, e.g. np.float64(0.5): "
+                    f"{', '.join(f'np.{t}' for t in _SCALAR_TYPES)})")
     elif call is None and node.attr in FUNCTIONS:  # x.real, x.imag
         return (f" (functions are called by bare name: write "
                 f"{node.attr}({ast.unparse(node.value)}))")
@@ -247,8 +264,14 @@ def _check(text: str, tree: ast.AST, names: tuple[str, ...] = (_VARIABLE,)) -> N
             continue  # a literal, its module's name not a variable
         if _scalar_call(node) is not None:
             assert isinstance(node, ast.Call)
+            # a variable (a field named like a constant too), not a module's constant's
+            # module (np.float32(np.pi): refused as a variable until 2026-12-02, seventeenth
+            # session, a regression review)
+            modules = {id(n.value) for n in ast.walk(node.args[0])
+                       if isinstance(n, ast.Attribute) and _module_constant(n) is not None}
             used = [n.id for n in ast.walk(node.args[0])
-                    if isinstance(n, ast.Name) and n.id not in CONSTANTS]
+                    if isinstance(n, ast.Name) and id(n) not in modules
+                    and (n.id in names or n.id not in CONSTANTS)]
             if used:
                 f = ast.unparse(node.func)
                 raise _refuse(text, f"{f}({ast.unparse(node.args[0])})",

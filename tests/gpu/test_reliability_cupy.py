@@ -518,3 +518,15 @@ def test_a_numpy_scalar_as_numpy_prints_it_matches_numpy_on_the_gpu(dtype, t, op
         m = eval(f"h {op} t")
     got = dask_compact.compact_array(cupy.asarray(h), text)
     np.testing.assert_array_equal(cupy.asnumpy(got), h[m])
+
+
+@pytest.mark.parametrize("dtype", ["bool", "int8", "float32", "uint64"])
+@pytest.mark.parametrize("t", [np.True_, np.False_])
+@pytest.mark.parametrize("op", ["==", "!=", "<"])
+def test_a_numpy_bool_as_numpy_prints_it_matches_numpy_on_the_gpu(dtype, t, op):
+    """``x == np.True_`` (NumPy 2's repr of a bool scalar, a constant since 2026-12-02,
+    seventeenth session): the GPU kernel compares as NumPy does with it."""
+    h = np.random.default_rng(len(dtype) + len(op)).integers(0, 3, 4099).astype(dtype)
+    text = f"x {op} {t!r}"
+    got = dask_compact.compact_array(cupy.asarray(h), text)
+    np.testing.assert_array_equal(cupy.asnumpy(got), h[eval(f"h {op} t")])
