@@ -526,12 +526,12 @@ def forget_ready_calls() -> None:
     was made with, so a benchmark that changes a tuning between calls
     (``cupy_tuning.override_tuning``, ``override_lookback_sleeps``) drops them, and the next
     call plans with the new one."""
-    from .cupy_into_repeat import _repeats as into_repeats
+    from .cupy_into_repeat import forget as forget_into
 
     _ready_calls.clear()
     _repeat_calls.clear()
     forget_shaped()
-    into_repeats.clear()
+    forget_into()
 
 
 def _selected_before(pred: Predicate, dtype: np.dtype, output: str) -> bool:

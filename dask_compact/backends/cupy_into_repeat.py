@@ -23,10 +23,13 @@ import numpy as np
 
 from ..cache import BoundedCache
 from ..predicate.core import Predicate
+from ..predicate.memo import value_key
+from ..predicate.template import kept_shape
 from ..validate import _span
 from .cupy_launch import thread_key
+from .cupy_shaped import ShapedRun, bound_numbers, shape_typing, shaped_key
 
-__all__ = ["repeated_into", "remember_into"]
+__all__ = ["repeated_into", "remember_into", "forget"]
 
 # (thread, the caller's predicate as a key, input type, dtype and size, output, stable,
 # algorithm, stream pointer, each buffer's and the count's (type, dtype, shape, strides,
@@ -89,8 +92,13 @@ def repeated_into(a: Any, pred_like: Any, out: Any, output: str, count: Any, str
         hit = None if key is None else _repeats.get(key)
     except (TypeError, AttributeError):  # not arrays, unhashable: the checks say what
         return None
-    if hit is None or not a.flags.c_contiguous:
+    if not a.flags.c_contiguous:
         return None
+    if hit is None:
+        # a string whose numbers alone differ from a kept one's: its shape's call, rebound
+        hit = _shaped_hit(a, pred_like, key) if isinstance(pred_like, str) else None
+        if hit is None:
+            return None
     import cupy
 
     dev, call, _, s, spans = hit
@@ -137,3 +145,69 @@ def remember_into(a: Any, pred_like: Any, pred: Predicate, out: Any, output: str
     spans = tuple(_span(b) for b in (*_buffers(out, output), count)  # type: ignore[misc]
                   if b is not None)
     _repeats.put(key, (a.data.device_id, call, pred_like, s, spans))
+    if isinstance(pred_like, str) and kept_shape(pred_like):
+        _remember_shaped(a, pred_like, pred, key, output, alg, s, stream, spans)
+
+
+# A string predicate whose numbers alone change at each call (f"x < {t}"): its shape's kept
+# IntoCall with its constants rebound (as cupy_shaped does for compact_array; the kernels
+# queued before keep the constants they were launched with, so no wait is needed).
+# (thread, ("shape", shape), the rest of the repeated key) -> [device, its IntoCall, the typed
+# tree, the value keys of the numbers its slots hold now, the stream, the buffers' spans]
+_shaped: BoundedCache[tuple, list] = BoundedCache("shaped into calls")
+# The repeated key of a text the shaped call served -> its hit (a ShapedRun of the entry)
+_runs: dict[tuple, tuple] = {}
+
+
+def _shaped_hit(a: Any, text: str, key: tuple | None) -> tuple | None:
+    """``(device, call, None, stream, spans)`` for ``text`` from its shape's entry, the call
+    bound to ``text``'s numbers, or None."""
+    if key is None:
+        return None
+    hit = _runs.get(key)
+    if hit is not None:
+        return hit
+    found = shaped_key(text, key)
+    if found is None:
+        return None
+    skey, numbers = found
+    entry = _shaped.get(skey)
+    if entry is None:
+        return None
+    bound = bound_numbers(entry[2], numbers, np.dtype(a.dtype), text)
+    if bound is None:
+        return None
+    run = ShapedRun(entry, tuple(value_key(v) for v in numbers), bound)
+    hit = (entry[0], run, None, entry[4], entry[5])
+    if len(_runs) >= 1024:
+        _runs.clear()
+    _runs[key] = hit
+    return hit
+
+
+def _remember_shaped(a: Any, text: str, pred: Predicate, key: tuple, output: str, alg: str,
+                     s: Any, stream: Any, spans: tuple) -> None:
+    """Keep an IntoCall of its own for ``text``'s shape (see :data:`_shaped`)."""
+    import contextlib
+
+    from . import cupy_backend
+    from .cupy_ready import IntoCall
+
+    found = shaped_key(text, key)
+    if found is None or _shaped.get(found[0]) is not None:
+        return
+    plan = cupy_backend._plan(a, pred, None, output, alg)
+    tp = shape_typing(pred, a, plan)
+    if tp is None:
+        return
+    # its words made in the order of the stream it runs on (as cupy_backend._ready_call)
+    with contextlib.nullcontext() if stream is None else stream:
+        call = IntoCall(plan, output)
+    _shaped.put(found[0], [a.data.device_id, call, tp, None, s, spans])
+
+
+def forget() -> None:
+    """Drop the calls kept here (``cupy_backend.forget_ready_calls``)."""
+    _repeats.clear()
+    _shaped.clear()
+    _runs.clear()

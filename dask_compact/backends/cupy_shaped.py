@@ -32,6 +32,9 @@ from ..predicate.expr import ParamOverflow
 from ..predicate.memo import value_key
 from ..predicate.template import kept_shape, shape_of
 
+__all__ = ["shaped_call", "remember_shaped", "shaped_key", "bound_numbers", "shape_typing",
+           "ShapedRun", "forget"]
+
 # (thread, ("shape", shape), dtype, n, output, stable, algorithm, stream) -> [device, its
 # OneReadCall, the typed tree, the value keys of the numbers its slots hold now]
 shaped_calls: BoundedCache[tuple, list] = BoundedCache("shaped calls")
@@ -48,12 +51,27 @@ class ShapedRun:
     def __init__(self, entry: list, keys: tuple, bound: tuple) -> None:
         self.entry, self.keys, self.bound = entry, keys, bound
 
-    def __call__(self, a: Any, base: int) -> Any:
+    def __call__(self, *args: Any) -> Any:
         entry = self.entry
         if entry[3] is not self.keys:
             entry[1].kernel.rebind(self.bound)
             entry[3] = self.keys
-        return entry[1](a, base)
+        return entry[1](*args)
+
+
+def bound_numbers(tp: Any, numbers: tuple, dtype: np.dtype, text: str) -> tuple | None:
+    """``numbers`` bound as the typed tree ``tp``'s constants (what its kernel's slots take),
+    or None where they type otherwise (an int outside an integer dtype folds into another
+    tree: no comparison of it is the kernel's) or do not bind."""
+    if dtype.kind in "iub":
+        from ..predicate.core import _folded
+
+        if _folded(tp, numbers, text) is not tp:
+            return None
+    try:
+        return tp.bind(numbers)
+    except (ParamOverflow, OverflowError, ValueError, TypeError):
+        return None
 
 
 def forget() -> None:
@@ -87,17 +105,8 @@ def shaped_call(a: Any, text: str, key: tuple) -> Any:
     entry = shaped_calls.get(skey)
     if entry is None or a.data.device_id != entry[0]:
         return None
-    tp = entry[2]
-    if a.dtype.kind in "iub":
-        from ..predicate.core import _folded
-
-        # the same typing for these numbers: no comparison of an int outside the dtype
-        # folded into another tree (a float dtype never folds)
-        if _folded(tp, numbers, text) is not tp:
-            return None
-    try:
-        bound = tp.bind(numbers)
-    except (ParamOverflow, OverflowError, ValueError, TypeError):
+    bound = bound_numbers(entry[2], numbers, np.dtype(a.dtype), text)
+    if bound is None:
         return None
     run = ShapedRun(entry, tuple(value_key(v) for v in numbers), bound)
     if len(_runs) >= _RUNS_MAX:
@@ -118,8 +127,16 @@ def remember_shaped(a: Any, text: str, pred: Any, key: tuple, plan: Any, output:
     skey, numbers = found
     if shaped_calls.get(skey) is not None:
         return
+    tp = shape_typing(pred, a, plan)
+    if tp is not None:
+        shaped_calls.put(skey, [a.data.device_id, OneReadCall(plan, output), tp, None])
+
+
+def shape_typing(pred: Any, a: Any, plan: Any) -> Any:
+    """The typed tree a shape's kept call runs (``pred``'s for ``a``), or None where the call
+    is not kept: folds or powers in it (their values are checked per predicate), a plan that
+    takes no ready call."""
     tp = pred.typed(np.dtype(a.dtype))
     if tp.folds or tp.powers or plan.memo is None or plan.mask is not None or plan.checked:
-        return
-    call = OneReadCall(plan, output)
-    shaped_calls.put(skey, [a.data.device_id, call, tp, None])
+        return None
+    return tp

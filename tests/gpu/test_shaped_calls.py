@@ -140,3 +140,67 @@ def test_an_int_outside_the_dtype_takes_the_checked_path(shaped_hits):
         check(compact_array(a, text), h[h < int(t)], "values", True)
     assert "x < 300" not in shaped_hits and "x < -300" not in shaped_hits
     assert "x < 128" not in shaped_hits and "x < -7" in shaped_hits
+
+
+@pytest.fixture
+def into_hits(monkeypatch):
+    """How many compact_into calls the shaped path served."""
+    from dask_compact.backends import cupy_into_repeat
+
+    hits = []
+    real = cupy_into_repeat._shaped_hit
+
+    def spy(a, text, key):
+        hit = real(a, text, key)
+        if hit is not None:
+            hits.append(text)
+        return hit
+
+    monkeypatch.setattr(cupy_into_repeat, "_shaped_hit", spy)
+    cb.forget_ready_calls()
+    yield hits
+    cb.forget_ready_calls()
+
+
+@pytest.mark.parametrize("n", [33, 100_003, 1 << 20])
+@pytest.mark.parametrize("output", ["values", "indices", "both"])
+@pytest.mark.parametrize("stable", [True, False])
+@pytest.mark.parametrize("own_stream", [False, True])
+def test_compact_into_with_a_threshold_new_at_each_call(n, output, stable, own_stream,
+                                                        into_hits):
+    """compact_into into the same buffers, a new threshold each call and earlier ones again,
+    several calls queued before the results are read (their constants are the ones they were
+    launched with): every result NumPy's."""
+    from dask_compact import compact_into
+
+    rng = np.random.default_rng(n)
+    h = rng.random(n, dtype=np.float32)
+    stream = cupy.cuda.Stream(non_blocking=True) if own_stream else None
+    with stream if stream is not None else cupy.cuda.Stream.null:
+        a = cupy.asarray(h)
+    ts = [0.5, 0.1, 0.9, 0.5, 0.0, 1.0, 0.3, 0.7, 0.1]
+    outs = []
+    for t in ts:  # each into buffers of its own, read after all are queued
+        v = cupy.empty(n, np.float32)
+        i = cupy.empty(n, np.int64)
+        out = {"values": v, "indices": i, "both": (v, i)}[output]
+        count = cupy.zeros(1, np.int64)
+        compact_into(a, f"x < {t!r}", out, output=output, count=count, stable=stable,
+                     stream=stream)
+        outs.append((t, v, i, count))
+    # the same buffers each call: the repeated and shaped calls' keys hold them
+    v = cupy.empty(n, np.float32)
+    i = cupy.empty(n, np.int64)
+    out = {"values": v, "indices": i, "both": (v, i)}[output]
+    count = cupy.zeros(1, np.int64)
+    for t in ts:
+        compact_into(a, f"x < {t!r}", out, output=output, count=count, stable=stable,
+                     stream=stream)
+        k = int(count.get()[0])
+        got = (v[:k], i[:k]) if output == "both" else out[:k]
+        check(got, expect(h, h < t, output), output, stable)
+    for t, v1, i1, c1 in outs:
+        k = int(c1.get()[0])
+        got = (v1[:k], i1[:k]) if output == "both" else (v1 if output == "values" else i1)[:k]
+        check(got, expect(h, h < t, output), output, stable)
+    assert len(into_hits) >= 5
