@@ -193,12 +193,15 @@ def test_compact_into_with_a_threshold_new_at_each_call(n, output, stable, own_s
     i = cupy.empty(n, np.int64)
     out = {"values": v, "indices": i, "both": (v, i)}[output]
     count = cupy.zeros(1, np.int64)
+    sync = (stream or cupy.cuda.get_current_stream()).synchronize
     for t in ts:
         compact_into(a, f"x < {t!r}", out, output=output, count=count, stable=stable,
                      stream=stream)
+        sync()  # a non-blocking stream: count.get() waits for the current one only
         k = int(count.get()[0])
         got = (v[:k], i[:k]) if output == "both" else out[:k]
         check(got, expect(h, h < t, output), output, stable)
+    sync()
     for t, v1, i1, c1 in outs:
         k = int(c1.get()[0])
         got = (v1[:k], i1[:k]) if output == "both" else (v1 if output == "values" else i1)[:k]
