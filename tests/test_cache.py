@@ -821,3 +821,55 @@ def test_a_process_forked_during_a_compile_does_not_hold_its_lock(tmp_path):
                          capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     assert float(res.stdout) < 5, res.stdout
+
+
+def test_a_compiled_loop_is_not_held_up_by_a_wait_for_another_process_compile(
+        tmp_path, monkeypatch, built_loops):
+    """A thread building loop X while another process compiles X (its lock held: a process
+    stopped mid-compile) waits for it, up to LOCK_WAIT_S (120 s). Until 2026-12-02
+    (seventeenth session, a regression review) it waited holding the in-process cache's
+    lock, so every other thread's call of an already compiled one-array loop, which looks it
+    up under that lock, stalled for the whole wait (19.5 s with the wait set to 20 s). The
+    wait comes before that lock now."""
+    import subprocess
+    import threading
+
+    monkeypatch.setenv("DASK_COMPACT_CACHE_DIR", copy_built(built_loops, tmp_path))
+    monkeypatch.setattr(numba_loop, "LOCK_WAIT_S", 10.0)
+    numba_loop.clear_cache()
+    numba_loop._sweep()
+    a = np.random.default_rng(1).standard_normal(10_007) * 3
+    px, py = structures(12)[5], structures(12)[3]
+    np.testing.assert_array_equal(dask_compact.compact_array(a, py), a[_mask(a, 3)])
+    source = numba_loop.generate_source(px.typed(a.dtype), "values", cache=True)
+    lock = numba_loop.cache_dir() / f"loop_{numba_loop._digest(source)}.lock"
+    holder = subprocess.Popen(  # another process compiling X, stopped (for 10 s at most)
+        [sys.executable, "-c", "import fcntl, os, sys, time\n"
+         "fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)\n"
+         "fcntl.flock(fd, fcntl.LOCK_EX)\nprint('held', flush=True)\ntime.sleep(10)",
+         str(lock)], stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        waiting = threading.Event()
+        asked = numba_loop.held_signal
+
+        def held_signal() -> bool:  # asked at each turn of the wait for the lock
+            waiting.set()
+            return asked()
+
+        monkeypatch.setattr(numba_loop, "held_signal", held_signal)
+        got_x: list = []
+        thread = threading.Thread(target=lambda: got_x.append(dask_compact.compact_array(a, px)))
+        thread.start()
+        assert waiting.wait(30)
+        t0 = time.monotonic()
+        got_y = dask_compact.compact_array(a, py)  # already compiled in this process
+        took = time.monotonic() - t0
+        assert thread.is_alive()  # still waiting for X's lock meanwhile
+    finally:
+        holder.kill()
+        holder.wait()
+    thread.join(60)
+    np.testing.assert_array_equal(got_y, a[_mask(a, 3)])
+    assert took < 2, took
+    np.testing.assert_array_equal(got_x[0], a[_mask(a, 5)])

@@ -851,8 +851,9 @@ def one_compile_at_a_time(directory: Path, digest: str) -> Iterator[None]:
     compiles. Without ``fcntl``, or where the lock file cannot be made (a read-only
     directory: the build then compiles in memory anyway), or after :data:`LOCK_WAIT_S`, the
     build goes on unlocked, as before: the lock saves work, it guards nothing (numba's own
-    saves are atomic). In-process builds are already one at a time (``_loops.lock``). The
-    lock file belongs to the loop's files (trimmed and cleared with them)."""
+    saves are atomic). In-process builds are one at a time (``_loops.lock``, taken after
+    this lock: :func:`_found_or_built`; a record loop's per key). The lock file belongs to
+    the loop's files (trimmed and cleared with them)."""
     try:
         import fcntl
     except ImportError:  # not POSIX
@@ -982,23 +983,18 @@ def numba_held() -> contextlib.AbstractContextManager[None]:
     return deferred(signal.SIGINT)
 
 
-def _build(tp: TypedPredicate, output: str) -> CompiledLoop:
-    with numba_held():  # generate_source imports numba; the loop's module and compile use it
-        return _build_held(tp, output)
-
-
-def _build_held(tp: TypedPredicate, output: str) -> CompiledLoop:
-    source = generate_source(tp, output, cache=True)
+def _build_held(tp: TypedPredicate, output: str, source: str, directory: Path) -> CompiledLoop:
+    """The loop of ``source`` (``generate_source(tp, output)``) written to ``directory``,
+    imported and compiled: inside :func:`numba_held`, under ``_loops.lock`` and the loop's
+    :func:`one_compile_at_a_time` (:func:`_found_or_built` takes them)."""
     signature = _numba_signature(tp, output)
-    directory = cache_dir()
     try:
-        with one_compile_at_a_time(directory, _digest(source)):
-            func, path, module, new_file = _load_from_file(source, directory)
-            try:
-                _compile(func, signature, path)
-            except Exception:
-                _failed.add(module)  # no loop will use it (see _failed)
-                raise
+        func, path, module, new_file = _load_from_file(source, directory)
+        try:
+            _compile(func, signature, path)
+        except Exception:
+            _failed.add(module)  # no loop will use it (see _failed)
+            raise
     except OSError as e:
         # Read-only home, full disk (numba's cache save: ENOSPC), a file another process
         # trimmed away (numba's rename of its temporary file: FileNotFoundError): compiled
@@ -1085,34 +1081,69 @@ def fused_loop(tp: TypedPredicate, output: str) -> CompiledLoop:
     (:func:`.compiler_room.no_room_for_compiler`), so the caller takes the NumPy mask path.
     """
     key = (tp.key, output)
-    hit = _loops.get(key)
+    hit = _found(key)
     if hit is None:
         no_room = no_room_for_compiler()  # a dict lookup once numba is loaded
         if no_room is not None:
             raise UnsupportedPredicate(no_room)
-        with _loops.lock:
-            hit = _loops.get(key) or _kept.get(key)
-            if hit is None:
-                _sweep()  # the modules of evicted loops let go of since the last eviction
-                try:
-                    hit = _build(tp, output)
-                    _stats["builds"] += 1
-                    logger.debug("compiled fused loop %s for %s", key, to_source(tp.expr))
-                    if key in _built:  # back after its eviction: kept (see _kept)
-                        _kept[key] = hit
-                    _built.add(key)
-                except UnsupportedPredicate as e:
-                    hit = e
-                    _stats["unsupported"] += 1
-            else:  # a kept loop, back in the LRU
-                _stats["hits"] += 1
-            _loops.put(key, hit)
-    else:
-        with _loops.lock:
-            _stats["hits"] += 1
+        with numba_held():  # generate_source imports numba; the loop's module and compile use it
+            hit = _found_or_built(tp, output, key)
     if isinstance(hit, UnsupportedPredicate):
         raise hit
     return hit
+
+
+def _found(key: tuple[str, str]) -> CompiledLoop | UnsupportedPredicate | None:
+    """``key``'s loop (or reason) in the cache, or kept (then back in the LRU), counted as a
+    hit; None if this process has none."""
+    with _loops.lock:
+        hit = _loops.get(key)
+        if hit is None:
+            hit = _kept.get(key)
+            if hit is not None:  # a kept loop, back in the LRU
+                _loops.put(key, hit)
+        if hit is not None:
+            _stats["hits"] += 1
+        return hit
+
+
+def _found_or_built(tp: TypedPredicate, output: str, key: tuple[str, str]
+                    ) -> CompiledLoop | UnsupportedPredicate:
+    """``key``'s loop, built unless another thread built it meanwhile (inside numba_held).
+
+    Another process's compile of the loop is waited for (:func:`one_compile_at_a_time`, up to
+    :data:`LOCK_WAIT_S`) before ``_loops.lock`` is taken, which the build then holds: until
+    2026-12-02 (seventeenth session, a regression review) the wait was inside the lock, and
+    every other thread's call of an already compiled loop, looked up under it, stalled for
+    the whole wait (measured: 19.5 s with the wait set to 20 s). Two threads building the
+    same loop still build it once: the second waits for the first's lock (its own open file,
+    so the flock excludes it too), then finds the loop."""
+    try:
+        source: str | None = generate_source(tp, output, cache=True)
+    except UnsupportedPredicate as e:
+        source, refused = None, e
+    directory = cache_dir()
+    locked = (contextlib.nullcontext() if source is None
+              else one_compile_at_a_time(directory, _digest(source)))
+    with locked, _loops.lock:
+        hit = _found(key)  # built by another thread meanwhile
+        if hit is not None:
+            return hit
+        _sweep()  # the modules of evicted loops let go of since the last eviction
+        try:
+            if source is None:
+                raise refused
+            hit = _build_held(tp, output, source, directory)
+            _stats["builds"] += 1
+            logger.debug("compiled fused loop %s for %s", key, to_source(tp.expr))
+            if key in _built:  # back after its eviction: kept (see _kept)
+                _kept[key] = hit
+            _built.add(key)
+        except UnsupportedPredicate as e:
+            hit = e
+            _stats["unsupported"] += 1
+        _loops.put(key, hit)
+        return hit
 
 
 def clear_cache() -> None:
