@@ -182,3 +182,16 @@ def test_as_predicate_takes_the_kept_tree_without_parsing(monkeypatch):
         text = f"x < {float(t)!r}"
         np.testing.assert_array_equal(compact_array(a, text), a[a < float(t)])
     assert calls == []
+
+
+@pytest.mark.parametrize("text", ["x < ١.٥", "x < 1.٥", "x < 1٣", "x < 2e٣", "x < ５.0",
+                                  "(x > ٠.٥) & (x < 1.5)"])
+def test_digits_python_refuses_are_refused_after_their_shape_is_kept(text):
+    """``\\d`` reads Unicode's digits and float() and int() take them, but Python's syntax
+    does not: a text of a kept shape written in them was refused before its shape was kept
+    and ran after (until 2026-12-02, seventeenth session, a regression review)."""
+    for first in ("x < 0.25", "x < 7", "x < 2e3", "(x > 0.25) & (x < 1.5)"):
+        template.remember_parsed(first, parse(first))
+    assert template.like_parsed(text) is None
+    with pytest.raises(ValueError, match="not valid syntax"):
+        as_predicate(text)

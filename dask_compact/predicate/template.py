@@ -34,11 +34,15 @@ from .expr import Param, walk
 # a logical operator); group 1 a float, group 2 an int. Not a digit inside a name (x1), nor a
 # number followed by a letter, a dot or an underscore (1j, 1_000, 0x10, 1.5.2): those stay in
 # the shape as text, so that only strings that are valid Python where the first was share it.
+# ASCII digits only: Python's syntax has no others, but float() and int() read any of
+# Unicode's, and until 2026-12-02 (seventeenth session, a regression review) "x < ١.٥" ran
+# as x < 1.5 once "x < 0.25" had kept its shape, refused as invalid syntax before.
 _NUMBER = re.compile(
     r"(?:(?<=[(\[<>=!,&|~])|^|(?<=\s))"
     r"(?:(-?(?:\d+\.\d*(?:[eE][+-]?\d+)?|\.\d+(?:[eE][+-]?\d+)?|\d+[eE][+-]?\d+))"
     r"|(-?(?:0+|[1-9]\d*)))"
-    r"(?![\w.])"
+    r"(?![\w.])",
+    re.ASCII,
 )
 _INT64_LIMIT = 1 << 63
 # shape -> the Predicate parsed from the first text of that shape; emptied past _MAX entries
