@@ -140,3 +140,20 @@ def test_an_int_outside_the_dtype_takes_the_checked_path(shaped_hits):
         check(compact_array(a, text), h[h < int(t)], "values", True)
     assert "x < 300" not in shaped_hits and "x < -300" not in shaped_hits
     assert "x < 128" not in shaped_hits and "x < -7" in shaped_hits
+
+
+@pytest.mark.parametrize("text", ["x < 0.2" + "0" * 2100 + "1", "x < ١.٥", "x < 1٣",
+                                  "x < ５.0"])
+def test_a_text_the_parse_refuses_is_refused_with_its_shape_kept(text, shaped_hits):
+    """The shaped call finds a text's shape with no parse: a text of the kept shape longer
+    than parse.MAX_LENGTH, or whose numbers are in digits Python's syntax has not (float()
+    and int() read them), ran there (until 2026-12-02, seventeenth session, a regression
+    review); refused as the parse refuses it, however often the shape ran before."""
+    h = np.random.default_rng(3).random(1031, dtype=np.float32)
+    a = cupy.asarray(h)
+    for t in ("x < 0.25", "x < 0.5", "x < 0.75", "x < 1", "x < 7"):
+        check(compact_array(a, t), h[h < float(t.split()[-1])], "values", True)
+    for _ in range(2):
+        with pytest.raises(ValueError, match="over 2000|not valid syntax"):
+            compact_array(a, text)
+    assert text not in shaped_hits
