@@ -821,3 +821,31 @@ def test_a_process_forked_during_a_compile_does_not_hold_its_lock(tmp_path):
                          capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     assert float(res.stdout) < 5, res.stdout
+
+
+def test_the_gpu_shaped_calls_runs_go_with_their_entries():
+    """backends/cupy_shaped.py keeps the runs of texts it served (``_runs``, a plain dict)
+    beside its BoundedCache of calls: until 2026-12-02 (seventeenth session, a regression
+    review) they held their calls (each its module, scratch up to 8 MiB, pinned word) past
+    an eviction and past ``clear_cache()``, up to 1,024 calls against ``memory-entries``.
+    Plain Python bookkeeping: stand-in entries, no GPU."""
+    from dask_compact.backends import cupy_shaped as cs
+
+    cs.forget()
+    try:
+        with dask.config.set({"dask-compact.cache.memory-entries": 2}):
+            entries = []
+            for j in range(3):
+                entry = [0, object(), None, None]
+                cs.shaped_calls.put(("thread", ("shape", j)), entry)
+                entries.append(entry)
+                for t in range(2):
+                    cs._runs[("thread", f"text {j} {t}")] = cs.ShapedRun(entry, (t,), (t,))
+            # the first entry was evicted by the third: its runs with it, the others kept
+            assert cs.shaped_calls.get(("thread", ("shape", 0))) is None
+            assert all(r.entry is not entries[0] for r in cs._runs.values())
+            assert len(cs._runs) == 4
+        dask_compact.clear_cache()
+        assert not cs._runs and len(cs.shaped_calls) == 0
+    finally:
+        cs.forget()
