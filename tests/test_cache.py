@@ -849,3 +849,40 @@ def test_the_gpu_shaped_calls_runs_go_with_their_entries():
         assert not cs._runs and len(cs.shaped_calls) == 0
     finally:
         cs.forget()
+
+
+def test_a_shaped_run_interrupted_in_its_rebinding_rebinds_at_the_next_run():
+    """A ShapedRun rewrites its call's constant slots one by one, then notes whose they are:
+    until 2026-12-02 (seventeenth session, a regression review) a Ctrl-C between the two
+    left the note of the text that ran before over slots partly rewritten, and that text's
+    next call ran with the other's constants. Stand-in call, no GPU."""
+    from dask_compact.backends import cupy_shaped as cs
+
+    class Kernel:
+        def __init__(self) -> None:
+            self.slots = [0.25, 1.5]
+            self.interrupt = False
+
+        def rebind(self, params: tuple) -> None:
+            for i, v in enumerate(params):
+                self.slots[i] = v
+                if self.interrupt:
+                    raise KeyboardInterrupt
+
+    class Call:
+        def __init__(self) -> None:
+            self.kernel = Kernel()
+
+        def __call__(self, a, base):
+            return list(self.kernel.slots)
+
+    entry = [0, Call(), None, None]
+    first = cs.ShapedRun(entry, (("f", 1),), (0.25, 1.5))
+    other = cs.ShapedRun(entry, (("f", 2),), (0.75, 2.5))
+    assert first(None, 0) == [0.25, 1.5]
+    entry[1].kernel.interrupt = True
+    with pytest.raises(KeyboardInterrupt):
+        other(None, 0)
+    entry[1].kernel.interrupt = False
+    assert first(None, 0) == [0.25, 1.5]
+    assert other(None, 0) == [0.75, 2.5]

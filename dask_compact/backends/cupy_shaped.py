@@ -64,6 +64,10 @@ class ShapedRun:
     def __call__(self, a: Any, base: int) -> Any:
         entry = self.entry
         if entry[3] is not self.keys:
+            # no text's until the slots hold these: a Ctrl-C in the rebinding left the note
+            # of the text before over slots partly rewritten, and its next call ran with the
+            # other's constants (until 2026-12-02, seventeenth session, a regression review)
+            entry[3] = None
             entry[1].kernel.rebind(self.bound)
             entry[3] = self.keys
         return entry[1](a, base)
