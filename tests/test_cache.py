@@ -873,3 +873,68 @@ def test_a_compiled_loop_is_not_held_up_by_a_wait_for_another_process_compile(
     np.testing.assert_array_equal(got_y, a[_mask(a, 3)])
     assert took < 2, took
     np.testing.assert_array_equal(got_x[0], a[_mask(a, 5)])
+
+
+def test_the_gpu_shaped_calls_runs_go_with_their_entries():
+    """backends/cupy_shaped.py keeps the runs of texts it served (``_runs``, a plain dict)
+    beside its BoundedCache of calls: until 2026-12-02 (seventeenth session, a regression
+    review) they held their calls (each its module, scratch up to 8 MiB, pinned word) past
+    an eviction and past ``clear_cache()``, up to 1,024 calls against ``memory-entries``.
+    Plain Python bookkeeping: stand-in entries, no GPU."""
+    from dask_compact.backends import cupy_shaped as cs
+
+    cs.forget()
+    try:
+        with dask.config.set({"dask-compact.cache.memory-entries": 2}):
+            entries = []
+            for j in range(3):
+                entry = [0, object(), None, None]
+                cs.shaped_calls.put(("thread", ("shape", j)), entry)
+                entries.append(entry)
+                for t in range(2):
+                    cs._runs[("thread", f"text {j} {t}")] = cs.ShapedRun(entry, (t,), (t,))
+            # the first entry was evicted by the third: its runs with it, the others kept
+            assert cs.shaped_calls.get(("thread", ("shape", 0))) is None
+            assert all(r.entry is not entries[0] for r in cs._runs.values())
+            assert len(cs._runs) == 4
+        dask_compact.clear_cache()
+        assert not cs._runs and len(cs.shaped_calls) == 0
+    finally:
+        cs.forget()
+
+
+def test_a_shaped_run_interrupted_in_its_rebinding_rebinds_at_the_next_run():
+    """A ShapedRun rewrites its call's constant slots one by one, then notes whose they are:
+    until 2026-12-02 (seventeenth session, a regression review) a Ctrl-C between the two
+    left the note of the text that ran before over slots partly rewritten, and that text's
+    next call ran with the other's constants. Stand-in call, no GPU."""
+    from dask_compact.backends import cupy_shaped as cs
+
+    class Kernel:
+        def __init__(self) -> None:
+            self.slots = [0.25, 1.5]
+            self.interrupt = False
+
+        def rebind(self, params: tuple) -> None:
+            for i, v in enumerate(params):
+                self.slots[i] = v
+                if self.interrupt:
+                    raise KeyboardInterrupt
+
+    class Call:
+        def __init__(self) -> None:
+            self.kernel = Kernel()
+
+        def __call__(self, a, base):
+            return list(self.kernel.slots)
+
+    entry = [0, Call(), None, None]
+    first = cs.ShapedRun(entry, (("f", 1),), (0.25, 1.5))
+    other = cs.ShapedRun(entry, (("f", 2),), (0.75, 2.5))
+    assert first(None, 0) == [0.25, 1.5]
+    entry[1].kernel.interrupt = True
+    with pytest.raises(KeyboardInterrupt):
+        other(None, 0)
+    entry[1].kernel.interrupt = False
+    assert first(None, 0) == [0.25, 1.5]
+    assert other(None, 0) == [0.75, 2.5]

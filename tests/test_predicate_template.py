@@ -181,3 +181,38 @@ def test_as_predicate_takes_the_kept_tree_without_parsing(monkeypatch):
         text = f"x < {float(t)!r}"
         np.testing.assert_array_equal(compact_array(a, text), a[a < float(t)])
     assert calls == []
+
+
+@pytest.mark.parametrize("text", ["x < ١.٥", "x < 1.٥", "x < 1٣", "x < 2e٣", "x < ５.0",
+                                  "(x > ٠.٥) & (x < 1.5)"])
+def test_digits_python_refuses_are_refused_after_their_shape_is_kept(text):
+    """``\\d`` reads Unicode's digits and float() and int() take them, but Python's syntax
+    does not: a text of a kept shape written in them was refused before its shape was kept
+    and ran after (until 2026-12-02, seventeenth session, a regression review)."""
+    for first in ("x < 0.25", "x < 7", "x < 2e3", "(x > 0.25) & (x < 1.5)"):
+        template.remember_parsed(first, parse(first))
+    assert template.like_parsed(text) is None
+    with pytest.raises(ValueError, match="not valid syntax"):
+        as_predicate(text)
+
+
+def test_a_text_longer_than_a_parse_takes_has_no_shape():
+    """The GPU's kept call per shape (backends/cupy_shaped.py) finds a text's shape with no
+    parse: a text of a kept shape past parse.MAX_LENGTH (a number of 2,100 digits) ran there
+    where the parse refuses it (until 2026-12-02, seventeenth session, a regression review);
+    a number of over 4,300 digits raised int()'s own ValueError."""
+    from dask_compact.backends.cupy_shaped import shaped_key
+    from dask_compact.predicate.parse import MAX_LENGTH
+
+    template.remember_parsed("x < 0.25", parse("x < 0.25"))
+    template.remember_parsed("x < 7", parse("x < 7"))
+    for text in ("x < 0.2" + "0" * MAX_LENGTH + "1", "x < " + "0" * 5000,
+                 "x < -" + "0" * (MAX_LENGTH - 4)):
+        assert template.shape_of(text) is None
+        assert not template.kept_shape(text)
+        assert template.like_parsed(text) is None
+        assert shaped_key(text, ("thread", text, "<f4", 10)) is None
+        with pytest.raises(ValueError, match=f"over {MAX_LENGTH}"):
+            as_predicate(text)
+    at_limit = "x < 0." + "0" * (MAX_LENGTH - 7) + "1"
+    assert len(at_limit) == MAX_LENGTH and template.like_parsed(at_limit) is not None

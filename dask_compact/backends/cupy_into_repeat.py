@@ -154,9 +154,19 @@ def remember_into(a: Any, pred_like: Any, pred: Predicate, out: Any, output: str
 # queued before keep the constants they were launched with, so no wait is needed).
 # (thread, ("shape", shape), the rest of the repeated key) -> [device, its IntoCall, the typed
 # tree, the value keys of the numbers its slots hold now, the stream, the buffers' spans]
-_shaped: BoundedCache[tuple, list] = BoundedCache("shaped into calls")
-# The repeated key of a text the shaped call served -> its hit (a ShapedRun of the entry)
+# The repeated key of a text the shaped call served -> its hit (a ShapedRun of the entry);
+# a call's runs go with it at its eviction and at clear_cache(), as cupy_shaped's do
 _runs: dict[tuple, tuple] = {}
+
+
+def _evicted(key: tuple, entry: list) -> None:
+    for k, hit in list(_runs.items()):
+        if hit[1].entry is entry:
+            _runs.pop(k, None)
+
+
+_shaped: BoundedCache[tuple, list] = BoundedCache("shaped into calls", on_evict=_evicted,
+                                                  on_clear=_runs.clear)
 
 
 def _shaped_hit(a: Any, text: str, key: tuple | None) -> tuple | None:

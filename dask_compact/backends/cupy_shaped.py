@@ -35,13 +35,26 @@ from ..predicate.template import kept_shape, shape_of
 __all__ = ["shaped_call", "remember_shaped", "shaped_key", "bound_numbers", "shape_typing",
            "ShapedRun", "forget"]
 
-# (thread, ("shape", shape), dtype, n, output, stable, algorithm, stream) -> [device, its
-# OneReadCall, the typed tree, the value keys of the numbers its slots hold now]
-shaped_calls: BoundedCache[tuple, list] = BoundedCache("shaped calls")
 # The repeated call's key of a text the shaped call served (its numbers) -> its ShapedRun: the
 # same text again skips finding its shape and binding (a dict; emptied past _RUNS_MAX)
 _runs: dict[tuple, ShapedRun] = {}
 _RUNS_MAX = 1024
+
+
+def _evicted(key: tuple, entry: list) -> None:
+    """The runs of an evicted call go with it. Until 2026-12-02 (seventeenth session, a
+    regression review) they held it (its module, scratch up to 8 MiB, pinned word) until
+    _runs filled: up to _RUNS_MAX calls against ``cache.memory-entries``, and past
+    ``clear_cache()``. A scan of at most _RUNS_MAX runs, at an eviction only."""
+    for k, run in list(_runs.items()):
+        if run.entry is entry:
+            _runs.pop(k, None)
+
+
+# (thread, ("shape", shape), dtype, n, output, stable, algorithm, stream) -> [device, its
+# OneReadCall, the typed tree, the value keys of the numbers its slots hold now]
+shaped_calls: BoundedCache[tuple, list] = BoundedCache("shaped calls", on_evict=_evicted,
+                                                       on_clear=_runs.clear)
 
 
 class ShapedRun:
@@ -54,6 +67,10 @@ class ShapedRun:
     def __call__(self, *args: Any) -> Any:
         entry = self.entry
         if entry[3] is not self.keys:
+            # no text's until the slots hold these: a Ctrl-C in the rebinding left the note
+            # of the text before over slots partly rewritten, and its next call ran with the
+            # other's constants (until 2026-12-02, seventeenth session, a regression review)
+            entry[3] = None
             entry[1].kernel.rebind(self.bound)
             entry[3] = self.keys
         return entry[1](*args)

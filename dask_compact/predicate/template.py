@@ -28,17 +28,22 @@ import re
 from typing import Any
 
 from .expr import Param, walk
+from .parse import MAX_LENGTH
 
 # An unsigned decimal number, or one negated by a minus written right before it where that
 # minus cannot be binary (at the start, or after an opening bracket, a comparison, a comma or
 # a logical operator); group 1 a float, group 2 an int. Not a digit inside a name (x1), nor a
 # number followed by a letter, a dot or an underscore (1j, 1_000, 0x10, 1.5.2): those stay in
 # the shape as text, so that only strings that are valid Python where the first was share it.
+# ASCII digits only: Python's syntax has no others, but float() and int() read any of
+# Unicode's, and until 2026-12-02 (seventeenth session, a regression review) "x < ١.٥" ran
+# as x < 1.5 once "x < 0.25" had kept its shape, refused as invalid syntax before.
 _NUMBER = re.compile(
     r"(?:(?<=[(\[<>=!,&|~])|^|(?<=\s))"
     r"(?:(-?(?:\d+\.\d*(?:[eE][+-]?\d+)?|\.\d+(?:[eE][+-]?\d+)?|\d+[eE][+-]?\d+))"
     r"|(-?(?:0+|[1-9]\d*)))"
-    r"(?![\w.])"
+    r"(?![\w.])",
+    re.ASCII,
 )
 _INT64_LIMIT = 1 << 63
 # shape -> the Predicate parsed from the first text of that shape; emptied past _MAX entries
@@ -49,8 +54,13 @@ _MAX = 256
 def shape_of(text: str) -> tuple[tuple, tuple] | None:
     """``(shape, numbers)``: the text's pieces between the numbers :data:`_NUMBER` finds,
     with each number's kind, and the numbers as Python reads them; None where it has none,
-    has quotes, or an int outside int64 (a parse refuses some of those by their size)."""
-    if "'" in text or '"' in text:
+    has quotes, or an int outside int64 (a parse refuses some of those by their size), or is
+    longer than a parse takes."""
+    # here, not in like_parsed alone: the GPU's kept call per shape (backends/cupy_shaped.py)
+    # finds a text's shape with no parse, and until 2026-12-02 (seventeenth session, a
+    # regression review) ran a text of a kept shape the parse refuses by its length (a
+    # number of 2,100 digits), and int() refused one of 4,300 digits in its own words
+    if len(text) > MAX_LENGTH or "'" in text or '"' in text:
         return None
     pieces: list[str] = []
     kinds: list[str] = []
@@ -78,9 +88,7 @@ def shape_of(text: str) -> tuple[tuple, tuple] | None:
 def like_parsed(text: str) -> Any:
     """A Predicate equal to ``parse(text)``, made from the kept tree of ``text``'s shape with
     ``text``'s numbers, or None where no shape is kept for it."""
-    from .parse import MAX_LENGTH
-
-    found = shape_of(text) if len(text) <= MAX_LENGTH else None
+    found = shape_of(text)
     if found is None:
         return None
     shape, numbers = found

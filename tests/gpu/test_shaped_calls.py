@@ -207,3 +207,57 @@ def test_compact_into_with_a_threshold_new_at_each_call(n, output, stable, own_s
         got = (v1[:k], i1[:k]) if output == "both" else (v1 if output == "values" else i1)[:k]
         check(got, expect(h, h < t, output), output, stable)
     assert len(into_hits) >= 5
+
+
+@pytest.mark.parametrize("text", ["x < 0.2" + "0" * 2100 + "1", "x < ١.٥", "x < 1٣",
+                                  "x < ５.0"])
+def test_a_text_the_parse_refuses_is_refused_with_its_shape_kept(text, shaped_hits):
+    """The shaped call finds a text's shape with no parse: a text of the kept shape longer
+    than parse.MAX_LENGTH, or whose numbers are in digits Python's syntax has not (float()
+    and int() read them), ran there (until 2026-12-02, seventeenth session, a regression
+    review); refused as the parse refuses it, however often the shape ran before."""
+    h = np.random.default_rng(3).random(1031, dtype=np.float32)
+    a = cupy.asarray(h)
+    for t in ("x < 0.25", "x < 0.5", "x < 0.75", "x < 1", "x < 7"):
+        check(compact_array(a, t), h[h < float(t.split()[-1])], "values", True)
+    for _ in range(2):
+        with pytest.raises(ValueError, match="over 2000|not valid syntax"):
+            compact_array(a, text)
+    assert text not in shaped_hits
+
+
+def test_bool_and_float16_numbers_and_calls_evicted_or_cleared(shaped_hits):
+    """Numbers that type or round otherwise: ints beside a bool array (compared in int64:
+    2 and -1 select as NumPy), floats past float16 (65520.0 and 1e5 round to inf), signed
+    zeros; then the shape's calls evicted (memory-entries 1, sizes cycled) and dropped by
+    clear_cache() between runs of texts they served: each result NumPy's."""
+    import dask
+
+    import dask_compact
+    from dask_compact.backends import cupy_shaped
+
+    rng = np.random.default_rng(11)
+    hb = rng.integers(0, 2, 4099).astype(bool)
+    ab = cupy.asarray(hb)
+    for v in ("1", "0", "2", "-1", "1", "0.5", "1.5", "-0.5"):
+        text = f"x < {v}"
+        check(compact_array(ab, text), hb[eval(text, {"x": hb})], "values", True)  # noqa: S307
+    hh = (rng.standard_normal(4099) * 2e4).astype(np.float16)
+    hh[:4] = [np.inf, -np.inf, -0.0, 0.0]
+    ah = cupy.asarray(hh)
+    for v in ("0.5", "65504.0", "65520.0", "1e5", "-1e5", "-0.0", "0.0", "1e400", "0.5"):
+        text = f"(x <= {v}) | (x > 3e4)"
+        with np.errstate(over="ignore"):  # NumPy's cast of 1e5 to float16 warns
+            want = hh[eval(text, {"x": hh})]  # noqa: S307
+        check(compact_array(ah, text), want, "values", True)
+    with dask.config.set({"dask-compact.cache.memory-entries": 1}):
+        hs = {n: rng.random(n, dtype=np.float32) for n in (257, 1031, 4099)}
+        arrays = {n: cupy.asarray(h) for n, h in hs.items()}
+        for k in range(30):
+            n, t = (257, 1031, 4099)[k % 3], [0.25, 0.5, 0.75, 0.125][k % 4]
+            if k == 17:
+                dask_compact.clear_cache()
+                assert not cupy_shaped._runs
+            got = compact_array(arrays[n], f"x < {t!r}")
+            check(got, hs[n][hs[n] < t], "values", True)
+            assert len(cupy_shaped.shaped_calls) <= 1
