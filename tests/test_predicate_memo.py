@@ -1202,7 +1202,7 @@ def test_recent_keys_under_a_thread_rebinding_the_cell():
         th.join()
         memo.sys.setswitchinterval(old)
     # whatever the threads interleaved, every entry kept holds the key of its own values
-    for code, g, _names, values, _ids, key in list(memo._RECENT.values()):
+    for code, g, _b, _names, values, _ids, key in list(memo._RECENT.values()):
         if code is f.__code__:
             snap = types.FunctionType(code, dict(g), "f", None,
                                       tuple(types.CellType(v) for v in values))
@@ -1210,3 +1210,30 @@ def test_recent_keys_under_a_thread_rebinding_the_cell():
     for t in (0.25, 0.75):
         assert trace_key(f) == _fresh_key(f)
         check(f, A < t)
+
+
+def test_a_builtin_patched_or_another_functions_builtins_is_another_key():
+    """A builtin the code reads (``abs``) is in the key as it is now: until 2026-12-02
+    (seventeenth session, a review of the recent keys) names not in the globals were left
+    out, and after ``builtins.abs`` was patched, or for a function of the same code with
+    other ``__builtins__`` (exec), the first trace was reused."""
+    import builtins
+
+    a = np.array([-3.0, -1.5, -0.0, 0.5, 1.0, 2.0, 3.0])
+    g: dict = {}
+    exec("r = lambda v: abs(v) > 1", g)  # noqa: S102 -- the test's own code
+    np.testing.assert_array_equal(compact_array(a, g["r"]), a[np.abs(a) > 1])
+    orig = builtins.abs
+    builtins.abs = lambda v: -v
+    try:
+        exec("r = lambda v: abs(v) > 1", g)  # noqa: S102
+        np.testing.assert_array_equal(compact_array(a, g["r"]), a[-a > 1])
+    finally:
+        builtins.abs = orig
+    np.testing.assert_array_equal(compact_array(a, g["r"]), a[np.abs(a) > 1])
+    code = compile("lambda v: abs(v) > 1", "<test>", "eval").co_consts[0]
+    first = types.FunctionType(code, {"__builtins__": {"abs": orig}})
+    other = types.FunctionType(code, {"__builtins__": {"abs": lambda v: -v}})
+    np.testing.assert_array_equal(compact_array(a, first), a[np.abs(a) > 1])
+    np.testing.assert_array_equal(compact_array(a, other), a[-a > 1])
+    assert trace_key(first) != trace_key(other)

@@ -521,7 +521,17 @@ def _values(func: types.FunctionType, g: dict, names: tuple[str, ...]) -> list[A
         values.extend(defaults)
     if names:
         values.extend(map(g.get, names, itertools.repeat(_MISSING)))
+        values.extend(map(_builtins_of(func).get, names, itertools.repeat(_MISSING)))
     return values
+
+
+def _builtins_of(func: types.FunctionType) -> dict:
+    """The builtins ``func``'s code reads a name from where its globals have none: its
+    ``__builtins__`` (a dict, or the module as ``exec`` may give it)."""
+    b = getattr(func, "__builtins__", None)
+    if isinstance(b, types.ModuleType):
+        return vars(b)
+    return b if isinstance(b, dict) else {}
 
 
 _cell_value = operator.attrgetter("cell_contents")
@@ -530,11 +540,19 @@ _cell_value = operator.attrgetter("cell_contents")
 def _recent_key(func: types.FunctionType, hit: tuple) -> tuple | None:
     """The key of ``hit`` (a :data:`_RECENT` entry) if ``func`` reads what it was made of:
     the same code, globals, and value objects; else None."""
-    code, g, names, _, ids, key = hit
-    if func.__code__ is not code or func.__globals__ is not g:
+    code, g, b, names, _, ids, key = hit
+    if (func.__code__ is not code or func.__globals__ is not g
+            or getattr(func, "__builtins__", None) is not b):
         return None
     values = _values(func, g, names)
     return key if values is not None and list(map(id, values)) == ids else None
+
+
+def _fixed_builtin(v: Any) -> bool:
+    """A builtin function or a C type (``abs``, ``float``): nothing changes it, and the entry
+    holding it keeps its id its own (whether the key takes it is _trace_key's to say)."""
+    kind = type(v)
+    return kind is types.BuiltinFunctionType or (kind is type and not v.__flags__ & _HEAPTYPE)
 
 
 def _keep_recent(func: types.FunctionType) -> tuple | None:
@@ -546,12 +564,15 @@ def _keep_recent(func: types.FunctionType) -> tuple | None:
     names = code_names(code)
     values = _values(func, g, names)
     if values is None or any(type(v) not in _RECENT_TYPES and v is not _MISSING
-                             for v in values):
+                             and not _fixed_builtin(v) for v in values):
         return _trace_key(func)
     ncells = len(func.__closure__ or ())
     ndefaults = len(func.__defaults__ or ())
-    snap = {name: v for name, v in zip(names, values[ncells + ndefaults:]) if v is not _MISSING}
-    snap["__builtins__"] = getattr(func, "__builtins__", g.get("__builtins__"))
+    at = ncells + ndefaults
+    snap = {name: v for name, v in zip(names, values[at:at + len(names)]) if v is not _MISSING}
+    # the builtins it reads, as read (a builtins dict of the names alone)
+    snap["__builtins__"] = {name: v for name, v in zip(names, values[at + len(names):])
+                            if v is not _MISSING}
     fixed = types.FunctionType(code, snap, func.__name__,
                                tuple(values[ncells:ncells + ndefaults]) or None,
                                tuple(types.CellType(v) for v in values[:ncells]) or None)
@@ -559,7 +580,8 @@ def _keep_recent(func: types.FunctionType) -> tuple | None:
     if key is not None:
         if len(_RECENT) >= _RECENT_MAX:
             _RECENT.clear()
-        _RECENT[id(code)] = (code, g, names, tuple(values), list(map(id, values)), key)
+        _RECENT[id(code)] = (code, g, getattr(func, "__builtins__", None), names, tuple(values),
+                             list(map(id, values)), key)
     return key
 
 
@@ -595,9 +617,21 @@ def _trace_key(func: Callable[..., Any], reads: dict | None = None) -> tuple | N
                 owners.append(v)
     if not names:
         return (code,) if len(parts) == 1 else _hashable(parts)
+    builtin = _builtins_of(func)
     for name in names:
         if name not in g:
-            continue  # an attribute name, or a builtin
+            # a builtin (or an attribute name, which no builtin has): what it is now, so
+            # that builtins.abs patched, or a function of another __builtins__, is another
+            # key (until 2026-12-02, seventeenth session, a review of the recent keys: the
+            # trace of the first abs was reused)
+            value = builtin.get(name, _MISSING)
+            if value is _MISSING:
+                continue
+            part = _part(value)
+            if part is None:
+                return None
+            parts.append(("builtin", name, part))
+            continue
         value = g[name]
         part = _part(value)
         if part is None:
