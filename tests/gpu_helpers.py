@@ -5,6 +5,30 @@ from __future__ import annotations
 from typing import Any
 
 
+def expect(a: Any, m: Any, output: str) -> Any:
+    """NumPy's selection of ``a`` (NumPy) by the mask ``m`` for ``output``."""
+    import numpy as np
+
+    v, i = a.ravel()[m.ravel()], np.flatnonzero(m)
+    return {"values": v, "indices": i, "both": (v, i)}[output]
+
+
+def check(got: Any, want: Any, output: str, stable: bool) -> None:
+    """A GPU result (CuPy arrays) equals NumPy's ``want``: in order where ``stable``, else
+    the same multiset (the unordered kernel)."""
+    import cupy
+    import numpy as np
+
+    pairs = zip(got, want) if output == "both" else [(got, want)]
+    for g, w in pairs:
+        g = cupy.asnumpy(g)
+        assert g.size == w.size
+        if stable:
+            np.testing.assert_array_equal(g, w)
+        else:
+            np.testing.assert_array_equal(np.sort(g), np.sort(w))
+
+
 def device_count() -> int:
     """CUDA devices present; 0 where CuPy is installed but no driver or device is (a skip
     condition evaluated at collection raised there, and the GPU modules errored instead of

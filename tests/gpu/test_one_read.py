@@ -15,7 +15,7 @@ import pytest
 
 cupy = pytest.importorskip("cupy")
 
-from gpu_helpers import device_count, hold_kernel  # noqa: E402
+from gpu_helpers import check, device_count, expect, hold_kernel  # noqa: E402
 
 from dask_compact import compact_array  # noqa: E402
 from dask_compact.backends import cupy_backend as cb  # noqa: E402
@@ -23,22 +23,6 @@ from dask_compact.predicate import as_predicate  # noqa: E402
 from dask_compact.predicate.parse import parse  # noqa: E402 -- a fresh predicate: no memo yet
 
 pytestmark = pytest.mark.gpu
-
-
-def expect(a: np.ndarray, m: np.ndarray, output: str):
-    v, i = a.ravel()[m.ravel()], np.flatnonzero(m)
-    return {"values": v, "indices": i, "both": (v, i)}[output]
-
-
-def check(got, want, output: str, stable: bool) -> None:
-    pairs = zip(got, want) if output == "both" else [(got, want)]
-    for g, w in pairs:
-        g = cupy.asnumpy(g)
-        assert g.size == w.size
-        if stable:
-            np.testing.assert_array_equal(g, w)
-        else:  # the unordered kernel: the same multiset
-            np.testing.assert_array_equal(np.sort(g), np.sort(w))
 
 
 @pytest.mark.parametrize("dtype", ["int8", "int32", "float32", "float64", "uint64"])

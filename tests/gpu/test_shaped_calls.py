@@ -14,26 +14,12 @@ import pytest
 
 cupy = pytest.importorskip("cupy")
 
+from gpu_helpers import check, expect  # noqa: E402
+
 from dask_compact import compact_array  # noqa: E402
 from dask_compact.backends import cupy_backend as cb  # noqa: E402
 
 pytestmark = pytest.mark.gpu
-
-
-def expect(a: np.ndarray, m: np.ndarray, output: str):
-    v, i = a.ravel()[m.ravel()], np.flatnonzero(m)
-    return {"values": v, "indices": i, "both": (v, i)}[output]
-
-
-def check(got, want, output: str, stable: bool) -> None:
-    pairs = zip(got, want) if output == "both" else [(got, want)]
-    for g, w in pairs:
-        g = cupy.asnumpy(g)
-        assert g.size == w.size
-        if stable:
-            np.testing.assert_array_equal(g, w)
-        else:
-            np.testing.assert_array_equal(np.sort(g), np.sort(w))
 
 
 @pytest.fixture
