@@ -42,7 +42,6 @@ from ..codegen.cuda_functor import CodegenUnsupported, ctype
 from ..predicate.core import Predicate
 from ..predicate.expr import ParamOverflow
 from ..predicate.memo import TRACED_UNDER, trace_key
-from ..predicate.template import kept_shape
 from .cupy_device import (
     by_output,
     check_powers,
@@ -67,7 +66,7 @@ from .cupy_ready import (
     speculated,
 )
 from .cupy_shaped import forget as forget_shaped
-from .cupy_shaped import remember_shaped, shaped_call, shaped_calls, shaped_key
+from .cupy_shaped import remember_shaped, shaped_call
 from .cupy_source import ModuleSpec
 from .cupy_tuning import (
     EXACT_MODES,
@@ -655,10 +654,7 @@ def remember_call(a: Any, pred_like: Any, pred: Predicate, output: str, stable: 
     if call is not None:
         _repeat_calls.put(key, (a.data.device_id, call, pred_like))
         if isinstance(pred_like, str):
-            skey = shaped_key(pred_like, key)
-            if skey is not None and shaped_calls.get(skey[0]) is None and kept_shape(pred_like):
-                remember_shaped(a, pred_like, pred, key, _plan(a, pred, None, output, alg),
-                                output)
+            remember_shaped(a, pred_like, pred, key, output, alg)
 
 
 # ----------------------------------------------------------------------------- public ---------

@@ -17,17 +17,17 @@ is compared per call (one C-contiguous span against the buffers' spans kept with
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import numpy as np
 
 from ..cache import BoundedCache
 from ..predicate.core import Predicate
-from ..predicate.memo import value_key
 from ..predicate.template import kept_shape
 from ..validate import _span
 from .cupy_launch import thread_key
-from .cupy_shaped import ShapedRun, bound_numbers, shape_typing, shaped_key
+from .cupy_shaped import ShapedRun, find_run, runs_evicted, shape_typing, shaped_key
 
 __all__ = ["repeated_into", "remember_into", "forget"]
 
@@ -154,52 +154,26 @@ def remember_into(a: Any, pred_like: Any, pred: Predicate, out: Any, output: str
 # queued before keep the constants they were launched with, so no wait is needed).
 # (thread, ("shape", shape), the rest of the repeated key) -> [device, its IntoCall, the typed
 # tree, the value keys of the numbers its slots hold now, the stream, the buffers' spans]
-# The repeated key of a text the shaped call served -> its hit (a ShapedRun of the entry);
-# a call's runs go with it at its eviction and at clear_cache(), as cupy_shaped's do
-_runs: dict[tuple, tuple] = {}
-
-
-def _evicted(key: tuple, entry: list) -> None:
-    for k, hit in list(_runs.items()):
-        if hit[1].entry is entry:
-            _runs.pop(k, None)
-
-
-_shaped: BoundedCache[tuple, list] = BoundedCache("shaped into calls", on_evict=_evicted,
-                                                  on_clear=_runs.clear)
+# Runs of the texts served, by their repeated key (cupy_shaped.find_run), going with their
+# calls at eviction and clear_cache()
+_runs: dict[tuple, ShapedRun] = {}
+_shaped: BoundedCache[tuple, list] = BoundedCache(
+    "shaped into calls", on_evict=runs_evicted(_runs), on_clear=_runs.clear)
 
 
 def _shaped_hit(a: Any, text: str, key: tuple | None) -> tuple | None:
     """``(device, call, None, stream, spans)`` for ``text`` from its shape's entry, the call
     bound to ``text``'s numbers, or None."""
-    if key is None:
+    run = None if key is None else find_run(_runs, _shaped, a, text, key)
+    if run is None:
         return None
-    hit = _runs.get(key)
-    if hit is not None:
-        return hit
-    found = shaped_key(text, key)
-    if found is None:
-        return None
-    skey, numbers = found
-    entry = _shaped.get(skey)
-    if entry is None:
-        return None
-    bound = bound_numbers(entry[2], numbers, np.dtype(a.dtype), text)
-    if bound is None:
-        return None
-    run = ShapedRun(entry, tuple(value_key(v) for v in numbers), bound)
-    hit = (entry[0], run, None, entry[4], entry[5])
-    if len(_runs) >= 1024:
-        _runs.clear()
-    _runs[key] = hit
-    return hit
+    entry = run.entry
+    return entry[0], run, None, entry[4], entry[5]
 
 
 def _remember_shaped(a: Any, text: str, pred: Predicate, key: tuple, output: str, alg: str,
                      s: Any, stream: Any, spans: tuple) -> None:
     """Keep an IntoCall of its own for ``text``'s shape (see :data:`_shaped`)."""
-    import contextlib
-
     from . import cupy_backend
     from .cupy_ready import IntoCall
 

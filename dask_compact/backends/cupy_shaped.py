@@ -23,6 +23,7 @@ outputs hold runs again into exact ones, as any speculative call does.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -33,28 +34,33 @@ from ..predicate.memo import value_key
 from ..predicate.template import kept_shape, shape_of
 
 __all__ = ["shaped_call", "remember_shaped", "shaped_key", "bound_numbers", "shape_typing",
-           "ShapedRun", "forget"]
+           "ShapedRun", "find_run", "runs_evicted", "forget"]
 
 # The repeated call's key of a text the shaped call served (its numbers) -> its ShapedRun: the
-# same text again skips finding its shape and binding (a dict; emptied past _RUNS_MAX)
+# same text again skips finding its shape and binding (a dict; emptied past RUNS_MAX)
 _runs: dict[tuple, ShapedRun] = {}
-_RUNS_MAX = 1024
+RUNS_MAX = 1024
 
 
-def _evicted(key: tuple, entry: list) -> None:
-    """The runs of an evicted call go with it. Until 2026-12-02 (seventeenth session, a
-    regression review) they held it (its module, scratch up to 8 MiB, pinned word) until
-    _runs filled: up to _RUNS_MAX calls against ``cache.memory-entries``, and past
-    ``clear_cache()``. A scan of at most _RUNS_MAX runs, at an eviction only."""
-    for k, run in list(_runs.items()):
-        if run.entry is entry:
-            _runs.pop(k, None)
+def runs_evicted(runs: dict[tuple, ShapedRun]) -> Callable[[tuple, list], None]:
+    """The eviction hook of a cache of shaped calls whose runs ``runs`` keeps: the runs of
+    an evicted call go with it. Until 2026-12-02 (seventeenth session, a regression review)
+    they held it (its module, scratch up to 8 MiB, pinned word) until the runs filled: up to
+    RUNS_MAX calls against ``cache.memory-entries``, and past ``clear_cache()``. A scan of at
+    most RUNS_MAX runs, at an eviction only."""
+
+    def evicted(key: tuple, entry: list) -> None:
+        for k, run in list(runs.items()):
+            if run.entry is entry:
+                runs.pop(k, None)
+
+    return evicted
 
 
 # (thread, ("shape", shape), dtype, n, output, stable, algorithm, stream) -> [device, its
 # OneReadCall, the typed tree, the value keys of the numbers its slots hold now]
-shaped_calls: BoundedCache[tuple, list] = BoundedCache("shaped calls", on_evict=_evicted,
-                                                       on_clear=_runs.clear)
+shaped_calls: BoundedCache[tuple, list] = BoundedCache(
+    "shaped calls", on_evict=runs_evicted(_runs), on_clear=_runs.clear)
 
 
 class ShapedRun:
@@ -112,41 +118,49 @@ def shaped_call(a: Any, text: str, key: tuple) -> Any:
     """The kept call of ``text``'s shape with ``text``'s numbers as its constants (a
     :class:`ShapedRun`), or None (no call kept for the shape; numbers that type otherwise or
     do not bind). ``key``: the repeated call's key of ``text``."""
-    run = _runs.get(key)
+    return find_run(_runs, shaped_calls, a, text, key)
+
+
+def find_run(runs: dict[tuple, ShapedRun], calls: BoundedCache[tuple, list], a: Any,
+             text: str, key: tuple) -> ShapedRun | None:
+    """``text``'s run (kept in ``runs`` under the repeated call's ``key``) of the call its
+    shape keeps in ``calls`` (entries ``[device, call, typed tree, numbers' keys, ...]``),
+    made and kept at its first use; None where no call is kept for the shape on ``a``'s
+    device, or ``text``'s numbers type otherwise or do not bind."""
+    run = runs.get(key)
     if run is not None and a.data.device_id == run.entry[0]:
         return run
     found = shaped_key(text, key)
     if found is None:
         return None
     skey, numbers = found
-    entry = shaped_calls.get(skey)
+    entry = calls.get(skey)
     if entry is None or a.data.device_id != entry[0]:
         return None
     bound = bound_numbers(entry[2], numbers, np.dtype(a.dtype), text)
     if bound is None:
         return None
     run = ShapedRun(entry, tuple(value_key(v) for v in numbers), bound)
-    if len(_runs) >= _RUNS_MAX:
-        _runs.clear()
-    _runs[key] = run
+    if len(runs) >= RUNS_MAX:
+        runs.clear()
+    runs[key] = run
     return run
 
 
-def remember_shaped(a: Any, text: str, pred: Any, key: tuple, plan: Any, output: str) -> None:
+def remember_shaped(a: Any, text: str, pred: Any, key: tuple, output: str, alg: str) -> None:
     """After a public call of ``text`` (checked; its ready call kept under ``key``): keep a
-    ready call of its own for the text's shape, made from ``plan`` (the text's plan), where
-    the shape is kept (``template.kept_shape``) and its typing has no folds nor powers."""
+    ready call of its own for the text's shape, planned as that call (``alg``), where the
+    shape is kept (``template.kept_shape``) and its typing has no folds nor powers."""
+    from .cupy_backend import _plan
     from .cupy_ready import OneReadCall
 
     found = shaped_key(text, key)
-    if found is None or not kept_shape(text):
+    if found is None or shaped_calls.get(found[0]) is not None or not kept_shape(text):
         return
-    skey, numbers = found
-    if shaped_calls.get(skey) is not None:
-        return
+    plan = _plan(a, pred, None, output, alg)
     tp = shape_typing(pred, a, plan)
     if tp is not None:
-        shaped_calls.put(skey, [a.data.device_id, OneReadCall(plan, output), tp, None])
+        shaped_calls.put(found[0], [a.data.device_id, OneReadCall(plan, output), tp, None])
 
 
 def shape_typing(pred: Any, a: Any, plan: Any) -> Any:

@@ -22,22 +22,28 @@ from dask_compact.backends import cupy_backend as cb  # noqa: E402
 pytestmark = pytest.mark.gpu
 
 
-@pytest.fixture
-def shaped_hits(monkeypatch):
-    """How many calls the shaped path served (a call returned, not None)."""
+def _served(monkeypatch, module, name: str):
+    """The texts ``module.name`` (a shaped lookup: a call or None) served, with the kept
+    calls forgotten before and after."""
     hits = []
-    real = cb.shaped_call
+    real = getattr(module, name)
 
     def spy(a, text, key):
-        call = real(a, text, key)
-        if call is not None:
+        found = real(a, text, key)
+        if found is not None:
             hits.append(text)
-        return call
+        return found
 
-    monkeypatch.setattr(cb, "shaped_call", spy)
+    monkeypatch.setattr(module, name, spy)
     cb.forget_ready_calls()
     yield hits
     cb.forget_ready_calls()
+
+
+@pytest.fixture
+def shaped_hits(monkeypatch):
+    """How many calls the shaped path served (a call returned, not None)."""
+    yield from _served(monkeypatch, cb, "shaped_call")
 
 
 @pytest.mark.parametrize("n", [1, 33, 1025, 100_003, 1 << 20])
@@ -133,19 +139,7 @@ def into_hits(monkeypatch):
     """How many compact_into calls the shaped path served."""
     from dask_compact.backends import cupy_into_repeat
 
-    hits = []
-    real = cupy_into_repeat._shaped_hit
-
-    def spy(a, text, key):
-        hit = real(a, text, key)
-        if hit is not None:
-            hits.append(text)
-        return hit
-
-    monkeypatch.setattr(cupy_into_repeat, "_shaped_hit", spy)
-    cb.forget_ready_calls()
-    yield hits
-    cb.forget_ready_calls()
+    yield from _served(monkeypatch, cupy_into_repeat, "_shaped_hit")
 
 
 @pytest.mark.parametrize("n", [33, 100_003, 1 << 20])
