@@ -23,6 +23,21 @@ except ImportError:  # the table then has no torch row
     torch = None
 
 
+_T = 0.5  # the threshold by_global reads (set per call by its row)
+
+
+def by_global(v):
+    """A function of a global threshold and a NumPy ufunc: its values include a module,
+    so its shape is found by the slower road (predicate/function_shape.py)."""
+    return (v < _T) & ~np.isnan(v)
+
+
+def with_global(a, t: float):
+    global _T
+    _T = t
+    return compact_array(a, by_global)
+
+
 def timed(fn, reps: int) -> tuple[float, float]:
     for k in range(20):
         fn(k)
@@ -55,6 +70,7 @@ def main() -> None:
         h = cupy.asnumpy(a)
         for pred in (f"x < {t!r}", closure(t)):
             np.testing.assert_array_equal(cupy.asnumpy(compact_array(a, pred)), h[h < t])
+        np.testing.assert_array_equal(cupy.asnumpy(with_global(a, t)), h[h < t])
     rows = {
         "compact_array string, same threshold": lambda k: compact_array(bufs[k % 8], "x < 0.5"),
         "compact_array string, new threshold each call":
@@ -63,6 +79,8 @@ def main() -> None:
             lambda k: compact_array(bufs[k % 8], lambda v: v < 0.5),
         "compact_array lambda, new threshold each call":
             lambda k: compact_array(bufs[k % 8], closure(ts[k % 400])),
+        "compact_array function of a global, new each call":
+            lambda k: with_global(bufs[k % 8], ts[k % 400]),
         "cupy a[a < t], new threshold": lambda k: bufs[k % 8][bufs[k % 8] < ts[k % 400]],
     }
     if torch is not None:

@@ -66,7 +66,7 @@ from .cupy_ready import (
     speculated,
 )
 from .cupy_shaped import forget as forget_shaped
-from .cupy_shaped import remember_shaped, shaped_call
+from .cupy_shaped import has_shape, remember_shaped, shaped_call
 from .cupy_source import ModuleSpec
 from .cupy_tuning import (
     EXACT_MODES,
@@ -622,8 +622,9 @@ def repeated_call(a: Any, pred_like: Any, output: str, stable: bool, algorithm: 
     import cupy
 
     if hit is None:
-        # a string whose numbers alone differ from a kept one's: its shape's call, rebound
-        if key is None or not isinstance(pred_like, str):
+        # a string or function whose numbers alone differ from a kept one's: its shape's
+        # call, rebound
+        if key is None or not has_shape(pred_like):
             return None
         if a.data.device_id != cupy.cuda.runtime.getDevice():
             return None
@@ -653,7 +654,7 @@ def remember_call(a: Any, pred_like: Any, pred: Predicate, output: str, stable: 
     call = _ready_call(OneReadCall, a, pred, output, alg, cupy.cuda.get_current_stream().ptr)
     if call is not None:
         _repeat_calls.put(key, (a.data.device_id, call, pred_like))
-        if isinstance(pred_like, str):
+        if has_shape(pred_like):
             remember_shaped(a, pred_like, pred, key, output, alg)
 
 

@@ -24,10 +24,9 @@ import numpy as np
 
 from ..cache import BoundedCache
 from ..predicate.core import Predicate
-from ..predicate.template import kept_shape
 from ..validate import _span
 from .cupy_launch import thread_key
-from .cupy_shaped import ShapedRun, find_run, runs_evicted, shape_typing, shaped_key
+from .cupy_shaped import ShapedRun, find_run, has_shape, kept, runs_evicted, shape_typing
 
 __all__ = ["repeated_into", "remember_into", "forget"]
 
@@ -95,8 +94,9 @@ def repeated_into(a: Any, pred_like: Any, out: Any, output: str, count: Any, str
     if not a.flags.c_contiguous:
         return None
     if hit is None:
-        # a string whose numbers alone differ from a kept one's: its shape's call, rebound
-        hit = _shaped_hit(a, pred_like, key) if isinstance(pred_like, str) else None
+        # a string or function whose numbers alone differ from a kept one's: its shape's
+        # call, rebound
+        hit = _shaped_hit(a, pred_like, key) if has_shape(pred_like) else None
         if hit is None:
             return None
     import cupy
@@ -145,7 +145,7 @@ def remember_into(a: Any, pred_like: Any, pred: Predicate, out: Any, output: str
     spans = tuple(_span(b) for b in (*_buffers(out, output), count)  # type: ignore[misc]
                   if b is not None)
     _repeats.put(key, (a.data.device_id, call, pred_like, s, spans))
-    if isinstance(pred_like, str) and kept_shape(pred_like):
+    if has_shape(pred_like):
         _remember_shaped(a, pred_like, pred, key, output, alg, s, stream, spans)
 
 
@@ -161,7 +161,7 @@ _shaped: BoundedCache[tuple, list] = BoundedCache(
     "shaped into calls", on_evict=runs_evicted(_runs), on_clear=_runs.clear)
 
 
-def _shaped_hit(a: Any, text: str, key: tuple | None) -> tuple | None:
+def _shaped_hit(a: Any, text: Any, key: tuple | None) -> tuple | None:
     """``(device, call, None, stream, spans)`` for ``text`` from its shape's entry, the call
     bound to ``text``'s numbers, or None."""
     run = None if key is None else find_run(_runs, _shaped, a, text, key)
@@ -171,13 +171,13 @@ def _shaped_hit(a: Any, text: str, key: tuple | None) -> tuple | None:
     return entry[0], run, None, entry[4], entry[5]
 
 
-def _remember_shaped(a: Any, text: str, pred: Predicate, key: tuple, output: str, alg: str,
+def _remember_shaped(a: Any, text: Any, pred: Predicate, key: tuple, output: str, alg: str,
                      s: Any, stream: Any, spans: tuple) -> None:
     """Keep an IntoCall of its own for ``text``'s shape (see :data:`_shaped`)."""
     from . import cupy_backend
     from .cupy_ready import IntoCall
 
-    found = shaped_key(text, key)
+    found = kept(text, pred, key)
     if found is None or _shaped.get(found[0]) is not None:
         return
     plan = cupy_backend._plan(a, pred, None, output, alg)

@@ -23,6 +23,7 @@ outputs hold runs again into exact ones, as any speculative call does.
 
 from __future__ import annotations
 
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -30,11 +31,13 @@ import numpy as np
 
 from ..cache import BoundedCache
 from ..predicate.expr import ParamOverflow
+from ..predicate.function_shape import forget as forget_shapes
+from ..predicate.function_shape import learn, numbers_for
 from ..predicate.memo import value_key
 from ..predicate.template import kept_shape, shape_of
 
 __all__ = ["shaped_call", "remember_shaped", "shaped_key", "bound_numbers", "shape_typing",
-           "ShapedRun", "find_run", "runs_evicted", "forget"]
+           "ShapedRun", "find_run", "runs_evicted", "forget", "has_shape", "kept"]
 
 # The repeated call's key of a text the shaped call served (its numbers) -> its ShapedRun: the
 # same text again skips finding its shape and binding (a dict; emptied past RUNS_MAX)
@@ -101,33 +104,51 @@ def forget() -> None:
     """Drop the shaped calls kept (``cupy_backend.forget_ready_calls``)."""
     shaped_calls.clear()
     _runs.clear()
+    forget_shapes()
 
 
-def shaped_key(text: str, key: tuple) -> tuple[tuple, tuple] | None:
-    """``(key, numbers)``: the shaped call's key for ``text`` given the repeated call's
-    ``key`` (its predicate part the text), and the text's numbers; None where ``text`` has
-    no shape (no numbers, quotes)."""
-    found = shape_of(text)
+def shaped_key(pred_like: Any, key: tuple) -> tuple[tuple, tuple] | None:
+    """``(key, numbers)``: the shaped call's key for ``pred_like`` given the repeated call's
+    ``key`` (its predicate part ``pred_like``'s), and its numbers in the order of its tree's
+    parameters; None where it has no shape (a text without numbers or with quotes; a
+    function whose shape was not learned, ``predicate/function_shape.py``)."""
+    if isinstance(pred_like, str):
+        found = shape_of(pred_like)
+        if found is None:
+            return None
+        shape, numbers = found
+        return (key[0], ("shape", shape), *key[2:]), numbers
+    found = numbers_for(pred_like)
     if found is None:
         return None
-    shape, numbers = found
-    return (key[0], ("shape", shape), *key[2:]), numbers
+    fshape, numbers = found
+    return (key[0], fshape, *key[2:]), numbers
 
 
-def shaped_call(a: Any, text: str, key: tuple) -> Any:
-    """The kept call of ``text``'s shape with ``text``'s numbers as its constants (a
-    :class:`ShapedRun`), or None (no call kept for the shape; numbers that type otherwise or
-    do not bind). ``key``: the repeated call's key of ``text``."""
+def has_shape(pred_like: Any) -> bool:
+    """Whether ``pred_like`` is of a kind whose calls a shape may serve: a string, or a plain
+    Python function (whose shape may be learned)."""
+    return isinstance(pred_like, str) or type(pred_like) is types.FunctionType
+
+
+def shaped_call(a: Any, text: Any, key: tuple) -> Any:
+    """The kept call of ``text``'s shape (a string's or a function's) with its numbers as
+    its constants (a :class:`ShapedRun`), or None (no call kept for the shape; numbers that
+    type otherwise or do not bind). ``key``: the repeated call's key of ``text``."""
     return find_run(_runs, shaped_calls, a, text, key)
 
 
 def find_run(runs: dict[tuple, ShapedRun], calls: BoundedCache[tuple, list], a: Any,
-             text: str, key: tuple) -> ShapedRun | None:
-    """``text``'s run (kept in ``runs`` under the repeated call's ``key``) of the call its
-    shape keeps in ``calls`` (entries ``[device, call, typed tree, numbers' keys, ...]``),
-    made and kept at its first use; None where no call is kept for the shape on ``a``'s
-    device, or ``text``'s numbers type otherwise or do not bind."""
-    run = runs.get(key)
+             text: Any, key: tuple) -> ShapedRun | None:
+    """``text``'s run of the call its shape keeps in ``calls`` (entries ``[device, call,
+    typed tree, numbers' keys, ...]``), made at its first use and, for a string, kept in
+    ``runs`` under the repeated call's ``key``; None where no call is kept for the shape on
+    ``a``'s device, or the numbers type otherwise or do not bind. A function's run is not
+    kept: its numbers are read from it once per call, here, and a run kept under ``key``
+    (taken from an earlier reading) would bind what a thread rebinding one wrote in
+    between to the other value's key."""
+    is_text = isinstance(text, str)
+    run = runs.get(key) if is_text else None
     if run is not None and a.data.device_id == run.entry[0]:
         return run
     found = shaped_key(text, key)
@@ -137,30 +158,42 @@ def find_run(runs: dict[tuple, ShapedRun], calls: BoundedCache[tuple, list], a: 
     entry = calls.get(skey)
     if entry is None or a.data.device_id != entry[0]:
         return None
-    bound = bound_numbers(entry[2], numbers, np.dtype(a.dtype), text)
+    bound = bound_numbers(entry[2], numbers, np.dtype(a.dtype), text if is_text else "")
     if bound is None:
         return None
     run = ShapedRun(entry, tuple(value_key(v) for v in numbers), bound)
-    if len(runs) >= RUNS_MAX:
-        runs.clear()
-    runs[key] = run
+    if is_text:
+        if len(runs) >= RUNS_MAX:
+            runs.clear()
+        runs[key] = run
     return run
 
 
-def remember_shaped(a: Any, text: str, pred: Any, key: tuple, output: str, alg: str) -> None:
+def remember_shaped(a: Any, text: Any, pred: Any, key: tuple, output: str, alg: str) -> None:
     """After a public call of ``text`` (checked; its ready call kept under ``key``): keep a
-    ready call of its own for the text's shape, planned as that call (``alg``), where the
-    shape is kept (``template.kept_shape``) and its typing has no folds nor powers."""
+    ready call of its own for the shape of ``text`` (a string or a function), planned as that
+    call (``alg``), where the shape is kept (:func:`kept`) and its typing has no folds nor
+    powers."""
     from .cupy_backend import _plan
     from .cupy_ready import OneReadCall
 
-    found = shaped_key(text, key)
-    if found is None or shaped_calls.get(found[0]) is not None or not kept_shape(text):
+    found = kept(text, pred, key)
+    if found is None or shaped_calls.get(found[0]) is not None:
         return
     plan = _plan(a, pred, None, output, alg)
     tp = shape_typing(pred, a, plan)
     if tp is not None:
         shaped_calls.put(found[0], [a.data.device_id, OneReadCall(plan, output), tp, None])
+
+
+def kept(text: Any, pred: Any, key: tuple) -> tuple[tuple, tuple] | None:
+    """:func:`shaped_key` of ``text`` after a call traced or parsed it into ``pred``, where
+    its shape is one to keep a call for: a string's as ``template.kept_shape`` says, a
+    function's once its slots are learned (``function_shape.learn``)."""
+    if isinstance(text, str):
+        return shaped_key(text, key) if kept_shape(text) else None
+    learn(text, pred)
+    return shaped_key(text, key)
 
 
 def shape_typing(pred: Any, a: Any, plan: Any) -> Any:

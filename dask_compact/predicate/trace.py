@@ -43,7 +43,7 @@ from .expr import REDUCTIONS, UFUNCS, Call, Node, Param, Var, param_kind, variab
 from .memo import code_names
 
 __all__ = [
-    "MAX_TREE_DEPTH", "MAX_TREE_NODES", "NotElementwise", "Sym", "TooLarge", "Tracer",
+    "MAX_TREE_DEPTH", "MAX_TREE_NODES", "NotElementwise", "Stand", "Sym", "TooLarge", "Tracer",
     "Untraceable", "trace",
 ]  # fmt: skip
 
@@ -250,6 +250,9 @@ class Tracer:
 
     def __init__(self) -> None:
         self.params: list[Any] = []
+        # per parameter, the ``at`` of the Stand it came from (None for a literal): how a
+        # function's kept shape (function_shape.py) learns which of its values fill which slot
+        self.sources: list[int | None] = []
         # the record fields traced (run_traced's names), None for one array: the wording of
         # a refusal (_reduction_error)
         self.fields: tuple[str, ...] | None = None
@@ -270,6 +273,7 @@ class Tracer:
             value = value[()]  # a 0-d array (NumPy passes scalars to __array_ufunc__ this way)
         p = Param(len(self.params), kind)
         self.params.append(value)
+        self.sources.append(None)
         return p
 
     def stop(self, reason: str) -> Untraceable:
@@ -289,6 +293,10 @@ class Tracer:
             if value._tracer is not self:
                 raise self.stop(f"{where}: a symbolic value from another trace")
             return value._node
+        if type(value) is Stand:
+            p = self.param(value.value)
+            self.sources[-1] = value.at
+            return p
         _refuse_dask(self, value)
         if isinstance(value, np.ndarray) and value.ndim > 0:
             raise self.stop(
@@ -367,6 +375,43 @@ def _called_by_vectorize() -> bool:
     return False
 
 
+class StandUsed(TypeError):
+    """A :class:`Stand` was used as a number by the function's own code."""
+
+
+class Stand:
+    """A number a function reads (a closure cell's, a default's or a global's int or float)
+    standing in as a symbol while ``function_shape`` learns which of the tree's parameters it
+    fills. It is only an operand of the traced array: anything the function's own code does
+    with it (arithmetic with another number, a comparison, ``bool``, ``float``, ``hash``,
+    formatting, an attribute) raises, so that no value of it can steer the trace unseen; such
+    functions have no kept shape and are traced per value as before. Operators it lacks are
+    Python's to reflect onto the array (``t < v`` is ``v > t``); ``==`` and ``!=`` are
+    identity on a plain object, so they are defined here to do the same only with an
+    array."""
+
+    __slots__ = ("value", "at")
+
+    def __init__(self, value: int | float, at: int) -> None:
+        self.value, self.at = value, at
+
+    def _used(self, *args: Any) -> Any:
+        raise StandUsed("a number the function reads is used by its own code")
+
+    def __eq__(self, other: object) -> Any:
+        if isinstance(other, Sym):
+            return NotImplemented
+        return self._used()
+
+    def __ne__(self, other: object) -> Any:
+        if isinstance(other, Sym):
+            return NotImplemented
+        return self._used()
+
+    __hash__ = __bool__ = __repr__ = __str__ = __format__ = _used
+    __float__ = __int__ = __index__ = __complex__ = __round__ = __trunc__ = _used
+
+
 class Sym:
     """A symbolic array: every operation on it builds a node of the expression tree."""
 
@@ -413,7 +458,9 @@ class Sym:
         # fast_scalar_power): ``** 2`` is np.square for every dtype; ``** 0.5`` and ``** -1``
         # are sqrt/reciprocal for float arrays but np.power for integer ones, which differ
         # (sqrt(-inf) is nan, -inf ** 0.5 is inf); the dtype is unknown while tracing, so
-        # typing chooses (expr.SCALAR_POWER).
+        # typing chooses (expr.SCALAR_POWER). A Stand's value may be any of those.
+        if type(other) is Stand:
+            raise self._tracer.stop("a power by a value the function reads")
         if type(other) is int and other == 2:
             return self._tracer.call("square", self)
         if (type(other) is float and other == 0.5) or (type(other) is int and other == -1):

@@ -1,0 +1,191 @@
+"""Functions whose numbers change from call to call: one trace per shape.
+
+A threshold chosen per call and read by a function (``compact_array(a, lambda v: v < t)``, a
+new ``t`` per batch) makes a new trace key each time (``memo.trace_key`` holds the values
+the code reads), so until 2026-12-02 every such call traced the function, typed and planned
+its tree and made a new ready call: 270-400 us at 2^20 float32 on one H200 against ~30 us
+for the same ``t`` again, 3.8x ``torch.masked_select``'s time, where a string of new numbers
+(``f"x < {t}"``, ``template.py``) took ~75 us.
+
+Two functions of one code whose values differ only in the exact ``int`` and ``float`` values
+they read (closure cells, defaults, globals the code names) have one *shape*
+(:func:`numbers_for`): their key with those values as their types alone. Once a trace of one
+of them (:func:`learn`) has shown how its tree's parameters come from them, another of the
+shape has the same tree, its parameters being its own values where the learning trace met
+them and the same literals elsewhere, without being traced. The learning trace calls the
+function with each such value replaced by a :class:`~.trace.Stand`, a symbol the tracer takes
+as an operand of the array (a parameter whose source it notes) and that raises on anything
+else the function's own code does with it (``t * 2``, ``if t > 0``, ``float(t)``,
+``f"{t}"``): so a value that steers the trace any other way than as an operand leaves the
+shape unkept, and such functions are traced per value as before. The learning trace must
+also give the very tree the function's own trace gave (the typing of a power by a Python
+scalar depends on its value, so a Stand as an exponent stops it).
+
+The shape is what the GPU's kept calls per shape use (``backends/cupy_shaped.py``), as a
+string's is.
+"""
+
+from __future__ import annotations
+
+import types
+from typing import Any
+
+from .memo import (
+    _MISSING,
+    _RECENT_TYPES,
+    _fixed_builtin,
+    _snapshot,
+    _trace_key,
+    _values,
+    code_names,
+    frozen,
+    value_key,
+)
+
+__all__ = ["numbers_for", "learn", "forget"]
+
+_NUMBERS = (int, float)  # exact types: bool is an int, and its kind is another (expr.param_kind)
+_PLACEHOLDER = {int: 0, float: 0.0}
+
+# fshape -> the slots learned for it: per parameter of the tree, the place of the function's
+# value in its shape's numbers (an int), or a 1-tuple holding a literal; None where learning
+# failed (a value used otherwise than as an operand, another tree). Emptied past _MAX.
+_SLOTS: dict[tuple, tuple | None] = {}
+# id(code) -> (code, globals, builtins, names, the values held, per value its id or, at a
+# number's place, its type, the places, the fshape, its slots): a function of that code and
+# globals whose other values are the very objects held gets its shape for ~1 us. Only where
+# those values are of memo._RECENT_TYPES (nothing changes them in place) or fixed builtins,
+# as for memo's recent keys.
+_RECENT: dict[int, tuple] = {}
+_MAX = 256
+
+
+def _layout(func: types.FunctionType) -> tuple[tuple[str, ...], list[Any], tuple[int, ...]] | None:
+    """``(names, values, places)``: the names the code reads, what its key is made of
+    (memo._values' order: cells, defaults, globals, builtins) and the places of the exact
+    ints and floats among the cells, defaults and globals; None where there is none or the
+    values cannot be read."""
+    names = code_names(func.__code__)
+    values = _values(func, func.__globals__, names)
+    if values is None:
+        return None
+    end = len(values) - len(names) if names else len(values)  # the builtins are not numbers
+    places = tuple(i for i in range(end) if type(values[i]) in _NUMBERS)
+    return (names, values, places) if places else None
+
+
+def _rebuilt(func: types.FunctionType, names: tuple[str, ...], values: list[Any]
+             ) -> types.FunctionType:
+    """A function of ``func``'s code reading ``values`` (in :func:`_layout`'s order)."""
+    ncells = len(func.__closure__ or ())
+    ndefaults = len(func.__defaults__ or ())
+    at = ncells + ndefaults
+    snap = {n: v for n, v in zip(names, values[at:at + len(names)]) if v is not _MISSING}
+    snap["__builtins__"] = {n: v for n, v in zip(names, values[at + len(names):])
+                            if v is not _MISSING}
+    copy = types.FunctionType(func.__code__, snap, func.__name__,
+                              tuple(values[ncells:at]) or None,
+                              tuple(types.CellType(v) for v in values[:ncells]) or None)
+    copy.__qualname__, copy.__module__ = func.__qualname__, func.__module__
+    return copy
+
+
+def _fshape(func: types.FunctionType, names: tuple[str, ...], values: list[Any],
+            places: tuple[int, ...], reads: dict | None = None) -> tuple | None:
+    """The shape's key: the trace key of ``func`` with its numbers at ``places`` replaced by
+    one value of their type, and those types; None where the function has no trace key."""
+    held = list(values)
+    for i in places:
+        held[i] = _PLACEHOLDER[type(values[i])]
+    key = _trace_key(_rebuilt(func, names, held), reads)
+    if key is None:
+        return None
+    return ("fshape", key, places, tuple(type(values[i]).__name__ for i in places))
+
+
+def numbers_for(func: Any) -> tuple[tuple, tuple] | None:
+    """``(fshape, numbers)``: the shape of ``func`` and its tree's parameters in order, from
+    one reading of its values; None where it has no learned shape."""
+    if type(func) is not types.FunctionType:
+        return None
+    code = func.__code__
+    hit = _RECENT.get(id(code))
+    if (hit is not None and hit[0] is code and hit[1] is func.__globals__
+            and hit[2] is getattr(func, "__builtins__", None)):
+        values = _values(func, hit[1], hit[3])
+        check = hit[5]
+        if values is not None and len(values) == len(check) and all(
+                type(v) is c if type(c) is type else id(v) == c
+                for v, c in zip(values, check)):
+            return hit[7], _numbers(hit[8], values, hit[6])
+    found = _layout(func)
+    if found is None:
+        return None
+    names, values, places = found
+    try:
+        fshape = _fshape(func, names, values, places)
+    except Exception:  # as memo.trace_key: reading an attribute ran code
+        return None
+    slots = None if fshape is None else _SLOTS.get(fshape)
+    if fshape is None or slots is None:
+        return None
+    kept = set(places)
+    if all(v is _MISSING or type(v) in _RECENT_TYPES or _fixed_builtin(v)
+           for i, v in enumerate(values) if i not in kept):
+        if len(_RECENT) >= _MAX:
+            _RECENT.clear()
+        check = [type(v) if i in kept else id(v) for i, v in enumerate(values)]
+        _RECENT[id(code)] = (code, func.__globals__, getattr(func, "__builtins__", None),
+                             names, tuple(values), check, places, fshape, slots)
+    return fshape, _numbers(slots, values, places)
+
+
+def _numbers(slots: tuple, values: list[Any], places: tuple[int, ...]) -> tuple:
+    return tuple(values[places[s]] if type(s) is int else s[0] for s in slots)
+
+
+def learn(func: Any, pred: Any) -> None:
+    """After ``pred`` was traced from ``func`` (its current values): learn the slots of
+    ``func``'s shape (see the module docstring), once per shape."""
+    from .trace import Stand, Tracer, run_traced
+
+    if type(func) is not types.FunctionType or pred.expr is None or pred.fields:
+        return
+    fixed = frozen(func)  # its values read once: the key, the trace and the check agree
+    if fixed is None:
+        return
+    found = _layout(fixed)
+    if found is None:
+        return
+    names, values, places = found
+    reads: dict[int, tuple[Any, dict[str, Any]]] = {}
+    try:
+        fshape = _fshape(fixed, names, values, places, reads)
+    except Exception:
+        return
+    if fshape is None or fshape in _SLOTS:
+        return
+    stood = list(values)
+    for j, i in enumerate(places):
+        stood[i] = Stand(values[i], j)
+    slots: tuple | None = None
+    tracer = Tracer()
+    live: list[str] = []
+    try:
+        node, _ = run_traced(_snapshot(_rebuilt(fixed, names, stood), reads, live), tracer)
+    except Exception:  # a refusal: the function's own trace said so, or another thing
+        node = None
+    if node is not None and not live and node == pred.expr:
+        if len(tracer.params) != len(pred.params) or any(
+                value_key(a) != value_key(b) for a, b in zip(tracer.params, pred.params)):
+            return  # traced under other values (a thread rebinding one): learn another time
+        slots = tuple((v,) if s is None else s for v, s in zip(tracer.params, tracer.sources))
+    if len(_SLOTS) >= _MAX:
+        _SLOTS.clear()
+    _SLOTS[fshape] = slots
+
+
+def forget() -> None:
+    """Drop the shapes learned (``clear_cache``)."""
+    _SLOTS.clear()
+    _RECENT.clear()

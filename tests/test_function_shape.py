@@ -1,0 +1,247 @@
+"""A function's shape (predicate/function_shape.py): two functions of one code whose values
+differ only in the ints and floats they read share a tree, and the numbers a later one gives
+for its parameters are those its own trace would have. Checked here against the trace itself
+(``as_predicate`` of the new function), for functions whose values steer the trace otherwise
+(no shape kept), and for the values read from closures, defaults and globals."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dask_compact.predicate import function_shape as fs
+from dask_compact.predicate.core import as_predicate
+from dask_compact.predicate.memo import value_key
+
+G_T = 0.5
+G_N = 3
+
+
+def _closure(t):
+    return lambda v: v < t
+
+
+def _band(lo, hi):
+    return lambda v: (v > lo) & (v < hi) | (v == 7)
+
+
+def _where(t):
+    return lambda v: np.where(v > t, v, t) > 0.3
+
+
+def _reflected(t):
+    return lambda v: (t < v) & (v != t) & (np.maximum(v, t) <= 100)
+
+
+def _default(t):
+    return lambda v, t=t: v >= t
+
+
+def _int_and_float(n, t):
+    return lambda v: (v * n > t) | (v < -1.5)
+
+
+# each maker: how its function is made from values (a tuple), and values to start from
+SHAPED = {
+    "closure": (_closure, (0.3,)),
+    "band": (_band, (1, 9)),
+    "where": (_where, (0.1,)),
+    "reflected": (_reflected, (2.5,)),
+    "default": (_default, (4,)),
+    "int_and_float": (_int_and_float, (3, 0.25)),
+}
+
+
+@pytest.fixture(autouse=True)
+def _fresh():
+    fs.forget()
+    yield
+    fs.forget()
+
+
+def _learned(f):
+    fs.learn(f, as_predicate(f))
+    return fs.numbers_for(f)
+
+
+def _same_as_its_trace(g, fshape):
+    found = fs.numbers_for(g)
+    assert found is not None
+    p = as_predicate(g)
+    assert found[0] == fshape
+    assert [value_key(v) for v in found[1]] == [value_key(v) for v in p.params]
+    return p
+
+
+@pytest.mark.parametrize("name", sorted(SHAPED))
+def test_a_new_value_gives_the_numbers_its_own_trace_gives(name):
+    make, first = SHAPED[name]
+    f = make(*first)
+    fshape, numbers = _learned(f)
+    p0 = as_predicate(f)
+    assert [value_key(v) for v in numbers] == [value_key(v) for v in p0.params]
+    for k in range(1, 6):
+        new = tuple(type(v)(v + k) for v in first)
+        p = _same_as_its_trace(make(*new), fshape)
+        assert p.expr == p0.expr
+
+
+@settings(max_examples=60, deadline=None)
+@given(lo=st.floats(allow_nan=True, allow_infinity=True), hi=st.integers(-2**70, 2**70))
+def test_any_float_and_int_values(lo, hi):
+    """Any float (nan, infinities, signed zeros) and any int a band may read."""
+    fs.forget()
+    f = _int_and_float(2, 0.5)
+    fshape, _ = _learned(f)
+    _same_as_its_trace(_int_and_float(hi, lo), fshape)
+
+
+def _twice(t):
+    return lambda v: v < t * 2
+
+
+def _branch(t):
+    return lambda v: v < 1 if t == 0 else v < t
+
+
+def _power(t):
+    return lambda v: v ** t > 1
+
+
+def _cast(t):
+    return lambda v: v < np.float32(t)
+
+
+def _negated(t):
+    return lambda v: v > -t
+
+
+def _formatted(t):
+    return lambda v: v < float(f"{t}")
+
+
+def _math(t):
+    return lambda v: v < math.sqrt(t)
+
+
+def _keyed(t):
+    table = {0.5: 1.0, 2.0: 3.0}
+    return lambda v: v < table.get(t, 0.0)
+
+
+def _indexed(i):
+    table = (0.1, 0.2, 0.3)
+    return lambda v: v < table[i]
+
+
+def _truth(t):
+    return lambda v: (v < 1) if t else (v > 1)
+
+
+def _constant(t):
+    return lambda v: t
+
+
+@pytest.mark.parametrize("make", [_twice, _branch, _power, _cast, _negated, _formatted, _math,
+                                  _keyed, _indexed, _truth, _constant])
+def test_a_value_used_by_the_functions_own_code_keeps_no_shape(make):
+    """Every use of a read number other than as an operand of the array: its value could
+    steer the tree or its constants, so the function is traced per value."""
+    arg = 1 if make is _indexed else 2.0
+    f = make(arg)
+    try:
+        p = as_predicate(f)
+    except ValueError:
+        return  # refused outright (a constant predicate): nothing to keep
+    fs.learn(f, p)
+    assert fs.numbers_for(f) is None
+    assert fs.numbers_for(make(0 if make is _indexed else 0.5)) is None
+
+
+def test_bools_and_other_scalars_are_part_of_the_shape():
+    """A bool is no number here (its kind differs, and it steers ``if``); a NumPy scalar is
+    kept by value: each is another shape, or none."""
+    def make(t, flag):
+        return lambda v: (v < t) & flag
+
+    f = make(0.5, True)
+    fshape, _ = _learned(f)
+    assert fs.numbers_for(make(0.7, True))[0] == fshape
+    assert fs.numbers_for(make(0.7, False)) is None  # not learned for False
+    g = _closure(np.float32(0.5))
+    fs.learn(g, as_predicate(g))
+    assert fs.numbers_for(g) is None  # no int nor float read: no shape
+
+
+def test_int_and_float_values_are_different_shapes():
+    f = _closure(3)
+    fshape, _ = _learned(f)
+    assert fs.numbers_for(_closure(3.0)) is None
+    g = _closure(3.0)
+    gshape, _ = _learned(g)
+    assert gshape != fshape
+    _same_as_its_trace(_closure(7), fshape)
+    _same_as_its_trace(_closure(7.5), gshape)
+
+
+def test_globals_are_read_at_each_call():
+    global G_T, G_N
+
+    def f(v):
+        return (np.abs(v) < G_T) & (v != G_N)
+
+    try:
+        fshape, numbers = _learned(f)
+        assert numbers == (0.5, 3)
+        G_T, G_N = 0.75, -2
+        p = _same_as_its_trace(f, fshape)
+        assert p.params == (0.75, -2)
+        G_T = 2.0
+        assert fs.numbers_for(f)[1] == (2.0, -2)
+    finally:
+        G_T, G_N = 0.5, 3
+
+
+class _Cfg:
+    T = 0.5
+
+
+def test_a_class_attribute_is_part_of_the_shape():
+    """Numbers read off a class or module (``Cfg.T``) are the shape's, by value: another
+    value is another shape, not learned."""
+    f = lambda v: v < _Cfg.T  # noqa: E731
+    g = lambda v: (v < _Cfg.T) | (v > G_T)  # noqa: E731
+    assert _learned(f) is None  # no number read directly
+    fshape, numbers = _learned(g)
+    assert numbers == (0.5, 0.5)
+    try:
+        _Cfg.T = 0.25
+        assert fs.numbers_for(g) is None
+    finally:
+        _Cfg.T = 0.5
+    assert fs.numbers_for(g) == (fshape, (0.5, 0.5))
+
+
+def test_a_cells_value_rebound_is_read_anew():
+    t = 0.5
+    f = lambda v: v < t  # noqa: E731
+    fshape, _ = _learned(f)
+    for t in (0.1, -3.0, float("inf"), 0.5):  # noqa: B007 -- the closure reads it
+        assert fs.numbers_for(f) == (fshape, (t,))
+
+
+def test_a_learning_trace_under_other_values_learns_nothing():
+    """The slots are learned only from a trace that gave the predicate's own tree and
+    numbers: a predicate traced before a value was rebound teaches nothing."""
+    t = 0.5
+    f = lambda v: v < t  # noqa: E731
+    p = as_predicate(f)
+    t = 0.25
+    fs.learn(f, p)
+    assert fs.numbers_for(f) is None
+    fs.learn(f, as_predicate(f))
+    assert fs.numbers_for(f)[1] == (0.25,)
