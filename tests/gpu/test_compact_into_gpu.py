@@ -297,10 +297,10 @@ def test_repeated_call_on_new_inputs_into_the_same_buffers_matches_numpy(output,
         if output != "values":
             same_set(cupy.asnumpy(i[:k]), np.flatnonzero(m), stable)
             assert (cupy.asnumpy(i[k:]).view(np.uint8) == POISON).all()
-    # a function checked once per threshold: the second t = 50.0 call, like every repeat, was
-    # not; a string once in all (since 2026-12-02, seventeenth session: its shape's kept call
-    # takes every later threshold, backends/cupy_into_repeat.py)
-    assert len(seen) == (1 if pred == "string" else 5), seen
+    # checked once in all: every later threshold runs the shape's kept call (a string's since
+    # 2026-12-02, seventeenth session; a function's, whose default alone changes, since the
+    # eighteenth: backends/cupy_into_repeat.py, predicate/function_shape.py)
+    assert len(seen) == 1, seen
 
 
 def test_repeated_call_refuses_an_input_in_a_buffer_as_the_first_call_does():
