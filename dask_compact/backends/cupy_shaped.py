@@ -75,7 +75,10 @@ class ShapedRun:
 
     def __call__(self, *args: Any) -> Any:
         entry = self.entry
-        if entry[3] is not self.keys:
+        keys = entry[3]
+        # by equality too: a function's run is made per call (find_run), so its keys are a
+        # new tuple each time; the same numbers again need no rebinding
+        if keys is not self.keys and keys != self.keys:
             # no text's until the slots hold these: a Ctrl-C in the rebinding left the note
             # of the text before over slots partly rewritten, and its next call ran with the
             # other's constants (until 2026-12-02, seventeenth session, a regression review)

@@ -18,6 +18,7 @@ from .expr import (
     ConstantOverflowError,
     Fold,
     Node,
+    Param,
     ParamOverflow,
     Typed,
     Var,
@@ -28,6 +29,7 @@ from .expr import (
     fold_outside,
     infer_types,
     param_dtypes,
+    params_of,
     resolve_scalar_powers,
     result_dtype,
     shorten,
@@ -75,6 +77,8 @@ class TypedPredicate:
     # comparisons with a Python int outside the compared integer's dtype, made boolean
     # parameters of the tree (see expr.fold_outside): their values come from the constants
     folds: tuple[Fold, ...] = ()
+    # the tree's parameters in order (expr.params_of): bind's per-call walk, kept
+    param_nodes: tuple[Param, ...] = field(default=(), hash=False, compare=False, repr=False)
 
     def with_folds(self, params: tuple) -> tuple:
         """The constants the tree takes: ``params``, then each fold's value from them."""
@@ -105,7 +109,7 @@ class TypedPredicate:
         hit = None if key is None else self._bound.get(key)
         if hit is None:
             hit = bind_params(self.expr, self.types, self.with_folds(params),
-                              list(self.param_dtypes))
+                              list(self.param_dtypes), self.param_nodes or None)
             if key is not None:
                 if len(self._bound) >= 256:
                     self._bound.clear()
@@ -150,7 +154,8 @@ def _typed_tree(expr: Node, dtype: Any) -> TypedPredicate | np.dtype:
         return np.dtype(out)
     key = f"{structure_key(expr)}-{dtype_tag(dtype)}"
     return TypedPredicate(expr, dtype, types, key, tuple(param_dtypes(expr, types)),
-                          powers=signed_power_exponents(expr, types))
+                          powers=signed_power_exponents(expr, types),
+                          param_nodes=tuple(params_of(expr)))
 
 
 def _folded(tp: TypedPredicate, params: tuple, source: str) -> TypedPredicate:

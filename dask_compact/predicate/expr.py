@@ -515,11 +515,14 @@ __all__.append("param_dtypes")
 
 
 def bind_params(
-    root: Node, types: dict[Node, Typed], params: tuple, dtypes: list[np.dtype] | None = None
+    root: Node, types: dict[Node, Typed], params: tuple, dtypes: list[np.dtype] | None = None,
+    nodes: tuple[Param, ...] | None = None,
 ) -> tuple:
     """Convert the parameter values to NumPy scalars of their loop dtypes.
 
-    ``dtypes`` are :func:`param_dtypes`, when the caller has them already.
+    ``dtypes`` are :func:`param_dtypes` and ``nodes`` :func:`params_of`, when the caller has
+    them already (a typed predicate keeps both: the walk of the tree was a third of a bind's
+    host time, which a small GPU call with a new constant pays at every call).
     Raises :class:`ParamOverflow` when a value cannot be represented in its dtype the way NumPy
     would convert it (an integer out of range, a float literal in an integer loop), so the caller
     can fall back to NumPy's own, value-dependent, semantics.
@@ -527,16 +530,19 @@ def bind_params(
     bound = []
     if dtypes is None:
         dtypes = param_dtypes(root, types)
-    for p, dt in zip(params_of(root), dtypes):
-        v = params[p.index]
-        try:
-            with np.errstate(over="ignore"):  # 1e300 -> float16 is inf, as NumPy computes it
+    if nodes is None:
+        nodes = tuple(params_of(root))
+    with np.errstate(over="ignore"):  # 1e300 -> float16 is inf, as NumPy computes it
+        for p, dt in zip(nodes, dtypes):
+            v = params[p.index]
+            try:
                 s = dt.type(_scalar(p.kind, v))
-        except (OverflowError, ValueError, TypeError) as e:
-            raise ParamOverflow(f"constant {constant_text(v)} does not fit {dt}: {e}") from None
-        if dt.kind in "iub" and p.kind in ("int", "bool") and int(s) != int(v):
-            raise ParamOverflow(f"constant {constant_text(v)} does not fit {dt}")
-        bound.append(s)
+            except (OverflowError, ValueError, TypeError) as e:
+                raise ParamOverflow(
+                    f"constant {constant_text(v)} does not fit {dt}: {e}") from None
+            if dt.kind in "iub" and p.kind in ("int", "bool") and int(s) != int(v):
+                raise ParamOverflow(f"constant {constant_text(v)} does not fit {dt}")
+            bound.append(s)
     return tuple(bound)
 
 

@@ -61,6 +61,7 @@ from dask_compact.backends import (  # noqa: E402
     cupy_records_common,
     cupy_records_ready,
     cupy_records_repeat,
+    cupy_shaped,
     cupy_tuning,
 )
 
@@ -124,7 +125,11 @@ def forget_kept_calls() -> None:
     """Drop what calls keep for the next call (ready calls with their scratch and words, the
     repeated calls, this thread's tile words, the records' calls and column tables): the next
     call allocates them anew."""
+    # the shaped calls too (a string's or function's new numbers run them): a test's second
+    # call of "x < 0.5" took the shape's kept IntoCall the first one left and made no ready call
+    # of its own (found on the H200 on 2026-12-02, eighteenth session, in a whole-suite run)
     for cache in (cb._ready_calls, cb._repeat_calls, cupy_into_repeat._repeats,
+                  cupy_into_repeat._shaped, cupy_shaped.shaped_calls,
                   cupy_records_ready._calls,
                   cupy_records_ready._by_content, cupy_records_repeat._repeats,
                   cupy_records_repeat._into_repeats, cupy_records_common._tables):
