@@ -66,7 +66,7 @@ from .cupy_ready import (
     speculated,
 )
 from .cupy_shaped import forget as forget_shaped
-from .cupy_shaped import has_shape, remember_shaped, shaped_call
+from .cupy_shaped import has_shape, remember_shaped, served_before, shaped_call
 from .cupy_source import ModuleSpec
 from .cupy_tuning import (
     EXACT_MODES,
@@ -628,6 +628,8 @@ def repeated_call(a: Any, pred_like: Any, output: str, stable: bool, algorithm: 
             return None
         if a.data.device_id != cupy.cuda.runtime.getDevice():
             return None
+        if not isinstance(pred_like, str) and served_before(key):
+            return None  # a function's value again: the checked call keeps its own
         return shaped_call(a, pred_like, key)
     dev = hit[0]
     if a.data.device_id != dev or cupy.cuda.runtime.getDevice() != dev:

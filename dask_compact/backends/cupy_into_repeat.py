@@ -26,7 +26,15 @@ from ..cache import BoundedCache
 from ..predicate.core import Predicate
 from ..validate import _span
 from .cupy_launch import thread_key
-from .cupy_shaped import ShapedRun, find_run, has_shape, kept, runs_evicted, shape_typing
+from .cupy_shaped import (
+    ShapedRun,
+    find_run,
+    has_shape,
+    kept,
+    runs_evicted,
+    served_before,
+    shape_typing,
+)
 
 __all__ = ["repeated_into", "remember_into", "forget"]
 
@@ -96,7 +104,10 @@ def repeated_into(a: Any, pred_like: Any, out: Any, output: str, count: Any, str
     if hit is None:
         # a string or function whose numbers alone differ from a kept one's: its shape's
         # call, rebound
-        hit = _shaped_hit(a, pred_like, key) if has_shape(pred_like) else None
+        hit = None
+        if has_shape(pred_like) and (isinstance(pred_like, str) or key is None
+                                     or not served_before(key)):
+            hit = _shaped_hit(a, pred_like, key)
         if hit is None:
             return None
     import cupy

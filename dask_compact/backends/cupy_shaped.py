@@ -37,7 +37,8 @@ from ..predicate.memo import value_key
 from ..predicate.template import kept_shape, shape_of
 
 __all__ = ["shaped_call", "remember_shaped", "shaped_key", "bound_numbers", "shape_typing",
-           "ShapedRun", "find_run", "runs_evicted", "forget", "has_shape", "kept"]
+           "ShapedRun", "find_run", "runs_evicted", "forget", "has_shape", "kept",
+           "served_before"]
 
 # The repeated call's key of a text the shaped call served (its numbers) -> its ShapedRun: the
 # same text again skips finding its shape and binding (a dict; emptied past RUNS_MAX)
@@ -88,6 +89,25 @@ class ShapedRun:
         return entry[1](*args)
 
 
+# Repeated calls' keys of functions whose call a shape served once (served_before)
+_served: dict[tuple, bool] = {}
+
+
+def served_before(key: tuple) -> bool:
+    """Whether a shape served the function call of repeated key ``key`` before (then
+    forgotten: the call goes the checked way, whose repeated call is then kept for the ones
+    after); else noted. A function's shaped run is made per call (see :func:`find_run`): a
+    value called again and again ran that way 15-18 us slower than by a repeated call of its
+    own on one H200 (2^20 float32, public_calls.py at 9e43dac: 57.8 against 41.0 us), so a
+    shape serves a value's first call, and its second costs one checked call."""
+    if _served.pop(key, None) is not None:
+        return True
+    if len(_served) >= RUNS_MAX:
+        _served.clear()
+    _served[key] = True
+    return False
+
+
 def bound_numbers(tp: Any, numbers: tuple, dtype: np.dtype, text: str) -> tuple | None:
     """``numbers`` bound as the typed tree ``tp``'s constants (what its kernel's slots take),
     or None where they type otherwise (an int outside an integer dtype folds into another
@@ -107,6 +127,7 @@ def forget() -> None:
     """Drop the shaped calls kept (``cupy_backend.forget_ready_calls``)."""
     shaped_calls.clear()
     _runs.clear()
+    _served.clear()
     forget_shapes()
 
 

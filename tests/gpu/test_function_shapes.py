@@ -252,3 +252,15 @@ def test_compact_into_with_a_threshold_new_at_each_call(n, output, stable, into_
         got = (v1[:k], i1[:k]) if output == "both" else (v1 if output == "values" else i1)[:k]
         check(got, expect(h, h < t, output), output, stable)
     assert len(into_hits) >= 5
+
+
+def test_a_value_called_again_gets_a_call_of_its_own(hits):
+    """A shape serves a value's first call; its second goes the checked way and keeps the
+    value's own repeated call, which every later call of it runs (a shaped run is made per
+    call, slower than a kept one)."""
+    h = np.random.default_rng(9).random(1 << 16, dtype=np.float32)
+    a = cupy.asarray(h)
+    for t in (0.5, 0.25, 0.25, 0.25, 0.25, 0.75, 0.75):
+        check(compact_array(a, _closure(t)), h[h < t], "values", True)
+    assert len(hits) == 2  # 0.25's first call and 0.75's
+    assert len(cb._repeat_calls) == 3

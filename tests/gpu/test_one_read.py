@@ -343,9 +343,10 @@ def test_repeated_call_follows_a_rebound_constant(monkeypatch):
             THRESHOLD = t
             np.testing.assert_array_equal(cupy.asnumpy(compact_array(a, pred)),
                                           a_host[a_host < t])
-        # the first value's call kept; the others run the function's shape's call with
-        # their own constants (since 2026-12-02, eighteenth session: predicate/function_shape)
-        assert len(cb._repeat_calls) == 1
+        # 0.5's call kept; 0.75 and 0.25's first run the function's shape's call with their
+        # own constants (since 2026-12-02, eighteenth session: predicate/function_shape), and
+        # 0.25's second the checked call, which keeps its own
+        assert len(cb._repeat_calls) == 2
         # a closure cell rebound: the same
         limit = 0.1
         closure = lambda v: v < limit  # noqa: E731
@@ -496,8 +497,8 @@ def test_a_constant_rebound_while_a_call_runs_is_not_kept_under_the_new_value(mo
             np.testing.assert_array_equal(cupy.asnumpy(compact_array(a, pred)),
                                           a_host[a_host < t])
         # 0.875's call kept (0.125's first call was not, being traced under another value);
-        # 0.125 again runs the shape's call with its own constant
-        assert len(cb._repeat_calls) == 1
+        # 0.125 again runs the shape's call with its own constant, and then its own
+        assert len(cb._repeat_calls) == 2
     finally:
         THRESHOLD = 0.5
 
