@@ -875,6 +875,45 @@ def test_a_compiled_loop_is_not_held_up_by_a_wait_for_another_process_compile(
     np.testing.assert_array_equal(got_x[0], a[_mask(a, 5)])
 
 
+def test_a_compiled_loop_is_not_held_up_by_another_threads_build(
+        tmp_path, monkeypatch, built_loops):
+    """A thread building loop X (0.5-1 s of numba's compile; held here for 3 s) while
+    another thread calls loop Y, already compiled in this process: Y's call runs at once.
+    Until 2026-12-02 (eighteenth session) a build held the in-process cache's lock, under
+    which every call looks its loop up, so Y's call waited for X's whole build. Both results
+    NumPy's."""
+    import threading
+
+    monkeypatch.setenv("DASK_COMPACT_CACHE_DIR", copy_built(built_loops, tmp_path))
+    numba_loop.clear_cache()
+    numba_loop._sweep()
+    a = np.random.default_rng(2).standard_normal(10_007) * 3
+    px, py = structures(12)[7], structures(12)[2]
+    np.testing.assert_array_equal(dask_compact.compact_array(a, py), a[_mask(a, 2)])
+    building = threading.Event()
+    real = numba_loop._build_held
+
+    def slow_build(*args, **kwargs):
+        building.set()
+        time.sleep(3)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(numba_loop, "_build_held", slow_build)
+    got_x: list = []
+    thread = threading.Thread(target=lambda: got_x.append(dask_compact.compact_array(a, px)))
+    thread.start()
+    assert building.wait(30)
+    t0 = time.monotonic()
+    got_y = dask_compact.compact_array(a, py)
+    took = time.monotonic() - t0
+    alive = thread.is_alive()
+    thread.join(60)
+    np.testing.assert_array_equal(got_y, a[_mask(a, 2)])
+    assert alive  # X still building meanwhile
+    assert took < 1.5, took
+    np.testing.assert_array_equal(got_x[0], a[_mask(a, 7)])
+
+
 def test_the_gpu_shaped_calls_runs_go_with_their_entries():
     """backends/cupy_shaped.py keeps the runs of texts it served (``_runs``, a plain dict)
     beside its BoundedCache of calls: until 2026-12-02 (seventeenth session, a regression

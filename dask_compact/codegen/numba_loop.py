@@ -57,6 +57,7 @@ import pickle
 import signal
 import sys
 import tempfile
+import threading
 import time
 import warnings
 import weakref
@@ -717,7 +718,14 @@ def _forget(key: tuple[str, str], loop: CompiledLoop | UnsupportedPredicate) -> 
         return
     if isinstance(loop, CompiledLoop) and loop.module is not None:
         _retired.append((weakref.ref(loop), loop.module))
-    _sweep()
+    # under _loops.lock (an eviction is a put's): the sweep only where no build is under way
+    # in another thread (the lock order is _build_lock, then _loops.lock); else that build's
+    # thread, or the next build, sweeps
+    if _build_lock.acquire(blocking=False):
+        try:
+            _sweep_held()
+        finally:
+            _build_lock.release()
 
 
 # Evicted loops whose module waits for its last holder: (a weak reference to the loop, the
@@ -740,11 +748,23 @@ _retired: list[tuple[weakref.ref, str]] = []
 _failed: set[str] = set()
 
 
+# Builds and sweeps, one at a time: a build (the only thing that takes a module from
+# sys.modules again) must not meet a sweep dropping that module. Lookups take _loops.lock
+# alone, so a thread calling a compiled loop no longer waits for another thread's build
+# (0.5-1 s): until 2026-12-02 (eighteenth session) builds held _loops.lock throughout.
+# Lock order: a loop's compile lock (one_compile_at_a_time), _build_lock, _loops.lock.
+_build_lock = threading.RLock()
+
+
 def _sweep() -> None:
     """Drop the modules of evicted loops nothing holds any more, except those a loop in the
-    cache (built again from the same source), a kept loop or a loop still held uses. Under
-    ``_loops.lock``: a build (the only thing that takes a module from sys.modules again)
-    holds it too."""
+    cache (built again from the same source), a kept loop or a loop still held uses."""
+    with _build_lock:
+        _sweep_held()
+
+
+def _sweep_held() -> None:
+    """:func:`_sweep`, ``_build_lock`` held."""
     with _loops.lock:
         live = {v.module for v in _loops.values() if isinstance(v, CompiledLoop)}
         live |= {v.module for v in _kept.values()}
@@ -851,7 +871,7 @@ def one_compile_at_a_time(directory: Path, digest: str) -> Iterator[None]:
     compiles. Without ``fcntl``, or where the lock file cannot be made (a read-only
     directory: the build then compiles in memory anyway), or after :data:`LOCK_WAIT_S`, the
     build goes on unlocked, as before: the lock saves work, it guards nothing (numba's own
-    saves are atomic). In-process builds are one at a time (``_loops.lock``, taken after
+    saves are atomic). In-process builds are one at a time (``_build_lock``, taken after
     this lock: :func:`_found_or_built`; a record loop's per key). The lock file belongs to
     the loop's files (trimmed and cleared with them)."""
     try:
@@ -985,7 +1005,7 @@ def numba_held() -> contextlib.AbstractContextManager[None]:
 
 def _build_held(tp: TypedPredicate, output: str, source: str, directory: Path) -> CompiledLoop:
     """The loop of ``source`` (``generate_source(tp, output)``) written to ``directory``,
-    imported and compiled: inside :func:`numba_held`, under ``_loops.lock`` and the loop's
+    imported and compiled: inside :func:`numba_held`, under ``_build_lock`` and the loop's
     :func:`one_compile_at_a_time` (:func:`_found_or_built` takes them)."""
     signature = _numba_signature(tp, output)
     try:
@@ -1112,7 +1132,7 @@ def _found_or_built(tp: TypedPredicate, output: str, key: tuple[str, str]
     """``key``'s loop, built unless another thread built it meanwhile (inside numba_held).
 
     Another process's compile of the loop is waited for (:func:`one_compile_at_a_time`, up to
-    :data:`LOCK_WAIT_S`) before ``_loops.lock`` is taken, which the build then holds: until
+    :data:`LOCK_WAIT_S`) before ``_build_lock`` is taken, which the build then holds: until
     2026-12-02 (seventeenth session, a regression review) the wait was inside the lock, and
     every other thread's call of an already compiled loop, looked up under it, stalled for
     the whole wait (measured: 19.5 s with the wait set to 20 s). Two threads building the
@@ -1125,23 +1145,25 @@ def _found_or_built(tp: TypedPredicate, output: str, key: tuple[str, str]
     directory = cache_dir()
     locked = (contextlib.nullcontext() if source is None
               else one_compile_at_a_time(directory, _digest(source)))
-    with locked, _loops.lock:
+    with locked, _build_lock:
         hit = _found(key)  # built by another thread meanwhile
         if hit is not None:
             return hit
-        _sweep()  # the modules of evicted loops let go of since the last eviction
+        _sweep_held()  # the modules of evicted loops let go of since the last eviction
         try:
             if source is None:
                 raise refused
             hit = _build_held(tp, output, source, directory)
-            _stats["builds"] += 1
             logger.debug("compiled fused loop %s for %s", key, to_source(tp.expr))
-            if key in _built:  # back after its eviction: kept (see _kept)
-                _kept[key] = hit
-            _built.add(key)
+            with _loops.lock:
+                _stats["builds"] += 1
+                if key in _built:  # back after its eviction: kept (see _kept)
+                    _kept[key] = hit
+                _built.add(key)
         except UnsupportedPredicate as e:
             hit = e
-            _stats["unsupported"] += 1
+            with _loops.lock:
+                _stats["unsupported"] += 1
         _loops.put(key, hit)
         return hit
 
