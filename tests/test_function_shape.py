@@ -237,11 +237,60 @@ def test_a_cells_value_rebound_is_read_anew():
 def test_a_learning_trace_under_other_values_learns_nothing():
     """The slots are learned only from a trace that gave the predicate's own tree and
     numbers: a predicate traced before a value was rebound teaches nothing."""
+    from dask_compact.predicate.trace import trace
+
     t = 0.5
     f = lambda v: v < t  # noqa: E731
-    p = as_predicate(f)
+    p = trace(f)  # (as_predicate learns at once, from one reading of the values)
     t = 0.25
     fs.learn(f, p)
     assert fs.numbers_for(f) is None
-    fs.learn(f, as_predicate(f))
+    fs.learn(f, trace(f))
     assert fs.numbers_for(f)[1] == (0.25,)
+
+
+def test_a_new_value_is_not_traced_and_compacts_as_numpy(monkeypatch):
+    """as_predicate (every public call, every backend) gives a function of a learned shape
+    its tree with its own numbers, untraced; compact_array on NumPy arrays then equals NumPy,
+    ints outside the dtype included (typed and folded as a traced predicate is)."""
+    import dask_compact
+    from dask_compact.predicate import trace as trace_module
+
+    rng = np.random.default_rng(3)
+    h8 = rng.integers(-128, 128, 4099).astype(np.int8)
+    hf = rng.standard_normal(4099).astype(np.float32)
+    np.testing.assert_array_equal(dask_compact.compact_array(hf, _band(-0.5, 0.5)),
+                                  hf[(hf > -0.5) & (hf < 0.5) | (hf == 7)])
+
+    def no_trace(*args, **kwargs):
+        raise AssertionError("traced")
+
+    monkeypatch.setattr(trace_module, "trace", no_trace)
+    for lo, hi in [(-1.5, 0.25), (0.0, 1e9), (float("-inf"), -2.0), (0.5, -0.5)]:
+        got = dask_compact.compact_array(hf, _band(lo, hi))
+        np.testing.assert_array_equal(got, hf[(hf > lo) & (hf < hi) | (hf == 7)])
+    monkeypatch.undo()
+    np.testing.assert_array_equal(dask_compact.compact_array(h8, _band(-5, 9)),
+                                  h8[(h8 > -5) & (h8 < 9) | (h8 == 7)])
+    monkeypatch.setattr(trace_module, "trace", no_trace)
+    for lo, hi in [(-300, 20), (100, 300), (-129, -128), (126, 127), (2**70, -2**70)]:
+        got = dask_compact.compact_array(h8, _band(lo, hi))
+        np.testing.assert_array_equal(got, h8[(h8 > lo) & (h8 < hi) | (h8 == 7)])
+
+
+def test_a_function_reading_a_module_is_traced_per_value(monkeypatch):
+    """Its key reads the module's attributes live, beside the numbers: traced each value."""
+    import dask_compact
+    from dask_compact.predicate import trace as trace_module
+
+    def make(t):
+        return lambda v: np.abs(v) < t
+
+    h = np.random.default_rng(4).standard_normal(1031)
+    dask_compact.compact_array(h, make(0.5))
+    traced = []
+    real = trace_module.trace
+    monkeypatch.setattr(trace_module, "trace", lambda f, *a: traced.append(f) or real(f, *a))
+    for t in (0.25, 1.5):
+        np.testing.assert_array_equal(dask_compact.compact_array(h, make(t)), h[np.abs(h) < t])
+    assert len(traced) == 2

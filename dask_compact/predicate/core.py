@@ -666,10 +666,19 @@ def as_predicate(pred: PredicateLike) -> Predicate:
             # it, so a repeated small call does no per-predicate Python work.
             return hit if hit.expr is not None else Predicate(
                 expr=None, params=(), func=pred, source=hit.source, reason=hit.reason)
+        from .function_shape import learn, like_traced
         from .trace import trace  # imports this module: here, not at the top
 
-        # a key None (what it reads could change unseen) is traced every time, as it is
-        p, key = (trace(pred), None) if key is None else trace_under_key(pred, trace)
+        # a function whose ints and floats alone differ from a traced one's of its shape:
+        # that trace's tree with its own numbers (function_shape.py)
+        shaped = None if key is None else like_traced(pred)
+        if shaped is not None:
+            p, key = shaped
+        else:
+            # a key None (what it reads could change unseen) is traced every time, as it is
+            p, key = (trace(pred), None) if key is None else trace_under_key(pred, trace)
+            if key is not None and p.expr is not None:
+                learn(pred, p)
         if key is not None:
             p.memo[TRACED_UNDER] = key
             _traced().put(key, p)

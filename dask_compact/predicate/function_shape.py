@@ -42,7 +42,7 @@ from .memo import (
     value_key,
 )
 
-__all__ = ["numbers_for", "learn", "forget"]
+__all__ = ["numbers_for", "learn", "like_traced", "forget"]
 
 _NUMBERS = (int, float)  # exact types: bool is an int, and its kind is another (expr.param_kind)
 _PLACEHOLDER = {int: 0, float: 0.0}
@@ -57,6 +57,9 @@ _SLOTS: dict[tuple, tuple | None] = {}
 # those values are of memo._RECENT_TYPES (nothing changes them in place) or fixed builtins,
 # as for memo's recent keys.
 _RECENT: dict[int, tuple] = {}
+# fshape -> (the tree, the source) of the trace its slots were learned from: a function of
+# the shape is given that tree with its own numbers by like_traced. Emptied with _SLOTS.
+_TREES: dict[tuple, tuple[Any, str]] = {}
 _MAX = 256
 
 
@@ -182,10 +185,49 @@ def learn(func: Any, pred: Any) -> None:
         slots = tuple((v,) if s is None else s for v, s in zip(tracer.params, tracer.sources))
     if len(_SLOTS) >= _MAX:
         _SLOTS.clear()
+        _TREES.clear()
     _SLOTS[fshape] = slots
+    if slots is not None:
+        _TREES[fshape] = (pred.expr, pred.source)
+
+
+def like_traced(func: Any) -> tuple[Any, tuple] | None:
+    """``(predicate, key)``: ``func``'s predicate, the tree of its learned shape with its own
+    numbers, untraced, and its trace key; None where it has no learned shape, or reads a
+    module or class (whose attributes the key reads live: a second reading, beside the
+    numbers', that a thread setting one in between could make disagree with them).
+
+    The key and the numbers come from one copy of the function's values (``memo.frozen``),
+    so the key the predicate is kept under is the one its numbers were read under
+    (``memo.TRACED_UNDER``: a repeated call is kept only under it)."""
+    from .core import Predicate
+
+    fixed = frozen(func)
+    if fixed is None:
+        return None
+    found = _layout(fixed)
+    if found is None:
+        return None
+    names, values, places = found
+    kept = set(places)
+    if not all(v is _MISSING or type(v) in _RECENT_TYPES or _fixed_builtin(v)
+               for i, v in enumerate(values) if i not in kept):
+        return None
+    try:
+        fshape = _fshape(fixed, names, values, places)
+        key = None if fshape is None else _trace_key(fixed)
+    except Exception:  # as memo.trace_key
+        return None
+    slots = None if fshape is None else _SLOTS.get(fshape)
+    tree = None if fshape is None else _TREES.get(fshape)
+    if key is None or slots is None or tree is None:
+        return None
+    return (Predicate(expr=tree[0], params=_numbers(slots, values, places), func=func,
+                      source=tree[1]), key)
 
 
 def forget() -> None:
     """Drop the shapes learned (``clear_cache``)."""
     _SLOTS.clear()
+    _TREES.clear()
     _RECENT.clear()
