@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from dask_compact.predicate import function_shape as fs
 from dask_compact.predicate.core import as_predicate
 from dask_compact.predicate.memo import value_key
+from dask_compact.predicate.trace import trace
 
 G_T = 0.5
 G_N = 3
@@ -245,3 +246,96 @@ def test_a_learning_trace_under_other_values_learns_nothing():
     assert fs.numbers_for(f) is None
     fs.learn(f, as_predicate(f))
     assert fs.numbers_for(f)[1] == (0.25,)
+
+
+# --- 2026-12-02 (eighteenth session, a review): values that steer the trace unasked --------
+
+def _served_as_traced(make, learned_at, later):
+    """Learn ``make(learned_at)``'s shape, then check the invariant for each value of
+    ``later``: where ``numbers_for`` serves ``make(t)``, a fresh trace of it (not the memo's)
+    gives the learned tree and those very numbers."""
+    f = make(learned_at)
+    p = trace(f)
+    assert p.expr is not None, p.reason
+    fs.learn(f, p)
+    for t in later:
+        g = make(t)
+        found = fs.numbers_for(g)
+        if found is None:
+            continue
+        q = trace(g)
+        assert q.expr == p.expr, (t, found)
+        assert [value_key(v) for v in found[1]] == [value_key(v) for v in q.params], (t, found)
+
+
+def _caught_conversion(t):
+    def f(v):
+        try:
+            c = float(t)
+        except TypeError:
+            c = 1.0
+        return v < c
+    return f
+
+
+def _caught_attribute(t):
+    def f(v):
+        try:
+            c = t.real
+        except AttributeError:
+            c = 1.0
+        return v < c
+    return f
+
+
+def _caught_arithmetic(t):
+    def f(v):
+        try:
+            c = t + 0.0
+        except Exception:  # noqa: BLE001 -- the probe: any error swallowed
+            c = 1.0
+        return v < c
+    return f
+
+
+def _class_attribute(t):
+    return lambda v: v < (t if t.__class__ is float else 1.0)
+
+
+_ISINSTANCE = isinstance  # a type test by another name: trace's own check looks for the name
+
+
+def _isinstance_alias(t):
+    return lambda v: v < (t if _ISINSTANCE(t, float) else 1.0)
+
+
+def _match_class(t):
+    def f(v):
+        match t:
+            case float():
+                c = t
+            case _:
+                c = 1.0
+        return v < c
+    return f
+
+
+@pytest.mark.parametrize("make", [_caught_conversion, _caught_attribute, _caught_arithmetic,
+                                  _class_attribute, _isinstance_alias, _match_class])
+def test_a_stand_used_and_the_error_caught_or_its_type_asked_learns_nothing(make):
+    """The function's own code uses the number and catches the Stand's error, or asks its
+    class (``t.__class__``, ``isinstance`` by another name, a class pattern): with the value
+    learned from equal to the fallback (1.0) the fallback was learned as a literal, and until
+    2026-12-02 ``make(3.0)`` was served (1.0,) where its trace gives (3.0,). Failed before
+    the Stand noted its uses, every one of these."""
+    _served_as_traced(make, 1.0, [3.0, -2.5, 1.0])
+    assert fs.numbers_for(make(3.0)) is None
+
+
+def test_a_stand_as_an_operand_notes_no_use():
+    """The Stands of the shaped functions above are operands only: every way of meeting
+    the array (reflected, in np.where and np.maximum) learns a shape."""
+    for name in sorted(SHAPED):
+        make, first = SHAPED[name]
+        fs.forget()
+        assert _learned(make(*first)) is not None, name

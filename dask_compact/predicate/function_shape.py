@@ -166,8 +166,9 @@ def learn(func: Any, pred: Any) -> None:
     if fshape is None or fshape in _SLOTS:
         return
     stood = list(values)
+    uses: list[str] = []  # what the function's own code did with a Stand (Stand's docstring)
     for j, i in enumerate(places):
-        stood[i] = Stand(values[i], j)
+        stood[i] = Stand(values[i], j, uses)
     slots: tuple | None = None
     tracer = Tracer()
     live: list[str] = []
@@ -175,7 +176,7 @@ def learn(func: Any, pred: Any) -> None:
         node, _ = run_traced(_snapshot(_rebuilt(fixed, names, stood), reads, live), tracer)
     except Exception:  # a refusal: the function's own trace said so, or another thing
         node = None
-    if node is not None and not live and node == pred.expr:
+    if node is not None and not live and not uses and node == pred.expr:
         if len(tracer.params) != len(pred.params) or any(
                 value_key(a) != value_key(b) for a, b in zip(tracer.params, pred.params)):
             return  # traced under other values (a thread rebinding one): learn another time
