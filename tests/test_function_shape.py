@@ -339,3 +339,75 @@ def test_a_stand_as_an_operand_notes_no_use():
         make, first = SHAPED[name]
         fs.forget()
         assert _learned(make(*first)) is not None, name
+
+
+_D = 1.0  # a sentinel number: `t is _D` tells the object apart, not the value
+_TYPE = type  # type by another name: trace's own check looks for the name `type`
+
+
+def _identity(t):
+    return lambda v: v < (t if t is not _D else 2.0)
+
+
+def _identity_operator(t):
+    import operator
+
+    return lambda v: v < (t if operator.is_not(t, _D) else 2.0)
+
+
+def _type_alias(t):
+    return lambda v: v < (t if _TYPE(t) == float else 1.0)  # noqa: E721 -- == is no `is`
+
+
+def _type_through_a_dunder(t):
+    return lambda v: v < (t if float.__class__(t) == float else 1.0)  # noqa: E721
+
+
+def _slot_called_on_it(t):
+    return lambda v: v < (t if "float" in object.__repr__(t) else 1.0)
+
+
+def _error_raised_unasked(t):
+    def f(v):
+        try:
+            c = t if float.hex(t) else 1.0  # a Stand is no float: TypeError, unasked
+        except TypeError:
+            c = 1.0
+        return v < c
+    return f
+
+
+@pytest.mark.parametrize("make, learned_at, later", [
+    (_identity, 1.5, [_D, 3.0]),
+    (_identity_operator, 1.5, [_D, 3.0]),
+    (_type_alias, 1.0, [3.0]),
+    (_type_through_a_dunder, 1.0, [3.0]),
+    (_slot_called_on_it, 1.0, [3.0]),
+    (_error_raised_unasked, 1.0, [3.0]),
+])
+def test_a_value_observed_without_asking_it_learns_nothing(make, learned_at, later):
+    """What a Stand cannot note: the value's identity (``is``, ``operator.is_not``), its
+    type (``type`` by another name, ``float.__class__``, a type's slot called on it) and an
+    error raised by another without asking it, caught. Until 2026-12-02 each learned a
+    shape whose numbers a later value's own trace does not give: ``_identity`` learned at
+    1.5 served ``_D`` itself (1.0,) where its trace gives (2.0,), the others served (1.0,)
+    for 3.0. Failed before, every one of these; none keeps a shape now."""
+    _served_as_traced(make, learned_at, later)
+    assert all(fs.numbers_for(make(t)) is None for t in later)
+
+
+def test_is_none_and_comprehensions_keep_their_shape():
+    """What the refusal above leaves alone: a test against None (a number is none) compiles
+    to a jump of its own, and comprehensions and generators hold no handler."""
+    def make(t, lo):
+        def f(v):
+            c = 0.0 if lo is None else lo
+            out = (v < t) & (v > c)
+            for m in (m for m in [v != k for k in (7, 8)]):
+                out = out & m
+            return out
+        return f
+
+    fshape, numbers = _learned(make(0.5, 0.25))
+    assert numbers == (0.5, 0.25, 7, 8)
+    _same_as_its_trace(make(0.75, -1.5), fshape)

@@ -17,9 +17,12 @@ function with each such value replaced by a :class:`~.trace.Stand`, a symbol the
 as an operand of the array (a parameter whose source it notes) and that raises on anything
 else the function's own code does with it (``t * 2``, ``if t > 0``, ``float(t)``,
 ``f"{t}"``): so a value that steers the trace any other way than as an operand leaves the
-shape unkept, and such functions are traced per value as before. The learning trace must
-also give the very tree the function's own trace gave (the typing of a power by a Python
-scalar depends on its value, so a Stand as an exponent stops it).
+shape unkept, and such functions are traced per value as before; so does a use the
+function's own code catches (the Stand notes each), and code that could observe a value
+without asking it (``is``, ``type`` by another name, an exception handler, a dunder name:
+:func:`_unasked`). The learning trace must also give the very tree the function's own
+trace gave (the typing of a power by a Python scalar depends on its value, so a Stand as an
+exponent stops it).
 
 The shape is what the GPU's kept calls per shape use (``backends/cupy_shaped.py``), as a
 string's is.
@@ -27,6 +30,10 @@ string's is.
 
 from __future__ import annotations
 
+import dis
+import functools
+import itertools
+import operator
 import types
 from typing import Any
 
@@ -165,17 +172,19 @@ def learn(func: Any, pred: Any) -> None:
         return
     if fshape is None or fshape in _SLOTS:
         return
-    stood = list(values)
-    uses: list[str] = []  # what the function's own code did with a Stand (Stand's docstring)
-    for j, i in enumerate(places):
-        stood[i] = Stand(values[i], j, uses)
     slots: tuple | None = None
+    node = None
     tracer = Tracer()
     live: list[str] = []
-    try:
-        node, _ = run_traced(_snapshot(_rebuilt(fixed, names, stood), reads, live), tracer)
-    except Exception:  # a refusal: the function's own trace said so, or another thing
-        node = None
+    uses: list[str] = []  # what the function's own code did with a Stand (Stand's docstring)
+    if not _unasked(fixed.__code__, values, reads):
+        stood = list(values)
+        for j, i in enumerate(places):
+            stood[i] = Stand(values[i], j, uses)
+        try:
+            node, _ = run_traced(_snapshot(_rebuilt(fixed, names, stood), reads, live), tracer)
+        except Exception:  # a refusal: the function's own trace said so, or another thing
+            node = None
     if node is not None and not live and not uses and node == pred.expr:
         if len(tracer.params) != len(pred.params) or any(
                 value_key(a) != value_key(b) for a, b in zip(tracer.params, pred.params)):
@@ -184,6 +193,44 @@ def learn(func: Any, pred: Any) -> None:
     if len(_SLOTS) >= _MAX:
         _SLOTS.clear()
     _SLOTS[fshape] = slots
+
+
+# What observes a value without asking it anything, so that a Stand cannot note it: its
+# identity (``t is D``, ``operator.is_not(t, D)``: a number learned from as another object
+# than D took the other branch of one that is D) and its type (``type`` by another name,
+# ``float.__class__(t)``, ``object.__repr__(t)``: a Stand's is Stand's, not the number's).
+# Until 2026-12-02 (eighteenth session, a review) each of these learned a shape that served
+# a later value the numbers of a branch its own trace did not take.
+_OBSERVERS = (type, id, operator.is_, operator.is_not)
+# ``is`` / ``is not``, and the handlers of ``try`` and ``with``: an error raised where a
+# number would not raise, and caught (``float.hex(t)`` raises TypeError for a Stand without
+# asking it, which a Stand's own notes do not see), takes the handler's way. (Python 3.11+:
+# comprehensions and generators hold no PUSH_EXC_INFO; ``if x is None`` is a jump of its own,
+# harmless here, a number being no None.)
+_UNASKED_OPS = frozenset({"IS_OP", "PUSH_EXC_INFO", "CHECK_EXC_MATCH", "CHECK_EG_MATCH"})
+
+
+@functools.lru_cache(maxsize=1024)
+def _unasked_code(code: types.CodeType) -> bool:
+    """Whether ``code`` (or code nested in it) may observe a number without asking it: an
+    identity test, an exception handler, or a dunder name (``__class__``, ``__repr__``: a
+    type's own slots called on the value, or its type read)."""
+    if any(n.startswith("__") and n.endswith("__") for n in code.co_names):
+        return True
+    if any(ins.opname in _UNASKED_OPS for ins in dis.get_instructions(code)):
+        return True
+    return any(isinstance(c, types.CodeType) and _unasked_code(c) for c in code.co_consts)
+
+
+def _unasked(code: types.CodeType, values: list[Any],
+             reads: dict[int, tuple[Any, dict[str, Any]]]) -> bool:
+    """Whether a learning trace of ``code`` reading ``values`` (and the attributes
+    ``reads``) could take another way than its trace did with nothing noted by a Stand
+    (see :data:`_OBSERVERS`): then its shape keeps no slots."""
+    if _unasked_code(code):
+        return True
+    held = itertools.chain(values, *(got.values() for _, got in reads.values()))
+    return any(v is o for v in held for o in _OBSERVERS)
 
 
 def forget() -> None:
