@@ -411,3 +411,33 @@ def test_is_none_and_comprehensions_keep_their_shape():
     fshape, numbers = _learned(make(0.5, 0.25))
     assert numbers == (0.5, 0.25, 7, 8)
     _same_as_its_trace(make(0.75, -1.5), fshape)
+
+
+@pytest.mark.parametrize("make", [_type_alias, _type_through_a_dunder, _slot_called_on_it])
+def test_a_retrace_under_other_numbers_refuses_what_the_stand_did_not_see(make, monkeypatch):
+    """The second witness (``_retraced``): with the static refusal lifted, a number's type
+    observed without asking it (the ways above) still learns nothing, since a trace with
+    another number does not give the numbers the Stand's branch learned. Failed before it
+    (served (1.0,) for 3.0, as the test above found)."""
+    monkeypatch.setattr(fs, "_unasked", lambda *args: False)
+    _served_as_traced(make, 1.0, [3.0, 1.0, -0.0])
+    assert fs.numbers_for(make(3.0)) is None
+
+
+def test_a_retraces_numbers_are_apart_from_the_literals(monkeypatch):
+    """The retrace's numbers differ from every literal and value learned from: one equal
+    to the literal a Stand's branch learned would agree with it by the same coincidence.
+    Here the fallback literal is the first number a retrace tries."""
+    first = 0.6180339887
+    assert fs._OTHER[float](0) == first
+
+    def make(t):  # the literal in the code: a closure's number would be a place of its own
+        return lambda v: v < (t if _TYPE(t) == float else 0.6180339887)  # noqa: E721
+
+    monkeypatch.setattr(fs, "_unasked", lambda *args: False)
+    _served_as_traced(make, first, [3.0])
+    assert fs.numbers_for(make(3.0)) is None
+    fs.forget()
+    fshape, numbers = _learned(_band(first, fs._OTHER[int](0)))  # operands: kept
+    assert numbers == (first, fs._OTHER[int](0), 7)
+    _same_as_its_trace(_band(2.5, 4), fshape)

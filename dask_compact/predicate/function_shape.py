@@ -190,9 +190,59 @@ def learn(func: Any, pred: Any) -> None:
                 value_key(a) != value_key(b) for a, b in zip(tracer.params, pred.params)):
             return  # traced under other values (a thread rebinding one): learn another time
         slots = tuple((v,) if s is None else s for v, s in zip(tracer.params, tracer.sources))
+        if not _retraced(fixed, names, values, places, reads, slots, node):
+            slots = None
     if len(_SLOTS) >= _MAX:
         _SLOTS.clear()
     _SLOTS[fshape] = slots
+
+
+def _retraced(fixed: types.FunctionType, names: tuple[str, ...], values: list[Any],
+              places: tuple[int, ...], reads: dict[int, tuple[Any, dict[str, Any]]],
+              slots: tuple, node: Any) -> bool:
+    """Whether a trace of ``fixed`` with other numbers at ``places`` (each new, none equal to
+    another, to a value learned from or to a literal of ``slots``) gives ``node`` and the
+    numbers ``slots`` take from them. A second witness beside the Stand's notes and
+    :func:`_unasked`: a way of observing a number that neither sees (the Stand's type
+    told from a float's by some means of C's) took another branch than the number's, and
+    where the two branches' trees and numbers agreed by coincidence at the value learned
+    from (the number 1.0 there, the literal 1.0 here) they do not agree at another value.
+    It cannot see identity (new numbers are other objects than any), which
+    :func:`_unasked` refuses; once per shape, a trace's time."""
+    from .trace import Tracer, run_traced
+
+    taken = [values[i] for i in places] + [s[0] for s in slots if type(s) is tuple]
+    other = list(values)
+    k = 0
+    for i in places:
+        while True:
+            new = _OTHER[type(values[i])](k)
+            k += 1
+            if not any(_equal(new, x) for x in taken):
+                break
+        other[i] = new
+        taken.append(new)
+    tracer = Tracer()
+    live: list[str] = []
+    try:
+        again, _ = run_traced(_snapshot(_rebuilt(fixed, names, other), reads, live), tracer)
+    except Exception:  # the number steered it into a refusal
+        return False
+    return (not live and again == node and len(tracer.params) == len(slots)
+            and [value_key(v) for v in tracer.params]
+            == [value_key(v) for v in _numbers(slots, other, places)])
+
+
+# The k-th number of its type a retrace (:func:`_retraced`) tries: none a round number a
+# predicate's code would hold as a literal
+_OTHER = {int: lambda k: 7919 + 104729 * k, float: lambda k: 0.6180339887 + 1.7 * k}
+
+
+def _equal(a: Any, b: Any) -> bool:
+    try:
+        return bool(a == b)
+    except Exception:  # a literal that compares oddly: taken as equal, and passed over
+        return True
 
 
 # What observes a value without asking it anything, so that a Stand cannot note it: its
