@@ -441,3 +441,109 @@ def test_a_retraces_numbers_are_apart_from_the_literals(monkeypatch):
     fshape, numbers = _learned(_band(first, fs._OTHER[int](0)))  # operands: kept
     assert numbers == (first, fs._OTHER[int](0), 7)
     _same_as_its_trace(_band(2.5, 4), fshape)
+
+
+# --- a grammar of small predicates over three read numbers (a, b: floats; n: an int) -------
+# Numbers drawn from a few values that the code's literals also hold, so that a value learned
+# from often equals a literal (the coincidence every fault above needed); statements that
+# steer by the numbers (a branch on them, a conversion in a try, a type test by another name,
+# an identity test) beside operands.
+
+_VALUES = (0.5, 1.0, -1.5, 2.0, 0.0, -0.0)
+_SCALARS = ("a", "b", "n", "0.5", "1.0", "2", "-1.5")
+_STEERED = ("(a * 2)", "(a if a > 0.5 else 1.0)", "float(b)", "(b or 0.5)", "max(a, 1.0)",
+            "abs(a)", "-a", "(1.0, 2.0, 0.5)[n % 3]")
+# operands all the same: a tuple's item, locals (c: 0.5 or the preamble's; d, e: b's)
+_PASSED = ("(a, b)[0]", "c", "d", "e")
+# mostly operands, so that a good share of the functions keep a shape to check
+_ANY_SCALAR = _SCALARS * 3 + _PASSED + _STEERED
+_PREAMBLES = (
+    "", "", "", "",
+    "    try:\n        c = float(a)\n    except TypeError:\n        c = 1.0\n",
+    "    c = a if _ISINSTANCE(a, float) else 1.0\n",
+    "    c = a if a is not _D else 2.0\n",
+    "    c = a if _TYPE(b) == float else 0.5\n",
+)
+
+
+@st.composite
+def _arrays(draw, depth=2):
+    scalar = st.sampled_from(_ANY_SCALAR)
+    if depth == 0 or draw(st.booleans()):
+        return "v"
+    inner = draw(_arrays(depth - 1))
+    s = draw(scalar)
+    return draw(st.sampled_from([f"({inner} + {s})", f"({s} * {inner})",
+                                 f"np.maximum({inner}, {s})",
+                                 f"np.where({inner} > {s}, {inner}, {s})", f"abs({inner})"]))
+
+
+@st.composite
+def _conditions(draw, depth=2):
+    scalar = st.sampled_from(_ANY_SCALAR)
+    e, s = draw(_arrays()), draw(scalar)
+    leaf = draw(st.sampled_from([f"({e} < {s})", f"({s} >= {e})", f"({e} == {s})"]))
+    if depth == 0 or draw(st.booleans()):
+        return leaf
+    other = draw(_conditions(depth - 1))
+    return draw(st.sampled_from([f"({leaf} & {other})", f"({leaf} | {other})", f"~{leaf}"]))
+
+
+@st.composite
+def _sources(draw):
+    lines = draw(st.sampled_from(_PREAMBLES)).splitlines()
+    steered = bool(lines)  # c, the preamble's, is then an operand of the result
+    if not lines:
+        lines = ["    c = 0.5"]
+    # d and e: locals of a number read (a walrus, or not); f2: a nested lambda with one
+    # read as its default, which the returned condition goes through
+    lines.append(draw(st.sampled_from(["    d = (e := b)", "    d = e = b"])))
+    wrap = draw(st.booleans())
+    if wrap:
+        lines.append("    f2 = lambda w, k=n: w")
+    if draw(st.booleans()):
+        test = draw(st.sampled_from(["a > 0.5", "n == 2", "a", "b < a"]))
+        lines += [f"    if {test}:", f"        return {draw(_conditions(1))}"]
+    last = draw(_conditions())
+    if steered:
+        last = f"((v < c) & {last})"
+    lines.append(f"    return f2({last})" if wrap else f"    return {last}")
+    return "\n".join(lines) + "\n"
+
+
+def _maker(source):
+    text = "def make(a, b, n):\n    def f(v):\n" + "\n".join(
+        "    " + line for line in source.splitlines()) + "\n    return f\n"
+    ns = {"np": np, "_ISINSTANCE": _ISINSTANCE, "_D": _D, "_TYPE": _TYPE}
+    exec(text, ns)  # noqa: S102 -- the generated predicate
+    return ns["make"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(source=_sources(),
+       first=st.tuples(st.sampled_from(_VALUES), st.sampled_from(_VALUES),
+                       st.sampled_from((0, 1, 2, 7))),
+       later=st.lists(st.tuples(st.sampled_from(_VALUES + (3.25, _D)),
+                                st.sampled_from(_VALUES + (3.25,)),
+                                st.sampled_from((0, 1, 2, 5))), min_size=1, max_size=4))
+def test_generated_predicates_are_served_only_what_their_trace_gives(source, first, later):
+    """Any function of the grammar, learned at one set of numbers: every later set it is
+    served for gets the tree and numbers its own trace gives."""
+    fs.forget()
+    make = _maker(source)
+    try:
+        p = trace(make(*first))
+    except ValueError:
+        return  # refused outright (a constant, a truth value asked): nothing to learn
+    if p.expr is None:
+        return
+    fs.learn(make(*first), p)
+    for values in later:
+        g = make(*values)
+        found = fs.numbers_for(g)
+        if found is None:
+            continue
+        q = trace(g)
+        assert q.expr == p.expr, (source, first, values)
+        assert [value_key(v) for v in found[1]] == [value_key(v) for v in q.params], (
+            source, first, values, found[1], q.params)
