@@ -442,31 +442,31 @@ class Stand:
         return Stand._used(self, "!=")
 
     def __hash__(self) -> int:
-        return Stand._used(self, "hash")  # type: ignore[no-any-return]
+        return Stand._used(self, "hash")
 
     def __bool__(self) -> bool:
-        return Stand._used(self, "its truth value")  # type: ignore[no-any-return]
+        return Stand._used(self, "its truth value")
 
     def __repr__(self) -> str:
-        return Stand._used(self, "repr")  # type: ignore[no-any-return]
+        return Stand._used(self, "repr")
 
     def __str__(self) -> str:
-        return Stand._used(self, "str")  # type: ignore[no-any-return]
+        return Stand._used(self, "str")
 
     def __format__(self, spec: str) -> str:
-        return Stand._used(self, "format")  # type: ignore[no-any-return]
+        return Stand._used(self, "format")
 
     def __float__(self) -> float:
-        return Stand._used(self, "float")  # type: ignore[no-any-return]
+        return Stand._used(self, "float")
 
     def __int__(self) -> int:
-        return Stand._used(self, "int")  # type: ignore[no-any-return]
+        return Stand._used(self, "int")
 
     def __index__(self) -> int:
-        return Stand._used(self, "index")  # type: ignore[no-any-return]
+        return Stand._used(self, "index")
 
     def __complex__(self) -> complex:
-        return Stand._used(self, "complex")  # type: ignore[no-any-return]
+        return Stand._used(self, "complex")
 
     def __round__(self, *args: Any) -> Any:
         return Stand._used(self, "round")
@@ -496,7 +496,7 @@ class Stand:
         return Stand._used(self, "pickle")
 
     def __sizeof__(self) -> int:
-        return Stand._used(self, "sizeof")  # type: ignore[no-any-return]
+        return Stand._used(self, "sizeof")
 
 
 def _stand_operator(name: str) -> Callable[[Stand, Any], Any]:
