@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from dask_compact.predicate import function_shape as fs
 from dask_compact.predicate.core import as_predicate
 from dask_compact.predicate.memo import value_key
+from dask_compact.predicate.trace import trace
 
 G_T = 0.5
 G_N = 3
@@ -294,3 +295,303 @@ def test_a_function_reading_a_module_is_traced_per_value(monkeypatch):
     for t in (0.25, 1.5):
         np.testing.assert_array_equal(dask_compact.compact_array(h, make(t)), h[np.abs(h) < t])
     assert len(traced) == 2
+
+# --- 2026-12-02 (eighteenth session, a review): values that steer the trace unasked --------
+
+def _served_as_traced(make, learned_at, later):
+    """Learn ``make(learned_at)``'s shape, then check the invariant for each value of
+    ``later``: where ``numbers_for`` serves ``make(t)``, a fresh trace of it (not the memo's)
+    gives the learned tree and those very numbers."""
+    f = make(learned_at)
+    p = trace(f)
+    assert p.expr is not None, p.reason
+    fs.learn(f, p)
+    for t in later:
+        g = make(t)
+        found = fs.numbers_for(g)
+        if found is None:
+            continue
+        q = trace(g)
+        assert q.expr == p.expr, (t, found)
+        assert [value_key(v) for v in found[1]] == [value_key(v) for v in q.params], (t, found)
+
+
+def _caught_conversion(t):
+    def f(v):
+        try:
+            c = float(t)
+        except TypeError:
+            c = 1.0
+        return v < c
+    return f
+
+
+def _caught_attribute(t):
+    def f(v):
+        try:
+            c = t.real
+        except AttributeError:
+            c = 1.0
+        return v < c
+    return f
+
+
+def _caught_arithmetic(t):
+    def f(v):
+        try:
+            c = t + 0.0
+        except Exception:  # noqa: BLE001 -- the probe: any error swallowed
+            c = 1.0
+        return v < c
+    return f
+
+
+def _class_attribute(t):
+    return lambda v: v < (t if t.__class__ is float else 1.0)
+
+
+_ISINSTANCE = isinstance  # a type test by another name: trace's own check looks for the name
+
+
+def _isinstance_alias(t):
+    return lambda v: v < (t if _ISINSTANCE(t, float) else 1.0)
+
+
+def _match_class(t):
+    def f(v):
+        match t:
+            case float():
+                c = t
+            case _:
+                c = 1.0
+        return v < c
+    return f
+
+
+@pytest.mark.parametrize("make", [_caught_conversion, _caught_attribute, _caught_arithmetic,
+                                  _class_attribute, _isinstance_alias, _match_class])
+def test_a_stand_used_and_the_error_caught_or_its_type_asked_learns_nothing(make):
+    """The function's own code uses the number and catches the Stand's error, or asks its
+    class (``t.__class__``, ``isinstance`` by another name, a class pattern): with the value
+    learned from equal to the fallback (1.0) the fallback was learned as a literal, and until
+    2026-12-02 ``make(3.0)`` was served (1.0,) where its trace gives (3.0,). Failed before
+    the Stand noted its uses, every one of these."""
+    _served_as_traced(make, 1.0, [3.0, -2.5, 1.0])
+    assert fs.numbers_for(make(3.0)) is None
+
+
+def test_a_stand_as_an_operand_notes_no_use():
+    """The Stands of the shaped functions above are operands only: every way of meeting
+    the array (reflected, in np.where and np.maximum) learns a shape."""
+    for name in sorted(SHAPED):
+        make, first = SHAPED[name]
+        fs.forget()
+        assert _learned(make(*first)) is not None, name
+
+
+_D = 1.0  # a sentinel number: `t is _D` tells the object apart, not the value
+_TYPE = type  # type by another name: trace's own check looks for the name `type`
+
+
+def _identity(t):
+    return lambda v: v < (t if t is not _D else 2.0)
+
+
+def _identity_operator(t):
+    import operator
+
+    return lambda v: v < (t if operator.is_not(t, _D) else 2.0)
+
+
+def _type_alias(t):
+    return lambda v: v < (t if _TYPE(t) == float else 1.0)  # noqa: E721 -- == is no `is`
+
+
+def _type_through_a_dunder(t):
+    return lambda v: v < (t if float.__class__(t) == float else 1.0)  # noqa: E721
+
+
+def _slot_called_on_it(t):
+    return lambda v: v < (t if "float" in object.__repr__(t) else 1.0)
+
+
+def _error_raised_unasked(t):
+    def f(v):
+        try:
+            c = t if float.hex(t) else 1.0  # a Stand is no float: TypeError, unasked
+        except TypeError:
+            c = 1.0
+        return v < c
+    return f
+
+
+@pytest.mark.parametrize("make, learned_at, later", [
+    (_identity, 1.5, [_D, 3.0]),
+    (_identity_operator, 1.5, [_D, 3.0]),
+    (_type_alias, 1.0, [3.0]),
+    (_type_through_a_dunder, 1.0, [3.0]),
+    (_slot_called_on_it, 1.0, [3.0]),
+    (_error_raised_unasked, 1.0, [3.0]),
+])
+def test_a_value_observed_without_asking_it_learns_nothing(make, learned_at, later):
+    """What a Stand cannot note: the value's identity (``is``, ``operator.is_not``), its
+    type (``type`` by another name, ``float.__class__``, a type's slot called on it) and an
+    error raised by another without asking it, caught. Until 2026-12-02 each learned a
+    shape whose numbers a later value's own trace does not give: ``_identity`` learned at
+    1.5 served ``_D`` itself (1.0,) where its trace gives (2.0,), the others served (1.0,)
+    for 3.0. Failed before, every one of these; none keeps a shape now."""
+    _served_as_traced(make, learned_at, later)
+    assert all(fs.numbers_for(make(t)) is None for t in later)
+
+
+def test_is_none_and_comprehensions_keep_their_shape():
+    """What the refusal above leaves alone: a test against None (a number is none) compiles
+    to a jump of its own, and comprehensions and generators hold no handler."""
+    def make(t, lo):
+        def f(v):
+            c = 0.0 if lo is None else lo
+            out = (v < t) & (v > c)
+            for m in (m for m in [v != k for k in (7, 8)]):
+                out = out & m
+            return out
+        return f
+
+    fshape, numbers = _learned(make(0.5, 0.25))
+    assert numbers == (0.5, 0.25, 7, 8)
+    _same_as_its_trace(make(0.75, -1.5), fshape)
+
+
+@pytest.mark.parametrize("make", [_type_alias, _type_through_a_dunder, _slot_called_on_it])
+def test_a_retrace_under_other_numbers_refuses_what_the_stand_did_not_see(make, monkeypatch):
+    """The second witness (``_retraced``): with the static refusal lifted, a number's type
+    observed without asking it (the ways above) still learns nothing, since a trace with
+    another number does not give the numbers the Stand's branch learned. Failed before it
+    (served (1.0,) for 3.0, as the test above found)."""
+    monkeypatch.setattr(fs, "_unasked", lambda *args: False)
+    _served_as_traced(make, 1.0, [3.0, 1.0, -0.0])
+    assert fs.numbers_for(make(3.0)) is None
+
+
+def test_a_retraces_numbers_are_apart_from_the_literals(monkeypatch):
+    """The retrace's numbers differ from every literal and value learned from: one equal
+    to the literal a Stand's branch learned would agree with it by the same coincidence.
+    Here the fallback literal is the first number a retrace tries."""
+    first = 0.6180339887
+    assert fs._OTHER[float](0) == first
+
+    def make(t):  # the literal in the code: a closure's number would be a place of its own
+        return lambda v: v < (t if _TYPE(t) == float else 0.6180339887)  # noqa: E721
+
+    monkeypatch.setattr(fs, "_unasked", lambda *args: False)
+    _served_as_traced(make, first, [3.0])
+    assert fs.numbers_for(make(3.0)) is None
+    fs.forget()
+    fshape, numbers = _learned(_band(first, fs._OTHER[int](0)))  # operands: kept
+    assert numbers == (first, fs._OTHER[int](0), 7)
+    _same_as_its_trace(_band(2.5, 4), fshape)
+
+
+# --- a grammar of small predicates over three read numbers (a, b: floats; n: an int) -------
+# Numbers drawn from a few values that the code's literals also hold, so that a value learned
+# from often equals a literal (the coincidence every fault above needed); statements that
+# steer by the numbers (a branch on them, a conversion in a try, a type test by another name,
+# an identity test) beside operands.
+
+_VALUES = (0.5, 1.0, -1.5, 2.0, 0.0, -0.0)
+_SCALARS = ("a", "b", "n", "0.5", "1.0", "2", "-1.5")
+_STEERED = ("(a * 2)", "(a if a > 0.5 else 1.0)", "float(b)", "(b or 0.5)", "max(a, 1.0)",
+            "abs(a)", "-a", "(1.0, 2.0, 0.5)[n % 3]")
+# operands all the same: a tuple's item, locals (c: 0.5 or the preamble's; d, e: b's)
+_PASSED = ("(a, b)[0]", "c", "d", "e")
+# mostly operands, so that a good share of the functions keep a shape to check
+_ANY_SCALAR = _SCALARS * 3 + _PASSED + _STEERED
+_PREAMBLES = (
+    "", "", "", "",
+    "    try:\n        c = float(a)\n    except TypeError:\n        c = 1.0\n",
+    "    c = a if _ISINSTANCE(a, float) else 1.0\n",
+    "    c = a if a is not _D else 2.0\n",
+    "    c = a if _TYPE(b) == float else 0.5\n",
+)
+
+
+@st.composite
+def _arrays(draw, depth=2):
+    scalar = st.sampled_from(_ANY_SCALAR)
+    if depth == 0 or draw(st.booleans()):
+        return "v"
+    inner = draw(_arrays(depth - 1))
+    s = draw(scalar)
+    return draw(st.sampled_from([f"({inner} + {s})", f"({s} * {inner})",
+                                 f"np.maximum({inner}, {s})",
+                                 f"np.where({inner} > {s}, {inner}, {s})", f"abs({inner})"]))
+
+
+@st.composite
+def _conditions(draw, depth=2):
+    scalar = st.sampled_from(_ANY_SCALAR)
+    e, s = draw(_arrays()), draw(scalar)
+    leaf = draw(st.sampled_from([f"({e} < {s})", f"({s} >= {e})", f"({e} == {s})"]))
+    if depth == 0 or draw(st.booleans()):
+        return leaf
+    other = draw(_conditions(depth - 1))
+    return draw(st.sampled_from([f"({leaf} & {other})", f"({leaf} | {other})", f"~{leaf}"]))
+
+
+@st.composite
+def _sources(draw):
+    lines = draw(st.sampled_from(_PREAMBLES)).splitlines()
+    steered = bool(lines)  # c, the preamble's, is then an operand of the result
+    if not lines:
+        lines = ["    c = 0.5"]
+    # d and e: locals of a number read (a walrus, or not); f2: a nested lambda with one
+    # read as its default, which the returned condition goes through
+    lines.append(draw(st.sampled_from(["    d = (e := b)", "    d = e = b"])))
+    wrap = draw(st.booleans())
+    if wrap:
+        lines.append("    f2 = lambda w, k=n: w")
+    if draw(st.booleans()):
+        test = draw(st.sampled_from(["a > 0.5", "n == 2", "a", "b < a"]))
+        lines += [f"    if {test}:", f"        return {draw(_conditions(1))}"]
+    last = draw(_conditions())
+    if steered:
+        last = f"((v < c) & {last})"
+    lines.append(f"    return f2({last})" if wrap else f"    return {last}")
+    return "\n".join(lines) + "\n"
+
+
+def _maker(source):
+    text = "def make(a, b, n):\n    def f(v):\n" + "\n".join(
+        "    " + line for line in source.splitlines()) + "\n    return f\n"
+    ns = {"np": np, "_ISINSTANCE": _ISINSTANCE, "_D": _D, "_TYPE": _TYPE}
+    exec(text, ns)  # noqa: S102 -- the generated predicate
+    return ns["make"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(source=_sources(),
+       first=st.tuples(st.sampled_from(_VALUES), st.sampled_from(_VALUES),
+                       st.sampled_from((0, 1, 2, 7))),
+       later=st.lists(st.tuples(st.sampled_from(_VALUES + (3.25, _D)),
+                                st.sampled_from(_VALUES + (3.25,)),
+                                st.sampled_from((0, 1, 2, 5))), min_size=1, max_size=4))
+def test_generated_predicates_are_served_only_what_their_trace_gives(source, first, later):
+    """Any function of the grammar, learned at one set of numbers: every later set it is
+    served for gets the tree and numbers its own trace gives."""
+    fs.forget()
+    make = _maker(source)
+    try:
+        p = trace(make(*first))
+    except ValueError:
+        return  # refused outright (a constant, a truth value asked): nothing to learn
+    if p.expr is None:
+        return
+    fs.learn(make(*first), p)
+    for values in later:
+        g = make(*values)
+        found = fs.numbers_for(g)
+        if found is None:
+            continue
+        q = trace(g)
+        assert q.expr == p.expr, (source, first, values)
+        assert [value_key(v) for v in found[1]] == [value_key(v) for v in q.params], (
+            source, first, values, found[1], q.params)

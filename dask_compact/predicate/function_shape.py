@@ -17,9 +17,12 @@ function with each such value replaced by a :class:`~.trace.Stand`, a symbol the
 as an operand of the array (a parameter whose source it notes) and that raises on anything
 else the function's own code does with it (``t * 2``, ``if t > 0``, ``float(t)``,
 ``f"{t}"``): so a value that steers the trace any other way than as an operand leaves the
-shape unkept, and such functions are traced per value as before. The learning trace must
-also give the very tree the function's own trace gave (the typing of a power by a Python
-scalar depends on its value, so a Stand as an exponent stops it).
+shape unkept, and such functions are traced per value as before; so does a use the
+function's own code catches (the Stand notes each), and code that could observe a value
+without asking it (``is``, ``type`` by another name, an exception handler, a dunder name:
+:func:`_unasked`). The learning trace must also give the very tree the function's own
+trace gave (the typing of a power by a Python scalar depends on its value, so a Stand as an
+exponent stops it).
 
 The shape is what the GPU's kept calls per shape use (``backends/cupy_shaped.py``), as a
 string's is.
@@ -27,6 +30,10 @@ string's is.
 
 from __future__ import annotations
 
+import dis
+import functools
+import itertools
+import operator
 import types
 from typing import Any
 
@@ -168,21 +175,26 @@ def learn(func: Any, pred: Any) -> None:
         return
     if fshape is None or fshape in _SLOTS:
         return
-    stood = list(values)
-    for j, i in enumerate(places):
-        stood[i] = Stand(values[i], j)
     slots: tuple | None = None
+    node = None
     tracer = Tracer()
     live: list[str] = []
-    try:
-        node, _ = run_traced(_snapshot(_rebuilt(fixed, names, stood), reads, live), tracer)
-    except Exception:  # a refusal: the function's own trace said so, or another thing
-        node = None
-    if node is not None and not live and node == pred.expr:
+    uses: list[str] = []  # what the function's own code did with a Stand (Stand's docstring)
+    if not _unasked(fixed.__code__, values, reads):
+        stood = list(values)
+        for j, i in enumerate(places):
+            stood[i] = Stand(values[i], j, uses)
+        try:
+            node, _ = run_traced(_snapshot(_rebuilt(fixed, names, stood), reads, live), tracer)
+        except Exception:  # a refusal: the function's own trace said so, or another thing
+            node = None
+    if node is not None and not live and not uses and node == pred.expr:
         if len(tracer.params) != len(pred.params) or any(
                 value_key(a) != value_key(b) for a, b in zip(tracer.params, pred.params)):
             return  # traced under other values (a thread rebinding one): learn another time
         slots = tuple((v,) if s is None else s for v, s in zip(tracer.params, tracer.sources))
+        if not _retraced(fixed, names, values, places, reads, slots, node):
+            slots = None
     if len(_SLOTS) >= _MAX:
         _SLOTS.clear()
         _TREES.clear()
@@ -224,6 +236,92 @@ def like_traced(func: Any) -> tuple[Any, tuple] | None:
         return None
     return (Predicate(expr=tree[0], params=_numbers(slots, values, places), func=func,
                       source=tree[1]), key)
+
+
+def _retraced(fixed: types.FunctionType, names: tuple[str, ...], values: list[Any],
+              places: tuple[int, ...], reads: dict[int, tuple[Any, dict[str, Any]]],
+              slots: tuple, node: Any) -> bool:
+    """Whether a trace of ``fixed`` with other numbers at ``places`` (each new, none equal to
+    another, to a value learned from or to a literal of ``slots``) gives ``node`` and the
+    numbers ``slots`` take from them. A second witness beside the Stand's notes and
+    :func:`_unasked`: a way of observing a number that neither sees (the Stand's type
+    told from a float's by some means of C's) took another branch than the number's, and
+    where the two branches' trees and numbers agreed by coincidence at the value learned
+    from (the number 1.0 there, the literal 1.0 here) they do not agree at another value.
+    It cannot see identity (new numbers are other objects than any), which
+    :func:`_unasked` refuses; once per shape, a trace's time."""
+    from .trace import Tracer, run_traced
+
+    taken = [values[i] for i in places] + [s[0] for s in slots if type(s) is tuple]
+    other = list(values)
+    k = 0
+    for i in places:
+        while True:
+            new = _OTHER[type(values[i])](k)
+            k += 1
+            if not any(_equal(new, x) for x in taken):
+                break
+        other[i] = new
+        taken.append(new)
+    tracer = Tracer()
+    live: list[str] = []
+    try:
+        again, _ = run_traced(_snapshot(_rebuilt(fixed, names, other), reads, live), tracer)
+    except Exception:  # the number steered it into a refusal
+        return False
+    return (not live and again == node and len(tracer.params) == len(slots)
+            and [value_key(v) for v in tracer.params]
+            == [value_key(v) for v in _numbers(slots, other, places)])
+
+
+# The k-th number of its type a retrace (:func:`_retraced`) tries: none a round number a
+# predicate's code would hold as a literal
+_OTHER = {int: lambda k: 7919 + 104729 * k, float: lambda k: 0.6180339887 + 1.7 * k}
+
+
+def _equal(a: Any, b: Any) -> bool:
+    try:
+        return bool(a == b)
+    except Exception:  # a literal that compares oddly: taken as equal, and passed over
+        return True
+
+
+# What observes a value without asking it anything, so that a Stand cannot note it: its
+# identity (``t is D``, ``operator.is_not(t, D)``: a number learned from as another object
+# than D took the other branch of one that is D) and its type (``type`` by another name,
+# ``float.__class__(t)``, ``object.__repr__(t)``: a Stand's is Stand's, not the number's).
+# Until 2026-12-02 (eighteenth session, a review) each of these learned a shape that served
+# a later value the numbers of a branch its own trace did not take.
+_OBSERVERS = (type, id, operator.is_, operator.is_not)
+# ``is`` / ``is not``, and the handlers of ``try`` and ``with``: an error raised where a
+# number would not raise, and caught (``float.hex(t)`` raises TypeError for a Stand without
+# asking it, which a Stand's own notes do not see), takes the handler's way. (Python 3.11+:
+# comprehensions and generators hold no PUSH_EXC_INFO; ``if x is None`` is a jump of its own,
+# harmless here, a number being no None.)
+_UNASKED_OPS = frozenset({"IS_OP", "PUSH_EXC_INFO", "CHECK_EXC_MATCH", "CHECK_EG_MATCH"})
+
+
+@functools.lru_cache(maxsize=1024)
+def _unasked_code(code: types.CodeType) -> bool:
+    """Whether ``code`` (or code nested in it) may observe a number without asking it: an
+    identity test, an exception handler, or a dunder name (``__class__``, ``__repr__``: a
+    type's own slots called on the value, or its type read)."""
+    if any(n.startswith("__") and n.endswith("__") for n in code.co_names):
+        return True
+    if any(ins.opname in _UNASKED_OPS for ins in dis.get_instructions(code)):
+        return True
+    return any(isinstance(c, types.CodeType) and _unasked_code(c) for c in code.co_consts)
+
+
+def _unasked(code: types.CodeType, values: list[Any],
+             reads: dict[int, tuple[Any, dict[str, Any]]]) -> bool:
+    """Whether a learning trace of ``code`` reading ``values`` (and the attributes
+    ``reads``) could take another way than its trace did with nothing noted by a Stand
+    (see :data:`_OBSERVERS`): then its shape keeps no slots."""
+    if _unasked_code(code):
+        return True
+    held = itertools.chain(values, *(got.values() for _, got in reads.values()))
+    return any(v is o for v in held for o in _OBSERVERS)
 
 
 def forget() -> None:

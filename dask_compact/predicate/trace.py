@@ -289,14 +289,15 @@ class Tracer:
 
     def operand(self, value: Any, where: str) -> Node:
         """The tree node for an operand: a symbolic value's node or a new parameter."""
+        if type(value) is Stand:  # first: isinstance would read its __class__, a use
+            number, at = stand_fields(value)
+            p = self.param(number)
+            self.sources[-1] = at
+            return p
         if isinstance(value, Sym):
             if value._tracer is not self:
                 raise self.stop(f"{where}: a symbolic value from another trace")
             return value._node
-        if type(value) is Stand:
-            p = self.param(value.value)
-            self.sources[-1] = value.at
-            return p
         _refuse_dask(self, value)
         if isinstance(value, np.ndarray) and value.ndim > 0:
             raise self.stop(
@@ -379,37 +380,145 @@ class StandUsed(TypeError):
     """A :class:`Stand` was used as a number by the function's own code."""
 
 
+# The operators a float or an int has that a Stand answers for: each records the use and
+# raises, whoever asks (a Sym operand aside). Not those a number lacks (__call__, __iter__,
+# __len__, __getitem__): a Stand having one would answer callable(t), iter(t) otherwise than
+# the number it stands for.
+_STAND_OPERATORS = (
+    "lt", "le", "gt", "ge", "add", "radd", "sub", "rsub", "mul", "rmul", "truediv",
+    "rtruediv", "floordiv", "rfloordiv", "mod", "rmod", "divmod", "rdivmod", "pow", "rpow",
+    "and", "rand", "or", "ror", "xor", "rxor", "lshift", "rlshift", "rshift", "rrshift",
+)
+
+
 class Stand:
     """A number a function reads (a closure cell's, a default's or a global's int or float)
     standing in as a symbol while ``function_shape`` learns which of the tree's parameters it
     fills. It is only an operand of the traced array: anything the function's own code does
     with it (arithmetic with another number, a comparison, ``bool``, ``float``, ``hash``,
     formatting, an attribute) raises, so that no value of it can steer the trace unseen; such
-    functions have no kept shape and are traced per value as before. Operators it lacks are
-    Python's to reflect onto the array (``t < v`` is ``v > t``); ``==`` and ``!=`` are
-    identity on a plain object, so they are defined here to do the same only with an
-    array."""
+    functions have no kept shape and are traced per value as before. Operators it is asked
+    for with the array as the other operand give way to the array's (``t < v`` is
+    ``v > t``).
 
-    __slots__ = ("value", "at")
+    Each use is also noted in ``uses`` (shared by the Stands of one learning trace), and a
+    learning trace that noted one learns nothing: the function's own code may catch the
+    error (``try: c = float(t) except TypeError: c = 1.0``), and until 2026-12-02
+    (eighteenth session, a review) such a function learned its fallback as a literal where
+    the value learned from equalled it, and every later value ran with the fallback. An
+    attribute read is a use too, ``__class__`` among them (``t.__class__ is float``,
+    ``isinstance`` by another name and ``match t: case float():`` ask it), since a Stand's
+    answer is not the number's; the tracer reads a Stand's own fields with
+    :func:`stand_fields`."""
 
-    def __init__(self, value: int | float, at: int) -> None:
-        self.value, self.at = value, at
+    __slots__ = ("_value", "_at", "_uses")
 
-    def _used(self, *args: Any) -> Any:
-        raise StandUsed("a number the function reads is used by its own code")
+    def __init__(self, value: int | float, at: int, uses: list[str]) -> None:
+        object.__setattr__(self, "_value", value)
+        object.__setattr__(self, "_at", at)
+        object.__setattr__(self, "_uses", uses)
+
+    def _used(self, what: str) -> Any:
+        object.__getattribute__(self, "_uses").append(what)
+        raise StandUsed(f"a number the function reads is used by its own code ({what})")
+
+    def __getattribute__(self, name: str) -> Any:
+        return Stand._used(self, f"the attribute {name}")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        Stand._used(self, f"setting the attribute {name}")
+
+    def __delattr__(self, name: str) -> None:
+        Stand._used(self, f"deleting the attribute {name}")
 
     def __eq__(self, other: object) -> Any:
-        if isinstance(other, Sym):
+        if type(other) is Sym:
             return NotImplemented
-        return self._used()
+        return Stand._used(self, "==")
 
     def __ne__(self, other: object) -> Any:
-        if isinstance(other, Sym):
+        if type(other) is Sym:
             return NotImplemented
-        return self._used()
+        return Stand._used(self, "!=")
 
-    __hash__ = __bool__ = __repr__ = __str__ = __format__ = _used
-    __float__ = __int__ = __index__ = __complex__ = __round__ = __trunc__ = _used
+    def __hash__(self) -> int:
+        return Stand._used(self, "hash")
+
+    def __bool__(self) -> bool:
+        return Stand._used(self, "its truth value")
+
+    def __repr__(self) -> str:
+        return Stand._used(self, "repr")
+
+    def __str__(self) -> str:
+        return Stand._used(self, "str")
+
+    def __format__(self, spec: str) -> str:
+        return Stand._used(self, "format")
+
+    def __float__(self) -> float:
+        return Stand._used(self, "float")
+
+    def __int__(self) -> int:
+        return Stand._used(self, "int")
+
+    def __index__(self) -> int:
+        return Stand._used(self, "index")
+
+    def __complex__(self) -> complex:
+        return Stand._used(self, "complex")
+
+    def __round__(self, *args: Any) -> Any:
+        return Stand._used(self, "round")
+
+    def __trunc__(self) -> Any:
+        return Stand._used(self, "trunc")
+
+    def __floor__(self) -> Any:
+        return Stand._used(self, "floor")
+
+    def __ceil__(self) -> Any:
+        return Stand._used(self, "ceil")
+
+    def __neg__(self) -> Any:
+        return Stand._used(self, "-")
+
+    def __pos__(self) -> Any:
+        return Stand._used(self, "+")
+
+    def __abs__(self) -> Any:
+        return Stand._used(self, "abs")
+
+    def __invert__(self) -> Any:
+        return Stand._used(self, "~")
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        return Stand._used(self, "pickle")
+
+    def __sizeof__(self) -> int:
+        return Stand._used(self, "sizeof")
+
+
+def _stand_operator(name: str) -> Callable[[Stand, Any], Any]:
+    def op(self: Stand, other: Any) -> Any:
+        if type(other) is Sym:
+            return NotImplemented  # the array's own operator (reflected) records the operand
+        return Stand._used(self, name)
+
+    op.__name__ = f"__{name}__"
+    return op
+
+
+for _name in _STAND_OPERATORS:
+    setattr(Stand, f"__{_name}__", _stand_operator(_name))
+del _name
+
+
+def stand_fields(stand: Stand) -> tuple[int | float, int]:
+    """A Stand's ``(value, at)``: the number it stands for and its place among the
+    function's numbers, read without noting a use."""
+    get = object.__getattribute__
+    return get(stand, "_value"), get(stand, "_at")
 
 
 class Sym:
