@@ -46,6 +46,7 @@ from .memo import (
     _values,
     code_names,
     frozen,
+    rebuilt,
     value_key,
 )
 
@@ -84,22 +85,6 @@ def _layout(func: types.FunctionType) -> tuple[tuple[str, ...], list[Any], tuple
     return (names, values, places) if places else None
 
 
-def _rebuilt(func: types.FunctionType, names: tuple[str, ...], values: list[Any]
-             ) -> types.FunctionType:
-    """A function of ``func``'s code reading ``values`` (in :func:`_layout`'s order)."""
-    ncells = len(func.__closure__ or ())
-    ndefaults = len(func.__defaults__ or ())
-    at = ncells + ndefaults
-    snap = {n: v for n, v in zip(names, values[at:at + len(names)]) if v is not _MISSING}
-    snap["__builtins__"] = {n: v for n, v in zip(names, values[at + len(names):])
-                            if v is not _MISSING}
-    copy = types.FunctionType(func.__code__, snap, func.__name__,
-                              tuple(values[ncells:at]) or None,
-                              tuple(types.CellType(v) for v in values[:ncells]) or None)
-    copy.__qualname__, copy.__module__ = func.__qualname__, func.__module__
-    return copy
-
-
 def _fshape(func: types.FunctionType, names: tuple[str, ...], values: list[Any],
             places: tuple[int, ...], reads: dict | None = None) -> tuple | None:
     """The shape's key: the trace key of ``func`` with its numbers at ``places`` replaced by
@@ -107,7 +92,7 @@ def _fshape(func: types.FunctionType, names: tuple[str, ...], values: list[Any],
     held = list(values)
     for i in places:
         held[i] = _PLACEHOLDER[type(values[i])]
-    key = _trace_key(_rebuilt(func, names, held), reads)
+    key = _trace_key(rebuilt(func, names, held), reads)
     if key is None:
         return None
     return ("fshape", key, places, tuple(type(values[i]).__name__ for i in places))
@@ -185,7 +170,7 @@ def learn(func: Any, pred: Any) -> None:
         for j, i in enumerate(places):
             stood[i] = Stand(values[i], j, uses)
         try:
-            node, _ = run_traced(_snapshot(_rebuilt(fixed, names, stood), reads, live), tracer)
+            node, _ = run_traced(_snapshot(rebuilt(fixed, names, stood), reads, live), tracer)
         except Exception:  # a refusal: the function's own trace said so, or another thing
             node = None
     if node is not None and not live and not uses and node == pred.expr:
@@ -266,7 +251,7 @@ def _retraced(fixed: types.FunctionType, names: tuple[str, ...], values: list[An
     tracer = Tracer()
     live: list[str] = []
     try:
-        again, _ = run_traced(_snapshot(_rebuilt(fixed, names, other), reads, live), tracer)
+        again, _ = run_traced(_snapshot(rebuilt(fixed, names, other), reads, live), tracer)
     except Exception:  # the number steered it into a refusal
         return False
     return (not live and again == node and len(tracer.params) == len(slots)

@@ -566,23 +566,30 @@ def _keep_recent(func: types.FunctionType) -> tuple | None:
     if values is None or any(type(v) not in _RECENT_TYPES and v is not _MISSING
                              and not _fixed_builtin(v) for v in values):
         return _trace_key(func)
-    ncells = len(func.__closure__ or ())
-    ndefaults = len(func.__defaults__ or ())
-    at = ncells + ndefaults
-    snap = {name: v for name, v in zip(names, values[at:at + len(names)]) if v is not _MISSING}
-    # the builtins it reads, as read (a builtins dict of the names alone)
-    snap["__builtins__"] = {name: v for name, v in zip(names, values[at + len(names):])
-                            if v is not _MISSING}
-    fixed = types.FunctionType(code, snap, func.__name__,
-                               tuple(values[ncells:ncells + ndefaults]) or None,
-                               tuple(types.CellType(v) for v in values[:ncells]) or None)
-    key = _trace_key(fixed)
+    key = _trace_key(rebuilt(func, names, values))
     if key is not None:
         if len(_RECENT) >= _RECENT_MAX:
             _RECENT.clear()
         _RECENT[id(code)] = (code, g, getattr(func, "__builtins__", None), names, tuple(values),
                              list(map(id, values)), key)
     return key
+
+
+def rebuilt(func: types.FunctionType, names: tuple[str, ...], values: list[Any]
+            ) -> types.FunctionType:
+    """A function of ``func``'s code reading ``values`` (:func:`_values`' order: its cells,
+    defaults, the globals ``names`` and the builtins it reads, as read: a builtins dict of
+    the names alone)."""
+    ncells = len(func.__closure__ or ())
+    at = ncells + len(func.__defaults__ or ())
+    snap = {n: v for n, v in zip(names, values[at:at + len(names)]) if v is not _MISSING}
+    snap["__builtins__"] = {n: v for n, v in zip(names, values[at + len(names):])
+                            if v is not _MISSING}
+    copy = types.FunctionType(func.__code__, snap, func.__name__,
+                              tuple(values[ncells:at]) or None,
+                              tuple(types.CellType(v) for v in values[:ncells]) or None)
+    copy.__qualname__, copy.__module__ = func.__qualname__, func.__module__
+    return copy
 
 
 def _trace_key(func: Callable[..., Any], reads: dict | None = None) -> tuple | None:
