@@ -550,3 +550,22 @@ def test_a_mask_passed_as_the_predicate_points_to_compact(call):
     assert "a[mask]" in str(info.value)
     # what it says works
     np.testing.assert_array_equal(dask_compact.compact(x, x > 0.5).compute(), a[a > 0.5])
+
+
+def test_a_refused_chunk_type_is_named_with_what_the_call_does():
+    """A scan, a sort and a partition refuse a chunk type in their own words (until
+    2026-12-02, eighteenth session, a new-user probe: "cumsum compacts NumPy or CuPy
+    chunks", "sort compacts ...")."""
+    import dask.array as da
+
+    m = np.matrix(np.arange(6.0))
+    x = da.from_array(m, chunks=2)
+    for call, words in [(lambda: dask_compact.cumsum(x), "cumsum scans NumPy or CuPy chunks"),
+                        (lambda: dask_compact.sort(x), "sort sorts NumPy or CuPy chunks"),
+                        (lambda: dask_compact.argsort(x), "argsort sorts NumPy or CuPy"),
+                        (lambda: dask_compact.partition_array(m, "x > 1"),
+                         "partition_array partitions NumPy or CuPy arrays"),
+                        (lambda: dask_compact.compact_array(m, "x > 1"),
+                         "compact_array compacts NumPy or CuPy arrays")]:
+        with pytest.raises(TypeError, match=words):
+            call()
