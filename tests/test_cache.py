@@ -914,6 +914,77 @@ def test_a_compiled_loop_is_not_held_up_by_another_threads_build(
     np.testing.assert_array_equal(got_x[0], a[_mask(a, 7)])
 
 
+_FORKED_DURING_A_BUILD = r"""
+import os, sys, threading, time
+
+import numpy as np
+
+import dask_compact
+from dask_compact.codegen import numba_loop, numba_records
+
+a = np.random.default_rng(0).standard_normal(1001) * 3
+building = threading.Event()
+if sys.argv[1] == "loop":  # a one-array loop's build: numba_loop._build_lock held
+    module, name = numba_loop, "_build_held"
+    text, call = "(x > 0.5) | (x < -1)", dask_compact.compact_array
+    expected = a[(a > 0.5) | (a < -1)]
+else:  # a record loop's: its BoundedCache's lock for the key (get_or_build) held
+    module, name = numba_records, "_compile"
+    text = "(e > 0.5) & (f < 2)"
+    call = lambda fields, t: dask_compact.compact_records(fields, t)["e"]  # noqa: E731
+    expected = a[(a > 0.5) & (a < 2)]
+arg = a if sys.argv[1] == "loop" else {"e": a, "f": a}
+real = getattr(module, name)
+
+
+def slow(*args, **kwargs):  # the build's lock held for a while (a slow compile)
+    building.set()
+    time.sleep(3)
+    return real(*args, **kwargs)
+
+
+setattr(module, name, slow)
+thread = threading.Thread(target=lambda: call(arg, text))
+thread.start()
+assert building.wait(60)
+child = os.fork()  # another thread's fork mid-build (a fork-started pool's worker)
+if child == 0:
+    setattr(module, name, real)
+    got = call(arg, text)  # the child's own build of the loop
+    os._exit(0 if np.array_equal(got, expected) else 3)
+thread.join()
+deadline = time.monotonic() + 30  # the build takes a second or two
+while time.monotonic() < deadline:
+    pid, status = os.waitpid(child, os.WNOHANG)
+    if pid:
+        print("exit", os.waitstatus_to_exitcode(status))
+        break
+    time.sleep(0.05)
+else:
+    os.kill(child, 9)
+    os.waitpid(child, 0)
+    print("hung")
+"""
+
+
+@pytest.mark.parametrize("kind", ["loop", "record"])
+def test_a_process_forked_during_another_threads_build_builds_its_own(tmp_path, kind):
+    """A process forked while another thread builds a loop (a fork-started pool's worker)
+    inherits the build's in-process lock held by a thread it does not have: until 2026-12-02
+    (eighteenth session, a lock review) its own build of a loop waited for ever
+    (numba_loop._build_lock for a one-array loop; the record loops' BoundedCache's lock for
+    the key, held for the whole build). A forked child takes fresh locks; its result is
+    NumPy's. (numba's own compiler lock, held through a compile, is not ours: a fork inside
+    numba's compile still leaves it held in the child.)"""
+    import subprocess
+
+    env = {**os.environ, "DASK_COMPACT_CACHE_DIR": str(tmp_path / "cache")}
+    res = subprocess.run([sys.executable, "-c", _FORKED_DURING_A_BUILD, kind], env=env,
+                         capture_output=True, text=True, timeout=180)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == ["exit", "0"], (res.stdout, res.stderr)
+
+
 def test_the_gpu_shaped_calls_runs_go_with_their_entries():
     """backends/cupy_shaped.py keeps the runs of texts it served (``_runs``, a plain dict)
     beside its BoundedCache of calls: until 2026-12-02 (seventeenth session, a regression
@@ -977,3 +1048,4 @@ def test_a_shaped_run_interrupted_in_its_rebinding_rebinds_at_the_next_run():
     entry[1].kernel.interrupt = False
     assert first(None, 0) == [0.25, 1.5]
     assert other(None, 0) == [0.75, 2.5]
+
