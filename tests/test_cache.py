@@ -1049,3 +1049,76 @@ def test_a_shaped_run_interrupted_in_its_rebinding_rebinds_at_the_next_run():
     assert first(None, 0) == [0.25, 1.5]
     assert other(None, 0) == [0.75, 2.5]
 
+
+def _run_threads(targets: list, timeout: float) -> None:
+    """Run ``targets`` each in a daemon thread; fail, with every thread's stack, where one is
+    still running after ``timeout`` seconds (a deadlock: daemon threads, so that pytest ends)."""
+    import faulthandler
+    import threading
+
+    threads = [threading.Thread(target=t, daemon=True) for t in targets]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + timeout
+    for t in threads:
+        t.join(max(0.0, deadline - time.monotonic()))
+    if any(t.is_alive() for t in threads):
+        faulthandler.dump_traceback(all_threads=True)
+        pytest.fail(f"threads still running after {timeout} s: a deadlock (stacks above)")
+
+
+def test_threads_calling_loops_while_another_clears_and_evicts_get_numpys_results(
+        tmp_path, monkeypatch, built_loops):
+    """Change e93857f (2026-12-02, eighteenth session: a build holds _build_lock, lookups and
+    sweeps _loops.lock, an eviction's sweep only where no other thread builds), under load:
+    three threads call eight structures (read-only arrays a third of the time: a held loop
+    compiles a specialization at its call, which needs its module; values and indices) with
+    ``memory-entries`` 2 (an eviction at most calls), while a fourth calls
+    ``dask_compact.clear_cache()`` every few ms. Every result NumPy's, no deadlock (a lock
+    taken in the other order: a thread under ``_loops.lock`` waiting for ``_build_lock``),
+    no ModuleNotFoundError or NameError from a module swept while a loop used it. Loads from
+    built_loops' copy: a few seconds. (A mutant of _forget taking _build_lock blocking
+    deadlocked here. One sweeping the modules of held loops passed: that window, a lookup to
+    numba's compile at the call, is too short to meet by chance;
+    test_a_held_loop_works_after_clear_cache_on_read_only_arrays holds it open.)"""
+    import random
+
+    monkeypatch.setenv("DASK_COMPACT_CACHE_DIR", copy_built(built_loops, tmp_path))
+    numba_loop.clear_cache()
+    numba_loop._sweep()
+    preds = structures(8)
+    errors: list[str] = []
+    finished: list[int] = []
+
+    def caller(seed: int) -> None:
+        import traceback
+
+        rng = random.Random(seed)
+        nrng = np.random.default_rng(seed)
+        try:
+            for _ in range(60):
+                k = rng.randrange(len(preds))
+                a = nrng.standard_normal(rng.randrange(1, 3000)) * 3
+                a.flags.writeable = rng.random() > 0.3
+                if rng.random() < 0.5:
+                    got = dask_compact.compact_array(a, preds[k])
+                    np.testing.assert_array_equal(got, a[_mask(a, k)])
+                else:
+                    got = dask_compact.compact_array(a, preds[k], output="indices")
+                    np.testing.assert_array_equal(got, np.flatnonzero(_mask(a, k)))
+        except Exception:
+            errors.append(traceback.format_exc())
+        finally:
+            finished.append(seed)
+
+    def clearer() -> None:
+        rng = random.Random(5)
+        while len(finished) < 3:
+            time.sleep(rng.random() * 0.02)
+            dask_compact.clear_cache()
+
+    with dask.config.set({"dask-compact.cache.memory-entries": 2}):
+        _run_threads([lambda: caller(0), lambda: caller(1), lambda: caller(2), clearer], 150)
+    assert not errors, errors[0]
+    numba_loop.clear_cache()
+    numba_loop._sweep()
