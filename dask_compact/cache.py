@@ -201,8 +201,8 @@ class BoundedCache(Generic[K, V]):
         finally:
             with self.lock:
                 entry[1] -= 1
-                if entry[1] == 0:
-                    del self._building[key]
+                if entry[1] == 0 and self._building.get(key) is entry:  # (a fork's child:
+                    del self._building[key]  # its entries went: _fresh_locks)
 
     def values(self) -> list[V]:
         with self.lock:
@@ -219,6 +219,23 @@ class BoundedCache(Generic[K, V]):
                 key, value = self._items.popitem(last=False)
                 if self._on_evict is not None:
                     self._on_evict(key, value)
+
+
+def _fresh_locks() -> None:
+    """In a forked child: every cache's lock and per-key build locks anew. A lock another
+    thread of the parent held at the fork stays held in the child, by a thread it does not
+    have: until 2026-12-02 (eighteenth session, a lock review) a process forked while another
+    thread built a record loop (its key's lock held for the whole build, seconds) waited for
+    ever at its own build of that loop, and one forked inside a put or lookup, at every call.
+    No thread of the child builds yet (the forking thread's own build, if any, ends on the
+    locks it took)."""
+    for cache in BoundedCache._all:
+        cache.lock = threading.RLock()
+        cache._building = {}
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows, which does not fork
+    os.register_at_fork(after_in_child=_fresh_locks)
 
 
 def trim(directory: Path, max_bytes: int, group: Callable[[str], str]) -> int:

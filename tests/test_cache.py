@@ -914,6 +914,77 @@ def test_a_compiled_loop_is_not_held_up_by_another_threads_build(
     np.testing.assert_array_equal(got_x[0], a[_mask(a, 7)])
 
 
+_FORKED_DURING_A_BUILD = r"""
+import os, sys, threading, time
+
+import numpy as np
+
+import dask_compact
+from dask_compact.codegen import numba_loop, numba_records
+
+a = np.random.default_rng(0).standard_normal(1001) * 3
+building = threading.Event()
+if sys.argv[1] == "loop":  # a one-array loop's build: numba_loop._build_lock held
+    module, name = numba_loop, "_build_held"
+    text, call = "(x > 0.5) | (x < -1)", dask_compact.compact_array
+    expected = a[(a > 0.5) | (a < -1)]
+else:  # a record loop's: its BoundedCache's lock for the key (get_or_build) held
+    module, name = numba_records, "_compile"
+    text = "(e > 0.5) & (f < 2)"
+    call = lambda fields, t: dask_compact.compact_records(fields, t)["e"]  # noqa: E731
+    expected = a[(a > 0.5) & (a < 2)]
+arg = a if sys.argv[1] == "loop" else {"e": a, "f": a}
+real = getattr(module, name)
+
+
+def slow(*args, **kwargs):  # the build's lock held for a while (a slow compile)
+    building.set()
+    time.sleep(3)
+    return real(*args, **kwargs)
+
+
+setattr(module, name, slow)
+thread = threading.Thread(target=lambda: call(arg, text))
+thread.start()
+assert building.wait(60)
+child = os.fork()  # another thread's fork mid-build (a fork-started pool's worker)
+if child == 0:
+    setattr(module, name, real)
+    got = call(arg, text)  # the child's own build of the loop
+    os._exit(0 if np.array_equal(got, expected) else 3)
+thread.join()
+deadline = time.monotonic() + 30  # the build takes a second or two
+while time.monotonic() < deadline:
+    pid, status = os.waitpid(child, os.WNOHANG)
+    if pid:
+        print("exit", os.waitstatus_to_exitcode(status))
+        break
+    time.sleep(0.05)
+else:
+    os.kill(child, 9)
+    os.waitpid(child, 0)
+    print("hung")
+"""
+
+
+@pytest.mark.parametrize("kind", ["loop", "record"])
+def test_a_process_forked_during_another_threads_build_builds_its_own(tmp_path, kind):
+    """A process forked while another thread builds a loop (a fork-started pool's worker)
+    inherits the build's in-process lock held by a thread it does not have: until 2026-12-02
+    (eighteenth session, a lock review) its own build of a loop waited for ever
+    (numba_loop._build_lock for a one-array loop; the record loops' BoundedCache's lock for
+    the key, held for the whole build). A forked child takes fresh locks; its result is
+    NumPy's. (numba's own compiler lock, held through a compile, is not ours: a fork inside
+    numba's compile still leaves it held in the child.)"""
+    import subprocess
+
+    env = {**os.environ, "DASK_COMPACT_CACHE_DIR": str(tmp_path / "cache")}
+    res = subprocess.run([sys.executable, "-c", _FORKED_DURING_A_BUILD, kind], env=env,
+                         capture_output=True, text=True, timeout=180)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == ["exit", "0"], (res.stdout, res.stderr)
+
+
 def test_the_gpu_shaped_calls_runs_go_with_their_entries():
     """backends/cupy_shaped.py keeps the runs of texts it served (``_runs``, a plain dict)
     beside its BoundedCache of calls: until 2026-12-02 (seventeenth session, a regression
@@ -977,3 +1048,77 @@ def test_a_shaped_run_interrupted_in_its_rebinding_rebinds_at_the_next_run():
     entry[1].kernel.interrupt = False
     assert first(None, 0) == [0.25, 1.5]
     assert other(None, 0) == [0.75, 2.5]
+
+
+def _run_threads(targets: list, timeout: float) -> None:
+    """Run ``targets`` each in a daemon thread; fail, with every thread's stack, where one is
+    still running after ``timeout`` seconds (a deadlock: daemon threads, so that pytest ends)."""
+    import faulthandler
+    import threading
+
+    threads = [threading.Thread(target=t, daemon=True) for t in targets]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + timeout
+    for t in threads:
+        t.join(max(0.0, deadline - time.monotonic()))
+    if any(t.is_alive() for t in threads):
+        faulthandler.dump_traceback(all_threads=True)
+        pytest.fail(f"threads still running after {timeout} s: a deadlock (stacks above)")
+
+
+def test_threads_calling_loops_while_another_clears_and_evicts_get_numpys_results(
+        tmp_path, monkeypatch, built_loops):
+    """Change e93857f (2026-12-02, eighteenth session: a build holds _build_lock, lookups and
+    sweeps _loops.lock, an eviction's sweep only where no other thread builds), under load:
+    three threads call eight structures (read-only arrays a third of the time: a held loop
+    compiles a specialization at its call, which needs its module; values and indices) with
+    ``memory-entries`` 2 (an eviction at most calls), while a fourth calls
+    ``dask_compact.clear_cache()`` every few ms. Every result NumPy's, no deadlock (a lock
+    taken in the other order: a thread under ``_loops.lock`` waiting for ``_build_lock``),
+    no ModuleNotFoundError or NameError from a module swept while a loop used it. Loads from
+    built_loops' copy: a few seconds. (A mutant of _forget taking _build_lock blocking
+    deadlocked here. One sweeping the modules of held loops passed: that window, a lookup to
+    numba's compile at the call, is too short to meet by chance;
+    test_a_held_loop_works_after_clear_cache_on_read_only_arrays holds it open.)"""
+    import random
+
+    monkeypatch.setenv("DASK_COMPACT_CACHE_DIR", copy_built(built_loops, tmp_path))
+    numba_loop.clear_cache()
+    numba_loop._sweep()
+    preds = structures(8)
+    errors: list[str] = []
+    finished: list[int] = []
+
+    def caller(seed: int) -> None:
+        import traceback
+
+        rng = random.Random(seed)
+        nrng = np.random.default_rng(seed)
+        try:
+            for _ in range(60):
+                k = rng.randrange(len(preds))
+                a = nrng.standard_normal(rng.randrange(1, 3000)) * 3
+                a.flags.writeable = rng.random() > 0.3
+                if rng.random() < 0.5:
+                    got = dask_compact.compact_array(a, preds[k])
+                    np.testing.assert_array_equal(got, a[_mask(a, k)])
+                else:
+                    got = dask_compact.compact_array(a, preds[k], output="indices")
+                    np.testing.assert_array_equal(got, np.flatnonzero(_mask(a, k)))
+        except Exception:
+            errors.append(traceback.format_exc())
+        finally:
+            finished.append(seed)
+
+    def clearer() -> None:
+        rng = random.Random(5)
+        while len(finished) < 3:
+            time.sleep(rng.random() * 0.02)
+            dask_compact.clear_cache()
+
+    with dask.config.set({"dask-compact.cache.memory-entries": 2}):
+        _run_threads([lambda: caller(0), lambda: caller(1), lambda: caller(2), clearer], 150)
+    assert not errors, errors[0]
+    numba_loop.clear_cache()
+    numba_loop._sweep()

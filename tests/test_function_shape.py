@@ -595,3 +595,87 @@ def test_generated_predicates_are_served_only_what_their_trace_gives(source, fir
         assert q.expr == p.expr, (source, first, values)
         assert [value_key(v) for v in found[1]] == [value_key(v) for v in q.params], (
             source, first, values, found[1], q.params)
+
+
+G_R = 0.5
+
+
+def _rebound_cell():
+    c = 0.25
+
+    def f(v):
+        return v < c
+
+    def rebind(x):
+        nonlocal c
+        c = x
+
+    return f, rebind
+
+
+def test_a_shape_served_while_a_thread_rebinds_its_numbers_keeps_its_key_and_numbers_one():
+    """as_predicate of a function of a learned shape (function_shape.like_traced, 2026-12-02,
+    eighteenth session) while another thread rebinds the global and the closure cell it
+    reads, thousands of times a second: the trace key each predicate is kept under
+    (TRACED_UNDER, the memo's) names the very number its tree was given (both from one
+    frozen copy), and each memo entry's results are NumPy's for its key's value. (A mutant
+    taking the key from the live function instead of the copy failed here.)"""
+    import random
+    import sys
+    import threading
+    import time
+
+    from dask_compact.predicate.core import _traced
+    from dask_compact.predicate.memo import TRACED_UNDER
+
+    global G_R
+    g, rebind = _rebound_cell()
+    f = lambda v: v > G_R  # noqa: E731 - a lambda is what users pass
+    for x in (0.5, 0.75):  # both shapes learned
+        G_R = x
+        rebind(x)
+        as_predicate(f), as_predicate(g)
+    stop = threading.Event()
+
+    def rebinder() -> None:
+        global G_R
+        rng = random.Random(3)
+        while not stop.is_set():
+            x = rng.random()
+            G_R = x
+            rebind(x)
+            time.sleep(0)
+
+    served = bad = 0
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    thread = threading.Thread(target=rebinder, daemon=True)
+    thread.start()
+    try:
+        for i in range(4000):
+            for fn, name in ((f, "G_R"), (g, None)):
+                p = as_predicate(fn)
+                key = p.memo.get(TRACED_UNDER)
+                if key is None or p.expr is None:
+                    continue
+                served += 1
+                number = value_key(p.params[0])
+                bad += (name, number) not in key if name else number not in key
+            if i % 50 == 0:
+                _traced().clear()  # served by like_traced again, not the memo
+    finally:
+        stop.set()
+        thread.join(10)
+        sys.setswitchinterval(interval)
+    assert served > 1000 and bad == 0, (served, bad)
+    import dask_compact
+
+    a = np.random.default_rng(4).standard_normal(3001)
+    for p in list(_traced()._items.values()):  # each value's call served by the memo
+        t = p.params[0]
+        G_R = t
+        rebind(t)
+        if ("G_R", value_key(t)) in p.memo[TRACED_UNDER]:
+            np.testing.assert_array_equal(dask_compact.compact_array(a, f), a[a > t])
+        else:
+            np.testing.assert_array_equal(dask_compact.compact_array(a, g), a[a < t])

@@ -756,6 +756,19 @@ _failed: set[str] = set()
 _build_lock = threading.RLock()
 
 
+def _fresh_build_lock() -> None:
+    """In a forked child, ``_build_lock`` anew: one another thread of the parent held at the
+    fork (its build, a second or so) stays held in the child, where no thread will release
+    it. Until 2026-12-02 (eighteenth session, a lock review) such a child's first build of a
+    loop waited for ever (the BoundedCache locks: cache._fresh_locks)."""
+    global _build_lock
+    _build_lock = threading.RLock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_fresh_build_lock)
+
+
 def _sweep() -> None:
     """Drop the modules of evicted loops nothing holds any more, except those a loop in the
     cache (built again from the same source), a kept loop or a loop still held uses."""
