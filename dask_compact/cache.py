@@ -273,8 +273,11 @@ def clear_cache(disk: bool = False) -> None:
     also remove the disk cache's files (:func:`own_files` in :func:`cache_dir`: other files
     there stay) and its folders left empty. Other processes (dask workers) keep theirs: run it
     there with ``client.run(dask_compact.clear_cache)``."""
+    from .predicate.function_shape import forget as forget_shapes
+
     for cache in list(BoundedCache._all):
         cache.clear()
+    forget_shapes()  # the functions' learned shapes (their trees and the codes they hold)
     if disk:
         directory = cache_dir()
         for path in own_files(directory):

@@ -679,3 +679,15 @@ def test_a_shape_served_while_a_thread_rebinds_its_numbers_keeps_its_key_and_num
             np.testing.assert_array_equal(dask_compact.compact_array(a, f), a[a > t])
         else:
             np.testing.assert_array_equal(dask_compact.compact_array(a, g), a[a < t])
+
+
+def test_clear_cache_forgets_the_learned_shapes():
+    """dask_compact.clear_cache() drops what this process keeps, the functions' learned shapes
+    too (they hold their trees and codes; until 2026-12-02, eighteenth session, only the GPU's
+    forget_ready_calls dropped them)."""
+    import dask_compact
+
+    f = _closure(0.5)
+    assert _learned(f) is not None
+    dask_compact.clear_cache()
+    assert fs.numbers_for(f) is None and not fs._SLOTS and not fs._TREES
