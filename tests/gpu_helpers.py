@@ -79,3 +79,25 @@ class ArmedStream:
     @property
     def done(self) -> bool:
         return bool(self.stream.done)
+
+
+def served_by_shape(monkeypatch: Any, module: Any, name: str, functions_only: bool = False):
+    """Spy on ``module.name``, a shaped lookup (``(a, pred_like, key)`` -> a call or None):
+    yields the list of the predicates it served (a call returned), with the kept calls
+    forgotten before and after; ``functions_only``: strings not listed. A generator for a
+    fixture (``yield from``)."""
+    from dask_compact.backends import cupy_backend as cb
+
+    hits: list = []
+    real = getattr(module, name)
+
+    def spy(a: Any, pred_like: Any, key: Any) -> Any:
+        found = real(a, pred_like, key)
+        if found is not None and not (functions_only and isinstance(pred_like, str)):
+            hits.append(pred_like)
+        return found
+
+    monkeypatch.setattr(module, name, spy)
+    cb.forget_ready_calls()
+    yield hits
+    cb.forget_ready_calls()

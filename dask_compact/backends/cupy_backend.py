@@ -66,7 +66,7 @@ from .cupy_ready import (
     speculated,
 )
 from .cupy_shaped import forget as forget_shaped
-from .cupy_shaped import has_shape, remember_shaped, served_before, shaped_call
+from .cupy_shaped import has_shape, remember_shaped, shape_serves, shaped_call
 from .cupy_source import ModuleSpec
 from .cupy_tuning import (
     EXACT_MODES,
@@ -624,12 +624,10 @@ def repeated_call(a: Any, pred_like: Any, output: str, stable: bool, algorithm: 
     if hit is None:
         # a string or function whose numbers alone differ from a kept one's: its shape's
         # call, rebound
-        if key is None or not has_shape(pred_like):
+        if key is None or a.data.device_id != cupy.cuda.runtime.getDevice():
             return None
-        if a.data.device_id != cupy.cuda.runtime.getDevice():
-            return None
-        if not isinstance(pred_like, str) and served_before(key):
-            return None  # a function's value again: the checked call keeps its own
+        if not shape_serves(pred_like, key):
+            return None  # no shape, or a function's value again: the checked call keeps its own
         return shaped_call(a, pred_like, key)
     dev = hit[0]
     if a.data.device_id != dev or cupy.cuda.runtime.getDevice() != dev:

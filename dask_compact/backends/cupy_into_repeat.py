@@ -32,7 +32,7 @@ from .cupy_shaped import (
     has_shape,
     kept,
     runs_evicted,
-    served_before,
+    shape_serves,
     shape_typing,
 )
 
@@ -104,10 +104,7 @@ def repeated_into(a: Any, pred_like: Any, out: Any, output: str, count: Any, str
     if hit is None:
         # a string or function whose numbers alone differ from a kept one's: its shape's
         # call, rebound
-        hit = None
-        if has_shape(pred_like) and (isinstance(pred_like, str) or key is None
-                                     or not served_before(key)):
-            hit = _shaped_hit(a, pred_like, key)
+        hit = _shaped_hit(a, pred_like, key) if shape_serves(pred_like, key) else None
         if hit is None:
             return None
     import cupy

@@ -38,7 +38,7 @@ from ..predicate.template import kept_shape, shape_of
 
 __all__ = ["shaped_call", "remember_shaped", "shaped_key", "bound_numbers", "shape_typing",
            "ShapedRun", "find_run", "runs_evicted", "forget", "has_shape", "kept",
-           "served_before"]
+           "served_before", "shape_serves"]
 
 # The repeated call's key of a text the shaped call served (its numbers) -> its ShapedRun: the
 # same text again skips finding its shape and binding (a dict; emptied past RUNS_MAX)
@@ -106,6 +106,16 @@ def served_before(key: tuple) -> bool:
         _served.clear()
     _served[key] = True
     return False
+
+
+def shape_serves(pred_like: Any, key: tuple | None) -> bool:
+    """Whether a call with no kept call of its own (repeated key ``key``, None where its
+    arguments make none) goes its shape's kept call: a string whose numbers alone differ from
+    a kept one's, always; a function, on its value's first call only (:func:`served_before`).
+    ``compact_array``'s and ``compact_into``'s repeated calls ask the same."""
+    if not has_shape(pred_like):
+        return False
+    return isinstance(pred_like, str) or key is None or not served_before(key)
 
 
 def bound_numbers(tp: Any, numbers: tuple, dtype: np.dtype, text: str) -> tuple | None:

@@ -16,7 +16,7 @@ import pytest
 
 cupy = pytest.importorskip("cupy")
 
-from gpu_helpers import check, expect  # noqa: E402
+from gpu_helpers import check, expect, served_by_shape  # noqa: E402
 
 from dask_compact import compact_array, compact_into  # noqa: E402
 from dask_compact.backends import cupy_backend as cb  # noqa: E402
@@ -27,31 +27,16 @@ pytestmark = pytest.mark.gpu
 G_T = 0.5
 
 
-def _spy(monkeypatch, module, name: str):
-    hits = []
-    real = getattr(module, name)
-
-    def spy(a, pred_like, key):
-        found = real(a, pred_like, key)
-        if found is not None and not isinstance(pred_like, str):
-            hits.append(pred_like)
-        return found
-
-    monkeypatch.setattr(module, name, spy)
-    cb.forget_ready_calls()
-    yield hits
-    cb.forget_ready_calls()
-
-
 @pytest.fixture
 def hits(monkeypatch):
     """The functions whose compact_array calls the shaped path served."""
-    yield from _spy(monkeypatch, cb, "shaped_call")
+    yield from served_by_shape(monkeypatch, cb, "shaped_call", functions_only=True)
 
 
 @pytest.fixture
 def into_hits(monkeypatch):
-    yield from _spy(monkeypatch, cupy_into_repeat, "_shaped_hit")
+    yield from served_by_shape(monkeypatch, cupy_into_repeat, "_shaped_hit",
+                               functions_only=True)
 
 
 def _closure(t):

@@ -14,7 +14,7 @@ import pytest
 
 cupy = pytest.importorskip("cupy")
 
-from gpu_helpers import check, expect  # noqa: E402
+from gpu_helpers import check, expect, served_by_shape  # noqa: E402
 
 from dask_compact import compact_array  # noqa: E402
 from dask_compact.backends import cupy_backend as cb  # noqa: E402
@@ -22,28 +22,10 @@ from dask_compact.backends import cupy_backend as cb  # noqa: E402
 pytestmark = pytest.mark.gpu
 
 
-def _served(monkeypatch, module, name: str):
-    """The texts ``module.name`` (a shaped lookup: a call or None) served, with the kept
-    calls forgotten before and after."""
-    hits = []
-    real = getattr(module, name)
-
-    def spy(a, text, key):
-        found = real(a, text, key)
-        if found is not None:
-            hits.append(text)
-        return found
-
-    monkeypatch.setattr(module, name, spy)
-    cb.forget_ready_calls()
-    yield hits
-    cb.forget_ready_calls()
-
-
 @pytest.fixture
 def shaped_hits(monkeypatch):
     """How many calls the shaped path served (a call returned, not None)."""
-    yield from _served(monkeypatch, cb, "shaped_call")
+    yield from served_by_shape(monkeypatch, cb, "shaped_call")
 
 
 @pytest.mark.parametrize("n", [1, 33, 1025, 100_003, 1 << 20])
@@ -139,7 +121,7 @@ def into_hits(monkeypatch):
     """How many compact_into calls the shaped path served."""
     from dask_compact.backends import cupy_into_repeat
 
-    yield from _served(monkeypatch, cupy_into_repeat, "_shaped_hit")
+    yield from served_by_shape(monkeypatch, cupy_into_repeat, "_shaped_hit")
 
 
 @pytest.mark.parametrize("n", [33, 100_003, 1 << 20])
