@@ -101,3 +101,17 @@ def served_by_shape(monkeypatch: Any, module: Any, name: str, functions_only: bo
     cb.forget_ready_calls()
     yield hits
     cb.forget_ready_calls()
+
+
+def held_bytes(g: Any) -> int:
+    """The bytes of the allocation a CuPy result's memory lies in, checked to start where the
+    result does: an exact-size result is the head of an allocation (``cupy_device.head_rows``:
+    a new array over the allocation's memory, not a view with a ``base``)."""
+    assert g.data.ptr == g.data.mem.ptr
+    return int(g.data.mem.size)
+
+
+def pool_bytes(items: int, itemsize: int) -> int:
+    """What CuPy's pool allocates for ``items`` elements: the request rounded up to its 512-byte
+    unit."""
+    return -(-items * itemsize // 512) * 512

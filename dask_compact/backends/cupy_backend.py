@@ -48,6 +48,7 @@ from .cupy_device import (
     concat_outputs,
     contiguous,
     device_copy,
+    head_rows,
     memset0,
     output_empty,
     read_counts,
@@ -422,8 +423,8 @@ def _run_chained(live: list[tuple[Plan, int]], output: str,
         learn(memo, plan0.spec.dtype, output, total, total_n)
         if total > room:
             return _chained_overflow(live, output, vals, idx, ends, room)
-    return by_output(None if vals is None else vals[:total],
-                     None if idx is None else idx[:total], output)
+    return by_output(None if vals is None else head_rows(vals, total),
+                     None if idx is None else head_rows(idx, total), output)
 
 
 def queue_chain(live: list[tuple[Plan, int]], vals: Any, idx: Any, room: int) -> Any:

@@ -19,6 +19,7 @@ from .cupy_device import (
     NO_CAP,
     by_output,
     head_copy,
+    head_rows,
     landed,
     output_empty,
     read_counts,
@@ -272,8 +273,8 @@ class OneReadCall:
             vals, idx = self._outputs(total)
             self._run(a, base, vals, idx, NO_CAP)
             return by_output(vals, idx, output)
-        return by_output(None if vals is None else vals[:total],
-                         None if idx is None else idx[:total], output)
+        return by_output(None if vals is None else head_rows(vals, total),
+                         None if idx is None else head_rows(idx, total), output)
 
     def _outputs(self, k: int) -> tuple[Any, Any]:
         output = self.output
