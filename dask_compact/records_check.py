@@ -201,6 +201,41 @@ def check_record_predicate(pred: Any, fields: dict[str, Any],
     return p
 
 
+def out_dtypes(dtype: np.dtype, kind: str) -> tuple[np.dtype, ...]:
+    """The dtypes :func:`dask_compact.compact_records_into` takes for the ``out`` buffer of a
+    field of ``dtype`` (or of the int64 indices) on ``kind``'s arrays ("numpy" or "cupy"),
+    ``dtype`` first.
+
+    NumPy: either byte order of a number's or a time's (``validate.other_order_view``: the
+    call writes through a view of ``dtype`` and swaps what it wrote). CuPy: a field of the
+    other byte order (a view of a swapped dtype) takes a native buffer too, since CuPy makes
+    no array of that order (only views) and ``cupy.empty(n, "i8")`` is the buffer a user makes
+    for a ``">i8"`` field (filled from a native copy, ``records._native_copies``); a native
+    field takes a native buffer alone."""
+    dtype = np.dtype(dtype)
+    if kind == "cupy":
+        return (dtype,) if dtype.isnative else (dtype, native(dtype))
+    other = dtype.newbyteorder()
+    return (dtype, other) if dtype.kind in "biufcmM" and other != dtype else (dtype,)
+
+
+def check_out_dtype(name: str, got: np.dtype, dtype: np.dtype, kind: str) -> None:
+    """TypeError unless the buffer ``out[name]``, of dtype ``got``, may receive a field of
+    ``dtype`` (:func:`out_dtypes`), naming each dtype taken. Until 2026-12-02 (nineteenth
+    session, left by the eighteenth) the refusal named the field's dtype alone, where the
+    other byte order was taken too.
+
+    A NumPy buffer of the other byte order comes here as a view of ``dtype`` already
+    (``records._other_order_views``), so on NumPy only ``dtype`` itself passes: a buffer
+    that is not such a view would receive native bytes."""
+    taken = out_dtypes(dtype, kind)
+    if got == dtype or (kind == "cupy" and got in taken):
+        return
+    named = " or ".join(str(d) for d in taken)
+    either = " (either byte order)" if len(taken) > 1 else ""
+    raise TypeError(f"out[{name!r}] must have dtype {named}{either}; got {got}")
+
+
 def check_into(fields: dict[str, Any], out: Any, count: Any, stream: Any) -> dict[str, Any]:
     """The caller's buffers of :func:`dask_compact.compact_records_into`, checked: a mapping
     of field names (and ``indices``, the row numbers, unless a field has that name) to arrays
@@ -230,11 +265,7 @@ def check_into(fields: dict[str, Any], out: Any, count: Any, stream: Any) -> dic
         if kind == "cupy" and buf.device.id != first.device.id:
             raise ValueError(f"out[{name!r}] is on device {buf.device.id}, the fields on "
                              f"{first.device.id}")
-        if buf.dtype != dtype and not (kind == "cupy" and buf.dtype == native(dtype)):
-            # a CuPy field of the other byte order takes a native buffer too: CuPy makes no
-            # array of that order (only views), so cupy.empty(n, "i8") is the buffer a user
-            # makes for a ">i8" field; compact_records_into fills it from a native copy
-            raise TypeError(f"out[{name!r}] must have dtype {dtype}; got {buf.dtype}")
+        check_out_dtype(name, buf.dtype, dtype, kind)
         if buf.shape[1:] != tail or buf.ndim < 1 or buf.shape[0] < n:
             # printed as a shape: "(>= 5, *())" until 2026-12-01 (a record probe)
             want = f"(>= {n}{''.join(f', {d}' for d in tail) if tail else ','})"

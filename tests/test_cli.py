@@ -168,6 +168,49 @@ def test_nd_npy_integer(tmp_path):
     np.testing.assert_array_equal(arrays["indices"], np.flatnonzero(a >= 50))
 
 
+def _zero_d(tmp_path: Path, kind: str, x: np.ndarray) -> Path:
+    """``x`` (0-d) saved as INPUT of the ``kind`` given."""
+    if kind == "npy":
+        np.save(tmp_path / "scalar.npy", x)
+        return tmp_path / "scalar.npy"
+    path = tmp_path / f"scalar-{kind}.zarr"
+    zarr.create_array(store=str(path), data=x, zarr_format=2 if kind == "zarr2" else 3,
+                      overwrite=True)
+    return path
+
+
+@pytest.mark.parametrize("kind", ["npy", "zarr3", "zarr2"])
+def test_a_0d_input_is_one_element_as_numpy_ravels_it(tmp_path, kind):
+    """A 0-d INPUT is compacted as ``x.ravel()``, one element, as ``compact_array`` takes a
+    0-d array: 1-D arrays of 0 or 1 elements, ``values`` NumPy's ``x.ravel()[m]`` and
+    ``indices`` its ``np.flatnonzero(m)``. Until 2026-12-02 (nineteenth session, a probe) the
+    command refused it ("holds a 0-d array (a scalar): nothing to compact") where the
+    in-memory calls took it."""
+    import dask_compact
+
+    for value in (0.7, 0.2):  # selected, then not
+        x = np.asarray(np.float32(value))
+        src = _zero_d(tmp_path, kind, x)
+        m = x.ravel() > 0.5
+        for mode, names in (("both", ["indices", "values"]), ("values", ["values"]),
+                            ("indices", ["indices"])):
+            out = tmp_path / f"o-{value}-{mode}.zarr"
+            res = run(src, out, "-w", "x > 0.5", "-o", mode, "--json")
+            attrs, arrays = read_group(out)
+            assert sorted(arrays) == names
+            if "values" in arrays:
+                assert arrays["values"].dtype == x.dtype
+                np.testing.assert_array_equal(arrays["values"], x.ravel()[m], strict=True)
+                # the in-memory call's answer, which the command now agrees with
+                np.testing.assert_array_equal(arrays["values"],
+                                              dask_compact.compact_array(x, "x > 0.5"))
+            if "indices" in arrays:
+                np.testing.assert_array_equal(arrays["indices"],
+                                              np.flatnonzero(m).astype(np.int64), strict=True)
+            assert attrs["dask_compact"]["input_shape"] == []  # the input's own shape
+            assert json.loads(res.stdout)["selected"] == int(m.sum())
+
+
 def test_existing_output_needs_overwrite(npy, tmp_path):
     path, a = npy
     out = tmp_path / "out.zarr"
@@ -308,8 +351,6 @@ def test_input_errors(tmp_path, zarr2d):
     assert "dtype" in run(tmp_path / "words.npy", out, "-w", "x > 0", code=2).output
     np.save(tmp_path / "objects.npy", np.array([{}, 1], dtype=object))
     assert "memory-map" in run(tmp_path / "objects.npy", out, "-w", "x > 0", code=2).output
-    np.save(tmp_path / "scalar.npy", np.float64(1.0))
-    assert "0-d" in run(tmp_path / "scalar.npy", out, "-w", "x > 0", code=2).output
     group = tmp_path / "group.zarr"
     zarr.open_group(store=str(group), mode="w").create_array("data", shape=(4,), dtype="f8")
     res = run(group, out, "-w", "x > 0", code=2)
@@ -644,6 +685,19 @@ def test_an_input_rewritten_between_two_jobs_on_one_cluster(tmp_path, one_worker
     """The same on a running cluster, whose one worker process serves both jobs."""
     for name in REWRITES:
         _two_versions(tmp_path, name, "--scheduler", one_worker_cluster.scheduler_address)
+
+
+def test_a_0d_npy_read_by_a_worker_process(tmp_path, one_worker_cluster):
+    """The 0-d INPUT's one row as a worker process reads it (the reader is pickled to it),
+    not only in the command's own process: on the module's running cluster (its start is
+    shared with the tests beside, CI time)."""
+    x = np.asarray(np.int16(-3))
+    src = _zero_d(tmp_path, "npy", x)
+    run(src, tmp_path / "o.zarr", "-w", "x < 0", "-o", "both", "--scheduler",
+        one_worker_cluster.scheduler_address)
+    _, arrays = read_group(tmp_path / "o.zarr")
+    np.testing.assert_array_equal(arrays["values"], x.ravel(), strict=True)
+    np.testing.assert_array_equal(arrays["indices"], np.array([0]), strict=True)
 
 
 @pytest.mark.skipif(device_count() > 0, reason="refusals for workers without a GPU")

@@ -365,6 +365,57 @@ def test_into_buffers_of_either_byte_order():
             want.astype(want.dtype.newbyteorder("=")).tobytes(), name
 
 
+def test_into_a_buffer_of_another_dtype_is_told_each_byte_order_taken():
+    """The refusal of an ``out`` buffer names every dtype the call takes for it: either byte
+    order of a number's (a NumPy buffer of the other order is written through a view and
+    swapped, test_into_buffers_of_either_byte_order). Until 2026-12-02 (nineteenth session,
+    left by the eighteenth) it named the field's dtype alone ("must have dtype >f8")."""
+    n = 10
+    f = {"m": np.linspace(0, 2, n).astype(">f8"), "flag": np.arange(n) % 2 == 0}
+    cri = dask_compact.compact_records_into
+    be, le = np.dtype(">f8"), np.dtype("<f8")
+    with pytest.raises(TypeError) as e:
+        cri(f, "m > 1", {"m": np.empty(n, np.float32)})
+    assert str(e.value) == (f"out['m'] must have dtype {be} or {le} (either byte order); "
+                            "got float32")
+    with pytest.raises(TypeError) as e:
+        cri(f, "m > 1", {"indices": np.empty(n, np.int32)})
+    assert str(e.value) == (f"out['indices'] must have dtype {np.dtype('<i8')} or "
+                            f"{np.dtype('>i8')} (either byte order); got int32")
+    # a dtype of one byte has no order: named alone
+    with pytest.raises(TypeError) as e:
+        cri(f, "m > 1", {"flag": np.empty(n, np.int8)})
+    assert str(e.value) == "out['flag'] must have dtype bool; got int8"
+    # each dtype named is taken, and filled as NumPy's m[keep]
+    keep = f["m"] > 1
+    for dt in (be, le):
+        buf = np.empty(n, dt)
+        k = int(cri(f, "m > 1", {"m": buf})[0])
+        np.testing.assert_array_equal(buf[:k], f["m"][keep])
+
+
+def test_into_dtypes_on_cupy_follow_its_one_rule():
+    """CuPy's rule (``records_check.check_out_dtype``, checked here without a GPU: the lead's
+    GPU run calls it through compact_records_into): a field of the other byte order (a view of
+    a swapped dtype) takes a buffer of its own dtype or a native one, and its refusal names
+    both; a native field takes a native buffer alone (CuPy makes no array of the other
+    order). Until 2026-12-02 (nineteenth session) the refusal named the field's dtype alone
+    where the native one is the buffer a user makes (cupy.empty(n, "f8"))."""
+    from dask_compact.records_check import check_out_dtype
+
+    be, le = np.dtype(">f8"), np.dtype("<f8")
+    for got in (be, le):
+        check_out_dtype("m", got, be, "cupy")  # taken: no error
+    check_out_dtype("m", le, le, "cupy")
+    with pytest.raises(TypeError) as e:
+        check_out_dtype("m", np.dtype(np.float32), be, "cupy")
+    assert str(e.value) == (f"out['m'] must have dtype {be} or {le} (either byte order); "
+                            "got float32")
+    with pytest.raises(TypeError) as e:
+        check_out_dtype("m", be, le, "cupy")
+    assert str(e.value) == f"out['m'] must have dtype {le}; got {be}"
+
+
 def test_into_errors():
     f = particles(10)
     cri = dask_compact.compact_records_into

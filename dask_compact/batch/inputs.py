@@ -285,8 +285,8 @@ def open_zarr(path: str, chunks: int | None, allow_missing_chunks: bool = False)
     fast, why_not = chunk_files_reader(node, url, fingerprint, allow_missing_chunks)
     reader: Reader = fast or ZarrRows(url, node.shape, node.dtype, fingerprint)
     # Blocks of whole Zarr chunks along axis 0 (all trailing axes): each read decodes every
-    # chunk it touches exactly once.
-    row_chunk = chunks or max(1, int(node.chunks[0]))
+    # chunk it touches exactly once. A 0-d array's one chunk is its one row.
+    row_chunk = chunks or max(1, int(node.chunks[0]) if node.chunks else 1)
     from .cf import decoding
 
     return Source(tuple(node.shape), native_dtype(node.dtype), "zarr",
@@ -490,10 +490,8 @@ def native_dtype(dtype: Any) -> np.dtype:
 def check_shape_dtype(shape: tuple[int, ...], dtype: Any, path: str) -> None:
     from ..validate import DTYPES, native
 
-    if len(shape) == 0:
-        raise click.BadParameter(
-            f"{path!r} holds a 0-d array (a scalar): nothing to compact", param_hint="INPUT"
-        )
+    # A 0-d array is taken, as one row of one element (x.ravel(), as compact_array takes a
+    # 0-d array): until 2026-12-02 (nineteenth session, a probe) it was refused here.
     try:
         dt = native(np.dtype(dtype))
     except TypeError:  # zarr v3 data types without a NumPy equivalent

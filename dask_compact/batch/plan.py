@@ -20,7 +20,8 @@ class Layout:
     """Input chunks (blocks of whole rows, so each is a contiguous run of the C order) and the
     output's chunk length.
 
-    An element is one item of the input array; for a record (a Zarr group's fields, see
+    An element is one item of the input array (a 0-d array, ``shape`` ``()``, is one row of
+    one element: its ``x.ravel()``); for a record (a Zarr group's fields, see
     :mod:`.records_job`) it is one row: ``shape`` is ``(rows,)``, ``itemsize`` the bytes of
     one row of every field read, and ``out_elem_bytes`` those of one selected row of every
     field compacted (plus its index)."""
@@ -34,7 +35,7 @@ class Layout:
     @classmethod
     def make(cls, shape: tuple[int, ...], itemsize: int, row_chunk: int,
              out_chunk: int | None, out_elem_bytes: int = 0) -> Layout:
-        n_rows = shape[0]
+        n_rows = shape[0] if shape else 1  # a 0-d input: one row
         step = max(1, row_chunk)
         rows = tuple(range(0, n_rows, step)) + (n_rows,)
         if n_rows == 0:

@@ -25,6 +25,15 @@ from .zstd_frames import content_size, declared_total, split
 _MAP_POPULATE = getattr(mmap, "MAP_POPULATE", 0)
 
 
+def rows(a: Any, r0: int, r1: int) -> Any:
+    """Rows ``r0:r1`` of the array ``a`` (a memory map, a Zarr array), where a 0-d array is one
+    row of one element, its ``x.ravel()`` (a 0-d array cannot be sliced: "too many indices").
+    The 0-d case: 2026-12-02 (nineteenth session), when the command stopped refusing it."""
+    if len(a.shape):
+        return a[r0:r1]
+    return np.asarray(a[()]).reshape(1)[r0:r1]
+
+
 class ZarrRows:
     """Rows ``r0:r1`` of a Zarr array, all trailing axes (whole Zarr chunks when the block is
     aligned with the array's chunks along axis 0)."""
@@ -41,7 +50,7 @@ class ZarrRows:
         arr = _zarr_arrays.get(self.url, self.fingerprint)
         _same_input(self.url, (tuple(arr.shape), np.dtype(arr.dtype)), (self.shape, self.dtype))
         try:
-            return np.asarray(arr[r0:r1])
+            return np.asarray(rows(arr, r0, r1))
         except Exception as e:
             # zarr's error (a zstd one, say) does not say which chunk: find the first of the
             # block's chunks that fails on its own, and name it
@@ -91,7 +100,7 @@ class NpyRows:
         _same_input(self.path, (tuple(mapped.array.shape), mapped.array.dtype),
                     (self.shape, self.dtype))
         # A copy: a memmap slice would keep the file mapped inside the piece.
-        return np.array(mapped.array[r0:r1])
+        return np.array(rows(mapped.array, r0, r1))
 
 
 class ZarrChunkFiles:
@@ -277,6 +286,8 @@ def chunk_files_reader(node: Any, url: str, fingerprint: str,
     dtype = np.dtype(node.dtype)
     if dtype.itemsize > 1 and getattr(codecs[0].endian, "value", "little") != "little":
         return None, "its bytes are big-endian"
+    if not node.shape:  # one element: nothing for a chunk-file reader to gain
+        return None, "it is 0-d (one element)"
     if tuple(node.chunks[1:]) != tuple(node.shape[1:]):
         return None, "its chunks split the trailing axes"
     n_chunks = -(-node.shape[0] // node.chunks[0]) if node.shape[0] else 0

@@ -492,6 +492,29 @@ def test_fields_of_the_other_byte_order_match_numpy(dtype: np.dtype, ready: bool
                 same_bits(nat["indices"][:k], np.flatnonzero(want), f"{dtype} native indices")
 
 
+
+def test_into_a_buffer_of_another_dtype_names_each_byte_order_taken() -> None:
+    """compact_records_into of a CuPy field of the other byte order into a buffer of another
+    dtype: the refusal names the field's dtype and the native one, each of which is taken
+    (``records_check.out_dtypes``; until 2026-12-02, nineteenth session, it named the
+    field's alone, where the native buffer is what a user makes). Written without a GPU:
+    the rule itself is tested on the CPU (test_records.py)."""
+    from dask_compact import compact_records_into
+
+    m_np = np.linspace(0, 2, 33)
+    f = {"m": other_order(m_np)}
+    be, le = f["m"].dtype, f["m"].dtype.newbyteorder("=")
+    assert not be.isnative
+    with pytest.raises(TypeError) as e:
+        compact_records_into(f, "m > 1", {"m": cupy.empty(33, np.float32)})
+    assert str(e.value) == (f"out['m'] must have dtype {be} or {le} (either byte order); "
+                            "got float32")
+    keep = m_np > 1
+    for buf in (cupy.empty(33, le), cupy.empty(33, le).view(be)):
+        k = int(compact_records_into(f, "m > 1", {"m": buf})[0])
+        assert k == int(keep.sum())
+        np.testing.assert_array_equal(cupy.asnumpy(buf[:k]).astype(le), m_np[keep])
+
 @pytest.mark.parametrize("dtype", ["float32", "int64", "complex128", "uint16"])
 def test_dask_cupy_fields_of_the_other_byte_order_match_numpy(dtype: str) -> None:
     """compact_records over dask arrays of CuPy chunks of the other byte order (views of a
