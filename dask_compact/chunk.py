@@ -33,6 +33,7 @@ from .validate import (
     check_output,
     check_stream,
     counted,
+    either_order,
     frame_object,
     in_memory,
     is_dask_array,
@@ -411,7 +412,9 @@ def compact_into(
                 raise ValueError(f"{role} overlaps the input; compaction is not done in place")
     if count is not None:  # else the backend makes one, on a's device
         if getattr(count, "dtype", None) not in (np.dtype(np.int64), np.dtype(np.uint64)):
-            raise TypeError("count must be a 1-element int64 or uint64 array")
+            raise TypeError("count must be a 1-element int64 or uint64 array"
+                            + either_order("numpy" if isinstance(a, np.ndarray) else "cupy",
+                                         np.dtype(np.int64)))
         check_into_buffer(a, count, "count", count.dtype, 1)
         if count.size != 1:
             raise ValueError(f"count must have 1 element; got {count.size}")

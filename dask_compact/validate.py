@@ -181,6 +181,17 @@ def other_order_view(buf: Any, dtype: np.dtype | None) -> tuple[Any, bool]:
     return buf.view(dtype), True
 
 
+def either_order(kind: str, dtype: np.dtype) -> str:
+    """" (either byte order)" where a refusal of a buffer for ``dtype`` on ``kind``'s arrays
+    ("numpy" or "cupy") must say that a buffer of the other byte order is taken too
+    (:func:`other_order_view`: NumPy's numbers and times of more than one byte); else "".
+    Until 2026-12-02 (nineteenth session) ``compact_into``'s refusals named the native
+    dtype alone."""
+    if kind != "numpy" or dtype.kind not in "biufcmM" or dtype.newbyteorder() == dtype:
+        return ""
+    return " (either byte order)"
+
+
 def counted(count: Any) -> np.dtype | None:
     """The dtype a count buffer of either byte order is written in (int64 or uint64, in
     native order), for :func:`other_order_view`; None for anything else."""
@@ -1144,7 +1155,8 @@ def check_into_buffer(a: Any, buf: Any, role: str, dtype: np.dtype, size: int) -
     if kind == "numpy" and not flags.writeable:
         raise ValueError(f"{role} is read-only")
     if buf.dtype != dtype:  # (NumPy buffers of the other byte order come as native views)
-        raise TypeError(f"{role} must have dtype {dtype}; got {buf.dtype}")
+        raise TypeError(f"{role} must have dtype {dtype}{either_order(kind, dtype)}; got "
+                        f"{buf.dtype}")
     if buf.size < size:
         raise ValueError(f"{role} holds {buf.size} elements; the input has {size}, and every "
                          "element may be selected")

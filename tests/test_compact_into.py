@@ -128,6 +128,34 @@ def test_bad_buffers_refused_and_untouched(make, kwargs, err, match):
     np.testing.assert_array_equal(a, before)
 
 
+def test_a_refused_buffer_is_told_each_byte_order_taken():
+    """A NumPy buffer of the other byte order is taken (written through a native view, then
+    swapped): the refusal of a buffer of another dtype names both orders, and the count's
+    too; a one-byte dtype has one. Until 2026-12-02 (nineteenth session, found beside
+    compact_records_into's same gap) it named the native dtype alone."""
+    a = random_array("float64", (33,), seed=5)
+    le, be = np.dtype("<f8"), np.dtype(">f8")
+    for inp in (a, a.astype(be)):
+        with pytest.raises(TypeError) as e:
+            compact_into(inp, "x > 0.5", np.empty(33, np.float32))
+        assert str(e.value) == ("out (values) must have dtype float64 (either byte order); "
+                                "got float32")
+    with pytest.raises(TypeError) as e:
+        compact_into(a, "x > 0.5", np.empty(33, np.int32), output="indices")
+    assert str(e.value) == "out (indices) must have dtype int64 (either byte order); got int32"
+    with pytest.raises(TypeError) as e:
+        compact_into(a, "x > 0.5", np.empty(33, a.dtype), count=np.zeros(1, ">i4"))
+    assert str(e.value) == ("count must be a 1-element int64 or uint64 array (either byte "
+                            "order)")
+    b = random_array("int8", (33,), seed=5)
+    with pytest.raises(TypeError) as e:
+        compact_into(b, "x > 0", np.empty(33, np.uint8))
+    assert str(e.value) == "out (values) must have dtype int8; got uint8"
+    for out in (np.empty(33, le), np.empty(33, be)):  # both orders named are taken
+        count = compact_into(a, "x > 0.5", out)
+        np.testing.assert_array_equal(out[:int(count[0])], a[a > 0.5])
+
+
 def _strided_cases():
     """(input, out, overlapping) views of one buffer: reversed and strided inputs whose
     elements lie below their data pointer or beyond their nbytes."""
