@@ -974,8 +974,8 @@ def test_a_process_forked_during_another_threads_build_builds_its_own(tmp_path, 
     (eighteenth session, a lock review) its own build of a loop waited for ever
     (numba_loop._build_lock for a one-array loop; the record loops' BoundedCache's lock for
     the key, held for the whole build). A forked child takes fresh locks; its result is
-    NumPy's. (numba's own compiler lock, held through a compile, is not ours: a fork inside
-    numba's compile still leaves it held in the child.)"""
+    NumPy's. (numba's own compiler lock, held through a compile: a fork waits for it since
+    2026-12-02, nineteenth session, tests/test_numba_fork.py.)"""
     import subprocess
 
     env = {**os.environ, "DASK_COMPACT_CACHE_DIR": str(tmp_path / "cache")}

@@ -9,7 +9,9 @@ typing and lowering registries, which are consumed as they are installed) loses 
 attribute 'core'`, `No definition for lowering <built-in function lt>(int64, int64)`). So the
 whole set-up runs here at once, held (about 1.4 s, spent at the first compile anyway); a
 Ctrl-C meanwhile raises ``KeyboardInterrupt`` as it ends (the import of this module then
-fails, and the next one does what is left: nothing half done).
+fails, and the next one does what is left: nothing half done). Here too, numba imported, the
+fork hooks of :mod:`.numba_fork` are registered (once): a process forked while another
+thread compiles can compile.
 """
 
 from __future__ import annotations
@@ -24,6 +26,10 @@ with deferred(signal.SIGINT):
     from numba.cpython.unsafe.numbers import trailing_zeros
 
     from . import numba_compress  # noqa: F401 - its intrinsics, installed by the refresh
+    from .numba_fork import install as install_fork_hooks
+
+    # a fork waits for another thread's compile: a child can compile (numba_fork)
+    install_fork_hooks()
 
     cpu_target.typing_context.refresh()
     cpu_target.target_context.refresh()
