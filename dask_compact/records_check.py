@@ -23,6 +23,7 @@ from .validate import (
     in_memory,
     is_dask_array,
     native,
+    other_order_dtype,
     overlaps,
     xarray_object,
 )
@@ -215,8 +216,8 @@ def out_dtypes(dtype: np.dtype, kind: str) -> tuple[np.dtype, ...]:
     dtype = np.dtype(dtype)
     if kind == "cupy":
         return (dtype,) if dtype.isnative else (dtype, native(dtype))
-    other = dtype.newbyteorder()
-    return (dtype, other) if dtype.kind in "biufcmM" and other != dtype else (dtype,)
+    other = other_order_dtype(dtype)
+    return (dtype,) if other is None else (dtype, other)
 
 
 def check_out_dtype(name: str, got: np.dtype, dtype: np.dtype, kind: str) -> None:

@@ -167,6 +167,14 @@ def reversed_bytes(xp: Any, a: Any) -> Any:
     return xp.ascontiguousarray(raw[:, ::-1]).reshape(-1).view(dt).reshape(a.shape)
 
 
+def other_order_dtype(dtype: np.dtype) -> np.dtype | None:
+    """``dtype`` in the other byte order where a NumPy buffer of that order is taken for
+    ``dtype`` (a number or a time of more than one byte: :func:`other_order_view`), else
+    None: the one rule the ``*_into`` calls' views and refusals follow."""
+    other = dtype.newbyteorder()
+    return other if dtype.kind in "biufcmM" and other != dtype else None
+
+
 def other_order_view(buf: Any, dtype: np.dtype | None) -> tuple[Any, bool]:
     """``buf`` viewed as ``dtype``, and True, where it is a NumPy array of ``dtype`` in the
     other byte order (a number or a time: ``np.empty_like(a)`` of a big-endian ``a``, a
@@ -176,7 +184,7 @@ def other_order_view(buf: Any, dtype: np.dtype | None) -> tuple[Any, bool]:
     order: refused until 2026-12-01 (a new-user probe), where converting costs one pass over
     the selection and no allocation. CuPy has no non-native dtypes."""
     if (not isinstance(buf, np.ndarray) or dtype is None or buf.dtype == dtype
-            or buf.dtype.kind not in "biufcmM" or buf.dtype != dtype.newbyteorder()):
+            or buf.dtype != other_order_dtype(dtype)):
         return buf, False
     return buf.view(dtype), True
 
@@ -187,9 +195,8 @@ def either_order(kind: str, dtype: np.dtype) -> str:
     (:func:`other_order_view`: NumPy's numbers and times of more than one byte); else "".
     Until 2026-12-02 (nineteenth session) ``compact_into``'s refusals named the native
     dtype alone."""
-    if kind != "numpy" or dtype.kind not in "biufcmM" or dtype.newbyteorder() == dtype:
-        return ""
-    return " (either byte order)"
+    taken = kind == "numpy" and other_order_dtype(dtype) is not None
+    return " (either byte order)" if taken else ""
 
 
 def counted(count: Any) -> np.dtype | None:

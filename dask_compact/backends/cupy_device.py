@@ -81,11 +81,11 @@ def class_items(n: int, row_bytes: int) -> int:
 def head_rows(arr: Any, k: int) -> Any:
     """``arr[:k]`` of a C-contiguous CuPy array, made as a new array over its memory (which
     the memory pointer keeps alive, as a view's base does), not by CuPy's indexing: a small
-    call's result is such a head of a larger allocation, and the slice cost 3.0 us of host
-    time on one H200 (2026-12-02, ``.probe``'s host profile of a 2^20 call), in a call of
-    ~32 us whose host time is its floor; the constructor 1.2 us. In an A/B of the public
-    calls there (2^20, alternating rounds) about 1.5 us a call for float64 and within the
-    host's noise for float32."""
+    call's result is such a head of a larger allocation, and on one H200 the slice cost
+    3.0 us of host time, the constructor 1.2 us, in a call of ~32 us whose host time is its
+    floor (2026-12-02, ``benchmarks/results/2026-12-02_h200_*_small_call_host_profile.txt``).
+    In an A/B of the public calls there (2^20, alternating rounds) about 1.5 us a call for
+    float64 and within the host's noise for float32."""
     import cupy
 
     shape = arr.shape
