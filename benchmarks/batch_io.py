@@ -438,13 +438,21 @@ def main() -> None:
         print(f"    job {summary['seconds']:.2f} s of {summary.get('process_seconds', 0):.2f} s "
               f"in the process; task s: " + ", ".join(f"{k} {v:.2f}" for k, v in ts.items())
               + f"; {summary.get('threads')} threads, decode {summary.get('decode')}, encode "
-              f"{summary.get('encode')}; read ahead {summary.get('read_ahead')}; timeline "
+              f"{summary.get('encode')} ({summary.get('gpu_encoded')} chunks on the GPU"
+              + (f", {summary.get('encode_moved')} moved from its queue, shared by rates "
+                 f"{summary.get('encode_rates')}"
+                 if summary.get("encode_shared") else "")
+              + f"); read ahead {summary.get('read_ahead')}; timeline "
               + ", ".join(f"{k} {v:.2f}" for k, v in (summary.get("timeline") or {}).items()),
               flush=True)
         record(label, sec, "cli", {"scheduler": summary["scheduler"],
                                   "job_seconds": summary["seconds"],
                                   "decode": summary.get("decode"),
                                   "encode": summary.get("encode"),
+                                  "gpu_encoded": summary.get("gpu_encoded"),
+                                  "encode_shared": summary.get("encode_shared"),
+                                  "encode_rates": summary.get("encode_rates"),
+                                  "encode_moved": summary.get("encode_moved"),
                                   "task_seconds": summary.get("task_seconds"),
                                   "peak_memory": summary.get("peak_memory"),
                                   "memory_budget": summary.get("memory_budget"),

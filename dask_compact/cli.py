@@ -200,7 +200,9 @@ class _Seconds(click.FloatRange):
     "--encode", type=click.Choice(["auto", "cpu", "gpu"]), default="auto", show_default=True,
     help="Where output chunks are zstd-encoded. gpu: nvCOMP on the device, for chunks "
     "compacted on GPUs (where it is not possible, a line on stderr says why and the CPU "
-    "encodes); auto: as for --decode.",
+    "encodes); auto: where gpu would be chosen for --decode auto, each chunk goes to nvCOMP "
+    "or to the writer's CPU thread, whichever the rates measured so far in the job expect to "
+    "be done sooner; else cpu.",
 )
 @click.option("--read-ahead/--no-read-ahead", default=True, show_default=True,
               help="Decode the input's first chunks while the command starts (a local Zarr "
@@ -367,9 +369,17 @@ def _array_text(summary: dict[str, Any], input_path: str, where: str) -> str:
         f"where     {where}\n"
         + _encoded_line(summary["encoded"], summary.get("not_decoded"))
         + _job_lines(summary, f", {'GPU' if summary['gpu_decode'] else 'CPU'} decode, "
-                     f"{'GPU' if summary['encode'] == 'gpu' else 'CPU'} encode")
+                     f"{_encode_words(summary)} encode")
         + _ahead_line(summary.get("read_ahead"))
     )
+
+
+def _encode_words(summary: dict[str, Any]) -> str:
+    if summary["encode"] != "gpu":
+        return "CPU"
+    if not summary.get("encode_shared"):
+        return "GPU"
+    return f"GPU ({summary['gpu_encoded']} chunks) and CPU"
 
 
 def _ahead_line(ahead: dict[str, Any] | None) -> str:

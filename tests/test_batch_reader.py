@@ -227,6 +227,8 @@ def test_gpu_encode_on_cpus_falls_back_with_the_reason(tmp_path):
         assert (line in res.stderr) is says
         summary = json.loads(res.stdout)
         assert summary["encode"] == "cpu" and summary["gpu_encoded"] == 0
+        assert summary["encode_shared"] is False and summary["encode_rates"] == {}
+        assert summary["encode_moved"] == 0
         np.testing.assert_array_equal(zarr.open_group(str(out))["values"][:], a[a > 0.5])
 
 

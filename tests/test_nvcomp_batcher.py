@@ -149,3 +149,33 @@ def test_an_announced_request_that_never_comes_holds_a_batch_no_longer_than_its_
     assert fut.result(timeout=30) == "ALONE"
     assert time.monotonic() - t0 < 5 and b.coming == 0
     t.join()
+
+
+class Held(Upper):
+    """Says when a batch has begun (``started``) and holds it until ``go`` is set."""
+
+    def __init__(self) -> None:
+        self.started, self.go = threading.Event(), threading.Event()
+        super().__init__()
+
+    def _process(self, items):
+        self.started.set()
+        self.go.wait(30)
+        return super()._process(items)
+
+
+def test_a_request_cancelled_while_queued_is_dropped_and_a_running_one_cannot_be():
+    """A writer whose chunk leaves the encoder's queue for the CPU cancels its request
+    (gpu_zstd.encode's give_up): no batch runs it; once a batch has taken a request, the
+    cancel fails and its writer gets the result."""
+    b = Held()
+    first = b.submit("a" * 10, 10)
+    assert b.started.wait(30)  # the first batch holds "a" * 10 alone
+    queued = [b.submit(w, len(w)) for w in ("bb", "cc", "dd")]
+    assert not first.cancel() and first.running()
+    assert queued[1].cancel() and not queued[0].running()
+    b.go.set()
+    assert first.result(timeout=30) == "A" * 10
+    assert [queued[k].result(timeout=30) for k in (0, 2)] == ["BB", "DD"]
+    assert queued[1].cancelled()
+    assert b.lengths == [[10], [2, 2]]

@@ -34,8 +34,9 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 import numpy as np
@@ -107,12 +108,20 @@ def frame_cuts(nbytes: int, frame: int) -> list[tuple[int, int]]:
     return [(lo, min(nbytes, lo + frame)) for lo in range(0, nbytes, frame)]
 
 
-def encode(data: Any) -> np.ndarray:
+GIVE_UP_POLL_S = 0.02  # how often a queued request asks whether to leave the queue
+
+
+def encode(data: Any, give_up: Callable[[], bool] | None = None) -> np.ndarray | None:
     """``data`` (a CuPy array on the current device, complete: its stream synchronised) as zstd
     frames of at most :func:`frame_bytes` each, concatenated: a uint8 view of this thread's
     host buffer, valid until the thread's next use of that buffer. Blocks until the frames are
     on the host (copied through the device's staging ring, see .staging: a job encoding on the
-    GPU runs more writers than cores)."""
+    GPU runs more writers than cores).
+
+    ``give_up``: asked at once and then every :data:`GIVE_UP_POLL_S` while the request waits
+    in the device's queue; where it says True and no batch has taken the request yet, the
+    request leaves the queue and this returns None: the caller encodes ``data`` elsewhere
+    (:mod:`.encoder_choice`: a chunk chosen for the GPU before the device's rate was known)."""
     import cupy
 
     from .host_buffers import thread_host
@@ -120,7 +129,16 @@ def encode(data: Any) -> np.ndarray:
 
     flat = cupy.ascontiguousarray(data).reshape(-1).view(np.uint8)
     parts = [flat[lo:hi] for lo, hi in frame_cuts(flat.nbytes, frame_bytes())]
-    frames = _batcher(_Encoder, flat.device.id).submit(parts, flat.nbytes).result()
+    fut = _batcher(_Encoder, flat.device.id).submit(parts, flat.nbytes)
+    while give_up is not None:
+        if not fut.running() and give_up() and fut.cancel():
+            return None
+        try:
+            fut.result(timeout=GIVE_UP_POLL_S)
+            break
+        except FutureTimeout:
+            pass
+    frames = fut.result()
     host = thread_host((sum(int(f.size) for f in frames),), np.dtype(np.uint8))
     stream = cupy.cuda.get_current_stream()
     at = 0
@@ -185,10 +203,15 @@ class _Batcher:
         return fut
 
     def _batch(self) -> list[tuple[Any, int, Future[Any]]]:
+        """The next batch: requests taken from the queue, each marked running (one its task
+        cancelled while it was queued is dropped: see :func:`encode`)."""
         import queue
 
-        batch = [self.queue.get()]
-        size = batch[0][1]
+        first = self.queue.get()
+        while not first[2].set_running_or_notify_cancel():
+            first = self.queue.get()
+        batch = [first]
+        size = first[1]
         until = time.monotonic() + self.wait_s
         while len(batch) < self.max_items and size < self.max_bytes:
             try:
@@ -201,8 +224,9 @@ class _Batcher:
                     item = self.queue.get(timeout=min(left, 0.002))
                 except queue.Empty:
                     continue
-            batch.append(item)
-            size += item[1]
+            if item[2].set_running_or_notify_cancel():
+                batch.append(item)
+                size += item[1]
         return batch
 
     def _on_device(self) -> Any:

@@ -318,13 +318,18 @@ def run_job(
     }
     # Every refusal before the temporary group exists: nothing to remove afterwards.
     decode = choose_decode(runner, src, decode)
+    # auto: each chunk compacted on a GPU goes to the encoder expected to be done sooner
+    share = encode == "auto"
     encode = choose_encode(runner, target, encode)
+    share = share and encode == "gpu"
     if not budget:
         budget = memory_budget(runner)
         if encode == "gpu":  # the selections wait for their writes in device memory
             budget = min(budget, device_budget(runner))
+    from . import encoder_choice
     from .gpu_zstd import decode_batches
 
+    encoder_choice.forget()  # this job's rates, measured anew (threads: this process encodes)
     batches_before = decode_batches()  # this process's decoders (the threaded scheduler's)
     t0 = time.perf_counter()
     started = process_age()
@@ -343,9 +348,10 @@ def run_job(
             encode = "cpu"
         return Job(
             reader=src.reader, layout=layout, where=where, mode=mode, device=task_device(runner),
-            dest=OutputArrays(target.tmp, names, layout.out_chunk, direct), budget=budget,
-            manifest=manifest, manifest_dir=None if target.url else target.tmp, decode=decode,
-            encode=encode,
+            dest=OutputArrays(target.tmp, names, layout.out_chunk, direct,
+                              share and encode == "gpu"),
+            budget=budget, manifest=manifest, manifest_dir=None if target.url else target.tmp,
+            decode=decode, encode=encode,
         )
 
     check = (input_unchanged(src.reader.fingerprint, src.fingerprint_now)
@@ -384,6 +390,11 @@ def run_job(
         "decode": decode,
         "encode": encode,
         "gpu_encoded": st.gpu_encoded,
+        # --encode auto on GPUs: the rates (bytes/s) of the two paths that chose each chunk's
+        # encoder, and the chunks that left a GPU's queue for the CPU (see .encoder_choice)
+        "encode_shared": share and encode == "gpu",
+        "encode_rates": encoder_choice.rates() if share and encode == "gpu" else {},
+        "encode_moved": encoder_choice.chosen()["moved"] if share and encode == "gpu" else 0,
         "resumed_from_chunk": st.resumed_from_chunk if resume is not None else None,
         "read_ahead": ahead,
         # seconds since the process started: the job's start, then its loop's events
@@ -404,7 +415,10 @@ def choose_encode(runner: Runner, target: Target, requested: str) -> str:
     """Where output chunks are encoded: "cpu", or "gpu" (nvCOMP; the selections then leave
     the device only as compressed bytes) where that is possible: the chunks are compacted on
     GPUs, the output is a local group and every worker has nvCOMP. A ``--encode gpu`` that is
-    not possible falls back to the CPU with one line on stderr saying why."""
+    not possible falls back to the CPU with one line on stderr saying why. Where ``auto``
+    gives "gpu", the job shares: each chunk goes to nvCOMP or to its writer's CPU thread, by
+    the rates measured as the job runs (:mod:`.encoder_choice`; ``--encode gpu`` sends every
+    chunk to nvCOMP)."""
     return _on_gpu_if_possible(runner, requested, "encode",
                                "the output is not a local directory" if target.url else "")
 

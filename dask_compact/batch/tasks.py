@@ -307,14 +307,18 @@ class OutputArrays:
     zstd level 0 without checksum) and chunk keys ``c/<j>``, as :func:`.job.create_group`
     makes them; a chunk is then encoded by numcodecs and written as its file here, the bytes
     zarr itself would write, without zarr's per-call machinery.
+    ``share``: a chunk compacted on a GPU goes to its device's encoder or to the writer's own
+    thread, whichever :mod:`.encoder_choice` expects to be done sooner (``--encode auto``);
+    otherwise every such chunk goes to the GPU's encoder.
     """
 
     def __init__(self, store: str, names: tuple[str, ...], out_chunk: int,
-                 direct: bool = False) -> None:
+                 direct: bool = False, share: bool = False) -> None:
         self.store = store
         self.names = names
         self.out_chunk = out_chunk
         self.direct = direct
+        self.share = share
 
     def array(self, name: str) -> Any:
         return _open_out(self.store, name)
@@ -346,9 +350,9 @@ def write_chunk(dest: OutputArrays, j: int, los: list[int], his: list[int], *pie
         if any(_on_device(q) for q in parts):
             on_one = _gather_device(parts)
             if on_one and dest.direct:
-                key, files[f"{name}/{key}"] = write_chunk_file_gpu(
-                    os.path.join(dest.store, name), j, on_one, dest.out_chunk)
-                on_gpu += 1
+                key, files[f"{name}/{key}"], gpu = write_chunk_file_gpu(
+                    os.path.join(dest.store, name), j, on_one, dest.out_chunk, dest.share)
+                on_gpu += gpu
                 continue
             parts = [q if isinstance(q, np.ndarray) else q.get() for q in parts]
         if len(parts) == 1:
@@ -437,15 +441,19 @@ def _gather_device(parts: list[Any]) -> list[Any]:
     return [q for q in parts if _on_device(q)]
 
 
-def write_chunk_file_gpu(array_dir: str, j: int, parts: list[Any], chunk: int
-                         ) -> tuple[str, list[int]]:
+def write_chunk_file_gpu(array_dir: str, j: int, parts: list[Any], chunk: int,
+                         share: bool = False) -> tuple[str, list[int], bool]:
     """Chunk ``j`` of the same array as :func:`write_chunk_file`, from CuPy parts: put together
     and padded on their device, encoded there by nvCOMP as zstd frames of at most
     :func:`.gpu_zstd.frame_bytes` each, and only those copied back. The file's bytes differ
     from numcodecs' but decode to the same chunk (numcodecs reads several frames since
-    0.16.4). Returns its key and ``[size, CRC-32C]`` of the bytes written."""
+    0.16.4). With ``share``, where :func:`.encoder_choice.choose` expects this thread to
+    write it sooner, the chunk is copied back as it is and encoded here as
+    :func:`write_chunk_file` does. Returns its key, ``[size, CRC-32C]`` of the bytes written
+    and whether the GPU encoded it."""
     import cupy
 
+    from . import encoder_choice
     from .gpu_zstd import encode
 
     dev = parts[0].device.id
@@ -469,10 +477,31 @@ def write_chunk_file_gpu(array_dir: str, j: int, parts: list[Any], chunk: int
                 at += len(q)
             full[at:] = 0
             cupy.cuda.get_current_stream().synchronize()  # the encoder runs on another stream
-        frames = encode(full)
-        with open_chunk_file(array_dir, f"c/{j}") as f:
-            f.write(frames.data)
-        return f"c/{j}", [frames.nbytes, checksum(frames.data)]
+        ticket = encoder_choice.choose(dev, full.nbytes) if share else None
+        try:
+            frames = None
+            if ticket is None or ticket.gpu:
+                frames = encode(full, ticket.better_on_cpu if ticket is not None else None)
+                if frames is None:  # it left the device's queue (see .encoder_choice)
+                    assert ticket is not None
+                    ticket.moved()
+            if frames is None:
+                host = thread_host(full.shape, full.dtype)
+                staging.ring(dev).to_host(host, full, cupy.cuda.get_current_stream())
+                del full
+                key, written = write_chunk_file(array_dir, j, host, chunk)
+            else:
+                key = f"c/{j}"
+                with open_chunk_file(array_dir, key) as f:
+                    f.write(frames.data)
+                written = [frames.nbytes, checksum(frames.data)]
+        except BaseException:
+            if ticket is not None:
+                ticket.abandoned()
+            raise
+        if ticket is not None:
+            ticket.done()
+        return key, written, ticket is None or ticket.gpu
 
 
 def _wait_for_arrivals() -> None:

@@ -257,6 +257,83 @@ def test_gpu_encode_with_sixteen_threads_at_once(tmp_path):
     np.testing.assert_array_equal(zarr.open_group(str(out))["values"][:], a[a < 0.6])
 
 
+@needs_nvcomp
+@pytest.mark.parametrize("cpu_takes", ["every", "every other", "none", "by rate",
+                                       "queued ones", "--encode gpu"])
+def test_chunks_the_writers_encode_on_the_cpu_match_numpy(tmp_path, monkeypatch, cpu_takes):
+    """--encode auto: a chunk the choice leaves to the CPU is copied back and encoded by its
+    writer (one zstd frame, as zarr writes it), counted as not GPU-encoded; every chunk asks.
+    "by rate": the measured rule itself; "queued ones": every chunk goes to the GPU and
+    leaves its queue for the CPU where no batch has taken it yet; --encode gpu: nobody asks,
+    the GPU encodes all."""
+    import itertools
+    import threading
+
+    from dask_compact.batch import encoder_choice
+
+    calls, lock = itertools.count(), threading.Lock()
+    real = encoder_choice.choose
+
+    def choose(dev, nbytes):
+        with lock:
+            k = next(calls)
+        ticket = real(dev, nbytes)
+        if cpu_takes == "queued ones":
+            ticket.abandoned()
+            ticket = encoder_choice.Ticket(dev, nbytes, True, 0)
+            with encoder_choice._lock:
+                encoder_choice._path(dev).live[ticket.number] = nbytes
+            ticket.better_on_cpu = lambda: True
+        elif cpu_takes != "by rate":
+            ticket.abandoned()  # undone, then the test's own choice
+            gpu = cpu_takes == "none" or (cpu_takes == "every other" and k % 2 == 0)
+            ticket = encoder_choice.Ticket(dev, nbytes, gpu, 0)
+            with encoder_choice._lock:
+                encoder_choice._path(ticket.key).live[ticket.number] = nbytes
+        return ticket
+
+    monkeypatch.setattr(encoder_choice, "choose", choose)
+    if cpu_takes == "queued ones":  # the first batch held until a chunk has left the queue
+        import time
+
+        process, first = gpu_zstd._Encoder._process, [True]
+
+        def held(self, items):
+            if first[0]:
+                first[0] = False
+                until = time.monotonic() + 10
+                while not encoder_choice.chosen()["moved"] and time.monotonic() < until:
+                    time.sleep(0.001)
+            return process(self, items)
+
+        monkeypatch.setattr(gpu_zstd._Encoder, "_process", held)
+    a = np.random.default_rng(11).random(1_000_003).astype(np.float32)
+    path = make(tmp_path, a, (65_536,))
+    out = tmp_path / "out.zarr"
+    encode = "gpu" if cpu_takes == "--encode gpu" else "auto"
+    res = run(path, out, "-w", "x < 0.4", "--local", "threads", "--device", "gpu", "--decode",
+              "gpu", "--encode", encode, "--output-chunks", "30000", "--json")
+    summary = json.loads(res.stdout)
+    chunks = -(-int((a < 0.4).sum()) // 30000)
+    asked = next(calls)
+    assert summary["encode"] == "gpu" and summary["encode_shared"] is (encode == "auto")
+    if encode == "gpu":
+        assert asked == 0 and summary["gpu_encoded"] == chunks
+    else:
+        assert asked == chunks
+        if cpu_takes == "queued ones":
+            on_cpu = encoder_choice.chosen()["moved"]
+            assert 0 < on_cpu <= chunks  # (the first may have left before a batch began)
+        elif cpu_takes == "by rate":
+            on_cpu = encoder_choice.chosen()["cpu"]
+        else:
+            on_cpu = {"every": chunks, "every other": chunks // 2, "none": 0}[cpu_takes]
+        assert summary["gpu_encoded"] == chunks - on_cpu
+        assert "cpu" in summary["encode_rates"]
+        assert encoder_choice.live_bytes() == 0  # every chunk's ticket done
+    np.testing.assert_array_equal(zarr.open_group(str(out))["values"][:], a[a < 0.4])
+
+
 @pytest.mark.parametrize("decode, encode", [("cpu", "cpu"),
                                             pytest.param("gpu", "gpu", marks=needs_nvcomp),
                                             pytest.param("cpu", "gpu", marks=needs_nvcomp)])

@@ -1,0 +1,204 @@
+"""Which encoder takes an output chunk where both could (``--encode auto`` where the command's
+process drives the GPUs): nvCOMP on the chunk's device, or zstd on the writer's own thread,
+chosen chunk by chunk from what this job has measured so far.
+
+Why by measurement: neither encoder is the faster on every host. The GPU path's write floor
+was 0.73 s against 0.91 s for the CPUs on one H100 host (2026-11-27), level with them on one
+H200 (1.00 / 1.01 s), and 2.93-3.39 s against 0.93-0.99 s on other H200 instances
+(2026-12-02), where the fixed choice of the GPU made the job 1.3-1.4x slower than ``--encode
+cpu``. A rule fixed in advance (the earlier trial, 8cbf23d: a chunk to the CPUs where the
+device's encoder had more than 1 GiB queued) cannot be right on every host: it took CPU time
+the H100's reads needed and gained nothing there.
+
+What is measured is each path as a whole, from a chunk's choice to its file written: on the
+GPU the wait for the device's encoder, its batch, the copy of the frames back through the
+staging ring and the write (nvCOMP's own batches ran at 1.0-5.6 GB/s on the H200 where the
+whole GPU path delivered ~1 GB/s: the encoder alone says little); on the CPUs the copy of the
+chunk back, its encode and the write, under the job's own load. Each path is treated as a
+server with a rate: a chunk is expected to be written ``(ahead + nbytes) / rate`` after its
+choice, ``ahead`` being the bytes of that path's chunks chosen before it and not yet written,
+and each chunk written measures its path's rate the same way, ``(ahead at its choice + its
+bytes) / its seconds``. So the CPU path's rate is what the cores deliver together, not one
+thread's: on that H200 one writer thread encoded 75-150 MB/s while the CPUs wrote the job's
+4 GiB in 1.5 s. The rule: a chunk goes to the path where it is expected to be written sooner.
+Until the GPU has a rate, chunks go to the GPU; until the CPUs have one, one chunk at a time
+tries them whenever other chunks are ahead on the GPU.
+
+A chunk chosen for the GPU asks again while it waits in the device's queue
+(:func:`.gpu_zstd.encode`'s ``give_up``), with the bytes ahead of it then: the writers choose
+as the pieces come, most of them before the first GPU chunk is written and the GPU has a rate
+(on that H200, 32 of 33 chunks), so a choice made once kept them all on the GPU. Rates are
+moving averages, so a host whose GPU slows (shared with other work) moves its chunks over as
+the job runs.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from dataclasses import dataclass, field
+
+WEIGHT = 0.5  # of a new measurement in the moving average: the job's load changes as it runs
+CPU = -1  # the CPUs' path, beside each device's
+
+
+class _Path:
+    """One path's rate (bytes/s, None before its first chunk is written) and its chunks not
+    yet written, by ticket number."""
+
+    def __init__(self) -> None:
+        self.rate: float | None = None
+        self.live: dict[int, int] = {}
+
+    def ahead(self, number: int | None = None) -> int:
+        """Bytes of its live chunks (chosen before ticket ``number``)."""
+        return sum(b for k, b in self.live.items() if number is None or k < number)
+
+    def measured(self, ahead: int, nbytes: int, seconds: float) -> None:
+        if seconds > 0 and nbytes > 0:
+            sample = (ahead + nbytes) / seconds
+            self.rate = sample if self.rate is None else (
+                (1 - WEIGHT) * self.rate + WEIGHT * sample)
+
+
+_lock = threading.Lock()
+_paths: dict[int, _Path] = {}  # device -> its GPU path; CPU -> the CPUs'
+_numbers = itertools.count()  # tickets in the order of their choice
+_cpu_trying = False  # a chunk is measuring the CPUs' first rate
+_chosen = {"gpu": 0, "cpu": 0, "moved": 0}  # chunks each way, and moved (tests, the summary)
+_clock = time.perf_counter  # (tests set the times by hand)
+
+
+def _path(key: int) -> _Path:
+    return _paths.setdefault(key, _Path())
+
+
+@dataclass
+class Ticket:
+    """One chunk's choice: ``gpu`` says where it goes. Call :meth:`done` once it is written
+    (its time then measures the path), or :meth:`abandoned` if it failed. A GPU chunk still
+    waiting in its device's queue asks :meth:`better_on_cpu` and, where it leaves the queue,
+    calls :meth:`moved`."""
+
+    dev: int
+    nbytes: int
+    gpu: bool
+    ahead: int  # bytes ahead of it on its path at its choice
+    trial: bool = False  # the CPUs' first measurement
+    number: int = field(default_factory=lambda: next(_numbers))
+    t0: float = field(default_factory=lambda: _clock())
+
+    @property
+    def key(self) -> int:
+        return self.dev if self.gpu else CPU
+
+    def better_on_cpu(self) -> bool:
+        """Whether this GPU chunk, still queued, would now be written sooner on the CPUs: the
+        rule with the bytes ahead of it on each path now. Where the CPUs have no rate yet,
+        the answer is yes for one chunk at a time (the trial), once the GPU has a rate."""
+        global _cpu_trying
+        with _lock:
+            gpu, cpu = _path(self.dev), _path(CPU)
+            if gpu.rate is None:
+                return False
+            if cpu.rate is None:
+                if _cpu_trying:
+                    return False
+                _cpu_trying = self.trial = True
+                return True
+            return not prefers_gpu(gpu.rate, cpu.rate, gpu.ahead(self.number), cpu.ahead(),
+                                   self.nbytes)
+
+    def moved(self) -> None:
+        """This chunk left its GPU's queue for the CPUs: it is theirs from here."""
+        with _lock:
+            _path(self.dev).live.pop(self.number, None)
+            self.gpu = False
+            cpu = _path(CPU)
+            self.ahead = cpu.ahead()
+            cpu.live[self.number] = self.nbytes
+            self.t0 = _clock()
+            _chosen["gpu"] -= 1
+            _chosen["cpu"] += 1
+            _chosen["moved"] += 1
+
+    def done(self) -> None:
+        global _cpu_trying
+        seconds = _clock() - self.t0
+        with _lock:
+            path = _path(self.key)
+            path.live.pop(self.number, None)
+            path.measured(self.ahead, self.nbytes, seconds)
+            # (a trial whose chunk a batch took before it could leave the queue ends here too)
+            _cpu_trying = _cpu_trying and not self.trial
+
+    def abandoned(self) -> None:
+        global _cpu_trying
+        with _lock:
+            _path(self.key).live.pop(self.number, None)
+            _cpu_trying = _cpu_trying and not self.trial
+
+
+def prefers_gpu(gpu_rate: float | None, cpu_rate: float | None, gpu_ahead: int,
+                cpu_ahead: int, nbytes: int) -> bool:
+    """The rule (see the module's docstring): the GPU where either path has no rate yet
+    (:func:`choose` then sends the CPUs their trial chunk), else the path on which the chunk
+    is expected to be written sooner."""
+    if gpu_rate is None or cpu_rate is None:
+        return True
+    return (gpu_ahead + nbytes) / gpu_rate <= (cpu_ahead + nbytes) / cpu_rate
+
+
+def choose(dev: int, nbytes: int) -> Ticket:
+    """Where a chunk of ``nbytes`` compacted on device ``dev`` is encoded (see the module's
+    docstring); the ticket's :meth:`Ticket.done` must follow its write."""
+    global _cpu_trying
+    with _lock:
+        gpu, cpu = _path(dev), _path(CPU)
+        gpu_ahead, cpu_ahead = gpu.ahead(), cpu.ahead()
+        trial = False
+        if gpu.rate is not None and cpu.rate is None:
+            # the CPUs' first rate: one chunk at a time tries them while others are ahead
+            trial = gpu_ahead > 0 and not _cpu_trying
+            on_gpu = not trial
+            _cpu_trying = _cpu_trying or trial
+        else:
+            on_gpu = prefers_gpu(gpu.rate, cpu.rate, gpu_ahead, cpu_ahead, nbytes)
+        ticket = Ticket(dev, nbytes, on_gpu, gpu_ahead if on_gpu else cpu_ahead, trial)
+        (gpu if on_gpu else cpu).live[ticket.number] = nbytes
+        _chosen["gpu" if on_gpu else "cpu"] += 1
+        return ticket
+
+
+def chosen() -> dict[str, int]:
+    """Chunks sent to each encoder so far in this process, and how many of the CPUs' were
+    moved there from a GPU's queue."""
+    with _lock:
+        return dict(_chosen)
+
+
+def rates() -> dict[str, float | None]:
+    """The rates measured so far (bytes/s): ``cpu`` and ``gpu<d>`` for each device."""
+    with _lock:
+        cpu = _paths.get(CPU)
+        return {"cpu": cpu.rate if cpu else None,
+                **{f"gpu{d}": p.rate for d, p in sorted(_paths.items())
+                   if d != CPU and p.rate is not None}}
+
+
+def live_bytes() -> int:
+    """Bytes of chunks chosen and not yet written or abandoned, over every path (0 once a
+    job's writes have all ended)."""
+    with _lock:
+        return sum(p.ahead() for p in _paths.values())
+
+
+def forget() -> None:
+    """Drop what was measured (each job measures its own host anew: a job's rates say little
+    of the next one's load)."""
+    global _cpu_trying
+    with _lock:
+        _paths.clear()
+        _cpu_trying = False
+        _chosen.update(gpu=0, cpu=0, moved=0)
