@@ -74,6 +74,15 @@ def _path(key: int) -> _Path:
     return _paths.setdefault(key, _Path())
 
 
+def _claim_trial() -> bool:
+    """Whether the caller's chunk may be the CPUs' trial (none under way); it then is."""
+    global _cpu_trying
+    if _cpu_trying:
+        return False
+    _cpu_trying = True
+    return True
+
+
 @dataclass
 class Ticket:
     """One chunk's choice: ``gpu`` says where it goes. Call :meth:`done` once it is written
@@ -97,15 +106,14 @@ class Ticket:
         """Whether this GPU chunk, still queued, would now be written sooner on the CPUs: the
         rule with the bytes ahead of it on each path now. Where the CPUs have no rate yet,
         the answer is yes for one chunk at a time (the trial), once the GPU has a rate."""
-        global _cpu_trying
         with _lock:
             gpu, cpu = _path(self.dev), _path(CPU)
             if gpu.rate is None:
                 return False
             if cpu.rate is None:
-                if _cpu_trying:
+                if not _claim_trial():
                     return False
-                _cpu_trying = self.trial = True
+                self.trial = True
                 return True
             return not prefers_gpu(gpu.rate, cpu.rate, gpu.ahead(self.number), cpu.ahead(),
                                    self.nbytes)
@@ -124,20 +132,22 @@ class Ticket:
             _chosen["moved"] += 1
 
     def done(self) -> None:
-        global _cpu_trying
         seconds = _clock() - self.t0
         with _lock:
-            path = _path(self.key)
-            path.live.pop(self.number, None)
-            path.measured(self.ahead, self.nbytes, seconds)
-            # (a trial whose chunk a batch took before it could leave the queue ends here too)
-            _cpu_trying = _cpu_trying and not self.trial
+            self._leave().measured(self.ahead, self.nbytes, seconds)
 
     def abandoned(self) -> None:
-        global _cpu_trying
         with _lock:
-            _path(self.key).live.pop(self.number, None)
-            _cpu_trying = _cpu_trying and not self.trial
+            self._leave()
+
+    def _leave(self) -> _Path:
+        """Its path, which it leaves (``_lock`` held); a trial ends with it (one whose chunk a
+        batch took before it could leave the queue too)."""
+        global _cpu_trying
+        path = _path(self.key)
+        path.live.pop(self.number, None)
+        _cpu_trying = _cpu_trying and not self.trial
+        return path
 
 
 def prefers_gpu(gpu_rate: float | None, cpu_rate: float | None, gpu_ahead: int,
@@ -153,16 +163,14 @@ def prefers_gpu(gpu_rate: float | None, cpu_rate: float | None, gpu_ahead: int,
 def choose(dev: int, nbytes: int) -> Ticket:
     """Where a chunk of ``nbytes`` compacted on device ``dev`` is encoded (see the module's
     docstring); the ticket's :meth:`Ticket.done` must follow its write."""
-    global _cpu_trying
     with _lock:
         gpu, cpu = _path(dev), _path(CPU)
         gpu_ahead, cpu_ahead = gpu.ahead(), cpu.ahead()
         trial = False
         if gpu.rate is not None and cpu.rate is None:
             # the CPUs' first rate: one chunk at a time tries them while others are ahead
-            trial = gpu_ahead > 0 and not _cpu_trying
+            trial = gpu_ahead > 0 and _claim_trial()
             on_gpu = not trial
-            _cpu_trying = _cpu_trying or trial
         else:
             on_gpu = prefers_gpu(gpu.rate, cpu.rate, gpu_ahead, cpu_ahead, nbytes)
         ticket = Ticket(dev, nbytes, on_gpu, gpu_ahead if on_gpu else cpu_ahead, trial)

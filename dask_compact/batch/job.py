@@ -336,7 +336,7 @@ def run_job(
     names = NAMES[mode]
 
     def make_job() -> Job:
-        nonlocal encode
+        nonlocal encode, share
         if resume is None:
             create_group(target.tmp, layout, src, mode, attrs)
             manifest = Manifest(job_desc, made={} if target.url else made_files(target.tmp),
@@ -345,11 +345,10 @@ def run_job(
             manifest = continued(resume, layout)
         direct = writes_chunk_files(target.tmp, names)
         if not direct:  # zarr writes the chunks: it encodes them on the CPU
-            encode = "cpu"
+            encode, share = "cpu", False
         return Job(
             reader=src.reader, layout=layout, where=where, mode=mode, device=task_device(runner),
-            dest=OutputArrays(target.tmp, names, layout.out_chunk, direct,
-                              share and encode == "gpu"),
+            dest=OutputArrays(target.tmp, names, layout.out_chunk, direct, share),
             budget=budget, manifest=manifest, manifest_dir=None if target.url else target.tmp,
             decode=decode, encode=encode,
         )
@@ -392,9 +391,9 @@ def run_job(
         "gpu_encoded": st.gpu_encoded,
         # --encode auto on GPUs: the rates (bytes/s) of the two paths that chose each chunk's
         # encoder, and the chunks that left a GPU's queue for the CPU (see .encoder_choice)
-        "encode_shared": share and encode == "gpu",
-        "encode_rates": encoder_choice.rates() if share and encode == "gpu" else {},
-        "encode_moved": encoder_choice.chosen()["moved"] if share and encode == "gpu" else 0,
+        "encode_shared": share,
+        "encode_rates": encoder_choice.rates() if share else {},
+        "encode_moved": encoder_choice.chosen()["moved"] if share else 0,
         "resumed_from_chunk": st.resumed_from_chunk if resume is not None else None,
         "read_ahead": ahead,
         # seconds since the process started: the job's start, then its loop's events
