@@ -1,8 +1,10 @@
 """The choice between nvCOMP's encoder and the writers' CPU threads for an output chunk under
-``--encode auto`` (:mod:`dask_compact.batch.encoder_choice`): each path a server whose rate
-its written chunks measure, a chunk to the path where it is expected to be written sooner, one
-CPU trial before the CPUs have a rate, and queued GPU chunks that ask again. Runs on the CPU:
-the times are set by hand; the GPU suite runs jobs that choose (tests/gpu/test_batch_gpu.py)."""
+``--encode auto`` (:mod:`dask_compact.batch.encoder_choice`): a device's GPU path one server
+whose rate its written chunks measure, the CPUs one server per core at one thread's measured
+rate, a chunk to the path where it is expected to be written sooner, one CPU trial before the
+CPUs have a rate, and queued GPU chunks that ask again. Runs on the CPU with two cores
+assumed: the times are set by hand; the GPU suite runs jobs that choose
+(tests/gpu/test_batch_gpu.py)."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ NOW = 1000.0
 @pytest.fixture(autouse=True)
 def fresh(monkeypatch):
     monkeypatch.setattr(ec, "_clock", lambda: NOW)
+    monkeypatch.setattr(ec, "CORES", 2)
     ec.forget()
     yield
     ec.forget()
@@ -72,15 +75,31 @@ def test_one_chunk_at_a_time_tries_the_cpus_before_they_have_a_rate():
     assert ec.chosen() == {"gpu": 3, "cpu": 2, "moved": 0}
 
 
-@pytest.mark.parametrize("gpu_ahead, cpu_ahead, on_gpu", [
-    (0, 0, True), (127, 0, True), (129, 0, False), (2048, 0, False),
-    (256, 128, True), (512, 128, False),
-])
-def test_a_chunk_goes_where_it_is_expected_to_be_written_sooner(gpu_ahead, cpu_ahead, on_gpu):
-    """GPU path 1 GiB/s, CPUs 512 MiB/s: a 128 MiB chunk is written (cpu_ahead + 128 MiB) /
-    512 MiB/s after its choice on the CPUs, (gpu_ahead + 128 MiB) / 1 GiB/s on the GPU."""
-    assert ec.prefers_gpu(float(1 << 30), 512.0 * MiB, gpu_ahead * MiB, cpu_ahead * MiB,
-                          128 * MiB) is on_gpu
+@pytest.mark.parametrize("gpu_ahead, on_gpu", [(0, True), (127, True), (129, False),
+                                              (2048, False)])
+def test_a_chunk_goes_where_it_is_expected_to_be_written_sooner(gpu_ahead, on_gpu):
+    """GPU path 1 GiB/s, the CPUs 0.25 s for a 128 MiB chunk: on the GPU it is written
+    (gpu_ahead + 128 MiB) / 1 GiB/s after its choice, level at 128 MiB ahead."""
+    assert ec.prefers_gpu(float(1 << 30), gpu_ahead * MiB, 0.25, 128 * MiB) is on_gpu
+
+
+def test_the_cpus_are_a_server_per_core_at_one_threads_rate():
+    """A CPU chunk measures one thread's rate, whatever else ran beside it; a new chunk takes
+    its own time while a core is free, else its share of the work ahead on every core."""
+    measured(1 << 30, 512 * MiB)
+    side_by_side = [ec.choose(0, 128 * MiB) for _ in range(3)]
+    assert [t.gpu for t in side_by_side] == [True, True, False]  # 0.125, 0.25 vs 0.375 s
+    took(side_by_side[2], 0.5)  # 128 MiB in 0.5 s on its thread: 256 MiB/s
+    assert ec.rates()["cpu"] == pytest.approx((512 + 256) / 2 * MiB)
+    cpu = ec._path(ec.CPU)
+    assert ec._cpu_seconds(cpu, 128 * MiB) == pytest.approx(128 / 384)  # nothing in flight
+    busy = [ec.Ticket(0, 128 * MiB, False, 0) for _ in range(2)]
+    for t in busy:
+        cpu.live[t.number] = t.nbytes
+    # both cores busy: (256 + 128) MiB over 2 x 384 MiB/s = 0.5 s
+    assert ec._cpu_seconds(cpu, 128 * MiB) == pytest.approx(0.5)
+    cpu.live.pop(busy[0].number)
+    assert ec._cpu_seconds(cpu, 128 * MiB) == pytest.approx(128 / 384)  # a core is free
 
 
 def test_choices_follow_the_rule_on_both_paths():
@@ -90,22 +109,10 @@ def test_choices_follow_the_rule_on_both_paths():
     third = ec.choose(0, 128 * MiB)
     assert not third.gpu  # 256 MiB ahead there: 0.375 s against 0.25 s
     assert third.ahead == 0
-    # the CPUs have 128 MiB ahead now: 0.5 s against the GPU's 0.375 s
+    assert not ec.choose(0, 128 * MiB).gpu  # one core still free: 0.25 s against 0.375 s
+    # both cores busy: (256 + 128) MiB over 2 x 512 MiB/s = 0.375 s, level: the GPU
     assert ec.choose(0, 128 * MiB).gpu
-    assert ec.live_bytes() == 4 * 128 * MiB
-
-
-def test_the_cpus_rate_is_what_they_write_together():
-    """Chunks written side by side: each one's sample counts the bytes ahead of it, so the
-    CPUs' rate grows with the chunks they run at once (one thread's rate alone would not)."""
-    measured(1 << 30, 256 * MiB)
-    side_by_side = [ec.Ticket(0, 128 * MiB, False, ahead=k * 128 * MiB) for k in range(4)]
-    for t in side_by_side:
-        ec._path(ec.CPU).live[t.number] = t.nbytes
-    for t in side_by_side:
-        took(t, 0.5)  # each 128 MiB in 0.5 s, four at once
-    # samples 256, 512, 768, 1024 MiB/s after the first 256 MiB/s, averaged: 800 MiB/s
-    assert ec.rates()["cpu"] == pytest.approx(800 * MiB)
+    assert ec.live_bytes() == 5 * 128 * MiB
 
 
 def test_each_device_has_its_own_path_and_an_unmeasured_device_takes_its_chunks():
@@ -144,12 +151,14 @@ def test_queued_gpu_chunks_move_to_the_cpus_once_the_rates_say_so():
     # queued[1]: nothing ahead on the GPU, 0.5 s at 256 MiB/s against 0.25 s on the CPUs
     assert queued[1].better_on_cpu()
     queued[1].moved()
-    # queued[2]: nothing ahead on the GPU now (0.5 s) against queued[1]'s 128 MiB on the
-    # CPUs ((128 + 128) MiB at 512 MiB/s, 0.5 s): level, it stays; queued[3] has queued[2]
-    # ahead (1 s): it goes
-    assert not queued[2].better_on_cpu()
+    queued[2].moved()  # (as asked) both cores busy now
+    # queued[3]: nothing ahead on the GPU now (0.5 s) against the CPUs' 256 MiB ahead and
+    # its own over 2 x 512 MiB/s (0.375 s): it goes; with another on the CPUs (0.5 s), level:
+    # queued[4] stays
     assert queued[3].better_on_cpu()
-    assert ec.chosen() == {"gpu": 6, "cpu": 2, "moved": 2}
+    queued[3].moved()
+    assert not queued[4].better_on_cpu()
+    assert ec.chosen() == {"gpu": 4, "cpu": 4, "moved": 4}
 
 
 def test_a_trial_whose_chunk_stayed_on_the_gpu_frees_the_trial():

@@ -12,17 +12,20 @@ the H100's reads needed and gained nothing there.
 
 What is measured is each path as a whole, from a chunk's choice to its file written: on the
 GPU the wait for the device's encoder, its batch, the copy of the frames back through the
-staging ring and the write (nvCOMP's own batches ran at 1.0-5.6 GB/s on the H200 where the
+staging ring and the write (nvCOMP's own batches ran at 1.0-5.7 GB/s on the H200 where the
 whole GPU path delivered ~1 GB/s: the encoder alone says little); on the CPUs the copy of the
-chunk back, its encode and the write, under the job's own load. Each path is treated as a
-server with a rate: a chunk is expected to be written ``(ahead + nbytes) / rate`` after its
-choice, ``ahead`` being the bytes of that path's chunks chosen before it and not yet written,
-and each chunk written measures its path's rate the same way, ``(ahead at its choice + its
-bytes) / its seconds``. So the CPU path's rate is what the cores deliver together, not one
-thread's: on that H200 one writer thread encoded 75-150 MB/s while the CPUs wrote the job's
-4 GiB in 1.5 s. The rule: a chunk goes to the path where it is expected to be written sooner.
-Until the GPU has a rate, chunks go to the GPU; until the CPUs have one, one chunk at a time
-tries them whenever other chunks are ahead on the GPU.
+chunk back, its encode and the write, under the job's own load. A device's GPU path is one
+server: a chunk is written ``(ahead + nbytes) / rate`` after its choice, ``ahead`` being the
+bytes of that path's chunks chosen before it and not yet written, and each chunk written
+measures the rate the same way, ``(ahead at its choice + its bytes) / its seconds``. The CPUs
+are as many servers as the process has cores, each at the rate one writer thread was measured
+to encode at (``nbytes / seconds``, under the job's load): a chunk takes its own time while
+fewer CPU chunks than cores are in flight, else its share of theirs. (Treated as one server
+measured like the GPU's, the CPUs' rate grew only with the chunks they already ran, so the
+rule sent them too few: 3-11 of 33 chunks on one H200, the job 0.1-0.9 s slower than
+``--encode cpu``; 2026-12-02, 6e823ed.) The rule: a chunk goes where it is expected to be
+written sooner. Until the GPU has a rate, chunks go to the GPU; until the CPUs have one, one
+chunk at a time tries them whenever other chunks are ahead on the GPU.
 
 A chunk chosen for the GPU asks again while it waits in the device's queue
 (:func:`.gpu_zstd.encode`'s ``give_up``), with the bytes ahead of it then: the writers choose
@@ -35,12 +38,23 @@ the job runs.
 from __future__ import annotations
 
 import itertools
+import os
 import threading
 import time
 from dataclasses import dataclass, field
 
 WEIGHT = 0.5  # of a new measurement in the moving average: the job's load changes as it runs
 CPU = -1  # the CPUs' path, beside each device's
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+CORES = _cores()  # the CPUs' servers
 
 
 class _Path:
@@ -115,8 +129,8 @@ class Ticket:
                     return False
                 self.trial = True
                 return True
-            return not prefers_gpu(gpu.rate, cpu.rate, gpu.ahead(self.number), cpu.ahead(),
-                                   self.nbytes)
+            return not prefers_gpu(gpu.rate, gpu.ahead(self.number),
+                                   _cpu_seconds(cpu, self.nbytes), self.nbytes)
 
     def moved(self) -> None:
         """This chunk left its GPU's queue for the CPUs: it is theirs from here."""
@@ -134,7 +148,8 @@ class Ticket:
     def done(self) -> None:
         seconds = _clock() - self.t0
         with _lock:
-            self._leave().measured(self.ahead, self.nbytes, seconds)
+            # a CPU chunk measures one thread's rate: what was ahead ran on other cores
+            self._leave().measured(self.ahead if self.gpu else 0, self.nbytes, seconds)
 
     def abandoned(self) -> None:
         with _lock:
@@ -150,14 +165,26 @@ class Ticket:
         return path
 
 
-def prefers_gpu(gpu_rate: float | None, cpu_rate: float | None, gpu_ahead: int,
-                cpu_ahead: int, nbytes: int) -> bool:
+def _cpu_seconds(cpu: _Path, nbytes: int) -> float | None:
+    """Seconds until a chunk of ``nbytes`` chosen for the CPUs now would be written (None
+    before they have a rate): its own time on one thread while fewer CPU chunks than
+    :data:`CORES` are in flight, else at least its share of the work ahead on every core."""
+    if cpu.rate is None:
+        return None
+    own = nbytes / cpu.rate
+    if len(cpu.live) < CORES:
+        return own
+    return max(own, (cpu.ahead() + nbytes) / (CORES * cpu.rate))
+
+
+def prefers_gpu(gpu_rate: float | None, gpu_ahead: int, cpu_seconds: float | None,
+                nbytes: int) -> bool:
     """The rule (see the module's docstring): the GPU where either path has no rate yet
     (:func:`choose` then sends the CPUs their trial chunk), else the path on which the chunk
-    is expected to be written sooner."""
-    if gpu_rate is None or cpu_rate is None:
+    is expected to be written sooner (``cpu_seconds``: :func:`_cpu_seconds`)."""
+    if gpu_rate is None or cpu_seconds is None:
         return True
-    return (gpu_ahead + nbytes) / gpu_rate <= (cpu_ahead + nbytes) / cpu_rate
+    return (gpu_ahead + nbytes) / gpu_rate <= cpu_seconds
 
 
 def choose(dev: int, nbytes: int) -> Ticket:
@@ -172,7 +199,7 @@ def choose(dev: int, nbytes: int) -> Ticket:
             trial = gpu_ahead > 0 and _claim_trial()
             on_gpu = not trial
         else:
-            on_gpu = prefers_gpu(gpu.rate, cpu.rate, gpu_ahead, cpu_ahead, nbytes)
+            on_gpu = prefers_gpu(gpu.rate, gpu_ahead, _cpu_seconds(cpu, nbytes), nbytes)
         ticket = Ticket(dev, nbytes, on_gpu, gpu_ahead if on_gpu else cpu_ahead, trial)
         (gpu if on_gpu else cpu).live[ticket.number] = nbytes
         _chosen["gpu" if on_gpu else "cpu"] += 1
