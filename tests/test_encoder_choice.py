@@ -1,9 +1,9 @@
 """The choice between nvCOMP's encoder and the writers' CPU threads for an output chunk under
 ``--encode auto`` (:mod:`dask_compact.batch.encoder_choice`): a device's GPU path one server
-whose rate its written chunks measure, the CPUs one server per core at one thread's measured
-rate, a chunk to the path where it is expected to be written sooner, one CPU trial before the
-CPUs have a rate, and queued GPU chunks that ask again. Runs on the CPU with two cores
-assumed: the times are set by hand; the GPU suite runs jobs that choose
+whose rate its written chunks measure, the CPUs one server per core at the rate one thread's
+CPU time measures, a chunk to the path where it is expected to be written sooner, one CPU
+trial before the CPUs have a rate, and queued GPU chunks that ask again. Runs on the CPU with
+two cores assumed: the times are set by hand; the GPU suite runs jobs that choose
 (tests/gpu/test_batch_gpu.py)."""
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ NOW = 1000.0
 @pytest.fixture(autouse=True)
 def fresh(monkeypatch):
     monkeypatch.setattr(ec, "_clock", lambda: NOW)
+    monkeypatch.setattr(ec, "_cpu_clock", lambda: NOW)
     monkeypatch.setattr(ec, "CORES", 2)
     ec.forget()
     yield
@@ -26,8 +27,9 @@ def fresh(monkeypatch):
 
 
 def took(ticket: ec.Ticket, seconds: float) -> None:
-    """``ticket``'s chunk written ``seconds`` after its choice (or its move)."""
-    ticket.t0 = NOW - seconds
+    """``ticket``'s chunk written ``seconds`` after its choice (or its move): on a CPU, its
+    thread's CPU time."""
+    ticket.t0 = ticket.c0 = NOW - seconds
     ticket.done()
 
 
@@ -84,12 +86,13 @@ def test_a_chunk_goes_where_it_is_expected_to_be_written_sooner(gpu_ahead, on_gp
 
 
 def test_the_cpus_are_a_server_per_core_at_one_threads_rate():
-    """A CPU chunk measures one thread's rate, whatever else ran beside it; a new chunk takes
-    its own time while a core is free, else its share of the work ahead on every core."""
+    """A CPU chunk measures one core's rate (its thread's CPU time), whatever else ran beside
+    it; a new chunk takes its own time while a core is free, else its share of the work ahead
+    on every core."""
     measured(1 << 30, 512 * MiB)
     side_by_side = [ec.choose(0, 128 * MiB) for _ in range(3)]
     assert [t.gpu for t in side_by_side] == [True, True, False]  # 0.125, 0.25 vs 0.375 s
-    took(side_by_side[2], 0.5)  # 128 MiB in 0.5 s on its thread: 256 MiB/s
+    took(side_by_side[2], 0.5)  # 128 MiB in 0.5 s of its thread's CPU time: 256 MiB/s
     assert ec.rates()["cpu"] == pytest.approx((512 + 256) / 2 * MiB)
     cpu = ec._path(ec.CPU)
     assert ec._cpu_seconds(cpu, 128 * MiB) == pytest.approx(128 / 384)  # nothing in flight
@@ -190,3 +193,30 @@ def test_the_summary_says_where_chunks_were_encoded():
     assert _encode_words({"encode": "gpu", "gpu_encoded": 9, "encode_shared": False}) == "GPU"
     assert _encode_words({"encode": "gpu", "gpu_encoded": 5, "encode_shared": True}) == (
         "GPU (5 chunks) and CPU")
+
+
+def test_a_cpu_chunk_is_timed_in_its_threads_cpu_time_a_gpu_chunk_in_wall_time(monkeypatch):
+    """Under the job's load (three threads per core) a writer thread's wall time counts the
+    other threads' work: the CPUs' rate is what the chunk's own thread spent; the GPU path's
+    is the wall time from its choice, the wait in the device's queue included."""
+    clocks = {"wall": NOW, "cpu": NOW}
+    monkeypatch.setattr(ec, "_clock", lambda: clocks["wall"])
+    monkeypatch.setattr(ec, "_cpu_clock", lambda: clocks["cpu"])
+    gpu = ec.choose(0, 128 * MiB)
+    clocks["wall"] += 0.5
+    clocks["cpu"] += 0.01  # the writer thread waited for nvCOMP
+    gpu.done()
+    assert ec.rates()["gpu0"] == pytest.approx(256 * MiB)  # 128 MiB over 0.5 s of wall time
+    ahead, trial = ec.choose(0, 128 * MiB), ec.choose(0, 128 * MiB)
+    assert not trial.gpu and trial.trial
+    clocks["wall"] += 1.0  # the other threads' reads and encodes had the cores too
+    clocks["cpu"] += 0.25
+    trial.done()
+    assert ec.rates()["cpu"] == pytest.approx(512 * MiB)  # 128 MiB over 0.25 s of CPU time
+    moved = ahead
+    assert moved.better_on_cpu()  # nothing ahead of it: 0.5 s on the GPU, 0.25 s on a core
+    moved.moved()
+    clocks["wall"] += 2.0
+    clocks["cpu"] += 0.5  # timed from the move
+    moved.done()
+    assert ec.rates()["cpu"] == pytest.approx((512 + 256) / 2 * MiB)

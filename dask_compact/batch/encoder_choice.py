@@ -14,18 +14,24 @@ What is measured is each path as a whole, from a chunk's choice to its file writ
 GPU the wait for the device's encoder, its batch, the copy of the frames back through the
 staging ring and the write (nvCOMP's own batches ran at 1.0-5.7 GB/s on the H200 where the
 whole GPU path delivered ~1 GB/s: the encoder alone says little); on the CPUs the copy of the
-chunk back, its encode and the write, under the job's own load. A device's GPU path is one
-server: a chunk is written ``(ahead + nbytes) / rate`` after its choice, ``ahead`` being the
-bytes of that path's chunks chosen before it and not yet written, and each chunk written
-measures the rate the same way, ``(ahead at its choice + its bytes) / its seconds``. The CPUs
-are as many servers as the process has cores, each at the rate one writer thread was measured
-to encode at (``nbytes / seconds``, under the job's load): a chunk takes its own time while
-fewer CPU chunks than cores are in flight, else its share of theirs. (Treated as one server
-measured like the GPU's, the CPUs' rate grew only with the chunks they already ran, so the
-rule sent them too few: 3-11 of 33 chunks on one H200, the job 0.1-0.9 s slower than
-``--encode cpu``; 2026-12-02, 6e823ed.) The rule: a chunk goes where it is expected to be
-written sooner. Until the GPU has a rate, chunks go to the GPU; until the CPUs have one, one
-chunk at a time tries them whenever other chunks are ahead on the GPU.
+chunk back, its encode and the write. A device's GPU path is one server: a chunk is written
+``(ahead + nbytes) / rate`` after its choice, ``ahead`` being the bytes of that path's chunks
+chosen before it and not yet written, and each chunk written measures the rate the same way,
+``(ahead at its choice + its bytes) / its seconds``. The CPUs are as many servers as the
+process has cores, each at one core's rate: a CPU chunk measures ``nbytes`` over the CPU time
+of its thread (the copy back, the encode and the write), and a new one is expected to take
+that time while fewer CPU chunks than cores are in flight, else its share of theirs. Why CPU
+time: the job runs three threads per core, so a thread's wall time counts the other threads'
+reads and encodes; measured so, one writer thread encoded at 75-180 MB/s on one H200 (a core
+does ~300 MB/s), the CPUs' rate looked a tenth of what they wrote together in ``--encode cpu``
+(~2.9 GB/s), and the rule sent the GPU 21-32 of 33 chunks, the job 0.5-1.5 s slower than
+``--encode cpu`` (2026-12-02, c70918a; the same with the CPUs as one server, 6e823ed). One
+core's rate times the cores is more than the job leaves them (the reads use cores too): the
+rule errs towards the CPUs, the faster encoder on every H200 measured. (A chunk that zstd's
+multi-threaded encoder writes at the job's end counts only its own thread's time: the CPUs
+look faster then, when the reads have ended and they are idle.) The rule: a chunk goes where
+it is expected to be written sooner. Until the GPU has a rate, chunks go to the GPU; until the
+CPUs have one, one chunk at a time tries them whenever other chunks are ahead on the GPU.
 
 A chunk chosen for the GPU asks again while it waits in the device's queue
 (:func:`.gpu_zstd.encode`'s ``give_up``), with the bytes ahead of it then: the writers choose
@@ -82,6 +88,7 @@ _numbers = itertools.count()  # tickets in the order of their choice
 _cpu_trying = False  # a chunk is measuring the CPUs' first rate
 _chosen = {"gpu": 0, "cpu": 0, "moved": 0}  # chunks each way, and moved (tests, the summary)
 _clock = time.perf_counter  # (tests set the times by hand)
+_cpu_clock = time.thread_time  # a CPU chunk's: its thread's CPU time
 
 
 def _path(key: int) -> _Path:
@@ -111,6 +118,7 @@ class Ticket:
     trial: bool = False  # the CPUs' first measurement
     number: int = field(default_factory=lambda: next(_numbers))
     t0: float = field(default_factory=lambda: _clock())
+    c0: float = field(default_factory=lambda: _cpu_clock())  # (only a CPU chunk's is used)
 
     @property
     def key(self) -> int:
@@ -140,15 +148,16 @@ class Ticket:
             cpu = _path(CPU)
             self.ahead = cpu.ahead()
             cpu.live[self.number] = self.nbytes
-            self.t0 = _clock()
+            self.t0, self.c0 = _clock(), _cpu_clock()
             _chosen["gpu"] -= 1
             _chosen["cpu"] += 1
             _chosen["moved"] += 1
 
     def done(self) -> None:
-        seconds = _clock() - self.t0
+        """Its chunk is written: its time measures its path (a GPU chunk's from its choice,
+        with what was ahead; a CPU chunk's in its thread's CPU time, one core's rate)."""
+        seconds = _clock() - self.t0 if self.gpu else _cpu_clock() - self.c0
         with _lock:
-            # a CPU chunk measures one thread's rate: what was ahead ran on other cores
             self._leave().measured(self.ahead if self.gpu else 0, self.nbytes, seconds)
 
     def abandoned(self) -> None:
