@@ -35,46 +35,42 @@ def took(ticket: ec.Ticket, seconds: float) -> None:
 
 def measured(gpu_rate: float, cpu_rate: float) -> None:
     """Both paths measured at these rates (bytes/s), nothing left on either."""
-    took(ec.choose(0, 128 * MiB), 128 * MiB / gpu_rate)
-    held, trial = ec.choose(0, 128 * MiB), ec.choose(0, 128 * MiB)
-    assert held.gpu and not trial.gpu and trial.trial
-    took(trial, 128 * MiB / cpu_rate)
-    held.abandoned()
+    trial, cpu = ec.choose(0, 128 * MiB), ec.choose(0, 128 * MiB)
+    assert trial.gpu and trial.trial and not cpu.gpu
+    took(trial, 128 * MiB / gpu_rate)
+    took(cpu, 128 * MiB / cpu_rate)
     assert ec.rates() == {"cpu": pytest.approx(cpu_rate), "gpu0": pytest.approx(gpu_rate)}
     assert ec.live_bytes() == 0
 
 
-def test_without_a_gpu_rate_every_chunk_goes_to_the_gpu():
+def test_one_chunk_at_a_time_tries_a_gpu_before_it_has_a_rate_the_others_go_to_the_cpus():
+    """The writers choose as the pieces come, most before any chunk is written: only one of
+    them waits on a device not yet measured."""
     tickets = [ec.choose(0, 128 * MiB) for _ in range(5)]
-    assert all(t.gpu for t in tickets)
-    assert [t.ahead for t in tickets] == [k * 128 * MiB for k in range(5)]
-    assert not tickets[3].better_on_cpu()  # nor do they leave its queue
-    assert ec.chosen() == {"gpu": 5, "cpu": 0, "moved": 0}
+    assert [t.gpu for t in tickets] == [True, False, False, False, False]
+    assert tickets[0].trial and not any(t.trial for t in tickets[1:])
+    assert [t.ahead for t in tickets[1:]] == [k * 128 * MiB for k in range(4)]
+    assert not tickets[0].better_on_cpu()  # the trial stays to measure its device
+    assert ec.chosen() == {"gpu": 1, "cpu": 4, "moved": 0}
     assert ec.live_bytes() == 5 * 128 * MiB
+    tickets[0].abandoned()  # it failed: another chunk tries the device
+    again = ec.choose(0, 128 * MiB)
+    assert again.gpu and again.trial and again.ahead == 0
+    took(again, 0.125)
+    assert ec.rates() == {"cpu": None, "gpu0": pytest.approx(1 << 30)}
+    # the GPU measured, the CPUs not yet: they take the chunks until they have a rate
+    assert not ec.choose(0, 128 * MiB).gpu
 
 
-def test_a_chunk_measures_its_path_with_what_was_ahead_of_it():
+def test_a_gpu_chunk_measures_its_path_with_what_was_ahead_of_it():
+    measured(1 << 30, 64 * MiB)  # the CPUs slow: the GPU takes the next chunks
     first, second = ec.choose(0, 128 * MiB), ec.choose(0, 128 * MiB)
+    assert first.gpu and second.gpu and second.ahead == 128 * MiB
     took(first, 0.125)  # 128 MiB alone in 1/8 s: 1 GiB/s
     assert ec.rates()["gpu0"] == pytest.approx(1 << 30)
     took(second, 0.5)  # 256 MiB (its own and the first's) in 1/2 s: 512 MiB/s
     assert ec.rates()["gpu0"] == pytest.approx((1 - ec.WEIGHT) * (1 << 30) + ec.WEIGHT * 512 * MiB)
     assert ec.choose(0, 1).ahead == 0  # both written: nothing ahead
-
-
-def test_one_chunk_at_a_time_tries_the_cpus_before_they_have_a_rate():
-    took(ec.choose(0, 128 * MiB), 0.125)
-    alone = ec.choose(0, 128 * MiB)
-    assert alone.gpu  # nothing ahead on the GPU: it takes it
-    trial = ec.choose(0, 128 * MiB)
-    assert not trial.gpu and trial.trial  # 128 MiB ahead: this one tries the CPUs
-    assert ec.choose(0, 128 * MiB).gpu  # while it runs the others go to the GPU
-    trial.abandoned()  # it failed: another may try
-    again = ec.choose(0, 128 * MiB)
-    assert not again.gpu and again.ahead == 0
-    took(again, 0.5)
-    assert ec.rates()["cpu"] == pytest.approx(256 * MiB)
-    assert ec.chosen() == {"gpu": 3, "cpu": 2, "moved": 0}
 
 
 @pytest.mark.parametrize("gpu_ahead, on_gpu", [(0, True), (127, True), (129, False),
@@ -85,7 +81,7 @@ def test_a_chunk_goes_where_it_is_expected_to_be_written_sooner(gpu_ahead, on_gp
     assert ec.prefers_gpu(float(1 << 30), gpu_ahead * MiB, 0.25, 128 * MiB) is on_gpu
 
 
-def test_the_cpus_are_a_server_per_core_at_one_threads_rate():
+def test_the_cpus_are_a_server_per_core_at_one_cores_rate():
     """A CPU chunk measures one core's rate (its thread's CPU time), whatever else ran beside
     it; a new chunk takes its own time while a core is free, else its share of the work ahead
     on every core."""
@@ -118,10 +114,12 @@ def test_choices_follow_the_rule_on_both_paths():
     assert ec.live_bytes() == 5 * 128 * MiB
 
 
-def test_each_device_has_its_own_path_and_an_unmeasured_device_takes_its_chunks():
+def test_each_device_has_its_own_path_and_its_own_trial():
     measured(256 * MiB, 512 * MiB)  # a slow device 0
     assert not ec.choose(0, 128 * MiB).gpu  # 128 MiB at 256 MiB/s: 0.5 s against 0.25 s
-    assert ec.choose(1, 128 * MiB).gpu  # device 1 not measured yet
+    trial = ec.choose(1, 128 * MiB)
+    assert trial.gpu and trial.trial  # device 1 not measured yet: one chunk tries it
+    assert not ec.choose(1, 128 * MiB).gpu
     assert set(ec.rates()) == {"cpu", "gpu0"}
 
 
@@ -139,39 +137,41 @@ def test_a_gpu_that_slows_loses_its_chunks():
 
 
 def test_queued_gpu_chunks_move_to_the_cpus_once_the_rates_say_so():
-    """The writers choose as the pieces come, before the GPU has a rate: every chunk goes to
-    the GPU. Once its first chunk is written, those still queued ask again, with the bytes
-    ahead of each on both paths: first one CPU trial at a time, then by the rule."""
-    queued = [ec.choose(0, 128 * MiB) for _ in range(8)]
-    took(queued[0], 0.5)  # 128 MiB in 0.5 s: 256 MiB/s
-    assert queued[5].better_on_cpu() and queued[5].trial  # the trial
-    assert not queued[6].better_on_cpu()  # one at a time
-    queued[5].moved()
-    assert queued[5].ahead == 0 and not queued[5].gpu
-    assert ec.live_bytes() == 7 * 128 * MiB
-    took(queued[5], 0.25)  # the CPUs: 512 MiB/s (its time counted from the move)
-    assert ec.rates()["cpu"] == pytest.approx(512 * MiB)
-    # queued[1]: nothing ahead on the GPU, 0.5 s at 256 MiB/s against 0.25 s on the CPUs
-    assert queued[1].better_on_cpu()
+    """A chunk the rule sent to the GPU asks again while it waits in the device's queue, with
+    the bytes ahead of it on both paths then."""
+    measured(2 << 30, 1 << 30)
+    queued = [ec.choose(0, 128 * MiB) for _ in range(3)]
+    # 0.0625 and 0.125 s (level) on the GPU against 0.125 s; the third 0.1875 s: the CPUs
+    assert [t.gpu for t in queued] == [True, True, False]
+    took(queued[0], 1.0)  # the device slowed: 128 MiB in 1 s, its rate 1088 MiB/s
+    assert not queued[1].better_on_cpu()  # nothing ahead of it now: 0.118 s against 0.125 s
+    took(queued[2], 1 / 16)  # the CPUs quicker: 2 GiB/s, their rate 1.5 GiB/s
+    assert queued[1].better_on_cpu()  # 0.118 s against 0.083 s
     queued[1].moved()
-    queued[2].moved()  # (as asked) both cores busy now
-    # queued[3]: nothing ahead on the GPU now (0.5 s) against the CPUs' 256 MiB ahead and
-    # its own over 2 x 512 MiB/s (0.375 s): it goes; with another on the CPUs (0.5 s), level:
-    # queued[4] stays
-    assert queued[3].better_on_cpu()
-    queued[3].moved()
-    assert not queued[4].better_on_cpu()
-    assert ec.chosen() == {"gpu": 4, "cpu": 4, "moved": 4}
+    assert queued[1].ahead == 0 and not queued[1].gpu
+    took(queued[1], 1 / 16)  # timed from the move
+    assert ec.rates()["cpu"] == pytest.approx(1792 * MiB)
+    assert ec.chosen() == {"gpu": 2, "cpu": 3, "moved": 1}
+    assert ec.live_bytes() == 0
 
 
-def test_a_trial_whose_chunk_stayed_on_the_gpu_frees_the_trial():
-    first = ec.choose(0, 128 * MiB)
-    took(ec.choose(0, 128 * MiB), 0.5)
-    assert first.better_on_cpu() and first.trial  # but a batch took it before it could leave
-    other = ec.choose(0, 128 * MiB)
-    assert not other.better_on_cpu()
-    took(first, 1.0)  # written by the GPU
-    assert other.better_on_cpu() and other.trial
+def test_a_cpu_chunk_is_timed_in_its_threads_cpu_time_a_gpu_chunk_in_wall_time(monkeypatch):
+    """Under the job's load (three threads per core) a writer thread's wall time counts the
+    other threads' work: the CPUs' rate is what the chunk's own thread spent; the GPU path's
+    is the wall time from its choice, the wait in the device's queue included."""
+    clocks = {"wall": NOW, "cpu": NOW}
+    monkeypatch.setattr(ec, "_clock", lambda: clocks["wall"])
+    monkeypatch.setattr(ec, "_cpu_clock", lambda: clocks["cpu"])
+    trial, cpu = ec.choose(0, 128 * MiB), ec.choose(0, 128 * MiB)
+    assert trial.gpu and not cpu.gpu
+    clocks["wall"] += 0.5
+    clocks["cpu"] += 0.01  # the writer thread waited for nvCOMP
+    trial.done()
+    assert ec.rates()["gpu0"] == pytest.approx(256 * MiB)  # 128 MiB over 0.5 s of wall time
+    clocks["wall"] += 1.0  # the other threads' reads and encodes had the cores too
+    clocks["cpu"] += 0.24
+    cpu.done()
+    assert ec.rates()["cpu"] == pytest.approx(512 * MiB)  # 128 MiB over 0.25 s of CPU time
 
 
 def test_empty_or_instant_writes_measure_nothing_and_forget_clears():
@@ -194,29 +194,3 @@ def test_the_summary_says_where_chunks_were_encoded():
     assert _encode_words({"encode": "gpu", "gpu_encoded": 5, "encode_shared": True}) == (
         "GPU (5 chunks) and CPU")
 
-
-def test_a_cpu_chunk_is_timed_in_its_threads_cpu_time_a_gpu_chunk_in_wall_time(monkeypatch):
-    """Under the job's load (three threads per core) a writer thread's wall time counts the
-    other threads' work: the CPUs' rate is what the chunk's own thread spent; the GPU path's
-    is the wall time from its choice, the wait in the device's queue included."""
-    clocks = {"wall": NOW, "cpu": NOW}
-    monkeypatch.setattr(ec, "_clock", lambda: clocks["wall"])
-    monkeypatch.setattr(ec, "_cpu_clock", lambda: clocks["cpu"])
-    gpu = ec.choose(0, 128 * MiB)
-    clocks["wall"] += 0.5
-    clocks["cpu"] += 0.01  # the writer thread waited for nvCOMP
-    gpu.done()
-    assert ec.rates()["gpu0"] == pytest.approx(256 * MiB)  # 128 MiB over 0.5 s of wall time
-    ahead, trial = ec.choose(0, 128 * MiB), ec.choose(0, 128 * MiB)
-    assert not trial.gpu and trial.trial
-    clocks["wall"] += 1.0  # the other threads' reads and encodes had the cores too
-    clocks["cpu"] += 0.25
-    trial.done()
-    assert ec.rates()["cpu"] == pytest.approx(512 * MiB)  # 128 MiB over 0.25 s of CPU time
-    moved = ahead
-    assert moved.better_on_cpu()  # nothing ahead of it: 0.5 s on the GPU, 0.25 s on a core
-    moved.moved()
-    clocks["wall"] += 2.0
-    clocks["cpu"] += 0.5  # timed from the move
-    moved.done()
-    assert ec.rates()["cpu"] == pytest.approx((512 + 256) / 2 * MiB)

@@ -30,15 +30,18 @@ core's rate times the cores is more than the job leaves them (the reads use core
 rule errs towards the CPUs, the faster encoder on every H200 measured. (A chunk that zstd's
 multi-threaded encoder writes at the job's end counts only its own thread's time: the CPUs
 look faster then, when the reads have ended and they are idle.) The rule: a chunk goes where
-it is expected to be written sooner. Until the GPU has a rate, chunks go to the GPU; until the
-CPUs have one, one chunk at a time tries them whenever other chunks are ahead on the GPU.
+it is expected to be written sooner.
 
-A chunk chosen for the GPU asks again while it waits in the device's queue
-(:func:`.gpu_zstd.encode`'s ``give_up``), with the bytes ahead of it then: the writers choose
-as the pieces come, most of them before the first GPU chunk is written and the GPU has a rate
-(on that H200, 32 of 33 chunks), so a choice made once kept them all on the GPU. Rates are
-moving averages, so a host whose GPU slows (shared with other work) moves its chunks over as
-the job runs.
+Until a device's GPU path has a rate, one chunk at a time tries it (its trial) and the others
+go to the CPUs, which measure theirs on them; until the CPUs have a rate, chunks go to them.
+Why the CPUs first: the writers choose as the pieces come, most of them before the first
+chunk is written; starting on the GPU (6e823ed to e2ba28e), 15-32 of 33 chunks were in the
+device's queue or its batch before it had a rate, on one H200 whose GPU path wrote ~1 GB/s
+against ~2.9 GB/s for the CPUs, and the job was 0.2-1.3 s slower than ``--encode cpu``. A
+chunk chosen for the GPU by the rule asks again while it waits in the device's queue
+(:func:`.gpu_zstd.encode`'s ``give_up``), with the bytes ahead of it then, and leaves for
+the CPUs where they would now write it sooner. Rates are moving averages, so a host whose GPU
+slows (shared with other work) moves its chunks over as the job runs.
 """
 
 from __future__ import annotations
@@ -85,7 +88,7 @@ class _Path:
 _lock = threading.Lock()
 _paths: dict[int, _Path] = {}  # device -> its GPU path; CPU -> the CPUs'
 _numbers = itertools.count()  # tickets in the order of their choice
-_cpu_trying = False  # a chunk is measuring the CPUs' first rate
+_trying: set[int] = set()  # the devices whose GPU path a chunk is measuring for the first time
 _chosen = {"gpu": 0, "cpu": 0, "moved": 0}  # chunks each way, and moved (tests, the summary)
 _clock = time.perf_counter  # (tests set the times by hand)
 _cpu_clock = time.thread_time  # a CPU chunk's: its thread's CPU time
@@ -95,12 +98,12 @@ def _path(key: int) -> _Path:
     return _paths.setdefault(key, _Path())
 
 
-def _claim_trial() -> bool:
-    """Whether the caller's chunk may be the CPUs' trial (none under way); it then is."""
-    global _cpu_trying
-    if _cpu_trying:
+def _claim_trial(dev: int) -> bool:
+    """Whether the caller's chunk may be device ``dev``'s trial (none under way); it then is
+    (``_lock`` held)."""
+    if dev in _trying:
         return False
-    _cpu_trying = True
+    _trying.add(dev)
     return True
 
 
@@ -115,7 +118,7 @@ class Ticket:
     nbytes: int
     gpu: bool
     ahead: int  # bytes ahead of it on its path at its choice
-    trial: bool = False  # the CPUs' first measurement
+    trial: bool = False  # its GPU path's first measurement
     number: int = field(default_factory=lambda: next(_numbers))
     t0: float = field(default_factory=lambda: _clock())
     c0: float = field(default_factory=lambda: _cpu_clock())  # (only a CPU chunk's is used)
@@ -126,24 +129,19 @@ class Ticket:
 
     def better_on_cpu(self) -> bool:
         """Whether this GPU chunk, still queued, would now be written sooner on the CPUs: the
-        rule with the bytes ahead of it on each path now. Where the CPUs have no rate yet,
-        the answer is yes for one chunk at a time (the trial), once the GPU has a rate."""
+        rule with the bytes ahead of it on each path now (no while either has no rate: the
+        trial stays to measure its GPU)."""
         with _lock:
             gpu, cpu = _path(self.dev), _path(CPU)
-            if gpu.rate is None:
+            if gpu.rate is None or cpu.rate is None:
                 return False
-            if cpu.rate is None:
-                if not _claim_trial():
-                    return False
-                self.trial = True
-                return True
             return not prefers_gpu(gpu.rate, gpu.ahead(self.number),
                                    _cpu_seconds(cpu, self.nbytes), self.nbytes)
 
     def moved(self) -> None:
         """This chunk left its GPU's queue for the CPUs: it is theirs from here."""
         with _lock:
-            _path(self.dev).live.pop(self.number, None)
+            self._leave()
             self.gpu = False
             cpu = _path(CPU)
             self.ahead = cpu.ahead()
@@ -165,34 +163,29 @@ class Ticket:
             self._leave()
 
     def _leave(self) -> _Path:
-        """Its path, which it leaves (``_lock`` held); a trial ends with it (one whose chunk a
-        batch took before it could leave the queue too)."""
-        global _cpu_trying
+        """Its path, which it leaves (``_lock`` held); a trial ends with it."""
         path = _path(self.key)
         path.live.pop(self.number, None)
-        _cpu_trying = _cpu_trying and not self.trial
+        if self.trial:
+            _trying.discard(self.dev)
+            self.trial = False
         return path
 
 
-def _cpu_seconds(cpu: _Path, nbytes: int) -> float | None:
-    """Seconds until a chunk of ``nbytes`` chosen for the CPUs now would be written (None
-    before they have a rate): its own time on one thread while fewer CPU chunks than
-    :data:`CORES` are in flight, else at least its share of the work ahead on every core."""
-    if cpu.rate is None:
-        return None
+def _cpu_seconds(cpu: _Path, nbytes: int) -> float:
+    """Seconds until a chunk of ``nbytes`` chosen for the CPUs now would be written (once
+    they have a rate): its own time on one core while fewer CPU chunks than :data:`CORES` are
+    in flight, else at least its share of the work ahead on every core."""
+    assert cpu.rate is not None
     own = nbytes / cpu.rate
     if len(cpu.live) < CORES:
         return own
     return max(own, (cpu.ahead() + nbytes) / (CORES * cpu.rate))
 
 
-def prefers_gpu(gpu_rate: float | None, gpu_ahead: int, cpu_seconds: float | None,
-                nbytes: int) -> bool:
-    """The rule (see the module's docstring): the GPU where either path has no rate yet
-    (:func:`choose` then sends the CPUs their trial chunk), else the path on which the chunk
-    is expected to be written sooner (``cpu_seconds``: :func:`_cpu_seconds`)."""
-    if gpu_rate is None or cpu_seconds is None:
-        return True
+def prefers_gpu(gpu_rate: float, gpu_ahead: int, cpu_seconds: float, nbytes: int) -> bool:
+    """The rule once both paths have a rate (see the module's docstring): the path on which
+    the chunk is expected to be written sooner (``cpu_seconds``: :func:`_cpu_seconds`)."""
     return (gpu_ahead + nbytes) / gpu_rate <= cpu_seconds
 
 
@@ -203,10 +196,10 @@ def choose(dev: int, nbytes: int) -> Ticket:
         gpu, cpu = _path(dev), _path(CPU)
         gpu_ahead, cpu_ahead = gpu.ahead(), cpu.ahead()
         trial = False
-        if gpu.rate is not None and cpu.rate is None:
-            # the CPUs' first rate: one chunk at a time tries them while others are ahead
-            trial = gpu_ahead > 0 and _claim_trial()
-            on_gpu = not trial
+        if gpu.rate is None:  # one chunk at a time tries the device, the others the CPUs
+            on_gpu = trial = _claim_trial(dev)
+        elif cpu.rate is None:  # the CPUs measure theirs on the chunks they take
+            on_gpu = False
         else:
             on_gpu = prefers_gpu(gpu.rate, gpu_ahead, _cpu_seconds(cpu, nbytes), nbytes)
         ticket = Ticket(dev, nbytes, on_gpu, gpu_ahead if on_gpu else cpu_ahead, trial)
@@ -241,8 +234,7 @@ def live_bytes() -> int:
 def forget() -> None:
     """Drop what was measured (each job measures its own host anew: a job's rates say little
     of the next one's load)."""
-    global _cpu_trying
     with _lock:
         _paths.clear()
-        _cpu_trying = False
+        _trying.clear()
         _chosen.update(gpu=0, cpu=0, moved=0)
