@@ -313,6 +313,33 @@ def cli_modes(gpu: bool, workers: int | None) -> dict[str, list[str]]:
     return modes
 
 
+def save_plot(rows: list[dict], nbytes: int, path: Path, title: str) -> bool:
+    """A bar chart of each run's GB/s of input (the start-up runs left out: a 2^16 input's
+    GB/s says nothing); False where matplotlib is not installed. Also redraws a saved run:
+    ``save_plot(j["rows"], j["n"] * 4, ...)`` from its JSON."""
+    try:
+        import matplotlib
+    except ImportError:
+        return False
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    bars = [r for r in rows if r["kind"] != "start-up"]
+    fig, ax = plt.subplots(figsize=(9, 0.4 * len(bars) + 1.8))
+    colors = {"floor": "0.6", "plain dask": "tab:orange", "cli": "tab:blue"}
+    names = [r["run"] for r in bars][::-1]
+    gbs = [nbytes / 1e9 / r["seconds"] for r in bars][::-1]
+    ax.barh(names, gbs, color=[colors[r["kind"]] for r in bars][::-1])
+    ax.set_xlabel("GB/s of input (whole command)")
+    # The figure's title, not the axes': the run names take the left of the figure, and a
+    # title centred over the bars alone ran off its right edge.
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--log2n", type=int, default=28, help="input elements (2^N float32)")
@@ -499,23 +526,9 @@ def main() -> None:
     (out_dir / f"{stem}.json").write_text(json.dumps(
         {"n": n, "chunk": chunk, "p": p, "codec": args.codec, "device": device, "sha": sha,
          "cores": os.cpu_count(), "rows": rows, "floor": floor_sum}, indent=1, default=str))
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        bars = [r for r in rows if r["kind"] != "start-up"]  # GB/s of a 2^16 input: no
-        fig, ax = plt.subplots(figsize=(9, 0.4 * len(bars) + 1.5))
-        colors = {"floor": "0.6", "plain dask": "tab:orange", "cli": "tab:blue"}
-        names = [r["run"] for r in bars][::-1]
-        gbs = [n * 4 / 1e9 / r["seconds"] for r in bars][::-1]
-        ax.barh(names, gbs, color=[colors[r["kind"]] for r in bars][::-1])
-        ax.set_xlabel("GB/s of input (whole command)")
-        ax.set_title(f"dask compact batch, 2^{args.log2n} float32, x < {p}, {device}")
-        fig.tight_layout()
-        fig.savefig(out_dir / f"{stem}.png", dpi=120)
-    except ImportError:
+    title = (f"dask compact batch, 2^{args.log2n} float32, x < {p}\n{device}, "
+             f"{dt.date.today()}, sha {sha}")
+    if not save_plot(rows, n * 4, out_dir / f"{stem}.png", title):
         print("matplotlib not installed: no plot")
     shutil.rmtree(work, ignore_errors=True)
 
