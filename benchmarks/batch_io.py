@@ -313,10 +313,23 @@ def cli_modes(gpu: bool, workers: int | None) -> dict[str, list[str]]:
     return modes
 
 
+def plot_title(n: int, p: float, device: str, date: str, sha: str) -> str:
+    return (f"dask compact batch, 2^{n.bit_length() - 1} float32, x < {p}\n{device}, {date}, "
+            f"sha {sha}")
+
+
+def redraw(json_path: Path) -> None:
+    """Draw a saved run's chart again from its JSON (its date from the file's name, which
+    :func:`main` gives as ``batch-<date>-...``)."""
+    j = json.loads(json_path.read_text())
+    date = json_path.name[len("batch-"):][:10]
+    save_plot(j["rows"], j["n"] * 4, json_path.with_suffix(".png"),
+              plot_title(j["n"], j["p"], j["device"], date, j["sha"]))
+
+
 def save_plot(rows: list[dict], nbytes: int, path: Path, title: str) -> bool:
     """A bar chart of each run's GB/s of input (the start-up runs left out: a 2^16 input's
-    GB/s says nothing); False where matplotlib is not installed. Also redraws a saved run:
-    ``save_plot(j["rows"], j["n"] * 4, ...)`` from its JSON."""
+    GB/s says nothing); False where matplotlib is not installed."""
     try:
         import matplotlib
     except ImportError:
@@ -526,8 +539,7 @@ def main() -> None:
     (out_dir / f"{stem}.json").write_text(json.dumps(
         {"n": n, "chunk": chunk, "p": p, "codec": args.codec, "device": device, "sha": sha,
          "cores": os.cpu_count(), "rows": rows, "floor": floor_sum}, indent=1, default=str))
-    title = (f"dask compact batch, 2^{args.log2n} float32, x < {p}\n{device}, "
-             f"{dt.date.today()}, sha {sha}")
+    title = plot_title(n, p, device, str(dt.date.today()), sha)
     if not save_plot(rows, n * 4, out_dir / f"{stem}.png", title):
         print("matplotlib not installed: no plot")
     shutil.rmtree(work, ignore_errors=True)
