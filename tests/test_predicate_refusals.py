@@ -199,6 +199,30 @@ def test_a_reduction_past_the_tracer_is_refused_as_not_elementwise():
         x.map_compact(lambda v: np.isin(v, [-1.0]) | (v >= np.max(v)))
 
 
+@pytest.mark.parametrize("cast, to", [
+    (lambda v: np.float32(v) == v, "float32"),
+    (lambda v: np.asarray(v, dtype=np.float16) > 1, "float16"),
+    (lambda v: np.array(v, dtype="u1") > 1, "uint8"),
+    (lambda v: np.bool_(v), "bool"),
+])
+def test_a_cast_through_a_numpy_type_is_told_to_use_astype(cast, to):
+    """``np.float32(v)`` is an elementwise cast in NumPy, made through ``__array__``, which
+    the tracer cannot record; the refusal's advice named statistics (a new-user probe,
+    2026-12-03). It now names the cast and the ``astype`` that runs, before any task; and
+    that ``astype`` gives NumPy's answer."""
+    a = np.random.default_rng(4).standard_normal(1001) * 1e3
+    a[::7] = np.round(a[::7])
+    x = da.from_array(a, chunks=100)
+    counter = _Counter()
+    with counter, pytest.raises(NotElementwise, match=re.escape(f"v.astype('{to}')")):
+        x.map_compact(cast)
+    assert counter.n == 0
+    with pytest.raises(NotElementwise, match=re.escape(f"v.astype('{to}')")):
+        dask_compact.compact_array(a, cast)
+    got = x.map_compact(lambda v: v.astype(to) == v).compute()
+    np.testing.assert_array_equal(got, a[a.astype(to) == a])
+
+
 def test_an_array_aligned_with_nd_input_is_still_refused():
     """Only constants that broadcast against blocks of whole rows are taken: one of the
     whole input's shape, or a statistic of a block, is refused as before."""

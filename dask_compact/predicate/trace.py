@@ -670,6 +670,17 @@ class Sym:
                 "it uses the argument as indices into an array (a lookup such as lut[v] or "
                 "np.take(lut, v))"
             )
+        if dtype is not None:
+            # np.float32(v), np.asarray(v, dtype=...): meant as an elementwise cast, which
+            # NumPy's scalar types do through __array__ and nothing of ours can record; the
+            # refusal's advice (a statistic) did not fit it (a new-user probe, 2026-12-03)
+            to = np.dtype(dtype)
+            raise self._tracer.refuse(NotElementwise(
+                f"converting the argument to an array of {to} (`np.{to.type.__name__}(v)`, "
+                f"`np.asarray(v, dtype={str(to)!r})`) is refused: a predicate gets one chunk "
+                "at a time, and what is computed from the chunk made an array would differ "
+                f"from chunk to chunk. For an elementwise cast write `v.astype({str(to)!r})`."
+            ))
         raise self._tracer.refuse(
             _per_chunk("converting the argument to an array (np.asarray, np.array, __array__)")
         )
