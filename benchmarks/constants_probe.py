@@ -111,6 +111,11 @@ class Probe:
         else:
             self.xp = np
         self.kept: dict[tuple[str, int], Any] = {}
+        self.verbose = False
+
+    def progress(self, what: str, start: float) -> None:
+        if self.verbose:  # where a slow run spends its time (a GPU run's cold compiles)
+            print(f"  {time.perf_counter() - start:7.1f} s {what}", file=sys.stderr, flush=True)
 
     def host(self, r: Any) -> np.ndarray:
         return self.xp.asnumpy(r) if self.gpu else np.asarray(r)
@@ -171,8 +176,10 @@ def main() -> int:
                     help="only these (one process per dtype spreads a GPU run's cold kernel "
                          "compiles over the host's cores)")
     ap.add_argument("--out", help="also write the report here")
+    ap.add_argument("--verbose", action="store_true", help="each template's start on stderr")
     args = ap.parse_args()
     probe = Probe(args.gpu, time.perf_counter() + args.seconds)
+    probe.verbose = args.verbose
     start = time.perf_counter()
     done_sizes = []
     warnings.simplefilter("ignore")  # NumPy's and ours alike: overflow in the constants' edges
@@ -189,6 +196,7 @@ def main() -> int:
             a = data(dtype, n, rng)
             d = probe.xp.asarray(a)
             for template in TEMPLATES:  # strings: a kept shape per template
+                probe.progress(f"n={n} {dtype} {template!r}", start)
                 order = list(NUMBERS)
                 for _ in range(2):
                     rng.shuffle(order)
@@ -196,6 +204,7 @@ def main() -> int:
                         text = template.format(number)
                         probe.check("string", dtype, text, repr(text), a, d)
             for name, make in MAKERS.items():  # functions: a learned shape per maker
+                probe.progress(f"n={n} {dtype} {name}", start)
                 order = list(range(len(VALUES)))
                 for _ in range(2):
                     rng.shuffle(order)
