@@ -20,6 +20,7 @@ Prints one line per disagreement and a summary; exit status 1 if any.
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import math
 import re
 import sys
@@ -177,9 +178,13 @@ def main() -> int:
                          "compiles over the host's cores)")
     ap.add_argument("--out", help="also write the report here")
     ap.add_argument("--verbose", action="store_true", help="each template's start on stderr")
+    ap.add_argument("--stacks-every", type=float, default=0.0,
+                    help="every thread's stack on stderr every so many seconds (a hang's where)")
     args = ap.parse_args()
     probe = Probe(args.gpu, time.perf_counter() + args.seconds)
     probe.verbose = args.verbose
+    if args.stacks_every > 0:
+        faulthandler.dump_traceback_later(args.stacks_every, repeat=True, file=sys.stderr)
     start = time.perf_counter()
     done_sizes = []
     warnings.simplefilter("ignore")  # NumPy's and ours alike: overflow in the constants' edges
