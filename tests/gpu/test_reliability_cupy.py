@@ -530,3 +530,35 @@ def test_a_numpy_bool_as_numpy_prints_it_matches_numpy_on_the_gpu(dtype, t, op):
     text = f"x {op} {t!r}"
     got = dask_compact.compact_array(cupy.asarray(h), text)
     np.testing.assert_array_equal(cupy.asnumpy(got), h[eval(f"h {op} t")])
+
+
+DIVMOD_XS = [0.0, -0.0, 1.0, -1.0, 2.5, -2.5, 7.0, -7.0, 0.3, -0.3, 1e30, -1e30, 6e4, 3e-39,
+             -3e-39, 5e-324, np.inf, -np.inf, np.nan, 1.7e308]
+DIVMOD_DS = [3.0, -3.0, 0.5, -0.5, 0.0, -0.0, np.inf, -np.inf, np.nan, 1e-3, 1e30, 7.0, 3e-39]
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+def test_float_remainder_and_floor_divide_match_numpy_at_special_values(dtype):
+    """x % d and x // d on floats (NumPy's npy_divmod: the remainder takes the divisor's sign,
+    zero and infinite divisors, NaN, signed zeros, subnormals, ratios of 1e30 whose fmod runs
+    long) give NumPy's values bit for bit: each distinct result r is selected by
+    ``x % d == r`` as NumPy selects it, its sign by signbit, NaN by isnan. Since 2026-12-03
+    (twenty-fourth session) fmod and the divmod are out-of-line device functions (inlined
+    per item they made a module 12-20x slower to compile); this checks the values stayed."""
+    rng = np.random.default_rng(7)
+    with np.errstate(all="ignore"):
+        host = np.concatenate([np.array(DIVMOD_XS).astype(dtype),
+                               (rng.standard_normal(45) * 50).astype(dtype)])
+        dev = cupy.asarray(host)
+        for d0 in DIVMOD_DS:
+            d = float(np.dtype(dtype).type(d0))  # the divisor as the dtype holds it
+            for op, res in (("%", host % d), ("//", host // d)):
+                texts = [f"signbit(x {op} {d!r})", f"isnan(x {op} {d!r})",
+                         f"isinf(x {op} {d!r})"]
+                texts += [f"x {op} {d!r} == {float(r)!r}" for r in np.unique(res[~np.isnan(res)])]
+                for text in texts:
+                    want = np.flatnonzero(eval(text.replace("x", "host"), {  # noqa: S307
+                        "host": host, "signbit": np.signbit, "isnan": np.isnan,
+                        "isinf": np.isinf, "inf": np.inf, "nan": np.nan}))
+                    got = cupy.asnumpy(dask_compact.compact_array(dev, text, output="indices"))
+                    assert np.array_equal(got, want), (dtype, text, got, want)
