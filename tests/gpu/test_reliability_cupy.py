@@ -541,11 +541,16 @@ DIVMOD_DS = [3.0, -3.0, 0.5, -0.5, 0.0, -0.0, np.inf, -np.inf, np.nan, 1e-3, 1e3
 def test_float_remainder_and_floor_divide_match_numpy_at_special_values(dtype):
     """x % d and x // d on floats (NumPy's npy_divmod: the remainder takes the divisor's sign,
     zero and infinite divisors, NaN, signed zeros, subnormals, ratios of 1e30 whose fmod runs
-    long) give NumPy's values bit for bit: each distinct result r is selected by
-    ``x % d == r`` as NumPy selects it, its sign by signbit, NaN by isnan. Since 2026-12-03
-    (twenty-fourth session) fmod and the divmod are out-of-line device functions (inlined
-    per item they made a module 12-20x slower to compile); this checks the values stayed."""
+    long) give NumPy's values: each distinct result r is selected by ``x % d == r`` as NumPy
+    selects it, its sign by signbit (where the result is not NaN), NaN by isnan. Since
+    2026-12-03 (twenty-fourth session) fmod and the divmod are out-of-line device functions
+    (inlined per item they made a module 12-20x slower to compile); this checks the values
+    stayed. The sign of a NaN result is left out: IEEE leaves it open, x86's NumPy makes
+    ``inf % 3`` a negative NaN, and the GPU's float conversions make every NaN positive (this
+    test's first GPU run, 2026-12-03, found float16 and float32 differing there and nowhere
+    else checked). Every mismatch is collected, so one GPU run shows them all."""
     rng = np.random.default_rng(7)
+    bad = []
     with np.errstate(all="ignore"):
         host = np.concatenate([np.array(DIVMOD_XS).astype(dtype),
                                (rng.standard_normal(45) * 50).astype(dtype)])
@@ -553,12 +558,14 @@ def test_float_remainder_and_floor_divide_match_numpy_at_special_values(dtype):
         for d0 in DIVMOD_DS:
             d = float(np.dtype(dtype).type(d0))  # the divisor as the dtype holds it
             for op, res in (("%", host % d), ("//", host // d)):
-                texts = [f"signbit(x {op} {d!r})", f"isnan(x {op} {d!r})",
-                         f"isinf(x {op} {d!r})"]
+                texts = [f"signbit(x {op} {d!r}) & ~isnan(x {op} {d!r})",
+                         f"isnan(x {op} {d!r})", f"isinf(x {op} {d!r})"]
                 texts += [f"x {op} {d!r} == {float(r)!r}" for r in np.unique(res[~np.isnan(res)])]
                 for text in texts:
                     want = np.flatnonzero(eval(text.replace("x", "host"), {  # noqa: S307
                         "host": host, "signbit": np.signbit, "isnan": np.isnan,
                         "isinf": np.isinf, "inf": np.inf, "nan": np.nan}))
                     got = cupy.asnumpy(dask_compact.compact_array(dev, text, output="indices"))
-                    assert np.array_equal(got, want), (dtype, text, got, want)
+                    if not np.array_equal(got, want):
+                        bad.append((text, got.tolist(), want.tolist()))
+    assert not bad, (dtype, len(bad), bad[:20])
