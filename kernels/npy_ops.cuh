@@ -75,8 +75,13 @@ __device__ __forceinline__ double frint(double a) { return rint(a); }
 // fmod is one out-of-line function: CUDA's exact fmod is a long loop, and inlined into each of
 // a tile's unrolled items it made a module with `%` or `//` 13x larger and 12-20x slower to
 // compile (nvcc -cubin, sm_90, a single-pass values module: 22-33 s against 1.5-2 s).
+// float32 (and float16, through float) has its own: fmod is exact, so fmodf of two floats is
+// bit for bit the double fmod of them rounded back, but its loop runs over float's exponent
+// range, not double's: `x % 5 == 1` on 2^26 float32 took 0.83 ms through dmod, against 0.23 ms
+// for `x < 0.5` and 0.46 ms for PyTorch's `x[x % 5 == 1]` (one H200, 2026-12-04).
 __device__ __noinline__ double dmod(double a, double b) { return fmod(a, b); }
-__device__ __forceinline__ float ffmod(float a, float b) { return double_to_float(dmod(float_to_double(a), float_to_double(b))); }
+__device__ __noinline__ float smod(float a, float b) { return fmodf(a, b); }
+__device__ __forceinline__ float ffmod(float a, float b) { return smod(a, b); }
 __device__ __forceinline__ double ffmod(double a, double b) { return dmod(a, b); }
 
 // NumPy's npy_divmod: floor division and remainder of floats, with its corner cases. Out of
