@@ -80,7 +80,16 @@ __device__ __forceinline__ double frint(double a) { return rint(a); }
 // range, not double's: `x % 5 == 1` on 2^26 float32 took 0.83 ms through dmod, against 0.23 ms
 // for `x < 0.5` and 0.46 ms for PyTorch's `x[x % 5 == 1]` (one H200, 2026-12-04).
 __device__ __noinline__ double dmod(double a, double b) { return fmod(a, b); }
-__device__ __noinline__ float smod(float a, float b) { return fmodf(a, b); }
+// CuPy compiles with -ftz=true, under which fmodf flushes subnormals (3e-39 % 3 gave 0 on an
+// H200, 2026-12-04), so fmodf takes only operands of magnitude 2^-100 or more (and inf, NaN):
+// with both there, a non-zero remainder is a multiple of an ulp of at least 2^-123, never
+// subnormal. Anything smaller goes through dmod, in double, where no float is subnormal.
+__device__ __noinline__ float smod(float a, float b) {
+  const unsigned int min_bits = 0x0d800000u;  // 2^-100: biased exponent 27, mantissa 0
+  if ((__float_as_uint(a) & 0x7fffffffu) >= min_bits && (__float_as_uint(b) & 0x7fffffffu) >= min_bits)
+    return fmodf(a, b);
+  return double_to_float(dmod(float_to_double(a), float_to_double(b)));
+}
 __device__ __forceinline__ float ffmod(float a, float b) { return smod(a, b); }
 __device__ __forceinline__ double ffmod(double a, double b) { return dmod(a, b); }
 
