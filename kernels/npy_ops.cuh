@@ -84,13 +84,16 @@ __device__ __noinline__ double dmod(double a, double b) { return fmod(a, b); }
 // H200, 2026-12-04), so fmodf takes only operands of magnitude 2^-100 or more (and inf, NaN):
 // with both there, a non-zero remainder is a multiple of an ulp of at least 2^-123, never
 // subnormal. Anything smaller goes through dmod, in double, where no float is subnormal.
-__device__ __noinline__ float smod(float a, float b) {
+// The test sits in the inlined ffmod and smod stays a leaf around fmodf: with the test and
+// the dmod call inside smod, float32 `x % 5 == 1` on 2^26 took 0.63-0.74 ms, as a leaf
+// 0.46-0.49 ms (one H200, same machine, three rounds each, 2026-12-04).
+__device__ __noinline__ float smod(float a, float b) { return fmodf(a, b); }
+__device__ __forceinline__ float ffmod(float a, float b) {
   const unsigned int min_bits = 0x0d800000u;  // 2^-100: biased exponent 27, mantissa 0
   if ((__float_as_uint(a) & 0x7fffffffu) >= min_bits && (__float_as_uint(b) & 0x7fffffffu) >= min_bits)
-    return fmodf(a, b);
+    return smod(a, b);
   return double_to_float(dmod(float_to_double(a), float_to_double(b)));
 }
-__device__ __forceinline__ float ffmod(float a, float b) { return smod(a, b); }
 __device__ __forceinline__ double ffmod(double a, double b) { return dmod(a, b); }
 
 // NumPy's npy_divmod: floor division and remainder of floats, with its corner cases. Out of
