@@ -154,7 +154,8 @@ __device__ __forceinline__ double frecip(double a) { return fdiv(1.0, a); }
 // call on an empty cache wait 2.2-2.5 s (float32 `x ** 1.5 < 3`) or 3.9-4.4 s (float64) for
 // NVRTC, against 0.48-0.55 s out of line, which costs up to 7% per call (2^26 float32
 // 0.77 -> 0.81-0.83 ms; one H200, 2026-12-04). exp/log/sin and 64-bit integer division stay
-// inline: out of line their first calls took 0.3-1.0 s less, but calls ran 8-65% slower.
+// inline: out of line their first calls took 0.2-1.0 s less, but calls ran slower (float32
+// sin 1.5x, float64 exp/log/sin and int64 `//`/`%` 7-12%).
 __device__ __noinline__ double dpow(double a, double b) { return pow(a, b); }
 __device__ __forceinline__ float fpow(float a, float b) {
   return double_to_float(dpow(float_to_double(a), float_to_double(b)));
