@@ -10,7 +10,8 @@ NumPy's ``a[pred(a)]``. Point ``CUPY_CACHE_DIR`` at an empty folder for a cold f
 
 For an A/B of a kernel header, run it once per arm in a fresh process, the arm's header in
 the installed package's ``dask_compact/kernels`` and a cache folder per arm (round 1 cold,
-round 2 warm): `2026-12-03_h200_8d4e24e_fmod_out_of_line_ab.md`.
+round 2 warm): `2026-12-03_h200_8d4e24e_fmod_out_of_line_ab.md`. ``--items`` runs the
+single-pass kernels with that many elements per thread (a tile-shape A/B in one package).
 """
 
 from __future__ import annotations
@@ -32,14 +33,22 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=21)
     ap.add_argument("--label", default="", help="the arm's name, printed on each line")
     ap.add_argument("--round", default="1", help="printed on each line")
+    ap.add_argument("--items", type=int, default=0,
+                    help="single-pass elements per thread instead of the table's (same block)")
     args = ap.parse_args()
     import cupy
 
     import dask_compact as dc
+    from dask_compact.backends import cupy_tuning
     from dask_compact.predicate.parse import CONSTANTS, FUNCTIONS  # the text's names, NumPy's
 
     sync = cupy.cuda.Device().synchronize
     for dtype in args.dtypes:
+        if args.items:
+            size = np.dtype(dtype).itemsize
+            block = cupy_tuning.tuning_for("single-pass", size).block
+            cupy_tuning.override_tuning(size, cupy_tuning.Tuning(block, args.items),
+                                        ("single-pass",))
         host = (np.random.default_rng(5).standard_normal(args.n) * 50).astype(dtype)
         big = cupy.asarray(host)
         small = big[: 2**20].copy()

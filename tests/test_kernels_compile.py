@@ -411,6 +411,43 @@ def test_tuning_table_and_kernel_constants() -> None:
     assert tuning_for("single-pass", 4, cc="80") == before  # unmeasured: sm_90's entry
 
 
+def _registers(ptxas_log: str) -> dict[str, int]:
+    """Entry function -> registers it uses, from ptxas's report."""
+    out, fn = {}, None
+    for line in ptxas_log.splitlines():
+        m = re.search(r"Compiling entry function '(\S+)'", line)
+        if m:
+            fn = m.group(1)
+        m = re.search(r"Used (\d+) registers", line)
+        if m and fn:
+            out[fn] = int(m.group(1))
+    return out
+
+
+def test_out_of_line_predicates_compile_at_their_shape(tmp_path: Path) -> None:
+    """float64 ``%`` and ``//`` (functors that call out-of-line functions) compile on sm_90 at
+    OUT_OF_LINE_TABLE's shape without spills, their count, single-pass and scatter kernels
+    under the 128 registers they took at TABLE's 256 x 32 (two blocks per SM): the reason for
+    the entry. The same kernels at TABLE's shape are compiled by the other tests."""
+    from dask_compact.predicate import as_predicate
+
+    jobs = []
+    for k, text in enumerate(("x % 5 == 1", "x // 7 == 2")):
+        f = generate_functor(as_predicate(text).typed("float64"))
+        assert f.out_of_line
+        spec = ModuleSpec(np.dtype("float64"), "single-pass", f,
+                          tuning_for("single-pass", 8, out_of_line=True),
+                          cupy_tuning.variant_for(8))
+        names = list(spec.group_names("values", "compact").values())
+        jobs.append(Job(spec.group_source("values", "compact") + _force(names), "sm_90",
+                        f"out_of_line_{k}"))
+    for log in _nvcc_all(jobs, tmp_path):
+        assert not _spills(log), _spills(log)
+        regs = {fn: r for fn, r in _registers(log).items()
+                if re.search(r"dcx_(count|single_pass|scatter)", fn)}
+        assert len(regs) >= 3 and max(regs.values()) < 128, regs
+
+
 @pytest.mark.parametrize("arch", ARCHS)
 def test_lookback_sleeps_compile(arch: str, tmp_path: Path) -> None:
     """The single-pass look-back's sleeps (cupy_tuning.Tuning's poll and wait, for

@@ -26,7 +26,8 @@ from ..predicate.core import TypedPredicate
 from ..predicate.expr import Call, Node, Param, Var, param_dtypes, params_of, walk
 
 __all__ = [
-    "CodegenUnsupported", "CudaFunctor", "ctype", "generate_functor", "generate_record_functor",
+    "CodegenUnsupported", "CudaFunctor", "OUT_OF_LINE_CALLS", "ctype", "generate_functor",
+    "generate_record_functor", "out_of_line",
 ]  # fmt: skip
 
 
@@ -65,6 +66,11 @@ _NO_COMPLEX = frozenset(
 _INT_ONLY = frozenset(
     {"bitwise_and", "bitwise_or", "bitwise_xor", "invert", "left_shift", "right_shift"}
 )
+# Calls that reach an out-of-line function of kernels/npy_ops.cuh (dmod, smod, fdivmod_pair,
+# dpow) on float loops: each unrolled item of a tile makes a real call, whose saved registers
+# are what decides the tile shape of 8-byte types (cupy_tuning.OUT_OF_LINE_TABLE). A compile
+# test checks that those are npy_ops.cuh's only __noinline__ functions.
+OUT_OF_LINE_CALLS = frozenset({"floor_divide", "remainder", "power"})
 
 
 def ctype(dtype: np.dtype | str) -> str:
@@ -85,6 +91,17 @@ class CudaFunctor:
     input_ctype: str
     param_ctypes: tuple[str, ...]  # types of the data members, in kernel-argument order
     param_dtypes: tuple[np.dtype, ...]
+    # whether operator() calls an out-of-line function (OUT_OF_LINE_CALLS on a float loop)
+    out_of_line: bool = False
+
+
+def out_of_line(tp: TypedPredicate) -> bool:
+    """Whether ``tp``'s functor calls an out-of-line function of ``kernels/npy_ops.cuh``."""
+    return any(
+        isinstance(node, Call) and node.fn in OUT_OF_LINE_CALLS
+        and any(np.dtype(d).kind == "f" for d in tp.types[node].loop)
+        for node in walk(tp.expr)
+    )
 
 
 def functor_name(key: str) -> str:
@@ -171,6 +188,7 @@ def generate_functor(tp: TypedPredicate) -> CudaFunctor:
         input_ctype=in_c,
         param_ctypes=tuple(pc[p.index] for p in pnodes),
         param_dtypes=pdts,
+        out_of_line=out_of_line(tp),
     )
 
 
@@ -203,4 +221,5 @@ def generate_record_functor(tp: TypedPredicate) -> CudaFunctor:
         input_ctype="long long",
         param_ctypes=(*pointers, *(pc[p.index] for p in pnodes)),
         param_dtypes=pdts,
+        out_of_line=out_of_line(tp),
     )

@@ -99,3 +99,57 @@ def test_float_transcendentals_and_powers_match_numpy(dtype):
                 diff = np.setxor1d(got, want)
                 bad.append((text, host[diff[:5]].tolist()))
     assert not bad, (dtype, len(bad), bad)
+
+
+# sizes around the multiples of the out-of-line shape's tile (256 x 16 = 4096 elements) and
+# of the table's (256 x 32 = 8192), a prime, and many tiles
+TILE_SIZES = [0, 1, 31, 4093, 4095, 4096, 4097, 8191, 8192, 8193, 3 * 4096 + 17, 2**20 + 7]
+FLOAT64_CALLS = ["x % 5 == 1", "x // 7 == 2", "x ** 1.5 < 3", "x % 0.75 < 0.25",
+                 "(x // 3 == 0) | (x < -60)"]
+
+
+@pytest.mark.parametrize("text", FLOAT64_CALLS)
+def test_float64_out_of_line_calls_run_their_tile_shape_and_match_numpy(text):
+    """float64 predicates that call an out-of-line function run the single-pass kernels at
+    ``cupy_tuning.OUT_OF_LINE_TABLE``'s shape (the plan says so, and a predicate without one
+    keeps TABLE's), and every output, stable or not and through ``compact_into``, matches
+    NumPy at sizes around both shapes' tile multiples, with NaN, infinities and -0.0 in the
+    data. Every mismatch is collected."""
+    from dask_compact.backends import cupy_backend, cupy_tuning
+    from dask_compact.predicate import as_predicate
+
+    cc = cupy_backend.device_cc()
+    probe = cupy.zeros(8, "float64")
+    spec = cupy_backend._plan(probe, as_predicate(text), None, "values", "single-pass").spec
+    assert spec.tuning == cupy_tuning.tuning_for("single-pass", 8, cc, out_of_line=True)
+    cheap = cupy_backend._plan(probe, as_predicate("x < 0.5"), None, "values", "single-pass")
+    assert cheap.spec.tuning == cupy_tuning.tuning_for("single-pass", 8, cc)
+    if cc == cupy_tuning.MEASURED_ON:
+        assert spec.tuning != cheap.spec.tuning
+
+    rng = np.random.default_rng(17)
+    specials = np.array([np.nan, np.inf, -np.inf, -0.0, 0.0, 5.0, -5.0, 1.0, 6.0, 14.0])
+    bad = []
+    for n in TILE_SIZES:
+        host = rng.standard_normal(n) * 50
+        host[rng.integers(0, max(n, 1), min(n, 40))] = rng.choice(specials, min(n, 40))
+        dev = cupy.asarray(host)
+        with np.errstate(all="ignore"):
+            mask = eval(text, {"x": host})  # noqa: S307 - the test's own texts
+        want_v, want_i = host[mask], np.flatnonzero(mask)
+        for stable in (True, False):
+            for alg in ("auto", "single-pass"):
+                v, i = dask_compact.compact_array(dev, text, output="both", stable=stable,
+                                                  algorithm=alg)
+                v, i = cupy.asnumpy(v), cupy.asnumpy(i)
+                if not stable:
+                    order = np.argsort(i)
+                    v, i = v[order], i[order]
+                if not (np.array_equal(v, want_v, equal_nan=True)
+                        and np.array_equal(i, want_i)):
+                    bad.append((n, stable, alg, "both", len(i), len(want_i)))
+        out = cupy.full(n, 7.0)
+        count = int(dask_compact.compact_into(dev, text, out)[0])
+        if not np.array_equal(cupy.asnumpy(out[:count]), want_v, equal_nan=True):
+            bad.append((n, "compact_into", count, len(want_v)))
+    assert not bad, (text, bad)
