@@ -424,23 +424,23 @@ def _registers(ptxas_log: str) -> dict[str, int]:
     return out
 
 
-def test_out_of_line_predicates_compile_at_their_shape(tmp_path: Path) -> None:
-    """float64 ``%`` and ``//`` (functors that call out-of-line functions) compile on sm_90 at
-    OUT_OF_LINE_TABLE's shape without spills, their count, single-pass and scatter kernels
-    under the 128 registers they took at TABLE's 256 x 32 (two blocks per SM): the reason for
-    the entry. The same kernels at TABLE's shape are compiled by the other tests."""
+def test_float_divmod_predicates_compile_at_their_shape(tmp_path: Path) -> None:
+    """float64 ``%`` and ``//`` (functors that call the out-of-line float divmod) compile on
+    sm_90 at DIVMOD_TABLE's shape without spills, their count, single-pass and scatter
+    kernels under the 128 registers they took at TABLE's 256 x 32 (two blocks per SM): the
+    reason for the entry. The same kernels at TABLE's shape are compiled by the other tests."""
     from dask_compact.predicate import as_predicate
 
     jobs = []
     for k, text in enumerate(("x % 5 == 1", "x // 7 == 2")):
         f = generate_functor(as_predicate(text).typed("float64"))
-        assert f.out_of_line
+        assert f.float_divmod
         spec = ModuleSpec(np.dtype("float64"), "single-pass", f,
-                          tuning_for("single-pass", 8, out_of_line=True),
+                          tuning_for("single-pass", 8, float_divmod=True),
                           cupy_tuning.variant_for(8))
         names = list(spec.group_names("values", "compact").values())
         jobs.append(Job(spec.group_source("values", "compact") + _force(names), "sm_90",
-                        f"out_of_line_{k}"))
+                        f"float_divmod_{k}"))
     for log in _nvcc_all(jobs, tmp_path):
         assert not _spills(log), _spills(log)
         regs = {fn: r for fn, r in _registers(log).items()

@@ -128,8 +128,8 @@ def _plan(
             if key not in pred.memo:
                 try:
                     tp, functor = typed_functor(dtype, pred)
-                    shape = (tuning_for(algorithm, dtype.itemsize, cc, out_of_line=True)
-                             if functor.out_of_line else tuning)
+                    shape = (tuning_for(algorithm, dtype.itemsize, cc, float_divmod=True)
+                             if functor.float_divmod else tuning)
                     pred.memo[key] = (tp.bind(pred.params),
                                       ModuleSpec(dtype, algorithm, functor, shape, variant),
                                       tp)

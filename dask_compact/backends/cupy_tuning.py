@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 
 __all__ = [
-    "ALGORITHMS", "OUTPUT_CODES", "Tuning", "Entry", "TABLE", "OUT_OF_LINE_TABLE", "MEASURED_ON",
+    "ALGORITHMS", "OUTPUT_CODES", "Tuning", "Entry", "TABLE", "DIVMOD_TABLE", "MEASURED_ON",
     "tuning_for",
     "variant_for", "override_tuning", "override_lookback_sleeps", "resolve_algorithm",
     "SINGLE_PASS_VARIANTS", "EXACT_MODES", "TP_GROUP", "TP_BLOCK", "TP_SCAN_BLOCK",
@@ -147,18 +147,20 @@ TABLE = MappingProxyType({
     ("90", "hybrid", 8): Entry(Tuning(256, 16), why=f"{_V}; fastest of the hybrid sweep"),
     ("90", "hybrid", 16): Entry(Tuning(256, 8), why=_V),
 })  # fmt: skip
-# Entries for predicates whose functor calls an out-of-line function of kernels/npy_ops.cuh
-# (codegen.cuda_functor.OUT_OF_LINE_CALLS: `%`, `//`, `**` on floats), over TABLE's. Each of a
-# thread's unrolled items makes a call whose live state is kept in registers: at 256 x 32, an
-# 8-byte type's single-pass and scatter kernels take 119-128 registers (ptxas, sm_90), two
-# blocks per SM; at 256 x 16, 64-80. One H200, public compact_array on 2^26 float64, three
-# rounds (ms, 256 x 32 / 256 x 16 / 256 x 8): `x // 7 == 2` 1.13-1.14 / 0.95-1.01 / 1.22-1.25,
-# `x % 5 == 1` 0.84-0.86 / 0.72-0.77 / 0.96-0.97, `x % 0.75 < 0.25` 0.93-0.94 / 0.89-1.02 /
-# 1.08-1.12; `x < 0.5` (no call, so TABLE's) 0.28 / 0.31 / 0.35. float16 and float32 were no
-# faster at 16 or 8 items (benchmarks/results/2026-12-04_h200_out_of_line_tile_shape_ab.md).
-OUT_OF_LINE_TABLE = MappingProxyType({
+# Entries for predicates whose functor calls NumPy's float divmod (codegen.cuda_functor.
+# DIVMOD_CALLS: `%` and `//` of floats, the out-of-line fdivmod_pair and dmod of
+# kernels/npy_ops.cuh), over TABLE's. Each of a thread's unrolled items makes a call whose live
+# state is kept in registers: at 256 x 32, an 8-byte type's single-pass and scatter kernels
+# take 119-128 registers (ptxas, sm_90), two blocks per SM; at 256 x 16, 64-80. One H200,
+# public compact_array on 2^26 float64, two A/Bs of three rounds (ms, 256 x 32 / 256 x 16):
+# `x // 7 == 2` 1.13-1.14 / 0.95-1.11, `x % 5 == 1` 0.84-0.91 / 0.70-0.77, `x % 0.75 < 0.25`
+# 0.91-0.94 / 0.89-1.02 (level); 256 x 8 slower than both. `x ** 1.5 < 3` (dpow, also out of
+# line) 0.79-0.86 / 0.90-0.92: powers keep TABLE's shape. float16 and float32 were no faster
+# at 16 or 8 items (benchmarks/results/2026-12-04_h200_divmod_tile_shape_ab.md).
+DIVMOD_TABLE = MappingProxyType({
     ("90", "single-pass", 8): Entry(Tuning(256, 16), "early",
-        "256x16 12-16% faster than 256x32 for float64 % and // (128 -> 80 registers)"),
+        "256x16 up to 16-17% faster than 256x32 for float64 // and %, level at worst (128 -> "
+        "80 registers)"),
 })  # fmt: skip
 
 # Benchmarks that sweep tile shapes override entries here (override_tuning), never the table.
@@ -168,23 +170,23 @@ _overrides: dict[tuple[str, int], Tuning] = {}
 _sleeps: tuple[int, int] | None = None
 
 
-def _entry(algorithm: str, itemsize: int, cc: str, out_of_line: bool = False) -> Entry:
+def _entry(algorithm: str, itemsize: int, cc: str, float_divmod: bool = False) -> Entry:
     # three-pass has no tile shape of its own; its module is keyed by the hybrid's
     alg = "hybrid" if algorithm == "three-pass" else algorithm
-    if out_of_line:
-        hit = (OUT_OF_LINE_TABLE.get((cc, alg, itemsize))
-               or OUT_OF_LINE_TABLE.get((MEASURED_ON, alg, itemsize)))
+    if float_divmod:
+        hit = (DIVMOD_TABLE.get((cc, alg, itemsize))
+               or DIVMOD_TABLE.get((MEASURED_ON, alg, itemsize)))
         if hit is not None:
             return hit
     return TABLE.get((cc, alg, itemsize)) or TABLE[(MEASURED_ON, alg, itemsize)]
 
 
 def tuning_for(algorithm: str, itemsize: int, cc: str = MEASURED_ON,
-               out_of_line: bool = False) -> Tuning:
-    """Tile shape of an algorithm for an element size on a compute capability; ``out_of_line``:
-    for a predicate that calls an out-of-line function (:data:`OUT_OF_LINE_TABLE`)."""
+               float_divmod: bool = False) -> Tuning:
+    """Tile shape of an algorithm for an element size on a compute capability;
+    ``float_divmod``: for a predicate that calls NumPy's float divmod (:data:`DIVMOD_TABLE`)."""
     hit = _overrides.get((algorithm, itemsize))
-    tuning = hit if hit is not None else _entry(algorithm, itemsize, cc, out_of_line).tuning
+    tuning = hit if hit is not None else _entry(algorithm, itemsize, cc, float_divmod).tuning
     if _sleeps is not None and algorithm == "single-pass":
         tuning = replace(tuning, poll=_sleeps[0], wait=_sleeps[1])
     return tuning

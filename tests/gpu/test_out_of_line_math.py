@@ -101,31 +101,32 @@ def test_float_transcendentals_and_powers_match_numpy(dtype):
     assert not bad, (dtype, len(bad), bad)
 
 
-# sizes around the multiples of the out-of-line shape's tile (256 x 16 = 4096 elements) and
-# of the table's (256 x 32 = 8192), a prime, and many tiles
+# sizes around the multiples of the divmod shape's tile (256 x 16 = 4096 elements) and of the
+# table's (256 x 32 = 8192), a prime, and many tiles
 TILE_SIZES = [0, 1, 31, 4093, 4095, 4096, 4097, 8191, 8192, 8193, 3 * 4096 + 17, 2**20 + 7]
-FLOAT64_CALLS = ["x % 5 == 1", "x // 7 == 2", "x ** 1.5 < 3", "x % 0.75 < 0.25",
-                 "(x // 3 == 0) | (x < -60)"]
+# text -> whether it calls NumPy's float divmod (DIVMOD_TABLE's shape on 8-byte types)
+FLOAT64_CALLS = {"x % 5 == 1": True, "x // 7 == 2": True, "x % 0.75 < 0.25": True,
+                 "(x // 3 == 0) | (x < -60)": True, "x ** 1.5 < 3": False, "x < 0.5": False}
 
 
-@pytest.mark.parametrize("text", FLOAT64_CALLS)
-def test_float64_out_of_line_calls_run_their_tile_shape_and_match_numpy(text):
-    """float64 predicates that call an out-of-line function run the single-pass kernels at
-    ``cupy_tuning.OUT_OF_LINE_TABLE``'s shape (the plan says so, and a predicate without one
-    keeps TABLE's), and every output, stable or not and through ``compact_into``, matches
-    NumPy at sizes around both shapes' tile multiples, with NaN, infinities and -0.0 in the
-    data. Every mismatch is collected."""
+@pytest.mark.parametrize("text", list(FLOAT64_CALLS))
+def test_float64_tile_shapes_by_call_match_numpy(text):
+    """float64 predicates that call NumPy's float divmod run the single-pass kernels at
+    ``cupy_tuning.DIVMOD_TABLE``'s shape and the others (``**``'s out-of-line pow too) at
+    TABLE's (the plan says so), and every output, stable or not and through
+    ``compact_into``, matches NumPy at sizes around both shapes' tile multiples, with NaN,
+    infinities and -0.0 in the data. Every mismatch is collected."""
     from dask_compact.backends import cupy_backend, cupy_tuning
     from dask_compact.predicate import as_predicate
 
     cc = cupy_backend.device_cc()
     probe = cupy.zeros(8, "float64")
     spec = cupy_backend._plan(probe, as_predicate(text), None, "values", "single-pass").spec
-    assert spec.tuning == cupy_tuning.tuning_for("single-pass", 8, cc, out_of_line=True)
-    cheap = cupy_backend._plan(probe, as_predicate("x < 0.5"), None, "values", "single-pass")
-    assert cheap.spec.tuning == cupy_tuning.tuning_for("single-pass", 8, cc)
+    divmod_shape = cupy_tuning.tuning_for("single-pass", 8, cc, float_divmod=True)
+    table_shape = cupy_tuning.tuning_for("single-pass", 8, cc)
+    assert spec.tuning == (divmod_shape if FLOAT64_CALLS[text] else table_shape)
     if cc == cupy_tuning.MEASURED_ON:
-        assert spec.tuning != cheap.spec.tuning
+        assert divmod_shape != table_shape
 
     rng = np.random.default_rng(17)
     specials = np.array([np.nan, np.inf, -np.inf, -0.0, 0.0, 5.0, -5.0, 1.0, 6.0, 14.0])
