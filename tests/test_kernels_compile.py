@@ -110,17 +110,30 @@ def _force(names: list[str]) -> str:
     return f"\nvoid* dcx_instantiate_for_test[] = {{\n  {body}\n}};\n"
 
 
-def _spills(ptxas_log: str) -> dict[str, str]:
-    """Entry function -> its 'spill' line, for functions that spill."""
+def _per_function(ptxas_log: str, pattern: str) -> dict[str, re.Match]:
+    """Function -> the last match of ``pattern`` in its part of ptxas's report."""
     out, fn = {}, None
     for line in ptxas_log.splitlines():
-        m = re.search(r"Function properties for (\S+)", line)
+        m = re.search(r"(?:Function properties for|Compiling entry function) '?([^'\s]+)", line)
         if m:
             fn = m.group(1)
-        m = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", line)
-        if m and fn and (int(m.group(1)) or int(m.group(2))):
-            out[fn] = line.strip()
+            continue
+        m = re.search(pattern, line)
+        if m and fn:
+            out[fn] = m
     return out
+
+
+def _spills(ptxas_log: str) -> dict[str, str]:
+    """Entry function -> its 'spill' line, for functions that spill."""
+    found = _per_function(ptxas_log, r"(\d+) bytes spill stores, (\d+) bytes spill loads")
+    return {fn: m.string.strip() for fn, m in found.items() if int(m.group(1)) or int(m.group(2))}
+
+
+def _registers(ptxas_log: str) -> dict[str, int]:
+    """Entry function -> registers it uses, from ptxas's report."""
+    found = _per_function(ptxas_log, r"Used (\d+) registers")
+    return {fn: int(m.group(1)) for fn, m in found.items()}
 
 
 @pytest.mark.parametrize("arch", ARCHS)
@@ -409,19 +422,6 @@ def test_tuning_table_and_kernel_constants() -> None:
         cupy_tuning.override_tuning(4, None)
     assert tuning_for("single-pass", 4) == before
     assert tuning_for("single-pass", 4, cc="80") == before  # unmeasured: sm_90's entry
-
-
-def _registers(ptxas_log: str) -> dict[str, int]:
-    """Entry function -> registers it uses, from ptxas's report."""
-    out, fn = {}, None
-    for line in ptxas_log.splitlines():
-        m = re.search(r"Compiling entry function '(\S+)'", line)
-        if m:
-            fn = m.group(1)
-        m = re.search(r"Used (\d+) registers", line)
-        if m and fn:
-            out[fn] = int(m.group(1))
-    return out
 
 
 def test_float_divmod_predicates_compile_at_their_shape(tmp_path: Path) -> None:

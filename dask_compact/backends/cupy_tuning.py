@@ -149,14 +149,15 @@ TABLE = MappingProxyType({
 })  # fmt: skip
 # Entries for predicates whose functor calls NumPy's float divmod (codegen.cuda_functor.
 # DIVMOD_CALLS: `%` and `//` of floats, the out-of-line fdivmod_pair and dmod of
-# kernels/npy_ops.cuh), over TABLE's. Each of a thread's unrolled items makes a call whose live
-# state is kept in registers: at 256 x 32, an 8-byte type's single-pass and scatter kernels
-# take 119-128 registers (ptxas, sm_90), two blocks per SM; at 256 x 16, 64-80. One H200,
-# public compact_array on 2^26 float64, two A/Bs of three rounds (ms, 256 x 32 / 256 x 16):
-# `x // 7 == 2` 1.13-1.14 / 0.95-1.11, `x % 5 == 1` 0.84-0.91 / 0.70-0.77, `x % 0.75 < 0.25`
-# 0.91-0.94 / 0.89-1.02 (level); 256 x 8 slower than both. `x ** 1.5 < 3` (dpow, also out of
-# line) 0.79-0.86 / 0.90-0.92: powers keep TABLE's shape. float16 and float32 were no faster
-# at 16 or 8 items (benchmarks/results/2026-12-04_h200_divmod_tile_shape_ab.md).
+# kernels/npy_ops.cuh), over TABLE's. Each of a thread's unrolled items makes a call whose
+# live state is kept in registers: at 256 x 32, an 8-byte type's single-pass and scatter
+# kernels take 119-128 registers (ptxas, sm_90), two blocks per SM; at 256 x 16, 64-80.
+# One H200, public compact_array on 2^26 float64, three A/Bs of two or three rounds (ms,
+# 256 x 32 / 256 x 16): `x // 7 == 2` 1.13-1.23 / 0.95-1.11, `x % 5 == 1` 0.84-0.91 /
+# 0.70-0.77, `x % 0.75 < 0.25` 0.91-0.94 / 0.89-1.02 (level, 2% slower in one A/B); 256 x 8
+# slower than both. `x ** 1.5 < 3` (dpow, also out of line) 0.79-0.86 / 0.90-0.92: powers
+# keep TABLE's shape. float16 and float32 were no faster at 16 or 8 items
+# (benchmarks/results/2026-12-04_h200_divmod_tile_shape_ab.md).
 DIVMOD_TABLE = MappingProxyType({
     ("90", "single-pass", 8): Entry(Tuning(256, 16), "early",
         "256x16 up to 16-17% faster than 256x32 for float64 // and %, level at worst (128 -> "
