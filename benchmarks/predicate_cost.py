@@ -11,7 +11,8 @@ NumPy's ``a[pred(a)]``. Point ``CUPY_CACHE_DIR`` at an empty folder for a cold f
 For an A/B of a kernel header, run it once per arm in a fresh process, the arm's header in
 the installed package's ``dask_compact/kernels`` and a cache folder per arm (round 1 cold,
 round 2 warm): `2026-12-03_h200_8d4e24e_fmod_out_of_line_ab.md`. ``--items`` runs the
-single-pass kernels with that many elements per thread (a tile-shape A/B in one package).
+single-pass kernels with that many elements per thread, ``--variant`` with that look-back
+schedule (a tile-shape or schedule A/B in one package).
 """
 
 from __future__ import annotations
@@ -35,11 +36,16 @@ def main() -> None:
     ap.add_argument("--round", default="1", help="printed on each line")
     ap.add_argument("--items", type=int, default=0,
                     help="single-pass elements per thread instead of the table's (same block)")
+    ap.add_argument("--variant", choices=("classic", "early"),
+                    help="single-pass look-back schedule instead of the table's")
     args = ap.parse_args()
     import cupy
 
     import dask_compact as dc
-    from dask_compact.backends import cupy_tuning
+    from dask_compact.backends import cupy_backend, cupy_tuning
+
+    if args.variant:  # what the plan asks the table for, for this process only
+        cupy_backend.variant_for = lambda itemsize, cc=None: args.variant
     from dask_compact.predicate.parse import CONSTANTS, FUNCTIONS  # the text's names, NumPy's
 
     sync = cupy.cuda.Device().synchronize
