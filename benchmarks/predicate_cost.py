@@ -8,6 +8,9 @@ NumPy's ``a[pred(a)]``. Point ``CUPY_CACHE_DIR`` at an empty folder for a cold f
 
     CUPY_CACHE_DIR=$(mktemp -d) python -P benchmarks/predicate_cost.py --label A --round 1
 
+``--cpu`` times NumPy arrays instead (the compiled CPU loop), each beside NumPy's own
+``x[pred(x)]`` in the same process.
+
 For an A/B of a kernel header, run it once per arm in a fresh process, the arm's header in
 the installed package's ``dask_compact/kernels`` and a cache folder per arm (round 1 cold,
 round 2 warm): `2026-12-03_h200_8d4e24e_fmod_out_of_line_ab.md`. ``--items`` runs the
@@ -38,17 +41,23 @@ def main() -> None:
                     help="single-pass elements per thread instead of the table's (same block)")
     ap.add_argument("--variant", choices=("classic", "early"),
                     help="single-pass look-back schedule instead of the table's")
+    ap.add_argument("--cpu", action="store_true",
+                    help="NumPy arrays (the compiled CPU loop), timed beside NumPy's x[pred(x)]")
     args = ap.parse_args()
-    import cupy
-
     import dask_compact as dc
-    from dask_compact.backends import cupy_backend, cupy_tuning
-
-    if args.variant:  # what the plan asks the table for, for this process only
-        cupy_backend.variant_for = lambda itemsize, cc=None: args.variant
+    from dask_compact.backends import cupy_tuning
     from dask_compact.predicate.parse import CONSTANTS, FUNCTIONS  # the text's names, NumPy's
 
-    sync = cupy.cuda.Device().synchronize
+    if args.cpu:
+        xp, sync = np, lambda: None
+    else:
+        import cupy
+
+        from dask_compact.backends import cupy_backend
+
+        if args.variant:  # what the plan asks the table for, for this process only
+            cupy_backend.variant_for = lambda itemsize, cc=None: args.variant
+        xp, sync = cupy, cupy.cuda.Device().synchronize
     for dtype in args.dtypes:
         if args.items:
             size = np.dtype(dtype).itemsize
@@ -56,7 +65,7 @@ def main() -> None:
             cupy_tuning.override_tuning(size, cupy_tuning.Tuning(block, args.items),
                                         ("single-pass",))
         host = (np.random.default_rng(5).standard_normal(args.n) * 50).astype(dtype)
-        big = cupy.asarray(host)
+        big = xp.asarray(host)
         small = big[: 2**20].copy()
         for text in args.texts:
             sync()
@@ -64,9 +73,20 @@ def main() -> None:
             dc.compact_array(small, text)
             sync()
             first = time.perf_counter() - t
+            names = {"x": host, **FUNCTIONS, **CONSTANTS}
             with np.errstate(all="ignore"):  # log of negatives: NaN, as the GPU's
-                want = host[eval(text, {"x": host, **FUNCTIONS, **CONSTANTS})]  # noqa: S307 - ours
-            ok = np.array_equal(cupy.asnumpy(dc.compact_array(big, text)), want)
+                want = host[eval(text, names)]  # noqa: S307 - the script's own texts
+                got = dc.compact_array(big, text)
+            ok = np.array_equal(got if args.cpu else cupy.asnumpy(got), want)
+            peer = ""
+            if args.cpu:
+                with np.errstate(all="ignore"):
+                    ptimes = []
+                    for _ in range(args.reps):
+                        t = time.perf_counter()
+                        host[eval(text, names)]  # noqa: S307 - the script's own texts
+                        ptimes.append(time.perf_counter() - t)
+                peer = f"  numpy x[pred] {statistics.median(ptimes) * 1e3:7.3f} ms"
             times = []
             for _ in range(args.reps):
                 sync()
@@ -76,7 +96,7 @@ def main() -> None:
                 times.append(time.perf_counter() - t)
             print(f"{args.round} {args.label:10} {dtype} {text!r:18} first call "
                   f"{first * 1e3:8.1f} ms  n={args.n} median {statistics.median(times) * 1e3:7.3f}"
-                  f" ms (min {min(times) * 1e3:.3f})  {'ok' if ok else 'WRONG'}", flush=True)
+                  f" ms (min {min(times) * 1e3:.3f}){peer}  {'ok' if ok else 'WRONG'}", flush=True)
 
 
 if __name__ == "__main__":

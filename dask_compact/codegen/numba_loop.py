@@ -325,11 +325,30 @@ def {name}(a, b):
             minus_one = (
                 f"\n    if b == -1:\n        return {at_minus_one}" if dt.kind == "i" else ""
             )
+            # Through double where a and b are under 2^53 in magnitude (every value of the
+            # narrower types): the divisor is a call's constant, not the compiled loop's, so
+            # LLVM cannot make it a multiply, and a double division costs a fraction of an
+            # integer one. floor() of the rounded double quotient is exact there: its error,
+            # under |a / b| * 2^-53 < 1 / |b|, never reaches an integer, which lies at least
+            # 1 / |b| from a quotient that is not one. 2^24 elements, 2 cores, 2026-12-04:
+            # int32 `x // 7 == 2` 109 -> 33 ms (NumPy, with libdivide, 40 ms), `x % 5 == 1`
+            # 155 -> 26 ms (NumPy 215).
             op = "//" if fn == "floor_divide" else "%"
+            # uint64 converts through int64 (below 2^53 here): x86 has no unsigned conversion
+            wide = "np.int64" if dt == np.uint64 else ""
+            q = f"np.floor(np.float64({wide}(a)) / np.float64({wide}(b)))"
+            fast = (f"{t}({q})" if fn == "floor_divide"
+                    else f"{t}(np.int64(a) - np.int64({q}) * np.int64(b))")
+            if dt.itemsize <= 4:
+                tail = f"\n    return {fast}"
+            else:
+                lim = f"{t}(9007199254740992)"  # 2^53, in the loop's type (no float compare)
+                both = (f"-{lim} < a < {lim} and -{lim} < b < {lim}" if dt.kind == "i"
+                        else f"a < {lim} and b < {lim}")
+                tail = f"\n    if {both}:\n        return {fast}\n    return {t}(a {op} b)"
             body = f"""
     if b == 0:
-        return {t}(0){minus_one}
-    return {t}(a {op} b)"""
+        return {t}(0){minus_one}{tail}"""
         else:
             # npy_divmod / npy_floor_divide / npy_remainder (npymath), in the loop's float type.
             # np.fmod, not math.fmod, which numba does not compile: until 2026-12-01 (fifteenth
