@@ -44,6 +44,8 @@ def main() -> None:
     ap.add_argument("--cpu", action="store_true",
                     help="NumPy arrays (the compiled CPU loop), timed beside NumPy's x[pred(x)]")
     args = ap.parse_args()
+    if args.cpu and (args.items or args.variant):
+        ap.error("--items and --variant set the GPU kernels; --cpu runs none")
     import dask_compact as dc
     from dask_compact.backends import cupy_tuning
     from dask_compact.predicate.parse import CONSTANTS, FUNCTIONS  # the text's names, NumPy's

@@ -78,8 +78,9 @@ def test_one_array_divisions_by_a_constant_match_numpy(dtype: str, data: st.Data
     x = data.draw(hnp.arrays(dtype, st.integers(0, 300), elements=st.one_of(full, near)))
     d = data.draw(st.one_of(st.sampled_from(_edges(dtype)), full, near))
     op = data.draw(st.sampled_from(["//", "%"]))
+    divisor = np.dtype(dtype).type(d)
     with np.errstate(all="ignore"):
-        res = x // dtype_scalar(dtype, d) if op == "//" else x % dtype_scalar(dtype, d)
+        res = x // divisor if op == "//" else x % divisor
     if res.size:
         pick = res[data.draw(st.integers(0, res.size - 1))]
         text = f"x {op} {d} == {int(pick)}"
@@ -87,7 +88,3 @@ def test_one_array_divisions_by_a_constant_match_numpy(dtype: str, data: st.Data
         with np.errstate(all="ignore"):
             got = compact_array(x, text)
         assert np.array_equal(got, want), (text, x, got, want)
-
-
-def dtype_scalar(dtype: str, v: int) -> np.generic:
-    return np.dtype(dtype).type(v)

@@ -174,12 +174,11 @@ _sleeps: tuple[int, int] | None = None
 def _entry(algorithm: str, itemsize: int, cc: str, float_divmod: bool = False) -> Entry:
     # three-pass has no tile shape of its own; its module is keyed by the hybrid's
     alg = "hybrid" if algorithm == "three-pass" else algorithm
-    if float_divmod:
-        hit = (DIVMOD_TABLE.get((cc, alg, itemsize))
-               or DIVMOD_TABLE.get((MEASURED_ON, alg, itemsize)))
+    for table in (DIVMOD_TABLE, TABLE) if float_divmod else (TABLE,):
+        hit = table.get((cc, alg, itemsize)) or table.get((MEASURED_ON, alg, itemsize))
         if hit is not None:
             return hit
-    return TABLE.get((cc, alg, itemsize)) or TABLE[(MEASURED_ON, alg, itemsize)]
+    raise KeyError((cc, alg, itemsize))
 
 
 def tuning_for(algorithm: str, itemsize: int, cc: str = MEASURED_ON,

@@ -331,8 +331,9 @@ def {name}(a, b):
             # integer one. floor() of the rounded double quotient is exact there: its error,
             # under |a / b| * 2^-53 < 1 / |b|, never reaches an integer, which lies at least
             # 1 / |b| from a quotient that is not one. 2^24 elements, 2 cores, 2026-12-04:
-            # int32 `x // 7 == 2` 109 -> 33 ms (NumPy, with libdivide, 40 ms), `x % 5 == 1`
-            # 155 -> 26 ms (NumPy 215).
+            # int32 `x // 7 == 2` 109 -> 33 ms (NumPy, with libdivide, 36-37 ms), `x % 5 == 1`
+            # 153 -> 25 ms (NumPy 195-208)
+            # (benchmarks/results/2026-12-04_cpu_integer_divmod_through_double.md).
             op = "//" if fn == "floor_divide" else "%"
             # uint64 converts through int64 (below 2^53 here): x86 has no unsigned conversion
             wide = "np.int64" if dt == np.uint64 else ""
