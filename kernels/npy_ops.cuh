@@ -153,9 +153,9 @@ __device__ __forceinline__ double frecip(double a) { return fdiv(1.0, a); }
 // pow is out of line, as dmod is: inlined into every unrolled item it made a predicate's first
 // call on an empty cache wait 2.2-2.5 s (float32 `x ** 1.5 < 3`) or 3.9-4.4 s (float64) for
 // NVRTC, against 0.48-0.55 s out of line, which costs up to 7% per call (2^26 float32
-// 0.77 -> 0.81-0.83 ms; one H200, 2026-12-04). exp/log/sin and 64-bit integer division stay
-// inline: out of line their first calls took 0.2-1.0 s less, but calls ran slower (float32
-// sin 1.5x, float64 exp/log/sin and int64 `//`/`%` 7-12%).
+// 0.77 -> 0.81-0.83 ms; one H200, 2026-12-04). exp/log/sin stay inline: out of line their
+// first calls took 0.2-1.0 s less, but calls ran slower (float32 sin 1.5x, float64
+// exp/log/sin 7-12%). 64-bit integer division: see ifloordiv_wide below.
 __device__ __noinline__ double dpow(double a, double b) { return pow(a, b); }
 __device__ __forceinline__ float fpow(float a, float b) {
   return double_to_float(dpow(float_to_double(a), float_to_double(b)));
@@ -384,6 +384,63 @@ __device__ __forceinline__ T true_divide(T a, T b) {
     return T{fmul(fadd(fmul(in1r, rat), in1i), scl), fmul(fsub(fmul(in1i, rat), in1r), scl)};
   }
 }
+// Floor division and remainder of integers as NumPy's loops: b is neither 0 nor (signed) -1.
+template <class T>
+__device__ __forceinline__ T ifloordiv(T a, T b) {
+  T q = a / b;
+  if constexpr (T(-1) < T(0)) {
+    if ((a % b != 0) && ((a < 0) != (b < 0))) q = q - 1;
+  }
+  return q;
+}
+template <class T>
+__device__ __forceinline__ T iremainder(T a, T b) {
+  T r = a % b;
+  if constexpr (T(-1) < T(0)) {
+    if (r != 0 && ((r < 0) != (b < 0))) r = r + b;
+  }
+  return r;
+}
+// 64-bit integer division is a long software routine on the GPU; 32-bit division is a few
+// multiplies by the divisor's reciprocal, which the compiler hoists out of a tile's unrolled
+// items. Operands that both fit in 32 bits (counts, labels, small values stored as int64) are
+// divided in 32 bits, exactly. The 64-bit routine stays for the rest, out of line: inlined
+// beside the 32-bit path it made the modules larger and slower to compile. One H200, public
+// compact_array on 2^26 int64 (ms, two rounds): `x // 7 == 2` 0.66-0.72 -> 0.35-0.39,
+// `x % 7 == 2` 0.63-0.74 -> 0.37-0.41; operands past 32 bits pay for the test,
+// `(x * 100000000000) // 7 == 2` 0.61 -> 0.74; uint64 with half its values past 32 bits level
+// (benchmarks/results/2026-12-04_h200_int64_division_and_2byte_schedule_ab.md).
+template <class T>
+__device__ __noinline__ T ifloordiv_wide(T a, T b) {
+  return ifloordiv(a, b);
+}
+template <class T>
+__device__ __noinline__ T iremainder_wide(T a, T b) {
+  return iremainder(a, b);
+}
+template <class T>
+struct half_width;  // the 32-bit integer of a 64-bit one's signedness
+template <>
+struct half_width<long long> {
+  typedef int type;
+};
+template <>
+struct half_width<long> {
+  typedef int type;
+};
+template <>
+struct half_width<unsigned long long> {
+  typedef unsigned int type;
+};
+template <>
+struct half_width<unsigned long> {
+  typedef unsigned int type;
+};
+template <class T>
+__device__ __forceinline__ bool fits_half(T a, T b) {
+  typedef typename half_width<T>::type N;
+  return (T)(N)a == a && (T)(N)b == b;
+}
 template <class T>
 __device__ __forceinline__ T floor_divide(T a, T b) {
   if constexpr (kind<T>::v == 0) {
@@ -391,11 +448,13 @@ __device__ __forceinline__ T floor_divide(T a, T b) {
     if constexpr (T(-1) < T(0)) {
       // most negative // -1 overflows: NumPy returns the most negative value (two's complement)
       if (b == T(-1)) return wrap<T>::sub(T(0), a);
-      T q = a / b;
-      if ((a % b != 0) && ((a < 0) != (b < 0))) q = q - 1;
-      return q;
+    }
+    if constexpr (sizeof(T) == 8) {
+      typedef typename half_width<T>::type N;
+      if (fits_half(a, b)) return (T)ifloordiv((N)a, (N)b);
+      return ifloordiv_wide(a, b);
     } else {
-      return a / b;
+      return ifloordiv(a, b);
     }
   } else if constexpr (kind<T>::v == 1) {
     float m;
@@ -411,11 +470,13 @@ __device__ __forceinline__ T remainder(T a, T b) {
     if (b == T(0)) return T(0);
     if constexpr (T(-1) < T(0)) {
       if (b == T(-1)) return T(0);
-      T r = a % b;
-      if (r != 0 && ((r < 0) != (b < 0))) r = r + b;
-      return r;
+    }
+    if constexpr (sizeof(T) == 8) {
+      typedef typename half_width<T>::type N;
+      if (fits_half(a, b)) return (T)iremainder((N)a, (N)b);
+      return iremainder_wide(a, b);
     } else {
-      return a % b;
+      return iremainder(a, b);
     }
   } else if constexpr (kind<T>::v == 1) {
     float m, fa = hf(a), fb = hf(b);

@@ -48,12 +48,14 @@ def test_integer_division_powers_and_inline_calls_do_not(dtype: str, text: str) 
 
 def test_the_kernels_out_of_line_functions_are_divmod_and_pow() -> None:
     """npy_ops.cuh's __noinline__ functions are float divmod's (fdivmod_pair, dmod, smod: what
-    remainder and floor_divide reach, cuda_functor.DIVMOD_CALLS) and pow's (dpow, measured
-    and kept at TABLE's shape). A function moved out of line must be measured at both shapes
-    and named here."""
+    remainder and floor_divide reach, cuda_functor.DIVMOD_CALLS), pow's (dpow, measured
+    and kept at TABLE's shape) and 64-bit integer division past 32 bits (ifloordiv_wide,
+    iremainder_wide, behind an inline 32-bit path, measured at TABLE's shape). A function
+    moved out of line must be measured at both shapes and named here."""
     src = (KERNELS / "npy_ops.cuh").read_text()
     noinline = set(re.findall(r"__noinline__\s+[\w<>:, ]+?\s(\w+)\s*\(", src))
-    assert noinline == {"dmod", "smod", "fdivmod_pair", "dpow"}
+    assert noinline == {"dmod", "smod", "fdivmod_pair", "dpow", "ifloordiv_wide",
+                        "iremainder_wide"}
 
 
 def test_tuning_for_float_divmod_predicates() -> None:

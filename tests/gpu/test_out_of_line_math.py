@@ -25,6 +25,10 @@ def _int_data(dtype: str) -> np.ndarray:
     edges = [info.min, info.min + 1, info.max, info.max - 1, 0, 1, 2, 6, 7, 8, 13, 14]
     if info.min < 0:
         edges += [-1, -2, -6, -7, -8, -13, -14]
+    if info.bits == 64:  # each side of the 32-bit fast path's bounds (npy_ops.cuh fits_half)
+        edges += [2**31 - 1, 2**31, 2**32 - 1, 2**32, 2**32 + 1]
+        if info.min < 0:
+            edges += [-(2**31), -(2**31) - 1, -(2**32)]
     wide = rng.integers(info.min, info.max, 2000, dtype=dtype, endpoint=True)
     small = rng.integers(max(info.min, -300), min(info.max, 300), 1031, dtype=dtype)
     return np.concatenate([np.array(edges, dtype=dtype), wide, small])
@@ -35,6 +39,8 @@ def _divisors(dtype: str) -> list[int]:
     ds = [7, 1, 2, 0, int(info.max), int(info.max) // 3 + 1]
     if info.min < 0:
         ds += [-3, -1, int(info.min), int(info.min) // 5]
+    if info.bits == 64:
+        ds += [2**31 - 1, 2**31, 2**32 + 3] + ([-(2**31), -(2**31) - 1] if info.min < 0 else [])
     return ds
 
 
