@@ -163,8 +163,8 @@ def _kernels_unit(algorithm: str, arch: str, dtypes: list[str]) -> str:
     for dt in dtypes:
         functor = generate_functor(_threshold(dt).typed(dt))
         parts.append(functor.source)
-        # single-pass: both look-back schedules (the count, tile-scan and scatter kernels of
-        # the exact path are in every spec's names)
+        # single-pass: both look-back schedules (the count, tile-scan and prefix-scatter
+        # kernels of the exact paths are in every spec's names)
         variants = SINGLE_PASS_VARIANTS if algorithm == "single-pass" else ("classic",)
         for f in (functor, None):
             for variant in variants:
@@ -427,8 +427,9 @@ def test_tuning_table_and_kernel_constants() -> None:
 def test_float_divmod_predicates_compile_at_their_shape(tmp_path: Path) -> None:
     """float64 ``%`` and ``//`` (functors that call the out-of-line float divmod) compile on
     sm_90 at DIVMOD_TABLE's shape without spills, their count, single-pass and scatter
-    kernels under the 128 registers they took at TABLE's 256 x 32 (two blocks per SM): the
-    reason for the entry. The same kernels at TABLE's shape are compiled by the other tests."""
+    (exact_mode "prefix") kernels under the 128 registers they took at TABLE's 256 x 32 (two
+    blocks per SM): the reason for the entry. The same kernels at TABLE's shape are compiled
+    by the other tests."""
     from dask_compact.predicate import as_predicate
 
     jobs = []
@@ -438,7 +439,8 @@ def test_float_divmod_predicates_compile_at_their_shape(tmp_path: Path) -> None:
         spec = ModuleSpec(np.dtype("float64"), "single-pass", f,
                           tuning_for("single-pass", 8, float_divmod=True),
                           cupy_tuning.variant_for(8))
-        names = list(spec.group_names("values", "compact").values())
+        names = [*spec.group_names("values", "compact").values(),
+                 *spec.group_names("values", "prefix").values()]
         jobs.append(Job(spec.group_source("values", "compact") + _force(names), "sm_90",
                         f"float_divmod_{k}"))
     for log in _nvcc_all(jobs, tmp_path):

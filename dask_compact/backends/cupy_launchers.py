@@ -155,9 +155,9 @@ class SinglePass:
         smem = spec.smem_bytes(plan.output)
         args = _tile_args(plan, index_base, out_vals, out_idx)
         if exact and plan.exact_mode == "prefix":  # tile prefixes known: no look-back
-            grid = min(tiles, resident_blocks(k["scatter"], spec.tuning.block, smem))
-            k["scatter"]((grid,), (spec.tuning.block,), args + (ws.status, ws.tiles) + plan.params,
-                         shared_mem=smem)
+            grid = min(tiles, resident_blocks(k["prefix"], spec.tuning.block, smem))
+            k["prefix"]((grid,), (spec.tuning.block,), args + (ws.status, ws.tiles) + plan.params,
+                        shared_mem=smem)
             return
         kernel = k["main" if start is None else "chain"]
         grid = min(tiles, resident_blocks(kernel, spec.tuning.block, smem))

@@ -123,7 +123,8 @@ class ModuleSpec:
                 "count": f"dcx_count<{t}, {p}, {s}, {b}, {i}{pa}>",
                 "scan": f"dcx_tile_scan<{SCAN_BLOCK}, {SCAN_ITEMS}>",
                 "main": f"dcx_single_pass<{t}, {p}, {out}, {s}, {b}, {i}, {v}, {sleeps}{pa}>",
-                "scatter": f"dcx_scatter<{t}, {p}, {out}, {s}, {b}, {i}{pa}>",
+                # the scatter of exact_mode "prefix" (tile prefixes known, no look-back)
+                "prefix": f"dcx_scatter<{t}, {p}, {out}, {s}, {b}, {i}{pa}>",
                 "copy_out": f"dcx_copy_out<{COPY_BLOCK}>",
                 "partition": f"dcx_partition<{t}, {p}, {out}, {s}, {b}, {i}{pa}>",
             }
@@ -176,12 +177,18 @@ class ModuleSpec:
 # float32 `x < 0.5`, single-pass: all 12 kernels of the three outputs 1.87 s, one output's 6
 # 0.70 s, its 4 main-path ones 0.47 s, none 0.20 s); on the H100 host a job's first command
 # with a new predicate waited 3.5 s for the 12. `partition()` alone uses the split group, the
-# chained runs of compact_many / compact_runs (a run's calls after its first) the chain group.
-GROUPS = ("compact", "split", "chain")
+# chained runs of compact_many / compact_runs (a run's calls after its first) the chain group,
+# single-pass's exact_mode "prefix" (not the default) its scatter, the prefix group: in the
+# compact group it was a third of the kernels every new predicate compiled, unused. One H200
+# (16 cores), a new predicate's first compact_array on an empty cache, three rounds, median
+# (s): int64 `x // 7 == 2` 2.32 -> 1.83, `x % 7 == 2` 2.05 -> 1.50, float64 `log(x) < 1.5`
+# 1.95 -> 1.45, float32 `x ** 1.5 < 3` 0.80 -> 0.53, `sin(x) < 0.5` level, comparisons
+# 0.50 -> 0.42-0.51 (benchmarks/results/2026-12-04_h200_prefix_scatter_group_first_calls.md).
+GROUPS = ("compact", "split", "chain", "prefix")
 
 
 def group_of(role: str) -> str:
-    return {"partition": "split", "chain": "chain"}.get(role, "compact")
+    return {"partition": "split", "chain": "chain", "prefix": "prefix"}.get(role, "compact")
 
 
 def shared_part(functor: CudaFunctor | None, names: dict[str, str],

@@ -525,16 +525,18 @@ def test_threads_meeting_a_new_module_compile_it_once(compiled_sources) -> None:
     ours = [s for s in sources if "dask_compact: generated module source" in s]
     own = [s for s in ours if "// kernels: output values, group compact\n// kernel: " in s]
     roles = sorted(s.rstrip().rsplit("// kernel: ", 1)[1] for s in own)
-    assert roles == ["count", "main", "scatter"], roles
+    assert roles == ["count", "main"], roles
     shared = sorted(s.rstrip().rsplit("// kernel: ", 1)[1] for s in ours if s not in own)
     assert all(k.startswith(("dcx_tile_scan<", "dcx_copy_out<")) for k in shared), shared
     assert not any("dcx_pred_" in s for s in ours if s not in own)
 
 
-def test_a_new_predicate_compiles_only_the_kernels_that_take_it(compiled_sources) -> None:
+def test_a_new_predicate_compiles_only_the_kernels_that_take_it(compiled_sources,
+                                                                 monkeypatch) -> None:
     """After one predicate, a new one (records and values) compiles only its own kernels:
-    the records path its flags kernel (of six), a values compaction its count, main and
-    scatter kernels (of five); the results are exact."""
+    the records path its flags kernel (of six), a values compaction its count and main
+    kernels (of four: the prefix mode's scatter is a group of its own); the results are
+    exact."""
     import dask_compact
 
     sources = compiled_sources
@@ -570,7 +572,23 @@ def test_a_new_predicate_compiles_only_the_kernels_that_take_it(compiled_sources
     values("(x > 0.15625) & (x < 0.90625) & (x != 0.5)", (a > 0.15625) & (a < 0.90625) & (a != 0.5))
     built = values("(x < 0.21875) | ((x > 0.46875) & (x < 0.53125))",
                    (a < 0.21875) | ((a > 0.46875) & (a < 0.53125)))
-    assert built == ["count", "main", "scatter"], built
+    assert built == ["count", "main"], built
+    # exact_mode "prefix" (not the default) scatters with a kernel of its own group, built at
+    # that mode's first count-first call: a new structure's first call (no fraction learned,
+    # and no call reads once by its size alone here) builds the compact group's two and the
+    # prefix group's one
+    from dask_compact.predicate import as_predicate
+
+    monkeypatch.setattr(cb, "ONE_READ_ALWAYS_BYTES", 0)
+    sources.clear()
+    text = "(x > 0.96875) | ((x < 0.34375) & (x != 0.28125))"
+    got = cb.compact(fields["a"], as_predicate(text), "values", True, "single-pass", 0,
+                     exact_mode="prefix")
+    np.testing.assert_array_equal(cupy.asnumpy(got),
+                                  a[(a > 0.96875) | ((a < 0.34375) & (a != 0.28125))])
+    built = sorted(s.rstrip().rsplit("// kernel: ", 1)[1] for s in sources
+                   if "dask_compact: generated module source" in s)
+    assert built == ["count", "main", "prefix"], built
 
 
 @pytest.mark.parametrize("algorithm", ["single-pass", "three-pass", "hybrid", "scan"])
