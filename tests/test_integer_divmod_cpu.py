@@ -1,12 +1,14 @@
 """Integer ``//`` and ``%`` in the CPU loop against NumPy, value by value.
 
-The loop divides integers through double where both operands are under 2^53 in magnitude
-(``numba_loop.divmod_helper``), and by the integer instruction beyond. Both sides of that
-line are checked at every integer width: int8 and uint8 at every pair of operands, wider
-types at their extremes, at 2^53 and its neighbours, and at random values, each quotient and
-remainder compared with NumPy's through a record predicate over the operands and NumPy's
-results (``a // b != q`` must select no row; a result one off must select every row). A
-property test draws arrays and divisors for the one-array predicate.
+The loop divides integers through a float (float32 for 1- and 2-byte types, double for the
+rest, where both operands are under 2^53 in magnitude: ``numba_loop.divmod_helper``), and by
+the integer instruction beyond; 1- to 4-byte types take b = -1 the float way too (MIN // -1
+wrapped to MIN). Both sides of that line are checked at every integer width: int8 and uint8
+at every pair of operands, wider types at their extremes, at 2^53 and its neighbours, and at
+random values, each quotient and remainder compared with NumPy's through a record predicate
+over the operands and NumPy's results (``a // b != q`` must select no row; a result one off
+must select every row). A property test draws arrays and divisors for the one-array
+predicate.
 """
 
 from __future__ import annotations

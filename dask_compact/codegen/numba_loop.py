@@ -319,37 +319,61 @@ def {name}(a, b):
         if dt.kind in "iu":
             # NumPy: x // 0 == 0 and x % 0 == 0 (with a warning); MIN // -1 wraps to MIN.
             # Python floor semantics otherwise, which numba's // and % implement for ints.
-            at_minus_one = (
-                f"{t}(np.uint64(0) - np.uint64(a))" if fn == "floor_divide" else f"{t}(0)"
-            )
-            minus_one = (
-                f"\n    if b == -1:\n        return {at_minus_one}" if dt.kind == "i" else ""
-            )
-            # Through double where a and b are under 2^53 in magnitude (every value of the
-            # narrower types): the divisor is a call's constant, not the compiled loop's, so
-            # LLVM cannot make it a multiply, and a double division costs a fraction of an
-            # integer one. floor() of the rounded double quotient is exact there: its error,
-            # under |a / b| * 2^-53 < 1 / |b|, never reaches an integer, which lies at least
-            # 1 / |b| from a quotient that is not one. 2^24 elements, 2 cores, 2026-12-04:
-            # int32 `x // 7 == 2` 109 -> 33 ms (NumPy, with libdivide, 36-37 ms), `x % 5 == 1`
-            # 153 -> 25 ms (NumPy 195-208)
-            # (benchmarks/results/2026-12-04_cpu_integer_divmod_through_double.md).
+            #
+            # Through a float where a and b are under 2^53 in magnitude (double; float for 1-
+            # and 2-byte types, under 2^24): the divisor is a call's constant, not the compiled
+            # loop's, so LLVM cannot make it a multiply, and a float division costs a fraction
+            # of an integer one. floor() of the rounded quotient is exact there: its error,
+            # under |a / b| * 2^-53 (2^-24) < 1 / |b|, never reaches an integer, which lies at
+            # least 1 / |b| from a quotient that is not one; a - q * b is exact in the same
+            # float, as |q * b| <= |a| + |b|. Up to 4 bytes that is every value, b = -1
+            # included (floor(-a) is exact; MIN // -1, the one quotient past MAX, is wrapped to
+            # MIN in the float, as NumPy wraps it), so the helper's only branch is b == 0:
+            # a branch for b == -1 returning a value made from a kept LLVM from vectorising
+            # the loop (int32 `x // 7 == 200` 29 ms against 7.5 without it, one core).
+            # 2^24 elements, 2 cores, public compact_array, 2026-12-04: int32 `x // 7 == 2`
+            # 109 ms (integer division) -> 33 (double, with the -1 branch) -> 16-19 (this
+            # form; NumPy, with libdivide, 38), `x % 5 == 1` 153 -> 25-29 -> 17-20 (NumPy 196-223)
+            # (benchmarks/results/2026-12-04_cpu_integer_divmod_vectorised.md).
             op = "//" if fn == "floor_divide" else "%"
             # uint64 converts through int64 (below 2^53 here): x86 has no unsigned conversion
             wide = "np.int64" if dt == np.uint64 else ""
-            q = f"np.floor(np.float64({wide}(a)) / np.float64({wide}(b)))"
-            fast = (f"{t}({q})" if fn == "floor_divide"
-                    else f"{t}(np.int64(a) - np.int64({q}) * np.int64(b))")
+            fl = "np.float32" if dt.itemsize <= 2 else "np.float64"
+            fa, fb = f"{fl}({wide}(a))", f"{fl}({wide}(b))"
+            q = f"np.floor({fa} / {fb})"
             if dt.itemsize <= 4:
-                tail = f"\n    return {fast}"
+                if fn == "remainder":  # |a - q * b| < |b|: in the type's range
+                    ret = f"{t}({fa} - q * {fb})"
+                elif dt.kind == "u":  # b >= 1: 0 <= q <= a
+                    ret = f"{t}(q)"
+                else:  # only MIN // -1 is past MAX: wrapped in the float, a select
+                    big = 2 ** (8 * dt.itemsize)
+                    ret = f"{t}(q - {fl}({big}) if q > {fl}({big // 2 - 1}) else q)"
+                body = f"""
+    if b == 0:
+        return {t}(0)
+    q = {q}
+    return {ret}"""
             else:
+                at_minus_one = (
+                    f"{t}(np.uint64(0) - np.uint64(a))" if fn == "floor_divide" else f"{t}(0)"
+                )
+                minus_one = (
+                    f"\n    if b == -1:\n        return {at_minus_one}" if dt.kind == "i" else ""
+                )
+                fast = (f"{t}({q})" if fn == "floor_divide"
+                        else f"{t}(np.int64(a) - np.int64({q}) * np.int64(b))")
                 lim = f"{t}(9007199254740992)"  # 2^53, in the loop's type (no float compare)
                 both = (f"-{lim} < a < {lim} and -{lim} < b < {lim}" if dt.kind == "i"
                         else f"a < {lim} and b < {lim}")
-                tail = f"\n    if {both}:\n        return {fast}\n    return {t}(a {op} b)"
-            body = f"""
+                # b = -1 goes the fast way where a fits (-a is exact); MIN // -1, which
+                # numba's integer // would trap on, is past it
+                body = f"""
     if b == 0:
-        return {t}(0){minus_one}{tail}"""
+        return {t}(0)
+    if {both}:
+        return {fast}{minus_one}
+    return {t}(a {op} b)"""
         else:
             # npy_divmod / npy_floor_divide / npy_remainder (npymath), in the loop's float type.
             # np.fmod, not math.fmod, which numba does not compile: until 2026-12-01 (fifteenth
