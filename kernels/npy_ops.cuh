@@ -401,41 +401,100 @@ __device__ __forceinline__ T iremainder(T a, T b) {
   }
   return r;
 }
-// 64-bit integer division is a long software routine on the GPU; 32-bit division is a few
-// multiplies by the divisor's reciprocal, which the compiler hoists out of a tile's unrolled
-// items. Operands that both fit in 32 bits (counts, labels, small values stored as int64) are
-// divided in 32 bits, exactly. The 64-bit routine stays for the rest, out of line: inlined
-// beside the 32-bit path it made the modules larger and slower to compile. One H200, public
-// compact_array on 2^26 int64 (ms, two rounds): `x // 7 == 2` 0.66-0.72 -> 0.35-0.39,
-// `x % 7 == 2` 0.63-0.74 -> 0.37-0.41; operands past 32 bits pay for the test,
-// `(x * 100000000000) // 7 == 2` 0.61 -> 0.74; uint64 with half its values past 32 bits level
-// (benchmarks/results/2026-12-04_h200_int64_division_and_2byte_schedule_ab.md).
 template <class T>
-__device__ __noinline__ T ifloordiv_wide(T a, T b) {
-  return ifloordiv(a, b);
-}
-template <class T>
-__device__ __noinline__ T iremainder_wide(T a, T b) {
-  return iremainder(a, b);
-}
-template <class T>
-struct half_width;  // the 32-bit integer of a 64-bit one's signedness
+struct half_width;  // the 32-bit (type) and 64-bit (full) integers of a 64-bit one's signedness
 template <>
 struct half_width<long long> {
   typedef int type;
+  typedef long long full;
 };
 template <>
 struct half_width<long> {
   typedef int type;
+  typedef long long full;
 };
 template <>
 struct half_width<unsigned long long> {
   typedef unsigned int type;
+  typedef unsigned long long full;
 };
 template <>
 struct half_width<unsigned long> {
   typedef unsigned int type;
+  typedef unsigned long long full;
 };
+// 64-bit integer division is a long software routine on the GPU; 32-bit division is a few
+// multiplies by the divisor's reciprocal, which the compiler hoists out of a tile's unrolled
+// items. Operands that both fit in 32 bits (counts, labels, small values stored as int64) are
+// divided in 32 bits, exactly. One H200, public compact_array on 2^26 int64 (ms, two rounds):
+// `x // 7 == 2` 0.66-0.72 -> 0.35-0.39, `x % 7 == 2` 0.63-0.74 -> 0.37-0.41
+// (benchmarks/results/2026-12-04_h200_int64_division_and_2byte_schedule_ab.md).
+//
+// The rest (hashes, ids, products past 32 bits) is divided without an integer division, by
+// the double reciprocal rb of b and two correction steps (divmod64):
+//   q0 = trunc(a * rb): relative error under 4 * 2^-53, so r1 = a - q0 * b, exact in wrapping
+//        64-bit arithmetic, is under 2^13 + |b| in magnitude (|a| < 2^64);
+//   q1 = floor(r1 * rb): r1 / b is under 2^13 / |b| + 1, its error far under one, so
+//        q0 + q1 is floor(a / b) or one off it (k * b * rb can round below k: b = 49);
+//   a select moves q by one where r = a - q * b is not of b's sign or reaches |b|.
+// The conversions saturate (PTX cvt), so a * rb rounded up to 2^63 (a = MAX, b = 1) or 2^64
+// gives a q0 one or a thousand off, which the steps correct alike. Every divisor but 0 and
+// the signed -1 (handled before); unsigned divisors from 2^63 give a quotient of 0 or 1.
+// A NumPy model of the steps matched exact integers on 3 million edge, random and
+// near-multiple pairs with divisors of every magnitude; tests/gpu/test_out_of_line_math.py
+// checks every bit of the device's quotients and remainders.
+// rb is computed beside the 32-bit test, not in the out-of-line function, so that a thread's
+// unrolled items share it where b is the call's constant (one division per thread, not one
+// per item); the steps stay out of line (inlined they doubled the module and the first call:
+// int64 2.1-2.8 -> 4.7-6.6 s). One H200, 2^26, public compact_array, three rounds each:
+// int64 `(x * 100000000000) // 7 == 2` 0.67-0.72 (the software routine) -> 0.50-0.57 (the
+// steps, rb in them) -> 0.435-0.437 (rb shared), int64 hashes `% 1000` 0.64-0.71 -> 0.48-0.59
+// -> 0.46, uint64 hashes `% 16` 0.57 -> 0.52-0.53 -> 0.41-0.42; within 32 bits level
+// (benchmarks/results/2026-12-04_h200_int64_division_past_32_bits_ab.md).
+__device__ __forceinline__ long long divmod64(long long a, long long b, double rb, long long* rem) {
+  typedef unsigned long long U;
+  const long long q0 = __double2ll_rz(__ll2double_rn(a) * rb);
+  const long long r1 = (long long)((U)a - (U)q0 * (U)b);
+  const long long q1 = __double2ll_rd(__ll2double_rn(r1) * rb);
+  long long q = (long long)((U)q0 + (U)q1), r = (long long)((U)r1 - (U)q1 * (U)b);
+  const bool low = r != 0 && ((r < 0) != (b < 0));
+  const bool high = b > 0 ? r >= b : r <= b;
+  if (low) { q = (long long)((U)q - 1); r = (long long)((U)r + (U)b); }
+  if (high) { q = (long long)((U)q + 1); r = (long long)((U)r - (U)b); }
+  *rem = r;
+  return q;
+}
+__device__ __forceinline__ unsigned long long divmod64(unsigned long long a, unsigned long long b,
+                                                       double rb, unsigned long long* rem) {
+  typedef unsigned long long U;
+  if ((long long)b < 0) {  // b >= 2^63: the residual below would not fit a signed 64-bit int
+    const U q = a >= b;
+    *rem = a - q * b;
+    return q;
+  }
+  const U q0 = __double2ull_rz(__ull2double_rn(a) * rb);
+  const long long r1 = (long long)(a - q0 * b);
+  const long long q1 = __double2ll_rd(__ll2double_rn(r1) * rb);
+  U q = q0 + (U)q1;
+  long long r = (long long)((U)r1 - (U)q1 * b);
+  if (r < 0) { q -= 1; r = (long long)((U)r + b); }
+  else if (r >= (long long)b) { q += 1; r = (long long)((U)r - b); }
+  *rem = (U)r;
+  return q;
+}
+template <class T>
+__device__ __noinline__ T ifloordiv_wide(T a, T b, double rb) {
+  typedef typename half_width<T>::full L;
+  L r;
+  return (T)divmod64((L)a, (L)b, rb, &r);
+}
+template <class T>
+__device__ __noinline__ T iremainder_wide(T a, T b, double rb) {
+  typedef typename half_width<T>::full L;
+  L r;
+  divmod64((L)a, (L)b, rb, &r);
+  return (T)r;
+}
 template <class T>
 __device__ __forceinline__ bool fits_half(T a, T b) {
   typedef typename half_width<T>::type N;
@@ -451,8 +510,9 @@ __device__ __forceinline__ T floor_divide(T a, T b) {
     }
     if constexpr (sizeof(T) == 8) {
       typedef typename half_width<T>::type N;
+      const double rb = 1.0 / (double)b;  // b's alone: shared by a thread's items
       if (fits_half(a, b)) return (T)ifloordiv((N)a, (N)b);
-      return ifloordiv_wide(a, b);
+      return ifloordiv_wide(a, b, rb);
     } else {
       return ifloordiv(a, b);
     }
@@ -473,8 +533,9 @@ __device__ __forceinline__ T remainder(T a, T b) {
     }
     if constexpr (sizeof(T) == 8) {
       typedef typename half_width<T>::type N;
+      const double rb = 1.0 / (double)b;  // b's alone: shared by a thread's items
       if (fits_half(a, b)) return (T)iremainder((N)a, (N)b);
-      return iremainder_wide(a, b);
+      return iremainder_wide(a, b, rb);
     } else {
       return iremainder(a, b);
     }

@@ -1,5 +1,6 @@
 """The long device functions a predicate may call, checked against NumPy on the GPU: integer
-``//`` and ``%`` at every width (64-bit division is a long software sequence), and the float
+``//`` and ``%`` at every width (64-bit operands past 32 bits go through a double
+reciprocal and two corrections, every bit of the results checked), and the float
 transcendentals and powers (``exp``, ``log``, ``log2``, ``log10``, ``sin``, ``cos``, ``tan``,
 ``**``, computed through double). ``pow`` is an out-of-line device function, as ``fmod`` is,
 so that NVRTC compiles it once per module, not once per unrolled item; the others stay inline
@@ -67,6 +68,52 @@ def test_integer_floor_divide_and_remainder_match_numpy(dtype):
                     got = cupy.asnumpy(dask_compact.compact_array(dev, text, output="indices"))
                     if not np.array_equal(got, np.flatnonzero(mask)):
                         bad.append((text, got.size, int(mask.sum())))
+    assert not bad, (dtype, len(bad), bad[:20])
+
+
+# 64-bit divisors of every magnitude: each side of 2^32 (the 32-bit path's bound), 2^52-2^53
+# (where the double reciprocal stops being exact), 2^62-2^63 (the unsigned quotient's 0-or-1
+# range); the most negative and the largest. 49, 98 and 103: k * d times the rounded 1 / d
+# falls below k (49 * fl(1 / 49) < 1), the case divmod64's last correction is for
+DIVISORS_64 = {
+    "int64": [1, 3, 7, -7, 49, -98, 1000, -(2**31) - 1, 2**32 + 3, 2**52 - 1, 2**52 + 1,
+              -(2**53) - 7, 2**62 + 11, -(2**62), 2**63 - 1, -(2**63), 123456789012345],
+    "uint64": [1, 3, 7, 49, 103, 1000, 2**32 + 3, 2**52 - 1, 2**53 + 1, 2**62 + 11, 2**63 - 1,
+               2**63, 2**63 + 5, 2**64 - 1, 123456789012345],
+}
+
+
+def _near_multiples(dtype: str, d: int, n: int, rng: np.random.Generator) -> np.ndarray:
+    """q * d + e for e in -2..2 and random q, wrapped to the dtype: where a quotient off by
+    one would show."""
+    info = np.iinfo(dtype)
+    lo, hi = (info.min // abs(d), info.max // abs(d)) if d else (0, 0)
+    qs = [int(q) for q in rng.integers(lo, hi, n, dtype=dtype, endpoint=True)] + [lo, hi, 0, 1, -1]
+    vals = [q * d + e for q in qs for e in (-2, -1, 0, 1, 2)]
+    return np.array([v % 2**64 for v in vals], dtype=np.uint64).view(dtype)
+
+
+@pytest.mark.parametrize("dtype", ["int64", "uint64"])
+def test_64bit_floor_divide_and_remainder_every_bit(dtype):
+    """Every bit of ``x // d`` and ``x % d`` of 64-bit types, on full-range random values,
+    the dtype's edges and values near multiples of d, for divisors of every magnitude (the
+    paths past 32 bits: npy_ops.cuh divmod64): ``(x // d) >> k & 1 == 1`` selects what
+    NumPy's selects, k = 0..63. Every mismatch is collected."""
+    rng = np.random.default_rng(29)
+    base = _int_data(dtype)
+    bad = []
+    with np.errstate(all="ignore"):
+        for d in DIVISORS_64[dtype]:
+            host = np.concatenate([base, _near_multiples(dtype, d, 400, rng)])
+            dev = cupy.asarray(host)
+            for op, res in (("//", host // host.dtype.type(d)), ("%", host % host.dtype.type(d))):
+                for k in range(64):
+                    want = np.flatnonzero((res >> host.dtype.type(k)) & 1 == 1)
+                    text = f"(x {op} {d}) >> {k} & 1 == 1"
+                    got = cupy.asnumpy(dask_compact.compact_array(dev, text, output="indices"))
+                    if not np.array_equal(got, want):
+                        diff = np.setxor1d(got, want)
+                        bad.append((text, host[diff[:3]].tolist()))
     assert not bad, (dtype, len(bad), bad[:20])
 
 
