@@ -642,11 +642,15 @@ def remember_call(a: Any, pred_like: Any, pred: Predicate, output: str, stable: 
                   algorithm: str) -> None:
     """After a public call on ``a`` (checked, native byte order) that ran its ready one-read
     call: keep that call under ``pred_like``, the predicate the caller passed, for
-    :func:`repeated_call`. Only for sizes that read once whatever the previous call selected
-    (the choice needs no memo)."""
+    :func:`repeated_call`. For sizes that read once whatever the previous call selected (the
+    choice needs no memo), and for larger ones where the single-pass kernel runs and the
+    predicate has selected on this dtype and output: the checked call then always takes the
+    ready call too, which writes into outputs sized from the last fraction
+    (OneReadCall._speculate). Without it a 2^24 float32 call paid the checks and dispatch
+    each time: one H200, two rounds, p = .05 / .5 / .95, 84-126 us a call, 0.57-0.70x CUB
+    into a preallocated buffer; kept, 56-98 us, 0.81-1.01x (2^28: 1.08-1.25x -> 1.18-1.44x;
+    2026-12-04_h200_repeated_large_calls_ab.md)."""
     if not FAST_SMALL_CALLS or algorithm == "scan" or not a.dtype.isnative:
-        return
-    if a.size > ONE_READ_ALWAYS_BYTES >> 5:
         return
     key = _repeat_key(a, pred_like, output, stable, algorithm, pred)
     if key is None:
@@ -654,10 +658,16 @@ def remember_call(a: Any, pred_like: Any, pred: Predicate, output: str, stable: 
     import cupy
 
     alg = _exact_algorithm(algorithm, stable, a, pred, output)
+    if a.size > ONE_READ_ALWAYS_BYTES >> 5 and not (
+            alg == "single-pass" and _selected_before(pred, np.dtype(a.dtype), output)):
+        return
     call = _ready_call(OneReadCall, a, pred, output, alg, cupy.cuda.get_current_stream().ptr)
     if call is not None:
         _repeat_calls.put(key, (a.data.device_id, call, pred_like))
-        if has_shape(pred_like):
+        # a shape's call serves texts of other numbers from this text's fraction: only where
+        # a call reads once whatever it selects (a larger one would size a new threshold's
+        # outputs from another's fraction, where its checked first call counts first)
+        if has_shape(pred_like) and a.size <= ONE_READ_ALWAYS_BYTES >> 5:
             remember_shaped(a, pred_like, pred, key, output, alg)
 
 

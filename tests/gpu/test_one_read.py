@@ -386,14 +386,28 @@ def test_repeated_call_not_kept_where_it_must_not_be(monkeypatch):
     compact_array(a, pred)
     assert len(cb._repeat_calls) == 0
     monkeypatch.setattr(cb, "FAST_SMALL_CALLS", True)
-    # larger calls choose their path by the previous call's fraction: never kept
-    big_host = np.random.default_rng(11).random((cb.ONE_READ_ALWAYS_BYTES >> 5) + 1)
-    big = cupy.asarray(big_host.astype(np.float32))
+    # larger calls choose their path by the previous call's fraction: the hybrid kernel's
+    # never kept (it counts first or reads once by that fraction); the single-pass kernel's
+    # kept once the predicate has selected (the checked call always takes its ready call
+    # then, writing into outputs sized from that fraction), and exact on new data, one
+    # that selects more than the outputs hold too
+    rng = np.random.default_rng(11)
+    big_host = rng.random((cb.ONE_READ_ALWAYS_BYTES >> 5) + 1).astype(np.float32)
+    big = cupy.asarray(big_host)
     for _ in range(2):
-        got = cupy.asnumpy(compact_array(big, pred))
-        np.testing.assert_array_equal(got, big_host.astype(np.float32)[big_host.astype(
-            np.float32) > 0.5])
+        got = cupy.asnumpy(compact_array(big, pred, algorithm="hybrid", stable=False))
+        np.testing.assert_array_equal(np.sort(got), np.sort(big_host[big_host > 0.5]))
     assert len(cb._repeat_calls) == 0
+    np.testing.assert_array_equal(cupy.asnumpy(compact_array(big, pred)),
+                                  big_host[big_host > 0.5])
+    assert len(cb._repeat_calls) == 1
+    with monkeypatch.context() as m:
+        _no_dispatch(m)
+        for scale in (1.0, 0.6, 1.9):  # the same fraction, fewer, far more than it held
+            new_host = (rng.random(big_host.size) * scale).astype(np.float32)
+            got = cupy.asnumpy(compact_array(cupy.asarray(new_host), pred))
+            np.testing.assert_array_equal(got, new_host[new_host > 0.5])
+    cb._repeat_calls.clear()
     # a kept call, then clear_cache(): dispatched again
     compact_array(a, pred)
     assert len(cb._repeat_calls) == 1
