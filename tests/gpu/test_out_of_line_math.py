@@ -87,7 +87,7 @@ def _near_multiples(dtype: str, d: int, n: int, rng: np.random.Generator) -> np.
     """q * d + e for e in -2..2 and random q, wrapped to the dtype: where a quotient off by
     one would show."""
     info = np.iinfo(dtype)
-    lo, hi = (info.min // abs(d), info.max // abs(d)) if d else (0, 0)
+    lo, hi = info.min // abs(d), info.max // abs(d)
     qs = [int(q) for q in rng.integers(lo, hi, n, dtype=dtype, endpoint=True)] + [lo, hi, 0, 1, -1]
     vals = [q * d + e for q in qs for e in (-2, -1, 0, 1, 2)]
     return np.array([v % 2**64 for v in vals], dtype=np.uint64).view(dtype)
