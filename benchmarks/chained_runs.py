@@ -16,6 +16,7 @@ import numpy as np
 
 from dask_compact import compact_array
 from dask_compact.backends import cupy_backend as cb
+from dask_compact.backends import cupy_tuning as ct
 from dask_compact.predicate import as_predicate
 
 N, CH, REPS = 1 << 26, 4, 7
@@ -47,7 +48,7 @@ for output in ("values", "indices"):
     for p in (0.05, 0.5, 0.95):
         row = {}
         for mode in ("old", "new"):
-            cb.CHAINED_RUNS = mode == "new"
+            ct.CHAINED_RUNS = mode == "new"
             pred = as_predicate(f"x < {p}")  # a new predicate per arm: its own memo
             got = cb.compact_many(blocks, pred, output, True, "auto", bases)
             got = cb.compact_many(blocks, pred, output, True, "auto", bases)  # chained if new
@@ -56,7 +57,7 @@ for output in ("values", "indices"):
                 np.testing.assert_array_equal(cupy.asnumpy(got), refs[p])
             del got
             row[mode] = timed(lambda: cb.compact_many(blocks, pred, output, True, "auto", bases))
-        cb.CHAINED_RUNS = True
+        ct.CHAINED_RUNS = True
         pred1 = as_predicate(f"x < {p}")
         one = timed(lambda: compact_array(whole, pred1, output=output))
         print(f"{p:>5} {output:>8} {row['old'][0]:>9.0f}/{row['old'][1]:<8.0f} "

@@ -24,7 +24,7 @@ from gpu_kernels import CubPeer  # noqa: E402
 from public_calls import timed_us  # noqa: E402
 
 from dask_compact import compact_array  # noqa: E402
-from dask_compact.backends import cupy_backend as cb  # noqa: E402
+from dask_compact.backends import cupy_tuning as ct  # noqa: E402
 
 BOUNDS = {"0": 0, "2^27": 1 << 27, "2^28": 1 << 28, "2^29": 1 << 29}
 
@@ -43,7 +43,7 @@ def main() -> None:
              "(median, synchronised) for each ONE_READ_ALWAYS_BYTES; CUB If preallocated",
              "dtype output log2n p | " + " ".join(BOUNDS) + " | CUB"]
     print(lines[-1], flush=True)
-    default = cb.ONE_READ_ALWAYS_BYTES
+    default = ct.ONE_READ_ALWAYS_BYTES
     for dtype in (np.dtype(np.float32), np.dtype(np.float64)):
         for log2n in map(int, args.sizes.split(",")):
             n = 1 << log2n
@@ -58,7 +58,7 @@ def main() -> None:
                     want = int((cupy.asnumpy(bufs[0]) < p).sum())
                     times = []
                     for bound in BOUNDS.values():
-                        cb.ONE_READ_ALWAYS_BYTES = bound
+                        ct.ONE_READ_ALWAYS_BYTES = bound
                         for k in range(2):  # the predicate's memo learns this fraction
                             got = compact_array(bufs[k], lambda v: v < p, output=output)
                         assert got.size == int((cupy.asnumpy(bufs[1]) < p).sum())
@@ -66,7 +66,7 @@ def main() -> None:
                         times.append(timed_us(
                             lambda k: compact_array(bufs[k], lambda v: v < p, output=output),
                             nbuf, 30))
-                    cb.ONE_READ_ALWAYS_BYTES = default
+                    ct.ONE_READ_ALWAYS_BYTES = default
                     cub = timed_us(lambda k: peer.select_if(dtype.name, bufs[k], out_v, count, p,
                                                             temp), nbuf, 30)
                     lines.append(f"{dtype.name} {output} {log2n} {p} | "

@@ -55,10 +55,10 @@ def main() -> None:
     else:
         import cupy
 
-        from dask_compact.backends import cupy_backend
+        from dask_compact.backends import cupy_exact
 
         if args.variant:  # what the plan asks the table for, for this process only
-            cupy_backend.variant_for = lambda itemsize, cc=None: args.variant
+            cupy_exact.variant_for = lambda itemsize, cc=None: args.variant
         xp, sync = cupy, cupy.cuda.Device().synchronize
     for dtype in args.dtypes:
         if args.items:

@@ -21,6 +21,7 @@ import numpy as np
 
 from dask_compact import compact_array, compact_into
 from dask_compact.backends import cupy_backend as cb
+from dask_compact.backends import cupy_calls as ck
 from dask_compact.backends.cupy_device import head_copy, read_counts
 from dask_compact.dispatch import compact_chunk
 from dask_compact.predicate import as_predicate
@@ -56,7 +57,7 @@ def main() -> None:
     pred_fn = lambda v: v < 0.5  # noqa: E731 -- one object, as a user's loop would hold
     p = as_predicate(pred_fn)
     compact_array(a, pred_fn)
-    call = cb._one_read_call(a, p, "values", "single-pass")
+    call = ck.one_read_call(a, p, "values", "single-pass")
     scratch = cupy.empty(n, dtype=np.float32)
     k = int(compact_array(a, pred_fn).size)
     words = cupy.zeros(64, dtype=np.uint64)
@@ -84,7 +85,7 @@ def main() -> None:
         lambda: (check_output("values"), check_algorithm("auto", True),
                  check_chunk_type(a, "compact_array"), check_dtype(a.dtype),
                  as_predicate(pred_fn).check(a.dtype)))
-    row("_one_read_call lookup", lambda: cb._one_read_call(a, p, "values", "single-pass"))
+    row("_one_read_call lookup", lambda: ck.one_read_call(a, p, "values", "single-pass"))
     row("cupy.empty(n, float32)", lambda: cupy.empty(n, dtype=np.float32))
     row("cupy.empty(k, float32)", lambda: cupy.empty(k, dtype=np.float32))
     row("memsetAsync 64 words", lambda: cupy.cuda.runtime.memsetAsync(

@@ -219,7 +219,7 @@ def _concat_scan_compactions(impl, blocks, pred, output, bases, xp):
 def _register_cupy() -> None:
     import cupy
 
-    from .backends import cupy_backend, cupy_into_repeat, cupy_scan
+    from .backends import cupy_backend, cupy_calls, cupy_into_repeat, cupy_scan
 
     compact_chunk.register(cupy.ndarray, _compact_chunk_cupy)
     compact_masked.register(cupy.ndarray, cupy_backend.compact_masked)
@@ -230,8 +230,8 @@ def _register_cupy() -> None:
     compact_records_into.register(cupy.ndarray, _compact_records_into_cupy)
     scan_chunk.register(cupy.ndarray, cupy_scan.scan)
     scan_total.register(cupy.ndarray, cupy_scan.total)
-    repeated_call.register(cupy.ndarray, cupy_backend.repeated_call)
-    remember_call.register(cupy.ndarray, cupy_backend.remember_call)
+    repeated_call.register(cupy.ndarray, cupy_calls.repeated_call)
+    remember_call.register(cupy.ndarray, cupy_calls.remember_call)
     repeated_into.register(cupy.ndarray, cupy_into_repeat.repeated_into)
     remember_into.register(cupy.ndarray, cupy_into_repeat.remember_into)
     repeated_records_call.register(cupy.ndarray, _repeated_records_call_cupy)

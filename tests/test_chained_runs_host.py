@@ -1,4 +1,4 @@
-"""The chained runs of the GPU backend (``cupy_backend._run_chained``, ``queue_chain``,
+"""The chained runs of the GPU backend (``cupy_exact._run_chained``, ``queue_chain``,
 ``_chained_overflow``; 2026-12-02, sixteenth session) without a GPU: NumPy stand-ins for the
 device arrays and for the single-pass kernel, which honours its ``cap``, its chained start
 word and its count word as kernels/single_pass.cu does (every count whole, nothing written at
@@ -18,6 +18,8 @@ import numpy as np
 import pytest
 
 from dask_compact.backends import cupy_backend as cb
+from dask_compact.backends import cupy_exact as ce
+from dask_compact.backends import cupy_tuning as ct
 from dask_compact.backends.cupy_device import NO_CAP
 from dask_compact.backends.cupy_launchers import Plan, TileWords
 from dask_compact.backends.cupy_ready import speculated
@@ -112,21 +114,21 @@ def device(monkeypatch: pytest.MonkeyPatch) -> Any:
     fake = types.SimpleNamespace(empty=_poisoned, ndarray=np.ndarray,
                                  cuda=types.SimpleNamespace(Device=lambda *a: _Device()))
     monkeypatch.setitem(sys.modules, "cupy", fake)
-    monkeypatch.setattr(cb, "LAUNCHERS", {"single-pass": kernel, "hybrid": kernel})
-    monkeypatch.setattr(cb, "output_empty", _poisoned)
-    monkeypatch.setattr(cb, "memset0", memset0)
-    monkeypatch.setattr(cb, "read_words", lambda w: [int(x) for x in w])
-    monkeypatch.setattr(cb, "read_counts", lambda ws: [int(w[0]) for w in ws])
-    monkeypatch.setattr(cb, "device_copy", copy)
-    monkeypatch.setattr(cb, "tile_words", _words)
-    monkeypatch.setattr(cb, "with_count", lambda alg, ws, c: dataclasses.replace(ws, count=c))
-    monkeypatch.setattr(cb, "_plan", lambda b, pred, mask, output, alg, *a: Plan(
+    monkeypatch.setattr(ce, "LAUNCHERS", {"single-pass": kernel, "hybrid": kernel})
+    monkeypatch.setattr(ce, "output_empty", _poisoned)
+    monkeypatch.setattr(ce, "memset0", memset0)
+    monkeypatch.setattr(ce, "read_words", lambda w: [int(x) for x in w])
+    monkeypatch.setattr(ce, "read_counts", lambda ws: [int(w[0]) for w in ws])
+    monkeypatch.setattr(ce, "device_copy", copy)
+    monkeypatch.setattr(ce, "tile_words", _words)
+    monkeypatch.setattr(ce, "with_count", lambda alg, ws, c: dataclasses.replace(ws, count=c))
+    monkeypatch.setattr(ce, "make_plan", lambda b, pred, mask, output, alg, *a: Plan(
         b, None, (pred.t,), _Spec(alg, np.dtype(b.dtype)), output, memo=pred.memo))
     spy = types.SimpleNamespace(kernel=kernel, chained=[], overflows=[])
-    run, over = cb._run_chained, cb._chained_overflow
-    monkeypatch.setattr(cb, "_run_chained", lambda live, output, sink=None: (
+    run, over = ce._run_chained, ce._chained_overflow
+    monkeypatch.setattr(ce, "_run_chained", lambda live, output, sink=None: (
         spy.chained.append(len(live)) or run(live, output, sink)))
-    monkeypatch.setattr(cb, "_chained_overflow", lambda live, output, v, i, ends, room: (
+    monkeypatch.setattr(ce, "_chained_overflow", lambda live, output, v, i, ends, room: (
         spy.overflows.append((room, list(ends))) or over(live, output, v, i, ends, room)))
     return spy
 
@@ -206,19 +208,19 @@ def test_what_does_not_chain(device, monkeypatch):
     pred = _Pred()
     run = _chunks(rng, [4099, 33], [0.4, 0.4])
     want = _want(run, [0, 5000], "values")
-    monkeypatch.setattr(cb, "CHAINED_RUNS", False)
+    monkeypatch.setattr(ct, "CHAINED_RUNS", False)
     for _ in range(2):
         _check(cb.compact_many(run, pred, "values", True, "auto", [0, 5000]), want, "values")
     _check(cb.compact_many(run, pred, "values", False, "hybrid", [0, 5000]), want, "values")
     assert not device.chained
-    monkeypatch.setattr(cb, "CHAINED_RUNS", True)
+    monkeypatch.setattr(ct, "CHAINED_RUNS", True)
     _check(cb.compact_many(run, pred, "values", False, "hybrid", [0, 5000]), want, "values")
     assert not device.chained  # the hybrid, chosen by the caller
     _check(cb.compact_many(run, pred, "values", False, "auto", [0, 5000]), want, "values")
     assert device.chained == [2]  # stable=False, auto: the single-pass kernel, chained
     live = [(dataclasses.replace(p, memo=None), b) for p, b in
-            [(cb._plan(c, pred, None, "values", "single-pass"), 0) for c in run]]
-    assert not cb._chains(live, "values")
+            [(ce.make_plan(c, pred, None, "values", "single-pass"), 0) for c in run]]
+    assert not ce._chains(live, "values")
 
 
 @pytest.mark.parametrize("room", [0, 1, 100, 2000, 2001])
@@ -228,11 +230,11 @@ def test_the_chain_writes_nothing_at_or_past_its_room(device, room):
     rng = np.random.default_rng(room)
     pred = _Pred()
     run = _chunks(rng, [5000, 31, 1, 9000], [0.1, 1.0, 1.0, 0.1])
-    live = [(cb._plan(c, pred, None, "both", "single-pass"), 7) for c in run]
+    live = [(ce.make_plan(c, pred, None, "both", "single-pass"), 7) for c in run]
     want_v, want_i = _want(run, [7] * 4, "both")
     k = len(want_v)
     v, i = np.full(20_000, -3.5, np.float32), np.full(20_000, -9, np.int64)
-    ends = cb.read_words(cb.queue_chain(live, v, i, room))
+    ends = ce.read_words(ce.queue_chain(live, v, i, room))
     assert ends == list(np.cumsum([np.count_nonzero(np.asarray(c) < 0.5) for c in run]))
     w = min(room, k)
     np.testing.assert_array_equal(v[:w], want_v[:w])

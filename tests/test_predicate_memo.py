@@ -441,10 +441,10 @@ def test_map_compact_after_a_rebind_while_tracing(monkeypatch):
 
 
 def test_a_gpu_repeated_call_is_kept_only_under_its_predicates_trace_key():
-    """cupy_backend.kept_key (importable without CuPy): the GPU repeated calls keep a call
+    """cupy_calls.kept_key (importable without CuPy): the GPU repeated calls keep a call
     under the caller's function only while its key is the one the predicate the call ran was
     traced under; tests/gpu run the calls themselves."""
-    from dask_compact.backends.cupy_backend import caller_key, kept_key
+    from dask_compact.backends.cupy_calls import caller_key, kept_key
 
     limit = 0.25
     pred = lambda v: v < limit  # noqa: E731
@@ -459,7 +459,7 @@ def test_a_gpu_repeated_call_is_kept_only_under_its_predicates_trace_key():
 
 
 def test_gpu_kept_calls_are_never_a_later_threads(monkeypatch):
-    """The GPU calls keep their ready and repeated calls per thread (cupy_backend, the
+    """The GPU calls keep their ready and repeated calls per thread (cupy_calls, the
     records' ready and repeated calls): each one's kept scratch, word sets and pinned words
     are reused in its stream's order only. Keyed by threading.get_ident() until 2026-12-01
     (thirteenth session, a concurrency probe of the GPU calls), a thread started after
@@ -470,7 +470,7 @@ def test_gpu_kept_calls_are_never_a_later_threads(monkeypatch):
     import sys
     import threading
 
-    from dask_compact.backends import cupy_backend, cupy_records_repeat
+    from dask_compact.backends import cupy_calls, cupy_records_repeat
 
     stream = types.SimpleNamespace(ptr=2)  # cudaStreamPerThread: every thread's, one pointer
     cuda = types.SimpleNamespace(get_current_stream=lambda: stream)
@@ -481,7 +481,7 @@ def test_gpu_kept_calls_are_never_a_later_threads(monkeypatch):
 
     def call():
         idents.append(threading.get_ident())
-        keys.append((cupy_backend._repeat_key(a, "x < 1", "values", True, "auto"),
+        keys.append((cupy_calls._repeat_key(a, "x < 1", "values", True, "auto"),
                      cupy_records_repeat._repeat_key({"x": a}, "x < 1", False)))
 
     for _ in range(6):
@@ -493,7 +493,7 @@ def test_gpu_kept_calls_are_never_a_later_threads(monkeypatch):
     for part in (0, 1):
         assert len({k[part] for k in keys}) == len(keys), "a later thread met an ended one's"
     call()  # this thread's keys are the same at every call
-    assert keys[-1] == (cupy_backend._repeat_key(a, "x < 1", "values", True, "auto"),
+    assert keys[-1] == (cupy_calls._repeat_key(a, "x < 1", "values", True, "auto"),
                         cupy_records_repeat._repeat_key({"x": a}, "x < 1", False))
 
 

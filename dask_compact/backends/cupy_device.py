@@ -1,6 +1,7 @@
 """Device memory chores of the CuPy layer: zeroing, copies by ``cudaMemcpyAsync``, the count
-words read back into pinned host memory with one synchronisation, joining outputs; and the
-one check a kernel cannot make for itself (negative integer exponents, :func:`check_powers`)."""
+words read back into pinned host memory with one synchronisation, joining outputs, what a
+CUDA graph capture keeps alive (:func:`capturing`, ``kept_for_graphs``); and the one check a
+kernel cannot make for itself (negative integer exponents, :func:`check_powers`)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from ..validate import by_output
 
 __all__ = ["NULL", "NO_CAP", "contiguous", "memset0", "ptr_or_null", "by_output", "device_copy",
            "head_copy", "head_rows", "output_empty", "class_items", "read_words", "read_counts",
-           "concat_outputs", "check_powers"]
+           "concat_outputs", "check_powers", "capturing", "kept_for_graphs"]
 
 NULL = np.uint64(0)
 # dcx_single_pass's cap argument where the output holds every selected element
@@ -271,7 +272,7 @@ def check_powers(tp: Any, x: Any, params: tuple) -> None:
     import cupy
 
     stream = cupy.cuda.get_current_stream()
-    if tp.data_powers and stream.ptr not in (0, 1) and stream.is_capturing():
+    if tp.data_powers and capturing(stream):
         raise ValueError(
             "this predicate raises the power of an integer to an exponent computed from the "
             "data, which NumPy refuses where it is negative; checking that needs a host "
@@ -279,3 +280,13 @@ def check_powers(tp: Any, x: Any, params: tuple) -> None:
             "without it (a float power, e.g. x ** 2.0, or a constant exponent)."
         )
     tp.check_powers(x, params, cupy)
+
+
+def capturing(stream: Any) -> bool:
+    """Whether ``stream`` is capturing a CUDA graph (the legacy default stream never is)."""
+    return stream.ptr not in (0, 1) and stream.is_capturing()
+
+
+# What calls captured into CUDA graphs use (tile state, copies of inputs): never freed, since
+# a graph may be replayed at any time; O(n/1024) bytes per captured call on contiguous input.
+kept_for_graphs: list[Any] = []

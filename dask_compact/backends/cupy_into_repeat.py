@@ -1,7 +1,7 @@
 """The repeated public :func:`dask_compact.compact_into` call on CuPy input: called again with
 an equal predicate, the same kind of input and the same buffers, count and stream, it runs the
 ready call it ran the last time (``cupy_ready.IntoCall``) without the public checks and the
-dispatch, as compact_array's repeated call does (``cupy_backend.repeated_call``) and
+dispatch, as compact_array's repeated call does (``cupy_calls.repeated_call``) and
 compact_records_into's (``cupy_records_repeat.repeated_into``).
 
 Why: a loop of small sync-free calls into the same buffers (a path tracer's ray batches) paid
@@ -25,6 +25,8 @@ import numpy as np
 from ..cache import BoundedCache
 from ..predicate.core import Predicate
 from ..validate import _span
+from . import cupy_tuning as tuning
+from .cupy_device import capturing
 from .cupy_launch import thread_key
 from .cupy_shaped import (
     ShapedRun,
@@ -71,7 +73,7 @@ def _key(a: Any, pred_like: Any, out: Any, output: str, count: Any, stream: Any,
          stable: bool, algorithm: str, pred: Predicate | None = None) -> tuple | None:
     import cupy
 
-    from .cupy_backend import caller_key, kept_key
+    from .cupy_calls import caller_key, kept_key
 
     bufs = _buffers(out, output)
     if bufs is None:
@@ -90,9 +92,7 @@ def repeated_into(a: Any, pred_like: Any, out: Any, output: str, count: Any, str
     array, or None where none is kept, ``a`` is not C-contiguous on the entry's device (the
     current one), the stream is capturing a graph, or ``a`` overlaps a buffer: the public
     call then checks and dispatches as usual (and says what is wrong)."""
-    from . import cupy_backend
-
-    if not cupy_backend.FAST_SMALL_CALLS:
+    if not tuning.FAST_SMALL_CALLS:
         return None
     try:
         key = _key(a, pred_like, out, output, count, stream, stable, algorithm)
@@ -112,7 +112,7 @@ def repeated_into(a: Any, pred_like: Any, out: Any, output: str, count: Any, str
     dev, call, _, s, spans = hit
     if a.data.device_id != dev or cupy.cuda.runtime.getDevice() != dev:
         return None
-    if cupy_backend._capturing(s):  # a captured call takes words of its own
+    if capturing(s):  # a captured call takes words of its own
         return None
     lo = int(a.data.ptr)
     hi = lo + int(a.nbytes)
@@ -133,21 +133,21 @@ def remember_into(a: Any, pred_like: Any, pred: Predicate, out: Any, output: str
     keep the ready call it ran under the caller's predicate and the buffers' memory for
     :func:`repeated_into`. Nothing is kept where the call took the general path (a graph
     being captured, a mask-path or three-pass call, a non-contiguous input)."""
-    from . import cupy_backend
+    from .cupy_calls import call_algorithm, ready_call
+    from .cupy_ready import IntoCall
 
-    if not cupy_backend.FAST_SMALL_CALLS or a.size == 0:
+    if not tuning.FAST_SMALL_CALLS or a.size == 0:
         return
     import cupy
 
     s = cupy.cuda.get_current_stream() if stream is None else stream
-    if cupy_backend._capturing(s):
+    if capturing(s):
         return
     key = _key(a, pred_like, out, output, count, stream, stable, algorithm, pred)
     if key is None:
         return
-    alg = cupy_backend._call_algorithm(algorithm, stable, a.size)
-    call = cupy_backend._ready_call(cupy_backend.IntoCall, a, pred, output, alg, s.ptr,
-                                    stream)
+    alg = call_algorithm(algorithm, stable, a.size)
+    call = ready_call(IntoCall, a, pred, output, alg, s.ptr, stream)
     if call is None:
         return
     spans = tuple(_span(b) for b in (*_buffers(out, output), count)  # type: ignore[misc]
@@ -182,24 +182,24 @@ def _shaped_hit(a: Any, text: Any, key: tuple | None) -> tuple | None:
 def _remember_shaped(a: Any, text: Any, pred: Predicate, key: tuple, output: str, alg: str,
                      s: Any, stream: Any, spans: tuple) -> None:
     """Keep an IntoCall of its own for ``text``'s shape (see :data:`_shaped`)."""
-    from . import cupy_backend
+    from .cupy_exact import make_plan
     from .cupy_ready import IntoCall
 
     found = kept(text, pred, key)
     if found is None or _shaped.get(found[0]) is not None:
         return
-    plan = cupy_backend._plan(a, pred, None, output, alg)
+    plan = make_plan(a, pred, None, output, alg)
     tp = shape_typing(pred, a, plan)
     if tp is None:
         return
-    # its words made in the order of the stream it runs on (as cupy_backend._ready_call)
+    # its words made in the order of the stream it runs on (as cupy_calls.ready_call)
     with contextlib.nullcontext() if stream is None else stream:
         call = IntoCall(plan, output)
     _shaped.put(found[0], [a.data.device_id, call, tp, None, s, spans])
 
 
 def forget() -> None:
-    """Drop the calls kept here (``cupy_backend.forget_ready_calls``)."""
+    """Drop the calls kept here (``cupy_calls.forget_ready_calls``)."""
     _repeats.clear()
     _shaped.clear()
     _runs.clear()

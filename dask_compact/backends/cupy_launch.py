@@ -23,7 +23,7 @@ _thread = threading.local()
 
 
 def thread_key() -> object:
-    """This thread's part of the keys of the calls kept between calls (``cupy_backend``'s
+    """This thread's part of the keys of the calls kept between calls (``cupy_calls``'
     ready and repeated calls, the records' ones): an object made for this thread, which the
     entries it keys hold, so that no later thread ever has it. Until 2026-12-01 (thirteenth
     session, a concurrency probe) ``threading.get_ident()``, which a thread started after

@@ -148,7 +148,7 @@ class SinglePass:
     def main(self, plan: Plan, index_base: int, out_vals: Any, out_idx: Any, ws: TileWords,
              exact: bool = False, cap: Any = NO_CAP, start: Any = None) -> None:
         """The compaction; ``cap`` / ``start``: the look-back kernel's bound on the outputs
-        and, for a chunk of a chained run (cupy_backend._run_chained), the device word of
+        and, for a chunk of a chained run (cupy_exact._run_chained), the device word of
         its start in the run's outputs (kernels/single_pass.cu, d_start: the "chain" role;
         ``ws.count`` then receives the next chunk's start)."""
         k, spec, tiles = plan.kernels, plan.spec, plan.tiles

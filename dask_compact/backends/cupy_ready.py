@@ -4,7 +4,7 @@ so that a small call costs a few launches of host time, not CuPy's per-argument 
 Two kinds: :class:`OneReadCall` (``compact_array``'s exact-size small call: one read into
 scratch, the count watched in mapped host memory, the selection copied out) and
 :class:`IntoCall` (``compact_into``: the caller's buffers and count, nothing waits).
-``cupy_backend`` caches them per (thread, predicate, dtype, output, algorithm, n, device,
+``cupy_calls`` caches them per (thread, predicate, dtype, output, algorithm, n, device,
 stream); each is used by one thread only (the packed slots are state).
 """
 
@@ -27,7 +27,7 @@ from .cupy_device import (
 from .cupy_launchers import Plan, tile_words
 from .cupy_modules import compiled, resident_blocks
 from .cupy_source import group_of
-from .cupy_tuning import COPY_BLOCK, COPY_MAX_GRID
+from .cupy_tuning import COPY_BLOCK, COPY_MAX_GRID, SPIN_MAX_N
 
 __all__ = ["PackedKernel", "CopyOut", "OneReadCall", "IntoCall", "fraction_key", "learn",
            "learned", "speculated", "KEEP_SCRATCH_BYTES"]
@@ -39,10 +39,6 @@ __all__ = ["PackedKernel", "CopyOut", "OneReadCall", "IntoCall", "fraction_key",
 KEEP_SCRATCH_BYTES = 8 << 20
 # Iterations of the host's wait for a mapped count before it falls back to a stream sync.
 _SPIN = 4000
-# Calls of up to this many elements watch the mapped count; larger ones (whose kernel runs
-# longer than the spin would last, and whose callers may be many threads of a batch job)
-# wait in a stream synchronisation, which releases the GIL, and read the same word after it.
-SPIN_MAX_N = 1 << 22
 _NOT_YET = np.uint64(2**64 - 1)
 # Tile-word sets of a packed single-pass kernel, zeroed together once per round of calls:
 # at most this many, and at most this many bytes (float32 tiles of 16384: 2^20 has 64 tiles,
@@ -59,7 +55,7 @@ def fraction_key(dtype: np.dtype, output: str) -> tuple:
 
 def learn(memo: dict | None, dtype: np.dtype, output: str, total: int, n: int) -> None:
     """What the next call of this predicate on ``dtype`` chooses its exact path by: the
-    fraction this call selected (cupy_backend._one_read, OneReadCall._speculate)."""
+    fraction this call selected (cupy_exact._one_read, OneReadCall._speculate)."""
     if memo is not None and n:
         memo[fraction_key(dtype, output)] = total / n
 
@@ -201,7 +197,7 @@ class OneReadCall:
     selected before on this dtype and output, the single-pass kernel writes straight into
     outputs sized from that fraction instead (:meth:`_speculate`), with no scratch and no
     copy. One per (thread, predicate object, dtype, output, algorithm, n, device, stream):
-    see ``cupy_backend._one_read_call``.
+    see ``cupy_calls.one_read_call``.
 
     The count: the single-pass kernel's last tile stores the total with one plain store, so
     it is stored straight into pinned host memory (mapped: with unified addressing the host

@@ -29,10 +29,15 @@ import numpy as np
 from ..predicate.core import Predicate
 from ..predicate.fields import record_mask
 from ..validate import to_native
-from . import cupy_backend
 from . import cupy_tuning as tuning
-from .cupy_backend import _capturing, _kept_for_graphs
-from .cupy_device import check_powers, contiguous, output_empty, ptr_or_null
+from .cupy_device import (
+    capturing,
+    check_powers,
+    contiguous,
+    kept_for_graphs,
+    output_empty,
+    ptr_or_null,
+)
 from .cupy_modules import compiled
 from .cupy_records_common import (
     column_table,
@@ -160,7 +165,7 @@ def compact_records(
     # and CuPy refuses to make an array of the other order (until 2026-12-01, fourteenth
     # session, such a call raised CuPy's ValueError once it had counted), so they are native
     fields = native_fields(fields)
-    if cupy_backend.FAST_SMALL_CALLS:  # read at the call: tests and benchmarks turn it off
+    if tuning.FAST_SMALL_CALLS:  # read at the call: tests and benchmarks turn it off
         call = ready_records_call(fields, pred, indices)
         if call is not None:
             return call(fields, index_base)
@@ -204,7 +209,7 @@ def compact_records_into(
         src = {name: fields[name] for name in out if name in fields}
         dst = {name: out[name] for name in src}
         idx = out["indices"] if "indices" in out and "indices" not in fields else None
-        call = ready_into_call(fields, pred) if cupy_backend.FAST_SMALL_CALLS else None
+        call = ready_into_call(fields, pred) if tuning.FAST_SMALL_CALLS else None
         if call is not None:
             call.into(fields, dst, idx, count, index_base)
             return count
@@ -215,6 +220,6 @@ def compact_records_into(
         # the work is queued, not done: what it reads must outlive this call. CuPy's pool
         # frees in stream order (a block freed here is reused only by later work on this
         # stream), so the arrays may go; a capture keeps them for the graph's life.
-        if _capturing(stream):
-            _kept_for_graphs.append((passes, keep))
+        if capturing(stream):
+            kept_for_graphs.append((passes, keep))
         return count

@@ -17,7 +17,7 @@ from ..codegen.cuda_functor import CodegenUnsupported, generate_record_functor
 from ..predicate.core import Predicate, field_dtypes
 from ..predicate.expr import ParamOverflow
 from ..validate import other_order, to_native
-from .cupy_backend import _capturing, _kept_for_graphs
+from .cupy_device import capturing, kept_for_graphs
 from .cupy_modules import typed_functor
 
 __all__ = ["copy_unit", "column_entries", "column_table", "copy_launches", "upload_table",
@@ -120,8 +120,8 @@ def upload_table(table: np.ndarray, stream: Any) -> Any:
     key = (cupy.cuda.Device().id, table.tobytes())
     hit = _tables.get(key)
     if hit is not None:
-        if _capturing(stream):
-            _kept_for_graphs.append(hit)
+        if capturing(stream):
+            kept_for_graphs.append(hit)
         return hit
     mem = cupy.cuda.alloc_pinned_memory(max(table.nbytes, 8))
     host = np.frombuffer(mem, dtype=np.int64, count=table.size).reshape(table.shape)
@@ -129,8 +129,8 @@ def upload_table(table: np.ndarray, stream: Any) -> Any:
     d = cupy.empty(table.shape, dtype=np.int64)
     cupy.cuda.runtime.memcpyAsync(d.data.ptr, host.ctypes.data, table.nbytes,
                                   cupy.cuda.runtime.memcpyHostToDevice, stream.ptr)
-    if _capturing(stream):
-        _kept_for_graphs.append(mem)  # the graph copies from it at every replay
+    if capturing(stream):
+        kept_for_graphs.append(mem)  # the graph copies from it at every replay
     else:
         event = cupy.cuda.Event(disable_timing=True)
         event.record(stream)

@@ -39,8 +39,7 @@ from ..cache import BoundedCache
 from ..predicate.core import Predicate
 from ..validate import other_order
 from . import cupy_tuning as tuning
-from .cupy_backend import _capturing
-from .cupy_device import OUTPUT_CLASS_MIN_BYTES, class_items, landed, output_empty
+from .cupy_device import OUTPUT_CLASS_MIN_BYTES, capturing, class_items, landed, output_empty
 from .cupy_launch import PackedLaunch, thread_key
 from .cupy_modules import compiled
 from .cupy_ready import KEEP_SCRATCH_BYTES
@@ -327,7 +326,7 @@ def ready_into_call(fields: dict[str, Any], pred: Predicate) -> Any:
     graph a workspace of its own)."""
     import cupy
 
-    if _capturing(cupy.cuda.get_current_stream()):
+    if capturing(cupy.cuda.get_current_stream()):
         return None
     return _ready(fields, pred, False, True)
 

@@ -2,7 +2,7 @@
 :func:`dask_compact.compact_records_into` on CuPy fields, called again with an equal
 predicate on the same kind of arguments, run the ready call they ran the last time
 (``cupy_records_ready``) without the public checks and the dispatch, as compact_array's
-repeated call does (``cupy_backend.repeated_call``)."""
+repeated call does (``cupy_calls.repeated_call``)."""
 
 from __future__ import annotations
 
@@ -12,14 +12,15 @@ import numpy as np
 
 from ..cache import BoundedCache
 from ..predicate.core import Predicate
-from .cupy_backend import _capturing
+from . import cupy_tuning as tuning
+from .cupy_device import capturing
 from .cupy_launch import thread_key
 from .cupy_records_ready import ready_into_call, ready_records_call
 
 __all__ = ["repeated_records_call", "remember_records_call", "repeated_into", "remember_into"]
 
 
-# compact_records' repeated call, as compact_array's (cupy_backend.repeated_call): (thread,
+# compact_records' repeated call, as compact_array's (cupy_calls.repeated_call): (thread,
 # the caller's predicate as a key, indices, stream, every field's (name, type, dtype, shape,
 # device)) -> (device, its RecordsCall, the caller's predicate). A hit skips the public
 # checks (18-38 us on the 2-core CI machine for four fields) and the dispatch: everything
@@ -29,10 +30,10 @@ _repeats: BoundedCache[tuple, tuple] = BoundedCache("repeated record calls")
 
 def _repeat_key(fields: dict[str, Any], pred_like: Any, indices: bool,
                 pred: Predicate | None = None) -> tuple | None:
-    """``pred``: the predicate a call ran, when keeping it (``cupy_backend.kept_key``)."""
+    """``pred``: the predicate a call ran, when keeping it (``cupy_calls.kept_key``)."""
     import cupy
 
-    from .cupy_backend import caller_key, kept_key
+    from .cupy_calls import caller_key, kept_key
 
     pk = caller_key(pred_like) if pred is None else kept_key(pred_like, pred)
     if pk is None:
@@ -46,9 +47,7 @@ def repeated_records_call(fields: dict[str, Any], pred_like: Any, indices: bool)
     """The ready call :func:`remember_records_call` kept for this thread, predicate, layout
     and stream, if every field is C-contiguous and the current device is theirs; else None
     (the public call checks and dispatches as usual)."""
-    from . import cupy_backend
-
-    if not cupy_backend.FAST_SMALL_CALLS:
+    if not tuning.FAST_SMALL_CALLS:
         return None
     try:
         key = _repeat_key(fields, pred_like, indices)
@@ -71,9 +70,7 @@ def remember_records_call(fields: dict[str, Any], pred_like: Any, pred: Predicat
                           indices: bool) -> None:
     """After a public call on ``fields`` (checked, every array the caller's) that ran a
     ready call: keep it under ``pred_like``, the predicate the caller passed."""
-    from . import cupy_backend
-
-    if not cupy_backend.FAST_SMALL_CALLS:
+    if not tuning.FAST_SMALL_CALLS:
         return
     import cupy
 
@@ -104,7 +101,7 @@ def _into_key(fields: dict[str, Any], pred_like: Any, out: Any, count: Any, stre
               pred: Predicate | None = None) -> tuple | None:  # fmt: skip
     import cupy
 
-    from .cupy_backend import caller_key, kept_key
+    from .cupy_calls import caller_key, kept_key
 
     pk = caller_key(pred_like) if pred is None else kept_key(pred_like, pred)
     if pk is None or type(out) is not dict:
@@ -121,9 +118,7 @@ def repeated_into(fields: dict[str, Any], pred_like: Any, out: Any, count: Any,
     """Run the ready call :func:`remember_into` kept for these arguments and return the count
     array, or None where none is kept (or the stream is being captured): the public call then
     checks and dispatches as usual."""
-    from . import cupy_backend
-
-    if not cupy_backend.FAST_SMALL_CALLS:
+    if not tuning.FAST_SMALL_CALLS:
         return None
     try:
         key = _into_key(fields, pred_like, out, count, stream)
@@ -135,7 +130,7 @@ def repeated_into(fields: dict[str, Any], pred_like: Any, out: Any, count: Any,
     import cupy
 
     dev, call, _, written, idx_name = hit
-    if cupy.cuda.runtime.getDevice() != dev or _capturing(call.stream):
+    if cupy.cuda.runtime.getDevice() != dev or capturing(call.stream):
         return None
     if count is None:
         with call.stream:  # allocated in the stream's order, as the general call does
@@ -149,9 +144,7 @@ def remember_into(fields: dict[str, Any], pred_like: Any, pred: Predicate, out: 
                   count: Any, stream: Any) -> None:
     """After a public compact_records_into on these (checked) arguments: keep its ready call
     under the caller's predicate and the arguments' memory for :func:`repeated_into`."""
-    from . import cupy_backend
-
-    if not cupy_backend.FAST_SMALL_CALLS:
+    if not tuning.FAST_SMALL_CALLS:
         return
     import cupy
 

@@ -1,7 +1,7 @@
 """``compact_array``'s repeated GPU call for a string predicate whose numbers alone changed.
 
 A threshold new at each call (``compact_array(a, f"x < {t}")``) is a new text each time, so
-the repeated call kept per text (``cupy_backend.repeated_call``) never hits, and every call
+the repeated call kept per text (``cupy_calls.repeated_call``) never hits, and every call
 paid the checks, a plan, a new ready call (its packed kernel, zeroed words and pinned count
 word) and a first call's scratch and copy: 200-300 us at 2^20 on one H200 against ~30 us for
 the same threshold again, 2.6-3.8x ``torch.masked_select``'s time. Texts of one kept shape
@@ -134,7 +134,7 @@ def bound_numbers(tp: Any, numbers: tuple, dtype: np.dtype, text: str) -> tuple 
 
 
 def forget() -> None:
-    """Drop the shaped calls kept (``cupy_backend.forget_ready_calls``)."""
+    """Drop the shaped calls kept (``cupy_calls.forget_ready_calls``)."""
     shaped_calls.clear()
     _runs.clear()
     _served.clear()
@@ -208,13 +208,13 @@ def remember_shaped(a: Any, text: Any, pred: Any, key: tuple, output: str, alg: 
     ready call of its own for the shape of ``text`` (a string or a function), planned as that
     call (``alg``), where the shape is kept (:func:`kept`) and its typing has no folds nor
     powers."""
-    from .cupy_backend import _plan
+    from .cupy_exact import make_plan
     from .cupy_ready import OneReadCall
 
     found = kept(text, pred, key)
     if found is None or shaped_calls.get(found[0]) is not None:
         return
-    plan = _plan(a, pred, None, output, alg)
+    plan = make_plan(a, pred, None, output, alg)
     tp = shape_typing(pred, a, plan)
     if tp is not None:
         shaped_calls.put(found[0], [a.data.device_id, OneReadCall(plan, output), tp, None])

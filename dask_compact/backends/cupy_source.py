@@ -129,7 +129,7 @@ class ModuleSpec:
                 "partition": f"dcx_partition<{t}, {p}, {out}, {s}, {b}, {i}{pa}>",
             }
             if self.functor is not None:
-                # a chunk of a chained run (cupy_backend._run_chained, fused predicates only:
+                # a chunk of a chained run (cupy_exact._run_chained, fused predicates only:
                 # a mask-path run never chains, and ptxas spilled 4 bytes in its 2-byte kernels
                 # of both outputs): VARIANT's bit 1
                 names["chain"] = (

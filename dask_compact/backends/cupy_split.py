@@ -27,8 +27,8 @@ import numpy as np
 
 from ..predicate.core import Predicate
 from ..predicate.fields import record_predicate
-from .cupy_backend import _plan  # the compaction's plan: the fused kernel or the mask path
 from .cupy_device import NULL, contiguous, ptr_or_null
+from .cupy_exact import make_plan  # the compaction's plan: the fused kernel or the mask path
 from .cupy_launchers import tile_words
 from .cupy_records import _Pass
 from .cupy_records_common import column_table, upload_table
@@ -63,7 +63,7 @@ def _by_tiles(a: Any, pred: Predicate, mask: Any, output: str, values: Any, idx:
               index_base: int) -> int:
     """count -> tile scan -> dcx_partition; the split point. ``mask``: the mask path's, or
     None for a fused predicate."""
-    plan = _plan(a, pred, mask, output, "single-pass")
+    plan = make_plan(a, pred, mask, output, "single-pass")
     kernels, tiles, nb = plan.kernels, plan.tiles, np.int64(plan.n)
     block = plan.spec.tuning.block
     ws = tile_words("single-pass", tiles, exact=True)

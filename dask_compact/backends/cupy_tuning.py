@@ -1,6 +1,7 @@
 """What the CUDA kernels are launched with: the algorithms, the tile shapes and look-back
 schedules per (compute capability, algorithm, element size) with the measurement behind each,
-and the constants the kernels take as template parameters.
+and the constants the kernels take as template parameters; and the switches of the exact-size
+paths (which path a call takes: read at each call, so that tests and benchmarks can turn them).
 
 One home for every number the launch layer and the kernels share: the kernels take them as
 template parameters (``kernels/three_pass.cu``'s block, the scan's shape, the tile shape), so
@@ -21,7 +22,9 @@ __all__ = [
     "SINGLE_PASS_VARIANTS", "EXACT_MODES", "TP_GROUP", "TP_BLOCK", "TP_SCAN_BLOCK",
     "TP_SCAN_ITEMS", "SCAN_BLOCK", "SCAN_ITEMS", "REC_BLOCK", "REC_ITEMS", "REC_GATHER_WORDS",
     "COPY_BLOCK", "COPY_MAX_GRID", "REC_DENSE_FROM", "REC_SPANS_BLOCK", "REC_SCAN_BLOCK",
-    "REC_SCAN_ITEMS", "REC_GATHER_MIN_BLOCKS", "REC_GATHER_LOADS",
+    "REC_SCAN_ITEMS", "REC_GATHER_MIN_BLOCKS", "REC_GATHER_LOADS", "EXACT_MODE", "SPIN_MAX_N",
+    "ONE_READ_MARGIN", "ONE_READ_ALWAYS_BYTES", "FAST_SMALL_CALLS", "UNSTABLE_SINGLE_PASS_MAX_N",
+    "CHAINED_RUNS",
 ]  # fmt: skip
 
 ALGORITHMS = ("single-pass", "three-pass", "hybrid")
@@ -83,9 +86,56 @@ SINGLE_PASS_VARIANTS = {"classic": 0, "early": 1}
 # Exact-size paths of algorithm="single-pass": "prefix" (count -> tile-prefix scan -> read the
 # total -> allocate -> scatter at known prefixes) or "lookback" (count -> read the total ->
 # allocate -> the look-back kernel). "prefix" measured faster only at p=0.95 (float32 1.230 vs
-# 1.343 ms) and 1-8% slower at p <= 0.5, so the default (cupy_backend.EXACT_MODE) is
-# "lookback" (benchmarks/results/NOTES-gpu.md).
+# 1.343 ms) and 1-8% slower at p <= 0.5, so the default (EXACT_MODE below) is "lookback"
+# (benchmarks/results/NOTES-gpu.md).
 EXACT_MODES = ("prefix", "lookback")
+
+# ---- the exact-size paths' switches, read at each call (tests and benchmarks switch them) ----
+
+# Exact-size path of algorithm="single-pass", one of EXACT_MODES.
+EXACT_MODE = "lookback"
+# Calls of up to this many elements watch the mapped count (cupy_ready.OneReadCall); larger
+# ones (whose kernel runs longer than the spin would last, and whose callers may be many
+# threads of a batch job) wait in a stream synchronisation, which releases the GIL, and read
+# the same word after it.
+SPIN_MAX_N = 1 << 22
+# The one-read exact path (cupy_exact.run_one_read) is taken when the bytes it moves,
+# n*s + 3*k*o (read the input, write the selection to scratch, copy it out), are under
+# ONE_READ_MARGIN times those of counting first, 2*n*s + k*o (s: input itemsize, o: output
+# bytes per selected element): when the selected fraction is under ONE_READ_MARGIN * s / (2*o)
+# (0.4 for values of any dtype, 0.2 for float32 indices). The margin leaves room for the
+# copy's launch.
+ONE_READ_MARGIN = 0.8
+# Every call takes the one-read path, whatever the fraction, while the most it can cost over
+# counting first is small: n*(2*o - s) bytes (everything selected: written to scratch and
+# copied out, less the second read of the input it saves) at most ONE_READ_ALWAYS_BYTES.
+# Counting first costs launches, a plan and a host round trip (~100 us of host time on the
+# H100), one read a launch and a copy (a cached ready call, cupy_ready.OneReadCall). Measured
+# there (2026-11-25, compact_array per call, 2^22-2^26, p = .05/.5/.95, float32/float64
+# values/indices, benchmarks/results/2026-11-25_h100_1862e9a_one_read_ab.txt; the bound
+# swept by benchmarks/one_read_threshold.py): up to
+# this bound one read was faster at every p (float32 values 2^24: 84/116/151 us against
+# 180/177/187 us; 2^26: 169/310/498 against 243/375/532 us), past it slower at p = .95
+# (float32 indices 2^25: 415 against 374 us).
+ONE_READ_ALWAYS_BYTES = 1 << 28
+# Such calls (and repeated compact_into calls) run through a cached ready call
+# (cupy_ready.OneReadCall / IntoCall: packed launch, no plan); False: the general path (the
+# tests compare both).
+FAST_SMALL_CALLS = True
+# stable=False with algorithm="auto" lets the call choose its kernel. Up to this many elements
+# it takes the single-pass one (order kept all the same): its ready call watches the count in
+# mapped host memory, where the hybrid's count is an atomic total, final only at the kernel's
+# end, read back by a copy and a stream synchronisation, and its words need a memset per
+# call. Measured on one H100 (public_calls.py, float32, p = .05/.5/.95, one run, f561870):
+# at 2^20 47.6-60.0 us through the hybrid against 39.7-43.4 us through the single-pass
+# kernel; at 2^24 the two were equal (81/113/148 against 79/110/147 us).
+UNSTABLE_SINGLE_PASS_MAX_N = SPIN_MAX_N
+# A run of chunks (compact_many, compact_runs) once its predicate has selected on the dtype and
+# output: its chunks' single-pass kernels chained on the device into outputs sized from that
+# fraction over the run's length (cupy_exact._run_chained); False: the run counts first or
+# reads once into scratch and copies, as before 2026-12-02 (the tests and benchmarks compare
+# both).
+CHAINED_RUNS = True
 
 
 @dataclass(frozen=True)
@@ -214,7 +264,7 @@ def override_lookback_sleeps(poll: int | None, wait: int = 0) -> None:
     element size, over the table's tile shapes and any override's; ``poll`` None: each
     tuning's own again. For an A/B in one process (``benchmarks/lookback_sleeps_ab.py``),
     never the table. A ready call kept by an earlier call runs the module it was made with:
-    ``cupy_backend.forget_ready_calls()`` after a switch."""
+    ``cupy_calls.forget_ready_calls()`` after a switch."""
     global _sleeps
     if poll is None:
         _sleeps = None

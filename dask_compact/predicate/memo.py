@@ -737,7 +737,7 @@ def _import_name(obj: Any) -> tuple[str, str] | None:
 
 
 # The key a memo entry's predicate was traced under, kept in its Predicate.memo (not pickled),
-# so that a backend keeping the call a function made (cupy_backend.remember_call) keeps it only
+# so that a backend keeping the call a function made (cupy_calls.remember_call) keeps it only
 # under the key of the values that call used.
 TRACED_UNDER = "traced under"
 

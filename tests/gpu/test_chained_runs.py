@@ -3,7 +3,7 @@ map_compact's grouped tasks), once its predicate has selected on the dtype and o
 every chunk straight into one output sized from that fraction over the run's length, each
 chunk's kernel starting where the previous one's ended (a device word, kernels/single_pass.cu
 ``d_start``); a run that selects more than that room runs again where it overflowed
-(cupy_backend._run_chained, _chained_overflow; 2026-12-02, sixteenth session). Against NumPy:
+(cupy_exact._run_chained, _chained_overflow; 2026-12-02, sixteenth session). Against NumPy:
 every dtype and output, fractions rising, falling and overflowing within a run, odd chunk
 sizes, empty chunks, runs of one chunk.
 
@@ -22,6 +22,8 @@ cupy = pytest.importorskip("cupy")
 from gpu_helpers import held_bytes  # noqa: E402
 
 from dask_compact.backends import cupy_backend as cb  # noqa: E402
+from dask_compact.backends import cupy_exact as ce  # noqa: E402
+from dask_compact.backends import cupy_tuning as ct  # noqa: E402
 from dask_compact.backends.cupy_ready import speculated  # noqa: E402
 from dask_compact.predicate.core import Predicate  # noqa: E402
 from dask_compact.predicate.expr import Call, Param, Var  # noqa: E402
@@ -99,7 +101,7 @@ class Spy:
     def __init__(self, monkeypatch: Any) -> None:
         self.chained: list[int] = []
         self.overflows: list[tuple[int, list[int]]] = []
-        run, over = cb._run_chained, cb._chained_overflow
+        run, over = ce._run_chained, ce._chained_overflow
 
         def chained(live, output, sink=None):
             self.chained.append(len(live))
@@ -109,8 +111,8 @@ class Spy:
             self.overflows.append((room, list(ends)))
             return over(live, output, vals, idx, ends, room)
 
-        monkeypatch.setattr(cb, "_run_chained", chained)
-        monkeypatch.setattr(cb, "_chained_overflow", overflow)
+        monkeypatch.setattr(ce, "_run_chained", chained)
+        monkeypatch.setattr(ce, "_chained_overflow", overflow)
 
 
 # (sizes, fractions) of the runs of one test, in order: a first run (nothing learned: counts
@@ -194,7 +196,7 @@ def test_runs_chain_after_a_first_run_and_match_numpy(dtype, output, monkeypatch
 @pytest.mark.parametrize("output", OUTPUTS)
 @pytest.mark.parametrize("dtype", ["uint8", "int16", "float32", "float64", "complex128"])
 def test_a_chain_writes_only_below_its_room(dtype, output):
-    """cupy_backend.queue_chain into poisoned outputs larger than the run's selection: the
+    """cupy_exact.queue_chain into poisoned outputs larger than the run's selection: the
     first min(room, k) elements are the run's selection in order, nothing at or past room is
     touched (rooms at 0, 1, inside the first chunk, at a chunk's end, inside a later chunk,
     k - 1, k, k + 1, n), and the ends are the chunks' whole cumulative counts."""
@@ -207,7 +209,7 @@ def test_a_chain_writes_only_below_its_room(dtype, output):
     counts = [int(np.asarray(pred.mask(h)).sum()) for h in host]
     ends = list(np.cumsum(counts))
     k, n = ends[-1], sum(sizes)
-    live = [(cb._plan(cupy.asarray(h), pred, None, output, "single-pass"), b)
+    live = [(ce.make_plan(cupy.asarray(h), pred, None, output, "single-pass"), b)
             for h, b in zip(host, bases)]
     dt = np.dtype(dtype)
     sentinel = np.array(7 if dt.kind in "iu" else -3.5, dt)
@@ -215,7 +217,7 @@ def test_a_chain_writes_only_below_its_room(dtype, output):
                         ends[3] - 17, k - 1, k, k + 1, n}):
         vals = cupy.full(n, sentinel, dt) if output != "indices" else None
         idx = cupy.full(n, -9, np.int64) if output != "values" else None
-        got_ends = cb.read_words(cb.queue_chain(live, vals, idx, room))
+        got_ends = ce.read_words(ce.queue_chain(live, vals, idx, room))
         assert got_ends == ends, room
         w = min(room, k)
         for out, wv, poison in ((vals, wanted[0], sentinel), (idx, wanted[-1], -9)):
@@ -266,11 +268,11 @@ def test_runs_do_not_chain_before_a_first_run_or_when_switched_off(output, monke
     bases = bases_of(sizes)
     wanted = want(pred, host, bases, output)
     blocks = [cupy.asarray(h) for h in host]
-    monkeypatch.setattr(cb, "CHAINED_RUNS", False)
+    monkeypatch.setattr(ct, "CHAINED_RUNS", False)
     for _ in range(2):
         check(cb.compact_many(blocks, pred, output, True, "auto", bases), wanted, output)
     assert not spy.chained
-    monkeypatch.setattr(cb, "CHAINED_RUNS", True)
+    monkeypatch.setattr(ct, "CHAINED_RUNS", True)
     check(cb.compact_many(blocks, pred, output, True, "auto", bases), wanted, output)
     assert spy.chained == [3]  # learned by the runs above (counted first or read once)
     fresh = predicate("float32")
@@ -299,7 +301,7 @@ def test_a_run_that_overflows_the_device_falls_back(output, monkeypatch):
     check(cb.compact_many(blocks, pred, output, True, "auto", bases), wanted, output)
     spy = Spy(monkeypatch)
     calls = []
-    real = cb.output_empty
+    real = ce.output_empty
 
     def first_fails(*args: Any, **kwargs: Any) -> Any:
         calls.append(args)
@@ -307,6 +309,6 @@ def test_a_run_that_overflows_the_device_falls_back(output, monkeypatch):
             raise MemoryError("no room (a test)")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(cb, "output_empty", first_fails)
+    monkeypatch.setattr(ce, "output_empty", first_fails)
     check(cb.compact_many(blocks, pred, output, True, "auto", bases), wanted, output)
     assert spy.chained == [2] and len(calls) > 1

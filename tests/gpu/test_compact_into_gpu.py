@@ -14,7 +14,7 @@ import pytest
 cupy = pytest.importorskip("cupy")
 
 from dask_compact import compact_array, compact_into, compact_records_into  # noqa: E402
-from dask_compact.backends import cupy_backend as cb  # noqa: E402
+from dask_compact.backends import cupy_tuning as ct  # noqa: E402
 from dask_compact.predicate.parse import parse  # noqa: E402
 
 pytestmark = pytest.mark.gpu
@@ -64,7 +64,7 @@ def same_set(got: np.ndarray, want: np.ndarray, stable: bool) -> None:
 def test_matches_numpy_tail_untouched(dtype, kernel, ready, monkeypatch):
     """Both the cached ready call (packed launch) and the general path; each size twice with
     new data, so the ready call is reused."""
-    monkeypatch.setattr(cb, "FAST_SMALL_CALLS", ready)
+    monkeypatch.setattr(ct, "FAST_SMALL_CALLS", ready)
     stable, algorithm = KERNELS[kernel]
     for n, seed in [(n, n + r) for n in SIZES for r in (0, 1)]:
         for t in (-1.0, 5.0, 50.0, 101.0):  # none, few, half, all
@@ -224,7 +224,7 @@ def test_input_of_the_other_byte_order_matches_numpy(dtype, ready, monkeypatch):
     calls converted it until 2026-12-01 (thirteenth session). compact_array, compact_into on
     the array and on a strided view of it, compact_records_into with the predicate reading
     it; against NumPy."""
-    monkeypatch.setattr(cb, "FAST_SMALL_CALLS", ready)
+    monkeypatch.setattr(ct, "FAST_SMALL_CALLS", ready)
     n = 65_537
     a_np = data(n, dtype, seed=21)
     pred = pred_for(dtype, 50.0)

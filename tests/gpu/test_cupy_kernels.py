@@ -12,6 +12,7 @@ import pytest
 cupy = pytest.importorskip("cupy")
 
 from dask_compact.backends import cupy_backend as cb  # noqa: E402
+from dask_compact.backends import cupy_exact as ce  # noqa: E402
 from dask_compact.backends import cupy_tuning  # noqa: E402
 from dask_compact.predicate.core import Predicate  # noqa: E402
 from dask_compact.predicate.expr import Call, Param, Var  # noqa: E402
@@ -37,7 +38,7 @@ DTYPES = [
 ALGORITHMS = ["single-pass", "three-pass", "hybrid"]
 # Test id -> (algorithm, keyword overrides). compact() (exact-size path): the single-pass exact
 # modes x look-back schedules that can run; compact_into(): the look-back schedules. The
-# module defaults (cb.EXACT_MODE, cupy_tuning.variant_for) are one of these combinations.
+# module defaults (cupy_tuning.EXACT_MODE, cupy_tuning.variant_for) are one of these combinations.
 EXACT_CONFIGS = {
     "single-pass:prefix": ("single-pass", {"exact_mode": "prefix"}),
     "single-pass:lookback-early": ("single-pass", {"exact_mode": "lookback", "variant": "early"}),
@@ -47,7 +48,8 @@ EXACT_CONFIGS = {
     ),
     "three-pass": ("three-pass", {}),
     "hybrid": ("hybrid", {}),
-    # the module defaults, where calls within cb.ONE_READ_ALWAYS_BYTES read their input once
+    # the module defaults, where calls within cupy_tuning.ONE_READ_ALWAYS_BYTES read their input
+    # once
     # (through the cached packed launch, cupy_ready.OneReadCall, and without it)
     "single-pass:one-read": ("single-pass", {}),
     "hybrid:one-read": ("hybrid", {}),
@@ -67,14 +69,14 @@ OUTPUTS = ["values", "indices", "both"]
 
 @pytest.fixture(autouse=True)
 def _count_first_unless_one_read(request, monkeypatch):
-    """Calls within cb.ONE_READ_ALWAYS_BYTES read their input once; every other exact
+    """Calls within cupy_tuning.ONE_READ_ALWAYS_BYTES read their input once; every other exact
     configuration counts first at every size, so that both paths are tested at every size."""
     callspec = getattr(request.node, "callspec", None)
     config = callspec.params.get("config") if callspec is not None else None
     if config in EXACT_CONFIGS and config not in ONE_READ_CONFIGS:
-        monkeypatch.setattr(cb, "ONE_READ_ALWAYS_BYTES", 0)
+        monkeypatch.setattr(cupy_tuning, "ONE_READ_ALWAYS_BYTES", 0)
     if config is not None and config.endswith("one-read-general"):
-        monkeypatch.setattr(cb, "FAST_SMALL_CALLS", False)
+        monkeypatch.setattr(cupy_tuning, "FAST_SMALL_CALLS", False)
 
 SMALL_SIZES = [0, 1, 31, 32, 33, 1023, 1024, 1025, 8191, 8192, 8193, 65537, 1000003]
 PS = [0.0, 0.001, 0.05, 0.5, 0.95, 1.0]
@@ -237,7 +239,7 @@ def test_variant_and_mode_are_checked() -> None:
     with pytest.raises(ValueError):
         cb.compact(a, pred, "values", True, "single-pass", 0, exact_mode="bogus")
     assert {e.variant for e in cupy_tuning.TABLE.values()} <= set(cupy_tuning.SINGLE_PASS_VARIANTS)
-    assert cb.EXACT_MODE in cupy_tuning.EXACT_MODES
+    assert cupy_tuning.EXACT_MODE in cupy_tuning.EXACT_MODES
 
 
 @pytest.mark.parametrize("config", list(EXACT_CONFIGS))
@@ -246,9 +248,9 @@ def test_mask_path_and_fallbacks(config: str, monkeypatch) -> None:
     algorithm, kw = EXACT_CONFIGS[config]
     # the mask path and compact_masked take the module defaults
     if kw.get("variant") is not None:
-        monkeypatch.setattr(cb, "variant_for", lambda itemsize, cc=None: kw["variant"])
+        monkeypatch.setattr(ce, "variant_for", lambda itemsize, cc=None: kw["variant"])
     if kw.get("exact_mode") is not None:
-        monkeypatch.setattr(cb, "EXACT_MODE", kw["exact_mode"])
+        monkeypatch.setattr(cupy_tuning, "EXACT_MODE", kw["exact_mode"])
     rng = np.random.default_rng(3)
     stable = algorithm != "hybrid"
     a_np = make_data(rng, 100003, "float32")
@@ -579,7 +581,7 @@ def test_a_new_predicate_compiles_only_the_kernels_that_take_it(compiled_sources
     # prefix group's one
     from dask_compact.predicate import as_predicate
 
-    monkeypatch.setattr(cb, "ONE_READ_ALWAYS_BYTES", 0)
+    monkeypatch.setattr(cupy_tuning, "ONE_READ_ALWAYS_BYTES", 0)
     sources.clear()
     text = "(x > 0.96875) | ((x < 0.34375) & (x != 0.28125))"
     got = cb.compact(fields["a"], as_predicate(text), "values", True, "single-pass", 0,

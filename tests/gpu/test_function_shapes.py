@@ -19,7 +19,7 @@ cupy = pytest.importorskip("cupy")
 from gpu_helpers import check, expect, served_by_shape  # noqa: E402
 
 from dask_compact import compact_array, compact_into  # noqa: E402
-from dask_compact.backends import cupy_backend as cb  # noqa: E402
+from dask_compact.backends import cupy_calls as ck  # noqa: E402
 from dask_compact.backends import cupy_into_repeat  # noqa: E402
 
 pytestmark = pytest.mark.gpu
@@ -30,7 +30,7 @@ G_T = 0.5
 @pytest.fixture
 def hits(monkeypatch):
     """The functions whose compact_array calls the shaped path served."""
-    yield from served_by_shape(monkeypatch, cb, "shaped_call", functions_only=True)
+    yield from served_by_shape(monkeypatch, ck, "shaped_call", functions_only=True)
 
 
 @pytest.fixture
@@ -248,4 +248,4 @@ def test_a_value_called_again_gets_a_call_of_its_own(hits):
     for t in (0.5, 0.25, 0.25, 0.25, 0.25, 0.75, 0.75):
         check(compact_array(a, _closure(t)), h[h < t], "values", True)
     assert len(hits) == 2  # 0.25's first call and 0.75's
-    assert len(cb._repeat_calls) == 3
+    assert len(ck._repeat_calls) == 3

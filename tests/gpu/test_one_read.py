@@ -26,6 +26,9 @@ from gpu_helpers import (  # noqa: E402
 
 from dask_compact import compact_array  # noqa: E402
 from dask_compact.backends import cupy_backend as cb  # noqa: E402
+from dask_compact.backends import cupy_calls as ck  # noqa: E402
+from dask_compact.backends import cupy_exact as ce  # noqa: E402
+from dask_compact.backends import cupy_tuning as ct  # noqa: E402
 from dask_compact.predicate import as_predicate  # noqa: E402
 from dask_compact.predicate.parse import parse  # noqa: E402 -- a fresh predicate: no memo yet
 
@@ -37,10 +40,10 @@ pytestmark = pytest.mark.gpu
 @pytest.mark.parametrize("output", ["values", "indices", "both"])
 @pytest.mark.parametrize("stable", [True, False])
 def test_second_call_takes_one_read_and_matches_numpy(dtype, n, output, stable, monkeypatch):
-    monkeypatch.setattr(cb, "FAST_SMALL_CALLS", False)  # the general path's choice, counted
+    monkeypatch.setattr(ct, "FAST_SMALL_CALLS", False)  # the general path's choice, counted
     taken = []
-    real = cb._run_one_read
-    monkeypatch.setattr(cb, "_run_one_read", lambda *a: taken.append(1) or real(*a))
+    real = ce.run_one_read
+    monkeypatch.setattr(ce, "run_one_read", lambda *a: taken.append(1) or real(*a))
     rng = np.random.default_rng(n)
     pred = parse("x < 3")  # about 3% of 0..99
     s = np.dtype(dtype).itemsize
@@ -53,11 +56,11 @@ def test_second_call_takes_one_read_and_matches_numpy(dtype, n, output, stable, 
         check(got, expect(a_host, a_host < 3, output), output, stable)
         # a small call always reads once; a larger one counts first on the first call, and
         # after that reads once iff the previous call's fraction was under the threshold
-        one_read = cb.always_reads_once(n, np.dtype(dtype), output) or (
-            previous is not None and previous < cb.ONE_READ_MARGIN * s / (2 * o))
+        one_read = ce.always_reads_once(n, np.dtype(dtype), output) or (
+            previous is not None and previous < ct.ONE_READ_MARGIN * s / (2 * o))
         assert (len(taken) > before) is one_read, (previous, s, o)
         previous = float((a_host < 3).mean())
-    if not cb.always_reads_once(n, np.dtype(dtype), output):
+    if not ce.always_reads_once(n, np.dtype(dtype), output):
         assert len(taken) == 2
     else:
         assert len(taken) == 3
@@ -67,12 +70,12 @@ def test_second_call_takes_one_read_and_matches_numpy(dtype, n, output, stable, 
 @pytest.mark.parametrize("stable", [True, False])
 def test_large_calls_count_first_then_follow_the_fraction(output, stable, monkeypatch):
     """Above ONE_READ_ALWAYS_BYTES the path follows the previous call's fraction."""
-    monkeypatch.setattr(cb, "ONE_READ_ALWAYS_BYTES", 1000)
+    monkeypatch.setattr(ct, "ONE_READ_ALWAYS_BYTES", 1000)
     taken = []
-    real = cb._run_one_read
-    monkeypatch.setattr(cb, "_run_one_read", lambda *a: taken.append(1) or real(*a))
-    real_ready = cb.OneReadCall.__call__  # the cached ready call, where it applies
-    monkeypatch.setattr(cb.OneReadCall, "__call__",
+    real = ce.run_one_read
+    monkeypatch.setattr(ce, "run_one_read", lambda *a: taken.append(1) or real(*a))
+    real_ready = ck.OneReadCall.__call__  # the cached ready call, where it applies
+    monkeypatch.setattr(ck.OneReadCall, "__call__",
                         lambda self, *a: taken.append(1) or real_ready(self, *a))
     pred = parse("x < 3")
     rng = np.random.default_rng(3)
@@ -104,12 +107,12 @@ def test_large_one_read_calls_take_the_ready_call_and_stay_exact(output, monkeyp
     selects nearly everything; after a dense call too (since 2026-12-01, fifteenth session:
     the ready call writes into outputs sized from the previous fraction, at any fraction;
     a dense call after it counted first before)."""
-    monkeypatch.setattr(cb, "ONE_READ_ALWAYS_BYTES", 1000)
+    monkeypatch.setattr(ct, "ONE_READ_ALWAYS_BYTES", 1000)
     ready, general = [], []
-    real_ready, real_general = cb.OneReadCall.__call__, cb._run_one_read
-    monkeypatch.setattr(cb.OneReadCall, "__call__",
+    real_ready, real_general = ck.OneReadCall.__call__, ce.run_one_read
+    monkeypatch.setattr(ck.OneReadCall, "__call__",
                         lambda self, *a: ready.append(1) or real_ready(self, *a))
-    monkeypatch.setattr(cb, "_run_one_read", lambda *a: general.append(1) or real_general(*a))
+    monkeypatch.setattr(ce, "run_one_read", lambda *a: general.append(1) or real_general(*a))
     pred = parse("x > 0.5")
     sparse = np.zeros(100_003, dtype=np.float32)
     sparse[::97] = 1
@@ -143,13 +146,13 @@ def test_one_read_result_is_an_exact_size_allocation():
 
 def test_threshold_follows_the_bytes_moved(monkeypatch):
     """Values of any dtype: under 0.4 of the input selected; float32 indices: under 0.2."""
-    monkeypatch.setattr(cb, "ONE_READ_ALWAYS_BYTES", 1000)
-    plan = cb._plan(cupy.zeros(1001, np.float32), as_predicate("x < 1"),
+    monkeypatch.setattr(ct, "ONE_READ_ALWAYS_BYTES", 1000)
+    plan = ce.make_plan(cupy.zeros(1001, np.float32), as_predicate("x < 1"),
                     None, "values", "single-pass")
     for output, frac, want in (("values", 0.39, True), ("values", 0.41, False),
                                ("indices", 0.19, True), ("indices", 0.21, False)):
         plan.memo[("fraction", plan.spec.dtype, output)] = frac
-        assert cb._one_read(plan, output) is want
+        assert ce._one_read(plan, output) is want
 
 
 def test_small_calls_run_the_cached_launch_and_match_the_general_path(monkeypatch):
@@ -159,8 +162,8 @@ def test_small_calls_run_the_cached_launch_and_match_the_general_path(monkeypatc
     pred = parse("(x > 0.2) & (x < 0.7)")
     rng = np.random.default_rng(8)
     built = []
-    real = cb.OneReadCall
-    monkeypatch.setattr(cb, "OneReadCall", lambda *a: built.append(1) or real(*a))
+    real = ck.OneReadCall
+    monkeypatch.setattr(ck, "OneReadCall", lambda *a: built.append(1) or real(*a))
     for stream in (None, cupy.cuda.Stream(non_blocking=True)):
         with stream if stream is not None else cupy.cuda.Stream.null:
             for n in (1, 33, 1025, 65_521, 1 << 20):
@@ -173,10 +176,10 @@ def test_small_calls_run_the_cached_launch_and_match_the_general_path(monkeypatc
                             (a_host > 0.2) & (a_host < 0.7)) + 11
                         check(got, {"values": v, "indices": i, "both": (v, i)}[output],
                               output, True)
-                        monkeypatch.setattr(cb, "FAST_SMALL_CALLS", False)
+                        monkeypatch.setattr(ct, "FAST_SMALL_CALLS", False)
                         check(cb.compact(a, pred, output, True, "auto", 11),
                               {"values": v, "indices": i, "both": (v, i)}[output], output, True)
-                        monkeypatch.setattr(cb, "FAST_SMALL_CALLS", True)
+                        monkeypatch.setattr(ct, "FAST_SMALL_CALLS", True)
     assert len(built) == 2 * 5 * 3  # one per (stream, size, output), reused by the repeats
 
 
@@ -245,7 +248,7 @@ def test_small_unstable_auto_calls_take_the_single_pass_kernel(monkeypatch):
     monkeypatch.setattr(cupy_ready.OneReadCall, "_speculate",
                         lambda self, *a: speculated.append(self.kernel.hybrid)
                         or real_speculate(self, *a))
-    monkeypatch.setattr(cb, "UNSTABLE_SINGLE_PASS_MAX_N", 50_000)
+    monkeypatch.setattr(ct, "UNSTABLE_SINGLE_PASS_MAX_N", 50_000)
     rng = np.random.default_rng(5)
     for n, algorithm, want_kernel in [(50_000, "auto", "single-pass"),
                                       (50_001, "auto", "hybrid"),
@@ -264,7 +267,7 @@ def test_small_unstable_auto_calls_take_the_single_pass_kernel(monkeypatch):
         if algorithm == "auto" and want_kernel == "hybrid":
             # the call takes the hybrid; the repeated call kept after it, made once the
             # predicate has selected, the single-pass kernel's speculative call (one read, no
-            # copy; cupy_backend._exact_algorithm), which the next call runs, order kept
+            # copy; cupy_calls.exact_algorithm), which the next call runs, order kept
             assert kernels == ["hybrid", "single-pass", "hybrid"], kernels
             del speculated[:]
             again = cupy.asnumpy(compact_array(a, pred, stable=False))
@@ -282,7 +285,7 @@ def test_copy_out_kernel_copies_exactly_the_head(dtype):
     from dask_compact.backends import cupy_ready
     from dask_compact.backends.cupy_tuning import COPY_BLOCK, COPY_MAX_GRID
 
-    plan = cb._plan(cupy.zeros(64, dtype=dtype), parse("x != 0"), None, "values", "single-pass")
+    plan = ce.make_plan(cupy.zeros(64, dtype=dtype), parse("x != 0"), None, "values", "single-pass")
     copy_out = cupy_ready.CopyOut(plan.kernels["copy_out"])
     itemsize = np.dtype(dtype).itemsize
     big = COPY_MAX_GRID * COPY_BLOCK * 16 // itemsize + 5  # grid-stride past the capped grid
@@ -298,7 +301,7 @@ def test_copy_out_kernel_copies_exactly_the_head(dtype):
                 np.testing.assert_array_equal(cupy.asnumpy(got), want[:kk])
 
 
-# -- compact_array's repeated call (cupy_backend.repeated_call) ----------------------------------
+# -- compact_array's repeated call (cupy_calls.repeated_call) ----------------------------------
 
 THRESHOLD = 0.5
 
@@ -316,13 +319,13 @@ def _no_dispatch(monkeypatch):
 @pytest.mark.parametrize("output", ["values", "indices", "both"])
 @pytest.mark.parametrize("dtype", ["float32", "float64", "int16"])
 def test_repeated_call_is_kept_and_exact_on_new_data(output, dtype, monkeypatch):
-    cb._repeat_calls.clear()
+    ck._repeat_calls.clear()
     rng = np.random.default_rng(7)
     pred = lambda v: v < 40  # noqa: E731
     a_host = (rng.random(100_003) * 100).astype(dtype)
     check(compact_array(cupy.asarray(a_host), pred, output=output),
           expect(a_host, a_host < 40, output), output, True)
-    assert len(cb._repeat_calls) == 1
+    assert len(ck._repeat_calls) == 1
     _no_dispatch(monkeypatch)
     for _ in range(3):  # new data of the same size: the kept call, exact
         a_host = (rng.random(100_003) * 100).astype(dtype)
@@ -341,7 +344,7 @@ def test_repeated_call_follows_a_rebound_constant(monkeypatch):
     """A function reading a global: rebinding it is a new predicate (the trace key), never the
     kept call of the old value."""
     global THRESHOLD
-    cb._repeat_calls.clear()
+    ck._repeat_calls.clear()
     pred = lambda v: v < THRESHOLD  # noqa: E731
     a_host = np.random.default_rng(8).random(65_537).astype(np.float32)
     a = cupy.asarray(a_host)
@@ -353,7 +356,7 @@ def test_repeated_call_follows_a_rebound_constant(monkeypatch):
         # 0.5's call kept; 0.75 and 0.25's first run the function's shape's call with their
         # own constants (since 2026-12-02, eighteenth session: predicate/function_shape), and
         # 0.25's second the checked call, which keeps its own
-        assert len(cb._repeat_calls) == 2
+        assert len(ck._repeat_calls) == 2
         # a closure cell rebound: the same
         limit = 0.1
         closure = lambda v: v < limit  # noqa: E731
@@ -366,7 +369,7 @@ def test_repeated_call_follows_a_rebound_constant(monkeypatch):
 
 @pytest.mark.parametrize("pred", ["x < 0.3", as_predicate("x < 0.3")])
 def test_repeated_call_for_strings_and_predicates(pred, monkeypatch):
-    cb._repeat_calls.clear()
+    ck._repeat_calls.clear()
     a_host = np.random.default_rng(9).random(4099)
     a = cupy.asarray(a_host)
     compact_array(a, pred)
@@ -377,47 +380,47 @@ def test_repeated_call_for_strings_and_predicates(pred, monkeypatch):
 def test_repeated_call_not_kept_where_it_must_not_be(monkeypatch):
     from dask_compact import clear_cache
 
-    cb._repeat_calls.clear()
+    ck._repeat_calls.clear()
     a_host = np.random.default_rng(10).random(4099).astype(np.float32)
     a = cupy.asarray(a_host)
     pred = lambda v: v > 0.5  # noqa: E731
     # the general path only (the tests of both paths compare them): nothing kept or taken
-    monkeypatch.setattr(cb, "FAST_SMALL_CALLS", False)
+    monkeypatch.setattr(ct, "FAST_SMALL_CALLS", False)
     compact_array(a, pred)
-    assert len(cb._repeat_calls) == 0
-    monkeypatch.setattr(cb, "FAST_SMALL_CALLS", True)
+    assert len(ck._repeat_calls) == 0
+    monkeypatch.setattr(ct, "FAST_SMALL_CALLS", True)
     # larger calls choose their path by the previous call's fraction: the hybrid kernel's
     # never kept (it counts first or reads once by that fraction); the single-pass kernel's
     # kept once the predicate has selected (the checked call always takes its ready call
     # then, writing into outputs sized from that fraction), and exact on new data, one
     # that selects more than the outputs hold too
     rng = np.random.default_rng(11)
-    big_host = rng.random((cb.ONE_READ_ALWAYS_BYTES >> 5) + 1).astype(np.float32)
+    big_host = rng.random((ct.ONE_READ_ALWAYS_BYTES >> 5) + 1).astype(np.float32)
     big = cupy.asarray(big_host)
     for _ in range(2):
         got = cupy.asnumpy(compact_array(big, pred, algorithm="hybrid", stable=False))
         np.testing.assert_array_equal(np.sort(got), np.sort(big_host[big_host > 0.5]))
-    assert len(cb._repeat_calls) == 0
+    assert len(ck._repeat_calls) == 0
     np.testing.assert_array_equal(cupy.asnumpy(compact_array(big, pred)),
                                   big_host[big_host > 0.5])
-    assert len(cb._repeat_calls) == 1
+    assert len(ck._repeat_calls) == 1
     with monkeypatch.context() as m:
         _no_dispatch(m)
         for scale in (1.0, 0.6, 1.9):  # the same fraction, fewer, far more than it held
             new_host = (rng.random(big_host.size) * scale).astype(np.float32)
             got = cupy.asnumpy(compact_array(cupy.asarray(new_host), pred))
             np.testing.assert_array_equal(got, new_host[new_host > 0.5])
-    cb._repeat_calls.clear()
+    ck._repeat_calls.clear()
     # a kept call, then clear_cache(): dispatched again
     compact_array(a, pred)
-    assert len(cb._repeat_calls) == 1
+    assert len(ck._repeat_calls) == 1
     clear_cache()
-    assert len(cb._repeat_calls) == 0
+    assert len(ck._repeat_calls) == 0
     # another stream: another entry
     compact_array(a, pred)
     with cupy.cuda.Stream():
         np.testing.assert_array_equal(cupy.asnumpy(compact_array(a, pred)), a_host[a_host > 0.5])
-    assert len(cb._repeat_calls) == 2
+    assert len(ck._repeat_calls) == 2
     # bad arguments still get their own errors
     with pytest.raises(ValueError, match="output"):
         compact_array(a, pred, output="nope")
@@ -495,7 +498,7 @@ def test_a_constant_rebound_while_a_call_runs_is_not_kept_under_the_new_value(mo
     import dask_compact.chunk as chunk
 
     global THRESHOLD
-    cb._repeat_calls.clear()
+    ck._repeat_calls.clear()
     pred = lambda v: v < THRESHOLD  # noqa: E731
     a_host = np.random.default_rng(12).random(4099).astype(np.float32)
     a = cupy.asarray(a_host)
@@ -513,14 +516,14 @@ def test_a_constant_rebound_while_a_call_runs_is_not_kept_under_the_new_value(mo
         monkeypatch.setattr(chunk, "compact_chunk", rebinding)
         got = cupy.asnumpy(compact_array(a, pred))
         np.testing.assert_array_equal(got, a_host[a_host < 0.125])
-        assert len(cb._repeat_calls) == 0
+        assert len(ck._repeat_calls) == 0
         for t in (0.875, 0.875, 0.125, 0.125):
             THRESHOLD = t
             np.testing.assert_array_equal(cupy.asnumpy(compact_array(a, pred)),
                                           a_host[a_host < t])
         # 0.875's call kept (0.125's first call was not, being traced under another value);
         # 0.125 again runs the shape's call with its own constant, and then its own
-        assert len(cb._repeat_calls) == 2
+        assert len(ck._repeat_calls) == 2
     finally:
         THRESHOLD = 0.5
 
@@ -530,7 +533,7 @@ def test_repeated_call_of_a_predicate_reading_the_clock_reads_it_every_call():
     trace, and so the kept call, held the first call's clock reading)."""
     import time
 
-    cb._repeat_calls.clear()
+    ck._repeat_calls.clear()
     now = time.monotonic_ns()
     host = np.random.default_rng(12).permutation(
         now + np.arange(-2_000, 2_000, dtype=np.int64) * 1_000_000)
@@ -543,7 +546,7 @@ def test_repeated_call_of_a_predicate_reading_the_clock_reads_it_every_call():
         assert (host < before).sum() <= got.size <= (host < after).sum()
         np.testing.assert_array_equal(got, host[host < got.max() + 1])
         time.sleep(0.25)
-    assert len(cb._repeat_calls) == 0
+    assert len(ck._repeat_calls) == 0
 
 
 class _Interrupted(Exception):
@@ -579,8 +582,8 @@ def test_a_call_interrupted_in_its_wait_leaves_nothing_a_next_call_reads(error, 
     held behind a kernel of 0-400 us, so that it ends while the next call watches the word."""
     hold = hold_kernel()
     built = []
-    real = cb.OneReadCall
-    monkeypatch.setattr(cb, "OneReadCall", lambda *a: built.append(real(*a)) or built[-1])
+    real = ck.OneReadCall
+    monkeypatch.setattr(ck, "OneReadCall", lambda *a: built.append(real(*a)) or built[-1])
     monkeypatch.setattr(_InterruptedWord, "armed", [])
     pred = parse("x < 0.5")  # a new predicate object: a new ready call, made under the patch
     rng = np.random.default_rng(n)
@@ -679,7 +682,7 @@ def test_the_kernel_writes_only_below_its_cap(output, dtype, monkeypatch):
         a_host = (a_host % 2).astype(dtype)  # 0 and 1: about half under 0.3
     a = cupy.asarray(a_host)
     built = []
-    monkeypatch.setattr(cb, "OneReadCall", lambda *args: built.append(OneReadCall(*args))
+    monkeypatch.setattr(ck, "OneReadCall", lambda *args: built.append(OneReadCall(*args))
                         or built[-1])
     compact_array(a, pred, output=output)  # builds the ready call (a new predicate object)
     assert len(built) == 1 and built[0].mapped

@@ -169,12 +169,12 @@ def test_float64_tile_shapes_by_call_match_numpy(text):
     TABLE's (the plan says so), and every output, stable or not and through
     ``compact_into``, matches NumPy at sizes around both shapes' tile multiples, with NaN,
     infinities and -0.0 in the data. Every mismatch is collected."""
-    from dask_compact.backends import cupy_backend, cupy_tuning
+    from dask_compact.backends import cupy_exact, cupy_modules, cupy_tuning
     from dask_compact.predicate import as_predicate
 
-    cc = cupy_backend.device_cc()
+    cc = cupy_modules.device_cc()
     probe = cupy.zeros(8, "float64")
-    spec = cupy_backend._plan(probe, as_predicate(text), None, "values", "single-pass").spec
+    spec = cupy_exact.make_plan(probe, as_predicate(text), None, "values", "single-pass").spec
     divmod_shape = cupy_tuning.tuning_for("single-pass", 8, cc, float_divmod=True)
     table_shape = cupy_tuning.tuning_for("single-pass", 8, cc)
     assert spec.tuning == (divmod_shape if FLOAT64_CALLS[text] else table_shape)

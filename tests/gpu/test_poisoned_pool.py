@@ -53,7 +53,7 @@ from dask_compact import (  # noqa: E402
     partition_array,
     scan_array,
 )
-from dask_compact.backends import cupy_backend as cb  # noqa: E402
+from dask_compact.backends import cupy_calls as ck  # noqa: E402
 from dask_compact.backends import (  # noqa: E402
     cupy_into_repeat,
     cupy_launchers,
@@ -128,7 +128,7 @@ def forget_kept_calls() -> None:
     # the shaped calls too (a string's or function's new numbers run them): a test's second
     # call of "x < 0.5" took the shape's kept IntoCall the first one left and made no ready call
     # of its own (found on the H200 on 2026-12-02, eighteenth session, in a whole-suite run)
-    for cache in (cb._ready_calls, cb._repeat_calls, cupy_into_repeat._repeats,
+    for cache in (ck._ready_calls, ck._repeat_calls, cupy_into_repeat._repeats,
                   cupy_into_repeat._shaped, cupy_shaped.shaped_calls,
                   cupy_records_ready._calls,
                   cupy_records_ready._by_content, cupy_records_repeat._repeats,
@@ -296,7 +296,7 @@ KINDS = {"float32": ("string", "callable", "mask"), "int32": ("string", "callabl
 
 def _switch(monkeypatch: pytest.MonkeyPatch, switches: dict[str, Any]) -> None:
     for name, value in switches.items():
-        monkeypatch.setattr(cb, name, value)
+        monkeypatch.setattr(cupy_tuning, name, value)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -425,7 +425,7 @@ def record_want(f: dict[str, np.ndarray], mask: np.ndarray, indices: bool) -> di
     return out
 
 
-# id -> (module switches of cupy_backend, REC_DENSE_FROM): the ready call and the general one,
+# id -> (switches of cupy_tuning, REC_DENSE_FROM): the ready call and the general one,
 # each copy form alone (0.0: every span to the scatter; 2.0: every span to the list form)
 RECORD_CONFIGS = {
     "ready": ({}, None),
@@ -670,7 +670,7 @@ def test_compact_into_makes_its_count_in_the_order_of_its_stream(
     default stream while that stream still had to write a block just freed got that block,
     the call stored the count on s, and the default stream's write landed on it afterwards
     (-7 here; until 2026-12-01, found by reading the code: not yet run on a GPU)."""
-    monkeypatch.setattr(cb, "FAST_SMALL_CALLS", ready)
+    monkeypatch.setattr(cupy_tuning, "FAST_SMALL_CALLS", ready)
     s = cupy.cuda.Stream(non_blocking=True)
     a_np = make(4099, "float32", seed=7)
     want = int(np.count_nonzero(a_np < 0.5))
@@ -747,7 +747,7 @@ def test_compact_into_kept_call_makes_its_words_in_the_order_of_its_stream(
     using them: the default stream's next allocation of their size got them (written beside
     the count fix, from a poisoned-pool probe's note). Made in s's order, they go back to s's
     share."""
-    monkeypatch.setattr(cb, "FAST_SMALL_CALLS", True)
+    monkeypatch.setattr(cupy_tuning, "FAST_SMALL_CALLS", True)
     s = cupy.cuda.Stream(non_blocking=True)
     a_np = make(70001, "float32", seed=11)
     mask = a_np < 0.5
@@ -760,7 +760,7 @@ def test_compact_into_kept_call_makes_its_words_in_the_order_of_its_stream(
         cupy.get_default_memory_pool().free_all_blocks()
         compact_into(a, "x < 0.5", out, count=count, stream=s)  # makes and keeps its call
         s.synchronize()
-        calls = [c for _, c in cb._ready_calls._items.values()
+        calls = [c for _, c in ck._ready_calls._items.values()
                  if isinstance(c, cupy_ready.IntoCall)]
         assert len(calls) == 1
         words = calls[0].kernel.words
@@ -787,7 +787,7 @@ def test_compact_into_converts_its_input_in_the_order_of_its_stream(
     ms, it was queued behind that work in a block the current stream had just freed, while
     s's kernel read the block at once: 0xFF bytes (NaNs), nothing selected. compact_records_into
     (``records``) made its copy on s already; checked the same way."""
-    monkeypatch.setattr(cb, "FAST_SMALL_CALLS", call != "general")
+    monkeypatch.setattr(cupy_tuning, "FAST_SMALL_CALLS", call != "general")
     s = cupy.cuda.Stream(non_blocking=True)
     a_np = make(70001, "float32", seed=13)
     mask = a_np < 0.5

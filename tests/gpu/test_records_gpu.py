@@ -14,7 +14,7 @@ da = pytest.importorskip("dask.array")
 from conftest import device_pool_capped, key_predicate, random_array  # noqa: E402
 
 from dask_compact import compact_records  # noqa: E402
-from dask_compact.backends import cupy_backend as cb  # noqa: E402
+from dask_compact.backends import cupy_tuning  # noqa: E402
 from dask_compact.validate import DTYPES  # noqa: E402
 
 pytestmark = pytest.mark.gpu
@@ -433,7 +433,7 @@ def test_fields_of_the_other_byte_order_match_numpy(dtype: np.dtype, ready: bool
     dtype (views, as CuPy allows) copies them as they are."""
     from dask_compact import compact_records_into
 
-    monkeypatch.setattr(cb, "FAST_SMALL_CALLS", ready)
+    monkeypatch.setattr(cupy_tuning, "FAST_SMALL_CALLS", ready)
     for n in (0, 1, 31, 33, 1025, 65_537):
         rng = np.random.default_rng(n)
         f_np = {"key": with_specials(random_array(rng, n, dtype)), "m": rng.random(n),

@@ -83,7 +83,7 @@ def test_a_loop_of_batches_of_one_layout() -> None:
 def test_ready_and_general_calls_agree(monkeypatch, n: int, p: float) -> None:
     """The same call through the ready call and through the general one (its first call
     builds the ready call, the second runs it), against NumPy."""
-    from dask_compact.backends import cupy_backend as cb
+    from dask_compact.backends import cupy_tuning
 
     f_np = batch(n, n)
     f = {k: cupy.asarray(v) for k, v in f_np.items()}
@@ -92,7 +92,7 @@ def test_ready_and_general_calls_agree(monkeypatch, n: int, p: float) -> None:
     pred = f"throughput >= {t!r}" if p else "throughput > 2"
     expected = want(f_np, mask, True)
     for fast in (False, True, True):
-        monkeypatch.setattr(cb, "FAST_SMALL_CALLS", fast)
+        monkeypatch.setattr(cupy_tuning, "FAST_SMALL_CALLS", fast)
         same(compact_records(f, pred, indices=True), expected)
 
 
@@ -344,14 +344,14 @@ def test_into_loop_on_kept_buffers_and_new_ones(monkeypatch, n: int) -> None:
     each call (nothing waited for between calls but the count's read), other buffers every
     third call, a subset of the fields written, and the general call beside it."""
     from dask_compact import compact_records_into
-    from dask_compact.backends import cupy_backend as cb
+    from dask_compact.backends import cupy_tuning
 
     f = {k: cupy.asarray(v) for k, v in batch(n, 50).items()}
     pred = "alive & (throughput < 0.7)"
     out = {"origin": cupy.empty((n, 3), np.float32), "depth": cupy.empty(n, np.uint8),
            "indices": cupy.empty(n, np.int64)}
     for i in range(7):
-        monkeypatch.setattr(cb, "FAST_SMALL_CALLS", i != 5)
+        monkeypatch.setattr(cupy_tuning, "FAST_SMALL_CALLS", i != 5)
         host = batch(n, 60 + i)
         for k in f:
             f[k].set(host[k])

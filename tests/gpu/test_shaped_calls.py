@@ -17,7 +17,7 @@ cupy = pytest.importorskip("cupy")
 from gpu_helpers import check, expect, served_by_shape  # noqa: E402
 
 from dask_compact import compact_array  # noqa: E402
-from dask_compact.backends import cupy_backend as cb  # noqa: E402
+from dask_compact.backends import cupy_calls as ck  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -25,7 +25,7 @@ pytestmark = pytest.mark.gpu
 @pytest.fixture
 def shaped_hits(monkeypatch):
     """How many calls the shaped path served (a call returned, not None)."""
-    yield from served_by_shape(monkeypatch, cb, "shaped_call")
+    yield from served_by_shape(monkeypatch, ck, "shaped_call")
 
 
 @pytest.mark.parametrize("n", [1, 33, 1025, 100_003, 1 << 20])

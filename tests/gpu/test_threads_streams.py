@@ -4,7 +4,7 @@ stream (CuPy's ``Stream.ptds``; that arm is skipped where CuPy has none), every 
 compared bit for bit with NumPy's on the host copy.
 
 What the CuPy layer keeps between calls must never serve two threads or two streams at once:
-the ready calls (``cupy_backend._ready_calls``: packed kernels with their rotating sets of
+the ready calls (``cupy_calls._ready_calls``: packed kernels with their rotating sets of
 zeroed tile words, a kept scratch, the mapped count word a small exact-size call watches),
 the repeated calls (``_repeat_calls``, the records' ``_repeats`` and ``_into_repeats``), each
 thread's tile words (``cupy_launchers._reused``) and pinned count buffer
