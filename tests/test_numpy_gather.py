@@ -1,6 +1,7 @@
 """The CPU record path's two steps against NumPy: the predicate pass writing one bit per row
 (in parts on several threads), and the gathers of the rows the bits select (``src[mask]``):
-the scalar loops and, where the CPU has AVX-512, the compress."""
+the scalar loops and, where the CPU has AVX-512, the compress (where it has AVX2 only, AVX2's
+permute in its place)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,12 @@ import pytest
 from dask_compact import compact_records
 from dask_compact.backends import numpy_gather, numpy_records
 from dask_compact.backends.numpy_gather import as_rows, gather_rows
-from dask_compact.codegen.numba_compress import COMPRESS_ITEMSIZES, HAVE_COMPRESS, target_has
+from dask_compact.codegen.numba_compress import (
+    COMPRESS_ITEMSIZES,
+    HAVE_IOTA,
+    VECTOR_BYTES,
+    target_has,
+)
 from dask_compact.records_check import check_record_predicate
 
 UNITS = [np.uint8, np.uint16, np.uint32, np.uint64]
@@ -96,6 +102,8 @@ ROWS = [(np.uint32, 3), (np.uint32, 5), (np.uint64, 2), (np.uint64, 3), (np.uint
 def test_rows_of_several_units_in_each_form_at_every_hit_count(unit, u, form):
     if form == "compress" and np.dtype(unit).itemsize not in COMPRESS_ITEMSIZES:
         pytest.skip("AVX-512F compresses 4- and 8-byte units, AVX512_VBMI2 1- and 2-byte ones")
+    if form == "compress" and u > VECTOR_BYTES // np.dtype(unit).itemsize:
+        pytest.skip("rows wider than the vector (gather_rows never packs them)")
 
     def gather(bits, n, src, dst):
         if form == "scalar":
@@ -147,6 +155,42 @@ def test_the_compress_follows_the_compiled_target(monkeypatch):
     assert not target_has("avx512f")
 
 
+def test_the_lane_orders_of_the_permute_bring_the_selected_lanes_first():
+    from dask_compact.codegen.numba_compress import _lane_orders
+
+    eight, four = _lane_orders(8), _lane_orders(4)
+    assert len(eight) == 256 and len(four) == 16
+    assert eight[0b10100110] == [1, 2, 5, 7, 0, 0, 0, 0]
+    assert four[0b1010] == [2, 3, 6, 7, 0, 0, 0, 0]  # 8-byte lanes as pairs of halves
+    for m, order in enumerate(eight):
+        kept = [lane for lane in range(8) if m >> lane & 1]
+        assert order[: len(kept)] == kept and all(0 <= i < 8 for i in order)
+
+
+@pytest.mark.parametrize("features,permute,vector", [
+    ("+avx2,+avx512f", False, 64), ("+avx2,-avx512f", True, 32), ("+sse4.2,-avx2", False, 32),
+])
+def test_the_permute_stands_in_where_the_target_has_avx2_alone(features, permute, vector):
+    # what a process compiling for these features packs with (NUMBA_CPU_FEATURES is read at
+    # numba's import): only the flags, no loop is built
+    import json
+    import os
+    import subprocess
+    import sys
+
+    code = ("import json; from dask_compact.codegen import numba_compress as c; "
+            "print(json.dumps([c.HAVE_COMPRESS, c.HAVE_PERMUTE, c.VECTOR_BYTES, "
+            "sorted(c.COMPRESS_ITEMSIZES), c.HAVE_IOTA, c.IOTA_LANES]))")
+    env = {**os.environ, "NUMBA_CPU_NAME": "generic", "NUMBA_CPU_FEATURES": features}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         check=True, timeout=120).stdout
+    compress, has_permute, vector_bytes, sizes, iota, iota_lanes = json.loads(out)
+    assert (compress, has_permute, vector_bytes) == (not permute and vector == 64, permute,
+                                                     vector)
+    assert sizes == ([4, 8] if compress or permute else [])
+    assert (iota, iota_lanes) == (compress or permute, 8 if compress else 4)
+
+
 @pytest.mark.parametrize("n", [1, 63, 64, 65, 1025, 4099, 64 * 67])
 @pytest.mark.parametrize("threads", [2, 3, 4])
 def test_the_predicate_pass_in_parts(monkeypatch, n, threads):
@@ -181,13 +225,13 @@ def test_the_fused_loop_stores_by_the_compress_where_it_can(dtype, output, value
                                         cache=False)
     served = np.dtype(dtype).itemsize in COMPRESS_ITEMSIZES
     assert ("compress_store(out" in source) == (values and served)
-    assert ("compress_iota(idx" in source) == (indices and HAVE_COMPRESS and (served or not values))
+    assert ("compress_iota(idx" in source) == (indices and HAVE_IOTA and (served or not values))
 
 
 @pytest.mark.parametrize("form", ["scalar", "compress"])
 def test_indices_in_each_form_at_every_hit_count(form):
-    if form == "compress" and not HAVE_COMPRESS:
-        pytest.skip("the compress needs AVX-512F")
+    if form == "compress" and not HAVE_IOTA:
+        pytest.skip("the compress needs AVX-512F, the permute AVX2")
     gather = numpy_gather._indices if form == "scalar" else numpy_gather._indices_compress
     for mask in (every_hit_count(seed=9), np.ones(64 * 5, bool)):
         want = 1000 + np.flatnonzero(mask)

@@ -8,7 +8,8 @@ uint64 columns): a copy of bits, whatever the dtype, so six compiled gathers ser
 Columns take AVX-512's compress where the CPU has it (:mod:`..codegen.numba_compress`): 64,
 32, 16 or 8 rows a step instead of one; rows of several units up to a vector's width (64
 bytes) too, as one column whose lanes each row's bit covers (5 rows of a float32 ``(n, 3)``
-field a step).
+field a step). Where the CPU has AVX2 but not AVX-512, the same steps by AVX2's permute,
+32 bytes a step (8 rows of a 4-byte column, 4 of an 8-byte one).
 """
 
 from __future__ import annotations
@@ -27,20 +28,32 @@ from numba.core import config as numba_config
 from ..codegen.numba_compress import (
     COMPRESS_ITEMSIZES,
     HAVE_COMPRESS,
+    HAVE_IOTA,
+    IOTA_LANES,
+    VECTOR_BYTES,
     compress_iota,
     compress_store,
+    ctpop,
 )
 
 __all__ = ["as_rows", "gather_rows", "gather_indices", "popcount"]
 
 # Below this many selected rows in a word of 64, visiting the set bits beats writing every row.
 _SPARSE = 24
-# ... and beats the compress below two rows per compress step (128 // lanes: 2 for 1-byte
-# units, 64 lanes a step, up to 16 for 8-byte ones, 8 steps a word). Swept on the 2-core
+# ... and beats the compress below _STEP_ROWS rows per compress step (with AVX-512 two:
+# 128 // lanes rows a word, 2 for 1-byte units, 64 lanes a step, up to 16 for 8-byte ones,
+# 8 steps a word). Swept on the 2-core
 # Xeon over 2^20 and 2^24 rows: from 1 row the compress lost at p <= 0.05 (float64 up to
-# 0.45x, int16 0.86x), from 24 it gave up most of its gain at p = 0.1-0.3.
-# ... and for the int64 indices (the positions compressed, 8 a step) below 8.
-_INDICES_FROM = 8
+# 0.45x, int16 0.86x), from 24 it gave up most of its gain at p = 0.1-0.3. AVX2's permute
+# (8 or 4 lanes a step) from one row a step: on the 2-core Zen 4 (AVX-512 hidden), 2^22 rows,
+# uint32 at p = .15 / .2 / .3 0.99 / 0.89 / 0.91 ms against 1.18 / 1.29 / 1.03 from two
+# (scalar 1.18 / 1.32 / 1.75), uint64 at p = .3-.5 1.73-1.86 against 1.85-2.11.
+_STEP_ROWS = 2 if HAVE_COMPRESS else 1
+# ... and for the int64 indices (the positions compressed, 8 a step) below 8; AVX2's permute
+# (4 a step) below 24: from 8 or 16 it lost 5-20% at p = .1-.2 (0.85-0.94 against 0.69-0.85
+# ms), from 32 it gave up its gain at p = .4-.5 (1.18-1.24 against 0.89-1.06; scalar
+# 1.22-1.39).
+_INDICES_FROM = 8 if HAVE_COMPRESS else 24
 # ... and for rows of several units below this many rows a word, or a third of the compress
 # steps a word takes (r rows a step) where that is more: swept on the 2-core Xeon over 2^22
 # rows, the two forms were level at 3-11 rows a word (float32 (n, 3): 6-10 rows, 13 steps;
@@ -66,11 +79,10 @@ def as_rows(a: np.ndarray) -> np.ndarray:
 
 @njit(nogil=True, cache=True, boundscheck=False, inline="always")
 def popcount(w):  # pragma: no cover - compiled
-    # set bits of a uint64 (also called by the generated record loops)
-    w = w - ((w >> np.uint64(1)) & np.uint64(0x5555555555555555))
-    w = (w & np.uint64(0x3333333333333333)) + ((w >> np.uint64(2)) & np.uint64(0x3333333333333333))
-    w = (w + (w >> np.uint64(4))) & np.uint64(0x0F0F0F0F0F0F0F0F)
-    return np.int64((w * np.uint64(0x0101010101010101)) >> np.uint64(56))
+    # set bits of a uint64 (also called by the generated record loops), as an int64: one
+    # popcnt instruction where the CPU has it (numba_compress.ctpop); the same bit arithmetic
+    # written out here (until 2026-12-04) compiled to some ten instructions
+    return ctpop(np.uint64(w))
 
 
 @njit(nogil=True, cache=True, boundscheck=False, inline="always")
@@ -134,9 +146,9 @@ def _gather1_compress(bits, n, src, dst):  # pragma: no cover - compiled
     # writes whole lanes)
     k = 0
     cap = dst.shape[0]
-    lanes = 64 // src.itemsize
+    lanes = VECTOR_BYTES // src.itemsize
     lane_mask = ~np.uint64(0) >> np.uint64(64 - lanes)  # (1 << 64) would be undefined
-    least = 128 // lanes
+    least = _STEP_ROWS * (64 // lanes)
     for w in range(bits.shape[0]):
         word = bits[w]
         if word == 0:
@@ -174,7 +186,7 @@ def _gather2_compress(bits, n, u, spread, src, dst):  # pragma: no cover - compi
     # (n, 3) field), each row's bit spread over its u lanes by ``spread`` (8 rows a lookup);
     # the set bits visited in the last word or two of the input and the output's last rows
     # (the compress reads and writes whole lanes)
-    lanes = 64 // src.itemsize
+    lanes = VECTOR_BYTES // src.itemsize
     r = lanes // u
     row_bits = (np.uint64(1) << np.uint64(r)) - np.uint64(1)
     looks = (r + 7) // 8
@@ -233,10 +245,12 @@ def _indices(bits, base, dst):  # pragma: no cover - compiled
 
 @njit(nogil=True, cache=True, boundscheck=False)
 def _indices_compress(bits, base, dst):  # pragma: no cover - compiled
-    # _indices with AVX-512's compress of the word's positions, 8 a step, for words of
-    # _INDICES_FROM rows or more, except in the output's last 64 rows (all 8 lanes are written)
+    # _indices with the compress (or AVX2's permute) of the word's positions, IOTA_LANES a
+    # step, for words of _INDICES_FROM rows or more, except in the output's last 64 rows (all
+    # the lanes are written)
     k = 0
     cap = dst.shape[0]
+    lane_mask = np.uint64((1 << IOTA_LANES) - 1)
     for w in range(bits.shape[0]):
         word = bits[w]
         c = popcount(word)
@@ -245,9 +259,9 @@ def _indices_compress(bits, base, dst):  # pragma: no cover - compiled
             _visit_positions(word, s, dst, k)
         else:
             r = k
-            for q in range(8):
-                m = (word >> np.uint64(8 * q)) & np.uint64(255)
-                compress_iota(dst, r, s + 8 * q, m)
+            for q in range(64 // IOTA_LANES):
+                m = (word >> np.uint64(IOTA_LANES * q)) & lane_mask
+                compress_iota(dst, r, s + IOTA_LANES * q, m)
                 r += popcount(m)
         k += c
     return k
@@ -285,7 +299,7 @@ def gather_rows(bits: np.ndarray, n: int, src: np.ndarray, dst: np.ndarray) -> i
         return int(_gather1(bits, n, src.reshape(-1), dst.reshape(-1)))
     if u == 0:
         return dst.shape[0]
-    if (src.itemsize in COMPRESS_ITEMSIZES and u <= 64 // src.itemsize
+    if (src.itemsize in COMPRESS_ITEMSIZES and u <= VECTOR_BYTES // src.itemsize
             and 128 * dst.shape[0] >= _ROWS_FROM * n):
         return int(_gather2_compress(bits, n, u, _spread(u), src.reshape(-1), dst.reshape(-1)))
     return int(_gather2(bits, src, dst))
@@ -296,6 +310,6 @@ def gather_indices(bits: np.ndarray, base: int, dst: np.ndarray) -> int:
     if _NO_JIT:
         dst[:] = np.flatnonzero(_mask(bits)) + base
         return dst.shape[0]
-    if HAVE_COMPRESS:
+    if HAVE_IOTA:
         return int(_indices_compress(bits, np.int64(base), dst))
     return int(_indices(bits, np.int64(base), dst))

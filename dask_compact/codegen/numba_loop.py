@@ -531,7 +531,11 @@ SPARSE_BELOW = 44
 # 2.0-2.6x and float64 1.3-1.5x at p >= 0.2-0.3, uint8 and int16 2.2-5.8x at p >= 0.05. It
 # beats visiting the set bits from a much lower running mean, by the element size (at p = 0.1,
 # 6.4 hits a block: float32 1.86x from 4, 0.97x from 8; float64 lost below 16; uint8 and int16
-# from 1: 1.4x at p = 0.02, level at p = 0.005).
+# from 1: 1.4x at p = 0.02, level at p = 0.005). Where AVX2's permute stands in for it (8 or 4
+# lanes a step, numba_compress.HAVE_PERMUTE) the same thresholds measured best on the 2-core
+# Zen 4 (2^22, the scalar loop's time over the permute's): float32 1.92-3.0x at p >= 0.1 from
+# 4 (from 8 1.05x at p = 0.1), float64 1.10-1.90x at p >= 0.3 and level below from 16 (from 32
+# 1.14x at p = 0.5 against 1.33x), the int64 indices 1.20-2.71x at p >= 0.3 from 8 or 16.
 COMPRESS_FROM = {1: 1, 2: 1, 4: 4, 8: 16}
 # The int64 indices, 8 a step, from an iota of the block's positions: 1.28-1.58x at p >= 0.2-0.3
 # (2^22 float32, 2-core CI machine), level below; visiting wins under a mean of 8 hits.
@@ -564,11 +568,16 @@ def generate_source(tp: TypedPredicate, output: str, cache: bool = True) -> str:
         )
     )
     stores = "\n".join(f"                {line}" for line in _STORES[output])
-    from .numba_compress import COMPRESS_ITEMSIZES, HAVE_COMPRESS  # numba's, when built
+    from .numba_compress import (  # numba's, when built
+        COMPRESS_ITEMSIZES,
+        HAVE_IOTA,
+        IOTA_LANES,
+        VECTOR_BYTES,
+    )
 
     sparse_below, compress = SPARSE_BELOW, ""
     parts = []  # (running mean below which the set bits are visited, the compress of a block)
-    lanes = 64 // tp.dtype.itemsize
+    lanes = VECTOR_BYTES // tp.dtype.itemsize
     if output in ("values", "both") and tp.dtype.itemsize in COMPRESS_ITEMSIZES:
         # whole lanes read from a[s:] and written at out[k:]: within both, as k <= s and the
         # block is full
@@ -578,12 +587,13 @@ def generate_source(tp: TypedPredicate, output: str, cache: bool = True) -> str:
                 w = (bits >> np.uint64({lanes} * q)) & np.uint64({(1 << lanes) - 1})
                 compress_store(out, r, a, s + {lanes} * q, w)
                 r += popcount(w)"""))
-    if HAVE_COMPRESS and (output == "indices" or (output == "both" and parts)):
+    if HAVE_IOTA and (output == "indices" or (output == "both" and parts)):
+        il = IOTA_LANES
         parts.append((INDICES_COMPRESS_FROM, f"""
             r = k
-            for q in range({BLOCK // 8}):
-                w = (bits >> np.uint64(8 * q)) & np.uint64(255)
-                compress_iota(idx, r, base + s + 8 * q, w)
+            for q in range({BLOCK // il}):
+                w = (bits >> np.uint64({il} * q)) & np.uint64({(1 << il) - 1})
+                compress_iota(idx, r, base + s + {il} * q, w)
                 r += popcount(w)"""))
     if parts:
         sparse_below = max(below for below, _ in parts)
