@@ -767,9 +767,9 @@ def _cast_by_value(chunk: Any, declared: np.dtype) -> tuple[Any, Any] | None:
     if kind in "mMSU" or to in "mMSU":
         if kind != to:
             return None
-        cast = chunk.astype(declared)
         if kind in "mM":
-            return cast, ~_same_instants(cast, chunk)
+            return _cast_times(chunk, declared)
+        cast = chunk.astype(declared)
         return cast, cast.astype(chunk.dtype) != chunk
     if kind not in "biufc" or to not in "biufc":
         return None
@@ -956,6 +956,32 @@ def _not_counts(values: Any) -> Any:
     if have.max > counts.max:
         misfits = _either(misfits, values > t(counts.max))
     return misfits
+
+
+def _cast_times(chunk: Any, declared: np.dtype) -> tuple[Any, Any]:
+    """Times ``chunk`` cast to the time dtype ``declared`` and where an instant is not the same
+    after it (:func:`_same_instants`). Where an instant is past the declared unit's range,
+    NumPy 2.4 wraps it (found by :func:`_same_instants`) and other NumPy versions raise
+    ``OverflowError`` (the GPU host's, 2026-12-04: a test of a refused chunk failed with
+    NumPy's message instead of ours); then the first such instant is found by halving (a
+    few casts of parts of the chunk) and is the misfit the refusal names."""
+    try:
+        cast = chunk.astype(declared)
+    except OverflowError:
+        flat = chunk.reshape(-1)
+        lo, hi = 0, flat.size  # the first instant that overflows is in [lo, hi)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            try:
+                flat[lo:mid].astype(declared)
+            except OverflowError:
+                hi = mid
+            else:
+                lo = mid
+        misfits = np.zeros(flat.size, bool)
+        misfits[lo] = True
+        return chunk, misfits.reshape(chunk.shape)
+    return cast, ~_same_instants(cast, chunk)
 
 
 def _same_instants(cast: Any, chunk: Any) -> Any:

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
+from test_numpy_backend import DTYPES, PS, SIZES, random_array, selector
 
 from dask_compact import compact_into
-from tests.test_numpy_backend import DTYPES, PS, SIZES, random_array, selector
 
 OUT_DTYPES = {"values": None, "indices": np.dtype(np.int64)}
 

@@ -936,6 +936,40 @@ def test_times_that_overflow_the_declared_finer_unit_are_refused():
     np.testing.assert_array_equal(got, want)
 
 
+class _OverflowingTimes(np.ndarray):
+    """Times whose cast to a finer unit raises where an instant is past its range, as some
+    NumPy versions do (NumPy 2.4 wraps it instead)."""
+
+    def astype(self, dtype, *args, **kwargs):
+        plain = np.asarray(self)
+        cast = plain.astype(dtype, *args, **kwargs)
+        if ((cast.astype(plain.dtype) != plain) & ~np.isnat(plain)).any():
+            raise OverflowError("Overflow when converting between datetime64 units")
+        return cast
+
+
+def test_times_whose_cast_raises_overflow_are_refused_naming_the_first():
+    """Where NumPy raises OverflowError for an instant past the declared unit's range (the
+    GPU host's NumPy, 2026-12-04) instead of wrapping it: the same misfit as a wrapped one
+    (the chunk refused by as_declared), the first such instant named, not NumPy's error. The
+    NumPy stand-in is an ndarray subclass, which the public calls refuse as a chunk type, so
+    the value step that as_declared takes is called directly."""
+    from dask_compact.validate import _cast_by_value, _first_misfit
+
+    times = np.array(["2000-01-01", "NaT", "3000-01-01", "2001-01-01", "2500-01-01",
+                      "1999-01-01", "2400-01-01"], dtype="M8[s]")
+    chunk = times.view(_OverflowingTimes)
+    with pytest.raises(OverflowError):
+        chunk.astype("M8[ns]")
+    _, misfits = _cast_by_value(chunk, np.dtype("M8[ns]"))  # what as_declared refuses by
+    np.testing.assert_array_equal(misfits, np.arange(7) == 2)
+    assert _first_misfit(chunk, misfits) == "3000-01-01T00:00:00 (element 2 of the chunk)"
+    near = times[[0, 1, 3, 5]].view(_OverflowingTimes)  # in range: cast as NumPy does
+    got, misfits = _cast_by_value(near, np.dtype("M8[ns]"))
+    assert not misfits.any()
+    np.testing.assert_array_equal(got, times[[0, 1, 3, 5]].astype("M8[ns]"))
+
+
 def test_int64_chunks_under_float64_beyond_2_53_are_refused_not_rounded():
     """int64 -> float64 is "safe" in NumPy but rounds past 2^53 (2^53 + 1 came back as 2^53
     from map_compact, a review): refused where a value is past it, naming it."""
