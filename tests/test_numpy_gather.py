@@ -14,7 +14,7 @@ from dask_compact.backends.numpy_gather import as_rows, gather_rows
 from dask_compact.codegen.numba_compress import (
     COMPRESS_ITEMSIZES,
     HAVE_IOTA,
-    VECTOR_BYTES,
+    pack_lanes,
     target_has,
 )
 from dask_compact.records_check import check_record_predicate
@@ -68,7 +68,8 @@ def distinct(unit: type, n: int, seed: int = 0) -> np.ndarray:
 @pytest.mark.parametrize("form", ["scalar", "compress"])
 def test_each_form_at_every_hit_count(unit, form):
     if form == "compress" and np.dtype(unit).itemsize not in COMPRESS_ITEMSIZES:
-        pytest.skip("AVX-512F compresses 4- and 8-byte units, AVX512_VBMI2 1- and 2-byte ones")
+        pytest.skip("AVX-512F compresses 4- and 8-byte units, AVX512_VBMI2 1- and 2-byte ones "
+                    "(AVX2 packs every width)")
     gather = numpy_gather._gather1 if form == "scalar" else numpy_gather._gather1_compress
     for seed, mask in enumerate((every_hit_count(), ends_at_the_end(), ends_early())):
         src = distinct(unit, mask.size, seed=seed)
@@ -101,8 +102,9 @@ ROWS = [(np.uint32, 3), (np.uint32, 5), (np.uint64, 2), (np.uint64, 3), (np.uint
 @pytest.mark.parametrize("form", ["scalar", "compress"])
 def test_rows_of_several_units_in_each_form_at_every_hit_count(unit, u, form):
     if form == "compress" and np.dtype(unit).itemsize not in COMPRESS_ITEMSIZES:
-        pytest.skip("AVX-512F compresses 4- and 8-byte units, AVX512_VBMI2 1- and 2-byte ones")
-    if form == "compress" and u > VECTOR_BYTES // np.dtype(unit).itemsize:
+        pytest.skip("AVX-512F compresses 4- and 8-byte units, AVX512_VBMI2 1- and 2-byte ones "
+                    "(AVX2 packs every width)")
+    if form == "compress" and u > pack_lanes(np.dtype(unit).itemsize):
         pytest.skip("rows wider than the vector (gather_rows never packs them)")
 
     def gather(bits, n, src, dst):
@@ -155,20 +157,24 @@ def test_the_compress_follows_the_compiled_target(monkeypatch):
     assert not target_has("avx512f")
 
 
-def test_the_lane_orders_of_the_permute_bring_the_selected_lanes_first():
-    from dask_compact.codegen.numba_compress import _lane_orders
+def test_the_lane_orders_of_the_permute_and_shuffle_bring_the_selected_lanes_first():
+    from dask_compact.codegen.numba_compress import _orders
 
-    eight, four = _lane_orders(8), _lane_orders(4)
+    eight, four = _orders(8, 1, 8), _orders(4, 2, 8)  # vpermd: 4- and 8-byte lanes
     assert len(eight) == 256 and len(four) == 16
     assert eight[0b10100110] == [1, 2, 5, 7, 0, 0, 0, 0]
     assert four[0b1010] == [2, 3, 6, 7, 0, 0, 0, 0]  # 8-byte lanes as pairs of halves
     for m, order in enumerate(eight):
         kept = [lane for lane in range(8) if m >> lane & 1]
         assert order[: len(kept)] == kept and all(0 <= i < 8 for i in order)
+    pairs = _orders(8, 2, 16)  # pshufb: 2-byte lanes as pairs of bytes
+    assert pairs[0b10000010] == [2, 3, 14, 15] + [0] * 12
+    assert _orders(8, 1, 16)[0b101] == [0, 2] + [0] * 14
 
 
 @pytest.mark.parametrize("features,permute,vector", [
-    ("+avx2,+avx512f", False, 64), ("+avx2,-avx512f", True, 32), ("+sse4.2,-avx2", False, 32),
+    ("+avx2,+avx512f,-avx512vbmi2", False, 64), ("+avx2,-avx512f", True, 32),
+    ("+sse4.2,-avx2", False, 32),
 ])
 def test_the_permute_stands_in_where_the_target_has_avx2_alone(features, permute, vector):
     # what a process compiling for these features packs with (NUMBA_CPU_FEATURES is read at
@@ -187,7 +193,7 @@ def test_the_permute_stands_in_where_the_target_has_avx2_alone(features, permute
     compress, has_permute, vector_bytes, sizes, iota, iota_lanes = json.loads(out)
     assert (compress, has_permute, vector_bytes) == (not permute and vector == 64, permute,
                                                      vector)
-    assert sizes == ([4, 8] if compress or permute else [])
+    assert sizes == ([1, 2, 4, 8] if permute else [4, 8] if compress else [])
     assert (iota, iota_lanes) == (compress or permute, 8 if compress else 4)
 
 

@@ -30,10 +30,12 @@ from ..codegen.numba_compress import (
     HAVE_COMPRESS,
     HAVE_IOTA,
     IOTA_LANES,
+    MAX_LANES,
     VECTOR_BYTES,
     compress_iota,
     compress_store,
     ctpop,
+    pack_lanes,
 )
 
 __all__ = ["as_rows", "gather_rows", "gather_indices", "popcount"]
@@ -146,7 +148,7 @@ def _gather1_compress(bits, n, src, dst):  # pragma: no cover - compiled
     # writes whole lanes)
     k = 0
     cap = dst.shape[0]
-    lanes = VECTOR_BYTES // src.itemsize
+    lanes = min(VECTOR_BYTES // src.itemsize, MAX_LANES)
     lane_mask = ~np.uint64(0) >> np.uint64(64 - lanes)  # (1 << 64) would be undefined
     least = _STEP_ROWS * (64 // lanes)
     for w in range(bits.shape[0]):
@@ -186,7 +188,7 @@ def _gather2_compress(bits, n, u, spread, src, dst):  # pragma: no cover - compi
     # (n, 3) field), each row's bit spread over its u lanes by ``spread`` (8 rows a lookup);
     # the set bits visited in the last word or two of the input and the output's last rows
     # (the compress reads and writes whole lanes)
-    lanes = VECTOR_BYTES // src.itemsize
+    lanes = min(VECTOR_BYTES // src.itemsize, MAX_LANES)
     r = lanes // u
     row_bits = (np.uint64(1) << np.uint64(r)) - np.uint64(1)
     looks = (r + 7) // 8
@@ -299,7 +301,7 @@ def gather_rows(bits: np.ndarray, n: int, src: np.ndarray, dst: np.ndarray) -> i
         return int(_gather1(bits, n, src.reshape(-1), dst.reshape(-1)))
     if u == 0:
         return dst.shape[0]
-    if (src.itemsize in COMPRESS_ITEMSIZES and u <= VECTOR_BYTES // src.itemsize
+    if (src.itemsize in COMPRESS_ITEMSIZES and u <= pack_lanes(src.itemsize)
             and 128 * dst.shape[0] >= _ROWS_FROM * n):
         return int(_gather2_compress(bits, n, u, _spread(u), src.reshape(-1), dst.reshape(-1)))
     return int(_gather2(bits, src, dst))

@@ -20,8 +20,9 @@ portable cache) or another architecture turns them off, and the loops keep their
 Where the target has AVX2 but not AVX-512F (AMD's Zen 2 and 3, many laptops, and virtual
 machines that hide AVX-512, as the 2-core CI machine's Zen 4 does), the same functions pack
 4- and 8-byte units by AVX2's permute (``vpermd``) with a table of lane orders, 256 bits a
-step (8 or 4 lanes; :data:`HAVE_PERMUTE`, :data:`VECTOR_BYTES`, :data:`IOTA_LANES`): the
-"left pack" of a vector without a compress instruction.
+step (8 or 4 lanes), and 1- and 2-byte units by SSSE3's byte shuffle (``pshufb``), 8 lanes a
+step (:data:`HAVE_PERMUTE`, :func:`pack_lanes`, :data:`IOTA_LANES`): the "left pack" of a
+vector without a compress instruction.
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ from numba.extending import intrinsic
 
 __all__ = [
     "COMPRESS_ITEMSIZES", "HAVE_COMPRESS", "HAVE_PERMUTE", "HAVE_IOTA", "IOTA_LANES",
-    "VECTOR_BYTES", "compress_iota", "compress_store", "ctpop", "target_has",
+    "VECTOR_BYTES", "MAX_LANES", "compress_iota", "compress_store", "ctpop", "pack_lanes",
+    "target_has",
 ]  # fmt: skip
 
 
@@ -57,14 +59,22 @@ def target_has(feature: str) -> bool:
 HAVE_COMPRESS = target_has("avx512f")
 # AVX2's permute stands in for the compress where AVX-512F is not (4- and 8-byte units)
 HAVE_PERMUTE = not HAVE_COMPRESS and target_has("avx2")
-# the bytes one compress_store reads and writes (its lanes: VECTOR_BYTES // itemsize)
+# the most bytes one compress_store reads and writes, and the most lanes it packs: its lanes
+# for an element of s bytes are min(VECTOR_BYTES // s, MAX_LANES) (pack_lanes)
 VECTOR_BYTES = 64 if HAVE_COMPRESS else 32
+MAX_LANES = 64 if HAVE_COMPRESS else 8
 # the element sizes (bytes) compress_store serves on this target
 COMPRESS_ITEMSIZES: frozenset[int] = (
-    frozenset({1, 2, 4, 8}) if HAVE_COMPRESS and target_has("avx512vbmi2")
-    else frozenset({4, 8}) if HAVE_COMPRESS or HAVE_PERMUTE
+    frozenset({1, 2, 4, 8}) if (HAVE_COMPRESS and target_has("avx512vbmi2")) or HAVE_PERMUTE
+    else frozenset({4, 8}) if HAVE_COMPRESS
     else frozenset()
 )  # fmt: skip
+
+
+def pack_lanes(itemsize: int) -> int:
+    """The elements of ``itemsize`` bytes one compress_store packs on this target (the same
+    expression serves in compiled code, VECTOR_BYTES and MAX_LANES being constants there)."""
+    return min(VECTOR_BYTES // itemsize, MAX_LANES)
 # compress_iota on this target, and the int64 positions it packs a step
 HAVE_IOTA = HAVE_COMPRESS or HAVE_PERMUTE
 IOTA_LANES = 8 if HAVE_COMPRESS else 4
@@ -92,17 +102,35 @@ def _compress_into(builder: Any, values: Any, mask: Any, dst_ptr: Any) -> None:
     builder.store(packed, builder.bitcast(dst_ptr, vec.as_pointer()), align=width // 8)
 
 
-def _lane_orders(lanes: int) -> list[list[int]]:
-    """For every mask of ``lanes`` bits, the 32-bit lane indices of ``vpermd`` that bring the
-    selected lanes to the front, in order (8 lanes of 4 bytes; 4 of 8 bytes as pairs of
-    32-bit halves); the lanes after them take lane 0 (what they hold does not matter)."""
-    half = 8 // lanes  # 32-bit halves per lane
+def _orders(lanes: int, parts: int, width: int) -> list[list[int]]:
+    """For every mask of ``lanes`` bits, the indices (``width`` of them) of the shuffle that
+    brings the selected lanes to the front, in order, each lane being ``parts`` consecutive
+    shuffle elements: ``vpermd``'s 8 x 32-bit indices for 8 lanes of 4 bytes (parts 1) or 4
+    of 8 bytes (parts 2), ``pshufb``'s 16 byte indices for 8 lanes of 1 or 2 bytes. The
+    elements after them take index 0 (what they hold does not matter)."""
     orders = []
     for m in range(1 << lanes):
         kept = [lane for lane in range(lanes) if m >> lane & 1]
-        order = [lane * half + h for lane in kept for h in range(half)]
-        orders.append(order + [0] * (8 - len(order)))
+        order = [lane * parts + h for lane in kept for h in range(parts)]
+        orders.append(order + [0] * (width - len(order)))
     return orders
+
+
+def _table_entry(builder: Any, name: str, entry: Any, orders: list[list[int]],
+                 mask: Any) -> Any:
+    """Entry ``mask`` (its low log2(len(orders)) bits) of the module constant ``name``: a
+    table of vectors of type ``entry``, one per mask, made in the module at its first use."""
+    table_type = ir.ArrayType(entry, len(orders))
+    table = builder.module.globals.get(name)
+    if table is None:
+        table = ir.GlobalVariable(builder.module, table_type, name)
+        table.linkage = "internal"
+        table.global_constant = True
+        table.align = entry.count * entry.element.width // 8
+        table.initializer = ir.Constant(table_type, [ir.Constant(entry, o) for o in orders])
+    i64 = ir.IntType(64)
+    index = builder.and_(mask, ir.Constant(i64, len(orders) - 1))
+    return builder.load(builder.gep(table, [ir.Constant(i64, 0), index]), align=table.align)
 
 
 def _permute_into(builder: Any, values: Any, mask: Any, dst_ptr: Any) -> None:
@@ -112,19 +140,8 @@ def _permute_into(builder: Any, values: Any, mask: Any, dst_ptr: Any) -> None:
     vec = values.type
     lanes = vec.count
     i32x8 = ir.VectorType(ir.IntType(32), 8)
-    table_type = ir.ArrayType(i32x8, 1 << lanes)
-    name = f"dask_compact_lane_orders_{lanes}"
-    table = builder.module.globals.get(name)
-    if table is None:
-        table = ir.GlobalVariable(builder.module, table_type, name)
-        table.linkage = "internal"
-        table.global_constant = True
-        table.align = 32
-        table.initializer = ir.Constant(
-            table_type, [ir.Constant(i32x8, order) for order in _lane_orders(lanes)])
-    i64 = ir.IntType(64)
-    index = builder.and_(mask, ir.Constant(i64, (1 << lanes) - 1))
-    order = builder.load(builder.gep(table, [ir.Constant(i64, 0), index]), align=32)
+    order = _table_entry(builder, f"dask_compact_lane_orders_{lanes}", i32x8,
+                         _orders(lanes, 8 // lanes, 8), mask)
     fn = cgutils.get_or_insert_function(
         builder.module, ir.FunctionType(i32x8, [i32x8, i32x8]), "llvm.x86.avx2.permd")
     packed = builder.call(fn, [builder.bitcast(values, i32x8), order])
@@ -132,17 +149,48 @@ def _permute_into(builder: Any, values: Any, mask: Any, dst_ptr: Any) -> None:
                   align=vec.element.width // 8)
 
 
+def _shuffle_into(builder: Any, values: Any, mask: Any, dst_ptr: Any) -> None:
+    """:func:`_compress_into` of 8 lanes of 1 or 2 bytes (64 or 128 bits) by SSSE3's
+    ``pshufb`` with the table entry of ``mask``'s low 8 bits (4 KiB), all lanes stored."""
+    vec = values.type
+    lanes, unit = vec.count, vec.element.width // 8
+    i8x16 = ir.VectorType(ir.IntType(8), 16)
+    i32 = ir.IntType(32)
+    order = _table_entry(builder, f"dask_compact_byte_orders_{lanes}x{unit}", i8x16,
+                         _orders(lanes, unit, 16), mask)
+    if lanes * unit == 16:
+        wide = builder.bitcast(values, i8x16)
+    else:  # 8 bytes: widened to 16 (the upper half unused), narrowed back after the shuffle
+        wide = builder.shuffle_vector(
+            values, ir.Constant(vec, None), ir.Constant(ir.VectorType(i32, 16), list(range(16))))
+    fn = cgutils.get_or_insert_function(
+        builder.module, ir.FunctionType(i8x16, [i8x16, i8x16]), "llvm.x86.ssse3.pshuf.b.128")
+    packed = builder.call(fn, [wide, order])
+    if lanes * unit == 16:
+        packed = builder.bitcast(packed, vec)
+    else:
+        packed = builder.shuffle_vector(
+            packed, ir.Constant(i8x16, None), ir.Constant(ir.VectorType(i32, lanes),
+                                                          list(range(lanes))))
+    builder.store(packed, builder.bitcast(dst_ptr, vec.as_pointer()), align=unit)
+
+
 def _pack_into(builder: Any, values: Any, mask: Any, dst_ptr: Any) -> None:
-    """The target's packing of ``values`` by ``mask`` to ``dst_ptr``: the compress or the
-    permute."""
-    (_compress_into if HAVE_COMPRESS else _permute_into)(builder, values, mask, dst_ptr)
+    """The target's packing of ``values`` by ``mask`` to ``dst_ptr``: the compress, the
+    permute (4- and 8-byte lanes) or the byte shuffle (1- and 2-byte lanes)."""
+    if HAVE_COMPRESS:
+        _compress_into(builder, values, mask, dst_ptr)
+    elif values.type.element.width >= 32:
+        _permute_into(builder, values, mask, dst_ptr)
+    else:
+        _shuffle_into(builder, values, mask, dst_ptr)
 
 
 @intrinsic
 def compress_store(typingctx: Any, dst: Any, at: Any, src: Any, start: Any, mask: Any) -> Any:
     """``dst[at : at + L]`` = the rows of ``src[start : start + L]`` whose bit of ``mask`` is
-    set, packed to the front, where L = VECTOR_BYTES / itemsize lanes (with AVX-512 64, 32,
-    16, 8 for 1-, 2-, 4-, 8-byte arrays; with AVX2's permute 8 and 4 for 4- and 8-byte ones);
+    set, packed to the front, where L = pack_lanes(itemsize) lanes (with AVX-512 64, 32, 16,
+    8 for 1-, 2-, 4-, 8-byte arrays; with AVX2 8, 8, 8, 4);
     the lanes after them are written too (garbage), so ``at + L <= len(dst)`` and
     ``start + L <= len(src)`` are the caller's to ensure. Only for the element sizes of
     :data:`COMPRESS_ITEMSIZES`."""
@@ -155,7 +203,7 @@ def compress_store(typingctx: Any, dst: Any, at: Any, src: Any, start: Any, mask
         return None
     if width // 8 not in COMPRESS_ITEMSIZES:
         return None
-    lanes = VECTOR_BYTES * 8 // width
+    lanes = min(VECTOR_BYTES * 8 // width, MAX_LANES)
     sig = types.void(dst, types.int64, src, types.int64, types.uint64)
 
     def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:

@@ -572,12 +572,12 @@ def generate_source(tp: TypedPredicate, output: str, cache: bool = True) -> str:
         COMPRESS_ITEMSIZES,
         HAVE_IOTA,
         IOTA_LANES,
-        VECTOR_BYTES,
+        pack_lanes,
     )
 
     sparse_below, compress = SPARSE_BELOW, ""
     parts = []  # (running mean below which the set bits are visited, the compress of a block)
-    lanes = VECTOR_BYTES // tp.dtype.itemsize
+    lanes = pack_lanes(tp.dtype.itemsize)
     if output in ("values", "both") and tp.dtype.itemsize in COMPRESS_ITEMSIZES:
         # whole lanes read from a[s:] and written at out[k:]: within both, as k <= s and the
         # block is full
