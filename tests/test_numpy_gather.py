@@ -245,3 +245,26 @@ def test_indices_in_each_form_at_every_hit_count(form):
         assert gather(packed(mask), np.int64(1000), buf[: want.size]) == want.size
         np.testing.assert_array_equal(buf[: want.size], want)
         assert (buf[want.size :] == -7).all()
+
+
+def test_every_generated_loop_names_the_helpers_it_was_built_with():
+    # a loop cached on disk by another version of the intrinsics or the popcount it compiles
+    # in (the same predicate, the same text otherwise) gets another file name, and is rebuilt
+    import hashlib
+    from pathlib import Path
+
+    from dask_compact.codegen import numba_compress, numba_loop, numba_records
+    from dask_compact.predicate import as_predicate
+
+    h = hashlib.sha1()
+    for module in (numba_compress, numpy_gather):
+        h.update(Path(module.__file__).read_bytes())
+    line = f"# helpers: {h.hexdigest()[:16]}"
+    assert numba_loop.helpers_digest() == h.hexdigest()[:16]
+    loop = numba_loop.generate_source(as_predicate("x < 3").typed("float32"), "values",
+                                      cache=False)
+    pred = check_record_predicate("(e > 0.3) & (eta < 1)", {
+        "e": np.zeros(4, np.float32), "eta": np.zeros(4)})
+    record = numba_records.generate_record_source(
+        pred.typed({"e": np.dtype(np.float32), "eta": np.dtype(np.float64)}), cache=False)
+    assert line in loop.splitlines() and line in record.splitlines()
