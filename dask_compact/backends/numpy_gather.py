@@ -30,8 +30,6 @@ from ..codegen.numba_compress import (
     HAVE_COMPRESS,
     HAVE_IOTA,
     IOTA_LANES,
-    MAX_LANES,
-    VECTOR_BYTES,
     compress_iota,
     compress_store,
     ctpop,
@@ -148,7 +146,7 @@ def _gather1_compress(bits, n, src, dst):  # pragma: no cover - compiled
     # writes whole lanes)
     k = 0
     cap = dst.shape[0]
-    lanes = min(VECTOR_BYTES // src.itemsize, MAX_LANES)
+    lanes = pack_lanes(src.itemsize)
     lane_mask = ~np.uint64(0) >> np.uint64(64 - lanes)  # (1 << 64) would be undefined
     least = _STEP_ROWS * (64 // lanes)
     for w in range(bits.shape[0]):
@@ -188,7 +186,7 @@ def _gather2_compress(bits, n, u, spread, src, dst):  # pragma: no cover - compi
     # (n, 3) field), each row's bit spread over its u lanes by ``spread`` (8 rows a lookup);
     # the set bits visited in the last word or two of the input and the output's last rows
     # (the compress reads and writes whole lanes)
-    lanes = min(VECTOR_BYTES // src.itemsize, MAX_LANES)
+    lanes = pack_lanes(src.itemsize)
     r = lanes // u
     row_bits = (np.uint64(1) << np.uint64(r)) - np.uint64(1)
     looks = (r + 7) // 8

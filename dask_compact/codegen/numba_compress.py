@@ -32,7 +32,7 @@ from typing import Any
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils, config
-from numba.extending import intrinsic
+from numba.extending import intrinsic, register_jitable
 
 __all__ = [
     "COMPRESS_ITEMSIZES", "HAVE_COMPRESS", "HAVE_PERMUTE", "HAVE_IOTA", "IOTA_LANES",
@@ -57,7 +57,8 @@ def target_has(feature: str) -> bool:
 
 
 HAVE_COMPRESS = target_has("avx512f")
-# AVX2's permute stands in for the compress where AVX-512F is not (4- and 8-byte units)
+# AVX2's permute (4- and 8-byte units) and SSSE3's byte shuffle (1- and 2-byte ones) stand in
+# for the compress where AVX-512F is not
 HAVE_PERMUTE = not HAVE_COMPRESS and target_has("avx2")
 # the most bytes one compress_store reads and writes, and the most lanes it packs: its lanes
 # for an element of s bytes are min(VECTOR_BYTES // s, MAX_LANES) (pack_lanes)
@@ -69,15 +70,16 @@ COMPRESS_ITEMSIZES: frozenset[int] = (
     else frozenset({4, 8}) if HAVE_COMPRESS
     else frozenset()
 )  # fmt: skip
-
-
-def pack_lanes(itemsize: int) -> int:
-    """The elements of ``itemsize`` bytes one compress_store packs on this target (the same
-    expression serves in compiled code, VECTOR_BYTES and MAX_LANES being constants there)."""
-    return min(VECTOR_BYTES // itemsize, MAX_LANES)
 # compress_iota on this target, and the int64 positions it packs a step
 HAVE_IOTA = HAVE_COMPRESS or HAVE_PERMUTE
 IOTA_LANES = 8 if HAVE_COMPRESS else 4
+
+
+@register_jitable
+def pack_lanes(itemsize: int) -> int:
+    """The elements of ``itemsize`` bytes one compress_store packs on this target (callable
+    from compiled code too: the gathers take their lanes from it)."""
+    return min(VECTOR_BYTES // itemsize, MAX_LANES)
 
 
 def _bits_of(dtype: Any) -> int | None:
@@ -203,7 +205,7 @@ def compress_store(typingctx: Any, dst: Any, at: Any, src: Any, start: Any, mask
         return None
     if width // 8 not in COMPRESS_ITEMSIZES:
         return None
-    lanes = min(VECTOR_BYTES * 8 // width, MAX_LANES)
+    lanes = pack_lanes(width // 8)
     sig = types.void(dst, types.int64, src, types.int64, types.uint64)
 
     def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
@@ -236,10 +238,8 @@ def ctpop(typingctx: Any, word: Any) -> Any:
         fn = cgutils.get_or_insert_function(
             builder.module, ir.FunctionType(w.type, [w.type]), f"llvm.ctpop.i{w.type.width}")
         count = builder.call(fn, [w])
-        i64 = ir.IntType(64)
-        if w.type.width < 64:
-            return builder.zext(count, i64)
-        return builder.trunc(count, i64) if w.type.width > 64 else count
+        # numba's integers are at most 64 bits wide
+        return builder.zext(count, ir.IntType(64)) if w.type.width < 64 else count
 
     return sig, codegen
 

@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import hashlib
 import importlib.util
 import logging
@@ -542,9 +543,7 @@ COMPRESS_FROM = {1: 1, 2: 1, 4: 4, 8: 16}
 INDICES_COMPRESS_FROM = 8
 
 
-_helpers_digest: str | None = None
-
-
+@functools.cache
 def helpers_digest() -> str:
     """A digest of the modules every generated loop calls into and numba compiles into it
     (``numba_compress``'s intrinsics, ``numpy_gather``'s popcount), written into each loop's
@@ -552,16 +551,13 @@ def helpers_digest() -> str:
     numba's disk cache of a loop follows the loop's own file, not the functions compiled into
     it, so a loop built by an earlier version (the same predicate, the same source text)
     would otherwise run with that version's intrinsics for as long as the cache keeps it."""
-    global _helpers_digest
-    if _helpers_digest is None:
-        from ..backends import numpy_gather
-        from . import numba_compress
+    from ..backends import numpy_gather
+    from . import numba_compress
 
-        h = hashlib.sha1()
-        for module in (numba_compress, numpy_gather):
-            h.update(Path(module.__file__ or "").read_bytes())
-        _helpers_digest = h.hexdigest()[:16]
-    return _helpers_digest
+    h = hashlib.sha1()
+    for module in (numba_compress, numpy_gather):
+        h.update(Path(module.__file__ or "").read_bytes())
+    return h.hexdigest()[:16]
 
 
 def generate_source(tp: TypedPredicate, output: str, cache: bool = True) -> str:
