@@ -548,3 +548,95 @@ def test_a_rate_rising_along_a_segmented_call_copies_little(rising, monkeypatch)
     np.testing.assert_array_equal(indices, np.flatnonzero(a))
     np.testing.assert_array_equal(values, np.ones(a.sum()))
     assert sum(copied) / 2 < 0.3 * a.sum(), (copied, a.sum())  # /2: values and indices
+
+
+# -- Calls whose full-length buffers would be mapped fresh (numpy_backend._HEAP_BYTES) --------
+
+
+def _heap(monkeypatch, nbytes: int) -> None:
+    from dask_compact.backends import numpy_backend
+
+    monkeypatch.setattr(numpy_backend, "_HEAP_BYTES", nbytes)
+
+
+@pytest.mark.parametrize("output", OUTPUTS)
+def test_calls_whose_buffers_would_be_mapped_fresh_run_segmented(output, segmented,
+                                                                  monkeypatch):
+    """Without a caller's alloc, a call of at most a segment whose full-length buffers would
+    reach _HEAP_BYTES (which glibc maps fresh, every written page faulting in) runs segmented,
+    with buffers of its selection's size; under it, or with alloc (paged-in memory), it keeps
+    one full-length buffer. Equal to NumPy every way."""
+    from dask_compact.batch.host_buffers import HostPool
+
+    _heap(monkeypatch, 1024)  # the 32 MiB of the module, scaled to the lowered segment
+    width = {"values": 4, "indices": 8, "both": 12}[output]
+    at = -(-1024 // width)
+    sizes = [at - 1, at, SEGMENT]  # under, reaching and over it, none over a segment
+    assert SEGMENT * width >= 1024
+    for n in sizes:
+        a = random_array("float32", (n,), seed=n)
+        for p in PS:
+            f = selector(a, p)
+            for alloc in (None, HostPool().alloc):
+                got = compact(a, as_predicate(f), output, True, None, 7, alloc)
+                assert_same(got, reference(a, f(a), output, 7))
+    assert len(segmented) == 2 * len(PS)  # sizes[1:], without alloc
+
+
+def test_buffers_under_the_heap_size_keep_their_projected_size(segmented, monkeypatch):
+    """A segmented call whose projected buffers pass a quarter of what the rest could select
+    goes straight to that (the full length) so that it grows once more at most; without alloc
+    and under _HEAP_BYTES it keeps the projection instead: half of 9 segments selected ends in
+    buffers of about half the length, not the whole."""
+    from dask_compact.batch.host_buffers import HostPool
+
+    n = 9 * SEGMENT + 5
+    a = (np.arange(n) % 2).astype(np.float32)  # the same rate, 1/2, from the first step on
+    pred = as_predicate("x == 1")
+    held = {}
+    for heap, alloc in [(1 << 30, None), (16, None), (1 << 30, "pool")]:
+        _heap(monkeypatch, heap)
+        got = compact(a, pred, "indices", True, None, 0,
+                      HostPool().alloc if alloc else None)
+        np.testing.assert_array_equal(got, np.flatnonzero(a == 1))
+        held[heap, alloc] = _held_bytes(got) / (8 * n)
+    assert held[1 << 30, None] < 0.6, held
+    assert held[16, None] > 0.9 and held[1 << 30, "pool"] > 0.9, held
+
+
+@pytest.mark.parametrize("output", OUTPUTS)
+def test_buffers_kept_under_the_heap_size_bound_the_call_memory(output, segmented,
+                                                                monkeypatch):
+    """Where the rate changes along the call, a buffer kept at its projection (under
+    _HEAP_BYTES) is outgrown at most once, straight to the most: the buffers held at once stay
+    within the full-length ones plus _HEAP_BYTES, or 1.25x them, whichever is more."""
+    import weakref
+
+    from dask_compact.backends import numpy_backend
+
+    n = 9 * SEGMENT + 5
+    width = {"values": 2, "indices": 8, "both": 10}[output]
+    full = n * width
+    heap = full // 2
+    _heap(monkeypatch, heap)
+    live, peak = [0], [0]
+
+    def freed(nbytes: int) -> None:
+        live[0] -= nbytes
+
+    def empty(m: int, dtype: np.dtype) -> np.ndarray:
+        buf = np.empty(m, dtype=dtype)
+        live[0] += buf.nbytes
+        peak[0] = max(peak[0], live[0])
+        weakref.finalize(buf, freed, buf.nbytes)
+        return buf
+
+    monkeypatch.setattr(numpy_backend, "_empty", empty)
+    rng = np.random.default_rng(3)
+    masks = rate_changes(n) | {f"p={p}": rng.random(n) < p for p in (0.2, 0.4, 0.6, 1)}
+    for name, m in masks.items():
+        a = np.where(m, 2, 0).astype(np.int16) + np.arange(n, dtype=np.int16) % 2
+        live[0] = peak[0] = 0
+        got = compact(a, as_predicate(lambda v: v >= 2), output, True, None, 4)
+        assert_same(got, reference(a, m, output, 4))
+        assert peak[0] <= max(1.25 * full, full + heap), (name, peak[0], full)

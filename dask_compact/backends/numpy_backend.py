@@ -44,6 +44,21 @@ _KEEP_VIEW_FRACTION = 0.25
 # their length: 2^22 int64 indices are 32 MiB.
 _SEGMENT = 1 << 22
 
+# glibc's largest mmap threshold (DEFAULT_MMAP_THRESHOLD_MAX on 64-bit): malloc maps a request
+# of at least this many bytes fresh from the kernel, and each page the loop writes into it
+# then faults in, zero-filled (about 0.4 us a 4 KiB page on the 2-core machine); a smaller
+# request comes from the heap, where the freed buffers of earlier calls left their pages
+# paged in. NumPy's np.flatnonzero allocates its exact result, so under 4 Mi selected it
+# writes into such pages, where a full-length int64 buffer of 2^22 elements (32 MiB) faulted
+# in every page it wrote: 0.57-0.88x np.flatnonzero at 2^22 float32 from p = 0.2, 0.92-0.97x
+# at 5-6 Mi elements at p = 0.2 (2026-12-04, the 2-core machine). So, without a caller's
+# ``alloc`` (whose memory is paged in already: the batch job's pool), a call whose
+# full-length buffers would reach this size runs segmented whatever its length, and its
+# buffers stay at the size its selection projects while that is under it
+# (:meth:`_Selection._grow`): 1.38-1.63x there. A rate falling along the call (all selected,
+# then none) still takes buffers of the full length from its first step's rate.
+_HEAP_BYTES = 32 << 20
+
 
 def _check_output(output: str) -> None:
     if output not in OUTPUTS:
@@ -118,9 +133,11 @@ def compact(
     paged in (the batch job's, see :mod:`dask_compact.batch.host_buffers`); default
     ``np.empty``, and a small result is then copied out of the large buffer. A chunk of more
     than ``_SEGMENT`` elements asks for smaller buffers, grown with its selection (each
-    request at most ``a.size`` elements, at most 1.25x the full-length buffers held at once;
+    request at most ``a.size`` elements, at most 1.25x the full-length buffers held at once,
+    or without ``alloc`` the full-length buffers plus ``_HEAP_BYTES`` where that is more;
     see :class:`_Selection`), and its result is likewise a view of at least a quarter of one
-    or a copy.
+    or a copy; so does, without ``alloc``, a chunk whose full-length buffers would reach
+    ``_HEAP_BYTES`` (see there).
     """
     _check_output(output)
     a = np.asarray(a)
@@ -174,7 +191,7 @@ def _run_fused_many(
     params = tp.bind(pred.params)
     n = sum(b.size for b in blocks)
     make = alloc or _empty
-    if n > _SEGMENT:
+    if n > _SEGMENT or (alloc is None and n * _width(dtype, output) >= _HEAP_BYTES):
         sel = _run_segmented(loop, blocks, bases, params, _Selection(output, dtype, n, make))
         out, idx, k = sel.out, sel.idx, sel.k
     else:
@@ -194,6 +211,11 @@ def _empty(n: int, dtype: np.dtype) -> np.ndarray:
     return np.empty(n, dtype=dtype)
 
 
+def _width(dtype: np.dtype, output: str) -> int:
+    """Bytes of the output buffers per element: the values' and/or the int64 indices'."""
+    return (dtype.itemsize if output != "indices" else 0) + (8 if output != "values" else 0)
+
+
 class _Selection:
     """The loop's output buffers of a segmented call (values and/or indices, ``cap`` elements
     each, from ``make``), the first ``k`` of them written, and how many of the call's ``n``
@@ -209,6 +231,7 @@ class _Selection:
 
     def __init__(self, output: str, dtype: np.dtype, n: int, make: Alloc) -> None:
         self.n, self.make, self.k, self.done = n, make, 0, 0
+        self.width = _width(dtype, output)
         self.last = (0, 0)  # the last loop call's (selected, run)
         self.cap = min(n, _first_step())
         self.out = make(self.cap, dtype) if output != "indices" else None
@@ -247,11 +270,24 @@ class _Selection:
         projected = (self.k + math.ceil(rate * left * 17 / 16)
                      + math.ceil(max(0.0, recent - rate) * min(left, _SEGMENT)) + _min_step())
         cap = min(most, max(2 * self.cap, projected))
-        if 4 * cap > most:
+        if 4 * cap > most and not self._kept_on_heap(cap, most, rate, recent):
             cap = most
         self.out = self._moved(self.out, cap)
         self.idx = self._moved(self.idx, cap)
         self.cap = cap
+
+    def _kept_on_heap(self, cap: int, most: int, rate: float, recent: float) -> bool:
+        """Whether buffers of ``cap`` elements keep their projected size past a quarter of
+        ``most`` rather than go straight to it, so that they come from the heap's paged-in
+        memory (see ``_HEAP_BYTES``): without a caller's alloc, under ``_HEAP_BYTES`` in all,
+        grown from buffers under a quarter of the most (a later growth then goes to the most:
+        the call holds at most its full-length buffers plus ``_HEAP_BYTES``), and with the
+        last step's rate within the projection's 1/16 of the call's. A rising rate outgrew
+        its projection again, one more copy of the selection so far (2026-12-04, the 2-core
+        machine: a ramp of 6 Mi float32 indices 4.5 ms against 3.6, selected 0 then 1 2.6
+        against 2.2 ms)."""
+        return (self.make is _empty and cap * self.width < _HEAP_BYTES
+                and 4 * self.cap <= most and 16 * recent <= 17 * rate)
 
     def _moved(self, buf: np.ndarray | None, cap: int) -> np.ndarray | None:
         if buf is None:
