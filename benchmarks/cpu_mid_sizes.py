@@ -134,9 +134,9 @@ def report(path: Path, out: Path, title: str) -> None:
                              squeeze=False)
     for ax, case in zip(axes[0], cases):
         for t, style in zip(tags, ("--", "-", ":", "-.")):
-            for pattern in patterns:
+            for j, pattern in enumerate(patterns):  # a colour per selection, a style per tag
                 ys = [statistics.median(ratios[case + (n, pattern, t)]) for n in sizes]
-                ax.plot([n / 2**20 for n in sizes], ys, style, marker="o",
+                ax.plot([n / 2**20 for n in sizes], ys, style, marker="o", color=f"C{j}",
                         label=f"{t} {pattern}")
         ax.axhline(1, color="grey", lw=0.8)
         ax.set_xscale("log", base=2)
