@@ -53,6 +53,12 @@ def by_output(values: Any, indices: Any, output: str) -> Any:
     return values, indices
 
 
+def output_bytes(itemsize: int, output: str) -> int:
+    """Bytes one selected element occupies in ``output``: its value (``itemsize``), its int64
+    index, or both."""
+    return {"values": itemsize, "indices": 8, "both": itemsize + 8}[output]
+
+
 def check_algorithm(algorithm: Any, stable: bool) -> None:
     if algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm must be one of {ALGORITHMS}, not {algorithm!r}")

@@ -22,7 +22,7 @@ import numpy as np
 from ..codegen.numba_loop import OUTPUTS, UnsupportedPredicate, fused_loop
 from ..predicate.core import Predicate
 from ..predicate.expr import ParamOverflow
-from ..validate import by_output
+from ..validate import by_output, output_bytes
 
 __all__ = ["compact", "compact_into", "compact_many", "compact_masked"]
 
@@ -191,7 +191,7 @@ def _run_fused_many(
     params = tp.bind(pred.params)
     n = sum(b.size for b in blocks)
     make = alloc or _empty
-    if n > _SEGMENT or (alloc is None and n * _width(dtype, output) >= _HEAP_BYTES):
+    if n > _SEGMENT or (alloc is None and n * output_bytes(dtype.itemsize, output) >= _HEAP_BYTES):
         sel = _run_segmented(loop, blocks, bases, params, _Selection(output, dtype, n, make))
         out, idx, k = sel.out, sel.idx, sel.k
     else:
@@ -211,11 +211,6 @@ def _empty(n: int, dtype: np.dtype) -> np.ndarray:
     return np.empty(n, dtype=dtype)
 
 
-def _width(dtype: np.dtype, output: str) -> int:
-    """Bytes of the output buffers per element: the values' and/or the int64 indices'."""
-    return (dtype.itemsize if output != "indices" else 0) + (8 if output != "values" else 0)
-
-
 class _Selection:
     """The loop's output buffers of a segmented call (values and/or indices, ``cap`` elements
     each, from ``make``), the first ``k`` of them written, and how many of the call's ``n``
@@ -231,7 +226,7 @@ class _Selection:
 
     def __init__(self, output: str, dtype: np.dtype, n: int, make: Alloc) -> None:
         self.n, self.make, self.k, self.done = n, make, 0, 0
-        self.width = _width(dtype, output)
+        self.width = output_bytes(dtype.itemsize, output)
         self.last = (0, 0)  # the last loop call's (selected, run)
         self.cap = min(n, _first_step())
         self.out = make(self.cap, dtype) if output != "indices" else None

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..validate import output_bytes
+
 INDEX_BYTES = 8  # the int64 global indices of --output indices|both
 
 
@@ -72,13 +74,8 @@ class Layout:
         return self.size(i) * self.itemsize
 
 
-def out_bytes_per_element(itemsize: int, mode: str) -> int:
-    """Bytes one selected element occupies in the output pieces."""
-    return {"values": itemsize, "indices": INDEX_BYTES, "both": itemsize + INDEX_BYTES}[mode]
-
-
 def _out_elem(layout: Layout, mode: str) -> int:
-    return layout.out_elem_bytes or out_bytes_per_element(layout.itemsize, mode)
+    return layout.out_elem_bytes or output_bytes(layout.itemsize, mode)
 
 
 def full_selection(layout: Layout, mode: str) -> int:
