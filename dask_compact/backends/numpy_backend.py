@@ -196,8 +196,7 @@ def _run_fused_many(
         sel = _run_segmented(loop, blocks, bases, params, _Selection(output, dtype, n, make))
         out, idx, k = sel.out, sel.idx, sel.k
     else:
-        out = make(n, dtype) if output != "indices" else None
-        idx = make(n, np.dtype(np.int64)) if output != "values" else None
+        out, idx = _buffers(make, n, dtype, output)
         k = 0
         for b, base in zip(blocks, bases):
             outs = (None if out is None else out[k:], None if idx is None else idx[k:])
@@ -210,6 +209,14 @@ def _run_fused_many(
 
 def _empty(n: int, dtype: np.dtype) -> np.ndarray:
     return np.empty(n, dtype=dtype)
+
+
+def _buffers(make: Alloc, n: int, dtype: np.dtype,
+             output: str) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """The loop's output buffers of ``n`` elements from ``make``: values (``dtype``) and/or
+    int64 indices, each None where ``output`` has none."""
+    return (make(n, dtype) if output != "indices" else None,
+            make(n, np.dtype(np.int64)) if output != "values" else None)
 
 
 class _Selection:
@@ -230,12 +237,10 @@ class _Selection:
         self.output, self.width = output, output_bytes(dtype.itemsize, output)
         self.last = (0, 0)  # the last loop call's (selected, run)
         # () -> (selected, sampled) of a sample spread over the input not yet run, set by the
-        # caller running the loop and asked once at most (:meth:`_sampled_cap`)
+        # caller running the loop; None again once asked (:meth:`_sampled_cap`: once a call)
         self.rest: Callable[[], tuple[int, int]] | None = None
-        self.sampled = False
         self.cap = min(n, _first_step())
-        self.out = make(self.cap, dtype) if output != "indices" else None
-        self.idx = make(self.cap, np.dtype(np.int64)) if output != "values" else None
+        self.out, self.idx = _buffers(make, self.cap, dtype, output)
 
     def step(self, want: int) -> int:
         """How many of the next ``want`` input elements the loop may run now: as many as the
@@ -306,12 +311,12 @@ class _Selection:
         memory bound of :meth:`_kept_on_heap` holds: these buffers are under
         ``_HEAP_BYTES``)."""
         heap_room = _HEAP_BYTES // self.width
-        if (self.sampled or self.rest is None or self.make is not _empty
+        if (self.rest is None or self.make is not _empty
                 or most < heap_room or 4 * self.cap > most
                 or self.k + _min_step() >= heap_room):
             return 0
-        self.sampled = True
-        got, size = self.rest()
+        rest, self.rest = self.rest, None
+        got, size = rest()
         if not size:
             return 0
         r = got / size
@@ -391,10 +396,8 @@ def _rest_sample(loop: Any, blocks: list[np.ndarray], start: tuple[int, int], pa
         if mine.size:
             flat = b.reshape(-1) if b.flags.c_contiguous else None
             parts.append(flat[mine] if flat is not None else b[np.unravel_index(mine, b.shape)])
-    sample = np.ascontiguousarray(np.concatenate(parts))
-    out = np.empty(count, sample.dtype) if output != "indices" else None
-    idx = np.empty(count, np.int64) if output != "values" else None
-    return int(loop(sample, out, idx, 0, params)), count
+    sample = np.concatenate(parts)
+    return int(loop(sample, *_buffers(_empty, count, sample.dtype, output), 0, params)), count
 
 
 def _run_segmented(
