@@ -34,6 +34,7 @@ import numpy as np
 from ..codegen.cuda_functor import CodegenUnsupported, ctype
 from ..predicate.core import Predicate
 from ..predicate.expr import ParamOverflow
+from ..validate import output_bytes
 from . import cupy_tuning
 from .cupy_device import (
     by_output,
@@ -173,7 +174,7 @@ def out_of_memory_note(live: list[tuple[Plan, int]], output: str) -> str:
     """What a compaction that ran out of device memory needed, and what to do instead."""
     n = sum(p.n for p, _ in live)
     dtype = live[0][0].flat.dtype if live else np.dtype(np.float64)
-    most = n * _out_bytes(np.dtype(dtype), output)
+    most = n * output_bytes(np.dtype(dtype).itemsize, output)
     dev = live[0][0].flat.device.id if live else 0
     return (f"dask_compact: compacting {n:,} {dtype} elements on GPU {dev} ran out of device "
             f"memory after counting first (its result takes up to {most / 2**20:,.1f} MiB, "
@@ -216,15 +217,10 @@ def run_count_first(live: list[tuple[Plan, int]], output: str, dtype: np.dtype,
     return by_output(vals, idx, output)
 
 
-def _out_bytes(dtype: np.dtype, output: str) -> int:
-    s = dtype.itemsize
-    return {"values": s, "indices": 8, "both": s + 8}[output]
-
-
 def always_reads_once(n: int, dtype: np.dtype, output: str) -> bool:
     """Whether a call on ``n`` elements reads once whatever it selects (see
     ``cupy_tuning.ONE_READ_ALWAYS_BYTES``)."""
-    most = n * (2 * _out_bytes(dtype, output) - dtype.itemsize)
+    most = n * (2 * output_bytes(dtype.itemsize, output) - dtype.itemsize)
     return most <= cupy_tuning.ONE_READ_ALWAYS_BYTES
 
 
@@ -241,7 +237,7 @@ def reads_once(memo: dict | None, dtype: np.dtype, output: str, n: int) -> bool:
     if frac is None:
         return False
     margin = cupy_tuning.ONE_READ_MARGIN
-    return frac < margin * dtype.itemsize / (2 * _out_bytes(dtype, output))
+    return frac < margin * dtype.itemsize / (2 * output_bytes(dtype.itemsize, output))
 
 
 def _one_read(plan: Plan, output: str) -> bool:

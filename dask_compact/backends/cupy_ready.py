@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from ..validate import output_bytes
 from .cupy_device import (
     NO_CAP,
     by_output,
@@ -222,8 +223,7 @@ class OneReadCall:
             self.host_mem = cupy.cuda.alloc_pinned_memory(8)
             self.host_count = np.frombuffer(self.host_mem, dtype=np.uint64, count=1)
         self.stream = cupy.cuda.get_current_stream()
-        scratch = n * ((self.dtype.itemsize if output != "indices" else 0)
-                       + (8 if output != "values" else 0))
+        scratch = n * output_bytes(self.dtype.itemsize, output)
         self.keep = scratch <= KEEP_SCRATCH_BYTES
         self.vals: Any = None
         self.idx: Any = None
