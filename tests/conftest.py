@@ -68,6 +68,9 @@ def pytest_configure(config):
     tempfile.tempdir = _TMP
 
 
+_AHEAD_MODULES: list = []  # test modules whose start_ahead ran (pytest_collection_finish)
+
+
 def _ours_in_tmp() -> list[str]:
     return sorted(n for n in os.listdir(_TMP) if n.startswith(_LITTER))
 
@@ -77,7 +80,8 @@ def pytest_collection_finish(session):
     numba loops of the heaviest predicate tests (tests/numba_ahead.py; a module offers them
     by ``numba_ahead_loops(name, params)``), then the selected kernel compile tests' nvcc
     units (tests/compile_ahead.py: they take a quarter of CI's time; a module offers them by
-    ``compile_ahead_jobs(name, params)`` and the command line by ``compile_command``). Not in
+    ``compile_ahead_jobs(name, params)`` and the command line by ``compile_command``), and
+    what a module starts by its ``start_ahead`` (the docker demo). Not in
     a pytest-xdist worker (each collects every test: the work would be done once per worker)
     nor for --collect-only."""
     if hasattr(session.config, "workerinput") or session.config.option.collectonly:
@@ -108,6 +112,16 @@ def pytest_collection_finish(session):
         from compile_ahead import AHEAD  # beside the compile tests (not where conftest is copied)
 
         AHEAD.start(builders, command, after=after)
+    # A module's own background work (``start_ahead(names)`` with its selected tests' names,
+    # ``stop_ahead()`` at the session's end): the docker demo, mostly waiting, beside the suite.
+    selected: dict = {}
+    for item in session.items:
+        module = getattr(item, "module", None)
+        if hasattr(module, "start_ahead"):
+            selected.setdefault(module, []).append(item.originalname)
+    for module, names in selected.items():
+        _AHEAD_MODULES.append(module)
+        module.start_ahead(names)
 
 
 def pytest_sessionfinish(session, exitstatus):
@@ -117,6 +131,8 @@ def pytest_sessionfinish(session, exitstatus):
     ahead = sys.modules.get("compile_ahead")
     if ahead is not None:
         ahead.AHEAD.stop()
+    for module in _AHEAD_MODULES:
+        module.stop_ahead()
     # a pytest-xdist worker: the controller checks once all are done
     left = [] if hasattr(session.config, "workerinput") else _ours_in_tmp()
     shutil.rmtree(_SESSION_DIR, ignore_errors=True)  # _TMP with it, unless a worker's
