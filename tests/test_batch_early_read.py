@@ -93,6 +93,40 @@ def test_plan_reads_the_chunk_files_the_job_reads(tmp_path, dtype, shape, chunks
         early.close()
 
 
+def test_a_job_reader_is_compared_key_by_key_once(tmp_path):
+    """The job asks the early read once per chunk whether its reader reads the same chunks;
+    comparing the two readers' chunk keys each time cost a list walk per chunk: a job of
+    70,001 one-row chunks took 170.6 s (19.4 s without it and the host pool's walk, against
+    zarr's 23.7 s for reading the array whole). A reader that matched is known by identity."""
+    a = np.arange(1, 41, dtype=np.int64)  # no chunk of the fill value (0): all are stored
+    path = make(tmp_path / "a.zarr", a, (1,))
+    reader, count = early_read.plan(str(path), "values", None)
+    job_reader, _ = chunk_files_reader(zarr.open_array(str(path)), str(path), "fp", False)
+
+    class Counted(list):
+        compared = 0
+
+        def __eq__(self, other):
+            Counted.compared += 1
+            return super().__eq__(other)
+
+        __hash__ = None  # type: ignore[assignment]
+
+    job_reader.keys = Counted(job_reader.keys)
+    early = early_read.EarlyRead(reader, count, 2)
+    try:
+        early.join(timeout=60)
+        got = [early.take(job_reader, i, i + 1) for i in range(len(a))]
+        assert all(t is not None for t in got)
+        np.testing.assert_array_equal(np.concatenate([t[0] for t in got]), a)
+        assert Counted.compared <= 1
+        other = SimpleNamespace(**vars(job_reader))  # not a ZarrChunkFiles: never matches
+        assert not early.matches(other)
+        assert early.take(other, 0, 1) is None
+    finally:
+        early.close()
+
+
 def test_plan_refuses_what_the_chunk_file_reader_does_not_read(tmp_path):
     a = np.random.default_rng(2).random((40, 6)).astype(np.float32)
     cases = {

@@ -31,6 +31,7 @@ the driver (a second of a command's first chunks, every run), registering touche
 
 from __future__ import annotations
 
+import bisect
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -181,7 +182,12 @@ class HostPool:
     def __init__(self, keep: int = 0) -> None:
         self.keep = keep
         self.peak = 0  # the most bytes idle and leased together
+        # idle buffers in order of size, and their bytes: a request finds its buffer by
+        # bisection and nothing is summed per call (a job of 70,001 one-row chunks, each
+        # giving back a selection buffer, spent much of its time walking this list)
         self._idle: list[np.ndarray] = []
+        self._idle_sizes: list[int] = []
+        self._idle_bytes = 0
         self._leased = 0
         self._lock = threading.Lock()
         self._returned: list[np.ndarray] = []  # given back, not yet counted (_give_back)
@@ -191,13 +197,16 @@ class HostPool:
         nbytes = max(1, n * dtype.itemsize)
         with self._lock:
             self._take_returned()
-            fits = [i for i, m in enumerate(self._idle) if nbytes <= m.nbytes <= 2 * nbytes]
-            # by position: list.remove would compare the arrays elementwise
-            mem = self._idle.pop(min(fits, key=lambda i: self._idle[i].nbytes)) if fits else None
-            if mem is None:
+            i = bisect.bisect_left(self._idle_sizes, nbytes)  # the smallest that holds it
+            if i < len(self._idle_sizes) and self._idle_sizes[i] <= 2 * nbytes:
+                # by position: list.remove would compare the arrays elementwise
+                mem = self._idle.pop(i)
+                del self._idle_sizes[i]
+                self._idle_bytes -= mem.nbytes
+            else:
                 mem = np.empty(nbytes, dtype=np.uint8)
             self._leased += mem.nbytes
-            self.peak = max(self.peak, self._leased + sum(m.nbytes for m in self._idle))
+            self.peak = max(self.peak, self._leased + self._idle_bytes)
         return np.asarray(_Lease(self, mem))[: n * dtype.itemsize].view(dtype)
 
     def _give_back(self, mem: np.ndarray) -> None:
@@ -219,15 +228,19 @@ class HostPool:
         buffers stay within ``keep``, else freed."""
         while self._returned:
             mem = self._returned.pop()
-            idle = sum(m.nbytes for m in self._idle)
-            if idle + self._leased <= self.keep:  # mem is still counted as leased
-                self._idle.append(mem)
+            if self._idle_bytes + self._leased <= self.keep:  # mem is still counted as leased
+                i = bisect.bisect_right(self._idle_sizes, mem.nbytes)
+                self._idle.insert(i, mem)
+                self._idle_sizes.insert(i, mem.nbytes)
+                self._idle_bytes += mem.nbytes
             self._leased -= mem.nbytes
 
     def clear(self) -> None:
         with self._lock:
             self._take_returned()
             self._idle.clear()
+            self._idle_sizes.clear()
+            self._idle_bytes = 0
 
 
 PIECES = HostPool()
