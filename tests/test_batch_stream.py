@@ -543,7 +543,7 @@ def test_a_lease_collected_while_the_pool_is_locked_does_not_deadlock():
 
     from dask_compact.batch.host_buffers import HostPool
 
-    class Collecting(list):  # the collector runs as alloc looks up the idle buffers' sizes
+    class Collecting(list):  # the collector runs as alloc looks up the idle buffers
         def __len__(self):
             gc.collect()
             return super().__len__()
@@ -555,7 +555,7 @@ def test_a_lease_collected_while_the_pool_is_locked_does_not_deadlock():
         cycle: list = [a]
         cycle.append(cycle)  # only the collector frees the buffer
         del a, cycle
-        pool._idle_sizes = Collecting()
+        pool._idle = Collecting()
         done = []
         t = threading.Thread(target=lambda: done.append(pool.alloc(10, np.float64)),
                              daemon=True)

@@ -172,9 +172,10 @@ class EarlyRead:
         # chunk -> None while an early thread reads it, then (array, seconds) or an exception
         self._chunks: dict[int, Any] = {}
         self._by_task: set[int] = set()  # chunks the job's tasks claimed first
-        # readers found to match (by identity): the comparison walks every chunk key, and a
-        # job asks once per chunk (a 70,001-chunk input spent most of its time there)
-        self._matched: list[Any] = []
+        # the last reader found to match, known by identity after: the comparison walks every
+        # chunk key, and a job asks once per chunk (a 70,001-chunk input spent most of its
+        # time there)
+        self._matched: Any = None
         self.taken = 0  # chunks the tasks took from here
         self.taken_bytes = 0
         self.read_s = 0.0  # seconds of the early threads on the chunks taken
@@ -217,14 +218,14 @@ class EarlyRead:
 
     def matches(self, reader: Any) -> bool:
         """Whether ``reader`` reads the same chunks the same way (the job's own reader)."""
-        if reader is self.reader or any(reader is m for m in self._matched):
+        if reader is self.reader or reader is self._matched:
             return True
         mine = self.reader
         same = (isinstance(reader, ZarrChunkFiles) and reader.url == mine.url
                 and reader.shape == mine.shape and reader.dtype == mine.dtype
                 and reader.chunk_rows == mine.chunk_rows and reader.keys == mine.keys)
-        if same and len(self._matched) < 8:  # a job has one reader (a copy per process)
-            self._matched.append(reader)
+        if same:
+            self._matched = reader
         return same
 
     def take(self, reader: Any, r0: int, r1: int) -> tuple[np.ndarray, float] | None:

@@ -186,7 +186,6 @@ class HostPool:
         # bisection and nothing is summed per call (a job of 70,001 one-row chunks, each
         # giving back a selection buffer, spent much of its time walking this list)
         self._idle: list[np.ndarray] = []
-        self._idle_sizes: list[int] = []
         self._idle_bytes = 0
         self._leased = 0
         self._lock = threading.Lock()
@@ -197,11 +196,10 @@ class HostPool:
         nbytes = max(1, n * dtype.itemsize)
         with self._lock:
             self._take_returned()
-            i = bisect.bisect_left(self._idle_sizes, nbytes)  # the smallest that holds it
-            if i < len(self._idle_sizes) and self._idle_sizes[i] <= 2 * nbytes:
+            i = bisect.bisect_left(self._idle, nbytes, key=_nbytes)  # the smallest that fits
+            if i < len(self._idle) and self._idle[i].nbytes <= 2 * nbytes:
                 # by position: list.remove would compare the arrays elementwise
                 mem = self._idle.pop(i)
-                del self._idle_sizes[i]
                 self._idle_bytes -= mem.nbytes
             else:
                 mem = np.empty(nbytes, dtype=np.uint8)
@@ -229,9 +227,7 @@ class HostPool:
         while self._returned:
             mem = self._returned.pop()
             if self._idle_bytes + self._leased <= self.keep:  # mem is still counted as leased
-                i = bisect.bisect_right(self._idle_sizes, mem.nbytes)
-                self._idle.insert(i, mem)
-                self._idle_sizes.insert(i, mem.nbytes)
+                bisect.insort_right(self._idle, mem, key=_nbytes)
                 self._idle_bytes += mem.nbytes
             self._leased -= mem.nbytes
 
@@ -239,8 +235,11 @@ class HostPool:
         with self._lock:
             self._take_returned()
             self._idle.clear()
-            self._idle_sizes.clear()
             self._idle_bytes = 0
+
+
+def _nbytes(mem: np.ndarray) -> int:
+    return mem.nbytes
 
 
 PIECES = HostPool()
