@@ -5,6 +5,9 @@ GPU (``--device gpu``, float32, N = 2^28 by default, p = .05 / .5 / .95, uniform
 
 * ours: ``partition_array(a, "x < p")`` (values and the split point), and
   ``output="indices"`` (the permutation);
+* internal columns, labelled: the values call through each route forced
+  (``cupy_tuning.SPLIT_ROUTE``: counted first, or one pass), where the public call takes the
+  one its predicate's last fraction picks;
 * ``compact_array(a, "x < p")`` (the selected part alone; the reference of the target);
 * CuPy: ``m = a < p; cupy.concatenate([a[m], a[~m]])``;
 * PyTorch: ``torch.cat([a[m], a[~m]])`` (when torch is importable);
@@ -32,6 +35,7 @@ import numpy as np
 from bench_common import file_stem, label, plot_vs_p, save, timed_ms
 
 from dask_compact import compact_array, partition, partition_array
+from dask_compact.backends import cupy_tuning
 
 
 def gpu_rows(n: int, ps: list[float], reps: int) -> list[dict]:
@@ -51,6 +55,13 @@ def gpu_rows(n: int, ps: list[float], reps: int) -> list[dict]:
         row["ours"] = timed_ms(lambda: partition_array(a, text), sync, reps)
         row["ours indices"] = timed_ms(lambda: partition_array(a, text, output="indices"),
                                        sync, reps)
+        for route in ("counted", "one-pass"):
+            cupy_tuning.SPLIT_ROUTE = route
+            try:
+                row[f"internal: {route} route"] = timed_ms(lambda: partition_array(a, text),
+                                                           sync, reps)
+            finally:
+                cupy_tuning.SPLIT_ROUTE = "auto"
         row["compact_array"] = timed_ms(lambda: compact_array(a, text), sync, reps)
 
         def cupy_split():
@@ -130,10 +141,11 @@ def main() -> None:
     ap.add_argument("--device", choices=("gpu", "cpu"), default="gpu")
     ap.add_argument("--log2n", type=int, default=None)
     ap.add_argument("--reps", type=int, default=None)
+    ap.add_argument("--ps", default="0.05,0.5,0.95", help="selected fractions, comma-separated")
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--sha", default=None, help="the commit measured (default: git HEAD)")
     args = ap.parse_args()
-    ps = [0.05, 0.5, 0.95]
+    ps = [float(p) for p in args.ps.split(",")]
     gpu = args.device == "gpu"
     today, device, sha = label(gpu, args.sha)
     if gpu:

@@ -106,7 +106,7 @@ def _prime_cache_key(cupy: Any, device: int) -> None:
 
 
 # The roles whose kernels stage a tile in dynamic shared memory (ModuleSpec.smem_bytes).
-_TILE_ROLES = ("main", "chain", "prefix", "partition")
+_TILE_ROLES = ("main", "chain", "prefix", "partition", "partition_lb")
 
 
 class _Compiled:

@@ -127,6 +127,11 @@ class ModuleSpec:
                 "prefix": f"dcx_scatter<{t}, {p}, {out}, {s}, {b}, {i}{pa}>",
                 "copy_out": f"dcx_copy_out<{COPY_BLOCK}>",
                 "partition": f"dcx_partition<{t}, {p}, {out}, {s}, {b}, {i}{pa}>",
+                # partition's one-pass route (cupy_split.py): the split by look-back, then
+                # the others' run put back in order
+                "partition_lb": (f"dcx_partition_lookback<{t}, {p}, {out}, {s}, {b}, {i}, "
+                                 f"{sleeps}{pa}>"),
+                "reverse": f"dcx_reverse_tail<{t}, {out}, {COPY_BLOCK}>",
             }
             if self.functor is not None:
                 # a chunk of a chained run (cupy_exact._run_chained, fused predicates only:
@@ -188,7 +193,11 @@ GROUPS = ("compact", "split", "chain", "prefix")
 
 
 def group_of(role: str) -> str:
-    return {"partition": "split", "chain": "chain", "prefix": "prefix"}.get(role, "compact")
+    return _GROUP_OF.get(role, "compact")
+
+
+_GROUP_OF = {"partition": "split", "partition_lb": "split", "reverse": "split",
+             "chain": "chain", "prefix": "prefix"}
 
 
 def shared_part(functor: CudaFunctor | None, names: dict[str, str],

@@ -1,14 +1,22 @@
 """Stable split of one CuPy array by a predicate (:func:`dask_compact.partition` on the GPU).
 
-Two routes, chosen by the output (measured on one H100, 2^28 float32, alternating runs:
-``benchmarks/results/2026-11-26_h100_d008ed4_partition_ab.md``):
+Routes, chosen by the output (measured on one H100, 2^28 float32, alternating runs:
+``benchmarks/results/2026-11-26_h100_d008ed4_partition_ab.md``) and, for values, by what the
+predicate selected last (``cupy_tuning.SPLIT_ROUTE``):
 
-* values (and both): the compaction module's exact-size passes without look-back
-  (``cupy_launchers.SinglePass``'s "prefix" mode): ``dcx_count`` leaves every tile's count,
-  ``dcx_tile_scan`` turns them into exclusive tile prefixes and the total, then
+* values (and both), counted first: the compaction module's exact-size passes without
+  look-back (``cupy_launchers.SinglePass``'s "prefix" mode): ``dcx_count`` leaves every
+  tile's count, ``dcx_tile_scan`` turns them into exclusive tile prefixes and the total, then
   ``dcx_partition`` (``kernels/partition.cu``) stages each tile permuted in shared memory and
   writes its selected elements at the tile's prefix onward and the others after the total,
-  coalesced. 1.24-1.26 ms at every p, against 1.40-1.42 ms through the records' split.
+  coalesced. The input is read twice: 3n elements moved at every fraction. 1.24-1.26 ms at
+  every p, against 1.40-1.42 ms through the records' split.
+* values (and both), one pass, once the predicate's last call selected at least
+  ``SPLIT_ONE_PASS_FROM`` (a half) of its elements: ``dcx_partition_lookback`` takes each
+  tile's selected prefix by decoupled look-back and writes its others from the end of the
+  output backwards (their place needs the total, known only at the end), then
+  ``dcx_reverse_tail`` reverses ``out[k:]`` in place, k read on the device: 2n + 2(n-k)
+  elements moved, fewer than 3n when more than half is selected.
 * indices alone: the records' passes with the array as the one field: the flags pass (one
   ballot word per 32 elements, tile counts and warp offsets), the tile-count scan, then
   ``dcx_rec_split`` writes every element's index at its place from the ballot words alone,
@@ -16,7 +24,8 @@ Two routes, chosen by the output (measured on one H100, 2^28 float32, alternatin
 
 The output has the input's length, so nothing waits for the count: the split point comes back
 as a device scalar read once at the end. A predicate the fused kernels cannot run goes through
-its mask (the plan's mask path; in the records' route, a boolean field).
+its mask (the plan's mask path; in the records' route, a boolean field), always counted first
+there (a mask has no predicate object to remember its fraction on).
 """
 
 from __future__ import annotations
@@ -27,12 +36,14 @@ import numpy as np
 
 from ..predicate.core import Predicate
 from ..predicate.fields import record_predicate
+from . import cupy_tuning
 from .cupy_device import NULL, contiguous, ptr_or_null
 from .cupy_exact import make_plan  # the compaction's plan: the fused kernel or the mask path
-from .cupy_launchers import tile_words
+from .cupy_launchers import Plan, tile_words
+from .cupy_ready import learn, learned
 from .cupy_records import _Pass
 from .cupy_records_common import column_table, upload_table
-from .cupy_tuning import SCAN_BLOCK
+from .cupy_tuning import COPY_BLOCK, COPY_MAX_GRID, SCAN_BLOCK, SPLIT_ROUTES
 
 __all__ = ["split_chunk"]
 
@@ -61,21 +72,43 @@ def split_chunk(a: Any, pred: Predicate, output: str, index_base: int) -> tuple[
 
 def _by_tiles(a: Any, pred: Predicate, mask: Any, output: str, values: Any, idx: Any,
               index_base: int) -> int:
-    """count -> tile scan -> dcx_partition; the split point. ``mask``: the mask path's, or
-    None for a fused predicate."""
+    """The values route (see the module's docstring): counted first, or one pass; the split
+    point. ``mask``: the mask path's, or None for a fused predicate."""
     plan = make_plan(a, pred, mask, output, "single-pass")
     kernels, tiles, nb = plan.kernels, plan.tiles, np.int64(plan.n)
-    block = plan.spec.tuning.block
-    ws = tile_words("single-pass", tiles, exact=True)
-    kernels["count"]((tiles,), (block,),
-                     (plan.flat, ptr_or_null(plan.mask), nb, ws.status, NULL) + plan.params)
-    kernels["scan"]((1,), (SCAN_BLOCK,), (ws.status, np.int64(tiles), ws.count))
-    kernels["partition"](
-        (tiles,), (block,),
-        (plan.flat, ptr_or_null(plan.mask), nb, np.int64(index_base), ptr_or_null(values),
-         ptr_or_null(idx), ws.status, ws.count) + plan.params,
-        shared_mem=plan.spec.smem_bytes(output))
-    return int(ws.count.get()[0])
+    block, smem = plan.spec.tuning.block, plan.spec.smem_bytes(output)
+    args = (plan.flat, ptr_or_null(plan.mask), nb, np.int64(index_base), ptr_or_null(values),
+            ptr_or_null(idx))
+    if one_pass(plan):
+        # fresh tile words: the look-back's status (zeroed) and the tile counter
+        ws = tile_words("single-pass", tiles, exact=False)
+        kernels["partition_lb"]((tiles,), (block,),
+                                args + (ws.status, ws.count, ws.tiles) + plan.params,
+                                shared_mem=smem)
+        grid = max(1, min(COPY_MAX_GRID, -(-(plan.n // 2) // COPY_BLOCK)))
+        kernels["reverse"]((grid,), (COPY_BLOCK,),
+                           (ptr_or_null(values), ptr_or_null(idx), nb, ws.count))
+    else:
+        ws = tile_words("single-pass", tiles, exact=True)
+        kernels["count"]((tiles,), (block,),
+                         (plan.flat, ptr_or_null(plan.mask), nb, ws.status, NULL) + plan.params)
+        kernels["scan"]((1,), (SCAN_BLOCK,), (ws.status, np.int64(tiles), ws.count))
+        kernels["partition"]((tiles,), (block,), args + (ws.status, ws.count) + plan.params,
+                             shared_mem=smem)
+    k = int(ws.count.get()[0])
+    learn(plan.memo, plan.spec.dtype, "split", k, plan.n)
+    return k
+
+
+def one_pass(plan: Plan) -> bool:
+    """Whether this split takes the one-pass route (``cupy_tuning.SPLIT_ROUTE``, read now)."""
+    route = cupy_tuning.SPLIT_ROUTE
+    if route not in SPLIT_ROUTES:
+        raise ValueError(f"SPLIT_ROUTE must be one of {', '.join(SPLIT_ROUTES)}; got {route!r}")
+    if route != "auto":
+        return route == "one-pass"
+    frac = learned(plan.memo, plan.spec.dtype, "split")
+    return frac is not None and frac >= cupy_tuning.SPLIT_ONE_PASS_FROM
 
 
 def _indices_by_records(a: Any, pred: Predicate, mask: Any, output: str, values: Any,

@@ -24,7 +24,7 @@ __all__ = [
     "COPY_BLOCK", "COPY_MAX_GRID", "REC_DENSE_FROM", "REC_SPANS_BLOCK", "REC_SCAN_BLOCK",
     "REC_SCAN_ITEMS", "REC_GATHER_MIN_BLOCKS", "REC_GATHER_LOADS", "EXACT_MODE", "SPIN_MAX_N",
     "ONE_READ_MARGIN", "ONE_READ_ALWAYS_BYTES", "FAST_SMALL_CALLS", "UNSTABLE_SINGLE_PASS_MAX_N",
-    "CHAINED_RUNS",
+    "CHAINED_RUNS", "SPLIT_ROUTES", "SPLIT_ROUTE", "SPLIT_ONE_PASS_FROM",
 ]  # fmt: skip
 
 ALGORITHMS = ("single-pass", "three-pass", "hybrid")
@@ -136,6 +136,15 @@ UNSTABLE_SINGLE_PASS_MAX_N = SPIN_MAX_N
 # reads once into scratch and copies, as before 2026-12-02 (the tests and benchmarks compare
 # both).
 CHAINED_RUNS = True
+# partition_array's route for values (and both) on the GPU (cupy_split.py): "counted" (count
+# -> tile scan -> split at known places: 3n elements moved), "one-pass" (the split by look-back
+# with the others written backwards from the end, then that run reversed in place: 2n + 2(n-k)
+# moved), or "auto": one pass once the predicate's last call on the dtype selected at least
+# SPLIT_ONE_PASS_FROM of its elements (where its bytes are the fewer: k > n/2), counted
+# before its first call and below. The tests and the benchmark force each route.
+SPLIT_ROUTES = ("auto", "counted", "one-pass")
+SPLIT_ROUTE = "auto"
+SPLIT_ONE_PASS_FROM = 0.5
 
 
 @dataclass(frozen=True)

@@ -164,19 +164,25 @@ def records(rng: np.random.Generator, sizes: list[int]) -> int:
 
 
 def splits(rng: np.random.Generator, sizes: list[int]) -> int:
-    """partition_array (dcx_partition): fused and mask-path predicates, values and indices."""
+    """partition_array, both values routes (dcx_partition counted first; dcx_partition_lookback
+    and dcx_reverse_tail in one pass): fused and mask-path predicates, values and indices."""
+    from dask_compact.backends import cupy_tuning
+
     bad = 0
-    for n in sizes:
-        a_np = (rng.random(n) * 10).astype(np.float32)
-        a = cupy.asarray(a_np)
-        for pred, m in [("x > 3", a_np > 3), (lambda v: v.astype(np.float64) > 5, a_np > 5)]:
-            v, i, k = partition_array(a, pred, output="both")
-            order = np.concatenate([np.flatnonzero(m), np.flatnonzero(~m)])
-            if k != int(m.sum()) or not np.array_equal(cupy.asnumpy(i), order) or not (
-                np.array_equal(cupy.asnumpy(v), a_np[order])
-            ):
-                print("WRONG partition", n, flush=True)
-                bad += 1
+    for route in ("counted", "one-pass"):
+        cupy_tuning.SPLIT_ROUTE = route
+        for n in sizes:
+            a_np = (rng.random(n) * 10).astype(np.float32)
+            a = cupy.asarray(a_np)
+            for pred, m in [("x > 3", a_np > 3), (lambda v: v.astype(np.float64) > 5, a_np > 5)]:
+                v, i, k = partition_array(a, pred, output="both")
+                order = np.concatenate([np.flatnonzero(m), np.flatnonzero(~m)])
+                if k != int(m.sum()) or not np.array_equal(cupy.asnumpy(i), order) or not (
+                    np.array_equal(cupy.asnumpy(v), a_np[order])
+                ):
+                    print("WRONG partition", route, n, flush=True)
+                    bad += 1
+    cupy_tuning.SPLIT_ROUTE = "auto"
     return bad
 
 

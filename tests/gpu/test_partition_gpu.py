@@ -1,5 +1,7 @@
-"""dask_compact.partition / partition_array on CuPy (the compaction module's count and
-tile-scan kernels, then dcx_partition of kernels/partition.cu) against NumPy's stable split."""
+"""dask_compact.partition / partition_array on CuPy against NumPy's stable split, through both
+values routes: counted first (the compaction module's count and tile-scan kernels, then
+dcx_partition of kernels/partition.cu) and one pass (dcx_partition_lookback, then
+dcx_reverse_tail); the route "auto" takes is checked on its own."""
 
 from __future__ import annotations
 
@@ -12,9 +14,18 @@ da = pytest.importorskip("dask.array")
 from conftest import random_array, threshold_predicate  # noqa: E402
 
 from dask_compact import partition, partition_array  # noqa: E402
+from dask_compact.backends import cupy_split, cupy_tuning  # noqa: E402
+from dask_compact.predicate import as_predicate  # noqa: E402
 from dask_compact.validate import DTYPES  # noqa: E402
 
 pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(params=["counted", "one-pass"], autouse=True)
+def route(request, monkeypatch) -> str:
+    """Every test of the module through each values route (indices alone have one)."""
+    monkeypatch.setattr(cupy_tuning, "SPLIT_ROUTE", request.param)
+    return request.param
 
 SIZES = [0, 1, 31, 33, 511, 513, 1023, 1025, 4095, 4097, 65_537, 1_000_003]
 
@@ -91,3 +102,40 @@ def test_dask_cupy_chunks() -> None:
     assert not any(np.isnan(v.chunks[0]))
     np.testing.assert_array_equal(cupy.asnumpy(v.compute()), wv)
     np.testing.assert_array_equal(cupy.asnumpy(i.compute()), wi)
+
+
+@pytest.mark.parametrize("route", ["auto"], indirect=True)
+@pytest.mark.parametrize("p", [0.3, 0.7, 1.0])
+def test_auto_route_follows_the_last_fraction(p: float, monkeypatch) -> None:
+    """"auto": the first call of a predicate counts first; the next takes one pass when the
+    first selected at least SPLIT_ONE_PASS_FROM, and both are right."""
+    taken: list[bool] = []
+    real = cupy_split.one_pass
+    monkeypatch.setattr(cupy_split, "one_pass", lambda plan: taken.append(real(plan)) or taken[-1])
+    a = random_array(np.random.default_rng(11), 300_007, np.float32)
+    pred = as_predicate(threshold_predicate(a, p))
+    wv, wi, wk = want(a, pred.mask(a, np))
+    for _ in range(2):
+        v, i, k = partition_array(cupy.asarray(a), pred, output="both")
+        assert k == wk
+        np.testing.assert_array_equal(cupy.asnumpy(v), wv)
+        np.testing.assert_array_equal(cupy.asnumpy(i), wi)
+    assert taken == [False, p >= cupy_tuning.SPLIT_ONE_PASS_FROM]
+
+
+@pytest.mark.parametrize("route", ["one-pass"], indirect=True)
+def test_one_pass_beyond_2_31_elements() -> None:
+    """Places past 2^31 (the others' run is written from the end backwards, then reversed),
+    checked on the device: int8, 2^31 + 4097 elements, about 70% selected."""
+    n = (1 << 31) + 4097
+    try:
+        a = cupy.random.default_rng(5).integers(-128, 128, n, dtype=cupy.int8)
+    except cupy.cuda.memory.OutOfMemoryError:
+        pytest.skip("needs ~8 GiB of free device memory")
+    try:
+        v, k = partition_array(a, "x > -50")
+        m = a > -50
+        assert k == int(m.sum())
+        assert bool((v[:k] == a[m]).all()) and bool((v[k:] == a[~m]).all())
+    except cupy.cuda.memory.OutOfMemoryError:
+        pytest.skip("needs ~8 GiB of free device memory")
