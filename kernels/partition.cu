@@ -27,7 +27,7 @@
 //      then the others ranked the same way from the complement of the flags, after the tile's
 //      count and the others of earlier segments;
 //   4. copy out: consecutive threads on consecutive outputs, two runs (coalesced; the others'
-//      run of the one-pass route descends, still one run of consecutive addresses per warp).
+//      run of the one-pass route is reversed by reading the staged tile from its end).
 // Why staged: the records' split (dcx_rec_split) reads one element per lane and scatters each
 // warp's stores over two runs: 1.40-1.42 ms for 2^28 float32 on the H100 against 1.24-1.26 ms
 // counted first here. For indices alone it stays the faster (it reads the ballot words, not the
@@ -156,15 +156,23 @@ __device__ __forceinline__ void split_tile(const T* __restrict__ in, const bool*
   if constexpr (Places::KNOWN) before = places.prefix(tile, num_tiles, agg);
   else before = s_prefix;
 
-  // 4. two coalesced runs
+  // 4. two coalesced runs. Backwards (one pass), the others' run is still written at rising
+  //    addresses, its staged elements read from the last: thread i writes out[from - last + j]
+  //    with staged element in_tile - 1 - j (j = i - agg; the same places as out[from - j] =
+  //    staged element agg + j).
   const unsigned long long from = places.others_from((unsigned long long)tile_start - before, n);
   const long long left = n - tile_start;
   const unsigned in_tile = left < S::TILE ? unsigned(left) : unsigned(S::TILE);
+  const unsigned last = in_tile - 1u - agg;  // the others' count less one
   for (unsigned i = threadIdx.x; i < in_tile; i += BLOCK) {
-    const unsigned long long to = i < agg ? before + i
-                                  : Places::BACKWARDS ? from - (i - agg) : from + (i - agg);
-    if (OUT & OUT_VALUES) out_vals[to] = s_vals[i];
-    if (OUT & OUT_INDICES) out_idx[to] = index_base + tile_start + (long long)s_pos[i];
+    unsigned long long to = before + i;
+    unsigned at = i;
+    if (i >= agg) {
+      to = Places::BACKWARDS ? from - last + (i - agg) : from + (i - agg);
+      if (Places::BACKWARDS) at = in_tile - 1u - (i - agg);
+    }
+    if (OUT & OUT_VALUES) out_vals[to] = s_vals[at];
+    if (OUT & OUT_INDICES) out_idx[to] = index_base + tile_start + (long long)s_pos[at];
   }
 }
 
@@ -199,26 +207,56 @@ dcx_partition_lookback(const T* __restrict__ in, const bool* __restrict__ mask, 
 }
 
 // The one-pass route's second launch: out[k, n) reversed in place (k = *d_total, stored by the
-// split's last tile; read here, so the host never waits between the launches). A thread swaps
-// out[k + i] and out[n - 1 - i]; both runs are consecutive per warp. Grid-stride: any grid.
-template <class T, int OUT, int BLOCK>
+// split's last tile; read here, so the host never waits between the launches). Thread t of a
+// round swaps out[k + i] and out[n - 1 - i] for the ITEMS pairs i = round + r * BLOCK + t:
+// consecutive per warp on both sides, and all ITEMS pairs loaded before any is stored (one
+// pair per thread keeps 8 bytes of a 4-byte type in flight per thread, too few to cover the
+// memory's latency). Grid-stride over rounds: any grid.
+template <class T, int OUT, int BLOCK, int ITEMS>
 __global__ void __launch_bounds__(BLOCK)
 dcx_reverse_tail(T* __restrict__ out_vals, long long* __restrict__ out_idx, long long n,
                  const unsigned long long* __restrict__ d_total) {
   const long long k = (long long)*d_total;
   const long long half = (n - k) / 2;
-  const long long stride = (long long)gridDim.x * BLOCK;
-  for (long long i = (long long)blockIdx.x * BLOCK + threadIdx.x; i < half; i += stride) {
-    const long long a = k + i, b = n - 1 - i;
+  constexpr long long ROUND = (long long)BLOCK * ITEMS;
+  for (long long r0 = (long long)blockIdx.x * ROUND; r0 < half; r0 += (long long)gridDim.x * ROUND) {
     if (OUT & dcx::OUT_VALUES) {
-      const T x = out_vals[a];
-      out_vals[a] = out_vals[b];
-      out_vals[b] = x;
+      T lo[ITEMS], hi[ITEMS];
+#pragma unroll
+      for (int r = 0; r < ITEMS; ++r) {
+        const long long i = r0 + r * BLOCK + threadIdx.x;
+        if (i < half) {
+          lo[r] = out_vals[k + i];
+          hi[r] = out_vals[n - 1 - i];
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < ITEMS; ++r) {
+        const long long i = r0 + r * BLOCK + threadIdx.x;
+        if (i < half) {
+          out_vals[k + i] = hi[r];
+          out_vals[n - 1 - i] = lo[r];
+        }
+      }
     }
     if (OUT & dcx::OUT_INDICES) {
-      const long long x = out_idx[a];
-      out_idx[a] = out_idx[b];
-      out_idx[b] = x;
+      long long lo[ITEMS], hi[ITEMS];
+#pragma unroll
+      for (int r = 0; r < ITEMS; ++r) {
+        const long long i = r0 + r * BLOCK + threadIdx.x;
+        if (i < half) {
+          lo[r] = out_idx[k + i];
+          hi[r] = out_idx[n - 1 - i];
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < ITEMS; ++r) {
+        const long long i = r0 + r * BLOCK + threadIdx.x;
+        if (i < half) {
+          out_idx[k + i] = hi[r];
+          out_idx[n - 1 - i] = lo[r];
+        }
+      }
     }
   }
 }

@@ -26,6 +26,7 @@ from .cupy_tuning import (
     REC_SCAN_BLOCK,
     REC_SCAN_ITEMS,
     REC_STAGE,
+    REVERSE_ITEMS,
     SCAN_BLOCK,
     SCAN_ITEMS,
     SINGLE_PASS_VARIANTS,
@@ -131,7 +132,7 @@ class ModuleSpec:
                 # the others' run put back in order
                 "partition_lb": (f"dcx_partition_lookback<{t}, {p}, {out}, {s}, {b}, {i}, "
                                  f"{sleeps}{pa}>"),
-                "reverse": f"dcx_reverse_tail<{t}, {out}, {COPY_BLOCK}>",
+                "reverse": f"dcx_reverse_tail<{t}, {out}, {COPY_BLOCK}, {REVERSE_ITEMS}>",
             }
             if self.functor is not None:
                 # a chunk of a chained run (cupy_exact._run_chained, fused predicates only:

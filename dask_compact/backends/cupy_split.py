@@ -43,7 +43,7 @@ from .cupy_launchers import Plan, tile_words
 from .cupy_ready import learn, learned
 from .cupy_records import _Pass
 from .cupy_records_common import column_table, upload_table
-from .cupy_tuning import COPY_BLOCK, COPY_MAX_GRID, SCAN_BLOCK, SPLIT_ROUTES
+from .cupy_tuning import COPY_BLOCK, COPY_MAX_GRID, REVERSE_ITEMS, SCAN_BLOCK, SPLIT_ROUTES
 
 __all__ = ["split_chunk"]
 
@@ -85,7 +85,7 @@ def _by_tiles(a: Any, pred: Predicate, mask: Any, output: str, values: Any, idx:
         kernels["partition_lb"]((tiles,), (block,),
                                 args + (ws.status, ws.count, ws.tiles) + plan.params,
                                 shared_mem=smem)
-        grid = max(1, min(COPY_MAX_GRID, -(-(plan.n // 2) // COPY_BLOCK)))
+        grid = max(1, min(COPY_MAX_GRID, -(-(plan.n // 2) // (COPY_BLOCK * REVERSE_ITEMS))))
         kernels["reverse"]((grid,), (COPY_BLOCK,),
                            (ptr_or_null(values), ptr_or_null(idx), nb, ws.count))
     else:

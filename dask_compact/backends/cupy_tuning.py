@@ -24,7 +24,7 @@ __all__ = [
     "COPY_BLOCK", "COPY_MAX_GRID", "REC_DENSE_FROM", "REC_SPANS_BLOCK", "REC_SCAN_BLOCK",
     "REC_SCAN_ITEMS", "REC_GATHER_MIN_BLOCKS", "REC_GATHER_LOADS", "EXACT_MODE", "SPIN_MAX_N",
     "ONE_READ_MARGIN", "ONE_READ_ALWAYS_BYTES", "FAST_SMALL_CALLS", "UNSTABLE_SINGLE_PASS_MAX_N",
-    "CHAINED_RUNS", "SPLIT_ROUTES", "SPLIT_ROUTE", "SPLIT_ONE_PASS_FROM",
+    "CHAINED_RUNS", "SPLIT_ROUTES", "SPLIT_ROUTE", "SPLIT_ONE_PASS_FROM", "REVERSE_ITEMS",
 ]  # fmt: skip
 
 ALGORITHMS = ("single-pass", "three-pass", "hybrid")
@@ -145,6 +145,9 @@ CHAINED_RUNS = True
 SPLIT_ROUTES = ("auto", "counted", "one-pass")
 SPLIT_ROUTE = "auto"
 SPLIT_ONE_PASS_FROM = 0.5
+# dcx_reverse_tail (the one-pass route's second launch): pairs swapped per thread and round,
+# all loaded before any is stored (COPY_BLOCK threads per block).
+REVERSE_ITEMS = 8
 
 
 @dataclass(frozen=True)
