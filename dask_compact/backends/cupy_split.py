@@ -12,11 +12,13 @@ predicate selected last (``cupy_tuning.SPLIT_ROUTE``):
   coalesced. The input is read twice: 3n elements moved at every fraction. 1.24-1.26 ms at
   every p, against 1.40-1.42 ms through the records' split.
 * values (and both), one pass, once the predicate's last call selected at least
-  ``SPLIT_ONE_PASS_FROM`` (a half) of its elements: ``dcx_partition_lookback`` takes each
+  ``SPLIT_ONE_PASS_FROM`` (0.65) of its elements: ``dcx_partition_lookback`` takes each
   tile's selected prefix by decoupled look-back and writes its others from the end of the
   output backwards (their place needs the total, known only at the end), then
   ``dcx_reverse_tail`` reverses ``out[k:]`` in place, k read on the device: 2n + 2(n-k)
-  elements moved, fewer than 3n when more than half is selected.
+  elements moved, fewer than 3n when more than half is selected; the look-back's cost moves
+  the crossover to about 0.65 (one H100, 2^28 float32: 1.07 ms against 1.35 counted at
+  p = .95, 1.47 against 1.26 at p = .5).
 * indices alone: the records' passes with the array as the one field: the flags pass (one
   ballot word per 32 elements, tile counts and warp offsets), the tile-count scan, then
   ``dcx_rec_split`` writes every element's index at its place from the ballot words alone,

@@ -140,11 +140,14 @@ CHAINED_RUNS = True
 # -> tile scan -> split at known places: 3n elements moved), "one-pass" (the split by look-back
 # with the others written backwards from the end, then that run reversed in place: 2n + 2(n-k)
 # moved), or "auto": one pass once the predicate's last call on the dtype selected at least
-# SPLIT_ONE_PASS_FROM of its elements (where its bytes are the fewer: k > n/2), counted
-# before its first call and below. The tests and the benchmark force each route.
+# SPLIT_ONE_PASS_FROM of its elements, counted before its first call and below. The bytes
+# cross at k = n/2, but the look-back costs the one-pass split ~15% over the counted one's at
+# the same bytes: one H100, 2^28 float32, each route forced (partition_bench.py, 60e96b6), ms
+# counted / one pass at p = .05 1.26 / 2.03, .5 1.26 / 1.47, .6 1.29 / 1.40, .7 1.42 / 1.35,
+# .8 1.28 / 1.16, .95 1.35 / 1.07. The tests and the benchmark force each route.
 SPLIT_ROUTES = ("auto", "counted", "one-pass")
 SPLIT_ROUTE = "auto"
-SPLIT_ONE_PASS_FROM = 0.5
+SPLIT_ONE_PASS_FROM = 0.65
 # dcx_reverse_tail (the one-pass route's second launch): pairs swapped per thread and round,
 # all loaded before any is stored (COPY_BLOCK threads per block).
 REVERSE_ITEMS = 8
