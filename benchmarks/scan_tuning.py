@@ -85,27 +85,35 @@ def _c(label: str, why: str, block: int, rows: int, minb: int, cache: int, poll:
 # CUB's sm_90 look-back tuning (cub/device/dispatch/tuning/tuning_scan.cuh): 4-byte sums
 # 128 threads x 24 items (float: 1140 ns before the first look-back read, 688 ns per poll),
 # 8-byte 224 x 24 (1290 / 632 ns).
+# Since d08d3a1 the 4-byte default sleeps as CUB's sm_90 float tuning does (688 ns per poll,
+# 1140 ns before the first read); the cache and shape variants below keep those sleeps, so
+# each differs from the default in one thing.
+_P, _W = 688, 1140
 _FOUR = (
-    _c("default", "the table: 128 x 32, 3 blocks/SM", 128, 32, 3, 0),
-    _c("ld.cs", ".cs loads (no .cs stores: those spill here)", 128, 32, 3, 1),
-    _c("ld.cs.256B", ".cs loads with the L2::256B prefetch", 128, 32, 3, 9),
-    _c("ld.na", "ld.global.nc.L1::no_allocate", 128, 32, 3, 4),
-    _c("ld.256B", "ld.global.nc.L2::256B prefetch", 128, 32, 3, 8),
-    _c("ld.na.256B", "nc, L1::no_allocate, L2::256B", 128, 32, 3, 12),
+    _c("default", "the table: 128 x 32, 3 blocks/SM, CUB's sleeps", 128, 32, 3, 0, _P, _W),
+    _c("ld.cs", ".cs loads (no .cs stores: those spill here)", 128, 32, 3, 1, _P, _W),
+    _c("ld.cs.256B", ".cs loads with the L2::256B prefetch", 128, 32, 3, 9, _P, _W),
+    _c("ld.na", "ld.global.nc.L1::no_allocate", 128, 32, 3, 4, _P, _W),
+    _c("ld.256B", "ld.global.nc.L2::256B prefetch", 128, 32, 3, 8, _P, _W),
+    _c("ld.na.256B", "nc, L1::no_allocate, L2::256B", 128, 32, 3, 12, _P, _W),
+    _c("no-delay", "the default before d08d3a1: 20 ns polls, no first wait", 128, 32, 3, 0),
     _c("spin", "look-back polls with no sleep", 128, 32, 3, 0, 0),
-    _c("poll100", "look-back sleeps 100 ns per poll", 128, 32, 3, 0, 100),
     _c("backoff", "whole-warp back-off 32 ns doubling to 1024", 128, 32, 3, 0, -32),
-    _c("wait500", "500 ns before the first look-back read", 128, 32, 3, 0, 20, 500),
-    _c("cub-delay", "CUB sm_90 float: 1140 ns first, 688 ns per poll", 128, 32, 3, 0, 688, 1140),
+    _c("wait500", "500 ns before the first look-back read, 688 ns polls", 128, 32, 3, 0, _P,
+       500),
+    _c("wait2000", "2000 ns before the first look-back read, 688 ns polls", 128, 32, 3, 0, _P,
+       2000),
+    _c("poll300", "300 ns polls, 1140 ns first", 128, 32, 3, 0, 300, _W),
     _c("ld.na.256B+spin", "nc, L1::no_allocate, L2::256B, no sleep", 128, 32, 3, 12, 0),
 )
 CANDIDATES: dict[str, tuple[Candidate, ...]] = {
     "float32:float32": _FOUR + (
         _c("192x32x2", "192 x 32 (24576 a tile), 2 blocks/SM: 384 threads as 128 x 3", 192, 32,
-           2, 0),
-        _c("early", "warp 0 looks back while warps 1-3 scan (SCHED 1)", 128, 32, 3, 0, 20, 0, 1),
-        _c("early+ld.na.256B", "SCHED 1 with nc, L1::no_allocate, L2::256B", 128, 32, 3, 12, 20,
-           0, 1),
+           2, 0, _P, _W),
+        _c("early", "warp 0 looks back while warps 1-3 scan (SCHED 1)", 128, 32, 3, 0, _P, _W,
+           1),
+        _c("early+ld.na.256B", "SCHED 1 with nc, L1::no_allocate, L2::256B", 128, 32, 3, 12, _P,
+           _W, 1),
     ),
     "int32:int32": _FOUR,
     "int32:int64": (
