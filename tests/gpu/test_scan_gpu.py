@@ -430,3 +430,17 @@ def test_input_of_the_other_byte_order(dtype: str) -> None:
     with dask.config.set(scheduler="threads"):
         got = cumsum(chunks).compute()
     assert_scan(got, a, False)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("alg", ["auto", *GPU_ALGORITHMS])
+def test_exclusive_float_scan_starts_at_positive_zero(alg: str, dtype: str) -> None:
+    """An exclusive float scan's first element is the sum of nothing, +0.0 (its bytes set by a
+    memset after the kernels, which scan from -0.0 so that a leading -0.0 stays -0.0 in the
+    sums after it), bit for bit the CPU's exclusive scan, whatever the input's first value."""
+    for first in (-0.0, 0.0, -2.5):
+        a = np.array([first, -0.0, 1.5, -0.0], dtype)
+        got = cupy.asnumpy(scan_array(cupy.asarray(a), exclusive=True, algorithm=alg))
+        cpu = scan_array(a, exclusive=True)
+        assert not np.signbit(got[0]) and got[0] == 0, (first, got)
+        assert got.tobytes() == cpu.tobytes(), (first, got, cpu)
