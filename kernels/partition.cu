@@ -206,6 +206,33 @@ dcx_partition_lookback(const T* __restrict__ in, const bool* __restrict__ mask, 
                                                    places, dcx_smem);
 }
 
+namespace dcx {
+
+// One round of dcx_reverse_tail on one output array (values or indices).
+template <class U, int BLOCK, int ITEMS>
+__device__ __forceinline__ void swap_round(U* __restrict__ out, long long k, long long n,
+                                           long long half, long long r0) {
+  U lo[ITEMS], hi[ITEMS];
+#pragma unroll
+  for (int r = 0; r < ITEMS; ++r) {
+    const long long i = r0 + r * BLOCK + threadIdx.x;
+    if (i < half) {
+      lo[r] = out[k + i];
+      hi[r] = out[n - 1 - i];
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < ITEMS; ++r) {
+    const long long i = r0 + r * BLOCK + threadIdx.x;
+    if (i < half) {
+      out[k + i] = hi[r];
+      out[n - 1 - i] = lo[r];
+    }
+  }
+}
+
+}  // namespace dcx
+
 // The one-pass route's second launch: out[k, n) reversed in place (k = *d_total, stored by the
 // split's last tile; read here, so the host never waits between the launches). Thread t of a
 // round swaps out[k + i] and out[n - 1 - i] for the ITEMS pairs i = round + r * BLOCK + t:
@@ -220,43 +247,7 @@ dcx_reverse_tail(T* __restrict__ out_vals, long long* __restrict__ out_idx, long
   const long long half = (n - k) / 2;
   constexpr long long ROUND = (long long)BLOCK * ITEMS;
   for (long long r0 = (long long)blockIdx.x * ROUND; r0 < half; r0 += (long long)gridDim.x * ROUND) {
-    if (OUT & dcx::OUT_VALUES) {
-      T lo[ITEMS], hi[ITEMS];
-#pragma unroll
-      for (int r = 0; r < ITEMS; ++r) {
-        const long long i = r0 + r * BLOCK + threadIdx.x;
-        if (i < half) {
-          lo[r] = out_vals[k + i];
-          hi[r] = out_vals[n - 1 - i];
-        }
-      }
-#pragma unroll
-      for (int r = 0; r < ITEMS; ++r) {
-        const long long i = r0 + r * BLOCK + threadIdx.x;
-        if (i < half) {
-          out_vals[k + i] = hi[r];
-          out_vals[n - 1 - i] = lo[r];
-        }
-      }
-    }
-    if (OUT & dcx::OUT_INDICES) {
-      long long lo[ITEMS], hi[ITEMS];
-#pragma unroll
-      for (int r = 0; r < ITEMS; ++r) {
-        const long long i = r0 + r * BLOCK + threadIdx.x;
-        if (i < half) {
-          lo[r] = out_idx[k + i];
-          hi[r] = out_idx[n - 1 - i];
-        }
-      }
-#pragma unroll
-      for (int r = 0; r < ITEMS; ++r) {
-        const long long i = r0 + r * BLOCK + threadIdx.x;
-        if (i < half) {
-          out_idx[k + i] = hi[r];
-          out_idx[n - 1 - i] = lo[r];
-        }
-      }
-    }
+    if (OUT & dcx::OUT_VALUES) dcx::swap_round<T, BLOCK, ITEMS>(out_vals, k, n, half, r0);
+    if (OUT & dcx::OUT_INDICES) dcx::swap_round<long long, BLOCK, ITEMS>(out_idx, k, n, half, r0);
   }
 }
