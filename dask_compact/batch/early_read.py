@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from .plan import Layout, chunk_cost, thread_cost
-from .reader import ZarrChunkFiles
+from .reader import ChunkKeys, ZarrChunkFiles
 
 _V3_TYPES = {
     "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
@@ -119,8 +119,7 @@ def _reader(url: str, meta: dict[str, Any]) -> ZarrChunkFiles | None:
         return None
     n_rows = shape[0]
     nchunks = -(-n_rows // chunk_shape[0]) if n_rows else 0
-    zeros = [0] * (len(shape) - 1)
-    keys = [sep.join(["c", *map(str, (c, *zeros))]) for c in range(nchunks)]
+    keys = ChunkKeys("c" + sep, sep.join(["", *["0"] * (len(shape) - 1)]), nchunks)
     return ZarrChunkFiles(url, shape, dtype, "", chunk_shape[0], keys, meta.get("fill_value"),
                           False)
 
