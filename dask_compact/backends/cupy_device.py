@@ -110,10 +110,13 @@ def output_empty(n: int, dtype: Any, tail: tuple = ()) -> Any:
     return head_rows(out, n)
 
 
-def memset0(arr: Any) -> None:
+def memset0(arr: Any, nbytes: int | None = None) -> None:
+    """Zero ``arr``'s first ``nbytes`` (default: all of it) on the current stream; no view
+    to make for a part, no elementwise kernel."""
     import cupy
 
-    cupy.cuda.runtime.memsetAsync(arr.data.ptr, 0, arr.nbytes, cupy.cuda.get_current_stream().ptr)
+    n = arr.nbytes if nbytes is None else nbytes
+    cupy.cuda.runtime.memsetAsync(arr.data.ptr, 0, n, cupy.cuda.get_current_stream().ptr)
 
 
 def ptr_or_null(a: Any) -> Any:

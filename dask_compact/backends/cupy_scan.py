@@ -113,8 +113,7 @@ def scan(a: Any, exclusive: bool, algorithm: str, acc: np.dtype, base: Any = 0,
         # are +0.0; a memset rather than `out[:1] = 0` (a view and an elementwise kernel's
         # launch), part of the 12 us the public call took over its kernel at 2^28 float32 on
         # one H100 (0.7907 against 0.7787 ms, benchmarks/scan_tuning.py at 584043d)
-        cupy.cuda.runtime.memsetAsync(out.data.ptr, 0, acc.itemsize,
-                                      cupy.cuda.get_current_stream().ptr)
+        memset0(out, acc.itemsize)
     return out
 
 
