@@ -7,6 +7,7 @@ synchronisation per call where the step itself syncs and none where it does not;
 say which. Peers (CUB into a preallocated buffer, PyTorch, CuPy) are timed the same way.
 
     python benchmarks/small_call_parts.py [--peer-lib .whl/cub_peer.so] [--log2n 20]
+        [--dtype float64]
 """
 
 from __future__ import annotations
@@ -49,16 +50,18 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--log2n", type=int, default=20)
     ap.add_argument("--peer-lib", default=None)
+    ap.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     args = ap.parse_args()
     n = 1 << args.log2n
-    a = cupy.random.default_rng(1).random(n, dtype=np.float32)
+    dt = np.dtype(args.dtype)
+    a = cupy.random.default_rng(1).random(n, dtype=dt)
     stream = cupy.cuda.get_current_stream()
     sync = stream.synchronize
     pred_fn = lambda v: v < 0.5  # noqa: E731 -- one object, as a user's loop would hold
     p = as_predicate(pred_fn)
     compact_array(a, pred_fn)
     call = ck.one_read_call(a, p, "values", "single-pass")
-    scratch = cupy.empty(n, dtype=np.float32)
+    scratch = cupy.empty(n, dtype=dt)
     k = int(compact_array(a, pred_fn).size)
     words = cupy.zeros(64, dtype=np.uint64)
     rows: list[tuple[str, float]] = []
@@ -76,7 +79,7 @@ def main() -> None:
         lambda: compact_chunk(a, p, "values", True, "auto", 0))
     row("compact_array(a, pred) again [order check]", lambda: compact_array(a, pred_fn))
     row("cached one-read call alone", lambda: call(a, 0))
-    out = cupy.empty(n, dtype=np.float32)
+    out = cupy.empty(n, dtype=dt)
     cnt = cupy.zeros(1, dtype=np.int64)
     row("compact_into(a, pred, out, count=c) [public, no sync]",
         lambda: compact_into(a, pred_fn, out, count=cnt))
@@ -86,8 +89,8 @@ def main() -> None:
                  check_chunk_type(a, "compact_array"), check_dtype(a.dtype),
                  as_predicate(pred_fn).check(a.dtype)))
     row("_one_read_call lookup", lambda: ck.one_read_call(a, p, "values", "single-pass"))
-    row("cupy.empty(n, float32)", lambda: cupy.empty(n, dtype=np.float32))
-    row("cupy.empty(k, float32)", lambda: cupy.empty(k, dtype=np.float32))
+    row(f"cupy.empty(n, {dt.name})", lambda: cupy.empty(n, dtype=dt))
+    row(f"cupy.empty(k, {dt.name})", lambda: cupy.empty(k, dtype=dt))
     row("memsetAsync 64 words", lambda: cupy.cuda.runtime.memsetAsync(
         words.data.ptr, 0, words.nbytes, stream.ptr))
     pk = call.kernel
@@ -99,13 +102,15 @@ def main() -> None:
     row("_read_counts (8-byte D2H + sync)", lambda: read_counts([word]))
     row("stream.synchronize() idle", sync)
     row("_head_copy(scratch, k) (alloc + D2D memcpy)", lambda: head_copy(scratch, k))
-    dst = cupy.empty(k, dtype=np.float32)
+    dst = cupy.empty(k, dtype=dt)
     d2d = cupy.cuda.runtime.memcpyDeviceToDevice
     row("memcpyAsync D2D of k elements alone (no alloc, no sync)",
-        lambda: cupy.cuda.runtime.memcpyAsync(dst.data.ptr, scratch.data.ptr, 4 * k, d2d,
+        lambda: cupy.cuda.runtime.memcpyAsync(dst.data.ptr, scratch.data.ptr,
+                                              dt.itemsize * k, d2d,
                                               stream.ptr))
     row("memcpyAsync D2D of k elements + sync",
-        lambda: (cupy.cuda.runtime.memcpyAsync(dst.data.ptr, scratch.data.ptr, 4 * k, d2d,
+        lambda: (cupy.cuda.runtime.memcpyAsync(dst.data.ptr, scratch.data.ptr,
+                                               dt.itemsize * k, d2d,
                                                stream.ptr), sync()))
     row("cupy.cuda.get_current_stream()", cupy.cuda.get_current_stream)
     row("cupy a[a < 0.5]", lambda: a[a < 0.5])
@@ -121,13 +126,13 @@ def main() -> None:
         from gpu_kernels import CubPeer
 
         peer = CubPeer(args.peer_lib)
-        out = cupy.empty(n, dtype=np.float32)
+        out = cupy.empty(n, dtype=dt)
         cnt = cupy.zeros(1, dtype=np.uint64)
-        temp = cupy.empty(peer.temp_bytes("float32", n), dtype=np.uint8)
+        temp = cupy.empty(peer.temp_bytes(dt.name, n), dtype=np.uint8)
         row("CUB If preallocated (no sync)",
-            lambda: peer.select_if("float32", a, out, cnt, 0.5, temp))
+            lambda: peer.select_if(dt.name, a, out, cnt, 0.5, temp))
         row("CUB If preallocated + sync",
-            lambda: (peer.select_if("float32", a, out, cnt, 0.5, temp), sync()))
+            lambda: (peer.select_if(dt.name, a, out, cnt, 0.5, temp), sync()))
     import cProfile
     import io
     import pstats

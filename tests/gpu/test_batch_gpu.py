@@ -109,6 +109,31 @@ def test_gpu_decode_of_many_chunks_at_once_matches_numpy(tmp_path):
     np.testing.assert_array_equal(zarr.open_group(str(out2))["values"][:], a[a < 0.4])
 
 
+@pytest.mark.parametrize("encode", ["cpu", pytest.param("auto", marks=needs_nvcomp)])
+@pytest.mark.parametrize("decode", ["cpu", pytest.param("gpu", marks=needs_nvcomp)])
+def test_gpu_tasks_of_several_small_chunks_match_numpy(tmp_path, monkeypatch, decode, encode):
+    """The default grouping (dask-compact.batch.task-bytes; the suite runs with one chunk a
+    task): 245 chunks of 4,096 float32 read 32 a task, decoded on the CPU or by nvCOMP (a
+    task's chunks in one request), compacted on the GPU, the output chunked like the input."""
+    import dask
+
+    monkeypatch.setenv("DASK_DASK_COMPACT__BATCH__TASK_BYTES", str(1 << 19))
+    a = np.random.default_rng(21).random(1_000_003).astype(np.float32)
+    path = make(tmp_path, a, (4096,))
+    out = tmp_path / "out.zarr"
+    with dask.config.set({"dask-compact.batch.task-bytes": 1 << 19}):
+        res = run(path, out, "-w", "x < 0.35", "-o", "both", "--local", "threads", "--device",
+                  "gpu", "--decode", decode, "--encode", encode, "--json")
+    summary = json.loads(res.stdout)
+    assert summary["input_chunks"] == 245 and summary["tasks"] == 8
+    assert summary["gpu"] and summary["gpu_chunks"] == summary["chunks_read"] == 8
+    assert summary["gpu_decode"] is (decode == "gpu")
+    g = zarr.open_group(str(out), mode="r")
+    assert g["values"].chunks == (4096,)
+    np.testing.assert_array_equal(g["values"][:], a[a < 0.35])
+    np.testing.assert_array_equal(g["indices"][:], np.flatnonzero(a < 0.35))
+
+
 @pytest.mark.parametrize("encode", ["cpu", pytest.param("gpu", marks=needs_nvcomp)])
 @pytest.mark.parametrize("decode", ["cpu", pytest.param("gpu", marks=needs_nvcomp)])
 @pytest.mark.parametrize("mode", ["values", "indices", "both"])
@@ -327,7 +352,11 @@ def test_chunks_the_writers_encode_on_the_cpu_match_numpy(tmp_path, monkeypatch,
         elif cpu_takes == "by rate":
             on_cpu = encoder_choice.chosen()["cpu"]
         else:
-            on_cpu = {"every": chunks, "every other": chunks // 2, "none": 0}[cpu_takes]
+            # a chunk the test sent to the GPU may still leave its queue for the CPUs once
+            # both paths have rates (Ticket.better_on_cpu, "every other" only): counted as
+            # moved. Until 2026-12-05 the test left those out, and failed where one moved.
+            on_cpu = ({"every": chunks, "every other": chunks // 2, "none": 0}[cpu_takes]
+                      + encoder_choice.chosen()["moved"])
         assert summary["gpu_encoded"] == chunks - on_cpu
         assert "cpu" in summary["encode_rates"]
         assert encoder_choice.live_bytes() == 0  # every chunk's ticket done
