@@ -170,8 +170,9 @@ class _Seconds(click.FloatRange):
     "every worker has one.",
 )
 @click.option("--chunks", type=click.IntRange(min=1), metavar="N",
-              help="Input chunk length along the first axis (default: the Zarr chunks; "
-              "about 128 MiB for .npy; a Zarr group: its fields' longest).")
+              help="Rows each task reads along the first axis (default: whole Zarr chunks, "
+              "several a task where they are small, to about dask-compact.batch.task-bytes, "
+              "8 MiB; about 128 MiB for .npy; a Zarr group: its fields' longest, so grouped).")
 @click.option("--output-chunks", type=click.IntRange(min=1), metavar="N",
               help="Zarr chunk length of the output arrays, in elements, never more than the "
               "whole input. Default: what one input chunk holds (its rows times the row "
@@ -361,11 +362,17 @@ def compact_command(
     _end_after_dask_cli(ctx)
 
 
+def _chunks_words(summary: dict[str, Any]) -> str:
+    """"N chunks", and the tasks that read them where a task reads several."""
+    chunks, tasks = summary["input_chunks"], summary["tasks"]
+    return f"{chunks:,} chunks" + (f" in {tasks:,} tasks" if tasks != chunks else "")
+
+
 def _array_text(summary: dict[str, Any], input_path: str, where: str) -> str:
     return (
         f"read      {summary['elements']:,} elements of {summary['dtype']} "
         f"({fmt_bytes(summary['bytes'])}), shape {tuple(summary['shape'])}, "
-        f"{summary['input_chunks']} chunks, from {input_path}\n"
+        f"{_chunks_words(summary)}, from {input_path}\n"
         f"where     {where}\n"
         + _encoded_line(summary["encoded"], summary.get("not_decoded"))
         + _job_lines(summary, f", {'GPU' if summary['gpu_decode'] else 'CPU'} decode, "
@@ -565,7 +572,7 @@ def _group_text(summary: dict[str, Any]) -> str:
     ignored = ", ".join(f"{n} ({why})" for n, why in summary["ignored"].items())
     return (
         f"read      {summary['rows']:,} rows of {used} fields ({fmt_bytes(summary['bytes'])}), "
-        f"{summary['input_chunks']} chunks, from the Zarr group {summary['input']}\n"
+        f"{_chunks_words(summary)}, from the Zarr group {summary['input']}\n"
         + (f"ignored   {ignored}: not fields of the record\n" if ignored else "")
         + (f"kept      {', '.join(summary['kept'])}: copied unchanged (not along the "
            "record's rows)\n" if summary["kept"] else "")

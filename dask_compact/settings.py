@@ -17,6 +17,7 @@ or in the environment (``DASK_DASK_COMPACT__SORT__MIN_BUCKET=4096``)::
         gpu-frame-bytes: 16 MiB   # zstd frames of a GPU-encoded chunk (0: one a chunk)
         gpu-decode-wait: 0.5      # seconds (or "500ms") a GPU decode batch waits for more
         gpu-decode-tasks: 32      # chunk tasks beside the CPU threads, per GPU decoding
+        task-bytes: 8 MiB         # a task reads whole Zarr chunks, this many bytes at least
 
 Every read goes through :func:`get`, which falls back to the default here. Registering the
 defaults alone (``dask.config.update_defaults`` when a module is first imported) was not
@@ -55,7 +56,8 @@ DEFAULTS: dict[str, Any] = {
     "cache": {"memory-entries": 64, "disk-bytes": 256 * 2**20},
     "direct": True,
     "sort": {"exchange": "auto", "min-bucket": 2**16, "max-pieces": 2**14},
-    "batch": {"gpu-frame-bytes": 16 << 20, "gpu-decode-wait": 0.5, "gpu-decode-tasks": 32},
+    "batch": {"gpu-frame-bytes": 16 << 20, "gpu-decode-wait": 0.5, "gpu-decode-tasks": 32,
+              "task-bytes": 8 << 20},
 }
 
 
@@ -184,6 +186,8 @@ KINDS: dict[str, tuple[Callable[[Any], Any], str]] = {
                                       "such as '16 MiB' (0: one frame per chunk)"),
     "batch.gpu-decode-wait": (_seconds, "seconds >= 0: a number or a duration such as '500ms'"),
     "batch.gpu-decode-tasks": (_count, "a whole number of tasks per GPU (e.g. 32)"),
+    "batch.task-bytes": (_bytes, "a number of bytes: an integer >= 0 or a byte string such "
+                                 "as '8 MiB' (0: one Zarr chunk per task)"),
 }
 
 

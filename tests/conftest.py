@@ -59,6 +59,11 @@ def pytest_configure(config):
     _SESSION_DIR = _make_session_dir()
     os.environ.setdefault("DASK_COMPACT_CACHE_DIR", os.path.join(_SESSION_DIR, "cache"))
     os.environ.setdefault("DASK_TEMPORARY_DIRECTORY", os.path.join(_SESSION_DIR, "dask"))
+    # One input chunk a batch-job task (dask-compact.batch.task-bytes 0): the suite's inputs
+    # are a few MiB in small chunks, which the default (8 MiB a task) would read in one task,
+    # and its tests of windows, budgets, resume and faults are about many tasks. The tests of
+    # the default set it back (test_batch_stream.py::test_tasks_read_several_small_chunks...).
+    os.environ.setdefault("DASK_DASK_COMPACT__BATCH__TASK_BYTES", "0")
     if hasattr(config, "workerinput"):
         _TMP = tempfile.gettempdir()
         return

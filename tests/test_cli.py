@@ -564,7 +564,8 @@ def test_a_resume_refused_names_the_options_that_differ(tmp_path):
     args = ("--where", "x > 0.3", "--output-chunks", "500", "--local", "threads")
     kill_halfway(tmp_path, path, out, *args, writes=5)
     res = run(path, out, *args, "--chunks", "300", "--resume", code=2)
-    assert "differs in rows (--chunks: 1000 then, 300 now)" in res.output
+    assert ("differs in rows (--chunks or dask-compact.batch.task-bytes: 1000 then, 300 now)"
+            in res.output)
     res = run(path, out, *args, "--output-chunks", "700", "--resume", code=2)
     assert "(--output-chunks: 500 then, 700 now)" in res.output
     zarr.open_array(str(path), mode="r+")[5] = 2.0

@@ -15,6 +15,7 @@ import click
 import numpy as np
 
 from .caches import CACHE_PROTOCOLS, chained_base, resolved
+from .plan import task_rows
 from .reader import (
     NpyRows,
     Reader,
@@ -52,6 +53,9 @@ class Source:
     fingerprint_now: Callable[[], str] | None = None
     # how xarray would decode its values (.cf.decoding: a Decoding, why not, or None)
     cf: Any = None
+    # rows of the output's chunks unless --output-chunks says (0: row_chunk): a Zarr input's
+    # own chunks, where a task reads several (plan.task_rows)
+    out_rows: int = 0
 
     @property
     def size(self) -> int:
@@ -285,8 +289,14 @@ def open_zarr(path: str, chunks: int | None, allow_missing_chunks: bool = False)
     fast, why_not = chunk_files_reader(node, url, fingerprint, allow_missing_chunks)
     reader: Reader = fast or ZarrRows(url, node.shape, node.dtype, fingerprint)
     # Blocks of whole Zarr chunks along axis 0 (all trailing axes): each read decodes every
-    # chunk it touches exactly once. A 0-d array's one chunk is its one row.
-    row_chunk = chunks or max(1, int(node.chunks[0]) if node.chunks else 1)
+    # chunk it touches exactly once. A 0-d array's one chunk is its one row. A task reads
+    # several small chunks (plan.task_rows); the output is chunked like the input all the same.
+    from .. import settings
+
+    own_rows = max(1, int(node.chunks[0]) if node.chunks else 1)
+    row_chunk = chunks or task_rows(own_rows, row_nbytes(node.shape, node.dtype),
+                                    node.shape[0] if node.shape else 1,
+                                    settings.get("batch.task-bytes"))
     from .cf import decoding
 
     return Source(tuple(node.shape), native_dtype(node.dtype), "zarr",
@@ -294,7 +304,12 @@ def open_zarr(path: str, chunks: int | None, allow_missing_chunks: bool = False)
                   user_attributes(node), dimension_names(node), path if is_url(path) else None,
                   lambda: zarr_fingerprint(zarr.open_array(store=uncached(url), mode="r"),
                                            url),
-                  decoding(node))
+                  decoding(node), chunks or own_rows)
+
+
+def row_nbytes(shape: tuple[int, ...], dtype: Any) -> int:
+    """Decoded bytes of one row (axis 0) of an array of ``shape`` and ``dtype``."""
+    return max(1, int(np.prod(shape[1:], dtype=np.int64)) * np.dtype(dtype).itemsize)
 
 
 def check_cache_current(node: Any, url: str) -> None:

@@ -48,6 +48,9 @@ def describe(src: Source, where: str, mode: str, output_chunks: int | None) -> d
 
 
 def layout_of(src: Source, output_chunks: int | None) -> Layout:
+    if output_chunks is None and src.out_rows:
+        row_elems = int(np.prod(src.shape[1:], dtype=np.int64)) if len(src.shape) > 1 else 1
+        output_chunks = src.out_rows * row_elems
     return Layout.make(src.shape, src.dtype.itemsize, src.row_chunk, output_chunks)
 
 
@@ -369,7 +372,11 @@ def run_job(
         "dtype": str(src.dtype),
         "elements": int(layout.n),
         "bytes": int(layout.n * layout.itemsize),
-        "input_chunks": layout.nchunks,
+        # the input's chunks along axis 0 (--chunks or .npy: the job's blocks), and the tasks
+        # that read them (several small Zarr chunks a task, .plan.task_rows)
+        "input_chunks": (-(-src.shape[0] // src.out_rows) if src.out_rows and src.shape
+                         else layout.nchunks),
+        "tasks": layout.nchunks,
         "selected": total,
         "fraction": total / layout.n if layout.n else 0.0,
         "arrays": list(names),

@@ -110,7 +110,8 @@ def _differs(key: str, then: Any, now: Any, group: bool) -> str:
     if key in _HASHED:
         return f"{key} ({_HASHED[key]})"
     # "rows" is the array job's --chunks, and a group's number of rows (INPUT's)
-    what = ("INPUT's rows" if group else "--chunks") if key == "rows" else _CHANGED.get(key)
+    what = (("INPUT's rows" if group else "--chunks or dask-compact.batch.task-bytes")
+            if key == "rows" else _CHANGED.get(key))
     return f"{key} ({what + ': ' if what else ''}{then!r} then, {now!r} now)"
 
 

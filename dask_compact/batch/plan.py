@@ -17,6 +17,31 @@ from ..validate import output_bytes
 INDEX_BYTES = 8  # the int64 global indices of --output indices|both
 
 
+def task_rows(chunk_rows: int, row_bytes: int, n_rows: int, min_bytes: int) -> int:
+    """Rows one task of a job reads and compacts: whole input chunks of ``chunk_rows`` rows
+    (``row_bytes`` decoded bytes a row), as many as make ``min_bytes`` (the setting
+    ``dask-compact.batch.task-bytes``; 0: one chunk a task), never more than the input's
+    ``n_rows`` rounded up to a chunk.
+
+    Why: a job's tasks per input chunk (read and compact, its summary, the slices its writes
+    take) each cost the scheduler the same whatever the chunk's size, and on a cluster that
+    cost is milliseconds. Until 2026-12-05 a task read one chunk: 1,024 Zarr chunks of 64 KiB
+    (2^24 float32) took 10.3 s under ``--local processes`` on the 2-core CI machine, 3.2 s
+    with tasks of 64 chunks (and 1.37 against 0.95 s under threads), the output the same.
+
+    >>> task_rows(16384, 4, 1 << 24, 8 << 20)  # chunks of 64 KiB: 128 a task
+    2097152
+    >>> task_rows(16384, 4, 1 << 24, 0), task_rows(1 << 25, 4, 1 << 31, 8 << 20)
+    (16384, 33554432)
+    >>> task_rows(1, 1, 10_000, 8 << 20)  # never past the input
+    10000
+    """
+    chunk_rows = max(1, chunk_rows)
+    per = max(1, min_bytes // max(1, chunk_rows * row_bytes)) if min_bytes > 0 else 1
+    chunks = max(1, -(-max(n_rows, 1) // chunk_rows))
+    return chunk_rows * min(per, chunks)
+
+
 @dataclass(frozen=True)
 class Layout:
     """Input chunks (blocks of whole rows, so each is a contiguous run of the C order) and the

@@ -52,7 +52,7 @@ from .inputs import (
 from .job import writes_chunk_files
 from .manifest import Manifest, made_files
 from .output import Target, job_identity
-from .plan import INDEX_BYTES, Layout
+from .plan import INDEX_BYTES, Layout, task_rows
 from .reader import Reader, ZarrRows, chunk_files_reader, zarr_fingerprint
 from .record_tasks import INDICES, RecordReader, read_compact_records
 from .runner import Runner
@@ -555,12 +555,23 @@ def identity_now(inp: GroupInput) -> tuple[dict[str, str], str]:
 
 
 def row_chunk(inp: GroupInput) -> int:
-    """Rows per input chunk: ``--chunks``, else the longest Zarr chunk (along axis 0) of the
-    fields read, so that each chunk of every field is decoded once, or twice where it
-    straddles two input chunks (fields chunked alike, the usual case, are read chunk by
-    chunk)."""
+    """Rows per input chunk: ``--chunks``, else whole multiples of the longest Zarr chunk (along
+    axis 0) of the fields read (one, or several small ones: :func:`.plan.task_rows`), so that
+    each chunk of every field is decoded once, or twice where it straddles two input chunks
+    (fields chunked alike, the usual case, are read chunk by chunk)."""
     if inp.row_chunk:
         return inp.row_chunk
+    from .. import settings
+
+    rows = longest_chunk(inp)
+    # several such chunks a task where they are small (.plan.task_rows), by the bytes of a
+    # row of every field read
+    return task_rows(rows, sum(row_bytes(a) for a in inp.arrays.values()), inp.rows,
+                     settings.get("batch.task-bytes"))
+
+
+def longest_chunk(inp: GroupInput) -> int:
+    """The longest Zarr chunk along the rows of the fields read."""
     return max(1, max(int(z.chunks[0]) for z in inp.arrays.values()))
 
 
@@ -688,7 +699,10 @@ def run_records_job(runner: Runner, inp: GroupInput, target: Target, where: str,
         "where": where,
         "rows": inp.rows,
         "bytes": inp.bytes,
-        "input_chunks": layout.nchunks,
+        # the longest field chunks along the rows (--chunks: its blocks), and the tasks that
+        # read them (several small chunks a task, .plan.task_rows)
+        "input_chunks": layout.nchunks if inp.row_chunk else -(-inp.rows // longest_chunk(inp)),
+        "tasks": layout.nchunks,
         "selected": selected,
         "fraction": selected / inp.rows if inp.rows else 0.0,
         "fields": list(inp.written),
