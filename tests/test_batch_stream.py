@@ -176,15 +176,15 @@ class ArrayRows:
         return self.a[r0:r1].copy()
 
 
-def stream_once(tmp_path, a, where, mode, rows, out_chunk, budget, threads=2):
+def stream_once(tmp_path, a, where, mode, rows, out_chunk, budget, threads=2, writes=1):
     Src = source_of(a)
 
     lay = Layout.make(a.shape, a.dtype.itemsize, rows, out_chunk)
-    store = str(tmp_path / f"g-{mode}-{rows}-{out_chunk}-{budget}.zarr")
+    store = str(tmp_path / f"g-{mode}-{rows}-{out_chunk}-{budget}-{writes}.zarr")
     create_group(store, lay, Src, mode, {"complete": False})
     reader = ArrayRows(a)
     job = Job(reader, lay, where, mode, "cpu", OutputArrays(store, NAMES[mode], lay.out_chunk),
-              budget, Manifest({}), store)
+              budget, Manifest({}), store, writes_per_task=writes)
     ex = ThreadExecutor(threads)
     try:
         total = run_stream(ex, job)
@@ -217,6 +217,29 @@ def test_stream_matches_numpy(tmp_path, n, rows, out_chunk, budget):
             biggest = max(chunk_cost(lay, i, "both") for i in range(lay.nchunks))
             piece = max(lay.size(i) for i in range(lay.nchunks)) * 16
             assert job.stats.peak_reserved <= biggest + piece + 4 * lay.out_chunk * 16
+
+
+@pytest.mark.parametrize("writes", [2, 5, 10**6])
+@pytest.mark.parametrize("budget", [1, 10**4, 10**9], ids=["one-chunk", "small", "all"])
+@pytest.mark.parametrize("n, rows, out_chunk", [(1, 1, 1), (1025, 33, 7), (997, 100, 10),
+                                                (4099, 1000, 3)])
+def test_stream_with_several_writes_a_task_matches_numpy(tmp_path, n, rows, out_chunk, budget,
+                                                         writes):
+    """Output chunks written several a task (Job.writes_per_task): every chunk once, NumPy's
+    arrays, at least the chunks over ``writes`` tasks and at most one a chunk."""
+    a = np.random.default_rng(n + 7).random(n)
+    for where in ("x > 0.6", "x >= 0"):
+        m = a > 0.6 if where == "x > 0.6" else a >= 0
+        total, arrays, job = stream_once(tmp_path / where.replace(" ", ""), a, where, "both",
+                                         rows, out_chunk, budget, writes=writes)
+        assert total == m.sum()
+        np.testing.assert_array_equal(arrays["values"], a[m])
+        np.testing.assert_array_equal(arrays["indices"], np.flatnonzero(m))
+        chunks = out_chunks_total(total, job.layout.out_chunk)
+        assert -(-chunks // writes) <= job.stats.write_tasks <= chunks
+        assert sorted(job.manifest.written) == list(range(chunks))
+        if budget == 10**9 and chunks > writes:  # all at once: whole groups
+            assert job.stats.write_tasks < chunks
 
 
 @pytest.mark.parametrize("dtype", ["int8", "uint16", "int32", "uint64", "float32", "float64",

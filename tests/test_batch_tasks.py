@@ -1,6 +1,7 @@
-"""How many input chunks one task of ``dask compact`` reads (``dask-compact.batch.task-bytes``):
-the rule itself, and whole commands with it on, against NumPy, under threads, worker processes
-and ``--resume``, for an array and for a Zarr group's fields.
+"""How many input chunks one task of ``dask compact`` reads, and how many output chunks one task
+writes (``dask-compact.batch.task-bytes``): the rule itself, and whole commands with it on,
+against NumPy, under threads, worker processes and ``--resume``, for an array and for a Zarr
+group's fields.
 
 The rest of the suite runs with one chunk a task (tests/conftest.py); these tests set the
 setting themselves, to a size that groups their small chunks."""
@@ -62,7 +63,7 @@ def make(path, a, chunks):
                                    ["--local", "processes", "--workers", "2"]])
 def test_tasks_read_several_small_chunks_and_the_output_is_numpys(tmp_path, grouped, flags):
     """101 chunks of 1,000 float32 (4 KB) in tasks of 16: 7 tasks; the output's chunks are the
-    input's all the same, and its arrays NumPy's."""
+    input's all the same, written several a task, and its arrays NumPy's."""
     a = np.random.default_rng(5).random(100_003).astype(np.float32)
     path = make(tmp_path / "in.zarr", a, (1000,))
     out = tmp_path / "out.zarr"
@@ -70,6 +71,9 @@ def test_tasks_read_several_small_chunks_and_the_output_is_numpys(tmp_path, grou
     summary = json.loads(res.stdout)
     assert summary["input_chunks"] == 101 and summary["tasks"] == 7
     assert summary["chunks_read"] == 7
+    # output chunks of 1,000 values and indices (12 KB): up to 5 a write task
+    out_chunks = -(-int((a < 0.3).sum()) // 1000)
+    assert -(-out_chunks // 5) <= summary["write_tasks"] < out_chunks
     g = zarr.open_group(str(out), mode="r")
     assert g["values"].chunks == (1000,)
     np.testing.assert_array_equal(g["values"][:], a[a < 0.3])

@@ -15,13 +15,14 @@ from typing import Any
 
 import numpy as np
 
+from .. import settings
 from . import early_read
 from .executor import ClientExecutor, Executor, NoWorkers, ThreadExecutor
 from .host_buffers import pool_for_job
 from .inputs import Source, xarray_encodings
 from .manifest import Manifest, made_files
 from .output import Target, job_identity, marker
-from .plan import Layout
+from .plan import Layout, writes_per_task
 from .runner import Runner
 from .shared import check_chunks_written, check_workers_read, check_workers_see
 from .stream import Job, charge_threads, run_stream
@@ -279,6 +280,7 @@ def stream_summary(job: Job, runner: Runner, threads: int) -> dict[str, Any]:
         "peak_memory": peak_memory(runner),
         "gpu_chunks": st.gpu_chunks,
         "chunks_read": st.chunks,
+        "write_tasks": st.write_tasks,
         "scheduler": runner.description,
         "gpu": runner.gpu,
     }
@@ -354,6 +356,7 @@ def run_job(
             dest=OutputArrays(target.tmp, names, layout.out_chunk, direct, share),
             budget=budget, manifest=manifest, manifest_dir=None if target.url else target.tmp,
             decode=decode, encode=encode,
+            writes_per_task=writes_per_task(layout, mode, settings.get("batch.task-bytes")),
         )
 
     check = (input_unchanged(src.reader.fingerprint, src.fingerprint_now)

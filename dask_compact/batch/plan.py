@@ -179,6 +179,23 @@ def parts_of(j: int, out_chunk: int, offsets: dict[int, int], counts: dict[int, 
     return parts
 
 
+def writes_per_task(layout: Layout, mode: str, min_bytes: int) -> int:
+    """Output chunks one write task writes: as many as hold ``min_bytes`` (the setting of
+    :func:`task_rows`) of output at most, at least one; one where the setting is 0. Each is
+    written as a task of its own would write it (:func:`.tasks.write_chunks`): only the
+    scheduler's cost per task is shared.
+
+    >>> lay = Layout.make((1 << 20,), 4, 1 << 16, 1 << 14)  # output chunks of 64 KiB
+    >>> writes_per_task(lay, "values", 8 << 20), writes_per_task(lay, "both", 8 << 20)
+    (128, 42)
+    >>> writes_per_task(lay, "values", 0), writes_per_task(lay, "values", 1 << 10)
+    (1, 1)
+    """
+    if min_bytes <= 0:
+        return 1
+    return max(1, min_bytes // max(1, layout.out_chunk * _out_elem(layout, mode)))
+
+
 def out_chunks_below(end: int, out_chunk: int) -> int:
     """How many output chunks lie wholly below global offset ``end``."""
     return end // out_chunk

@@ -37,6 +37,7 @@ from typing import Any
 import click
 import numpy as np
 
+from .. import settings
 from .cf import FILL_ATTRS, Decoding, decoding, fill_compared
 from .inputs import (
     check_chunks_stored,
@@ -52,7 +53,7 @@ from .inputs import (
 from .job import writes_chunk_files
 from .manifest import Manifest, made_files
 from .output import Target, job_identity
-from .plan import INDEX_BYTES, Layout, task_rows
+from .plan import INDEX_BYTES, Layout, task_rows, writes_per_task
 from .reader import Reader, ZarrRows, chunk_files_reader, zarr_fingerprint
 from .record_tasks import INDICES, RecordReader, read_compact_records
 from .runner import Runner
@@ -561,8 +562,6 @@ def row_chunk(inp: GroupInput) -> int:
     (fields chunked alike, the usual case, are read chunk by chunk)."""
     if inp.row_chunk:
         return inp.row_chunk
-    from .. import settings
-
     rows = longest_chunk(inp)
     # several such chunks a task where they are small (.plan.task_rows), by the bytes of a
     # row of every field read
@@ -685,6 +684,7 @@ def run_records_job(runner: Runner, inp: GroupInput, target: Target, where: str,
             dest=OutputArrays(target.tmp, names, layout.out_chunk, direct), budget=budget,
             manifest=manifest, manifest_dir=None if target.url else target.tmp,
             task=read_compact_records,
+            writes_per_task=writes_per_task(layout, mode, settings.get("batch.task-bytes")),
         )
 
     before = (reader.fingerprint, job_desc["copied"])

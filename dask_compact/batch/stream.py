@@ -54,6 +54,7 @@ class Stats:
     gpu_chunks: int = 0
     gpu_decoded: int = 0
     gpu_encoded: int = 0  # output chunks (of each array) encoded on a GPU
+    write_tasks: int = 0  # the tasks that wrote them (several chunks a task: .plan.writes_per_task)
     peak_reserved: int = 0  # the most charged to pieces at once (see _Stream.admit)
     fixed: int = 0  # the threads' own buffers, charged for the whole job (charge_threads)
     minimum: int = 0  # the least the job can run in (plan.job_minimum)
@@ -95,6 +96,8 @@ class Job:
     # The chunk task, called as tasks.read_compact is; None: tasks.read_compact (looked up
     # when the job runs). A record's job reads several fields (.record_tasks).
     task: Callable[..., Any] | None = None
+    # output chunks a write task writes at most (.plan.writes_per_task)
+    writes_per_task: int = 1
 
 
 def charge_threads(ex: Executor, job: Job) -> int:
@@ -134,12 +137,16 @@ class _Stream:
         self.pieces: dict[int, Any] = {}
         self.users: dict[int, int] = {}  # input chunk -> writes in flight that read its piece
         self.copies = isinstance(ex, ClientExecutor)  # slices copied for the writers
+        # Output chunks a write task writes (.plan.writes_per_task). 2-core machine, 512 output
+        # chunks of 64 KiB, 128 a task against one a task: under --local processes 2.25-2.36 s
+        # against 3.04 s; under threads, alternating, 1.17-1.26 s against 1.26-1.32 s.
+        self.group = job.writes_per_task
         self.fixed = charge_threads(ex, job)
         self.reserved = 0  # charged to pieces; the budget holds it and the threads' buffers
         self.charged: dict[int, int] = {}
         self.held = 0  # input chunks read or being read whose pieces some write may still need
         self.reading = 0  # input chunks being read and compacted (count not yet known)
-        self.writes = 0  # writes in flight
+        self.writes = 0  # output chunks being written
         self.last_save = 0.0
         job.stats.resumed_from_chunk = first
         job.stats.skipped_bytes = sum(self.layout.in_bytes(k) for k in range(first))
@@ -177,6 +184,9 @@ class _Stream:
                 raise RuntimeError(f"a task of the job was cancelled ({kind} {key})")
             if kind == "piece":
                 self.piece_done(key, self.ex.result(fut))
+            elif kind == "writes":  # several output chunks of one task, each as its own
+                for (j, chunks), done in zip(extra, self.ex.result(fut)):
+                    self.write_done(j, done, chunks)
             else:
                 self.write_done(key, self.ex.result(fut), extra)
         # No last save: the commit that follows removes the manifest, and a job killed before
@@ -275,11 +285,17 @@ class _Stream:
         limit = (out_chunks_total(self.running, self.C) if done_reading
                  else self.running // self.C)
         last = self.next_scan - 1
+        group: list[tuple[int, list[Part]]] = []
         for j in range(self.next_out, limit):
             parts = parts_of(j, self.C, self.offsets, self.counts, self.lo_chunk, last)
             if j in self.job.manifest.written or not parts:
                 continue
-            self.submit_write(j, parts)
+            group.append((j, parts))
+            if len(group) >= self.group:
+                self.submit_writes(group)
+                group = []
+        if group:
+            self.submit_writes(group)
         self.next_out = max(self.next_out, limit)
         # Pieces wholly inside scheduled output chunks are needed by no later write.
         edge = self.next_out * self.C
@@ -292,6 +308,36 @@ class _Stream:
             if self.users.get(k, 0) == 0:
                 self.drop(k)
 
+    def submit_writes(self, group: list[tuple[int, list[Part]]]) -> None:
+        """Output chunks ``(j, parts)`` written by one task (one: :meth:`submit_write`). Each
+        is accounted as a write of its own (``writes``, its pieces' ``users``), and done as
+        such (:meth:`write_done`) when the task ends."""
+        if len(group) == 1:
+            self.submit_write(*group[0])
+            return
+        chunks = sorted({p.chunk for _, parts in group for p in parts})
+        which = {k: w for w, k in enumerate(chunks)}
+        pieces = [self.pieces[k] for k in chunks]
+        shift = dict.fromkeys(chunks, 0)
+        if isinstance(self.ex, ClientExecutor) and len(chunks) > 1:
+            # Move only the spans the writes use, as submit_write moves its slices
+            span = {k: (min(p.lo for _, ps in group for p in ps if p.chunk == k),
+                        max(p.hi for _, ps in group for p in ps if p.chunk == k))
+                    for k in chunks}
+            pieces = [self.ex.submit(take, f, *span[k], priority=1)
+                      for f, k in zip(pieces, chunks)]
+            shift = {k: span[k][0] for k in chunks}
+        plan = [(j, [which[p.chunk] for p in parts], [p.lo - shift[p.chunk] for p in parts],
+                 [p.hi - shift[p.chunk] for p in parts]) for j, parts in group]
+        fut = self.ex.submit(tasks.write_chunks, self.job.dest, plan, *pieces, priority=1)
+        self.job.stats.write_tasks += 1
+        for _, parts in group:
+            for p in parts:
+                self.users[p.chunk] = self.users.get(p.chunk, 0) + 1
+        self.writes += len(group)
+        self.ex.on_done(fut, self._event("writes", group[0][0],
+                                         [(j, [p.chunk for p in parts]) for j, parts in group]))
+
     def submit_write(self, j: int, parts: list[Part]) -> None:
         pieces = [self.pieces[p.chunk] for p in parts]
         los, his = [p.lo for p in parts], [p.hi for p in parts]
@@ -302,6 +348,7 @@ class _Stream:
                       for f, lo, hi in zip(pieces, los, his)]
             los, his = [0] * len(parts), [p.hi - p.lo for p in parts]
         fut = self.ex.submit(tasks.write_chunk, self.job.dest, j, los, his, *pieces, priority=1)
+        self.job.stats.write_tasks += 1
         for p in parts:
             self.users[p.chunk] = self.users.get(p.chunk, 0) + 1
         self.writes += 1

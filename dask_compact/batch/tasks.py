@@ -1,7 +1,8 @@
 """What the tasks of a streaming job run where they run: read and compact one input chunk
 (:func:`read_compact`), slice a piece (:func:`take`), write one output chunk
-(:func:`write_chunk`). Top-level functions of small picklable arguments, so that the same code
-runs in a thread pool and on distributed workers."""
+(:func:`write_chunk`) or several (:func:`write_chunks`). Top-level functions of small
+picklable arguments, so that the same code runs in a thread pool and on distributed
+workers."""
 
 from __future__ import annotations
 
@@ -372,6 +373,16 @@ def write_chunk(dest: OutputArrays, j: int, los: list[int], his: list[int], *pie
                 key = z.metadata.encode_chunk_key((j, *[0] * (z.ndim - 1)))
                 files[f"{name}/{key}"] = file_sum(os.path.join(dest.store, name, key))
     return time.perf_counter() - t0, on_gpu, files
+
+
+def write_chunks(dest: OutputArrays, plan: list[tuple[int, list[int], list[int], list[int]]],
+                 *pieces: Piece) -> list[tuple[float, int, dict[str, list[int]]]]:
+    """Several output chunks in one task: for each ``(j, which, los, his)`` of ``plan``,
+    :func:`write_chunk` of chunk ``j`` from parts ``los[k]:his[k]`` of ``pieces[which[k]]``;
+    their results in that order. Small output chunks share a task (a task's cost to the
+    scheduler is the same whatever it writes; see .plan.writes_per_task)."""
+    return [write_chunk(dest, j, los, his, *[pieces[w] for w in which])
+            for j, which, los, his in plan]
 
 
 def write_chunk_file(array_dir: str, j: int, data: np.ndarray, chunk: int

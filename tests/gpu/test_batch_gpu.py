@@ -114,7 +114,8 @@ def test_gpu_decode_of_many_chunks_at_once_matches_numpy(tmp_path):
 def test_gpu_tasks_of_several_small_chunks_match_numpy(tmp_path, monkeypatch, decode, encode):
     """The default grouping (dask-compact.batch.task-bytes; the suite runs with one chunk a
     task): 245 chunks of 4,096 float32 read 32 a task, decoded on the CPU or by nvCOMP (a
-    task's chunks in one request), compacted on the GPU, the output chunked like the input."""
+    task's chunks in one request), compacted on the GPU, the output chunked like the input
+    and written several chunks a task (encoded on the CPUs or by nvCOMP)."""
     import dask
 
     monkeypatch.setenv("DASK_DASK_COMPACT__BATCH__TASK_BYTES", str(1 << 19))
@@ -128,6 +129,8 @@ def test_gpu_tasks_of_several_small_chunks_match_numpy(tmp_path, monkeypatch, de
     assert summary["input_chunks"] == 245 and summary["tasks"] == 8
     assert summary["gpu"] and summary["gpu_chunks"] == summary["chunks_read"] == 8
     assert summary["gpu_decode"] is (decode == "gpu")
+    out_chunks = -(-int((a < 0.35).sum()) // 4096)  # of 48 KiB (values and indices): 10 a task
+    assert -(-out_chunks // 10) <= summary["write_tasks"] < out_chunks
     g = zarr.open_group(str(out), mode="r")
     assert g["values"].chunks == (4096,)
     np.testing.assert_array_equal(g["values"][:], a[a < 0.35])
