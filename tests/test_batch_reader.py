@@ -358,3 +358,25 @@ def test_a_npy_truncated_in_place_while_mapped_is_refused_not_a_crash(tmp_path):
                          capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, (res.returncode, res.stderr[-2000:])
     assert "refused:" in res.stdout, res.stdout
+
+
+@pytest.mark.parametrize("chunk, auto", [(1 << 10, "cpu"), ((128 << 20) // 4 - 1, "cpu"),
+                                         ((128 << 20) // 4, "gpu")])
+def test_decode_auto_takes_the_gpu_for_large_chunks_only(tmp_path, monkeypatch, chunk, auto):
+    """--decode auto where nvCOMP could decode (a process driving its GPUs, zstd chunk files):
+    the GPU for chunks of GPU_DECODE_FROM_BYTES or more, the CPUs below (measured slower there
+    on the H100); --decode gpu and cpu as asked, whatever the chunk."""
+    from types import SimpleNamespace
+
+    from dask_compact.batch import gpu_zstd, job
+    from dask_compact.batch.inputs import open_zarr
+
+    path = tmp_path / "in.zarr"
+    zarr.create_array(store=str(path), shape=(3 * chunk,), dtype="float32", chunks=(chunk,))
+    src = open_zarr(str(path), None, allow_missing_chunks=True)
+    assert job.chunk_bytes(src) == chunk * 4 and not src.no_gpu_decode
+    monkeypatch.setattr(gpu_zstd, "unavailable", lambda: "")
+    runner = SimpleNamespace(gpu=True, client=None)
+    assert job.choose_decode(runner, src, "auto") == auto
+    assert job.choose_decode(runner, src, "gpu") == "gpu"
+    assert job.choose_decode(runner, src, "cpu") == "cpu"

@@ -412,12 +412,34 @@ def run_job(
     }
 
 
+# ``--decode auto`` decodes on the GPUs only chunks of at least this many decoded bytes. One
+# H100 host (16 cores), float32 zstd chunks of 2^16 to 2^25 elements, the threaded scheduler
+# on the GPU, nvCOMP decode against the CPUs', two rounds each (2026-12-05, e476137,
+# benchmarks/results/2026-12-05_h100_e476137_gpu_decode_by_chunk_size.md): whole commands
+# 1.71-1.75 / 1.15-1.16 s at 256 KiB chunks, 1.19-1.20 / 0.88-0.94 at 1 MiB, 1.06-1.07 / 0.84
+# at 4 MiB, 0.93-0.94 / 0.83-0.90 at 16 MiB, 1.24-1.26 / 1.03-1.07 at 64 MiB, 1.16-1.18 /
+# 1.12-1.13 at 128 MiB: nvCOMP's fixed cost per batch and per frame is not paid back below
+# 128 MiB, where the 8 GiB job of the README decoded faster on the GPU (2026-11-27/28).
+GPU_DECODE_FROM_BYTES = 128 << 20
+
+
 def choose_decode(runner: Runner, src: Source, requested: str) -> str:
     """Where the chunks are decoded: "cpu", or "gpu" (nvCOMP on the device) where that is
     possible: the chunks go to GPUs, the input is zstd chunk files and every worker has
-    nvCOMP. A ``--decode gpu`` that is not possible falls back to the CPU with one line on
-    stderr saying why (the summary's ``decode`` says where decoding ran)."""
+    nvCOMP; ``auto`` only for chunks of GPU_DECODE_FROM_BYTES or more. A ``--decode gpu``
+    that is not possible falls back to the CPU with one line on stderr saying why (the
+    summary's ``decode`` says where decoding ran)."""
+    if requested == "auto" and chunk_bytes(src) < GPU_DECODE_FROM_BYTES:
+        return "cpu"
     return _on_gpu_if_possible(runner, requested, "decode", src.no_gpu_decode)
+
+
+def chunk_bytes(src: Source) -> int:
+    """Decoded bytes of one of the input's own chunks (a task may read several; the chunk-file
+    reader, the one nvCOMP decodes for, knows their rows)."""
+    rows = getattr(src.reader, "chunk_rows", None) or src.row_chunk
+    row_elems = int(np.prod(src.shape[1:], dtype=np.int64)) if len(src.shape) > 1 else 1
+    return rows * row_elems * src.dtype.itemsize
 
 
 def choose_encode(runner: Runner, target: Target, requested: str) -> str:
