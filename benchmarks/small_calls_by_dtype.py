@@ -14,7 +14,8 @@ benchmarks/results/2026-12-05_h100_1d5b40d_small_calls_float64.md.
 from __future__ import annotations
 
 import itertools
-import time
+import sys
+from pathlib import Path
 
 import cupy
 import numpy as np
@@ -25,22 +26,16 @@ from dask_compact.backends.cupy_device import NO_CAP, output_empty
 from dask_compact.backends.cupy_ready import speculated
 from dask_compact.predicate import as_predicate
 
+sys.path.insert(0, str(Path(__file__).parent))
+from public_calls import timed_us  # noqa: E402 -- the public benchmark's loop
+
 NBUF = 16
 
 
 def rotating_us(fn, reps: int = 600) -> tuple[float, float, float]:
     """Median, 10th and 90th percentile microseconds of ``fn(k)`` over the buffers, each call
-    followed by a device synchronisation, after 20 untimed calls."""
-    sync = cupy.cuda.Device().synchronize
-    for k in range(20):
-        fn(k % NBUF)
-    sync()
-    times = []
-    for k in range(reps):
-        t = time.perf_counter()
-        fn(k % NBUF)
-        sync()
-        times.append((time.perf_counter() - t) * 1e6)
+    followed by a device synchronisation (public_calls.timed_us)."""
+    times = timed_us(fn, NBUF, reps)
     return (float(np.median(times)), float(np.percentile(times, 10)),
             float(np.percentile(times, 90)))
 

@@ -39,12 +39,16 @@ def test_a_block_around_the_first_sort_leaves_later_sorts_working():
 
 def test_every_setting_has_its_default_without_the_section(monkeypatch):
     monkeypatch.delitem(dask.config.config, "dask-compact", raising=False)
+    # dask keeps a section read from the environment under "dask_compact": the suite's own
+    # DASK_DASK_COMPACT__BATCH__TASK_BYTES (tests/conftest.py) is there
+    monkeypatch.delitem(dask.config.config, "dask_compact", raising=False)
     assert settings.get("sort.min-bucket") == 2**16
     assert settings.get("sort.max-pieces") == 2**14
     assert settings.get("sort.exchange") == "auto"
     assert settings.get("direct") is True
     assert settings.get("cache.memory-entries") == 64
     assert settings.get("cache.disk-bytes") == 256 * 2**20
+    assert settings.get("batch.task-bytes") == 8 * 2**20
     rng = np.random.default_rng(5)
     a = rng.random(1001)
     x = da.from_array(a, chunks=97)
@@ -77,7 +81,7 @@ BAD_VALUES = [
     # of it (until 2026-12-01, a new-user probe: DASK_DASK_COMPACT__CACHE__DISK_BYTES= left
     # a disk cache of 1 byte)
     ("cache.disk-bytes", ""), ("cache.disk-bytes", " "), ("cache.disk-bytes", "kB"),
-    ("batch.gpu-frame-bytes", "MiB"),
+    ("batch.gpu-frame-bytes", "MiB"), ("batch.task-bytes", "8 MiBs"), ("batch.task-bytes", -1),
     # a number too large for a float: parse_bytes raised OverflowError, which went out of
     # every public call instead of the refusal (until 2026-12-01 (thirteenth session))
     ("cache.disk-bytes", "1e999"), ("batch.gpu-frame-bytes", "1e400 kB"),

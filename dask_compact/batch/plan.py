@@ -26,8 +26,9 @@ def task_rows(chunk_rows: int, row_bytes: int, n_rows: int, min_bytes: int) -> i
     Why: a job's tasks per input chunk (read and compact, its summary, the slices its writes
     take) each cost the scheduler the same whatever the chunk's size, and on a cluster that
     cost is milliseconds. Until 2026-12-05 a task read one chunk: 1,024 Zarr chunks of 64 KiB
-    (2^24 float32) took 10.3 s under ``--local processes`` on the 2-core CI machine, 3.2 s
-    with tasks of 64 chunks (and 1.37 against 0.95 s under threads), the output the same.
+    (2^24 float32) took 9.9-10.2 s under ``--local processes`` on the 2-core CI machine,
+    1.9-2.1 s with tasks of 128 chunks (and :func:`writes_per_task`), the output the same
+    (``benchmarks/results/batch-2026-12-05-cpu-13cd793-small-chunks.md``).
 
     >>> task_rows(16384, 4, 1 << 24, 8 << 20)  # chunks of 64 KiB: 128 a task
     2097152
