@@ -134,9 +134,12 @@ def test_no_early_read_where_tasks_read_several_chunks(tmp_path, grouped):
     assert planned is not None and planned[1] > 0
 
 
-def test_record_fields_in_small_chunks_are_read_several_a_task(tmp_path, grouped):
+@pytest.mark.parametrize("flags", [["--local", "threads"],
+                                   ["--local", "processes", "--workers", "2"]])
+def test_record_fields_in_small_chunks_are_read_several_a_task(tmp_path, grouped, flags):
     """A Zarr group's fields (chunks of 500 rows: 4 KB + 2 KB a chunk): the record's rows
-    are grouped by the bytes of a row of every field read; each field the NumPy selection."""
+    are grouped by the bytes of a row of every field read, and its output chunks (500 rows of
+    12 bytes) written 10 a task; each field the NumPy selection."""
     rng = np.random.default_rng(10)
     n = 30_007
     e = rng.random(n)
@@ -146,7 +149,7 @@ def test_record_fields_in_small_chunks_are_read_several_a_task(tmp_path, grouped
         g.create_array(name, shape=v.shape, dtype=v.dtype, chunks=(500,))[:] = v
     out = tmp_path / "out.zarr"
     summary = json.loads(run(tmp_path / "in.zarr", out, "-w", "(energy > 0.5) & (charge > 0)",
-                             "--json", "--local", "threads").stdout)
+                             "--json", *flags).stdout)
     rows = task_rows(500, 12, n, TASK_BYTES)
     assert rows == 500 * 10
     assert summary["input_chunks"] == 61 and summary["tasks"] == -(-n // rows)
@@ -155,3 +158,5 @@ def test_record_fields_in_small_chunks_are_read_several_a_task(tmp_path, grouped
     np.testing.assert_array_equal(got["energy"][:], e[keep])
     np.testing.assert_array_equal(got["charge"][:], q[keep])
     assert got["energy"].chunks == (500,)
+    out_chunks = -(-int(keep.sum()) // 500)
+    assert -(-out_chunks // 10) <= summary["write_tasks"] < out_chunks
