@@ -222,7 +222,7 @@ def test_stream_matches_numpy(tmp_path, n, rows, out_chunk, budget):
 @pytest.mark.parametrize("writes", [2, 5, 10**6])
 @pytest.mark.parametrize("budget", [1, 10**4, 10**9], ids=["one-chunk", "small", "all"])
 @pytest.mark.parametrize("n, rows, out_chunk", [(1, 1, 1), (1025, 33, 7), (997, 100, 10),
-                                                (4099, 1000, 3)])
+                                                (4099, 1000, 37)])
 def test_stream_with_several_writes_a_task_matches_numpy(tmp_path, n, rows, out_chunk, budget,
                                                          writes):
     """Output chunks written several a task (Job.writes_per_task): every chunk once, NumPy's
