@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from .plan import Layout, chunk_cost, task_rows, thread_cost
+from .plan import Layout, chunk_cost, row_bytes, task_rows, thread_cost
 from .reader import ChunkKeys, ZarrChunkFiles
 
 _V3_TYPES = {
@@ -62,8 +62,7 @@ def plan(path: str, mode: str, budget: int | None) -> tuple[ZarrChunkFiles, int]
         return None
     from .. import settings
 
-    row_bytes = max(1, int(np.prod(reader.shape[1:], dtype=np.int64)) * reader.dtype.itemsize)
-    if task_rows(reader.chunk_rows, row_bytes, reader.shape[0],
+    if task_rows(reader.chunk_rows, row_bytes(reader.shape, reader.dtype), reader.shape[0],
                  settings.get("batch.task-bytes")) != reader.chunk_rows:
         # the job's tasks each read several small chunks (.plan.task_rows), which it takes
         # whole or not at all: small chunks decode in little time, the read ahead has no

@@ -15,7 +15,7 @@ import click
 import numpy as np
 
 from .caches import CACHE_PROTOCOLS, chained_base, resolved
-from .plan import task_rows
+from .plan import row_bytes, task_rows
 from .reader import (
     NpyRows,
     Reader,
@@ -232,8 +232,7 @@ def open_npy(path: str, chunks: int | None) -> Source:
     check_shape_dtype(shape, dtype, path)
     # Blocks of rows along axis 0 (each a contiguous run of the C order) of about
     # AUTO_CHUNK_BYTES, or --chunks rows.
-    row_bytes = max(1, int(np.prod(shape[1:], dtype=np.int64)) * dtype.itemsize)
-    row_chunk = chunks or max(1, AUTO_CHUNK_BYTES // row_bytes)
+    row_chunk = chunks or max(1, AUTO_CHUNK_BYTES // max(1, row_bytes(shape, dtype)))
     if open_for_writing(p):
         raise click.BadParameter(
             f"{path!r} is open for writing by a program ({_WRITES_UNSEEN}); run the job once "
@@ -294,7 +293,7 @@ def open_zarr(path: str, chunks: int | None, allow_missing_chunks: bool = False)
     from .. import settings
 
     own_rows = max(1, int(node.chunks[0]) if node.chunks else 1)
-    row_chunk = chunks or task_rows(own_rows, row_nbytes(node.shape, node.dtype),
+    row_chunk = chunks or task_rows(own_rows, row_bytes(node.shape, node.dtype),
                                     node.shape[0] if node.shape else 1,
                                     settings.get("batch.task-bytes"))
     from .cf import decoding
@@ -305,11 +304,6 @@ def open_zarr(path: str, chunks: int | None, allow_missing_chunks: bool = False)
                   lambda: zarr_fingerprint(zarr.open_array(store=uncached(url), mode="r"),
                                            url),
                   decoding(node), chunks or own_rows)
-
-
-def row_nbytes(shape: tuple[int, ...], dtype: Any) -> int:
-    """Decoded bytes of one row (axis 0) of an array of ``shape`` and ``dtype``."""
-    return max(1, int(np.prod(shape[1:], dtype=np.int64)) * np.dtype(dtype).itemsize)
 
 
 def check_cache_current(node: Any, url: str) -> None:

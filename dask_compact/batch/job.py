@@ -22,7 +22,7 @@ from .host_buffers import pool_for_job
 from .inputs import Source, xarray_encodings
 from .manifest import Manifest, made_files
 from .output import Target, job_identity, marker
-from .plan import Layout, writes_per_task
+from .plan import Layout, row_bytes, writes_per_task
 from .runner import Runner
 from .shared import check_chunks_written, check_workers_read, check_workers_see
 from .stream import Job, charge_threads, run_stream
@@ -438,8 +438,7 @@ def chunk_bytes(src: Source) -> int:
     """Decoded bytes of one of the input's own chunks (a task may read several; the chunk-file
     reader, the one nvCOMP decodes for, knows their rows)."""
     rows = getattr(src.reader, "chunk_rows", None) or src.row_chunk
-    row_elems = int(np.prod(src.shape[1:], dtype=np.int64)) if len(src.shape) > 1 else 1
-    return rows * row_elems * src.dtype.itemsize
+    return rows * row_bytes(src.shape, src.dtype)
 
 
 def choose_encode(runner: Runner, target: Target, requested: str) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -17,11 +18,17 @@ from ..validate import output_bytes
 INDEX_BYTES = 8  # the int64 global indices of --output indices|both
 
 
+def row_bytes(shape: tuple[int, ...], dtype: Any) -> int:
+    """Decoded bytes of one row (along axis 0) of an array of ``shape`` and ``dtype``; a 0-d
+    array's one row is its one element."""
+    return int(np.prod(shape[1:], dtype=np.int64)) * np.dtype(dtype).itemsize
+
+
 def task_rows(chunk_rows: int, row_bytes: int, n_rows: int, min_bytes: int) -> int:
     """Rows one task of a job reads and compacts: whole input chunks of ``chunk_rows`` rows
-    (``row_bytes`` decoded bytes a row), as many as make ``min_bytes`` (the setting
-    ``dask-compact.batch.task-bytes``; 0: one chunk a task), never more than the input's
-    ``n_rows`` rounded up to a chunk.
+    (``row_bytes`` decoded bytes a row, at least one counted), as many as make ``min_bytes``
+    (the setting ``dask-compact.batch.task-bytes``; 0: one chunk a task), never more than the
+    input's ``n_rows`` rounded up to a chunk.
 
     Why: a job's tasks per input chunk (read and compact, its summary, the slices its writes
     take) each cost the scheduler the same whatever the chunk's size, and on a cluster that
@@ -38,7 +45,7 @@ def task_rows(chunk_rows: int, row_bytes: int, n_rows: int, min_bytes: int) -> i
     10000
     """
     chunk_rows = max(1, chunk_rows)
-    per = max(1, min_bytes // max(1, chunk_rows * row_bytes)) if min_bytes > 0 else 1
+    per = max(1, min_bytes // (chunk_rows * max(1, row_bytes))) if min_bytes > 0 else 1
     chunks = max(1, -(-max(n_rows, 1) // chunk_rows))
     return chunk_rows * min(per, chunks)
 

@@ -53,7 +53,7 @@ from .inputs import (
 from .job import writes_chunk_files
 from .manifest import Manifest, made_files
 from .output import Target, job_identity
-from .plan import INDEX_BYTES, Layout, task_rows, writes_per_task
+from .plan import INDEX_BYTES, Layout, row_bytes, task_rows, writes_per_task
 from .reader import Reader, ZarrRows, chunk_files_reader, zarr_fingerprint
 from .record_tasks import INDICES, RecordReader, read_compact_records
 from .runner import Runner
@@ -565,7 +565,8 @@ def row_chunk(inp: GroupInput) -> int:
     rows = longest_chunk(inp)
     # several such chunks a task where they are small (.plan.task_rows), by the bytes of a
     # row of every field read
-    return task_rows(rows, sum(row_bytes(a) for a in inp.arrays.values()), inp.rows,
+    return task_rows(rows, sum(row_bytes(a.shape, a.dtype) for a in inp.arrays.values()),
+                     inp.rows,
                      settings.get("batch.task-bytes"))
 
 
@@ -593,16 +594,13 @@ def output_names(inp: GroupInput, mode: str) -> tuple[str, ...]:
                                                                else []))
 
 
-def row_bytes(a: Any) -> int:
-    return int(np.prod(a.shape[1:], dtype=np.int64)) * np.dtype(a.dtype).itemsize
-
-
 def layout_of(inp: GroupInput, mode: str, output_chunks: int | None) -> Layout:
     """The job's geometry in rows: an element of :class:`.plan.Layout` is one row here. A
     chunk's cost before its count is known is its rows of every field read, plus the selection
     of every written field at its worst (all rows), plus the indices."""
-    read = sum(row_bytes(a) for a in inp.arrays.values())
-    written = sum(row_bytes(inp.arrays[n]) for n in inp.written) if mode != "indices" else 0
+    read = sum(row_bytes(a.shape, a.dtype) for a in inp.arrays.values())
+    written = (sum(row_bytes(inp.arrays[n].shape, inp.arrays[n].dtype) for n in inp.written)
+               if mode != "indices" else 0)
     out = written + (INDEX_BYTES if mode != "values" else 0)
     return Layout.make((inp.rows,), read, row_chunk(inp), out_chunk_rows(inp, output_chunks),
                        out_elem_bytes=out)
