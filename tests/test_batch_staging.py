@@ -73,6 +73,46 @@ def test_ring_copies_every_byte_in_order_with_threads_waiting_for_pieces(fake_cu
     assert sorted(ring._free) == [0, 1]  # every piece handed back
 
 
+def test_gathered_parts_land_at_their_offsets_in_piece_sized_copies(fake_cupy):
+    """A task's frames packed into one device buffer (gpu_zstd.decode_host): parts of any
+    sizes, with gaps between them, smaller and larger than a piece and straddling pieces'
+    edges, each lands at its offset, in copies of at most a piece, with threads contending."""
+    ring = staging.StagingRing(0, pieces=2, piece_bytes=1000)
+    stream = types.SimpleNamespace(ptr=0, synchronize=lambda: None)
+
+    def work(seed):
+        rng = np.random.default_rng(seed)
+        for _ in range(20):
+            parts, at = [], int(rng.integers(0, 300))
+            for _ in range(int(rng.integers(0, 12))):
+                n = int(rng.choice([0, 1, 7, 999, 1000, 1001, 2500, int(rng.integers(1, 400))]))
+                parts.append((at, rng.integers(0, 256, n, dtype=np.uint8)))
+                at += n + int(rng.choice([0, 0, 1, 255]))
+            d = _DeviceArray(at)
+            d.host[:] = 7
+            ring.gather_to_device(d.data.ptr, at, parts, stream)
+            for off, data in parts:
+                np.testing.assert_array_equal(d.host[off : off + data.nbytes], data)
+
+    in_threads(work, 4)
+    assert max(fake_cupy) <= 1000
+    assert sorted(ring._free) == [0, 1]
+
+
+def test_fill_piece_hands_the_next_piece_the_part_it_cut():
+    parts = [(0, np.arange(5, dtype=np.uint8)), (8, np.arange(10, 30, dtype=np.uint8)),
+             (30, np.arange(2, dtype=np.uint8))]
+    pieces, at = [], 0
+    for off in range(0, 32, 8):
+        piece = np.zeros(min(8, 32 - off), np.uint8)
+        at = staging.fill_piece(piece, off, parts, at)
+        pieces.append((piece, at))
+    assert [a for _, a in pieces] == [1, 1, 1, 3]  # the second part spans pieces 1 to 3
+    got = np.concatenate([p for p, _ in pieces])
+    assert list(got[:5]) == [0, 1, 2, 3, 4] and list(got[8:28]) == list(range(10, 30))
+    assert list(got[30:]) == [0, 1]
+
+
 def test_ring_refuses_what_it_cannot_copy(fake_cupy):
     ring = staging.StagingRing(0, pieces=1, piece_bytes=64)
     stream = types.SimpleNamespace(ptr=0, synchronize=lambda: None)

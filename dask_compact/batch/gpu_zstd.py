@@ -37,7 +37,7 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -302,12 +302,21 @@ class _Encoder(_Batcher):
         return results
 
 
+class DecodeRequest(NamedTuple):
+    """One task's frames for the decoder: device addresses and sizes of each frame's
+    compressed bytes (complete on the device) and of the place it decodes into (8-byte
+    aligned, of exactly the size its header declares); the task keeps the buffers alive."""
+
+    in_ptrs: list[int]
+    in_sizes: list[int]
+    out_ptrs: list[int]
+    out_sizes: list[int]
+
+
 class _Decoder(_Batcher):
-    """Decodes the zstd frames of chunk tasks (a request: one task's frames, uint8 CuPy
-    arrays on this device, complete, and the arrays they decode into, allocated by the task
-    on its own stream at the sizes the frames declare) through nvCOMP's C API
-    (:mod:`.nvcomp_capi`, which releases the GIL); a request's outputs are complete when
-    its future is done."""
+    """Decodes the zstd frames of chunk tasks (a request: :class:`DecodeRequest`, one task's
+    frames) through nvCOMP's C API (:mod:`.nvcomp_capi`, which releases the GIL); a request's
+    outputs are complete when its future is done (its result: the request itself)."""
 
     kind = "decode"
     max_items = 128  # nvCOMP decoded up to ~128 frames side by side at one frame's pace
@@ -329,14 +338,15 @@ class _Decoder(_Batcher):
     def _process(self, items: list[Any]) -> list[Any]:
         from .nvcomp_capi import decode_into
 
-        frames = [f for item in items for f in item[0]]
-        outs = [o for item in items for o in item[1]]
-        problems = iter(decode_into(frames, outs, self.stream))
+        problems = iter(decode_into(
+            [p for r in items for p in r.in_ptrs], [b for r in items for b in r.in_sizes],
+            [p for r in items for p in r.out_ptrs], [b for r in items for b in r.out_sizes],
+            self.stream))
         results: list[Any] = []
-        for item_frames, item_outs in items:
-            bad = [(k, m) for k, m in enumerate(next(problems) for _ in item_frames) if m]
+        for r in items:
+            bad = [(k, m) for k, m in enumerate(next(problems) for _ in r.in_ptrs) if m]
             results.append(ValueError("; ".join(f"frame {k}: {m}" for k, m in bad)) if bad
-                           else item_outs)
+                           else r)
         return results
 
 
@@ -402,17 +412,32 @@ def chunk_frames(chunk: bytes | memoryview, want: int, name: str) -> list[Frame]
     return frames
 
 
-def decode_host(chunks: list[Any], expected: list[int], names: list[str]) -> list[Any]:
+# Where a task's frames sit in its device buffer of compressed bytes: each at a multiple of
+# this (CuPy's own allocations are 256-byte aligned, which is what nvCOMP was handed when each
+# frame had its own array). Decoded chunks sit at multiples of OUT_ALIGN, nvCOMP's output
+# alignment; frames inside a chunk are 8-byte multiples (chunk_frames).
+IN_ALIGN = 256
+OUT_ALIGN = 8
+
+
+def _up(n: int, align: int) -> int:
+    return -(-n // align) * align
+
+
+def decode_host(chunks: list[Any], expected: list[int], names: list[str]) -> tuple[Any, list[int]]:
     """Chunk files in host memory (``chunks``: buffers such as memory-mapped files, each one
     or more zstd frames, :func:`chunk_frames`), each expected to decode to ``expected[k]``
-    bytes, decoded on the current device: one new uint8 CuPy array per chunk (allocated on
-    the current stream), in order, complete.
+    bytes, decoded on the current device into one new uint8 CuPy array (allocated on the
+    current stream), complete: returns it and where each chunk begins in it (in order, each
+    a multiple of :data:`OUT_ALIGN`: chunks of such sizes lie end to end).
 
-    The frames go to the device through its staging ring (:mod:`.staging`, one registration
-    per device, rather than a pinned buffer per task: a job decoding on the GPU runs many
-    more tasks than cores, :func:`decode_threads`) on the current stream, then to the
-    device's decoder, batched with other tasks' frames. ``names`` (e.g. the files' paths)
-    name a chunk in an error."""
+    The frames are packed into one device buffer, copied through the device's staging ring
+    (:mod:`.staging`, one registration per device, rather than a pinned buffer per task: a
+    job decoding on the GPU runs many more tasks than cores, :func:`decode_threads`) on the
+    current stream, then handed to the device's decoder, batched with other tasks' frames.
+    One buffer each way rather than an array per frame or chunk: a job of small chunks
+    (256 KiB) spent its time in that per-frame Python, not in nvCOMP. ``names`` (e.g. the
+    files' paths) name a chunk in an error."""
     import cupy
 
     from .staging import ring
@@ -421,28 +446,46 @@ def decode_host(chunks: list[Any], expected: list[int], names: list[str]) -> lis
     dev = cupy.cuda.runtime.getDevice()
     decoder = _batcher(_Decoder, dev)
     stream = cupy.cuda.get_current_stream()
-    outs = [cupy.empty(want, np.uint8) for want in expected]
-    frames, places = [], []
+    starts, at = [], 0
+    for want in expected:
+        at = _up(at, OUT_ALIGN)
+        starts.append(at)
+        at += want
+    out = cupy.empty(max(1, at), np.uint8)
+    req = DecodeRequest([], [], [], [])
+    parts: list[tuple[int, np.ndarray]] = []  # (place in the compressed buffer, bytes)
+    on_cpu = []  # (start, bytes decoded on the CPU): chunks nvCOMP cannot be handed
+    in_at = 0
+    for chunk, plan, start, want, name in zip(chunks, plans, starts, expected, names):
+        host = np.frombuffer(chunk, np.uint8)
+        if plan is None:
+            on_cpu.append((start, np.frombuffer(decode_chunk(host, want, name), np.uint8)))
+            continue
+        o = start
+        for f in plan:
+            in_at = _up(in_at, IN_ALIGN)
+            parts.append((in_at, host[f.offset : f.offset + f.length]))
+            size = int(f.content or 0)  # every frame of a plan declares its size
+            req.in_sizes.append(f.length)
+            req.out_ptrs.append(out.data.ptr + o)
+            req.out_sizes.append(size)
+            req.in_ptrs.append(in_at)  # made an address below, once the buffer exists
+            in_at += f.length
+            o += size
+    packed = cupy.empty(max(1, in_at), np.uint8) if parts else None
     # the decoder's next batch may wait for these frames (none to wait for: all on the CPU)
-    coming = decoder.announced() if any(plans) else contextlib.nullcontext([False])
+    coming = decoder.announced() if parts else contextlib.nullcontext([False])
     with coming as token:
-        for chunk, plan, out, want, name in zip(chunks, plans, outs, expected, names):
-            host = np.frombuffer(chunk, np.uint8)
-            if plan is None:
-                decoded = np.frombuffer(decode_chunk(host, want, name), np.uint8)
-                ring(dev).to_device(out, decoded, stream)
-                continue
-            at = 0
-            for f in plan:
-                d = cupy.empty(f.length, np.uint8)
-                ring(dev).to_device(d, host[f.offset : f.offset + f.length], stream)
-                size = int(f.content or 0)  # every frame of a plan declares its size
-                frames.append(d)
-                places.append(out[at : at + size])
-                at += size
+        for start, decoded in on_cpu:
+            ring(dev).to_device(out[start : start + decoded.nbytes], decoded, stream)
+        if packed is not None:
+            base = packed.data.ptr
+            req.in_ptrs[:] = [base + p for p in req.in_ptrs]
+            ring(dev).gather_to_device(base, in_at, parts, stream)
         stream.synchronize()  # the decoder works on its own stream
-        if not frames:
-            return outs
-        done = decoder.submit((frames, places), sum(expected), token)
+        if packed is None:
+            return out, starts
+        done = decoder.submit(req, sum(expected), token)
     done.result()
-    return outs
+    del packed  # the decoder is done with it
+    return out, starts

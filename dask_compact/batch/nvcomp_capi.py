@@ -79,37 +79,40 @@ def _table(stream: Any, *columns: list[int]) -> tuple[Any, list[int]]:
     return dev, [dev.data.ptr + 8 * n * k for k in range(len(columns))]
 
 
-def decode_into(frames: list[Any], outs: list[Any], stream: Any) -> list[str]:
-    """Decode the zstd frames ``frames`` (uint8 CuPy arrays, complete) into ``outs`` (uint8
-    CuPy arrays of the sizes the frames decode to; each allocation 8-byte aligned, as CuPy's
-    are) on ``stream`` and wait for it. Returns one message per frame: "" where it decoded to
-    exactly its output's size, else what went wrong."""
+def decode_into(in_ptrs: list[int], in_sizes: list[int], out_ptrs: list[int],
+                out_sizes: list[int], stream: Any) -> list[str]:
+    """Decode the zstd frames at device addresses ``in_ptrs`` (``in_sizes`` bytes each,
+    complete) into ``out_ptrs`` (room for exactly the ``out_sizes`` bytes each frame decodes
+    to; 8-byte aligned) on ``stream`` and wait for it. Returns one message per frame: "" where
+    it decoded to exactly its output's size, else what went wrong.
+
+    Addresses rather than arrays: a task's frames and outputs are places in one buffer each
+    (:func:`.gpu_zstd.decode_host`), and a CuPy view per frame cost a few microseconds of
+    held GIL each, thousands of times per job where chunks are small."""
     import cupy
 
-    n = len(frames)
+    n = len(in_ptrs)
     if n == 0:
         return []
     lib = _lib()
     opts = _Opts(0)
-    sizes = [int(o.nbytes) for o in outs]
     temp_bytes = ctypes.c_size_t(0)
     _check(lib.nvcompBatchedZstdDecompressGetTempSize(
-        n, max(sizes), opts, ctypes.byref(temp_bytes), sum(sizes), stream.ptr),
+        n, max(out_sizes), opts, ctypes.byref(temp_bytes), sum(out_sizes), stream.ptr),
         "temporary size")
-    table, (ins, in_bytes, out_bytes, out_ptrs) = _table(
-        stream, [f.data.ptr for f in frames], [f.nbytes for f in frames], sizes,
-        [o.data.ptr for o in outs])
+    table, (ins, in_bytes, out_bytes, outs) = _table(
+        stream, in_ptrs, in_sizes, out_sizes, out_ptrs)
     with stream:
         actual = cupy.zeros(n, np.uint64)
         statuses = cupy.full(n, -1, np.int32)
         temp = cupy.empty(max(1, temp_bytes.value), np.uint8)
     _check(lib.nvcompBatchedZstdDecompressAsync(
         ins, in_bytes, out_bytes, actual.data.ptr, n, temp.data.ptr, temp_bytes.value,
-        out_ptrs, opts, statuses.data.ptr, stream.ptr), "decode")
+        outs, opts, statuses.data.ptr, stream.ptr), "decode")
     stream.synchronize()
     got, done = statuses.get(stream=stream), actual.get(stream=stream)
     del table
-    return [_message(int(s), int(d), want) for s, d, want in zip(got, done, sizes)]
+    return [_message(int(s), int(d), want) for s, d, want in zip(got, done, out_sizes)]
 
 
 def _message(status: int, decoded: int, want: int) -> str:

@@ -247,32 +247,44 @@ class ZarrChunkFiles:
     def read_device(self, r0: int, r1: int) -> Any:
         """The same rows as a CuPy array on the current device, decoded there by nvCOMP (see
         :func:`.gpu_zstd.decode_host`: the chunks' compressed bytes copied to the device on
-        the current stream, decoded in a batch with other tasks' chunks)."""
+        the current stream, decoded in a batch with other tasks' chunks). Where the chunks
+        decode end to end (every one stored, of a size a multiple of 8 bytes) the rows are a
+        view of the decoded buffer, with no copy."""
         import cupy
 
         from .gpu_zstd import decode_host
 
         spans = self._chunks(r0, r1)
         row = int(np.prod(self.shape[1:], dtype=np.int64)) if len(self.shape) > 1 else 1
-        chunk_bytes = self.chunk_rows * row * self.dtype.itemsize
+        isz = self.dtype.itemsize
+        chunk_bytes = self.chunk_rows * row * isz
         raws = [self._raw(c) for c, _, _ in spans]
         try:
             kept = [r for r in raws if r is not None]
             names = [os.path.join(self.url, self.keys[c])
                      for (c, _, _), r in zip(spans, raws) if r is not None]
-            decoded = iter(decode_host(kept, [chunk_bytes] * len(kept), names))
+            buf, starts = decode_host(kept, [chunk_bytes] * len(kept), names)
         finally:
             for r in raws:
                 _close(r)
-        parts = []
+        # each span's bytes in buf, or None for a missing chunk (its fill value)
+        places: list[tuple[int, int] | None] = []
+        at = iter(starts)
         for (_, first, rows), raw in zip(spans, raws):
             if raw is None:
-                parts.append(cupy.full(rows * row, self.fill_value, self.dtype))
+                places.append(None)
                 continue
-            whole = next(decoded).view(self.dtype)
-            parts.append(whole[first * row : (first + rows) * row])
+            lo = next(at) + first * row * isz
+            places.append((lo, lo + rows * row * isz))
+        shape = (r1 - r0,) + self.shape[1:]
+        if all(p is not None for p in places) and all(
+                a[1] == b[0] for a, b in zip(places, places[1:])):  # type: ignore[index]
+            lo, hi = places[0][0], places[-1][1]  # type: ignore[index]
+            return buf[lo:hi].view(self.dtype).reshape(shape)
+        parts = [cupy.full((span[2]) * row, self.fill_value, self.dtype) if p is None
+                 else buf[p[0] : p[1]].view(self.dtype) for span, p in zip(spans, places)]
         flat = parts[0] if len(parts) == 1 else cupy.concatenate(parts)
-        return flat.reshape((r1 - r0,) + self.shape[1:])
+        return flat.reshape(shape)
 
 
 def decode_chunk(raw: Any, want: int, name: str, out: np.ndarray | None = None) -> Any:

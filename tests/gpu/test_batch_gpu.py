@@ -58,7 +58,7 @@ def test_gpu_decode_reads_what_zarr_reads(tmp_path, dtype, shape, chunks):
 @needs_nvcomp
 def test_decoder_batch_answers_each_request_with_its_frames():
     """One nvCOMP call decodes the frames of several tasks (a request: one task's frames, of
-    any sizes, and the arrays they decode into); each task gets back its own arrays, and a
+    any sizes, and the places they decode into); each task gets back its own request, and a
     frame that does not decode to its array's size fails its own request only."""
     from numcodecs import Zstd
 
@@ -69,7 +69,11 @@ def test_decoder_batch_answers_each_request_with_its_frames():
     # larger than its frame's content (a smaller one is undefined behaviour for nvCOMP)
     outs[4] = cupy.empty(arrays[4].nbytes + 64, np.uint8)
     cut = [0, 1, 4, 5, 6]
-    requests = [(frames[i:j], outs[i:j]) for i, j in zip(cut, cut[1:])]
+    requests = [gpu_zstd.DecodeRequest([f.data.ptr for f in frames[i:j]],
+                                       [f.nbytes for f in frames[i:j]],
+                                       [o.data.ptr for o in outs[i:j]],
+                                       [o.nbytes for o in outs[i:j]])
+                for i, j in zip(cut, cut[1:])]
     dec = gpu_zstd._Decoder.__new__(gpu_zstd._Decoder)  # no thread: _process called here
     dec.dev = 0
     cupy.cuda.Device(0).synchronize()  # the frames' copies: the decoder has its own stream
@@ -78,7 +82,7 @@ def test_decoder_batch_answers_each_request_with_its_frames():
         got = dec._process(requests)
     assert isinstance(got[2], ValueError) and "frame 0: it decoded to" in str(got[2])
     for k in (0, 1, 3):
-        assert got[k] is requests[k][1]
+        assert got[k] is requests[k]
     for a, g in zip(arrays[:4] + arrays[5:], outs[:4] + outs[5:]):
         np.testing.assert_array_equal(g.view(np.float32).get(), a)
 
