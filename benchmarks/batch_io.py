@@ -134,7 +134,8 @@ def timed(cmd: list[str], env: dict | None = None) -> tuple[float, str]:
 
 def read_floor(src: Path, n: int, chunk: int, skip: set[str]) -> dict[str, float]:
     """Seconds to read and decode every chunk, each way this machine has (a way whose row name
-    is in ``skip`` is not run: the GPU decode of a large input takes minutes)."""
+    is in ``skip`` is not run: the GPU decode of a large input takes minutes). The GPU decode
+    reads the job's task blocks, the others one chunk a read."""
     import zarr
 
     from dask_compact.batch.reader import chunk_files_reader
@@ -151,6 +152,16 @@ def read_floor(src: Path, n: int, chunk: int, skip: set[str]) -> dict[str, float
         list(pool.map(_read_block, [str(src)] * len(blocks), blocks))
     out["zarr processes"] = time.perf_counter() - t
     reader, why = chunk_files_reader(z, str(src), "", False)
+    # The job's tasks read whole chunks, as many as make dask-compact.batch.task-bytes
+    # (plan.task_rows); the GPU decode floor reads the same blocks, as nvCOMP's calls cost
+    # ~8 ms each whatever they hold (one H100, 2026-12-05: 2,048 frames of 256 KiB in 0.99 s
+    # 16 a call, 0.012 s in one call), so one chunk a read measured the calls, not the decode.
+    from dask_compact import settings
+    from dask_compact.batch.plan import row_bytes, task_rows
+
+    rows = task_rows(chunk, row_bytes(z.shape, z.dtype), n,
+                     int(settings.get("batch.task-bytes")))
+    tasks = [(lo, min(n, lo + rows)) for lo in range(0, n, rows)]
     if reader is not None:
         from dask_compact.batch.host_buffers import thread_host
 
@@ -174,7 +185,7 @@ def read_floor(src: Path, n: int, chunk: int, skip: set[str]) -> dict[str, float
             threads = (os.cpu_count() or 1) + decode_threads(cupy.cuda.runtime.getDeviceCount())
             t = time.perf_counter()
             with ThreadPoolExecutor(threads) as pool:
-                list(pool.map(lambda b: reader.read_device(*b)[:1].get(), blocks))
+                list(pool.map(lambda b: reader.read_device(*b)[:1].get(), tasks))
             out[GPU_DECODE] = time.perf_counter() - t
     return out
 
