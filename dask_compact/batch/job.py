@@ -420,6 +420,9 @@ def run_job(
 # at 4 MiB, 0.93-0.94 / 0.83-0.90 at 16 MiB, 1.24-1.26 / 1.03-1.07 at 64 MiB, 1.16-1.18 /
 # 1.12-1.13 at 128 MiB: nvCOMP's fixed cost per batch and per frame is not paid back below
 # 128 MiB, where the 8 GiB job of the README decoded faster on the GPU (2026-11-27/28).
+# Measured again with a task's frames packed (e902486, 2026-12-05_h100_e902486_packed_gpu_decode
+# .md): 1.70-1.77 / 1.39-1.48 s at 256 KiB, 1.25-1.26 / 1.06-1.09 at 1 MiB, 1.17-1.18 /
+# 1.01-1.02 at 4 MiB: still the CPUs below 128 MiB on this barely compressible input.
 GPU_DECODE_FROM_BYTES = 128 << 20
 
 
