@@ -267,24 +267,38 @@ class ZarrChunkFiles:
         finally:
             for r in raws:
                 _close(r)
-        # each span's bytes in buf, or None for a missing chunk (its fill value)
-        places: list[tuple[int, int] | None] = []
-        at = iter(starts)
-        for (_, first, rows), raw in zip(spans, raws):
-            if raw is None:
-                places.append(None)
-                continue
-            lo = next(at) + first * row * isz
-            places.append((lo, lo + rows * row * isz))
-        shape = (r1 - r0,) + self.shape[1:]
-        if all(p is not None for p in places) and all(
-                a[1] == b[0] for a, b in zip(places, places[1:])):  # type: ignore[index]
-            lo, hi = places[0][0], places[-1][1]  # type: ignore[index]
-            return buf[lo:hi].view(self.dtype).reshape(shape)
-        parts = [cupy.full((span[2]) * row, self.fill_value, self.dtype) if p is None
-                 else buf[p[0] : p[1]].view(self.dtype) for span, p in zip(spans, places)]
-        flat = parts[0] if len(parts) == 1 else cupy.concatenate(parts)
-        return flat.reshape(shape)
+        return rows_of_decoded(cupy, buf, starts, spans, [r is not None for r in raws], row,
+                               self.dtype, self.fill_value, (r1 - r0,) + self.shape[1:])
+
+
+def rows_of_decoded(xp: Any, buf: Any, starts: list[int], spans: list[tuple[int, int, int]],
+                    stored: list[bool], row: int, dtype: np.dtype, fill: Any,
+                    shape: tuple[int, ...]) -> Any:
+    """The rows ``spans`` cover (``(chunk, first row in it, rows)``, in order) out of ``buf``,
+    the uint8 array in which the stored chunks were decoded, chunk k of them at byte
+    ``starts[k]``; a chunk not ``stored`` gives ``fill``. ``xp``: the array module of ``buf``
+    (CuPy for :meth:`ZarrChunkFiles.read_device`; NumPy in the tests). Where the spans' bytes
+    lie end to end in ``buf`` (every chunk stored, each a multiple of 8 bytes) the result is
+    a view of ``buf``, with no copy."""
+    isz = np.dtype(dtype).itemsize
+    places: list[tuple[int, int] | None] = []  # each span's bytes in buf (None: fill)
+    at = iter(starts)
+    for (_, first, rows), kept in zip(spans, stored):
+        if not kept:
+            places.append(None)
+            continue
+        lo = next(at) + first * row * isz
+        places.append((lo, lo + rows * row * isz))
+    whole = [p for p in places if p is not None]
+    if whole and len(whole) == len(places) and all(
+            a[1] == b[0] for a, b in zip(whole, whole[1:])):
+        return buf[whole[0][0] : whole[-1][1]].view(dtype).reshape(shape)
+    parts = [xp.full(span[2] * row, fill, dtype) if p is None
+             else buf[p[0] : p[1]].view(dtype) for span, p in zip(spans, places)]
+    if not parts:
+        return xp.empty(shape, dtype)
+    flat = parts[0] if len(parts) == 1 else xp.concatenate(parts)
+    return flat.reshape(shape)
 
 
 def decode_chunk(raw: Any, want: int, name: str, out: np.ndarray | None = None) -> Any:
