@@ -158,16 +158,6 @@ def read_floor(src: Path, n: int, chunk: int, skip: set[str]) -> dict[str, float
         list(pool.map(_read_block, [str(src)] * len(blocks), blocks))
     out["zarr processes"] = time.perf_counter() - t
     reader, why = chunk_files_reader(z, str(src), "", False)
-    # The job's tasks read whole chunks, as many as make dask-compact.batch.task-bytes
-    # (plan.task_rows); the GPU decode floor reads the same blocks, as nvCOMP's calls cost
-    # ~8 ms each whatever they hold (one H100, 2026-12-05: 2,048 frames of 256 KiB in 0.99 s
-    # 16 a call, 0.012 s in one call), so one chunk a read measured the calls, not the decode.
-    from dask_compact import settings
-    from dask_compact.batch.plan import row_bytes, task_rows
-
-    rows = task_rows(chunk, row_bytes(z.shape, z.dtype), n,
-                     int(settings.get("batch.task-bytes")))
-    tasks = [(lo, min(n, lo + rows)) for lo in range(0, n, rows)]
     if reader is not None:
         from dask_compact.batch.host_buffers import thread_host
 
@@ -186,7 +176,17 @@ def read_floor(src: Path, n: int, chunk: int, skip: set[str]) -> dict[str, float
             # tasks call it), from a thread pool as large as the job's
             import cupy
 
+            from dask_compact import settings
             from dask_compact.batch.gpu_zstd import decode_threads
+            from dask_compact.batch.plan import row_bytes, task_rows
+
+            # The job's tasks read whole chunks, as many as make dask-compact.batch.task-bytes
+            # (plan.task_rows); this floor reads the same blocks, as nvCOMP's calls cost ~8 ms
+            # each whatever they hold (one H100, 2026-12-05: 2,048 frames of 256 KiB in 0.99 s
+            # 16 a call, 0.012 s in one call): one chunk a read measured the calls.
+            rows = task_rows(chunk, row_bytes(z.shape, z.dtype), n,
+                             int(settings.get("batch.task-bytes")))
+            tasks = [(lo, min(n, lo + rows)) for lo in range(0, n, rows)]
 
             threads = (os.cpu_count() or 1) + decode_threads(cupy.cuda.runtime.getDeviceCount())
             t = time.perf_counter()

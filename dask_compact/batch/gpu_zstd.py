@@ -452,8 +452,9 @@ def decode_host(chunks: list[Any], expected: list[int], names: list[str]) -> tup
         starts.append(at)
         at += want
     out = cupy.empty(max(1, at), np.uint8)
-    req = DecodeRequest([], [], [], [])
     parts: list[tuple[int, np.ndarray]] = []  # (place in the compressed buffer, bytes)
+    out_ptrs: list[int] = []  # where each frame of parts decodes to, and its size
+    out_sizes: list[int] = []
     on_cpu = []  # (start, bytes decoded on the CPU): chunks nvCOMP cannot be handed
     in_at = 0
     for chunk, plan, start, want, name in zip(chunks, plans, starts, expected, names):
@@ -466,10 +467,8 @@ def decode_host(chunks: list[Any], expected: list[int], names: list[str]) -> tup
             in_at = _up(in_at, IN_ALIGN)
             parts.append((in_at, host[f.offset : f.offset + f.length]))
             size = int(f.content or 0)  # every frame of a plan declares its size
-            req.in_sizes.append(f.length)
-            req.out_ptrs.append(out.data.ptr + o)
-            req.out_sizes.append(size)
-            req.in_ptrs.append(in_at)  # made an address below, once the buffer exists
+            out_ptrs.append(out.data.ptr + o)
+            out_sizes.append(size)
             in_at += f.length
             o += size
     packed = cupy.empty(max(1, in_at), np.uint8) if parts else None
@@ -479,12 +478,12 @@ def decode_host(chunks: list[Any], expected: list[int], names: list[str]) -> tup
         for start, decoded in on_cpu:
             ring(dev).to_device(out[start : start + decoded.nbytes], decoded, stream)
         if packed is not None:
-            base = packed.data.ptr
-            req.in_ptrs[:] = [base + p for p in req.in_ptrs]
-            ring(dev).gather_to_device(base, in_at, parts, stream)
+            ring(dev).gather_to_device(packed.data.ptr, in_at, parts, stream)
         stream.synchronize()  # the decoder works on its own stream
         if packed is None:
             return out, starts
+        req = DecodeRequest([packed.data.ptr + off for off, _ in parts],
+                            [data.nbytes for _, data in parts], out_ptrs, out_sizes)
         done = decoder.submit(req, sum(expected), token)
     done.result()
     del packed  # the decoder is done with it

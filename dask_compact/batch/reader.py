@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from .plan import row_bytes
 from .zstd_frames import content_size, declared_total, split
 
 # Linux: fill the page tables of a new mapping at once (0 where the flag does not exist).
@@ -256,8 +257,7 @@ class ZarrChunkFiles:
 
         spans = self._chunks(r0, r1)
         row = int(np.prod(self.shape[1:], dtype=np.int64)) if len(self.shape) > 1 else 1
-        isz = self.dtype.itemsize
-        chunk_bytes = self.chunk_rows * row * isz
+        chunk_bytes = self.chunk_rows * row_bytes(self.shape, self.dtype)
         raws = [self._raw(c) for c, _, _ in spans]
         try:
             kept = [r for r in raws if r is not None]
