@@ -12,18 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dask_compact.batch.gpu_zstd import OUT_ALIGN, _up
-from dask_compact.batch.reader import rows_of_decoded
+from dask_compact.batch.reader import chunk_spans, rows_of_decoded
 
 DTYPES = ["int8", "int16", "float32", "float64", "complex128"]
-
-
-def _spans(chunk_rows: int, r0: int, r1: int) -> list[tuple[int, int, int]]:
-    out, c = [], r0 // chunk_rows
-    while c * chunk_rows < r1:
-        lo, hi = max(r0, c * chunk_rows), min(r1, (c + 1) * chunk_rows)
-        out.append((c, lo - c * chunk_rows, hi - lo))
-        c += 1
-    return out
 
 
 def _decoded(a: np.ndarray, chunk_rows: int, spans, stored) -> tuple[np.ndarray, list[int]]:
@@ -50,7 +41,7 @@ def _decoded(a: np.ndarray, chunk_rows: int, spans, stored) -> tuple[np.ndarray,
 
 
 def _check(a, chunk_rows, r0, r1, missing, fill):
-    spans = _spans(chunk_rows, r0, r1)
+    spans = chunk_spans(chunk_rows, r0, r1)
     stored = [c not in missing for c, _, _ in spans]
     buf, starts = _decoded(a, chunk_rows, spans, stored)
     row = int(np.prod(a.shape[1:], dtype=np.int64))

@@ -186,17 +186,6 @@ class ZarrChunkFiles:
         self.fill_value = fill_value
         self.allow_missing = allow_missing
 
-    def _chunks(self, r0: int, r1: int) -> list[tuple[int, int, int]]:
-        """(chunk, first row in it, rows) covering r0:r1."""
-        out = []
-        c = r0 // self.chunk_rows
-        while c * self.chunk_rows < r1:
-            lo = max(r0, c * self.chunk_rows)
-            hi = min(r1, (c + 1) * self.chunk_rows)
-            out.append((c, lo - c * self.chunk_rows, hi - lo))
-            c += 1
-        return out
-
     def _raw(self, c: int) -> Any:
         """Chunk ``c``'s compressed bytes, memory-mapped (None: missing and allowed to be).
 
@@ -227,7 +216,7 @@ class ZarrChunkFiles:
         flat = out.reshape(-1)
         at = 0
         chunk_bytes = self.chunk_rows * row * self.dtype.itemsize  # edge chunks too
-        for c, first, rows in self._chunks(r0, r1):
+        for c, first, rows in chunk_spans(self.chunk_rows, r0, r1):
             raw = self._raw(c)
             n = rows * row
             try:
@@ -255,7 +244,7 @@ class ZarrChunkFiles:
 
         from .gpu_zstd import decode_host
 
-        spans = self._chunks(r0, r1)
+        spans = chunk_spans(self.chunk_rows, r0, r1)
         row = int(np.prod(self.shape[1:], dtype=np.int64)) if len(self.shape) > 1 else 1
         chunk_bytes = self.chunk_rows * row_bytes(self.shape, self.dtype)
         raws = [self._raw(c) for c, _, _ in spans]
@@ -269,6 +258,19 @@ class ZarrChunkFiles:
                 _close(r)
         return rows_of_decoded(cupy, buf, starts, spans, [r is not None for r in raws], row,
                                self.dtype, self.fill_value, (r1 - r0,) + self.shape[1:])
+
+
+def chunk_spans(chunk_rows: int, r0: int, r1: int) -> list[tuple[int, int, int]]:
+    """(chunk, first row in it, rows) for each chunk of ``chunk_rows`` rows that rows
+    ``r0:r1`` touch, in order."""
+    out = []
+    c = r0 // chunk_rows
+    while c * chunk_rows < r1:
+        lo = max(r0, c * chunk_rows)
+        hi = min(r1, (c + 1) * chunk_rows)
+        out.append((c, lo - c * chunk_rows, hi - lo))
+        c += 1
+    return out
 
 
 def rows_of_decoded(xp: Any, buf: Any, starts: list[int], spans: list[tuple[int, int, int]],
