@@ -73,12 +73,36 @@ def _direct_keys(client) -> list:
     return [k for ks in client.run(_held).values() for k in ks if "-direct-" in k]
 
 
+def _direct_stories(dask_worker=None) -> list:
+    """The worker's own record (its state machine's story) of each direct piece it holds."""
+    keys = [k for k in dask_worker.data if "-direct-" in str(k)]
+    return [(str(k), [str(e)[:300] for e in dask_worker.state.story(k)]) for k in keys]
+
+
+def _scheduler_stories(keys: list, dask_scheduler=None) -> list:
+    known = {str(k): k for k in dask_scheduler.tasks}
+    return [(k, [str(e)[:300] for e in dask_scheduler.story(known[k])] if k in known else None)
+            for k in keys]
+
+
+def _assert_no_direct_piece(client) -> None:
+    """No worker holds a piece of a direct call; where one does, the assertion says how it
+    came and went by the worker's and the scheduler's records (a leftover seen once in CI,
+    2026-12-06, after a worker was killed during a call, not reproduced since)."""
+    left = _direct_keys(client)
+    if left:
+        stories = client.run(_direct_stories)
+        known = client.run_on_scheduler(_scheduler_stories, left)
+        raise AssertionError(f"direct pieces left on the workers: {left}\n"
+                             f"workers' stories: {stories}\nscheduler's: {known}")
+
+
 def _fell_back_and_left_nothing(client, got, want) -> None:
     """The call ran as tasks, exact, and nothing of its direct attempt is left on any
     worker or the scheduler."""
     assert "-direct-" not in got.name
     np.testing.assert_array_equal(got.compute(), want)
-    assert not _direct_keys(client)
+    _assert_no_direct_piece(client)
     known = client.run_on_scheduler(
         lambda dask_scheduler=None: [str(k) for k in dask_scheduler.tasks])
     assert not [k for k in known if "-direct-" in k]
@@ -269,7 +293,7 @@ def test_a_worker_lost_during_the_call_falls_back_to_tasks(client, monkeypatch):
         np.testing.assert_array_equal(i.compute(), np.flatnonzero(m))
     finally:
         until_replaced(client, [pids[victim]], 2)  # not wait_for_workers: see until_replaced
-    assert not _direct_keys(client)
+    _assert_no_direct_piece(client)
 
 
 def test_a_call_that_cannot_finish_directly_leaves_no_piece(client, monkeypatch):
