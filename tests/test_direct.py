@@ -61,16 +61,8 @@ def _blocks(arr: da.Array) -> list:
     return [arr.dask[k] for k in flatten(arr.__dask_keys__())]
 
 
-def _held(dask_worker=None) -> list:
-    return [str(k) for k in dask_worker.data]
-
-
 def _ran(stream) -> list:
     return [str(t["key"]) for t in stream.data]
-
-
-def _direct_keys(client) -> list:
-    return [k for ks in client.run(_held).values() for k in ks if "-direct-" in k]
 
 
 def _direct_stories(dask_worker=None) -> list:
@@ -89,9 +81,9 @@ def _assert_no_direct_piece(client) -> None:
     """No worker holds a piece of a direct call; where one does, the assertion says how it
     came and went by the worker's and the scheduler's records (a leftover seen once in CI,
     2026-12-06, after a worker was killed during a call, not reproduced since)."""
-    left = _direct_keys(client)
+    stories = client.run(_direct_stories)
+    left = [k for held in stories.values() for k, _ in held]
     if left:
-        stories = client.run(_direct_stories)
         known = client.run_on_scheduler(_scheduler_stories, left)
         raise AssertionError(f"direct pieces left on the workers: {left}\n"
                              f"workers' stories: {stories}\nscheduler's: {known}")

@@ -215,7 +215,7 @@ class ZarrChunkFiles:
             out = np.empty((r1 - r0,) + self.shape[1:], self.dtype)
         flat = out.reshape(-1)
         at = 0
-        chunk_bytes = self.chunk_rows * row * self.dtype.itemsize  # edge chunks too
+        chunk_bytes = self.chunk_rows * row_bytes(self.shape, self.dtype)  # edge chunks too
         for c, first, rows in chunk_spans(self.chunk_rows, r0, r1):
             raw = self._raw(c)
             n = rows * row
