@@ -1176,6 +1176,41 @@ def test_recent_keys_never_take_a_value_changed_in_place_or_a_freed_values_id():
         del g
 
 
+def test_recent_keys_follow_defaults_replaced_dropped_or_added_and_globals_deleted():
+    """A kept key is compared value by value where the function reads it (memo._recent_key):
+    a function of the kept code whose defaults were replaced, dropped or lengthened, or
+    whose global was deleted or came back as another object, gets its own key, never the
+    kept one; the same values again get the kept one."""
+    from dask_compact.predicate import memo
+
+    def make():
+        return lambda v, w=1.5: v < w
+
+    f = make()
+    first = trace_key(f)
+    assert any(e[0] is f.__code__ for e in memo._RECENT.values())
+    assert trace_key(make()) is first  # the kept entry, the same default object
+    for defaults in ((2.5,), None, (0.5, 2.5)):
+        g = make()
+        g.__defaults__ = defaults
+        assert trace_key(g) == _fresh_key(g) != first, defaults
+        if defaults is not None:
+            check(g, A < defaults[-1])
+    ns: dict = {"lim": 4.0}
+    exec("h = lambda v: v < lim", ns)
+    h = ns["h"]
+    kept = trace_key(h)
+    assert kept == _fresh_key(h)
+    ns["lim"] = 6.0
+    assert trace_key(h) == _fresh_key(h) != kept
+    check(h, A < 6.0)
+    del ns["lim"]
+    assert trace_key(h) == _fresh_key(h) != kept
+    ns["lim"] = 4.0
+    assert trace_key(h) == kept
+    check(h, A < 4.0)
+
+
 def test_recent_keys_under_a_thread_rebinding_the_cell():
     import threading
 
@@ -1202,7 +1237,7 @@ def test_recent_keys_under_a_thread_rebinding_the_cell():
         th.join()
         memo.sys.setswitchinterval(old)
     # whatever the threads interleaved, every entry kept holds the key of its own values
-    for code, g, _b, _names, values, _ids, key in list(memo._RECENT.values()):
+    for code, g, _b, _bt, _names, values, key in list(memo._RECENT.values()):
         if code is f.__code__:
             snap = types.FunctionType(code, dict(g), "f", None,
                                       tuple(types.CellType(v) for v in values))

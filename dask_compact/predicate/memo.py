@@ -489,11 +489,13 @@ def _key_or_none(func: Callable[..., Any]) -> tuple | None:
 
 # The keys of recent functions that read only immutable plain values (a threshold in a
 # closure cell, a default or a global: ``lambda v: v < p`` made anew in a loop), by id of
-# their code: (code, globals, the names the code reads, the values the key was made of, their
-# ids, the key). The full key costs 2-3 us of host time (the code's analyses, each value's
-# part, the tuple's hash: the 5 us a lambda's 2^20 GPU call took over a string's, on one
-# H200 in 2026-12-02's runs); a function whose code and globals are the entry's and whose
-# values are the entry's very objects gets the entry's key for 0.5-1 us. Values by identity,
+# their code: (code, globals, builtins as the function has them, the builtins dict its names
+# are looked up in, the names the code reads, the values the key was made of (_values' order),
+# the key). The full key costs 2-3 us of host time (the code's analyses, each value's part,
+# the tuple's hash: the 5 us a lambda's 2^20 GPU call took over a string's, on one H200 in
+# 2026-12-02's runs); a function whose code and globals are the entry's and whose values are
+# the entry's very objects gets the entry's key, each value compared where it is read
+# (:func:`_recent_key`). Values by identity,
 # not equality: ``0.0 == -0.0`` and ``1 == 1.0 == True`` key differently. Only values of
 # _RECENT_TYPES, which nothing can change in place (not a NumPy array, nor ``np.void``, a view
 # of its array), and which the entry holds, so that no other object can take their ids while
@@ -540,12 +542,41 @@ _cell_value = operator.attrgetter("cell_contents")
 def _recent_key(func: types.FunctionType, hit: tuple) -> tuple | None:
     """The key of ``hit`` (a :data:`_RECENT` entry) if ``func`` reads what it was made of:
     the same code, globals, and value objects; else None."""
-    code, g, b, names, _, ids, key = hit
+    code, g, b, bt, names, values, key = hit
     if (func.__code__ is not code or func.__globals__ is not g
-            or getattr(func, "__builtins__", None) is not b):
+            or getattr(func, "__builtins__", None) is not b or func.__kwdefaults__):
         return None
-    values = _values(func, g, names)
-    return key if values is not None and list(map(id, values)) == ids else None
+    # What _values reads, compared as it is read, in its order: building its list and the
+    # list of ids took 2.0 of the 2.7 us of a hit for `lambda v: v < p` on the 2-core machine
+    # (0.8 us now), on the path of every repeated small GPU call
+    closure, defaults = func.__closure__, func.__defaults__
+    i = 0
+    if closure:
+        for cell in closure:
+            try:
+                if cell.cell_contents is not values[i]:
+                    return None
+            except ValueError:  # an empty cell
+                return None
+            i += 1
+    if defaults:
+        if len(defaults) + i + 2 * len(names) != len(values):
+            return None
+        for v in defaults:
+            if v is not values[i]:
+                return None
+            i += 1
+    if i + 2 * len(names) != len(values):
+        return None  # defaults given or taken away since
+    for name in names:
+        if g.get(name, _MISSING) is not values[i]:
+            return None
+        i += 1
+    for name in names:
+        if bt.get(name, _MISSING) is not values[i]:
+            return None
+        i += 1
+    return key
 
 
 def _fixed_builtin(v: Any) -> bool:
@@ -570,8 +601,8 @@ def _keep_recent(func: types.FunctionType) -> tuple | None:
     if key is not None:
         if len(_RECENT) >= _RECENT_MAX:
             _RECENT.clear()
-        _RECENT[id(code)] = (code, g, getattr(func, "__builtins__", None), names, tuple(values),
-                             list(map(id, values)), key)
+        _RECENT[id(code)] = (code, g, getattr(func, "__builtins__", None), _builtins_of(func),
+                             names, tuple(values), key)
     return key
 
 
