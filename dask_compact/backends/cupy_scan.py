@@ -19,7 +19,9 @@ import numpy as np
 
 from ..cache import BoundedCache
 from ..predicate.core import Predicate
+from . import cupy_scan_source
 from .cupy_device import NULL, check_powers, contiguous, memset0
+from .cupy_launch import PackedLaunch, thread_key
 from .cupy_modules import build_modules
 from .cupy_scan_source import (
     SHARED_BLOCK,
@@ -80,6 +82,11 @@ def scan(a: Any, exclusive: bool, algorithm: str, acc: np.dtype, base: Any = 0,
     """
     import cupy
 
+    if (d_total is None and (algorithm == "auto" or algorithm == "lookback")
+            and a.flags.c_contiguous and a.size):
+        ready = _ready_scan(a.dtype, acc, exclusive)
+        if ready is not None:
+            return ready(a, base)
     acc = np.dtype(acc)
     flat = _flat(a)
     n = int(flat.size)
@@ -138,6 +145,91 @@ def _lookback(mod: _Module, spec: ScanSpec, flat: Any, out: Any, n: int, base: A
     k = mod.kernel("vector" if vec > 1 else "scalar")
     k((tiles,), (spec.tuning.block,),
       (flat, out, np.int64(n), base, words, NULL if d_total is None else d_total))
+
+
+class _ReadyScan:
+    """The look-back scan of one (input dtype, accumulator, exclusive) kept for one thread,
+    device and stream: its spec, tile sizes and packed launches (``cupy_launch``), so that a
+    repeated ``scan`` call (``scan_array``'s, a dask chunk's) skips the spec, the module
+    lookup and RawKernel's boxing of six arguments. The same launches, words and memsets as
+    :func:`_lookback` and :func:`scan`'s float first element.
+
+    Why: on one H100 a public scan_array call took 50-55 us of host time against 21-27 us
+    for its launch alone and 17-21 us for torch.cumsum (``benchmarks/host_time_probe.py``,
+    2026-12-06): a small scan is bound by it, and at 2^28 its first launch's wait is in a
+    batch's time (0.7915 against 0.7829 ms)."""
+
+    def __init__(self, dtype: np.dtype, acc: np.dtype, exclusive: bool) -> None:
+        import cupy
+
+        self.acc = acc
+        self.spec = ScanSpec.make(dtype, acc, "lookback", exclusive)
+        self.module = module_for(self.spec)  # held: its kernels stay loaded while this lives
+        self.vec = full_vec(self.spec.dtype, acc)
+        self.block = self.spec.tuning.block
+        self.rows = self.spec.tuning.rows
+        self.words_per_tile = acc.itemsize // 4
+        self.signed = acc.kind == "f"
+        self.exclusive = exclusive
+        self.launches = {v: PackedLaunch(self.module.kernel(role), 6)
+                         for v, role in ((self.vec, "vector"), (1, "scalar"))}
+        for launch in self.launches.values():
+            launch.pointer(5, 0)  # no d_total
+        self.base: Any = None  # the base the slots hold
+        self.stream_ptr = cupy.cuda.get_current_stream().ptr
+
+    def __call__(self, a: Any, base: Any) -> Any:
+        import cupy
+
+        acc = self.acc
+        n = a.size
+        out = cupy.empty(n, dtype=acc)
+        vec = self.vec
+        if a.data.ptr % (vec * a.itemsize) or out.data.ptr % (vec * acc.itemsize):
+            vec = 1
+        launch = self.launches[vec]
+        tiles = -(-n // (self.block * self.rows * vec))
+        if tiles > _MAX_GRID:
+            raise ValueError(f"{n} elements are more than the scan's grid can hold")
+        # as scan(): no base sums from -0.0 (a leading -0.0 stays -0.0, as in np.cumsum)
+        b = acc.type(-0.0 if base is None and self.signed else 0 if base is None else base)
+        if self.base is None or b.tobytes() != self.base:
+            for one in self.launches.values():
+                one.scalar(3, b)
+            self.base = b.tobytes()
+        words = cupy.empty(tiles * self.words_per_tile, dtype=np.uint64)
+        stream = self.stream_ptr
+        runtime = cupy.cuda.runtime
+        runtime.memsetAsync(words.data.ptr, 0, words.nbytes, stream)
+        launch.pointer(0, a.data.ptr)
+        launch.pointer(1, out.data.ptr)
+        launch.int64(2, n)
+        launch.pointer(4, words.data.ptr)
+        launch(tiles, self.block, 0, stream)
+        if base is None and self.signed and self.exclusive:
+            runtime.memsetAsync(out.data.ptr, 0, acc.itemsize, stream)  # +0.0: see scan()
+        return out
+
+
+# (thread, device, stream, input dtype, accumulator, exclusive, the scan tunings' generation)
+# -> its _ReadyScan, or None where a build failed (the general path then says why)
+_ready_scans: BoundedCache[tuple, Any] = BoundedCache("ready scans")
+
+
+def _ready_scan(dtype: Any, acc: Any, exclusive: bool) -> _ReadyScan | None:
+    """The current thread's ready look-back scan for the current device and stream."""
+    import cupy
+
+    key = (thread_key(), cupy.cuda.runtime.getDevice(), cupy.cuda.get_current_stream().ptr,
+           dtype, acc, exclusive, cupy_scan_source.generation)
+    hit = _ready_scans.get(key)
+    if hit is None:
+        try:
+            hit = _ReadyScan(np.dtype(dtype), np.dtype(acc), exclusive)
+        except AttributeError:  # a CuPy without RawKernel.kernel or the driver's launch
+            return None
+        _ready_scans.put(key, hit)
+    return hit
 
 
 def _naive(mod: _Module, flat: Any, out: Any, n: int, base: Any, ex: Any) -> None:

@@ -111,6 +111,9 @@ TABLE = MappingProxyType({
                          "taken"),
 })  # fmt: skip
 _override: dict[int, ScanTuning] = {}
+# Incremented at each override: the ready scans (cupy_scan._ready_scans) are keyed by it, so a
+# sweep's next call plans with its tuning
+generation = 0
 
 
 def scan_tuning(acc: np.dtype, dtype: np.dtype | None = None) -> ScanTuning:
@@ -123,6 +126,8 @@ def scan_tuning(acc: np.dtype, dtype: np.dtype | None = None) -> ScanTuning:
 
 def override_scan_tuning(acc_itemsize: int, tuning: ScanTuning | None) -> None:
     """Benchmarks' tile-shape sweeps: use ``tuning`` for this accumulator size (None: undo)."""
+    global generation
+    generation += 1
     if tuning is None:
         _override.pop(acc_itemsize, None)
     else:

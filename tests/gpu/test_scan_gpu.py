@@ -444,3 +444,36 @@ def test_exclusive_float_scan_starts_at_positive_zero(alg: str, dtype: str) -> N
         cpu = scan_array(a, exclusive=True)
         assert not np.signbit(got[0]) and got[0] == 0, (first, got)
         assert got.tobytes() == cpu.tobytes(), (first, got, cpu)
+
+
+@pytest.mark.parametrize("dtype,out", [("float32", None), ("int32", "int64"), ("float64", None),
+                                       ("uint8", None)])
+def test_repeated_lookback_calls_keep_one_ready_scan_per_stream(dtype: str, out: str | None):
+    """A repeated look-back scan runs the ready scan kept for its thread, stream and dtypes
+    (cupy_scan._ReadyScan: packed launches): bases that change from call to call (a dask
+    chunk's offset, none), misaligned views (the element-wise tile), N-D input, another
+    stream and another thread each give NumPy's scan, and one stream's calls build it once."""
+    import threading
+
+    acc = np.dtype(out) if out else np.cumsum(np.zeros(1, dtype)).dtype
+    h = data(dtype, 70_001, seed=21)
+    a = cupy.asarray(h)
+    cupy_scan._ready_scans.clear()
+    for base in (None, 7, None, 3, 3, None):
+        for exclusive in (True, False):
+            got = cupy_scan.scan(a, exclusive, "auto", acc, base)
+            shift = 0 if base is None else acc.type(base)
+            assert_scan(got - shift if base is not None else got, h, exclusive, acc)
+    assert len(cupy_scan._ready_scans.values()) == 2  # exclusive and inclusive
+    assert_scan(scan_array(a[1:], dtype=out), h[1:], True, acc)  # misaligned: VEC = 1
+    sq = h[:250 * 280].reshape(250, 280)
+    assert_scan(scan_array(cupy.asarray(sq), exclusive=False, dtype=out), sq, False, acc)
+    with cupy.cuda.Stream(non_blocking=True) as s:
+        got = scan_array(a, dtype=out)
+        s.synchronize()
+    assert_scan(got, h, True, acc)
+    results: list = []
+    th = threading.Thread(target=lambda: results.append(cupy.asnumpy(scan_array(a, dtype=out))))
+    th.start()
+    th.join()
+    assert_scan(cupy.asarray(results[0]), h, True, acc)
