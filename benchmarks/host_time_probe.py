@@ -84,6 +84,22 @@ def wall(fn, reps=200):
     return float(np.median(ts)) * 1e6
 
 
+def profiled(fn, lines, sync_each):
+    """cProfile of 3,000 calls of ``fn`` (a synchronisation after each, or after all), the
+    ``lines`` functions of most own time."""
+    pr = cProfile.Profile()
+    pr.enable()
+    for _ in range(3000):
+        fn()
+        if sync_each:
+            stream.synchronize()
+    pr.disable()
+    stream.synchronize()
+    text = io.StringIO()
+    pstats.Stats(pr, stream=text).sort_stats("tottime").print_stats(lines)
+    return text.getvalue()
+
+
 for dt in (np.float32, np.int32):
     n = 1 << 28
     a = cupy.asarray(np.random.default_rng(1).integers(0, 100, n).astype(dt))
@@ -108,15 +124,7 @@ for dt in (np.float32, np.int32):
 a = cupy.asarray(np.random.default_rng(2).random(1 << 10).astype(np.float32))
 for f, name in ((lambda: scan_array(a), "scan_array 2^10"),):
     say(f"B {name}: wall {wall(f):.1f} us")
-    pr = cProfile.Profile()
-    pr.enable()
-    for _ in range(3000):
-        f()
-    pr.disable()
-    stream.synchronize()
-    s = io.StringIO()
-    pstats.Stats(pr, stream=s).sort_stats("tottime").print_stats(30)
-    say(s.getvalue())
+    say(profiled(f, 30, sync_each=False))
 
 a = cupy.asarray(np.random.default_rng(3).random(1 << 20).astype(np.float32))
 p = 0.5
@@ -129,13 +137,4 @@ cases["cupy"] = lambda: a[a < p]
 for rnd in range(3):
     say(f"C r{rnd} " + ", ".join(f"{k} {wall(f):.1f} us" for k, f in cases.items()))
 for k in ("lambda", "string"):
-    f = cases[k]
-    pr = cProfile.Profile()
-    pr.enable()
-    for _ in range(3000):
-        f()
-        stream.synchronize()
-    pr.disable()
-    s = io.StringIO()
-    pstats.Stats(pr, stream=s).sort_stats("tottime").print_stats(25)
-    say(f"C profile {k}\n" + s.getvalue())
+    say(f"C profile {k}\n" + profiled(cases[k], 25, sync_each=True))
