@@ -8,6 +8,7 @@ folded in (one pass over the chunk's data). The output's chunks are the input's.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -54,7 +55,20 @@ def scan_dtype(dtype: Any, out_dtype: Any = None, call: str = "cumsum") -> np.dt
     """The output (and accumulator) dtype of a scan of ``dtype``: NumPy's ``cumsum`` choice
     (bool and signed integers -> the platform integer, int64 on Linux; unsigned -> uint64;
     floats keep theirs), or ``out_dtype`` where given (in native byte order). TypeError for
-    what is not built (``call``, ``cumsum`` or ``scan_array``, for a timedelta's way out)."""
+    what is not built (``call``, ``cumsum`` or ``scan_array``, for a timedelta's way out).
+
+    Each answer is kept per (dtype, out_dtype, call) where they hash: working it out (NumPy's
+    own choice is asked of an empty ``np.cumsum``) took 4.9 of a NumPy scan_array's 18.5 us
+    on the 2-core machine, on every call; refusals are not kept (each raises anew)."""
+    try:
+        hash((dtype, out_dtype))
+    except TypeError:  # e.g. a list: refused by np.dtype in _scan_dtype, as it says
+        return _scan_dtype(dtype, out_dtype, call)
+    return _kept_scan_dtype(dtype, out_dtype, call)
+
+
+def _scan_dtype(dtype: Any, out_dtype: Any, call: str) -> np.dtype:
+    """:func:`scan_dtype`, worked out."""
     dt = native(np.dtype(dtype))
     # float16 into a float32 or float64 accumulator is NumPy's np.cumsum(a, dtype=...): each
     # element widened (exactly), the sums in the accumulator. Refused until 2026-12-01 (the
@@ -92,6 +106,9 @@ def scan_dtype(dtype: Any, out_dtype: Any = None, call: str = "cumsum") -> np.dt
             "is meant"
         )
     return acc
+
+
+_kept_scan_dtype = functools.lru_cache(maxsize=256)(_scan_dtype)
 
 
 def _check_algorithm(algorithm: Any, gpu: bool, fn: str) -> str:

@@ -66,6 +66,33 @@ def test_output_dtype_is_numpys() -> None:
     assert scan_dtype(">i4") == np.dtype(np.int64)
 
 
+def test_kept_output_dtypes_are_the_worked_out_ones_and_refusals_repeat() -> None:
+    """scan_dtype keeps its answers per (dtype, out_dtype, call) (scan._kept_scan_dtype):
+    asked twice, each answer is what working it out gives; a refusal raises every time, with
+    the same message; an unhashable dtype is refused as np.dtype refuses it."""
+    from dask_compact import scan as scan_module
+
+    cases = [(dt, None) for dt in DTYPES] + [
+        ("int8", "uint64"), (">i4", None), (np.float16, np.float32), ("int32", ">f8"),
+        (np.dtype("float32"), "float64"), (bool, None), (np.uint16, np.int32)]
+    for dt, out in cases:
+        first = scan_dtype(dt, out)
+        assert scan_dtype(dt, out) is first == scan_module._scan_dtype(dt, out, "cumsum")
+    for dt, out in [("float16", None), ("m8[s]", None), ("float32", "int64"), ("int8", "f2"),
+                    ("c8", None), ("int32", "int8")]:
+        messages = set()
+        for _ in range(2):
+            with pytest.raises(TypeError) as e:
+                scan_dtype(dt, out, "scan_array")
+            messages.add(str(e.value))
+        assert len(messages) == 1
+    with pytest.raises(TypeError) as e:
+        scan_dtype([1, 2])
+    with pytest.raises(TypeError) as want:
+        np.dtype([1, 2])
+    assert str(e.value) == str(want.value)
+
+
 @pytest.mark.parametrize(
     "dtype,out",
     [("int32", "int32"), ("int8", "uint64"), ("uint64", "int64"), ("int64", "int32"),
