@@ -18,6 +18,7 @@ import io
 import pstats
 import sys
 import time
+from pathlib import Path
 
 import cupy
 import numpy as np
@@ -31,6 +32,9 @@ from dask_compact import compact_array, scan_array
 from dask_compact.backends import cupy_scan
 from dask_compact.backends.cupy_scan_source import ScanSpec
 
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_common import EventTimer, timed_ms  # noqa: E402 -- the scripts' shared timers
+
 out = open(sys.argv[1], "w")
 
 
@@ -43,19 +47,8 @@ stream = cupy.cuda.get_current_stream()
 
 
 def batches(fn, batch, reps=15, warm=3):
-    for _ in range(warm):
-        fn()
-    stream.synchronize()
-    s, e = cupy.cuda.Event(), cupy.cuda.Event()
-    ts = []
-    for _ in range(reps):
-        s.record()
-        for _ in range(batch):
-            fn()
-        e.record()
-        e.synchronize()
-        ts.append(cupy.cuda.get_elapsed_time(s, e) / batch)
-    return float(np.median(ts))
+    """CUDA-event ms per call of ``fn`` in batches of ``batch`` (bench_common.EventTimer)."""
+    return EventTimer(reps, warmup=warm, batch=batch)(lambda _k: fn(), 1)
 
 
 def host(fn, reps=30):
@@ -72,16 +65,8 @@ def host(fn, reps=30):
 
 
 def wall(fn, reps=200):
-    for _ in range(20):
-        fn()
-    stream.synchronize()
-    ts = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        fn()
-        stream.synchronize()
-        ts.append(time.perf_counter() - t)
-    return float(np.median(ts)) * 1e6
+    """Wall us of ``fn`` and a synchronisation, after 20 untimed calls (bench_common)."""
+    return timed_ms(fn, stream.synchronize, reps, warm=20) * 1e3
 
 
 def profiled(fn, lines, sync_each):

@@ -92,10 +92,8 @@ def scan(a: Any, exclusive: bool, algorithm: str, acc: np.dtype, base: Any = 0,
     n = int(flat.size)
     out = cupy.empty(n, dtype=acc)
     alg = "lookback" if algorithm == "auto" else algorithm
-    # No base: -0.0 for floats, the sums' identity (kernels/scan.cuh), so that a leading -0.0
-    # stays -0.0 as in np.cumsum (0.0 + -0.0 is 0.0; until 2026-12-01, a probe)
     signed = base is None and acc.kind == "f"
-    b = acc.type(-0.0 if signed else 0 if base is None else base)
+    b = _base(acc, base)
     if n == 0:
         if d_total is not None:
             d_total.fill(b)
@@ -122,6 +120,15 @@ def scan(a: Any, exclusive: bool, algorithm: str, acc: np.dtype, base: Any = 0,
         # one H100 (0.7907 against 0.7787 ms, benchmarks/scan_tuning.py at 584043d)
         memset0(out, acc.itemsize)
     return out
+
+
+def _base(acc: np.dtype, base: Any) -> Any:
+    """The kernels' ``base`` argument, in ``acc``. No base: -0.0 for floats, the sums'
+    identity (kernels/scan.cuh), so that a leading -0.0 stays -0.0 as in np.cumsum (0.0 +
+    -0.0 is 0.0; until 2026-12-01, a probe)."""
+    if base is None:
+        return acc.type(-0.0 if acc.kind == "f" else 0)
+    return acc.type(base)
 
 
 def _lookback(mod: _Module, spec: ScanSpec, flat: Any, out: Any, n: int, base: Any,
@@ -175,7 +182,7 @@ class _ReadyScan:
                          for v, role in ((self.vec, "vector"), (1, "scalar"))}
         for launch in self.launches.values():
             launch.pointer(5, 0)  # no d_total
-        self.base: Any = None  # the base the slots hold
+        self.base: bytes | None = None  # the base the slots hold, as bytes
         self.stream_ptr = cupy.cuda.get_current_stream().ptr
 
     def __call__(self, a: Any, base: Any) -> Any:
@@ -191,12 +198,12 @@ class _ReadyScan:
         tiles = -(-n // (self.block * self.rows * vec))
         if tiles > _MAX_GRID:
             raise ValueError(f"{n} elements are more than the scan's grid can hold")
-        # as scan(): no base sums from -0.0 (a leading -0.0 stays -0.0, as in np.cumsum)
-        b = acc.type(-0.0 if base is None and self.signed else 0 if base is None else base)
-        if self.base is None or b.tobytes() != self.base:
+        b = _base(acc, base)
+        raw = b.tobytes()
+        if raw != self.base:
             for one in self.launches.values():
                 one.scalar(3, b)
-            self.base = b.tobytes()
+            self.base = raw
         words = cupy.empty(tiles * self.words_per_tile, dtype=np.uint64)
         stream = self.stream_ptr
         runtime = cupy.cuda.runtime

@@ -549,25 +549,21 @@ def _recent_key(func: types.FunctionType, hit: tuple) -> tuple | None:
     # What _values reads, compared as it is read, in its order: building its list and the
     # list of ids took 2.0 of the 2.7 us of a hit for `lambda v: v < p` on the 2-core machine
     # (0.8 us now), on the path of every repeated small GPU call
-    closure, defaults = func.__closure__, func.__defaults__
-    i = 0
-    if closure:
-        for cell in closure:
-            try:
-                if cell.cell_contents is not values[i]:
-                    return None
-            except ValueError:  # an empty cell
-                return None
-            i += 1
-    if defaults:
-        if len(defaults) + i + 2 * len(names) != len(values):
-            return None
-        for v in defaults:
-            if v is not values[i]:
-                return None
-            i += 1
-    if i + 2 * len(names) != len(values):
+    closure, defaults = func.__closure__ or (), func.__defaults__ or ()
+    if len(closure) + len(defaults) + 2 * len(names) != len(values):
         return None  # defaults given or taken away since
+    i = 0
+    for cell in closure:
+        try:
+            if cell.cell_contents is not values[i]:
+                return None
+        except ValueError:  # an empty cell
+            return None
+        i += 1
+    for v in defaults:
+        if v is not values[i]:
+            return None
+        i += 1
     for name in names:
         if g.get(name, _MISSING) is not values[i]:
             return None
