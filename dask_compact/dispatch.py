@@ -59,8 +59,9 @@ Backend contract (both functions, every backend):
     :func:`dask_compact.compact_array`'s repeated call: a backend may keep, per predicate the
     caller passes (keyed so that only an equal predicate finds it), a call that skips the
     checks and the dispatch when it is passed again with the same arguments and the same
-    kind of array (CuPy: the ready one-read call of a small call); every other type: None,
-    and nothing kept.
+    kind of array (CuPy: the ready one-read call of a small call; NumPy: the compiled loop
+    with its bound constants, ``backends/numpy_calls.py``); every other type: None, and
+    nothing kept.
 
 ``repeated_into(a, pred_like, out, output, count, stream, stable, algorithm) -> count or None``
 and ``remember_into(a, pred_like, pred, out, output, count, stream, stable, algorithm)``
@@ -110,7 +111,8 @@ remember_records_into = Dispatch("remember_records_into")
 
 
 def _nothing_kept(*args: object) -> None:
-    """Every type but CuPy's keeps no repeated call: the public call checks each time."""
+    """A type with no repeated call of its own (every one but CuPy's, and NumPy's for
+    ``compact_array``): the public call checks each time."""
     return None
 
 
@@ -118,6 +120,24 @@ for _keeper in (repeated_call, remember_call, repeated_into, remember_into,
                 repeated_records_call, remember_records_call, repeated_records_into,
                 remember_records_into):
     _keeper.register(object, _nothing_kept)
+
+
+@repeated_call.register(np.ndarray)
+def _repeated_call_numpy(a, pred_like, output, stable, algorithm):
+    # imported at the first call (numba's loop module), then registered in this function's
+    # place: a repeated small call is a few microseconds, and an import statement per call
+    # would be a tenth of it
+    from .backends.numpy_calls import repeated_call as impl
+
+    repeated_call.register(np.ndarray, impl)
+    return impl(a, pred_like, output, stable, algorithm)
+
+
+@remember_call.register(np.ndarray)
+def _remember_call_numpy(a, pred_like, pred, output, stable, algorithm):
+    from .backends.numpy_calls import remember_call as impl
+
+    return impl(a, pred_like, pred, output, stable, algorithm)
 
 
 @compact_chunk.register(np.ndarray)

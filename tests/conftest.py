@@ -443,6 +443,20 @@ def until(cond, timeout: float = 20.0) -> None:
         time.sleep(0.002)
 
 
+def after_next_call(monkeypatch, owner, name: str, then) -> None:
+    """``owner.name`` (a function) runs ``then()`` after its next call returns, once: what
+    another thread could do while that call runs, made deterministic."""
+    real = getattr(owner, name)
+
+    def once(*args, **kwargs):
+        monkeypatch.setattr(owner, name, real)
+        out = real(*args, **kwargs)
+        then()
+        return out
+
+    monkeypatch.setattr(owner, name, once)
+
+
 def in_threads(work, n: int) -> None:
     """``work(i)`` for i in range(n), each in a thread of its own, all at once; the first
     exception any of them raised is raised here once all have ended."""

@@ -441,10 +441,10 @@ def test_map_compact_after_a_rebind_while_tracing(monkeypatch):
 
 
 def test_a_gpu_repeated_call_is_kept_only_under_its_predicates_trace_key():
-    """cupy_calls.kept_key (importable without CuPy): the GPU repeated calls keep a call
+    """repeat_keys.kept_key: the GPU repeated calls keep a call
     under the caller's function only while its key is the one the predicate the call ran was
     traced under; tests/gpu run the calls themselves."""
-    from dask_compact.backends.cupy_calls import caller_key, kept_key
+    from dask_compact.repeat_keys import caller_key, kept_key
 
     limit = 0.25
     pred = lambda v: v < limit  # noqa: E731

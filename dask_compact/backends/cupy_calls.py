@@ -22,7 +22,7 @@ import numpy as np
 
 from ..cache import BoundedCache
 from ..predicate.core import Predicate
-from ..predicate.memo import TRACED_UNDER, trace_key
+from ..repeat_keys import caller_key, kept_key
 from . import cupy_tuning as tuning
 from .cupy_exact import make_plan, reads_once
 from .cupy_launch import thread_key
@@ -32,7 +32,7 @@ from .cupy_shaped import has_shape, remember_shaped, shape_serves, shaped_call
 from .cupy_tuning import resolve_algorithm
 
 __all__ = ["call_algorithm", "exact_algorithm", "ready_call", "one_read_call",
-           "selected_before", "forget_ready_calls", "caller_key", "kept_key", "repeated_call",
+           "selected_before", "forget_ready_calls", "repeated_call",
            "remember_call"]
 
 
@@ -150,35 +150,9 @@ def one_read_call(a: Any, pred: Predicate, output: str, algorithm: str) -> Any:
 # compact_array's repeated call: (thread, the caller's predicate as a key, dtype, n, output,
 # stable, algorithm, stream) -> (the device, its OneReadCall, the predicate object). A hit
 # skips the public checks, the dispatch and the ready-call lookup (5-6 us of a 30 us call on
-# the H100 host), which an equal predicate already passed on that dtype. The key: a string
-# itself; a function its trace key (predicate/memo.py: its code and the current values of
-# what it reads, so a rebound constant is a new key, as for the trace memo); a Predicate its
-# identity (held in the entry, so the id is not reused while it lives). Anything else is not
-# kept.
+# the H100 host), which an equal predicate already passed on that dtype. The predicate's key:
+# repeat_keys.caller_key.
 _repeat_calls: BoundedCache[tuple, tuple] = BoundedCache("repeated calls")
-
-
-def caller_key(pred_like: Any) -> Any:
-    """The predicate a caller passed, as a repeated call's key (see above), or None where it
-    is not kept. A Predicate's key is its identity: the entry must hold it."""
-    if isinstance(pred_like, str):
-        return pred_like
-    if isinstance(pred_like, Predicate):
-        return ("predicate", id(pred_like))
-    return trace_key(pred_like)
-
-
-def kept_key(pred_like: Any, pred: Predicate) -> Any:
-    """:func:`caller_key` for keeping a call that ran ``pred``, made from ``pred_like``: None
-    where ``pred_like`` is a function whose key now is not the one ``pred`` was traced under.
-    A thread rebinding a constant the function reads while the call ran would otherwise keep
-    a call that compacted with one value under the other's key, and every later call with the
-    other value would run it (a new-user probe found that race in the trace memo, 2026-11-30:
-    predicate/memo.py trace_under_key). A mask-path predicate runs the function itself."""
-    pk = caller_key(pred_like)
-    if pk is None or isinstance(pred_like, (str, Predicate)) or pred.expr is None:
-        return pk
-    return pk if pred.memo.get(TRACED_UNDER) == pk else None
 
 
 def _repeat_key(a: Any, pred_like: Any, output: str, stable: bool, algorithm: str,

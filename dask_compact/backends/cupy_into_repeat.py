@@ -73,7 +73,7 @@ def _key(a: Any, pred_like: Any, out: Any, output: str, count: Any, stream: Any,
          stable: bool, algorithm: str, pred: Predicate | None = None) -> tuple | None:
     import cupy
 
-    from .cupy_calls import caller_key, kept_key
+    from ..repeat_keys import caller_key, kept_key
 
     bufs = _buffers(out, output)
     if bufs is None:

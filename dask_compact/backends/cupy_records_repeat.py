@@ -30,10 +30,10 @@ _repeats: BoundedCache[tuple, tuple] = BoundedCache("repeated record calls")
 
 def _repeat_key(fields: dict[str, Any], pred_like: Any, indices: bool,
                 pred: Predicate | None = None) -> tuple | None:
-    """``pred``: the predicate a call ran, when keeping it (``cupy_calls.kept_key``)."""
+    """``pred``: the predicate a call ran, when keeping it (``repeat_keys.kept_key``)."""
     import cupy
 
-    from .cupy_calls import caller_key, kept_key
+    from ..repeat_keys import caller_key, kept_key
 
     pk = caller_key(pred_like) if pred is None else kept_key(pred_like, pred)
     if pk is None:
@@ -101,7 +101,7 @@ def _into_key(fields: dict[str, Any], pred_like: Any, out: Any, count: Any, stre
               pred: Predicate | None = None) -> tuple | None:  # fmt: skip
     import cupy
 
-    from .cupy_calls import caller_key, kept_key
+    from ..repeat_keys import caller_key, kept_key
 
     pk = caller_key(pred_like) if pred is None else kept_key(pred_like, pred)
     if pk is None or type(out) is not dict:

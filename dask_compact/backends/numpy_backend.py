@@ -19,12 +19,12 @@ from typing import Any
 
 import numpy as np
 
-from ..codegen.numba_loop import OUTPUTS, UnsupportedPredicate, fused_loop
+from ..codegen.numba_loop import OUTPUTS, CompiledLoop, UnsupportedPredicate, fused_loop
 from ..predicate.core import Predicate
 from ..predicate.expr import ParamOverflow
 from ..validate import by_output, output_bytes
 
-__all__ = ["compact", "compact_into", "compact_many", "compact_masked"]
+__all__ = ["compact", "compact_into", "compact_many", "compact_masked", "loop_call", "one_call"]
 
 logger = logging.getLogger("dask_compact")
 
@@ -192,7 +192,7 @@ def _run_fused_many(
     params = tp.bind(pred.params)
     n = sum(b.size for b in blocks)
     make = alloc or _empty
-    if n > _SEGMENT or (alloc is None and n * output_bytes(dtype.itemsize, output) >= _HEAP_BYTES):
+    if n > _SEGMENT or (alloc is None and not one_call(n, dtype, output)):
         sel = _run_segmented(loop, blocks, bases, params, _Selection(output, dtype, n, make))
         out, idx, k = sel.out, sel.idx, sel.k
     else:
@@ -201,10 +201,28 @@ def _run_fused_many(
         for b, base in zip(blocks, bases):
             outs = (None if out is None else out[k:], None if idx is None else idx[k:])
             k += loop(_flat(b), *outs, int(base), params)
-    return by_output(
-        None if out is None else _trim(out, k, alloc),
-        None if idx is None else _trim(idx, k, alloc), output
-    )
+    return _trimmed(out, idx, k, output, alloc)
+
+
+def one_call(n: int, dtype: np.dtype, output: str) -> bool:
+    """Whether a call of ``n`` elements without a caller's ``alloc`` runs the loop once into
+    full-length buffers (:func:`loop_call`), not over segments (``_SEGMENT``, ``_HEAP_BYTES``)."""
+    return n <= _SEGMENT and n * output_bytes(dtype.itemsize, output) < _HEAP_BYTES
+
+
+def loop_call(loop: CompiledLoop, flat: np.ndarray, output: str, base: int,
+              params: tuple) -> Any:
+    """One loop call over the 1-D C-contiguous ``flat`` into full-length buffers, trimmed: what
+    :func:`compact` runs for a chunk where :func:`one_call` holds (the repeated call of
+    ``numpy_calls`` runs it with the loop and constants it kept)."""
+    out, idx = _buffers(_empty, flat.shape[0], flat.dtype, output)
+    return _trimmed(out, idx, loop(flat, out, idx, base, params), output, None)
+
+
+def _trimmed(out: np.ndarray | None, idx: np.ndarray | None, k: int, output: str,
+             alloc: Alloc | None) -> Any:
+    return by_output(None if out is None else _trim(out, k, alloc),
+                     None if idx is None else _trim(idx, k, alloc), output)
 
 
 def _empty(n: int, dtype: np.dtype) -> np.ndarray:

@@ -1254,12 +1254,25 @@ def _found_or_built(tp: TypedPredicate, output: str, key: tuple[str, str]
         return hit
 
 
+# What else in this process holds loops (``backends.numpy_calls``' kept calls register their
+# cache's clear): emptied with the loops by :func:`clear_cache`, so that a test's "new
+# process" finds no loop through them.
+_holders: list[Callable[[], None]] = []
+
+
+def holds_loops(clear: Callable[[], None]) -> None:
+    """Have :func:`clear_cache` call ``clear``: it forgets loops its caller holds."""
+    _holders.append(clear)
+
+
 def clear_cache() -> None:
     """Forget the in-process loops and counters (the disk cache stays); for tests."""
+    for clear in _holders:
+        clear()
     with _loops.lock:
         _loops.clear()
         for k in _stats:
             _stats[k] = 0
 
 
-__all__.append("clear_cache")
+__all__ += ["clear_cache", "holds_loops"]
