@@ -317,10 +317,14 @@ def _gpu_available() -> str | None:
 def pytest_collection_modifyitems(config, items):
     # The kernel compile tests last (in their order): their units compile in the background
     # from the start of the session (pytest_collection_finish), and the later the tests come,
-    # the more of that work the core the rest of the suite leaves idle has done.
+    # the more of that work the core the rest of the suite leaves idle has done. Under
+    # pytest-xdist (CI's command: every core runs tests, and nothing compiles in the
+    # background) first instead: minutes of nvcc at the end of the list were the run's tail,
+    # where worksteal has nothing small left to even out with.
     ahead = [hasattr(getattr(item, "module", None), "compile_ahead_jobs") for item in items]
-    items[:] = [i for i, a in zip(items, ahead, strict=True) if not a] + [
-        i for i, a in zip(items, ahead, strict=True) if a]
+    rest = [i for i, a in zip(items, ahead, strict=True) if not a]
+    compile_tests = [i for i, a in zip(items, ahead, strict=True) if a]
+    items[:] = compile_tests + rest if hasattr(config, "workerinput") else rest + compile_tests
     reason = _gpu_available()
     if reason is None:
         return
