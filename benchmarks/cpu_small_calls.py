@@ -6,7 +6,8 @@ elements. Each case: a predicate written as a user writes it (a lambda, a string
 again and again on one array of n float32 elements (uniform in [0, 1), ``x < 0.5``), best of
 ``--rounds`` rounds of ``--calls`` calls, ours and NumPy's in turn in one process; ratio =
 NumPy's time / ours (> 1: we are faster). Sizes 2^6 to 2^16, values and indices
-(``np.flatnonzero``).
+(``np.flatnonzero``), and ``compact_records`` of four float32 fields with the predicate on one
+against NumPy's recipe (the mask once, then each field indexed by it).
 
 An A/B of two versions of the package runs this script once per arm and round (``PYTHONPATH``
 chooses the package), each appending to one CSV, then ``--report`` writes the table and chart:
@@ -68,6 +69,25 @@ def measure(tag: str, calls: int, rounds: int) -> list[dict]:
                              "numpy_us": round(theirs, 3)})
                 print(f"{tag} n={n:6d} {output:7s} {form:6s} ours {ours:7.2f} us  "
                       f"numpy {theirs:7.2f} us  ratio {theirs / ours:5.2f}x", flush=True)
+        # a record of four float32 fields, the predicate on one, against NumPy's recipe
+        fields = {k: rng.random(n, dtype=np.float32) for k in "abcd"}
+
+        def recipe(fields=fields):
+            m = fields["a"] < P
+            return {k: v[m] for k, v in fields.items()}
+
+        want = recipe()
+        for form, pred in (("lambda", lambda a: a < P), ("string", f"a < {P}")):
+            got = dask_compact.compact_records(fields, pred)
+            assert all(np.array_equal(got[k], want[k]) for k in want)
+            ours = per_call_us(lambda: dask_compact.compact_records(fields, pred), calls // 4,
+                               rounds)
+            theirs = per_call_us(recipe, calls // 4, rounds)
+            rows.append({"tag": tag, "version": dask_compact.__file__, "n": n,
+                         "output": "records", "form": form, "ours_us": round(ours, 3),
+                         "numpy_us": round(theirs, 3)})
+            print(f"{tag} n={n:6d} records {form:6s} ours {ours:7.2f} us  "
+                  f"numpy {theirs:7.2f} us  ratio {theirs / ours:5.2f}x", flush=True)
     return rows
 
 
@@ -83,14 +103,15 @@ def report(path: Path, out: Path) -> None:
     for r in rows:
         groups[(r["tag"], r["output"], r["form"], int(r["n"]))].append(r)
     tags = sorted({r["tag"] for r in rows})
-    lines = [f"# CPU small calls: compact_array vs NumPy, per call ({len(rows)} rows)", "",
+    lines = [f"# CPU small calls: compact_array and compact_records vs NumPy, per call "
+             f"({len(rows)} rows)", "",
              "Microseconds per call, median over the arm's runs (each the best of its rounds); "
              "ratio = NumPy's time / ours (> 1: ours faster), each run's own NumPy.", "",
              "| tag | output | form | " + " | ".join(f"n = {n}" for n in SIZES) + " |",
              "|---|---|---|" + "---|" * len(SIZES)]
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for tag in tags:
-        for output in ("values", "indices"):
+        for output in ("values", "indices", "records"):
             for form in ("lambda", "string"):
                 cells, xs, ys = [], [], []
                 for n in SIZES:

@@ -61,7 +61,7 @@ Backend contract (both functions, every backend):
     checks and the dispatch when it is passed again with the same arguments and the same
     kind of array (CuPy: the ready one-read call of a small call; NumPy: the compiled loop
     with its bound constants, ``backends/numpy_calls.py``); every other type: None, and
-    nothing kept.
+    nothing kept. NumPy keeps ``compact_records``' checked predicate the same way (below).
 
 ``repeated_into(a, pred_like, out, output, count, stream, stable, algorithm) -> count or None``
 and ``remember_into(a, pred_like, pred, out, output, count, stream, stable, algorithm)``
@@ -87,6 +87,7 @@ scatter compaction of the backend's ``compact_scan`` instead of the fused kernel
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 from dask.utils import Dispatch
@@ -112,7 +113,7 @@ remember_records_into = Dispatch("remember_records_into")
 
 def _nothing_kept(*args: object) -> None:
     """A type with no repeated call of its own (every one but CuPy's, and NumPy's for
-    ``compact_array``): the public call checks each time."""
+    ``compact_array`` and ``compact_records``): the public call checks each time."""
     return None
 
 
@@ -122,22 +123,38 @@ for _keeper in (repeated_call, remember_call, repeated_into, remember_into,
     _keeper.register(object, _nothing_kept)
 
 
-@repeated_call.register(np.ndarray)
-def _repeated_call_numpy(a, pred_like, output, stable, algorithm):
-    # imported at the first call (numba's loop module), then registered in this function's
-    # place: a repeated small call is a few microseconds, and an import statement per call
-    # would be a tenth of it
-    from .backends.numpy_calls import repeated_call as impl
+def _numpy_calls() -> Any:
+    """``backends.numpy_calls``, imported at the first NumPy call of one of its hooks (numba's
+    loop module comes with it), its functions then registered in place of the ones below: a
+    repeated small call takes a few microseconds, and an import statement per call would be a
+    tenth of them."""
+    from .backends import numpy_calls as nc
 
-    repeated_call.register(np.ndarray, impl)
-    return impl(a, pred_like, output, stable, algorithm)
+    repeated_call.register(np.ndarray, nc.repeated_call)
+    remember_call.register(np.ndarray, nc.remember_call)
+    repeated_records_call.register(np.ndarray, nc.repeated_records_call)
+    remember_records_call.register(np.ndarray, nc.remember_records_call)
+    return nc
+
+
+@repeated_call.register(np.ndarray)
+def _repeated_call_numpy(*args):
+    return _numpy_calls().repeated_call(*args)
 
 
 @remember_call.register(np.ndarray)
-def _remember_call_numpy(a, pred_like, pred, output, stable, algorithm):
-    from .backends.numpy_calls import remember_call as impl
+def _remember_call_numpy(*args):
+    return _numpy_calls().remember_call(*args)
 
-    return impl(a, pred_like, pred, output, stable, algorithm)
+
+@repeated_records_call.register(np.ndarray)
+def _repeated_records_call_numpy(*args):
+    return _numpy_calls().repeated_records_call(*args)
+
+
+@remember_records_call.register(np.ndarray)
+def _remember_records_call_numpy(*args):
+    return _numpy_calls().remember_records_call(*args)
 
 
 @compact_chunk.register(np.ndarray)

@@ -163,7 +163,7 @@ def compact_records_in_memory(
     from .dispatch import compact_records as backend
 
     first = next(iter(fields.values()))
-    out = backend(first, fields, p, indices, stable, index_base, _threads())
+    out = backend(first, fields, p, indices, stable, index_base, cpu_threads())
     assert not indices or INDICES in out
     for name, a in fields.items():
         if type(a) is np.recarray and a.dtype.names:
@@ -175,7 +175,7 @@ def compact_records_in_memory(
 
 
 @functools.cache
-def _threads() -> int:
+def cpu_threads() -> int:
     """The in-memory CPU call's gather threads (os.cpu_count() costs ~10 us a call)."""
     return min(4, os.cpu_count() or 1)
 

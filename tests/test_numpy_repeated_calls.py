@@ -54,8 +54,10 @@ def _data(rng: np.random.Generator, n: int, dtype: str) -> np.ndarray:
 @pytest.fixture(autouse=True)
 def _fresh():
     nc._repeat_calls.clear()
+    nc._records_calls.clear()
     yield
     nc._repeat_calls.clear()
+    nc._records_calls.clear()
 
 
 @pytest.mark.parametrize("output", ["values", "indices", "both"])
@@ -241,3 +243,143 @@ def test_repeated_calls_equal_numpy(dtype, sizes, output, seed):
         a = _data(rng, n, dtype)
         want = a != 0 if dtype == "bool" else (a > 20) & (a <= 70)
         check(compact_array(a, pred, output=output), expect(a, want, output), output)
+
+
+# -- compact_records ---------------------------------------------------------------------------
+
+
+def _no_records_dispatch(monkeypatch) -> None:
+    """From here on a records call that is checked fails: only kept calls run."""
+    import dask_compact.records as records
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("checked")
+
+    monkeypatch.setattr(records, "records_call", refuse)
+
+
+def _record(rng: np.random.Generator, n: int) -> dict[str, np.ndarray]:
+    return {"e": (rng.random(n) * 10).astype(np.float32),
+            "eta": rng.standard_normal(n),
+            "pos": rng.random((n, 3)).astype(np.float32),
+            "id": rng.integers(0, 1 << 40, n),
+            "ok": rng.random(n) < 0.7,
+            "q": rng.integers(-3, 4, n).astype(">i2")}
+
+
+def _want(fields: dict[str, np.ndarray], m: np.ndarray, indices: bool) -> dict[str, np.ndarray]:
+    out = {k: v[m] for k, v in fields.items()}
+    if indices:
+        out["indices"] = np.flatnonzero(m).astype(np.int64)
+    return out
+
+
+def _check_record(got: dict, want: dict) -> None:
+    assert list(got) == list(want)
+    for k, w in want.items():
+        assert got[k].dtype == w.dtype and got[k].shape == w.shape, k
+        np.testing.assert_array_equal(got[k], w, err_msg=k)
+
+
+@pytest.mark.parametrize("indices", [False, True])
+@pytest.mark.parametrize("pred", ["(e > 5) & (abs(eta) < 1.5) & ok",
+                                  lambda e, eta, ok: (e > 5) & (abs(eta) < 1.5) & ok],
+                         ids=["str", "lambda"])
+def test_records_call_is_kept_and_exact_on_new_rows_of_any_count(pred, indices, monkeypatch):
+    from dask_compact import compact_records
+
+    rng = np.random.default_rng(20)
+    fields = _record(rng, 1000)
+
+    def mask(f):
+        return (f["e"] > 5) & (np.abs(f["eta"]) < 1.5) & f["ok"]
+
+    _check_record(compact_records(fields, pred, indices=indices),
+                  _want(fields, mask(fields), indices))
+    assert len(nc._records_calls) == 1
+    _no_records_dispatch(monkeypatch)
+    for n in SIZES:
+        f = _record(rng, n)
+        _check_record(compact_records(f, pred, indices=indices), _want(f, mask(f), indices))
+    f = _record(rng, 4099)
+    f["pos"] = np.random.default_rng(21).random((8198, 3)).astype(np.float32)[::2]  # strided
+    _check_record(compact_records(f, pred, indices=indices), _want(f, mask(f), indices))
+
+
+def test_records_layouts_and_arguments_the_kept_call_does_not_serve_are_checked(monkeypatch):
+    from dask_compact import compact_records
+
+    rng = np.random.default_rng(22)
+    fields = _record(rng, 999)
+    pred = "e > 5"
+    compact_records(fields, pred)
+    assert len(nc._records_calls) == 1
+    with monkeypatch.context() as m:
+        _no_records_dispatch(m)
+        others = [
+            {**fields, "e": fields["e"].astype(np.float64)},  # another dtype
+            {**fields, "pos": fields["pos"][:, :2]},  # another row shape
+            {k: fields[k] for k in reversed(list(fields))},  # another order of the fields
+            {**fields, "id": fields["id"][:998]},  # lengths that differ
+            {**fields, "e": fields["e"].view(np.recarray)},  # not a plain ndarray
+        ]
+        for other in others:
+            with pytest.raises(AssertionError, match="checked"):
+                compact_records(other, pred)
+        with pytest.raises(AssertionError, match="checked"):
+            compact_records(fields, pred, indices=True)
+    # and checked, each gets its own result or refusal, as before
+    with pytest.raises(ValueError, match="same number of rows"):
+        compact_records({**fields, "id": fields["id"][:998]}, pred)
+    with pytest.raises(ValueError, match="1-D"):
+        compact_records(fields, "pos > 0.5")
+    m = fields["e"] > 5
+    _check_record(compact_records({**fields, "e": fields["e"].astype(np.float64)}, pred),
+                  _want({**fields, "e": fields["e"].astype(np.float64)}, m, False))
+
+
+def test_records_not_kept_where_they_must_not_be():
+    from dask_compact import compact_records
+
+    rng = np.random.default_rng(23)
+    fields = _record(rng, 1000)
+
+    def listed(e):
+        return np.isin(np.round(e), [1.0, 3.0, 7.0])
+
+    for _ in range(2):  # the mask path: the predicate runs itself every call
+        _check_record(compact_records(fields, listed), _want(fields, listed(fields["e"]), False))
+    assert len(nc._records_calls) == 0
+    h = {"h": fields["e"].astype(np.float16), "id": fields["id"]}
+    for _ in range(2):  # float16: NumPy's mask, not the compiled pass
+        _check_record(compact_records(h, "h > 5"), _want(h, h["h"] > 5, False))
+    assert len(nc._records_calls) == 0
+    compact_records(fields, "e > 5")
+    assert len(nc._records_calls) == 1
+    clear_cache()
+    assert len(nc._records_calls) == 0
+
+
+def test_records_call_follows_a_rebound_constant_and_threads():
+    from dask_compact import compact_records
+
+    global THRESHOLD
+    pred = lambda e: e < THRESHOLD * 10  # noqa: E731
+    fields = _record(np.random.default_rng(24), 3001)
+    try:
+        for t in (0.5, 0.5, 0.25, 0.5):
+            THRESHOLD = t
+            _check_record(compact_records(fields, pred), _want(fields, fields["e"] < t * 10,
+                                                               False))
+        assert len(nc._records_calls) == 2
+    finally:
+        THRESHOLD = 0.5
+
+    def work(seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        for _ in range(50):
+            f = _record(rng, int(rng.integers(0, 2000)))
+            _check_record(compact_records(f, pred, indices=True),
+                          _want(f, f["e"] < 5, True))
+
+    in_threads(work, 4)

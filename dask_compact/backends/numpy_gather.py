@@ -15,6 +15,7 @@ field a step). Where the CPU has AVX2 but not AVX-512, the same steps by AVX2's 
 from __future__ import annotations
 
 import functools
+import math
 
 import numpy as np
 
@@ -68,13 +69,16 @@ _UNITS = {8: np.uint64, 4: np.uint32, 2: np.uint16, 1: np.uint8}
 def as_rows(a: np.ndarray) -> np.ndarray:
     """``a`` (C-contiguous, any dtype, rows along axis 0) as a 2-D unsigned-integer view
     (rows, units): the same bytes, in the widest unit that divides the row."""
+    # math.prod, the unit by arithmetic and one view of the flat array: 4 us a field where
+    # np.prod, a generator and two views took 6.5 (1-D) to 19 us ((n, 3) rows) on the 2-core
+    # machine, in a small record call of several fields twice a field
     a = np.ascontiguousarray(a)
     n = a.shape[0]
-    row = a.dtype.itemsize * (int(np.prod(a.shape[1:])) if a.ndim > 1 else 1)
+    row = a.itemsize * math.prod(a.shape[1:])
     if row == 0:
         return np.empty((n, 0), np.uint8)
-    unit = next(u for u in _UNITS if row % u == 0)
-    return a.reshape(n, -1).view(np.uint8).reshape(n, row).view(_UNITS[unit])
+    unit = 8 if row % 8 == 0 else 4 if row % 4 == 0 else 2 if row % 2 == 0 else 1
+    return a.reshape(-1).view(_UNITS[unit]).reshape(n, row // unit)
 
 
 @njit(nogil=True, cache=True, boundscheck=False, inline="always")
