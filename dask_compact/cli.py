@@ -818,6 +818,7 @@ def _run_cache_finalizers(finalizers: list[Any], remove: Any) -> None:
     ``remove`` of a cache folder, and make sure each such folder is gone."""
     import os
     import shutil
+    import time
 
     folders = []
     for finalizer in finalizers:
@@ -827,12 +828,31 @@ def _run_cache_finalizers(finalizers: list[Any], remove: Any) -> None:
             finalizer()
     # fsspec's removal swallows its errors: a thread of the job still writing a block into
     # the folder (an early read, on a command refused as it ran) made it "not empty" and
-    # left it (once in a CI run on the 2-core machine); so again until it is gone
-    for folder in folders:
-        for _ in range(3):
-            if not os.path.isdir(folder):
-                break
+    # left it (once in a CI run on the 2-core machine); so again until it is gone. Such a
+    # thread (zarr's I/O still reading through the cache after the refusal of a
+    # `blockcache::memory://` INPUT) can also write into it again just after: the folder was
+    # left once more in a CI run of 2026-12-06. So the folders are watched until none has
+    # come back for _QUIET seconds (at most _WATCH): only a command whose INPUT has such a
+    # cache pays it.
+    if not folders:
+        return
+    start = quiet_since = time.monotonic()
+    while True:
+        back = [f for f in folders if os.path.isdir(f)]
+        for folder in back:
             shutil.rmtree(folder, ignore_errors=True)
+        now = time.monotonic()
+        if back:
+            quiet_since = now
+        elif now - quiet_since >= _QUIET or now - start >= _WATCH:
+            return
+        time.sleep(0.005)
+
+
+# How long the cache folders removed at the command's end must stay gone, and the longest the
+# command watches them (_run_cache_finalizers)
+_QUIET = 0.05
+_WATCH = 0.5
 
 
 def _end_after_dask_cli(ctx: click.Context) -> None:

@@ -454,6 +454,44 @@ def test_a_cache_folder_whose_first_removal_fails_is_removed(tmp_path, monkeypat
     assert calls == [folder] and not Path(folder).exists()
 
 
+def test_a_cache_folder_written_again_after_its_removal_is_removed(tmp_path):
+    """A thread of the job (zarr's I/O, still reading through the cache after a refusal)
+    writing into the cache folder just after the command removed it: the folder came back
+    and was left (once in a CI run, 2026-12-06). The command watches the folder until it stays
+    gone."""
+    import tempfile
+    import threading
+    import time
+    import weakref
+
+    from fsspec.implementations import cached
+
+    from dask_compact import cli
+
+    class Cache:  # stands for a CachingFileSystem made with cache_storage="TMP"
+        pass
+
+    folder = Path(tempfile.mkdtemp(dir=tmp_path))
+    (folder / "block").write_bytes(b"x" * 10)
+    cache = Cache()
+    finalizer = weakref.finalize(cache, cached.CachingFileSystem._remove_tempdir, str(folder))
+    wrote = threading.Event()
+
+    def straggler() -> None:  # writes a block again once the folder is gone
+        while folder.exists():
+            time.sleep(0.001)
+        time.sleep(0.01)
+        folder.mkdir(exist_ok=True)
+        (folder / "block").write_bytes(b"y" * 10)
+        wrote.set()
+
+    t = threading.Thread(target=straggler)
+    t.start()
+    cli._run_cache_finalizers([finalizer], cached.CachingFileSystem._remove_tempdir)
+    t.join()
+    assert wrote.is_set() and not folder.exists()
+
+
 def test_an_output_inside_an_archive_input_is_refused_as_an_overlap(tmp_path):
     """INPUT ``zip://x::/p/g.zip`` was placed on the zip's own file system (``zip``, ``x``),
     so an OUTPUT at, inside or around ``/p/g.zip`` was never compared with it (writing there
