@@ -123,38 +123,30 @@ for _keeper in (repeated_call, remember_call, repeated_into, remember_into,
     _keeper.register(object, _nothing_kept)
 
 
+_NUMPY_KEPT = (repeated_call, remember_call, repeated_records_call, remember_records_call)
+
+
 def _numpy_calls() -> Any:
     """``backends.numpy_calls``, imported at the first NumPy call of one of its hooks (numba's
-    loop module comes with it), its functions then registered in place of the ones below: a
-    repeated small call takes a few microseconds, and an import statement per call would be a
-    tenth of them."""
+    loop module comes with it), its functions then registered in place of the forwarders
+    below: a repeated small call takes a few microseconds, and an import statement per call
+    would be a tenth of them."""
     from .backends import numpy_calls as nc
 
-    repeated_call.register(np.ndarray, nc.repeated_call)
-    remember_call.register(np.ndarray, nc.remember_call)
-    repeated_records_call.register(np.ndarray, nc.repeated_records_call)
-    remember_records_call.register(np.ndarray, nc.remember_records_call)
+    for hook in _NUMPY_KEPT:
+        hook.register(np.ndarray, getattr(nc, hook.__name__))
     return nc
 
 
-@repeated_call.register(np.ndarray)
-def _repeated_call_numpy(*args):
-    return _numpy_calls().repeated_call(*args)
+def _forward_to_numpy_calls(name: str) -> Callable[..., Any]:
+    def forward(*args: Any) -> Any:
+        return getattr(_numpy_calls(), name)(*args)
+
+    return forward
 
 
-@remember_call.register(np.ndarray)
-def _remember_call_numpy(*args):
-    return _numpy_calls().remember_call(*args)
-
-
-@repeated_records_call.register(np.ndarray)
-def _repeated_records_call_numpy(*args):
-    return _numpy_calls().repeated_records_call(*args)
-
-
-@remember_records_call.register(np.ndarray)
-def _remember_records_call_numpy(*args):
-    return _numpy_calls().remember_records_call(*args)
+for _hook in _NUMPY_KEPT:
+    _hook.register(np.ndarray, _forward_to_numpy_calls(_hook.__name__))
 
 
 @compact_chunk.register(np.ndarray)
