@@ -583,8 +583,8 @@ __device__ __forceinline__ bool staged_copy(const FieldCopy& f, long long tile, 
 // and 2 leave them.
 // Three resident blocks an SM bound the registers (80 at 256 threads): ptxas, left free, gave
 // the complex128 functor's instantiation 64 registers and an 8-byte spill.
-template <class Pred, int BLOCK, int ITEMS, int SCAN_TILE, class... A>
-__global__ void __launch_bounds__(BLOCK, 3)
+template <class Pred, int BLOCK, int ITEMS, int SCAN_TILE, int FORM, int MINB, class... A>
+__global__ void __launch_bounds__(BLOCK, MINB)
 dcx_rec_flags_lb(long long n, unsigned* __restrict__ words, unsigned long long* __restrict__ counts,
                  unsigned* __restrict__ warp_offsets, unsigned long long* status,
                  const dcx::FieldCopy* own, int nown, unsigned long long cap, A... a) {
@@ -629,7 +629,7 @@ dcx_rec_flags_lb(long long n, unsigned* __restrict__ words, unsigned long long* 
     const dcx::FieldCopy f = own[c];
     const unsigned long long at = reinterpret_cast<unsigned long long>(f.src) |
                                   reinterpret_cast<unsigned long long>(f.dst);
-    if (whole && (at & 15ull) == 0 &&
+    if (FORM == 0 && whole && (at & 15ull) == 0 &&
         dcx::stage_column<BLOCK, ITEMS>(f, tile * TILE, base, myword, woff, s_stage, s_words,
                                         s_pre))
       continue;

@@ -101,10 +101,12 @@ class RecordsCall:
         self.host_mem = cupy.cuda.alloc_pinned_memory(24)
         self.host = np.frombuffer(self.host_mem, dtype=np.uint64, count=3)
         # the workspace, one allocation: the tile counts (the prefixes, the total, the lists'
-        # lengths, the scan's status words), the column table, the ballot words, the warp
-        # offsets, the two work lists, the look-back's status words (dcx_rec_flags_lb)
-        sizes = (8 * spec.counts_size(tiles), 32 * most, 4 * -(-n // 32),
-                 4 * tiles * (spec.block // 32), 4 * 2 * nspans, 8 * tiles)
+        # lengths, the scan's status words), the look-back's status words (dcx_rec_flags_lb),
+        # the column table, the ballot words, the warp offsets, the two work lists: the
+        # 8-byte words first (after the 4-byte words of an odd count of words, the status
+        # words were misaligned: the GPU tests' first run)
+        sizes = (8 * spec.counts_size(tiles), 8 * tiles, 32 * most, 4 * -(-n // 32),
+                 4 * tiles * (spec.block // 32), 4 * 2 * nspans)
         self.at = np.cumsum((0, *sizes[:-1])).tolist()
         self.ws_bytes = sum(sizes)
 
@@ -141,7 +143,7 @@ class RecordsCall:
         import cupy
 
         ws = cupy.empty(self.ws_bytes, dtype=np.uint8)
-        counts, table, words, warps, lists, status = (ws.data.ptr + a for a in self.at)
+        counts, status, table, words, warps, lists = (ws.data.ptr + a for a in self.at)
         tiles = self.tiles
         self.counts_ptr, self.table_ptr, self.lists_ptr = counts, table, lists
         self.status_ptr = status
@@ -195,7 +197,7 @@ class RecordsCall:
         for i, v in enumerate(self.params):
             launch.scalar(8 + len(self.read) + i, v)
         if self.ws is not None:
-            counts, _, words, warps, _, status = (self.ws.data.ptr + a for a in self.at)
+            counts, status, _, words, warps, _ = (self.ws.data.ptr + a for a in self.at)
             self._fused_pointers(launch, words, counts, warps, status)
         self.fused = launch
         return launch

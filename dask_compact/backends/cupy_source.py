@@ -302,7 +302,10 @@ class RecordSpec:
         before they count (``cupy_records_ready``). A module of its own, built at its first
         use (a loop's second call): a new predicate's first call compiles the flags kernel
         alone, as before."""
-        return {"flags_lb": self.names()["flags"].replace("dcx_rec_flags<", "dcx_rec_flags_lb<")}
+        flags = self.names()["flags"]
+        head, args = flags.split(f"{self.scan_tile}", 1)
+        form = f"{self.scan_tile}, {cupy_tuning.REC_LB_FORM}, {cupy_tuning.REC_LB_MIN_BLOCKS}"
+        return {"flags_lb": head.replace("dcx_rec_flags<", "dcx_rec_flags_lb<") + form + args}
 
     def group_names(self, group: str) -> dict[str, str]:
         """Role -> name expression of the kernels of ``group``: "compact" (every pass of
