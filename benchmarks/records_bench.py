@@ -91,32 +91,6 @@ def dask_recipe(d: dict, mask_of: Any) -> dict:
     return out
 
 
-def settled(fn: Any) -> Any:
-    """``fn`` after the calls that make its ready call and its look-back pass (built on a
-    thread of its own, which a loop's calls do not wait for: cupy_records_ready), so that the
-    timed calls are a loop's steady state."""
-    from dask_compact.backends.cupy_records_ready import wait_for_builds
-
-    fn()
-    fn()
-    wait_for_builds()
-    return fn
-
-
-class counted:
-    """The records' ready calls counting first inside (``REC_FUSED_FLAGS`` off)."""
-
-    def __enter__(self) -> None:
-        from dask_compact.backends import cupy_tuning
-
-        self.was, cupy_tuning.REC_FUSED_FLAGS = cupy_tuning.REC_FUSED_FLAGS, False
-
-    def __exit__(self, *exc: Any) -> None:
-        from dask_compact.backends import cupy_tuning
-
-        cupy_tuning.REC_FUSED_FLAGS = self.was
-
-
 def gpu_rows(n: int, ps: list[float], reps: int, rays: bool = False) -> list[dict]:
     import cupy
 
@@ -137,19 +111,12 @@ def gpu_rows(n: int, ps: list[float], reps: int, rays: bool = False) -> list[dic
             k = int(cupy.count_nonzero(m))
             del m
             row: dict = {"n": n, "p": p, "pred_fields": 2 if two else 1, "selected": k}
-            row["ours"] = timed_ms(settled(lambda: compact_records(f, text)), sync, reps)
+            row["ours"] = timed_ms(lambda: compact_records(f, text), sync, reps)
             bufs = {kk: cupy.empty_like(v) for kk, v in f.items()}
             count = cupy.empty(1, dtype=np.int64)
             # the sync-free call into buffers kept across calls, its count read (one sync)
-            into = timed_ms(settled(lambda: compact_records_into(f, text, bufs,
-                                                                 count=count).get()),
+            into = timed_ms(lambda: compact_records_into(f, text, bufs, count=count).get(),
                             sync, reps)
-            # the same calls counting first (passes 1 and 2 as a first call runs them): an
-            # extra, labelled column
-            with counted():
-                row[COUNTED] = timed_ms(lambda: compact_records(f, text), sync, reps)
-                row[INTO_COUNTED] = timed_ms(
-                    lambda: compact_records_into(f, text, bufs, count=count).get(), sync, reps)
             del bufs
             row["cupy bool index"] = timed_ms(lambda: mask_recipe(f, mask_of), sync, reps)
             if torch is not None:
@@ -204,7 +171,7 @@ def gpu_dask_rows(n: int, ps: list[float], reps: int, rays: bool = False) -> lis
                 return dask_recipe(d, mask_of)
 
             rows.append({"n": n, "p": p, "pred_fields": 1, "chunks": 4,
-                         "dask ours": timed_ms(settled(ours), sync, reps, 1),
+                         "dask ours": timed_ms(ours, sync, reps, 1),
                          "dask mask + ccs + persist": timed_ms(naive, sync, reps, 1)})
     return rows
 
@@ -247,29 +214,23 @@ def cpu_rows(n: int, ps: list[float], reps: int, rays: bool = False,
 RAYS_TEXT = ("a ray batch: a, b float32, pixel int32, origin, direction, throughput (n, 3) "
              "float32")
 INTO = "ours into buffers"  # compact_records_into, its count read: a table of its own
-# the ready calls counting first (no look-back pass): extra columns, labelled
-COUNTED = "ours, counted first (internal)"
-INTO_COUNTED = "into, counted first (internal)"
 
 
 def into_table(rows: list[dict]) -> list[str]:
     """compact_records_into (buffers of n rows kept across calls) against the recipe and the
     bytes floor: ratios are their time / its time."""
-    lines = ["| n | p | predicate fields | into ms | vs two-step recipe | vs bytes floor | "
-             "into counted first ms (internal) | its time / into's |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| n | p | predicate fields | into ms | vs two-step recipe | vs bytes floor |",
+             "|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| 2^{int(math.log2(r['n']))} | {r['p']} | {r['pred_fields']} | "
                      f"{r[INTO]:.3f} | **{r['two-step recipe'] / r[INTO]:.2f}x** | "
-                     f"**{r['bytes floor'] / r[INTO]:.0%}** of floor | "
-                     f"{r[INTO_COUNTED]:.3f} | {r[INTO_COUNTED] / r[INTO]:.2f}x |")
+                     f"**{r['bytes floor'] / r[INTO]:.0%}** of floor |")
     return lines
 
 
 def table(rows: list[dict]) -> list[str]:
     lines = []
-    cols = [c for c in rows[0]
-            if c not in ("n", "p", "pred_fields", "selected", "chunks", INTO, INTO_COUNTED)]
+    cols = [c for c in rows[0] if c not in ("n", "p", "pred_fields", "selected", "chunks", INTO)]
     lines.append("| n | p | predicate fields | " + " | ".join(f"{c} ms" for c in cols)
                  + " | " + " | ".join(f"ours vs {c}" for c in cols[1:]) + " |")
     lines.append("|" + "---|" * (3 + 2 * len(cols) - 1))
@@ -288,8 +249,7 @@ def table(rows: list[dict]) -> list[str]:
 
 
 def plot(rows: list[dict], path: Path, title: str) -> None:
-    cols = [c for c in rows[0]
-            if c not in ("n", "p", "pred_fields", "selected", "chunks", INTO_COUNTED)]
+    cols = [c for c in rows[0] if c not in ("n", "p", "pred_fields", "selected", "chunks")]
     series = {}
     for pf in sorted({r["pred_fields"] for r in rows}):
         sub = [r for r in rows if r["pred_fields"] == pf]

@@ -34,7 +34,11 @@
 // exact length before anything is written, and here the count pass reads only the predicate's
 // fields (one of four in the benchmark's shape) while the scatter reads the words (n/8 bytes)
 // instead of evaluating the predicate again; with the prefixes known no tile waits on another,
-// so the rows land in order and stable=False has nothing left to gain.
+// so the rows land in order and stable=False has nothing left to gain. Measured on the H100
+// (2026-12-06, benchmarks/results/2026-12-06_h100_3466f36_records_lookback_pass_ab.md): pass 1
+// with look-back (one tile a block) copying the predicate's fields into outputs sized from the
+// previous call took 1.7-1.9 / 2.8-3.0 / 3.4-3.6 ms at p = .05 / .5 / .95 against 1.39 / 2.64
+// / 3.27 for these passes; the look-back alone cost 0.5 ms, and the copy it saved 0.04-0.17.
 //
 // A tile is BLOCK threads x ITEMS rows; warp w of tile t owns the rows
 // [t*TILE + w*32*ITEMS, +32*ITEMS), lane l row  seg + j*32 + l  for j < ITEMS: one ballot per j
@@ -102,25 +106,6 @@ __device__ __forceinline__ void copy_rows(const FieldCopy& f, const unsigned (&w
       if ((w >> lane) & 1u) dst[(long long)(before + __popc(w & lt))] = v[j];
       before += __popc(w);
     }
-  }
-}
-
-// copy_rows with a row a lane at a time and the segment's words read from global memory
-// (segwords), for the tiles pass 1 does not stage (the last one, or an address not 16-byte
-// aligned): copy_rows' eight rows in flight, for each of the four widths, held 106 registers
-// in dcx_rec_flags_lb, where the staged columns take 57 (one resident block an SM with both).
-template <class U, int ITEMS>
-__device__ __forceinline__ void copy_rows_lean(const FieldCopy& f, const unsigned* segwords,
-                                               unsigned long long base, long long seg,
-                                               long long n, int lane) {
-  const U* __restrict__ src = reinterpret_cast<const U*>(f.src);
-  U* __restrict__ dst = reinterpret_cast<U*>(f.dst);
-  const unsigned lt = lanemask_lt();
-#pragma unroll 1
-  for (int j = 0; j < ITEMS && seg + (long long)j * 32 < n; ++j) {
-    const unsigned w = segwords[j];
-    if ((w >> lane) & 1u) dst[base + __popc(w & lt)] = src[seg + (long long)j * 32 + lane];
-    base += __popc(w);
   }
 }
 
@@ -192,17 +177,19 @@ __device__ __forceinline__ unsigned span_count(long long n, const unsigned long 
 
 }  // namespace dcx
 
-namespace dcx {
-
-// Pass 1's tile: the predicate on the tile's rows, one ballot word per 32 rows (stored in
-// `words` and kept in w), and the segment's offset in its tile (woff) and the tile's count
-// (agg) by a block scan of the warps' counts. Every thread of the block calls it.
-template <class Pred, int BLOCK, int ITEMS>
-__device__ __forceinline__ void tile_flags(const Pred& pred, long long n, long long tile,
-                                           unsigned* __restrict__ words, unsigned* s_warp,
-                                           unsigned (&w)[ITEMS], unsigned& woff, unsigned& agg) {
+// Pass 1. A... : the functor's members (field pointers, then the predicate's constants), so a
+// new threshold reuses the compiled kernel. words: ceil(n / 32) words (rows past n are 0);
+// counts: tiles + 3 + ceil(tiles / SCAN_TILE) entries (the tile counts, the total, the two
+// lists' lengths and the tile scan's status words).
+template <class Pred, int BLOCK, int ITEMS, int SCAN_TILE, class... A>
+__global__ void __launch_bounds__(BLOCK)
+dcx_rec_flags(long long n, unsigned* __restrict__ words, unsigned long long* __restrict__ counts,
+              unsigned* __restrict__ warp_offsets, A... a) {
   static_assert(BLOCK % 32 == 0 && ITEMS <= 32, "tile shape");
-  const int warp = int(threadIdx.x >> 5), lane = int(lane_id());
+  const Pred pred{a...};
+  __shared__ unsigned s_warp[BLOCK / 32];
+  const long long tile = blockIdx.x;
+  const int warp = int(threadIdx.x >> 5), lane = int(dcx::lane_id());
   const long long seg = tile * (long long)(BLOCK * ITEMS) + (long long)warp * 32 * ITEMS;
   bool f[ITEMS];
   if (seg + 32 * ITEMS <= n) {
@@ -219,43 +206,22 @@ __device__ __forceinline__ void tile_flags(const Pred& pred, long long n, long l
   unsigned count = 0;
 #pragma unroll
   for (int j = 0; j < ITEMS; ++j) {
-    w[j] = __ballot_sync(FULL_MASK, f[j]);
-    if (lane == 0 && seg + (long long)j * 32 < n) words[(seg >> 5) + j] = w[j];
-    count += __popc(w[j]);
+    const unsigned w = __ballot_sync(dcx::FULL_MASK, f[j]);
+    if (lane == 0 && seg + (long long)j * 32 < n) words[(seg >> 5) + j] = w;
+    count += __popc(w);
   }
-  block_warp_offsets<unsigned, BLOCK / 32>(lane == 0, count, s_warp, woff, agg);
-}
-
-// counts[tiles] is the total (dcx_tile_scan_blocks or the look-back writes it); the words
-// after it are the lengths of the copy's work lists, which dcx_rec_spans accumulates, and the
-// status words of the scan's blocks (SCAN_TILE tiles each): zeroed here, for the next
-// launches. In 32 bits: in 64 (a count passed as an argument, or computed here) ptxas gave the
-// kernel of a complex128 functor an 8-byte spill, which the compile test refuses.
-template <int BLOCK, int SCAN_TILE>
-__device__ __forceinline__ void zero_after_total(unsigned long long* __restrict__ counts) {
+  unsigned woff, agg;
+  dcx::block_warp_offsets<unsigned, BLOCK / 32>(lane == 0, count, s_warp, woff, agg);
+  if (threadIdx.x == 0) counts[tile] = agg;
+  if (lane == 0) warp_offsets[tile * (BLOCK / 32) + warp] = woff;
+  // counts[tiles] is the total (dcx_tile_scan_blocks writes it); the words after it are the
+  // lengths of the copy's work lists, which dcx_rec_spans accumulates, and the status words
+  // of the scan's blocks (SCAN_TILE tiles each): zeroed here, for the next launches. In 32
+  // bits: in 64 (a count passed as an argument, or computed here) ptxas gave the kernel of a
+  // complex128 functor an 8-byte spill, which the compile test refuses.
   const unsigned zeros = 2u + (gridDim.x + unsigned(SCAN_TILE) - 1u) / unsigned(SCAN_TILE);
   const unsigned z = blockIdx.x * unsigned(BLOCK) + threadIdx.x;  // blocks past zeros: unused
   if (blockIdx.x <= zeros / unsigned(BLOCK) && z < zeros) counts[gridDim.x + 1ull + z] = 0;
-}
-
-}  // namespace dcx
-
-// Pass 1. A... : the functor's members (field pointers, then the predicate's constants), so a
-// new threshold reuses the compiled kernel. words: ceil(n / 32) words (rows past n are 0);
-// counts: tiles + 3 + ceil(tiles / SCAN_TILE) entries (the tile counts, the total, the two
-// lists' lengths and the tile scan's status words).
-template <class Pred, int BLOCK, int ITEMS, int SCAN_TILE, class... A>
-__global__ void __launch_bounds__(BLOCK)
-dcx_rec_flags(long long n, unsigned* __restrict__ words, unsigned long long* __restrict__ counts,
-              unsigned* __restrict__ warp_offsets, A... a) {
-  const Pred pred{a...};
-  __shared__ unsigned s_warp[BLOCK / 32];
-  const long long tile = blockIdx.x;
-  unsigned w[ITEMS], woff, agg;
-  dcx::tile_flags<Pred, BLOCK, ITEMS>(pred, n, tile, words, s_warp, w, woff, agg);
-  if (threadIdx.x == 0) counts[tile] = agg;
-  if (dcx::lane_id() == 0) warp_offsets[tile * (BLOCK / 32) + (threadIdx.x >> 5)] = woff;
-  dcx::zero_after_total<BLOCK, SCAN_TILE>(counts);
 }
 
 // Pass 3. The spans of the copy in two work lists: lists[0 .. d) the spans with at least
@@ -409,29 +375,6 @@ __device__ __forceinline__ bool stage_fits(const FieldCopy& f, long long row0,
   }
 }
 
-// stage_fits of a stride-1 column of f.unit-byte rows (at most 8; both addresses 16-byte
-// aligned, a whole tile), by the width: false where the width does not stage.
-template <int BLOCK, int ITEMS>
-__device__ __forceinline__ bool stage_column(const FieldCopy& f, long long row0,
-                                             unsigned long long base, unsigned myword,
-                                             unsigned woff, unsigned char* s_stage,
-                                             unsigned* s_words, unsigned* s_pre) {
-  switch (f.unit) {
-    case 8:
-      return stage_fits<unsigned long long, BLOCK, ITEMS>(f, row0, base, myword, woff, s_stage,
-                                                          s_words, s_pre);
-    case 4:
-      return stage_fits<unsigned, BLOCK, ITEMS>(f, row0, base, myword, woff, s_stage, s_words,
-                                                s_pre);
-    case 2:
-      return stage_fits<unsigned short, BLOCK, ITEMS>(f, row0, base, myword, woff, s_stage,
-                                                      s_words, s_pre);
-    default:
-      return stage_fits<unsigned char, BLOCK, ITEMS>(f, row0, base, myword, woff, s_stage,
-                                                     s_words, s_pre);
-  }
-}
-
 // The shared memory of the staged copies for a tile of TILE rows (StageMaxUnit's columns),
 // and the widest row (bytes) that stage_rows takes there: 32 rows and their list (1022 bytes
 // at the default 4096-row tile, 510 at 2048 rows).
@@ -563,82 +506,23 @@ __device__ __forceinline__ bool staged_copy(const FieldCopy& f, long long tile, 
     }
     return true;
   }
-  return stage_column<BLOCK, ITEMS>(f, row0, base, myword, woff, s_stage, s_words, s_pre);
+  switch (f.unit) {
+    case 8:
+      return stage_fits<unsigned long long, BLOCK, ITEMS>(f, row0, base, myword, woff, s_stage,
+                                                          s_words, s_pre);
+    case 4:
+      return stage_fits<unsigned, BLOCK, ITEMS>(f, row0, base, myword, woff, s_stage, s_words,
+                                                s_pre);
+    case 2:
+      return stage_fits<unsigned short, BLOCK, ITEMS>(f, row0, base, myword, woff, s_stage,
+                                                      s_words, s_pre);
+    default:
+      return stage_fits<unsigned char, BLOCK, ITEMS>(f, row0, base, myword, woff, s_stage,
+                                                     s_words, s_pre);
+  }
 }
 
 }  // namespace dcx
-
-// Pass 1 with the tile prefixes, for a call whose outputs exist before it counts (a repeated
-// sized call writing into outputs sized from the previous call's count, or the sync-free call
-// writing into the caller's buffers): the tiles' exclusive prefixes by decoupled look-back
-// (dcx::LookbackPrefix; status: `tiles` words zeroed before the launch) instead of the scan
-// launch, and the rows of the fields the predicate reads (`own`: nown FieldCopy entries)
-// copied by the tile that evaluated them, while their bytes are still in the caches: the copy
-// (pass 4) then reads only the other fields. Why: at p = .5 the copy moves every sector of
-// every column, so reading the predicate's fields a second time was a seventh of the call's
-// bytes (2^28 rows of four float32 fields: 1 GiB of 7). cap: a tile whose selection would pass
-// row `cap` of the outputs copies nothing of its own fields (the call then copies them in pass
-// 4, into outputs of the exact size); the counts, prefixes and words are complete either way.
-// Writes counts[tile] = the tile's exclusive prefix and counts[tiles] = the total, as passes 1
-// and 2 leave them.
-// Three resident blocks an SM bound the registers (80 at 256 threads): ptxas, left free, gave
-// the complex128 functor's instantiation 64 registers and an 8-byte spill.
-template <class Pred, int BLOCK, int ITEMS, int SCAN_TILE, int FORM, int MINB, class... A>
-__global__ void __launch_bounds__(BLOCK, MINB)
-dcx_rec_flags_lb(long long n, unsigned* __restrict__ words, unsigned long long* __restrict__ counts,
-                 unsigned* __restrict__ warp_offsets, unsigned long long* status,
-                 const dcx::FieldCopy* own, int nown, unsigned long long cap, A... a) {
-  const Pred pred{a...};
-  __shared__ unsigned s_warp[BLOCK / 32];
-  __shared__ unsigned long long s_prefix;
-  const long long tile = blockIdx.x, tiles = gridDim.x;
-  constexpr long long TILE = (long long)BLOCK * ITEMS;
-  const int warp = int(threadIdx.x >> 5), lane = int(dcx::lane_id());
-  unsigned woff, agg;
-  {
-    unsigned w[ITEMS];  // not kept: the copy reads the words again where it needs them
-    dcx::tile_flags<Pred, BLOCK, ITEMS>(pred, n, tile, words, s_warp, w, woff, agg);
-  }
-  if (lane == 0) warp_offsets[tile * (BLOCK / 32) + warp] = woff;
-  const dcx::LookbackPrefix<> policy{status, counts + tiles};
-  if (threadIdx.x == 0) policy.publish_aggregate(tile, agg);
-  if (warp == 0) {
-    const unsigned long long prefix = policy.exclusive_prefix(tile, tiles, agg);
-    if (lane == 0) {
-      counts[tile] = prefix;
-      s_prefix = prefix;
-    }
-  }
-  dcx::zero_after_total<BLOCK, SCAN_TILE>(counts);
-  __syncthreads();  // the prefix, the words and the warp offsets, for the block's copy
-  const unsigned long long base = s_prefix;
-  if (nown == 0 || base + agg > cap) return;  // uniform over the block
-  // Only stride-1 columns of rows of at most 8 bytes come here (the launch layer's choice):
-  // staged through shared memory in whole tiles, per lane in the last one or where an
-  // address is not 16-byte aligned. The scatter's other forms (rows of several units, 16-byte
-  // rows) put this kernel at 128 registers with spills, and its compile (one per predicate)
-  // at 2.3 s.
-  __shared__ __align__(16) unsigned char s_stage[dcx::Stage<TILE>::bytes];
-  __shared__ unsigned s_words[TILE / 32];
-  __shared__ unsigned s_pre[TILE / 32 + 1];
-  const long long seg = tile * TILE + (long long)warp * 32 * ITEMS;
-  const bool whole = (tile + 1) * TILE <= n;
-  const unsigned myword = whole ? words[(seg >> 5) + lane % ITEMS] : 0u;
-  for (int c = 0; c < nown; ++c) {
-    if (c) __syncthreads();  // the stage and its lists, reused by the next field
-    const dcx::FieldCopy f = own[c];
-    const unsigned long long at = reinterpret_cast<unsigned long long>(f.src) |
-                                  reinterpret_cast<unsigned long long>(f.dst);
-    if (FORM == 0 && whole && (at & 15ull) == 0 &&
-        dcx::stage_column<BLOCK, ITEMS>(f, tile * TILE, base, myword, woff, s_stage, s_words,
-                                        s_pre))
-      continue;
-    auto per_lane = [&](auto u, auto) {
-      dcx::copy_rows_lean<decltype(u), ITEMS>(f, words + (seg >> 5), base + woff, seg, n, lane);
-    };
-    dcx::by_width<true>(f.unit, per_lane);
-  }
-}
 
 // Pass 4, scatter form. Grid (blocks, columns + 1): blockIdx.y is the column (fields: nfields
 // FieldCopy entries in device memory), and blockIdx.y == nfields writes the global int64 index

@@ -115,27 +115,3 @@ def pool_bytes(items: int, itemsize: int) -> int:
     """What CuPy's pool allocates for ``items`` elements: the request rounded up to its 512-byte
     unit."""
     return -(-items * itemsize // 512) * 512
-
-
-def lookback_at_once(set_attr: Any = setattr) -> None:
-    """The records' look-back module (``cupy_records_ready._build_lookback``) built in the
-    calling thread, its future done on return: a ready call then takes ``dcx_rec_flags_lb``
-    from its second call on, as a loop's calls do once the background build has ended, so
-    that a test sees the same path every run. ``set_attr``: ``monkeypatch.setattr`` in a
-    test (undone after it)."""
-    from concurrent.futures import Future
-
-    import cupy
-
-    from dask_compact.backends import cupy_records_ready as ready
-
-    def at_once(spec: Any, device: int) -> Future:
-        fut: Future = Future()
-        try:
-            with cupy.cuda.Device(device):
-                fut.set_result(ready.compiled(spec, None, "lookback"))
-        except Exception as e:  # noqa: BLE001 - handed to the call, as the builder's thread does
-            fut.set_exception(e)
-        return fut
-
-    set_attr(ready, "_build_lookback", at_once)

@@ -299,18 +299,11 @@ def _records_unit(arch: str) -> tuple[Job, list[RecordSpec]]:
     shapes = [RecordSpec(None, stage=False), RecordSpec(None, items=8),
               RecordSpec(None, items=32)]  # fmt: skip
     specs = [RecordSpec(None), *shapes]
-    # the look-back pass (its own group) for the mask path and the functors of a few dtypes,
-    # the widest ones' registers included: its copy is the same for every predicate, and its
-    # predicate part is the flags kernel's, compiled for every pair (the look-back kernel of
-    # all 29 specs took ~26 s of nvcc's time per architecture)
-    lookback = [specs[0]]
     for dt in DTYPES:
         text = "a & (e != 0)" if dt == "bool" else "(a > 1) & (e < 2)"
         p = record_predicate(text.replace("e", "ev"), ("a", "ev"))
         for other in sorted({dt, "float64"}):
             specs.append(RecordSpec(generate_record_functor(p.typed({"a": dt, "ev": other}))))
-            if dt in ("bool", "int8", "float64", "complex128"):
-                lookback.append(specs[-1])
     p = record_predicate(lambda **kw: kw[evil] > 0, ("a", evil))
     specs.append(RecordSpec(generate_record_functor(p.typed({evil: "float32"}))))
     seen: set[str] = set()
@@ -319,9 +312,7 @@ def _records_unit(arch: str) -> tuple[Job, list[RecordSpec]]:
     parts += [inline("count.cu", seen), inline("records.cu", seen)]
     kernels: list[str] = []
     for spec in specs:
-        names = [spec.names()["scatter"]] if spec in shapes else list(spec.names().values())
-        if spec in lookback:
-            names += list(spec.lookback_names().values())
+        names = [spec.names()["scatter"]] if spec in shapes else spec.all_names()
         kernels += [n for n in names if n not in kernels]
     return Job("\n".join(parts) + _force(kernels), arch, "records"), specs
 
@@ -410,13 +401,6 @@ def test_kernels_without_the_predicate_come_from_one_source_for_every_predicate(
     assert parts[0][0] == parts[1][0] == RecordSpec(None).source()
     assert specs[0].names()["scatter"] == specs[1].names()["scatter"]
     assert RecordSpec(None).shared_part(RecordSpec(None).names()) is None
-    # the look-back pass takes the predicate: its group's module is the predicate's own
-    lb = specs[0].group_names("lookback")
-    assert list(lb) == ["flags_lb"] and specs[0].functor.name in lb["flags_lb"]
-    assert specs[0].shared_part(lb) is None
-    assert set(specs[0].all_names()) == {*specs[0].names().values(), *lb.values()}
-    with pytest.raises(ValueError, match="group"):
-        specs[0].group_names("split")
 
 
 def test_tuning_table_and_kernel_constants() -> None:

@@ -120,7 +120,7 @@ class _Compiled:
             raise TypeError("a ModuleSpec's module is built per output and group")
         if output is None:
             assert isinstance(spec, RecordSpec)
-            self._names, code = spec.group_names(group), spec.source()
+            self._names, code = spec.names(), spec.source()
         else:
             assert isinstance(spec, ModuleSpec)
             self._names = spec.group_names(output, group)

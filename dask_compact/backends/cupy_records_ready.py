@@ -30,10 +30,7 @@ synchronised).
 
 from __future__ import annotations
 
-import logging
 import math
-import threading
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -42,17 +39,10 @@ from ..cache import BoundedCache
 from ..predicate.core import Predicate
 from ..validate import other_order
 from . import cupy_tuning as tuning
-from .cupy_device import (
-    OUTPUT_CLASS_MIN_BYTES,
-    capturing,
-    class_items,
-    head_rows,
-    landed,
-    output_empty,
-)
+from .cupy_device import OUTPUT_CLASS_MIN_BYTES, capturing, class_items, landed, output_empty
 from .cupy_launch import PackedLaunch, thread_key
 from .cupy_modules import compiled
-from .cupy_ready import KEEP_SCRATCH_BYTES, speculated
+from .cupy_ready import KEEP_SCRATCH_BYTES
 from .cupy_records_common import (
     column_entries,
     column_table,
@@ -64,8 +54,6 @@ from .cupy_records_common import (
 from .cupy_source import RecordSpec
 
 __all__ = ["RecordsCall", "ready_records_call", "ready_into_call"]
-
-logger = logging.getLogger("dask_compact")
 
 
 class RecordsCall:
@@ -101,11 +89,9 @@ class RecordsCall:
         self.host_mem = cupy.cuda.alloc_pinned_memory(24)
         self.host = np.frombuffer(self.host_mem, dtype=np.uint64, count=3)
         # the workspace, one allocation: the tile counts (the prefixes, the total, the lists'
-        # lengths, the scan's status words), the look-back's status words (dcx_rec_flags_lb),
-        # the column table, the ballot words, the warp offsets, the two work lists: the
-        # 8-byte words first (after the 4-byte words of an odd count of words, the status
-        # words were misaligned: the GPU tests' first run)
-        sizes = (8 * spec.counts_size(tiles), 8 * tiles, 32 * most, 4 * -(-n // 32),
+        # lengths, the scan's status words), the column table, the ballot words, the warp
+        # offsets, the two work lists
+        sizes = (8 * spec.counts_size(tiles), 32 * most, 4 * -(-n // 32),
                  4 * tiles * (spec.block // 32), 4 * 2 * nspans)
         self.at = np.cumsum((0, *sizes[:-1])).tolist()
         self.ws_bytes = sum(sizes)
@@ -126,12 +112,6 @@ class RecordsCall:
         self.copies = {role: PackedLaunch(kernel(role), 10) for role in ("gather", "scatter")}
         for launch in self.copies.values():
             launch.int64(0, n)
-        # pass 1 with look-back (dcx_rec_flags_lb): its module is built from a thread at the
-        # first call that could use it, and used from the first call after it is ready
-        self.read, self.params = read, params
-        self.lookback: Future | None = None
-        self.fused: PackedLaunch | None = None
-        self.told = False  # whether a failed build was logged
         # kept with the call up to KEEP_SCRATCH_BYTES (2^20 rows: 140 KiB), else taken from
         # CuPy's pool per call (a call keeps at most memory-entries of them)
         self.ws = self._workspace() if self.ws_bytes <= KEEP_SCRATCH_BYTES else None
@@ -143,12 +123,9 @@ class RecordsCall:
         import cupy
 
         ws = cupy.empty(self.ws_bytes, dtype=np.uint8)
-        counts, status, table, words, warps, lists = (ws.data.ptr + a for a in self.at)
+        counts, table, words, warps, lists = (ws.data.ptr + a for a in self.at)
         tiles = self.tiles
         self.counts_ptr, self.table_ptr, self.lists_ptr = counts, table, lists
-        self.status_ptr = status
-        if self.fused is not None:
-            self._fused_pointers(self.fused, words, counts, warps, status)
         self.flags.pointer(1, words)
         self.flags.pointer(2, counts)
         self.flags.pointer(3, warps)
@@ -164,77 +141,6 @@ class RecordsCall:
             launch.pointer(8, lists)
         return ws
 
-    @staticmethod
-    def _fused_pointers(launch: PackedLaunch, words: int, counts: int, warps: int,
-                        status: int) -> None:
-        launch.pointer(1, words)
-        launch.pointer(2, counts)
-        launch.pointer(3, warps)
-        launch.pointer(4, status)
-
-    def _fused_launch(self) -> PackedLaunch | None:
-        """dcx_rec_flags_lb's packed launch once its module is built (the build started by
-        the first call that asks), else None: the call counts first meanwhile. Never waits
-        for the compile (0.6-0.9 s of nvcc's time per predicate on the CI machine)."""
-        if not tuning.REC_FUSED_FLAGS:
-            return None
-        if self.fused is not None:
-            return self.fused
-        if self.lookback is None:
-            self.lookback = _build_lookback(self.spec, self.device)
-        if not self.lookback.done():
-            return None
-        try:
-            module = self.lookback.result()
-        except Exception as e:  # noqa: BLE001 - the calls go on counting first
-            if not self.told:
-                self.told = True
-                logger.warning("dask_compact: the records' look-back pass did not build (%s); "
-                               "these calls count first", e)
-            return None
-        launch = PackedLaunch(module.kernel("flags_lb"), 8 + len(self.read) + len(self.params))
-        launch.int64(0, self.n)
-        for i, v in enumerate(self.params):
-            launch.scalar(8 + len(self.read) + i, v)
-        if self.ws is not None:
-            counts, status, _, words, warps, _ = (self.ws.data.ptr + a for a in self.at)
-            self._fused_pointers(launch, words, counts, warps, status)
-        self.fused = launch
-        return launch
-
-    def _entries(self, src: dict[str, Any], dst: dict[str, Any]) -> tuple[list[int], int, int]:
-        """The copy's column table, flat (column_entries), for the fields of ``dst`` from
-        ``src``: first the columns pass 4 copies, then those pass 1 copies where it is
-        dcx_rec_flags_lb (the predicate's own fields of stride-1 rows of 1, 2, 4 or 8 bytes,
-        the forms that kernel holds); and the two counts of columns."""
-        other: list[int] = []
-        own: list[int] = []
-        reads = self.read
-        for name, _, _, row in self.layout:
-            if name not in dst:
-                continue
-            e = column_entries([(row, src[name].data.ptr, dst[name].data.ptr)])
-            if name in reads and len(e) == 4 and e[3] == 1 and e[2] <= 8:
-                own += e
-            else:
-                other += e
-        return other + own, len(other) // 4, len(own) // 4
-
-    def _queue_fused(self, launch: PackedLaunch, fields: dict[str, Any], own_table: int,
-                     nown: int, cap: int, sp: int) -> None:
-        """Passes 1 and 2 as one (dcx_rec_flags_lb: ``nown`` own columns from ``own_table``,
-        below row ``cap``), then the spans."""
-        import cupy
-
-        cupy.cuda.runtime.memsetAsync(self.status_ptr, 0, 8 * self.tiles, sp)
-        for i, name in enumerate(self.read):
-            launch.pointer(8 + i, fields[name].data.ptr)
-        launch.pointer(5, own_table)
-        launch.int64(6, nown)  # an int32 argument: its low bytes (little-endian)
-        launch.uint64(7, cap)
-        launch(self.tiles, self.spec.block, 0, sp)
-        self._queue_spans(sp)
-
     def _queue_passes(self, fields: dict[str, Any], sp: int) -> None:
         """Passes 1-3 (flags, tile scan, spans) on the read fields."""
         flags, spec = self.flags, self.spec
@@ -242,11 +148,6 @@ class RecordsCall:
             flags.pointer(slot, fields[name].data.ptr)
         flags(self.tiles, spec.block, 0, sp)
         self.scan(self.scan_blocks, spec.scan_block, 0, sp)
-        self._queue_spans(sp)
-
-    def _queue_spans(self, sp: int) -> None:
-        """Pass 3, the spans' work lists."""
-        spec = self.spec
         dense_from = spec.dense_from()  # read at each call, as the general call reads it
         if dense_from != self.dense_from:
             self.dense_from = dense_from
@@ -288,25 +189,15 @@ class RecordsCall:
         # call runs this outside the call's stream) went to the next allocation there while
         # this stream had still to run on it (a poisoned-pool probe)
         with self.stream:
-            fused = self._fused_launch()  # before the workspace, which writes its pointers
             ws = self.ws if self.ws is not None else self._workspace()  # noqa: F841 - held
-            if fused is None:
-                self._queue_passes(fields, sp)
-                table = column_table({name: fields[name] for name in dst}, dst)
-                ncopy = nown = len(table)
-            else:
-                flat, ncopy, nown = self._entries(fields, dst)
-                table = np.array(flat, dtype=np.int64).reshape(-1, 4)
+            self._queue_passes(fields, sp)
+            table = column_table({name: fields[name] for name in dst}, dst)
             # the device table of these buffers, uploaded once (cached by content): a loop
             # over the same buffers copies nothing, and no pinned memory is overwritten while
             # queued
             d_table = upload_table(table, self.stream) if len(table) else None
-            at = 0 if d_table is None else d_table.data.ptr
-            if fused is not None:
-                # the caller's buffers hold every row: no tile's own rows are left out
-                self._queue_fused(fused, fields, at + 32 * ncopy, nown, NO_CAP, sp)
-            self._queue_copy(at, ncopy, 0 if idx is None else idx.data.ptr, index_base, None,
-                             sp)
+            self._queue_copy(0 if d_table is None else d_table.data.ptr, len(table),
+                             0 if idx is None else idx.data.ptr, index_base, None, sp)
             runtime.memcpyAsync(count.data.ptr, self.counts_ptr + 8 * self.tiles, 8,
                                 runtime.memcpyDeviceToDevice, sp)
 
@@ -353,96 +244,11 @@ class RecordsCall:
         out = {name: a if a.shape[0] == total else a[:total] for name, a in early.items()}
         return out, (None if idx is None else idx if idx.shape[0] == total else idx[:total])
 
-    def _speculative(self, launch: PackedLaunch, fields: dict[str, Any],
-                     index_base: int) -> dict[str, Any] | None:
-        """The sized call on outputs made before it counts, sized from the previous call's
-        total as the one-array calls' speculative outputs are (``cupy_ready.speculated``:
-        0.5% + 4 sqrt + 256 rows over it, then its size class), pass 1 as
-        dcx_rec_flags_lb: the predicate's own fields are copied by the tiles that evaluate
-        them, the others by pass 4. A call that selects more than they hold (its own fields'
-        rows past ``cap`` were not written; its counts are whole) copies every field into
-        outputs of the exact size in pass 4. None where the outputs do not fit (the call
-        counts first instead). Results are the first ``total`` rows of those allocations:
-        they keep them alive, as compact_array's do."""
-        import cupy
-
-        runtime = cupy.cuda.runtime
-        sp = self.stream.ptr
-        assert self.last_total is not None
-        cap = speculated(self.last_total / self.n, self.n)
-        rows = list(self.layout)
-        if self.indices:
-            rows.append(("indices", np.dtype(np.int64), (), 8))
-        try:
-            early = {name: output_empty(cap, dtype, tail) for name, dtype, tail, _ in rows}
-        except MemoryError:  # CuPy's OutOfMemoryError is one: counted first instead
-            return None
-        idx = early.pop("indices") if self.indices else None
-        ws = self.ws if self.ws is not None else self._workspace()  # noqa: F841 - held
-        try:
-            flat, ncopy, nown = self._entries(fields, early)
-            self.turn ^= 1
-            table = self.tables[self.turn]
-            table[:len(flat)] = flat
-            if flat:
-                runtime.memcpyAsync(self.table_ptr, table.ctypes.data, 8 * len(flat),
-                                    runtime.memcpyHostToDevice, sp)
-            self._queue_fused(launch, fields, self.table_ptr + 32 * ncopy, nown, cap, sp)
-            runtime.memcpyAsync(self.host.ctypes.data, self.counts_ptr + 8 * self.tiles, 24,
-                                runtime.memcpyDeviceToHost, sp)
-            self.stream.synchronize()  # the call's one host sync
-        except BaseException:
-            landed(self.stream)  # as __call__: its pinned table and counts
-            raise
-        total, dense, sparse = (int(v) for v in self.host)
-        self.last_total = total
-        if total <= cap:
-            out = {name: head_rows(a, total) for name, a in early.items()}
-            if idx is not None:
-                idx = head_rows(idx, total)
-            ncols = ncopy
-        else:
-            del early, idx  # freed: CuPy's pool reuses their blocks for these outputs
-            out, idx = self._exact_outputs(total, fields)
-            # every column (the own ones' rows were not all written), in the table's order
-            # of a counted call; its upload before the sync has run: rewritten
-            ncols = self._upload_columns(fields, out, table, sp)
-        return self._copied(out, idx, ncols, index_base, total, dense, sparse, sp)
-
-    def _exact_outputs(self, total: int, fields: dict[str, Any]) -> tuple[dict[str, Any], Any]:
-        """Every output (and the indices) at ``total`` rows, allocated now; a MemoryError
-        says how much did not fit."""
-        try:
-            out = {name: output_empty(total, dtype, tail)
-                   for name, dtype, tail, _ in self.layout}  # fmt: skip
-            idx = output_empty(total, np.int64) if self.indices else None
-        except MemoryError as e:  # CuPy's OutOfMemoryError is one
-            no_room_note(e, total, self.n, fields, self.indices, self.device)
-            raise
-        return out, idx
-
-    def _copied(self, out: dict[str, Any], idx: Any, ncols: int, index_base: int, total: int,
-                dense: int, sparse: int, sp: int) -> dict[str, Any]:
-        """``out`` (with ``"indices"``) once pass 4 is queued into it: ``ncols`` columns of
-        the workspace's table, each form on its list."""
-        if total:
-            self._queue_copy(self.table_ptr, ncols, 0 if idx is None else idx.data.ptr,
-                             index_base, (dense, sparse), sp)
-        if idx is not None:
-            out["indices"] = idx
-        return out
-
     def __call__(self, fields: dict[str, Any], index_base: int) -> dict[str, Any]:
         """Every field's selected rows at exact length (and ``"indices"``), for ``fields``
         of this call's layout, C-contiguous, on its device (the current one)."""
         import cupy
 
-        if self.last_total is not None:  # a previous call's count to size the outputs by
-            launch = self._fused_launch()
-            if launch is not None:
-                out = self._speculative(launch, fields, index_base)
-                if out is not None:
-                    return out
         runtime = cupy.cuda.runtime
         sp = self.stream.ptr
         ws = self.ws if self.ws is not None else self._workspace()  # noqa: F841 - held
@@ -478,10 +284,21 @@ class RecordsCall:
             out, idx = fit
         else:
             early = None  # freed: CuPy's pool reuses its blocks for these outputs
-            out, idx = self._exact_outputs(total, fields)
+            try:
+                out = {name: output_empty(total, dtype, tail)
+                       for name, dtype, tail, _ in self.layout}  # fmt: skip
+                idx = output_empty(total, np.int64) if self.indices else None
+            except MemoryError as e:  # CuPy's OutOfMemoryError is one
+                no_room_note(e, total, self.n, fields, self.indices, self.device)
+                raise
             if total:  # the table's upload before the sync has run: rewritten
                 ncols = self._upload_columns(fields, out, table, sp)
-        return self._copied(out, idx, ncols, index_base, total, dense, sparse, sp)
+        if total:
+            self._queue_copy(self.table_ptr, ncols, 0 if idx is None else idx.data.ptr,
+                             index_base, (dense, sparse), sp)
+        if idx is not None:
+            out["indices"] = idx
+        return out
 
 
 # (thread, id(predicate), layout, n, indices or "into", device, stream) ->
@@ -554,39 +371,3 @@ def _ready(fields: dict[str, Any], pred: Predicate, indices: bool, into: bool) -
                 _by_content.put(content, call)
     _calls.put(key, (pred, call))
     return call
-
-
-# dcx_rec_flags_lb's modules are built here, one at a time, off the calls' threads: a call
-# never waits for NVRTC (the look-back kernel holds the staged copies: 0.6-0.9 s of nvcc's
-# time per predicate on the CI machine, against 0.3 s for the flags kernel of a first call).
-_builder: ThreadPoolExecutor | None = None
-_builder_lock = threading.Lock()
-
-# dcx::NO_CAP: the caller's buffers of compact_records_into hold every row
-NO_CAP = (1 << 64) - 1
-
-
-def _build_lookback(spec: RecordSpec, device: int) -> Future:
-    """The "lookback" group's module of ``spec`` on ``device`` (cupy_modules.compiled: one
-    build per key, whichever thread asks first), built on the builder's thread."""
-    global _builder
-    with _builder_lock:
-        if _builder is None:
-            _builder = ThreadPoolExecutor(1, thread_name_prefix="dask-compact-records-lookback")
-
-    def build() -> Any:
-        import cupy
-
-        with cupy.cuda.Device(device):
-            return compiled(spec, None, "lookback")
-
-    return _builder.submit(build)
-
-
-def wait_for_builds() -> None:
-    """Return once every look-back build queued so far has ended (the builder runs them in
-    order): a benchmark times a loop's steady state after it, a test the look-back pass."""
-    with _builder_lock:
-        builder = _builder
-    if builder is not None:
-        builder.submit(lambda: None).result()

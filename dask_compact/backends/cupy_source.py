@@ -296,28 +296,8 @@ class RecordSpec:
             "split": f"dcx_rec_split<{self.block}, {self.items}>",
         }
 
-    def lookback_names(self) -> dict[str, str]:
-        """The "lookback" group's role: pass 1 with the tile prefixes by look-back and the
-        predicate's fields copied (``dcx_rec_flags_lb``), for the calls whose outputs exist
-        before they count (``cupy_records_ready``). A module of its own, built at its first
-        use (a loop's second call): a new predicate's first call compiles the flags kernel
-        alone, as before."""
-        flags = self.names()["flags"]
-        head, args = flags.split(f"{self.scan_tile}", 1)
-        form = f"{self.scan_tile}, {cupy_tuning.REC_LB_FORM}, {cupy_tuning.REC_LB_MIN_BLOCKS}"
-        return {"flags_lb": head.replace("dcx_rec_flags<", "dcx_rec_flags_lb<") + form + args}
-
-    def group_names(self, group: str) -> dict[str, str]:
-        """Role -> name expression of the kernels of ``group``: "compact" (every pass of
-        the sized and sync-free calls, and the split) or "lookback"."""
-        if group == "lookback":
-            return self.lookback_names()
-        if group != "compact":
-            raise ValueError(f"no record kernels of group {group!r}")
-        return self.names()
-
     def all_names(self) -> list[str]:
-        return [*self.names().values(), *self.lookback_names().values()]
+        return list(self.names().values())
 
     def source(self) -> str:
         return _assemble(self.functor, RECORD_FILES)

@@ -22,9 +22,7 @@ __all__ = [
     "SINGLE_PASS_VARIANTS", "EXACT_MODES", "TP_GROUP", "TP_BLOCK", "TP_SCAN_BLOCK",
     "TP_SCAN_ITEMS", "SCAN_BLOCK", "SCAN_ITEMS", "REC_BLOCK", "REC_ITEMS", "REC_GATHER_WORDS",
     "COPY_BLOCK", "COPY_MAX_GRID", "REC_DENSE_FROM", "REC_SPANS_BLOCK", "REC_SCAN_BLOCK",
-    "REC_SCAN_ITEMS", "REC_GATHER_MIN_BLOCKS", "REC_FUSED_FLAGS", "REC_LB_FORM",
-    "REC_LB_MIN_BLOCKS", "REC_GATHER_LOADS",
-    "EXACT_MODE", "SPIN_MAX_N",
+    "REC_SCAN_ITEMS", "REC_GATHER_MIN_BLOCKS", "REC_GATHER_LOADS", "EXACT_MODE", "SPIN_MAX_N",
     "ONE_READ_MARGIN", "ONE_READ_ALWAYS_BYTES", "FAST_SMALL_CALLS", "UNSTABLE_SINGLE_PASS_MAX_N",
     "CHAINED_RUNS", "SPLIT_ROUTES", "SPLIT_ROUTE", "SPLIT_ONE_PASS_FROM", "REVERSE_ITEMS",
 ]  # fmt: skip
@@ -74,17 +72,6 @@ REC_STAGE = True
 # column: 2 and 8 (102 registers) until 2026-11-29.
 REC_GATHER_MIN_BLOCKS = 4
 REC_GATHER_LOADS = 4
-# The records' ready calls whose outputs exist before they count (a repeated sized call, on
-# outputs sized from the previous call's count; the sync-free call, on the caller's buffers)
-# run pass 1 as dcx_rec_flags_lb: tile prefixes by look-back, and the predicate's own fields
-# copied while their bytes are in the caches, so the copy reads only the others
-# (cupy_records_ready). False: passes 1 and 2 as the first call runs them (the tests and the
-# benchmark compare both).
-REC_FUSED_FLAGS = True
-# dcx_rec_flags_lb's copy of the own fields (0: whole tiles staged through shared memory, 1:
-# per lane) and its resident blocks per SM (the register bound)
-REC_LB_FORM = 0
-REC_LB_MIN_BLOCKS = 3
 # dcx_rec_spans sorts the spans into the two forms' work lists, a thread per span.
 REC_SPANS_BLOCK = 256
 # The records' tile scan (dcx_tile_scan_blocks): blocks of REC_SCAN_BLOCK threads x

@@ -14,18 +14,11 @@ import pytest
 
 cupy = pytest.importorskip("cupy")
 
-from gpu_helpers import ArmedStream, hold_kernel, lookback_at_once  # noqa: E402
+from gpu_helpers import ArmedStream, hold_kernel  # noqa: E402
 
 from dask_compact import compact_records  # noqa: E402
 
 pytestmark = pytest.mark.gpu
-
-
-@pytest.fixture(autouse=True)
-def _lookback_at_once(monkeypatch) -> None:
-    """Every ready call takes the look-back pass from its second call on (see
-    gpu_helpers.lookback_at_once); the tests of the counted path turn it off."""
-    lookback_at_once(monkeypatch.setattr)
 
 
 def batch(n: int, seed: int) -> dict:
@@ -188,10 +181,8 @@ def test_outputs_made_early_in_size_classes(monkeypatch) -> None:
     freed and replaced where not (a total in another class, or one below the classes); rows
     exact every time, earlier calls' outputs intact, with and without indices."""
     from dask_compact.backends import cupy_records_ready as ready
-    from dask_compact.backends import cupy_tuning
     from dask_compact.backends.cupy_device import OUTPUT_CLASS_MIN_BYTES, class_items
 
-    monkeypatch.setattr(cupy_tuning, "REC_FUSED_FLAGS", False)  # the counted path's outputs
     made = []
     real = ready.output_empty
 
@@ -500,9 +491,8 @@ class _Interrupted(Exception):
     """Anything raised before a call's sync, not a KeyboardInterrupt."""
 
 
-@pytest.mark.parametrize("fused", [False, True], ids=["counted", "look-back"])
 @pytest.mark.parametrize("error", [KeyboardInterrupt, _Interrupted], ids=["ctrl-c", "raised"])
-def test_a_call_interrupted_before_its_sync_leaves_no_table_upload_queued(error, fused,
+def test_a_call_interrupted_before_its_sync_leaves_no_table_upload_queued(error,
                                                                           monkeypatch) -> None:
     """The ready call writes its column table into one of two pinned tables in turn, before
     its sync where it makes its outputs early (the previous total's size classes), relying
@@ -513,14 +503,9 @@ def test_a_call_interrupted_before_its_sync_leaves_no_table_upload_queued(error,
     left unwritten). The interrupted call now waits for its stream before it raises. Here
     each call's uploads are held behind a timer kernel of 0.1-2 ms (a GPU behind the host);
     the first call of each round makes its outputs after its count (another size class than
-    the round before), the second is interrupted, the third makes its outputs early. With the
-    look-back pass (``fused``) every call writes its table before its sync (held there too):
-    the first call's outputs fit (sized from a larger total), the third's do not (sized from
-    the first's), so it writes its table again after its sync."""
+    the round before), the second is interrupted, the third makes its outputs early."""
     from dask_compact.backends import cupy_records_ready as rr
-    from dask_compact.backends import cupy_records_repeat, cupy_tuning
-
-    monkeypatch.setattr(cupy_tuning, "REC_FUSED_FLAGS", fused)
+    from dask_compact.backends import cupy_records_repeat
 
     kept = (rr._calls, rr._by_content, cupy_records_repeat._repeats)
     hold = hold_kernel()
@@ -556,13 +541,6 @@ def test_a_call_interrupted_before_its_sync_leaves_no_table_upload_queued(error,
                 return upload(*args)
 
             call._upload_columns = held
-            entries = call._entries
-
-            def held_entries(*args):  # the look-back call's upload before its sync
-                hold((1,), (1,), (np.uint64(holds[0]),))
-                return entries(*args)
-
-            call._entries = held_entries
             call.stream = armed = ArmedStream(call.stream)
             for i, ns in enumerate([100_000, 500_000, 2_000_000] * 4):
                 holds[0] = ns
@@ -581,129 +559,8 @@ def test_a_call_interrupted_before_its_sync_leaves_no_table_upload_queued(error,
                     except AssertionError:
                         bad.append((i, ns))
             assert len(built) == 1  # every call ran the one ready call
-            assert (call.fused is not None) == fused
     finally:
         for c in kept:  # the call with the held uploads and the armed stream goes
             c.clear()
     assert not bad, f"{len(bad)} calls around an interrupted one wrong (round, hold ns): {bad}"
     assert not busy, f"{busy} interrupted calls left their work queued"
-
-
-def _speculative_calls(monkeypatch) -> list:
-    """Each look-back call's (cap, total) as it returns (RecordsCall._speculative wrapped)."""
-    from dask_compact.backends import cupy_records_ready as rr
-
-    seen: list = []
-    real = rr.RecordsCall._speculative
-
-    def spy(self, launch, fields, index_base):
-        cap = rr.speculated(self.last_total / self.n, self.n)
-        out = real(self, launch, fields, index_base)
-        seen.append((cap, None if out is None else self.last_total))
-        return out
-
-    monkeypatch.setattr(rr.RecordsCall, "_speculative", spy)
-    return seen
-
-
-@pytest.mark.parametrize("n", [1, 31, 4097, 65_537, 1_000_003, 4_194_304 + 17])
-def test_look_back_pass_against_counted_calls(monkeypatch, n: int) -> None:
-    """Calls of one layout at p = .5, .05, .95, 0, 1, .5: from the second one on through the
-    look-back pass (the predicate's fields copied by pass 1, into outputs sized from the
-    previous total: the ones after a smaller total overflow and are copied whole by pass 4),
-    each against NumPy and against the counted call (REC_FUSED_FLAGS off), with and without
-    indices; every result keeps its rows after the later calls."""
-    from dask_compact.backends import cupy_tuning
-
-    seen = _speculative_calls(monkeypatch)
-    kept = []
-    pred = "(throughput < 0.5) & (depth != 3)"  # one predicate: data of other fractions
-    for i, p in enumerate((0.5, 0.05, 0.95, 0.0, 1.0, 0.5)):
-        f_np = batch(n, 300 + i)
-        f_np["throughput"] = (f_np["throughput"] / (2 * p) if p else 0.5 + f_np["throughput"])
-        f_np["throughput"][: n // 3] *= 0.5  # a selection denser in one part than another
-        f = {k: cupy.asarray(v) for k, v in f_np.items()}
-        mask = (f_np["throughput"] < 0.5) & (f_np["depth"] != 3)
-        indices = i % 2 == 1
-        expected = want(f_np, mask, indices)
-        got = compact_records(f, pred, indices=indices)
-        same(got, expected)
-        monkeypatch.setattr(cupy_tuning, "REC_FUSED_FLAGS", False)
-        same(compact_records(f, pred, indices=indices), expected)
-        monkeypatch.setattr(cupy_tuning, "REC_FUSED_FLAGS", True)
-        kept.append((got, expected))
-    for got, expected in kept:
-        same(got, expected)
-    done = [s for s in seen if s[1] is not None]
-    assert len(done) >= 5, seen  # every call after the first (and the counted ones' next)
-    assert any(total > cap for cap, total in done), "no call overflowed its outputs"
-    assert any(total <= cap for cap, total in done), "no call fitted its outputs"
-
-
-def test_look_back_pass_own_field_forms(monkeypatch) -> None:
-    """The predicate's own fields of every form: 1-, 2-, 4- and 8-byte columns staged
-    through shared memory, a column whose address is not 16-byte aligned (a view one row in:
-    per lane), a 16-byte complex128 column and a (n, 3) field read by the predicate (copied by
-    pass 4), against NumPy over three calls of different fractions."""
-    from dask_compact.backends import cupy_records_ready as rr
-
-    seen = _speculative_calls(monkeypatch)
-    n = 3 * 4096 * 16 + 1001  # whole tiles and a last partial one
-    rng = np.random.default_rng(12)
-    for i, frac in enumerate((0.3, 0.6, 0.2, 0.6)):
-        base_np = rng.random(n + 1)
-        f_np = {
-            "b": rng.random(n) < frac,
-            "h": rng.integers(0, 100, n).astype(np.int16),
-            "x": rng.random(n).astype(np.float32),
-            "v": base_np[1:],  # float64, 8 bytes past a 256-byte boundary
-            "c": (rng.random(n) + 1j * rng.random(n)).astype(np.complex128),
-            "pos": rng.random((n, 3)).astype(np.float32),
-            "other": rng.integers(0, 2**40, n),
-        }
-        f = {k: cupy.asarray(v) for k, v in f_np.items() if k != "v"}
-        f["v"] = cupy.asarray(base_np)[1:]
-        f = {k: f[k] for k in f_np}
-        assert f["v"].data.ptr % 16 == 8
-        pred = "b | ((h < 60) & (x < 0.9) & (v < 0.95) & (real(c) < 0.97))"
-        mask = f_np["b"] | ((f_np["h"] < 60) & (f_np["x"] < 0.9) & (f_np["v"] < 0.95)
-                            & (f_np["c"].real < 0.97))
-        same(compact_records(f, pred, indices=True), want(f_np, mask, True))
-        if i:
-            (call,) = [c for c in rr._by_content._items.values()
-                       if c.n == n and [name for name, *_ in c.layout] == list(f)]
-            flat, ncopy, nown = call._entries(f, f)
-            assert nown == 4 and ncopy == 3  # b, h, x, v own; c, pos, other by pass 4
-    assert len([s for s in seen if s[1] is not None]) == 3
-
-
-@pytest.mark.parametrize("n", [1, 33, 8193, 1_000_003])
-def test_into_through_the_look_back_pass(monkeypatch, n: int) -> None:
-    """compact_records_into from its second call on runs the look-back pass into the caller's
-    buffers (rows of every tile's own fields written: the buffers hold every row), the other
-    fields and the indices by pass 4; against NumPy at p = 0, .05, .5, 1."""
-    from dask_compact import compact_records_into
-    from dask_compact.backends import cupy_records_ready as rr
-
-    f = {k: cupy.asarray(v) for k, v in batch(n, 400).items()}
-    out = {"throughput": cupy.empty(n, np.float32), "origin": cupy.empty((n, 3), np.float32),
-           "depth": cupy.empty(n, np.uint8), "indices": cupy.empty(n, np.int64)}
-    count = cupy.empty(1, np.int64)
-    fused = []
-    real = rr.RecordsCall._queue_fused
-    monkeypatch.setattr(rr.RecordsCall, "_queue_fused",
-                        lambda self, *a: fused.append(a[3]) or real(self, *a))
-    for i, p in enumerate((0.5, 0.0, 0.05, 0.5, 1.0)):
-        host = batch(n, 410 + i)
-        for k in f:
-            f[k].set(host[k])
-        host["throughput"] = host["throughput"] / (2 * p) if p else 0.5 + host["throughput"]
-        f["throughput"].set(host["throughput"])
-        k = int(compact_records_into(f, "(throughput < 0.5) & (depth < 8)", out,
-                                     count=count).get()[0])
-        mask = (host["throughput"] < 0.5) & (host["depth"] < 8)
-        assert k == int(mask.sum())
-        for name in ("throughput", "origin", "depth"):
-            np.testing.assert_array_equal(cupy.asnumpy(out[name][:k]), host[name][mask])
-        np.testing.assert_array_equal(cupy.asnumpy(out["indices"][:k]), np.flatnonzero(mask))
-    assert fused and all(nown == 2 for nown in fused), fused  # throughput and depth
