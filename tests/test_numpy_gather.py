@@ -201,7 +201,7 @@ def test_the_permute_stands_in_where_the_target_has_avx2_alone(features, permute
 @pytest.mark.parametrize("threads", [2, 3, 4])
 def test_the_predicate_pass_in_parts(monkeypatch, n, threads):
     # parts begin at multiples of 64 rows, each writing its own words; the counts add up
-    monkeypatch.setattr(numpy_records, "_THREADED_BYTES", 0)
+    monkeypatch.setattr(numpy_records, "THREADED_BYTES", 0)
     rng = np.random.default_rng(n)
     f = {"e": rng.random(n).astype(np.float32), "eta": rng.standard_normal(n)}
     pred = check_record_predicate("(e > 0.3) & (abs(eta) < 1.5)", f)

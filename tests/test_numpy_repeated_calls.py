@@ -383,3 +383,107 @@ def test_records_call_follows_a_rebound_constant_and_threads():
                           _want(f, f["e"] < 5, True))
 
     in_threads(work, 4)
+
+
+def _native_record(rng: np.random.Generator, n: int, p: float) -> dict[str, np.ndarray]:
+    """Native fields of every gather form: one unit a row of 1, 2, 4 and 8 bytes (bool, int8,
+    float32, float64, complex64, an (n, 1) uint16), and rows of several units (complex128,
+    (n, 3) float32): ``e < 10 * p`` selects about p of the rows."""
+    return {"e": (rng.random(n) * 10).astype(np.float32),
+            "eta": rng.standard_normal(n),
+            "ok": rng.random(n) < p ** 0.5 if p < 1 else np.ones(n, bool),
+            "k": rng.integers(-100, 100, n).astype(np.int8),
+            "h": rng.integers(0, 60_000, (n, 1)).astype(np.uint16),
+            "z": (rng.random(n) + 1j * rng.random(n)).astype(np.complex64),
+            "w": (rng.random(n) - 1j * rng.random(n)).astype(np.complex128),
+            "pos": rng.random((n, 3)).astype(np.float32)}
+
+
+def _backend_calls(monkeypatch) -> list:
+    """The kept calls that took the backend's call (numpy_records.compact_records)."""
+    seen: list = []
+    real = nc.records_backend
+
+    def spy(fields, *args):
+        seen.append(next(iter(fields.values())).shape[0])
+        return real(fields, *args)
+
+    monkeypatch.setattr(nc, "records_backend", spy)
+    return seen
+
+
+@pytest.mark.parametrize("indices", [False, True])
+@pytest.mark.parametrize("pred", ["(e < 10 * 0.5) & ok", lambda e, ok: (e < 5) & ok],
+                         ids=["str", "lambda"])
+def test_records_kept_pass_and_gathers_run_directly(pred, indices, monkeypatch):
+    """A kept call on native, C-contiguous fields runs the kept predicate pass and each
+    field's gather itself (numpy_calls.RecordsCall._direct), never the backend's call, and
+    equals NumPy for every row count, none and all selected, every gather form; a field not
+    C-contiguous, or fields past numpy_records.THREADED_BYTES in all, take the backend's
+    call (its threads), equal to NumPy too."""
+    from dask_compact import compact_records
+    from dask_compact.backends import numpy_records
+
+    rng = np.random.default_rng(30)
+
+    def mask(f):
+        return (f["e"] < 5) & f["ok"]
+
+    first = _native_record(rng, 1000, 0.5)
+    _check_record(compact_records(first, pred, indices=indices),
+                  _want(first, mask(first), indices))
+    (call,) = nc._records_calls._items.values()
+    assert call.loop is not None and call.reads == ("e", "ok")
+    forms = {name: gather is not None for name, _, _, gather in call.columns}
+    assert forms == {"e": True, "eta": True, "ok": True, "k": True, "h": True, "z": True,
+                     "w": False, "pos": False}
+    backend = _backend_calls(monkeypatch)
+    _no_records_dispatch(monkeypatch)
+    for n in [*SIZES, 2, 97, 8191]:
+        for p in (0.5, 0.0, 1.0):
+            f = _native_record(rng, n, p)
+            if p == 0.0:
+                f["ok"][:] = False
+            if p == 1.0:
+                f["e"][:] = 1
+            _check_record(compact_records(f, pred, indices=indices), _want(f, mask(f), indices))
+    assert backend == []
+    f = _native_record(rng, 4099, 0.5)
+    f["eta"] = rng.standard_normal(2 * 4099)[::2]  # strided: the backend's copy
+    _check_record(compact_records(f, pred, indices=indices), _want(f, mask(f), indices))
+    assert backend == [4099]
+    monkeypatch.setattr(numpy_records, "THREADED_BYTES", 1 << 12)  # 4099 rows are past it
+    f = _native_record(rng, 4099, 0.5)
+    _check_record(compact_records(f, pred, indices=indices), _want(f, mask(f), indices))
+    assert backend == [4099, 4099]
+
+
+def test_records_kept_call_of_the_other_byte_order_keeps_no_pass():
+    """A field of the other byte order: the kept call holds no pass of its own (the backend
+    reads such a field through a native copy), and stays exact."""
+    from dask_compact import compact_records
+
+    rng = np.random.default_rng(31)
+    for _ in range(3):
+        f = _native_record(rng, 777, 0.5)
+        f["k"] = f["k"].astype(">i2")
+        _check_record(compact_records(f, "(e < 5) & (k > 0)"),
+                      _want(f, (f["e"] < 5) & (f["k"] > 0), False))
+    (call,) = nc._records_calls._items.values()
+    assert call.loop is None
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(0, 3000), seed=st.integers(0, 2**32 - 1),
+       t=st.floats(0, 10, allow_nan=False), indices=st.booleans())
+def test_records_kept_direct_calls_equal_numpy(n, seed, t, indices):
+    """Kept direct calls (a threshold read from a closure, new rows each call) against
+    NumPy's boolean indexing of every field."""
+    from dask_compact import compact_records
+
+    rng = np.random.default_rng(seed)
+    pred = lambda e, k: (e < t) | (k == 7)  # noqa: E731
+    for _ in range(2):  # the first call checks and keeps, the second runs the kept call
+        f = _native_record(rng, n, 0.5)
+        _check_record(compact_records(f, pred, indices=indices),
+                      _want(f, (f["e"] < t) | (f["k"] == 7), indices))

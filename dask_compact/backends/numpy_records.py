@@ -38,7 +38,7 @@ logger = logging.getLogger("dask_compact")
 
 
 
-def _gathers() -> ModuleType | None:
+def gathers() -> ModuleType | None:
     """The compiled gathers (:mod:`.numpy_gather`), or None where this process has no room
     for numba."""
     return compiled_loops("dask_compact.backends.numpy_gather")
@@ -60,7 +60,7 @@ def _bits_from_mask(m: np.ndarray, n: int) -> tuple[np.ndarray, int]:
 # the four float32 fields of 2^24 rows from 50-58 ms to 29-46 ms, the predicate pass over one
 # float32 field from 10.8-13.8 ms to 6.7-7.8 ms. Dask tasks pass threads=1 (the scheduler
 # runs chunks in parallel).
-_THREADED_BYTES = 1 << 24
+THREADED_BYTES = 1 << 24
 _pool: Any = None
 # Two threads' first large calls at once each made a pool, one left idle for the process's
 # life (until 2026-12-01, thirteenth session, read by a probe of calls made in tasks).
@@ -110,7 +110,7 @@ def predicate_bits(
             bits = np.empty((n + 63) // 64, np.uint64)
             arrays = [np.ascontiguousarray(read[name]) for name, _ in tp.dtype]
             nbytes = sum(a.nbytes for a in arrays)
-            if threads < 2 or nbytes < _THREADED_BYTES:
+            if threads < 2 or nbytes < THREADED_BYTES:
                 return bits, int(loop(np.int64(n), *arrays, bits, *params))
 
             def part(lo: int, hi: int) -> int:
@@ -144,7 +144,7 @@ def compact_records(
     always keeps the order. ``threads``: how many threads may gather fields at once."""
     first = next(iter(fields.values()))
     n = int(first.shape[0])
-    g = _gathers()
+    g = gathers()
     if g is None:
         return _compact_records_masked(fields, predicate_mask(pred, fields, n), indices,
                                        index_base)
@@ -164,7 +164,7 @@ def compact_records(
     if count:
         names = list(out)
         total = sum(a.nbytes for a in fields.values())
-        if threads > 1 and len(names) > 1 and total >= _THREADED_BYTES:
+        if threads > 1 and len(names) > 1 and total >= THREADED_BYTES:
             list(_thread_pool(threads).map(gather, names))
         else:
             for name in names:
@@ -198,7 +198,7 @@ def compact_records_into(
     n = int(first.shape[0])
     if count is None:
         count = np.empty(1, dtype=np.int64)
-    g = _gathers()
+    g = gathers()
     if g is None:  # NumPy's indexing, no numba (see the module)
         m = predicate_mask(pred, fields, n)
         k = int(np.count_nonzero(m))
