@@ -158,14 +158,19 @@ class RecordsCall:
         out: dict[str, np.ndarray] = {}
         for name, dtype, tail, gather in self.columns:
             a = fields[name]
-            o = out[name] = np.empty((count, *tail), dtype=dtype)
+            # a 1-D field's output and views without a shape or a reshape: 0.4-0.7 us a
+            # field of a 20-30 us call
+            o = out[name] = np.empty((count, *tail), dtype) if tail else np.empty(count, dtype)
             if not count:
                 continue
             if gather is None:
                 g.gather_rows(bits, n, g.as_rows(a), g.as_rows(o))
-            else:
+            elif tail:
                 fn, unit = gather
                 fn(bits, n, a.reshape(-1).view(unit), o.reshape(-1).view(unit))
+            else:
+                fn, unit = gather
+                fn(bits, n, a.view(unit), o.view(unit))
         if self.indices:
             idx = out["indices"] = np.empty(count, np.int64)
             if count:

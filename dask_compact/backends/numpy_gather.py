@@ -310,7 +310,7 @@ def gather_rows(bits: np.ndarray, n: int, src: np.ndarray, dst: np.ndarray) -> i
     return int(_gather2(bits, src, dst))
 
 
-def column_gather(row_bytes: int) -> tuple[Any, type] | None:
+def column_gather(row_bytes: int) -> tuple[Any, np.dtype] | None:
     """The compiled gather that :func:`gather_rows` runs for rows of one unit of
     ``row_bytes`` bytes (1, 2, 4 or 8: a 1-D field, or a trailing axis of one such
     element), and the unsigned type of the 1-D views it takes: ``fn(bits, n, src, dst)`` on
@@ -321,7 +321,8 @@ def column_gather(row_bytes: int) -> tuple[Any, type] | None:
     unit = _UNITS.get(row_bytes)
     if unit is None or _NO_JIT:
         return None
-    return (_gather1_compress if row_bytes in COMPRESS_ITEMSIZES else _gather1), unit
+    # a dtype object: a view by it costs 0.36 us, by the type 0.47 (2-core machine)
+    return (_gather1_compress if row_bytes in COMPRESS_ITEMSIZES else _gather1), np.dtype(unit)
 
 
 def gather_indices(bits: np.ndarray, base: int, dst: np.ndarray) -> int:
