@@ -28,5 +28,16 @@ def test_sanitizer_clean(tool: str) -> None:
     r = subprocess.run(args + [sys.executable, "-P", str(DRIVER), *quick], capture_output=True,
                        text=True, env=os.environ.copy(), timeout=900)
     out = r.stdout + r.stderr
-    assert r.returncode == 0, out[-8000:]
-    assert "ERROR SUMMARY: 0 errors" in out or "RACECHECK SUMMARY: 0 hazards" in out, out[-4000:]
+    assert r.returncode == 0, report(out)
+    assert "ERROR SUMMARY: 0 errors" in out or "RACECHECK SUMMARY: 0 hazards" in out, report(out)
+
+
+def report(out: str) -> str:
+    """The sanitizer's first reports (the access, the kernel at fault, the thread) and the
+    output's end. Only the end was shown until 2026-12-06: after a kernel's fault the driver
+    process fills it with CuPy's tracebacks of the failed calls that follow, and the session's
+    first run of a new records kernel (its status words misaligned) showed none of the
+    sanitizer's own lines."""
+    lines = [line for line in out.splitlines()
+             if line.startswith("=========") and "COMPUTE-SANITIZER" not in line]
+    return "\n".join(lines[:60]) + "\n...\n" + out[-3000:]
