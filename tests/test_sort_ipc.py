@@ -212,15 +212,23 @@ def test_every_worker_packs_before_it_merges_and_a_held_result_keeps_its_keys(ca
 
     da = pytest.importorskip("dask.array")
     distributed = pytest.importorskip("distributed")
+    import dask
+
     import dask_compact
     from dask_compact import sort_graph
 
     a = np.random.default_rng(8).random(2**18)
+    # no work stealing: a pack runs where its chunk is, so every worker packs. With it, a
+    # loaded CI machine's scheduler once moved one worker's packs to the others (CI run 24,
+    # 2026-12-06: runs ['PPPmm', 'PPPm', 'PPPm'], each in order; 3 workers of 4 ran tasks),
+    # which says nothing of the order this test is about
     with pytest.MonkeyPatch.context() as mp, \
+            dask.config.set({"distributed.scheduler.work-stealing": False}), \
             distributed.LocalCluster(n_workers=4, threads_per_worker=1, processes=False,
                                      dashboard_address=":0") as cluster, \
             distributed.Client(cluster) as client, \
             caplog.at_level(logging.WARNING, logger="distributed.scheduler"):  # fmt: skip
+        assert "stealing" not in cluster.scheduler.extensions
         mp.setattr(sort_graph, "_ipc_refusal", lambda *a, **k: None)
         # chunk k on worker k mod 4: every worker holds chunks, so every worker packs (as
         # persisted by Dask, one worker of a loaded CI machine once held none: 3 runs of 4)
