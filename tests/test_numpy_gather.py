@@ -123,6 +123,53 @@ def test_rows_of_several_units_in_each_form_at_every_hit_count(unit, u, form):
         assert (buf[want.shape[0] :] == 7).all()
 
 
+# (dtype, row shape): one unit a row (1-D; a trailing axis of one element), several units,
+# a row of odd bytes (one byte unit, several), an empty row, a big-endian field
+PLAN_FIELDS = [("float32", ()), ("int8", ()), ("float64", (1,)), ("int16", (3,)),
+               ("complex128", ()), ("float32", (2, 3)), ("V3", ()), ("uint8", (0,)),
+               (">f4", ()), (">i8", (2,))]
+
+
+@pytest.mark.parametrize("dtype,tail", PLAN_FIELDS)
+@pytest.mark.parametrize("strided", [False, True])
+def test_gather_field_by_each_column_of_the_plan(dtype, tail, strided):
+    # the step both the backend's call and a kept call run (numpy_records.gather_new): a
+    # field's column (compiled gather or None) from column_plan, a strided field by the rows
+    mask = every_hit_count(seed=9)
+    rng = np.random.default_rng(4)
+    raw = rng.integers(0, 256, (2 * mask.size, *tail, np.dtype(dtype).itemsize), np.uint8)
+    whole = raw.view(dtype).reshape(2 * mask.size, *tail)
+    src = whole[::2] if strided else whole[: mask.size]
+    assert src.flags.c_contiguous != strided or src.size == 0
+    ((name, dt, row, gather),) = numpy_gather.column_plan({"f": src})
+    assert (name, dt, row) == ("f", src.dtype, tail)
+    row_bytes = src.dtype.itemsize * int(np.prod(tail))
+    assert (gather is None) == (row_bytes not in (1, 2, 4, 8))
+    dst = np.empty((int(mask.sum()), *tail), src.dtype)
+    numpy_gather.gather_field(packed(mask), mask.size, src, dst, gather)
+    assert dst.tobytes() == src[mask].tobytes()
+
+
+@pytest.mark.parametrize("indices", [False, True])
+def test_the_backend_gathers_strided_and_contiguous_fields_alike(indices):
+    rng = np.random.default_rng(10)
+    n = 1031
+    key = rng.random(2 * n)[::2]  # strided: the pass reads a copy, the gather the rows
+    pos = rng.random((n, 3)).astype(np.float32)
+    tag = rng.integers(0, 9, (n, 1)).astype(np.int16)
+    fields = {"key": key, "pos": pos, "tag": tag}
+    p = check_record_predicate("key < 0.3", fields, "compact_records")
+    out = numpy_records.compact_records(fields, p, indices, True, 5)
+    m = key < 0.3
+    for name, a in fields.items():
+        np.testing.assert_array_equal(out[name], a[m])
+        assert out[name].flags.c_contiguous and out[name].dtype == a.dtype
+    if indices:
+        np.testing.assert_array_equal(out["indices"], np.flatnonzero(m) + 5)
+    else:
+        assert "indices" not in out
+
+
 def test_the_spread_table_repeats_each_row_bit_over_its_units():
     assert numpy_gather._spread(3)[0b101] == 0b111000111
     assert numpy_gather._spread(2)[0b11000001] == 0b1111 << 12 | 0b11

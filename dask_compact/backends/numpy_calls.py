@@ -28,7 +28,6 @@ on the kept call is the faster (1.87x at 4,096).
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
@@ -115,14 +114,12 @@ class RecordsCall:
     may run it.
 
     Where the first call ran the compiled predicate pass on native fields, it also holds that
-    pass (its loop, the bound constants, the order of the fields it reads) and each field's
-    compiled gather (``numpy_gather.column_gather``; None for rows of several units, which
-    take ``gather_rows``): a call whose fields are all C-contiguous and under
-    ``numpy_records.THREADED_BYTES`` in all (where the backend would use one thread) runs
-    them directly, as the backend does, without its per-field row views and lookups. On the
-    2-core machine a 256-row call of four float32 fields took 55-59 us through the backend,
-    of which the predicate pass's lookups took 10 us and each field's views and wrapper 5 us
-    (its gather 0.7 us)."""
+    pass (its loop, the bound constants, the order of the fields it reads) and the fields'
+    gather plan (``numpy_gather.column_plan``): a call whose fields are all C-contiguous and
+    under ``numpy_records.THREADED_BYTES`` in all (where the backend would use one thread)
+    runs the pass itself, without the backend's lookups of it (10 us of a 256-row call on the
+    2-core machine), then the backend's own gather step (``numpy_records.gather_new``) with
+    the kept plan."""
 
     __slots__ = ("pred", "indices", "pred_like", "loop", "params", "reads", "columns", "g")
 
@@ -154,28 +151,8 @@ class RecordsCall:
         bits = np.empty((n + 63) // 64, np.uint64)
         count = int(self.loop(np.int64(n), *[fields[r] for r in self.reads], bits,
                               *self.params))
-        g = self.g
-        out: dict[str, np.ndarray] = {}
-        for name, dtype, tail, gather in self.columns:
-            a = fields[name]
-            # a 1-D field's output and views without a shape or a reshape: 0.4-0.7 us a
-            # field of a 20-30 us call
-            o = out[name] = np.empty((count, *tail), dtype) if tail else np.empty(count, dtype)
-            if not count:
-                continue
-            if gather is None:
-                g.gather_rows(bits, n, g.as_rows(a), g.as_rows(o))
-            elif tail:
-                fn, unit = gather
-                fn(bits, n, a.reshape(-1).view(unit), o.reshape(-1).view(unit))
-            else:
-                fn, unit = gather
-                fn(bits, n, a.view(unit), o.view(unit))
-        if self.indices:
-            idx = out["indices"] = np.empty(count, np.int64)
-            if count:
-                g.gather_indices(bits, int(base), idx)
-        return out
+        return numpy_records.gather_new(self.g, bits, n, count, fields, self.columns,
+                                        self.indices, base)
 
 
 # (the caller's predicate as a key, indices, every field's (name, dtype, ndim, row shape))
@@ -227,9 +204,6 @@ def remember_records_call(like: np.ndarray, fields: dict[str, Any], pred_like: A
     g = numpy_records.gathers()
     if g is not None and all(a.dtype.isnative for a in fields.values()):
         # the kept pass and gathers (fields of the other byte order: the backend's copies)
-        columns = tuple((name, a.dtype, a.shape[1:],
-                         g.column_gather(a.dtype.itemsize * math.prod(a.shape[1:])))
-                        for name, a in fields.items())
         call = RecordsCall(pred, indices, pred_like, loop, params,
-                           tuple(name for name, _ in tp.dtype), columns, g)
+                           tuple(name for name, _ in tp.dtype), g.column_plan(fields), g)
     _records_calls.put((pk, indices, _layout(fields)), call)

@@ -38,7 +38,8 @@ from ..codegen.numba_compress import (
     pack_lanes,
 )
 
-__all__ = ["as_rows", "gather_rows", "gather_indices", "column_gather", "popcount"]
+__all__ = ["as_rows", "gather_rows", "gather_indices", "column_gather", "column_plan",
+           "gather_field", "popcount"]
 
 # Below this many selected rows in a word of 64, visiting the set bits beats writing every row.
 _SPARSE = 24
@@ -314,15 +315,43 @@ def column_gather(row_bytes: int) -> tuple[Any, np.dtype] | None:
     """The compiled gather that :func:`gather_rows` runs for rows of one unit of
     ``row_bytes`` bytes (1, 2, 4 or 8: a 1-D field, or a trailing axis of one such
     element), and the unsigned type of the 1-D views it takes: ``fn(bits, n, src, dst)`` on
-    ``a.reshape(-1).view(unit)``. A kept call (``numpy_calls.RecordsCall``) calls it
-    directly: the views, :func:`as_rows` and this wrapper cost 5 us a field, the gather of a
-    256-row float32 field 0.7 us. None where gather_rows does more (rows of several units,
-    numba's JIT disabled)."""
+    ``a.reshape(-1).view(unit)``. :func:`gather_field` calls it directly: through
+    :func:`as_rows` and gather_rows' wrapper a field cost 5 us more, where the gather of a
+    256-row float32 field takes 0.7 us (2-core machine). None where gather_rows does more
+    (rows of several units, numba's JIT disabled)."""
     unit = _UNITS.get(row_bytes)
     if unit is None or _NO_JIT:
         return None
     # a dtype object: a view by it costs 0.36 us, by the type 0.47 (2-core machine)
     return (_gather1_compress if row_bytes in COMPRESS_ITEMSIZES else _gather1), np.dtype(unit)
+
+
+# One field of a record as its gathers see it: name, dtype, row shape (``a.shape[1:]``) and
+# its compiled column gather (:func:`column_gather`, None where :func:`gather_rows` runs).
+Column = tuple[str, np.dtype, tuple[int, ...], Any]
+
+
+def column_plan(fields: dict[str, np.ndarray]) -> tuple[Column, ...]:
+    """Each field's :data:`Column`, in the fields' order: what the backend's call and a kept
+    call (``numpy_calls.RecordsCall``, which makes it once) pass to :func:`gather_field`."""
+    return tuple((name, a.dtype, a.shape[1:],
+                  column_gather(a.dtype.itemsize * math.prod(a.shape[1:])))
+                 for name, a in fields.items())
+
+
+def gather_field(bits: np.ndarray, n: int, src: np.ndarray, dst: np.ndarray,
+                 gather: Any) -> None:
+    """The selected rows of ``src`` (``n`` rows) into ``dst`` (C-contiguous, exactly the
+    selected count, ``src``'s dtype and row shape), by ``gather`` (its :data:`Column`'s)
+    where ``src`` is C-contiguous too, else by :func:`gather_rows`."""
+    if gather is not None and src.flags.c_contiguous:
+        fn, unit = gather
+        if dst.ndim == 1:  # without a reshape: 0.4-0.7 us a field of a 20-30 us call
+            fn(bits, n, src.view(unit), dst.view(unit))
+        else:
+            fn(bits, n, src.reshape(-1).view(unit), dst.reshape(-1).view(unit))
+        return
+    gather_rows(bits, n, as_rows(src), as_rows(dst))
 
 
 def gather_indices(bits: np.ndarray, base: int, dst: np.ndarray) -> int:

@@ -149,18 +149,17 @@ def _on_cpu(blocks: dict[str, Any], seen: dict[str, Any], p: Any, indices: bool,
     ``seen``, the fields as the predicate sees them), then each written field gathered from
     ``blocks`` (as stored) into an exact-size buffer of the job's pool (memory already paged
     in, see :mod:`.host_buffers`)."""
-    from ..backends.numpy_gather import as_rows, gather_indices, gather_rows
+    from ..backends.numpy_gather import column_plan, gather_field, gather_indices
     from ..backends.numpy_records import predicate_bits
 
     n = int(next(iter(blocks.values())).shape[0])
     bits, k = predicate_bits(p, seen, n)
     out = {}
-    for name in written:
-        a = blocks[name]
-        buf = piece_alloc(k * int(np.prod(a.shape[1:], dtype=np.int64)), a.dtype)
-        out[name] = buf.reshape((k, *a.shape[1:]))
+    for name, dtype, tail, gather in column_plan({name: blocks[name] for name in written}):
+        buf = piece_alloc(k * int(np.prod(tail, dtype=np.int64)), dtype)
+        out[name] = buf.reshape((k, *tail))
         if k:
-            gather_rows(bits, n, as_rows(a), as_rows(out[name]))
+            gather_field(bits, n, blocks[name], out[name], gather)
     if indices:
         out[INDICES] = piece_alloc(k, np.dtype(np.int64))
         if k:
