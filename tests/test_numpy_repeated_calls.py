@@ -15,6 +15,7 @@ import dask_compact.backends.numpy_backend as nb
 import dask_compact.backends.numpy_calls as nc
 import dask_compact.chunk as chunk
 from dask_compact import as_predicate, clear_cache, compact_array
+from dask_compact.validate import output_bytes
 
 SIZES = [0, 1, 31, 33, 1023, 1025, 4099, 65_537]
 THRESHOLD = 0.5
@@ -134,6 +135,26 @@ def test_a_call_larger_than_one_loop_call_is_checked(monkeypatch):
     assert nc.repeated_call(big, pred, "values", True, "auto") is None
     assert nc.repeated_call(small, pred, "values", True, "auto") is not None
     np.testing.assert_array_equal(compact_array(big, pred), big[big < 0.25])
+
+
+@pytest.mark.parametrize("heap", [None, 4096, 4097, 1 << 15])
+def test_the_kept_size_limit_is_one_calls_boundary(monkeypatch, heap):
+    """A kept call compares a size with its limit (one_call_limit) where the checked call asks
+    one_call: the same boundary for every dtype and output, whichever bound binds."""
+    if heap is not None:
+        monkeypatch.setattr(nb, "_HEAP_BYTES", heap)
+    monkeypatch.setattr(nb, "_SEGMENT", 3000)
+    for dtype in ("int8", "float16", "float32", "complex64", "complex128"):
+        for output in ("values", "indices", "both"):
+            width = output_bytes(np.dtype(dtype).itemsize, output)
+
+            def fits(n: int) -> bool:  # one loop call: under both bounds (see numpy_backend)
+                return n <= nb._SEGMENT and n * width < nb._HEAP_BYTES  # noqa: B023
+
+            limit = nb.one_call_limit(np.dtype(dtype), output)
+            assert fits(limit) and not fits(limit + 1)
+            assert nb.one_call(limit, np.dtype(dtype), output)
+            assert not nb.one_call(limit + 1, np.dtype(dtype), output)
 
 
 def test_repeated_call_follows_a_rebound_constant():

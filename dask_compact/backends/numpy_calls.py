@@ -41,7 +41,7 @@ from ..records import cpu_threads
 from ..repeat_keys import caller_key, kept_key
 from ..validate import native
 from . import numpy_records
-from .numpy_backend import loop_call, one_call
+from .numpy_backend import loop_call, one_call_limit
 from .numpy_records import compact_records as records_backend
 
 __all__ = ["LoopCall", "RecordsCall", "repeated_call", "remember_call", "repeated_records_call",
@@ -53,10 +53,12 @@ class LoopCall:
     C-contiguous, native ``a`` of the kept dtype that fits one loop call. Holds the caller's
     predicate (a Predicate's key is its identity). Immutable: any thread may run it."""
 
-    __slots__ = ("loop", "params", "output", "pred_like")
+    __slots__ = ("loop", "params", "output", "pred_like", "limit")
 
-    def __init__(self, loop: CompiledLoop, params: tuple, output: str, pred_like: Any) -> None:
+    def __init__(self, loop: CompiledLoop, params: tuple, output: str, pred_like: Any,
+                 limit: int) -> None:
         self.loop, self.params, self.output, self.pred_like = loop, params, output, pred_like
+        self.limit = limit  # the most elements one loop call takes (numpy_backend.one_call)
 
     def __call__(self, a: np.ndarray, base: int) -> Any:
         return loop_call(self.loop, a.reshape(-1), self.output, base, self.params)
@@ -85,7 +87,7 @@ def repeated_call(a: np.ndarray, pred_like: Any, output: str, stable: bool,
     except TypeError:  # an unhashable argument: the checks say what is wrong with it
         return None
     # the output is one a checked call took (it is in the key): its bytes can be counted
-    return hit if hit is not None and one_call(a.size, a.dtype, output) else None
+    return hit if hit is not None and a.size <= hit.limit else None
 
 
 def remember_call(a: np.ndarray, pred_like: Any, pred: Predicate, output: str, stable: bool,
@@ -105,7 +107,7 @@ def remember_call(a: np.ndarray, pred_like: Any, pred: Predicate, output: str, s
     except (UnsupportedPredicate, ParamOverflow, TypeError):
         return  # the call took the mask path, which the checked call takes again
     _repeat_calls.put(_key(a, pk, output, stable, algorithm),
-                      LoopCall(loop, params, output, pred_like))
+                      LoopCall(loop, params, output, pred_like, one_call_limit(a.dtype, output)))
 
 
 class RecordsCall:
