@@ -1265,3 +1265,38 @@ def test_a_field_of_one_value_is_told_a_form_that_is_taken(value):
     got = dask_compact.compact_records({"b": b, "c": eval(full, {"np": np, "c": c, "n": n})},
                                        "b > c")
     np.testing.assert_array_equal(got["b"], b[b > c])
+
+
+# elements whose bytes the row's copy unit does not divide: rows of two 5-byte strings (10
+# bytes, units of 2), two 6-byte ones (12 bytes, units of 4), a packed 5-byte record, 3-byte
+# voids in rows of 2 x 2; and the ones that always worked beside them
+ODD_ELEMENTS = [("S5", (2,)), ("S6", (2,)), ("V3", (2, 2)), ("S5", ()), ("f2", (2,)),
+                ([("a", "u1"), ("b", "<f4")], (2,)), ("U3", (3,)), ("S7", (8,))]
+
+
+@pytest.mark.parametrize("dtype, tail", ODD_ELEMENTS, ids=str)
+@pytest.mark.parametrize("n", [0, 1, 31, 65, 1031])
+def test_fields_of_elements_the_copy_unit_does_not_divide(dtype, tail, n):
+    """Until 2026-12-06 (the forty-third session, a probe of its own) a field of bytes
+    strings or records with trailing axes whose element the row's copy unit does not divide
+    (``S5`` rows of two: 10 bytes, copied as 2-byte units) was refused by NumPy's "When
+    changing to a smaller dtype, its size must be a divisor ..." out of the gathers."""
+    rng = np.random.default_rng(n)
+    key = rng.random(n)
+    dt = np.dtype(dtype)
+    raw = rng.integers(0, 256, n * int(np.prod(tail)) * dt.itemsize, np.uint8)
+    odd = raw.view(dt).reshape(n, *tail)
+    m = key < 0.4
+    fields = {"key": key, "odd": odd, "strided": np.repeat(odd, 2, axis=0)[::2]}
+    for _ in range(2):  # the checked call, then the kept one
+        out = compact_records(fields, "key < 0.4", indices=True)
+        for k, v in fields.items():
+            assert out[k].dtype == v.dtype and out[k].shape == v[m].shape
+            assert out[k].tobytes() == v[m].tobytes(), k
+        np.testing.assert_array_equal(out["indices"], np.flatnonzero(m))
+    buf = {"odd": np.empty_like(odd), "indices": np.empty(n, np.int64)}
+    k = int(dask_compact.compact_records_into(fields, "key < 0.4", buf)[0])
+    assert k == m.sum() and buf["odd"][:k].tobytes() == odd[m].tobytes()
+    x = {"key": da.from_array(key, chunks=17), "odd": da.from_array(odd, chunks=17)}
+    got = compact_records(x, "key < 0.4")
+    assert got["odd"].compute().tobytes() == odd[m].tobytes()

@@ -80,7 +80,15 @@ def as_rows(a: np.ndarray) -> np.ndarray:
     if row == 0:
         return np.empty((n, 0), np.uint8)
     unit = 8 if row % 8 == 0 else 4 if row % 4 == 0 else 2 if row % 2 == 0 else 1
-    return a.reshape(-1).view(_UNITS[unit]).reshape(n, row // unit)
+    flat = a.reshape(-1)
+    if flat.itemsize % unit and unit % flat.itemsize:
+        # an element of bytes the unit does not divide, rows of several (bytes S6 or a record
+        # of 5 bytes in rows of two: 12 or 10 bytes, units of 4 or 2): NumPy views no such
+        # element as the smaller unit, only the flat bytes. Until 2026-12-06 (forty-third
+        # session, a probe of its own) compact_records of such a field raised NumPy's "When
+        # changing to a smaller dtype, its size must be a divisor ..."
+        flat = flat.view(np.uint8)
+    return flat.view(_UNITS[unit]).reshape(n, row // unit)
 
 
 @njit(nogil=True, cache=True, boundscheck=False, inline="always")
