@@ -343,6 +343,9 @@ def test_records_layouts_and_arguments_the_kept_call_does_not_serve_are_checked(
             {k: fields[k] for k in reversed(list(fields))},  # another order of the fields
             {**fields, "id": fields["id"][:998]},  # lengths that differ
             {**fields, "e": fields["e"].view(np.recarray)},  # not a plain ndarray
+            {**fields, "id": fields["id"][:, None]},  # another number of dimensions
+            {**fields, "ok": np.array(True)},  # a 0-d field (no rows)
+            {"ok": np.array(True), **fields},  # ... first: the length compared with it
         ]
         for other in others:
             with pytest.raises(AssertionError, match="checked"):
@@ -438,7 +441,7 @@ def _backend_calls(monkeypatch) -> list:
                          ids=["str", "lambda"])
 def test_records_kept_pass_and_gathers_run_directly(pred, indices, monkeypatch):
     """A kept call on native, C-contiguous fields runs the kept predicate pass and each
-    field's gather itself (numpy_calls.RecordsCall._direct), never the backend's call, and
+    field's gather itself (numpy_calls.RecordsCall.direct), never the backend's call, and
     equals NumPy for every row count, none and all selected, every gather form; a field not
     C-contiguous, or fields past numpy_records.THREADED_BYTES in all, take the backend's
     call (its threads), equal to NumPy too."""

@@ -28,6 +28,7 @@ on the kept call is the faster (1.87x at 4,096).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -117,11 +118,11 @@ class RecordsCall:
 
     Where the first call ran the compiled predicate pass on native fields, it also holds that
     pass (its loop, the bound constants, the order of the fields it reads) and the fields'
-    gather plan (``numpy_gather.column_plan``): a call whose fields are all C-contiguous and
-    under ``numpy_records.THREADED_BYTES`` in all (where the backend would use one thread)
-    runs the pass itself, without the backend's lookups of it (10 us of a 256-row call on the
-    2-core machine), then the backend's own gather step (``numpy_records.gather_new``) with
-    the kept plan."""
+    gather plan (``numpy_gather.column_plan``): for fields all C-contiguous and under
+    ``numpy_records.THREADED_BYTES`` in all (where the backend would use one thread) the
+    lookup returns :meth:`direct`, which runs the pass itself, without the backend's lookups
+    of it (10 us of a 256-row call on the 2-core machine), then the backend's own gather
+    step (``numpy_records.gather_new``) with the kept plan."""
 
     __slots__ = ("pred", "indices", "pred_like", "loop", "params", "reads", "columns", "g")
 
@@ -133,22 +134,12 @@ class RecordsCall:
         self.g = g  # numpy_gather (numba's), where the pass and gathers are kept
 
     def __call__(self, fields: dict[str, np.ndarray], base: int) -> dict[str, np.ndarray]:
-        if self.loop is not None:
-            out = self._direct(fields, base)
-            if out is not None:
-                return out
         return records_backend(fields, self.pred, self.indices, True, base, cpu_threads())
 
-    def _direct(self, fields: dict[str, np.ndarray], base: int) -> dict[str, np.ndarray] | None:
-        """The backend's one-thread call, run from the kept pass and gathers; None where
-        the backend would do otherwise (a field not C-contiguous, threads)."""
-        total = 0
-        for a in fields.values():
-            if not a.flags.c_contiguous:
-                return None
-            total += a.nbytes
-        if total >= numpy_records.THREADED_BYTES:  # read now: tests lower it
-            return None
+    def direct(self, fields: dict[str, np.ndarray], base: int) -> dict[str, np.ndarray]:
+        """The backend's one-thread call, run from the kept pass and gather plan: only for
+        fields :func:`repeated_records_call` found C-contiguous and under ``THREADED_BYTES``
+        in all, where the backend would do the same."""
         n = next(iter(fields.values())).shape[0]
         bits = np.empty((n + 63) // 64, np.uint64)
         count = int(self.loop(np.int64(n), *[fields[r] for r in self.reads], bits,
@@ -157,32 +148,48 @@ class RecordsCall:
                                         self.indices, base)
 
 
-# (the caller's predicate as a key, indices, every field's (name, dtype, ndim, row shape))
-# -> its RecordsCall
+# (the caller's predicate as a key, indices, every field's (name, dtype, row shape)) -> its
+# RecordsCall. The row shape says the dimensions: a 0-d field has no row to key.
 _records_calls: BoundedCache[tuple, RecordsCall] = BoundedCache("repeated NumPy record calls")
 holds_loops(_records_calls.clear)  # its calls hold compiled loops too
 
 
 def _layout(fields: dict[str, Any]) -> tuple:
-    return tuple((name, a.dtype, a.ndim, a.shape[1:]) for name, a in fields.items())
+    return tuple([(name, a.dtype, a.shape[1:]) for name, a in fields.items()])
 
 
 def repeated_records_call(like: np.ndarray, fields: dict[str, Any], pred_like: Any,
-                          indices: bool) -> RecordsCall | None:
+                          indices: bool) -> Callable[[dict[str, np.ndarray], int], dict] | None:
     """The call :func:`remember_records_call` kept for this predicate, ``indices`` and the
     fields' layout, if every field is a plain ``np.ndarray`` and all have ``like``'s length;
-    else None (the public call checks and dispatches as usual)."""
+    else None (the public call checks and dispatches as usual). Its :meth:`RecordsCall.direct`
+    where the fields allow it."""
+    # one walk over the fields for the key, their type and length, and whether the kept pass
+    # and gathers may run directly: a second walk (in the call) cost 1-2 us of a 64-row call
+    # of four fields of about 21 (2-core machine)
+    total = 0
+    contiguous = True
+    layout = []
     try:
+        n = like.shape[0]
+        for name, a in fields.items():
+            if type(a) is not np.ndarray:
+                return None
+            shape = a.shape
+            if shape[0] != n:
+                return None
+            layout.append((name, a.dtype, shape[1:]))
+            total += a.nbytes
+            contiguous = contiguous and a.flags.c_contiguous
         pk = caller_key(pred_like)
-        hit = None if pk is None else _records_calls.get((pk, indices, _layout(fields)))
-    except (TypeError, AttributeError):  # not arrays, unhashable: the checks say what
+        hit = None if pk is None else _records_calls.get((pk, indices, tuple(layout)))
+    except (TypeError, AttributeError, IndexError):  # unhashable, 0-d: the checks say what
         return None
     if hit is None:
         return None
-    n = like.shape[0]
-    for a in fields.values():
-        if type(a) is not np.ndarray or a.shape[0] != n:
-            return None
+    # THREADED_BYTES read now: tests lower it
+    if hit.loop is not None and contiguous and total < numpy_records.THREADED_BYTES:
+        return hit.direct
     return hit
 
 
