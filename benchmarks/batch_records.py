@@ -37,6 +37,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parent))  # the sibling modules, also under python -P
 from batch_io import sha_and_device, timed
 
 PY = [sys.executable, "-P"]

@@ -14,10 +14,13 @@ call's numbers come from ``records_bench.py --device cpu``.
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parent))  # the sibling modules, also under python -P
 from bench_common import label
 
 from dask_compact.backends import numpy_gather

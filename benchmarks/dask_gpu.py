@@ -24,6 +24,7 @@ import argparse
 import datetime
 import json
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -42,6 +43,7 @@ def main() -> None:
                     help="then measure everything again after dask_compact.low_latency(client)")
     args = ap.parse_args()
 
+    sys.path.insert(0, str(Path(__file__).parent))  # the sibling modules, also under python -P
     import cupy
     import dask
     import dask.array as da

@@ -28,8 +28,10 @@ def main() -> None:
     ap.add_argument("--make-log2n", type=int)
     args = ap.parse_args()
     if args.make_log2n:
+        import sys
         from pathlib import Path
 
+        sys.path.insert(0, str(Path(__file__).parent))  # the sibling modules, also under python -P
         from batch_io import make_input
 
         make_input(Path(args.input), 1 << args.make_log2n, 1 << 25, "zstd")

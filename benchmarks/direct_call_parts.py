@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
+from pathlib import Path
 
 
 def _install(dask_worker=None) -> None:
@@ -59,6 +61,7 @@ def main() -> None:
     ap.add_argument("--lambda", dest="lam", action="store_true")
     args = ap.parse_args()
 
+    sys.path.insert(0, str(Path(__file__).parent))  # the sibling modules, also under python -P
     from bench_common import random_array, sync_device
     from distributed import Client, LocalCluster, wait
 

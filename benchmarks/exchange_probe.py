@@ -11,7 +11,9 @@ Prints one line per route and repetition: seconds, GB/s into B.
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from pathlib import Path
 
 _STORE: dict = {}
 
@@ -97,6 +99,7 @@ def main() -> None:
     from dask_cuda import LocalCUDACluster
     from distributed import Client, wait
 
+    sys.path.insert(0, str(Path(__file__).parent))  # the sibling modules, also under python -P
     # By reference (this file run as __main__ would be pickled by value, each call with a
     # fresh _STORE, so the exported arrays would die as _export returns)
     from exchange_probe import _busy, _drop, _export, _import, _make, _take

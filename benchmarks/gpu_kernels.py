@@ -26,6 +26,8 @@ from pathlib import Path
 
 import cupy
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parent))  # the sibling modules, also under python -P
 from bench_common import EventTimer
 
 from dask_compact.backends import cupy_backend as cb

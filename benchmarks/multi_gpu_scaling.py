@@ -32,11 +32,14 @@ import csv
 import datetime as dt
 import os
 import statistics
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parent))  # the sibling modules, also under python -P
 from bench_common import floor_on_worker, git_sha
 from bench_common import random_array as generated
 from bench_common import sync_device as _sync_device

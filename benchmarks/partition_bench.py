@@ -27,11 +27,14 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 from pathlib import Path
 
 import dask
 import dask.array as da
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parent))  # the sibling modules, also under python -P
 from bench_common import file_stem, label, plot_vs_p, save, timed_ms
 
 from dask_compact import compact_array, partition, partition_array

@@ -37,11 +37,14 @@ import math
 import os
 import platform
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parent))  # the sibling modules, also under python -P
 from bench_common import EventTimer
 
 from dask_compact import scan_array

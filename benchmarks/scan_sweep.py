@@ -22,9 +22,12 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parent))  # the sibling modules, also under python -P
 from bench_common import EventTimer
 from scan_bench import CubScan, _gpu_check, _gpu_input
 

@@ -478,6 +478,7 @@ def gpu_sweep(args: argparse.Namespace, cases: list[tuple[np.dtype, np.dtype]],
         torch = None
     peer = None
     if args.peer_lib:
+        sys.path.insert(0, str(Path(__file__).parent))  # the sibling modules, also under python -P
         from scan_bench import CubScan
 
         peer = CubScan(args.peer_lib)

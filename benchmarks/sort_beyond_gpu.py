@@ -33,12 +33,15 @@ import argparse
 import datetime as dt
 import math
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parent))  # the sibling modules, also under python -P
 from bench_common import git_sha
 from bench_common import random_array as generated
 from sort_bench import _sorted_and_held, _summary
