@@ -637,6 +637,61 @@ def test_a_callable_that_writes_into_its_argument_is_refused_and_changes_nothing
     np.testing.assert_array_equal(fields["mass"], np.arange(1, 9))
 
 
+def _adds_in_place(v):
+    v += 1
+    return v > 1
+
+
+def _adds_to_a_view(v):
+    w = v.real
+    w *= 2
+    return w > 1
+
+
+def _adds_through_another_name(v):
+    w = v
+    w -= 1
+    return w > 0
+
+
+def _adds_to_a_new_array(v):
+    w = v * 1
+    w += 1
+    return w > 1
+
+
+@pytest.mark.parametrize("pred", [_adds_in_place, _adds_to_a_view, _adds_through_another_name])
+def test_a_traceable_callable_writing_into_its_argument_is_refused_too(pred):
+    """An augmented assignment to the argument (``v += 1``) in a callable the tracer fuses was
+    taken as ``v = v + 1``: the elements were selected by values never written, where NumPy
+    changes the caller's array and the same line beside anything untraceable was refused
+    (a probe, 2026-12-06). Refused now on every path, the data untouched; on an array the
+    function made itself the augmented assignment is NumPy's."""
+    c = np.array([-1.0, 0.5, 2.0, 3.5])
+    with pytest.raises(ValueError, match="writes into its argument"):
+        dask_compact.compact_array(c, pred)
+    with pytest.raises(ValueError, match="writes into its argument"):
+        da.from_array(c, chunks=2).map_compact(pred)
+    np.testing.assert_array_equal(c, [-1.0, 0.5, 2.0, 3.5])
+
+    def record(energy, mass):
+        return pred(mass) & (energy > 0)
+
+    fields = {"energy": np.ones(4), "mass": c}
+    with pytest.raises(ValueError, match="writes into its argument `mass`"):
+        dask_compact.compact_records(fields, record)
+    np.testing.assert_array_equal(c, [-1.0, 0.5, 2.0, 3.5])
+
+
+def test_an_augmented_assignment_to_a_new_array_is_numpys():
+    c = np.array([-1.0, 0.5, 2.0, 3.5])
+    assert dask_compact.trace(_adds_to_a_new_array).path == "fused"
+    want = c[_adds_to_a_new_array(c)]
+    np.testing.assert_array_equal(dask_compact.compact_array(c, _adds_to_a_new_array), want)
+    got = da.from_array(c, chunks=3).map_compact(_adds_to_a_new_array).compute()
+    np.testing.assert_array_equal(got, want)
+
+
 # A chain whose bitwise operand the text shows in parentheses is the chain written, as any
 # chain: `0 < (x & 3) < 2` is `(0 < (x & 3)) & ((x & 3) < 2)` (ast drops the parentheses).
 PARENTHESISED = {

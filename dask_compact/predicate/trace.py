@@ -362,6 +362,40 @@ def _unary(fn: str) -> Callable[[Any], Any]:
     return op
 
 
+def _in_place(symbol: str) -> Callable[[Any, Any], Any]:
+    """``v <symbol>= other``: refused where ``v`` is the argument (or its ``.real`` or
+    ``.imag``, views of it), as the mask path refuses it (NumPy's read-only error, made clear
+    by ``core.refuse_writes``). Without these Python fell back to ``v = v <symbol> other``, so
+    a traced ``v += 1`` selected by the new values the elements it never changed, where NumPy
+    changes the caller's array, and where the same line with anything untraceable was refused
+    (a probe, 2026-12-06). On an array the function made (``w = v * 2; w += 1``) Python's
+    fallback is what NumPy does to a new array: NotImplemented lets it run."""
+
+    def op(self: Sym, other: Any) -> Any:
+        node = self._node
+        while type(node) is Call and node.fn in ("real", "imag"):
+            node = node.args[0]
+        if type(node) is Var:
+            which = "its argument" if node.name == "x" else f"its argument `{node.name}`"
+            raise self._tracer.refuse(
+                NotElementwise(
+                    f"the predicate writes into {which} (`{symbol}=`): it is called on the "
+                    "data itself (a chunk, its parts for the checks), which it must leave as "
+                    "it is; compute new arrays instead (v * 2, not v *= 2)"
+                )
+            )
+        return NotImplemented
+
+    op.__name__ = "__i" + _IN_PLACE[symbol] + "__"
+    return op
+
+
+# The augmented assignments' operators, by the dunder name each has after ``__i``.
+_IN_PLACE = {"+": "add", "-": "sub", "*": "mul", "/": "truediv", "//": "floordiv",
+             "%": "mod", "**": "pow", "&": "and", "|": "or", "^": "xor", "<<": "lshift",
+             ">>": "rshift", "@": "matmul"}  # fmt: skip
+
+
 def _called_by_vectorize() -> bool:
     """Whether the conversion under way is np.vectorize's, of a function applied per element
     (no ``signature``: a core signature makes it act on whole sub-arrays, not elementwise)."""
@@ -561,6 +595,13 @@ class Sym:
     __pos__ = _unary("positive")
     __abs__ = _unary("absolute")
     __invert__ = _unary("invert")
+
+    # augmented assignments (``v += 1``): refused on the argument, see _in_place
+    __iadd__, __isub__, __imul__ = _in_place("+"), _in_place("-"), _in_place("*")
+    __itruediv__, __ifloordiv__, __imod__ = _in_place("/"), _in_place("//"), _in_place("%")
+    __ipow__, __iand__, __ior__ = _in_place("**"), _in_place("&"), _in_place("|")
+    __ixor__, __ilshift__, __irshift__ = _in_place("^"), _in_place("<<"), _in_place(">>")
+    __imatmul__ = _in_place("@")
 
     def __pow__(self, other: Any) -> Any:
         # ndarray.__pow__ takes shortcuts for some exact Python scalars (numpy's
