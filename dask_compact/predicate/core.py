@@ -303,8 +303,9 @@ class Predicate:
         fails to broadcast an array it holds against ``a``, NotElementwise saying why (an
         array the shape of the whole input is compared with one chunk at a time)."""
         assert self.func is not None
+        given = given_to_callable(a)
         try:
-            return self.func(read_only(a))
+            got = self.func(given)
         except Exception as e:
             refuse_writes(e, self.source)
             if not (isinstance(e, ValueError) and "broadcast" in str(e)):
@@ -318,6 +319,8 @@ class Predicate:
                 "the whole input, compute the condition on the dask array (m = x > t) and use "
                 "dask_compact.compact(x, m)."
             ) from None
+        refuse_if_changed(given, a, self.source)
+        return got
 
     def _mask_of(self, got: Any, a: Any, xp: Any, what: str) -> Any:
         """:func:`check_mask` of what the callable returned for ``a``; where it refuses a mask
@@ -499,15 +502,45 @@ def read_only(a: Any) -> Any:
     return a
 
 
+def given_to_callable(a: Any) -> Any:
+    """What a mask-path callable is given of the data ``a``: a NumPy chunk as a read-only view
+    (:func:`read_only`); a CuPy one, which has no such flag, as a copy, which
+    :func:`refuse_if_changed` compares with ``a`` after the call. Until 2026-12-06 (forty-
+    fourth session, an audit after the traced ``v += 1`` of a probe) a mask-path callable
+    writing into its argument (``np.isin`` beside ``v *= 2``) changed the caller's CuPy
+    array, or a persisted chunk, silently. The copy and the comparison are two passes over
+    the chunk's bytes on the device, next to the CuPy kernels the mask path runs anyway."""
+    if array_module(a) is np:
+        return read_only(a)
+    return a.copy()
+
+
+def refuse_if_changed(given: Any, a: Any, source: str) -> None:
+    """Raise the refusal of :func:`refuse_writes` where the callable changed ``given``, the
+    copy :func:`given_to_callable` made of the CuPy array ``a`` (compared as bytes: NaNs and
+    -0.0 compare by their bits)."""
+    if given is a or isinstance(given, np.ndarray):
+        return
+    xp = array_module(a)
+    now = given.reshape(-1).view(xp.uint8)
+    was = xp.ascontiguousarray(a).reshape(-1).view(xp.uint8)
+    if bool((now != was).any()):
+        raise ValueError(_writes_message(source, "it changed the values it was given"))
+
+
+def _writes_message(source: str, how: str) -> str:
+    return (
+        f"predicate {source} writes into its argument ({how}): it is called on the data "
+        "itself (a chunk, its parts for the checks), which it must leave as it is; "
+        "compute new arrays instead (v * 2, not v *= 2)"
+    )
+
+
 def refuse_writes(e: Exception, source: str) -> None:
     """Raise a ValueError saying what to do where ``e`` is NumPy's refusal to write into a
     read-only argument (:func:`read_only`); return otherwise."""
     if isinstance(e, ValueError) and "read-only" in str(e):
-        raise ValueError(
-            f"predicate {source} writes into its argument ({e}): it is called on the data "
-            "itself (a chunk, its parts for the checks), which it must leave as it is; "
-            "compute new arrays instead (v * 2, not v *= 2)"
-        ) from None
+        raise ValueError(_writes_message(source, str(e))) from None
 
 
 def check_parts(part: Callable[[slice], Any], m: Any, n: int, source: str, xp: Any,

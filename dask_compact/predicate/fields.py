@@ -26,8 +26,10 @@ from .core import (
     check_mask,
     check_parts,
     failed_on,
+    given_to_callable,
     outside_arrays,
     read_only,
+    refuse_if_changed,
     refuse_writes,
 )
 from .expr import variables
@@ -184,6 +186,8 @@ def record_mask(p: Predicate, fields: dict[str, Any], n: int, xp: Any = None, *,
     assert func is not None
     if n == 0:  # no rows, nothing selected: not called (see Predicate.mask)
         return xp.zeros(0, dtype=bool)
+    # a CuPy field is given as a copy (core.given_to_callable), compared after the calls
+    read = {name: given_to_callable(fields[name]) for name in p.fields}
     try:
         got = func(**read)
     except Exception as e:
@@ -208,4 +212,6 @@ def record_mask(p: Predicate, fields: dict[str, Any], n: int, xp: Any = None, *,
         return check_mask(func(**{f: v[sl] for f, v in read.items()}), like[sl], p.source, xp)
 
     check_parts(part, m, n, p.source, xp, every_row)
+    for name in p.fields:
+        refuse_if_changed(read[name], fields[name], p.source)
     return m

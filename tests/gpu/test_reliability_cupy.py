@@ -569,3 +569,58 @@ def test_float_remainder_and_floor_divide_match_numpy_at_special_values(dtype):
                     if not np.array_equal(got, want):
                         bad.append((text, got.tolist(), want.tolist()))
     assert not bad, (dtype, len(bad), bad[:20])
+
+
+def _adds_out(v):
+    np.add(v, 1, out=v)  # ufunc out=: the tracer stops, the mask path runs it
+    return v > 3
+
+
+def _adds_to_astype(v):
+    w = v.astype(v.dtype, copy=False)  # the argument itself
+    w += 1
+    return w > 3
+
+
+def _reads_only(v):
+    return np.isin(v, cupy.asarray([2.0, 5.0])) | np.isnan(v)
+
+
+@pytest.mark.parametrize("pred", [_adds_out, _adds_to_astype])
+def test_a_mask_path_callable_writing_into_its_cupy_argument_is_refused_and_changes_nothing(pred):
+    """CuPy arrays have no read-only flag: a mask-path callable writing into its argument
+    changed the caller's CuPy array (or a persisted chunk) silently, where a NumPy one is
+    refused (2026-12-06). It now gets a copy, compared after the call: refused, and every
+    input as it was (contiguous, a strided view, persisted chunks, record fields)."""
+    c = cupy.arange(1.0, 9.0)
+    with pytest.raises(ValueError, match="writes into its argument"):
+        dask_compact.compact_array(c, pred)
+    cupy.testing.assert_array_equal(c, cupy.arange(1.0, 9.0))
+    big = cupy.arange(1.0, 17.0)
+    with pytest.raises(ValueError, match="writes into its argument"):
+        dask_compact.compact_array(big[::2], pred)
+    cupy.testing.assert_array_equal(big, cupy.arange(1.0, 17.0))
+    x = da.from_array(np.arange(1.0, 9.0), chunks=3).map_blocks(cupy.asarray).persist()
+    with pytest.raises(ValueError, match="writes into its argument"):
+        x.map_compact(pred)
+    cupy.testing.assert_array_equal(x.compute(), cupy.arange(1.0, 9.0))
+
+    def record(mass, energy):
+        return pred(mass) & (energy > 0)
+
+    fields = {"mass": cupy.arange(1.0, 9.0), "energy": cupy.ones(8)}
+    with pytest.raises(ValueError, match="writes into its argument"):
+        dask_compact.compact_records(fields, record)
+    cupy.testing.assert_array_equal(fields["mass"], cupy.arange(1.0, 9.0))
+
+
+def test_a_mask_path_callable_reading_its_cupy_argument_is_not_refused():
+    """The comparison is of bytes: NaNs, -0.0 and a strided input are no change."""
+    a = np.array([2.0, np.nan, -0.0, 5.0, 7.0, np.nan, 0.0, 2.0] * 5)
+    for given in (cupy.asarray(a), cupy.asarray(np.repeat(a, 2))[::2]):
+        got = dask_compact.compact_array(given, _reads_only)
+        np.testing.assert_array_equal(cupy.asnumpy(got), a[np.isin(a, [2.0, 5.0]) | np.isnan(a)])
+    fields = {"mass": cupy.asarray(a), "energy": cupy.ones(a.size)}
+    got = dask_compact.compact_records(fields, lambda mass, energy: _reads_only(mass))
+    np.testing.assert_array_equal(cupy.asnumpy(got["mass"]),
+                                  a[np.isin(a, [2.0, 5.0]) | np.isnan(a)])  # fmt: skip
