@@ -108,6 +108,32 @@ def test_a_complete_sharded_zarr_is_accepted(tmp_path):
     np.testing.assert_array_equal(values(tmp_path / "out.zarr"), a[a > 0.25])
 
 
+@pytest.mark.parametrize("allow", [False, True])
+def test_a_damaged_shard_index_is_one_line_naming_the_shard(tmp_path, allow):
+    """One byte of a shard's index flipped (its checksum then fails): the up-front count of
+    stored chunks gave zarr's traceback (a probe, 2026-12-06); now one line naming the shard,
+    exit 2, nothing written. With --allow-missing-chunks the index is not read up front, and
+    the read of the chunk fails as a job error naming it."""
+    a = np.random.default_rng(3).random(1003)
+    store = tmp_path / "in.zarr"
+    zarr.create_array(store=str(store), shape=a.shape, dtype="f8", chunks=(10,),
+                      shards=(30,))[:] = a
+    shard = store / "c" / "1"
+    raw = bytearray(shard.read_bytes())
+    raw[-2] ^= 1  # inside the index's checksum, at the shard's end
+    shard.write_bytes(bytes(raw))
+    out = tmp_path / "out.zarr"
+    if allow:
+        res = run(store, out, "--where", "x > 0.25", "--allow-missing-chunks", code=1)
+        assert "Stored and computed checksum do not match" in res.output
+    else:
+        res = run(store, out, "--where", "x > 0.25", code=2)
+        assert "the index of its shard c/1 cannot be read" in res.output
+        assert "Stored and computed checksum do not match" in res.output
+    assert "Traceback" not in res.output
+    assert not out.exists() and litter(tmp_path) == []
+
+
 def _linked_input(tmp_path: Path, kind: str) -> tuple[Path, np.ndarray, str]:
     """A Zarr input whose chunks lie in a folder reached through a symbolic link, as a user
     moves them to another disk: (INPUT, its values, the values' output array)."""

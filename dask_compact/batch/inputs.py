@@ -407,7 +407,10 @@ def check_chunks_stored(node: Any, path: str) -> None:
     # nchunks_initialized counts a stored shard as all its chunks: a probe's shard with two of
     # its three chunks never written was accepted, and they read as NaN
     if sharding is not None:
-        stored = inner_chunks_stored(node, sharding, keys)
+        try:
+            stored = inner_chunks_stored(node, sharding, keys)
+        except ShardIndexError as e:
+            raise click.BadParameter(f"{path!r}: {e}", param_hint="INPUT") from None
     elif keys is None:
         stored = int(node.nchunks_initialized)
     else:
@@ -444,6 +447,13 @@ def sharding_codec(node: Any) -> Any:
     return codecs[0] if codecs and isinstance(codecs[0], ShardingCodec) else None
 
 
+class ShardIndexError(ValueError):
+    """A stored shard's index could not be read or decoded (:func:`inner_chunks_stored`).
+    Until 2026-12-06 (forty-fourth session, a probe: one byte of a shard's index flipped)
+    zarr's checksum error came out of the up-front check as a traceback, where a damaged
+    chunk read later is one line naming it."""
+
+
 def inner_chunks_stored(node: Any, codec: Any, keys: set[str] | None = None) -> int:
     """How many chunks of the sharded array ``node`` are stored: the chunks that each stored
     shard's index gives a place (a chunk never written has offset and length 2^64-1 there),
@@ -477,7 +487,14 @@ def inner_chunks_stored(node: Any, codec: Any, keys: set[str] | None = None) -> 
 
     async def count(coords: tuple[int, ...]) -> int:
         key = node.metadata.encode_chunk_key(coords)
-        index = await codec._load_shard_index_maybe(arr.store_path / key, per_shard)
+        try:
+            index = await codec._load_shard_index_maybe(arr.store_path / key, per_shard)
+        except Exception as e:  # noqa: BLE001 -- said with the shard's key, see ShardIndexError
+            raise ShardIndexError(
+                f"the index of its shard {key} cannot be read ({type(e).__name__}: {e}): the "
+                "store may be damaged (a checksum that does not match is a changed or "
+                "truncated file)"
+            ) from e
         if index is None:  # gone since the listing
             return 0
         inside = tuple(slice(0, min(n, g - c * n))
