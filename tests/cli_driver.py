@@ -6,6 +6,8 @@
   is created once the writes have started: a signal then lands mid-write.
 * ``pause-swap``: no renameat2 (the two-rename fallback), and READY is created between moving
   the old OUTPUT aside and moving the new one in, where the job then sleeps: SIGKILL there.
+* ``slow-removal``: READY as the writes start; the removal of the temporary group creates
+  READY.removing, then sleeps 1 s before it removes: a signal repeated mid-removal.
 * ``pause-write``: READY is created as the writes start, then the job sleeps (SIGKILL there
   leaves a temporary group behind).
 * ``pause-remove-old``: READY as the old output that ``--overwrite`` replaced starts being
@@ -43,6 +45,34 @@ def main() -> None:
         real_write = tasks.write_chunk
 
         def slow(*args):  # a closure: distributed workers get it by value
+            time.sleep(0.5)
+            return real_write(*args)
+
+        tasks.write_chunk = slow
+
+        def submit_write(self, j, parts):
+            ready.touch()
+            return real_submit(self, j, parts)
+
+        stream._Stream.submit_write = submit_write
+    elif hook == "slow-removal":
+        # READY as the writes start; the removal of the temporary group then first creates
+        # READY.removing and sleeps 1 s: a signal repeated there (a batch system's second
+        # SIGTERM) lands mid-removal
+        import shutil
+
+        real_rmtree = shutil.rmtree
+
+        def slow_rmtree(path, *args, **kwargs):
+            if output.TMP_MARK in str(path):
+                ready.with_suffix(".removing").touch()
+                time.sleep(1.0)
+            return real_rmtree(path, *args, **kwargs)
+
+        shutil.rmtree = slow_rmtree
+        real_write = tasks.write_chunk
+
+        def slow(*args):  # the writes slow, so that the job is mid-write at the first signal
             time.sleep(0.5)
             return real_write(*args)
 

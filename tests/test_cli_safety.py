@@ -1262,6 +1262,33 @@ def test_signal_mid_write_one_line_exit_code_no_litter(npy, tmp_path, sig, code,
     assert litter(tmp_path) == []
 
 
+@pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)],
+                         ids=["sigterm", "sigint"])
+def test_a_signal_repeated_during_the_clean_up_leaves_no_litter(npy, tmp_path, sig, code):
+    """A batch system repeats its SIGTERM (a user presses Ctrl-C again) while the job removes
+    its temporary group: the removal held Ctrl-C but not SIGTERM, which cut it short (a
+    probe, 2026-12-06: three SIGTERMs 0.3 s apart left 11,604 files of it beside OUTPUT).
+    The clean-up, and the wait for the job's threads before it, now hold both."""
+    path, _ = npy
+    out = tmp_path / "out.zarr"
+    ready = tmp_path / "ready"
+    proc = start("slow-removal", ready, path, out, "--where", "x > 0.5", "--chunks", "500",
+                 "--output-chunks", "500", "--local", "threads")
+    wait_for(ready, proc)
+    os.killpg(proc.pid, sig)
+    wait_for(ready.with_suffix(".removing"), proc)
+    for _ in range(3):
+        os.killpg(proc.pid, sig)
+        time.sleep(0.1)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == code, stderr
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "was not written" in lines[0], stderr
+    assert not out.exists()
+    time.sleep(1.0)  # nothing recreates the temporary group afterwards
+    assert litter(tmp_path) == []
+
+
 @pytest.mark.parametrize("sig, code, word", [(signal.SIGINT, 130, "interrupted"),
                                              (signal.SIGTERM, 143, "terminated")])
 def test_signal_before_the_job_one_line_exit_code(npy, tmp_path, monkeypatch, sig, code,

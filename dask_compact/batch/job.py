@@ -25,6 +25,7 @@ from .output import Target, job_identity, marker
 from .plan import Layout, row_bytes, writes_per_task
 from .runner import Runner
 from .shared import check_chunks_written, check_workers_read, check_workers_see
+from .signals import cleaning_up
 from .stream import Job, charge_threads, run_stream
 from .tasks import OutputArrays, peak_rss
 
@@ -241,12 +242,16 @@ def stream_and_commit(runner: Runner, target: Target, make_job: Callable[[], Job
         # A cluster left without workers past --no-workers-timeout: the stream saved its
         # manifest, and the group is kept for --resume (a local OUTPUT's)
         keep = isinstance(e, NoWorkers) and not target.url
-        try:
-            if ex is not None:
-                ex.stop()
-        finally:  # a second Ctrl-C while the tasks end must not leave the group
-            if not keep:
-                target.discard()
+        # A second Ctrl-C or SIGTERM while the tasks end must not cut it short: the threads
+        # of a job without a cluster wrote on into the group after its removal (a probe's
+        # three SIGTERMs 0.3 s apart left 295 files of it beside OUTPUT).
+        with cleaning_up():
+            try:
+                if ex is not None:
+                    ex.stop()
+            finally:
+                if not keep:
+                    target.discard()
         if isinstance(e, NoWorkers):
             import click
 

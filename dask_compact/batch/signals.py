@@ -116,9 +116,14 @@ def ignored(*signums: int) -> Iterator[None]:
             signal.signal(s, handler)
 
 
-def sigint_ignored() -> contextlib.AbstractContextManager[None]:
-    """Ctrl-C waits while the file system is being put in order."""
-    return ignored(signal.SIGINT)
+def cleaning_up() -> contextlib.AbstractContextManager[None]:
+    """While the file system is being put in order (a temporary output removed): Ctrl-C
+    ignored, SIGTERM held and delivered after (:func:`held`). Until 2026-12-06 SIGTERM was
+    not held: a probe's three SIGTERMs 0.3 s apart (a batch system repeating its request)
+    cut the removal of the temporary group short, and 11,604 of its files were left
+    beside OUTPUT for the next job to remove; the first SIGTERM had already started the
+    clean-up and set the exit status."""
+    return held()
 
 
 # The signals each :func:`deferred` block now open holds, innermost last (main thread only)
