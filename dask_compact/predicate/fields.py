@@ -199,6 +199,7 @@ def record_mask(p: Predicate, fields: dict[str, Any], n: int, xp: Any = None, *,
                                  f"{_rows_advice(longer)}") from None  # fmt: skip
         e.add_note(failed_on(p.source, "the fields", next(iter(read.values()), like)))
         raise
+    _refuse_if_changed(read, fields, p)
     if str(getattr(got, "dtype", "")) == "bool" and tuple(got.shape) not in ((), (n,)):
         # of more than one row, as long as what it returned (a (1,) constant, a lookup table
         # it indexed, are no mask of all the rows)
@@ -211,7 +212,18 @@ def record_mask(p: Predicate, fields: dict[str, Any], n: int, xp: Any = None, *,
     def part(sl: slice) -> Any:
         return check_mask(func(**{f: v[sl] for f, v in read.items()}), like[sl], p.source, xp)
 
-    check_parts(part, m, n, p.source, xp, every_row)
+    try:
+        check_parts(part, m, n, p.source, xp, every_row)
+    except NotElementwise:
+        # a part's call that wrote into the copies it was given reads as another answer:
+        # said as the write it is (a GPU run: it was refused as not elementwise)
+        _refuse_if_changed(read, fields, p)
+        raise
+    _refuse_if_changed(read, fields, p)
+    return m
+
+
+def _refuse_if_changed(read: dict[str, Any], fields: dict[str, Any], p: Predicate) -> None:
+    """:func:`.core.refuse_if_changed` of each field the callable was given a copy of."""
     for name in p.fields:
         refuse_if_changed(read[name], fields[name], p.source)
-    return m
