@@ -8,6 +8,8 @@
   the old OUTPUT aside and moving the new one in, where the job then sleeps: SIGKILL there.
 * ``slow-removal``: READY as the writes start; the removal of the temporary group creates
   READY.removing, then sleeps 1 s before it removes: a signal repeated mid-removal.
+* ``hang-start``: a local cluster's start that never ends, after starting a child process
+  (READY holds its pid), under a 2 s limit.
 * ``pause-write``: READY is created as the writes start, then the job sleeps (SIGKILL there
   leaves a temporary group behind).
 * ``pause-remove-old``: READY as the old output that ``--overwrite`` replaced starts being
@@ -83,6 +85,23 @@ def main() -> None:
             return real_submit(self, j, parts)
 
         stream._Stream.submit_write = submit_write
+    elif hook == "hang-start":
+        # a local cluster whose start never ends (as distributed's, where a nanny cannot start
+        # its process): it starts a child process first, and the limit is 2 s; READY is the
+        # child's pid
+        import subprocess
+
+        import distributed
+
+        from dask_compact.batch import runner
+
+        def hanging_cluster(*args, **kwargs):
+            child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+            ready.write_text(str(child.pid))
+            time.sleep(600)
+
+        distributed.LocalCluster = hanging_cluster
+        runner.LOCAL_START_LIMIT_S = 2.0
     elif hook == "pause-write":
 
         def submit_write(self, j, parts):

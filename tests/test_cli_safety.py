@@ -8,6 +8,7 @@ under test); everything else runs in-process through click's runner.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import fcntl
 import json
 import os
@@ -1260,6 +1261,37 @@ def test_signal_mid_write_one_line_exit_code_no_litter(npy, tmp_path, sig, code,
     assert not out.exists()
     time.sleep(1.0)  # nothing recreates the temporary group afterwards
     assert litter(tmp_path) == []
+
+
+def test_a_local_cluster_that_never_starts_ends_the_job(npy, tmp_path):
+    """distributed's LocalCluster waited forever where its nannies could not start their
+    processes (a probe, 2026-12-06: the command run as a user whose multiprocessing resource
+    tracker died), and the start ignores Ctrl-C and SIGTERM (the workers inherit that): only
+    SIGKILL ended the command, its lock left beside OUTPUT. The start is bounded now: one
+    line, exit 1, the processes the start made killed, nothing left."""
+    import psutil
+
+    path, _ = npy
+    out = tmp_path / "out.zarr"
+    ready = tmp_path / "ready"
+    began = time.monotonic()
+    proc = start("hang-start", ready, path, out, "--where", "x > 0.5", "--local", "processes",
+                 "--workers", "2")
+    try:
+        _, stderr = proc.communicate(timeout=90)
+    finally:
+        proc.kill()  # SIGKILL: what alone ended the command before (it ignored the others)
+        if ready.exists():
+            with contextlib.suppress(psutil.NoSuchProcess):
+                psutil.Process(int(ready.read_text())).kill()
+    assert proc.returncode == 1, stderr
+    assert time.monotonic() - began < 60
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "the local cluster did not start in 2 s" in lines[0], stderr
+    child = int(ready.read_text())
+    with contextlib.suppress(psutil.NoSuchProcess):
+        assert psutil.Process(child).status() == psutil.STATUS_ZOMBIE  # killed, not reaped
+    assert not out.exists() and litter(tmp_path) == []
 
 
 @pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)],

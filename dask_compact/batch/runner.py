@@ -365,7 +365,7 @@ def _start_retrying_once(make: Callable[[], Any]) -> Any:
     for attempt in (1, 2):
         try:
             with ignored(signal.SIGINT, signal.SIGTERM), _no_warning_of_a_failed_start():
-                return make()
+                return _within_limit(make, LOCAL_START_LIMIT_S)
         except (AssertionError, TimeoutError) as e:
             if attempt == 2:
                 raise
@@ -376,6 +376,52 @@ def _start_retrying_once(make: Callable[[], Any]) -> Any:
                 raise click.ClickException(failed_start(e.__cause__)) from None
             raise
     raise AssertionError("unreachable")
+
+
+# The longest a local cluster's start may take (a start takes seconds, tens of seconds on a
+# loaded machine): past it the job ends with an error, instead of waiting forever with Ctrl-C
+# and SIGTERM ignored. A probe (2026-12-06), the command run as a user whose
+# multiprocessing resource tracker died: every nanny logged "Failed to start process"
+# (BrokenPipeError) and distributed's LocalCluster waited on, more than 10 minutes; only
+# SIGKILL ended the command, and it left its lock file beside OUTPUT.
+LOCAL_START_LIMIT_S = 120.0
+
+
+def _within_limit(make: Callable[[], Any], limit: float) -> Any:
+    """``make()`` run in a thread and waited for at most ``limit`` seconds; past that the
+    processes it started are killed and the job ends with a ClickException. In a thread, as
+    the main thread cannot be woken from distributed's wait otherwise while the signals are
+    ignored (their disposition is the process's: the workers that thread spawns inherit it
+    all the same)."""
+    import concurrent.futures
+    import threading
+
+    import psutil
+
+    me = psutil.Process()
+    before = {c.pid for c in me.children(recursive=True)}
+    done: concurrent.futures.Future = concurrent.futures.Future()
+
+    def run() -> None:
+        try:
+            done.set_result(make())
+        except BaseException as e:  # noqa: BLE001 -- raised in the main thread below
+            done.set_exception(e)
+
+    threading.Thread(target=run, name="dask-compact-cluster-start", daemon=True).start()
+    try:
+        return done.result(timeout=limit)
+    except concurrent.futures.TimeoutError:
+        if done.done():  # the start's own TimeoutError (the caller tries once more), or its
+            return done.result()  # cluster, just made
+    for child in me.children(recursive=True):
+        if child.pid not in before:
+            with contextlib.suppress(psutil.Error):
+                child.kill()
+    raise click.ClickException(
+        f"the local cluster did not start in {limit:.0f} s (see distributed's log above: a "
+        "worker process that cannot start); nothing was written. Run with --local threads, "
+        "or start a cluster yourself and pass --scheduler")
 
 
 # What distributed logs (a WARNING) as it closes a cluster whose start failed; the start's
