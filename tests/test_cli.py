@@ -576,6 +576,22 @@ def test_a_resume_refused_names_the_options_that_differ(tmp_path):
     a[5] = 2.0
     np.testing.assert_array_equal(zarr.open_array(str(out / "values"))[:], a[a > 0.3])
 
+def test_a_resume_takes_the_same_where_written_otherwise(tmp_path):
+    """``x>0.3`` and ``(x > 0.3)`` are one predicate: a --resume with the other spelling was
+    refused as another job's (a probe, 2026-12-06); another predicate still is."""
+    a = np.random.default_rng(10).random(20011)
+    path = tmp_path / "in.zarr"
+    zarr.create_array(store=str(path), shape=a.shape, chunks=(1000,), dtype=a.dtype)[:] = a
+    out = tmp_path / "o.zarr"
+    args = ("--output-chunks", "500", "--local", "threads")
+    kill_halfway(tmp_path, path, out, "--where", "x > 0.3", *args, writes=5)
+    res = run(path, out, "--where", "x > 0.35", *args, "--resume", code=2)
+    assert "(--where: 'x > 0.3' then, 'x > 0.35' now)" in res.output
+    res = run(path, out, "--where", "( x>0.3 )", *args, "--resume")
+    assert "resum" in res.output
+    np.testing.assert_array_equal(zarr.open_array(str(out / "values"))[:], a[a > 0.3])
+
+
 def _zarr_v2(path: Path, a: np.ndarray) -> None:
     from numcodecs import Blosc
 

@@ -21,7 +21,7 @@ from .executor import ClientExecutor, Executor, NoWorkers, ThreadExecutor
 from .host_buffers import pool_for_job
 from .inputs import Source, xarray_encodings
 from .manifest import Manifest, made_files
-from .output import Target, job_identity, marker
+from .output import Target, job_identity, marker, where_key
 from .plan import Layout, row_bytes, writes_per_task
 from .runner import Runner
 from .shared import check_chunks_written, check_workers_read, check_workers_see
@@ -42,7 +42,7 @@ def describe(src: Source, where: str, mode: str, output_chunks: int | None) -> d
         "shape": list(src.shape),
         "dtype": str(src.dtype),
         "rows": src.row_chunk,
-        "where": where,
+        "where": where_key(where),
         "output": mode,
         "out_chunk": layout.out_chunk,
         "version": dask_compact.__version__,

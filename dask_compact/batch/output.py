@@ -84,6 +84,19 @@ def rename2(src: str, dst: str, flags: int) -> bool:
     raise OSError(err, os.strerror(err), src, None, dst)
 
 
+def where_key(where: str) -> str:
+    """``--where`` as a job's description keeps it: Python's own form of the expression, so
+    that spacing and redundant parentheses (``x<0.5``, ``(x < 0.5)``) are one job for
+    ``--resume`` (a probe, 2026-12-06: they were refused as another job's). The text as typed
+    where it does not parse as Python (the parser's refusal comes first anyway)."""
+    import ast
+
+    try:
+        return ast.unparse(ast.parse(where.strip(), mode="eval"))
+    except (SyntaxError, ValueError, RecursionError):
+        return where
+
+
 def job_identity(job: dict[str, Any]) -> str:
     """A short token of a job's description (:func:`.job.describe`, what a resume must
     share), kept in the output's marker: a ``--resume`` that finds OUTPUT complete and no

@@ -52,7 +52,7 @@ from .inputs import (
 )
 from .job import writes_chunk_files
 from .manifest import Manifest, made_files
-from .output import Target, job_identity
+from .output import Target, job_identity, where_key
 from .plan import INDEX_BYTES, Layout, row_bytes, task_rows, writes_per_task
 from .reader import Reader, ZarrRows, chunk_files_reader, zarr_fingerprint
 from .record_tasks import INDICES, RecordReader, read_compact_records
@@ -618,7 +618,7 @@ def describe(inp: GroupInput, where: str, mode: str, output_chunks: int | None,
         "fields": list(inp.written),
         "kept": list(inp.kept),
         "copied": copied_fingerprint(inp),  # the kept arrays and the group's attributes
-        "where": where,
+        "where": where_key(where),
         "output": mode,
         "row_chunk": row_chunk(inp),
         "out_chunk": out_chunk_rows(inp, output_chunks),
