@@ -265,8 +265,12 @@ def start_local_cluster(runner: Runner, kind: str, device: str, n_workers: int |
         n_gpus = n_workers or _device_count()
         threads = max(1, CPU_COUNT // max(1, n_gpus))
         cluster = runner._stack.enter_context(
+            # in the main thread, unbounded, as before 2c01321: a LocalCUDACluster made in
+            # another thread (_within_limit) has not been run on a GPU host yet (the session
+            # that bounded the start had no device time left)
             _start_retrying_once(
-                lambda: LocalCUDACluster(n_workers=n_workers, threads_per_worker=threads)
+                lambda: LocalCUDACluster(n_workers=n_workers, threads_per_worker=threads),
+                bounded=False,
             )
         )
         runner.description = f"LocalCUDACluster ({len(cluster.workers)} GPU workers)"
@@ -353,7 +357,16 @@ def loaded_rss() -> int:
     return int(psutil.Process().memory_info().rss)
 
 
-def _start_retrying_once(make: Callable[[], Any]) -> Any:
+# The longest a local cluster's start may take (a start takes seconds, tens of seconds on a
+# loaded machine): past it the job ends with an error, instead of waiting forever with Ctrl-C
+# and SIGTERM ignored. A probe (2026-12-06), the command run as a user whose
+# multiprocessing resource tracker died: every nanny logged "Failed to start process"
+# (BrokenPipeError) and distributed's LocalCluster waited on, more than 10 minutes; only
+# SIGKILL ended the command, and it left its lock file beside OUTPUT.
+LOCAL_START_LIMIT_S = 120.0
+
+
+def _start_retrying_once(make: Callable[[], Any], bounded: bool = True) -> Any:
     """Start a local cluster; once more if its start timed out.
 
     distributed waits a fixed 10 s for the cluster's IO-loop thread to run (``LoopRunner``:
@@ -365,7 +378,7 @@ def _start_retrying_once(make: Callable[[], Any]) -> Any:
     for attempt in (1, 2):
         try:
             with ignored(signal.SIGINT, signal.SIGTERM), _no_warning_of_a_failed_start():
-                return _within_limit(make, LOCAL_START_LIMIT_S)
+                return _within_limit(make, LOCAL_START_LIMIT_S) if bounded else make()
         except (AssertionError, TimeoutError) as e:
             if attempt == 2:
                 raise
@@ -378,13 +391,6 @@ def _start_retrying_once(make: Callable[[], Any]) -> Any:
     raise AssertionError("unreachable")
 
 
-# The longest a local cluster's start may take (a start takes seconds, tens of seconds on a
-# loaded machine): past it the job ends with an error, instead of waiting forever with Ctrl-C
-# and SIGTERM ignored. A probe (2026-12-06), the command run as a user whose
-# multiprocessing resource tracker died: every nanny logged "Failed to start process"
-# (BrokenPipeError) and distributed's LocalCluster waited on, more than 10 minutes; only
-# SIGKILL ended the command, and it left its lock file beside OUTPUT.
-LOCAL_START_LIMIT_S = 120.0
 
 
 def _within_limit(make: Callable[[], Any], limit: float) -> Any:
