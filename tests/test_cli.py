@@ -351,6 +351,12 @@ def test_input_errors(tmp_path, zarr2d):
     assert "dtype" in run(tmp_path / "words.npy", out, "-w", "x > 0", code=2).output
     np.save(tmp_path / "objects.npy", np.array([{}, 1], dtype=object))
     assert "memory-map" in run(tmp_path / "objects.npy", out, "-w", "x > 0", code=2).output
+    # a file named .npy without NumPy's header: np.load calls it pickled data (a probe)
+    for name, raw in (("garbage.npy", b"garbage"), ("empty.npy", b"")):
+        (tmp_path / name).write_bytes(raw)
+        res = run(tmp_path / name, out, "-w", "x > 0", code=2)
+        assert "is not a .npy file (it does not start with NumPy's header" in res.output
+        assert "pickled" not in res.output
     group = tmp_path / "group.zarr"
     zarr.open_group(store=str(group), mode="w").create_array("data", shape=(4,), dtype="f8")
     res = run(group, out, "-w", "x > 0", code=2)

@@ -5,6 +5,7 @@ dtype and a reader of row blocks (no dask array: the streaming job reads blocks 
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
 import struct
 from collections.abc import Callable
@@ -223,6 +224,15 @@ def open_npy(path: str, chunks: int | None) -> Source:
             param_hint="INPUT",
         )
     p = local(path)
+    # np.load calls any file without NumPy's header pickled data (a probe's 7 bytes of text
+    # were refused as "pickled (object) data", 2026-12-06); an unreadable file is np.load's
+    # to refuse below, as before
+    with contextlib.suppress(OSError), open(p, "rb") as f:
+        if f.read(len(np.lib.format.MAGIC_PREFIX)) != np.lib.format.MAGIC_PREFIX:
+            raise click.BadParameter(
+                f"{path!r} is not a .npy file (it does not start with NumPy's header, "
+                f"{np.lib.format.MAGIC_PREFIX!r}): give a .npy file written by np.save, or a "
+                "Zarr array", param_hint="INPUT")
     try:
         mm = np.load(p, mmap_mode="r")
     except ValueError as e:  # object dtype: "Array can't be memory-mapped"; a bad header
