@@ -549,6 +549,23 @@ def test_corrupted_chunk_is_named_and_resume_after_the_fix_works(zin, tmp_path):
     np.testing.assert_array_equal(group(out)[1]["values"], a[a > 0.3])
 
 
+def test_a_failed_task_on_local_worker_processes_is_one_line(zin, tmp_path):
+    """The worker processes of ``--local processes`` share the command's stderr, where
+    distributed's "Compute Failed" log of the failed task (its key, task and traceback) came
+    above the job's one line (a probe, 2026-12-06)."""
+    path, _ = zin
+    (path / "c" / "7").write_bytes(b"\x28\xb5\x2f\xfd" + os.urandom(200))
+    out = tmp_path / "out.zarr"
+    proc = subprocess.run(
+        [sys.executable, "-m", "dask_compact", str(path), str(out), "--where", "x > 0.3",
+         "--local", "processes", "--workers", "2", "--no-progress"],
+        capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert proc.returncode == 1, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "input chunk 7 (rows 35000:40000)" in lines[0], proc.stderr
+    assert not out.exists() and litter(tmp_path) == []
+
+
 @pytest.mark.parametrize("how", ["failed", "SIGINT", "partly there"])
 def test_the_folders_a_failed_job_made_for_output_are_removed(zin, tmp_path, how):
     """OUTPUT's missing folders are made for its lock and temporary output: until 2026-12-02
