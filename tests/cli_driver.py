@@ -43,7 +43,8 @@ def main() -> None:
 
     real_submit = stream._Stream.submit_write
 
-    if hook == "slow-write":
+    def slow_writes() -> None:
+        """Every output chunk write sleeps 0.5 s; READY as the writes start."""
         real_write = tasks.write_chunk
 
         def slow(*args):  # a closure: distributed workers get it by value
@@ -57,6 +58,9 @@ def main() -> None:
             return real_submit(self, j, parts)
 
         stream._Stream.submit_write = submit_write
+
+    if hook == "slow-write":
+        slow_writes()
     elif hook == "slow-removal":
         # READY as the writes start; the removal of the temporary group then first creates
         # READY.removing and sleeps 1 s: a signal repeated there (a batch system's second
@@ -72,19 +76,7 @@ def main() -> None:
             return real_rmtree(path, *args, **kwargs)
 
         shutil.rmtree = slow_rmtree
-        real_write = tasks.write_chunk
-
-        def slow(*args):  # the writes slow, so that the job is mid-write at the first signal
-            time.sleep(0.5)
-            return real_write(*args)
-
-        tasks.write_chunk = slow
-
-        def submit_write(self, j, parts):
-            ready.touch()
-            return real_submit(self, j, parts)
-
-        stream._Stream.submit_write = submit_write
+        slow_writes()  # the job mid-write at the first signal
     elif hook == "hang-start":
         # a local cluster whose start never ends (as distributed's, where a nanny cannot start
         # its process): it starts a child process first, and the limit is 2 s; READY is the

@@ -1254,7 +1254,14 @@ def test_signal_mid_write_one_line_exit_code_no_litter(npy, tmp_path, sig, code,
     wait_for(ready, proc)
     time.sleep(0.5)  # tasks running on the workers
     os.killpg(proc.pid, sig)
-    stdout, stderr = proc.communicate(timeout=120)
+    _ends_in_one_line_and_leaves_nothing(proc, code, out, tmp_path)
+
+
+def _ends_in_one_line_and_leaves_nothing(proc: subprocess.Popen, code: int, out: Path,
+                                        tmp_path: Path) -> None:
+    """The signalled job exits ``code`` with one line saying OUTPUT was not written, and
+    leaves nothing beside it."""
+    _, stderr = proc.communicate(timeout=120)
     assert proc.returncode == code, stderr
     lines = [line for line in stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "was not written" in lines[0], stderr
@@ -1312,13 +1319,7 @@ def test_a_signal_repeated_during_the_clean_up_leaves_no_litter(npy, tmp_path, s
     for _ in range(3):
         os.killpg(proc.pid, sig)
         time.sleep(0.1)
-    stdout, stderr = proc.communicate(timeout=120)
-    assert proc.returncode == code, stderr
-    lines = [line for line in stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and "was not written" in lines[0], stderr
-    assert not out.exists()
-    time.sleep(1.0)  # nothing recreates the temporary group afterwards
-    assert litter(tmp_path) == []
+    _ends_in_one_line_and_leaves_nothing(proc, code, out, tmp_path)
 
 
 @pytest.mark.parametrize("sig, code, word", [(signal.SIGINT, 130, "interrupted"),
