@@ -25,7 +25,7 @@ from .output import Target, job_identity, marker, where_key
 from .plan import Layout, row_bytes, writes_per_task
 from .runner import Runner
 from .shared import check_chunks_written, check_workers_read, check_workers_see
-from .signals import cleaning_up
+from .signals import held
 from .stream import Job, charge_threads, run_stream
 from .tasks import OutputArrays, peak_rss
 
@@ -245,7 +245,7 @@ def stream_and_commit(runner: Runner, target: Target, make_job: Callable[[], Job
         # A second Ctrl-C or SIGTERM while the tasks end must not cut it short: the threads
         # of a job without a cluster wrote on into the group after its removal (a probe's
         # three SIGTERMs 0.3 s apart left 295 files of it beside OUTPUT).
-        with cleaning_up():
+        with held():
             try:
                 if ex is not None:
                     ex.stop()

@@ -44,7 +44,7 @@ from .caches import CACHE_PROTOCOLS, looked_past, resolved
 from .inputs import is_url, local, url_protocols
 from .manifest import Manifest
 from .shared import SHARED_CHECK
-from .signals import cleaning_up, held, raise_if_interrupted
+from .signals import held, raise_if_interrupted
 
 TMP_MARK = ".dask-compact-tmp-"
 OLD_SUFFIX = "-old"
@@ -558,7 +558,7 @@ class Target:
         made the group again after its removal."""
         if self.committed:
             return
-        with cleaning_up():
+        with held():
             _settle_io_before_removal()
             if self.url:
                 if self.fs.exists(self.tmp_path):

@@ -296,7 +296,7 @@ def _quiet_task_failures() -> None:
     above that line (a probe, 2026-12-06). Other worker logs stay."""
     import logging
 
-    logging.getLogger("distributed.worker").addFilter(_DropPrefix("Compute Failed"))
+    logging.getLogger("distributed.worker").addFilter(_DropMessage("Compute Failed"))
 
 
 def _quiet_logs() -> None:
@@ -403,8 +403,6 @@ def _start_retrying_once(make: Callable[[], Any], bounded: bool = True) -> Any:
     raise AssertionError("unreachable")
 
 
-
-
 def _within_limit(make: Callable[[], Any], limit: float) -> Any:
     """``make()`` run in a thread and waited for at most ``limit`` seconds; past that the
     processes it started are killed and the job ends with a ClickException. In a thread, as
@@ -447,22 +445,16 @@ def _within_limit(make: Callable[[], Any], limit: float) -> Any:
 _FAILED_START_LOG = "Cluster closed without starting up"
 
 
-class _DropPrefix(logging.Filter):
+class _DropMessage(logging.Filter):
+    """Drops the records whose message (its format string, before any arguments) starts
+    with ``prefix``."""
+
     def __init__(self, prefix: str) -> None:
         super().__init__()
         self.prefix = prefix
 
     def filter(self, record: logging.LogRecord) -> bool:
         return not (isinstance(record.msg, str) and record.msg.startswith(self.prefix))
-
-
-class _DropMessage(logging.Filter):
-    def __init__(self, message: str) -> None:
-        super().__init__()
-        self.message = message
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return record.getMessage() != self.message
 
 
 @contextlib.contextmanager

@@ -235,9 +235,9 @@ def _remove_check_folder(folder: str) -> None:
     import shutil
     import time
 
-    from .signals import cleaning_up
+    from .signals import held
 
-    with cleaning_up():
+    with held():
         for _ in range(3):
             shutil.rmtree(folder, ignore_errors=True)
             if not os.path.lexists(folder):

@@ -116,16 +116,6 @@ def ignored(*signums: int) -> Iterator[None]:
             signal.signal(s, handler)
 
 
-def cleaning_up() -> contextlib.AbstractContextManager[None]:
-    """While the file system is being put in order (a temporary output removed): Ctrl-C
-    ignored, SIGTERM held and delivered after (:func:`held`). Until 2026-12-06 SIGTERM was
-    not held: a probe's three SIGTERMs 0.3 s apart (a batch system repeating its request)
-    cut the removal of the temporary group short, and 11,604 of its files were left
-    beside OUTPUT for the next job to remove; the first SIGTERM had already started the
-    clean-up and set the exit status."""
-    return held()
-
-
 # The signals each :func:`deferred` block now open holds, innermost last (main thread only)
 _held: list[list[int]] = []
 
@@ -168,6 +158,12 @@ def held() -> Iterator[None]:
     """Ctrl-C ignored and SIGTERM held for the duration, SIGTERM delivered right after (main
     thread only; elsewhere a no-op): the renames that put a new output in place, which an
     interrupt must not split from the record that they were done. (SIGTERM had unwound the
-    commit of an ``--overwrite`` after the swap, and the job said OUTPUT was not written.)"""
+    commit of an ``--overwrite`` after the swap, and the job said OUTPUT was not written.)
+
+    Also the clean-up of the file system (a temporary output removed, and the wait for the
+    job's threads before it): until 2026-12-06 that held Ctrl-C alone, and a probe's three
+    SIGTERMs 0.3 s apart (a batch system repeating its request) cut the removal short,
+    leaving 11,604 files of the group beside OUTPUT; the first SIGTERM had already started
+    the clean-up and set the exit status."""
     with deferred(signal.SIGTERM), ignored(signal.SIGINT):
         yield

@@ -174,13 +174,13 @@ def record_mask(p: Predicate, fields: dict[str, Any], n: int, xp: Any = None, *,
     same values for parts of the rows computed alone as within the chunk (``check_parts``;
     every row alone with ``every_row``).
     """
-    read = {name: read_only(fields[name]) for name in p.fields}
     if xp is None:
         xp = array_module(next(iter(fields.values())))
     like = xp.empty(n, dtype=bool)
     if p.expr is not None:
         from .expr import evaluate
 
+        read = {name: read_only(fields[name]) for name in p.fields}
         return check_mask(evaluate(p.expr, read, p.params, xp), like, p.source, xp)
     func: Any = p.func  # a record predicate's callable takes the fields by keyword
     assert func is not None
