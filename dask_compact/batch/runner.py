@@ -265,12 +265,8 @@ def start_local_cluster(runner: Runner, kind: str, device: str, n_workers: int |
         n_gpus = n_workers or _device_count()
         threads = max(1, CPU_COUNT // max(1, n_gpus))
         cluster = runner._stack.enter_context(
-            # in the main thread, unbounded, as before 2c01321: a LocalCUDACluster made in
-            # another thread (_within_limit) has not been run on a GPU host yet (the session
-            # that bounded the start had no device time left)
             _start_retrying_once(
-                lambda: LocalCUDACluster(n_workers=n_workers, threads_per_worker=threads),
-                bounded=False,
+                lambda: LocalCUDACluster(n_workers=n_workers, threads_per_worker=threads)
             )
         )
         runner.description = f"LocalCUDACluster ({len(cluster.workers)} GPU workers)"
@@ -378,7 +374,7 @@ def loaded_rss() -> int:
 LOCAL_START_LIMIT_S = 120.0
 
 
-def _start_retrying_once(make: Callable[[], Any], bounded: bool = True) -> Any:
+def _start_retrying_once(make: Callable[[], Any]) -> Any:
     """Start a local cluster; once more if its start timed out.
 
     distributed waits a fixed 10 s for the cluster's IO-loop thread to run (``LoopRunner``:
@@ -390,7 +386,7 @@ def _start_retrying_once(make: Callable[[], Any], bounded: bool = True) -> Any:
     for attempt in (1, 2):
         try:
             with ignored(signal.SIGINT, signal.SIGTERM), _no_warning_of_a_failed_start():
-                return _within_limit(make, LOCAL_START_LIMIT_S) if bounded else make()
+                return _within_limit(make, LOCAL_START_LIMIT_S)
         except (AssertionError, TimeoutError) as e:
             if attempt == 2:
                 raise
