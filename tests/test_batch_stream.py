@@ -176,13 +176,14 @@ class ArrayRows:
         return self.a[r0:r1].copy()
 
 
-def stream_once(tmp_path, a, where, mode, rows, out_chunk, budget, threads=2, writes=1):
+def stream_once(tmp_path, a, where, mode, rows, out_chunk, budget, threads=2, writes=1,
+                reader_type=ArrayRows):
     Src = source_of(a)
 
     lay = Layout.make(a.shape, a.dtype.itemsize, rows, out_chunk)
     store = str(tmp_path / f"g-{mode}-{rows}-{out_chunk}-{budget}-{writes}.zarr")
     create_group(store, lay, Src, mode, {"complete": False})
-    reader = ArrayRows(a)
+    reader = reader_type(a)
     job = Job(reader, lay, where, mode, "cpu", OutputArrays(store, NAMES[mode], lay.out_chunk),
               budget, Manifest({}), store, writes_per_task=writes)
     ex = ThreadExecutor(threads)
@@ -262,6 +263,39 @@ def test_budget_bounds_what_is_in_flight(tmp_path):
     _, arrays, job = stream_once(tmp_path, a, "x < 0.5", "both", 1000, 700, budget, threads=2)
     assert job.stats.peak_reserved <= budget
     np.testing.assert_array_equal(arrays["values"], a[a < 0.5])
+
+
+@pytest.mark.parametrize("stall", [False, True])
+def test_tiny_tasks_are_held_a_bounded_number_at_a_time(tmp_path, monkeypatch, stall):
+    """Tasks far smaller than the budget: no more input chunks held at once than
+    stream.tasks_ahead allows (their bookkeeping is memory the budget does not see; every
+    task was in flight at once before), also behind a first chunk that stalls while the
+    later ones are read, and NumPy's arrays."""
+    from dask_compact.batch import stream
+
+    monkeypatch.setattr(stream, "TASKS_AHEAD_MIN", 6)
+    monkeypatch.setattr(stream, "TASKS_AHEAD_PER_THREAD", 1)
+
+    class SlowFirst(ArrayRows):
+        def read(self, r0, r1):
+            if stall and r0 == 0:
+                time.sleep(0.3)
+            return super().read(r0, r1)
+
+    a = np.random.default_rng(11).random(997)
+    _, arrays, job = stream_once(tmp_path, a, "x > 0.3", "both", 3, 5, 10**9, threads=2,
+                                 reader_type=SlowFirst)
+    assert job.stats.peak_held == 6
+    np.testing.assert_array_equal(arrays["values"], a[a > 0.3])
+    np.testing.assert_array_equal(arrays["indices"], np.flatnonzero(a > 0.3))
+
+
+def test_tasks_ahead_grows_with_the_threads():
+    from dask_compact.batch.stream import TASKS_AHEAD_MIN, TASKS_AHEAD_PER_THREAD, tasks_ahead
+
+    assert tasks_ahead(0) == tasks_ahead(2) == TASKS_AHEAD_MIN
+    many = 4 * TASKS_AHEAD_MIN // TASKS_AHEAD_PER_THREAD
+    assert tasks_ahead(many) == 4 * TASKS_AHEAD_MIN
 
 
 def test_a_failed_read_names_the_chunk(tmp_path):

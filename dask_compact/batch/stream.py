@@ -42,6 +42,20 @@ from .tasks import OutputArrays, PieceInfo, info, take
 
 MANIFEST_EVERY_S = 1.0  # a manifest a second behind only means a little recomputation
 
+# The most input chunks held at once (read, being read, or waiting for their writes), beside
+# the budget's bytes: each costs some kilobytes of bookkeeping (its futures, callbacks, the
+# executor's and the scheduler's task state) that the budget does not see. With tiny tasks
+# (`--chunks 7`) the budget admitted every task at once: 37,450 in flight and 349 MB at
+# 2^18 elements, 3.4 GB after 10 minutes at 2^22. Far more than the threads can use: a
+# task's read ahead of its turn only needs to cover the others' latency.
+TASKS_AHEAD_MIN = 1024
+TASKS_AHEAD_PER_THREAD = 16
+
+
+def tasks_ahead(threads: int) -> int:
+    """How many input chunks a job of ``threads`` threads holds at most (see TASKS_AHEAD_MIN)."""
+    return max(TASKS_AHEAD_MIN, TASKS_AHEAD_PER_THREAD * threads)
+
 
 @dataclass
 class Stats:
@@ -56,6 +70,7 @@ class Stats:
     gpu_encoded: int = 0  # output chunks (of each array) encoded on a GPU
     write_tasks: int = 0  # the tasks that wrote them (several chunks a task: .plan.writes_per_task)
     peak_reserved: int = 0  # the most charged to pieces at once (see _Stream.admit)
+    peak_held: int = 0  # the most input chunks held at once (see tasks_ahead)
     fixed: int = 0  # the threads' own buffers, charged for the whole job (charge_threads)
     minimum: int = 0  # the least the job can run in (plan.job_minimum)
     pool_peak: int = 0  # the most the selections' pool held, idle buffers included
@@ -143,6 +158,7 @@ class _Stream:
         self.reserved = 0  # charged to pieces; the budget holds it and the threads' buffers
         self.charged: dict[int, int] = {}
         self.held = 0  # input chunks read or being read whose pieces some write may still need
+        self.max_held = tasks_ahead(ex.threads)
         self.reading = 0  # input chunks being read and compacted (count not yet known)
         self.writes = 0  # output chunks being written
         self.last_save = 0.0
@@ -207,8 +223,9 @@ class _Stream:
 
     def admit(self) -> None:
         """Start reading input chunks while the budget allows (the threads' buffers and the
-        pieces' charges), and always one if nothing runs (no read, no write): pieces waiting
-        for the rest of their output chunk must not stall the job. So a budget below the job's
+        pieces' charges) and fewer than ``max_held`` are held (:func:`tasks_ahead`), and
+        always one if nothing runs (no read, no write): pieces waiting for the rest of their
+        output chunk must not stall the job. So a budget below the job's
         minimum (:func:`.plan.job_minimum`) runs one task at a time and holds at most that
         minimum, which the summary then shows above the budget."""
         while self.next_submit < self.layout.nchunks:
@@ -225,7 +242,8 @@ class _Stream:
             if early is not None and i < early.count:  # decoded outside the threads' buffers
                 cost = max(cost, early_read.early_cost(self.layout, i, self.job.mode))
             if (self.reading or self.writes) and (
-                    self.fixed + self.reserved + cost > self.job.budget):
+                    self.fixed + self.reserved + cost > self.job.budget
+                    or self.held >= self.max_held):
                 return
             r0, r1 = self.layout.rows[i], self.layout.rows[i + 1]
             task = self.job.task or tasks.read_compact
@@ -238,6 +256,7 @@ class _Stream:
             self.reserved += cost
             self.job.stats.peak_reserved = max(self.job.stats.peak_reserved, self.reserved)
             self.held += 1
+            self.job.stats.peak_held = max(self.job.stats.peak_held, self.held)
             self.reading += 1
             self.next_submit += 1
             self.ex.on_done(summary, self._event("piece", i))
