@@ -637,6 +637,49 @@ def test_a_callable_that_writes_into_its_argument_is_refused_and_changes_nothing
     np.testing.assert_array_equal(fields["mass"], np.arange(1, 9))
 
 
+def test_a_callable_that_makes_its_argument_writeable_is_refused_and_changes_nothing():
+    """The read-only view a mask-path callable gets was a view of the caller's writeable
+    array, so ``setflags(write=True)`` turned writing back on: the call selected the values
+    written, and the caller's array was left changed (compact_array raised NotElementwise
+    after writing; a records probe, 2026-12-06). The view's base is now no array: refused
+    before anything is written, also on the parts of a chunk the checks call it on."""
+    def sevens(v):
+        m = np.isin(v, [1, 2, 3])
+        v.setflags(write=True)
+        v[:] = 7
+        return m
+
+    calls = []
+
+    def sevens_on_a_part(v):  # from its second call on: the parts the checks call it on
+        calls.append(1)
+        if len(calls) % 2 == 0:
+            v.setflags(write=True)
+            v[:] = 7
+        return np.isin(v, [1, 2, 3])
+
+    for pred in (sevens, sevens_on_a_part):
+        calls.clear()
+        c = np.arange(1, 9)
+        with pytest.raises(ValueError, match="writes into its argument"):
+            dask_compact.compact_array(c, pred)
+        np.testing.assert_array_equal(c, np.arange(1, 9))
+        held = da.from_array(np.arange(1, 9), chunks=4).persist()
+        with pytest.raises(ValueError, match="writes into its argument"):
+            held.map_compact(pred).compute()
+        np.testing.assert_array_equal(held.compute(), np.arange(1, 9))
+
+    def record(a, b):
+        return sevens(a) & (b > 0)
+
+    fields = {"a": np.arange(1, 9), "b": np.ones(8)}
+    with pytest.raises(ValueError, match="writes into its argument"):
+        dask_compact.compact_records(fields, record)
+    with pytest.raises(ValueError, match="writes into its argument"):
+        dask_compact.compact_records_into(fields, record, {"a": np.empty(8, np.int64)})
+    np.testing.assert_array_equal(fields["a"], np.arange(1, 9))
+
+
 def _adds_in_place(v):
     v += 1
     return v > 1
