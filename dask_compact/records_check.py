@@ -25,6 +25,7 @@ from .validate import (
     native,
     other_order_dtype,
     overlaps,
+    refuse_masked_out,
     xarray_object,
 )
 
@@ -261,6 +262,7 @@ def check_into(fields: dict[str, Any], out: Any, count: Any, stream: Any) -> dic
                 f"{INDICES!r} receives the row numbers)"
             )
         buf = in_memory(buf)
+        refuse_masked_out(buf, f"out[{name!r}]")
         if not hasattr(buf, "dtype") or _module_of(buf) != kind or not hasattr(buf, "flags"):
             raise TypeError(f"out[{name!r}] must be a {kind} array like the fields")
         if kind == "cupy" and buf.device.id != first.device.id:

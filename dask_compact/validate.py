@@ -1175,10 +1175,24 @@ def check_apart(buffers: dict[str, Any], spans: dict[int, tuple[int, int]] | Non
                 raise ValueError(f"{r} and {q} overlap; each needs memory of its own")
 
 
+def refuse_masked_out(buf: Any, role: str) -> None:
+    """Refuse a masked array as an output buffer: the call writes its values, not its mask,
+    so a masked element would hide a selected value. compact_into wrote into one, its mask
+    left as it was; compact_records_into passed one to the compiled loop, which refused it
+    with numba's traceback on a process's first call and took it after a plain buffer's (a
+    records probe, 2026-12-06)."""
+    if isinstance(buf, np.ma.MaskedArray):
+        raise TypeError(f"{role} is a masked array: the call writes its values, not its mask, "
+                        "so a masked element would hide a selected value. Pass a plain array (a "
+                        "masked array's .data is a view of its values)")
+
+
 def check_into_buffer(a: Any, buf: Any, role: str, dtype: np.dtype, size: int) -> None:
     """``buf`` can receive ``size`` elements of ``dtype`` for input ``a``: the same array type
-    (and device), 1-D, C-contiguous, writeable, the exact dtype, the capacity, no overlap."""
+    (and device), 1-D, C-contiguous, writeable, the exact dtype, the capacity, no overlap;
+    not a masked array (:func:`refuse_masked_out`)."""
     kind = _module_of(a)
+    refuse_masked_out(buf, role)
     if not hasattr(buf, "dtype") or _module_of(buf) != kind or not hasattr(buf, "flags"):
         raise TypeError(
             f"{role} must be a {kind} array like the input, not {type(buf).__module__}."

@@ -117,6 +117,11 @@ def test_property_matches_numpy(a, t):
          "1 element"),
         (lambda a: np.empty(a.size, a.dtype), {"stream": object()}, TypeError, "stream is for"),
         (lambda a: np.empty(a.size, a.dtype), {"output": "mask"}, ValueError, "output"),
+        # written into with its mask left as it was until 2026-12-06 (a records probe)
+        (lambda a: np.ma.zeros(a.size, a.dtype), {}, TypeError,
+         r"out \(values\) is a masked array"),
+        (lambda a: (np.empty(a.size, a.dtype), np.ma.zeros(a.size, np.int64)),
+         {"output": "both"}, TypeError, "is a masked array.*values, not its mask"),
     ],
 )
 def test_bad_buffers_refused_and_untouched(make, kwargs, err, match):

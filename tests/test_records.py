@@ -892,6 +892,22 @@ def test_into_a_buffer_of_the_wrong_shape_is_told_the_shape_it_needs():
         cri(g, "m > 1", {"img": np.empty((4, 5, 2), np.uint8)})
 
 
+def test_a_masked_buffer_is_refused_on_any_call():
+    """A masked array as an output buffer of compact_records_into passed the checks, then the
+    compiled loop refused it with numba's traceback on a process's first call of its layout,
+    and took it after a plain buffer's (a records probe, 2026-12-06). Refused on every call
+    now, before anything is written: the mask would not be written."""
+    f = particles(20)
+    cri = dask_compact.compact_records_into
+    for first in (True, False):
+        if not first:
+            cri(f, "mass > 1", {"r": np.empty(20), "indices": np.empty(20, np.int64)})
+        for name, buf in (("r", np.ma.zeros(20)), ("indices", np.ma.zeros(20, np.int64))):
+            with pytest.raises(TypeError, match=re.escape(f"out[{name!r}] is a masked array")):
+                cri(f, "mass > 1", {name: buf})
+            assert not buf.any()
+
+
 def test_a_reduction_in_a_record_predicate_is_refused_naming_the_fields():
     # Until 2026-12-01 the refusal was the one-array one, "`m = float(x.mean().compute())`
     # then `lambda v: v > m`", naming neither the fields nor the record (the eleventh
