@@ -892,6 +892,28 @@ def test_into_a_buffer_of_the_wrong_shape_is_told_the_shape_it_needs():
         cri(g, "m > 1", {"img": np.empty((4, 5, 2), np.uint8)})
 
 
+def test_a_field_named_outside_pythons_name_form_is_the_one_read():
+    """Python reads names in Unicode's NFKC form: in a string predicate ``\ufb01eld`` (the
+    "fi" ligature) is ``field``. Beside a field named ``field`` the other field was read
+    without a word, and alone it was refused naming a ``field`` never typed (a records
+    probe, 2026-12-06). The name read is the field it stands for; one that stands for two
+    fields is refused, and so is a callable's parameter that reaches no field."""
+    lig = "\ufb01eld"
+    a = np.arange(10.0)
+    b = -a
+    for text in (f"{lig} > -3", "field > -3"):  # either spelling, one field
+        got = dask_compact.compact_records({lig: b, "y": a}, text, indices=True)
+        np.testing.assert_array_equal(got["indices"], np.flatnonzero(b > -3))
+        np.testing.assert_array_equal(got[lig], b[b > -3])
+    x = {lig: da.from_array(b, chunks=3), "y": da.from_array(a, chunks=4)}
+    got = dask_compact.compact_records(x, f"({lig} > -5) & (y > 1)", indices=True)
+    np.testing.assert_array_equal(got["indices"].compute(), np.flatnonzero((b > -5) & (a > 1)))
+    with pytest.raises(ValueError, match="the same name for the fields 'field', '\ufb01eld'"):
+        dask_compact.compact_records({"field": a, lig: b}, f"{lig} > -3")
+    with pytest.raises(ValueError, match="reads the name '\ufb01eld' as 'field'"):
+        dask_compact.compact_records({lig: b}, lambda field: field > -3)
+
+
 def test_a_masked_buffer_is_refused_on_any_call():
     """A masked array as an output buffer of compact_records_into passed the checks, then the
     compiled loop refused it with numba's traceback on a process's first call of its layout,

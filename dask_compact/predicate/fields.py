@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import unicodedata
 from collections.abc import Callable
 from typing import Any
 
@@ -77,9 +78,14 @@ def callable_fields(func: Callable[..., Any], names: tuple[str, ...]) -> tuple[s
         if prm.name in names:
             taken.append(prm.name)
         elif prm.default is inspect.Parameter.empty:
+            # Python reads a parameter's name in its NFKC form: `lambda \ufb01eld: ...` takes
+            # `field`, which no keyword of the field's own spelling reaches
+            spelt = [n for n in names if unicodedata.normalize("NFKC", n) == prm.name]
+            why = (f"; Python reads the name {spelt[0]!r} as {prm.name!r} (Unicode's NFKC "
+                   "form): rename the field, or use a string expression" if spelt else "")
             raise ValueError(
                 f"the record predicate takes {prm.name!r}, which is not a field "
-                f"(fields: {', '.join(names)})"
+                f"(fields: {', '.join(names)}){why}"
             )
     # None taken (lambda: True): a constant, as the string "True" is; refused until
     # 2026-12-01 where the string was taken (a record probe). Its trace must give one

@@ -20,6 +20,7 @@ import functools
 import math
 import numbers
 import re
+import unicodedata
 from collections.abc import Callable
 from typing import Any
 
@@ -430,6 +431,28 @@ class _Interpreter:
         return v
 
 
+def _spell_names_as_the_fields(text: str, tree: ast.AST, names: tuple[str, ...]) -> None:
+    """Python reads every name in its NFKC form (``\ufb01eld``, with the "fi" ligature, is
+    read as ``field``), so a field whose name is in another form was not found, or, beside a
+    field named in that form, the other field was read without a word: a records probe's
+    ``"\ufb01eld > -3"`` selected by ``field`` (2026-12-06). Each name read is set to the
+    field it stands for; one that stands for several fields is refused."""
+    spelt: dict[str, list[str]] = {}
+    for n in names:
+        spelt.setdefault(unicodedata.normalize("NFKC", n), []).append(n)
+    if all(len(v) == 1 and v[0] == k for k, v in spelt.items()):
+        return  # every field's name in Python's form (the common case)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and node.id in spelt:
+            fields = spelt[node.id]
+            if len(fields) > 1:
+                raise _refuse(text, f"the name {node.id!r}",
+                              f": Python reads it as the same name for the fields "
+                              f"{', '.join(map(repr, fields))} (names are read in Unicode's "
+                              f"NFKC form); rename one of them")
+            node.id = fields[0]
+
+
 def parse(text: str, names: tuple[str, ...] | None = None) -> Predicate:
     """Parse a predicate string in ``x`` (or in the record fields ``names``) into a fused
     :class:`Predicate`.
@@ -452,6 +475,8 @@ def parse(text: str, names: tuple[str, ...] | None = None) -> Predicate:
                          f"{e.msg}{_syntax_hint(text)}") from None
     except (RecursionError, MemoryError):
         raise _refuse(text, "nesting this deep") from None
+    if names is not None:
+        _spell_names_as_the_fields(text, tree, names)
     _check(text, tree, (_VARIABLE,) if names is None else names)
     tracer = Tracer()
     try:
