@@ -680,6 +680,30 @@ def test_a_callable_that_makes_its_argument_writeable_is_refused_and_changes_not
     np.testing.assert_array_equal(fields["a"], np.arange(1, 9))
 
 
+@pytest.mark.parametrize("a", [
+    np.arange(7.0), np.arange(20)[::3], np.arange(12.0).reshape(3, 4)[:, 1:3],
+    np.arange(6, dtype=">i4"), np.zeros(0), np.ones(()), np.array(["ab", "c"]),
+    np.array([1, "a", None], dtype=object), np.arange(4).astype("M8[s]"),
+    np.zeros(3, dtype=np.dtype({"names": ["a", "b"], "formats": ["f8", "i1"],
+                                "offsets": [0, 12], "itemsize": 16})),
+    np.rec.array([(1, 2.0)], dtype=[("a", "i4"), ("b", "f8")]), np.matrix([[1, 2]]),
+], ids=lambda a: f"{type(a).__name__}-{a.dtype}-{a.shape}")
+def test_a_frozen_view_is_the_array_and_stays_read_only(a):
+    """core.frozen (what a mask-path callable gets of a NumPy chunk): the same dtype (a
+    structured one with gaps too: the array interface names its padding), shape, type and
+    values, read-only, and neither it nor a part of it can be made writeable."""
+    from dask_compact.predicate.core import frozen
+
+    v = frozen(a)
+    assert (v.dtype, v.shape, type(v)) == (a.dtype, a.shape, type(a))
+    assert a.dtype == object or v.tobytes() == a.tobytes()
+    for view in (v, v[1:] if v.ndim else v):
+        assert not view.flags.writeable
+        with pytest.raises(ValueError, match="WRITEABLE"):
+            view.setflags(write=True)
+        assert frozen(view) is view  # a part of a frozen chunk is not wrapped again
+
+
 def _adds_in_place(v):
     v += 1
     return v > 1

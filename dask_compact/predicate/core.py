@@ -524,11 +524,15 @@ class _Frozen:
 def frozen(a: np.ndarray) -> np.ndarray:
     """A view of ``a`` that cannot be made writeable (see :class:`_Frozen`), of its type;
     ``a`` itself where it is one already, or a view of one (a part of a chunk the checks
-    call the callable on: its base is the frozen view, whose base is no array)."""
+    call the callable on: its bases, a short chain as NumPy collapses them, end at one)."""
     base = a.base
-    if type(base) is _Frozen or (isinstance(base, np.ndarray) and type(base.base) is _Frozen):
+    while isinstance(base, np.ndarray):
+        base = base.base
+    if type(base) is _Frozen:
         return a
     v = np.asarray(_Frozen(a))
+    if v.dtype != a.dtype:  # a structured dtype with gaps: the interface names its padding
+        v = v.view(a.dtype)
     return v if type(a) is np.ndarray else v.view(type(a))
 
 
