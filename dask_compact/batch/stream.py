@@ -42,18 +42,23 @@ from .tasks import OutputArrays, PieceInfo, info, take
 
 MANIFEST_EVERY_S = 1.0  # a manifest a second behind only means a little recomputation
 
-# The most input chunks held at once (read, being read, or waiting for their writes), beside
-# the budget's bytes: each costs some kilobytes of bookkeeping (its futures, callbacks, the
-# executor's and the scheduler's task state) that the budget does not see. With tiny tasks
-# (`--chunks 7`) the budget admitted every task at once: 37,450 in flight and 349 MB at
-# 2^18 elements, 3.4 GB after 10 minutes at 2^22. Far more than the threads can use: a
-# task's read ahead of its turn only needs to cover the others' latency.
+# The most input chunks being read and compacted at once (their counts not yet known),
+# beside the budget's bytes: each costs some kilobytes of bookkeeping (its futures,
+# callbacks, the executor's and the scheduler's task state) that the budget does not see.
+# With tiny tasks (`--chunks 7`) the budget admitted every task at once: 37,450 in flight and
+# 349 MB at 2^18 elements, 3.4 GB after 10 minutes at 2^22. Far more than the threads can
+# use: a task's read ahead of its turn only needs to cover the others' latency. Only reads
+# count: the pieces read and waiting for the rest of their output chunk are as many as a
+# sparse selection needs to fill one (1/p chunks at selectivity p, the output chunk being
+# one input chunk's elements), so counting them made a job of `x > 0.9999` read one chunk
+# at a time once that many waited (a review, the same day: 14.5 s against 9.0 s at 2^20).
 TASKS_AHEAD_MIN = 1024
 TASKS_AHEAD_PER_THREAD = 16
 
 
 def tasks_ahead(threads: int) -> int:
-    """How many input chunks a job of ``threads`` threads holds at most (see TASKS_AHEAD_MIN)."""
+    """How many input chunks a job of ``threads`` threads reads at once at most (see
+    TASKS_AHEAD_MIN)."""
     return max(TASKS_AHEAD_MIN, TASKS_AHEAD_PER_THREAD * threads)
 
 
@@ -70,7 +75,7 @@ class Stats:
     gpu_encoded: int = 0  # output chunks (of each array) encoded on a GPU
     write_tasks: int = 0  # the tasks that wrote them (several chunks a task: .plan.writes_per_task)
     peak_reserved: int = 0  # the most charged to pieces at once (see _Stream.admit)
-    peak_held: int = 0  # the most input chunks held at once (see tasks_ahead)
+    peak_reading: int = 0  # the most input chunks being read at once (see tasks_ahead)
     fixed: int = 0  # the threads' own buffers, charged for the whole job (charge_threads)
     minimum: int = 0  # the least the job can run in (plan.job_minimum)
     pool_peak: int = 0  # the most the selections' pool held, idle buffers included
@@ -158,7 +163,8 @@ class _Stream:
         self.reserved = 0  # charged to pieces; the budget holds it and the threads' buffers
         self.charged: dict[int, int] = {}
         self.held = 0  # input chunks read or being read whose pieces some write may still need
-        self.max_held = tasks_ahead(ex.threads)
+        self.max_reading = tasks_ahead(ex.threads)
+        self.refilling = True  # False from reaching the cap until half the reads have ended
         self.reading = 0  # input chunks being read and compacted (count not yet known)
         self.writes = 0  # output chunks being written
         self.last_save = 0.0
@@ -223,7 +229,7 @@ class _Stream:
 
     def admit(self) -> None:
         """Start reading input chunks while the budget allows (the threads' buffers and the
-        pieces' charges) and fewer than ``max_held`` are held (:func:`tasks_ahead`), and
+        pieces' charges) and fewer than ``max_reading`` are read (:func:`tasks_ahead`), and
         always one if nothing runs (no read, no write): pieces waiting for the rest of their
         output chunk must not stall the job. So a budget below the job's
         minimum (:func:`.plan.job_minimum`) runs one task at a time and holds at most that
@@ -237,13 +243,20 @@ class _Stream:
                 self.charged[i] = 0
                 self.piece_done(i, PieceInfo(self.skippable[i], 0, 0.0, 0.0, "skipped"))
                 continue
+            # checked first: the loop asks at every event. Once at the cap, reads start
+            # again when half of them have ended, in a burst (see TASKS_AHEAD_MIN)
+            if self.reading >= self.max_reading:
+                self.refilling = False
+                return
+            if not self.refilling and self.reading > self.max_reading // 2:
+                return
+            self.refilling = True
             cost = chunk_cost(self.layout, i, self.job.mode, self.copies)
             early = early_read.active()
             if early is not None and i < early.count:  # decoded outside the threads' buffers
                 cost = max(cost, early_read.early_cost(self.layout, i, self.job.mode))
             if (self.reading or self.writes) and (
-                    self.fixed + self.reserved + cost > self.job.budget
-                    or self.held >= self.max_held):
+                    self.fixed + self.reserved + cost > self.job.budget):
                 return
             r0, r1 = self.layout.rows[i], self.layout.rows[i + 1]
             task = self.job.task or tasks.read_compact
@@ -256,8 +269,8 @@ class _Stream:
             self.reserved += cost
             self.job.stats.peak_reserved = max(self.job.stats.peak_reserved, self.reserved)
             self.held += 1
-            self.job.stats.peak_held = max(self.job.stats.peak_held, self.held)
             self.reading += 1
+            self.job.stats.peak_reading = max(self.job.stats.peak_reading, self.reading)
             self.next_submit += 1
             self.ex.on_done(summary, self._event("piece", i))
 
