@@ -702,6 +702,11 @@ def test_a_frozen_view_is_the_array_and_stays_read_only(a):
         with pytest.raises(ValueError, match="WRITEABLE"):
             view.setflags(write=True)
         assert frozen(view) is view  # a part of a frozen chunk is not wrapped again
+        # no writeable array through `.base` (the caller's was, until a review)
+        b = view.base
+        while b is not None:
+            assert not (isinstance(b, np.ndarray) and b.flags.writeable)
+            b = getattr(b, "base", None)
 
 
 def _adds_in_place(v):

@@ -896,20 +896,38 @@ def test_a_field_named_outside_pythons_name_form_is_the_one_read():
     """Python reads names in Unicode's NFKC form: in a string predicate ``\ufb01eld`` (the
     "fi" ligature) is ``field``. Beside a field named ``field`` the other field was read
     without a word, and alone it was refused naming a ``field`` never typed (a records
-    probe, 2026-12-06). The name read is the field it stands for; one that stands for two
-    fields is refused, and so is a callable's parameter that reaches no field."""
-    lig = "\ufb01eld"
+    probe, 2026-12-06). A name is read as typed where a field is so named; typed in another
+    form, it is the one field that Python reads alike (two are refused); typed in Python's
+    form it is Python's (a full-width field does not replace ``inf``, ``pi`` or ``abs``: a
+    review of the first fix). A callable's parameter that reaches no field says why."""
+    lig, wide = "\ufb01eld", "\uff46\uff49\uff45\uff4c\uff44"  # ﬁeld, ｆｉｅｌｄ
     a = np.arange(10.0)
     b = -a
-    for text in (f"{lig} > -3", "field > -3"):  # either spelling, one field
-        got = dask_compact.compact_records({lig: b, "y": a}, text, indices=True)
-        np.testing.assert_array_equal(got["indices"], np.flatnonzero(b > -3))
-        np.testing.assert_array_equal(got[lig], b[b > -3])
+    got = dask_compact.compact_records({lig: b, "y": a}, f"{lig} > -3", indices=True)
+    np.testing.assert_array_equal(got["indices"], np.flatnonzero(b > -3))
+    np.testing.assert_array_equal(got[lig], b[b > -3])
+    both = {"field": a, lig: b, "other": a - 4}
+    for text, m in ((f"{lig} > -3", b > -3), ("field > 6", a > 6), (f"{wide} > -3", None),
+                    ("(other > 0) & (field < 8)", (a - 4 > 0) & (a < 8))):
+        if m is None:  # typed as neither field is named: Python's `field`, a field
+            m = a > -3
+        got = dask_compact.compact_records(both, text, indices=True)["indices"]
+        np.testing.assert_array_equal(got, np.flatnonzero(m))
+    # typed in a third form, which two fields read alike: refused
+    with pytest.raises(ValueError, match="as it reads the fields '\ufb01eld', '"):
+        dask_compact.compact_records({lig: b, wide: a}, "\uff46ield > 0")
+    np.testing.assert_array_equal(  # the one field read alike
+        dask_compact.compact_records({wide: b}, "\uff46ield > -3", indices=True)["indices"],
+        np.flatnonzero(b > -3))
     x = {lig: da.from_array(b, chunks=3), "y": da.from_array(a, chunks=4)}
     got = dask_compact.compact_records(x, f"({lig} > -5) & (y > 1)", indices=True)
     np.testing.assert_array_equal(got["indices"].compute(), np.flatnonzero((b > -5) & (a > 1)))
-    with pytest.raises(ValueError, match="the same name for the fields 'field', '\ufb01eld'"):
-        dask_compact.compact_records({"field": a, lig: b}, f"{lig} > -3")
+    c = np.array([1.0, 5.0, -10.0, 50.0])
+    for name, text, m in (("\uff49\uff4e\uff46", "x < inf", c < np.inf),
+                          ("\uff50\uff49", "x > pi", c > np.pi),
+                          ("\uff41\uff42\uff53", "abs(x) > 7", abs(c) > 7)):
+        got = dask_compact.compact_records({"x": c, name: np.zeros(4)}, text)["x"]
+        np.testing.assert_array_equal(got, c[m])
     with pytest.raises(ValueError, match="reads the name '\ufb01eld' as 'field'"):
         dask_compact.compact_records({lig: b}, lambda field: field > -3)
 

@@ -512,13 +512,15 @@ class _Frozen:
     probe's predicate did (``a.setflags(write=True); a[:] = 7``), and the call returned 7s
     and left the caller's array all 7s (2026-12-06)."""
 
-    __slots__ = ("__array_interface__", "base")
+    __slots__ = ("__array_interface__", "_owner")
 
     def __init__(self, a: np.ndarray) -> None:
         face = a.__array_interface__.copy()
         face["data"] = (face["data"][0], True)  # (address, read-only)
         self.__array_interface__ = face
-        self.base = a  # keeps the memory alive as long as the view
+        # keeps the memory alive as long as the view; not named `base`, which a callable
+        # walking `v.base.base` took to the caller's writeable array (a review)
+        self._owner = a
 
 
 def frozen(a: np.ndarray) -> np.ndarray:

@@ -431,25 +431,33 @@ class _Interpreter:
         return v
 
 
-def _spell_names_as_the_fields(text: str, tree: ast.AST, names: tuple[str, ...]) -> None:
+def _spell_names_as_the_fields(source: str, tree: ast.AST, names: tuple[str, ...]) -> None:
     """Python reads every name in its NFKC form (``\ufb01eld``, with the "fi" ligature, is
     read as ``field``), so a field whose name is in another form was not found, or, beside a
     field named in that form, the other field was read without a word: a records probe's
-    ``"\ufb01eld > -3"`` selected by ``field`` (2026-12-06). Each name read is set to the
-    field it stands for; one that stands for several fields is refused."""
+    ``"\ufb01eld > -3"`` selected by ``field`` (2026-12-06). A name is read as typed
+    (``source``: the text parsed) where that is a field's name; typed in another form than
+    Python's and naming no field so, it is the one field whose name reads as Python reads
+    it (refused where two do); typed in Python's form it is what Python reads (a field
+    ``\uff49\uff4e\uff46``, full-width, does not take the place of ``inf``)."""
     spelt: dict[str, list[str]] = {}
     for n in names:
         spelt.setdefault(unicodedata.normalize("NFKC", n), []).append(n)
     if all(len(v) == 1 and v[0] == k for k, v in spelt.items()):
         return  # every field's name in Python's form (the common case)
     for node in ast.walk(tree):
-        if isinstance(node, ast.Name) and node.id in spelt:
+        if not isinstance(node, ast.Name):
+            continue
+        typed = ast.get_source_segment(source, node)
+        if typed in names:
+            node.id = typed
+        elif typed != node.id and node.id not in names and node.id in spelt:
             fields = spelt[node.id]
             if len(fields) > 1:
-                raise _refuse(text, f"the name {node.id!r}",
-                              f": Python reads it as the same name for the fields "
+                raise _refuse(source, f"the name {typed!r}",
+                              f": Python reads it as {node.id!r}, as it reads the fields "
                               f"{', '.join(map(repr, fields))} (names are read in Unicode's "
-                              f"NFKC form); rename one of them")
+                              f"NFKC form); write one of them as it is named")
             node.id = fields[0]
 
 
@@ -476,7 +484,7 @@ def parse(text: str, names: tuple[str, ...] | None = None) -> Predicate:
     except (RecursionError, MemoryError):
         raise _refuse(text, "nesting this deep") from None
     if names is not None:
-        _spell_names_as_the_fields(text, tree, names)
+        _spell_names_as_the_fields(text.strip(), tree, names)
     _check(text, tree, (_VARIABLE,) if names is None else names)
     tracer = Tracer()
     try:
