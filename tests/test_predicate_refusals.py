@@ -709,6 +709,18 @@ def test_a_frozen_view_is_the_array_and_stays_read_only(a):
             b = getattr(b, "base", None)
 
 
+def test_a_dtype_the_array_interface_cannot_say_gets_a_read_only_view():
+    """NumPy's StringDType has no array-interface form: core.frozen falls back to a plain
+    read-only view of it rather than fail (the calls refuse that dtype before a callable
+    sees it; this keeps frozen total)."""
+    from dask_compact.predicate.core import frozen
+
+    a = np.array(["a", "bb"], dtype=np.dtypes.StringDType())
+    v = frozen(a)
+    assert v.dtype == a.dtype and not v.flags.writeable and a.flags.writeable
+    assert list(v) == ["a", "bb"]
+
+
 def _adds_in_place(v):
     v += 1
     return v > 1

@@ -532,7 +532,10 @@ def frozen(a: np.ndarray) -> np.ndarray:
         base = base.base
     if type(base) is _Frozen:
         return a
-    v = np.asarray(_Frozen(a))
+    try:
+        v = np.asarray(_Frozen(a))
+    except (TypeError, ValueError):  # a dtype the interface cannot say (StringDType)
+        return read_only(a)
     if v.dtype != a.dtype:  # a structured dtype with gaps: the interface names its padding
         v = v.view(a.dtype)
     return v if type(a) is np.ndarray else v.view(type(a))
