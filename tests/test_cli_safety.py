@@ -109,6 +109,27 @@ def test_a_complete_sharded_zarr_is_accepted(tmp_path):
     np.testing.assert_array_equal(values(tmp_path / "out.zarr"), a[a > 0.25])
 
 
+def test_a_sharding_codec_followed_by_a_checksum_is_read_as_zarr_reads_it(tmp_path):
+    """A sharding codec followed by a bytes-to-bytes codec (crc32c over the whole shard) is a
+    valid array that zarr reads with its shards whole (``shards`` None): the up-front count
+    of stored chunks was a traceback (``zip(None, ...)``, a probe, 2026-12-06). Its stored
+    shards are counted as chunks; a missing one is refused as any missing chunk."""
+    from zarr.codecs import BytesCodec, Crc32cCodec, ShardingCodec
+
+    a = np.random.default_rng(5).random(1003)
+    store = tmp_path / "in.zarr"
+    z = zarr.create_array(store=str(store), shape=a.shape, dtype="f8", chunks=(100,),
+                          serializer=ShardingCodec(chunk_shape=(10,), codecs=[BytesCodec()]),
+                          compressors=[Crc32cCodec()])
+    z[:] = a
+    assert z.shards is None  # zarr's own reading of it
+    run(store, tmp_path / "out.zarr", "--where", "x > 0.25")
+    np.testing.assert_array_equal(values(tmp_path / "out.zarr"), a[a > 0.25])
+    os.remove(store / "c" / "3")
+    res = run(store, tmp_path / "out2.zarr", "--where", "x > 0.25", code=2)
+    assert "1 of its 11 chunks are not in the store" in res.output
+
+
 @pytest.mark.parametrize("allow", [False, True])
 def test_a_damaged_shard_index_is_one_line_naming_the_shard(tmp_path, allow):
     """One byte of a shard's index flipped (its checksum then fails): the up-front count of

@@ -450,10 +450,17 @@ def stored_keys(path: str) -> set[str] | None:
 
 def sharding_codec(node: Any) -> Any:
     """The sharding codec of the Zarr v3 array ``node`` (its first codec), None if it has
-    none."""
+    none, or if zarr does not take the array as sharded (``node.shards`` None): a sharding
+    codec followed by a bytes-to-bytes codec (a checksum, a compressor of the whole shard) is
+    a valid array whose shards zarr reads whole, as chunks. Its inner chunks are not counted
+    then (their index is inside the encoded shard, read only with all of it): the stored
+    shards are. Until 2026-12-06 such an input was a traceback (``zip(None, ...)`` in
+    :func:`inner_chunks_stored`; a probe)."""
     from zarr.codecs import ShardingCodec
 
     codecs = getattr(node.metadata, "codecs", ())
+    if getattr(node, "shards", None) is None:
+        return None
     return codecs[0] if codecs and isinstance(codecs[0], ShardingCodec) else None
 
 
