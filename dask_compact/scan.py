@@ -39,6 +39,13 @@ GPU_ALGORITHMS = ("auto", "lookback", "shared", "thread-efficient", "work-effici
 _INPUT_KINDS = "biuf"
 _HALF = np.dtype(np.float16)
 _ACC = tuple(np.dtype(t) for t in ("int32", "int64", "uint32", "uint64", "float32", "float64"))
+# Integers narrower than the scans' accumulators, taken as an explicit dtype= as np.cumsum
+# takes them (its sums wrap in that width): summed in uint32 and cast, which is exact, since
+# a sum modulo 2^32 taken modulo 2^8 or 2^16 is the sum modulo 2^8 or 2^16 (unsigned, so the
+# wrap is defined in C++ too; the elements' conversion to it is modular). Refused until
+# 2026-12-07 (a new-user probe: np.cumsum(a, dtype=np.int16) has no equal here).
+_NARROW = tuple(np.dtype(t) for t in ("int8", "int16", "uint8", "uint16"))
+_NARROW_SUM = np.dtype(np.uint32)
 
 
 def _timedelta_sum(dt: np.dtype, call: str) -> str:
@@ -96,9 +103,12 @@ def _scan_dtype(dtype: Any, out_dtype: Any, call: str) -> np.dtype:
     # dtype=">i8" is int64, as np.cumsum takes it (refused until 2026-12-01, a new-user
     # probe)
     acc = native(np.dtype(out_dtype))
-    if acc not in _ACC:
+    if acc not in _ACC and acc not in _NARROW:
+        taken = ", ".join(d.name for d in (*_NARROW, *_ACC))
         raise TypeError(
-            f"dtype must be one of {', '.join(d.name for d in _ACC)} (the accumulator), not {acc}"
+            f"dtype must be one of {taken} (the accumulator), not {acc}"
+            + ("; np.cumsum(a, dtype=bool) is a running logical or: "
+               "dask_compact.cumsum(x != 0) > 0 gives it" if acc.kind == "b" else "")
         )
     if dt.kind == "f" and acc.kind != "f":
         raise TypeError(
@@ -109,6 +119,18 @@ def _scan_dtype(dtype: Any, out_dtype: Any, call: str) -> np.dtype:
 
 
 _kept_scan_dtype = functools.lru_cache(maxsize=256)(_scan_dtype)
+
+
+def summing_dtype(out: np.dtype) -> np.dtype:
+    """The dtype the scans add in for output dtype ``out``: ``out`` itself, but uint32 for the
+    narrow integers (``_NARROW``, cast to ``out`` at the end: exact, see there)."""
+    return _NARROW_SUM if out in _NARROW else out
+
+
+def _as_out(scanned: Any, out: np.dtype) -> Any:
+    """``scanned`` (in ``summing_dtype(out)``) in ``out``: the low bits kept, as NumPy's
+    narrow sums keep them."""
+    return scanned if scanned.dtype == out else scanned.astype(out)
 
 
 def _check_algorithm(algorithm: Any, gpu: bool, fn: str) -> str:
@@ -154,9 +176,11 @@ def scan_array(a: Any, *, exclusive: bool = True, algorithm: str = "auto",
         over the input padded to a power of two; one thread per active node of each level,
         or one per element), ``"naive"`` (Hillis-Steele: a launch per level).
     dtype : dtype, optional
-        The accumulator and output dtype (int32, int64, uint32, uint64, float32, float64).
-        Default: what ``np.cumsum(a)`` gives (int64 for bool and signed integers, uint64 for
-        unsigned, float32/float64 kept). Integer sums wrap around, as NumPy's do.
+        The accumulator and output dtype (int32, int64, uint32, uint64, float32, float64;
+        int8, int16, uint8, uint16 too, summed in uint32 and cast, which gives NumPy's sums
+        in that width exactly). Default: what ``np.cumsum(a)`` gives (int64 for bool and
+        signed integers, uint64 for unsigned, float32/float64 kept). Integer sums wrap
+        around, as NumPy's do.
 
     Returns
     -------
@@ -215,7 +239,8 @@ def scan_array(a: Any, *, exclusive: bool = True, algorithm: str = "auto",
     # the other byte order: NumPy's astype, CuPy's bytes reversed (CuPy's astype copies them
     # as they are: until 2026-12-01, thirteenth session, it scanned the unswapped numbers)
     a = to_native(a)
-    return scan_chunk(widened(a, acc), exclusive, alg, acc, None)
+    s = summing_dtype(acc)
+    return _as_out(scan_chunk(widened(a, s), exclusive, alg, s, None), acc)
 
 
 def widened(a: Any, acc: np.dtype) -> Any:
@@ -308,13 +333,14 @@ def cumsum(x: Any, *, exclusive: bool = False, algorithm: str = "auto",
     nb = x1.numblocks[0]
     declared = x1.dtype
     shapes = block_shapes(x1.chunks)
-    dsk: dict = {(totals, i): (_total_block, (x1.name, i), acc, declared, i, shapes[i])
+    s = summing_dtype(acc)  # the totals and offsets too: the narrow sums are cast at the end
+    dsk: dict = {(totals, i): (_total_block, (x1.name, i), s, declared, i, shapes[i])
                  for i in range(nb)}
-    dsk[(offsets, 0)] = (_offsets, [(totals, i) for i in range(nb)], acc)
+    dsk[(offsets, 0)] = (_offsets, [(totals, i) for i in range(nb)], s)
     before = 0  # elements in the chunks before chunk i
     for i, size in enumerate(x1.chunks[0]):
-        dsk[(name, i)] = (_scan_block, (x1.name, i), (offsets, 0), i, exclusive, alg, acc,
-                          declared, before == 0, shapes[i])
+        dsk[(name, i)] = (_scan_block, (x1.name, i), (offsets, 0), i, exclusive, alg, s,
+                          declared, before == 0, shapes[i], acc)
         before += size
     deps: list[Any] = [x1]  # dask's typing does not count its Array as a DaskCollection
     graph = HighLevelGraph.from_collections(name, dsk, dependencies=deps)
@@ -351,7 +377,9 @@ def _total_block(block: Any, acc: np.dtype, declared: np.dtype | None = None, i:
 
 def _scan_block(block: Any, offsets: np.ndarray, i: int, exclusive: bool, algorithm: str,
                 acc: np.dtype, declared: np.dtype | None = None, leads: bool | None = None,
-                shape: tuple[int, ...] | None = None) -> Any:  # fmt: skip
+                shape: tuple[int, ...] | None = None,
+                out: np.dtype | None = None) -> Any:  # fmt: skip
+    # ``acc``: the dtype summed in; ``out``: the result's, where it differs (summing_dtype)
     block = as_declared(block, declared, "cumsum", i, shape=shape)
     # A chunk with no element before it (the first, or one after empty chunks only: ``leads``)
     # has no offset: its scan is NumPy's bit for bit (see scan_chunk). Keyed by i == 0 until
@@ -359,5 +387,6 @@ def _scan_block(block: Any, offsets: np.ndarray, i: int, exclusive: bool, algori
     # signalling NaN quieted; a new-user probe).
     if leads is None:
         leads = i == 0
-    return scan_chunk(widened(block, acc), exclusive, algorithm, acc,
-                      None if leads else offsets[i])
+    scanned = scan_chunk(widened(block, acc), exclusive, algorithm, acc,
+                         None if leads else offsets[i])
+    return scanned if out is None else _as_out(scanned, out)

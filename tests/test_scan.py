@@ -74,12 +74,12 @@ def test_kept_output_dtypes_are_the_worked_out_ones_and_refusals_repeat() -> Non
 
     cases = [(dt, None) for dt in DTYPES] + [
         ("int8", "uint64"), (">i4", None), (np.float16, np.float32), ("int32", ">f8"),
-        (np.dtype("float32"), "float64"), (bool, None), (np.uint16, np.int32)]
+        (np.dtype("float32"), "float64"), (bool, None), (np.uint16, np.int32), ("int32", "int8")]
     for dt, out in cases:
         first = scan_dtype(dt, out)
         assert scan_dtype(dt, out) is first == scan_module._scan_dtype(dt, out, "cumsum")
     for dt, out in [("float16", None), ("m8[s]", None), ("float32", "int64"), ("int8", "f2"),
-                    ("c8", None), ("int32", "int8")]:
+                    ("c8", None), ("int32", "bool")]:
         messages = set()
         for _ in range(2):
             with pytest.raises(TypeError) as e:
@@ -134,6 +134,26 @@ def test_dask_cumsum_into_a_narrow_accumulator_wraps_across_chunks(values, dtype
         np.testing.assert_array_equal(got, expect)
 
 
+@pytest.mark.parametrize("dtype,out", [("int8", "int8"), ("int64", "int16"), ("uint16", "uint8"),
+                                       ("bool", "int16"), ("int32", "uint16"), ("uint64", "int8")])
+def test_a_narrow_integer_dtype_sums_as_numpys(dtype: str, out: str) -> None:
+    """``dtype=np.int8`` (or int16, uint8, uint16) is np.cumsum's sum in that width, wrapping
+    (summed in uint32 and cast: scan.summing_dtype). It was refused, "dtype must be one of
+    int32, ...", where np.cumsum(a, dtype=np.int16) takes it (2026-12-07)."""
+    for n in (0, 1, 31, 1025, 65537):
+        a = data(dtype, n, seed=n + 7)
+        for exclusive in (True, False):
+            want = reference(a, exclusive, dtype=out)
+            got = scan_array(a, exclusive=exclusive, dtype=out)
+            assert got.dtype == np.dtype(out)
+            np.testing.assert_array_equal(got, want)
+            x = cumsum(da.from_array(a, chunks=max(1, n // 3)), exclusive=exclusive, dtype=out)
+            assert x.dtype == np.dtype(out)
+            got = x.compute()
+            assert got.dtype == np.dtype(out)
+            np.testing.assert_array_equal(got, want)
+
+
 def test_nd_input_is_flattened_in_c_order() -> None:
     a = data("int16", 6 * 7 * 5, seed=1).reshape(6, 7, 5)
     np.testing.assert_array_equal(scan_array(a, exclusive=False), np.cumsum(a))
@@ -168,8 +188,12 @@ def test_an_accumulator_dtype_of_either_byte_order_is_taken() -> None:
             got = cumsum(da.from_array(a, chunks=9_999), exclusive=exclusive, dtype=out)
             assert got.dtype == np.dtype(out).newbyteorder("=")
             np.testing.assert_array_equal(got.compute(), want)
-    with pytest.raises(TypeError, match="not int16"):
-        scan_array(a, dtype=">i2")
+    # a narrow one too (summed in uint32 and cast), in native order; a half float is refused
+    got = scan_array(a, exclusive=False, dtype=">i2")
+    assert got.dtype == np.dtype("<i2")
+    np.testing.assert_array_equal(got, reference(a.astype("<u2"), False, dtype="<i2"))
+    with pytest.raises(TypeError, match="not float16"):
+        scan_array(a, dtype=">f2")
 
 
 def test_the_first_element_is_numpys_bit_for_bit() -> None:
@@ -239,7 +263,12 @@ def test_errors() -> None:
     with pytest.raises(TypeError, match="cast it first"):
         scan_array(a.astype(np.float32), dtype=np.int64)
     with pytest.raises(TypeError, match="dtype must be one of"):
-        scan_array(a, dtype=np.int8)
+        scan_array(a, dtype=np.float16)
+    with pytest.raises(TypeError, match=r"running logical or: dask_compact.cumsum\(x != 0\) > 0"):
+        scan_array(a, dtype=bool)
+    with pytest.raises(TypeError, match="cast it first"):
+        cumsum(x_float := da.from_array(np.linspace(0, 9, 10), chunks=4), dtype=np.int8)
+    assert x_float.dtype == np.float64
     for alg in GPU_ALGORITHMS[1:]:
         with pytest.raises(ValueError, match="runs on CuPy data"):
             scan_array(a, algorithm=alg)

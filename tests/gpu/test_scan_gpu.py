@@ -75,7 +75,9 @@ def test_every_algorithm_dtype_size(alg: str, dtype: str) -> None:
     "dtype,out",
     [("int32", "int32"), ("int8", "uint64"), ("uint64", "int64"), ("int64", "int32"),
      ("int16", "float32"), ("bool", "float64"), ("float64", "float32"), ("uint32", "uint32"),
-     ("uint8", "int32"), ("bool", "uint32")],
+     ("uint8", "int32"), ("bool", "uint32"),
+     # narrow integers: summed in uint32 and cast (scan.summing_dtype)
+     ("int8", "int8"), ("int64", "int16"), ("uint16", "uint8"), ("bool", "int16")],
 )  # fmt: skip
 def test_explicit_output_dtypes(alg: str, dtype: str, out: str) -> None:
     for n in (1, 1025, 4097, 65537):
@@ -266,6 +268,15 @@ def test_cupy_chunks_in_dask(alg: str) -> None:
             with dask.config.set(scheduler="threads"):
                 got = y.compute()
             assert_scan(got, a, exclusive)
+    # a narrow integer dtype: summed in uint32, each chunk cast (scan.summing_dtype)
+    a = data("int16", sum(chunks), seed=10)
+    x = da.from_array(a, chunks=(chunks,)).map_blocks(cupy.asarray)
+    for exclusive in (False, True):
+        y = cumsum(x, exclusive=exclusive, algorithm=alg, dtype=np.int8)
+        assert isinstance(y._meta, cupy.ndarray) and y.dtype == np.int8
+        with dask.config.set(scheduler="threads"):
+            got = y.compute()
+        assert_scan(got, a, exclusive, np.int8)
 
 
 @pytest.mark.parametrize("alg", ["auto", *GPU_ALGORITHMS])
