@@ -43,7 +43,7 @@ _ACC = tuple(np.dtype(t) for t in ("int32", "int64", "uint32", "uint64", "float3
 # takes them (its sums wrap in that width): summed in uint32 and cast, which is exact, since
 # a sum modulo 2^32 taken modulo 2^8 or 2^16 is the sum modulo 2^8 or 2^16 (unsigned, so the
 # wrap is defined in C++ too; the elements' conversion to it is modular). Refused until
-# 2026-12-07 (a new-user probe: np.cumsum(a, dtype=np.int16) has no equal here).
+# 2026-12-06 (noticed by a probe: np.cumsum(a, dtype=np.int16) had no equal here).
 _NARROW = tuple(np.dtype(t) for t in ("int8", "int16", "uint8", "uint16"))
 _NARROW_SUM = np.dtype(np.uint32)
 

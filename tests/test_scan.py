@@ -139,7 +139,7 @@ def test_dask_cumsum_into_a_narrow_accumulator_wraps_across_chunks(values, dtype
 def test_a_narrow_integer_dtype_sums_as_numpys(dtype: str, out: str) -> None:
     """``dtype=np.int8`` (or int16, uint8, uint16) is np.cumsum's sum in that width, wrapping
     (summed in uint32 and cast: scan.summing_dtype). It was refused, "dtype must be one of
-    int32, ...", where np.cumsum(a, dtype=np.int16) takes it (2026-12-07)."""
+    int32, ...", where np.cumsum(a, dtype=np.int16) takes it (2026-12-06)."""
     for n in (0, 1, 31, 1025, 65537):
         a = data(dtype, n, seed=n + 7)
         for exclusive in (True, False):
