@@ -173,18 +173,23 @@ def check_record_predicate(pred: Any, fields: dict[str, Any],
         try:
             check_dtype(a.dtype)
         except TypeError as e:
-            if a.dtype.kind in "mM" and call in ("compact_records", "compact_records_into"):
+            if a.dtype.kind in "mMUST" and call in ("compact_records", "compact_records_into"):
                 # the comparison of times as a field of its own, which both calls take
                 # (until 2026-12-02, sixteenth session, a refusal probe: told the calls that
                 # take times, and that compact_records gathers them, not how to select)
                 f = field_source(name)
                 f = f if f.startswith("fields[") else f"fields[{name!r}]"
                 out = ", out" if call == "compact_records_into" else ""
+                # strings likewise (until 2026-12-06 told the numeric dtypes only; objects are
+                # not gathered either: refused before, saying so)
+                what = "times" if a.dtype.kind in "mM" else "strings"
+                test = f"{f} > t" if what == "times" else f"{f} == v"
                 raise TypeError(
                     f"the predicate reads {name!r}, of dtype {a.dtype}: a record predicate "
-                    "compares numbers, not times (time fields are gathered as they are); "
-                    "pass the comparison of times as a boolean field the predicate reads, "
-                    f"`dask_compact.{call}({{**fields, 'keep': {f} > t}}, 'keep'{out})`, "
+                    f"compares numbers, not {what} ({what[:-1]} fields are gathered as they "
+                    "are); "
+                    f"pass the comparison of {what} as a boolean field the predicate reads, "
+                    f"`dask_compact.{call}({{**fields, 'keep': {test}}}, 'keep'{out})`, "
                     "or with conditions on other fields, a predicate such as lambda keep, b: "
                     "keep & (b > 3)") from None
             raise TypeError(f"the predicate reads {name!r}: {e}") from None

@@ -95,6 +95,8 @@ def check_dtype(dtype: Any, call: str | None = None, output: str = "values") -> 
             how = ("; datetime64 and timedelta64 arrays are taken by map_compact, compact, "
                    "compact_array, flatnonzero, sort and argsort, and as fields "
                    "compact_records gathers, only")
+        elif dtype.kind in _TEXT_KINDS:
+            how = "; " + text_selection(dtype, call)
         elif dtype.fields:  # records in one array: compact_records takes them by field
             how = ("; for records, compact_records({name: x[name] for name in "
                    "x.dtype.names}, pred) selects every field by a predicate over the fields "
@@ -103,6 +105,33 @@ def check_dtype(dtype: Any, call: str | None = None, output: str = "values") -> 
             f"dask_compact compacts arrays of {', '.join(d.name for d in DTYPES)}; not "
             f"{dtype}{how}"
         )
+
+
+# Strings (bytes, str, StringDType) and objects: compared by NumPy's own loops only, which
+# the compiled loops and kernels are not.
+_TEXT_KINDS = "USTO"
+_IN_MEMORY_CALLS = ("compact_array", "compact_into", "partition_array")
+
+
+def text_selection(dtype: np.dtype, call: str | None) -> str:
+    """The way out for strings or objects, which no call here compares (until 2026-12-06 the
+    refusal listed the numeric dtypes only; a new-user probe asked how to select strings):
+    NumPy's ``a[mask]`` in memory; for a dask array the indices of Dask's own comparison,
+    :func:`dask_compact.flatnonzero`, then ``x[idx]``, which keeps known chunks."""
+    what = "objects" if dtype.kind == "O" else "strings"
+    if call == "partition_array":
+        return (f"{what} are compared by NumPy's own loops only: split them with NumPy, "
+                "`m = a == v; np.concatenate([a[m], a[~m]])`")
+    if call in _IN_MEMORY_CALLS:
+        return (f"{what} are compared by NumPy's own loops only: select them with NumPy, "
+                "`a[a == v]`")
+    if call == "partition":
+        return (f"{what} are compared by NumPy's own loops only: split them by the indices of "
+                "a mask of Dask's, `m = x == v; da.concatenate([x[dask_compact.flatnonzero(m)], "
+                "x[dask_compact.flatnonzero(~m)]])` (known chunks)")
+    return (f"{what} are compared by NumPy's own loops only: select them by the indices of "
+            "a mask of Dask's, `x[dask_compact.flatnonzero(x == v)]` (known chunks), or "
+            "carry them as a field of compact_records beside the fields its predicate reads")
 
 
 def times_split(call: str, dtype: np.dtype, in_memory: bool, masked: bool = False) -> str:

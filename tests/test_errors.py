@@ -57,6 +57,37 @@ def test_unsupported_dtypes():
             da.from_array(a, chunks=2).map_compact("x > 0")
 
 
+@pytest.mark.parametrize("dtype", ["<U3", "S2", ">U3", "object"])
+def test_strings_and_objects_are_told_a_way_that_selects_them(dtype):
+    """Strings and objects were refused with the list of numeric dtypes only (until
+    2026-12-06, a new-user probe): each call now says what selects them, and that, run as
+    written, gives NumPy's answer (Dask's own comparison, then the indices)."""
+    import re
+
+    rng = np.random.default_rng(3)
+    a = np.array([f"{i}" for i in rng.integers(0, 9, 37)]).astype(dtype)
+    v = a[4]
+    m = a == v
+    x = da.from_array(a, chunks=10)
+    ns = {"dask_compact": dask_compact, "da": da, "np": np, "v": v}
+    calls = [(lambda: x.map_compact(lambda b: b == v), "x", a[m]),
+             (lambda: dask_compact.compact(x, x == v), "x", a[m]),
+             (lambda: dask_compact.partition(x, lambda b: b == v), "x",
+              np.concatenate([a[m], a[~m]])),
+             (lambda: dask_compact.compact_array(a, lambda b: b == v), "a", a[m]),
+             (lambda: dask_compact.partition_array(a, lambda b: b == v), "a",
+              np.concatenate([a[m], a[~m]]))]
+    for call, arg, want in calls:
+        with pytest.raises(TypeError, match="compared by NumPy's own loops only") as e:
+            call()
+        code = re.findall(r"`([^`]*)`", str(e.value))[0]
+        *setup, last = code.split("; ")
+        env = {**ns, arg: x if arg == "x" else a}
+        exec("\n".join(setup), env)
+        got = eval(last, env)
+        np.testing.assert_array_equal(np.asarray(got), want, err_msg=code)
+
+
 def test_bad_output_algorithm_stable(x):
     with pytest.raises(ValueError, match="output must be"):
         x.map_compact("x > 0", output="mask")

@@ -1303,6 +1303,39 @@ def test_a_predicate_reading_times_is_told_a_boolean_field(call, dtype):
         np.testing.assert_array_equal(got["when"], t_all[m])
 
 
+@pytest.mark.parametrize("call", ["compact_records", "compact_records_into", "dask"])
+@pytest.mark.parametrize("dtype", ["<U3", "S2", ">U2"])
+def test_a_predicate_reading_strings_is_told_a_boolean_field(call, dtype):
+    """As times (above): a predicate reading strings was refused with the list of numeric
+    dtypes only (until 2026-12-06, a new-user probe). What the refusal says, run as written,
+    gives NumPy's rows."""
+    s_all = np.array([f"{i % 7}" for i in range(41)]).astype(dtype)
+    v = np.arange(41.0)
+    val = s_all[3]
+    m = s_all == val
+    fields = {"name": s_all, "v": v}
+    if call == "dask":
+        fields = {k: da.from_array(a, chunks=9) for k, a in fields.items()}
+    out = {"name": np.empty_like(s_all), "v": np.empty(41)}
+    name = "compact_records_into" if call == "compact_records_into" else "compact_records"
+    with pytest.raises(TypeError, match="a record predicate compares numbers, not strings") as e:
+        if call == "compact_records_into":
+            dask_compact.compact_records_into(fields, "name > 3", out)
+        else:
+            dask_compact.compact_records(fields, lambda name, v: name == val)
+    code = re.findall(r"`([^`]*)`", str(e.value))[0]
+    assert f"dask_compact.{name}(" in code, code
+    got = eval(code, {"dask_compact": dask_compact, "fields": fields, "v": val, "out": out})
+    if call == "compact_records_into":
+        k = int(got[0])
+        np.testing.assert_array_equal(out["v"][:k], v[m])
+        np.testing.assert_array_equal(out["name"][:k], s_all[m])
+    else:
+        got = {k: np.asarray(a) for k, a in got.items()}
+        np.testing.assert_array_equal(got["v"], v[m])
+        np.testing.assert_array_equal(got["name"], s_all[m])
+
+
 @pytest.mark.parametrize("value", [3.0, np.float64(3.0), np.int32(3), np.asarray(3.0)])
 def test_a_field_of_one_value_is_told_a_form_that_is_taken(value):
     """A field of one value (a Python or NumPy scalar) was told to be converted with
