@@ -175,9 +175,9 @@ class _Seconds(click.FloatRange):
               "8 MiB; about 128 MiB for .npy; a Zarr group: its fields' longest, so grouped).")
 @click.option("--output-chunks", type=click.IntRange(min=1), metavar="N",
               help="Zarr chunk length of the output arrays, in elements, never more than the "
-              "whole input. Default: what one input chunk holds (its rows times the row "
-              "length). A Zarr group's arrays: in rows; default: --chunks, else the chunks of "
-              "the first field the predicate reads.")
+              "whole input. Default: what one input chunk holds (its rows, or --chunks N "
+              "where given, times the row length). A Zarr group's arrays: in rows; "
+              "default: --chunks, else the chunks of the first field the predicate reads.")
 @click.option("--overwrite", is_flag=True,
               help="Replace an existing OUTPUT, if it is a complete output of dask compact "
               "that holds nothing else (an array, file or folder added in it is named and "
@@ -295,6 +295,9 @@ def compact_command(
         import zarr  # noqa: F401 -- the output is always a Zarr group: fail before any work
     except ImportError as e:
         raise click.ClickException(_zarr_missing(e)) from None
+    from .batch.output import end_zarr_io_at_exit
+
+    end_zarr_io_at_exit()  # no traceback of zarr's at the exit, whatever the job's end
     from . import settings
 
     try:  # a bad dask-compact.* setting stops the job here, named, not in a chunk task

@@ -2124,6 +2124,36 @@ def test_discard_removes_the_temporary_output_when_the_wait_for_io_fails(
     assert error.__name__ in caplog.text and "removing it now" in caplog.text
 
 
+def test_the_command_exits_without_zarrs_traceback_when_its_io_thread_is_slow(tmp_path):
+    """zarr's exit handler waits 0.2 s for its IO thread, then closes the loop: a thread held
+    up then (a callback running, a loaded machine) printed "RuntimeError: Cannot close a
+    running event loop" with a traceback after the command's last line (a README probe, once
+    on a busy 2-core machine). The command registers output.end_zarr_io_at_exit, which waits
+    for the thread first. Here a refused INPUT under dask's CLI (whose error exit is the
+    interpreter's: the dask-compact script's ends with os._exit), and a callback of 0.6 s on
+    zarr's loop as the command ends."""
+    z = zarr.create_array(str(tmp_path / "in.zarr"), shape=(10,), chunks=(5,), dtype="f8")
+    z[:5] = np.random.default_rng(1).random(5)  # the second chunk never written: refused
+    code = (
+        "import sys, time\n"
+        "from dask.cli import run_cli\n"
+        "sys.argv = ['dask', 'compact', sys.argv[1], sys.argv[2], '--where', 'x > 0.5']\n"
+        "try:\n"
+        "    run_cli()\n"
+        "finally:\n"
+        "    from zarr.core.sync import loop\n"
+        "    loop[0].call_soon_threadsafe(time.sleep, 0.6)\n"
+        "    time.sleep(0.05)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path / "in.zarr"),
+                           str(tmp_path / "out.zarr")], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert "chunks are not in the store" in proc.stderr
+    assert "Traceback" not in proc.stderr and "event loop" not in proc.stderr, proc.stderr
+    assert not (tmp_path / "out.zarr").exists()
+
+
 def test_the_module_cluster_serves_only_the_tests_that_ask_for_it():
     """After the cluster tests in the file's order, no distributed client is the default
     and a computation runs in this process (conftest.client_as_default). The cluster's tests

@@ -676,6 +676,42 @@ def _settle_io_before_removal() -> None:
             "failed (%s: %s); removing it now", type(e).__name__, e)
 
 
+# How long the process's exit waits for zarr's IO thread to stop (see end_zarr_io_at_exit)
+IO_EXIT_SECONDS = 5.0
+_ZARR_IO_EXIT: list[bool] = []  # registered once per process
+
+
+def end_zarr_io_at_exit() -> None:
+    """At the process's exit, stop zarr's IO loop and wait for its thread (at most
+    ``IO_EXIT_SECONDS``) before zarr's own exit handler runs: that one waits 0.2 s, then
+    closes the loop, and a loop still running then (its thread held up by a callback or by
+    a loaded machine) printed "RuntimeError: Cannot close a running event loop" with its
+    traceback after the command's last line (a README probe on a busy 2-core machine, once,
+    under a refused INPUT; a callback of 0.6 s on the loop makes it every time). zarr's
+    handler then finds the loop stopped and closes it. Registered after zarr's (atexit runs
+    the last registered first)."""
+    if _ZARR_IO_EXIT:
+        return
+    import atexit
+
+    import zarr.core.sync  # noqa: F401 -- zarr's handler registered before ours
+
+    atexit.register(_stop_zarr_io, IO_EXIT_SECONDS)
+    _ZARR_IO_EXIT.append(True)
+
+
+def _stop_zarr_io(timeout: float) -> None:
+    import sys
+
+    sync = sys.modules.get("zarr.core.sync")
+    loop = getattr(sync, "loop", [None])[0]
+    thread = getattr(sync, "iothread", [None])[0]
+    if loop is None or thread is None or loop.is_closed() or not loop.is_running():
+        return
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(timeout)
+
+
 def _io_loops() -> list[Any]:
     """The running event loops of zarr's and fsspec's IO threads (those started)."""
     import sys
