@@ -154,7 +154,7 @@ def map_compact(
     check_algorithm(algorithm, stable)
     if x.dtype.kind in ("m", "M"):
         return _compact_times(x, pred, output, lazy, chunks)
-    check_dtype(x.dtype)
+    check_dtype(x.dtype, "map_compact", output)
     out_chunks = _check_chunks(chunks, lazy)
     p = as_predicate(pred)
     x = _native(x)
@@ -223,7 +223,7 @@ def compact(
         if isinstance(out, tuple):  # output="both"
             return _view(out[0], x.dtype), out[1]
         return out if output == "indices" else _view(out, x.dtype)
-    check_dtype(x.dtype)
+    check_dtype(x.dtype, "compact", output)
     out_chunks = _check_chunks(chunks, lazy)
     if isinstance(mask, np.ma.MaskedArray):
         check_chunk_type(mask, "compact")
@@ -325,7 +325,7 @@ def flatnonzero(
     lazy = check_flag(lazy, "lazy", "flatnonzero")
     if a.dtype.kind in ("m", "M"):  # NumPy's non-zero datetimes: not the epoch (NaT is not)
         a = _view(_native(a), np.dtype(np.int64))
-    check_dtype(a.dtype)
+    check_dtype(a.dtype, "flatnonzero")
     if a.dtype == np.dtype(bool):
         pred = Predicate(Var(), (), None, "x")
     else:

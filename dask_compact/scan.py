@@ -107,8 +107,8 @@ def _scan_dtype(dtype: Any, out_dtype: Any, call: str) -> np.dtype:
         taken = ", ".join(d.name for d in (*_NARROW, *_ACC))
         raise TypeError(
             f"dtype must be one of {taken} (the accumulator), not {acc}"
-            + ("; np.cumsum(a, dtype=bool) is a running logical or: "
-               "dask_compact.cumsum(x != 0) > 0 gives it" if acc.kind == "b" else "")
+            + (f"; np.cumsum(a, dtype=bool) is a running logical or: {_running_or(call)} "
+               "gives it" if acc.kind == "b" else "")
         )
     if dt.kind == "f" and acc.kind != "f":
         raise TypeError(
@@ -119,6 +119,13 @@ def _scan_dtype(dtype: Any, out_dtype: Any, call: str) -> np.dtype:
 
 
 _kept_scan_dtype = functools.lru_cache(maxsize=256)(_scan_dtype)
+
+
+def _running_or(call: str) -> str:
+    """``np.cumsum(a, dtype=bool)`` by ``call`` (``cumsum`` or ``scan_array``)."""
+    if call == "scan_array":
+        return "dask_compact.scan_array(a != 0, exclusive=False) > 0"
+    return "dask_compact.cumsum(x != 0) > 0"
 
 
 def summing_dtype(out: np.dtype) -> np.dtype:

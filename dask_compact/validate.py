@@ -96,7 +96,7 @@ def check_dtype(dtype: Any, call: str | None = None, output: str = "values") -> 
                    "compact_array, flatnonzero, sort and argsort, and as fields "
                    "compact_records gathers, only")
         elif dtype.kind in _TEXT_KINDS:
-            how = "; " + text_selection(dtype, call)
+            how = text_selection(dtype, call, output)
         elif dtype.fields:  # records in one array: compact_records takes them by field
             how = ("; for records, compact_records({name: x[name] for name in "
                    "x.dtype.names}, pred) selects every field by a predicate over the fields "
@@ -110,28 +110,45 @@ def check_dtype(dtype: Any, call: str | None = None, output: str = "values") -> 
 # Strings (bytes, str, StringDType) and objects: compared by NumPy's own loops only, which
 # the compiled loops and kernels are not.
 _TEXT_KINDS = "USTO"
-_IN_MEMORY_CALLS = ("compact_array", "compact_into", "partition_array")
+# the calls whose refusal of them says what selects them (a record field read by the batch
+# command's --where is told nothing of Python: the command has no way round)
+_TEXT_WAYS = ("compact_array", "compact_into", "partition_array", "map_compact", "compact",
+              "partition", "flatnonzero")
 
 
-def text_selection(dtype: np.dtype, call: str | None) -> str:
-    """The way out for strings or objects, which no call here compares (until 2026-12-06 the
-    refusal listed the numeric dtypes only; a new-user probe asked how to select strings):
-    NumPy's ``a[mask]`` in memory; for a dask array the indices of Dask's own comparison,
-    :func:`dask_compact.flatnonzero`, then ``x[idx]``, which keeps known chunks."""
+def text_selection(dtype: np.dtype, call: str | None, output: str = "values") -> str:
+    """The way out for strings or objects given to ``call`` (with its ``output``), which no
+    call here compares: NumPy in memory; for a dask array, Dask's own comparison and
+    :func:`dask_compact.flatnonzero`'s indices of it into ``x.ravel()`` (known chunks; flat,
+    as the calls take N-D input). Until 2026-12-06 the refusal listed the numeric dtypes only
+    (a new-user probe asked how to select strings). Empty where ``call`` has none."""
+    if call not in _TEXT_WAYS:
+        return ""
     what = "objects" if dtype.kind == "O" else "strings"
+    lead = f"; {what} are compared by NumPy's own loops only: "
+    fnz = "dask_compact.flatnonzero"
     if call == "partition_array":
-        return (f"{what} are compared by NumPy's own loops only: split them with NumPy, "
-                "`m = a == v; np.concatenate([a[m], a[~m]])`")
-    if call in _IN_MEMORY_CALLS:
-        return (f"{what} are compared by NumPy's own loops only: select them with NumPy, "
-                "`a[a == v]`")
+        return (lead + "split them with NumPy, `m = a == v; np.concatenate([a[m], a[~m]]), "
+                "int(m.sum())`")
+    if call in ("compact_array", "compact_into"):
+        code = {"indices": "np.flatnonzero(a == v)",
+                "both": "a[a == v], np.flatnonzero(a == v)"}.get(output, "a[a == v]")
+        return lead + f"select them with NumPy, `{code}`"
+    if call == "flatnonzero":  # NumPy's non-zero: a non-empty string, a true object
+        test = {"O": "x.astype(bool)", "S": "x != b''"}.get(dtype.kind, "x != ''")
+        return lead + f"`{fnz}({test})` gives the indices of the non-zero ones"
     if call == "partition":
-        return (f"{what} are compared by NumPy's own loops only: split them by the indices of "
-                "a mask of Dask's, `m = x == v; da.concatenate([x[dask_compact.flatnonzero(m)], "
-                "x[dask_compact.flatnonzero(~m)]])` (known chunks)")
-    return (f"{what} are compared by NumPy's own loops only: select them by the indices of "
-            "a mask of Dask's, `x[dask_compact.flatnonzero(x == v)]` (known chunks), or "
-            "carry them as a field of compact_records beside the fields its predicate reads")
+        return lead + ("split them by the indices of a mask of Dask's, `r = x.ravel(); "
+                       f"m = r == v; i = {fnz}(m); da.concatenate([r[i], r[{fnz}(~m)]]), "
+                       "i.size` (known chunks)")
+    mask = "mask" if call == "compact" else "x == v"  # compact's own mask, where it has one
+    code = {"indices": f"{fnz}({mask})",
+            "both": f"i = {fnz}({mask}); x.ravel()[i], i"}.get(output, f"x.ravel()[{fnz}({mask})]")
+    # compact_records gathers fixed-width strings, not objects or variable-width ones
+    carry = (", or carry them as a field of compact_records beside the fields its predicate "
+             "reads" if dtype.kind in "US" else "")
+    return (lead + f"select them by the indices of a mask of Dask's, `{code}` (known chunks)"
+            + carry)
 
 
 def times_split(call: str, dtype: np.dtype, in_memory: bool, masked: bool = False) -> str:

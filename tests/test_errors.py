@@ -58,34 +58,50 @@ def test_unsupported_dtypes():
 
 
 @pytest.mark.parametrize("dtype", ["<U3", "S2", ">U3", "object"])
-def test_strings_and_objects_are_told_a_way_that_selects_them(dtype):
+@pytest.mark.parametrize("shape", [(37,), (6, 5)])
+def test_strings_and_objects_are_told_a_way_that_selects_them(dtype, shape):
     """Strings and objects were refused with the list of numeric dtypes only (until
-    2026-12-06, a new-user probe): each call now says what selects them, and that, run as
-    written, gives NumPy's answer (Dask's own comparison, then the indices)."""
+    2026-12-06, a new-user probe): each call now says what selects them, for its output,
+    and that, run as written, gives NumPy's answer (N-D input flattened, as the calls take
+    it: the first hint indexed a 2-D array's rows, a review). Fixed-width strings are told
+    compact_records, which gathers them; objects are not."""
     import re
 
     rng = np.random.default_rng(3)
-    a = np.array([f"{i}" for i in rng.integers(0, 9, 37)]).astype(dtype)
-    v = a[4]
+    a = np.array([f"{i}" for i in rng.integers(0, 9, int(np.prod(shape)))])
+    a = a.astype(dtype).reshape(shape)
+    a.flat[7] = a.flat[11] = a.dtype.type("")  # empty ones: NumPy's zero of a string
+    v = a.flat[4]
     m = a == v
-    x = da.from_array(a, chunks=10)
-    ns = {"dask_compact": dask_compact, "da": da, "np": np, "v": v}
-    calls = [(lambda: x.map_compact(lambda b: b == v), "x", a[m]),
-             (lambda: dask_compact.compact(x, x == v), "x", a[m]),
-             (lambda: dask_compact.partition(x, lambda b: b == v), "x",
-              np.concatenate([a[m], a[~m]])),
-             (lambda: dask_compact.compact_array(a, lambda b: b == v), "a", a[m]),
-             (lambda: dask_compact.partition_array(a, lambda b: b == v), "a",
-              np.concatenate([a[m], a[~m]]))]
-    for call, arg, want in calls:
+    idx = np.flatnonzero(m)
+    x = da.from_array(a, chunks=4)
+    ns = {"dask_compact": dask_compact, "da": da, "np": np, "v": v, "a": a, "x": x,
+          "mask": x == v}
+    split = (np.concatenate([a[m], a[~m]]), int(m.sum()))
+    fixed = dtype != "object"  # what compact_records gathers
+    # (the call, its output, NumPy's answer, whether compact_records is named)
+    calls = [(lambda o: x.map_compact(lambda b: b == v, output=o), fixed),
+             (lambda o: dask_compact.compact(x, x == v, output=o), fixed),
+             (lambda o: dask_compact.compact_array(a, lambda b: b == v, output=o), False)]
+    cases = [(call, o, {"values": a[m], "indices": idx, "both": (a[m], idx)}[o], records)
+             for call, records in calls for o in ("values", "indices", "both")]
+    cases += [(lambda o: dask_compact.partition(x, lambda b: b == v), None, split, False),
+              (lambda o: dask_compact.partition_array(a, lambda b: b == v), None, split, False),
+              (lambda o: dask_compact.flatnonzero(x), None, np.flatnonzero(a), False)]
+    for call, output, want, records in cases:
         with pytest.raises(TypeError, match="compared by NumPy's own loops only") as e:
-            call()
-        code = re.findall(r"`([^`]*)`", str(e.value))[0]
+            call(output)
+        said = str(e.value)
+        assert ("compact_records" in said) == records, said
+        code = re.findall(r"`([^`]*)`", said)[0]
         *setup, last = code.split("; ")
-        env = {**ns, arg: x if arg == "x" else a}
+        env = dict(ns)
         exec("\n".join(setup), env)
         got = eval(last, env)
-        np.testing.assert_array_equal(np.asarray(got), want, err_msg=code)
+        got, want = (got, want) if isinstance(want, tuple) else ((got,), (want,))
+        assert len(got) == len(want), code
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(np.asarray(g), w, err_msg=code)
 
 
 def test_bad_output_algorithm_stable(x):
