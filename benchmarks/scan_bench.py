@@ -130,7 +130,8 @@ def _gpu_input(n: int, dtype: np.dtype, seed: int) -> Any:
     rs = cupy.random.RandomState(seed)
     if dtype.kind == "f":
         return rs.standard_normal(n, dtype=dtype)
-    return rs.randint(-1000, 1000, size=n, dtype=dtype)
+    info = np.iinfo(dtype)  # within the dtype's range (int8, uint16: refused past it)
+    return rs.randint(max(-1000, info.min), min(1000, info.max), size=n, dtype=dtype)
 
 
 def _gpu_check(got: Any, ref: Any, exclusive: bool) -> str:
@@ -172,10 +173,14 @@ def gpu_rows(cases: list[tuple[np.dtype, np.dtype, list[int]]], peer: CubScan | 
                 print(f"{impl:26s} {row['case']:16s} n={n:>10d} {ms:9.4f} ms "
                       f"{row['GBps']:8.1f} GB/s {chk}", flush=True)
 
+            # the copy floor into a buffer of the input's size (``out`` is smaller where the
+            # output is narrower: uint16 into uint8 failed, cudaErrorInvalidValue)
+            dst = out if osz >= isz else cupy.empty(n, dtype=idt)
             ms = EventTimer(r)(lambda k: cupy.cuda.runtime.memcpyAsync(
-                out.data.ptr, bufs[k].data.ptr, n * isz, cupy.cuda.runtime.memcpyDeviceToDevice,
+                dst.data.ptr, bufs[k].data.ptr, n * isz, cupy.cuda.runtime.memcpyDeviceToDevice,
                 cupy.cuda.get_current_stream().ptr), nbuf)
             rec("copy", ms, 2 * n * isz)
+            del dst
             for alg in algs:
                 reps_a = r if alg in ("lookback", "shared") or n <= 2**22 else max(3, r // 3)
                 ms = EventTimer(reps_a)(lambda k, alg=alg: scan_array(
