@@ -340,14 +340,13 @@ def cumsum(x: Any, *, exclusive: bool = False, algorithm: str = "auto",
     nb = x1.numblocks[0]
     declared = x1.dtype
     shapes = block_shapes(x1.chunks)
-    s = summing_dtype(acc)  # the totals and offsets too: the narrow sums are cast at the end
-    dsk: dict = {(totals, i): (_total_block, (x1.name, i), s, declared, i, shapes[i])
+    dsk: dict = {(totals, i): (_total_block, (x1.name, i), acc, declared, i, shapes[i])
                  for i in range(nb)}
-    dsk[(offsets, 0)] = (_offsets, [(totals, i) for i in range(nb)], s)
+    dsk[(offsets, 0)] = (_offsets, [(totals, i) for i in range(nb)], acc)
     before = 0  # elements in the chunks before chunk i
     for i, size in enumerate(x1.chunks[0]):
-        dsk[(name, i)] = (_scan_block, (x1.name, i), (offsets, 0), i, exclusive, alg, s,
-                          declared, before == 0, shapes[i], acc)
+        dsk[(name, i)] = (_scan_block, (x1.name, i), (offsets, 0), i, exclusive, alg, acc,
+                          declared, before == 0, shapes[i])
         before += size
     deps: list[Any] = [x1]  # dask's typing does not count its Array as a DaskCollection
     graph = HighLevelGraph.from_collections(name, dsk, dependencies=deps)
@@ -358,8 +357,10 @@ def cumsum(x: Any, *, exclusive: bool = False, algorithm: str = "auto",
 
 
 def _offsets(totals: list[Any], acc: np.dtype) -> np.ndarray:
-    """Every chunk's global offset: the exclusive scan of the chunk totals, in ``acc``, in
-    order (integers wrap as NumPy's cumsum does)."""
+    """Every chunk's global offset: the exclusive scan of the chunk totals, in the dtype the
+    scans of output dtype ``acc`` add in (:func:`summing_dtype`), in order (integers wrap
+    as NumPy's cumsum does)."""
+    acc = summing_dtype(acc)
     t = np.asarray(totals, dtype=acc)
     out = np.zeros(t.size, dtype=acc)
     if t.size > 1:
@@ -379,14 +380,13 @@ def _total_block(block: Any, acc: np.dtype, declared: np.dtype | None = None, i:
     # chunk's declared one (the offsets of the chunks after it are made of the totals, the
     # result's chunks of the declared sizes)
     block = as_declared(block, declared, "cumsum", i, shape=shape)
+    acc = summing_dtype(acc)  # the narrow output dtypes are summed wider (see there)
     return scan_total(widened(block, acc), acc)
 
 
 def _scan_block(block: Any, offsets: np.ndarray, i: int, exclusive: bool, algorithm: str,
                 acc: np.dtype, declared: np.dtype | None = None, leads: bool | None = None,
-                shape: tuple[int, ...] | None = None,
-                out: np.dtype | None = None) -> Any:  # fmt: skip
-    # ``acc``: the dtype summed in; ``out``: the result's, where it differs (summing_dtype)
+                shape: tuple[int, ...] | None = None) -> Any:  # fmt: skip
     block = as_declared(block, declared, "cumsum", i, shape=shape)
     # A chunk with no element before it (the first, or one after empty chunks only: ``leads``)
     # has no offset: its scan is NumPy's bit for bit (see scan_chunk). Keyed by i == 0 until
@@ -394,6 +394,6 @@ def _scan_block(block: Any, offsets: np.ndarray, i: int, exclusive: bool, algori
     # signalling NaN quieted; a new-user probe).
     if leads is None:
         leads = i == 0
-    scanned = scan_chunk(widened(block, acc), exclusive, algorithm, acc,
-                         None if leads else offsets[i])
-    return scanned if out is None else _as_out(scanned, out)
+    s = summing_dtype(acc)  # the narrow output dtypes are summed wider, then cast
+    return _as_out(scan_chunk(widened(block, s), exclusive, algorithm, s,
+                              None if leads else offsets[i]), acc)

@@ -678,9 +678,9 @@ def _settle_io_before_removal() -> None:
 
 # How long the process's exit waits for zarr's IO thread to stop (see end_zarr_io_at_exit)
 IO_EXIT_SECONDS = 5.0
-_ZARR_IO_EXIT: list[bool] = []  # registered once per process
 
 
+@functools.cache  # registered once per process
 def end_zarr_io_at_exit() -> None:
     """At the process's exit, stop zarr's IO loop and wait for its thread (at most
     ``IO_EXIT_SECONDS``) before zarr's own exit handler runs: that one waits 0.2 s, then
@@ -690,22 +690,17 @@ def end_zarr_io_at_exit() -> None:
     under a refused INPUT; a callback of 0.6 s on the loop makes it every time). zarr's
     handler then finds the loop stopped and closes it. Registered after zarr's (atexit runs
     the last registered first)."""
-    if _ZARR_IO_EXIT:
-        return
     import atexit
 
     import zarr.core.sync  # noqa: F401 -- zarr's handler registered before ours
 
     atexit.register(_stop_zarr_io, IO_EXIT_SECONDS)
-    _ZARR_IO_EXIT.append(True)
 
 
 def _stop_zarr_io(timeout: float) -> None:
-    import sys
+    from zarr.core import sync  # imported when this was registered
 
-    sync = sys.modules.get("zarr.core.sync")
-    loop = getattr(sync, "loop", [None])[0]
-    thread = getattr(sync, "iothread", [None])[0]
+    loop, thread = sync.loop[0], sync.iothread[0]
     if loop is None or thread is None or loop.is_closed() or not loop.is_running():
         return
     loop.call_soon_threadsafe(loop.stop)
