@@ -47,8 +47,9 @@ Backend contract (both functions, every backend):
     fields to write and optionally ``"indices"``), the count into ``count``; on the GPU
     queued on ``stream`` with no host synchronisation. Arguments are checked by the caller.
 
-``scan_chunk(a, exclusive, algorithm, acc, base) -> out``
+``scan_chunk(a, exclusive, algorithm, acc, base, out_dtype=None) -> out``
     The scan (prefix sum) of ``a`` flattened in C order, into a new 1-D array of dtype ``acc``
+    (or ``out_dtype``, a narrower integer that the sums in ``acc`` wrap into: their low bits)
     and ``a``'s type, ``base`` (the chunk's global offset) added to every element; None for
     no offset (the first chunk, one array: NumPy's first element is ``a[0]`` itself, not
     ``0 + a[0]``, which loses a -0.0 and quiets a signalling NaN) (:mod:`dask_compact.scan`).
@@ -207,10 +208,10 @@ def _compact_records_into_numpy(like, fields, pred, out, count, stream):
 
 
 @scan_chunk.register(np.ndarray)
-def _scan_chunk_numpy(a, exclusive, algorithm, acc, base):
+def _scan_chunk_numpy(a, exclusive, algorithm, acc, base, out_dtype=None):
     from .backends.numpy_scan import scan
 
-    return scan(a, exclusive, algorithm, acc, base)
+    return scan(a, exclusive, algorithm, acc, base, out_dtype)
 
 
 @scan_total.register(np.ndarray)

@@ -130,14 +130,9 @@ def _running_or(call: str) -> str:
 
 def summing_dtype(out: np.dtype) -> np.dtype:
     """The dtype the scans add in for output dtype ``out``: ``out`` itself, but uint32 for the
-    narrow integers (``_NARROW``, cast to ``out`` at the end: exact, see there)."""
+    narrow integers (``_NARROW``; the chunk scans store the low bits in ``out``, scan_chunk's
+    ``out_dtype``: exact, see there)."""
     return _NARROW_SUM if out in _NARROW else out
-
-
-def _as_out(scanned: Any, out: np.dtype) -> Any:
-    """``scanned`` (in ``summing_dtype(out)``) in ``out``: the low bits kept, as NumPy's
-    narrow sums keep them."""
-    return scanned if scanned.dtype == out else scanned.astype(out)
 
 
 def _check_algorithm(algorithm: Any, gpu: bool, fn: str) -> str:
@@ -247,7 +242,7 @@ def scan_array(a: Any, *, exclusive: bool = True, algorithm: str = "auto",
     # as they are: until 2026-12-01, thirteenth session, it scanned the unswapped numbers)
     a = to_native(a)
     s = summing_dtype(acc)
-    return _as_out(scan_chunk(widened(a, s), exclusive, alg, s, None), acc)
+    return scan_chunk(widened(a, s), exclusive, alg, s, None, out_dtype=acc)
 
 
 def widened(a: Any, acc: np.dtype) -> Any:
@@ -394,6 +389,6 @@ def _scan_block(block: Any, offsets: np.ndarray, i: int, exclusive: bool, algori
     # signalling NaN quieted; a new-user probe).
     if leads is None:
         leads = i == 0
-    s = summing_dtype(acc)  # the narrow output dtypes are summed wider, then cast
-    return _as_out(scan_chunk(widened(block, s), exclusive, algorithm, s,
-                              None if leads else offsets[i]), acc)
+    s = summing_dtype(acc)  # the narrow output dtypes are summed wider (see there)
+    return scan_chunk(widened(block, s), exclusive, algorithm, s, None if leads else offsets[i],
+                      out_dtype=acc)

@@ -46,10 +46,12 @@ def _prepared(a: np.ndarray, acc: np.dtype) -> np.ndarray:
 
 
 def scan(a: np.ndarray, exclusive: bool, algorithm: str, acc: np.dtype,
-         base: Any = None) -> Any:
+         base: Any = None, out_dtype: Any = None) -> Any:
     """The scan of ``a`` (flattened in C order) into a new 1-D ``acc`` array, ``base`` added to
     every element, None for none (``algorithm``: "auto" or "sequential", checked by the
-    caller)."""
+    caller); cast to ``out_dtype`` where given (a narrower integer: the sums' low bits)."""
+    if out_dtype is not None and np.dtype(out_dtype) != np.dtype(acc):
+        return scan(a, exclusive, algorithm, acc, base).astype(out_dtype)
     acc = np.dtype(acc)
     flat = _prepared(a, acc)
     out = np.empty(flat.size, dtype=acc)

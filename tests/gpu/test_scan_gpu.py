@@ -86,6 +86,30 @@ def test_explicit_output_dtypes(alg: str, dtype: str, out: str) -> None:
             _check(a, alg, exclusive, dtype=out)
 
 
+@pytest.mark.parametrize("out", ["int8", "int16", "uint8", "uint16"])
+@pytest.mark.parametrize("dtype", ["bool", "int8", "int16", "uint16", "int32", "int64", "uint64"])
+def test_narrow_outputs_stored_by_the_lookback(dtype: str, out: str) -> None:
+    """The look-back stores a narrow dtype= itself (scan.cu's O, the low bits of the uint32
+    sums; signed outputs through their unsigned kernel): the ready call (a contiguous array),
+    the general one (a misaligned view: the element-wise tile), a base that wraps (a dask
+    chunk's offset) and many tiles whose running sums wrap many times."""
+    out_dt = np.dtype(out)
+    for n in (1, 4097, 65537, 3 * 2**20 + 7):
+        a = data(dtype, n + 1, seed=n)
+        d = cupy.asarray(a)
+        for exclusive in (True, False):
+            got = scan_array(d, exclusive=exclusive, dtype=out)
+            assert got.dtype == out_dt and got.data.ptr != d.data.ptr
+            assert_scan(got, a, exclusive, out)
+            got = scan_array(d[1:], exclusive=exclusive, dtype=out)  # misaligned: VEC = 1
+            assert_scan(got, a[1:], exclusive, out)
+            base = np.uint32(2**32 - 3)  # the chunk offsets are uint32 (scan.summing_dtype)
+            got = scan_chunk(d, exclusive, "lookback", np.dtype(np.uint32), base, out_dtype=out)
+            want = reference(a, exclusive, np.uint32).astype(np.uint64) + int(base)
+            np.testing.assert_array_equal(cupy.asnumpy(got),
+                                          (want % 2**32).astype(np.uint32).astype(out_dt))
+
+
 @pytest.mark.parametrize("alg", GPU_ALGORITHMS)
 def test_views_nd_and_offsets(alg: str) -> None:
     """Misaligned and strided views (the look-back's element-wise tile), N-D input in C order,
