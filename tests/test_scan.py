@@ -154,6 +154,31 @@ def test_a_narrow_integer_dtype_sums_as_numpys(dtype: str, out: str) -> None:
             np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("loops", ["compiled", "numpy"])
+def test_a_narrow_dtype_chunk_scan_stores_the_low_bits_of_its_uint32_sums(
+        loops: str, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """A dask chunk's scan into a narrow dtype: its uint32 offset (scan.summing_dtype) and sums
+    taken by their low bits, by the compiled loop storing the narrow type itself
+    (numpy_scan._scan_narrow) and by NumPy where numba has no room (a uint32 scan, cast)."""
+    from dask_compact.backends import numpy_scan
+    from dask_compact.dispatch import scan_chunk
+
+    if loops == "numpy":
+        monkeypatch.setattr(numpy_scan, "_loops", lambda: None)
+    u32 = np.dtype(np.uint32)
+    for dtype, out in (("int16", "int16"), ("int64", "int8"), ("bool", "uint16"),
+                       ("uint64", "uint8"), ("int8", "int16")):
+        for n in (0, 1, 33, 4099):
+            a = data(dtype, n, seed=n + 3)
+            for base in (None, np.uint32(2**32 - 3), np.uint32(70001)):
+                for exclusive in (True, False):
+                    got = scan_chunk(a, exclusive, "auto", u32, base, out_dtype=out)
+                    want = reference(a, exclusive, u32).astype(np.uint64) + int(base or 0)
+                    want = (want % 2**32).astype(u32).astype(out)
+                    assert got.dtype == np.dtype(out)
+                    np.testing.assert_array_equal(got, want)
+
+
 def test_a_bool_dtype_is_told_a_running_or_that_works() -> None:
     """``np.cumsum(a, dtype=bool)`` is a running logical or; ``dtype=bool`` is refused saying
     what gives it, for each call in its own terms (scan_array's hint named cumsum, which

@@ -51,7 +51,7 @@ def scan(a: np.ndarray, exclusive: bool, algorithm: str, acc: np.dtype,
     every element, None for none (``algorithm``: "auto" or "sequential", checked by the
     caller); cast to ``out_dtype`` where given (a narrower integer: the sums' low bits)."""
     if out_dtype is not None and np.dtype(out_dtype) != np.dtype(acc):
-        return scan(a, exclusive, algorithm, acc, base).astype(out_dtype)
+        return _scan_narrow(a, exclusive, algorithm, acc, base, np.dtype(out_dtype))
     acc = np.dtype(acc)
     flat = _prepared(a, acc)
     out = np.empty(flat.size, dtype=acc)
@@ -70,6 +70,23 @@ def scan(a: np.ndarray, exclusive: bool, algorithm: str, acc: np.dtype,
             # copied as bytes: numba 0.60's loop (the lowest allowed) quieted a signalling NaN
             # on the way through, which NumPy's cumsum keeps (a probe of the lowest versions)
             out[at:at + 1] = flat[:1]
+    return out
+
+
+def _scan_narrow(a: np.ndarray, exclusive: bool, algorithm: str, acc: np.dtype, base: Any,
+                 narrow: np.dtype) -> np.ndarray:
+    """The scan into a narrower integer ``narrow`` than the uint32 ``acc`` (their low bits):
+    the loop stores ``narrow`` itself, adding in numba's int64 (each store wraps to the bits
+    of the uint32 sum's low ones; the base, a uint32 offset, by its own low bits), which saves
+    the uint32 output and its cast: one pass over the data."""
+    loops = _loops()
+    if loops is None:
+        return scan(a, exclusive, algorithm, acc, base).astype(narrow)
+    flat = _prepared(a, narrow)  # an input wider than ``narrow``: its low bits, the same sums
+    out = np.empty(flat.size, dtype=narrow)
+    if flat.size:
+        low = narrow.type(0) if base is None else np.asarray(base, dtype=acc).astype(narrow)[()]
+        loops.scan_loop(flat, out, low, base is not None, bool(exclusive))
     return out
 
 
