@@ -149,3 +149,27 @@ def test_datetime_units_without_a_fill_value_say_why_they_are_not_decoded(tmp_pa
     assert decoding(span) is None
     assert xarray_encodings(dict(when.attrs)) == ["units"]
     assert xarray_encodings(dict(span.attrs)) == []
+
+
+def test_cf_time_reads_the_units_xarray_decodes_to_times():
+    """cf_time: "<unit> since <epoch>" (datetime64; the epoch read for the standard calendars
+    only, in the spellings xarray writes and CF allows) and a time unit with xarray's
+    timedelta dtype attribute; a bare unit or other attributes are no time."""
+    from dask_compact.batch.cf import cf_time, time_units
+
+    t = cf_time({"units": "days since 2000-01-01"})
+    assert (t.kind, t.unit, t.epoch) == ("M", "D", np.datetime64("2000-01-01", "ns"))
+    t = cf_time({"units": "microseconds since 1970-01-01 00:00:00", "calendar": "standard"})
+    assert (t.unit, t.epoch) == ("us", np.datetime64("1970-01-01T00:00:00", "ns"))
+    t = cf_time({"units": "hour since 2001-02-03T04:05:06Z", "calendar": "proleptic_gregorian"})
+    assert (t.unit, t.epoch) == ("h", np.datetime64("2001-02-03T04:05:06", "ns"))
+    assert cf_time({"units": "days since 2000-01-01", "calendar": "noleap"}).epoch is None
+    assert cf_time({"units": "days since 2000-1-1 0:0:0"}).epoch is None  # not read: no hint
+    assert cf_time({"units": "fortnights since 2000-01-01"}).unit is None
+    t = cf_time({"units": "hours", "dtype": "timedelta64[ns]"})
+    assert (t.kind, t.unit, t.epoch) == ("m", "h", None)
+    assert "xarray decodes timedeltas" in time_units({"units": "hours",
+                                                      "dtype": "timedelta64[ns]"})
+    for attrs in ({"units": "hours"}, {"units": "K"}, {}, {"dtype": "timedelta64[ns]"},
+                  {"units": "metres", "dtype": "timedelta64[ns]"}):
+        assert cf_time(attrs) is None and time_units(attrs) is None

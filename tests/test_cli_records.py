@@ -1131,31 +1131,56 @@ def test_where_on_a_time_field_is_told_raw_and_runs_with_it(tmp_path, dtype):
     assert _tree(src) == before
 
 
-def test_where_on_a_time_coordinate_xarray_wrote_says_it_compares_stored_numbers(tmp_path):
-    """xarray writes datetimes as int64 counts with CF units ("days since 2020-01-01"); --where
-    compares those stored counts (the predicate compares numbers), which the summary's note
-    was to name. It did only where the field had a fill value too: a time coordinate without
-    one (xarray's default) was compared silently (until 2026-12-02, seventeenth session, a
-    new-user probe), in the group job and the one-array job alike. Now the note names the
-    field and its units, and the rows are NumPy's on the stored counts."""
+def test_where_on_a_time_xarray_wrote_is_refused_without_raw_and_compares_counts_with_it(
+        tmp_path):  # fmt: skip
+    """xarray writes datetimes as int64 counts with CF units ("days since 2020-01-01") and
+    timedeltas as counts with a time unit and ``dtype: "timedelta64[ns]"``; the predicate
+    compares numbers. A group's field read by --where is refused without --raw, as a
+    datetime64 field is, naming the stored count of an example: until 2026-12-07 (forty-seventh
+    session, a new-user probe) it ran on the counts with a note (``time2 > 1577836800``, seconds
+    since 1970, selected nothing from days since 2000), and a timedelta with no note at all.
+    With --raw, and for a one-array INPUT (read as stored, as da.from_zarr reads it), the
+    note names the field and its units and the rows are NumPy's on the stored counts."""
     xr = pytest.importorskip("xarray")
     n = 40
     when = np.datetime64("2020-01-01") + (np.arange(n) * 7 % 11).astype("m8[D]")
-    ds = xr.Dataset({"v": ("time", np.arange(n) * 0.5), "when": ("time", when)})
+    when[3] = np.datetime64("NaT")
+    took = (np.arange(n) % 9 * 3600 * 10**9).astype("m8[ns]")
+    ds = xr.Dataset({"v": ("time", np.arange(n) * 0.5), "when": ("time", when),
+                     "took": ("time", took)})
+    ds.when.encoding = {"units": "days since 2000-01-01", "dtype": "int64"}
+    ds.took.encoding = {"units": "hours", "dtype": "int64"}
     ds.to_zarr(tmp_path / "in.zarr", consolidated=False, zarr_format=3)
-    stored = zarr.open_group(str(tmp_path / "in.zarr"), mode="r")["when"]
-    assert stored.dtype == np.int64 and "since" in stored.attrs["units"]
+    group = zarr.open_group(str(tmp_path / "in.zarr"), mode="r")
+    stored, hours = group["when"], group["took"]
+    assert stored.dtype == np.int64 and stored.attrs["units"] == "days since 2000-01-01"
+    assert hours.attrs["units"] == "hours" and hours.attrs["dtype"] == "timedelta64[ns]"
     counts = stored[...]
-    for src, where, mask in ((tmp_path / "in.zarr", "(when > 5) & (v > 3)",
-                              (counts > 5) & (ds.v.values > 3)),
-                             (tmp_path / "in.zarr" / "when", "x > 5", counts > 5)):
-        out = tmp_path / "o.zarr"
-        res = run(src, out, "--where", where, "--output", "indices", "--local", "threads",
-                  "--overwrite")
+    out = tmp_path / "o.zarr"
+    for where, hint in (("(when > 5) & (v > 3)", '--raw --where "when > 7305" for the rows '
+                         "after 2020-01-01"),
+                        ("took > 2", '--raw --where "took > 3" for the rows longer than 3 '
+                         "hours")):
+        res = run(tmp_path / "in.zarr", out, "--where", where, code=2)
+        said = " ".join(res.output.split())
+        assert "compares numbers, not times" in said and hint in said, said
+        assert f"NaT is stored as {np.iinfo(np.int64).min}" in said, said
+        assert not out.exists() and litter(tmp_path) == []
+    # the example's count is the stored count of that time, as xarray encodes it
+    assert ((np.datetime64("2020-01-01") - np.datetime64("2000-01-01")).astype(int) == 7305
+            and counts[0] == 7305)
+    for src, where, mask in ((tmp_path / "in.zarr", "(when > 7305) & (v > 3) & (took > 2)",
+                              (counts > 7305) & (ds.v.values > 3) & (hours[...] > 2)),
+                             (tmp_path / "in.zarr" / "when", "x > 7305", counts > 7305)):
+        flags = ("--raw",) if src.name == "in.zarr" else ()
+        res = run(src, out, *flags, "--where", where, "--output", "indices", "--local",
+                  "threads", "--overwrite")
         said = " ".join(res.output.split())
         assert re.search(r"note --where compares the stored values, which xarray decodes for "
-                         r"(when|x) \(units", said), said
-        assert f"{stored.attrs['units']!r}" in said, said
+                         r"(took \(units; --raw\), when|x) \(units", said), said
+        if not flags:
+            assert f"{stored.attrs['units']!r}" in said, said
+        assert 0 < mask.sum() < n - 1
         np.testing.assert_array_equal(read(out)[1]["indices"], np.flatnonzero(mask))
 
 

@@ -304,13 +304,60 @@ def _same(a: Any, b: Any) -> bool:
 
 def time_units(attrs: dict[str, Any]) -> str | None:
     """Why a field of ``attrs`` with datetime units ("days since 2000-01-01", which xarray
-    decodes to datetimes whatever else the field has) is compared as stored; None for
-    others. A bare time unit ("seconds") alone is left out: xarray 2026.9 keeps such a float
-    a float."""
-    units = attrs.get("units")
-    if units is None or "since" not in str(units):
+    decodes to datetimes whatever else the field has) or timedelta units (a time unit with
+    the ``dtype`` attribute xarray writes for a timedelta64 variable, ``"timedelta64[ns]"``)
+    is compared as stored; None for others. A bare time unit ("seconds") alone is left out:
+    xarray 2026.9 keeps such a float a float. The timedelta form was left out too until
+    2026-12-07 (forty-seventh session, a new-user probe): `d > 3` ran on the stored hours
+    with no note."""
+    time = cf_time(attrs)
+    if time is None:
         return None
-    return f"time-like units {units!r} (xarray decodes datetimes)"
+    if time.kind == "M":
+        return f"time-like units {time.units!r} (xarray decodes datetimes)"
+    return (f"time units {time.units!r} with dtype {attrs.get('dtype')!r} (xarray decodes "
+            "timedeltas)")
+
+
+@dataclass(frozen=True)
+class CFTime:
+    """A field that xarray decodes to times: ``kind`` "M" (datetime64: "<unit> since
+    <epoch>") or "m" (timedelta64), its ``units`` attribute, the NumPy unit of its counts
+    (None where not one of CF's plain ones) and its epoch (None where not read: no epoch, an
+    unparsed one, or a calendar other than the standard one)."""
+
+    kind: str
+    units: str
+    unit: str | None
+    epoch: np.datetime64 | None
+
+
+_NUMPY_UNITS = {"days": "D", "hours": "h", "minutes": "m", "seconds": "s",
+                "milliseconds": "ms", "microseconds": "us", "nanoseconds": "ns"}
+_STANDARD_CALENDARS = (None, "standard", "gregorian", "proleptic_gregorian")
+
+
+def cf_time(attrs: dict[str, Any]) -> CFTime | None:
+    """The CF time encoding of a field's ``attrs`` (:class:`CFTime`), None for none."""
+    units = attrs.get("units")
+    if units is None:
+        return None
+    units = str(units)
+    if "since" in units:
+        word, _, ref = units.partition("since")
+        word = word.strip().lower()
+        unit = _NUMPY_UNITS.get(word if word.endswith("s") else word + "s")
+        epoch = None
+        if attrs.get("calendar") in _STANDARD_CALENDARS:
+            text = ref.strip().removesuffix("Z").removesuffix("UTC").strip().replace(" ", "T", 1)
+            try:
+                epoch = np.datetime64(text, "ns")
+            except ValueError:
+                epoch = None
+        return CFTime("M", units, unit, epoch)
+    if units in _TIME_UNITS and str(attrs.get("dtype", "")).startswith("timedelta64"):
+        return CFTime("m", units, _NUMPY_UNITS[units], None)
+    return None
 
 
 def _time_like(units: Any) -> bool:

@@ -240,6 +240,8 @@ def _time_counts(pred_fields: tuple[str, ...], arrays: dict[str, Any], raw: bool
     for name in pred_fields:
         dtype = np.dtype(arrays[name].dtype).newbyteorder("=")
         if dtype.kind not in "mM":
+            if not raw:
+                _refuse_cf_time(name, arrays[name])
             continue
         unit, step = np.datetime_data(dtype)
         what = _UNIT_WORDS.get(unit, unit) if step == 1 else f"steps of {step} {unit}"
@@ -263,6 +265,45 @@ def _time_counts(pred_fields: tuple[str, ...], arrays: dict[str, Any], raw: bool
                 f"& ({name} != {NAT}). --raw compares every field --where reads as stored",
                 param_hint="--where")
     return counted
+
+
+def _refuse_cf_time(name: str, z: Any) -> None:
+    """Refuse, without ``--raw``, a ``--where`` on a field that xarray decodes to times from
+    its CF attributes (``units: "days since 2000-01-01"``, or a time unit with ``dtype:
+    "timedelta64[ns]"``: how xarray writes every datetime64 and timedelta64 variable), as a
+    datetime64 field is refused (:func:`_time_counts`), naming the stored count of an example.
+    Until 2026-12-07 (forty-seventh session, a new-user probe) such a field was compared as
+    its stored counts with a note only: ``time2 > 1577836800`` (seconds since 1970) selected
+    nothing from counts of days since 2000, and ``time > 1577836800`` on xarray's default
+    microseconds since 1970 everything."""
+    from .cf import cf_time
+
+    attrs = dict(z.attrs)
+    time = cf_time(attrs)
+    if time is None:
+        return
+    nat = attrs.get("_FillValue", NAT)
+    example: Any
+    at: Any
+    if time.kind == "M":
+        what = (f"stored as counts of {time.units!r} (its CF units, which xr.open_zarr "
+                "decodes to datetime64)")
+        example, at, rows = np.datetime64("2020-01-01", "ns"), time.epoch, "after"
+    else:
+        what = (f"stored as counts of {time.units} (units and dtype {attrs.get('dtype')!r} in "
+                "its attributes, which xr.open_zarr decodes to timedelta64)")
+        example, at, rows = np.timedelta64(3, "h"), np.timedelta64(0, "h"), "longer than"
+    hint = ""
+    if time.unit is not None and at is not None:
+        count = (example - at) / np.timedelta64(1, time.unit)  # type: ignore[call-overload]
+        shown = int(count) if float(count).is_integer() else float(count)
+        hint = (f", e.g. --raw --where \"{name} > {shown}\" for the rows {rows} "
+                f"{example if time.kind == 'm' else '2020-01-01'}")
+    raise click.BadParameter(
+        f"it reads {name!r}, {what}: --where compares numbers, not times. With --raw it "
+        f"compares {name}'s stored counts{hint}; NaT is stored as {nat}, which a < or <= "
+        f"comparison keeps unless it adds & ({name} != {nat}). --raw compares every field "
+        "--where reads as stored", param_hint="--where")
 
 
 def predicate_decoding(arrays: dict[str, Any], pred_fields: tuple[str, ...], raw: bool
