@@ -186,6 +186,14 @@ class ZarrChunkFiles:
         self.fill_value = fill_value
         self.allow_missing = allow_missing
 
+    def _named(self, c: int, path: bool = False) -> str:
+        """Chunk ``c`` in an error: its key (or file, ``path``) and its rows. A task reads
+        several chunks; a probe's damaged chunk was told as "input chunk 0 (rows 0:100003):
+        ... Zarr chunk c/7" (the task's rows, not the chunk's) until 2026-12-07."""
+        key = os.path.join(self.url, self.keys[c]) if path else self.keys[c]
+        r0 = c * self.chunk_rows
+        return f"{key} (rows {r0}:{min(r0 + self.chunk_rows, self.shape[0])})"
+
     def _raw(self, c: int) -> Any:
         """Chunk ``c``'s compressed bytes, memory-mapped (None: missing and allowed to be).
 
@@ -200,7 +208,7 @@ class ZarrChunkFiles:
             if self.allow_missing:
                 return None
             raise FileNotFoundError(
-                f"Zarr chunk {self.keys[c]} is missing from the store") from None
+                f"Zarr chunk {self._named(c)} is missing from the store") from None
         with f:
             if os.fstat(f.fileno()).st_size == 0:
                 return b""  # mmap refuses empty files; zstd refuses the empty frame
@@ -224,9 +232,9 @@ class ZarrChunkFiles:
                     flat[at : at + n] = self.fill_value
                 elif first == 0 and rows == self.chunk_rows:
                     # the whole chunk, in place
-                    decode_chunk(raw, chunk_bytes, self.keys[c], flat[at : at + n])
+                    decode_chunk(raw, chunk_bytes, self._named(c), flat[at : at + n])
                 else:  # an edge chunk (stored at full size) or a block boundary inside one
-                    whole = np.frombuffer(decode_chunk(raw, chunk_bytes, self.keys[c]),
+                    whole = np.frombuffer(decode_chunk(raw, chunk_bytes, self._named(c)),
                                           self.dtype)
                     flat[at : at + n] = whole[first * row : first * row + n]
             finally:
@@ -250,7 +258,7 @@ class ZarrChunkFiles:
         raws = [self._raw(c) for c, _, _ in spans]
         try:
             kept = [r for r in raws if r is not None]
-            names = [os.path.join(self.url, self.keys[c])
+            names = [self._named(c, path=True)
                      for (c, _, _), r in zip(spans, raws) if r is not None]
             buf, starts = decode_host(kept, [chunk_bytes] * len(kept), names)
         finally:
