@@ -241,8 +241,9 @@ def scan_array(a: Any, *, exclusive: bool = True, algorithm: str = "auto",
     # the other byte order: NumPy's astype, CuPy's bytes reversed (CuPy's astype copies them
     # as they are: until 2026-12-01, thirteenth session, it scanned the unswapped numbers)
     a = to_native(a)
-    s = summing_dtype(acc)
-    return scan_chunk(widened(a, s), exclusive, alg, s, None, out_dtype=acc)
+    s = summing_dtype(acc)  # ``acc`` itself (the same object) but for the narrow dtypes
+    return scan_chunk(widened(a, s), exclusive, alg, s, None,
+                      out_dtype=None if s is acc else acc)
 
 
 def widened(a: Any, acc: np.dtype) -> Any:
@@ -391,4 +392,4 @@ def _scan_block(block: Any, offsets: np.ndarray, i: int, exclusive: bool, algori
         leads = i == 0
     s = summing_dtype(acc)  # the narrow output dtypes are summed wider (see there)
     return scan_chunk(widened(block, s), exclusive, algorithm, s, None if leads else offsets[i],
-                      out_dtype=acc)
+                      out_dtype=None if s is acc else acc)
