@@ -353,7 +353,7 @@ def cf_time(attrs: dict[str, Any]) -> CFTime | None:
             try:
                 epoch = np.datetime64(text, "ns")
             except ValueError:
-                epoch = None
+                pass  # not an epoch NumPy reads: no example count
         return CFTime("M", units, unit, epoch)
     if units in _TIME_UNITS and str(attrs.get("dtype", "")).startswith("timedelta64"):
         return CFTime("m", units, _NUMPY_UNITS[units], None)

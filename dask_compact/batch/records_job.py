@@ -288,17 +288,16 @@ def _refuse_cf_time(name: str, z: Any) -> None:
     if time.kind == "M":
         what = (f"stored as counts of {time.units!r} (its CF units, which xr.open_zarr "
                 "decodes to datetime64)")
-        example, at, rows = np.datetime64("2020-01-01", "ns"), time.epoch, "after"
+        example, at, rows = np.datetime64("2020-01-01", "ns"), time.epoch, "after 2020-01-01"
     else:
         what = (f"stored as counts of {time.units} (units and dtype {attrs.get('dtype')!r} in "
                 "its attributes, which xr.open_zarr decodes to timedelta64)")
-        example, at, rows = np.timedelta64(3, "h"), np.timedelta64(0, "h"), "longer than"
+        example, at, rows = np.timedelta64(3, "h"), np.timedelta64(0, "h"), "longer than 3 hours"
     hint = ""
     if time.unit is not None and at is not None:
         count = (example - at) / np.timedelta64(1, time.unit)  # type: ignore[call-overload]
         shown = int(count) if float(count).is_integer() else float(count)
-        hint = (f", e.g. --raw --where \"{name} > {shown}\" for the rows {rows} "
-                f"{example if time.kind == 'm' else '2020-01-01'}")
+        hint = f", e.g. --raw --where \"{name} > {shown}\" for the rows {rows}"
     raise click.BadParameter(
         f"it reads {name!r}, {what}: --where compares numbers, not times. With --raw it "
         f"compares {name}'s stored counts{hint}; NaT is stored as {nat}, which a < or <= "
