@@ -31,10 +31,13 @@
 // allocation moves with the select), which put int32 at 189 registers, two blocks per SM
 // against float32's three (docs/design.md, Scan). CACHE, POLL, WAIT, SCHED: see dcx::ScanTile
 // (the last three named by the launch layer only when a sweep sets them, cupy_scan_source.py).
+// O: the output type, A or (after the three, named) a narrower integer that A's sums wrap into:
+// np.cumsum(a, dtype=np.int16) summed in uint32 and stored as int16, 4 bytes an element moved
+// against 10 for a uint32 scan and a cast.
 template <class T, class A, int BLOCK, int ROWS, int VEC, int MINB, bool EXCLUSIVE, int CACHE,
-          int POLL = 20, int WAIT = 0, int SCHED = 0>
+          int POLL = 20, int WAIT = 0, int SCHED = 0, class O = A>
 __global__ void __launch_bounds__(BLOCK, MINB)
-dcx_scan_lookback(const T* __restrict__ in, A* __restrict__ out, long long n, A base,
+dcx_scan_lookback(const T* __restrict__ in, O* __restrict__ out, long long n, A base,
                   unsigned long long* words, A* d_total) {
   typedef dcx::ScanTile<T, A, BLOCK, ROWS, VEC, CACHE, POLL, WAIT, SCHED> Tile;
   __shared__ A s_warp[Tile::WARPS];

@@ -153,6 +153,22 @@ union Pack {
   T v[N];
 };
 
+// A sum as the output type O: itself, or the low bits of a 4-byte unsigned A in a narrower
+// integer (two's complement, as NumPy's narrow cumsum wraps). Through the bits: a conversion
+// to a signed type of a value out of its range is defined only from C++20.
+template <class O, class A>
+__device__ __forceinline__ O narrowed(A v) {
+  if constexpr (is_same<O, A>::value) {
+    return v;
+  } else {
+    static_assert(sizeof(O) < sizeof(A) && A(-1) > A(0),
+                  "narrowed: the low bits of an unsigned sum");
+    Pack<O, 1> p;
+    p.raw = typename raw_word<int(sizeof(O))>::type(v);
+    return p.v[0];
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Look-back status of the tiles of one launch (decoupled look-back, Merrill & Garland), for any
 // 4- or 8-byte accumulator. Flag: 0 nothing yet, 1 AGGREGATE (the tile's own sum), 2 INCLUSIVE
@@ -382,16 +398,19 @@ struct ScanTile {
     return run;
   }
 
-  __device__ __forceinline__ static void store(A* __restrict__ out, long long seg, long long n,
+  // O: the output type, A itself or a narrower integer (the sums' low bits: scan.py's narrow
+  // dtypes, summed in a 4-byte A, stored without a second pass over an A-wide copy).
+  template <class O>
+  __device__ __forceinline__ static void store(O* __restrict__ out, long long seg, long long n,
                                                bool full, A add, const A (&x)[ROWS][VEC]) {
     const int lane = int(lane_id());
     if (full) {
-      typedef typename raw_word<int(VEC * sizeof(A))>::type raw_t;
+      typedef typename raw_word<int(VEC * sizeof(O))>::type raw_t;
 #pragma unroll
       for (int r = 0; r < ROWS; ++r) {
-        Pack<A, VEC> p;
+        Pack<O, VEC> p;
 #pragma unroll
-        for (int j = 0; j < VEC; ++j) p.v[j] = sadd(add, x[r][j]);
+        for (int j = 0; j < VEC; ++j) p.v[j] = narrowed<O>(sadd(add, x[r][j]));
         raw_t* dst = reinterpret_cast<raw_t*>(out + seg + (long long)(r * 32 + lane) * VEC);
         if constexpr ((CACHE & 2) != 0) {
           __stcs(dst, p.raw);
@@ -405,7 +424,7 @@ struct ScanTile {
 #pragma unroll
         for (int j = 0; j < VEC; ++j) {
           const long long i = seg + (long long)(r * 32 + lane) * VEC + j;
-          if (i < n) out[i] = sadd(add, x[r][j]);
+          if (i < n) out[i] = narrowed<O>(sadd(add, x[r][j]));
         }
     }
   }
@@ -424,7 +443,8 @@ struct ScanTile {
   }
 
   // The whole tile `tile` (blockIdx.x): every thread of the block calls it once.
-  __device__ __forceinline__ static void run(const T* __restrict__ in, A* __restrict__ out,
+  template <class O>
+  __device__ __forceinline__ static void run(const T* __restrict__ in, O* __restrict__ out,
                                              long long n, A base, bool exclusive,
                                              const ScanStatus<A>& st, A* d_total, long long tile,
                                              long long num_tiles, A* s_warp, A* s_prefix) {
@@ -468,7 +488,8 @@ struct ScanTile {
   // warp 0 through barrier 2 (warps 0 and 1); warp 0, its look-back done, waits there,
   // publishes the inclusive prefix; barrier 0 (__syncthreads) before the stores. A tile's
   // aggregate never waits on its own look-back, so no tile waits on a later one.
-  __device__ __forceinline__ static void run_early(A* __restrict__ out, long long seg, long long n,
+  template <class O>
+  __device__ __forceinline__ static void run_early(O* __restrict__ out, long long seg, long long n,
                                                    bool full, A base, const ScanStatus<A>& st,
                                                    A* d_total, long long tile, long long num_tiles,
                                                    A* s_warp, A* s_prefix, const A (&x)[ROWS][VEC]) {

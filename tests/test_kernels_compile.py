@@ -576,20 +576,30 @@ def test_record_launch_constants_and_copy_unit() -> None:
 def _scan_specs(algorithms: tuple[str, ...]) -> list:
     """Every scan module the launch layer can build for ``algorithms``: each input dtype the
     public calls take x each accumulator it may be scanned into (np.cumsum's choice and every
-    explicit ``dtype=``), the current look-back tuning."""
+    explicit ``dtype=``, the narrow integers summed in uint32 and stored by the look-back in
+    their own width), the current look-back tuning."""
     from dask_compact.backends.cupy_scan_source import ACC_DTYPES, ScanSpec
-    from dask_compact.scan import scan_dtype
+    from dask_compact.scan import scan_dtype, summing_dtype
 
+    # The narrow outputs change only the look-back's stores (scan.cuh's narrowed; a signed
+    # output is its unsigned kernel's bits): checked for the inputs that bound the registers
+    # (the widest, int64; the byte loads of bool and int8), every input would be 72 kernels
+    # more, 48 s of one of CI's cores at -O3
+    narrow = [np.dtype(t) for t in ("uint8", "uint16")]
     specs = []
     for dt in DTYPES:
-        for out in (None, *ACC_DTYPES):
+        for out in (None, *ACC_DTYPES, *narrow):
             try:
                 acc = scan_dtype(dt, out)
             except TypeError:
                 continue  # float16, complex; floats into integers
+            s = summing_dtype(acc)
             for alg in algorithms:
+                if s != acc and (alg != "lookback" or dt not in ("bool", "int8", "int64")):
+                    continue  # the uint32 scan, cast: that spec is among the uint32 ones
                 for exclusive in (True, False) if alg == "lookback" else (True,):
-                    specs.append(ScanSpec.make(np.dtype(dt), acc, alg, exclusive))
+                    specs.append(ScanSpec.make(np.dtype(dt), s, alg, exclusive,
+                                               acc if s != acc else None))
     return specs
 
 
@@ -614,6 +624,9 @@ def test_scan_modules_compile(arch: str, tmp_path: Path) -> None:
     vecs = {m.group(1) for n in names
             if (m := re.search(r", (\d+), \d+, (?:true|false), \d+(?:, -?\d+){0,3}>$", n))}
     assert {"1", "4"} <= vecs
+    # the narrow dtypes' look-back stores its own width (scan.cu's O)
+    assert any(n.endswith(", 0, unsigned short>") for n in names)
+    assert any(n.endswith(", 0, unsigned char>") for n in names)
     assert any("true" in n for n in names) and any("false" in n for n in names)
     assert not re.search(r"^\s*#\s*include", specs[0].source(), re.M)
     jobs, cnames, cone_source = _scan_jobs(arch)
@@ -660,6 +673,29 @@ def test_scan_sweep_knobs_compile(arch: str, tmp_path: Path) -> None:
     log = _nvcc(Job(spec.source() + _force(names), arch, "scan_knobs"), tmp_path)
     if arch == "sm_90":
         assert not _spills(log), f"register spills: {_spills(log)}"
+
+
+def test_narrow_scan_outputs_are_named_unsigned_and_lookback_only() -> None:
+    """A narrow dtype= is stored by the look-back's O, named after POLL, WAIT and SCHED, as the
+    unsigned type of its width (an int16 output is the bits of a uint16 one: one kernel); the
+    other algorithms scan in uint32 and cast, and refuse a narrow spec; no O where the output
+    is the accumulator (the table's names unchanged)."""
+    from dask_compact.backends.cupy_scan_source import ScanSpec
+
+    u32 = np.dtype(np.uint32)
+    for out, bits in (("int16", "unsigned short"), ("uint16", "unsigned short"),
+                      ("int8", "unsigned char"), ("uint8", "unsigned char")):
+        for dt in ("int16", "int64", "bool"):
+            names = ScanSpec.make(np.dtype(dt), u32, "lookback", True, np.dtype(out)).names()
+            assert names["vector"].endswith(f", true, 0, 688, 1140, 0, {bits}>"), names
+            assert names["scalar"].endswith(f", 0, {bits}>") and ", 1, 3, true" in names["scalar"]
+        with pytest.raises(ValueError, match="not stored as"):
+            ScanSpec.make(np.dtype("int16"), u32, "shared", True, np.dtype(out))
+        with pytest.raises(ValueError, match="not stored as"):
+            ScanSpec.make(np.dtype("int16"), np.dtype(np.int64), "lookback", True, np.dtype(out))
+    plain = ScanSpec.make(np.dtype("int16"), u32, "lookback", True)
+    assert plain == ScanSpec.make(np.dtype("int16"), u32, "lookback", True, u32)
+    assert plain.names()["vector"].endswith(", true, 0, 688, 1140>")
 
 
 def _scan_names(specs: list) -> list[str]:

@@ -7,8 +7,7 @@ Entry points (what :mod:`dask_compact.dispatch` registers for CuPy arrays):
 
 ``scan(a, exclusive, algorithm, acc, base, out_dtype=None)``  the scan of ``a`` (flattened in
     C order) into a new 1-D array of dtype ``acc``, or of ``out_dtype`` (a narrower integer
-    that ``acc``'s sums wrap into: their low bits); ``base`` (a host number) is added to
-    every element.
+    that ``acc``'s sums wrap into); ``base`` (a host number) is added to every element.
 ``total(a, acc)``  the sum of ``a`` in ``acc`` as a NumPy scalar (the dask path's chunk totals).
 ``compact_scan(a, pred, output, index_base)``  map -> scan -> scatter compaction.
 """
@@ -81,25 +80,24 @@ def scan(a: Any, exclusive: bool, algorithm: str, acc: np.dtype, base: Any = 0,
     ``algorithm``: "auto"/"lookback", "shared", "thread-efficient", "work-efficient", "naive"
     (checked by the caller). ``d_total`` (lookback only): a 1-element ``acc`` array that
     receives ``base`` + the sum of ``a``. ``out_dtype``: the result's dtype where it is a
-    narrower integer that the uint32 ``acc`` wraps into (None: ``acc``): the scan in ``acc``,
-    cast (10-12 bytes an element moved for int16 -> int16: 1.90 ms at 2^28 on one H100, 0.38x
-    torch.cumsum; a look-back storing the narrow type itself was built in a14f6e8 and taken
-    out, never having run on a GPU: docs/design.md, Scan).
+    narrower integer that the uint32 ``acc`` wraps into (None: ``acc``); the look-back stores
+    it itself (4 bytes an element moved for int16 -> int16, against 10 through a uint32 result
+    and its cast: 1.90 ms at 2^28 on one H100, 0.38x torch.cumsum), the others are cast.
     """
     import cupy
 
-    if out_dtype is not None and np.dtype(out_dtype) != np.dtype(acc):
-        return scan(a, exclusive, algorithm, acc, base, d_total).astype(out_dtype)
-
-    if (d_total is None and (algorithm == "auto" or algorithm == "lookback")
-            and a.flags.c_contiguous and a.size):
-        ready = _ready_scan(a.dtype, acc, exclusive)
+    acc = np.dtype(acc)
+    narrow = None if out_dtype is None or np.dtype(out_dtype) == acc else np.dtype(out_dtype)
+    lookback = algorithm == "auto" or algorithm == "lookback"
+    if narrow is not None and not lookback:
+        return scan(a, exclusive, algorithm, acc, base, d_total).astype(narrow)
+    if d_total is None and lookback and a.flags.c_contiguous and a.size:
+        ready = _ready_scan(a.dtype, acc, exclusive, narrow)
         if ready is not None:
             return ready(a, base)
-    acc = np.dtype(acc)
     flat = _flat(a)
     n = int(flat.size)
-    out = cupy.empty(n, dtype=acc)
+    out = cupy.empty(n, dtype=acc if narrow is None else narrow)
     alg = "lookback" if algorithm == "auto" else algorithm
     signed = base is None and acc.kind == "f"
     b = _base(acc, base)
@@ -107,7 +105,7 @@ def scan(a: Any, exclusive: bool, algorithm: str, acc: np.dtype, base: Any = 0,
         if d_total is not None:
             d_total.fill(b)
         return out
-    spec = ScanSpec.make(np.dtype(flat.dtype), acc, alg, exclusive)
+    spec = ScanSpec.make(np.dtype(flat.dtype), acc, alg, exclusive, narrow)
     mod = module_for(spec)
     ex = np.int32(1 if exclusive else 0)
     if alg == "lookback":
@@ -147,7 +145,7 @@ def _lookback(mod: _Module, spec: ScanSpec, flat: Any, out: Any, n: int, base: A
     acc = spec.acc
     vec = full_vec(spec.dtype, acc)
     aligned = (flat.data.ptr % (vec * flat.itemsize) == 0
-               and out.data.ptr % (vec * acc.itemsize) == 0)
+               and out.data.ptr % (vec * out.itemsize) == 0)
     if not aligned:
         vec = 1
     tile = spec.tuning.block * spec.tuning.rows * vec
@@ -175,11 +173,13 @@ class _ReadyScan:
     2026-12-06): a small scan is bound by it, and at 2^28 its first launch's wait is in a
     batch's time (0.7915 against 0.7829 ms)."""
 
-    def __init__(self, dtype: np.dtype, acc: np.dtype, exclusive: bool) -> None:
+    def __init__(self, dtype: np.dtype, acc: np.dtype, exclusive: bool,
+                 narrow: np.dtype | None = None) -> None:
         import cupy
 
         self.acc = acc
-        self.spec = ScanSpec.make(dtype, acc, "lookback", exclusive)
+        self.out = acc if narrow is None else narrow
+        self.spec = ScanSpec.make(dtype, acc, "lookback", exclusive, narrow)
         self.module = module_for(self.spec)  # held: its kernels stay loaded while this lives
         self.vec = full_vec(self.spec.dtype, acc)
         self.block = self.spec.tuning.block
@@ -199,9 +199,9 @@ class _ReadyScan:
 
         acc = self.acc
         n = a.size
-        out = cupy.empty(n, dtype=acc)
+        out = cupy.empty(n, dtype=self.out)
         vec = self.vec
-        if a.data.ptr % (vec * a.itemsize) or out.data.ptr % (vec * acc.itemsize):
+        if a.data.ptr % (vec * a.itemsize) or out.data.ptr % (vec * out.itemsize):
             vec = 1
         launch = self.launches[vec]
         tiles = -(-n // (self.block * self.rows * vec))
@@ -227,21 +227,23 @@ class _ReadyScan:
         return out
 
 
-# (thread, device, stream, input dtype, accumulator, exclusive, the scan tunings' generation)
-# -> its _ReadyScan, or None where a build failed (the general path then says why)
+# (thread, device, stream, input dtype, accumulator, exclusive, narrow output dtype or None,
+# the scan tunings' generation) -> its _ReadyScan, or None where a build failed (the general
+# path then says why)
 _ready_scans: BoundedCache[tuple, Any] = BoundedCache("ready scans")
 
 
-def _ready_scan(dtype: Any, acc: Any, exclusive: bool) -> _ReadyScan | None:
+def _ready_scan(dtype: Any, acc: Any, exclusive: bool,
+                narrow: np.dtype | None = None) -> _ReadyScan | None:
     """The current thread's ready look-back scan for the current device and stream."""
     import cupy
 
     key = (thread_key(), cupy.cuda.runtime.getDevice(), cupy.cuda.get_current_stream().ptr,
-           dtype, acc, exclusive, cupy_scan_source.generation)
+           dtype, acc, exclusive, narrow, cupy_scan_source.generation)
     hit = _ready_scans.get(key)
     if hit is None:
         try:
-            hit = _ReadyScan(np.dtype(dtype), np.dtype(acc), exclusive)
+            hit = _ReadyScan(np.dtype(dtype), np.dtype(acc), exclusive, narrow)
         except AttributeError:  # a CuPy without RawKernel.kernel or the driver's launch
             return None
         _ready_scans.put(key, hit)

@@ -162,18 +162,27 @@ class ScanSpec:
     algorithm: str
     tuning: ScanTuning
     exclusive: bool = True
+    # the look-back's output dtype where it is not ``acc``: a narrower integer its sums wrap
+    # into (dask_compact.scan's narrow dtypes), stored by the kernel
+    out: np.dtype | None = None
 
     @classmethod
-    def make(cls, dtype: np.dtype, acc: np.dtype, algorithm: str, exclusive: bool) -> ScanSpec:
-        """The spec of one call (one module per spec and device)."""
+    def make(cls, dtype: np.dtype, acc: np.dtype, algorithm: str, exclusive: bool,
+             out: np.dtype | None = None) -> ScanSpec:
+        """The spec of one call (one module per spec and device); ``out``: the look-back's
+        output dtype where it is narrower than ``acc`` (None: ``acc``)."""
         dtype, acc = np.dtype(dtype), np.dtype(acc)
+        out = None if out is None or np.dtype(out) == acc else np.dtype(out)
+        if out is not None and (algorithm != "lookback" or acc.kind != "u" or acc.itemsize != 4
+                                or out.kind not in "iu" or out.itemsize >= acc.itemsize):
+            raise ValueError(f"a {algorithm} scan summed in {acc} is not stored as {out}")
         tuning = scan_tuning(acc, dtype)
         if dtype.kind != "f" and acc.kind == "f":
             # integers summed as floats (an explicit dtype=): the conversions need registers
             # that the table's bound leaves out (int32 -> float32 spilled 28-68 bytes under
             # 168 registers, checked with ptxas by tests/test_kernels_compile.py)
             tuning = replace(tuning, min_blocks=0)
-        return cls(dtype, acc, algorithm, tuning, exclusive or algorithm != "lookback")
+        return cls(dtype, acc, algorithm, tuning, exclusive or algorithm != "lookback", out)
 
     def names(self) -> dict[str, str]:
         """Kernel role -> name expression (template instantiation)."""
@@ -182,7 +191,11 @@ class ScanSpec:
             tn = self.tuning
             head = f"dcx_scan_lookback<{t}, {a}, {tn.block}, {tn.rows}"
             tail = f"{tn.min_blocks}, {'true' if self.exclusive else 'false'}, {tn.cache}"
-            if (tn.poll, tn.wait, tn.sched) != (20, 0, 0):  # the kernel's defaults (scan.cu)
+            if self.out is not None:  # named after the three it follows (scan.cu); unsigned:
+                # an int16 output is the same bits as a uint16 one (one kernel for both)
+                bits = scan_ctype(np.dtype(f"u{self.out.itemsize}"))
+                tail += f", {tn.poll}, {tn.wait}, {tn.sched}, {bits}"
+            elif (tn.poll, tn.wait, tn.sched) != (20, 0, 0):  # the kernel's defaults (scan.cu)
                 tail += f", {tn.poll}, {tn.wait}" + (f", {tn.sched}" if tn.sched else "")
             tail += ">"
             v = full_vec(self.dtype, self.acc)

@@ -88,11 +88,11 @@ def test_explicit_output_dtypes(alg: str, dtype: str, out: str) -> None:
 
 @pytest.mark.parametrize("out", ["int8", "int16", "uint8", "uint16"])
 @pytest.mark.parametrize("dtype", ["bool", "int8", "int16", "uint16", "int32", "int64", "uint64"])
-def test_narrow_outputs_are_the_low_bits_of_the_uint32_scan(dtype: str, out: str) -> None:
-    """A narrow dtype= (scan_chunk's out_dtype: the low bits of the uint32 sums): the ready
-    call (a contiguous array), the general one (a misaligned view: the element-wise tile), a
-    base that wraps (a dask chunk's offset) and many tiles whose running sums wrap many
-    times."""
+def test_narrow_outputs_stored_by_the_lookback(dtype: str, out: str) -> None:
+    """The look-back stores a narrow dtype= itself (scan.cu's O, the low bits of the uint32
+    sums; signed outputs through their unsigned kernel): the ready call (a contiguous array),
+    the general one (a misaligned view: the element-wise tile), a base that wraps (a dask
+    chunk's offset) and many tiles whose running sums wrap many times."""
     out_dt = np.dtype(out)
     for n in (1, 4097, 65537, 3 * 2**20 + 7):
         a = data(dtype, n + 1, seed=n)
