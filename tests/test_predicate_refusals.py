@@ -154,6 +154,21 @@ def test_an_array_aligned_with_nd_input_names_the_test_sample_not_a_chunk():
     assert "dask_compact.compact(x, m)" in str(info.value)
 
 
+def test_a_constant_aligned_with_the_rows_of_an_in_memory_array_is_told_why():
+    """A (3, 1) constant on a (3, 100) array in memory: the call on the whole array works,
+    its check on one row gives a (3, 100) mask; the refusal named only the shapes (and a
+    "chunk" of one row), not the constant's broadcast that made it (a probe)."""
+    b = np.random.default_rng(3).random((3, 100))
+    c = np.array([[0.2], [0.5], [0.8]])
+    with pytest.raises(NotElementwise, match=r"returned shape \(3, 100\) for rows 0:1") as info:
+        dask_compact.compact_array(b, lambda v: v < c)
+    assert "broadcast the input to a larger shape" in str(info.value)
+    assert "each row's trailing axes" in str(info.value)
+    # a mask of another shape that no broadcast made keeps the plain message
+    with pytest.raises(NotElementwise, match=r"one boolean per element$"):
+        dask_compact.compact_array(b, lambda v: np.ones((2, 2), bool))
+
+
 @pytest.mark.parametrize("shape,chunks,const", [
     ((1001, 3), (97, 3), np.array([0.2, 0.5, 0.8])),  # blocks of whole rows
     ((1001, 3), (97, 2), np.array([0.2, 0.5, 0.8])),  # trailing axis split: rows made whole

@@ -331,7 +331,7 @@ class Predicate:
         (thirteenth session) it had the general message, which spoke of shapes only (the
         records' twin is ``fields.record_mask``'s)."""
         try:
-            return check_mask(got, a, self.source, xp)
+            return check_mask(got, a, self.source, xp, what)
         except NotElementwise:
             # only an array of more than one element, of the size of the mask returned (a
             # mask of the whole input: it, or one made from it); one read beside it (a (1,)
@@ -680,8 +680,9 @@ def _filled(cell: Any) -> bool:
     return True
 
 
-def check_mask(m: Any, a: Any, source: str, xp: Any = np) -> Any:
-    """Validate what a predicate returned: booleans of ``a``'s shape (a scalar broadcasts)."""
+def check_mask(m: Any, a: Any, source: str, xp: Any = np, what: str = "a chunk") -> Any:
+    """Validate what a predicate returned: booleans of ``a``'s shape (a scalar broadcasts).
+    ``what``: what ``a`` is, for the error (a chunk, a slice of one, a test sample)."""
     if isinstance(m, (bool, np.bool_)) or (getattr(m, "ndim", None) == 0 and m.dtype == bool):
         return xp.full(a.shape, bool(m), dtype=bool)
     dt = getattr(m, "dtype", None)
@@ -695,10 +696,26 @@ def check_mask(m: Any, a: Any, source: str, xp: Any = np) -> Any:
         # whole rows, where a constant that broadcasts over several trailing axes (shape
         # (5, 1) against rows of (5, 3)) gives a flat chunk a mask of another shape
         raise NotElementwise(
-            f"predicate {source} is not elementwise: it returned shape {m.shape} for a chunk of "
-            f"shape {a.shape}; a predicate must give one boolean per element"
+            f"predicate {source} is not elementwise: it returned shape {tuple(m.shape)} for "
+            f"{what} of shape {tuple(a.shape)}; a predicate must give one boolean per element"
+            + _grown_by_broadcast(m.shape, a.shape)
         )
     return m
+
+
+def _grown_by_broadcast(got: tuple[int, ...], shape: tuple[int, ...]) -> str:
+    """Why a mask came back larger than its input, where an array the predicate reads
+    broadcast it: a (3, 1) constant against rows of (3, 100) data gives every row three
+    masks. Until 2026-12-07 the refusal named only the shapes, and for an in-memory call
+    the shape of a sample the caller never made."""
+    try:
+        if tuple(np.broadcast_shapes(tuple(got), tuple(shape))) != tuple(got) or got == shape:
+            return ""
+    except ValueError:
+        return ""
+    return (" (an array it reads broadcast the input to a larger shape: the predicate sees a "
+            "few rows at a time, so arrays beside it must broadcast against each row's "
+            "trailing axes, as a (3,) constant does on (n, 3) data, not along the rows)")
 
 
 @functools.lru_cache(maxsize=256)
