@@ -119,8 +119,9 @@ _TEXT_WAYS = ("compact_array", "compact_into", "partition_array", "map_compact",
 def text_selection(dtype: np.dtype, call: str | None, output: str = "values") -> str:
     """The way out for strings or objects given to ``call`` (with its ``output``), which no
     call here compares: NumPy in memory; for a dask array, Dask's own comparison and
-    :func:`dask_compact.flatnonzero`'s indices of it into ``x.ravel()`` (known chunks; flat,
-    as the calls take N-D input). Until 2026-12-06 the refusal listed the numeric dtypes only
+    :func:`dask_compact.compact` by it for fixed-width strings (which it gathers), Dask's
+    boolean indexing and ``compute_chunk_sizes()`` for objects (flat, as the calls take N-D
+    input). Until 2026-12-06 the refusal listed the numeric dtypes only
     (a new-user probe asked how to select strings). Empty where ``call`` has none."""
     if call not in _TEXT_WAYS:
         return ""
@@ -137,18 +138,31 @@ def text_selection(dtype: np.dtype, call: str | None, output: str = "values") ->
     if call == "flatnonzero":  # NumPy's non-zero: a non-empty string, a true object
         test = {"O": "x.astype(bool)", "S": "x != b''"}.get(dtype.kind, "x != ''")
         return lead + f"`{fnz}({test})` gives the indices of the non-zero ones"
+    fixed = dtype.kind in "US"  # compact (and compact_records) gather them, not objects
     if call == "partition":
-        return lead + ("split them by the indices of a mask of Dask's, `r = x.ravel(); "
-                       f"m = r == v; i = {fnz}(m); da.concatenate([r[i], r[{fnz}(~m)]]), "
-                       "i.size` (known chunks)")
-    mask = "mask" if call == "compact" else "x == v"  # compact's own mask, where it has one
-    code = {"indices": f"{fnz}({mask})",
-            "both": f"i = {fnz}({mask}); x.ravel()[i], i"}.get(output, f"x.ravel()[{fnz}({mask})]")
-    # compact_records gathers fixed-width strings, not objects or variable-width ones
-    carry = (", or carry them as a field of compact_records beside the fields its predicate "
-             "reads" if dtype.kind in "US" else "")
-    return (lead + f"select them by the indices of a mask of Dask's, `{code}` (known chunks)"
-            + carry)
+        if fixed:
+            return lead + ("split them by a mask of Dask's, `r = x.ravel(); m = r == v; "
+                           "s = dask_compact.compact(r, m); "
+                           "da.concatenate([s, dask_compact.compact(r, ~m)]), s.size` (known "
+                           "chunks)")
+        return lead + ("split them by Dask's boolean indexing, `r = x.ravel(); m = r == v; "
+                       "s = r[m].compute_chunk_sizes(); "
+                       "da.concatenate([s, r[~m].compute_chunk_sizes()]), s.size` (known "
+                       "chunks)")
+    if fixed:
+        # compact copies their bytes by a mask (a gather of the records'), known chunks; the
+        # indices hint below indexes by a dask array, each output chunk reading every input
+        # chunk (dask's "Increasing number of chunks" warning)
+        arg = "" if output == "values" else f", output={output!r}"
+        return (lead + f"select them by a mask of Dask's, `dask_compact.compact(x, x == v{arg})` "
+                "(known chunks), or carry them as a field of compact_records beside the "
+                "fields its predicate reads")
+    # objects: Dask's boolean indexing, its chunk sizes computed (indexing by flatnonzero's
+    # dask array, the hint until 2026-12-07, made each output chunk read every input chunk)
+    m = "mask" if call == "compact" else "x == v"  # compact's own mask, where it has one
+    pick = f"y = x.ravel()[({m}).ravel()]; y.compute_chunk_sizes()"
+    code = {"indices": f"{fnz}({m})", "both": f"{pick}, {fnz}({m})"}.get(output, pick)
+    return lead + f"select them by Dask's boolean indexing, `{code}` (known chunks)"
 
 
 def times_split(call: str, dtype: np.dtype, in_memory: bool, masked: bool = False) -> str:
