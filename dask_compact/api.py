@@ -197,9 +197,9 @@ def compact(
     ``x`` may also hold ``datetime64`` or ``timedelta64`` values (NaT included), selected
     as their 8-byte integers, or fixed-width strings (``U<n>``, ``S<n>``; known chunk sizes
     needed), gathered as :func:`compact_records` gathers a field: a mask of Dask's own
-    comparison selects them, ``compact(x, x == "a")``. ``output``, ``lazy`` and ``chunks`` are :func:`map_compact`'s:
-    the values, their global flat indices or both; nothing computed now; the result
-    rebalanced into uniform chunks.
+    comparison selects them, ``compact(x, x == "a")``. ``output``, ``lazy`` and ``chunks``
+    are :func:`map_compact`'s: the values, their global flat indices or both; nothing
+    computed now; the result rebalanced into uniform chunks.
 
     Examples
     --------

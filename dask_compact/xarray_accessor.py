@@ -275,7 +275,10 @@ def compact_dataset(
                 "compares numbers, not times; pass the condition as a boolean DataArray, "
                 f"evaluated chunk by chunk in the same pass: {call}({it} > {example})"
             )
-    if indices is not None and (not isinstance(indices, str) or indices in ds.variables):
+    # "" too: xarray keeps a variable of that name, which no attribute, to_zarr or netCDF
+    # writer takes (accepted until 2026-12-07, a new-user probe)
+    if indices is not None and (not isinstance(indices, str) or not indices
+                                or indices in ds.variables):
         raise ValueError(
             f"indices= names the coordinate the row positions are added as: a new name, not "
             f"{indices!r}"
@@ -432,8 +435,8 @@ def compact_dataarray(
         used = [a for a in aliases if a in p.fields]
         if len(used) > 1:
             raise ValueError(f"cond reads the array both as 'x' and as {own!r}; use one name")
-    if indices is not None and (not isinstance(indices, str) or indices in arr.coords
-                                or indices == arr.name):
+    if indices is not None and (not isinstance(indices, str) or not indices
+                                or indices in arr.coords or indices == arr.name):
         raise ValueError(
             f"indices= names the coordinate the row positions are added as: a name that is "
             f"neither the DataArray's nor one of its coordinates', not {indices!r}"

@@ -378,6 +378,27 @@ def test_a_memory_url_input_with_nothing_there_says_why(tmp_path):
     assert not out.exists()
 
 
+def test_a_name_with_colons_that_no_fsspec_url_is_refused_before_the_job(zarr2d, tmp_path,
+                                                                          monkeypatch):
+    """zarr reads every name with '::' as fsspec's chained URL: an OUTPUT named
+    ``sel::v1.zarr`` started the job and failed with a FileNotFoundError of a ``.sel``
+    folder, an INPUT folder ``a::b.zarr`` with zarr's GroupNotFoundError of ``a`` (a new-user
+    probe). Both are refused before anything runs, naming the part that is no protocol;
+    the chained URLs fsspec reads still run."""
+    path, a = zarr2d
+    work = tmp_path / "w"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    said = " ".join(run(path, "sel::v1.zarr", "-w", "x > 0", code=2).output.split())
+    assert "Invalid value for OUTPUT" in said and "'sel' is no protocol fsspec knows" in said
+    (work / "a::b.zarr").mkdir()
+    said = " ".join(run("a::b.zarr", "o.zarr", "-w", "x > 0", code=2).output.split())
+    assert "Invalid value for INPUT" in said and "'a' is no protocol fsspec knows" in said
+    assert sorted(p.name for p in work.iterdir()) == ["a::b.zarr"]  # nothing written
+    run(f"simplecache::file://{path}", "o.zarr", "-w", "x > 0.5")
+    np.testing.assert_array_equal(zarr.open_group("o.zarr", mode="r")["values"][:], a[a > 0.5])
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

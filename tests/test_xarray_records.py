@@ -839,6 +839,17 @@ def test_indices_naming_another_dimension_is_refused():
         np.testing.assert_array_equal(out.ev.values, [3, 4, 5])
 
 
+def test_an_empty_indices_name_is_refused():
+    """indices="" added a coordinate named "" (a new-user probe), which xarray keeps but no
+    attribute, to_zarr or netCDF writer takes: refused as a name already taken is."""
+    ds = xr.Dataset({"a": ("ev", np.arange(6.0))})
+    for d in (ds, ds.chunk(ev=4)):
+        for call in (lambda: d.compact.where("a > 2", indices=""),
+                     lambda: d.a.compact.where("x > 2", indices="")):
+            with pytest.raises(ValueError, match="indices= names the coordinate .* not ''$"):
+                call()
+
+
 def test_a_reduction_per_row_is_told_the_condition_that_works():
     """``np.sum(v, axis=1)`` over a variable of two dimensions is refused as a reduction; the
     advice, in the accessor's words (thirteenth session), is a condition on the row sums,

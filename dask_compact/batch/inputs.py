@@ -87,6 +87,29 @@ def url_protocols(url: str) -> list[str]:
             for i, part in enumerate(url.split("::"))]
 
 
+def refuse_unknown_chain(path: str, param_hint: str) -> None:
+    """Refuse a name with ``::`` whose parts are no fsspec protocols: zarr opens any such
+    name as a chained URL (``simplecache::s3://b/in.zarr``), so a local folder named
+    ``sel::v1.zarr`` could not be written or read as one (until 2026-12-07, a new-user
+    probe: an OUTPUT of that name failed after the job's start with a FileNotFoundError of a
+    ``.sel`` folder; an INPUT with zarr's GroupNotFoundError naming a path cut at ``::``)."""
+    if "::" not in path:
+        return
+    import fsspec
+
+    known = set(fsspec.available_protocols())
+    *chained, last = url_protocols(path)
+    unknown = [p for p in chained if p not in known]
+    if last and last not in known:
+        unknown.append(last)
+    if unknown:
+        raise click.BadParameter(
+            f"{path!r}: '::' chains fsspec URLs (simplecache::s3://bucket/in.zarr, "
+            f"zip://in.zarr::data.zip), and {unknown[0]!r} is no protocol fsspec knows; zarr "
+            "reads every name with '::' as such a chain, so a local path cannot hold '::' "
+            "(rename it)", param_hint=param_hint)
+
+
 def cached_local_path(path: str) -> str | None:
     """The local path that ``path`` reads through fsspec's caches alone
     (``filecache::/p/in.zarr``, ``simplecache::file:///p/in.zarr``), None for anything else.
@@ -180,6 +203,7 @@ def _filesystem_class(protocol: str) -> Any:
 
 
 def open_input(path: str, chunks: int | None, allow_missing_chunks: bool = False) -> Source:
+    refuse_unknown_chain(path, "INPUT")
     refuse_unsafe_cache(path)
     if not is_url(path) and not os.path.exists(local(path)):
         raise click.BadParameter(f"{path!r} does not exist", param_hint="INPUT")

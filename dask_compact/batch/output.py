@@ -41,7 +41,7 @@ import click
 
 from . import manifest as manifest_io
 from .caches import CACHE_PROTOCOLS, looked_past, resolved
-from .inputs import is_url, local, url_protocols
+from .inputs import is_url, local, refuse_unknown_chain, url_protocols
 from .manifest import Manifest
 from .shared import SHARED_CHECK
 from .signals import held, raise_if_interrupted
@@ -171,7 +171,8 @@ EPHEMERAL_PROTOCOLS = ("memory",)
 
 def check_writable_url(output: str) -> None:
     """Refuse an fsspec URL OUTPUT on a file system that cannot keep it (any part of a chained
-    URL: ``simplecache::memory://x`` is in memory too)."""
+    URL: ``simplecache::memory://x`` is in memory too), or a name no fsspec URL is."""
+    refuse_unknown_chain(output, "OUTPUT")
     protocols = url_protocols(output)
     archive = next((p for p in protocols if p in ARCHIVE_PROTOCOLS), None)
     if archive is not None:

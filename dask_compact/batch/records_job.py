@@ -45,6 +45,7 @@ from .inputs import (
     is_url,
     local,
     member_url,
+    refuse_unknown_chain,
     refuse_unsafe_cache,
     uncached,
     user_attributes,
@@ -103,6 +104,7 @@ def open_group_input(path: str) -> Any | None:
     :func:`.inputs.open_input` then opens it or says what is wrong)."""
     import zarr
 
+    refuse_unknown_chain(path, "INPUT")
     refuse_unsafe_cache(path)
     if path.endswith(".npy") or (not is_url(path) and not os.path.isdir(local(path))):
         return None
