@@ -268,8 +268,9 @@ def cumsum(x: Any, *, exclusive: bool = False, algorithm: str = "auto",
     x : dask.array.Array
         bool, integer, float32 or float64 chunks of NumPy or CuPy arrays (float16 with a
         float32 or float64 ``dtype=``, as for :func:`scan_array`); N-D input is taken
-        in C order (``x.ravel()``), as ``np.cumsum`` without ``axis``. Chunk sizes must be
-        known.
+        in C order (``x.ravel()``), as ``np.cumsum`` without ``axis``. 1-D input may have
+        unknown chunk sizes (a lazy compaction's; the result's are unknown too, as
+        ``da.cumsum``'s); N-D input needs known ones.
     exclusive : bool
         ``False`` (the default): ``np.cumsum``. ``True``: element i is the sum of the elements
         before i (0 first).
@@ -290,7 +291,7 @@ def cumsum(x: Any, *, exclusive: bool = False, algorithm: str = "auto",
     TypeError
         ``x`` is not a dask array, or of an unsupported chunk type or dtype.
     ValueError
-        Unknown chunk sizes, an unknown algorithm, or one for the other device.
+        Unknown chunk sizes of N-D input, an unknown algorithm, or one for the other device.
 
     Notes
     -----
@@ -325,10 +326,11 @@ def cumsum(x: Any, *, exclusive: bool = False, algorithm: str = "auto",
     exclusive = check_flag(exclusive, "exclusive", "cumsum")
     acc = scan_dtype(x.dtype, dtype)
     alg = _check_algorithm(algorithm, _is_gpu(x._meta), "cumsum")
-    if any(math.isnan(c) for cs in x.chunks for c in cs):
+    unknown = any(math.isnan(c) for cs in x.chunks for c in cs)
+    if unknown and x.ndim != 1:
         raise ValueError(
-            "cumsum needs known chunk sizes (each chunk's place in the result); call "
-            "x.compute_chunk_sizes() first"
+            f"cumsum of {x.ndim}-D input with unknown chunk sizes: its C order needs them; "
+            "call x.compute_chunk_sizes() first (or pass a 1-D array)"
         )
     x1 = _ravel(_native(x))
     token = tokenize("dask_compact.cumsum", x1.name, exclusive, alg, acc.str)
@@ -336,13 +338,18 @@ def cumsum(x: Any, *, exclusive: bool = False, algorithm: str = "auto",
     nb = x1.numblocks[0]
     declared = x1.dtype
     shapes = block_shapes(x1.chunks)
-    dsk: dict = {(totals, i): (_total_block, (x1.name, i), acc, declared, i, shapes[i])
+    # Unknown chunk sizes (a lazy compaction's, x[x > t]'s; as da.cumsum takes them, with
+    # unknown sizes out): each total comes with its chunk's size, and the offsets task tells
+    # which chunks have no element before them (refused until 2026-12-07, a new-user probe)
+    total = _total_and_size if unknown else _total_block
+    dsk: dict = {(totals, i): (total, (x1.name, i), acc, declared, i, shapes[i])
                  for i in range(nb)}
-    dsk[(offsets, 0)] = (_offsets, [(totals, i) for i in range(nb)], acc)
+    dsk[(offsets, 0)] = ((_offsets_and_leads if unknown else _offsets),
+                         [(totals, i) for i in range(nb)], acc)
     before = 0  # elements in the chunks before chunk i
     for i, size in enumerate(x1.chunks[0]):
         dsk[(name, i)] = (_scan_block, (x1.name, i), (offsets, 0), i, exclusive, alg, acc,
-                          declared, before == 0, shapes[i])
+                          declared, None if unknown else before == 0, shapes[i])
         before += size
     deps: list[Any] = [x1]  # dask's typing does not count its Array as a DaskCollection
     graph = HighLevelGraph.from_collections(name, dsk, dependencies=deps)
@@ -363,6 +370,21 @@ def _offsets(totals: list[Any], acc: np.dtype) -> np.ndarray:
         with np.errstate(over="ignore"):
             np.cumsum(t[:-1], dtype=acc, out=out[1:])
     return out
+
+
+def _offsets_and_leads(pairs: list[tuple[Any, int]],
+                       acc: np.dtype) -> tuple[np.ndarray, list[bool]]:
+    """For chunks of unknown sizes, :func:`_offsets` of their totals and, per chunk, whether
+    no element comes before it (its scan is then NumPy's bit for bit; see _scan_block)."""
+    sizes = np.array([n for _, n in pairs], dtype=np.int64)
+    before = np.concatenate([[0], np.cumsum(sizes)[:-1]]) if sizes.size else sizes
+    return _offsets([t for t, _ in pairs], acc), [bool(b == 0) for b in before]
+
+
+def _total_and_size(block: Any, acc: np.dtype, declared: np.dtype | None = None, i: int = 0,
+                    shape: tuple[int, ...] | None = None) -> tuple[Any, int]:  # fmt: skip
+    """:func:`_total_block` and the chunk's size, for chunks of unknown sizes."""
+    return _total_block(block, acc, declared, i, shape), int(block.size)
 
 
 # Tasks call these module functions, never the Dispatch objects themselves: one in a task is
@@ -387,7 +409,11 @@ def _scan_block(block: Any, offsets: np.ndarray, i: int, exclusive: bool, algori
     # A chunk with no element before it (the first, or one after empty chunks only: ``leads``)
     # has no offset: its scan is NumPy's bit for bit (see scan_chunk). Keyed by i == 0 until
     # 2026-12-01, a leading empty chunk made the next one add 0.0 (-0.0 came back 0.0, a
-    # signalling NaN quieted; a new-user probe).
+    # signalling NaN quieted; a new-user probe). Chunks of unknown sizes: the offsets task
+    # gives (offsets, leads).
+    if isinstance(offsets, tuple):
+        offsets, firsts = offsets
+        leads = firsts[i]
     if leads is None:
         leads = i == 0
     s = summing_dtype(acc)  # the narrow output dtypes are summed wider (see there)

@@ -303,6 +303,26 @@ def test_cupy_chunks_in_dask(alg: str) -> None:
         assert_scan(got, a, exclusive, np.int8)
 
 
+@pytest.mark.parametrize("alg", ["auto", "lookback"])
+def test_cupy_chunks_of_unknown_sizes(alg: str) -> None:
+    """1-D CuPy chunks of unknown sizes (a boolean selection's), as da.cumsum takes them: the
+    totals come with the chunks' sizes, the leading chunk after empty ones takes no offset
+    (the CPU test: test_scan.py's test_cumsum_of_unknown_chunk_sizes)."""
+    chunks = (7, 0, 4097, 3, 65537, 2)
+    for dtype, out in (("int32", None), ("float32", None), ("int16", np.int16)):
+        a = data(dtype, sum(chunks), seed=11)
+        keep = np.arange(a.size) > 5000  # the first three chunks select nothing
+        x = da.from_array(a, chunks=(chunks,)).map_blocks(cupy.asarray)
+        u = x[da.from_array(keep, chunks=(chunks,)).map_blocks(cupy.asarray)]
+        assert np.isnan(u.shape[0])
+        for exclusive in (False, True):
+            y = cumsum(u, exclusive=exclusive, algorithm=alg, dtype=out)
+            assert isinstance(y._meta, cupy.ndarray) and np.isnan(y.shape[0])
+            with dask.config.set(scheduler="threads"):
+                got = y.compute()
+            assert_scan(got, a[keep], exclusive, out)
+
+
 @pytest.mark.parametrize("alg", ["auto", *GPU_ALGORITHMS])
 def test_cupy_chunk_after_empty_chunks_only_takes_no_offset(alg: str) -> None:
     """After empty chunks only, a chunk is scanned as the first one is, with no offset: its
