@@ -106,6 +106,22 @@ def _count(part: dict) -> np.ndarray:
     return np.array([[part["k"], part["n"]]], dtype=np.int64)
 
 
+def _size(block: Any) -> int:
+    return int(block.size)
+
+
+def _starts(sizes: list[int]) -> np.ndarray:
+    """Each chunk's global start, from the sizes of the chunks (unknown at graph time)."""
+    return np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)[:-1]]).astype(np.int64)
+
+
+def _split_at(block: Any, starts: np.ndarray, pred: Predicate, output: str,
+              declared: np.dtype | None, index: int,
+              shape: tuple[int, ...] | None) -> dict[str, Any]:  # fmt: skip
+    """:func:`split_block` of chunk ``index``, its global start from ``starts``."""
+    return split_block(block, pred, output, int(starts[index]), declared, index, shape)
+
+
 @call_client.on_inputs_client(lambda x, *_, **__: (x,))
 @client_stream.released_on_error()
 def partition(x: da.Array, pred: PredicateLike, *, output: str = "values") -> tuple[Any, ...]:
@@ -121,8 +137,10 @@ def partition(x: da.Array, pred: PredicateLike, *, output: str = "values") -> tu
     Parameters
     ----------
     x : dask.array.Array
-        Input of any shape with known chunk sizes, NumPy or CuPy chunks; N-D input is taken in
-        C order (as ``x.ravel()``).
+        Input of any shape, NumPy or CuPy chunks; N-D input is taken in C order (as
+        ``x.ravel()``) and needs known chunk sizes; 1-D input may have unknown ones (a
+        lazy compaction's, ``x[x > t]``'s: with ``output="indices"`` or ``"both"`` every
+        input chunk is then held until the splits have their global starts).
     pred : callable or str
         Elementwise predicate, as for :func:`dask_compact.map_compact`.
     output : {"values", "indices", "both"}
@@ -140,7 +158,8 @@ def partition(x: da.Array, pred: PredicateLike, *, output: str = "values") -> tu
     TypeError
         ``x`` is not a dask array or its dtype is not supported.
     ValueError
-        Unknown ``output``, a predicate that is not elementwise, or unknown chunk sizes.
+        Unknown ``output``, a predicate that is not elementwise, or N-D input of unknown
+        chunk sizes.
 
     Examples
     --------
@@ -162,12 +181,13 @@ def partition(x: da.Array, pred: PredicateLike, *, output: str = "values") -> tu
     check_dtype(x.dtype, "partition")
     p = as_predicate(pred)
     x = _native(x)
-    if _unknown(x):
+    unknown = _unknown(x)
+    if unknown and x.ndim != 1:
         raise ValueError(
-            "partition needs known chunk sizes (the rest of each chunk goes after every "
-            "selected element); call x.compute_chunk_sizes() first"
+            f"partition of {x.ndim}-D input with unknown chunk sizes: its C order needs them; "
+            "call x.compute_chunk_sizes() first (or pass a 1-D array)"
         )
-    whole = _whole_rows(p, x)
+    whole = None if unknown else _whole_rows(p, x)
     if whole is not None:
         # per-column constants, as map_compact takes them: the chunks are blocks of whole
         # rows, which split_chunk masks as they are
@@ -177,16 +197,29 @@ def partition(x: da.Array, pred: PredicateLike, *, output: str = "values") -> tu
     else:
         x1 = _ravel(x)
         keys = [(x1.name, i) for i in range(x1.numblocks[0])]
-        rows = np.asarray(x1.chunks[0], dtype=np.int64)
+        # unknown sizes: the count tasks give them (nothing reads these zeros before)
+        rows = np.asarray([0 if unknown else c for c in x1.chunks[0]], dtype=np.int64)
     nb = len(rows)
-    starts = np.concatenate([[0], np.cumsum(rows)[:-1]]).astype(np.int64) if nb else rows
     token = tokenize("partition", x1.name, p, output, computed_call(False, input_form(x1)))
     p1 = f"partition-{token}"
     shapes = block_shapes(x1.chunks)  # of blocks (i, 0, ...): keys[i]
-    layer: dict[Any, Any] = {
-        (p1, i): (split_block, keys[i], p, output, int(starts[i]), x1.dtype, i, shapes[i])
-        for i in range(nb)
-    }
+    layer: dict[Any, Any]
+    if unknown and output != "values":
+        # 1-D input of unknown chunk sizes (x[x > t], a lazy compaction; refused until
+        # 2026-12-07, a new-user probe): the indices need each chunk's global start, from a
+        # task over every chunk's size, so every input chunk is held until the splits run
+        # (with the result, persisted, about twice the input at the peak)
+        sname, tname = f"partition-size-{token}", f"partition-starts-{token}"
+        layer = {(sname, i): (_size, keys[i]) for i in range(nb)}
+        layer[(tname, 0)] = (_starts, [(sname, i) for i in range(nb)])
+        layer.update({(p1, i): (_split_at, keys[i], (tname, 0), p, output, x1.dtype, i,
+                                shapes[i]) for i in range(nb)})
+    else:
+        # the values alone take no start (unknown sizes: 0, which nothing reads)
+        starts = np.concatenate([[0], np.cumsum(rows)[:-1]]) if nb and not unknown else (
+            np.zeros(nb, dtype=np.int64))
+        layer = {(p1, i): (split_block, keys[i], p, output, int(starts[i]), x1.dtype, i,
+                           shapes[i]) for i in range(nb)}
     deps: list[Any] = [x1]  # dask's typing does not count Array
     graph = HighLevelGraph.from_collections(p1, layer, dependencies=deps)
 
@@ -204,7 +237,10 @@ def partition(x: da.Array, pred: PredicateLike, *, output: str = "values") -> tu
                               {p1}), cname, chunks=((1,) * nb, (2,)), dtype=np.int64)
     # the pieces and the counts in ONE execution, then only the counts fetched
     persisted = client_stream.persist(*pieces, counts)
-    k = _fetch_counts(persisted[-1])[:, 0] if nb else rows
+    fetched = _fetch_counts(persisted[-1]) if nb else np.zeros((0, 2), dtype=np.int64)
+    k = fetched[:, 0]
+    if unknown:  # each chunk's size, as its task found it
+        rows = fetched[:, 1]
     sizes = tuple(int(c) for c in k) + tuple(int(r - c) for r, c in zip(rows, k))
     expect_from(list(persisted[:-1]), [sizes] * (len(persisted) - 1))  # remade: same sizes
     result = [without_empty_chunks(da.Array(a.dask, a.name, chunks=(sizes,), meta=a._meta))

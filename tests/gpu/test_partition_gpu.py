@@ -105,6 +105,24 @@ def test_dask_cupy_chunks() -> None:
     np.testing.assert_array_equal(cupy.asnumpy(i.compute()), wi)
 
 
+def test_dask_cupy_chunks_of_unknown_sizes() -> None:
+    """1-D CuPy chunks of unknown sizes (a boolean selection's, declared CuPy: dask's own
+    boolean indexing declares NumPy chunks): the indices' starts from a task over the
+    chunks' sizes, the result's sizes from the counts (the CPU test: test_partition.py)."""
+    a = np.random.default_rng(8).random(300_007)
+    keep = np.arange(a.size) > 50_000  # the first two chunks select nothing
+    x = da.from_array(a, chunks=40_000).map_blocks(cupy.asarray)
+    u = x[da.from_array(keep, chunks=40_000).map_blocks(cupy.asarray)]
+    u = da.Array(u.dask, u.name, u.chunks, meta=cupy.empty((0,), a.dtype))
+    b = a[keep]
+    v, i, k = partition(u, "x > 0.8", output="both")
+    wv, wi, wk = want(b, b > 0.8)
+    assert k == wk and isinstance(v._meta, cupy.ndarray)
+    assert not any(np.isnan(v.chunks[0]))
+    np.testing.assert_array_equal(cupy.asnumpy(v.compute()), wv)
+    np.testing.assert_array_equal(cupy.asnumpy(i.compute()), wi)
+
+
 @pytest.mark.parametrize("route", ["auto"], indirect=True)
 @pytest.mark.parametrize("p", [0.3, 0.7, 1.0])
 def test_auto_route_follows_the_last_fraction(p: float, monkeypatch) -> None:
