@@ -110,8 +110,9 @@ def _size(block: Any) -> int:
     return int(block.size)
 
 
-def _starts(sizes: list[int]) -> np.ndarray:
-    """Each chunk's global start, from the sizes of the chunks (unknown at graph time)."""
+def _starts(sizes: Any) -> np.ndarray:
+    """Each chunk's global start, from the sizes of the chunks (a task's where they are
+    unknown at graph time)."""
     return np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)[:-1]]).astype(np.int64)
 
 
@@ -215,9 +216,7 @@ def partition(x: da.Array, pred: PredicateLike, *, output: str = "values") -> tu
         layer.update({(p1, i): (_split_at, keys[i], (tname, 0), p, output, x1.dtype, i,
                                 shapes[i]) for i in range(nb)})
     else:
-        # the values alone take no start (unknown sizes: 0, which nothing reads)
-        starts = np.concatenate([[0], np.cumsum(rows)[:-1]]) if nb and not unknown else (
-            np.zeros(nb, dtype=np.int64))
+        starts = _starts(rows)  # unknown sizes: the values alone, which read no start
         layer = {(p1, i): (split_block, keys[i], p, output, int(starts[i]), x1.dtype, i,
                            shapes[i]) for i in range(nb)}
     deps: list[Any] = [x1]  # dask's typing does not count Array
