@@ -298,6 +298,19 @@ def _count(part: Any) -> np.ndarray:
     return np.array([[len(out), n_in]], dtype=np.int64)
 
 
+def _rows(block: Any) -> int:
+    """A chunk's rows along axis 0 (a 1-D chunk's size): the task over each chunk of input
+    of unknown chunk sizes whose results :func:`_starts` takes (partition's 1-D input, a
+    record's field)."""
+    return int(block.shape[0])
+
+
+def _starts(sizes: Any) -> np.ndarray:
+    """Each chunk's global start, from the sizes of the chunks (a task's where they are
+    unknown at graph time: over the :func:`_rows` tasks)."""
+    return np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)[:-1]]).astype(np.int64)
+
+
 def _exclusive_scan(counts: np.ndarray) -> np.ndarray:
     """Phase 2: global offsets (rows: chunks; columns: output, input) of every chunk."""
     return np.concatenate([np.zeros((1, 2), np.int64), np.cumsum(counts, axis=0)[:-1]])

@@ -33,6 +33,8 @@ from .graph import (
     _extend,
     _fetch_counts,
     _meta,
+    _rows,
+    _starts,
     computed_call,
     input_form,
     without_empty_chunks,
@@ -104,16 +106,6 @@ def _tail(part: dict, name: str) -> Any:
 
 def _count(part: dict) -> np.ndarray:
     return np.array([[part["k"], part["n"]]], dtype=np.int64)
-
-
-def _size(block: Any) -> int:
-    return int(block.size)
-
-
-def _starts(sizes: Any) -> np.ndarray:
-    """Each chunk's global start, from the sizes of the chunks (a task's where they are
-    unknown at graph time)."""
-    return np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)[:-1]]).astype(np.int64)
 
 
 def _split_at(block: Any, starts: np.ndarray, pred: Predicate, output: str,
@@ -211,7 +203,7 @@ def partition(x: da.Array, pred: PredicateLike, *, output: str = "values") -> tu
         # task over every chunk's size, so every input chunk is held until the splits run
         # (with the result, persisted, about twice the input at the peak)
         sname, tname = f"partition-size-{token}", f"partition-starts-{token}"
-        layer = {(sname, i): (_size, keys[i]) for i in range(nb)}
+        layer = {(sname, i): (_rows, keys[i]) for i in range(nb)}
         layer[(tname, 0)] = (_starts, [(sname, i) for i in range(nb)])
         layer.update({(p1, i): (_split_at, keys[i], (tname, 0), p, output, x1.dtype, i,
                                 shapes[i]) for i in range(nb)})
