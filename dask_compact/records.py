@@ -54,9 +54,15 @@ def compact_records(
         The record's fields: dask arrays, or all NumPy, or all CuPy arrays (one device), with
         the same number of rows (axis 0). Fields may have trailing axes (positions of shape
         ``(n, 3)``) and any non-object dtype; the fields the predicate reads are 1-D of a
-        dtype :func:`map_compact` supports. Dask fields must have known chunk sizes; their
-        rows are aligned by rechunking every field along axis 0 to the chunks of the first
-        field (in the mapping's order) the predicate reads, and trailing axes to one chunk.
+        dtype :func:`map_compact` supports. Dask fields of known chunk sizes are aligned by
+        rechunking every field along axis 0 to the chunks of the first field (in the
+        mapping's order) the predicate reads; trailing axes go to one chunk. Where some
+        field's row chunk sizes are unknown (``x[m]``, a Dask DataFrame column's
+        ``to_dask_array()``), no field is rechunked along axis 0: the fields are paired
+        chunk by chunk, so every field needs the same number of row chunks, and each chunk
+        the same rows in every field (as ``x[m]`` and ``y[m]`` of one mask ``m`` have); the
+        result's chunk sizes are known all the same (with ``indices=True`` a task over every
+        chunk's rows gives their global starts, so every input chunk is held until then).
     pred : str or callable
         A string over the field names, ``"(energy > 5) & (abs(eta) < 2.5)"`` (the same safe
         parser as map_compact's strings, with the field names as the variables), or a callable
@@ -84,9 +90,13 @@ def compact_records(
         CuPy, a field has an object dtype, the predicate reads a field of an unsupported dtype
         or does not give booleans.
     ValueError
-        No fields, rows of different lengths, unknown chunk sizes, a predicate naming a field
-        that does not exist, reading a field with trailing axes, or not elementwise;
-        ``lazy``/``chunks`` with in-memory fields.
+        No fields, rows of different lengths, a predicate naming a field that does not
+        exist, reading a field with trailing axes, or not elementwise; ``lazy``/``chunks``
+        with in-memory fields; dask fields some of whose row chunk sizes are unknown beside
+        fields of another number of row chunks, or of unknown sizes along a trailing axis.
+        When computed (eager: in this call), a row chunk whose fields hold different numbers
+        of rows (fields paired chunk by chunk, some of unknown sizes), naming the chunk and
+        each field's rows.
 
     Examples
     --------

@@ -29,7 +29,8 @@ from .validate import (
     xarray_object,
 )
 
-__all__ = ["checked_fields", "check_record_predicate", "check_into", "field_source", "INDICES"]
+__all__ = ["checked_fields", "check_record_predicate", "check_into", "field_source",
+           "field_label", "INDICES"]
 
 logger = logging.getLogger("dask_compact")
 
@@ -41,12 +42,14 @@ def checked_fields(fields: Any, indices: bool, fn: str = "compact_records",
                    ) -> tuple[dict[str, Any], bool]:  # fmt: skip
     """The fields as a dict (mapping order kept) and whether they are dask arrays; ``fn``,
     the public call, names the call in the errors, ``labels`` the fields where the caller
-    named them otherwise (records_graph.field_label).
+    named them otherwise (:func:`field_label`).
 
     TypeError: not a mapping, names that are not strings, values that are not arrays, dask
     arrays mixed with in-memory ones, NumPy with CuPy, object dtypes, masked arrays.
     ValueError: no fields, 0-d fields, rows (axis 0) of different lengths, a field named
-    ``indices`` when indices are asked for.
+    ``indices`` when indices are asked for; dask fields of unknown row chunk sizes beside
+    fields of another number of row chunks, or of unknown sizes along a trailing axis
+    (:func:`_check_rows`).
     """
     if not isinstance(fields, Mapping):
         raise TypeError(
@@ -89,8 +92,7 @@ def checked_fields(fields: Any, indices: bool, fn: str = "compact_records",
                             f"it first, e.g. np.asarray({field_source(name)})")
         if not lazy:
             a = out[name] = in_memory(a)
-        label = labels.get(name) if labels else None
-        label = label if label is not None else f"field {name!r}"
+        label = field_label(name, labels)
         if lazy:
             check_dask_input(a, label)
         like = a._meta if lazy else a
@@ -108,22 +110,57 @@ def checked_fields(fields: Any, indices: bool, fn: str = "compact_records",
         raise TypeError(
             "fields mix NumPy and CuPy arrays (or chunks); use one array type for a record"
         )
-    lengths = {name: a.shape[0] for name, a in out.items()}
-    known = [v for v in lengths.values() if not (isinstance(v, float) and math.isnan(v))]
-    if lazy and len(known) < len(lengths):
-        unknown = [k for k, v in lengths.items() if isinstance(v, float) and math.isnan(v)]
-        raise ValueError(
-            f"field(s) {', '.join(unknown)} have unknown chunk sizes; call "
-            "compute_chunk_sizes() on them first (the fields' rows must be checked to align)"
-        )
-    if len(set(lengths.values())) > 1:
-        listed = ", ".join(f"{k}: {v}" for k, v in lengths.items())
-        raise ValueError(f"fields must have the same number of rows (axis 0); got {listed}")
+    _check_rows(out, labels)
     if not lazy and len(modules) == 1 and modules.pop() == "cupy":
         devices = {a.device.id for a in out.values()}
         if len(devices) > 1:
             raise ValueError(f"fields are on several devices ({sorted(devices)}); use one")
     return out, lazy
+
+
+def _check_rows(fields: dict[str, Any], labels: dict[str, str] | None) -> None:
+    """ValueError unless the fields' rows (axis 0) can be paired: fields of known lengths
+    have the same length; where any dask field's row chunk sizes are unknown (nan: a boolean
+    selection's, ``x[m]``, or a Dask DataFrame column's ``to_dask_array()``), every field
+    has the same number of row chunks, since the fields are then paired chunk by chunk (no
+    rechunk can move rows whose counts are unknown; each chunk's task checks that its
+    fields' rows agree, ``records_graph.records_block``). A trailing axis must be of known
+    size: it is put in one chunk (``records_graph.aligned``), which Dask refuses to do
+    where it is not ("Chunks must be unchanging along dimensions with missing values")."""
+    lengths = {name: a.shape[0] for name, a in fields.items()}
+    for name, a in fields.items():
+        axis = next((i for i, s in enumerate(a.shape[1:], 1) if math.isnan(s)), None)
+        if axis is not None:
+            raise ValueError(
+                f"{field_label(name, labels)} has unknown sizes along axis {axis} (shape "
+                f"{a.shape}): only a field's rows (axis 0) may be of unknown sizes, since its "
+                f"other axes are put in one chunk; call {field_source(name)}"
+                ".compute_chunk_sizes() first"
+            )
+    unknown = [name for name, n in lengths.items() if math.isnan(n)]
+    known = {name: n for name, n in lengths.items() if not math.isnan(n)}
+    if len(set(known.values())) > 1:
+        listed = ", ".join(f"{k}: {'unknown' if k in unknown else v}"
+                           for k, v in lengths.items())
+        raise ValueError(f"fields must have the same number of rows (axis 0); got {listed}")
+    blocks = {name: len(a.chunks[0]) for name, a in fields.items()} if unknown else {}
+    if len(set(blocks.values())) > 1:
+        listed = ", ".join(f"{field_label(k, labels)}: {v}" for k, v in blocks.items())
+        raise ValueError(
+            f"{' and '.join(field_label(k, labels) for k in unknown)} "
+            f"{'has' if len(unknown) == 1 else 'have'} unknown row chunk sizes, so the fields "
+            "are paired chunk by chunk (rows whose counts are unknown cannot be rechunked to "
+            "align), which needs the same number of row chunks in every field; got "
+            f"{listed}. Make the fields from one selection of arrays chunked alike (x[m] "
+            "and y[m] with one mask m), or call compute_chunk_sizes() on them first"
+        )
+
+
+def field_label(name: str, labels: dict[str, str] | None) -> str:
+    """How a message names field ``name``: its label where the caller gave one (the xarray
+    accessor: ``variable 'energy'``, ``cond``), else ``field 'name'``."""
+    label = labels.get(name) if labels else None
+    return label if label is not None else f"field {name!r}"
 
 
 def _one_value(name: str) -> str:

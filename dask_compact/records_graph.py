@@ -5,8 +5,10 @@ row chunk that compacts every field of that chunk (:func:`records_block`, a dict
 and one cheap getitem task per field and chunk exposes each field's piece as a dask array
 chunk. Eager mode persists them and reads each chunk's count from the size its worker reported
 (:func:`.graph._held_counts`), so every field of the result has the same known chunks;
-nothing is recomputed. Lazy mode leaves the sizes unknown. Input chunk sizes are always known
-here (checked before), so global indices come out of the chunk tasks directly.
+nothing is recomputed. Lazy mode leaves the sizes unknown. Where the input's row chunk sizes
+are known, the global indices' chunk starts are known at graph time; where some field's are
+unknown (``x[m]``), the fields are paired chunk by chunk and the starts come from a task over
+every chunk's rows (:func:`.graph._rows`, :func:`.graph._starts`), as partition's do.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ from .graph import (
     _fetch_counts,
     _held_counts,
     _meta,
+    _rows,
+    _starts,
     computed_call,
     input_form,
     rechunk_rows,
@@ -37,7 +41,7 @@ from .graph import (
 )
 from .joined_chunks import rechunked
 from .predicate.core import Predicate
-from .records_check import INDICES, field_source
+from .records_check import INDICES, field_label, field_source
 from .remade import expect_from
 from .validate import (
     _module_of,
@@ -59,13 +63,14 @@ ONE_GRAPH_OUTPUTS = 8
 def records_block(
     names: tuple[str, ...], blocks: list[Any], pred: Predicate, indices: bool, stable: bool,
     index_base: int, declared: dict[str, np.dtype] | None = None, index: int = 0,
-    shapes: dict[str, tuple[int, ...] | None] | None = None, call: str = "compact_records",
+    shapes: dict[str, tuple[float, ...] | None] | None = None, call: str = "compact_records",
     labels: dict[str, str] | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """Phase 1 for one row chunk (chunk ``index``) of a record: every field's selected rows
     (+ indices).
 
-    ``shapes``: each field's chunk shape as its dask array declares it (None: unknown). A
+    ``shapes``: each field's chunk shape as its dask array declares it (nan rows where its
+    row chunk sizes are unknown: the other axes are checked; None: unchecked). A
     chunk of another shape (a ``map_blocks`` that drops a column or rows) is refused: its
     rows were copied as they came, a result declaring ``(k, 2)`` computing to ``(k, 1)``,
     and the indices are the declared row starts (until 2026-12-01; a record probe).
@@ -81,14 +86,12 @@ def records_block(
     accessor's variables and ``cond``, :func:`field_label`)."""
     fields = dict(zip(names, blocks))
     shapes = shapes or {}
-    for name, b in fields.items():  # before the rows' check, which names no chunk
+    for name, b in fields.items():  # before the rows' check: a field's own fault first
         shape = shapes.get(name)
-        if shape is not None and b.shape != shape:
+        if shape is not None and not _of_shape(tuple(b.shape), shape):
             raise chunk_shape_refusal(call, field_label(name, labels), index,
                                       tuple(b.shape), shape)
-    rows = {name: b.shape[0] for name, b in fields.items()}
-    if len(set(rows.values())) > 1:  # aligned() makes this impossible; a guard all the same
-        raise ValueError(f"record chunk with rows of different lengths: {rows}")
+    _check_paired_rows(fields, index, call, labels)
     # the backend is dispatched on the first field's chunk alone: a masked chunk of another
     # field (gathered, or read after the first) would be copied without its mask
     declared = declared or {}
@@ -98,21 +101,53 @@ def records_block(
     return compact_records_chunk(blocks[0], fields, pred, indices, stable, index_base, 1)
 
 
-def field_label(name: str, labels: dict[str, str] | None) -> str:
-    """How a message names field ``name``: its label where the caller gave one (the xarray
-    accessor: ``variable 'energy'``, ``cond``), else ``field 'name'``."""
-    label = labels.get(name) if labels else None
-    return label if label is not None else f"field {name!r}"
+def _of_shape(shape: tuple[int, ...], declared: tuple[float, ...]) -> bool:
+    """Whether a chunk of ``shape`` is of the ``declared`` one, whose nan sizes (rows of
+    unknown sizes) any size matches."""
+    return len(shape) == len(declared) and all(d != d or s == d for s, d in zip(shape, declared))
+
+
+def _check_paired_rows(fields: dict[str, Any], index: int, call: str,
+                       labels: dict[str, str] | None) -> None:  # fmt: skip
+    """ValueError unless chunk ``index`` of every field holds the same number of rows. Fields
+    of known sizes were rechunked alike (``aligned``) and each chunk's shape checked before,
+    so only fields paired chunk by chunk, some of unknown sizes, can differ here: two
+    selections by different masks (``x[m1]``, ``y[m2]``), or a DataFrame's columns beside an
+    array chunked otherwise. Until 2026-12-07 such fields were refused before anything ran,
+    and this guard said only "record chunk with rows of different lengths"."""
+    rows = {name: int(b.shape[0]) for name, b in fields.items()}
+    if len(set(rows.values())) < 2:
+        return
+    listed = ", ".join(f"{field_label(name, labels)}: {n}" for name, n in rows.items())
+    raise ValueError(
+        f"{call}: chunk {index} of the fields holds different numbers of rows ({listed}). "
+        "Fields of unknown chunk sizes are paired chunk by chunk, so each chunk must hold the "
+        "same rows in every field: make the fields from one selection of arrays chunked alike "
+        "(x[m] and y[m] with one mask m), or call compute_chunk_sizes() on each field first "
+        "(fields of known sizes are aligned by a rechunk and their lengths checked at once)"
+    )
+
+
+def _unknown_rows(a: da.Array) -> bool:
+    """Whether some of ``a``'s row chunk sizes are unknown (nan: a boolean selection's)."""
+    return math.isnan(a.shape[0])
 
 
 def aligned(fields: dict[str, da.Array], pred: Predicate, call: str = "compact_records",
             labels: dict[str, str] | None = None) -> dict[str, da.Array]:  # fmt: skip
     """Every field chunked like the first field the predicate reads (mapping order; the first
-    field if it reads none) along axis 0, and in one chunk along its trailing axes."""
+    field if it reads none) along axis 0, and in one chunk along its trailing axes.
+
+    Where some field's row chunk sizes are unknown, no field is rechunked along axis 0: rows
+    whose counts are unknown cannot be moved (Dask refuses), so the fields are paired chunk
+    by chunk as they are (``records_check._check_rows`` checked their numbers of chunks;
+    ``_check_paired_rows`` checks each chunk's rows). Their trailing axes still go to one
+    chunk, which Dask does over rows of unknown sizes."""
     lead = next((n for n in fields if n in pred.fields), next(iter(fields)))
-    rows = fields[lead].chunks[0]
+    paired = any(_unknown_rows(a) for a in fields.values())
     out = {}
     for name, a in fields.items():
+        rows = a.chunks[0] if paired else fields[lead].chunks[0]
         want = (rows, *[(s,) for s in a.shape[1:]])
         out[name] = a if a.chunks == want else rechunked(a, want, call,
                                                          field_label(name, labels))
@@ -149,21 +184,12 @@ def build_records(
     fields = aligned(fields, pred, call, labels)
     names = tuple(fields)
     first = fields[names[0]]
-    rows = first.chunks[0]
-    nb = len(rows)
-    starts = np.concatenate([[0], np.cumsum(rows)[:-1]]).astype(np.int64) if nb else np.zeros(0)
+    nb = first.numblocks[0]
     forms = [input_form(fields[n]) for n in names]
     token = tokenize("compact_records", [fields[n].name for n in names], names, pred, indices,
                      stable, lazy, forms, computed_call(lazy, *forms))
     p1 = f"compact-records-{token}"
-    declared = {n: fields[n].dtype for n in names}
-    every = {n: block_shapes(fields[n].chunks) for n in names}  # each row chunk's, each field
-    layer: dict[Any, Any] = {}
-    for i in range(nb):
-        keys = [(fields[n].name, i, *([0] * (fields[n].ndim - 1))) for n in names]
-        shapes = {n: every[n][i] for n in names}
-        layer[(p1, i)] = (records_block, names, keys, pred, indices, stable, int(starts[i]),
-                          declared, i, shapes, call, labels)
+    layer = _phase1_layer(fields, p1, token, pred, indices, stable, call, labels)
     deps: list[Any] = list(fields.values())  # dask's typing does not count Array
     graph = HighLevelGraph.from_collections(p1, layer, dependencies=deps)
 
@@ -214,6 +240,64 @@ def build_records(
         rebalanced = client_stream.persist(*[rechunk_rows(result[k], rows) for k in outs])
         result = dict(zip(outs, rebalanced))
     return result
+
+
+def _phase1_layer(fields: dict[str, da.Array], p1: str, token: str, pred: Predicate,
+                  indices: bool, stable: bool, call: str, labels: dict[str, str] | None
+                  ) -> dict[Any, Any]:  # fmt: skip
+    """Phase 1's tasks ``(p1, i)``, one :func:`records_block` per row chunk of the aligned
+    ``fields``, each with its chunk's global start where it is known at graph time
+    (:func:`_known_starts`), else (indices asked of fields all of unknown row chunk sizes)
+    with it from a task over every chunk's rows of the first field, as partition takes its
+    starts (:func:`.graph._starts`): every input chunk is then held until phase 1 runs."""
+    names = tuple(fields)
+    nb = fields[names[0]].numblocks[0]
+    declared = {n: fields[n].dtype for n in names}
+    every = {n: _declared_shapes(fields[n]) for n in names}  # each row chunk's, each field
+    keys = [[(fields[n].name, i, *([0] * (fields[n].ndim - 1))) for n in names]
+            for i in range(nb)]
+    rest = [(declared, i, {n: every[n][i] for n in names}, call, labels) for i in range(nb)]
+    starts = _known_starts(fields, indices)
+    if starts is not None:
+        return {(p1, i): (records_block, names, keys[i], pred, indices, stable, int(starts[i]),
+                          *rest[i]) for i in range(nb)}
+    sname, tname = f"compact-records-size-{token}", f"compact-records-starts-{token}"
+    layer: dict[Any, Any] = {(sname, i): (_rows, keys[i][0]) for i in range(nb)}
+    layer[(tname, 0)] = (_starts, [(sname, i) for i in range(nb)])
+    layer.update({(p1, i): (_records_at, names, keys[i], (tname, 0), pred, indices, stable,
+                            *rest[i]) for i in range(nb)})
+    return layer
+
+
+def _known_starts(fields: dict[str, da.Array], indices: bool) -> np.ndarray | None:
+    """Each row chunk's global start where graph time knows it: from a field of known row
+    chunk sizes (each chunk's task checks that every field's chunk holds as many rows as
+    its, which its declared shape says), or zeros without indices (nothing reads them).
+    None where only a task over the chunks can tell (indices of fields all of unknown
+    sizes)."""
+    known = next((a for a in fields.values() if not _unknown_rows(a)), None)
+    if known is not None:
+        return _starts(known.chunks[0])
+    return None if indices else np.zeros(next(iter(fields.values())).numblocks[0], np.int64)
+
+
+def _records_at(names: tuple[str, ...], blocks: list[Any], starts: np.ndarray,
+                pred: Predicate, indices: bool, stable: bool, declared: dict[str, np.dtype],
+                index: int, shapes: dict[str, tuple[float, ...] | None], call: str,
+                labels: dict[str, str] | None) -> dict[str, Any]:  # fmt: skip
+    """:func:`records_block` of row chunk ``index``, its global start from ``starts`` (the
+    starts task's, over the chunks' rows)."""
+    return records_block(names, blocks, pred, indices, stable, int(starts[index]), declared,
+                         index, shapes, call, labels)
+
+
+def _declared_shapes(a: da.Array) -> list[tuple[float, ...] | None]:
+    """The shape ``a`` declares for each of its blocks ``(i, 0, ...)`` (its trailing axes in
+    one chunk, ``aligned``), with nan rows where its row chunk sizes are unknown: the
+    chunk's other axes are checked still (:func:`_of_shape`), where ``block_shapes`` checks
+    none for such a chunk."""
+    tail = tuple(int(s) for s in a.shape[1:])
+    return [s if s is not None else (math.nan, *tail) for s in block_shapes(a.chunks)]
 
 
 def _one_graph(graph: HighLevelGraph, p1: str, nb: int, onames: dict[str, str],

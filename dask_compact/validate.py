@@ -1093,7 +1093,7 @@ def check_shape(chunk: Any, shape: tuple[int, ...] | None, fn: str, index: int,
 
 
 def chunk_shape_refusal(fn: str, what: str, index: int, shape: tuple[int, ...],
-                        declared: tuple[int, ...]) -> ValueError:
+                        declared: tuple[float, ...]) -> ValueError:
     """The ValueError for chunk ``index`` of ``what`` whose ``shape`` is not the one its dask
     array ``declared`` (:func:`as_declared`): which chunk, its length and the declared one
     (the shapes, for N-D chunks), and the fix. Dask checks no chunk's shape: its
