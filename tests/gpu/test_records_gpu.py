@@ -1,7 +1,7 @@
 """compact_records on CuPy fields (the record kernels of kernels/records.cu), against NumPy:
 odd sizes, empty and full selections, every dtype as the predicate's field with every dtype
 gathered, trailing axes and row widths of every copy unit, unaligned views, the mask path,
-dask arrays of CuPy chunks, and more than 2^31 rows."""
+dask arrays of CuPy chunks (of unknown row sizes too), and more than 2^31 rows."""
 
 from __future__ import annotations
 
@@ -107,6 +107,31 @@ def test_dask_cupy_chunks() -> None:
     assert not any(np.isnan(out["id"].chunks[0]))
     got = {k: v.compute() for k, v in out.items()}
     check(got, f_np, (f_np["mass"] > 5) & (f_np["r"] < 0.5), True)
+
+
+@pytest.mark.parametrize("lazy", [False, True])
+def test_dask_cupy_fields_of_unknown_sizes(lazy: bool) -> None:
+    """Dask fields of CuPy chunks of unknown row sizes (a boolean selection's, declared CuPy:
+    dask's own boolean indexing declares NumPy chunks), paired chunk by chunk: eager, the
+    result's sizes from the counts; the indices' starts from a task over every chunk's rows
+    (the CPU tests: test_records_unknown.py)."""
+    n = 300_007
+    f_np = fields(n, 5)
+    # the first two chunks select nothing
+    keep = (np.arange(n) > 50_000) & (np.random.default_rng(5).random(n) < 0.7)
+    m = da.from_array(keep, chunks=40_000).map_blocks(cupy.asarray)
+    d = {}
+    for k, v in f_np.items():
+        u = da.from_array(v, chunks=(40_000, *v.shape[1:])).map_blocks(cupy.asarray)[m]
+        d[k] = da.Array(u.dask, u.name, u.chunks, meta=cupy.empty((0, *v.shape[1:]), v.dtype))
+    assert np.isnan(d["pos"].shape[0]) and d["pos"].chunks[1] == (3,)
+    sel = {k: v[keep] for k, v in f_np.items()}
+    out = compact_records(d, lambda mass, r: (mass > 5) & (r < 0.5), indices=True, lazy=lazy)
+    assert all(isinstance(v._meta, cupy.ndarray) for v in out.values())
+    assert len({v.chunks[0] for v in out.values()}) == 1
+    assert lazy == any(np.isnan(out["id"].chunks[0]))
+    got = {k: v.compute() for k, v in out.items()}
+    check(got, sel, (sel["mass"] > 5) & (sel["r"] < 0.5), True)
 
 
 @pytest.mark.parametrize("dense_from", [0.0, 2.0], ids=["scatter-only", "list-only"])
