@@ -41,6 +41,7 @@ exchange into O(chunks + buckets) tasks, but only on a distributed cluster).
 from __future__ import annotations
 
 import concurrent.futures
+import math
 import operator
 import uuid
 import warnings
@@ -60,8 +61,8 @@ from .joined_chunks import declared_chunks
 from .placement import _held_where
 from .validate import as_declared, check_shape, declared_shape
 
-__all__ = ["build_sort", "splitters", "sample_positions", "exchange_groups", "bucket_groups",
-           "default_buckets", "EXCHANGES"]
+__all__ = ["build_sort", "resolve_buckets", "splitters", "sample_positions", "exchange_groups",
+           "bucket_groups", "default_buckets", "empty_sorted", "EXCHANGES"]
 
 # How the exchange is cut on a cluster (exchange_groups): "auto", "ipc", "worker" or "bucket".
 EXCHANGES = ("auto", "ipc", "worker", "bucket")
@@ -81,6 +82,14 @@ def default_buckets(n: int, nchunks: int) -> int:
     return max(1, min(nchunks, by_size, by_pieces))
 
 
+def resolve_buckets(asked: int | None, n: int, nchunks: int) -> int:
+    """The buckets of a sort of ``n`` elements in ``nchunks`` chunks: :func:`default_buckets`
+    unless ``asked``, and never more than the elements (more would only be empty ones, left
+    out of the result, each still a sample slot and a histogram column: 10^8 of them took
+    22 s on 1,000 elements)."""
+    return default_buckets(n, nchunks) if asked is None else min(asked, max(1, n))
+
+
 def join_small_chunks(x: da.Array, checked: bool = False) -> da.Array:
     """``x`` with chunks far below a bucket's minimum (on average under a quarter of
     ``dask-compact.sort.min-bucket``) joined into chunks of that minimum. Every chunk is a
@@ -88,6 +97,8 @@ def join_small_chunks(x: da.Array, checked: bool = False) -> da.Array:
     float64 in 800 chunks took 1.0 s through 3 buckets (2,400 pieces), np.sort 0.01 s.
     Chunks of 2^28 on GPUs are far above it and left alone. The joined chunks are in
     ``x``'s declared dtype (:func:`declared_chunks`, unless ``checked``: x's chunks are)."""
+    if math.isnan(x.shape[0]):
+        return x  # unknown sizes (x[x > t]): nothing says which chunks are small
     min_bucket = max(1, settings.get("sort.min-bucket"))
     n, nchunks = int(x.shape[0]), int(x.numblocks[0])
     if nchunks <= 1 or 4 * n >= nchunks * min_bucket:
@@ -158,6 +169,18 @@ def _local_sort(a: Any, indices: bool, base: int, positions: np.ndarray, local: 
     else:
         check_shape(a, shape, "sort", c)
     return sort_chunk(a, indices, base, positions, local)
+
+
+def _local_sort_sized(a: Any, indices: bool, per: int, local: str,
+                      declared: np.dtype | None = None, c: int = 0) -> tuple:
+    """:func:`_local_sort` of chunk ``c`` of a size the graph does not know: its sample at
+    the positions of its length, its indices counted from 0 (the client adds its start once
+    every length is known: a start here would wait for every chunk's length, every input
+    chunk held meanwhile), and ``(sample, length)`` in the sample's slot."""
+    n = len(a)
+    values, order, sample = _local_sort(a, indices, 0, sample_positions(n, per), local,
+                                        declared, c)
+    return values, order, (sample, n)
 
 
 def _sort_whole(a: Any, indices: bool, local: str, declared: np.dtype | None = None,
@@ -470,63 +493,163 @@ def _ipc_refusal(client: Any, values: da.Array, group: np.ndarray, where: list, 
     return cuda_ipc.ipc_refusal(probes, need)
 
 
-def build_sort(x: da.Array, indices: bool, buckets: int, local: str = "auto",
-               graph_input: bool = True, checked: bool = False) -> da.Array:  # fmt: skip
-    """Sorted values (``indices=False``) or the stable argsort of 1-D ``x`` (known chunks,
-    at least one element): a persisted array with one chunk per non-empty bucket. ``local``:
-    what sorts and merges within a chunk or bucket (``sorting.LOCAL_SORTS``);
-    ``graph_input``: whether the caller's array (``x`` before it was joined, cast or keyed)
-    is a graph, not persisted. Once this returns, nothing of such an input is held or still
-    to run on the cluster: the general path's local sorts have run (their sample is
-    gathered), the one-bucket path waits for its sort. ``checked``: x's chunks are in its
-    declared dtype already (a step before took each through validate.as_declared: the cast
-    to native byte order, a join of small chunks, the time keys), else the first step that
-    reads a chunk takes it so: each chunk is checked once."""
+def _local_sorts(x: da.Array, indices: bool, per: int, local: str, checked: bool,
+                 token: str) -> tuple[dict[str, da.Array], np.ndarray, tuple[int, ...]]:
+    """Step 1 over chunks of known sizes: every chunk sorted (and its global indices) and
+    persisted where it ran; returns them ("values", "indices"), the gathered sample and
+    the sizes."""
     sizes = tuple(int(c) for c in x.chunks[0])
-    nin = len(sizes)
-    if buckets == 1:
-        # one bucket is the whole array in one place whatever the path: its chunks joined
-        # and sorted at once, not sorted, sampled, cut and merged into one (200,000 float64
-        # in 1,000 chunks: 1.0 s that way); chunks to be joined are checked before the join
-        if nin == 1:
-            return _sort_one_chunk(x, indices, local, graph_input, checked)
-        joined = declared_chunks(x, checked).rechunk({0: -1})
-        return _sort_one_chunk(joined, indices, local, graph_input, True)
     starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
-    per = per_chunk_sample(nin, buckets)
-    form = input_form(x)
-    token = tokenize("dask-compact-sort", x.name, indices, buckets, per, local, form,
-                     computed_call(False, form))
-
-    # 1. local sort + sample, persisted
     p1 = f"sort-local-{token}"
     layer: dict[Any, Any] = {
         (p1, c): (_local_sort, (x.name, c), indices, int(starts[c]), sample_positions(m, per),
                   local, None if checked else x.dtype, c, (m,))
         for c, m in enumerate(sizes)
     }
+    sample_chunks = (tuple(min(m, per) for m in sizes),)
+    held, drawn = _persisted_parts(x, indices, p1, layer, x.chunks, sample_chunks,
+                                   np.empty(0, x.dtype))
+    return held, np.concatenate(drawn), sizes
+
+
+def _local_sorts_sized(x: da.Array, indices: bool, per: int, local: str, checked: bool,
+                       token: str) -> tuple[dict[str, da.Array], np.ndarray, tuple[int, ...]]:
+    """Step 1 over chunks of unknown sizes (:func:`_local_sort_sized`): as
+    :func:`_local_sorts`, each chunk's sample drawn with its length, the indices counted
+    from 0 (no start is known yet), and the held chunks given the sizes found."""
+    p1 = f"sort-local-{token}"
+    layer: dict[Any, Any] = {
+        (p1, c): (_local_sort_sized, (x.name, c), indices, per, local,
+                  None if checked else x.dtype, c)
+        for c in range(x.numblocks[0])
+    }
+    held, drawn = _persisted_parts(x, indices, p1, layer, x.chunks, x.chunks,
+                                   np.empty(0, dtype=object))
+    sizes = tuple(int(n) for _, n in drawn)
+    for what, a in held.items():
+        held[what] = da.Array(a.dask, a.name, chunks=(sizes,), meta=a._meta)
+    return held, np.concatenate([s for s, _ in drawn]), sizes
+
+
+def _persisted_parts(x: da.Array, indices: bool, p1: str, layer: dict, chunks: tuple,
+                     sample_chunks: tuple, sample_meta: Any) -> tuple[dict[str, da.Array], list]:
+    """The local sorts ``layer`` (named ``p1``) persisted as their sorted values (and indices)
+    and gathered as their slot 2 (what comes to the client: the sample), every chunk's."""
     deps: list[Any] = [x]  # dask's typing does not count Array
     graph = HighLevelGraph.from_collections(p1, layer, dependencies=deps)
+    nin = len(layer)
+    token = p1[len("sort-local-"):]
     parts = {}
-    for slot, what, dtype, chunks in (
-        (0, "values", x.dtype, x.chunks),
-        (1, "indices", np.dtype(np.int64), x.chunks),
-        (2, "sample", x.dtype, (tuple(min(m, per) for m in sizes),)),
+    for slot, what, meta, parts_chunks in (
+        (0, "values", _meta(x, x.dtype), chunks),
+        (1, "indices", _meta(x, np.dtype(np.int64)), chunks),
+        (2, "sample", sample_meta, sample_chunks),
     ):
         if what == "indices" and not indices:
             continue
         name = f"sort-{what}-{token}"
         g = _extend(graph, name, {(name, c): (operator.getitem, (p1, c), slot)
                                   for c in range(nin)}, {p1})  # fmt: skip
-        meta = np.empty(0, dtype) if what == "sample" else _meta(x, dtype)
-        parts[what] = da.Array(g, name, chunks=chunks, meta=meta)
+        parts[what] = da.Array(g, name, chunks=parts_chunks, meta=meta)
     held = dict(zip(parts, client_stream.persist(*parts.values())))
-    drawn = client_stream.gather(held["sample"])  # no graph right behind the one just sent
-    sample = np.concatenate(drawn) if drawn else np.asarray(held["sample"].compute())
-    del held["sample"]
+    drawn = _blocks(held.pop("sample"))  # no graph right behind the one just sent
+    return held, drawn
+
+
+def _blocks(persisted: da.Array) -> list:
+    """The chunks of a persisted array: gathered from the workers, or where a local scheduler
+    persisted it, the ones its graph holds."""
+    drawn = client_stream.gather(persisted)
+    if drawn is not None:
+        return drawn
+    return [persisted.dask[k] for k in persisted.__dask_keys__()]
+
+
+def _shifted(order: da.Array, starts: np.ndarray, token: str) -> da.Array:
+    """The persisted local indices ``order`` of each chunk plus the chunk's global start,
+    persisted (the unknown sizes' argsort, :func:`_local_sort_sized`)."""
+    name = f"sort-indices-at-{token}"
+    layer = {(name, c): (operator.add, (order.name, c), np.int64(starts[c]))
+             for c in range(order.numblocks[0])}  # fmt: skip
+    (out,) = client_stream.persist(da.Array(_extend(order.dask, name, layer, {order.name}),
+                                            name, chunks=order.chunks, meta=order._meta))
+    return out
+
+
+def _sized(result: da.Array) -> da.Array:
+    """A persisted 1-D result of unknown chunk sizes, given the ones its chunks have."""
+    from .graph import _held_counts
+
+    rows = _held_counts(result)
+    if rows is None:
+        lengths = da.map_blocks(lambda b: np.array([b.shape[0]], np.int64), result,
+                                chunks=((1,) * result.numblocks[0],), dtype=np.int64,
+                                meta=np.empty(0, np.int64))
+        sizes = tuple(int(n) for n in lengths.compute())
+    else:
+        sizes = tuple(int(n) for n in rows[:, 0])
+    return da.Array(result.dask, result.name, chunks=(sizes,), meta=result._meta)
+
+
+def empty_sorted(x: da.Array, indices: bool) -> da.Array:
+    """The sort (or argsort) of no elements: one chunk of length 0 of x's chunk type."""
+    dtype = np.dtype(np.int64) if indices else x.dtype
+    empty = np.empty_like(x._meta, shape=(0,), dtype=dtype)
+    return da.from_array(empty, chunks=(0,), meta=empty)
+
+
+def build_sort(x: da.Array, indices: bool, buckets: int | None, local: str = "auto",
+               graph_input: bool = True, checked: bool = False) -> da.Array:  # fmt: skip
+    """Sorted values (``indices=False``) or the stable argsort of 1-D ``x`` (at least one
+    element where its chunk sizes are known): a persisted array with one chunk per non-empty
+    bucket. ``buckets``: as asked (None: the default, :func:`resolve_buckets` once the sizes
+    are known). ``local``: what sorts and merges within a chunk or bucket
+    (``sorting.LOCAL_SORTS``); ``graph_input``: whether the caller's array (``x`` before it
+    was joined, cast or keyed) is a graph, not persisted. Once this returns, nothing of such
+    an input is held or still to run on the cluster: the general path's local sorts have
+    run (their sample is gathered), the one-bucket path waits for its sort. ``checked``: x's
+    chunks are in its declared dtype already (a step before took each through
+    validate.as_declared: the cast to native byte order, a join of small chunks, the time
+    keys), else the first step that reads a chunk takes it so: each chunk is checked once.
+
+    Chunk sizes unknown at graph time (``x[x > t]``) are what the local sorts find: each
+    reports its chunk's length with its sample, and the rest runs as for known sizes."""
+    nin = x.numblocks[0]
+    unknown = math.isnan(x.shape[0])
+    if unknown and nin == 1:
+        return _sized(_sort_one_chunk(x, indices, local, graph_input, checked))
+    if not unknown:
+        buckets = resolve_buckets(buckets, int(x.shape[0]), nin)
+        if buckets == 1:
+            # one bucket is the whole array in one place whatever the path: its chunks
+            # joined and sorted at once, not sorted, sampled, cut and merged into one
+            # (200,000 float64 in 1,000 chunks: 1.0 s that way); chunks to be joined are
+            # checked before the join
+            if nin == 1:
+                return _sort_one_chunk(x, indices, local, graph_input, checked)
+            joined = declared_chunks(x, checked).rechunk({0: -1})
+            return _sort_one_chunk(joined, indices, local, graph_input, True)
+    # unknown sizes: a sample for the most buckets the sizes could give (more than needed
+    # only sharpens the splitters)
+    per = per_chunk_sample(nin, buckets or default_buckets(2**62, nin))
+    form = input_form(x)
+    token = tokenize("dask-compact-sort", x.name, indices, buckets, per, local, form,
+                     computed_call(False, form))
+
+    # 1. local sort + sample, persisted
+    held, sample, sizes = (_local_sorts_sized if unknown else _local_sorts)(
+        x, indices, per, local, checked, token)
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+    if unknown:
+        if not sum(sizes):
+            return empty_sorted(x, indices)
+        buckets = resolve_buckets(buckets, sum(sizes), nin)
+        if indices:  # the local sorts' indices counted from 0: their chunks' starts now
+            held["indices"] = _shifted(held["indices"], starts, token)
     asked = ask_ahead(held["values"])  # the sorted chunks are in memory now
 
     # 2. splitters, 3. histogram: where each bucket starts in each chunk
+    assert buckets is not None  # resolved above, with the sizes
     split_v, split_i = splitters(sample, sizes, per, buckets)
     values = held["values"]
     if split_v.size:
@@ -570,12 +693,12 @@ def build_sort(x: da.Array, indices: bool, buckets: int, local: str = "auto",
                                        out, token, local,
                                        _meta(x, np.dtype(np.int64) if indices else x.dtype))
         # Hold no sorted chunk while the exchange runs: each is freed once it is packed
-        del held, values, sources, parts
+        del held, values, sources
         return finish(result)
     pieces: dict[str, dict] = {f"sort-piece-{k}-{token}": {} for k in sources}
     merges: dict[Any, Any] = {}
     merge_worker: dict[Any, str] = {}
-    chunks = []
+    chunks: list[int] = []
     checks: dict[Any, tuple] = {}  # merge key -> how its pieces are cut (.remade.checked_sort)
     single = len(where) == 1  # one group: the merges read their pieces from the chunks
     for j in map(int, np.flatnonzero(totals)):

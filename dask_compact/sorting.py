@@ -7,7 +7,6 @@ The module is not called ``sort``: importing a submodule binds its name on the p
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import dask.array as da
@@ -17,7 +16,7 @@ from . import call_client, client_stream, settings
 from .api import _native
 from .backends.split_radix import order_key
 from .graph import input_form, without_empty_chunks
-from .sort_graph import EXCHANGES, build_sort, default_buckets, join_small_chunks
+from .sort_graph import EXCHANGES, build_sort, empty_sorted, join_small_chunks
 from .validate import (
     as_declared_block,
     check_chunk_type,
@@ -72,8 +71,10 @@ def sort(x: da.Array, *, local: str = "auto", buckets: int | None = None) -> da.
     Parameters
     ----------
     x : dask.array.Array
-        1-D, known chunk sizes, NumPy or CuPy chunks of bool, (u)int8..64 or float16/32/64,
-        or NumPy chunks of datetime64 / timedelta64 (any unit).
+        1-D, NumPy or CuPy chunks of bool, (u)int8..64 or float16/32/64, or NumPy chunks of
+        datetime64 / timedelta64 (any unit). Its chunk sizes may be unknown (``x[x > t]``,
+        a lazy compaction's): each local sort finds its chunk's length, and the result's
+        sizes are known all the same; small chunks are then not joined first.
     local : {"auto", "radix"}
         The sort of each chunk and bucket: ``"auto"``, ``np.sort`` for NumPy chunks,
         ``cupy.sort`` for CuPy chunks; ``"radix"``, the LSD radix sort built from
@@ -100,7 +101,7 @@ def sort(x: da.Array, *, local: str = "auto", buckets: int | None = None) -> da.
     TypeError
         ``x`` is not a dask array, or its dtype or chunk type is not supported.
     ValueError
-        ``x`` is not 1-D or has unknown chunk sizes, or ``local``/``buckets`` is invalid.
+        ``x`` is not 1-D, or ``local``/``buckets`` is invalid.
 
     Examples
     --------
@@ -149,19 +150,17 @@ def _sorted_chunks(x: Any, local: Any, buckets: Any, indices: bool, fn: str) -> 
     # step that reads it: the cast to native byte order, the join, the time keys, or the sort
     checked = joined is not x
     x = joined
-    nchunks = _check_buckets(buckets, x.shape[0], x.numblocks[0])
-    if x.shape[0] == 0:
-        dtype = np.dtype(np.int64) if indices else x.dtype
-        empty = np.empty_like(x._meta, shape=(0,), dtype=dtype)
-        return da.from_array(empty, chunks=(0,), meta=empty)
+    asked = _check_buckets(buckets)
+    if x.shape[0] == 0:  # nan (unknown sizes) is not 0: the local sorts find out
+        return empty_sorted(x, indices)
     if x.dtype.kind in ("m", "M"):
         # datetime64 / timedelta64 sorted as uint64 keys in the same order, NaT last
         keys = da.map_blocks(_time_keys, x, declared=None if checked else x.dtype,
                              dtype=np.uint64)  # x's chunk indices
-        out = build_sort(keys, indices, nchunks, local, graph_input, checked=True)
+        out = build_sort(keys, indices, asked, local, graph_input, checked=True)
         return out if indices else da.map_blocks(_from_time_keys, out, like=x.dtype,
                                                  dtype=x.dtype)
-    return build_sort(x, indices, nchunks, local, graph_input, checked)
+    return build_sort(x, indices, asked, local, graph_input, checked)
 
 
 _SIGN = np.uint64(1 << 63)
@@ -209,9 +208,6 @@ def _check(x: Any, local: Any, fn: str) -> da.Array:
             f"{fn} sorts {', '.join(d.name for d in SORT_DTYPES)}, datetime64 and "
             f"timedelta64; not {x.dtype}"
         )
-    if any(math.isnan(c) for c in x.chunks[0]):
-        raise ValueError(f"{fn} needs known chunk sizes; call x.compute_chunk_sizes() first "
-                         "(or dask_compact.map_compact, whose results have them)")
     if local not in LOCAL_SORTS:
         raise ValueError(f"local must be one of {LOCAL_SORTS}, not {local!r}")
     exchange = settings.get("sort.exchange")
@@ -221,12 +217,12 @@ def _check(x: Any, local: Any, fn: str) -> da.Array:
     return _native(x)
 
 
-def _check_buckets(buckets: Any, n: int, nchunks: int) -> int:
+def _check_buckets(buckets: Any) -> int | None:
+    """``buckets`` as asked (None: the default, :func:`.sort_graph.resolve_buckets` decides
+    once the sizes are known), refused here where it is not a positive int."""
     if buckets is None:
-        return default_buckets(n, nchunks)
+        return None
     if isinstance(buckets, (int, np.integer)) and not isinstance(buckets, (bool, np.bool_)) \
             and buckets >= 1:  # fmt: skip
-        # more buckets than elements would only be empty ones (left out of the result), each
-        # still a sample slot and a histogram column (10^8 of them: 22 s on 1,000 elements)
-        return min(int(buckets), max(1, n))
+        return int(buckets)
     raise ValueError(f"buckets must be a positive int or None, not {buckets!r}")

@@ -360,7 +360,11 @@ def test_default_output_chunks_are_about_the_input_chunks():
     assert 9_000 <= min(y.chunks[0]) and max(y.chunks[0]) <= 11_000
 
 
-def test_input_is_computed_once_and_the_result_is_persisted():
+@pytest.mark.parametrize("selected", [False, True])
+def test_input_is_computed_once_and_the_result_is_persisted(selected):
+    """Also for a selection (unknown chunk sizes): the local sorts count their indices from 0
+    and find their lengths, where a start per chunk would have needed every length first,
+    every input chunk held meanwhile."""
     a = np.random.default_rng(8).random(20_000)
     calls = []
 
@@ -369,11 +373,15 @@ def test_input_is_computed_once_and_the_result_is_persisted():
         return b
 
     x = da.from_array(a, chunks=2_000).map_blocks(seen, dtype=a.dtype)
-    for fn in (dask_compact.sort, dask_compact.argsort):
+    y = x[x > 0.5] if selected else x
+    b = a[a > 0.5] if selected else a
+    for fn, want in ((dask_compact.sort, np.sort(b)),
+                     (dask_compact.argsort, np.argsort(b, kind="stable"))):
         calls.clear()
-        y = fn(x)
+        got = fn(y)
         assert len(calls) == 10
-        y.compute(), y[:5].compute(), y.sum().compute()
+        np.testing.assert_array_equal(got.compute(), want)
+        got[:5].compute(), got.sum().compute()
         assert len(calls) == 10
 
 
@@ -614,8 +622,6 @@ def test_errors_before_anything_runs():
         with pytest.raises(TypeError, match="sorts bool"):
             dask_compact.argsort(x)
     y = da.from_array(a, chunks=3)
-    with pytest.raises(ValueError, match="known chunk sizes"):
-        dask_compact.sort(y[y > 2])
     with pytest.raises(ValueError, match="local must be one of"):
         dask_compact.sort(y, local="merge")
     for bad in (0, -1, 2.5, True, "auto"):
@@ -659,6 +665,56 @@ def test_splitters_are_weighted_by_chunk_size():
     assert sv.size == 1 and abs(sv[0] - 500) <= 20 and si.dtype == np.int64
 
 
+def unknown_sizes(a: np.ndarray, chunks, keep: np.ndarray) -> tuple[np.ndarray, da.Array]:
+    """``a[keep]`` and the same selection as a dask array of unknown chunk sizes (dask's
+    boolean indexing: ``x[m]``)."""
+    x = da.from_array(a, chunks=chunks)
+    m = da.from_array(keep, chunks=x.chunks)
+    y = x[m]
+    assert all(c != c for c in y.chunks[0])  # nan: unknown
+    return a[keep], y
+
+
+@pytest.mark.parametrize("n,chunk", [(0, 4), (1, 1), (31, 7), (33, 33), (1023, 100),
+                                     (1025, 128), (7919, 512)])
+@pytest.mark.parametrize("p", [0.0, 0.3, 1.0])
+def test_unknown_chunk_sizes(n, chunk, p):
+    """A selection's chunks (x[x > t]: sizes unknown, refused until 2026-12-07) sorted with
+    known result sizes: the local sorts report each chunk's length with its sample."""
+    rng = np.random.default_rng(n)
+    a = rng.standard_normal(n).round(1)
+    want, y = unknown_sizes(a, chunk, rng.random(n) < p)
+    check(want, y)
+
+
+@pytest.mark.parametrize("buckets", [None, 1, 2, 7, 10_000])
+def test_unknown_chunk_sizes_with_empty_chunks_and_buckets(buckets):
+    rng = np.random.default_rng(21)
+    a = rng.integers(0, 40, 3001).astype(np.int32)
+    keep = rng.random(a.size) < 0.5
+    keep[:900] = keep[-700:] = False  # leading and trailing chunks select nothing
+    want, y = unknown_sizes(a, 250, keep)
+    check(want, y, buckets=buckets)
+    got = dask_compact.sort(y, buckets=buckets)
+    assert len(got.chunks[0]) <= (buckets or y.numblocks[0])
+    if buckets == 7:
+        assert len(got.chunks[0]) == 7
+
+
+@pytest.mark.parametrize("dtype", [*[d.name for d in SORT_DTYPES], "datetime64[ms]",
+                                   ">f8"])
+def test_unknown_chunk_sizes_every_dtype(dtype):
+    rng = np.random.default_rng(22)
+    if dtype.startswith("datetime"):  # NaT among them, as the time keys order it
+        a = rng.integers(-50, 50, 1500).astype(np.int64)
+        a[::11] = np.iinfo(np.int64).min
+        a = a.view(dtype)
+    else:
+        a = sort_input(rng, 1500, dtype.lstrip(">")).astype(dtype)
+    want, y = unknown_sizes(a, 200, rng.random(a.size) < 0.6)
+    check(want.astype(want.dtype.newbyteorder("=")), y)
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     a=hnp.arrays(
@@ -698,6 +754,22 @@ def test_local_cluster_argsort_with_duplicates_and_nans(client):
     i = dask_compact.argsort(x)
     np.testing.assert_array_equal(i.compute(), np.argsort(a, kind="stable"))
     np.testing.assert_array_equal(dask_compact.sort(x).compute(), np.sort(a))
+
+
+def test_local_cluster_unknown_chunk_sizes(client):
+    """x[x > t] on four worker processes, for graph input and persisted: the lengths come
+    back with the samples, the argsort's starts are added where the indices are held."""
+    rng = np.random.default_rng(14)
+    a = rng.integers(0, 1000, 2**18).astype(np.float32)
+    a[::13] = np.nan
+    x = da.from_array(a, chunks=2**14)
+    want = a[~(a < 100)]
+    for y in (x[~(x < 100)], x[~(x < 100)].persist()):
+        for fn, w in ((dask_compact.sort, np.sort(want)),
+                      (dask_compact.argsort, np.argsort(want, kind="stable"))):
+            got = fn(y)
+            assert all(isinstance(c, int) for c in got.chunks[0]) and len(got.chunks[0]) > 1
+            np.testing.assert_array_equal(got.compute(), w)
 
 
 def test_local_cluster_sort_submits_no_graph_for_its_sample(client, monkeypatch):

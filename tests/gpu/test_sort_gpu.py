@@ -102,6 +102,22 @@ def test_patterns(kind):
     check(a, _gpu(a, 20_000))
 
 
+@pytest.mark.parametrize("local", ["auto", "radix"])
+def test_unknown_chunk_sizes(local):
+    """A selection's CuPy chunks (sizes unknown; declared CuPy: dask's boolean indexing
+    declares NumPy chunks) sorted with known result sizes: the local sorts report each
+    chunk's length, the argsort's starts are added to its held indices (the CPU tests:
+    test_sort.py)."""
+    rng = np.random.default_rng(9)
+    a = sort_input(rng, 300_007, "float32")
+    keep = (np.arange(a.size) > 50_000) & (rng.random(a.size) < 0.7)  # 2 empty chunks first
+    x = _gpu(a, 40_000)
+    u = x[da.from_array(keep, chunks=40_000).map_blocks(cupy.asarray)]
+    u = da.Array(u.dask, u.name, u.chunks, meta=cupy.empty((0,), a.dtype))
+    assert all(c != c for c in u.chunks[0])
+    check(a[keep], u, local=local)
+
+
 def test_chunk_steps_match_the_numpy_backend():
     """sort_chunk, sort_bounds (NaN splitters included) and sort_merge give on the GPU what
     they give on the CPU."""
