@@ -10,6 +10,7 @@ import dask.array as da
 import numpy as np
 from dask.array.utils import meta_from_array
 from dask.base import tokenize
+from dask.utils import parse_bytes
 
 from . import settings
 from .graph import Plan, build, computed_call, input_form, without_empty_chunks
@@ -86,8 +87,11 @@ def map_compact(
     algorithm : {"auto", "single-pass", "three-pass", "hybrid", "scan"}
         GPU kernel variant (ignored for NumPy chunks, except ``"scan"``: the textbook map ->
         scan -> scatter compaction on either device, see :func:`compact_array`).
-    chunks : int or "auto", optional
-        Rebalance the result into uniform chunks of this size, using the global offsets.
+    chunks : int, "auto" or str, optional
+        Rebalance the result into uniform chunks of this many elements (rows, for N-D
+        output), using the global offsets: -1 for one chunk, ``"auto"`` for dask's size
+        (the config ``array.chunk-size``), or a byte size such as ``"64MiB"`` for chunks of
+        at most about that many bytes (the widest output's, as ``rechunk`` takes it).
     by_worker : bool
         When ``x`` is persisted on a distributed cluster, ask each worker directly (no Dask
         task: one round trip to the workers, each registering its pieces with the scheduler
@@ -432,16 +436,25 @@ def _check_chunks(chunks: ChunksArg, lazy: bool) -> ChunksArg:
             "chunks= rebalances with the global offsets, which lazy=True does not compute; "
             "use lazy=False, or rechunk after compute_chunk_sizes()"
         )
-    if chunks == "auto":
-        return chunks
-    if (
+    if isinstance(chunks, str):
+        if chunks == "auto":
+            return chunks
+        try:  # a byte size, as dask's rechunk takes it ("64MiB": rows of that many bytes);
+            # a number first (dask's parse_bytes reads "" as 1 byte and "MiB" as 1 MiB)
+            size = parse_bytes(chunks) if chunks.strip()[:1].isdigit() else 0
+        except ValueError:
+            size = 0
+        if size > 0:
+            return chunks
+    elif (
         isinstance(chunks, (int, np.integer))
         and not isinstance(chunks, (bool, np.bool_))
-        and 0 < chunks <= _MAX_CHUNK
+        and (0 < chunks <= _MAX_CHUNK or chunks == -1)
     ):
         return int(chunks)
     raise ValueError(
-        f'chunks must be a positive int (at most 2**63 - 1) or "auto", not {chunks!r}'
+        "chunks must be a positive int (at most 2**63 - 1), -1 (one chunk), \"auto\" or a "
+        f"byte size such as \"64MiB\", not {chunks!r}"
     )
 
 

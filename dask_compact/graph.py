@@ -708,20 +708,20 @@ def rechunk_rows(a: da.Array, rows: tuple[int, ...]) -> da.Array:
 
 
 def row_chunks(arrays: Mapping[str, da.Array], out_chunks: int | str) -> tuple[int, ...]:
-    """One chunking of axis 0 for every output (rows of ``out_chunks``, or for ``"auto"``
-    what dask picks for the output of the widest rows, so that every output's chunks stay
-    within dask's auto size): outputs of one call share their chunks. Rechunked on its own,
-    each output got dask's own answer: "auto" sized by each dtype (float32 values and int64
-    indices apart by 2x), and nothing selected kept a 1-D output's empty chunks where an N-D
-    one merged them."""
+    """One chunking of axis 0 for every output (rows of ``out_chunks``, all of them for -1,
+    or for ``"auto"`` or a byte size what dask picks for the output of the widest rows, so
+    that every output's chunks stay within that size): outputs of one call share their
+    chunks. Rechunked on its own, each output got dask's own answer: "auto" sized by each
+    dtype (float32 values and int64 indices apart by 2x), and nothing selected kept a 1-D
+    output's empty chunks where an N-D one merged them."""
     first = next(iter(arrays.values()))
     total = int(first.shape[0])
     if total == 0:
         return (0,)
-    if out_chunks == "auto":
+    if isinstance(out_chunks, str):  # "auto" or a byte size: dask's answer for the widest
         widest = max(arrays.values(),
                      key=lambda a: a.dtype.itemsize * math.prod(a.shape[1:]))
-        return da.core.normalize_chunks(("auto", *widest.shape[1:]), widest.shape,
+        return da.core.normalize_chunks((out_chunks, *widest.shape[1:]), widest.shape,
                                         dtype=widest.dtype)[0]
-    n = int(out_chunks)
+    n = total if out_chunks == -1 else int(out_chunks)
     return tuple(min(n, total - lo) for lo in range(0, total, n))

@@ -75,8 +75,9 @@ def compact_records(
     stable : bool
         Keep the row order (the CPU always does; so does the GPU, whose record kernel knows
         every tile's place before it writes, so ``False`` gains nothing there and is accepted).
-    chunks : int or "auto", optional
-        Dask fields only: rebalance every result field into uniform chunks of this many rows.
+    chunks : int, "auto" or str, optional
+        Dask fields only: rebalance every result field into uniform chunks of this many rows
+        (as :func:`dask_compact.map_compact`'s: -1, ``"auto"`` or a byte size too).
 
     Returns
     -------

@@ -68,9 +68,10 @@ class CompactDatasetAccessor:
         indices : str, optional
             Also add the selected rows' positions along ``dim`` in ``ds`` (int64) as a
             coordinate of this name.
-        chunks : int or "auto", optional
+        chunks : int, "auto" or str, optional
             Dask-backed Datasets only: rebalance the result into uniform chunks of this many
-            rows along ``dim``.
+            rows along ``dim`` (as :func:`dask_compact.map_compact`'s: -1, ``"auto"`` or a
+            byte size such as ``"64MiB"`` too).
 
         Returns
         -------

@@ -60,7 +60,8 @@ def test_empty_nd_flatnonzero_and_compact(shape, chunks):
 
 @pytest.mark.parametrize(
     "chunks",
-    [10**20, 2**63, 0, -1, True, False, 1.5, "big", np.int64(0), [3], (3,), np.float64(3)],
+    [10**20, 2**63, 0, -2, True, False, 1.5, "big", "0B", "-5MiB", "", "MiB", np.int64(0), [3],
+     (3,), np.float64(3)],
 )
 def test_bad_chunks_is_the_documented_value_error(chunks):
     x = da.arange(10, chunks=5)
@@ -68,11 +69,34 @@ def test_bad_chunks_is_the_documented_value_error(chunks):
         x.map_compact("x > 3", chunks=chunks)
 
 
-@pytest.mark.parametrize("chunks", [2**63 - 1, 10**15, np.int32(3), np.uint64(4), 1, "auto"])
+@pytest.mark.parametrize("chunks", [2**63 - 1, 10**15, np.int32(3), np.uint64(4), 1, "auto",
+                                    -1, np.int64(-1), "16B", "1 kB", "64MiB"])
 def test_large_and_numpy_int_chunks_work(chunks):
     a = np.arange(10)
     r = da.from_array(a, chunks=5).map_compact("x > 3", chunks=chunks)
     np.testing.assert_array_equal(r.compute(), a[a > 3])
+
+
+@pytest.mark.parametrize("output", ["values", "indices", "both"])
+def test_chunks_as_dask_rechunk_takes_them(output):
+    """-1 is one chunk, a byte size chunks of at most that many bytes of the widest output
+    (the int64 indices where they are asked for), as dask's rechunk reads them."""
+    a = np.random.default_rng(3).random(100_003).astype(np.float32)
+    x = da.from_array(a, chunks=7_001)
+    keep = a < 0.7
+    one = x.map_compact("x < 0.7", output=output, chunks=-1)
+    for r in one if isinstance(one, tuple) else (one,):
+        assert r.chunks == ((int(keep.sum()),),)
+    got = x.map_compact("x < 0.7", output=output, chunks="64kB")
+    got = got if isinstance(got, tuple) else (got,)
+    width = 8 if output != "values" else 4
+    for r in got:
+        assert max(r.chunks[0]) * width <= 64_000 and len(set(r.chunks[0][:-1])) == 1
+        assert r.chunks == got[0].chunks  # the outputs of one call share their chunks
+    want = {"values": (a[keep],), "indices": (np.flatnonzero(keep),),
+            "both": (a[keep], np.flatnonzero(keep))}[output]
+    for r, w in zip(got, want):
+        np.testing.assert_array_equal(r.compute(), w)
 
 
 @pytest.mark.parametrize("dtype", [d for d in DTYPES if np.dtype(d).itemsize > 1])

@@ -267,7 +267,7 @@ def test_dask_rebalanced_and_cupy_like_meta():
 
 
 @pytest.mark.parametrize("cond", ["mass > 1000", "mass < 5"])
-@pytest.mark.parametrize("chunks", [256, "auto"])
+@pytest.mark.parametrize("chunks", [256, "auto", -1, "4KiB"])
 def test_dask_rebalanced_fields_share_their_chunks(cond, chunks):
     """Every field (and the indices) with the same row chunks, an empty selection included:
     dask leaves a 1-D empty array's chunks as they are but merges an N-D one's."""
