@@ -283,11 +283,7 @@ def _compact_text(x1: da.Array, m1: da.Array, output: str, lazy: bool,
     100 chunks 4.8 s, through the records 1.1 s)."""
     from .records import compact_records
 
-    if _unknown(x1) or _unknown(m1):
-        raise ValueError(
-            f"compact of strings ({x1.dtype}) needs known chunk sizes; call "
-            "x.compute_chunk_sizes() first"
-        )
+    # unknown chunk sizes (x[m]): the records pair the strings and the mask chunk by chunk
     if output == "indices":  # the strings are not needed
         return compact(m1, m1, output="indices", lazy=lazy, chunks=chunks)
     got = compact_records({"values": x1, "keep": m1}, "keep", indices=output == "both",

@@ -154,6 +154,15 @@ def _check_rows(fields: dict[str, Any], labels: dict[str, str] | None) -> None:
             f"{listed}. Make the fields from one selection of arrays chunked alike (x[m] "
             "and y[m] with one mask m), or call compute_chunk_sizes() on them first"
         )
+    rows = {name: fields[name].chunks[0] for name in known} if unknown else {}
+    if len(set(rows.values())) > 1:  # paired chunk by chunk, they must cut the same rows
+        listed = ", ".join(f"{field_label(k, labels)}: {v}" for k, v in rows.items())
+        raise ValueError(
+            "fields of known sizes beside fields of unknown row chunk sizes are paired with "
+            "them chunk by chunk, so they must be chunked alike along their rows; got "
+            f"{listed}. Rechunk them to one chunking, or call compute_chunk_sizes() on the "
+            "others"
+        )
 
 
 def field_label(name: str, labels: dict[str, str] | None) -> str:

@@ -177,6 +177,21 @@ def test_known_and_unknown_fields_of_the_same_number_of_chunks() -> None:
                                    rows["a"] > 0.25, indices=True))
 
 
+@pytest.mark.parametrize("lazy", [False, True])
+def test_known_fields_chunked_unlike_each_other_beside_unknown_ones_are_refused(
+        lazy: bool) -> None:  # fmt: skip
+    """Paired chunk by chunk with the unknown fields, known fields of one length cut at other
+    rows would meet in some chunk with other rows: refused before anything runs."""
+    u = da.from_array(np.arange(100.0), chunks=25)
+    u = u[u > 20]  # 4 chunks of unknown sizes
+    v = da.from_array(np.arange(79), chunks=20)
+    w = da.from_array(np.arange(79), chunks=(19, 20, 20, 20))
+    with pytest.raises(ValueError, match=r"fields of known sizes beside fields of unknown row "
+                       r"chunk sizes .* chunked alike along their rows; got field 'v': "
+                       r"\(20, 20, 20, 19\), field 'w': \(19, 20, 20, 20\)"):
+        compact_records({"u": u, "v": v, "w": w}, "u > 50", lazy=lazy)
+
+
 def test_a_dask_dataframe_s_columns() -> None:
     """Columns of a Dask DataFrame as arrays (``to_dask_array()``: unknown row sizes)."""
     pd = pytest.importorskip("pandas")
