@@ -591,6 +591,48 @@ def _sized(result: da.Array) -> da.Array:
     return da.Array(result.dask, result.name, chunks=(sizes,), meta=result._meta)
 
 
+def one_device(x: da.Array) -> bool:
+    """Whether the whole sort runs on one device: CuPy chunks (as ``x`` declares them) under
+    dask's threaded or synchronous scheduler, one process and CuPy's current GPU. There the
+    sample sort's buckets buy nothing that the library's one sort of the joined chunks does
+    not: on one H100 (2026-12-07, ``sort-selection-2026-12-07-...-9685a56.md``)
+    ``sort(x[x < 0.5])`` of 2^28 float32 in 8 chunks took 76 ms through 8 buckets, where
+    ``cupy.sort(x[x < 0.5].compute())`` took 22 ms. Chunks of NumPy (or declared so: dask's
+    boolean indexing declares NumPy chunks for CuPy ones) keep the buckets: under the
+    threaded scheduler their local sorts and merges run on every core."""
+    import dask.local
+    import dask.threaded
+    from dask.base import get_scheduler
+
+    if not _is_cupy(x._meta):
+        return False
+    get = get_scheduler(collections=[x])
+    return get is dask.threaded.get or get is dask.local.get_sync
+
+
+def _joined(x: da.Array, checked: bool) -> da.Array:
+    """``x`` in one chunk, each chunk taken in x's declared dtype first unless ``checked``:
+    dask's rechunk where the sizes are known (:func:`declared_chunks` checks each chunk
+    before), else one task joining them (dask cannot rechunk sizes it does not know)."""
+    if not math.isnan(x.shape[0]):
+        return declared_chunks(x, checked).rechunk({0: -1})
+    name = f"sort-joined-{tokenize(x.name, checked)}"
+    layer = {(name, 0): (_concatenated, [(x.name, c) for c in range(x.numblocks[0])],
+                         None if checked else x.dtype)}
+    return da.Array(_extend(x.dask, name, layer, {x.name}), name, chunks=((math.nan,),),
+                    meta=x._meta)
+
+
+def _concatenated(blocks: list, declared: np.dtype | None) -> Any:
+    """The chunks ``blocks`` joined (by dask's dispatch on their type), each taken in the
+    ``declared`` dtype first (None: taken so before)."""
+    from dask.array.dispatch import concatenate_lookup
+
+    if declared is not None:
+        blocks = [as_declared(b, declared, "sort", c) for c, b in enumerate(blocks)]
+    return concatenate_lookup.dispatch(type(blocks[0]))(blocks)
+
+
 def empty_sorted(x: da.Array, indices: bool) -> da.Array:
     """The sort (or argsort) of no elements: one chunk of length 0 of x's chunk type."""
     dtype = np.dtype(np.int64) if indices else x.dtype
@@ -616,19 +658,17 @@ def build_sort(x: da.Array, indices: bool, buckets: int | None, local: str = "au
     reports its chunk's length with its sample, and the rest runs as for known sizes."""
     nin = x.numblocks[0]
     unknown = math.isnan(x.shape[0])
-    if unknown and nin == 1:
-        return _sized(_sort_one_chunk(x, indices, local, graph_input, checked))
+    if buckets is None and one_device(x):
+        buckets = 1
     if not unknown:
         buckets = resolve_buckets(buckets, int(x.shape[0]), nin)
-        if buckets == 1:
-            # one bucket is the whole array in one place whatever the path: its chunks
-            # joined and sorted at once, not sorted, sampled, cut and merged into one
-            # (200,000 float64 in 1,000 chunks: 1.0 s that way); chunks to be joined are
-            # checked before the join
-            if nin == 1:
-                return _sort_one_chunk(x, indices, local, graph_input, checked)
-            joined = declared_chunks(x, checked).rechunk({0: -1})
-            return _sort_one_chunk(joined, indices, local, graph_input, True)
+    if buckets == 1 or (unknown and nin == 1):
+        # one bucket is the whole array in one place whatever the path: its chunks joined
+        # and sorted at once, not sorted, sampled, cut and merged into one (200,000 float64
+        # in 1,000 chunks: 1.0 s that way); chunks to be joined are checked as they are
+        whole = _sort_one_chunk(x if nin == 1 else _joined(x, checked), indices, local,
+                                graph_input, checked or nin > 1)
+        return _sized(whole) if unknown else whole
     # unknown sizes: a sample for the most buckets the sizes could give (more than needed
     # only sharpens the splitters)
     per = per_chunk_sample(nin, buckets or default_buckets(2**62, nin))

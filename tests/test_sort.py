@@ -687,6 +687,26 @@ def test_unknown_chunk_sizes(n, chunk, p):
     check(want, y)
 
 
+def test_one_bucket_of_unknown_sizes_joins_the_chunks_in_one_task():
+    """buckets=1 over chunks of unknown sizes: one task joins them (dask cannot rechunk
+    unknown sizes) and one sort runs, each input chunk read once; NumPy chunks are not one
+    device (their buckets' sorts run on every core)."""
+    from dask_compact import sort_graph
+
+    a = np.random.default_rng(24).random(20_000)
+    calls = []
+    x = da.from_array(a, chunks=2_000).map_blocks(lambda b: calls.append(1) or b,
+                                                  dtype=a.dtype)
+    y = x[x > 0.5]
+    assert not sort_graph.one_device(y)
+    for fn, want in ((dask_compact.sort, np.sort(a[a > 0.5])),
+                     (dask_compact.argsort, np.argsort(a[a > 0.5], kind="stable"))):
+        calls.clear()
+        got = fn(y, buckets=1)
+        assert len(calls) == 10 and got.numblocks == (1,) and got.chunks == (want.shape,)
+        np.testing.assert_array_equal(got.compute(), want)
+
+
 @pytest.mark.parametrize("buckets", [None, 1, 2, 7, 10_000])
 def test_unknown_chunk_sizes_with_empty_chunks_and_buckets(buckets):
     rng = np.random.default_rng(21)
