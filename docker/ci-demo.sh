@@ -12,7 +12,8 @@
 #
 # Environment: DEMO_WORK (cache and scratch, default /var/tmp/dask-compact-demo), PYTHON
 # (python3 for the tools venv), DEBIAN_MIRROR, DEMO_REBUILD_BASE=1 (redo the debootstrap),
-# DASHBOARD_PORT (default 18787).
+# DASHBOARD_PORT (default 18787), DEMO_LOCK_WAIT_S (how long to wait for another run on this host
+# to finish, default 480).
 #
 # Podman settings that work on these hosts (docs/design.md, Where things run): runc (crun
 # fails on hybrid cgroups), ulimits within the host's hard limits, --network host and the
@@ -36,6 +37,17 @@ die() { echo "[ci-demo] FAILED: $*" >&2; exit 1; }
 
 [[ $(id -u) == 0 ]] || die "run as root (podman rootful, debootstrap, apt-get)"
 mkdir -p "$work"
+
+# One demo at a time per host: two runs (two CI clones on one machine) share the rootful
+# podman, this cache, the image tag, the compose project's container names and the dashboard
+# port, and the second one's `up` met the first one's running containers (CI, 2026-12-07).
+command -v flock >/dev/null || die "flock (util-linux) is needed to serialise demo runs"
+exec 9>"$work/lock"
+if ! flock -n 9; then
+    log "another demo run holds $work/lock: waiting (at most ${DEMO_LOCK_WAIT_S:-480} s)"
+    flock -w "${DEMO_LOCK_WAIT_S:-480}" 9 || die "another demo run held $work/lock too long"
+    log "lock taken"
+fi
 
 # --- host tools ------------------------------------------------------------------------------
 # netavark (podman's network backend) needs iptables, which podman only "suggests";
@@ -130,6 +142,9 @@ cleanup() {
     log "tear down"
     timeout 120 "${compose[@]}" --profile cpu down -v -t 5 >/dev/null 2>&1 || true
     log "total $((SECONDS - start)) s, exit $rc"
+    # conmon and the containers' processes may have inherited fd 9; unlocking the open file
+    # (not just closing our copy) frees the next run as soon as this one is torn down
+    flock -u 9 || true
 }
 trap cleanup EXIT
 trap 'exit 143' TERM INT  # a killed run still tears down (the EXIT trap)

@@ -412,6 +412,31 @@ def test_compose_file_matches_compose_spec():
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("flock") is None,
+                    reason="ci-demo.sh runs as root and takes its lock with flock")  # fmt: skip
+def test_ci_demo_waits_for_another_run_on_the_same_host_then_gives_up(tmp_path):
+    # The CI failure of 2026-12-07: a second run's `compose up` met the first one's
+    # containers. A run that cannot take the work directory's lock does nothing at all.
+    lock = tmp_path / "lock"
+    lock.touch()
+    holder = subprocess.Popen(["flock", str(lock), "sleep", "30"])
+    try:
+        deadline = time.monotonic() + 10
+        while subprocess.run(["flock", "-n", str(lock), "true"]).returncode == 0:
+            assert time.monotonic() < deadline, "the holder never took the lock"
+            time.sleep(0.05)
+        env = {**os.environ, "DEMO_WORK": str(tmp_path), "DEMO_LOCK_WAIT_S": "1"}
+        proc = subprocess.run(["bash", str(DOCKER / "ci-demo.sh")], env=env,
+                              capture_output=True, text=True, timeout=60)  # fmt: skip
+    finally:
+        holder.kill()
+        holder.wait()
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "another demo run holds" in proc.stdout
+    assert "held" in proc.stderr and "too long" in proc.stderr
+    assert "lint" not in proc.stdout and sorted(p.name for p in tmp_path.iterdir()) == ["lock"]
+
+
 def _image_id(name: str) -> str | None:
     if shutil.which("podman") is None:
         return None
