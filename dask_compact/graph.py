@@ -300,15 +300,26 @@ def _count(part: Any) -> np.ndarray:
 
 def _rows(block: Any) -> int:
     """A chunk's rows along axis 0 (a 1-D chunk's size): the task over each chunk of input
-    of unknown chunk sizes whose results :func:`_starts` takes (partition's 1-D input, a
-    record's field)."""
+    of unknown chunk sizes (the sort's lengths)."""
     return int(block.shape[0])
 
 
 def _starts(sizes: Any) -> np.ndarray:
     """Each chunk's global start, from the sizes of the chunks (a task's where they are
-    unknown at graph time: over the :func:`_rows` tasks)."""
+    unknown at graph time: over each chunk's rows)."""
     return np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)[:-1]]).astype(np.int64)
+
+
+def shifted(parts: da.Array, starts: np.ndarray, name: str) -> da.Array:
+    """The persisted 1-D ``parts`` (indices counted from 0 in each input chunk), chunk ``c``
+    plus ``starts[c]``, persisted as array ``name``: the indices of input of unknown chunk
+    sizes, whose tasks counted locally so that no input chunk waited for the others' sizes
+    (the argsort's local sorts, partition's splits)."""
+    layer = {(name, c): (operator.add, (parts.name, c), np.int64(starts[c]))
+             for c in range(parts.numblocks[0])}  # fmt: skip
+    (out,) = client_stream.persist(da.Array(_extend(parts.dask, name, layer, {parts.name}),
+                                            name, chunks=parts.chunks, meta=parts._meta))
+    return out
 
 
 def _exclusive_scan(counts: np.ndarray) -> np.ndarray:

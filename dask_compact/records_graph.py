@@ -7,8 +7,10 @@ chunk. Eager mode persists them and reads each chunk's count from the size its w
 (:func:`.graph._held_counts`), so every field of the result has the same known chunks;
 nothing is recomputed. Lazy mode leaves the sizes unknown. Where the input's row chunk sizes
 are known, the global indices' chunk starts are known at graph time; where some field's are
-unknown (``x[m]``), the fields are paired chunk by chunk and the starts come from a task over
-every chunk's rows (:func:`.graph._rows`, :func:`.graph._starts`), as partition's do.
+unknown (``x[m]``), the fields are paired chunk by chunk, each chunk's indices count from its
+start and its task returns its rows, and the indices output adds the starts of a task over
+every chunk's rows (:func:`.graph._starts`), as the argsort of unknown sizes does: no input
+chunk waits for the others.
 """
 
 from __future__ import annotations
@@ -32,7 +34,6 @@ from .graph import (
     _fetch_counts,
     _held_counts,
     _meta,
-    _rows,
     _starts,
     computed_call,
     input_form,
@@ -54,6 +55,10 @@ from .validate import (
 )
 
 __all__ = ["build_records", "records_block", "aligned"]
+
+# The key of a phase-1 part that holds its chunk's rows, where its indices count from the
+# chunk's start (_records_counted): not a string, so no field's name can be it
+ROWS = ("rows",)
 
 # Outputs (fields and indices) up to which an eager call on a cluster persists one graph of
 # phase 1 and the outputs; more are persisted in two (build_records)
@@ -189,7 +194,7 @@ def build_records(
     token = tokenize("compact_records", [fields[n].name for n in names], names, pred, indices,
                      stable, lazy, forms, computed_call(lazy, *forms))
     p1 = f"compact-records-{token}"
-    layer = _phase1_layer(fields, p1, token, pred, indices, stable, call, labels)
+    layer, local = _phase1_layer(fields, p1, pred, indices, stable, call, labels)
     deps: list[Any] = list(fields.values())  # dask's typing does not count Array
     graph = HighLevelGraph.from_collections(p1, layer, dependencies=deps)
 
@@ -198,12 +203,12 @@ def build_records(
     metas = {name: _out_meta(first, fields.get(name)) for name in outs}
     if lazy:
         workers_installed.check(*fields.values())  # computed later (see workers_installed)
-        return _one_graph(graph, p1, nb, onames, metas)
+        return _one_graph(graph, p1, nb, onames, metas, local, token)
 
     if len(outs) <= ONE_GRAPH_OUTPUTS and workers_installed._client_of(tuple(fields.values())):
         # on a cluster, few outputs: one graph, one submission (the two below cost a small
         # call ~1 ms more on the 2-core machine's LocalCluster), and few pairs to order
-        one = _one_graph(graph, p1, nb, onames, metas)
+        one = _one_graph(graph, p1, nb, onames, metas, local, token)
         persisted = dict(zip(outs, client_stream.persist(*one.values())))
     else:
         # Phase 1 persisted alone, then every output taken from its pieces (_taken). Until
@@ -215,7 +220,8 @@ def build_records(
         # chunks: 1.4-5 s; 1000: 17 s; sixteenth session, issue 11).
         phase1 = da.Array(graph, p1, chunks=((math.nan,) * nb,),
                           meta=np.empty(0, dtype=object))
-        persisted = _taken(client_stream.persist(phase1)[0], outs, onames, metas)
+        persisted = _taken(client_stream.persist(phase1)[0], outs, onames, metas, local,
+                           token)
     # counts: from a 1-D output's held sizes (a whole item per row; not one of rows of no
     # bytes, whose sizes say nothing), else count tasks
     one_d = next((k for k in outs if persisted[k].ndim == 1 and persisted[k].dtype.itemsize),
@@ -242,14 +248,16 @@ def build_records(
     return result
 
 
-def _phase1_layer(fields: dict[str, da.Array], p1: str, token: str, pred: Predicate,
-                  indices: bool, stable: bool, call: str, labels: dict[str, str] | None
-                  ) -> dict[Any, Any]:  # fmt: skip
+def _phase1_layer(fields: dict[str, da.Array], p1: str, pred: Predicate, indices: bool,
+                  stable: bool, call: str, labels: dict[str, str] | None
+                  ) -> tuple[dict[Any, Any], bool]:  # fmt: skip
     """Phase 1's tasks ``(p1, i)``, one :func:`records_block` per row chunk of the aligned
-    ``fields``, each with its chunk's global start where it is known at graph time
-    (:func:`_known_starts`), else (indices asked of fields all of unknown row chunk sizes)
-    with it from a task over every chunk's rows of the first field, as partition takes its
-    starts (:func:`.graph._starts`): every input chunk is then held until phase 1 runs."""
+    ``fields``, and whether their indices count from each chunk's start rather than the
+    array's. A chunk's global start is passed where graph time knows it
+    (:func:`_known_starts`); else (indices asked of fields all of unknown row chunk sizes)
+    each task counts from 0 and returns its chunk's rows (:func:`_records_counted`), and
+    the indices output adds the starts (:func:`_output_tasks`), as the unknown sizes'
+    argsort does: each input chunk is released once its task has run."""
     names = tuple(fields)
     nb = fields[names[0]].numblocks[0]
     declared = {n: fields[n].dtype for n in names}
@@ -260,35 +268,57 @@ def _phase1_layer(fields: dict[str, da.Array], p1: str, token: str, pred: Predic
     starts = _known_starts(fields, indices)
     if starts is not None:
         return {(p1, i): (records_block, names, keys[i], pred, indices, stable, int(starts[i]),
-                          *rest[i]) for i in range(nb)}
-    sname, tname = f"compact-records-size-{token}", f"compact-records-starts-{token}"
-    layer: dict[Any, Any] = {(sname, i): (_rows, keys[i][0]) for i in range(nb)}
-    layer[(tname, 0)] = (_starts, [(sname, i) for i in range(nb)])
-    layer.update({(p1, i): (_records_at, names, keys[i], (tname, 0), pred, indices, stable,
-                            *rest[i]) for i in range(nb)})
-    return layer
+                          *rest[i]) for i in range(nb)}, False
+    return {(p1, i): (_records_counted, names, keys[i], pred, indices, stable, *rest[i])
+            for i in range(nb)}, True
 
 
 def _known_starts(fields: dict[str, da.Array], indices: bool) -> np.ndarray | None:
     """Each row chunk's global start where graph time knows it: from a field of known row
     chunk sizes (each chunk's task checks that every field's chunk holds as many rows as
     its, which its declared shape says), or zeros without indices (nothing reads them).
-    None where only a task over the chunks can tell (indices of fields all of unknown
-    sizes)."""
+    None where only the chunks can tell (indices of fields all of unknown sizes)."""
     known = next((a for a in fields.values() if not _unknown_rows(a)), None)
     if known is not None:
         return _starts(known.chunks[0])
     return None if indices else np.zeros(next(iter(fields.values())).numblocks[0], np.int64)
 
 
-def _records_at(names: tuple[str, ...], blocks: list[Any], starts: np.ndarray,
-                pred: Predicate, indices: bool, stable: bool, declared: dict[str, np.dtype],
-                index: int, shapes: dict[str, tuple[float, ...] | None], call: str,
-                labels: dict[str, str] | None) -> dict[str, Any]:  # fmt: skip
-    """:func:`records_block` of row chunk ``index``, its global start from ``starts`` (the
-    starts task's, over the chunks' rows)."""
-    return records_block(names, blocks, pred, indices, stable, int(starts[index]), declared,
-                         index, shapes, call, labels)
+def _records_counted(names: tuple[str, ...], blocks: list[Any], pred: Predicate,
+                     indices: bool, stable: bool, declared: dict[str, np.dtype], index: int,
+                     shapes: dict[str, tuple[float, ...] | None], call: str,
+                     labels: dict[str, str] | None) -> dict[Any, Any]:  # fmt: skip
+    """:func:`records_block` of row chunk ``index``, its indices counted from the chunk's
+    start, and the chunk's rows under :data:`ROWS` (every field's: ``records_block`` checked
+    that they agree)."""
+    part: dict[Any, Any] = records_block(names, blocks, pred, indices, stable, 0, declared,
+                                         index, shapes, call, labels)
+    part[ROWS] = int(blocks[0].shape[0])
+    return part
+
+
+def _at_start(local: Any, starts: np.ndarray, index: int) -> Any:
+    """A chunk's indices counted from its start, counted from the array's."""
+    return local + starts[index]
+
+
+def _output_tasks(name: str, oname: str, parts: list[Any], zeros: tuple[int, ...],
+                  local: bool, token: str) -> dict[Any, Any]:  # fmt: skip
+    """The tasks of output ``name`` (array ``oname``) over phase 1's ``parts`` (keys: a
+    graph's or futures'): a getitem per chunk, and for indices counted from each chunk's
+    start (``local``) a task over every chunk's rows (:func:`.graph._starts`) whose starts
+    are added to each chunk's indices once taken out of its part, so that no part is held
+    for them."""
+    if not (local and name == INDICES):
+        return {(oname, i, *zeros): (operator.getitem, k, name) for i, k in enumerate(parts)}
+    rname, tname = f"compact-records-size-{token}", f"compact-records-starts-{token}"
+    lname = f"compact-records-local-{token}"
+    layer: dict[Any, Any] = {(tname, 0): (_starts, [(rname, i) for i in range(len(parts))])}
+    for i, k in enumerate(parts):
+        layer[(rname, i)] = (operator.getitem, k, ROWS)
+        layer[(lname, i)] = (operator.getitem, k, name)
+        layer[(oname, i, *zeros)] = (_at_start, (lname, i), (tname, 0), i)
+    return layer
 
 
 def _declared_shapes(a: da.Array) -> list[tuple[float, ...] | None]:
@@ -301,15 +331,16 @@ def _declared_shapes(a: da.Array) -> list[tuple[float, ...] | None]:
 
 
 def _one_graph(graph: HighLevelGraph, p1: str, nb: int, onames: dict[str, str],
-               metas: dict[str, Any]) -> dict[str, da.Array]:  # fmt: skip
-    """Every output as a getitem layer over phase 1 ``p1`` in ``graph`` (its ``nb`` tasks):
-    the lazy result, and the eager one of few outputs on a cluster."""
+               metas: dict[str, Any], local: bool, token: str
+               ) -> dict[str, da.Array]:  # fmt: skip
+    """Every output as a layer of :func:`_output_tasks` over phase 1 ``p1`` in ``graph`` (its
+    ``nb`` tasks): the lazy result, and the eager one of few outputs on a cluster."""
     arrays: dict[str, da.Array] = {}
     for name, oname in onames.items():
         meta = metas[name]
         zeros = (0,) * (meta.ndim - 1)
-        g = _extend(graph, oname, {(oname, i, *zeros): (operator.getitem, (p1, i), name)
-                                   for i in range(nb)}, {p1})
+        parts = [(p1, i) for i in range(nb)]
+        g = _extend(graph, oname, _output_tasks(name, oname, parts, zeros, local, token), {p1})
         arrays[name] = da.Array(g, oname, chunks=((math.nan,) * nb,
                                                   *[(s,) for s in meta.shape[1:]]), meta=meta)
     return arrays
@@ -322,12 +353,12 @@ def _out_meta(first: da.Array, src: da.Array | None) -> Any:
     return _meta(first, src.dtype, src.shape[1:])
 
 
-def _taken(parts: da.Array, outs: list[str], onames: dict[str, str], metas: dict[str, Any]
-           ) -> dict[str, da.Array]:  # fmt: skip
+def _taken(parts: da.Array, outs: list[str], onames: dict[str, str], metas: dict[str, Any],
+           local: bool, token: str) -> dict[str, da.Array]:  # fmt: skip
     """Every output of the persisted phase 1 ``parts`` (one dict of pieces per row chunk) as
     a persisted array of its own, chunks unknown along the rows. In-process (the pieces at
     hand) each is an array of its pieces, no task run; on a cluster (futures) one graph of
-    a getitem task per output and chunk over the phase-1 futures, persisted as it is: no
+    :func:`_output_tasks` per output over the phase-1 futures, persisted as it is: no
     culling (it holds nothing else) and, phase 1 held, no input chunk reaches an output in
     it. The outputs keep the keys and tasks they had in the one graph before."""
     keys = list(flatten(parts.__dask_keys__()))
@@ -341,12 +372,15 @@ def _taken(parts: da.Array, outs: list[str], onames: dict[str, str], metas: dict
         zeros = (0,) * (meta.ndim - 1)
         chunks = ((math.nan,) * nb, *[(s,) for s in meta.shape[1:]])
         if in_hand:
-            pieces = {(oname, i, *zeros): h[name] for i, h in enumerate(held)}
+            got = [h[name] for h in held]
+            if local and name == INDICES:  # what _output_tasks' tasks would do
+                starts = _starts([h[ROWS] for h in held])
+                got = [_at_start(g, starts, i) for i, g in enumerate(got)]
+            pieces = {(oname, i, *zeros): g for i, g in enumerate(got)}
             arrays[name] = da.Array(pieces, oname, chunks=chunks, meta=meta)
             continue
         assert base is not None
-        layer: dict[Any, Any] = {(oname, i, *zeros): (operator.getitem, k, name)
-                                 for i, k in enumerate(keys)}
+        layer = _output_tasks(name, oname, keys, zeros, local, token)
         g = HighLevelGraph({parts.name: base.layers[parts.name], oname: layer},
                            {parts.name: set(), oname: {parts.name}})
         arrays[name] = da.Array(g, oname, chunks=chunks, meta=meta)

@@ -55,7 +55,16 @@ from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 from . import client_stream, remade, settings
 from .backends.numpy_sort import half_keys
 from .dispatch import sort_bounds, sort_chunk, sort_merge
-from .graph import _extend, _held_counts, _meta, _rows, _starts, computed_call, input_form
+from .graph import (
+    _extend,
+    _held_counts,
+    _meta,
+    _rows,
+    _starts,
+    computed_call,
+    input_form,
+    shifted,
+)
 from .imported import distributed_if_imported
 from .joined_chunks import declared_chunks
 from .placement import _held_where
@@ -555,17 +564,6 @@ def _blocks(persisted: da.Array) -> list:
     return [persisted.dask[k] for k in persisted.__dask_keys__()]
 
 
-def _shifted(order: da.Array, starts: np.ndarray, token: str) -> da.Array:
-    """The persisted local indices ``order`` of each chunk plus the chunk's global start,
-    persisted (the unknown sizes' argsort, :func:`_local_sort_sized`)."""
-    name = f"sort-indices-at-{token}"
-    layer = {(name, c): (operator.add, (order.name, c), np.int64(starts[c]))
-             for c in range(order.numblocks[0])}  # fmt: skip
-    (out,) = client_stream.persist(da.Array(_extend(order.dask, name, layer, {order.name}),
-                                            name, chunks=order.chunks, meta=order._meta))
-    return out
-
-
 def _sized(result: da.Array) -> da.Array:
     """A persisted 1-D result of unknown chunk sizes, given the ones its chunks have."""
     rows = _held_counts(result)
@@ -677,7 +675,7 @@ def build_sort(x: da.Array, indices: bool, buckets: int | None, local: str = "au
             return empty_sorted(x, indices)
         buckets = resolve_buckets(buckets, sum(sizes), nin)
         if indices:  # the local sorts' indices counted from 0: their chunks' starts now
-            held["indices"] = _shifted(held["indices"], starts, token)
+            held["indices"] = shifted(held["indices"], starts, f"sort-indices-at-{token}")
     asked = ask_ahead(held["values"])  # the sorted chunks are in memory now
 
     # 2. splitters, 3. histogram: where each bucket starts in each chunk

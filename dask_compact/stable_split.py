@@ -33,10 +33,10 @@ from .graph import (
     _extend,
     _fetch_counts,
     _meta,
-    _rows,
     _starts,
     computed_call,
     input_form,
+    shifted,
     without_empty_chunks,
 )
 from .predicate import Predicate, PredicateLike, as_predicate
@@ -106,13 +106,6 @@ def _tail(part: dict, name: str) -> Any:
 
 def _count(part: dict) -> np.ndarray:
     return np.array([[part["k"], part["n"]]], dtype=np.int64)
-
-
-def _split_at(block: Any, starts: np.ndarray, pred: Predicate, output: str,
-              declared: np.dtype | None, index: int,
-              shape: tuple[int, ...] | None) -> dict[str, Any]:  # fmt: skip
-    """:func:`split_block` of chunk ``index``, its global start from ``starts``."""
-    return split_block(block, pred, output, int(starts[index]), declared, index, shape)
 
 
 @call_client.on_inputs_client(lambda x, *_, **__: (x,))
@@ -196,21 +189,14 @@ def partition(x: da.Array, pred: PredicateLike, *, output: str = "values") -> tu
     token = tokenize("partition", x1.name, p, output, computed_call(False, input_form(x1)))
     p1 = f"partition-{token}"
     shapes = block_shapes(x1.chunks)  # of blocks (i, 0, ...): keys[i]
-    layer: dict[Any, Any]
-    if unknown and output != "values":
-        # 1-D input of unknown chunk sizes (x[x > t], a lazy compaction; refused until
-        # 2026-12-07, a new-user probe): the indices need each chunk's global start, from a
-        # task over every chunk's size, so every input chunk is held until the splits run
-        # (with the result, persisted, about twice the input at the peak)
-        sname, tname = f"partition-size-{token}", f"partition-starts-{token}"
-        layer = {(sname, i): (_rows, keys[i]) for i in range(nb)}
-        layer[(tname, 0)] = (_starts, [(sname, i) for i in range(nb)])
-        layer.update({(p1, i): (_split_at, keys[i], (tname, 0), p, output, x1.dtype, i,
-                                shapes[i]) for i in range(nb)})
-    else:
-        starts = _starts(rows)  # unknown sizes: the values alone, which read no start
-        layer = {(p1, i): (split_block, keys[i], p, output, int(starts[i]), x1.dtype, i,
-                           shapes[i]) for i in range(nb)}
+    # Input of unknown chunk sizes (x[x > t], a lazy compaction; refused until 2026-12-07):
+    # each split counts its indices from 0 and finds its chunk's size, and the starts are
+    # added once the counts are in (below), so no chunk waits for the others' sizes. Until
+    # then (same day) the splits waited for a starts task over every chunk, holding every
+    # input chunk until the last one had been read.
+    starts = _starts(rows)  # unknown sizes: zeros
+    layer: dict[Any, Any] = {(p1, i): (split_block, keys[i], p, output, int(starts[i]),
+                                       x1.dtype, i, shapes[i]) for i in range(nb)}
     deps: list[Any] = [x1]  # dask's typing does not count Array
     graph = HighLevelGraph.from_collections(p1, layer, dependencies=deps)
 
@@ -227,11 +213,15 @@ def partition(x: da.Array, pred: PredicateLike, *, output: str = "values") -> tu
     counts = da.Array(_extend(graph, cname, {(cname, i, 0): (_count, (p1, i)) for i in range(nb)},
                               {p1}), cname, chunks=((1,) * nb, (2,)), dtype=np.int64)
     # the pieces and the counts in ONE execution, then only the counts fetched
-    persisted = client_stream.persist(*pieces, counts)
+    persisted = list(client_stream.persist(*pieces, counts))
     fetched = _fetch_counts(persisted[-1]) if nb else np.zeros((0, 2), dtype=np.int64)
     k = fetched[:, 0]
     if unknown:  # each chunk's size, as its task found it
         rows = fetched[:, 1]
+        if output != "values" and nb:  # the indices counted from each chunk's start
+            j = names.index("indices")
+            both = np.concatenate([_starts(rows)] * 2)  # a chunk's head and tail pieces
+            persisted[j] = shifted(persisted[j], both, f"partition-indices-at-{token}")
     sizes = tuple(int(c) for c in k) + tuple(int(r - c) for r, c in zip(rows, k))
     expect_from(list(persisted[:-1]), [sizes] * (len(persisted) - 1))  # remade: same sizes
     result = [without_empty_chunks(da.Array(a.dask, a.name, chunks=(sizes,), meta=a._meta))

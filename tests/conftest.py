@@ -334,6 +334,29 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+class HeldChunks:
+    """A dask local-scheduler callback (``with HeldChunks(name):``): the most chunks of the
+    array ``name`` held at once (``most``), to tell whether a graph releases each input chunk
+    once its own task has run or holds them all for a task over every chunk."""
+
+    def __init__(self, name: str) -> None:
+        from dask.callbacks import Callback
+
+        self.name, self.most = name, 0
+        self._callback = Callback(posttask=self._posttask)
+
+    def _posttask(self, key, result, dsk, state, worker_id) -> None:
+        held = sum(isinstance(k, tuple) and k[0] == self.name for k in state["cache"])
+        self.most = max(self.most, held)
+
+    def __enter__(self) -> HeldChunks:
+        self._callback.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._callback.__exit__(*exc)
+
+
 def random_array(rng: np.random.Generator, shape, dtype) -> np.ndarray:
     """Random data of any supported dtype, never all zeros, with repeated values for ints."""
     dtype = np.dtype(dtype)

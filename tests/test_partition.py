@@ -5,11 +5,12 @@ selections, N-D input, mask-path callables, a LocalCluster of worker processes, 
 
 from __future__ import annotations
 
+import dask
 import dask.array as da
 import numpy as np
 import pytest
 from chunk_shape_helpers import LENGTHS, SHAPES, misdeclared, refusal
-from conftest import random_array, threshold_predicate
+from conftest import HeldChunks, random_array, threshold_predicate
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -171,6 +172,25 @@ def test_unknown_chunk_sizes(n: int) -> None:
         np.testing.assert_array_equal(i.compute(), want(b, m)[1])
     lazy = x.map_compact("x > 0", lazy=True)
     check_dask(lazy, "x < 1", a[a > 0], a[a > 0] < 1)
+
+
+@pytest.mark.parametrize("output", ["indices", "both"])
+def test_unknown_sizes_indices_hold_no_input_chunk_for_the_others(output: str) -> None:
+    """Each split counts its indices from its chunk's start, added once the counts are in:
+    an input chunk is released once split. Until 2026-12-07 the splits waited for a starts
+    task over every chunk's size, so the whole input was held at once."""
+    a = np.random.default_rng(12).random(5_003)
+    x = da.from_array(a, chunks=250)
+    u, b = x[x < 0.8], a[a < 0.8]
+    seen = HeldChunks(u.name)
+    with seen, dask.config.set(scheduler="sync"):
+        got = partition(u, "x > 0.3", output=output)
+        expected = want(b, b > 0.3)
+        np.testing.assert_array_equal(got[-2].compute(), expected[1])
+        if output == "both":
+            np.testing.assert_array_equal(got[0].compute(), expected[0])
+    assert got[-1] == expected[2]
+    assert u.numblocks[0] == 21 and 1 <= seen.most <= 2
 
 
 @pytest.mark.parametrize("output", ["values", "indices", "both"])

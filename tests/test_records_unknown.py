@@ -11,6 +11,7 @@ import dask
 import dask.array as da
 import numpy as np
 import pytest
+from conftest import HeldChunks
 from test_records import assert_same, reference
 
 from dask_compact import compact_records
@@ -39,8 +40,8 @@ def record(n: int, seed: int) -> dict:
 
 
 def task_names(out: dict) -> set[str]:
-    graph = next(iter(out.values())).__dask_graph__()
-    return {k[0] if isinstance(k, tuple) else k for k in graph}
+    """The names of every output's tasks."""
+    return {k[0] if isinstance(k, tuple) else k for v in out.values() for k in v.__dask_graph__()}
 
 
 @pytest.mark.parametrize("n", [0, 1, 31, 33, 1023, 1025, 2003, 4099])
@@ -148,6 +149,37 @@ def test_the_starts_task_only_where_indices_need_it(lazy: bool) -> None:
         assert not any(starts.match(k) for k in task_names(got))
     want = reference({**rows, "k": np.arange(len(rows["a"]))}, rows["a"] > 0.5, indices=True)
     assert_same(got, want)
+
+
+@pytest.mark.parametrize("pred", ["a > 0.5", "True"])
+def test_no_chunk_waits_for_the_others_before_it_is_compacted(pred: str) -> None:
+    """Indices of fields all of unknown sizes: each chunk's compaction depends on that chunk
+    alone (its indices count from the chunk's start, which is added after), so each input
+    chunk is released once compacted. Until 2026-12-07 every compaction waited for a
+    starts task over every chunk's rows, and every input chunk was held until the last
+    chunk had been read."""
+    n = 2003
+    fields, rows = selection(record(n, 8), np.random.default_rng(8).random(n) < 0.6)
+    out = compact_records(fields, pred, indices=True, lazy=True)
+    graph = dict(out["indices"].__dask_graph__())
+    deps = {k: dask.core.get_dependencies(graph, k) for k in graph}
+    phase1 = [k for k in graph
+              if isinstance(k, tuple) and re.fullmatch(r"compact-records-[0-9a-f]+", k[0])]
+    assert len(phase1) == fields["a"].numblocks[0] > 1
+    for key in phase1:
+        seen, todo = set(), [key]
+        while todo:
+            for d in deps[todo.pop()] - seen:
+                seen.add(d)
+                todo.append(d)
+        assert {d[1] for d in seen if isinstance(d, tuple)} == {key[1]}, key
+    want = reference(rows, rows["a"] > 0.5 if pred != "True" else np.ones(len(rows["a"]), bool),
+                     indices=True)
+    assert_same(out, want)
+    seen = HeldChunks(fields["a"].name)
+    with seen, dask.config.set(scheduler="sync"):
+        assert_same(compact_records(fields, pred, indices=True), want)
+    assert 1 <= seen.most <= 2  # all 21 chunks until then
 
 
 @pytest.mark.parametrize("chunks", [7, 100, "auto"])
@@ -295,6 +327,11 @@ def test_on_a_local_cluster_of_processes(process_client) -> None:
     lazy = compact_records(fields, lambda a, b: (a > 0.4) & (b < 20), indices=True, lazy=True)
     assert_same(lazy, reference(rows, mask, indices=True))
     assert_same(compact_records(fields, "a > 0.4", chunks=4096), reference(rows, rows["a"] > 0.4))
+    # more outputs than one graph takes (ONE_GRAPH_OUTPUTS): phase 1 persisted alone, the
+    # indices' starts then added by tasks over its futures
+    many = {**fields, **{f"c{j}": fields["a"] * j for j in range(8)}}
+    want = reference({**rows, **{f"c{j}": rows["a"] * j for j in range(8)}}, mask, indices=True)
+    assert_same(compact_records(many, "(a > 0.4) & (b < 20)", indices=True), want)
 
 
 def test_no_client_is_left_the_default() -> None:
