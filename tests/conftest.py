@@ -129,6 +129,20 @@ def pytest_collection_finish(session):
         module.start_ahead(names)
 
 
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: absent without it
+def pytest_xdist_node_collection_finished(node, ids):
+    """In pytest-xdist's controller, once a worker has collected: a module's work started
+    once for the whole run (``start_in_controller(ids, testrunuid)``: the docker demo, mostly
+    waiting), in the process that outlives every worker, which stops it at the session's end
+    (``stop_ahead``). A worker's own run would be one per worker, and holding it in the test
+    kept one of CI's two cores idle for most of it."""
+    import test_docker_demo  # beside the tests (not where conftest is copied)
+
+    if test_docker_demo not in _AHEAD_MODULES and test_docker_demo.start_in_controller(
+            list(ids), node.workerinput["testrunuid"]):  # fmt: skip
+        _AHEAD_MODULES.append(test_docker_demo)
+
+
 def pytest_sessionfinish(session, exitstatus):
     numba_ahead = sys.modules.get("numba_ahead")
     if numba_ahead is not None:  # first: the nvcc thread may still be waiting for it

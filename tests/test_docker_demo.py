@@ -14,7 +14,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
@@ -446,73 +445,120 @@ def _image_id(name: str) -> str | None:
 
 
 class _DemoAhead:
-    """docker/ci-demo.sh started once collection is done (conftest's
-    ``pytest_collection_finish`` calls :func:`start_ahead`), so that it runs beside the rest
-    of the suite: it is mostly waiting (apt, pip and podman's pulls on a fresh machine, the
+    """docker/ci-demo.sh started ahead of its test, so that it runs beside the rest of the
+    suite: it is mostly waiting (apt, pip and podman's pulls on a fresh machine, the
     containers' first imports from a cold disk: 72 s of wall for 27 core-seconds on the 2-core
     CI machine, 2026-12-05), and run in the test's turn it stopped the suite for all of it
-    (76 s of CI's 1,026). ``nice -n 10``: the tests in the foreground keep their core."""
+    (76 s of CI's 1,026). ``nice -n 10``: the tests in the foreground keep their core.
 
-    def __init__(self) -> None:
+    Without pytest-xdist conftest's ``pytest_collection_finish`` starts it (:func:`start_ahead`).
+    Under pytest-xdist (CI's ``-n 2``) the controller does, once a worker has collected the
+    test (conftest's ``pytest_xdist_node_collection_finished``, :func:`start_in_controller`):
+    a worker's run would be one per worker, and the test, run by whichever worker, then only
+    waited for the script inside a worker, which held one of CI's two cores idle for most of
+    it (the test 122.7 s at a4f4ee9, 2026-12-07). The script's output, exit status and start
+    go to ``directory``, where the test reads them (:meth:`attach`)."""
+
+    def __init__(self, directory: Path | None = None) -> None:
         self.proc: subprocess.Popen | None = None
-        self.previous: str | None = None
-        self.log: Any = None
-        self.started = 0.0
+        self.directory = directory
 
-    def start(self) -> None:
+    @classmethod
+    def attach(cls, directory: Path) -> _DemoAhead:
+        """The run that another process (the xdist controller) started in ``directory``."""
+        return cls(directory)
+
+    @property
+    def previous(self) -> str | None:
+        """The image its tag named before the run: replaced, it must be gone (each rebuild
+        left one, untagged, about 750 MB)."""
+        assert self.directory is not None
+        return (self.directory / "previous").read_text() or None
+
+    def start(self, directory: Path | None = None) -> None:
         if self.proc is not None:
             return
-        # the image its tag named before the run: replaced, it must be gone (each rebuild
-        # left one, untagged, about 750 MB)
-        self.previous = _image_id(CI_IMAGE)
-        self.log = tempfile.TemporaryFile("w+")  # unlinked already: nothing left behind
-        self.started = time.monotonic()
+        self.directory = directory or Path(tempfile.mkdtemp(prefix="demo-ahead-"))
+        self.directory.mkdir(parents=True, exist_ok=True)
+        (self.directory / "previous").write_text(_image_id(CI_IMAGE) or "")
+        (self.directory / "started").write_text(repr(time.time()))
         # Own session, so that a timeout or the session's end can SIGTERM the script and its
         # podman children: the script's trap then tears the cluster down instead of leaving
-        # it running.
+        # it running. The exit status is written, then renamed, once the script has ended.
         self.proc = subprocess.Popen(
-            ["nice", "-n", "10", "bash", str(DOCKER / "ci-demo.sh")],
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-            text=True,
+            ["bash", "-c", 'nice -n 10 bash "$0" > "$1/log" 2>&1; echo $? > "$1/rc.part"; '
+             'mv "$1/rc.part" "$1/rc"', str(DOCKER / "ci-demo.sh"), str(self.directory)],
             start_new_session=True,
             env={**os.environ, "PYTHON": sys.executable},
-        )
+        )  # fmt: skip
+        (self.directory / "pid").write_text(str(self.proc.pid))
 
     def output(self) -> str:
-        self.log.seek(0)
-        return self.log.read()
+        assert self.directory is not None
+        log = self.directory / "log"
+        return log.read_text(errors="replace") if log.exists() else ""
 
     def result(self, timeout: float) -> tuple[int | None, str]:
         """The script's exit status and output, waiting until ``timeout`` seconds after its
         start; None and the output so far (the script stopped) where it ran past that."""
-        assert self.proc is not None
-        try:
-            rc = self.proc.wait(timeout=max(1.0, self.started + timeout - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            self.stop()
-            return None, self.output()
-        return rc, self.output()
+        assert self.directory is not None
+        rc = self.directory / "rc"
+        deadline = float((self.directory / "started").read_text()) + timeout
+        while not rc.exists():
+            if time.time() > deadline:
+                self.stop()
+                return None, self.output()
+            time.sleep(0.5)
+        return int(rc.read_text()), self.output()
 
     def stop(self) -> None:
         """The script and its podman children SIGTERMed where still running (its trap tears
-        the cluster down), and waited for."""
-        if self.proc is None or self.proc.poll() is not None:
+        the cluster down), and waited for until none of its process group is left; its
+        directory removed by the process that made it."""
+        if self.directory is None or not (self.directory / "pid").exists():
             return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGTERM)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(timeout=150)
+        group = int((self.directory / "pid").read_text())
+        if not (self.directory / "rc").exists():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(group, signal.SIGTERM)
+            deadline = time.time() + 150
+            while time.time() < deadline:
+                if self.proc is not None:
+                    self.proc.poll()  # reaped: a zombie would still count in the group
+                try:
+                    os.killpg(group, 0)
+                except ProcessLookupError:
+                    break
+                time.sleep(0.5)
+        if self.proc is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=10)
+            shutil.rmtree(self.directory, ignore_errors=True)
 
 
 DEMO_AHEAD = _DemoAhead()
 _WANTS_DEMO = os.environ.get("DASK_COMPACT_DOCKER_TEST") == "1"
 
 
+def _handed_over(testrunuid: str) -> Path:
+    """Where the xdist controller's run of the demo writes (the session's temporary
+    directory, which the workers share)."""
+    return Path(tempfile.gettempdir()) / f"demo-ahead-{testrunuid}"
+
+
 def start_ahead(names: list[str]) -> None:
     """conftest's hook once collection is done: ``names`` are this module's selected tests."""
     if _WANTS_DEMO and "test_ci_demo_end_to_end" in names:
         DEMO_AHEAD.start()
+
+
+def start_in_controller(ids: list[str], testrunuid: str) -> bool:
+    """conftest's hook in pytest-xdist's controller, once a worker has collected ``ids``:
+    the demo started there once, where the test is among them. Whether it was."""
+    if not (_WANTS_DEMO and any(i.endswith("::test_ci_demo_end_to_end") for i in ids)):
+        return False
+    DEMO_AHEAD.start(_handed_over(testrunuid))
+    return True
 
 
 def stop_ahead() -> None:
@@ -528,15 +574,20 @@ def stop_ahead() -> None:
     "set DASK_COMPACT_DOCKER_TEST=1 to run docker/ci-demo.sh",
 )
 def test_ci_demo_end_to_end():
-    DEMO_AHEAD.start()  # begun at collection's end, unless this file's hook did not run
-    rc, out = DEMO_AHEAD.result(timeout=840)
+    uid = os.environ.get("PYTEST_XDIST_TESTRUNUID")  # set in pytest-xdist's workers
+    if uid is not None and (_handed_over(uid) / "pid").exists():
+        demo = _DemoAhead.attach(_handed_over(uid))  # the controller's run
+    else:
+        demo = DEMO_AHEAD
+        demo.start()  # begun at collection's end, unless this file's hook did not run
+    rc, out = demo.result(timeout=840)
     if rc is None:
         pytest.fail("docker/ci-demo.sh ran past 14 minutes:\n" + out[-6000:])
     assert rc == 0, out[-6000:]
     assert "[demo job] OK" in out
     assert "client without a certificate refused" in out
     assert "plain tcp:// client refused" in out
-    previous = DEMO_AHEAD.previous
+    previous = demo.previous
     if previous is not None and previous != _image_id(CI_IMAGE):
         assert f"removed the image {CI_IMAGE} named before" in out, out[-6000:]
         assert _image_id(previous) is None
