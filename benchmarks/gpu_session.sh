@@ -4,6 +4,7 @@
 #   bash benchmarks/gpu_session.sh first   # tests (not slow), sanitizers, SASS, quick timings + tuning
 #   bash benchmarks/gpu_session.sh final   # slow tests (2^31 chunk), full benchmark, Dask benchmark
 #   bash benchmarks/gpu_session.sh perf    # 2^28 variants side by side, kernel tests, int8/float64
+#   TESTS="tests/gpu/test_sort_gpu.py ..." bash benchmarks/gpu_session.sh tests   # those GPU tests only
 # Prepare here: bash shared/gpu-host/wheels.sh (dask stack) and pip wheel --no-deps -w .whl .
 # Everything lands in $OUT (bundle.tgz with all logs, plus the key summaries as plain files).
 set -u -o pipefail
@@ -102,6 +103,17 @@ if [ "$MODE" = final ]; then
   [ "$(left)" -gt 40 ] && timeout $(( $(left) - 20 )) $PY benchmarks/gpu_kernels.py $PEER --out "$W" \
     --dtypes int32,float64,int8 --sizes 24,28,30 --tag other > "$W/bench_other.log" 2>&1
   tail -3 "$W/bench_other.log"
+fi
+
+if [ "$MODE" = tests ]; then
+  # the GPU tests of the files named in TESTS (default: all of tests/gpu), -v so that a run
+  # cut by the timeout still names its failures
+  log "GPU tests: ${TESTS:-tests/gpu}"
+  timeout ${SUITE_S:-420} $PY -m pytest ${TESTS:-tests/gpu} -m gpu -n ${SUITE_N:-15} -v -p no:cacheprovider \
+    --junitxml="$W/junit_tests.xml" -o addopts="" > "$W/pytest_tests.log" 2>&1
+  echo "pytest rc=$?" | tee -a "$W/session.log"
+  tail -2 "$W/pytest_tests.log"
+  grep -E "^\[gw[0-9]+\].*(FAILED|ERROR)" "$W/pytest_tests.log" | head -20
 fi
 
 if [ "$MODE" = verify ]; then
