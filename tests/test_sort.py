@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import doctest
 import re
+import sys
 import threading
 import time
+import types
 
 import dask
 import dask.array as da
@@ -685,6 +687,35 @@ def test_unknown_chunk_sizes(n, chunk, p):
     a = rng.standard_normal(n).round(1)
     want, y = unknown_sizes(a, chunk, rng.random(n) < p)
     check(want, y)
+
+
+def test_a_selection_of_held_cupy_chunks_declared_numpy_is_one_device(monkeypatch):
+    """Dask's ``x[x < p]`` declares NumPy chunks whatever x's are: the one-device rule also
+    looks at the chunks the graph holds (a persisted input), so that a selection of CuPy data
+    as users write it is sorted as one bucket (tests/gpu/test_sort_gpu.py runs it on CuPy).
+    Here a stand-in of a CuPy chunk, a class of module ``cupy``, with CuPy imported or not;
+    NumPy chunks held, or none held (a graph to compute), keep the rule as declared."""
+    from dask_compact import sort_graph
+
+    class Chunk:  # only its type's module is looked at
+        pass
+
+    Chunk.__module__ = "cupy._core.core"
+    held = da.Array({("held-stand-in", 0): Chunk(), ("held-stand-in", 1): Chunk()},
+                    "held-stand-in", chunks=((3, 4),), dtype=np.float32)
+    selection = held[held < 0.5]
+    assert isinstance(selection._meta, np.ndarray) and np.isnan(selection.shape[0])
+    numpy_held = da.from_array(np.arange(10.0), chunks=3).persist()
+    monkeypatch.delitem(sys.modules, "cupy", raising=False)
+    assert not sort_graph.one_device(selection)  # no CuPy imported: no CuPy chunk anywhere
+    monkeypatch.setitem(sys.modules, "cupy", types.ModuleType("cupy"))
+    for scheduler in ("threads", "sync"):
+        with dask.config.set(scheduler=scheduler):
+            assert sort_graph.one_device(selection)
+            assert not sort_graph.one_device(numpy_held[numpy_held > 5])
+            assert not sort_graph.one_device(da.random.random(10, chunks=3))
+    with dask.config.set(scheduler="processes"):
+        assert not sort_graph.one_device(selection)  # not one process
 
 
 def test_one_bucket_of_unknown_sizes_joins_the_chunks_in_one_task():

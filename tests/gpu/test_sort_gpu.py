@@ -147,6 +147,29 @@ def test_one_device_joins_the_chunks_under_local_schedulers():
     assert not sort_graph.one_device(x.map_blocks(cupy.asnumpy, meta=np.empty(0, a.dtype)))
 
 
+def test_a_selection_as_users_write_it_is_one_device():
+    """``sort(x[x < p])`` of persisted CuPy data as written: dask's boolean indexing declares
+    NumPy chunks, and the one-device rule finds the CuPy chunks the graph holds
+    (``sort_graph._holds_cupy_chunks``): one bucket, as with the meta declared by hand,
+    where it took the buckets before (76 ms against 15 ms on one H100)."""
+    from dask_compact import sort_graph
+
+    a = sort_input(np.random.default_rng(12), 200_003, "float32")
+    x = _gpu(a, 25_000).persist()
+    sel = x[x < 0.5]
+    assert isinstance(sel._meta, np.ndarray)  # dask's declaration, not ours
+    for scheduler in ("threads", "sync"):
+        with dask.config.set(scheduler=scheduler):
+            assert sort_graph.one_device(sel)
+            for fn, want in ((dask_compact.sort, np.sort(a[a < 0.5])),
+                             (dask_compact.argsort, np.argsort(a[a < 0.5], kind="stable"))):
+                got = fn(sel)
+                assert got.numblocks == (1,) and got.chunks[0] == (want.size,)
+                block = got.compute()
+                assert isinstance(block, cupy.ndarray)
+                np.testing.assert_array_equal(cupy.asnumpy(block), want)
+
+
 def test_chunk_steps_match_the_numpy_backend():
     """sort_chunk, sort_bounds (NaN splitters included) and sort_merge give on the GPU what
     they give on the CPU."""
