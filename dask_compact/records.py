@@ -61,8 +61,9 @@ def compact_records(
         ``to_dask_array()``), no field is rechunked along axis 0: the fields are paired
         chunk by chunk, so every field needs the same number of row chunks, and each chunk
         the same rows in every field (as ``x[m]`` and ``y[m]`` of one mask ``m`` have); the
-        result's chunk sizes are known all the same (with ``indices=True`` a task over every
-        chunk's rows gives their global starts, so every input chunk is held until then).
+        result's chunk sizes are known all the same (with ``indices=True`` and no field of
+        known sizes, each chunk's indices are counted from its start and the starts added
+        once every chunk's rows are known, so no input chunk waits for the others).
     pred : str or callable
         A string over the field names, ``"(energy > 5) & (abs(eta) < 2.5)"`` (the same safe
         parser as map_compact's strings, with the field names as the variables), or a callable

@@ -125,8 +125,9 @@ def partition(x: da.Array, pred: PredicateLike, *, output: str = "values") -> tu
     x : dask.array.Array
         Input of any shape, NumPy or CuPy chunks; N-D input is taken in C order (as
         ``x.ravel()``) and needs known chunk sizes; 1-D input may have unknown ones (a
-        lazy compaction's, ``x[x > t]``'s: with ``output="indices"`` or ``"both"`` every
-        input chunk is then held until the splits have their global starts).
+        lazy compaction's, ``x[x > t]``'s: with ``output="indices"`` or ``"both"`` each
+        chunk's indices are counted from its start, and the starts added once the counts
+        are in, so no input chunk waits for the others).
     pred : callable or str
         Elementwise predicate, as for :func:`dask_compact.map_compact`.
     output : {"values", "indices", "both"}

@@ -173,8 +173,15 @@ def times_split(call: str, dtype: np.dtype, in_memory: bool, masked: bool = Fals
     masked one was told to fill it and call ``partition`` again, which refused the dtype,
     and an unmasked one the calls that take times, none of them a split."""
     a, ma = ("a", "np.ma") if in_memory else ("x", "da.ma")
-    code = (f"v, k = dask_compact.{call}({a}.view('i8'), lambda b: b.view({a}.dtype) > t); "
-            f"v = v.view({a}.dtype)")
+    if in_memory:
+        code = (f"v, k = dask_compact.{call}(a.view('i8'), lambda b: b.view(a.dtype) > t); "
+                "v = v.view(a.dtype)")
+    else:
+        # chunk by chunk: dask's Array.view refuses unknown chunk sizes (x[x > t]'s), which
+        # partition takes (a probe, 2026-12-07)
+        code = (f"v, k = dask_compact.{call}(x.map_blocks(lambda b: b.view('i8'), dtype='i8'), "
+                "lambda b: b.view(x.dtype) > t); "
+                "v = v.map_blocks(lambda b: b.view(x.dtype), dtype=x.dtype)")
     if not masked:
         return (f"{call} splits numbers only: split the {dtype} values' int64 view, comparing "
                 f"times on it viewed back, `{code}`")
