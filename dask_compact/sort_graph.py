@@ -600,8 +600,6 @@ def _holds_cupy_chunks(x: da.Array) -> bool:
     have made a CuPy chunk."""
     if "cupy" not in sys.modules:
         return False
-    from dask.highlevelgraph import MaterializedLayer
-
     graph = x.__dask_graph__()
     for layer in getattr(graph, "layers", {}).values():
         if not isinstance(layer, MaterializedLayer):
