@@ -13,7 +13,8 @@ calls after a warm-up: 2^log2n float32 in chunks of 2^c, the whole array and ``x
 from __future__ import annotations
 
 import os
-import time
+import sys
+from pathlib import Path
 
 import dask
 import dask.array as da
@@ -21,16 +22,13 @@ import numpy as np
 
 import dask_compact
 
+sys.path.insert(0, str(Path(__file__).parent))  # the sibling modules, also under python -P
+from bench_common import timed_ms
 
-def t(f, r: int = 5) -> float:
-    """Median ms of ``r`` calls of ``f`` after one warm-up call."""
-    f()
-    ts = []
-    for _ in range(r):
-        t0 = time.perf_counter()
-        f()
-        ts.append(time.perf_counter() - t0)
-    return round(float(np.median(ts)) * 1e3, 1)
+
+def t(f) -> float:
+    """Median ms of 5 calls of ``f`` after one warm-up call (NumPy chunks: nothing to sync)."""
+    return round(timed_ms(f, lambda: None, reps=5, warm=1), 1)
 
 
 def main() -> None:

@@ -584,8 +584,9 @@ def one_device(x: da.Array) -> bool:
     sample sort's buckets buy nothing that the library's one sort of the joined chunks does
     not: on one H100 (2026-12-07, ``sort-selection-2026-12-07-...-9685a56.md``)
     ``sort(x[x < 0.5])`` of 2^28 float32 in 8 chunks took 76 ms through 8 buckets, where
-    ``cupy.sort(x[x < 0.5].compute())`` took 22 ms. Chunks of NumPy (or declared so: dask's
-    boolean indexing declares NumPy chunks for CuPy ones) keep the buckets: under the
+    ``cupy.sort(x[x < 0.5].compute())`` took 22 ms. Chunks declared NumPy count as CuPy
+    where the graph holds CuPy chunks (:func:`_holds_cupy_chunks`: dask's boolean indexing
+    declares NumPy chunks for CuPy ones). NumPy chunks keep the buckets: under the
     threaded scheduler their local sorts and merges run on every core."""
     return (_is_cupy(x._meta) or _holds_cupy_chunks(x)) and _local_get(x) is not None
 
