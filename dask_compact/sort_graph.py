@@ -200,7 +200,10 @@ def _sort_whole(a: Any, indices: bool, local: str, declared: np.dtype | None = N
         a = as_declared(a, declared, "sort", 0, shape=shape)
     else:
         check_shape(a, shape, "sort", 0)
-    values, order, _ = sort_chunk(a, indices, 0, np.zeros(0, np.int64), local)
+    # an argsort's sorted values are not asked for: not gathered (a chunk's worth of random
+    # reads, on the CPU as long again as the argsort's own packed sort)
+    values, order, _ = sort_chunk(a, indices, 0, np.zeros(0, np.int64), local,
+                                  values=not indices)
     return order if indices else values
 
 

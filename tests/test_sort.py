@@ -307,6 +307,27 @@ def test_float16_local_sort_does_not_take_the_comparison_sort():
     assert chunk < stable / 3 and merge < stable / 3, (chunk, merge, stable)
 
 
+@pytest.mark.parametrize("local", ["auto", "radix"])
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64", "int8", "int64", "uint16"])
+def test_argsort_step_without_values(dtype, local):
+    """``sort_chunk(..., values=False)``: the argsort of a whole array (one bucket) without
+    the sorted values' gather, the same indices as with it, ``base`` added; refused with a
+    sample or for a sort of values (nothing would come back to split or merge)."""
+    rng = np.random.default_rng(8)
+    a = sort_input(rng, 4099, dtype)
+    empty = np.zeros(0, np.int64)
+    for base in (0, 7):
+        _, with_values, _ = numpy_sort.sort_chunk(a, True, base, empty, local)
+        none, order, sample = numpy_sort.sort_chunk(a, True, base, empty, local, values=False)
+        assert none is None and sample.size == 0 and order.dtype == np.int64
+        np.testing.assert_array_equal(order, np.argsort(a, kind="stable") + base)
+        np.testing.assert_array_equal(order, with_values)
+    with pytest.raises(ValueError, match="no sample"):
+        numpy_sort.sort_chunk(a, True, 0, np.array([0, 5]), local, values=False)
+    with pytest.raises(ValueError, match="no sample"):
+        numpy_sort.sort_chunk(a, False, 0, empty, local, values=False)
+
+
 def test_all_nan():
     a = np.full(1000, np.nan)
     a[::2] = -np.nan

@@ -42,16 +42,24 @@ def _nans_last(v: Any) -> Any:
 
 
 def sort_chunk(
-    a: Any, indices: bool, base: int, positions: np.ndarray, local: str = "auto"
+    a: Any, indices: bool, base: int, positions: np.ndarray, local: str = "auto",
+    values: bool = True,
 ) -> tuple[Any, Any, np.ndarray]:
+    split_radix.check_values_asked(indices, positions, values)
     if local == "radix":
-        return split_radix.sort_chunk(a, indices, base, positions, cupy)
+        return split_radix.sort_chunk(a, indices, base, positions, cupy, values)
     if indices:
         keys = _keys(a)
         order = cupy.argsort(keys).astype(cupy.int64, copy=False)
-        values = keys[order]
-        order += base
-        return values, order, _sample(values, positions)
+        if not values:  # an argsort of the whole array: the keys' gather would be dropped
+            del keys
+            if base:
+                order += base
+            return None, order, np.zeros(0, a.dtype)
+        v = keys[order]
+        if base:
+            order += base
+        return v, order, _sample(v, positions)
     values = _nans_last(cupy.sort(a))
     return values, None, _sample(values, positions)
 

@@ -2,13 +2,15 @@
 
 Backend contract (this module and :mod:`.cupy_sort`; chosen by :mod:`dask_compact.dispatch`):
 
-``sort_chunk(a, indices, base, positions, local="auto") -> (values, order, sample)``
+``sort_chunk(a, indices, base, positions, local="auto", values=True) -> (values, order, sample)``
     ``values``: ``a`` sorted as NumPy sorts (NaNs last; equal values in their input order when
     ``indices``). ``order``: int64 global indices (``base`` + position in ``a``) of ``values``
     when ``indices``, else None. ``sample``: ``values[positions]`` as a NumPy array (the
     splitter sample, sent to the client). With ``indices`` the values may be *keys* that order
     exactly as the values do (the GPU folds -0.0 into 0.0 and every NaN into one); they are
-    only split and merged, never returned.
+    only split and merged, never returned. ``values=False`` (only with ``indices`` and no
+    ``positions``: the argsort of a whole array, which nothing splits or merges): ``values``
+    is None and not made, a gather of the whole chunk saved.
 
 ``sort_bounds(values, split_values, split_index, base) -> np.ndarray``
     For each splitter pair ``(v, i)`` (v of ``values``' dtype, i a global index), how many of
@@ -152,15 +154,20 @@ def stable_argsort(a: np.ndarray) -> np.ndarray:
 
 
 def sort_chunk(
-    a: np.ndarray, indices: bool, base: int, positions: np.ndarray, local: str = "auto"
-) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+    a: np.ndarray, indices: bool, base: int, positions: np.ndarray, local: str = "auto",
+    values: bool = True,
+) -> tuple[np.ndarray | None, np.ndarray | None, np.ndarray]:
+    split_radix.check_values_asked(indices, positions, values)
     if local == "radix":
-        return split_radix.sort_chunk(a, indices, base, positions, np)
+        return split_radix.sort_chunk(a, indices, base, positions, np, values)
     if indices:
         order = stable_argsort(a)
-        values = a[order]
-        order += np.int64(base)
-        return values, order, values[positions]
+        v = a[order] if values else None
+        if base:  # a pass over the int64 indices: none for the first chunk
+            order += np.int64(base)
+        if v is None:
+            return None, order, np.zeros(0, a.dtype)
+        return v, order, v[positions]
     values = sort_values(a)
     return values, None, values[positions]
 

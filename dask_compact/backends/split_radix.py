@@ -198,19 +198,28 @@ def radix_order(key: Any, xp: Any = np) -> Any:
     return perm.view(np.int64) if word is np.uint64 else perm.astype(np.int64)
 
 
-def sort_chunk(a: Any, indices: bool, base: int, positions: np.ndarray, xp: Any
-               ) -> tuple[Any, Any, np.ndarray]:
+def check_values_asked(indices: bool, positions: np.ndarray, values: bool) -> None:
+    """``sort_chunk``'s ``values=False`` is an argsort with no sample (module numpy_sort)."""
+    if not values and (not indices or positions.size):
+        raise ValueError("sort_chunk(values=False) is an argsort with no sample positions")
+
+
+def sort_chunk(a: Any, indices: bool, base: int, positions: np.ndarray, xp: Any,
+               values: bool = True) -> tuple[Any, Any, np.ndarray]:
     """The contract of numpy_sort.sort_chunk, by the radix sort: the values alone by
     :func:`sorted_values`, an argsort by :func:`radix_order`."""
     if not a.dtype.isnative:
         a = a.astype(a.dtype.newbyteorder("="))
     if not indices:
-        values = sorted_values(a, xp)
-        return values, None, _sample(values, positions, xp)
+        v = sorted_values(a, xp)
+        return v, None, _sample(v, positions, xp)
     perm = radix_order(order_key(a, xp), xp)
-    values = a[perm]
-    perm += np.int64(base)
-    return values, perm, _sample(values, positions, xp)
+    v = a[perm] if values else None
+    if base:
+        perm += np.int64(base)
+    if v is None:
+        return None, perm, np.zeros(0, a.dtype)
+    return v, perm, _sample(v, positions, xp)
 
 
 def _sample(values: Any, positions: np.ndarray, xp: Any) -> np.ndarray:

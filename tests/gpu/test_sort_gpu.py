@@ -185,6 +185,13 @@ def test_chunk_steps_match_the_numpy_backend():
         np.testing.assert_array_equal(s_cp, s_np)
         if indices:
             np.testing.assert_array_equal(cupy.asnumpy(g_cp), g_np)
+    for local in ("auto", "radix"):  # an argsort whose sorted values nothing asks for
+        for base in (0, 100):
+            none, g_cp, s_cp = cupy_sort.sort_chunk(cupy.asarray(a), True, base,
+                                                    np.zeros(0, np.int64), local, values=False)
+            assert none is None and s_cp.size == 0 and g_cp.dtype == np.int64
+            np.testing.assert_array_equal(cupy.asnumpy(g_cp),
+                                          np.argsort(a, kind="stable") + base)
     sv = np.array([-1.0, 3.0, 3.0, 19.0, np.nan, np.nan, np.nan])
     si = np.array([0, 50, 5_000, 20_000, 0, 3_000, 20_000], np.int64)
     v = np.sort(a)
