@@ -654,6 +654,27 @@ def test_scan_modules_compile(arch: str, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("arch", ARCHS)
+def test_sort_keys_compile(arch: str, tmp_path: Path) -> None:
+    """kernels/sort_keys.cu (cupy_sort._keys, the float argsort's keys) for every float width,
+    as cupy_sort names it, without spills on sm_90."""
+    from dask_compact.backends.cupy_source import (
+        SORT_KEY_TYPES,
+        sort_keys_name,
+        sort_keys_source,
+    )
+
+    names = [sort_keys_name(w) for w in sorted(SORT_KEY_TYPES)]
+    assert names == ["dcx_sort_keys<unsigned short>", "dcx_sort_keys<unsigned int>",
+                     "dcx_sort_keys<unsigned long long>"]
+    source = sort_keys_source()
+    assert not re.search(r"^\s*#\s*include", source, re.M)
+    (log,) = _nvcc_all([Job(source + _force(names), arch, "sort_keys")], tmp_path)
+    if arch == "sm_90":
+        assert not _spills(log), _spills(log)
+        assert set(_registers(log)) >= {"_Z13dcx_sort_keysItEvPKT_PS0_xS0_S0_"}
+
+
+@pytest.mark.parametrize("arch", ARCHS)
 def test_scan_sweep_knobs_compile(arch: str, tmp_path: Path) -> None:
     """The look-back's sweep-only knobs (benchmarks/scan_tuning.py: the polling POLL and WAIT,
     CACHE bits 2 and 3, SCHED 1's early look-back) compile, without spills on sm_90, and are

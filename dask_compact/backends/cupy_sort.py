@@ -19,18 +19,44 @@ from typing import Any
 import cupy
 import numpy as np
 
+from ..cache import BoundedCache
 from . import split_radix
+from .cupy_modules import build_modules
+from .cupy_source import sort_keys_name, sort_keys_source
 
 __all__ = ["sort_chunk", "sort_bounds", "sort_merge"]
 
 
 def _keys(a: Any) -> Any:
     """``a`` where NumPy's sort order has ties that a sort over bits does not: -0.0 as 0.0,
-    every NaN as one positive NaN."""
+    every NaN as one positive NaN; by one kernel (kernels/sort_keys.cu), a new array."""
     if a.dtype.kind != "f":
         return a
-    zeroed = split_radix.folded_bits(a, cupy).view(a.dtype)
-    return cupy.where(cupy.isnan(a), a.dtype.type(np.nan), zeroed)
+    u = np.dtype(f"u{a.dtype.itemsize}")
+    bits = cupy.ascontiguousarray(a).view(u)
+    keys = cupy.empty_like(bits)
+    n = bits.size
+    if n:
+        inf, nan = (np.array(v, a.dtype).view(u)[()] for v in (np.inf, np.nan))
+        blocks = min(-(-n // _KEY_BLOCK), _KEY_MAX_BLOCKS)
+        _key_kernel(a.dtype.itemsize)((blocks,), (_KEY_BLOCK,), (bits, keys, np.int64(n), inf, nan))
+    return keys.view(a.dtype)
+
+
+_KEY_BLOCK = 256
+# a grid-stride loop past this many blocks (2^20 blocks: 2^28 elements one each)
+_KEY_MAX_BLOCKS = 1 << 20
+# (device, float width) -> the keys kernel, built at its first use (NVRTC or CuPy's disk cache)
+_key_kernels: BoundedCache[tuple[int, int], Any] = BoundedCache("cupy sort key kernels")
+
+
+def _key_kernel(itemsize: int) -> Any:
+    name = sort_keys_name(itemsize)
+
+    def build() -> Any:
+        return build_modules(sort_keys_source(), {"keys": name})["keys"].get_function(name)
+
+    return _key_kernels.get_or_build((cupy.cuda.Device().id, itemsize), build)
 
 
 def _nans_last(v: Any) -> Any:

@@ -38,6 +38,7 @@ from .cupy_tuning import (
 
 __all__ = [
     "FILES", "NVRTC_OPTIONS", "ModuleSpec", "RecordSpec", "module_source", "inline",
+    "SORT_KEY_TYPES", "sort_keys_name", "sort_keys_source",
 ]  # fmt: skip
 
 # Kernel files of each algorithm (one module = generated functor + these, includes inlined).
@@ -305,3 +306,17 @@ class RecordSpec:
     def shared_part(self, names: dict[str, str]) -> tuple[str, frozenset[str]] | None:
         """See :func:`shared_part`: all but the flags kernel."""
         return shared_part(self.functor, names, RECORD_FILES)
+
+
+# kernels/sort_keys.cu: the float argsort's keys (cupy_sort._keys), one instantiation per
+# float width, by the unsigned integer of that width.
+SORT_KEY_TYPES = {2: "unsigned short", 4: "unsigned int", 8: "unsigned long long"}
+
+
+def sort_keys_name(itemsize: int) -> str:
+    """The name expression of the keys kernel for floats of ``itemsize`` bytes."""
+    return f"dcx_sort_keys<{SORT_KEY_TYPES[itemsize]}>"
+
+
+def sort_keys_source() -> str:
+    return "// dask_compact: sort keys module\n" + inline("sort_keys.cu", set())

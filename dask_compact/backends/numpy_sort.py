@@ -168,8 +168,8 @@ def sort_chunk(
         if v is None:
             return None, order, np.zeros(0, a.dtype)
         return v, order, v[positions]
-    values = sort_values(a)
-    return values, None, values[positions]
+    v = sort_values(a)
+    return v, None, v[positions]
 
 
 def sort_bounds(
