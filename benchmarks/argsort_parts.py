@@ -95,8 +95,11 @@ def run(log2n: int, chunk_log2: int, p: float, reps: int) -> list[dict]:
     def keys_ew(v):
         return ew(v.view(u)).view(v.dtype)
 
-    fused = cupy.fuse(lambda b: cupy.where((b & u(0x7FFFFFFF)) > inf, nan,
-                                           cupy.where(b == sign, u(0), b)))
+    def fused_body(b):  # a named function: cupy.fuse names its kernel after it (a lambda
+        # made "<lambda>", which NVRTC refused: the run of 0701633)
+        return cupy.where((b & u(0x7FFFFFFF)) > inf, nan, cupy.where(b == sign, u(0), b))
+
+    fused = cupy.fuse(fused_body)
 
     def keys_fused(v):
         return fused(v.view(u)).view(v.dtype)
