@@ -7,7 +7,8 @@ threaded scheduler (the one-GPU user's default), median of ``--reps`` after a wa
 * ``sort(x[x < p])`` / ``argsort(...)``: ours, the result persisted (in memory, synchronised);
 * the way before: ``y = x[x < p].persist(); y.compute_chunk_sizes(); sort(y)``;
 * the naive way: ``cupy.sort(x[x < p].compute())`` (NumPy's sort on the CPU), one array;
-* the floor: the library sort of the selected elements already in one array in memory.
+* the floor: the library sort of the selected elements already in one array in memory;
+* ours and the naive way again where x is a graph to compute, not persisted.
 
 x: 2^``--log2n`` float32 in chunks of 2^``--chunk-log2``, generated on the device, persisted.
 
@@ -41,6 +42,10 @@ def run(log2n: int, chunk_log2: int, p: float, gpu: bool, reps: int) -> list[dic
     # sort then needed; it now finds the CuPy chunks the persisted x holds)
     sel = x[x < p]
     whole = sel.compute()
+    # the same data as a graph to compute (each call generates it again): nothing tells its
+    # chunk type before the local sorts have run (sort_graph.build_sort)
+    xg = random_array(2**log2n, 2**chunk_log2, 11, gpu, f"sort-selection-{log2n}")
+    selg = xg[xg < p]
     rows = []
     for op, ours, lib in (("sort", dask_compact.sort, xp.sort),
                           ("argsort", dask_compact.argsort, xp.argsort)):
@@ -57,11 +62,15 @@ def run(log2n: int, chunk_log2: int, p: float, gpu: bool, reps: int) -> list[dic
                 lambda lib=lib: lib(sel.compute()),
             f"floor: {lib.__module__.split('.')[0]}.{op} of the selection in memory":
                 lambda lib=lib: lib(whole),
+            f"dask_compact.{op}(x[x < p]), x not persisted": lambda fn=ours: fn(selg),
+            f"{lib.__module__.split('.')[0]}.{op}(x[x < p].compute()), x not persisted":
+                lambda lib=lib: lib(selg.compute()),
         }  # fmt: skip
         times = {name: timed_ms(f, sync_device, reps) for name, f in cases.items()}
         host = xp.asnumpy if gpu else np.asarray
         want = lib(whole) if gpu else lib(whole, kind="stable")  # CuPy's sorts are stable
         np.testing.assert_array_equal(host(ours(sel).compute()), host(want))
+        np.testing.assert_array_equal(host(ours(selg).compute()), host(want))
         ref = times[f"dask_compact.{op}(x[x < p])"]
         for name, ms in times.items():
             rows.append(dict(op=op, call=name, n=2**log2n, selected=int(whole.size),

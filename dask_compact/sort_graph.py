@@ -679,7 +679,8 @@ def build_sort(x: da.Array, indices: bool, buckets: int | None, local: str = "au
     reports its chunk's length with its sample, and the rest runs as for known sizes."""
     nin = x.numblocks[0]
     unknown = math.isnan(x.shape[0])
-    if buckets is None and one_device(x):
+    default = buckets is None
+    if default and one_device(x):
         buckets = 1
     if not unknown:
         buckets = resolve_buckets(buckets, int(x.shape[0]), nin)
@@ -701,6 +702,12 @@ def build_sort(x: da.Array, indices: bool, buckets: int | None, local: str = "au
     held, sample, sizes = (_local_sorts_sized if unknown else _local_sorts)(
         x, indices, per, local, checked, token)
     starts = _starts(sizes)
+    if default and _local_get(x) is not None and _holds_cupy_chunks(held["values"]):
+        # One device after all: CuPy chunks under an in-process scheduler that neither x's
+        # meta nor its graph told of (a selection of CuPy data not persisted: dask's x[m]
+        # declares NumPy chunks). The local sorts have run; their pieces are merged as one
+        # bucket, not cut into buckets exchanged within the one GPU.
+        buckets = 1
     if unknown:
         if not sum(sizes):
             return empty_sorted(x, indices)

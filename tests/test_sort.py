@@ -739,6 +739,42 @@ def test_a_selection_of_held_cupy_chunks_declared_numpy_is_one_device(monkeypatc
         assert not sort_graph.one_device(selection)  # not one process
 
 
+@pytest.mark.parametrize("unknown", [True, False])
+def test_chunks_found_cupy_after_the_local_sorts_merge_as_one_bucket(monkeypatch, unknown):
+    """A selection of CuPy data that is not persisted declares NumPy chunks and holds none:
+    the one-device rule cannot tell before anything runs. Once the local sorts have run, the
+    chunks they hold tell (here a spy stands for CuPy chunks held): their pieces are merged
+    as one bucket, not exchanged as buckets within the one GPU. Not where ``buckets`` is
+    asked, nor under a scheduler of other processes (tests/gpu/test_sort_gpu.py runs it on
+    CuPy)."""
+    from dask_compact import sort_graph
+
+    asked = []
+
+    def held_cupy(x):
+        asked.append(x.name)
+        return x.name.startswith("sort-values-")  # the local sorts' held chunks
+
+    monkeypatch.setattr(sort_graph, "_holds_cupy_chunks", held_cupy)
+    a = np.random.default_rng(25).standard_normal(30_011).round(1)
+    x = da.from_array(a, chunks=3_000)
+    y, want_a = (x[x > 0], a[a > 0]) if unknown else (x, a)
+    for fn, want in ((dask_compact.sort, np.sort(want_a)),
+                     (dask_compact.argsort, np.argsort(want_a, kind="stable"))):
+        with dask.config.set(scheduler="threads"):
+            got = fn(y)
+            assert got.numblocks == (1,) and got.chunks == (want.shape,)
+            np.testing.assert_array_equal(got.compute(), want)
+            assert any(n.startswith("sort-values-") for n in asked)
+            assert fn(y, buckets=3).numblocks == (3,)
+    if unknown:  # one call under processes: their pool takes seconds to start here
+        with dask.config.set(scheduler="processes"):
+            asked.clear()
+            got = dask_compact.sort(y)
+            assert got.numblocks[0] > 1 and not any(n.startswith("sort-values-") for n in asked)
+            np.testing.assert_array_equal(got.compute(), np.sort(want_a))
+
+
 def test_one_bucket_of_unknown_sizes_joins_the_chunks_in_one_task():
     """buckets=1 over chunks of unknown sizes: one task joins them (dask cannot rechunk
     unknown sizes) and one sort runs, each input chunk read once; NumPy chunks are not one

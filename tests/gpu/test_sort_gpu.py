@@ -189,6 +189,27 @@ def test_a_selection_as_users_write_it_is_one_device():
                 np.testing.assert_array_equal(cupy.asnumpy(block), want)
 
 
+def test_a_selection_not_persisted_is_merged_as_one_bucket():
+    """``sort(x[x < p])`` of CuPy data that is a graph to compute: nothing tells the chunk
+    type before the local sorts run (dask declares NumPy chunks, no chunk is held); their
+    CuPy pieces are then merged as one bucket."""
+    from dask_compact import sort_graph
+
+    a = sort_input(np.random.default_rng(13), 200_003, "float32")
+    x = _gpu(a, 25_000)  # not persisted
+    sel = x[x < 0.5]
+    with dask.config.set(scheduler="threads"):
+        assert not sort_graph.one_device(sel)
+        for fn, want in ((dask_compact.sort, np.sort(a[a < 0.5])),
+                         (dask_compact.argsort, np.argsort(a[a < 0.5], kind="stable"))):
+            got = fn(sel)
+            assert got.numblocks == (1,) and got.chunks[0] == (want.size,)
+            block = got.compute()
+            assert isinstance(block, cupy.ndarray)
+            np.testing.assert_array_equal(cupy.asnumpy(block), want)
+            assert fn(sel, buckets=3).numblocks == (3,)
+
+
 def test_chunk_steps_match_the_numpy_backend():
     """sort_chunk, sort_bounds (NaN splitters included) and sort_merge give on the GPU what
     they give on the CPU."""
