@@ -41,6 +41,7 @@ exchange into O(chunks + buckets) tasks, but only on a distributed cluster).
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import math
 import operator
 import sys
@@ -225,8 +226,10 @@ def _sort_one_chunk(x: da.Array, indices: bool, local: str, graph_input: bool,
     shape = declared_shape(x.chunks, 0)
     chunk = _here(x)
     if chunk is not None:
-        return da.Array({(out, 0): _sort_whole(chunk[0], indices, local, declared, shape)},
-                        out, chunks=x.chunks, meta=_meta(x, dtype))
+        with _beside_the_pool(chunk[0]):
+            whole = _sort_whole(chunk[0], indices, local, declared, shape)
+        del chunk  # freed once the sort is queued (see _beside_the_pool)
+        return da.Array({(out, 0): whole}, out, chunks=x.chunks, meta=_meta(x, dtype))
     graph = _extend(x.dask, out, {(out, 0): (_sort_whole, (x.name, 0), indices, local,
                                              declared, shape)}, {x.name})
     result = da.Array(graph, out, chunks=x.chunks, meta=_meta(x, dtype))
@@ -270,6 +273,17 @@ def _here(x: da.Array) -> tuple[Any] | None:
     # the optimiser took 0.09 ms of the call on the H100 host
     dsk = held if len(held) <= 2 else x.__dask_optimize__(x.__dask_graph__(), [key])
     return ((get if len(dsk) > _INLINE_GRAPH else _run_inline)(dsk, key),)
+
+
+def _beside_the_pool(chunk: Any) -> Any:
+    """Where ``chunk`` (from :func:`_here`) is a CuPy array: the caller's stream ordered with
+    the stream the scheduler's pool threads made it on (``cupy_device.beside_the_pool``), since
+    the sort runs in the caller's thread, on its current stream; else nothing."""
+    if type(chunk).__module__.partition(".")[0] != "cupy":
+        return contextlib.nullcontext()
+    from .backends.cupy_device import beside_the_pool
+
+    return beside_the_pool()
 
 
 def _run_inline(dsk: Any, key: Any) -> Any:

@@ -16,7 +16,8 @@ from ..validate import by_output
 
 __all__ = ["NULL", "NO_CAP", "contiguous", "memset0", "ptr_or_null", "by_output", "device_copy",
            "head_copy", "head_rows", "output_empty", "class_items", "read_words", "read_counts",
-           "concat_outputs", "check_powers", "capturing", "kept_for_graphs"]
+           "concat_outputs", "check_powers", "capturing", "kept_for_graphs",
+           "beside_the_pool"]
 
 NULL = np.uint64(0)
 # dcx_single_pass's cap argument where the output holds every selected element
@@ -293,3 +294,34 @@ def capturing(stream: Any) -> bool:
 # What calls captured into CUDA graphs use (tile state, copies of inputs): never freed, since
 # a graph may be replayed at any time; O(n/1024) bytes per captured call on contiguous input.
 kept_for_graphs: list[Any] = []
+
+
+@contextlib.contextmanager
+def beside_the_pool() -> Any:
+    """Work on the current stream ordered after, and then before, the legacy default stream:
+    for arrays that dask's threaded scheduler made in its pool threads (their default streams,
+    which every blocking stream and the legacy one order themselves with) and that this thread
+    uses on a non-blocking stream of its own. Before: this stream waits for an event recorded
+    on the legacy stream, which follows every blocking stream's work so far (a chunk read on
+    this stream before the pool's copy into it ended: an argsort of wrong data from 8 threads
+    of own streams on one H100, 2026-12-07). After: the legacy stream waits for this stream's
+    work, so that memory the pool allocated, freed here once the work is queued, is reused by
+    a pool thread only after the work has read it. No host sync; nothing on the legacy stream
+    itself (already ordered) or while this stream captures a graph (the legacy stream cannot
+    be used then)."""
+    import cupy
+
+    stream = cupy.cuda.get_current_stream()
+    if stream.ptr == 0 or capturing(stream):
+        yield
+        return
+    legacy = cupy.cuda.Stream.null
+    made = cupy.cuda.Event(disable_timing=True)
+    made.record(legacy)
+    stream.wait_event(made)
+    try:
+        yield
+    finally:
+        done = cupy.cuda.Event(disable_timing=True)
+        done.record(stream)
+        legacy.wait_event(done)

@@ -13,7 +13,7 @@ da = pytest.importorskip("dask.array")
 
 import dask  # noqa: E402
 from conftest import sort_input  # noqa: E402
-from gpu_helpers import device_count  # noqa: E402
+from gpu_helpers import device_count, hold_kernel  # noqa: E402
 
 import dask_compact  # noqa: E402
 from dask_compact.backends import cupy_sort, numpy_sort  # noqa: E402
@@ -208,6 +208,34 @@ def test_a_selection_not_persisted_is_merged_as_one_bucket():
             assert isinstance(block, cupy.ndarray)
             np.testing.assert_array_equal(cupy.asnumpy(block), want)
             assert fn(sel, buckets=3).numblocks == (3,)
+
+
+def test_one_device_sort_on_a_stream_of_its_own_waits_for_the_pool():
+    """The one-device sort runs in the caller's thread, on its current stream, over a chunk
+    the threaded scheduler's pool threads made on their default stream. On a non-blocking
+    stream of the caller's it must wait for that work (sort_graph._beside_the_pool): here each
+    chunk's last kernel is queued behind 20 ms of a held legacy stream, so a sort that did
+    not wait read the chunks before they were written (one argsort of wrong data from 8
+    threads on streams of their own, test_threads_streams, one H100, 2026-12-07)."""
+    hold = hold_kernel()
+    a = sort_input(np.random.default_rng(14), 50_003, "float32")
+
+    def late(b):  # on the pool thread's current stream: the legacy default stream
+        c = cupy.asarray(b)
+        hold((1,), (1,), (np.uint64(20_000_000),))
+        return c * 1  # written after the hold
+
+    x = da.from_array(a, chunks=10_001).map_blocks(late, dtype=a.dtype,
+                                                   meta=cupy.empty(0, a.dtype))
+    s = cupy.cuda.Stream(non_blocking=True)
+    for fn, want in ((dask_compact.sort, np.sort(a)),
+                     (dask_compact.argsort, np.argsort(a, kind="stable"))):
+        with dask.config.set(scheduler="threads"), s:
+            got = fn(x)
+            assert got.numblocks == (1,)
+            block = got.compute()
+        s.synchronize()
+        np.testing.assert_array_equal(cupy.asnumpy(block), want)
 
 
 def test_chunk_steps_match_the_numpy_backend():
