@@ -180,13 +180,19 @@ def test_a_selection_as_users_write_it_is_one_device():
     for scheduler in ("threads", "sync"):
         with dask.config.set(scheduler=scheduler):
             assert sort_graph.one_device(sel)
-            for fn, want in ((dask_compact.sort, np.sort(a[a < 0.5])),
-                             (dask_compact.argsort, np.argsort(a[a < 0.5], kind="stable"))):
-                got = fn(sel)
-                assert got.numblocks == (1,) and got.chunks[0] == (want.size,)
-                block = got.compute()
-                assert isinstance(block, cupy.ndarray)
-                np.testing.assert_array_equal(cupy.asnumpy(block), want)
+            _sorted_as_one_bucket(sel, a[a < 0.5])
+
+
+def _sorted_as_one_bucket(sel: da.Array, selected: np.ndarray) -> None:
+    """sort and argsort of ``sel`` (CuPy chunks) under the configured scheduler: one output
+    chunk of CuPy, NumPy's results."""
+    for fn, want in ((dask_compact.sort, np.sort(selected)),
+                     (dask_compact.argsort, np.argsort(selected, kind="stable"))):
+        got = fn(sel)
+        assert got.numblocks == (1,) and got.chunks[0] == (want.size,)
+        block = got.compute()
+        assert isinstance(block, cupy.ndarray)
+        np.testing.assert_array_equal(cupy.asnumpy(block), want)
 
 
 def test_a_selection_not_persisted_is_merged_as_one_bucket():
@@ -200,14 +206,9 @@ def test_a_selection_not_persisted_is_merged_as_one_bucket():
     sel = x[x < 0.5]
     with dask.config.set(scheduler="threads"):
         assert not sort_graph.one_device(sel)
-        for fn, want in ((dask_compact.sort, np.sort(a[a < 0.5])),
-                         (dask_compact.argsort, np.argsort(a[a < 0.5], kind="stable"))):
-            got = fn(sel)
-            assert got.numblocks == (1,) and got.chunks[0] == (want.size,)
-            block = got.compute()
-            assert isinstance(block, cupy.ndarray)
-            np.testing.assert_array_equal(cupy.asnumpy(block), want)
-            assert fn(sel, buckets=3).numblocks == (3,)
+        _sorted_as_one_bucket(sel, a[a < 0.5])
+        assert dask_compact.sort(sel, buckets=3).numblocks == (3,)
+        assert dask_compact.argsort(sel, buckets=3).numblocks == (3,)
 
 
 def test_one_device_sort_on_a_stream_of_its_own_waits_for_the_pool():
