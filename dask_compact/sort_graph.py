@@ -279,7 +279,7 @@ def _beside_the_pool(chunk: Any) -> Any:
     """Where ``chunk`` (from :func:`_here`) is a CuPy array: the caller's stream ordered with
     the stream the scheduler's pool threads made it on (``cupy_device.beside_the_pool``), since
     the sort runs in the caller's thread, on its current stream; else nothing."""
-    if type(chunk).__module__.partition(".")[0] != "cupy":
+    if not _is_cupy(chunk):
         return contextlib.nullcontext()
     from .backends.cupy_device import beside_the_pool
 

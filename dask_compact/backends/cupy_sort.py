@@ -77,17 +77,15 @@ def sort_chunk(
     if indices:
         keys = _keys(a)
         order = cupy.argsort(keys).astype(cupy.int64, copy=False)
-        if not values:  # an argsort of the whole array: the keys' gather would be dropped
-            del keys
-            if base:
-                order += base
-            return None, order, np.zeros(0, a.dtype)
-        v = keys[order]
+        v = keys[order] if values else None  # an argsort of the whole array drops them
+        del keys
         if base:
             order += base
+        if v is None:
+            return None, order, np.zeros(0, a.dtype)
         return v, order, _sample(v, positions)
-    values = _nans_last(cupy.sort(a))
-    return values, None, _sample(values, positions)
+    v = _nans_last(cupy.sort(a))
+    return v, None, _sample(v, positions)
 
 
 def _sample(values: Any, positions: np.ndarray) -> np.ndarray:
