@@ -740,39 +740,66 @@ def test_a_selection_of_held_cupy_chunks_declared_numpy_is_one_device(monkeypatc
 
 
 @pytest.mark.parametrize("unknown", [True, False])
-def test_chunks_found_cupy_after_the_local_sorts_merge_as_one_bucket(monkeypatch, unknown):
+def test_chunks_found_cupy_by_the_local_sorts_are_sorted_once_joined(monkeypatch, unknown):
     """A selection of CuPy data that is not persisted declares NumPy chunks and holds none:
-    the one-device rule cannot tell before anything runs. Once the local sorts have run, the
-    chunks they hold tell (here a spy stands for CuPy chunks held): their pieces are merged
-    as one bucket, not exchanged as buckets within the one GPU. Not where ``buckets`` is
-    asked, nor under a scheduler of other processes (tests/gpu/test_sort_gpu.py runs it on
-    CuPy)."""
+    the one-device rule cannot tell before anything runs. Under an in-process scheduler with
+    the buckets left to us, the local sorts hold such chunks unsorted and they are joined and
+    sorted once (here a spy stands for CuPy chunks: every chunk is "CuPy"): each input chunk
+    read once, one sort in all, one output chunk. Not where ``buckets`` is asked, nor under a
+    scheduler of other processes (tests/gpu/test_sort_gpu.py runs it on CuPy)."""
     from dask_compact import sort_graph
 
-    asked = []
+    sorts = []
+    real_sort = sort_graph.sort_chunk
 
-    def held_cupy(x):
-        asked.append(x.name)
-        return x.name.startswith("sort-values-")  # the local sorts' held chunks
+    def counted(a, *args, **kwargs):
+        sorts.append(len(a))
+        return real_sort(a, *args, **kwargs)
 
-    monkeypatch.setattr(sort_graph, "_holds_cupy_chunks", held_cupy)
+    monkeypatch.setattr(sort_graph, "_held_unsorted", lambda a: True)
+    monkeypatch.setattr(sort_graph, "sort_chunk", counted)
     a = np.random.default_rng(25).standard_normal(30_011).round(1)
-    x = da.from_array(a, chunks=3_000)
+    reads = []
+    x = da.from_array(a, chunks=3_000).map_blocks(lambda b: reads.append(1) or b,
+                                                  dtype=a.dtype)
     y, want_a = (x[x > 0], a[a > 0]) if unknown else (x, a)
     for fn, want in ((dask_compact.sort, np.sort(want_a)),
                      (dask_compact.argsort, np.argsort(want_a, kind="stable"))):
         with dask.config.set(scheduler="threads"):
+            sorts.clear()
+            reads.clear()
             got = fn(y)
+            assert sorts == [want.size] and len(reads) == x.numblocks[0]
             assert got.numblocks == (1,) and got.chunks == (want.shape,)
             np.testing.assert_array_equal(got.compute(), want)
-            assert any(n.startswith("sort-values-") for n in asked)
+            sorts.clear()
             assert fn(y, buckets=3).numblocks == (3,)
+            assert len(sorts) == x.numblocks[0]  # every chunk sorted, then merged
+    with dask.config.set(scheduler="sync"):
+        sorts.clear()
+        np.testing.assert_array_equal(dask_compact.sort(y).compute(), np.sort(want_a))
+        assert sorts == [want_a.size]
     if unknown:  # one call under processes: their pool takes seconds to start here
         with dask.config.set(scheduler="processes"):
-            asked.clear()
             got = dask_compact.sort(y)
-            assert got.numblocks[0] > 1 and not any(n.startswith("sort-values-") for n in asked)
+            assert got.numblocks[0] > 1
             np.testing.assert_array_equal(got.compute(), np.sort(want_a))
+
+
+@pytest.mark.parametrize("unknown", [True, False])
+def test_chunks_of_both_types_are_refused_by_name(monkeypatch, unknown):
+    """Where some chunks are "CuPy" (held unsorted) and some NumPy, no merge or join can take
+    them together: a TypeError naming the cause, not a failure deep in a concatenate."""
+    from dask_compact import sort_graph
+
+    monkeypatch.setattr(sort_graph, "_held_unsorted", lambda a: a[0] < 0)
+    a = np.random.default_rng(26).standard_normal(20_000)
+    a[::1000] = np.where(np.arange(20) % 2, -1.0, 1.0)  # chunk starts of both signs
+    x = da.from_array(a, chunks=1000)
+    y = x[x > -5] if unknown else x
+    with dask.config.set(scheduler="threads"):
+        with pytest.raises(TypeError, match="different types"):
+            dask_compact.sort(y)
 
 
 def test_one_bucket_of_unknown_sizes_joins_the_chunks_in_one_task():
