@@ -429,22 +429,54 @@ def ask_ahead(values: da.Array) -> concurrent.futures.Future | None:
         return None
     client = blocks[0].client
     keys = [b.key for b in blocks]
-    probe = (settings.get("sort.exchange") in ("auto", "ipc")
-             and _is_cupy(values._meta))  # fmt: skip
+    exchange = settings.get("sort.exchange")
 
-    def ask() -> tuple[list, dict | None]:
-        holders, *_ = client.run_on_scheduler(_held_where, keys)
+    def ask() -> tuple[list, dict | None, Any]:
+        holders, types = client.run_on_scheduler(_held_types, keys)
+        like = _cupy_like(values, types)
+        probe = exchange in ("auto", "ipc") and (_is_cupy(values._meta) or like is not None)
         if not probe or any(h is None for h in holders) or len(set(holders)) < 2:
-            return holders, None
+            return holders, None, like
         from .backends import cuda_ipc
 
-        return holders, _probes(client.run(cuda_ipc.probe, on_error="return"))
+        return holders, _probes(client.run(cuda_ipc.probe, on_error="return")), like
 
     pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="dask-compact-sort")
     try:
         return pool.submit(ask)
     finally:
         pool.shutdown(wait=False)
+
+
+def _held_types(keys: list, dask_scheduler: Any = None) -> tuple[list, list]:
+    """On the scheduler: the first worker holding each key (:func:`.placement._held_where`)
+    and the name of its value's type (as the workers reported it), in one round trip."""
+    holders = _held_where(keys, dask_scheduler)[0]
+    return holders, [getattr(dask_scheduler.tasks.get(k), "type", None) for k in keys]
+
+
+def _cupy_like(values: da.Array, types: list) -> Any:
+    """An empty CuPy array where ``values`` declares NumPy chunks but every chunk the workers
+    hold is CuPy (``types``: their type names), else None. Dask's ``x[m]`` declares NumPy
+    chunks whatever x's are, so a sort of a selection of CuPy data took the chunks for NumPy
+    ones: the CUDA IPC exchange was refused ("the chunks are not CuPy arrays") for a slower
+    one, and the result declared NumPy chunks it did not hold. None also where this process
+    cannot import CuPy (the declaration stays as it is)."""
+    if _is_cupy(values._meta) or not types:
+        return None
+    if not all(isinstance(t, str) and t.split(".")[0] == "cupy" for t in types):
+        return None
+    try:
+        import cupy
+    except ImportError:
+        return None
+    return cupy.empty((0,), values.dtype)
+
+
+def _declared_like(a: da.Array, like: Any) -> da.Array:
+    """``a`` declared of ``like``'s array type (its chunks already are)."""
+    return da.Array(a.dask, a.name, chunks=a.chunks,
+                    meta=np.empty_like(like, shape=(0,), dtype=a.dtype))
 
 
 def _probes(answers: dict) -> dict:
@@ -488,7 +520,7 @@ def exchange_groups(values: da.Array, counts: np.ndarray, totals: np.ndarray,
         return one
     client = blocks[0].client
     if asked is not None:
-        holders, probes = asked.result()
+        holders, probes, _ = asked.result()
     else:
         (holders, *_), probes = client.run_on_scheduler(_held_where, [b.key for b in blocks]), None
     workers = sorted({h for h in holders if h is not None})
@@ -811,6 +843,11 @@ def build_sort(x: da.Array, indices: bool, buckets: int | None, local: str = "au
     totals = counts.sum(axis=0)
 
     # 4. one slicing task per chunk and group of buckets, one merge per non-empty bucket
+    like = None if asked is None else asked.result()[2]
+    if like is not None:  # CuPy chunks declared NumPy (dask's x[m] of CuPy data): say so
+        values = _declared_like(values, like)
+        if indices:
+            held["indices"] = _declared_like(held["indices"], like)
     sources = {"values": values, **({"indices": held["indices"]} if indices else {})}
     item_bytes = x.dtype.itemsize + (16 if indices else 0)  # output, keys + indices, argsort
     group, where, holders = exchange_groups(values, counts, totals, item_bytes, asked)
@@ -825,7 +862,7 @@ def build_sort(x: da.Array, indices: bool, buckets: int | None, local: str = "au
     if holders is not None:
         result, finish = _exchange_ipc(list(sources.values()), bounds, group, where, holders,
                                        out, token, local,
-                                       _meta(x, np.dtype(np.int64) if indices else x.dtype))
+                                       _meta(values, np.dtype(np.int64) if indices else x.dtype))
         # Hold no sorted chunk while the exchange runs: each is freed once it is packed
         del held, values, sources
         return finish(result)
@@ -874,7 +911,7 @@ def build_sort(x: da.Array, indices: bool, buckets: int | None, local: str = "au
     on = {a.name for a in sources.values()} if single else set(pieces)
     graph = _extend(graph, out, MaterializedLayer(merges, annotations=annotations), on)
     dtype = np.dtype(np.int64) if indices else x.dtype
-    result = da.Array(graph, out, chunks=(tuple(chunks),), meta=_meta(x, dtype))
+    result = da.Array(graph, out, chunks=(tuple(chunks),), meta=_meta(values, dtype))
     # Not optimized: dask.array's low-level optimization makes a plain dict of the graph, which
     # drops the merges' worker annotations (the graph holds only these layers over persisted
     # chunks, so there is nothing to cull or fuse).

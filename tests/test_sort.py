@@ -965,6 +965,45 @@ def test_ipc_exchange_forced_where_it_cannot_run_says_why(client):
     assert not any(client.run(cuda_ipc.exported_tokens).values())
 
 
+def test_the_held_chunks_types_come_with_their_holders(client):
+    """The exchange learns the sorted chunks' type from the scheduler, with their holders (one
+    round trip): dask's ``x[m]`` declares NumPy chunks whatever they are, so the declaration
+    cannot tell a selection of CuPy data (tests/gpu/test_sort_gpu.py runs that on CuPy)."""
+    from dask_compact import sort_graph
+
+    x = da.from_array(np.random.default_rng(15).random(2**12), chunks=2**10).persist()
+    wait(x)
+    holders, types = client.run_on_scheduler(sort_graph._held_types,
+                                             [f.key for f in futures_of(x)])
+    assert set(holders) <= set(client.scheduler_info()["workers"]) and None not in holders
+    assert types == ["numpy.ndarray"] * 4
+    assert sort_graph._cupy_like(x, types) is None
+
+
+def test_chunks_held_as_cupy_are_declared_so_only_where_all_are(monkeypatch):
+    """:func:`sort_graph._cupy_like`: a CuPy meta where every held chunk is CuPy and the array
+    declares NumPy; none where some are not, the declaration says CuPy already, no type was
+    reported, or this process cannot import CuPy."""
+    from dask_compact import sort_graph
+
+    made = []
+    fake = types.ModuleType("cupy")
+    fake.empty = lambda shape, dtype: made.append((shape, np.dtype(dtype))) or "cupy-meta"
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    x = da.from_array(np.arange(8.0, dtype=np.float32), chunks=4)
+    cupy_types = ["cupy.ndarray", "cupy._core.core.ndarray"]
+    assert sort_graph._cupy_like(x, cupy_types) == "cupy-meta"
+    assert made == [((0,), np.dtype(np.float32))]
+    assert sort_graph._cupy_like(x, ["cupy.ndarray", "numpy.ndarray"]) is None
+    assert sort_graph._cupy_like(x, ["cupy.ndarray", None]) is None
+    assert sort_graph._cupy_like(x, []) is None
+    monkeypatch.setattr(sort_graph, "_is_cupy", lambda meta: True)  # declared CuPy already
+    assert sort_graph._cupy_like(x, cupy_types) is None
+    monkeypatch.undo()
+    monkeypatch.setitem(sys.modules, "cupy", None)  # import cupy raises ImportError
+    assert sort_graph._cupy_like(x, cupy_types) is None
+
+
 def test_unknown_exchange_config_is_refused_before_anything_runs():
     x = da.from_array(np.arange(10.0), chunks=3)
     with dask.config.set({"dask-compact.sort.exchange": "nvlink"}), \

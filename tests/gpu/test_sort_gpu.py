@@ -316,6 +316,41 @@ def test_local_cuda_cluster():
         np.testing.assert_array_equal(cupy.asnumpy(ii), np.argsort(a, kind="stable"))
 
 
+def test_a_selection_of_cupy_data_on_a_cluster_is_exchanged_as_cupy():
+    """On a cluster, ``sort(x[x < p])`` of CuPy data as users write it: dask declares NumPy
+    chunks, and the exchange learns from the scheduler that the held chunks are CuPy. The
+    result declares CuPy, and the pieces go over CUDA IPC (here between two worker processes
+    sharing one GPU), where the declaration alone had IPC refused ("the chunks are not CuPy
+    arrays") for the exchange through the workers' comms."""
+    distributed = pytest.importorskip("distributed")
+    from dask_compact.backends import cuda_ipc
+
+    a = sort_input(np.random.default_rng(16), 400_009, "float32")
+    selected = a[a < 0.5]
+    with (
+        distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                 dashboard_address=None) as cluster,
+        distributed.Client(cluster) as client,
+    ):
+        x = _gpu(a, 50_000).persist()
+        distributed.wait(x)
+        assert len({w for f in distributed.futures_of(x)
+                    for w in client.who_has([f])[f.key]}) == 2  # fmt: skip
+        sel = x[x < 0.5]
+        assert isinstance(sel._meta, np.ndarray)  # dask's declaration, not ours
+        for fn, want in ((dask_compact.sort, np.sort(selected)),
+                         (dask_compact.argsort, np.argsort(selected, kind="stable"))):
+            before = sum(c["mapped_pieces"] for c in client.run(cuda_ipc.piece_counts).values())
+            got = fn(sel)
+            after = sum(c["mapped_pieces"] for c in client.run(cuda_ipc.piece_counts).values())
+            assert after > before, (before, after)
+            assert isinstance(got._meta, cupy.ndarray) and got.numblocks[0] > 1
+            block = got.compute()
+            assert isinstance(block, cupy.ndarray)
+            np.testing.assert_array_equal(cupy.asnumpy(block), want)
+            del got, block
+
+
 @pytest.mark.skipif(device_count() < 2, reason="needs 2 GPUs")
 def test_ipc_exchange_between_gpus_is_exact_and_releases_every_chunk():
     """Over CUDA IPC (the default on one host, over TCP here) the merges copy their pieces from
