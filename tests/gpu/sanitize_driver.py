@@ -75,6 +75,7 @@ def main() -> int:
         bad += records(rng, sizes)
     bad += splits(rng, sizes)
     bad += scans(rng, sizes)
+    bad += sort_keys(rng, sizes)
     cupy.cuda.runtime.deviceSynchronize()
     print(f"sanitize_driver: {bad} wrong results", flush=True)
     return 1 if bad else 0
@@ -206,6 +207,26 @@ def scans(rng: np.random.Generator, sizes: list[int]) -> int:
         if not np.array_equal(got, np.flatnonzero(a_np > 10)):
             print("WRONG scan compaction", n, flush=True)
             bad += 1
+    return bad
+
+
+def sort_keys(rng: np.random.Generator, sizes: list[int]) -> int:
+    """The argsort's float keys (kernels/sort_keys.cu: -0.0 as 0.0, every NaN one positive
+    NaN), every float width, through the CuPy backend's local argsort; its order against
+    NumPy's stable argsort (which takes -0.0 as 0.0 and puts NaNs last)."""
+    from dask_compact.backends import cupy_sort
+
+    bad = 0
+    for dtype in (np.float16, np.float32, np.float64):
+        for n in sizes:
+            a_np = (rng.standard_normal(n) * 4).round().astype(dtype)
+            a_np[rng.random(n) < 0.1] = np.nan
+            a_np[rng.random(n) < 0.1] = -0.0
+            _, order, _ = cupy_sort.sort_chunk(cupy.asarray(a_np), True, 0,
+                                               np.zeros(0, np.int64), values=False)
+            if not np.array_equal(cupy.asnumpy(order), np.argsort(a_np, kind="stable")):
+                print("WRONG sort keys", np.dtype(dtype), n, flush=True)
+                bad += 1
     return bad
 
 
