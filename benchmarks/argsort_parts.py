@@ -15,14 +15,13 @@ NaNs of both signs, -0.0, subnormals and infinities before it is timed.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))  # the sibling modules, also under python -P
-from bench_common import file_stem, label, random_array, save, timed_ms
+from bench_common import file_stem, label, random_array, save, selection_args, timed_ms
 
 
 def special_data(cupy, n: int):
@@ -137,11 +136,7 @@ def run(log2n: int, chunk_log2: int, p: float, reps: int) -> list[dict]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--log2n", type=int, default=28)
-    ap.add_argument("--chunk-log2", type=int, default=25)
-    ap.add_argument("--p", type=float, default=0.5)
-    ap.add_argument("--reps", type=int, default=7)
+    ap = selection_args(__doc__.split("\n")[0])
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     ap.add_argument("--sha", default=None)
     args = ap.parse_args()

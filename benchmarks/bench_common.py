@@ -4,6 +4,7 @@ files a run leaves (markdown, CSV, throughput-vs-p chart)."""
 
 from __future__ import annotations
 
+import argparse
 import csv
 import datetime as dt
 import os
@@ -120,6 +121,17 @@ def random_array(n: int, chunk: int, seed: int, gpu: bool, name: str):
         meta = cupy.empty(0, np.float32)
     return da.map_blocks(_gen, chunks=chunks, dtype=np.float32, meta=meta, seed=seed, gpu=gpu,
                          name=name)
+
+
+def selection_args(description: str) -> argparse.ArgumentParser:
+    """The options of the one-GPU selection benchmarks: 2^``--log2n`` float32 in chunks of
+    2^``--chunk-log2``, ``--p`` selected, ``--reps`` timed calls."""
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--log2n", type=int, default=28)
+    ap.add_argument("--chunk-log2", type=int, default=25)
+    ap.add_argument("--p", type=float, default=0.5)
+    ap.add_argument("--reps", type=int, default=7)
+    return ap
 
 
 def label(gpu: bool, sha: str | None) -> tuple[str, str, str]:

@@ -11,23 +11,17 @@ unsorted: one persist), ``_here`` (the held chunks joined), ``_sort_whole`` (the
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))  # the sibling modules, also under python -P
-from bench_common import random_array
+from bench_common import random_array, selection_args
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--log2n", type=int, default=28)
-    ap.add_argument("--chunk-log2", type=int, default=25)
-    ap.add_argument("--p", type=float, default=0.5)
-    ap.add_argument("--reps", type=int, default=7)
-    a = ap.parse_args()
+    a = selection_args(__doc__.split("\n")[0]).parse_args()
     import cupy
     import dask
 
