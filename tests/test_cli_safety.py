@@ -507,6 +507,7 @@ def test_a_cache_folder_written_again_after_its_removal_is_removed(tmp_path):
     writing into the cache folder just after the command removed it: the folder came back
     and was left (once in a CI run, 2026-12-06). The command watches the folder until it stays
     gone."""
+    import os
     import tempfile
     import threading
     import time
@@ -529,8 +530,12 @@ def test_a_cache_folder_written_again_after_its_removal_is_removed(tmp_path):
         while folder.exists():
             time.sleep(0.001)
         time.sleep(0.01)
-        folder.mkdir(exist_ok=True)
-        (folder / "block").write_bytes(b"y" * 10)
+        # the folder comes back with its block at once (a rename): made and then written,
+        # the command's watch could remove it between the two, and the write failed instead
+        # (once in a CI run, 2026-12-07: the folder empty for a moment on the loaded machine)
+        staged = Path(tempfile.mkdtemp(dir=tmp_path))
+        (staged / "block").write_bytes(b"y" * 10)
+        os.rename(staged, folder)
         wrote.set()
 
     t = threading.Thread(target=straggler)
