@@ -6,7 +6,8 @@ bound), beside the whole call and the naive ``cupy.sort(x[x < p].compute())`` an
     python benchmarks/sort_selection_parts.py --reps 7 > parts.txt
 
 Steps (sort_graph): ``_local_sorts_sized`` (the input made, selected, checked and held
-unsorted: one persist), ``_here`` (the held chunks joined), ``_sort_whole`` (the sort).
+unsorted: one ``get`` under a local scheduler), ``_here`` (the held chunks joined),
+``_sort_whole`` (the sort).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))  # the sibling modules, also under python -P
-from bench_common import random_array, selection_args
+from bench_common import random_array, selection_args, timed_ms
 
 
 def main() -> None:
@@ -44,13 +45,6 @@ def main() -> None:
     xg = random_array(2**a.log2n, 2**a.chunk_log2, 11, True, f"sort-parts-{a.log2n}")
     selg = xg[xg < a.p]
 
-    def whole(fn):
-        sync()
-        t = time.perf_counter()
-        fn()
-        sync()
-        return (time.perf_counter() - t) * 1e3
-
     with dask.config.set(scheduler="threads"):
         for op, ours, lib in (("sort", dask_compact.sort, cupy.sort),
                               ("argsort", dask_compact.argsort, cupy.argsort)):
@@ -59,10 +53,7 @@ def main() -> None:
                      "naive part: sel.compute()": lambda: selg.compute(),
                      "sel.persist() (threads)": lambda: dask.persist(selg)}
             for name, f in calls.items():
-                f()  # warm
-                times = [whole(f) for _ in range(a.reps)]
-                print(f"{name:45s} median {statistics.median(times):7.2f} ms "
-                      f"min {min(times):7.2f}", flush=True)
+                print(f"{name:45s} median {timed_ms(f, sync, a.reps):7.2f} ms", flush=True)
             real = {n: getattr(sort_graph, n) for n in ("_local_sorts_sized", "_here",
                                                         "_sort_whole")}
             for n, fn in real.items():
