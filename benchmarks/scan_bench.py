@@ -6,11 +6,13 @@ work-efficient, naive) at sizes 2^10 .. 2^28 with non-powers of two between them
 float32; at 2^28 also int32 into int32 and int32 into int64 (``--cases``). Peers in the same
 run: ``cupy.cumsum``, ``torch.cumsum`` (if torch imports), CUB ``DeviceScan::ExclusiveSum``
 (``ExclusiveScan`` with an output-typed initial value where the output is wider: CUB's sum
-adds in the input type) through the peer library, and a device copy of the input (the copy
-floor). Timing: CUDA events around batches of 4 calls after warm-up, median of the batches,
-inputs rotated over buffers that together exceed L2; our calls are the public call (a new
-output each call, as a user calls it); CUB writes into a preallocated output, as CUB is used.
-Each implementation's result is checked once against a float64 (or exact integer) reference.
+adds in the input type) through the peer library, a device copy of the input (the copy
+floor), and where the output is of another width, CuPy's cast of the input into it (the
+same bytes as the scan, with no sum). Timing: CUDA events around batches of 4 calls after
+warm-up, median of the batches, inputs rotated over buffers that together exceed L2; our
+calls are the public call (a new output each call, as a user calls it); CUB writes into a
+preallocated output, as CUB is used. Each implementation's result is checked once against a
+float64 (or exact integer) reference.
 
     nvcc -O3 -arch=sm_90 -std=c++17 -shared -Xcompiler -fPIC -o /tmp/cub_peer.so \\
         benchmarks/peers/cub_peer.cu
@@ -181,6 +183,12 @@ def gpu_rows(cases: list[tuple[np.dtype, np.dtype, list[int]]], peer: CubScan | 
                 cupy.cuda.get_current_stream().ptr), nbuf)
             rec("copy", ms, 2 * n * isz)
             del dst
+            if osz != isz:
+                # the same bytes as the scan (n input read, n outputs written) with no sum:
+                # CuPy's elementwise cast into the preallocated output, the floor of a
+                # scan into another width where the copy's 1:1 bytes are not
+                ms = EventTimer(r)(lambda k: cupy.copyto(out, bufs[k], casting="unsafe"), nbuf)
+                rec("cast_copy", ms, n * (isz + osz))
             for alg in algs:
                 reps_a = r if alg in ("lookback", "shared") or n <= 2**22 else max(3, r // 3)
                 ms = EventTimer(reps_a)(lambda k, alg=alg: scan_array(
@@ -291,6 +299,10 @@ def tables(rows: list[dict]) -> list[str]:
                          f"{'' if not mb else f'{mb / minimum:.1f}'} | {ratios} |")
         if copy:
             lines.append(f"\n(copy of the input: {copy['ms']:.4f} ms, {copy['GBps']:.0f} GB/s)")
+        cast = at.get("cast_copy")
+        if cast:
+            lines.append(f"(the cast into the output's dtype, no sum, the same bytes as the scan: "
+                         f"{cast['ms']:.4f} ms, {cast['GBps']:.0f} GB/s)")
         lines.append("")
     return lines
 
