@@ -13,6 +13,7 @@ or in the environment (``DASK_DASK_COMPACT__SORT__MIN_BUCKET=4096``)::
         exchange: auto            # how a cluster sort cuts its exchange: auto/ipc/worker/bucket
         min-bucket: 65536         # elements a bucket at least, when buckets= is not given
         max-pieces: 16384         # exchange pieces (chunks x buckets) at most
+        one-bucket-bytes: 16 MiB  # on CPU workers, smaller arrays are sorted as one bucket
       batch:
         gpu-frame-bytes: 16 MiB   # zstd frames of a GPU-encoded chunk (0: one a chunk)
         gpu-decode-wait: 0.5      # seconds (or "500ms") a GPU decode batch waits for more
@@ -55,7 +56,8 @@ __all__ = ["DEFAULTS", "KINDS", "SettingError", "check", "get", "warn_unknown"]
 DEFAULTS: dict[str, Any] = {
     "cache": {"memory-entries": 64, "disk-bytes": 256 * 2**20},
     "direct": True,
-    "sort": {"exchange": "auto", "min-bucket": 2**16, "max-pieces": 2**14},
+    "sort": {"exchange": "auto", "min-bucket": 2**16, "max-pieces": 2**14,
+             "one-bucket-bytes": 16 * 2**20},
     "batch": {"gpu-frame-bytes": 16 << 20, "gpu-decode-wait": 0.5, "gpu-decode-tasks": 32,
               "task-bytes": 8 << 20},
 }
@@ -182,6 +184,8 @@ KINDS: dict[str, tuple[Callable[[Any], Any], str]] = {
                       "one of 'auto', 'ipc', 'worker', 'bucket'"),
     "sort.min-bucket": (_count, "a whole number of elements (e.g. 65536; a count, not bytes)"),
     "sort.max-pieces": (_count, "a whole number of exchange pieces (e.g. 16384)"),
+    "sort.one-bucket-bytes": (_bytes, "a number of bytes: an integer >= 0 or a byte string "
+                                      "such as '16 MiB' (0: the cluster's rule off)"),
     "batch.gpu-frame-bytes": (_bytes, "a number of bytes: an integer >= 0 or a byte string "
                                       "such as '16 MiB' (0: one frame per chunk)"),
     "batch.gpu-decode-wait": (_seconds, "seconds >= 0: a number or a duration such as '500ms'"),

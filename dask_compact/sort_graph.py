@@ -70,6 +70,7 @@ from .graph import (
 from .imported import distributed_if_imported
 from .joined_chunks import declared_chunks
 from .placement import _held_where
+from .sort_cluster import cluster_buckets, cluster_shape, one_bucket
 from .validate import as_declared, check_shape, declared_shape
 
 __all__ = ["build_sort", "resolve_buckets", "splitters", "sample_positions", "exchange_groups",
@@ -173,20 +174,20 @@ def splitters(
 # bounds are made of the declared sizes)
 def _local_sort(a: Any, indices: bool, base: int, positions: np.ndarray, local: str,
                 declared: np.dtype | None = None, c: int = 0,
-                shape: tuple[int, ...] | None = None, defer: bool = False) -> tuple:
+                shape: tuple[int, ...] | None = None, defer: str = "") -> tuple:
     # the step is dispatched on the chunk's type: see validate.check_chunk
     if declared is not None:
         a = as_declared(a, declared, "sort", c, shape=shape)
     else:
         check_shape(a, shape, "sort", c)
-    if defer and _held_unsorted(a):
+    if defer and _held_unsorted(a, defer):
         return a, None, Unsorted(len(a))
     return sort_chunk(a, indices, base, positions, local)
 
 
 def _local_sort_sized(a: Any, indices: bool, per: int, local: str,
                       declared: np.dtype | None = None, c: int = 0,
-                      defer: bool = False) -> tuple:
+                      defer: str = "") -> tuple:
     """:func:`_local_sort` of chunk ``c`` of a size the graph does not know: its sample at
     the positions of its length, its indices counted from 0 (the client adds its start once
     every length is known: a start here would wait for every chunk's length, every input
@@ -197,14 +198,18 @@ def _local_sort_sized(a: Any, indices: bool, per: int, local: str,
     return values, order, sample if isinstance(sample, Unsorted) else (sample, n)
 
 
-def _held_unsorted(a: Any) -> bool:
-    """Whether a local sort asked to defer holds chunk ``a`` unsorted: a CuPy chunk."""
-    return _is_cupy(a)
+def _held_unsorted(a: Any, defer: str) -> bool:
+    """Whether a local sort asked to ``defer`` holds chunk ``a`` unsorted: a CuPy chunk
+    (``"cupy"``: one device under a local scheduler), a NumPy chunk (``"numpy"``: a
+    cluster's CPU workers, where a small array is then sorted as one bucket, see
+    :mod:`.sort_cluster`)."""
+    return _is_cupy(a) == (defer == "cupy")
 
 
 class Unsorted:
-    """What a local sort asked to ``defer`` returns in its sample's slot for a CuPy chunk,
-    which it holds checked but unsorted: the chunk's length. Under an in-process scheduler
+    """What a local sort asked to ``defer`` returns in its sample's slot for a chunk it
+    holds checked but unsorted (:func:`_held_unsorted`): the chunk's length. Under an
+    in-process scheduler
     the chunks of a graph that declares NumPy ones (dask's ``x[m]`` of CuPy data) show their
     type only as they are made; on one GPU they are then joined and sorted once
     (:func:`build_sort`), as a persisted selection of CuPy data is, instead of sorted one by
@@ -583,12 +588,12 @@ def _ipc_refusal(client: Any, values: da.Array, group: np.ndarray, where: list, 
 
 
 def _local_sorts(x: da.Array, indices: bool, per: int, local: str, checked: bool,
-                 token: str, defer: bool = False,
+                 token: str, defer: str = "",
                  ) -> tuple[dict[str, da.Array], np.ndarray | None, tuple[int, ...]]:
     """Step 1 over chunks of known sizes: every chunk sorted (and its global indices) and
     persisted where it ran; returns them ("values", "indices"), the gathered sample and
-    the sizes. ``defer``: CuPy chunks are held unsorted (:class:`Unsorted`); where every
-    chunk was, the sample is None."""
+    the sizes. ``defer``: chunks of the type it names are held unsorted (:func:`_held_unsorted`,
+    :class:`Unsorted`); where every chunk was, the sample is None."""
     sizes = tuple(int(c) for c in x.chunks[0])
     starts = _starts(sizes)
     tasks = [(_local_sort, (x.name, c), indices, int(starts[c]), sample_positions(m, per),
@@ -603,7 +608,7 @@ def _local_sorts(x: da.Array, indices: bool, per: int, local: str, checked: bool
 
 
 def _local_sorts_sized(x: da.Array, indices: bool, per: int, local: str, checked: bool,
-                       token: str, defer: bool = False,
+                       token: str, defer: str = "",
                        ) -> tuple[dict[str, da.Array], np.ndarray | None, tuple[int, ...]]:
     """Step 1 over chunks of unknown sizes (:func:`_local_sort_sized`): as
     :func:`_local_sorts`, each chunk's sample drawn with its length, the indices counted
@@ -793,10 +798,16 @@ def build_sort(x: da.Array, indices: bool, buckets: int | None, local: str = "au
     nin = x.numblocks[0]
     unknown = math.isnan(x.shape[0])
     default = buckets is None
+    shape = None  # a cluster of CPU workers, where the default is sort_cluster's
     if default and one_device(x):
         buckets = 1
+    elif default and _local_get(x) is None:
+        shape = cluster_shape(x)
     if not unknown:
         buckets = resolve_buckets(buckets, int(x.shape[0]), nin)
+        if shape is not None:
+            buckets = cluster_buckets(buckets, int(x.shape[0]), x.dtype.itemsize, indices,
+                                      shape)
     if buckets == 1 or (unknown and nin == 1):
         # one bucket is the whole array in one place whatever the path: its chunks joined
         # and sorted at once, not sorted, sampled, cut and merged into one (200,000 float64
@@ -814,15 +825,30 @@ def build_sort(x: da.Array, indices: bool, buckets: int | None, local: str = "au
     # 1. local sort + sample, persisted. Under an in-process scheduler with the buckets
     # left to us, a CuPy chunk is held unsorted (one device after all: a selection of CuPy
     # data not persisted, whose x[m] declares NumPy chunks), and such chunks are sorted
-    # once, joined, as one_device's are.
-    defer = default and _local_get(x) is not None
+    # once, joined, as one_device's are. On a cluster of CPU workers a NumPy chunk of
+    # unknown size is held unsorted too: the sizes then say whether one bucket takes the
+    # whole array (sort_cluster), else the held chunks are sorted and sampled in a second
+    # step (one more round trip).
+    defer = ("cupy" if _local_get(x) is not None else "numpy" if shape is not None
+             and unknown else "") if default else ""
     held, sample, sizes = (_local_sorts_sized if unknown else _local_sorts)(
         x, indices, per, local, checked, token, defer)
     if sample is None:
-        if not sum(sizes):
+        total = sum(sizes)
+        if not total:
             return empty_sorted(x, indices)
-        joined = _joined(held["values"], True, one_task=True)
-        return _sort_one_chunk(joined, indices, local, False, True)
+        if shape is None or one_bucket(total, x.dtype.itemsize, indices, shape):
+            joined = _joined(held["values"], True, one_task=True)
+            return _sort_one_chunk(joined, indices, local, False, True)
+        buckets = cluster_buckets(resolve_buckets(None, total, nin), total,
+                                  x.dtype.itemsize, indices, shape)
+        per = per_chunk_sample(nin, buckets)
+        token = tokenize(token, "held", buckets, per)
+        unsorted = held["values"]
+        del held
+        held, sample, sizes = _local_sorts(unsorted, indices, per, local, True, token)
+        del unsorted
+        unknown = False  # the held chunks' sizes are known: their indices are global
     starts = _starts(sizes)
     if unknown:
         if not sum(sizes):
@@ -833,7 +859,7 @@ def build_sort(x: da.Array, indices: bool, buckets: int | None, local: str = "au
     asked = ask_ahead(held["values"])  # the sorted chunks are in memory now
 
     # 2. splitters, 3. histogram: where each bucket starts in each chunk
-    assert buckets is not None  # resolved above, with the sizes
+    assert buckets is not None and sample is not None  # resolved above, with the sizes
     split_v, split_i = splitters(sample, sizes, per, buckets)
     values = held["values"]
     if split_v.size:

@@ -413,11 +413,13 @@ def scan_reference(a: np.ndarray, exclusive: bool, dtype=None) -> np.ndarray:
 def one_bucket_per_chunk():
     """dask_compact.sort's default of one bucket per input chunk whatever the size, as before
     the default was capped (sort_graph.default_buckets): the sort tests' small arrays then
-    run the exchange of many buckets, not a single one."""
+    run the exchange of many buckets, not a single one. On a cluster of CPU workers they are
+    still no more than the workers (sort_cluster)."""
     import dask
 
     with dask.config.set({"dask-compact.sort.min-bucket": 1,
-                          "dask-compact.sort.max-pieces": 2**62}):
+                          "dask-compact.sort.max-pieces": 2**62,
+                          "dask-compact.sort.one-bucket-bytes": 0}):
         yield
 
 

@@ -756,7 +756,7 @@ def test_chunks_found_cupy_by_the_local_sorts_are_sorted_once_joined(monkeypatch
         sorts.append(len(a))
         return real_sort(a, *args, **kwargs)
 
-    monkeypatch.setattr(sort_graph, "_held_unsorted", lambda a: True)
+    monkeypatch.setattr(sort_graph, "_held_unsorted", lambda a, defer: True)
     monkeypatch.setattr(sort_graph, "sort_chunk", counted)
     a = np.random.default_rng(25).standard_normal(30_011).round(1)
     reads = []
@@ -792,7 +792,7 @@ def test_chunks_of_both_types_are_refused_by_name(monkeypatch, unknown):
     them together: a TypeError naming the cause, not a failure deep in a concatenate."""
     from dask_compact import sort_graph
 
-    monkeypatch.setattr(sort_graph, "_held_unsorted", lambda a: a[0] < 0)
+    monkeypatch.setattr(sort_graph, "_held_unsorted", lambda a, defer: a[0] < 0)
     a = np.random.default_rng(26).standard_normal(20_000)
     a[::1000] = np.where(np.arange(20) % 2, -1.0, 1.0)  # chunk starts of both signs
     x = da.from_array(a, chunks=1000)
@@ -871,11 +871,13 @@ def _cluster():
 
 
 def test_local_cluster_four_processes_2_24_float32(client):
+    """8 chunks on 4 single-thread workers: as many buckets as workers by default
+    (sort_cluster), not one per chunk."""
     n = 2**24
     x = da.random.default_rng(11).random(n, chunks=2**21, dtype=np.float32).persist()
     y = dask_compact.sort(x)
-    assert len(y.chunks[0]) == 8 and sum(y.chunks[0]) == n
-    assert max(y.chunks[0]) < 1.1 * 2**21
+    assert len(y.chunks[0]) == 4 and sum(y.chunks[0]) == n
+    assert max(y.chunks[0]) < 1.1 * 2**22
     wait(y)  # like persist, sort returns while the last merges may still run
     holders = {w for ws in client.who_has(futures_of(y)).values() for w in ws}
     assert len(holders) > 1  # the buckets are merged on several workers, not gathered
@@ -891,20 +893,31 @@ def test_local_cluster_argsort_with_duplicates_and_nans(client):
     np.testing.assert_array_equal(dask_compact.sort(x).compute(), np.sort(a))
 
 
-def test_local_cluster_unknown_chunk_sizes(client):
-    """x[x > t] on four worker processes, for graph input and persisted: the lengths come
-    back with the samples, the argsort's starts are added where the indices are held."""
+@pytest.mark.parametrize("one_bucket_bytes", [16 * 2**20, 0])
+def test_local_cluster_unknown_chunk_sizes(client, one_bucket_bytes):
+    """x[x > t] on four worker processes, for graph input and persisted: the local sorts
+    hold the NumPy chunks unsorted and send their lengths; a small array (0.9 MB) is then
+    joined and sorted as one bucket, and with the one-bucket rule off the held chunks are
+    sorted and sampled in a second step, the argsort's indices counted from their starts.
+    ``buckets`` given: the local sorts sort at once, as before."""
     rng = np.random.default_rng(14)
     a = rng.integers(0, 1000, 2**18).astype(np.float32)
     a[::13] = np.nan
     x = da.from_array(a, chunks=2**14)
     want = a[~(a < 100)]
-    for y in (x[~(x < 100)], x[~(x < 100)].persist()):
-        for fn, w in ((dask_compact.sort, np.sort(want)),
-                      (dask_compact.argsort, np.argsort(want, kind="stable"))):
-            got = fn(y)
-            assert all(isinstance(c, int) for c in got.chunks[0]) and len(got.chunks[0]) > 1
-            np.testing.assert_array_equal(got.compute(), w)
+    with dask.config.set({"dask-compact.sort.one-bucket-bytes": one_bucket_bytes}):
+        for y in (x[~(x < 100)], x[~(x < 100)].persist()):
+            for fn, w in ((dask_compact.sort, np.sort(want)),
+                          (dask_compact.argsort, np.argsort(want, kind="stable"))):
+                got = fn(y)
+                assert all(isinstance(c, int) for c in got.chunks[0])
+                # the module's min-bucket of 1 asks a bucket per chunk: 16, and no more
+                # than the 4 workers on a cluster (sort_cluster)
+                assert len(got.chunks[0]) == (1 if one_bucket_bytes else 4), got.chunks
+                np.testing.assert_array_equal(got.compute(), w)
+                with_buckets = fn(y, buckets=5)  # asked for: the local sorts sort at once
+                assert len(with_buckets.chunks[0]) == 5
+                np.testing.assert_array_equal(with_buckets.compute(), w)
 
 
 def test_local_cluster_sort_submits_no_graph_for_its_sample(client, monkeypatch):
@@ -964,7 +977,7 @@ def test_local_cluster_exchange_is_one_slice_per_chunk_and_worker(client):
     for exchange in ("worker", "bucket", "auto"):  # auto: "bucket" over TCP
         with dask.config.set({"dask-compact.sort.exchange": exchange}), \
                 get_task_stream(client) as stream:  # fmt: skip
-            y = dask_compact.sort(x)
+            y = dask_compact.sort(x, buckets=16)
             wait(y)
         names = [t["key"][0] for t in stream.data if isinstance(t["key"], tuple)]
         pieces = sum(n.startswith("sort-piece-values") for n in names)
@@ -992,7 +1005,7 @@ def test_ipc_exchange_forced_where_it_cannot_run_says_why(client):
     wait(x)
     with dask.config.set({"dask-compact.sort.exchange": "ipc"}), \
             pytest.raises(ValueError, match="CUDA IPC cannot run here: the chunks are not CuPy"):
-        dask_compact.sort(x)
+        dask_compact.sort(x, buckets=4)
     assert not any(client.run(cuda_ipc.exported_tokens).values())
 
 

@@ -240,7 +240,7 @@ def test_every_worker_packs_before_it_merges_and_a_held_result_keeps_its_keys(ca
         held = []
         for _ in range(3):
             with distributed.get_task_stream(client) as stream:
-                held.append(dask_compact.sort(x))
+                held.append(dask_compact.sort(x, buckets=4))  # 2 MiB: else one bucket
             by_worker: dict = {}
             for t in stream.data:
                 name = t["key"][0] if isinstance(t["key"], tuple) else t["key"]
