@@ -14,6 +14,7 @@ Writes ``sort-buckets-DATE-cpu-SHA-WxT.{md,csv}`` under ``--out``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import time
@@ -50,7 +51,7 @@ def run(sizes: list[int], chunk_log2: int, buckets: list[str], reps: int, schedu
         return y
 
     rows = []
-    with dask.config.set(scheduler=scheduler) if client is None else _nothing():
+    with dask.config.set(scheduler=scheduler) if client is None else contextlib.nullcontext():
         for k in sizes:
             x = persisted(random_array(2**k, 2**min(chunk_log2, k), 7, False, f"sb-{k}"))
             want = np.sort(x.compute())
@@ -77,14 +78,6 @@ def run(sizes: list[int], chunk_log2: int, buckets: list[str], reps: int, schedu
                 rows.append(dict(log2n=k, input="x[x < 0.5]", call=f"sort, buckets={b}", s=s))
             print(f"2^{k} done", flush=True)
     return rows
-
-
-class _nothing:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
 
 
 def main() -> None:

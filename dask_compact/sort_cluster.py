@@ -27,11 +27,12 @@ its device (the multi-GPU measurements of docs/design.md).
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import dask.array as da
 
 from . import settings
+from .placement import _held_where
 
 
 class Shape(NamedTuple):
@@ -41,12 +42,6 @@ class Shape(NamedTuple):
     workers: int
     threads: int
     smallest_limit: int
-
-
-def _shape_on_scheduler(dask_scheduler: Any = None) -> tuple[int, int, int]:
-    workers = list(dask_scheduler.workers.values())
-    limits = [int(w.memory_limit or 0) for w in workers]
-    return len(workers), sum(w.nthreads for w in workers), min(limits, default=0)
 
 
 def cluster_shape(x: da.Array) -> Shape | None:
@@ -61,8 +56,11 @@ def cluster_shape(x: da.Array) -> Shape | None:
     if client is None or type(client).__name__ != "Client" or getattr(client, "asynchronous",
                                                                        False):
         return None
-    workers, threads, smallest = client.run_on_scheduler(_shape_on_scheduler)
-    return Shape(int(workers), int(threads), int(smallest)) if workers else None
+    # the placement's question with no keys: every worker's threads and memory limit
+    _, nthreads, _, limits = client.run_on_scheduler(_held_where, [])
+    if not nthreads:
+        return None
+    return Shape(len(nthreads), sum(nthreads.values()), min(limits.values(), default=0))
 
 
 def one_bucket(n: int, itemsize: int, indices: bool, shape: Shape) -> bool:

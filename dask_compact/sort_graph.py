@@ -798,10 +798,11 @@ def build_sort(x: da.Array, indices: bool, buckets: int | None, local: str = "au
     nin = x.numblocks[0]
     unknown = math.isnan(x.shape[0])
     default = buckets is None
+    in_process = _local_get(x) is not None  # dask's threaded or synchronous scheduler
     shape = None  # a cluster of CPU workers, where the default is sort_cluster's
     if default and one_device(x):
         buckets = 1
-    elif default and _local_get(x) is None:
+    elif default and not in_process:
         shape = cluster_shape(x)
     if not unknown:
         buckets = resolve_buckets(buckets, int(x.shape[0]), nin)
@@ -829,8 +830,11 @@ def build_sort(x: da.Array, indices: bool, buckets: int | None, local: str = "au
     # unknown size is held unsorted too: the sizes then say whether one bucket takes the
     # whole array (sort_cluster), else the held chunks are sorted and sampled in a second
     # step (one more round trip).
-    defer = ("cupy" if _local_get(x) is not None else "numpy" if shape is not None
-             and unknown else "") if default else ""
+    defer = ""
+    if default and in_process:
+        defer = "cupy"
+    elif shape is not None and unknown:  # shape: asked only where the default applies
+        defer = "numpy"
     held, sample, sizes = (_local_sorts_sized if unknown else _local_sorts)(
         x, indices, per, local, checked, token, defer)
     if sample is None:
