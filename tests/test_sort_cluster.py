@@ -50,9 +50,10 @@ def test_two_single_thread_workers_sort_as_one_bucket(two_workers, graph):
     """2 workers x 1 thread (the CI machine's cluster): 32 MiB of float64 in 8 chunks is one
     bucket (2^24 float32 there: 0.33 s, against 0.59 s in 8 buckets), known sizes or not;
     ``buckets=`` still cuts it."""
-    a = np.random.default_rng(21).random(2**22)
     with two_workers.as_current(), dask.config.set(scheduler="dask.distributed"):
-        x = da.from_array(a, chunks=2**19)
+        # made on the workers: from_array's graph would carry the 32 MiB to every call
+        x = da.random.default_rng(21).random(2**22, chunks=2**19)
+        a = x.compute()
         if not graph:
             x = x.persist()
             wait(x)
