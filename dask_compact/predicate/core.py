@@ -313,13 +313,16 @@ class Predicate:
             if not (isinstance(e, ValueError) and "broadcast" in str(e)):
                 e.add_note(failed_on(self.source, what, a))
                 raise
+            # the shape is the one it failed on (a slice's, where what names a chunk's rows);
+            # the way out in memory too: compact_array's caller has no dask array (a probe)
             raise NotElementwise(
-                f"predicate {self.source} failed on {what} of shape {tuple(a.shape)} ({e}): a "
-                "predicate gets one chunk (or a slice of one) at a time, and before anything "
-                "runs a test sample of a few values (rows of N-D input), so an array it "
-                "compares with must broadcast against any of them. For values aligned with "
-                "the whole input, compute the condition on the dask array (m = x > t) and use "
-                "dask_compact.compact(x, m)."
+                f"predicate {self.source} failed on {what}, an array of shape "
+                f"{tuple(a.shape)} ({e}): a predicate gets one chunk (or a slice of one) at a "
+                "time, and before anything runs a test sample of a few values (rows of N-D "
+                "input), so an array it compares with must broadcast against any of them. For "
+                "values aligned with the whole input, compute the condition on the dask array "
+                "(m = x > t) and use dask_compact.compact(x, m) (or, in memory, NumPy's "
+                "a[m])."
             ) from None
         refuse_if_changed(given, a, self.source)
         return got
@@ -364,7 +367,8 @@ class Predicate:
 
         def part(sl: slice) -> Any:
             try:
-                got = self._call(a[sl], f"rows {sl.start}:{sl.stop} of {what}")
+                got = self._call(a[sl], f"rows {sl.start}:{sl.stop} of {what} of "
+                                        f"{a.shape[0]} rows")
             except NotElementwise:
                 raise
             except RESOURCE_ERRORS:
