@@ -583,11 +583,13 @@ def conversion(a: Any, in_memory: bool = False, source: str | None = None) -> st
     elif module == "scipy" and hasattr(a, "toarray"):  # scipy.sparse matrices and arrays
         dense, note = "toarray()", ""
     elif isinstance(a, np.ndarray):
-        # another ndarray subclass: np.asarray keeps the numbers, drops what it carries
+        # another ndarray subclass: np.asarray keeps the numbers, drops what it carries. The
+        # Quantity's way only for astropy's types (a np.matrix was told of it, a probe)
         dense = None
         note = (f" (which keeps the numbers alone: decide first what the "
-                f"{type(a).__name__}'s extra information means; for an astropy Quantity, its "
-                "values in one unit, lambda b: b.to_value(unit))")
+                f"{type(a).__name__}'s extra information means"
+                + ("; for an astropy Quantity, its values in one unit, lambda b: "
+                   "b.to_value(unit))" if module == "astropy" else ")"))
     else:
         dense, note = None, ""
     if in_memory:
@@ -595,7 +597,11 @@ def conversion(a: Any, in_memory: bool = False, source: str | None = None) -> st
         return f"it first, e.g. {f'{name}.{dense}' if dense else f'np.asarray({name})'}{note}"
     meta = f"np.empty({(0,) * max(getattr(a, 'ndim', 1), 1)}, {_dtype_source(a.dtype)})" \
         if hasattr(a, "dtype") else "np.empty(0)"  # fmt: skip
-    call = f"lambda b: b.{dense}" if dense else "np.asarray"
+    # a chunk that is a NumPy scalar: np.asarray makes it 0-d, which a 1-D array's chunk of
+    # one element is not (the advice failed when followed, a probe; an N-D array's chunk of
+    # one element is refused by its shape then, which names the shape it needs)
+    scalar = isinstance(a, np.generic)
+    call = f"lambda b: b.{dense}" if dense else "np.atleast_1d" if scalar else "np.asarray"
     return f"the chunks first, e.g. {source or 'x'}.map_blocks({call}, meta={meta}){note}"
 
 

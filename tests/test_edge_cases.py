@@ -659,6 +659,34 @@ def test_subclass_chunks_under_a_plain_meta_say_how_to_convert():
     assert type(dask_compact.sort(y).compute()) is np.ndarray
 
 
+def test_numpy_scalar_chunks_are_told_a_conversion_that_works():
+    """A chunk that is a NumPy scalar (a delayed function returning one) was told to convert
+    with np.asarray, which makes it 0-d: followed, the advice failed again, on its shape (a
+    probe, 2026-12-08). The advice is np.atleast_1d, and followed it works in every call."""
+    import re
+
+    import dask
+
+    fd = da.from_delayed(dask.delayed(lambda: np.float64(3.0))(), shape=(1,), dtype=float)
+    calls = {"cumsum": dask_compact.cumsum, "sort": dask_compact.sort,
+             "map_compact": lambda v: v.map_compact("x > 1")}
+    for name, call in calls.items():
+        with pytest.raises(TypeError, match="not numpy.float64") as info:
+            call(fd).compute()
+        advised = re.search(r"e\.g\. (x\.map_blocks\(.*\))$", str(info.value)).group(1)
+        assert advised.startswith("x.map_blocks(np.atleast_1d"), advised
+        fixed = eval(advised, {"np": np, "x": fd})
+        np.testing.assert_array_equal(call(fixed).compute(), [3.0], err_msg=name)
+
+
+def test_a_matrix_is_not_told_of_astropy():
+    """The refusal of an ndarray subclass tells astropy's Quantity way only to a Quantity: a
+    np.matrix was told to call to_value(unit) (a probe, 2026-12-08)."""
+    with pytest.raises(TypeError, match="not numpy.matrix") as info:
+        dask_compact.scan_array(np.matrix([[1, 2], [3, 4]]))
+    assert "astropy" not in str(info.value) and "np.asarray(a)" in str(info.value)
+
+
 def test_memmap_chunks_are_numpy_data(tmp_path):
     """np.memmap is NumPy data in a file: its chunks are taken as they are, not refused as
     another ndarray subclass."""
