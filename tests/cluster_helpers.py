@@ -173,3 +173,36 @@ def worker_named(client, name: str, timeout: float = 30) -> str:
                 return addr
         time.sleep(0.1)
     raise TimeoutError(f"worker {name} did not join within {timeout:g} s")
+
+
+def persist_placed(client, a: np.ndarray, chunk: int, spans: list, loose: bool = True):
+    """``a`` persisted as one dask array in chunks of ``chunk`` rows within each span
+    ``(start, stop, worker)`` of rows (trailing axes whole where shorter), every chunk held by
+    its span's worker, checked.
+
+    Each span is persisted on its worker (``loose``: a lost chunk may be remade elsewhere),
+    then the spans are joined and persisted again. The scheduler may run that second step's
+    tasks on another worker, or steal a loose part's, and once (a CI run, 2026-12-08) one
+    chunk of a slab landed on the other worker: the call under test, exact, cut its runs
+    around it, not as the test meant. So the layout is checked, and made again under new
+    keys (the same ones could still be held) until every chunk is where it is meant.
+    Strict restrictions instead hung the worker-loss tests: a lost chunk could not be remade
+    on another worker."""
+    import dask.array as da
+    from dask.core import flatten
+    from distributed import wait
+
+    meant = [{w} for s, e, w in spans for _ in range(s, min(e, len(a)), chunk)]
+    for attempt in range(10):
+        name = None if attempt == 0 else False
+        parts = [client.persist(da.from_array(a[s:e], chunks=chunk, name=name), workers=[w],
+                                allow_other_workers=loose) for s, e, w in spans]
+        x = da.concatenate(parts).persist()
+        wait(x)
+        del parts
+        blocks = [x.dask[k] for k in flatten(x.__dask_keys__())]
+        placed = client.who_has(blocks)
+        if [set(placed[f.key]) for f in blocks] == meant:
+            return x
+        del x, blocks
+    raise AssertionError(f"{len(spans)} spans not placed as meant in 10 tries")

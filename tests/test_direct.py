@@ -17,6 +17,7 @@ import pytest
 from cluster_helpers import (
     cluster_for_kills,
     kill_a_worker_then_check,
+    persist_placed,
     rechunk_placed_by_data,
     until_replaced,
 )
@@ -49,27 +50,7 @@ def _layout(client, a: np.ndarray, chunk: int, how: str) -> da.Array:
         else:
             spans = [(s, s + chunk, workers[k % 2])
                      for k, s in enumerate(range(0, len(a), chunk))]
-        # Each chunk on its worker, checked: the joined parts are persisted again, and the
-        # scheduler may run that step's tasks elsewhere (or steal a part's: the restriction
-        # is loose, so a lost chunk can be remade on another worker). Once (CI, 2026-12-08)
-        # a chunk of a slab landed on the other worker, and the call saw 6 runs where the
-        # test meant 4: made again until each chunk is where it is meant to be.
-        meant = [w for s, e, w in spans for _ in range(s, min(e, len(a)), chunk)]
-        for attempt in range(10):
-            # a try after the first under new keys: the same ones could still be held
-            name = None if attempt == 0 else False
-            parts = [client.persist(da.from_array(a[s:e], chunks=chunk, name=name),
-                                    workers=[w], allow_other_workers=True)
-                     for s, e, w in spans]
-            x = da.concatenate(parts).persist()
-            wait(x)
-            del parts
-            placed = client.who_has(_blocks(x))
-            if [set(placed[f.key]) for f in _blocks(x)] == [{w} for w in meant]:
-                break
-            del x
-        else:
-            raise AssertionError(f"the {how} layout was not made in 10 tries")
+        x = persist_placed(client, a, chunk, spans)
     wait(x)
     return x
 

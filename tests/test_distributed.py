@@ -23,6 +23,7 @@ import pytest
 from cluster_helpers import (
     cluster_for_kills,
     kill_a_worker_then_check,
+    persist_placed,
     rechunk_placed_by_data,
     until_replaced,
 )
@@ -208,15 +209,9 @@ def _slabs(client, a: np.ndarray, chunk: int):
     workers by domain decomposition), as one dask array."""
     workers = sorted(client.nthreads())
     cut = -(-len(a) // len(workers))
-    parts = [
-        client.persist(da.from_array(a[k * cut : (k + 1) * cut], chunks=chunk), workers=[w])
-        for k, w in enumerate(workers)
-    ]
-    x = da.concatenate(parts).persist()
-    from distributed import wait
-
-    wait(x)
-    return x
+    return persist_placed(client, a, chunk,
+                          [(k * cut, (k + 1) * cut, w) for k, w in enumerate(workers)],
+                          loose=False)
 
 
 def _transfers(ts) -> int:
@@ -350,16 +345,9 @@ def _round_robin(client, a: np.ndarray, chunk: int):
     """``a`` persisted with chunk i on worker i mod 2: the scattered placement Dask gives a
     generated or loaded array, made deterministic."""
     workers = sorted(client.nthreads())
-    parts = [
-        client.persist(da.from_array(a[s : s + chunk], chunks=chunk), workers=[workers[k % 2]],
-                       allow_other_workers=True)  # loose: a lost chunk is remade elsewhere
-        for k, s in enumerate(range(0, len(a), chunk))
-    ]
-    x = da.concatenate(parts).persist()
-    from distributed import wait
-
-    wait(x)
-    return x
+    # loose: a lost chunk is remade elsewhere
+    return persist_placed(client, a, chunk, [(s, s + chunk, workers[k % 2])
+                                             for k, s in enumerate(range(0, len(a), chunk))])
 
 
 @pytest.mark.parametrize("output", ["values", "indices", "both"])
