@@ -134,6 +134,7 @@ def connect(address: str | None, scheduler_file: str | None, timeout: float) -> 
     target = address or scheduler_file
     previous = dask.config.get("scheduler", None)
     registered = set(client_module._global_clients)
+
     def make() -> Any:
         if scheduler_file is not None:
             return Client(scheduler_file=scheduler_file, timeout=timeout)
